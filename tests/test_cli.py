@@ -1,0 +1,104 @@
+from __future__ import annotations
+
+import gzip
+import json
+import subprocess
+import sys
+
+import pytest
+from conftest import SAMPLES
+
+SMALL = SAMPLES / "gpu_h200/sync_item_nonzero_cpu.json.gz"
+
+
+def run(*args, cwd=None):
+    return subprocess.run([sys.executable, "-m", "traceview", *map(str, args)], capture_output=True, text=True,
+                          cwd=cwd, timeout=300)
+
+
+def test_analyze_json_document():
+    r = run("analyze", SMALL, "--format", "json")
+    assert r.returncode == 0, r.stderr
+    doc = json.loads(r.stdout)
+    assert doc["schema_version"] == 1 and not doc["errors"]
+    t = doc["traces"][0]
+    assert [s["step"] for s in t["steps"]] == [1, 2, 3]
+    assert t["metadata"]["device"] == "NVIDIA H200"
+    assert t["top_kernels"][0]["op"] == "aten::addmm"
+    total = sum(t["summary"]["breakdown_pct"].values())
+    assert abs(total - 100) < 0.05
+
+
+def test_analyze_text_and_step():
+    r = run("analyze", SMALL, "--step", "2")
+    assert r.returncode == 0, r.stderr
+    assert "Step time breakdown" in r.stdout and "aten::addmm" in r.stdout
+    r = run("analyze", SMALL, "--step", "9")
+    assert r.returncode == 2 and "no step 9" in r.stderr
+
+
+def _bad_inputs(tmp_path):
+    (tmp_path / "empty").mkdir()
+    (tmp_path / "notjson.json").write_text("hello, I am not a trace")
+    good = gzip.decompress(SMALL.read_bytes())
+    (tmp_path / "cut.json.gz").write_bytes(gzip.compress(good)[:400])
+    (tmp_path / "noevents.json").write_text(json.dumps({"schemaVersion": 1, "foo": []}))
+    (tmp_path / "garbage.json.gz").write_bytes(b"\x1f\x8b" + b"\x00" * 50)
+    return {
+        "missing": (tmp_path / "nope.json", "no such file"),
+        "empty dir": (tmp_path / "empty", "no trace files"),
+        "not json": (tmp_path / "notjson.json", "not a JSON trace"),
+        "truncated gz": (tmp_path / "cut.json.gz", "truncated gzip"),
+        "no traceEvents": (tmp_path / "noevents.json", "traceEvents"),
+        "bad gzip": (tmp_path / "garbage.json.gz", "gzip"),
+    }
+
+
+@pytest.mark.parametrize("case", ["missing", "empty dir", "not json", "truncated gz", "no traceEvents", "bad gzip"])
+def test_bad_input_one_line_exit_2(tmp_path, case):
+    path, needle = _bad_inputs(tmp_path)[case]
+    r = run("analyze", path)
+    assert r.returncode == 2
+    lines = [x for x in r.stderr.splitlines() if x.strip()]
+    assert len(lines) == 1 and "Traceback" not in r.stderr, r.stderr
+    assert needle in lines[0]
+
+
+@pytest.mark.parametrize("gz", [False, True])
+def test_truncated_trace_is_analyzed_with_warning(tmp_path, gz):
+    text = gzip.decompress(SMALL.read_bytes())
+    p = tmp_path / ("partial.json.gz" if gz else "partial.json")
+    p.write_bytes(gzip.compress(text)[:15000] if gz else text[: int(len(text) * 0.7)])
+    r = run("analyze", p, "--format", "json")
+    assert r.returncode == 0, r.stderr
+    t = json.loads(r.stdout)["traces"][0]
+    assert any("truncated" in w for w in t["warnings"])
+    assert t["summary"]["steps"] >= 1
+
+
+def test_invalid_json_from_profiler_is_repaired(tmp_path):
+    doc = json.loads(gzip.decompress(SMALL.read_bytes()))
+    text = json.dumps(doc)
+    # what old writers emit: bare inf and an unescaped quote inside a name
+    text = text.replace('"blocks per SM": 0.', '"blocks per SM": inf, "x": 0.', 1)
+    text = text.replace('"name": "aten::linear"', '"name": "aten::li"near"', 1)
+    p = tmp_path / "bad.json"
+    p.write_text(text)
+    r = run("analyze", p, "--format", "json")
+    assert r.returncode == 0, r.stderr
+    assert any("repaired" in w for w in json.loads(r.stdout)["traces"][0]["warnings"])
+
+
+def test_one_bad_file_does_not_abort_the_batch(tmp_path):
+    (tmp_path / "a.json").write_text("{nope")
+    r = run("analyze", tmp_path / "a.json", SMALL, "--format", "json")
+    assert r.returncode == 2
+    doc = json.loads(r.stdout)
+    assert len(doc["traces"]) == 1 and len(doc["errors"]) == 1
+
+
+def test_directory_argument_analyzes_each_file():
+    r = run("analyze", SAMPLES / "hta/trace_filter", "--format", "json")
+    assert r.returncode == 0, r.stderr
+    doc = json.loads(r.stdout)
+    assert [t["rank"] for t in doc["traces"]] == [0, 1]

@@ -1,0 +1,117 @@
+from __future__ import annotations
+
+import collections
+
+import polars as pl
+import pytest
+from conftest import load, raw_events
+
+import traceview
+from traceview.loader import GPU_CATS, HOST_CATS, OLD_CATS
+
+CASES = [
+    "gpu_h200/sync_item_nonzero_cpu.json.gz",
+    "gpu_h200/train_tinygpt_modules.json.gz",
+    "gpu_h200/cudagraph_reduce_overhead.json.gz",
+    "hta/trace_filter/sampled_rank-0.json.gz",
+    "hta/amd_trace/mi250_minitoy_train_ROCm6_2_kineto.json.gz",
+    "hta/ns_resolution_trace/rank-0.Apr_03_18_51_38.1102.pt.trace.json.gz",
+    "hta/cpu_only/rank-34.Jul_15_10_52_41.1074.pt.trace.json.gz",
+    "hta/negative_queue_length_values_check/rank0.json.gz",
+    "hta/nccl_parser_config/nccl_data.json.gz",
+    "hta/mtia_inference_trace/mtia_inference_rank_0.json.gz",
+    "kineto_resnet50/resnet50_num_workers_0/worker0.1623143089861.pt.trace.json.gz",
+    "cpu_trace_example_torch2.13.json.gz",
+]
+
+
+@pytest.mark.parametrize("rel", CASES)
+def test_every_slice_lands_in_its_frame(rel):
+    """Host and GPU frames hold exactly the X events of their categories (independent json count)."""
+    t = load(rel)
+    c = collections.Counter(OLD_CATS.get(e.get("cat"), e.get("cat")) for e in raw_events(rel) if e.get("ph") == "X")
+    assert t.host.height == sum(c[k] for k in HOST_CATS)
+    assert t.gpu.height == sum(c[k] for k in GPU_CATS)
+    assert t.host["depth"].null_count() == 0
+
+
+def test_current_format_links_kernels_to_launching_ops():
+    t = load("gpu_h200/sync_item_nonzero_cpu.json.gz")
+    assert t.meta.format == "kineto" and t.meta.backend == "cuda"
+    assert t.meta.device_name() == "NVIDIA H200"
+    assert t.steps["step"].to_list() == [1, 2, 3]
+    assert t.gpu["launch"].null_count() == 0 and t.gpu["op"].null_count() == 0
+    # the independent way: External id on the kernel names the launching cpu_op (2.4+ traces)
+    ev = raw_events("gpu_h200/sync_item_nonzero_cpu.json.gz")
+    ext = {e["args"]["External id"]: e["name"] for e in ev if e.get("cat") == "cpu_op"}
+    want = collections.Counter(ext[e["args"]["External id"]] for e in ev if e.get("cat") == "kernel")
+    ops = t.host.select(pl.col("i").alias("op"), pl.col("name").alias("op_name"))
+    got = collections.Counter(t.kernels.join(ops, on="op")["op_name"].to_list())
+    assert got == want
+
+
+def test_old_2021_format():
+    t = load("kineto_resnet50/resnet50_num_workers_0/worker0.1623143089861.pt.trace.json.gz")
+    assert t.meta.format == "kineto-2021"
+    assert t.steps["step"].to_list() == [5, 6, 7, 8, 9, 10]
+    assert t.gpu.filter(pl.col("stream") == 7).height == t.gpu.height  # "stream 7" string tids
+    # old traces: External id == correlation, so ops come from the call tree
+    assert t.gpu["op"].null_count() == 0
+    ops = t.host.select(pl.col("i").alias("op"), pl.col("name").alias("op_name"))
+    memcpy = t.gpu.filter(pl.col("name") == "Memcpy HtoD (Pageable -> Device)").join(ops, on="op")
+    assert memcpy.height == 12 and set(memcpy["op_name"]) == {"aten::copy_"}
+    assert sorted(memcpy["bytes"].to_list()) == [256] * 6 + [19267584] * 6  # labels + the image batch, per step
+
+
+def test_rocm_trace():
+    t = load("hta/amd_trace/mi250_minitoy_train_ROCm6_2_kineto.json.gz")
+    assert t.meta.backend == "rocm"
+    assert t.kernels.height == 14
+    assert set(t.gpu["stream"]) == {0}
+    assert t.runtime.filter(pl.col("name").str.starts_with("hip")).height == t.runtime.height
+
+
+def test_nanosecond_timestamps_are_kept():
+    rel = "hta/ns_resolution_trace/rank-0.Apr_03_18_51_38.1102.pt.trace.json.gz"
+    t = load(rel)
+    k = [e for e in raw_events(rel) if e.get("cat") == "kernel"]
+    t0 = t.meta.t0_us
+    want = sorted(round((e["ts"] - t0) * 1000) for e in k)
+    assert sorted(t.kernels["ts"].to_list()) == want
+    assert any(w % 1000 for w in want)  # really sub-µs
+
+
+def test_cpu_only_trace():
+    t = load("hta/cpu_only/rank-34.Jul_15_10_52_41.1074.pt.trace.json.gz")
+    assert not t.has_gpu and t.meta.backend == "cpu"
+    assert t.meta.rank == 34 and t.meta.world_size == 300
+
+
+def test_cuda_graph_launch_fans_out():
+    rel = "hta/negative_queue_length_values_check/rank0.json.gz"
+    t = load(rel)
+    ev = raw_events(rel)
+    graph_corr = {e["args"]["correlation"] for e in ev if e.get("name") == "cudaGraphLaunch"}
+    want = sum(1 for e in ev if e.get("cat") in ("kernel", "gpu_memcpy", "gpu_memset")
+               and e.get("args", {}).get("correlation") in graph_corr)
+    assert len(graph_corr) == 70
+    assert t.gpu.filter(pl.col("graph")).height == want > 70
+
+
+def test_nccl_kernels_and_collective_args():
+    t = load("hta/nccl_parser_config/nccl_data.json.gz")
+    comm = t.gpu.filter(pl.col("kind") == "comm")
+    assert comm.height == 21
+    assert set(comm["collective"].drop_nulls()) >= {"allreduce", "broadcast"}
+    assert t.meta.versions["nccl"]
+
+
+def test_no_profiler_step_is_one_step():
+    t = load("hta/mtia_inference_trace/mtia_inference_rank_0.json.gz")
+    assert not t.meta.has_steps and t.steps.height == 1
+    assert any("ProfilerStep" in w for w in t.meta.warnings)
+
+
+def test_directory_of_ranks(samples):
+    job = traceview.load(samples / "hta/trace_filter")
+    assert isinstance(job, traceview.Job) and job.ranks == [0, 1]

@@ -1,0 +1,48 @@
+"""The Kineto TensorBoard plugin's priority-ordered step-time breakdown (PEERS.md §1.2).
+
+Every instant of a step goes to the highest-priority role active then:
+Kernel > Memcpy > Memset > Communication > Runtime > DataLoader > CPU Exec > Other.
+Unlike the plugin, DataLoader spans recorded as user annotations and `cuda_driver` launches
+(Triton) count, and each step is counted once.
+"""
+
+from __future__ import annotations
+
+import polars as pl
+
+from ..model import Trace
+from .intervals import priority_sweep
+
+ROLES = ["kernel", "memcpy", "memset", "communication", "runtime", "dataloader", "cpu_exec"]
+DATALOADER_RE = r"^enumerate\((DataLoader|DataPipe)\)#"
+COMM_OP_RE = r"^(nccl|gloo):"
+STEP_RE = r"^ProfilerStep#\d+$"
+RUNTIME_CATS = ["cuda_runtime", "cuda_driver", "xpu_runtime", "xpu_driver", "mtia_runtime",
+                "privateuse1_runtime", "privateuse1_driver"]
+
+
+def role_intervals(trace: Trace) -> pl.DataFrame:
+    """[label, ts, end] for every event that has a role."""
+    g = trace.gpu.filter(pl.col("kind") != "sync")
+    gpu_roles = g.select(
+        pl.when(pl.col("kind") == "compute").then(pl.lit("kernel"))
+        .when(pl.col("kind") == "comm").then(pl.lit("communication"))
+        .otherwise(pl.col("kind")).alias("label"), "ts", "end")
+    h = trace.host
+    host_roles = h.filter(pl.col("cat").is_in(["cpu_op", "user_annotation", *RUNTIME_CATS])
+                          & ~pl.col("name").str.contains(STEP_RE)).select(
+        pl.when(pl.col("cat").is_in(RUNTIME_CATS)).then(pl.lit("runtime"))
+        .when(pl.col("name").str.contains(DATALOADER_RE)).then(pl.lit("dataloader"))
+        .when(pl.col("name").str.contains(COMM_OP_RE)).then(pl.lit("communication"))
+        .otherwise(pl.lit("cpu_exec")).alias("label"), "ts", "end")
+    return pl.concat([gpu_roles, host_roles])
+
+
+def step_breakdown(trace: Trace, steps: pl.DataFrame | None = None) -> pl.DataFrame:
+    """Wide frame: one row per step [step, ts, end, dur, kernel, memcpy, ..., other] (ns)."""
+    steps = trace.steps if steps is None else steps
+    part = priority_sweep(role_intervals(trace), ROLES, steps.select("step", "ts", "end"))
+    wide = (steps.select("step", "ts", "end", (pl.col("end") - pl.col("ts")).alias("dur"))
+            .join(part.group_by("step").agg([pl.col("dur").filter(pl.col("label") == r).sum().alias(r)
+                                             for r in [*ROLES, "other"]]), on="step", how="left"))
+    return wide.with_columns([pl.col(r).fill_null(0) for r in [*ROLES, "other"]]).sort("step")

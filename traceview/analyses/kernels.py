@@ -1,0 +1,39 @@
+"""Top kernels and top ops by GPU time."""
+
+from __future__ import annotations
+
+import polars as pl
+
+from ..model import Trace
+
+
+def with_op_names(trace: Trace, gpu: pl.DataFrame | None = None) -> pl.DataFrame:
+    gpu = trace.gpu if gpu is None else gpu
+    names = trace.host.select(pl.col("i").alias("op"), pl.col("name").alias("op_name"))
+    return gpu.join(names, on="op", how="left")
+
+
+def top_kernels(trace: Trace, n: int = 10, gpu: pl.DataFrame | None = None) -> pl.DataFrame:
+    """[name, kind, count, total, mean, min, max, share, op_name] sorted by total GPU time (ns)."""
+    g = with_op_names(trace, gpu).filter(pl.col("kind") != "sync")
+    tot = g["dur"].sum() or 1
+    return (g.group_by("name", "kind").agg(
+        pl.len().alias("count"), pl.col("dur").sum().alias("total"), pl.col("dur").mean().alias("mean"),
+        pl.col("dur").min().alias("min"), pl.col("dur").max().alias("max"),
+        pl.col("op_name").drop_nulls().mode().first().alias("op_name"))
+        .with_columns(share=pl.col("total") / tot)
+        .sort("total", "name", descending=[True, False]).head(n))
+
+
+def top_ops(trace: Trace, n: int = 10, gpu: pl.DataFrame | None = None) -> pl.DataFrame:
+    """GPU time per launching op name: [op_name, calls, kernels, gpu_total, cpu_total, share]."""
+    g = with_op_names(trace, gpu).filter(pl.col("kind") != "sync")
+    tot = g["dur"].sum() or 1
+    per = g.filter(pl.col("op_name").is_not_null()).group_by("op_name").agg(
+        pl.col("op").n_unique().alias("calls"), pl.len().alias("kernels"), pl.col("dur").sum().alias("gpu_total"),
+        pl.col("op").unique().alias("_ops"))
+    cpu = trace.host.select(pl.col("i").alias("_op"), pl.col("dur").alias("_cpu"))
+    per = per.explode("_ops").join(cpu, left_on="_ops", right_on="_op", how="left").group_by(
+        "op_name", "calls", "kernels", "gpu_total").agg(pl.col("_cpu").sum().alias("cpu_total"))
+    return per.with_columns(share=pl.col("gpu_total") / tot).sort(
+        "gpu_total", "op_name", descending=[True, False]).head(n)

@@ -1,0 +1,84 @@
+"""GPU busy/idle time: union over streams, HTA's temporal breakdown and idle-time split."""
+
+from __future__ import annotations
+
+import polars as pl
+
+from .intervals import merge
+
+KERNEL_WAIT_NS = 30_000  # HTA's consecutive_kernel_delay (30 µs)
+BUSY_KINDS = ["compute", "comm", "memcpy", "memset"]
+
+
+def gpu_work(gpu: pl.DataFrame) -> pl.DataFrame:
+    """GPU activities that occupy the device (not sync records)."""
+    return gpu.filter(pl.col("kind").is_in(BUSY_KINDS))
+
+
+def busy_per_window(gpu: pl.DataFrame, windows: pl.DataFrame, win: str = "step") -> pl.DataFrame:
+    """Busy ns of each device inside each window: [device, win, busy]."""
+    work = gpu_work(gpu)
+    if work.height == 0:
+        return pl.DataFrame(schema={"device": pl.Int64, win: pl.Int64, "busy": pl.Int64})
+    m = merge(work, ["device"])
+    w = windows.select(win, pl.col("ts").alias("_wts"), pl.col("end").alias("_wend"))
+    out = (m.join(w, how="cross")
+           .with_columns(_d=(pl.min_horizontal("end", "_wend") - pl.max_horizontal("ts", "_wts")).clip(lower_bound=0))
+           .group_by("device", win).agg(pl.col("_d").sum().alias("busy")))
+    return out.sort("device", win)
+
+
+def temporal_breakdown(gpu: pl.DataFrame) -> pl.DataFrame:
+    """HTA's temporal breakdown per device, exact ns.
+
+    span = last end - first start of the given GPU events; idle = span - union(all);
+    compute = union(compute kernels); non_compute = union(all) - compute (comm, memcpy, memset, sync).
+    Returns [device, span, idle, compute, non_compute] in ns.
+    """
+    if gpu.height == 0:
+        return pl.DataFrame(schema={c: pl.Int64 for c in ("device", "span", "idle", "compute", "non_compute")})
+    allm = merge(gpu, ["device"]).group_by("device").agg(
+        (pl.col("end") - pl.col("ts")).sum().alias("busy"), pl.col("ts").min().alias("_lo"),
+        pl.col("end").max().alias("_hi"))
+    comp = merge(gpu.filter(pl.col("kind") == "compute"), ["device"]).group_by("device").agg(
+        (pl.col("end") - pl.col("ts")).sum().alias("compute"))
+    return (allm.join(comp, on="device", how="left").with_columns(pl.col("compute").fill_null(0))
+            .select("device", (pl.col("_hi") - pl.col("_lo")).alias("span"),
+                    (pl.col("_hi") - pl.col("_lo") - pl.col("busy")).alias("idle"), "compute",
+                    (pl.col("busy") - pl.col("compute")).alias("non_compute"))
+            .sort("device"))
+
+
+def stream_gaps(gpu: pl.DataFrame) -> pl.DataFrame:
+    """Idle gaps between consecutive activities of each stream, with HTA's cause.
+
+    host_wait: the next activity's launch call began after the previous activity ended (the CPU
+    was late, the queue was empty); kernel_wait: otherwise, gap < 30 µs; other: the rest.
+    Returns one row per activity that follows a gap: [device, stream, gap_ts, gap_end, gap, cause,
+    launch_ts, i, name, op].
+    """
+    work = gpu_work(gpu)
+    if work.height == 0:
+        return pl.DataFrame(schema={"device": pl.Int64, "stream": pl.Int64, "gap_ts": pl.Int64,
+                                    "gap_end": pl.Int64, "gap": pl.Int64, "cause": pl.String})
+    s = work.sort("device", "stream", "ts").with_columns(
+        gap_ts=pl.col("end").shift().over("device", "stream"))
+    s = s.filter(pl.col("gap_ts").is_not_null() & (pl.col("ts") > pl.col("gap_ts")))
+    return s.with_columns(
+        gap_end=pl.col("ts"), gap=pl.col("ts") - pl.col("gap_ts"),
+        cause=pl.when(pl.col("launch_ts").is_not_null() & (pl.col("launch_ts") > pl.col("gap_ts")))
+        .then(pl.lit("host_wait"))
+        .when((pl.col("ts") - pl.col("gap_ts")) < KERNEL_WAIT_NS).then(pl.lit("kernel_wait"))
+        .otherwise(pl.lit("other")),
+    ).select("device", "stream", "gap_ts", "gap_end", "gap", "cause", "launch_ts", "i", "name", "op")
+
+
+def idle_breakdown(gpu: pl.DataFrame) -> pl.DataFrame:
+    """Per (device, stream): idle ns by cause [device, stream, host_wait, kernel_wait, other, idle]."""
+    g = stream_gaps(gpu)
+    if g.height == 0:
+        return pl.DataFrame(schema={c: pl.Int64 for c in ("device", "stream", "host_wait", "kernel_wait",
+                                                          "other", "idle")})
+    return (g.group_by("device", "stream").agg([
+        pl.col("gap").filter(pl.col("cause") == c).sum().alias(c) for c in ("host_wait", "kernel_wait", "other")])
+        .with_columns(idle=pl.col("host_wait") + pl.col("kernel_wait") + pl.col("other")).sort("device", "stream"))

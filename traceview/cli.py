@@ -1,0 +1,120 @@
+"""`traceview` command line: analyze | rules | layers | collect | trigger."""
+
+from __future__ import annotations
+
+import argparse
+import enum
+import sys
+from collections.abc import Callable
+from pathlib import Path
+
+from . import __version__
+
+
+class ExitCode(enum.IntEnum):
+    OK = 0
+    FINDINGS = 1  # findings at or above --fail-on
+    ERROR = 2  # usage, input or internal error
+
+
+FORMATS = ("text", "json")
+
+
+def _render(doc: dict, fmt: str, out_path: str | None) -> None:
+    from .formatters import json as fjson
+    from .formatters import text as ftext
+
+    mod = {"text": ftext, "json": fjson}[fmt]
+    if out_path:
+        with open(out_path, "w", encoding="utf-8") as fh:
+            mod.render(doc, fh)
+    else:
+        mod.render(doc, sys.stdout)
+
+
+def _progress(paths: list[str]) -> tuple[Callable[[str], None] | None, Callable[[], None]]:
+    """A progress line on stderr for multi-file runs (stdout carries only the report)."""
+    if not sys.stderr.isatty():
+        return None, lambda: None
+    from rich.console import Console
+
+    con = Console(stderr=True)
+    status = con.status("loading…")
+    status.start()
+    return (lambda p: status.update(f"analyzing {p}")), status.stop
+
+
+def cmd_analyze(args: argparse.Namespace) -> int:
+    from . import report
+
+    extend_report()
+    ctx = build_ctx(args)
+    on_trace, done = _progress(args.paths)
+    try:
+        rep = report.analyze(args.paths, step=args.step, ctx=ctx, on_trace=on_trace)
+    finally:
+        done()
+    doc = rep.to_dict()
+    _render(doc, args.format, args.output)
+    for e in rep.errors:
+        print(f"traceview: error: {e['error']}", file=sys.stderr)
+    if rep.errors:
+        return ExitCode.ERROR
+    return exit_for_findings(doc, args)
+
+
+# Hooks filled in by later stages (rules engine): keep the CLI free of analysis logic.
+def build_ctx(args: argparse.Namespace) -> dict:
+    return {"step": args.step}
+
+
+def exit_for_findings(doc: dict, args: argparse.Namespace) -> int:
+    return ExitCode.OK
+
+
+def extend_report() -> None:
+    """Register the optional report sections (rules, classifier, layers) once."""
+
+
+def make_parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog="traceview", description="PyTorch profiler trace analyzer and bottleneck classifier")
+    p.add_argument("--version", action="version", version=f"traceview {__version__}")
+    sub = p.add_subparsers(dest="command", required=True)
+
+    a = sub.add_parser("analyze", help="analyze trace files or directories of rank files")
+    a.add_argument("paths", nargs="+", help="trace files (.json/.json.gz) or directories")
+    a.add_argument("--format", choices=FORMATS, default="text")
+    a.add_argument("--step", type=int, default=None, help="analyze only ProfilerStep#N")
+    a.add_argument("-o", "--output", default=None, help="write the report to a file instead of stdout")
+    a.set_defaults(func=cmd_analyze)
+    for hook in PARSER_HOOKS:
+        hook(sub, a)
+    return p
+
+
+PARSER_HOOKS: list[Callable[[argparse._SubParsersAction, argparse.ArgumentParser], None]] = []
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = make_parser()
+    args = parser.parse_args(argv)
+    from .errors import TraceError
+
+    try:
+        return int(args.func(args))
+    except TraceError as e:
+        print(f"traceview: error: {e}", file=sys.stderr)
+        return ExitCode.ERROR
+    except KeyboardInterrupt:
+        print("traceview: interrupted", file=sys.stderr)
+        return ExitCode.ERROR
+    except BrokenPipeError:
+        return ExitCode.OK
+    except Exception as e:  # noqa: BLE001 - last line of defence: one line, never a traceback
+        where = Path(getattr(args, "paths", ["?"])[0]).name if getattr(args, "paths", None) else ""
+        print(f"traceview: internal error ({type(e).__name__}: {e}) {where}".rstrip(), file=sys.stderr)
+        return ExitCode.ERROR
+
+
+if __name__ == "__main__":
+    sys.exit(main())

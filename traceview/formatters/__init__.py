@@ -1,0 +1,1 @@
+"""One module per output format: render(report_dict, stream)."""

@@ -1,0 +1,99 @@
+"""Terminal report: rich tables."""
+
+from __future__ import annotations
+
+from typing import IO
+
+from rich.console import Console
+from rich.table import Table
+
+ROLE_LABELS = {"kernel": "Kernel", "memcpy": "Memcpy", "memset": "Memset", "communication": "Communication",
+               "runtime": "Runtime", "dataloader": "DataLoader", "cpu_exec": "CPU Exec", "other": "Other"}
+
+
+def _f(v: float | None, nd: int = 1) -> str:
+    return "-" if v is None else f"{v:,.{nd}f}"
+
+
+def _short(name: str | None, n: int = 70) -> str:
+    if not name:
+        return "-"
+    return name if len(name) <= n else name[: n - 1] + "…"
+
+
+def render_trace(t: dict, con: Console) -> None:
+    meta = t["metadata"]
+    s = t["summary"]
+    rank = f" rank {t['rank']}" if t.get("rank") is not None else ""
+    con.rule(f"[bold]{t['path']}[/]{rank}")
+    con.print(f"format {meta['format']} · backend {meta['backend']} · device {meta.get('device') or '-'} · "
+              f"{s['steps']} step(s) {s['step_numbers'][:8]} · avg step {_f((s['avg_step_us'] or 0) / 1000, 2)} ms · "
+              f"GPU busy {_f(s['gpu_busy_pct'])} %")
+    for w in t.get("warnings", []):
+        con.print(f"[yellow]warning:[/] {w}")
+    for sec in ("verdict_text",):
+        if t.get(sec):
+            con.print(t[sec])
+
+    tb = Table(title="Step time breakdown (% of step; tb_plugin priority order)", show_lines=False)
+    tb.add_column("step", justify="right")
+    tb.add_column("ms", justify="right")
+    tb.add_column("GPU busy", justify="right")
+    for k in ROLE_LABELS.values():
+        tb.add_column(k, justify="right")
+    for r in t["steps"]:
+        tb.add_row(str(r["step"]), _f(r["dur_us"] / 1000, 2), _f(r["gpu_busy_pct"]),
+                   *[_f(r["breakdown_pct"][k]) for k in ROLE_LABELS])
+    tb.add_row("avg", _f((s["avg_step_us"] or 0) / 1000, 2), _f(s["gpu_busy_pct"]),
+               *[_f(s["breakdown_pct"][k]) for k in ROLE_LABELS], style="bold")
+    con.print(tb)
+
+    for dev in t["devices"]:
+        tp = dev["temporal"]
+        con.print(f"GPU {dev['device']} ({dev.get('name') or '?'}): busy {_f(dev['busy_pct'])} % of steps · "
+                  f"temporal (HTA): idle {_f(tp['idle_pct'])} % · compute {_f(tp['compute_pct'])} % · "
+                  f"non-compute {_f(tp['non_compute_pct'])} % of {_f(tp['span_us'] / 1000, 2)} ms")
+        it = Table(title=f"GPU {dev['device']} idle time by stream (HTA causes)")
+        for c in ("stream", "idle ms", "host wait ms", "kernel wait ms", "other ms", "host wait %"):
+            it.add_column(c, justify="right")
+        for r in dev["idle_by_stream"]:
+            it.add_row(str(r["stream"]), _f(r["idle_us"] / 1000, 3), _f(r["host_wait_us"] / 1000, 3),
+                       _f(r["kernel_wait_us"] / 1000, 3), _f(r["other_us"] / 1000, 3), _f(r["host_wait_pct"]))
+        con.print(it)
+
+    if t["top_kernels"]:
+        kt = Table(title="Top kernels by GPU time")
+        for c, j in (("kernel", "left"), ("kind", "left"), ("count", "right"), ("total ms", "right"),
+                     ("mean µs", "right"), ("share %", "right"), ("launched by", "left")):
+            kt.add_column(c, justify=j)
+        for r in t["top_kernels"]:
+            kt.add_row(_short(r["name"]), r["kind"], str(r["count"]), _f(r["total_us"] / 1000, 3),
+                       _f(r["mean_us"], 2), _f(r["share_pct"]), _short(r["op"], 40))
+        con.print(kt)
+    if t["top_ops"]:
+        ot = Table(title="Top ops by GPU time")
+        for c, j in (("op", "left"), ("calls", "right"), ("kernels", "right"), ("GPU ms", "right"),
+                     ("CPU ms", "right"), ("share %", "right")):
+            ot.add_column(c, justify=j)
+        for r in t["top_ops"]:
+            ot.add_row(_short(r["op"], 60), str(r["calls"]), str(r["kernels"]), _f(r["gpu_us"] / 1000, 3),
+                       _f(r["cpu_us"] / 1000, 3), _f(r["share_pct"]))
+        con.print(ot)
+
+
+def render(doc: dict, out: IO[str]) -> None:
+    con = Console(file=out, width=160, highlight=False)
+    for t in doc["traces"]:
+        render_trace(t, con)
+        for hook in EXTRA:
+            hook(t, con)
+    for j in doc.get("jobs", []):
+        for hook in JOB_EXTRA:
+            hook(j, con)
+    for e in doc["errors"]:
+        con.print(f"[red]error:[/] {e['error']}")
+
+
+# renderers contributed by later stages (findings, layers...): fn(trace_entry, console)
+EXTRA: list = []
+JOB_EXTRA: list = []

@@ -1,0 +1,367 @@
+"""Load a Kineto chrome trace (`.json` / `.json.gz`, current, 2021 or ROCm flavour) into a `Trace`.
+
+All per-event work is columnar: the decoder hands over typed structs, columns are pulled with
+C-level `map`, and everything after that is polars expressions and joins.
+"""
+
+from __future__ import annotations
+
+import re
+from operator import itemgetter
+from pathlib import Path
+from typing import Any
+
+import polars as pl
+
+from . import decode as d
+from .analyses.tree import call_tree, enclosing_op
+from .errors import TraceError
+from .model import Job, Trace, TraceMeta
+
+RUNTIME_CATS = ["cuda_runtime", "cuda_driver", "xpu_runtime", "xpu_driver", "mtia_runtime",
+                "privateuse1_runtime", "privateuse1_driver"]
+HOST_CATS = ["cpu_op", "user_annotation", "python_function", *RUNTIME_CATS]
+GPU_CATS = ["kernel", "gpu_memcpy", "gpu_memset", "cuda_sync", "mtia_ccp_events"]
+# 2021-era category names (tb_plugin samples) and old flow names
+OLD_CATS = {"Operator": "cpu_op", "Runtime": "cuda_runtime", "Kernel": "kernel", "Memcpy": "gpu_memcpy",
+            "Memset": "gpu_memset", "Python": "python_function", "async": "ac2g",
+            "async_cpu_to_gpu": "ac2g", "async_gpu": "ac2g", "Driver": "cuda_driver"}
+COMM_KERNEL_RE = r"^(nccl|rccl)|ncclKernel|ncclDevKernel|ncclSymDevKernel"
+GRAPH_LAUNCH = ["cudaGraphLaunch", "hipGraphLaunch", "cudaGraphLaunch_v10000"]
+MAX_DUR_NS = 7 * 24 * 3600 * 10**9  # HTA drops corrupt events longer than a week; so do we
+TRACE_SUFFIXES = (".json", ".json.gz", ".gz")
+
+
+def _ids(values: list) -> pl.Series:
+    """pid/tid are ints or strings ("stream 7", "Spans", "25738"): map all to Int64."""
+    s = pl.Series(values, strict=False)
+    if s.dtype.is_integer():
+        return s.cast(pl.Int64)
+    s = s.cast(pl.String)
+    num = s.str.to_integer(strict=False)
+    digits = s.str.extract(r"^stream\s+(-?\d+)").str.to_integer(strict=False)
+    other = -((s.hash() % 1_000_000_000).cast(pl.Int64) + 10)
+    return pl.select(pl.coalesce(num, digits, other)).to_series()
+
+
+def _to_int(s: pl.Series) -> pl.Series:
+    """int | str (decimal or 0x-hex) | None -> Int64."""
+    if s.dtype.is_integer():
+        return s.cast(pl.Int64)
+    if s.dtype == pl.Null:
+        return s.cast(pl.Int64)
+    s = s.cast(pl.String)
+    hexv = s.str.strip_prefix("0x").str.to_integer(base=16, strict=False)
+    return pl.select(pl.when(s.str.starts_with("0x")).then(hexv)
+                     .otherwise(s.str.to_integer(strict=False))).to_series()
+
+
+def _to_float(s: pl.Series) -> pl.Series:
+    if s.dtype.is_numeric():
+        return s.cast(pl.Float64)
+    return s.cast(pl.String).str.replace(",", ".").cast(pl.Float64, strict=False)
+
+
+def _series(name: str, values: list, dtype: Any = None) -> pl.Series:
+    return pl.Series(name, values, dtype=dtype, strict=False)
+
+
+def _args_frame(evs_args: list, rows: pl.Series, typ: type, fields: dict[str, str]) -> pl.DataFrame:
+    """Decode `args` of the events at `rows` (positions) into columns {out_name: struct_attr}."""
+    idx = rows.to_list()
+    if not idx:
+        return pl.DataFrame({"i": pl.Series([], dtype=pl.UInt32)})
+    raws = list(itemgetter(*idx)(evs_args)) if len(idx) > 1 else [evs_args[idx[0]]]
+    structs = d.decode_args(raws, typ)
+    cols: dict[str, pl.Series] = {"i": rows.cast(pl.UInt32)}
+    for out, attr in fields.items():
+        vals = d.column(structs, attr)
+        if attr in ("input_dims", "input_type", "concrete"):
+            cols[out] = _series(out, list(map(bytes, vals)), pl.Binary)
+        else:
+            cols[out] = _series(out, vals)
+    return pl.DataFrame(cols)
+
+
+_HOST_FIELDS = {
+    "external_id": "external_id", "external_id_old": "external_id_old", "seq": "seq", "fwd_tid": "fwd_tid",
+    "ev_idx": "ev_idx", "input_dims": "input_dims", "input_type": "input_type", "concrete": "concrete",
+    "correlation": "correlation", "py_id": "py_id", "py_parent": "py_parent", "py_module": "py_module",
+    "collective": "collective", "in_nelems": "in_nelems", "dtype": "dtype", "group_size": "group_size",
+    "pg_name": "pg_name", "seq_comm": "seq_comm", "kind": "kind", "size": "size",
+}
+_GPU_FIELDS = {
+    "external_id": "external_id", "external_id_old": "external_id_old", "a_device": "device",
+    "a_stream": "stream", "correlation": "correlation", "grid": "grid", "block": "block", "regs": "regs",
+    "shmem": "shmem", "blocks_per_sm": "blocks_per_sm", "occupancy": "occupancy", "bytes": "bytes",
+    "from_device": "from_device", "collective": "collective", "in_nelems": "in_nelems",
+    "out_nelems": "out_nelems", "group_size": "group_size", "dtype": "dtype", "pg_name": "pg_name",
+    "pg_ranks": "pg_ranks", "seq_comm": "seq_comm", "graph_id": "graph_id",
+}
+_MEM_FIELDS = {"bytes": "bytes", "total_allocated": "total_allocated", "total_reserved": "total_reserved",
+               "device_id": "device_id", "device_type": "device_type", "addr": "addr"}
+
+
+def _flag(v: Any) -> bool:
+    return bool(v) and v not in ("0", "false", "False")
+
+
+def _int_or_none(v: Any) -> int | None:
+    try:
+        return int(v)
+    except (TypeError, ValueError):
+        return None
+
+
+def load_file(path: str | Path) -> Trace:
+    path = Path(path)
+    data, warnings = d.read_bytes(path)
+    try:
+        doc, w2 = d.decode(data, path)
+    except TraceError:
+        if warnings:  # the gzip stream was cut: say so rather than "invalid JSON"
+            raise TraceError(f"{path}: truncated gzip file: no complete event could be recovered") from None
+        raise
+    del data
+    warnings += w2
+    evs = doc.traceEvents
+    if not evs:
+        raise TraceError(f"{path}: 'traceEvents' is empty: nothing to analyze")
+    legacy = doc.schemaVersion is None and doc.deviceProperties is None and doc.traceName is None
+    ev_args = d.column(evs, "args")
+    base = pl.DataFrame({
+        "ph": _series("ph", d.column(evs, "ph"), pl.String),
+        "cat": _series("cat", d.column(evs, "cat"), pl.String),
+        "name": _series("name", d.column(evs, "name"), pl.String),
+        "pid": _ids(d.column(evs, "pid")),
+        "tid": _ids(d.column(evs, "tid")),
+        "ts_us": _series("ts_us", d.column(evs, "ts"), pl.Float64),
+        "dur_us": _series("dur_us", d.column(evs, "dur"), pl.Float64),
+        "nargs": _series("nargs", list(map(len, ev_args)), pl.UInt32),
+    }).with_row_index("i")
+    flow_ids = d.column(evs, "id")
+    del evs
+
+    old = base.filter(pl.col("cat").is_in(list(OLD_CATS)[:5])).height > 0
+    fmt = "legacy-autograd" if (legacy and doc.schemaVersion is None and base["cat"].eq("").all()) else (
+        "kineto-2021" if old else "kineto")
+    base = base.with_columns(
+        cat=pl.when((pl.col("cat") == "") & (pl.col("ph") == "X")).then(pl.lit("cpu_op"))
+        .otherwise(pl.col("cat").replace(OLD_CATS))
+    )
+    timed = base.filter(pl.col("ph").is_in(["X", "i"]) & pl.col("ts_us").is_not_null()
+                        & ~pl.col("cat").is_in(["Trace"]) & (pl.col("pid") > -1_000_000_000))
+    if timed.height == 0:
+        raise TraceError(f"{path}: no timed events (ph X or i) in 'traceEvents'")
+    t0_us = float(timed["ts_us"].min())
+    # ns relative to t0; the float subtraction is exact for whole-µs absolute stamps
+    base = base.with_columns(
+        ts=((pl.col("ts_us") - t0_us) * 1000).round().cast(pl.Int64),
+        dur=(pl.col("dur_us").fill_null(0.0).clip(lower_bound=0.0) * 1000).round().cast(pl.Int64),
+    ).drop("ts_us", "dur_us")
+    corrupt = base.filter(pl.col("dur") > MAX_DUR_NS).height
+    if corrupt:
+        warnings.append(f"skipped {corrupt} events with a duration over 7 days (corrupt profiler records)")
+        base = base.filter(pl.col("dur") <= MAX_DUR_NS)
+    base = base.with_columns(end=pl.col("ts") + pl.col("dur"))
+
+    x = base.filter(pl.col("ph") == "X")
+    counts = dict(base.group_by("cat").len().sort("len", descending=True).iter_rows())
+
+    # ---- host slices + call tree --------------------------------------------------------
+    host = x.filter(pl.col("cat").is_in(HOST_CATS))
+    hargs = _args_frame(ev_args, host.filter(pl.col("nargs") > 0)["i"], d.HostArgs, _HOST_FIELDS)
+    host = host.join(hargs, on="i", how="left") if hargs.width > 1 else host
+    host = _ensure(host, _HOST_FIELDS, binary=("input_dims", "input_type", "concrete"))
+    host = host.with_columns(
+        external_id=pl.coalesce(_to_int_expr("external_id"), _to_int_expr("external_id_old")),
+        kind=pl.col("kind").cast(pl.String), size=pl.col("size").cast(pl.String),
+    ).drop("external_id_old", "ph", "nargs")
+    host = call_tree(host)
+    host = enclosing_op(host, RUNTIME_CATS)
+
+    # ---- GPU activities -----------------------------------------------------------------
+    gpu = x.filter(pl.col("cat").is_in(GPU_CATS))
+    gargs = _args_frame(ev_args, gpu.filter(pl.col("nargs") > 0)["i"], d.GpuArgs, _GPU_FIELDS)
+    gpu = gpu.join(gargs, on="i", how="left") if gargs.width > 1 else gpu
+    gpu = _ensure(gpu, _GPU_FIELDS)
+    gpu = _finish_gpu(gpu, host)
+
+    rocm = bool(doc.hip_runtime_version or doc.roctracer_version) or (
+        host.filter(pl.col("cat") == "cuda_runtime")["name"].str.starts_with("hip").any())
+    if rocm and gpu.height:
+        # MI3xx kernels can overlap the next kernel on their stream by a lot: clip (TRACE_FORMAT §10)
+        gpu = gpu.sort("device", "stream", "ts").with_columns(
+            end=pl.min_horizontal("end", pl.col("ts").shift(-1).over("device", "stream").fill_null(pl.col("end")))
+        ).with_columns(dur=pl.col("end") - pl.col("ts"))
+
+    # ---- annotations, memory, flows, threads --------------------------------------------
+    gann = x.filter(pl.col("cat") == "gpu_user_annotation")
+    gargs2 = _args_frame(ev_args, gann["i"], d.GpuArgs, {"external_id": "external_id"})
+    gann = gann.join(gargs2, on="i", how="left") if gargs2.width > 1 else gann.with_columns(
+        external_id=pl.lit(None, pl.Int64))
+    gann = gann.select("name", pl.col("pid").alias("device"), pl.col("tid").alias("stream"), "ts", "dur", "end",
+                       _to_int_expr("external_id").alias("external_id"))
+
+    mem = base.filter((pl.col("ph") == "i") & (pl.col("name") == "[memory]"))
+    margs = _args_frame(ev_args, mem["i"], d.MemArgs, _MEM_FIELDS)
+    mem = (mem.join(margs, on="i", how="left") if margs.width > 1 else _ensure(mem, _MEM_FIELDS)).select(
+        "ts", "pid", "tid", *[_to_int_expr(c).alias(c) for c in _MEM_FIELDS])
+
+    fl = base.filter(pl.col("ph").is_in(["s", "f"]))
+    flows = fl.select("i", "cat", "ph", "pid", "tid", "ts").with_columns(
+        id=_to_int(pl.Series(itemgetter(*fl["i"].to_list())(flow_ids) if fl.height > 1 else
+                             [flow_ids[i] for i in fl["i"].to_list()], strict=False)).alias("id")
+    ).drop("i")
+
+    meta_rows = base.filter((pl.col("ph") == "M") & pl.col("name").is_in(["thread_name", "process_name",
+                                                                           "process_labels"]))
+    margs2 = _args_frame(ev_args, meta_rows["i"], d.MetaArgs, {"aname": "name", "labels": "labels"})
+    meta_rows = meta_rows.join(margs2, on="i", how="left") if margs2.width > 1 else meta_rows.with_columns(
+        aname=pl.lit(None, pl.String), labels=pl.lit(None, pl.String))
+    threads = (meta_rows.filter(pl.col("name") == "thread_name").group_by("pid", "tid", maintain_order=True)
+               .agg(pl.col("aname").drop_nulls().last().alias("name")))
+    procs = meta_rows.filter(pl.col("name") == "process_name")
+    if fmt == "kineto" and host.height and not gpu.height and procs.height == 0 and doc.deviceProperties is None:
+        pass
+
+    steps = _steps(host, gpu)
+    meta = _meta(path, doc, fmt, t0_us, counts, warnings, steps, rocm, host, gpu)
+    return Trace(meta=meta, host=host, gpu=gpu, gpu_annotations=gann, memory=mem, flows=flows,
+                 steps=steps.drop("synthetic"), threads=threads)
+
+
+def _to_int_expr(c: str) -> pl.Expr:
+    return pl.col(c).cast(pl.Int64, strict=False)
+
+
+def _ensure(df: pl.DataFrame, fields: dict[str, str], binary: tuple[str, ...] = ()) -> pl.DataFrame:
+    missing = [c for c in fields if c not in df.columns]
+    return df.with_columns([pl.lit(None, pl.Binary if c in binary else pl.Int64).alias(c) for c in missing])
+
+
+def _finish_gpu(gpu: pl.DataFrame, host: pl.DataFrame) -> pl.DataFrame:
+    gpu = gpu.with_columns(
+        external_id=pl.coalesce(_to_int_expr("external_id"), _to_int_expr("external_id_old")),
+        device=pl.coalesce(_to_int(gpu["a_device"]) if "a_device" in gpu.columns else None,
+                           _to_int(gpu["from_device"]), pl.col("pid")),
+        stream=pl.coalesce(_to_int(gpu["a_stream"]), pl.col("tid")),
+        bytes=_to_int(gpu["bytes"]),
+        blocks_per_sm=_to_float(gpu["blocks_per_sm"]),
+        occupancy=_to_float(gpu["occupancy"]),
+        correlation=_to_int_expr("correlation"),
+        pg_ranks=gpu["pg_ranks"].cast(pl.String, strict=False) if gpu["pg_ranks"].dtype != pl.List
+        else gpu["pg_ranks"].cast(pl.List(pl.String)).list.join(", "),
+    )
+    for a in ("grid", "block"):
+        col = gpu[a]
+        if col.dtype == pl.List(pl.Int64) or isinstance(col.dtype, pl.List):
+            gpu = gpu.with_columns([col.list.get(k, null_on_oob=True).cast(pl.Int64).alias(f"{a}_{ax}")
+                                    for k, ax in enumerate("xyz")])
+        else:
+            gpu = gpu.with_columns([pl.lit(None, pl.Int64).alias(f"{a}_{ax}") for ax in "xyz"])
+    gpu = gpu.drop("a_device", "a_stream", "external_id_old", "from_device", "grid", "block", "ph", "nargs")
+    # launch (runtime/driver call with the same correlation) and the op that made that call
+    rt = (host.filter(pl.col("cat").is_in(RUNTIME_CATS) & pl.col("correlation").is_not_null())
+          .select(pl.col("correlation").cast(pl.Int64), pl.col("i").alias("launch"), pl.col("op"),
+                  pl.col("name").alias("launch_name"), pl.col("ts").alias("launch_ts"),
+                  pl.col("end").alias("launch_end"), pl.col("tid").alias("launch_tid"))
+          .unique("correlation", keep="first"))
+    gpu = gpu.join(rt, on="correlation", how="left")
+    # no runtime row (out of window, or a format without launches): External id names the op when it
+    # is not merely a copy of the correlation (pre-2.4 traces copy it)
+    ops = host.filter(pl.col("cat") == "cpu_op").select(pl.col("external_id"), pl.col("i").alias("op_x"))
+    ops = ops.filter(pl.col("external_id").is_not_null()).unique("external_id", keep="first")
+    gpu = gpu.join(ops, on="external_id", how="left").with_columns(
+        op=pl.coalesce("op", pl.when(pl.col("external_id") != pl.col("correlation")).then(pl.col("op_x")))
+    ).drop("op_x")
+    return gpu.with_columns(
+        graph=pl.col("launch_name").is_in(GRAPH_LAUNCH).fill_null(False),
+        kind=pl.when(pl.col("cat") == "gpu_memcpy").then(pl.lit("memcpy"))
+        .when(pl.col("cat") == "gpu_memset").then(pl.lit("memset"))
+        .when(pl.col("cat") == "cuda_sync").then(pl.lit("sync"))
+        .when(pl.col("name").str.contains(COMM_KERNEL_RE)).then(pl.lit("comm"))
+        .otherwise(pl.lit("compute")),
+    ).sort("ts")
+
+
+_STEP_RE = r"^ProfilerStep#(\d+)$"
+
+
+def _steps(host: pl.DataFrame, gpu: pl.DataFrame) -> pl.DataFrame:
+    cpu = (host.filter(pl.col("cat").is_in(["user_annotation", "cpu_op"]) & pl.col("name").str.contains(_STEP_RE))
+           .with_columns(step=pl.col("name").str.extract(_STEP_RE).cast(pl.Int64))
+           .group_by("step").agg(pl.col("name").first(), pl.col("i").first().alias("host_idx"),
+                                 pl.col("ts").min().alias("cpu_ts"), pl.col("end").max().alias("cpu_end"))
+           .sort("step"))
+    synthetic = cpu.height == 0
+    if synthetic:
+        lo = min(v for v in (host["ts"].min(), gpu["ts"].min() if gpu.height else None) if v is not None)
+        hi = max(v for v in (host["end"].max(), gpu["end"].max() if gpu.height else None) if v is not None)
+        cpu = pl.DataFrame({"step": [0], "name": ["(whole trace)"], "host_idx": [None], "cpu_ts": [lo],
+                            "cpu_end": [hi]}, schema_overrides={"host_idx": pl.UInt32})
+    if gpu.height and "launch_ts" in gpu.columns:
+        launched = (gpu.filter(pl.col("launch_ts").is_not_null()).select("launch_ts", "ts", "end").sort("launch_ts")
+                    .join_asof(cpu.select("step", "cpu_ts", "cpu_end").sort("cpu_ts"), left_on="launch_ts",
+                               right_on="cpu_ts", strategy="backward")
+                    .filter(pl.col("launch_ts") < pl.col("cpu_end"))
+                    .group_by("step").agg(pl.col("ts").min().alias("gpu_ts"), pl.col("end").max().alias("gpu_end")))
+        cpu = cpu.join(launched, on="step", how="left")
+    else:
+        cpu = cpu.with_columns(gpu_ts=pl.lit(None, pl.Int64), gpu_end=pl.lit(None, pl.Int64))
+    # device-side window (tb_plugin): start = max(previous end, host start), end = max(host end, GPU end)
+    cpu = cpu.sort("step").with_columns(end=pl.max_horizontal("cpu_end", "gpu_end"))
+    return cpu.with_columns(
+        ts=pl.max_horizontal("cpu_ts", pl.col("end").shift(1)),
+        synthetic=pl.lit(synthetic),
+    ).select("step", "name", "host_idx", "cpu_ts", "cpu_end", "gpu_ts", "gpu_end", "ts", "end", "synthetic")
+
+
+def _meta(path: Path, doc: d.Doc, fmt: str, t0_us: float, counts: dict, warnings: list[str],
+          steps: pl.DataFrame, rocm: bool, host: pl.DataFrame, gpu: pl.DataFrame) -> TraceMeta:
+    dist = doc.distributedInfo if isinstance(doc.distributedInfo, dict) else {}
+    props = [p for p in (doc.deviceProperties or []) if isinstance(p, dict)]
+    rank = _int_or_none(dist.get("rank"))
+    if rank is None:
+        m = re.search(r"rank[-_]?(\d+)", path.name)
+        rank = int(m.group(1)) if m else None
+    versions = {k: v for k, v in {
+        "cupti": doc.cupti_version, "cuda_runtime": doc.cuda_runtime_version, "cuda_driver": doc.cuda_driver_version,
+        "hip_runtime": doc.hip_runtime_version, "hip_driver": doc.hip_driver_version,
+        "roctracer": doc.roctracer_version, "nccl": dist.get("nccl_version"),
+    }.items() if v is not None}
+    options = {k: _flag(getattr(doc, k)) for k in ("record_shapes", "profile_memory", "with_stack",
+                                                   "with_modules", "with_flops")}
+    if not options["with_stack"] and counts.get("python_function", 0):
+        options["with_stack"] = True
+    backend = "rocm" if rocm else ("mtia" if counts.get("mtia_ccp_events") or counts.get("mtia_runtime")
+                                   else ("cuda" if gpu.height else "cpu"))
+    has_steps = not bool(steps["synthetic"][0])
+    if not has_steps:
+        warnings.append("no ProfilerStep#N annotations: the whole trace is analyzed as one step")
+    return TraceMeta(
+        path=str(path), format=fmt, schema_version=doc.schemaVersion, trace_name=doc.traceName,
+        base_time_ns=doc.baseTimeNanoseconds, t0_us=t0_us, device_properties=props, distributed=dist,
+        rank=rank, world_size=_int_or_none(dist.get("world_size")), versions=versions, options=options,
+        event_counts=counts, warnings=warnings, has_steps=has_steps, backend=backend,
+    )
+
+
+def trace_files(directory: Path) -> list[Path]:
+    return sorted(p for p in directory.iterdir() if p.is_file() and p.name.endswith(TRACE_SUFFIXES)
+                  and not p.name.startswith("."))
+
+
+def load(path: str | Path) -> Trace | Job:
+    """Load one trace file, or every trace file of a directory (the ranks of one job)."""
+    path = Path(path)
+    if not path.exists():
+        raise TraceError(f"{path}: no such file or directory")
+    if path.is_dir():
+        files = trace_files(path)
+        if not files:
+            raise TraceError(f"{path}: directory holds no trace files (*.json, *.json.gz)")
+        traces = [load_file(f) for f in files]
+        traces.sort(key=lambda t: (t.meta.rank is None, t.meta.rank or 0, t.meta.path))
+        return Job(path=str(path), traces=traces)
+    return load_file(path)
