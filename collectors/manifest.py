@@ -1,0 +1,183 @@
+"""The run manifest (`<run dir>/manifest.json`): what ran, how it was profiled, and step times.
+
+Plain stdlib: the launcher and `traceview trigger` use it without torch. Each profiled rank writes
+`rank<R>.collect.json`; `merge()` folds those into `manifest.json` (rank 0 after each export and at
+exit, the launcher once the job has ended). docs/collect.md documents the schema.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import statistics
+import tempfile
+from pathlib import Path
+from typing import Any
+
+MANIFEST_VERSION = 1
+MANIFEST_NAME = "manifest.json"
+_RANK_META = re.compile(r"^rank(\d+)\.collect\.json$")
+
+
+def write_json_atomic(path: Path, obj: Any) -> None:
+    """Write JSON next to `path` and rename it over: readers never see half a file."""
+    path = Path(path)
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    try:
+        with os.fdopen(fd, "w") as f:
+            json.dump(obj, f, indent=1)
+            f.write("\n")
+        os.chmod(tmp, 0o644)
+        os.replace(tmp, path)
+    except BaseException:
+        try:
+            os.unlink(tmp)
+        except OSError:
+            pass
+        raise
+
+
+def read_json(path: Path) -> dict[str, Any]:
+    try:
+        with open(path) as f:
+            data = json.load(f)
+        return data if isinstance(data, dict) else {}
+    except (OSError, ValueError):
+        return {}
+
+
+def rank_metas(run_dir: Path) -> list[dict[str, Any]]:
+    metas = []
+    for p in Path(run_dir).iterdir():
+        if _RANK_META.match(p.name):
+            meta = read_json(p)
+            if meta:
+                metas.append(meta)
+    return sorted(metas, key=lambda m: m.get("rank", 0))
+
+
+def _median(xs: list[float]) -> float | None:
+    return round(statistics.median(xs), 4) if xs else None
+
+
+def step_time_summary(ranks: list[dict[str, Any]]) -> dict[str, Any]:
+    """Profiled vs unprofiled step time over ranks (the slowest rank's median sets the job's pace)."""
+    unprof = [m for m in (_median(r.get("unprofiled_step_ms", [])) for r in ranks) if m is not None]
+    prof = [m for m in (_median(r.get("profiled_step_ms", [])) for r in ranks) if m is not None]
+    u = max(unprof) if unprof else None
+    p = max(prof) if prof else None
+    methods = {r.get("step_time_method") for r in ranks if r.get("step_time_method")}
+    return {
+        "method": "cuda_event" if "cuda_event" in methods else ("wall" if methods else None),
+        "unprofiled_ms_median": u,
+        "profiled_ms_median": p,
+        "overhead_pct": round(100.0 * (p - u) / u, 1) if u and p else None,
+        "unprofiled_samples": sum(len(r.get("unprofiled_step_ms", [])) for r in ranks),
+        "profiled_samples": sum(len(r.get("profiled_step_ms", [])) for r in ranks),
+    }
+
+
+def merge(run_dir: Path, **updates: Any) -> dict[str, Any]:
+    """Fold the per-rank files into manifest.json (keeping what the launcher wrote) and return it."""
+    run_dir = Path(run_dir)
+    path = run_dir / MANIFEST_NAME
+    man = read_json(path)
+    if not man:  # started without the launcher (TRACEVIEW_COLLECT set by hand)
+        cfg = json.loads(os.environ.get("TRACEVIEW_COLLECT", "{}"))
+        man = base_manifest(run_dir, cfg, argv=[], launcher="unknown")
+    man.update(updates)
+    ranks = rank_metas(run_dir)
+    man["ranks"] = ranks
+    man["world_size"] = max([r.get("world_size", 1) for r in ranks] + [man.get("world_size") or 1])
+    if ranks:
+        first = ranks[0]
+        man["versions"] = first.get("versions")
+        man.setdefault("options", {})["activities"] = first.get("activities")
+        man["gpu_name"] = next((r["gpu_name"] for r in ranks if r.get("gpu_name")), None)
+        if not man.get("argv"):
+            man["argv"] = first.get("argv", [])
+    man["traces"] = sorted(
+        (t for r in ranks for t in r.get("traces", [])), key=lambda t: (t["capture"], t["rank"])
+    )
+    man["step_time"] = step_time_summary(ranks)
+    write_json_atomic(path, man)
+    return man
+
+
+def base_manifest(run_dir: Path, cfg: dict[str, Any], argv: list[str], launcher: str) -> dict[str, Any]:
+    import shlex
+    import socket
+    import time
+
+    schedule = None
+    if not cfg.get("on_demand") and not cfg.get("window_s"):
+        schedule = {k: cfg.get(k) for k in ("wait", "warmup", "active", "repeat")}
+    return {
+        "manifest_version": MANIFEST_VERSION,
+        "tool": "traceview collect",
+        "run": cfg.get("run") or Path(run_dir).name,
+        "created": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
+        "finished": None,
+        "exit_code": None,
+        "command": shlex.join(argv),
+        "argv": argv,
+        "cwd": os.getcwd(),
+        "hostname": socket.gethostname(),
+        "launcher": launcher,
+        "world_size": None,
+        "mode": "on_demand" if cfg.get("on_demand") else ("window" if cfg.get("window_s") else "schedule"),
+        "schedule": schedule,
+        "options": {
+            "activities": None,  # filled from the ranks: ["cpu"] or ["cpu", "cuda"]
+            "record_shapes": bool(cfg.get("shapes")),
+            "profile_memory": bool(cfg.get("memory")),
+            "with_stack": bool(cfg.get("stack")),
+            "modules": bool(cfg.get("modules")),
+            "module_prefix": "module::",
+            "on_demand": bool(cfg.get("on_demand")),
+            "ondemand_steps": cfg.get("ondemand_steps"),
+            "window_s": cfg.get("window_s"),
+            "delay_s": cfg.get("delay_s"),
+        },
+        "versions": None,
+        "gpu_name": None,
+        "ranks": [],
+        "traces": [],
+        "step_time": None,
+    }
+
+
+# ---------------------------------------------------------------- pid registry (for `trigger <pid>`)
+def _registry() -> Path:
+    d = Path(tempfile.gettempdir()) / f"traceview-collect-{os.getuid()}"
+    d.mkdir(mode=0o700, exist_ok=True)
+    return d
+
+
+def register_pid(pid: int, run_dir: Path) -> None:
+    (_registry() / str(pid)).write_text(str(Path(run_dir).resolve()))
+
+
+def unregister_pid(pid: int) -> None:
+    try:
+        (_registry() / str(pid)).unlink()
+    except OSError:
+        pass
+
+
+def run_dir_of_pid(pid: int) -> Path | None:
+    try:
+        return Path((_registry() / str(pid)).read_text().strip())
+    except OSError:
+        pass
+    # Any process of the job carries the config in its environment (Linux only).
+    try:
+        env = Path(f"/proc/{pid}/environ").read_bytes().split(b"\0")
+    except OSError:
+        return None
+    for item in env:
+        if item.startswith(b"TRACEVIEW_COLLECT="):
+            cfg = json.loads(item.split(b"=", 1)[1])
+            return Path(cfg["run_dir"])
+    return None

@@ -1,0 +1,562 @@
+"""In-process side of `traceview collect`: runs inside the profiled script and imports torch.
+
+The bootstrap (`collectors/_boot/sitecustomize.py`) calls `attach_from_env()` before the user's script
+starts. From then on a `Session` owns one `torch.profiler.profile` per capture and advances it at every
+step boundary: the first optimizer's `step()` (global post-hook), `collectors.step()`, or nothing at all
+in time-window mode. It also times every step so that the manifest can compare profiled with
+unprofiled step time (profiling inflates host time and biases verdicts toward "CPU-bound").
+"""
+
+from __future__ import annotations
+
+import atexit
+import json
+import os
+import signal
+import socket
+import statistics
+import sys
+import threading
+import time
+import weakref
+from collections import deque
+from pathlib import Path
+from typing import Any
+
+import torch
+from torch.profiler import ProfilerAction, ProfilerActivity
+
+from collectors import manifest as mf
+
+MODULE_PREFIX = "module::"
+# Keep the manifest bounded on long jobs (on-demand captures of a multi-day run).
+_MAX_SAMPLES = 512
+
+_SESSION: Session | None = None
+
+
+def current() -> Session | None:
+    return _SESSION
+
+
+def attach_from_env() -> Session:
+    """Start profiling this process according to the JSON config in $TRACEVIEW_COLLECT."""
+    global _SESSION
+    if _SESSION is None:
+        _SESSION = Session(json.loads(os.environ["TRACEVIEW_COLLECT"]))
+        _SESSION.start()
+    return _SESSION
+
+
+def _warn(msg: str) -> None:
+    print(f"traceview collect: {msg}", file=sys.stderr, flush=True)
+
+
+class _Boundary:
+    """One step boundary: when the step ending there ended, and when the next one started.
+
+    The two differ when the profiler changed state at the boundary (warm-up, trace start, export):
+    that cost belongs to no step, so step times run from one boundary's start to the next one's end.
+    """
+
+    __slots__ = ("step", "phase", "wall_ns", "event", "start_wall_ns", "start_event")
+
+    def __init__(self, step: int, phase: str, wall_ns: int, event: Any) -> None:
+        self.step = step
+        self.phase = phase
+        self.wall_ns = self.start_wall_ns = wall_ns
+        self.event = self.start_event = event
+
+
+class Session:
+    def __init__(self, cfg: dict[str, Any]) -> None:
+        self.cfg = cfg
+        self.rank = int(os.environ.get("RANK", "0"))
+        self.local_rank = int(os.environ.get("LOCAL_RANK", "0"))
+        self.world_size = int(os.environ.get("WORLD_SIZE", "1"))
+        self.run_dir = Path(cfg["run_dir"])
+        self.run_dir.mkdir(parents=True, exist_ok=True)
+        self.cuda = torch.cuda.is_available()
+        self.activities = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if self.cuda else [])
+        if not self.cuda and self.rank == 0:
+            _warn("CUDA is not available: recording CPU activities only")
+
+        self.prof: torch.profiler.profile | None = None
+        self.prof_running = False
+        self.steps = 0  # boundaries seen; the step now running has this index
+        self.step_source: str | None = None
+        self._opt_ref: weakref.ref | None = None
+        self._explicit = False
+        self._disabled = False
+        self._capture = 0
+        self._capture_first_step = 0
+        self._traces: list[dict[str, Any]] = []
+        self._warnings: list[str] = []
+        self._in_boundary = False
+        self._stop_requested = False
+        self._meta_written = 0.0
+        self._cached: dict[str, Any] = {}
+        self._pending: deque[_Boundary] = deque()
+        self._samples: dict[str, deque[float]] = {}
+        self._wall_samples: dict[str, deque[float]] = {}
+        self._methods: set[str] = set()
+        # on-demand state
+        self._control_path = self.run_dir / "control.json"
+        self._control_mtime = 0
+        self._handled_seq = self._read_control().get("seq", 0) if cfg.get("on_demand") else 0
+        self._planned: tuple[int, int] | None = None  # (first active step, n steps)
+        self._usr2 = False
+        self._lock = threading.RLock()
+        self._meta_path = self.run_dir / f"rank{self.rank}.collect.json"
+        self._annotator: _ModuleAnnotator | None = None
+
+    # ---------------------------------------------------------------- setup
+    def start(self) -> None:
+        from torch.optim.optimizer import register_optimizer_step_post_hook
+
+        register_optimizer_step_post_hook(self._on_optimizer_step)
+        if self.cfg.get("modules"):
+            self._annotator = _ModuleAnnotator()
+            self._annotator.install()
+        if self.cfg.get("window_s"):
+            self._start_window_timer()
+        elif self.cfg.get("on_demand"):
+            self._register_pid()
+            if threading.current_thread() is threading.main_thread() and hasattr(signal, "SIGUSR2"):
+                if signal.getsignal(signal.SIGUSR2) in (signal.SIG_DFL, None):
+                    signal.signal(signal.SIGUSR2, self._on_usr2)
+        else:
+            sched = torch.profiler.schedule(
+                wait=self.cfg["wait"],
+                warmup=self.cfg["warmup"],
+                active=self.cfg["active"],
+                repeat=self.cfg["repeat"],
+            )
+            self._start_profiler(sched, first_step=0)
+        atexit.register(self.finish)
+        self._write_meta()
+
+    def _new_profiler(self, schedule: Any) -> torch.profiler.profile:
+        prof = torch.profiler.profile(
+            activities=self.activities,
+            schedule=schedule,
+            on_trace_ready=self._on_trace_ready,
+            record_shapes=bool(self.cfg.get("shapes")),
+            profile_memory=bool(self.cfg.get("memory")),
+            with_stack=bool(self.cfg.get("stack")),
+        )
+        meta = json.dumps({"run": self.cfg.get("run"), "rank": self.rank, "world_size": self.world_size})
+        if hasattr(prof, "preset_metadata_json"):
+            prof.preset_metadata_json("traceview_collect", meta)
+        return prof
+
+    def _start_profiler(self, schedule: Any, first_step: int) -> None:
+        prof = self._new_profiler(schedule)
+        # Number ProfilerStep#N by the job's own step index, also for on-demand captures.
+        prof.step_num = first_step
+        prof.current_action = schedule(first_step)
+        if hasattr(prof, "_prev_schedule_action"):
+            prof._prev_schedule_action = prof.current_action
+        prof.start()
+        self.prof = prof
+        self.prof_running = True
+
+    def _stop_profiler(self) -> None:
+        prof, self.prof, self.prof_running = self.prof, None, False
+        if prof is not None:
+            prof.stop()
+
+    # -------------------------------------------------------- step boundaries
+    def _on_optimizer_step(self, optimizer: Any, args: Any, kwargs: Any) -> None:
+        if self._explicit:
+            return
+        # Several optimizers (GANs, per-group optimizers) step once each per iteration: follow the first.
+        if self._opt_ref is None:
+            self._opt_ref = weakref.ref(optimizer)
+        elif self._opt_ref() is not optimizer:
+            return
+        self.boundary("optimizer")
+
+    def boundary(self, source: str) -> None:
+        """End the running step and start the next one."""
+        if self._disabled:
+            return
+        if source == "explicit" and not self._explicit:
+            self._explicit = True
+        try:
+            with self._lock:
+                self._boundary(source)
+        except Exception as exc:  # never break the user's training loop
+            self._disabled = True
+            _warn(f"profiling disabled after an error at step {self.steps}: {exc!r}")
+            try:
+                self._stop_profiler()
+            except Exception:
+                pass
+
+    def _boundary(self, source: str) -> None:
+        self.step_source = self.step_source or source
+        self._in_boundary = True
+        before = self._state()
+        mark = self._mark(self._phase())
+        self.steps += 1
+        exported = self._capture
+        if self.cfg.get("on_demand"):
+            self._poll_on_demand()
+        elif self.prof is not None and self.prof_running:
+            self.prof.step()
+        after = self._state()
+        if after != before or exported != self._capture:
+            self._restart(mark)  # the profiler's own work at this boundary belongs to no step
+        recording = (ProfilerAction.RECORD, ProfilerAction.RECORD_AND_SAVE)
+        if after in recording and (before not in recording or exported != self._capture):
+            self._capture_first_step = self.steps
+        self._in_boundary = False
+        if self.cfg.get("on_demand") and time.monotonic() - self._meta_written > 1.0:
+            self._write_meta()  # a live status (steps seen, step times) for `trigger` and for people
+        if self._stop_requested:
+            self._stop_requested = False
+            self._stop_profiler()
+
+    def _state(self) -> ProfilerAction | None:
+        return self.prof.current_action if self.prof is not None and self.prof_running else None
+
+    def _phase(self) -> str:
+        action = self._state()
+        if action is None or action == ProfilerAction.NONE:
+            return "unprofiled"
+        if action == ProfilerAction.WARMUP:
+            return "warmup"
+        return "profiled"
+
+    # ----------------------------------------------------------- step timing
+    def _event(self) -> Any:
+        if self.cuda and torch.cuda.is_initialized():
+            # A CUDA event per boundary times the GPU-side step period without a sync inside the
+            # profiled window (a sync there would show up in the trace as a host sync).
+            event = torch.cuda.Event(enable_timing=True)
+            event.record()
+            return event
+        return None
+
+    def _mark(self, phase: str) -> _Boundary:
+        mark = _Boundary(self.steps, phase, time.perf_counter_ns(), self._event())
+        self._pending.append(mark)
+        self._resolve(block=False)
+        return mark
+
+    def _restart(self, mark: _Boundary) -> None:
+        mark.start_wall_ns = time.perf_counter_ns()
+        mark.start_event = self._event()
+
+    def _resolve(self, block: bool) -> None:
+        while len(self._pending) >= 2:
+            a, b = self._pending[0], self._pending[1]
+            if b.event is not None and not block and not b.event.query():
+                return
+            if b.event is not None:
+                b.event.synchronize()
+            self._pending.popleft()
+            if b.step == 0:
+                continue  # step 0 runs from start-up (imports, model build) to the first boundary
+            wall_ms = (b.wall_ns - a.start_wall_ns) / 1e6
+            if a.start_event is not None and b.event is not None:
+                ms, method = a.start_event.elapsed_time(b.event), "cuda_event"
+            else:
+                ms, method = wall_ms, "wall"
+            self._methods.add(method)
+            self._samples.setdefault(b.phase, deque(maxlen=_MAX_SAMPLES)).append(round(ms, 4))
+            self._wall_samples.setdefault(b.phase, deque(maxlen=_MAX_SAMPLES)).append(round(wall_ms, 4))
+
+    # ------------------------------------------------------------- exporting
+    def _on_trace_ready(self, prof: torch.profiler.profile) -> None:
+        name = f"rank{self.rank}.{time.time_ns()}.pt.trace.json.gz"
+        prof.export_chrome_trace(str(self.run_dir / name))
+        # Inside prof.step() the profiler already counts the next step; from stop() it does not.
+        last = prof.step_num - 1 if self._in_boundary else prof.step_num
+        first = min(self._capture_first_step, last)
+        self._traces.append(
+            {
+                "rank": self.rank,
+                "file": name,
+                "capture": self._capture,
+                "first_step": first,
+                "last_step": last,
+            }
+        )
+        self._capture += 1
+        self._write_meta()
+        if self.rank == 0:
+            try:
+                mf.merge(self.run_dir)
+            except Exception as exc:
+                _warn(f"manifest merge failed: {exc!r}")
+
+    # -------------------------------------------------------------- on-demand
+    def _read_control(self) -> dict[str, Any]:
+        try:
+            return json.loads(self._control_path.read_text())
+        except (OSError, ValueError):
+            return {}
+
+    def _on_usr2(self, signum: int, frame: Any) -> None:
+        self._usr2 = True
+
+    def _poll_on_demand(self) -> None:
+        s = self.steps  # index of the step that starts now
+        if self.prof is not None:
+            self.prof.step()
+            # The capture's schedule returns NONE once its steps are saved: drop the profiler.
+            if self.prof.current_action == ProfilerAction.NONE:
+                self._stop_profiler()
+                self._planned = None
+            return
+        request = None
+        try:
+            mtime = self._control_path.stat().st_mtime_ns
+        except OSError:
+            mtime = 0
+        if mtime != self._control_mtime:
+            self._control_mtime = mtime
+            ctl = self._read_control()
+            if int(ctl.get("seq", 0)) > self._handled_seq:
+                self._handled_seq = int(ctl["seq"])
+                request = (
+                    self._agree_start(self._handled_seq, s + 1),
+                    int(ctl.get("steps") or self.cfg["active"]),
+                )
+        if request is None and self._usr2:
+            request = (s + 1, int(self.cfg.get("ondemand_steps") or self.cfg["active"]))
+        self._usr2 = False
+        if request is not None:
+            self._planned = request
+        if self._planned is not None and s + 1 >= self._planned[0]:
+            # One warm-up step (this one) absorbs CUPTI's start-up cost; then the requested steps.
+            sched = torch.profiler.schedule(skip_first=s, wait=0, warmup=1, active=self._planned[1], repeat=1)
+            self._capture_first_step = s + 1
+            self._start_profiler(sched, first_step=s)
+
+    def _agree_start(self, seq: int, proposal: int) -> int:
+        """First active step of request `seq`, agreed on by all ranks: the first rank to see it decides."""
+        claim = self.run_dir / f"control.{seq}.start"
+        try:
+            fd = os.open(claim, os.O_CREAT | os.O_EXCL | os.O_WRONLY)
+        except FileExistsError:
+            for _ in range(100):
+                try:
+                    return max(int(claim.read_text()), 0)
+                except (OSError, ValueError):
+                    time.sleep(0.01)
+            return proposal
+        # A step of margin lets ranks a step behind still start their warm-up in time.
+        start = proposal + 1 if self.world_size > 1 else proposal
+        with os.fdopen(fd, "w") as f:
+            f.write(str(start))
+        return start
+
+    def _register_pid(self) -> None:
+        try:
+            mf.register_pid(os.getpid(), self.run_dir)
+        except OSError:
+            pass
+
+    # ------------------------------------------------------------ time window
+    def _start_window_timer(self) -> None:
+        if threading.current_thread() is not threading.main_thread():
+            _warn("window mode needs the main thread; not profiling")
+            return
+        delay = float(self.cfg.get("delay_s") or 0.0)
+        signal.signal(signal.SIGALRM, self._on_alarm)
+        if delay > 0:
+            signal.setitimer(signal.ITIMER_REAL, delay)
+        else:
+            self._on_alarm(signal.SIGALRM, None)
+
+    def _on_alarm(self, signum: int, frame: Any) -> None:
+        if self.prof is None and self._capture == 0:
+            self._capture_first_step = self.steps
+            self._start_profiler(lambda _step: ProfilerAction.RECORD, first_step=self.steps)
+            signal.setitimer(signal.ITIMER_REAL, float(self.cfg["window_s"]))
+        elif self.prof is not None:
+            if self._in_boundary:
+                self._stop_requested = True  # the alarm interrupted prof.step(): stop right after it
+            else:
+                self._stop_profiler()  # (RECORD, None) stops the trace and exports it
+
+    # ------------------------------------------------------------------ exit
+    def finish(self) -> None:
+        if self.cfg.get("window_s") and threading.current_thread() is threading.main_thread():
+            signal.setitimer(signal.ITIMER_REAL, 0)  # an alarm left armed would kill the exiting process
+        with self._lock:
+            try:
+                if self.prof is not None and self.prof_running:
+                    action = self.prof.current_action
+                    if action in (ProfilerAction.RECORD, ProfilerAction.RECORD_AND_SAVE) and not self.cfg.get(
+                        "window_s"
+                    ):
+                        msg = f"the job ended inside a capture (step {self.steps}): its trace is partial"
+                        self._warnings.append(msg)
+                        _warn(msg)
+                    self._stop_profiler()
+            except Exception as exc:
+                _warn(f"stopping the profiler failed: {exc!r}")
+            if self.cuda and torch.cuda.is_initialized():
+                self._resolve(block=True)
+            else:
+                self._resolve(block=False)
+            if self.steps == 0 and not self.cfg.get("window_s"):
+                msg = (
+                    "no step boundary seen (no optimizer.step() and no collectors.step()): "
+                    "nothing was captured; use collectors.step() or --window-s"
+                )
+                self._warnings.append(msg)
+                if self.rank == 0:
+                    _warn(msg)
+            self._write_meta(final=True)
+            if self.cfg.get("on_demand"):
+                mf.unregister_pid(os.getpid())
+            if self.rank == 0:
+                try:
+                    mf.merge(self.run_dir)
+                except Exception as exc:
+                    _warn(f"manifest merge failed: {exc!r}")
+
+    def _device_info(self) -> dict[str, Any]:
+        if "device" in self._cached:
+            return self._cached["device"]
+        info: dict[str, Any] = {"device": "cpu", "gpu_name": None}
+        if self.cuda and torch.cuda.is_initialized():  # never initialise CUDA ourselves
+            dev = torch.cuda.current_device()
+            info = {"device": f"cuda:{dev}", "gpu_name": torch.cuda.get_device_name(dev)}
+            self._cached["device"] = info
+        return info
+
+    def _versions(self) -> dict[str, Any]:
+        if "versions" not in self._cached:
+            self._cached["versions"] = self._read_versions()
+        return self._cached["versions"]
+
+    def _read_versions(self) -> dict[str, Any]:
+        v: dict[str, Any] = {
+            "python": sys.version.split()[0],
+            "torch": torch.__version__,
+            "cuda": torch.version.cuda,
+            "cudnn": None,
+            "nccl": None,
+        }
+        try:
+            v["cudnn"] = torch.backends.cudnn.version() if self.cuda else None
+            if self.cuda:
+                nccl = torch.cuda.nccl.version()
+                v["nccl"] = ".".join(map(str, nccl)) if isinstance(nccl, tuple) else str(nccl)
+        except Exception:
+            pass
+        return v
+
+    def _write_meta(self, final: bool = False) -> None:
+        def med(xs: Any) -> float | None:
+            return round(statistics.median(xs), 4) if xs else None
+
+        samples = {k: list(v) for k, v in self._samples.items()}
+        walls = {k: list(v) for k, v in self._wall_samples.items()}
+        meta = {
+            "rank": self.rank,
+            "local_rank": self.local_rank,
+            "world_size": self.world_size,
+            "pid": os.getpid(),
+            "hostname": socket.gethostname(),
+            "argv": sys.argv,
+            **self._device_info(),
+            "activities": ["cpu", "cuda"] if self.cuda else ["cpu"],
+            "versions": self._versions(),
+            "finished": final,
+            "step_source": self.step_source or ("window" if self.cfg.get("window_s") else None),
+            "steps_seen": self.steps,
+            "step_time_method": "cuda_event" if "cuda_event" in self._methods else "wall",
+            "unprofiled_step_ms": samples.get("unprofiled", []),
+            "profiled_step_ms": samples.get("profiled", []),
+            "warmup_step_ms": samples.get("warmup", []),
+            "unprofiled_step_wall_ms": walls.get("unprofiled", []),
+            "profiled_step_wall_ms": walls.get("profiled", []),
+            "unprofiled_step_ms_median": med(samples.get("unprofiled")),
+            "profiled_step_ms_median": med(samples.get("profiled")),
+            "traces": self._traces,
+            "warnings": self._warnings,
+        }
+        self._meta_written = time.monotonic()
+        try:
+            mf.write_json_atomic(self._meta_path, meta)
+        except OSError as exc:
+            _warn(f"cannot write {self._meta_path}: {exc!r}")
+
+
+class _ModuleAnnotator:
+    """Wraps every nn.Module call in a `module::<qualified.path>` record_function range.
+
+    Global forward hooks see every module without touching the user's model. A module called
+    while no other module call is open is a root; names come from that root's named_modules(),
+    computed once per root, so `blocks.3.attn` reads as in the user's code. Ranges are only
+    opened while the profiler records, so wait steps pay two cheap Python calls per module.
+    """
+
+    def __init__(self) -> None:
+        self._local = threading.local()
+        self._names: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
+        self._enabled = torch._C._autograd._profiler_enabled
+        self._compiling = getattr(torch.compiler, "is_compiling", lambda: False)
+        self._enter = torch.ops.profiler._record_function_enter_new
+        self._exit = torch.ops.profiler._record_function_exit._RecordFunction
+
+    def install(self) -> None:
+        from torch.nn.modules.module import register_module_forward_hook, register_module_forward_pre_hook
+
+        register_module_forward_pre_hook(self._pre)
+        try:
+            register_module_forward_hook(self._post, always_call=True)
+        except TypeError:  # older torch: no always_call; _post copes with unbalanced stacks
+            register_module_forward_hook(self._post)
+
+    def _stack(self) -> list:
+        st = getattr(self._local, "stack", None)
+        if st is None:
+            st = self._local.stack = []
+        return st
+
+    def _name(self, root: Any, module: Any) -> str:
+        names = self._names.get(root)
+        if names is None or (module is not root and id(module) not in names):
+            # First call of this root, or a submodule created after the first call.
+            cls = type(root).__name__
+            names = {id(m): MODULE_PREFIX + (n or cls) for n, m in root.named_modules()}
+            self._names[root] = names
+            if id(module) not in names:
+                names[id(module)] = MODULE_PREFIX + type(module).__name__
+        return names[id(module)]
+
+    def _pre(self, module: Any, args: Any) -> None:
+        if self._compiling():
+            return  # keep Dynamo from tracing our hook into compiled graphs
+        stack = self._stack()
+        handle = None
+        if self._enabled():
+            root = stack[0][1] if stack else module
+            # The same op record_function uses: a `user_annotation` range (cpu_op would be miscounted as op time).
+            handle = self._enter(self._name(root, module), None)
+        stack.append((id(module), module if not stack else stack[0][1], handle))
+
+    def _post(self, module: Any, args: Any, output: Any) -> None:
+        if self._compiling():
+            return
+        stack = self._stack()
+        mid = id(module)
+        if not any(e[0] == mid for e in stack):
+            return
+        while stack:  # also closes ranges left open by a module whose forward raised
+            eid, _root, handle = stack.pop()
+            if handle is not None:
+                try:
+                    self._exit(handle)
+                except Exception:
+                    pass
+            if eid == mid:
+                break
