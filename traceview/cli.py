@@ -95,6 +95,15 @@ def make_parser() -> argparse.ArgumentParser:
 PARSER_HOOKS: list[Callable[[argparse._SubParsersAction, argparse.ArgumentParser], None]] = []
 
 
+def _layers_parser(sub: argparse._SubParsersAction, analyze: argparse.ArgumentParser) -> None:
+    from .layers_view import add_parser
+
+    add_parser(sub, analyze)
+
+
+PARSER_HOOKS.append(_layers_parser)
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = make_parser()
     args = parser.parse_args(argv)

@@ -189,3 +189,12 @@ def analyze(paths: list[str | Path], step: int | None = None, ctx: dict | None =
                 entry[name] = fn(job, dict(ctx or {}))
             rep.jobs.append(entry)
     return rep
+
+
+def _layers_section(trace: Trace, steps: pl.DataFrame, ctx: dict) -> Any:
+    from .layers_view import section  # imported on use: layers_view needs this module's helpers
+
+    return section(trace, steps, ctx)
+
+
+SECTIONS["layers"] = _layers_section

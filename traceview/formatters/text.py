@@ -97,3 +97,12 @@ def render(doc: dict, out: IO[str]) -> None:
 # renderers contributed by later stages (findings, layers...): fn(trace_entry, console)
 EXTRA: list = []
 JOB_EXTRA: list = []
+
+
+def _layers(entry: dict, con: Console) -> None:
+    from ..layers_view import render as render_layers
+
+    render_layers(entry, con)
+
+
+EXTRA.append(_layers)

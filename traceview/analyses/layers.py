@@ -1,0 +1,499 @@
+"""Per-layer view: every host op and GPU activity attributed to the nn.Module (layer) that issued it.
+
+Layer nodes, in order of preference (TRACE_FORMAT §6.3, §7):
+1. `python_function` events `nn.Module: <Class>_<k>` (traces recorded `with_stack`), named by class and
+   per-class counter; a `module::<qualified.path>` annotation directly inside such a frame (the collectors'
+   `--modules`) gives it a readable path (`blocks.3.attn`) that replaces the `Class_k` path as `layer`.
+2. `module::` annotations alone (no Python frames).
+3. Other `user_annotation` ranges (`record_function`), when neither of the above exists.
+4. Top-level `cpu_op`s, when there is nothing else.
+`Optimizer.step#…`, `Optimizer.zero_grad#…` and `enumerate(DataLoader)#…` are pseudo-layers of their own.
+
+A forward op belongs to its innermost enclosing node (an ancestor climb, one join per tree level). A
+backward op belongs to the layer whose forward op created its autograd node: backward
+`(pid, Fwd thread id, Sequence number)` ↔ forward `(pid, thread, Sequence number)`; the thread index →
+OS thread map comes from the `fwdbwd` flows (one end on each side). GPU activities take the layer of the
+runtime call that launched them, so each gets exactly one layer or `(unattributed)`.
+"""
+
+from __future__ import annotations
+
+import weakref
+from dataclasses import dataclass
+
+import polars as pl
+
+from ..model import Trace
+from .tree import ancestor_where, call_tree
+
+UNATTRIBUTED = "(unattributed)"
+MODULE_PREFIX = "nn.Module: "
+ATTR_PREFIX = "module::"
+PSEUDO_RE = r"^(Optimizer\.(step|zero_grad)#|enumerate\(DataLoader\)#)"
+# annotations that are not layers: steps, collectives, profiler internals
+NOT_LAYER_RE = r"^(ProfilerStep#|nccl:|PyTorch Profiler|## forward ##$)"
+RUNTIME_CATS = ["cuda_runtime", "cuda_driver", "xpu_runtime", "xpu_driver", "mtia_runtime",
+                "privateuse1_runtime", "privateuse1_driver"]
+PHASES = ("forward", "backward", "optimizer", "dataloader", "other")
+CLASSES = ("gpu_compute", "gpu_memory", "communication", "host_sync", "input", "cpu_launch", "other_idle")
+
+_ATTR_SCHEMA = {"i": pl.UInt32, "layer": pl.String, "layer_class": pl.String, "depth": pl.Int32,
+                "phase": pl.String}
+
+
+@dataclass(frozen=True)
+class Attribution:
+    source: str  # "modules" | "module_annotations" | "annotations" | "ops" | "none"
+    nodes: pl.DataFrame  # one row per node event [i, layer, module_path, name, layer_class, kind, depth,
+    #                       parent_layer, src, ts, end]
+    host: pl.DataFrame  # [i, layer, layer_class, depth, phase] for cpu_op and runtime rows
+    tree: pl.DataFrame  # one row per layer [layer, parent_layer, name, layer_class, kind, depth,
+    #                       module_path, anc (list of layers root→self), first_ts]
+
+
+_CACHE: dict[int, tuple[weakref.ref, Attribution]] = {}
+
+
+def attribution(trace: Trace) -> Attribution:
+    """Layer nodes and host attribution of a trace, computed once per Trace object (rules, the layer
+    table and the report all ask for it)."""
+    hit = _CACHE.get(id(trace))
+    if hit is not None and hit[0]() is trace:
+        return hit[1]
+    att = _attribute(trace)
+    for k in [k for k, (ref, _) in _CACHE.items() if ref() is None]:
+        del _CACHE[k]
+    _CACHE[id(trace)] = (weakref.ref(trace), att)
+    return att
+
+
+def host_layers(trace: Trace) -> pl.DataFrame:
+    """[i (host row: cpu_op or runtime call), layer, layer_class, depth, phase]."""
+    return attribution(trace).host
+
+
+def gpu_layers(trace: Trace) -> pl.DataFrame:
+    """[i (gpu row id), layer, layer_class, depth, phase]: one row per GPU activity; `(unattributed)`
+    when no layer issued it."""
+    hl = attribution(trace).host
+    g = trace.gpu.select("i", "launch", "op")
+    if g.height == 0:
+        return pl.DataFrame(schema=_ATTR_SCHEMA)
+    by = hl.rename({c: f"{c}_l" for c in hl.columns if c != "i"})
+    g = g.join(by, left_on="launch", right_on="i", how="left")
+    g = g.join(hl.rename({c: f"{c}_o" for c in hl.columns if c != "i"}), left_on="op", right_on="i", how="left")
+    # the launching runtime call is the most direct link; the op (via External id) when there is none
+    use_l = pl.col("phase_l").is_not_null()
+    return g.select(
+        "i",
+        *[pl.when(use_l).then(pl.col(f"{c}_l")).otherwise(pl.col(f"{c}_o")).alias(c)
+          for c in ("layer", "layer_class", "depth", "phase")],
+    ).with_columns(
+        layer=pl.col("layer").fill_null(UNATTRIBUTED), layer_class=pl.col("layer_class").fill_null(UNATTRIBUTED),
+        phase=pl.col("phase").fill_null("other"),
+    ).cast(_ATTR_SCHEMA)
+
+
+# ---- node detection ---------------------------------------------------------------------------
+
+
+def _strip_index(e: pl.Expr) -> pl.Expr:
+    return e.str.replace(r"_\d+$", "")
+
+
+def _node_events(host: pl.DataFrame) -> tuple[pl.DataFrame, str]:
+    """Candidate node events [i, label, cls, src] and the source kind of the layer tree."""
+    h = host.select("i", "cat", "name", "fwd_tid")
+    ann = pl.col("cat").is_in(["user_annotation", "cpu_op"])
+    mods = h.filter((pl.col("cat") == "python_function") & pl.col("name").str.starts_with(MODULE_PREFIX)).select(
+        "i", label=pl.col("name").str.strip_prefix(MODULE_PREFIX),
+        cls=_strip_index(pl.col("name").str.strip_prefix(MODULE_PREFIX)), src=pl.lit("module"))
+    attrs = h.filter(ann & pl.col("name").str.starts_with(ATTR_PREFIX)).select(
+        "i", label=pl.col("name").str.strip_prefix(ATTR_PREFIX),
+        cls=pl.col("name").str.strip_prefix(ATTR_PREFIX).str.replace_all(r"(^|\.)\d+(\.|$)", "$1*$2"),
+        src=pl.lit("attr"))
+    pseudo = h.filter(ann & pl.col("name").str.contains(PSEUDO_RE)).select(
+        "i", label=pl.col("name"), cls=pl.col("name").str.extract(r"^([^#]+)#"),
+        src=pl.when(pl.col("name").str.starts_with("enumerate(")).then(pl.lit("dataloader"))
+        .otherwise(pl.lit("optimizer")))
+    parts = [mods, attrs, pseudo]
+    if mods.height:
+        source = "modules"
+    elif attrs.height:
+        source = "module_annotations"
+    else:
+        other = h.filter((pl.col("cat") == "user_annotation") & ~pl.col("name").str.contains(PSEUDO_RE)
+                         & ~pl.col("name").str.contains(NOT_LAYER_RE)).select(
+            "i", label=pl.col("name"), cls=pl.col("name").str.replace(r"[#_ ]?\d+$", ""), src=pl.lit("annotation"))
+        parts.append(other)
+        source = "annotations" if other.height else "ops"
+    nodes = pl.concat(parts, how="vertical_relaxed")
+    if source == "ops":
+        # top-level forward ops (backward ones follow their forward op through the sequence number),
+        # outside the pseudo-layers
+        ops = host.filter((pl.col("cat") == "cpu_op") & ~(pl.col("fwd_tid").fill_null(0) > 0)
+                          & ~pl.col("name").str.contains(NOT_LAYER_RE) & ~pl.col("name").str.contains(PSEUDO_RE))
+        sub = call_tree(host.filter(pl.col("cat") == "cpu_op").drop("depth", "parent"))
+        top = ops.join(sub.filter(pl.col("depth") == 0).select("i"), on="i", how="semi")
+        inside = _innermost(top, host.join(pseudo.select("i"), on="i", how="semi").with_columns(
+            parent=pl.lit(None, pl.UInt32), depth=pl.lit(0, pl.Int32)))
+        top = top.join(inside, on="i", how="anti")
+        nodes = pl.concat([nodes, top.select("i", label=pl.col("name"), cls=pl.col("name"), src=pl.lit("op"))],
+                          how="vertical_relaxed")
+        if top.height == 0:
+            source = "none"
+    return nodes, source
+
+
+def _build_tree(host: pl.DataFrame, nodes: pl.DataFrame) -> tuple[pl.DataFrame, pl.DataFrame]:
+    """Nest the node events; merge `module::` annotations into the module frame that holds them.
+
+    Returns (node events with their layer, per-layer tree)."""
+    # Nest the nodes among themselves by time: a `with record_function(...)` range opens inside the
+    # `__enter__` frame and outlives it, so the full host tree is not reliable around annotations,
+    # but module frames and annotations do nest properly with each other.
+    sub = call_tree(host.join(nodes.select("i"), on="i", how="semi").drop("depth", "parent"))
+    nodes = nodes.join(sub.select("i", pl.col("parent").alias("pnode")), on="i", how="left")
+    # an attr annotation whose nearest enclosing node is a module frame names that frame (same call)
+    src_of = nodes.select(pl.col("i").alias("pnode"), pl.col("src").alias("psrc"))
+    nodes = nodes.join(src_of, on="pnode", how="left")
+    alias = nodes.filter((pl.col("src") == "attr") & (pl.col("psrc") == "module")).select(
+        pl.col("i").alias("_a"), pl.col("pnode").alias("_m"), pl.col("label").alias("attr"),
+        pl.col("cls").alias("attr_cls"))
+    nodes = nodes.join(alias.select("_a"), left_on="i", right_on="_a", how="anti")
+    nodes = (nodes.join(alias.select("_a", "_m"), left_on="pnode", right_on="_a", how="left")
+             .with_columns(pnode=pl.coalesce("_m", "pnode")).drop("_m", "psrc"))
+    nodes = nodes.join(alias.select(pl.col("_m").alias("i"), "attr"), on="i", how="left").with_columns(
+        attr=pl.when(pl.col("src") == "attr").then(pl.col("label")).otherwise(pl.col("attr")))
+    # paths, one level of the (shallow) layer tree at a time
+    levels: list[pl.DataFrame] = []
+    cur = nodes.filter(pl.col("pnode").is_null()).with_columns(
+        module_path=pl.col("label"), kind=pl.col("cls"), ndepth=pl.lit(0, pl.Int32),
+        parent_layer=pl.lit(None, pl.String))
+    cur = cur.with_columns(layer=pl.coalesce("attr", "module_path"))
+    cur = cur.with_columns(anc=pl.concat_list([pl.col("layer")]))
+    rest = nodes.filter(pl.col("pnode").is_not_null())
+    while cur.height:
+        levels.append(cur)
+        up = cur.select(pl.col("i").alias("pnode"), pl.col("module_path").alias("_pp"), pl.col("kind").alias("_pk"),
+                        pl.col("ndepth").alias("_pd"), pl.col("layer").alias("parent_layer"),
+                        pl.col("anc").alias("_panc"))
+        cur = rest.join(up, on="pnode", how="inner").with_columns(
+            module_path=pl.col("_pp") + "/" + pl.col("label"), kind=pl.col("_pk") + "/" + pl.col("cls"),
+            ndepth=pl.col("_pd") + 1,
+        ).with_columns(layer=pl.coalesce("attr", "module_path"))
+        cur = cur.with_columns(anc=pl.col("_panc").list.concat(pl.concat_list([pl.col("layer")]))).drop(
+            "_pp", "_pk", "_pd", "_panc")
+        rest = rest.join(cur.select("i"), on="i", how="anti")
+    if not levels:
+        empty = pl.DataFrame(schema={"i": pl.UInt32, "pnode": pl.UInt32, "layer": pl.String, "cls": pl.String,
+                                     "ndepth": pl.Int32, "src": pl.String, "ts": pl.Int64, "end": pl.Int64})
+        return empty, pl.DataFrame(schema={"layer": pl.String})
+    out = pl.concat([lv.select("i", "pnode", "layer", "module_path", "label", "cls", "kind", "ndepth", "parent_layer",
+                               "src", "anc", "attr") for lv in levels], how="vertical_relaxed")
+    # attr paths are already readable kinds (`blocks.*.attn`)
+    out = out.with_columns(kind=pl.when(pl.col("attr").is_not_null() & (pl.col("src") == "attr"))
+                           .then(pl.col("cls")).otherwise(pl.col("kind")))
+    out = out.join(host.select("i", "ts", "end"), on="i", how="left")
+    tree = (out.group_by("layer").agg(
+        pl.col("parent_layer").first(), pl.col("label").first().alias("name"), pl.col("cls").first().alias("layer_class"),
+        pl.col("kind").first(), pl.col("ndepth").first().alias("depth"), pl.col("module_path").first(),
+        pl.col("anc").first(), pl.col("src").first(), pl.col("ts").min().alias("first_ts"), pl.len().alias("calls"))
+        .sort("first_ts", "depth"))
+    return out, tree
+
+
+def _innermost(rows: pl.DataFrame, nodes: pl.DataFrame) -> pl.DataFrame:
+    """For each row [i, pid, tid, ts], the innermost node [i, pid, tid, ts, end, parent, depth] on its
+    thread that contains its start: the last node started at or before it (as-of join), or the
+    nearest ancestor of that node still open (one join per node-tree level). Returns [i, node]."""
+    if rows.height == 0 or nodes.height == 0:
+        return pl.DataFrame(schema={"i": pl.UInt32, "node": pl.UInt32})
+    n = nodes.select(pl.col("i").alias("node"), "pid", "tid", pl.col("ts").alias("_nts"), "depth").sort("_nts", "depth")
+    cur = (rows.select("i", "pid", "tid", "ts").sort("ts")
+           .join_asof(n, left_on="ts", right_on="_nts", by=["pid", "tid"], strategy="backward",
+                      check_sortedness=False)
+           .select("i", "ts", "node").filter(pl.col("node").is_not_null()))
+    info = nodes.select(pl.col("i").alias("node"), pl.col("end").alias("_nend"), pl.col("parent").alias("_up"))
+    found: list[pl.DataFrame] = []
+    while cur.height:
+        cur = cur.join(info, on="node", how="inner")
+        inside = pl.col("ts") < pl.col("_nend")
+        found.append(cur.filter(inside).select("i", "node"))
+        cur = cur.filter(~inside & pl.col("_up").is_not_null()).select("i", "ts", pl.col("_up").alias("node"))
+    return pl.concat(found).cast({"i": pl.UInt32, "node": pl.UInt32})
+
+
+# ---- attribution ------------------------------------------------------------------------------
+
+
+def _fwd_thread_map(trace: Trace, fwd_ops: pl.DataFrame) -> tuple[pl.DataFrame, pl.DataFrame]:
+    """[pid, fwd_tid (RecordFunction thread index), ftid (OS tid of the forward thread)] from the
+    fwdbwd flows, and [pid, ftid1] for processes with a single forward thread (the fallback)."""
+    h = trace.host.filter(pl.col("cat") == "cpu_op")
+    fl = trace.flows.filter(pl.col("cat") == "fwdbwd")
+    pairs = pl.DataFrame(schema={"pid": pl.Int64, "fwd_tid": pl.Int64, "ftid": pl.Int64})
+    if fl.height:
+        s = (fl.filter(pl.col("ph") == "s").join(h.select("pid", "tid", "ts"), on=["pid", "tid", "ts"], how="semi")
+             .select("id", "pid", pl.col("tid").alias("ftid")).unique("id"))
+        f = (fl.filter(pl.col("ph") == "f")
+             .join(h.filter(pl.col("fwd_tid") > 0).select("pid", "tid", "ts", "fwd_tid"), on=["pid", "tid", "ts"])
+             .select("id", "pid", "fwd_tid").unique("id"))
+        pairs = (s.join(f, on=["id", "pid"]).group_by("pid", "fwd_tid")
+                 .agg(pl.col("ftid").mode().first()).select("pid", "fwd_tid", "ftid"))
+    # no flows: a process with a single forward thread maps every thread index to it
+    single = (fwd_ops.group_by("pid").agg(pl.col("ftid").unique()).filter(pl.col("ftid").list.len() == 1)
+              .select("pid", pl.col("ftid").list.first().alias("ftid1")))
+    return pairs, single
+
+
+def _attribute(trace: Trace) -> Attribution:
+    host = trace.host
+    rows = host.filter(pl.col("cat").is_in(["cpu_op", *RUNTIME_CATS])).select("i", "pid", "tid", "ts", "seq", "fwd_tid", "op")
+    # a runtime call is in grad mode when the op that made it is
+    rows = rows.join(host.select(pl.col("i").alias("op"), pl.col("seq").alias("_oseq")), on="op", how="left").with_columns(
+        _grad=pl.col("seq").is_not_null() | pl.col("_oseq").is_not_null()).drop("_oseq", "op")
+    if host.height == 0:
+        empty = pl.DataFrame(schema=_ATTR_SCHEMA)
+        return Attribution("none", pl.DataFrame(schema={"i": pl.UInt32, "layer": pl.String}), empty,
+                           pl.DataFrame(schema={"layer": pl.String}))
+    events, source = _node_events(host)
+    nodes, tree = _build_tree(host, events)
+    phase_of = pl.col("src").replace_strict({"optimizer": "optimizer", "dataloader": "dataloader"}, default="forward")
+    nl = nodes.select(pl.col("i").alias("node"), "layer", pl.col("cls").alias("layer_class"),
+                      pl.col("ndepth").alias("depth"), phase_of.alias("nphase"))
+    # forward: innermost enclosing node (or the op itself when ops are the nodes)
+    # ops made nodes (the "ops" fallback) are their own layer; everything else by time containment
+    node_ev = nodes.filter(pl.col("src") != "op").join(host.select("i", "pid", "tid"), on="i").select(
+        "i", "pid", "tid", "ts", "end", pl.col("pnode").alias("parent"), pl.col("ndepth").alias("depth"))
+    fwd = _innermost(rows, node_ev)
+    fwd = pl.concat([fwd, rows.join(nodes.filter(pl.col("src") == "op").select("i"), on="i", how="semi")
+                     .select("i", pl.col("i").alias("node"))]).unique("i", keep="last")
+    # backward: the innermost enclosing autograd node op (it carries the sequence number)
+    bwd = ancestor_where(host, rows, ((pl.col("cat") == "cpu_op") & (pl.col("fwd_tid") > 0)).fill_null(False), "bnode",
+                         include_self=True)
+    r = rows.join(fwd, on="i", how="left").join(bwd, on="i", how="left")
+    # forward op of each sequence number: the one that started last on its thread (TRACE_FORMAT §7.3)
+    fwd_ops = (r.filter(pl.col("seq").is_not_null() & (pl.col("fwd_tid").fill_null(0) == 0))
+               .sort("ts").group_by("pid", "tid", "seq").agg(pl.col("node").last().alias("fnode"))
+               .rename({"tid": "ftid"}))
+    pairs, single = _fwd_thread_map(trace, fwd_ops)
+    bn = (host.select(pl.col("i").alias("bnode"), "pid", pl.col("seq").alias("bseq"), pl.col("fwd_tid").alias("bft"))
+          .join(r.select("bnode").unique().drop_nulls(), on="bnode", how="semi")
+          .join(pairs.rename({"fwd_tid": "bft"}), on=["pid", "bft"], how="left")
+          .join(single, on="pid", how="left")
+          .with_columns(ftid=pl.coalesce("ftid", "ftid1"))
+          .join(fwd_ops, left_on=["pid", "ftid", "bseq"], right_on=["pid", "ftid", "seq"], how="left")
+          .select("bnode", "fnode"))
+    r = r.join(bn, on="bnode", how="left").with_columns(lnode=pl.coalesce("fnode", "node"))
+    r = r.join(nl, left_on="lnode", right_on="node", how="left")
+    out = r.select(
+        "i", pl.col("layer").fill_null(UNATTRIBUTED), pl.col("layer_class").fill_null(UNATTRIBUTED), "depth",
+        phase=pl.when(pl.col("bnode").is_not_null()).then(pl.lit("backward"))
+        .when(pl.col("nphase").is_not_null()).then(pl.col("nphase"))
+        # outside every layer but recorded with grad on (a loss computed outside the model): forward
+        .when(pl.col("_grad")).then(pl.lit("forward"))
+        .otherwise(pl.lit("other")),
+    ).cast(_ATTR_SCHEMA).sort("i")
+    return Attribution(source, nodes, out, tree)
+
+
+# ---- per-layer table --------------------------------------------------------------------------
+
+
+def _in_steps(df: pl.DataFrame, steps: pl.DataFrame, col: str = "ts") -> pl.DataFrame:
+    """Rows whose `col` falls inside one of the step windows [ts, end), with their `step`."""
+    w = steps.select("step", pl.col("ts").alias("_wts"), pl.col("end").alias("_wend")).sort("_wts")
+    return (df.sort(col).join_asof(w, left_on=col, right_on="_wts", strategy="backward", check_sortedness=False)
+            .filter(pl.col(col) < pl.col("_wend")).drop("_wts", "_wend"))
+
+
+def _optional(name: str):  # noqa: ANN202 - a module or None
+    """The classifier / specs modules land with the rules issue; everything here works without them."""
+    import importlib
+
+    try:
+        return importlib.import_module(name)
+    except ImportError:
+        return None
+
+
+def device_peaks(trace: Trace):  # noqa: ANN201 - a specs.Spec or None
+    """The device's datasheet peaks (analyses/specs.py), when that module is there."""
+    specs = _optional("traceview.analyses.specs")
+    return specs.trace_spec(trace.meta) if specs is not None and hasattr(specs, "trace_spec") else None
+
+
+def _kernel_bound(trace: Trace) -> pl.DataFrame | None:
+    cl = _optional("traceview.classify")
+    fn = getattr(cl, "kernel_bound", None) if cl else None
+    if fn is None:
+        return None
+    kb = fn(trace)
+    keep = [c for c in ("i", "flops", "bytes", "bpe", "bound") if c in kb.columns]
+    return kb.select(keep) if "i" in keep else None
+
+
+def _partition(trace: Trace, steps: pl.DataFrame) -> pl.DataFrame | None:
+    cl = _optional("traceview.classify")
+    fn = getattr(cl, "partition", None) if cl else None
+    if fn is None:
+        return None
+    return fn(trace, steps).select("step", "ts", "end", "cls")
+
+
+def _top_ops(trace: Trace) -> pl.DataFrame:
+    """Outermost cpu_ops (no enclosing cpu_op) with their layer: [i, pid, tid, ts, end, dur, layer]."""
+    ops = trace.host.filter(pl.col("cat") == "cpu_op")
+    if ops.height == 0:
+        return pl.DataFrame(schema={"i": pl.UInt32, "pid": pl.Int64, "tid": pl.Int64, "ts": pl.Int64,
+                                    "end": pl.Int64, "dur": pl.Int64, "layer": pl.String, "phase": pl.String})
+    top = call_tree(ops.drop("depth", "parent")).filter(pl.col("depth") == 0).select("i", "pid", "tid", "ts", "end", "dur")
+    return top.join(host_layers(trace).select("i", "layer", "phase"), on="i", how="left")
+
+
+def segment_layers(trace: Trace, segments: pl.DataFrame) -> pl.DataFrame:
+    """Give each classifier segment [step, ts, end, cls] the layer responsible for it: the layer of the GPU
+    activity running at its midpoint for GPU classes, else the layer of the outermost host op running
+    then (on any thread), else `(unattributed)`."""
+    seg = segments.with_row_index("_s").with_columns(t=(pl.col("ts") + pl.col("end")) // 2)
+    g = (trace.gpu.filter(pl.col("kind") != "sync").select("i", pl.col("ts").alias("_gts"), pl.col("end").alias("_gend"))
+         .join(gpu_layers(trace).select("i", pl.col("layer").alias("_gl")), on="i").drop("i").sort("_gts"))
+    seg = (seg.sort("t").join_asof(g, left_on="t", right_on="_gts", strategy="backward", check_sortedness=False)
+           .with_columns(_gl=pl.when(pl.col("t") < pl.col("_gend")).then(pl.col("_gl"))))
+    top = _top_ops(trace).filter(pl.col("layer") != UNATTRIBUTED)
+    threads = top.select("pid", "tid").unique()
+    h = (seg.select("_s", "t").join(threads, how="cross").sort("t")
+         .join_asof(top.select("pid", "tid", pl.col("ts").alias("_hts"), pl.col("end").alias("_hend"),
+                               pl.col("layer").alias("_hl")).sort("_hts"),
+                    left_on="t", right_on="_hts", by=["pid", "tid"], strategy="backward", check_sortedness=False)
+         .filter(pl.col("t") < pl.col("_hend")).sort("_hts").group_by("_s").agg(pl.col("_hl").last()))
+    seg = seg.join(h, on="_s", how="left")
+    gpu_cls = pl.col("cls").is_in(["gpu_compute", "gpu_memory", "communication"])
+    layer = pl.when(gpu_cls).then(pl.coalesce("_gl", "_hl")).otherwise(pl.coalesce("_hl", "_gl"))
+    return seg.sort("_s").select("step", "ts", "end", "cls", layer.fill_null(UNATTRIBUTED).alias("layer"))
+
+
+def layer_table(trace: Trace, steps: pl.DataFrame | None = None, depth: int | None = None,
+                findings: pl.DataFrame | None = None) -> pl.DataFrame:
+    """One row per layer (tree order) plus `(unattributed)`, over the given steps (default: all).
+
+    Times are ns and *inclusive* (a block counts its submodules); `self_gpu_ns` is the layer's own
+    share, so sum(self_gpu_ns) over all layers + the `(unattributed)` row = total GPU time (kernels,
+    memcpy, memset). With `depth`, deeper layers are left out (their time is in their ancestors)."""
+    steps = trace.steps if steps is None else steps
+    att = attribution(trace)
+    tree = att.tree
+    gl = gpu_layers(trace)
+    g = _in_steps(trace.gpu.filter(pl.col("kind") != "sync").select(
+        "i", "ts", "dur", "kind", pl.col("bytes").cast(pl.Float64).alias("_cbytes")), steps)
+    g = g.join(gl.select("i", "layer", "phase"), on="i", how="left")
+    kb = _kernel_bound(trace)
+    if kb is not None:
+        g = g.join(kb, on="i", how="left")
+    for c, dt in (("flops", pl.Float64), ("bytes", pl.Float64), ("bpe", pl.Float64), ("bound", pl.String)):
+        if c not in g.columns:
+            g = g.with_columns(pl.lit(None, dt).alias(c))
+    # copies and fills move their own byte count
+    g = g.with_columns(bytes=pl.when(pl.col("kind").is_in(["memcpy", "memset"])).then(pl.col("_cbytes"))
+                       .otherwise(pl.col("bytes")), bound=pl.when(pl.col("kind").is_in(["memcpy", "memset"]))
+                       .then(pl.lit("memory")).otherwise(pl.col("bound"))).drop("_cbytes")
+    spec = device_peaks(trace)
+    if spec is not None:
+        # the shortest time the device could do this work in (roofline): FLOPs at the peak for the operand
+        # width (tensor cores for <= 2-byte operands), bytes at the HBM bandwidth
+        peak = pl.when(pl.col("bpe") <= 2).then(spec.tc_tflops * 1e12).otherwise(spec.fp32_tflops * 1e12)
+        g = g.with_columns(_tf=pl.col("flops") / peak, _tb=pl.col("bytes") / (spec.hbm_tbps * 1e12))
+    else:
+        g = g.with_columns(_tf=pl.lit(None, pl.Float64), _tb=pl.lit(None, pl.Float64))
+    top = _in_steps(_top_ops(trace), steps)
+    # every row counts for its own layer and, through `anc`, for each enclosing layer
+    anc = tree.select("layer", "anc")
+    ph = pl.col("phase")
+
+    def incl(df: pl.DataFrame) -> pl.DataFrame:
+        return (df.join(anc, on="layer", how="inner").drop("layer").explode("anc").rename({"anc": "layer"}))
+
+    gi = incl(g)
+    gagg = [pl.col("dur").sum().alias("gpu_ns"), pl.col("dur").filter(ph == "forward").sum().alias("fwd_gpu_ns"),
+            pl.col("dur").filter(ph == "backward").sum().alias("bwd_gpu_ns"),
+            pl.col("dur").filter(~ph.is_in(["forward", "backward"])).sum().alias("other_gpu_ns"),
+            pl.len().alias("kernels"), pl.col("flops").sum().alias("flops"), pl.col("bytes").sum().alias("bytes"),
+            pl.col("_tf").sum().alias("_tf"), pl.col("_tb").sum().alias("_tb"),
+            (pl.col("flops").is_not_null() | pl.col("bytes").is_not_null()).any().alias("_hasf")]
+    per = gi.group_by("layer").agg(gagg)
+    self_ = g.group_by("layer").agg(pl.col("dur").sum().alias("self_gpu_ns"), pl.len().alias("self_kernels"))
+    bound = (gi.filter(pl.col("bound").is_not_null()).group_by("layer", "bound").agg(pl.col("dur").sum())
+             .sort("dur", "bound", descending=[True, False]).group_by("layer", maintain_order=True)
+             .agg(pl.col("bound").first()))
+    cpu = incl(top).group_by("layer").agg(pl.col("dur").sum().alias("cpu_ns"))
+    out = (tree.select("layer", "name", "layer_class", "kind", "depth", "parent_layer", "module_path", "calls",
+                       "first_ts")
+           .join(per, on="layer", how="left").join(self_, on="layer", how="left")
+           .join(bound, on="layer", how="left").join(cpu, on="layer", how="left"))
+    un = g.filter(pl.col("layer") == UNATTRIBUTED)
+    if un.height or out.height == 0:
+        urow = un.group_by(pl.lit(UNATTRIBUTED).alias("layer")).agg(gagg).with_columns(
+            self_gpu_ns=pl.col("gpu_ns"), self_kernels=pl.col("kernels"),
+            cpu_ns=pl.lit(int(top.filter(pl.col("layer") == UNATTRIBUTED)["dur"].sum())),
+            name=pl.lit(UNATTRIBUTED), layer_class=pl.lit(UNATTRIBUTED), kind=pl.lit(UNATTRIBUTED),
+            depth=pl.lit(0, pl.Int32), first_ts=pl.lit(2**62))
+        out = pl.concat([out, urow], how="diagonal_relaxed")
+    zero = ["gpu_ns", "fwd_gpu_ns", "bwd_gpu_ns", "other_gpu_ns", "kernels", "self_gpu_ns", "self_kernels", "cpu_ns"]
+    out = out.with_columns([pl.col(c).fill_null(0) for c in zero]).with_columns(
+        flops=pl.when(pl.col("_hasf").fill_null(False)).then(pl.col("flops")),
+        bytes=pl.when(pl.col("_hasf").fill_null(False)).then(pl.col("bytes")),
+    ).drop("_hasf")
+    secs = pl.col("gpu_ns").cast(pl.Float64) * 1e-9
+    has = pl.col("gpu_ns") > 0
+    out = out.with_columns(
+        tflops=pl.when(has).then(pl.col("flops") / secs / 1e12),
+        tbps=pl.when(has).then(pl.col("bytes") / secs / 1e12),
+        intensity=pl.when(pl.col("bytes") > 0).then(pl.col("flops") / pl.col("bytes")),
+        # achieved / peak = the roofline's ideal time over the measured GPU time
+        peak_flops_pct=pl.when(has & (pl.col("_tf") > 0)).then(100 * pl.col("_tf") / secs),
+        peak_bw_pct=pl.when(has & (pl.col("_tb") > 0)).then(100 * pl.col("_tb") / secs),
+        peak_tflops=pl.when(pl.col("_tf") > 0).then(pl.col("flops") / pl.col("_tf") / 1e12),
+    ).drop("_tf", "_tb")
+    # classifier shares: the step time each layer is responsible for, split by class
+    part = _partition(trace, steps)
+    if part is not None and part.height:
+        sl = segment_layers(trace, part).with_columns(dur=pl.col("end") - pl.col("ts"))
+        sh = pl.concat([incl(sl), sl.filter(pl.col("layer") == UNATTRIBUTED)], how="diagonal_relaxed")
+        sh = sh.group_by("layer").agg(pl.col("dur").sum().alias("time_ns"),
+                                      *[pl.col("dur").filter(pl.col("cls") == c).sum().alias(f"share_{c}")
+                                        for c in CLASSES])
+        sh = sh.with_columns([(100 * pl.col(f"share_{c}") / pl.col("time_ns")).alias(f"share_{c}") for c in CLASSES])
+        dom = pl.concat_list([pl.col(f"share_{c}") for c in CLASSES]).list.arg_max()
+        sh = sh.with_columns(dominant=dom.replace_strict(dict(enumerate(CLASSES)), return_dtype=pl.String))
+        out = out.join(sh, on="layer", how="left")
+    # findings inside each layer (a finding counts for its layer and the layers enclosing it)
+    if findings is not None and findings.height and "layer" in findings.columns:
+        code = "code" if "code" in findings.columns else None
+        f = findings.select("layer", *([pl.col(code).cast(pl.String).alias("code")] if code else []))
+        fi = pl.concat([incl(f), f.filter(~pl.col("layer").is_in(tree["layer"].implode()))], how="diagonal_relaxed")
+        fa = fi.group_by("layer").agg(pl.len().alias("findings"),
+                                      *([pl.col("code").drop_nulls().unique().sort().alias("finding_codes")]
+                                        if code else []))
+        out = out.join(fa, on="layer", how="left").with_columns(pl.col("findings").fill_null(0))
+    out = out.sort("first_ts", "depth").drop("first_ts")
+    if depth is not None:
+        out = out.filter((pl.col("depth") <= depth) | (pl.col("layer") == UNATTRIBUTED))
+    return out
+
+
+def repeats(table: pl.DataFrame, outlier: float = 0.2) -> pl.DataFrame:
+    """Repeated layers of one kind (`Block_0..N`, `GPT2Block_0..11`; same class at the same place in
+    the tree) compared by GPU time: [kind, layer_class, count, members, mean_ns, min_ns, max_ns, spread
+    (max/min), cv, outliers (members more than `outlier` away from the median)]."""
+    t = table.filter((pl.col("layer") != UNATTRIBUTED) & (pl.col("gpu_ns") > 0))
+    med = pl.col("gpu_ns").median()
+    return (t.group_by("kind", maintain_order=True).agg(
+        pl.col("layer_class").first(), pl.col("depth").first(), pl.len().alias("count"),
+        pl.col("name").alias("members"), pl.col("gpu_ns").alias("gpu"),
+        pl.col("gpu_ns").mean().alias("mean_ns"), pl.col("gpu_ns").min().alias("min_ns"),
+        pl.col("gpu_ns").max().alias("max_ns"), (pl.col("gpu_ns").std() / pl.col("gpu_ns").mean()).alias("cv"),
+        pl.col("name").filter(((pl.col("gpu_ns") - med).abs() / med) > outlier).alias("outliers"))
+        .filter(pl.col("count") > 1)
+        .with_columns(spread=pl.col("max_ns") / pl.col("min_ns"))
+        .sort("depth", "mean_ns", descending=[False, True]))
