@@ -65,15 +65,22 @@ def cmd_analyze(args: argparse.Namespace) -> int:
 
 # Hooks filled in by later stages (rules engine): keep the CLI free of analysis logic.
 def build_ctx(args: argparse.Namespace) -> dict:
-    return {"step": args.step}
+    from .rules_cli import build_ctx as rules_ctx
+
+    return {"step": args.step, **rules_ctx(args)}
 
 
 def exit_for_findings(doc: dict, args: argparse.Namespace) -> int:
-    return ExitCode.OK
+    from .rules_cli import exit_code
+
+    return ExitCode(exit_code(doc, args))
 
 
 def extend_report() -> None:
     """Register the optional report sections (rules, classifier, layers) once."""
+    from .engine import register
+
+    register()
 
 
 def make_parser() -> argparse.ArgumentParser:
@@ -89,10 +96,22 @@ def make_parser() -> argparse.ArgumentParser:
     a.set_defaults(func=cmd_analyze)
     for hook in PARSER_HOOKS:
         hook(sub, a)
+    try:  # `collect` / `trigger` live with the collectors (torch is imported only when they run)
+        from collectors.cli import add_parsers
+    except ImportError:
+        pass
+    else:
+        add_parsers(sub)
     return p
 
 
-PARSER_HOOKS: list[Callable[[argparse._SubParsersAction, argparse.ArgumentParser], None]] = []
+def _rules_hook(sub: argparse._SubParsersAction, analyze: argparse.ArgumentParser) -> None:
+    from .rules_cli import add_parsers
+
+    add_parsers(sub, analyze)
+
+
+PARSER_HOOKS: list[Callable[[argparse._SubParsersAction, argparse.ArgumentParser], None]] = [_rules_hook]
 
 
 def _layers_parser(sub: argparse._SubParsersAction, analyze: argparse.ArgumentParser) -> None:

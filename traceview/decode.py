@@ -86,6 +86,15 @@ class HostArgs(msgspec.Struct, gc=False):
     size: int | str | None = None
 
 
+class Dim3(msgspec.Struct, array_like=True, frozen=True, gc=False):
+    x: int | None = None
+    y: int | None = None
+    z: int | None = None
+
+
+_NO_DIM = Dim3()
+
+
 class GpuArgs(msgspec.Struct, gc=False):
     """Args of kernel / gpu_memcpy / gpu_memset / cuda_sync events."""
 
@@ -94,8 +103,8 @@ class GpuArgs(msgspec.Struct, gc=False):
     device: int | str | None = None
     stream: int | str | None = None
     correlation: int | None = None
-    grid: list[int] | None = None
-    block: list[int] | None = None
+    grid: Dim3 = _NO_DIM
+    block: Dim3 = _NO_DIM
     regs: int | None = _F(default=None, name="registers per thread")
     shmem: int | None = _F(default=None, name="shared memory")
     blocks_per_sm: float | str | None = _F(default=None, name="blocks per SM")

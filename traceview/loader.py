@@ -34,14 +34,19 @@ TRACE_SUFFIXES = (".json", ".json.gz", ".gz")
 
 def _ids(values: list) -> pl.Series:
     """pid/tid are ints or strings ("stream 7", "Spans", "25738"): map all to Int64."""
-    s = pl.Series(values, strict=False)
-    if s.dtype.is_integer():
-        return s.cast(pl.Int64)
-    s = s.cast(pl.String)
-    num = s.str.to_integer(strict=False)
-    digits = s.str.extract(r"^stream\s+(-?\d+)").str.to_integer(strict=False)
-    other = -((s.hash() % 1_000_000_000).cast(pl.Int64) + 10)
-    return pl.select(pl.coalesce(num, digits, other)).to_series()
+    s = pl.Series(values, dtype=pl.Int64, strict=False)
+    if s.null_count() == 0:  # the common case: all ints
+        return s
+    # only the few string ids take the slow path
+    pos = s.is_null().arg_true()
+    idx = pos.to_list()
+    strs = pl.Series(list(itemgetter(*idx)(values)) if len(idx) > 1 else [values[idx[0]]], dtype=pl.String,
+                     strict=False)
+    num = strs.str.to_integer(strict=False)
+    digits = strs.str.extract(r"^stream\s+(-?\d+)").str.to_integer(strict=False)
+    other = -((strs.hash() % 1_000_000_000).cast(pl.Int64) + 10)
+    fixed = pl.select(pl.coalesce(num, digits, other)).to_series()
+    return s.scatter(pos, fixed)
 
 
 def _to_int(s: pl.Series) -> pl.Series:
@@ -66,6 +71,14 @@ def _series(name: str, values: list, dtype: Any = None) -> pl.Series:
     return pl.Series(name, values, dtype=dtype, strict=False)
 
 
+_RAW_ATTRS = ("input_dims", "input_type", "concrete")
+# struct attributes that msgspec types as plain `int | None`: build those columns typed (fast path)
+_INT_ATTRS = {"external_id", "external_id_old", "seq", "fwd_tid", "ev_idx", "correlation", "py_id", "py_parent",
+              "py_module", "in_nelems", "group_size", "seq_comm", "regs", "shmem", "out_nelems", "graph_id",
+              "grid.x", "grid.y", "grid.z", "block.x", "block.y", "block.z", "total_allocated",
+              "total_reserved", "device_id", "device_type", "addr", "from_device"}
+
+
 def _args_frame(evs_args: list, rows: pl.Series, typ: type, fields: dict[str, str]) -> pl.DataFrame:
     """Decode `args` of the events at `rows` (positions) into columns {out_name: struct_attr}."""
     idx = rows.to_list()
@@ -76,23 +89,46 @@ def _args_frame(evs_args: list, rows: pl.Series, typ: type, fields: dict[str, st
     cols: dict[str, pl.Series] = {"i": rows.cast(pl.UInt32)}
     for out, attr in fields.items():
         vals = d.column(structs, attr)
-        if attr in ("input_dims", "input_type", "concrete"):
+        if attr in _RAW_ATTRS:
             cols[out] = _series(out, list(map(bytes, vals)), pl.Binary)
+        elif attr in _INT_ATTRS:
+            cols[out] = _series(out, vals, pl.Int64)
         else:
             cols[out] = _series(out, vals)
     return pl.DataFrame(cols)
 
 
-_HOST_FIELDS = {
-    "external_id": "external_id", "external_id_old": "external_id_old", "seq": "seq", "fwd_tid": "fwd_tid",
-    "ev_idx": "ev_idx", "input_dims": "input_dims", "input_type": "input_type", "concrete": "concrete",
-    "correlation": "correlation", "py_id": "py_id", "py_parent": "py_parent", "py_module": "py_module",
-    "collective": "collective", "in_nelems": "in_nelems", "dtype": "dtype", "group_size": "group_size",
-    "pg_name": "pg_name", "seq_comm": "seq_comm", "kind": "kind", "size": "size",
-}
+# host args by category: decode everything once, pull only the columns each category carries
+_PY_FIELDS = {"py_id": "py_id", "py_parent": "py_parent", "py_module": "py_module", "ev_idx": "ev_idx"}
+_OP_FIELDS = {"external_id": "external_id", "external_id_old": "external_id_old", "seq": "seq", "fwd_tid": "fwd_tid",
+              "ev_idx": "ev_idx", "input_dims": "input_dims", "input_type": "input_type"}
+_RT_FIELDS = {"external_id": "external_id", "external_id_old": "external_id_old", "correlation": "correlation"}
+_RARE_FIELDS = {"concrete": "concrete", "collective": "collective", "in_nelems": "in_nelems", "dtype": "dtype",
+                "group_size": "group_size", "pg_name": "pg_name", "seq_comm": "seq_comm", "kind": "kind",
+                "size": "size"}
+_HOST_FIELDS = {**_PY_FIELDS, **_OP_FIELDS, **_RT_FIELDS, **_RARE_FIELDS}
+_RARE_NAMES = r"^(record_param_comms|nccl:|gloo:|hipMemcpy|cudaMemcpy|c10d::)"
+
+
+def _host_args(ev_args: list, host: pl.DataFrame) -> pl.DataFrame:
+    has = host.filter(pl.col("nargs") > 0)
+    parts = [
+        _args_frame(ev_args, has.filter(pl.col("cat") == "python_function")["i"], d.HostArgs, _PY_FIELDS),
+        _args_frame(ev_args, has.filter(pl.col("cat").is_in(["cpu_op", "user_annotation"]))["i"], d.HostArgs,
+                    _OP_FIELDS),
+        _args_frame(ev_args, has.filter(pl.col("cat").is_in(RUNTIME_CATS))["i"], d.HostArgs, _RT_FIELDS),
+    ]
+    frame = pl.concat([p for p in parts if p.width > 1], how="diagonal_relaxed") if any(
+        p.width > 1 for p in parts) else pl.DataFrame({"i": pl.Series([], dtype=pl.UInt32)})
+    rare = _args_frame(ev_args, has.filter(pl.col("name").str.contains(_RARE_NAMES))["i"], d.HostArgs, _RARE_FIELDS)
+    out = host.join(frame, on="i", how="left") if frame.width > 1 else host
+    return out.join(rare, on="i", how="left") if rare.width > 1 else out
+
+
 _GPU_FIELDS = {
     "external_id": "external_id", "external_id_old": "external_id_old", "a_device": "device",
-    "a_stream": "stream", "correlation": "correlation", "grid": "grid", "block": "block", "regs": "regs",
+    "a_stream": "stream", "correlation": "correlation", "grid_x": "grid.x", "grid_y": "grid.y", "grid_z": "grid.z",
+    "block_x": "block.x", "block_y": "block.y", "block_z": "block.z", "regs": "regs",
     "shmem": "shmem", "blocks_per_sm": "blocks_per_sm", "occupancy": "occupancy", "bytes": "bytes",
     "from_device": "from_device", "collective": "collective", "in_nelems": "in_nelems",
     "out_nelems": "out_nelems", "group_size": "group_size", "dtype": "dtype", "pg_name": "pg_name",
@@ -170,9 +206,7 @@ def load_file(path: str | Path) -> Trace:
 
     # ---- host slices + call tree --------------------------------------------------------
     host = x.filter(pl.col("cat").is_in(HOST_CATS))
-    hargs = _args_frame(ev_args, host.filter(pl.col("nargs") > 0)["i"], d.HostArgs, _HOST_FIELDS)
-    host = host.join(hargs, on="i", how="left") if hargs.width > 1 else host
-    host = _ensure(host, _HOST_FIELDS, binary=("input_dims", "input_type", "concrete"))
+    host = _ensure(_host_args(ev_args, host), _HOST_FIELDS, binary=_RAW_ATTRS)
     host = host.with_columns(
         external_id=pl.coalesce(_to_int_expr("external_id"), _to_int_expr("external_id_old")),
         kind=pl.col("kind").cast(pl.String), size=pl.col("size").cast(pl.String),
@@ -253,14 +287,7 @@ def _finish_gpu(gpu: pl.DataFrame, host: pl.DataFrame) -> pl.DataFrame:
         pg_ranks=gpu["pg_ranks"].cast(pl.String, strict=False) if gpu["pg_ranks"].dtype != pl.List
         else gpu["pg_ranks"].cast(pl.List(pl.String)).list.join(", "),
     )
-    for a in ("grid", "block"):
-        col = gpu[a]
-        if col.dtype == pl.List(pl.Int64) or isinstance(col.dtype, pl.List):
-            gpu = gpu.with_columns([col.list.get(k, null_on_oob=True).cast(pl.Int64).alias(f"{a}_{ax}")
-                                    for k, ax in enumerate("xyz")])
-        else:
-            gpu = gpu.with_columns([pl.lit(None, pl.Int64).alias(f"{a}_{ax}") for ax in "xyz"])
-    gpu = gpu.drop("a_device", "a_stream", "external_id_old", "from_device", "grid", "block", "ph", "nargs")
+    gpu = gpu.drop("a_device", "a_stream", "external_id_old", "from_device", "ph", "nargs")
     # launch (runtime/driver call with the same correlation) and the op that made that call
     rt = (host.filter(pl.col("cat").is_in(RUNTIME_CATS) & pl.col("correlation").is_not_null())
           .select(pl.col("correlation").cast(pl.Int64), pl.col("i").alias("launch"), pl.col("op"),

@@ -49,10 +49,9 @@ def select_steps(trace: Trace, step: int | None) -> pl.DataFrame:
     return sel
 
 
-def _device_section(trace: Trace, steps: pl.DataFrame) -> list[dict]:
+def _device_section(trace: Trace, steps: pl.DataFrame, busy: pl.DataFrame) -> list[dict]:
     lo, hi = int(steps["ts"].min()), int(steps["end"].max())
     gpu = clip(trace.gpu, lo, hi)
-    busy = timeline.busy_per_window(gpu, steps)
     total = int((steps["end"] - steps["ts"]).sum())
     tb = timeline.temporal_breakdown(timeline.gpu_work(gpu))
     idle = timeline.idle_breakdown(gpu)
@@ -76,9 +75,9 @@ def _device_section(trace: Trace, steps: pl.DataFrame) -> list[dict]:
     return out
 
 
-def _steps_section(trace: Trace, steps: pl.DataFrame) -> tuple[list[dict], dict]:
+def _steps_section(trace: Trace, steps: pl.DataFrame, busy: pl.DataFrame) -> tuple[list[dict], dict]:
     bd = breakdown.step_breakdown(trace, steps)
-    busy = timeline.busy_per_window(trace.gpu, steps).group_by("step").agg(pl.col("busy").max())
+    busy = busy.group_by("step").agg(pl.col("busy").max())
     bd = bd.join(busy, on="step", how="left").with_columns(pl.col("busy").fill_null(0))
     roles = [*breakdown.ROLES, "other"]
     rows = []
@@ -126,12 +125,13 @@ def analyze_trace(trace: Trace, step: int | None = None, ctx: dict | None = None
     steps = select_steps(trace, step)
     lo, hi = int(steps["ts"].min()), int(steps["end"].max())
     gpu_win = trace.gpu.filter((pl.col("end") > lo) & (pl.col("ts") < hi))
-    step_rows, summary = _steps_section(trace, steps)
+    busy = timeline.busy_per_window(trace.gpu, steps)
+    step_rows, summary = _steps_section(trace, steps, busy)
     entry: dict[str, Any] = {
         "path": trace.meta.path, "rank": trace.meta.rank, "world_size": trace.meta.world_size,
         "metadata": metadata(trace), "warnings": list(trace.meta.warnings),
         "summary": summary, "steps": step_rows,
-        "devices": _device_section(trace, steps) if trace.has_gpu else [],
+        "devices": _device_section(trace, steps, busy) if trace.has_gpu else [],
         "top_kernels": _kernel_rows(kernels.top_kernels(trace, top, gpu_win)) if trace.has_gpu else [],
         "top_ops": _op_rows(kernels.top_ops(trace, top, gpu_win)) if trace.has_gpu else [],
     }
@@ -139,6 +139,7 @@ def analyze_trace(trace: Trace, step: int | None = None, ctx: dict | None = None
         entry["warnings"].append("no GPU activity in this trace (CPU-only): GPU analyses are empty")
     for name, fn in SECTIONS.items():
         entry[name] = fn(trace, steps, ctx)
+    entry["warnings"].extend(ctx.pop("_warnings", []))  # sections report left-out steps, failed rules
     return entry
 
 

@@ -19,29 +19,30 @@ def call_tree(host: pl.DataFrame) -> pl.DataFrame:
     if host.height == 0:
         return host.with_columns(depth=pl.lit(None, pl.Int32), parent=pl.lit(None, pl.UInt32))
     df = (host.with_columns(
-        _g=pl.struct("pid", "tid").rank("dense").cast(pl.Int64),
         _cr=pl.col("cat").replace_strict(_CAT_RANK, default=3, return_dtype=pl.Int8),
         _ev=pl.col("ev_idx").cast(pl.Int64, strict=False).fill_null(0) if "ev_idx" in host.columns else pl.lit(0),
-    ).sort("_g", "ts", pl.col("dur"), "_cr", "_ev", descending=[False, False, True, False, False])
+    ).sort("pid", "tid", "ts", "dur", "_cr", "_ev", descending=[False, False, False, True, False, False])
         .with_row_index("_pos"))
-    df = df.with_columns(_S=pl.col("_pos") - pl.col("_pos").min().over("_g"))
-    ends = (df.group_by("_g", "end").len().sort("_g", "end")
-            .with_columns(_E=pl.col("len").cum_sum().over("_g")).select("_g", pl.col("end").alias("_end"), "_E"))
-    df = df.sort("ts").join_asof(ends.sort("_end"), left_on="ts", right_on="_end", by="_g",
+    df = df.with_columns(_S=pl.col("_pos") - pl.col("_pos").min().over("pid", "tid"))
+    ends = (df.group_by("pid", "tid", "end").len().sort("pid", "tid", "end")
+            .with_columns(_E=pl.col("len").cum_sum().over("pid", "tid"))
+            .select("pid", "tid", pl.col("end").alias("_end"), "_E"))
+    df = df.sort("ts").join_asof(ends.sort("_end"), left_on="ts", right_on="_end", by=["pid", "tid"],
                                  strategy="backward", check_sortedness=False).sort("_pos")
     zero = pl.col("dur") == 0
-    nzero = zero.sum().over("_g", "ts")
-    zrank = pl.when(zero).then(pl.col("_pos") - pl.col("_pos").filter(zero).min().over("_g", "ts")).otherwise(0)
+    nzero = zero.sum().over("pid", "tid", "ts")
+    zrank = pl.when(zero).then(pl.col("_pos") - pl.col("_pos").filter(zero).min().over("pid", "tid", "ts")).otherwise(0)
     df = df.with_columns(
         depth=(pl.col("_S") - (pl.col("_E").fill_null(0) - (nzero - zrank))).cast(pl.Int32)
     )
     df = df.with_columns(depth=pl.col("depth").clip(lower_bound=0))
-    left = df.select("_pos", "_g", (pl.col("depth") - 1).alias("_d")).sort("_pos")
-    right = df.select(pl.col("_pos").alias("_ppos"), "_g", pl.col("depth").alias("_d"), pl.col("i").alias("parent"))
-    par = left.join_asof(right.sort("_ppos"), left_on="_pos", right_on="_ppos", by=["_g", "_d"],
+    left = df.select("_pos", "pid", "tid", (pl.col("depth") - 1).alias("_d")).sort("_pos")
+    right = df.select(pl.col("_pos").alias("_ppos"), "pid", "tid", pl.col("depth").alias("_d"),
+                      pl.col("i").alias("parent"))
+    par = left.join_asof(right.sort("_ppos"), left_on="_pos", right_on="_ppos", by=["pid", "tid", "_d"],
                          strategy="backward", allow_exact_matches=False, check_sortedness=False)
     df = df.join(par.select("_pos", "parent"), on="_pos", how="left")
-    return df.drop("_g", "_cr", "_ev", "_pos", "_S", "_end", "_E", strict=False).sort("i")
+    return df.drop("_cr", "_ev", "_pos", "_S", "_end", "_E", strict=False).sort("i")
 
 
 def ancestor_where(host: pl.DataFrame, rows: pl.DataFrame, cond: pl.Expr, out: str,

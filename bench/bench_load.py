@@ -1,0 +1,100 @@
+"""Benchmark: `traceview analyze --format json` end to end vs bare JSON decoding (and peers), one run.
+
+    python bench/bench_load.py [TRACE] [--repeat N] [--peers] [--csv out.csv]
+
+Each measurement runs in a fresh process (wall time and that process's peak RSS via wait4);
+runs are interleaved and the median is reported, because a 2-core machine is noisy.
+Throughput is MB of *uncompressed* JSON per second. The traceview time includes reading,
+gunzip, decoding, every analysis and writing the JSON report; the decoder baselines time only
+`orjson.loads` / `json.loads` of bytes already in memory (a lower bound for any Python tool).
+"""
+
+from __future__ import annotations
+
+import argparse
+import gzip
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+DEFAULT = Path(__file__).resolve().parents[1].parent / "shared/traces/big/big_train_60steps.json.gz"
+
+DECODE = r"""
+import gzip, sys, time
+raw = open(sys.argv[1], "rb").read()
+data = gzip.decompress(raw) if raw[:2] == b"\x1f\x8b" else raw
+import {mod}
+t = time.perf_counter(); {mod}.loads(data); print(time.perf_counter() - t)
+"""
+
+HTA = r"""
+import os, shutil, sys, tempfile, time, logging
+logging.disable(logging.CRITICAL)
+os.environ.setdefault("HTA_DISABLE_NS_ROUNDING", "1")
+d = tempfile.mkdtemp(); shutil.copy(sys.argv[1], os.path.join(d, "rank-0.json.gz"))
+from hta.trace_analysis import TraceAnalysis
+t = time.perf_counter(); ta = TraceAnalysis(trace_dir=d)
+ta.get_temporal_breakdown(visualize=False); ta.get_idle_time_breakdown(visualize=False)
+print(time.perf_counter() - t)
+"""
+
+
+def run(cmd: list[str], inner_time: bool) -> tuple[float, float]:
+    """(seconds, peak RSS MiB) of one child process; seconds from its stdout when inner_time."""
+    t = time.perf_counter()
+    p = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL)
+    out = p.stdout.read() if p.stdout else b""
+    _, status, ru = os.wait4(p.pid, 0)
+    wall = time.perf_counter() - t
+    if os.waitstatus_to_exitcode(status) != 0:
+        raise SystemExit(f"failed: {' '.join(cmd)}")
+    secs = float(out.decode().strip().splitlines()[-1]) if inner_time else wall
+    return secs, ru.ru_maxrss / 1024
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("trace", nargs="?", default=str(DEFAULT))
+    ap.add_argument("--repeat", type=int, default=5)
+    ap.add_argument("--peers", action="store_true", help="also time HTA (TraceAnalysis load + 2 breakdowns), once")
+    ap.add_argument("--csv", default=None)
+    a = ap.parse_args()
+    path = Path(a.trace)
+    raw = path.read_bytes()
+    mb = len(gzip.decompress(raw) if raw[:2] == b"\x1f\x8b" else raw) / 1e6
+    py = sys.executable
+    tv = [py, "-m", "traceview", "analyze", str(path), "--format", "json", "-o", os.devnull]
+    cases = {
+        "traceview analyze --format json": (tv, False),
+        "orjson.loads": ([py, "-c", DECODE.format(mod="orjson"), str(path)], True),
+        "json.loads": ([py, "-c", DECODE.format(mod="json"), str(path)], True),
+    }
+    res: dict[str, list[tuple[float, float]]] = {k: [] for k in cases}
+    for _ in range(a.repeat):  # interleaved
+        for k, (cmd, inner) in cases.items():
+            res[k].append(run(cmd, inner))
+    if a.peers:
+        with tempfile.TemporaryDirectory():
+            res["HTA TraceAnalysis (load + temporal + idle)"] = [run([py, "-c", HTA, str(path)], True)]
+    base = statistics.median(s for s, _ in res["orjson.loads"])
+    rows = []
+    print(f"{path.name}: {mb:.1f} MB of JSON, {a.repeat} interleaved runs, medians")
+    print(f"{'what':45} {'seconds':>8} {'MB/s':>8} {'vs orjson':>10} {'peak RSS MiB':>13}")
+    for k, v in res.items():
+        s = statistics.median(x for x, _ in v)
+        rss = statistics.median(r for _, r in v)
+        rows.append((k, s, mb / s, base / s, rss))
+        print(f"{k:45} {s:8.2f} {mb / s:8.1f} {base / s:9.2f}x {rss:13.0f}")
+    if a.csv:
+        with open(a.csv, "w") as fh:
+            fh.write("what,seconds,mb_per_s,speed_vs_orjson,peak_rss_mib\n")
+            for r in rows:
+                fh.write(f"{r[0]},{r[1]:.3f},{r[2]:.1f},{r[3]:.3f},{r[4]:.0f}\n")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,203 @@
+"""FLOPs and bytes of the ops that launch kernels, and a roofline bound per kernel.
+
+Formulas follow TraceLens's perf models (`TraceLens/PerfModel/perf_model.py`, PEERS.md §4), fed by the
+launching op's `Input Dims` / `Input type` (record_shapes). bpe = bytes per element of each operand.
+
+| category | ops | FLOPs | bytes |
+|---|---|---|---|
+| gemm | mm, addmm, _addmm_activation, bmm, baddbmm, matmul, linear, _scaled_mm | 2·M·N·K·batch (+M·N bias) | M·K·bpe_A + K·N·bpe_B + M·N·bpe_out (+bias) |
+| conv | convolution, _convolution, cudnn_convolution, conv*d (+_backward ×2) | 2·N·C_out·H_out·W_out·C_in/g·k_h·k_w | (∏x + ∏w + ∏out)·bpe |
+| attention | scaled_dot_product_*, _flash_attention_*, _efficient_attention_* | 4·B·H·N_q·N_kv·d (×2.5 backward) | (Q + K + V + O)·bpe |
+| reduction | sum, mean, amax, norm, softmax, layer/rms/batch/group norm, … | elements read | inputs + outputs (norm/softmax: out = in) |
+| elementwise | everything else with tensor inputs | elements of the (broadcast) output | Σ inputs·bpe + out·bpe_out |
+
+Shapes the trace does not carry are approximated and documented here: convolution forward assumes a
+stride-1 "same" output (Kineto records no output shape and usually no Concrete Inputs); attention
+ignores causal masking (TraceLens halves it when known). Inputs with dims `[]` are scalars.
+
+Kernel-name fallback (no shapes, e.g. `record_shapes=False` or an op-less CUDA-graph kernel): a kernel
+whose name looks like a GEMM/convolution/attention library kernel (gemm, nvjet, cutlass, xmma, cudnn,
+conv, flash, fmha, Cijk_, …) is `compute`; every other kernel (elementwise, reduce, copies, triton
+pointwise) is `memory`. The roofline bound is `compute` when FLOPs/peak ≥ bytes/bandwidth, else `memory`.
+"""
+
+from __future__ import annotations
+
+import math
+
+import msgspec
+import polars as pl
+
+from ..model import Trace
+from .specs import Spec, trace_spec
+
+DTYPE_BYTES = {
+    "float": 4, "double": 8, "c10::Half": 2, "c10::BFloat16": 2, "half": 2, "bfloat16": 2, "long int": 8,
+    "long": 8, "int": 4, "short int": 2, "short": 2, "signed char": 1, "unsigned char": 1, "bool": 1,
+    "c10::complex<float>": 8, "c10::complex<double>": 16, "c10::Float8_e4m3fn": 1, "c10::Float8_e5m2": 1,
+    "c10::Float8_e4m3fnuz": 1, "c10::Float8_e5m2fnuz": 1, "int8_t": 1, "uint8_t": 1,
+}
+GEMM_OPS = {"aten::mm", "aten::addmm", "aten::_addmm_activation", "aten::bmm", "aten::baddbmm", "aten::matmul",
+            "aten::linear", "aten::_scaled_mm", "aten::addbmm"}
+ATTN_KEYS = ("scaled_dot_product", "flash_attention", "efficient_attention", "cudnn_attention")
+REDUCE_OPS = {"sum", "mean", "amax", "amin", "max", "min", "norm", "prod", "var", "std", "argmax", "argmin",
+              "logsumexp", "cumsum", "any", "all", "topk", "sort", "linalg_vector_norm", "var_mean", "std_mean"}
+REDUCE_KEYS = ("norm", "softmax", "_loss", "nll_loss", "cross_entropy")  # substrings of the base name
+SAME_OUT_KEYS = ("softmax", "layer_norm", "rms_norm", "batch_norm", "group_norm", "cumsum", "sort")
+COMPUTE_KERNEL_RE = (r"(?i)gemm|nvjet|cutlass|xmma|wgmma|hmma|cublas|cudnn|conv|winograd|implicit_|fmha|flash|"
+                     r"attention|Cijk_|dgrad|wgrad|triton_tem|_mma_|sm\d\d_xmma")
+ELEMENTWISE_KERNEL_RE = (r"(?i)elementwise|reduce_kernel|reduction|triton_poi|triton_red|triton_per|"
+                         r"unrolled_|vectorized_|pointwise|softmax|layer_norm|batch_norm|fill|copy_kernel|"
+                         r"index_elementwise|CatArrayBatched|multi_tensor_apply")
+
+_dims_dec = msgspec.json.Decoder()
+
+
+def _prod(xs) -> int:
+    return math.prod(int(x) for x in xs) if xs else 1
+
+
+def _is_tensor(d, t) -> bool:
+    return isinstance(d, list) and len(d) > 0 and all(isinstance(x, int) for x in d) and t in DTYPE_BYTES
+
+
+def op_cost(name: str, dims: list, types: list) -> tuple[str, float | None, float | None, float | None]:
+    """(category, flops, bytes, bpe of the first tensor) for one (name, Input Dims, Input type) combo."""
+    ts = [(d, DTYPE_BYTES[t]) for d, t in zip(dims, types, strict=False) if _is_tensor(d, t)]
+    if not ts:
+        return ("other", None, None, None)
+    bpe = ts[0][1]
+    low = name.lower()
+    try:
+        if name in GEMM_OPS:
+            bias = None
+            mats = ts
+            if name in ("aten::addmm", "aten::_addmm_activation", "aten::baddbmm", "aten::addbmm") and len(ts) >= 3:
+                bias, mats = ts[0], ts[1:3]
+            if name == "aten::linear":
+                (x, bx), (w, bw) = ts[0], ts[1]
+                m, k, n = _prod(x[:-1]), x[-1], w[0]
+                bias = ts[2] if len(ts) > 2 else None
+                flops = 2.0 * m * n * k
+                byts = m * k * bx + k * n * bw + m * n * bx
+            else:
+                (a, ba), (b, bb) = mats[0], mats[1]
+                if len(a) == 1:
+                    a = [1, a[0]]
+                if len(b) == 1:
+                    b = [b[0], 1]
+                m, k, n = a[-2], a[-1], b[-1]
+                batch = max(_prod(a[:-2]), _prod(b[:-2]))
+                flops = 2.0 * batch * m * n * k
+                byts = batch * (m * k * ba + k * n * bb + m * n * ba)
+            if bias is not None:
+                flops += _prod(bias[0]) if name == "aten::linear" else 0
+                byts += _prod(bias[0]) * bias[1]
+                if name != "aten::linear":
+                    flops += m * n * (batch if name != "aten::addmm" else 1)
+            return ("gemm", float(flops), float(byts), bpe)
+        if "convolution" in low or low.startswith("aten::conv") or "cudnn_conv" in low:
+            if "backward" in low and len(ts) >= 3:
+                (go, _), (x, _), (w, _) = ts[0], ts[1], ts[2]
+                out_elems = _prod(go)
+                flops = 2.0 * 2.0 * out_elems * _prod(w[1:])  # dgrad + wgrad
+                byts = (2 * _prod(go) + 2 * _prod(x) + 2 * _prod(w)) * bpe
+            else:
+                (x, _), (w, _) = ts[0], ts[1]
+                n, spatial = x[0], x[2:]
+                out_elems = n * w[0] * _prod(spatial)  # stride-1 "same" approximation (no output shape)
+                flops = 2.0 * out_elems * _prod(w[1:])
+                byts = (_prod(x) + _prod(w) + out_elems) * bpe
+            return ("conv", flops, float(byts), bpe)
+        if any(k in low for k in ATTN_KEYS) and len(ts) >= 3:
+            (q, _), (k_, _), (v, _) = ts[0], ts[1], ts[2]
+            b_h = _prod(q[:-2])
+            nq, d, nkv, dv = q[-2], q[-1], k_[-2], v[-1]
+            flops = 2.0 * b_h * nq * nkv * (d + dv)
+            byts = (_prod(q) + _prod(k_) + _prod(v) + b_h * nq * dv) * bpe
+            if "backward" in low:
+                flops, byts = 2.5 * flops, 2.0 * byts
+            return ("attention", flops, float(byts), bpe)
+    except (IndexError, TypeError, ValueError):
+        return ("other", None, None, bpe)
+    sizes = [_prod(d) for d, _ in ts]
+    in_bytes = sum(_prod(d) * b for d, b in ts)
+    big = max(sizes)
+    base = low.split("::")[-1].strip("_")
+    if base in REDUCE_OPS or any(k in base for k in REDUCE_KEYS):
+        out = big if any(k in low for k in SAME_OUT_KEYS) else 0
+        return ("reduction", float(big), float(in_bytes + out * bpe), bpe)
+    return ("elementwise", float(big), float(in_bytes + big * bpe), bpe)
+
+
+def io_bytes(dims: list, types: list) -> tuple[float | None, float | None, float | None]:
+    """(first tensor input, other tensor inputs, output) bytes: the elementwise-chain fusion accounting.
+
+    The output has the first input's dtype and the largest input's element count (broadcast)."""
+    ts = [(_prod(d), DTYPE_BYTES[t]) for d, t in zip(dims, types, strict=False) if _is_tensor(d, t)]
+    if not ts:
+        return (None, None, None)
+    first = float(ts[0][0] * ts[0][1])
+    extra = float(sum(n * b for n, b in ts[1:]))
+    out = float(max(n for n, _ in ts) * ts[0][1])
+    return (first, extra, out)
+
+
+def op_costs(trace: Trace, op_ids: pl.Series | None = None) -> pl.DataFrame:
+    """[op, category, flops, bytes, bpe] for the cpu_ops that launched GPU work.
+
+    Input Dims are decoded with msgspec once per distinct (name, Input Dims, Input type) combo, never
+    per event."""
+    ids = trace.gpu["op"].drop_nulls().unique() if op_ids is None else op_ids
+    ops = trace.host.filter(pl.col("i").is_in(ids.implode())).select(
+        pl.col("i").alias("op"), "name", "input_dims", "input_type")
+    combos = ops.select("name", "input_dims", "input_type").unique()
+    rows = []
+    for name, dims_b, types_b in combos.iter_rows():  # distinct shapes, not events
+        try:
+            dims = _dims_dec.decode(dims_b) if dims_b else []
+            types = _dims_dec.decode(types_b) if types_b else []
+        except msgspec.DecodeError:
+            dims, types = [], []
+        cat, fl, by, bpe = op_cost(name, dims, types)
+        rows.append((name, dims_b, types_b, cat, fl, by, bpe, *io_bytes(dims, types)))
+    costs = pl.DataFrame(rows, schema={"name": pl.String, "input_dims": pl.Binary, "input_type": pl.Binary,
+                                       "category": pl.String, "flops": pl.Float64, "bytes": pl.Float64,
+                                       "bpe": pl.Float64, "in0_bytes": pl.Float64, "extra_bytes": pl.Float64,
+                                       "out_bytes": pl.Float64}, orient="row")
+    return ops.join(costs, on=["name", "input_dims", "input_type"], how="left", nulls_equal=True).select(
+        "op", pl.col("name").alias("op_name"), "category", "flops", "bytes", "bpe", "in0_bytes", "extra_bytes",
+        "out_bytes")
+
+
+def kernel_bound(trace: Trace, spec: Spec | None = None) -> pl.DataFrame:
+    """One row per compute kernel: [i, op, op_name, category, flops, bytes, bpe, intensity, bound, source,
+    in0_bytes, extra_bytes, out_bytes].
+
+    An op's FLOPs and bytes are split over the kernels it launched by duration. `bound` is 'compute' or
+    'memory' (roofline when shapes exist, `source = 'shapes'`; kernel name otherwise, `source = 'name'`).
+    """
+    spec = spec or trace_spec(trace.meta)
+    k = trace.gpu.filter(pl.col("kind") == "compute").select("i", "name", "op", "dur")
+    if k.height == 0:
+        return pl.DataFrame(schema={"i": pl.UInt32, "op": pl.UInt32, "op_name": pl.String, "category": pl.String,
+                                    "flops": pl.Float64, "bytes": pl.Float64, "bpe": pl.Float64,
+                                    "intensity": pl.Float64, "bound": pl.String, "source": pl.String,
+                                    "in0_bytes": pl.Float64, "extra_bytes": pl.Float64, "out_bytes": pl.Float64})
+    costs = op_costs(trace, k["op"].drop_nulls().unique())
+    share = (pl.col("dur").cast(pl.Float64) / pl.col("dur").sum().over("op").cast(pl.Float64)).fill_nan(None)
+    nker = pl.len().over("op").cast(pl.Float64)
+    share = pl.when(pl.col("op").is_null()).then(None).otherwise(share.fill_null(1.0 / nker))
+    k = k.join(costs, on="op", how="left").with_columns(_share=share).with_columns(
+        *[pl.col(c) * pl.col("_share") for c in ("flops", "bytes", "in0_bytes", "extra_bytes", "out_bytes")])
+    peak_tc, peak_32, bw = spec.peak_flops(2), spec.peak_flops(4), spec.bw
+    peak = pl.when(pl.col("bpe") <= 2).then(pl.lit(peak_tc)).otherwise(pl.lit(peak_32))
+    by_shape = pl.when(pl.col("flops") / peak >= pl.col("bytes") / bw).then(pl.lit("compute")).otherwise(pl.lit("memory"))
+    by_name = pl.when(pl.col("name").str.contains(COMPUTE_KERNEL_RE)).then(pl.lit("compute")).otherwise(pl.lit("memory"))
+    has = pl.col("flops").is_not_null() & pl.col("bytes").is_not_null() & (pl.col("bytes") > 0)
+    return k.with_columns(
+        intensity=pl.when(has).then(pl.col("flops") / pl.col("bytes")),
+        bound=pl.when(has).then(by_shape).otherwise(by_name),
+        source=pl.when(has).then(pl.lit("shapes")).otherwise(pl.lit("name")),
+    ).select("i", "op", "op_name", "category", "flops", "bytes", "bpe", "intensity", "bound", "source",
+             "in0_bytes", "extra_bytes", "out_bytes")

@@ -1,0 +1,57 @@
+"""Step windows helpers shared by the classifier and the rules: which steps are complete, and which step an
+event belongs to."""
+
+from __future__ import annotations
+
+import polars as pl
+
+from ..model import Trace
+from .timeline import gpu_work
+
+CUT_OFF_RATIO = 0.8  # tb_plugin: a last step with < 80 % of the previous step's GPU ops was cut off
+
+
+def gpu_ops_per_step(trace: Trace, steps: pl.DataFrame) -> pl.DataFrame:
+    """[step, gpu_ops]: GPU activities whose launch call lies in the step's host span (tb_plugin's count)."""
+    w = steps.select("step", "cpu_ts", "cpu_end").sort("cpu_ts")
+    g = gpu_work(trace.gpu).filter(pl.col("launch_ts").is_not_null()).select("launch_ts").sort("launch_ts")
+    got = (g.join_asof(w, left_on="launch_ts", right_on="cpu_ts", strategy="backward")
+           .filter(pl.col("launch_ts") < pl.col("cpu_end")).group_by("step").len())
+    return steps.select("step").join(got, on="step", how="left").select(
+        "step", pl.col("len").fill_null(0).cast(pl.Int64).alias("gpu_ops")).sort("step")
+
+
+def complete_steps(trace: Trace, steps: pl.DataFrame) -> tuple[pl.DataFrame, list[str]]:
+    """Drop trailing steps that launched no GPU work and a last step cut off by the end of the recording
+    (fewer than 80 % of the previous step's GPU ops), as the tb_plugin does. Returns (steps, warnings)."""
+    if steps.height < 2 or not trace.has_gpu:
+        return steps, []
+    n = gpu_ops_per_step(trace, steps)
+    ops = n["gpu_ops"].to_list()
+    nums = n["step"].to_list()
+    drop: list[tuple[int, str]] = []
+    while len(ops) > 1 and ops[-1] == 0 and sum(ops[:-1]) > 0:
+        drop.append((nums.pop(), "launched no GPU work"))
+        ops.pop()
+    if len(ops) > 1 and ops[-1] < CUT_OFF_RATIO * ops[-2]:
+        drop.append((nums.pop(), f"launched {ops[-1]} GPU ops vs {ops[-2]} in the step before "
+                                 f"(< 80 %: cut off by the end of the recording)"))
+        ops.pop()
+    if not drop:
+        return steps, []
+    warns = [f"step {s} left out of the rules and the classification: it {why}" for s, why in drop]
+    return steps.filter(pl.col("step").is_in(nums)), warns
+
+
+def step_of(df: pl.DataFrame, steps: pl.DataFrame, col: str = "ts", out: str = "step") -> pl.DataFrame:
+    """Add `out`: the step whose device window [ts, end) contains `col` (null outside every step)."""
+    w = steps.select(pl.col("step").alias(out), pl.col("ts").alias("_wts"), pl.col("end").alias("_wend")).sort("_wts")
+    res = df.sort(col).join_asof(w, left_on=col, right_on="_wts", strategy="backward")
+    return res.with_columns(pl.when(pl.col(col) < pl.col("_wend")).then(pl.col(out)).alias(out)).drop("_wts", "_wend")
+
+
+def host_step_of(df: pl.DataFrame, steps: pl.DataFrame, col: str, out: str = "step") -> pl.DataFrame:
+    """Add `out`: the step whose host span [cpu_ts, cpu_end) contains `col` (e.g. a kernel's launch_ts)."""
+    w = steps.select(pl.col("step").alias(out), pl.col("cpu_ts").alias("_wts"), pl.col("cpu_end").alias("_wend")).sort("_wts")
+    res = df.sort(col).join_asof(w, left_on=col, right_on="_wts", strategy="backward")
+    return res.with_columns(pl.when(pl.col(col) < pl.col("_wend")).then(pl.col(out)).alias(out)).drop("_wts", "_wend")

@@ -1,0 +1,113 @@
+"""Rule thresholds: defaults from each rule's OPTIONS, overridden by `[tool.traceview]` in the
+pyproject.toml of the working directory (or `--config FILE`), then by `--set rule.option=value`.
+
+```toml
+[tool.traceview]
+select = ["TV1", "TV2"]      # optional, as --select
+ignore = ["TV301"]           # optional, as --ignore
+fail-on = "warning"          # optional, as --fail-on
+
+[tool.traceview.launch-bound]  # a rule's slug (or code)
+moderate_pct = 5.0
+```
+A `--config` file may hold the same keys at the top level or under `[tool.traceview]`. Unknown rules,
+unknown options and values of the wrong type are errors (exit 2).
+"""
+
+from __future__ import annotations
+
+import tomllib
+from pathlib import Path
+from typing import Any
+
+from .errors import TraceError
+
+TOP_KEYS = {"select", "ignore", "fail-on", "fail_on"}
+
+
+def defaults() -> dict[str, dict[str, Any]]:
+    from rules import RULES
+
+    return {m.NAME: {k: o.default for k, o in m.OPTIONS.items()} for m in RULES.values()}
+
+
+def _rule_name(key: str) -> str:
+    from rules import BY_NAME, RULES
+
+    if key in BY_NAME:
+        return key
+    if key.upper() in RULES:
+        return RULES[key.upper()].NAME
+    raise TraceError(f"config: unknown rule {key!r} (rules: {', '.join(sorted(BY_NAME))})")
+
+
+def _coerce(rule: str, opt: str, value: Any, default: Any) -> Any:
+    if isinstance(default, bool):
+        if isinstance(value, str) and value.lower() in ("true", "false", "1", "0"):
+            return value.lower() in ("true", "1")
+        if isinstance(value, bool):
+            return value
+    elif isinstance(default, int) and not isinstance(default, bool):
+        try:
+            return int(value)
+        except (TypeError, ValueError):
+            pass
+    elif isinstance(default, float):
+        try:
+            return float(value)
+        except (TypeError, ValueError):
+            pass
+    elif isinstance(default, str):
+        return str(value)
+    raise TraceError(f"config: {rule}.{opt} must be a {type(default).__name__}, got {value!r}")
+
+
+def read_file(path: str | Path) -> dict[str, Any]:
+    p = Path(path)
+    try:
+        data = tomllib.loads(p.read_text(encoding="utf-8"))
+    except FileNotFoundError:
+        raise TraceError(f"config: {p}: no such file") from None
+    except tomllib.TOMLDecodeError as e:
+        raise TraceError(f"config: {p}: {e}") from None
+    if "tool" in data:
+        return data.get("tool", {}).get("traceview", {})
+    return data
+
+
+def load(config_file: str | None = None, sets: list[str] | None = None, cwd: str | Path | None = None) -> dict:
+    """{"options": {rule: {opt: value}}, "select": [...]|None, "ignore": [...], "fail_on": str|None, "source": path}."""
+    raw: dict[str, Any] = {}
+    source = None
+    if config_file:
+        raw, source = read_file(config_file), str(config_file)
+    else:
+        pp = Path(cwd or Path.cwd()) / "pyproject.toml"
+        if pp.is_file():
+            raw, source = read_file(pp), str(pp)
+    opts = defaults()
+    for key, table in raw.items():
+        if key in TOP_KEYS:
+            continue
+        rule = _rule_name(key)
+        if not isinstance(table, dict):
+            raise TraceError(f"config: [{key}] must be a table of options")
+        for opt, val in table.items():
+            if opt not in opts[rule]:
+                raise TraceError(f"config: unknown option {rule}.{opt} (options: {', '.join(sorted(opts[rule]))})")
+            opts[rule][opt] = _coerce(rule, opt, val, opts[rule][opt])
+    for s in sets or []:
+        if "=" not in s or "." not in s.split("=", 1)[0]:
+            raise TraceError(f"--set {s!r}: expected RULE.OPTION=VALUE")
+        lhs, val = s.split("=", 1)
+        key, opt = lhs.rsplit(".", 1)
+        rule = _rule_name(key.strip())
+        opt = opt.strip()
+        if opt not in opts[rule]:
+            raise TraceError(f"--set: unknown option {rule}.{opt} (options: {', '.join(sorted(opts[rule]))})")
+        opts[rule][opt] = _coerce(rule, opt, val.strip(), opts[rule][opt])
+    fail_on = raw.get("fail-on", raw.get("fail_on"))
+    if fail_on is not None and fail_on not in ("info", "warning", "error"):
+        raise TraceError(f"config: fail-on must be info, warning or error, got {fail_on!r}")
+    return {"options": opts, "select": raw.get("select"), "ignore": raw.get("ignore") or [], "fail_on": fail_on,
+            "source": source}

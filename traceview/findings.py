@@ -1,0 +1,99 @@
+"""The `Finding` model: what a rule reports, ready to rank, render and serialise.
+
+JSON keys (the contract, docs/json-schema.md): rule, code, severity, title, steps, count, cost_us,
+savings_us, savings_pct, evidence, fix, layer. `count` is the number of occurrences over all analysed
+steps; `cost_us` the measured time lost; `savings_us` the estimated time a fix recovers and
+`savings_pct` that as % of the analysed window (the sum of the analysed steps).
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+SEVERITIES = ("info", "warning", "error")
+
+
+def severity_rank(sev: str) -> int:
+    return SEVERITIES.index(sev)
+
+
+def severity_for(pct: float | None, moderate: float, high: float, default: str = "warning") -> str:
+    """XProf-style grading: >= high -> error, >= moderate -> the rule's default, else info."""
+    if pct is None or pct < moderate:
+        return "info"
+    if pct >= high:
+        return "error"
+    return default
+
+
+@dataclass
+class Finding:
+    rule: str
+    code: str
+    severity: str
+    title: str
+    steps: list[int]
+    count: int
+    cost_us: float
+    savings_us: float
+    savings_pct: float
+    evidence: dict[str, Any] = field(default_factory=dict)
+    fix: str = ""
+    layer: str | None = None
+
+    def __post_init__(self) -> None:
+        if self.severity not in SEVERITIES:
+            raise ValueError(f"bad severity {self.severity!r}")
+
+    def to_dict(self) -> dict[str, Any]:
+        d = asdict(self)
+        d["cost_us"] = round(float(self.cost_us), 3)
+        d["savings_us"] = round(float(self.savings_us), 3)
+        d["savings_pct"] = round(float(self.savings_pct), 2)
+        d["steps"] = [int(s) for s in self.steps]
+        d["count"] = int(self.count)
+        return d
+
+
+def ranked(findings: list[dict]) -> list[dict]:
+    """Findings sorted by estimated savings, then severity, then code."""
+    return sorted(findings, key=lambda f: (-f["savings_us"], -severity_rank(f["severity"]), f["code"]))
+
+
+def finding_layer(trace, kernel_ids: list[int] | None = None, op_ids: list[int] | None = None) -> str | None:
+    """The most common layer of a finding's evidence kernels (or of the kernels its ops launched).
+
+    Uses `traceview.analyses.layers.gpu_layers(trace)` -> [i, layer, ...] when that module exists;
+    None otherwise (the per-layer view is optional)."""
+    try:
+        from .analyses.layers import gpu_layers  # type: ignore[attr-defined]
+    except ImportError:
+        return None
+    import polars as pl
+
+    try:
+        lay = _layers_cached(trace, gpu_layers)
+    except Exception:  # noqa: BLE001 - a failing optional view must not break findings
+        return None
+    ids = list(kernel_ids or [])
+    if op_ids:
+        ids += trace.gpu.filter(pl.col("op").is_in(list(op_ids)))["i"].to_list()
+    if not ids or lay is None or "layer" not in lay.columns:
+        return None
+    got = lay.filter(pl.col("i").is_in(ids) & pl.col("layer").is_not_null() & ~pl.col("layer").str.starts_with("("))
+    if got.height == 0:
+        return None
+    return str(got["layer"].mode().sort().first())
+
+
+_LAYER_CACHE: dict[int, Any] = {}
+
+
+def _layers_cached(trace, fn):
+    hit = _LAYER_CACHE.get(id(trace))
+    if hit is None or hit[0] is not trace:  # the trace object itself is kept, so its id cannot be reused
+        if len(_LAYER_CACHE) > 8:
+            _LAYER_CACHE.clear()
+        hit = _LAYER_CACHE[id(trace)] = (trace, fn(trace))
+    return hit[1]
