@@ -25,13 +25,21 @@ def _r(v: float | None, nd: int = 2) -> float | None:
 
 
 def _findings_frame(trace: Trace, steps: pl.DataFrame, ctx: dict) -> pl.DataFrame | None:
-    """Findings with a `layer` column: given in ctx (the rules engine puts them there), else None."""
-    f = ctx.get("findings_frame")
-    if isinstance(f, pl.DataFrame):
-        return f
+    """Findings [layer, code]: from ctx when given, else from the rules engine (issue 3) when it is
+    installed (its shared analyses are cached in ctx, so this adds only the rule checks)."""
     rows = ctx.get("findings")
+    if rows is None:
+        engine = L._optional("traceview.engine")
+        if engine is not None and hasattr(engine, "run_rules"):
+            try:
+                rows = engine.run_rules(trace, steps, ctx)
+            except Exception:  # noqa: BLE001 - findings are optional in this view
+                rows = None
+    if isinstance(rows, pl.DataFrame):
+        return rows
     if isinstance(rows, list) and rows and isinstance(rows[0], dict):
-        return pl.DataFrame([{"layer": r.get("layer"), "code": r.get("code")} for r in rows])
+        return pl.DataFrame([{"layer": r.get("layer"), "code": r.get("code")} for r in rows],
+                            schema={"layer": pl.String, "code": pl.String})
     return None
 
 

@@ -90,12 +90,19 @@ def _args_frame(evs_args: list, rows: pl.Series, typ: type, fields: dict[str, st
     for out, attr in fields.items():
         vals = d.column(structs, attr)
         if attr in _RAW_ATTRS:
-            cols[out] = _series(out, list(map(bytes, vals)), pl.Binary)
+            cols[out] = _raw_column(out, vals)
         elif attr in _INT_ATTRS:
             cols[out] = _series(out, vals, pl.Int64)
         else:
             cols[out] = _series(out, vals)
     return pl.DataFrame(cols)
+
+
+def _raw_column(name: str, raws: list) -> pl.Series:
+    """Raw JSON slices -> Binary column without a Python call per value: join them with a byte that
+    JSON text cannot contain unescaped (0x1f) and split inside polars."""
+    joined = b"\x1f".join(raws).decode("utf-8", "replace")
+    return pl.Series(name, [joined]).str.split("\x1f").explode().cast(pl.Binary)
 
 
 # host args by category: decode everything once, pull only the columns each category carries
