@@ -171,16 +171,19 @@ def test_analyze_has_layers_section() -> None:
 
 
 def test_findings_carry_layer() -> None:
-    rules = pytest.importorskip("traceview.findings", reason="rules engine (issue 3) not landed yet")
-    run = getattr(rules, "run", None) or getattr(rules, "findings", None)
-    if run is None:
-        pytest.skip("traceview.findings has no run(); cannot produce findings")
+    engine = pytest.importorskip("traceview.engine", reason="rules engine (issue 3) not landed yet")
     t = load(TINY)
-    f = run(t, t.steps, {})
-    f = f if isinstance(f, pl.DataFrame) else pl.DataFrame(f)
-    if f.height == 0:
+    found = engine.run_rules(t, t.steps, {})
+    if not found:
         pytest.skip("no findings on this trace")
-    assert "layer" in f.columns and f["layer"].null_count() == 0
+    assert all(f.get("layer") for f in found), [(f["code"], f.get("layer")) for f in found]
+    # and the layer table counts them in their layer and its ancestors
+    f = pl.DataFrame([{"layer": x["layer"], "code": x["code"]} for x in found])
+    tb = L.layer_table(t, findings=f)
+    for x in found:
+        r = _row(tb, x["layer"])
+        assert r["findings"] >= 1 and x["code"] in r["finding_codes"]
+    assert _row(tb, "TinyGPT_0")["findings"] == len([x for x in found if x["layer"].startswith("TinyGPT_0")])
 
 
 def _collected_module_traces() -> list:
