@@ -1,0 +1,152 @@
+"""TV201 elementwise-chain: runs of memory-bound elementwise/reduction kernels that could be one kernel.
+
+## What it detects
+Runs of >= `min_kernels` consecutive elementwise or reduction kernels on one stream within one step, with
+no GEMM, convolution, attention, NCCL or other kernel (nor memcpy/memset) between them. A kernel is
+elementwise/reduction when its launching op's category (from `Input Dims`) is elementwise or reduction, or —
+without shapes — when its name is an ATen elementwise/reduce kernel or an Inductor pointwise/reduction
+kernel (`vectorized_elementwise_kernel`, `reduce_kernel`, `triton_poi_*`, …). Chains with the same op
+sequence on the same stream are one finding; `count` is the number of chains.
+
+## Why it is slow
+Each eager elementwise op reads its whole input from HBM and writes its whole output back. A chain of k
+such kernels on a tensor of B bytes moves about 2·k·B; one fused kernel reads the first input once (plus any
+distinct extra inputs) and writes the last output once, about 2·B (DOMAIN.md §1: the seed's 4·M·N·s eager
+vs 2·M·N·s fused accounting). The kernels are bandwidth-bound, so time scales with bytes moved.
+
+## How to fix
+Let the compiler fuse the chain: `torch.compile` (Inductor emits one Triton kernel per chain). Use fused
+or epilogue forms: `F.linear(x, w, b)` / `addmm` folds the bias into the GEMM epilogue, fused activations
+(`_addmm_activation`), fused optimizers (`foreach=True`, `fused=True`), fused norms/softmax. Hand-write a
+Triton kernel for a hot custom chain.
+
+## Evidence
+Per chain pattern: the kernels and ops in order, kernels per chain, bytes moved per chain (from the
+launching ops' `Input Dims`/`Input type`: Σ inputs + output per kernel, TraceLens formulas), the fused
+bytes (first input + distinct extra inputs + last output), the achieved bandwidth vs the device's peak
+(spec table by `deviceProperties` name), the costliest occurrence's time window and stream. Savings =
+chain time − fused time, where fused time = chain time × fused bytes / chain bytes, but at least the
+shortest kernel of the chain (a fused kernel still costs one launch). Without shapes the fallback is
+DOMAIN.md's (k − 1)/k of the chain time. Reported when the pattern's savings reach `min_savings_pct`.
+
+## Options
+- `min_kernels` (2): shortest run reported (the issue's definition: >= 2 consecutive kernels).
+- `min_savings_pct` (2.0): smallest savings (% of step time) worth a finding — TraceLens agent MIN_IMPACT_SCORE (2 %).
+- `moderate_pct` (3.0): savings share at which a finding is a warning — XProf moderate threshold.
+- `high_pct` (15.0): savings share at which it is an error — XProf high threshold.
+
+## References
+- TraceLens perf models (unary/binary elementwise bytes) and `kernel_fusion_analysis.py` (fused ≈ first input + last output) — PEERS.md §4.
+- HTA frequent CUDA kernel sequences (fusion hints) — PEERS.md §3.
+- DOMAIN.md §1–2 (memory accounting; torch.compile measured 5.2× on an 8-op chain on H200).
+"""
+
+from __future__ import annotations
+
+import polars as pl
+
+from rules import Option
+from traceview.analyses.roofline import ELEMENTWISE_KERNEL_RE
+from traceview.analyses.windows import host_step_of, step_of
+from traceview.findings import Finding, finding_layer, severity_for
+
+CODE = "TV201"
+NAME = "elementwise-chain"
+SEVERITY = "warning"
+TITLE = "Chain of memory-bound elementwise kernels could be fused"
+OPTIONS = {
+    "min_kernels": Option(2, "shortest chain reported (kernels)"),
+    "min_savings_pct": Option(2.0, "TraceLens agent MIN_IMPACT_SCORE: smallest savings worth a finding (% of step time)"),
+    "moderate_pct": Option(3.0, "XProf moderate threshold (% of step time)"),
+    "high_pct": Option(15.0, "XProf high threshold (% of step time)"),
+}
+FIX = ("Each kernel of this chain reads its whole input from HBM and writes its whole output back, so the chain "
+       "moves about 2·k times the tensor while one fused kernel would read it once and write it once. Fuse it: "
+       "torch.compile emits one Triton kernel per chain; use epilogue/fused forms (F.linear with bias instead of "
+       "mm + add, fused activations, fused/foreach optimizers, fused norms); or write a Triton kernel.")
+
+
+def chains(trace, steps: pl.DataFrame, kb: pl.DataFrame, min_kernels: int = 2) -> pl.DataFrame:
+    """One row per kernel that belongs to a chain: [chain, step, stream, i, name, op_name, ts, end, dur, bytes,
+    in0_bytes, extra_bytes, out_bytes, pos, k]."""
+    lo, hi = int(steps["ts"].min()), int(steps["end"].max())
+    g = trace.gpu.filter(pl.col("kind").is_in(["compute", "comm", "memcpy", "memset"])
+                         & (pl.col("ts") >= lo) & (pl.col("ts") < hi))
+    # `bytes` of the gpu frame is the memcpy size: take the roofline's bytes instead
+    g = g.drop("bytes").join(kb.select("i", "op_name", "category", "bytes", "in0_bytes", "extra_bytes", "out_bytes"),
+                             on="i", how="left")
+    elem = (pl.col("kind") == "compute") & (
+        pl.col("category").is_in(["elementwise", "reduction"])
+        | (~pl.col("category").is_in(["gemm", "conv", "attention"]).fill_null(False)
+           & pl.col("name").str.contains(ELEMENTWISE_KERNEL_RE)))
+    g = g.with_columns(_elem=elem.fill_null(False))
+    with_launch = host_step_of(g.filter(pl.col("launch_ts").is_not_null()), steps, "launch_ts")
+    no_launch = step_of(g.filter(pl.col("launch_ts").is_null()), steps)
+    g = pl.concat([with_launch, no_launch], how="diagonal_relaxed").filter(pl.col("step").is_not_null())
+    g = g.sort("device", "stream", "ts")
+    brk = (~pl.col("_elem") | (pl.col("step") != pl.col("step").shift()).fill_null(True))
+    g = g.with_columns(_run=brk.cast(pl.Int64).cum_sum().over("device", "stream"))
+    g = g.filter(pl.col("_elem")).with_columns(
+        k=pl.len().over("device", "stream", "_run"),
+        pos=pl.int_range(pl.len()).over("device", "stream", "_run"))
+    g = g.filter(pl.col("k") >= min_kernels)
+    g = g.with_columns(chain=pl.struct("device", "stream", "_run").rank("dense"))
+    return g.select("chain", "step", "device", "stream", "i", "name", "op_name", "ts", "end", "dur", "bytes",
+                    "in0_bytes", "extra_bytes", "out_bytes", "pos", "k")
+
+
+def check(trace, steps: pl.DataFrame, ctx: dict) -> list[Finding]:
+    opts = ctx["options"]
+    spec = ctx["spec"]
+    window = ctx["window_ns"]
+    ch = chains(trace, steps, ctx["kb"], int(opts["min_kernels"]))
+    if ch.height == 0:
+        return []
+    per = ch.group_by("chain").agg(
+        pl.col("step").first(), pl.col("device").first(), pl.col("stream").first(), pl.col("k").first(),
+        pl.col("ts").min(), pl.col("end").max(), pl.col("dur").sum().alias("time"), pl.col("dur").min().alias("min_dur"),
+        pl.col("bytes").sum().alias("bytes"), pl.col("bytes").is_null().any().alias("_nob"),
+        # fused kernel: first input + every distinct extra input + last output
+        (pl.col("in0_bytes").sort_by("pos").first() + pl.col("extra_bytes").fill_null(0).sum()
+         + pl.col("out_bytes").sort_by("pos").last()).alias("fused_bytes"),
+        pl.col("op_name").fill_null("?").sort_by("pos").str.join(" → ").alias("ops"),
+        pl.col("name").sort_by("pos").alias("kernels"), pl.col("i").alias("ids"))
+    known = ~pl.col("_nob") & (pl.col("bytes") > 0) & pl.col("fused_bytes").is_not_null()
+    fused_time = pl.when(known).then(
+        pl.max_horizontal(pl.col("time").cast(pl.Float64) * pl.col("fused_bytes") / pl.col("bytes"), pl.col("min_dur")))
+    fused_time = fused_time.otherwise(pl.col("time").cast(pl.Float64) / pl.col("k"))
+    per = per.with_columns(fused_time=pl.min_horizontal(fused_time, pl.col("time").cast(pl.Float64)), _known=known)
+    per = per.with_columns(savings=pl.col("time") - pl.col("fused_time"))
+    pats = (per.group_by("device", "stream", "ops", "k")
+            .agg(pl.len().alias("count"), pl.col("time").sum(), pl.col("savings").sum(), pl.col("bytes").mean(),
+                 pl.col("fused_bytes").mean(), pl.col("_known").all(), pl.col("step").unique().sort().alias("steps"),
+                 pl.col("chain").sort_by("savings", descending=True).first().alias("worst"),
+                 pl.col("kernels").first(), pl.col("ids").explode().alias("ids"))
+            .with_columns(pct=100.0 * pl.col("savings") / window)
+            .filter(pl.col("pct") >= opts["min_savings_pct"]).sort(["savings", "ops"], descending=[True, False]))
+    out = []
+    for p in pats.to_dicts():  # one per chain pattern: a handful
+        w = per.filter(pl.col("chain") == p["worst"]).to_dicts()[0]
+        bw = (p["bytes"] * p["count"] / (p["time"] / 1e9)) if p["_known"] and p["time"] else None
+        ev = {
+            "kernels_per_chain": p["k"], "ops": p["ops"].split(" → "), "kernels": p["kernels"],
+            "chains_per_step": round(p["count"] / steps.height, 2),
+            "bytes_per_chain": round(p["bytes"]) if p["_known"] else None,
+            "gib_per_chain": round(p["bytes"] / 2**30, 3) if p["_known"] else None,
+            "fused_bytes_per_chain": round(p["fused_bytes"]) if p["_known"] else None,
+            "bytes_source": "Input Dims" if p["_known"] else "unknown (no shapes): savings = (k-1)/k of the chain time",
+            "chain_time_us": round(p["time"] / 1000, 3),
+            "savings_of_chain_pct": round(100.0 * p["savings"] / p["time"], 2) if p["time"] else None,
+            "achieved_bandwidth_gbps": round(bw / 1e9, 1) if bw else None,
+            "peak_bandwidth_gbps": round(spec.bw / 1e9, 1), "device": spec.name,
+            "pct_of_peak_bandwidth": round(100.0 * bw / spec.bw, 1) if bw else None,
+            "stream": p["stream"],
+            "worst": {"start_us": round(w["ts"] / 1000, 3), "end_us": round(w["end"] / 1000, 3), "step": w["step"]},
+        }
+        out.append(Finding(
+            rule=NAME, code=CODE, severity=severity_for(p["pct"], opts["moderate_pct"], opts["high_pct"], SEVERITY),
+            title=f"{p['k']} elementwise kernels in a row ({' → '.join(o.replace('aten::', '') for o in p['ops'].split(' → ')[:6])}"
+                  f"{' …' if p['k'] > 6 else ''}) could be one fused kernel",
+            steps=p["steps"], count=p["count"], cost_us=p["time"] / 1000, savings_us=p["savings"] / 1000,
+            savings_pct=p["pct"], evidence=ev, fix=FIX, layer=finding_layer(trace, kernel_ids=p["ids"])))
+    return out

@@ -1,0 +1,176 @@
+"""TV102 host-sync: calls that block the host until the GPU has drained its queue.
+
+## What it detects
+Host calls that wait for the GPU — `cudaStreamSynchronize`, `cudaDeviceSynchronize`, `cudaEventSynchronize`,
+synchronous `cudaMemcpy`/`cudaMemset`, Kineto `cuda_sync` events (Stream/Event/Context Sync) and their HIP
+twins — each attributed to the op that caused it (the outermost ATen op around the call:
+`aten::item`/`_local_scalar_dense` = `.item()`, `aten::nonzero`, boolean-mask indexing (`aten::index`,
+`masked_select`), `aten::to`/`copy_` device→host = `.cpu()`/`.tolist()`/`.numpy()`) and to the Python source
+line when the trace has stacks (`with_stack=True`: the nearest Python frame outside `torch/`). Findings are
+grouped by (cause, source line). An `.item()` on a CPU tensor makes no sync call, so it is not a finding.
+
+## Why it is slow
+GPU work is asynchronous: Python normally returns as soon as a kernel is queued, so the CPU runs ahead and
+keeps the queue full. A sync makes the CPU wait until every queued kernel has finished; the queue is then
+empty, and the GPU idles while the CPU wakes up, runs the Python that follows and launches the next kernel
+(DOMAIN.md §1). Data-dependent shapes (`nonzero`, masks) and reading values on the host (`.item()`,
+`.cpu()`, `print(t)`) force this on every step.
+
+## How to fix
+Keep values on the GPU: accumulate metrics as tensors and call `.item()`/`.cpu()` once every N steps or
+at the end; replace `nonzero`/boolean masks by fixed-shape ops (`torch.where`, masking by multiplication,
+`nonzero_static`); pass tensors rather than Python numbers to the next op; drop debugging `print`s and
+explicit `torch.cuda.synchronize()` calls from the training loop; use `non_blocking=True` copies into pinned
+memory plus a CUDA event when a host value is truly needed.
+
+## Evidence
+Per (cause, source line): the number of blocking calls, their call names, the ATen op and the Python API
+(`<built-in method item …>`), the source line, syncs per step, and the cost: the GPU idle time from the
+sync's start until the next GPU activity begins (the classifier's `host_sync` time attributed to that sync).
+The costliest occurrence gives the time window and stream. Severity from the group's share of the window.
+
+## Options
+- `moderate_pct` (3.0): share of step time at which a group is a warning — XProf's moderate threshold for avoidable host time.
+- `high_pct` (15.0): share at which it is an error — XProf's high threshold.
+
+## References
+- Nsight Systems expert rules `cuda_api_sync`, `cuda_memcpy_sync` — PEERS.md §5.
+- torch.profiler `_pattern_matcher.py` source-location rule (nearest frame outside `torch/`) — PEERS.md §2.1.
+- Kineto `cuda_sync` events (kineto PR #866); pytorch#12461 (which ops sync) — PEERS.md §8.
+- HTA critical path sync edges — PEERS.md §3.
+"""
+
+from __future__ import annotations
+
+import polars as pl
+
+from rules import Option
+from traceview.analyses.tree import ancestor_where
+from traceview.analyses.windows import step_of
+from traceview.classify import sync_calls, sync_windows
+from traceview.findings import Finding, finding_layer, severity_for
+
+CODE = "TV102"
+NAME = "host-sync"
+SEVERITY = "warning"
+TITLE = "Host blocks on the GPU; the GPU idles until the next launch"
+OPTIONS = {
+    "moderate_pct": Option(3.0, "XProf moderate threshold (% of step time)"),
+    "high_pct": Option(15.0, "XProf high threshold (% of step time)"),
+}
+ITEM = ["aten::item", "aten::_local_scalar_dense"]
+NONZERO = ["aten::nonzero", "aten::nonzero_static", "aten::argwhere", "aten::nonzero_numpy"]
+MASK = ["aten::index", "aten::masked_select", "aten::index_put_", "aten::_index_put_impl_", "aten::masked_scatter_"]
+COPY = ["aten::to", "aten::_to_copy", "aten::copy_", "aten::cpu", "aten::contiguous", "aten::clone"]
+SRC_RE = r"\.py\(\d+\)"
+TORCH_RE = r"(^|/)torch/"
+FIXES = {
+    ".item()": ("`.item()` copies one value to the host and waits for every queued kernel to finish first; the GPU "
+                "then idles until Python launches the next op. Keep the value on the GPU (accumulate loss/metrics "
+                "as tensors, log every N steps) or pass the tensor itself to the next op."),
+    "torch.nonzero": ("`nonzero` has a data-dependent output size, so the host must read the count from the GPU "
+                      "(a sync) before it can allocate the result. Use fixed-shape ops instead: torch.where, "
+                      "multiplying by the mask, or nonzero_static(size=...)."),
+    "boolean-mask indexing": ("`x[mask]` runs nonzero under the hood: the output size depends on the data, so the "
+                              "host waits for the GPU. Use torch.where(mask, x, 0) or masked arithmetic with a fixed "
+                              "shape, or gather with precomputed indices."),
+    ".cpu() / .tolist() / .numpy()": ("A device-to-host copy into pageable memory blocks the host until the copy, "
+                                      "and every kernel queued before it, has finished. Move results to the host "
+                                      "rarely (every N steps), or copy with non_blocking=True into a pinned buffer "
+                                      "and wait on a CUDA event only when the value is needed."),
+    ".to(device) from pageable memory": ("A host-to-device copy from pageable memory is staged and followed by a "
+                                         "stream sync. Pin the source (DataLoader(pin_memory=True)) and copy with "
+                                         "non_blocking=True so the copy overlaps compute."),
+}
+GENERIC_FIX = ("This call makes the CPU wait until the GPU has drained its queue, after which the GPU idles while "
+               "the CPU launches new work. Remove the synchronisation from the hot loop (explicit "
+               "torch.cuda.synchronize(), host reads of GPU values) or move it off the critical path.")
+
+
+def _cause(root: pl.Expr, sync_name: pl.Expr, direction: pl.Expr) -> pl.Expr:
+    return (pl.when(root.is_in(ITEM)).then(pl.lit(".item()"))
+            .when(root.is_in(NONZERO)).then(pl.lit("torch.nonzero"))
+            .when(root.is_in(MASK)).then(pl.lit("boolean-mask indexing"))
+            .when(root.is_in(COPY) & (direction == "DtoH")).then(pl.lit(".cpu() / .tolist() / .numpy()"))
+            .when(root.is_in(COPY) & (direction == "HtoD")).then(pl.lit(".to(device) from pageable memory"))
+            .when(root.is_in(COPY)).then(pl.lit("tensor copy"))
+            .when(root.is_not_null()).then(pl.lit("sync inside ") + root)
+            .when(sync_name.str.contains("DeviceSynchronize|CtxSynchronize|Context Sync"))
+            .then(pl.lit("torch.cuda.synchronize()"))
+            .otherwise(pl.lit("explicit ") + sync_name))
+
+
+def attributed_syncs(trace, steps: pl.DataFrame, part: pl.DataFrame) -> pl.DataFrame:
+    """One row per blocking sync in the steps: [i, name, ts, end, step, root, cause, api, source, cost]."""
+    syncs = sync_calls(trace)
+    if syncs.height == 0:
+        return pl.DataFrame()
+    syncs = step_of(syncs, steps).filter(pl.col("step").is_not_null())
+    if syncs.height == 0:
+        return pl.DataFrame()
+    h = trace.host
+    # the cause is the outermost ATen op (the one Python called); ProfilerStep#N spans are not ops (2021 format)
+    step_re = r"^ProfilerStep#\d+$"
+    hp = h.join(h.select(pl.col("i").alias("parent"), pl.col("cat").alias("_pcat"), pl.col("name").alias("_pname")),
+                on="parent", how="left")
+    outer = pl.col("_pcat").is_null() | (pl.col("_pcat") != "cpu_op") | pl.col("_pname").str.contains(step_re)
+    root_cond = (pl.col("cat") == "cpu_op") & ~pl.col("name").str.contains(step_re) & outer
+    root = ancestor_where(hp, syncs, root_cond, "root")
+    src = ancestor_where(h, syncs, (pl.col("cat") == "python_function") & pl.col("name").str.contains(SRC_RE)
+                         & ~pl.col("name").str.contains(TORCH_RE), "src")
+    api = ancestor_where(h, syncs, (pl.col("cat") == "python_function")
+                         & pl.col("name").str.starts_with("<built-in method"), "api")
+    names = h.select("i", "name")
+    # direction of the copy made by the same op (memcpy launched by the sync's innermost op)
+    mc = (trace.gpu.filter(pl.col("kind") == "memcpy").select("op", "name")
+          .with_columns(direction=pl.col("name").str.extract(r"(HtoD|DtoH|DtoD|HtoH)"))
+          .group_by("op").agg(pl.col("direction").first()))
+    s = (syncs.join(root, on="i", how="left").join(src, on="i", how="left").join(api, on="i", how="left")
+         .join(names.rename({"i": "root", "name": "root_name"}), on="root", how="left")
+         .join(names.rename({"i": "src", "name": "source"}), on="src", how="left")
+         .join(names.rename({"i": "api", "name": "api_name"}), on="api", how="left")
+         .join(mc, on="op", how="left"))
+    s = s.with_columns(cause=_cause(pl.col("root_name"), pl.col("name"), pl.col("direction")))
+    # cost: host_sync segments of the partition, each given to the sync window it starts in
+    win = sync_windows(trace, syncs.select("i", "name", "ts", "end", "op", "tid")).sort("ts")
+    hs = part.filter(pl.col("cls") == "host_sync").select("ts", (pl.col("end") - pl.col("ts")).alias("d")).sort("ts")
+    got = (hs.join_asof(win.select(pl.col("i").alias("_sync"), pl.col("ts").alias("_wts"), pl.col("end").alias("_wend")),
+                        left_on="ts", right_on="_wts", strategy="backward")
+           .filter(pl.col("ts") < pl.col("_wend")).group_by("_sync").agg(pl.col("d").sum().alias("cost")))
+    s = s.join(got.rename({"_sync": "i"}), on="i", how="left").with_columns(pl.col("cost").fill_null(0))
+    return s.join(win.select("i", "next_ts"), on="i", how="left")
+
+
+def check(trace, steps: pl.DataFrame, ctx: dict) -> list[Finding]:
+    opts = ctx["options"]
+    s = attributed_syncs(trace, steps, ctx["part"])
+    if s.height == 0:
+        return []
+    window = ctx["window_ns"]
+    nsteps = steps.height
+    groups = (s.with_columns(source=pl.col("source").fill_null(""))
+              .group_by("cause", "source")
+              .agg(pl.len().alias("count"), pl.col("cost").sum(), pl.col("step").unique().sort().alias("steps"),
+                   pl.col("name").value_counts(sort=True).alias("calls"), pl.col("root_name").drop_nulls().mode().first(),
+                   pl.col("api_name").drop_nulls().mode().first(),
+                   pl.col("i").sort_by("cost", descending=True).first().alias("worst"), pl.col("op").alias("ops"))
+              .sort(["cost", "cause"], descending=[True, False]))
+    out = []
+    for g in groups.to_dicts():  # one per (cause, source line): a handful
+        w = s.filter(pl.col("i") == g["worst"]).to_dicts()[0]
+        pct = 100.0 * g["cost"] / window if window else 0.0
+        ev = {
+            "cause": g["cause"], "op": g["root_name"], "python_api": g["api_name"], "source": g["source"] or None,
+            "sync_calls": {c["name"]: c["count"] for c in g["calls"]},
+            "syncs_per_step": round(g["count"] / nsteps, 2) if nsteps else None,
+            "worst": {"start_us": round(w["ts"] / 1000, 3), "sync_end_us": round(w["end"] / 1000, 3),
+                      "next_gpu_us": round(w["next_ts"] / 1000, 3) if w["next_ts"] is not None else None,
+                      "idle_us": round(w["cost"] / 1000, 3), "step": w["step"]},
+        }
+        out.append(Finding(
+            rule=NAME, code=CODE, severity=severity_for(pct, opts["moderate_pct"], opts["high_pct"], SEVERITY),
+            title=f"{g['cause']} syncs the host" + (f" at {g['source']}" if g["source"] else ""),
+            steps=g["steps"], count=g["count"], cost_us=g["cost"] / 1000, savings_us=g["cost"] / 1000, savings_pct=pct,
+            evidence=ev, fix=FIXES.get(g["cause"], GENERIC_FIX),
+            layer=finding_layer(trace, op_ids=[o for o in g["ops"] if o is not None])))
+    return out

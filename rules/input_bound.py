@@ -1,0 +1,92 @@
+"""TV401 input-bound: the step waits for the DataLoader.
+
+## What it detects
+The share of step time spent in the DataLoader (`enumerate(DataLoader)#…__next__` or
+`enumerate(DataPipe)#…` spans) as the tb_plugin measures it: the DataLoader role of its priority-ordered
+step breakdown (instants not already taken by kernels, copies, communication or runtime calls). It fires when
+that share reaches `moderate_pct` (tb_plugin's recommendation rule 1: DataLoader time / step time > 5 %).
+
+## Why it is slow
+With `num_workers=0` the training process itself decodes, augments and collates every batch between two
+steps, and nothing is queued on the GPU meanwhile; with too few workers or an expensive transform the
+workers cannot keep up and `__next__` blocks. Either way the GPU idles for the whole time (the classifier's
+`input` class).
+
+## How to fix
+Load data in parallel and ahead of time: `DataLoader(num_workers=N, persistent_workers=True,
+prefetch_factor=2…)`, `pin_memory=True` with `non_blocking=True` copies; move decoding/augmentation to the
+GPU (DALI, torchvision v2 transforms on tensors) or pre-process the dataset offline; cache decoded samples.
+
+## Evidence
+Per step: DataLoader time and share, the GPU idle time during data loading (`input` class), the DataLoader
+op name (single-process vs multi-process iterator); cost = DataLoader host time, savings = the GPU idle time
+that overlapping data loading with compute would recover.
+
+## Options
+- `moderate_pct` (5.0): DataLoader share at which a finding is reported (warning) — tb_plugin rule 1 (5 %), XProf "moderately input-bound" (5 %).
+- `high_pct` (20.0): share at which it is an error — XProf "highly input-bound" (20 %).
+
+## References
+- tb_plugin `profiler/data.py: analyze()` recommendation 1 — PEERS.md §1.4.
+- XProf input-pipeline analysis (5 %/20 %) — PEERS.md §6.
+- torch.profiler `SynchronizedDataLoaderPattern` (num_workers=0) — PEERS.md §2.1.
+"""
+
+from __future__ import annotations
+
+import polars as pl
+
+from rules import Option
+from traceview.analyses.breakdown import step_breakdown
+from traceview.analyses.intervals import clip, per_window
+from traceview.classify import dataloader_spans
+from traceview.findings import Finding, severity_for
+
+CODE = "TV401"
+NAME = "input-bound"
+SEVERITY = "warning"
+TITLE = "Steps wait for the DataLoader; the GPU idles meanwhile"
+OPTIONS = {
+    "moderate_pct": Option(5.0, "tb_plugin rule 1 / XProf moderately input-bound (% of step time)"),
+    "high_pct": Option(20.0, "XProf highly input-bound (% of step time)"),
+}
+FIX = ("The GPU has nothing queued while the host prepares the next batch: data loading runs on the critical "
+       "path instead of in parallel with the step. Give the DataLoader worker processes (num_workers > 0, "
+       "persistent_workers=True, prefetch_factor) so batches are ready before they are needed, pin memory "
+       "(pin_memory=True) and copy with non_blocking=True, and make the per-sample transform cheaper (decode once, "
+       "augment on the GPU).")
+
+
+def check(trace, steps: pl.DataFrame, ctx: dict) -> list[Finding]:
+    opts = ctx["options"]
+    window = ctx["window_ns"]
+    dl = dataloader_spans(trace)
+    if dl.height == 0 or not window:
+        return []
+    lo, hi = int(steps["ts"].min()), int(steps["end"].max())
+    host = per_window(clip(dl.select("ts", "end"), lo, hi), steps.select("step", "ts", "end"))
+    # tb_plugin's DataLoader time: the DataLoader role of its priority breakdown (instants not taken by
+    # kernels, copies, communication or runtime calls)
+    per = step_breakdown(trace, steps).select("step", pl.col("dataloader").alias("dur")).sort("step")
+    total = int(per["dur"].sum())
+    pct = 100.0 * total / window
+    if pct < opts["moderate_pct"]:
+        return []
+    part = ctx["part"].filter(pl.col("cls") == "input")
+    idle = part.group_by("step").agg((pl.col("end") - pl.col("ts")).sum().alias("idle"))
+    idle_total = int(idle["idle"].sum()) if idle.height else 0
+    dur = steps.select("step", (pl.col("end") - pl.col("ts")).alias("sd"))
+    rows = per.join(dur, on="step").join(idle, on="step", how="left").sort("step")
+    ev = {
+        "dataloader_us": round(total / 1000, 3), "dataloader_pct": round(pct, 2),
+        "dataloader_host_us": round(int(host["dur"].sum()) / 1000, 3),
+        "gpu_idle_during_input_us": round(idle_total / 1000, 3),
+        "op": dl["name"].mode().sort().first(), "calls": dl.height,
+        "per_step": [{"step": r["step"], "dataloader_us": round(r["dur"] / 1000, 3),
+                      "pct": round(100.0 * r["dur"] / r["sd"], 2) if r["sd"] else None,
+                      "gpu_idle_us": round((r["idle"] or 0) / 1000, 3)} for r in rows.to_dicts()],
+    }
+    fired = rows.filter(pl.col("dur") > 0)["step"].to_list()
+    return [Finding(rule=NAME, code=CODE, severity=severity_for(pct, opts["moderate_pct"], opts["high_pct"], SEVERITY),
+                    title=TITLE, steps=fired, count=dl.filter((pl.col("end") > lo) & (pl.col("ts") < hi)).height, cost_us=total / 1000,
+                    savings_us=idle_total / 1000, savings_pct=100.0 * idle_total / window, evidence=ev, fix=FIX)]

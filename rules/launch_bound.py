@@ -1,0 +1,103 @@
+"""TV101 launch-bound: the GPU idles because the CPU launches kernels too late.
+
+## What it detects
+GPU idle gaps after which the next kernel's launch call (`cudaLaunchKernel`, `cuLaunchKernel`, …) started
+only once the GPU was already idle: the CPU was late and the launch queue was empty (HTA's `host_wait`
+idle category; queue depth 0 in torch's `BasicEvaluation`). The cost is the time the classifier labels
+`cpu_launch` inside the analysed steps (gaps explained by a host sync or the DataLoader are left to
+`host-sync` and `input-bound`).
+
+## Why it is slow
+Every eager op pays a fixed CPU cost — Python call, dispatcher, argument checks, output allocation and the
+launch itself, a few µs each. When kernels run for less time than that, the CPU cannot keep the GPU queue
+full, and the GPU waits between kernels: the job is CPU-bound (DOMAIN.md §1, "the two leaks of eager
+mode"; the M = 8 decode case). Faster GPUs make it worse: the kernels shrink, the CPU cost does not.
+
+## How to fix
+Launch fewer, larger pieces of work. Capture the step with CUDA Graphs — `torch.compile(mode="reduce-overhead")`
+or `torch.cuda.graphs` — so one `cudaGraphLaunch` replays hundreds of kernels; let `torch.compile` fuse
+chains of tiny ops; raise the batch size so each kernel does more work per launch; replace Python loops of
+tiny ops by batched/vectorised ops (`torch._foreach_*`, fused optimizers).
+
+## Evidence
+Per step: the `cpu_launch` time (GPU idle gaps whose next activity was launched after the gap began), the
+number of such gaps, kernels per ms, the median kernel time against the median CPU time of the ops that
+launch them (short kernels behind long CPU ops confirm the diagnosis), the ops most often found right after
+a late gap, and the longest gap (time window, stream). Fires when the `cpu_launch` share of the analysed
+window reaches `moderate_pct`; `error` from `high_pct`.
+
+## Options
+- `moderate_pct` (3.0): share of step time at which a finding is a warning — XProf "kernel launch" moderate threshold.
+- `high_pct` (15.0): share at which it is an error — XProf "kernel launch" high threshold.
+
+## References
+- HTA idle-time breakdown, `host_wait` (hta/analyzers/breakdown_analysis.py) — PEERS.md §3.
+- XProf overview page, kernel-launch thresholds 3 %/15 % — PEERS.md §6.
+- torch.profiler `_utils.BasicEvaluation` queue depth — PEERS.md §2.2.
+- TraceLens short-kernel study (`--short_kernel_threshold_us` 10) — PEERS.md §4.
+"""
+
+from __future__ import annotations
+
+import polars as pl
+
+from rules import Option
+from traceview.analyses.windows import step_of
+from traceview.classify import idle_gaps
+from traceview.findings import Finding, finding_layer, severity_for
+
+CODE = "TV101"
+NAME = "launch-bound"
+SEVERITY = "warning"
+TITLE = "GPU idles between kernels because the CPU launches them late"
+OPTIONS = {
+    "moderate_pct": Option(3.0, "XProf kernel-launch moderate threshold (% of step time)"),
+    "high_pct": Option(15.0, "XProf kernel-launch high threshold (% of step time)"),
+}
+FIX = ("The CPU is the bottleneck: each eager op costs several µs of Python, dispatcher and launch work, and "
+       "these kernels finish faster than the next one is launched, so the GPU queue runs dry. Launch fewer, "
+       "larger pieces of work: capture the step with CUDA Graphs (torch.compile(mode=\"reduce-overhead\") or "
+       "torch.cuda.graphs) so one launch replays many kernels, let torch.compile fuse the tiny ops, raise the "
+       "batch size, and replace Python loops of small ops with batched or foreach ops.")
+
+
+def check(trace, steps: pl.DataFrame, ctx: dict) -> list[Finding]:
+    opts = ctx["options"]
+    part: pl.DataFrame = ctx["part"]
+    window = ctx["window_ns"]
+    cl = part.filter(pl.col("cls") == "cpu_launch")
+    cost = int((cl["end"] - cl["ts"]).sum()) if cl.height else 0
+    pct = 100.0 * cost / window if window else 0.0
+    if cost == 0 or pct < opts["moderate_pct"]:
+        return []
+    lo, hi = int(steps["ts"].min()), int(steps["end"].max())
+    gaps = step_of(idle_gaps(trace, lo, hi).filter(pl.col("late")), steps)
+    gaps = gaps.filter(pl.col("step").is_not_null())
+    per_step = cl.group_by("step").agg((pl.col("end") - pl.col("ts")).sum().alias("t")).sort("step")
+    fired = per_step.filter(pl.col("t") > 0)["step"].to_list()
+    k = trace.gpu.filter((pl.col("kind") == "compute") & (pl.col("ts") >= lo) & (pl.col("ts") < hi))
+    ops = trace.host.filter(pl.col("i").is_in(k["op"].drop_nulls().unique().implode()))
+    # the activities right after a late gap: which ops the CPU was late to launch
+    after = trace.gpu.filter(pl.col("ts").is_in(gaps["end"].implode()) & pl.col("kind").is_in(["compute", "comm", "memcpy", "memset"]))
+    after = after.join(trace.host.select(pl.col("i").alias("op"), pl.col("name").alias("op_name")), on="op", how="left")
+    top_after = (after.group_by("op_name").len().sort(["len", "op_name"], descending=[True, False]).head(5))
+    longest = gaps.sort("end", descending=False).with_columns(g=pl.col("end") - pl.col("ts")).sort("g", descending=True).head(1)
+    lg = longest.to_dicts()[0] if longest.height else {}
+    nxt = after.filter(pl.col("ts") == lg.get("end")).head(1).to_dicts() if lg else []
+    ms = window / 1e6
+    evidence = {
+        "cpu_launch_us": round(cost / 1000, 3), "cpu_launch_pct": round(pct, 2), "late_gaps": gaps.height,
+        "kernels": k.height, "kernels_per_ms": round(k.height / ms, 2) if ms else None,
+        "median_kernel_us": round(float(k["dur"].median()) / 1000, 3) if k.height else None,
+        "median_launching_op_cpu_us": round(float(ops["dur"].median()) / 1000, 3) if ops.height else None,
+        "ops_after_late_gaps": [{"op": r["op_name"], "count": r["len"]} for r in top_after.to_dicts()],
+        "per_step_us": {str(s): round(t / 1000, 3) for s, t in per_step.rows()},
+        "longest_gap": ({"start_us": round(lg["ts"] / 1000, 3), "end_us": round(lg["end"] / 1000, 3),
+                         "gap_us": round(lg["g"] / 1000, 3), "stream": nxt[0]["stream"] if nxt else None,
+                         "next_kernel": nxt[0]["name"] if nxt else None, "next_op": nxt[0]["op_name"] if nxt else None}
+                        if lg else None),
+    }
+    sev = severity_for(pct, opts["moderate_pct"], opts["high_pct"], SEVERITY)
+    return [Finding(rule=NAME, code=CODE, severity=sev, title=TITLE, steps=fired, count=gaps.height,
+                    cost_us=cost / 1000, savings_us=cost / 1000, savings_pct=pct, evidence=evidence, fix=FIX,
+                    layer=finding_layer(trace, kernel_ids=after["i"].to_list()))]

@@ -1,0 +1,114 @@
+"""TV501 nccl-wait: exposed NCCL communication and ranks waiting for a straggler.
+
+## What it detects
+NCCL/RCCL kernels (`ncclKernel_*`, `ncclDevKernel_*`, `rccl*`). Per trace: the *exposed* communication —
+time when a collective runs and no compute kernel does (the classifier's `communication` class: TraceLens's
+exposed_comm = |∪comm − ∪compute|), per step. Per job (a directory with the rank files of one job):
+collectives are matched across ranks (process group + sequence number, else order), each rank's wait is
+the latest start across ranks minus its own start, the pure transfer time is the minimum duration across
+ranks, and the straggler is the rank most often last to arrive (ties: the lowest total wait).
+
+## Why it is slow
+A collective cannot finish until every rank has joined, so a rank that arrives late makes every other
+rank's NCCL kernel look long: that extra time is synchronisation, not data transfer (DOMAIN.md §3–4). And
+communication that is not overlapped with computation adds directly to the step time.
+
+## How to fix
+Overlap communication with compute: DDP gradient bucketing (`bucket_cap_mb`, `gradient_as_bucket_view`),
+FSDP forward/backward prefetch, issuing collectives with `async_op=True` early and waiting late; reduce the
+bytes (gradient compression, bf16 reduction, larger batch or gradient accumulation). For a straggler, look
+at that rank's own trace: host syncs, data loading, uneven work or a slower device/link.
+
+## Evidence
+Per trace: exposed communication time and share, total NCCL kernel time, overlapped part, kernel names,
+per step. Per job: matched collectives, matching method, per-rank total/mean wait, times last/first, pure
+transfer time, and the straggler with the reason.
+
+## Options
+- `moderate_pct` (3.0): exposed-communication (or wait) share at which a finding is a warning — XProf device-collectives moderate threshold.
+- `high_pct` (15.0): share at which it is an error — XProf device-collectives high threshold (tb_plugin flags communication > 10 %).
+
+## References
+- TraceLens `NcclAnalyser` (wait = latest start − own start, comm latency = min duration, straggler summary) — PEERS.md §4.
+- tb_plugin distributed view (transfer = min duration across workers; rule 4, communication > 10 %) — PEERS.md §1.5.
+- HTA `get_potential_stragglers`, comm/comp overlap — PEERS.md §3.
+- XProf device collectives 3 %/15 % — PEERS.md §6.
+"""
+
+from __future__ import annotations
+
+import polars as pl
+
+from rules import Option
+from traceview.analyses.comm import summary
+from traceview.analyses.intervals import clip, merge
+from traceview.findings import Finding, finding_layer, severity_for
+
+CODE = "TV501"
+NAME = "nccl-wait"
+SEVERITY = "warning"
+TITLE = "Exposed NCCL communication"
+OPTIONS = {
+    "moderate_pct": Option(3.0, "XProf device-collectives moderate threshold (% of step time)"),
+    "high_pct": Option(15.0, "XProf device-collectives high threshold (% of step time)"),
+}
+FIX = ("While a collective runs with no compute kernel beside it, the step is waiting on the network (or on a "
+       "rank that arrived late: a collective cannot finish until every rank has joined). Overlap communication "
+       "with compute — DDP gradient bucketing (bucket_cap_mb), FSDP forward/backward prefetch, async_op=True "
+       "collectives issued early — and reduce bytes (bf16 gradients, compression, gradient accumulation). If one "
+       "rank is the straggler, look at its own trace: host syncs, data loading, uneven work.")
+STRAGGLER_FIX = ("Every other rank's NCCL kernel waits for the straggler to join: that time is synchronisation, "
+                 "not transfer. Look at the straggler rank's own trace for what delays it before the collective "
+                 "(host syncs such as .item(), data loading, extra work, a slower GPU or link), balance the work, "
+                 "and overlap the collectives with compute so short delays are hidden.")
+
+
+def check(trace, steps: pl.DataFrame, ctx: dict) -> list[Finding]:
+    opts = ctx["options"]
+    window = ctx["window_ns"]
+    comm = trace.gpu.filter(pl.col("kind") == "comm")
+    if comm.height == 0 or not window:
+        return []
+    lo, hi = int(steps["ts"].min()), int(steps["end"].max())
+    cw = clip(comm.select("ts", "end"), lo, hi)
+    if cw.height == 0:
+        return []
+    total = int((merge(cw).select(pl.col("end") - pl.col("ts")).to_series()).sum())
+    part = ctx["part"].filter(pl.col("cls") == "communication")
+    exposed = int((part["end"] - part["ts"]).sum()) if part.height else 0
+    pct = 100.0 * exposed / window
+    per = part.group_by("step").agg((pl.col("end") - pl.col("ts")).sum().alias("t")).sort("step")
+    inwin = comm.filter((pl.col("ts") >= lo) & (pl.col("ts") < hi))
+    names = inwin.group_by("name").agg(pl.len(), pl.col("dur").sum()).sort("dur", descending=True).head(5)
+    ev = {"exposed_us": round(exposed / 1000, 3), "exposed_pct": round(pct, 2), "nccl_kernel_us": round(total / 1000, 3),
+          "overlapped_us": round((total - exposed) / 1000, 3), "kernels": inwin.height,
+          "top_kernels": [{"name": r["name"], "count": r["len"], "us": round(r["dur"] / 1000, 3)} for r in names.to_dicts()],
+          "per_step_exposed_us": {str(s): round(t / 1000, 3) for s, t in per.rows()},
+          "streams": sorted(inwin["stream"].unique().drop_nulls().to_list())}
+    return [Finding(rule=NAME, code=CODE, severity=severity_for(pct, opts["moderate_pct"], opts["high_pct"], SEVERITY),
+                    title=TITLE, steps=per.filter(pl.col("t") > 0)["step"].to_list(), count=inwin.height,
+                    cost_us=exposed / 1000, savings_us=exposed / 1000, savings_pct=pct, evidence=ev, fix=FIX,
+                    layer=finding_layer(trace, kernel_ids=inwin["i"].to_list()))]
+
+
+def check_job(job, steps: dict[int, pl.DataFrame], ctx: dict) -> tuple[dict, list[Finding]]:
+    """Cross-rank matching: (the job's `nccl` section, straggler findings)."""
+    opts = ctx["options"]
+    s = summary(job, steps)
+    if not s["collectives"] or s["straggler"] is None:
+        return s, []
+    windows = [int((st["end"] - st["ts"]).sum()) for st in steps.values() if st.height]
+    window = sum(windows) / len(windows) if windows else 0
+    ranks = s["ranks"]
+    strag = s["straggler"]
+    others = [r for r in ranks if r["rank"] != strag["rank"]]
+    mean_wait = sum(r["total_wait_us"] for r in others) / len(others) if others else 0.0
+    pct = 100.0 * mean_wait * 1000 / window if window else 0.0
+    total_wait = sum(r["total_wait_us"] for r in ranks)
+    ev = {"straggler": strag["rank"], "reason": strag["reason"], "matched_collectives": s["collectives"],
+          "method": s["method"], "transfer_us": s["transfer_us"], "ranks": ranks}
+    f = Finding(rule=NAME, code=CODE, severity=severity_for(pct, opts["moderate_pct"], opts["high_pct"], SEVERITY),
+                title=f"Ranks wait for straggler rank {strag['rank']} in NCCL collectives", steps=[],
+                count=s["collectives"], cost_us=total_wait, savings_us=mean_wait, savings_pct=pct, evidence=ev,
+                fix=STRAGGLER_FIX)
+    return s, [f]

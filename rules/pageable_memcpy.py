@@ -1,0 +1,97 @@
+"""TV301 pageable-memcpy: copies between the GPU and pageable (unpinned) host memory.
+
+## What it detects
+`Memcpy HtoD (Pageable -> Device)` and `Memcpy DtoH (Device -> Pageable)` activities (the memcpy's source or
+destination kind is pageable host memory), grouped by direction and by the op that issued them.
+
+## Why it is slow
+The GPU's copy engines can only DMA from page-locked memory. A copy from pageable memory is staged by the
+driver through a pinned bounce buffer in chunks, runs at a fraction of the link bandwidth, and is
+synchronous with respect to the host: `non_blocking=True` cannot overlap it with compute (DOMAIN.md §3,
+"`non_blocking=True` needs pinned memory to be truly async"). A device→pageable copy also forces the host
+to wait for the GPU.
+
+## How to fix
+Allocate the host side pinned: `DataLoader(..., pin_memory=True)` or `tensor.pin_memory()`, then copy with
+`.to(device, non_blocking=True)` so the copy runs on the copy engine while the GPU computes; for results
+going to the host, copy into a pre-allocated pinned buffer with `non_blocking=True` and wait on an event.
+
+## Evidence
+Per (direction, op): number of copies, bytes, total copy time, achieved GB/s against a practical pinned
+bandwidth for the device's host link (spec table), the costliest copy's time window and stream. Savings =
+Σ max(0, copy time − bytes / pinned bandwidth): the time a pinned copy at full link speed would not take
+(more when the copy can then overlap compute). Every pageable copy is reported; the severity follows the
+savings share of the window.
+
+## Options
+- `moderate_pct` (3.0): savings share at which a finding is a warning — XProf moderate threshold (input/H2D 5 % is stricter; 3 % keeps small copies visible).
+- `high_pct` (15.0): savings share at which it is an error — XProf high threshold.
+- `min_bytes` (0): smallest copy reported (Nsight Systems' `cuda_memcpy_sync` ignores H2D copies ≤ 64 KiB; 0 reports all).
+
+## References
+- Nsight Systems expert rule `cuda_memcpy_async` (Async Memcpy with Pageable Memory) — PEERS.md §5.
+- tb_plugin ResNet-50 samples: a 19.3 MB pageable H2D copy per step followed by cudaStreamSynchronize — PEERS.md §1.6.
+"""
+
+from __future__ import annotations
+
+import polars as pl
+
+from rules import Option
+from traceview.analyses.windows import step_of
+from traceview.findings import Finding, finding_layer, severity_for
+
+CODE = "TV301"
+NAME = "pageable-memcpy"
+SEVERITY = "warning"
+TITLE = "Copy to/from pageable host memory (staged, synchronous, slow)"
+OPTIONS = {
+    "moderate_pct": Option(3.0, "XProf moderate threshold (% of step time)"),
+    "high_pct": Option(15.0, "XProf high threshold (% of step time)"),
+    "min_bytes": Option(0, "smallest copy reported, bytes (nsys cuda_memcpy_sync skips <= 64 KiB H2D)"),
+}
+FIX = ("The GPU can only DMA from page-locked memory, so this copy is staged through a pinned bounce buffer by "
+       "the driver: it runs below link speed and blocks the host, and non_blocking=True cannot overlap it. Pin the "
+       "host memory (DataLoader(pin_memory=True) or tensor.pin_memory()) and copy with .to(device, "
+       "non_blocking=True); for device-to-host results copy into a pinned buffer and wait on a CUDA event.")
+
+
+def check(trace, steps: pl.DataFrame, ctx: dict) -> list[Finding]:
+    opts = ctx["options"]
+    spec = ctx["spec"]
+    window = ctx["window_ns"]
+    m = trace.gpu.filter((pl.col("kind") == "memcpy") & pl.col("name").str.contains("Pageable"))
+    m = m.filter(pl.col("bytes").fill_null(0) >= opts["min_bytes"])
+    if m.height == 0:
+        return []
+    m = step_of(m, steps).filter(pl.col("step").is_not_null())
+    if m.height == 0:
+        return []
+    link = spec.host_gbps * 1e9
+    m = m.join(trace.host.select(pl.col("i").alias("op"), pl.col("name").alias("op_name")), on="op", how="left")
+    m = m.with_columns(
+        direction=pl.col("name").str.extract(r"(HtoD|DtoH|DtoD|HtoH)").fill_null("?"),
+        pinned_ns=(pl.col("bytes").fill_null(0).cast(pl.Float64) / link * 1e9),
+    ).with_columns(save=(pl.col("dur").cast(pl.Float64) - pl.col("pinned_ns")).clip(lower_bound=0))
+    groups = (m.group_by("direction", "op_name")
+              .agg(pl.len().alias("count"), pl.col("dur").sum(), pl.col("bytes").sum(), pl.col("save").sum(),
+                   pl.col("name").first().alias("kind"), pl.col("step").unique().sort().alias("steps"),
+                   pl.col("i").sort_by("dur", descending=True).first().alias("worst"), pl.col("i").alias("ids"))
+              .sort(["save", "direction"], descending=[True, False]))
+    out = []
+    for g in groups.to_dicts():  # one per (direction, op)
+        w = m.filter(pl.col("i") == g["worst"]).to_dicts()[0]
+        pct = 100.0 * g["save"] / window if window else 0.0
+        gbps = g["bytes"] / (g["dur"] / 1e9) / 1e9 if g["dur"] else None
+        ev = {"memcpy": g["kind"], "direction": g["direction"], "op": g["op_name"], "copies": g["count"],
+              "bytes": g["bytes"], "copy_time_us": round(g["dur"] / 1000, 3),
+              "achieved_gbps": round(gbps, 2) if gbps else None, "pinned_reference_gbps": spec.host_gbps,
+              "device": spec.name, "stream": w["stream"],
+              "worst": {"start_us": round(w["ts"] / 1000, 3), "end_us": round(w["end"] / 1000, 3),
+                        "bytes": w["bytes"], "step": w["step"]}}
+        out.append(Finding(
+            rule=NAME, code=CODE, severity=severity_for(pct, opts["moderate_pct"], opts["high_pct"], SEVERITY),
+            title=f"{g['kind']} in {g['op_name'] or '?'}", steps=g["steps"], count=g["count"],
+            cost_us=g["dur"] / 1000, savings_us=g["save"] / 1000, savings_pct=pct, evidence=ev, fix=FIX,
+            layer=finding_layer(trace, kernel_ids=g["ids"])))
+    return out

@@ -1,0 +1,119 @@
+"""Rule registry, selection, config, docs and the CLI contract of the rules engine."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from conftest import ROOT, SAMPLES
+
+if str(ROOT) not in sys.path:  # the top-level `rules` package, not tests/rules
+    sys.path.insert(0, str(ROOT))
+if "rules" in sys.modules and getattr(sys.modules["rules"], "__file__", None) is None:
+    del sys.modules["rules"]
+
+from rules import RULES  # noqa: E402
+from traceview import config, docs, registry  # noqa: E402
+from traceview.errors import TraceError  # noqa: E402
+
+
+def run(*args, cwd=None):
+    return subprocess.run([sys.executable, "-m", "traceview", *map(str, args)], capture_output=True, text=True,
+                          cwd=cwd or ROOT, timeout=300)
+
+
+def test_every_rule_module_registered_once():
+    files = {p.stem for p in (ROOT / "rules").glob("*.py") if p.stem != "__init__"}
+    mods = {m.__name__.split(".")[-1] for m in RULES.values()}
+    assert files == mods
+    for code, m in RULES.items():
+        assert m.CODE == code and m.NAME.replace("-", "_") == m.__name__.split(".")[-1]
+        assert m.SEVERITY in ("info", "warning", "error") and m.TITLE and callable(m.check)
+    assert len({m.NAME for m in RULES.values()}) == len(RULES)
+
+
+def test_select_ignore_prefixes():
+    assert registry.selected() == sorted(RULES)
+    assert registry.selected(["TV1"]) == ["TV101", "TV102"]
+    assert registry.selected(["ALL"], ["TV1", "nccl-wait"]) == ["TV201", "TV301", "TV401"]
+    assert registry.selected(["host-sync"]) == ["TV102"]
+    with pytest.raises(TraceError):
+        registry.selected(["TV9"])
+
+
+def test_docstrings_and_docs_fresh():
+    for m in RULES.values():
+        assert docs.problems(m) == []
+    assert (ROOT / "docs/rules.md").read_text(encoding="utf-8") == docs.render(), "run python -m traceview.docs"
+
+
+def test_docs_checker_catches_bad_option(monkeypatch):
+    m = RULES["TV101"]
+    monkeypatch.setattr(m, "__doc__", m.__doc__.replace("`moderate_pct`", "`moderate_percent`"))
+    assert any("moderate_percent" in p for p in docs.problems(m))
+
+
+def test_config_pyproject_and_set(tmp_path):
+    (tmp_path / "pyproject.toml").write_text(
+        '[tool.traceview]\nignore = ["TV3"]\nfail-on = "error"\n[tool.traceview.launch-bound]\nmoderate_pct = 5\n')
+    cfg = config.load(cwd=tmp_path, sets=["TV102.high_pct=20"])
+    assert cfg["options"]["launch-bound"]["moderate_pct"] == 5.0
+    assert cfg["options"]["host-sync"]["high_pct"] == 20.0 and cfg["ignore"] == ["TV3"] and cfg["fail_on"] == "error"
+    (tmp_path / "bad.toml").write_text("[launch-bound]\nmoderate = 5\n")
+    with pytest.raises(TraceError, match="unknown option launch-bound.moderate"):
+        config.load(str(tmp_path / "bad.toml"))
+    with pytest.raises(TraceError, match="must be a float"):
+        config.load(cwd=tmp_path, sets=["launch-bound.high_pct=lots"])
+
+
+def test_cli_rules_and_rule():
+    r = run("rules", "--format", "json")
+    assert r.returncode == 0
+    assert [x["code"] for x in json.loads(r.stdout)] == sorted(RULES)
+    r = run("rule", "TV201")
+    assert r.returncode == 0 and "## How to fix" in r.stdout and "elementwise-chain" in r.stdout
+    assert run("rule", "TV999").returncode == 2
+
+
+SYNC = SAMPLES / "gpu_h200/sync_item_nonzero_cpu.json.gz"
+GEMM = SAMPLES / "gpu_h200/compute_bound_gemm.json.gz"
+
+
+def test_cli_json_findings_and_fail_on():
+    r = run("analyze", SYNC, "--format", "json", "--fail-on", "warning")
+    assert r.returncode == 1, r.stderr
+    t = json.loads(r.stdout)["traces"][0]
+    keys = {"rule", "code", "severity", "title", "steps", "count", "cost_us", "savings_us", "savings_pct",
+            "evidence", "fix", "layer"}
+    assert t["findings"] and all(set(f) == keys for f in t["findings"])
+    sav = [f["savings_us"] for f in t["findings"]]
+    assert sav == sorted(sav, reverse=True)
+    assert t["classification"]["dominant"] == "host_sync" and len(t["classification"]["steps"]) == 3
+    assert run("analyze", SYNC, "--fail-on", "warning", "--exit-zero").returncode == 0
+    assert run("analyze", SYNC, "--fail-on", "warning", "--select", "TV301").returncode == 0  # info only
+    # negative control: no warning at all on the GEMM trace
+    assert run("analyze", GEMM, "--fail-on", "warning").returncode == 0
+    assert run("analyze", SYNC, "--set", "nope.x=1").returncode == 2
+
+
+def test_cli_text_verdict():
+    r = run("analyze", SYNC)
+    assert r.returncode == 0 and "Verdict:" in r.stdout and "TV102" in r.stdout and "fix:" in r.stdout
+
+
+def test_cli_job_straggler():
+    r = run("analyze", SAMPLES / "hta/trace_filter", "--format", "json", "--select", "TV5")
+    assert r.returncode == 0, r.stderr
+    job = json.loads(r.stdout)["jobs"][0]
+    assert job["nccl"]["straggler"]["rank"] == 1
+    assert job["findings"][0]["rule"] == "nccl-wait" and job["findings"][0]["evidence"]["straggler"] == 1
+
+
+def test_rules_are_columnar():
+    # no per-event Python in rules/ and the engine modules
+    for p in [*(ROOT / "rules").glob("*.py"), *(ROOT / "traceview").glob("*.py"), *(ROOT / "traceview/analyses").glob("*.py")]:
+        src = Path(p).read_text(encoding="utf-8")
+        assert "map_elements" not in src and "map_rows" not in src, p
