@@ -29,7 +29,9 @@ def call_tree(host: pl.DataFrame) -> pl.DataFrame:
     ts = host["ts"].to_numpy()
     dur = host["dur"].to_numpy()
     cr = host["cat"].replace_strict(_CAT_RANK, default=3, return_dtype=pl.Int8).to_numpy()
-    ev = (host["ev_idx"].fill_null(0).to_numpy() if "ev_idx" in host.columns else np.zeros(n, np.int64))
+    # Ev Idx orders exact ties; python frames without it keep file order (their call order)
+    ev = (host["ev_idx"].fill_null(-1).to_numpy() if "ev_idx" in host.columns else np.full(n, -1, np.int64))
+    ev = np.where(ev < 0, host["i"].to_numpy().astype(np.int64), ev)
     order = np.lexsort((ev, cr, -dur, ts, tid, pid))  # last key is the primary one
     pid, tid, ts, dur = pid[order], tid[order], ts[order], dur[order]
     end = ts + dur
