@@ -63,7 +63,10 @@ def _median(xs: list[float]) -> float | None:
 
 def step_time_summary(ranks: list[dict[str, Any]]) -> dict[str, Any]:
     """Profiled vs unprofiled step time over ranks (the slowest rank's median sets the job's pace)."""
-    unprof = [m for m in (_median(r.get("unprofiled_step_ms", [])) for r in ranks) if m is not None]
+    key = "unprofiled_step_ms"
+    if not any(r.get(key) for r in ranks):  # --wait 0 or on-demand after a capture: the next best thing
+        key = "post_capture_step_ms"
+    unprof = [m for m in (_median(r.get(key, [])) for r in ranks) if m is not None]
     prof = [m for m in (_median(r.get("profiled_step_ms", [])) for r in ranks) if m is not None]
     u = max(unprof) if unprof else None
     p = max(prof) if prof else None
@@ -73,7 +76,8 @@ def step_time_summary(ranks: list[dict[str, Any]]) -> dict[str, Any]:
         "unprofiled_ms_median": u,
         "profiled_ms_median": p,
         "overhead_pct": round(100.0 * (p - u) / u, 1) if u and p else None,
-        "unprofiled_samples": sum(len(r.get("unprofiled_step_ms", [])) for r in ranks),
+        "unprofiled_source": key,
+        "unprofiled_samples": sum(len(r.get(key, [])) for r in ranks),
         "profiled_samples": sum(len(r.get("profiled_step_ms", [])) for r in ranks),
     }
 

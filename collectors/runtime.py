@@ -18,6 +18,7 @@ import statistics
 import sys
 import threading
 import time
+import warnings
 import weakref
 from collections import deque
 from pathlib import Path
@@ -42,6 +43,8 @@ def current() -> Session | None:
 def attach_from_env() -> Session:
     """Start profiling this process according to the JSON config in $TRACEVIEW_COLLECT."""
     global _SESSION
+    # torch warns once per process that a schedule's cycles don't accumulate events: that is our intent.
+    warnings.filterwarnings("ignore", message=".*Profiler clears events at the end of each cycle.*")
     if _SESSION is None:
         _SESSION = Session(json.loads(os.environ["TRACEVIEW_COLLECT"]))
         _SESSION.start()
@@ -95,6 +98,8 @@ class Session:
         self._in_boundary = False
         self._stop_requested = False
         self._meta_written = 0.0
+        self._traced = False
+        self._profiler_enabled = torch._C._autograd._profiler_enabled
         self._cached: dict[str, Any] = {}
         self._pending: deque[_Boundary] = deque()
         self._samples: dict[str, deque[float]] = {}
@@ -240,6 +245,11 @@ class Session:
         return None
 
     def _mark(self, phase: str) -> _Boundary:
+        if phase != "unprofiled":
+            self._traced = True
+        elif self._traced:
+            # After a capture CUPTI stays attached and launches stay slower: keep those steps apart.
+            phase = "post_capture"
         mark = _Boundary(self.steps, phase, time.perf_counter_ns(), self._event())
         self._pending.append(mark)
         self._resolve(block=False)
@@ -250,12 +260,15 @@ class Session:
         mark.start_event = self._event()
 
     def _resolve(self, block: bool) -> None:
+        if not block and self._profiler_enabled():
+            return  # cudaEventQuery/ElapsedTime calls would land in the trace: read events later
         while len(self._pending) >= 2:
             a, b = self._pending[0], self._pending[1]
-            if b.event is not None and not block and not b.event.query():
-                return
             if b.event is not None:
-                b.event.synchronize()
+                if block:
+                    b.event.synchronize()
+                elif not b.event.query():
+                    return
             self._pending.popleft()
             if b.step == 0:
                 continue  # step 0 runs from start-up (imports, model build) to the first boundary
@@ -475,6 +488,7 @@ class Session:
             "step_time_method": "cuda_event" if "cuda_event" in self._methods else "wall",
             "unprofiled_step_ms": samples.get("unprofiled", []),
             "profiled_step_ms": samples.get("profiled", []),
+            "post_capture_step_ms": samples.get("post_capture", []),
             "warmup_step_ms": samples.get("warmup", []),
             "unprofiled_step_wall_ms": walls.get("unprofiled", []),
             "profiled_step_wall_ms": walls.get("profiled", []),

@@ -31,6 +31,7 @@ MANIFEST_KEYS = {
 RANK_KEYS = {
     "rank", "local_rank", "world_size", "pid", "device", "gpu_name", "activities", "versions",
     "step_source", "steps_seen", "step_time_method", "unprofiled_step_ms", "profiled_step_ms",
+    "post_capture_step_ms", "warmup_step_ms",
     "unprofiled_step_ms_median", "profiled_step_ms_median", "traces", "warnings",
 }  # fmt: skip
 
@@ -78,7 +79,7 @@ def traces_of(run: Path, rank: int) -> list[Path]:
 
 def test_train_script_modules_and_exit_code(tmp_path: Path) -> None:
     r = collect(
-        tmp_path, "train", ["--wait", "2", "--warmup", "1", "--active", "3", "--modules", "--shapes"],
+        tmp_path, "train", ["--wait", "3", "--warmup", "1", "--active", "3", "--modules", "--shapes"],
         [sys.executable, str(SCRIPTS / "train_small.py"), "--steps", "10", "--exit-code", "3"],
     )  # fmt: skip
     assert r.returncode == 3, r.stderr
@@ -87,7 +88,7 @@ def test_train_script_modules_and_exit_code(tmp_path: Path) -> None:
     run = tmp_path / "train"
     (trace_path,) = traces_of(run, 0)
     trace = load(trace_path)
-    assert step_names(trace) == ["ProfilerStep#3", "ProfilerStep#4", "ProfilerStep#5"]
+    assert step_names(trace) == ["ProfilerStep#4", "ProfilerStep#5", "ProfilerStep#6"]
     mods = Counter(
         e["name"] for e in trace["traceEvents"]
         if e.get("cat") == "user_annotation" and e["name"].startswith("module::")
@@ -107,17 +108,18 @@ def test_train_script_modules_and_exit_code(tmp_path: Path) -> None:
     assert MANIFEST_KEYS <= man.keys()
     assert man["manifest_version"] == 1
     assert man["exit_code"] == 3 and man["launcher"] == "python" and man["world_size"] == 1
-    assert man["schedule"] == {"wait": 2, "warmup": 1, "active": 3, "repeat": 1}
+    assert man["schedule"] == {"wait": 3, "warmup": 1, "active": 3, "repeat": 1}
     assert man["options"]["modules"] and man["options"]["record_shapes"] and not man["options"]["with_stack"]
     assert man["argv"][-2:] == ["--exit-code", "3"]
     assert man["traces"] == [
-        {"rank": 0, "file": trace_path.name, "capture": 0, "first_step": 3, "last_step": 5}
+        {"rank": 0, "file": trace_path.name, "capture": 0, "first_step": 4, "last_step": 6}
     ]
     (rank,) = man["ranks"]
     assert RANK_KEYS <= rank.keys()
     assert rank["step_source"] == "optimizer" and rank["steps_seen"] == 10
-    # Steps 1 (wait) and 6..9 (after the capture) ran unprofiled; step 0 includes start-up.
-    assert len(rank["unprofiled_step_ms"]) == 5 and len(rank["profiled_step_ms"]) == 3
+    # Steps 1-2 waited (step 0 includes start-up), 3 warmed up, 4-6 were recorded, 7-9 ran after the capture.
+    assert len(rank["unprofiled_step_ms"]) == 2 and len(rank["profiled_step_ms"]) == 3
+    assert len(rank["warmup_step_ms"]) == 1 and len(rank["post_capture_step_ms"]) == 3
     assert man["step_time"]["unprofiled_ms_median"] > 0 and man["step_time"]["profiled_ms_median"] > 0
     if "cuda" not in rank["activities"]:
         assert r.stderr.count("CUDA is not available") == 1
@@ -195,7 +197,9 @@ def test_torchrun_two_ranks_gloo(tmp_path: Path) -> None:
     assert man["launcher"] == "torchrun" and man["world_size"] == 2 and man["exit_code"] == 0
     assert [r["rank"] for r in man["ranks"]] == [0, 1]
     assert sorted(t["rank"] for t in man["traces"]) == [0, 1]
-    assert all(len(r["unprofiled_step_ms"]) == 4 for r in man["ranks"])  # steps 1, 5, 6, 7
+    assert all(
+        len(r["unprofiled_step_ms"]) == 1 and len(r["post_capture_step_ms"]) == 3 for r in man["ranks"]
+    )
     # the torchrun launcher process itself is not profiled
     assert not list(run.glob("rank*.collect.json"))[2:]
 
@@ -249,7 +253,8 @@ def test_on_demand_trigger(tmp_path: Path) -> None:
     man = json.loads((run / "manifest.json").read_text())
     assert man["mode"] == "on_demand" and [t["capture"] for t in man["traces"]] == [0, 1]
     assert man["traces"][1]["last_step"] - man["traces"][1]["first_step"] == 3
-    assert len(man["ranks"][0]["unprofiled_step_ms"]) > 3
+    assert len(man["ranks"][0]["unprofiled_step_ms"]) > 3 and man["ranks"][0]["post_capture_step_ms"]
+    assert man["step_time"]["unprofiled_source"] == "unprofiled_step_ms"
 
 
 def test_usage_errors(tmp_path: Path) -> None:
