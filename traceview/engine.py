@@ -98,7 +98,7 @@ def verdict_text(trace: Trace, steps: pl.DataFrame, ctx: dict) -> str | None:
         return None
     top = sorted(((v, k) for k, v in c["shares"].items() if v > 0), reverse=True)[:3]
     parts = ", ".join(f"{k} {v:.1f} %" for v, k in top)
-    return (f"[bold]Verdict:[/] {VERDICT_TEXT[c['dominant']]} ({parts} of {c['window_us'] / 1000:,.2f} ms over "
+    return (f"Verdict: {VERDICT_TEXT[c['dominant']]} ({parts} of {c['window_us'] / 1000:,.2f} ms over "
             f"{p['steps'].height} step(s))")
 
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 from typing import IO
 
 from rich.console import Console
+from rich.markup import escape
 from rich.table import Table
 
 ROLE_LABELS = {"kernel": "Kernel", "memcpy": "Memcpy", "memset": "Memset", "communication": "Communication",
@@ -31,9 +32,8 @@ def render_trace(t: dict, con: Console) -> None:
               f"GPU busy {_f(s['gpu_busy_pct'])} %")
     for w in t.get("warnings", []):
         con.print(f"[yellow]warning:[/] {w}")
-    for sec in ("verdict_text",):
-        if t.get(sec):
-            con.print(t[sec])
+    if t.get("verdict_text"):  # plain text in JSON; emphasis only here
+        con.print(f"[bold]{escape(t['verdict_text'])}[/]")
 
     tb = Table(title="Step time breakdown (% of step; tb_plugin priority order)", show_lines=False)
     tb.add_column("step", justify="right")
