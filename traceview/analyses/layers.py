@@ -221,6 +221,8 @@ def _innermost(rows: pl.DataFrame, nodes: pl.DataFrame) -> pl.DataFrame:
         inside = pl.col("ts") < pl.col("_nend")
         found.append(cur.filter(inside).select("i", "node"))
         cur = cur.filter(~inside & pl.col("_up").is_not_null()).select("i", "ts", pl.col("_up").alias("node"))
+    if not found:  # no row starts after any node on its thread
+        return pl.DataFrame(schema={"i": pl.UInt32, "node": pl.UInt32})
     return pl.concat(found).cast({"i": pl.UInt32, "node": pl.UInt32})
 
 
