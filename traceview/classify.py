@@ -26,6 +26,7 @@ import polars as pl
 
 from .analyses.breakdown import DATALOADER_RE
 from .analyses.intervals import merge
+from .analyses.intervals import segments as _segments
 from .analyses.roofline import kernel_bound as _kernel_bound
 from .analyses.specs import trace_spec
 from .analyses.timeline import gpu_work
@@ -115,28 +116,8 @@ def labelled_intervals(trace: Trace, lo: int, hi: int, kb: pl.DataFrame | None =
 
 def segments(intervals: pl.DataFrame, priorities: list[str], windows: pl.DataFrame, other: str,
              win: str = "step") -> pl.DataFrame:
-    """Elementary segments [win, ts, end, cls]: the highest-priority label active at each instant of each
-    window (`other` where none is). A +1/-1 boundary sweep, as in `intervals.priority_sweep`."""
-    iv = intervals.filter(pl.col("label").is_in(priorities) & (pl.col("end") > pl.col("ts")))
-    pts = pl.concat([
-        iv.select(pl.col("ts").alias("t"), "label", pl.lit(1, pl.Int64).alias("d")),
-        iv.select(pl.col("end").alias("t"), "label", pl.lit(-1, pl.Int64).alias("d")),
-        windows.select(pl.col("ts").alias("t"), pl.lit(None, pl.String).alias("label"), pl.lit(0, pl.Int64).alias("d")),
-        windows.select(pl.col("end").alias("t"), pl.lit(None, pl.String).alias("label"), pl.lit(0, pl.Int64).alias("d")),
-    ])
-    cols = [f"_c{k}" for k in range(len(priorities))]
-    seg = (pts.group_by("t").agg([pl.col("d").filter(pl.col("label") == p).sum().alias(c)
-                                  for p, c in zip(priorities, cols, strict=True)])
-           .sort("t").with_columns([pl.col(c).cum_sum() for c in cols])
-           .with_columns(_next=pl.col("t").shift(-1)))
-    label = pl.lit(other)
-    for p, c in reversed(list(zip(priorities, cols, strict=True))):
-        label = pl.when(pl.col(c) > 0).then(pl.lit(p)).otherwise(label)
-    seg = seg.with_columns(cls=label).filter(pl.col("_next") > pl.col("t")).select("t", "_next", "cls")
-    w = windows.select(win, pl.col("ts").alias("_wts"), pl.col("end").alias("_wend")).sort("_wts")
-    seg = (seg.sort("t").join_asof(w, left_on="t", right_on="_wts", strategy="backward")
-           .filter(pl.col("t") < pl.col("_wend")))
-    return seg.select(win, pl.col("t").alias("ts"), pl.col("_next").alias("end"), "cls").sort("ts")
+    """Elementary segments [win, ts, end, cls]: see `intervals.segments`."""
+    return _segments(intervals, priorities, windows, other, win).sort("ts")
 
 
 def partition(trace: Trace, steps: pl.DataFrame, kb: pl.DataFrame | None = None) -> pl.DataFrame:

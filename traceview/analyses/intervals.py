@@ -46,31 +46,42 @@ def per_window(intervals: pl.DataFrame, windows: pl.DataFrame, win: str = "step"
     return windows.select(win).join(out, on=win, how="left").with_columns(pl.col("dur").fill_null(0))
 
 
-def priority_sweep(intervals: pl.DataFrame, priorities: list[str], windows: pl.DataFrame,
-                   other: str = "other", win: str = "step") -> pl.DataFrame:
-    """Give every instant of each window exactly one label: the highest-priority label active then.
+def segments(intervals: pl.DataFrame, priorities: list[str], windows: pl.DataFrame, other: str = "other",
+             win: str = "step") -> pl.DataFrame:
+    """Elementary segments [win, ts, end, cls] that tile each window [ts, end): at every instant the
+    highest-priority label active then (`other` where none is).
 
-    `intervals` [label, ts, end], `windows` [win, ts, end] (non-overlapping). Returns
-    [win, label, dur] including `other` for instants no interval covers; the durations of a
-    window sum to its length. A sweep over +1/-1 boundaries, not a per-event loop.
+    `intervals` [label, ts, end]; `windows` [win, ts, end] (non-overlapping). Each label's intervals are
+    merged first (so a label is simply on or off), then one +1/-1 boundary sweep: no per-event loop.
     """
-    iv = intervals.filter(pl.col("label").is_in(priorities) & (pl.col("end") > pl.col("ts")))
+    iv = merge(intervals.filter(pl.col("label").is_in(priorities) & (pl.col("end") > pl.col("ts"))), ["label"])
+    rank = {p: k for k, p in enumerate(priorities)}
+    iv = iv.with_columns(_k=pl.col("label").replace_strict(rank, return_dtype=pl.Int32))
+    w = windows.select(pl.col("ts").alias("t"), pl.lit(-1, pl.Int32).alias("_k"), pl.lit(0, pl.Int64).alias("d"))
     pts = pl.concat([
-        iv.select(pl.col("ts").alias("t"), "label", pl.lit(1, pl.Int64).alias("d")),
-        iv.select(pl.col("end").alias("t"), "label", pl.lit(-1, pl.Int64).alias("d")),
-        windows.select(pl.col("ts").alias("t"), pl.lit(None, pl.String).alias("label"), pl.lit(0, pl.Int64).alias("d")),
-        windows.select(pl.col("end").alias("t"), pl.lit(None, pl.String).alias("label"), pl.lit(0, pl.Int64).alias("d")),
+        iv.select(pl.col("ts").alias("t"), "_k", pl.lit(1, pl.Int64).alias("d")),
+        iv.select(pl.col("end").alias("t"), "_k", pl.lit(-1, pl.Int64).alias("d")),
+        w, windows.select(pl.col("end").alias("t"), pl.lit(-1, pl.Int32).alias("_k"), pl.lit(0, pl.Int64).alias("d")),
     ])
     cols = [f"_c{k}" for k in range(len(priorities))]
-    seg = (pts.group_by("t").agg([pl.col("d").filter(pl.col("label") == p).sum().alias(c)
-                                  for p, c in zip(priorities, cols, strict=True)])
-           .sort("t").with_columns([pl.col(c).cum_sum() for c in cols])
-           .with_columns(_len=pl.col("t").shift(-1) - pl.col("t")))
+    pts = pts.with_columns([pl.when(pl.col("_k") == k).then(pl.col("d")).otherwise(0).alias(c)
+                            for k, c in enumerate(cols)])
+    seg = (pts.group_by("t").agg([pl.col(c).sum() for c in cols]).sort("t")
+           .with_columns([pl.col(c).cum_sum() for c in cols]).with_columns(_next=pl.col("t").shift(-1)))
     label = pl.lit(other)
     for p, c in reversed(list(zip(priorities, cols, strict=True))):
         label = pl.when(pl.col(c) > 0).then(pl.lit(p)).otherwise(label)
-    seg = seg.with_columns(label=label).filter(pl.col("_len") > 0).select("t", "_len", "label")
-    w = windows.select(win, pl.col("ts").alias("_wts"), pl.col("end").alias("_wend")).sort("_wts")
-    seg = (seg.sort("t").join_asof(w, left_on="t", right_on="_wts", strategy="backward")
+    seg = seg.filter(pl.col("_next") > pl.col("t")).select("t", "_next", label.alias("cls"))
+    wn = windows.select(win, pl.col("ts").alias("_wts"), pl.col("end").alias("_wend")).sort("_wts")
+    seg = (seg.join_asof(wn, left_on="t", right_on="_wts", strategy="backward")
            .filter(pl.col("t") < pl.col("_wend")))
-    return seg.group_by(win, "label").agg(pl.col("_len").sum().alias("dur")).sort(win, "label")
+    return seg.select(win, pl.col("t").alias("ts"), pl.col("_next").alias("end"), "cls")
+
+
+def priority_sweep(intervals: pl.DataFrame, priorities: list[str], windows: pl.DataFrame,
+                   other: str = "other", win: str = "step") -> pl.DataFrame:
+    """Time per label per window [win, label, dur], every instant counted once (see `segments`);
+    a window's durations sum to its length."""
+    seg = segments(intervals, priorities, windows, other, win)
+    return (seg.group_by(win, "cls").agg((pl.col("end") - pl.col("ts")).sum().alias("dur"))
+            .rename({"cls": "label"}).sort(win, "label"))

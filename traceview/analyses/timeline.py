@@ -16,16 +16,24 @@ def gpu_work(gpu: pl.DataFrame) -> pl.DataFrame:
 
 
 def busy_per_window(gpu: pl.DataFrame, windows: pl.DataFrame, win: str = "step") -> pl.DataFrame:
-    """Busy ns of each device inside each window: [device, win, busy]."""
+    """Busy ns of each device inside each window: [device, win, busy].
+
+    With B(t) = busy time before t (a cumulative sum over the merged intervals, read with an as-of
+    join), the busy time in [a, b) is B(b) - B(a): linear, no cross join."""
     work = gpu_work(gpu)
     if work.height == 0:
         return pl.DataFrame(schema={"device": pl.Int64, win: pl.Int64, "busy": pl.Int64})
-    m = merge(work, ["device"])
-    w = windows.select(win, pl.col("ts").alias("_wts"), pl.col("end").alias("_wend"))
-    out = (m.join(w, how="cross")
-           .with_columns(_d=(pl.min_horizontal("end", "_wend") - pl.max_horizontal("ts", "_wts")).clip(lower_bound=0))
-           .group_by("device", win).agg(pl.col("_d").sum().alias("busy")))
-    return out.sort("device", win)
+    m = (merge(work, ["device"]).sort("device", "ts")
+         .with_columns(_before=(pl.col("end") - pl.col("ts")).cum_sum().over("device") - (pl.col("end") - pl.col("ts"))))
+    q = pl.concat([windows.select(win, pl.col("ts").alias("t"), pl.lit(-1).alias("_sign")),
+                   windows.select(win, pl.col("end").alias("t"), pl.lit(1).alias("_sign"))])
+    q = q.join(m.select("device").unique(), how="cross").sort("t")
+    b = q.join_asof(m.sort("ts"), left_on="t", right_on="ts", by="device", strategy="backward",
+                    check_sortedness=False)
+    b = b.with_columns(_B=pl.when(pl.col("ts").is_null()).then(0)
+                       .otherwise(pl.col("_before") + pl.min_horizontal("t", "end") - pl.col("ts")))
+    return (b.group_by("device", win).agg((pl.col("_B") * pl.col("_sign")).sum().alias("busy"))
+            .sort("device", win))
 
 
 def temporal_breakdown(gpu: pl.DataFrame) -> pl.DataFrame:
