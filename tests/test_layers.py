@@ -206,11 +206,20 @@ def _collected_module_traces() -> list:
 
 
 def test_collected_trace_has_readable_paths() -> None:
-    paths = _collected_module_traces()
-    if not paths:
-        pytest.skip("no collected trace with module:: annotations of a repeated block yet")
+    """A trace recorded by `traceview collect --modules --stack` (sample_traces/collected) names layers by
+    their attribute path from the root model, next to the profiler's Class_n."""
+    assert _collected_module_traces(), "the collected tinygpt run with module:: annotations is bundled"
     import traceview
 
-    t = traceview.load(paths[0])
-    layers = L.layer_table(t)["layer"].to_list()
-    assert any(re.search(r"\.\d+\.", x) or re.search(r"\.\d+$", x) for x in layers), layers[:20]
+    job = traceview.load(SAMPLES / "collected/train_tinygpt_modules")
+    t = job.traces[0] if hasattr(job, "traces") else job
+    table = L.layer_table(t)
+    names = dict(zip(table["layer"].to_list(), table["name"].to_list(), strict=True))
+    for k in range(4):
+        assert names[f"blocks.{k}"] == f"Block_{k}"
+        for sub in ("ln1", "attn", "ln2", "mlp"):
+            assert f"blocks.{k}.{sub}" in names
+    assert names["emb"] == "Embedding_0" and names["head"].startswith("Linear_")
+    fwd = dict(zip(table["layer"].to_list(), table["fwd_gpu_ns"].to_list(), strict=True))
+    bwd = dict(zip(table["layer"].to_list(), table["bwd_gpu_ns"].to_list(), strict=True))
+    assert all(fwd[f"blocks.{k}"] > 0 and bwd[f"blocks.{k}"] > fwd[f"blocks.{k}"] for k in range(4))

@@ -152,6 +152,9 @@ def register() -> None:
     report.SECTIONS.setdefault("classification", classification_section)
     report.SECTIONS.setdefault("findings", run_rules)
     report.SECTIONS.setdefault("verdict_text", verdict_text)
+    from .manifest import profiling_section
+
+    report.SECTIONS.setdefault("profiling", profiling_section)
     report.JOB_SECTIONS.setdefault("classification", job_classification_section)
     report.JOB_SECTIONS.setdefault("nccl", job_nccl_section)
     report.JOB_SECTIONS.setdefault("findings", job_findings_section)

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import argparse
 import sys
+from pathlib import Path
 from typing import Any
 
 import polars as pl
@@ -119,7 +120,9 @@ def render(entry: dict, con: Any) -> None:
         t.add_column(c, justify=j)
     for r in sec["layers"]:
         fl = r["finding_codes"] and ",".join(r["finding_codes"]) or (str(r["findings"]) if r["findings"] else "")
-        t.add_row("  " * (r["depth"] or 0) + r["name"], _f(r["fwd_gpu_us"] / 1000 / n, 3),
+        # readable attribute path (collector `--modules`) with the profiler's Class_n beside it
+        label = r["name"] if r["layer"] in (r["name"], r.get("module_path")) else f"{r['layer']} ({r['name']})"
+        t.add_row("  " * (r["depth"] or 0) + label, _f(r["fwd_gpu_us"] / 1000 / n, 3),
                   _f(r["bwd_gpu_us"] / 1000 / n, 3), _f(r["other_gpu_us"] / 1000 / n, 3),
                   _f(r["gpu_us"] / 1000 / n, 3), _f(r["gpu_pct"]), str(r["kernels"] // n if r["kernels"] else 0),
                   _f(r["cpu_dispatch_us"] / 1000 / n, 3), _f(r["achieved_tflops"]), _f(r["peak_flops_pct"]),
@@ -144,10 +147,19 @@ def cmd_layers(args: argparse.Namespace) -> int:
     from . import report
     from .cli import ExitCode, _render
     from .errors import TraceError
-    from .loader import load_file
+    from .loader import load_file, trace_files
 
     doc: dict[str, Any] = {"schema_version": report.SCHEMA_VERSION, "traces": [], "errors": []}
-    for p in args.paths:
+    files: list[Path] = []
+    for p in map(Path, args.paths):
+        if p.is_dir():
+            found = trace_files(p)
+            if not found:
+                doc["errors"].append({"path": str(p), "error": f"{p}: directory holds no trace files (*.json, *.json.gz)"})
+            files.extend(found)
+        else:
+            files.append(p)
+    for p in files:
         try:
             t = load_file(p)
             steps = report.select_steps(t, args.step)
@@ -166,8 +178,6 @@ def cmd_layers(args: argparse.Namespace) -> int:
             for t in doc["traces"]:
                 con.rule(f"[bold]{t['path']}[/]")
                 render(t, con)
-            for e in doc["errors"]:
-                con.print(f"[red]error:[/] {e['error']}")
         finally:
             if args.output:
                 out.close()

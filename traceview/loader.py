@@ -383,9 +383,16 @@ def _meta(path: Path, doc: d.Doc, fmt: str, t0_us: float, counts: dict, warnings
     )
 
 
+_NOT_TRACES = re.compile(r"^(manifest\.json|control.*|.*\.collect\.json)$")
+
+
 def trace_files(directory: Path) -> list[Path]:
-    return sorted(p for p in directory.iterdir() if p.is_file() and p.name.endswith(TRACE_SUFFIXES)
-                  and not p.name.startswith("."))
+    """Trace files of a folder: the `*.pt.trace.json[.gz]` ones when there are any (a collector run
+    also holds manifest.json and per-rank status files), else every `.json` / `.json.gz`."""
+    files = sorted(p for p in directory.iterdir() if p.is_file() and p.name.endswith(TRACE_SUFFIXES)
+                   and not p.name.startswith("."))
+    pt = [p for p in files if ".pt.trace.json" in p.name]
+    return pt or [p for p in files if not _NOT_TRACES.match(p.name)]
 
 
 def load(path: str | Path) -> Trace | Job:

@@ -34,6 +34,10 @@ def render_trace(t: dict, con: Console) -> None:
         con.print(f"[yellow]warning:[/] {w}")
     if t.get("verdict_text"):  # plain text in JSON; emphasis only here
         con.print(f"[bold]{escape(t['verdict_text'])}[/]")
+    prof = t.get("profiling")
+    if prof and prof.get("note"):
+        color = "yellow" if prof.get("launch_bound_may_be_artifact") else "dim"
+        con.print(f"[{color}]profiler overhead:[/] {escape(prof['note'])}")
 
     tb = Table(title="Step time breakdown (% of step; tb_plugin priority order)", show_lines=False)
     tb.add_column("step", justify="right")
@@ -90,8 +94,6 @@ def render(doc: dict, out: IO[str]) -> None:
     for j in doc.get("jobs", []):
         for hook in JOB_EXTRA:
             hook(j, con)
-    for e in doc["errors"]:
-        con.print(f"[red]error:[/] {e['error']}")
 
 
 # renderers contributed by later stages (findings, layers...): fn(trace_entry, console)
