@@ -30,6 +30,7 @@ from .analyses.intervals import segments as _segments
 from .analyses.roofline import kernel_bound as _kernel_bound
 from .analyses.specs import trace_spec
 from .analyses.timeline import gpu_work
+from .memo import per_trace
 from .model import Trace
 
 CLASSES = ["gpu_compute", "gpu_memory", "communication", "input", "host_sync", "cpu_launch", "other_idle"]
@@ -39,6 +40,7 @@ SYNC_RUNTIME_RE = (r"^(cuda|hip)(Stream|Device|Event)Synchronize(_v\d+)?$|^cu(Ct
 SYNC_EVENT_NAMES = ["Stream Sync", "Event Sync", "Context Sync"]  # `Stream Wait Event` does not block the host
 
 
+@per_trace
 def kernel_bound(trace: Trace) -> pl.DataFrame:
     """[i, op, op_name, category, flops, bytes, bpe, intensity, bound, source] per compute kernel (see roofline)."""
     return _kernel_bound(trace, trace_spec(trace.meta))
@@ -121,7 +123,22 @@ def segments(intervals: pl.DataFrame, priorities: list[str], windows: pl.DataFra
 
 
 def partition(trace: Trace, steps: pl.DataFrame, kb: pl.DataFrame | None = None) -> pl.DataFrame:
-    """[step, ts, end, cls]: the elementary segments of every step window (ns); they tile each step."""
+    """[step, ts, end, cls]: the elementary segments of every step window (ns); they tile each step.
+
+    Cached per (trace, step windows) when `kb` is the trace's own (the default)."""
+    if kb is None or kb is kernel_bound(trace):
+        return _partition(trace, tuple(steps["step"]), tuple(steps["ts"]), tuple(steps["end"]))
+    return _partition_uncached(trace, steps, kb)
+
+
+@per_trace
+def _partition(trace: Trace, step: tuple, ts: tuple, end: tuple) -> pl.DataFrame:
+    steps = pl.DataFrame({"step": list(step), "ts": list(ts), "end": list(end)},
+                         schema={"step": pl.Int64, "ts": pl.Int64, "end": pl.Int64})
+    return _partition_uncached(trace, steps, kernel_bound(trace))
+
+
+def _partition_uncached(trace: Trace, steps: pl.DataFrame, kb: pl.DataFrame) -> pl.DataFrame:
     windows = steps.select("step", "ts", "end")
     if windows.height == 0:
         return pl.DataFrame(schema={"step": pl.Int64, "ts": pl.Int64, "end": pl.Int64, "cls": pl.String})

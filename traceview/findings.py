@@ -73,7 +73,7 @@ def finding_layer(trace, kernel_ids: list[int] | None = None, op_ids: list[int] 
     import polars as pl
 
     try:
-        lay = _layers_cached(trace, gpu_layers)
+        lay = gpu_layers(trace)
     except Exception:  # noqa: BLE001 - a failing optional view must not break findings
         return None
     ids = list(kernel_ids or [])
@@ -87,13 +87,4 @@ def finding_layer(trace, kernel_ids: list[int] | None = None, op_ids: list[int] 
     return str(got["layer"].mode().sort().first())
 
 
-_LAYER_CACHE: dict[int, Any] = {}
 
-
-def _layers_cached(trace, fn):
-    hit = _LAYER_CACHE.get(id(trace))
-    if hit is None or hit[0] is not trace:  # the trace object itself is kept, so its id cannot be reused
-        if len(_LAYER_CACHE) > 8:
-            _LAYER_CACHE.clear()
-        hit = _LAYER_CACHE[id(trace)] = (trace, fn(trace))
-    return hit[1]

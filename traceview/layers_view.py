@@ -46,7 +46,7 @@ def _findings_frame(trace: Trace, steps: pl.DataFrame, ctx: dict) -> pl.DataFram
 
 def section(trace: Trace, steps: pl.DataFrame, ctx: dict | None = None) -> dict[str, Any]:
     """The `layers` section of one trace entry."""
-    ctx = ctx or {}
+    ctx = {} if ctx is None else ctx  # keep the caller's dict even when empty: sections share its caches
     depth = ctx.get("layers_depth")
     table = L.layer_table(trace, steps, findings=_findings_frame(trace, steps, ctx))
     att = L.attribution(trace)

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import polars as pl
 
+from ..memo import per_trace
 from ..model import Trace
 from .intervals import priority_sweep
 
@@ -38,26 +39,18 @@ def role_intervals(trace: Trace) -> pl.DataFrame:
     return pl.concat([gpu_roles, host_roles])
 
 
-_CACHE: dict[tuple, tuple[Trace, pl.DataFrame]] = {}
-
-
 def step_breakdown(trace: Trace, steps: pl.DataFrame | None = None) -> pl.DataFrame:
     """Wide frame: one row per step [step, ts, end, dur, kernel, memcpy, ..., other] (ns).
 
     Cached per (trace, step windows): the report and the input-bound rule both need it."""
     steps = trace.steps if steps is None else steps
-    key = (id(trace), tuple(steps["step"]), tuple(steps["ts"]), tuple(steps["end"]))
-    hit = _CACHE.get(key)
-    if hit is not None and hit[0] is trace:
-        return hit[1]
-    out = _step_breakdown(trace, steps)
-    if len(_CACHE) > 8:
-        _CACHE.clear()
-    _CACHE[key] = (trace, out)
-    return out
+    return _step_breakdown(trace, tuple(steps["step"]), tuple(steps["ts"]), tuple(steps["end"]))
 
 
-def _step_breakdown(trace: Trace, steps: pl.DataFrame) -> pl.DataFrame:
+@per_trace
+def _step_breakdown(trace: Trace, step: tuple, ts: tuple, end: tuple) -> pl.DataFrame:
+    steps = pl.DataFrame({"step": list(step), "ts": list(ts), "end": list(end)},
+                         schema={"step": pl.Int64, "ts": pl.Int64, "end": pl.Int64})
     part = priority_sweep(role_intervals(trace), ROLES, steps.select("step", "ts", "end"))
     wide = (steps.select("step", "ts", "end", (pl.col("end") - pl.col("ts")).alias("dur"))
             .join(part.group_by("step").agg([pl.col("dur").filter(pl.col("label") == r).sum().alias(r)

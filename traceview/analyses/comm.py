@@ -1,7 +1,14 @@
-"""NCCL/RCCL collectives matched across the ranks of one job: waits, transfer time and the straggler.
+"""Collectives matched across the ranks of one job: waits, transfer time and the straggler.
 
 - Collectives are the `comm` kernels of each rank (`ncclKernel_*`, `ncclDevKernel_*`, RCCL), on the absolute
   clock (`meta.epoch_offset_ns`), restricted to each rank's analysed steps when given.
+- A job without any comm kernel whose ranks are CPU-only or use gloo (`distributedInfo.backend`) is matched
+  on its **host-side** collectives instead (`source`): the `gloo:<op>` user annotations that ProcessGroupGloo's
+  worker threads record around the execution of each collective (start = the work starts on this rank,
+  end = it completed, so the wait for a late rank is inside it), else the `c10d::<op>` cpu_ops that enqueue
+  them on the calling thread (start times only; their duration is the enqueue). They carry no process group
+  or sequence number, so they are matched by order per collective name within each `ProfilerStep#N` (the
+  step numbers of one job's ranks are the same logical steps).
 - Matching (TraceLens `NcclAnalyser`, tb_plugin): by (process group, sequence number) when every kernel
   carries them; else by order — the n-th kernel of the same family (`ncclKernel_AllReduce…`, name up to the
   first `(`) and process group on each rank. Only keys present on every rank are kept.
@@ -19,9 +26,23 @@ import polars as pl
 
 from ..model import Job, Trace
 
+#: host-side collectives when a job has no comm kernels, best first: (source, category, name prefix)
+HOST_SOURCES = (("gloo_annotation", "user_annotation", "gloo:"), ("c10d_op", "cpu_op", "c10d::"))
+#: c10d ops that are not collectives (waits, queries) and are never matched
+_C10D_SKIP = r"^c10d::(wait|_wait|monitored_barrier_|allreduce_coalesced_wait)"
+
+
+def _with_step(frame: pl.DataFrame, steps: pl.DataFrame | None) -> pl.DataFrame:
+    """Add `step`: the analysed ProfilerStep#N whose window a collective starts in (-1 without steps)."""
+    if steps is None or steps.height == 0 or frame.height == 0:
+        return frame.with_columns(pl.lit(-1, pl.Int64).alias("step"))
+    w = steps.select(pl.col("ts").alias("_sts"), pl.col("step").cast(pl.Int64)).sort("_sts")
+    out = frame.sort("ts", maintain_order=True).join_asof(w, left_on="ts", right_on="_sts", strategy="backward")
+    return out.drop("_sts").with_columns(pl.col("step").fill_null(-1))
+
 
 def collectives(trace: Trace, steps: pl.DataFrame | None = None) -> pl.DataFrame:
-    """[rank, family, pg, seq, ts, end, dur, stream, name] of one rank's comm kernels (absolute ns)."""
+    """[rank, family, pg, seq, ts, end, dur, stream, name, step] of one rank's comm kernels (absolute ns)."""
     g = trace.gpu.filter(pl.col("kind") == "comm")
     if steps is not None and steps.height and g.height:
         lo, hi = int(steps["ts"].min()), int(steps["end"].max())
@@ -29,16 +50,67 @@ def collectives(trace: Trace, steps: pl.DataFrame | None = None) -> pl.DataFrame
     off = trace.meta.epoch_offset_ns
     pg = pl.col("pg_name").cast(pl.String) if "pg_name" in g.columns else pl.lit(None, pl.String)
     seq = pl.col("seq_comm").cast(pl.Int64) if "seq_comm" in g.columns else pl.lit(None, pl.Int64)
-    return g.sort("ts").select(
+    out = g.sort("ts").select(
         pl.lit(trace.meta.rank if trace.meta.rank is not None else -1).cast(pl.Int64).alias("rank"),
         pl.col("name").str.extract(r"^([^(<]+)").str.strip_chars().alias("family"),
         pg.fill_null("").alias("pg"), seq.alias("seq"),
         (pl.col("ts") + off).alias("ts"), (pl.col("end") + off).alias("end"), "dur", "stream", "name")
+    return _with_step(out, None if steps is None else steps.with_columns(pl.col("ts") + off))
+
+
+def _host_rows(trace: Trace, source: str) -> pl.DataFrame:
+    cat, prefix = {s: (c, p) for s, c, p in HOST_SOURCES}[source]
+    return trace.host.filter((pl.col("cat") == cat) & pl.col("name").str.starts_with(prefix)
+                             & ~pl.col("name").str.contains(_C10D_SKIP))
+
+
+def host_collectives(trace: Trace, steps: pl.DataFrame | None = None, source: str = "gloo_annotation") -> pl.DataFrame:
+    """Like `collectives`, from host events (`source` of `HOST_SOURCES`); `stream` is the host thread id."""
+    h = _host_rows(trace, source)
+    if steps is not None and steps.height and h.height:
+        lo, hi = int(steps["ts"].min()), int(steps["end"].max())
+        h = h.filter((pl.col("ts") >= lo) & (pl.col("ts") < hi))
+    off = trace.meta.epoch_offset_ns
+    pg = pl.col("pg_name").cast(pl.String) if "pg_name" in h.columns else pl.lit(None, pl.String)
+    out = h.sort("ts").select(
+        pl.lit(trace.meta.rank if trace.meta.rank is not None else -1).cast(pl.Int64).alias("rank"),
+        pl.col("name").alias("family"), pg.fill_null("").alias("pg"), pl.lit(None, pl.Int64).alias("seq"),
+        (pl.col("ts") + off).alias("ts"), (pl.col("end") + off).alias("end"), "dur",
+        pl.col("tid").alias("stream"), "name")
+    return _with_step(out, None if steps is None else steps.with_columns(pl.col("ts") + off))
+
+
+def job_source(job: Job) -> str:
+    """Which collectives a job is matched on: `kernel` (NCCL/RCCL GPU kernels, whenever any rank has one),
+    else the first host source of `HOST_SOURCES` that every rank has, for jobs whose ranks are CPU-only or
+    use gloo; else `none`."""
+    if any(t.gpu.height and (t.gpu["kind"] == "comm").any() for t in job.traces):
+        return "kernel"
+    if not job.traces or not all(not t.has_gpu or str(t.meta.distributed.get("backend", "")).startswith("gloo")
+                                 for t in job.traces):
+        return "none"
+    for source, _, _ in HOST_SOURCES:
+        if all(_host_rows(t, source).height for t in job.traces):
+            return source
+    return "none"
+
+
+def job_backend(job: Job) -> str | None:
+    """The process-group backend the ranks report (`distributedInfo.backend`), if any."""
+    b = {str(t.meta.distributed.get("backend")) for t in job.traces if t.meta.distributed.get("backend")}
+    return ",".join(sorted(b)) or None
 
 
 def match(job: Job, steps: dict[int, pl.DataFrame] | None = None) -> tuple[pl.DataFrame, str]:
-    """Matched collectives [key, rank, ts, end, dur, wait, transfer, sync, last] and the matching method."""
-    frames = [collectives(t, (steps or {}).get(k)) for k, t in enumerate(job.traces)]
+    """Matched collectives [key, rank, family, step, ts, end, dur, wait, transfer, sync, last] and the matching
+    method. Kernels when any rank has comm kernels, else host-side collectives (`job_source`)."""
+    source = job_source(job)
+    if source == "none":
+        return pl.DataFrame(), "none"
+    if source == "kernel":
+        frames = [collectives(t, (steps or {}).get(k)) for k, t in enumerate(job.traces)]
+    else:
+        frames = [host_collectives(t, (steps or {}).get(k), source) for k, t in enumerate(job.traces)]
     frames = [f.with_columns(pl.lit(k).alias("_idx")) for k, f in enumerate(frames)]
     allc = pl.concat(frames) if frames else pl.DataFrame()
     if allc.height == 0:
@@ -47,7 +119,12 @@ def match(job: Job, steps: dict[int, pl.DataFrame] | None = None) -> tuple[pl.Da
     # ranks with the same rank id (or none) are told apart by file order
     allc = allc.with_columns(rank=pl.when(pl.col("rank") >= 0).then(pl.col("rank")).otherwise(pl.col("_idx")))
     use_seq = allc["seq"].null_count() == 0
-    if use_seq:
+    if source != "kernel":
+        # host events: no process group / sequence number; the n-th call of a name within the same step
+        allc = allc.with_columns(key=pl.format("{}|{}@{}#{}", "pg", "family", "step",
+                                               pl.int_range(pl.len()).over("rank", "pg", "family", "step")))
+        method = "order per (collective name, step)"
+    elif use_seq:
         allc = allc.with_columns(key=pl.format("{}#{}", "pg", "seq"))
         method = "process group + sequence number"
     else:
@@ -59,14 +136,17 @@ def match(job: Job, steps: dict[int, pl.DataFrame] | None = None) -> tuple[pl.Da
     m = m.with_columns(latest=pl.col("ts").max().over("key"), transfer=pl.col("dur").min().over("key"))
     m = m.with_columns(wait=pl.col("latest") - pl.col("ts"), sync=pl.col("dur") - pl.col("transfer"),
                        last=pl.col("ts") == pl.col("latest"))
-    return m.select("key", "rank", "family", "ts", "end", "dur", "wait", "transfer", "sync", "last").sort("key", "rank"), method
+    return (m.select("key", "rank", "family", "step", "ts", "end", "dur", "wait", "transfer", "sync", "last")
+            .sort("key", "rank"), method)
 
 
 def summary(job: Job, steps: dict[int, pl.DataFrame] | None = None) -> dict:
     """Per-rank waits and the straggler. Plain data."""
     m, method = match(job, steps)
+    source = job_source(job)
+    head = {"source": source if m.height else "none", "backend": job_backend(job)}
     if m.height == 0:
-        return {"collectives": 0, "method": method, "ranks": [], "straggler": None}
+        return {"collectives": 0, "method": method, **head, "steps": 0, "ranks": [], "straggler": None}
     per = (m.group_by("rank").agg(pl.col("wait").sum().alias("total_wait"), pl.col("wait").mean().alias("mean_wait"),
                                   pl.col("last").sum().alias("times_last"),
                                   pl.col("dur").sum().alias("comm_time"), pl.col("sync").sum().alias("sync_time"))
@@ -75,15 +155,22 @@ def summary(job: Job, steps: dict[int, pl.DataFrame] | None = None) -> dict:
     per = per.join(first.rename({"len": "times_first"}), on="rank", how="left").with_columns(
         pl.col("times_first").fill_null(0))
     n = m["key"].n_unique()
+    # wait per analysed step (the step a collective starts in on each rank; DDP's buckets of one step add up)
+    nsteps = m.filter(pl.col("step") >= 0)["step"].n_unique()
+    by_step = (m.filter(pl.col("step") >= 0).group_by("rank", "step").agg(pl.col("wait").sum()).sort("rank", "step")
+               .group_by("rank", maintain_order=True).agg("step", "wait"))
+    by_step = {r: {str(k): round(w / 1000, 3) for k, w in zip(ks, ws)} for r, ks, ws in by_step.rows()}
     strag = per.sort(["times_last", "total_wait", "rank"], descending=[True, False, False]).row(0, named=True)
     tr = m.group_by("key").agg(pl.col("transfer").first())
     return {
-        "collectives": n, "method": method,
+        "collectives": n, "method": method, **head, "steps": nsteps,
         "transfer_us": round(int(tr["transfer"].sum()) / 1000, 3),
         "ranks": [{"rank": r["rank"], "total_wait_us": round(r["total_wait"] / 1000, 3),
                    "mean_wait_us": round(r["mean_wait"] / 1000, 3), "times_last": r["times_last"],
                    "times_first": r["times_first"], "comm_us": round(r["comm_time"] / 1000, 3),
-                   "sync_us": round(r["sync_time"] / 1000, 3)} for r in per.to_dicts()],
+                   "sync_us": round(r["sync_time"] / 1000, 3),
+                   "wait_per_step_us": round(r["total_wait"] / 1000 / nsteps, 3) if nsteps else None,
+                   "wait_by_step_us": by_step.get(r["rank"], {})} for r in per.to_dicts()],
         "straggler": {"rank": strag["rank"], "times_last": strag["times_last"], "of": n,
                       "total_wait_us": round(strag["total_wait"] / 1000, 3),
                       "reason": f"rank {strag['rank']} arrived last at {strag['times_last']} of {n} matched collectives "

@@ -18,11 +18,11 @@ runtime call that launched them, so each gets exactly one layer or `(unattribute
 
 from __future__ import annotations
 
-import weakref
 from dataclasses import dataclass
 
 import polars as pl
 
+from ..memo import per_trace
 from ..model import Trace
 from .tree import ancestor_where, call_tree
 
@@ -51,20 +51,11 @@ class Attribution:
     #                       module_path, anc (list of layers root→self), first_ts]
 
 
-_CACHE: dict[int, tuple[weakref.ref, Attribution]] = {}
-
-
+@per_trace
 def attribution(trace: Trace) -> Attribution:
     """Layer nodes and host attribution of a trace, computed once per Trace object (rules, the layer
     table and the report all ask for it)."""
-    hit = _CACHE.get(id(trace))
-    if hit is not None and hit[0]() is trace:
-        return hit[1]
-    att = _attribute(trace)
-    for k in [k for k, (ref, _) in _CACHE.items() if ref() is None]:
-        del _CACHE[k]
-    _CACHE[id(trace)] = (weakref.ref(trace), att)
-    return att
+    return _attribute(trace)
 
 
 def host_layers(trace: Trace) -> pl.DataFrame:
@@ -72,6 +63,7 @@ def host_layers(trace: Trace) -> pl.DataFrame:
     return attribution(trace).host
 
 
+@per_trace
 def gpu_layers(trace: Trace) -> pl.DataFrame:
     """[i (gpu row id), layer, layer_class, depth, phase]: one row per GPU activity; `(unattributed)`
     when no layer issued it."""
@@ -344,6 +336,7 @@ def _partition(trace: Trace, steps: pl.DataFrame) -> pl.DataFrame | None:
     return fn(trace, steps).select("step", "ts", "end", "cls")
 
 
+@per_trace
 def _top_ops(trace: Trace) -> pl.DataFrame:
     """Outermost cpu_ops (no enclosing cpu_op) with their layer: [i, pid, tid, ts, end, dur, layer]."""
     ops = trace.host.filter(pl.col("cat") == "cpu_op")
