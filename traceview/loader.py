@@ -184,7 +184,9 @@ def load_file(path: str | Path) -> Trace:
         "dur_us": _series("dur_us", d.column(evs, "dur"), pl.Float64),
         "nargs": _series("nargs", list(map(len, ev_args)), pl.UInt32),
     }).with_row_index("i")
-    flow_ids = d.column(evs, "id")
+    flow_rows = base.filter(pl.col("ph").is_in(["s", "f"]))["i"].to_list()
+    flow_ids = list(itemgetter(*flow_rows)(evs)) if len(flow_rows) > 1 else [evs[i] for i in flow_rows]
+    flow_ids = d.column(flow_ids, "id")  # only flows carry an id
     del evs
 
     old = base.filter(pl.col("cat").is_in(list(OLD_CATS)[:5])).height > 0
@@ -252,10 +254,10 @@ def load_file(path: str | Path) -> Trace:
         "ts", "pid", "tid", *[_to_int_expr(c).alias(c) for c in _MEM_FIELDS])
 
     fl = base.filter(pl.col("ph").is_in(["s", "f"]))
-    flows = fl.select("i", "cat", "ph", "pid", "tid", "ts").with_columns(
-        id=_to_int(pl.Series(itemgetter(*fl["i"].to_list())(flow_ids) if fl.height > 1 else
-                             [flow_ids[i] for i in fl["i"].to_list()], strict=False)).alias("id")
-    ).drop("i")
+    # flow rows survive the >7-day filter (no duration): their ids line up with `flow_rows`
+    ids = pl.DataFrame({"i": pl.Series(flow_rows, dtype=pl.UInt32),
+                        "id": _to_int(pl.Series(flow_ids, strict=False))})
+    flows = fl.select("i", "cat", "ph", "pid", "tid", "ts").join(ids, on="i", how="left").drop("i")
 
     meta_rows = base.filter((pl.col("ph") == "M") & pl.col("name").is_in(["thread_name", "process_name",
                                                                            "process_labels"]))
