@@ -118,7 +118,14 @@ def render(entry: dict, con: Any) -> None:
             ("TB/s", "right"), ("bound", "left"), ("dominant", "left"), ("findings", "right")]
     for c, j in cols:
         t.add_column(c, justify=j)
-    for r in sec["layers"]:
+    rows = sec["layers"]
+    hidden = 0
+    if sec["source"] in ("ops", "annotations"):
+        # a flat list of top-level ops: rows without GPU time or findings are noise in a terminal (JSON has all)
+        keep = [r for r in rows if r["gpu_us"] > 0 or r["findings"]]
+        hidden = len(rows) - len(keep)
+        rows = keep
+    for r in rows:
         fl = r["finding_codes"] and ",".join(r["finding_codes"]) or (str(r["findings"]) if r["findings"] else "")
         # readable attribute path (collector `--modules`) with the profiler's Class_n beside it
         label = r["name"] if r["layer"] in (r["name"], r.get("module_path")) else f"{r['layer']} ({r['name']})"
@@ -128,6 +135,8 @@ def render(entry: dict, con: Any) -> None:
                   _f(r["cpu_dispatch_us"] / 1000 / n, 3), _f(r["achieved_tflops"]), _f(r["peak_flops_pct"]),
                   _f(r["achieved_tbps"], 2), r["bound"] or "-", r["dominant"] or "-", fl)
     con.print(t)
+    if hidden:
+        con.print(f"[dim]{hidden} layer(s) without GPU time or findings not shown (see --format json)[/]")
     if sec["repeats"]:
         rt = Table(title="Repeated layers (same class at the same place in the tree)")
         for c, j in (("kind", "left"), ("n", "right"), ("mean ms/step", "right"), ("min", "right"),

@@ -258,7 +258,8 @@ def _attribute(trace: Trace) -> Attribution:
                       pl.col("ndepth").alias("depth"), phase_of.alias("nphase"))
     # forward: innermost enclosing node (or the op itself when ops are the nodes)
     # ops made nodes (the "ops" fallback) are their own layer; everything else by time containment
-    node_ev = nodes.filter(pl.col("src") != "op").join(host.select("i", "pid", "tid"), on="i").select(
+    # (op nodes too: an op's children and its runtime calls belong to it)
+    node_ev = nodes.join(host.select("i", "pid", "tid"), on="i").select(
         "i", "pid", "tid", "ts", "end", pl.col("pnode").alias("parent"), pl.col("ndepth").alias("depth"))
     fwd = _innermost(rows, node_ev)
     fwd = pl.concat([fwd, rows.join(nodes.filter(pl.col("src") == "op").select("i"), on="i", how="semi")
