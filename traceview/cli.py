@@ -17,14 +17,13 @@ class ExitCode(enum.IntEnum):
     ERROR = 2  # usage, input or internal error
 
 
-FORMATS = ("text", "json")
+FORMATS = ("text", "json", "markdown", "sarif", "junit")
 
 
 def _render(doc: dict, fmt: str, out_path: str | None) -> None:
-    from .formatters import json as fjson
-    from .formatters import text as ftext
+    import importlib
 
-    mod = {"text": ftext, "json": fjson}[fmt]
+    mod = importlib.import_module(f".formatters.{fmt}", __package__)
     if out_path:
         with open(out_path, "w", encoding="utf-8") as fh:
             mod.render(doc, fh)
