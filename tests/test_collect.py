@@ -156,7 +156,7 @@ def test_inference_step_api_and_no_torch_import(tmp_path: Path) -> None:
 def test_time_window_mode(tmp_path: Path) -> None:
     r = collect(
         tmp_path, "window", ["--window-s", "0.3", "--delay-s", "0.1"],
-        [sys.executable, str(SCRIPTS / "infer_small.py"), "--window-ms", "3000"],
+        [sys.executable, str(SCRIPTS / "infer_small.py"), "--window-ms", "6000"],
     )  # fmt: skip
     assert r.returncode == 0, r.stderr
     run = tmp_path / "window"
@@ -165,7 +165,8 @@ def test_time_window_mode(tmp_path: Path) -> None:
     ops = [e for e in trace["traceEvents"] if e.get("cat") == "cpu_op" and e["name"] == "aten::linear"]
     assert len(ops) > 2
     span = max(e["ts"] + e["dur"] for e in ops) - min(e["ts"] for e in ops)
-    assert span < 1.5e6  # µs: the window (Kineto's first start can take ~1-2 s), not the whole 3 s loop
+    # µs: the window (Kineto's first start can take ~1-2 s, more on a loaded box), not the whole 6 s loop
+    assert span < 3e6
     man = json.loads((run / "manifest.json").read_text())
     assert man["mode"] == "window" and man["schedule"] is None and man["options"]["window_s"] == 0.3
 
