@@ -6,7 +6,10 @@ time when a collective runs and no compute kernel does (the classifier's `commun
 exposed_comm = |∪comm − ∪compute|), per step. Per job (a directory with the rank files of one job):
 collectives are matched across ranks (process group + sequence number, else order), each rank's wait is
 the latest start across ranks minus its own start, the pure transfer time is the minimum duration across
-ranks, and the straggler is the rank most often last to arrive (ties: the lowest total wait).
+ranks, and the straggler is the rank most often last to arrive (ties: the lowest total wait). A job with no
+NCCL kernel whose ranks run on the CPU with gloo is matched the same way on its host-side collectives (the
+`gloo:<op>` ranges of ProcessGroupGloo's worker threads, else the `c10d::<op>` calls; JSON `nccl.source`,
+`nccl.backend`), by order per collective name within each step.
 
 ## Why it is slow
 A collective cannot finish until every rank has joined, so a rank that arrives late makes every other
@@ -21,12 +24,14 @@ at that rank's own trace: host syncs, data loading, uneven work or a slower devi
 
 ## Evidence
 Per trace: exposed communication time and share, total NCCL kernel time, overlapped part, kernel names,
-per step. Per job: matched collectives, matching method, per-rank total/mean wait, times last/first, pure
-transfer time, and the straggler with the reason.
+per step. Per job: matched collectives, matching method and source (GPU kernels or host-side gloo collectives),
+per-rank total/mean wait and wait per step, times last/first, pure transfer time, and the straggler with the
+reason.
 
 ## Options
 - `moderate_pct` (3.0): exposed-communication (or wait) share at which a finding is a warning — XProf device-collectives moderate threshold.
 - `high_pct` (15.0): share at which it is an error — XProf device-collectives high threshold (tb_plugin flags communication > 10 %).
+- `host_noise_ms` (6.0): for host-side (gloo) collectives, a median wait per step below this is within OS scheduling noise and the straggler finding stays info — Linux CFS's default scheduling period (sched_latency 6 ms): on a busy CPU host a runnable rank can wait that long for a core.
 
 ## References
 - TraceLens `NcclAnalyser` (wait = latest start − own start, comm latency = min duration, straggler summary) — PEERS.md §4.
@@ -51,13 +56,15 @@ TITLE = "Exposed NCCL communication"
 OPTIONS = {
     "moderate_pct": Option(3.0, "XProf device-collectives moderate threshold (% of step time)"),
     "high_pct": Option(15.0, "XProf device-collectives high threshold (% of step time)"),
+    "host_noise_ms": Option(6.0, "Linux CFS default scheduling period: host (gloo) median waits per step below it are noise"),
 }
 FIX = ("While a collective runs with no compute kernel beside it, the step is waiting on the network (or on a "
        "rank that arrived late: a collective cannot finish until every rank has joined). Overlap communication "
        "with compute — DDP gradient bucketing (bucket_cap_mb), FSDP forward/backward prefetch, async_op=True "
        "collectives issued early — and reduce bytes (bf16 gradients, compression, gradient accumulation). If one "
        "rank is the straggler, look at its own trace: host syncs, data loading, uneven work.")
-STRAGGLER_FIX = ("Every other rank's NCCL kernel waits for the straggler to join: that time is synchronisation, "
+STRAGGLER_FIX = ("Every other rank's collective (its NCCL kernel, or the gloo work on the host) waits for the straggler "
+                 "to join: that time is synchronisation, "
                  "not transfer. Look at the straggler rank's own trace for what delays it before the collective "
                  "(host syncs such as .item(), data loading, extra work, a slower GPU or link), balance the work, "
                  "and overlap the collectives with compute so short delays are hidden.")
@@ -105,10 +112,26 @@ def check_job(job, steps: dict[int, pl.DataFrame], ctx: dict) -> tuple[dict, lis
     mean_wait = sum(r["total_wait_us"] for r in others) / len(others) if others else 0.0
     pct = 100.0 * mean_wait * 1000 / window if window else 0.0
     total_wait = sum(r["total_wait_us"] for r in ranks)
+    host = s["source"] not in ("kernel", "none")
+    kind = f"{s['backend'] or 'host'} (host-side)" if host else "NCCL"
     ev = {"straggler": strag["rank"], "reason": strag["reason"], "matched_collectives": s["collectives"],
-          "method": s["method"], "transfer_us": s["transfer_us"], "ranks": ranks}
-    f = Finding(rule=NAME, code=CODE, severity=severity_for(pct, opts["moderate_pct"], opts["high_pct"], SEVERITY),
-                title=f"Ranks wait for straggler rank {strag['rank']} in NCCL collectives", steps=[],
+          "method": s["method"], "source": s["source"], "backend": s["backend"], "transfer_us": s["transfer_us"],
+          "ranks": ranks}
+    severity = severity_for(pct, opts["moderate_pct"], opts["high_pct"], SEVERITY)
+    if host:  # host collectives overlap (gloo's worker threads): the union of waits per step, not their sum
+        per_step = sum(r["wait_per_step_us"] or 0 for r in others) / len(others) if others else 0.0
+        mean_wait = per_step * max(s["steps"], 1)
+        pct = 100.0 * mean_wait * 1000 / window if window else 0.0
+        # a straggler delays every step; a descheduled thread only some: judge the median step
+        median = sum(r["median_wait_per_step_us"] or 0 for r in others) / len(others) if others else 0.0
+        ev["wait_per_step_us"] = round(per_step, 3)
+        ev["median_wait_per_step_us"] = round(median, 3)
+        if median < opts["host_noise_ms"] * 1000:
+            severity = "info"
+            ev["note"] = (f"median wait per step {median / 1000:.2f} ms is below host_noise_ms ({opts['host_noise_ms']} "
+                          "ms): within OS scheduling noise for host-side collectives, no straggler is raised")
+    f = Finding(rule=NAME, code=CODE, severity=severity,
+                title=f"Ranks wait for straggler rank {strag['rank']} in {kind} collectives", steps=[],
                 count=s["collectives"], cost_us=total_wait, savings_us=mean_wait, savings_pct=pct, evidence=ev,
                 fix=STRAGGLER_FIX)
     return s, [f]

@@ -15,6 +15,10 @@
 - Per collective and rank: `wait` = latest start across ranks − own start (time spent waiting for the last
   rank to arrive), `transfer` = the minimum duration across ranks (tb_plugin: the pure transfer time;
   anything above it is synchronisation), `sync` = duration − transfer.
+- Wait per step (`wait_per_step_us`, `wait_by_step_us`): per rank and `ProfilerStep#N`, the union of the wait
+  intervals of the step's collectives (the sum when they run one after the other, as DDP's buckets do on
+  one stream; concurrent collectives are not counted twice), its mean and median over the steps.
+  `total_wait_us` stays the plain sum.
 - Straggler: the rank most often last to arrive; ties go to the rank with the lowest total wait (TraceLens:
   the rank that waits least is the one the others wait for; HTA's `get_potential_stragglers` ranks late
   starters of the most variable collective).
@@ -140,6 +144,22 @@ def match(job: Job, steps: dict[int, pl.DataFrame] | None = None) -> tuple[pl.Da
             .sort("key", "rank"), method)
 
 
+def wait_per_step(m: pl.DataFrame) -> pl.DataFrame:
+    """[rank, step, wait]: the wall time each rank spent waiting for the last rank in each analysed step — the
+    union of its matched collectives' wait intervals [own start, latest start). With one collective at a time
+    that is the sum of their waits (DDP's buckets of one step add up); collectives that wait at the same time
+    (gloo's two worker threads, NCCL on several streams) are not counted twice."""
+    w = (m.filter((pl.col("step") >= 0) & (pl.col("wait") > 0))
+         .select("rank", "step", pl.col("ts").alias("s"), (pl.col("ts") + pl.col("wait")).alias("e"))
+         .sort("rank", "step", "s"))
+    w = w.with_columns(island=(pl.col("s") > pl.col("e").cum_max().shift(1)).fill_null(True).cum_sum()
+                       .over("rank", "step"))
+    w = (w.group_by("rank", "step", "island").agg((pl.col("e").max() - pl.col("s").min()).alias("wait"))
+         .group_by("rank", "step").agg(pl.col("wait").sum()))
+    steps = m.filter(pl.col("step") >= 0).select("rank", "step").unique()
+    return steps.join(w, on=["rank", "step"], how="left").with_columns(pl.col("wait").fill_null(0)).sort("rank", "step")
+
+
 def summary(job: Job, steps: dict[int, pl.DataFrame] | None = None) -> dict:
     """Per-rank waits and the straggler. Plain data."""
     m, method = match(job, steps)
@@ -155,11 +175,13 @@ def summary(job: Job, steps: dict[int, pl.DataFrame] | None = None) -> dict:
     per = per.join(first.rename({"len": "times_first"}), on="rank", how="left").with_columns(
         pl.col("times_first").fill_null(0))
     n = m["key"].n_unique()
-    # wait per analysed step (the step a collective starts in on each rank; DDP's buckets of one step add up)
     nsteps = m.filter(pl.col("step") >= 0)["step"].n_unique()
-    by_step = (m.filter(pl.col("step") >= 0).group_by("rank", "step").agg(pl.col("wait").sum()).sort("rank", "step")
-               .group_by("rank", maintain_order=True).agg("step", "wait"))
-    by_step = {r: {str(k): round(w / 1000, 3) for k, w in zip(ks, ws)} for r, ks, ws in by_step.rows()}
+    ws = wait_per_step(m)
+    step_total = dict(ws.group_by("rank").agg(pl.col("wait").sum()).rows())
+    step_median = dict(ws.group_by("rank").agg(pl.col("wait").median()).rows())
+    by_step = ws.sort("rank", "step").group_by("rank", maintain_order=True).agg("step", "wait")
+    by_step = {r: {str(k): round(w / 1000, 3) for k, w in zip(ks, vs, strict=True)}
+               for r, ks, vs in by_step.rows()}
     strag = per.sort(["times_last", "total_wait", "rank"], descending=[True, False, False]).row(0, named=True)
     tr = m.group_by("key").agg(pl.col("transfer").first())
     return {
@@ -169,7 +191,8 @@ def summary(job: Job, steps: dict[int, pl.DataFrame] | None = None) -> dict:
                    "mean_wait_us": round(r["mean_wait"] / 1000, 3), "times_last": r["times_last"],
                    "times_first": r["times_first"], "comm_us": round(r["comm_time"] / 1000, 3),
                    "sync_us": round(r["sync_time"] / 1000, 3),
-                   "wait_per_step_us": round(r["total_wait"] / 1000 / nsteps, 3) if nsteps else None,
+                   "wait_per_step_us": round(step_total.get(r["rank"], 0) / 1000 / nsteps, 3) if nsteps else None,
+                   "median_wait_per_step_us": round(step_median[r["rank"]] / 1000, 3) if nsteps else None,
                    "wait_by_step_us": by_step.get(r["rank"], {})} for r in per.to_dicts()],
         "straggler": {"rank": strag["rank"], "times_last": strag["times_last"], "of": n,
                       "total_wait_us": round(strag["total_wait"] / 1000, 3),

@@ -59,7 +59,8 @@ def render_job(j: dict, con: Console) -> None:
         con.print(f"rank {r['rank']}: dominant {r['dominant']}")
     n = j.get("nccl") or {}
     if n.get("collectives"):
-        t = Table(title=f"NCCL collectives matched across ranks ({n['collectives']}, by {n['method']})")
+        kind = "NCCL" if n.get("source", "kernel") == "kernel" else f"{n.get('backend') or 'host'} (host-side)"
+        t = Table(title=f"{kind} collectives matched across ranks ({n['collectives']}, by {n['method']})")
         for c in ("rank", "total wait ms", "mean wait µs", "times last", "times first", "comm ms", "sync ms"):
             t.add_column(c, justify="right")
         for r in n["ranks"]:
