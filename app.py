@@ -186,7 +186,9 @@ def render_job(v: View, j: dict) -> None:
     elif nccl:
         st.caption(f"No straggler: {nccl.get('collectives', 0)} collectives matched across ranks.")
     if nccl.get("ranks"):
-        st.markdown("**NCCL wait per rank** (µs)")
+        kind = {"kernel": "NCCL kernels", "gloo_annotation": "gloo collectives",
+                "c10d_op": "c10d collectives"}.get(nccl.get("source"), "collectives")
+        st.markdown(f"**Wait per rank in {kind}** (µs)")
         st.dataframe(nccl["ranks"], hide_index=True, key=f"job_wait_{j['path']}")
     rows = [{"rank": r["rank"], "dominant": r["dominant"], **(r.get("shares") or {})} for r in j["classification"]]
     st.markdown("**Classifier per rank** (%)")
