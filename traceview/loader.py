@@ -14,6 +14,7 @@ from typing import Any
 import polars as pl
 
 from . import decode as d
+from . import fastscan
 from .analyses.tree import call_tree, enclosing_op
 from .errors import TraceError
 from .model import Job, Trace, TraceMeta
@@ -40,13 +41,24 @@ def _ids(values: list) -> pl.Series:
     # only the few string ids take the slow path
     pos = s.is_null().arg_true()
     idx = pos.to_list()
-    strs = pl.Series(list(itemgetter(*idx)(values)) if len(idx) > 1 else [values[idx[0]]], dtype=pl.String,
-                     strict=False)
+    return _fix_ids(s, pos, list(itemgetter(*idx)(values)) if len(idx) > 1 else [values[idx[0]]])
+
+
+def _fix_ids(s: pl.Series, pos: pl.Series, values: list) -> pl.Series:
+    """Set the rows `pos` of `s` from their string ids `values`."""
+    strs = pl.Series(values, dtype=pl.String, strict=False)
     num = strs.str.to_integer(strict=False)
     digits = strs.str.extract(r"^stream\s+(-?\d+)").str.to_integer(strict=False)
     other = -((strs.hash() % 1_000_000_000).cast(pl.Int64) + 10)
     fixed = pl.select(pl.coalesce(num, digits, other)).to_series()
     return s.scatter(pos, fixed)
+
+
+def _fast_ids(s: pl.Series, strs: dict[int, str]) -> pl.Series:
+    """pid/tid from the C scanner: int64 values plus {row: str} for the string ids."""
+    if not strs:
+        return s
+    return _fix_ids(s, pl.Series(list(strs), dtype=pl.UInt32), list(strs.values()))
 
 
 def _to_int(s: pl.Series) -> pl.Series:
@@ -79,17 +91,27 @@ _INT_ATTRS = {"external_id", "external_id_old", "seq", "fwd_tid", "ev_idx", "cor
               "total_reserved", "device_id", "device_type", "addr", "from_device"}
 
 
-def _args_frame(evs_args: list, rows: pl.Series, typ: type, fields: dict[str, str]) -> pl.DataFrame:
+def _args_frame(evs_args: list | fastscan.Events, rows: pl.Series, typ: type, fields: dict[str, str]) -> pl.DataFrame:
     """Decode `args` of the events at `rows` (positions) into columns {out_name: struct_attr}."""
-    idx = rows.to_list()
-    if not idx:
+    if rows.len() == 0:
         return pl.DataFrame({"i": pl.Series([], dtype=pl.UInt32)})
-    raws = list(itemgetter(*idx)(evs_args)) if len(idx) > 1 else [evs_args[idx[0]]]
-    structs = d.decode_args(raws, typ)
+    got = None
+    if isinstance(evs_args, fastscan.Events):  # C scanner: columns straight from the bytes
+        got = evs_args.args_values(rows, typ, list(fields.values()), _INT_ATTRS)
+    if got is None:
+        idx = rows.to_list()
+        if isinstance(evs_args, fastscan.Events):
+            raws = evs_args.raw_args(idx)
+        else:
+            raws = list(itemgetter(*idx)(evs_args)) if len(idx) > 1 else [evs_args[idx[0]]]
+        structs = d.decode_args(raws, typ)
+        got = {attr: d.column(structs, attr) for attr in fields.values()}
     cols: dict[str, pl.Series] = {"i": rows.cast(pl.UInt32)}
     for out, attr in fields.items():
-        vals = d.column(structs, attr)
-        if attr in _RAW_ATTRS:
+        vals = got[attr]
+        if isinstance(vals, pl.Series):
+            cols[out] = vals.alias(out)
+        elif attr in _RAW_ATTRS:
             cols[out] = _raw_column(out, vals)
         elif attr in _INT_ATTRS:
             cols[out] = _series(out, vals, pl.Int64)
@@ -98,10 +120,11 @@ def _args_frame(evs_args: list, rows: pl.Series, typ: type, fields: dict[str, st
     return pl.DataFrame(cols)
 
 
-def _raw_column(name: str, raws: list) -> pl.Series:
+def _raw_column(name: str, raws: list | bytes) -> pl.Series:
     """Raw JSON slices -> Binary column without a Python call per value: join them with a byte that
-    JSON text cannot contain unescaped (0x1f) and split inside polars."""
-    joined = b"\x1f".join(raws).decode("utf-8", "replace")
+    JSON text cannot contain unescaped (0x1f) and split inside polars. (The C scanner hands them
+    over already joined.)"""
+    joined = (raws if isinstance(raws, bytes) else b"\x1f".join(raws)).decode("utf-8", "replace")
     return pl.Series(name, [joined]).str.split("\x1f").explode().cast(pl.Binary)
 
 
@@ -161,33 +184,23 @@ def _int_or_none(v: Any) -> int | None:
 def load_file(path: str | Path) -> Trace:
     path = Path(path)
     data, warnings = d.read_bytes(path)
-    try:
-        doc, w2 = d.decode(data, path)
-    except TraceError:
-        if warnings:  # the gzip stream was cut: say so rather than "invalid JSON"
-            raise TraceError(f"{path}: truncated gzip file: no complete event could be recovered") from None
-        raise
+    fast = fastscan.scan(data)  # C scanner (None: not built, or input only msgspec + repairs can take)
+    if fast is not None:
+        doc, ev_args = fast.doc, fast
+        if not fast.n:
+            raise TraceError(f"{path}: 'traceEvents' is empty: nothing to analyze")
+        base = pl.DataFrame({
+            "ph": fast.ph, "cat": fast.cat, "name": fast.name,
+            "pid": _fast_ids(fast.pid, fast.pid_strs), "tid": _fast_ids(fast.tid, fast.tid_strs),
+            "ts_us": fast.ts, "dur_us": fast.dur, "nargs": fast.nargs,
+        }).with_row_index("i")
+        flow_rows = base.filter(pl.col("ph").is_in(["s", "f"]))["i"]
+        flow_ids = fast.ids(flow_rows)
+        flow_rows = flow_rows.to_list()
+    else:
+        doc, ev_args, base, flow_rows, flow_ids = _decode_msgspec(path, data, warnings)
     del data
-    warnings += w2
-    evs = doc.traceEvents
-    if not evs:
-        raise TraceError(f"{path}: 'traceEvents' is empty: nothing to analyze")
     legacy = doc.schemaVersion is None and doc.deviceProperties is None and doc.traceName is None
-    ev_args = d.column(evs, "args")
-    base = pl.DataFrame({
-        "ph": _series("ph", d.column(evs, "ph"), pl.String),
-        "cat": _series("cat", d.column(evs, "cat"), pl.String),
-        "name": _series("name", d.column(evs, "name"), pl.String),
-        "pid": _ids(d.column(evs, "pid")),
-        "tid": _ids(d.column(evs, "tid")),
-        "ts_us": _series("ts_us", d.column(evs, "ts"), pl.Float64),
-        "dur_us": _series("dur_us", d.column(evs, "dur"), pl.Float64),
-        "nargs": _series("nargs", list(map(len, ev_args)), pl.UInt32),
-    }).with_row_index("i")
-    flow_rows = base.filter(pl.col("ph").is_in(["s", "f"]))["i"].to_list()
-    flow_ids = list(itemgetter(*flow_rows)(evs)) if len(flow_rows) > 1 else [evs[i] for i in flow_rows]
-    flow_ids = d.column(flow_ids, "id")  # only flows carry an id
-    del evs
 
     old = base.filter(pl.col("cat").is_in(list(OLD_CATS)[:5])).height > 0
     fmt = "legacy-autograd" if (legacy and doc.schemaVersion is None and base["cat"].eq("").all()) else (
@@ -256,7 +269,7 @@ def load_file(path: str | Path) -> Trace:
     fl = base.filter(pl.col("ph").is_in(["s", "f"]))
     # flow rows survive the >7-day filter (no duration): their ids line up with `flow_rows`
     ids = pl.DataFrame({"i": pl.Series(flow_rows, dtype=pl.UInt32),
-                        "id": _to_int(pl.Series(flow_ids, strict=False))})
+                        "id": _to_int(flow_ids if isinstance(flow_ids, pl.Series) else pl.Series(flow_ids, strict=False))})
     flows = fl.select("i", "cat", "ph", "pid", "tid", "ts").join(ids, on="i", how="left").drop("i")
 
     meta_rows = base.filter((pl.col("ph") == "M") & pl.col("name").is_in(["thread_name", "process_name",
@@ -274,6 +287,35 @@ def load_file(path: str | Path) -> Trace:
     meta = _meta(path, doc, fmt, t0_us, counts, warnings, steps, rocm, host, gpu)
     return Trace(meta=meta, host=host, gpu=gpu, gpu_annotations=gann, memory=mem, flows=flows,
                  steps=steps.drop("synthetic"), threads=threads)
+
+
+def _decode_msgspec(path: Path, data: bytes, warnings: list[str]) -> tuple:
+    """The pure-Python path: msgspec structs (with repairs and salvage) -> base columns."""
+    try:
+        doc, w2 = d.decode(data, path)
+    except TraceError:
+        if warnings:  # the gzip stream was cut: say so rather than "invalid JSON"
+            raise TraceError(f"{path}: truncated gzip file: no complete event could be recovered") from None
+        raise
+    warnings += w2
+    evs = doc.traceEvents
+    if not evs:
+        raise TraceError(f"{path}: 'traceEvents' is empty: nothing to analyze")
+    ev_args = d.column(evs, "args")
+    base = pl.DataFrame({
+        "ph": _series("ph", d.column(evs, "ph"), pl.String),
+        "cat": _series("cat", d.column(evs, "cat"), pl.String),
+        "name": _series("name", d.column(evs, "name"), pl.String),
+        "pid": _ids(d.column(evs, "pid")),
+        "tid": _ids(d.column(evs, "tid")),
+        "ts_us": _series("ts_us", d.column(evs, "ts"), pl.Float64),
+        "dur_us": _series("dur_us", d.column(evs, "dur"), pl.Float64),
+        "nargs": _series("nargs", list(map(len, ev_args)), pl.UInt32),
+    }).with_row_index("i")
+    flow_rows = base.filter(pl.col("ph").is_in(["s", "f"]))["i"].to_list()
+    flow_ids = list(itemgetter(*flow_rows)(evs)) if len(flow_rows) > 1 else [evs[i] for i in flow_rows]
+    flow_ids = d.column(flow_ids, "id")  # only flows carry an id
+    return doc, ev_args, base, flow_rows, flow_ids
 
 
 def _to_int_expr(c: str) -> pl.Expr:

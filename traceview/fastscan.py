@@ -1,0 +1,199 @@
+"""Glue for the optional C scanner (`traceview/_scan.c`): bytes -> event columns in one pass.
+
+`scan(data)` returns an `Events` (the base columns as polars Series, the document's other
+members decoded by msgspec, and a handle to read `args` fields as columns) or None, in which
+case the caller uses the msgspec path (`decode.decode`). None when the extension is not built,
+when `TRACEVIEW_NO_C=1`, or when the bytes are anything but valid JSON the msgspec decoder would
+take as is (repairs, salvage and the legacy array format stay on the msgspec path).
+
+Contract: the frames built from an `Events` are identical to those of the msgspec path; the C
+scanner refuses (None) every input where it could differ. tests/test_fastscan.py checks this.
+"""
+
+from __future__ import annotations
+
+import os
+from typing import Any
+
+import msgspec
+import numpy as np
+import polars as pl
+
+try:
+    from . import _scan
+except ImportError:  # pragma: no cover - extension not built (no compiler): msgspec path only
+    _scan = None
+
+from . import decode as d
+
+# JSON type bits and output modes of _scan.args_columns
+T_NULL, T_INT, T_FLOAT, T_STR, T_ARR_INT, T_ARR, T_OBJ, T_BOOL = 1, 2, 4, 8, 16, 32, 64, 128
+MODE_CHECK, MODE_INT, MODE_RAW, MODE_DIM3, MODE_OBJ = 0, 1, 2, 3, 4
+_ANY = T_NULL | T_INT | T_FLOAT | T_STR | T_ARR | T_OBJ | T_BOOL
+
+
+def available() -> bool:
+    return _scan is not None and os.environ.get("TRACEVIEW_NO_C", "") not in ("1", "true", "yes")
+
+
+def _types(t: msgspec.inspect.Type) -> int:
+    """JSON types a msgspec type accepts (as far as the scanner checks them)."""
+    mi = msgspec.inspect
+    if isinstance(t, mi.UnionType):
+        bits = 0
+        for u in t.types:
+            bits |= _types(u)
+        return bits
+    if isinstance(t, mi.NoneType):
+        return T_NULL
+    if isinstance(t, mi.IntType):
+        return T_INT
+    if isinstance(t, mi.FloatType):
+        return T_INT | T_FLOAT
+    if isinstance(t, mi.StrType):
+        return T_STR
+    if isinstance(t, mi.ListType) and isinstance(t.item_type, mi.IntType):
+        return T_ARR_INT
+    if isinstance(t, mi.RawType | mi.AnyType):
+        return _ANY
+    raise TypeError(f"no scanner support for {t}")
+
+
+class _Spec:
+    """The fields of one args struct (HostArgs, GpuArgs...) in the scanner's terms."""
+
+    def __init__(self, typ: type) -> None:
+        self.fields: list[tuple[str, str, int, Any]] = []  # attr, JSON key, type bits, python type
+        for f in msgspec.structs.fields(typ):
+            info = msgspec.inspect.type_info(f.type)
+            if isinstance(info, msgspec.inspect.StructType):  # Dim3: [x, y, z]
+                self.fields.append((f.name, f.encode_name, T_ARR_INT | T_ARR, "dim3"))
+            else:
+                self.fields.append((f.name, f.encode_name, _types(info), f.type))
+
+
+_SPECS: dict[type, _Spec] = {}
+
+
+def _int_series(name: str, pair: tuple) -> pl.Series:
+    """Int64 Series from (int64 values, validity) buffers."""
+    vals = pl.Series(name, np.frombuffer(pair[0], dtype=np.int64))
+    valid = np.frombuffer(pair[1], dtype=np.bool_)
+    if valid.all():
+        return vals
+    return pl.select(pl.when(pl.Series(valid)).then(vals).otherwise(None).alias(name)).to_series()
+
+
+class Events:
+    """Columns of `traceEvents` from the C scanner, plus what is needed to read `args` later."""
+
+    def __init__(self, data: bytes, r: dict) -> None:
+        self.data = data
+        self.n: int = r["n"]
+        self.doc: d.Doc = _doc(data, r["members"])
+        self.ph = _dict_column("ph", r["ph_values"], r["ph"])
+        self.cat = _dict_column("cat", r["cat_values"], r["cat"])
+        self.name = _dict_column("name", r["name_values"], r["name"])
+        self.pid = pl.Series("pid", np.frombuffer(r["pid"], dtype=np.int64))
+        self.tid = pl.Series("tid", np.frombuffer(r["tid"], dtype=np.int64))
+        self.pid_strs: dict[int, str] = r["pid_strs"]
+        self.tid_strs: dict[int, str] = r["tid_strs"]
+        self.ts = pl.Series("ts_us", np.frombuffer(r["ts"], dtype=np.float64))
+        self.dur = pl.Series("dur_us", np.frombuffer(r["dur"], dtype=np.float64))
+        self._id = np.frombuffer(r["id"], dtype=np.int64)
+        self._id_present = np.frombuffer(r["id_present"], dtype=np.bool_)
+        self._id_strs: dict[int, str] = r["id_strs"]
+        self.starts = np.frombuffer(r["args_start"], dtype=np.int64)
+        self.ends = np.frombuffer(r["args_end"], dtype=np.int64)
+        self.nargs = pl.Series("nargs", self.ends - self.starts, dtype=pl.UInt32)
+
+    def ids(self, rows: pl.Series) -> pl.Series | list:
+        """The `id` values of `rows`: an Int64 Series, or (when some are strings) the list of int, str
+        and None the msgspec path has."""
+        idx = rows.cast(pl.Int64).to_numpy()
+        strs = self._id_strs
+        if strs and not strs.keys().isdisjoint(idx.tolist()):
+            ids, present = self._id, self._id_present
+            return [strs[i] if i in strs else (int(ids[i]) if present[i] else None) for i in idx.tolist()]
+        return _int_series("id", (self._id[idx], self._id_present[idx]))
+
+    def raw_args(self, rows: list[int]) -> list[bytes]:
+        data, s, e = self.data, self.starts, self.ends
+        return [data[s[i]:e[i]] for i in rows]
+
+    def args_values(self, rows: pl.Series, typ: type, attrs: list[str], int_attrs: set[str]) -> dict | None:
+        """{attr: values} for the args of `rows`, as the msgspec path would give them: an Int64
+        Series for the int attrs in `int_attrs`, one 0x1f-joined bytes for raw attrs, else a list.
+        None when the scanner cannot vouch for identical results (the caller decodes with msgspec)."""
+        spec = _SPECS.get(typ) or _SPECS.setdefault(typ, _Spec(typ))
+        want = {a.split(".")[0] for a in attrs}
+        fields, kinds = [], []
+        for attr, key, bits, pytype in spec.fields:
+            if attr not in want:
+                mode = MODE_CHECK
+            elif pytype == "dim3":
+                mode = MODE_DIM3
+            elif pytype is msgspec.Raw:
+                mode = MODE_RAW
+            elif bits == T_INT | T_NULL and attr in int_attrs:
+                mode = MODE_INT
+            else:
+                mode = MODE_OBJ
+            fields.append((key.encode(), bits, mode))
+            kinds.append((attr, mode, pytype))
+        idx = rows.cast(pl.Int64).to_numpy()
+        got = _scan.args_columns(self.data, self.starts, self.ends, idx, fields)
+        if got is None:
+            return None
+        out: dict[str, Any] = {}
+        for (attr, mode, pytype), val in zip(kinds, got, strict=True):
+            if mode == MODE_INT:
+                out[attr] = _int_series(attr, val)
+            elif mode == MODE_RAW:
+                out[attr] = val
+            elif mode == MODE_DIM3:
+                for part, pair in zip("xyz", val, strict=True):
+                    out[f"{attr}.{part}"] = _int_series(f"{attr}.{part}", pair)
+            elif mode == MODE_OBJ:
+                vals = _decode_many(val, pytype)
+                if vals is None:
+                    return None
+                out[attr] = vals
+        return out
+
+
+def _decode_many(raws: list, typ: Any) -> list | None:
+    """Decode the present values (bytes; None = key absent) with msgspec as `typ`."""
+    present = [r for r in raws if r is not None]
+    if not present:
+        return raws
+    try:
+        vals = msgspec.json.decode(b"[" + b",".join(present) + b"]", type=list[typ])
+    except msgspec.DecodeError:
+        return None
+    if len(present) == len(raws):
+        return vals
+    it = iter(vals)
+    return [None if r is None else next(it) for r in raws]
+
+
+def _dict_column(name: str, values: list[str], codes: bytes) -> pl.Series:
+    return pl.Series(name, values, dtype=pl.String).gather(pl.Series(np.frombuffer(codes, dtype=np.uint32)))
+
+
+def _doc(data: bytes, members: list[tuple[int, int]]) -> d.Doc:
+    """The top-level members other than traceEvents, decoded exactly as the msgspec path does."""
+    body = b",".join(data[s:e] for s, e in members)
+    return msgspec.json.decode(b"{" + body + (b"," if body else b"") + b'"traceEvents":[]}', type=d.Doc)
+
+
+def scan(data: bytes) -> Events | None:
+    if not available():
+        return None
+    r = _scan.scan(data)
+    if r is None:
+        return None
+    try:
+        return Events(data, r)
+    except msgspec.DecodeError:  # a top-level member of the wrong type: msgspec path reports it
+        return None
