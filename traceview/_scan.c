@@ -80,6 +80,16 @@ static P scan_string(P p, P end, int *esc) {
     p++;
     *esc = 0;
     for (;;) {
+        /* 8 bytes at a time while none is '"', '\\', a control byte or non-ASCII */
+        while (end - p >= 8) {
+            uint64_t v;
+            memcpy(&v, p, 8);
+            const uint64_t ones = 0x0101010101010101ULL, high = 0x8080808080808080ULL;
+            uint64_t q = v ^ (ones * '"'), b = v ^ (ones * '\\');
+            uint64_t hit = ((q - ones) & ~q) | ((b - ones) & ~b) | (v - ones * 0x20) | v;
+            if (hit & high) break;
+            p += 8;
+        }
         while (p < end && *p >= 0x20 && *p < 0x80 && *p != '"' && *p != '\\') p++;
         if (p >= end) return NULL;
         unsigned char c = *p;
@@ -406,12 +416,26 @@ static int64_t intern_code(Intern *t, P s, P e, int esc) {
 /* ------------------------------------------------------------------ scan() */
 
 enum { K_PH, K_CAT, K_NAME, K_PID, K_TID, K_TS, K_DUR, K_ID, K_ARGS, K_N };
-static const char *KEYS[K_N] = {"ph", "cat", "name", "pid", "tid", "ts", "dur", "id", "args"};
 
 static int which_key(P s, Py_ssize_t n) {
-    for (int k = 0; k < K_N; k++)
-        if ((Py_ssize_t)strlen(KEYS[k]) == n && memcmp(KEYS[k], s, n) == 0) return k;
-    return -1;
+    switch (n) {
+    case 2:
+        if (s[0] == 'p' && s[1] == 'h') return K_PH;
+        if (s[0] == 't' && s[1] == 's') return K_TS;
+        if (s[0] == 'i' && s[1] == 'd') return K_ID;
+        return -1;
+    case 3:
+        if (s[1] == 'i' && s[2] == 'd') return s[0] == 'p' ? K_PID : (s[0] == 't' ? K_TID : -1);
+        if (s[0] == 'c' && s[1] == 'a' && s[2] == 't') return K_CAT;
+        if (s[0] == 'd' && s[1] == 'u' && s[2] == 'r') return K_DUR;
+        return -1;
+    case 4:
+        if (memcmp(s, "name", 4) == 0) return K_NAME;
+        if (memcmp(s, "args", 4) == 0) return K_ARGS;
+        return -1;
+    default:
+        return -1;
+    }
 }
 
 typedef struct {
@@ -705,14 +729,14 @@ typedef struct {
     PyObject *list; /* MODE_OBJ */
 } Field;
 
-static int value_type(P p, P end, P *after, int depth) {
+static int value_type(P p, P end, P *after, int depth, int want_arr_int) {
     int is_int;
     switch (*p) {
     case '"': { int esc; *after = scan_string(p, end, &esc); return T_STR; }
     case '{': *after = skip_container(p, end, depth); return T_OBJ;
     case '[': {
         *after = skip_container(p, end, depth);
-        if (!*after) return T_ARR;
+        if (!*after || !want_arr_int) return T_ARR;
         /* an array of integer literals only? */
         P q = skip_ws(p + 1, end);
         if (*q == ']') return T_ARR_INT | T_ARR;
@@ -770,8 +794,31 @@ static int get_i64_buffer(PyObject *o, Py_buffer *v, const char *what) {
     return 1;
 }
 
+/* field lookup by key: a 64-bucket hash on (length, first byte, last byte) */
+typedef struct { int head[64], next[64]; } Lookup;
+
+static inline unsigned key_bucket(const unsigned char *k, Py_ssize_t n) {
+    return (unsigned)(n * 7 + k[0] * 3 + k[n - 1]) & 63;
+}
+
+static void lookup_init(Lookup *lk, Field *f, Py_ssize_t nf) {
+    for (int i = 0; i < 64; i++) lk->head[i] = -1;
+    for (Py_ssize_t i = nf - 1; i >= 0; i--) {
+        unsigned b = key_bucket((const unsigned char *)f[i].key, f[i].klen);
+        lk->next[i] = lk->head[b];
+        lk->head[b] = (int)i;
+    }
+}
+
+static inline Py_ssize_t find_field(const Lookup *lk, Field *f, P ks, Py_ssize_t kl) {
+    if (kl <= 0) return -1;
+    for (int i = lk->head[key_bucket(ks, kl)]; i >= 0; i = lk->next[i])
+        if (f[i].klen == kl && memcmp(f[i].key, ks, kl) == 0) return i;
+    return -1;
+}
+
 /* one args object: 0 ok, 1 invalid, -1 error */
-static int parse_args(P p, P end, Field *f, Py_ssize_t nf) {
+static int parse_args(P p, P end, Field *f, Py_ssize_t nf, const Lookup *lk) {
     uint64_t seen = 0;
     int64_t iv;
     unsigned char one = 1, zero = 0;
@@ -791,9 +838,7 @@ static int parse_args(P p, P end, Field *f, Py_ssize_t nf) {
             p = skip_ws(p + 1, end);
             FAIL_IF(p >= end);
             FAIL_IF(esc);
-            Py_ssize_t k = -1;
-            for (Py_ssize_t i = 0; i < nf; i++)
-                if (f[i].klen == kl && f[i].key[0] == ks[0] && memcmp(f[i].key, ks, kl) == 0) { k = i; break; }
+            Py_ssize_t k = find_field(lk, f, ks, kl);
             P ve;
             if (k < 0) {
                 ve = skip_value(p, end, 2);
@@ -802,7 +847,7 @@ static int parse_args(P p, P end, Field *f, Py_ssize_t nf) {
                 Field *fd = &f[k];
                 FAIL_IF(seen & (1ULL << k));
                 seen |= 1ULL << k;
-                int t = value_type(p, end, &ve, 2);
+                int t = value_type(p, end, &ve, 2, (fd->types & T_ARR_INT) && !(fd->types & T_ARR));
                 FAIL_IF(!ve || !(t & fd->types));
                 switch (fd->mode) {
                 case MODE_INT:
@@ -897,6 +942,8 @@ static PyObject *args_columns(PyObject *self, PyObject *args) {
             goto done;
         }
     }
+    Lookup lk;
+    lookup_init(&lk, f, nf);
     const int64_t *S = st.buf, *E = en.buf, *R = have_rows ? rw.buf : NULL;
     Py_ssize_t n = have_rows ? rw.len / 8 : nev;
     P base = data.buf, end = base + data.len;
@@ -912,7 +959,7 @@ static PyObject *args_columns(PyObject *self, PyObject *args) {
             if (f[i].mode == MODE_RAW && j && !buf_put(&f[i].raw, "\x1f", 1)) goto done;
             if (f[i].mode == MODE_OBJ && PyList_Append(f[i].list, Py_None) < 0) goto done;
         }
-        int rc = parse_args(base + s, base + e, f, nf);
+        int rc = parse_args(base + s, base + e, f, nf, &lk);
         if (rc < 0) goto done;
         if (rc > 0) invalid = 1;
         (void)end;
