@@ -122,7 +122,30 @@ def _layers_parser(sub: argparse._SubParsersAction, analyze: argparse.ArgumentPa
 PARSER_HOOKS.append(_layers_parser)
 
 
+def _prefetch_first_input(argv: list[str]) -> None:
+    """`analyze`/`layers`: begin reading the first trace before the heavy imports (see decode.prefetch)."""
+    if not argv or argv[0] not in ("analyze", "layers"):
+        return
+    from .decode import TRACE_SUFFIXES, prefetch
+
+    try:
+        for a in argv[1:]:
+            if a.startswith("-"):
+                continue
+            p = Path(a)
+            if p.is_dir():
+                files = sorted(f for f in p.iterdir() if f.is_file() and f.name.endswith(TRACE_SUFFIXES))
+                p = next((f for f in files if ".pt.trace.json" in f.name), files[0] if files else None)
+            if p is not None and p.is_file():
+                prefetch(p)
+                return
+    except OSError:  # unreadable paths are reported by the loader, with the usual one line
+        return
+
+
 def main(argv: list[str] | None = None) -> int:
+    argv = sys.argv[1:] if argv is None else argv
+    _prefetch_first_input(argv)
     parser = make_parser()
     args = parser.parse_args(argv)
     from .errors import TraceError

@@ -30,7 +30,7 @@ OLD_CATS = {"Operator": "cpu_op", "Runtime": "cuda_runtime", "Kernel": "kernel",
 COMM_KERNEL_RE = r"^(nccl|rccl)|ncclKernel|ncclDevKernel|ncclSymDevKernel"
 GRAPH_LAUNCH = ["cudaGraphLaunch", "hipGraphLaunch", "cudaGraphLaunch_v10000"]
 MAX_DUR_NS = 7 * 24 * 3600 * 10**9  # HTA drops corrupt events longer than a week; so do we
-TRACE_SUFFIXES = (".json", ".json.gz", ".gz")
+TRACE_SUFFIXES = d.TRACE_SUFFIXES
 
 
 def _ids(values: list) -> pl.Series:
