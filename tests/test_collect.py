@@ -185,7 +185,7 @@ def test_torchrun_two_ranks_gloo(tmp_path: Path) -> None:
         argv, cwd=REPO, env={**_env(), **env_steps}, capture_output=True, text=True, timeout=120
     )
     assert r.returncode == 0, r.stderr
-    assert "rank 0 done" in r.stdout and "rank 1 done" in r.stdout
+    assert "rank 0 done" in r.stdout and "rank 1 done" in r.stdout, (r.stdout, r.stderr)
     run = tmp_path / "ddp"
     for rank in (0, 1):
         (trace_path,) = traces_of(run, rank)
@@ -200,7 +200,7 @@ def test_torchrun_two_ranks_gloo(tmp_path: Path) -> None:
     assert sorted(t["rank"] for t in man["traces"]) == [0, 1]
     assert all(
         len(r["unprofiled_step_ms"]) == 1 and len(r["post_capture_step_ms"]) == 3 for r in man["ranks"]
-    )
+    ), man["ranks"]
     # the torchrun launcher process itself is not profiled
     assert not list(run.glob("rank*.collect.json"))[2:]
 
