@@ -45,10 +45,11 @@ from __future__ import annotations
 
 import polars as pl
 
-from rules import Option
 from traceview.analyses.roofline import ELEMENTWISE_KERNEL_RE
 from traceview.analyses.windows import host_step_of, step_of
 from traceview.findings import Finding, finding_layer, severity_for
+
+from . import Option
 
 CODE = "TV201"
 NAME = "elementwise-chain"

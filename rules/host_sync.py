@@ -44,11 +44,12 @@ from __future__ import annotations
 
 import polars as pl
 
-from rules import Option
 from traceview.analyses.tree import ancestor_where
 from traceview.analyses.windows import step_of
 from traceview.classify import sync_calls, sync_windows
 from traceview.findings import Finding, finding_layer, severity_for
+
+from . import Option
 
 CODE = "TV102"
 NAME = "host-sync"

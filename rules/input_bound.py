@@ -36,11 +36,12 @@ from __future__ import annotations
 
 import polars as pl
 
-from rules import Option
 from traceview.analyses.breakdown import step_breakdown
 from traceview.analyses.intervals import clip, per_window
 from traceview.classify import dataloader_spans
 from traceview.findings import Finding, severity_for
+
+from . import Option
 
 CODE = "TV401"
 NAME = "input-bound"

@@ -41,10 +41,11 @@ from __future__ import annotations
 
 import polars as pl
 
-from rules import Option
 from traceview.analyses.windows import step_of
 from traceview.classify import idle_gaps
 from traceview.findings import Finding, finding_layer, severity_for
+
+from . import Option
 
 CODE = "TV101"
 NAME = "launch-bound"

@@ -44,10 +44,11 @@ from __future__ import annotations
 
 import polars as pl
 
-from rules import Option
 from traceview.analyses.comm import summary
 from traceview.analyses.intervals import clip, merge
 from traceview.findings import Finding, finding_layer, severity_for
+
+from . import Option
 
 CODE = "TV501"
 NAME = "nccl-wait"

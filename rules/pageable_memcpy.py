@@ -37,9 +37,10 @@ from __future__ import annotations
 
 import polars as pl
 
-from rules import Option
 from traceview.analyses.windows import step_of
 from traceview.findings import Finding, finding_layer, severity_for
+
+from . import Option
 
 CODE = "TV301"
 NAME = "pageable-memcpy"

@@ -9,15 +9,10 @@ from pathlib import Path
 
 import pytest
 from conftest import ROOT, SAMPLES
+from traceview.rules import RULES
 
-if str(ROOT) not in sys.path:  # the top-level `rules` package, not tests/rules
-    sys.path.insert(0, str(ROOT))
-if "rules" in sys.modules and getattr(sys.modules["rules"], "__file__", None) is None:
-    del sys.modules["rules"]
-
-from rules import RULES  # noqa: E402
-from traceview import config, docs, registry  # noqa: E402
-from traceview.errors import TraceError  # noqa: E402
+from traceview import config, docs, registry
+from traceview.errors import TraceError
 
 
 def run(*args, cwd=None):

@@ -26,13 +26,13 @@ TOP_KEYS = {"select", "ignore", "fail-on", "fail_on"}
 
 
 def defaults() -> dict[str, dict[str, Any]]:
-    from rules import RULES
+    from traceview.rules import RULES
 
     return {m.NAME: {k: o.default for k, o in m.OPTIONS.items()} for m in RULES.values()}
 
 
 def _rule_name(key: str) -> str:
-    from rules import BY_NAME, RULES
+    from traceview.rules import BY_NAME, RULES
 
     if key in BY_NAME:
         return key

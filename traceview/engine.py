@@ -32,13 +32,13 @@ VERDICT_TEXT = {
 
 
 def _selected(ctx: dict) -> list[str]:
-    from rules import RULES
+    from traceview.rules import RULES
 
     return ctx.get("codes") or sorted(RULES)
 
 
 def _options(ctx: dict, name: str) -> dict:
-    from rules import BY_NAME
+    from traceview.rules import BY_NAME
 
     opts = (ctx.get("config") or {}).get("options", {}).get(name)
     return opts if opts is not None else {k: o.default for k, o in BY_NAME[name].OPTIONS.items()}
@@ -69,7 +69,7 @@ def classification_section(trace: Trace, steps: pl.DataFrame, ctx: dict) -> dict
 
 
 def run_rules(trace: Trace, steps: pl.DataFrame, ctx: dict) -> list[dict]:
-    from rules import RULES
+    from traceview.rules import RULES
 
     if not trace.has_gpu:
         return []
@@ -116,7 +116,7 @@ def _job_steps(job: Job) -> dict[int, pl.DataFrame]:
 def _job_nccl(job: Job, ctx: dict):
     hit = _JOB_CACHE.get(id(job))
     if hit is None or hit[0] is not job:
-        from rules import nccl_wait
+        from traceview.rules import nccl_wait
 
         _JOB_CACHE.clear()
         hit = _JOB_CACHE[id(job)] = (job, nccl_wait.check_job(job, _job_steps(job), {"options": _options(ctx, "nccl-wait")}))

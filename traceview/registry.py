@@ -9,7 +9,7 @@ from .errors import TraceError
 
 
 def all_rules() -> dict[str, ModuleType]:
-    from rules import RULES
+    from traceview.rules import RULES
 
     return RULES
 

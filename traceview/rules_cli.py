@@ -58,7 +58,7 @@ def exit_code(doc: dict, args: argparse.Namespace) -> int:
 
 
 def cmd_rules(args: argparse.Namespace) -> int:
-    from rules import RULES
+    from traceview.rules import RULES
 
     rows = [{"code": c, "rule": m.NAME, "severity": m.SEVERITY, "title": m.TITLE,
              "options": {k: o.default for k, o in m.OPTIONS.items()}} for c, m in sorted(RULES.items())]
@@ -80,7 +80,7 @@ def cmd_rules(args: argparse.Namespace) -> int:
 
 
 def cmd_rule(args: argparse.Namespace) -> int:
-    from rules import BY_NAME, RULES
+    from traceview.rules import BY_NAME, RULES
 
     key = args.code
     mod = RULES.get(key.upper()) or BY_NAME.get(key)

@@ -3,16 +3,9 @@
 from __future__ import annotations
 
 import functools
-import sys
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent.parent
-# tests/ is on sys.path (tests/conftest.py), so `rules` could resolve to the namespace tests/rules: put the
-# project root first so the top-level rules package wins.
-if str(ROOT) not in sys.path:
-    sys.path.insert(0, str(ROOT))
-if "rules" in sys.modules and getattr(sys.modules["rules"], "__file__", None) is None:
-    del sys.modules["rules"]
 
 import traceview  # noqa: E402
 from traceview import engine  # noqa: E402

@@ -11,7 +11,7 @@ from xml.sax.saxutils import escape, quoteattr
 
 
 def _rule_codes() -> list[tuple[str, str]]:
-    from rules import RULES
+    from traceview.rules import RULES
 
     return [(c, m.NAME) for c, m in sorted(RULES.items())]
 

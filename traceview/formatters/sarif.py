@@ -16,7 +16,7 @@ _SRC = re.compile(r"^(?P<file>.+?)\((?P<line>\d+)\)")
 
 
 def _rules() -> list[dict]:
-    from rules import RULES
+    from traceview.rules import RULES
 
     out = []
     for code, m in sorted(RULES.items()):
