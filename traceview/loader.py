@@ -203,8 +203,7 @@ def load_file(path: str | Path) -> Trace:
     legacy = doc.schemaVersion is None and doc.deviceProperties is None and doc.traceName is None
 
     old = base.filter(pl.col("cat").is_in(list(OLD_CATS)[:5])).height > 0
-    fmt = "legacy-autograd" if (legacy and doc.schemaVersion is None and base["cat"].eq("").all()) else (
-        "kineto-2021" if old else "kineto")
+    fmt = "legacy-autograd" if (legacy and base["cat"].eq("").all()) else ("kineto-2021" if old else "kineto")
     base = base.with_columns(
         cat=pl.when((pl.col("cat") == "") & (pl.col("ph") == "X")).then(pl.lit("cpu_op"))
         .otherwise(pl.col("cat").replace(OLD_CATS))
@@ -279,9 +278,6 @@ def load_file(path: str | Path) -> Trace:
         aname=pl.lit(None, pl.String), labels=pl.lit(None, pl.String))
     threads = (meta_rows.filter(pl.col("name") == "thread_name").group_by("pid", "tid", maintain_order=True)
                .agg(pl.col("aname").drop_nulls().last().alias("name")))
-    procs = meta_rows.filter(pl.col("name") == "process_name")
-    if fmt == "kineto" and host.height and not gpu.height and procs.height == 0 and doc.deviceProperties is None:
-        pass
 
     steps = _steps(host, gpu)
     meta = _meta(path, doc, fmt, t0_us, counts, warnings, steps, rocm, host, gpu)
