@@ -115,3 +115,18 @@ def test_no_profiler_step_is_one_step():
 def test_directory_of_ranks(samples):
     job = traceview.load(samples / "hta/trace_filter")
     assert isinstance(job, traceview.Job) and job.ranks == [0, 1]
+
+
+def test_legacy_autograd_array_format(tmp_path):
+    """`torch.autograd.profiler.profile(use_kineto=False)`: a top-level array, pid "CPU functions"."""
+    import json
+
+    ev = [{"name": "aten::mm", "ph": "X", "ts": 10, "dur": 5, "tid": 1, "pid": "CPU functions", "args": {}},
+          {"name": "aten::add", "ph": "X", "ts": 20, "dur": 3, "tid": 1, "pid": "CPU functions", "args": {}},
+          {"name": "aten::empty", "ph": "X", "ts": 21, "dur": 1, "tid": 1, "pid": "CPU functions", "args": {}}]
+    p = tmp_path / "legacy.json"
+    p.write_text(json.dumps(ev))
+    t = traceview.load(p)
+    assert t.meta.format == "legacy-autograd" and not t.has_gpu
+    assert t.ops["name"].to_list() == ["aten::mm", "aten::add", "aten::empty"]
+    assert t.ops["depth"].to_list() == [0, 0, 1]  # aten::empty runs inside aten::add
