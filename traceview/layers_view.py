@@ -125,6 +125,9 @@ def render(entry: dict, con: Any) -> None:
         keep = [r for r in rows if r["gpu_us"] > 0 or r["findings"]]
         hidden = len(rows) - len(keep)
         rows = keep
+    if not rows:
+        con.print(f"[dim]no layer has GPU time or findings ({hidden} layer(s) in --format json)[/]")
+        return
     for r in rows:
         fl = r["finding_codes"] and ",".join(r["finding_codes"]) or (str(r["findings"]) if r["findings"] else "")
         # readable attribute path (collector `--modules`) with the profiler's Class_n beside it
