@@ -32,6 +32,7 @@ from .analyses.specs import trace_spec
 from .analyses.timeline import gpu_work
 from .memo import per_trace
 from .model import Trace
+from .units import us
 
 CLASSES = ["gpu_compute", "gpu_memory", "communication", "input", "host_sync", "cpu_launch", "other_idle"]
 IDLE_CLASSES = ["input", "host_sync", "cpu_launch", "other_idle"]
@@ -157,8 +158,8 @@ def _entry(rows: dict[str, int]) -> dict:
     total = sum(rows.values())
     sh = {c: (round(100.0 * rows.get(c, 0) / total, 2) if total else 0.0) for c in CLASSES}
     dominant = max(CLASSES, key=lambda c: (rows.get(c, 0), -CLASSES.index(c))) if total else None
-    return {"dominant": dominant, "shares": sh, "time_us": {c: round(rows.get(c, 0) / 1000, 3) for c in CLASSES},
-            "window_us": round(total / 1000, 3)}
+    return {"dominant": dominant, "shares": sh, "time_us": {c: us(rows.get(c, 0)) for c in CLASSES},
+            "window_us": us(total)}
 
 
 def classification(trace: Trace, steps: pl.DataFrame, part: pl.DataFrame | None = None,

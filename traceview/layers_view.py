@@ -15,10 +15,7 @@ import polars as pl
 
 from .analyses import layers as L
 from .model import Trace
-
-
-def _us(ns: float | int | None) -> float | None:
-    return None if ns is None else round(ns / 1000, 3)
+from .units import num, us
 
 
 def _r(v: float | None, nd: int = 2) -> float | None:
@@ -66,10 +63,10 @@ def section(trace: Trace, steps: pl.DataFrame, ctx: dict | None = None) -> dict[
             "layer": r["layer"], "name": r["name"], "class": r["layer_class"], "kind": r["kind"],
             "depth": r["depth"], "parent": r.get("parent_layer"), "module_path": r.get("module_path"),
             "calls": r.get("calls"),
-            "gpu_us": _us(r["gpu_ns"]), "self_gpu_us": _us(r["self_gpu_ns"]), "fwd_gpu_us": _us(r["fwd_gpu_ns"]),
-            "bwd_gpu_us": _us(r["bwd_gpu_ns"]), "other_gpu_us": _us(r["other_gpu_ns"]),
+            "gpu_us": us(r["gpu_ns"]), "self_gpu_us": us(r["self_gpu_ns"]), "fwd_gpu_us": us(r["fwd_gpu_ns"]),
+            "bwd_gpu_us": us(r["bwd_gpu_ns"]), "other_gpu_us": us(r["other_gpu_ns"]),
             "gpu_pct": round(100 * r["gpu_ns"] / total, 2) if total else None,
-            "kernels": r["kernels"], "self_kernels": r["self_kernels"], "cpu_dispatch_us": _us(r["cpu_ns"]),
+            "kernels": r["kernels"], "self_kernels": r["self_kernels"], "cpu_dispatch_us": us(r["cpu_ns"]),
             "flops": r["flops"], "bytes": r["bytes"], "intensity": _r(r["intensity"]),
             "achieved_tflops": _r(r["tflops"], 3), "achieved_tbps": _r(r["tbps"], 4),
             "peak_tflops": _r(r["peak_tflops"], 1), "peak_flops_pct": _r(r["peak_flops_pct"]),
@@ -80,15 +77,15 @@ def section(trace: Trace, steps: pl.DataFrame, ctx: dict | None = None) -> dict[
         })
     repeat_rows = [{
         "kind": r["kind"], "class": r["layer_class"], "depth": r["depth"], "count": r["count"],
-        "members": r["members"], "gpu_us": [_us(v) for v in r["gpu"]], "mean_gpu_us": _us(r["mean_ns"]),
-        "min_gpu_us": _us(r["min_ns"]), "max_gpu_us": _us(r["max_ns"]), "spread": _r(r["spread"], 4),
+        "members": r["members"], "gpu_us": [us(v) for v in r["gpu"]], "mean_gpu_us": us(r["mean_ns"]),
+        "min_gpu_us": us(r["min_ns"]), "max_gpu_us": us(r["max_ns"]), "spread": _r(r["spread"], 4),
         "cv_pct": _r(100 * r["cv"]) if r["cv"] is not None else None, "outliers": r["outliers"],
     } for r in reps.iter_rows(named=True)]
     return {
         "source": att.source, "steps": steps["step"].to_list(), "depth": depth,
-        "total_gpu_us": _us(total), "attributed_gpu_us": _us(total - un_ns), "unattributed_gpu_us": _us(un_ns),
+        "total_gpu_us": us(total), "attributed_gpu_us": us(total - un_ns), "unattributed_gpu_us": us(un_ns),
         "coverage_pct": round(100 * (total - un_ns) / total, 2) if total else None,
-        "phases_gpu_us": {p: _us(phases.get(p, 0)) for p in L.PHASES},
+        "phases_gpu_us": {p: us(phases.get(p, 0)) for p in L.PHASES},
         "device_peak": None if spec is None else {"name": spec.name, "tc_tflops": spec.tc_tflops,
                                                   "fp32_tflops": spec.fp32_tflops, "hbm_tbps": spec.hbm_tbps},
         "layers": layers, "repeats": repeat_rows,
@@ -96,10 +93,6 @@ def section(trace: Trace, steps: pl.DataFrame, ctx: dict | None = None) -> dict[
 
 
 # ---- terminal ---------------------------------------------------------------------------------
-
-
-def _f(v: float | None, nd: int = 1) -> str:
-    return "-" if v is None else f"{v:,.{nd}f}"
 
 
 def render(entry: dict, con: Any) -> None:
@@ -111,7 +104,7 @@ def render(entry: dict, con: Any) -> None:
         return
     n = max(len(sec["steps"]), 1)
     con.print(f"[bold]Per-layer view[/] (layers from {sec['source']}; {n} step(s); GPU time "
-              f"{_f(sec['total_gpu_us'] / 1000 / n, 3)} ms/step, attributed {_f(sec['coverage_pct'])} %)")
+              f"{num(sec['total_gpu_us'] / 1000 / n, 3)} ms/step, attributed {num(sec['coverage_pct'])} %)")
     t = Table(title="GPU time per layer, ms per step (inclusive: a layer counts its submodules)")
     cols = [("layer", "left"), ("fwd", "right"), ("bwd", "right"), ("other", "right"), ("total", "right"),
             ("%", "right"), ("kernels", "right"), ("CPU ms", "right"), ("TFLOP/s", "right"), ("% peak", "right"),
@@ -132,11 +125,11 @@ def render(entry: dict, con: Any) -> None:
         fl = r["finding_codes"] and ",".join(r["finding_codes"]) or (str(r["findings"]) if r["findings"] else "")
         # readable attribute path (collector `--modules`) with the profiler's Class_n beside it
         label = r["name"] if r["layer"] in (r["name"], r.get("module_path")) else f"{r['layer']} ({r['name']})"
-        t.add_row("  " * (r["depth"] or 0) + label, _f(r["fwd_gpu_us"] / 1000 / n, 3),
-                  _f(r["bwd_gpu_us"] / 1000 / n, 3), _f(r["other_gpu_us"] / 1000 / n, 3),
-                  _f(r["gpu_us"] / 1000 / n, 3), _f(r["gpu_pct"]), str(r["kernels"] // n if r["kernels"] else 0),
-                  _f(r["cpu_dispatch_us"] / 1000 / n, 3), _f(r["achieved_tflops"]), _f(r["peak_flops_pct"]),
-                  _f(r["achieved_tbps"], 2), r["bound"] or "-", r["dominant"] or "-", fl)
+        t.add_row("  " * (r["depth"] or 0) + label, num(r["fwd_gpu_us"] / 1000 / n, 3),
+                  num(r["bwd_gpu_us"] / 1000 / n, 3), num(r["other_gpu_us"] / 1000 / n, 3),
+                  num(r["gpu_us"] / 1000 / n, 3), num(r["gpu_pct"]), str(r["kernels"] // n if r["kernels"] else 0),
+                  num(r["cpu_dispatch_us"] / 1000 / n, 3), num(r["achieved_tflops"]), num(r["peak_flops_pct"]),
+                  num(r["achieved_tbps"], 2), r["bound"] or "-", r["dominant"] or "-", fl)
     con.print(t)
     if hidden:
         con.print(f"[dim]{hidden} layer(s) without GPU time or findings not shown (see --format json)[/]")
@@ -146,8 +139,8 @@ def render(entry: dict, con: Any) -> None:
                      ("max", "right"), ("max/min", "right"), ("cv %", "right"), ("outliers (>20 % off median)", "left")):
             rt.add_column(c, justify=j)
         for r in sec["repeats"]:
-            rt.add_row(r["kind"], str(r["count"]), _f(r["mean_gpu_us"] / 1000 / n, 3), _f(r["min_gpu_us"] / 1000 / n, 3),
-                       _f(r["max_gpu_us"] / 1000 / n, 3), _f(r["spread"], 3), _f(r["cv_pct"]),
+            rt.add_row(r["kind"], str(r["count"]), num(r["mean_gpu_us"] / 1000 / n, 3), num(r["min_gpu_us"] / 1000 / n, 3),
+                       num(r["max_gpu_us"] / 1000 / n, 3), num(r["spread"], 3), num(r["cv_pct"]),
                        ", ".join(r["outliers"]) or "-")
         con.print(rt)
 

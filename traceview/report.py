@@ -18,6 +18,7 @@ from .analyses.intervals import clip
 from .errors import TraceError
 from .loader import load_file, trace_files
 from .model import Job, Trace
+from .units import pct, us
 
 SCHEMA_VERSION = 1
 
@@ -25,17 +26,6 @@ SCHEMA_VERSION = 1
 SECTIONS: dict[str, Callable[[Trace, pl.DataFrame, dict], Any]] = {}
 # Job-level sections (several ranks): name -> fn(job, ctx)
 JOB_SECTIONS: dict[str, Callable[[Job, dict], Any]] = {}
-
-
-def us(ns: float | int | None) -> float | None:
-    """ns -> µs rounded to the ns (3 decimals)."""
-    return None if ns is None else round(ns / 1000, 3)
-
-
-def pct(part: float | int | None, whole: float | int | None) -> float | None:
-    if part is None or not whole:
-        return None
-    return round(100.0 * part / whole, 2)
 
 
 def select_steps(trace: Trace, step: int | None) -> pl.DataFrame:

@@ -29,6 +29,7 @@ from __future__ import annotations
 import polars as pl
 
 from ..model import Job, Trace
+from ..units import us
 
 #: host-side collectives when a job has no comm kernels, best first: (source, category, name prefix)
 HOST_SOURCES = (("gloo_annotation", "user_annotation", "gloo:"), ("c10d_op", "cpu_op", "c10d::"))
@@ -180,22 +181,22 @@ def summary(job: Job, steps: dict[int, pl.DataFrame] | None = None) -> dict:
     step_total = dict(ws.group_by("rank").agg(pl.col("wait").sum()).rows())
     step_median = dict(ws.group_by("rank").agg(pl.col("wait").median()).rows())
     by_step = ws.sort("rank", "step").group_by("rank", maintain_order=True).agg("step", "wait")
-    by_step = {r: {str(k): round(w / 1000, 3) for k, w in zip(ks, vs, strict=True)}
+    by_step = {r: {str(k): us(w) for k, w in zip(ks, vs, strict=True)}
                for r, ks, vs in by_step.rows()}
     strag = per.sort(["times_last", "total_wait", "rank"], descending=[True, False, False]).row(0, named=True)
     tr = m.group_by("key").agg(pl.col("transfer").first())
     return {
         "collectives": n, "method": method, **head, "steps": nsteps,
-        "transfer_us": round(int(tr["transfer"].sum()) / 1000, 3),
-        "ranks": [{"rank": r["rank"], "total_wait_us": round(r["total_wait"] / 1000, 3),
-                   "mean_wait_us": round(r["mean_wait"] / 1000, 3), "times_last": r["times_last"],
-                   "times_first": r["times_first"], "comm_us": round(r["comm_time"] / 1000, 3),
-                   "sync_us": round(r["sync_time"] / 1000, 3),
+        "transfer_us": us(int(tr["transfer"].sum())),
+        "ranks": [{"rank": r["rank"], "total_wait_us": us(r["total_wait"]),
+                   "mean_wait_us": us(r["mean_wait"]), "times_last": r["times_last"],
+                   "times_first": r["times_first"], "comm_us": us(r["comm_time"]),
+                   "sync_us": us(r["sync_time"]),
                    "wait_per_step_us": round(step_total.get(r["rank"], 0) / 1000 / nsteps, 3) if nsteps else None,
-                   "median_wait_per_step_us": round(step_median[r["rank"]] / 1000, 3) if nsteps else None,
+                   "median_wait_per_step_us": us(step_median[r["rank"]]) if nsteps else None,
                    "wait_by_step_us": by_step.get(r["rank"], {})} for r in per.to_dicts()],
         "straggler": {"rank": strag["rank"], "times_last": strag["times_last"], "of": n,
-                      "total_wait_us": round(strag["total_wait"] / 1000, 3),
+                      "total_wait_us": us(strag["total_wait"]),
                       "reason": f"rank {strag['rank']} arrived last at {strag['times_last']} of {n} matched collectives "
                                 f"and waited least ({strag['total_wait'] / 1000:,.1f} µs in total): the other ranks "
                                 f"wait for it"},

@@ -5,11 +5,9 @@ from __future__ import annotations
 from rich.console import Console
 from rich.table import Table
 
+from ..units import num
+
 SEV_STYLE = {"error": "bold red", "warning": "yellow", "info": "cyan"}
-
-
-def _f(v, nd: int = 1) -> str:
-    return "-" if v is None else f"{v:,.{nd}f}"
 
 
 def _classification(c: dict, con: Console) -> None:
@@ -22,8 +20,8 @@ def _classification(c: dict, con: Console) -> None:
         t.add_column(k.replace("_", " "), justify="right")
     t.add_column("verdict")
     for s in c.get("steps", []):
-        t.add_row(str(s["step"]), *[_f(s["shares"][k]) for k in classes], s["dominant"] or "-")
-    t.add_row("all", *[_f(c["shares"][k]) for k in classes], c["dominant"], style="bold")
+        t.add_row(str(s["step"]), *[num(s["shares"][k]) for k in classes], s["dominant"] or "-")
+    t.add_row("all", *[num(c["shares"][k]) for k in classes], c["dominant"], style="bold")
     con.print(t)
 
 
@@ -37,7 +35,7 @@ def _findings(findings: list[dict], con: Console, title: str) -> None:
         t.add_column(col, justify=j)
     for f in findings:
         t.add_row(f"[{SEV_STYLE[f['severity']]}]{f['severity']}[/]", f["code"], f["rule"], f["title"], str(f["count"]),
-                  _f(f["cost_us"] / 1000, 3), _f(f["savings_us"] / 1000, 3), _f(f["savings_pct"]), f.get("layer") or "-")
+                  num(f["cost_us"] / 1000, 3), num(f["savings_us"] / 1000, 3), num(f["savings_pct"]), f.get("layer") or "-")
     con.print(t)
     seen: set[str] = set()
     for f in findings:
@@ -64,8 +62,8 @@ def render_job(j: dict, con: Console) -> None:
         for c in ("rank", "total wait ms", "mean wait µs", "times last", "times first", "comm ms", "sync ms"):
             t.add_column(c, justify="right")
         for r in n["ranks"]:
-            t.add_row(str(r["rank"]), _f(r["total_wait_us"] / 1000, 3), _f(r["mean_wait_us"]), str(r["times_last"]),
-                      str(r["times_first"]), _f(r["comm_us"] / 1000, 3), _f(r["sync_us"] / 1000, 3))
+            t.add_row(str(r["rank"]), num(r["total_wait_us"] / 1000, 3), num(r["mean_wait_us"]), str(r["times_last"]),
+                      str(r["times_first"]), num(r["comm_us"] / 1000, 3), num(r["sync_us"] / 1000, 3))
         con.print(t)
         if n.get("straggler"):
             con.print(f"[bold]Straggler:[/] {n['straggler']['reason']}")

@@ -4,9 +4,7 @@ from __future__ import annotations
 
 from typing import IO
 
-
-def _f(v: float | None, nd: int = 1) -> str:
-    return "-" if v is None else f"{v:,.{nd}f}"
+from ..units import num
 
 
 def _cell(s: object) -> str:
@@ -22,8 +20,8 @@ def render(doc: dict, out: IO[str]) -> None:
         w(f"## `{t['path']}`{rank}\n\n")
         if t.get("verdict_text"):
             w(f"**{t['verdict_text']}**\n\n")
-        w(f"{s['steps']} step(s) · avg step {_f((s['avg_step_us'] or 0) / 1000, 2)} ms · GPU busy "
-          f"{_f(s['gpu_busy_pct'])} % · device {t['metadata'].get('device') or '-'}\n\n")
+        w(f"{s['steps']} step(s) · avg step {num((s['avg_step_us'] or 0) / 1000, 2)} ms · GPU busy "
+          f"{num(s['gpu_busy_pct'])} % · device {t['metadata'].get('device') or '-'}\n\n")
         prof = t.get("profiling")
         if prof and prof.get("note"):
             w(f"> profiler overhead: {prof['note']}\n\n")
@@ -45,7 +43,7 @@ def _findings(fs: list[dict], w) -> None:
     w("|---|---|---|---|---:|---:|---:|---:|---|\n")
     for f in fs:
         w(f"| {f['severity']} | {f['code']} | {f['rule']} | {_cell(f['title'])} | {f['count']} | "
-          f"{_f(f['cost_us'] / 1000, 3)} | {_f(f['savings_us'] / 1000, 3)} | {_f(f['savings_pct'])} | "
+          f"{num(f['cost_us'] / 1000, 3)} | {num(f['savings_us'] / 1000, 3)} | {num(f['savings_pct'])} | "
           f"{_cell(f.get('layer') or '-')} |\n")
     w("\n")
     for f in fs:

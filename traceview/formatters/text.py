@@ -8,12 +8,10 @@ from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
 
+from ..units import num
+
 ROLE_LABELS = {"kernel": "Kernel", "memcpy": "Memcpy", "memset": "Memset", "communication": "Communication",
                "runtime": "Runtime", "dataloader": "DataLoader", "cpu_exec": "CPU Exec", "other": "Other"}
-
-
-def _f(v: float | None, nd: int = 1) -> str:
-    return "-" if v is None else f"{v:,.{nd}f}"
 
 
 def _short(name: str | None, n: int = 70) -> str:
@@ -28,8 +26,8 @@ def render_trace(t: dict, con: Console) -> None:
     rank = f" rank {t['rank']}" if t.get("rank") is not None else ""
     con.rule(f"[bold]{t['path']}[/]{rank}")
     con.print(f"format {meta['format']} · backend {meta['backend']} · device {meta.get('device') or '-'} · "
-              f"{s['steps']} step(s) {s['step_numbers'][:8]} · avg step {_f((s['avg_step_us'] or 0) / 1000, 2)} ms · "
-              f"GPU busy {_f(s['gpu_busy_pct'])} %")
+              f"{s['steps']} step(s) {s['step_numbers'][:8]} · avg step {num((s['avg_step_us'] or 0) / 1000, 2)} ms · "
+              f"GPU busy {num(s['gpu_busy_pct'])} %")
     for w in t.get("warnings", []):
         con.print(f"[yellow]warning:[/] {w}")
     if t.get("verdict_text"):  # plain text in JSON; emphasis only here
@@ -46,23 +44,23 @@ def render_trace(t: dict, con: Console) -> None:
     for k in ROLE_LABELS.values():
         tb.add_column(k, justify="right")
     for r in t["steps"]:
-        tb.add_row(str(r["step"]), _f(r["dur_us"] / 1000, 2), _f(r["gpu_busy_pct"]),
-                   *[_f(r["breakdown_pct"][k]) for k in ROLE_LABELS])
-    tb.add_row("avg", _f((s["avg_step_us"] or 0) / 1000, 2), _f(s["gpu_busy_pct"]),
-               *[_f(s["breakdown_pct"][k]) for k in ROLE_LABELS], style="bold")
+        tb.add_row(str(r["step"]), num(r["dur_us"] / 1000, 2), num(r["gpu_busy_pct"]),
+                   *[num(r["breakdown_pct"][k]) for k in ROLE_LABELS])
+    tb.add_row("avg", num((s["avg_step_us"] or 0) / 1000, 2), num(s["gpu_busy_pct"]),
+               *[num(s["breakdown_pct"][k]) for k in ROLE_LABELS], style="bold")
     con.print(tb)
 
     for dev in t["devices"]:
         tp = dev["temporal"]
-        con.print(f"GPU {dev['device']} ({dev.get('name') or '?'}): busy {_f(dev['busy_pct'])} % of steps · "
-                  f"temporal (HTA): idle {_f(tp['idle_pct'])} % · compute {_f(tp['compute_pct'])} % · "
-                  f"non-compute {_f(tp['non_compute_pct'])} % of {_f(tp['span_us'] / 1000, 2)} ms")
+        con.print(f"GPU {dev['device']} ({dev.get('name') or '?'}): busy {num(dev['busy_pct'])} % of steps · "
+                  f"temporal (HTA): idle {num(tp['idle_pct'])} % · compute {num(tp['compute_pct'])} % · "
+                  f"non-compute {num(tp['non_compute_pct'])} % of {num(tp['span_us'] / 1000, 2)} ms")
         it = Table(title=f"GPU {dev['device']} idle time by stream (HTA causes)")
         for c in ("stream", "idle ms", "host wait ms", "kernel wait ms", "other ms", "host wait %"):
             it.add_column(c, justify="right")
         for r in dev["idle_by_stream"]:
-            it.add_row(str(r["stream"]), _f(r["idle_us"] / 1000, 3), _f(r["host_wait_us"] / 1000, 3),
-                       _f(r["kernel_wait_us"] / 1000, 3), _f(r["other_us"] / 1000, 3), _f(r["host_wait_pct"]))
+            it.add_row(str(r["stream"]), num(r["idle_us"] / 1000, 3), num(r["host_wait_us"] / 1000, 3),
+                       num(r["kernel_wait_us"] / 1000, 3), num(r["other_us"] / 1000, 3), num(r["host_wait_pct"]))
         con.print(it)
 
     if t["top_kernels"]:
@@ -71,8 +69,8 @@ def render_trace(t: dict, con: Console) -> None:
                      ("mean µs", "right"), ("share %", "right"), ("launched by", "left")):
             kt.add_column(c, justify=j)
         for r in t["top_kernels"]:
-            kt.add_row(_short(r["name"]), r["kind"], str(r["count"]), _f(r["total_us"] / 1000, 3),
-                       _f(r["mean_us"], 2), _f(r["share_pct"]), _short(r["op"], 40))
+            kt.add_row(_short(r["name"]), r["kind"], str(r["count"]), num(r["total_us"] / 1000, 3),
+                       num(r["mean_us"], 2), num(r["share_pct"]), _short(r["op"], 40))
         con.print(kt)
     if t["top_ops"]:
         ot = Table(title="Top ops by GPU time")
@@ -80,8 +78,8 @@ def render_trace(t: dict, con: Console) -> None:
                      ("CPU ms", "right"), ("share %", "right")):
             ot.add_column(c, justify=j)
         for r in t["top_ops"]:
-            ot.add_row(_short(r["op"], 60), str(r["calls"]), str(r["kernels"]), _f(r["gpu_us"] / 1000, 3),
-                       _f(r["cpu_us"] / 1000, 3), _f(r["share_pct"]))
+            ot.add_row(_short(r["op"], 60), str(r["calls"]), str(r["kernels"]), num(r["gpu_us"] / 1000, 3),
+                       num(r["cpu_us"] / 1000, 3), num(r["share_pct"]))
         con.print(ot)
 
 
