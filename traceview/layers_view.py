@@ -152,18 +152,15 @@ def cmd_layers(args: argparse.Namespace) -> int:
     from . import report
     from .cli import ExitCode, _render
     from .errors import TraceError
-    from .loader import load_file, trace_files
+    from .loader import input_files, load_file
 
     doc: dict[str, Any] = {"schema_version": report.SCHEMA_VERSION, "traces": [], "errors": []}
     files: list[Path] = []
     for p in map(Path, args.paths):
-        if p.is_dir():
-            found = trace_files(p)
-            if not found:
-                doc["errors"].append({"path": str(p), "error": f"{p}: directory holds no trace files (*.json, *.json.gz)"})
-            files.extend(found)
-        else:
-            files.append(p)
+        try:
+            files.extend(input_files(p))
+        except TraceError as e:
+            doc["errors"].append({"path": str(p), "error": str(e)})
     for p in files:
         try:
             t = load_file(p)

@@ -435,16 +435,26 @@ def trace_files(directory: Path) -> list[Path]:
     return pt or [p for p in files if not _NOT_TRACES.match(p.name)]
 
 
-def load(path: str | Path) -> Trace | Job:
-    """Load one trace file, or every trace file of a directory (the ranks of one job)."""
+def input_files(path: str | Path) -> list[Path]:
+    """The trace files a command-line input names: the file itself, or a directory's trace files.
+    A missing path or a directory without traces is a TraceError (one line, exit code 2)."""
     path = Path(path)
     if not path.exists():
         raise TraceError(f"{path}: no such file or directory")
+    if not path.is_dir():
+        return [path]
+    files = trace_files(path)
+    if not files:
+        raise TraceError(f"{path}: directory holds no trace files (*.json, *.json.gz)")
+    return files
+
+
+def load(path: str | Path) -> Trace | Job:
+    """Load one trace file, or every trace file of a directory (the ranks of one job)."""
+    path = Path(path)
+    files = input_files(path)
     if path.is_dir():
-        files = trace_files(path)
-        if not files:
-            raise TraceError(f"{path}: directory holds no trace files (*.json, *.json.gz)")
         traces = [load_file(f) for f in files]
         traces.sort(key=lambda t: (t.meta.rank is None, t.meta.rank or 0, t.meta.path))
         return Job(path=str(path), traces=traces)
-    return load_file(path)
+    return load_file(files[0])

@@ -16,7 +16,7 @@ import polars as pl
 from .analyses import breakdown, kernels, timeline
 from .analyses.intervals import clip
 from .errors import TraceError
-from .loader import load_file, trace_files
+from .loader import input_files, load_file
 from .model import Job, Trace
 from .units import pct, us
 
@@ -155,12 +155,10 @@ def analyze(paths: list[str | Path], step: int | None = None, ctx: dict | None =
     rep = Report()
     for p in paths:
         p = Path(p)
-        if not p.exists():
-            rep.errors.append({"path": str(p), "error": f"{p}: no such file or directory"})
-            continue
-        files = trace_files(p) if p.is_dir() else [p]
-        if not files:
-            rep.errors.append({"path": str(p), "error": f"{p}: directory holds no trace files (*.json, *.json.gz)"})
+        try:
+            files = input_files(p)
+        except TraceError as e:
+            rep.errors.append({"path": str(p), "error": str(e)})
             continue
         loaded: list[Trace] = []
         for f in files:
