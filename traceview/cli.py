@@ -126,7 +126,7 @@ def _prefetch_first_input(argv: list[str]) -> None:
     """`analyze`/`layers`: begin reading the first trace before the heavy imports (see decode.prefetch)."""
     if not argv or argv[0] not in ("analyze", "layers"):
         return
-    from .decode import TRACE_SUFFIXES, prefetch
+    from .decode import prefetch, trace_files
 
     try:
         for a in argv[1:]:
@@ -134,8 +134,8 @@ def _prefetch_first_input(argv: list[str]) -> None:
                 continue
             p = Path(a)
             if p.is_dir():
-                files = sorted(f for f in p.iterdir() if f.is_file() and f.name.endswith(TRACE_SUFFIXES))
-                p = next((f for f in files if ".pt.trace.json" in f.name), files[0] if files else None)
+                files = trace_files(p)
+                p = files[0] if files else None
             if p is not None and p.is_file():
                 prefetch(p)
                 return

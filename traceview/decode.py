@@ -142,6 +142,16 @@ _DEC_LEGACY = msgspec.json.Decoder(list[Ev])
 
 TRACE_SUFFIXES = (".json", ".json.gz", ".gz")
 _PREFETCH: dict[str, tuple] = {}
+_NOT_TRACES = re.compile(r"^(manifest\.json|control.*|.*\.collect\.json)$")
+
+
+def trace_files(directory: Path) -> list[Path]:
+    """Trace files of a folder: the `*.pt.trace.json[.gz]` ones when there are any (a collector run
+    also holds manifest.json and per-rank status files), else every `.json` / `.json.gz`."""
+    files = sorted(p for p in directory.iterdir() if p.is_file() and p.name.endswith(TRACE_SUFFIXES)
+                   and not p.name.startswith("."))
+    pt = [p for p in files if ".pt.trace.json" in p.name]
+    return pt or [p for p in files if not _NOT_TRACES.match(p.name)]
 
 
 def prefetch(path: Path) -> None:

@@ -30,7 +30,6 @@ OLD_CATS = {"Operator": "cpu_op", "Runtime": "cuda_runtime", "Kernel": "kernel",
 COMM_KERNEL_RE = r"^(nccl|rccl)|ncclKernel|ncclDevKernel|ncclSymDevKernel"
 GRAPH_LAUNCH = ["cudaGraphLaunch", "hipGraphLaunch", "cudaGraphLaunch_v10000"]
 MAX_DUR_NS = 7 * 24 * 3600 * 10**9  # HTA drops corrupt events longer than a week; so do we
-TRACE_SUFFIXES = d.TRACE_SUFFIXES
 
 
 def _ids(values: list) -> pl.Series:
@@ -423,16 +422,7 @@ def _meta(path: Path, doc: d.Doc, fmt: str, t0_us: float, counts: dict, warnings
     )
 
 
-_NOT_TRACES = re.compile(r"^(manifest\.json|control.*|.*\.collect\.json)$")
-
-
-def trace_files(directory: Path) -> list[Path]:
-    """Trace files of a folder: the `*.pt.trace.json[.gz]` ones when there are any (a collector run
-    also holds manifest.json and per-rank status files), else every `.json` / `.json.gz`."""
-    files = sorted(p for p in directory.iterdir() if p.is_file() and p.name.endswith(TRACE_SUFFIXES)
-                   and not p.name.startswith("."))
-    pt = [p for p in files if ".pt.trace.json" in p.name]
-    return pt or [p for p in files if not _NOT_TRACES.match(p.name)]
+trace_files = d.trace_files
 
 
 def input_files(path: str | Path) -> list[Path]:
