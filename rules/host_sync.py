@@ -48,6 +48,7 @@ from traceview.analyses.tree import ancestor_where
 from traceview.analyses.windows import step_of
 from traceview.classify import sync_calls, sync_windows
 from traceview.findings import Finding, finding_layer, severity_for
+from traceview.model import STEP_RE
 
 from . import Option
 
@@ -111,7 +112,7 @@ def attributed_syncs(trace, steps: pl.DataFrame, part: pl.DataFrame) -> pl.DataF
         return pl.DataFrame()
     h = trace.host
     # the cause is the outermost ATen op (the one Python called); ProfilerStep#N spans are not ops (2021 format)
-    step_re = r"^ProfilerStep#\d+$"
+    step_re = STEP_RE
     hp = h.join(h.select(pl.col("i").alias("parent"), pl.col("cat").alias("_pcat"), pl.col("name").alias("_pname")),
                 on="parent", how="left")
     outer = pl.col("_pcat").is_null() | (pl.col("_pcat") != "cpu_op") | pl.col("_pname").str.contains(step_re)

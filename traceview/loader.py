@@ -17,10 +17,8 @@ from . import decode as d
 from . import fastscan
 from .analyses.tree import call_tree, enclosing_op
 from .errors import TraceError
-from .model import Job, Trace, TraceMeta
+from .model import RUNTIME_CATS, STEP_RE, Job, Trace, TraceMeta
 
-RUNTIME_CATS = ["cuda_runtime", "cuda_driver", "xpu_runtime", "xpu_driver", "mtia_runtime",
-                "privateuse1_runtime", "privateuse1_driver"]
 HOST_CATS = ["cpu_op", "user_annotation", "python_function", *RUNTIME_CATS]
 GPU_CATS = ["kernel", "gpu_memcpy", "gpu_memset", "cuda_sync", "mtia_ccp_events"]
 # 2021-era category names (tb_plugin samples) and old flow names
@@ -360,12 +358,11 @@ def _finish_gpu(gpu: pl.DataFrame, host: pl.DataFrame) -> pl.DataFrame:
     ).sort("ts")
 
 
-_STEP_RE = r"^ProfilerStep#(\d+)$"
 
 
 def _steps(host: pl.DataFrame, gpu: pl.DataFrame) -> pl.DataFrame:
-    cpu = (host.filter(pl.col("cat").is_in(["user_annotation", "cpu_op"]) & pl.col("name").str.contains(_STEP_RE))
-           .with_columns(step=pl.col("name").str.extract(_STEP_RE).cast(pl.Int64))
+    cpu = (host.filter(pl.col("cat").is_in(["user_annotation", "cpu_op"]) & pl.col("name").str.contains(STEP_RE))
+           .with_columns(step=pl.col("name").str.extract(STEP_RE).cast(pl.Int64))
            .group_by("step").agg(pl.col("name").first(), pl.col("i").first().alias("host_idx"),
                                  pl.col("ts").min().alias("cpu_ts"), pl.col("end").max().alias("cpu_end"))
            .sort("step"))

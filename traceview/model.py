@@ -33,6 +33,11 @@ from typing import Any
 
 import polars as pl
 
+# host categories of runtime/driver API calls (launches, copies, syncs) across backends
+RUNTIME_CATS = ["cuda_runtime", "cuda_driver", "xpu_runtime", "xpu_driver", "mtia_runtime",
+                "privateuse1_runtime", "privateuse1_driver"]
+STEP_RE = r"^ProfilerStep#(\d+)$"  # group 1: the step number
+
 
 @dataclass(frozen=True)
 class TraceMeta:
@@ -86,7 +91,7 @@ class Trace:
 
     @property
     def runtime(self) -> pl.DataFrame:
-        return self.host.filter(pl.col("cat").is_in(["cuda_runtime", "cuda_driver"]))
+        return self.host.filter(pl.col("cat").is_in(RUNTIME_CATS))
 
     @property
     def kernels(self) -> pl.DataFrame:

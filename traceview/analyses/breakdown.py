@@ -11,15 +11,12 @@ from __future__ import annotations
 import polars as pl
 
 from ..memo import per_trace
-from ..model import Trace
+from ..model import RUNTIME_CATS, STEP_RE, Trace
 from .intervals import priority_sweep
 
 ROLES = ["kernel", "memcpy", "memset", "communication", "runtime", "dataloader", "cpu_exec"]
 DATALOADER_RE = r"^enumerate\((DataLoader|DataPipe)\)#"
 COMM_OP_RE = r"^(nccl|gloo):"
-STEP_RE = r"^ProfilerStep#\d+$"
-RUNTIME_CATS = ["cuda_runtime", "cuda_driver", "xpu_runtime", "xpu_driver", "mtia_runtime",
-                "privateuse1_runtime", "privateuse1_driver"]
 
 
 def role_intervals(trace: Trace) -> pl.DataFrame:

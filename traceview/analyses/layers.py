@@ -23,7 +23,7 @@ from dataclasses import dataclass
 import polars as pl
 
 from ..memo import per_trace
-from ..model import Trace
+from ..model import RUNTIME_CATS, Trace
 from .tree import ancestor_where, call_tree
 
 UNATTRIBUTED = "(unattributed)"
@@ -32,8 +32,6 @@ ATTR_PREFIX = "module::"
 PSEUDO_RE = r"^(Optimizer\.(step|zero_grad)#|enumerate\(DataLoader\)#)"
 # annotations that are not layers: steps, collectives, profiler internals
 NOT_LAYER_RE = r"^(ProfilerStep#|nccl:|PyTorch Profiler|## forward ##$)"
-RUNTIME_CATS = ["cuda_runtime", "cuda_driver", "xpu_runtime", "xpu_driver", "mtia_runtime",
-                "privateuse1_runtime", "privateuse1_driver"]
 PHASES = ("forward", "backward", "optimizer", "dataloader", "other")
 CLASSES = ("gpu_compute", "gpu_memory", "communication", "host_sync", "input", "cpu_launch", "other_idle")
 
