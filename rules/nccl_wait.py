@@ -6,7 +6,12 @@ time when a collective runs and no compute kernel does (the classifier's `commun
 exposed_comm = |∪comm − ∪compute|), per step. Per job (a directory with the rank files of one job):
 collectives are matched across ranks (process group + sequence number, else order), each rank's wait is
 the latest start across ranks minus its own start, the pure transfer time is the minimum duration across
-ranks, and the straggler is the rank most often last to arrive (ties: the lowest total wait). A job with no
+ranks, and the straggler is the rank most often last to arrive (ties: the lowest total wait). What a rank
+loses per step is its *exposed* wait: the union of its waits in the step minus the time its GPU ran other
+work meanwhile — DDP's early gradient buckets and FSDP's prefetched all-gathers wait on their own stream
+while the rank still computes, which costs nothing (on 2 x H200, DDP with rank 1 delayed 100 ms a step:
+raw NCCL wait 118 ms per step on rank 0, exposed 92 ms, measured step-time increase 98 ms). The finding's
+share and severity use the exposed wait per step of the waiting ranks. A job with no
 NCCL kernel whose ranks run on the CPU with gloo is matched the same way on its host-side collectives (the
 `gloo:<op>` ranges of ProcessGroupGloo's worker threads, else the `c10d::<op>` calls; JSON `nccl.source`,
 `nccl.backend`), by order per collective name within each step.
@@ -25,8 +30,8 @@ at that rank's own trace: host syncs, data loading, uneven work or a slower devi
 ## Evidence
 Per trace: exposed communication time and share, total NCCL kernel time, overlapped part, kernel names,
 per step. Per job: matched collectives, matching method and source (GPU kernels or host-side gloo collectives),
-per-rank total/mean wait and wait per step, times last/first, pure transfer time, and the straggler with the
-reason.
+per-rank total/mean wait, wait and exposed wait per step, times last/first, pure transfer time, and the
+straggler with the reason.
 
 ## Options
 - `moderate_pct` (3.0): exposed-communication (or wait) share at which a finding is a warning — XProf device-collectives moderate threshold.
@@ -110,29 +115,31 @@ def check_job(job, steps: dict[int, pl.DataFrame], ctx: dict) -> tuple[dict, lis
     ranks = s["ranks"]
     strag = s["straggler"]
     others = [r for r in ranks if r["rank"] != strag["rank"]]
-    mean_wait = sum(r["total_wait_us"] for r in others) / len(others) if others else 0.0
-    pct = 100.0 * mean_wait * 1000 / window if window else 0.0
-    total_wait = sum(r["total_wait_us"] for r in ranks)
     host = s["source"] not in ("kernel", "none")
     kind = f"{s['backend'] or 'host'} (host-side)" if host else "NCCL"
+    # What the others lose per step: the union of their waits per step (collectives that wait at the same time
+    # count once), and for NCCL kernels only the exposed part (a wait overlapped by the rank's own compute on
+    # another stream costs nothing; host-side collectives: exposed = wait).
+    per_step = sum(r["exposed_wait_per_step_us"] or 0 for r in others) / len(others) if others else 0.0
+    median = sum(r["median_exposed_wait_per_step_us"] or 0 for r in others) / len(others) if others else 0.0
+    mean_wait = per_step * max(s["steps"], 1)
+    pct = 100.0 * mean_wait * 1000 / window if window else 0.0
+    cost = sum((r["exposed_wait_per_step_us"] or 0) * max(s["steps"], 1) for r in ranks)
     ev = {"straggler": strag["rank"], "reason": strag["reason"], "matched_collectives": s["collectives"],
           "method": s["method"], "source": s["source"], "backend": s["backend"], "transfer_us": s["transfer_us"],
+          "exposed_wait_per_step_us": round(per_step, 3), "median_exposed_wait_per_step_us": round(median, 3),
           "ranks": ranks}
     severity = severity_for(pct, opts["moderate_pct"], opts["high_pct"], SEVERITY)
-    if host:  # host collectives overlap (gloo's worker threads): the union of waits per step, not their sum
-        per_step = sum(r["wait_per_step_us"] or 0 for r in others) / len(others) if others else 0.0
-        mean_wait = per_step * max(s["steps"], 1)
-        pct = 100.0 * mean_wait * 1000 / window if window else 0.0
-        # a straggler delays every step; a descheduled thread only some: judge the median step
-        median = sum(r["median_wait_per_step_us"] or 0 for r in others) / len(others) if others else 0.0
+    if host:
         ev["wait_per_step_us"] = round(per_step, 3)
         ev["median_wait_per_step_us"] = round(median, 3)
+        # a straggler delays every step; a descheduled thread only some: judge the median step
         if median < opts["host_noise_ms"] * 1000:
             severity = "info"
             ev["note"] = (f"median wait per step {median / 1000:.2f} ms is below host_noise_ms ({opts['host_noise_ms']} "
                           "ms): within OS scheduling noise for host-side collectives, no straggler is raised")
     f = Finding(rule=NAME, code=CODE, severity=severity,
                 title=f"Ranks wait for straggler rank {strag['rank']} in {kind} collectives", steps=[],
-                count=s["collectives"], cost_us=total_wait, savings_us=mean_wait, savings_pct=pct, evidence=ev,
+                count=s["collectives"], cost_us=cost, savings_us=mean_wait, savings_pct=pct, evidence=ev,
                 fix=STRAGGLER_FIX)
     return s, [f]

@@ -18,6 +18,7 @@ from collections import Counter
 from pathlib import Path
 
 import pytest
+from torchrun_util import run_collect, torchrun
 
 pytest.importorskip("torch")
 
@@ -171,19 +172,12 @@ def test_time_window_mode(tmp_path: Path) -> None:
     assert man["mode"] == "window" and man["schedule"] is None and man["options"]["window_s"] == 0.3
 
 
-def _torchrun() -> list[str]:
-    exe = Path(sys.executable).with_name("torchrun")
-    return [str(exe)] if exe.exists() else [sys.executable, "-m", "torch.distributed.run"]
-
-
 def test_torchrun_two_ranks_gloo(tmp_path: Path) -> None:
     env_steps = {"STEPS": "8"}
-    cmd = [*_torchrun(), "--nproc-per-node", "2", "--standalone", str(SCRIPTS / "train_ddp.py")]
+    cmd = [*torchrun(), "--nproc-per-node", "2", "--standalone", str(SCRIPTS / "train_ddp.py")]
     argv = [sys.executable, "-m", "traceview", "collect", "--out", str(tmp_path), "--name", "ddp",
             "--wait", "2", "--warmup", "1", "--active", "2", "--modules", "--", *cmd]  # fmt: skip
-    r = subprocess.run(
-        argv, cwd=REPO, env={**_env(), **env_steps}, capture_output=True, text=True, timeout=120
-    )
+    r = run_collect(argv, tmp_path / "ddp", cwd=REPO, env={**_env(), **env_steps}, timeout=120)
     assert r.returncode == 0, r.stderr
     assert "rank 0 done" in r.stdout and "rank 1 done" in r.stdout, (r.stdout, r.stderr)
     run = tmp_path / "ddp"

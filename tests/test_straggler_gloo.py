@@ -20,6 +20,7 @@ from pathlib import Path
 
 import polars as pl
 import pytest
+from torchrun_util import run_collect, torchrun
 
 import traceview
 from traceview import engine
@@ -38,16 +39,11 @@ def _env() -> dict[str, str]:
     return env
 
 
-def _torchrun() -> list[str]:
-    exe = Path(sys.executable).with_name("torchrun")
-    return [str(exe)] if exe.exists() else [sys.executable, "-m", "torch.distributed.run"]
-
-
 def record(out: Path, name: str, *script_args: str) -> Path:
     argv = [sys.executable, "-m", "traceview", "collect", "--wait", "2", "--warmup", "1", "--active", "3",
-            "--out", str(out), "--name", name, "--", *_torchrun(), "--standalone", "--nproc-per-node", "2",
+            "--out", str(out), "--name", name, "--", *torchrun(), "--standalone", "--nproc-per-node", "2",
             str(SCRIPT), "--steps", "7", *script_args]  # fmt: skip
-    r = subprocess.run(argv, cwd=REPO, env=_env(), capture_output=True, text=True, timeout=120)
+    r = run_collect(argv, out / name, cwd=REPO, env=_env(), timeout=120)
     assert r.returncode == 0, r.stderr[-2000:]
     assert "rank 0 done" in r.stdout and "rank 1 done" in r.stdout
     return out / name

@@ -1,7 +1,9 @@
 """Collectives matched across the ranks of one job: waits, transfer time and the straggler.
 
 - Collectives are the `comm` kernels of each rank (`ncclKernel_*`, `ncclDevKernel_*`, RCCL), on the absolute
-  clock (`meta.epoch_offset_ns`), restricted to each rank's analysed steps when given.
+  clock (`meta.epoch_offset_ns`), restricted to each rank's analysed steps when given. Kernels whose launch
+  call is missing (enqueued before the profiler started recording; the GPU runs behind the host, by a
+  different number of kernels on each rank) are left out when the trace links the others to their launch.
 - A job without any comm kernel whose ranks are CPU-only or use gloo (`distributedInfo.backend`) is matched
   on its **host-side** collectives instead (`source`): the `gloo:<op>` user annotations that ProcessGroupGloo's
   worker threads record around the execution of each collective (start = the work starts on this rank,
@@ -19,6 +21,12 @@
   intervals of the step's collectives (the sum when they run one after the other, as DDP's buckets do on
   one stream; concurrent collectives are not counted twice), its mean and median over the steps.
   `total_wait_us` stays the plain sum.
+- Exposed wait per step (`exposed_wait_per_step_us`, …): the part of that union when the rank's GPU ran no
+  other work (compute, memcpy, memset). NCCL kernels run on their own stream, so a collective issued early
+  (DDP's first gradient buckets, FSDP's prefetched all-gathers) can wait for a late rank while the waiting
+  rank still computes: that wait is hidden and costs nothing; only the exposed part is time the rank loses to
+  the straggler. For host-side collectives it equals the wait (their worker threads wait off the main thread,
+  whose work is not GPU time).
 - Straggler: the rank most often last to arrive; ties go to the rank with the lowest total wait (TraceLens:
   the rank that waits least is the one the others wait for; HTA's `get_potential_stragglers` ranks late
   starters of the most variable collective).
@@ -30,6 +38,7 @@ import polars as pl
 
 from ..model import Job, Trace
 from ..units import us
+from .timeline import busy_per_window, gpu_work
 
 #: host-side collectives when a job has no comm kernels, best first: (source, category, name prefix)
 HOST_SOURCES = (("gloo_annotation", "user_annotation", "gloo:"), ("c10d_op", "cpu_op", "c10d::"))
@@ -49,6 +58,10 @@ def _with_step(frame: pl.DataFrame, steps: pl.DataFrame | None) -> pl.DataFrame:
 def collectives(trace: Trace, steps: pl.DataFrame | None = None) -> pl.DataFrame:
     """[rank, family, pg, seq, ts, end, dur, stream, name, step] of one rank's comm kernels (absolute ns)."""
     g = trace.gpu.filter(pl.col("kind") == "comm")
+    if "launch_ts" in g.columns and g["launch_ts"].null_count() < g.height:
+        # Kernels whose launch call is not in the trace were enqueued before recording started (the GPU runs
+        # behind the host): each rank has a different number of them, so they would shift order matching.
+        g = g.filter(pl.col("launch_ts").is_not_null())
     if steps is not None and steps.height and g.height:
         lo, hi = int(steps["ts"].min()), int(steps["end"].max())
         g = g.filter((pl.col("ts") >= lo) & (pl.col("ts") < hi))
@@ -145,20 +158,49 @@ def match(job: Job, steps: dict[int, pl.DataFrame] | None = None) -> tuple[pl.Da
             .sort("key", "rank"), method)
 
 
-def wait_per_step(m: pl.DataFrame) -> pl.DataFrame:
-    """[rank, step, wait]: the wall time each rank spent waiting for the last rank in each analysed step — the
-    union of its matched collectives' wait intervals [own start, latest start). With one collective at a time
-    that is the sum of their waits (DDP's buckets of one step add up); collectives that wait at the same time
-    (gloo's two worker threads, NCCL on several streams) are not counted twice."""
+def wait_per_step(m: pl.DataFrame, busy: pl.DataFrame | None = None) -> pl.DataFrame:
+    """[rank, step, wait, exposed]: the wall time each rank spent waiting for the last rank in each analysed step —
+    the union of its matched collectives' wait intervals [own start, latest start). With one collective at a
+    time that is the sum of their waits (DDP's buckets of one step add up); collectives that wait at the same
+    time (gloo's two worker threads, NCCL on several streams) are not counted twice.
+
+    `exposed` is the part of that wait when the rank's GPU ran nothing else: `busy` holds each rank's own
+    non-communication GPU work [rank, ts, end] (absolute ns). A collective issued early on its own stream (DDP's
+    first buckets, FSDP's prefetched all-gathers) waits while the rank's compute stream is still busy: that
+    wait costs the rank nothing. Without `busy` (host-side collectives) `exposed` equals `wait`."""
     w = (m.filter((pl.col("step") >= 0) & (pl.col("wait") > 0))
          .select("rank", "step", pl.col("ts").alias("s"), (pl.col("ts") + pl.col("wait")).alias("e"))
          .sort("rank", "step", "s"))
     w = w.with_columns(island=(pl.col("s") > pl.col("e").cum_max().shift(1)).fill_null(True).cum_sum()
                        .over("rank", "step"))
-    w = (w.group_by("rank", "step", "island").agg((pl.col("e").max() - pl.col("s").min()).alias("wait"))
-         .group_by("rank", "step").agg(pl.col("wait").sum()))
+    isl = w.group_by("rank", "step", "island").agg(pl.col("s").min().alias("ts"), pl.col("e").max().alias("end"))
+    isl = isl.with_columns(wait=pl.col("end") - pl.col("ts"), overlap=pl.lit(0, pl.Int64))
+    if busy is not None and busy.height and isl.height:
+        win = isl.with_row_index("_win").with_columns(pl.col("_win").cast(pl.Int64))
+        ov = busy_per_window(busy.rename({"rank": "device"}).with_columns(kind=pl.lit("compute")),
+                             win.select("_win", "ts", "end"), win="_win")
+        # busy_per_window crosses every window with every device (rank): keep each window's own rank
+        ov = ov.join(win.select("_win", pl.col("rank").alias("device")), on=["_win", "device"])
+        isl = win.join(ov.select("_win", "busy"), on="_win", how="left").with_columns(
+            overlap=pl.col("busy").fill_null(0)).drop("_win", "busy")
+    per = isl.group_by("rank", "step").agg(pl.col("wait").sum(), (pl.col("wait") - pl.col("overlap")).sum()
+                                           .alias("exposed"))
     steps = m.filter(pl.col("step") >= 0).select("rank", "step").unique()
-    return steps.join(w, on=["rank", "step"], how="left").with_columns(pl.col("wait").fill_null(0)).sort("rank", "step")
+    return (steps.join(per, on=["rank", "step"], how="left")
+            .with_columns(pl.col("wait").fill_null(0), pl.col("exposed").fill_null(0)).sort("rank", "step"))
+
+
+def compute_busy(job: Job) -> pl.DataFrame:
+    """[rank, ts, end]: every rank's own GPU work other than communication, on the absolute clock."""
+    frames = []
+    for k, t in enumerate(job.traces):
+        rank = t.meta.rank if t.meta.rank is not None and t.meta.rank >= 0 else k
+        g = gpu_work(t.gpu).filter(pl.col("kind") != "comm") if t.gpu.height else t.gpu
+        if g.height:
+            off = t.meta.epoch_offset_ns
+            frames.append(g.select(pl.lit(rank, pl.Int64).alias("rank"), (pl.col("ts") + off).alias("ts"),
+                                   (pl.col("end") + off).alias("end")))
+    return pl.concat(frames) if frames else pl.DataFrame(schema={"rank": pl.Int64, "ts": pl.Int64, "end": pl.Int64})
 
 
 def summary(job: Job, steps: dict[int, pl.DataFrame] | None = None) -> dict:
@@ -177,12 +219,17 @@ def summary(job: Job, steps: dict[int, pl.DataFrame] | None = None) -> dict:
         pl.col("times_first").fill_null(0))
     n = m["key"].n_unique()
     nsteps = m.filter(pl.col("step") >= 0)["step"].n_unique()
-    ws = wait_per_step(m)
+    ws = wait_per_step(m, compute_busy(job) if source == "kernel" else None)
     step_total = dict(ws.group_by("rank").agg(pl.col("wait").sum()).rows())
     step_median = dict(ws.group_by("rank").agg(pl.col("wait").median()).rows())
-    by_step = ws.sort("rank", "step").group_by("rank", maintain_order=True).agg("step", "wait")
-    by_step = {r: {str(k): us(w) for k, w in zip(ks, vs, strict=True)}
-               for r, ks, vs in by_step.rows()}
+    exp_total = dict(ws.group_by("rank").agg(pl.col("exposed").sum()).rows())
+    exp_median = dict(ws.group_by("rank").agg(pl.col("exposed").median()).rows())
+
+    def by_step_of(col: str) -> dict:
+        g = ws.sort("rank", "step").group_by("rank", maintain_order=True).agg("step", col)
+        return {r: {str(k): us(w) for k, w in zip(ks, vs, strict=True)} for r, ks, vs in g.rows()}
+
+    by_step, exp_by_step = by_step_of("wait"), by_step_of("exposed")
     strag = per.sort(["times_last", "total_wait", "rank"], descending=[True, False, False]).row(0, named=True)
     tr = m.group_by("key").agg(pl.col("transfer").first())
     return {
@@ -194,7 +241,10 @@ def summary(job: Job, steps: dict[int, pl.DataFrame] | None = None) -> dict:
                    "sync_us": us(r["sync_time"]),
                    "wait_per_step_us": round(step_total.get(r["rank"], 0) / 1000 / nsteps, 3) if nsteps else None,
                    "median_wait_per_step_us": us(step_median[r["rank"]]) if nsteps else None,
-                   "wait_by_step_us": by_step.get(r["rank"], {})} for r in per.to_dicts()],
+                   "wait_by_step_us": by_step.get(r["rank"], {}),
+                   "exposed_wait_per_step_us": round(exp_total.get(r["rank"], 0) / 1000 / nsteps, 3) if nsteps else None,
+                   "median_exposed_wait_per_step_us": us(exp_median[r["rank"]]) if nsteps else None,
+                   "exposed_wait_by_step_us": exp_by_step.get(r["rank"], {})} for r in per.to_dicts()],
         "straggler": {"rank": strag["rank"], "times_last": strag["times_last"], "of": n,
                       "total_wait_us": us(strag["total_wait"]),
                       "reason": f"rank {strag['rank']} arrived last at {strag['times_last']} of {n} matched collectives "

@@ -59,13 +59,22 @@ def render_job(j: dict, con: Console) -> None:
     if n.get("collectives"):
         kind = "NCCL" if n.get("source", "kernel") == "kernel" else f"{n.get('backend') or 'host'} (host-side)"
         t = Table(title=f"{kind} collectives matched across ranks ({n['collectives']}, by {n['method']})")
-        for c in ("rank", "total wait ms", "mean wait µs", "times last", "times first", "comm ms", "sync ms"):
+        for c in ("rank", "wait ms/step", "exposed ms/step", "total wait ms", "mean wait µs", "times last",
+                  "times first", "comm ms", "sync ms"):
             t.add_column(c, justify="right")
+
+        def per_step(v: float | None) -> str:
+            return "-" if v is None else num(v / 1000, 3)
+
         for r in n["ranks"]:
-            t.add_row(str(r["rank"]), num(r["total_wait_us"] / 1000, 3), num(r["mean_wait_us"]), str(r["times_last"]),
+            t.add_row(str(r["rank"]), per_step(r.get("wait_per_step_us")), per_step(r.get("exposed_wait_per_step_us")),
+                      num(r["total_wait_us"] / 1000, 3), num(r["mean_wait_us"]), str(r["times_last"]),
                       str(r["times_first"]), num(r["comm_us"] / 1000, 3), num(r["sync_us"] / 1000, 3))
         con.print(t)
         if n.get("straggler"):
             con.print(f"[bold]Straggler:[/] {n['straggler']['reason']}")
+        if n.get("source") == "kernel":
+            con.print("exposed = the part of a rank's wait when its GPU ran nothing else (what it lost); the rest "
+                      "waited under its own compute on another stream")
     if "findings" in j:
         _findings(j["findings"], con, "Job findings")
