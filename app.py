@@ -21,6 +21,8 @@ import streamlit as st
 
 from traceview import cli, report
 from traceview.formatters import json as fjson
+from traceview.loader import load_file
+from traceview.model import Trace
 
 ROOT = Path(__file__).resolve().parent
 SAMPLES = ROOT / "sample_traces"
@@ -68,11 +70,23 @@ def default_ctx(paths: list[str], step: int | None) -> dict:
     return cli.build_ctx(cli.make_parser().parse_args(argv))
 
 
+@st.cache_resource(max_entries=8, show_spinner=False)
+def loaded_trace(path: str, mtime_ns: int, size: int) -> Trace:
+    """A loaded trace, kept while its file is unchanged: switching steps re-analyzes without re-reading."""
+    return load_file(path)
+
+
+def _load_cached(path: Path) -> Trace:
+    s = path.stat()
+    return loaded_trace(str(path), s.st_mtime_ns, s.st_size)
+
+
 @st.cache_data(max_entries=32, show_spinner="Analyzing…")
 def analyze_doc(key: str, step: int | None, _paths: tuple[str, ...]) -> dict:
     """The `--format json` document for these inputs (`key` identifies their content)."""
     try:
-        return report.analyze(list(_paths), step=step, ctx=default_ctx(list(_paths), step)).to_dict()
+        return report.analyze(list(_paths), step=step, ctx=default_ctx(list(_paths), step),
+                              load=_load_cached).to_dict()
     except Exception as e:  # noqa: BLE001 - as the CLI: one line, never a traceback
         return report.Report(errors=[{"path": "", "error": f"internal error ({type(e).__name__}: {e})"}]).to_dict()
 

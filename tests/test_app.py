@@ -115,12 +115,25 @@ def test_bad_input_is_an_error_not_a_traceback(name: str, data: bytes) -> None:
     assert "/tmp" not in at.error[0].value  # the staging directory is hidden
 
 
-def test_step_selector_reanalyzes(sync_doc: dict) -> None:
+def test_step_selector_reanalyzes(sync_doc: dict, monkeypatch: pytest.MonkeyPatch) -> None:
+    import traceview.loader
+
+    loads: list[str] = []
+    real = traceview.loader.load_file
+
+    def counting(p, *a, **k):
+        loads.append(str(p))
+        return real(p, *a, **k)
+
+    monkeypatch.setattr(traceview.loader, "load_file", counting)  # what app.py imports
+    monkeypatch.setattr(report, "load_file", counting)  # report.analyze's default loader
     at = upload(new_app(), SYNC)
     box = next(s for s in at.selectbox if s.label == "Step")
     assert box.options == ["all", *map(str, sync_doc["traces"][0]["summary"]["step_numbers"])]
     before = metric(at, "Avg step")
+    n_loads = len(loads)
     at = box.select("2").run()
+    assert len(loads) == n_loads  # a new step re-analyzes the trace the app already holds: no re-read
     want = cli_doc(SYNC, step=2)["traces"][0]
     after = metric(at, "Avg step")
     assert after == f"{want['summary']['avg_step_us'] / 1000:,.3f} ms" != before

@@ -149,9 +149,12 @@ class Report:
 
 
 def analyze(paths: list[str | Path], step: int | None = None, ctx: dict | None = None,
-            on_trace: Callable[[str], None] | None = None) -> Report:
+            on_trace: Callable[[str], None] | None = None,
+            load: Callable[[Path], Trace] | None = None) -> Report:
     """Analyze files and directories. A directory of rank files is one job; a failing input
-    becomes an entry in `errors` and the others go on."""
+    becomes an entry in `errors` and the others go on. `load` (default `load_file`) lets a caller reuse
+    traces it already holds, e.g. the app when only the selected step changes."""
+    load = load or load_file
     rep = Report()
     for p in paths:
         p = Path(p)
@@ -165,7 +168,7 @@ def analyze(paths: list[str | Path], step: int | None = None, ctx: dict | None =
             if on_trace:
                 on_trace(str(f))
             try:
-                t = load_file(f)
+                t = load(f)
                 rep.traces.append(analyze_trace(t, step, ctx))
                 loaded.append(t)
             except TraceError as e:
