@@ -12,10 +12,14 @@ from __future__ import annotations
 
 import gzip
 import json
+import os
+import subprocess
+import sys
 from pathlib import Path
 
 import polars as pl
 import pytest
+from torchrun_util import run_collect, torchrun
 
 import traceview
 from traceview import engine
@@ -184,18 +188,13 @@ def test_dist_gpt_example_runs_under_collect_on_cpu(tmp_path: Path) -> None:
     """The multi-GPU example itself, live: FSDP2 + a slowed rank at toy sizes on CPU (gloo) under torchrun and
     the collector, as `record_multigpu.sh SMOKE=1` runs it; both ranks' traces land and analyze as one job."""
     pytest.importorskip("torch")
-    import subprocess
-    import sys
-
-    from torchrun_util import run_collect, torchrun
-
     repo = SAMPLES.parents[1]
     argv = [sys.executable, "-m", "traceview", "collect", "--out", str(tmp_path), "--name", "fsdp", "--wait", "2",
             "--warmup", "1", "--active", "2", "--", *torchrun(), "--standalone", "--nproc-per-node", "2",
             "-m", "collectors.examples.dist_gpt", "--fsdp", "--steps", "6", "--layers", "1", "--dim", "64",
             "--heads", "2", "--seq", "32", "--batch", "2", "--vocab", "256", "--slow-rank", "1",
             "--delay-ms", "30"]  # fmt: skip
-    env = {k: v for k, v in __import__("os").environ.items() if not k.startswith("TRACEVIEW_COLLECT")}
+    env = {k: v for k, v in os.environ.items() if not k.startswith("TRACEVIEW_COLLECT")}
     r = run_collect(argv, tmp_path / "fsdp", cwd=repo, env={**env, "OMP_NUM_THREADS": "1"}, timeout=180)
     assert r.returncode == 0, r.stderr[-2000:]
     assert "rank 0 done (fsdp, delay 0 ms" in r.stdout and "rank 1 done (fsdp, delay 30 ms" in r.stdout
@@ -222,3 +221,13 @@ def test_launch_bound_balanced_run_is_flagged_as_profiling_artifact() -> None:
         _, (g,) = _job(real)
         assert "may_be_profiling_artifact" not in g["evidence"], g["evidence"].get("note")
         assert g["evidence"]["profiling_overhead_ms_per_step"] < 0.1 * g["evidence"]["exposed_wait_per_step_us"] / 1000
+
+
+@pytest.mark.parametrize("fmt", ["text", "markdown"])
+def test_artifact_note_reaches_the_reports(fmt: str) -> None:
+    out = subprocess.run([sys.executable, "-m", "traceview", "analyze", str(SAMPLES / "ddp_balanced_launch_bound"),
+                          "--format", fmt], capture_output=True, text=True, timeout=120,
+                         env={**os.environ, "COLUMNS": "200"})  # fmt: skip
+    assert out.returncode == 0, out.stderr
+    text = " ".join(out.stdout.split())
+    assert "the profiler added 17.02 ms per step" in text and "may be an artifact of uneven profiling overhead" in text

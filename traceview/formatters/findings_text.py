@@ -40,6 +40,9 @@ def _findings(findings: list[dict], con: Console, title: str) -> None:
     seen: set[str] = set()
     for f in findings:
         con.print(f"[{SEV_STYLE[f['severity']]}]{f['code']} {f['rule']}[/]: {f['title']}")
+        note = (f.get("evidence") or {}).get("note")
+        if isinstance(note, str) and note:
+            con.print(f"  note: {note}")
         if f["fix"] not in seen:  # the fix text once per distinct text
             seen.add(f["fix"])
             con.print(f"  fix: {f['fix']}")

@@ -47,4 +47,6 @@ def _findings(fs: list[dict], w) -> None:
           f"{_cell(f.get('layer') or '-')} |\n")
     w("\n")
     for f in fs:
-        w(f"<details><summary>{f['code']} {f['rule']}: {_cell(f['title'])}</summary>\n\n{f['fix']}\n\n</details>\n\n")
+        note = (f.get("evidence") or {}).get("note")
+        note = f"**Note:** {note}\n\n" if isinstance(note, str) and note else ""
+        w(f"<details><summary>{f['code']} {f['rule']}: {_cell(f['title'])}</summary>\n\n{note}{f['fix']}\n\n</details>\n\n")
