@@ -74,6 +74,25 @@ def test_roofline_bounds():
     assert (no_op["source"] == "name").all()  # kernel-name fallback
 
 
+def test_conv_flops_use_stride_and_padding():
+    """ResNet-50 forward conv FLOPs from the trace's shapes + Concrete Inputs (stride, padding, dilation) equal
+    torchvision's published cost of the model: 4.089 GMACs per 224x224 image (ResNet50_Weights.IMAGENET1K_V1
+    `_ops`, which also counts the 2048x1000 classifier: 2.048 MMACs), i.e. 2 FLOPs per MAC."""
+    from traceview.analyses import roofline
+
+    t = load("gpu_h200_real/tv_resnet50_train_dataloader_nw0.json.gz")
+    costs = roofline.op_costs(t)
+    fwd = costs.filter(pl.col("op_name") == "aten::cudnn_convolution")
+    nsteps, batch = t.steps.height, 64  # Input Dims of the stem conv: [64, 3, 224, 224]
+    assert fwd.height == 53 * nsteps and (fwd["category"] == "conv").all()
+    per_image = fwd["flops"].sum() / nsteps / batch
+    assert per_image == pytest.approx(2 * (4.089e9 - 2.048e6), rel=2e-3)
+    # the old stride-1 "same" approximation (no Concrete Inputs) overcounts the strided convs by ~57 %
+    dims = t.host.filter(pl.col("name") == "aten::cudnn_convolution").select("input_dims", "input_type")
+    same = sum(roofline.op_cost("aten::cudnn_convolution", json.loads(d), json.loads(ty))[1] for d, ty in dims.rows())
+    assert same / nsteps / batch > 1.5 * per_image
+
+
 def test_spec_table():
     assert specs.lookup({"name": "NVIDIA H200"}).hbm_tbps == 4.8
     assert specs.lookup({"name": "NVIDIA A100-SXM4-80GB"}).name == "A100 80GB"

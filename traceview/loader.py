@@ -134,7 +134,10 @@ _RARE_FIELDS = {"concrete": "concrete", "collective": "collective", "in_nelems":
                 "group_size": "group_size", "pg_name": "pg_name", "seq_comm": "seq_comm", "kind": "kind",
                 "size": "size"}
 _HOST_FIELDS = {**_PY_FIELDS, **_OP_FIELDS, **_RT_FIELDS, **_RARE_FIELDS}
-_RARE_NAMES = r"^(record_param_comms|nccl:|gloo:|hipMemcpy|cudaMemcpy|c10d::)"
+# ops whose rarely used args (Concrete Inputs, collective fields) are read: collectives, sync copies, and the
+# convolution forward ops (their Concrete Inputs hold stride/padding/dilation for the FLOPs model)
+_RARE_NAMES = (r"^(record_param_comms|nccl:|gloo:|hipMemcpy|cudaMemcpy|c10d::|"
+               r"aten::(_?convolution|conv[123]d|cudnn_convolution|miopen_convolution|mkldnn_convolution)$)")
 
 
 def _host_args(ev_args: list, host: pl.DataFrame) -> pl.DataFrame:

@@ -11,9 +11,10 @@ launching op's `Input Dims` / `Input type` (record_shapes). bpe = bytes per elem
 | reduction | sum, mean, amax, norm, softmax, layer/rms/batch/group norm, … | elements read | inputs + outputs (norm/softmax: out = in) |
 | elementwise | everything else with tensor inputs | elements of the (broadcast) output | Σ inputs·bpe + out·bpe_out |
 
-Shapes the trace does not carry are approximated and documented here: convolution forward assumes a
-stride-1 "same" output (Kineto records no output shape and usually no Concrete Inputs); attention
-ignores causal masking (TraceLens halves it when known). Inputs with dims `[]` are scalars.
+Convolution forward takes stride, padding and dilation from the op's `Concrete Inputs` (recorded by current
+PyTorch with record_shapes; argument positions per op in `CONV_ARGS`): H_out = ⌊(H + 2p − d(k − 1) − 1)/s⌋ + 1.
+Without them (older traces) it assumes a stride-1 "same" output (Kineto records no output shape).
+Attention ignores causal masking (TraceLens halves it when known). Inputs with dims `[]` are scalars.
 
 Kernel-name fallback (no shapes, e.g. `record_shapes=False` or an op-less CUDA-graph kernel): a kernel
 whose name looks like a GEMM/convolution/attention library kernel (gemm, nvjet, cutlass, xmma, cudnn,
@@ -52,6 +53,36 @@ ELEMENTWISE_KERNEL_RE = (r"(?i)elementwise|reduce_kernel|reduction|triton_poi|tr
 
 _dims_dec = msgspec.json.Decoder()
 
+#: convolution forward ops: positions of (stride, padding, dilation) in their arguments (Concrete Inputs)
+CONV_ARGS = {
+    "aten::convolution": (3, 4, 5), "aten::_convolution": (3, 4, 5), "aten::conv1d": (3, 4, 5),
+    "aten::conv2d": (3, 4, 5), "aten::conv3d": (3, 4, 5), "aten::cudnn_convolution": (3, 2, 4),
+    "aten::miopen_convolution": (4, 3, 5), "aten::mkldnn_convolution": (3, 2, 4),
+}
+
+
+def _conv_out(spatial: list, kernel: list, concrete: list | None, name: str) -> list:
+    """Output spatial sizes of a convolution forward from its Concrete Inputs; the input sizes (stride-1
+    "same") when they are missing or unreadable."""
+    pos = CONV_ARGS.get(name)
+    if not pos or not concrete or len(concrete) <= max(pos):
+        return list(spatial)
+    try:
+        s, p, d = (_dims_dec.decode(concrete[i]) for i in pos)
+    except (msgspec.DecodeError, TypeError):
+        return list(spatial)
+    nd = len(spatial)
+
+    def per_dim(v) -> list:
+        return [v] * nd if isinstance(v, int) else list(v) if isinstance(v, list) and len(v) in (1, nd) else []
+
+    s, p, d = per_dim(s), per_dim(p), per_dim(d)
+    if not (s and p and d) or not all(isinstance(x, int) for x in (*s, *p, *d)):
+        return list(spatial)
+    s, p, d = ([x[0]] * nd if len(x) == 1 else x for x in (s, p, d))
+    return [max((h + 2 * pp - dd * (k - 1) - 1) // ss + 1, 0)
+            for h, k, ss, pp, dd in zip(spatial, kernel, s, p, d, strict=True)]
+
 
 def _prod(xs) -> int:
     return math.prod(int(x) for x in xs) if xs else 1
@@ -61,8 +92,10 @@ def _is_tensor(d, t) -> bool:
     return isinstance(d, list) and len(d) > 0 and all(isinstance(x, int) for x in d) and t in DTYPE_BYTES
 
 
-def op_cost(name: str, dims: list, types: list) -> tuple[str, float | None, float | None, float | None]:
-    """(category, flops, bytes, bpe of the first tensor) for one (name, Input Dims, Input type) combo."""
+def op_cost(name: str, dims: list, types: list,
+            concrete: list | None = None) -> tuple[str, float | None, float | None, float | None]:
+    """(category, flops, bytes, bpe of the first tensor) for one (name, Input Dims, Input type) combo;
+    `concrete` (the op's Concrete Inputs) gives a convolution's stride/padding/dilation."""
     ts = [(d, DTYPE_BYTES[t]) for d, t in zip(dims, types, strict=False) if _is_tensor(d, t)]
     if not ts:
         return ("other", None, None, None)
@@ -105,7 +138,7 @@ def op_cost(name: str, dims: list, types: list) -> tuple[str, float | None, floa
             else:
                 (x, _), (w, _) = ts[0], ts[1]
                 n, spatial = x[0], x[2:]
-                out_elems = n * w[0] * _prod(spatial)  # stride-1 "same" approximation (no output shape)
+                out_elems = n * w[0] * _prod(_conv_out(spatial, w[2:], concrete, name))
                 flops = 2.0 * out_elems * _prod(w[1:])
                 byts = (_prod(x) + _prod(w) + out_elems) * bpe
             return ("conv", flops, float(byts), bpe)
@@ -149,23 +182,27 @@ def op_costs(trace: Trace, op_ids: pl.Series | None = None) -> pl.DataFrame:
     Input Dims are decoded with msgspec once per distinct (name, Input Dims, Input type) combo, never
     per event."""
     ids = trace.gpu["op"].drop_nulls().unique() if op_ids is None else op_ids
+    conc = pl.col("concrete") if "concrete" in trace.host.columns else pl.lit(None, pl.Binary).alias("concrete")
     ops = trace.host.filter(pl.col("i").is_in(ids.implode())).select(
-        pl.col("i").alias("op"), "name", "input_dims", "input_type")
-    combos = ops.select("name", "input_dims", "input_type").unique()
+        pl.col("i").alias("op"), "name", "input_dims", "input_type", conc)
+    ops = ops.with_columns(concrete=pl.when(pl.col("name").is_in(list(CONV_ARGS))).then("concrete"))
+    key = ["name", "input_dims", "input_type", "concrete"]
+    combos = ops.select(key).unique()
     rows = []
-    for name, dims_b, types_b in combos.iter_rows():  # distinct shapes, not events
+    for name, dims_b, types_b, conc_b in combos.iter_rows():  # distinct shapes, not events
         try:
             dims = _dims_dec.decode(dims_b) if dims_b else []
             types = _dims_dec.decode(types_b) if types_b else []
+            concrete = _dims_dec.decode(conc_b) if conc_b else None
         except msgspec.DecodeError:
-            dims, types = [], []
-        cat, fl, by, bpe = op_cost(name, dims, types)
-        rows.append((name, dims_b, types_b, cat, fl, by, bpe, *io_bytes(dims, types)))
+            dims, types, concrete = [], [], None
+        cat, fl, by, bpe = op_cost(name, dims, types, concrete if isinstance(concrete, list) else None)
+        rows.append((name, dims_b, types_b, conc_b, cat, fl, by, bpe, *io_bytes(dims, types)))
     costs = pl.DataFrame(rows, schema={"name": pl.String, "input_dims": pl.Binary, "input_type": pl.Binary,
-                                       "category": pl.String, "flops": pl.Float64, "bytes": pl.Float64,
-                                       "bpe": pl.Float64, "in0_bytes": pl.Float64, "extra_bytes": pl.Float64,
-                                       "out_bytes": pl.Float64}, orient="row")
-    return ops.join(costs, on=["name", "input_dims", "input_type"], how="left", nulls_equal=True).select(
+                                       "concrete": pl.Binary, "category": pl.String, "flops": pl.Float64,
+                                       "bytes": pl.Float64, "bpe": pl.Float64, "in0_bytes": pl.Float64,
+                                       "extra_bytes": pl.Float64, "out_bytes": pl.Float64}, orient="row")
+    return ops.join(costs, on=key, how="left", nulls_equal=True).select(
         "op", pl.col("name").alias("op_name"), "category", "flops", "bytes", "bpe", "in0_bytes", "extra_bytes",
         "out_bytes")
 
