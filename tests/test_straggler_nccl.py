@@ -231,3 +231,19 @@ def test_artifact_note_reaches_the_reports(fmt: str) -> None:
     assert out.returncode == 0, out.stderr
     text = " ".join(out.stdout.split())
     assert "the profiler added 17.02 ms per step" in text and "may be an artifact of uneven profiling overhead" in text
+
+
+def test_job_classification_says_who_waits_for_whom() -> None:
+    from traceview.report import analyze
+
+    engine.register()  # as the CLI does: job sections (nccl, classification, findings)
+    doc = analyze([SAMPLES / "ddp_rank1_slowed"]).to_dict()
+    (job,) = doc["jobs"]
+    r0, r1 = sorted(job["classification"], key=lambda r: r["rank"])
+    exposed = _ranks(job["nccl"])[0]["exposed_wait_per_step_us"]
+    t0 = next(t for t in doc["traces"] if t["rank"] == 0)
+    step_us = t0["summary"]["avg_step_us"]
+    assert r0["straggler"] == 1 and r0["straggler_wait_pct"] == pytest.approx(100 * exposed / step_us, abs=0.1)
+    assert r0["dominant"] == "communication" and "straggler" not in r1
+    (bal,) = analyze([SAMPLES / "ddp_balanced"]).to_dict()["jobs"]
+    assert all("straggler" not in r for r in bal["classification"])

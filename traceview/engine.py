@@ -134,13 +134,27 @@ def job_findings_section(job: Job, ctx: dict) -> list[dict]:
 
 
 def job_classification_section(job: Job, ctx: dict) -> list[dict]:
+    """Per rank: the classifier's dominant class and shares, and — when the ranks wait for a straggler — the
+    share of the rank's step spent waiting for it (its exposed collective wait; part of `communication`)."""
+    nccl, found = _job_nccl(job, ctx)
+    # only a straggler the nccl-wait rule raises (warning or error), not the formal "last to arrive" of a balanced job
+    raised = any(f.severity in ("warning", "error") for f in found)
+    strag = (nccl.get("straggler") or {}).get("rank") if raised else None
+    exposed = {r["rank"]: r.get("exposed_wait_per_step_us") for r in nccl.get("ranks") or []}
+    steps = _job_steps(job)
     out = []
-    for t in job.traces:  # one per rank
-        if not t.has_gpu:
-            out.append({"rank": t.meta.rank, "dominant": None, "shares": {}})
-            continue
-        c = classification_section(t, t.steps, {})
-        out.append({"rank": t.meta.rank, "path": t.meta.path, "dominant": c["dominant"], "shares": c["shares"]})
+    for k, t in enumerate(job.traces):  # one per rank
+        if t.has_gpu:
+            c = classification_section(t, t.steps, {})
+            entry = {"rank": t.meta.rank, "path": t.meta.path, "dominant": c["dominant"], "shares": c["shares"]}
+        else:
+            entry = {"rank": t.meta.rank, "path": t.meta.path, "dominant": None, "shares": {}}
+        st, wait = steps.get(k), exposed.get(t.meta.rank)
+        if strag is not None and t.meta.rank != strag and wait is not None and st is not None and st.height:
+            step_us = float((st["end"] - st["ts"]).mean()) / 1000
+            entry["straggler"] = strag
+            entry["straggler_wait_pct"] = round(100.0 * wait / step_us, 1) if step_us else None
+        out.append(entry)
     return out
 
 

@@ -57,7 +57,10 @@ def render_trace(t: dict, con: Console) -> None:
 def render_job(j: dict, con: Console) -> None:
     con.rule(f"[bold]job {j['path']}[/] ranks {j.get('ranks')}")
     for r in j.get("classification") or []:
-        con.print(f"rank {r['rank']}: dominant {r['dominant']}")
+        wait = r.get("straggler_wait_pct")
+        extra = f" — {wait:.1f} % of its step waiting for straggler rank {r['straggler']}" if wait else ""
+        what = f"dominant {r['dominant']}" if r.get("dominant") else "no GPU activity"
+        con.print(f"rank {r['rank']}: {what}{extra}")
     n = j.get("nccl") or {}
     if n.get("collectives"):
         kind = "NCCL" if n.get("source", "kernel") == "kernel" else f"{n.get('backend') or 'host'} (host-side)"
