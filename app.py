@@ -194,17 +194,32 @@ def render_job(v: View, j: dict) -> None:
     st.subheader(f"Job: {v.name(j['path']) or 'uploaded files'} (ranks {j['ranks']})")
     nccl = j.get("nccl") or {}
     strag = nccl.get("straggler")
-    if strag:
+    # the job's nccl-wait finding decides whether the rank that arrived last is a straggler worth naming
+    raised = [f for f in j.get("findings") or [] if f["rule"] == "nccl-wait" and f["severity"] in ("warning", "error")]
+    if strag and raised:
         st.metric("Straggler rank", strag["rank"], help=strag.get("reason"))
         st.write(strag.get("reason", ""))
+        note = (raised[0].get("evidence") or {}).get("note")
+        if note:
+            st.warning(note)
     elif nccl:
-        st.caption(f"No straggler: {nccl.get('collectives', 0)} collectives matched across ranks.")
+        st.caption(f"No straggler: {nccl.get('collectives', 0)} collectives matched across ranks, waits below the "
+                   "nccl-wait thresholds.")
     if nccl.get("ranks"):
         kind = {"kernel": "NCCL kernels", "gloo_annotation": "gloo collectives",
                 "c10d_op": "c10d collectives"}.get(nccl.get("source"), "collectives")
+        ranks = nccl["ranks"]
+        fig = go.Figure()
+        names = [str(r["rank"]) for r in ranks]
+        fig.add_bar(name="wait", x=names, y=[(r.get("wait_per_step_us") or 0) / 1000 for r in ranks])
+        fig.add_bar(name="exposed (lost)", x=names, y=[(r.get("exposed_wait_per_step_us") or 0) / 1000 for r in ranks])
+        fig.update_layout(barmode="group", title=f"Wait per step in {kind}, ms", xaxis_title="rank",
+                          yaxis_title="ms per step", height=320)
+        st.plotly_chart(fig, key=f"chart_wait_{j['path']}")
         st.markdown(f"**Wait per rank in {kind}** (µs)")
-        st.dataframe(nccl["ranks"], hide_index=True, key=f"job_wait_{j['path']}")
-    rows = [{"rank": r["rank"], "dominant": r["dominant"], **(r.get("shares") or {})} for r in j["classification"]]
+        st.dataframe(ranks, hide_index=True, key=f"job_wait_{j['path']}")
+    rows = [{"rank": r["rank"], "dominant": r["dominant"], "waiting for straggler %": r.get("straggler_wait_pct"),
+             **(r.get("shares") or {})} for r in j["classification"]]
     st.markdown("**Classifier per rank** (%)")
     st.dataframe(rows, hide_index=True, key=f"job_cls_{j['path']}")
     if j.get("findings"):

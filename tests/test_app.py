@@ -149,3 +149,25 @@ def test_rank_files_show_the_job() -> None:
     assert metric(at, "Straggler rank") == str(job["nccl"]["straggler"]["rank"])
     waits = next(d.value for d in at.dataframe if "total_wait_us" in d.value.columns)
     assert list(waits["total_wait_us"]) == [r["total_wait_us"] for r in job["nccl"]["ranks"]]
+
+
+@pytest.mark.parametrize("run", ["ddp_rank1_slowed", "ddp_balanced", "ddp_balanced_launch_bound"])
+def test_nccl_job_from_the_sample_picker(run: str) -> None:
+    d = ROOT / "sample_traces/nccl_h200x2" / run
+    at = new_app()
+    box = at.selectbox(key="sample")
+    at = box.select(next(o for o in box.options if o.startswith(f"nccl_h200x2/{run}/"))).run()
+    assert not at.exception and not at.error
+    job = cli_doc(d)["jobs"][0]
+    spec = chart(at, "Wait per step in NCCL kernels")
+    by_name = {tr["name"]: tr["y"] for tr in spec["data"]}
+    assert by_name["exposed (lost)"] == [r["exposed_wait_per_step_us"] / 1000 for r in job["nccl"]["ranks"]]
+    cls = next(d.value for d in at.dataframe if "waiting for straggler %" in d.value.columns)
+    if run == "ddp_balanced":
+        assert not [m for m in at.metric if m.label == "Straggler rank"]
+        assert cls["waiting for straggler %"].isna().all()
+    else:
+        assert metric(at, "Straggler rank") == "1"
+        assert cls["waiting for straggler %"].iloc[0] == job["classification"][0]["straggler_wait_pct"] > 10
+        artifact = [w.value for w in at.warning if "profiling overhead" in w.value]
+        assert bool(artifact) == (run == "ddp_balanced_launch_bound")
