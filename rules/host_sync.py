@@ -27,7 +27,9 @@ memory plus a CUDA event when a host value is truly needed.
 Per (cause, source line): the number of blocking calls, their call names, the ATen op and the Python API
 (`<built-in method item …>`), the source line, syncs per step, and the cost: the GPU idle time from the
 sync's start until the next GPU activity begins (the classifier's `host_sync` time attributed to that sync).
-The costliest occurrence gives the time window and stream. Severity from the group's share of the window.
+An idle gap over 1 ms that ends with work queued before it began is left out: the GPU was waiting for work the
+trace does not hold (e.g. a collective enqueued before recording started, still waiting for another rank), not
+for the host. The costliest occurrence gives the time window and stream. Severity from the group's share of the window.
 
 ## Options
 - `moderate_pct` (3.0): share of step time at which a group is a warning — XProf's moderate threshold for avoidable host time.

@@ -13,7 +13,9 @@ Classes, highest priority first (a higher class wins when several apply at one i
    gone idle (HTA's `host_wait`: the CPU was late dispatching and launching; queue empty). The idle tail of
    the analysed window after the last GPU activity also counts here (nothing was queued);
 7. `other_idle` — any other idle instant (launch latency with work already queued, cross-stream waits,
-   activities with no launch record).
+   activities with no launch record). An idle gap over 1 ms that ends with work launched before it began
+   is `other_idle` even inside a sync window or a launch gap: the queue was not empty, so the GPU waited
+   for something the trace does not hold (work enqueued before recording began, another device, an event).
 
 This is XProf's step attribution (PEERS.md §6: device work wins; while the device idles the time goes to
 what the host was doing) with tb_plugin's priority sweep, HTA's host-wait rule for launch gaps, and
@@ -33,6 +35,13 @@ from .analyses.timeline import gpu_work
 from .memo import per_trace
 from .model import Trace
 from .units import us
+
+#: a GPU idle gap this long that ends with work launched before it began: the queue was not empty, so the GPU
+#: waited for something the trace does not show (work enqueued before recording started — e.g. a collective
+#: still waiting for another rank —, another device, a cross-stream event). It is `other_idle`, and a host
+#: sync spanning it is not what idled the GPU.
+QUEUED_IDLE_NS = 1_000_000
+_QUEUED = "_queued_idle"
 
 CLASSES = ["gpu_compute", "gpu_memory", "communication", "input", "host_sync", "cpu_launch", "other_idle"]
 IDLE_CLASSES = ["input", "host_sync", "cpu_launch", "other_idle"]
@@ -112,7 +121,9 @@ def labelled_intervals(trace: Trace, lo: int, hi: int, kb: pl.DataFrame | None =
     sync = sync_windows(trace).select(pl.lit("host_sync").alias("label"), "ts", "end")
     inp = dataloader_spans(trace).select(pl.lit("input").alias("label"), "ts", "end")
     gaps = idle_gaps(trace, lo, hi).select(
-        pl.when(pl.col("late")).then(pl.lit("cpu_launch")).otherwise(pl.lit("other_idle")).alias("label"), "ts", "end")
+        pl.when(pl.col("late")).then(pl.lit("cpu_launch"))
+        .when(pl.col("end") - pl.col("ts") > QUEUED_IDLE_NS).then(pl.lit(_QUEUED))
+        .otherwise(pl.lit("other_idle")).alias("label"), "ts", "end")
     out = pl.concat([gpu, sync, inp, gaps], how="vertical_relaxed")
     return out.filter((pl.col("end") > lo) & (pl.col("ts") < hi))
 
@@ -145,7 +156,10 @@ def _partition_uncached(trace: Trace, steps: pl.DataFrame, kb: pl.DataFrame) -> 
         return pl.DataFrame(schema={"step": pl.Int64, "ts": pl.Int64, "end": pl.Int64, "cls": pl.String})
     lo, hi = int(windows["ts"].min()), int(windows["end"].max())
     iv = labelled_intervals(trace, lo, hi, kb)
-    return segments(iv, CLASSES[:-1], windows, CLASSES[-1])
+    prio = CLASSES[:-1]
+    prio = [*prio[:prio.index("host_sync")], _QUEUED, *prio[prio.index("host_sync"):]]
+    seg = segments(iv, prio, windows, CLASSES[-1])
+    return seg.with_columns(cls=pl.when(pl.col("cls") == _QUEUED).then(pl.lit("other_idle")).otherwise("cls"))
 
 
 def shares(part: pl.DataFrame, by: str | None = "step") -> pl.DataFrame:
