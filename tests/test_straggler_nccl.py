@@ -279,3 +279,21 @@ def test_wait_on_unrecorded_work_is_not_blamed_on_the_sync() -> None:
 
     (doc,) = analyze([f]).to_dict()["traces"]
     assert all(x["severity"] == "info" for x in doc["findings"] if x["code"] == "TV102"), doc["findings"]
+
+
+def test_waiting_ranks_exposed_comm_finding_points_at_the_straggler() -> None:
+    from traceview.report import analyze
+
+    engine.register()
+    doc = analyze([SAMPLES / "ddp_rank1_slowed"]).to_dict()
+    wait0 = _ranks(doc["jobs"][0]["nccl"])[0]["exposed_wait_per_step_us"]
+    by_rank = {t["rank"]: [f for f in t["findings"] if f["rule"] == "nccl-wait"] for t in doc["traces"]}
+    (f0,) = by_rank[0]
+    assert f0["evidence"]["straggler"] == 1 and f0["evidence"]["straggler_wait_per_step_us"] == wait0
+    assert "waiting for straggler rank 1" in f0["evidence"]["note"]
+    assert all("straggler" not in f["evidence"] for f in by_rank[1])  # the straggler itself
+    bal = analyze([SAMPLES / "ddp_balanced"]).to_dict()
+    assert all("straggler" not in f["evidence"] for t in bal["traces"] for f in t["findings"])
+    # the same trace analyzed alone has no job context
+    (alone,) = analyze([next((SAMPLES / "ddp_rank1_slowed").glob("rank0.*.pt.trace.json.gz"))]).to_dict()["traces"]
+    assert all("straggler" not in f["evidence"] for f in alone["findings"])

@@ -158,6 +158,28 @@ def job_classification_section(job: Job, ctx: dict) -> list[dict]:
     return out
 
 
+def annotate_straggler_waits(job_entry: dict, trace_entries: list[dict]) -> None:
+    """When the job's nccl-wait raises a straggler, each waiting rank's own exposed-communication finding says how
+    much of it is that wait: its fix (overlap communication with compute) is not the first thing to do then."""
+    found = [f for f in job_entry.get("findings") or []
+             if f["rule"] == "nccl-wait" and f["severity"] in ("warning", "error")]
+    strag = (job_entry.get("nccl") or {}).get("straggler")
+    if not found or not strag:
+        return
+    exposed = {r["rank"]: r.get("exposed_wait_per_step_us") for r in job_entry["nccl"].get("ranks") or []}
+    for t in trace_entries:
+        wait = exposed.get(t.get("rank"))
+        if t.get("rank") == strag["rank"] or not wait:
+            continue
+        for f in t.get("findings") or []:
+            if f["rule"] == "nccl-wait":
+                f["evidence"]["straggler"] = strag["rank"]
+                f["evidence"]["straggler_wait_per_step_us"] = wait
+                f["evidence"]["note"] = (f"{wait / 1000:,.2f} ms per step of this rank's exposed communication is waiting "
+                                         f"for straggler rank {strag['rank']} (see the job's nccl-wait finding): look at "
+                                         "that rank first; overlapping communication cannot hide a late rank")
+
+
 def register() -> None:
     """Add the sections and renderers (idempotent)."""
     from . import report
@@ -172,6 +194,8 @@ def register() -> None:
     report.JOB_SECTIONS.setdefault("classification", job_classification_section)
     report.JOB_SECTIONS.setdefault("nccl", job_nccl_section)
     report.JOB_SECTIONS.setdefault("findings", job_findings_section)
+    if annotate_straggler_waits not in report.JOB_ANNOTATORS:
+        report.JOB_ANNOTATORS.append(annotate_straggler_waits)
     if findings_text.render_trace not in text.EXTRA:
         text.EXTRA.append(findings_text.render_trace)
     if findings_text.render_job not in text.JOB_EXTRA:

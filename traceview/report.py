@@ -26,6 +26,8 @@ SCHEMA_VERSION = 1
 SECTIONS: dict[str, Callable[[Trace, pl.DataFrame, dict], Any]] = {}
 # Job-level sections (several ranks): name -> fn(job, ctx)
 JOB_SECTIONS: dict[str, Callable[[Job, dict], Any]] = {}
+# After a job's sections: fn(job entry, the entries of its traces) may add job context to the trace entries
+JOB_ANNOTATORS: list[Callable[[dict, list[dict]], None]] = []
 
 
 def select_steps(trace: Trace, step: int | None) -> pl.DataFrame:
@@ -179,6 +181,9 @@ def analyze(paths: list[str | Path], step: int | None = None, ctx: dict | None =
             entry: dict[str, Any] = {"path": job.path, "ranks": job.ranks}
             for name, fn in JOB_SECTIONS.items():
                 entry[name] = fn(job, dict(ctx or {}))
+            paths = {t.meta.path for t in loaded}
+            for annotate in JOB_ANNOTATORS:
+                annotate(entry, [e for e in rep.traces if e["path"] in paths])
             rep.jobs.append(entry)
     return rep
 
