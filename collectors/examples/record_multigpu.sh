@@ -24,13 +24,8 @@ else
 fi
 C="$PY -m collectors collect --out $OUTD/runs --wait 5 --warmup 1 --active 3 --shapes"
 T="$TORCHRUN --standalone --nproc-per-node $NPROC -m collectors.examples.dist_gpt --steps 12 $SIZE"
-run() {  # name, command...
-  local name=$1; shift
-  echo "=== $name: $*"
-  local t0=$SECONDS
-  timeout 240 "$@"
-  echo "=== $name rc=$? ($((SECONDS - t0)) s)"
-}
+RUN_TIMEOUT=${RUN_TIMEOUT:-240}
+. "$(dirname "$0")/_run.sh"
 run ddp_balanced $C --name ddp_balanced -- $T
 run ddp_rank1_slowed $C --name ddp_rank1_slowed -- $T --slow-rank 1 --delay-ms "$DELAY_MS"
 run ddp_rank1_slowed_50ms $C --name ddp_rank1_slowed_50ms -- $T --slow-rank 1 --delay-ms 50

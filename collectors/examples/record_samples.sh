@@ -17,13 +17,7 @@ else
   SMALL_EW=""; SMALL_GEMM=""; SMALL_GPT=""; GPT2="--gpt2 --bf16"; BURN=""; OH_STEPS=60
 fi
 C="$PY -m collectors collect --out $OUTD/samples --wait 5 --warmup 1 --active 3 --shapes"
-run() {  # name, command...
-  local name=$1; shift
-  echo "=== $name: $*"
-  local t0=$SECONDS
-  timeout 180 "$@"
-  echo "=== $name rc=$? ($((SECONDS - t0)) s)"
-}
+. "$(dirname "$0")/_run.sh"
 
 # --- sample traces (3 active steps each) --------------------------------------------------------
 run launch_bound_tiny_ops $C --name launch_bound_tiny_ops -- $PY -m collectors.examples.launch_bound
