@@ -194,12 +194,11 @@ def render_job(v: View, j: dict) -> None:
     st.subheader(f"Job: {v.name(j['path']) or 'uploaded files'} (ranks {j['ranks']})")
     nccl = j.get("nccl") or {}
     strag = nccl.get("straggler")
-    # the job's nccl-wait finding decides whether the rank that arrived last is a straggler worth naming
-    raised = [f for f in j.get("findings") or [] if f["rule"] == "nccl-wait" and f["severity"] in ("warning", "error")]
-    if strag and raised:
+    if strag and strag.get("raised"):  # nccl-wait raised it, not only the formal "last to arrive"
         st.metric("Straggler rank", strag["rank"], help=strag.get("reason"))
         st.write(strag.get("reason", ""))
-        note = (raised[0].get("evidence") or {}).get("note")
+        finding = next((f for f in j.get("findings") or [] if f["rule"] == "nccl-wait"), {})
+        note = (finding.get("evidence") or {}).get("note")
         if note:
             st.warning(note)
     elif nccl:

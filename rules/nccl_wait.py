@@ -56,6 +56,7 @@ import polars as pl
 from traceview.analyses.comm import summary
 from traceview.analyses.intervals import clip, merge
 from traceview.findings import Finding, finding_layer, severity_for
+from traceview.manifest import step_overhead_ms
 
 from . import Option
 
@@ -108,18 +109,6 @@ def check(trace, steps: pl.DataFrame, ctx: dict) -> list[Finding]:
                     layer=finding_layer(trace, kernel_ids=inwin["i"].to_list()))]
 
 
-def _profiling_overhead_ms(job) -> float | None:
-    """Profiled minus unprofiled step time (ms) from the `traceview collect` manifest of the job's run folder."""
-    from traceview.manifest import read_manifest
-
-    for t in job.traces:
-        st = ((read_manifest(t.meta.path) or {}).get("step_time")) or {}
-        prof, unprof = st.get("profiled_ms_median"), st.get("unprofiled_ms_median")
-        if isinstance(prof, (int, float)) and isinstance(unprof, (int, float)):
-            return max(float(prof) - float(unprof), 0.0)
-    return None
-
-
 def check_job(job, steps: dict[int, pl.DataFrame], ctx: dict) -> tuple[dict, list[Finding]]:
     """Cross-rank matching: (the job's `nccl` section, straggler findings)."""
     opts = ctx["options"]
@@ -155,7 +144,7 @@ def check_job(job, steps: dict[int, pl.DataFrame], ctx: dict) -> tuple[dict, lis
             ev["note"] = (f"median wait per step {median / 1000:.2f} ms is below host_noise_ms ({opts['host_noise_ms']} "
                           "ms): within OS scheduling noise for host-side collectives, no straggler is raised")
     title = f"Ranks wait for straggler rank {strag['rank']} in {kind} collectives"
-    over = _profiling_overhead_ms(job)
+    over = next((o for o in map(step_overhead_ms, (t.meta.path for t in job.traces)) if o is not None), None)
     if over is not None:
         ev["profiling_overhead_ms_per_step"] = round(over, 3)
         if severity != "info" and over * 1000 >= per_step:
@@ -168,6 +157,7 @@ def check_job(job, steps: dict[int, pl.DataFrame], ctx: dict) -> tuple[dict, lis
                           "artifact of uneven profiling overhead; check the unprofiled step times or re-record with "
                           "fewer profiler options")
             title += " (may be a profiling artifact)"
+    strag["raised"] = severity in ("warning", "error")  # what the job view and per-rank notes go by
     f = Finding(rule=NAME, code=CODE, severity=severity,
                 title=title, steps=[],
                 count=s["collectives"], cost_us=cost, savings_us=mean_wait, savings_pct=pct, evidence=ev,

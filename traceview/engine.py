@@ -13,6 +13,7 @@ from typing import Any
 import polars as pl
 
 from . import classify
+from .analyses.comm import rank_id
 from .analyses.specs import trace_spec
 from .analyses.windows import complete_steps
 from .findings import ranked
@@ -133,13 +134,18 @@ def job_findings_section(job: Job, ctx: dict) -> list[dict]:
     return ranked([f.to_dict() for f in _job_nccl(job, ctx)[1]])
 
 
+def _raised_straggler(nccl: dict) -> int | None:
+    """The straggler rank when nccl-wait raised it (warning or error), not the formal "last to arrive" of a
+    balanced job."""
+    strag = nccl.get("straggler") or {}
+    return strag["rank"] if strag.get("raised") else None
+
+
 def job_classification_section(job: Job, ctx: dict) -> list[dict]:
     """Per rank: the classifier's dominant class and shares, and — when the ranks wait for a straggler — the
     share of the rank's step spent waiting for it (its exposed collective wait; part of `communication`)."""
-    nccl, found = _job_nccl(job, ctx)
-    # only a straggler the nccl-wait rule raises (warning or error), not the formal "last to arrive" of a balanced job
-    raised = any(f.severity in ("warning", "error") for f in found)
-    strag = (nccl.get("straggler") or {}).get("rank") if raised else None
+    nccl = _job_nccl(job, ctx)[0]
+    strag = _raised_straggler(nccl)
     exposed = {r["rank"]: r.get("exposed_wait_per_step_us") for r in nccl.get("ranks") or []}
     steps = _job_steps(job)
     out = []
@@ -149,8 +155,9 @@ def job_classification_section(job: Job, ctx: dict) -> list[dict]:
             entry = {"rank": t.meta.rank, "path": t.meta.path, "dominant": c["dominant"], "shares": c["shares"]}
         else:
             entry = {"rank": t.meta.rank, "path": t.meta.path, "dominant": None, "shares": {}}
-        st, wait = steps.get(k), exposed.get(t.meta.rank)
-        if strag is not None and t.meta.rank != strag and wait is not None and st is not None and st.height:
+        rank = rank_id(t, k)
+        st, wait = steps.get(k), exposed.get(rank)
+        if strag is not None and rank != strag and wait is not None and st is not None and st.height:
             step_us = float((st["end"] - st["ts"]).mean()) / 1000
             entry["straggler"] = strag
             entry["straggler_wait_pct"] = round(100.0 * wait / step_us, 1) if step_us else None
@@ -161,22 +168,21 @@ def job_classification_section(job: Job, ctx: dict) -> list[dict]:
 def annotate_straggler_waits(job_entry: dict, trace_entries: list[dict]) -> None:
     """When the job's nccl-wait raises a straggler, each waiting rank's own exposed-communication finding says how
     much of it is that wait: its fix (overlap communication with compute) is not the first thing to do then."""
-    found = [f for f in job_entry.get("findings") or []
-             if f["rule"] == "nccl-wait" and f["severity"] in ("warning", "error")]
-    strag = (job_entry.get("nccl") or {}).get("straggler")
-    if not found or not strag:
+    nccl = job_entry.get("nccl") or {}
+    strag = _raised_straggler(nccl)
+    if strag is None:
         return
-    exposed = {r["rank"]: r.get("exposed_wait_per_step_us") for r in job_entry["nccl"].get("ranks") or []}
+    exposed = {r["rank"]: r.get("exposed_wait_per_step_us") for r in nccl.get("ranks") or []}
     for t in trace_entries:
         wait = exposed.get(t.get("rank"))
-        if t.get("rank") == strag["rank"] or not wait:
+        if t.get("rank") == strag or not wait:
             continue
         for f in t.get("findings") or []:
             if f["rule"] == "nccl-wait":
-                f["evidence"]["straggler"] = strag["rank"]
+                f["evidence"]["straggler"] = strag
                 f["evidence"]["straggler_wait_per_step_us"] = wait
                 f["evidence"]["note"] = (f"{wait / 1000:,.2f} ms per step of this rank's exposed communication is waiting "
-                                         f"for straggler rank {strag['rank']} (see the job's nccl-wait finding): look at "
+                                         f"for straggler rank {strag} (see the job's nccl-wait finding): look at "
                                          "that rank first; overlapping communication cannot hide a late rank")
 
 

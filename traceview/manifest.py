@@ -28,6 +28,16 @@ def read_manifest(trace_path: str | Path) -> dict | None:
     return doc if isinstance(doc, dict) and "manifest_version" in doc else None
 
 
+def step_overhead_ms(trace_path: str | Path) -> float | None:
+    """Profiled minus unprofiled median step time (ms, >= 0) of the collector run holding this trace (the
+    manifest's job-level `step_time`), or None outside a collector run."""
+    st = ((read_manifest(trace_path) or {}).get("step_time")) or {}
+    prof, unprof = st.get("profiled_ms_median"), st.get("unprofiled_ms_median")
+    if isinstance(prof, (int, float)) and isinstance(unprof, (int, float)):
+        return max(float(prof) - float(unprof), 0.0)
+    return None
+
+
 def _rank_entry(doc: dict, trace: Trace) -> dict | None:
     name = Path(trace.meta.path).name
     for r in doc.get("ranks") or []:

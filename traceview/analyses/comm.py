@@ -46,6 +46,12 @@ HOST_SOURCES = (("gloo_annotation", "user_annotation", "gloo:"), ("c10d_op", "cp
 _C10D_SKIP = r"^c10d::(wait|_wait|monitored_barrier_|allreduce_coalesced_wait)"
 
 
+def rank_id(trace: Trace, k: int) -> int:
+    """The rank the k-th trace of a job stands for: its `distributedInfo` rank, else its position in the job."""
+    r = trace.meta.rank
+    return r if r is not None and r >= 0 else k
+
+
 def _with_step(frame: pl.DataFrame, steps: pl.DataFrame | None) -> pl.DataFrame:
     """Add `step`: the analysed ProfilerStep#N whose window a collective starts in (-1 without steps)."""
     if steps is None or steps.height == 0 or frame.height == 0:
@@ -129,13 +135,12 @@ def match(job: Job, steps: dict[int, pl.DataFrame] | None = None) -> tuple[pl.Da
         frames = [collectives(t, (steps or {}).get(k)) for k, t in enumerate(job.traces)]
     else:
         frames = [host_collectives(t, (steps or {}).get(k), source) for k, t in enumerate(job.traces)]
-    frames = [f.with_columns(pl.lit(k).alias("_idx")) for k, f in enumerate(frames)]
+    frames = [f.with_columns(pl.lit(rank_id(t, k), pl.Int64).alias("rank"))
+              for k, (t, f) in enumerate(zip(job.traces, frames, strict=True))]
     allc = pl.concat(frames) if frames else pl.DataFrame()
     if allc.height == 0:
         return pl.DataFrame(), "none"
     nranks = len(job.traces)
-    # ranks with the same rank id (or none) are told apart by file order
-    allc = allc.with_columns(rank=pl.when(pl.col("rank") >= 0).then(pl.col("rank")).otherwise(pl.col("_idx")))
     use_seq = allc["seq"].null_count() == 0
     if source != "kernel":
         # host events: no process group / sequence number; the n-th call of a name within the same step
@@ -194,11 +199,10 @@ def compute_busy(job: Job) -> pl.DataFrame:
     """[rank, ts, end]: every rank's own GPU work other than communication, on the absolute clock."""
     frames = []
     for k, t in enumerate(job.traces):
-        rank = t.meta.rank if t.meta.rank is not None and t.meta.rank >= 0 else k
         g = gpu_work(t.gpu).filter(pl.col("kind") != "comm") if t.gpu.height else t.gpu
         if g.height:
             off = t.meta.epoch_offset_ns
-            frames.append(g.select(pl.lit(rank, pl.Int64).alias("rank"), (pl.col("ts") + off).alias("ts"),
+            frames.append(g.select(pl.lit(rank_id(t, k), pl.Int64).alias("rank"), (pl.col("ts") + off).alias("ts"),
                                    (pl.col("end") + off).alias("end")))
     return pl.concat(frames) if frames else pl.DataFrame(schema={"rank": pl.Int64, "ts": pl.Int64, "end": pl.Int64})
 
@@ -220,10 +224,10 @@ def summary(job: Job, steps: dict[int, pl.DataFrame] | None = None) -> dict:
     n = m["key"].n_unique()
     nsteps = m.filter(pl.col("step") >= 0)["step"].n_unique()
     ws = wait_per_step(m, compute_busy(job) if source == "kernel" else None)
-    step_total = dict(ws.group_by("rank").agg(pl.col("wait").sum()).rows())
-    step_median = dict(ws.group_by("rank").agg(pl.col("wait").median()).rows())
-    exp_total = dict(ws.group_by("rank").agg(pl.col("exposed").sum()).rows())
-    exp_median = dict(ws.group_by("rank").agg(pl.col("exposed").median()).rows())
+    # per rank: the sum (-> mean per step) and the median over its steps, of the wait and the exposed wait
+    agg = {a["rank"]: a for a in ws.group_by("rank").agg(
+        pl.col("wait").sum().alias("wait_sum"), pl.col("wait").median().alias("wait_med"),
+        pl.col("exposed").sum().alias("exp_sum"), pl.col("exposed").median().alias("exp_med")).iter_rows(named=True)}
 
     def by_step_of(col: str) -> dict:
         g = ws.sort("rank", "step").group_by("rank", maintain_order=True).agg("step", col)
@@ -239,11 +243,11 @@ def summary(job: Job, steps: dict[int, pl.DataFrame] | None = None) -> dict:
                    "mean_wait_us": us(r["mean_wait"]), "times_last": r["times_last"],
                    "times_first": r["times_first"], "comm_us": us(r["comm_time"]),
                    "sync_us": us(r["sync_time"]),
-                   "wait_per_step_us": round(step_total.get(r["rank"], 0) / 1000 / nsteps, 3) if nsteps else None,
-                   "median_wait_per_step_us": us(step_median[r["rank"]]) if nsteps else None,
+                   "wait_per_step_us": round(agg[r["rank"]]["wait_sum"] / 1000 / nsteps, 3) if nsteps else None,
+                   "median_wait_per_step_us": us(agg[r["rank"]]["wait_med"]) if nsteps else None,
                    "wait_by_step_us": by_step.get(r["rank"], {}),
-                   "exposed_wait_per_step_us": round(exp_total.get(r["rank"], 0) / 1000 / nsteps, 3) if nsteps else None,
-                   "median_exposed_wait_per_step_us": us(exp_median[r["rank"]]) if nsteps else None,
+                   "exposed_wait_per_step_us": round(agg[r["rank"]]["exp_sum"] / 1000 / nsteps, 3) if nsteps else None,
+                   "median_exposed_wait_per_step_us": us(agg[r["rank"]]["exp_med"]) if nsteps else None,
                    "exposed_wait_by_step_us": exp_by_step.get(r["rank"], {})} for r in per.to_dicts()],
         "straggler": {"rank": strag["rank"], "times_last": strag["times_last"], "of": n,
                       "total_wait_us": us(strag["total_wait"]),
