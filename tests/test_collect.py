@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import gzip
 import json
-import os
 import shutil
 import subprocess
 import sys
@@ -18,7 +17,7 @@ from collections import Counter
 from pathlib import Path
 
 import pytest
-from torchrun_util import run_collect, torchrun
+from torchrun_util import collect_env, run_collect, torchrun
 
 pytest.importorskip("torch")
 
@@ -37,14 +36,6 @@ RANK_KEYS = {
 }  # fmt: skip
 
 
-def _env() -> dict[str, str]:
-    env = dict(os.environ)
-    env["OMP_NUM_THREADS"] = "1"  # tiny ops: thread start-up would dominate on a 2-core runner
-    env.pop("TRACEVIEW_COLLECT", None)
-    env.pop("TRACEVIEW_COLLECT_PID", None)
-    return env
-
-
 def collect(out: Path, name: str, opts: list[str], cmd: list[str], **kw) -> subprocess.CompletedProcess:
     argv = [
         sys.executable,
@@ -59,7 +50,7 @@ def collect(out: Path, name: str, opts: list[str], cmd: list[str], **kw) -> subp
         "--",
         *cmd,
     ]
-    return subprocess.run(argv, cwd=REPO, env=_env(), capture_output=True, text=True, timeout=120, **kw)
+    return subprocess.run(argv, cwd=REPO, env=collect_env(), capture_output=True, text=True, timeout=120, **kw)
 
 
 def load(path: Path) -> dict:
@@ -150,7 +141,7 @@ def test_inference_step_api_and_no_torch_import(tmp_path: Path) -> None:
         "import argparse; p = argparse.ArgumentParser(); collectors.cli.add_parsers(p.add_subparsers())\n"
         "print('ok')\n"
     )
-    r = subprocess.run([sys.executable, "-c", probe], cwd=REPO, env=_env(), capture_output=True, text=True)
+    r = subprocess.run([sys.executable, "-c", probe], cwd=REPO, env=collect_env(), capture_output=True, text=True)
     assert r.returncode == 0 and r.stdout.strip() == "ok", r.stderr
 
 
@@ -177,7 +168,7 @@ def test_torchrun_two_ranks_gloo(tmp_path: Path) -> None:
     cmd = [*torchrun(), "--nproc-per-node", "2", "--standalone", str(SCRIPTS / "train_ddp.py")]
     argv = [sys.executable, "-m", "traceview", "collect", "--out", str(tmp_path), "--name", "ddp",
             "--wait", "2", "--warmup", "1", "--active", "2", "--modules", "--", *cmd]  # fmt: skip
-    r = run_collect(argv, tmp_path / "ddp", cwd=REPO, env={**_env(), **env_steps}, timeout=120)
+    r = run_collect(argv, tmp_path / "ddp", cwd=REPO, env={**collect_env(), **env_steps}, timeout=120)
     assert r.returncode == 0, r.stderr
     assert "rank 0 done" in r.stdout and "rank 1 done" in r.stdout, (r.stdout, r.stderr)
     run = tmp_path / "ddp"
@@ -213,7 +204,7 @@ def test_on_demand_trigger(tmp_path: Path) -> None:
     run = tmp_path / "od"
     argv = [sys.executable, "-m", "traceview", "collect", "--out", str(tmp_path), "--name", "od", "--on-demand",
             "--", sys.executable, str(SCRIPTS / "long_loop.py")]  # fmt: skip
-    env = {**_env(), "STOP_FILE": str(stop), "MAX_S": "60"}
+    env = {**collect_env(), "STOP_FILE": str(stop), "MAX_S": "60"}
     job = subprocess.Popen(argv, cwd=REPO, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     try:
         meta = run / "rank0.collect.json"
@@ -232,7 +223,7 @@ def test_on_demand_trigger(tmp_path: Path) -> None:
                 "--wait-s",
                 "20",
             ]
-            return subprocess.run(argv, cwd=REPO, env=_env(), capture_output=True, text=True, timeout=60)
+            return subprocess.run(argv, cwd=REPO, env=collect_env(), capture_output=True, text=True, timeout=60)
 
         t1 = trigger(str(run), 2)
         assert t1.returncode == 0, t1.stderr
@@ -254,12 +245,12 @@ def test_on_demand_trigger(tmp_path: Path) -> None:
 
 def test_usage_errors(tmp_path: Path) -> None:
     r = subprocess.run([sys.executable, "-m", "traceview", "collect", "--out", str(tmp_path)],
-                       cwd=REPO, env=_env(), capture_output=True, text=True)  # fmt: skip
+                       cwd=REPO, env=collect_env(), capture_output=True, text=True)  # fmt: skip
     assert r.returncode == 2 and "no command" in r.stderr
     r = collect(tmp_path, "missing", [], ["/nonexistent/python-xyz"])
     assert r.returncode == 127
     r = subprocess.run([sys.executable, "-m", "traceview", "trigger", str(tmp_path / "nope")],
-                       cwd=REPO, env=_env(), capture_output=True, text=True)  # fmt: skip
+                       cwd=REPO, env=collect_env(), capture_output=True, text=True)  # fmt: skip
     assert r.returncode == 2
 
 

@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import gzip
 import json
-import os
 import subprocess
 import sys
 from dataclasses import replace
@@ -20,7 +19,7 @@ from pathlib import Path
 
 import polars as pl
 import pytest
-from torchrun_util import run_collect, torchrun
+from torchrun_util import collect_env, run_collect, torchrun
 
 import traceview
 from traceview import engine
@@ -32,18 +31,11 @@ DELAY_MS = 30.0
 TOL = 0.20
 
 
-def _env() -> dict[str, str]:
-    env = dict(os.environ, OMP_NUM_THREADS="1")
-    env.pop("TRACEVIEW_COLLECT", None)
-    env.pop("TRACEVIEW_COLLECT_PID", None)
-    return env
-
-
 def record(out: Path, name: str, *script_args: str) -> Path:
     argv = [sys.executable, "-m", "traceview", "collect", "--wait", "2", "--warmup", "1", "--active", "3",
             "--out", str(out), "--name", name, "--", *torchrun(), "--standalone", "--nproc-per-node", "2",
             str(SCRIPT), "--steps", "7", *script_args]  # fmt: skip
-    r = run_collect(argv, out / name, cwd=REPO, env=_env(), timeout=120)
+    r = run_collect(argv, out / name, cwd=REPO, env=collect_env(), timeout=120)
     assert r.returncode == 0, r.stderr[-2000:]
     assert "rank 0 done" in r.stdout and "rank 1 done" in r.stdout
     return out / name
@@ -51,7 +43,7 @@ def record(out: Path, name: str, *script_args: str) -> Path:
 
 def analyze(run: Path) -> dict:
     r = subprocess.run([sys.executable, "-m", "traceview", "analyze", str(run), "--format", "json"],
-                       cwd=REPO, env=_env(), capture_output=True, text=True, timeout=120)  # fmt: skip
+                       cwd=REPO, env=collect_env(), capture_output=True, text=True, timeout=120)  # fmt: skip
     assert r.returncode == 0, r.stderr[-2000:]
     (job,) = json.loads(r.stdout)["jobs"]
     return job

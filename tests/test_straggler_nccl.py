@@ -19,7 +19,7 @@ from pathlib import Path
 
 import polars as pl
 import pytest
-from torchrun_util import run_collect, torchrun
+from torchrun_util import collect_env, run_collect, torchrun
 
 import traceview
 from traceview import engine
@@ -194,8 +194,7 @@ def test_dist_gpt_example_runs_under_collect_on_cpu(tmp_path: Path) -> None:
             "-m", "collectors.examples.dist_gpt", "--fsdp", "--steps", "6", "--layers", "1", "--dim", "64",
             "--heads", "2", "--seq", "32", "--batch", "2", "--vocab", "256", "--slow-rank", "1",
             "--delay-ms", "30"]  # fmt: skip
-    env = {k: v for k, v in os.environ.items() if not k.startswith("TRACEVIEW_COLLECT")}
-    r = run_collect(argv, tmp_path / "fsdp", cwd=repo, env={**env, "OMP_NUM_THREADS": "1"}, timeout=180)
+    r = run_collect(argv, tmp_path / "fsdp", cwd=repo, env=collect_env(), timeout=180)
     assert r.returncode == 0, r.stderr[-2000:]
     assert "rank 0 done (fsdp, delay 0 ms" in r.stdout and "rank 1 done (fsdp, delay 30 ms" in r.stdout
     out = subprocess.run([sys.executable, "-m", "traceview", "analyze", str(tmp_path / "fsdp"), "--format", "json"],

@@ -8,6 +8,7 @@ so such a run is retried once — with a warning in the test report — and any 
 
 from __future__ import annotations
 
+import os
 import shutil
 import subprocess
 import sys
@@ -16,6 +17,15 @@ from pathlib import Path
 
 # what torchrun / glibc print when a rank dies of a signal rather than an exception
 _CRASH = ("SIGABRT", "SIGSEGV", "Signal 6 ", "Signal 11 ", "corrupted", "double free", "Segmentation fault")
+
+
+def collect_env() -> dict[str, str]:
+    """The environment for a `traceview collect` subprocess: no collector settings inherited from a profiled
+    parent, one OpenMP thread (tiny ops: thread start-up would dominate on a 2-core runner)."""
+    env = dict(os.environ, OMP_NUM_THREADS="1")
+    env.pop("TRACEVIEW_COLLECT", None)
+    env.pop("TRACEVIEW_COLLECT_PID", None)
+    return env
 
 
 def torchrun() -> list[str]:
