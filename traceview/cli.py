@@ -1,4 +1,4 @@
-"""`traceview` command line: analyze | rules | layers | collect | trigger."""
+"""`traceview` command line: analyze | rules | layers | diff | batch | collect | trigger."""
 
 from __future__ import annotations
 
@@ -120,6 +120,15 @@ def _layers_parser(sub: argparse._SubParsersAction, analyze: argparse.ArgumentPa
 
 
 PARSER_HOOKS.append(_layers_parser)
+
+
+def _ci_parsers(sub: argparse._SubParsersAction, analyze: argparse.ArgumentParser) -> None:
+    from .ci_cli import add_parsers
+
+    add_parsers(sub, analyze)
+
+
+PARSER_HOOKS.append(_ci_parsers)
 
 
 def _prefetch_first_input(argv: list[str]) -> None:

@@ -16,6 +16,17 @@ def _csv(values: list[str] | None) -> list[str] | None:
 
 
 def add_parsers(sub: argparse._SubParsersAction, a: argparse.ArgumentParser) -> None:
+    add_rule_options(a)
+    r = sub.add_parser("rules", help="list the rules (code, slug, severity, title)")
+    r.add_argument("--format", choices=("text", "json"), default="text")
+    r.set_defaults(func=cmd_rules)
+    one = sub.add_parser("rule", help="print one rule's documentation")
+    one.add_argument("code", help="a code (TV101) or slug (launch-bound)")
+    one.set_defaults(func=cmd_rule)
+
+
+def add_rule_options(a: argparse.ArgumentParser) -> None:
+    """--select/--ignore/--config/--set/--fail-on/--exit-zero (analyze, batch)."""
     a.add_argument("--select", action="append", metavar="CODES",
                    help="run only these rules: codes, code prefixes (TV1) or slugs, comma separated (default ALL)")
     a.add_argument("--ignore", action="append", metavar="CODES", help="skip these rules (wins over --select)")
@@ -26,13 +37,6 @@ def add_parsers(sub: argparse._SubParsersAction, a: argparse.ArgumentParser) -> 
     a.add_argument("--fail-on", choices=SEVERITIES, default=None,
                    help="exit 1 when a finding at or above this severity exists")
     a.add_argument("--exit-zero", action="store_true", help="exit 0 even with findings (input errors still exit 2)")
-
-    r = sub.add_parser("rules", help="list the rules (code, slug, severity, title)")
-    r.add_argument("--format", choices=("text", "json"), default="text")
-    r.set_defaults(func=cmd_rules)
-    one = sub.add_parser("rule", help="print one rule's documentation")
-    one.add_argument("code", help="a code (TV101) or slug (launch-bound)")
-    one.set_defaults(func=cmd_rule)
 
 
 def build_ctx(args: argparse.Namespace) -> dict:
