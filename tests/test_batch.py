@@ -132,6 +132,11 @@ def test_fail_on_and_exit_codes(tmp_path):
     st = {x["input"]: x["status"] for x in json.loads((tmp_path / "s.json").read_text())["rows"]}
     assert st == {"elementwise_chain_eager": "findings", "compute_bound_gemm": "ok"}
     assert run("batch", H200 / "compute_bound_gemm.json.gz", "--out", tmp_path / "s.txt").returncode == 2
+    only = tmp_path / "only_labels"
+    only.mkdir()
+    shutil.copy(H200 / "labels.json", only / "labels.json")
+    r = run("batch", only)
+    assert r.returncode == 2 and r.stderr.splitlines()[-1].endswith("directory holds no trace files (*.json, *.json.gz)")
     ok, fnd, reg, bad = ({"status": s} for s in ("ok", "findings", "regressed", "failed"))
     assert batch_exit_code([ok], False, False) == 0
     assert batch_exit_code([ok, fnd], False, False) == 1 and batch_exit_code([reg], True, False) == 1

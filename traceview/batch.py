@@ -116,6 +116,8 @@ def run(specs: list[JobSpec], step: int | None = None, ctx: dict | None = None, 
         on_done: Callable[[dict], None] | None = None) -> list[dict]:
     """Analyze every job; results in the order of `specs`. `on_done(result)` is called as each finishes."""
     results: list[dict | None] = [None] * len(specs)
+    if not specs:
+        return []
     n = jobs or os.cpu_count() or 1
 
     def done(k: int, res: dict) -> None:

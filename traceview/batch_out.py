@@ -8,6 +8,7 @@ from typing import IO, Any
 
 from .classify import CLASSES
 from .errors import TraceError
+from .formatters.markdown import _cell
 from .units import num
 
 OUT_FORMATS = (".json", ".csv", ".parquet", ".md")
@@ -72,10 +73,6 @@ def write(path: str, rows: list[dict], doc: dict) -> None:
         raise TraceError(f"--out {path}: {e.strerror or e}") from None
 
 
-def _cell(s: object) -> str:
-    return "-" if s is None else str(s).replace("|", "\\|").replace("\n", " ")
-
-
 def _shares(r: dict, n: int = 3) -> str:
     top = sorted(((v, c) for c, v in (r["shares"] or {}).items() if v), reverse=True)[:n]
     return ", ".join(f"{c} {v:.1f} %" for v, c in top) or "-"
@@ -110,7 +107,7 @@ def markdown(doc: dict, out: IO[str]) -> None:
         f = r["findings"]
         top = r["top_findings"][0] if r["top_findings"] else None
         tf = f"{top['code']} {top['title']}" if top else "-"
-        w(f"| `{_cell(r['input'])}` | {r['status']} | {_step(r)} | {_vs(r)} | {_cell(r['primary'])} | {_shares(r)} | "
+        w(f"| `{_cell(r['input'])}` | {r['status']} | {_step(r)} | {_vs(r)} | {_cell(r['primary'] or '-')} | {_shares(r)} | "
           f"{f['error']}/{f['warning']}/{f['info']} | {_cell(tf)} |\n")
     w("\n")
     cmp = doc.get("baseline")

@@ -5,6 +5,7 @@ from __future__ import annotations
 from typing import IO
 
 from .diff import fmt_us
+from .formatters.markdown import _cell
 from .units import num
 
 TOP = 10
@@ -76,10 +77,6 @@ def text(doc: dict, out: IO[str]) -> None:
         con.print(f"[red]error:[/] {escape(e['error'])}")
 
 
-def _cell(s: object) -> str:
-    return "-" if s is None else str(s).replace("|", "\\|").replace("\n", " ")
-
-
 def markdown(doc: dict, out: IO[str]) -> None:
     w = out.write
     w(f"# traceview diff ({doc['tool']['version']})\n\n")
@@ -98,7 +95,7 @@ def markdown(doc: dict, out: IO[str]) -> None:
             w(f"**{title}** (GPU time per step)\n\n| {name} |{op} status | before ms | after ms | change |\n")
             w("|---|" + ("---|" if op else "") + "---|---:|---:|---:|\n")
             for r in moved:
-                opc = f" `{_cell(r['op'])}` |" if op else ""
+                opc = f" `{_cell(r['op'] or '-')}` |" if op else ""
                 w(f"| `{_cell(r[name][:90])}` |{opc} {r['status']} | {_ms(r['a_us'])} | {_ms(r['b_us'])} | "
                   f"{fmt_us(r['delta_us'])} |\n")
             w("\n")

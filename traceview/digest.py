@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import math
 import re
+from pathlib import Path
 from typing import Any
 
 _NUM = re.compile(r"\d+(?:[.,]\d+)*")
@@ -70,8 +71,6 @@ def file_label(name: str) -> str:
 
 def trace_key(entry: dict, job_label: str | None, multi_rank: bool) -> str:
     """Stable name of a trace across runs: its job's label, plus `rank<R>` for the ranks of a job."""
-    from pathlib import Path
-
     label = job_label if job_label is not None else file_label(Path(entry["path"]).name)
     if not multi_rank:
         return label

@@ -1,7 +1,7 @@
 """Batch inputs -> jobs: which trace files are analyzed together.
 
 `traceview batch PATH…` recurses into directories. In each folder the trace files are read only up to their
-`traceEvents` (the first MiB at most) and grouped:
+`traceEvents` key (the first MiB at most; Kineto writes `distributedInfo` before it) and grouped:
 
 - files that say they are ranks of a distributed run (`distributedInfo` rank with world size > 1, or a
   `rank<N>` file name) and share a world size and backend are **one job** — the ranks of one run, analyzed
@@ -54,13 +54,20 @@ class Discovery:
     errors: list[dict] = field(default_factory=list)  # {"path", "error"}: inputs that do not exist / hold no traces
 
 
-def read_head(path: Path, n: int = HEAD_BYTES) -> bytes | None:
-    """The first `n` decompressed bytes; None when the file cannot be read that far (the analysis reports why)."""
+def read_head(path: Path, n: int = HEAD_BYTES, until: bytes = b'"traceEvents"') -> bytes | None:
+    """The decompressed head of a file: up to `until` (plus a chunk) or `n` bytes; None when the file cannot
+    be read that far (the analysis reports why)."""
     try:
         with open(path, "rb") as fh:
             gz = fh.read(2) == b"\x1f\x8b"
+        head = b""
         with (gzip.open(path, "rb") if gz else open(path, "rb")) as fh:
-            return fh.read(n)
+            while len(head) < n:
+                chunk = fh.read(64 << 10)
+                head += chunk
+                if not chunk or until in head:
+                    break
+        return head
     except (OSError, EOFError, zlib.error):
         return None
 
@@ -85,7 +92,7 @@ def sniff(path: Path) -> dict | None:
     info: dict = {}
     if head is not None:
         looks = b'"traceEvents"' in head or head.lstrip()[:1] == b"["
-        if not looks and len(head) < HEAD_BYTES:
+        if not looks and len(head) < HEAD_BYTES:  # read to its end without an event array
             return None
         info = _distributed_info(head)
 
