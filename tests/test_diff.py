@@ -158,6 +158,8 @@ def test_run_folders_pair_ranks():
     # rank 0 waits for it in NCCL: its largest shift is communication
     assert r0["classes"][0]["class"] == "communication" and r0["classes"][0]["delta_us"] / 1000 == pytest.approx(100, rel=0.05)
     assert r0["primary"]["b"] == "communication"
+    # the job's nccl-wait finding (the straggler) goes from info to error
+    assert [(f["code"], f["a_severity"], f["b_severity"]) for f in d["job_findings"]["changed"]] == [("TV501", "info", "error")]
 
 
 def run(*args):

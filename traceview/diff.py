@@ -8,7 +8,8 @@ lone trace on each side is paired whatever its name):
 - **layers**: GPU time per step per layer (the `layers` section), added/removed/faster/slower/same;
 - **kernels**: GPU time per step per (kernel name, launching op): added/removed/faster/slower/same, from
   the full kernel table when the caller passes it (`kernel_rows`), else from the documents' `top_kernels`;
-- **findings**: appeared, disappeared (matched by `digest.finding_key`) and changed severity.
+- **findings**: appeared, disappeared (matched by `digest.finding_key`) and changed severity; for run folders
+  also the job-level findings (`job_findings`, e.g. the straggler).
 "same" means within `SAME_PCT` % of the before value. Times are µs per step.
 """
 
@@ -17,7 +18,7 @@ from __future__ import annotations
 import math
 from typing import Any
 
-from .digest import digest, primary
+from .digest import digest, finding_key, primary
 
 SCHEMA_VERSION = 1
 SAME_PCT = 2.0  # a layer/kernel whose per-step time moved less than this (% of before) is "same"
@@ -125,9 +126,9 @@ def _kernels(ka: list[dict], kb: list[dict]) -> list[dict]:
     return out
 
 
-def _findings(da: dict, db: dict) -> dict:
-    a = {f["key"]: f for f in da["findings"]}
-    b = {f["key"]: f for f in db["findings"]}
+def _findings(fa: list[dict], fb: list[dict]) -> dict:
+    a = {finding_key(f): f for f in fa}
+    b = {finding_key(f): f for f in fb}
     slim = ("rule", "code", "severity", "title", "savings_us")
     return {
         "appeared": [{k: f[k] for k in slim} for key, f in b.items() if key not in a],
@@ -151,7 +152,7 @@ def diff_entries(ta: dict, tb: dict, key: str, kernels_a: list[dict] | None = No
         "step": _step(da, db), "primary": {"a": primary(ta.get("classification")), "b": primary(tb.get("classification"))},
         "classes": classes, "shift_text": shift_text(classes, da["step_us"]),
         "layers": _layers(da, db), "kernels": _kernels(ka, kb), "kernels_source": "all" if full else "top_kernels",
-        "findings": _findings(da, db),
+        "findings": _findings(ta.get("findings") or [], tb.get("findings") or []),
     }
 
 
@@ -173,6 +174,8 @@ def diff(doc_a: dict, doc_b: dict, keys_a: list[str] | None = None, keys_b: list
     return {"schema_version": SCHEMA_VERSION, "kind": "traceview-diff",
             "tool": {"name": "traceview", "version": __version__}, "pairs": out,
             "unmatched_a": [ta[i]["path"] for i in left_a], "unmatched_b": [tb[j]["path"] for j in left_b],
+            "job_findings": _findings([f for j in doc_a.get("jobs") or [] for f in j.get("findings") or []],
+                                      [f for j in doc_b.get("jobs") or [] for f in j.get("findings") or []]),
             "errors": list(doc_a.get("errors") or []) + list(doc_b.get("errors") or [])}
 
 

@@ -28,12 +28,16 @@ def _moved(rows: list[dict]) -> list[dict]:
     return [r for r in rows if r["status"] != "same"][:TOP]
 
 
-def _findings_lines(p: dict) -> list[str]:
-    f = p["findings"]
-    out = [f"+ {x['severity']} {x['code']} {x['rule']}: {x['title']}" for x in f["appeared"]]
-    out += [f"- {x['severity']} {x['code']} {x['rule']}: {x['title']}" for x in f["disappeared"]]
-    out += [f"~ {x['code']} {x['rule']}: {x['title']} ({x['a_severity']} → {x['b_severity']})" for x in f["changed"]]
+def _findings_lines(f: dict) -> list[tuple[str, str]]:
+    out = [("appeared", f"{x['severity']} {x['code']} {x['rule']}: {x['title']}") for x in f["appeared"]]
+    out += [("disappeared", f"{x['severity']} {x['code']} {x['rule']}: {x['title']}") for x in f["disappeared"]]
+    out += [("changed", f"{x['code']} {x['rule']}: {x['title']} ({x['a_severity']} → {x['b_severity']})")
+            for x in f["changed"]]
     return out
+
+
+def _title(p: dict) -> str:
+    return f"{p['key']}: " if p["key"] else ""
 
 
 def text(doc: dict, out: IO[str]) -> None:
@@ -43,7 +47,7 @@ def text(doc: dict, out: IO[str]) -> None:
 
     con = Console(file=out, width=150 if not out.isatty() else None)
     for p in doc["pairs"]:
-        con.rule(f"[bold]{escape(p['a'])}[/] → [bold]{escape(p['b'])}[/]")
+        con.rule(f"{escape(_title(p))}[bold]{escape(p['a'])}[/] → [bold]{escape(p['b'])}[/]")
         con.print(_step_line(p))
         con.print(f"[bold]class shift:[/] {p['shift_text']}")
         t = Table(title="Classes (time per step)")
@@ -66,10 +70,12 @@ def text(doc: dict, out: IO[str]) -> None:
                 lead = [escape(r[name][:70])] + ([escape(r["op"] or "-")] if name == "name" else [])
                 t.add_row(*lead, r["status"], _ms(r["a_us"]), _ms(r["b_us"]), fmt_us(r["delta_us"]))
             con.print(t)
-        lines = _findings_lines(p)
+        lines = _findings_lines(p["findings"])
         con.print("[bold]findings:[/] " + ("none appeared or disappeared" if not lines else ""))
-        for ln in lines:
-            con.print("  " + escape(ln))
+        for what, ln in lines:
+            con.print(f"  {what}: " + escape(ln))
+    for what, ln in _findings_lines(doc.get("job_findings") or {"appeared": [], "disappeared": [], "changed": []}):
+        con.print(f"job finding {what}: " + escape(ln))
     for side in ("a", "b"):
         for path in doc[f"unmatched_{side}"]:
             con.print(f"[yellow]unmatched in {side.upper()}:[/] {escape(path)}")
@@ -81,7 +87,7 @@ def markdown(doc: dict, out: IO[str]) -> None:
     w = out.write
     w(f"# traceview diff ({doc['tool']['version']})\n\n")
     for p in doc["pairs"]:
-        w(f"## `{_cell(p['a'])}` → `{_cell(p['b'])}`\n\n{_step_line(p)}\n\n**Class shift:** {p['shift_text']}\n\n")
+        w(f"## {_cell(_title(p))}`{_cell(p['a'])}` → `{_cell(p['b'])}`\n\n{_step_line(p)}\n\n**Class shift:** {p['shift_text']}\n\n")
         w("| class | before ms | after ms | change | share before % | share after % |\n|---|---:|---:|---:|---:|---:|\n")
         for c in p["classes"]:
             w(f"| {c['class']} | {_ms(c['a_us'])} | {_ms(c['b_us'])} | {fmt_us(c['delta_us'])} | {num(c['a_pct'])} | "
@@ -99,11 +105,13 @@ def markdown(doc: dict, out: IO[str]) -> None:
                 w(f"| `{_cell(r[name][:90])}` |{opc} {r['status']} | {_ms(r['a_us'])} | {_ms(r['b_us'])} | "
                   f"{fmt_us(r['delta_us'])} |\n")
             w("\n")
-        lines = _findings_lines(p)
+        lines = _findings_lines(p["findings"])
         w("**Findings:** " + ("none appeared or disappeared\n\n" if not lines else "\n\n"))
-        for ln in lines:
-            w(f"- {_cell(ln)}\n")
+        for what, ln in lines:
+            w(f"- {what}: {_cell(ln)}\n")
         w("\n")
+    for what, ln in _findings_lines(doc.get("job_findings") or {"appeared": [], "disappeared": [], "changed": []}):
+        w(f"- job finding {what}: {_cell(ln)}\n")
     for side in ("a", "b"):
         for path in doc[f"unmatched_{side}"]:
             w(f"- unmatched in {side.upper()}: `{_cell(path)}`\n")
