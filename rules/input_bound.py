@@ -39,9 +39,7 @@ import polars as pl
 from traceview.analyses.breakdown import step_breakdown
 from traceview.analyses.intervals import clip, per_window
 from traceview.classify import dataloader_spans
-from traceview.findings import Finding, severity_for
-
-from . import Option
+from traceview.ruleapi import Finding, Option, RuleContext
 
 CODE = "TV401"
 NAME = "input-bound"
@@ -58,22 +56,21 @@ FIX = ("The GPU has nothing queued while the host prepares the next batch: data 
        "augment on the GPU).")
 
 
-def check(trace, steps: pl.DataFrame, ctx: dict) -> list[Finding]:
-    opts = ctx["options"]
-    window = ctx["window_ns"]
+def check(ctx: RuleContext) -> list[Finding]:
+    trace, steps, window = ctx.trace, ctx.steps, ctx.window_ns
     dl = dataloader_spans(trace)
     if dl.height == 0 or not window:
         return []
-    lo, hi = int(steps["ts"].min()), int(steps["end"].max())
+    lo, hi = ctx.lo, ctx.hi
     host = per_window(clip(dl.select("ts", "end"), lo, hi), steps.select("step", "ts", "end"))
     # tb_plugin's DataLoader time: the DataLoader role of its priority breakdown (instants not taken by
     # kernels, copies, communication or runtime calls)
     per = step_breakdown(trace, steps).select("step", pl.col("dataloader").alias("dur")).sort("step")
     total = int(per["dur"].sum())
-    pct = 100.0 * total / window
-    if pct < opts["moderate_pct"]:
+    pct = ctx.pct(total)
+    if pct < ctx.options["moderate_pct"]:
         return []
-    part = ctx["part"].filter(pl.col("cls") == "input")
+    part = ctx.class_time("input")
     idle = part.group_by("step").agg((pl.col("end") - pl.col("ts")).sum().alias("idle"))
     idle_total = int(idle["idle"].sum()) if idle.height else 0
     dur = steps.select("step", (pl.col("end") - pl.col("ts")).alias("sd"))
@@ -88,6 +85,5 @@ def check(trace, steps: pl.DataFrame, ctx: dict) -> list[Finding]:
                       "gpu_idle_us": round((r["idle"] or 0) / 1000, 3)} for r in rows.to_dicts()],
     }
     fired = rows.filter(pl.col("dur") > 0)["step"].to_list()
-    return [Finding(rule=NAME, code=CODE, severity=severity_for(pct, opts["moderate_pct"], opts["high_pct"], SEVERITY),
-                    title=TITLE, steps=fired, count=dl.filter((pl.col("end") > lo) & (pl.col("ts") < hi)).height, cost_us=total / 1000,
-                    savings_us=idle_total / 1000, savings_pct=100.0 * idle_total / window, evidence=ev, fix=FIX)]
+    return [ctx.finding(steps=fired, count=dl.filter((pl.col("end") > lo) & (pl.col("ts") < hi)).height,
+                        cost_ns=total, savings_ns=idle_total, severity_pct=pct, evidence=ev)]

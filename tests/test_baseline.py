@@ -11,7 +11,7 @@ import pytest
 from conftest import SAMPLES
 
 from traceview import report
-from traceview.cli import extend_report, main
+from traceview.cli import main
 
 H200 = SAMPLES / "gpu_h200"
 COMPILE = SAMPLES / "gpu_h200_compile"
@@ -25,7 +25,6 @@ def batch(capsys, *args) -> tuple[int, str, str]:
 
 
 def _doc(path) -> dict:
-    extend_report()
     return report.analyze([path]).to_dict()["traces"][0]
 
 

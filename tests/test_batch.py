@@ -14,7 +14,7 @@ from conftest import SAMPLES
 
 from traceview import batch, batch_out, report
 from traceview.ci_cli import _progress, batch_exit_code
-from traceview.cli import extend_report, main
+from traceview.cli import main
 from traceview.discover import discover
 
 H200 = SAMPLES / "gpu_h200"
@@ -28,7 +28,6 @@ def run(*args):
 
 
 def _analyze(path) -> dict:
-    extend_report()
     return report.analyze([path]).to_dict()
 
 

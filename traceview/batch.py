@@ -19,6 +19,7 @@ from .digest import digest, job_keys
 from .discover import JobSpec
 from .errors import TraceError
 from .findings import severity_rank
+from .options import Options
 
 _CLS_KEEP = ("dominant", "primary", "shares", "analyzed_steps", "window_us")
 _TRACE_KEEP = ("path", "rank", "world_size", "summary", "warnings", "verdict_text", "findings")
@@ -37,13 +38,13 @@ def slim(doc: dict) -> dict:
             "errors": list(doc.get("errors") or [])}
 
 
-def work(spec: JobSpec, step: int | None, ctx: dict | None) -> dict[str, Any]:
+def work(spec: JobSpec, options: Options | None) -> dict[str, Any]:
     """One job, in a worker process (pool or Ray): plain, picklable data; never raises."""
     from .jobrun import analyze_job
 
     out: dict[str, Any] = {"spec": asdict(spec), "digests": [], "doc": None, "error": None}
     try:
-        doc = analyze_job(spec, step, ctx)
+        doc = analyze_job(spec, options)
     except TraceError as e:
         out["error"] = str(e)
         return out
@@ -57,18 +58,17 @@ def work(spec: JobSpec, step: int | None, ctx: dict | None) -> dict[str, Any]:
     return out
 
 
-def _run_local(specs: list[JobSpec], step: int | None, ctx: dict | None, jobs: int,
-               done: Callable[[int, dict], None]) -> None:
+def _run_local(specs: list[JobSpec], options: Options | None, jobs: int, done: Callable[[int, dict], None]) -> None:
     if jobs <= 1 or len(specs) == 1:
         for k, s in enumerate(specs):
-            done(k, work(s, step, ctx))
+            done(k, work(s, options))
         return
     import multiprocessing as mp
     from concurrent.futures import ProcessPoolExecutor, as_completed
 
     # spawn: polars runs a thread pool, which a fork would copy in an undefined state
     with ProcessPoolExecutor(max_workers=min(jobs, len(specs)), mp_context=mp.get_context("spawn")) as pool:
-        futs = {pool.submit(work, s, step, ctx): k for k, s in enumerate(specs)}
+        futs = {pool.submit(work, s, options): k for k, s in enumerate(specs)}
         for f in as_completed(futs):
             k = futs[f]
             try:
@@ -79,7 +79,7 @@ def _run_local(specs: list[JobSpec], step: int | None, ctx: dict | None, jobs: i
             done(k, res)
 
 
-def _run_ray(specs: list[JobSpec], step: int | None, ctx: dict | None, jobs: int, address: str | None,
+def _run_ray(specs: list[JobSpec], options: Options | None, jobs: int, address: str | None,
              done: Callable[[int, dict], None]) -> None:
     try:
         import ray
@@ -95,7 +95,7 @@ def _run_ray(specs: list[JobSpec], step: int | None, ctx: dict | None, jobs: int
         started = True
     try:
         remote = ray.remote(num_cpus=1)(work)
-        pending = {remote.remote(s, step, ctx): k for k, s in enumerate(specs)}
+        pending = {remote.remote(s, options): k for k, s in enumerate(specs)}
         while pending:
             ready, _ = ray.wait(list(pending), num_returns=1)
             for ref in ready:
@@ -111,9 +111,8 @@ def _run_ray(specs: list[JobSpec], step: int | None, ctx: dict | None, jobs: int
             ray.shutdown()
 
 
-def run(specs: list[JobSpec], step: int | None = None, ctx: dict | None = None, jobs: int | None = None,
-        engine: str = "local", address: str | None = None,
-        on_done: Callable[[dict], None] | None = None) -> list[dict]:
+def run(specs: list[JobSpec], options: Options | None = None, jobs: int | None = None, engine: str = "local",
+        address: str | None = None, on_done: Callable[[dict], None] | None = None) -> list[dict]:
     """Analyze every job; results in the order of `specs`. `on_done(result)` is called as each finishes."""
     results: list[dict | None] = [None] * len(specs)
     if not specs:
@@ -126,9 +125,9 @@ def run(specs: list[JobSpec], step: int | None = None, ctx: dict | None = None, 
             on_done(res)
 
     if engine == "ray":
-        _run_ray(specs, step, ctx, n, address, done)
+        _run_ray(specs, options, n, address, done)
     else:
-        _run_local(specs, step, ctx, n, done)
+        _run_local(specs, options, n, done)
     return [r for r in results if r is not None]
 
 

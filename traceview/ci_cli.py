@@ -9,11 +9,12 @@ from collections.abc import Callable
 from pathlib import Path
 
 from .errors import TraceError
+from .options import Options
 
 DIFF_FORMATS = ("text", "json", "markdown")
 
 
-def add_parsers(sub: argparse._SubParsersAction, analyze: argparse.ArgumentParser) -> None:
+def add_parsers(sub: argparse._SubParsersAction) -> None:
     from .rules_cli import add_rule_options
 
     d = sub.add_parser("diff", help="compare two traces or run folders: step time, class shift, layers, kernels, findings")
@@ -45,7 +46,7 @@ def add_parsers(sub: argparse._SubParsersAction, analyze: argparse.ArgumentParse
 
 
 # ---- diff ---------------------------------------------------------------------------------------------------
-def _side(path: str, step: int | None, ctx: dict) -> tuple[dict, list[str], dict[str, list[dict]]]:
+def _side(path: str, options: Options | None) -> tuple[dict, list[str], dict[str, list[dict]]]:
     """One side of a diff: its merged analyze document, the keys of its traces, their full kernel tables."""
     from .diff import kernel_rows
     from .digest import file_label, job_keys
@@ -62,7 +63,7 @@ def _side(path: str, step: int | None, ctx: dict) -> tuple[dict, list[str], dict
     kernels: dict[str, list[dict]] = {}
     for spec in disc.jobs:
         keep: dict = {}
-        d = analyze_job(spec, step, ctx, keep)
+        d = analyze_job(spec, options, keep)
         for k in ("traces", "jobs", "errors"):
             doc[k] += d[k]
         keys += job_keys(d, "" if spec.label == root else spec.label)
@@ -72,20 +73,20 @@ def _side(path: str, step: int | None, ctx: dict) -> tuple[dict, list[str], dict
     return doc, keys, kernels
 
 
-def diff_paths(a: str, b: str, step: int | None = None, ctx: dict | None = None) -> dict:
+def diff_paths(a: str, b: str, options: Options | None = None) -> dict:
     """The diff document of two traces or run folders (with the full kernel tables)."""
     from .diff import diff
 
-    doc_a, keys_a, ka = _side(a, step, ctx or {})
-    doc_b, keys_b, kb = _side(b, step, ctx or {})
+    doc_a, keys_a, ka = _side(a, options)
+    doc_b, keys_b, kb = _side(b, options)
     return diff(doc_a, doc_b, keys_a, keys_b, {**ka, **kb})
 
 
 def cmd_diff(args: argparse.Namespace) -> int:
     from .diff_render import markdown, text
-    from .rules_cli import build_ctx
+    from .rules_cli import build_options
 
-    out = diff_paths(args.a, args.b, args.step, build_ctx(args))
+    out = diff_paths(args.a, args.b, build_options(args))
     fh = open(args.output, "w", encoding="utf-8") if args.output else sys.stdout
     try:
         if args.format == "json":
@@ -144,17 +145,17 @@ def batch_exit_code(rows: list[dict], regressed: bool, exit_zero: bool) -> int:
 
 
 def cmd_batch(args: argparse.Namespace) -> int:
-    from . import baseline, batch, batch_out
+    from . import baseline, batch, batch_out, config
     from .discover import discover
-    from .rules_cli import build_ctx
+    from .rules_cli import build_options
 
     for p in args.out:
         if Path(p).suffix.lower() not in batch_out.OUT_FORMATS:
             raise TraceError(f"--out {p}: unknown format (use FILE.json, FILE.csv, FILE.parquet or FILE.md)")
     if args.jobs is not None and args.jobs < 1:
         raise TraceError("--jobs must be 1 or more")
-    ctx = build_ctx(args)  # also resolves --fail-on from the config
-    th = baseline.thresholds(ctx["config"].get("baseline"), args.max_regression)
+    options = build_options(args)  # also resolves --fail-on from the config
+    th = baseline.thresholds(config.load(args.config)["baseline"], args.max_regression)
     base = baseline.load(args.baseline) if args.baseline else None
     disc = discover(args.paths)
     if disc.skipped:
@@ -162,7 +163,7 @@ def cmd_batch(args: argparse.Namespace) -> int:
         print(f"traceview: skipped {len(disc.skipped)} JSON file(s) that are not traces: {names}", file=sys.stderr)
     tick, stop = _progress(len(disc.jobs))
     try:
-        results = batch.run(disc.jobs, args.step, ctx, args.jobs, args.engine, args.address, on_done=tick)
+        results = batch.run(disc.jobs, options, args.jobs, args.engine, args.address, on_done=tick)
     finally:
         stop()
     rows = [batch.row(r, args.fail_on) for r in results] + [batch.failed_row(e["path"], e["error"]) for e in disc.errors]

@@ -7,28 +7,19 @@ import enum
 import sys
 from collections.abc import Callable
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from . import __version__
+from .options import Options
+
+if TYPE_CHECKING:
+    from .report import Report
 
 
 class ExitCode(enum.IntEnum):
     OK = 0
     FINDINGS = 1  # findings at or above --fail-on
     ERROR = 2  # usage, input or internal error
-
-
-FORMATS = ("text", "json", "markdown", "sarif", "junit")
-
-
-def _render(doc: dict, fmt: str, out_path: str | None) -> None:
-    import importlib
-
-    mod = importlib.import_module(f".formatters.{fmt}", __package__)
-    if out_path:
-        with open(out_path, "w", encoding="utf-8") as fh:
-            mod.render(doc, fh)
-    else:
-        mod.render(doc, sys.stdout)
 
 
 def _progress(paths: list[str]) -> tuple[Callable[[str], None] | None, Callable[[], None]]:
@@ -43,46 +34,63 @@ def _progress(paths: list[str]) -> tuple[Callable[[str], None] | None, Callable[
     return (lambda p: status.update(f"analyzing {p}")), status.stop
 
 
-def cmd_analyze(args: argparse.Namespace) -> int:
-    from . import report
+def _analyze_paths(args: argparse.Namespace, options: Options) -> Report:
+    from .report import analyze
 
-    extend_report()
-    ctx = build_ctx(args)
     on_trace, done = _progress(args.paths)
     try:
-        rep = report.analyze(args.paths, step=args.step, ctx=ctx, on_trace=on_trace)
+        return analyze(args.paths, options, on_trace=on_trace)
     finally:
         done()
-    doc = rep.to_dict()
-    _render(doc, args.format, args.output)
+
+
+def _report_errors(rep: Report) -> None:
     for e in rep.errors:
         print(f"traceview: error: {e['error']}", file=sys.stderr)
+
+
+def cmd_analyze(args: argparse.Namespace) -> int:
+    from .formatters import write
+    from .rules_cli import build_options, exit_code
+
+    rep = _analyze_paths(args, build_options(args))
+    doc = rep.to_dict()
+    write(doc, args.format, args.output)
+    _report_errors(rep)
     if rep.errors:
         return ExitCode.ERROR
-    return exit_for_findings(doc, args)
-
-
-# Hooks filled in by later stages (rules engine): keep the CLI free of analysis logic.
-def build_ctx(args: argparse.Namespace) -> dict:
-    from .rules_cli import build_ctx as rules_ctx
-
-    return {"step": args.step, **rules_ctx(args)}
-
-
-def exit_for_findings(doc: dict, args: argparse.Namespace) -> int:
-    from .rules_cli import exit_code
-
     return ExitCode(exit_code(doc, args))
 
 
-def extend_report() -> None:
-    """Register the optional report sections (rules, classifier, layers) once."""
-    from .engine import register
+def cmd_layers(args: argparse.Namespace) -> int:
+    """The `layers` sections of `analyze` alone (same pipeline, same numbers)."""
+    from .formatters import write
+    from .report import SCHEMA_VERSION
 
-    register()
+    rep = _analyze_paths(args, Options(step=args.step, layers_depth=args.depth))
+    doc = {"schema_version": SCHEMA_VERSION,
+           "traces": [{"path": t["path"], "rank": t["rank"], "layers": t["layers"]} for t in rep.traces],
+           "errors": rep.errors}
+    if args.format == "json":
+        write(doc, "json", args.output)
+    else:
+        from .formatters.layers import render_document
+
+        out = open(args.output, "w", encoding="utf-8") if args.output else sys.stdout  # noqa: SIM115
+        try:
+            render_document(doc, out)
+        finally:
+            if args.output:
+                out.close()
+    _report_errors(rep)
+    return ExitCode.ERROR if rep.errors else ExitCode.OK
 
 
 def make_parser() -> argparse.ArgumentParser:
+    from .formatters import FORMATS
+    from .rules_cli import add_parsers as add_rules_parsers
+    from .rules_cli import add_rule_options
+
     p = argparse.ArgumentParser(prog="traceview", description="PyTorch profiler trace analyzer and bottleneck classifier")
     p.add_argument("--version", action="version", version=f"traceview {__version__}")
     sub = p.add_subparsers(dest="command", required=True)
@@ -92,9 +100,21 @@ def make_parser() -> argparse.ArgumentParser:
     a.add_argument("--format", choices=FORMATS, default="text")
     a.add_argument("--step", type=int, default=None, help="analyze only ProfilerStep#N")
     a.add_argument("-o", "--output", default=None, help="write the report to a file instead of stdout")
+    add_rule_options(a)
     a.set_defaults(func=cmd_analyze)
-    for hook in PARSER_HOOKS:
-        hook(sub, a)
+
+    la = sub.add_parser("layers", help="GPU time, roofline and findings per nn.Module layer")
+    la.add_argument("paths", nargs="+", help="trace files (.json/.json.gz) or directories")
+    la.add_argument("--depth", type=int, default=None, help="show layers down to this tree depth (0 = roots)")
+    la.add_argument("--format", choices=("text", "json"), default="text")
+    la.add_argument("--step", type=int, default=None, help="only ProfilerStep#N")
+    la.add_argument("-o", "--output", default=None, help="write the report to a file instead of stdout")
+    la.set_defaults(func=cmd_layers)
+
+    add_rules_parsers(sub)
+    from .ci_cli import add_parsers as add_ci_parsers
+
+    add_ci_parsers(sub)
     try:  # `collect` / `trigger` live with the collectors (torch is imported only when they run)
         from collectors.cli import add_parsers
     except ImportError:
@@ -102,33 +122,6 @@ def make_parser() -> argparse.ArgumentParser:
     else:
         add_parsers(sub)
     return p
-
-
-def _rules_hook(sub: argparse._SubParsersAction, analyze: argparse.ArgumentParser) -> None:
-    from .rules_cli import add_parsers
-
-    add_parsers(sub, analyze)
-
-
-PARSER_HOOKS: list[Callable[[argparse._SubParsersAction, argparse.ArgumentParser], None]] = [_rules_hook]
-
-
-def _layers_parser(sub: argparse._SubParsersAction, analyze: argparse.ArgumentParser) -> None:
-    from .layers_view import add_parser
-
-    add_parser(sub, analyze)
-
-
-PARSER_HOOKS.append(_layers_parser)
-
-
-def _ci_parsers(sub: argparse._SubParsersAction, analyze: argparse.ArgumentParser) -> None:
-    from .ci_cli import add_parsers
-
-    add_parsers(sub, analyze)
-
-
-PARSER_HOOKS.append(_ci_parsers)
 
 
 def _prefetch_first_input(argv: list[str]) -> None:

@@ -9,21 +9,19 @@ from pathlib import Path
 from .discover import JobSpec
 from .errors import TraceError
 from .model import Trace
+from .options import Options
 
 
 class _NotInJob(TraceError):
     pass
 
 
-def analyze_job(spec: JobSpec, step: int | None = None, ctx: dict | None = None,
-                keep: dict[str, Trace] | None = None) -> dict:
+def analyze_job(spec: JobSpec, options: Options | None = None, keep: dict[str, Trace] | None = None) -> dict:
     """The analyze document of one job. `keep`, when given, receives the loaded traces by path (diff
     computes the full kernel table from them)."""
     from . import report
-    from .engine import register
     from .loader import load_file
 
-    register()
     members: set[Path] | None = None
     if spec.folder and len(spec.files) > 1:
         inputs: list[str] = [spec.folder]  # a folder is one job: cross-rank sections
@@ -40,7 +38,7 @@ def analyze_job(spec: JobSpec, step: int | None = None, ctx: dict | None = None,
             keep[t.meta.path] = t
         return t
 
-    doc = report.analyze(inputs, step=step, ctx=ctx, load=load).to_dict()
+    doc = report.analyze(inputs, options, load=load).to_dict()
     if members is not None:
         doc["errors"] = [e for e in doc["errors"] if Path(e["path"]).resolve() in members]
     return doc

@@ -1,4 +1,5 @@
-"""Terminal report: rich tables."""
+"""Terminal report: rich tables (the trace's numbers, its layers, then its verdict and findings; then
+each job)."""
 
 from __future__ import annotations
 
@@ -9,6 +10,7 @@ from rich.markup import escape
 from rich.table import Table
 
 from ..units import num
+from . import findings_text, layers
 
 ROLE_LABELS = {"kernel": "Kernel", "memcpy": "Memcpy", "memset": "Memset", "communication": "Communication",
                "runtime": "Runtime", "dataloader": "DataLoader", "cpu_exec": "CPU Exec", "other": "Other"}
@@ -87,22 +89,7 @@ def render(doc: dict, out: IO[str]) -> None:
     con = Console(file=out, width=160, highlight=False)
     for t in doc["traces"]:
         render_trace(t, con)
-        for hook in EXTRA:
-            hook(t, con)
+        layers.render(t, con)
+        findings_text.render_trace(t, con)
     for j in doc.get("jobs", []):
-        for hook in JOB_EXTRA:
-            hook(j, con)
-
-
-# renderers contributed by later stages (findings, layers...): fn(trace_entry, console)
-EXTRA: list = []
-JOB_EXTRA: list = []
-
-
-def _layers(entry: dict, con: Console) -> None:
-    from ..layers_view import render as render_layers
-
-    render_layers(entry, con)
-
-
-EXTRA.append(_layers)
+        findings_text.render_job(j, con)
