@@ -40,6 +40,11 @@ def test_discover_groups_runs_and_separates_unrelated_traces():
     assert [s["path"] for s in d.skipped] == [str(H200 / "labels.json")]  # not a trace: skipped, not failed
     run_ = d.jobs[-1]
     assert run_.label == "ddp_balanced" and run_.whole_folder and len(run_.files) == 2
+    # collector runs (one folder each, manifest.json, rank0.<stamp>.pt.trace.json.gz): one job per run folder
+    c2 = discover([SAMPLES / "collected2"])
+    runs = sorted(p.name for p in (SAMPLES / "collected2").iterdir() if p.is_dir())
+    assert sorted(j.label for j in c2.jobs) == runs and len(runs) == 34
+    assert [s["path"] for s in c2.skipped] == [str(SAMPLES / "collected2/labels.json")]
     # a run folder is labelled by the folder whichever level the input names
     assert [j.label for j in discover([SAMPLES / "nccl_h200x2"]).jobs][:2] == ["ddp_balanced", "ddp_balanced_launch_bound"]
 

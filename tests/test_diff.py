@@ -162,6 +162,30 @@ def test_run_folders_pair_ranks():
     assert [(f["code"], f["a_severity"], f["b_severity"]) for f in d["job_findings"]["changed"]] == [("TV501", "info", "error")]
 
 
+@pytest.mark.parametrize(("problem", "fixed", "cls"), [
+    ("fp32_gemm_highest", "fp32_gemm_tf32", "gpu_compute"),
+    ("elementwise_chain_eager", "elementwise_chain_compiled", "gpu_memory"),
+    ("cnn_input_nw0", "cnn_input_nw8", "input"),
+])
+def test_collected_twins_shift_equals_the_measured_fix(problem, fixed, cls):
+    """collected2's twins were timed without the profiler (CUDA events) and their GPU time counted with plain
+    json: the class the fix targets shrinks by what the fix saved on the GPU, and both primaries are labelled."""
+    lab = _labels("collected2")
+    p = _one(f"collected2/{problem}", f"collected2/{fixed}")
+    _check_sums(p)
+    assert p["classes"][0]["class"] == cls and p["classes"][0]["delta_us"] < 0
+    shift_ms = -p["classes"][0]["delta_us"] / 1000
+    a, b = lab[problem], lab[fixed]
+    if cls == "input":  # GPU work is the same; the fix removes the wait for data
+        assert shift_ms == pytest.approx(a["measured_fix_saving_ms"], rel=0.03)  # 262.6 vs 266.7 ms
+        assert -p["step"]["delta_us"] / 1000 == pytest.approx(a["measured_fix_saving_ms"], rel=0.01)
+    else:  # the fix makes the GPU work itself shorter
+        gpu_saved = a["gpu_ms_per_recorded_step"] - b["gpu_ms_per_recorded_step"]
+        assert shift_ms == pytest.approx(gpu_saved, rel=0.01)  # 18.88 vs 18.88 ms, 0.438 vs 0.438 ms
+    for side, name in (("a", problem), ("b", fixed)):
+        assert p["primary"][side] in lab[name].get("primary_acceptable", [lab[name]["primary"]])
+
+
 def run(*args):
     return subprocess.run([sys.executable, "-m", "traceview", *map(str, args)], capture_output=True, text=True,
                           timeout=300)
