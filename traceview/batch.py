@@ -87,11 +87,15 @@ def _run_ray(specs: list[JobSpec], options: Options | None, jobs: int, address: 
         raise TraceError("--engine ray needs Ray: pip install 'traceview[ray]'") from None
     started = False
     if not ray.is_initialized():  # else: the caller's Ray (e.g. a notebook or a test) is used and kept
-        if address:
-            ray.init(address=address, log_to_driver=False)
-        else:
-            os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")
-            ray.init(num_cpus=jobs, include_dashboard=False, log_to_driver=False)
+        try:
+            if address:
+                ray.init(address=address, log_to_driver=False)
+            else:
+                os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")
+                ray.init(num_cpus=jobs, include_dashboard=False, log_to_driver=False)
+        except Exception as e:  # noqa: BLE001 - Ray raises plain Exceptions (timeouts, connection refused)
+            raise TraceError(f"--engine ray: could not {'reach Ray at ' + address if address else 'start a local Ray'}"
+                             f" ({type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''})") from None
         started = True
     try:
         remote = ray.remote(num_cpus=1)(work)
