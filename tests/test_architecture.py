@@ -132,8 +132,10 @@ LAYERS = [
     {"traceview.rules"},
     {"traceview.rulerunner", "traceview.verdict", "traceview.profiling", "traceview.layer_section", "traceview.job"},
     {"traceview.report"},
-    {"traceview.formatters"},
-    {"traceview.cli", "traceview.rules_cli"},
+    {"traceview.jobrun", "traceview.digest", "traceview.discover"},  # batch / CI: over the report document
+    {"traceview.diff", "traceview.baseline", "traceview.batch"},
+    {"traceview.formatters", "traceview.diff_render", "traceview.batch_out"},
+    {"traceview.cli", "traceview.rules_cli", "traceview.ci_cli"},
 ]
 
 
