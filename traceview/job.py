@@ -12,6 +12,7 @@ from typing import Any
 
 import polars as pl
 
+from . import straggler
 from .analyses import comm
 from .findings import severity_rank
 from .model import Job, Trace
@@ -27,6 +28,7 @@ class RankResult:
     trace: Trace
     steps: pl.DataFrame  # the analysed steps of its entry
     entry: dict[str, Any]  # its trace entry in the report
+    part: pl.DataFrame | None = None  # the classifier's partition of its analysed steps (None: no GPU)
 
 
 def _raised_straggler(nccl: dict) -> int | None:
@@ -40,12 +42,19 @@ def analyze_job(path: str, ranks: list[RankResult], options: Options) -> tuple[d
     """(the job entry, warnings) for the ranks of one job, sorted by rank."""
     job = Job(path=path, traces=[r.trace for r in ranks])
     steps = {k: r.steps for k, r in enumerate(ranks)}
-    nccl = comm.summary(job, steps)
-    findings, warns = run_job_rules(JobContext(job=job, steps=steps, comm=nccl), options)
+    matched = comm.match(job, steps)
+    nccl = comm.summary(job, steps, matched)
     strag = nccl.get("straggler")
+    if strag is not None:  # why it is late, before the rules: nccl-wait judges the straggler by its cause
+        strag["cause"] = straggler.cause(job.traces, steps, {k: r.part for k, r in enumerate(ranks)}, matched[0],
+                                         strag["rank"])
+    findings, warns = run_job_rules(JobContext(job=job, steps=steps, comm=nccl, entries=tuple(r.entry for r in ranks)),
+                                    options)
     if strag is not None:  # what the job view and the per-rank notes go by
-        strag["raised"] = any((f.get("evidence") or {}).get("straggler") == strag["rank"]
-                              and severity_rank(f["severity"]) >= severity_rank("warning") for f in findings)
+        sev = [f["severity"] for f in findings if (f.get("evidence") or {}).get("straggler") == strag["rank"]]
+        strag["raised"] = any(severity_rank(s) >= severity_rank("warning") for s in sev)
+        if strag["cause"] is not None:
+            strag["cause"]["severity"] = max(sev, key=severity_rank) if sev else "info"
     entry: dict[str, Any] = {"path": path, "ranks": job.ranks,
                              "classification": _rank_verdicts(ranks, nccl), "nccl": nccl, "findings": findings}
     _annotate_straggler_waits(nccl, [r.entry for r in ranks])

@@ -126,8 +126,8 @@ def analyze_trace(trace: Trace, options: Options | None = None) -> dict:
     return _analyze_trace(trace, options or Options())[0]
 
 
-def _analyze_trace(trace: Trace, options: Options) -> tuple[dict, pl.DataFrame]:
-    """(the trace's entry, its analysed steps)."""
+def _analyze_trace(trace: Trace, options: Options) -> tuple[dict, pl.DataFrame, pl.DataFrame | None]:
+    """(the trace's entry, its analysed steps, the classifier's partition of them)."""
     steps = select_steps(trace, options.step)
     lo, hi = int(steps["ts"].min()), int(steps["end"].max())
     gpu_win = trace.gpu.filter((pl.col("end") > lo) & (pl.col("ts") < hi))
@@ -158,7 +158,7 @@ def _analyze_trace(trace: Trace, options: Options) -> tuple[dict, pl.DataFrame]:
     entry["findings"] = findings
     entry["verdict_text"] = verdict_text(classification, analysed.height) if ctx else None
     entry["profiling"] = profiling_section(trace, steps, classification.get("dominant"))
-    return entry, analysed
+    return entry, analysed, ctx.part if ctx else None
 
 
 def _part(trace: Trace, steps: pl.DataFrame, ctx: RuleContext | None) -> pl.DataFrame | None:
@@ -192,8 +192,8 @@ def analyze_job_traces(job: Job, options: Options | None = None) -> tuple[dict, 
     options = options or Options()
     ranks = []
     for t in job.traces:
-        entry, analysed = _analyze_trace(t, options)
-        ranks.append(RankResult(trace=t, steps=analysed, entry=entry))
+        entry, analysed, part = _analyze_trace(t, options)
+        ranks.append(RankResult(trace=t, steps=analysed, entry=entry, part=part))
     entry, warns = analyze_job(job.path, ranks, options)
     if warns:
         entry["warnings"] = warns
@@ -227,12 +227,12 @@ def analyze(paths: list[str | Path], options: Options | None = None, *,
                 on_trace(str(f))
             try:
                 t = load(f)
-                entry, analysed = _analyze_trace(t, options)
+                entry, analysed, part = _analyze_trace(t, options)
             except Exception as e:  # noqa: BLE001 - isolate every input
                 rep.errors.append(_error(f, e))
                 continue
             rep.traces.append(entry)
-            ranks.append(RankResult(trace=t, steps=analysed, entry=entry))
+            ranks.append(RankResult(trace=t, steps=analysed, entry=entry, part=part))
         if p.is_dir() and len(ranks) > 1:
             ranks.sort(key=lambda r: (r.trace.meta.rank is None, r.trace.meta.rank or 0, r.trace.meta.path))
             try:

@@ -207,9 +207,10 @@ def compute_busy(job: Job) -> pl.DataFrame:
     return pl.concat(frames) if frames else pl.DataFrame(schema={"rank": pl.Int64, "ts": pl.Int64, "end": pl.Int64})
 
 
-def summary(job: Job, steps: dict[int, pl.DataFrame] | None = None) -> dict:
-    """Per-rank waits and the straggler. Plain data."""
-    m, method = match(job, steps)
+def summary(job: Job, steps: dict[int, pl.DataFrame] | None = None,
+            matched: tuple[pl.DataFrame, str] | None = None) -> dict:
+    """Per-rank waits and the straggler. Plain data. `matched`: `match(job, steps)` when the caller has it."""
+    m, method = matched if matched is not None else match(job, steps)
     source = job_source(job)
     head = {"source": source if m.height else "none", "backend": job_backend(job)}
     if m.height == 0:

@@ -56,6 +56,10 @@ def render_trace(t: dict, con: Console) -> None:
 
 def render_job(j: dict, con: Console) -> None:
     con.rule(f"[bold]job {j['path']}[/] ranks {j.get('ranks')}")
+    strag = (j.get("nccl") or {}).get("straggler") or {}
+    cause = strag.get("cause") or {}
+    if strag.get("raised") and cause.get("text"):  # why the others wait comes first
+        con.print(f"[bold red]Straggler:[/] {cause['text']}")
     for r in j.get("classification") or []:
         wait = r.get("straggler_wait_pct")
         extra = f" — {wait:.1f} % of its step waiting for straggler rank {r['straggler']}" if wait else ""
