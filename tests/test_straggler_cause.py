@@ -161,3 +161,24 @@ def test_text_report_leads_the_job_with_the_cause() -> None:
     bal = io.StringIO()
     render_job(_job(NCCL / "ddp_balanced"), Console(file=bal, width=400))
     assert "arrives" not in bal.getvalue()
+
+
+@pytest.mark.parametrize("run", sorted([*(p for p in NCCL.iterdir() if p.is_dir()), *(p for p in GLOO.iterdir()
+                                                                                       if p.is_dir())]))
+def test_step_period_per_rank_equals_the_collectors_measured_step(run: Path) -> None:
+    """Each rank's step period (from the trace alone) equals the step time the collector measured for that rank
+    (CUDA events on GPU ranks, wall clock on the CPU ones; manifest `profiled_step_ms`) within 10 %, and the job
+    shows one period and each rank's share of it waiting."""
+    man = json.loads((run / "manifest.json").read_text())
+    measured = {r["rank"]: r["profiled_step_ms_median"] for r in man["ranks"]}
+    job = _job(run)
+    per = job["step_period"]
+    got = {r["rank"]: r["period_us"] / 1000 for r in per["ranks"]}
+    assert set(got) == set(measured)
+    for rank, ms in measured.items():
+        assert got[rank] == pytest.approx(ms, rel=0.10), (rank, got[rank], ms)
+    assert min(got.values()) <= per["period_us"] / 1000 <= max(got.values())
+    waits = {r["rank"]: r["exposed_wait_per_step_us"] for r in job["nccl"]["ranks"]}
+    for r in per["ranks"]:
+        assert r["exposed_wait_pct"] == pytest.approx(100 * waits[r["rank"]] / per["period_us"], abs=0.05)
+        assert r["exposed_wait_pct"] < 100
