@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import statistics
+
 from rich.console import Console
 from rich.table import Table
 
@@ -115,7 +117,7 @@ def render_job(j: dict, con: Console) -> None:
         if many:
             exp = [(r.get("exposed_wait_per_step_us") or 0) / 1000 for r in rows]
             con.print(f"exposed wait per step over {len(exp)} ranks, ms: min {min(exp):,.3f} · median "
-                      f"{_quantile(exp, 0.5):,.3f} · p90 {_quantile(exp, 0.9):,.3f} · max {max(exp):,.3f} "
+                      f"{statistics.median(exp):,.3f} · p90 {_quantile(exp, 0.9):,.3f} · max {max(exp):,.3f} "
                       "(every rank: --format json)")
         if n.get("straggler"):
             con.print(f"[bold]Straggler:[/] {n['straggler']['reason']}")
