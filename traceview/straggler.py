@@ -145,18 +145,24 @@ def _excess(df: pl.DataFrame, key: str, vals: list[str], strag: int, ranks: list
     return j.group_by(key).agg(pl.col([f"{v}_{x}" for v in vals for x in ("s", "o", "x")]).mean())
 
 
+def _in_windows(df: pl.DataFrame, win: pl.DataFrame, rank: int, t: Trace) -> pl.DataFrame:
+    """The rows of `df` (local ns) that start in one of the rank's windows, with the window's `step` and end
+    `_hi` (local ns)."""
+    off = t.meta.epoch_offset_ns
+    w = win.filter(pl.col("rank") == rank).select("step", (pl.col("lo") - off).alias("_lo"),
+                                                  (pl.col("hi") - off).alias("_hi")).sort("_lo")
+    return (df.sort("ts").join_asof(w, left_on="ts", right_on="_lo", strategy="backward")
+            .filter(pl.col("ts") < pl.col("_hi")).drop("_lo"))
+
+
 def _kernels(traces: dict[int, Trace], win: pl.DataFrame) -> pl.DataFrame:
     """[rank, step, name, kind, op, n, dur]: GPU work (not communication) started in each rank's windows."""
     frames = []
     for rank, t in traces.items():
         if not t.has_gpu:
             continue
-        off = t.meta.epoch_offset_ns
-        w = win.filter(pl.col("rank") == rank).select("step", (pl.col("lo") - off).alias("_lo"),
-                                                      (pl.col("hi") - off).alias("_hi")).sort("_lo")
         g = t.gpu.filter(pl.col("kind").is_in(["compute", "memcpy", "memset"])).select("name", "kind", "ts", "dur", "op")
-        g = (g.sort("ts").join_asof(w, left_on="ts", right_on="_lo", strategy="backward")
-             .filter(pl.col("ts") < pl.col("_hi")))
+        g = _in_windows(g, win, rank, t)
         ops = t.host.select(pl.col("i").alias("op"), pl.col("name").alias("op_name"))
         g = g.join(ops, on="op", how="left")
         frames.append(g.group_by("step", "name", "kind").agg(pl.len().alias("n"), pl.col("dur").sum(),
@@ -171,18 +177,14 @@ def _top_ops(traces: dict[int, Trace], win: pl.DataFrame, pattern: str | None = 
     optionally only those matching `pattern`."""
     frames = []
     for rank, t in traces.items():
-        off = t.meta.epoch_offset_ns
-        w = win.filter(pl.col("rank") == rank).select("step", (pl.col("lo") - off).alias("_lo"),
-                                                      (pl.col("hi") - off).alias("_hi")).sort("_lo")
         h = t.host.filter(pl.col("cat").is_in(["cpu_op", "user_annotation"]))
         steps_i = h.filter(pl.col("name").str.contains(STEP_RE))["i"]
         top = h.filter(~pl.col("name").str.contains(STEP_RE) & ~pl.col("name").str.starts_with("gloo:")
                        & (pl.col("parent").is_null() | pl.col("parent").is_in(steps_i.implode())))
         if pattern:
             top = top.filter(pl.col("name").str.contains(pattern))
-        top = (top.select("name", "ts", "end").sort("ts").join_asof(w, left_on="ts", right_on="_lo", strategy="backward")
-               .filter(pl.col("ts") < pl.col("_hi"))
-               .with_columns(dur=pl.min_horizontal("end", "_hi") - pl.col("ts")))
+        top = _in_windows(top.select("name", "ts", "end"), win, rank, t).with_columns(
+            dur=pl.min_horizontal("end", "_hi") - pl.col("ts"))
         frames.append(top.group_by("step", "name").agg(pl.len().cast(pl.Int64).alias("n"), pl.col("dur").sum())
                       .select(pl.lit(rank, pl.Int64).alias("rank"), "step", "name", "n", "dur"))
     return pl.concat(frames) if frames else pl.DataFrame()
@@ -194,14 +196,10 @@ def _python_frame(t: Trace, win: pl.DataFrame, others: dict[int, Trace], strag: 
     straggler covers at least half of `need_ns`: the source line that makes it late."""
     frames = []
     for rank, tr in {**others, strag: t}.items():
-        off = tr.meta.epoch_offset_ns
-        w = win.filter(pl.col("rank") == rank).select("step", (pl.col("lo") - off).alias("_lo"),
-                                                      (pl.col("hi") - off).alias("_hi")).sort("_lo")
-        py = tr.host.filter(pl.col("cat") == "python_function").select("name", "ts", "end", "depth").sort("ts")
+        py = tr.host.filter(pl.col("cat") == "python_function").select("name", "ts", "end", "depth")
         if py.height == 0:
             continue
-        py = (py.join_asof(w, left_on="ts", right_on="_lo", strategy="backward")
-              .filter(pl.col("ts") < pl.col("_hi")).with_columns(dur=pl.min_horizontal("end", "_hi") - pl.col("ts")))
+        py = _in_windows(py, win, rank, tr).with_columns(dur=pl.min_horizontal("end", "_hi") - pl.col("ts"))
         frames.append(py.group_by("step", "name").agg(pl.col("dur").sum(), pl.col("depth").max())
                       .select(pl.lit(rank, pl.Int64).alias("rank"), "step", "name", "dur", "depth"))
     if not frames:
@@ -300,13 +298,9 @@ def _syncs(by_rank: dict[int, Trace], win: pl.DataFrame) -> pl.DataFrame:
     for rank, t in by_rank.items():
         if not t.has_gpu:
             continue
-        off = t.meta.epoch_offset_ns
-        w = win.filter(pl.col("rank") == rank).select("step", (pl.col("lo") - off).alias("_lo"),
-                                                      (pl.col("hi") - off).alias("_hi")).sort("_lo")
         sc = sync_calls(t).join(t.host.select(pl.col("i").alias("op"), pl.col("name").alias("op_name")), on="op",
                                 how="left")
-        sc = (sc.with_columns(name=pl.coalesce("op_name", "name")).select("name", "ts", "end").sort("ts")
-              .join_asof(w, left_on="ts", right_on="_lo", strategy="backward").filter(pl.col("ts") < pl.col("_hi")))
+        sc = _in_windows(sc.with_columns(name=pl.coalesce("op_name", "name")).select("name", "ts", "end"), win, rank, t)
         frames.append(sc.group_by("step", "name").agg(pl.len().cast(pl.Int64).alias("n"),
                                                       (pl.col("end") - pl.col("ts")).sum().alias("dur"))
                       .select(pl.lit(rank, pl.Int64).alias("rank"), "step", "name", "n", "dur"))
