@@ -159,10 +159,10 @@ def check_job(ctx: JobContext) -> list[Finding]:
             mech = cause.get("mechanism")
             if mech in PROFILER_EXPLAINED:
                 ev["may_be_profiling_artifact"] = True
-                ev["note"] = (f"the profiler added {over:.2f} ms per step (collector manifest: profiled vs unprofiled "
-                              f"step time), at least the {per_step / 1000:.2f} ms the other ranks wait, and rank "
-                              f"{strag['rank']} runs the same work as they do"
-                              + (" (the same host ops, each slower)" if mech else "")
+                ev["note"] = (f"the profiler added {over:.2f} ms per step ({ctx.overhead_source}), at least the "
+                              f"{per_step / 1000:.2f} ms the other ranks wait"
+                              + (f", and rank {strag['rank']} runs the same work as they do (the same host ops, each "
+                                 "slower)" if mech else "")
                               + ": the straggler may be an artifact of uneven profiling overhead, not raised; check "
                               "the unprofiled step times or re-record with fewer profiler options")
                 title += " (may be a profiling artifact)"

@@ -209,6 +209,7 @@ def _error(path: Path | str, e: BaseException) -> dict:
 
 #: from this many files in one directory the ranks are analysed in worker processes (`Options.jobs` None)
 PARALLEL_MIN_FILES = 8
+PARALLEL_MIN_CORES = 4
 
 
 def _workers(n_files: int, options: Options, custom_load: bool) -> int:
@@ -218,7 +219,9 @@ def _workers(n_files: int, options: Options, custom_load: bool) -> int:
         return 1
     if options.jobs is not None:
         return max(1, min(options.jobs, n_files))
-    return min(os.cpu_count() or 1, n_files) if n_files >= PARALLEL_MIN_FILES else 1
+    cores = os.cpu_count() or 1
+    # a worker costs a process start and imports (~1 s); on 2-3 cores polars' own threads already use them
+    return min(cores, n_files) if n_files >= PARALLEL_MIN_FILES and cores >= PARALLEL_MIN_CORES else 1
 
 
 def _analyze_file(path: Path, options: Options) -> tuple[dict, RankResult | None]:
@@ -238,8 +241,20 @@ def _analyze_files(files: list[Path], options: Options, workers: int,
     import multiprocessing
     from concurrent.futures import ProcessPoolExecutor
 
-    with ProcessPoolExecutor(max_workers=workers, mp_context=multiprocessing.get_context("spawn")) as pool:
+    # each worker gets its share of the cores: polars would start a thread per core in every worker otherwise
+    # (the variable is read when a spawned worker imports polars; the workers start during the submits)
+    threads = str(max(1, (os.cpu_count() or 1) // workers))
+    before = os.environ.get("POLARS_MAX_THREADS")
+    os.environ["POLARS_MAX_THREADS"] = threads
+    try:
+        pool = ProcessPoolExecutor(max_workers=workers, mp_context=multiprocessing.get_context("spawn"))
         futures = [pool.submit(_analyze_file, f, options) for f in files]
+    finally:
+        if before is None:
+            os.environ.pop("POLARS_MAX_THREADS", None)
+        else:
+            os.environ["POLARS_MAX_THREADS"] = before
+    with pool:
         out = []
         for f, fut in zip(files, futures, strict=True):
             if on_trace:

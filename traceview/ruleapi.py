@@ -120,8 +120,19 @@ class JobContext:
     @property
     def overhead_ms(self) -> float | None:
         """Profiled minus unprofiled step time of a `traceview collect` run (its manifest), else None."""
-        man = next((o for o in (step_overhead_ms(t.meta.manifest) for t in self.job.traces) if o is not None), None)
+        man = self._manifest_overhead_ms
         return man if man is not None else self.estimated_overhead_ms
+
+    @property
+    def _manifest_overhead_ms(self) -> float | None:
+        return next((o for o in (step_overhead_ms(t.meta.manifest) for t in self.job.traces) if o is not None), None)
+
+    @property
+    def overhead_source(self) -> str:
+        """Where `overhead_ms` comes from, in words."""
+        if self._manifest_overhead_ms is not None:
+            return "collector manifest: profiled vs unprofiled step time"
+        return "estimated unprofiled step time of the trace's profiling section"
 
     @property
     def estimated_overhead_ms(self) -> float | None:
