@@ -41,15 +41,16 @@ def _job(run: Path) -> dict:
 
 def _raw_largest_host_gap_ms(run: Path, rank: int) -> list[float]:
     """Independent reference: the straggler's longest stretch, per ProfilerStep, in which no host event (op,
-    annotation, runtime call; ProfilerStep# and gloo worker ranges aside) is open on any thread; the median over
-    its steps, sorted."""
+    annotation, runtime call; ProfilerStep# and gloo worker ranges aside) is open on any thread that runs ops;
+    per step, sorted."""
     f = next(run.glob(f"rank{rank}.*.pt.trace.json.gz"))
     with gzip.open(f, "rt") as fh:
         es = json.load(fh)["traceEvents"]
     steps = sorted((e["ts"], e["ts"] + e["dur"]) for e in es if str(e.get("name", "")).startswith("ProfilerStep#"))
+    program = {e["tid"] for e in es if e.get("cat") in ("cpu_op", "user_annotation")}  # not the NCCL watchdog
     host = sorted((e["ts"], e["ts"] + e["dur"]) for e in es
                   if e.get("ph") == "X" and e.get("cat") in ("cpu_op", "user_annotation", "cuda_runtime", "cuda_driver")
-                  and not str(e["name"]).startswith(("ProfilerStep#", "gloo:")))
+                  and e["tid"] in program and not str(e["name"]).startswith(("ProfilerStep#", "gloo:")))
     out = []
     for lo, hi in steps:
         end, best = lo, 0.0
@@ -85,7 +86,8 @@ def test_cause_class_and_ms_per_step_match_the_injected_delay(run: Path, klass: 
     gap = cause["evidence"]["largest_gap"]
     assert "zero_grad" in gap["after_op"] and gap["before_op"] == "aten::ones_like", gap
     raw = _raw_largest_host_gap_ms(run, rank)
-    assert raw[len(raw) // 2] == pytest.approx(delay, rel=TOL) and gap["us"] / 1000 <= raw[-1] + 1e-3
+    assert raw[len(raw) // 2] == pytest.approx(delay, rel=TOL)
+    assert gap["us"] / 1000 == pytest.approx(raw[-1], rel=0.01)  # the longest one, as the raw JSON has it
     assert cause["text"].startswith(f"rank {rank} arrives") and f"{klass} +" in cause["text"]
 
 

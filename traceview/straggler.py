@@ -12,7 +12,7 @@ the other ranks' time before the same collectives in the same steps (`jobs[].ncc
   `communication` and `other_idle` are their waits for earlier collectives, never a cause. Ranks without GPU
   activity (gloo on CPU) have no partition: their host time is split into `input`, `host_sync` and
   `host_busy` (everything else the host does: its ops and the code between them).
-- **The host side** of the same windows, on every thread of the rank: `input` (DataLoader), `host_sync`
+- **The host side** of the same windows, on the rank's program threads (those running ops): `input` (DataLoader), `host_sync`
   (blocking sync calls), `host_ops` (profiled ops, annotations, runtime calls), `python` (Python frames of a
   `with_stack` trace outside any op) and `untraced` (no profiled event on any thread). `cpu_launch` (the GPU
   idles because the host issued the next work late) is explained by it: *code outside any torch op*
@@ -85,9 +85,19 @@ def _lead_up(m: pl.DataFrame, strag: int, starts: pl.DataFrame) -> tuple[pl.Data
     return win, late
 
 
+def _program_host(t: Trace) -> pl.DataFrame:
+    """The host events of the program's own threads (those that run ops or annotations), without the
+    ProfilerStep#N ranges and the gloo worker ranges (the collectives themselves): what the rank's code did.
+    Runtime calls of threads without ops (the NCCL watchdog polling `cudaEventQuery`) are not its work."""
+    h = t.host
+    tids = h.filter(pl.col("cat").is_in(["cpu_op", "user_annotation"]))["tid"].unique()
+    return h.filter(pl.col("tid").is_in(tids.implode()) & ~pl.col("name").str.contains(STEP_RE)
+                    & ~pl.col("name").str.starts_with("gloo:"))
+
+
 def _host_intervals(t: Trace) -> pl.DataFrame:
     """[label, ts, end] of the host side (local ns), labels of HOST_LABELS."""
-    h = t.host.filter(~pl.col("name").str.contains(STEP_RE) & ~pl.col("name").str.starts_with("gloo:"))
+    h = _program_host(t)
     label = (pl.when(pl.col("name").str.contains(DATALOADER_RE)).then(pl.lit("input"))
              .when(pl.col("cat") == "python_function").then(pl.lit("python"))
              .otherwise(pl.lit("host_ops")))
@@ -220,7 +230,7 @@ def _largest_gap(t: Trace, win: pl.DataFrame, rank: int) -> dict | None:
     off = t.meta.epoch_offset_ns
     w = win.filter(pl.col("rank") == rank).select("step", (pl.col("lo") - off).alias("lo"),
                                                   (pl.col("hi") - off).alias("hi"))
-    h = t.host.filter(~pl.col("name").str.contains(STEP_RE) & ~pl.col("name").str.starts_with("gloo:"))
+    h = _program_host(t)
     cov = merge(h.select("ts", "end")).sort("ts")
     gaps = cov.select(pl.col("end").alias("g0"), pl.col("ts").shift(-1).alias("g1")).drop_nulls()
     gaps = (gaps.join(w, how="cross").with_columns(g0=pl.max_horizontal("g0", "lo"), g1=pl.min_horizontal("g1", "hi"))
