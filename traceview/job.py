@@ -46,9 +46,14 @@ def analyze_job(path: str, ranks: list[RankResult], options: Options) -> tuple[d
     matched = comm.match(job, steps)
     nccl = comm.summary(job, steps, matched)
     strag = nccl.get("straggler")
+    cause_warns: list[str] = []
     if strag is not None:  # why it is late, before the rules: nccl-wait judges the straggler by its cause
-        strag["cause"] = straggler.cause(job.traces, steps, {k: r.part for k, r in enumerate(ranks)}, matched[0],
-                                         strag["rank"])
+        try:
+            strag["cause"] = straggler.cause(job.traces, steps, {k: r.part for k, r in enumerate(ranks)},
+                                             matched[0], strag["rank"])
+        except Exception as e:  # noqa: BLE001 - the rest of the job section stands without it
+            strag["cause"] = None
+            cause_warns.append(f"internal error in the straggler's cause: {type(e).__name__}: {e}")
     findings, warns = run_job_rules(JobContext(job=job, steps=steps, comm=nccl, entries=tuple(r.entry for r in ranks)),
                                     options)
     if strag is not None:  # what the job view and the per-rank notes go by
@@ -60,7 +65,7 @@ def analyze_job(path: str, ranks: list[RankResult], options: Options) -> tuple[d
     entry: dict[str, Any] = {"path": path, "ranks": job.ranks, "classification": _rank_verdicts(ranks, nccl, period),
                              "nccl": nccl, "findings": findings, "step_period": period}
     _annotate_straggler_waits(nccl, [r.entry for r in ranks])
-    return entry, warns
+    return entry, cause_warns + warns
 
 
 def _step_period(ranks: list[RankResult], nccl: dict) -> dict:

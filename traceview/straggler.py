@@ -1,5 +1,6 @@
 """Why the straggler is late: its time before the collectives it arrived late at, compared class by class with
-the other ranks' time before the same collectives in the same steps (`jobs[].nccl.straggler.cause`), part of the job sections.
+the other ranks' time before the same collectives in the same steps (`jobs[].nccl.straggler.cause`, one of
+the job sections).
 
 - **Where**: per analysed step, the matched collective at which the straggler was latest (its start minus the
   median start of the other ranks). For every rank the *lead-up window* runs from the end of its last matched
@@ -8,13 +9,14 @@ the other ranks' time before the same collectives in the same steps (`jobs[].ncc
   collective. Every rank ran the same program between these two points, so what the straggler spends more
   time on there is why it arrives late.
 - **Classes**: each rank's classifier partition (`classify.py`) clipped to its windows; excess = the
-  straggler's time minus the median of the other ranks, per step, averaged over the steps. The others'
-  `communication` and `other_idle` are their waits for earlier collectives, never a cause. Ranks without GPU
+  straggler's time minus the median of the other ranks, per step, averaged over the steps. `communication`
+  is the others' wait for earlier collectives, never a cause. Ranks without GPU
   activity (gloo on CPU) have no partition: their host time is split into `input`, `host_sync` and
   `host_busy` (everything else the host does: its ops and the code between them).
-- **The host side** of the same windows, on the rank's program threads (those running ops): `input` (DataLoader), `host_sync`
-  (blocking sync calls), `host_ops` (profiled ops, annotations, runtime calls), `python` (Python frames of a
-  `with_stack` trace outside any op) and `untraced` (no profiled event on any thread). `cpu_launch` (the GPU
+- **The host side** of the same windows, on the rank's program threads (those running ops): `input`
+  (DataLoader), `host_sync` (blocking sync calls), `host_ops` (profiled ops, annotations, runtime calls),
+  `python` (Python frames of a `with_stack` trace outside any op) and `untraced` (no profiled event on any of
+  those threads). `cpu_launch` (the GPU
   idles because the host issued the next work late) is explained by it: *code outside any torch op*
   (`untraced` + `python`: a busy loop, logging, a checkpoint write, a Python-side data step), *more host ops*
   (work the others do not have), or *the same ops, each slower* (a slower or busier CPU — or uneven profiler
@@ -254,6 +256,8 @@ def cause(traces: list[Trace], steps: dict[int, pl.DataFrame], parts: dict[int, 
         return None
     by_rank = {rank_id(t, k): t for k, t in enumerate(traces)}
     parts_r = {rank_id(t, k): parts.get(k) for k, t in enumerate(traces)}
+    if not any(k in steps and steps[k].height for k in range(len(traces))):
+        return None
     starts = pl.concat([steps[k].select(pl.lit(rank_id(t, k), pl.Int64).alias("rank"), pl.col("step").cast(pl.Int64),
                                         (pl.col("ts") + t.meta.epoch_offset_ns).alias("start"))
                         for k, t in enumerate(traces) if k in steps and steps[k].height])
