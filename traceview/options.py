@@ -19,7 +19,7 @@ class Options:
     layers_depth: int | None = None  # layers section: down to this tree depth
     top: int = 10  # rows of the top-kernel / top-op tables
     fail_on: str | None = None  # exit 1 at or above this severity (CLI, batch)
-    jobs: int | None = None  # worker processes for the files of a directory (None: one per core from 8 files; 1: serial)
+    jobs: int | None = None  # worker processes for a directory's files (None: one per core from 8 files on 4+ cores; 1: serial)
 
     def selected(self) -> list[str]:
         from .registry import selected
