@@ -239,8 +239,7 @@ def test_job_classification_says_who_waits_for_whom() -> None:
     (job,) = doc["jobs"]
     r0, r1 = sorted(job["classification"], key=lambda r: r["rank"])
     exposed = _ranks(job["nccl"])[0]["exposed_wait_per_step_us"]
-    t0 = next(t for t in doc["traces"] if t["rank"] == 0)
-    step_us = t0["summary"]["avg_step_us"]
+    step_us = job["step_period"]["period_us"]  # one period for the job (windows may overlap on a waiting rank)
     assert r0["straggler"] == 1 and r0["straggler_wait_pct"] == pytest.approx(100 * exposed / step_us, abs=0.1)
     assert r0["dominant"] == "communication" and "straggler" not in r1
     (bal,) = analyze([SAMPLES / "ddp_balanced"]).to_dict()["jobs"]

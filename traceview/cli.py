@@ -100,6 +100,8 @@ def make_parser() -> argparse.ArgumentParser:
     a.add_argument("--format", choices=FORMATS, default="text")
     a.add_argument("--step", type=int, default=None, help="analyze only ProfilerStep#N")
     a.add_argument("-o", "--output", default=None, help="write the report to a file instead of stdout")
+    a.add_argument("-j", "--jobs", type=int, default=None,
+                   help="worker processes for the rank files of a directory (default: one per core from 8 files on 4+ cores; 1: serial)")
     add_rule_options(a)
     a.set_defaults(func=cmd_analyze)
 

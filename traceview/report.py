@@ -15,6 +15,7 @@ The JSON layout is documented in docs/json-schema.md; bump SCHEMA_VERSION on any
 
 from __future__ import annotations
 
+import os
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -126,8 +127,8 @@ def analyze_trace(trace: Trace, options: Options | None = None) -> dict:
     return _analyze_trace(trace, options or Options())[0]
 
 
-def _analyze_trace(trace: Trace, options: Options) -> tuple[dict, pl.DataFrame]:
-    """(the trace's entry, its analysed steps)."""
+def _analyze_trace(trace: Trace, options: Options) -> tuple[dict, pl.DataFrame, pl.DataFrame | None]:
+    """(the trace's entry, its analysed steps, the classifier's partition of them)."""
     steps = select_steps(trace, options.step)
     lo, hi = int(steps["ts"].min()), int(steps["end"].max())
     gpu_win = trace.gpu.filter((pl.col("end") > lo) & (pl.col("ts") < hi))
@@ -158,7 +159,7 @@ def _analyze_trace(trace: Trace, options: Options) -> tuple[dict, pl.DataFrame]:
     entry["findings"] = findings
     entry["verdict_text"] = verdict_text(classification, analysed.height) if ctx else None
     entry["profiling"] = profiling_section(trace, steps, classification.get("dominant"))
-    return entry, analysed
+    return entry, analysed, ctx.part if ctx else None
 
 
 def _part(trace: Trace, steps: pl.DataFrame, ctx: RuleContext | None) -> pl.DataFrame | None:
@@ -192,8 +193,8 @@ def analyze_job_traces(job: Job, options: Options | None = None) -> tuple[dict, 
     options = options or Options()
     ranks = []
     for t in job.traces:
-        entry, analysed = _analyze_trace(t, options)
-        ranks.append(RankResult(trace=t, steps=analysed, entry=entry))
+        entry, analysed, part = _analyze_trace(t, options)
+        ranks.append(RankResult(trace=t, steps=analysed, entry=entry, part=part))
     entry, warns = analyze_job(job.path, ranks, options)
     if warns:
         entry["warnings"] = warns
@@ -206,6 +207,65 @@ def _error(path: Path | str, e: BaseException) -> dict:
     return {"path": str(path), "error": msg}
 
 
+#: from this many files in one directory the ranks are analysed in worker processes (`Options.jobs` None)
+PARALLEL_MIN_FILES = 8
+PARALLEL_MIN_CORES = 4
+
+
+def _workers(n_files: int, options: Options, custom_load: bool) -> int:
+    """Worker processes for the files of one input: 1 (serial, in this process) for a single file, a caller's
+    own loader or `jobs=1`."""
+    if n_files < 2 or custom_load:
+        return 1
+    if options.jobs is not None:
+        return max(1, min(options.jobs, n_files))
+    cores = os.cpu_count() or 1
+    # a worker costs a process start and imports (~1 s); on 2-3 cores polars' own threads already use them
+    return min(cores, n_files) if n_files >= PARALLEL_MIN_FILES and cores >= PARALLEL_MIN_CORES else 1
+
+
+def _analyze_file(path: Path, options: Options) -> tuple[dict, RankResult | None]:
+    """(its trace entry or error row, the rank) of one file: what a worker process sends back."""
+    try:
+        t = load_file(path)
+        entry, analysed, part = _analyze_trace(t, options)
+    except Exception as e:  # noqa: BLE001 - isolate every input
+        return _error(path, e), None
+    return entry, RankResult(trace=t, steps=analysed, entry=entry, part=part)
+
+
+def _analyze_files(files: list[Path], options: Options, workers: int,
+                   on_trace: Callable[[str], None] | None) -> list[tuple[dict, RankResult | None]]:
+    """`_analyze_file` over the files, in worker processes, results in file order (identical to the serial path:
+    each file is analysed alone; spawned workers, as polars' thread pool does not survive fork)."""
+    import multiprocessing
+    from concurrent.futures import ProcessPoolExecutor
+
+    # each worker gets its share of the cores: polars would start a thread per core in every worker otherwise
+    # (the variable is read when a spawned worker imports polars; the workers start during the submits)
+    threads = str(max(1, (os.cpu_count() or 1) // workers))
+    before = os.environ.get("POLARS_MAX_THREADS")
+    os.environ["POLARS_MAX_THREADS"] = threads
+    try:
+        pool = ProcessPoolExecutor(max_workers=workers, mp_context=multiprocessing.get_context("spawn"))
+        futures = [pool.submit(_analyze_file, f, options) for f in files]
+    finally:
+        if before is None:
+            os.environ.pop("POLARS_MAX_THREADS", None)
+        else:
+            os.environ["POLARS_MAX_THREADS"] = before
+    with pool:
+        out = []
+        for f, fut in zip(files, futures, strict=True):
+            if on_trace:
+                on_trace(str(f))
+            try:
+                out.append(fut.result())
+            except Exception:  # noqa: BLE001 - the pool itself failed (a worker killed, no importable __main__
+                out.append(_analyze_file(f, options))  # to spawn from): this file in this process, same result
+        return out
+
+
 def analyze(paths: list[str | Path], options: Options | None = None, *,
             on_trace: Callable[[str], None] | None = None, load: Callable[[Path], Trace] | None = None) -> Report:
     """Analyze files and directories. A directory of several rank files is also one job. Every input is
@@ -213,6 +273,7 @@ def analyze(paths: list[str | Path], options: Options | None = None, *,
     (default `load_file`) lets a caller reuse traces it already holds, e.g. the app when only the step
     changes."""
     options = options or Options()
+    custom_load = load is not None
     load = load or load_file
     rep = Report()
     for p in map(Path, paths):
@@ -222,17 +283,25 @@ def analyze(paths: list[str | Path], options: Options | None = None, *,
             rep.errors.append(_error(p, e))
             continue
         ranks: list[RankResult] = []
-        for f in files:
+        workers = _workers(len(files), options, custom_load)
+        if workers > 1:
+            for entry, rank in _analyze_files(files, options, workers, on_trace):
+                if rank is None:
+                    rep.errors.append(entry)
+                else:
+                    rep.traces.append(entry)
+                    ranks.append(rank)
+        for f in files if workers == 1 else []:
             if on_trace:
                 on_trace(str(f))
             try:
                 t = load(f)
-                entry, analysed = _analyze_trace(t, options)
+                entry, analysed, part = _analyze_trace(t, options)
             except Exception as e:  # noqa: BLE001 - isolate every input
                 rep.errors.append(_error(f, e))
                 continue
             rep.traces.append(entry)
-            ranks.append(RankResult(trace=t, steps=analysed, entry=entry))
+            ranks.append(RankResult(trace=t, steps=analysed, entry=entry, part=part))
         if p.is_dir() and len(ranks) > 1:
             ranks.sort(key=lambda r: (r.trace.meta.rank is None, r.trace.meta.rank or 0, r.trace.meta.path))
             try:

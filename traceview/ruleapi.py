@@ -104,6 +104,7 @@ class JobContext:
     job: Job
     steps: dict[int, pl.DataFrame]  # position in job.traces -> analysed step windows
     comm: dict[str, Any]  # the job's `nccl` section (analyses.comm.summary)
+    entries: tuple[dict[str, Any], ...] = ()  # the ranks' trace entries (same order as job.traces)
     rule: ModuleType | None = None
     options: Mapping[str, Any] = field(default_factory=dict)
 
@@ -119,7 +120,31 @@ class JobContext:
     @property
     def overhead_ms(self) -> float | None:
         """Profiled minus unprofiled step time of a `traceview collect` run (its manifest), else None."""
+        man = self._manifest_overhead_ms
+        return man if man is not None else self.estimated_overhead_ms
+
+    @property
+    def _manifest_overhead_ms(self) -> float | None:
         return next((o for o in (step_overhead_ms(t.meta.manifest) for t in self.job.traces) if o is not None), None)
+
+    @property
+    def overhead_source(self) -> str:
+        """Where `overhead_ms` comes from, in words."""
+        if self._manifest_overhead_ms is not None:
+            return "collector manifest: profiled vs unprofiled step time"
+        return "estimated unprofiled step time of the trace's profiling section"
+
+    @property
+    def estimated_overhead_ms(self) -> float | None:
+        """Without a manifest: the largest traced minus estimated unprofiled step time of a rank (the trace
+        entries' `profiling.estimated_unprofiled_step_us`, where the profiling section estimates it)."""
+        got = []
+        for e in self.entries:
+            est = (e.get("profiling") or {}).get("estimated_unprofiled_step_us")
+            traced = (e.get("summary") or {}).get("avg_step_us")
+            if isinstance(est, (int, float)) and isinstance(traced, (int, float)):
+                got.append(max(traced - est, 0.0) / 1000)
+        return max(got) if got else None
 
     def finding(self, *, cost_ns: float, savings_ns: float, count: int, evidence: dict[str, Any],
                 severity: str | None = None, title: str | None = None, fix: str | None = None) -> Finding:
