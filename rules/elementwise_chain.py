@@ -51,6 +51,7 @@ from traceview.ruleapi import Finding, Option, RuleContext
 
 CODE = "TV201"
 NAME = "elementwise-chain"
+CLASS = "gpu_memory"  # the classifier class whose time a fix of these findings removes
 SEVERITY = "warning"
 TITLE = "Chain of memory-bound elementwise kernels could be fused"
 OPTIONS = {

@@ -47,13 +47,14 @@ from __future__ import annotations
 import polars as pl
 
 from traceview.analyses.tree import ancestor_where
-from traceview.analyses.windows import step_of
-from traceview.classify import sync_calls, sync_windows
+from traceview.analyses.windows import host_step_of
+from traceview.classify import idle_gaps, sync_calls, sync_ramps, sync_windows
 from traceview.model import STEP_RE
 from traceview.ruleapi import Finding, Option, RuleContext
 
 CODE = "TV102"
 NAME = "host-sync"
+CLASS = "host_sync"  # the classifier class whose time a fix of these findings removes
 SEVERITY = "warning"
 TITLE = "Host blocks on the GPU; the GPU idles until the next launch"
 OPTIONS = {
@@ -107,7 +108,7 @@ def attributed_syncs(trace, steps: pl.DataFrame, part: pl.DataFrame) -> pl.DataF
     syncs = sync_calls(trace)
     if syncs.height == 0:
         return pl.DataFrame()
-    syncs = step_of(syncs, steps).filter(pl.col("step").is_not_null())
+    syncs = host_step_of(syncs, steps, "ts").filter(pl.col("step").is_not_null())
     if syncs.height == 0:
         return pl.DataFrame()
     h = trace.host
@@ -133,10 +134,14 @@ def attributed_syncs(trace, steps: pl.DataFrame, part: pl.DataFrame) -> pl.DataF
          .join(names.rename({"i": "api", "name": "api_name"}), on="api", how="left")
          .join(mc, on="op", how="left"))
     s = s.with_columns(cause=_cause(pl.col("root_name"), pl.col("name"), pl.col("direction")))
-    # cost: host_sync segments of the partition, each given to the sync window it starts in
+    # cost: host_sync segments of the partition, each given to the sync window (or the ramp after it until the
+    # queue is refilled) it starts in
     win = sync_windows(trace, syncs.select("i", "name", "ts", "end", "op", "tid")).sort("ts")
+    claims = pl.concat([win.select("i", "ts", "end"), sync_ramps(trace, idle_gaps(trace, int(part["ts"].min()),
+                                                                             int(part["end"].max())))])
+    claims = claims.filter(pl.col("i").is_in(syncs["i"].implode())).sort("ts")
     hs = part.filter(pl.col("cls") == "host_sync").select("ts", (pl.col("end") - pl.col("ts")).alias("d")).sort("ts")
-    got = (hs.join_asof(win.select(pl.col("i").alias("_sync"), pl.col("ts").alias("_wts"), pl.col("end").alias("_wend")),
+    got = (hs.join_asof(claims.select(pl.col("i").alias("_sync"), pl.col("ts").alias("_wts"), pl.col("end").alias("_wend")),
                         left_on="ts", right_on="_wts", strategy="backward")
            .filter(pl.col("ts") < pl.col("_wend")).group_by("_sync").agg(pl.col("d").sum().alias("cost")))
     s = s.join(got.rename({"_sync": "i"}), on="i", how="left").with_columns(pl.col("cost").fill_null(0))

@@ -43,6 +43,7 @@ from traceview.ruleapi import Finding, Option, RuleContext
 
 CODE = "TV401"
 NAME = "input-bound"
+CLASS = "input"  # the classifier class whose time a fix of these findings removes
 SEVERITY = "warning"
 TITLE = "Steps wait for the DataLoader; the GPU idles meanwhile"
 OPTIONS = {

@@ -47,6 +47,7 @@ from traceview.ruleapi import Finding, Option, RuleContext
 
 CODE = "TV101"
 NAME = "launch-bound"
+CLASS = "cpu_launch"  # the classifier class whose time a fix of these findings removes
 SEVERITY = "warning"
 TITLE = "GPU idles between kernels because the CPU launches them late"
 OPTIONS = {

@@ -141,4 +141,4 @@ def _finding(rule: ModuleType | None, options: Mapping[str, Any], *, cost_ns: fl
     return Finding(rule=rule.NAME, code=rule.CODE, severity=severity, title=title or rule.TITLE,
                    steps=[int(s) for s in steps], count=int(count), cost_us=cost_ns / 1000, savings_us=savings / 1000,
                    savings_pct=pct, evidence=evidence, fix=fix if fix is not None else getattr(rule, "FIX", ""),
-                   layer=layer)
+                   layer=layer, cls=getattr(rule, "CLASS", None))

@@ -179,7 +179,11 @@ def _build_tree(host: pl.DataFrame, nodes: pl.DataFrame) -> tuple[pl.DataFrame, 
     if not levels:
         empty = pl.DataFrame(schema={"i": pl.UInt32, "pnode": pl.UInt32, "layer": pl.String, "cls": pl.String,
                                      "ndepth": pl.Int32, "src": pl.String, "ts": pl.Int64, "end": pl.Int64})
-        return empty, pl.DataFrame(schema={"layer": pl.String})
+        # no layer at all (e.g. a replayed CUDA graph: no op recorded): an empty tree with the full schema
+        return empty, pl.DataFrame(schema={"layer": pl.String, "parent_layer": pl.String, "name": pl.String,
+                                           "layer_class": pl.String, "kind": pl.String, "depth": pl.Int32,
+                                           "module_path": pl.String, "anc": pl.List(pl.String), "src": pl.String,
+                                           "first_ts": pl.Int64, "calls": pl.UInt32})
     out = pl.concat([lv.select("i", "pnode", "layer", "module_path", "label", "cls", "kind", "ndepth", "parent_layer",
                                "src", "anc", "attr") for lv in levels], how="vertical_relaxed")
     # attr paths are already readable kinds (`blocks.*.attn`)

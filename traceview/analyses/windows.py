@@ -55,3 +55,31 @@ def host_step_of(df: pl.DataFrame, steps: pl.DataFrame, col: str, out: str = "st
     w = steps.select(pl.col("step").alias(out), pl.col("cpu_ts").alias("_wts"), pl.col("cpu_end").alias("_wend")).sort("_wts")
     res = df.sort(col).join_asof(w, left_on=col, right_on="_wts", strategy="backward")
     return res.with_columns(pl.when(pl.col(col) < pl.col("_wend")).then(pl.col(out)).alias(out)).drop("_wts", "_wend")
+
+
+def recording_edges(trace: Trace, steps: pl.DataFrame) -> tuple[dict, list[str]]:
+    """What the step periods leave out at the edges of the recording: {excluded_us, excluded: {before_us,
+    after_us}} and warnings that say why.
+
+    Before: GPU work queued before the first analysed step (launched before the recording began, or during
+    the profiler's warm-up) that ran into it, i.e. from the host's entry into the step (tb_plugin's start) to
+    the period's start. After: host and GPU activity after the last step's period (the script's final
+    `torch.cuda.synchronize()`, the profiler's stop and export)."""
+    if steps.height == 0:
+        return {"excluded_us": 0.0, "excluded": {"before_us": 0.0, "after_us": 0.0}}, []
+    first, last = steps.sort("step").row(0, named=True), steps.sort("step").row(-1, named=True)
+    tb0 = first.get("tb_ts") if first.get("tb_ts") is not None else first["ts"]
+    before = max(0, int(first["ts"]) - int(tb0))
+    ends = [v for v in (trace.host["end"].max(), trace.gpu["end"].max() if trace.gpu.height else None) if v is not None]
+    after = max(0, int(max(ends)) - int(last["end"])) if ends else 0
+    warns = []
+    if before:
+        warns.append(f"{before / 1000:,.1f} µs of GPU work queued before step {first['step']} (launched before the "
+                     f"recording or by the profiler's warm-up) is left out of its period")
+    host_after = trace.host.filter((pl.col("ts") >= last["cpu_end"]) & pl.col("cat").is_in(["cuda_runtime", "cuda_driver"])
+                                   & pl.col("name").str.contains("Synchronize"))
+    if after and host_after.height:
+        warns.append(f"{after / 1000:,.1f} µs after the last step (the script's final "
+                     f"{host_after['name'][0]}, the profiler's stop) are left out of the steps, classes and findings")
+    return {"excluded_us": round((before + after) / 1000, 3),
+            "excluded": {"before_us": round(before / 1000, 3), "after_us": round(after / 1000, 3)}}, warns
