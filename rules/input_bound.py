@@ -68,14 +68,17 @@ def check(ctx: RuleContext) -> list[Finding]:
     # kernels, copies, communication or runtime calls)
     per = step_breakdown(trace, steps).select("step", pl.col("dataloader").alias("dur")).sort("step")
     total = int(per["dur"].sum())
-    pct = ctx.pct(total)
+    # as a share of tb_plugin's own step windows, the number the plugin reports
+    tb = steps.select("step", (pl.col("tb_end") - pl.col("tb_ts")).alias("sd")) if "tb_ts" in steps.columns else \
+        steps.select("step", (pl.col("end") - pl.col("ts")).alias("sd"))
+    tb_window = int(tb["sd"].sum())
+    pct = 100.0 * total / tb_window if tb_window else 0.0
     if pct < ctx.options["moderate_pct"]:
         return []
     part = ctx.class_time("input")
     idle = part.group_by("step").agg((pl.col("end") - pl.col("ts")).sum().alias("idle"))
     idle_total = int(idle["idle"].sum()) if idle.height else 0
-    dur = steps.select("step", (pl.col("end") - pl.col("ts")).alias("sd"))
-    rows = per.join(dur, on="step").join(idle, on="step", how="left").sort("step")
+    rows = per.join(tb, on="step").join(idle, on="step", how="left").sort("step")
     ev = {
         "dataloader_us": round(total / 1000, 3), "dataloader_pct": round(pct, 2),
         "dataloader_host_us": round(int(host["dur"].sum()) / 1000, 3),

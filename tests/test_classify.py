@@ -64,8 +64,12 @@ def test_real_resnet_input_dominant():
 
 def test_kineto_input_share_equals_tb_plugin_dataloader():
     t = load("kineto_resnet50/resnet50_num_workers_0/worker0.1623143089861.pt.trace.json.gz")
+    # over tb_plugin's own step windows the input share is the plugin's DataLoader share
+    tb = t.steps.with_columns(ts=pl.col("tb_ts"), end=pl.col("tb_end"))
+    assert classify.classification(t, tb)["shares"]["input"] == pytest.approx(33.4, abs=0.2)  # tb_plugin 33.4 %
+    # over the step periods the first step keeps only the idle the other steps open with, so slightly less
     c = classify.classification(t, t.steps)
-    assert c["shares"]["input"] == pytest.approx(33.4, abs=0.2)  # tb_plugin DataLoader 33.4 %
+    assert 31.0 < c["shares"]["input"] < 33.4
 
 
 def test_roofline_bounds():

@@ -388,12 +388,11 @@ def _steps(host: pl.DataFrame, gpu: pl.DataFrame) -> pl.DataFrame:
                                right_on="cpu_ts", strategy="backward")
                     .filter(pl.col("launch_ts") < pl.col("cpu_end"))
                     .group_by("step").agg(pl.col("ts").min().alias("gpu_ts"), pl.col("end").max().alias("gpu_end"),
-                                          pl.col("launch_end").sort_by("ts").first().alias("_first_launch"),
-                                          pl.col("launch_ts").min().alias("_launch0")))
+                                          pl.col("launch_end").sort_by("ts").first().alias("_first_launch")))
         cpu = cpu.join(launched, on="step", how="left")
     else:
         cpu = cpu.with_columns(gpu_ts=pl.lit(None, pl.Int64), gpu_end=pl.lit(None, pl.Int64),
-                               _first_launch=pl.lit(None, pl.Int64), _launch0=pl.lit(None, pl.Int64))
+                               _first_launch=pl.lit(None, pl.Int64))
     # tb_plugin's device-side window: start = max(previous end, host start), end = max(host end, GPU end)
     cpu = cpu.sort("step").with_columns(tb_end=pl.max_horizontal("cpu_end", "gpu_end"))
     cpu = cpu.with_columns(tb_ts=pl.max_horizontal("cpu_ts", pl.col("tb_end").shift(1)))
@@ -416,13 +415,14 @@ def _periods(cpu: pl.DataFrame, gpu: pl.DataFrame) -> pl.DataFrame:
     ahead of a full queue): it then starts when that earlier work ends, and at the latest when its own first
     GPU work starts — where a CUDA event recorded at the step's start would fire. Earlier work is work launched
     before the recording (no launch record) or by an earlier step, and also work the trace does not hold: when
-    the step's first kernel started later after its launch call returned than the trace's usual launch latency (median over
-    kernels launched onto an idle GPU), the GPU was busy until that usual latency before the kernel's start.
-    The first step's host preamble (entry to first launch) beyond the other steps' median is the profiler's
-    start-up and is left out too. So no period holds GPU work queued before the recording, and on a GPU-bound
-    loop the period is the GPU's step period. The last step ends at the end of its host span or of its GPU work, whichever is later."""
+    the step's first kernel started later after its launch call returned than the trace's usual launch latency
+    (median over kernels launched onto an idle GPU), the GPU was busy until that usual latency before the
+    kernel's start. The first step opens on an idle GPU (the profiler's start-up, a host preamble with nothing
+    queued): it keeps only the median idle the other steps have before their first GPU work. So no period holds
+    GPU work queued before the recording, and on a GPU-bound loop the period is the GPU's step period. The last
+    step ends at the end of its host span or of its GPU work, whichever is later."""
     if "gpu_ts" not in cpu.columns or cpu["gpu_ts"].is_null().all() or gpu.height == 0:
-        return cpu.with_columns(ts=pl.col("tb_ts"), end=pl.col("tb_end")).drop("_first_launch", "_launch0")
+        return cpu.with_columns(ts=pl.col("tb_ts"), end=pl.col("tb_end")).drop("_first_launch")
     work = gpu.filter(pl.col("kind") != "sync").select("ts", "end", "launch_end").sort("ts")
     work = work.with_columns(_busy_to=pl.col("end").cum_max())
     # launch latency onto an idle GPU (from the launch call's return: a pageable copy works inside the call):
@@ -437,18 +437,18 @@ def _periods(cpu: pl.DataFrame, gpu: pl.DataFrame) -> pl.DataFrame:
     cpu = cpu.join(first, on="step", how="left").sort("step")
     unseen = (pl.col("gpu_ts") - int(lat)) if lat is not None else pl.lit(None, pl.Int64)
     unseen = pl.when(pl.col("_first_launch").is_not_null() & (unseen > pl.col("_first_launch"))).then(unseen)
-    # the first recorded step also pays the profiler's start-up on the host: its preamble (host entry to first
-    # launch) beyond the other steps' median preamble is left out, as far as the GPU had nothing to run then
-    pre = cpu["_launch0"] - cpu["cpu_ts"]
-    extra = 0
-    if cpu.height > 2 and pre.null_count() == 0:
-        extra = max(0, int(pre[0]) - int(pre[1:].median()))
-    startup = pl.when(pl.int_range(pl.len()) == 0).then(pl.col("cpu_ts") + extra)
-    start = pl.max_horizontal("cpu_ts", "_busy_to", unseen, startup)
+    start = pl.max_horizontal("cpu_ts", "_busy_to", unseen)
     start = pl.when(pl.col("gpu_ts").is_not_null()).then(pl.min_horizontal(start, "gpu_ts")).otherwise(start)
-    cpu = cpu.with_columns(ts=start).with_columns(ts=pl.col("ts").cum_max())  # starts never go back in time
+    cpu = cpu.with_columns(ts=start)
+    # the first recorded step opens on an idle GPU (the profiler's start-up, the host's preamble with nothing
+    # queued): it keeps only as much idle before its first GPU work as the other steps have at their start
+    lead = (cpu["gpu_ts"] - cpu["ts"]).slice(1).drop_nulls()
+    if lead.len() and cpu["gpu_ts"][0] is not None:
+        first = max(int(cpu["ts"][0]), int(cpu["gpu_ts"][0]) - max(0, int(lead.median())))
+        cpu = cpu.with_columns(ts=pl.when(pl.int_range(pl.len()) == 0).then(first).otherwise(pl.col("ts")))
+    cpu = cpu.with_columns(ts=pl.col("ts").cum_max())  # starts never go back in time
     last_end = pl.max_horizontal("cpu_end", "gpu_end", "ts")
-    return cpu.with_columns(end=pl.col("ts").shift(-1).fill_null(last_end)).drop("_busy_to", "_first_launch", "_launch0")
+    return cpu.with_columns(end=pl.col("ts").shift(-1).fill_null(last_end)).drop("_busy_to", "_first_launch")
 
 
 def _meta(path: Path, doc: d.Doc, fmt: str, t0_us: float, counts: dict, warnings: list[str],

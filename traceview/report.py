@@ -165,7 +165,8 @@ def _analyze_trace(trace: Trace, options: Options) -> tuple[dict, pl.DataFrame]:
     entry["classification"] = classification = classification_section(ctx, findings)
     entry["findings"] = findings
     entry["verdict_text"] = verdict_text(classification, analysed.height, findings) if ctx else None
-    entry["profiling"] = profiling_section(trace, steps, classification.get("dominant"))
+    entry["profiling"] = profiling_section(trace, analysed, classification.get("dominant"), ctx,
+                                           classification.get("primary"))
     return entry, analysed
 
 

@@ -5,7 +5,8 @@
 `dominant` is the largest class. `primary` is the class whose fix saves the most step time, judged on the
 findings' savings model (each finding's `savings_us`, given to its rule's class): a step where an in-process
 DataLoader costs 28 % while compute holds 53 % is `input`. With nothing to fix (no finding above `info`) it is
-the dominant class: a GEMM-bound step with nothing to fix is `gpu_compute`. Per step, a finding's savings are
+the dominant class: a GEMM-bound step with nothing to fix is `gpu_compute` — once the profiler's own cost is taken
+out of `cpu_launch` (`primary_basis` `share_unprofiled` when that changes the answer). Per step, a finding's savings are
 spread over the steps in proportion to its class's time in each step.
 """
 
@@ -46,11 +47,19 @@ def savings_by_class(findings: list[dict]) -> dict[str, float]:
     return dict(sorted(out.items(), key=lambda kv: (-kv[1], classify.CLASSES.index(kv[0]))))
 
 
-def _primary(savings: dict[str, float], dominant: str | None) -> tuple[str | None, str]:
+def _primary(savings: dict[str, float], dominant: str | None, time_us: dict[str, float] | None = None,
+             overhead_us: float = 0.0) -> tuple[str | None, str]:
+    """(primary, basis). With nothing to fix, the largest class once the profiler's own cost is taken out of
+    `cpu_launch` (the host time every recorded event adds is GPU idle the unprofiled run does not have)."""
     best = next(iter(savings.items()), None)
     if best and best[1] > 0:
         return best[0], "savings"
-    return dominant, "share"
+    if not time_us or not overhead_us or dominant != "cpu_launch":
+        return dominant, "share"
+    t = dict(time_us)
+    t["cpu_launch"] = max(0.0, t.get("cpu_launch", 0.0) - overhead_us)
+    top = max(classify.CLASSES, key=lambda c: (t.get(c, 0.0), -classify.CLASSES.index(c)))
+    return top, ("share" if top == dominant else "share_unprofiled")
 
 
 def _step_savings(findings: list[dict], part: pl.DataFrame) -> dict[int, dict[str, float]]:
@@ -79,12 +88,14 @@ def classification_section(ctx: RuleContext | None, findings: list[dict] | None 
     out = classify.classification(ctx.trace, ctx.steps, ctx.part, ctx.kb)
     sav = savings_by_class(findings)
     window = out.get("window_us") or 0.0
-    out["primary"], out["primary_basis"] = _primary(sav, out["dominant"])
+    over_us = float(ctx.profiler.get("overhead_ns") or 0.0) / 1000  # per step
+    n = max(1, ctx.steps.height)
+    out["primary"], out["primary_basis"] = _primary(sav, out["dominant"], out["time_us"], over_us * n)
     out["savings_pct"] = {c: round(100.0 * v / window, 2) if window else 0.0 for c, v in sav.items()}
     per_step = _step_savings(findings, ctx.part)
     for row in out["steps"]:
         ss = dict(sorted(per_step.get(row["step"], {}).items(), key=lambda kv: (-kv[1], classify.CLASSES.index(kv[0]))))
-        row["primary"], row["primary_basis"] = _primary(ss, row["dominant"])
+        row["primary"], row["primary_basis"] = _primary(ss, row["dominant"], row["time_us"], over_us)
     out["analyzed_steps"] = ctx.steps["step"].to_list()
     return out
 
