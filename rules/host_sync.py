@@ -148,10 +148,33 @@ def attributed_syncs(trace, steps: pl.DataFrame, part: pl.DataFrame) -> pl.DataF
     return s.join(win.select("i", "next_ts"), on="i", how="left")
 
 
+COMPILE_FIX = ("These syncs are made by torch.compile itself — Dynamo/Inductor compiling a new graph and Triton "
+               "benchmarking kernel configs (autotuning) inside the step — not by the training loop, so there is "
+               "no sync to remove from your code. The cost is compilation: keep shapes stable (or mark dynamic "
+               "dimensions with torch._dynamo.mark_dynamic / dynamic=True) so graphs are not recompiled every "
+               "step, warm up before profiling, and cache compiled artifacts across runs.")
+
+
+def _compile_finding(ctx: RuleContext) -> list[Finding]:
+    """One info finding for the syncs made inside compilation/autotuning: attributed to the compiler."""
+    cs = sync_calls(ctx.trace, compilation=True)
+    if cs.height == 0:
+        return []
+    cs = host_step_of(cs, ctx.steps, "ts").filter(pl.col("step").is_not_null())
+    if cs.height == 0:
+        return []
+    ev = {"cause": "torch.compile compilation / autotuning", "sync_calls": dict(sorted(
+        zip(*cs["name"].value_counts().select("name", "count").to_dict(as_series=False).values(), strict=True))),
+          "syncs_per_step": round(cs.height / ctx.steps.height, 2)}
+    return [ctx.finding(title="Syncs inside torch.compile compilation/autotuning (not the loop's)", severity="info",
+                        steps=sorted(set(cs["step"].to_list())), count=cs.height, cost_ns=0, evidence=ev,
+                        fix=COMPILE_FIX)]
+
+
 def check(ctx: RuleContext) -> list[Finding]:
     s = attributed_syncs(ctx.trace, ctx.steps, ctx.part)
     if s.height == 0:
-        return []
+        return _compile_finding(ctx)
     nsteps = ctx.steps.height
     groups = (s.with_columns(source=pl.col("source").fill_null(""))
               .group_by("cause", "source")
@@ -175,4 +198,4 @@ def check(ctx: RuleContext) -> list[Finding]:
             title=f"{g['cause']} syncs the host" + (f" at {g['source']}" if g["source"] else ""),
             steps=g["steps"], count=g["count"], cost_ns=g["cost"], evidence=ev, fix=FIXES.get(g["cause"], GENERIC_FIX),
             op_ids=[o for o in g["ops"] if o is not None]))
-    return out
+    return out + _compile_finding(ctx)

@@ -37,6 +37,7 @@ from __future__ import annotations
 import polars as pl
 
 from traceview.analyses.breakdown import step_breakdown
+from traceview.analyses.features import Features
 from traceview.analyses.intervals import clip, per_window
 from traceview.classify import dataloader_spans
 from traceview.ruleapi import Finding, Option, RuleContext
@@ -90,4 +91,16 @@ def check(ctx: RuleContext) -> list[Finding]:
     }
     fired = rows.filter(pl.col("dur") > 0)["step"].to_list()
     return [ctx.finding(steps=fired, count=dl.filter((pl.col("end") > lo) & (pl.col("ts") < hi)).height,
-                        cost_ns=total, savings_ns=idle_total, severity_pct=pct, evidence=ev)]
+                        cost_ns=total, savings_ns=idle_total, severity_pct=pct, evidence=ev,
+                        fix=fix_for(ctx.features))]
+
+
+def fix_for(f: Features) -> str:
+    """The fix, conditioned on the trace: a DataLoader that already has worker processes needs more or faster
+    workers, not workers."""
+    if f.dataloader_workers:
+        return ("The DataLoader already runs worker processes, yet the host still waits for batches: the workers "
+                "cannot keep up. Raise num_workers (up to the free CPU cores), prefetch_factor and "
+                "persistent_workers=True, make the per-sample transform cheaper (decode once, smaller images, "
+                "augment on the GPU), pin memory and copy with non_blocking=True.")
+    return FIX

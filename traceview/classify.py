@@ -28,11 +28,13 @@ from __future__ import annotations
 import polars as pl
 
 from .analyses.breakdown import DATALOADER_RE
+from .analyses.features import COMPILE_RE
 from .analyses.intervals import merge
 from .analyses.intervals import segments as _segments
 from .analyses.roofline import kernel_bound as _kernel_bound
 from .analyses.specs import trace_spec
 from .analyses.timeline import gpu_work
+from .analyses.tree import ancestor_where
 from .memo import per_trace
 from .model import Trace
 from .units import us
@@ -65,8 +67,9 @@ def host_span(trace: Trace) -> tuple[int, int]:
     return int(st["cpu_ts"].min()), int(st["cpu_end"].max())
 
 
-def sync_calls(trace: Trace) -> pl.DataFrame:
-    """Host calls that block on the GPU, made inside the steps' host span: [i, name, ts, end, op, tid].
+def sync_calls(trace: Trace, compilation: bool = False) -> pl.DataFrame:
+    """Host calls that block on the GPU, made inside the steps' host span: [i, name, ts, end, op, tid]; those
+    made by torch.compile's compilation/autotuning only with `compilation` (and then only those).
 
     Runtime/driver calls by name, plus `cuda_sync` events whose runtime call is not in the trace (their
     host interval is the launch call when known, else the event itself)."""
@@ -82,17 +85,30 @@ def sync_calls(trace: Trace) -> pl.DataFrame:
                    pl.col("_hop").alias("op"), pl.col("_htid").alias("tid"))
     lo, hi = host_span(trace)
     out = pl.concat([rt, ev], how="vertical_relaxed").unique("i")
-    return out.filter((pl.col("ts") >= lo) & (pl.col("ts") < hi)).sort("ts")
+    out = out.filter((pl.col("ts") >= lo) & (pl.col("ts") < hi)).sort("ts")
+    inside = compile_syncs(trace, out)
+    return out.filter(pl.col("i").is_in(inside.implode()) == compilation).sort("ts")
+
+
+def compile_syncs(trace: Trace, syncs: pl.DataFrame) -> pl.Series:
+    """Ids of the syncs made inside Dynamo/Inductor compilation or autotuning (a `dynamo_timed` span,
+    `entire_frame_compile`, `CachingAutotuner.benchmark_all_configs`, ...): the compiler's, not the loop's."""
+    if syncs.height == 0:
+        return pl.Series("i", [], pl.UInt32)
+    anc = ancestor_where(trace.host, syncs, pl.col("name").str.contains(COMPILE_RE).fill_null(False), "_c")
+    return anc.filter(pl.col("_c").is_not_null())["i"]
 
 
 def sync_windows(trace: Trace, syncs: pl.DataFrame | None = None) -> pl.DataFrame:
-    """[i, ts, end, sync_end, next_ts]: from each sync's start to the first GPU activity after it returns."""
+    """[i, ts, end, sync_end, next_ts]: from each sync's start to the first GPU activity after it returns (the
+    GPU relaunch the sync forces; on GPU-bound loops this equals the measured saving of removing the syncs:
+    collected2 train_gradnorm_item_b32/b64, 12.4 % / 8.8 % against 13.7 % / 8.9 % measured)."""
     syncs = sync_calls(trace) if syncs is None else syncs
     starts = gpu_work(trace.gpu).select(pl.col("ts").alias("next_ts")).unique().sort("next_ts")
     s = syncs.select("i", "ts", pl.col("end").alias("sync_end")).sort("sync_end")
     s = s.join_asof(starts, left_on="sync_end", right_on="next_ts", strategy="forward")
-    return s.with_columns(end=pl.max_horizontal("sync_end", pl.col("next_ts").fill_null(pl.col("sync_end")))
-                          ).select("i", "ts", "end", "sync_end", "next_ts")
+    end = pl.max_horizontal("sync_end", pl.col("next_ts").fill_null(pl.col("sync_end")))
+    return s.with_columns(end=end).select("i", "ts", "end", "sync_end", "next_ts")
 
 
 def dataloader_spans(trace: Trace) -> pl.DataFrame:

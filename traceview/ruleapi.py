@@ -59,7 +59,7 @@ class RuleContext:
         part = classify.partition(trace, kept, kb)
         window = int((kept["end"] - kept["ts"]).sum()) if kept.height else 0
         return cls(trace=trace, steps=kept, window_ns=window, spec=trace_spec(trace.meta), kb=kb, part=part,
-                   features=detect(trace), profiler=profiler_cost(trace, kept)), warns
+                   features=detect(trace, kb), profiler=profiler_cost(trace, kept)), warns
 
     def for_rule(self, rule: ModuleType, options: Mapping[str, Any]) -> RuleContext:
         return replace(self, rule=rule, options=MappingProxyType(dict(options)))

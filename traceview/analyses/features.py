@@ -38,7 +38,9 @@ class Features:
         return {k: getattr(self, k) for k in self.__dataclass_fields__}
 
 
-def detect(trace: Trace) -> Features:
+def detect(trace: Trace, kb: pl.DataFrame | None = None) -> Features:
+    """The trace's features; `kb` (the roofline per kernel, classify.kernel_bound) adds operand widths: a
+    kernel with <= 2-byte operands is low precision even when its name does not say so."""
     h = trace.host.select("cat", "name")
     ops = h.filter(pl.col("cat").is_in(["cpu_op", "user_annotation"]))["name"]
     rt = h.filter(pl.col("cat").is_in(RUNTIME_CATS))["name"]
@@ -54,6 +56,7 @@ def detect(trace: Trace) -> Features:
         compiling=bool(ops.str.contains(COMPILE_RE).any()),
         fused_optimizer=bool(ops.str.contains(FUSED_OPT_RE).any() or k["name"].str.contains(r"(?i)fused_adam|fused_sgd").any()),
         foreach_optimizer=bool(ops.str.contains(FOREACH_RE).any()),
-        low_precision=bool(k["name"].str.contains(LOW_PRECISION_RE).any()),
+        low_precision=bool(k["name"].str.contains(LOW_PRECISION_RE).any()
+                           or (kb is not None and "bpe" in kb.columns and bool((kb["bpe"] <= 2).any()))),
         dataloader_workers=workers,
     )
