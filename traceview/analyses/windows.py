@@ -61,9 +61,9 @@ def recording_edges(trace: Trace, steps: pl.DataFrame) -> tuple[dict, list[str]]
     """What the step periods leave out at the edges of the recording: {excluded_us, excluded: {before_us,
     after_us}} and warnings that say why.
 
-    Before: GPU work queued before the first analysed step (launched before the recording began, or during
-    the profiler's warm-up) that ran into it, i.e. from the host's entry into the step (tb_plugin's start) to
-    the period's start. After: host and GPU activity after the last step's period (the script's final
+    Before: from the host's entry into the first analysed step (tb_plugin's start) to its period's start — GPU
+    work queued before the recording (launched before it began, or during the profiler's warm-up) that ran into
+    the step, or the recording's start-up with the GPU idle (loader._periods). After: host and GPU activity after the last step's period (the script's final
     `torch.cuda.synchronize()`, the profiler's stop and export)."""
     if steps.height == 0:
         return {"excluded_us": 0.0, "excluded": {"before_us": 0.0, "after_us": 0.0}}, []
@@ -74,8 +74,8 @@ def recording_edges(trace: Trace, steps: pl.DataFrame) -> tuple[dict, list[str]]
     after = max(0, int(max(ends)) - int(last["end"])) if ends else 0
     warns = []
     if before:
-        warns.append(f"{before / 1000:,.1f} µs of GPU work queued before step {first['step']} (launched before the "
-                     f"recording or by the profiler's warm-up) is left out of its period")
+        warns.append(f"{before / 1000:,.1f} µs at the start of step {first['step']} are left out of its period: the "
+                     "GPU was finishing work queued before the recording, or idle through the recording's start-up")
     host_after = trace.host.filter((pl.col("ts") >= last["cpu_end"]) & pl.col("cat").is_in(["cuda_runtime", "cuda_driver"])
                                    & pl.col("name").str.contains("Synchronize"))
     if after and host_after.height:
