@@ -128,3 +128,16 @@ def test_every_rank_step_equals_collector(rel):
         assert t["summary"]["avg_step_us"] / 1000 == pytest.approx(prof, rel=0.05 if gpu_bound else 0.06)
     assert {r["rank"]: r["primary"] for r in doc["jobs"][0]["classification"]} == {
         t["rank"]: t["classification"]["primary"] for t in doc["traces"]}
+
+
+def test_kineto_resnet_nw0_primary_is_input_not_the_largest_class():
+    """The issue's example: ResNet-50 with an in-process DataLoader (tb_plugin: DataLoader 33.4 %) — compute is
+    the largest class, but the input finding is what to fix first, per trace and in every step."""
+    t = _entry("kineto_resnet50/resnet50_num_workers_0/worker0.1623143089861.pt.trace.json.gz")
+    c = t["classification"]
+    assert c["dominant"] == "gpu_compute" and c["primary"] == "input" and c["primary_basis"] == "savings"
+    assert c["savings_pct"]["input"] > 25 and c["shares"]["gpu_compute"] > c["shares"]["input"]
+    assert all(s["primary"] == "input" for s in c["steps"])
+    assert t["verdict_text"].startswith("Verdict: input-bound") and "largest share: gpu_compute" in t["verdict_text"]
+    top = next(f for f in t["findings"] if f["severity"] != "info")
+    assert top["rule"] == "input-bound" and top["class"] == "input"
