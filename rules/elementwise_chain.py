@@ -78,6 +78,11 @@ def fix_for(f: Features, ops: str) -> str:
                 "between them stops fusion — a graph break, a reduction or a mutation Inductor will not fuse "
                 "across, or an op it falls back to eager for. Check TORCH_LOGS=graph_breaks,fusion (or "
                 "torch._dynamo.explain) and remove the break, or write the fused kernel by hand (Triton).")
+    if "_foreach_" in ops:
+        return ("These are multi-tensor (foreach) kernels, already batched over the parameters, applied one after "
+                "another: the next step is a fused optimizer — AdamW(fused=True) / SGD(fused=True) runs the whole "
+                "update in one kernel per parameter group — or torch.compile of the optimizer step, which fuses "
+                "the foreach chain.")
     if f.compiled or f.triton_kernels:
         return ("The step already uses torch.compile, but these eager ATen kernels run outside the compiled "
                 "regions (a graph break, or code left uncompiled): extend the compiled region over them (remove the "

@@ -93,3 +93,9 @@ def test_input_fix_with_workers_does_not_ask_for_workers():
 
     assert "already runs worker processes" in fix_for(Features(dataloader_workers=True))
     assert "num_workers > 0" in fix_for(Features(dataloader_workers=False))
+
+
+def test_foreach_chain_advice_is_the_fused_optimizer():
+    ch = [f for f in _findings("collected/nccl_world1_allreduce") if f["rule"] == "elementwise-chain"
+          and "_foreach_" in f["title"]]
+    assert ch and all("fused optimizer" in f["fix"] and "foreach/" not in f["fix"] for f in ch)
