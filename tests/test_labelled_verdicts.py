@@ -30,9 +30,14 @@ H200 = {**{f"gpu_h200/{k}": v for k, v in json.loads((SAMPLES / "gpu_h200/labels
         **{f"gpu_h200_real/{k}": v for k, v in json.loads((SAMPLES / "gpu_h200_real/labels.json").read_text()).items()}}
 C2 = json.loads((SAMPLES / "collected2/labels.json").read_text())
 #: negative controls: GPU-bound loops with nothing to fix (labels), world-size-1 collectives, TF32 GEMMs
-NEGATIVE = ["gpu_h200/compute_bound_gemm", "gpu_h200/seed_single_gemm_eager", "gpu_h200/nccl_world1_allreduce",
-            "gpu_h200_compile/fp32_gemm_tf32", "gpu_h200_compile/fp32_gemm_no_tf32", "collected2/fp32_gemm_tf32",
-            "collected2/gemm_bf16_n4096", "collected/compute_bound_gemm"]
+#: (compile_no_break here is collected2's 128 MiB run, GPU-bound unprofiled; gpu_h200_compile's is 10 µs of GPU
+#: work per step behind ~250 µs of Dynamo/Inductor host time: launch-bound even unprofiled, its label is about
+#: graph breaks)
+NEGATIVE = {"gpu_h200/compute_bound_gemm": "gpu_compute", "gpu_h200/seed_single_gemm_eager": "gpu_compute",
+            "gpu_h200/nccl_world1_allreduce": "gpu_compute", "gpu_h200_compile/fp32_gemm_tf32": "gpu_compute",
+            "gpu_h200_compile/fp32_gemm_no_tf32": "gpu_compute", "collected2/fp32_gemm_tf32": "gpu_compute",
+            "collected2/gemm_bf16_n4096": "gpu_compute", "collected/compute_bound_gemm": "gpu_compute",
+            "collected2/compile_no_break": "gpu_memory", "collected2/adamw_fused": "cpu_launch"}
 #: primary misses that need a gpu_compute rule (issue 11's fp32-gemm): the elementwise-chain savings win today
 NEEDS_COMPUTE_RULE = {"fragmented_eager", "tiny_ops_n1024_eager", "tiny_ops_n64_cudagraph"}
 #: known misses, kept visible: each says what the principle would need
@@ -88,12 +93,19 @@ def test_collected2_must_not_raise(run):
     assert not raised & banned, [(f["rule"], f["severity"], f["savings_pct"]) for f in t["findings"]]
 
 
-@pytest.mark.parametrize("rel", NEGATIVE)
+@pytest.mark.parametrize("rel", sorted(NEGATIVE))
 def test_negative_controls_are_quiet(rel):
+    """Nothing above info — except on adamw_fused, where the fused optimizer must raise no optimizer finding
+    but the model step stays genuinely launch-bound (labels: launch-bound expected, 5.8 ms unprofiled for 0.56 ms
+    of GPU work)."""
     t = _entry(rel if rel.startswith("collected") else rel + ".json.gz")
-    assert [(f["rule"], f["severity"]) for f in t["findings"] if f["severity"] != "info"] == []
-    assert t["classification"]["primary"] == "gpu_compute"
-    assert "nothing above info to fix" in t["verdict_text"]
+    raised = [(f["rule"], f["severity"]) for f in t["findings"] if f["severity"] != "info"]
+    if rel.endswith("adamw_fused"):
+        assert {r for r, _ in raised} == {"launch-bound"}
+    else:
+        assert raised == []
+        assert "nothing above info to fix" in t["verdict_text"]
+    assert t["classification"]["primary"] == NEGATIVE[rel]
 
 
 @pytest.mark.parametrize("run", sorted(r for r, v in C2.items() if v["overhead_pct"] < 5
