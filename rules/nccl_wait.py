@@ -64,6 +64,7 @@ from traceview.ruleapi import Finding, JobContext, Option, RuleContext
 
 CODE = "TV501"
 NAME = "nccl-wait"
+CLASS = "communication"  # the classifier class whose time a fix of these findings removes
 SEVERITY = "warning"
 TITLE = "Exposed NCCL communication"
 OPTIONS = {

@@ -105,7 +105,7 @@ def _rank_verdicts(ranks: list[RankResult], nccl: dict, period: dict) -> list[di
     for k, r in enumerate(ranks):  # one per rank
         c = r.entry.get("classification") or {}
         entry = {"rank": r.trace.meta.rank, "path": r.trace.meta.path, "dominant": c.get("dominant"),
-                 "shares": c.get("shares") or {}}
+                 "primary": c.get("primary"), "shares": c.get("shares") or {}}
         rank = comm.rank_id(r.trace, k)
         wait = exposed.get(rank)
         if strag is not None and rank != strag and wait is not None and r.steps.height:

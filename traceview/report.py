@@ -25,6 +25,7 @@ import polars as pl
 
 from .analyses import breakdown, kernels, timeline
 from .analyses.intervals import clip
+from .analyses.windows import recording_edges
 from .errors import TraceError
 from .job import RankResult, analyze_job
 from .layer_section import section as layers_section
@@ -78,25 +79,30 @@ def _device_section(trace: Trace, steps: pl.DataFrame, busy: pl.DataFrame) -> li
 
 
 def _steps_section(trace: Trace, steps: pl.DataFrame, busy: pl.DataFrame) -> tuple[list[dict], dict]:
-    bd = breakdown.step_breakdown(trace, steps)
+    """Per step: its period [start, end) (periods partition time) with the GPU busy time in it, and the
+    tb_plugin-style breakdown over the plugin's own window (tb_*), kept for comparison with the plugin."""
+    bd = breakdown.step_breakdown(trace, steps).rename({"ts": "tb_ts", "end": "tb_end", "dur": "tb_dur"})
     busy = busy.group_by("step").agg(pl.col("busy").max())
-    bd = bd.join(busy, on="step", how="left").with_columns(pl.col("busy").fill_null(0))
+    bd = (steps.select("step", "ts", "end", (pl.col("end") - pl.col("ts")).alias("dur")).join(bd, on="step")
+          .join(busy, on="step", how="left").with_columns(pl.col("busy").fill_null(0)).sort("step"))
     roles = [*breakdown.ROLES, "other"]
     rows = []
     for r in bd.iter_rows(named=True):  # one row per step
         rows.append({
             "step": r["step"], "start_us": us(r["ts"]), "end_us": us(r["end"]), "dur_us": us(r["dur"]),
             "gpu_busy_us": us(r["busy"]), "gpu_busy_pct": pct(r["busy"], r["dur"]),
+            "tb_start_us": us(r["tb_ts"]), "tb_end_us": us(r["tb_end"]), "tb_dur_us": us(r["tb_dur"]),
             "breakdown_us": {k: us(r[k]) for k in roles},
-            "breakdown_pct": {k: pct(r[k], r["dur"]) for k in roles},
+            "breakdown_pct": {k: pct(r[k], r["tb_dur"]) for k in roles},
         })
-    tot = bd.select(pl.col(["dur", "busy", *roles]).sum()).row(0, named=True)
+    tot = bd.select(pl.col(["dur", "tb_dur", "busy", *roles]).sum()).row(0, named=True)
     n = bd.height
     summary = {
         "steps": n, "step_numbers": bd["step"].to_list(), "window_us": us(tot["dur"]),
         "avg_step_us": us(tot["dur"] / n) if n else None,
         "gpu_busy_pct": pct(tot["busy"], tot["dur"]),
-        "breakdown_pct": {k: pct(tot[k], tot["dur"]) for k in roles},
+        "tb_window_us": us(tot["tb_dur"]), "tb_avg_step_us": us(tot["tb_dur"] / n) if n else None,
+        "breakdown_pct": {k: pct(tot[k], tot["tb_dur"]) for k in roles},
     }
     return rows, summary
 
@@ -134,7 +140,9 @@ def _analyze_trace(trace: Trace, options: Options) -> tuple[dict, pl.DataFrame, 
     gpu_win = trace.gpu.filter((pl.col("end") > lo) & (pl.col("ts") < hi))
     busy = timeline.busy_per_window(trace.gpu, steps)
     step_rows, summary = _steps_section(trace, steps, busy)
-    warnings = list(trace.meta.warnings)
+    edges, edge_warns = recording_edges(trace, steps)
+    summary.update(edges)
+    warnings = [*trace.meta.warnings, *edge_warns]
     entry: dict[str, Any] = {
         "path": trace.meta.path, "rank": trace.meta.rank, "world_size": trace.meta.world_size,
         "metadata": metadata(trace), "warnings": warnings, "summary": summary, "steps": step_rows,
@@ -155,10 +163,11 @@ def _analyze_trace(trace: Trace, options: Options) -> tuple[dict, pl.DataFrame, 
         warnings.append("no GPU activity in this trace (CPU-only): GPU analyses are empty")
     entry["layers"] = layers_section(trace, steps, findings=findings, kb=ctx.kb if ctx else None,
                                      part=_part(trace, steps, ctx), depth=options.layers_depth)
-    entry["classification"] = classification = classification_section(ctx)
+    entry["classification"] = classification = classification_section(ctx, findings)
     entry["findings"] = findings
-    entry["verdict_text"] = verdict_text(classification, analysed.height) if ctx else None
-    entry["profiling"] = profiling_section(trace, steps, classification.get("dominant"))
+    entry["verdict_text"] = verdict_text(classification, analysed.height, findings) if ctx else None
+    entry["profiling"] = profiling_section(trace, analysed, classification.get("dominant"), ctx,
+                                           classification.get("primary"))
     return entry, analysed, ctx.part if ctx else None
 
 
