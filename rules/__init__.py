@@ -18,11 +18,13 @@ from traceview.ruleapi import Option
 
 from . import (
     elementwise_chain,
+    fp32_gemm,
     host_sync,
     input_bound,
     launch_bound,
     nccl_wait,
     pageable_memcpy,
+    unfused_optimizer,
 )
 
 __all__ = ["BY_NAME", "RULES", "Option"]
@@ -31,6 +33,8 @@ RULES: dict[str, ModuleType] = {
     "TV101": launch_bound,
     "TV102": host_sync,
     "TV201": elementwise_chain,
+    "TV202": fp32_gemm,
+    "TV203": unfused_optimizer,
     "TV301": pageable_memcpy,
     "TV401": input_bound,
     "TV501": nccl_wait,

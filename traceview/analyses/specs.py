@@ -34,6 +34,12 @@ class Spec:
         return 1e12 * (self.tc_tflops if bytes_per_elem is not None and bytes_per_elem <= 2 else self.fp32_tflops)
 
     @property
+    def tf32_tflops(self) -> float:
+        """Dense TF32 Tensor Core peak: half the 16-bit peak on every NVIDIA part that has TF32 (Ampere,
+        Ada, Hopper, Blackwell datasheets: A100 156 of 312, H100 SXM 494.5 of 989)."""
+        return self.tc_tflops / 2
+
+    @property
     def bw(self) -> float:
         return self.hbm_tbps * 1e12
 
