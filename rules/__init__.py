@@ -19,11 +19,13 @@ from traceview.ruleapi import Option
 from . import (
     elementwise_chain,
     fp32_gemm,
+    graph_break,
     host_sync,
     input_bound,
     launch_bound,
     nccl_wait,
     pageable_memcpy,
+    recompile,
     unfused_optimizer,
 )
 
@@ -32,6 +34,8 @@ __all__ = ["BY_NAME", "RULES", "Option"]
 RULES: dict[str, ModuleType] = {
     "TV101": launch_bound,
     "TV102": host_sync,
+    "TV103": graph_break,
+    "TV104": recompile,
     "TV201": elementwise_chain,
     "TV202": fp32_gemm,
     "TV203": unfused_optimizer,

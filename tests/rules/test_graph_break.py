@@ -1,0 +1,36 @@
+import json
+
+import polars as pl
+import rulekit as k
+
+LABELS = json.loads((k.SAMPLES / "gpu_h200_compile/labels.json").read_text())
+
+
+def test_fires_on_graph_break():
+    lab = LABELS["compile_graph_break"]
+    assert lab["expected"] == "graph-break"
+    (f,) = k.findings("gpu_h200_compile/compile_graph_break.json.gz", "TV103")
+    ev = f["evidence"]
+    assert f["rule"] == "graph-break" and f["steps"] == [1, 2, 3]
+    assert ev["regions_per_call"] == lab["graphs_per_call"] == 2 and ev["breaks"] == 3 * lab["graph_breaks_per_call"]
+    # `if h.sum() > 0`: the break is Tensor.__bool__ -> aten::is_nonzero, which reads the GPU value on the host
+    assert ev["break_op"] == "aten::is_nonzero" and ev["syncs_with_gpu"] is True
+    assert ev["resumed_regions"] == ["Torch-Compiled Region: 1/0"]
+    # independent: per step, the GPU idles from the first graph's call end to the resumed graph's first launch
+    t = k.trace("gpu_h200_compile/compile_graph_break.json.gz")
+    calls = t.host.filter(pl.col("name").str.starts_with("## Call CompiledFxGraph")).sort("ts")
+    first = calls.filter(pl.col("name") == calls["name"][0])["end"].to_list()
+    resumed = t.host.filter(pl.col("name") == "Torch-Compiled Region: 1/0").sort("ts")
+    nxt = [int(t.gpu.filter(pl.col("launch_ts").is_between(r["ts"], r["end"]))["launch_ts"].min())
+           for r in resumed.iter_rows(named=True)]
+    gaps = [b - a for a, b in zip(first, nxt, strict=True)]
+    pace = ev["graph_launch_interval_us"] * 1000
+    assert 20_000 < pace < 60_000  # ~45 µs between the launches of one profiled graph
+    # savings = gap - one launch interval, less the 1.5 µs device-to-host copy of the sync
+    assert abs(f["savings_us"] * 1000 - sum(g - pace for g in gaps)) < 3 * 3000
+    assert "torch.where" in f["fix"] and "fullgraph=True" in f["fix"]
+
+
+def test_silent_without_break():
+    assert LABELS["compile_no_break"]["expected"] == "none"
+    assert k.findings("gpu_h200_compile/compile_no_break.json.gz", "TV103") == []
