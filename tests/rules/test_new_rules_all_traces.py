@@ -40,7 +40,7 @@ def _traces() -> list[str]:
         if p.name in ("labels.json", "manifest.json") or p.name.endswith(".collect.json"):
             continue
         rel = p.relative_to(k.SAMPLES).as_posix()
-        out.append(str(Path(rel).parent) if rel.startswith("collected/") else rel)
+        out.append(str(Path(rel).parent) if rel.startswith(("collected/", "collected2/")) else rel)
     return out
 
 
@@ -62,7 +62,21 @@ def test_labels_name_the_rules():
         == {e for e in EXPECTED if e[0].startswith("gpu_h200_compile/")}
 
 
-@pytest.mark.parametrize("rel", _traces())
+NEW_SLUGS = {"graph-break", "recompile", "fp32-gemm", "unfused-optimizer"}
+C2 = json.loads((k.SAMPLES / "collected2/labels.json").read_text())
+
+
+@pytest.mark.parametrize("rel", [t for t in _traces() if not t.startswith("collected2/")])
 def test_new_rules_fire_only_where_expected(rel):
     fired = _fired(rel)
     assert {(rel, r) for r, _ in fired} == {e for e in EXPECTED if e[0] == rel}
+
+
+@pytest.mark.parametrize("run", sorted(C2))
+def test_new_rules_follow_the_collected2_labels(run):
+    """collected2/labels.json says, per run, which rules must fire, may fire and must not fire."""
+    lab = C2[run]
+    fired = {r for r, _ in _fired(f"collected2/{run}")}
+    assert NEW_SLUGS & set(lab["expected_rules"]) <= fired
+    assert fired <= set(lab["expected_rules"]) | set(lab["may_raise"])
+    assert not fired & set(lab["must_not_raise"])
