@@ -19,6 +19,7 @@ from traceview.ruleapi import Option
 from . import (
     elementwise_chain,
     fp32_gemm,
+    gemm_epilogue,
     graph_break,
     host_sync,
     input_bound,
@@ -39,6 +40,7 @@ RULES: dict[str, ModuleType] = {
     "TV201": elementwise_chain,
     "TV202": fp32_gemm,
     "TV203": unfused_optimizer,
+    "TV204": gemm_epilogue,
     "TV301": pageable_memcpy,
     "TV401": input_bound,
     "TV501": nccl_wait,

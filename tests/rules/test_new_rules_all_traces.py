@@ -19,7 +19,7 @@ from traceview.options import Options
 from traceview.ruleapi import RuleContext
 from traceview.rulerunner import run_rules
 
-NEW = ("TV103", "TV104", "TV202", "TV203")
+NEW = ("TV103", "TV104", "TV202", "TV203", "TV204")
 FP32_TRUE = {  # fp32 GEMMs on an H200 without TF32 (labels: 'fp32' tensors / Linear layers in fp32)
     "gpu_h200/seed_single_gemm_eager.json.gz", "gpu_h200/seed_fragmented_eager.json.gz",
     "gpu_h200/seed_fragmented_compiled.json.gz", "gpu_h200/nccl_world1_allreduce.json.gz",
@@ -32,6 +32,8 @@ EXPECTED = {("gpu_h200_compile/fp32_gemm_no_tf32.json.gz", "fp32-gemm"),
             ("gpu_h200_compile/compile_graph_break.json.gz", "graph-break"),
             ("gpu_h200_compile/compile_recompile_every_step.json.gz", "recompile")}
 EXPECTED |= {(t, "fp32-gemm") for t in FP32_TRUE}
+# seed 000's relu(x @ w + b) in eager: mm, then a bias add and a relu kernel on its output
+EXPECTED.add(("gpu_h200/seed_relu_linear_m4096.json.gz", "gemm-epilogue"))
 
 
 def _traces() -> list[str]:
@@ -62,7 +64,7 @@ def test_labels_name_the_rules():
         == {e for e in EXPECTED if e[0].startswith("gpu_h200_compile/")}
 
 
-NEW_SLUGS = {"graph-break", "recompile", "fp32-gemm", "unfused-optimizer"}
+NEW_SLUGS = {"graph-break", "recompile", "fp32-gemm", "unfused-optimizer", "gemm-epilogue"}
 C2 = json.loads((k.SAMPLES / "collected2/labels.json").read_text())
 
 
