@@ -24,6 +24,7 @@ from . import (
     host_sync,
     input_bound,
     launch_bound,
+    memory_pressure,
     nccl_wait,
     pageable_memcpy,
     recompile,
@@ -42,6 +43,7 @@ RULES: dict[str, ModuleType] = {
     "TV203": unfused_optimizer,
     "TV204": gemm_epilogue,
     "TV301": pageable_memcpy,
+    "TV302": memory_pressure,
     "TV401": input_bound,
     "TV501": nccl_wait,
 }

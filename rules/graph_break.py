@@ -23,9 +23,11 @@ Find every break with `torch.compile(..., fullgraph=True)` (errors at the first 
 Per compiled function: regions per call, breaks in the analysed steps, the eager ops between the graphs
 (the first one is the break), whether one of them synchronises with the GPU, the Python source line when the
 trace has stacks (`with_stack=True`), the eager host time and the GPU idle time between the graphs.
-Savings = the GPU idle time from the end of the previous graph's call to the first launch of the resumed
-graph, less one launch interval: one graph would have launched the resumed kernels at its own pace (the
-median time between consecutive launches inside a graph's call); eager GPU work between the graphs stays.
+Savings = the GPU idle time between the end of the first graph's GPU work and the start of the resumed
+graph's first kernel, less the gap one graph would still leave: it launches the resumed kernels one launch
+interval (the median time between consecutive launches inside a graph's call) after its last launch, so
+the GPU idles max(0, last launch + interval − end of the first graph's work). Eager GPU work between the
+graphs stays.
 
 ## Options
 - `min_savings_pct` (1.0): smallest savings (% of step time) worth a finding.
@@ -41,6 +43,7 @@ from __future__ import annotations
 
 import polars as pl
 
+from traceview.analyses.timeline import gpu_work
 from traceview.analyses.whatif import EMPTY, gpu_idle_within, removed_per_step
 from traceview.analyses.windows import host_step_of
 from traceview.ruleapi import Finding, Option, RuleContext
@@ -95,6 +98,15 @@ def breaks(ctx: RuleContext) -> pl.DataFrame:
                                          right_on="first_launch", strategy="forward", check_sortedness=False)
     nested = nested.with_columns(first_launch=pl.when(pl.col("first_launch") < pl.col("end"))
                                  .then(pl.col("first_launch")).otherwise(pl.col("end")))
+    # the GPU side of the break: the last work the first graph launched (its launch and its end) and the start of
+    # the resumed graph's first kernel
+    work = gpu_work(ctx.trace.gpu).filter(pl.col("launch_ts").is_not_null()).select("launch_ts", "ts", "end")
+    before = (nested.select("i", "_ots", "gap_ts").join(work, how="cross")
+              .filter((pl.col("launch_ts") >= pl.col("_ots")) & (pl.col("launch_ts") < pl.col("gap_ts")))
+              .group_by("i").agg(pl.col("launch_ts").max().alias("a_launch"), pl.col("end").max().alias("a_end")))
+    starts = work.group_by("launch_ts").agg(pl.col("ts").min().alias("b_start"))
+    nested = (nested.join(before, on="i", how="left")
+              .join(starts.rename({"launch_ts": "first_launch"}), on="first_launch", how="left"))
     # the eager ops between the graphs: siblings of the nested region inside [gap_ts, ts)
     ops = h.filter((pl.col("cat") == "cpu_op") & ~pl.col("name").str.contains(MACHINERY_RE)).select(
         pl.col("i").alias("op_i"), pl.col("name").alias("op"), "tid", pl.col("ts").alias("op_ts"),
@@ -108,7 +120,8 @@ def breaks(ctx: RuleContext) -> pl.DataFrame:
     nested = nested.join(gap, on="i", how="left").with_columns(
         sync=pl.col("eager_ops").list.eval(pl.element().str.contains(SYNC_OP_RE)).list.any().fill_null(False))
     return nested.with_columns(source=_source(ctx, nested)).select(
-        "i", "step", "name", "outer", "gap_ts", "ts", "first_launch", "eager_ops", "eager_ns", "sync", "source")
+        "i", "step", "name", "outer", "gap_ts", "ts", "first_launch", "a_launch", "a_end", "b_start", "eager_ops",
+        "eager_ns", "sync", "source")
 
 
 def _source(ctx: RuleContext, nested: pl.DataFrame) -> pl.Series:
@@ -145,7 +158,11 @@ def _removed(ctx: RuleContext, b: pl.DataFrame) -> pl.DataFrame:
     if b.height == 0:
         return EMPTY
     pace = launch_interval(ctx)
-    spans = b.select(ts=pl.col("gap_ts") + pace, end=pl.col("first_launch")).filter(pl.col("end") > pl.col("ts"))
+    # one graph launches the resumed kernels one launch interval after its last one: the GPU then idles only
+    # max(0, a_launch + pace - a_end) after the first graph's work instead of until b_start
+    b = b.filter(pl.col("a_end").is_not_null() & pl.col("b_start").is_not_null())
+    new_gap = (pl.col("a_launch") + pace - pl.col("a_end")).clip(lower_bound=0)
+    spans = b.select(ts=pl.col("a_end") + new_gap, end=pl.col("b_start")).filter(pl.col("end") > pl.col("ts"))
     return gpu_idle_within(ctx.trace, spans, ctx.lo, ctx.hi)
 
 

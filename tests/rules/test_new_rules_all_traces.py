@@ -19,7 +19,7 @@ from traceview.options import Options
 from traceview.ruleapi import RuleContext
 from traceview.rulerunner import run_rules
 
-NEW = ("TV103", "TV104", "TV202", "TV203", "TV204")
+NEW = ("TV103", "TV104", "TV202", "TV203", "TV204", "TV302")
 FP32_TRUE = {  # fp32 GEMMs on an H200 without TF32 (labels: 'fp32' tensors / Linear layers in fp32)
     "gpu_h200/seed_single_gemm_eager.json.gz", "gpu_h200/seed_fragmented_eager.json.gz",
     "gpu_h200/seed_fragmented_compiled.json.gz", "gpu_h200/nccl_world1_allreduce.json.gz",
@@ -64,7 +64,7 @@ def test_labels_name_the_rules():
         == {e for e in EXPECTED if e[0].startswith("gpu_h200_compile/")}
 
 
-NEW_SLUGS = {"graph-break", "recompile", "fp32-gemm", "unfused-optimizer", "gemm-epilogue"}
+NEW_SLUGS = {"graph-break", "recompile", "fp32-gemm", "unfused-optimizer", "gemm-epilogue", "memory-pressure"}
 C2 = json.loads((k.SAMPLES / "collected2/labels.json").read_text())
 
 
