@@ -46,9 +46,9 @@ from __future__ import annotations
 import polars as pl
 
 from traceview.analyses.roofline import ELEMENTWISE_KERNEL_RE
-from traceview.analyses.whatif import EMPTY, shrink_kernels
+from traceview.analyses.timeline import gpu_work
+from traceview.analyses.whatif import EMPTY, subtract
 from traceview.analyses.windows import host_step_of, step_of
-from traceview.classify import sync_calls
 from traceview.ruleapi import Finding, Option, RuleContext
 
 CODE = "TV201"
@@ -117,13 +117,17 @@ def per_chain(ch: pl.DataFrame) -> pl.DataFrame:
 
 
 def removes(ctx: RuleContext, finding: dict | None = None) -> pl.DataFrame:
-    """Each chain's kernels shrunk to the chain's fused share of its time, where the GPU was the critical path."""
+    """One fused kernel replaces each chain: the chain's window [first start, last end) shrinks to its fused
+    time, taking the launch gaps between its kernels along (one launch instead of k); instants where other
+    GPU work ran stay."""
     ch = chains(ctx.trace, ctx.steps, ctx.kb, int(ctx.options["min_kernels"]))
     if ch.height == 0:
         return EMPTY
-    per = per_chain(ch).select("chain", (pl.col("fused_time") / pl.col("time")).alias("_r"))
-    k = ch.join(per, on="chain").select("i", (pl.col("dur") * pl.col("_r")).cast(pl.Int64).alias("new_dur"))
-    return shrink_kernels(ctx.trace, k, sync_calls(ctx.trace))
+    per = per_chain(ch)
+    spans = per.select(ts=pl.col("ts") + pl.col("fused_time").cast(pl.Int64), end=pl.col("end"))
+    other = gpu_work(ctx.trace.gpu).filter((pl.col("end") > ctx.lo) & (pl.col("ts") < ctx.hi)
+                                           & ~pl.col("i").is_in(ch["i"].implode()))
+    return subtract(spans.filter(pl.col("end") > pl.col("ts")), other)
 
 
 def check(ctx: RuleContext) -> list[Finding]:
