@@ -45,10 +45,11 @@ from __future__ import annotations
 
 import polars as pl
 
+from traceview.analyses.intervals import merge
 from traceview.analyses.roofline import ELEMENTWISE_KERNEL_RE
-from traceview.analyses.timeline import gpu_work
-from traceview.analyses.whatif import EMPTY, subtract
+from traceview.analyses.whatif import EMPTY, shrink_kernels
 from traceview.analyses.windows import host_step_of, step_of
+from traceview.classify import sync_calls
 from traceview.ruleapi import Finding, Option, RuleContext
 
 CODE = "TV201"
@@ -117,17 +118,24 @@ def per_chain(ch: pl.DataFrame) -> pl.DataFrame:
 
 
 def removes(ctx: RuleContext, finding: dict | None = None) -> pl.DataFrame:
-    """One fused kernel replaces each chain: the chain's window [first start, last end) shrinks to its fused
-    time, taking the launch gaps between its kernels along (one launch instead of k); instants where other
-    GPU work ran stay."""
+    """One fused kernel replaces each chain: the kernels shrink to the chain's fused share of their time
+    (only where the GPU was the critical path, see analyses/whatif.py), and the idle gaps between them
+    shrink by at most the host time of the ops fused away (k - 1 fewer dispatches and launches)."""
     ch = chains(ctx.trace, ctx.steps, ctx.kb, int(ctx.options["min_kernels"]))
     if ch.height == 0:
         return EMPTY
-    per = per_chain(ch)
-    spans = per.select(ts=pl.col("ts") + pl.col("fused_time").cast(pl.Int64), end=pl.col("end"))
-    other = gpu_work(ctx.trace.gpu).filter((pl.col("end") > ctx.lo) & (pl.col("ts") < ctx.hi)
-                                           & ~pl.col("i").is_in(ch["i"].implode()))
-    return subtract(spans.filter(pl.col("end") > pl.col("ts")), other)
+    per = per_chain(ch).select("chain", (pl.col("fused_time") / pl.col("time")).alias("_r"))
+    k = ch.join(per, on="chain").select("i", (pl.col("dur") * pl.col("_r")).cast(pl.Int64).alias("new_dur"))
+    tails = shrink_kernels(ctx.trace, k, sync_calls(ctx.trace))
+    # the gaps inside each chain, and the host time of the ops that launched its 2nd..kth kernels
+    g = ch.sort("chain", "pos").with_columns(_gts=pl.col("end").shift().over("chain"))
+    ops = ctx.trace.host.select(pl.col("i").alias("_op"), pl.col("dur").alias("_host"))
+    g = g.join(ctx.trace.gpu.select("i", pl.col("op").alias("_op")), on="i", how="left").join(ops, on="_op", how="left")
+    g = g.filter(pl.col("pos") > 0).with_columns(_gap=(pl.col("ts") - pl.col("_gts")).clip(lower_bound=0))
+    g = g.with_columns(_frac=pl.min_horizontal(pl.lit(1.0), pl.col("_host").fill_null(0).sum().over("chain")
+                                               / pl.col("_gap").sum().over("chain")).fill_nan(0.0))
+    gaps = g.filter(pl.col("_gap") > 0).select(ts=pl.col("_gts"), end=pl.col("_gts") + (pl.col("_gap") * pl.col("_frac")).cast(pl.Int64))
+    return merge(pl.concat([tails, gaps.filter(pl.col("end") > pl.col("ts"))]))
 
 
 def check(ctx: RuleContext) -> list[Finding]:

@@ -23,8 +23,11 @@ Find every break with `torch.compile(..., fullgraph=True)` (errors at the first 
 Per compiled function: regions per call, breaks in the analysed steps, the eager ops between the graphs
 (the first one is the break), whether one of them synchronises with the GPU, the Python source line when the
 trace has stacks (`with_stack=True`), the eager host time and the GPU idle time between the graphs.
-Savings = the GPU idle time between the end of the first graph's GPU work and the start of the resumed
-graph's first kernel, less the gap one graph would still leave: it launches the resumed kernels one launch
+Savings, on the timeline: (1) one graph lets the compiler fuse the pointwise/reduction kernels on both sides
+of the break (the first graph's trailing ones and the resumed graph's leading ones) — estimated as one
+chain with the elementwise-chain rule's byte model (fused ≈ first input + distinct extra inputs + last
+output), counted where the GPU was the critical path; (2) the GPU idle time between the end of the first
+graph's GPU work and the start of the resumed graph's first kernel, less the gap one graph would still leave: it launches the resumed kernels one launch
 interval (the median time between consecutive launches inside a graph's call) after its last launch, so
 the GPU idles max(0, last launch + interval − end of the first graph's work). Eager GPU work between the
 graphs stays.
@@ -43,10 +46,15 @@ from __future__ import annotations
 
 import polars as pl
 
+from traceview.analyses.intervals import merge
+from traceview.analyses.roofline import ELEMENTWISE_KERNEL_RE
 from traceview.analyses.timeline import gpu_work
-from traceview.analyses.whatif import EMPTY, gpu_idle_within, removed_per_step
+from traceview.analyses.whatif import EMPTY, gpu_idle_within, removed_per_step, shrink_kernels
 from traceview.analyses.windows import host_step_of
+from traceview.classify import sync_calls
 from traceview.ruleapi import Finding, Option, RuleContext
+
+from .elementwise_chain import per_chain
 
 CODE = "TV103"
 NAME = "graph-break"
@@ -120,8 +128,8 @@ def breaks(ctx: RuleContext) -> pl.DataFrame:
     nested = nested.join(gap, on="i", how="left").with_columns(
         sync=pl.col("eager_ops").list.eval(pl.element().str.contains(SYNC_OP_RE)).list.any().fill_null(False))
     return nested.with_columns(source=_source(ctx, nested)).select(
-        "i", "step", "name", "outer", "gap_ts", "ts", "first_launch", "a_launch", "a_end", "b_start", "eager_ops",
-        "eager_ns", "sync", "source")
+        "i", "step", "name", "outer", "_ots", "gap_ts", "ts", "end", "first_launch", "a_launch", "a_end", "b_start",
+        "eager_ops", "eager_ns", "sync", "source")
 
 
 def _source(ctx: RuleContext, nested: pl.DataFrame) -> pl.Series:
@@ -154,16 +162,61 @@ def launch_interval(ctx: RuleContext) -> int:
     return int(d.median()) if d.len() else 0
 
 
+def boundary_chains(ctx: RuleContext, b: pl.DataFrame) -> pl.DataFrame:
+    """Per break, the pointwise/reduction kernels on both sides of it — the first graph's kernels after its
+    last other kernel and the resumed graph's kernels before its first other one — as one chain in the
+    columns of the elementwise-chain rule: [chain, i, ts, end, dur, k, pos, bytes, in0_bytes, extra_bytes,
+    out_bytes, ...]."""
+    if b.height == 0:
+        return pl.DataFrame()
+    k = (ctx.trace.gpu.filter((pl.col("kind") == "compute") & pl.col("launch_ts").is_not_null())
+         .select("i", "name", "ts", "end", "dur", "launch_ts")
+         .join(ctx.kb.select("i", "op_name", "category", "bytes", "in0_bytes", "extra_bytes", "out_bytes"), on="i", how="left"))
+    elem = (pl.col("category").is_in(["elementwise", "reduction"]).fill_null(False)
+            | (~pl.col("category").is_in(["gemm", "conv", "attention"]).fill_null(False)
+               & pl.col("name").str.contains(ELEMENTWISE_KERNEL_RE)))
+    k = k.with_columns(_elem=elem)
+    side = b.select(pl.col("i").alias("chain"), "_ots", "gap_ts", "ts", "end")
+    x = side.join(k.rename({"ts": "kts", "end": "kend"}), how="cross")
+    a = x.filter((pl.col("launch_ts") >= pl.col("_ots")) & (pl.col("launch_ts") < pl.col("gap_ts"))).with_columns(_side=pl.lit(0))
+    r = x.filter((pl.col("launch_ts") >= pl.col("ts")) & (pl.col("launch_ts") < pl.col("end"))).with_columns(_side=pl.lit(1))
+    # keep the run touching the break: after A's last non-elementwise kernel, before B's first one
+    a = a.filter(pl.col("_elem") & (pl.col("launch_ts") > pl.col("launch_ts").filter(~pl.col("_elem")).max()
+                                    .over("chain").fill_null(-1)))
+    r = r.sort("chain", "launch_ts").filter(pl.col("_elem").cum_min().over("chain").cast(pl.Boolean))
+    ch = pl.concat([a, r]).sort("chain", "_side", "launch_ts").with_columns(
+        pos=pl.int_range(pl.len()).over("chain"), k=pl.len().over("chain"),
+        _sides=pl.col("_side").n_unique().over("chain"))
+    ch = ch.filter((pl.col("_sides") == 2) & (pl.col("k") >= 2))
+    return ch.select("chain", "i", pl.col("kts").alias("ts"), pl.col("kend").alias("end"), "dur", "name", "op_name",
+                     "k", "pos", "bytes", "in0_bytes", "extra_bytes", "out_bytes",
+                     pl.lit(None, pl.Int64).alias("step"), pl.lit(None, pl.Int64).alias("device"),
+                     pl.lit(None, pl.Int64).alias("stream"))
+
+
+def _fusion(ctx: RuleContext, b: pl.DataFrame) -> pl.DataFrame:
+    """The kernel time one graph saves by fusing the kernels around each break (the elementwise-chain rule's
+    byte model), as kernel tails where the GPU was the critical path."""
+    ch = boundary_chains(ctx, b)
+    if ch.height == 0:
+        return EMPTY
+    per = per_chain(ch).select("chain", (pl.col("fused_time") / pl.col("time")).alias("_r"))
+    k = ch.join(per, on="chain").select("i", (pl.col("dur") * pl.col("_r")).cast(pl.Int64).alias("new_dur"))
+    return shrink_kernels(ctx.trace, k, sync_calls(ctx.trace))
+
+
 def _removed(ctx: RuleContext, b: pl.DataFrame) -> pl.DataFrame:
     if b.height == 0:
         return EMPTY
+    fused = _fusion(ctx, b)
     pace = launch_interval(ctx)
     # one graph launches the resumed kernels one launch interval after its last one: the GPU then idles only
     # max(0, a_launch + pace - a_end) after the first graph's work instead of until b_start
     b = b.filter(pl.col("a_end").is_not_null() & pl.col("b_start").is_not_null())
     new_gap = (pl.col("a_launch") + pace - pl.col("a_end")).clip(lower_bound=0)
     spans = b.select(ts=pl.col("a_end") + new_gap, end=pl.col("b_start")).filter(pl.col("end") > pl.col("ts"))
-    return gpu_idle_within(ctx.trace, spans, ctx.lo, ctx.hi)
+    gaps = gpu_idle_within(ctx.trace, spans, ctx.lo, ctx.hi)
+    return merge(pl.concat([gaps, fused])) if fused.height else gaps
 
 
 def removes(ctx: RuleContext, finding: dict | None = None) -> pl.DataFrame:
@@ -185,6 +238,7 @@ def check(ctx: RuleContext) -> list[Finding]:
         calls = ctx.trace.host.filter((pl.col("name") == outer) & (pl.col("cat") == "cpu_op"))
         calls = host_step_of(calls, ctx.steps, "ts").filter(pl.col("step").is_not_null()).height
         first = x.sort("ts").row(0, named=True)
+        bc = boundary_chains(ctx, x)
         eager = first["eager_ops"] or []
         evidence = {
             "compiled_function": outer, "calls": calls, "breaks": x.height,
@@ -194,6 +248,8 @@ def check(ctx: RuleContext) -> list[Finding]:
             "syncs_with_gpu": bool(x["sync"].any()), "source": first["source"],
             "eager_host_time_per_break_us": round(float(x["eager_ns"].fill_null(0).mean()) / 1000, 3),
             "graph_launch_interval_us": round(launch_interval(ctx) / 1000, 3),
+            "kernels_fusable_across_break": int(bc.group_by("chain").len()["len"].max()) if bc.height else 0,
+            "fusion_savings_us": round(float(removed_per_step(_fusion(ctx, x), ctx.steps)["removed"].sum()) / 1000, 3),
             "savings_per_step_us": {str(s): round(r / 1000, 3) for s, r in rem.rows()},
         }
         steps = sorted(x["step"].unique().to_list())
