@@ -55,3 +55,26 @@ def test_old_traces_without_reserved_totals():
     (d,) = memory_section(t, t.steps)["devices"]
     assert d["peak_reserved_gib"] is None and d["peak_allocated_gib"] > 0
     assert _run("kineto_resnet50/resnet50_num_workers_0/worker0.1623143089861.pt.trace.json.gz") == []
+
+
+PRESSURE = "gpu_h200_memory/memory_pressure_empty_cache.json.gz"  # 90 % held + empty_cache() every step
+
+
+def test_fires_near_capacity_with_driver_calls_per_step():
+    (f,) = _run(PRESSURE)
+    ev = f["evidence"]
+    assert ev["cases"] == ["near_capacity", "driver_calls"] and f["severity"] == "warning"
+    t = k.trace(PRESSURE)
+    # independent: the allocator's own totals and deviceProperties; make_trace.py printed max reserved 126.13 GiB
+    cap = t.meta.device_properties[0]["totalGlobalMem"]
+    (d,) = ev["devices"]
+    assert d["peak_reserved_gib"] == pytest.approx(126.13, abs=0.01)
+    assert d["peak_pct_of_capacity"] == pytest.approx(100 * 126.13 * GIB / cap, abs=0.05)
+    # cudaMalloc/cudaFree inside the analysed steps (step 4 is cut off by the end of the recording)
+    ctx, _ = RuleContext.prepare(t, t.steps)
+    calls = t.host.filter(pl.col("name").is_in(["cudaMalloc", "cudaFree"]))
+    inside = sum(calls.filter(pl.col("ts").is_between(s["cpu_ts"], s["cpu_end"] - 1)).height
+                 for s in ctx.steps.iter_rows(named=True))
+    assert ev["driver_alloc_calls"] == inside == 14 and ev["driver_alloc_steps"] == [2, 3]
+    assert 0 < f["savings_us"] <= ev["driver_alloc_us"]
+    assert "expandable_segments:True" in f["fix"] and "checkpoint" in f["fix"] and "empty_cache" in f["fix"]
