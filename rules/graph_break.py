@@ -255,6 +255,11 @@ def check(ctx: RuleContext) -> list[Finding]:
         steps = sorted(x["step"].unique().to_list())
         title = (f"Graph break in {outer}: {evidence['regions_per_call']:g} graphs per call"
                  + (f", broken at {evidence['break_op']}" if evidence["break_op"] else ""))
-        out.append(ctx.finding(cost_ns=int((x["first_launch"] - x["gap_ts"]).clip(lower_bound=0).sum()),
+        # cost: the span from the first graph's end (host or GPU, whichever first) to the resumed graph's first
+        # launch or kernel (whichever last), plus the kernels one graph would fuse across the break
+        span = (pl.max_horizontal("first_launch", pl.col("b_start").fill_null(0))
+                - pl.min_horizontal("gap_ts", pl.col("a_end").fill_null(pl.col("gap_ts")))).clip(lower_bound=0)
+        cost = int(x.select(span.sum()).item()) + (int(bc["dur"].sum()) if bc.height else 0)
+        out.append(ctx.finding(cost_ns=cost,
                                savings_ns=savings, count=x.height, steps=steps, evidence=evidence, title=title))
     return out

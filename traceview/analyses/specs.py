@@ -6,6 +6,8 @@ Numbers are vendor datasheet values, **dense** (no sparsity), per visible device
 
 - `tc_tflops`: 16-bit Tensor Core / Matrix Core peak (bf16/fp16), used for 16-bit and 8-bit GEMMs;
 - `fp32_tflops`: FP32 non-tensor (CUDA core / vector) peak, used for fp32 ops (TF32 may or may not be on);
+- `tf32_tflops` (derived): dense TF32 Tensor Core peak = half the 16-bit peak (NVIDIA Ampere/Ada/Hopper/
+  Blackwell datasheets), used by the fp32-gemm rule;
 - `hbm_tbps`: device memory bandwidth (TB/s);
 - `host_gbps`: practical pinned host<->device bandwidth (GB/s) of the usual host link.
 
