@@ -131,7 +131,8 @@ LAYERS = [
     {"traceview.findings", "traceview.ruleapi"},
     {"traceview.rules"},
     {"traceview.rulerunner", "traceview.verdict", "traceview.profiling", "traceview.layer_section", "traceview.job",
-     "traceview.straggler"},
+     "traceview.straggler",
+     "traceview.memory_section", "traceview.projection"},
     {"traceview.report"},
     {"traceview.jobrun", "traceview.digest", "traceview.discover"},  # batch / CI: over the report document
     {"traceview.diff", "traceview.baseline", "traceview.batch"},

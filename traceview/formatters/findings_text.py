@@ -50,10 +50,28 @@ def _findings(findings: list[dict], con: Console, title: str) -> None:
             con.print(f"  fix: {f['fix']}")
 
 
+def projection(p: dict | None, con: Console) -> None:
+    """The projected step time: one line per fix and all fixes together (timeline projection: overlapping
+    fixes are not counted twice)."""
+    if not p or not p.get("fixes"):
+        return
+    unp = p.get("unprofiled_step_us")
+    head = f"Projected step time (each fix alone, then all): now {num(p['step_us'] / 1000, 3)} ms traced"
+    if unp is not None:
+        head += f", {num(unp / 1000, 3)} ms unprofiled ({p.get('unprofiled_source')}); projections in unprofiled terms"
+    con.print(f"[bold]{head}[/]")
+    for f in p["fixes"]:
+        proj = (unp - f["savings_us"]) if unp is not None else f["step_us"]
+        con.print(f"  {f['code']} {f['rule']:<18} -> {num(proj / 1000, 3):>10} ms  (-{num(f['savings_us'] / 1000, 3)} ms)")
+    allu = p.get("all_fixed_unprofiled_step_us")
+    con.print(f"  all fixed                -> {num((allu if allu is not None else p['all_fixed_step_us']) / 1000, 3):>10} ms")
+
+
 def render_trace(t: dict, con: Console) -> None:
     _classification(t.get("classification") or {}, con)
     if "findings" in t:
         _findings(t["findings"], con, "Findings (sorted by estimated savings)")
+    projection(t.get("projection"), con)
 
 
 #: above this many ranks the job section shows the distribution of waits and the worst ranks, not a row per rank
