@@ -130,8 +130,9 @@ LAYERS = [
     {"traceview.classify"},
     {"traceview.findings", "traceview.ruleapi"},
     {"traceview.rules"},
-    {"traceview.rulerunner", "traceview.verdict", "traceview.profiling", "traceview.layer_section", "traceview.job"},
-    {"traceview.report"},
+    {"traceview.rulerunner", "traceview.verdict", "traceview.profiling", "traceview.layer_section", "traceview.job",
+     "traceview.timeline_view"},
+    {"traceview.report", "traceview.layer_detail"},
     {"traceview.formatters"},
     {"traceview.cli", "traceview.rules_cli"},
 ]
