@@ -54,6 +54,8 @@ def test_sync_trace_counts_against_raw_events() -> None:
     assert len(drawn) == len(gpu) == 72  # every GPU slice of the step on its one stream
     assert {i["lane"] for i in drawn} == {"gpu:0:7"}
     assert sum(i["kind"] == "memcpy" for i in drawn) == sum(e["cat"] == "gpu_memcpy" for e in gpu)
+    runtime = [e for e in ev if e.get("cat") == "cuda_runtime" and e["ts"] < hi and e["ts"] + e["dur"] > lo]
+    assert sum(i["kind"] == "runtime" for i in tl["items"]) == len(runtime) == 132  # one runtime row, none nested
     syncs = [e for e in ev if e.get("name") == "cudaStreamSynchronize" and lo <= e["ts"] < hi]
     assert len(tl["syncs"]) == len(syncs) == 18
     # the three host-sync findings of step 2 count the same 18 syncs and cost what their idle windows do

@@ -59,6 +59,18 @@ def _merge_runs(part: pl.DataFrame) -> pl.DataFrame:
     return p.group_by("_run").agg(pl.col("ts").min(), pl.col("end").max(), pl.col("cls").first()).sort("ts").drop("_run")
 
 
+def _nesting(h: pl.DataFrame) -> pl.Series:
+    """Per slice, how many slices of its group and thread are open when it starts (its row): a sweep over
+    starts (+1) and ends (-1); at one instant ends come first and an enclosing slice before the one inside."""
+    key = ["pid", "tid", "group"]
+    ev = pl.concat([
+        h.select(*key, "i", t=pl.col("ts"), d=pl.lit(1), o=pl.lit(1), ne=-pl.col("end")),
+        h.select(*key, "i", t=pl.col("end"), d=pl.lit(-1), o=pl.lit(0), ne=pl.lit(0, pl.Int64)),
+    ]).sort(*key, "t", "o", "ne", "i")
+    ev = ev.with_columns(open=pl.col("d").cum_sum().over(key)).filter(pl.col("d") == 1)
+    return h.select("i").join(ev.select("i", row=pl.col("open") - 1), on="i", how="left")["row"].cast(pl.Int64)
+
+
 def _host_items(trace: Trace, lo: int, hi: int) -> pl.DataFrame:
     """[lane, label, order, name, kind, ts, end, op, launch]: host slices of the step, one row per nesting level."""
     h = trace.host.filter((pl.col("end") > lo) & (pl.col("ts") < hi) & ~pl.col("name").str.contains(STEP_RE))
@@ -69,11 +81,10 @@ def _host_items(trace: Trace, lo: int, hi: int) -> pl.DataFrame:
     # Python frames that enclose the whole step (interpreter start-up, the training loop) say nothing at the
     # step's zoom and would take every row: the rows go to the frames inside the step
     h = h.filter(~((pl.col("group") == "python") & (pl.col("ts") <= lo) & (pl.col("end") >= hi)))
-    # slices at one depth of one thread's call tree never overlap: each distinct depth is one row
-    h = h.with_columns(row=pl.col("depth").rank("dense").over("pid", "tid", "group").cast(pl.Int64) - 1)
+    h = h.with_columns(row=_nesting(h))
     cap = pl.col("group").replace_strict(MAX_ROWS, return_dtype=pl.Int64)
-    # ...except where the recorded tree is not nested (the Python tracer can give two overlapping frames one
-    # depth): a slice that starts before an earlier one of its row ends is left out, so a row never overlaps
+    # a safety net where the recorded slices are not nested (the Python tracer's frames can overlap): a slice
+    # that starts before an earlier one of its row ends is left out, so a row never overlaps
     h = h.sort("ts", "i").with_columns(
         _prev=pl.col("end").cum_max().shift().over("pid", "tid", "group", "row"))
     h = h.with_columns(keep=(pl.col("row") < cap) & (pl.col("_prev").is_null() | (pl.col("ts") >= pl.col("_prev"))))
