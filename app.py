@@ -57,7 +57,7 @@ PALETTE = {
 }
 CHAIN_LINE = "#000000"  # elementwise chains: an outline, not a fill
 RANK_NAME = re.compile(r"rank[-_]?\d+")  # as the loader reads a rank from a file name
-SEVERITY_ICON = {"error": "🔴", "warning": "🟠", "info": "🔵"}
+SEVERITY_ICON = {"error": ":material/error:", "warning": ":material/warning:", "info": ":material/info:"}
 MD_SPECIAL = re.compile(r"([\\`*_{}\[\]()<>#+\-.!|$~:&])")
 PAGES: dict[str, Any] = {}  # url path -> st.Page, for jumps between pages
 
@@ -343,9 +343,9 @@ def render_findings(v: View, found: list[dict], key: str) -> None:
     saving = [f for f in found if f.get("savings_us")]
     zero = [f for f in found if not f.get("savings_us")]
     show_table(saving, FINDING_COLS, key=f"{key}_table")
-    for k, f in enumerate(saving):
-        label = f"{SEVERITY_ICON.get(f['severity'], '')} {f['code']} {md(f['rule'])}: {md(f['title'])}"
-        with st.expander(label, expanded=False):
+    for f in saving:
+        label = f"{f['code']} {md(f['rule'])}: {md(f['title'])}"
+        with st.expander(label, expanded=False, icon=SEVERITY_ICON.get(f["severity"])):
             st.markdown(f"**Savings** {ms(f['savings_us'])} ({f['savings_pct']} % of the analysed steps) · "
                         f"**cost** {ms(f['cost_us'])} · **count** {f['count']} · **steps** {md(f['steps'])}"
                         + (f" · **layer** {md(f['layer'])}" if f.get("layer") else ""))
@@ -353,9 +353,9 @@ def render_findings(v: View, found: list[dict], key: str) -> None:
             st.markdown(md(f["fix"]))
             st.markdown("**Evidence**")
             st.json(f["evidence"], expanded=1)
-            if key == "trace" and f.get("steps") and st.button("Show on the timeline", key=f"jump_{key}_{k}"):
-                st.session_state["tl_jump"] = {"code": f["code"], "step": f["steps"][0]}
-                st.switch_page(PAGES["timeline"])
+            if key == "trace" and f.get("steps"):  # a link (keeps the sidebar's inputs, unlike switch_page)
+                st.page_link(PAGES["timeline"], label="Show on the timeline", icon=":material/timeline:",
+                             query_params={"jump": f["code"], "step": str(f["steps"][0])})
     if zero:
         with st.expander(f"{len(zero)} finding(s) without estimated savings", expanded=False):
             show_table(zero, FINDING_COLS, key=f"{key}_zero")
@@ -458,7 +458,11 @@ def page_timeline(v: View) -> None:
     if not nums:
         st.info("No steps in this trace.")
         return
-    jump = st.session_state.pop("tl_jump", None)
+    jump = None
+    if "jump" in st.query_params:  # from a finding's "Show on the timeline" link: applied once
+        q = st.query_params.to_dict()
+        st.query_params.clear()
+        jump = {"code": q.get("jump"), "step": int(q["step"]) if q.get("step", "").isdigit() else None}
     if jump and jump["step"] in nums:
         st.session_state["tl_step"] = jump["step"]
     if st.session_state.get("tl_step") not in nums:
@@ -510,21 +514,31 @@ REPEAT_COLS = ["kind", "class", "depth", "count", "mean_gpu_us", "min_gpu_us", "
                "outliers"]
 
 
-def layers_icicle(rows: list[dict]) -> go.Figure:
-    """GPU time by layer, nested; each box coloured by its dominant class."""
+ROOT_LAYER = "(all layers)"
+
+
+def layers_icicle(rows: list[dict], total_us: float | None) -> go.Figure:
+    """GPU time by layer, nested under one root; each box coloured by its dominant class (legend: the classes)."""
     rows = [r for r in rows if (r.get("gpu_us") or 0) > 0]
     ids = {r["layer"] for r in rows}
     fig = go.Figure(go.Icicle(
-        ids=[r["layer"] for r in rows], labels=[r.get("name") or r["layer"] for r in rows],
-        parents=[r["parent"] if r.get("parent") in ids else "" for r in rows],
-        values=[r["self_gpu_us"] / 1000 for r in rows], branchvalues="remainder",
-        marker={"colors": [PALETTE.get(r.get("dominant"), "#dddddd") for r in rows]},
-        customdata=[f"{_hover(r['layer'])}<br>GPU {ms(r['gpu_us'])} (fwd {ms(r['fwd_gpu_us'])}, "
-                    f"bwd {ms(r['bwd_gpu_us'])})<br>dominant: {r.get('dominant') or '–'}" for r in rows],
-        hovertemplate="%{customdata}<extra></extra>", tiling={"orientation": "v"}, maxdepth=4,
+        ids=[ROOT_LAYER, *[r["layer"] for r in rows]],
+        labels=[f"all layers: {ms(total_us)} GPU", *[r.get("name") or r["layer"] for r in rows]],
+        parents=["", *[r["parent"] if r.get("parent") in ids else ROOT_LAYER for r in rows]],
+        values=[0, *[r["self_gpu_us"] / 1000 for r in rows]], branchvalues="remainder",
+        marker={"colors": ["#eeeeee", *[PALETTE.get(r.get("dominant"), "#dddddd") for r in rows]]},
+        customdata=["all layers", *[f"{_hover(r['layer'])}<br>GPU {ms(r['gpu_us'])} (fwd {ms(r['fwd_gpu_us'])}, "
+                                    f"bwd {ms(r['bwd_gpu_us'])})<br>dominant: {r.get('dominant') or '–'}"
+                                    for r in rows]],
+        hovertemplate="%{customdata}<extra></extra>", tiling={"orientation": "v"}, maxdepth=5,
     ))
-    fig.update_layout(title="GPU time by layer (colour: dominant class)", height=520,
-                      margin={"l": 10, "r": 10, "t": 40, "b": 10})
+    for c in CLASSES:  # legend entries only: an icicle has none of its own
+        if any(r.get("dominant") == c for r in rows):
+            fig.add_scatter(x=[None], y=[None], mode="markers", name=c,
+                            marker={"color": PALETTE[c], "symbol": "square", "size": 12})
+    fig.update_layout(title="GPU time by layer (colour: dominant class)", height=480,
+                      margin={"l": 10, "r": 10, "t": 40, "b": 10}, legend={"orientation": "h", "y": -0.05},
+                      xaxis={"visible": False}, yaxis={"visible": False})
     return fig
 
 
@@ -541,8 +555,7 @@ def page_layers(v: View) -> None:
     c1.metric("Source", lv.get("source"))
     c2.metric("Coverage", f"{lv.get('coverage_pct')} %", help="attributed_gpu_us / total_gpu_us")
     c3.metric("GPU time", ms(lv.get("total_gpu_us")))
-    st.plotly_chart(layers_icicle(rows), key="chart_icicle")
-    st.caption("Colours: " + " · ".join(f"{c}" for c in CLASSES) + " — the classifier's classes, as on every page.")
+    st.plotly_chart(layers_icicle(rows, lv.get("total_gpu_us")), key="chart_icicle")
 
     by_time = sorted(rows, key=lambda r: -(r.get("gpu_us") or 0))
     names = [r["layer"] for r in by_time]

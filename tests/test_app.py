@@ -242,14 +242,15 @@ def test_nccl_waits_shaded_on_the_rank_timeline() -> None:
 
 
 def test_finding_jumps_to_its_window_on_the_timeline(sync_doc: dict) -> None:
-    """The Findings page's "Show on the timeline" button leaves the finding in session state and switches page
-    (AppTest cannot follow st.switch_page with the sidebar's inputs: tests/test_browser.py clicks it); the
-    Timeline page opens that finding's step zoomed to its window."""
+    """Each finding links to the Timeline page with its code and first step as query parameters
+    (tests/test_browser.py clicks one); the Timeline page opens that step zoomed to the finding's window."""
     at = goto(upload(new_app(), SYNC), "Findings")
     want = sync_doc["traces"][0]["findings"]
+    links = at.get("page_link")
+    assert len(links) == len(want)
     k = next(i for i, f in enumerate(want) if f["code"] == "TV102")
-    assert at.button(key=f"jump_trace_{k}").label == "Show on the timeline"
-    at.session_state["tl_jump"] = {"code": "TV102", "step": want[k]["steps"][0]}
+    at.query_params["jump"] = "TV102"
+    at.query_params["step"] = str(want[k]["steps"][0])
     at = goto(at, "Timeline")
     assert not at.exception
     assert at.selectbox(key="tl_zoom").value.startswith("TV102")
@@ -265,11 +266,16 @@ def test_layers_icicle_and_layer_detail() -> None:
     doc = cli_doc(modules)["traces"][0]
     at = goto(upload(new_app(), modules), "Layers")
     assert not at.exception
-    ice = chart(at, "GPU time by layer")["data"][0]
+    spec = chart(at, "GPU time by layer")
+    ice = spec["data"][0]
     rows = [r for r in doc["layers"]["layers"] if r["gpu_us"] > 0]
-    assert ice["type"] == "icicle" and ice["ids"] == [r["layer"] for r in rows]
+    assert ice["type"] == "icicle" and ice["ids"][1:] == [r["layer"] for r in rows]
     assert sum(ice["values"]) == pytest.approx(sum(r["self_gpu_us"] for r in rows) / 1000, abs=1e-3)
+    assert sum(ice["values"]) == pytest.approx(doc["layers"]["total_gpu_us"] / 1000, abs=1e-2)  # the whole tree
+    assert ice["parents"].count(ice["ids"][0]) == sum(r["depth"] == 0 for r in rows)  # one root above the tops
     colors = dict(zip(ice["ids"], ice["marker"]["colors"], strict=True))
+    legend = {d["name"] for d in spec["data"][1:]}
+    assert legend == {r["dominant"] for r in rows if r.get("dominant")}
     overview = chart(goto(at, "Overview"), "Classifier")  # the same class, the same colour
     by_class = {d["name"]: d["marker"]["color"] for d in overview["data"]}
     assert all(colors[r["layer"]] == by_class[r["dominant"]] for r in rows if r.get("dominant"))
@@ -335,3 +341,20 @@ def test_pages_without_their_section_are_hidden() -> None:
     assert {"Overview", "Findings", "Timeline", "Layers", "Kernels", "Raw JSON"} <= titles
     assert ("Diff" in titles) == (importlib.util.find_spec("traceview.diff") is not None)
     assert "Memory" not in titles  # no memory section in this document
+
+
+def test_diff_page_shows_the_class_shift() -> None:
+    """Runs once traceview.diff (the CI issue's diff) is installed; the page is hidden without it."""
+    tvdiff = pytest.importorskip("traceview.diff")
+    a = ROOT / "sample_traces/gpu_h200/elementwise_chain_eager.json.gz"
+    b = ROOT / "sample_traces/gpu_h200/elementwise_chain_compiled.json.gz"
+    at = new_app()
+    at = goto(at.selectbox(key="sample").select("gpu_h200/elementwise_chain_eager.json.gz").run(), "Diff")
+    at = at.selectbox(key="sample_b").select("gpu_h200/elementwise_chain_compiled.json.gz").run()
+    assert not at.exception and not at.error
+    (p,) = tvdiff.diff(cli_doc(a), cli_doc(b))["pairs"]
+    spec = chart(at, "Class shift")["data"][0]
+    assert spec["x"] == [c["class"] for c in p["classes"]]
+    assert spec["y"] == [c["delta_us"] / 1000 for c in p["classes"]]
+    assert p["step"]["b_us"] < p["step"]["a_us"]  # compiled: the chain fused, the step shorter
+    assert plain(at.info[0].value) == f"Class shift: {p['shift_text']}"
