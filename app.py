@@ -526,7 +526,7 @@ def layers_icicle(rows: list[dict], total_us: float | None) -> go.Figure:
         labels=[f"all layers: {ms(total_us)} GPU", *[r.get("name") or r["layer"] for r in rows]],
         parents=["", *[r["parent"] if r.get("parent") in ids else ROOT_LAYER for r in rows]],
         values=[0, *[r["self_gpu_us"] / 1000 for r in rows]], branchvalues="remainder",
-        marker={"colors": ["#eeeeee", *[PALETTE.get(r.get("dominant"), "#dddddd") for r in rows]]},
+        marker={"colors": ["#888888", *[PALETTE.get(r.get("dominant"), "#dddddd") for r in rows]]},
         customdata=["all layers", *[f"{_hover(r['layer'])}<br>GPU {ms(r['gpu_us'])} (fwd {ms(r['fwd_gpu_us'])}, "
                                     f"bwd {ms(r['bwd_gpu_us'])})<br>dominant: {r.get('dominant') or '–'}"
                                     for r in rows]],

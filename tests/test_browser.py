@@ -89,7 +89,7 @@ def shots(tmp_path: Path) -> Path:
 
 
 def open_app(browser, url: str):  # noqa: ANN001, ANN201 - playwright types
-    page = browser.new_page(viewport={"width": 1500, "height": 1000})
+    page = browser.new_page(viewport={"width": 1400, "height": 1400})
     page.set_default_timeout(WAIT_MS)
     page.goto(url)
     page.locator('[data-testid="stSidebar"]').wait_for()
