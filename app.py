@@ -476,8 +476,7 @@ def page_timeline(v: View) -> None:
     try:
         tl = timeline_data(str(path), path.stat().st_mtime_ns, int(step), int(max_items))
     except Exception as e:  # noqa: BLE001 - one line, never a traceback
-        st.error(md(one_line(f"timeline: {type(e).__name__}: {e}").replace(v.strip, "") if v.strip else
-                    one_line(f"timeline: {type(e).__name__}: {e}")))
+        st.error(md(one_line(v.name(f"timeline: {type(e).__name__}: {e}"))))
         return
     wins = {f"{w['code']} {w['rule']}: {w['label']}": w for w in tl["windows"]}
     opts = ["whole step", *wins]
@@ -699,7 +698,7 @@ def page_diff(v: View) -> None:
         return
     doc_b = analyze_doc(key, None, paths)
     for e in doc_b["errors"]:
-        st.error(md(one_line(e["error"].replace(strip, "") if strip else e["error"])))
+        st.error(md(one_line(View(doc_b, None, strip).name(e["error"]))))
     doc_a = v.doc if v.step is None else analyze_doc(v.key, None, v.paths)
     d = tvdiff.diff(doc_a, doc_b)
     names = View(doc_b, None, strip)
@@ -772,7 +771,7 @@ def main() -> None:
 
     v = View(doc, trace, strip, None if step == "all" else int(step), key, paths)
     for e in doc["errors"]:  # one line each, without the upload staging directory
-        st.error(md(one_line(v.name(e["error"]) if strip else e["error"])))
+        st.error(md(one_line(v.name(e["error"]))))
 
     pages = [
         st.Page(functools.partial(page_overview, v), title="Overview", url_path="overview", default=True),
