@@ -301,7 +301,7 @@ def render_job(v: View, j: dict) -> None:
     nccl = j.get("nccl") or {}
     strag = nccl.get("straggler")
     if strag and strag.get("raised"):  # nccl-wait raised it, not only the formal "last to arrive"
-        st.metric("Straggler rank", strag["rank"], help=strag.get("reason"))
+        st.metric("Straggler rank", strag["rank"], help=md(strag.get("reason", "")))
         st.write(md(strag.get("reason", "")))
         finding = next((f for f in j.get("findings") or [] if f["rule"] == "nccl-wait"), {})
         note = (finding.get("evidence") or {}).get("note")
@@ -418,8 +418,8 @@ def timeline_figure(tl: dict, zoom: tuple[float, float] | None) -> go.Figure:
             t = f"<b>{_hover(it['name'])}</b><br>{ms(it['dur_us'])} at +{ms(it['ts_us'])}"
             if it["op"]:
                 t += f"<br>op {_hover(it['op'], 80)}"
-            if it["launch_us"] is not None:
-                t += f"<br>launched at +{ms(it['launch_us'])}"
+            if it["launch_us"] is not None:  # the launch link: which thread queued it, and when
+                t += f"<br>launched at +{ms(it['launch_us'])} by {_hover(it['launch_thread'])}"
             text.append(t)
         bars(key, [label[i["lane"]] for i in its], [i["ts_us"] for i in its], [i["dur_us"] for i in its], text,
              marker_line_width=0)

@@ -53,6 +53,8 @@ def test_sync_trace_counts_against_raw_events() -> None:
     drawn = [i for i in tl["items"] if i["lane"].startswith("gpu:")]
     assert len(drawn) == len(gpu) == 72  # every GPU slice of the step on its one stream
     assert {i["lane"] for i in drawn} == {"gpu:0:7"}
+    assert {i["launch_thread"] for i in drawn} == {"thread 584"}  # every launch link leads to the main thread
+    assert all(i["launch_us"] <= i["ts_us"] for i in drawn if i["launch_us"] is not None)
     assert sum(i["kind"] == "memcpy" for i in drawn) == sum(e["cat"] == "gpu_memcpy" for e in gpu)
     runtime = [e for e in ev if e.get("cat") == "cuda_runtime" and e["ts"] < hi and e["ts"] + e["dur"] > lo]
     assert sum(i["kind"] == "runtime" for i in tl["items"]) == len(runtime) == 132  # one runtime row, none nested

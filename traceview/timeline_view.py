@@ -195,7 +195,7 @@ def timeline(trace: Trace, step: int, max_items: int = MAX_ITEMS) -> dict[str, A
                   for r in lanes.iter_rows(named=True)],
         "items": items.select("lane", "name", "kind", pl.col("cls").fill_null(""), ts_us=rel("ts"),
                               dur_us=((pl.col("end") - pl.col("ts")) / 1000).round(3), op=pl.col("op").fill_null(""),
-                              launch_us=rel("launch")).to_dicts(),
+                              launch_us=rel("launch"), launch_thread=pl.col("launch_lane").fill_null("")).to_dicts(),
         "counts": counts,
         "segments": seg.select(ts_us=rel("ts"), end_us=rel("end"), cls="cls").to_dicts(),
         "class_us": {c: round(v / 1000, 3) for c, v in
