@@ -131,6 +131,17 @@ def test_bad_input_is_an_error_not_a_traceback(name: str, data: bytes) -> None:
     assert "\n" not in at.error[0].value  # one line
 
 
+def test_trace_strings_are_escaped_for_markdown() -> None:
+    """A file name is trace-derived text: shown literally, never as a link, HTML or emphasis."""
+    name = "**x**[link](example.com)<b>$y$:red[z].json"
+    at = new_app().file_uploader(key="upload").set_value((name, b"not a trace", "application/json")).run()
+    assert not at.exception
+    shown = at.error[0].value
+    assert plain(shown).startswith(name + ": ")
+    for raw in ("**x**", "[link](", "<b>", "$y$", ":red["):
+        assert raw not in shown
+
+
 def test_step_selector_reanalyzes(sync_doc: dict, monkeypatch: pytest.MonkeyPatch) -> None:
     import traceview.loader
 

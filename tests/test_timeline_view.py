@@ -115,5 +115,7 @@ def test_nccl_waits_are_the_exposed_communication() -> None:
 
 
 def test_unknown_step_is_an_error() -> None:
-    with pytest.raises(ValueError, match="no step 99"):
+    from traceview.errors import TraceError
+
+    with pytest.raises(TraceError, match="no step 99 in this trace \\(steps: 1, 2, 3\\)"):
         timeline(load(SYNC), 99)

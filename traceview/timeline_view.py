@@ -23,6 +23,7 @@ from traceview.rules import (
 )
 
 from .classify import IDLE_CLASSES, partition
+from .errors import TraceError
 from .model import RUNTIME_CATS, STEP_RE, Trace
 from .ruleapi import RuleContext
 
@@ -40,7 +41,7 @@ def _step_window(trace: Trace, step: int) -> pl.DataFrame:
     sel = trace.steps.filter(pl.col("step") == step)
     if sel.height == 0:
         have = ", ".join(map(str, trace.steps["step"].to_list()))
-        raise ValueError(f"no step {step} in this trace (steps: {have})")
+        raise TraceError(f"{trace.meta.path}: no step {step} in this trace (steps: {have})")
     return sel
 
 
