@@ -38,6 +38,10 @@ CLASSES = ("gpu_compute", "gpu_memory", "communication", "host_sync", "input", "
 
 _ATTR_SCHEMA = {"i": pl.UInt32, "layer": pl.String, "layer_class": pl.String, "depth": pl.Int32,
                 "phase": pl.String}
+# the per-layer tree; empty (with these columns) when the trace has no layer to attribute to
+_TREE_SCHEMA = {"layer": pl.String, "parent_layer": pl.String, "name": pl.String, "layer_class": pl.String,
+                "kind": pl.String, "depth": pl.Int32, "module_path": pl.String, "anc": pl.List(pl.String),
+                "src": pl.String, "first_ts": pl.Int64, "calls": pl.UInt32}
 
 
 @dataclass(frozen=True)
@@ -179,7 +183,7 @@ def _build_tree(host: pl.DataFrame, nodes: pl.DataFrame) -> tuple[pl.DataFrame, 
     if not levels:
         empty = pl.DataFrame(schema={"i": pl.UInt32, "pnode": pl.UInt32, "layer": pl.String, "cls": pl.String,
                                      "ndepth": pl.Int32, "src": pl.String, "ts": pl.Int64, "end": pl.Int64})
-        return empty, pl.DataFrame(schema={"layer": pl.String})
+        return empty, pl.DataFrame(schema=_TREE_SCHEMA)
     out = pl.concat([lv.select("i", "pnode", "layer", "module_path", "label", "cls", "kind", "ndepth", "parent_layer",
                                "src", "anc", "attr") for lv in levels], how="vertical_relaxed")
     # attr paths are already readable kinds (`blocks.*.attn`)
@@ -249,7 +253,7 @@ def _attribute(trace: Trace) -> Attribution:
     if host.height == 0:
         empty = pl.DataFrame(schema=_ATTR_SCHEMA)
         return Attribution("none", pl.DataFrame(schema={"i": pl.UInt32, "layer": pl.String}), empty,
-                           pl.DataFrame(schema={"layer": pl.String}))
+                           pl.DataFrame(schema=_TREE_SCHEMA))
     events, source = _node_events(host)
     nodes, tree = _build_tree(host, events)
     phase_of = pl.col("src").replace_strict({"optimizer": "optimizer", "dataloader": "dataloader"}, default="forward")
