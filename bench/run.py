@@ -52,6 +52,8 @@ def inflate(src: Path, dst: Path, copies: int) -> Path:
 
 def median_runs(cases: dict[str, tuple[list[str], bool]], repeat: int) -> dict[str, tuple[float, float]]:
     res: dict[str, list[tuple[float, float]]] = {k: [] for k in cases}
+    for cmd, inner in cases.values():  # warm-up: bytecode caches, page cache
+        run(cmd, inner)
     for _ in range(repeat):  # interleaved: the machine's noise hits every case alike
         for k, (cmd, inner) in cases.items():
             res[k].append(run(cmd, inner))
