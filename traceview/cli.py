@@ -9,6 +9,8 @@ from collections.abc import Callable
 from pathlib import Path
 
 from . import __version__
+from .errors import TraceError
+from .inputs import DEFAULT_MAX_BYTES
 
 
 class ExitCode(enum.IntEnum):
@@ -44,19 +46,33 @@ def _progress(paths: list[str]) -> tuple[Callable[[str], None] | None, Callable[
 
 
 def cmd_analyze(args: argparse.Namespace) -> int:
-    from . import report
+    import functools
 
+    from . import report
+    from .loader import load_file
+    from .safe_text import terminal_line
+
+    if args.paths.count("-") > 1:
+        print("traceview: error: '-' (standard input) can be given only once", file=sys.stderr)
+        return ExitCode.ERROR
     extend_report()
     ctx = build_ctx(args)
     on_trace, done = _progress(args.paths)
+
+    def seen(path: str) -> None:  # the input being read, for an error line that names the right file
+        args.current_input = path
+        if on_trace:
+            on_trace(path)
+
     try:
-        rep = report.analyze(args.paths, step=args.step, ctx=ctx, on_trace=on_trace)
+        rep = report.analyze(args.paths, step=args.step, ctx=ctx, on_trace=seen,
+                             load=functools.partial(load_file, max_bytes=args.max_bytes))
     finally:
         done()
     doc = rep.to_dict()
     _render(doc, args.format, args.output)
     for e in rep.errors:
-        print(f"traceview: error: {e['error']}", file=sys.stderr)
+        print(f"traceview: error: {terminal_line(e['error'])}", file=sys.stderr)
     if rep.errors:
         return ExitCode.ERROR
     return exit_for_findings(doc, args)
@@ -88,10 +104,13 @@ def make_parser() -> argparse.ArgumentParser:
     sub = p.add_subparsers(dest="command", required=True)
 
     a = sub.add_parser("analyze", help="analyze trace files or directories of rank files")
-    a.add_argument("paths", nargs="+", help="trace files (.json/.json.gz) or directories")
+    a.add_argument("paths", nargs="+", help="trace files (.json/.json.gz), directories, or - for stdin")
     a.add_argument("--format", choices=FORMATS, default="text")
     a.add_argument("--step", type=int, default=None, help="analyze only ProfilerStep#N")
     a.add_argument("-o", "--output", default=None, help="write the report to a file instead of stdout")
+    a.add_argument("--max-bytes", type=_size, default=DEFAULT_MAX_BYTES, metavar="SIZE",
+                   help="largest input held in memory, after decompression (e.g. 512M, 16G; default 8G); "
+                        "a bigger or gzip-bomb input is an error")
     a.set_defaults(func=cmd_analyze)
     for hook in PARSER_HOOKS:
         hook(sub, a)
@@ -122,13 +141,26 @@ def _layers_parser(sub: argparse._SubParsersAction, analyze: argparse.ArgumentPa
 PARSER_HOOKS.append(_layers_parser)
 
 
+def _size(text: str) -> int:
+    from .inputs import parse_size
+
+    try:
+        return parse_size(text)
+    except ValueError as e:
+        raise argparse.ArgumentTypeError(str(e)) from None
+
+
 def _prefetch_first_input(argv: list[str]) -> None:
     """`analyze`/`layers`: begin reading the first trace before the heavy imports (see decode.prefetch)."""
     if not argv or argv[0] not in ("analyze", "layers"):
         return
     from .decode import prefetch, trace_files
 
+    cap = DEFAULT_MAX_BYTES
     try:
+        for k, a in enumerate(argv):  # the cap the loader will use, or no prefetch
+            if a == "--max-bytes" or a.startswith("--max-bytes="):
+                cap = _size(a.split("=", 1)[1] if "=" in a else argv[k + 1])
         for a in argv[1:]:
             if a.startswith("-"):
                 continue
@@ -137,9 +169,9 @@ def _prefetch_first_input(argv: list[str]) -> None:
                 files = trace_files(p)
                 p = files[0] if files else None
             if p is not None and p.is_file():
-                prefetch(p)
+                prefetch(p, cap)
                 return
-    except OSError:  # unreadable paths are reported by the loader, with the usual one line
+    except (OSError, IndexError, argparse.ArgumentTypeError, TraceError):  # the loader reports these, or argparse
         return
 
 
@@ -148,12 +180,12 @@ def main(argv: list[str] | None = None) -> int:
     _prefetch_first_input(argv)
     parser = make_parser()
     args = parser.parse_args(argv)
-    from .errors import TraceError
+    from .safe_text import terminal_line
 
     try:
         return int(args.func(args))
     except TraceError as e:
-        print(f"traceview: error: {e}", file=sys.stderr)
+        print(f"traceview: error: {terminal_line(str(e))}", file=sys.stderr)
         return ExitCode.ERROR
     except KeyboardInterrupt:
         print("traceview: interrupted", file=sys.stderr)
@@ -161,8 +193,12 @@ def main(argv: list[str] | None = None) -> int:
     except BrokenPipeError:
         return ExitCode.OK
     except Exception as e:  # noqa: BLE001 - last line of defence: one line, never a traceback
-        where = Path(getattr(args, "paths", ["?"])[0]).name if getattr(args, "paths", None) else ""
-        print(f"traceview: internal error ({type(e).__name__}: {e}) {where}".rstrip(), file=sys.stderr)
+        # name the input being read when it failed, not the first one given
+        where = getattr(args, "current_input", None) or (args.paths[0] if getattr(args, "paths", None) else "")
+        first = (str(e).strip().splitlines() or [""])[0]  # polars appends the failing expression on more lines
+        msg = f"internal error ({type(e).__name__}: {first})"
+        msg = f"{where}: {msg}" if where else msg
+        print(f"traceview: {terminal_line(msg)}", file=sys.stderr)
         return ExitCode.ERROR
 
 

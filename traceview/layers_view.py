@@ -176,15 +176,19 @@ def cmd_layers(args: argparse.Namespace) -> int:
         try:
             from rich.console import Console
 
-            con = Console(file=out, width=200, highlight=False)
-            for t in doc["traces"]:
+            from .safe_text import rich_safe
+
+            con = Console(file=out, width=200, highlight=False, emoji=False)
+            for t in rich_safe(doc["traces"]):
                 con.rule(f"[bold]{t['path']}[/]")
                 render(t, con)
         finally:
             if args.output:
                 out.close()
+    from .safe_text import terminal_line
+
     for e in doc["errors"]:
-        print(f"traceview: error: {e['error']}", file=sys.stderr)
+        print(f"traceview: error: {terminal_line(e['error'])}", file=sys.stderr)
     return ExitCode.ERROR if doc["errors"] else ExitCode.OK
 
 

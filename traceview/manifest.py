@@ -8,6 +8,7 @@ steps, and a launch-bound verdict is flagged when profiling overhead alone could
 from __future__ import annotations
 
 import json
+import math
 from pathlib import Path
 
 import polars as pl
@@ -18,14 +19,84 @@ from .model import Trace
 ARTIFACT_OVERHEAD_PCT = 20.0
 
 
-def read_manifest(trace_path: str | Path) -> dict | None:
-    """manifest.json of the run folder holding this trace, if it is a collector run."""
+def read_manifest(trace_path: str | Path, problems: list[str] | None = None) -> dict | None:
+    """manifest.json of the run folder holding this trace, if it is a collector run: only the keys used
+    here, each of the expected type (a value of another type is left out and named in `problems`)."""
+    if str(trace_path) == "-":
+        return None
     p = Path(trace_path).parent / "manifest.json"
     try:
-        doc = json.loads(p.read_text())
-    except (OSError, ValueError):
+        if not p.is_file() or p.stat().st_size > _MAX_MANIFEST:
+            return None
+        doc = json.loads(p.read_text(encoding="utf-8", errors="replace"))
+    except (OSError, ValueError, RecursionError):
         return None
-    return doc if isinstance(doc, dict) and "manifest_version" in doc else None
+    if not isinstance(doc, dict) or "manifest_version" not in doc:
+        return None
+    bad: list[str] = []
+    clean = {"run": _str(doc.get("run"), "run", bad), "command": _str(doc.get("command"), "command", bad),
+             "options": doc.get("options") if isinstance(doc.get("options"), dict) else None,
+             "step_time": _numbers(doc.get("step_time"), _STEP_TIME_KEYS, "step_time", bad),
+             "ranks": []}
+    ranks = doc.get("ranks")
+    if ranks is not None and not isinstance(ranks, list):
+        bad.append("ranks")
+        ranks = []
+    for k, r in enumerate(ranks or []):
+        if not isinstance(r, dict):
+            bad.append(f"ranks[{k}]")
+            continue
+        rank = r.get("rank")
+        entry = _numbers(r, _RANK_KEYS, f"ranks[{k}]", bad)
+        entry["rank"] = rank if isinstance(rank, int) and not isinstance(rank, bool) else None
+        if rank is not None and entry["rank"] is None:
+            bad.append(f"ranks[{k}].rank")
+        entry["step_time_method"] = _str(r.get("step_time_method"), f"ranks[{k}].step_time_method", bad)
+        for key, test in (("unprofiled_step_ms", _is_num), ("profiled_step_ms", _is_num),
+                          ("traces", lambda t: isinstance(t, dict))):
+            v = r.get(key)
+            entry[key] = [x for x in v if test(x)] if isinstance(v, list) else []
+            if v is not None and (not isinstance(v, list) or len(entry[key]) < len(v)):
+                bad.append(f"ranks[{k}].{key}")
+        clean["ranks"].append(entry)
+    if problems is not None and bad:
+        problems.append(f"{p.name} beside the trace has values of an unexpected type ({', '.join(bad[:5])}"
+                        f"{' ...' if len(bad) > 5 else ''}): those were ignored")
+    return clean
+
+
+_MAX_MANIFEST = 64 * 2**20  # a collector manifest is a few KiB; more is not one
+_STEP_TIME_KEYS = ("profiled_ms_median", "unprofiled_ms_median")
+_RANK_KEYS = ("unprofiled_step_ms_median", "profiled_step_ms_median")
+
+
+def _is_num(v: object) -> bool:
+    return isinstance(v, int | float) and not isinstance(v, bool) and math.isfinite(v)
+
+
+def _str(v: object, key: str, bad: list[str]) -> str | None:
+    if v is None or isinstance(v, str):
+        return v
+    bad.append(key)
+    return None
+
+
+def _numbers(d: object, keys: tuple[str, ...], where: str, bad: list[str]) -> dict:
+    """{key: finite positive number or None} for `keys` of the dict `d`."""
+    if d is None:
+        return dict.fromkeys(keys)
+    if not isinstance(d, dict):
+        bad.append(where)
+        return dict.fromkeys(keys)
+    out: dict = {}
+    for k in keys:
+        v = d.get(k)
+        if v is None or (_is_num(v) and v > 0):
+            out[k] = v
+        else:
+            bad.append(f"{where}.{k}")
+            out[k] = None
+    return out
 
 
 def step_overhead_ms(trace_path: str | Path) -> float | None:
@@ -41,7 +112,7 @@ def step_overhead_ms(trace_path: str | Path) -> float | None:
 def _rank_entry(doc: dict, trace: Trace) -> dict | None:
     name = Path(trace.meta.path).name
     for r in doc.get("ranks") or []:
-        if any(isinstance(t, dict) and t.get("file") == name for t in r.get("traces") or []):
+        if any(t.get("file") == name for t in r.get("traces") or []):
             return r
     for r in doc.get("ranks") or []:
         if r.get("rank") == (trace.meta.rank or 0):
@@ -58,7 +129,9 @@ def _median(xs: list) -> float | None:
 
 
 def profiling_section(trace: Trace, steps: pl.DataFrame, ctx: dict) -> dict | None:
-    doc = read_manifest(trace.meta.path)
+    problems: list[str] = []
+    doc = read_manifest(trace.meta.path, problems)
+    ctx.setdefault("_warnings", []).extend(problems)
     if doc is None:
         return None
     r = _rank_entry(doc, trace) or {}

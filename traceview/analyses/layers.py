@@ -135,6 +135,12 @@ def _node_events(host: pl.DataFrame) -> tuple[pl.DataFrame, str]:
     return nodes, source
 
 
+# the per-layer tree's columns, for traces without layers (no host events at all)
+_TREE_SCHEMA = {"layer": pl.String, "parent_layer": pl.String, "name": pl.String, "layer_class": pl.String,
+                "kind": pl.String, "depth": pl.Int32, "module_path": pl.String, "anc": pl.List(pl.String),
+                "src": pl.String, "first_ts": pl.Int64, "calls": pl.UInt32}
+
+
 def _build_tree(host: pl.DataFrame, nodes: pl.DataFrame) -> tuple[pl.DataFrame, pl.DataFrame]:
     """Nest the node events; merge `module::` annotations into the module frame that holds them.
 
@@ -178,7 +184,7 @@ def _build_tree(host: pl.DataFrame, nodes: pl.DataFrame) -> tuple[pl.DataFrame, 
     if not levels:
         empty = pl.DataFrame(schema={"i": pl.UInt32, "pnode": pl.UInt32, "layer": pl.String, "cls": pl.String,
                                      "ndepth": pl.Int32, "src": pl.String, "ts": pl.Int64, "end": pl.Int64})
-        return empty, pl.DataFrame(schema={"layer": pl.String})
+        return empty, pl.DataFrame(schema=_TREE_SCHEMA)
     out = pl.concat([lv.select("i", "pnode", "layer", "module_path", "label", "cls", "kind", "ndepth", "parent_layer",
                                "src", "anc", "attr") for lv in levels], how="vertical_relaxed")
     # attr paths are already readable kinds (`blocks.*.attn`)
@@ -248,7 +254,7 @@ def _attribute(trace: Trace) -> Attribution:
     if host.height == 0:
         empty = pl.DataFrame(schema=_ATTR_SCHEMA)
         return Attribution("none", pl.DataFrame(schema={"i": pl.UInt32, "layer": pl.String}), empty,
-                           pl.DataFrame(schema={"layer": pl.String}))
+                           pl.DataFrame(schema=_TREE_SCHEMA))
     events, source = _node_events(host)
     nodes, tree = _build_tree(host, events)
     phase_of = pl.col("src").replace_strict({"optimizer": "optimizer", "dataloader": "dataloader"}, default="forward")

@@ -5,9 +5,9 @@ from __future__ import annotations
 from typing import IO
 
 from rich.console import Console
-from rich.markup import escape
 from rich.table import Table
 
+from ..safe_text import rich_safe
 from ..units import num
 
 ROLE_LABELS = {"kernel": "Kernel", "memcpy": "Memcpy", "memset": "Memset", "communication": "Communication",
@@ -31,11 +31,11 @@ def render_trace(t: dict, con: Console) -> None:
     for w in t.get("warnings", []):
         con.print(f"[yellow]warning:[/] {w}")
     if t.get("verdict_text"):  # plain text in JSON; emphasis only here
-        con.print(f"[bold]{escape(t['verdict_text'])}[/]")
+        con.print(f"[bold]{t['verdict_text']}[/]")
     prof = t.get("profiling")
     if prof and prof.get("note"):
         color = "yellow" if prof.get("launch_bound_may_be_artifact") else "dim"
-        con.print(f"[{color}]profiler overhead:[/] {escape(prof['note'])}")
+        con.print(f"[{color}]profiler overhead:[/] {prof['note']}")
 
     tb = Table(title="Step time breakdown (% of step; tb_plugin priority order)", show_lines=False)
     tb.add_column("step", justify="right")
@@ -84,7 +84,8 @@ def render_trace(t: dict, con: Console) -> None:
 
 
 def render(doc: dict, out: IO[str]) -> None:
-    con = Console(file=out, width=160, highlight=False)
+    doc = rich_safe(doc)  # every string from the trace is markup-escaped once, here, for all renderers
+    con = Console(file=out, width=160, highlight=False, emoji=False)
     for t in doc["traces"]:
         render_trace(t, con)
         for hook in EXTRA:
