@@ -18,6 +18,7 @@ from .analyses.intervals import clip
 from .errors import TraceError
 from .loader import input_files, load_file
 from .model import Job, Trace
+from .notes import aggregate as aggregate_warnings
 from .units import pct, us
 
 SCHEMA_VERSION = 1
@@ -132,6 +133,7 @@ def analyze_trace(trace: Trace, step: int | None = None, ctx: dict | None = None
     for name, fn in SECTIONS.items():
         entry[name] = fn(trace, steps, ctx)
     entry["warnings"].extend(ctx.pop("_warnings", []))  # sections report left-out steps, failed rules
+    entry["warnings"] = aggregate_warnings(entry["warnings"])  # one line per kind, not one per step
     return entry
 
 

@@ -48,14 +48,14 @@ def rich_safe(obj: Any) -> Any:
 # ---- GitHub Markdown ----------------------------------------------------------------------------
 
 _MD_PUNCT = re.compile(r"([\\`*_\[\]()!|#~{}])")
-_AUTOLINK = re.compile(r"(?i)(://|www\.)")
+_AUTOLINK = re.compile(r"(?i)(://|www\.)")  # GitHub autolinks these even without <>
 _MENTION = re.compile(r"@(?=[A-Za-z0-9])")
 
 
 def _defuse(s: str) -> str:
-    """Break what GitHub turns into links or notifications even in plain text: `scheme://` and `www.`
-    autolinks, @mentions (a zero-width space after the @)."""
-    s = _AUTOLINK.sub(lambda m: ":\\/\\/" if m.group(1) == "://" else m.group(1)[:3] + "\\.", s)
+    """Break what GitHub turns into links or notifications even in plain text or raw HTML: `scheme://` and
+    `www.` autolinks, @mentions. A zero-width space goes in: the text reads the same, nothing matches."""
+    s = _AUTOLINK.sub(lambda m: ":\u200b//" if m.group(1) == "://" else m.group(1)[:3] + "\u200b.", s)
     return _MENTION.sub("@\u200b", s)
 
 
@@ -79,8 +79,7 @@ def md_code(s: Any) -> str:
 def html_text(s: Any) -> str:
     """Text inside a raw HTML block (e.g. <summary>), where Markdown escapes do not apply: entities only,
     mentions defused."""
-    s = html.escape(printable(str(s), one_line=True), quote=True)
-    return _MENTION.sub("@\u200b", s)
+    return _defuse(html.escape(printable(str(s), one_line=True), quote=True))
 
 
 # ---- XML ----------------------------------------------------------------------------------------

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from typing import IO
 
 from rich.console import Console
@@ -12,6 +13,20 @@ from ..units import num
 
 ROLE_LABELS = {"kernel": "Kernel", "memcpy": "Memcpy", "memset": "Memset", "communication": "Communication",
                "runtime": "Runtime", "dataloader": "DataLoader", "cpu_exec": "CPU Exec", "other": "Other"}
+
+
+STEP_ROWS = 10  # per-step tables show the first and last this many steps; --format json has them all
+
+
+def step_rows(rows: list[dict], table: Table) -> Iterator[dict]:
+    """The rows to print of a per-step table; a long trace (thousands of steps) shows its first and last
+    STEP_ROWS and one row saying how many are left out, so the report stays readable and fast."""
+    for k, r in enumerate(rows):
+        if len(rows) > 2 * STEP_ROWS + 1 and k == STEP_ROWS:
+            table.add_row("…", f"{len(rows) - 2 * STEP_ROWS:,} more")
+            table.caption = "steps left out of this table are in --format json"
+        if len(rows) <= 2 * STEP_ROWS + 1 or k < STEP_ROWS or k >= len(rows) - STEP_ROWS:
+            yield r
 
 
 def _short(name: str | None, n: int = 70) -> str:
@@ -43,7 +58,7 @@ def render_trace(t: dict, con: Console) -> None:
     tb.add_column("GPU busy", justify="right")
     for k in ROLE_LABELS.values():
         tb.add_column(k, justify="right")
-    for r in t["steps"]:
+    for r in step_rows(t["steps"], tb):
         tb.add_row(str(r["step"]), num(r["dur_us"] / 1000, 2), num(r["gpu_busy_pct"]),
                    *[num(r["breakdown_pct"][k]) for k in ROLE_LABELS])
     tb.add_row("avg", num((s["avg_step_us"] or 0) / 1000, 2), num(s["gpu_busy_pct"]),
