@@ -9,7 +9,9 @@ from __future__ import annotations
 
 import functools
 import hashlib
+import html
 import io
+import os
 import re
 import tempfile
 from dataclasses import dataclass
@@ -21,8 +23,12 @@ import streamlit as st
 
 from traceview import cli, report
 from traceview.formatters import json as fjson
+from traceview.inputs import parse_size, safe_file_name
 from traceview.loader import load_file
 from traceview.model import Trace
+from traceview.safe_text import hide_paths
+from traceview.safe_text import md_literal as md
+from traceview.trace_cache import TraceCache
 
 ROOT = Path(__file__).resolve().parent
 SAMPLES = ROOT / "sample_traces"
@@ -34,6 +40,11 @@ CLASS_COLORS = {
 }
 RANK_NAME = re.compile(r"rank[-_]?\d+")  # as the loader reads a rank from a file name
 SEVERITY_ICON = {"error": "🔴", "warning": "🟠", "info": "🔵"}
+# Untrusted uploads on a shared server: the decompressed size of one trace is capped lower than on the
+# CLI (whose default is 8 GiB), and each session keeps at most this much of loaded traces. Uploads
+# themselves are capped by server.maxUploadSize in .streamlit/config.toml.
+APP_MAX_BYTES = parse_size(os.environ.get("TRACEVIEW_APP_MAX_BYTES", "2G"))
+APP_CACHE_BYTES = parse_size(os.environ.get("TRACEVIEW_APP_CACHE_BYTES", "1G"))
 
 cli.extend_report()  # rules, classifier and layers sections (idempotent)
 
@@ -56,8 +67,9 @@ def _release(tmp: tempfile.TemporaryDirectory) -> None:
 
 @st.cache_resource(max_entries=4, show_spinner=False, on_release=_release)
 def staged(digest: str, _data: tuple[tuple[str, bytes], ...]) -> tempfile.TemporaryDirectory:
-    """The uploaded bytes as files with their original names (the loader reads the suffix: .json / .gz).
-    Only read by the loader as JSON, never executed or unpickled."""
+    """The uploaded bytes as files named after the uploads (made safe: `upload_inputs`), so that a directory
+    of rank files reads like `traceview analyze RUN_DIR/`. Only read by the loader as JSON, never executed
+    or unpickled."""
     tmp = tempfile.TemporaryDirectory(prefix="traceview-upload-")
     for name, data in _data:
         (Path(tmp.name) / name).write_bytes(data)
@@ -70,15 +82,14 @@ def default_ctx(paths: list[str], step: int | None) -> dict:
     return cli.build_ctx(cli.make_parser().parse_args(argv))
 
 
-@st.cache_resource(max_entries=8, show_spinner=False)
-def loaded_trace(path: str, mtime_ns: int, size: int) -> Trace:
-    """A loaded trace, kept while its file is unchanged: switching steps re-analyzes without re-reading."""
-    return load_file(path)
-
-
 def _load_cached(path: Path) -> Trace:
+    """A loaded trace, kept in this session while its file is unchanged (switching steps re-analyzes without
+    re-reading); the session's cache is bounded in bytes, and no session sees another's traces."""
     s = path.stat()
-    return loaded_trace(str(path), s.st_mtime_ns, s.st_size)
+    cache = st.session_state.get("_traces")
+    if cache is None:
+        cache = st.session_state["_traces"] = TraceCache(APP_CACHE_BYTES)
+    return cache.get((str(path), s.st_mtime_ns, s.st_size), lambda: load_file(path, max_bytes=APP_MAX_BYTES))
 
 
 @st.cache_data(max_entries=32, show_spinner="Analyzing…")
@@ -88,7 +99,8 @@ def analyze_doc(key: str, step: int | None, _paths: tuple[str, ...]) -> dict:
         return report.analyze(list(_paths), step=step, ctx=default_ctx(list(_paths), step),
                               load=_load_cached).to_dict()
     except Exception as e:  # noqa: BLE001 - as the CLI: one line, never a traceback
-        return report.Report(errors=[{"path": "", "error": f"internal error ({type(e).__name__}: {e})"}]).to_dict()
+        first = (str(e).strip().splitlines() or [""])[0]
+        return report.Report(errors=[{"path": "", "error": f"internal error ({type(e).__name__}: {first})"}]).to_dict()
 
 
 def upload_inputs(files: list[Any]) -> tuple[str, tuple[str, ...], str]:
@@ -96,7 +108,7 @@ def upload_inputs(files: list[Any]) -> tuple[str, tuple[str, ...], str]:
     items: list[tuple[str, bytes]] = []
     seen: set[str] = set()
     for k, f in enumerate(files):
-        name = Path(f.name).name or f"trace{k}.json"
+        name = safe_file_name(f.name, f"trace{k}.json")
         if name in seen:  # same name twice: keep both
             name = f"{k}_{name}"
         seen.add(name)
@@ -120,10 +132,10 @@ class View:
     strip: str  # path prefix to hide (the upload staging directory)
 
     def name(self, path: str | None) -> str:
+        """A path or message as a web user may see it: no server directories (staging, samples, others)."""
         if not path:
             return ""
-        p = path.replace(self.strip, "").lstrip("/") if self.strip else path
-        return p.replace(str(SAMPLES) + "/", "")
+        return hide_paths(path, (self.strip, str(SAMPLES), str(ROOT)))
 
 
 def _table(rows: list[dict], cols: list[str]) -> list[dict]:
@@ -156,14 +168,14 @@ def page_overview(v: View) -> None:
     t = v.trace
     s, c = t["summary"], t["classification"]
     meta = t["metadata"]
-    st.caption(f"{v.name(t['path'])} · {meta.get('device') or meta.get('backend')} · format {meta.get('format')}"
-               + (f" · rank {t['rank']}" if t.get("rank") is not None else ""))
+    st.caption(md(f"{v.name(t['path'])} · {meta.get('device') or meta.get('backend')} · format {meta.get('format')}"
+                  + (f" · rank {t['rank']}" if t.get("rank") is not None else "")))
     for w in t["warnings"]:
-        st.warning(w)
+        st.warning(md(v.name(w)))
     if t.get("verdict_text"):
-        st.info(t["verdict_text"])
+        st.info(md(t["verdict_text"]))
     elif c.get("note"):
-        st.info(c["note"])
+        st.info(md(c["note"]))
     m1, m2, m3, m4 = st.columns(4)
     avg = s.get("avg_step_us")
     m1.metric("Avg step", f"{avg / 1000:,.3f} ms" if avg is not None else "–", help=f"avg_step_us = {avg}")
@@ -191,16 +203,16 @@ def page_overview(v: View) -> None:
 
 
 def render_job(v: View, j: dict) -> None:
-    st.subheader(f"Job: {v.name(j['path']) or 'uploaded files'} (ranks {j['ranks']})")
+    st.subheader(md(f"Job: {v.name(j['path']) or 'uploaded files'} (ranks {j['ranks']})"))
     nccl = j.get("nccl") or {}
     strag = nccl.get("straggler")
     if strag and strag.get("raised"):  # nccl-wait raised it, not only the formal "last to arrive"
-        st.metric("Straggler rank", strag["rank"], help=strag.get("reason"))
-        st.write(strag.get("reason", ""))
+        st.metric("Straggler rank", strag["rank"], help=md(strag.get("reason") or ""))
+        st.markdown(md(strag.get("reason", "")))
         finding = next((f for f in j.get("findings") or [] if f["rule"] == "nccl-wait"), {})
         note = (finding.get("evidence") or {}).get("note")
         if note:
-            st.warning(note)
+            st.warning(md(note))
     elif nccl:
         st.caption(f"No straggler: {nccl.get('collectives', 0)} collectives matched across ranks, waits below the "
                    "nccl-wait thresholds.")
@@ -241,10 +253,10 @@ def page_findings(v: View) -> None:
         return
     st.dataframe(_table(found, FINDING_COLS), hide_index=True, key="findings_table")
     for f in found:
-        label = f"{SEVERITY_ICON.get(f['severity'], '')} {f['code']} {f['rule']}: {f['title']}"
+        label = f"{SEVERITY_ICON.get(f['severity'], '')} {f['code']} {f['rule']}: {md(f['title'])}"
         with st.expander(label, expanded=False):
             st.markdown(f"**Savings** {f['savings_us']} µs ({f['savings_pct']} %) · **cost** {f['cost_us']} µs · "
-                        f"**count** {f['count']} · **steps** {f['steps']} · **layer** `{f.get('layer')}`")
+                        f"**count** {f['count']} · **steps** {md(f['steps'])} · **layer** {md(f.get('layer'))}")
             st.markdown("**Fix**")
             st.write(f["fix"])
             st.markdown("**Evidence**")
@@ -284,7 +296,7 @@ def page_layers(v: View) -> None:
     sel = [r for r in rows if r.get("depth") == depth and (r.get("gpu_us") or 0) > 0]
     sel = sorted(sel, key=lambda r: r["gpu_us"], reverse=True)[:30][::-1]  # largest on top
     if sel:
-        names = [r["layer"] for r in sel]
+        names = [html.escape(r["layer"]) for r in sel]  # plotly renders tags (<a href>, <b>) in labels
         fig = go.Figure()
         fig.add_bar(name="forward", y=names, x=[r["fwd_gpu_us"] / 1000 for r in sel], orientation="h")
         fig.add_bar(name="backward", y=names, x=[r["bwd_gpu_us"] / 1000 for r in sel], orientation="h")
@@ -311,7 +323,7 @@ def page_kernels(v: View) -> None:
     st.subheader("Top ops")
     st.dataframe(t["top_ops"], hide_index=True, key="ops_table")
     for d in t["devices"]:
-        st.subheader(f"GPU {d['device']}: {d['name']}")
+        st.subheader(md(f"GPU {d['device']}: {d['name']}"))
         tb = d["temporal"]
         c1, c2, c3, c4 = st.columns(4)
         c1.metric("Busy", f"{d['busy_pct']} %", help=f"busy_us = {d['busy_us']}")
@@ -344,7 +356,11 @@ def main() -> None:
 
     key, paths, strip = "", (), ""
     if files:
-        key, paths, strip = upload_inputs(files)
+        try:
+            key, paths, strip = upload_inputs(files)
+        except OSError as e:  # the staging disk: say what failed, not where
+            st.error(md(f"could not store the upload: {e.strerror or type(e).__name__}"))
+            files = []
     elif sample != NO_SAMPLE:
         p = samples[sample]
         key, paths = f"sample:{p}", (str(p),)
@@ -369,7 +385,7 @@ def main() -> None:
 
     v = View(doc, trace, strip)
     for e in doc["errors"]:
-        st.error(v.name(e["error"]) if strip else e["error"])
+        st.error(md(v.name(e["error"])))
 
     pages = [
         st.Page(functools.partial(page_overview, v), title="Overview", url_path="overview", default=True),

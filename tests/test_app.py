@@ -13,6 +13,7 @@ os.environ.setdefault("STREAMLIT_BROWSER_GATHER_USAGE_STATS", "false")  # no net
 from streamlit.testing.v1 import AppTest  # noqa: E402
 
 from traceview import cli, report  # noqa: E402
+from traceview.safe_text import md_literal  # noqa: E402
 
 ROOT = Path(__file__).resolve().parent.parent
 SYNC = ROOT / "sample_traces/gpu_h200/sync_item_nonzero_cpu.json.gz"
@@ -67,7 +68,7 @@ def test_upload_overview_matches_cli(sync_doc: dict) -> None:
     at = upload(new_app(), SYNC)
     assert not at.exception and not at.error
     t = sync_doc["traces"][0]
-    assert [i.value for i in at.info] == [t["verdict_text"]]
+    assert [i.value for i in at.info] == [md_literal(t["verdict_text"])]
     assert metric(at, "Dominant class") == t["classification"]["dominant"] == "host_sync"
     assert metric(at, "Avg step") == f"{t['summary']['avg_step_us'] / 1000:,.3f} ms"
     spec = chart(at, "Classifier")
@@ -111,7 +112,7 @@ def test_bundled_sample_input_bound() -> None:
 def test_bad_input_is_an_error_not_a_traceback(name: str, data: bytes) -> None:
     at = new_app().file_uploader(key="upload").set_value((name, data, "application/octet-stream")).run()
     assert not at.exception
-    assert at.error and name in at.error[0].value
+    assert at.error and md_literal(name) in at.error[0].value
     assert "/tmp" not in at.error[0].value  # the staging directory is hidden
 
 
@@ -127,6 +128,9 @@ def test_step_selector_reanalyzes(sync_doc: dict, monkeypatch: pytest.MonkeyPatc
 
     monkeypatch.setattr(traceview.loader, "load_file", counting)  # what app.py imports
     monkeypatch.setattr(report, "load_file", counting)  # report.analyze's default loader
+    import streamlit as st
+
+    st.cache_data.clear()  # analyzed documents are shared between sessions: make this session load the trace
     at = upload(new_app(), SYNC)
     box = next(s for s in at.selectbox if s.label == "Step")
     assert box.options == ["all", *map(str, sync_doc["traces"][0]["summary"]["step_numbers"])]
@@ -137,7 +141,7 @@ def test_step_selector_reanalyzes(sync_doc: dict, monkeypatch: pytest.MonkeyPatc
     want = cli_doc(SYNC, step=2)["traces"][0]
     after = metric(at, "Avg step")
     assert after == f"{want['summary']['avg_step_us'] / 1000:,.3f} ms" != before
-    assert [i.value for i in at.info] == [want["verdict_text"]]
+    assert [i.value for i in at.info] == [md_literal(want["verdict_text"])]  # trace text escaped for markdown
     assert chart(at, "Classifier")["data"][0]["x"] == ["2"]
 
 

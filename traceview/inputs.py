@@ -276,6 +276,19 @@ def to_utf8(data: bytes, where: str) -> tuple[bytes, str | None]:
     return text.encode("utf-8", "surrogatepass"), f"the file is {enc.upper()} text: re-encoded as UTF-8"
 
 
+def safe_file_name(name: str, fallback: str, limit: int = 120) -> str:
+    """A local file name for a user-supplied one (an upload): its last path component without control
+    characters or a leading dot, the trace suffix kept, at most `limit` bytes (file systems refuse names
+    over 255 bytes with an error that would reveal the server's paths)."""
+    base = re.split(r"[/\\]", name)[-1]
+    base = re.sub(r"[\x00-\x1f\x7f]", "_", base).strip().lstrip(".")
+    suffix = next((s for s in (".json.gz", ".json", ".gz") if base.lower().endswith(s)), "")
+    stem = base[: len(base) - len(suffix)]
+    budget = limit - len(suffix.encode())
+    stem = stem.encode("utf-8", "replace")[:budget].decode("utf-8", "ignore")
+    return stem + suffix if stem else fallback
+
+
 def read_input(path: Path, cap: int = DEFAULT_MAX_BYTES) -> tuple[bytes, list[str]]:
     """(UTF-8 bytes of the document, warnings) for one input file or '-'."""
     where = "<stdin>" if str(path) == STDIN else str(path)

@@ -82,6 +82,29 @@ def html_text(s: Any) -> str:
     return _defuse(html.escape(printable(str(s), one_line=True), quote=True))
 
 
+# ---- Streamlit ----------------------------------------------------------------------------------
+
+_ASCII_PUNCT = re.compile(r"([!-/:-@\[-`{-~])")
+
+
+def md_literal(s: Any) -> str:
+    """Text for a Streamlit markdown element (st.markdown, captions, labels, st.error...) that renders as
+    the literal string: every ASCII punctuation character backslash-escaped, which CommonMark allows,
+    so no link, image, emphasis, HTML, `:color[...]` directive, emoji code or `$math$` forms."""
+    return _ASCII_PUNCT.sub(r"\\\1", printable(re.sub(r"[\r\n\t]", " ", str(s)), one_line=True))
+
+
+_ABS_PATH = re.compile(r"(?<![\w.~])/(?:[^\s/:'\"]+/)+([^\s/:'\"]*)")
+
+
+def hide_paths(msg: str, prefixes: tuple[str, ...] = ()) -> str:
+    """`msg` without server paths: each prefix in `prefixes` removed, any other absolute path cut to its
+    last component (a web user must not learn where files live on the server)."""
+    for p in sorted(filter(None, prefixes), key=len, reverse=True):
+        msg = msg.replace(p.rstrip("/") + "/", "").replace(p, "")
+    return _ABS_PATH.sub(lambda m: m.group(1) or "/", msg)
+
+
 # ---- XML ----------------------------------------------------------------------------------------
 
 _XML_BAD = re.compile("[\x00-\x08\x0b\x0c\x0e-\x1f\ufffe\uffff\ud800-\udfff]")
