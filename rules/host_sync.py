@@ -155,8 +155,8 @@ def check(trace, steps: pl.DataFrame, ctx: dict) -> list[Finding]:
     groups = (s.with_columns(source=pl.col("source").fill_null(""))
               .group_by("cause", "source")
               .agg(pl.len().alias("count"), pl.col("cost").sum(), pl.col("step").unique().sort().alias("steps"),
-                   pl.col("name").value_counts(sort=True).alias("calls"), pl.col("root_name").drop_nulls().mode().first(),
-                   pl.col("api_name").drop_nulls().mode().first(),
+                   pl.col("name").value_counts(sort=True).alias("calls"), pl.col("root_name").drop_nulls().mode().sort().first(),
+                   pl.col("api_name").drop_nulls().mode().sort().first(),
                    pl.col("i").sort_by("cost", descending=True).first().alias("worst"), pl.col("op").alias("ops"))
               .sort(["cost", "cause"], descending=[True, False]))
     out = []

@@ -223,9 +223,9 @@ def _repair(data: bytes) -> tuple[bytes, list[str]]:
     def sub(rx: re.Pattern, repl: Any, what: str) -> None:
         nonlocal data
         new, n = rx.subn(repl, data)
-        if n:
+        if new != data:  # the names pattern matches every name; count only real changes
             data = new
-            done.append(f"{n:,} {what}")
+            done.append(f"{n:,} {what}" if what != "names" else "unescaped quotes in names")
 
     sub(_BARE, lambda m: b'"' + m.group(1) + b'"', "bare inf/nan")
     sub(_HUGE, lambda m: m.group(0) if _finite(m.group(2)) else m.group(1) + b'"' + m.group(2) + b'"',
@@ -239,8 +239,7 @@ def _repair(data: bytes) -> tuple[bytes, list[str]]:
     sub(_CTRL, lambda m: b"\\u%04x" % m.group(0)[0], "raw control characters")
     # a '"' inside a "name" value that is not followed by , } ] : is literal: escape it
     sub(re.compile(rb'("name"\s*:\s*")(.*?)("\s*[,}\]])'),
-        lambda m: m.group(1) + re.sub(rb'(?<!\\)"', rb'\\"', m.group(2)) + m.group(3), "")
-    done = [w for w in done if not w.endswith(" ")]
+        lambda m: m.group(1) + re.sub(rb'(?<!\\)"', rb'\\"', m.group(2)) + m.group(3), "names")
     return data, done
 
 

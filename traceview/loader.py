@@ -312,8 +312,8 @@ def _timestamps(path: Path, base: pl.DataFrame, warnings: list[str]) -> tuple[pl
     if n["no_ts"]:
         warnings.append(f"skipped {n['no_ts']:,} events (ph X or i) without a usable 'ts' (missing, null or not "
                         "a finite number)")
-    timed = base.filter(spans & ts.is_not_null() & ~pl.col("cat").is_in(["Trace"])
-                        & (pl.col("pid") > -1_000_000_000))
+    base = base.filter(~(spans & ts.is_null()))
+    timed = base.filter(spans & ~pl.col("cat").is_in(["Trace"]) & (pl.col("pid") > -1_000_000_000))
     if timed.height == 0:
         raise TraceError(f"{path}: no timed events (ph X or i with a 'ts') in 'traceEvents'")
     # a clock more than MAX_SPAN away from the bulk of the trace is a corrupt record, not a 7-day trace

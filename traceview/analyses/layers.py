@@ -238,7 +238,7 @@ def _fwd_thread_map(trace: Trace, fwd_ops: pl.DataFrame) -> tuple[pl.DataFrame, 
              .join(h.filter(pl.col("fwd_tid") > 0).select("pid", "tid", "ts", "fwd_tid"), on=["pid", "tid", "ts"])
              .select("id", "pid", "fwd_tid").unique("id"))
         pairs = (s.join(f, on=["id", "pid"]).group_by("pid", "fwd_tid")
-                 .agg(pl.col("ftid").mode().first()).select("pid", "fwd_tid", "ftid"))
+                 .agg(pl.col("ftid").mode().min()).select("pid", "fwd_tid", "ftid"))
     # no flows: a process with a single forward thread maps every thread index to it
     single = (fwd_ops.group_by("pid").agg(pl.col("ftid").unique()).filter(pl.col("ftid").list.len() == 1)
               .select("pid", pl.col("ftid").list.first().alias("ftid1")))
