@@ -211,6 +211,18 @@ def test_stdin_dash_gives_the_file_result(tmp_path):
         _clean_numbers(t)
 
 
+def test_stdin_on_a_terminal_does_not_wait(tmp_path):
+    import pty
+
+    master, slave = pty.openpty()
+    try:
+        r = _cli("analyze", "-", stdin=slave)
+    finally:
+        os.close(master)
+        os.close(slave)
+    assert r.returncode == 2 and b"standard input is a terminal" in r.stderr, r.stderr
+
+
 def test_stdin_of_zeros_stops_at_once():
     with open("/dev/zero", "rb") as zero:
         r = _cli("analyze", "-", stdin=zero)

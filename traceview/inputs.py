@@ -111,9 +111,11 @@ def _read_capped(f: io.RawIOBase | io.BufferedIOBase, first: int, cap: int, wher
 def read_raw(path: Path, cap: int) -> bytes:
     """The bytes of a regular file (or of stdin for '-'), at most `cap` of them."""
     if str(path) == STDIN:
-        stream = sys.stdin.buffer
+        stream = getattr(sys.stdin, "buffer", None)
         if stream is None:
             raise TraceError("-: no standard input to read")
+        if sys.stdin.isatty():  # nothing piped in: reading would wait for typing
+            raise TraceError("-: standard input is a terminal; pipe or redirect a trace into it")
         return _read_capped(stream, 1 << 16, cap, "<stdin>", sniff=True)
     st = check_path(path)
     if not stat.S_ISREG(st.st_mode):

@@ -319,12 +319,14 @@ def _timestamps(path: Path, base: pl.DataFrame, warnings: list[str]) -> tuple[pl
     # a clock more than MAX_SPAN away from the bulk of the trace is a corrupt record, not a 7-day trace
     med = float(timed["ts_us"].sort()[(timed.height - 1) // 2])  # the lower median: one event's own clock
     far = ((ts - med).abs() > MAX_SPAN_US).fill_null(False)
-    n_far = base.select(far.sum()).item()
+    placed = pl.col("ph").is_in(["X", "i", "s", "f"])  # events whose time is used; metadata (M) often has ts 0
+    n_far = base.select((far & placed).sum()).item()
     if n_far:
         warnings.append(f"skipped {n_far:,} events whose timestamp lies over 7 days from the rest of the trace "
                         "(corrupt clock)")
-        base = base.filter(~far)
+        base = base.filter(~(far & placed))
         timed = timed.filter(~far)
+    base = base.with_columns(ts_us=pl.when(far).then(None).otherwise(ts))  # unused times, kept from overflowing
     if n["neg_ts"]:
         warnings.append(f"{n['neg_ts']:,} events have a negative timestamp (ts < 0); times are taken relative "
                         "to the earliest event")
