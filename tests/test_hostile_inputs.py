@@ -491,3 +491,18 @@ def test_sample_trace_loads_unchanged_with_new_checks():
     t = traceview.load_file(SAMPLES / "gpu_h200/sync_item_nonzero_cpu.json.gz")
     assert t.meta.warnings == []
     assert t.gpu.height > 0 and t.gpu.filter(pl.col("launch").is_null()).height == 0
+
+
+def test_metadata_events_at_ts_0_are_kept_beside_epoch_timestamps(tmp_path, capsys, path_kind):
+    """Kineto writes thread/process names with ts 0 next to events at epoch microseconds (the MTIA sample):
+    metadata is not a corrupt clock."""
+    d = mini_trace(t0=1.7e15)
+    d["traceEvents"] += [{"ph": "M", "name": "thread_name", "pid": 1, "tid": 1, "ts": 0, "args": {"name": "main"}},
+                         {"ph": "M", "name": "thread_name", "pid": 0, "tid": 7, "ts": 0, "args": {"name": "stream 7"}}]
+    p = write(tmp_path / "t.json", d)
+    rc, doc, err = analyze_json(capsys, p)
+    assert rc == 0, err
+    t = _one(doc)
+    _clean_numbers(t)
+    assert t["warnings"] == []
+    assert sorted(traceview.load_file(p).threads["name"].to_list()) == ["main", "stream 7"]
