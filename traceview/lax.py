@@ -23,29 +23,10 @@ _INT64 = (-(2**63), 2**63 - 1)
 _NON_EVENT = Union[None, bool, int, float, str, list[Any]]  # noqa: UP007 - msgspec needs a typing.Union
 
 
-class _DocLax(msgspec.Struct, gc=False):
-    traceEvents: list[d.EvLax | _NON_EVENT]  # type: ignore[valid-type]
-    schemaVersion: Any = None
-    deviceProperties: Any = None
-    distributedInfo: Any = None
-    baseTimeNanoseconds: Any = None
-    displayTimeUnit: Any = None
-    traceName: Any = None
-    trace_id: Any = None
-    record_shapes: Any = None
-    profile_memory: Any = None
-    with_stack: Any = None
-    with_modules: Any = None
-    with_flops: Any = None
-    cupti_version: Any = None
-    cuda_runtime_version: Any = None
-    cuda_driver_version: Any = None
-    hip_runtime_version: Any = None
-    hip_driver_version: Any = None
-    roctracer_version: Any = None
-    host_name: Any = None
-
-
+# the document with every member untyped (events as lax events or anything else), to check each one
+_DocLax = msgspec.defstruct(
+    "_DocLax", [("traceEvents", list[d.EvLax | _NON_EVENT])]  # type: ignore[valid-type]
+    + [(f.name, Any, None) for f in msgspec.structs.fields(d.Doc) if f.name != "traceEvents"], gc=False)
 _DEC_LAX = msgspec.json.Decoder(_DocLax)
 _DEC_LAX_LEGACY = msgspec.json.Decoder(list[d.EvLax | _NON_EVENT])  # type: ignore[valid-type]
 
