@@ -14,6 +14,7 @@ import functools
 import hashlib
 import html
 import io
+import os
 import re
 import tempfile
 from collections import defaultdict
@@ -28,11 +29,14 @@ import streamlit as st
 from traceview import report
 from traceview.classify import CLASSES
 from traceview.formatters import json as fjson
+from traceview.inputs import parse_size, safe_file_name
 from traceview.layer_detail import layer_detail
 from traceview.loader import load_file
 from traceview.model import Trace
 from traceview.options import Options
+from traceview.safe_text import hide_paths
 from traceview.timeline_view import timeline
+from traceview.trace_cache import TraceCache
 
 try:  # the Diff page appears when traceview.diff is installed
     from traceview import diff as tvdiff
@@ -60,6 +64,11 @@ RANK_NAME = re.compile(r"rank[-_]?\d+")  # as the loader reads a rank from a fil
 SEVERITY_ICON = {"error": ":material/error:", "warning": ":material/warning:", "info": ":material/info:"}
 MD_SPECIAL = re.compile(r"([\\`*_{}\[\]()<>#+\-.!|$~:&])")
 PAGES: dict[str, Any] = {}  # url path -> st.Page, for jumps between pages
+# Untrusted uploads on a shared server: the decompressed size of one trace is capped lower than on the
+# CLI (whose default is 8 GiB), and each session keeps at most this much of loaded traces. Uploads
+# themselves are capped by server.maxUploadSize in .streamlit/config.toml.
+APP_MAX_BYTES = parse_size(os.environ.get("TRACEVIEW_APP_MAX_BYTES", "2G"))
+APP_CACHE_BYTES = parse_size(os.environ.get("TRACEVIEW_APP_CACHE_BYTES", "1G"))
 
 
 # ---- presentation helpers -----------------------------------------------------------------------------------
@@ -151,15 +160,14 @@ def default_options(step: int | None) -> Options:
     return Options.build(step=step)
 
 
-@st.cache_resource(max_entries=8, show_spinner=False)
-def loaded_trace(path: str, mtime_ns: int, size: int) -> Trace:
-    """A loaded trace, kept while its file is unchanged: switching steps re-analyzes without re-reading."""
-    return load_file(path)
-
-
 def _load_cached(path: Path) -> Trace:
+    """A loaded trace, kept in this session while its file is unchanged (switching steps re-analyzes without
+    re-reading); the session's cache is bounded in bytes, and no session sees another's traces."""
     s = path.stat()
-    return loaded_trace(str(path), s.st_mtime_ns, s.st_size)
+    cache = st.session_state.get("_traces")
+    if cache is None:
+        cache = st.session_state["_traces"] = TraceCache(APP_CACHE_BYTES)
+    return cache.get((str(path), s.st_mtime_ns, s.st_size), lambda: load_file(path, max_bytes=APP_MAX_BYTES))
 
 
 @st.cache_data(max_entries=32, show_spinner="Analyzing…")
@@ -169,7 +177,8 @@ def analyze_doc(key: str, step: int | None, _paths: tuple[str, ...]) -> dict:
         return report.analyze(list(_paths), default_options(step),
                               load=_load_cached).to_dict()
     except Exception as e:  # noqa: BLE001 - as the CLI: one line, never a traceback
-        return report.Report(errors=[{"path": "", "error": f"internal error ({type(e).__name__}: {e})"}]).to_dict()
+        first = (str(e).strip().splitlines() or [""])[0]
+        return report.Report(errors=[{"path": "", "error": f"internal error ({type(e).__name__}: {first})"}]).to_dict()
 
 
 @st.cache_data(max_entries=16, show_spinner="Building the timeline…")
@@ -187,7 +196,7 @@ def upload_inputs(files: list[Any]) -> tuple[str, tuple[str, ...], str]:
     items: list[tuple[str, bytes]] = []
     seen: set[str] = set()
     for k, f in enumerate(files):
-        name = Path(f.name).name or f"trace{k}.json"
+        name = safe_file_name(f.name, f"trace{k}.json")
         if name in seen:  # same name twice: keep both
             name = f"{k}_{name}"
         seen.add(name)
@@ -223,10 +232,10 @@ class View:
     paths: tuple[str, ...] = ()
 
     def name(self, path: str | None) -> str:
+        """A path or message as a web user may see it: no server directories (staging, samples, others)."""
         if not path:
             return ""
-        p = path.replace(self.strip, "").lstrip("/") if self.strip else path
-        return p.replace(str(SAMPLES) + "/", "")
+        return hide_paths(path, (self.strip, str(SAMPLES), str(ROOT)))
 
 
 def _no_trace(v: View) -> bool:
@@ -259,7 +268,7 @@ def page_overview(v: View) -> None:
     st.caption(md(f"{v.name(t['path'])} · {meta.get('device') or meta.get('backend')} · format {meta.get('format')}"
                   + (f" · rank {t['rank']}" if t.get("rank") is not None else "")))
     for w in t["warnings"]:
-        st.warning(md(w))
+        st.warning(md(v.name(w)))
     if t.get("verdict_text"):
         st.info(md(t["verdict_text"]))
     elif c.get("note"):
@@ -595,7 +604,7 @@ def page_layers(v: View) -> None:
     sel_rows = [r for r in rows if r.get("depth") == depth and (r.get("gpu_us") or 0) > 0]
     sel_rows = sorted(sel_rows, key=lambda r: r["gpu_us"], reverse=True)[:30][::-1]  # largest on top
     if sel_rows:
-        names = [r["layer"] for r in sel_rows]
+        names = [html.escape(r["layer"]) for r in sel_rows]  # plotly renders tags (<a href>, <b>) in labels
         fig = go.Figure()
         for phase, col in (("forward", "fwd_gpu_us"), ("backward", "bwd_gpu_us"), ("other", "other_gpu_us")):
             fig.add_bar(name=phase, y=names, x=[r[col] / 1000 for r in sel_rows], orientation="h",
@@ -757,7 +766,11 @@ def main() -> None:
         samples = sample_choices()
         sample = st.selectbox("…or a bundled sample", [NO_SAMPLE, *samples], key="sample")
 
-    key, paths, strip = chosen_inputs(files, sample, samples)
+    try:
+        key, paths, strip = chosen_inputs(files, sample, samples)
+    except OSError as e:  # the staging disk: say what failed, not where
+        st.error(md(f"could not store the upload: {e.strerror or type(e).__name__}"))
+        key, paths, strip = "", (), ""
     doc = analyze_doc(key, None, paths) if paths else report.Report().to_dict()
     steps = sorted({n for t in doc["traces"] for n in t["summary"]["step_numbers"]})
     with st.sidebar:

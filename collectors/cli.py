@@ -101,14 +101,28 @@ def _run_dir(out: str, name: str | None) -> Path:
     return path
 
 
-def build_config(args: argparse.Namespace, run_dir: Path) -> dict[str, Any]:
+def usage_error(args: argparse.Namespace) -> str | None:
+    """What is wrong with the options, checked before anything is created on disk."""
     for flag in ("wait", "warmup", "repeat"):
         if getattr(args, flag) < 0:
-            raise SystemExit(f"traceview collect: --{flag} must be >= 0")
+            return f"--{flag} must be >= 0"
     if args.active < 1:
-        raise SystemExit("traceview collect: --active must be >= 1")
+        return "--active must be >= 1"
+    if args.on_demand_steps is not None and args.on_demand_steps < 1:
+        return "--on-demand-steps must be >= 1"
+    if args.window_s is not None and args.window_s <= 0:
+        return "--window-s must be > 0"
+    if args.delay_s < 0:
+        return "--delay-s must be >= 0"
     if args.window_s is not None and args.on_demand:
-        raise SystemExit("traceview collect: --window-s and --on-demand exclude each other")
+        return "--window-s and --on-demand exclude each other"
+    return None
+
+
+def build_config(args: argparse.Namespace, run_dir: Path) -> dict[str, Any]:
+    err = usage_error(args)
+    if err:
+        raise SystemExit(f"traceview collect: {err}")
     return {
         "run": run_dir.name,
         "run_dir": str(run_dir),
@@ -149,49 +163,97 @@ def cmd_collect(args: argparse.Namespace) -> int:
             file=sys.stderr,
         )
         return 2
+    err = usage_error(args)
+    if err:  # before the run folder exists: a typo leaves nothing behind
+        print(f"traceview collect: {err}", file=sys.stderr)
+        return 2
     run_dir = _run_dir(args.out, args.name)
     run_dir.mkdir(parents=True, exist_ok=True)
     cfg = build_config(args, run_dir)
     torchrun = _is_torchrun(cmd)
     man = mf.base_manifest(run_dir, cfg, argv=cmd, launcher="torchrun" if torchrun else "python")
     mf.write_json_atomic(run_dir / mf.MANIFEST_NAME, man)
+    lock = mf.hold_launcher_lock(run_dir)  # released by the kernel when we die: ranks can tell
 
+    # Signals are taken synchronously (sigtimedwait) so that we know who sent them; the child starts with
+    # the mask it would have had, and dies with us (PR_SET_PDEATHSIG) rather than profiling on as an orphan.
+    waited = [s for s in _FORWARDED if s is not None] + [signal.SIGCHLD]
+    old_mask = signal.pthread_sigmask(signal.SIG_BLOCK, waited)
     try:
-        child = subprocess.Popen(cmd, env=child_env(cfg, torchrun))
-    except OSError as exc:
-        print(f"traceview collect: cannot run {cmd[0]!r}: {exc}", file=sys.stderr)
-        mf.merge(run_dir, exit_code=127, finished=time.strftime("%Y-%m-%dT%H:%M:%S%z"))
-        return 127
-    if cfg["on_demand"]:
-        mf.register_pid(os.getpid(), run_dir)
-        mf.register_pid(child.pid, run_dir)
-
-    # Ctrl-C reaches the child through the terminal's process group; we just outlive it. SIGTERM
-    # (a scheduler stopping us) is passed on so the job can end and flush.
-    def forward(signum: int, frame: Any) -> None:
         try:
-            child.send_signal(signum)
-        except OSError:
-            pass
-
-    old_int = signal.signal(signal.SIGINT, lambda s, f: None)
-    old_term = signal.signal(signal.SIGTERM, forward)
-    old_usr2 = signal.signal(signal.SIGUSR2, forward) if hasattr(signal, "SIGUSR2") else None
-    try:
-        rc = child.wait()
-    finally:
-        signal.signal(signal.SIGINT, old_int)
-        signal.signal(signal.SIGTERM, old_term)
-        if old_usr2 is not None:
-            signal.signal(signal.SIGUSR2, old_usr2)
+            child = subprocess.Popen(cmd, env=child_env(cfg, torchrun), preexec_fn=_child_setup(old_mask))
+        except OSError as exc:
+            print(f"traceview collect: cannot run {cmd[0]!r}: {exc}", file=sys.stderr)
+            mf.merge(run_dir, exit_code=127, finished=time.strftime("%Y-%m-%dT%H:%M:%S%z"))
+            return 127
         if cfg["on_demand"]:
-            mf.unregister_pid(os.getpid())
-            mf.unregister_pid(child.pid)
+            mf.register_pid(os.getpid(), run_dir)
+            mf.register_pid(child.pid, run_dir)
+        try:
+            rc, sent = _wait_forwarding(child, waited)
+        finally:
+            if cfg["on_demand"]:
+                mf.unregister_pid(os.getpid())
+                mf.unregister_pid(child.pid)
+    finally:
+        signal.pthread_sigmask(signal.SIG_SETMASK, old_mask)
+    died_of = signal.Signals(-rc).name if rc < 0 else None
     if rc < 0:  # killed by a signal: report it the way a shell does
         rc = 128 - rc
-    man = mf.merge(run_dir, exit_code=rc, finished=time.strftime("%Y-%m-%dT%H:%M:%S%z"))
+    man = mf.merge(run_dir, exit_code=rc, finished=time.strftime("%Y-%m-%dT%H:%M:%S%z"),
+                   signal=died_of or sent)
+    if lock is not None:
+        os.close(lock)
     _report(run_dir, man)
     return rc
+
+
+# SIGINT: a Ctrl-C in the terminal reaches the child itself (same process group) and is not repeated; one sent
+# to the launcher alone (kill -INT) is passed on. The others are always passed on, so the job can flush.
+_FORWARDED = (signal.SIGINT, signal.SIGTERM, getattr(signal, "SIGHUP", None), getattr(signal, "SIGUSR2", None),
+              getattr(signal, "SIGQUIT", None))
+_SI_KERNEL = 0x80  # siginfo.si_code of a signal the kernel raised for the terminal (Ctrl-C, Ctrl-\\)
+
+
+def _wait_forwarding(child: subprocess.Popen, waited: list[int]) -> tuple[int, str | None]:
+    """Wait for the child, passing signals on. Returns (its return code, the last terminating signal passed)."""
+    sent = None
+    while True:
+        rc = child.poll()
+        if rc is not None:
+            return rc, sent
+        info = signal.sigtimedwait(waited, 0.5)  # also wakes on SIGCHLD; the timeout covers a missed one
+        if info is None or info.si_signo == signal.SIGCHLD:
+            continue
+        if info.si_signo in (signal.SIGINT, getattr(signal, "SIGQUIT", -1)) and info.si_code == _SI_KERNEL:
+            continue  # typed at the terminal: the child's process group got it too
+        try:
+            child.send_signal(info.si_signo)
+        except OSError:
+            pass
+        if info.si_signo != getattr(signal, "SIGUSR2", -1):
+            sent = signal.Signals(info.si_signo).name
+
+
+def _child_setup(mask: Any) -> Any:
+    """preexec_fn: the parent's original signal mask, and SIGTERM when the launcher dies (Linux)."""
+    parent = os.getpid()
+    prctl = None
+    try:
+        import ctypes
+
+        prctl = ctypes.CDLL(None, use_errno=True).prctl  # resolved here, not between fork and exec
+    except (OSError, AttributeError):
+        pass
+
+    def setup() -> None:
+        signal.pthread_sigmask(signal.SIG_SETMASK, mask)
+        if prctl is not None:
+            prctl(1, signal.SIGTERM, 0, 0, 0)  # PR_SET_PDEATHSIG
+            if os.getppid() != parent:  # the launcher died before prctl took effect
+                os.kill(os.getpid(), signal.SIGTERM)
+
+    return setup
 
 
 def _report(run_dir: Path, man: dict[str, Any]) -> None:

@@ -10,6 +10,7 @@ from __future__ import annotations
 import json
 import os
 import re
+import stat
 import statistics
 import tempfile
 from pathlib import Path
@@ -128,6 +129,8 @@ def base_manifest(run_dir: Path, cfg: dict[str, Any], argv: list[str], launcher:
         "created": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
         "finished": None,
         "exit_code": None,
+        "signal": None,  # name of the signal that ended the job (SIGTERM...), if one did
+        "launcher_lost": False,  # the launcher died first: a rank wrote exit_code
         "command": shlex.join(argv),
         "argv": argv,
         "cwd": os.getcwd(),
@@ -156,15 +159,69 @@ def base_manifest(run_dir: Path, cfg: dict[str, Any], argv: list[str], launcher:
     }
 
 
+# ---------------------------------------------------------------- launcher liveness
+LOCK_NAME = ".launcher.lock"
+
+
+def hold_launcher_lock(run_dir: Path) -> int | None:
+    """The launcher holds an exclusive flock on `<run>/.launcher.lock` while it lives; the kernel drops it
+    when the launcher dies, however it dies (SIGKILL included). Returns the fd to keep open."""
+    try:
+        import fcntl
+
+        fd = os.open(Path(run_dir) / LOCK_NAME, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o600)
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        return fd
+    except (ImportError, OSError):
+        return None
+
+
+def launcher_lost(run_dir: Path) -> bool:
+    """True when the run had a launcher and it is gone (its lock is free): then no one else will write the
+    job's end into the manifest."""
+    try:
+        import fcntl
+
+        fd = os.open(Path(run_dir) / LOCK_NAME, os.O_RDWR | os.O_CLOEXEC)
+    except (ImportError, OSError):
+        return False  # started without `traceview collect`, or cannot tell
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except OSError:
+        return False  # held: the launcher lives
+    finally:
+        os.close(fd)
+    return True
+
+
 # ---------------------------------------------------------------- pid registry (for `trigger <pid>`)
 def _registry() -> Path:
-    d = Path(tempfile.gettempdir()) / f"traceview-collect-{os.getuid()}"
-    d.mkdir(mode=0o700, exist_ok=True)
+    """A private per-user directory: $XDG_RUNTIME_DIR/traceview-collect, else <tmp>/traceview-collect-<uid>.
+    One that exists already must be a real directory (not a link) owned by this user and closed to others:
+    another local user could otherwise pre-create it and point `trigger <pid>` at a folder they control."""
+    xdg = os.environ.get("XDG_RUNTIME_DIR")
+    base = Path(xdg) if xdg and os.path.isabs(xdg) and os.path.isdir(xdg) else Path(tempfile.gettempdir())
+    d = base / ("traceview-collect" if base != Path(tempfile.gettempdir()) else f"traceview-collect-{os.getuid()}")
+    try:
+        os.mkdir(d, 0o700)
+    except FileExistsError:
+        pass
+    st = os.lstat(d)
+    if not stat.S_ISDIR(st.st_mode) or st.st_uid != os.getuid() or st.st_mode & 0o077:
+        raise PermissionError(f"{d} is not a private directory of this user (owner uid {st.st_uid}, mode "
+                              f"{stat.S_IMODE(st.st_mode):o}): not used")
     return d
 
 
 def register_pid(pid: int, run_dir: Path) -> None:
-    (_registry() / str(pid)).write_text(str(Path(run_dir).resolve()))
+    """Record pid -> run folder for `trigger <pid>`; without a safe registry, `trigger <run dir>` and the
+    /proc fallback still work."""
+    try:
+        (_registry() / str(pid)).write_text(str(Path(run_dir).resolve()))
+    except OSError as e:
+        import sys
+
+        print(f"traceview collect: pid registry not used: {e}", file=sys.stderr)
 
 
 def unregister_pid(pid: int) -> None:
@@ -186,6 +243,9 @@ def run_dir_of_pid(pid: int) -> Path | None:
         return None
     for item in env:
         if item.startswith(b"TRACEVIEW_COLLECT="):
-            cfg = json.loads(item.split(b"=", 1)[1])
-            return Path(cfg["run_dir"])
+            try:
+                cfg = json.loads(item.split(b"=", 1)[1])
+                return Path(cfg["run_dir"])
+            except (ValueError, KeyError, TypeError):
+                return None
     return None

@@ -114,6 +114,7 @@ class Session:
         self._lock = threading.RLock()
         self._meta_path = self.run_dir / f"rank{self.rank}.collect.json"
         self._annotator: _ModuleAnnotator | None = None
+        self._terminated: str | None = None  # name of the signal that ended the job, if one did
 
     # ---------------------------------------------------------------- setup
     def start(self) -> None:
@@ -139,7 +140,39 @@ class Session:
             )
             self._start_profiler(sched, first_step=0)
         atexit.register(self.finish)
+        self._install_term_handler()
         self._write_meta()
+
+    def _install_term_handler(self) -> None:
+        """SIGTERM (a scheduler, torchrun stopping its workers, the launcher dying) kills a process without
+        running atexit: flush the capture first. Only where nobody else handles SIGTERM."""
+        if threading.current_thread() is not threading.main_thread():
+            return
+        for sig in (signal.SIGTERM, getattr(signal, "SIGHUP", None)):
+            if sig is not None and signal.getsignal(sig) in (signal.SIG_DFL, None):
+                signal.signal(sig, self._on_terminate)
+
+    def _on_terminate(self, signum: int, frame: Any) -> None:
+        name = signal.Signals(signum).name
+        if self._terminated is not None:
+            # a repeated signal (a second kill, or PR_SET_PDEATHSIG again on each re-parenting) must not cut
+            # the trace being written
+            return
+        if self._terminated is None:
+            self._terminated = name
+            msg = f"terminated by {name} at step {self.steps}: what was recorded so far was saved"
+            self._warnings.append(msg)
+            _warn(msg)
+            try:
+                self.finish()
+                if self.rank == 0 and mf.launcher_lost(self.run_dir):
+                    # the launcher died (killed): nobody else will say how the job ended
+                    mf.merge(self.run_dir, exit_code=128 + signum, signal=name, launcher_lost=True,
+                             finished=time.strftime("%Y-%m-%dT%H:%M:%S%z"))
+            except Exception as exc:  # never mask the signal
+                _warn(f"flushing on {name} failed: {exc!r}")
+        signal.signal(signum, signal.SIG_DFL)
+        os.kill(os.getpid(), signum)  # end as the signal would have: the exit status says so
 
     def _new_profiler(self, schedule: Any) -> torch.profiler.profile:
         prof = torch.profiler.profile(
@@ -496,6 +529,7 @@ class Session:
             "profiled_step_ms_median": med(samples.get("profiled")),
             "traces": self._traces,
             "warnings": self._warnings,
+            "terminated_by": self._terminated,
         }
         self._meta_written = time.monotonic()
         try:

@@ -173,8 +173,9 @@ def check(ctx: RuleContext) -> list[Finding]:
     pats = (per.group_by("device", "stream", "ops", "k")
             .agg(pl.len().alias("count"), pl.col("time").sum(), pl.col("savings").sum(), pl.col("bytes").mean(),
                  pl.col("fused_bytes").mean(), pl.col("_known").all(), pl.col("step").unique().sort().alias("steps"),
-                 pl.col("chain").sort_by(["savings", "chain"], descending=[True, False]).first().alias("worst"),
-                 pl.col("kernels").first(), pl.col("ids").explode().alias("ids"))
+                 # ties (equal savings, equal patterns) by time: the same answer whatever the event order
+                 pl.col("chain").sort_by(["savings", "ts"], descending=[True, False]).first().alias("worst"),
+                 pl.col("kernels").sort_by("ts").first(), pl.col("ids").explode().alias("ids"))
             .with_columns(pct=100.0 * pl.col("savings") / window)
             .filter(pl.col("pct") >= opts["min_savings_pct"]).sort(["savings", "ops"], descending=[True, False]))
     out = []

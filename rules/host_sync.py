@@ -181,14 +181,14 @@ def check(ctx: RuleContext) -> list[Finding]:
               .agg(pl.len().alias("count"), pl.col("cost").sum(), pl.col("step").unique().sort().alias("steps"),
                    pl.col("name").value_counts(sort=True).alias("calls"), pl.col("root_name").drop_nulls().mode().sort().first(),
                    pl.col("api_name").drop_nulls().mode().sort().first(),
-                   pl.col("i").sort_by(["cost", "i"], descending=[True, False]).first().alias("worst"), pl.col("op").alias("ops"))
+                   pl.col("i").sort_by(["cost", "ts"], descending=[True, False]).first().alias("worst"), pl.col("op").alias("ops"))
               .sort(["cost", "cause"], descending=[True, False]))
     out = []
     for g in groups.to_dicts():  # one per (cause, source line): a handful
         w = s.filter(pl.col("i") == g["worst"]).to_dicts()[0]
         ev = {
             "cause": g["cause"], "op": g["root_name"], "python_api": g["api_name"], "source": g["source"] or None,
-            "sync_calls": {c["name"]: c["count"] for c in sorted(g["calls"], key=lambda c: (-c["count"], c["name"]))},
+            "sync_calls": dict(sorted(((c["name"], c["count"]) for c in g["calls"]), key=lambda c: (-c[1], c[0]))),
             "syncs_per_step": round(g["count"] / nsteps, 2) if nsteps else None,
             "worst": {"start_us": round(w["ts"] / 1000, 3), "sync_end_us": round(w["end"] / 1000, 3),
                       "next_gpu_us": round(w["next_ts"] / 1000, 3) if w["next_ts"] is not None else None,

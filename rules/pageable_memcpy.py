@@ -74,7 +74,7 @@ def check(ctx: RuleContext) -> list[Finding]:
     groups = (m.group_by("direction", "op_name")
               .agg(pl.len().alias("count"), pl.col("dur").sum(), pl.col("bytes").sum(), pl.col("save").sum(),
                    pl.col("name").first().alias("kind"), pl.col("step").unique().sort().alias("steps"),
-                   pl.col("i").sort_by(["dur", "i"], descending=[True, False]).first().alias("worst"), pl.col("i").alias("ids"))
+                   pl.col("i").sort_by(["dur", "ts"], descending=[True, False]).first().alias("worst"), pl.col("i").alias("ids"))
               .sort(["save", "direction"], descending=[True, False]))
     out = []
     for g in groups.to_dicts():  # one per (direction, op)

@@ -158,6 +158,9 @@ def test_step_selector_reanalyzes(sync_doc: dict, monkeypatch: pytest.MonkeyPatc
 
     monkeypatch.setattr(traceview.loader, "load_file", counting)  # what app.py imports
     monkeypatch.setattr(report, "load_file", counting)  # report.analyze's default loader
+    import streamlit as st
+
+    st.cache_data.clear()  # analyzed documents are shared between sessions: make this session load the trace
     at = upload(new_app(), SYNC)
     box = next(s for s in at.selectbox if s.label == "Step")
     assert box.options == ["all", *map(str, sync_doc["traces"][0]["summary"]["step_numbers"])]

@@ -26,13 +26,13 @@ SCRIPTS = REPO / "tests" / "scripts"
 MANIFEST_KEYS = {
     "manifest_version", "tool", "run", "created", "finished", "exit_code", "command", "argv", "cwd",
     "hostname", "launcher", "world_size", "mode", "schedule", "options", "versions", "gpu_name",
-    "ranks", "traces", "step_time",
+    "ranks", "traces", "step_time", "signal", "launcher_lost",
 }  # fmt: skip
 RANK_KEYS = {
     "rank", "local_rank", "world_size", "pid", "device", "gpu_name", "activities", "versions",
     "step_source", "steps_seen", "step_time_method", "unprofiled_step_ms", "profiled_step_ms",
     "post_capture_step_ms", "warmup_step_ms",
-    "unprofiled_step_ms_median", "profiled_step_ms_median", "traces", "warnings",
+    "unprofiled_step_ms_median", "profiled_step_ms_median", "traces", "warnings", "terminated_by",
 }  # fmt: skip
 
 

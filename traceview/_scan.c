@@ -502,7 +502,7 @@ static int parse_event(Cols *c, P p, P end, P *after) {
     P str_s[3] = {EMPTY, EMPTY, EMPTY}, str_e[3] = {EMPTY, EMPTY, EMPTY};
     int str_esc[3] = {0, 0, 0};
     int64_t pid = 0, tid = 0, id = 0, as = 0, ae = 0;
-    double ts = 0.0, dur = 0.0;
+    double ts = NAN, dur = NAN; /* absent: NaN, read as null (JSON numbers are finite) */
     unsigned char idp = 0, dummy;
     int rc;
     p = skip_ws(p + 1, end);

@@ -10,6 +10,8 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from . import __version__
+from .errors import TraceError
+from .inputs import DEFAULT_MAX_BYTES
 from .options import Options
 
 if TYPE_CHECKING:
@@ -37,16 +39,26 @@ def _progress(paths: list[str]) -> tuple[Callable[[str], None] | None, Callable[
 def _analyze_paths(args: argparse.Namespace, options: Options) -> Report:
     from .report import analyze
 
+    if args.paths.count("-") > 1:
+        raise TraceError("'-' (standard input) can be given only once")
     on_trace, done = _progress(args.paths)
+
+    def seen(path: str) -> None:  # the input being read, for an error line that names the right file
+        args.current_input = path
+        if on_trace:
+            on_trace(path)
+
     try:
-        return analyze(args.paths, options, on_trace=on_trace)
+        return analyze(args.paths, options, on_trace=seen)
     finally:
         done()
 
 
 def _report_errors(rep: Report) -> None:
+    from .safe_text import terminal_line
+
     for e in rep.errors:
-        print(f"traceview: error: {e['error']}", file=sys.stderr)
+        print(f"traceview: error: {terminal_line(e['error'])}", file=sys.stderr)
 
 
 def cmd_analyze(args: argparse.Namespace) -> int:
@@ -67,7 +79,7 @@ def cmd_layers(args: argparse.Namespace) -> int:
     from .formatters import write
     from .report import SCHEMA_VERSION
 
-    rep = _analyze_paths(args, Options(step=args.step, layers_depth=args.depth))
+    rep = _analyze_paths(args, Options(step=args.step, layers_depth=args.depth, max_bytes=args.max_bytes))
     doc = {"schema_version": SCHEMA_VERSION,
            "traces": [{"path": t["path"], "rank": t["rank"], "layers": t["layers"]} for t in rep.traces],
            "errors": rep.errors}
@@ -100,6 +112,9 @@ def make_parser() -> argparse.ArgumentParser:
     a.add_argument("--format", choices=FORMATS, default="text")
     a.add_argument("--step", type=int, default=None, help="analyze only ProfilerStep#N")
     a.add_argument("-o", "--output", default=None, help="write the report to a file instead of stdout")
+    a.add_argument("--max-bytes", type=_size, default=DEFAULT_MAX_BYTES, metavar="SIZE",
+                   help="largest input held in memory, after decompression (e.g. 512M, 16G; default 8G); "
+                        "a bigger or gzip-bomb input is an error")
     a.add_argument("-j", "--jobs", type=int, default=None,
                    help="worker processes for the rank files of a directory (default: one per core from 8 files on 4+ cores; 1: serial)")
     add_rule_options(a)
@@ -111,6 +126,8 @@ def make_parser() -> argparse.ArgumentParser:
     la.add_argument("--format", choices=("text", "json"), default="text")
     la.add_argument("--step", type=int, default=None, help="only ProfilerStep#N")
     la.add_argument("-o", "--output", default=None, help="write the report to a file instead of stdout")
+    la.add_argument("--max-bytes", type=_size, default=DEFAULT_MAX_BYTES, metavar="SIZE",
+                    help="largest input held in memory, after decompression (default 8G)")
     la.set_defaults(func=cmd_layers)
 
     add_rules_parsers(sub)
@@ -126,13 +143,26 @@ def make_parser() -> argparse.ArgumentParser:
     return p
 
 
+def _size(text: str) -> int:
+    from .inputs import parse_size
+
+    try:
+        return parse_size(text)
+    except ValueError as e:
+        raise argparse.ArgumentTypeError(str(e)) from None
+
+
 def _prefetch_first_input(argv: list[str]) -> None:
     """`analyze`/`layers`: begin reading the first trace before the heavy imports (see decode.prefetch)."""
     if not argv or argv[0] not in ("analyze", "layers"):
         return
     from .decode import prefetch, trace_files
 
+    cap = DEFAULT_MAX_BYTES
     try:
+        for k, a in enumerate(argv):  # the cap the loader will use, or no prefetch
+            if a == "--max-bytes" or a.startswith("--max-bytes="):
+                cap = _size(a.split("=", 1)[1] if "=" in a else argv[k + 1])
         for a in argv[1:]:
             if a.startswith("-"):
                 continue
@@ -141,9 +171,9 @@ def _prefetch_first_input(argv: list[str]) -> None:
                 files = trace_files(p)
                 p = files[0] if files else None
             if p is not None and p.is_file():
-                prefetch(p)
+                prefetch(p, cap)
                 return
-    except OSError:  # unreadable paths are reported by the loader, with the usual one line
+    except (OSError, IndexError, argparse.ArgumentTypeError, TraceError):  # the loader reports these, or argparse
         return
 
 
@@ -152,12 +182,12 @@ def main(argv: list[str] | None = None) -> int:
     _prefetch_first_input(argv)
     parser = make_parser()
     args = parser.parse_args(argv)
-    from .errors import TraceError
+    from .safe_text import terminal_line
 
     try:
         return int(args.func(args))
     except TraceError as e:
-        print(f"traceview: error: {e}", file=sys.stderr)
+        print(f"traceview: error: {terminal_line(str(e))}", file=sys.stderr)
         return ExitCode.ERROR
     except KeyboardInterrupt:
         print("traceview: interrupted", file=sys.stderr)
@@ -165,8 +195,12 @@ def main(argv: list[str] | None = None) -> int:
     except BrokenPipeError:
         return ExitCode.OK
     except Exception as e:  # noqa: BLE001 - last line of defence: one line, never a traceback
-        where = Path(getattr(args, "paths", ["?"])[0]).name if getattr(args, "paths", None) else ""
-        print(f"traceview: internal error ({type(e).__name__}: {e}) {where}".rstrip(), file=sys.stderr)
+        # name the input being read when it failed, not the first one given
+        where = getattr(args, "current_input", None) or (args.paths[0] if getattr(args, "paths", None) else "")
+        first = (str(e).strip().splitlines() or [""])[0]  # polars appends the failing expression on more lines
+        msg = f"internal error ({type(e).__name__}: {first})"
+        msg = f"{where}: {msg}" if where else msg
+        print(f"traceview: {terminal_line(msg)}", file=sys.stderr)
         return ExitCode.ERROR
 
 

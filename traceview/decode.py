@@ -8,52 +8,19 @@ per category, only for the categories that need them (see `_ARG_SPECS`).
 
 from __future__ import annotations
 
-import gzip
+import math
 import re
-import zlib
+import sys
+from collections import Counter
 from operator import attrgetter
 from pathlib import Path
 from typing import Any
 
 import msgspec
 
+from . import inputs
 from .errors import TraceError
-
-
-class Ev(msgspec.Struct, gc=False):
-    ph: str = ""
-    cat: str = ""
-    name: str = ""
-    pid: int | str = 0
-    tid: int | str = 0
-    ts: float = 0.0
-    dur: float = 0.0
-    id: int | str | None = None
-    args: msgspec.Raw = msgspec.Raw(b"")
-
-
-class Doc(msgspec.Struct, gc=False):
-    traceEvents: list[Ev]
-    schemaVersion: Any = None
-    deviceProperties: Any = None
-    distributedInfo: Any = None
-    baseTimeNanoseconds: int | None = None
-    displayTimeUnit: str | None = None
-    traceName: str | None = None
-    trace_id: str | None = None
-    record_shapes: Any = None
-    profile_memory: Any = None
-    with_stack: Any = None
-    with_modules: Any = None
-    with_flops: Any = None
-    cupti_version: Any = None
-    cuda_runtime_version: Any = None
-    cuda_driver_version: Any = None
-    hip_runtime_version: Any = None
-    hip_driver_version: Any = None
-    roctracer_version: Any = None
-    host_name: Any = None
-
+from .structs import Dim3, Doc, Ev, EvLax  # noqa: F401 - re-exported: the loader reads them as decode.*
 
 _F = msgspec.field
 _EMPTY = msgspec.Raw(b"")
@@ -84,12 +51,6 @@ class HostArgs(msgspec.Struct, gc=False):
     seq_comm: int | None = _F(default=None, name="Seq")
     kind: int | str | None = None
     size: int | str | None = None
-
-
-class Dim3(msgspec.Struct, array_like=True, frozen=True, gc=False):
-    x: int | None = None
-    y: int | None = None
-    z: int | None = None
 
 
 _NO_DIM = Dim3()
@@ -141,20 +102,23 @@ _DEC_LEGACY = msgspec.json.Decoder(list[Ev])
 
 
 TRACE_SUFFIXES = (".json", ".json.gz", ".gz")
-_PREFETCH: dict[str, tuple] = {}
+_PREFETCH: dict[tuple[str, int], tuple] = {}
 _NOT_TRACES = re.compile(r"^(manifest\.json|control.*|.*\.collect\.json)$")
 
 
 def trace_files(directory: Path) -> list[Path]:
     """Trace files of a folder: the `*.pt.trace.json[.gz]` ones when there are any (a collector run
     also holds manifest.json and per-rank status files), else every `.json` / `.json.gz`."""
-    files = sorted(p for p in directory.iterdir() if p.is_file() and p.name.endswith(TRACE_SUFFIXES)
-                   and not p.name.startswith("."))
+    try:
+        files = sorted(p for p in directory.iterdir() if p.name.endswith(TRACE_SUFFIXES)
+                       and not p.name.startswith(".") and p.is_file())
+    except OSError as e:
+        raise inputs.os_error(directory, e) from None
     pt = [p for p in files if ".pt.trace.json" in p.name]
     return pt or [p for p in files if not _NOT_TRACES.match(p.name)]
 
 
-def prefetch(path: Path) -> None:
+def prefetch(path: Path, max_bytes: int = inputs.DEFAULT_MAX_BYTES) -> None:
     """Start reading and gunzipping `path` in a thread (gunzip releases the GIL), so that it overlaps
     the ~0.4 s of importing polars, numpy and the analyses; `read_bytes` picks the result up."""
     import threading
@@ -163,83 +127,111 @@ def prefetch(path: Path) -> None:
 
     def work() -> None:
         try:
-            box["v"] = _read_bytes(path)
+            box["v"] = inputs.read_input(path, max_bytes)
         except BaseException as e:  # noqa: BLE001 - re-raised in the reader's thread
             box["e"] = e
 
     t = threading.Thread(target=work, name="traceview-prefetch", daemon=True)
     t.start()
-    _PREFETCH[str(Path(path).resolve())] = (t, box)
+    _PREFETCH[(str(Path(path).resolve()), max_bytes)] = (t, box)
 
 
-def read_bytes(path: Path) -> tuple[bytes, list[str]]:
-    """File bytes, gunzipped when the gzip magic is present. A cut gzip yields what it can."""
-    hit = _PREFETCH.pop(str(Path(path).resolve()), None) if _PREFETCH else None
+def read_bytes(path: Path, max_bytes: int = inputs.DEFAULT_MAX_BYTES) -> tuple[bytes, list[str]]:
+    """The document's UTF-8 bytes (gunzipped, re-encoded) and warnings; see `inputs.read_input`."""
+    hit = None
+    if _PREFETCH and str(path) != inputs.STDIN:
+        hit = _PREFETCH.pop((str(Path(path).resolve()), max_bytes), None)
     if hit is not None:
         hit[0].join()
         if "e" in hit[1]:
             raise hit[1]["e"]
         return hit[1]["v"]
-    return _read_bytes(path)
-
-
-def _read_bytes(path: Path) -> tuple[bytes, list[str]]:
-    warnings: list[str] = []
-    try:
-        raw = path.read_bytes()
-    except OSError as e:
-        raise TraceError(f"{path}: cannot read: {e.strerror or e}") from None
-    if raw[:2] != b"\x1f\x8b":
-        return raw, warnings
-    try:
-        return _gunzip(raw), warnings
-    except (EOFError, OSError, zlib.error):
-        d = zlib.decompressobj(16 + zlib.MAX_WBITS)
-        try:
-            out = d.decompress(raw)
-        except zlib.error:
-            out = b""
-        if not out:
-            raise TraceError(f"{path}: corrupt gzip stream, nothing could be decompressed") from None
-        warnings.append(f"gzip stream is truncated; decompressed the first {len(out):,} bytes")
-        return out, warnings
-
-
-try:  # ISA-L's gunzip is ~1.7x faster than zlib's on trace files
-    from isal.igzip import decompress as _gunzip
-except ImportError:  # pragma: no cover - optional speed-up
-    _gunzip = gzip.decompress
+    return inputs.read_input(path, max_bytes)
 
 
 _BARE = re.compile(rb"(?<=[:\[,])\s*(-?inf|-?Infinity|nan|NaN|N/A)\s*(?=[,}\]])")
+# a number with a 3-digit exponent: msgspec rejects those that overflow a double (1e999)
+_HUGE = re.compile(rb"(?<=[:\[,])(\s*)(-?\d+(?:\.\d+)?[eE][+-]?\d{3,})(?=\s*[,}\]])")
+_LONE_SURROGATE = re.compile(rb"\\u[dD][89abAB][0-9a-fA-F]{2}(?!\\u[dD][c-fC-F][0-9a-fA-F]{2})"
+                             rb"|(?<![0-9a-fA-F]{2}\\u[dD][89abAB][0-9a-fA-F]{2})(?<!\\)\\u[dD][c-fC-F][0-9a-fA-F]{2}")
+_CTRL = re.compile(rb"[\x00-\x08\x0b\x0c\x0e-\x1f]")  # never valid raw in JSON text, in strings or out
 _EVENT_END = re.compile(rb"\}\s*,\s*\{")
+_AT_BYTE = re.compile(r"\(byte (\d+)\)")
 
 
-def _repair(data: bytes) -> bytes:
-    """Known writer bugs: bare inf/nan/N/A numbers (quote them) and unescaped quotes in names."""
-    data = _BARE.sub(lambda m: b'"' + m.group(1) + b'"', data)
+def _repair(data: bytes) -> tuple[bytes, list[str]]:
+    """Known writer bugs: bare inf/nan/N/A numbers and numbers beyond a double (quoted: the loader
+    treats them as missing), unescaped quotes in names, lone UTF-16 surrogate escapes, raw control
+    characters and invalid UTF-8 (replaced). Returns the bytes and what was repaired."""
+    done: list[str] = []
+
+    def sub(rx: re.Pattern, repl: Any, what: str) -> None:
+        nonlocal data
+        new, n = rx.subn(repl, data)
+        if new != data:  # the names pattern matches every name; count only real changes
+            data = new
+            done.append(f"{n:,} {what}" if what != "names" else "unescaped quotes in names")
+
+    sub(_BARE, lambda m: b'"' + m.group(1) + b'"', "bare inf/nan")
+    sub(_HUGE, lambda m: m.group(0) if _finite(m.group(2)) else m.group(1) + b'"' + m.group(2) + b'"',
+        "out-of-range numbers")
+    try:
+        data.decode("utf-8")
+    except UnicodeDecodeError:
+        data = data.decode("utf-8", "replace").encode("utf-8")
+        done.append("invalid UTF-8")
+    sub(_LONE_SURROGATE, rb"\\ufffd", "lone surrogate escapes")
+    sub(_CTRL, lambda m: b"\\u%04x" % m.group(0)[0], "raw control characters")
     # a '"' inside a "name" value that is not followed by , } ] : is literal: escape it
-    return re.sub(
-        rb'("name"\s*:\s*")(.*?)("\s*[,}\]])',
-        lambda m: m.group(1) + re.sub(rb'(?<!\\)"', rb'\\"', m.group(2)) + m.group(3),
-        data,
-    )
+    sub(re.compile(rb'("name"\s*:\s*")(.*?)("\s*[,}\]])'),
+        lambda m: m.group(1) + re.sub(rb'(?<!\\)"', rb'\\"', m.group(2)) + m.group(3), "names")
+    return data, done
 
 
-def _salvage(data: bytes) -> tuple[bytes, int] | None:
-    """Cut a truncated document after its last complete top-level event and close it."""
+def _finite(num: bytes) -> bool:
+    return math.isfinite(float(num))
+
+
+def _salvage(data: bytes, at: int, warnings: list[str]) -> tuple[Doc, int] | None:
+    """Cut the document after the last complete top-level event before byte `at` (where decoding failed:
+    the end of a truncated file, or damage inside it) and close it."""
     start = data.find(b'"traceEvents"')
     if start < 0:
         return None
-    ends = [m.start() for m in _EVENT_END.finditer(data, max(start, len(data) - 4_000_000))]
+    at = min(max(at, 0), len(data))
+    ends = [m.start() for m in _EVENT_END.finditer(data, max(start, at - 4_000_000), at)]
     for cut in reversed(ends[-50:]):
         cand = data[: cut + 1] + b"]}"
         try:
-            msgspec.json.decode(cand, type=Doc)
-        except msgspec.DecodeError:
+            return _typed_or_lax(cand, warnings), len(data) - cut - 1
+        except (msgspec.DecodeError, TraceError):
             continue
-        return cand, len(data) - cut - 1
     return None
+
+
+def _error_at(err: Exception, size: int) -> int:
+    m = _AT_BYTE.search(str(err))
+    return int(m.group(1)) if m else size
+
+
+def _not_a_trace(path: Path, e: msgspec.ValidationError) -> TraceError | None:
+    msg = str(e)
+    if "traceEvents" in msg and "missing required field" in msg:
+        return TraceError(f"{path}: JSON has no 'traceEvents' array: not a PyTorch profiler trace")
+    if msg.endswith("at `$.traceEvents`") or msg.startswith("Expected `object`"):
+        return TraceError(f"{path}: 'traceEvents' is not an array of events: not a PyTorch profiler trace")
+    return None
+
+
+def _typed_or_lax(data: bytes, warnings: list[str], legacy: bool = False) -> Doc:
+    """Decode with the typed structs; when a field has an unexpected type, decode leniently and coerce
+    (see `lax.doc_from_lax`). DecodeError (invalid JSON) propagates."""
+    try:
+        return Doc(traceEvents=_DEC_LEGACY.decode(data)) if legacy else _DEC_DOC.decode(data)
+    except msgspec.ValidationError:
+        from .lax import decode_lax
+
+        return decode_lax(data, warnings, legacy)
 
 
 def decode(data: bytes, path: Path) -> tuple[Doc, list[str]]:
@@ -248,38 +240,46 @@ def decode(data: bytes, path: Path) -> tuple[Doc, list[str]]:
     head = data[:64].lstrip()
     if not head:
         raise TraceError(f"{path}: empty file")
-    if head[:1] == b"[":
-        try:
-            return Doc(traceEvents=_DEC_LEGACY.decode(data)), warnings
-        except msgspec.DecodeError as e:
-            raise TraceError(f"{path}: not a valid trace: {e}") from None
-    if head[:1] != b"{":
+    legacy = head[:1] == b"["
+    if not legacy and head[:1] != b"{":
         raise TraceError(f"{path}: not a JSON trace (does not start with '{{' or '[')")
     try:
-        return _DEC_DOC.decode(data), warnings
-    except msgspec.ValidationError as e:
-        if "traceEvents" in str(e) and "missing required field" in str(e):
-            raise TraceError(f"{path}: JSON has no 'traceEvents' array: not a PyTorch profiler trace") from None
-        err = e
-    except msgspec.DecodeError as e:
-        err = e
-    fixed = _repair(data)
-    if fixed != data:
         try:
-            doc = _DEC_DOC.decode(fixed)
-            warnings.append("repaired invalid JSON written by the profiler (bare inf/nan or unescaped quotes)")
-            return doc, warnings
-        except msgspec.DecodeError:
-            pass
-    got = _salvage(fixed)
+            return _typed_or_lax(data, warnings, legacy), warnings
+        except msgspec.ValidationError as e:
+            if "Number out of range" not in str(e):  # 1e999: the repairs below quote it
+                raise _not_a_trace(path, e) or TraceError(f"{path}: not a valid trace: {e}") from None
+            err: Exception = e
+        except msgspec.DecodeError as e:
+            err = e
+        fixed, repaired = _repair(data)
+        if repaired:
+            try:
+                doc = _typed_or_lax(fixed, warnings, legacy)
+                warnings.append("repaired invalid JSON written by the profiler (" + ", ".join(repaired) + ")")
+                return doc, warnings
+            except msgspec.DecodeError as e:
+                err = e
+        got = None if legacy else _salvage(fixed, _error_at(err, len(fixed)), warnings)
+    except RecursionError:
+        raise TraceError(f"{path}: JSON nested too deeply (over {sys.getrecursionlimit()} levels): not a "
+                         "profiler trace") from None
+    except msgspec.ValidationError as e:
+        raise _not_a_trace(path, e) or TraceError(f"{path}: not a valid trace: {e}") from None
     if got is None:
         raise TraceError(f"{path}: invalid JSON: {err}") from None
-    cand, dropped = got
-    doc = _DEC_DOC.decode(cand)
-    warnings.append(
-        f"trace is truncated: analyzed {len(doc.traceEvents):,} complete events, skipped the last "
-        f"{dropped:,} bytes (incomplete event) and any metadata written after the event list"
-    )
+    doc, dropped = got
+    if repaired:
+        warnings.append("repaired invalid JSON written by the profiler (" + ", ".join(repaired) + ")")
+    at = _error_at(err, len(fixed))
+    if at >= len(fixed) - 1:
+        warnings.append(
+            f"trace is truncated: analyzed {len(doc.traceEvents):,} complete events, skipped the last "
+            f"{dropped:,} bytes (incomplete event) and any metadata written after the event list")
+    else:
+        warnings.append(
+            f"invalid JSON at byte {at:,} ({str(err).split(' (byte')[0]}): analyzed the "
+            f"{len(doc.traceEvents):,} complete events before it, skipped the last {dropped:,} bytes")
     return doc, warnings
 
 
@@ -287,20 +287,23 @@ def column(evs: list[Ev], attr: str) -> list:
     return list(map(attrgetter(attr), evs))
 
 
-def decode_args(raws: list[msgspec.Raw], typ: type) -> list:
-    """Decode many (non-empty) args objects in one call: join them into one JSON array."""
+def decode_args(raws: list[msgspec.Raw], typ: type, issues: Counter | None = None) -> list:
+    """Decode many (non-empty) args objects in one call: join them into one JSON array. An object with
+    a value of an unexpected type keeps its other fields; that value is coerced or dropped and counted in
+    `issues` (see `lax.args_lenient`)."""
     if not raws:
         return []
     body = b",".join(raws)
     try:
         return msgspec.json.decode(b"[" + body + b"]", type=list[typ])
     except msgspec.ValidationError:
-        # one odd value somewhere (a type we did not expect): decode one by one, dropping bad ones
+        from .lax import args_lenient
+
         dec = msgspec.json.Decoder(typ)
         out = []
-        for r in raws:
+        for r in raws:  # only for files with odd values: the typed batch above is the normal path
             try:
                 out.append(dec.decode(r))
-            except msgspec.DecodeError:
-                out.append(typ())
+            except msgspec.ValidationError:
+                out.append(args_lenient(r, typ, issues))
         return out

@@ -7,17 +7,21 @@ C-level `map`, and everything after that is polars expressions and joins.
 from __future__ import annotations
 
 import re
+import stat
+from collections import Counter
 from dataclasses import replace
 from operator import itemgetter
 from pathlib import Path
 from typing import Any
 
+import msgspec
 import polars as pl
 
 from . import decode as d
-from . import fastscan
+from . import fastscan, lax
 from .analyses.tree import call_tree, enclosing_op
 from .errors import TraceError
+from .inputs import DEFAULT_MAX_BYTES, STDIN, check_path
 from .manifest import read_manifest
 from .model import RUNTIME_CATS, STEP_RE, Job, Trace, TraceMeta, conform
 
@@ -30,6 +34,7 @@ OLD_CATS = {"Operator": "cpu_op", "Runtime": "cuda_runtime", "Kernel": "kernel",
 COMM_KERNEL_RE = r"^(nccl|rccl)|ncclKernel|ncclDevKernel|ncclSymDevKernel"
 GRAPH_LAUNCH = ["cudaGraphLaunch", "hipGraphLaunch", "cudaGraphLaunch_v10000"]
 MAX_DUR_NS = 7 * 24 * 3600 * 10**9  # HTA drops corrupt events longer than a week; so do we
+MAX_SPAN_US = 7 * 24 * 3600 * 1e6  # an event this far from the trace's median timestamp has a corrupt clock
 
 
 def _ids(values: list) -> pl.Series:
@@ -61,9 +66,9 @@ def _fast_ids(s: pl.Series, strs: dict[int, str]) -> pl.Series:
 
 
 def _to_int(s: pl.Series) -> pl.Series:
-    """int | str (decimal or 0x-hex) | None -> Int64."""
+    """int | str (decimal or 0x-hex) | None -> Int64 (values outside int64 become null)."""
     if s.dtype.is_integer():
-        return s.cast(pl.Int64)
+        return s.cast(pl.Int64, strict=False)
     if s.dtype == pl.Null:
         return s.cast(pl.Int64)
     s = s.cast(pl.String)
@@ -90,8 +95,10 @@ _INT_ATTRS = {"external_id", "external_id_old", "seq", "fwd_tid", "ev_idx", "cor
               "total_reserved", "device_id", "device_type", "addr", "from_device"}
 
 
-def _args_frame(evs_args: list | fastscan.Events, rows: pl.Series, typ: type, fields: dict[str, str]) -> pl.DataFrame:
-    """Decode `args` of the events at `rows` (positions) into columns {out_name: struct_attr}."""
+def _args_frame(evs_args: list | fastscan.Events, rows: pl.Series, typ: type, fields: dict[str, str],
+                issues: Counter | None = None) -> pl.DataFrame:
+    """Decode `args` of the events at `rows` (positions) into columns {out_name: struct_attr}. Values of an
+    unexpected type or range are coerced or dropped and counted in `issues`."""
     if rows.len() == 0:
         return pl.DataFrame({"i": pl.Series([], dtype=pl.UInt32)})
     got = None
@@ -103,7 +110,7 @@ def _args_frame(evs_args: list | fastscan.Events, rows: pl.Series, typ: type, fi
             raws = evs_args.raw_args(idx)
         else:
             raws = list(itemgetter(*idx)(evs_args)) if len(idx) > 1 else [evs_args[idx[0]]]
-        structs = d.decode_args(raws, typ)
+        structs = d.decode_args(raws, typ, issues)
         got = {attr: d.column(structs, attr) for attr in fields.values()}
     cols: dict[str, pl.Series] = {"i": rows.cast(pl.UInt32)}
     for out, attr in fields.items():
@@ -114,9 +121,17 @@ def _args_frame(evs_args: list | fastscan.Events, rows: pl.Series, typ: type, fi
             cols[out] = _raw_column(out, vals)
         elif attr in _INT_ATTRS:
             cols[out] = _series(out, vals, pl.Int64)
+            lost = cols[out].null_count() - vals.count(None)
+            if lost and issues is not None:  # Python ints beyond int64 (msgspec takes any size)
+                issues[("dropped", _KEYS.get(attr, attr), "int beyond 64 bits")] += lost
         else:
             cols[out] = _series(out, vals)
     return pl.DataFrame(cols)
+
+
+# JSON key of each args attribute, for warnings
+_KEYS = {f.name: f.encode_name for typ in (d.HostArgs, d.GpuArgs, d.MemArgs) for f in msgspec.structs.fields(typ)}
+_KEYS.update({f"{dim}.{c}": dim for dim in ("grid", "block") for c in "xyz"})
 
 
 def _raw_column(name: str, raws: list | bytes) -> pl.Series:
@@ -142,19 +157,21 @@ _RARE_NAMES = (r"^(record_param_comms|nccl:|gloo:|hipMemcpy|cudaMemcpy|c10d::|"
                r"aten::(_?convolution|conv[123]d|cudnn_convolution|miopen_convolution|mkldnn_convolution)$)")
 
 
-def _host_args(ev_args: list, host: pl.DataFrame) -> pl.DataFrame:
+def _host_args(ev_args: list, host: pl.DataFrame, issues: Counter) -> pl.DataFrame:
     has = host.filter(pl.col("nargs") > 0)
     parts = [
         # python frames: 40 % of a with_stack trace; only module frames carry args we use
         _args_frame(ev_args, has.filter((pl.col("cat") == "python_function")
-                                        & pl.col("name").str.starts_with("nn.Module:"))["i"], d.HostArgs, _PY_FIELDS),
+                                        & pl.col("name").str.starts_with("nn.Module:"))["i"], d.HostArgs, _PY_FIELDS,
+                    issues),
         _args_frame(ev_args, has.filter(pl.col("cat").is_in(["cpu_op", "user_annotation"]))["i"], d.HostArgs,
-                    _OP_FIELDS),
-        _args_frame(ev_args, has.filter(pl.col("cat").is_in(RUNTIME_CATS))["i"], d.HostArgs, _RT_FIELDS),
+                    _OP_FIELDS, issues),
+        _args_frame(ev_args, has.filter(pl.col("cat").is_in(RUNTIME_CATS))["i"], d.HostArgs, _RT_FIELDS, issues),
     ]
     frame = pl.concat([p for p in parts if p.width > 1], how="diagonal_relaxed") if any(
         p.width > 1 for p in parts) else pl.DataFrame({"i": pl.Series([], dtype=pl.UInt32)})
-    rare = _args_frame(ev_args, has.filter(pl.col("name").str.contains(_RARE_NAMES))["i"], d.HostArgs, _RARE_FIELDS)
+    rare = _args_frame(ev_args, has.filter(pl.col("name").str.contains(_RARE_NAMES))["i"], d.HostArgs, _RARE_FIELDS,
+                       issues)
     out = host.join(frame, on="i", how="left") if frame.width > 1 else host
     return out.join(rare, on="i", how="left") if rare.width > 1 else out
 
@@ -183,9 +200,11 @@ def _int_or_none(v: Any) -> int | None:
         return None
 
 
-def load_file(path: str | Path) -> Trace:
+def load_file(path: str | Path, max_bytes: int = DEFAULT_MAX_BYTES) -> Trace:
+    """Load one trace file ('-': stdin). At most `max_bytes` of (decompressed) JSON are held."""
     path = Path(path)
-    data, warnings = d.read_bytes(path)
+    data, warnings = d.read_bytes(path, max_bytes)
+    issues: Counter = Counter()  # args values coerced or dropped (reported once per kind)
     fast = fastscan.scan(data)  # C scanner (None: not built, or input only msgspec + repairs can take)
     if fast is not None:
         doc, ev_args = fast.doc, fast
@@ -210,28 +229,19 @@ def load_file(path: str | Path) -> Trace:
         cat=pl.when((pl.col("cat") == "") & (pl.col("ph") == "X")).then(pl.lit("cpu_op"))
         .otherwise(pl.col("cat").replace(OLD_CATS))
     )
-    timed = base.filter(pl.col("ph").is_in(["X", "i"]) & pl.col("ts_us").is_not_null()
-                        & ~pl.col("cat").is_in(["Trace"]) & (pl.col("pid") > -1_000_000_000))
-    if timed.height == 0:
-        raise TraceError(f"{path}: no timed events (ph X or i) in 'traceEvents'")
-    t0_us = float(timed["ts_us"].min())
-    # ns relative to t0; the float subtraction is exact for whole-µs absolute stamps
-    base = base.with_columns(
-        ts=((pl.col("ts_us") - t0_us) * 1000).round().cast(pl.Int64),
-        dur=(pl.col("dur_us").fill_null(0.0).clip(lower_bound=0.0) * 1000).round().cast(pl.Int64),
-    ).drop("ts_us", "dur_us")
-    corrupt = base.filter(pl.col("dur") > MAX_DUR_NS).height
-    if corrupt:
-        warnings.append(f"skipped {corrupt} events with a duration over 7 days (corrupt profiler records)")
-        base = base.filter(pl.col("dur") <= MAX_DUR_NS)
-    base = base.with_columns(end=pl.col("ts") + pl.col("dur"))
+    base, t0_us = _timestamps(path, base, warnings)
 
     x = base.filter(pl.col("ph") == "X")
     counts = dict(base.group_by("cat").len().sort(["len", "cat"], descending=[True, False]).iter_rows())
 
     # ---- host slices + call tree --------------------------------------------------------
     host = x.filter(pl.col("cat").is_in(HOST_CATS))
-    host = _ensure(_host_args(ev_args, host), _HOST_FIELDS, binary=_RAW_ATTRS)
+    gpu = x.filter(pl.col("cat").is_in(GPU_CATS))
+    if host.height == 0 and gpu.height == 0:
+        cats = ", ".join(f"{c or repr(c)} ({n:,})" for c, n in list(counts.items())[:6])
+        raise TraceError(f"{path}: no PyTorch profiler events (CPU ops, runtime calls or GPU kernels) among its "
+                         f"{base.height:,} events: not a PyTorch profiler trace (categories: {cats or 'none'})")
+    host = _ensure(_host_args(ev_args, host, issues), _HOST_FIELDS, binary=_RAW_ATTRS)
     host = host.with_columns(
         external_id=pl.coalesce(_to_int_expr("external_id"), _to_int_expr("external_id_old")),
         kind=pl.col("kind").cast(pl.String), size=pl.col("size").cast(pl.String),
@@ -240,8 +250,7 @@ def load_file(path: str | Path) -> Trace:
     host = enclosing_op(host, RUNTIME_CATS)
 
     # ---- GPU activities -----------------------------------------------------------------
-    gpu = x.filter(pl.col("cat").is_in(GPU_CATS))
-    gargs = _args_frame(ev_args, gpu.filter(pl.col("nargs") > 0)["i"], d.GpuArgs, _GPU_FIELDS)
+    gargs = _args_frame(ev_args, gpu.filter(pl.col("nargs") > 0)["i"], d.GpuArgs, _GPU_FIELDS, issues)
     gpu = gpu.join(gargs, on="i", how="left") if gargs.width > 1 else gpu
     gpu = _ensure(gpu, _GPU_FIELDS)
     gpu = _finish_gpu(gpu, host)
@@ -256,33 +265,37 @@ def load_file(path: str | Path) -> Trace:
 
     # ---- annotations, memory, flows, threads --------------------------------------------
     gann = x.filter(pl.col("cat") == "gpu_user_annotation")
-    gargs2 = _args_frame(ev_args, gann["i"], d.GpuArgs, {"external_id": "external_id"})
+    gargs2 = _args_frame(ev_args, gann["i"], d.GpuArgs, {"external_id": "external_id"}, issues)
     gann = gann.join(gargs2, on="i", how="left") if gargs2.width > 1 else gann.with_columns(
         external_id=pl.lit(None, pl.Int64))
     gann = gann.select("name", pl.col("pid").alias("device"), pl.col("tid").alias("stream"), "ts", "dur", "end",
                        _to_int_expr("external_id").alias("external_id"))
 
     mem = base.filter((pl.col("ph") == "i") & (pl.col("name") == "[memory]"))
-    margs = _args_frame(ev_args, mem["i"], d.MemArgs, _MEM_FIELDS)
+    margs = _args_frame(ev_args, mem["i"], d.MemArgs, _MEM_FIELDS, issues)
     mem = (mem.join(margs, on="i", how="left") if margs.width > 1 else _ensure(mem, _MEM_FIELDS)).select(
         "ts", "pid", "tid", *[_to_int_expr(c).alias(c) for c in _MEM_FIELDS])
 
     fl = base.filter(pl.col("ph").is_in(["s", "f"]))
-    # flow rows survive the >7-day filter (no duration): their ids line up with `flow_rows`
-    ids = pl.DataFrame({"i": pl.Series(flow_rows, dtype=pl.UInt32),
-                        "id": _to_int(flow_ids if isinstance(flow_ids, pl.Series) else pl.Series(flow_ids, strict=False))})
+    ids = _to_int(flow_ids if isinstance(flow_ids, pl.Series) else pl.Series(flow_ids, strict=False))
+    lost = ids.null_count() - (flow_ids.count(None) if isinstance(flow_ids, list) else flow_ids.null_count())
+    if lost:
+        warnings.append(f"ignored {lost:,} flow ids beyond 64 bits (those flows are not linked)")
+    ids = pl.DataFrame({"i": pl.Series(flow_rows, dtype=pl.UInt32), "id": ids})
     flows = fl.select("i", "cat", "ph", "pid", "tid", "ts").join(ids, on="i", how="left").drop("i")
 
     meta_rows = base.filter((pl.col("ph") == "M") & pl.col("name").is_in(["thread_name", "process_name",
                                                                            "process_labels"]))
-    margs2 = _args_frame(ev_args, meta_rows["i"], d.MetaArgs, {"aname": "name", "labels": "labels"})
+    margs2 = _args_frame(ev_args, meta_rows["i"], d.MetaArgs, {"aname": "name", "labels": "labels"},
+                         issues)
     meta_rows = meta_rows.join(margs2, on="i", how="left") if margs2.width > 1 else meta_rows.with_columns(
         aname=pl.lit(None, pl.String), labels=pl.lit(None, pl.String))
     threads = (meta_rows.filter(pl.col("name") == "thread_name").group_by("pid", "tid", maintain_order=True)
                .agg(pl.col("aname").drop_nulls().last().alias("name")))
 
-    steps = _steps(host, gpu)
-    manifest, why = read_manifest(path.parent)  # a `traceview collect` run folder
+    warnings.extend(lax.describe(issues, "args"))
+    steps = _steps(host, gpu, warnings)
+    manifest, why = read_manifest(path.parent) if str(path) != STDIN else (None, None)  # a `traceview collect` run
     if why:
         warnings.append(why)
     meta = replace(_meta(path, doc, fmt, t0_us, counts, warnings, steps, rocm, host, gpu), manifest=manifest)
@@ -290,6 +303,56 @@ def load_file(path: str | Path) -> Trace:
                  gpu_annotations=conform("gpu_annotations", gann), memory=conform("memory", mem),
                  flows=conform("flows", flows), steps=conform("steps", steps.drop("synthetic")),
                  threads=conform("threads", threads))
+
+
+def _timestamps(path: Path, base: pl.DataFrame, warnings: list[str]) -> tuple[pl.DataFrame, float]:
+    """Validate ts / dur (µs, float) and turn them into int64 ns relative to the first event: events without
+    a usable ts, or whose clock is implausible, are skipped; a missing or negative dur is 0; each with a
+    warning. The ranges are checked before the int64 cast, so no value can overflow it."""
+    ts, dur = pl.col("ts_us"), pl.col("dur_us")
+    base = base.with_columns(ts_us=pl.when(ts.is_finite()).then(ts), dur_us=pl.when(dur.is_finite()).then(dur)
+                             .when(dur == float("inf")).then(dur))  # +inf dur: corrupt, dropped below
+    spans = pl.col("ph").is_in(["X", "i"])
+    x = pl.col("ph") == "X"
+    n = base.select(no_ts=(spans & ts.is_null()).sum(), no_dur=(x & ts.is_not_null() & dur.is_null()).sum(),
+                    neg_dur=(x & (dur < 0)).sum(), neg_ts=(spans & (ts < 0)).sum()).row(0, named=True)
+    if n["no_ts"]:
+        warnings.append(f"skipped {n['no_ts']:,} events (ph X or i) without a usable 'ts' (missing, null or not "
+                        "a finite number)")
+    base = base.filter(~(spans & ts.is_null()))
+    timed = base.filter(spans & ~pl.col("cat").is_in(["Trace"]) & (pl.col("pid") > -1_000_000_000))
+    if timed.height == 0:
+        raise TraceError(f"{path}: no timed events (ph X or i with a 'ts') in 'traceEvents'")
+    # a clock more than MAX_SPAN away from the bulk of the trace is a corrupt record, not a 7-day trace
+    med = float(timed["ts_us"].sort()[(timed.height - 1) // 2])  # the lower median: one event's own clock
+    far = ((ts - med).abs() > MAX_SPAN_US).fill_null(False)
+    placed = pl.col("ph").is_in(["X", "i", "s", "f"])  # events whose time is used; metadata (M) often has ts 0
+    n_far = base.select((far & placed).sum()).item()
+    if n_far:
+        warnings.append(f"skipped {n_far:,} events whose timestamp lies over 7 days from the rest of the trace "
+                        "(corrupt clock)")
+        base = base.filter(~(far & placed))
+        timed = timed.filter(~far)
+    base = base.with_columns(ts_us=pl.when(far).then(None).otherwise(ts))  # unused times, kept from overflowing
+    if n["neg_ts"]:
+        warnings.append(f"{n['neg_ts']:,} events have a negative timestamp (ts < 0); times are taken relative "
+                        "to the earliest event")
+    if n["no_dur"]:
+        warnings.append(f"{n['no_dur']:,} complete events (ph X) without a usable 'dur': taken as 0 µs")
+    if n["neg_dur"]:
+        warnings.append(f"{n['neg_dur']:,} complete events (ph X) with a negative 'dur': taken as 0 µs")
+    long = (dur > MAX_DUR_NS / 1000).fill_null(False)
+    corrupt = base.select(long.sum()).item()
+    if corrupt:
+        warnings.append(f"skipped {corrupt:,} events with a duration over 7 days (corrupt profiler records)")
+        base = base.filter(~long)
+    t0_us = float(timed["ts_us"].min())
+    # ns relative to t0; the float subtraction is exact for whole-µs absolute stamps
+    base = base.with_columns(
+        ts=((ts - t0_us) * 1000).round().cast(pl.Int64),
+        dur=(dur.fill_null(0.0).clip(lower_bound=0.0) * 1000).round().cast(pl.Int64),
+    ).drop("ts_us", "dur_us")
+    return base.with_columns(end=pl.col("ts") + pl.col("dur")), t0_us
 
 
 def _decode_msgspec(path: Path, data: bytes, warnings: list[str]) -> tuple:
@@ -370,11 +433,15 @@ def _finish_gpu(gpu: pl.DataFrame, host: pl.DataFrame) -> pl.DataFrame:
 
 
 
-def _steps(host: pl.DataFrame, gpu: pl.DataFrame) -> pl.DataFrame:
+def _steps(host: pl.DataFrame, gpu: pl.DataFrame, warnings: list[str]) -> pl.DataFrame:
     cpu = (host.filter(pl.col("cat").is_in(["user_annotation", "cpu_op"]) & pl.col("name").str.contains(STEP_RE))
-           .with_columns(step=pl.col("name").str.extract(STEP_RE).cast(pl.Int64))
-           .group_by("step").agg(pl.col("name").first(), pl.col("i").first().alias("host_idx"),
-                                 pl.col("ts").min().alias("cpu_ts"), pl.col("end").max().alias("cpu_end"))
+           .with_columns(step=pl.col("name").str.extract(STEP_RE).cast(pl.Int64, strict=False)))
+    huge = cpu.filter(pl.col("step").is_null()).height
+    if huge:
+        warnings.append(f"ignored {huge:,} ProfilerStep annotations whose step number does not fit in 64 bits")
+        cpu = cpu.filter(pl.col("step").is_not_null())
+    cpu = (cpu.group_by("step").agg(pl.col("name").first(), pl.col("i").first().alias("host_idx"),
+                                    pl.col("ts").min().alias("cpu_ts"), pl.col("end").max().alias("cpu_end"))
            .sort("step"))
     synthetic = cpu.height == 0
     if synthetic:
@@ -382,6 +449,9 @@ def _steps(host: pl.DataFrame, gpu: pl.DataFrame) -> pl.DataFrame:
         hi = max(v for v in (host["end"].max(), gpu["end"].max() if gpu.height else None) if v is not None)
         cpu = pl.DataFrame({"step": [0], "name": ["(whole trace)"], "host_idx": [None], "cpu_ts": [lo],
                             "cpu_end": [hi]}, schema_overrides={"host_idx": pl.UInt32})
+    elif not cpu["cpu_ts"].is_sorted():
+        warnings.append("ProfilerStep numbers are not in time order: step windows follow the time order")
+    cpu = cpu.sort("cpu_ts", "step")
     if gpu.height and "launch_ts" in gpu.columns:
         launched = (gpu.filter(pl.col("launch_ts").is_not_null()).select("launch_ts", "launch_end", "ts", "end").sort("launch_ts")
                     .join_asof(cpu.select("step", "cpu_ts", "cpu_end").sort("cpu_ts"), left_on="launch_ts",
@@ -389,14 +459,15 @@ def _steps(host: pl.DataFrame, gpu: pl.DataFrame) -> pl.DataFrame:
                     .filter(pl.col("launch_ts") < pl.col("cpu_end"))
                     .group_by("step").agg(pl.col("ts").min().alias("gpu_ts"), pl.col("end").max().alias("gpu_end"),
                                           pl.col("launch_end").sort_by("ts").first().alias("_first_launch")))
-        cpu = cpu.join(launched, on="step", how="left")
+        cpu = cpu.join(launched, on="step", how="left", maintain_order="left")
     else:
         cpu = cpu.with_columns(gpu_ts=pl.lit(None, pl.Int64), gpu_end=pl.lit(None, pl.Int64),
                                _first_launch=pl.lit(None, pl.Int64))
-    # tb_plugin's device-side window: start = max(previous end, host start), end = max(host end, GPU end)
-    cpu = cpu.sort("step").with_columns(tb_end=pl.max_horizontal("cpu_end", "gpu_end"))
-    cpu = cpu.with_columns(tb_ts=pl.max_horizontal("cpu_ts", pl.col("tb_end").shift(1)))
-    return _periods(cpu, gpu).with_columns(synthetic=pl.lit(synthetic)).select(
+    # tb_plugin's device-side window: start = max(previous end, host start), end = max(host end, GPU end);
+    # "previous" in time, and a step inside its predecessor's window is empty rather than negative
+    cpu = cpu.with_columns(tb_end=pl.max_horizontal("cpu_end", "gpu_end"))
+    cpu = cpu.with_columns(tb_ts=pl.min_horizontal(pl.max_horizontal("cpu_ts", pl.col("tb_end").shift(1)), "tb_end"))
+    return _periods(cpu, gpu).with_columns(synthetic=pl.lit(synthetic)).sort("step").select(
         "step", "name", "host_idx", "cpu_ts", "cpu_end", "gpu_ts", "gpu_end", "ts", "end", "tb_ts", "tb_end",
         "synthetic")
 
@@ -434,7 +505,7 @@ def _periods(cpu: pl.DataFrame, gpu: pl.DataFrame) -> pl.DataFrame:
     first = cpu.select("step", pl.coalesce("gpu_ts", "cpu_ts").alias("_first")).sort("_first")
     first = first.join_asof(work.select(pl.col("ts") + 1, "_busy_to"), left_on="_first", right_on="ts",
                             strategy="backward").select("step", "_busy_to")
-    cpu = cpu.join(first, on="step", how="left").sort("step")
+    cpu = cpu.join(first, on="step", how="left").sort("cpu_ts", "step")  # time order (step numbers may not be)
     unseen = (pl.col("gpu_ts") - int(lat)) if lat is not None else pl.lit(None, pl.Int64)
     unseen = pl.when(pl.col("_first_launch").is_not_null() & (unseen > pl.col("_first_launch"))).then(unseen)
     start = pl.max_horizontal("cpu_ts", "_busy_to", unseen)
@@ -485,12 +556,14 @@ trace_files = d.trace_files
 
 
 def input_files(path: str | Path) -> list[Path]:
-    """The trace files a command-line input names: the file itself, or a directory's trace files.
-    A missing path or a directory without traces is a TraceError (one line, exit code 2)."""
+    """The trace files a command-line input names: the file itself, a directory's trace files, or '-'
+    (stdin). A missing path, a symlink loop or a directory without traces is a TraceError (one line, exit
+    code 2); a FIFO or device is refused when it is read (`inputs.read_raw`), never opened here."""
+    if str(path) == STDIN:
+        return [Path(STDIN)]
     path = Path(path)
-    if not path.exists():
-        raise TraceError(f"{path}: no such file or directory")
-    if not path.is_dir():
+    st = check_path(path)
+    if not stat.S_ISDIR(st.st_mode):
         return [path]
     files = trace_files(path)
     if not files:

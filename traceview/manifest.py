@@ -11,6 +11,7 @@ from disk.
 from __future__ import annotations
 
 import json
+import math
 from pathlib import Path
 from typing import Any
 
@@ -20,17 +21,73 @@ MAX_MANIFEST_BYTES = 16 << 20  # a manifest is a few kB; anything huge is not on
 
 
 def parse_manifest(doc: Any) -> tuple[dict | None, str | None]:
-    """(the manifest, None) when `doc` is one; (None, why) when it is malformed; (None, None) when it is some
-    other JSON document (not a collector run)."""
+    """(the manifest, a warning or None) when `doc` is one: only the keys traceview reads, each of the expected
+    type (a value of another type is left out and named in the warning); (None, None) for any other JSON
+    document (not a collector run)."""
     if not isinstance(doc, dict) or "manifest_version" not in doc:
         return None, None
-    ranks = doc.get("ranks", [])
-    if not isinstance(ranks, list) or not all(isinstance(r, dict) for r in ranks):
-        return None, "`ranks` is not a list of objects"
-    st = doc.get("step_time")
-    if st is not None and not isinstance(st, dict):
-        return None, "`step_time` is not an object"
-    return doc, None
+    bad: list[str] = []
+    clean = {"manifest_version": doc.get("manifest_version"),
+             "run": _str(doc.get("run"), "run", bad), "command": _str(doc.get("command"), "command", bad),
+             "options": doc.get("options") if isinstance(doc.get("options"), dict) else None,
+             "step_time": _numbers(doc.get("step_time"), _STEP_TIME_KEYS, "step_time", bad), "ranks": []}
+    ranks = doc.get("ranks")
+    if ranks is not None and not isinstance(ranks, list):
+        bad.append("ranks")
+        ranks = []
+    for k, r in enumerate(ranks or []):
+        if not isinstance(r, dict):
+            bad.append(f"ranks[{k}]")
+            continue
+        rank = r.get("rank")
+        entry = _numbers(r, _RANK_KEYS, f"ranks[{k}]", bad)
+        entry["rank"] = rank if isinstance(rank, int) and not isinstance(rank, bool) else None
+        if rank is not None and entry["rank"] is None:
+            bad.append(f"ranks[{k}].rank")
+        entry["step_time_method"] = _str(r.get("step_time_method"), f"ranks[{k}].step_time_method", bad)
+        for key, test in (("unprofiled_step_ms", _is_num), ("profiled_step_ms", _is_num),
+                          ("traces", lambda t: isinstance(t, dict))):
+            v = r.get(key)
+            entry[key] = [x for x in v if test(x)] if isinstance(v, list) else []
+            if v is not None and (not isinstance(v, list) or len(entry[key]) < len(v)):
+                bad.append(f"ranks[{k}].{key}")
+        clean["ranks"].append(entry)
+    why = (f"values of an unexpected type ({', '.join(bad[:5])}{' ...' if len(bad) > 5 else ''}): those were "
+           "ignored") if bad else None
+    return clean, why
+
+
+_STEP_TIME_KEYS = ("profiled_ms_median", "unprofiled_ms_median")
+_RANK_KEYS = ("unprofiled_step_ms_median", "profiled_step_ms_median")
+
+
+def _is_num(v: object) -> bool:
+    return isinstance(v, int | float) and not isinstance(v, bool) and math.isfinite(v)
+
+
+def _str(v: object, key: str, bad: list[str]) -> str | None:
+    if v is None or isinstance(v, str):
+        return v
+    bad.append(key)
+    return None
+
+
+def _numbers(d: object, keys: tuple[str, ...], where: str, bad: list[str]) -> dict:
+    """{key: finite positive number or None} for `keys` of the dict `d`."""
+    if d is None:
+        return dict.fromkeys(keys)
+    if not isinstance(d, dict):
+        bad.append(where)
+        return dict.fromkeys(keys)
+    out: dict = {}
+    for k in keys:
+        v = d.get(k)
+        if v is None or (_is_num(v) and v > 0):
+            out[k] = v
+        else:
+            bad.append(f"{where}.{k}")
+            out[k] = None
+    return out
 
 
 def read_manifest(run_dir: str | Path) -> tuple[dict | None, str | None]:
@@ -41,11 +98,11 @@ def read_manifest(run_dir: str | Path) -> tuple[dict | None, str | None]:
             return None, None
         if p.stat().st_size > MAX_MANIFEST_BYTES:
             return None, f"{p.name} beside the trace is larger than {MAX_MANIFEST_BYTES >> 20} MiB: ignored"
-        doc = json.loads(p.read_text(encoding="utf-8"))
+        doc = json.loads(p.read_text(encoding="utf-8", errors="replace"))
     except (OSError, ValueError, RecursionError) as e:
         return None, f"{p.name} beside the trace is not valid JSON ({type(e).__name__}): ignored"
     man, why = parse_manifest(doc)
-    return man, (f"{p.name} beside the trace is malformed ({why}): ignored" if why else None)
+    return man, (f"{p.name} beside the trace has {why}" if why else None)
 
 
 def _num(v: Any) -> float | None:

@@ -15,6 +15,7 @@ The JSON layout is documented in docs/json-schema.md; bump SCHEMA_VERSION on any
 
 from __future__ import annotations
 
+import functools
 import os
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -32,6 +33,7 @@ from .layer_section import section as layers_section
 from .loader import input_files, load_file
 from .memory_section import memory_section
 from .model import Job, Trace
+from .notes import aggregate as aggregate_warnings
 from .options import Options
 from .profiling import profiling_section
 from .projection import projection_section
@@ -172,6 +174,7 @@ def _analyze_trace(trace: Trace, options: Options) -> tuple[dict, pl.DataFrame, 
                                            classification.get("primary"))
     entry["memory"] = memory_section(trace, analysed) if trace.has_gpu else None
     entry["projection"] = projection_section(ctx, findings, entry["profiling"], options)
+    entry["warnings"] = aggregate_warnings(entry["warnings"])  # one line per kind, not one per step
     return entry, analysed, ctx.part if ctx else None
 
 
@@ -237,10 +240,14 @@ def _workers(n_files: int, options: Options, custom_load: bool) -> int:
     return min(cores, n_files) if n_files >= PARALLEL_MIN_FILES and cores >= PARALLEL_MIN_CORES else 1
 
 
+def _default_load(path: Path, options: Options) -> Trace:
+    return load_file(path) if options.max_bytes is None else load_file(path, max_bytes=options.max_bytes)
+
+
 def _analyze_file(path: Path, options: Options) -> tuple[dict, RankResult | None]:
     """(its trace entry or error row, the rank) of one file: what a worker process sends back."""
     try:
-        t = load_file(path)
+        t = _default_load(path, options)
         entry, analysed, part = _analyze_trace(t, options)
     except Exception as e:  # noqa: BLE001 - isolate every input
         return _error(path, e), None
@@ -278,7 +285,7 @@ def analyze(paths: list[str | Path], options: Options | None = None, *,
     changes."""
     options = options or Options()
     custom_load = load is not None
-    load = load or load_file
+    load = load or functools.partial(_default_load, options=options)
     rep = Report()
     for p in map(Path, paths):
         try:

@@ -45,6 +45,7 @@ def build_options(args: argparse.Namespace) -> Options:
     opts = Options.build(step=getattr(args, "step", None), select=_csv(getattr(args, "select", None)),
                          ignore=_csv(getattr(args, "ignore", None)), config=getattr(args, "config", None),
                          sets=getattr(args, "set_options", None), fail_on=getattr(args, "fail_on", None),
+                         max_bytes=getattr(args, "max_bytes", None),
                          jobs=getattr(args, "jobs", None))
     args.fail_on = opts.fail_on
     return opts

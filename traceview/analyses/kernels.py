@@ -20,7 +20,7 @@ def top_kernels(trace: Trace, n: int = 10, gpu: pl.DataFrame | None = None) -> p
     return (g.group_by("name", "kind").agg(
         pl.len().alias("count"), pl.col("dur").sum().alias("total"), pl.col("dur").mean().alias("mean"),
         pl.col("dur").min().alias("min"), pl.col("dur").max().alias("max"),
-        pl.col("op_name").drop_nulls().mode().sort().first().alias("op_name"))
+        pl.col("op_name").drop_nulls().mode().sort().first().alias("op_name"))  # ties: by name, not by chance
         .with_columns(share=pl.col("total") / tot)
         .sort("total", "name", descending=[True, False]).head(n))
 

@@ -144,6 +144,12 @@ def _node_events(host: pl.DataFrame) -> tuple[pl.DataFrame, str]:
     return nodes, source
 
 
+# the per-layer tree's columns, for traces without layers (no host events at all)
+_TREE_SCHEMA = {"layer": pl.String, "parent_layer": pl.String, "name": pl.String, "layer_class": pl.String,
+                "kind": pl.String, "depth": pl.Int32, "module_path": pl.String, "anc": pl.List(pl.String),
+                "src": pl.String, "first_ts": pl.Int64, "calls": pl.UInt32}
+
+
 def _build_tree(host: pl.DataFrame, nodes: pl.DataFrame) -> tuple[pl.DataFrame, pl.DataFrame]:
     """Nest the node events; merge `module::` annotations into the module frame that holds them.
 
@@ -241,7 +247,7 @@ def _fwd_thread_map(trace: Trace, fwd_ops: pl.DataFrame) -> tuple[pl.DataFrame, 
              .join(h.filter(pl.col("fwd_tid") > 0).select("pid", "tid", "ts", "fwd_tid"), on=["pid", "tid", "ts"])
              .select("id", "pid", "fwd_tid").unique("id"))
         pairs = (s.join(f, on=["id", "pid"]).group_by("pid", "fwd_tid")
-                 .agg(pl.col("ftid").mode().sort().first()).select("pid", "fwd_tid", "ftid"))
+                 .agg(pl.col("ftid").mode().min()).select("pid", "fwd_tid", "ftid"))
     # no flows: a process with a single forward thread maps every thread index to it
     single = (fwd_ops.group_by("pid").agg(pl.col("ftid").unique()).filter(pl.col("ftid").list.len() == 1)
               .select("pid", pl.col("ftid").list.first().alias("ftid1")))

@@ -11,6 +11,8 @@ from __future__ import annotations
 import numpy as np
 import polars as pl
 
+from ..errors import TraceError
+
 # outermost first on exact ties (TRACE_FORMAT §7.5)
 _CAT_RANK = {"python_function": 0, "user_annotation": 1, "cpu_op": 2}
 
@@ -43,7 +45,8 @@ def call_tree(host: pl.DataFrame) -> pl.DataFrame:
     lo = int(min(ts.min(), 0))
     span = int(end.max()) - lo + 1
     if (gid[-1] + 1) * span >= 2**62:  # composite keys would overflow: never seen in practice
-        raise ValueError("trace too long for the call-tree keys")
+        raise TraceError(f"{gid[-1] + 1:,} host threads over {span / 1e9:,.0f} s: too many threads over too long "
+                         "a time span to nest the host events")
     base = gid * span - lo
     ekeys = np.sort(base + end)
     E = np.searchsorted(ekeys, base + ts, side="right") - np.searchsorted(ekeys, base + lo, side="left")

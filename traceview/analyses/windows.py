@@ -29,17 +29,23 @@ def complete_steps(trace: Trace, steps: pl.DataFrame) -> tuple[pl.DataFrame, lis
     n = gpu_ops_per_step(trace, steps)
     ops = n["gpu_ops"].to_list()
     nums = n["step"].to_list()
-    drop: list[tuple[int, str]] = []
-    while len(ops) > 1 and ops[-1] == 0 and sum(ops[:-1]) > 0:
-        drop.append((nums.pop(), "launched no GPU work"))
-        ops.pop()
+    warns: list[str] = []
+    # trailing steps without GPU work: everything after the last step that launched some
+    last = max((k for k, v in enumerate(ops) if v > 0), default=-1)
+    if 0 <= last < len(ops) - 1:
+        idle = nums[last + 1:]
+        del nums[last + 1:], ops[last + 1:]
+        what = (f"step {idle[0]}" if len(idle) == 1 else
+                f"steps {idle[0]}-{idle[-1]} ({len(idle):,} steps)" if idle == list(range(idle[0], idle[-1] + 1))
+                else f"{len(idle):,} steps ({idle[0]}, {idle[1]}, ... {idle[-1]})")
+        warns.append(f"{what} left out of the rules and the classification: "
+                     f"{'it' if len(idle) == 1 else 'they'} launched no GPU work")
     if len(ops) > 1 and ops[-1] < CUT_OFF_RATIO * ops[-2]:
-        drop.append((nums.pop(), f"launched {ops[-1]} GPU ops vs {ops[-2]} in the step before "
-                                 f"(< 80 %: cut off by the end of the recording)"))
+        warns.append(f"step {nums.pop()} left out of the rules and the classification: it launched {ops[-1]} "
+                        f"GPU ops vs {ops[-2]} in the step before (< 80 %: cut off by the end of the recording)")
         ops.pop()
-    if not drop:
+    if not warns:
         return steps, []
-    warns = [f"step {s} left out of the rules and the classification: it {why}" for s, why in drop]
     return steps.filter(pl.col("step").is_in(nums)), warns
 
 

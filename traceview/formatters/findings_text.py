@@ -8,6 +8,7 @@ from rich.console import Console
 from rich.table import Table
 
 from ..units import num
+from .tables import step_rows
 
 SEV_STYLE = {"error": "bold red", "warning": "yellow", "info": "cyan"}
 
@@ -21,7 +22,7 @@ def _classification(c: dict, con: Console) -> None:
     for k in classes:
         t.add_column(k.replace("_", " "), justify="right")
     t.add_column("verdict")
-    for s in c.get("steps", []):
+    for s in step_rows(c.get("steps", []), t):
         t.add_row(str(s["step"]), *[num(s["shares"][k]) for k in classes], s["dominant"] or "-")
     t.add_row("all", *[num(c["shares"][k]) for k in classes], c["dominant"], style="bold")
     con.print(t)

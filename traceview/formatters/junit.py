@@ -7,7 +7,20 @@ as system-out); an input that could not be analyzed is an error case.
 from __future__ import annotations
 
 from typing import IO
-from xml.sax.saxutils import escape, quoteattr
+from xml.sax.saxutils import escape as _escape
+from xml.sax.saxutils import quoteattr as _quoteattr
+
+from ..safe_text import xml_chars
+
+
+def escape(s: str) -> str:
+    """Text content: XML-escaped, and without the control characters XML 1.0 cannot hold (a trace's names
+    may contain any)."""
+    return _escape(xml_chars(s))
+
+
+def quoteattr(s: str) -> str:
+    return _quoteattr(xml_chars(s))
 
 
 def _rule_codes() -> list[tuple[str, str]]:

@@ -11,8 +11,10 @@ def render_document(doc: dict, out: IO[str]) -> None:
     """`traceview layers`: the layers section of each trace, under a rule naming the file."""
     from rich.console import Console
 
-    con = Console(file=out, width=200, highlight=False)
-    for t in doc["traces"]:
+    from ..safe_text import rich_safe
+
+    con = Console(file=out, width=200, highlight=False, emoji=False)
+    for t in rich_safe(doc["traces"]):  # trace strings are data, never rich markup
         con.rule(f"[bold]{t['path']}[/]")
         render(t, con)
 

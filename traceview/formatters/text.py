@@ -6,14 +6,17 @@ from __future__ import annotations
 from typing import IO
 
 from rich.console import Console
-from rich.markup import escape
 from rich.table import Table
 
+from ..safe_text import rich_safe
 from ..units import num
 from . import findings_text, layers
+from .tables import step_rows
 
 ROLE_LABELS = {"kernel": "Kernel", "memcpy": "Memcpy", "memset": "Memset", "communication": "Communication",
                "runtime": "Runtime", "dataloader": "DataLoader", "cpu_exec": "CPU Exec", "other": "Other"}
+
+
 
 
 def _short(name: str | None, n: int = 70) -> str:
@@ -33,11 +36,11 @@ def render_trace(t: dict, con: Console) -> None:
     for w in t.get("warnings", []):
         con.print(f"[yellow]warning:[/] {w}")
     if t.get("verdict_text"):  # plain text in JSON; emphasis only here
-        con.print(f"[bold]{escape(t['verdict_text'])}[/]")
+        con.print(f"[bold]{t['verdict_text']}[/]")
     prof = t.get("profiling")
     if prof and prof.get("note"):
         color = "yellow" if prof.get("launch_bound_may_be_artifact") else "dim"
-        con.print(f"[{color}]profiler overhead:[/] {escape(prof['note'])}")
+        con.print(f"[{color}]profiler overhead:[/] {prof['note']}")
 
     tb = Table(title="Step time breakdown (% of step; tb_plugin priority order)", show_lines=False)
     tb.add_column("step", justify="right")
@@ -45,7 +48,7 @@ def render_trace(t: dict, con: Console) -> None:
     tb.add_column("GPU busy", justify="right")
     for k in ROLE_LABELS.values():
         tb.add_column(k, justify="right")
-    for r in t["steps"]:
+    for r in step_rows(t["steps"], tb):
         tb.add_row(str(r["step"]), num(r["dur_us"] / 1000, 2), num(r["gpu_busy_pct"]),
                    *[num(r["breakdown_pct"][k]) for k in ROLE_LABELS])
     tb.add_row("avg", num((s["avg_step_us"] or 0) / 1000, 2), num(s["gpu_busy_pct"]),
@@ -86,7 +89,8 @@ def render_trace(t: dict, con: Console) -> None:
 
 
 def render(doc: dict, out: IO[str]) -> None:
-    con = Console(file=out, width=160, highlight=False)
+    doc = rich_safe(doc)  # every string from the trace is markup-escaped once, here, for all renderers
+    con = Console(file=out, width=160, highlight=False, emoji=False)
     for t in doc["traces"]:
         render_trace(t, con)
         layers.render(t, con)

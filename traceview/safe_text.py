@@ -1,0 +1,115 @@
+"""Trace-derived strings made inert for each output: terminal (rich markup, escape sequences), GitHub
+Markdown (HTML, links, images, mentions), XML. Kernel, op and layer names, paths and finding titles
+come from the trace file, which anyone can write: none of them may style, link or inject anything.
+"""
+
+from __future__ import annotations
+
+import html
+import re
+from typing import Any
+
+from rich.markup import escape as _rich_escape
+
+# C0 controls (but tab and newline), DEL, C1 controls, and the bidirectional overrides that reorder
+# what a terminal or a browser shows ("Trojan source")
+_CONTROL = re.compile("[\x00-\x08\x0b-\x1f\x7f-\x9f\u200e\u200f\u202a-\u202e\u2066-\u2069]")
+_CONTROL_NL = re.compile("[\x00-\x1f\x7f-\x9f\u200e\u200f\u202a-\u202e\u2066-\u2069]")
+
+
+def _show(m: re.Match) -> str:
+    c = ord(m.group(0))
+    return f"\\x{c:02x}" if c < 0x100 else f"\\u{c:04x}"
+
+
+def printable(s: str, one_line: bool = False) -> str:
+    """Control characters (ESC sequences included) shown as \\xNN instead of acted on by a terminal; with
+    `one_line`, newlines and tabs too."""
+    return (_CONTROL_NL if one_line else _CONTROL).sub(_show, s)
+
+
+def terminal_line(s: str) -> str:
+    """One line for stderr: no control characters, no line breaks."""
+    return printable(str(s), one_line=True)
+
+
+def rich_safe(obj: Any) -> Any:
+    """A copy of a report document (dicts, lists, strings) with every string escaped for rich markup and
+    stripped of control characters, so a renderer may put any field into markup or a table cell."""
+    if isinstance(obj, str):
+        return _rich_escape(printable(obj))
+    if isinstance(obj, dict):
+        return {k: rich_safe(v) for k, v in obj.items()}
+    if isinstance(obj, list | tuple):
+        return [rich_safe(v) for v in obj]
+    return obj
+
+
+# ---- GitHub Markdown ----------------------------------------------------------------------------
+
+_MD_PUNCT = re.compile(r"([\\`*_\[\]()!|#~{}])")
+_AUTOLINK = re.compile(r"(?i)(://|www\.)")  # GitHub autolinks these even without <>
+_MENTION = re.compile(r"@(?=[A-Za-z0-9])")
+
+
+def _defuse(s: str) -> str:
+    """Break what GitHub turns into links or notifications even in plain text or raw HTML: `scheme://` and
+    `www.` autolinks, @mentions. A zero-width space goes in: the text reads the same, nothing matches."""
+    s = _AUTOLINK.sub(lambda m: ":\u200b//" if m.group(1) == "://" else m.group(1)[:3] + "\u200b.", s)
+    return _MENTION.sub("@\u200b", s)
+
+
+def md_text(s: Any) -> str:
+    """Inline Markdown text that renders as the literal string: HTML as entities, Markdown punctuation
+    backslash-escaped (no links, images, emphasis, table breaks), autolinks and mentions defused, one line."""
+    s = printable(re.sub(r"[\r\n\t]", " ", str(s)), one_line=True)
+    s = _MD_PUNCT.sub(r"\\\1", s)
+    s = html.escape(s, quote=False)
+    return _defuse(s)
+
+
+def md_code(s: Any) -> str:
+    """A code span holding `s` literally (inside one, GitHub renders no HTML, link or mention)."""
+    s = printable(str(s), one_line=True)
+    fence = "`" * (max((len(r) for r in re.findall(r"`+", s)), default=0) + 1)
+    pad = " " if s.startswith("`") or s.endswith("`") else ""
+    return f"{fence}{pad}{s}{pad}{fence}"
+
+
+def html_text(s: Any) -> str:
+    """Text inside a raw HTML block (e.g. <summary>), where Markdown escapes do not apply: entities only,
+    mentions defused."""
+    return _defuse(html.escape(printable(str(s), one_line=True), quote=True))
+
+
+# ---- Streamlit ----------------------------------------------------------------------------------
+
+_ASCII_PUNCT = re.compile(r"([!-/:-@\[-`{-~])")
+
+
+def md_literal(s: Any) -> str:
+    """Text for a Streamlit markdown element (st.markdown, captions, labels, st.error...) that renders as
+    the literal string: every ASCII punctuation character backslash-escaped, which CommonMark allows,
+    so no link, image, emphasis, HTML, `:color[...]` directive, emoji code or `$math$` forms."""
+    return _ASCII_PUNCT.sub(r"\\\1", printable(re.sub(r"[\r\n\t]", " ", str(s)), one_line=True))
+
+
+_ABS_PATH = re.compile(r"(?<![\w.~])/(?:[^\s/:'\"]+/)+([^\s/:'\"]*)")
+
+
+def hide_paths(msg: str, prefixes: tuple[str, ...] = ()) -> str:
+    """`msg` without server paths: each prefix in `prefixes` removed, any other absolute path cut to its
+    last component (a web user must not learn where files live on the server)."""
+    for p in sorted(filter(None, prefixes), key=len, reverse=True):
+        msg = msg.replace(p.rstrip("/") + "/", "").replace(p, "")
+    return _ABS_PATH.sub(lambda m: m.group(1) or "/", msg)
+
+
+# ---- XML ----------------------------------------------------------------------------------------
+
+_XML_BAD = re.compile("[\x00-\x08\x0b\x0c\x0e-\x1f\ufffe\uffff\ud800-\udfff]")
+
+
+def xml_chars(s: Any) -> str:
+    """Characters XML 1.0 cannot hold at all (not even as references) shown as \\xNN text."""
+    return _XML_BAD.sub(_show, str(s))
