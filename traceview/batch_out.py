@@ -8,7 +8,7 @@ from typing import IO, Any
 
 from .classify import CLASSES
 from .errors import TraceError
-from .formatters.markdown import _cell
+from .formatters.markdown import _cell, _code
 from .units import num
 
 OUT_FORMATS = (".json", ".csv", ".parquet", ".md")
@@ -107,7 +107,7 @@ def markdown(doc: dict, out: IO[str]) -> None:
         f = r["findings"]
         top = r["top_findings"][0] if r["top_findings"] else None
         tf = f"{top['code']} {top['title']}" if top else "-"
-        w(f"| `{_cell(r['input'])}` | {r['status']} | {_step(r)} | {_vs(r)} | {_cell(r['primary'] or '-')} | {_shares(r)} | "
+        w(f"| {_code(r['input'])} | {r['status']} | {_step(r)} | {_vs(r)} | {_cell(r['primary'] or '-')} | {_shares(r)} | "
           f"{f['error']}/{f['warning']}/{f['info']} | {_cell(tf)} |\n")
     w("\n")
     cmp = doc.get("baseline")
@@ -116,7 +116,7 @@ def markdown(doc: dict, out: IO[str]) -> None:
         if reg:
             w("## Regressions against the baseline\n\n")
             for t in reg:
-                w(f"### `{_cell(t['key'])}`\n\n")
+                w(f"### {_code(t['key'])}\n\n")
                 for c in t["checks"]:
                     if c["regressed"]:
                         w(f"- **{c['metric']}**: {num(c['base_us'] / 1000, 3)} → {num(c['now_us'] / 1000, 3)} ms per step "
@@ -126,12 +126,12 @@ def markdown(doc: dict, out: IO[str]) -> None:
                     w(f"- new **{f['severity']}** finding {f['code']} {f['rule']}: {_cell(f['title'])}\n")
                 w("\n")
         if cmp.get("missing"):
-            w("Baseline entries without a current trace: " + ", ".join(f"`{k}`" for k in cmp["missing"]) + "\n\n")
+            w("Baseline entries without a current trace: " + ", ".join(_code(k) for k in cmp["missing"]) + "\n\n")
     failed = [r for r in rows if r["error"]]
     if failed:
         w("## Failed inputs\n\n")
         for r in failed:
-            w(f"- `{_cell(r['path'])}`: {_cell(r['error'])}\n")
+            w(f"- {_code(r['path'])}: {_cell(r['error'])}\n")
         w("\n")
 
 

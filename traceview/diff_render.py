@@ -5,7 +5,7 @@ from __future__ import annotations
 from typing import IO
 
 from .diff import fmt_us
-from .formatters.markdown import _cell
+from .formatters.markdown import _cell, _code
 from .units import num
 
 TOP = 10
@@ -87,7 +87,7 @@ def markdown(doc: dict, out: IO[str]) -> None:
     w = out.write
     w(f"# traceview diff ({doc['tool']['version']})\n\n")
     for p in doc["pairs"]:
-        w(f"## {_cell(_title(p))}`{_cell(p['a'])}` → `{_cell(p['b'])}`\n\n{_step_line(p)}\n\n**Class shift:** {p['shift_text']}\n\n")
+        w(f"## {_cell(_title(p))}{_code(p['a'])} → {_code(p['b'])}\n\n{_step_line(p)}\n\n**Class shift:** {p['shift_text']}\n\n")
         w("| class | before ms | after ms | change | share before % | share after % |\n|---|---:|---:|---:|---:|---:|\n")
         for c in p["classes"]:
             w(f"| {c['class']} | {_ms(c['a_us'])} | {_ms(c['b_us'])} | {fmt_us(c['delta_us'])} | {num(c['a_pct'])} | "
@@ -101,8 +101,8 @@ def markdown(doc: dict, out: IO[str]) -> None:
             w(f"**{title}** (GPU time per step)\n\n| {name} |{op} status | before ms | after ms | change |\n")
             w("|---|" + ("---|" if op else "") + "---|---:|---:|---:|\n")
             for r in moved:
-                opc = f" `{_cell(r['op'] or '-')}` |" if op else ""
-                w(f"| `{_cell(r[name][:90])}` |{opc} {r['status']} | {_ms(r['a_us'])} | {_ms(r['b_us'])} | "
+                opc = f" {_code(r['op'] or '-')} |" if op else ""
+                w(f"| {_code(r[name][:90])} |{opc} {r['status']} | {_ms(r['a_us'])} | {_ms(r['b_us'])} | "
                   f"{fmt_us(r['delta_us'])} |\n")
             w("\n")
         lines = _findings_lines(p["findings"])
@@ -114,6 +114,6 @@ def markdown(doc: dict, out: IO[str]) -> None:
         w(f"- job finding {what}: {_cell(ln)}\n")
     for side in ("a", "b"):
         for path in doc[f"unmatched_{side}"]:
-            w(f"- unmatched in {side.upper()}: `{_cell(path)}`\n")
+            w(f"- unmatched in {side.upper()}: {_code(path)}\n")
     for e in doc["errors"]:
         w(f"- **error**: {_cell(e['error'])}\n")
