@@ -80,7 +80,7 @@ def _series(name: str, values: list, dtype: Any = None) -> pl.Series:
     return pl.Series(name, values, dtype=dtype, strict=False)
 
 
-_RAW_ATTRS = ("input_dims", "input_type", "concrete")
+_RAW_ATTRS = ("input_dims", "input_type", "concrete", "strides")
 # struct attributes that msgspec types as plain `int | None`: build those columns typed (fast path)
 _INT_ATTRS = {"external_id", "external_id_old", "seq", "fwd_tid", "ev_idx", "correlation", "py_id", "py_parent",
               "py_module", "in_nelems", "group_size", "seq_comm", "regs", "shmem", "out_nelems", "graph_id",
@@ -130,14 +130,16 @@ _PY_FIELDS = {"py_id": "py_id", "py_parent": "py_parent", "py_module": "py_modul
 _OP_FIELDS = {"external_id": "external_id", "external_id_old": "external_id_old", "seq": "seq", "fwd_tid": "fwd_tid",
               "ev_idx": "ev_idx", "input_dims": "input_dims", "input_type": "input_type"}
 _RT_FIELDS = {"external_id": "external_id", "external_id_old": "external_id_old", "correlation": "correlation"}
-_RARE_FIELDS = {"concrete": "concrete", "collective": "collective", "in_nelems": "in_nelems", "dtype": "dtype",
+_RARE_FIELDS = {"concrete": "concrete", "strides": "strides", "collective": "collective", "in_nelems": "in_nelems", "dtype": "dtype",
                 "group_size": "group_size", "pg_name": "pg_name", "seq_comm": "seq_comm", "kind": "kind",
                 "size": "size"}
 _HOST_FIELDS = {**_PY_FIELDS, **_OP_FIELDS, **_RT_FIELDS, **_RARE_FIELDS}
 # ops whose rarely used args (Concrete Inputs, collective fields) are read: collectives, sync copies, and the
-# convolution forward ops (their Concrete Inputs hold stride/padding/dilation for the FLOPs model)
+# convolution forward ops (their Concrete Inputs hold stride/padding/dilation for the FLOPs model) and the
+# indexing ops (the dim they index, and Input Strides: an expanded index reads one value per row)
 _RARE_NAMES = (r"^(record_param_comms|nccl:|gloo:|hipMemcpy|cudaMemcpy|c10d::|"
-               r"aten::(_?convolution|conv[123]d|cudnn_convolution|miopen_convolution|mkldnn_convolution)$)")
+               r"aten::(_?convolution|conv[123]d|cudnn_convolution|miopen_convolution|mkldnn_convolution|"
+               r"gather|index_select|embedding|take)$)")
 
 
 def _host_args(ev_args: list, host: pl.DataFrame) -> pl.DataFrame:
