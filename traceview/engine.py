@@ -72,8 +72,14 @@ def classification_section(trace: Trace, steps: pl.DataFrame, ctx: dict) -> dict
 def run_rules(trace: Trace, steps: pl.DataFrame, ctx: dict) -> list[dict]:
     from traceview.rules import RULES
 
-    if not trace.has_gpu:
-        return []
+    if not trace.has_gpu:  # the host-side rules (cpu_view)
+        from .cpu_view import prepare as cpu_prepare
+        from .cpu_view import run_rules as cpu_rules
+
+        cp = cpu_prepare(trace, steps, ctx)
+        if cp.get("findings") is None:
+            cp["findings"] = cpu_rules(trace, steps, ctx, _selected(ctx), _options)
+        return cp["findings"]
     p = prepare(trace, steps, ctx)
     if p["steps"].height == 0:
         return []
@@ -95,7 +101,9 @@ def run_rules(trace: Trace, steps: pl.DataFrame, ctx: dict) -> list[dict]:
 
 def verdict_text(trace: Trace, steps: pl.DataFrame, ctx: dict) -> str | None:
     if not trace.has_gpu:
-        return None
+        from .cpu_view import verdict
+
+        return verdict(trace, steps, ctx)
     p = prepare(trace, steps, ctx)
     c = classify.classification(trace, p["steps"], p["part"], p["kb"])
     if not c["dominant"]:
@@ -197,6 +205,9 @@ def register() -> None:
     from .manifest import profiling_section
 
     report.SECTIONS.setdefault("profiling", profiling_section)
+    from .cpu_view import section as cpu_section
+
+    report.SECTIONS.setdefault("cpu", cpu_section)
     report.JOB_SECTIONS.setdefault("classification", job_classification_section)
     report.JOB_SECTIONS.setdefault("nccl", job_nccl_section)
     report.JOB_SECTIONS.setdefault("findings", job_findings_section)

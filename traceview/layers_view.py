@@ -15,7 +15,7 @@ import polars as pl
 
 from .analyses import layers as L
 from .model import Trace
-from .units import num, us
+from .units import us
 
 
 def _r(v: float | None, nd: int = 2) -> float | None:
@@ -97,53 +97,11 @@ def section(trace: Trace, steps: pl.DataFrame, ctx: dict | None = None) -> dict[
 
 
 def render(entry: dict, con: Any) -> None:
-    """Rich tables for a trace entry holding a `layers` section (an `EXTRA` renderer)."""
-    from rich.table import Table
+    """The layer tree and the repeated layers of a trace entry (formatters/layers_text.py)."""
+    from .formatters.layers_text import render_layers, render_repeats
 
-    sec = entry.get("layers")
-    if not sec or not sec.get("layers"):
-        return
-    n = max(len(sec["steps"]), 1)
-    con.print(f"[bold]Per-layer view[/] (layers from {sec['source']}; {n} step(s); GPU time "
-              f"{num(sec['total_gpu_us'] / 1000 / n, 3)} ms/step, attributed {num(sec['coverage_pct'])} %)")
-    t = Table(title="GPU time per layer, ms per step (inclusive: a layer counts its submodules)")
-    cols = [("layer", "left"), ("fwd", "right"), ("bwd", "right"), ("other", "right"), ("total", "right"),
-            ("%", "right"), ("kernels", "right"), ("CPU ms", "right"), ("TFLOP/s", "right"), ("% peak", "right"),
-            ("TB/s", "right"), ("bound", "left"), ("dominant", "left"), ("findings", "right")]
-    for c, j in cols:
-        t.add_column(c, justify=j)
-    rows = sec["layers"]
-    hidden = 0
-    if sec["source"] in ("ops", "annotations"):
-        # a flat list of top-level ops: rows without GPU time or findings are noise in a terminal (JSON has all)
-        keep = [r for r in rows if r["gpu_us"] > 0 or r["findings"]]
-        hidden = len(rows) - len(keep)
-        rows = keep
-    if not rows:
-        con.print(f"[dim]no layer has GPU time or findings ({hidden} layer(s) in --format json)[/]")
-        return
-    for r in rows:
-        fl = r["finding_codes"] and ",".join(r["finding_codes"]) or (str(r["findings"]) if r["findings"] else "")
-        # readable attribute path (collector `--modules`) with the profiler's Class_n beside it
-        label = r["name"] if r["layer"] in (r["name"], r.get("module_path")) else f"{r['layer']} ({r['name']})"
-        t.add_row("  " * (r["depth"] or 0) + label, num(r["fwd_gpu_us"] / 1000 / n, 3),
-                  num(r["bwd_gpu_us"] / 1000 / n, 3), num(r["other_gpu_us"] / 1000 / n, 3),
-                  num(r["gpu_us"] / 1000 / n, 3), num(r["gpu_pct"]), str(r["kernels"] // n if r["kernels"] else 0),
-                  num(r["cpu_dispatch_us"] / 1000 / n, 3), num(r["achieved_tflops"]), num(r["peak_flops_pct"]),
-                  num(r["achieved_tbps"], 2), r["bound"] or "-", r["dominant"] or "-", fl)
-    con.print(t)
-    if hidden:
-        con.print(f"[dim]{hidden} layer(s) without GPU time or findings not shown (see --format json)[/]")
-    if sec["repeats"]:
-        rt = Table(title="Repeated layers (same class at the same place in the tree)")
-        for c, j in (("kind", "left"), ("n", "right"), ("mean ms/step", "right"), ("min", "right"),
-                     ("max", "right"), ("max/min", "right"), ("cv %", "right"), ("outliers (>20 % off median)", "left")):
-            rt.add_column(c, justify=j)
-        for r in sec["repeats"]:
-            rt.add_row(r["kind"], str(r["count"]), num(r["mean_gpu_us"] / 1000 / n, 3), num(r["min_gpu_us"] / 1000 / n, 3),
-                       num(r["max_gpu_us"] / 1000 / n, 3), num(r["spread"], 3), num(r["cv_pct"]),
-                       ", ".join(r["outliers"]) or "-")
-        con.print(rt)
+    render_layers(entry, con)
+    render_repeats(entry, con)
 
 
 # ---- CLI --------------------------------------------------------------------------------------
@@ -175,11 +133,11 @@ def cmd_layers(args: argparse.Namespace) -> int:
     else:
         out = open(args.output, "w", encoding="utf-8") if args.output else sys.stdout  # noqa: SIM115
         try:
-            from rich.console import Console
+            from .formatters.term import console, rule
 
-            con = Console(file=out, width=200, highlight=False)
+            con = console(out, args.width)
             for t in doc["traces"]:
-                con.rule(f"[bold]{t['path']}[/]")
+                rule(con, t["path"])
                 render(t, con)
         finally:
             if args.output:
@@ -193,7 +151,10 @@ def add_parser(sub: argparse._SubParsersAction, analyze: argparse.ArgumentParser
     p = sub.add_parser("layers", help="GPU time, roofline and findings per nn.Module layer")
     p.add_argument("paths", nargs="+", help="trace files (.json/.json.gz)")
     p.add_argument("--depth", type=int, default=None, help="show layers down to this tree depth (0 = roots)")
-    p.add_argument("--format", choices=("text", "json"), default="text")
+    p.add_argument("--format", choices=("text", "json"), default="text",
+                   help="text: the layer tree and repeated layers (default); json: the `layers` section (docs/layers.md)")
     p.add_argument("--step", type=int, default=None, help="only ProfilerStep#N")
+    p.add_argument("--width", type=int, default=None, metavar="COLS",
+                   help="text: line width in columns (default: the terminal's; 100 when piped, or $COLUMNS)")
     p.add_argument("-o", "--output", default=None, help="write the report to a file instead of stdout")
     p.set_defaults(func=cmd_layers)

@@ -7,6 +7,7 @@ C-level `map`, and everything after that is polars expressions and joins.
 from __future__ import annotations
 
 import re
+from collections.abc import Callable
 from operator import itemgetter
 from pathlib import Path
 from typing import Any
@@ -183,9 +184,12 @@ def _int_or_none(v: Any) -> int | None:
         return None
 
 
-def load_file(path: str | Path) -> Trace:
+def load_file(path: str | Path, on_stage: Callable[[str], None] | None = None) -> Trace:
+    """One trace file as a Trace. `on_stage("decoding")` is called once the bytes are read (progress display)."""
     path = Path(path)
     data, warnings = d.read_bytes(path)
+    if on_stage is not None:
+        on_stage("decoding")
     fast = fastscan.scan(data)  # C scanner (None: not built, or input only msgspec + repairs can take)
     if fast is not None:
         doc, ev_args = fast.doc, fast
@@ -249,7 +253,7 @@ def load_file(path: str | Path) -> Trace:
     rocm = bool(doc.hip_runtime_version or doc.roctracer_version) or (
         host.filter(pl.col("cat") == "cuda_runtime")["name"].str.starts_with("hip").any())
     if rocm and gpu.height:
-        # MI3xx kernels can overlap the next kernel on their stream by a lot: clip (TRACE_FORMAT §10)
+        # MI3xx kernels can overlap the next kernel on their stream by a lot: clip
         gpu = gpu.sort("device", "stream", "ts").with_columns(
             end=pl.min_horizontal("end", pl.col("ts").shift(-1).over("device", "stream").fill_null(pl.col("end")))
         ).with_columns(dur=pl.col("end") - pl.col("ts"))

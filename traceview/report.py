@@ -128,7 +128,7 @@ def analyze_trace(trace: Trace, step: int | None = None, ctx: dict | None = None
         "top_ops": _op_rows(kernels.top_ops(trace, top, gpu_win)) if trace.has_gpu else [],
     }
     if not trace.has_gpu:
-        entry["warnings"].append("no GPU activity in this trace (CPU-only): GPU analyses are empty")
+        entry["warnings"].append("no GPU activity in this trace (CPU-only): the report analyzes host (CPU) time (JSON `cpu`)")
     for name, fn in SECTIONS.items():
         entry[name] = fn(trace, steps, ctx)
     entry["warnings"].extend(ctx.pop("_warnings", []))  # sections report left-out steps, failed rules

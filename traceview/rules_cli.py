@@ -24,11 +24,13 @@ def add_parsers(sub: argparse._SubParsersAction, a: argparse.ArgumentParser) -> 
     a.add_argument("--set", action="append", metavar="RULE.OPTION=VALUE", dest="set_options",
                    help="override one rule option, e.g. --set launch-bound.moderate_pct=5")
     a.add_argument("--fail-on", choices=SEVERITIES, default=None,
-                   help="exit 1 when a finding at or above this severity exists")
+                   help="exit 1 when a finding at or above this severity exists (default: exit 0 whatever the "
+                        "findings, unless `fail-on` is set in [tool.traceview]; bad input always exits 2)")
     a.add_argument("--exit-zero", action="store_true", help="exit 0 even with findings (input errors still exit 2)")
 
     r = sub.add_parser("rules", help="list the rules (code, slug, severity, title)")
-    r.add_argument("--format", choices=("text", "json"), default="text")
+    r.add_argument("--format", choices=("text", "json"), default="text",
+                   help="text: a table (default); json: code, slug, severity, title and option defaults per rule")
     r.set_defaults(func=cmd_rules)
     one = sub.add_parser("rule", help="print one rule's documentation")
     one.add_argument("code", help="a code (TV101) or slug (launch-bound)")

@@ -1,6 +1,6 @@
 """Per-layer view: every host op and GPU activity attributed to the nn.Module (layer) that issued it.
 
-Layer nodes, in order of preference (TRACE_FORMAT §6.3, §7):
+Layer nodes, in order of preference:
 1. `python_function` events `nn.Module: <Class>_<k>` (traces recorded `with_stack`), named by class and
    per-class counter; a `module::<qualified.path>` annotation directly inside such a frame (the collectors'
    `--modules`) gives it a readable path (`blocks.3.attn`) that replaces the `Class_k` path as `layer`.
@@ -266,7 +266,7 @@ def _attribute(trace: Trace) -> Attribution:
     bwd = ancestor_where(host, rows, ((pl.col("cat") == "cpu_op") & (pl.col("fwd_tid") > 0)).fill_null(False), "bnode",
                          include_self=True)
     r = rows.join(fwd, on="i", how="left").join(bwd, on="i", how="left")
-    # forward op of each sequence number: the one that started last on its thread (TRACE_FORMAT §7.3)
+    # forward op of each sequence number: the one that started last on its thread
     fwd_ops = (r.filter(pl.col("seq").is_not_null() & (pl.col("fwd_tid").fill_null(0) == 0))
                .sort("ts").group_by("pid", "tid", "seq").agg(pl.col("node").last().alias("fnode"))
                .rename({"tid": "ftid"}))

@@ -1,6 +1,6 @@
 """FLOPs and bytes of the ops that launch kernels, and a roofline bound per kernel.
 
-Formulas follow TraceLens's perf models (`TraceLens/PerfModel/perf_model.py`, PEERS.md §4), fed by the
+Formulas follow TraceLens's perf models (github.com/AMD-AGI/TraceLens, `TraceLens/PerfModel/perf_model.py`), fed by the
 launching op's `Input Dims` / `Input type` (record_shapes). bpe = bytes per element of each operand.
 
 | category | ops | FLOPs | bytes |

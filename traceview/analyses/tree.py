@@ -11,7 +11,7 @@ from __future__ import annotations
 import numpy as np
 import polars as pl
 
-# outermost first on exact ties (TRACE_FORMAT §7.5)
+# outermost first on exact ties
 _CAT_RANK = {"python_function": 0, "user_annotation": 1, "cpu_op": 2}
 
 
