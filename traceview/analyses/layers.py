@@ -388,8 +388,10 @@ def shape_signatures(trace: Trace) -> pl.DataFrame:
     if ops.height == 0:
         return pl.DataFrame(schema=schema)
     heavy = pl.col("name").str.contains(r"(?i)mm|linear|conv|attention|matmul")
-    ops = ops.with_columns(combo=pl.col("name") + pl.col("d"), _pri=pl.when(heavy).then(0).otherwise(1),
-                           _len=-pl.col("d").str.len_chars().cast(pl.Int64))
+    # distinct (layer, op, dims) first: repeated steps and calls collapse before the climb to the ancestors
+    ops = (ops.group_by("layer", "name", "d").agg(pl.col("ts").min())
+           .with_columns(combo=pl.col("name") + pl.col("d"), _pri=pl.when(heavy).then(0).otherwise(1),
+                         _len=-pl.col("d").str.len_chars().cast(pl.Int64)))
     inc = ops.join(att.tree.select("layer", "anc"), on="layer").drop("layer").explode("anc").rename({"anc": "layer"})
     # `addmm [2304], [4096, 768], [768, 2304]`: tensor inputs only (scalars are `[]`)
     tensors = pl.col("d").str.replace_all(r"\[\]\s*,?\s*", "").str.replace_all(r",\s*\]$", "]")
