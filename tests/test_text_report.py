@@ -166,3 +166,39 @@ def test_progress_bar_only_on_a_terminal_and_never_in_json() -> None:
 def test_step_ranges_never_cut() -> None:
     assert step_ranges([3, 1, 2, 7, 9, 10, 11, 12, 13, 14, 15, 16, 17, 18]) == "1-3, 7, 9-18"
     assert step_ranges([5]) == "5"
+
+
+def test_sections_of_the_other_issues_lead_when_present(gpt2_doc: dict) -> None:
+    """`classification.primary`, `projection` (issue 11's shape) and `jobs[].nccl.straggler.cause` (issue 12's) are
+    printed on the first screen, before the findings, when the document holds them. Filled here from the
+    trace's own findings: projected step = measured step minus each finding's savings per step."""
+    import copy
+    import io
+
+    from traceview.formatters import text
+
+    t = copy.deepcopy(gpt2_doc)
+    n = len(t["classification"]["analyzed_steps"])
+    step = t["summary"]["avg_step_us"]
+    fixes = [{"rule": f["rule"], "code": f["code"], "step_us": step - f["savings_us"] / n,
+              "savings_us": f["savings_us"] / n} for f in t["findings"]]
+    t["classification"]["primary"] = "cpu_launch"
+    t["projection"] = {"step_us": step, "unprofiled_step_us": None, "fixes": fixes,
+                       "all_fixed_step_us": step - sum(x["savings_us"] for x in fixes)}
+    buf = io.StringIO()
+    text.render({"traces": [t], "jobs": []}, buf, width=120)
+    out = buf.getvalue()
+    proj = next(line for line in out.splitlines() if line.startswith("Projected step:"))
+    assert proj.startswith(f"Projected step: {step / 1000:,.2f} ms now → "
+                           f"{t['projection']['all_fixed_step_us'] / 1000:,.2f} ms with every fix")
+    assert f"TV101 → {fixes[0]['step_us'] / 1000:,.2f} ms" in proj
+    assert out.index("Fix first: cpu_launch") < out.index("Projected step") < out.index("Findings (")
+
+    doc = json.loads(run("analyze", JOB, "--format", "json").stdout)
+    doc["jobs"][0]["nccl"]["straggler"]["cause"] = {"class": "cpu_launch", "excess_us_per_step": 97_700.0,
+                                                    "evidence": {}, "text": "rank 1 is late because of its host"}
+    buf = io.StringIO()
+    text.render(doc, buf, width=120)
+    out = buf.getvalue()
+    assert out.index("Straggler: rank 1") < out.index("\nWhy: rank 1 is late because of its host\n") < out.index(
+        "\nrank 0: ")

@@ -69,15 +69,12 @@ def cmd_rules(args: argparse.Namespace) -> int:
 
         print(json.dumps(rows, indent=1))
         return 0
-    from rich.console import Console
-    from rich.table import Table
+    from .formatters.term import console, table
 
-    t = Table(title="traceview rules")
-    for c in ("code", "rule", "severity", "title"):
-        t.add_column(c)
-    for r in rows:
-        t.add_row(r["code"], r["rule"], r["severity"], r["title"])
-    Console(width=140).print(t)
+    con = console(sys.stdout)
+    con.print(table(con, "traceview rules (`traceview rule CODE` for one's documentation)",
+                    [("code", "left"), ("rule", "left"), ("severity", "left"), ("title", "left")],
+                    [[r["code"], r["rule"], r["severity"], r["title"]] for r in rows], name_col=None, wrap_col=3))
     return 0
 
 

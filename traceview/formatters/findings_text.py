@@ -139,7 +139,8 @@ def render_job(j: dict, con: Console, show: Collection[str] = ()) -> None:
     for r in (sorted(rows_c, key=lambda r: -(r.get("straggler_wait_pct") or 0))[:TOP_RANKS] if many else rows_c):
         wait = r.get("straggler_wait_pct")
         extra = f" — {wait:.1f} % of its step waiting for straggler rank {r['straggler']}" if wait else ""
-        what = f"dominant {r.get('primary') or r['dominant']}" if r.get("dominant") else "no GPU activity"
+        what = (f"dominant {r.get('primary') or r['dominant']}" if r.get("dominant")
+                else f"host: {r['cpu_dominant']}" if r.get("cpu_dominant") else "no GPU activity")
         con.print(Text(f"rank {r['rank']}: {what}{extra}"))
     if many:
         con.print(f"({len(rows_c) - TOP_RANKS} more ranks: --show ranks)")

@@ -45,7 +45,7 @@ def header(t: dict, con: Console) -> None:
     per = ""
     if 1 < len(nums) <= 6:  # a few steps: each one's time; more: --show steps
         per = " (" + " / ".join(_ms(r["dur_us"]) for r in t.get("steps", [])) + ")"
-    busy = f" · GPU busy {num(s['gpu_busy_pct'])} %" if not cpu else ""
+    busy = f" · GPU busy {num(s['gpu_busy_pct'])}\u00a0%" if not cpu else ""
     line = (f"{dev} · {meta['format']} · {s['steps']} step(s) {step_ranges(nums)} · "
             f"step {_ms(s.get('avg_step_us'))} ms avg{per}{busy}")
     excl = s.get("excluded_us")
@@ -190,9 +190,16 @@ def _job_of(path: str, jobs: list[dict]) -> dict | None:
     return None
 
 
+def _with_host_classes(j: dict, traces: list[dict]) -> dict:
+    """The job with each CPU-only rank's host class (its trace's `cpu.dominant`) beside the GPU classes."""
+    cpu = {t["path"]: (t.get("cpu") or {}).get("dominant") for t in traces}
+    rows = [{**r, "cpu_dominant": cpu.get(r.get("path"))} for r in j.get("classification") or []]
+    return {**j, "classification": rows}
+
+
 def render(doc: dict, out: IO[str], show: Collection[str] = (), width: int | None = None) -> None:
     con = console(out, width)
-    jobs = doc.get("jobs", [])
+    jobs = [_with_host_classes(j, doc["traces"]) for j in doc.get("jobs", [])]
     done: set[int] = set()
     for t in doc["traces"]:
         j = _job_of(t["path"], jobs)
