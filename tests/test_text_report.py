@@ -8,7 +8,6 @@ from __future__ import annotations
 import json
 import os
 import pty
-import select
 import subprocess
 import sys
 
@@ -128,24 +127,33 @@ def test_job_leads_with_the_straggler() -> None:
 
 
 def _pty_run(args: list[str], env: dict) -> tuple[int, bytes, bytes]:
-    """Run with stderr on a pseudo-terminal (stdout a pipe); (exit code, stdout, what reached the terminal)."""
+    """Run with stderr on a pseudo-terminal (stdout a pipe); (exit code, stdout, what reached the terminal). The
+    terminal is drained while the command runs: a full pty buffer would block its writes."""
+    import threading
+
     m, s = pty.openpty()
+    seen: list[bytes] = []
+
+    def drain() -> None:
+        while True:
+            try:
+                chunk = os.read(m, 65536)
+            except OSError:  # EIO once the command's end of the terminal is closed
+                return
+            if not chunk:
+                return
+            seen.append(chunk)
+
     p = subprocess.Popen([sys.executable, "-m", "traceview", *args], stdout=subprocess.PIPE, stderr=s,
                          env={**os.environ, **env})
     os.close(s)
+    reader = threading.Thread(target=drain, daemon=True)
+    reader.start()
     out = p.stdout.read()
     rc = p.wait(timeout=300)
-    seen = b""
-    while select.select([m], [], [], 0)[0]:
-        try:
-            chunk = os.read(m, 65536)
-        except OSError:
-            break
-        if not chunk:
-            break
-        seen += chunk
+    reader.join(timeout=60)
     os.close(m)
-    return rc, out, seen
+    return rc, out, b"".join(seen)
 
 
 def test_progress_bar_only_on_a_terminal_and_never_in_json() -> None:
