@@ -1,7 +1,7 @@
 """traceview web app: `streamlit run app.py`.
 
 Widgets, layout and calls to the public API only: every trace goes through `traceview.report.analyze`
-with the ctx that `traceview analyze` builds by default, and the pages render the resulting document
+with the options that `traceview analyze` uses by default, and the pages render the resulting document
 (docs/json-schema.md). Any number shown is in the CLI's JSON output (µs shown as ms is µs / 1000).
 """
 
@@ -19,10 +19,11 @@ from typing import Any
 import plotly.graph_objects as go
 import streamlit as st
 
-from traceview import cli, report
+from traceview import report
 from traceview.formatters import json as fjson
 from traceview.loader import load_file
 from traceview.model import Trace
+from traceview.options import Options
 
 ROOT = Path(__file__).resolve().parent
 SAMPLES = ROOT / "sample_traces"
@@ -35,7 +36,6 @@ CLASS_COLORS = {
 RANK_NAME = re.compile(r"rank[-_]?\d+")  # as the loader reads a rank from a file name
 SEVERITY_ICON = {"error": "🔴", "warning": "🟠", "info": "🔵"}
 
-cli.extend_report()  # rules, classifier and layers sections (idempotent)
 
 
 # ---- inputs ------------------------------------------------------------------------------------------------
@@ -64,10 +64,9 @@ def staged(digest: str, _data: tuple[tuple[str, bytes], ...]) -> tempfile.Tempor
     return tmp
 
 
-def default_ctx(paths: list[str], step: int | None) -> dict:
-    """The ctx `traceview analyze PATHS [--step N]` builds with default options."""
-    argv = ["analyze", *paths] + (["--step", str(step)] if step is not None else [])
-    return cli.build_ctx(cli.make_parser().parse_args(argv))
+def default_options(step: int | None) -> Options:
+    """What `traceview analyze PATHS [--step N]` runs with: [tool.traceview] of the working directory, if any."""
+    return Options.build(step=step)
 
 
 @st.cache_resource(max_entries=8, show_spinner=False)
@@ -85,7 +84,7 @@ def _load_cached(path: Path) -> Trace:
 def analyze_doc(key: str, step: int | None, _paths: tuple[str, ...]) -> dict:
     """The `--format json` document for these inputs (`key` identifies their content)."""
     try:
-        return report.analyze(list(_paths), step=step, ctx=default_ctx(list(_paths), step),
+        return report.analyze(list(_paths), default_options(step),
                               load=_load_cached).to_dict()
     except Exception as e:  # noqa: BLE001 - as the CLI: one line, never a traceback
         return report.Report(errors=[{"path": "", "error": f"internal error ({type(e).__name__}: {e})"}]).to_dict()

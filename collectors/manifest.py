@@ -15,8 +15,12 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
-MANIFEST_VERSION = 1
-MANIFEST_NAME = "manifest.json"
+from traceview.manifest import (  # one schema: the analyzer reads what this writes
+    MANIFEST_NAME,
+    MANIFEST_VERSION,
+)
+
+__all__ = ["MANIFEST_NAME", "MANIFEST_VERSION"]
 _RANK_META = re.compile(r"^rank(\d+)\.collect\.json$")
 
 

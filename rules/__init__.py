@@ -1,28 +1,23 @@
 """traceview's rules: `RULES` is the one table code -> rule module (like ruff's codes.rs).
 
 Each module is named by its slug in snake_case and exposes `CODE`, `NAME` (the slug), `SEVERITY` (the
-default severity of a finding at or above the moderate threshold), `TITLE`, `OPTIONS` (name -> `Option`
-with the default and its peer source) and `check(trace, steps, ctx) -> list[Finding]`; `CPU = True` when it
-also runs on traces without GPU activity (`cpu_view.run_rules`); its docstring
-(sections What it detects / Why it is slow / How to fix / Evidence / Options / References) is the user
-documentation (`traceview rule CODE`, docs/rules.md). Codes are never reused: TV1 host and launch,
-TV2 kernels, TV3 data movement, TV4 input pipeline, TV5 distributed.
+default severity of a finding at or above the moderate threshold), `TITLE`, `FIX`, `OPTIONS` (name ->
+`Option` with the default and its source) and `check(ctx: RuleContext) -> list[Finding]`; a rule that judges
+a whole job (the ranks of one run) also has `check_job(ctx: JobContext) -> list[Finding]`; `CPU = True` when
+it also runs on traces without GPU activity (then `ctx.cpu` holds the host analyses). The rule API is
+`traceview.ruleapi`. Its docstring (sections What it detects / Why it is slow / How to fix / Evidence /
+Options / References) is the user documentation (`traceview rule CODE`, docs/rules.md). Adding a rule = one
+file here + one line below + its test. Codes are never reused: TV1 host and launch, TV2 kernels, TV3 data
+movement, TV4 input pipeline, TV5 distributed.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from types import ModuleType
-from typing import Any
 
+from traceview.ruleapi import Option
 
-@dataclass(frozen=True)
-class Option:
-    default: Any
-    doc: str
-
-
-from . import (  # noqa: E402 - Option must exist before the rule modules import it
+from . import (
     cpu_op_overhead,
     elementwise_chain,
     host_sync,
@@ -31,6 +26,8 @@ from . import (  # noqa: E402 - Option must exist before the rule modules import
     nccl_wait,
     pageable_memcpy,
 )
+
+__all__ = ["BY_NAME", "RULES", "Option"]
 
 RULES: dict[str, ModuleType] = {
     "TV101": launch_bound,

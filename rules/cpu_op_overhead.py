@@ -45,16 +45,14 @@ import polars as pl
 
 from traceview.analyses.cpu import COLLECTIVE_RE, top_level_ops
 from traceview.analyses.layers import UNATTRIBUTED, host_layers
-from traceview.findings import Finding, severity_for
-from traceview.manifest import read_manifest
-
-from . import Option
+from traceview.manifest import step_overhead_ms
+from traceview.ruleapi import Finding, Option, RuleContext
 
 CODE = "TV110"
 NAME = "cpu-op-overhead"
 SEVERITY = "warning"
 TITLE = "The CPU step is made of many tiny ops; their fixed per-op cost dominates"
-CPU = True  # runs on traces without GPU activity
+CPU = True  # runs on traces without GPU activity (only there: with a GPU, launch-bound judges the same cost)
 OPTIONS = {
     "tiny_op_us": Option(20.0, "an op shorter than this (µs) is dominated by the fixed cost of an eager op"),
     "moderate_pct": Option(5.0, "share of step time in tiny ops at which a finding is reported (warning)"),
@@ -66,15 +64,15 @@ FIX = ("Each eager op pays a fixed CPU cost (Python call, dispatcher, checks, ou
        "and let torch.compile fuse chains of small ops.")
 
 
-def check(trace, steps: pl.DataFrame, ctx: dict) -> list[Finding]:
-    if trace.has_gpu or steps.height == 0:
+def check(ctx: RuleContext) -> list[Finding]:
+    trace, steps = ctx.trace, ctx.steps
+    if ctx.cpu is None or steps.height == 0 or not ctx.window_ns:
         return []
-    opts = ctx["options"]
-    window = ctx["window_ns"]
+    opts = ctx.options
     w = steps.select("step", pl.col("ts").alias("_wts"), pl.col("end").alias("_wend")).sort("_wts")
     top = (top_level_ops(trace).filter(~pl.col("name").str.contains(COLLECTIVE_RE)).sort("ts")
            .join_asof(w, left_on="ts", right_on="_wts", strategy="backward").filter(pl.col("ts") < pl.col("_wend")))
-    if top.height == 0 or not window:
+    if top.height == 0:
         return []
     # an op kind (name and input shapes) is tiny by its median call: one call stretched by the scheduler on a
     # busy machine does not make the kind big, nor one fast call a big kind tiny
@@ -83,12 +81,12 @@ def check(trace, steps: pl.DataFrame, ctx: dict) -> list[Finding]:
     top = top.join(dims, on="i", how="left").with_columns(_med=pl.col("dur").median().over("name", "input_dims"))
     tiny = top.filter(pl.col("_med") < opts["tiny_op_us"] * 1000)
     cost = int(tiny["dur"].sum())
-    share = 100.0 * cost / window
+    share = ctx.pct(cost)
     if share < opts["moderate_pct"]:
         return []
     names = (tiny.group_by("name").agg(pl.len().alias("calls"), pl.col("dur").median().alias("med"))
              .sort("calls", "name", descending=[True, False]).head(5))
-    split = (ctx.get("cpu") or {}).get("totals") or {}
+    split = ctx.cpu.get("totals") or {}
     n = steps.height
     ev = {
         "tiny_ops_per_step": round(tiny.height / n, 1), "ops_per_step": round(top.height / n, 1),
@@ -96,20 +94,19 @@ def check(trace, steps: pl.DataFrame, ctx: dict) -> list[Finding]:
         "tiny_op_us": opts["tiny_op_us"], "median_op_us": round(float(top["dur"].median()) / 1000, 3),
         "top_tiny_ops": [{"op": r["name"], "calls": r["calls"], "median_us": round(r["med"] / 1000, 3)}
                          for r in names.iter_rows(named=True)],  # 5 rows
-        "outside_ops_pct": round(100.0 * split["outside_ops"] / window, 2) if split.get("outside_ops") is not None else None,
+        "outside_ops_pct": round(ctx.pct(split["outside_ops"]), 2) if split.get("outside_ops") is not None else None,
     }
-    st = ((read_manifest(trace.meta.path) or {}).get("step_time")) or {}
+    st = ((trace.meta.manifest or {}).get("step_time")) or {}
     prof, unprof = st.get("profiled_ms_median"), st.get("unprofiled_ms_median")
     if isinstance(prof, (int, float)) and isinstance(unprof, (int, float)) and unprof > 0:
         ev["profiled_step_ms"], ev["unprofiled_step_ms"] = prof, unprof
-        if prof > 1.2 * unprof:
+        if (step_overhead_ms(trace.meta.manifest) or 0) > 0.2 * unprof:
             ev["note"] = (f"recorded steps took {prof:.2f} ms against {unprof:.2f} ms unprofiled: the profiler adds "
                           "its own cost to every op, so part of this per-op overhead is the recording's; the "
                           "unprofiled step bounds what fusing can save")
     lay = host_layers(trace).join(tiny.select("i"), on="i").filter(pl.col("layer") != UNATTRIBUTED)
-    layer = str(lay["layer"].mode().sort().first()) if lay.height else None
-    return [Finding(rule=NAME, code=CODE, severity=severity_for(share, opts["moderate_pct"], opts["high_pct"], SEVERITY),
-                    title=f"{ev['tiny_ops_per_step']:g} ops per step run under {opts['tiny_op_us']:g} µs each, dominated "
-                          f"by their fixed per-op cost ({share:.1f} % of the step)",
-                    steps=sorted(set(tiny["step"].to_list())), count=tiny.height, cost_us=cost / 1000,
-                    savings_us=cost / 1000, savings_pct=share, evidence=ev, fix=FIX, layer=layer)]
+    f = ctx.finding(cost_ns=cost, count=tiny.height, steps=sorted(set(tiny["step"].to_list())), evidence=ev,
+                    title=f"{ev['tiny_ops_per_step']:g} ops per step run under {opts['tiny_op_us']:g} µs each, "
+                          f"dominated by their fixed per-op cost ({share:.1f} % of the step)")
+    f.layer = str(lay["layer"].mode().sort().first()) if lay.height else None  # a host layer: ctx.layer_of is GPU-side
+    return [f]

@@ -48,9 +48,7 @@ import polars as pl
 
 from traceview.analyses.roofline import ELEMENTWISE_KERNEL_RE
 from traceview.analyses.windows import host_step_of, step_of
-from traceview.findings import Finding, finding_layer, severity_for
-
-from . import Option
+from traceview.ruleapi import Finding, Option, RuleContext
 
 CODE = "TV201"
 NAME = "elementwise-chain"
@@ -97,11 +95,9 @@ def chains(trace, steps: pl.DataFrame, kb: pl.DataFrame, min_kernels: int = 2) -
                     "in0_bytes", "extra_bytes", "out_bytes", "pos", "k")
 
 
-def check(trace, steps: pl.DataFrame, ctx: dict) -> list[Finding]:
-    opts = ctx["options"]
-    spec = ctx["spec"]
-    window = ctx["window_ns"]
-    ch = chains(trace, steps, ctx["kb"], int(opts["min_kernels"]))
+def check(ctx: RuleContext) -> list[Finding]:
+    opts, spec, window, steps = ctx.options, ctx.spec, ctx.window_ns, ctx.steps
+    ch = chains(ctx.trace, steps, ctx.kb, int(opts["min_kernels"]))
     if ch.height == 0:
         return []
     per = ch.group_by("chain").agg(
@@ -112,7 +108,7 @@ def check(trace, steps: pl.DataFrame, ctx: dict) -> list[Finding]:
         (pl.col("in0_bytes").sort_by("pos").first() + pl.col("extra_bytes").fill_null(0).sum()
          + pl.col("out_bytes").sort_by("pos").last()).alias("fused_bytes"),
         pl.col("op_name").fill_null("?").sort_by("pos").str.join(" → ").alias("ops"),
-        pl.col("name").sort_by("pos").alias("kernels"), pl.col("i").alias("ids"))
+        pl.col("name").sort_by("pos").alias("kernels"), pl.col("i").alias("ids")).sort("chain")
     known = ~pl.col("_nob") & (pl.col("bytes") > 0) & pl.col("fused_bytes").is_not_null()
     fused_time = pl.when(known).then(
         pl.max_horizontal(pl.col("time").cast(pl.Float64) * pl.col("fused_bytes") / pl.col("bytes"), pl.col("min_dur")))
@@ -122,7 +118,7 @@ def check(trace, steps: pl.DataFrame, ctx: dict) -> list[Finding]:
     pats = (per.group_by("device", "stream", "ops", "k")
             .agg(pl.len().alias("count"), pl.col("time").sum(), pl.col("savings").sum(), pl.col("bytes").mean(),
                  pl.col("fused_bytes").mean(), pl.col("_known").all(), pl.col("step").unique().sort().alias("steps"),
-                 pl.col("chain").sort_by("savings", descending=True).first().alias("worst"),
+                 pl.col("chain").sort_by(["savings", "chain"], descending=[True, False]).first().alias("worst"),
                  pl.col("kernels").first(), pl.col("ids").explode().alias("ids"))
             .with_columns(pct=100.0 * pl.col("savings") / window)
             .filter(pl.col("pct") >= opts["min_savings_pct"]).sort(["savings", "ops"], descending=[True, False]))
@@ -145,10 +141,9 @@ def check(trace, steps: pl.DataFrame, ctx: dict) -> list[Finding]:
             "stream": p["stream"],
             "worst": {"start_us": round(w["ts"] / 1000, 3), "end_us": round(w["end"] / 1000, 3), "step": w["step"]},
         }
-        out.append(Finding(
-            rule=NAME, code=CODE, severity=severity_for(p["pct"], opts["moderate_pct"], opts["high_pct"], SEVERITY),
+        out.append(ctx.finding(
             title=f"{p['k']} elementwise kernels in a row ({' → '.join(o.replace('aten::', '') for o in p['ops'].split(' → ')[:6])}"
                   f"{' …' if p['k'] > 6 else ''}) could be one fused kernel",
-            steps=p["steps"], count=p["count"], cost_us=p["time"] / 1000, savings_us=p["savings"] / 1000,
-            savings_pct=p["pct"], evidence=ev, fix=FIX, layer=finding_layer(trace, kernel_ids=p["ids"])))
+            steps=p["steps"], count=p["count"], cost_ns=p["time"], savings_ns=p["savings"], evidence=ev,
+            kernel_ids=p["ids"]))
     return out

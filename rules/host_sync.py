@@ -49,10 +49,8 @@ import polars as pl
 from traceview.analyses.tree import ancestor_where
 from traceview.analyses.windows import step_of
 from traceview.classify import sync_calls, sync_windows
-from traceview.findings import Finding, finding_layer, severity_for
 from traceview.model import STEP_RE
-
-from . import Option
+from traceview.ruleapi import Finding, Option, RuleContext
 
 CODE = "TV102"
 NAME = "host-sync"
@@ -145,36 +143,31 @@ def attributed_syncs(trace, steps: pl.DataFrame, part: pl.DataFrame) -> pl.DataF
     return s.join(win.select("i", "next_ts"), on="i", how="left")
 
 
-def check(trace, steps: pl.DataFrame, ctx: dict) -> list[Finding]:
-    opts = ctx["options"]
-    s = attributed_syncs(trace, steps, ctx["part"])
+def check(ctx: RuleContext) -> list[Finding]:
+    s = attributed_syncs(ctx.trace, ctx.steps, ctx.part)
     if s.height == 0:
         return []
-    window = ctx["window_ns"]
-    nsteps = steps.height
+    nsteps = ctx.steps.height
     groups = (s.with_columns(source=pl.col("source").fill_null(""))
               .group_by("cause", "source")
               .agg(pl.len().alias("count"), pl.col("cost").sum(), pl.col("step").unique().sort().alias("steps"),
-                   pl.col("name").value_counts(sort=True).alias("calls"), pl.col("root_name").drop_nulls().mode().first(),
-                   pl.col("api_name").drop_nulls().mode().first(),
-                   pl.col("i").sort_by("cost", descending=True).first().alias("worst"), pl.col("op").alias("ops"))
+                   pl.col("name").value_counts(sort=True).alias("calls"), pl.col("root_name").drop_nulls().mode().sort().first(),
+                   pl.col("api_name").drop_nulls().mode().sort().first(),
+                   pl.col("i").sort_by(["cost", "i"], descending=[True, False]).first().alias("worst"), pl.col("op").alias("ops"))
               .sort(["cost", "cause"], descending=[True, False]))
     out = []
     for g in groups.to_dicts():  # one per (cause, source line): a handful
         w = s.filter(pl.col("i") == g["worst"]).to_dicts()[0]
-        pct = 100.0 * g["cost"] / window if window else 0.0
         ev = {
             "cause": g["cause"], "op": g["root_name"], "python_api": g["api_name"], "source": g["source"] or None,
-            "sync_calls": {c["name"]: c["count"] for c in g["calls"]},
+            "sync_calls": {c["name"]: c["count"] for c in sorted(g["calls"], key=lambda c: (-c["count"], c["name"]))},
             "syncs_per_step": round(g["count"] / nsteps, 2) if nsteps else None,
             "worst": {"start_us": round(w["ts"] / 1000, 3), "sync_end_us": round(w["end"] / 1000, 3),
                       "next_gpu_us": round(w["next_ts"] / 1000, 3) if w["next_ts"] is not None else None,
                       "idle_us": round(w["cost"] / 1000, 3), "step": w["step"]},
         }
-        out.append(Finding(
-            rule=NAME, code=CODE, severity=severity_for(pct, opts["moderate_pct"], opts["high_pct"], SEVERITY),
+        out.append(ctx.finding(
             title=f"{g['cause']} syncs the host" + (f" at {g['source']}" if g["source"] else ""),
-            steps=g["steps"], count=g["count"], cost_us=g["cost"] / 1000, savings_us=g["cost"] / 1000, savings_pct=pct,
-            evidence=ev, fix=FIXES.get(g["cause"], GENERIC_FIX),
-            layer=finding_layer(trace, op_ids=[o for o in g["ops"] if o is not None])))
+            steps=g["steps"], count=g["count"], cost_ns=g["cost"], evidence=ev, fix=FIXES.get(g["cause"], GENERIC_FIX),
+            op_ids=[o for o in g["ops"] if o is not None]))
     return out

@@ -43,9 +43,7 @@ import polars as pl
 from traceview.analyses.breakdown import step_breakdown
 from traceview.analyses.intervals import clip, per_window
 from traceview.classify import dataloader_spans
-from traceview.findings import Finding, severity_for
-
-from . import Option
+from traceview.ruleapi import Finding, Option, RuleContext
 
 CODE = "TV401"
 NAME = "input-bound"
@@ -70,20 +68,14 @@ FIX_CPU = ("Data loading runs on the critical path: the training process prepare
            "per-sample transform cheaper (decode once, cache decoded samples).")
 
 
-def _check_cpu(trace, steps: pl.DataFrame, ctx: dict) -> list[Finding]:
+def _check_cpu(ctx: RuleContext) -> list[Finding]:
     """Host-side measure for traces without GPU activity: the DataLoader part of each step (cpu.step_split)."""
-    from traceview.analyses.cpu import step_split
-
-    opts = ctx["options"]
-    window = ctx["window_ns"]
-    split = (ctx.get("cpu") or {}).get("split")
-    split = step_split(trace, steps) if split is None else split
+    split = ctx.cpu["split"]
     total = int(split["input"].sum()) if split.height else 0
-    pct = 100.0 * total / window if window else 0.0
-    if pct < opts["moderate_pct"]:
+    pct = ctx.pct(total)
+    if pct < ctx.options["moderate_pct"]:
         return []
-    dl = dataloader_spans(trace)
-    lo, hi = int(steps["ts"].min()), int(steps["end"].max())
+    dl = dataloader_spans(ctx.trace)
     ev = {
         "dataloader_us": round(total / 1000, 3), "dataloader_pct": round(pct, 2), "source": "host (no GPU activity)",
         "op": dl["name"].mode().sort().first() if dl.height else None, "calls": dl.height,
@@ -92,30 +84,27 @@ def _check_cpu(trace, steps: pl.DataFrame, ctx: dict) -> list[Finding]:
                      for r in split.iter_rows(named=True)],  # one per step
     }
     fired = split.filter(pl.col("input") > 0)["step"].to_list()
-    return [Finding(rule=NAME, code=CODE, severity=severity_for(pct, opts["moderate_pct"], opts["high_pct"], SEVERITY),
-                    title=TITLE_CPU, steps=fired,
-                    count=dl.filter((pl.col("end") > lo) & (pl.col("ts") < hi)).height if dl.height else 0,
-                    cost_us=total / 1000, savings_us=total / 1000, savings_pct=pct, evidence=ev, fix=FIX_CPU)]
+    count = dl.filter((pl.col("end") > ctx.lo) & (pl.col("ts") < ctx.hi)).height if dl.height else 0
+    return [ctx.finding(steps=fired, count=count, cost_ns=total, evidence=ev, title=TITLE_CPU, fix=FIX_CPU)]
 
 
-def check(trace, steps: pl.DataFrame, ctx: dict) -> list[Finding]:
-    if not trace.has_gpu:
-        return _check_cpu(trace, steps, ctx)
-    opts = ctx["options"]
-    window = ctx["window_ns"]
+def check(ctx: RuleContext) -> list[Finding]:
+    if ctx.cpu is not None:
+        return _check_cpu(ctx)
+    trace, steps, window = ctx.trace, ctx.steps, ctx.window_ns
     dl = dataloader_spans(trace)
     if dl.height == 0 or not window:
         return []
-    lo, hi = int(steps["ts"].min()), int(steps["end"].max())
+    lo, hi = ctx.lo, ctx.hi
     host = per_window(clip(dl.select("ts", "end"), lo, hi), steps.select("step", "ts", "end"))
     # tb_plugin's DataLoader time: the DataLoader role of its priority breakdown (instants not taken by
     # kernels, copies, communication or runtime calls)
     per = step_breakdown(trace, steps).select("step", pl.col("dataloader").alias("dur")).sort("step")
     total = int(per["dur"].sum())
-    pct = 100.0 * total / window
-    if pct < opts["moderate_pct"]:
+    pct = ctx.pct(total)
+    if pct < ctx.options["moderate_pct"]:
         return []
-    part = ctx["part"].filter(pl.col("cls") == "input")
+    part = ctx.class_time("input")
     idle = part.group_by("step").agg((pl.col("end") - pl.col("ts")).sum().alias("idle"))
     idle_total = int(idle["idle"].sum()) if idle.height else 0
     dur = steps.select("step", (pl.col("end") - pl.col("ts")).alias("sd"))
@@ -130,6 +119,5 @@ def check(trace, steps: pl.DataFrame, ctx: dict) -> list[Finding]:
                       "gpu_idle_us": round((r["idle"] or 0) / 1000, 3)} for r in rows.to_dicts()],
     }
     fired = rows.filter(pl.col("dur") > 0)["step"].to_list()
-    return [Finding(rule=NAME, code=CODE, severity=severity_for(pct, opts["moderate_pct"], opts["high_pct"], SEVERITY),
-                    title=TITLE, steps=fired, count=dl.filter((pl.col("end") > lo) & (pl.col("ts") < hi)).height, cost_us=total / 1000,
-                    savings_us=idle_total / 1000, savings_pct=100.0 * idle_total / window, evidence=ev, fix=FIX)]
+    return [ctx.finding(steps=fired, count=dl.filter((pl.col("end") > lo) & (pl.col("ts") < hi)).height,
+                        cost_ns=total, savings_ns=idle_total, severity_pct=pct, evidence=ev)]

@@ -43,9 +43,7 @@ import polars as pl
 
 from traceview.analyses.windows import step_of
 from traceview.classify import idle_gaps
-from traceview.findings import Finding, finding_layer, severity_for
-
-from . import Option
+from traceview.ruleapi import Finding, Option, RuleContext
 
 CODE = "TV101"
 NAME = "launch-bound"
@@ -62,16 +60,14 @@ FIX = ("The CPU is the bottleneck: each eager op costs several µs of Python, di
        "batch size, and replace Python loops of small ops with batched or foreach ops.")
 
 
-def check(trace, steps: pl.DataFrame, ctx: dict) -> list[Finding]:
-    opts = ctx["options"]
-    part: pl.DataFrame = ctx["part"]
-    window = ctx["window_ns"]
-    cl = part.filter(pl.col("cls") == "cpu_launch")
+def check(ctx: RuleContext) -> list[Finding]:
+    trace, steps, window = ctx.trace, ctx.steps, ctx.window_ns
+    cl = ctx.class_time("cpu_launch")
     cost = int((cl["end"] - cl["ts"]).sum()) if cl.height else 0
-    pct = 100.0 * cost / window if window else 0.0
-    if cost == 0 or pct < opts["moderate_pct"]:
+    pct = ctx.pct(cost)
+    if cost == 0 or pct < ctx.options["moderate_pct"]:
         return []
-    lo, hi = int(steps["ts"].min()), int(steps["end"].max())
+    lo, hi = ctx.lo, ctx.hi
     gaps = step_of(idle_gaps(trace, lo, hi).filter(pl.col("late")), steps)
     gaps = gaps.filter(pl.col("step").is_not_null())
     per_step = cl.group_by("step").agg((pl.col("end") - pl.col("ts")).sum().alias("t")).sort("step")
@@ -98,7 +94,5 @@ def check(trace, steps: pl.DataFrame, ctx: dict) -> list[Finding]:
                          "next_kernel": nxt[0]["name"] if nxt else None, "next_op": nxt[0]["op_name"] if nxt else None}
                         if lg else None),
     }
-    sev = severity_for(pct, opts["moderate_pct"], opts["high_pct"], SEVERITY)
-    return [Finding(rule=NAME, code=CODE, severity=sev, title=TITLE, steps=fired, count=gaps.height,
-                    cost_us=cost / 1000, savings_us=cost / 1000, savings_pct=pct, evidence=evidence, fix=FIX,
-                    layer=finding_layer(trace, kernel_ids=after["i"].to_list()))]
+    return [ctx.finding(cost_ns=cost, count=gaps.height, steps=fired, evidence=evidence,
+                        kernel_ids=after["i"].to_list())]

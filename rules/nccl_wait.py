@@ -53,12 +53,9 @@ from __future__ import annotations
 
 import polars as pl
 
-from traceview.analyses.comm import summary
 from traceview.analyses.intervals import clip, merge
-from traceview.findings import Finding, finding_layer, severity_for
-from traceview.manifest import step_overhead_ms
-
-from . import Option
+from traceview.findings import severity_for
+from traceview.ruleapi import Finding, JobContext, Option, RuleContext
 
 CODE = "TV501"
 NAME = "nccl-wait"
@@ -81,42 +78,37 @@ STRAGGLER_FIX = ("Every other rank's collective (its NCCL kernel, or the gloo wo
                  "and overlap the collectives with compute so short delays are hidden.")
 
 
-def check(trace, steps: pl.DataFrame, ctx: dict) -> list[Finding]:
-    opts = ctx["options"]
-    window = ctx["window_ns"]
+def check(ctx: RuleContext) -> list[Finding]:
+    trace, window = ctx.trace, ctx.window_ns
     comm = trace.gpu.filter(pl.col("kind") == "comm")
     if comm.height == 0 or not window:
         return []
-    lo, hi = int(steps["ts"].min()), int(steps["end"].max())
+    lo, hi = ctx.lo, ctx.hi
     cw = clip(comm.select("ts", "end"), lo, hi)
     if cw.height == 0:
         return []
     total = int((merge(cw).select(pl.col("end") - pl.col("ts")).to_series()).sum())
-    part = ctx["part"].filter(pl.col("cls") == "communication")
+    part = ctx.class_time("communication")
     exposed = int((part["end"] - part["ts"]).sum()) if part.height else 0
     pct = 100.0 * exposed / window
     per = part.group_by("step").agg((pl.col("end") - pl.col("ts")).sum().alias("t")).sort("step")
     inwin = comm.filter((pl.col("ts") >= lo) & (pl.col("ts") < hi))
-    names = inwin.group_by("name").agg(pl.len(), pl.col("dur").sum()).sort("dur", descending=True).head(5)
+    names = inwin.group_by("name").agg(pl.len(), pl.col("dur").sum()).sort(["dur", "name"], descending=[True, False]).head(5)
     ev = {"exposed_us": round(exposed / 1000, 3), "exposed_pct": round(pct, 2), "nccl_kernel_us": round(total / 1000, 3),
           "overlapped_us": round((total - exposed) / 1000, 3), "kernels": inwin.height,
           "top_kernels": [{"name": r["name"], "count": r["len"], "us": round(r["dur"] / 1000, 3)} for r in names.to_dicts()],
           "per_step_exposed_us": {str(s): round(t / 1000, 3) for s, t in per.rows()},
           "streams": sorted(inwin["stream"].unique().drop_nulls().to_list())}
-    return [Finding(rule=NAME, code=CODE, severity=severity_for(pct, opts["moderate_pct"], opts["high_pct"], SEVERITY),
-                    title=TITLE, steps=per.filter(pl.col("t") > 0)["step"].to_list(), count=inwin.height,
-                    cost_us=exposed / 1000, savings_us=exposed / 1000, savings_pct=pct, evidence=ev, fix=FIX,
-                    layer=finding_layer(trace, kernel_ids=inwin["i"].to_list()))]
+    return [ctx.finding(steps=per.filter(pl.col("t") > 0)["step"].to_list(), count=inwin.height, cost_ns=exposed,
+                        evidence=ev, kernel_ids=inwin["i"].to_list())]
 
 
-def check_job(job, steps: dict[int, pl.DataFrame], ctx: dict) -> tuple[dict, list[Finding]]:
-    """Cross-rank matching: (the job's `nccl` section, straggler findings)."""
-    opts = ctx["options"]
-    s = summary(job, steps)
+def check_job(ctx: JobContext) -> list[Finding]:
+    """The straggler finding of a job (the cross-rank matching is the job's `nccl` section, `ctx.comm`)."""
+    opts, s = ctx.options, ctx.comm
     if not s["collectives"] or s["straggler"] is None:
-        return s, []
-    windows = [int((st["end"] - st["ts"]).sum()) for st in steps.values() if st.height]
-    window = sum(windows) / len(windows) if windows else 0
+        return []
+    window = ctx.window_ns
     ranks = s["ranks"]
     strag = s["straggler"]
     others = [r for r in ranks if r["rank"] != strag["rank"]]
@@ -144,7 +136,7 @@ def check_job(job, steps: dict[int, pl.DataFrame], ctx: dict) -> tuple[dict, lis
             ev["note"] = (f"median wait per step {median / 1000:.2f} ms is below host_noise_ms ({opts['host_noise_ms']} "
                           "ms): within OS scheduling noise for host-side collectives, no straggler is raised")
     title = f"Ranks wait for straggler rank {strag['rank']} in {kind} collectives"
-    over = next((o for o in map(step_overhead_ms, (t.meta.path for t in job.traces)) if o is not None), None)
+    over = ctx.overhead_ms
     if over is not None:
         ev["profiling_overhead_ms_per_step"] = round(over, 3)
         if severity != "info" and over * 1000 >= per_step:
@@ -157,9 +149,5 @@ def check_job(job, steps: dict[int, pl.DataFrame], ctx: dict) -> tuple[dict, lis
                           "artifact of uneven profiling overhead; check the unprofiled step times or re-record with "
                           "fewer profiler options")
             title += " (may be a profiling artifact)"
-    strag["raised"] = severity in ("warning", "error")  # what the job view and per-rank notes go by
-    f = Finding(rule=NAME, code=CODE, severity=severity,
-                title=title, steps=[],
-                count=s["collectives"], cost_us=cost, savings_us=mean_wait, savings_pct=pct, evidence=ev,
-                fix=STRAGGLER_FIX)
-    return s, [f]
+    return [ctx.finding(severity=severity, title=title, count=s["collectives"], cost_ns=cost * 1000,
+                        savings_ns=mean_wait * 1000, evidence=ev, fix=STRAGGLER_FIX)]

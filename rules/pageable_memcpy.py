@@ -38,9 +38,7 @@ from __future__ import annotations
 import polars as pl
 
 from traceview.analyses.windows import step_of
-from traceview.findings import Finding, finding_layer, severity_for
-
-from . import Option
+from traceview.ruleapi import Finding, Option, RuleContext
 
 CODE = "TV301"
 NAME = "pageable-memcpy"
@@ -57,10 +55,8 @@ FIX = ("The GPU can only DMA from page-locked memory, so this copy is staged thr
        "non_blocking=True); for device-to-host results copy into a pinned buffer and wait on a CUDA event.")
 
 
-def check(trace, steps: pl.DataFrame, ctx: dict) -> list[Finding]:
-    opts = ctx["options"]
-    spec = ctx["spec"]
-    window = ctx["window_ns"]
+def check(ctx: RuleContext) -> list[Finding]:
+    trace, steps, opts, spec = ctx.trace, ctx.steps, ctx.options, ctx.spec
     m = trace.gpu.filter((pl.col("kind") == "memcpy") & pl.col("name").str.contains("Pageable"))
     m = m.filter(pl.col("bytes").fill_null(0) >= opts["min_bytes"])
     if m.height == 0:
@@ -77,12 +73,11 @@ def check(trace, steps: pl.DataFrame, ctx: dict) -> list[Finding]:
     groups = (m.group_by("direction", "op_name")
               .agg(pl.len().alias("count"), pl.col("dur").sum(), pl.col("bytes").sum(), pl.col("save").sum(),
                    pl.col("name").first().alias("kind"), pl.col("step").unique().sort().alias("steps"),
-                   pl.col("i").sort_by("dur", descending=True).first().alias("worst"), pl.col("i").alias("ids"))
+                   pl.col("i").sort_by(["dur", "i"], descending=[True, False]).first().alias("worst"), pl.col("i").alias("ids"))
               .sort(["save", "direction"], descending=[True, False]))
     out = []
     for g in groups.to_dicts():  # one per (direction, op)
         w = m.filter(pl.col("i") == g["worst"]).to_dicts()[0]
-        pct = 100.0 * g["save"] / window if window else 0.0
         gbps = g["bytes"] / (g["dur"] / 1e9) / 1e9 if g["dur"] else None
         ev = {"memcpy": g["kind"], "direction": g["direction"], "op": g["op_name"], "copies": g["count"],
               "bytes": g["bytes"], "copy_time_us": round(g["dur"] / 1000, 3),
@@ -90,9 +85,6 @@ def check(trace, steps: pl.DataFrame, ctx: dict) -> list[Finding]:
               "device": spec.name, "stream": w["stream"],
               "worst": {"start_us": round(w["ts"] / 1000, 3), "end_us": round(w["end"] / 1000, 3),
                         "bytes": w["bytes"], "step": w["step"]}}
-        out.append(Finding(
-            rule=NAME, code=CODE, severity=severity_for(pct, opts["moderate_pct"], opts["high_pct"], SEVERITY),
-            title=f"{g['kind']} in {g['op_name'] or '?'}", steps=g["steps"], count=g["count"],
-            cost_us=g["dur"] / 1000, savings_us=g["save"] / 1000, savings_pct=pct, evidence=ev, fix=FIX,
-            layer=finding_layer(trace, kernel_ids=g["ids"])))
+        out.append(ctx.finding(title=f"{g['kind']} in {g['op_name'] or '?'}", steps=g["steps"], count=g["count"],
+                               cost_ns=g["dur"], savings_ns=g["save"], evidence=ev, kernel_ids=g["ids"]))
     return out

@@ -13,6 +13,7 @@ os.environ.setdefault("STREAMLIT_BROWSER_GATHER_USAGE_STATS", "false")  # no net
 from streamlit.testing.v1 import AppTest  # noqa: E402
 
 from traceview import cli, report  # noqa: E402
+from traceview.rules_cli import build_options  # noqa: E402
 
 ROOT = Path(__file__).resolve().parent.parent
 SYNC = ROOT / "sample_traces/gpu_h200/sync_item_nonzero_cpu.json.gz"
@@ -21,9 +22,8 @@ RANKS = ROOT / "sample_traces/hta/trace_filter"
 
 def cli_doc(path: Path, step: int | None = None) -> dict:
     """What `traceview analyze PATH [--step N] --format json` prints, as a dict."""
-    cli.extend_report()
     argv = ["analyze", str(path)] + (["--step", str(step)] if step is not None else [])
-    return report.analyze([path], step=step, ctx=cli.build_ctx(cli.make_parser().parse_args(argv))).to_dict()
+    return report.analyze([path], build_options(cli.make_parser().parse_args(argv))).to_dict()
 
 
 @pytest.fixture(scope="module")

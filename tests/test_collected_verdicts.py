@@ -9,14 +9,12 @@ import pytest
 from conftest import SAMPLES
 
 from traceview import report
-from traceview.cli import extend_report
 
 LABELS = json.loads((SAMPLES / "collected/labels.json").read_text())
 
 
 def analyze(run: str) -> dict:
-    extend_report()
-    doc = report.analyze([SAMPLES / "collected" / run], ctx={}).to_dict()
+    doc = report.analyze([SAMPLES / "collected" / run]).to_dict()
     assert not doc["errors"] and len(doc["traces"]) == 1  # manifest.json / rank0.collect.json are not traces
     return doc["traces"][0]
 

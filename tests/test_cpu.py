@@ -10,10 +10,8 @@ from collections import defaultdict
 import pytest
 from conftest import SAMPLES, raw_events
 
-from traceview.engine import register
 from traceview.report import analyze
 
-register()
 HOST = ("cpu_op", "user_annotation", "python_function")
 
 

@@ -10,13 +10,23 @@ import pytest
 from conftest import SAMPLES, load, raw_events
 
 from traceview.analyses import layers as L
+from traceview.classify import kernel_bound, partition
+from traceview.options import Options
+from traceview.ruleapi import RuleContext
+from traceview.rulerunner import run_rules
+
+
+def layer_table(t, steps=None, **kw) -> pl.DataFrame:
+    """The layer table with the roofline and the classifier's shares, as the layers section builds it."""
+    steps = t.steps if steps is None else steps
+    return L.layer_table(t, steps, kb=kernel_bound(t), part=partition(t, steps), **kw)
 
 TINY = "gpu_h200/train_tinygpt_modules.json.gz"
 GPT2 = "gpu_h200_real/hf_gpt2_train_bf16.json.gz"
 
 
 def _table(rel: str, depth: int | None = None) -> pl.DataFrame:
-    return L.layer_table(load(rel), depth=depth)
+    return layer_table(load(rel), depth=depth)
 
 
 def _row(table: pl.DataFrame, layer: str) -> dict:
@@ -58,7 +68,7 @@ def test_gpu_time_is_conserved(rel: str) -> None:
     gl = L.gpu_layers(t)
     assert gl.height == t.gpu.height and gl["i"].n_unique() == gl.height
     assert gl["layer"].null_count() == 0
-    tb = L.layer_table(t)
+    tb = layer_table(t)
     total = _total_gpu(rel)
     assert int(tb["self_gpu_ns"].sum()) == total
     un = int(tb.filter(pl.col("layer") == L.UNATTRIBUTED)["gpu_ns"].sum())
@@ -132,7 +142,7 @@ def test_fallback_to_annotations_and_ops() -> None:
     """Traces without module frames still get a layer per GPU activity."""
     for rel in ("gpu_h200/seed_relu_linear_m4096.json.gz", "gpu_h200/compute_bound_gemm.json.gz"):
         t = load(rel)
-        tb = L.layer_table(t)
+        tb = layer_table(t)
         assert L.attribution(t).source in ("annotations", "ops")
         assert int(tb["self_gpu_ns"].sum()) == _total_gpu(rel)
         assert tb.filter(pl.col("layer") != L.UNATTRIBUTED).height > 0
@@ -171,15 +181,14 @@ def test_analyze_has_layers_section() -> None:
 
 
 def test_findings_carry_layer() -> None:
-    engine = pytest.importorskip("traceview.engine", reason="rules engine (issue 3) not landed yet")
     t = load(TINY)
-    found = engine.run_rules(t, t.steps, {})
+    found, _ = run_rules(RuleContext.prepare(t, t.steps)[0], Options())
     if not found:
         pytest.skip("no findings on this trace")
     assert all(f.get("layer") for f in found), [(f["code"], f.get("layer")) for f in found]
     # and the layer table counts them in their layer and its ancestors
     f = pl.DataFrame([{"layer": x["layer"], "code": x["code"]} for x in found])
-    tb = L.layer_table(t, findings=f)
+    tb = layer_table(t, findings=f)
     for x in found:
         r = _row(tb, x["layer"])
         assert r["findings"] >= 1 and x["code"] in r["finding_codes"]
@@ -213,7 +222,7 @@ def test_collected_trace_has_readable_paths() -> None:
 
     job = traceview.load(SAMPLES / "collected/train_tinygpt_modules")
     t = job.traces[0] if hasattr(job, "traces") else job
-    table = L.layer_table(t)
+    table = layer_table(t)
     names = dict(zip(table["layer"].to_list(), table["name"].to_list(), strict=True))
     for k in range(4):
         assert names[f"blocks.{k}"] == f"Block_{k}"

@@ -8,7 +8,6 @@ import pytest
 from conftest import SAMPLES
 
 from traceview import report
-from traceview.cli import extend_report
 
 FILES = sorted(p.relative_to(SAMPLES).as_posix() for p in SAMPLES.rglob("*.json.gz"))
 
@@ -19,8 +18,7 @@ def test_found_the_samples():
 
 @pytest.mark.parametrize("rel", FILES)
 def test_full_report(rel):
-    extend_report()
-    rep = report.analyze([SAMPLES / rel], ctx={})
+    rep = report.analyze([SAMPLES / rel])
     assert not rep.errors, rep.errors
     doc = rep.to_dict()
     json.dumps(doc)  # serialisable

@@ -25,10 +25,10 @@ from pathlib import Path
 
 import polars as pl
 import pytest
+from jobkit import job_nccl
 from torchrun_util import collect_env, run_collect, torchrun
 
 import traceview
-from traceview import engine
 
 REPO = Path(__file__).resolve().parents[1]
 SCRIPT = REPO / "tests" / "scripts" / "ddp_straggler.py"
@@ -153,7 +153,7 @@ def test_committed_c10d_fallback() -> None:
     job = traceview.load(SAMPLES / "slowed")
     job = replace(job, traces=[replace(t, host=t.host.filter(~pl.col("name").str.starts_with("gloo:")))
                                for t in job.traces])
-    n, (f,) = engine._job_nccl(job, {})
+    n, (f,) = job_nccl(job)
     assert n["source"] == "c10d_op" and n["straggler"]["rank"] == 1
     wait0 = next(r for r in n["ranks"] if r["rank"] == 0)["wait_per_step_us"] / 1000
     assert DELAY_MS * (1 - TOL) <= wait0 <= DELAY_MS * (1 + TOL)
@@ -161,7 +161,7 @@ def test_committed_c10d_fallback() -> None:
 
 
 def test_nccl_job_still_on_kernels() -> None:
-    n, _ = engine._job_nccl(traceview.load(REPO / "sample_traces" / "hta" / "trace_filter"), {})
+    n, _ = job_nccl(traceview.load(REPO / "sample_traces" / "hta" / "trace_filter"))
     assert n["source"] == "kernel" and n["backend"] == "nccl" and n["straggler"]["rank"] == 1
 
 

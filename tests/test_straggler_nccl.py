@@ -19,10 +19,10 @@ from pathlib import Path
 
 import polars as pl
 import pytest
+from jobkit import job_nccl, job_steps
 from torchrun_util import collect_env, run_collect, torchrun
 
 import traceview
-from traceview import engine
 from traceview.analyses.intervals import clip, merge, total
 
 SAMPLES = Path(__file__).resolve().parents[1] / "sample_traces" / "nccl_h200x2"
@@ -40,7 +40,7 @@ def _injected(run: str) -> tuple[int, float]:
 
 
 def _job(run: str) -> tuple[dict, list]:
-    section, found = engine._job_nccl(traceview.load(SAMPLES / run), {})
+    section, found = job_nccl(traceview.load(SAMPLES / run))
     return section, [f.to_dict() for f in found]
 
 
@@ -134,7 +134,7 @@ def test_slowed_rank_is_the_straggler(kind: str) -> None:
 def _compute_ms_per_step(run: str, rank: int) -> float:
     job = traceview.load(SAMPLES / run)
     k = next(i for i, t in enumerate(job.traces) if t.meta.rank == rank)
-    t, steps = job.traces[k], engine._job_steps(job)[k]
+    t, steps = job.traces[k], job_steps(job)[k]
     work = merge(t.gpu.filter(pl.col("kind").is_in(["compute", "memcpy", "memset"])))
     return sum(total(clip(work, lo, hi)) for lo, hi in steps.select("ts", "end").rows()) / 1e6 / steps.height
 
@@ -175,12 +175,12 @@ def test_fsdp_collectives_are_all_gathers_and_reduce_scatters() -> None:
     job = traceview.load(SAMPLES / "fsdp_balanced")
     from traceview.analyses import comm
 
-    m, method = comm.match(job, engine._job_steps(job))
+    m, method = comm.match(job, job_steps(job))
     fams = set(m["family"].unique())
     assert method == "order per (process group, kernel family)"
     assert any("AllGather" in f for f in fams) and any("ReduceScatter" in f for f in fams), fams
     ddp = traceview.load(SAMPLES / "ddp_balanced")
-    m2, _ = comm.match(ddp, engine._job_steps(ddp))
+    m2, _ = comm.match(ddp, job_steps(ddp))
     assert all("AllReduce" in f for f in m2["family"].unique()), m2["family"].unique()
 
 
@@ -235,7 +235,6 @@ def test_artifact_note_reaches_the_reports(fmt: str) -> None:
 def test_job_classification_says_who_waits_for_whom() -> None:
     from traceview.report import analyze
 
-    engine.register()  # as the CLI does: job sections (nccl, classification, findings)
     doc = analyze([SAMPLES / "ddp_rank1_slowed"]).to_dict()
     (job,) = doc["jobs"]
     r0, r1 = sorted(job["classification"], key=lambda r: r["rank"])
@@ -273,7 +272,6 @@ def test_wait_on_unrecorded_work_is_not_blamed_on_the_sync() -> None:
     t = traceview.load(f)
     shares = classify.classification(t, t.steps)["shares"]
     assert shares["host_sync"] < 1.0 and shares["other_idle"] > 10.0, shares
-    engine.register()
     from traceview.report import analyze
 
     (doc,) = analyze([f]).to_dict()["traces"]
@@ -283,7 +281,6 @@ def test_wait_on_unrecorded_work_is_not_blamed_on_the_sync() -> None:
 def test_waiting_ranks_exposed_comm_finding_points_at_the_straggler() -> None:
     from traceview.report import analyze
 
-    engine.register()
     doc = analyze([SAMPLES / "ddp_rank1_slowed"]).to_dict()
     wait0 = _ranks(doc["jobs"][0]["nccl"])[0]["exposed_wait_per_step_us"]
     by_rank = {t["rank"]: [f for f in t["findings"] if f["rule"] == "nccl-wait"] for t in doc["traces"]}

@@ -14,7 +14,7 @@ import sys
 import pytest
 from conftest import SAMPLES
 
-from traceview.formatters import TEXT_SECTIONS
+from traceview.formatters.sections import TEXT_SECTIONS
 from traceview.formatters.term import middle, step_ranges
 
 GPT2 = SAMPLES / "gpu_h200_real/hf_gpt2_train_bf16.json.gz"

@@ -1,15 +1,18 @@
-"""`traceview` command line: analyze | rules | layers | collect | trigger."""
+"""`traceview` command line: analyze | rules | layers | diff | batch | collect | trigger."""
 
 from __future__ import annotations
 
 import argparse
 import enum
 import sys
-from collections.abc import Callable
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from . import __version__
-from .formatters import TEXT_SECTIONS
+from .options import Options
+
+if TYPE_CHECKING:
+    from .report import Report
 
 
 class ExitCode(enum.IntEnum):
@@ -18,45 +21,22 @@ class ExitCode(enum.IntEnum):
     ERROR = 2  # usage, input or internal error
 
 
-FORMATS = ("text", "json", "markdown", "sarif", "junit")
-
-
-def _render(doc: dict, fmt: str, out_path: str | None, **opts) -> None:
-    """`opts` (show, width) go to the text renderer only."""
-    import importlib
-
-    mod = importlib.import_module(f".formatters.{fmt}", __package__)
-    opts = opts if fmt == "text" else {}
-    if out_path:
-        with open(out_path, "w", encoding="utf-8") as fh:
-            mod.render(doc, fh, **opts)
-    else:
-        mod.render(doc, sys.stdout, **opts)
-
-
-def cmd_analyze(args: argparse.Namespace) -> int:
-    from . import report
-
-    extend_report()
-    ctx = build_ctx(args)
+def _analyze_paths(args: argparse.Namespace, options: Options) -> Report:
     from .progress import for_analyze
+    from .report import analyze
 
-    prog, on_trace, load = for_analyze(args.paths, args.format)
+    # a progress bar on stderr when it is a terminal and the run lasts (never in JSON mode)
+    prog, on_trace, load = for_analyze(args.paths, getattr(args, "format", "text"))
     try:
-        rep = report.analyze(args.paths, step=args.step, ctx=ctx, on_trace=on_trace, load=load)
+        return analyze(args.paths, options, on_trace=on_trace, load=load)
     finally:
         if prog is not None:
             prog.stop()
-    doc = rep.to_dict()
-    _render(doc, args.format, args.output, show=text_sections(args), width=args.width)
-    for e in rep.errors:
-        print(f"traceview: error: {e['error']}", file=sys.stderr)
-    if rep.errors:
-        return ExitCode.ERROR
-    return exit_for_findings(doc, args)
 
 
 def _sections(value: str) -> list[str]:
+    from .formatters.sections import TEXT_SECTIONS
+
     got = [v.strip() for v in value.split(",") if v.strip()]
     bad = [v for v in got if v not in TEXT_SECTIONS]
     if bad:
@@ -66,32 +46,61 @@ def _sections(value: str) -> list[str]:
 
 def text_sections(args: argparse.Namespace) -> set[str]:
     """The detail sections of the text report: all with --detail, else those named by --show."""
+    from .formatters.sections import TEXT_SECTIONS
+
     if getattr(args, "detail", False):
         return set(TEXT_SECTIONS)
     return {v for vs in (getattr(args, "show", None) or []) for v in vs}
 
 
-# Hooks filled in by later stages (rules engine): keep the CLI free of analysis logic.
-def build_ctx(args: argparse.Namespace) -> dict:
-    from .rules_cli import build_ctx as rules_ctx
-
-    return {"step": args.step, **rules_ctx(args)}
+def _report_errors(rep: Report) -> None:
+    for e in rep.errors:
+        print(f"traceview: error: {e['error']}", file=sys.stderr)
 
 
-def exit_for_findings(doc: dict, args: argparse.Namespace) -> int:
-    from .rules_cli import exit_code
+def cmd_analyze(args: argparse.Namespace) -> int:
+    from .formatters import write
+    from .rules_cli import build_options, exit_code
 
+    rep = _analyze_paths(args, build_options(args))
+    doc = rep.to_dict()
+    write(doc, args.format, args.output, show=text_sections(args), width=args.width)
+    _report_errors(rep)
+    if rep.errors:
+        return ExitCode.ERROR
     return ExitCode(exit_code(doc, args))
 
 
-def extend_report() -> None:
-    """Register the optional report sections (rules, classifier, layers) once."""
-    from .engine import register
+def cmd_layers(args: argparse.Namespace) -> int:
+    """The `layers` sections of `analyze` alone (same pipeline, same numbers)."""
+    from .formatters import write
+    from .report import SCHEMA_VERSION
 
-    register()
+    rep = _analyze_paths(args, Options(step=args.step, layers_depth=args.depth))
+    doc = {"schema_version": SCHEMA_VERSION,
+           "traces": [{"path": t["path"], "rank": t["rank"], "layers": t["layers"]} for t in rep.traces],
+           "errors": rep.errors}
+    if args.format == "json":
+        write(doc, "json", args.output)
+    else:
+        from .formatters.layers import render_document
+
+        out = open(args.output, "w", encoding="utf-8") if args.output else sys.stdout  # noqa: SIM115
+        try:
+            render_document(doc, out, width=args.width)
+        finally:
+            if args.output:
+                out.close()
+    _report_errors(rep)
+    return ExitCode.ERROR if rep.errors else ExitCode.OK
 
 
 def make_parser() -> argparse.ArgumentParser:
+    from .formatters import FORMATS
+    from .formatters.sections import TEXT_SECTIONS
+    from .rules_cli import add_parsers as add_rules_parsers
+    from .rules_cli import add_rule_options
+
     p = argparse.ArgumentParser(prog="traceview", description="PyTorch profiler trace analyzer and bottleneck classifier")
     p.add_argument("--version", action="version", version=f"traceview {__version__}")
     sub = p.add_subparsers(dest="command", required=True)
@@ -112,9 +121,24 @@ def make_parser() -> argparse.ArgumentParser:
                    help=f"text: print these detail sections, comma separated: {','.join(TEXT_SECTIONS)}")
     a.add_argument("--width", type=int, default=None, metavar="COLS",
                    help="text: line width in columns (default: the terminal's; 100 when piped, or $COLUMNS)")
+    add_rule_options(a)
     a.set_defaults(func=cmd_analyze)
-    for hook in PARSER_HOOKS:
-        hook(sub, a)
+
+    la = sub.add_parser("layers", help="GPU time, roofline and findings per nn.Module layer")
+    la.add_argument("paths", nargs="+", help="trace files (.json/.json.gz) or directories")
+    la.add_argument("--depth", type=int, default=None, help="show layers down to this tree depth (0 = roots)")
+    la.add_argument("--format", choices=("text", "json"), default="text",
+                    help="text: the layer tree and repeated layers (default); json: the `layers` sections (docs/layers.md)")
+    la.add_argument("--step", type=int, default=None, help="only ProfilerStep#N")
+    la.add_argument("--width", type=int, default=None, metavar="COLS",
+                    help="text: line width in columns (default: the terminal's; 100 when piped, or $COLUMNS)")
+    la.add_argument("-o", "--output", default=None, help="write the report to a file instead of stdout")
+    la.set_defaults(func=cmd_layers)
+
+    add_rules_parsers(sub)
+    from .ci_cli import add_parsers as add_ci_parsers
+
+    add_ci_parsers(sub)
     try:  # `collect` / `trigger` live with the collectors (torch is imported only when they run)
         from collectors.cli import add_parsers
     except ImportError:
@@ -122,24 +146,6 @@ def make_parser() -> argparse.ArgumentParser:
     else:
         add_parsers(sub)
     return p
-
-
-def _rules_hook(sub: argparse._SubParsersAction, analyze: argparse.ArgumentParser) -> None:
-    from .rules_cli import add_parsers
-
-    add_parsers(sub, analyze)
-
-
-PARSER_HOOKS: list[Callable[[argparse._SubParsersAction, argparse.ArgumentParser], None]] = [_rules_hook]
-
-
-def _layers_parser(sub: argparse._SubParsersAction, analyze: argparse.ArgumentParser) -> None:
-    from .layers_view import add_parser
-
-    add_parser(sub, analyze)
-
-
-PARSER_HOOKS.append(_layers_parser)
 
 
 def _prefetch_first_input(argv: list[str]) -> None:

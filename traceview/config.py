@@ -9,6 +9,9 @@ fail-on = "warning"          # optional, as --fail-on
 
 [tool.traceview.launch-bound]  # a rule's slug (or code)
 moderate_pct = 5.0
+
+[tool.traceview.baseline]      # regression gate of `traceview batch --baseline` (see baseline.py)
+max-regression = 5.0
 ```
 A `--config` file may hold the same keys at the top level or under `[tool.traceview]`. Unknown rules,
 unknown options and values of the wrong type are errors (exit 2).
@@ -23,6 +26,7 @@ from typing import Any
 from .errors import TraceError
 
 TOP_KEYS = {"select", "ignore", "fail-on", "fail_on"}
+SECTIONS = {"baseline"}  # tables that are not rules: [tool.traceview.baseline] (read by baseline.thresholds)
 
 
 def defaults() -> dict[str, dict[str, Any]]:
@@ -87,7 +91,7 @@ def load(config_file: str | None = None, sets: list[str] | None = None, cwd: str
             raw, source = read_file(pp), str(pp)
     opts = defaults()
     for key, table in raw.items():
-        if key in TOP_KEYS:
+        if key in TOP_KEYS or key in SECTIONS:
             continue
         rule = _rule_name(key)
         if not isinstance(table, dict):
@@ -109,5 +113,8 @@ def load(config_file: str | None = None, sets: list[str] | None = None, cwd: str
     fail_on = raw.get("fail-on", raw.get("fail_on"))
     if fail_on is not None and fail_on not in ("info", "warning", "error"):
         raise TraceError(f"config: fail-on must be info, warning or error, got {fail_on!r}")
+    baseline = raw.get("baseline") or {}
+    if not isinstance(baseline, dict):
+        raise TraceError("config: [baseline] must be a table")
     return {"options": opts, "select": raw.get("select"), "ignore": raw.get("ignore") or [], "fail_on": fail_on,
-            "source": source}
+            "source": source, "baseline": baseline}

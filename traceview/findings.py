@@ -59,32 +59,3 @@ class Finding:
 def ranked(findings: list[dict]) -> list[dict]:
     """Findings sorted by estimated savings, then severity, then code."""
     return sorted(findings, key=lambda f: (-f["savings_us"], -severity_rank(f["severity"]), f["code"]))
-
-
-def finding_layer(trace, kernel_ids: list[int] | None = None, op_ids: list[int] | None = None) -> str | None:
-    """The most common layer of a finding's evidence kernels (or of the kernels its ops launched).
-
-    Uses `traceview.analyses.layers.gpu_layers(trace)` -> [i, layer, ...] when that module exists;
-    None otherwise (the per-layer view is optional)."""
-    try:
-        from .analyses.layers import gpu_layers  # type: ignore[attr-defined]
-    except ImportError:
-        return None
-    import polars as pl
-
-    try:
-        lay = gpu_layers(trace)
-    except Exception:  # noqa: BLE001 - a failing optional view must not break findings
-        return None
-    ids = list(kernel_ids or [])
-    if op_ids:
-        ids += trace.gpu.filter(pl.col("op").is_in(list(op_ids)))["i"].to_list()
-    if not ids or lay is None or "layer" not in lay.columns:
-        return None
-    got = lay.filter(pl.col("i").is_in(ids) & pl.col("layer").is_not_null() & ~pl.col("layer").str.starts_with("("))
-    if got.height == 0:
-        return None
-    return str(got["layer"].mode().sort().first())
-
-
-

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import Callable
+from dataclasses import replace
 from operator import itemgetter
 from pathlib import Path
 from typing import Any
@@ -18,7 +19,8 @@ from . import decode as d
 from . import fastscan
 from .analyses.tree import call_tree, enclosing_op
 from .errors import TraceError
-from .model import RUNTIME_CATS, STEP_RE, Job, Trace, TraceMeta
+from .manifest import read_manifest
+from .model import RUNTIME_CATS, STEP_RE, Job, Trace, TraceMeta, conform
 
 HOST_CATS = ["cpu_op", "user_annotation", "python_function", *RUNTIME_CATS]
 GPU_CATS = ["kernel", "gpu_memcpy", "gpu_memset", "cuda_sync", "mtia_ccp_events"]
@@ -231,7 +233,7 @@ def load_file(path: str | Path, on_stage: Callable[[str], None] | None = None) -
     base = base.with_columns(end=pl.col("ts") + pl.col("dur"))
 
     x = base.filter(pl.col("ph") == "X")
-    counts = dict(base.group_by("cat").len().sort("len", descending=True).iter_rows())
+    counts = dict(base.group_by("cat").len().sort(["len", "cat"], descending=[True, False]).iter_rows())
 
     # ---- host slices + call tree --------------------------------------------------------
     host = x.filter(pl.col("cat").is_in(HOST_CATS))
@@ -286,9 +288,14 @@ def load_file(path: str | Path, on_stage: Callable[[str], None] | None = None) -
                .agg(pl.col("aname").drop_nulls().last().alias("name")))
 
     steps = _steps(host, gpu)
-    meta = _meta(path, doc, fmt, t0_us, counts, warnings, steps, rocm, host, gpu)
-    return Trace(meta=meta, host=host, gpu=gpu, gpu_annotations=gann, memory=mem, flows=flows,
-                 steps=steps.drop("synthetic"), threads=threads)
+    manifest, why = read_manifest(path.parent)  # a `traceview collect` run folder
+    if why:
+        warnings.append(why)
+    meta = replace(_meta(path, doc, fmt, t0_us, counts, warnings, steps, rocm, host, gpu), manifest=manifest)
+    return Trace(meta=meta, host=conform("host", host), gpu=conform("gpu", gpu),
+                 gpu_annotations=conform("gpu_annotations", gann), memory=conform("memory", mem),
+                 flows=conform("flows", flows), steps=conform("steps", steps.drop("synthetic")),
+                 threads=conform("threads", threads))
 
 
 def _decode_msgspec(path: Path, data: bytes, warnings: list[str]) -> tuple:

@@ -1,90 +1,86 @@
-"""The `traceview collect` run manifest next to a trace: profiled vs unprofiled step time.
+"""The `traceview collect` run manifest (`<run dir>/manifest.json`): its schema, read once by the loader.
 
-Profiling inflates host time (above all with stacks), which pushes verdicts toward CPU-bound. The
-collector times the unprofiled `wait` steps with CUDA events; here that is set against the profiled
-steps, and a launch-bound verdict is flagged when profiling overhead alone could explain it.
+Plain stdlib, shared with the collector (collectors/manifest.py writes what this reads), so the launcher and
+`traceview trigger` stay light. Keys (docs/collect.md): `manifest_version`, `run`, `command`, `argv`,
+`options`, `ranks` [{rank, traces: [{file}], unprofiled_step_ms, profiled_step_ms, *_median,
+step_time_method}], `step_time` {profiled_ms_median, unprofiled_ms_median}, `exit_code`.
+The loader keeps the parsed document in `TraceMeta.manifest`; analyses and rules read it from there, never
+from disk.
 """
 
 from __future__ import annotations
 
 import json
 from pathlib import Path
+from typing import Any
 
-import polars as pl
-
-from .model import Trace
-
-# above this overhead a cpu_launch verdict may be the profiler's own doing
-ARTIFACT_OVERHEAD_PCT = 20.0
+MANIFEST_VERSION = 1
+MANIFEST_NAME = "manifest.json"
+MAX_MANIFEST_BYTES = 16 << 20  # a manifest is a few kB; anything huge is not one
 
 
-def read_manifest(trace_path: str | Path) -> dict | None:
-    """manifest.json of the run folder holding this trace, if it is a collector run."""
-    p = Path(trace_path).parent / "manifest.json"
+def parse_manifest(doc: Any) -> tuple[dict | None, str | None]:
+    """(the manifest, None) when `doc` is one; (None, why) when it is malformed; (None, None) when it is some
+    other JSON document (not a collector run)."""
+    if not isinstance(doc, dict) or "manifest_version" not in doc:
+        return None, None
+    ranks = doc.get("ranks", [])
+    if not isinstance(ranks, list) or not all(isinstance(r, dict) for r in ranks):
+        return None, "`ranks` is not a list of objects"
+    st = doc.get("step_time")
+    if st is not None and not isinstance(st, dict):
+        return None, "`step_time` is not an object"
+    return doc, None
+
+
+def read_manifest(run_dir: str | Path) -> tuple[dict | None, str | None]:
+    """(manifest of the collector run in `run_dir`, warning): both None outside a collector run."""
+    p = Path(run_dir) / MANIFEST_NAME
     try:
-        doc = json.loads(p.read_text())
-    except (OSError, ValueError):
-        return None
-    return doc if isinstance(doc, dict) and "manifest_version" in doc else None
+        if not p.is_file():
+            return None, None
+        if p.stat().st_size > MAX_MANIFEST_BYTES:
+            return None, f"{p.name} beside the trace is larger than {MAX_MANIFEST_BYTES >> 20} MiB: ignored"
+        doc = json.loads(p.read_text(encoding="utf-8"))
+    except (OSError, ValueError, RecursionError) as e:
+        return None, f"{p.name} beside the trace is not valid JSON ({type(e).__name__}): ignored"
+    man, why = parse_manifest(doc)
+    return man, (f"{p.name} beside the trace is malformed ({why}): ignored" if why else None)
 
 
-def step_overhead_ms(trace_path: str | Path) -> float | None:
-    """Profiled minus unprofiled median step time (ms, >= 0) of the collector run holding this trace (the
-    manifest's job-level `step_time`), or None outside a collector run."""
-    st = ((read_manifest(trace_path) or {}).get("step_time")) or {}
-    prof, unprof = st.get("profiled_ms_median"), st.get("unprofiled_ms_median")
-    if isinstance(prof, (int, float)) and isinstance(unprof, (int, float)):
-        return max(float(prof) - float(unprof), 0.0)
-    return None
+def _num(v: Any) -> float | None:
+    return float(v) if isinstance(v, (int, float)) and not isinstance(v, bool) else None
 
 
-def _rank_entry(doc: dict, trace: Trace) -> dict | None:
-    name = Path(trace.meta.path).name
-    for r in doc.get("ranks") or []:
-        if any(isinstance(t, dict) and t.get("file") == name for t in r.get("traces") or []):
-            return r
-    for r in doc.get("ranks") or []:
-        if r.get("rank") == (trace.meta.rank or 0):
-            return r
-    return None
-
-
-def _median(xs: list) -> float | None:
-    v = sorted(float(x) for x in xs if isinstance(x, (int, float)))
+def median(xs: Any) -> float | None:
+    v = sorted(x for x in map(_num, xs if isinstance(xs, list) else []) if x is not None)
     if not v:
         return None
     m = len(v) // 2
     return v[m] if len(v) % 2 else (v[m - 1] + v[m]) / 2
 
 
-def profiling_section(trace: Trace, steps: pl.DataFrame, ctx: dict) -> dict | None:
-    doc = read_manifest(trace.meta.path)
-    if doc is None:
-        return None
-    r = _rank_entry(doc, trace) or {}
-    unprof = r.get("unprofiled_step_ms_median") or _median(r.get("unprofiled_step_ms") or [])
-    prof = r.get("profiled_step_ms_median") or _median(r.get("profiled_step_ms") or [])
-    traced = float((steps["end"] - steps["ts"]).mean()) / 1e6 if steps.height else None
-    over = round(100.0 * (prof - unprof) / unprof, 1) if unprof and prof else None
-    out = {
-        "run": doc.get("run"), "command": doc.get("command"), "options": doc.get("options"),
-        "method": r.get("step_time_method"), "unprofiled_step_ms": unprof, "profiled_step_ms": prof,
-        "traced_step_ms": round(traced, 3) if traced is not None else None, "overhead_pct": over,
-        "launch_bound_may_be_artifact": False, "note": None,
-    }
-    dominant = None
-    if trace.has_gpu:
-        from .engine import classification_section
+def step_overhead_ms(manifest: dict | None) -> float | None:
+    """Profiled minus unprofiled median step time (ms, >= 0) of the job (the manifest's `step_time`)."""
+    st = (manifest or {}).get("step_time") or {}
+    prof, unprof = _num(st.get("profiled_ms_median")), _num(st.get("unprofiled_ms_median"))
+    if prof is not None and unprof is not None:
+        return max(prof - unprof, 0.0)
+    return None
 
-        dominant = classification_section(trace, steps, ctx).get("dominant")
-    if over is not None and over > ARTIFACT_OVERHEAD_PCT and dominant == "cpu_launch":
-        out["launch_bound_may_be_artifact"] = True
-        out["note"] = (f"the profiled steps took {prof:.2f} ms against {unprof:.2f} ms unprofiled (+{over:.0f} %): "
-                       "profiling slows the host, so the launch-bound verdict may be partly an artifact of "
-                       "profiling; re-record without --stack/--modules or compare the unprofiled step time")
-    elif over is not None and over >= 0:
-        out["note"] = f"profiled steps {prof:.2f} ms vs {unprof:.2f} ms unprofiled (+{over:.0f} % profiler overhead)"
-    elif over is not None:  # faster while profiled: the overhead is below the run-to-run noise
-        out["note"] = (f"profiled steps {prof:.2f} ms vs {unprof:.2f} ms unprofiled ({over:.0f} %: no measurable "
-                       "profiler overhead; the difference is run-to-run noise)")
-    return out
+
+def rank_entry(manifest: dict, file_name: str, rank: int | None) -> dict:
+    """The manifest's entry for one rank file (by file name, else by rank)."""
+    ranks = manifest.get("ranks") or []
+    for r in ranks:
+        if any(isinstance(t, dict) and t.get("file") == file_name for t in r.get("traces") or []):
+            return r
+    return next((r for r in ranks if r.get("rank") == (rank or 0)), {})
+
+
+def rank_step_times(manifest: dict, file_name: str, rank: int | None) -> tuple[float | None, float | None, Any]:
+    """(unprofiled, profiled) median step ms of this rank, and how they were measured."""
+    r = rank_entry(manifest, file_name, rank)
+    unprof = _num(r.get("unprofiled_step_ms_median")) or median(r.get("unprofiled_step_ms"))
+    prof = _num(r.get("profiled_step_ms_median")) or median(r.get("profiled_step_ms"))
+    return unprof, prof, r.get("step_time_method")

@@ -38,6 +38,52 @@ RUNTIME_CATS = ["cuda_runtime", "cuda_driver", "xpu_runtime", "xpu_driver", "mti
                 "privateuse1_runtime", "privateuse1_driver"]
 STEP_RE = r"^ProfilerStep#(\d+)$"  # group 1: the step number
 
+_I, _U, _S, _B, _F = pl.Int64, pl.UInt32, pl.String, pl.Binary, pl.Float64
+#: The trace model's columns, declared once: every reader (trace format) produces exactly these frames, with
+#: these columns and types (`conform` fills an absent column with nulls; tests validate every bundled trace).
+SCHEMA: dict[str, dict[str, pl.DataType]] = {
+    "host": {"i": _U, "cat": _S, "name": _S, "pid": _I, "tid": _I, "ts": _I, "dur": _I, "end": _I, "py_id": _I,
+             "py_parent": _I, "py_module": _I, "ev_idx": _I, "external_id": _I, "seq": _I, "fwd_tid": _I,
+             "input_dims": _B, "input_type": _B, "correlation": _I, "concrete": _B, "strides": _B, "collective": _S,
+             "in_nelems": _I, "dtype": _S, "group_size": _I, "pg_name": _S, "seq_comm": _I, "kind": _S, "size": _S,
+             "depth": pl.Int32, "parent": _U, "op": _U},
+    "gpu": {"i": _U, "cat": _S, "name": _S, "pid": _I, "tid": _I, "ts": _I, "dur": _I, "end": _I, "external_id": _I,
+            "correlation": _I, "grid_x": _I, "grid_y": _I, "grid_z": _I, "block_x": _I, "block_y": _I, "block_z": _I,
+            "regs": _I, "shmem": _I, "blocks_per_sm": _F, "occupancy": _F, "bytes": _I, "collective": _S,
+            "in_nelems": _I, "out_nelems": _I, "group_size": _I, "dtype": _S, "pg_name": _S, "pg_ranks": _S,
+            "seq_comm": _I, "graph_id": _I, "device": _I, "stream": _I, "launch": _U, "op": _U, "launch_name": _S,
+            "launch_ts": _I, "launch_end": _I, "launch_tid": _I, "graph": pl.Boolean, "kind": _S},
+    "gpu_annotations": {"name": _S, "device": _I, "stream": _I, "ts": _I, "dur": _I, "end": _I, "external_id": _I},
+    "memory": {"ts": _I, "pid": _I, "tid": _I, "bytes": _I, "total_allocated": _I, "total_reserved": _I,
+               "device_id": _I, "device_type": _I, "addr": _I},
+    "flows": {"cat": _S, "ph": _S, "pid": _I, "tid": _I, "ts": _I, "id": _I},
+    "steps": {"step": _I, "name": _S, "host_idx": _U, "cpu_ts": _I, "cpu_end": _I, "gpu_ts": _I, "gpu_end": _I,
+              "ts": _I, "end": _I},
+    "threads": {"pid": _I, "tid": _I, "name": _S},
+}
+
+
+def conform(name: str, df: pl.DataFrame) -> pl.DataFrame:
+    """`df` with the declared columns of frame `name`, in order and type (absent ones null); extra columns
+    a reader adds are kept after them."""
+    decl = SCHEMA[name]
+    cols = [pl.col(c).cast(t) if c in df.columns else pl.lit(None, t).alias(c) for c, t in decl.items()]
+    return df.select(*cols, *[c for c in df.columns if c not in decl])
+
+
+def schema_problems(trace: Trace) -> list[str]:
+    """How the trace's frames differ from SCHEMA (empty when they conform)."""
+    out = []
+    for name, decl in SCHEMA.items():
+        got = dict(getattr(trace, name).schema)
+        for c, t in decl.items():
+            if c not in got:
+                out.append(f"{name}.{c}: missing")
+            elif got[c] != t:
+                out.append(f"{name}.{c}: {got[c]} (declared {t})")
+        out += [f"{name}.{c}: not declared" for c in got if c not in decl]
+    return out
+
 
 @dataclass(frozen=True)
 class TraceMeta:
@@ -57,6 +103,7 @@ class TraceMeta:
     warnings: list[str] = field(default_factory=list)
     has_steps: bool = False
     backend: str = "cuda"  # "cuda" | "rocm" | "mtia" | "cpu"
+    manifest: dict | None = None  # the `traceview collect` run manifest beside the file (traceview.manifest)
 
     @property
     def epoch_offset_ns(self) -> int:

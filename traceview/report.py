@@ -1,7 +1,18 @@
-"""Report: the analyses of one trace (or job) as plain, JSON-ready data.
+"""Report: the analyses of one trace (or job) as plain, JSON-ready data — the one pipeline.
 
-This is the single API that the CLI, the app and batch/CI mode call. The JSON layout is
-documented in docs/json-schema.md; bump SCHEMA_VERSION on any breaking change.
+`analyze(paths, options)` is the single API that the CLI, the app and batch/CI mode call; it returns the
+same document `traceview analyze --format json` prints. Data flows one way and every section is listed in
+`analyze_trace` / `analyze`, in the order it appears in the document:
+
+  load → metadata, summary, steps, devices, top_kernels, top_ops  (breakdowns, HTA/tb_plugin numbers)
+       → RuleContext (analysed steps, roofline per kernel, classifier partition: computed once)
+       → findings (rules) → layers (with the findings and the partition) → classification → verdict_text
+       → profiling (collector manifest)
+       → cpu (traces without GPU activity: host time, ops by self CPU time, per-layer CPU time; their rules
+         and verdict come from the same host analyses)
+  then, for a directory holding several rank files: the job (nccl matching, job rules, per-rank verdicts).
+
+The JSON layout is documented in docs/json-schema.md; bump SCHEMA_VERSION on any breaking change.
 """
 
 from __future__ import annotations
@@ -13,21 +24,22 @@ from typing import Any
 
 import polars as pl
 
+from . import cpu_view
 from .analyses import breakdown, kernels, timeline
 from .analyses.intervals import clip
 from .errors import TraceError
+from .job import RankResult, analyze_job
+from .layer_section import section as layers_section
 from .loader import input_files, load_file
 from .model import Job, Trace
+from .options import Options
+from .profiling import profiling_section
+from .ruleapi import RuleContext
+from .rulerunner import run_rules
 from .units import pct, us
+from .verdict import classification_section, verdict_text
 
 SCHEMA_VERSION = 1
-
-# Extra sections contributed by later stages (rules, classifier, layers): name -> fn(trace, steps, ctx)
-SECTIONS: dict[str, Callable[[Trace, pl.DataFrame, dict], Any]] = {}
-# Job-level sections (several ranks): name -> fn(job, ctx)
-JOB_SECTIONS: dict[str, Callable[[Job, dict], Any]] = {}
-# After a job's sections: fn(job entry, the entries of its traces) may add job context to the trace entries
-JOB_ANNOTATORS: list[Callable[[dict, list[dict]], None]] = []
 
 
 def select_steps(trace: Trace, step: int | None) -> pl.DataFrame:
@@ -112,27 +124,61 @@ def metadata(trace: Trace) -> dict:
     }
 
 
-def analyze_trace(trace: Trace, step: int | None = None, ctx: dict | None = None, top: int = 10) -> dict:
-    ctx = dict(ctx or {})
-    steps = select_steps(trace, step)
+def analyze_trace(trace: Trace, options: Options | None = None) -> dict:
+    """The report entry of one trace."""
+    return _analyze_trace(trace, options or Options())[0]
+
+
+def _analyze_trace(trace: Trace, options: Options) -> tuple[dict, pl.DataFrame]:
+    """(the trace's entry, its analysed steps)."""
+    steps = select_steps(trace, options.step)
     lo, hi = int(steps["ts"].min()), int(steps["end"].max())
     gpu_win = trace.gpu.filter((pl.col("end") > lo) & (pl.col("ts") < hi))
     busy = timeline.busy_per_window(trace.gpu, steps)
     step_rows, summary = _steps_section(trace, steps, busy)
+    warnings = list(trace.meta.warnings)
     entry: dict[str, Any] = {
         "path": trace.meta.path, "rank": trace.meta.rank, "world_size": trace.meta.world_size,
-        "metadata": metadata(trace), "warnings": list(trace.meta.warnings),
-        "summary": summary, "steps": step_rows,
+        "metadata": metadata(trace), "warnings": warnings, "summary": summary, "steps": step_rows,
         "devices": _device_section(trace, steps, busy) if trace.has_gpu else [],
-        "top_kernels": _kernel_rows(kernels.top_kernels(trace, top, gpu_win)) if trace.has_gpu else [],
-        "top_ops": _op_rows(kernels.top_ops(trace, top, gpu_win)) if trace.has_gpu else [],
+        "top_kernels": _kernel_rows(kernels.top_kernels(trace, options.top, gpu_win)) if trace.has_gpu else [],
+        "top_ops": _op_rows(kernels.top_ops(trace, options.top, gpu_win)) if trace.has_gpu else [],
     }
-    if not trace.has_gpu:
-        entry["warnings"].append("no GPU activity in this trace (CPU-only): the report analyzes host (CPU) time (JSON `cpu`)")
-    for name, fn in SECTIONS.items():
-        entry[name] = fn(trace, steps, ctx)
-    entry["warnings"].extend(ctx.pop("_warnings", []))  # sections report left-out steps, failed rules
-    return entry
+    ctx: RuleContext | None = None
+    findings: list[dict] = []
+    analysed = steps
+    host: dict | None = None
+    if trace.has_gpu:
+        ctx, warns = RuleContext.prepare(trace, steps)
+        warnings.extend(warns)  # steps left out of the rules and the classification
+        analysed = ctx.steps
+        findings, warns = run_rules(ctx, options)
+        warnings.extend(warns)  # rules that failed
+    else:
+        warnings.append("no GPU activity in this trace (CPU-only): the report analyzes host (CPU) time (JSON `cpu`)")
+        host = cpu_view.prepare(trace, steps)
+        findings, warns = run_rules(RuleContext.for_host(trace, steps, host), options)  # the rules with CPU = True
+        warnings.extend(warns)
+    entry["layers"] = layers_section(trace, steps, findings=findings, kb=ctx.kb if ctx else None,
+                                     part=_part(trace, steps, ctx), depth=options.layers_depth)
+    entry["classification"] = classification = classification_section(ctx)
+    entry["findings"] = findings
+    entry["verdict_text"] = (verdict_text(classification, analysed.height) if ctx
+                             else cpu_view.verdict(trace, steps, host, findings) if host else None)
+    entry["profiling"] = profiling_section(trace, steps, classification.get("dominant"))
+    entry["cpu"] = cpu_view.section(trace, steps, host) if host else None
+    return entry, analysed
+
+
+def _part(trace: Trace, steps: pl.DataFrame, ctx: RuleContext | None) -> pl.DataFrame | None:
+    """The classifier's segments of every selected step (the layer view also covers a cut-off last step)."""
+    if ctx is None:
+        return None
+    if ctx.steps.height == steps.height:
+        return ctx.part
+    from .classify import partition
+
+    return partition(trace, steps, ctx.kb)
 
 
 @dataclass
@@ -150,48 +196,60 @@ class Report:
                 "traces": self.traces, "jobs": self.jobs, "errors": self.errors}
 
 
-def analyze(paths: list[str | Path], step: int | None = None, ctx: dict | None = None,
-            on_trace: Callable[[str], None] | None = None,
-            load: Callable[[Path], Trace] | None = None) -> Report:
-    """Analyze files and directories. A directory of rank files is one job; a failing input
-    becomes an entry in `errors` and the others go on. `load` (default `load_file`) lets a caller reuse
-    traces it already holds, e.g. the app when only the selected step changes."""
+def analyze_job_traces(job: Job, options: Options | None = None) -> tuple[dict, list[dict]]:
+    """(the job entry, the trace entries) of rank traces already loaded — as `analyze` on their directory."""
+    options = options or Options()
+    ranks = []
+    for t in job.traces:
+        entry, analysed = _analyze_trace(t, options)
+        ranks.append(RankResult(trace=t, steps=analysed, entry=entry))
+    entry, warns = analyze_job(job.path, ranks, options)
+    if warns:
+        entry["warnings"] = warns
+    return entry, [r.entry for r in ranks]
+
+
+def _error(path: Path | str, e: BaseException) -> dict:
+    """One error row: a TraceError's own line, else the exception named with the file it happened on."""
+    msg = str(e) if isinstance(e, TraceError) else f"{path}: internal error ({type(e).__name__}: {e})"
+    return {"path": str(path), "error": msg}
+
+
+def analyze(paths: list[str | Path], options: Options | None = None, *,
+            on_trace: Callable[[str], None] | None = None, load: Callable[[Path], Trace] | None = None) -> Report:
+    """Analyze files and directories. A directory of several rank files is also one job. Every input is
+    isolated: one that fails (any error) becomes a row of `errors` naming it, and the others go on. `load`
+    (default `load_file`) lets a caller reuse traces it already holds, e.g. the app when only the step
+    changes."""
+    options = options or Options()
     load = load or load_file
     rep = Report()
-    for p in paths:
-        p = Path(p)
+    for p in map(Path, paths):
         try:
             files = input_files(p)
-        except TraceError as e:
-            rep.errors.append({"path": str(p), "error": str(e)})
+        except Exception as e:  # noqa: BLE001 - isolate every input
+            rep.errors.append(_error(p, e))
             continue
-        loaded: list[Trace] = []
+        ranks: list[RankResult] = []
         for f in files:
             if on_trace:
                 on_trace(str(f))
             try:
                 t = load(f)
-                rep.traces.append(analyze_trace(t, step, ctx))
-                loaded.append(t)
-            except TraceError as e:
-                rep.errors.append({"path": str(f), "error": str(e)})
-        if p.is_dir() and len(loaded) > 1 and JOB_SECTIONS:
-            loaded.sort(key=lambda t: (t.meta.rank is None, t.meta.rank or 0, t.meta.path))
-            job = Job(path=str(p), traces=loaded)
-            entry: dict[str, Any] = {"path": job.path, "ranks": job.ranks}
-            for name, fn in JOB_SECTIONS.items():
-                entry[name] = fn(job, dict(ctx or {}))
-            paths = {t.meta.path for t in loaded}
-            for annotate in JOB_ANNOTATORS:
-                annotate(entry, [e for e in rep.traces if e["path"] in paths])
-            rep.jobs.append(entry)
+                entry, analysed = _analyze_trace(t, options)
+            except Exception as e:  # noqa: BLE001 - isolate every input
+                rep.errors.append(_error(f, e))
+                continue
+            rep.traces.append(entry)
+            ranks.append(RankResult(trace=t, steps=analysed, entry=entry))
+        if p.is_dir() and len(ranks) > 1:
+            ranks.sort(key=lambda r: (r.trace.meta.rank is None, r.trace.meta.rank or 0, r.trace.meta.path))
+            try:
+                job, warns = analyze_job(str(p), ranks, options)
+            except Exception as e:  # noqa: BLE001 - the traces' own entries stand
+                rep.errors.append(_error(p, e))
+                continue
+            if warns:
+                job["warnings"] = warns
+            rep.jobs.append(job)
     return rep
-
-
-def _layers_section(trace: Trace, steps: pl.DataFrame, ctx: dict) -> Any:
-    from .layers_view import section  # imported on use: layers_view needs this module's helpers
-
-    return section(trace, steps, ctx)
-
-
-SECTIONS["layers"] = _layers_section

@@ -7,6 +7,7 @@ import sys
 
 from .errors import TraceError
 from .findings import SEVERITIES, severity_rank
+from .options import Options
 
 
 def _csv(values: list[str] | None) -> list[str] | None:
@@ -15,7 +16,8 @@ def _csv(values: list[str] | None) -> list[str] | None:
     return [v.strip() for s in values for v in s.split(",") if v.strip()]
 
 
-def add_parsers(sub: argparse._SubParsersAction, a: argparse.ArgumentParser) -> None:
+def add_rule_options(a: argparse.ArgumentParser) -> None:
+    """The rule selection and threshold flags of `analyze`."""
     a.add_argument("--select", action="append", metavar="CODES",
                    help="run only these rules: codes, code prefixes (TV1) or slugs, comma separated (default ALL)")
     a.add_argument("--ignore", action="append", metavar="CODES", help="skip these rules (wins over --select)")
@@ -28,6 +30,9 @@ def add_parsers(sub: argparse._SubParsersAction, a: argparse.ArgumentParser) -> 
                         "findings, unless `fail-on` is set in [tool.traceview]; bad input always exits 2)")
     a.add_argument("--exit-zero", action="store_true", help="exit 0 even with findings (input errors still exit 2)")
 
+
+def add_parsers(sub: argparse._SubParsersAction) -> None:
+    """`traceview rules` and `traceview rule CODE`."""
     r = sub.add_parser("rules", help="list the rules (code, slug, severity, title)")
     r.add_argument("--format", choices=("text", "json"), default="text",
                    help="text: a table (default); json: code, slug, severity, title and option defaults per rule")
@@ -37,16 +42,13 @@ def add_parsers(sub: argparse._SubParsersAction, a: argparse.ArgumentParser) -> 
     one.set_defaults(func=cmd_rule)
 
 
-def build_ctx(args: argparse.Namespace) -> dict:
-    from . import config, registry
-
-    cfg = config.load(getattr(args, "config", None), getattr(args, "set_options", None))
-    select = _csv(getattr(args, "select", None)) or cfg["select"]
-    ignore = (_csv(getattr(args, "ignore", None)) or []) + list(cfg["ignore"])
-    codes = registry.selected(select, ignore)
-    fail_on = getattr(args, "fail_on", None) or cfg["fail_on"]
-    args.fail_on = fail_on
-    return {"config": cfg, "codes": codes}
+def build_options(args: argparse.Namespace) -> Options:
+    """The run's Options from the analyze flags and `[tool.traceview]`; sets args.fail_on from the config."""
+    opts = Options.build(step=getattr(args, "step", None), select=_csv(getattr(args, "select", None)),
+                         ignore=_csv(getattr(args, "ignore", None)), config=getattr(args, "config", None),
+                         sets=getattr(args, "set_options", None), fail_on=getattr(args, "fail_on", None))
+    args.fail_on = opts.fail_on
+    return opts
 
 
 def exit_code(doc: dict, args: argparse.Namespace) -> int:

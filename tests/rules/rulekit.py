@@ -8,7 +8,10 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent.parent
 
 import traceview  # noqa: E402
-from traceview import engine  # noqa: E402
+from traceview.options import Options  # noqa: E402
+from traceview.ruleapi import RuleContext  # noqa: E402
+from traceview.rulerunner import run_rules  # noqa: E402
+from traceview.verdict import classification_section  # noqa: E402
 
 SAMPLES = ROOT / "sample_traces"
 
@@ -22,10 +25,10 @@ def trace(rel: str):
 def run(rel: str, code: str | None = None) -> tuple[dict, list[dict], list[str]]:
     """(classification, findings, warnings) with only `code` selected (all rules when None)."""
     t = trace(rel)
-    ctx: dict = {"codes": [code]} if code else {}
-    c = engine.classification_section(t, t.steps, ctx)
-    f = engine.run_rules(t, t.steps, ctx)
-    return c, f, ctx.get("_warnings", [])
+    ctx, warns = RuleContext.prepare(t, t.steps)
+    c = classification_section(ctx)
+    f, w2 = run_rules(ctx, Options(codes=(code,) if code else None))
+    return c, f, warns + w2
 
 
 def findings(rel: str, code: str) -> list[dict]:

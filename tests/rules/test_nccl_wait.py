@@ -2,9 +2,9 @@ import importlib.util
 
 import pytest
 import rulekit as k
+from jobkit import job_nccl
 
 import traceview
-from traceview import engine
 
 
 def test_world1_no_nccl_wait():
@@ -29,7 +29,7 @@ def _job():
 
 def test_straggler_rank_1():
     job = _job()
-    section, found = engine._job_nccl(job, {})
+    section, found = job_nccl(job)
     assert section["collectives"] == 10 and section["method"].startswith("order")
     assert section["straggler"]["rank"] == 1 and section["straggler"]["times_last"] == 8
     ranks = {r["rank"]: r for r in section["ranks"]}
@@ -47,5 +47,5 @@ def test_straggler_agrees_with_hta():
         from hta.trace_analysis import TraceAnalysis
 
         got = TraceAnalysis(trace_dir=str(k.SAMPLES / "hta/trace_filter")).get_potential_stragglers(num_candidates=1)
-    section, _ = engine._job_nccl(_job(), {})
+    section, _ = job_nccl(_job())
     assert got == [section["straggler"]["rank"]] == [1]

@@ -20,7 +20,7 @@ def top_kernels(trace: Trace, n: int = 10, gpu: pl.DataFrame | None = None) -> p
     return (g.group_by("name", "kind").agg(
         pl.len().alias("count"), pl.col("dur").sum().alias("total"), pl.col("dur").mean().alias("mean"),
         pl.col("dur").min().alias("min"), pl.col("dur").max().alias("max"),
-        pl.col("op_name").drop_nulls().mode().first().alias("op_name"))
+        pl.col("op_name").drop_nulls().mode().sort().first().alias("op_name"))
         .with_columns(share=pl.col("total") / tot)
         .sort("total", "name", descending=[True, False]).head(n))
 
@@ -37,3 +37,11 @@ def top_ops(trace: Trace, n: int = 10, gpu: pl.DataFrame | None = None) -> pl.Da
         "op_name", "calls", "kernels", "gpu_total").agg(pl.col("_cpu").sum().alias("cpu_total"))
     return per.with_columns(share=pl.col("gpu_total") / tot).sort(
         "gpu_total", "op_name", descending=[True, False]).head(n)
+
+
+def kernel_table(trace: Trace, gpu: pl.DataFrame | None = None) -> pl.DataFrame:
+    """Every kernel/copy by (name, launching op): [name, kind, op_name, count, total] (ns), largest first.
+    Unlike `top_kernels` a kernel launched by two ops is two rows, so runs can be matched on both."""
+    g = with_op_names(trace, gpu).filter(pl.col("kind") != "sync")
+    return (g.group_by("name", "kind", "op_name").agg(pl.len().alias("count"), pl.col("dur").sum().alias("total"))
+            .sort("total", "name", descending=[True, False]))

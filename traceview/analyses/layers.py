@@ -24,6 +24,7 @@ import polars as pl
 
 from ..memo import per_trace
 from ..model import RUNTIME_CATS, Trace
+from .specs import Spec, trace_spec
 from .tree import ancestor_where, call_tree
 
 UNATTRIBUTED = "(unattributed)"
@@ -37,6 +38,10 @@ CLASSES = ("gpu_compute", "gpu_memory", "communication", "host_sync", "input", "
 
 _ATTR_SCHEMA = {"i": pl.UInt32, "layer": pl.String, "layer_class": pl.String, "depth": pl.Int32,
                 "phase": pl.String}
+# the per-layer tree; empty (with these columns) when the trace has no layer to attribute to
+_TREE_SCHEMA = {"layer": pl.String, "parent_layer": pl.String, "name": pl.String, "layer_class": pl.String,
+                "kind": pl.String, "depth": pl.Int32, "module_path": pl.String, "anc": pl.List(pl.String),
+                "src": pl.String, "first_ts": pl.Int64, "calls": pl.UInt32}
 
 
 @dataclass(frozen=True)
@@ -178,7 +183,7 @@ def _build_tree(host: pl.DataFrame, nodes: pl.DataFrame) -> tuple[pl.DataFrame, 
     if not levels:
         empty = pl.DataFrame(schema={"i": pl.UInt32, "pnode": pl.UInt32, "layer": pl.String, "cls": pl.String,
                                      "ndepth": pl.Int32, "src": pl.String, "ts": pl.Int64, "end": pl.Int64})
-        return empty, pl.DataFrame(schema={"layer": pl.String})
+        return empty, pl.DataFrame(schema=_TREE_SCHEMA)
     out = pl.concat([lv.select("i", "pnode", "layer", "module_path", "label", "cls", "kind", "ndepth", "parent_layer",
                                "src", "anc", "attr") for lv in levels], how="vertical_relaxed")
     # attr paths are already readable kinds (`blocks.*.attn`)
@@ -232,7 +237,7 @@ def _fwd_thread_map(trace: Trace, fwd_ops: pl.DataFrame) -> tuple[pl.DataFrame, 
              .join(h.filter(pl.col("fwd_tid") > 0).select("pid", "tid", "ts", "fwd_tid"), on=["pid", "tid", "ts"])
              .select("id", "pid", "fwd_tid").unique("id"))
         pairs = (s.join(f, on=["id", "pid"]).group_by("pid", "fwd_tid")
-                 .agg(pl.col("ftid").mode().first()).select("pid", "fwd_tid", "ftid"))
+                 .agg(pl.col("ftid").mode().sort().first()).select("pid", "fwd_tid", "ftid"))
     # no flows: a process with a single forward thread maps every thread index to it
     single = (fwd_ops.group_by("pid").agg(pl.col("ftid").unique()).filter(pl.col("ftid").list.len() == 1)
               .select("pid", pl.col("ftid").list.first().alias("ftid1")))
@@ -248,7 +253,7 @@ def _attribute(trace: Trace) -> Attribution:
     if host.height == 0:
         empty = pl.DataFrame(schema=_ATTR_SCHEMA)
         return Attribution("none", pl.DataFrame(schema={"i": pl.UInt32, "layer": pl.String}), empty,
-                           pl.DataFrame(schema={"layer": pl.String}))
+                           pl.DataFrame(schema=_TREE_SCHEMA))
     events, source = _node_events(host)
     nodes, tree = _build_tree(host, events)
     phase_of = pl.col("src").replace_strict({"optimizer": "optimizer", "dataloader": "dataloader"}, default="forward")
@@ -301,38 +306,9 @@ def _in_steps(df: pl.DataFrame, steps: pl.DataFrame, col: str = "ts") -> pl.Data
             .filter(pl.col(col) < pl.col("_wend")).drop("_wts", "_wend"))
 
 
-def _optional(name: str):  # noqa: ANN202 - a module or None
-    """The classifier / specs modules land with the rules issue; everything here works without them."""
-    import importlib
-
-    try:
-        return importlib.import_module(name)
-    except ImportError:
-        return None
-
-
-def device_peaks(trace: Trace):  # noqa: ANN201 - a specs.Spec or None
-    """The device's datasheet peaks (analyses/specs.py), when that module is there."""
-    specs = _optional("traceview.analyses.specs")
-    return specs.trace_spec(trace.meta) if specs is not None and hasattr(specs, "trace_spec") else None
-
-
-def _kernel_bound(trace: Trace) -> pl.DataFrame | None:
-    cl = _optional("traceview.classify")
-    fn = getattr(cl, "kernel_bound", None) if cl else None
-    if fn is None:
-        return None
-    kb = fn(trace)
-    keep = [c for c in ("i", "flops", "bytes", "bpe", "bound") if c in kb.columns]
-    return kb.select(keep) if "i" in keep else None
-
-
-def _partition(trace: Trace, steps: pl.DataFrame) -> pl.DataFrame | None:
-    cl = _optional("traceview.classify")
-    fn = getattr(cl, "partition", None) if cl else None
-    if fn is None:
-        return None
-    return fn(trace, steps).select("step", "ts", "end", "cls")
+def device_peaks(trace: Trace) -> Spec:
+    """The device's datasheet peaks."""
+    return trace_spec(trace.meta)
 
 
 @per_trace
@@ -403,12 +379,15 @@ def shape_signatures(trace: Trace) -> pl.DataFrame:
 
 
 def layer_table(trace: Trace, steps: pl.DataFrame | None = None, depth: int | None = None,
-                findings: pl.DataFrame | None = None) -> pl.DataFrame:
+                findings: pl.DataFrame | None = None, kb: pl.DataFrame | None = None,
+                part: pl.DataFrame | None = None) -> pl.DataFrame:
     """One row per layer (tree order) plus `(unattributed)`, over the given steps (default: all).
 
     Times are ns and *inclusive* (a block counts its submodules); `self_gpu_ns` is the layer's own
     share, so sum(self_gpu_ns) over all layers + the `(unattributed)` row = total GPU time (kernels,
-    memcpy, memset). With `depth`, deeper layers are left out (their time is in their ancestors)."""
+    memcpy, memset). With `depth`, deeper layers are left out (their time is in their ancestors).
+    `kb` (per-kernel roofline [i, flops, bytes, bpe, bound]) adds FLOPs, bytes and the bound; `part` (the
+    classifier's segments [step, ts, end, cls]) adds the class shares; `findings` [layer, code] the findings."""
     steps = trace.steps if steps is None else steps
     att = attribution(trace)
     tree = att.tree
@@ -416,9 +395,8 @@ def layer_table(trace: Trace, steps: pl.DataFrame | None = None, depth: int | No
     g = _in_steps(trace.gpu.filter(pl.col("kind") != "sync").select(
         "i", "ts", "dur", "kind", pl.col("bytes").cast(pl.Float64).alias("_cbytes")), steps)
     g = g.join(gl.select("i", "layer", "phase"), on="i", how="left")
-    kb = _kernel_bound(trace)
     if kb is not None:
-        g = g.join(kb, on="i", how="left")
+        g = g.join(kb.select([c for c in ("i", "flops", "bytes", "bpe", "bound") if c in kb.columns]), on="i", how="left")
     for c, dt in (("flops", pl.Float64), ("bytes", pl.Float64), ("bpe", pl.Float64), ("bound", pl.String)):
         if c not in g.columns:
             g = g.with_columns(pl.lit(None, dt).alias(c))
@@ -427,7 +405,7 @@ def layer_table(trace: Trace, steps: pl.DataFrame | None = None, depth: int | No
                        .otherwise(pl.col("bytes")), bound=pl.when(pl.col("kind").is_in(["memcpy", "memset"]))
                        .then(pl.lit("memory")).otherwise(pl.col("bound"))).drop("_cbytes")
     spec = device_peaks(trace)
-    if spec is not None:
+    if spec is not None:  # always known (an unknown GPU falls back to a default row that says so)
         # the shortest time the device could do this work in (roofline): FLOPs at the peak for the operand
         # width (tensor cores for <= 2-byte operands), bytes at the HBM bandwidth
         peak = pl.when(pl.col("bpe") <= 2).then(spec.tc_tflops * 1e12).otherwise(spec.fp32_tflops * 1e12)
@@ -484,7 +462,6 @@ def layer_table(trace: Trace, steps: pl.DataFrame | None = None, depth: int | No
         peak_tflops=pl.when(pl.col("_tf") > 0).then(pl.col("flops") / pl.col("_tf") / 1e12),
     ).drop("_tf", "_tb")
     # classifier shares: the step time each layer is responsible for, split by class
-    part = _partition(trace, steps)
     if part is not None and part.height:
         sl = segment_layers(trace, part).with_columns(dur=pl.col("end") - pl.col("ts"))
         sh = pl.concat([incl(sl), sl.filter(pl.col("layer") == UNATTRIBUTED)], how="diagonal_relaxed")

@@ -17,7 +17,8 @@ from rich.console import Console
 from rich.text import Text
 
 from ..units import num
-from . import TEXT_SECTIONS, findings_text, layers_text
+from . import findings_text, layers
+from .sections import TEXT_SECTIONS
 from .term import console, middle, plain, rule, step_ranges, table
 
 SECTIONS = TEXT_SECTIONS  # detail sections, in print order
@@ -170,9 +171,9 @@ def render_trace(t: dict, con: Console, show: Collection[str] = ()) -> None:
         elif name == "ops":
             ops_detail(t, con)
         elif name == "layers":
-            layers_text.render_layers(t, con)
+            layers.render_layers(t, con)
         elif name == "repeats":
-            layers_text.render_repeats(t, con)
+            layers.render_repeats(t, con)
 
 
 def _hint(con: Console, show: Collection[str]) -> None:

@@ -1,12 +1,28 @@
-"""Terminal rendering of the per-layer view: the layer tree (GPU time, or CPU time on a trace without GPU
+"""Terminal tables of the `layers` section: the layer tree (GPU time, or CPU time on a trace without GPU
 activity) and the repeated layers. Each function takes (trace entry, console)."""
 
 from __future__ import annotations
 
+from typing import IO
+
 from rich.console import Console
 
 from ..units import num
-from .term import table
+from .term import console, rule, table
+
+
+def render_document(doc: dict, out: IO[str], width: int | None = None) -> None:
+    """`traceview layers`: the layers section of each trace, under a rule naming the file."""
+    con = console(out, width)
+    for t in doc["traces"]:
+        rule(con, t["path"])
+        render(t, con)
+
+
+def render(entry: dict, con: Console) -> None:
+    """The layer tree and the repeated layers of a trace entry."""
+    render_layers(entry, con)
+    render_repeats(entry, con)
 
 
 def _label(r: dict) -> str:

@@ -1,0 +1,251 @@
+"""The pipeline's shape: no import cycle among the package's modules, analyses never reach up to the
+consumers, every bundled trace conforms to the declared trace model, and the README's Python API returns the
+whole document (the same one `--format json` prints), byte-identical across runs."""
+
+from __future__ import annotations
+
+import ast
+import io
+import os
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from conftest import SAMPLES, load
+
+ROOT = Path(__file__).resolve().parent.parent
+PKG_DIRS = {"traceview": ROOT / "traceview", "traceview.rules": ROOT / "rules"}
+
+
+def _modules() -> dict[str, Path]:
+    mods = {}
+    for pkg, d in PKG_DIRS.items():
+        for f in d.rglob("*.py"):
+            rel = f.relative_to(d).with_suffix("")
+            parts = [p for p in rel.parts if p != "__init__"]
+            mods[".".join([pkg, *parts])] = f
+        for f in d.rglob("*.c"):  # C extensions (traceview._scan): leaves of the graph
+            mods[".".join([pkg, *f.relative_to(d).with_suffix("").parts])] = f
+    return mods
+
+
+def _is_pkg(f: Path) -> bool:
+    return f.name == "__init__.py"
+
+
+def _type_checking(node: ast.AST) -> bool:
+    return isinstance(node, ast.If) and "TYPE_CHECKING" in ast.unparse(node.test)
+
+
+def import_graph() -> dict[str, set[str]]:
+    """module -> the package modules it imports (module level and inside functions; not TYPE_CHECKING)."""
+    mods = _modules()
+    graph: dict[str, set[str]] = {m: set() for m in mods}
+    for mod, f in mods.items():
+        if f.suffix != ".py":
+            continue
+        pkg = mod if _is_pkg(f) else mod.rsplit(".", 1)[0]
+        tree = ast.parse(f.read_text())
+        skip = {id(n) for t in ast.walk(tree) if _type_checking(t) for n in ast.walk(t)}
+        for node in ast.walk(tree):
+            if id(node) in skip:
+                continue
+            names: list[str] = []
+            if isinstance(node, ast.Import):
+                names = [a.name for a in node.names]
+            elif isinstance(node, ast.ImportFrom):
+                base = node.module or ""
+                if node.level:
+                    up = pkg.split(".")
+                    up = up[: len(up) - (node.level - 1)]
+                    base = ".".join([*up, *([base] if base else [])])
+                names = [f"{base}.{a.name}" if f"{base}.{a.name}" in mods else base for a in node.names]
+            for n in names:
+                while n and n not in mods and "." in n:
+                    n = n.rsplit(".", 1)[0]
+                if n in mods and n != mod:
+                    graph[mod].add(n)
+    return graph
+
+
+def _cycles(graph: dict[str, set[str]]) -> list[list[str]]:
+    """Strongly connected components of more than one module (Tarjan)."""
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
+    on: set[str] = set()
+    out: list[list[str]] = []
+    sys.setrecursionlimit(10_000)
+
+    def visit(v: str) -> None:
+        index[v] = low[v] = len(index)
+        stack.append(v)
+        on.add(v)
+        for w in sorted(graph[v]):
+            if w not in index:
+                visit(w)
+                low[v] = min(low[v], low[w])
+            elif w in on:
+                low[v] = min(low[v], index[w])
+        if low[v] == index[v]:
+            comp = []
+            while True:
+                w = stack.pop()
+                on.discard(w)
+                comp.append(w)
+                if w == v:
+                    break
+            if len(comp) > 1:
+                out.append(sorted(comp))
+
+    for v in sorted(graph):
+        if v not in index:
+            visit(v)
+    return out
+
+
+def test_graph_sees_the_pipeline() -> None:
+    g = import_graph()
+    assert {"traceview.job", "traceview.layer_section", "traceview.rulerunner", "traceview.verdict"} <= g["traceview.report"]
+    assert "traceview.ruleapi" in g["traceview.rules.host_sync"]
+    assert len(g) >= 50
+
+
+def test_no_import_cycle() -> None:
+    assert _cycles(import_graph()) == []
+
+
+def test_the_cycle_finder_finds_one() -> None:
+    assert _cycles({"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": set()}) == [["a", "b", "c"]]
+
+
+# The data flows one way: load -> trace model -> analyses -> rules -> report -> CLI | app | batch.
+LAYERS = [
+    {"traceview.errors", "traceview.units", "traceview.memo", "traceview.manifest", "traceview.options"},
+    {"traceview.model", "traceview.analyses.tree"},  # the call tree is part of building the model
+    {"traceview.decode", "traceview.fastscan", "traceview.loader"},
+    {"traceview.analyses"},  # and its modules
+    {"traceview.classify"},
+    {"traceview.findings", "traceview.ruleapi"},
+    {"traceview.rules"},
+    {"traceview.rulerunner", "traceview.verdict", "traceview.profiling", "traceview.layer_section", "traceview.job"},
+    {"traceview.report"},
+    {"traceview.jobrun", "traceview.digest", "traceview.discover"},  # batch / CI: over the report document
+    {"traceview.diff", "traceview.baseline", "traceview.batch"},
+    {"traceview.formatters", "traceview.diff_render", "traceview.batch_out"},
+    {"traceview.cli", "traceview.rules_cli", "traceview.ci_cli"},
+]
+
+
+def _layer(mod: str) -> int | None:
+    for k, group in enumerate(LAYERS):
+        if any(mod == g or mod.startswith(g + ".") for g in group):
+            return k
+    return None
+
+
+def test_imports_point_downstream_only() -> None:
+    bad = []
+    for mod, deps in import_graph().items():
+        a = _layer(mod)
+        for d in deps:
+            b = _layer(d)
+            if a is not None and b is not None and b > a:
+                bad.append(f"{mod} -> {d}")
+    assert bad == []
+
+
+def test_every_bundled_trace_conforms_to_the_model() -> None:
+    from traceview.model import schema_problems
+
+    files = sorted(p.relative_to(SAMPLES).as_posix() for p in SAMPLES.rglob("*.json.gz"))
+    assert len(files) >= 40
+    bad = {rel: p for rel in files if (p := schema_problems(load(rel)))}
+    assert bad == {}
+
+
+def test_schema_problems_reports_a_wrong_frame() -> None:
+    from dataclasses import replace
+
+    from traceview.model import schema_problems
+
+    t = load("gpu_h200/sync_item_nonzero_cpu.json.gz")
+    broken = replace(t, gpu=t.gpu.drop("stream").with_columns(extra=0))
+    assert set(schema_problems(broken)) == {"gpu.stream: missing", "gpu.extra: not declared"}
+
+
+def _readme_api_block() -> str:
+    text = (ROOT / "README.md").read_text()
+    m = re.search(r"## Python API\s+```python\n(.*?)```", text, re.S)
+    assert m, "README has no Python API block"
+    return m.group(1)
+
+
+def test_readme_python_api_returns_the_whole_document(tmp_path: Path, monkeypatch) -> None:
+    src = SAMPLES / "gpu_h200/sync_item_nonzero_cpu.json.gz"
+    (tmp_path / "trace.json.gz").write_bytes(src.read_bytes())
+    monkeypatch.chdir(tmp_path)
+    ns: dict = {}
+    exec(compile(_readme_api_block(), "README.md", "exec"), ns)  # noqa: S102 - the README's own example
+    doc = ns["doc"]
+    (t,) = doc["traces"]
+    for key in ("summary", "steps", "devices", "top_kernels", "layers", "classification", "findings",
+                "verdict_text", "profiling"):
+        assert key in t, key
+    assert t["classification"]["dominant"] and t["verdict_text"].startswith("Verdict:")
+    assert {f["code"] for f in t["findings"]} >= {"TV101", "TV102"}
+    # the same document the CLI prints
+    from traceview.cli import main
+
+    buf = io.StringIO()
+    monkeypatch.setattr(sys, "stdout", buf)
+    assert main(["analyze", "trace.json.gz", "--format", "json"]) == 0
+    import json
+
+    cli_doc = json.loads(buf.getvalue())
+    assert cli_doc == json.loads(json.dumps(doc))
+
+
+def _json_of(path: Path, seed: str, *extra: str) -> bytes:
+    env = {**os.environ, "PYTHONHASHSEED": seed}
+    out = subprocess.run([sys.executable, "-m", "traceview", "analyze", str(path), "--format", "json", *extra],
+                         capture_output=True, env=env, check=False)
+    assert out.returncode in (0, 1), out.stderr
+    return out.stdout
+
+
+@pytest.mark.parametrize("rel", ["gpu_h200/sync_item_nonzero_cpu.json.gz", "nccl_h200x2/ddp_rank1_slowed",
+                                 "gpu_h200_real/hf_gpt2_train_bf16.json.gz"])
+def test_json_is_byte_identical_across_runs(rel: str) -> None:
+    a, b = _json_of(SAMPLES / rel, "1"), _json_of(SAMPLES / rel, "2")
+    assert a and a == b
+
+
+def test_job_step_matches_the_rank_entries() -> None:
+    """`--step N` on a directory of ranks: each rank's job-level shares equal its trace entry's for step N."""
+    from traceview.options import Options
+    from traceview.report import analyze
+
+    doc = analyze([SAMPLES / "nccl_h200x2/ddp_rank1_slowed"], Options(step=7)).to_dict()
+    (job,) = doc["jobs"]
+    by_path = {t["path"]: t for t in doc["traces"]}
+    assert len(job["classification"]) == 2
+    for r in job["classification"]:
+        t = by_path[r["path"]]
+        assert t["classification"]["analyzed_steps"] == [7]
+        assert r["shares"] == t["classification"]["shares"]
+    # and the job's matching covers step 7 only
+    assert job["nccl"]["steps"] == 1
+
+
+def test_ignoring_the_rule_skips_its_job_check() -> None:
+    from traceview.options import Options
+    from traceview.report import analyze
+
+    on = analyze([SAMPLES / "nccl_h200x2/ddp_rank1_slowed"]).to_dict()["jobs"][0]
+    off = analyze([SAMPLES / "nccl_h200x2/ddp_rank1_slowed"],
+                  Options.build(ignore=["TV501"])).to_dict()["jobs"][0]
+    assert [f["code"] for f in on["findings"]] == ["TV501"] and on["nccl"]["straggler"]["raised"]
+    assert off["findings"] == [] and not off["nccl"]["straggler"]["raised"]

@@ -1,0 +1,43 @@
+"""What one analysis run is asked to do: the step, the rules and their thresholds, the layer depth.
+
+`Options()` is what `traceview analyze PATH` does with no flags and no config file. `Options.build()` applies
+`[tool.traceview]` (pyproject.toml or `--config FILE`), `--set rule.option=value`, `--select` and `--ignore`
+the way the CLI does, so the Python API, the CLI, the app and batch runs agree.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+
+@dataclass(frozen=True)
+class Options:
+    step: int | None = None  # only ProfilerStep#N
+    codes: tuple[str, ...] | None = None  # rules to run (None: all)
+    rule_options: dict[str, dict[str, Any]] = field(default_factory=dict)  # slug -> {option: value}
+    layers_depth: int | None = None  # layers section: down to this tree depth
+    top: int = 10  # rows of the top-kernel / top-op tables
+    fail_on: str | None = None  # exit 1 at or above this severity (CLI, batch)
+
+    def selected(self) -> list[str]:
+        from .registry import selected
+
+        return sorted(self.codes) if self.codes is not None else selected()
+
+    def options_for(self, module: Any) -> dict[str, Any]:
+        """The rule's thresholds: configured values over the defaults of its OPTIONS."""
+        return {**{k: o.default for k, o in module.OPTIONS.items()}, **self.rule_options.get(module.NAME, {})}
+
+    @classmethod
+    def build(cls, *, step: int | None = None, select: list[str] | None = None, ignore: list[str] | None = None,
+              config: str | None = None, sets: list[str] | None = None, layers_depth: int | None = None,
+              fail_on: str | None = None, top: int = 10) -> Options:
+        """Options from CLI-style inputs; a bad selector, option or config file raises TraceError."""
+        from . import config as cfgmod
+        from . import registry
+
+        cfg = cfgmod.load(config, sets)
+        codes = registry.selected(select or cfg["select"], (ignore or []) + list(cfg["ignore"]))
+        return cls(step=step, codes=tuple(codes), rule_options=cfg["options"], layers_depth=layers_depth,
+                   fail_on=fail_on or cfg["fail_on"], top=top)

@@ -1,0 +1,155 @@
+"""What a rule sees and builds: `Option`, `RuleContext` (one trace), `JobContext` (the ranks of one job) and
+`Finding`. A rule module is `check(ctx: RuleContext) -> list[Finding]` (and optionally
+`check_job(ctx: JobContext) -> list[Finding]`) plus its constants; everything it may read is computed once
+per trace here, so rules stay pure and short.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field, replace
+from types import MappingProxyType, ModuleType
+from typing import Any
+
+import polars as pl
+
+from . import classify
+from .analyses.layers import gpu_layers
+from .analyses.specs import Spec, trace_spec
+from .analyses.windows import complete_steps
+from .findings import Finding, severity_for
+from .manifest import step_overhead_ms
+from .model import Job, Trace
+
+__all__ = ["Finding", "JobContext", "Option", "RuleContext"]
+
+
+@dataclass(frozen=True)
+class Option:
+    """A rule threshold: its default and where the number comes from (shown in `traceview rule CODE`)."""
+
+    default: Any
+    doc: str
+
+
+@dataclass(frozen=True)
+class RuleContext:
+    """Everything a rule may read about one trace, computed once: the analysed steps (complete steps only),
+    the device, the roofline bound of every kernel, the classifier's partition of the steps into classes."""
+
+    trace: Trace
+    steps: pl.DataFrame  # [step, ts, end, cpu_ts, cpu_end, ...]: analysed step windows (ns)
+    window_ns: int  # their summed length
+    spec: Spec  # the device's datasheet peaks
+    kb: pl.DataFrame  # per compute kernel: [i, op, flops, bytes, bound, ...] (classify.kernel_bound)
+    part: pl.DataFrame  # [step, ts, end, cls]: the classifier's segments, tiling every step
+    rule: ModuleType | None = None  # the rule being run (set by the runner)
+    options: Mapping[str, Any] = field(default_factory=dict)  # that rule's thresholds
+    # a trace without GPU activity: the host analyses (cpu_view.prepare); only rules with CPU = True run then
+    cpu: Mapping[str, Any] | None = None
+
+    @classmethod
+    def for_host(cls, trace: Trace, steps: pl.DataFrame, cpu: Mapping[str, Any]) -> RuleContext:
+        """The context of a trace without GPU activity: no kernels, no classifier partition; `cpu` holds the
+        host-side analyses (step split, totals) the CPU rules read."""
+        part = pl.DataFrame(schema={"step": pl.Int64, "ts": pl.Int64, "end": pl.Int64, "cls": pl.String})
+        window = int((steps["end"] - steps["ts"]).sum()) if steps.height else 0
+        return cls(trace=trace, steps=steps, window_ns=window, spec=trace_spec(trace.meta),
+                   kb=classify.kernel_bound(trace), part=part, cpu=MappingProxyType(dict(cpu)))
+
+    @classmethod
+    def prepare(cls, trace: Trace, steps: pl.DataFrame) -> tuple[RuleContext, list[str]]:
+        """The context of the given steps; a last step cut off by the end of the recording is left out
+        (tb_plugin's rule) and the returned warnings say so."""
+        kept, warns = complete_steps(trace, steps)
+        kb = classify.kernel_bound(trace)
+        part = classify.partition(trace, kept, kb)
+        window = int((kept["end"] - kept["ts"]).sum()) if kept.height else 0
+        return cls(trace=trace, steps=kept, window_ns=window, spec=trace_spec(trace.meta), kb=kb, part=part), warns
+
+    def for_rule(self, rule: ModuleType, options: Mapping[str, Any]) -> RuleContext:
+        return replace(self, rule=rule, options=MappingProxyType(dict(options)))
+
+    @property
+    def lo(self) -> int:
+        return int(self.steps["ts"].min())
+
+    @property
+    def hi(self) -> int:
+        return int(self.steps["end"].max())
+
+    def class_time(self, cls: str) -> pl.DataFrame:
+        """The partition's segments of one class."""
+        return self.part.filter(pl.col("cls") == cls)
+
+    def pct(self, ns: float) -> float:
+        """`ns` as a share (%) of the analysed window."""
+        return 100.0 * ns / self.window_ns if self.window_ns else 0.0
+
+    def layer_of(self, kernel_ids: list[int] | None = None, op_ids: list[int] | None = None) -> str | None:
+        """The most common layer of a finding's kernels (or of the kernels its ops launched)."""
+        ids = list(kernel_ids or [])
+        if op_ids:
+            ids += self.trace.gpu.filter(pl.col("op").is_in(list(op_ids)))["i"].to_list()
+        if not ids:
+            return None
+        lay = gpu_layers(self.trace)
+        got = lay.filter(pl.col("i").is_in(ids) & pl.col("layer").is_not_null() & ~pl.col("layer").str.starts_with("("))
+        return str(got["layer"].mode().sort().first()) if got.height else None
+
+    def finding(self, *, cost_ns: float, count: int, steps: list[int], evidence: dict[str, Any],
+                savings_ns: float | None = None, severity_pct: float | None = None, severity: str | None = None,
+                title: str | None = None, fix: str | None = None, kernel_ids: list[int] | None = None,
+                op_ids: list[int] | None = None) -> Finding:
+        """A finding of the running rule. Savings default to the cost; the severity follows the rule's
+        `moderate_pct`/`high_pct` thresholds on `severity_pct` (default: the savings' share of the window)."""
+        return _finding(self.rule, self.options, cost_ns=cost_ns, savings_ns=savings_ns, window_ns=self.window_ns,
+                        count=count, steps=steps, evidence=evidence, severity_pct=severity_pct, severity=severity,
+                        title=title, fix=fix, layer=self.layer_of(kernel_ids, op_ids))
+
+
+@dataclass(frozen=True)
+class JobContext:
+    """The ranks of one job: each rank's analysed steps and the cross-rank collective matching."""
+
+    job: Job
+    steps: dict[int, pl.DataFrame]  # position in job.traces -> analysed step windows
+    comm: dict[str, Any]  # the job's `nccl` section (analyses.comm.summary)
+    rule: ModuleType | None = None
+    options: Mapping[str, Any] = field(default_factory=dict)
+
+    def for_rule(self, rule: ModuleType, options: Mapping[str, Any]) -> JobContext:
+        return replace(self, rule=rule, options=MappingProxyType(dict(options)))
+
+    @property
+    def window_ns(self) -> float:
+        """The mean analysed window over the ranks."""
+        w = [int((st["end"] - st["ts"]).sum()) for st in self.steps.values() if st.height]
+        return sum(w) / len(w) if w else 0.0
+
+    @property
+    def overhead_ms(self) -> float | None:
+        """Profiled minus unprofiled step time of a `traceview collect` run (its manifest), else None."""
+        return next((o for o in (step_overhead_ms(t.meta.manifest) for t in self.job.traces) if o is not None), None)
+
+    def finding(self, *, cost_ns: float, savings_ns: float, count: int, evidence: dict[str, Any],
+                severity: str | None = None, title: str | None = None, fix: str | None = None) -> Finding:
+        return _finding(self.rule, self.options, cost_ns=cost_ns, savings_ns=savings_ns, window_ns=self.window_ns,
+                        count=count, steps=[], evidence=evidence, severity=severity, title=title, fix=fix)
+
+
+def _finding(rule: ModuleType | None, options: Mapping[str, Any], *, cost_ns: float, savings_ns: float | None,
+             window_ns: float, count: int, steps: list[int], evidence: dict[str, Any],
+             severity_pct: float | None = None, severity: str | None = None, title: str | None = None,
+             fix: str | None = None, layer: str | None = None) -> Finding:
+    if rule is None:
+        raise RuntimeError("finding() outside a rule: use ctx.for_rule(module, options)")
+    savings = cost_ns if savings_ns is None else savings_ns
+    pct = 100.0 * savings / window_ns if window_ns else 0.0
+    if severity is None:
+        sev_pct = pct if severity_pct is None else severity_pct
+        severity = severity_for(sev_pct, options["moderate_pct"], options["high_pct"], rule.SEVERITY)
+    return Finding(rule=rule.NAME, code=rule.CODE, severity=severity, title=title or rule.TITLE,
+                   steps=[int(s) for s in steps], count=int(count), cost_us=cost_ns / 1000, savings_us=savings / 1000,
+                   savings_pct=pct, evidence=evidence, fix=fix if fix is not None else getattr(rule, "FIX", ""),
+                   layer=layer)

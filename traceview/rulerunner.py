@@ -1,0 +1,49 @@
+"""Runs the selected rules on one trace (or one job) and ranks their findings.
+
+One failing rule becomes a warning; the other rules still run.
+"""
+
+from __future__ import annotations
+
+from traceview.rules import RULES
+
+from .findings import ranked
+from .options import Options
+from .ruleapi import JobContext, RuleContext
+
+
+def run_rules(ctx: RuleContext, options: Options) -> tuple[list[dict], list[str]]:
+    """(findings ranked by savings, warnings) of the selected rules on one trace."""
+    if ctx.steps.height == 0:
+        return [], []
+    out: list[dict] = []
+    warns: list[str] = []
+    for code in options.selected():
+        mod = RULES[code]
+        if ctx.cpu is not None and not getattr(mod, "CPU", False):  # no GPU activity: the host-side rules only
+            continue
+        try:
+            found = mod.check(ctx.for_rule(mod, options.options_for(mod)))
+        except Exception as e:  # noqa: BLE001 - one broken rule must not end the run
+            warns.append(f"internal error in rule {code} {mod.NAME}: {type(e).__name__}: {e}")
+            continue
+        out.extend(f.to_dict() for f in found)
+    return ranked(out), warns
+
+
+def run_job_rules(ctx: JobContext, options: Options) -> tuple[list[dict], list[str]]:
+    """(findings, warnings) of the selected rules that judge a whole job (`check_job`)."""
+    out: list[dict] = []
+    warns: list[str] = []
+    for code in options.selected():
+        mod = RULES[code]
+        check_job = getattr(mod, "check_job", None)
+        if check_job is None:
+            continue
+        try:
+            found = check_job(ctx.for_rule(mod, options.options_for(mod)))
+        except Exception as e:  # noqa: BLE001 - as above
+            warns.append(f"internal error in job rule {code} {mod.NAME}: {type(e).__name__}: {e}")
+            continue
+        out.extend(f.to_dict() for f in found)
+    return ranked(out), warns
