@@ -195,14 +195,21 @@ def render_job(v: View, j: dict) -> None:
     strag = nccl.get("straggler")
     if strag and strag.get("raised"):  # nccl-wait raised it, not only the formal "last to arrive"
         st.metric("Straggler rank", strag["rank"], help=strag.get("reason"))
+        if (strag.get("cause") or {}).get("text"):  # why it is late leads the job
+            st.markdown(f"**Why:** {strag['cause']['text']}")
         st.write(strag.get("reason", ""))
         finding = next((f for f in j.get("findings") or [] if f["rule"] == "nccl-wait"), {})
         note = (finding.get("evidence") or {}).get("note")
         if note:
             st.warning(note)
     elif nccl:
-        st.caption(f"No straggler: {nccl.get('collectives', 0)} collectives matched across ranks, waits below the "
-                   "nccl-wait thresholds.")
+        finding = next((f for f in j.get("findings") or [] if f["rule"] == "nccl-wait"), {})
+        if (finding.get("evidence") or {}).get("may_be_profiling_artifact"):  # the profiler explains the wait
+            st.caption(f"No straggler raised: {nccl.get('collectives', 0)} collectives matched across ranks.")
+            st.warning(finding["evidence"]["note"])
+        else:
+            st.caption(f"No straggler: {nccl.get('collectives', 0)} collectives matched across ranks, waits below "
+                       "the nccl-wait thresholds.")
     if nccl.get("ranks"):
         kind = {"kernel": "NCCL kernels", "gloo_annotation": "gloo collectives",
                 "c10d_op": "c10d collectives"}.get(nccl.get("source"), "collectives")

@@ -53,6 +53,7 @@ NAME = "cpu-op-overhead"
 SEVERITY = "warning"
 TITLE = "The CPU step is made of many tiny ops; their fixed per-op cost dominates"
 CPU = True  # runs on traces without GPU activity (only there: with a GPU, launch-bound judges the same cost)
+CLASS = "cpu_launch"  # the same per-op cost that, with a GPU, shows as the GPU waiting for launches
 OPTIONS = {
     "tiny_op_us": Option(20.0, "an op shorter than this (µs) is dominated by the fixed cost of an eager op"),
     "moderate_pct": Option(5.0, "share of step time in tiny ops at which a finding is reported (warning)"),

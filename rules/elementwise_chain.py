@@ -46,12 +46,14 @@ from __future__ import annotations
 
 import polars as pl
 
+from traceview.analyses.features import Features
 from traceview.analyses.roofline import ELEMENTWISE_KERNEL_RE
 from traceview.analyses.windows import host_step_of, step_of
 from traceview.ruleapi import Finding, Option, RuleContext
 
 CODE = "TV201"
 NAME = "elementwise-chain"
+CLASS = "gpu_memory"  # the classifier class whose time a fix of these findings removes
 SEVERITY = "warning"
 TITLE = "Chain of memory-bound elementwise kernels could be fused"
 OPTIONS = {
@@ -64,6 +66,30 @@ FIX = ("Each kernel of this chain reads its whole input from HBM and writes its 
        "moves about 2·k times the tensor while one fused kernel would read it once and write it once. Fuse it: "
        "torch.compile emits one Triton kernel per chain; use epilogue/fused forms (F.linear with bias instead of "
        "mm + add, fused activations, fused/foreach optimizers, fused norms); or write a Triton kernel.")
+
+
+def _compiled_chain(ops: str) -> bool:
+    return all(o.startswith("triton_") for o in ops.split(" → "))
+
+
+def fix_for(f: Features, ops: str) -> str:
+    """The fix, conditioned on what the trace already does: a chain of Triton kernels is already compiled."""
+    if _compiled_chain(ops):
+        return ("These kernels are already compiled (Triton), but Inductor emitted them separately: something "
+                "between them stops fusion — a graph break, a reduction or a mutation Inductor will not fuse "
+                "across, or an op it falls back to eager for. Check TORCH_LOGS=graph_breaks,fusion (or "
+                "torch._dynamo.explain) and remove the break, or write the fused kernel by hand (Triton).")
+    if "_foreach_" in ops:
+        return ("These are multi-tensor (foreach) kernels, already batched over the parameters, applied one after "
+                "another: the next step is a fused optimizer — AdamW(fused=True) / SGD(fused=True) runs the whole "
+                "update in one kernel per parameter group — or torch.compile of the optimizer step, which fuses "
+                "the foreach chain.")
+    if f.compiled or f.triton_kernels:
+        return ("The step already uses torch.compile, but these eager ATen kernels run outside the compiled "
+                "regions (a graph break, or code left uncompiled): extend the compiled region over them (remove the "
+                "graph break, compile the enclosing function), or use fused forms (F.linear with bias instead of "
+                "mm + add, fused activations, fused/foreach optimizers, fused norms).")
+    return FIX
 
 
 def chains(trace, steps: pl.DataFrame, kb: pl.DataFrame, min_kernels: int = 2) -> pl.DataFrame:
@@ -145,5 +171,8 @@ def check(ctx: RuleContext) -> list[Finding]:
             title=f"{p['k']} elementwise kernels in a row ({' → '.join(o.replace('aten::', '') for o in p['ops'].split(' → ')[:6])}"
                   f"{' …' if p['k'] > 6 else ''}) could be one fused kernel",
             steps=p["steps"], count=p["count"], cost_ns=p["time"], savings_ns=p["savings"], evidence=ev,
-            kernel_ids=p["ids"]))
+            fix=fix_for(ctx.features, p["ops"]), kernel_ids=p["ids"],
+            # a chain of Triton kernels is what torch.compile already produced: nothing to apply here (a graph
+            # break or an unfusable op keeps them apart, the graph-break rules' business)
+            severity="info" if _compiled_chain(p["ops"]) else None))
     return out

@@ -47,13 +47,14 @@ from __future__ import annotations
 import polars as pl
 
 from traceview.analyses.tree import ancestor_where
-from traceview.analyses.windows import step_of
-from traceview.classify import sync_calls, sync_windows
+from traceview.analyses.windows import host_step_of
+from traceview.classify import idle_gaps, sync_calls, sync_ramps, sync_windows
 from traceview.model import STEP_RE
 from traceview.ruleapi import Finding, Option, RuleContext
 
 CODE = "TV102"
 NAME = "host-sync"
+CLASS = "host_sync"  # the classifier class whose time a fix of these findings removes
 SEVERITY = "warning"
 TITLE = "Host blocks on the GPU; the GPU idles until the next launch"
 OPTIONS = {
@@ -107,7 +108,7 @@ def attributed_syncs(trace, steps: pl.DataFrame, part: pl.DataFrame) -> pl.DataF
     syncs = sync_calls(trace)
     if syncs.height == 0:
         return pl.DataFrame()
-    syncs = step_of(syncs, steps).filter(pl.col("step").is_not_null())
+    syncs = host_step_of(syncs, steps, "ts").filter(pl.col("step").is_not_null())
     if syncs.height == 0:
         return pl.DataFrame()
     h = trace.host
@@ -133,20 +134,47 @@ def attributed_syncs(trace, steps: pl.DataFrame, part: pl.DataFrame) -> pl.DataF
          .join(names.rename({"i": "api", "name": "api_name"}), on="api", how="left")
          .join(mc, on="op", how="left"))
     s = s.with_columns(cause=_cause(pl.col("root_name"), pl.col("name"), pl.col("direction")))
-    # cost: host_sync segments of the partition, each given to the sync window it starts in
+    # cost: host_sync segments of the partition, each given to the sync window (or the ramp after it until the
+    # queue is refilled) it starts in
     win = sync_windows(trace, syncs.select("i", "name", "ts", "end", "op", "tid")).sort("ts")
+    claims = pl.concat([win.select("i", "ts", "end"), sync_ramps(trace, idle_gaps(trace, int(part["ts"].min()),
+                                                                             int(part["end"].max())))])
+    claims = claims.filter(pl.col("i").is_in(syncs["i"].implode())).sort("ts")
     hs = part.filter(pl.col("cls") == "host_sync").select("ts", (pl.col("end") - pl.col("ts")).alias("d")).sort("ts")
-    got = (hs.join_asof(win.select(pl.col("i").alias("_sync"), pl.col("ts").alias("_wts"), pl.col("end").alias("_wend")),
+    got = (hs.join_asof(claims.select(pl.col("i").alias("_sync"), pl.col("ts").alias("_wts"), pl.col("end").alias("_wend")),
                         left_on="ts", right_on="_wts", strategy="backward")
            .filter(pl.col("ts") < pl.col("_wend")).group_by("_sync").agg(pl.col("d").sum().alias("cost")))
     s = s.join(got.rename({"_sync": "i"}), on="i", how="left").with_columns(pl.col("cost").fill_null(0))
     return s.join(win.select("i", "next_ts"), on="i", how="left")
 
 
+COMPILE_FIX = ("These syncs are made by torch.compile itself — Dynamo/Inductor compiling a new graph and Triton "
+               "benchmarking kernel configs (autotuning) inside the step — not by the training loop, so there is "
+               "no sync to remove from your code. The cost is compilation: keep shapes stable (or mark dynamic "
+               "dimensions with torch._dynamo.mark_dynamic / dynamic=True) so graphs are not recompiled every "
+               "step, warm up before profiling, and cache compiled artifacts across runs.")
+
+
+def _compile_finding(ctx: RuleContext) -> list[Finding]:
+    """One info finding for the syncs made inside compilation/autotuning: attributed to the compiler."""
+    cs = sync_calls(ctx.trace, compilation=True)
+    if cs.height == 0:
+        return []
+    cs = host_step_of(cs, ctx.steps, "ts").filter(pl.col("step").is_not_null())
+    if cs.height == 0:
+        return []
+    ev = {"cause": "torch.compile compilation / autotuning", "sync_calls": dict(sorted(
+        zip(*cs["name"].value_counts().select("name", "count").to_dict(as_series=False).values(), strict=True))),
+          "syncs_per_step": round(cs.height / ctx.steps.height, 2)}
+    return [ctx.finding(title="Syncs inside torch.compile compilation/autotuning (not the loop's)", severity="info",
+                        steps=sorted(set(cs["step"].to_list())), count=cs.height, cost_ns=0, evidence=ev,
+                        fix=COMPILE_FIX)]
+
+
 def check(ctx: RuleContext) -> list[Finding]:
     s = attributed_syncs(ctx.trace, ctx.steps, ctx.part)
     if s.height == 0:
-        return []
+        return _compile_finding(ctx)
     nsteps = ctx.steps.height
     groups = (s.with_columns(source=pl.col("source").fill_null(""))
               .group_by("cause", "source")
@@ -170,4 +198,4 @@ def check(ctx: RuleContext) -> list[Finding]:
             title=f"{g['cause']} syncs the host" + (f" at {g['source']}" if g["source"] else ""),
             steps=g["steps"], count=g["count"], cost_ns=g["cost"], evidence=ev, fix=FIXES.get(g["cause"], GENERIC_FIX),
             op_ids=[o for o in g["ops"] if o is not None]))
-    return out
+    return out + _compile_finding(ctx)

@@ -41,12 +41,14 @@ from __future__ import annotations
 import polars as pl
 
 from traceview.analyses.breakdown import step_breakdown
+from traceview.analyses.features import Features
 from traceview.analyses.intervals import clip, per_window
 from traceview.classify import dataloader_spans
 from traceview.ruleapi import Finding, Option, RuleContext
 
 CODE = "TV401"
 NAME = "input-bound"
+CLASS = "input"  # the classifier class whose time a fix of these findings removes
 SEVERITY = "warning"
 TITLE = "Steps wait for the DataLoader; the GPU idles meanwhile"
 TITLE_CPU = "Steps wait for the DataLoader in the training process"
@@ -101,14 +103,17 @@ def check(ctx: RuleContext) -> list[Finding]:
     # kernels, copies, communication or runtime calls)
     per = step_breakdown(trace, steps).select("step", pl.col("dataloader").alias("dur")).sort("step")
     total = int(per["dur"].sum())
-    pct = ctx.pct(total)
+    # as a share of tb_plugin's own step windows, the number the plugin reports
+    tb = steps.select("step", (pl.col("tb_end") - pl.col("tb_ts")).alias("sd")) if "tb_ts" in steps.columns else \
+        steps.select("step", (pl.col("end") - pl.col("ts")).alias("sd"))
+    tb_window = int(tb["sd"].sum())
+    pct = 100.0 * total / tb_window if tb_window else 0.0
     if pct < ctx.options["moderate_pct"]:
         return []
     part = ctx.class_time("input")
     idle = part.group_by("step").agg((pl.col("end") - pl.col("ts")).sum().alias("idle"))
     idle_total = int(idle["idle"].sum()) if idle.height else 0
-    dur = steps.select("step", (pl.col("end") - pl.col("ts")).alias("sd"))
-    rows = per.join(dur, on="step").join(idle, on="step", how="left").sort("step")
+    rows = per.join(tb, on="step").join(idle, on="step", how="left").sort("step")
     ev = {
         "dataloader_us": round(total / 1000, 3), "dataloader_pct": round(pct, 2),
         "dataloader_host_us": round(int(host["dur"].sum()) / 1000, 3),
@@ -120,4 +125,16 @@ def check(ctx: RuleContext) -> list[Finding]:
     }
     fired = rows.filter(pl.col("dur") > 0)["step"].to_list()
     return [ctx.finding(steps=fired, count=dl.filter((pl.col("end") > lo) & (pl.col("ts") < hi)).height,
-                        cost_ns=total, savings_ns=idle_total, severity_pct=pct, evidence=ev)]
+                        cost_ns=total, savings_ns=idle_total, severity_pct=pct, evidence=ev,
+                        fix=fix_for(ctx.features))]
+
+
+def fix_for(f: Features) -> str:
+    """The fix, conditioned on the trace: a DataLoader that already has worker processes needs more or faster
+    workers, not workers."""
+    if f.dataloader_workers:
+        return ("The DataLoader already runs worker processes, yet the host still waits for batches: the workers "
+                "cannot keep up. Raise num_workers (up to the free CPU cores), prefetch_factor and "
+                "persistent_workers=True, make the per-sample transform cheaper (decode once, smaller images, "
+                "augment on the GPU), pin memory and copy with non_blocking=True.")
+    return FIX

@@ -41,12 +41,14 @@ from __future__ import annotations
 
 import polars as pl
 
+from traceview.analyses.features import Features
 from traceview.analyses.windows import step_of
 from traceview.classify import idle_gaps
 from traceview.ruleapi import Finding, Option, RuleContext
 
 CODE = "TV101"
 NAME = "launch-bound"
+CLASS = "cpu_launch"  # the classifier class whose time a fix of these findings removes
 SEVERITY = "warning"
 TITLE = "GPU idles between kernels because the CPU launches them late"
 OPTIONS = {
@@ -94,5 +96,60 @@ def check(ctx: RuleContext) -> list[Finding]:
                          "next_kernel": nxt[0]["name"] if nxt else None, "next_op": nxt[0]["op_name"] if nxt else None}
                         if lg else None),
     }
-    return [ctx.finding(cost_ns=cost, count=gaps.height, steps=fired, evidence=evidence,
-                        kernel_ids=after["i"].to_list())]
+    severity, surviving, note = _profiler_check(ctx, cost)
+    if note:
+        evidence["profiler"] = note
+    return [ctx.finding(cost_ns=cost, savings_ns=surviving, count=gaps.height, steps=fired, evidence=evidence,
+                        severity=severity, fix=fix_for(ctx.features), kernel_ids=after["i"].to_list())]
+
+
+def _profiler_check(ctx: RuleContext, cost: int) -> tuple[str | None, float, dict | None]:
+    """(severity override, savings, note). The profiler adds host time to every recorded event, and on a
+    host-bound step that time is GPU idle the unprofiled run does not have. What a fix would save without the
+    profiler is the launch-bound time minus the profiler's cost, and at most the unprofiled step's idle
+    (unprofiled step − GPU busy time): measured with a collector manifest, else estimated from the recorded
+    events (analyses.overhead). Below `moderate_pct` of the unprofiled step the finding is `info`."""
+    n = ctx.steps.height
+    prof = ctx.profiler
+    over = float(prof.get("overhead_ns") or 0.0) * n
+    unprof = float(prof.get("unprofiled_step_ns") or 0.0) * n
+    if not n or not unprof:
+        return None, float(cost), None
+    gpu = 1000 * float((prof.get("estimate") or {}).get("gpu_busy_per_step_us") or 0.0) * n
+    left = max(0.0, min(cost - over, unprof - gpu))
+    left_pct = 100.0 * left / unprof
+    how = "measured by the collector" if prof.get("source") == "manifest" else "estimated from the recorded events"
+    note = {"source": prof.get("source"), "overhead_per_step_us": round(over / n / 1000, 3),
+            "unprofiled_step_us": round(unprof / n / 1000, 3), "unprofiled_savings_pct": round(left_pct, 2)}
+    if left >= cost:
+        return None, float(cost), None
+    if left_pct < ctx.options["moderate_pct"]:
+        note["note"] = (f"the profiler's own cost ({how}: {over / n / 1000:,.1f} µs per step) accounts for this "
+                        f"launch-bound idle: without the profiler the step takes about {unprof / n / 1000:,.1f} µs and "
+                        "the GPU is busy for nearly all of it, so this is not worth fixing — re-record with fewer "
+                        "events (no --stack/--modules) or time the unprofiled step to confirm")
+        return "info", left, note
+    note["note"] = (f"part of this idle is the profiler's own cost ({how}: {over / n / 1000:,.1f} µs per step); "
+                    f"a fix would save about {left_pct:.0f} % of the unprofiled step")
+    return None, left, note
+
+
+def fix_for(f: Features) -> str:
+    """The fix, conditioned on what the trace already does: never recommend what is in use."""
+    if f.cuda_graphs:
+        return ("The step already replays CUDA graphs, so the launches left are outside them: the GPU idles between "
+                "graph replays while Python runs the rest of the step. Capture more of the step into the graph "
+                "(the optimizer step, the loss, the data copy into static buffers), remove graph breaks that split "
+                "it, move host work off the critical path, or raise the batch size so each replay does more work.")
+    if f.compiled or f.triton_kernels:
+        return ("The step is already compiled (torch.compile regions / Triton kernels) but still launched one kernel "
+                "at a time: the next step is CUDA graphs — torch.compile(mode=\"reduce-overhead\") (or "
+                "\"max-autotune\") captures the compiled region so one launch replays it; fix graph breaks so "
+                "larger regions compile, and raise the batch size so each kernel does more work.")
+    opt = "" if (f.fused_optimizer or f.foreach_optimizer) else (
+        " and replace Python loops of small ops with batched or foreach ops (AdamW(fused=True) / foreach=True)")
+    return ("The CPU is the bottleneck: each eager op costs several µs of Python, dispatcher and launch work, and "
+            "these kernels finish faster than the next one is launched, so the GPU queue runs dry. Launch fewer, "
+            "larger pieces of work: capture the step with CUDA Graphs (torch.compile(mode=\"reduce-overhead\") or "
+            "torch.cuda.graphs) so one launch replays many kernels, let torch.compile fuse the tiny ops, raise the "
+            f"batch size{opt}.")

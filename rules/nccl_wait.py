@@ -31,11 +31,16 @@ at that rank's own trace: host syncs, data loading, uneven work or a slower devi
 Per trace: exposed communication time and share, total NCCL kernel time, overlapped part, kernel names,
 per step. Per job: matched collectives, matching method and source (GPU kernels or host-side gloo collectives),
 per-rank total/mean wait, wait and exposed wait per step, times last/first, pure transfer time, and the
-straggler with the reason. For a `traceview collect` run, `profiling_overhead_ms_per_step` (profiled minus
-unprofiled step time from its manifest); when that is at least the others' exposed wait per step, the finding
-says the straggler may be a profiling artifact (`may_be_profiling_artifact`): profiling slows every rank's
-host, not always equally, and in a launch-bound job any host-speed difference becomes the others' wait (a
-balanced DDP job on 2 x H200 profiled at +124 % showed 12.8 ms of wait per step).
+straggler with the reason, and why it is late (`cause`: the class and mechanism of its extra time before the
+collectives it arrived late at, compared with the other ranks': `jobs[].nccl.straggler.cause`). For a
+`traceview collect` run, `profiling_overhead_ms_per_step` (profiled minus unprofiled step time from its
+manifest, else the profiling section's estimate of the unprofiled step); when that is at least the others'
+exposed wait per step AND the straggler runs the same work as the others (its cause is the same host ops, each
+slower), the straggler is reported as `info` with the reason (`may_be_profiling_artifact`): profiling slows
+every rank's host, not always equally, and in a launch-bound job any host-speed difference becomes the others'
+wait (a balanced DDP job on 2 x H200 profiled at +124 % showed 12.8 ms of wait per step). A straggler whose
+delay is work the others do not have (code outside any op, extra ops, input, syncs, kernels) stays loud
+whatever the overhead.
 
 ## Options
 - `moderate_pct` (3.0): exposed-communication (or wait) share at which a finding is a warning — XProf device-collectives moderate threshold.
@@ -59,6 +64,7 @@ from traceview.ruleapi import Finding, JobContext, Option, RuleContext
 
 CODE = "TV501"
 NAME = "nccl-wait"
+CLASS = "communication"  # the classifier class whose time a fix of these findings removes
 SEVERITY = "warning"
 TITLE = "Exposed NCCL communication"
 OPTIONS = {
@@ -71,6 +77,9 @@ FIX = ("While a collective runs with no compute kernel beside it, the step is wa
        "with compute — DDP gradient bucketing (bucket_cap_mb), FSDP forward/backward prefetch, async_op=True "
        "collectives issued early — and reduce bytes (bf16 gradients, compression, gradient accumulation). If one "
        "rank is the straggler, look at its own trace: host syncs, data loading, uneven work.")
+#: cause mechanisms (analyses/straggler.py) that uneven profiler overhead can produce: the straggler runs the same
+#: work as the others, only its host is slower (None: no cause could be computed)
+PROFILER_EXPLAINED = (None, "slower_host_ops")
 STRAGGLER_FIX = ("Every other rank's collective (its NCCL kernel, or the gloo work on the host) waits for the straggler "
                  "to join: that time is synchronisation, "
                  "not transfer. Look at the straggler rank's own trace for what delays it before the collective "
@@ -136,18 +145,32 @@ def check_job(ctx: JobContext) -> list[Finding]:
             ev["note"] = (f"median wait per step {median / 1000:.2f} ms is below host_noise_ms ({opts['host_noise_ms']} "
                           "ms): within OS scheduling noise for host-side collectives, no straggler is raised")
     title = f"Ranks wait for straggler rank {strag['rank']} in {kind} collectives"
+    cause = strag.get("cause") or {}
+    if cause.get("class"):
+        ev["cause"] = {k: cause[k] for k in ("class", "mechanism", "excess_us_per_step", "text")}
     over = ctx.overhead_ms
     if over is not None:
         ev["profiling_overhead_ms_per_step"] = round(over, 3)
         if severity != "info" and over * 1000 >= per_step:
             # Under the profiler every rank's host is slower, not always by the same amount; in a launch-bound
-            # job any host-speed difference becomes the others' wait. If the profiler added at least as much per
-            # step as the others wait, this straggler may not exist without it.
-            ev["may_be_profiling_artifact"] = True
-            ev["note"] = (f"the profiler added {over:.2f} ms per step (collector manifest: profiled vs unprofiled step "
-                          f"time), at least the {per_step / 1000:.2f} ms the other ranks wait: the straggler may be an "
-                          "artifact of uneven profiling overhead; check the unprofiled step times or re-record with "
-                          "fewer profiler options")
-            title += " (may be a profiling artifact)"
+            # job any host-speed difference becomes the others' wait. When the profiler added at least as much per
+            # step as the others wait AND the straggler runs the same work as they do (no code, ops, syncs, input
+            # or kernels of its own: only the same host ops, each slower), the straggler may not exist without
+            # the profiler: info, with the reason. Work the others do not have stays loud whatever the overhead.
+            mech = cause.get("mechanism")
+            if mech in PROFILER_EXPLAINED:
+                ev["may_be_profiling_artifact"] = True
+                ev["note"] = (f"the profiler added {over:.2f} ms per step ({ctx.overhead_source}), at least the "
+                              f"{per_step / 1000:.2f} ms the other ranks wait"
+                              + (f", and rank {strag['rank']} runs the same work as they do (the same host ops, each "
+                                 "slower)" if mech else "")
+                              + ": the straggler may be an artifact of uneven profiling overhead, not raised; check "
+                              "the unprofiled step times or re-record with fewer profiler options")
+                title += " (may be a profiling artifact)"
+                severity = "info"
+            else:
+                ev["note"] = (f"the profiler added {over:.2f} ms per step, at least the {per_step / 1000:.2f} ms the "
+                              f"other ranks wait, but rank {strag['rank']}'s delay is work the others do not have "
+                              f"({mech}): a real straggler")
     return [ctx.finding(severity=severity, title=title, count=s["collectives"], cost_ns=cost * 1000,
                         savings_ns=mean_wait * 1000, evidence=ev, fix=STRAGGLER_FIX)]

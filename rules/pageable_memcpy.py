@@ -42,6 +42,7 @@ from traceview.ruleapi import Finding, Option, RuleContext
 
 CODE = "TV301"
 NAME = "pageable-memcpy"
+CLASS = "gpu_memory"  # the classifier class whose time a fix of these findings removes
 SEVERITY = "warning"
 TITLE = "Copy to/from pageable host memory (staged, synchronous, slow)"
 OPTIONS = {

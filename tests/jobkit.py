@@ -14,7 +14,7 @@ from traceview.report import analyze_job_traces
 def job_nccl(job: Job, options: Options | None = None) -> tuple[dict, list[Finding]]:
     """(the job's `nccl` section, its job-level findings)."""
     entry, _ = analyze_job_traces(job, options)
-    return entry["nccl"], [Finding(**f) for f in entry["findings"]]
+    return entry["nccl"], [Finding(**{("cls" if k == "class" else k): v for k, v in f.items()}) for f in entry["findings"]]
 
 
 def job_steps(job: Job) -> dict[int, pl.DataFrame]:

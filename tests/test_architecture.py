@@ -130,7 +130,8 @@ LAYERS = [
     {"traceview.classify"},
     {"traceview.findings", "traceview.ruleapi"},
     {"traceview.rules"},
-    {"traceview.rulerunner", "traceview.verdict", "traceview.profiling", "traceview.layer_section", "traceview.job"},
+    {"traceview.rulerunner", "traceview.verdict", "traceview.profiling", "traceview.layer_section", "traceview.job",
+     "traceview.straggler"},
     {"traceview.report"},
     {"traceview.jobrun", "traceview.digest", "traceview.discover"},  # batch / CI: over the report document
     {"traceview.diff", "traceview.baseline", "traceview.batch"},

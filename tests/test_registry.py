@@ -82,7 +82,7 @@ def test_cli_json_findings_and_fail_on():
     assert r.returncode == 1, r.stderr
     t = json.loads(r.stdout)["traces"][0]
     keys = {"rule", "code", "severity", "title", "steps", "count", "cost_us", "savings_us", "savings_pct",
-            "evidence", "fix", "layer"}
+            "evidence", "fix", "layer", "class"}
     assert t["findings"] and all(set(f) == keys for f in t["findings"])
     sav = [f["savings_us"] for f in t["findings"]]
     assert sav == sorted(sav, reverse=True)

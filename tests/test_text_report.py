@@ -46,7 +46,10 @@ def test_gpt2_first_screen_leads_with_the_answer(gpt2_doc: dict) -> None:
     head = lines[1]
     assert f"step {s['avg_step_us'] / 1000:,.2f} ms avg" in head and "3 step(s) 1-3" in head
     assert " / ".join(f"{st['dur_us'] / 1000:,.2f}" for st in gpt2_doc["steps"]) in head  # each step's time
-    assert out.index("Verdict: CPU/launch-bound") < out.index("Findings (") < out.index("TV101 launch-bound — fix:")
+    top = gpt2_doc["findings"][0]
+    primary = gpt2_doc["classification"]["primary"]
+    assert (out.index(gpt2_doc["verdict_text"][:30]) < out.index(f"Fix first: {primary}") < out.index("Findings (")
+            < out.index(f"{top['code']} {top['rule']} — fix:"))
     n = len(gpt2_doc["classification"]["analyzed_steps"])
     for f in gpt2_doc["findings"]:  # every finding with its savings per step and % of the step
         row = next(line for line in lines if f" {f['code']} " in line and f"{f['savings_us'] / 1000 / n:,.2f}" in line)
@@ -121,7 +124,7 @@ def test_job_leads_with_the_straggler() -> None:
     doc = json.loads(run("analyze", JOB, "--format", "json").stdout)
     job = doc["jobs"][0]
     assert out.index("job ") < out.index("Straggler: rank 1") < out.index("rank0.")  # before the ranks' reports
-    assert job["nccl"]["straggler"]["reason"].split(":")[0] in out
+    assert " ".join(job["nccl"]["straggler"]["cause"]["text"].split()[:8]) in " ".join(out.split())
     r0 = next(r for r in job["nccl"]["ranks"] if r["rank"] == 0)
     assert f"{r0['exposed_wait_per_step_us'] / 1000:,.3f}" in out  # rank 0's exposed wait per step
 
@@ -177,9 +180,10 @@ def test_step_ranges_never_cut() -> None:
 
 
 def test_sections_of_the_other_issues_lead_when_present(gpt2_doc: dict) -> None:
-    """`classification.primary`, `projection` (issue 11's shape) and `jobs[].nccl.straggler.cause` (issue 12's) are
-    printed on the first screen, before the findings, when the document holds them. Filled here from the
-    trace's own findings: projected step = measured step minus each finding's savings per step."""
+    """`classification.primary`, `projection` (issue 11's shape) and `jobs[].nccl.straggler.cause` are printed on
+    the first screen, before the findings, when the document holds them. The projection is filled here from the
+    trace's own findings (projected step = measured step minus each finding's savings per step); the cause's text
+    is replaced to check it is what leads the job."""
     import copy
     import io
 
@@ -199,7 +203,7 @@ def test_sections_of_the_other_issues_lead_when_present(gpt2_doc: dict) -> None:
     proj = next(line for line in out.splitlines() if line.startswith("Projected step:"))
     assert proj.startswith(f"Projected step: {step / 1000:,.2f} ms now → "
                            f"{t['projection']['all_fixed_step_us'] / 1000:,.2f} ms with every fix")
-    assert f"TV101 → {fixes[0]['step_us'] / 1000:,.2f} ms" in proj
+    assert f"{fixes[0]['code']} → {fixes[0]['step_us'] / 1000:,.2f} ms" in proj
     assert out.index("Fix first: cpu_launch") < out.index("Projected step") < out.index("Findings (")
 
     doc = json.loads(run("analyze", JOB, "--format", "json").stdout)
@@ -208,5 +212,4 @@ def test_sections_of_the_other_issues_lead_when_present(gpt2_doc: dict) -> None:
     buf = io.StringIO()
     text.render(doc, buf, width=120)
     out = buf.getvalue()
-    assert out.index("Straggler: rank 1") < out.index("\nWhy: rank 1 is late because of its host\n") < out.index(
-        "\nrank 0: ")
+    assert out.index("job ") < out.index("\nStraggler: rank 1 is late because of its host\n") < out.index("\nrank 0: ")

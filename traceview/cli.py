@@ -121,6 +121,8 @@ def make_parser() -> argparse.ArgumentParser:
                    help=f"text: print these detail sections, comma separated: {','.join(TEXT_SECTIONS)}")
     a.add_argument("--width", type=int, default=None, metavar="COLS",
                    help="text: line width in columns (default: the terminal's; 100 when piped, or $COLUMNS)")
+    a.add_argument("-j", "--jobs", type=int, default=None,
+                   help="worker processes for the rank files of a directory (default: one per core from 8 files on 4+ cores; 1: serial)")
     add_rule_options(a)
     a.set_defaults(func=cmd_analyze)
 

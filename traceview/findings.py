@@ -1,7 +1,8 @@
 """The `Finding` model: what a rule reports, ready to rank, render and serialise.
 
 JSON keys (the contract, docs/json-schema.md): rule, code, severity, title, steps, count, cost_us,
-savings_us, savings_pct, evidence, fix, layer. `count` is the number of occurrences over all analysed
+savings_us, savings_pct, evidence, fix, layer, class (the classifier class whose time a fix removes: the rule's
+`CLASS`, or null). `count` is the number of occurrences over all analysed
 steps; `cost_us` the measured time lost; `savings_us` the estimated time a fix recovers and
 `savings_pct` that as % of the analysed window (the sum of the analysed steps).
 """
@@ -41,6 +42,7 @@ class Finding:
     evidence: dict[str, Any] = field(default_factory=dict)
     fix: str = ""
     layer: str | None = None
+    cls: str | None = None  # JSON "class"
 
     def __post_init__(self) -> None:
         if self.severity not in SEVERITIES:
@@ -53,6 +55,7 @@ class Finding:
         d["savings_pct"] = round(float(self.savings_pct), 2)
         d["steps"] = [int(s) for s in self.steps]
         d["count"] = int(self.count)
+        d["class"] = d.pop("cls")
         return d
 
 

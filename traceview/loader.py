@@ -389,20 +389,72 @@ def _steps(host: pl.DataFrame, gpu: pl.DataFrame) -> pl.DataFrame:
         cpu = pl.DataFrame({"step": [0], "name": ["(whole trace)"], "host_idx": [None], "cpu_ts": [lo],
                             "cpu_end": [hi]}, schema_overrides={"host_idx": pl.UInt32})
     if gpu.height and "launch_ts" in gpu.columns:
-        launched = (gpu.filter(pl.col("launch_ts").is_not_null()).select("launch_ts", "ts", "end").sort("launch_ts")
+        launched = (gpu.filter(pl.col("launch_ts").is_not_null()).select("launch_ts", "launch_end", "ts", "end").sort("launch_ts")
                     .join_asof(cpu.select("step", "cpu_ts", "cpu_end").sort("cpu_ts"), left_on="launch_ts",
                                right_on="cpu_ts", strategy="backward")
                     .filter(pl.col("launch_ts") < pl.col("cpu_end"))
-                    .group_by("step").agg(pl.col("ts").min().alias("gpu_ts"), pl.col("end").max().alias("gpu_end")))
+                    .group_by("step").agg(pl.col("ts").min().alias("gpu_ts"), pl.col("end").max().alias("gpu_end"),
+                                          pl.col("launch_end").sort_by("ts").first().alias("_first_launch")))
         cpu = cpu.join(launched, on="step", how="left")
     else:
-        cpu = cpu.with_columns(gpu_ts=pl.lit(None, pl.Int64), gpu_end=pl.lit(None, pl.Int64))
-    # device-side window (tb_plugin): start = max(previous end, host start), end = max(host end, GPU end)
-    cpu = cpu.sort("step").with_columns(end=pl.max_horizontal("cpu_end", "gpu_end"))
-    return cpu.with_columns(
-        ts=pl.max_horizontal("cpu_ts", pl.col("end").shift(1)),
-        synthetic=pl.lit(synthetic),
-    ).select("step", "name", "host_idx", "cpu_ts", "cpu_end", "gpu_ts", "gpu_end", "ts", "end", "synthetic")
+        cpu = cpu.with_columns(gpu_ts=pl.lit(None, pl.Int64), gpu_end=pl.lit(None, pl.Int64),
+                               _first_launch=pl.lit(None, pl.Int64))
+    # tb_plugin's device-side window: start = max(previous end, host start), end = max(host end, GPU end)
+    cpu = cpu.sort("step").with_columns(tb_end=pl.max_horizontal("cpu_end", "gpu_end"))
+    cpu = cpu.with_columns(tb_ts=pl.max_horizontal("cpu_ts", pl.col("tb_end").shift(1)))
+    return _periods(cpu, gpu).with_columns(synthetic=pl.lit(synthetic)).select(
+        "step", "name", "host_idx", "cpu_ts", "cpu_end", "gpu_ts", "gpu_end", "ts", "end", "tb_ts", "tb_end",
+        "synthetic")
+
+
+#: launch latency onto an idle GPU when the trace has too few such launches to measure it: a few µs on current
+#: NVIDIA/AMD GPUs (PEERS.md, DOMAIN.md §1); a first kernel that starts later than this after its launch waited
+#: for work the trace does not hold
+LAUNCH_LATENCY_NS = 20_000
+MIN_LATENCY_SAMPLES = 5
+
+
+def _periods(cpu: pl.DataFrame, gpu: pl.DataFrame) -> pl.DataFrame:
+    """Step periods [ts, end) that partition time: step N runs from its start to step N+1's start.
+
+    A step starts when the host enters it, unless the GPU is still busy with earlier work then (the host runs
+    ahead of a full queue): it then starts when that earlier work ends, and at the latest when its own first
+    GPU work starts — where a CUDA event recorded at the step's start would fire. Earlier work is work launched
+    before the recording (no launch record) or by an earlier step, and also work the trace does not hold: when
+    the step's first kernel started later after its launch call returned than the trace's usual launch latency
+    (median over kernels launched onto an idle GPU), the GPU was busy until that usual latency before the
+    kernel's start. The first step opens on an idle GPU (the profiler's start-up, a host preamble with nothing
+    queued): it keeps only the median idle the other steps have before their first GPU work. So no period holds
+    GPU work queued before the recording, and on a GPU-bound loop the period is the GPU's step period. The last
+    step ends at the end of its host span or of its GPU work, whichever is later."""
+    if "gpu_ts" not in cpu.columns or cpu["gpu_ts"].is_null().all() or gpu.height == 0:
+        return cpu.with_columns(ts=pl.col("tb_ts"), end=pl.col("tb_end")).drop("_first_launch")
+    work = gpu.filter(pl.col("kind") != "sync").select("ts", "end", "launch_end").sort("ts")
+    work = work.with_columns(_busy_to=pl.col("end").cum_max())
+    # launch latency onto an idle GPU (from the launch call's return: a pageable copy works inside the call):
+    # nothing earlier was still running when the launch call returned
+    idle_launch = work.filter(pl.col("launch_end") > pl.col("_busy_to").shift(1).fill_null(pl.col("launch_end") - 1))
+    lat = idle_launch.select((pl.col("ts") - pl.col("launch_end")).median()).item()
+    if idle_launch.height < MIN_LATENCY_SAMPLES or lat is None:
+        lat = LAUNCH_LATENCY_NS
+    first = cpu.select("step", pl.coalesce("gpu_ts", "cpu_ts").alias("_first")).sort("_first")
+    first = first.join_asof(work.select(pl.col("ts") + 1, "_busy_to"), left_on="_first", right_on="ts",
+                            strategy="backward").select("step", "_busy_to")
+    cpu = cpu.join(first, on="step", how="left").sort("step")
+    unseen = (pl.col("gpu_ts") - int(lat)) if lat is not None else pl.lit(None, pl.Int64)
+    unseen = pl.when(pl.col("_first_launch").is_not_null() & (unseen > pl.col("_first_launch"))).then(unseen)
+    start = pl.max_horizontal("cpu_ts", "_busy_to", unseen)
+    start = pl.when(pl.col("gpu_ts").is_not_null()).then(pl.min_horizontal(start, "gpu_ts")).otherwise(start)
+    cpu = cpu.with_columns(ts=start)
+    # the first recorded step opens on an idle GPU (the profiler's start-up, the host's preamble with nothing
+    # queued): it keeps only as much idle before its first GPU work as the other steps have at their start
+    lead = (cpu["gpu_ts"] - cpu["ts"]).slice(1).drop_nulls()
+    if lead.len() and cpu["gpu_ts"][0] is not None:
+        first = max(int(cpu["ts"][0]), int(cpu["gpu_ts"][0]) - max(0, int(lead.median())))
+        cpu = cpu.with_columns(ts=pl.when(pl.int_range(pl.len()) == 0).then(first).otherwise(pl.col("ts")))
+    cpu = cpu.with_columns(ts=pl.col("ts").cum_max())  # starts never go back in time
+    last_end = pl.max_horizontal("cpu_end", "gpu_end", "ts")
+    return cpu.with_columns(end=pl.col("ts").shift(-1).fill_null(last_end)).drop("_busy_to", "_first_launch")
 
 
 def _meta(path: Path, doc: d.Doc, fmt: str, t0_us: float, counts: dict, warnings: list[str],

@@ -21,7 +21,8 @@ Frames (columns in brackets). `i` is the event's position in the file: a stable 
   device_type, device_id, addr].
 - `flows`: s/f flow events [cat, id, ph, pid, tid, ts] (`fwdbwd`, `ac2g`).
 - `steps`: one row per ProfilerStep#N [step, name, host_idx, cpu_ts, cpu_end, gpu_ts,
-  gpu_end, ts, end] where [ts, end) is the device-side step window (tb_plugin's rule).
+  gpu_end, ts, end, tb_ts, tb_end] where [ts, end) is the step's period (consecutive periods partition
+  time; loader._periods) and [tb_ts, tb_end) the tb_plugin's device-side window (kept for comparison).
 - `threads`: [pid, tid, name].
 """
 
@@ -58,7 +59,7 @@ SCHEMA: dict[str, dict[str, pl.DataType]] = {
                "device_id": _I, "device_type": _I, "addr": _I},
     "flows": {"cat": _S, "ph": _S, "pid": _I, "tid": _I, "ts": _I, "id": _I},
     "steps": {"step": _I, "name": _S, "host_idx": _U, "cpu_ts": _I, "cpu_end": _I, "gpu_ts": _I, "gpu_end": _I,
-              "ts": _I, "end": _I},
+              "ts": _I, "end": _I, "tb_ts": _I, "tb_end": _I},
     "threads": {"pid": _I, "tid": _I, "name": _S},
 }
 

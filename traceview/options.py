@@ -19,6 +19,7 @@ class Options:
     layers_depth: int | None = None  # layers section: down to this tree depth
     top: int = 10  # rows of the top-kernel / top-op tables
     fail_on: str | None = None  # exit 1 at or above this severity (CLI, batch)
+    jobs: int | None = None  # worker processes for a directory's files (None: one per core from 8 files on 4+ cores; 1: serial)
 
     def selected(self) -> list[str]:
         from .registry import selected
@@ -32,7 +33,7 @@ class Options:
     @classmethod
     def build(cls, *, step: int | None = None, select: list[str] | None = None, ignore: list[str] | None = None,
               config: str | None = None, sets: list[str] | None = None, layers_depth: int | None = None,
-              fail_on: str | None = None, top: int = 10) -> Options:
+              fail_on: str | None = None, top: int = 10, jobs: int | None = None) -> Options:
         """Options from CLI-style inputs; a bad selector, option or config file raises TraceError."""
         from . import config as cfgmod
         from . import registry
@@ -40,4 +41,4 @@ class Options:
         cfg = cfgmod.load(config, sets)
         codes = registry.selected(select or cfg["select"], (ignore or []) + list(cfg["ignore"]))
         return cls(step=step, codes=tuple(codes), rule_options=cfg["options"], layers_depth=layers_depth,
-                   fail_on=fail_on or cfg["fail_on"], top=top)
+                   fail_on=fail_on or cfg["fail_on"], top=top, jobs=jobs)

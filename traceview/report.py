@@ -17,6 +17,7 @@ The JSON layout is documented in docs/json-schema.md; bump SCHEMA_VERSION on any
 
 from __future__ import annotations
 
+import os
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -27,6 +28,7 @@ import polars as pl
 from . import cpu_view
 from .analyses import breakdown, kernels, timeline
 from .analyses.intervals import clip
+from .analyses.windows import recording_edges
 from .errors import TraceError
 from .job import RankResult, analyze_job
 from .layer_section import section as layers_section
@@ -80,25 +82,30 @@ def _device_section(trace: Trace, steps: pl.DataFrame, busy: pl.DataFrame) -> li
 
 
 def _steps_section(trace: Trace, steps: pl.DataFrame, busy: pl.DataFrame) -> tuple[list[dict], dict]:
-    bd = breakdown.step_breakdown(trace, steps)
+    """Per step: its period [start, end) (periods partition time) with the GPU busy time in it, and the
+    tb_plugin-style breakdown over the plugin's own window (tb_*), kept for comparison with the plugin."""
+    bd = breakdown.step_breakdown(trace, steps).rename({"ts": "tb_ts", "end": "tb_end", "dur": "tb_dur"})
     busy = busy.group_by("step").agg(pl.col("busy").max())
-    bd = bd.join(busy, on="step", how="left").with_columns(pl.col("busy").fill_null(0))
+    bd = (steps.select("step", "ts", "end", (pl.col("end") - pl.col("ts")).alias("dur")).join(bd, on="step")
+          .join(busy, on="step", how="left").with_columns(pl.col("busy").fill_null(0)).sort("step"))
     roles = [*breakdown.ROLES, "other"]
     rows = []
     for r in bd.iter_rows(named=True):  # one row per step
         rows.append({
             "step": r["step"], "start_us": us(r["ts"]), "end_us": us(r["end"]), "dur_us": us(r["dur"]),
             "gpu_busy_us": us(r["busy"]), "gpu_busy_pct": pct(r["busy"], r["dur"]),
+            "tb_start_us": us(r["tb_ts"]), "tb_end_us": us(r["tb_end"]), "tb_dur_us": us(r["tb_dur"]),
             "breakdown_us": {k: us(r[k]) for k in roles},
-            "breakdown_pct": {k: pct(r[k], r["dur"]) for k in roles},
+            "breakdown_pct": {k: pct(r[k], r["tb_dur"]) for k in roles},
         })
-    tot = bd.select(pl.col(["dur", "busy", *roles]).sum()).row(0, named=True)
+    tot = bd.select(pl.col(["dur", "tb_dur", "busy", *roles]).sum()).row(0, named=True)
     n = bd.height
     summary = {
         "steps": n, "step_numbers": bd["step"].to_list(), "window_us": us(tot["dur"]),
         "avg_step_us": us(tot["dur"] / n) if n else None,
         "gpu_busy_pct": pct(tot["busy"], tot["dur"]),
-        "breakdown_pct": {k: pct(tot[k], tot["dur"]) for k in roles},
+        "tb_window_us": us(tot["tb_dur"]), "tb_avg_step_us": us(tot["tb_dur"] / n) if n else None,
+        "breakdown_pct": {k: pct(tot[k], tot["tb_dur"]) for k in roles},
     }
     return rows, summary
 
@@ -129,14 +136,16 @@ def analyze_trace(trace: Trace, options: Options | None = None) -> dict:
     return _analyze_trace(trace, options or Options())[0]
 
 
-def _analyze_trace(trace: Trace, options: Options) -> tuple[dict, pl.DataFrame]:
-    """(the trace's entry, its analysed steps)."""
+def _analyze_trace(trace: Trace, options: Options) -> tuple[dict, pl.DataFrame, pl.DataFrame | None]:
+    """(the trace's entry, its analysed steps, the classifier's partition of them)."""
     steps = select_steps(trace, options.step)
     lo, hi = int(steps["ts"].min()), int(steps["end"].max())
     gpu_win = trace.gpu.filter((pl.col("end") > lo) & (pl.col("ts") < hi))
     busy = timeline.busy_per_window(trace.gpu, steps)
     step_rows, summary = _steps_section(trace, steps, busy)
-    warnings = list(trace.meta.warnings)
+    edges, edge_warns = recording_edges(trace, steps)
+    summary.update(edges)
+    warnings = [*trace.meta.warnings, *edge_warns]
     entry: dict[str, Any] = {
         "path": trace.meta.path, "rank": trace.meta.rank, "world_size": trace.meta.world_size,
         "metadata": metadata(trace), "warnings": warnings, "summary": summary, "steps": step_rows,
@@ -161,13 +170,14 @@ def _analyze_trace(trace: Trace, options: Options) -> tuple[dict, pl.DataFrame]:
         warnings.extend(warns)
     entry["layers"] = layers_section(trace, steps, findings=findings, kb=ctx.kb if ctx else None,
                                      part=_part(trace, steps, ctx), depth=options.layers_depth)
-    entry["classification"] = classification = classification_section(ctx)
+    entry["classification"] = classification = classification_section(ctx, findings)
     entry["findings"] = findings
-    entry["verdict_text"] = (verdict_text(classification, analysed.height) if ctx
+    entry["verdict_text"] = (verdict_text(classification, analysed.height, findings) if ctx
                              else cpu_view.verdict(trace, steps, host, findings) if host else None)
-    entry["profiling"] = profiling_section(trace, steps, classification.get("dominant"))
+    entry["profiling"] = profiling_section(trace, analysed, classification.get("dominant"), ctx,
+                                           classification.get("primary"))
     entry["cpu"] = cpu_view.section(trace, steps, host) if host else None
-    return entry, analysed
+    return entry, analysed, ctx.part if ctx else None
 
 
 def _part(trace: Trace, steps: pl.DataFrame, ctx: RuleContext | None) -> pl.DataFrame | None:
@@ -201,8 +211,8 @@ def analyze_job_traces(job: Job, options: Options | None = None) -> tuple[dict, 
     options = options or Options()
     ranks = []
     for t in job.traces:
-        entry, analysed = _analyze_trace(t, options)
-        ranks.append(RankResult(trace=t, steps=analysed, entry=entry))
+        entry, analysed, part = _analyze_trace(t, options)
+        ranks.append(RankResult(trace=t, steps=analysed, entry=entry, part=part))
     entry, warns = analyze_job(job.path, ranks, options)
     if warns:
         entry["warnings"] = warns
@@ -215,6 +225,65 @@ def _error(path: Path | str, e: BaseException) -> dict:
     return {"path": str(path), "error": msg}
 
 
+#: from this many files in one directory the ranks are analysed in worker processes (`Options.jobs` None)
+PARALLEL_MIN_FILES = 8
+PARALLEL_MIN_CORES = 4
+
+
+def _workers(n_files: int, options: Options, custom_load: bool) -> int:
+    """Worker processes for the files of one input: 1 (serial, in this process) for a single file, a caller's
+    own loader or `jobs=1`."""
+    if n_files < 2 or custom_load:
+        return 1
+    if options.jobs is not None:
+        return max(1, min(options.jobs, n_files))
+    cores = os.cpu_count() or 1
+    # a worker costs a process start and imports (~1 s); on 2-3 cores polars' own threads already use them
+    return min(cores, n_files) if n_files >= PARALLEL_MIN_FILES and cores >= PARALLEL_MIN_CORES else 1
+
+
+def _analyze_file(path: Path, options: Options) -> tuple[dict, RankResult | None]:
+    """(its trace entry or error row, the rank) of one file: what a worker process sends back."""
+    try:
+        t = load_file(path)
+        entry, analysed, part = _analyze_trace(t, options)
+    except Exception as e:  # noqa: BLE001 - isolate every input
+        return _error(path, e), None
+    return entry, RankResult(trace=t, steps=analysed, entry=entry, part=part)
+
+
+def _analyze_files(files: list[Path], options: Options, workers: int,
+                   on_trace: Callable[[str], None] | None) -> list[tuple[dict, RankResult | None]]:
+    """`_analyze_file` over the files, in worker processes, results in file order (identical to the serial path:
+    each file is analysed alone; spawned workers, as polars' thread pool does not survive fork)."""
+    import multiprocessing
+    from concurrent.futures import ProcessPoolExecutor
+
+    # each worker gets its share of the cores: polars would start a thread per core in every worker otherwise
+    # (the variable is read when a spawned worker imports polars; the workers start during the submits)
+    threads = str(max(1, (os.cpu_count() or 1) // workers))
+    before = os.environ.get("POLARS_MAX_THREADS")
+    os.environ["POLARS_MAX_THREADS"] = threads
+    try:
+        pool = ProcessPoolExecutor(max_workers=workers, mp_context=multiprocessing.get_context("spawn"))
+        futures = [pool.submit(_analyze_file, f, options) for f in files]
+    finally:
+        if before is None:
+            os.environ.pop("POLARS_MAX_THREADS", None)
+        else:
+            os.environ["POLARS_MAX_THREADS"] = before
+    with pool:
+        out = []
+        for f, fut in zip(files, futures, strict=True):
+            if on_trace:
+                on_trace(str(f))
+            try:
+                out.append(fut.result())
+            except Exception:  # noqa: BLE001 - the pool itself failed (a worker killed, no importable __main__
+                out.append(_analyze_file(f, options))  # to spawn from): this file in this process, same result
+        return out
+
+
 def analyze(paths: list[str | Path], options: Options | None = None, *,
             on_trace: Callable[[str], None] | None = None, load: Callable[[Path], Trace] | None = None) -> Report:
     """Analyze files and directories. A directory of several rank files is also one job. Every input is
@@ -222,6 +291,7 @@ def analyze(paths: list[str | Path], options: Options | None = None, *,
     (default `load_file`) lets a caller reuse traces it already holds, e.g. the app when only the step
     changes."""
     options = options or Options()
+    custom_load = load is not None
     load = load or load_file
     rep = Report()
     for p in map(Path, paths):
@@ -231,17 +301,25 @@ def analyze(paths: list[str | Path], options: Options | None = None, *,
             rep.errors.append(_error(p, e))
             continue
         ranks: list[RankResult] = []
-        for f in files:
+        workers = _workers(len(files), options, custom_load)
+        if workers > 1:
+            for entry, rank in _analyze_files(files, options, workers, on_trace):
+                if rank is None:
+                    rep.errors.append(entry)
+                else:
+                    rep.traces.append(entry)
+                    ranks.append(rank)
+        for f in files if workers == 1 else []:
             if on_trace:
                 on_trace(str(f))
             try:
                 t = load(f)
-                entry, analysed = _analyze_trace(t, options)
+                entry, analysed, part = _analyze_trace(t, options)
             except Exception as e:  # noqa: BLE001 - isolate every input
                 rep.errors.append(_error(f, e))
                 continue
             rep.traces.append(entry)
-            ranks.append(RankResult(trace=t, steps=analysed, entry=entry))
+            ranks.append(RankResult(trace=t, steps=analysed, entry=entry, part=part))
         if p.is_dir() and len(ranks) > 1:
             ranks.sort(key=lambda r: (r.trace.meta.rank is None, r.trace.meta.rank or 0, r.trace.meta.path))
             try:

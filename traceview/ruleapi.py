@@ -14,11 +14,13 @@ from typing import Any
 import polars as pl
 
 from . import classify
+from .analyses import overhead as _overhead
+from .analyses.features import Features, detect
 from .analyses.layers import gpu_layers
 from .analyses.specs import Spec, trace_spec
 from .analyses.windows import complete_steps
 from .findings import Finding, severity_for
-from .manifest import step_overhead_ms
+from .manifest import rank_step_times, step_overhead_ms
 from .model import Job, Trace
 
 __all__ = ["Finding", "JobContext", "Option", "RuleContext"]
@@ -45,6 +47,8 @@ class RuleContext:
     part: pl.DataFrame  # [step, ts, end, cls]: the classifier's segments, tiling every step
     rule: ModuleType | None = None  # the rule being run (set by the runner)
     options: Mapping[str, Any] = field(default_factory=dict)  # that rule's thresholds
+    features: Features = field(default_factory=Features)  # what the trace already does (CUDA graphs, compile, ...)
+    profiler: Mapping[str, Any] = field(default_factory=dict)  # profiler overhead per step (see `profiler_cost`)
     # a trace without GPU activity: the host analyses (cpu_view.prepare); only rules with CPU = True run then
     cpu: Mapping[str, Any] | None = None
 
@@ -55,7 +59,8 @@ class RuleContext:
         part = pl.DataFrame(schema={"step": pl.Int64, "ts": pl.Int64, "end": pl.Int64, "cls": pl.String})
         window = int((steps["end"] - steps["ts"]).sum()) if steps.height else 0
         return cls(trace=trace, steps=steps, window_ns=window, spec=trace_spec(trace.meta),
-                   kb=classify.kernel_bound(trace), part=part, cpu=MappingProxyType(dict(cpu)))
+                   kb=(kb := classify.kernel_bound(trace)), part=part, features=detect(trace, kb),
+                   cpu=MappingProxyType(dict(cpu)))
 
     @classmethod
     def prepare(cls, trace: Trace, steps: pl.DataFrame) -> tuple[RuleContext, list[str]]:
@@ -65,7 +70,8 @@ class RuleContext:
         kb = classify.kernel_bound(trace)
         part = classify.partition(trace, kept, kb)
         window = int((kept["end"] - kept["ts"]).sum()) if kept.height else 0
-        return cls(trace=trace, steps=kept, window_ns=window, spec=trace_spec(trace.meta), kb=kb, part=part), warns
+        return cls(trace=trace, steps=kept, window_ns=window, spec=trace_spec(trace.meta), kb=kb, part=part,
+                   features=detect(trace, kb), profiler=profiler_cost(trace, kept)), warns
 
     def for_rule(self, rule: ModuleType, options: Mapping[str, Any]) -> RuleContext:
         return replace(self, rule=rule, options=MappingProxyType(dict(options)))
@@ -108,6 +114,24 @@ class RuleContext:
                         title=title, fix=fix, layer=self.layer_of(kernel_ids, op_ids))
 
 
+def profiler_cost(trace: Trace, steps: pl.DataFrame) -> dict[str, Any]:
+    """The profiler's cost per step: the model's estimate from the recorded events (analyses.overhead) and, for a
+    `traceview collect` run, the measured one (profiled − unprofiled CUDA-event step). `overhead_ns` and
+    `unprofiled_step_ns` are the measured numbers when there are, else the estimate; `source` says which."""
+    est = _overhead.estimate(trace, steps) if steps.height else {}
+    out: dict[str, Any] = {"estimate": est, "source": "estimate",
+                           "overhead_ns": 1000 * float(est.get("overhead_per_step_us") or 0.0),
+                           "unprofiled_step_ns": 1000 * float(est.get("estimated_unprofiled_step_us") or 0.0)}
+    doc = trace.meta.manifest
+    if doc is not None:
+        from pathlib import Path
+
+        unprof, prof, _ = rank_step_times(doc, Path(trace.meta.path).name, trace.meta.rank)
+        if unprof and prof:
+            out.update(source="manifest", overhead_ns=max(0.0, (prof - unprof) * 1e6), unprofiled_step_ns=unprof * 1e6)
+    return out
+
+
 @dataclass(frozen=True)
 class JobContext:
     """The ranks of one job: each rank's analysed steps and the cross-rank collective matching."""
@@ -115,6 +139,7 @@ class JobContext:
     job: Job
     steps: dict[int, pl.DataFrame]  # position in job.traces -> analysed step windows
     comm: dict[str, Any]  # the job's `nccl` section (analyses.comm.summary)
+    entries: tuple[dict[str, Any], ...] = ()  # the ranks' trace entries (same order as job.traces)
     rule: ModuleType | None = None
     options: Mapping[str, Any] = field(default_factory=dict)
 
@@ -130,7 +155,31 @@ class JobContext:
     @property
     def overhead_ms(self) -> float | None:
         """Profiled minus unprofiled step time of a `traceview collect` run (its manifest), else None."""
+        man = self._manifest_overhead_ms
+        return man if man is not None else self.estimated_overhead_ms
+
+    @property
+    def _manifest_overhead_ms(self) -> float | None:
         return next((o for o in (step_overhead_ms(t.meta.manifest) for t in self.job.traces) if o is not None), None)
+
+    @property
+    def overhead_source(self) -> str:
+        """Where `overhead_ms` comes from, in words."""
+        if self._manifest_overhead_ms is not None:
+            return "collector manifest: profiled vs unprofiled step time"
+        return "estimated unprofiled step time of the trace's profiling section"
+
+    @property
+    def estimated_overhead_ms(self) -> float | None:
+        """Without a manifest: the largest traced minus estimated unprofiled step time of a rank (the trace
+        entries' `profiling.estimated_unprofiled_step_us`, where the profiling section estimates it)."""
+        got = []
+        for e in self.entries:
+            est = (e.get("profiling") or {}).get("estimated_unprofiled_step_us")
+            traced = (e.get("summary") or {}).get("avg_step_us")
+            if isinstance(est, (int, float)) and isinstance(traced, (int, float)):
+                got.append(max(traced - est, 0.0) / 1000)
+        return max(got) if got else None
 
     def finding(self, *, cost_ns: float, savings_ns: float, count: int, evidence: dict[str, Any],
                 severity: str | None = None, title: str | None = None, fix: str | None = None) -> Finding:
@@ -152,4 +201,4 @@ def _finding(rule: ModuleType | None, options: Mapping[str, Any], *, cost_ns: fl
     return Finding(rule=rule.NAME, code=rule.CODE, severity=severity, title=title or rule.TITLE,
                    steps=[int(s) for s in steps], count=int(count), cost_us=cost_ns / 1000, savings_us=savings / 1000,
                    savings_pct=pct, evidence=evidence, fix=fix if fix is not None else getattr(rule, "FIX", ""),
-                   layer=layer)
+                   layer=layer, cls=getattr(rule, "CLASS", None))

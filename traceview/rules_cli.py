@@ -46,7 +46,8 @@ def build_options(args: argparse.Namespace) -> Options:
     """The run's Options from the analyze flags and `[tool.traceview]`; sets args.fail_on from the config."""
     opts = Options.build(step=getattr(args, "step", None), select=_csv(getattr(args, "select", None)),
                          ignore=_csv(getattr(args, "ignore", None)), config=getattr(args, "config", None),
-                         sets=getattr(args, "set_options", None), fail_on=getattr(args, "fail_on", None))
+                         sets=getattr(args, "set_options", None), fail_on=getattr(args, "fail_on", None),
+                         jobs=getattr(args, "jobs", None))
     args.fail_on = opts.fail_on
     return opts
 

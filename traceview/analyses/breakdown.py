@@ -38,11 +38,13 @@ def role_intervals(trace: Trace) -> pl.DataFrame:
 
 
 def step_breakdown(trace: Trace, steps: pl.DataFrame | None = None) -> pl.DataFrame:
-    """Wide frame: one row per step [step, ts, end, dur, kernel, memcpy, ..., other] (ns).
+    """Wide frame: one row per step [step, ts, end, dur, kernel, memcpy, ..., other] (ns), over tb_plugin's
+    step windows ([tb_ts, tb_end) of the steps frame) so that its numbers compare with the plugin's.
 
     Cached per (trace, step windows): the report and the input-bound rule both need it."""
     steps = trace.steps if steps is None else steps
-    return _step_breakdown(trace, tuple(steps["step"]), tuple(steps["ts"]), tuple(steps["end"]))
+    ts, end = ("tb_ts", "tb_end") if "tb_ts" in steps.columns else ("ts", "end")
+    return _step_breakdown(trace, tuple(steps["step"]), tuple(steps[ts]), tuple(steps[end]))
 
 
 @per_trace

@@ -182,10 +182,9 @@ def wait_per_step(m: pl.DataFrame, busy: pl.DataFrame | None = None) -> pl.DataF
     isl = isl.with_columns(wait=pl.col("end") - pl.col("ts"), overlap=pl.lit(0, pl.Int64))
     if busy is not None and busy.height and isl.height:
         win = isl.with_row_index("_win").with_columns(pl.col("_win").cast(pl.Int64))
+        # each window against its own rank's GPU work only (linear in ranks)
         ov = busy_per_window(busy.rename({"rank": "device"}).with_columns(kind=pl.lit("compute")),
-                             win.select("_win", "ts", "end"), win="_win")
-        # busy_per_window crosses every window with every device (rank): keep each window's own rank
-        ov = ov.join(win.select("_win", pl.col("rank").alias("device")), on=["_win", "device"])
+                             win.select("_win", pl.col("rank").alias("device"), "ts", "end"), win="_win")
         isl = win.join(ov.select("_win", "busy"), on="_win", how="left").with_columns(
             overlap=pl.col("busy").fill_null(0)).drop("_win", "busy")
     per = isl.group_by("rank", "step").agg(pl.col("wait").sum(), (pl.col("wait") - pl.col("overlap")).sum()
@@ -207,9 +206,10 @@ def compute_busy(job: Job) -> pl.DataFrame:
     return pl.concat(frames) if frames else pl.DataFrame(schema={"rank": pl.Int64, "ts": pl.Int64, "end": pl.Int64})
 
 
-def summary(job: Job, steps: dict[int, pl.DataFrame] | None = None) -> dict:
-    """Per-rank waits and the straggler. Plain data."""
-    m, method = match(job, steps)
+def summary(job: Job, steps: dict[int, pl.DataFrame] | None = None,
+            matched: tuple[pl.DataFrame, str] | None = None) -> dict:
+    """Per-rank waits and the straggler. Plain data. `matched`: `match(job, steps)` when the caller has it."""
+    m, method = matched if matched is not None else match(job, steps)
     source = job_source(job)
     head = {"source": source if m.height else "none", "backend": job_backend(job)}
     if m.height == 0:

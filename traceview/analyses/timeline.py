@@ -16,7 +16,8 @@ def gpu_work(gpu: pl.DataFrame) -> pl.DataFrame:
 
 
 def busy_per_window(gpu: pl.DataFrame, windows: pl.DataFrame, win: str = "step") -> pl.DataFrame:
-    """Busy ns of each device inside each window: [device, win, busy].
+    """Busy ns of each device inside each window: [device, win, busy] — of every device, or only of the
+    window's own when `windows` has a `device` column (linear in windows then, e.g. one window set per rank).
 
     With B(t) = busy time before t (a cumulative sum over the merged intervals, read with an as-of
     join), the busy time in [a, b) is B(b) - B(a): linear, no cross join."""
@@ -25,9 +26,10 @@ def busy_per_window(gpu: pl.DataFrame, windows: pl.DataFrame, win: str = "step")
         return pl.DataFrame(schema={"device": pl.Int64, win: pl.Int64, "busy": pl.Int64})
     m = (merge(work, ["device"]).sort("device", "ts")
          .with_columns(_before=(pl.col("end") - pl.col("ts")).cum_sum().over("device") - (pl.col("end") - pl.col("ts"))))
-    q = pl.concat([windows.select(win, pl.col("ts").alias("t"), pl.lit(-1).alias("_sign")),
-                   windows.select(win, pl.col("end").alias("t"), pl.lit(1).alias("_sign"))])
-    q = q.join(m.select("device").unique(), how="cross").sort("t")
+    own = ["device"] if "device" in windows.columns else []  # windows of one device each: no cross join
+    q = pl.concat([windows.select(win, *own, pl.col("ts").alias("t"), pl.lit(-1).alias("_sign")),
+                   windows.select(win, *own, pl.col("end").alias("t"), pl.lit(1).alias("_sign"))])
+    q = (q if own else q.join(m.select("device").unique(), how="cross")).sort("t")
     b = q.join_asof(m.sort("ts"), left_on="t", right_on="ts", by="device", strategy="backward",
                     check_sortedness=False)
     b = b.with_columns(_B=pl.when(pl.col("ts").is_null()).then(0)

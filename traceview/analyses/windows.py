@@ -55,3 +55,31 @@ def host_step_of(df: pl.DataFrame, steps: pl.DataFrame, col: str, out: str = "st
     w = steps.select(pl.col("step").alias(out), pl.col("cpu_ts").alias("_wts"), pl.col("cpu_end").alias("_wend")).sort("_wts")
     res = df.sort(col).join_asof(w, left_on=col, right_on="_wts", strategy="backward")
     return res.with_columns(pl.when(pl.col(col) < pl.col("_wend")).then(pl.col(out)).alias(out)).drop("_wts", "_wend")
+
+
+def recording_edges(trace: Trace, steps: pl.DataFrame) -> tuple[dict, list[str]]:
+    """What the step periods leave out at the edges of the recording: {excluded_us, excluded: {before_us,
+    after_us}} and warnings that say why.
+
+    Before: from the host's entry into the first analysed step (tb_plugin's start) to its period's start — GPU
+    work queued before the recording (launched before it began, or during the profiler's warm-up) that ran into
+    the step, or the recording's start-up with the GPU idle (loader._periods). After: host and GPU activity after the last step's period (the script's final
+    `torch.cuda.synchronize()`, the profiler's stop and export)."""
+    if steps.height == 0:
+        return {"excluded_us": 0.0, "excluded": {"before_us": 0.0, "after_us": 0.0}}, []
+    first, last = steps.sort("step").row(0, named=True), steps.sort("step").row(-1, named=True)
+    tb0 = first.get("tb_ts") if first.get("tb_ts") is not None else first["ts"]
+    before = max(0, int(first["ts"]) - int(tb0))
+    ends = [v for v in (trace.host["end"].max(), trace.gpu["end"].max() if trace.gpu.height else None) if v is not None]
+    after = max(0, int(max(ends)) - int(last["end"])) if ends else 0
+    warns = []
+    if before:
+        warns.append(f"{before / 1000:,.1f} µs at the start of step {first['step']} are left out of its period: the "
+                     "GPU was finishing work queued before the recording, or idle through the recording's start-up")
+    host_after = trace.host.filter((pl.col("ts") >= last["cpu_end"]) & pl.col("cat").is_in(["cuda_runtime", "cuda_driver"])
+                                   & pl.col("name").str.contains("Synchronize"))
+    if after and host_after.height:
+        warns.append(f"{after / 1000:,.1f} µs after the last step (the script's final "
+                     f"{host_after['name'][0]}, the profiler's stop) are left out of the steps, classes and findings")
+    return {"excluded_us": round((before + after) / 1000, 3),
+            "excluded": {"before_us": round(before / 1000, 3), "after_us": round(after / 1000, 3)}}, warns

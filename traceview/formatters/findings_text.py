@@ -7,6 +7,7 @@ straggler and its cause.
 
 from __future__ import annotations
 
+import statistics
 from collections.abc import Collection
 
 from rich.console import Console
@@ -18,7 +19,8 @@ from .term import middle, plain, rule, step_ranges, table
 
 SEV_STYLE = {"error": "bold red", "warning": "yellow", "info": "cyan"}
 TOP_FINDINGS = 5  # findings on the first screen; `--show findings` lists all
-TOP_RANKS = 8  # ranks in a job's table on the first screen
+MANY_RANKS = 8  # above this many ranks a job shows the distribution of waits and the worst ranks
+WORST_RANKS = 5
 
 
 def _sev(con: Console, sev: str) -> Text:
@@ -119,46 +121,84 @@ def _cause(strag: dict) -> str | None:
     return None
 
 
+def _quantile(vals: list[float], q: float) -> float:
+    """Nearest-rank quantile of a non-empty list."""
+    v = sorted(vals)
+    return v[min(len(v) - 1, max(0, round(q * (len(v) - 1))))]
+
+
+def _ranks_label(ranks: list) -> str:
+    """The rank list (`0-3, 5`), or its size and range for a large job."""
+    known = [r for r in ranks if r is not None]
+    if len(ranks) <= MANY_RANKS:
+        return step_ranges(known) if known else "-"
+    return f"{len(ranks)} ranks" + (f" ({min(known)}–{max(known)})" if known else "")
+
+
 def render_job(j: dict, con: Console, show: Collection[str] = ()) -> None:
-    """A job (the ranks of one run): the straggler and its cause first, the ranks, then the job's findings."""
+    """A job (the ranks of one run): the straggler and why it is late first, the step period, the ranks (for a
+    large job the distribution of waits and the ranks that lose most), then the job's findings."""
     ranks = j.get("ranks") or []
-    tail = f" · ranks {step_ranges([r for r in ranks if r is not None])}" if ranks else ""
+    tail = f" · ranks {_ranks_label(ranks)}"
     rule(con, "job " + middle(j["path"], max(con.width - len(tail) - 12, 20)) + tail)
     n = j.get("nccl") or {}
     strag = n.get("straggler") or {}
-    if strag.get("raised"):
-        con.print(Text("Straggler: ", style="" if plain(con) else "bold") + Text(str(strag.get("reason"))))
+    bold = "" if plain(con) else "bold"
+    if strag.get("raised"):  # why the others wait comes first
         cause = _cause(strag)
-        if cause:
-            con.print(Text("Why: ", style="" if plain(con) else "bold") + Text(cause))
+        con.print(Text("Straggler: ", style=bold) + Text(cause or str(strag.get("reason"))))
     elif n.get("collectives"):
         con.print(Text(f"No straggler raised (ranks balanced within the rule's thresholds); "
                        f"{n['collectives']} collectives matched"))
+    period = j.get("step_period") or {}
+    share = {r["rank"]: r.get("exposed_wait_pct") for r in period.get("ranks") or []}
+    if period.get("period_us"):
+        con.print(Text(f"Step period {period['period_us'] / 1000:,.2f} ms (median over the ranks of their "
+                       f"{period['method']})"))
     rows_c = j.get("classification") or []
-    many = len(rows_c) > TOP_RANKS and "ranks" not in show
-    for r in (sorted(rows_c, key=lambda r: -(r.get("straggler_wait_pct") or 0))[:TOP_RANKS] if many else rows_c):
+    rows = n.get("ranks") or []
+    many = len(rows_c) > MANY_RANKS and "ranks" not in show
+    shown = {r["rank"] for r in rows} | {r["rank"] for r in rows_c}
+    if many:  # the straggler and the ranks that lose most, not one row per rank
+        worst = sorted(rows, key=lambda r: (-(r.get("exposed_wait_per_step_us") or 0), r["rank"]))[:WORST_RANKS]
+        shown = {r["rank"] for r in worst} | ({strag["rank"]} if strag else set())
+        doms: dict[str, int] = {}
+        for r in rows_c:
+            k = r.get("primary") or r.get("dominant") or (f"host: {r['cpu_dominant']}" if r.get("cpu_dominant")
+                                                          else "no GPU activity")
+            doms[k] = doms.get(k, 0) + 1
+        con.print(Text(f"{len(rows_c)} ranks, dominant class: "
+                       + ", ".join(f"{k} ×{v}" for k, v in sorted(doms.items(), key=lambda kv: (-kv[1], kv[0])))))
+    for r in rows_c:
+        if r["rank"] not in shown:
+            continue
         wait = r.get("straggler_wait_pct")
         extra = f" — {wait:.1f} % of its step waiting for straggler rank {r['straggler']}" if wait else ""
         what = (f"dominant {r.get('primary') or r['dominant']}" if r.get("dominant")
                 else f"host: {r['cpu_dominant']}" if r.get("cpu_dominant") else "no GPU activity")
         con.print(Text(f"rank {r['rank']}: {what}{extra}"))
-    if many:
-        con.print(f"({len(rows_c) - TOP_RANKS} more ranks: --show ranks)")
     if n.get("collectives"):
         kind = "NCCL" if n.get("source", "kernel") == "kernel" else f"{n.get('backend') or 'host'} (host-side)"
 
         def ms(v: float | None) -> str:
             return "-" if v is None else num(v / 1000, 3)
 
-        rk = n["ranks"]
-        if len(rk) > TOP_RANKS and "ranks" not in show:
-            rk = sorted(rk, key=lambda r: -(r.get("wait_per_step_us") or 0))[:TOP_RANKS]
-        rows = [[str(r["rank"]), ms(r.get("wait_per_step_us")), ms(r.get("exposed_wait_per_step_us")),
-                 num(r["total_wait_us"] / 1000, 3), str(r["times_last"]), str(r["times_first"])] for r in rk]
-        con.print(table(con, f"{kind} collectives matched across ranks ({n['collectives']}, by {escape(n['method'])})",
+        order = (lambda r: (-(r.get("exposed_wait_per_step_us") or 0), r["rank"])) if many else (lambda r: r["rank"])
+        cells = [[str(r["rank"]), ms(r.get("wait_per_step_us")), ms(r.get("exposed_wait_per_step_us")),
+                  num(share.get(r["rank"])), num(r["total_wait_us"] / 1000, 3), num(r.get("mean_wait_us")),
+                  str(r["times_last"]), str(r["times_first"]), ms(r.get("comm_us")), ms(r.get("sync_us"))]
+                 for r in sorted((r for r in rows if r["rank"] in shown), key=order)]
+        con.print(table(con, f"{kind} collectives matched across ranks ({n['collectives']}, by {escape(n['method'])})"
+                             + (f": the straggler and the {WORST_RANKS} ranks that lose most" if many else ""),
                         [("rank", "right"), ("wait ms/step", "right"), ("exposed ms/step", "right"),
-                         ("total wait ms", "right"), ("times last", "right"), ("times first", "right")],
-                        rows, name_col=None))
+                         ("exposed % of period", "right"), ("total wait ms", "right", 2), ("mean wait µs", "right", 3),
+                         ("times last", "right", 1), ("times first", "right", 1), ("comm ms", "right", 3),
+                         ("sync ms", "right", 3)], cells, name_col=0, min_name=4))
+        if many:
+            exp = [(r.get("exposed_wait_per_step_us") or 0) / 1000 for r in rows]
+            con.print(Text(f"exposed wait per step over {len(exp)} ranks, ms: min {min(exp):,.3f} · median "
+                           f"{statistics.median(exp):,.3f} · p90 {_quantile(exp, 0.9):,.3f} · max {max(exp):,.3f} "
+                           "(every rank: --show ranks or --format json)"))
         if n.get("source") == "kernel" and "ranks" in show:
             con.print("exposed = the part of a rank's wait when its GPU ran nothing else (what it lost); the rest "
                       "waited under its own compute on another stream")

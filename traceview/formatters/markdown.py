@@ -30,6 +30,9 @@ def render(doc: dict, out: IO[str]) -> None:
         _findings(t.get("findings") or [], w)
     for j in doc.get("jobs", []):
         w(f"## job `{j['path']}` (ranks {j.get('ranks')})\n\n")
+        strag = (j.get("nccl") or {}).get("straggler") or {}
+        if strag.get("raised") and (strag.get("cause") or {}).get("text"):
+            w(f"**Straggler:** {_cell(strag['cause']['text'])}\n\n")
         _findings(j.get("findings") or [], w)
     for e in doc.get("errors", []):
         w(f"- **error**: {_cell(e['error'])}\n")

@@ -1,0 +1,119 @@
+"""Many ranks: a job synthesised at test time by tools/synth_ranks.py from our 2 x H200 recording
+`sample_traces/nccl_h200x2/ddp_rank1_slowed` (rank 1 spins 100 ms before backward each step): every rank a copy
+of recorded rank 0 with its clock shifted by up to ±20 µs, one rank a copy of the recorded straggler.
+
+Checked: the files the tool writes; the straggler, its cause and every waiting rank's loss equal those of the
+recorded 2-rank job (the copies ran the same recorded work); the parallel path (worker processes) gives the same
+document as the serial one, byte for byte; and the job section stays readable (the straggler, the distribution of
+waits, the worst ranks — not one row per rank). No speed is asserted here (bench/bench_ranks.py times it).
+"""
+
+from __future__ import annotations
+
+import gzip
+import io
+import json
+import os
+import re
+import statistics
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from rich.console import Console
+
+from traceview.formatters.findings_text import MANY_RANKS, WORST_RANKS, render_job
+from traceview.options import Options
+from traceview.report import analyze
+
+REPO = Path(__file__).resolve().parents[1]
+SRC = REPO / "sample_traces" / "nccl_h200x2" / "ddp_rank1_slowed"
+N, STRAG, JITTER_US = 10, 7, 20.0
+sys.path.insert(0, str(REPO / "tools"))
+from synth_ranks import synthesize  # noqa: E402
+
+
+@pytest.fixture(scope="module")
+def job_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    out = tmp_path_factory.mktemp("synth") / "job"
+    synthesize(SRC, out, N, straggler=STRAG, jitter_us=JITTER_US, seed=1)
+    return out
+
+
+@pytest.fixture(scope="module")
+def serial(job_dir: Path) -> dict:
+    return analyze([job_dir], Options(jobs=1)).to_dict()
+
+
+def _header(path: Path) -> tuple[dict, int, str]:
+    with gzip.open(path, "rt") as fh:
+        d = json.load(fh)
+    return d["distributedInfo"], d["baseTimeNanoseconds"], json.dumps(d["traceEvents"])
+
+
+def test_the_tool_writes_one_file_per_rank_with_its_rank_and_a_shifted_clock(job_dir: Path) -> None:
+    files = sorted(job_dir.glob("rank*.pt.trace.json.gz"))
+    assert len(files) == N
+    rec = {json.loads(gzip.open(f, "rt").read())["distributedInfo"]["rank"]: f
+           for f in SRC.glob("rank*.pt.trace.json.gz")}
+    (_, base0, ev0), (_, base1, ev1) = _header(rec[0]), _header(rec[1])
+    for k in range(N):
+        info, base, events = _header(job_dir / f"rank{k}.synth.pt.trace.json.gz")
+        assert info["rank"] == k and info["world_size"] == N
+        src_base, src_events = (base1, ev1) if k == STRAG else (base0, ev0)
+        assert events == src_events and abs(base - src_base) <= JITTER_US * 1000  # the events untouched, the clock shifted
+
+
+def test_straggler_and_waits_equal_the_recorded_job(serial: dict) -> None:
+    (job,) = serial["jobs"]
+    (rec,) = analyze([SRC]).to_dict()["jobs"]
+    strag = job["nccl"]["straggler"]
+    assert strag["rank"] == STRAG and strag["raised"] and strag["times_last"] == strag["of"] == 24
+    assert job["ranks"] == list(range(N))
+    cause, rcause = strag["cause"], rec["nccl"]["straggler"]["cause"]
+    assert cause["class"] == rcause["class"] == "cpu_launch" and cause["mechanism"] == "host_code"
+    assert cause["excess_us_per_step"] == pytest.approx(rcause["excess_us_per_step"], rel=0.01)
+    assert cause["excess_us_per_step"] / 1000 == pytest.approx(100.0, rel=0.30)  # the injected 100 ms
+    want = {r["rank"]: r for r in rec["nccl"]["ranks"]}[0]["exposed_wait_per_step_us"]
+    # every copy of rank 0 loses what recorded rank 0 lost, give or take the clock shifts: each of the step's
+    # collectives' waits moves by at most the two ranks' shifts (2 x 20 µs)
+    tol = job["nccl"]["collectives"] / job["nccl"]["steps"] * 2 * JITTER_US
+    for r in job["nccl"]["ranks"]:
+        if r["rank"] != STRAG:
+            assert r["exposed_wait_per_step_us"] == pytest.approx(want, abs=tol), r["rank"]
+    assert job["step_period"]["period_us"] == pytest.approx(rec["step_period"]["period_us"], rel=0.01)
+
+
+def test_parallel_workers_give_the_same_document(job_dir: Path, serial: dict) -> None:
+    par = analyze([job_dir], Options(jobs=2)).to_dict()
+    assert json.dumps(par, sort_keys=True) == json.dumps(serial, sort_keys=True)
+    # and through the CLI (`-j`), whose spawned workers start from its real __main__
+    out = subprocess.run([sys.executable, "-m", "traceview", "analyze", str(job_dir), "-j", "2", "--format", "json"],
+                         capture_output=True, text=True, timeout=600, cwd=REPO, env={**os.environ})  # fmt: skip
+    assert out.returncode in (0, 1), out.stderr[-2000:]
+    assert json.loads(out.stdout)["jobs"] == serial["jobs"]
+
+
+def test_job_section_stays_readable(serial: dict) -> None:
+    assert N > MANY_RANKS
+    (job,) = serial["jobs"]
+    buf = io.StringIO()
+    render_job(job, Console(file=buf, width=300))
+    text = buf.getvalue()
+    lines = text.splitlines()
+    assert lines[1].startswith(f"Straggler: rank {STRAG} arrives")
+    head = next(k for k, ln in enumerate(lines) if ln.startswith("rank") and "wait ms/step" in ln)
+    table_rows = []  # the wait table's rows, under its header and rule
+    for ln in lines[head + 2:]:
+        if not re.match(r"^\s*\d+\s", ln):
+            break
+        table_rows.append(ln)
+    assert len(table_rows) == WORST_RANKS + 1  # the five that lose most and the straggler, not N rows
+    assert any(ln.split()[0] == str(STRAG) for ln in table_rows)
+    exp = sorted(r["exposed_wait_per_step_us"] / 1000 for r in job["nccl"]["ranks"])
+    p90 = exp[round(0.9 * (len(exp) - 1))]
+    assert (f"exposed wait per step over {N} ranks, ms: min {exp[0]:,.3f} · median {statistics.median(exp):,.3f} · "
+            f"p90 {p90:,.3f} · max {exp[-1]:,.3f}") in text
+    assert f"ranks {N} ranks (0–{N - 1})" in lines[0]
+    assert sum(re.match(r"^rank \d+:", ln) is not None for ln in lines) <= WORST_RANKS + 1

@@ -1,0 +1,62 @@
+"""What the trace already does — CUDA-graph replay, compiled regions and Triton kernels, fused or foreach
+optimizers, low-precision kernels, DataLoader workers, compilation inside the steps — so that advice never
+recommends what is in use and says the next step instead (`RuleContext.features`)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import polars as pl
+
+from ..model import RUNTIME_CATS, Trace
+
+GRAPH_LAUNCH_RE = r"^(cuda|hip)GraphLaunch(_v\d+)?$|^cuGraphLaunch(_v\d+)?$"
+COMPILED_REGION_RE = r"^Torch-Compiled Region|^## Call CompiledFxGraph|^CompiledFunction$"
+TRITON_RE = r"^triton_"
+#: Dynamo/Inductor compilation and autotuning spans (torch._dynamo.utils.dynamo_timed and friends)
+COMPILE_RE = (r"\(dynamo_timed\)$|^entire_frame_compile$|^backend_compile$|^CachingAutotuner\.|^async_compile\.|"
+              r"^inductor_compile$|^compile_fx|^_compile\.|^dynamo$|^OutputGraph\.call_user_compiler")
+FUSED_OPT_RE = r"^aten::_fused_(adam|adamw|sgd|adagrad)_?$"
+FOREACH_RE = r"^aten::_foreach_"
+LOW_PRECISION_RE = r"(?i)bf16|bfloat16|fp16|f16|half|e4m3|e5m2"
+WORKERS_RE = r"_MultiProcessingDataLoaderIter"
+SINGLE_PROCESS_RE = r"_SingleProcessDataLoaderIter"
+
+
+@dataclass(frozen=True)
+class Features:
+    cuda_graphs: bool = False  # steps replay CUDA graphs (cudaGraphLaunch, or kernels launched by a graph)
+    compiled: bool = False  # torch.compile'd regions run (Torch-Compiled Region / CompiledFxGraph)
+    triton_kernels: int = 0  # Inductor/Triton kernels
+    compiling: bool = False  # Dynamo/Inductor compile or autotune spans inside the trace
+    fused_optimizer: bool = False  # AdamW(fused=True) & co.
+    foreach_optimizer: bool = False  # multi-tensor (_foreach_) optimizer ops
+    low_precision: bool = False  # bf16/fp16/fp8 kernels (autocast or low-precision weights)
+    dataloader_workers: bool | None = None  # True: worker processes; False: in-process; None: no DataLoader seen
+
+    def to_dict(self) -> dict:
+        return {k: getattr(self, k) for k in self.__dataclass_fields__}
+
+
+def detect(trace: Trace, kb: pl.DataFrame | None = None) -> Features:
+    """The trace's features; `kb` (the roofline per kernel, classify.kernel_bound) adds operand widths: a
+    kernel with <= 2-byte operands is low precision even when its name does not say so."""
+    h = trace.host.select("cat", "name")
+    ops = h.filter(pl.col("cat").is_in(["cpu_op", "user_annotation"]))["name"]
+    rt = h.filter(pl.col("cat").is_in(RUNTIME_CATS))["name"]
+    k = trace.gpu.filter(pl.col("kind") == "compute")
+    dl = ops.filter(ops.str.starts_with("enumerate(DataLoader)#"))
+    workers = None
+    if dl.len():
+        workers = bool(dl.str.contains(WORKERS_RE).any()) or not bool(dl.str.contains(SINGLE_PROCESS_RE).any())
+    return Features(
+        cuda_graphs=bool(rt.str.contains(GRAPH_LAUNCH_RE).any() or trace.gpu["graph"].fill_null(False).any()),
+        compiled=bool(ops.str.contains(COMPILED_REGION_RE).any()),
+        triton_kernels=int(k["name"].str.contains(TRITON_RE).sum()),
+        compiling=bool(ops.str.contains(COMPILE_RE).any()),
+        fused_optimizer=bool(ops.str.contains(FUSED_OPT_RE).any() or k["name"].str.contains(r"(?i)fused_adam|fused_sgd").any()),
+        foreach_optimizer=bool(ops.str.contains(FOREACH_RE).any()),
+        low_precision=bool(k["name"].str.contains(LOW_PRECISION_RE).any()
+                           or (kb is not None and "bpe" in kb.columns and bool((kb["bpe"] <= 2).any()))),
+        dataloader_workers=workers,
+    )
