@@ -44,10 +44,15 @@ print(time.perf_counter() - t)
 """
 
 
+# as a user runs it: bytecode caches written and used (a sandbox may set PYTHONDONTWRITEBYTECODE, which makes
+# every start compile the package's modules from source)
+USER_ENV = {k: v for k, v in os.environ.items() if k != "PYTHONDONTWRITEBYTECODE"}
+
+
 def run(cmd: list[str], inner_time: bool) -> tuple[float, float]:
     """(seconds, peak RSS MiB) of one child process; seconds from its stdout when inner_time."""
     t = time.perf_counter()
-    p = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL)
+    p = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, env=USER_ENV)
     out = p.stdout.read() if p.stdout else b""
     _, status, ru = os.wait4(p.pid, 0)
     wall = time.perf_counter() - t

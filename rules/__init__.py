@@ -20,11 +20,17 @@ from traceview.ruleapi import Option
 from . import (
     cpu_op_overhead,
     elementwise_chain,
+    fp32_gemm,
+    gemm_epilogue,
+    graph_break,
     host_sync,
     input_bound,
     launch_bound,
+    memory_pressure,
     nccl_wait,
     pageable_memcpy,
+    recompile,
+    unfused_optimizer,
 )
 
 __all__ = ["BY_NAME", "RULES", "Option"]
@@ -32,9 +38,15 @@ __all__ = ["BY_NAME", "RULES", "Option"]
 RULES: dict[str, ModuleType] = {
     "TV101": launch_bound,
     "TV102": host_sync,
+    "TV103": graph_break,
+    "TV104": recompile,
     "TV110": cpu_op_overhead,
     "TV201": elementwise_chain,
+    "TV202": fp32_gemm,
+    "TV203": unfused_optimizer,
+    "TV204": gemm_epilogue,
     "TV301": pageable_memcpy,
+    "TV302": memory_pressure,
     "TV401": input_bound,
     "TV501": nccl_wait,
 }

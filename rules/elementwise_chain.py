@@ -47,8 +47,11 @@ from __future__ import annotations
 import polars as pl
 
 from traceview.analyses.features import Features
+from traceview.analyses.intervals import merge
 from traceview.analyses.roofline import ELEMENTWISE_KERNEL_RE
+from traceview.analyses.whatif import EMPTY, shrink_kernels
 from traceview.analyses.windows import host_step_of, step_of
+from traceview.classify import sync_calls
 from traceview.ruleapi import Finding, Option, RuleContext
 
 CODE = "TV201"
@@ -121,11 +124,8 @@ def chains(trace, steps: pl.DataFrame, kb: pl.DataFrame, min_kernels: int = 2) -
                     "in0_bytes", "extra_bytes", "out_bytes", "pos", "k")
 
 
-def check(ctx: RuleContext) -> list[Finding]:
-    opts, spec, window, steps = ctx.options, ctx.spec, ctx.window_ns, ctx.steps
-    ch = chains(ctx.trace, steps, ctx.kb, int(opts["min_kernels"]))
-    if ch.height == 0:
-        return []
+def per_chain(ch: pl.DataFrame) -> pl.DataFrame:
+    """One row per chain with its time, bytes, fused time and savings (see the module doc)."""
     per = ch.group_by("chain").agg(
         pl.col("step").first(), pl.col("device").first(), pl.col("stream").first(), pl.col("k").first(),
         pl.col("ts").min(), pl.col("end").max(), pl.col("dur").sum().alias("time"), pl.col("dur").min().alias("min_dur"),
@@ -141,6 +141,36 @@ def check(ctx: RuleContext) -> list[Finding]:
     fused_time = fused_time.otherwise(pl.col("time").cast(pl.Float64) / pl.col("k"))
     per = per.with_columns(fused_time=pl.min_horizontal(fused_time, pl.col("time").cast(pl.Float64)), _known=known)
     per = per.with_columns(savings=pl.col("time") - pl.col("fused_time"))
+    return per
+
+
+def removes(ctx: RuleContext, finding: dict | None = None) -> pl.DataFrame:
+    """One fused kernel replaces each chain: the kernels shrink to the chain's fused share of their time
+    (only where the GPU was the critical path, see analyses/whatif.py), and the idle gaps between them
+    shrink by at most the host time of the ops fused away (k - 1 fewer dispatches and launches)."""
+    ch = chains(ctx.trace, ctx.steps, ctx.kb, int(ctx.options["min_kernels"]))
+    if ch.height == 0:
+        return EMPTY
+    per = per_chain(ch).select("chain", (pl.col("fused_time") / pl.col("time")).alias("_r"))
+    k = ch.join(per, on="chain").select("i", (pl.col("dur") * pl.col("_r")).cast(pl.Int64).alias("new_dur"))
+    tails = shrink_kernels(ctx.trace, k, sync_calls(ctx.trace))
+    # the gaps inside each chain, and the host time of the ops that launched its 2nd..kth kernels
+    g = ch.sort("chain", "pos").with_columns(_gts=pl.col("end").shift().over("chain"))
+    ops = ctx.trace.host.select(pl.col("i").alias("_op"), pl.col("dur").alias("_host"))
+    g = g.join(ctx.trace.gpu.select("i", pl.col("op").alias("_op")), on="i", how="left").join(ops, on="_op", how="left")
+    g = g.filter(pl.col("pos") > 0).with_columns(_gap=(pl.col("ts") - pl.col("_gts")).clip(lower_bound=0))
+    g = g.with_columns(_frac=pl.min_horizontal(pl.lit(1.0), pl.col("_host").fill_null(0).sum().over("chain")
+                                               / pl.col("_gap").sum().over("chain")).fill_nan(0.0))
+    gaps = g.filter(pl.col("_gap") > 0).select(ts=pl.col("_gts"), end=pl.col("_gts") + (pl.col("_gap") * pl.col("_frac")).cast(pl.Int64))
+    return merge(pl.concat([tails, gaps.filter(pl.col("end") > pl.col("ts"))]))
+
+
+def check(ctx: RuleContext) -> list[Finding]:
+    opts, spec, window, steps = ctx.options, ctx.spec, ctx.window_ns, ctx.steps
+    ch = chains(ctx.trace, steps, ctx.kb, int(opts["min_kernels"]))
+    if ch.height == 0:
+        return []
+    per = per_chain(ch)
     pats = (per.group_by("device", "stream", "ops", "k")
             .agg(pl.len().alias("count"), pl.col("time").sum(), pl.col("savings").sum(), pl.col("bytes").mean(),
                  pl.col("fused_bytes").mean(), pl.col("_known").all(), pl.col("step").unique().sort().alias("steps"),

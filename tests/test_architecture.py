@@ -131,8 +131,9 @@ LAYERS = [
     {"traceview.findings", "traceview.ruleapi"},
     {"traceview.rules"},
     {"traceview.rulerunner", "traceview.verdict", "traceview.profiling", "traceview.layer_section", "traceview.job",
-     "traceview.straggler"},
-    {"traceview.report"},
+     "traceview.straggler",
+     "traceview.memory_section", "traceview.projection", "traceview.timeline_view"},
+    {"traceview.report", "traceview.layer_detail"},
     {"traceview.jobrun", "traceview.digest", "traceview.discover"},  # batch / CI: over the report document
     {"traceview.diff", "traceview.baseline", "traceview.batch"},
     {"traceview.formatters", "traceview.diff_render", "traceview.batch_out"},

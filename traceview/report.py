@@ -7,7 +7,7 @@ same document `traceview analyze --format json` prints. Data flows one way and e
   load → metadata, summary, steps, devices, top_kernels, top_ops  (breakdowns, HTA/tb_plugin numbers)
        → RuleContext (analysed steps, roofline per kernel, classifier partition: computed once)
        → findings (rules) → layers (with the findings and the partition) → classification → verdict_text
-       → profiling (collector manifest)
+       → profiling (collector manifest) → memory ([memory] events) → projection (step time with each fix)
        → cpu (traces without GPU activity: host time, ops by self CPU time, per-layer CPU time; their rules
          and verdict come from the same host analyses)
   then, for a directory holding several rank files: the job (nccl matching, job rules, per-rank verdicts).
@@ -33,9 +33,11 @@ from .errors import TraceError
 from .job import RankResult, analyze_job
 from .layer_section import section as layers_section
 from .loader import input_files, load_file
+from .memory_section import memory_section
 from .model import Job, Trace
 from .options import Options
 from .profiling import profiling_section
+from .projection import projection_section
 from .ruleapi import RuleContext
 from .rulerunner import run_rules
 from .units import pct, us
@@ -176,6 +178,8 @@ def _analyze_trace(trace: Trace, options: Options) -> tuple[dict, pl.DataFrame, 
                              else cpu_view.verdict(trace, steps, host, findings) if host else None)
     entry["profiling"] = profiling_section(trace, analysed, classification.get("dominant"), ctx,
                                            classification.get("primary"))
+    entry["memory"] = memory_section(trace, analysed) if trace.has_gpu else None
+    entry["projection"] = projection_section(ctx, findings, entry["profiling"], options)
     entry["cpu"] = cpu_view.section(trace, steps, host) if host else None
     return entry, analysed, ctx.part if ctx else None
 

@@ -36,6 +36,10 @@ NOT_LAYER_RE = r"^(ProfilerStep#|nccl:|PyTorch Profiler|## forward ##$)"
 PHASES = ("forward", "backward", "optimizer", "dataloader", "other")
 CLASSES = ("gpu_compute", "gpu_memory", "communication", "host_sync", "input", "cpu_launch", "other_idle")
 
+#: the per-layer tree's columns (also of an empty tree: a trace with no layer events)
+_TREE_SCHEMA = {"layer": pl.String, "parent_layer": pl.String, "name": pl.String, "layer_class": pl.String,
+                "kind": pl.String, "depth": pl.Int32, "module_path": pl.String, "anc": pl.List(pl.String),
+                "src": pl.String, "first_ts": pl.Int64, "calls": pl.UInt32}
 _ATTR_SCHEMA = {"i": pl.UInt32, "layer": pl.String, "layer_class": pl.String, "depth": pl.Int32,
                 "phase": pl.String}
 # the per-layer tree; empty (with these columns) when the trace has no layer to attribute to

@@ -6,6 +6,8 @@ Numbers are vendor datasheet values, **dense** (no sparsity), per visible device
 
 - `tc_tflops`: 16-bit Tensor Core / Matrix Core peak (bf16/fp16), used for 16-bit and 8-bit GEMMs;
 - `fp32_tflops`: FP32 non-tensor (CUDA core / vector) peak, used for fp32 ops (TF32 may or may not be on);
+- `tf32_tflops` (derived): dense TF32 Tensor Core peak = half the 16-bit peak (NVIDIA Ampere/Ada/Hopper/
+  Blackwell datasheets), used by the fp32-gemm rule;
 - `hbm_tbps`: device memory bandwidth (TB/s);
 - `host_gbps`: practical pinned host<->device bandwidth (GB/s) of the usual host link.
 
@@ -32,6 +34,12 @@ class Spec:
     def peak_flops(self, bytes_per_elem: float | None) -> float:
         """FLOP/s for an op whose operands have this element size (<= 2 bytes -> tensor cores)."""
         return 1e12 * (self.tc_tflops if bytes_per_elem is not None and bytes_per_elem <= 2 else self.fp32_tflops)
+
+    @property
+    def tf32_tflops(self) -> float:
+        """Dense TF32 Tensor Core peak: half the 16-bit peak on every NVIDIA part that has TF32 (Ampere,
+        Ada, Hopper, Blackwell datasheets: A100 156 of 312, H100 SXM 494.5 of 989)."""
+        return self.tc_tflops / 2
 
     @property
     def bw(self) -> float:

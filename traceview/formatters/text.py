@@ -72,19 +72,22 @@ def header(t: dict, con: Console) -> None:
 
 
 def projection(p: dict | None, con: Console) -> None:
-    """`projection` (measured step vs the step with each fix, and with all): one line."""
-    if not isinstance(p, dict) or not p.get("step_us"):
+    """`projection`: the step now and with every fix (a timeline projection: overlapping fixes are not counted
+    twice), in unprofiled terms when the profiler's cost is known, and what each fix alone saves per step."""
+    if not isinstance(p, dict) or not p.get("step_us") or not p.get("fixes"):
         return
-    fixes = p.get("fixes") or []
-    parts = [f"{f.get('code') or f.get('rule')} → {_ms(f.get('step_us'))} ms" for f in fixes[:4] if f.get("step_us")]
-    allf = p.get("all_fixed_step_us")
-    line = f"Projected step: {_ms(p['step_us'])} ms now"
-    if p.get("unprofiled_step_us"):
-        line += f" ({_ms(p['unprofiled_step_us'])} ms unprofiled)"
-    if allf:
+    unp = p.get("unprofiled_step_us")
+    allf = p.get("all_fixed_unprofiled_step_us") if unp is not None else None
+    allf = allf if allf is not None else p.get("all_fixed_step_us")
+    line = f"Projected step: {_ms(p['step_us'])} ms traced"
+    if unp is not None:
+        line += f", {_ms(unp)} ms unprofiled"
+    if allf is not None:
         line += f" → {_ms(allf)} ms with every fix"
+    parts = [f"{f.get('code') or f.get('rule')} −{_ms(f.get('savings_us'))} ms" for f in p["fixes"][:4]
+             if f.get("savings_us")]
     if parts:
-        line += " (" + ", ".join(parts) + ")"
+        line += " (each alone, per step: " + ", ".join(parts) + ")"
     con.print(Text(line))
 
 

@@ -1,0 +1,162 @@
+"""One command for every benchmark number: writes bench/RESULTS.md.
+
+    python bench/run.py [--trace BIG.json.gz] [--sizes 0.5,1,2] [--repeat 5] [--no-peers] [--out bench/RESULTS.md]
+
+Measured in one run on this machine, in fresh processes, interleaved, medians (a 2-core machine is noisy):
+- cost vs size: `traceview analyze --format json` on the benchmark trace and on larger traces made at bench
+  time by tiling it in time (tools/inflate_trace.py; never committed), with `orjson.loads` and `json.loads` of
+  the same bytes (already in memory) as baselines, and each process's peak RSS;
+- start-up: a tiny bundled trace end to end, `import traceview.report` alone, and `python -c pass`;
+- peers: HTA (`TraceAnalysis` load + temporal + idle breakdown) on the benchmark trace, once;
+- hot spots: where `traceview analyze` spends its time on the benchmark trace (pyinstrument, when installed).
+
+The benchmark trace: `--trace`, else ../shared/traces/big/big_train_60steps.json.gz when present, else one made
+from a bundled sample (sample_traces/gpu_h200/train_tinygpt_modules.json.gz tiled to about 130 MB of JSON).
+Speed is never asserted in tests.
+"""
+
+from __future__ import annotations
+
+import argparse
+import gzip
+import os
+import platform
+import statistics
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from bench_load import DECODE, HTA, run  # noqa: E402
+
+ROOT = Path(__file__).resolve().parents[1]
+SHARED_BIG = ROOT.parent / "shared/traces/big/big_train_60steps.json.gz"
+SEED = ROOT / "sample_traces/gpu_h200/train_tinygpt_modules.json.gz"
+TINY = ROOT / "sample_traces/gpu_h200/seed_single_gemm_eager.json.gz"
+INFLATE = ROOT / "tools/inflate_trace.py"
+
+
+def json_mb(path: Path) -> float:
+    with gzip.open(path, "rb") if path.suffix == ".gz" else open(path, "rb") as fh:
+        n = 0
+        while chunk := fh.read(1 << 24):
+            n += len(chunk)
+    return n / 1e6
+
+
+def inflate(src: Path, dst: Path, copies: int) -> Path:
+    subprocess.run([sys.executable, str(INFLATE), str(src), str(dst), "--copies", str(copies)], check=True)
+    return dst
+
+
+def median_runs(cases: dict[str, tuple[list[str], bool]], repeat: int) -> dict[str, tuple[float, float]]:
+    res: dict[str, list[tuple[float, float]]] = {k: [] for k in cases}
+    for cmd, inner in cases.values():  # warm-up: bytecode caches, page cache
+        run(cmd, inner)
+    for _ in range(repeat):  # interleaved: the machine's noise hits every case alike
+        for k, (cmd, inner) in cases.items():
+            res[k].append(run(cmd, inner))
+    return {k: (statistics.median(s for s, _ in v), statistics.median(r for _, r in v)) for k, v in res.items()}
+
+
+def tv_cmd(path: Path) -> list[str]:
+    return [sys.executable, "-m", "traceview", "analyze", str(path), "--format", "json", "-o", os.devnull]
+
+
+def hot_spots(path: Path, top: int = 15) -> list[tuple[str, float]]:
+    """(function, share of wall time) from pyinstrument's self time, the `top` largest; [] without it."""
+    try:
+        import pyinstrument  # noqa: F401
+    except ImportError:
+        return []
+    with tempfile.TemporaryDirectory() as d:
+        out = Path(d) / "p.json"
+        subprocess.run([sys.executable, "-m", "pyinstrument", "-r", "json", "-o", str(out), "-m", "traceview",
+                        "analyze", str(path), "--format", "json", "-o", os.devnull], check=True,
+                       capture_output=True)
+        import json
+
+        doc = json.loads(out.read_text())
+    total = doc.get("duration") or 1.0
+    self_time: dict[str, float] = {}
+
+    def walk(node: dict) -> None:
+        kids = node.get("children") or []
+        own = node["time"] - sum(c["time"] for c in kids)
+        key = f"{node['function']} ({Path(node.get('file_path_short') or node.get('file_path') or '?').name})"
+        self_time[key] = self_time.get(key, 0.0) + max(own, 0.0)
+        for c in kids:
+            walk(c)
+
+    walk(doc["root_frame"])
+    return sorted(((k, v / total) for k, v in self_time.items()), key=lambda x: -x[1])[:top]
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--trace", default=None)
+    ap.add_argument("--sizes", default="0.5,1,2", help="larger traces to make, GB of JSON (empty: none)")
+    ap.add_argument("--repeat", type=int, default=5)
+    ap.add_argument("--big-repeat", type=int, default=1, help="runs per size above the benchmark trace")
+    ap.add_argument("--no-peers", action="store_true")
+    ap.add_argument("--out", default=str(ROOT / "bench/RESULTS.md"))
+    a = ap.parse_args()
+    py = sys.executable
+    with tempfile.TemporaryDirectory(prefix="tv-bench-") as tmp:
+        tmpd = Path(tmp)
+        big = Path(a.trace) if a.trace else SHARED_BIG if SHARED_BIG.is_file() else None
+        if big is None:
+            big = inflate(SEED, tmpd / "bench_base.json.gz", 40)
+        mb = json_mb(big)
+        lines = ["# Benchmark results\n", f"`python bench/run.py` on {platform.node() or 'this machine'} "
+                 f"({os.cpu_count()} cores, Python {platform.python_version()}), {a.repeat} interleaved runs, medians.\n"]
+        # cost vs size
+        rows = []
+        base = median_runs({"traceview": (tv_cmd(big), False),
+                            "orjson": ([py, "-c", DECODE.format(mod="orjson"), str(big)], True),
+                            "json": ([py, "-c", DECODE.format(mod="json"), str(big)], True)}, a.repeat)
+        rows.append((big.name, mb, base))
+        for gb in [float(x) for x in a.sizes.split(",") if x.strip()]:
+            copies = max(2, round(gb * 1000 / mb))
+            p = inflate(big, tmpd / f"x{copies}.json", copies)
+            m = json_mb(p)
+            rows.append((f"{big.name} x{copies}", m, median_runs(
+                {"traceview": (tv_cmd(p), False), "orjson": ([py, "-c", DECODE.format(mod="orjson"), str(p)], True),
+                 "json": ([py, "-c", DECODE.format(mod="json"), str(p)], True)}, a.big_repeat)))
+            p.unlink()
+        lines.append("## Cost vs size (`traceview analyze --format json` end to end)\n")
+        lines.append("| trace | MB JSON | traceview s | MB/s | vs orjson.loads | peak RSS MiB | RSS / JSON | orjson s | json s |")
+        lines.append("|---|---|---|---|---|---|---|---|---|")
+        for name, m, r in rows:
+            tv, oj, js = r["traceview"], r["orjson"], r["json"]
+            lines.append(f"| {name} | {m:.0f} | {tv[0]:.2f} | {m / tv[0]:.0f} | {oj[0] / tv[0]:.2f}x | {tv[1]:.0f} | "
+                         f"{tv[1] * 1.048576 / m:.2f} | {oj[0]:.2f} | {js[0]:.2f} |")
+        # start-up
+        st = median_runs({"tiny trace end to end": (tv_cmd(TINY), False),
+                          "import traceview.report": ([py, "-c", "import traceview.report"], False),
+                          "python -c pass": ([py, "-c", "pass"], False)}, max(a.repeat, 5))
+        lines.append("\n## Start-up\n")
+        lines.append("| what | seconds | peak RSS MiB |\n|---|---|---|")
+        lines += [f"| {k} | {s:.3f} | {r:.0f} |" for k, (s, r) in st.items()]
+        # peers
+        if not a.no_peers:
+            try:
+                hs, hr = run([py, "-c", HTA, str(big)], True)
+                lines.append("\n## Peers (benchmark trace, one run)\n")
+                lines.append("| what | seconds | peak RSS MiB | traceview faster by |\n|---|---|---|---|")
+                lines.append(f"| HTA TraceAnalysis load + temporal + idle breakdown | {hs:.2f} | {hr:.0f} | "
+                             f"{hs / base['traceview'][0]:.1f}x |")
+            except SystemExit as e:
+                lines.append(f"\nHTA could not run: {e}")
+        spots = hot_spots(big)
+        if spots:
+            lines.append("\n## Hot spots (self time, pyinstrument, benchmark trace)\n")
+            lines.append("| function | share of wall time |\n|---|---|")
+            lines += [f"| `{k}` | {100 * v:.1f} % |" for k, v in spots]
+    Path(a.out).write_text("\n".join(lines) + "\n")
+    print("\n".join(lines))
+
+
+if __name__ == "__main__":
+    main()

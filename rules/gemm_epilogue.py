@@ -1,0 +1,177 @@
+"""TV204 gemm-epilogue: a GEMM's bias add and/or activation run as separate kernels on its output.
+
+## What it detects
+On one stream, a matrix multiply (`aten::mm`, `aten::addmm`) whose next kernels are a bias add
+(`aten::add` of the [M, N] product and an [N], [1, N] or [M, N] tensor; not after `addmm`, which already
+adds it) and/or an activation (`relu`/`clamp_min`, `gelu`, `silu`, `tanh`, `sigmoid`) on the same [M, N]
+shape: the eager form of `act(x @ w + b)`. Needs the ops' shapes (`record_shapes=True`).
+
+## Why it is slow
+The GEMM writes its [M, N] result to memory; the bias add reads it back and writes it again, and the
+activation does the same: two extra round trips of M·N elements through HBM plus two launches, for work
+the GEMM could do in its epilogue while the tile is still in registers (cuBLASLt's bias and ReLU/GELU
+epilogues, Inductor's fused templates).
+
+## How to fix
+Let the GEMM add the bias: `F.linear(x, w, b)` / `torch.addmm(b, x, w)` instead of `x @ w + b`. Fold the
+activation too: `torch.compile` fuses bias and activation into the GEMM's epilogue (or into one pointwise
+kernel after it); for ReLU/GELU eager `torch._addmm_activation(b, x, w, use_gelu=...)` uses the cuBLASLt
+epilogue.
+
+## Evidence
+The GEMM op, the epilogue ops and kernels, how many GEMMs per step carry one, the bytes the epilogue kernels
+move (inputs + output from their shapes), the epilogue kernels' time against the GEMMs' time, the costliest
+occurrence. Savings = the epilogue kernels' time, only where the GPU was the critical path (a busy run of
+kernels passes its savings on when the work after it was already queued or the host waited in a sync).
+
+## Options
+- `min_savings_pct` (1.0): smallest savings (% of step time) worth a finding.
+- `moderate_pct` (3.0): savings share at which a finding is a warning (XProf's moderate threshold).
+- `high_pct` (15.0): savings share at which it is an error (XProf's high threshold).
+
+## References
+- cuBLASLt epilogues (`CUBLASLT_EPILOGUE_BIAS`, `_RELU_BIAS`, `_GELU_BIAS`), NVIDIA cuBLAS documentation.
+- PyTorch `torch._addmm_activation`, `F.linear`; Inductor GEMM epilogue fusion.
+"""
+
+from __future__ import annotations
+
+import msgspec
+import polars as pl
+
+from traceview.analyses.whatif import removed_per_step, shrink_kernels
+from traceview.analyses.windows import step_of
+from traceview.classify import sync_calls
+from traceview.ruleapi import Finding, Option, RuleContext
+
+CODE = "TV204"
+NAME = "gemm-epilogue"
+SEVERITY = "warning"
+CLASS = "gpu_memory"  # the classifier class whose time a fix of these findings removes
+TITLE = "GEMM bias/activation run as separate kernels (unfused epilogue)"
+OPTIONS = {
+    "min_savings_pct": Option(1.0, "smallest savings (% of step time) worth a finding"),
+    "moderate_pct": Option(3.0, "XProf moderate threshold (% of step time)"),
+    "high_pct": Option(15.0, "XProf high threshold (% of step time)"),
+}
+GEMM_OPS = ["aten::mm", "aten::addmm"]
+BIAS_OPS = ["aten::add"]  # out of place: `add_` after a GEMM is autograd accumulating a gradient
+ACT_OPS = ["aten::relu", "aten::relu_", "aten::clamp_min", "aten::clamp_min_", "aten::gelu", "aten::gelu_",
+           "aten::silu", "aten::silu_", "aten::tanh", "aten::tanh_", "aten::sigmoid", "aten::sigmoid_"]
+_DIMS = pl.List(pl.List(pl.Int64))
+_dec = msgspec.json.Decoder()
+
+
+def _fix(gemm: str, bias: bool) -> str:
+    head = ("The GEMM writes its [M, N] result to memory and each epilogue kernel reads it back and writes it "
+            "again, plus one launch each, for work the GEMM could do in its epilogue while the tile is in "
+            "registers. ")
+    if bias:
+        return head + ("Add the bias in the GEMM: F.linear(x, w, b) or torch.addmm(b, x, w) instead of x @ w + b; "
+                       "torch.compile also folds the activation into the GEMM's epilogue (eager: "
+                       "torch._addmm_activation for ReLU/GELU).")
+    return head + (f"{gemm} already adds the bias; fold the activation too: torch.compile fuses it into the GEMM's "
+                   "epilogue, and for ReLU/GELU eager torch._addmm_activation(b, x, w) uses cuBLASLt's epilogue.")
+
+
+FIX = _fix("addmm", True)
+
+
+def _shapes(raw: pl.Series) -> pl.DataFrame:
+    """[_raw, _d]: each distinct `Input Dims` JSON text as a list of shapes (a non-tensor argument, or a
+    tensor list, as an empty shape); undecodable text as null. One decode per distinct text, not per event."""
+    out = []
+    for r in raw.to_list():
+        try:
+            v = _dec.decode(r)
+        except msgspec.DecodeError:
+            v = None
+        ok = isinstance(v, list)
+        out.append([[x for x in a if isinstance(x, int)] if isinstance(a, list) else [] for a in v] if ok else None)
+    return pl.DataFrame({"_raw": raw.to_list(), "_d": out}, schema={"_raw": pl.String, "_d": _DIMS})
+
+
+def epilogues(ctx: RuleContext) -> pl.DataFrame:
+    """One row per epilogue kernel: [gemm_i, i, gemm_op, op, role, ts, end, dur, bytes, step]."""
+    g = ctx.trace.gpu.filter(pl.col("kind").is_in(["compute", "comm", "memcpy", "memset"])
+                             & (pl.col("ts") >= ctx.lo) & (pl.col("ts") < ctx.hi))
+    ops = ctx.trace.host.select(pl.col("i").alias("op"), pl.col("name").alias("op_name"),
+                                pl.col("input_dims").cast(pl.String).alias("_dims"))
+    g = g.select("i", "device", "stream", "ts", "end", "dur", "op").join(ops, on="op", how="left").sort("device", "stream", "ts")
+    nxt = lambda c, n: pl.col(c).shift(-n).over("device", "stream")  # noqa: E731
+    g = g.with_columns(*[nxt(c, n).alias(f"{c}{n}") for n in (1, 2) for c in ("i", "op_name", "_dims")])
+    g = g.filter(pl.col("op_name").is_in(GEMM_OPS))
+    if g.height == 0:
+        return pl.DataFrame()
+    shapes = _shapes(pl.concat([g["_dims"], g["_dims1"], g["_dims2"]]).drop_nulls().unique())
+    g = (g.join(shapes.rename({"_raw": "_dims", "_d": "_d0"}), on="_dims", how="left")
+         .join(shapes.rename({"_raw": "_dims1", "_d": "_d1"}), on="_dims1", how="left")
+         .join(shapes.rename({"_raw": "_dims2", "_d": "_d2"}), on="_dims2", how="left"))
+    a, b = (pl.col("_d0").list.get(0, null_on_oob=True), pl.col("_d0").list.get(1, null_on_oob=True))
+    is_addmm = pl.col("op_name") == "aten::addmm"
+    a = pl.when(is_addmm).then(b).otherwise(a)
+    b = pl.when(is_addmm).then(pl.col("_d0").list.get(2, null_on_oob=True)).otherwise(b)
+    g = g.with_columns(_mn=pl.concat_list(a.list.first(), b.list.last()))
+    mn, n_ = pl.col("_mn"), pl.col("_mn").list.last()
+
+    def same(dcol: str) -> pl.Expr:
+        return pl.col(dcol).list.get(0, null_on_oob=True) == mn
+
+    bias_arg = pl.col("_d1").list.get(1, null_on_oob=True)
+    is_bias = (~is_addmm & pl.col("op_name1").is_in(BIAS_OPS) & same("_d1")
+               & ((bias_arg == pl.concat_list(n_)) | (bias_arg == pl.concat_list(pl.lit(1), n_)) | (bias_arg == mn)))
+    act1 = pl.col("op_name1").is_in(ACT_OPS) & same("_d1")
+    act2 = is_bias & pl.col("op_name2").is_in(ACT_OPS) & same("_d2")
+    g = g.with_columns(_bias=is_bias.fill_null(False), _act1=act1.fill_null(False), _act2=act2.fill_null(False))
+    rows = pl.concat([
+        g.filter("_bias").select(pl.col("i").alias("gemm_i"), pl.col("i1").alias("i"), pl.col("op_name").alias("gemm_op"),
+                                 pl.col("op_name1").alias("op"), pl.lit("bias").alias("role")),
+        g.filter(~pl.col("_bias") & pl.col("_act1")).select(pl.col("i").alias("gemm_i"), pl.col("i1").alias("i"),
+                                                            pl.col("op_name").alias("gemm_op"), pl.col("op_name1").alias("op"),
+                                                            pl.lit("activation").alias("role")),
+        g.filter("_act2").select(pl.col("i").alias("gemm_i"), pl.col("i2").alias("i"), pl.col("op_name").alias("gemm_op"),
+                                 pl.col("op_name2").alias("op"), pl.lit("activation").alias("role")),
+    ])
+    rows = rows.join(ctx.trace.gpu.select("i", "ts", "end", "dur"), on="i").join(ctx.kb.select("i", "bytes"), on="i", how="left")
+    return step_of(rows, ctx.steps).filter(pl.col("step").is_not_null())
+
+
+def removes(ctx: RuleContext, finding: dict | None = None) -> pl.DataFrame:
+    """The epilogue kernels (see the module doc)."""
+    e = epilogues(ctx)
+    if e.height == 0:
+        return e
+    return shrink_kernels(ctx.trace, e.select("i", pl.lit(0, pl.Int64).alias("new_dur")), sync_calls(ctx.trace))
+
+
+def check(ctx: RuleContext) -> list[Finding]:
+    e = epilogues(ctx)
+    if e.height == 0:
+        return []
+    rem = removed_per_step(removes(ctx), ctx.steps)
+    savings = int(rem["removed"].sum())
+    if ctx.pct(savings) < ctx.options["min_savings_pct"]:
+        return []
+    gemms = ctx.trace.gpu.filter(pl.col("i").is_in(e["gemm_i"].unique().implode()))
+    per_gemm = e.group_by("gemm_i").agg(pl.col("dur").sum().alias("t"), pl.col("ts").min(), pl.col("end").max(),
+                                        pl.col("step").first()).sort(["t", "gemm_i"], descending=[True, False])
+    w = per_gemm.row(0, named=True)
+    ops = e.group_by("role", "op").agg(pl.len().alias("count"), pl.col("dur").sum()).sort(["dur", "op"], descending=[True, False])
+    bias = bool((e["role"] == "bias").any())
+    gemm_op = str(e["gemm_op"].mode().sort()[0])
+    evidence = {
+        "gemm_op": gemm_op, "gemms_with_epilogue": per_gemm.height,
+        "gemms_per_step": round(per_gemm.height / ctx.steps.height, 2),
+        "epilogue_ops": [{"role": r["role"], "op": r["op"], "count": r["count"], "time_us": round(r["dur"] / 1000, 3)}
+                         for r in ops.to_dicts()],
+        "epilogue_kernels": e.height, "epilogue_time_us": round(float(e["dur"].sum()) / 1000, 3),
+        "gemm_time_us": round(float(gemms["dur"].sum()) / 1000, 3),
+        "epilogue_bytes": int(e["bytes"].sum()) if e["bytes"].null_count() == 0 else None,
+        "worst": {"start_us": round(w["ts"] / 1000, 3), "end_us": round(w["end"] / 1000, 3), "step": w["step"]},
+        "savings_per_step_us": {str(s): round(r / 1000, 3) for s, r in rem.rows()},
+    }
+    roles = " + ".join(sorted(set(e["role"].to_list())))
+    return [ctx.finding(cost_ns=int(e["dur"].sum()), savings_ns=savings, count=per_gemm.height,
+                        steps=sorted(e["step"].unique().to_list()), evidence=evidence, fix=_fix(gemm_op, bias),
+                        title=f"{gemm_op} followed by a separate {roles} kernel: fold it into the GEMM epilogue",
+                        kernel_ids=e["i"].to_list())]

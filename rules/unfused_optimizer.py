@@ -1,0 +1,145 @@
+"""TV203 unfused-optimizer: the optimizer step launches a few tiny kernels per parameter.
+
+## What it detects
+`Optimizer.step#…` spans (recorded by torch.optim for every optimizer) whose kernels come from single-tensor
+ops (`aten::mul_`, `aten::addcdiv_`, `aten::lerp_`, … once per parameter) rather than multi-tensor ops
+(`aten::_foreach_*`, `aten::_fused_*`): at least `min_kernels` such kernels per optimizer step. Traces
+without these spans (optimizers that bypass torch.optim's step hooks) cannot be judged.
+
+## Why it is slow
+The single-tensor path (`foreach=False`, or parameters that are not all on the GPU) runs the update rule as
+a Python loop over the parameters, one op per parameter and arithmetic step: AdamW is about 8 ops per
+parameter, so a model with P parameters costs 8·P launches of a few µs of host time each, while each kernel
+touches one small tensor and finishes in a few µs. The GPU mostly waits for the host. The multi-tensor
+(`foreach=True`) path launches one kernel per arithmetic step for a whole list of tensors, and the fused path
+(`fused=True`) one kernel for the whole update.
+
+## How to fix
+Construct the optimizer with `fused=True` (Adam, AdamW, SGD, Adagrad on CUDA) or `foreach=True`; PyTorch
+picks foreach by default only when every parameter and state is a CUDA tensor and `differentiable=False`,
+so check for `foreach=False` in the code and for parameters left on the CPU. `torch.compile` of the step
+function also fuses the update.
+
+## Evidence
+Per optimizer: the steps, the host time of one optimizer step, the kernels it launches and their GPU time,
+the ops that launch them with their counts, and the estimated parameter count (the launches of the least
+frequent per-parameter op). The multi-tensor path keeps one launch per distinct kernel: its predicted host
+time is the span × distinct kernels / kernels, and its GPU time at least the bytes the kernels move at the
+memory bandwidth. Savings = the optimizer span beyond that predicted time, only where the GPU had nothing
+else to run (queued forward/backward work still has to run).
+
+## Options
+- `min_kernels` (32): fewest single-tensor kernels per optimizer step worth a finding (4 parameters of AdamW).
+- `min_savings_pct` (2.0): smallest savings (% of step time) worth a finding.
+- `moderate_pct` (3.0): savings share at which a finding is a warning (XProf's moderate threshold).
+- `high_pct` (15.0): savings share at which it is an error (XProf's high threshold).
+
+## References
+- PyTorch docs, `torch.optim` "Algorithms" (foreach and fused implementations, their defaults).
+- PyTorch `torch/optim/optimizer.py` (`Optimizer.step#<name>.step` profiler spans).
+"""
+
+from __future__ import annotations
+
+import polars as pl
+
+from traceview.analyses.whatif import EMPTY, gpu_idle_within, removed_per_step
+from traceview.ruleapi import Finding, Option, RuleContext
+
+CODE = "TV203"
+NAME = "unfused-optimizer"
+SEVERITY = "warning"
+CLASS = "cpu_launch"  # the classifier class whose time a fix of these findings removes
+TITLE = "Optimizer step launches tiny kernels per parameter"
+OPTIONS = {
+    "min_kernels": Option(32, "fewest single-tensor kernels per optimizer step worth a finding"),
+    "min_savings_pct": Option(2.0, "smallest savings (% of step time) worth a finding"),
+    "moderate_pct": Option(3.0, "XProf moderate threshold (% of step time)"),
+    "high_pct": Option(15.0, "XProf high threshold (% of step time)"),
+}
+OPT_RE = r"^Optimizer\.step#(.+)\.step$"
+MULTI_TENSOR_RE = r"^aten::_(foreach|fused)_"
+
+
+def _fix(opt: str) -> str:
+    return (f"{opt}.step runs its update one parameter at a time (the single-tensor path): about a handful of ops "
+            "per parameter, each a few µs of host time for a kernel that finishes in a few µs, so the GPU waits "
+            f"for the host. Construct it with {opt}(..., fused=True) (one kernel for the whole update) or "
+            "foreach=True (one kernel per arithmetic step over all parameters). PyTorch picks foreach by default "
+            "only when every parameter and state is a CUDA tensor and differentiable=False: look for "
+            "foreach=False in the code and for parameters left on the CPU.")
+
+
+FIX = _fix("The optimizer")
+
+
+def optimizer_spans(ctx: RuleContext, min_kernels: int) -> pl.DataFrame:
+    """One row per single-tensor optimizer step in the analysed steps: [i, opt, ts, end, kernels, kinds,
+    gpu_ns, bytes, kept, ids, ops]."""
+    host = ctx.trace.host
+    spans = host.filter((pl.col("cat") == "user_annotation") & pl.col("name").str.contains(OPT_RE)
+                        & (pl.col("ts") >= ctx.trace.steps["cpu_ts"].min()))
+    spans = spans.filter(pl.col("end") > ctx.lo).select("i", pl.col("name").str.extract(OPT_RE).alias("opt"), "ts", "end")
+    if spans.height == 0:
+        return pl.DataFrame()
+    k = ctx.trace.gpu.filter((pl.col("kind") == "compute") & pl.col("launch_ts").is_not_null())
+    k = k.join(host.select(pl.col("i").alias("op"), pl.col("name").alias("op_name")), on="op", how="left")
+    k = (k.sort("launch_ts").join_asof(spans.rename({"i": "span", "ts": "_sts", "end": "_send"}).sort("_sts"),
+                                      left_on="launch_ts", right_on="_sts", strategy="backward")
+         .filter(pl.col("launch_ts") < pl.col("_send")))
+    k = k.join(ctx.kb.select("i", pl.col("bytes").alias("_kb")), on="i", how="left")
+    per = k.group_by("span").agg(
+        pl.len().alias("kernels"), pl.col("name").n_unique().alias("kinds"), pl.col("dur").sum().alias("gpu_ns"),
+        pl.col("_kb").fill_null(0).sum().alias("bytes"), pl.col("i").alias("ids"),
+        pl.col("op_name").fill_null("?").str.contains(MULTI_TENSOR_RE).sum().alias("multi"),
+        pl.col("op_name").fill_null("?").alias("ops"))
+    per = spans.rename({"i": "span"}).join(per, on="span", how="inner").rename({"span": "i"})
+    per = per.filter((pl.col("multi") == 0) & (pl.col("kernels") >= min_kernels))
+    span = (pl.col("end") - pl.col("ts")).cast(pl.Float64)
+    kept = pl.max_horizontal(span * pl.col("kinds") / pl.col("kernels"), pl.col("bytes") / ctx.spec.bw * 1e9)
+    return per.with_columns(kept=kept.cast(pl.Int64))
+
+
+def _removed(ctx: RuleContext, per: pl.DataFrame) -> pl.DataFrame:
+    if per.height == 0:
+        return EMPTY
+    cut = per.select(ts=pl.col("ts") + pl.col("kept"), end=pl.col("end")).filter(pl.col("end") > pl.col("ts"))
+    return gpu_idle_within(ctx.trace, cut, ctx.lo, ctx.hi, keep_launched_inside=True)
+
+
+def removes(ctx: RuleContext, finding: dict | None = None) -> pl.DataFrame:
+    """The optimizer host time beyond the multi-tensor path's, where the GPU had nothing else to run."""
+    return _removed(ctx, optimizer_spans(ctx, int(ctx.options["min_kernels"])))
+
+
+def check(ctx: RuleContext) -> list[Finding]:
+    per = optimizer_spans(ctx, int(ctx.options["min_kernels"]))
+    if per.height == 0:
+        return []
+    out = []
+    for opt in sorted(per["opt"].unique().to_list()):  # one finding per optimizer class: one or two
+        p = per.filter(pl.col("opt") == opt)
+        rem = removed_per_step(_removed(ctx, p), ctx.steps)
+        savings = int(rem["removed"].sum())
+        if ctx.pct(savings) < ctx.options["min_savings_pct"]:
+            continue
+        ops = p.select(pl.col("ops").explode()).group_by("ops").len().sort(["len", "ops"], descending=[True, False])
+        n = p.height
+        evidence = {
+            "optimizer": opt, "optimizer_steps": n,
+            "host_time_per_step_us": round(float((p["end"] - p["ts"]).sum()) / n / 1000, 3),
+            "kernels_per_step": round(float(p["kernels"].sum()) / n, 1),
+            "gpu_time_per_step_us": round(float(p["gpu_ns"].sum()) / n / 1000, 3),
+            "distinct_kernels": int(p["kinds"].max()),
+            "estimated_parameters": int(ops["len"].min() // n) if ops.height else None,
+            "ops": [{"op": r["ops"], "count": r["len"]} for r in ops.head(10).to_dicts()],
+            "predicted_multi_tensor_time_per_step_us": round(float(p["kept"].sum()) / n / 1000, 3),
+            "savings_per_step_us": {str(s): round(r / 1000, 3) for s, r in rem.rows()},
+        }
+        steps = rem.filter(pl.col("removed") > 0)["step"].to_list()
+        out.append(ctx.finding(cost_ns=int((p["end"] - p["ts"]).sum()), savings_ns=savings,
+                               count=int(p["kernels"].sum()), steps=steps, evidence=evidence, fix=_fix(opt),
+                               title=f"{opt}.step launches {evidence['kernels_per_step']:.0f} tiny kernels per step "
+                                     "(single-tensor path)",
+                               kernel_ids=p["ids"].explode().to_list()))
+    return out

@@ -1,0 +1,184 @@
+"""The web app in a real browser: `streamlit run app.py` on localhost, driven by playwright through Debian's
+chromium (never a browser download). Uploads a bundled trace and the two rank files of a bundled job, visits
+every page and checks that the verdict, the timeline and the charts are rendered (plotly's divs).
+
+Needs /usr/bin/chromium (`.ci/run` installs the Debian package when it is missing): without it the test fails,
+it does not skip. Set TRACEVIEW_SCREENSHOTS=docs to write the pages' screenshots (docs/app_*.png)."""
+
+from __future__ import annotations
+
+import os
+import socket
+import subprocess
+import sys
+import time
+import urllib.request
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parent.parent
+CHROMIUM = Path("/usr/bin/chromium")
+SYNC = ROOT / "sample_traces/gpu_h200/sync_item_nonzero_cpu.json.gz"
+JOB = ROOT / "sample_traces/nccl_h200x2/ddp_rank1_slowed"
+READY_S = 300  # how long the server may take to come up on a busy machine: a bound, not a measurement
+WAIT_MS = int(os.environ.get("TRACEVIEW_BROWSER_WAIT_MS", 240_000))  # a bound for each wait on the page, as READY_S
+ARGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking",
+        "--disable-component-update", "--disable-sync", "--no-first-run", "--disable-dev-shm-usage"]
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+@pytest.fixture(scope="module")
+def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
+    port = _free_port()
+    log = tmp_path_factory.mktemp("streamlit") / "server.log"
+    env = {**os.environ, "STREAMLIT_BROWSER_GATHER_USAGE_STATS": "false"}
+    with log.open("wb") as out:
+        proc = subprocess.Popen(
+            [sys.executable, "-m", "streamlit", "run", "app.py", "--server.headless", "true", "--server.port",
+             str(port), "--server.address", "127.0.0.1", "--browser.gatherUsageStats", "false"],
+            cwd=ROOT, env=env, stdout=out, stderr=subprocess.STDOUT)
+    url = f"http://127.0.0.1:{port}"
+    try:
+        deadline = time.monotonic() + READY_S
+        while True:  # poll the health endpoint until the server answers
+            if proc.poll() is not None:
+                pytest.fail(f"streamlit exited ({proc.returncode}): {log.read_text()[-2000:]}")
+            try:
+                with urllib.request.urlopen(f"{url}/_stcore/health", timeout=5) as r:
+                    if r.status == 200:
+                        break
+            except OSError:
+                pass
+            if time.monotonic() > deadline:
+                pytest.fail(f"streamlit did not answer within {READY_S} s: {log.read_text()[-2000:]}")
+            time.sleep(0.5)
+        yield url
+    finally:
+        proc.terminate()
+        try:
+            proc.wait(timeout=30)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait()
+
+
+@pytest.fixture(scope="module")
+def browser() -> Iterator[object]:
+    assert CHROMIUM.exists(), "no /usr/bin/chromium: install Debian's package (apt-get install -y chromium)"
+    from playwright.sync_api import sync_playwright
+
+    with sync_playwright() as pw:
+        b = pw.chromium.launch(executable_path=str(CHROMIUM), args=ARGS, headless=True)
+        yield b
+        b.close()
+
+
+@pytest.fixture()
+def shots(tmp_path: Path) -> Path:
+    d = os.environ.get("TRACEVIEW_SCREENSHOTS")
+    out = (ROOT / d) if d else tmp_path
+    out.mkdir(parents=True, exist_ok=True)
+    return out
+
+
+def open_app(browser, url: str):  # noqa: ANN001, ANN201 - playwright types
+    page = browser.new_page(viewport={"width": 1400, "height": 1400})
+    page.set_default_timeout(WAIT_MS)
+    page.goto(url)
+    page.locator('[data-testid="stSidebar"]').wait_for()
+    return page
+
+
+def settled(page) -> None:  # noqa: ANN001
+    """Wait until the script run is over (Streamlit shows its status widget while running)."""
+    page.wait_for_function("() => !document.querySelector('[data-testid=\"stStatusWidget\"]')")
+
+
+def upload(page, *files: Path) -> None:  # noqa: ANN001
+    page.locator('[data-testid="stSidebar"] input[type="file"]').set_input_files([str(f) for f in files])
+    settled(page)
+
+
+def goto(page, title: str) -> None:  # noqa: ANN001
+    page.locator('[data-testid="stSidebarNav"] a').filter(has_text=title).first.click()
+    page.locator("h1, h2").filter(has_text=title).first.wait_for()
+    settled(page)
+
+
+def plots(page, n: int = 1) -> list[str]:  # noqa: ANN001
+    """Titles of the plotly charts drawn on the page, once at least `n` are."""
+    page.wait_for_function(f"() => document.querySelectorAll('.js-plotly-plot .main-svg').length >= {n}")
+    return page.locator(".js-plotly-plot .gtitle").all_text_contents()
+
+
+def shot(page, shots: Path, name: str) -> None:  # noqa: ANN001
+    page.screenshot(path=str(shots / f"app_{name}.png"), full_page=True)
+
+
+def test_one_trace_every_page(server: str, browser, shots: Path) -> None:  # noqa: ANN001
+    page = open_app(browser, server)
+    upload(page, SYNC)
+    page.get_by_text("Verdict: sync-bound").wait_for()
+    assert "Classifier: share of each step (%)" in plots(page, 2)
+    shot(page, shots, "overview")
+
+    goto(page, "Findings")
+    page.get_by_text("TV102 host-sync").first.wait_for()
+    shot(page, shots, "findings")
+    # a finding's link opens the timeline zoomed to its window
+    page.locator('[data-testid="stExpander"]').filter(has_text="TV102 host-sync").first.locator("summary").click()
+    page.get_by_role("link", name="Show on the timeline").first.click()
+    page.locator("h1, h2").filter(has_text="Timeline").first.wait_for()
+    settled(page)
+    titles = plots(page)
+    assert any(t.startswith("Step ") and t.endswith(" timeline") for t in titles), titles
+    from playwright.sync_api import expect
+
+    expect(page.get_by_role("combobox", name="Zoom to a finding")).to_have_value("TV102 host-sync: costliest sync",
+                                                                                  timeout=WAIT_MS)
+    assert page.locator(".js-plotly-plot .barlayer .point").count() > 300  # the step's slices are drawn
+    shot(page, shots, "timeline")
+
+    goto(page, "Layers")
+    assert any(t.startswith("GPU time by layer") for t in plots(page))
+    shot(page, shots, "layers")
+    goto(page, "Kernels")
+    page.get_by_text("Top kernels").wait_for()
+    shot(page, shots, "kernels")
+    goto(page, "Raw JSON")
+    page.get_by_text("Download JSON").wait_for()
+    assert not page.locator('[data-testid="stException"]').count()
+    page.close()
+
+
+def test_rank_files_show_the_job(server: str, browser, shots: Path) -> None:  # noqa: ANN001
+    page = open_app(browser, server)
+    ranks = sorted(JOB.glob("rank*.pt.trace.json.gz"))
+    assert len(ranks) == 2
+    upload(page, *ranks)
+    page.get_by_text("Straggler rank").wait_for()
+    metric = page.locator('[data-testid="stMetric"]').filter(has_text="Straggler rank")
+    assert metric.locator('[data-testid="stMetricValue"]').inner_text().strip() == "1"
+    assert any(t.startswith("Wait per step in NCCL kernels") for t in plots(page, 3))
+    page.get_by_text("Verdict:").first.wait_for()
+    shot(page, shots, "job")
+
+    goto(page, "Findings")
+    page.locator("h3").filter(has_text="Job:").first.wait_for()
+    page.get_by_text("TV501 nccl-wait").first.wait_for()
+    goto(page, "Timeline")
+    titles = plots(page)
+    assert any(t.endswith(" timeline") for t in titles), titles
+    assert page.locator(".js-plotly-plot .shapelayer path").count() > 0  # the exposed NCCL waits, shaded
+    shot(page, shots, "timeline_nccl")
+    for title in ("Layers", "Kernels", "Raw JSON"):
+        goto(page, title)
+    assert not page.locator('[data-testid="stException"]').count()
+    page.close()

@@ -1,0 +1,38 @@
+"""One layer up close: the kernels and ops that ran inside it and the findings placed in it — what the app
+shows when a layer of the `layers` section is selected. Same rows as the report's top kernels / top ops,
+restricted to the GPU activity that the layer attribution (analyses/layers.gpu_layers) gives to the layer
+or to a layer nested in it."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import polars as pl
+
+from .analyses import kernels
+from .analyses.layers import gpu_layers
+from .model import Trace
+from .report import _kernel_rows, _op_rows, select_steps
+
+
+def in_layer(layer: str, path: str | None) -> bool:
+    """`path` is `layer` or a layer nested in it (layer paths are `/`-separated)."""
+    return path is not None and (path == layer or path.startswith(layer + "/"))
+
+
+def layer_detail(trace: Trace, layer: str, *, step: int | None = None, findings: list[dict] | None = None,
+                 top: int = 15) -> dict[str, Any]:
+    """{layer, gpu_us, kernels, ops, findings} of `layer` over the analysed steps (all, or ProfilerStep#`step`):
+    the `top` kernels and ops by GPU time, and those of `findings` (a trace entry's) placed in the layer."""
+    steps = select_steps(trace, step)
+    lo, hi = int(steps["ts"].min()), int(steps["end"].max())
+    lay = gpu_layers(trace)
+    ids = lay.filter((pl.col("layer") == layer) | pl.col("layer").str.starts_with(layer + "/"))["i"]
+    gpu = trace.gpu.filter(pl.col("i").is_in(ids.implode()) & (pl.col("end") > lo) & (pl.col("ts") < hi))
+    busy = gpu.filter(pl.col("kind") != "sync")
+    return {
+        "layer": layer, "gpu_us": round(int(busy["dur"].sum()) / 1000, 3), "kernel_count": busy.height,
+        "kernels": _kernel_rows(kernels.top_kernels(trace, top, gpu)) if gpu.height else [],
+        "ops": _op_rows(kernels.top_ops(trace, top, gpu)) if gpu.height else [],
+        "findings": [f for f in findings or [] if in_layer(layer, f.get("layer"))],
+    }
