@@ -123,7 +123,8 @@ def test_the_cycle_finder_finds_one() -> None:
 
 # The data flows one way: load -> trace model -> analyses -> rules -> report -> CLI | app | batch.
 LAYERS = [
-    {"traceview.errors", "traceview.units", "traceview.memo", "traceview.manifest", "traceview.options"},
+    {"traceview.errors", "traceview.units", "traceview.memo", "traceview.manifest", "traceview.options",
+     "traceview.procpool"},
     {"traceview.model", "traceview.analyses.tree"},  # the call tree is part of building the model
     {"traceview.decode", "traceview.fastscan", "traceview.loader"},
     {"traceview.analyses"},  # and its modules

@@ -63,12 +63,13 @@ def _run_local(specs: list[JobSpec], options: Options | None, jobs: int, done: C
         for k, s in enumerate(specs):
             done(k, work(s, options))
         return
-    import multiprocessing as mp
-    from concurrent.futures import ProcessPoolExecutor, as_completed
+    from concurrent.futures import as_completed
 
-    # spawn: polars runs a thread pool, which a fork would copy in an undefined state
-    with ProcessPoolExecutor(max_workers=min(jobs, len(specs)), mp_context=mp.get_context("spawn")) as pool:
-        futs = {pool.submit(work, s, options): k for k, s in enumerate(specs)}
+    from . import procpool
+
+    pool, futures = procpool.start(work, [(s, options) for s in specs], min(jobs, len(specs)))
+    with pool:
+        futs = {f: k for k, f in enumerate(futures)}
         for f in as_completed(futs):
             k = futs[f]
             try:

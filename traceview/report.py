@@ -260,22 +260,13 @@ def _analyze_files(files: list[Path], options: Options, workers: int,
                    on_trace: Callable[[str], None] | None) -> list[tuple[dict, RankResult | None]]:
     """`_analyze_file` over the files, in worker processes, results in file order (identical to the serial path:
     each file is analysed alone; spawned workers, as polars' thread pool does not survive fork)."""
-    import multiprocessing
-    from concurrent.futures import ProcessPoolExecutor
+    from . import procpool
 
     # each worker gets its share of the cores: polars would start a thread per core in every worker otherwise
     # (the variable is read when a spawned worker imports polars; the workers start during the submits)
     threads = str(max(1, (os.cpu_count() or 1) // workers))
-    before = os.environ.get("POLARS_MAX_THREADS")
-    os.environ["POLARS_MAX_THREADS"] = threads
-    try:
-        pool = ProcessPoolExecutor(max_workers=workers, mp_context=multiprocessing.get_context("spawn"))
-        futures = [pool.submit(_analyze_file, f, options) for f in files]
-    finally:
-        if before is None:
-            os.environ.pop("POLARS_MAX_THREADS", None)
-        else:
-            os.environ["POLARS_MAX_THREADS"] = before
+    pool, futures = procpool.start(_analyze_file, [(f, options) for f in files], workers,
+                                   env={"POLARS_MAX_THREADS": threads})
     with pool:
         out = []
         for f, fut in zip(files, futures, strict=True):
