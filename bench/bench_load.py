@@ -21,7 +21,8 @@ import tempfile
 import time
 from pathlib import Path
 
-DEFAULT = Path(__file__).resolve().parents[1].parent / "shared/traces/big/big_train_60steps.json.gz"
+# a big trace: make one with `python tools/inflate_trace.py SRC bench/big.json.gz --target-mb 130` (bench/README.md)
+DEFAULT = Path(__file__).resolve().parent / "big.json.gz"
 
 DECODE = r"""
 import gzip, sys, time
@@ -63,10 +64,11 @@ def run(cmd: list[str], inner_time: bool) -> tuple[float, float]:
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("trace", nargs="?", default=str(DEFAULT))
-    ap.add_argument("--repeat", type=int, default=5)
+    ap.add_argument("trace", nargs="?", default=str(DEFAULT),
+                    help="the trace to time (default bench/big.json.gz, made by tools/inflate_trace.py)")
+    ap.add_argument("--repeat", type=int, default=5, help="interleaved runs per measurement (median reported)")
     ap.add_argument("--peers", action="store_true", help="also time HTA (TraceAnalysis load + 2 breakdowns), once")
-    ap.add_argument("--csv", default=None)
+    ap.add_argument("--csv", default=None, help="also write the results to this CSV file")
     a = ap.parse_args()
     path = Path(a.trace)
     raw = path.read_bytes()

@@ -3,7 +3,8 @@
 Each module is named by its slug in snake_case and exposes `CODE`, `NAME` (the slug), `SEVERITY` (the
 default severity of a finding at or above the moderate threshold), `TITLE`, `FIX`, `OPTIONS` (name ->
 `Option` with the default and its source) and `check(ctx: RuleContext) -> list[Finding]`; a rule that judges
-a whole job (the ranks of one run) also has `check_job(ctx: JobContext) -> list[Finding]`. The rule API is
+a whole job (the ranks of one run) also has `check_job(ctx: JobContext) -> list[Finding]`; `CPU = True` when
+it also runs on traces without GPU activity (then `ctx.cpu` holds the host analyses). The rule API is
 `traceview.ruleapi`. Its docstring (sections What it detects / Why it is slow / How to fix / Evidence /
 Options / References) is the user documentation (`traceview rule CODE`, docs/rules.md). Adding a rule = one
 file here + one line below + its test. Codes are never reused: TV1 host and launch, TV2 kernels, TV3 data
@@ -17,6 +18,7 @@ from types import ModuleType
 from traceview.ruleapi import Option
 
 from . import (
+    cpu_op_overhead,
     elementwise_chain,
     fp32_gemm,
     gemm_epilogue,
@@ -38,6 +40,7 @@ RULES: dict[str, ModuleType] = {
     "TV102": host_sync,
     "TV103": graph_break,
     "TV104": recompile,
+    "TV110": cpu_op_overhead,
     "TV201": elementwise_chain,
     "TV202": fp32_gemm,
     "TV203": unfused_optimizer,

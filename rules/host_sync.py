@@ -12,8 +12,8 @@ grouped by (cause, source line). An `.item()` on a CPU tensor makes no sync call
 ## Why it is slow
 GPU work is asynchronous: Python normally returns as soon as a kernel is queued, so the CPU runs ahead and
 keeps the queue full. A sync makes the CPU wait until every queued kernel has finished; the queue is then
-empty, and the GPU idles while the CPU wakes up, runs the Python that follows and launches the next kernel
-(DOMAIN.md §1). Data-dependent shapes (`nonzero`, masks) and reading values on the host (`.item()`,
+empty, and the GPU idles while the CPU wakes up, runs the Python that follows and launches the next kernel.
+Data-dependent shapes (`nonzero`, masks) and reading values on the host (`.item()`,
 `.cpu()`, `print(t)`) force this on every step.
 
 ## How to fix
@@ -36,10 +36,10 @@ for the host. The costliest occurrence gives the time window and stream. Severit
 - `high_pct` (15.0): share at which it is an error — XProf's high threshold.
 
 ## References
-- Nsight Systems expert rules `cuda_api_sync`, `cuda_memcpy_sync` — PEERS.md §5.
-- torch.profiler `_pattern_matcher.py` source-location rule (nearest frame outside `torch/`) — PEERS.md §2.1.
-- Kineto `cuda_sync` events (kineto PR #866); pytorch#12461 (which ops sync) — PEERS.md §8.
-- HTA critical path sync edges — PEERS.md §3.
+- Nsight Systems expert rules `cuda_api_sync`, `cuda_memcpy_sync` — Nsight Systems User Guide, Expert Systems Analysis: https://docs.nvidia.com/nsight-systems/UserGuide/.
+- torch.profiler `_pattern_matcher.py` source-location rule (nearest frame outside `torch/`) — https://github.com/pytorch/pytorch (torch/profiler/_pattern_matcher.py).
+- Kineto `cuda_sync` events (kineto PR #866); pytorch#12461 (which ops sync) — https://github.com/pytorch/kineto/pull/866, https://github.com/pytorch/pytorch/issues/12461.
+- HTA critical path sync edges — https://github.com/facebookresearch/HolisticTraceAnalysis.
 """
 
 from __future__ import annotations

@@ -17,6 +17,10 @@ Load data in parallel and ahead of time: `DataLoader(num_workers=N, persistent_w
 prefetch_factor=2…)`, `pin_memory=True` with `non_blocking=True` copies; move decoding/augmentation to the
 GPU (DALI, torchvision v2 transforms on tensors) or pre-process the dataset offline; cache decoded samples.
 
+On a trace without GPU activity (CPU training) the same spans are measured on the host: the DataLoader part
+of the step (`cpu.split_us.input` of the report: instants inside a DataLoader span), which is what moving
+data loading into worker processes takes off the critical path.
+
 ## Evidence
 Per step: DataLoader time and share, the GPU idle time during data loading (`input` class), the DataLoader
 op name (single-process vs multi-process iterator); cost = DataLoader host time, savings = the GPU idle time
@@ -27,9 +31,9 @@ that overlapping data loading with compute would recover.
 - `high_pct` (20.0): share at which it is an error — XProf "highly input-bound" (20 %).
 
 ## References
-- tb_plugin `profiler/data.py: analyze()` recommendation 1 — PEERS.md §1.4.
-- XProf input-pipeline analysis (5 %/20 %) — PEERS.md §6.
-- torch.profiler `SynchronizedDataLoaderPattern` (num_workers=0) — PEERS.md §2.1.
+- tb_plugin `profiler/data.py: analyze()` recommendation 1 — https://github.com/pytorch/kineto (tb_plugin/torch_tb_profiler/profiler/data.py).
+- XProf input-pipeline analysis (5 %/20 %) — https://github.com/openxla/xprof (overview page recommendations).
+- torch.profiler `SynchronizedDataLoaderPattern` (num_workers=0) — https://github.com/pytorch/pytorch (torch/profiler/_pattern_matcher.py).
 """
 
 from __future__ import annotations
@@ -47,6 +51,8 @@ NAME = "input-bound"
 CLASS = "input"  # the classifier class whose time a fix of these findings removes
 SEVERITY = "warning"
 TITLE = "Steps wait for the DataLoader; the GPU idles meanwhile"
+TITLE_CPU = "Steps wait for the DataLoader in the training process"
+CPU = True  # also runs on traces without GPU activity (the host-side measure)
 OPTIONS = {
     "moderate_pct": Option(5.0, "tb_plugin rule 1 / XProf moderately input-bound (% of step time)"),
     "high_pct": Option(20.0, "XProf highly input-bound (% of step time)"),
@@ -58,7 +64,35 @@ FIX = ("The GPU has nothing queued while the host prepares the next batch: data 
        "augment on the GPU).")
 
 
+FIX_CPU = ("Data loading runs on the critical path: the training process prepares each batch itself between "
+           "steps instead of in parallel with them. Give the DataLoader worker processes (num_workers > 0, "
+           "persistent_workers=True, prefetch_factor) so batches are ready before they are needed, and make the "
+           "per-sample transform cheaper (decode once, cache decoded samples).")
+
+
+def _check_cpu(ctx: RuleContext) -> list[Finding]:
+    """Host-side measure for traces without GPU activity: the DataLoader part of each step (cpu.step_split)."""
+    split = ctx.cpu["split"]
+    total = int(split["input"].sum()) if split.height else 0
+    pct = ctx.pct(total)
+    if pct < ctx.options["moderate_pct"]:
+        return []
+    dl = dataloader_spans(ctx.trace)
+    ev = {
+        "dataloader_us": round(total / 1000, 3), "dataloader_pct": round(pct, 2), "source": "host (no GPU activity)",
+        "op": dl["name"].mode().sort().first() if dl.height else None, "calls": dl.height,
+        "per_step": [{"step": r["step"], "dataloader_us": round(r["input"] / 1000, 3),
+                      "pct": round(100.0 * r["input"] / r["dur"], 2) if r["dur"] else None}
+                     for r in split.iter_rows(named=True)],  # one per step
+    }
+    fired = split.filter(pl.col("input") > 0)["step"].to_list()
+    count = dl.filter((pl.col("end") > ctx.lo) & (pl.col("ts") < ctx.hi)).height if dl.height else 0
+    return [ctx.finding(steps=fired, count=count, cost_ns=total, evidence=ev, title=TITLE_CPU, fix=FIX_CPU)]
+
+
 def check(ctx: RuleContext) -> list[Finding]:
+    if ctx.cpu is not None:
+        return _check_cpu(ctx)
     trace, steps, window = ctx.trace, ctx.steps, ctx.window_ns
     dl = dataloader_spans(trace)
     if dl.height == 0 or not window:

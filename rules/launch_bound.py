@@ -10,8 +10,8 @@ idle category; queue depth 0 in torch's `BasicEvaluation`). The cost is the time
 ## Why it is slow
 Every eager op pays a fixed CPU cost — Python call, dispatcher, argument checks, output allocation and the
 launch itself, a few µs each. When kernels run for less time than that, the CPU cannot keep the GPU queue
-full, and the GPU waits between kernels: the job is CPU-bound (DOMAIN.md §1, "the two leaks of eager
-mode"; the M = 8 decode case). Faster GPUs make it worse: the kernels shrink, the CPU cost does not.
+full, and the GPU waits between kernels: the job is CPU-bound (typical of small batches, e.g. decoding
+a few tokens at a time). Faster GPUs make it worse: the kernels shrink, the CPU cost does not.
 
 ## How to fix
 Launch fewer, larger pieces of work. Capture the step with CUDA Graphs — `torch.compile(mode="reduce-overhead")`
@@ -31,10 +31,10 @@ window reaches `moderate_pct`; `error` from `high_pct`.
 - `high_pct` (15.0): share at which it is an error — XProf "kernel launch" high threshold.
 
 ## References
-- HTA idle-time breakdown, `host_wait` (hta/analyzers/breakdown_analysis.py) — PEERS.md §3.
-- XProf overview page, kernel-launch thresholds 3 %/15 % — PEERS.md §6.
-- torch.profiler `_utils.BasicEvaluation` queue depth — PEERS.md §2.2.
-- TraceLens short-kernel study (`--short_kernel_threshold_us` 10) — PEERS.md §4.
+- HTA idle-time breakdown, `host_wait` (hta/analyzers/breakdown_analysis.py) — https://github.com/facebookresearch/HolisticTraceAnalysis.
+- XProf overview page, kernel-launch thresholds 3 %/15 % — https://github.com/openxla/xprof (overview page recommendations).
+- torch.profiler `_utils.BasicEvaluation` queue depth — https://github.com/pytorch/pytorch (torch/profiler/_utils.py).
+- TraceLens short-kernel study (`--short_kernel_threshold_us` 10) — https://github.com/AMD-AGI/TraceLens.
 """
 
 from __future__ import annotations

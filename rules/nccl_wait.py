@@ -18,7 +18,7 @@ NCCL kernel whose ranks run on the CPU with gloo is matched the same way on its 
 
 ## Why it is slow
 A collective cannot finish until every rank has joined, so a rank that arrives late makes every other
-rank's NCCL kernel look long: that extra time is synchronisation, not data transfer (DOMAIN.md §3–4). And
+rank's NCCL kernel look long: that extra time is synchronisation, not data transfer. And
 communication that is not overlapped with computation adds directly to the step time.
 
 ## How to fix
@@ -48,10 +48,10 @@ whatever the overhead.
 - `host_noise_ms` (6.0): for host-side (gloo) collectives, a median wait per step below this is within OS scheduling noise and the straggler finding stays info — Linux CFS's default scheduling period (sched_latency 6 ms): on a busy CPU host a runnable rank can wait that long for a core.
 
 ## References
-- TraceLens `NcclAnalyser` (wait = latest start − own start, comm latency = min duration, straggler summary) — PEERS.md §4.
-- tb_plugin distributed view (transfer = min duration across workers; rule 4, communication > 10 %) — PEERS.md §1.5.
-- HTA `get_potential_stragglers`, comm/comp overlap — PEERS.md §3.
-- XProf device collectives 3 %/15 % — PEERS.md §6.
+- TraceLens `NcclAnalyser` (wait = latest start − own start, comm latency = min duration, straggler summary) — https://github.com/AMD-AGI/TraceLens.
+- tb_plugin distributed view (transfer = min duration across workers; rule 4, communication > 10 %) — https://github.com/pytorch/kineto (tb_plugin/torch_tb_profiler/profiler/overall_parser.py, communication.py).
+- HTA `get_potential_stragglers`, comm/comp overlap — https://github.com/facebookresearch/HolisticTraceAnalysis.
+- XProf device collectives 3 %/15 % — https://github.com/openxla/xprof (overview page recommendations).
 """
 
 from __future__ import annotations

@@ -7,8 +7,8 @@ destination kind is pageable host memory), grouped by direction and by the op th
 ## Why it is slow
 The GPU's copy engines can only DMA from page-locked memory. A copy from pageable memory is staged by the
 driver through a pinned bounce buffer in chunks, runs at a fraction of the link bandwidth, and is
-synchronous with respect to the host: `non_blocking=True` cannot overlap it with compute (DOMAIN.md §3,
-"`non_blocking=True` needs pinned memory to be truly async"). A device→pageable copy also forces the host
+synchronous with respect to the host: `non_blocking=True` cannot overlap it with compute (it needs pinned
+memory to be truly asynchronous). A device→pageable copy also forces the host
 to wait for the GPU.
 
 ## How to fix
@@ -29,8 +29,8 @@ savings share of the window.
 - `min_bytes` (0): smallest copy reported (Nsight Systems' `cuda_memcpy_sync` ignores H2D copies ≤ 64 KiB; 0 reports all).
 
 ## References
-- Nsight Systems expert rule `cuda_memcpy_async` (Async Memcpy with Pageable Memory) — PEERS.md §5.
-- tb_plugin ResNet-50 samples: a 19.3 MB pageable H2D copy per step followed by cudaStreamSynchronize — PEERS.md §1.6.
+- Nsight Systems expert rule `cuda_memcpy_async` (Async Memcpy with Pageable Memory) — Nsight Systems User Guide, Expert Systems Analysis: https://docs.nvidia.com/nsight-systems/UserGuide/.
+- tb_plugin ResNet-50 samples: a 19.3 MB pageable H2D copy per step followed by cudaStreamSynchronize — https://github.com/pytorch/kineto (tb_plugin/samples/resnet50_num_workers_0).
 """
 
 from __future__ import annotations

@@ -111,12 +111,13 @@ def test_noise_rule_and_thresholds(tmp_path, capsys):
     assert step["noise_us"] == pytest.approx(noise, abs=0.002)
     assert step["delta_pct"] == pytest.approx(11.48, abs=0.01) and step["delta_us"] < step["noise_us"]
     assert not step["regressed"] and t["regressions"] == ["host_sync"]
-    assert [f["code"] for f in t["new_findings"]] == ["TV102"]
+    # the graph break itself (graph-break, TV103) and its host sync (TV102) are the new findings
+    assert [f["code"] for f in t["new_findings"]] == ["TV103", "TV102"]
     # a per-metric threshold and ignoring the rule let it pass; from the command line or [tool.traceview.baseline]
-    assert batch(capsys, now, "--baseline", base, "--max-regression", "host_sync=50", "--ignore", "TV102")[0] == 0
-    assert batch(capsys, now, "--baseline", base, "--max-regression", "host_sync=20", "--ignore", "TV102")[0] == 1
+    assert batch(capsys, now, "--baseline", base, "--max-regression", "host_sync=50", "--ignore", "TV102,TV103")[0] == 0
+    assert batch(capsys, now, "--baseline", base, "--max-regression", "host_sync=20", "--ignore", "TV102,TV103")[0] == 1
     cfg = tmp_path / "tv.toml"
-    cfg.write_text("[tool.traceview]\nignore = ['TV102']\n[tool.traceview.baseline]\nmax-regression = 5\nhost_sync = 50\n")
+    cfg.write_text("[tool.traceview]\nignore = ['TV102', 'TV103']\n[tool.traceview.baseline]\nmax-regression = 5\nhost_sync = 50\n")
     assert batch(capsys, now, "--baseline", base, "--config", cfg)[0] == 0
     # --exit-zero: report, do not fail
     assert batch(capsys, now, "--baseline", base, "--exit-zero")[0] == 0

@@ -30,7 +30,7 @@ def test_analyze_json_document():
 
 
 def test_analyze_text_and_step():
-    r = run("analyze", SMALL, "--step", "2")
+    r = run("analyze", SMALL, "--step", "2", "--show", "steps,kernels", "--width", "160")
     assert r.returncode == 0, r.stderr
     assert "Step time breakdown" in r.stdout and "aten::addmm" in r.stdout
     r = run("analyze", SMALL, "--step", "9")

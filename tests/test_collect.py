@@ -146,19 +146,21 @@ def test_inference_step_api_and_no_torch_import(tmp_path: Path) -> None:
 
 
 def test_time_window_mode(tmp_path: Path) -> None:
+    """The window records part of a longer loop: the script runs until the window's trace exists, then 20 more
+    calls, so the trace holds fewer calls than the loop made whatever the machine's load (no wall-clock bound)."""
+    run = tmp_path / "window"
     r = collect(
         tmp_path, "window", ["--window-s", "0.3", "--delay-s", "0.1"],
-        [sys.executable, str(SCRIPTS / "infer_small.py"), "--window-ms", "6000"],
+        [sys.executable, str(SCRIPTS / "infer_small.py"), "--window-ms", "300000",
+         "--until-trace", str(run / "rank0.*.pt.trace.json.gz")],
     )  # fmt: skip
     assert r.returncode == 0, r.stderr
-    run = tmp_path / "window"
+    calls = int(next(line for line in r.stdout.splitlines() if line.startswith("calls="))[6:])
     (trace_path,) = traces_of(run, 0)
     trace = load(trace_path)
     ops = [e for e in trace["traceEvents"] if e.get("cat") == "cpu_op" and e["name"] == "aten::linear"]
-    assert len(ops) > 2
-    span = max(e["ts"] + e["dur"] for e in ops) - min(e["ts"] for e in ops)
-    # µs: the window (Kineto's first start can take ~1-2 s, more on a loaded box), not the whole 6 s loop
-    assert span < 3e6
+    # two Linear layers per call; the 20 calls after the trace was written are not in it
+    assert 2 < len(ops) <= 2 * (calls - 20), (len(ops), calls)
     man = json.loads((run / "manifest.json").read_text())
     assert man["mode"] == "window" and man["schedule"] is None and man["options"]["window_s"] == 0.3
 
@@ -204,11 +206,12 @@ def test_on_demand_trigger(tmp_path: Path) -> None:
     run = tmp_path / "od"
     argv = [sys.executable, "-m", "traceview", "collect", "--out", str(tmp_path), "--name", "od", "--on-demand",
             "--", sys.executable, str(SCRIPTS / "long_loop.py")]  # fmt: skip
-    env = {**collect_env(), "STOP_FILE": str(stop), "MAX_S": "60"}
+    # generous limits: they only bound a hang (a loaded 2-core box can take many seconds to start torch)
+    env = {**collect_env(), "STOP_FILE": str(stop), "MAX_S": "600"}
     job = subprocess.Popen(argv, cwd=REPO, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     try:
         meta = run / "rank0.collect.json"
-        assert _wait_for(lambda: meta.exists() and json.loads(meta.read_text())["steps_seen"] > 3, 30)
+        assert _wait_for(lambda: meta.exists() and json.loads(meta.read_text())["steps_seen"] > 3, 300)
         assert not traces_of(run, 0)  # nothing recorded until asked
 
         def trigger(target: str, steps: int) -> subprocess.CompletedProcess:
@@ -221,9 +224,9 @@ def test_on_demand_trigger(tmp_path: Path) -> None:
                 "--steps",
                 str(steps),
                 "--wait-s",
-                "20",
+                "240",
             ]
-            return subprocess.run(argv, cwd=REPO, env=collect_env(), capture_output=True, text=True, timeout=60)
+            return subprocess.run(argv, cwd=REPO, env=collect_env(), capture_output=True, text=True, timeout=300)
 
         t1 = trigger(str(run), 2)
         assert t1.returncode == 0, t1.stderr
@@ -232,7 +235,7 @@ def test_on_demand_trigger(tmp_path: Path) -> None:
         assert t2.returncode == 0, t2.stderr
     finally:
         stop.touch()
-        out, err = job.communicate(timeout=60)
+        out, err = job.communicate(timeout=300)
     assert job.returncode == 0, err
     first, second = (load(p) for p in traces_of(run, 0))
     assert len(step_names(first)) == 2 and len(step_names(second)) == 4

@@ -232,3 +232,65 @@ def test_collected_trace_has_readable_paths() -> None:
     fwd = dict(zip(table["layer"].to_list(), table["fwd_gpu_ns"].to_list(), strict=True))
     bwd = dict(zip(table["layer"].to_list(), table["bwd_gpu_ns"].to_list(), strict=True))
     assert all(fwd[f"blocks.{k}"] > 0 and bwd[f"blocks.{k}"] > fwd[f"blocks.{k}"] for k in range(4))
+
+
+def test_gpt2_repeats_group_by_class_and_shapes() -> None:
+    """GPT-2's four Conv1D layers per block compute on four weight shapes: four groups of 12 without outliers,
+    not two groups of 24 whose members all look like outliers. The weight shapes come from the raw JSON."""
+    weights = {tuple(e["args"]["Input Dims"][2]) for e in raw_events(GPT2)
+               if e.get("cat") == "cpu_op" and e["name"] == "aten::addmm"}
+    assert {(768, 2304), (768, 768), (768, 3072), (3072, 768)} <= weights
+    reps = L.repeats(_table(GPT2))
+    conv = reps.filter(pl.col("layer_class") == "Conv1D")
+    assert conv.height == 4 and conv["count"].to_list() == [12] * 4
+    assert all(o == [] for o in reps["outliers"].to_list()), reps.select("kind", "outliers")
+    labels = conv["shapes"].to_list()
+    for w in [(768, 2304), (768, 768), (768, 3072), (3072, 768)]:
+        (hit,) = [s for s in labels if s.endswith(f"[{w[0]}, {w[1]}]")]
+        assert hit.startswith("addmm ")
+    # wte [50257, 768] and wpe [1024, 768] are different layers, not one repeated "Embedding"
+    assert reps.filter(pl.col("layer_class") == "Embedding").height == 0
+    blocks = reps.filter(pl.col("layer_class") == "GPT2Block").row(0, named=True)
+    assert blocks["count"] == 12 and blocks["outliers"] == []
+
+
+def test_embedding_roofline_counts_rows_read() -> None:
+    """The embedding lookup (an `aten::gather` over an index expanded along the row, stride 0) reads one row
+    per token, not the whole 50257 x 768 table: bytes = rows read + distinct indices + output, from the raw
+    event's Input Dims / Input Strides; every such kernel then runs below the H200's HBM bandwidth."""
+    from traceview.analyses import roofline
+
+    t = load(GPT2)
+    raw = [e for e in raw_events(GPT2) if e.get("cat") == "cpu_op" and e["name"] == "aten::gather"]
+    assert raw
+    costs = roofline.op_costs(t).join(t.host.select(pl.col("i").alias("op"), "ts"), on="op")
+    kb = roofline.kernel_bound(t)
+    t0 = t.meta.t0_us
+    for e in raw:
+        (table, _, index, _, _), (_, _, istride, _, _) = e["args"]["Input Dims"], e["args"]["Input Strides"]
+        rows = index[0]
+        assert istride == [1, 0]  # one index value per row, expanded along the row
+        want = rows * table[1] * 4 + rows * 8 + rows * table[1] * 4
+        got = costs.filter((pl.col("op_name") == "aten::gather")
+                           & ((pl.col("ts") - round((e["ts"] - t0) * 1000)).abs() <= 1))
+        assert got["bytes"].to_list() == [want]
+    ker = t.gpu.join(kb.filter(pl.col("op_name") == "aten::gather").select("i", "bytes"), on="i", suffix="_rf")
+    assert ker.height == len(raw)
+    spec = L.device_peaks(t)
+    achieved = (ker["bytes_rf"] / (ker["dur"] * 1e-9)).to_list()
+    assert max(achieved) < spec.hbm_tbps * 1e12, achieved  # was 7.9x the peak counting the whole table
+    # the op-level ratio to the old whole-table count: 25.2 MB vs 154.4 MB + 25.2 MB per lookup
+    assert roofline.op_cost("aten::gather", [[50257, 768], [], [4096, 768], [], [4096, 768]],
+                            ["float", "Scalar", "long int", "Scalar", "float"], None,
+                            [[768, 1], [], [1, 0], [], [768, 1]])[2] == 4096 * 768 * 8 + 4096 * 8
+
+
+def test_index_select_reads_the_selected_slices() -> None:
+    from traceview.analyses import roofline
+
+    # index_select(x[1000, 64], dim=1, idx[10]): 1000 x 10 elements read and written, 10 indices
+    cat, _, byts, _ = roofline.op_cost("aten::index_select", [[1000, 64], [], [10]], ["float", "Scalar", "long int"],
+                                       ["", "1", ""])
+    assert (cat, byts) == ("elementwise", 1000 * 10 * 4 * 2 + 10 * 8)
+    # fill_ writes its output and reads nothing
+    assert roofline.op_cost("aten::fill_", [[1024, 768], []], ["float", "Scalar"])[2] == 1024 * 768 * 4

@@ -4,8 +4,14 @@
 reaches DDP's gradient all-reduce(s) that much earlier and its `gloo:all_reduce` ranges wait for rank 1.
 `nccl-wait` must match the host-side gloo collectives across ranks, name rank 1 the straggler and measure
 rank 0's wait per step (union of the step's collectives' waits) as the injected delay ±20 %; a balanced run
-raises nothing at warning or above. The live tests record both runs under `traceview collect` (torchrun, 2
-processes); the committed pair in sample_traces/gloo_straggler/ is checked the same way, fast.
+raises nothing at warning or above.
+
+Magnitudes (ms waited, severities) are asserted on the committed recordings in sample_traces/gloo_straggler/
+only: a live run on a busy shared machine waits whatever the scheduler makes it wait. The live tests record
+under `traceview collect` (torchrun, 2 processes) and assert what does not depend on timing: the structure
+(collectives matched, steps), which rank is the straggler, and that traceview's waits equal an independent
+recomputation from the raw JSON of the same files. `test_live_magnitudes` (marker `timing`, excluded by
+default: `pytest -m timing` runs it) checks the live magnitudes on a quiet machine.
 """
 
 from __future__ import annotations
@@ -86,17 +92,34 @@ def serious(job: dict) -> list[dict]:
     return [f for f in job["findings"] if f["rule"] == "nccl-wait" and f["severity"] in ("warning", "error")]
 
 
-def check_slowed(job: dict, run: Path) -> None:
+def check_structure(job: dict, run: Path, collectives: int) -> dict:
+    """What a live run must show whatever the machine's load: the collectives matched, rank 1 the straggler, and
+    waits equal to the independent recomputation from the same files. Returns rank 0's nccl row."""
     n = job["nccl"]
     assert n["source"] == "gloo_annotation" and n["backend"] == "gloo"
     assert n["method"] == "order per (collective name, step)" and n["steps"] == 3
-    assert n["straggler"]["rank"] == 1 and n["straggler"]["times_last"] == n["collectives"]
+    assert n["collectives"] == collectives
+    assert n["straggler"]["rank"] == 1
+    ranks = {r["rank"]: r for r in n["ranks"]}
+    assert sorted(ranks) == [0, 1]
+    raw = raw_waits_ms(run)
+    for rank, r in ranks.items():
+        assert r["wait_per_step_us"] / 1000 == pytest.approx(raw[rank], abs=0.01)
+        assert sum(r["wait_by_step_us"].values()) / 3 == pytest.approx(r["wait_per_step_us"], abs=0.01)
+        # the per-step union of overlapping waits never exceeds their plain sum
+        assert r["total_wait_us"] >= 3 * r["wait_per_step_us"] - 0.01
+    return ranks[0]
+
+
+def check_slowed(job: dict, run: Path) -> None:
+    """Magnitudes: committed recordings only."""
+    n = job["nccl"]
+    check_structure(job, run, n["collectives"])
+    assert n["straggler"]["times_last"] == n["collectives"]
     ranks = {r["rank"]: r for r in n["ranks"]}
     wait0 = ranks[0]["wait_per_step_us"] / 1000
     assert DELAY_MS * (1 - TOL) <= wait0 <= DELAY_MS * (1 + TOL), (wait0, ranks[0]["wait_by_step_us"])
     assert ranks[1]["wait_per_step_us"] < 0.05 * DELAY_MS * 1000
-    assert sum(ranks[0]["wait_by_step_us"].values()) / 3 == pytest.approx(ranks[0]["wait_per_step_us"], abs=0.01)
-    assert wait0 == pytest.approx(raw_waits_ms(run)[0], abs=0.01)
     (f,) = serious(job)
     assert f["evidence"]["straggler"] == 1 and f["evidence"]["source"] == "gloo_annotation"
     assert "gloo" in f["title"] and "rank 1" in f["title"]
@@ -142,32 +165,52 @@ def test_nccl_job_still_on_kernels() -> None:
     assert n["source"] == "kernel" and n["backend"] == "nccl" and n["straggler"]["rank"] == 1
 
 
-# ---- live: recorded in the test (real data generated in CI) ----
-
-def test_live_slowed(tmp_path: Path) -> None:
-    pytest.importorskip("torch")
-    slowed = record(tmp_path, "slowed", "--delay-ms", str(DELAY_MS))
-    job = analyze(slowed)
-    assert job["nccl"]["collectives"] == 3  # one DDP bucket: one gradient all-reduce per step
-    check_slowed(job, slowed)
-
-
-def test_live_slowed_two_buckets(tmp_path: Path) -> None:
-    """Two DDP buckets per step: gloo runs both all-reduces on its two worker threads at once, so both wait
-    for rank 1 at the same time; the per-step union of the waits (not their sum) is rank 0's lost time.
-    It can exceed the delay by rank 1's backward between its two buckets, hence the wider upper bound."""
-    pytest.importorskip("torch")
-    job = analyze(record(tmp_path, "buckets", "--delay-ms", str(DELAY_MS), "--bucket-cap-mb", "0.01"))
-    n = job["nccl"]
-    assert n["collectives"] == 6 and n["straggler"]["rank"] == 1  # 2 buckets x 3 steps
-    r0 = next(r for r in n["ranks"] if r["rank"] == 0)
+def test_committed_slowed_two_buckets() -> None:
+    """Two DDP buckets per step (`--bucket-cap-mb 0.01`): gloo runs both all-reduces on its two worker threads at
+    once, so both wait for rank 1 at the same time; the per-step union of the waits (not their sum) is rank 0's
+    lost time. It can exceed the delay by rank 1's backward between its two buckets, hence the wider upper bound.
+    Recorded 31.5 ms per step (25.9 / 34.3 / 34.2), sum of the two buckets' waits 59.8 ms per step."""
+    run = SAMPLES / "slowed_2buckets"
+    job = analyze(run)
+    r0 = check_structure(job, run, 6)  # 2 buckets x 3 steps
+    assert job["nccl"]["straggler"]["times_last"] == 6
+    assert r0["wait_per_step_us"] == pytest.approx(31468.765, abs=0.01)
     assert DELAY_MS * (1 - TOL) <= r0["wait_per_step_us"] / 1000 <= DELAY_MS * 1.5, r0
     assert r0["total_wait_us"] / 3 > 1.5 * r0["wait_per_step_us"]  # the plain sum counts the overlap twice
     assert len(serious(job)) == 1
 
 
+# ---- live: recorded in the test (real data generated in CI); structure only ----
+
+def test_live_slowed(tmp_path: Path) -> None:
+    pytest.importorskip("torch")
+    slowed = record(tmp_path, "slowed", "--delay-ms", str(DELAY_MS))
+    check_structure(analyze(slowed), slowed, 3)  # one DDP bucket: one gradient all-reduce per step
+
+
+def test_live_slowed_two_buckets(tmp_path: Path) -> None:
+    pytest.importorskip("torch")
+    run = record(tmp_path, "buckets", "--delay-ms", str(DELAY_MS), "--bucket-cap-mb", "0.01")
+    check_structure(analyze(run), run, 6)
+
+
 def test_live_balanced(tmp_path: Path) -> None:
     pytest.importorskip("torch")
-    job = analyze(record(tmp_path, "balanced", "--delay-ms", "0", "--bucket-cap-mb", "0.01"))
-    assert job["nccl"]["collectives"] == 6
-    check_balanced(job)
+    run = record(tmp_path, "balanced", "--delay-ms", "0", "--bucket-cap-mb", "0.01")
+    job = analyze(run)
+    n = job["nccl"]
+    assert n["source"] == "gloo_annotation" and n["collectives"] == 6 and n["steps"] == 3
+    raw = raw_waits_ms(run)
+    assert sorted(raw) == [0, 1]
+    for r in n["ranks"]:
+        assert r["wait_per_step_us"] / 1000 == pytest.approx(raw[r["rank"]], abs=0.01)
+
+
+@pytest.mark.timing
+def test_live_magnitudes(tmp_path: Path) -> None:
+    """Live magnitudes: the injected delay within ±20 % and a quiet balanced run. Wall-clock dependent: only
+    on a quiet machine (`pytest -m timing`)."""
+    pytest.importorskip("torch")
+    slowed = record(tmp_path, "slowed", "--delay-ms", str(DELAY_MS))
+    check_slowed(analyze(slowed), slowed)
+    check_balanced(analyze(record(tmp_path, "balanced", "--delay-ms", "0", "--bucket-cap-mb", "0.01")))

@@ -20,7 +20,8 @@ def add_parsers(sub: argparse._SubParsersAction) -> None:
     d = sub.add_parser("diff", help="compare two traces or run folders: step time, class shift, layers, kernels, findings")
     d.add_argument("a", help="the before trace file or run folder")
     d.add_argument("b", help="the after trace file or run folder")
-    d.add_argument("--format", choices=DIFF_FORMATS, default="text")
+    d.add_argument("--format", choices=DIFF_FORMATS, default="text",
+                   help="text: terminal tables (default); json: the diff document; markdown: a PR comment")
     d.add_argument("--step", type=int, default=None, help="compare only ProfilerStep#N")
     d.add_argument("-o", "--output", default=None, help="write the diff to a file instead of stdout")
     d.add_argument("--config", metavar="FILE", help="TOML file with [tool.traceview] settings")

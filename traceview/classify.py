@@ -18,7 +18,7 @@ Classes, highest priority first (a higher class wins when several apply at one i
    is `other_idle` even inside a sync window or a launch gap: the queue was not empty, so the GPU waited
    for something the trace does not hold (work enqueued before recording began, another device, an event).
 
-This is XProf's step attribution (PEERS.md §6: device work wins; while the device idles the time goes to
+This is XProf's step attribution (github.com/openxla/xprof: device work wins; while the device idles the time goes to
 what the host was doing) with tb_plugin's priority sweep, HTA's host-wait rule for launch gaps, and
 TraceLens's exposed-communication definition. GPU instants are the union over all devices of the trace.
 """

@@ -5,7 +5,6 @@ from __future__ import annotations
 import argparse
 import enum
 import sys
-from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -24,34 +23,44 @@ class ExitCode(enum.IntEnum):
     ERROR = 2  # usage, input or internal error
 
 
-def _progress(paths: list[str]) -> tuple[Callable[[str], None] | None, Callable[[], None]]:
-    """A progress line on stderr for multi-file runs (stdout carries only the report)."""
-    if not sys.stderr.isatty():
-        return None, lambda: None
-    from rich.console import Console
-
-    con = Console(stderr=True)
-    status = con.status("loading…")
-    status.start()
-    return (lambda p: status.update(f"analyzing {p}")), status.stop
-
-
 def _analyze_paths(args: argparse.Namespace, options: Options) -> Report:
+    from .progress import for_analyze
     from .report import analyze
 
     if args.paths.count("-") > 1:
         raise TraceError("'-' (standard input) can be given only once")
-    on_trace, done = _progress(args.paths)
+    # a progress bar on stderr when it is a terminal and the run lasts (never in JSON mode)
+    prog, on_progress, load = for_analyze(args.paths, getattr(args, "format", "text"), options.max_bytes)
 
     def seen(path: str) -> None:  # the input being read, for an error line that names the right file
         args.current_input = path
-        if on_trace:
-            on_trace(path)
+        if on_progress:
+            on_progress(path)
 
     try:
-        return analyze(args.paths, options, on_trace=seen)
+        return analyze(args.paths, options, on_trace=seen, load=load)
     finally:
-        done()
+        if prog is not None:
+            prog.stop()
+
+
+def _sections(value: str) -> list[str]:
+    from .formatters.sections import TEXT_SECTIONS
+
+    got = [v.strip() for v in value.split(",") if v.strip()]
+    bad = [v for v in got if v not in TEXT_SECTIONS]
+    if bad:
+        raise argparse.ArgumentTypeError(f"unknown section(s) {', '.join(bad)} (choose from {', '.join(TEXT_SECTIONS)})")
+    return got
+
+
+def text_sections(args: argparse.Namespace) -> set[str]:
+    """The detail sections of the text report: all with --detail, else those named by --show."""
+    from .formatters.sections import TEXT_SECTIONS
+
+    if getattr(args, "detail", False):
+        return set(TEXT_SECTIONS)
+    return {v for vs in (getattr(args, "show", None) or []) for v in vs}
 
 
 def _report_errors(rep: Report) -> None:
@@ -67,7 +76,7 @@ def cmd_analyze(args: argparse.Namespace) -> int:
 
     rep = _analyze_paths(args, build_options(args))
     doc = rep.to_dict()
-    write(doc, args.format, args.output)
+    write(doc, args.format, args.output, show=text_sections(args), width=args.width)
     _report_errors(rep)
     if rep.errors:
         return ExitCode.ERROR
@@ -90,7 +99,7 @@ def cmd_layers(args: argparse.Namespace) -> int:
 
         out = open(args.output, "w", encoding="utf-8") if args.output else sys.stdout  # noqa: SIM115
         try:
-            render_document(doc, out)
+            render_document(doc, out, width=args.width)
         finally:
             if args.output:
                 out.close()
@@ -100,6 +109,7 @@ def cmd_layers(args: argparse.Namespace) -> int:
 
 def make_parser() -> argparse.ArgumentParser:
     from .formatters import FORMATS
+    from .formatters.sections import TEXT_SECTIONS
     from .rules_cli import add_parsers as add_rules_parsers
     from .rules_cli import add_rule_options
 
@@ -107,14 +117,25 @@ def make_parser() -> argparse.ArgumentParser:
     p.add_argument("--version", action="version", version=f"traceview {__version__}")
     sub = p.add_subparsers(dest="command", required=True)
 
-    a = sub.add_parser("analyze", help="analyze trace files or directories of rank files")
+    a = sub.add_parser("analyze", help="analyze trace files or directories of rank files",
+                       description="Analyze PyTorch profiler traces: verdict, step time, findings with savings. "
+                                   "Exit 0 even with findings unless --fail-on is given; 2 on bad input.")
     a.add_argument("paths", nargs="+", help="trace files (.json/.json.gz) or directories")
-    a.add_argument("--format", choices=FORMATS, default="text")
+    a.add_argument("--format", choices=FORMATS, default="text",
+                   help="text: terminal report (default); json: the full document (docs/json-schema.md); markdown: "
+                        "a CI summary; sarif: code-scanning results; junit: one test case per rule")
     a.add_argument("--step", type=int, default=None, help="analyze only ProfilerStep#N")
     a.add_argument("-o", "--output", default=None, help="write the report to a file instead of stdout")
     a.add_argument("--max-bytes", type=_size, default=DEFAULT_MAX_BYTES, metavar="SIZE",
                    help="largest input held in memory, after decompression (e.g. 512M, 16G; default 8G); "
                         "a bigger or gzip-bomb input is an error")
+    a.add_argument("--detail", action="store_true",
+                   help="text: print every detail section (steps, devices, kernels, ops, layers, repeats, all "
+                        "findings, all ranks) after the first screen")
+    a.add_argument("--show", action="append", metavar="SECTIONS", type=_sections,
+                   help=f"text: print these detail sections, comma separated: {','.join(TEXT_SECTIONS)}")
+    a.add_argument("--width", type=int, default=None, metavar="COLS",
+                   help="text: line width in columns (default: the terminal's; 100 when piped, or $COLUMNS)")
     a.add_argument("-j", "--jobs", type=int, default=None,
                    help="worker processes for the rank files of a directory (default: one per core from 8 files on 4+ cores; 1: serial)")
     add_rule_options(a)
@@ -123,8 +144,11 @@ def make_parser() -> argparse.ArgumentParser:
     la = sub.add_parser("layers", help="GPU time, roofline and findings per nn.Module layer")
     la.add_argument("paths", nargs="+", help="trace files (.json/.json.gz) or directories")
     la.add_argument("--depth", type=int, default=None, help="show layers down to this tree depth (0 = roots)")
-    la.add_argument("--format", choices=("text", "json"), default="text")
+    la.add_argument("--format", choices=("text", "json"), default="text",
+                    help="text: the layer tree and repeated layers (default); json: the `layers` sections (docs/layers.md)")
     la.add_argument("--step", type=int, default=None, help="only ProfilerStep#N")
+    la.add_argument("--width", type=int, default=None, metavar="COLS",
+                    help="text: line width in columns (default: the terminal's; 100 when piped, or $COLUMNS)")
     la.add_argument("-o", "--output", default=None, help="write the report to a file instead of stdout")
     la.add_argument("--max-bytes", type=_size, default=DEFAULT_MAX_BYTES, metavar="SIZE",
                     help="largest input held in memory, after decompression (default 8G)")
@@ -177,6 +201,17 @@ def _prefetch_first_input(argv: list[str]) -> None:
         return
 
 
+def _silence_stdout() -> None:
+    """Point stdout at /dev/null so the interpreter's final flush of a closed pipe raises nothing."""
+    import os
+
+    try:
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+    except (OSError, ValueError):
+        pass
+
+
 def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else argv
     _prefetch_first_input(argv)
@@ -192,7 +227,8 @@ def main(argv: list[str] | None = None) -> int:
     except KeyboardInterrupt:
         print("traceview: interrupted", file=sys.stderr)
         return ExitCode.ERROR
-    except BrokenPipeError:
+    except BrokenPipeError:  # `traceview analyze T | head`: the reader left; stop quietly
+        _silence_stdout()
         return ExitCode.OK
     except Exception as e:  # noqa: BLE001 - last line of defence: one line, never a traceback
         # name the input being read when it failed, not the first one given

@@ -37,6 +37,7 @@ class HostArgs(msgspec.Struct, gc=False):
     input_dims: msgspec.Raw = _F(default=_EMPTY, name="Input Dims")
     input_type: msgspec.Raw = _F(default=_EMPTY, name="Input type")
     concrete: msgspec.Raw = _F(default=_EMPTY, name="Concrete Inputs")
+    strides: msgspec.Raw = _F(default=_EMPTY, name="Input Strides")
     correlation: int | None = None
     cbid: int | None = None
     cid: int | None = None

@@ -61,9 +61,10 @@ def section(trace: Trace, steps: pl.DataFrame, *, findings: list[dict] | None = 
             "shares_pct": {c.removeprefix("share_"): _r(r[c]) for c in share_cols} if share_cols else None,
             "dominant": r.get("dominant"),
             "findings": r.get("findings", 0) or 0, "finding_codes": r.get("finding_codes") or [],
+            "shapes": r.get("shapes"),
         })
     repeat_rows = [{
-        "kind": r["kind"], "class": r["layer_class"], "depth": r["depth"], "count": r["count"],
+        "kind": r["kind"], "class": r["layer_class"], "shapes": r["shapes"], "depth": r["depth"], "count": r["count"],
         "members": r["members"], "gpu_us": [us(v) for v in r["gpu"]], "mean_gpu_us": us(r["mean_ns"]),
         "min_gpu_us": us(r["min_ns"]), "max_gpu_us": us(r["max_ns"]), "spread": _r(r["spread"], 4),
         "cv_pct": _r(100 * r["cv"]) if r["cv"] is not None else None, "outliers": r["outliers"],

@@ -9,6 +9,7 @@ from __future__ import annotations
 import re
 import stat
 from collections import Counter
+from collections.abc import Callable
 from dataclasses import replace
 from operator import itemgetter
 from pathlib import Path
@@ -87,7 +88,7 @@ def _series(name: str, values: list, dtype: Any = None) -> pl.Series:
     return pl.Series(name, values, dtype=dtype, strict=False)
 
 
-_RAW_ATTRS = ("input_dims", "input_type", "concrete")
+_RAW_ATTRS = ("input_dims", "input_type", "concrete", "strides")
 # struct attributes that msgspec types as plain `int | None`: build those columns typed (fast path)
 _INT_ATTRS = {"external_id", "external_id_old", "seq", "fwd_tid", "ev_idx", "correlation", "py_id", "py_parent",
               "py_module", "in_nelems", "group_size", "seq_comm", "regs", "shmem", "out_nelems", "graph_id",
@@ -147,14 +148,16 @@ _PY_FIELDS = {"py_id": "py_id", "py_parent": "py_parent", "py_module": "py_modul
 _OP_FIELDS = {"external_id": "external_id", "external_id_old": "external_id_old", "seq": "seq", "fwd_tid": "fwd_tid",
               "ev_idx": "ev_idx", "input_dims": "input_dims", "input_type": "input_type"}
 _RT_FIELDS = {"external_id": "external_id", "external_id_old": "external_id_old", "correlation": "correlation"}
-_RARE_FIELDS = {"concrete": "concrete", "collective": "collective", "in_nelems": "in_nelems", "dtype": "dtype",
+_RARE_FIELDS = {"concrete": "concrete", "strides": "strides", "collective": "collective", "in_nelems": "in_nelems", "dtype": "dtype",
                 "group_size": "group_size", "pg_name": "pg_name", "seq_comm": "seq_comm", "kind": "kind",
                 "size": "size"}
 _HOST_FIELDS = {**_PY_FIELDS, **_OP_FIELDS, **_RT_FIELDS, **_RARE_FIELDS}
 # ops whose rarely used args (Concrete Inputs, collective fields) are read: collectives, sync copies, and the
-# convolution forward ops (their Concrete Inputs hold stride/padding/dilation for the FLOPs model)
+# convolution forward ops (their Concrete Inputs hold stride/padding/dilation for the FLOPs model) and the
+# indexing ops (the dim they index, and Input Strides: an expanded index reads one value per row)
 _RARE_NAMES = (r"^(record_param_comms|nccl:|gloo:|hipMemcpy|cudaMemcpy|c10d::|"
-               r"aten::(_?convolution|conv[123]d|cudnn_convolution|miopen_convolution|mkldnn_convolution)$)")
+               r"aten::(_?convolution|conv[123]d|cudnn_convolution|miopen_convolution|mkldnn_convolution|"
+               r"gather|index_select|embedding|take)$)")
 
 
 def _host_args(ev_args: list, host: pl.DataFrame, issues: Counter) -> pl.DataFrame:
@@ -200,10 +203,14 @@ def _int_or_none(v: Any) -> int | None:
         return None
 
 
-def load_file(path: str | Path, max_bytes: int = DEFAULT_MAX_BYTES) -> Trace:
-    """Load one trace file ('-': stdin). At most `max_bytes` of (decompressed) JSON are held."""
+def load_file(path: str | Path, max_bytes: int = DEFAULT_MAX_BYTES,
+              on_stage: Callable[[str], None] | None = None) -> Trace:
+    """Load one trace file ('-': stdin). At most `max_bytes` of (decompressed) JSON are held.
+    `on_stage("decoding")` is called once the bytes are read (progress display)."""
     path = Path(path)
     data, warnings = d.read_bytes(path, max_bytes)
+    if on_stage is not None:
+        on_stage("decoding")
     issues: Counter = Counter()  # args values coerced or dropped (reported once per kind)
     fast = fastscan.scan(data)  # C scanner (None: not built, or input only msgspec + repairs can take)
     if fast is not None:
@@ -258,7 +265,7 @@ def load_file(path: str | Path, max_bytes: int = DEFAULT_MAX_BYTES) -> Trace:
     rocm = bool(doc.hip_runtime_version or doc.roctracer_version) or (
         host.filter(pl.col("cat") == "cuda_runtime")["name"].str.starts_with("hip").any())
     if rocm and gpu.height:
-        # MI3xx kernels can overlap the next kernel on their stream by a lot: clip (TRACE_FORMAT §10)
+        # MI3xx kernels can overlap the next kernel on their stream by a lot: clip
         gpu = gpu.sort("device", "stream", "ts").with_columns(
             end=pl.min_horizontal("end", pl.col("ts").shift(-1).over("device", "stream").fill_null(pl.col("end")))
         ).with_columns(dur=pl.col("end") - pl.col("ts"))

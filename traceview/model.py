@@ -45,7 +45,7 @@ _I, _U, _S, _B, _F = pl.Int64, pl.UInt32, pl.String, pl.Binary, pl.Float64
 SCHEMA: dict[str, dict[str, pl.DataType]] = {
     "host": {"i": _U, "cat": _S, "name": _S, "pid": _I, "tid": _I, "ts": _I, "dur": _I, "end": _I, "py_id": _I,
              "py_parent": _I, "py_module": _I, "ev_idx": _I, "external_id": _I, "seq": _I, "fwd_tid": _I,
-             "input_dims": _B, "input_type": _B, "correlation": _I, "concrete": _B, "collective": _S,
+             "input_dims": _B, "input_type": _B, "correlation": _I, "concrete": _B, "strides": _B, "collective": _S,
              "in_nelems": _I, "dtype": _S, "group_size": _I, "pg_name": _S, "seq_comm": _I, "kind": _S, "size": _S,
              "depth": pl.Int32, "parent": _U, "op": _U},
     "gpu": {"i": _U, "cat": _S, "name": _S, "pid": _I, "tid": _I, "ts": _I, "dur": _I, "end": _I, "external_id": _I,

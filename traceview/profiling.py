@@ -58,6 +58,9 @@ def profiling_section(trace: Trace, steps: pl.DataFrame, dominant: str | None,
         out["note"] = (f"the profiled steps took {prof:.2f} ms against {unprof:.2f} ms unprofiled (+{over:.0f} %): "
                        "profiling slows the host, so the launch-bound verdict may be partly an artifact of "
                        "profiling; re-record without --stack/--modules or compare the unprofiled step time")
-    elif over is not None:
+    elif over is not None and over >= 0:
         out["note"] = f"profiled steps {prof:.2f} ms vs {unprof:.2f} ms unprofiled (+{over:.0f} % profiler overhead)"
+    elif over is not None:  # faster while profiled: the overhead is below the run-to-run noise
+        out["note"] = (f"profiled steps {prof:.2f} ms vs {unprof:.2f} ms unprofiled ({over:.0f} %: no measurable "
+                       "profiler overhead; the difference is run-to-run noise)")
     return out

@@ -8,6 +8,8 @@ same document `traceview analyze --format json` prints. Data flows one way and e
        → RuleContext (analysed steps, roofline per kernel, classifier partition: computed once)
        → findings (rules) → layers (with the findings and the partition) → classification → verdict_text
        → profiling (collector manifest) → memory ([memory] events) → projection (step time with each fix)
+       → cpu (traces without GPU activity: host time, ops by self CPU time, per-layer CPU time; their rules
+         and verdict come from the same host analyses)
   then, for a directory holding several rank files: the job (nccl matching, job rules, per-rank verdicts).
 
 The JSON layout is documented in docs/json-schema.md; bump SCHEMA_VERSION on any breaking change.
@@ -24,6 +26,7 @@ from typing import Any
 
 import polars as pl
 
+from . import cpu_view
 from .analyses import breakdown, kernels, timeline
 from .analyses.intervals import clip
 from .analyses.windows import recording_edges
@@ -157,6 +160,7 @@ def _analyze_trace(trace: Trace, options: Options) -> tuple[dict, pl.DataFrame, 
     ctx: RuleContext | None = None
     findings: list[dict] = []
     analysed = steps
+    host: dict | None = None
     if trace.has_gpu:
         ctx, warns = RuleContext.prepare(trace, steps)
         warnings.extend(warns)  # steps left out of the rules and the classification
@@ -164,16 +168,21 @@ def _analyze_trace(trace: Trace, options: Options) -> tuple[dict, pl.DataFrame, 
         findings, warns = run_rules(ctx, options)
         warnings.extend(warns)  # rules that failed
     else:
-        warnings.append("no GPU activity in this trace (CPU-only): GPU analyses are empty")
+        warnings.append("no GPU activity in this trace (CPU-only): the report analyzes host (CPU) time (JSON `cpu`)")
+        host = cpu_view.prepare(trace, steps)
+        findings, warns = run_rules(RuleContext.for_host(trace, steps, host), options)  # the rules with CPU = True
+        warnings.extend(warns)
     entry["layers"] = layers_section(trace, steps, findings=findings, kb=ctx.kb if ctx else None,
                                      part=_part(trace, steps, ctx), depth=options.layers_depth)
     entry["classification"] = classification = classification_section(ctx, findings)
     entry["findings"] = findings
-    entry["verdict_text"] = verdict_text(classification, analysed.height, findings) if ctx else None
+    entry["verdict_text"] = (verdict_text(classification, analysed.height, findings) if ctx
+                             else cpu_view.verdict(trace, steps, host, findings) if host else None)
     entry["profiling"] = profiling_section(trace, analysed, classification.get("dominant"), ctx,
                                            classification.get("primary"))
     entry["memory"] = memory_section(trace, analysed) if trace.has_gpu else None
     entry["projection"] = projection_section(ctx, findings, entry["profiling"], options)
+    entry["cpu"] = cpu_view.section(trace, steps, host) if host else None
     entry["warnings"] = aggregate_warnings(entry["warnings"])  # one line per kind, not one per step
     return entry, analysed, ctx.part if ctx else None
 

@@ -49,6 +49,18 @@ class RuleContext:
     options: Mapping[str, Any] = field(default_factory=dict)  # that rule's thresholds
     features: Features = field(default_factory=Features)  # what the trace already does (CUDA graphs, compile, ...)
     profiler: Mapping[str, Any] = field(default_factory=dict)  # profiler overhead per step (see `profiler_cost`)
+    # a trace without GPU activity: the host analyses (cpu_view.prepare); only rules with CPU = True run then
+    cpu: Mapping[str, Any] | None = None
+
+    @classmethod
+    def for_host(cls, trace: Trace, steps: pl.DataFrame, cpu: Mapping[str, Any]) -> RuleContext:
+        """The context of a trace without GPU activity: no kernels, no classifier partition; `cpu` holds the
+        host-side analyses (step split, totals) the CPU rules read."""
+        part = pl.DataFrame(schema={"step": pl.Int64, "ts": pl.Int64, "end": pl.Int64, "cls": pl.String})
+        window = int((steps["end"] - steps["ts"]).sum()) if steps.height else 0
+        return cls(trace=trace, steps=steps, window_ns=window, spec=trace_spec(trace.meta),
+                   kb=(kb := classify.kernel_bound(trace)), part=part, features=detect(trace, kb),
+                   cpu=MappingProxyType(dict(cpu)))
 
     @classmethod
     def prepare(cls, trace: Trace, steps: pl.DataFrame) -> tuple[RuleContext, list[str]]:

@@ -20,6 +20,8 @@ def run_rules(ctx: RuleContext, options: Options) -> tuple[list[dict], list[str]
     warns: list[str] = []
     for code in options.selected():
         mod = RULES[code]
+        if ctx.cpu is not None and not getattr(mod, "CPU", False):  # no GPU activity: the host-side rules only
+            continue
         try:
             found = mod.check(ctx.for_rule(mod, options.options_for(mod)))
         except Exception as e:  # noqa: BLE001 - one broken rule must not end the run

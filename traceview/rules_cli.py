@@ -26,14 +26,16 @@ def add_rule_options(a: argparse.ArgumentParser) -> None:
     a.add_argument("--set", action="append", metavar="RULE.OPTION=VALUE", dest="set_options",
                    help="override one rule option, e.g. --set launch-bound.moderate_pct=5")
     a.add_argument("--fail-on", choices=SEVERITIES, default=None,
-                   help="exit 1 when a finding at or above this severity exists")
+                   help="exit 1 when a finding at or above this severity exists (default: exit 0 whatever the "
+                        "findings, unless `fail-on` is set in [tool.traceview]; bad input always exits 2)")
     a.add_argument("--exit-zero", action="store_true", help="exit 0 even with findings (input errors still exit 2)")
 
 
 def add_parsers(sub: argparse._SubParsersAction) -> None:
     """`traceview rules` and `traceview rule CODE`."""
     r = sub.add_parser("rules", help="list the rules (code, slug, severity, title)")
-    r.add_argument("--format", choices=("text", "json"), default="text")
+    r.add_argument("--format", choices=("text", "json"), default="text",
+                   help="text: a table (default); json: code, slug, severity, title and option defaults per rule")
     r.set_defaults(func=cmd_rules)
     one = sub.add_parser("rule", help="print one rule's documentation")
     one.add_argument("code", help="a code (TV101) or slug (launch-bound)")
@@ -71,15 +73,12 @@ def cmd_rules(args: argparse.Namespace) -> int:
 
         print(json.dumps(rows, indent=1))
         return 0
-    from rich.console import Console
-    from rich.table import Table
+    from .formatters.term import console, table
 
-    t = Table(title="traceview rules")
-    for c in ("code", "rule", "severity", "title"):
-        t.add_column(c)
-    for r in rows:
-        t.add_row(r["code"], r["rule"], r["severity"], r["title"])
-    Console(width=140).print(t)
+    con = console(sys.stdout)
+    con.print(table(con, "traceview rules (`traceview rule CODE` for one's documentation)",
+                    [("code", "left"), ("rule", "left"), ("severity", "left"), ("title", "left")],
+                    [[r["code"], r["rule"], r["severity"], r["title"]] for r in rows], name_col=None, wrap_col=3))
     return 0
 
 

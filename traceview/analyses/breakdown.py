@@ -1,4 +1,5 @@
-"""The Kineto TensorBoard plugin's priority-ordered step-time breakdown (PEERS.md §1.2).
+"""The Kineto TensorBoard plugin's priority-ordered step-time breakdown (github.com/pytorch/kineto,
+tb_plugin/torch_tb_profiler/profiler/overall_parser.py).
 
 Every instant of a step goes to the highest-priority role active then:
 Kernel > Memcpy > Memset > Communication > Runtime > DataLoader > CPU Exec > Other.

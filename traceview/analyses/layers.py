@@ -1,6 +1,6 @@
 """Per-layer view: every host op and GPU activity attributed to the nn.Module (layer) that issued it.
 
-Layer nodes, in order of preference (TRACE_FORMAT §6.3, §7):
+Layer nodes, in order of preference:
 1. `python_function` events `nn.Module: <Class>_<k>` (traces recorded `with_stack`), named by class and
    per-class counter; a `module::<qualified.path>` annotation directly inside such a frame (the collectors'
    `--modules`) gives it a readable path (`blocks.3.attn`) that replaces the `Class_k` path as `layer`.
@@ -281,7 +281,7 @@ def _attribute(trace: Trace) -> Attribution:
     bwd = ancestor_where(host, rows, ((pl.col("cat") == "cpu_op") & (pl.col("fwd_tid") > 0)).fill_null(False), "bnode",
                          include_self=True)
     r = rows.join(fwd, on="i", how="left").join(bwd, on="i", how="left")
-    # forward op of each sequence number: the one that started last on its thread (TRACE_FORMAT §7.3)
+    # forward op of each sequence number: the one that started last on its thread
     fwd_ops = (r.filter(pl.col("seq").is_not_null() & (pl.col("fwd_tid").fill_null(0) == 0))
                .sort("ts").group_by("pid", "tid", "seq").agg(pl.col("node").last().alias("fnode"))
                .rename({"tid": "ftid"}))
@@ -352,6 +352,40 @@ def segment_layers(trace: Trace, segments: pl.DataFrame) -> pl.DataFrame:
     gpu_cls = pl.col("cls").is_in(["gpu_compute", "gpu_memory", "communication"])
     layer = pl.when(gpu_cls).then(pl.coalesce("_gl", "_hl")).otherwise(pl.coalesce("_hl", "_gl"))
     return seg.sort("_s").select("step", "ts", "end", "cls", layer.fill_null(UNATTRIBUTED).alias("layer"))
+
+
+@per_trace
+def shape_signatures(trace: Trace) -> pl.DataFrame:
+    """[layer, shape_sig, shapes]: what each layer computes on, from the `Input Dims` of the forward ops it
+    runs (itself and its submodules). Two layers of one class are the same layer only with the same
+    signature (GPT-2's `Conv1D` c_fc [768, 3072] vs c_proj [3072, 768]). `shapes` is a readable label: the
+    layer's first GEMM/conv/attention op with its input dims (else its op with the longest dims). Null
+    signature without shapes (record_shapes off)."""
+    att = attribution(trace)
+    schema = {"layer": pl.String, "shape_sig": pl.UInt64, "shapes": pl.String}
+    if att.tree.height == 0 or "input_dims" not in trace.host.columns:
+        return pl.DataFrame(schema=schema)
+    dims = pl.col("input_dims").cast(pl.String)
+    ops = (att.host.filter(pl.col("phase") == "forward").select("i", "layer")
+           .join(trace.host.filter((pl.col("cat") == "cpu_op") & pl.col("input_dims").is_not_null()
+                                   & (pl.col("input_dims").bin.size() > 2)).select("i", "ts", "name", dims.alias("d")),
+                 on="i")
+           .filter(pl.col("d").str.contains(r"\d")))
+    if ops.height == 0:
+        return pl.DataFrame(schema=schema)
+    heavy = pl.col("name").str.contains(r"(?i)mm|linear|conv|attention|matmul")
+    # distinct (layer, op, dims) first: repeated steps and calls collapse before the climb to the ancestors
+    ops = (ops.group_by("layer", "name", "d").agg(pl.col("ts").min())
+           .with_columns(combo=pl.col("name") + pl.col("d"), _pri=pl.when(heavy).then(0).otherwise(1),
+                         _len=-pl.col("d").str.len_chars().cast(pl.Int64)))
+    inc = ops.join(att.tree.select("layer", "anc"), on="layer").drop("layer").explode("anc").rename({"anc": "layer"})
+    # `addmm [2304], [4096, 768], [768, 2304]`: tensor inputs only (scalars are `[]`)
+    tensors = pl.col("d").str.replace_all(r"\[\]\s*,?\s*", "").str.replace_all(r",\s*\]$", "]")
+    label = pl.col("name").str.strip_prefix("aten::") + " " + tensors.str.slice(1).str.strip_suffix("]")
+    return inc.group_by("layer").agg(
+        pl.col("combo").unique().sort().str.join("|").hash().alias("shape_sig"),
+        label.sort_by("_pri", "ts", "_len").first().alias("shapes"),
+    ).cast(schema)
 
 
 def layer_table(trace: Trace, steps: pl.DataFrame | None = None, depth: int | None = None,
@@ -457,6 +491,7 @@ def layer_table(trace: Trace, steps: pl.DataFrame | None = None, depth: int | No
                                       *([pl.col("code").drop_nulls().unique().sort().alias("finding_codes")]
                                         if code else []))
         out = out.join(fa, on="layer", how="left").with_columns(pl.col("findings").fill_null(0))
+    out = out.join(shape_signatures(trace), on="layer", how="left")
     out = out.sort("first_ts", "depth").drop("first_ts")
     if depth is not None:
         out = out.filter((pl.col("depth") <= depth) | (pl.col("layer") == UNATTRIBUTED))
@@ -465,12 +500,16 @@ def layer_table(trace: Trace, steps: pl.DataFrame | None = None, depth: int | No
 
 def repeats(table: pl.DataFrame, outlier: float = 0.2) -> pl.DataFrame:
     """Repeated layers of one kind (`Block_0..N`, `GPT2Block_0..11`; same class at the same place in
-    the tree) compared by GPU time: [kind, layer_class, count, members, mean_ns, min_ns, max_ns, spread
-    (max/min), cv, outliers (members more than `outlier` away from the median)]."""
+    the tree, computing on the same shapes: `shape_signatures`) compared by GPU time: [kind, layer_class,
+    shapes, count, members, mean_ns, min_ns, max_ns, spread (max/min), cv, outliers (members more than
+    `outlier` away from the median)]."""
     t = table.filter((pl.col("layer") != UNATTRIBUTED) & (pl.col("gpu_ns") > 0))
+    for c, dt in (("shape_sig", pl.UInt64), ("shapes", pl.String)):
+        if c not in t.columns:
+            t = t.with_columns(pl.lit(None, dt).alias(c))
     med = pl.col("gpu_ns").median()
-    return (t.group_by("kind", maintain_order=True).agg(
-        pl.col("layer_class").first(), pl.col("depth").first(), pl.len().alias("count"),
+    return (t.group_by("kind", "shape_sig", maintain_order=True).agg(
+        pl.col("layer_class").first(), pl.col("shapes").first(), pl.col("depth").first(), pl.len().alias("count"),
         pl.col("name").alias("members"), pl.col("gpu_ns").alias("gpu"),
         pl.col("gpu_ns").mean().alias("mean_ns"), pl.col("gpu_ns").min().alias("min_ns"),
         pl.col("gpu_ns").max().alias("max_ns"), (pl.col("gpu_ns").std() / pl.col("gpu_ns").mean()).alias("cv"),

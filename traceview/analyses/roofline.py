@@ -1,6 +1,6 @@
 """FLOPs and bytes of the ops that launch kernels, and a roofline bound per kernel.
 
-Formulas follow TraceLens's perf models (`TraceLens/PerfModel/perf_model.py`, PEERS.md §4), fed by the
+Formulas follow TraceLens's perf models (github.com/AMD-AGI/TraceLens, `TraceLens/PerfModel/perf_model.py`), fed by the
 launching op's `Input Dims` / `Input type` (record_shapes). bpe = bytes per element of each operand.
 
 | category | ops | FLOPs | bytes |
@@ -10,6 +10,12 @@ launching op's `Input Dims` / `Input type` (record_shapes). bpe = bytes per elem
 | attention | scaled_dot_product_*, _flash_attention_*, _efficient_attention_* | 4·B·H·N_q·N_kv·d (×2.5 backward) | (Q + K + V + O)·bpe |
 | reduction | sum, mean, amax, norm, softmax, layer/rms/batch/group norm, … | elements read | inputs + outputs (norm/softmax: out = in) |
 | elementwise | everything else with tensor inputs | elements of the (broadcast) output | Σ inputs·bpe + out·bpe_out |
+
+Indexing ops read only what they select, not the whole source tensor: `embedding` reads one row per index,
+`gather`/`take` one element per index, `index_select` one slice per index (the dim from `Concrete Inputs`).
+bytes = rows read + indices + output; an index expanded along a dim (stride 0 in `Input Strides`, as
+`embedding` builds for `gather`) counts its distinct values only. `fill_`/`zero_` write their output and
+read nothing.
 
 Convolution forward takes stride, padding and dilation from the op's `Concrete Inputs` (recorded by current
 PyTorch with record_shapes; argument positions per op in `CONV_ARGS`): H_out = ⌊(H + 2p − d(k − 1) − 1)/s⌋ + 1.
@@ -50,6 +56,9 @@ COMPUTE_KERNEL_RE = (r"(?i)gemm|nvjet|cutlass|xmma|wgmma|hmma|cublas|cudnn|conv|
 ELEMENTWISE_KERNEL_RE = (r"(?i)elementwise|reduce_kernel|reduction|triton_poi|triton_red|triton_per|"
                          r"unrolled_|vectorized_|pointwise|softmax|layer_norm|batch_norm|fill|copy_kernel|"
                          r"index_elementwise|CatArrayBatched|multi_tensor_apply")
+
+INDEX_OPS = {"aten::embedding", "aten::gather", "aten::index_select", "aten::take"}
+WRITE_ONLY_OPS = {"aten::fill_", "aten::zero_"}
 
 _dims_dec = msgspec.json.Decoder()
 
@@ -92,15 +101,57 @@ def _is_tensor(d, t) -> bool:
     return isinstance(d, list) and len(d) > 0 and all(isinstance(x, int) for x in d) and t in DTYPE_BYTES
 
 
-def op_cost(name: str, dims: list, types: list,
-            concrete: list | None = None) -> tuple[str, float | None, float | None, float | None]:
+def index_io(name: str, dims: list, types: list, concrete: list | None = None,
+             strides: list | None = None) -> tuple[float, float, float, float] | None:
+    """(elements selected, source bytes read, index bytes, output bytes) of an indexing op (INDEX_OPS), or
+    None for other ops or unreadable shapes. Only the selected rows/elements of the source are read."""
+    if name not in INDEX_OPS:
+        return None
+    ts = [(k, d, DTYPE_BYTES[t]) for k, (d, t) in enumerate(zip(dims, types, strict=False)) if _is_tensor(d, t)]
+    if len(ts) < 2:
+        return None
+    (_, src, b_src), (k_idx, idx, b_idx) = ts[0], ts[1]
+
+    def distinct(k: int, d: list) -> int:  # an expanded (stride-0) dim repeats the same index values
+        st = strides[k] if isinstance(strides, list) and k < len(strides) else None
+        if isinstance(st, list) and len(st) == len(d):
+            return _prod([x for x, s in zip(d, st, strict=True) if s != 0])
+        return _prod(d)
+
+    n_idx = _prod(idx)
+    if name == "aten::embedding":
+        elems = n_idx * _prod(src[1:])
+    elif name == "aten::index_select":
+        dim = 0
+        if concrete and len(concrete) > 1:
+            try:
+                dim = int(_dims_dec.decode(concrete[1]))
+            except (msgspec.DecodeError, TypeError, ValueError):
+                dim = 0
+        if not -len(src) <= dim < len(src) or not src[dim]:
+            return None
+        elems = _prod(src) // src[dim] * n_idx
+    else:  # gather, take: one element per index
+        elems = n_idx
+    return (float(elems), float(elems * b_src), float(distinct(k_idx, idx) * b_idx), float(elems * b_src))
+
+
+def op_cost(name: str, dims: list, types: list, concrete: list | None = None,
+            strides: list | None = None) -> tuple[str, float | None, float | None, float | None]:
     """(category, flops, bytes, bpe of the first tensor) for one (name, Input Dims, Input type) combo;
-    `concrete` (the op's Concrete Inputs) gives a convolution's stride/padding/dilation."""
+    `concrete` (the op's Concrete Inputs) gives a convolution's stride/padding/dilation and the dim of an
+    index_select, `strides` (Input Strides) the expanded dims of an index."""
     ts = [(d, DTYPE_BYTES[t]) for d, t in zip(dims, types, strict=False) if _is_tensor(d, t)]
     if not ts:
         return ("other", None, None, None)
     bpe = ts[0][1]
     low = name.lower()
+    idx = index_io(name, dims, types, concrete, strides)
+    if idx is not None:
+        elems, read, ind, out = idx
+        return ("elementwise", elems, read + ind + out, bpe)
+    if name in WRITE_ONLY_OPS:
+        return ("elementwise", float(_prod(ts[0][0])), float(_prod(ts[0][0]) * bpe), bpe)
     try:
         if name in GEMM_OPS:
             bias = None
@@ -163,10 +214,15 @@ def op_cost(name: str, dims: list, types: list,
     return ("elementwise", float(big), float(in_bytes + big * bpe), bpe)
 
 
-def io_bytes(dims: list, types: list) -> tuple[float | None, float | None, float | None]:
+def io_bytes(dims: list, types: list, name: str = "", concrete: list | None = None,
+             strides: list | None = None) -> tuple[float | None, float | None, float | None]:
     """(first tensor input, other tensor inputs, output) bytes: the elementwise-chain fusion accounting.
 
-    The output has the first input's dtype and the largest input's element count (broadcast)."""
+    The output has the first input's dtype and the largest input's element count (broadcast); an indexing
+    op's first input is the part of its source it reads."""
+    idx = index_io(name, dims, types, concrete, strides)
+    if idx is not None:
+        return (idx[1], idx[2], idx[3])
     ts = [(_prod(d), DTYPE_BYTES[t]) for d, t in zip(dims, types, strict=False) if _is_tensor(d, t)]
     if not ts:
         return (None, None, None)
@@ -182,24 +238,32 @@ def op_costs(trace: Trace, op_ids: pl.Series | None = None) -> pl.DataFrame:
     Input Dims are decoded with msgspec once per distinct (name, Input Dims, Input type) combo, never
     per event."""
     ids = trace.gpu["op"].drop_nulls().unique() if op_ids is None else op_ids
-    conc = pl.col("concrete") if "concrete" in trace.host.columns else pl.lit(None, pl.Binary).alias("concrete")
+    def raw(col: str) -> pl.Expr:
+        return pl.col(col) if col in trace.host.columns else pl.lit(None, pl.Binary).alias(col)
+
     ops = trace.host.filter(pl.col("i").is_in(ids.implode())).select(
-        pl.col("i").alias("op"), "name", "input_dims", "input_type", conc)
-    ops = ops.with_columns(concrete=pl.when(pl.col("name").is_in(list(CONV_ARGS))).then("concrete"))
-    key = ["name", "input_dims", "input_type", "concrete"]
+        pl.col("i").alias("op"), "name", "input_dims", "input_type", raw("concrete"), raw("strides"))
+    ops = ops.with_columns(concrete=pl.when(pl.col("name").is_in([*CONV_ARGS, *INDEX_OPS])).then("concrete"),
+                           strides=pl.when(pl.col("name").is_in(list(INDEX_OPS))).then("strides"))
+    key = ["name", "input_dims", "input_type", "concrete", "strides"]
     combos = ops.select(key).unique()
     rows = []
-    for name, dims_b, types_b, conc_b in combos.iter_rows():  # distinct shapes, not events
+    for name, dims_b, types_b, conc_b, str_b in combos.iter_rows():  # distinct shapes, not events
         try:
             dims = _dims_dec.decode(dims_b) if dims_b else []
             types = _dims_dec.decode(types_b) if types_b else []
             concrete = _dims_dec.decode(conc_b) if conc_b else None
+            strides = _dims_dec.decode(str_b) if str_b else None
         except msgspec.DecodeError:
-            dims, types, concrete = [], [], None
-        cat, fl, by, bpe = op_cost(name, dims, types, concrete if isinstance(concrete, list) else None)
-        rows.append((name, dims_b, types_b, conc_b, cat, fl, by, bpe, *io_bytes(dims, types)))
+            dims, types, concrete, strides = [], [], None, None
+        concrete = concrete if isinstance(concrete, list) else None
+        strides = strides if isinstance(strides, list) else None
+        cat, fl, by, bpe = op_cost(name, dims, types, concrete, strides)
+        rows.append((name, dims_b, types_b, conc_b, str_b, cat, fl, by, bpe,
+                     *io_bytes(dims, types, name, concrete, strides)))
     costs = pl.DataFrame(rows, schema={"name": pl.String, "input_dims": pl.Binary, "input_type": pl.Binary,
-                                       "concrete": pl.Binary, "category": pl.String, "flops": pl.Float64,
+                                       "concrete": pl.Binary, "strides": pl.Binary, "category": pl.String,
+                                       "flops": pl.Float64,
                                        "bytes": pl.Float64, "bpe": pl.Float64, "in0_bytes": pl.Float64,
                                        "extra_bytes": pl.Float64, "out_bytes": pl.Float64}, orient="row")
     return ops.join(costs, on=key, how="left", nulls_equal=True).select(

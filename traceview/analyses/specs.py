@@ -12,7 +12,7 @@ Numbers are vendor datasheet values, **dense** (no sparsity), per visible device
 - `host_gbps`: practical pinned host<->device bandwidth (GB/s) of the usual host link.
 
 The ridge point (FLOP/byte where compute and memory time are equal) is `peak / hbm`; TraceLens uses the
-same max(FLOPs/peak, bytes/BW) roofline with per-arch JSON files (PEERS.md §4). An unknown GPU falls back
+same max(FLOPs/peak, bytes/BW) roofline with per-arch JSON files (github.com/AMD-AGI/TraceLens). An unknown GPU falls back
 to the A100 row and says so (`Spec.known = False`).
 """
 

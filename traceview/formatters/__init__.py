@@ -3,16 +3,20 @@
 from __future__ import annotations
 
 import sys
-from typing import IO
+from typing import IO, Any
 
 FORMATS = ("text", "json", "markdown", "sarif", "junit")
 
 
-def render(doc: dict, fmt: str, out: IO[str]) -> None:
-    """Write the document in one of FORMATS (each formatter is imported only when used)."""
+def render(doc: dict, fmt: str, out: IO[str], **text_opts: Any) -> None:
+    """Write the document in one of FORMATS (each formatter is imported only when used). `text_opts` (`show`,
+    `width`) go to the text report only."""
     if fmt == "text":
-        from .text import render as fn
-    elif fmt == "json":
+        from .text import render as text
+
+        text(doc, out, **text_opts)
+        return
+    if fmt == "json":
         from .json import render as fn
     elif fmt == "markdown":
         from .markdown import render as fn
@@ -25,10 +29,10 @@ def render(doc: dict, fmt: str, out: IO[str]) -> None:
     fn(doc, out)
 
 
-def write(doc: dict, fmt: str, out_path: str | None) -> None:
+def write(doc: dict, fmt: str, out_path: str | None, **text_opts: Any) -> None:
     """Render to a file, or to stdout."""
     if out_path:
         with open(out_path, "w", encoding="utf-8") as fh:
-            render(doc, fmt, fh)
+            render(doc, fmt, fh, **text_opts)
     else:
-        render(doc, fmt, sys.stdout)
+        render(doc, fmt, sys.stdout, **text_opts)

@@ -1,83 +1,124 @@
-"""Terminal rendering of the verdict (classification) and the findings (registered into text.EXTRA)."""
+"""Terminal rendering of the verdict classes, the findings and a job (several ranks): called by formatters/text.py.
+
+`show` is the set of detail sections the user asked for (`--detail` / `--show`); without it only what the
+first screen needs is printed: the top findings with their savings per step, the fix of each rule shown, the
+straggler and its cause.
+"""
 
 from __future__ import annotations
 
 import statistics
+from collections.abc import Collection
 
 from rich.console import Console
-from rich.table import Table
+from rich.markup import escape
+from rich.text import Text
 
 from ..units import num
-from .tables import step_rows
+from .term import middle, plain, rule, step_ranges, table
 
 SEV_STYLE = {"error": "bold red", "warning": "yellow", "info": "cyan"}
+TOP_FINDINGS = 5  # findings on the first screen; `--show findings` lists all
+MANY_RANKS = 8  # above this many ranks a job shows the distribution of waits and the worst ranks
+WORST_RANKS = 5
 
 
-def _classification(c: dict, con: Console) -> None:
+def _sev(con: Console, sev: str) -> Text:
+    return Text(sev, style="" if plain(con) else SEV_STYLE.get(sev, ""))
+
+
+def classification_table(c: dict, con: Console) -> None:
+    """Per step: the classifier's share of each class (detail section `steps`)."""
     if not c or not c.get("dominant"):
         return
-    classes = [k for k in c["shares"]]
-    t = Table(title=f"Where the step time goes (classifier; dominant: {c['dominant']}; roofline on {c.get('device')})")
-    t.add_column("step", justify="right")
-    for k in classes:
-        t.add_column(k.replace("_", " "), justify="right")
-    t.add_column("verdict")
-    for s in step_rows(c.get("steps", []), t):
-        t.add_row(str(s["step"]), *[num(s["shares"][k]) for k in classes], s["dominant"] or "-")
-    t.add_row("all", *[num(c["shares"][k]) for k in classes], c["dominant"], style="bold")
-    con.print(t)
+    # classes at 0 in every step are left out
+    classes = [k for k in c["shares"] if c["shares"][k] or any(s["shares"].get(k) for s in c.get("steps", []))]
+    rows = [[str(s["step"]), *[num(s["shares"][k]) for k in classes], s.get("primary") or s["dominant"] or "-"]
+            for s in c.get("steps", [])]
+    rows.append(["all", *[num(c["shares"][k]) for k in classes], c.get("primary") or c["dominant"]])
+    cols = [("step", "right"), *[(k.replace("_", " "), "right") for k in classes], ("verdict", "left")]
+    con.print(table(con, f"Where the step time goes, % per step (classifier; roofline on {c.get('device')}; classes "
+                         "at 0 left out)", cols, rows, name_col=None))
 
 
-def _findings(findings: list[dict], con: Console, title: str) -> None:
+def per_step(findings: list[dict], n_steps: int) -> list[float]:
+    return [f["savings_us"] / 1000 / max(n_steps, 1) for f in findings]
+
+
+def findings_table(findings: list[dict], con: Console, n_steps: int, title: str, limit: int | None = TOP_FINDINGS,
+                   fixes: bool = True) -> None:
+    """The findings sorted by savings (first `limit`), savings per step, then each shown rule's fix once and the
+    findings' notes."""
     if not findings:
-        con.print("[green]No findings.[/]")
+        con.print("No findings." if plain(con) else "[green]No findings.[/]")
         return
-    t = Table(title=title, show_lines=False)
-    for col, j in (("sev", "left"), ("code", "left"), ("rule", "left"), ("finding", "left"), ("count", "right"),
-                   ("cost ms", "right"), ("save ms", "right"), ("save %", "right"), ("layer", "left")):
-        t.add_column(col, justify=j)
-    for f in findings:
-        t.add_row(f"[{SEV_STYLE[f['severity']]}]{f['severity']}[/]", f["code"], f["rule"], f["title"], str(f["count"]),
-                  num(f["cost_us"] / 1000, 3), num(f["savings_us"] / 1000, 3), num(f["savings_pct"]), f.get("layer") or "-")
+    shown = findings if limit is None else findings[:limit]
+    more = len(findings) - len(shown)
+    rows = [[_sev(con, f["severity"]), f["code"], f["title"], num(s, 2), num(f["savings_pct"]),
+             f.get("layer") or "-"] for f, s in zip(shown, per_step(shown, n_steps), strict=True)]
+    width = con.width
+    # the title column wraps; the layer column is cut in the middle to a third of the line
+    layer_w = max(12, min(max(len(str(r[5])) for r in rows), width // 4))
+    for r in rows:
+        r[5] = middle(r[5], layer_w)
+    t = table(con, f"{title} ({len(findings)}{f', top {len(shown)}' if more else ''}; savings = the time a fix "
+                   "would remove)",
+              [("sev", "left"), ("code", "left"), ("finding", "left"), ("save ms/step", "right"), ("% step", "right"),
+               ("where", "left", 1)], rows, name_col=None, wrap_col=2, min_name=28)
     con.print(t)
-    seen: set[str] = set()
-    for f in findings:
-        con.print(f"[{SEV_STYLE[f['severity']]}]{f['code']} {f['rule']}[/]: {f['title']}")
+    if more:
+        con.print(f"{more} more finding(s): --show findings" if plain(con)
+                  else f"[dim]{more} more finding(s): --show findings[/]")
+    for f in shown:
         note = (f.get("evidence") or {}).get("note")
         if isinstance(note, str) and note:
-            con.print(f"  note: {note}")
-        if f["fix"] not in seen:  # the fix text once per distinct text
-            seen.add(f["fix"])
-            con.print(f"  fix: {f['fix']}")
-
-
-def projection(p: dict | None, con: Console) -> None:
-    """The projected step time: one line per fix and all fixes together (timeline projection: overlapping
-    fixes are not counted twice)."""
-    if not p or not p.get("fixes"):
+            con.print(Text(f"{f['code']} note: {note}"))
+    if not fixes:
         return
-    unp = p.get("unprofiled_step_us")
-    head = f"Projected step time (each fix alone, then all): now {num(p['step_us'] / 1000, 3)} ms traced"
-    if unp is not None:
-        head += f", {num(unp / 1000, 3)} ms unprofiled ({p.get('unprofiled_source')}); projections in unprofiled terms"
-    con.print(f"[bold]{head}[/]")
-    for f in p["fixes"]:
-        proj = (unp - f["savings_us"]) if unp is not None else f["step_us"]
-        con.print(f"  {f['code']} {f['rule']:<18} -> {num(proj / 1000, 3):>10} ms  (-{num(f['savings_us'] / 1000, 3)} ms)")
-    allu = p.get("all_fixed_unprofiled_step_us")
-    con.print(f"  all fixed                -> {num((allu if allu is not None else p['all_fixed_step_us']) / 1000, 3):>10} ms")
+    seen: set[str] = set()
+    for f in shown:
+        if f["rule"] in seen or f["severity"] == "info":  # info: below the rule's threshold, no advice
+            continue
+        seen.add(f["rule"])
+        head = Text(f"{f['code']} {f['rule']} — fix: ", style="" if plain(con) else "bold")
+        con.print(head + Text(f["fix"]))
 
 
-def render_trace(t: dict, con: Console) -> None:
-    _classification(t.get("classification") or {}, con)
+def findings_detail(findings: list[dict], con: Console) -> None:
+    """Every finding with its count, cost and evidence notes (detail section `findings`)."""
+    for f in findings:
+        con.print(Text.assemble(_sev(con, f["severity"]), f" {f['code']} {f['rule']}: {f['title']} — count "
+                                f"{f['count']}, cost {num(f['cost_us'] / 1000, 3)} ms, save "
+                                f"{num(f['savings_us'] / 1000, 3)} ms ({num(f['savings_pct'])} %)"))
+        note = (f.get("evidence") or {}).get("note")
+        if isinstance(note, str) and note:
+            con.print(Text(f"  note: {note}"))
+
+
+def render_trace(t: dict, con: Console, show: Collection[str] = ()) -> None:
+    """The findings of one trace (the verdict line is text.py's header); `show` adds the detail sections."""
+    if "steps" in show:
+        classification_table(t.get("classification") or {}, con)
     if "findings" in t:
-        _findings(t["findings"], con, "Findings (sorted by estimated savings)")
-    projection(t.get("projection"), con)
+        n = len((t.get("classification") or {}).get("analyzed_steps") or []) or (t.get("summary") or {}).get("steps") or 1
+        full = "findings" in show
+        findings_table(t["findings"], con, n, "Findings", limit=None if full else TOP_FINDINGS)
+        if full:
+            findings_detail(t["findings"], con)
 
 
-#: above this many ranks the job section shows the distribution of waits and the worst ranks, not a row per rank
-MANY_RANKS = 8
-WORST_RANKS = 5
+def _cause(strag: dict) -> str | None:
+    """The straggler's cause (jobs[].nccl.straggler.cause) as one line, when the job analysis gives one."""
+    cause = strag.get("cause")
+    if isinstance(cause, str):
+        return cause
+    if isinstance(cause, dict):
+        if cause.get("text"):
+            return str(cause["text"])
+        if cause.get("class"):
+            ex = cause.get("excess_us_per_step")
+            return f"{cause['class']}" + (f" +{ex / 1000:,.2f} ms/step" if isinstance(ex, (int, float)) else "")
+    return None
 
 
 def _quantile(vals: list[float], q: float) -> float:
@@ -86,70 +127,81 @@ def _quantile(vals: list[float], q: float) -> float:
     return v[min(len(v) - 1, max(0, round(q * (len(v) - 1))))]
 
 
-def render_job(j: dict, con: Console) -> None:
-    con.rule(f"[bold]job {j['path']}[/] ranks {_ranks_label(j.get('ranks') or [])}")
+def _ranks_label(ranks: list) -> str:
+    """The rank list (`0-3, 5`), or its size and range for a large job."""
+    known = [r for r in ranks if r is not None]
+    if len(ranks) <= MANY_RANKS:
+        return step_ranges(known) if known else "-"
+    return f"{len(ranks)} ranks" + (f" ({min(known)}–{max(known)})" if known else "")
+
+
+def render_job(j: dict, con: Console, show: Collection[str] = ()) -> None:
+    """A job (the ranks of one run): the straggler and why it is late first, the step period, the ranks (for a
+    large job the distribution of waits and the ranks that lose most), then the job's findings."""
+    ranks = j.get("ranks") or []
+    tail = f" · ranks {_ranks_label(ranks)}"
+    rule(con, "job " + middle(j["path"], max(con.width - len(tail) - 12, 20)) + tail)
     n = j.get("nccl") or {}
     strag = n.get("straggler") or {}
-    cause = strag.get("cause") or {}
-    if strag.get("raised") and cause.get("text"):  # why the others wait comes first
-        con.print(f"[bold red]Straggler:[/] {cause['text']}")
+    bold = "" if plain(con) else "bold"
+    if strag.get("raised"):  # why the others wait comes first
+        cause = _cause(strag)
+        con.print(Text("Straggler: ", style=bold) + Text(cause or str(strag.get("reason"))))
+    elif n.get("collectives"):
+        con.print(Text(f"No straggler raised (ranks balanced within the rule's thresholds); "
+                       f"{n['collectives']} collectives matched"))
     period = j.get("step_period") or {}
     share = {r["rank"]: r.get("exposed_wait_pct") for r in period.get("ranks") or []}
     if period.get("period_us"):
-        con.print(f"Step period {period['period_us'] / 1000:,.2f} ms (median over the ranks of their {period['method']})")
-    many = len(j.get("classification") or []) > MANY_RANKS
+        con.print(Text(f"Step period {period['period_us'] / 1000:,.2f} ms (median over the ranks of their "
+                       f"{period['method']})"))
+    rows_c = j.get("classification") or []
     rows = n.get("ranks") or []
-    shown = {r["rank"] for r in rows}
+    many = len(rows_c) > MANY_RANKS and "ranks" not in show
+    shown = {r["rank"] for r in rows} | {r["rank"] for r in rows_c}
     if many:  # the straggler and the ranks that lose most, not one row per rank
         worst = sorted(rows, key=lambda r: (-(r.get("exposed_wait_per_step_us") or 0), r["rank"]))[:WORST_RANKS]
         shown = {r["rank"] for r in worst} | ({strag["rank"]} if strag else set())
         doms: dict[str, int] = {}
-        for r in j.get("classification") or []:
-            doms[r.get("dominant") or "no GPU activity"] = doms.get(r.get("dominant") or "no GPU activity", 0) + 1
-        con.print(f"{len(j['classification'])} ranks, dominant class: "
-                  + ", ".join(f"{k} ×{v}" for k, v in sorted(doms.items(), key=lambda kv: (-kv[1], kv[0]))))
-    for r in j.get("classification") or []:
-        if r["rank"] not in shown and many:
+        for r in rows_c:
+            k = r.get("primary") or r.get("dominant") or (f"host: {r['cpu_dominant']}" if r.get("cpu_dominant")
+                                                          else "no GPU activity")
+            doms[k] = doms.get(k, 0) + 1
+        con.print(Text(f"{len(rows_c)} ranks, dominant class: "
+                       + ", ".join(f"{k} ×{v}" for k, v in sorted(doms.items(), key=lambda kv: (-kv[1], kv[0])))))
+    for r in rows_c:
+        if r["rank"] not in shown:
             continue
         wait = r.get("straggler_wait_pct")
         extra = f" — {wait:.1f} % of its step waiting for straggler rank {r['straggler']}" if wait else ""
-        what = f"dominant {r['dominant']}" if r.get("dominant") else "no GPU activity"
-        con.print(f"rank {r['rank']}: {what}{extra}")
+        what = (f"dominant {r.get('primary') or r['dominant']}" if r.get("dominant")
+                else f"host: {r['cpu_dominant']}" if r.get("cpu_dominant") else "no GPU activity")
+        con.print(Text(f"rank {r['rank']}: {what}{extra}"))
     if n.get("collectives"):
         kind = "NCCL" if n.get("source", "kernel") == "kernel" else f"{n.get('backend') or 'host'} (host-side)"
-        t = Table(title=f"{kind} collectives matched across ranks ({n['collectives']}, by {n['method']})"
-                        + (f": the straggler and the {WORST_RANKS} ranks that lose most" if many else ""))
-        for c in ("rank", "wait ms/step", "exposed ms/step", "exposed % of period", "total wait ms", "mean wait µs",
-                  "times last", "times first", "comm ms", "sync ms"):
-            t.add_column(c, justify="right")
 
-        def per_step(v: float | None) -> str:
+        def ms(v: float | None) -> str:
             return "-" if v is None else num(v / 1000, 3)
 
-        for r in sorted((r for r in rows if r["rank"] in shown),
-                        key=lambda r: (-(r.get("exposed_wait_per_step_us") or 0), r["rank"]) if many else r["rank"]):
-            t.add_row(str(r["rank"]), per_step(r.get("wait_per_step_us")), per_step(r.get("exposed_wait_per_step_us")),
-                      num(share.get(r["rank"])), num(r["total_wait_us"] / 1000, 3), num(r["mean_wait_us"]),
-                      str(r["times_last"]), str(r["times_first"]), num(r["comm_us"] / 1000, 3),
-                      num(r["sync_us"] / 1000, 3))
-        con.print(t)
+        order = (lambda r: (-(r.get("exposed_wait_per_step_us") or 0), r["rank"])) if many else (lambda r: r["rank"])
+        cells = [[str(r["rank"]), ms(r.get("wait_per_step_us")), ms(r.get("exposed_wait_per_step_us")),
+                  num(share.get(r["rank"])), num(r["total_wait_us"] / 1000, 3), num(r.get("mean_wait_us")),
+                  str(r["times_last"]), str(r["times_first"]), ms(r.get("comm_us")), ms(r.get("sync_us"))]
+                 for r in sorted((r for r in rows if r["rank"] in shown), key=order)]
+        con.print(table(con, f"{kind} collectives matched across ranks ({n['collectives']}, by {escape(n['method'])})"
+                             + (f": the straggler and the {WORST_RANKS} ranks that lose most" if many else ""),
+                        [("rank", "right"), ("wait ms/step", "right"), ("exposed ms/step", "right"),
+                         ("exposed % of period", "right"), ("total wait ms", "right", 2), ("mean wait µs", "right", 3),
+                         ("times last", "right", 1), ("times first", "right", 1), ("comm ms", "right", 3),
+                         ("sync ms", "right", 3)], cells, name_col=0, min_name=4))
         if many:
             exp = [(r.get("exposed_wait_per_step_us") or 0) / 1000 for r in rows]
-            con.print(f"exposed wait per step over {len(exp)} ranks, ms: min {min(exp):,.3f} · median "
-                      f"{statistics.median(exp):,.3f} · p90 {_quantile(exp, 0.9):,.3f} · max {max(exp):,.3f} "
-                      "(every rank: --format json)")
-        if n.get("straggler"):
-            con.print(f"[bold]Straggler:[/] {n['straggler']['reason']}")
-        if n.get("source") == "kernel":
+            con.print(Text(f"exposed wait per step over {len(exp)} ranks, ms: min {min(exp):,.3f} · median "
+                           f"{statistics.median(exp):,.3f} · p90 {_quantile(exp, 0.9):,.3f} · max {max(exp):,.3f} "
+                           "(every rank: --show ranks or --format json)"))
+        if n.get("source") == "kernel" and "ranks" in show:
             con.print("exposed = the part of a rank's wait when its GPU ran nothing else (what it lost); the rest "
                       "waited under its own compute on another stream")
     if "findings" in j:
-        _findings(j["findings"], con, "Job findings")
-
-
-def _ranks_label(ranks: list) -> str:
-    """The rank list, or its size and range for a large job."""
-    if len(ranks) <= MANY_RANKS:
-        return str(ranks)
-    known = [r for r in ranks if r is not None]
-    return f"{len(ranks)} ranks" + (f" ({min(known)}–{max(known)})" if known else "")
+        findings_table(j["findings"], con, n.get("steps") or 1, "Job findings",
+                       limit=None if "findings" in show else TOP_FINDINGS)

@@ -1,99 +1,226 @@
-"""Terminal report: rich tables (the trace's numbers, its layers, then its verdict and findings; then
-each job)."""
+"""Terminal report. The first screen answers "what is slow and what do I fix": per trace the verdict, the step
+time, the top findings with their savings per step (and, when the document has them, what to fix first and the
+projected step time); per job the straggler and its cause. The long tables are detail sections, printed with
+`--detail` (all) or `--show steps,devices,kernels,ops,layers,repeats,findings,ranks`.
+
+Width: the terminal's (or `--width`); names are cut in the middle to fit. Piped output is plain text (no
+colours, ASCII rules).
+"""
 
 from __future__ import annotations
 
+from collections.abc import Collection
+from pathlib import Path
 from typing import IO
 
 from rich.console import Console
-from rich.table import Table
+from rich.text import Text
 
 from ..safe_text import rich_safe
 from ..units import num
 from . import findings_text, layers
-from .tables import step_rows
+from .sections import TEXT_SECTIONS
+from .term import console, middle, plain, rule, step_ranges, table
 
-ROLE_LABELS = {"kernel": "Kernel", "memcpy": "Memcpy", "memset": "Memset", "communication": "Communication",
+SECTIONS = TEXT_SECTIONS  # detail sections, in print order
+ROLE_LABELS = {"kernel": "Kernel", "memcpy": "Memcpy", "memset": "Memset", "communication": "Comm",
                "runtime": "Runtime", "dataloader": "DataLoader", "cpu_exec": "CPU Exec", "other": "Other"}
+TOP_CPU_OPS = 5  # ops by self CPU time on the first screen of a trace without GPU activity
 
 
+def _ms(us_: float | None, nd: int = 2) -> str:
+    return num(None if us_ is None else us_ / 1000, nd)
 
 
-def _short(name: str | None, n: int = 70) -> str:
-    if not name:
-        return "-"
-    return name if len(name) <= n else name[: n - 1] + "…"
+def _style(con: Console, style: str) -> str:
+    return "" if plain(con) else style
 
 
-def render_trace(t: dict, con: Console) -> None:
-    meta = t["metadata"]
-    s = t["summary"]
-    rank = f" rank {t['rank']}" if t.get("rank") is not None else ""
-    con.rule(f"[bold]{t['path']}[/]{rank}")
-    con.print(f"format {meta['format']} · backend {meta['backend']} · device {meta.get('device') or '-'} · "
-              f"{s['steps']} step(s) {s['step_numbers'][:8]} · avg step {num((s['avg_step_us'] or 0) / 1000, 2)} ms · "
-              f"GPU busy {num(s['gpu_busy_pct'])} %")
+def header(t: dict, con: Console) -> None:
+    """Path, device, steps, step time, GPU busy; warnings; verdict; classes; what to fix first; projection."""
+    meta, s = t["metadata"], t["summary"]
+    rank = f" · rank {t['rank']}" if t.get("rank") is not None else ""
+    rule(con, middle(t["path"], max(con.width - len(rank) - 8, 20)) + rank)
+    cpu = t.get("cpu") or {}
+    dev = meta.get("device") or ("CPU (no GPU activity)" if cpu else meta.get("backend"))
+    nums = s.get("step_numbers") or []
+    per = ""
+    if 1 < len(nums) <= 6:  # a few steps: each one's time; more: --show steps
+        per = " (" + " / ".join(_ms(r["dur_us"]) for r in t.get("steps", [])) + ")"
+    busy = f" · GPU busy {num(s['gpu_busy_pct'])}\u00a0%" if not cpu else ""
+    line = (f"{dev} · {meta['format']} · {s['steps']} step(s) {step_ranges(nums)} · "
+            f"step {_ms(s.get('avg_step_us'))} ms avg{per}{busy}")
+    excl = s.get("excluded_us")
+    if excl:
+        line += f" · {_ms(excl)} ms at the recording's edges left out"
+    con.print(Text(line))
     for w in t.get("warnings", []):
-        con.print(f"[yellow]warning:[/] {w}")
-    if t.get("verdict_text"):  # plain text in JSON; emphasis only here
-        con.print(f"[bold]{t['verdict_text']}[/]")
+        con.print(Text("warning: ", style=_style(con, "yellow")) + Text(w))
+    if t.get("verdict_text"):
+        con.print(Text(t["verdict_text"], style=_style(con, "bold")))
+    c = t.get("classification") or {}
+    primary = c.get("primary")
+    if primary:
+        what = primary if isinstance(primary, str) else (primary.get("text") or primary.get("class"))
+        if what:
+            con.print(Text("Fix first: ", style=_style(con, "bold")) + Text(str(what)))
+    projection(t.get("projection"), con)
     prof = t.get("profiling")
     if prof and prof.get("note"):
-        color = "yellow" if prof.get("launch_bound_may_be_artifact") else "dim"
-        con.print(f"[{color}]profiler overhead:[/] {prof['note']}")
+        lead = "profiler overhead: "
+        con.print(Text(lead, style=_style(con, "yellow" if prof.get("launch_bound_may_be_artifact") else "dim"))
+                  + Text(prof["note"]))
 
-    tb = Table(title="Step time breakdown (% of step; tb_plugin priority order)", show_lines=False)
-    tb.add_column("step", justify="right")
-    tb.add_column("ms", justify="right")
-    tb.add_column("GPU busy", justify="right")
-    for k in ROLE_LABELS.values():
-        tb.add_column(k, justify="right")
-    for r in step_rows(t["steps"], tb):
-        tb.add_row(str(r["step"]), num(r["dur_us"] / 1000, 2), num(r["gpu_busy_pct"]),
-                   *[num(r["breakdown_pct"][k]) for k in ROLE_LABELS])
-    tb.add_row("avg", num((s["avg_step_us"] or 0) / 1000, 2), num(s["gpu_busy_pct"]),
-               *[num(s["breakdown_pct"][k]) for k in ROLE_LABELS], style="bold")
-    con.print(tb)
 
+def projection(p: dict | None, con: Console) -> None:
+    """`projection`: the step now and with every fix (a timeline projection: overlapping fixes are not counted
+    twice), in unprofiled terms when the profiler's cost is known, and what each fix alone saves per step."""
+    if not isinstance(p, dict) or not p.get("step_us") or not p.get("fixes"):
+        return
+    unp = p.get("unprofiled_step_us")
+    allf = p.get("all_fixed_unprofiled_step_us") if unp is not None else None
+    allf = allf if allf is not None else p.get("all_fixed_step_us")
+    line = f"Projected step: {_ms(p['step_us'])} ms traced"
+    if unp is not None:
+        line += f", {_ms(unp)} ms unprofiled"
+    if allf is not None:
+        line += f" → {_ms(allf)} ms with every fix"
+    parts = [f"{f.get('code') or f.get('rule')} −{_ms(f.get('savings_us'))} ms" for f in p["fixes"][:4]
+             if f.get("savings_us")]
+    if parts:
+        line += " (each alone, per step: " + ", ".join(parts) + ")"
+    con.print(Text(line))
+
+
+def steps_detail(t: dict, con: Console) -> None:
+    s = t["summary"]
+    cpu = t.get("cpu") or {}
+    if cpu.get("split_by_step"):
+        cols = [("step", "right"), ("ms", "right"), ("input %", "right"), ("in ops %", "right"), ("comm %", "right"),
+                ("outside ops %", "right")]
+        rows = [[str(r["step"]), _ms(r["dur_us"]), num(r["input_pct"]), num(r["cpu_ops_pct"]),
+                 num(r["communication_pct"]), num(r["outside_ops_pct"])] for r in cpu["split_by_step"]]
+        con.print(table(con, "Host time per step (no GPU activity): DataLoader > ops > host collectives > outside ops",
+                        cols, rows, name_col=None))
+        return
+    # roles that are zero in every step are left out: narrower, and nothing is lost
+    roles = [k for k in ROLE_LABELS if any(r["breakdown_pct"][k] for r in t["steps"])]
+    rows = [[str(r["step"]), _ms(r["dur_us"]), num(r["gpu_busy_pct"]), *[num(r["breakdown_pct"][k]) for k in roles]]
+            for r in t["steps"]]
+    rows.append(["avg", _ms(s["avg_step_us"]), num(s["gpu_busy_pct"]), *[num(s["breakdown_pct"][k]) for k in roles]])
+    con.print(table(con, "Step time breakdown, % of step (tb_plugin priority order; roles at 0 in every step left out)",
+                    [("step", "right"), ("ms", "right"), ("GPU busy", "right"),
+                     *[(ROLE_LABELS[k], "right") for k in roles]], rows, name_col=None))
+
+
+def devices_detail(t: dict, con: Console) -> None:
     for dev in t["devices"]:
         tp = dev["temporal"]
-        con.print(f"GPU {dev['device']} ({dev.get('name') or '?'}): busy {num(dev['busy_pct'])} % of steps · "
-                  f"temporal (HTA): idle {num(tp['idle_pct'])} % · compute {num(tp['compute_pct'])} % · "
-                  f"non-compute {num(tp['non_compute_pct'])} % of {num(tp['span_us'] / 1000, 2)} ms")
-        it = Table(title=f"GPU {dev['device']} idle time by stream (HTA causes)")
-        for c in ("stream", "idle ms", "host wait ms", "kernel wait ms", "other ms", "host wait %"):
-            it.add_column(c, justify="right")
-        for r in dev["idle_by_stream"]:
-            it.add_row(str(r["stream"]), num(r["idle_us"] / 1000, 3), num(r["host_wait_us"] / 1000, 3),
-                       num(r["kernel_wait_us"] / 1000, 3), num(r["other_us"] / 1000, 3), num(r["host_wait_pct"]))
-        con.print(it)
-
-    if t["top_kernels"]:
-        kt = Table(title="Top kernels by GPU time")
-        for c, j in (("kernel", "left"), ("kind", "left"), ("count", "right"), ("total ms", "right"),
-                     ("mean µs", "right"), ("share %", "right"), ("launched by", "left")):
-            kt.add_column(c, justify=j)
-        for r in t["top_kernels"]:
-            kt.add_row(_short(r["name"]), r["kind"], str(r["count"]), num(r["total_us"] / 1000, 3),
-                       num(r["mean_us"], 2), num(r["share_pct"]), _short(r["op"], 40))
-        con.print(kt)
-    if t["top_ops"]:
-        ot = Table(title="Top ops by GPU time")
-        for c, j in (("op", "left"), ("calls", "right"), ("kernels", "right"), ("GPU ms", "right"),
-                     ("CPU ms", "right"), ("share %", "right")):
-            ot.add_column(c, justify=j)
-        for r in t["top_ops"]:
-            ot.add_row(_short(r["op"], 60), str(r["calls"]), str(r["kernels"]), num(r["gpu_us"] / 1000, 3),
-                       num(r["cpu_us"] / 1000, 3), num(r["share_pct"]))
-        con.print(ot)
+        con.print(Text(f"GPU {dev['device']} ({dev.get('name') or '?'}): busy {num(dev['busy_pct'])} % of steps · "
+                       f"temporal (HTA): idle {num(tp['idle_pct'])} % · compute {num(tp['compute_pct'])} % · "
+                       f"non-compute {num(tp['non_compute_pct'])} % of {_ms(tp['span_us'])} ms"))
+        rows = [[str(r["stream"]), _ms(r["idle_us"], 3), _ms(r["host_wait_us"], 3), _ms(r["kernel_wait_us"], 3),
+                 _ms(r["other_us"], 3), num(r["host_wait_pct"])] for r in dev["idle_by_stream"]]
+        con.print(table(con, f"GPU {dev['device']} idle time by stream (HTA causes)",
+                        [("stream", "right"), ("idle ms", "right"), ("host wait ms", "right"),
+                         ("kernel wait ms", "right"), ("other ms", "right"), ("host wait %", "right")], rows,
+                        name_col=None))
 
 
-def render(doc: dict, out: IO[str]) -> None:
+def kernels_detail(t: dict, con: Console) -> None:
+    if not t["top_kernels"]:
+        return
+    rows = [[r["name"], r["kind"], str(r["count"]), _ms(r["total_us"], 3), num(r["mean_us"], 2), num(r["share_pct"]),
+             r["op"] or "-"] for r in t["top_kernels"]]
+    con.print(table(con, "Top kernels by GPU time", [("kernel", "left"), ("kind", "left", 2), ("count", "right"),
+                                                     ("total ms", "right"), ("mean µs", "right", 3),
+                                                     ("share %", "right"), ("launched by", "left", 1)], rows,
+                    min_name=40))
+
+
+def ops_detail(t: dict, con: Console, limit: int | None = None) -> None:
+    cpu = t.get("cpu") or {}
+    if cpu.get("top_ops"):
+        ops = cpu["top_ops"][:limit] if limit else cpu["top_ops"]
+        rows = [[r["op"], str(r["calls"]), _ms(r["self_us"], 3), num(r["self_pct"]), _ms(r["total_us"], 3),
+                 num(r["total_pct"])] for r in ops]
+        n = cpu.get("ops_total") or len(cpu["top_ops"])
+        con.print(table(con, f"Top ops by CPU time (self = minus the ops inside; {len(ops)} of {n} op names)",
+                        [("op", "left"), ("calls", "right"), ("self ms", "right"), ("self % step", "right"),
+                         ("total ms", "right"), ("total % step", "right")], rows))
+        return
+    if not t["top_ops"]:
+        return
+    rows = [[r["op"], str(r["calls"]), str(r["kernels"]), _ms(r["gpu_us"], 3), _ms(r["cpu_us"], 3), num(r["share_pct"])]
+            for r in t["top_ops"]]
+    con.print(table(con, "Top ops by GPU time", [("op", "left"), ("calls", "right"), ("kernels", "right"),
+                                                 ("GPU ms", "right"), ("CPU ms", "right"), ("share %", "right")], rows))
+
+
+def render_trace(t: dict, con: Console, show: Collection[str] = ()) -> None:
+    header(t, con)
+    findings_text.render_trace(t, con, show)
+    cpu = t.get("cpu") or {}
+    if cpu.get("top_ops") and "ops" not in show:
+        ops_detail(t, con, TOP_CPU_OPS)  # on a CPU trace the heaviest ops are part of the answer
+    for name in SECTIONS:
+        if name not in show:
+            continue
+        if name == "steps":
+            steps_detail(t, con)
+        elif name == "devices":
+            devices_detail(t, con)
+        elif name == "kernels":
+            kernels_detail(t, con)
+        elif name == "ops":
+            ops_detail(t, con)
+        elif name == "layers":
+            layers.render_layers(t, con)
+        elif name == "repeats":
+            layers.render_repeats(t, con)
+
+
+def _hint(con: Console, show: Collection[str]) -> None:
+    left = [s for s in SECTIONS if s not in show]
+    if left:
+        msg = f"More: --detail, or --show {','.join(left)}"
+        con.print(Text(msg, style=_style(con, "dim")), soft_wrap=True)  # one line: it is a command to copy
+
+
+def _job_of(path: str, jobs: list[dict]) -> dict | None:
+    p = Path(path)
+    for j in jobs:
+        if Path(j["path"]) in p.parents:
+            return j
+    return None
+
+
+def _with_host_classes(j: dict, traces: list[dict]) -> dict:
+    """The job with each CPU-only rank's host class (its trace's `cpu.dominant`) beside the GPU classes."""
+    cpu = {t["path"]: (t.get("cpu") or {}).get("dominant") for t in traces}
+    rows = [{**r, "cpu_dominant": cpu.get(r.get("path"))} for r in j.get("classification") or []]
+    return {**j, "classification": rows}
+
+
+def render(doc: dict, out: IO[str], show: Collection[str] = (), width: int | None = None) -> None:
     doc = rich_safe(doc)  # every string from the trace is markup-escaped once, here, for all renderers
-    con = Console(file=out, width=160, highlight=False, emoji=False)
+    con = console(out, width)
+    jobs = [_with_host_classes(j, doc["traces"]) for j in doc.get("jobs", [])]
+    done: set[int] = set()
     for t in doc["traces"]:
-        render_trace(t, con)
-        layers.render(t, con)
-        findings_text.render_trace(t, con)
-    for j in doc.get("jobs", []):
-        findings_text.render_job(j, con)
+        j = _job_of(t["path"], jobs)
+        if j is not None and id(j) not in done:  # a job's straggler and cause before its ranks' reports
+            done.add(id(j))
+            findings_text.render_job(j, con, show)
+        render_trace(t, con, show)
+    for j in jobs:
+        if id(j) not in done:
+            findings_text.render_job(j, con, show)
+    if doc["traces"] or jobs:
+        _hint(con, show)
+
+
+# Kept for the rules engine's registration (engine.register) until the pipeline refactor removes it: the
+# renderers above are called directly, these hooks are not used.
+EXTRA: list = []
+JOB_EXTRA: list = []

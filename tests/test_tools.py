@@ -1,0 +1,42 @@
+"""tools/inflate_trace.py: a tiled trace analyzes like the original, N times over (ids stay one-to-one)."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+
+import pytest
+from conftest import ROOT, SAMPLES
+
+SRC = SAMPLES / "gpu_h200/sync_item_nonzero_cpu.json.gz"
+
+
+def analyze(path) -> dict:
+    r = subprocess.run([sys.executable, "-m", "traceview", "analyze", str(path), "--format", "json"],
+                       capture_output=True, text=True, timeout=300)
+    assert r.returncode == 0, r.stderr
+    return json.loads(r.stdout)["traces"][0]
+
+
+def test_tiled_trace_repeats_the_original(tmp_path) -> None:
+    out = tmp_path / "big.json.gz"
+    r = subprocess.run([sys.executable, str(ROOT / "tools/inflate_trace.py"), str(SRC), str(out), "--copies", "3"],
+                       capture_output=True, text=True, timeout=300)
+    assert r.returncode == 0, r.stderr
+    one, three = analyze(SRC), analyze(out)
+    assert [s["step"] for s in three["steps"]] == [1, 2, 3, 4, 5, 6, 7, 8, 9]
+    # every copy's steps are the original's: the same tb_plugin windows and GPU busy time, step by step (a step's
+    # period also depends on its neighbours: the last one of a copy runs until the next copy's first begins)
+    for k, s in enumerate(three["steps"]):
+        ref = one["steps"][k % 3]
+        assert s["tb_dur_us"] == pytest.approx(ref["tb_dur_us"], abs=0.002) and s["gpu_busy_us"] == pytest.approx(
+            ref["gpu_busy_us"], abs=0.002)
+        if k % 3 == 1:  # a middle step has the same neighbours in every copy: the same period
+            assert s["dur_us"] == pytest.approx(ref["dur_us"], abs=0.002)
+    # kernels still find the op that launched them (correlation / External id stay one-to-one)
+    assert [(k["name"], k["count"], k["op"] is None) for k in three["top_kernels"]] == [
+        (k["name"], 3 * k["count"], k["op"] is None) for k in one["top_kernels"]]
+    assert [(o["op"], o["calls"], o["kernels"]) for o in three["top_ops"]] == [
+        (o["op"], 3 * o["calls"], 3 * o["kernels"]) for o in one["top_ops"]]
+    assert three["metadata"]["event_counts"]["kernel"] == 3 * one["metadata"]["event_counts"]["kernel"]
