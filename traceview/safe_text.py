@@ -45,6 +45,18 @@ def rich_safe(obj: Any) -> Any:
     return obj
 
 
+def text_safe(obj: Any) -> Any:
+    """A copy of a report document with every string stripped of control characters (shown as escapes), for
+    renderers that print trace strings as rich `Text` (never parsed as markup)."""
+    if isinstance(obj, str):
+        return printable(obj)
+    if isinstance(obj, dict):
+        return {k: text_safe(v) for k, v in obj.items()}
+    if isinstance(obj, list | tuple):
+        return [text_safe(v) for v in obj]
+    return obj
+
+
 # ---- GitHub Markdown ----------------------------------------------------------------------------
 
 _MD_PUNCT = re.compile(r"([\\`*_\[\]()!|#~{}])")

@@ -15,6 +15,7 @@ from rich.markup import escape
 from rich.text import Text
 
 from ..units import num
+from .tables import cut_rows
 from .term import middle, plain, rule, step_ranges, table
 
 SEV_STYLE = {"error": "bold red", "warning": "yellow", "info": "cyan"}
@@ -35,6 +36,7 @@ def classification_table(c: dict, con: Console) -> None:
     classes = [k for k in c["shares"] if c["shares"][k] or any(s["shares"].get(k) for s in c.get("steps", []))]
     rows = [[str(s["step"]), *[num(s["shares"][k]) for k in classes], s.get("primary") or s["dominant"] or "-"]
             for s in c.get("steps", [])]
+    rows = cut_rows(rows, 2 + len(classes))
     rows.append(["all", *[num(c["shares"][k]) for k in classes], c.get("primary") or c["dominant"]])
     cols = [("step", "right"), *[(k.replace("_", " "), "right") for k in classes], ("verdict", "left")]
     con.print(table(con, f"Where the step time goes, % per step (classifier; roofline on {c.get('device')}; classes "

@@ -13,10 +13,10 @@ from .term import console, rule, table
 
 def render_document(doc: dict, out: IO[str], width: int | None = None) -> None:
     """`traceview layers`: the layers section of each trace, under a rule naming the file."""
-    from ..safe_text import rich_safe
+    from ..safe_text import text_safe
 
     con = console(out, width)
-    for t in rich_safe(doc["traces"]):  # trace strings are data, never rich markup
+    for t in text_safe(doc["traces"]):  # printed as rich Text (no markup), control characters made visible
         rule(con, t["path"])
         render(t, con)
 

@@ -50,7 +50,8 @@ def plain(con: Console) -> bool:
 
 
 def rule(con: Console, title: str) -> None:
-    con.rule(title, characters="-" if plain(con) else "─", style="" if plain(con) else "rule.line")
+    con.rule(Text(title), characters="-" if plain(con) else "─",  # Text: a path is never read as markup
+             style="" if plain(con) else "rule.line")
 
 
 def middle(name: str | None, n: int) -> str:

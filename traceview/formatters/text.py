@@ -16,10 +16,11 @@ from typing import IO
 from rich.console import Console
 from rich.text import Text
 
-from ..safe_text import rich_safe
+from ..safe_text import text_safe
 from ..units import num
 from . import findings_text, layers
 from .sections import TEXT_SECTIONS
+from .tables import cut_rows
 from .term import console, middle, plain, rule, step_ranges, table
 
 SECTIONS = TEXT_SECTIONS  # detail sections, in print order
@@ -107,6 +108,7 @@ def steps_detail(t: dict, con: Console) -> None:
     roles = [k for k in ROLE_LABELS if any(r["breakdown_pct"][k] for r in t["steps"])]
     rows = [[str(r["step"]), _ms(r["dur_us"]), num(r["gpu_busy_pct"]), *[num(r["breakdown_pct"][k]) for k in roles]]
             for r in t["steps"]]
+    rows = cut_rows(rows, 3 + len(roles))
     rows.append(["avg", _ms(s["avg_step_us"]), num(s["gpu_busy_pct"]), *[num(s["breakdown_pct"][k]) for k in roles]])
     con.print(table(con, "Step time breakdown, % of step (tb_plugin priority order; roles at 0 in every step left out)",
                     [("step", "right"), ("ms", "right"), ("GPU busy", "right"),
@@ -203,7 +205,7 @@ def _with_host_classes(j: dict, traces: list[dict]) -> dict:
 
 
 def render(doc: dict, out: IO[str], show: Collection[str] = (), width: int | None = None) -> None:
-    doc = rich_safe(doc)  # every string from the trace is markup-escaped once, here, for all renderers
+    doc = text_safe(doc)  # trace strings go out as rich Text (no markup); control characters made visible
     con = console(out, width)
     jobs = [_with_host_classes(j, doc["traces"]) for j in doc.get("jobs", [])]
     done: set[int] = set()
