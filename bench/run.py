@@ -3,8 +3,9 @@
     python bench/run.py [--trace BIG.json.gz] [--sizes 0.5,1,2] [--repeat 5] [--no-peers] [--out bench/RESULTS.md]
 
 Measured in one run on this machine, in fresh processes, interleaved, medians (a 2-core machine is noisy):
-- cost vs size: `traceview analyze --format json` on the benchmark trace and on larger traces made at bench
-  time by tiling it in time (tools/inflate_trace.py; never committed), with `orjson.loads` and `json.loads` of
+- cost vs size: `traceview analyze --format json` on the benchmark trace, on larger traces made at bench
+  time by tiling it in time (tools/inflate_trace.py; never committed) and on 1 M / 10 M tiny synthetic events
+  (tools/tiny_events.py), with `orjson.loads` and `json.loads` of
   the same bytes (already in memory) as baselines, and each process's peak RSS;
 - start-up: a tiny bundled trace end to end, `import traceview.report` alone, and `python -c pass`;
 - peers: HTA (`TraceAnalysis` load + temporal + idle breakdown) on the benchmark trace, once;
@@ -35,6 +36,7 @@ SHARED_BIG = ROOT.parent / "shared/traces/big/big_train_60steps.json.gz"
 SEED = ROOT / "sample_traces/gpu_h200/train_tinygpt_modules.json.gz"
 TINY = ROOT / "sample_traces/gpu_h200/seed_single_gemm_eager.json.gz"
 INFLATE = ROOT / "tools/inflate_trace.py"
+TINY_EVENTS = ROOT / "tools/tiny_events.py"
 
 
 def json_mb(path: Path) -> float:
@@ -98,6 +100,7 @@ def main() -> None:
     ap.add_argument("--trace", default=None)
     ap.add_argument("--sizes", default="0.5,1,2", help="larger traces to make, GB of JSON (empty: none)")
     ap.add_argument("--repeat", type=int, default=5)
+    ap.add_argument("--tiny-events", default="1,10", help="millions of tiny synthetic events (tools/tiny_events.py)")
     ap.add_argument("--big-repeat", type=int, default=1, help="runs per size above the benchmark trace")
     ap.add_argument("--no-peers", action="store_true")
     ap.add_argument("--out", default=str(ROOT / "bench/RESULTS.md"))
@@ -122,6 +125,14 @@ def main() -> None:
             p = inflate(big, tmpd / f"x{copies}.json", copies)
             m = json_mb(p)
             rows.append((f"{big.name} x{copies}", m, median_runs(
+                {"traceview": (tv_cmd(p), False), "orjson": ([py, "-c", DECODE.format(mod="orjson"), str(p)], True),
+                 "json": ([py, "-c", DECODE.format(mod="json"), str(p)], True)}, a.big_repeat)))
+            p.unlink()
+        for millions in [float(x) for x in a.tiny_events.split(",") if x.strip()]:
+            p = tmpd / f"tiny{millions:g}M.json.gz"
+            subprocess.run([sys.executable, str(TINY_EVENTS), str(p), "--events", str(int(millions * 1e6))],
+                           check=True, capture_output=True)
+            rows.append((f"{millions:g} M tiny events (tools/tiny_events.py)", json_mb(p), median_runs(
                 {"traceview": (tv_cmd(p), False), "orjson": ([py, "-c", DECODE.format(mod="orjson"), str(p)], True),
                  "json": ([py, "-c", DECODE.format(mod="json"), str(p)], True)}, a.big_repeat)))
             p.unlink()

@@ -40,3 +40,18 @@ def test_tiled_trace_repeats_the_original(tmp_path) -> None:
     assert [(o["op"], o["calls"], o["kernels"]) for o in three["top_ops"]] == [
         (o["op"], 3 * o["calls"], 3 * o["kernels"]) for o in one["top_ops"]]
     assert three["metadata"]["event_counts"]["kernel"] == 3 * one["metadata"]["event_counts"]["kernel"]
+
+
+def test_tiny_events_trace_is_what_it_says(tmp_path) -> None:
+    """tools/tiny_events.py (the 10 M tiny events benchmark): every kernel is linked to its op, steps as asked."""
+    out = tmp_path / "tiny.json.gz"
+    r = subprocess.run([sys.executable, str(ROOT / "tools/tiny_events.py"), str(out), "--events", "3000",
+                        "--ops-per-step", "100"], capture_output=True, text=True, timeout=300)
+    assert r.returncode == 0, r.stderr
+    assert r.stdout.split()[0] == "3010"  # 1000 ops x 3 events + 10 step annotations
+    t = analyze(out)
+    assert [s["step"] for s in t["steps"]] == list(range(10))
+    assert [(k["name"], k["count"], k["op"]) for k in t["top_kernels"]] == [("add_kernel", 1000, "aten::add")]
+    assert [(o["op"], o["calls"], o["kernels"]) for o in t["top_ops"]] == [("aten::add", 1000, 1000)]
+    # 1 µs kernels every 4 µs: the GPU is busy a quarter of each full step
+    assert all(s["gpu_busy_us"] == pytest.approx(100.0, abs=0.01) for s in t["steps"][:-1])
