@@ -208,11 +208,10 @@ def load_file(path: str | Path, max_bytes: int = DEFAULT_MAX_BYTES,
     """Load one trace file ('-': stdin). At most `max_bytes` of (decompressed) JSON are held.
     `on_stage("decoding")` is called once the bytes are read (progress display)."""
     path = Path(path)
-    data, warnings = d.read_bytes(path, max_bytes)
+    issues: Counter = Counter()  # args values coerced or dropped (reported once per kind)
+    fast, data, warnings = _scan_input(path, max_bytes)  # C scanner, streamed (None: msgspec path on `data`)
     if on_stage is not None:
         on_stage("decoding")
-    issues: Counter = Counter()  # args values coerced or dropped (reported once per kind)
-    fast = fastscan.scan(data)  # C scanner (None: not built, or input only msgspec + repairs can take)
     if fast is not None:
         doc, ev_args = fast.doc, fast
         if not fast.n:
@@ -360,6 +359,42 @@ def _timestamps(path: Path, base: pl.DataFrame, warnings: list[str]) -> tuple[pl
         dur=(dur.fill_null(0.0).clip(lower_bound=0.0) * 1000).round().cast(pl.Int64),
     ).drop("ts_us", "dur_us")
     return base.with_columns(end=pl.col("ts") + pl.col("dur")), t0_us
+
+
+def _needs_args(ph: str, cat: str, name: str) -> bool:
+    """Whether an event's `args` object is read below (asked by the scanner once per distinct triple, so
+    that it keeps only those): a superset of the rows `_host_args`, `_args_frame` and the metadata reads
+    select (Python's `re` matches at least what polars' regex does with these anchored patterns)."""
+    if ph == "X":
+        c = "cpu_op" if cat == "" else OLD_CATS.get(cat, cat)
+        if c in HOST_CATS:
+            return c != "python_function" or name.startswith("nn.Module:") or _RARE_RE.search(name) is not None
+        return c in GPU_CATS or c == "gpu_user_annotation"
+    if ph == "i":
+        return name == "[memory]"
+    return ph == "M" and name in _META_NAMES
+
+
+_RARE_RE = re.compile(_RARE_NAMES)
+_META_NAMES = ("thread_name", "process_name", "process_labels")
+
+
+def _scan_input(path: Path, max_bytes: int) -> tuple[fastscan.Events | None, bytes, list[str]]:
+    """(Events, b"", warnings) from the C scanner fed as the input is read and gunzipped (never the whole
+    document in memory), or (None, document, warnings) for the msgspec path: no C scanner, or an input
+    only the old path takes (damaged gzip, UTF-16, repairs...; then read again whole)."""
+    if not fastscan.available():
+        return None, *d.read_bytes(path, max_bytes)
+    stream = d.open_stream(path, max_bytes)
+    try:
+        fast = fastscan.scan_stream(stream, _needs_args)
+        if fast is not None and stream.complete:
+            return fast, b"", stream.warnings
+        del fast
+        data, warnings = stream.fallback()
+    finally:
+        stream.close()
+    return fastscan.scan(data, _needs_args), data, warnings
 
 
 def _decode_msgspec(path: Path, data: bytes, warnings: list[str]) -> tuple:
