@@ -103,8 +103,11 @@ class Stream:
             self._put("error", e)
             return
         try:
-            with f:
+            try:
                 self._read(f)
+            finally:
+                if not self.stdin:  # stdin stays open: fallback() reads the rest of it
+                    f.close()
             self._put("end", None)
         except _GiveUp:
             self._put("giveup", None)
