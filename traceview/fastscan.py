@@ -111,6 +111,14 @@ class Events:
         self.lens = np.frombuffer(r["args_len"], dtype=np.int64)
         self.nargs = pl.Series("nargs", self.lens, dtype=pl.UInt32)
 
+    def pop_columns(self) -> dict[str, pl.Series]:
+        """ph, cat, name, pid, tid, ts, dur, nargs, handed over (no longer held here)."""
+        names = ("ph", "cat", "name", "pid", "tid", "ts", "dur", "nargs")
+        out = {k: getattr(self, k) for k in names}
+        for k in names:
+            delattr(self, k)
+        return out
+
     def ids(self, rows: pl.Series) -> pl.Series | list:
         """The `id` values of `rows`: an Int64 Series, or (when some are strings) the list of int, str
         and None the msgspec path has."""

@@ -161,7 +161,7 @@ _RARE_NAMES = (r"^(record_param_comms|nccl:|gloo:|hipMemcpy|cudaMemcpy|c10d::|"
 
 
 def _host_args(ev_args: list, host: pl.DataFrame, issues: Counter) -> pl.DataFrame:
-    has = host.filter(pl.col("nargs") > 0)
+    has = host.select("i", "cat", "name", "nargs").filter(pl.col("nargs") > 0)
     parts = [
         # python frames: 40 % of a with_stack trace; only module frames carry args we use
         _args_frame(ev_args, has.filter((pl.col("cat") == "python_function")
@@ -216,11 +216,13 @@ def load_file(path: str | Path, max_bytes: int = DEFAULT_MAX_BYTES,
         doc, ev_args = fast.doc, fast
         if not fast.n:
             raise TraceError(f"{path}: 'traceEvents' is empty: nothing to analyze")
+        cols = fast.pop_columns()  # the frame owns them from here (no second copy while they are replaced)
         base = pl.DataFrame({
-            "ph": fast.ph, "cat": fast.cat, "name": fast.name,
-            "pid": _fast_ids(fast.pid, fast.pid_strs), "tid": _fast_ids(fast.tid, fast.tid_strs),
-            "ts_us": fast.ts, "dur_us": fast.dur, "nargs": fast.nargs,
+            "ph": cols["ph"], "cat": cols["cat"], "name": cols["name"],
+            "pid": _fast_ids(cols["pid"], fast.pid_strs), "tid": _fast_ids(cols["tid"], fast.tid_strs),
+            "ts_us": cols["ts"], "dur_us": cols["dur"], "nargs": cols["nargs"],
         }).with_row_index("i")
+        del cols
         flow_rows = base.filter(pl.col("ph").is_in(["s", "f"]))["i"]
         flow_ids = fast.ids(flow_rows)
         flow_rows = flow_rows.to_list()
@@ -237,28 +239,64 @@ def load_file(path: str | Path, max_bytes: int = DEFAULT_MAX_BYTES,
     )
     base, t0_us = _timestamps(path, base, warnings)
 
-    x = base.filter(pl.col("ph") == "X")
     counts = dict(base.group_by("cat").len().sort(["len", "cat"], descending=[True, False]).iter_rows())
 
-    # ---- host slices + call tree --------------------------------------------------------
-    host = x.filter(pl.col("cat").is_in(HOST_CATS))
-    gpu = x.filter(pl.col("cat").is_in(GPU_CATS))
+    # ---- the slices of the events each frame is built from; then the whole table goes -------------
+    x = pl.col("ph") == "X"
+    host = base.filter(x & pl.col("cat").is_in(HOST_CATS))
+    gpu = base.filter(x & pl.col("cat").is_in(GPU_CATS))
     if host.height == 0 and gpu.height == 0:
         cats = ", ".join(f"{c or repr(c)} ({n:,})" for c, n in list(counts.items())[:6])
         raise TraceError(f"{path}: no PyTorch profiler events (CPU ops, runtime calls or GPU kernels) among its "
                          f"{base.height:,} events: not a PyTorch profiler trace (categories: {cats or 'none'})")
+    gann = base.filter(x & (pl.col("cat") == "gpu_user_annotation"))
+    mem = base.filter((pl.col("ph") == "i") & (pl.col("name") == "[memory]"))
+    fl = base.filter(pl.col("ph").is_in(["s", "f"])).select("i", "cat", "ph", "pid", "tid", "ts")
+    meta_rows = base.filter((pl.col("ph") == "M") & pl.col("name").is_in(["thread_name", "process_name",
+                                                                           "process_labels"]))
+    del base
+
+    # ---- host slices and GPU activities, with their args ------------------------------------
     host = _ensure(_host_args(ev_args, host, issues), _HOST_FIELDS, binary=_RAW_ATTRS)
     host = host.with_columns(
         external_id=pl.coalesce(_to_int_expr("external_id"), _to_int_expr("external_id_old")),
         kind=pl.col("kind").cast(pl.String), size=pl.col("size").cast(pl.String),
     ).drop("external_id_old", "ph", "nargs")
-    host = call_tree(host)
-    host = enclosing_op(host, RUNTIME_CATS)
-
-    # ---- GPU activities -----------------------------------------------------------------
     gargs = _args_frame(ev_args, gpu.filter(pl.col("nargs") > 0)["i"], d.GpuArgs, _GPU_FIELDS, issues)
     gpu = gpu.join(gargs, on="i", how="left") if gargs.width > 1 else gpu
     gpu = _ensure(gpu, _GPU_FIELDS)
+
+    # ---- annotations, memory, flows, threads --------------------------------------------
+    gargs2 = _args_frame(ev_args, gann["i"], d.GpuArgs, {"external_id": "external_id"}, issues)
+    gann = gann.join(gargs2, on="i", how="left") if gargs2.width > 1 else gann.with_columns(
+        external_id=pl.lit(None, pl.Int64))
+    gann = gann.select("name", pl.col("pid").alias("device"), pl.col("tid").alias("stream"), "ts", "dur", "end",
+                       _to_int_expr("external_id").alias("external_id"))
+
+    margs = _args_frame(ev_args, mem["i"], d.MemArgs, _MEM_FIELDS, issues)
+    mem = (mem.join(margs, on="i", how="left") if margs.width > 1 else _ensure(mem, _MEM_FIELDS)).select(
+        "ts", "pid", "tid", *[_to_int_expr(c).alias(c) for c in _MEM_FIELDS])
+
+    ids = _to_int(flow_ids if isinstance(flow_ids, pl.Series) else pl.Series(flow_ids, strict=False))
+    lost = ids.null_count() - (flow_ids.count(None) if isinstance(flow_ids, list) else flow_ids.null_count())
+    if lost:
+        warnings.append(f"ignored {lost:,} flow ids beyond 64 bits (those flows are not linked)")
+    ids = pl.DataFrame({"i": pl.Series(flow_rows, dtype=pl.UInt32), "id": ids})
+    flows = fl.join(ids, on="i", how="left").drop("i")
+
+    margs2 = _args_frame(ev_args, meta_rows["i"], d.MetaArgs, {"aname": "name", "labels": "labels"},
+                         issues)
+    meta_rows = meta_rows.join(margs2, on="i", how="left") if margs2.width > 1 else meta_rows.with_columns(
+        aname=pl.lit(None, pl.String), labels=pl.lit(None, pl.String))
+    threads = (meta_rows.filter(pl.col("name") == "thread_name").group_by("pid", "tid", maintain_order=True)
+               .agg(pl.col("aname").drop_nulls().last().alias("name")))
+    # every args object has been read: the document's columns and kept args go before the call tree (the
+    # load's peak of memory)
+    del fast, ev_args, fl, meta_rows, flow_rows, flow_ids, ids
+
+    # ---- call tree, launches ------------------------------------------------------------
+    host = call_tree(host)
+    host = enclosing_op(host, RUNTIME_CATS)
     gpu = _finish_gpu(gpu, host)
 
     rocm = bool(doc.hip_runtime_version or doc.roctracer_version) or (
@@ -268,36 +306,6 @@ def load_file(path: str | Path, max_bytes: int = DEFAULT_MAX_BYTES,
         gpu = gpu.sort("device", "stream", "ts").with_columns(
             end=pl.min_horizontal("end", pl.col("ts").shift(-1).over("device", "stream").fill_null(pl.col("end")))
         ).with_columns(dur=pl.col("end") - pl.col("ts"))
-
-    # ---- annotations, memory, flows, threads --------------------------------------------
-    gann = x.filter(pl.col("cat") == "gpu_user_annotation")
-    gargs2 = _args_frame(ev_args, gann["i"], d.GpuArgs, {"external_id": "external_id"}, issues)
-    gann = gann.join(gargs2, on="i", how="left") if gargs2.width > 1 else gann.with_columns(
-        external_id=pl.lit(None, pl.Int64))
-    gann = gann.select("name", pl.col("pid").alias("device"), pl.col("tid").alias("stream"), "ts", "dur", "end",
-                       _to_int_expr("external_id").alias("external_id"))
-
-    mem = base.filter((pl.col("ph") == "i") & (pl.col("name") == "[memory]"))
-    margs = _args_frame(ev_args, mem["i"], d.MemArgs, _MEM_FIELDS, issues)
-    mem = (mem.join(margs, on="i", how="left") if margs.width > 1 else _ensure(mem, _MEM_FIELDS)).select(
-        "ts", "pid", "tid", *[_to_int_expr(c).alias(c) for c in _MEM_FIELDS])
-
-    fl = base.filter(pl.col("ph").is_in(["s", "f"]))
-    ids = _to_int(flow_ids if isinstance(flow_ids, pl.Series) else pl.Series(flow_ids, strict=False))
-    lost = ids.null_count() - (flow_ids.count(None) if isinstance(flow_ids, list) else flow_ids.null_count())
-    if lost:
-        warnings.append(f"ignored {lost:,} flow ids beyond 64 bits (those flows are not linked)")
-    ids = pl.DataFrame({"i": pl.Series(flow_rows, dtype=pl.UInt32), "id": ids})
-    flows = fl.select("i", "cat", "ph", "pid", "tid", "ts").join(ids, on="i", how="left").drop("i")
-
-    meta_rows = base.filter((pl.col("ph") == "M") & pl.col("name").is_in(["thread_name", "process_name",
-                                                                           "process_labels"]))
-    margs2 = _args_frame(ev_args, meta_rows["i"], d.MetaArgs, {"aname": "name", "labels": "labels"},
-                         issues)
-    meta_rows = meta_rows.join(margs2, on="i", how="left") if margs2.width > 1 else meta_rows.with_columns(
-        aname=pl.lit(None, pl.String), labels=pl.lit(None, pl.String))
-    threads = (meta_rows.filter(pl.col("name") == "thread_name").group_by("pid", "tid", maintain_order=True)
-               .agg(pl.col("aname").drop_nulls().last().alias("name")))
 
     warnings.extend(lax.describe(issues, "args"))
     steps = _steps(host, gpu, warnings)
