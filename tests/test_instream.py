@@ -61,16 +61,25 @@ def test_streamed_pieces_give_the_msgspec_frames(msgspec_gpt2, monkeypatch, tmp_
 def test_scanner_keeps_only_the_args_the_loader_reads():
     data, _ = d.read_bytes(GPT2)
     every = fastscan.scan(data)
-    kept = fastscan.scan(data, loader._needs_args)
-    n_all, n_kept = memoryview(every.data).nbytes, memoryview(kept.data).nbytes
+    kept = fastscan.scan(data, loader._args_group)
+    n_all, n_kept = every.kept_bytes(), kept.kept_bytes()
     assert (every.lens == kept.lens).all()  # nargs (an args object's size) is known for every event
     assert n_all == int(every.lens.sum()) and 0 < n_kept < n_all
-    dropped = int(((kept.starts < 0) & (kept.lens > 0)).sum())
-    names = kept.name.gather(pl.Series(((kept.starts < 0) & (kept.lens > 0)).nonzero()[0]))
-    assert dropped > 0 and names.str.starts_with("nn.Module:").sum() == 0
-    row = int(((kept.starts < 0) & (kept.lens > 0)).nonzero()[0][0])
+    dropped = (kept.starts < 0) & (kept.lens > 0)
+    names = kept.name.gather(pl.Series(dropped.nonzero()[0]))
+    assert dropped.sum() > 0 and names.str.starts_with("nn.Module:").sum() == 0
     with pytest.raises(ValueError, match="not kept"):
-        kept.raw_args([row])
+        kept.raw_args([int(dropped.nonzero()[0][0])])
+    # host args in their own buffer, freed once read; the others stay readable
+    cats = kept.cat.to_numpy()
+    host_row = int(((kept.group == loader.HOST_ARGS) & (cats == "cpu_op")).nonzero()[0][0])
+    gpu_row = int(((kept.group == loader.OTHER_ARGS) & (cats == "kernel")).nonzero()[0][0])
+    before = kept.raw_args([host_row, gpu_row])
+    assert before == every.raw_args([host_row, gpu_row]) and b"correlation" in before[1]
+    kept.release_args(loader.HOST_ARGS)
+    assert kept.raw_args([gpu_row]) == before[1:]
+    with pytest.raises(ValueError, match="released"):
+        kept.raw_args([host_row])
 
 
 def _stdin(monkeypatch, data: bytes) -> None:

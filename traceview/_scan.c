@@ -5,8 +5,8 @@
  *     end of a chunk is carried over and parsed whole with the next one), with the GIL released
  *     while it parses. The `traceEvents` array is turned into columns (dictionary-encoded
  *     ph/cat/name, int64 pid/tid/id, float64 ts/dur); the `args` objects that `keep(ph, cat, name)`
- *     asks for (asked once per distinct triple; None: all) are copied into one buffer, the others
- *     only measured; every other top-level member's `"key": value` text is returned, ','-joined,
+ *     asks for (asked once per distinct triple, it answers a group: 0 drop, 1 or 2; None: all in
+ *     group 1) are copied into their group's buffer, the others only measured; every other top-level member's `"key": value` text is returned, ','-joined,
  *     for the caller to decode. The whole document is never held.
  * args_columns(data, starts, lens, rows, fields) -> list | None
  *     Reads the top-level keys of the `args` objects of the given rows and returns one
@@ -484,13 +484,16 @@ static int which_key(P s, Py_ssize_t n) {
     }
 }
 
-/* (ph, cat, name) codes -> keep the args object? (the caller's `keep` answers once per triple) */
+/* (ph, cat, name) codes -> the group whose buffer keeps the args object, 0: dropped (the caller's `keep`
+ * answers once per triple; groups let the caller free the args of one group once it has read them) */
+#define N_GROUPS 3
 typedef struct { uint32_t a, b, c; unsigned char used, keep; } TSlot;
 typedef struct { TSlot *s; size_t cap, count; } Triples;
 
 typedef struct {
     Intern ph, cat, name;
-    Buf c_ph, c_cat, c_name, pid, tid, ts, dur, id, idmask, astart, alen, args;
+    Buf c_ph, c_cat, c_name, pid, tid, ts, dur, id, idmask, astart, alen, agroup;
+    Buf args[N_GROUPS]; /* kept args objects by group (index 0: unused, group 0 = dropped) */
     PyObject *pid_strs, *tid_strs, *id_strs;
     PyObject *keep; /* callable(ph, cat, name) -> bool, or None: keep every args object */
     Triples trip;
@@ -543,7 +546,7 @@ static inline size_t triple_hash(uint32_t a, uint32_t b, uint32_t c) {
     return (size_t)(h ^ (h >> 31));
 }
 
-/* 1 keep, 0 drop, -1 error */
+/* the group (0: drop), -1 error */
 static int keep_args(Cols *c, uint32_t a, uint32_t b, uint32_t d) {
     if (c->keep == Py_None) return 1;
     Triples *t = &c->trip;
@@ -558,9 +561,13 @@ static int keep_args(Cols *c, uint32_t a, uint32_t b, uint32_t d) {
                                                PyList_GET_ITEM(c->cat.uniques, b),
                                                PyList_GET_ITEM(c->name.uniques, d), NULL);
     if (!r) return -1;
-    int k = PyObject_IsTrue(r);
+    long k = PyLong_AsLong(r);
     Py_DECREF(r);
-    if (k < 0) return -1;
+    if (k == -1 && PyErr_Occurred()) return -1;
+    if (k < 0 || k >= N_GROUPS) {
+        PyErr_SetString(PyExc_ValueError, "keep() must return a group number: 0 (drop), 1 or 2");
+        return -1;
+    }
     TSlot *sl = &t->s[j];
     sl->a = a; sl->b = b; sl->c = d; sl->used = 1; sl->keep = (unsigned char)k;
     if (++t->count * 2 > t->cap) {
@@ -720,17 +727,20 @@ static int parse_event(Cols *c, P p, P end, P *after) {
     if ((rc = put_code(c, &c->ph, &c->c_ph, str_s[0], str_e[0], str_esc[0], &code[0]))) return rc;
     if ((rc = put_code(c, &c->cat, &c->c_cat, str_s[1], str_e[1], str_esc[1], &code[1]))) return rc;
     if ((rc = put_code(c, &c->name, &c->c_name, str_s[2], str_e[2], str_esc[2], &code[2]))) return rc;
-    /* args: kept (offset into c->args) only when a later reader needs them; -1 = dropped, 0 + 0 = none */
+    /* args: kept (offset into the group's buffer) only when a later reader needs them; -1 = dropped,
+     * 0 + 0 = none */
     int64_t astart = 0, alen = as ? ae - as : 0;
+    unsigned char group = 0;
     if (as) {
         int k = keep_args(c, code[0], code[1], code[2]);
         if (k < 0) return -1;
-        astart = k ? c->args.len : -1;
-        if (k && !buf_put(&c->args, as, alen)) return -1;
+        group = (unsigned char)k;
+        astart = k ? c->args[k].len : -1;
+        if (k && !buf_put(&c->args[k], as, alen)) return -1;
     }
     if (!buf_put(&c->pid, &pid, 8) || !buf_put(&c->tid, &tid, 8) || !buf_put(&c->ts, &ts, 8) ||
         !buf_put(&c->dur, &dur, 8) || !buf_put(&c->id, &id, 8) || !buf_put(&c->idmask, &idp, 1) ||
-        !buf_put(&c->astart, &astart, 8) || !buf_put(&c->alen, &alen, 8))
+        !buf_put(&c->astart, &astart, 8) || !buf_put(&c->alen, &alen, 8) || !buf_put(&c->agroup, &group, 1))
         return -1;
     c->n++;
     return 0;
@@ -746,8 +756,9 @@ static int set_item(PyObject *d, const char *k, PyObject *v) {
 static void cols_free(Cols *c) {
     intern_free(&c->ph); intern_free(&c->cat); intern_free(&c->name);
     Buf *bufs[] = {&c->c_ph, &c->c_cat, &c->c_name, &c->pid, &c->tid, &c->ts, &c->dur, &c->id,
-                   &c->idmask, &c->astart, &c->alen, &c->args};
+                   &c->idmask, &c->astart, &c->alen, &c->agroup};
     for (size_t i = 0; i < sizeof(bufs) / sizeof(bufs[0]); i++) buf_free(bufs[i]);
+    for (int g = 0; g < N_GROUPS; g++) buf_free(&c->args[g]);
     free(c->trip.s);
     c->trip.s = NULL;
     Py_CLEAR(c->pid_strs); Py_CLEAR(c->tid_strs); Py_CLEAR(c->id_strs); Py_CLEAR(c->keep);
@@ -971,12 +982,19 @@ static PyObject *scanner_finish(Scanner *s, PyObject *noarg) {
         !set_item(result, "pid_strs", c->pid_strs) || !set_item(result, "tid_strs", c->tid_strs) ||
         !set_item(result, "ts", buf_block(&c->ts)) || !set_item(result, "dur", buf_block(&c->dur)) ||
         !set_item(result, "id", buf_block(&c->id)) || !set_item(result, "id_present", buf_block(&c->idmask)) ||
-        !set_item(result, "id_strs", c->id_strs) || !set_item(result, "args", buf_block(&c->args)) ||
-        !set_item(result, "args_start", buf_block(&c->astart)) ||
-        !set_item(result, "args_len", buf_block(&c->alen))) {
+        !set_item(result, "id_strs", c->id_strs) || !set_item(result, "args_start", buf_block(&c->astart)) ||
+        !set_item(result, "args_len", buf_block(&c->alen)) || !set_item(result, "args_group", buf_block(&c->agroup))) {
         Py_DECREF(result);
         return NULL;
     }
+    PyObject *groups = PyList_New(N_GROUPS);
+    if (!groups) { Py_DECREF(result); return NULL; }
+    for (int g = 0; g < N_GROUPS; g++) {
+        PyObject *b = buf_block(&c->args[g]);
+        if (!b) { Py_DECREF(groups); Py_DECREF(result); return NULL; }
+        PyList_SET_ITEM(groups, g, b);
+    }
+    if (!set_item(result, "args", groups)) { Py_DECREF(result); return NULL; }
     return result;
 }
 

@@ -6,7 +6,8 @@ a handle to read `args` fields as columns) or None, in which case the caller use
 (`decode.decode`). None when the extension is not built, when `TRACEVIEW_NO_C=1`, or when the bytes
 are anything but valid JSON the msgspec decoder would take as is (repairs, salvage and the legacy
 array format stay on the msgspec path). Only the `args` objects of the events `keep(ph, cat, name)`
-names are kept (None: all), copied out of the document; reading another event's args is an error.
+names are kept (it answers a group: 0 drop, 1 or 2; None: all in group 1), copied out of the document
+into one buffer per group, which the caller frees once read; reading another event's args is an error.
 
 Contract: the frames built from an `Events` are identical to those of the msgspec path; the C
 scanner refuses (None) every input where it could differ. tests/test_fastscan.py checks this.
@@ -91,7 +92,7 @@ class Events:
     """Columns of `traceEvents` from the C scanner, plus what is needed to read `args` later."""
 
     def __init__(self, r: dict) -> None:
-        self.data = r["args"]  # the kept args objects, back to back
+        self._bufs: list[Any] = r["args"]  # the kept args objects, back to back, by group
         self.n: int = r["n"]
         self.doc: d.Doc = _doc(r["members"])
         self.ph = _dict_column("ph", r["ph_values"], r["ph"])
@@ -109,6 +110,7 @@ class Events:
         self._id_strs: dict[int, str] = r["id_strs"]
         self.starts = np.frombuffer(r["args_start"], dtype=np.int64)  # -1: not kept
         self.lens = np.frombuffer(r["args_len"], dtype=np.int64)
+        self.group = np.frombuffer(r["args_group"], dtype=np.uint8)
         self.nargs = pl.Series("nargs", self.lens, dtype=pl.UInt32)
 
     def pop_columns(self) -> dict[str, pl.Series]:
@@ -129,11 +131,25 @@ class Events:
             return [strs[i] if i in strs else (int(ids[i]) if present[i] else None) for i in idx.tolist()]
         return _int_series("id", (self._id[idx], self._id_present[idx]))
 
+    def kept_bytes(self) -> int:
+        return sum(memoryview(b).nbytes for b in self._bufs if b is not None)
+
+    def release_args(self, group: int) -> None:
+        """Free the args objects of `group` (read: reading them again is an error)."""
+        self._bufs[group] = None
+
+    def _buf(self, group: int) -> memoryview:
+        b = self._bufs[group] if group else b""
+        if b is None:
+            raise ValueError(f"args of group {group} were released")
+        return memoryview(b)
+
     def raw_args(self, rows: list[int]) -> list[bytes]:
-        data, s, n = memoryview(self.data), self.starts, self.lens
+        s, n, g = self.starts, self.lens, self.group
         if rows and s[rows].min() < 0:
             raise ValueError("args of these rows were not kept")
-        return [bytes(data[s[i]:s[i] + n[i]]) for i in rows]
+        bufs = {k: self._buf(k) for k in set(g[rows].tolist())}
+        return [bytes(bufs[g[i]][s[i]:s[i] + n[i]]) for i in rows]
 
     def args_values(self, rows: pl.Series, typ: type, attrs: list[str], int_attrs: set[str]) -> dict | None:
         """{attr: values} for the args of `rows`, as the msgspec path would give them: an Int64
@@ -156,7 +172,12 @@ class Events:
             fields.append((key.encode(), bits, mode))
             kinds.append((attr, mode, pytype))
         idx = rows.cast(pl.Int64).to_numpy()
-        got = _scan.args_columns(self.data, self.starts, self.lens, idx, fields)
+        groups = self.group[idx]
+        if (groups != groups[0]).any() or groups[0] == 0:  # rows without args: msgspec's business
+            if (self.starts[idx] < 0).any():
+                raise ValueError("args of these rows were not kept")
+            return None
+        got = _scan.args_columns(self._buf(int(groups[0])), self.starts, self.lens, idx, fields)
         if got is None:
             return None
         out: dict[str, Any] = {}

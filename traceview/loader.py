@@ -175,8 +175,13 @@ def _host_args(ev_args: list, host: pl.DataFrame, issues: Counter) -> pl.DataFra
         p.width > 1 for p in parts) else pl.DataFrame({"i": pl.Series([], dtype=pl.UInt32)})
     rare = _args_frame(ev_args, has.filter(pl.col("name").str.contains(_RARE_NAMES))["i"], d.HostArgs, _RARE_FIELDS,
                        issues)
-    out = host.join(frame, on="i", how="left") if frame.width > 1 else host
-    return out.join(rare, on="i", how="left") if rare.width > 1 else out
+    if isinstance(ev_args, fastscan.Events):  # every host args object is read
+        ev_args.release_args(HOST_ARGS)
+    # the args columns aligned to host's rows, then put beside them: a join into host itself would copy
+    # every host column (a left join keeps the left frame's row order; `i` is unique in each part)
+    keys = host.select("i")
+    cols = [keys.join(f, on="i", how="left").drop("i") for f in (frame, rare) if f.width > 1]
+    return pl.concat([host, *cols], how="horizontal") if cols else host
 
 
 _GPU_FIELDS = {
@@ -333,12 +338,13 @@ def _timestamps(path: Path, base: pl.DataFrame, warnings: list[str]) -> tuple[pl
     if n["no_ts"]:
         warnings.append(f"skipped {n['no_ts']:,} events (ph X or i) without a usable 'ts' (missing, null or not "
                         "a finite number)")
-    base = base.filter(~(spans & ts.is_null()))
-    timed = base.filter(spans & ~pl.col("cat").is_in(["Trace"]) & (pl.col("pid") > -1_000_000_000))
-    if timed.height == 0:
+        base = base.filter(~(spans & ts.is_null()))  # (a filter copies every column: only when needed)
+    timed = base.select(ts.filter(spans & ~pl.col("cat").is_in(["Trace"]) & (pl.col("pid") > -1_000_000_000)))
+    timed = timed.to_series()
+    if timed.len() == 0:
         raise TraceError(f"{path}: no timed events (ph X or i with a 'ts') in 'traceEvents'")
     # a clock more than MAX_SPAN away from the bulk of the trace is a corrupt record, not a 7-day trace
-    med = float(timed["ts_us"].sort()[(timed.height - 1) // 2])  # the lower median: one event's own clock
+    med = float(timed.sort()[(timed.len() - 1) // 2])  # the lower median: one event's own clock
     far = ((ts - med).abs() > MAX_SPAN_US).fill_null(False)
     placed = pl.col("ph").is_in(["X", "i", "s", "f"])  # events whose time is used; metadata (M) often has ts 0
     n_far = base.select((far & placed).sum()).item()
@@ -346,7 +352,7 @@ def _timestamps(path: Path, base: pl.DataFrame, warnings: list[str]) -> tuple[pl
         warnings.append(f"skipped {n_far:,} events whose timestamp lies over 7 days from the rest of the trace "
                         "(corrupt clock)")
         base = base.filter(~(far & placed))
-        timed = timed.filter(~far)
+        timed = timed.filter(~((timed - med).abs() > MAX_SPAN_US))
     base = base.with_columns(ts_us=pl.when(far).then(None).otherwise(ts))  # unused times, kept from overflowing
     if n["neg_ts"]:
         warnings.append(f"{n['neg_ts']:,} events have a negative timestamp (ts < 0); times are taken relative "
@@ -360,7 +366,7 @@ def _timestamps(path: Path, base: pl.DataFrame, warnings: list[str]) -> tuple[pl
     if corrupt:
         warnings.append(f"skipped {corrupt:,} events with a duration over 7 days (corrupt profiler records)")
         base = base.filter(~long)
-    t0_us = float(timed["ts_us"].min())
+    t0_us = float(timed.min())
     # ns relative to t0; the float subtraction is exact for whole-µs absolute stamps
     base = base.with_columns(
         ts=((ts - t0_us) * 1000).round().cast(pl.Int64),
@@ -369,18 +375,23 @@ def _timestamps(path: Path, base: pl.DataFrame, warnings: list[str]) -> tuple[pl
     return base.with_columns(end=pl.col("ts") + pl.col("dur")), t0_us
 
 
-def _needs_args(ph: str, cat: str, name: str) -> bool:
-    """Whether an event's `args` object is read below (asked by the scanner once per distinct triple, so
-    that it keeps only those): a superset of the rows `_host_args`, `_args_frame` and the metadata reads
-    select (Python's `re` matches at least what polars' regex does with these anchored patterns)."""
+HOST_ARGS, OTHER_ARGS = 1, 2  # the scanner's args groups: host ones are freed once `_host_args` has read them
+
+
+def _args_group(ph: str, cat: str, name: str) -> int:
+    """Whether an event's `args` object is read below, and by whom: 0 never, HOST_ARGS by `_host_args`,
+    OTHER_ARGS later (asked by the scanner once per distinct triple, so that it keeps only those): a
+    superset of the rows `_host_args`, `_args_frame` and the metadata reads select (Python's `re`
+    matches at least what polars' regex does with these anchored patterns)."""
     if ph == "X":
         c = "cpu_op" if cat == "" else OLD_CATS.get(cat, cat)
         if c in HOST_CATS:
-            return c != "python_function" or name.startswith("nn.Module:") or _RARE_RE.search(name) is not None
-        return c in GPU_CATS or c == "gpu_user_annotation"
+            needed = c != "python_function" or name.startswith("nn.Module:") or _RARE_RE.search(name) is not None
+            return HOST_ARGS if needed else 0
+        return OTHER_ARGS if c in GPU_CATS or c == "gpu_user_annotation" else 0
     if ph == "i":
-        return name == "[memory]"
-    return ph == "M" and name in _META_NAMES
+        return OTHER_ARGS if name == "[memory]" else 0
+    return OTHER_ARGS if ph == "M" and name in _META_NAMES else 0
 
 
 _RARE_RE = re.compile(_RARE_NAMES)
@@ -395,14 +406,14 @@ def _scan_input(path: Path, max_bytes: int) -> tuple[fastscan.Events | None, byt
         return None, *d.read_bytes(path, max_bytes)
     stream = d.open_stream(path, max_bytes)
     try:
-        fast = fastscan.scan_stream(stream, _needs_args)
+        fast = fastscan.scan_stream(stream, _args_group)
         if fast is not None and stream.complete:
             return fast, b"", stream.warnings
         del fast
         data, warnings = stream.fallback()
     finally:
         stream.close()
-    return fastscan.scan(data, _needs_args), data, warnings
+    return fastscan.scan(data, _args_group), data, warnings
 
 
 def _decode_msgspec(path: Path, data: bytes, warnings: list[str]) -> tuple:
