@@ -15,8 +15,8 @@ from conftest import SAMPLES
 from hostile import mini_trace, write
 from polars.testing import assert_frame_equal
 
+from traceview import categories, fastscan, inputs, instream, loader
 from traceview import decode as d
-from traceview import fastscan, inputs, instream, loader
 from traceview.errors import TraceError
 
 pytestmark = pytest.mark.skipif(fastscan._scan is None, reason="C extension traceview._scan not built")
@@ -61,7 +61,7 @@ def test_streamed_pieces_give_the_msgspec_frames(msgspec_gpt2, monkeypatch, tmp_
 def test_scanner_keeps_only_the_args_the_loader_reads():
     data, _ = d.read_bytes(GPT2)
     every = fastscan.scan(data)
-    kept = fastscan.scan(data, loader._args_group)
+    kept = fastscan.scan(data, categories.args_group)
     n_all, n_kept = every.kept_bytes(), kept.kept_bytes()
     assert (every.lens == kept.lens).all()  # nargs (an args object's size) is known for every event
     assert n_all == int(every.lens.sum()) and 0 < n_kept < n_all
@@ -72,11 +72,11 @@ def test_scanner_keeps_only_the_args_the_loader_reads():
         kept.raw_args([int(dropped.nonzero()[0][0])])
     # host args in their own buffer, freed once read; the others stay readable
     cats = kept.cat.to_numpy()
-    host_row = int(((kept.group == loader.HOST_ARGS) & (cats == "cpu_op")).nonzero()[0][0])
-    gpu_row = int(((kept.group == loader.OTHER_ARGS) & (cats == "kernel")).nonzero()[0][0])
+    host_row = int(((kept.group == categories.HOST_ARGS) & (cats == "cpu_op")).nonzero()[0][0])
+    gpu_row = int(((kept.group == categories.OTHER_ARGS) & (cats == "kernel")).nonzero()[0][0])
     before = kept.raw_args([host_row, gpu_row])
     assert before == every.raw_args([host_row, gpu_row]) and b"correlation" in before[1]
-    kept.release_args(loader.HOST_ARGS)
+    kept.release_args(categories.HOST_ARGS)
     assert kept.raw_args([gpu_row]) == before[1:]
     with pytest.raises(ValueError, match="released"):
         kept.raw_args([host_row])
@@ -153,3 +153,20 @@ def test_the_cap_applies_as_bytes_arrive(tmp_path, small_pieces):
     p = write(tmp_path / "t.json.gz", mini_trace(steps=200), gz=True)
     with pytest.raises(TraceError, match="decompressed size exceeds the input limit of 20 KiB"):
         list(instream.Stream(p, 20 * 1024))
+
+
+def test_prefetched_scan_gives_the_same_trace(tmp_path, small_pieces):
+    """The CLI's prefetch scans in threads while it imports (instream.Scan); the loader takes its result,
+    or reads the input again when the scanner refused it."""
+    good = write(tmp_path / "good.json.gz", mini_trace(steps=30), gz=True)
+    text = gzip.decompress(good.read_bytes())
+    cut = tmp_path / "cut.json"
+    cut.write_bytes(text[: len(text) * 2 // 3])
+    for p in (good, cut):
+        want = loader.load_file(p)
+        d.prefetch(p, inputs.DEFAULT_MAX_BYTES)
+        job = d._PREFETCH[(str(p.resolve()), inputs.DEFAULT_MAX_BYTES)]
+        assert isinstance(job, instream.Scan)
+        _same(loader.load_file(p), want)
+        assert not d._PREFETCH
+    assert any("truncated" in w for w in want.meta.warnings)

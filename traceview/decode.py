@@ -120,14 +120,24 @@ def trace_files(directory: Path) -> list[Path]:
 
 
 def prefetch(path: Path, max_bytes: int = inputs.DEFAULT_MAX_BYTES) -> None:
-    """Start reading and gunzipping `path` in a thread (`instream.Stream`; gunzip releases the GIL), so
-    that it overlaps the ~0.4 s of importing polars, numpy and the analyses; `open_stream` picks it up."""
-    from .instream import Stream
+    """Start reading, gunzipping and (C scanner) scanning `path` in threads (`instream.Scan`: gunzip and
+    the scan release the GIL), so that it overlaps the ~0.4 s of importing polars, numpy and the analyses;
+    the loader picks it up (`take_prefetched`)."""
+    import os
 
-    _PREFETCH[(str(Path(path).resolve()), max_bytes)] = Stream(path, max_bytes)
+    from . import instream
+
+    try:
+        if os.environ.get("TRACEVIEW_NO_C", "") in ("1", "true", "yes"):
+            raise ImportError
+        job: Any = instream.Scan(path, max_bytes)
+    except ImportError:  # no C scanner: read ahead only
+        job = instream.Stream(path, max_bytes)
+    _PREFETCH[(str(Path(path).resolve()), max_bytes)] = job
 
 
-def _prefetched(path: Path, max_bytes: int) -> Any:
+def take_prefetched(path: Path, max_bytes: int) -> Any:
+    """The prefetch job of `path` (`instream.Scan` or `instream.Stream`), or None."""
     if _PREFETCH and str(path) != inputs.STDIN:
         return _PREFETCH.pop((str(Path(path).resolve()), max_bytes), None)
     return None
@@ -135,14 +145,18 @@ def _prefetched(path: Path, max_bytes: int) -> Any:
 
 def open_stream(path: Path, max_bytes: int = inputs.DEFAULT_MAX_BYTES) -> Any:
     """The `instream.Stream` of `path`: the prefetched one, or a new one."""
-    from .instream import Stream
+    from .instream import Scan, Stream
 
-    return _prefetched(path, max_bytes) or Stream(path, max_bytes)
+    job = take_prefetched(path, max_bytes)
+    if isinstance(job, Scan):  # (not asked for: the loader takes a Scan itself)
+        job.close()
+        job = None
+    return job or Stream(path, max_bytes)
 
 
 def read_bytes(path: Path, max_bytes: int = inputs.DEFAULT_MAX_BYTES) -> tuple[bytes, list[str]]:
     """The whole document's UTF-8 bytes (gunzipped, re-encoded) and warnings; see `inputs.read_input`."""
-    hit = _prefetched(path, max_bytes)
+    hit = take_prefetched(path, max_bytes)
     if hit is not None:
         hit.close()
     return inputs.read_input(path, max_bytes)

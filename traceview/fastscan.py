@@ -242,6 +242,11 @@ def scan_stream(pieces: Iterable[bytes], keep: Keep = None) -> Events | None:
             return None
     r = s.finish()
     del s
+    return events(r)
+
+
+def events(r: dict | None) -> Events | None:
+    """The `Events` of a scanner's result (None: refused)."""
     if r is None:
         return None
     try:

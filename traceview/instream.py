@@ -184,6 +184,46 @@ class Stream:
         out.flush()
 
 
+class Scan:
+    """A `Stream` scanned in one more thread (`_scan.Scanner`, which releases the GIL while it parses): the
+    CLI's prefetch runs the whole read, gunzip and scan while the main thread imports polars and the
+    analyses. `wait()`: the scanner's result (None: refused; `stream.fallback()` then)."""
+
+    def __init__(self, path: Path, cap: int) -> None:
+        from . import _scan
+        from .categories import args_group
+
+        self.stream = Stream(path, cap)
+        self._scanner = _scan.Scanner(args_group)
+        self._result: dict | None = None
+        self._error: BaseException | None = None
+        self._thread = threading.Thread(target=self._run, name="traceview-scan", daemon=True)
+        self._thread.start()
+
+    def _run(self) -> None:
+        try:
+            s = self._scanner
+            for piece in self.stream:
+                if not s.feed(piece):
+                    return
+            self._result = s.finish()
+        except BaseException as e:  # noqa: BLE001 - raised in the consumer's thread
+            self._error = e
+        finally:
+            self._scanner = None
+
+    def wait(self) -> dict | None:
+        self._thread.join()
+        if self._error is not None:
+            raise self._error
+        result, self._result = self._result, None
+        return result if self.stream.complete else None
+
+    def close(self) -> None:
+        self.stream.close()
+        self._thread.join()
+
+
 class _Out:
     """Decompressed bytes out in pieces of about PIECE: the cap, the JSON check of the first bytes, a UTF-8
     BOM dropped; a document not starting with '{' gives up (legacy array, UTF-16: the old path)."""

@@ -21,17 +21,13 @@ import polars as pl
 from . import decode as d
 from . import fastscan, lax
 from .analyses.tree import call_tree, enclosing_op
+from .categories import GPU_CATS, HOST_ARGS, HOST_CATS, OLD_CATS, RARE_NAMES, RUNTIME_CATS
+from .categories import args_group as _args_group
 from .errors import TraceError
 from .inputs import DEFAULT_MAX_BYTES, STDIN, check_path
 from .manifest import read_manifest
-from .model import RUNTIME_CATS, STEP_RE, Job, Trace, TraceMeta, conform
+from .model import STEP_RE, Job, Trace, TraceMeta, conform
 
-HOST_CATS = ["cpu_op", "user_annotation", "python_function", *RUNTIME_CATS]
-GPU_CATS = ["kernel", "gpu_memcpy", "gpu_memset", "cuda_sync", "mtia_ccp_events"]
-# 2021-era category names (tb_plugin samples) and old flow names
-OLD_CATS = {"Operator": "cpu_op", "Runtime": "cuda_runtime", "Kernel": "kernel", "Memcpy": "gpu_memcpy",
-            "Memset": "gpu_memset", "Python": "python_function", "async": "ac2g",
-            "async_cpu_to_gpu": "ac2g", "async_gpu": "ac2g", "Driver": "cuda_driver"}
 COMM_KERNEL_RE = r"^(nccl|rccl)|ncclKernel|ncclDevKernel|ncclSymDevKernel"
 GRAPH_LAUNCH = ["cudaGraphLaunch", "hipGraphLaunch", "cudaGraphLaunch_v10000"]
 MAX_DUR_NS = 7 * 24 * 3600 * 10**9  # HTA drops corrupt events longer than a week; so do we
@@ -152,12 +148,7 @@ _RARE_FIELDS = {"concrete": "concrete", "strides": "strides", "collective": "col
                 "group_size": "group_size", "pg_name": "pg_name", "seq_comm": "seq_comm", "kind": "kind",
                 "size": "size"}
 _HOST_FIELDS = {**_PY_FIELDS, **_OP_FIELDS, **_RT_FIELDS, **_RARE_FIELDS}
-# ops whose rarely used args (Concrete Inputs, collective fields) are read: collectives, sync copies, and the
-# convolution forward ops (their Concrete Inputs hold stride/padding/dilation for the FLOPs model) and the
-# indexing ops (the dim they index, and Input Strides: an expanded index reads one value per row)
-_RARE_NAMES = (r"^(record_param_comms|nccl:|gloo:|hipMemcpy|cudaMemcpy|c10d::|"
-               r"aten::(_?convolution|conv[123]d|cudnn_convolution|miopen_convolution|mkldnn_convolution|"
-               r"gather|index_select|embedding|take)$)")
+_RARE_NAMES = RARE_NAMES
 
 
 def _host_args(ev_args: list, host: pl.DataFrame, issues: Counter) -> pl.DataFrame:
@@ -375,36 +366,24 @@ def _timestamps(path: Path, base: pl.DataFrame, warnings: list[str]) -> tuple[pl
     return base.with_columns(end=pl.col("ts") + pl.col("dur")), t0_us
 
 
-HOST_ARGS, OTHER_ARGS = 1, 2  # the scanner's args groups: host ones are freed once `_host_args` has read them
-
-
-def _args_group(ph: str, cat: str, name: str) -> int:
-    """Whether an event's `args` object is read below, and by whom: 0 never, HOST_ARGS by `_host_args`,
-    OTHER_ARGS later (asked by the scanner once per distinct triple, so that it keeps only those): a
-    superset of the rows `_host_args`, `_args_frame` and the metadata reads select (Python's `re`
-    matches at least what polars' regex does with these anchored patterns)."""
-    if ph == "X":
-        c = "cpu_op" if cat == "" else OLD_CATS.get(cat, cat)
-        if c in HOST_CATS:
-            needed = c != "python_function" or name.startswith("nn.Module:") or _RARE_RE.search(name) is not None
-            return HOST_ARGS if needed else 0
-        return OTHER_ARGS if c in GPU_CATS or c == "gpu_user_annotation" else 0
-    if ph == "i":
-        return OTHER_ARGS if name == "[memory]" else 0
-    return OTHER_ARGS if ph == "M" and name in _META_NAMES else 0
-
-
-_RARE_RE = re.compile(_RARE_NAMES)
-_META_NAMES = ("thread_name", "process_name", "process_labels")
-
-
 def _scan_input(path: Path, max_bytes: int) -> tuple[fastscan.Events | None, bytes, list[str]]:
     """(Events, b"", warnings) from the C scanner fed as the input is read and gunzipped (never the whole
     document in memory), or (None, document, warnings) for the msgspec path: no C scanner, or an input
     only the old path takes (damaged gzip, UTF-16, repairs...; then read again whole)."""
     if not fastscan.available():
         return None, *d.read_bytes(path, max_bytes)
-    stream = d.open_stream(path, max_bytes)
+    job = d.take_prefetched(path, max_bytes)
+    if hasattr(job, "wait"):  # the CLI's prefetch scanned it already (instream.Scan)
+        try:
+            fast = fastscan.events(job.wait())
+            if fast is not None:
+                return fast, b"", job.stream.warnings
+            del fast
+            data, warnings = job.stream.fallback()
+        finally:
+            job.close()
+        return fastscan.scan(data, _args_group), data, warnings
+    stream = job or d.open_stream(path, max_bytes)
     try:
         fast = fastscan.scan_stream(stream, _args_group)
         if fast is not None and stream.complete:
