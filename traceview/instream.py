@@ -20,8 +20,8 @@ from pathlib import Path
 from . import inputs
 from .errors import TraceError
 
-PIECE = 1 << 22  # bytes per piece handed over: the queue holds at most DEPTH of them
-DEPTH = 6
+PIECE = 1 << 21  # bytes per piece handed over: the queue holds at most DEPTH of them
+DEPTH = 4
 _RAW_PIECE = 1 << 20  # compressed bytes read (and inflated) at a time
 _GZ = b"\x1f\x8b"
 _BOM = b"\xef\xbb\xbf"
