@@ -135,7 +135,7 @@ class Events:
         return sum(memoryview(b).nbytes for b in self._bufs if b is not None)
 
     def release_args(self, group: int) -> None:
-        """Free the args objects of `group` (read: reading them again is an error)."""
+        """Free the args objects of `group`, all read (reading one again is an error)."""
         self._bufs[group] = None
 
     def _buf(self, group: int) -> memoryview:
@@ -173,11 +173,13 @@ class Events:
             kinds.append((attr, mode, pytype))
         idx = rows.cast(pl.Int64).to_numpy()
         groups = self.group[idx]
-        if (groups != groups[0]).any() or groups[0] == 0:  # rows without args: msgspec's business
+        # rows of several groups or without args: the msgspec path's business
+        if idx.size and ((groups != groups[0]).any() or groups[0] == 0):
             if (self.starts[idx] < 0).any():
                 raise ValueError("args of these rows were not kept")
             return None
-        got = _scan.args_columns(self._buf(int(groups[0])), self.starts, self.lens, idx, fields)
+        buf = self._buf(int(groups[0])) if idx.size else b""
+        got = _scan.args_columns(buf, self.starts, self.lens, idx, fields)
         if got is None:
             return None
         out: dict[str, Any] = {}
@@ -222,7 +224,7 @@ def _doc(body: bytes) -> d.Doc:
     return msgspec.json.decode(b"{" + body + (b"," if body else b"") + b'"traceEvents":[]}', type=d.Doc)
 
 
-Keep = Callable[[str, str, str], bool] | None
+Keep = Callable[[str, str, str], int] | None  # (ph, cat, name) -> args group, 0: drop
 
 
 def scan(data: bytes, keep: Keep = None) -> Events | None:
