@@ -169,10 +169,20 @@ def _host_args(ev_args: list, host: pl.DataFrame, issues: Counter) -> pl.DataFra
     if isinstance(ev_args, fastscan.Events):  # every host args object is read
         ev_args.release_args(HOST_ARGS)
     # the args columns aligned to host's rows, then put beside them: a join into host itself would copy
-    # every host column (a left join keeps the left frame's row order; `i` is unique in each part)
-    keys = host.select("i")
-    cols = [keys.join(f, on="i", how="left").drop("i") for f in (frame, rare) if f.width > 1]
-    return pl.concat([host, *cols], how="horizontal") if cols else host
+    # every host column (a left join keeps the left frame's row order; `i` is unique in each part). A field
+    # no row has (most rare ones) stays a constant null: joined, it would be a buffer of host's length
+    keys, order, empty, cols = host.select("i"), list(host.columns), [], []
+    for f in (frame, rare):
+        if f.width < 2:
+            continue
+        order += f.columns[1:]
+        none = [c for c in f.columns[1:] if f[c].null_count() == f.height]
+        empty += [pl.lit(None, f.schema[c]).alias(c) for c in none]
+        if f.width - len(none) > 1:
+            cols.append(keys.join(f.drop(none), on="i", how="left").drop("i"))
+    if not cols and not empty:
+        return host
+    return pl.concat([host, *cols], how="horizontal").with_columns(empty).select(order)
 
 
 _GPU_FIELDS = {
