@@ -168,11 +168,16 @@ def _host_args(ev_args: list, host: pl.DataFrame, issues: Counter) -> pl.DataFra
                        issues)
     if isinstance(ev_args, fastscan.Events):  # every host args object is read
         ev_args.release_args(HOST_ARGS)
-    # the args columns aligned to host's rows, then put beside them: a join into host itself would copy
-    # every host column (a left join keeps the left frame's row order; `i` is unique in each part). A field
-    # no row has (most rare ones) stays a constant null: joined, it would be a buffer of host's length
-    keys, order, empty, cols = host.select("i"), list(host.columns), [], []
-    for f in (frame, rare):
+    return _beside(host, frame, rare)
+
+
+def _beside(rows: pl.DataFrame, *parts: pl.DataFrame) -> pl.DataFrame:
+    """`rows` with the columns of `parts` (args frames keyed by `i`) aligned to its rows, as left joins on
+    `i` would give them, without copying `rows`' own columns (a left join keeps the left frame's row order;
+    `i` is unique in each part). A field no row has stays a constant null: joined, it would be a buffer of
+    `rows`' length."""
+    keys, order, empty, cols = rows.select("i"), list(rows.columns), [], []
+    for f in parts:
         if f.width < 2:
             continue
         order += f.columns[1:]
@@ -181,8 +186,8 @@ def _host_args(ev_args: list, host: pl.DataFrame, issues: Counter) -> pl.DataFra
         if f.width - len(none) > 1:
             cols.append(keys.join(f.drop(none), on="i", how="left").drop("i"))
     if not cols and not empty:
-        return host
-    return pl.concat([host, *cols], how="horizontal").with_columns(empty).select(order)
+        return rows
+    return pl.concat([rows, *cols], how="horizontal").with_columns(empty).select(order)
 
 
 _GPU_FIELDS = {
@@ -269,7 +274,7 @@ def load_file(path: str | Path, max_bytes: int = DEFAULT_MAX_BYTES,
         kind=pl.col("kind").cast(pl.String), size=pl.col("size").cast(pl.String),
     ).drop("external_id_old", "ph", "nargs")
     gargs = _args_frame(ev_args, gpu.filter(pl.col("nargs") > 0)["i"], d.GpuArgs, _GPU_FIELDS, issues)
-    gpu = gpu.join(gargs, on="i", how="left") if gargs.width > 1 else gpu
+    gpu = _beside(gpu, gargs)
     gpu = _ensure(gpu, _GPU_FIELDS)
 
     # ---- annotations, memory, flows, threads --------------------------------------------
