@@ -25,6 +25,9 @@ import polars as pl
 
 try:
     from . import _scan
+
+    if not hasattr(_scan, "Scanner"):  # pragma: no cover - a stale build of an older _scan.c: rebuild it
+        _scan = None
 except ImportError:  # pragma: no cover - extension not built (no compiler): msgspec path only
     _scan = None
 

@@ -193,6 +193,8 @@ class Scan:
         from . import _scan
         from .categories import args_group
 
+        if not hasattr(_scan, "Scanner"):  # a stale build of an older _scan.c: no streamed scan
+            raise ImportError("traceview._scan has no Scanner")
         self.stream = Stream(path, cap)
         self._scanner = _scan.Scanner(args_group)
         self._result: dict | None = None
