@@ -151,9 +151,17 @@ FUZZ = textwrap.dedent("""
                     else:
                         del b[pos: pos + rng.randint(1, 40)]
             data = bytes(b)
-            r = _scan.scan(data)
+            # fed in random pieces: a cut inside any token must give what one piece gives
+            s = _scan.Scanner()
+            cuts = sorted(rng.sample(range(1, len(data)), min(6, len(data) - 1)))
+            for lo, hi in zip([0, *cuts], [*cuts, len(data)]):
+                s.feed(data[lo:hi])
+            r = s.finish()
+            whole = fastscan.scan(data)
+            assert (r is None) == (whole is None), path
             if r is None:
                 continue
+            assert r["n"] == whole.n and bytes(r["args"][1]) == bytes(whole._bufs[1]), path
             # whatever the scanner accepts, msgspec must accept too, with the same events
             doc = msgspec.json.decode(data, type=d.Doc)
             assert r["n"] == len(doc.traceEvents), path

@@ -1,11 +1,14 @@
 /* traceview._scan: one-pass columnar scanner for Kineto chrome-trace JSON.
  *
- * scan(data) -> dict | None
- *     Walks the top-level object once. The `traceEvents` array is turned into columns
- *     (dictionary-encoded ph/cat/name, int64 pid/tid/id, float64 ts/dur, int64 args spans);
- *     every other top-level member is returned as a (start, end) byte span of its
- *     `"key": value` text for the caller to decode.
- * args_columns(data, starts, ends, rows, fields) -> list | None
+ * Scanner(keep=None): .feed(chunk) ... .finish() -> dict | None
+ *     Walks the top-level object once, fed in chunks of any size (a member or event cut by the
+ *     end of a chunk is carried over and parsed whole with the next one), with the GIL released
+ *     while it parses. The `traceEvents` array is turned into columns (dictionary-encoded
+ *     ph/cat/name, int64 pid/tid/id, float64 ts/dur); the `args` objects that `keep(ph, cat, name)`
+ *     asks for (asked once per distinct triple, it answers a group: 0 drop, 1 or 2; None: all in
+ *     group 1) are copied into their group's buffer, the others only measured; every other top-level member's `"key": value` text is returned, ','-joined,
+ *     for the caller to decode. The whole document is never held.
+ * args_columns(data, starts, lens, rows, fields) -> list | None
  *     Reads the top-level keys of the `args` objects of the given rows and returns one
  *     output per requested field (see MODE_*).
  *
@@ -223,6 +226,32 @@ static int parse_int64(P s, P e, int64_t *out) {
 static const double POW10[] = {1e0, 1e1, 1e2, 1e3, 1e4, 1e5, 1e6, 1e7, 1e8, 1e9, 1e10, 1e11,
                                1e12, 1e13, 1e14, 1e15, 1e16, 1e17, 1e18, 1e19, 1e20, 1e21, 1e22};
 
+/* double of a validated number literal [s, e) by Clinger's fast path: 1 done, -1 needs parse_double
+ * (which calls into CPython: the GIL must be held) */
+static int parse_double_fast(P s, P e, double *out) {
+    P p = s;
+    int neg = 0;
+    if (*p == '-') { neg = 1; p++; }
+    uint64_t m = 0;
+    int digits = 0, frac = 0;
+    for (; p < e && *p >= '0' && *p <= '9'; p++) {
+        if (++digits > 19) return -1;
+        m = m * 10 + (*p - '0');
+    }
+    if (p < e && *p == '.') {
+        for (p++; p < e && *p >= '0' && *p <= '9'; p++) {
+            if (++digits > 19) return -1;
+            m = m * 10 + (*p - '0');
+            frac++;
+        }
+    }
+    if (p != e || m > (1ULL << 53) || frac > 22) return -1;
+    double d = (double)m;
+    if (frac) d /= POW10[frac];
+    *out = neg ? -d : d;
+    return 1;
+}
+
 /* double of a validated number literal [s, e), correctly rounded like float(); 0 if not finite */
 static int parse_double(P s, P e, double *out) {
     /* Clinger's fast path: exact mantissa < 2^53 and a power of ten <= 1e22 give one rounding */
@@ -311,17 +340,17 @@ static P skip_value(P p, P end, int depth) {
     default: return scan_number(p, end, &x);
     }
 }
-
 /* ------------------------------------------------------------------ growable buffers */
 
+/* plain malloc, not PyMem: the scanner grows them with the GIL released (and big blocks grow by mremap) */
 typedef struct { char *data; Py_ssize_t len, cap; } Buf;
 
 static int buf_reserve(Buf *b, Py_ssize_t extra) {
     if (b->len + extra <= b->cap) return 1;
     Py_ssize_t cap = b->cap ? b->cap : 4096;
     while (cap < b->len + extra) cap *= 2;
-    char *d = PyMem_Realloc(b->data, cap);
-    if (!d) { PyErr_NoMemory(); return 0; }
+    char *d = realloc(b->data, cap);
+    if (!d) return 0;
     b->data = d;
     b->cap = cap;
     return 1;
@@ -335,11 +364,51 @@ static inline int buf_put(Buf *b, const void *src, Py_ssize_t n) {
 }
 
 static PyObject *buf_bytes(Buf *b) { return PyBytes_FromStringAndSize(b->data ? b->data : "", b->len); }
-static void buf_free(Buf *b) { PyMem_Free(b->data); b->data = NULL; b->len = b->cap = 0; }
+static void buf_free(Buf *b) { free(b->data); b->data = NULL; b->len = b->cap = 0; }
+
+/* Block: a read-only buffer object that owns a Buf's memory, so that columns reach numpy without a copy */
+typedef struct { PyObject_HEAD char *data; Py_ssize_t len; } Block;
+
+static void block_dealloc(Block *b) {
+    free(b->data);
+    Py_TYPE(b)->tp_free((PyObject *)b);
+}
+
+static int block_getbuffer(Block *b, Py_buffer *view, int flags) {
+    return PyBuffer_FillInfo(view, (PyObject *)b, b->data ? b->data : (char *)"", b->len, 1, flags);
+}
+
+static PyBufferProcs block_as_buffer = {(getbufferproc)block_getbuffer, NULL};
+
+static PyTypeObject BlockType = {
+    PyVarObject_HEAD_INIT(NULL, 0)
+    .tp_name = "traceview._scan.Block",
+    .tp_basicsize = sizeof(Block),
+    .tp_dealloc = (destructor)block_dealloc,
+    .tp_as_buffer = &block_as_buffer,
+    .tp_flags = Py_TPFLAGS_DEFAULT,
+    .tp_doc = "read-only bytes owned by the scanner",
+};
+
+/* hand the Buf's memory over to a new Block (trimmed to its length); the Buf is left empty */
+static PyObject *buf_block(Buf *b) {
+    Block *o = PyObject_New(Block, &BlockType);
+    if (!o) return NULL;
+    if (b->data && b->len < b->cap) {
+        char *d = realloc(b->data, b->len ? b->len : 1);
+        if (d) b->data = d;
+    }
+    o->data = b->data;
+    o->len = b->len;
+    b->data = NULL;
+    b->len = b->cap = 0;
+    return (PyObject *)o;
+}
 
 /* ------------------------------------------------------------------ string dictionary */
 
-typedef struct { uint64_t h; P key; Py_ssize_t len; uint32_t code; int used; } Slot;
+/* keys are owned copies: the bytes they came from are gone once the next chunk arrives */
+typedef struct { uint64_t h; char *key; Py_ssize_t len; uint32_t code; int used; } Slot;
 typedef struct { Slot *slots; size_t cap, count; PyObject *uniques; } Intern;
 
 static uint64_t hash_bytes(P s, Py_ssize_t n) {
@@ -360,60 +429,37 @@ static uint64_t hash_bytes(P s, Py_ssize_t n) {
 static int intern_init(Intern *t) {
     t->cap = 1024;
     t->count = 0;
-    t->slots = PyMem_Calloc(t->cap, sizeof(Slot));
+    t->slots = calloc(t->cap, sizeof(Slot));
     t->uniques = PyList_New(0);
     if (!t->slots || !t->uniques) { PyErr_NoMemory(); return 0; }
     return 1;
 }
 
 static void intern_free(Intern *t) {
-    PyMem_Free(t->slots);
+    if (t->slots)
+        for (size_t i = 0; i < t->cap; i++) free(t->slots[i].key);
+    free(t->slots);
     t->slots = NULL;
     Py_CLEAR(t->uniques);
 }
 
 static int intern_grow(Intern *t) {
     size_t cap = t->cap * 2;
-    Slot *s = PyMem_Calloc(cap, sizeof(Slot));
-    if (!s) { PyErr_NoMemory(); return 0; }
+    Slot *s = calloc(cap, sizeof(Slot));
+    if (!s) return 0;
     for (size_t i = 0; i < t->cap; i++) {
         if (!t->slots[i].used) continue;
         size_t j = t->slots[i].h & (cap - 1);
         while (s[j].used) j = (j + 1) & (cap - 1);
         s[j] = t->slots[i];
     }
-    PyMem_Free(t->slots);
+    free(t->slots);
     t->slots = s;
     t->cap = cap;
     return 1;
 }
 
-/* code of the string body [s, e): -1 on error (exception set), -2 on invalid text */
-static int64_t intern_code(Intern *t, P s, P e, int esc) {
-    Py_ssize_t n = e - s;
-    uint64_t h = hash_bytes(s, n);
-    size_t j = h & (t->cap - 1);
-    while (t->slots[j].used) {
-        Slot *sl = &t->slots[j];
-        if (sl->h == h && sl->len == n && memcmp(sl->key, s, n) == 0) return sl->code;
-        j = (j + 1) & (t->cap - 1);
-    }
-    PyObject *str = make_str(s, e, esc);
-    if (!str) {
-        if (PyErr_ExceptionMatches(PyExc_UnicodeDecodeError)) { PyErr_Clear(); return -2; }
-        return -1;
-    }
-    int rc = PyList_Append(t->uniques, str);
-    Py_DECREF(str);
-    if (rc < 0) return -1;
-    Slot *sl = &t->slots[j];
-    sl->h = h; sl->key = s; sl->len = n; sl->code = (uint32_t)t->count; sl->used = 1;
-    t->count++;
-    if (t->count * 2 > t->cap && !intern_grow(t)) return -1;
-    return (int64_t)(t->count - 1);
-}
-
-/* ------------------------------------------------------------------ scan() */
+/* ------------------------------------------------------------------ scanner state */
 
 enum { K_PH, K_CAT, K_NAME, K_PID, K_TID, K_TS, K_DUR, K_ID, K_ARGS, K_N };
 
@@ -438,23 +484,118 @@ static int which_key(P s, Py_ssize_t n) {
     }
 }
 
+/* (ph, cat, name) codes -> the group whose buffer keeps the args object, 0: dropped (the caller's `keep`
+ * answers once per triple; groups let the caller free the args of one group once it has read them) */
+#define N_GROUPS 3
+typedef struct { uint32_t a, b, c; unsigned char used, keep; } TSlot;
+typedef struct { TSlot *s; size_t cap, count; } Triples;
+
 typedef struct {
-    P base;
     Intern ph, cat, name;
-    Buf c_ph, c_cat, c_name, pid, tid, ts, dur, id, idmask, astart, aend;
+    Buf c_ph, c_cat, c_name, pid, tid, ts, dur, id, idmask, astart, alen, agroup;
+    Buf args[N_GROUPS]; /* kept args objects by group (index 0: unused, group 0 = dropped) */
     PyObject *pid_strs, *tid_strs, *id_strs;
+    PyObject *keep; /* callable(ph, cat, name) -> bool, or None: keep every args object */
+    Triples trip;
     Py_ssize_t n;
+    PyThreadState *saved; /* non-NULL while this scan runs with the GIL released */
 } Cols;
 
-/* 0 ok, 1 invalid input, -1 Python error */
+/* The scan runs without the GIL; whatever calls into CPython (a new string, a string id, a slow float,
+ * the keep callback) takes it back first. */
+static inline void gil_take(Cols *c) {
+    if (c->saved) { PyEval_RestoreThread(c->saved); c->saved = NULL; }
+}
+
+static inline void gil_drop(Cols *c) {
+    if (!c->saved) c->saved = PyEval_SaveThread();
+}
+
+/* code of the string body [s, e): -1 on error, -2 on invalid text */
+static int64_t intern_code(Cols *c, Intern *t, P s, P e, int esc) {
+    Py_ssize_t n = e - s;
+    uint64_t h = hash_bytes(s, n);
+    size_t j = h & (t->cap - 1);
+    while (t->slots[j].used) {
+        Slot *sl = &t->slots[j];
+        if (sl->h == h && sl->len == n && memcmp(sl->key, s, n) == 0) return sl->code;
+        j = (j + 1) & (t->cap - 1);
+    }
+    gil_take(c);
+    PyObject *str = make_str(s, e, esc);
+    if (!str) {
+        if (PyErr_ExceptionMatches(PyExc_UnicodeDecodeError)) { PyErr_Clear(); return -2; }
+        return -1;
+    }
+    int rc = PyList_Append(t->uniques, str);
+    Py_DECREF(str);
+    if (rc < 0) return -1;
+    char *key = malloc(n ? n : 1);
+    if (!key) return -1;
+    memcpy(key, s, n);
+    Slot *sl = &t->slots[j];
+    sl->h = h; sl->key = key; sl->len = n; sl->code = (uint32_t)t->count; sl->used = 1;
+    t->count++;
+    if (t->count * 2 > t->cap && !intern_grow(t)) return -1;
+    return (int64_t)(t->count - 1);
+}
+
+static inline size_t triple_hash(uint32_t a, uint32_t b, uint32_t c) {
+    uint64_t h = ((uint64_t)a * 0x9E3779B97F4A7C15ULL) ^ ((uint64_t)b * 0xC2B2AE3D27D4EB4FULL) ^
+                 ((uint64_t)c * 0x165667B19E3779F9ULL);
+    return (size_t)(h ^ (h >> 31));
+}
+
+/* the group (0: drop), -1 error */
+static int keep_args(Cols *c, uint32_t a, uint32_t b, uint32_t d) {
+    if (c->keep == Py_None) return 1;
+    Triples *t = &c->trip;
+    size_t j = triple_hash(a, b, d) & (t->cap - 1);
+    while (t->s[j].used) {
+        TSlot *sl = &t->s[j];
+        if (sl->a == a && sl->b == b && sl->c == d) return sl->keep;
+        j = (j + 1) & (t->cap - 1);
+    }
+    gil_take(c);
+    PyObject *r = PyObject_CallFunctionObjArgs(c->keep, PyList_GET_ITEM(c->ph.uniques, a),
+                                               PyList_GET_ITEM(c->cat.uniques, b),
+                                               PyList_GET_ITEM(c->name.uniques, d), NULL);
+    if (!r) return -1;
+    long k = PyLong_AsLong(r);
+    Py_DECREF(r);
+    if (k == -1 && PyErr_Occurred()) return -1;
+    if (k < 0 || k >= N_GROUPS) {
+        PyErr_SetString(PyExc_ValueError, "keep() must return a group number: 0 (drop), 1 or 2");
+        return -1;
+    }
+    TSlot *sl = &t->s[j];
+    sl->a = a; sl->b = b; sl->c = d; sl->used = 1; sl->keep = (unsigned char)k;
+    if (++t->count * 2 > t->cap) {
+        size_t cap = t->cap * 2;
+        TSlot *s = calloc(cap, sizeof(TSlot));
+        if (!s) return -1;
+        for (size_t i = 0; i < t->cap; i++) {
+            if (!t->s[i].used) continue;
+            size_t q = triple_hash(t->s[i].a, t->s[i].b, t->s[i].c) & (cap - 1);
+            while (s[q].used) q = (q + 1) & (cap - 1);
+            s[q] = t->s[i];
+        }
+        free(t->s);
+        t->s = s;
+        t->cap = cap;
+    }
+    return k;
+}
+
+/* 0 ok, 1 invalid input, -1 error (a Python exception, or out of memory when none is set) */
 #define FAIL_IF(c) do { if (c) return 1; } while (0)
 
-static int put_code(Intern *t, Buf *b, P s, P e, int esc) {
-    int64_t c = intern_code(t, s, e, esc);
-    if (c == -1) return -1;
-    if (c == -2) return 1;
-    uint32_t u = (uint32_t)c;
-    return buf_put(b, &u, 4) ? 0 : -1;
+static int put_code(Cols *c, Intern *t, Buf *b, P s, P e, int esc, uint32_t *code) {
+    int64_t k = intern_code(c, t, s, e, esc);
+    if (k == -1) return -1;
+    if (k == -2) return 1;
+    *code = (uint32_t)k;
+    return buf_put(b, code, 4) ? 0 : -1;
 }
 
 static const unsigned char EMPTY[1] = {0};
@@ -468,6 +609,7 @@ static int int_or_str(Cols *c, P p, P end, P *after, int64_t *out, PyObject *str
         int esc;
         P q = scan_string(p, end, &esc);
         FAIL_IF(!q);
+        gil_take(c);
         PyObject *s = make_str(p + 1, q - 1, esc);
         if (!s) {
             if (PyErr_ExceptionMatches(PyExc_UnicodeDecodeError)) { PyErr_Clear(); return 1; }
@@ -501,7 +643,8 @@ static int parse_event(Cols *c, P p, P end, P *after) {
     unsigned seen = 0;
     P str_s[3] = {EMPTY, EMPTY, EMPTY}, str_e[3] = {EMPTY, EMPTY, EMPTY};
     int str_esc[3] = {0, 0, 0};
-    int64_t pid = 0, tid = 0, id = 0, as = 0, ae = 0;
+    int64_t pid = 0, tid = 0, id = 0;
+    P as = NULL, ae = NULL;
     double ts = NAN, dur = NAN; /* absent: NaN, read as null (JSON numbers are finite) */
     unsigned char idp = 0, dummy;
     int rc;
@@ -551,7 +694,11 @@ static int parse_event(Cols *c, P p, P end, P *after) {
                 int is_int;
                 P qe = scan_number(p, end, &is_int);
                 FAIL_IF(!qe);
-                FAIL_IF(!parse_double(p, qe, k == K_TS ? &ts : &dur));
+                double *dst = k == K_TS ? &ts : &dur;
+                if (parse_double_fast(p, qe, dst) < 0) {
+                    gil_take(c);
+                    FAIL_IF(!parse_double(p, qe, dst));
+                }
                 p = qe;
                 break;
             }
@@ -559,8 +706,8 @@ static int parse_event(Cols *c, P p, P end, P *after) {
                 FAIL_IF(*p != '{');
                 P qe = skip_container(p, end, 1);
                 FAIL_IF(!qe);
-                as = p - c->base;
-                ae = qe - c->base;
+                as = p;
+                ae = qe;
                 p = qe;
                 break;
             }
@@ -576,32 +723,27 @@ static int parse_event(Cols *c, P p, P end, P *after) {
         }
     }
     *after = p + 1;
-    if ((rc = put_code(&c->ph, &c->c_ph, str_s[0], str_e[0], str_esc[0]))) return rc;
-    if ((rc = put_code(&c->cat, &c->c_cat, str_s[1], str_e[1], str_esc[1]))) return rc;
-    if ((rc = put_code(&c->name, &c->c_name, str_s[2], str_e[2], str_esc[2]))) return rc;
+    uint32_t code[3];
+    if ((rc = put_code(c, &c->ph, &c->c_ph, str_s[0], str_e[0], str_esc[0], &code[0]))) return rc;
+    if ((rc = put_code(c, &c->cat, &c->c_cat, str_s[1], str_e[1], str_esc[1], &code[1]))) return rc;
+    if ((rc = put_code(c, &c->name, &c->c_name, str_s[2], str_e[2], str_esc[2], &code[2]))) return rc;
+    /* args: kept (offset into the group's buffer) only when a later reader needs them; -1 = dropped,
+     * 0 + 0 = none */
+    int64_t astart = 0, alen = as ? ae - as : 0;
+    unsigned char group = 0;
+    if (as) {
+        int k = keep_args(c, code[0], code[1], code[2]);
+        if (k < 0) return -1;
+        group = (unsigned char)k;
+        astart = k ? c->args[k].len : -1;
+        if (k && !buf_put(&c->args[k], as, alen)) return -1;
+    }
     if (!buf_put(&c->pid, &pid, 8) || !buf_put(&c->tid, &tid, 8) || !buf_put(&c->ts, &ts, 8) ||
         !buf_put(&c->dur, &dur, 8) || !buf_put(&c->id, &id, 8) || !buf_put(&c->idmask, &idp, 1) ||
-        !buf_put(&c->astart, &as, 8) || !buf_put(&c->aend, &ae, 8))
+        !buf_put(&c->astart, &astart, 8) || !buf_put(&c->alen, &alen, 8) || !buf_put(&c->agroup, &group, 1))
         return -1;
     c->n++;
     return 0;
-}
-
-static int parse_events(Cols *c, P p, P end, P *after) {
-    /* p at '[' */
-    p = skip_ws(p + 1, end);
-    FAIL_IF(p >= end);
-    if (*p == ']') { *after = p + 1; return 0; }
-    for (;;) {
-        FAIL_IF(p >= end || *p != '{');
-        int rc = parse_event(c, p, end, &p);
-        if (rc) return rc;
-        p = skip_ws(p, end);
-        FAIL_IF(p >= end);
-        if (*p == ',') { p = skip_ws(p + 1, end); continue; }
-        if (*p == ']') { *after = p + 1; return 0; }
-        return 1;
-    }
 }
 
 static int set_item(PyObject *d, const char *k, PyObject *v) {
@@ -614,104 +756,266 @@ static int set_item(PyObject *d, const char *k, PyObject *v) {
 static void cols_free(Cols *c) {
     intern_free(&c->ph); intern_free(&c->cat); intern_free(&c->name);
     Buf *bufs[] = {&c->c_ph, &c->c_cat, &c->c_name, &c->pid, &c->tid, &c->ts, &c->dur, &c->id,
-                   &c->idmask, &c->astart, &c->aend};
+                   &c->idmask, &c->astart, &c->alen, &c->agroup};
     for (size_t i = 0; i < sizeof(bufs) / sizeof(bufs[0]); i++) buf_free(bufs[i]);
-    Py_CLEAR(c->pid_strs); Py_CLEAR(c->tid_strs); Py_CLEAR(c->id_strs);
+    for (int g = 0; g < N_GROUPS; g++) buf_free(&c->args[g]);
+    free(c->trip.s);
+    c->trip.s = NULL;
+    Py_CLEAR(c->pid_strs); Py_CLEAR(c->tid_strs); Py_CLEAR(c->id_strs); Py_CLEAR(c->keep);
 }
 
-static PyObject *scan(PyObject *self, PyObject *arg) {
+/* ------------------------------------------------------------------ Scanner: the document in chunks */
+
+/* where the scan stands between chunks: each state resumes at a unit (a top-level member, an event) or
+ * a separator; a unit cut by the end of a chunk is parsed again, whole, once more bytes arrived */
+enum { S_START, S_KEY_FIRST, S_KEY, S_TOP_SEP, S_EV_FIRST, S_EV, S_EV_SEP, S_END };
+
+typedef struct {
+    PyObject_HEAD
+    Cols c;
+    Buf pend;    /* bytes not parsed yet: the tail of the last chunk (a cut unit) */
+    Buf members; /* `"key": value` texts of the top-level members other than traceEvents, ','-joined */
+    int state, seen_events, invalid, finished;
+    Py_ssize_t need; /* parse `pend` again once it holds this many bytes (a cut unit: twice its size) */
+} Scanner;
+
+/* 0: parsed up to *stop (the rest is a cut unit or nothing), 1 invalid, -1 error */
+static int run(Scanner *s, P p, P end, int final, P *stop) {
+    Cols *c = &s->c;
+    P unit;
+    for (;;) {
+        switch (s->state) {
+        case S_START:
+            p = skip_ws(p, end);
+            if (p >= end) goto more;
+            if (*p != '{') return 1;
+            p++;
+            s->state = S_KEY_FIRST;
+            break;
+        case S_KEY_FIRST:
+            p = skip_ws(p, end);
+            if (p >= end) goto more;
+            if (*p == '}') return 1; /* no traceEvents */
+            s->state = S_KEY;
+            break;
+        case S_KEY: {
+            int esc;
+            p = skip_ws(p, end);
+            if (p >= end) goto more;
+            unit = p;
+            if (*p != '"') return 1;
+            P q = scan_string(p, end, &esc);
+            if (!q) goto cut;
+            if (esc) return 1;
+            P v = skip_ws(q, end);
+            if (v >= end) goto cut;
+            if (*v != ':') return 1;
+            v = skip_ws(v + 1, end);
+            if (v >= end) goto cut;
+            if (q - unit == 13 && memcmp(unit + 1, "traceEvents", 11) == 0) {
+                if (s->seen_events || *v != '[') return 1;
+                s->seen_events = 1;
+                p = v + 1;
+                s->state = S_EV_FIRST;
+                break;
+            }
+            P ve = skip_value(v, end, 1);
+            if (!ve || (ve >= end && !final)) goto cut; /* a number at the end may go on */
+            if ((s->members.len && !buf_put(&s->members, ",", 1)) || !buf_put(&s->members, unit, ve - unit))
+                return -1;
+            p = ve;
+            s->state = S_TOP_SEP;
+            break;
+        }
+        case S_TOP_SEP:
+            p = skip_ws(p, end);
+            if (p >= end) goto more;
+            if (*p == ',') { p++; s->state = S_KEY; break; }
+            if (*p == '}') { p++; s->state = S_END; break; }
+            return 1;
+        case S_EV_FIRST:
+            p = skip_ws(p, end);
+            if (p >= end) goto more;
+            if (*p == ']') { p++; s->state = S_TOP_SEP; break; }
+            s->state = S_EV;
+            break;
+        case S_EV: {
+            p = skip_ws(p, end);
+            if (p >= end) goto more;
+            if (*p != '{') return 1;
+            unit = p;
+            gil_drop(c);
+            P q;
+            int rc = parse_event(c, p, end, &q);
+            if (rc < 0) return -1;
+            if (rc > 0) {
+                if (final) return 1;
+                /* a whole, well-formed object refused: invalid for good; else it may be cut */
+                P whole = skip_value(p, end, 1);
+                if (whole && whole < end) return 1;
+                goto cut;
+            }
+            p = q;
+            s->state = S_EV_SEP;
+            break;
+        }
+        case S_EV_SEP:
+            p = skip_ws(p, end);
+            if (p >= end) goto more;
+            if (*p == ',') { p++; s->state = S_EV; break; }
+            if (*p == ']') { p++; s->state = S_TOP_SEP; break; }
+            return 1;
+        case S_END:
+            p = skip_ws(p, end);
+            if (p < end) return 1;
+            goto more;
+        }
+    }
+more:
+    if (final && s->state != S_END) return 1;
+    *stop = p;
+    s->need = 0;
+    return 0;
+cut:
+    if (final) return 1;
+    *stop = unit;
+    s->need = 2 * (end - unit);
+    return 0;
+}
+
+/* 0 ok, 1 invalid, -1 error (exception set) */
+static int feed_bytes(Scanner *s, P data, Py_ssize_t n, int final) {
+    P base, end, stop;
+    if (s->pend.len == 0) {
+        base = data;
+    } else {
+        if (!buf_put(&s->pend, data, n)) { PyErr_NoMemory(); return -1; }
+        if (!final && s->pend.len < s->need) return 0;
+        base = (P)s->pend.data;
+        n = s->pend.len;
+    }
+    end = base + n;
+    stop = end;
+    gil_drop(&s->c);
+    int rc = run(s, base, end, final, &stop);
+    gil_take(&s->c);
+    if (rc < 0 && !PyErr_Occurred()) PyErr_NoMemory();
+    if (rc) return rc;
+    Py_ssize_t rest = end - stop;
+    if (base == (P)s->pend.data) {
+        memmove(s->pend.data, stop, rest);
+        s->pend.len = rest;
+    } else if (rest && !buf_put(&s->pend, stop, rest)) {
+        PyErr_NoMemory();
+        return -1;
+    }
+    return 0;
+}
+
+static PyObject *scanner_new(PyTypeObject *type, PyObject *args, PyObject *kw) {
+    PyObject *keep = Py_None;
+    if (!PyArg_ParseTuple(args, "|O", &keep)) return NULL;
+    if (keep != Py_None && !PyCallable_Check(keep)) {
+        PyErr_SetString(PyExc_TypeError, "keep must be callable or None");
+        return NULL;
+    }
+    Scanner *s = (Scanner *)type->tp_alloc(type, 0);
+    if (!s) return NULL;
+    Cols *c = &s->c;
+    Py_INCREF(keep);
+    c->keep = keep;
+    c->trip.cap = 256;
+    c->trip.s = calloc(c->trip.cap, sizeof(TSlot));
+    c->pid_strs = PyDict_New(); c->tid_strs = PyDict_New(); c->id_strs = PyDict_New();
+    if (!c->trip.s || !c->pid_strs || !c->tid_strs || !c->id_strs || !intern_init(&c->ph) ||
+        !intern_init(&c->cat) || !intern_init(&c->name)) {
+        if (!PyErr_Occurred()) PyErr_NoMemory();
+        Py_DECREF(s);
+        return NULL;
+    }
+    return (PyObject *)s;
+}
+
+static void scanner_dealloc(Scanner *s) {
+    cols_free(&s->c);
+    buf_free(&s->pend);
+    buf_free(&s->members);
+    Py_TYPE(s)->tp_free((PyObject *)s);
+}
+
+static PyObject *scanner_feed(Scanner *s, PyObject *arg) {
+    if (s->finished) { PyErr_SetString(PyExc_ValueError, "scanner already finished"); return NULL; }
+    if (s->invalid) Py_RETURN_FALSE;
     Py_buffer view;
     if (PyObject_GetBuffer(arg, &view, PyBUF_SIMPLE) < 0) return NULL;
-    P base = view.buf, end = base + view.len, p;
-    Cols c;
-    memset(&c, 0, sizeof(c));
-    c.base = base;
-    PyObject *members = NULL, *result = NULL;
-    int rc = 1, seen_events = 0;
-    if (!intern_init(&c.ph) || !intern_init(&c.cat) || !intern_init(&c.name)) goto error;
-    c.pid_strs = PyDict_New(); c.tid_strs = PyDict_New(); c.id_strs = PyDict_New();
-    members = PyList_New(0);
-    if (!c.pid_strs || !c.tid_strs || !c.id_strs || !members) goto error;
-
-    Py_ssize_t guess = view.len / 250 + 16;
-    if (!buf_reserve(&c.pid, guess * 8) || !buf_reserve(&c.tid, guess * 8) || !buf_reserve(&c.ts, guess * 8) ||
-        !buf_reserve(&c.dur, guess * 8) || !buf_reserve(&c.id, guess * 8) || !buf_reserve(&c.idmask, guess) ||
-        !buf_reserve(&c.astart, guess * 8) || !buf_reserve(&c.aend, guess * 8) ||
-        !buf_reserve(&c.c_ph, guess * 4) || !buf_reserve(&c.c_cat, guess * 4) || !buf_reserve(&c.c_name, guess * 4))
-        goto error;
-
-    p = skip_ws(base, end);
-    if (p >= end || *p != '{') goto invalid;
-    p = skip_ws(p + 1, end);
-    if (p < end && *p == '}') goto invalid; /* no traceEvents */
-    for (;;) {
-        int esc;
-        if (p >= end || *p != '"') goto invalid;
-        P ks = p;
-        P q = scan_string(p, end, &esc);
-        if (!q || esc) goto invalid;
-        p = skip_ws(q, end);
-        if (p >= end || *p != ':') goto invalid;
-        p = skip_ws(p + 1, end);
-        if (p >= end) goto invalid;
-        if (q - ks == 13 && memcmp(ks + 1, "traceEvents", 11) == 0) {
-            if (seen_events || *p != '[') goto invalid;
-            seen_events = 1;
-            rc = parse_events(&c, p, end, &p);
-            if (rc < 0) goto error;
-            if (rc > 0) goto invalid;
-        } else {
-            P ve = skip_value(p, end, 1);
-            if (!ve) goto invalid;
-            PyObject *span = Py_BuildValue("(nn)", (Py_ssize_t)(ks - base), (Py_ssize_t)(ve - base));
-            if (!span) goto error;
-            int r = PyList_Append(members, span);
-            Py_DECREF(span);
-            if (r < 0) goto error;
-            p = ve;
-        }
-        p = skip_ws(p, end);
-        if (p >= end) goto invalid;
-        if (*p == ',') { p = skip_ws(p + 1, end); continue; }
-        if (*p == '}') { p++; break; }
-        goto invalid;
+    int rc = feed_bytes(s, view.buf, view.len, 0);
+    PyBuffer_Release(&view);
+    if (rc < 0) return NULL;
+    if (rc > 0) {
+        s->invalid = 1;
+        buf_free(&s->pend); /* nothing more will be parsed */
+        Py_RETURN_FALSE;
     }
-    if (skip_ws(p, end) != end || !seen_events) goto invalid;
-
-    result = PyDict_New();
-    if (!result) goto error;
-    if (!set_item(result, "n", PyLong_FromSsize_t(c.n))) goto error;
-    Py_INCREF(members);
-    if (!set_item(result, "members", members)) goto error;
-    Py_INCREF(c.ph.uniques); Py_INCREF(c.cat.uniques); Py_INCREF(c.name.uniques);
-    Py_INCREF(c.pid_strs); Py_INCREF(c.tid_strs); Py_INCREF(c.id_strs);
-    if (!set_item(result, "ph_values", c.ph.uniques) || !set_item(result, "cat_values", c.cat.uniques) ||
-        !set_item(result, "name_values", c.name.uniques) || !set_item(result, "ph", buf_bytes(&c.c_ph)) ||
-        !set_item(result, "cat", buf_bytes(&c.c_cat)) || !set_item(result, "name", buf_bytes(&c.c_name)) ||
-        !set_item(result, "pid", buf_bytes(&c.pid)) || !set_item(result, "tid", buf_bytes(&c.tid)) ||
-        !set_item(result, "pid_strs", c.pid_strs) || !set_item(result, "tid_strs", c.tid_strs) ||
-        !set_item(result, "ts", buf_bytes(&c.ts)) || !set_item(result, "dur", buf_bytes(&c.dur)) ||
-        !set_item(result, "id", buf_bytes(&c.id)) || !set_item(result, "id_present", buf_bytes(&c.idmask)) ||
-        !set_item(result, "id_strs", c.id_strs) || !set_item(result, "args_start", buf_bytes(&c.astart)) ||
-        !set_item(result, "args_end", buf_bytes(&c.aend)))
-        goto error;
-    cols_free(&c);
-    Py_DECREF(members);
-    PyBuffer_Release(&view);
-    return result;
-
-invalid:
-    cols_free(&c);
-    Py_XDECREF(members);
-    PyBuffer_Release(&view);
-    Py_RETURN_NONE;
-error:
-    cols_free(&c);
-    Py_XDECREF(members);
-    Py_XDECREF(result);
-    PyBuffer_Release(&view);
-    return NULL;
+    Py_RETURN_TRUE;
 }
+
+static PyObject *scanner_finish(Scanner *s, PyObject *noarg) {
+    if (s->finished) { PyErr_SetString(PyExc_ValueError, "scanner already finished"); return NULL; }
+    s->finished = 1;
+    if (!s->invalid) {
+        int rc = feed_bytes(s, EMPTY, 0, 1);
+        if (rc < 0) return NULL;
+        if (rc > 0) s->invalid = 1;
+    }
+    buf_free(&s->pend);
+    if (s->invalid || !s->seen_events || s->state != S_END) Py_RETURN_NONE;
+    Cols *c = &s->c;
+    PyObject *result = PyDict_New();
+    if (!result) return NULL;
+    Py_INCREF(c->ph.uniques); Py_INCREF(c->cat.uniques); Py_INCREF(c->name.uniques);
+    Py_INCREF(c->pid_strs); Py_INCREF(c->tid_strs); Py_INCREF(c->id_strs);
+    if (!set_item(result, "n", PyLong_FromSsize_t(c->n)) || !set_item(result, "members", buf_bytes(&s->members)) ||
+        !set_item(result, "ph_values", c->ph.uniques) || !set_item(result, "cat_values", c->cat.uniques) ||
+        !set_item(result, "name_values", c->name.uniques) || !set_item(result, "ph", buf_block(&c->c_ph)) ||
+        !set_item(result, "cat", buf_block(&c->c_cat)) || !set_item(result, "name", buf_block(&c->c_name)) ||
+        !set_item(result, "pid", buf_block(&c->pid)) || !set_item(result, "tid", buf_block(&c->tid)) ||
+        !set_item(result, "pid_strs", c->pid_strs) || !set_item(result, "tid_strs", c->tid_strs) ||
+        !set_item(result, "ts", buf_block(&c->ts)) || !set_item(result, "dur", buf_block(&c->dur)) ||
+        !set_item(result, "id", buf_block(&c->id)) || !set_item(result, "id_present", buf_block(&c->idmask)) ||
+        !set_item(result, "id_strs", c->id_strs) || !set_item(result, "args_start", buf_block(&c->astart)) ||
+        !set_item(result, "args_len", buf_block(&c->alen)) || !set_item(result, "args_group", buf_block(&c->agroup))) {
+        Py_DECREF(result);
+        return NULL;
+    }
+    PyObject *groups = PyList_New(N_GROUPS);
+    if (!groups) { Py_DECREF(result); return NULL; }
+    for (int g = 0; g < N_GROUPS; g++) {
+        PyObject *b = buf_block(&c->args[g]);
+        if (!b) { Py_DECREF(groups); Py_DECREF(result); return NULL; }
+        PyList_SET_ITEM(groups, g, b);
+    }
+    if (!set_item(result, "args", groups)) { Py_DECREF(result); return NULL; }
+    return result;
+}
+
+static PyMethodDef scanner_methods[] = {
+    {"feed", (PyCFunction)scanner_feed, METH_O,
+     "feed(chunk) -> bool: scan the next bytes of the document; False once it is known to be refused"},
+    {"finish", (PyCFunction)scanner_finish, METH_NOARGS,
+     "finish() -> dict | None: the columns, or None when the document is refused"},
+    {NULL, NULL, 0, NULL},
+};
+
+static PyTypeObject ScannerType = {
+    PyVarObject_HEAD_INIT(NULL, 0)
+    .tp_name = "traceview._scan.Scanner",
+    .tp_basicsize = sizeof(Scanner),
+    .tp_dealloc = (destructor)scanner_dealloc,
+    .tp_flags = Py_TPFLAGS_DEFAULT,
+    .tp_doc = "Scanner(keep=None): scan a Kineto document fed in chunks (see the module docstring)",
+    .tp_methods = scanner_methods,
+    .tp_new = scanner_new,
+};
 
 /* ------------------------------------------------------------------ args_columns() */
 
@@ -924,14 +1228,14 @@ static PyObject *args_columns(PyObject *self, PyObject *args) {
     int have_rows = rows_o != Py_None;
     if (PyObject_GetBuffer(data_o, &data, PyBUF_SIMPLE) < 0) return NULL;
     if (!get_i64_buffer(starts_o, &st, "starts")) { PyBuffer_Release(&data); return NULL; }
-    if (!get_i64_buffer(ends_o, &en, "ends")) { PyBuffer_Release(&data); PyBuffer_Release(&st); return NULL; }
+    if (!get_i64_buffer(ends_o, &en, "lens")) { PyBuffer_Release(&data); PyBuffer_Release(&st); return NULL; }
     if (have_rows && !get_i64_buffer(rows_o, &rw, "rows")) {
         PyBuffer_Release(&data); PyBuffer_Release(&st); PyBuffer_Release(&en);
         return NULL;
     }
     PyObject *result = NULL;
     Py_ssize_t nf = PyList_GET_SIZE(fields_o), nev = st.len / 8;
-    Field *f = PyMem_Calloc(nf ? nf : 1, sizeof(Field));
+    Field *f = calloc(nf ? nf : 1, sizeof(Field));
     if (!f) { PyErr_NoMemory(); goto done; }
     if (nf > 64 || en.len != st.len) { PyErr_SetString(PyExc_ValueError, "bad fields or spans"); goto done; }
     for (Py_ssize_t i = 0; i < nf; i++) {
@@ -953,8 +1257,9 @@ static PyObject *args_columns(PyObject *self, PyObject *args) {
     for (Py_ssize_t j = 0; j < n && !invalid; j++) {
         int64_t r = R ? R[j] : j;
         if (r < 0 || r >= nev) { PyErr_SetString(PyExc_IndexError, "row out of range"); goto done; }
-        int64_t s = S[r], e = E[r];
-        if (s >= e || s < 0 || e > data.len) { invalid = 1; break; } /* no args object: msgspec's business */
+        int64_t s = S[r], e = S[r] + E[r]; /* E: lengths */
+        if (s < 0 || e > data.len) { PyErr_SetString(PyExc_ValueError, "args of this row were not kept"); goto done; }
+        if (s >= e) { invalid = 1; break; } /* no args object: msgspec's business */
         for (Py_ssize_t i = 0; i < nf; i++) {
             if (f[i].mode == MODE_RAW && j && !buf_put(&f[i].raw, "\x1f", 1)) goto done;
             if (f[i].mode == MODE_OBJ && PyList_Append(f[i].list, Py_None) < 0) goto done;
@@ -992,20 +1297,31 @@ done:
             buf_free(&f[i].raw);
             Py_XDECREF(f[i].list);
         }
-        PyMem_Free(f);
+        free(f);
     }
     PyBuffer_Release(&data); PyBuffer_Release(&st); PyBuffer_Release(&en);
     if (have_rows) PyBuffer_Release(&rw);
+    if (!result && !PyErr_Occurred()) PyErr_NoMemory();
     return result;
 }
 
 static PyMethodDef methods[] = {
-    {"scan", scan, METH_O, "scan(data) -> dict | None: columns of a Kineto trace's traceEvents"},
     {"args_columns", args_columns, METH_VARARGS,
-     "args_columns(data, starts, ends, rows, fields) -> list | None: top-level args fields as columns"},
+     "args_columns(data, starts, lens, rows, fields) -> list | None: top-level args fields as columns"},
     {NULL, NULL, 0, NULL},
 };
 
 static struct PyModuleDef module = {PyModuleDef_HEAD_INIT, "_scan", "Columnar Kineto trace scanner", -1, methods};
 
-PyMODINIT_FUNC PyInit__scan(void) { return PyModule_Create(&module); }
+PyMODINIT_FUNC PyInit__scan(void) {
+    if (PyType_Ready(&BlockType) < 0 || PyType_Ready(&ScannerType) < 0) return NULL;
+    PyObject *m = PyModule_Create(&module);
+    if (!m) return NULL;
+    Py_INCREF(&ScannerType);
+    if (PyModule_AddObject(m, "Scanner", (PyObject *)&ScannerType) < 0) {
+        Py_DECREF(&ScannerType);
+        Py_DECREF(m);
+        return NULL;
+    }
+    return m;
+}

@@ -103,7 +103,7 @@ _DEC_LEGACY = msgspec.json.Decoder(list[Ev])
 
 
 TRACE_SUFFIXES = (".json", ".json.gz", ".gz")
-_PREFETCH: dict[tuple[str, int], tuple] = {}
+_PREFETCH: dict[tuple[str, int], Any] = {}
 _NOT_TRACES = re.compile(r"^(manifest\.json|control.*|.*\.collect\.json)$")
 
 
@@ -120,33 +120,45 @@ def trace_files(directory: Path) -> list[Path]:
 
 
 def prefetch(path: Path, max_bytes: int = inputs.DEFAULT_MAX_BYTES) -> None:
-    """Start reading and gunzipping `path` in a thread (gunzip releases the GIL), so that it overlaps
-    the ~0.4 s of importing polars, numpy and the analyses; `read_bytes` picks the result up."""
-    import threading
+    """Start reading, gunzipping and (C scanner) scanning `path` in threads (`instream.Scan`: gunzip and
+    the scan release the GIL), so that it overlaps the ~0.4 s of importing polars, numpy and the analyses;
+    the loader picks it up (`take_prefetched`)."""
+    import os
 
-    box: dict[str, Any] = {}
+    from . import instream
 
-    def work() -> None:
-        try:
-            box["v"] = inputs.read_input(path, max_bytes)
-        except BaseException as e:  # noqa: BLE001 - re-raised in the reader's thread
-            box["e"] = e
+    try:
+        if os.environ.get("TRACEVIEW_NO_C", "") in ("1", "true", "yes"):
+            raise ImportError
+        job: Any = instream.Scan(path, max_bytes)
+    except ImportError:  # no C scanner: read ahead only
+        job = instream.Stream(path, max_bytes)
+    _PREFETCH[(str(Path(path).resolve()), max_bytes)] = job
 
-    t = threading.Thread(target=work, name="traceview-prefetch", daemon=True)
-    t.start()
-    _PREFETCH[(str(Path(path).resolve()), max_bytes)] = (t, box)
+
+def take_prefetched(path: Path, max_bytes: int) -> Any:
+    """The prefetch job of `path` (`instream.Scan` or `instream.Stream`), or None."""
+    if _PREFETCH and str(path) != inputs.STDIN:
+        return _PREFETCH.pop((str(Path(path).resolve()), max_bytes), None)
+    return None
+
+
+def open_stream(path: Path, max_bytes: int = inputs.DEFAULT_MAX_BYTES) -> Any:
+    """The `instream.Stream` of `path`: the prefetched one, or a new one."""
+    from .instream import Scan, Stream
+
+    job = take_prefetched(path, max_bytes)
+    if isinstance(job, Scan):  # (not asked for: the loader takes a Scan itself)
+        job.close()
+        job = None
+    return job or Stream(path, max_bytes)
 
 
 def read_bytes(path: Path, max_bytes: int = inputs.DEFAULT_MAX_BYTES) -> tuple[bytes, list[str]]:
-    """The document's UTF-8 bytes (gunzipped, re-encoded) and warnings; see `inputs.read_input`."""
-    hit = None
-    if _PREFETCH and str(path) != inputs.STDIN:
-        hit = _PREFETCH.pop((str(Path(path).resolve()), max_bytes), None)
+    """The whole document's UTF-8 bytes (gunzipped, re-encoded) and warnings; see `inputs.read_input`."""
+    hit = take_prefetched(path, max_bytes)
     if hit is not None:
-        hit[0].join()
-        if "e" in hit[1]:
-            raise hit[1]["e"]
-        return hit[1]["v"]
+        hit.close()
     return inputs.read_input(path, max_bytes)
 
 

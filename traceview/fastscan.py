@@ -1,10 +1,13 @@
 """Glue for the optional C scanner (`traceview/_scan.c`): bytes -> event columns in one pass.
 
-`scan(data)` returns an `Events` (the base columns as polars Series, the document's other
-members decoded by msgspec, and a handle to read `args` fields as columns) or None, in which
-case the caller uses the msgspec path (`decode.decode`). None when the extension is not built,
-when `TRACEVIEW_NO_C=1`, or when the bytes are anything but valid JSON the msgspec decoder would
-take as is (repairs, salvage and the legacy array format stay on the msgspec path).
+`scan_stream(pieces, keep)` (the document in pieces, as they arrive) and `scan(data)` return an
+`Events` (the base columns as polars Series, the document's other members decoded by msgspec, and
+a handle to read `args` fields as columns) or None, in which case the caller uses the msgspec path
+(`decode.decode`). None when the extension is not built, when `TRACEVIEW_NO_C=1`, or when the bytes
+are anything but valid JSON the msgspec decoder would take as is (repairs, salvage and the legacy
+array format stay on the msgspec path). Only the `args` objects of the events `keep(ph, cat, name)`
+names are kept (it answers a group: 0 drop, 1 or 2; None: all in group 1), copied out of the document
+into one buffer per group, which the caller frees once read; reading another event's args is an error.
 
 Contract: the frames built from an `Events` are identical to those of the msgspec path; the C
 scanner refuses (None) every input where it could differ. tests/test_fastscan.py checks this.
@@ -13,6 +16,7 @@ scanner refuses (None) every input where it could differ. tests/test_fastscan.py
 from __future__ import annotations
 
 import os
+from collections.abc import Callable, Iterable
 from typing import Any
 
 import msgspec
@@ -21,6 +25,9 @@ import polars as pl
 
 try:
     from . import _scan
+
+    if not hasattr(_scan, "Scanner"):  # pragma: no cover - a stale build of an older _scan.c: rebuild it
+        _scan = None
 except ImportError:  # pragma: no cover - extension not built (no compiler): msgspec path only
     _scan = None
 
@@ -87,10 +94,10 @@ def _int_series(name: str, pair: tuple) -> pl.Series:
 class Events:
     """Columns of `traceEvents` from the C scanner, plus what is needed to read `args` later."""
 
-    def __init__(self, data: bytes, r: dict) -> None:
-        self.data = data
+    def __init__(self, r: dict) -> None:
+        self._bufs: list[Any] = r["args"]  # the kept args objects, back to back, by group
         self.n: int = r["n"]
-        self.doc: d.Doc = _doc(data, r["members"])
+        self.doc: d.Doc = _doc(r["members"])
         self.ph = _dict_column("ph", r["ph_values"], r["ph"])
         self.cat = _dict_column("cat", r["cat_values"], r["cat"])
         self.name = _dict_column("name", r["name_values"], r["name"])
@@ -104,9 +111,18 @@ class Events:
         self._id = np.frombuffer(r["id"], dtype=np.int64)
         self._id_present = np.frombuffer(r["id_present"], dtype=np.bool_)
         self._id_strs: dict[int, str] = r["id_strs"]
-        self.starts = np.frombuffer(r["args_start"], dtype=np.int64)
-        self.ends = np.frombuffer(r["args_end"], dtype=np.int64)
-        self.nargs = pl.Series("nargs", self.ends - self.starts, dtype=pl.UInt32)
+        self.starts = np.frombuffer(r["args_start"], dtype=np.int64)  # -1: not kept
+        self.lens = np.frombuffer(r["args_len"], dtype=np.int64)
+        self.group = np.frombuffer(r["args_group"], dtype=np.uint8)
+        self.nargs = pl.Series("nargs", self.lens, dtype=pl.UInt32)
+
+    def pop_columns(self) -> dict[str, pl.Series]:
+        """ph, cat, name, pid, tid, ts, dur, nargs, handed over (no longer held here)."""
+        names = ("ph", "cat", "name", "pid", "tid", "ts", "dur", "nargs")
+        out = {k: getattr(self, k) for k in names}
+        for k in names:
+            delattr(self, k)
+        return out
 
     def ids(self, rows: pl.Series) -> pl.Series | list:
         """The `id` values of `rows`: an Int64 Series, or (when some are strings) the list of int, str
@@ -118,9 +134,25 @@ class Events:
             return [strs[i] if i in strs else (int(ids[i]) if present[i] else None) for i in idx.tolist()]
         return _int_series("id", (self._id[idx], self._id_present[idx]))
 
+    def kept_bytes(self) -> int:
+        return sum(memoryview(b).nbytes for b in self._bufs if b is not None)
+
+    def release_args(self, group: int) -> None:
+        """Free the args objects of `group`, all read (reading one again is an error)."""
+        self._bufs[group] = None
+
+    def _buf(self, group: int) -> memoryview:
+        b = self._bufs[group] if group else b""
+        if b is None:
+            raise ValueError(f"args of group {group} were released")
+        return memoryview(b)
+
     def raw_args(self, rows: list[int]) -> list[bytes]:
-        data, s, e = self.data, self.starts, self.ends
-        return [data[s[i]:e[i]] for i in rows]
+        s, n, g = self.starts, self.lens, self.group
+        if rows and s[rows].min() < 0:
+            raise ValueError("args of these rows were not kept")
+        bufs = {k: self._buf(k) for k in set(g[rows].tolist())}
+        return [bytes(bufs[g[i]][s[i]:s[i] + n[i]]) for i in rows]
 
     def args_values(self, rows: pl.Series, typ: type, attrs: list[str], int_attrs: set[str]) -> dict | None:
         """{attr: values} for the args of `rows`, as the msgspec path would give them: an Int64
@@ -143,7 +175,14 @@ class Events:
             fields.append((key.encode(), bits, mode))
             kinds.append((attr, mode, pytype))
         idx = rows.cast(pl.Int64).to_numpy()
-        got = _scan.args_columns(self.data, self.starts, self.ends, idx, fields)
+        groups = self.group[idx]
+        # rows of several groups or without args: the msgspec path's business
+        if idx.size and ((groups != groups[0]).any() or groups[0] == 0):
+            if (self.starts[idx] < 0).any():
+                raise ValueError("args of these rows were not kept")
+            return None
+        buf = self._buf(int(groups[0])) if idx.size else b""
+        got = _scan.args_columns(buf, self.starts, self.lens, idx, fields)
         if got is None:
             return None
         out: dict[str, Any] = {}
@@ -182,19 +221,40 @@ def _dict_column(name: str, values: list[str], codes: bytes) -> pl.Series:
     return pl.Series(name, values, dtype=pl.String).gather(pl.Series(np.frombuffer(codes, dtype=np.uint32)))
 
 
-def _doc(data: bytes, members: list[tuple[int, int]]) -> d.Doc:
-    """The top-level members other than traceEvents, decoded exactly as the msgspec path does."""
-    body = b",".join(data[s:e] for s, e in members)
+def _doc(body: bytes) -> d.Doc:
+    """The top-level members other than traceEvents (their ','-joined text), decoded exactly as the
+    msgspec path does."""
     return msgspec.json.decode(b"{" + body + (b"," if body else b"") + b'"traceEvents":[]}', type=d.Doc)
 
 
-def scan(data: bytes) -> Events | None:
+Keep = Callable[[str, str, str], int] | None  # (ph, cat, name) -> args group, 0: drop
+
+
+def scan(data: bytes, keep: Keep = None) -> Events | None:
+    """The whole document at once."""
+    return scan_stream([data], keep)
+
+
+def scan_stream(pieces: Iterable[bytes], keep: Keep = None) -> Events | None:
+    """The document in consecutive pieces of any size (the scan runs without the GIL: a thread that
+    reads and gunzips the next piece runs meanwhile). Stops reading at the first piece that makes the
+    document one the scanner refuses."""
     if not available():
         return None
-    r = _scan.scan(data)
+    s = _scan.Scanner(keep)
+    for piece in pieces:
+        if not s.feed(piece):
+            return None
+    r = s.finish()
+    del s
+    return events(r)
+
+
+def events(r: dict | None) -> Events | None:
+    """The `Events` of a scanner's result (None: refused)."""
     if r is None:
         return None
     try:
-        return Events(data, r)
+        return Events(r)
     except msgspec.DecodeError:  # a top-level member of the wrong type: msgspec path reports it
         return None

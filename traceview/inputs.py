@@ -87,10 +87,11 @@ def check_path(path: Path) -> os.stat_result:
 
 
 def _read_capped(f: io.RawIOBase | io.BufferedIOBase, first: int, cap: int, where: str,
-                 sniff: bool = False) -> bytes:
+                 sniff: bool = False, prefix: bytes = b"") -> bytes:
     """Read to EOF but never more than `cap` bytes (TraceError beyond); `first` sizes the first read. With
     `sniff` (a stream), stop at once when the first bytes are neither gzip nor JSON."""
     out = io.BytesIO()
+    out.write(prefix)
     want = min(first, cap) + 1
     while True:
         b = f.read(want)
@@ -108,15 +109,16 @@ def _read_capped(f: io.RawIOBase | io.BufferedIOBase, first: int, cap: int, wher
     return out.getvalue()
 
 
-def read_raw(path: Path, cap: int) -> bytes:
-    """The bytes of a regular file (or of stdin for '-'), at most `cap` of them."""
+def _open_raw(path: Path, cap: int) -> tuple[io.RawIOBase | io.BufferedIOBase, int | None]:
+    """(binary stream, size or None for stdin) of a regular file or of stdin ('-'): the checks of `read_raw`
+    (a terminal, a FIFO or device, a file over the cap) before a byte is read."""
     if str(path) == STDIN:
         stream = getattr(sys.stdin, "buffer", None)
         if stream is None:
             raise TraceError("-: no standard input to read")
         if sys.stdin.isatty():  # nothing piped in: reading would wait for typing
             raise TraceError("-: standard input is a terminal; pipe or redirect a trace into it")
-        return _read_capped(stream, 1 << 16, cap, "<stdin>", sniff=True)
+        return stream, None
     st = check_path(path)
     if not stat.S_ISREG(st.st_mode):
         raise _not_regular(path, st.st_mode)
@@ -125,14 +127,26 @@ def read_raw(path: Path, cap: int) -> bytes:
                      | getattr(os, "O_CLOEXEC", 0))
     except OSError as e:
         raise os_error(path, e) from None
-    with open(fd, "rb", buffering=0, closefd=True) as f:
-        st = os.fstat(fd)
-        if not stat.S_ISREG(st.st_mode):
-            raise _not_regular(path, st.st_mode)
-        if st.st_size > cap:
-            raise _cap_error(str(path), f"file size ({human(st.st_size)})", cap)
+    f = open(fd, "rb", buffering=0, closefd=True)
+    st = os.fstat(fd)
+    if not stat.S_ISREG(st.st_mode):
+        f.close()
+        raise _not_regular(path, st.st_mode)
+    if st.st_size > cap:
+        f.close()
+        raise _cap_error(str(path), f"file size ({human(st.st_size)})", cap)
+    return f, st.st_size
+
+
+def read_raw(path: Path, cap: int, prefix: bytes = b"") -> bytes:
+    """The bytes of a regular file (or of stdin for '-'), at most `cap` of them. `prefix`: bytes of stdin
+    already read (by a `Stream` that gave up), taken as its first bytes."""
+    f, size = _open_raw(path, cap)
+    if size is None:
+        return _read_capped(f, 1 << 16, cap, "<stdin>", sniff=True, prefix=prefix)
+    with f:
         try:
-            return _read_capped(f, st.st_size, cap, str(path))
+            return _read_capped(f, size, cap, str(path))
         except OSError as e:
             raise os_error(path, e) from None
 
@@ -291,10 +305,10 @@ def safe_file_name(name: str, fallback: str, limit: int = 120) -> str:
     return stem + suffix if stem else fallback
 
 
-def read_input(path: Path, cap: int = DEFAULT_MAX_BYTES) -> tuple[bytes, list[str]]:
-    """(UTF-8 bytes of the document, warnings) for one input file or '-'."""
+def read_input(path: Path, cap: int = DEFAULT_MAX_BYTES, prefix: bytes = b"") -> tuple[bytes, list[str]]:
+    """(UTF-8 bytes of the document, warnings) for one input file or '-' (`prefix`: see `read_raw`)."""
     where = "<stdin>" if str(path) == STDIN else str(path)
-    raw = read_raw(path, cap)
+    raw = read_raw(path, cap, prefix)
     warnings: list[str] = []
     if raw[:2] == b"\x1f\x8b":
         raw, warnings = gunzip(raw, cap, where)

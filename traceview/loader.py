@@ -21,17 +21,13 @@ import polars as pl
 from . import decode as d
 from . import fastscan, lax
 from .analyses.tree import call_tree, enclosing_op
+from .categories import GPU_CATS, HOST_ARGS, HOST_CATS, OLD_CATS, RARE_NAMES, RUNTIME_CATS
+from .categories import args_group as _args_group
 from .errors import TraceError
 from .inputs import DEFAULT_MAX_BYTES, STDIN, check_path
 from .manifest import read_manifest
-from .model import RUNTIME_CATS, STEP_RE, Job, Trace, TraceMeta, conform
+from .model import STEP_RE, Job, Trace, TraceMeta, conform
 
-HOST_CATS = ["cpu_op", "user_annotation", "python_function", *RUNTIME_CATS]
-GPU_CATS = ["kernel", "gpu_memcpy", "gpu_memset", "cuda_sync", "mtia_ccp_events"]
-# 2021-era category names (tb_plugin samples) and old flow names
-OLD_CATS = {"Operator": "cpu_op", "Runtime": "cuda_runtime", "Kernel": "kernel", "Memcpy": "gpu_memcpy",
-            "Memset": "gpu_memset", "Python": "python_function", "async": "ac2g",
-            "async_cpu_to_gpu": "ac2g", "async_gpu": "ac2g", "Driver": "cuda_driver"}
 COMM_KERNEL_RE = r"^(nccl|rccl)|ncclKernel|ncclDevKernel|ncclSymDevKernel"
 GRAPH_LAUNCH = ["cudaGraphLaunch", "hipGraphLaunch", "cudaGraphLaunch_v10000"]
 MAX_DUR_NS = 7 * 24 * 3600 * 10**9  # HTA drops corrupt events longer than a week; so do we
@@ -152,16 +148,11 @@ _RARE_FIELDS = {"concrete": "concrete", "strides": "strides", "collective": "col
                 "group_size": "group_size", "pg_name": "pg_name", "seq_comm": "seq_comm", "kind": "kind",
                 "size": "size"}
 _HOST_FIELDS = {**_PY_FIELDS, **_OP_FIELDS, **_RT_FIELDS, **_RARE_FIELDS}
-# ops whose rarely used args (Concrete Inputs, collective fields) are read: collectives, sync copies, and the
-# convolution forward ops (their Concrete Inputs hold stride/padding/dilation for the FLOPs model) and the
-# indexing ops (the dim they index, and Input Strides: an expanded index reads one value per row)
-_RARE_NAMES = (r"^(record_param_comms|nccl:|gloo:|hipMemcpy|cudaMemcpy|c10d::|"
-               r"aten::(_?convolution|conv[123]d|cudnn_convolution|miopen_convolution|mkldnn_convolution|"
-               r"gather|index_select|embedding|take)$)")
+_RARE_NAMES = RARE_NAMES
 
 
 def _host_args(ev_args: list, host: pl.DataFrame, issues: Counter) -> pl.DataFrame:
-    has = host.filter(pl.col("nargs") > 0)
+    has = host.select("i", "cat", "name", "nargs").filter(pl.col("nargs") > 0)
     parts = [
         # python frames: 40 % of a with_stack trace; only module frames carry args we use
         _args_frame(ev_args, has.filter((pl.col("cat") == "python_function")
@@ -175,8 +166,28 @@ def _host_args(ev_args: list, host: pl.DataFrame, issues: Counter) -> pl.DataFra
         p.width > 1 for p in parts) else pl.DataFrame({"i": pl.Series([], dtype=pl.UInt32)})
     rare = _args_frame(ev_args, has.filter(pl.col("name").str.contains(_RARE_NAMES))["i"], d.HostArgs, _RARE_FIELDS,
                        issues)
-    out = host.join(frame, on="i", how="left") if frame.width > 1 else host
-    return out.join(rare, on="i", how="left") if rare.width > 1 else out
+    if isinstance(ev_args, fastscan.Events):  # every host args object is read
+        ev_args.release_args(HOST_ARGS)
+    return _beside(host, frame, rare)
+
+
+def _beside(rows: pl.DataFrame, *parts: pl.DataFrame) -> pl.DataFrame:
+    """`rows` with the columns of `parts` (args frames keyed by `i`) aligned to its rows, as left joins on
+    `i` would give them, without copying `rows`' own columns (a left join keeps the left frame's row order;
+    `i` is unique in each part). A field no row has stays a constant null: joined, it would be a buffer of
+    `rows`' length."""
+    keys, order, empty, cols = rows.select("i"), list(rows.columns), [], []
+    for f in parts:
+        if f.width < 2:
+            continue
+        order += f.columns[1:]
+        none = [c for c in f.columns[1:] if f[c].null_count() == f.height]
+        empty += [pl.lit(None, f.schema[c]).alias(c) for c in none]
+        if f.width - len(none) > 1:
+            cols.append(keys.join(f.drop(none), on="i", how="left").drop("i"))
+    if not cols and not empty:
+        return rows
+    return pl.concat([rows, *cols], how="horizontal").with_columns(empty).select(order)
 
 
 _GPU_FIELDS = {
@@ -208,20 +219,21 @@ def load_file(path: str | Path, max_bytes: int = DEFAULT_MAX_BYTES,
     """Load one trace file ('-': stdin). At most `max_bytes` of (decompressed) JSON are held.
     `on_stage("decoding")` is called once the bytes are read (progress display)."""
     path = Path(path)
-    data, warnings = d.read_bytes(path, max_bytes)
+    issues: Counter = Counter()  # args values coerced or dropped (reported once per kind)
+    fast, data, warnings = _scan_input(path, max_bytes)  # C scanner, streamed (None: msgspec path on `data`)
     if on_stage is not None:
         on_stage("decoding")
-    issues: Counter = Counter()  # args values coerced or dropped (reported once per kind)
-    fast = fastscan.scan(data)  # C scanner (None: not built, or input only msgspec + repairs can take)
     if fast is not None:
         doc, ev_args = fast.doc, fast
         if not fast.n:
             raise TraceError(f"{path}: 'traceEvents' is empty: nothing to analyze")
+        cols = fast.pop_columns()  # the frame owns them from here (no second copy while they are replaced)
         base = pl.DataFrame({
-            "ph": fast.ph, "cat": fast.cat, "name": fast.name,
-            "pid": _fast_ids(fast.pid, fast.pid_strs), "tid": _fast_ids(fast.tid, fast.tid_strs),
-            "ts_us": fast.ts, "dur_us": fast.dur, "nargs": fast.nargs,
+            "ph": cols["ph"], "cat": cols["cat"], "name": cols["name"],
+            "pid": _fast_ids(cols["pid"], fast.pid_strs), "tid": _fast_ids(cols["tid"], fast.tid_strs),
+            "ts_us": cols["ts"], "dur_us": cols["dur"], "nargs": cols["nargs"],
         }).with_row_index("i")
+        del cols
         flow_rows = base.filter(pl.col("ph").is_in(["s", "f"]))["i"]
         flow_ids = fast.ids(flow_rows)
         flow_rows = flow_rows.to_list()
@@ -238,28 +250,64 @@ def load_file(path: str | Path, max_bytes: int = DEFAULT_MAX_BYTES,
     )
     base, t0_us = _timestamps(path, base, warnings)
 
-    x = base.filter(pl.col("ph") == "X")
     counts = dict(base.group_by("cat").len().sort(["len", "cat"], descending=[True, False]).iter_rows())
 
-    # ---- host slices + call tree --------------------------------------------------------
-    host = x.filter(pl.col("cat").is_in(HOST_CATS))
-    gpu = x.filter(pl.col("cat").is_in(GPU_CATS))
+    # ---- the slices of the events each frame is built from; then the whole table goes -------------
+    x = pl.col("ph") == "X"
+    host = base.filter(x & pl.col("cat").is_in(HOST_CATS))
+    gpu = base.filter(x & pl.col("cat").is_in(GPU_CATS))
     if host.height == 0 and gpu.height == 0:
         cats = ", ".join(f"{c or repr(c)} ({n:,})" for c, n in list(counts.items())[:6])
         raise TraceError(f"{path}: no PyTorch profiler events (CPU ops, runtime calls or GPU kernels) among its "
                          f"{base.height:,} events: not a PyTorch profiler trace (categories: {cats or 'none'})")
+    gann = base.filter(x & (pl.col("cat") == "gpu_user_annotation"))
+    mem = base.filter((pl.col("ph") == "i") & (pl.col("name") == "[memory]"))
+    fl = base.filter(pl.col("ph").is_in(["s", "f"])).select("i", "cat", "ph", "pid", "tid", "ts")
+    meta_rows = base.filter((pl.col("ph") == "M") & pl.col("name").is_in(["thread_name", "process_name",
+                                                                           "process_labels"]))
+    del base
+
+    # ---- host slices and GPU activities, with their args ------------------------------------
     host = _ensure(_host_args(ev_args, host, issues), _HOST_FIELDS, binary=_RAW_ATTRS)
     host = host.with_columns(
         external_id=pl.coalesce(_to_int_expr("external_id"), _to_int_expr("external_id_old")),
         kind=pl.col("kind").cast(pl.String), size=pl.col("size").cast(pl.String),
     ).drop("external_id_old", "ph", "nargs")
+    gargs = _args_frame(ev_args, gpu.filter(pl.col("nargs") > 0)["i"], d.GpuArgs, _GPU_FIELDS, issues)
+    gpu = _beside(gpu, gargs)
+    gpu = _ensure(gpu, _GPU_FIELDS)
+
+    # ---- annotations, memory, flows, threads --------------------------------------------
+    gargs2 = _args_frame(ev_args, gann["i"], d.GpuArgs, {"external_id": "external_id"}, issues)
+    gann = gann.join(gargs2, on="i", how="left") if gargs2.width > 1 else gann.with_columns(
+        external_id=pl.lit(None, pl.Int64))
+    gann = gann.select("name", pl.col("pid").alias("device"), pl.col("tid").alias("stream"), "ts", "dur", "end",
+                       _to_int_expr("external_id").alias("external_id"))
+
+    margs = _args_frame(ev_args, mem["i"], d.MemArgs, _MEM_FIELDS, issues)
+    mem = (mem.join(margs, on="i", how="left") if margs.width > 1 else _ensure(mem, _MEM_FIELDS)).select(
+        "ts", "pid", "tid", *[_to_int_expr(c).alias(c) for c in _MEM_FIELDS])
+
+    ids = _to_int(flow_ids if isinstance(flow_ids, pl.Series) else pl.Series(flow_ids, strict=False))
+    lost = ids.null_count() - (flow_ids.count(None) if isinstance(flow_ids, list) else flow_ids.null_count())
+    if lost:
+        warnings.append(f"ignored {lost:,} flow ids beyond 64 bits (those flows are not linked)")
+    ids = pl.DataFrame({"i": pl.Series(flow_rows, dtype=pl.UInt32), "id": ids})
+    flows = fl.join(ids, on="i", how="left").drop("i")
+
+    margs2 = _args_frame(ev_args, meta_rows["i"], d.MetaArgs, {"aname": "name", "labels": "labels"},
+                         issues)
+    meta_rows = meta_rows.join(margs2, on="i", how="left") if margs2.width > 1 else meta_rows.with_columns(
+        aname=pl.lit(None, pl.String), labels=pl.lit(None, pl.String))
+    threads = (meta_rows.filter(pl.col("name") == "thread_name").group_by("pid", "tid", maintain_order=True)
+               .agg(pl.col("aname").drop_nulls().last().alias("name")))
+    # every args object has been read: the document's columns and kept args go before the call tree (the
+    # load's peak of memory)
+    del fast, ev_args, fl, meta_rows, flow_rows, flow_ids, ids
+
+    # ---- call tree, launches ------------------------------------------------------------
     host = call_tree(host)
     host = enclosing_op(host, RUNTIME_CATS)
-
-    # ---- GPU activities -----------------------------------------------------------------
-    gargs = _args_frame(ev_args, gpu.filter(pl.col("nargs") > 0)["i"], d.GpuArgs, _GPU_FIELDS, issues)
-    gpu = gpu.join(gargs, on="i", how="left") if gargs.width > 1 else gpu
-    gpu = _ensure(gpu, _GPU_FIELDS)
     gpu = _finish_gpu(gpu, host)
 
     rocm = bool(doc.hip_runtime_version or doc.roctracer_version) or (
@@ -269,36 +317,6 @@ def load_file(path: str | Path, max_bytes: int = DEFAULT_MAX_BYTES,
         gpu = gpu.sort("device", "stream", "ts").with_columns(
             end=pl.min_horizontal("end", pl.col("ts").shift(-1).over("device", "stream").fill_null(pl.col("end")))
         ).with_columns(dur=pl.col("end") - pl.col("ts"))
-
-    # ---- annotations, memory, flows, threads --------------------------------------------
-    gann = x.filter(pl.col("cat") == "gpu_user_annotation")
-    gargs2 = _args_frame(ev_args, gann["i"], d.GpuArgs, {"external_id": "external_id"}, issues)
-    gann = gann.join(gargs2, on="i", how="left") if gargs2.width > 1 else gann.with_columns(
-        external_id=pl.lit(None, pl.Int64))
-    gann = gann.select("name", pl.col("pid").alias("device"), pl.col("tid").alias("stream"), "ts", "dur", "end",
-                       _to_int_expr("external_id").alias("external_id"))
-
-    mem = base.filter((pl.col("ph") == "i") & (pl.col("name") == "[memory]"))
-    margs = _args_frame(ev_args, mem["i"], d.MemArgs, _MEM_FIELDS, issues)
-    mem = (mem.join(margs, on="i", how="left") if margs.width > 1 else _ensure(mem, _MEM_FIELDS)).select(
-        "ts", "pid", "tid", *[_to_int_expr(c).alias(c) for c in _MEM_FIELDS])
-
-    fl = base.filter(pl.col("ph").is_in(["s", "f"]))
-    ids = _to_int(flow_ids if isinstance(flow_ids, pl.Series) else pl.Series(flow_ids, strict=False))
-    lost = ids.null_count() - (flow_ids.count(None) if isinstance(flow_ids, list) else flow_ids.null_count())
-    if lost:
-        warnings.append(f"ignored {lost:,} flow ids beyond 64 bits (those flows are not linked)")
-    ids = pl.DataFrame({"i": pl.Series(flow_rows, dtype=pl.UInt32), "id": ids})
-    flows = fl.select("i", "cat", "ph", "pid", "tid", "ts").join(ids, on="i", how="left").drop("i")
-
-    meta_rows = base.filter((pl.col("ph") == "M") & pl.col("name").is_in(["thread_name", "process_name",
-                                                                           "process_labels"]))
-    margs2 = _args_frame(ev_args, meta_rows["i"], d.MetaArgs, {"aname": "name", "labels": "labels"},
-                         issues)
-    meta_rows = meta_rows.join(margs2, on="i", how="left") if margs2.width > 1 else meta_rows.with_columns(
-        aname=pl.lit(None, pl.String), labels=pl.lit(None, pl.String))
-    threads = (meta_rows.filter(pl.col("name") == "thread_name").group_by("pid", "tid", maintain_order=True)
-               .agg(pl.col("aname").drop_nulls().last().alias("name")))
 
     warnings.extend(lax.describe(issues, "args"))
     steps = _steps(host, gpu, warnings)
@@ -326,12 +344,13 @@ def _timestamps(path: Path, base: pl.DataFrame, warnings: list[str]) -> tuple[pl
     if n["no_ts"]:
         warnings.append(f"skipped {n['no_ts']:,} events (ph X or i) without a usable 'ts' (missing, null or not "
                         "a finite number)")
-    base = base.filter(~(spans & ts.is_null()))
-    timed = base.filter(spans & ~pl.col("cat").is_in(["Trace"]) & (pl.col("pid") > -1_000_000_000))
-    if timed.height == 0:
+        base = base.filter(~(spans & ts.is_null()))  # (a filter copies every column: only when needed)
+    timed = base.select(ts.filter(spans & ~pl.col("cat").is_in(["Trace"]) & (pl.col("pid") > -1_000_000_000)))
+    timed = timed.to_series()
+    if timed.len() == 0:
         raise TraceError(f"{path}: no timed events (ph X or i with a 'ts') in 'traceEvents'")
     # a clock more than MAX_SPAN away from the bulk of the trace is a corrupt record, not a 7-day trace
-    med = float(timed["ts_us"].sort()[(timed.height - 1) // 2])  # the lower median: one event's own clock
+    med = float(timed.sort()[(timed.len() - 1) // 2])  # the lower median: one event's own clock
     far = ((ts - med).abs() > MAX_SPAN_US).fill_null(False)
     placed = pl.col("ph").is_in(["X", "i", "s", "f"])  # events whose time is used; metadata (M) often has ts 0
     n_far = base.select((far & placed).sum()).item()
@@ -339,7 +358,7 @@ def _timestamps(path: Path, base: pl.DataFrame, warnings: list[str]) -> tuple[pl
         warnings.append(f"skipped {n_far:,} events whose timestamp lies over 7 days from the rest of the trace "
                         "(corrupt clock)")
         base = base.filter(~(far & placed))
-        timed = timed.filter(~far)
+        timed = timed.filter(~((timed - med).abs() > MAX_SPAN_US))
     base = base.with_columns(ts_us=pl.when(far).then(None).otherwise(ts))  # unused times, kept from overflowing
     if n["neg_ts"]:
         warnings.append(f"{n['neg_ts']:,} events have a negative timestamp (ts < 0); times are taken relative "
@@ -353,13 +372,42 @@ def _timestamps(path: Path, base: pl.DataFrame, warnings: list[str]) -> tuple[pl
     if corrupt:
         warnings.append(f"skipped {corrupt:,} events with a duration over 7 days (corrupt profiler records)")
         base = base.filter(~long)
-    t0_us = float(timed["ts_us"].min())
+    t0_us = float(timed.min())
     # ns relative to t0; the float subtraction is exact for whole-µs absolute stamps
     base = base.with_columns(
         ts=((ts - t0_us) * 1000).round().cast(pl.Int64),
         dur=(dur.fill_null(0.0).clip(lower_bound=0.0) * 1000).round().cast(pl.Int64),
     ).drop("ts_us", "dur_us")
     return base.with_columns(end=pl.col("ts") + pl.col("dur")), t0_us
+
+
+def _scan_input(path: Path, max_bytes: int) -> tuple[fastscan.Events | None, bytes, list[str]]:
+    """(Events, b"", warnings) from the C scanner fed as the input is read and gunzipped (never the whole
+    document in memory), or (None, document, warnings) for the msgspec path: no C scanner, or an input
+    only the old path takes (damaged gzip, UTF-16, repairs...; then read again whole)."""
+    if not fastscan.available():
+        return None, *d.read_bytes(path, max_bytes)
+    job = d.take_prefetched(path, max_bytes)
+    if hasattr(job, "wait"):  # the CLI's prefetch scanned it already (instream.Scan)
+        try:
+            fast = fastscan.events(job.wait())
+            if fast is not None:
+                return fast, b"", job.stream.warnings
+            del fast
+            data, warnings = job.stream.fallback()
+        finally:
+            job.close()
+        return fastscan.scan(data, _args_group), data, warnings
+    stream = job or d.open_stream(path, max_bytes)
+    try:
+        fast = fastscan.scan_stream(stream, _args_group)
+        if fast is not None and stream.complete:
+            return fast, b"", stream.warnings
+        del fast
+        data, warnings = stream.fallback()
+    finally:
+        stream.close()
+    return fastscan.scan(data, _args_group), data, warnings
 
 
 def _decode_msgspec(path: Path, data: bytes, warnings: list[str]) -> tuple:

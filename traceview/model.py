@@ -34,9 +34,8 @@ from typing import Any
 
 import polars as pl
 
-# host categories of runtime/driver API calls (launches, copies, syncs) across backends
-RUNTIME_CATS = ["cuda_runtime", "cuda_driver", "xpu_runtime", "xpu_driver", "mtia_runtime",
-                "privateuse1_runtime", "privateuse1_driver"]
+from .categories import RUNTIME_CATS
+
 STEP_RE = r"^ProfilerStep#(\d+)$"  # group 1: the step number
 
 _I, _U, _S, _B, _F = pl.Int64, pl.UInt32, pl.String, pl.Binary, pl.Float64
