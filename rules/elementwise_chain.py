@@ -144,11 +144,20 @@ def per_chain(ch: pl.DataFrame) -> pl.DataFrame:
     return per
 
 
+def _chains(ctx: RuleContext) -> pl.DataFrame:
+    return ctx.once("chains", lambda: chains(ctx.trace, ctx.steps, ctx.kb, int(ctx.options["min_kernels"])))
+
+
 def removes(ctx: RuleContext, finding: dict | None = None) -> pl.DataFrame:
     """One fused kernel replaces each chain: the kernels shrink to the chain's fused share of their time
     (only where the GPU was the critical path, see analyses/whatif.py), and the idle gaps between them
-    shrink by at most the host time of the ops fused away (k - 1 fewer dispatches and launches)."""
-    ch = chains(ctx.trace, ctx.steps, ctx.kb, int(ctx.options["min_kernels"]))
+    shrink by at most the host time of the ops fused away (k - 1 fewer dispatches and launches).
+    The same for every finding of the rule: computed once."""
+    return ctx.once("removes", lambda: _removes(ctx))
+
+
+def _removes(ctx: RuleContext) -> pl.DataFrame:
+    ch = _chains(ctx)
     if ch.height == 0:
         return EMPTY
     per = per_chain(ch).select("chain", (pl.col("fused_time") / pl.col("time")).alias("_r"))
@@ -167,7 +176,7 @@ def removes(ctx: RuleContext, finding: dict | None = None) -> pl.DataFrame:
 
 def check(ctx: RuleContext) -> list[Finding]:
     opts, spec, window, steps = ctx.options, ctx.spec, ctx.window_ns, ctx.steps
-    ch = chains(ctx.trace, steps, ctx.kb, int(opts["min_kernels"]))
+    ch = _chains(ctx)
     if ch.height == 0:
         return []
     per = per_chain(ch)

@@ -111,15 +111,19 @@ def fp32_kernels(ctx: RuleContext, short_us: float = 10.0) -> pl.DataFrame:
 
 
 def removes(ctx: RuleContext, finding: dict | None = None) -> pl.DataFrame:
-    """The kernel tails that TF32 removes (see the module doc)."""
-    k = fp32_kernels(ctx, ctx.options["short_kernel_us"]).select("i", "new_dur")
-    return shrink_kernels(ctx.trace, k, sync_calls(ctx.trace))
+    """The kernel tails that TF32 removes (see the module doc); computed once (the check and the projection)."""
+    return ctx.once("removes", lambda: shrink_kernels(ctx.trace, _kernels(ctx).select("i", "new_dur"),
+                                                      sync_calls(ctx.trace)))
+
+
+def _kernels(ctx: RuleContext) -> pl.DataFrame:
+    return ctx.once("fp32_kernels", lambda: fp32_kernels(ctx, ctx.options["short_kernel_us"]))
 
 
 def check(ctx: RuleContext) -> list[Finding]:
     if not tensor_core_gpu(ctx):
         return []
-    k = fp32_kernels(ctx, ctx.options["short_kernel_us"])
+    k = _kernels(ctx)
     if k.height == 0:
         return []
     per = removed_per_step(removes(ctx), ctx.steps)

@@ -137,15 +137,23 @@ def epilogues(ctx: RuleContext) -> pl.DataFrame:
 
 
 def removes(ctx: RuleContext, finding: dict | None = None) -> pl.DataFrame:
-    """The epilogue kernels (see the module doc)."""
-    e = epilogues(ctx)
+    """The epilogue kernels (see the module doc); computed once (the check and the projection)."""
+    return ctx.once("removes", lambda: _removes(ctx))
+
+
+def _epilogues(ctx: RuleContext) -> pl.DataFrame:
+    return ctx.once("epilogues", lambda: epilogues(ctx))
+
+
+def _removes(ctx: RuleContext) -> pl.DataFrame:
+    e = _epilogues(ctx)
     if e.height == 0:
         return e
     return shrink_kernels(ctx.trace, e.select("i", pl.lit(0, pl.Int64).alias("new_dur")), sync_calls(ctx.trace))
 
 
 def check(ctx: RuleContext) -> list[Finding]:
-    e = epilogues(ctx)
+    e = _epilogues(ctx)
     if e.height == 0:
         return []
     rem = removed_per_step(removes(ctx), ctx.steps)

@@ -109,11 +109,15 @@ def _removed(ctx: RuleContext, per: pl.DataFrame) -> pl.DataFrame:
 
 def removes(ctx: RuleContext, finding: dict | None = None) -> pl.DataFrame:
     """The optimizer host time beyond the multi-tensor path's, where the GPU had nothing else to run."""
-    return _removed(ctx, optimizer_spans(ctx, int(ctx.options["min_kernels"])))
+    return ctx.once("removes", lambda: _removed(ctx, _spans(ctx)))
+
+
+def _spans(ctx: RuleContext) -> pl.DataFrame:
+    return ctx.once("spans", lambda: optimizer_spans(ctx, int(ctx.options["min_kernels"])))
 
 
 def check(ctx: RuleContext) -> list[Finding]:
-    per = optimizer_spans(ctx, int(ctx.options["min_kernels"]))
+    per = _spans(ctx)
     if per.height == 0:
         return []
     out = []

@@ -72,10 +72,16 @@ def sync_calls(trace: Trace, compilation: bool = False) -> pl.DataFrame:
     made by torch.compile's compilation/autotuning only with `compilation` (and then only those).
 
     Runtime/driver calls by name, plus `cuda_sync` events whose runtime call is not in the trace (their
-    host interval is the launch call when known, else the event itself)."""
+    host interval is the launch call when known, else the event itself). Computed once per trace (the
+    classifier, the host-sync rule and every what-if of a kernel fix ask)."""
+    return _sync_calls(trace, compilation)
+
+
+@per_trace
+def _sync_calls(trace: Trace, compilation: bool) -> pl.DataFrame:
     h = trace.host
-    rt = h.filter(pl.col("cat").is_in(["cuda_runtime", "cuda_driver"]) & pl.col("name").str.contains(SYNC_RUNTIME_RE))
-    rt = rt.select("i", "name", "ts", "end", "op", "tid")
+    rt = (h.lazy().filter(pl.col("cat").is_in(["cuda_runtime", "cuda_driver"]) & pl.col("name").str.contains(SYNC_RUNTIME_RE))
+          .select("i", "name", "ts", "end", "op", "tid").collect())
     ev = trace.gpu.filter((pl.col("kind") == "sync") & pl.col("name").is_in(SYNC_EVENT_NAMES))
     ev = ev.filter(pl.col("launch").is_null() | ~pl.col("launch").is_in(rt["i"].implode()))
     ev = ev.join(h.select(pl.col("i").alias("launch"), pl.col("op").alias("_hop"), pl.col("tid").alias("_htid")),

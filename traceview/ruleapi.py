@@ -6,10 +6,10 @@ per trace here, so rules stay pure and short.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Callable, Hashable, Mapping
 from dataclasses import dataclass, field, replace
 from types import MappingProxyType, ModuleType
-from typing import Any
+from typing import Any, TypeVar
 
 import polars as pl
 
@@ -24,6 +24,8 @@ from .manifest import rank_step_times, step_overhead_ms
 from .model import Job, Trace
 
 __all__ = ["Finding", "JobContext", "Option", "RuleContext"]
+
+T = TypeVar("T")
 
 
 @dataclass(frozen=True)
@@ -51,6 +53,8 @@ class RuleContext:
     profiler: Mapping[str, Any] = field(default_factory=dict)  # profiler overhead per step (see `profiler_cost`)
     # a trace without GPU activity: the host analyses (cpu_view.prepare); only rules with CPU = True run then
     cpu: Mapping[str, Any] | None = None
+    # results computed once per analysed trace, shared by every rule's copy of the context (`once`)
+    memo: dict = field(default_factory=dict, compare=False, repr=False)
 
     @classmethod
     def for_host(cls, trace: Trace, steps: pl.DataFrame, cpu: Mapping[str, Any]) -> RuleContext:
@@ -75,6 +79,18 @@ class RuleContext:
 
     def for_rule(self, rule: ModuleType, options: Mapping[str, Any]) -> RuleContext:
         return replace(self, rule=rule, options=MappingProxyType(dict(options)))
+
+    def once(self, key: Hashable, fn: Callable[[], T]) -> T:
+        """`fn()`, computed once per analysed trace and the running rule's options: a rule's check and the
+        projection (which asks each rule what its fix removes) share one result."""
+        try:
+            k = (key, getattr(self.rule, "NAME", None), tuple(sorted(self.options.items())))
+            hash(k)
+        except TypeError:  # an unhashable option value: no caching
+            return fn()
+        if k not in self.memo:
+            self.memo[k] = fn()
+        return self.memo[k]
 
     @property
     def lo(self) -> int:

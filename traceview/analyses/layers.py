@@ -24,6 +24,7 @@ import polars as pl
 
 from ..memo import per_trace
 from ..model import RUNTIME_CATS, Trace
+from .rowid import by_id
 from .specs import Spec, trace_spec
 from .tree import ancestor_where, call_tree
 
@@ -78,9 +79,9 @@ def gpu_layers(trace: Trace) -> pl.DataFrame:
     g = trace.gpu.select("i", "launch", "op")
     if g.height == 0:
         return pl.DataFrame(schema=_ATTR_SCHEMA)
-    by = hl.rename({c: f"{c}_l" for c in hl.columns if c != "i"})
-    g = g.join(by, left_on="launch", right_on="i", how="left")
-    g = g.join(hl.rename({c: f"{c}_o" for c in hl.columns if c != "i"}), left_on="op", right_on="i", how="left")
+    cols = [c for c in hl.columns if c != "i"]
+    g = pl.concat([g, by_id(hl, g["launch"], *[pl.col(c).alias(f"{c}_l") for c in cols]),
+                   by_id(hl, g["op"], *[pl.col(c).alias(f"{c}_o") for c in cols])], how="horizontal")
     # the launching runtime call is the most direct link; the op (via External id) when there is none
     use_l = pl.col("phase_l").is_not_null()
     return g.select(
@@ -157,7 +158,8 @@ def _build_tree(host: pl.DataFrame, nodes: pl.DataFrame) -> tuple[pl.DataFrame, 
     # Nest the nodes among themselves by time: a `with record_function(...)` range opens inside the
     # `__enter__` frame and outlives it, so the full host tree is not reliable around annotations,
     # but module frames and annotations do nest properly with each other.
-    sub = call_tree(host.join(nodes.select("i"), on="i", how="semi").drop("depth", "parent"))
+    cols = [c for c in ("i", "cat", "pid", "tid", "ts", "dur", "ev_idx") if c in host.columns]
+    sub = call_tree(host.select(cols).filter(pl.col("i").is_in(nodes["i"].implode())))
     nodes = nodes.join(sub.select("i", pl.col("parent").alias("pnode")), on="i", how="left")
     # an attr annotation whose nearest enclosing node is a module frame names that frame (same call)
     src_of = nodes.select(pl.col("i").alias("pnode"), pl.col("src").alias("psrc"))
@@ -199,7 +201,7 @@ def _build_tree(host: pl.DataFrame, nodes: pl.DataFrame) -> tuple[pl.DataFrame, 
     # attr paths are already readable kinds (`blocks.*.attn`)
     out = out.with_columns(kind=pl.when(pl.col("attr").is_not_null() & (pl.col("src") == "attr"))
                            .then(pl.col("cls")).otherwise(pl.col("kind")))
-    out = out.join(host.select("i", "ts", "end"), on="i", how="left")
+    out = pl.concat([out, by_id(host, out["i"], "ts", "end")], how="horizontal")
     tree = (out.group_by("layer").agg(
         pl.col("parent_layer").first(), pl.col("label").first().alias("name"), pl.col("cls").first().alias("layer_class"),
         pl.col("kind").first(), pl.col("ndepth").first().alias("depth"), pl.col("module_path").first(),
@@ -237,7 +239,7 @@ def _innermost(rows: pl.DataFrame, nodes: pl.DataFrame) -> pl.DataFrame:
 def _fwd_thread_map(trace: Trace, fwd_ops: pl.DataFrame) -> tuple[pl.DataFrame, pl.DataFrame]:
     """[pid, fwd_tid (RecordFunction thread index), ftid (OS tid of the forward thread)] from the
     fwdbwd flows, and [pid, ftid1] for processes with a single forward thread (the fallback)."""
-    h = trace.host.filter(pl.col("cat") == "cpu_op")
+    h = trace.host.lazy().filter(pl.col("cat") == "cpu_op").select("pid", "tid", "ts", "fwd_tid").collect()
     fl = trace.flows.filter(pl.col("cat") == "fwdbwd")
     pairs = pl.DataFrame(schema={"pid": pl.Int64, "fwd_tid": pl.Int64, "ftid": pl.Int64})
     if fl.height:
@@ -256,10 +258,12 @@ def _fwd_thread_map(trace: Trace, fwd_ops: pl.DataFrame) -> tuple[pl.DataFrame, 
 
 def _attribute(trace: Trace) -> Attribution:
     host = trace.host
-    rows = host.filter(pl.col("cat").is_in(["cpu_op", *RUNTIME_CATS])).select("i", "pid", "tid", "ts", "seq", "fwd_tid", "op")
+    rows = (host.lazy().filter(pl.col("cat").is_in(["cpu_op", *RUNTIME_CATS]))
+            .select("i", "pid", "tid", "ts", "seq", "fwd_tid", "op").collect())
     # a runtime call is in grad mode when the op that made it is
-    rows = rows.join(host.select(pl.col("i").alias("op"), pl.col("seq").alias("_oseq")), on="op", how="left").with_columns(
-        _grad=pl.col("seq").is_not_null() | pl.col("_oseq").is_not_null()).drop("_oseq", "op")
+    rows = pl.concat([rows, by_id(host, rows["op"], pl.col("seq").is_not_null().alias("_oseq"))],
+                     how="horizontal").with_columns(
+        _grad=pl.col("seq").is_not_null() | pl.col("_oseq").fill_null(False)).drop("_oseq", "op")
     if host.height == 0:
         empty = pl.DataFrame(schema=_ATTR_SCHEMA)
         return Attribution("none", pl.DataFrame(schema={"i": pl.UInt32, "layer": pl.String}), empty,
@@ -272,7 +276,7 @@ def _attribute(trace: Trace) -> Attribution:
     # forward: innermost enclosing node (or the op itself when ops are the nodes)
     # ops made nodes (the "ops" fallback) are their own layer; everything else by time containment
     # (op nodes too: an op's children and its runtime calls belong to it)
-    node_ev = nodes.join(host.select("i", "pid", "tid"), on="i").select(
+    node_ev = pl.concat([nodes, by_id(host, nodes["i"], "pid", "tid")], how="horizontal").select(
         "i", "pid", "tid", "ts", "end", pl.col("pnode").alias("parent"), pl.col("ndepth").alias("depth"))
     fwd = _innermost(rows, node_ev)
     fwd = pl.concat([fwd, rows.join(nodes.filter(pl.col("src") == "op").select("i"), on="i", how="semi")
@@ -286,8 +290,9 @@ def _attribute(trace: Trace) -> Attribution:
                .sort("ts").group_by("pid", "tid", "seq").agg(pl.col("node").last().alias("fnode"))
                .rename({"tid": "ftid"}))
     pairs, single = _fwd_thread_map(trace, fwd_ops)
-    bn = (host.select(pl.col("i").alias("bnode"), "pid", pl.col("seq").alias("bseq"), pl.col("fwd_tid").alias("bft"))
-          .join(r.select("bnode").unique().drop_nulls(), on="bnode", how="semi")
+    bnodes = r["bnode"].drop_nulls().unique()
+    bn = (pl.concat([bnodes.to_frame(), by_id(host, bnodes, "pid", pl.col("seq").alias("bseq"),
+                                                pl.col("fwd_tid").alias("bft"))], how="horizontal")
           .join(pairs.rename({"fwd_tid": "bft"}), on=["pid", "bft"], how="left")
           .join(single, on="pid", how="left")
           .with_columns(ftid=pl.coalesce("ftid", "ftid1"))
