@@ -45,6 +45,7 @@ import polars as pl
 
 from traceview.analyses.cpu import COLLECTIVE_RE, top_level_ops
 from traceview.analyses.layers import UNATTRIBUTED, host_layers
+from traceview.analyses.rowid import join_by_id
 from traceview.manifest import step_overhead_ms
 from traceview.ruleapi import Finding, Option, RuleContext
 
@@ -77,9 +78,9 @@ def check(ctx: RuleContext) -> list[Finding]:
         return []
     # an op kind (name and input shapes) is tiny by its median call: one call stretched by the scheduler on a
     # busy machine does not make the kind big, nor one fast call a big kind tiny
-    dims = (trace.host.select("i", pl.col("input_dims").cast(pl.String).fill_null("")) if "input_dims" in trace.host.columns
-            else trace.host.select("i", pl.lit("").alias("input_dims")))
-    top = top.join(dims, on="i", how="left").with_columns(_med=pl.col("dur").median().over("name", "input_dims"))
+    dims = pl.col("input_dims").cast(pl.String).fill_null("") if "input_dims" in trace.host.columns else pl.lit("")
+    top = join_by_id(top, "i", trace.host, dims.alias("input_dims")).with_columns(
+        _med=pl.col("dur").median().over("name", "input_dims"))
     tiny = top.filter(pl.col("_med") < opts["tiny_op_us"] * 1000)
     cost = int(tiny["dur"].sum())
     share = ctx.pct(cost)

@@ -39,6 +39,7 @@ from __future__ import annotations
 import msgspec
 import polars as pl
 
+from traceview.analyses.rowid import join_by_id
 from traceview.analyses.whatif import removed_per_step, shrink_kernels
 from traceview.analyses.windows import step_of
 from traceview.classify import sync_calls
@@ -95,9 +96,9 @@ def epilogues(ctx: RuleContext) -> pl.DataFrame:
     """One row per epilogue kernel: [gemm_i, i, gemm_op, op, role, ts, end, dur, bytes, step]."""
     g = ctx.trace.gpu.filter(pl.col("kind").is_in(["compute", "comm", "memcpy", "memset"])
                              & (pl.col("ts") >= ctx.lo) & (pl.col("ts") < ctx.hi))
-    ops = ctx.trace.host.select(pl.col("i").alias("op"), pl.col("name").alias("op_name"),
-                                pl.col("input_dims").cast(pl.String).alias("_dims"))
-    g = g.select("i", "device", "stream", "ts", "end", "dur", "op").join(ops, on="op", how="left").sort("device", "stream", "ts")
+    g = join_by_id(g.select("i", "device", "stream", "ts", "end", "dur", "op"), "op", ctx.trace.host,
+                   pl.col("name").alias("op_name"), pl.col("input_dims").cast(pl.String).alias("_dims"))
+    g = g.sort("device", "stream", "ts")
     nxt = lambda c, n: pl.col(c).shift(-n).over("device", "stream")  # noqa: E731
     g = g.with_columns(*[nxt(c, n).alias(f"{c}{n}") for n in (1, 2) for c in ("i", "op_name", "_dims")])
     g = g.filter(pl.col("op_name").is_in(GEMM_OPS))

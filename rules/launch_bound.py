@@ -42,6 +42,7 @@ from __future__ import annotations
 import polars as pl
 
 from traceview.analyses.features import Features
+from traceview.analyses.rowid import join_by_id
 from traceview.analyses.windows import step_of
 from traceview.classify import idle_gaps
 from traceview.ruleapi import Finding, Option, RuleContext
@@ -78,7 +79,7 @@ def check(ctx: RuleContext) -> list[Finding]:
     ops = trace.host.filter(pl.col("i").is_in(k["op"].drop_nulls().unique().implode()))
     # the activities right after a late gap: which ops the CPU was late to launch
     after = trace.gpu.filter(pl.col("ts").is_in(gaps["end"].implode()) & pl.col("kind").is_in(["compute", "comm", "memcpy", "memset"]))
-    after = after.join(trace.host.select(pl.col("i").alias("op"), pl.col("name").alias("op_name")), on="op", how="left")
+    after = join_by_id(after, "op", trace.host, pl.col("name").alias("op_name"))
     top_after = (after.group_by("op_name").len().sort(["len", "op_name"], descending=[True, False]).head(5))
     longest = gaps.sort("end", descending=False).with_columns(g=pl.col("end") - pl.col("ts")).sort("g", descending=True).head(1)
     lg = longest.to_dicts()[0] if longest.height else {}

@@ -43,6 +43,7 @@ from __future__ import annotations
 
 import polars as pl
 
+from traceview.analyses.rowid import join_by_id
 from traceview.analyses.whatif import EMPTY, gpu_idle_within, removed_per_step
 from traceview.ruleapi import Finding, Option, RuleContext
 
@@ -83,7 +84,7 @@ def optimizer_spans(ctx: RuleContext, min_kernels: int) -> pl.DataFrame:
     if spans.height == 0:
         return pl.DataFrame()
     k = ctx.trace.gpu.filter((pl.col("kind") == "compute") & pl.col("launch_ts").is_not_null())
-    k = k.join(host.select(pl.col("i").alias("op"), pl.col("name").alias("op_name")), on="op", how="left")
+    k = join_by_id(k, "op", host, pl.col("name").alias("op_name"))
     k = (k.sort("launch_ts").join_asof(spans.rename({"i": "span", "ts": "_sts", "end": "_send"}).sort("_sts"),
                                       left_on="launch_ts", right_on="_sts", strategy="backward")
          .filter(pl.col("launch_ts") < pl.col("_send")))

@@ -71,13 +71,31 @@ def total(df: pl.DataFrame) -> int:
 
 
 def per_window(intervals: pl.DataFrame, windows: pl.DataFrame, win: str = "step") -> pl.DataFrame:
-    """Length of the union of `intervals` inside each window [ts, end) -> [win, dur]."""
+    """Length of the union of `intervals` inside each window [ts, end) -> [win, dur].
+
+    With B(t) = the union's length before t (a running sum over the merged intervals, read by binary search),
+    a window [a, b) holds B(b) - B(a): linear, no cross join of windows and intervals."""
     m = merge(intervals)
-    out = (windows.select(win, pl.col("ts").alias("_wts"), pl.col("end").alias("_wend"))
-           .join(m, how="cross")
-           .with_columns(_d=(pl.min_horizontal("end", "_wend") - pl.max_horizontal("ts", "_wts")).clip(lower_bound=0))
-           .group_by(win).agg(pl.col("_d").sum().alias("dur")))
-    return windows.select(win).join(out, on=win, how="left").with_columns(pl.col("dur").fill_null(0))
+    if m["ts"].null_count() or m["end"].null_count() or windows["ts"].null_count() or windows["end"].null_count():
+        out = (windows.select(win, pl.col("ts").alias("_wts"), pl.col("end").alias("_wend"))
+               .join(m, how="cross")
+               .with_columns(_d=(pl.min_horizontal("end", "_wend") - pl.max_horizontal("ts", "_wts")).clip(lower_bound=0))
+               .group_by(win).agg(pl.col("_d").sum().alias("dur")))
+        return windows.select(win).join(out, on=win, how="left").with_columns(pl.col("dur").fill_null(0))
+    s, e = m["ts"].to_numpy(), m["end"].to_numpy()
+    run = np.concatenate([[0], np.cumsum(e - s)])
+
+    def before(t: np.ndarray) -> np.ndarray:
+        j = np.searchsorted(s, t, side="right") - 1  # the last interval starting at or before t
+        jj = np.maximum(j, 0)
+        inside = np.minimum(t, e[jj]) - s[jj] if s.size else np.zeros(t.size, np.int64)
+        return np.where(j >= 0, run[jj] + inside, 0)
+
+    a, b = windows["ts"].to_numpy(), windows["end"].to_numpy()
+    d = np.maximum(before(b) - before(a), 0)
+    # windows sharing a key share its total, as a group-by would
+    w = windows.select(win).with_columns(_d=pl.Series(d, dtype=pl.Int64))
+    return w.select(win, pl.col("_d").sum().over(win).alias("dur"))
 
 
 def segments(intervals: pl.DataFrame, priorities: list[str], windows: pl.DataFrame, other: str = "other",

@@ -112,7 +112,9 @@ def _node_events(host: pl.DataFrame) -> tuple[pl.DataFrame, str]:
         "i", label=pl.col("name").str.strip_prefix(ATTR_PREFIX),
         cls=pl.col("name").str.strip_prefix(ATTR_PREFIX).str.replace_all(r"(^|\.)\d+(\.|$)", "$1*$2"),
         src=pl.lit("attr"))
-    pseudo = h.filter(ann & pl.col("name").str.contains(PSEUDO_RE)).select(
+    # the regex only on the few names that can match it
+    pseudo = h.filter(ann & (pl.col("name").str.starts_with("Optimizer.") | pl.col("name").str.starts_with("enumerate(")))
+    pseudo = pseudo.filter(ann & pl.col("name").str.contains(PSEUDO_RE)).select(
         "i", label=pl.col("name"), cls=pl.col("name").str.extract(r"^([^#]+)#"),
         src=pl.when(pl.col("name").str.starts_with("enumerate(")).then(pl.lit("dataloader"))
         .otherwise(pl.lit("optimizer")))
@@ -243,7 +245,10 @@ def _fwd_thread_map(trace: Trace, fwd_ops: pl.DataFrame) -> tuple[pl.DataFrame, 
     fl = trace.flows.filter(pl.col("cat") == "fwdbwd")
     pairs = pl.DataFrame(schema={"pid": pl.Int64, "fwd_tid": pl.Int64, "ftid": pl.Int64})
     if fl.height:
-        s = (fl.filter(pl.col("ph") == "s").join(h.select("pid", "tid", "ts"), on=["pid", "tid", "ts"], how="semi")
+        # a semi join on (pid, tid, ts), as a join on the time alone (cheaper to hash) and a filter
+        s = (fl.filter(pl.col("ph") == "s")
+             .join(h.select(pl.col("pid").alias("_p"), pl.col("tid").alias("_t"), "ts"), on="ts")
+             .filter((pl.col("pid") == pl.col("_p")) & (pl.col("tid") == pl.col("_t")))
              .select("id", "pid", pl.col("tid").alias("ftid")).unique("id"))
         f = (fl.filter(pl.col("ph") == "f")
              .join(h.filter(pl.col("fwd_tid") > 0).select("pid", "tid", "ts", "fwd_tid"), on=["pid", "tid", "ts"])
