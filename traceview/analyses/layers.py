@@ -24,9 +24,9 @@ import polars as pl
 
 from ..memo import per_trace
 from ..model import RUNTIME_CATS, Trace
-from .rowid import by_id
+from .rowid import by_id, join_by_id
 from .specs import Spec, trace_spec
-from .tree import ancestor_where, call_tree
+from .tree import ancestor_where, call_tree, roots
 
 UNATTRIBUTED = "(unattributed)"
 MODULE_PREFIX = "nn.Module: "
@@ -332,14 +332,18 @@ def device_peaks(trace: Trace) -> Spec:
 
 
 @per_trace
+def top_level_ops(trace: Trace) -> pl.DataFrame:
+    """cpu_ops with no enclosing cpu_op on their thread (what Python called): [i, name, pid, tid, ts, end, dur]."""
+    cols = [c for c in ("i", "cat", "name", "pid", "tid", "ts", "dur", "end", "ev_idx") if c in trace.host.columns]
+    ops = trace.host.lazy().filter(pl.col("cat") == "cpu_op").select(cols).collect()
+    return ops.filter(roots(ops)).select("i", "name", "pid", "tid", "ts", "end", "dur")
+
+
+@per_trace
 def _top_ops(trace: Trace) -> pl.DataFrame:
     """Outermost cpu_ops (no enclosing cpu_op) with their layer: [i, pid, tid, ts, end, dur, layer]."""
-    ops = trace.host.filter(pl.col("cat") == "cpu_op")
-    if ops.height == 0:
-        return pl.DataFrame(schema={"i": pl.UInt32, "pid": pl.Int64, "tid": pl.Int64, "ts": pl.Int64,
-                                    "end": pl.Int64, "dur": pl.Int64, "layer": pl.String, "phase": pl.String})
-    top = call_tree(ops.drop("depth", "parent")).filter(pl.col("depth") == 0).select("i", "pid", "tid", "ts", "end", "dur")
-    return top.join(host_layers(trace).select("i", "layer", "phase"), on="i", how="left")
+    top = top_level_ops(trace).select("i", "pid", "tid", "ts", "end", "dur")
+    return join_by_id(top, "i", host_layers(trace), "layer", "phase")
 
 
 def segment_layers(trace: Trace, segments: pl.DataFrame) -> pl.DataFrame:

@@ -150,6 +150,34 @@ def call_tree(host: pl.DataFrame) -> pl.DataFrame:
     return host.drop("depth", "parent", strict=False).hstack(cols)
 
 
+def roots(host: pl.DataFrame) -> pl.Series:
+    """Per row: True for a slice with no enclosing slice on its thread (`call_tree`'s depth 0), without building
+    the tree: in the call tree's order, a slice is a root when no earlier slice on its thread ends after it
+    starts (a running maximum of the ends)."""
+    n = host.height
+    if n == 0:
+        return pl.Series("root", [], pl.Boolean)
+    ts = host["ts"].to_numpy()
+    dur = host["dur"].to_numpy()
+    order, gid = _order(host, host["pid"].to_numpy(), host["tid"].to_numpy(), ts, dur)
+    g, ts = gid[order], ts[order]
+    end = ts + dur[order]
+    new = np.ones(n, bool)
+    new[1:] = g[1:] != g[:-1]
+    tno = np.cumsum(new) - 1
+    lo = int(min(ts.min(), end.min()))
+    span = int(max(ts.max(), end.max())) - lo + 1
+    if (int(tno[-1]) + 1) * span >= 2**62:  # lifted keys would overflow: the tree says it
+        return (call_tree(host)["depth"] == 0).rename("root")
+    lift = tno * span - lo  # one running maximum over all threads: each thread's ends lifted above the earlier ones'
+    prev = np.maximum.accumulate(end + lift)
+    root = new.copy()
+    root[1:] |= prev[:-1] - lift[1:] <= ts[1:]
+    out = np.empty(n, bool)
+    out[order] = root
+    return pl.Series("root", out)
+
+
 def ancestor_where(host: pl.DataFrame, rows: pl.DataFrame, cond: pl.Expr, out: str,
                    include_self: bool = False) -> pl.DataFrame:
     """For each row id `i` in `rows`, the nearest ancestor (by `parent`) whose row satisfies `cond`.
