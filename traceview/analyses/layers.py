@@ -20,13 +20,14 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+import numpy as np
 import polars as pl
 
 from ..memo import per_trace
 from ..model import RUNTIME_CATS, Trace
 from .rowid import by_id, join_by_id
 from .specs import Spec, trace_spec
-from .tree import ancestor_where, call_tree, roots
+from .tree import ancestor_where, call_tree, roots, thread_ids
 
 UNATTRIBUTED = "(unattributed)"
 MODULE_PREFIX = "nn.Module: "
@@ -214,10 +215,48 @@ def _build_tree(host: pl.DataFrame, nodes: pl.DataFrame) -> tuple[pl.DataFrame, 
 
 def _innermost(rows: pl.DataFrame, nodes: pl.DataFrame) -> pl.DataFrame:
     """For each row [i, pid, tid, ts], the innermost node [i, pid, tid, ts, end, parent, depth] on its
-    thread that contains its start: the last node started at or before it (as-of join), or the
-    nearest ancestor of that node still open (one join per node-tree level). Returns [i, node]."""
+    thread that contains its start: the last node started at or before it (an as-of search on (thread, time);
+    the deepest of nodes starting together), or the nearest ancestor of that node still open (one vectorised
+    step per node-tree level). Returns [i, node]."""
     if rows.height == 0 or nodes.height == 0:
         return pl.DataFrame(schema={"i": pl.UInt32, "node": pl.UInt32})
+    cols = ("pid", "tid", "ts")
+    if any(rows[c].null_count() for c in cols) or any(nodes[c].null_count() for c in (*cols, "depth", "end")):
+        return _innermost_joins(rows, nodes)
+    nr = rows.height
+    gid = thread_ids(np.concatenate([rows["pid"].to_numpy(), nodes["pid"].to_numpy()]),
+                     np.concatenate([rows["tid"].to_numpy(), nodes["tid"].to_numpy()]))
+    rts, nts = rows["ts"].to_numpy(), nodes["ts"].to_numpy()
+    lo = min(int(rts.min()), int(nts.min()))
+    span = max(int(rts.max()), int(nts.max())) - lo + 1
+    if gid is None or (int(gid.max()) + 1) * span >= 2**62:
+        return _innermost_joins(rows, nodes)
+    rg, ng = gid[:nr], gid[nr:]
+    nk = ng * span + (nts - lo)
+    no = np.lexsort((nodes["depth"].to_numpy(), nk))
+    j = np.searchsorted(nk[no], rg * span + (rts - lo), side="right") - 1
+    cand = no[np.maximum(j, 0)]
+    ok = (j >= 0) & (ng[cand] == rg)
+    nend = nodes["end"].to_numpy()
+    nid = nodes["i"].cast(pl.Int64).to_numpy()
+    ids = np.sort(nid)
+    par = nodes["parent"].cast(pl.Int64).fill_null(-1).to_numpy()
+    pp = np.minimum(np.searchsorted(ids, par), max(ids.size - 1, 0))
+    ppos = np.where((par >= 0) & (ids[pp] == par), np.argsort(nid, kind="stable")[pp], -1)  # parent's position
+    res = np.full(nr, -1, np.int64)
+    act, c = np.flatnonzero(ok), cand[ok]
+    while act.size:
+        inside = rts[act] < nend[c]
+        res[act[inside]] = c[inside]
+        act, c = act[~inside], ppos[c[~inside]]
+        act, c = act[c >= 0], c[c >= 0]
+    hit = res >= 0
+    return pl.DataFrame({"i": rows["i"].filter(pl.Series(hit)).cast(pl.UInt32),
+                         "node": nodes["i"].gather(pl.Series(res[hit])).cast(pl.UInt32)})
+
+
+def _innermost_joins(rows: pl.DataFrame, nodes: pl.DataFrame) -> pl.DataFrame:
+    """`_innermost` by joins (null times or thread ids, ids too large to pack)."""
     n = nodes.select(pl.col("i").alias("node"), "pid", "tid", pl.col("ts").alias("_nts"), "depth").sort("_nts", "depth")
     cur = (rows.select("i", "pid", "tid", "ts").sort("ts")
            .join_asof(n, left_on="ts", right_on="_nts", by=["pid", "tid"], strategy="backward",
@@ -289,7 +328,8 @@ def _attribute(trace: Trace) -> Attribution:
     # backward: the innermost enclosing autograd node op (it carries the sequence number)
     bwd = ancestor_where(host, rows, ((pl.col("cat") == "cpu_op") & (pl.col("fwd_tid") > 0)).fill_null(False), "bnode",
                          include_self=True)
-    r = rows.join(fwd, on="i", how="left").join(bwd, on="i", how="left")
+    r = pl.concat([rows, by_id(fwd.sort("i"), rows["i"], "node"), by_id(bwd, rows["i"], "bnode")],
+                  how="horizontal")
     # forward op of each sequence number: the one that started last on its thread
     fwd_ops = (r.filter(pl.col("seq").is_not_null() & (pl.col("fwd_tid").fill_null(0) == 0))
                .sort("ts").group_by("pid", "tid", "seq").agg(pl.col("node").last().alias("fnode"))
@@ -303,8 +343,9 @@ def _attribute(trace: Trace) -> Attribution:
           .with_columns(ftid=pl.coalesce("ftid", "ftid1"))
           .join(fwd_ops, left_on=["pid", "ftid", "bseq"], right_on=["pid", "ftid", "seq"], how="left")
           .select("bnode", "fnode"))
-    r = r.join(bn, on="bnode", how="left").with_columns(lnode=pl.coalesce("fnode", "node"))
-    r = r.join(nl, left_on="lnode", right_on="node", how="left")
+    r = join_by_id(r, "bnode", bn.rename({"bnode": "i"}).sort("i"), "fnode").with_columns(
+        lnode=pl.coalesce("fnode", "node")).drop("node")
+    r = join_by_id(r, "lnode", nl.rename({"node": "i"}).sort("i"), "layer", "layer_class", "depth", "nphase")
     out = r.select(
         "i", pl.col("layer").fill_null(UNATTRIBUTED), pl.col("layer_class").fill_null(UNATTRIBUTED), "depth",
         phase=pl.when(pl.col("bnode").is_not_null()).then(pl.lit("backward"))

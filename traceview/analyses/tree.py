@@ -17,7 +17,7 @@ from ..errors import TraceError
 _CAT_RANK = {"python_function": 0, "user_annotation": 1, "cpu_op": 2}
 
 
-def _thread_ids(pid: np.ndarray, tid: np.ndarray) -> np.ndarray | None:
+def thread_ids(pid: np.ndarray, tid: np.ndarray) -> np.ndarray | None:
     """A dense id per (pid, tid) (any order: threads are independent), or None when the pair does not pack
     into one int64 (ids beyond 32 bits)."""
     lim = 2**31
@@ -36,7 +36,7 @@ def _order(host: pl.DataFrame, pid: np.ndarray, tid: np.ndarray, ts: np.ndarray,
     Events are nearly sorted by time already, so a stable sort on (thread, ts) costs little; only the rows that
     tie on (thread, ts) are ordered by the other keys (the tie-breaks below)."""
     n = host.height
-    gid = _thread_ids(pid, tid)
+    gid = thread_ids(pid, tid)
     if gid is None:  # huge pid/tid values
         return _order_general(host, pid, tid, ts, dur)
     lo = int(ts.min())
