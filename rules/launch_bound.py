@@ -76,7 +76,7 @@ def check(ctx: RuleContext) -> list[Finding]:
     per_step = cl.group_by("step").agg((pl.col("end") - pl.col("ts")).sum().alias("t")).sort("step")
     fired = per_step.filter(pl.col("t") > 0)["step"].to_list()
     k = trace.gpu.filter((pl.col("kind") == "compute") & (pl.col("ts") >= lo) & (pl.col("ts") < hi))
-    ops = trace.host.filter(pl.col("i").is_in(k["op"].drop_nulls().unique().implode()))
+    ops = trace.host.lazy().filter(pl.col("i").is_in(k["op"].drop_nulls().unique().implode())).select("dur").collect()
     # the activities right after a late gap: which ops the CPU was late to launch
     after = trace.gpu.filter(pl.col("ts").is_in(gaps["end"].implode()) & pl.col("kind").is_in(["compute", "comm", "memcpy", "memset"]))
     after = join_by_id(after, "op", trace.host, pl.col("name").alias("op_name"))

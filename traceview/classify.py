@@ -119,8 +119,9 @@ def sync_windows(trace: Trace, syncs: pl.DataFrame | None = None) -> pl.DataFram
 
 def dataloader_spans(trace: Trace) -> pl.DataFrame:
     lo, hi = host_span(trace)
-    return trace.host.filter(pl.col("cat").is_in(["cpu_op", "user_annotation"]) & pl.col("name").str.contains(DATALOADER_RE)
-                             & (pl.col("ts") >= lo) & (pl.col("ts") < hi)).select("i", "name", "ts", "end", "tid")
+    return trace.host.lazy().filter(pl.col("cat").is_in(["cpu_op", "user_annotation"])
+                                    & pl.col("name").str.contains(DATALOADER_RE)
+                                    & (pl.col("ts") >= lo) & (pl.col("ts") < hi)).select("i", "name", "ts", "end", "tid").collect()
 
 
 def idle_gaps(trace: Trace, lo: int, hi: int) -> pl.DataFrame:

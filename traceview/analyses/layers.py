@@ -422,9 +422,9 @@ def shape_signatures(trace: Trace) -> pl.DataFrame:
         return pl.DataFrame(schema=schema)
     dims = pl.col("input_dims").cast(pl.String)
     ops = (att.host.filter(pl.col("phase") == "forward").select("i", "layer")
-           .join(trace.host.filter((pl.col("cat") == "cpu_op") & pl.col("input_dims").is_not_null()
-                                   & (pl.col("input_dims").bin.size() > 2)).select("i", "ts", "name", dims.alias("d")),
-                 on="i")
+           .join(trace.host.lazy().filter((pl.col("cat") == "cpu_op") & pl.col("input_dims").is_not_null()
+                                          & (pl.col("input_dims").bin.size() > 2))
+                 .select("i", "ts", "name", dims.alias("d")).collect(), on="i")
            .filter(pl.col("d").str.contains(r"\d")))
     if ops.height == 0:
         return pl.DataFrame(schema=schema)
@@ -497,7 +497,8 @@ def layer_table(trace: Trace, steps: pl.DataFrame | None = None, depth: int | No
     bound = (gi.filter(pl.col("bound").is_not_null()).group_by("layer", "bound").agg(pl.col("dur").sum())
              .sort("dur", "bound", descending=[True, False]).group_by("layer", maintain_order=True)
              .agg(pl.col("bound").first()))
-    cpu = incl(top).group_by("layer").agg(pl.col("dur").sum().alias("cpu_ns"))
+    # integer sums: summed per layer first, then through the ancestors (fewer rows to explode, same totals)
+    cpu = incl(top.group_by("layer").agg(pl.col("dur").sum())).group_by("layer").agg(pl.col("dur").sum().alias("cpu_ns"))
     out = (tree.select("layer", "name", "layer_class", "kind", "depth", "parent_layer", "module_path", "calls",
                        "first_ts")
            .join(per, on="layer", how="left").join(self_, on="layer", how="left")
@@ -528,7 +529,8 @@ def layer_table(trace: Trace, steps: pl.DataFrame | None = None, depth: int | No
     ).drop("_tf", "_tb")
     # classifier shares: the step time each layer is responsible for, split by class
     if part is not None and part.height:
-        sl = segment_layers(trace, part).with_columns(dur=pl.col("end") - pl.col("ts"))
+        sl = (segment_layers(trace, part).group_by("layer", "cls")
+              .agg((pl.col("end") - pl.col("ts")).sum().alias("dur")))  # per layer first (integer sums)
         sh = pl.concat([incl(sl), sl.filter(pl.col("layer") == UNATTRIBUTED)], how="diagonal_relaxed")
         sh = sh.group_by("layer").agg(pl.col("dur").sum().alias("time_ns"),
                                       *[pl.col("dur").filter(pl.col("cls") == c).sum().alias(f"share_{c}")

@@ -219,6 +219,6 @@ def ancestor_where(host: pl.DataFrame, rows: pl.DataFrame, cond: pl.Expr, out: s
 
 def enclosing_op(host: pl.DataFrame, runtime_cats: list[str]) -> pl.DataFrame:
     """Add `op`: for runtime/driver calls, the innermost enclosing `cpu_op` (the op that launched)."""
-    rt = host.filter(pl.col("cat").is_in(runtime_cats)).select("i")
+    rt = host.lazy().filter(pl.col("cat").is_in(runtime_cats)).select("i").collect()
     got = ancestor_where(host, rt, pl.col("cat") == "cpu_op", "op")
     return host.join(got, on="i", how="left")
