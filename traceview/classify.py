@@ -252,9 +252,10 @@ def classification(trace: Trace, steps: pl.DataFrame, part: pl.DataFrame | None 
     whole = dict(zip(*shares(part, None).select("cls", "dur").to_dict(as_series=False).values(), strict=True))
     out = _entry(whole)
     step_rows = []
-    for s in steps["step"].to_list():  # a handful of steps
-        d = per.filter(pl.col("step") == s)
-        e = _entry(dict(zip(d["cls"].to_list(), d["dur"].to_list(), strict=True)))
+    by_step = {k[0]: dict(zip(d["cls"].to_list(), d["dur"].to_list(), strict=True))
+               for k, d in per.partition_by("step", as_dict=True).items()}
+    for s in steps["step"].to_list():  # one entry per step
+        e = _entry(by_step.get(s, {}))
         step_rows.append({"step": s, **e})
     spec = trace_spec(trace.meta)
     src = kb.group_by("source").len()
