@@ -80,8 +80,9 @@ def sync_calls(trace: Trace, compilation: bool = False) -> pl.DataFrame:
 @per_trace
 def _sync_calls(trace: Trace, compilation: bool) -> pl.DataFrame:
     h = trace.host
-    rt = (h.lazy().filter(pl.col("cat").is_in(["cuda_runtime", "cuda_driver"]) & pl.col("name").str.contains(SYNC_RUNTIME_RE))
-          .select("i", "name", "ts", "end", "op", "tid").collect())
+    # the regex only on the runtime calls
+    rt = (h.select("i", "cat", "name", "ts", "end", "op", "tid").filter(pl.col("cat").is_in(["cuda_runtime", "cuda_driver"]))
+          .filter(pl.col("name").str.contains(SYNC_RUNTIME_RE)).drop("cat"))
     ev = trace.gpu.filter((pl.col("kind") == "sync") & pl.col("name").is_in(SYNC_EVENT_NAMES))
     ev = ev.filter(pl.col("launch").is_null() | ~pl.col("launch").is_in(rt["i"].implode()))
     ev = ev.join(h.select(pl.col("i").alias("launch"), pl.col("op").alias("_hop"), pl.col("tid").alias("_htid")),
@@ -119,9 +120,9 @@ def sync_windows(trace: Trace, syncs: pl.DataFrame | None = None) -> pl.DataFram
 
 def dataloader_spans(trace: Trace) -> pl.DataFrame:
     lo, hi = host_span(trace)
-    return trace.host.lazy().filter(pl.col("cat").is_in(["cpu_op", "user_annotation"])
-                                    & pl.col("name").str.contains(DATALOADER_RE)
-                                    & (pl.col("ts") >= lo) & (pl.col("ts") < hi)).select("i", "name", "ts", "end", "tid").collect()
+    h = trace.host.select("i", "cat", "name", "ts", "end", "tid").filter(
+        pl.col("cat").is_in(["cpu_op", "user_annotation"]) & (pl.col("ts") >= lo) & (pl.col("ts") < hi))
+    return h.filter(pl.col("name").str.contains(DATALOADER_RE)).drop("cat")  # the regex on those rows only
 
 
 def idle_gaps(trace: Trace, lo: int, hi: int) -> pl.DataFrame:

@@ -180,17 +180,17 @@ def roots(host: pl.DataFrame) -> pl.Series:
 
 def ancestor_where(host: pl.DataFrame, rows: pl.DataFrame, cond: pl.Expr, out: str,
                    include_self: bool = False) -> pl.DataFrame:
-    """For each row id `i` in `rows`, the nearest ancestor (by `parent`) whose row satisfies `cond`.
+    """For each row id `i` in `rows`, the nearest ancestor (by `parent`) whose row satisfies `cond` (a row-wise
+    expression: it is evaluated only on the rows the climbs pass through).
 
-    Pointer doubling over the whole tree (each node points at itself when it satisfies `cond`, else at its
-    parent; log2(depth) vectorised passes), not a climb per event. Returns frame [i, out] for the rows that
-    have one (a parent missing from `host`, or a row where `cond` is null, ends the climb)."""
-    h = host.select("i", "parent", cond.alias("_ok"))
-    n = h.height
-    ids = h["i"].to_numpy()
+    Pointer doubling over the tree (each node points at itself when it satisfies `cond`, else at its parent;
+    log2(depth) vectorised passes), not a climb per event. Returns frame [i, out] for the rows that have one
+    (a parent missing from `host`, or a row where `cond` is null, ends the climb)."""
+    n = host.height
     q = rows["i"]
     if n == 0 or rows.height == 0:
         return pl.DataFrame({"i": q.head(0), out: pl.Series([], dtype=pl.UInt32)})
+    ids = host["i"].to_numpy()
     size = int(max(ids.max(), q.max() or 0)) + 1
     idx = np.int32 if size < 2**31 else np.int64
     at = np.full(size + 1, n, idx)  # row id -> position in `host`; n (and `size`) = none
@@ -199,18 +199,34 @@ def ancestor_where(host: pl.DataFrame, rows: pl.DataFrame, cond: pl.Expr, out: s
     def pos(v: pl.Series) -> np.ndarray:
         return at[np.minimum(v.fill_null(size).to_numpy(), size)]
 
-    ok = np.append(h["_ok"].fill_null(False).to_numpy(), False)  # the sentinel n satisfies nothing
-    par = np.append(pos(h["parent"]), n)
-    # a row where `cond` is null ends the climb unanswered
-    nxt = np.where(ok, np.arange(n + 1, dtype=idx), np.where(np.append(h["_ok"].is_null().to_numpy(), False), n, par))
+    par = np.append(pos(host["parent"]), n)
+    start = pos(q)
+    if not include_self:
+        start = par[start]
+    cols = list(dict.fromkeys(cond.meta.root_names())) or ["i"]
+    if q.len() * 64 > n:  # many climbs: they cover most of the tree anyway
+        on = np.arange(n)
+        val = host.select(cols).with_columns(cond.alias("_ok"))["_ok"]
+    else:  # a few climbs (syncs, say): `cond` only on the rows they pass through, the starts and their ancestors
+        seen = np.zeros(n + 1, bool)
+        f = np.unique(start)
+        while f.size:
+            f = f[~seen[f]]
+            seen[f] = True
+            f = np.unique(par[f])
+        seen[n] = False
+        on = np.flatnonzero(seen)
+        val = host.select(cols)[on].with_columns(cond.alias("_ok"))["_ok"]
+    ok = np.zeros(n + 1, bool)  # the sentinel n satisfies nothing
+    stop = np.zeros(n + 1, bool)  # a row where `cond` is null ends the climb unanswered
+    ok[on] = val.fill_null(False).to_numpy()
+    stop[on] = val.is_null().to_numpy()
+    nxt = np.where(ok, np.arange(n + 1, dtype=idx), np.where(stop, n, par))
     while True:
         nn = nxt[nxt]
         if np.array_equal(nn, nxt):
             break
         nxt = nn
-    start = pos(q)
-    if not include_self:
-        start = par[start]
     hit = nxt[start]
     found = ok[hit]
     return pl.DataFrame({"i": q.filter(pl.Series(found)),
