@@ -22,8 +22,16 @@ def by_id(frame: pl.DataFrame, ids: pl.Series, *exprs: str | pl.Expr) -> pl.Data
         return _eval(rows, ex)
     k = key.to_numpy()
     q = ids.fill_null(0).to_numpy()
-    p = np.minimum(np.searchsorted(k, q), max(k.size - 1, 0))
-    hit = ids.is_not_null().to_numpy() & (k[p] == q) if k.size else np.zeros(q.size, bool)
+    if k.size and 0 <= k[0] and k[-1] < 4 * k.size + 1024 and (q.size == 0 or 0 <= q.min()):
+        # compact ids: a dense id -> position table (two passes, no binary search)
+        at = np.full(int(k[-1]) + 2, -1, np.int64)
+        at[k] = np.arange(k.size)
+        p = at[np.minimum(q, k[-1] + 1)]
+        hit = ids.is_not_null().to_numpy() & (p >= 0)
+        p = np.maximum(p, 0)
+    else:
+        p = np.minimum(np.searchsorted(k, q), max(k.size - 1, 0))
+        hit = ids.is_not_null().to_numpy() & (k[p] == q) if k.size else np.zeros(q.size, bool)
     idx = pl.Series(p, dtype=pl.UInt32).set(pl.Series(~hit), None)
     return _eval(frame.select(cols).select(pl.all().gather(idx)) if cols else pl.DataFrame({"_q": ids}), ex)
 
