@@ -11,7 +11,9 @@ def _runs(ts: np.ndarray, end: np.ndarray, group: np.ndarray | None = None) -> t
     (intervals mostly come in time order, so it is cheap) and a running maximum of the ends, no per-event loop."""
     o = np.argsort(ts, kind="stable")
     if group is not None:
-        o = o[np.argsort(group[o], kind="stable")]
+        g = group[o]
+        # small codes sort by radix (linear) as 16-bit keys
+        o = o[np.argsort(g.astype(np.uint16) if g.size and 0 <= g.min() and g.max() < 2**16 else g, kind="stable")]
         group = group[o]
     ts, end = ts[o], end[o]
     if group is not None and ts.size:
@@ -107,9 +109,10 @@ def segments(intervals: pl.DataFrame, priorities: list[str], windows: pl.DataFra
     merged first (so a label is simply on or off), then one boundary sweep: a running count per label over
     the sorted boundaries, no per-event loop.
     """
-    rank = {p: k for k, p in enumerate(priorities)}
-    iv = (intervals.lazy().filter(pl.col("label").is_in(priorities) & (pl.col("end") > pl.col("ts")))
-          .select(pl.col("label").replace_strict(rank, return_dtype=pl.Int32).alias("k"), "ts", "end").collect())
+    # each label's priority rank (null: not a ranked label), by equality tests: cheaper than a hash lookup
+    rank = pl.coalesce([pl.when(pl.col("label") == p).then(pl.lit(k, pl.Int32)) for k, p in enumerate(priorities)])
+    iv = (intervals.lazy().select(rank.alias("k"), "ts", "end")
+          .filter(pl.col("k").is_not_null() & (pl.col("end") > pl.col("ts"))).collect())
     s, e, k = _runs(iv["ts"].to_numpy(), iv["end"].to_numpy(), iv["k"].to_numpy())
     wts, wend = windows["ts"].to_numpy(), windows["end"].to_numpy()
     t = _unique_sorted(np.concatenate([s, e, wts, wend]))
@@ -117,11 +120,13 @@ def segments(intervals: pl.DataFrame, priorities: list[str], windows: pl.DataFra
     # priority label on wins (merged runs of one label never touch)
     nk = len(priorities)
     cls = np.full(t.size, nk, np.int64)  # nk: `other`
+    d = np.zeros(t.size, np.int8)
     for j in reversed(range(nk)):
         sel = k == j
-        on = np.cumsum(np.bincount(np.searchsorted(t, s[sel]), minlength=t.size)
-                       - np.bincount(np.searchsorted(t, e[sel]), minlength=t.size)) > 0
-        cls[on] = j
+        d[:] = 0
+        d[np.searchsorted(t, s[sel])] = 1  # a label's run boundaries are all distinct times
+        d[np.searchsorted(t, e[sel])] = -1
+        cls[np.cumsum(d, dtype=np.int8) > 0] = j
     ts, end, cls = t[:-1], t[1:], cls[:-1]
     # each segment in the window that starts at or before it (and only while that window lasts)
     wo = np.argsort(wts, kind="stable")
