@@ -107,7 +107,7 @@ def check(ctx: RuleContext) -> list[Finding]:
                           "its own cost to every op, so part of this per-op overhead is the recording's; the "
                           "unprofiled step bounds what fusing can save")
     lay = host_layers(trace).join(tiny.select("i"), on="i").filter(pl.col("layer") != UNATTRIBUTED)
-    f = ctx.finding(cost_ns=cost, count=tiny.height, steps=sorted(set(tiny["step"].to_list())), evidence=ev,
+    f = ctx.finding(cost_ns=cost, count=tiny.height, steps=sorted(tiny["step"].unique().to_list()), evidence=ev,
                     title=f"{ev['tiny_ops_per_step']:g} ops per step run under {opts['tiny_op_us']:g} µs each, "
                           f"dominated by their fixed per-op cost ({share:.1f} % of the step)")
     f.layer = str(lay["layer"].mode().sort().first()) if lay.height else None  # a host layer: ctx.layer_of is GPU-side

@@ -151,4 +151,4 @@ def check(ctx: RuleContext) -> list[Finding]:
     }
     steps = per.filter(pl.col("removed") > 0)["step"].to_list()
     return [ctx.finding(cost_ns=cost, savings_ns=savings, count=k.height, steps=steps, evidence=evidence,
-                        fix=FIX_AUTOCAST if low.height else FIX, kernel_ids=k["i"].to_list())]
+                        fix=FIX_AUTOCAST if low.height else FIX, kernel_ids=k["i"])]

@@ -179,8 +179,8 @@ def check(ctx: RuleContext) -> list[Finding]:
         "worst": {"start_us": round(w["ts"] / 1000, 3), "end_us": round(w["end"] / 1000, 3), "step": w["step"]},
         "savings_per_step_us": {str(s): round(r / 1000, 3) for s, r in rem.rows()},
     }
-    roles = " + ".join(sorted(set(e["role"].to_list())))
+    roles = " + ".join(sorted(e["role"].unique().to_list()))
     return [ctx.finding(cost_ns=int(e["dur"].sum()), savings_ns=savings, count=per_gemm.height,
                         steps=sorted(e["step"].unique().to_list()), evidence=evidence, fix=_fix(gemm_op, bias),
                         title=f"{gemm_op} followed by a separate {roles} kernel: fold it into the GEMM epilogue",
-                        kernel_ids=e["i"].to_list())]
+                        kernel_ids=e["i"])]

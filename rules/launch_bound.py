@@ -101,7 +101,7 @@ def check(ctx: RuleContext) -> list[Finding]:
     if note:
         evidence["profiler"] = note
     return [ctx.finding(cost_ns=cost, savings_ns=surviving, count=gaps.height, steps=fired, evidence=evidence,
-                        severity=severity, fix=fix_for(ctx.features), kernel_ids=after["i"].to_list())]
+                        severity=severity, fix=fix_for(ctx.features), kernel_ids=after["i"])]
 
 
 def _profiler_check(ctx: RuleContext, cost: int) -> tuple[str | None, float, dict | None]:

@@ -146,5 +146,5 @@ def check(ctx: RuleContext) -> list[Finding]:
                                count=int(p["kernels"].sum()), steps=steps, evidence=evidence, fix=_fix(opt),
                                title=f"{opt}.step launches {evidence['kernels_per_step']:.0f} tiny kernels per step "
                                      "(single-tensor path)",
-                               kernel_ids=p["ids"].explode().to_list()))
+                               kernel_ids=p["ids"].explode()))
     return out

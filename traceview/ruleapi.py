@@ -108,21 +108,28 @@ class RuleContext:
         """`ns` as a share (%) of the analysed window."""
         return 100.0 * ns / self.window_ns if self.window_ns else 0.0
 
-    def layer_of(self, kernel_ids: list[int] | None = None, op_ids: list[int] | None = None) -> str | None:
-        """The most common layer of a finding's kernels (or of the kernels its ops launched)."""
-        ids = list(kernel_ids or [])
-        if op_ids:
-            ids += self.trace.gpu.filter(pl.col("op").is_in(list(op_ids)))["i"].to_list()
-        if not ids:
+    def layer_of(self, kernel_ids: list[int] | pl.Series | None = None,
+                 op_ids: list[int] | pl.Series | None = None) -> str | None:
+        """The most common layer of a finding's kernels (or of the kernels its ops launched). Ids may come as a
+        Series (no Python list of every kernel)."""
+        parts = []
+        if kernel_ids is not None and len(kernel_ids):
+            parts.append(pl.Series("i", kernel_ids).cast(pl.Int64))
+        if op_ids is not None and len(op_ids):
+            ops = pl.Series("op", op_ids).cast(pl.Int64)
+            parts.append(self.trace.gpu.filter(pl.col("op").cast(pl.Int64).is_in(ops.implode()))["i"].cast(pl.Int64))
+        if not parts:
             return None
+        ids = pl.concat(parts)
         lay = gpu_layers(self.trace)
-        got = lay.filter(pl.col("i").is_in(ids) & pl.col("layer").is_not_null() & ~pl.col("layer").str.starts_with("("))
+        got = lay.filter(pl.col("i").cast(pl.Int64).is_in(ids.implode()) & pl.col("layer").is_not_null()
+                         & ~pl.col("layer").str.starts_with("("))
         return str(got["layer"].mode().sort().first()) if got.height else None
 
     def finding(self, *, cost_ns: float, count: int, steps: list[int], evidence: dict[str, Any],
                 savings_ns: float | None = None, severity_pct: float | None = None, severity: str | None = None,
-                title: str | None = None, fix: str | None = None, kernel_ids: list[int] | None = None,
-                op_ids: list[int] | None = None) -> Finding:
+                title: str | None = None, fix: str | None = None, kernel_ids: list[int] | pl.Series | None = None,
+                op_ids: list[int] | pl.Series | None = None) -> Finding:
         """A finding of the running rule. Savings default to the cost; the severity follows the rule's
         `moderate_pct`/`high_pct` thresholds on `severity_pct` (default: the savings' share of the window)."""
         return _finding(self.rule, self.options, cost_ns=cost_ns, savings_ns=savings_ns, window_ns=self.window_ns,
