@@ -43,9 +43,17 @@ def merge(df: pl.DataFrame, by: list[str] | None = None) -> pl.DataFrame:
     by = by or []
     if df.height == 0:
         return df.select(*by, "ts", "end")
-    if not by and df["ts"].null_count() == 0 and df["end"].null_count() == 0:
-        ts, end, _ = _runs(df["ts"].to_numpy(), df["end"].to_numpy())
-        return pl.DataFrame({"ts": ts, "end": end}).cast({"ts": df.schema["ts"], "end": df.schema["end"]})
+    if len(by) <= 1 and not any(df[c].null_count() for c in (*by, "ts", "end")):
+        ts, end = df["ts"].to_numpy(), df["end"].to_numpy()
+        if not by:
+            s, e, _ = _runs(ts, end)
+            return pl.DataFrame({"ts": s, "end": e}).cast({"ts": df.schema["ts"], "end": df.schema["end"]})
+        g = df[by[0]]
+        span = max(int(ts.max()), int(end.max())) - min(int(ts.min()), int(end.min())) + 1
+        if g.dtype.is_integer() and (int(g.max()) - int(g.min()) + 1) * span < 2**62:  # the lifted ends fit
+            s, e, k = _runs(ts, end, g.to_numpy())
+            return pl.DataFrame({by[0]: k, "ts": s, "end": e}).cast(
+                {by[0]: g.dtype, "ts": df.schema["ts"], "end": df.schema["end"]})
     key = by or None
     srt = df.select(*by, "ts", "end").sort([*by, "ts"])
     prev_end = pl.col("end").shift().cum_max()
