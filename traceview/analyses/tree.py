@@ -94,57 +94,69 @@ def call_tree(host: pl.DataFrame) -> pl.DataFrame:
     ts = host["ts"].to_numpy()
     dur = host["dur"].to_numpy()
     order, gid = _order(host, pid, tid, ts, dur)
-    gid, ts, dur = gid[order], ts[order], dur[order]
-    end = ts + dur
-    pos = np.arange(n, dtype=np.int64)
+    # intermediates are dropped as soon as they are used: this runs on every host event of the trace
+    gid = gid[order]
     new = np.ones(n, bool)
     new[1:] = gid[1:] != gid[:-1]
-    first = pos[new]  # each thread's first position
+    del gid
+    first = np.flatnonzero(new)  # each thread's first position
     tno = np.cumsum(new) - 1  # threads numbered in sorted order
-    S = pos - first[tno]  # slices before i on its thread
+    ts, dur = ts[order], dur[order]
+    end = ts + dur
     lo = int(min(ts.min(), 0))
     span = int(end.max()) - lo + 1
     if (tno[-1] + 1) * span >= 2**62:  # composite keys would overflow: never seen in practice
         raise TraceError(f"{tno[-1] + 1:,} host threads over {span / 1e9:,.0f} s: too many threads over too long "
                          "a time span to nest the host events")
     base = tno * span - lo
-    ekeys = np.sort(base + end, kind="stable")  # nearly sorted: nested slices end in start order but for a few
+    end += base
+    end.sort(kind="stable")  # the ends' keys; nearly sorted: nested slices end in start order but for a few
     tkey = base + ts  # ascending: sorted queries keep the binary searches cheap
-    E = np.searchsorted(ekeys, tkey, side="right") - np.searchsorted(ekeys, base[new] + lo)[tno]
+    del ts
+    # depth = slices before i on its thread (S) - those of them that ended by its start (E)
+    depth = np.arange(n, dtype=np.int64) - first[tno]
+    depth -= np.searchsorted(end, tkey, side="right")
+    depth += np.searchsorted(end, base[new] + lo)[tno]
+    del end, base, new
     # zero-length slices at the same (thread, ts) sort last; those at or after i have not "ended" before it
     zero = dur == 0
-    zkeys = tkey[zero]
-    nzero = np.searchsorted(zkeys, tkey, side="right") - np.searchsorted(zkeys, tkey, side="left")
-    zrank = np.zeros(n, np.int64)
     if zero.any():
-        zpos = pos[zero]
+        zkeys = tkey[zero]
+        depth += np.searchsorted(zkeys, tkey, side="right") - np.searchsorted(zkeys, tkey, side="left")
+        zpos = np.flatnonzero(zero)
         zfirst = np.ones(zpos.size, bool)
         zfirst[1:] = zkeys[1:] != zkeys[:-1]
-        run = np.cumsum(zfirst) - 1
-        zrank[zero] = zpos - zpos[zfirst][run]
-    depth = np.maximum(S - (E - (nzero - zrank)), 0)
+        depth[zero] -= zpos - zpos[zfirst][np.cumsum(zfirst) - 1]
+    del tkey, zero, dur
+    np.maximum(depth, 0, out=depth)
     # parent: the last earlier slice on the thread one level up. Grouped by (thread, depth), positions ascend,
     # so the queries below come sorted too.
     D = int(depth.max()) + 2
     k3 = tno * D + depth
+    del tno
     small = int(k3.max()) < 2**16
     sorter = np.argsort(k3.astype(np.uint16) if small else k3, kind="stable")  # radix sort when small
     comb_s = k3[sorter] * n + sorter
-    q = comb_s - n  # (k3 - 1) * n + pos, in sorter order
-    js = np.searchsorted(comb_s, q, side="left") - 1
-    d_s = depth[sorter]
-    ok_s = (js >= 0) & (d_s > 0)
+    js = np.searchsorted(comb_s, comb_s - n, side="left") - 1  # queries (k3 - 1) * n + pos, in sorter order
+    del comb_s
+    ok_s = (js >= 0) & (depth[sorter] > 0)
     cand = sorter[np.clip(js, 0, n - 1)]
+    del js
     ok_s &= k3[cand] == k3[sorter] - 1
+    del k3
     ids = host["i"].to_numpy()
-    par_s = np.where(ok_s, ids[order][cand], 0)
+    par_s = np.where(ok_s, ids[order[cand]], 0)
+    del cand
     # back to the host's row order: sorted position p is row order[p]
     dep = np.empty(n, np.int32)
     dep[order] = depth
+    del depth
+    back = order[sorter]
+    del order, sorter
     par = np.zeros(n, ids.dtype)
     okr = np.zeros(n, bool)
-    par[order[sorter]] = par_s
-    okr[order[sorter]] = ok_s
+    par[back] = par_s
+    okr[back] = ok_s
     cols = pl.DataFrame({"depth": dep, "parent": par, "_ok": okr}).select(
         "depth", parent=pl.when("_ok").then(pl.col("parent").cast(pl.UInt32)))
     return host.drop("depth", "parent", strict=False).hstack(cols)
