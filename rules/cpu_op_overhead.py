@@ -45,6 +45,7 @@ import polars as pl
 
 from traceview.analyses.cpu import COLLECTIVE_RE, top_level_ops
 from traceview.analyses.layers import UNATTRIBUTED, host_layers
+from traceview.analyses.rowid import join_by_id
 from traceview.manifest import step_overhead_ms
 from traceview.ruleapi import Finding, Option, RuleContext
 
@@ -77,9 +78,9 @@ def check(ctx: RuleContext) -> list[Finding]:
         return []
     # an op kind (name and input shapes) is tiny by its median call: one call stretched by the scheduler on a
     # busy machine does not make the kind big, nor one fast call a big kind tiny
-    dims = (trace.host.select("i", pl.col("input_dims").cast(pl.String).fill_null("")) if "input_dims" in trace.host.columns
-            else trace.host.select("i", pl.lit("").alias("input_dims")))
-    top = top.join(dims, on="i", how="left").with_columns(_med=pl.col("dur").median().over("name", "input_dims"))
+    dims = pl.col("input_dims").cast(pl.String).fill_null("") if "input_dims" in trace.host.columns else pl.lit("")
+    top = join_by_id(top, "i", trace.host, dims.alias("input_dims")).with_columns(
+        _med=pl.col("dur").median().over("name", "input_dims"))
     tiny = top.filter(pl.col("_med") < opts["tiny_op_us"] * 1000)
     cost = int(tiny["dur"].sum())
     share = ctx.pct(cost)
@@ -106,7 +107,7 @@ def check(ctx: RuleContext) -> list[Finding]:
                           "its own cost to every op, so part of this per-op overhead is the recording's; the "
                           "unprofiled step bounds what fusing can save")
     lay = host_layers(trace).join(tiny.select("i"), on="i").filter(pl.col("layer") != UNATTRIBUTED)
-    f = ctx.finding(cost_ns=cost, count=tiny.height, steps=sorted(set(tiny["step"].to_list())), evidence=ev,
+    f = ctx.finding(cost_ns=cost, count=tiny.height, steps=sorted(tiny["step"].unique().to_list()), evidence=ev,
                     title=f"{ev['tiny_ops_per_step']:g} ops per step run under {opts['tiny_op_us']:g} µs each, "
                           f"dominated by their fixed per-op cost ({share:.1f} % of the step)")
     f.layer = str(lay["layer"].mode().sort().first()) if lay.height else None  # a host layer: ctx.layer_of is GPU-side

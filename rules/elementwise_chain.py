@@ -49,6 +49,7 @@ import polars as pl
 from traceview.analyses.features import Features
 from traceview.analyses.intervals import merge
 from traceview.analyses.roofline import ELEMENTWISE_KERNEL_RE
+from traceview.analyses.rowid import join_by_id
 from traceview.analyses.whatif import EMPTY, shrink_kernels
 from traceview.analyses.windows import host_step_of, step_of
 from traceview.classify import sync_calls
@@ -144,11 +145,20 @@ def per_chain(ch: pl.DataFrame) -> pl.DataFrame:
     return per
 
 
+def _chains(ctx: RuleContext) -> pl.DataFrame:
+    return ctx.once("chains", lambda: chains(ctx.trace, ctx.steps, ctx.kb, int(ctx.options["min_kernels"])))
+
+
 def removes(ctx: RuleContext, finding: dict | None = None) -> pl.DataFrame:
     """One fused kernel replaces each chain: the kernels shrink to the chain's fused share of their time
     (only where the GPU was the critical path, see analyses/whatif.py), and the idle gaps between them
-    shrink by at most the host time of the ops fused away (k - 1 fewer dispatches and launches)."""
-    ch = chains(ctx.trace, ctx.steps, ctx.kb, int(ctx.options["min_kernels"]))
+    shrink by at most the host time of the ops fused away (k - 1 fewer dispatches and launches).
+    The same for every finding of the rule: computed once."""
+    return ctx.once("removes", lambda: _removes(ctx))
+
+
+def _removes(ctx: RuleContext) -> pl.DataFrame:
+    ch = _chains(ctx)
     if ch.height == 0:
         return EMPTY
     per = per_chain(ch).select("chain", (pl.col("fused_time") / pl.col("time")).alias("_r"))
@@ -156,8 +166,8 @@ def removes(ctx: RuleContext, finding: dict | None = None) -> pl.DataFrame:
     tails = shrink_kernels(ctx.trace, k, sync_calls(ctx.trace))
     # the gaps inside each chain, and the host time of the ops that launched its 2nd..kth kernels
     g = ch.sort("chain", "pos").with_columns(_gts=pl.col("end").shift().over("chain"))
-    ops = ctx.trace.host.select(pl.col("i").alias("_op"), pl.col("dur").alias("_host"))
-    g = g.join(ctx.trace.gpu.select("i", pl.col("op").alias("_op")), on="i", how="left").join(ops, on="_op", how="left")
+    g = join_by_id(g, "i", ctx.trace.gpu, pl.col("op").alias("_op"))
+    g = join_by_id(g, "_op", ctx.trace.host, pl.col("dur").alias("_host"))
     g = g.filter(pl.col("pos") > 0).with_columns(_gap=(pl.col("ts") - pl.col("_gts")).clip(lower_bound=0))
     g = g.with_columns(_frac=pl.min_horizontal(pl.lit(1.0), pl.col("_host").fill_null(0).sum().over("chain")
                                                / pl.col("_gap").sum().over("chain")).fill_nan(0.0))
@@ -167,7 +177,7 @@ def removes(ctx: RuleContext, finding: dict | None = None) -> pl.DataFrame:
 
 def check(ctx: RuleContext) -> list[Finding]:
     opts, spec, window, steps = ctx.options, ctx.spec, ctx.window_ns, ctx.steps
-    ch = chains(ctx.trace, steps, ctx.kb, int(opts["min_kernels"]))
+    ch = _chains(ctx)
     if ch.height == 0:
         return []
     per = per_chain(ch)

@@ -111,15 +111,19 @@ def fp32_kernels(ctx: RuleContext, short_us: float = 10.0) -> pl.DataFrame:
 
 
 def removes(ctx: RuleContext, finding: dict | None = None) -> pl.DataFrame:
-    """The kernel tails that TF32 removes (see the module doc)."""
-    k = fp32_kernels(ctx, ctx.options["short_kernel_us"]).select("i", "new_dur")
-    return shrink_kernels(ctx.trace, k, sync_calls(ctx.trace))
+    """The kernel tails that TF32 removes (see the module doc); computed once (the check and the projection)."""
+    return ctx.once("removes", lambda: shrink_kernels(ctx.trace, _kernels(ctx).select("i", "new_dur"),
+                                                      sync_calls(ctx.trace)))
+
+
+def _kernels(ctx: RuleContext) -> pl.DataFrame:
+    return ctx.once("fp32_kernels", lambda: fp32_kernels(ctx, ctx.options["short_kernel_us"]))
 
 
 def check(ctx: RuleContext) -> list[Finding]:
     if not tensor_core_gpu(ctx):
         return []
-    k = fp32_kernels(ctx, ctx.options["short_kernel_us"])
+    k = _kernels(ctx)
     if k.height == 0:
         return []
     per = removed_per_step(removes(ctx), ctx.steps)
@@ -147,4 +151,4 @@ def check(ctx: RuleContext) -> list[Finding]:
     }
     steps = per.filter(pl.col("removed") > 0)["step"].to_list()
     return [ctx.finding(cost_ns=cost, savings_ns=savings, count=k.height, steps=steps, evidence=evidence,
-                        fix=FIX_AUTOCAST if low.height else FIX, kernel_ids=k["i"].to_list())]
+                        fix=FIX_AUTOCAST if low.height else FIX, kernel_ids=k["i"])]

@@ -39,6 +39,7 @@ from __future__ import annotations
 import msgspec
 import polars as pl
 
+from traceview.analyses.rowid import join_by_id
 from traceview.analyses.whatif import removed_per_step, shrink_kernels
 from traceview.analyses.windows import step_of
 from traceview.classify import sync_calls
@@ -95,9 +96,9 @@ def epilogues(ctx: RuleContext) -> pl.DataFrame:
     """One row per epilogue kernel: [gemm_i, i, gemm_op, op, role, ts, end, dur, bytes, step]."""
     g = ctx.trace.gpu.filter(pl.col("kind").is_in(["compute", "comm", "memcpy", "memset"])
                              & (pl.col("ts") >= ctx.lo) & (pl.col("ts") < ctx.hi))
-    ops = ctx.trace.host.select(pl.col("i").alias("op"), pl.col("name").alias("op_name"),
-                                pl.col("input_dims").cast(pl.String).alias("_dims"))
-    g = g.select("i", "device", "stream", "ts", "end", "dur", "op").join(ops, on="op", how="left").sort("device", "stream", "ts")
+    g = join_by_id(g.select("i", "device", "stream", "ts", "end", "dur", "op"), "op", ctx.trace.host,
+                   pl.col("name").alias("op_name"), pl.col("input_dims").cast(pl.String).alias("_dims"))
+    g = g.sort("device", "stream", "ts")
     nxt = lambda c, n: pl.col(c).shift(-n).over("device", "stream")  # noqa: E731
     g = g.with_columns(*[nxt(c, n).alias(f"{c}{n}") for n in (1, 2) for c in ("i", "op_name", "_dims")])
     g = g.filter(pl.col("op_name").is_in(GEMM_OPS))
@@ -137,15 +138,23 @@ def epilogues(ctx: RuleContext) -> pl.DataFrame:
 
 
 def removes(ctx: RuleContext, finding: dict | None = None) -> pl.DataFrame:
-    """The epilogue kernels (see the module doc)."""
-    e = epilogues(ctx)
+    """The epilogue kernels (see the module doc); computed once (the check and the projection)."""
+    return ctx.once("removes", lambda: _removes(ctx))
+
+
+def _epilogues(ctx: RuleContext) -> pl.DataFrame:
+    return ctx.once("epilogues", lambda: epilogues(ctx))
+
+
+def _removes(ctx: RuleContext) -> pl.DataFrame:
+    e = _epilogues(ctx)
     if e.height == 0:
         return e
     return shrink_kernels(ctx.trace, e.select("i", pl.lit(0, pl.Int64).alias("new_dur")), sync_calls(ctx.trace))
 
 
 def check(ctx: RuleContext) -> list[Finding]:
-    e = epilogues(ctx)
+    e = _epilogues(ctx)
     if e.height == 0:
         return []
     rem = removed_per_step(removes(ctx), ctx.steps)
@@ -170,8 +179,8 @@ def check(ctx: RuleContext) -> list[Finding]:
         "worst": {"start_us": round(w["ts"] / 1000, 3), "end_us": round(w["end"] / 1000, 3), "step": w["step"]},
         "savings_per_step_us": {str(s): round(r / 1000, 3) for s, r in rem.rows()},
     }
-    roles = " + ".join(sorted(set(e["role"].to_list())))
+    roles = " + ".join(sorted(e["role"].unique().to_list()))
     return [ctx.finding(cost_ns=int(e["dur"].sum()), savings_ns=savings, count=per_gemm.height,
                         steps=sorted(e["step"].unique().to_list()), evidence=evidence, fix=_fix(gemm_op, bias),
                         title=f"{gemm_op} followed by a separate {roles} kernel: fold it into the GEMM epilogue",
-                        kernel_ids=e["i"].to_list())]
+                        kernel_ids=e["i"])]

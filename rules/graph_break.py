@@ -222,11 +222,15 @@ def _removed(ctx: RuleContext, b: pl.DataFrame) -> pl.DataFrame:
 
 def removes(ctx: RuleContext, finding: dict | None = None) -> pl.DataFrame:
     """The GPU idle time between each graph's call and the first launch of the graph resumed after it."""
-    return _removed(ctx, breaks(ctx))
+    return ctx.once("removes", lambda: _removed(ctx, _breaks(ctx)))
+
+
+def _breaks(ctx: RuleContext) -> pl.DataFrame:
+    return ctx.once("breaks", lambda: breaks(ctx))
 
 
 def check(ctx: RuleContext) -> list[Finding]:
-    b = breaks(ctx)
+    b = _breaks(ctx)
     if b.height == 0:
         return []
     out = []

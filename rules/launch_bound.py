@@ -42,6 +42,7 @@ from __future__ import annotations
 import polars as pl
 
 from traceview.analyses.features import Features
+from traceview.analyses.rowid import join_by_id
 from traceview.analyses.windows import step_of
 from traceview.classify import idle_gaps
 from traceview.ruleapi import Finding, Option, RuleContext
@@ -75,10 +76,10 @@ def check(ctx: RuleContext) -> list[Finding]:
     per_step = cl.group_by("step").agg((pl.col("end") - pl.col("ts")).sum().alias("t")).sort("step")
     fired = per_step.filter(pl.col("t") > 0)["step"].to_list()
     k = trace.gpu.filter((pl.col("kind") == "compute") & (pl.col("ts") >= lo) & (pl.col("ts") < hi))
-    ops = trace.host.filter(pl.col("i").is_in(k["op"].drop_nulls().unique().implode()))
+    ops = trace.host.lazy().filter(pl.col("i").is_in(k["op"].drop_nulls().unique().implode())).select("dur").collect()
     # the activities right after a late gap: which ops the CPU was late to launch
     after = trace.gpu.filter(pl.col("ts").is_in(gaps["end"].implode()) & pl.col("kind").is_in(["compute", "comm", "memcpy", "memset"]))
-    after = after.join(trace.host.select(pl.col("i").alias("op"), pl.col("name").alias("op_name")), on="op", how="left")
+    after = join_by_id(after, "op", trace.host, pl.col("name").alias("op_name"))
     top_after = (after.group_by("op_name").len().sort(["len", "op_name"], descending=[True, False]).head(5))
     longest = gaps.sort("end", descending=False).with_columns(g=pl.col("end") - pl.col("ts")).sort("g", descending=True).head(1)
     lg = longest.to_dicts()[0] if longest.height else {}
@@ -100,7 +101,7 @@ def check(ctx: RuleContext) -> list[Finding]:
     if note:
         evidence["profiler"] = note
     return [ctx.finding(cost_ns=cost, savings_ns=surviving, count=gaps.height, steps=fired, evidence=evidence,
-                        severity=severity, fix=fix_for(ctx.features), kernel_ids=after["i"].to_list())]
+                        severity=severity, fix=fix_for(ctx.features), kernel_ids=after["i"])]
 
 
 def _profiler_check(ctx: RuleContext, cost: int) -> tuple[str | None, float, dict | None]:

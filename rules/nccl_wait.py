@@ -109,7 +109,7 @@ def check(ctx: RuleContext) -> list[Finding]:
           "per_step_exposed_us": {str(s): round(t / 1000, 3) for s, t in per.rows()},
           "streams": sorted(inwin["stream"].unique().drop_nulls().to_list())}
     return [ctx.finding(steps=per.filter(pl.col("t") > 0)["step"].to_list(), count=inwin.height, cost_ns=exposed,
-                        evidence=ev, kernel_ids=inwin["i"].to_list())]
+                        evidence=ev, kernel_ids=inwin["i"])]
 
 
 def check_job(ctx: JobContext) -> list[Finding]:

@@ -37,6 +37,7 @@ from __future__ import annotations
 
 import polars as pl
 
+from traceview.analyses.rowid import join_by_id
 from traceview.analyses.windows import step_of
 from traceview.ruleapi import Finding, Option, RuleContext
 
@@ -66,7 +67,7 @@ def check(ctx: RuleContext) -> list[Finding]:
     if m.height == 0:
         return []
     link = spec.host_gbps * 1e9
-    m = m.join(trace.host.select(pl.col("i").alias("op"), pl.col("name").alias("op_name")), on="op", how="left")
+    m = join_by_id(m, "op", trace.host, pl.col("name").alias("op_name"))
     m = m.with_columns(
         direction=pl.col("name").str.extract(r"(HtoD|DtoH|DtoD|HtoH)").fill_null("?"),
         pinned_ns=(pl.col("bytes").fill_null(0).cast(pl.Float64) / link * 1e9),

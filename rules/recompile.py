@@ -80,7 +80,11 @@ def _spans(ctx: RuleContext) -> pl.DataFrame:
 
 
 def removes(ctx: RuleContext, finding: dict | None = None) -> pl.DataFrame:
-    """The compile spans' time when the GPU ran nothing but their autotuning benchmarks."""
+    """The compile spans' time when the GPU ran nothing but their autotuning benchmarks; computed once."""
+    return ctx.once("removes", lambda: _removes(ctx))
+
+
+def _removes(ctx: RuleContext) -> pl.DataFrame:
     c = _spans(ctx)
     return gpu_idle_within(ctx.trace, c, ctx.lo, ctx.hi, keep_launched_inside=True) if c.height else EMPTY
 

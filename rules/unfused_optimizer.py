@@ -43,6 +43,7 @@ from __future__ import annotations
 
 import polars as pl
 
+from traceview.analyses.rowid import join_by_id
 from traceview.analyses.whatif import EMPTY, gpu_idle_within, removed_per_step
 from traceview.ruleapi import Finding, Option, RuleContext
 
@@ -83,7 +84,7 @@ def optimizer_spans(ctx: RuleContext, min_kernels: int) -> pl.DataFrame:
     if spans.height == 0:
         return pl.DataFrame()
     k = ctx.trace.gpu.filter((pl.col("kind") == "compute") & pl.col("launch_ts").is_not_null())
-    k = k.join(host.select(pl.col("i").alias("op"), pl.col("name").alias("op_name")), on="op", how="left")
+    k = join_by_id(k, "op", host, pl.col("name").alias("op_name"))
     k = (k.sort("launch_ts").join_asof(spans.rename({"i": "span", "ts": "_sts", "end": "_send"}).sort("_sts"),
                                       left_on="launch_ts", right_on="_sts", strategy="backward")
          .filter(pl.col("launch_ts") < pl.col("_send")))
@@ -109,11 +110,15 @@ def _removed(ctx: RuleContext, per: pl.DataFrame) -> pl.DataFrame:
 
 def removes(ctx: RuleContext, finding: dict | None = None) -> pl.DataFrame:
     """The optimizer host time beyond the multi-tensor path's, where the GPU had nothing else to run."""
-    return _removed(ctx, optimizer_spans(ctx, int(ctx.options["min_kernels"])))
+    return ctx.once("removes", lambda: _removed(ctx, _spans(ctx)))
+
+
+def _spans(ctx: RuleContext) -> pl.DataFrame:
+    return ctx.once("spans", lambda: optimizer_spans(ctx, int(ctx.options["min_kernels"])))
 
 
 def check(ctx: RuleContext) -> list[Finding]:
-    per = optimizer_spans(ctx, int(ctx.options["min_kernels"]))
+    per = _spans(ctx)
     if per.height == 0:
         return []
     out = []
@@ -141,5 +146,5 @@ def check(ctx: RuleContext) -> list[Finding]:
                                count=int(p["kernels"].sum()), steps=steps, evidence=evidence, fix=_fix(opt),
                                title=f"{opt}.step launches {evidence['kernels_per_step']:.0f} tiny kernels per step "
                                      "(single-tensor path)",
-                               kernel_ids=p["ids"].explode().to_list()))
+                               kernel_ids=p["ids"].explode()))
     return out

@@ -72,10 +72,17 @@ def sync_calls(trace: Trace, compilation: bool = False) -> pl.DataFrame:
     made by torch.compile's compilation/autotuning only with `compilation` (and then only those).
 
     Runtime/driver calls by name, plus `cuda_sync` events whose runtime call is not in the trace (their
-    host interval is the launch call when known, else the event itself)."""
+    host interval is the launch call when known, else the event itself). Computed once per trace (the
+    classifier, the host-sync rule and every what-if of a kernel fix ask)."""
+    return _sync_calls(trace, compilation)
+
+
+@per_trace
+def _sync_calls(trace: Trace, compilation: bool) -> pl.DataFrame:
     h = trace.host
-    rt = h.filter(pl.col("cat").is_in(["cuda_runtime", "cuda_driver"]) & pl.col("name").str.contains(SYNC_RUNTIME_RE))
-    rt = rt.select("i", "name", "ts", "end", "op", "tid")
+    # the regex only on the runtime calls
+    rt = (h.select("i", "cat", "name", "ts", "end", "op", "tid").filter(pl.col("cat").is_in(["cuda_runtime", "cuda_driver"]))
+          .filter(pl.col("name").str.contains(SYNC_RUNTIME_RE)).drop("cat"))
     ev = trace.gpu.filter((pl.col("kind") == "sync") & pl.col("name").is_in(SYNC_EVENT_NAMES))
     ev = ev.filter(pl.col("launch").is_null() | ~pl.col("launch").is_in(rt["i"].implode()))
     ev = ev.join(h.select(pl.col("i").alias("launch"), pl.col("op").alias("_hop"), pl.col("tid").alias("_htid")),
@@ -113,8 +120,9 @@ def sync_windows(trace: Trace, syncs: pl.DataFrame | None = None) -> pl.DataFram
 
 def dataloader_spans(trace: Trace) -> pl.DataFrame:
     lo, hi = host_span(trace)
-    return trace.host.filter(pl.col("cat").is_in(["cpu_op", "user_annotation"]) & pl.col("name").str.contains(DATALOADER_RE)
-                             & (pl.col("ts") >= lo) & (pl.col("ts") < hi)).select("i", "name", "ts", "end", "tid")
+    h = trace.host.select("i", "cat", "name", "ts", "end", "tid").filter(
+        pl.col("cat").is_in(["cpu_op", "user_annotation"]) & (pl.col("ts") >= lo) & (pl.col("ts") < hi))
+    return h.filter(pl.col("name").str.contains(DATALOADER_RE)).drop("cat")  # the regex on those rows only
 
 
 def idle_gaps(trace: Trace, lo: int, hi: int) -> pl.DataFrame:
@@ -245,9 +253,10 @@ def classification(trace: Trace, steps: pl.DataFrame, part: pl.DataFrame | None 
     whole = dict(zip(*shares(part, None).select("cls", "dur").to_dict(as_series=False).values(), strict=True))
     out = _entry(whole)
     step_rows = []
-    for s in steps["step"].to_list():  # a handful of steps
-        d = per.filter(pl.col("step") == s)
-        e = _entry(dict(zip(d["cls"].to_list(), d["dur"].to_list(), strict=True)))
+    by_step = {k[0]: dict(zip(d["cls"].to_list(), d["dur"].to_list(), strict=True))
+               for k, d in per.partition_by("step", as_dict=True).items()}
+    for s in steps["step"].to_list():  # one entry per step
+        e = _entry(by_step.get(s, {}))
         step_rows.append({"step": s, **e})
     spec = trace_spec(trace.meta)
     src = kb.group_by("source").len()

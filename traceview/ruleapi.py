@@ -6,10 +6,10 @@ per trace here, so rules stay pure and short.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Callable, Hashable, Mapping
 from dataclasses import dataclass, field, replace
 from types import MappingProxyType, ModuleType
-from typing import Any
+from typing import Any, TypeVar
 
 import polars as pl
 
@@ -24,6 +24,8 @@ from .manifest import rank_step_times, step_overhead_ms
 from .model import Job, Trace
 
 __all__ = ["Finding", "JobContext", "Option", "RuleContext"]
+
+T = TypeVar("T")
 
 
 @dataclass(frozen=True)
@@ -51,6 +53,8 @@ class RuleContext:
     profiler: Mapping[str, Any] = field(default_factory=dict)  # profiler overhead per step (see `profiler_cost`)
     # a trace without GPU activity: the host analyses (cpu_view.prepare); only rules with CPU = True run then
     cpu: Mapping[str, Any] | None = None
+    # results computed once per analysed trace, shared by every rule's copy of the context (`once`)
+    memo: dict = field(default_factory=dict, compare=False, repr=False)
 
     @classmethod
     def for_host(cls, trace: Trace, steps: pl.DataFrame, cpu: Mapping[str, Any]) -> RuleContext:
@@ -76,6 +80,18 @@ class RuleContext:
     def for_rule(self, rule: ModuleType, options: Mapping[str, Any]) -> RuleContext:
         return replace(self, rule=rule, options=MappingProxyType(dict(options)))
 
+    def once(self, key: Hashable, fn: Callable[[], T]) -> T:
+        """`fn()`, computed once per analysed trace and the running rule's options: a rule's check and the
+        projection (which asks each rule what its fix removes) share one result."""
+        try:
+            k = (key, getattr(self.rule, "NAME", None), tuple(sorted(self.options.items())))
+            hash(k)
+        except TypeError:  # an unhashable option value: no caching
+            return fn()
+        if k not in self.memo:
+            self.memo[k] = fn()
+        return self.memo[k]
+
     @property
     def lo(self) -> int:
         return int(self.steps["ts"].min())
@@ -92,21 +108,28 @@ class RuleContext:
         """`ns` as a share (%) of the analysed window."""
         return 100.0 * ns / self.window_ns if self.window_ns else 0.0
 
-    def layer_of(self, kernel_ids: list[int] | None = None, op_ids: list[int] | None = None) -> str | None:
-        """The most common layer of a finding's kernels (or of the kernels its ops launched)."""
-        ids = list(kernel_ids or [])
-        if op_ids:
-            ids += self.trace.gpu.filter(pl.col("op").is_in(list(op_ids)))["i"].to_list()
-        if not ids:
+    def layer_of(self, kernel_ids: list[int] | pl.Series | None = None,
+                 op_ids: list[int] | pl.Series | None = None) -> str | None:
+        """The most common layer of a finding's kernels (or of the kernels its ops launched). Ids may come as a
+        Series (no Python list of every kernel)."""
+        parts = []
+        if kernel_ids is not None and len(kernel_ids):
+            parts.append(pl.Series("i", kernel_ids).cast(pl.Int64))
+        if op_ids is not None and len(op_ids):
+            ops = pl.Series("op", op_ids).cast(pl.Int64)
+            parts.append(self.trace.gpu.filter(pl.col("op").cast(pl.Int64).is_in(ops.implode()))["i"].cast(pl.Int64))
+        if not parts:
             return None
+        ids = pl.concat(parts)
         lay = gpu_layers(self.trace)
-        got = lay.filter(pl.col("i").is_in(ids) & pl.col("layer").is_not_null() & ~pl.col("layer").str.starts_with("("))
+        got = lay.filter(pl.col("i").cast(pl.Int64).is_in(ids.implode()) & pl.col("layer").is_not_null()
+                         & ~pl.col("layer").str.starts_with("("))
         return str(got["layer"].mode().sort().first()) if got.height else None
 
     def finding(self, *, cost_ns: float, count: int, steps: list[int], evidence: dict[str, Any],
                 savings_ns: float | None = None, severity_pct: float | None = None, severity: str | None = None,
-                title: str | None = None, fix: str | None = None, kernel_ids: list[int] | None = None,
-                op_ids: list[int] | None = None) -> Finding:
+                title: str | None = None, fix: str | None = None, kernel_ids: list[int] | pl.Series | None = None,
+                op_ids: list[int] | pl.Series | None = None) -> Finding:
         """A finding of the running rule. Savings default to the cost; the severity follows the rule's
         `moderate_pct`/`high_pct` thresholds on `severity_pct` (default: the savings' share of the window)."""
         return _finding(self.rule, self.options, cost_ns=cost_ns, savings_ns=savings_ns, window_ns=self.window_ns,

@@ -35,6 +35,7 @@ import polars as pl
 from .analyses.breakdown import DATALOADER_RE
 from .analyses.comm import rank_id
 from .analyses.intervals import merge, priority_sweep
+from .analyses.rowid import join_by_id
 from .classify import sync_calls
 from .model import STEP_RE, Trace
 
@@ -175,8 +176,7 @@ def _kernels(traces: dict[int, Trace], win: pl.DataFrame) -> pl.DataFrame:
             continue
         g = t.gpu.filter(pl.col("kind").is_in(["compute", "memcpy", "memset"])).select("name", "kind", "ts", "dur", "op")
         g = _in_windows(g, win, rank, t)
-        ops = t.host.select(pl.col("i").alias("op"), pl.col("name").alias("op_name"))
-        g = g.join(ops, on="op", how="left")
+        g = join_by_id(g, "op", t.host, pl.col("name").alias("op_name"))
         frames.append(g.group_by("step", "name", "kind").agg(pl.len().alias("n"), pl.col("dur").sum(),
                                                            pl.col("op_name").drop_nulls().mode().sort().first().alias("op"))
                       .select(pl.lit(rank, pl.Int64).alias("rank"), "step", "name", "kind", "op",
@@ -312,8 +312,7 @@ def _syncs(by_rank: dict[int, Trace], win: pl.DataFrame) -> pl.DataFrame:
     for rank, t in by_rank.items():
         if not t.has_gpu:
             continue
-        sc = sync_calls(t).join(t.host.select(pl.col("i").alias("op"), pl.col("name").alias("op_name")), on="op",
-                                how="left")
+        sc = join_by_id(sync_calls(t), "op", t.host, pl.col("name").alias("op_name"))
         sc = _in_windows(sc.with_columns(name=pl.coalesce("op_name", "name")).select("name", "ts", "end"), win, rank, t)
         frames.append(sc.group_by("step", "name").agg(pl.len().cast(pl.Int64).alias("n"),
                                                       (pl.col("end") - pl.col("ts")).sum().alias("dur"))

@@ -22,19 +22,19 @@ COMM_OP_RE = r"^(nccl|gloo):"
 
 def role_intervals(trace: Trace) -> pl.DataFrame:
     """[label, ts, end] for every event that has a role."""
-    g = trace.gpu.filter(pl.col("kind") != "sync")
+    g = trace.gpu.lazy().filter(pl.col("kind") != "sync")
     gpu_roles = g.select(
         pl.when(pl.col("kind") == "compute").then(pl.lit("kernel"))
         .when(pl.col("kind") == "comm").then(pl.lit("communication"))
         .otherwise(pl.col("kind")).alias("label"), "ts", "end")
-    h = trace.host
+    h = trace.host.lazy()
     host_roles = h.filter(pl.col("cat").is_in(["cpu_op", "user_annotation", *RUNTIME_CATS])
                           & ~pl.col("name").str.contains(STEP_RE)).select(
         pl.when(pl.col("cat").is_in(RUNTIME_CATS)).then(pl.lit("runtime"))
         .when(pl.col("name").str.contains(DATALOADER_RE)).then(pl.lit("dataloader"))
         .when(pl.col("name").str.contains(COMM_OP_RE)).then(pl.lit("communication"))
         .otherwise(pl.lit("cpu_exec")).alias("label"), "ts", "end")
-    return pl.concat([gpu_roles, host_roles])
+    return pl.concat([gpu_roles, host_roles]).collect()
 
 
 def step_breakdown(trace: Trace, steps: pl.DataFrame | None = None) -> pl.DataFrame:

@@ -18,12 +18,10 @@ from __future__ import annotations
 
 import polars as pl
 
-from ..memo import per_trace
 from ..model import Trace
 from .breakdown import DATALOADER_RE
 from .intervals import clip, priority_sweep
-from .layers import UNATTRIBUTED, attribution, host_layers
-from .tree import call_tree
+from .layers import UNATTRIBUTED, attribution, host_layers, top_level_ops
 
 SPLIT = ("input", "cpu_ops", "communication", "outside_ops")
 # host-side collectives (gloo's worker ranges, the c10d ops that enqueue them)
@@ -35,18 +33,6 @@ def _in_steps(df: pl.DataFrame, steps: pl.DataFrame) -> pl.DataFrame:
     w = steps.select("step", pl.col("ts").alias("_wts"), pl.col("end").alias("_wend")).sort("_wts")
     return (df.sort("ts").join_asof(w, left_on="ts", right_on="_wts", strategy="backward", check_sortedness=False)
             .filter(pl.col("ts") < pl.col("_wend")).drop("_wts", "_wend"))
-
-
-@per_trace
-def top_level_ops(trace: Trace) -> pl.DataFrame:
-    """cpu_ops with no enclosing cpu_op on their thread (what Python called): [i, name, pid, tid, ts, end, dur]."""
-    ops = trace.host.filter(pl.col("cat") == "cpu_op")
-    if ops.height == 0:
-        return pl.DataFrame(schema={"i": pl.UInt32, "name": pl.String, "pid": pl.Int64, "tid": pl.Int64,
-                                    "ts": pl.Int64, "end": pl.Int64, "dur": pl.Int64})
-    tree = call_tree(ops.select("i", "cat", "name", "pid", "tid", "ts", "dur", "end",
-                                *(["ev_idx"] if "ev_idx" in ops.columns else [])))
-    return tree.filter(pl.col("depth") == 0).select("i", "name", "pid", "tid", "ts", "end", "dur")
 
 
 def op_times(trace: Trace, steps: pl.DataFrame) -> pl.DataFrame:

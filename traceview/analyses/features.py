@@ -42,8 +42,9 @@ def detect(trace: Trace, kb: pl.DataFrame | None = None) -> Features:
     """The trace's features; `kb` (the roofline per kernel, classify.kernel_bound) adds operand widths: a
     kernel with <= 2-byte operands is low precision even when its name does not say so."""
     h = trace.host.select("cat", "name")
-    ops = h.filter(pl.col("cat").is_in(["cpu_op", "user_annotation"]))["name"]
-    rt = h.filter(pl.col("cat").is_in(RUNTIME_CATS))["name"]
+    # distinct names: every test below asks whether any name matches
+    ops = h.filter(pl.col("cat").is_in(["cpu_op", "user_annotation"]))["name"].unique()
+    rt = h.filter(pl.col("cat").is_in(RUNTIME_CATS))["name"].unique()
     k = trace.gpu.filter(pl.col("kind") == "compute")
     dl = ops.filter(ops.str.starts_with("enumerate(DataLoader)#"))
     workers = None

@@ -2,14 +2,58 @@
 
 from __future__ import annotations
 
+import numpy as np
 import polars as pl
 
 
+def _runs(ts: np.ndarray, end: np.ndarray, group: np.ndarray | None = None) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """(start, end, group) of the union of [ts, end) intervals per group, sorted by (group, start): one stable sort
+    (intervals mostly come in time order, so it is cheap) and a running maximum of the ends, no per-event loop."""
+    o = np.argsort(ts, kind="stable")
+    if group is not None:
+        g = group[o]
+        # small codes sort by radix (linear) as 16-bit keys
+        o = o[np.argsort(g.astype(np.uint16) if g.size and 0 <= g.min() and g.max() < 2**16 else g, kind="stable")]
+        group = group[o]
+    ts, end = ts[o], end[o]
+    if group is not None and ts.size:
+        # one running maximum over all groups: each group's ends are lifted above every earlier group's
+        lift = (group - group[0]).astype(np.int64) * (int(end.max()) - min(int(ts.min()), int(end.min())) + 1)
+        prev = np.maximum.accumulate(end + lift) - lift
+    else:
+        prev = np.maximum.accumulate(end)
+    new = np.ones(ts.size, bool)
+    new[1:] = ts[1:] > prev[:-1]
+    if group is not None:
+        new[1:] |= group[1:] != group[:-1]
+    at = np.flatnonzero(new)
+    return ts[at], np.maximum.reduceat(end, at) if at.size else end[:0], (group[at] if group is not None else at)
+
+
+def _unique_sorted(x: np.ndarray) -> np.ndarray:
+    """np.unique for a concatenation of sorted runs: a stable sort (merges runs) beats np.unique's quicksort."""
+    x = np.sort(x, kind="stable")
+    keep = np.ones(x.size, bool)
+    keep[1:] = x[1:] != x[:-1]
+    return x[keep]
+
+
 def merge(df: pl.DataFrame, by: list[str] | None = None) -> pl.DataFrame:
-    """Union of [ts, end) intervals per group: HTA's vectorised merge, in polars."""
+    """Union of [ts, end) intervals per group: HTA's vectorised merge."""
     by = by or []
     if df.height == 0:
         return df.select(*by, "ts", "end")
+    if len(by) <= 1 and not any(df[c].null_count() for c in (*by, "ts", "end")):
+        ts, end = df["ts"].to_numpy(), df["end"].to_numpy()
+        if not by:
+            s, e, _ = _runs(ts, end)
+            return pl.DataFrame({"ts": s, "end": e}).cast({"ts": df.schema["ts"], "end": df.schema["end"]})
+        g = df[by[0]]
+        span = max(int(ts.max()), int(end.max())) - min(int(ts.min()), int(end.min())) + 1
+        if g.dtype.is_integer() and (int(g.max()) - int(g.min()) + 1) * span < 2**62:  # the lifted ends fit
+            s, e, k = _runs(ts, end, g.to_numpy())
+            return pl.DataFrame({by[0]: k, "ts": s, "end": e}).cast(
+                {by[0]: g.dtype, "ts": df.schema["ts"], "end": df.schema["end"]})
     key = by or None
     srt = df.select(*by, "ts", "end").sort([*by, "ts"])
     prev_end = pl.col("end").shift().cum_max()
@@ -37,13 +81,31 @@ def total(df: pl.DataFrame) -> int:
 
 
 def per_window(intervals: pl.DataFrame, windows: pl.DataFrame, win: str = "step") -> pl.DataFrame:
-    """Length of the union of `intervals` inside each window [ts, end) -> [win, dur]."""
+    """Length of the union of `intervals` inside each window [ts, end) -> [win, dur].
+
+    With B(t) = the union's length before t (a running sum over the merged intervals, read by binary search),
+    a window [a, b) holds B(b) - B(a): linear, no cross join of windows and intervals."""
     m = merge(intervals)
-    out = (windows.select(win, pl.col("ts").alias("_wts"), pl.col("end").alias("_wend"))
-           .join(m, how="cross")
-           .with_columns(_d=(pl.min_horizontal("end", "_wend") - pl.max_horizontal("ts", "_wts")).clip(lower_bound=0))
-           .group_by(win).agg(pl.col("_d").sum().alias("dur")))
-    return windows.select(win).join(out, on=win, how="left").with_columns(pl.col("dur").fill_null(0))
+    if m["ts"].null_count() or m["end"].null_count() or windows["ts"].null_count() or windows["end"].null_count():
+        out = (windows.select(win, pl.col("ts").alias("_wts"), pl.col("end").alias("_wend"))
+               .join(m, how="cross")
+               .with_columns(_d=(pl.min_horizontal("end", "_wend") - pl.max_horizontal("ts", "_wts")).clip(lower_bound=0))
+               .group_by(win).agg(pl.col("_d").sum().alias("dur")))
+        return windows.select(win).join(out, on=win, how="left").with_columns(pl.col("dur").fill_null(0))
+    s, e = m["ts"].to_numpy(), m["end"].to_numpy()
+    run = np.concatenate([[0], np.cumsum(e - s)])
+
+    def before(t: np.ndarray) -> np.ndarray:
+        j = np.searchsorted(s, t, side="right") - 1  # the last interval starting at or before t
+        jj = np.maximum(j, 0)
+        inside = np.minimum(t, e[jj]) - s[jj] if s.size else np.zeros(t.size, np.int64)
+        return np.where(j >= 0, run[jj] + inside, 0)
+
+    a, b = windows["ts"].to_numpy(), windows["end"].to_numpy()
+    d = np.maximum(before(b) - before(a), 0)
+    # windows sharing a key share its total, as a group-by would
+    w = windows.select(win).with_columns(_d=pl.Series(d, dtype=pl.Int64))
+    return w.select(win, pl.col("_d").sum().over(win).alias("dur"))
 
 
 def segments(intervals: pl.DataFrame, priorities: list[str], windows: pl.DataFrame, other: str = "other",
@@ -52,30 +114,38 @@ def segments(intervals: pl.DataFrame, priorities: list[str], windows: pl.DataFra
     highest-priority label active then (`other` where none is).
 
     `intervals` [label, ts, end]; `windows` [win, ts, end] (non-overlapping). Each label's intervals are
-    merged first (so a label is simply on or off), then one +1/-1 boundary sweep: no per-event loop.
+    merged first (so a label is simply on or off), then one boundary sweep: a running count per label over
+    the sorted boundaries, no per-event loop.
     """
-    iv = merge(intervals.filter(pl.col("label").is_in(priorities) & (pl.col("end") > pl.col("ts"))), ["label"])
-    rank = {p: k for k, p in enumerate(priorities)}
-    iv = iv.with_columns(_k=pl.col("label").replace_strict(rank, return_dtype=pl.Int32))
-    w = windows.select(pl.col("ts").alias("t"), pl.lit(-1, pl.Int32).alias("_k"), pl.lit(0, pl.Int64).alias("d"))
-    pts = pl.concat([
-        iv.select(pl.col("ts").alias("t"), "_k", pl.lit(1, pl.Int64).alias("d")),
-        iv.select(pl.col("end").alias("t"), "_k", pl.lit(-1, pl.Int64).alias("d")),
-        w, windows.select(pl.col("end").alias("t"), pl.lit(-1, pl.Int32).alias("_k"), pl.lit(0, pl.Int64).alias("d")),
-    ])
-    cols = [f"_c{k}" for k in range(len(priorities))]
-    pts = pts.with_columns([pl.when(pl.col("_k") == k).then(pl.col("d")).otherwise(0).alias(c)
-                            for k, c in enumerate(cols)])
-    seg = (pts.group_by("t").agg([pl.col(c).sum() for c in cols]).sort("t")
-           .with_columns([pl.col(c).cum_sum() for c in cols]).with_columns(_next=pl.col("t").shift(-1)))
-    label = pl.lit(other)
-    for p, c in reversed(list(zip(priorities, cols, strict=True))):
-        label = pl.when(pl.col(c) > 0).then(pl.lit(p)).otherwise(label)
-    seg = seg.filter(pl.col("_next") > pl.col("t")).select("t", "_next", label.alias("cls"))
-    wn = windows.select(win, pl.col("ts").alias("_wts"), pl.col("end").alias("_wend")).sort("_wts")
-    seg = (seg.join_asof(wn, left_on="t", right_on="_wts", strategy="backward")
-           .filter(pl.col("t") < pl.col("_wend")))
-    return seg.select(win, pl.col("t").alias("ts"), pl.col("_next").alias("end"), "cls")
+    # each label's priority rank (null: not a ranked label), by equality tests: cheaper than a hash lookup
+    rank = pl.coalesce([pl.when(pl.col("label") == p).then(pl.lit(k, pl.Int32)) for k, p in enumerate(priorities)])
+    iv = (intervals.lazy().select(rank.alias("k"), "ts", "end")
+          .filter(pl.col("k").is_not_null() & (pl.col("end") > pl.col("ts"))).collect())
+    s, e, k = _runs(iv["ts"].to_numpy(), iv["end"].to_numpy(), iv["k"].to_numpy())
+    wts, wend = windows["ts"].to_numpy(), windows["end"].to_numpy()
+    t = _unique_sorted(np.concatenate([s, e, wts, wend]))
+    # label k is on over [t[j], t[j+1]) while its running count of starts minus ends is positive; the highest
+    # priority label on wins (merged runs of one label never touch)
+    nk = len(priorities)
+    cls = np.full(t.size, nk, np.int64)  # nk: `other`
+    d = np.zeros(t.size, np.int8)
+    for j in reversed(range(nk)):
+        sel = k == j
+        d[:] = 0
+        d[np.searchsorted(t, s[sel])] = 1  # a label's run boundaries are all distinct times
+        d[np.searchsorted(t, e[sel])] = -1
+        cls[np.cumsum(d, dtype=np.int8) > 0] = j
+    ts, end, cls = t[:-1], t[1:], cls[:-1]
+    # each segment in the window that starts at or before it (and only while that window lasts)
+    wo = np.argsort(wts, kind="stable")
+    w = np.searchsorted(wts[wo], ts, side="right") - 1
+    wi = wo[np.maximum(w, 0)]
+    keep = (w >= 0) & (ts < wend[wi])
+    names = pl.Series([*priorities, other], dtype=pl.String)
+    return pl.DataFrame({
+        win: windows[win].gather(pl.Series(wi[keep])), "ts": pl.Series(ts[keep], dtype=pl.Int64),
+        "end": pl.Series(end[keep], dtype=pl.Int64), "cls": names.gather(pl.Series(cls[keep])),
+    })
 
 
 def priority_sweep(intervals: pl.DataFrame, priorities: list[str], windows: pl.DataFrame,

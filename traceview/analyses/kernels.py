@@ -5,12 +5,12 @@ from __future__ import annotations
 import polars as pl
 
 from ..model import Trace
+from .rowid import join_by_id
 
 
 def with_op_names(trace: Trace, gpu: pl.DataFrame | None = None) -> pl.DataFrame:
     gpu = trace.gpu if gpu is None else gpu
-    names = trace.host.select(pl.col("i").alias("op"), pl.col("name").alias("op_name"))
-    return gpu.join(names, on="op", how="left")
+    return join_by_id(gpu, "op", trace.host, pl.col("name").alias("op_name"))
 
 
 def top_kernels(trace: Trace, n: int = 10, gpu: pl.DataFrame | None = None) -> pl.DataFrame:
@@ -32,8 +32,7 @@ def top_ops(trace: Trace, n: int = 10, gpu: pl.DataFrame | None = None) -> pl.Da
     per = g.filter(pl.col("op_name").is_not_null()).group_by("op_name").agg(
         pl.col("op").n_unique().alias("calls"), pl.len().alias("kernels"), pl.col("dur").sum().alias("gpu_total"),
         pl.col("op").unique().alias("_ops"))
-    cpu = trace.host.select(pl.col("i").alias("_op"), pl.col("dur").alias("_cpu"))
-    per = per.explode("_ops").join(cpu, left_on="_ops", right_on="_op", how="left").group_by(
+    per = join_by_id(per.explode("_ops"), "_ops", trace.host, pl.col("dur").alias("_cpu")).group_by(
         "op_name", "calls", "kernels", "gpu_total").agg(pl.col("_cpu").sum().alias("cpu_total"))
     return per.with_columns(share=pl.col("gpu_total") / tot).sort(
         "gpu_total", "op_name", descending=[True, False]).head(n)

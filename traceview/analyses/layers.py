@@ -20,12 +20,14 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+import numpy as np
 import polars as pl
 
 from ..memo import per_trace
 from ..model import RUNTIME_CATS, Trace
+from .rowid import by_id, join_by_id
 from .specs import Spec, trace_spec
-from .tree import ancestor_where, call_tree
+from .tree import ancestor_where, call_tree, roots, thread_ids
 
 UNATTRIBUTED = "(unattributed)"
 MODULE_PREFIX = "nn.Module: "
@@ -78,9 +80,9 @@ def gpu_layers(trace: Trace) -> pl.DataFrame:
     g = trace.gpu.select("i", "launch", "op")
     if g.height == 0:
         return pl.DataFrame(schema=_ATTR_SCHEMA)
-    by = hl.rename({c: f"{c}_l" for c in hl.columns if c != "i"})
-    g = g.join(by, left_on="launch", right_on="i", how="left")
-    g = g.join(hl.rename({c: f"{c}_o" for c in hl.columns if c != "i"}), left_on="op", right_on="i", how="left")
+    cols = [c for c in hl.columns if c != "i"]
+    g = pl.concat([g, by_id(hl, g["launch"], *[pl.col(c).alias(f"{c}_l") for c in cols]),
+                   by_id(hl, g["op"], *[pl.col(c).alias(f"{c}_o") for c in cols])], how="horizontal")
     # the launching runtime call is the most direct link; the op (via External id) when there is none
     use_l = pl.col("phase_l").is_not_null()
     return g.select(
@@ -111,7 +113,9 @@ def _node_events(host: pl.DataFrame) -> tuple[pl.DataFrame, str]:
         "i", label=pl.col("name").str.strip_prefix(ATTR_PREFIX),
         cls=pl.col("name").str.strip_prefix(ATTR_PREFIX).str.replace_all(r"(^|\.)\d+(\.|$)", "$1*$2"),
         src=pl.lit("attr"))
-    pseudo = h.filter(ann & pl.col("name").str.contains(PSEUDO_RE)).select(
+    # the regex only on the few names that can match it
+    pseudo = h.filter(ann & (pl.col("name").str.starts_with("Optimizer.") | pl.col("name").str.starts_with("enumerate(")))
+    pseudo = pseudo.filter(ann & pl.col("name").str.contains(PSEUDO_RE)).select(
         "i", label=pl.col("name"), cls=pl.col("name").str.extract(r"^([^#]+)#"),
         src=pl.when(pl.col("name").str.starts_with("enumerate(")).then(pl.lit("dataloader"))
         .otherwise(pl.lit("optimizer")))
@@ -157,7 +161,8 @@ def _build_tree(host: pl.DataFrame, nodes: pl.DataFrame) -> tuple[pl.DataFrame, 
     # Nest the nodes among themselves by time: a `with record_function(...)` range opens inside the
     # `__enter__` frame and outlives it, so the full host tree is not reliable around annotations,
     # but module frames and annotations do nest properly with each other.
-    sub = call_tree(host.join(nodes.select("i"), on="i", how="semi").drop("depth", "parent"))
+    cols = [c for c in ("i", "cat", "pid", "tid", "ts", "dur", "ev_idx") if c in host.columns]
+    sub = call_tree(host.select(cols).filter(pl.col("i").is_in(nodes["i"].implode())))
     nodes = nodes.join(sub.select("i", pl.col("parent").alias("pnode")), on="i", how="left")
     # an attr annotation whose nearest enclosing node is a module frame names that frame (same call)
     src_of = nodes.select(pl.col("i").alias("pnode"), pl.col("src").alias("psrc"))
@@ -199,7 +204,7 @@ def _build_tree(host: pl.DataFrame, nodes: pl.DataFrame) -> tuple[pl.DataFrame, 
     # attr paths are already readable kinds (`blocks.*.attn`)
     out = out.with_columns(kind=pl.when(pl.col("attr").is_not_null() & (pl.col("src") == "attr"))
                            .then(pl.col("cls")).otherwise(pl.col("kind")))
-    out = out.join(host.select("i", "ts", "end"), on="i", how="left")
+    out = pl.concat([out, by_id(host, out["i"], "ts", "end")], how="horizontal")
     tree = (out.group_by("layer").agg(
         pl.col("parent_layer").first(), pl.col("label").first().alias("name"), pl.col("cls").first().alias("layer_class"),
         pl.col("kind").first(), pl.col("ndepth").first().alias("depth"), pl.col("module_path").first(),
@@ -210,10 +215,48 @@ def _build_tree(host: pl.DataFrame, nodes: pl.DataFrame) -> tuple[pl.DataFrame, 
 
 def _innermost(rows: pl.DataFrame, nodes: pl.DataFrame) -> pl.DataFrame:
     """For each row [i, pid, tid, ts], the innermost node [i, pid, tid, ts, end, parent, depth] on its
-    thread that contains its start: the last node started at or before it (as-of join), or the
-    nearest ancestor of that node still open (one join per node-tree level). Returns [i, node]."""
+    thread that contains its start: the last node started at or before it (an as-of search on (thread, time);
+    the deepest of nodes starting together), or the nearest ancestor of that node still open (one vectorised
+    step per node-tree level). Returns [i, node]."""
     if rows.height == 0 or nodes.height == 0:
         return pl.DataFrame(schema={"i": pl.UInt32, "node": pl.UInt32})
+    cols = ("pid", "tid", "ts")
+    if any(rows[c].null_count() for c in cols) or any(nodes[c].null_count() for c in (*cols, "depth", "end")):
+        return _innermost_joins(rows, nodes)
+    nr = rows.height
+    gid = thread_ids(np.concatenate([rows["pid"].to_numpy(), nodes["pid"].to_numpy()]),
+                     np.concatenate([rows["tid"].to_numpy(), nodes["tid"].to_numpy()]))
+    rts, nts = rows["ts"].to_numpy(), nodes["ts"].to_numpy()
+    lo = min(int(rts.min()), int(nts.min()))
+    span = max(int(rts.max()), int(nts.max())) - lo + 1
+    if gid is None or (int(gid.max()) + 1) * span >= 2**62:
+        return _innermost_joins(rows, nodes)
+    rg, ng = gid[:nr], gid[nr:]
+    nk = ng * span + (nts - lo)
+    no = np.lexsort((nodes["depth"].to_numpy(), nk))
+    j = np.searchsorted(nk[no], rg * span + (rts - lo), side="right") - 1
+    cand = no[np.maximum(j, 0)]
+    ok = (j >= 0) & (ng[cand] == rg)
+    nend = nodes["end"].to_numpy()
+    nid = nodes["i"].cast(pl.Int64).to_numpy()
+    ids = np.sort(nid)
+    par = nodes["parent"].cast(pl.Int64).fill_null(-1).to_numpy()
+    pp = np.minimum(np.searchsorted(ids, par), max(ids.size - 1, 0))
+    ppos = np.where((par >= 0) & (ids[pp] == par), np.argsort(nid, kind="stable")[pp], -1)  # parent's position
+    res = np.full(nr, -1, np.int64)
+    act, c = np.flatnonzero(ok), cand[ok]
+    while act.size:
+        inside = rts[act] < nend[c]
+        res[act[inside]] = c[inside]
+        act, c = act[~inside], ppos[c[~inside]]
+        act, c = act[c >= 0], c[c >= 0]
+    hit = res >= 0
+    return pl.DataFrame({"i": rows["i"].filter(pl.Series(hit)).cast(pl.UInt32),
+                         "node": nodes["i"].gather(pl.Series(res[hit])).cast(pl.UInt32)})
+
+
+def _innermost_joins(rows: pl.DataFrame, nodes: pl.DataFrame) -> pl.DataFrame:
+    """`_innermost` by joins (null times or thread ids, ids too large to pack)."""
     n = nodes.select(pl.col("i").alias("node"), "pid", "tid", pl.col("ts").alias("_nts"), "depth").sort("_nts", "depth")
     cur = (rows.select("i", "pid", "tid", "ts").sort("ts")
            .join_asof(n, left_on="ts", right_on="_nts", by=["pid", "tid"], strategy="backward",
@@ -237,11 +280,14 @@ def _innermost(rows: pl.DataFrame, nodes: pl.DataFrame) -> pl.DataFrame:
 def _fwd_thread_map(trace: Trace, fwd_ops: pl.DataFrame) -> tuple[pl.DataFrame, pl.DataFrame]:
     """[pid, fwd_tid (RecordFunction thread index), ftid (OS tid of the forward thread)] from the
     fwdbwd flows, and [pid, ftid1] for processes with a single forward thread (the fallback)."""
-    h = trace.host.filter(pl.col("cat") == "cpu_op")
+    h = trace.host.lazy().filter(pl.col("cat") == "cpu_op").select("pid", "tid", "ts", "fwd_tid").collect()
     fl = trace.flows.filter(pl.col("cat") == "fwdbwd")
     pairs = pl.DataFrame(schema={"pid": pl.Int64, "fwd_tid": pl.Int64, "ftid": pl.Int64})
     if fl.height:
-        s = (fl.filter(pl.col("ph") == "s").join(h.select("pid", "tid", "ts"), on=["pid", "tid", "ts"], how="semi")
+        # a semi join on (pid, tid, ts), as a join on the time alone (cheaper to hash) and a filter
+        s = (fl.filter(pl.col("ph") == "s")
+             .join(h.select(pl.col("pid").alias("_p"), pl.col("tid").alias("_t"), "ts"), on="ts")
+             .filter((pl.col("pid") == pl.col("_p")) & (pl.col("tid") == pl.col("_t")))
              .select("id", "pid", pl.col("tid").alias("ftid")).unique("id"))
         f = (fl.filter(pl.col("ph") == "f")
              .join(h.filter(pl.col("fwd_tid") > 0).select("pid", "tid", "ts", "fwd_tid"), on=["pid", "tid", "ts"])
@@ -256,10 +302,12 @@ def _fwd_thread_map(trace: Trace, fwd_ops: pl.DataFrame) -> tuple[pl.DataFrame, 
 
 def _attribute(trace: Trace) -> Attribution:
     host = trace.host
-    rows = host.filter(pl.col("cat").is_in(["cpu_op", *RUNTIME_CATS])).select("i", "pid", "tid", "ts", "seq", "fwd_tid", "op")
+    rows = (host.lazy().filter(pl.col("cat").is_in(["cpu_op", *RUNTIME_CATS]))
+            .select("i", "pid", "tid", "ts", "seq", "fwd_tid", "op").collect())
     # a runtime call is in grad mode when the op that made it is
-    rows = rows.join(host.select(pl.col("i").alias("op"), pl.col("seq").alias("_oseq")), on="op", how="left").with_columns(
-        _grad=pl.col("seq").is_not_null() | pl.col("_oseq").is_not_null()).drop("_oseq", "op")
+    rows = pl.concat([rows, by_id(host, rows["op"], pl.col("seq").is_not_null().alias("_oseq"))],
+                     how="horizontal").with_columns(
+        _grad=pl.col("seq").is_not_null() | pl.col("_oseq").fill_null(False)).drop("_oseq", "op")
     if host.height == 0:
         empty = pl.DataFrame(schema=_ATTR_SCHEMA)
         return Attribution("none", pl.DataFrame(schema={"i": pl.UInt32, "layer": pl.String}), empty,
@@ -272,7 +320,7 @@ def _attribute(trace: Trace) -> Attribution:
     # forward: innermost enclosing node (or the op itself when ops are the nodes)
     # ops made nodes (the "ops" fallback) are their own layer; everything else by time containment
     # (op nodes too: an op's children and its runtime calls belong to it)
-    node_ev = nodes.join(host.select("i", "pid", "tid"), on="i").select(
+    node_ev = pl.concat([nodes, by_id(host, nodes["i"], "pid", "tid")], how="horizontal").select(
         "i", "pid", "tid", "ts", "end", pl.col("pnode").alias("parent"), pl.col("ndepth").alias("depth"))
     fwd = _innermost(rows, node_ev)
     fwd = pl.concat([fwd, rows.join(nodes.filter(pl.col("src") == "op").select("i"), on="i", how="semi")
@@ -280,21 +328,24 @@ def _attribute(trace: Trace) -> Attribution:
     # backward: the innermost enclosing autograd node op (it carries the sequence number)
     bwd = ancestor_where(host, rows, ((pl.col("cat") == "cpu_op") & (pl.col("fwd_tid") > 0)).fill_null(False), "bnode",
                          include_self=True)
-    r = rows.join(fwd, on="i", how="left").join(bwd, on="i", how="left")
+    r = pl.concat([rows, by_id(fwd.sort("i"), rows["i"], "node"), by_id(bwd, rows["i"], "bnode")],
+                  how="horizontal")
     # forward op of each sequence number: the one that started last on its thread
     fwd_ops = (r.filter(pl.col("seq").is_not_null() & (pl.col("fwd_tid").fill_null(0) == 0))
                .sort("ts").group_by("pid", "tid", "seq").agg(pl.col("node").last().alias("fnode"))
                .rename({"tid": "ftid"}))
     pairs, single = _fwd_thread_map(trace, fwd_ops)
-    bn = (host.select(pl.col("i").alias("bnode"), "pid", pl.col("seq").alias("bseq"), pl.col("fwd_tid").alias("bft"))
-          .join(r.select("bnode").unique().drop_nulls(), on="bnode", how="semi")
+    bnodes = r["bnode"].drop_nulls().unique()
+    bn = (pl.concat([bnodes.to_frame(), by_id(host, bnodes, "pid", pl.col("seq").alias("bseq"),
+                                                pl.col("fwd_tid").alias("bft"))], how="horizontal")
           .join(pairs.rename({"fwd_tid": "bft"}), on=["pid", "bft"], how="left")
           .join(single, on="pid", how="left")
           .with_columns(ftid=pl.coalesce("ftid", "ftid1"))
           .join(fwd_ops, left_on=["pid", "ftid", "bseq"], right_on=["pid", "ftid", "seq"], how="left")
           .select("bnode", "fnode"))
-    r = r.join(bn, on="bnode", how="left").with_columns(lnode=pl.coalesce("fnode", "node"))
-    r = r.join(nl, left_on="lnode", right_on="node", how="left")
+    r = join_by_id(r, "bnode", bn.rename({"bnode": "i"}).sort("i"), "fnode").with_columns(
+        lnode=pl.coalesce("fnode", "node")).drop("node")
+    r = join_by_id(r, "lnode", nl.rename({"node": "i"}).sort("i"), "layer", "layer_class", "depth", "nphase")
     out = r.select(
         "i", pl.col("layer").fill_null(UNATTRIBUTED), pl.col("layer_class").fill_null(UNATTRIBUTED), "depth",
         phase=pl.when(pl.col("bnode").is_not_null()).then(pl.lit("backward"))
@@ -322,14 +373,18 @@ def device_peaks(trace: Trace) -> Spec:
 
 
 @per_trace
+def top_level_ops(trace: Trace) -> pl.DataFrame:
+    """cpu_ops with no enclosing cpu_op on their thread (what Python called): [i, name, pid, tid, ts, end, dur]."""
+    cols = [c for c in ("i", "cat", "name", "pid", "tid", "ts", "dur", "end", "ev_idx") if c in trace.host.columns]
+    ops = trace.host.lazy().filter(pl.col("cat") == "cpu_op").select(cols).collect()
+    return ops.filter(roots(ops)).select("i", "name", "pid", "tid", "ts", "end", "dur")
+
+
+@per_trace
 def _top_ops(trace: Trace) -> pl.DataFrame:
     """Outermost cpu_ops (no enclosing cpu_op) with their layer: [i, pid, tid, ts, end, dur, layer]."""
-    ops = trace.host.filter(pl.col("cat") == "cpu_op")
-    if ops.height == 0:
-        return pl.DataFrame(schema={"i": pl.UInt32, "pid": pl.Int64, "tid": pl.Int64, "ts": pl.Int64,
-                                    "end": pl.Int64, "dur": pl.Int64, "layer": pl.String, "phase": pl.String})
-    top = call_tree(ops.drop("depth", "parent")).filter(pl.col("depth") == 0).select("i", "pid", "tid", "ts", "end", "dur")
-    return top.join(host_layers(trace).select("i", "layer", "phase"), on="i", how="left")
+    top = top_level_ops(trace).select("i", "pid", "tid", "ts", "end", "dur")
+    return join_by_id(top, "i", host_layers(trace), "layer", "phase")
 
 
 def segment_layers(trace: Trace, segments: pl.DataFrame) -> pl.DataFrame:
@@ -367,9 +422,9 @@ def shape_signatures(trace: Trace) -> pl.DataFrame:
         return pl.DataFrame(schema=schema)
     dims = pl.col("input_dims").cast(pl.String)
     ops = (att.host.filter(pl.col("phase") == "forward").select("i", "layer")
-           .join(trace.host.filter((pl.col("cat") == "cpu_op") & pl.col("input_dims").is_not_null()
-                                   & (pl.col("input_dims").bin.size() > 2)).select("i", "ts", "name", dims.alias("d")),
-                 on="i")
+           .join(trace.host.lazy().filter((pl.col("cat") == "cpu_op") & pl.col("input_dims").is_not_null()
+                                          & (pl.col("input_dims").bin.size() > 2))
+                 .select("i", "ts", "name", dims.alias("d")).collect(), on="i")
            .filter(pl.col("d").str.contains(r"\d")))
     if ops.height == 0:
         return pl.DataFrame(schema=schema)
@@ -442,7 +497,8 @@ def layer_table(trace: Trace, steps: pl.DataFrame | None = None, depth: int | No
     bound = (gi.filter(pl.col("bound").is_not_null()).group_by("layer", "bound").agg(pl.col("dur").sum())
              .sort("dur", "bound", descending=[True, False]).group_by("layer", maintain_order=True)
              .agg(pl.col("bound").first()))
-    cpu = incl(top).group_by("layer").agg(pl.col("dur").sum().alias("cpu_ns"))
+    # integer sums: summed per layer first, then through the ancestors (fewer rows to explode, same totals)
+    cpu = incl(top.group_by("layer").agg(pl.col("dur").sum())).group_by("layer").agg(pl.col("dur").sum().alias("cpu_ns"))
     out = (tree.select("layer", "name", "layer_class", "kind", "depth", "parent_layer", "module_path", "calls",
                        "first_ts")
            .join(per, on="layer", how="left").join(self_, on="layer", how="left")
@@ -473,7 +529,8 @@ def layer_table(trace: Trace, steps: pl.DataFrame | None = None, depth: int | No
     ).drop("_tf", "_tb")
     # classifier shares: the step time each layer is responsible for, split by class
     if part is not None and part.height:
-        sl = segment_layers(trace, part).with_columns(dur=pl.col("end") - pl.col("ts"))
+        sl = (segment_layers(trace, part).group_by("layer", "cls")
+              .agg((pl.col("end") - pl.col("ts")).sum().alias("dur")))  # per layer first (integer sums)
         sh = pl.concat([incl(sl), sl.filter(pl.col("layer") == UNATTRIBUTED)], how="diagonal_relaxed")
         sh = sh.group_by("layer").agg(pl.col("dur").sum().alias("time_ns"),
                                       *[pl.col("dur").filter(pl.col("cls") == c).sum().alias(f"share_{c}")

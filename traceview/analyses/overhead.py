@@ -32,12 +32,14 @@ def events_per_step(trace: Trace, steps: pl.DataFrame) -> dict[str, float]:
     if n == 0:
         return {k: 0.0 for k in COST_US}
     lo, hi = int(steps["cpu_ts"].min()), int(steps["cpu_end"].max())
-    h = trace.host.filter((pl.col("ts") >= lo) & (pl.col("ts") < hi))
-    kind = (pl.when(pl.col("cat").is_in(["cpu_op", "user_annotation"])).then(pl.lit("op"))
-            .when(pl.col("cat").is_in(RUNTIME_CATS)).then(pl.lit("runtime"))
-            .when(pl.col("cat") == "python_function").then(pl.lit("python")))
-    got = h.select(kind.alias("k")).drop_nulls().group_by("k").len()
-    d = dict(zip(got["k"].to_list(), got["len"].to_list(), strict=True))
+    kind = {**dict.fromkeys(["cpu_op", "user_annotation"], "op"), **dict.fromkeys(RUNTIME_CATS, "runtime"),
+            "python_function": "python"}
+    # counted per category (a handful), then per kind
+    got = trace.host.lazy().filter((pl.col("ts") >= lo) & (pl.col("ts") < hi)).group_by("cat").len().collect()
+    d: dict[str, int] = {}
+    for cat, count in got.iter_rows():
+        if cat in kind:
+            d[kind[cat]] = d.get(kind[cat], 0) + count
     return {k: round(d.get(k, 0) / n, 1) for k in COST_US}
 
 

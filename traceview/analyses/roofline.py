@@ -241,8 +241,8 @@ def op_costs(trace: Trace, op_ids: pl.Series | None = None) -> pl.DataFrame:
     def raw(col: str) -> pl.Expr:
         return pl.col(col) if col in trace.host.columns else pl.lit(None, pl.Binary).alias(col)
 
-    ops = trace.host.filter(pl.col("i").is_in(ids.implode())).select(
-        pl.col("i").alias("op"), "name", "input_dims", "input_type", raw("concrete"), raw("strides"))
+    ops = trace.host.lazy().filter(pl.col("i").is_in(ids.implode())).select(
+        pl.col("i").alias("op"), "name", "input_dims", "input_type", raw("concrete"), raw("strides")).collect()
     ops = ops.with_columns(concrete=pl.when(pl.col("name").is_in([*CONV_ARGS, *INDEX_OPS])).then("concrete"),
                            strides=pl.when(pl.col("name").is_in(list(INDEX_OPS))).then("strides"))
     key = ["name", "input_dims", "input_type", "concrete", "strides"]

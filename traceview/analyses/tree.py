@@ -17,6 +17,69 @@ from ..errors import TraceError
 _CAT_RANK = {"python_function": 0, "user_annotation": 1, "cpu_op": 2}
 
 
+def thread_ids(pid: np.ndarray, tid: np.ndarray) -> np.ndarray | None:
+    """A dense id per (pid, tid) (any order: threads are independent), or None when the pair does not pack
+    into one int64 (ids beyond 32 bits)."""
+    lim = 2**31
+    if pid.size and (pid.min() < -lim or pid.max() >= lim or tid.min() < -lim or tid.max() >= lim):
+        return None
+    key = (pid.astype(np.int64) << 32) | (tid.astype(np.int64) + lim)
+    run = np.ones(key.size, bool)  # the distinct keys are among the run starts (events come in thread runs)
+    run[1:] = key[1:] != key[:-1]
+    return np.searchsorted(np.unique(key[run]), key)
+
+
+def _order(host: pl.DataFrame, pid: np.ndarray, tid: np.ndarray, ts: np.ndarray,
+           dur: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """(row order by (thread, ts asc, dur desc, category rank, Ev Idx), thread id per row).
+
+    Events are nearly sorted by time already, so a stable sort on (thread, ts) costs little; only the rows that
+    tie on (thread, ts) are ordered by the other keys (the tie-breaks below)."""
+    n = host.height
+    gid = thread_ids(pid, tid)
+    if gid is None:  # huge pid/tid values
+        return _order_general(host, pid, tid, ts, dur)
+    lo = int(ts.min())
+    span = int(ts.max()) - lo + 1
+    if (int(gid.max()) + 1) * span >= 2**62:  # the composite key would overflow: call_tree says why
+        return _order_general(host, pid, tid, ts, dur)
+    key = gid * span + (ts - lo)
+    order = np.argsort(key, kind="stable")
+    ks = key[order]
+    tie = np.zeros(n, bool)
+    tie[1:] = ks[1:] == ks[:-1]
+    tie[:-1] |= tie[1:]
+    idx = np.flatnonzero(tie)
+    if idx.size:
+        sub = order[idx]
+        order[idx] = sub[np.lexsort((*_tie_keys(host, sub, dur), ks[idx]))]
+    return order, gid
+
+
+def _order_general(host: pl.DataFrame, pid: np.ndarray, tid: np.ndarray, ts: np.ndarray,
+                   dur: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """`_order` by a full lexicographic sort."""
+    n = host.height
+    order = np.lexsort((*_tie_keys(host, np.arange(n), dur), ts, tid, pid))
+    p, t = pid[order], tid[order]
+    new = np.ones(n, bool)
+    new[1:] = (p[1:] != p[:-1]) | (t[1:] != t[:-1])
+    gid = np.empty(n, np.int64)
+    gid[order] = np.cumsum(new) - 1
+    return order, gid
+
+
+def _tie_keys(host: pl.DataFrame, rows: np.ndarray, dur: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """(Ev Idx, category rank, -dur) of `rows`: the order of slices that start together, least significant first.
+    Outermost first on exact ties (TRACE_FORMAT §7.5); Ev Idx orders them, python frames without it keep file order
+    (their call order)."""
+    sub = host.select(*(c for c in ("cat", "i", "ev_idx") if c in host.columns))[rows]
+    cr = sub["cat"].replace_strict(_CAT_RANK, default=3, return_dtype=pl.Int8).to_numpy()
+    ids = sub["i"].to_numpy().astype(np.int64)
+    ev = sub["ev_idx"].fill_null(-1).to_numpy() if "ev_idx" in sub.columns else np.full(rows.size, -1, np.int64)
+    return np.where(ev < 0, ids, ev), cr, -dur[rows]
+
+
 def call_tree(host: pl.DataFrame) -> pl.DataFrame:
     """Add `depth` (0 = root) and `parent` (row id `i` of the enclosing slice, null at roots).
 
@@ -30,83 +93,160 @@ def call_tree(host: pl.DataFrame) -> pl.DataFrame:
     tid = host["tid"].to_numpy()
     ts = host["ts"].to_numpy()
     dur = host["dur"].to_numpy()
-    cr = host["cat"].replace_strict(_CAT_RANK, default=3, return_dtype=pl.Int8).to_numpy()
-    # Ev Idx orders exact ties; python frames without it keep file order (their call order)
-    ev = (host["ev_idx"].fill_null(-1).to_numpy() if "ev_idx" in host.columns else np.full(n, -1, np.int64))
-    ev = np.where(ev < 0, host["i"].to_numpy().astype(np.int64), ev)
-    order = np.lexsort((ev, cr, -dur, ts, tid, pid))  # last key is the primary one
-    pid, tid, ts, dur = pid[order], tid[order], ts[order], dur[order]
-    end = ts + dur
-    pos = np.arange(n, dtype=np.int64)
+    order, gid = _order(host, pid, tid, ts, dur)
+    # intermediates are dropped as soon as they are used: this runs on every host event of the trace
+    gid = gid[order]
     new = np.ones(n, bool)
-    new[1:] = (pid[1:] != pid[:-1]) | (tid[1:] != tid[:-1])
-    gid = np.cumsum(new) - 1
-    S = pos - pos[new][gid]  # slices before i on its thread
+    new[1:] = gid[1:] != gid[:-1]
+    del gid
+    first = np.flatnonzero(new)  # each thread's first position
+    tno = np.cumsum(new) - 1  # threads numbered in sorted order
+    ts, dur = ts[order], dur[order]
+    end = ts + dur
     lo = int(min(ts.min(), 0))
     span = int(end.max()) - lo + 1
-    if (gid[-1] + 1) * span >= 2**62:  # composite keys would overflow: never seen in practice
-        raise TraceError(f"{gid[-1] + 1:,} host threads over {span / 1e9:,.0f} s: too many threads over too long "
+    if (tno[-1] + 1) * span >= 2**62:  # composite keys would overflow: never seen in practice
+        raise TraceError(f"{tno[-1] + 1:,} host threads over {span / 1e9:,.0f} s: too many threads over too long "
                          "a time span to nest the host events")
-    base = gid * span - lo
-    ekeys = np.sort(base + end)
-    E = np.searchsorted(ekeys, base + ts, side="right") - np.searchsorted(ekeys, base + lo, side="left")
+    base = tno * span - lo
+    end += base
+    end.sort(kind="stable")  # the ends' keys; nearly sorted: nested slices end in start order but for a few
+    tkey = base + ts  # ascending: sorted queries keep the binary searches cheap
+    del ts
+    # depth = slices before i on its thread (S) - those of them that ended by its start (E)
+    depth = np.arange(n, dtype=np.int64) - first[tno]
+    depth -= np.searchsorted(end, tkey, side="right")
+    depth += np.searchsorted(end, base[new] + lo)[tno]
+    del end, base, new
     # zero-length slices at the same (thread, ts) sort last; those at or after i have not "ended" before it
     zero = dur == 0
-    tkey = base + ts
-    zkeys = tkey[zero]
-    nzero = np.searchsorted(zkeys, tkey, side="right") - np.searchsorted(zkeys, tkey, side="left")
-    zrank = np.zeros(n, np.int64)
     if zero.any():
-        zpos = pos[zero]
+        zkeys = tkey[zero]
+        depth += np.searchsorted(zkeys, tkey, side="right") - np.searchsorted(zkeys, tkey, side="left")
+        zpos = np.flatnonzero(zero)
         zfirst = np.ones(zpos.size, bool)
         zfirst[1:] = zkeys[1:] != zkeys[:-1]
-        run = np.cumsum(zfirst) - 1
-        zrank[zero] = zpos - zpos[zfirst][run]
-    depth = np.maximum(S - (E - (nzero - zrank)), 0)
-    # parent: the last earlier slice on the thread one level up
+        depth[zero] -= zpos - zpos[zfirst][np.cumsum(zfirst) - 1]
+    del tkey, zero, dur
+    np.maximum(depth, 0, out=depth)
+    # parent: the last earlier slice on the thread one level up. Grouped by (thread, depth), positions ascend,
+    # so the queries below come sorted too.
     D = int(depth.max()) + 2
-    k3 = gid * D + depth
-    comb = k3 * n + pos
-    sorter = np.argsort(comb, kind="stable")
-    comb_s = comb[sorter]
-    q = (gid * D + depth - 1) * n + pos
-    j = np.searchsorted(comb_s, q, side="left") - 1
-    ok = (j >= 0) & (depth > 0)
-    cand = np.where(ok, sorter[np.clip(j, 0, n - 1)], 0)
-    ok &= k3[cand] == gid * D + depth - 1
-    ids = host["i"].to_numpy()[order]
-    parent = np.where(ok, ids[cand], 0)
-    out = pl.DataFrame({
-        "i": ids, "depth": depth.astype(np.int32),
-        "parent": parent,
-        "_ok": ok,
-    }).with_columns(parent=pl.when(pl.col("_ok")).then(pl.col("parent").cast(pl.UInt32))).drop("_ok")
-    return host.drop("depth", "parent", strict=False).join(out, on="i", how="left")
+    k3 = tno * D + depth
+    del tno
+    small = int(k3.max()) < 2**16
+    sorter = np.argsort(k3.astype(np.uint16) if small else k3, kind="stable")  # radix sort when small
+    comb_s = k3[sorter] * n + sorter
+    js = np.searchsorted(comb_s, comb_s - n, side="left") - 1  # queries (k3 - 1) * n + pos, in sorter order
+    del comb_s
+    ok_s = (js >= 0) & (depth[sorter] > 0)
+    cand = sorter[np.clip(js, 0, n - 1)]
+    del js
+    ok_s &= k3[cand] == k3[sorter] - 1
+    del k3
+    ids = host["i"].to_numpy()
+    par_s = np.where(ok_s, ids[order[cand]], 0)
+    del cand
+    # back to the host's row order: sorted position p is row order[p]
+    dep = np.empty(n, np.int32)
+    dep[order] = depth
+    del depth
+    back = order[sorter]
+    del order, sorter
+    par = np.zeros(n, ids.dtype)
+    okr = np.zeros(n, bool)
+    par[back] = par_s
+    okr[back] = ok_s
+    cols = pl.DataFrame({"depth": dep, "parent": par, "_ok": okr}).select(
+        "depth", parent=pl.when("_ok").then(pl.col("parent").cast(pl.UInt32)))
+    return host.drop("depth", "parent", strict=False).hstack(cols)
+
+
+def roots(host: pl.DataFrame) -> pl.Series:
+    """Per row: True for a slice with no enclosing slice on its thread (`call_tree`'s depth 0), without building
+    the tree: in the call tree's order, a slice is a root when no earlier slice on its thread ends after it
+    starts (a running maximum of the ends)."""
+    n = host.height
+    if n == 0:
+        return pl.Series("root", [], pl.Boolean)
+    ts = host["ts"].to_numpy()
+    dur = host["dur"].to_numpy()
+    order, gid = _order(host, host["pid"].to_numpy(), host["tid"].to_numpy(), ts, dur)
+    g, ts = gid[order], ts[order]
+    end = ts + dur[order]
+    new = np.ones(n, bool)
+    new[1:] = g[1:] != g[:-1]
+    tno = np.cumsum(new) - 1
+    lo = int(min(ts.min(), end.min()))
+    span = int(max(ts.max(), end.max())) - lo + 1
+    if (int(tno[-1]) + 1) * span >= 2**62:  # lifted keys would overflow: the tree says it
+        return (call_tree(host)["depth"] == 0).rename("root")
+    lift = tno * span - lo  # one running maximum over all threads: each thread's ends lifted above the earlier ones'
+    prev = np.maximum.accumulate(end + lift)
+    root = new.copy()
+    root[1:] |= prev[:-1] - lift[1:] <= ts[1:]
+    out = np.empty(n, bool)
+    out[order] = root
+    return pl.Series("root", out)
 
 
 def ancestor_where(host: pl.DataFrame, rows: pl.DataFrame, cond: pl.Expr, out: str,
                    include_self: bool = False) -> pl.DataFrame:
-    """For each row id `i` in `rows`, the nearest ancestor (by `parent`) whose row satisfies `cond`.
+    """For each row id `i` in `rows`, the nearest ancestor (by `parent`) whose row satisfies `cond` (a row-wise
+    expression: it is evaluated only on the rows the climbs pass through).
 
-    Climbs one level per iteration for all rows at once (a join per tree level, not per event).
-    Returns frame [i, out].
-    """
-    nodes = host.select("i", "parent", cond.alias("_ok"))
-    rows = rows.select("i").join(host.select("i", "parent"), on="i", how="left")
-    cur = rows.select("i", (pl.col("i") if include_self else pl.col("parent")).alias("_cur"))
-    found: list[pl.DataFrame] = []
-    while cur.height:
-        cur = cur.filter(pl.col("_cur").is_not_null()).join(
-            nodes.rename({"i": "_cur", "parent": "_up"}), on="_cur", how="inner")
-        found.append(cur.filter(pl.col("_ok")).select("i", pl.col("_cur").alias(out)))
-        cur = cur.filter(~pl.col("_ok")).select("i", pl.col("_up").alias("_cur"))
-    if not found:
-        return pl.DataFrame({"i": pl.Series([], dtype=pl.UInt32), out: pl.Series([], dtype=pl.UInt32)})
-    return pl.concat(found)
+    Pointer doubling over the tree (each node points at itself when it satisfies `cond`, else at its parent;
+    log2(depth) vectorised passes), not a climb per event. Returns frame [i, out] for the rows that have one
+    (a parent missing from `host`, or a row where `cond` is null, ends the climb)."""
+    n = host.height
+    q = rows["i"]
+    if n == 0 or rows.height == 0:
+        return pl.DataFrame({"i": q.head(0), out: pl.Series([], dtype=pl.UInt32)})
+    ids = host["i"].to_numpy()
+    size = int(max(ids.max(), q.max() or 0)) + 1
+    idx = np.int32 if size < 2**31 else np.int64
+    at = np.full(size + 1, n, idx)  # row id -> position in `host`; n (and `size`) = none
+    at[ids] = np.arange(n, dtype=idx)
+
+    def pos(v: pl.Series) -> np.ndarray:
+        return at[np.minimum(v.fill_null(size).to_numpy(), size)]
+
+    par = np.append(pos(host["parent"]), n)
+    start = pos(q)
+    if not include_self:
+        start = par[start]
+    cols = list(dict.fromkeys(cond.meta.root_names())) or ["i"]
+    if q.len() * 64 > n:  # many climbs: they cover most of the tree anyway
+        on = np.arange(n)
+        val = host.select(cols).with_columns(cond.alias("_ok"))["_ok"]
+    else:  # a few climbs (syncs, say): `cond` only on the rows they pass through, the starts and their ancestors
+        seen = np.zeros(n + 1, bool)
+        f = np.unique(start)
+        while f.size:
+            f = f[~seen[f]]
+            seen[f] = True
+            f = np.unique(par[f])
+        seen[n] = False
+        on = np.flatnonzero(seen)
+        val = host.select(cols)[on].with_columns(cond.alias("_ok"))["_ok"]
+    ok = np.zeros(n + 1, bool)  # the sentinel n satisfies nothing
+    stop = np.zeros(n + 1, bool)  # a row where `cond` is null ends the climb unanswered
+    ok[on] = val.fill_null(False).to_numpy()
+    stop[on] = val.is_null().to_numpy()
+    nxt = np.where(ok, np.arange(n + 1, dtype=idx), np.where(stop, n, par))
+    while True:
+        nn = nxt[nxt]
+        if np.array_equal(nn, nxt):
+            break
+        nxt = nn
+    hit = nxt[start]
+    found = ok[hit]
+    return pl.DataFrame({"i": q.filter(pl.Series(found)),
+                         out: pl.Series(ids[hit[found]]).cast(pl.UInt32)})
 
 
 def enclosing_op(host: pl.DataFrame, runtime_cats: list[str]) -> pl.DataFrame:
     """Add `op`: for runtime/driver calls, the innermost enclosing `cpu_op` (the op that launched)."""
-    rt = host.filter(pl.col("cat").is_in(runtime_cats)).select("i")
+    rt = host.lazy().filter(pl.col("cat").is_in(runtime_cats)).select("i").collect()
     got = ancestor_where(host, rt, pl.col("cat") == "cpu_op", "op")
     return host.join(got, on="i", how="left")

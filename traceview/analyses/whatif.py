@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import polars as pl
 
+from ..memo import per_trace
 from ..model import Trace
 from .intervals import clip, merge, per_window
 from .timeline import gpu_work
@@ -34,6 +35,34 @@ def shrink_kernels(trace: Trace, k: pl.DataFrame, waits: pl.DataFrame | None = N
     gap after it."""
     if k.height == 0:
         return EMPTY
+    work, runs = _busy_runs(trace, waits)
+    kk = (k.join(work, on="i", how="inner").sort("device", "ts")
+          .join_asof(runs.select("device", pl.col("ts").alias("_rts"), "_run", "_slack"), left_on="ts",
+                     right_on="_rts", by="device", strategy="backward", check_sortedness=False))
+    kk = kk.with_columns(_cut=(pl.col("end") - pl.col("ts") - pl.col("new_dur")).clip(lower_bound=0))
+    scale = pl.when(pl.col("_slack").is_null()).then(1.0).otherwise(
+        pl.min_horizontal(pl.lit(1.0), pl.col("_slack") / pl.col("_cut").sum().over("_run"))).fill_nan(0.0)
+    kk = kk.with_columns(_gain=(pl.col("_cut") * scale).cast(pl.Int64))
+    out = kk.select(ts=pl.col("end") - pl.col("_gain"), end=pl.col("end")).filter(pl.col("end") > pl.col("ts"))
+    return merge(out)
+
+
+@per_trace
+def _runs_memo(trace: Trace) -> dict:
+    return {}
+
+
+def _busy_runs(trace: Trace, waits: pl.DataFrame | None) -> tuple[pl.DataFrame, pl.DataFrame]:
+    """(the GPU work, its busy runs per device with the slack each may pass on): the same for every kernel fix
+    of a trace (the waits are its sync calls), so computed once per (trace, waits)."""
+    memo = _runs_memo(trace)
+    hit = memo.get(id(waits))
+    if hit is None or hit[0] is not waits:  # the frame is held, so its id is not reused while cached
+        hit = memo[id(waits)] = (waits, _busy_runs_uncached(trace, waits))
+    return hit[1]
+
+
+def _busy_runs_uncached(trace: Trace, waits: pl.DataFrame | None) -> tuple[pl.DataFrame, pl.DataFrame]:
     work = gpu_work(trace.gpu).select("i", "device", "ts", "end", "launch_ts")
     runs = merge(work, ["device"]).sort("device", "ts").with_columns(
         _run=pl.int_range(pl.len()), _next_ts=pl.col("ts").shift(-1).over("device"))
@@ -45,16 +74,7 @@ def shrink_kernels(trace: Trace, k: pl.DataFrame, waits: pl.DataFrame | None = N
         w = merge(waits.select("ts", "end")).rename({"ts": "_wts", "end": "_wend"}).sort("_wts")
         runs = runs.sort("end").join_asof(w, left_on="end", right_on="_wts", strategy="backward")
         crit = crit | (pl.col("_wend") >= pl.col("end")).fill_null(False)
-    runs = runs.with_columns(_slack=pl.when(crit).then(None).otherwise(slack)).sort("device", "ts")
-    kk = (k.join(work, on="i", how="inner").sort("device", "ts")
-          .join_asof(runs.select("device", pl.col("ts").alias("_rts"), "_run", "_slack"), left_on="ts",
-                     right_on="_rts", by="device", strategy="backward", check_sortedness=False))
-    kk = kk.with_columns(_cut=(pl.col("end") - pl.col("ts") - pl.col("new_dur")).clip(lower_bound=0))
-    scale = pl.when(pl.col("_slack").is_null()).then(1.0).otherwise(
-        pl.min_horizontal(pl.lit(1.0), pl.col("_slack") / pl.col("_cut").sum().over("_run"))).fill_nan(0.0)
-    kk = kk.with_columns(_gain=(pl.col("_cut") * scale).cast(pl.Int64))
-    out = kk.select(ts=pl.col("end") - pl.col("_gain"), end=pl.col("end")).filter(pl.col("end") > pl.col("ts"))
-    return merge(out)
+    return work, runs.with_columns(_slack=pl.when(crit).then(None).otherwise(slack)).sort("device", "ts")
 
 
 def gpu_idle_within(trace: Trace, spans: pl.DataFrame, lo: int, hi: int,
