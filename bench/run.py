@@ -54,8 +54,9 @@ def inflate(src: Path, dst: Path, copies: int) -> Path:
 
 def median_runs(cases: dict[str, tuple[list[str], bool]], repeat: int) -> dict[str, tuple[float, float]]:
     res: dict[str, list[tuple[float, float]]] = {k: [] for k in cases}
-    for cmd, inner in cases.values():  # warm-up: bytecode caches, page cache
-        run(cmd, inner)
+    if repeat > 1:  # warm-up: bytecode caches, page cache (a file made just before is in the page cache)
+        for cmd, inner in cases.values():
+            run(cmd, inner)
     for _ in range(repeat):  # interleaved: the machine's noise hits every case alike
         for k, (cmd, inner) in cases.items():
             res[k].append(run(cmd, inner))
