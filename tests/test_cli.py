@@ -114,3 +114,20 @@ def test_analyzer_runs_without_torch(tmp_path):
     r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300)
     assert r.returncode == 0, r.stderr
     assert json.loads((tmp_path / "o.json").read_text())["traces"][0]["findings"]
+
+
+def test_process_run_output_complete_and_quiet(tmp_path):
+    """`traceview analyze` ends its process itself once stdout/stderr are flushed (cli._exit): the report written
+    with -o and the one on stdout are the same whole document, and a reader that leaves at once gets exit 0 and
+    nothing on stderr (no traceback, no "Exception ignored")."""
+    out = tmp_path / "o.json"
+    r = run("analyze", SMALL, "--format", "json", "-o", out)
+    assert r.returncode == 0 and r.stdout == "" and r.stderr == "", r.stderr
+    printed = run("analyze", SMALL, "--format", "json")
+    assert json.loads(out.read_text()) == json.loads(printed.stdout)
+    assert json.loads(printed.stdout)["traces"][0]["steps"][0]["step"] == 1
+    p = subprocess.Popen([sys.executable, "-m", "traceview", "analyze", str(SMALL), "--detail"],
+                         stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    p.stdout.close()  # the reader is gone before the report is written
+    err = p.stderr.read().decode()
+    assert p.wait(timeout=300) == 0 and err == "", err

@@ -7,7 +7,6 @@ straggler and its cause.
 
 from __future__ import annotations
 
-import statistics
 from collections.abc import Collection
 
 from rich.console import Console
@@ -197,6 +196,8 @@ def render_job(j: dict, con: Console, show: Collection[str] = ()) -> None:
                          ("times last", "right", 1), ("times first", "right", 1), ("comm ms", "right", 3),
                          ("sync ms", "right", 3)], cells, name_col=0, min_name=4))
         if many:
+            import statistics  # here: only a job of many ranks needs it (fractions, decimal: ~1 ms per run)
+
             exp = [(r.get("exposed_wait_per_step_us") or 0) / 1000 for r in rows]
             con.print(Text(f"exposed wait per step over {len(exp)} ranks, ms: min {min(exp):,.3f} · median "
                            f"{statistics.median(exp):,.3f} · p90 {_quantile(exp, 0.9):,.3f} · max {max(exp):,.3f} "
