@@ -134,10 +134,10 @@ def _node_events(host: pl.DataFrame) -> tuple[pl.DataFrame, str]:
     if source == "ops":
         # top-level forward ops (backward ones follow their forward op through the sequence number),
         # outside the pseudo-layers
-        ops = host.filter((pl.col("cat") == "cpu_op") & ~(pl.col("fwd_tid").fill_null(0) > 0)
-                          & ~pl.col("name").str.contains(NOT_LAYER_RE) & ~pl.col("name").str.contains(PSEUDO_RE))
+        # the roots of the cpu_op tree, filtered in place (call_tree keeps the row order: no join back)
         sub = call_tree(host.filter(pl.col("cat") == "cpu_op").drop("depth", "parent"))
-        top = ops.join(sub.filter(pl.col("depth") == 0).select("i"), on="i", how="semi")
+        top = sub.filter((pl.col("depth") == 0) & ~(pl.col("fwd_tid").fill_null(0) > 0)
+                         & ~pl.col("name").str.contains(NOT_LAYER_RE) & ~pl.col("name").str.contains(PSEUDO_RE))
         inside = _innermost(top, host.join(pseudo.select("i"), on="i", how="semi").with_columns(
             parent=pl.lit(None, pl.UInt32), depth=pl.lit(0, pl.Int32)))
         top = top.join(inside, on="i", how="anti")
@@ -322,13 +322,14 @@ def _attribute(trace: Trace) -> Attribution:
     # (op nodes too: an op's children and its runtime calls belong to it)
     node_ev = pl.concat([nodes, by_id(host, nodes["i"], "pid", "tid")], how="horizontal").select(
         "i", "pid", "tid", "ts", "end", pl.col("pnode").alias("parent"), pl.col("ndepth").alias("depth"))
-    fwd = _innermost(rows, node_ev)
-    fwd = pl.concat([fwd, rows.join(nodes.filter(pl.col("src") == "op").select("i"), on="i", how="semi")
-                     .select("i", pl.col("i").alias("node"))]).unique("i", keep="last")
+    fwd = by_id(_innermost(rows, node_ev).sort("i"), rows["i"], "node")
+    # an op that is a node (the "ops" fallback) is its own layer: a mask, not a concat + unique of every row
+    own = rows["i"].is_in(nodes.filter(pl.col("src") == "op")["i"].implode())
+    fwd = fwd.select(node=pl.when(own).then(rows["i"]).otherwise(pl.col("node")))
     # backward: the innermost enclosing autograd node op (it carries the sequence number)
     bwd = ancestor_where(host, rows, ((pl.col("cat") == "cpu_op") & (pl.col("fwd_tid") > 0)).fill_null(False), "bnode",
                          include_self=True)
-    r = pl.concat([rows, by_id(fwd.sort("i"), rows["i"], "node"), by_id(bwd, rows["i"], "bnode")],
+    r = pl.concat([rows, fwd, by_id(bwd, rows["i"], "bnode")],
                   how="horizontal")
     # forward op of each sequence number: the one that started last on its thread
     fwd_ops = (r.filter(pl.col("seq").is_not_null() & (pl.col("fwd_tid").fill_null(0) == 0))
