@@ -394,20 +394,31 @@ def segment_layers(trace: Trace, segments: pl.DataFrame) -> pl.DataFrame:
     then (on any thread), else `(unattributed)`."""
     seg = segments.with_row_index("_s").with_columns(t=(pl.col("ts") + pl.col("end")) // 2)
     g = (trace.gpu.filter(pl.col("kind") != "sync").select("i", pl.col("ts").alias("_gts"), pl.col("end").alias("_gend"))
-         .join(gpu_layers(trace).select("i", pl.col("layer").alias("_gl")), on="i").drop("i").sort("_gts"))
-    seg = (seg.sort("t").join_asof(g, left_on="t", right_on="_gts", strategy="backward", check_sortedness=False)
+         .sort("_gts"))
+    # every GPU row has its layer row: a lookup by id (in time order: the strings are gathered once)
+    g = join_by_id(g, "i", gpu_layers(trace), pl.col("layer").alias("_gl")).drop("i")
+    # the classifier's segments come in time order: their midpoints too (then no sort, and none back)
+    seg = seg if seg["t"].is_sorted() else seg.sort("t")
+    seg = (seg.join_asof(g, left_on="t", right_on="_gts", strategy="backward", check_sortedness=False)
            .with_columns(_gl=pl.when(pl.col("t") < pl.col("_gend")).then(pl.col("_gl"))))
     top = _top_ops(trace).filter(pl.col("layer") != UNATTRIBUTED)
     threads = top.select("pid", "tid").unique()
-    h = (seg.select("_s", "t").join(threads, how="cross").sort("t")
-         .join_asof(top.select("pid", "tid", pl.col("ts").alias("_hts"), pl.col("end").alias("_hend"),
-                               pl.col("layer").alias("_hl")).sort("_hts"),
-                    left_on="t", right_on="_hts", by=["pid", "tid"], strategy="backward", check_sortedness=False)
-         .filter(pl.col("t") < pl.col("_hend")).sort("_hts").group_by("_s").agg(pl.col("_hl").last()))
-    seg = seg.join(h, on="_s", how="left")
+    hops = top.select("pid", "tid", pl.col("ts").alias("_hts"), pl.col("end").alias("_hend"),
+                      pl.col("layer").alias("_hl")).sort("_hts")
+    if threads.height <= 1:  # one thread: the op open at the midpoint, without the per-thread cross join
+        seg = (seg.join_asof(hops.drop("pid", "tid"), left_on="t", right_on="_hts", strategy="backward",
+                             check_sortedness=False)
+               .with_columns(_hl=pl.when(pl.col("t") < pl.col("_hend")).then(pl.col("_hl"))))
+    else:
+        h = (seg.select("_s", "t").join(threads, how="cross").sort("t")
+             .join_asof(hops, left_on="t", right_on="_hts", by=["pid", "tid"], strategy="backward",
+                        check_sortedness=False)
+             .filter(pl.col("t") < pl.col("_hend")).sort("_hts").group_by("_s").agg(pl.col("_hl").last()))
+        seg = seg.join(h, on="_s", how="left")
     gpu_cls = pl.col("cls").is_in(["gpu_compute", "gpu_memory", "communication"])
     layer = pl.when(gpu_cls).then(pl.coalesce("_gl", "_hl")).otherwise(pl.coalesce("_hl", "_gl"))
-    return seg.sort("_s").select("step", "ts", "end", "cls", layer.fill_null(UNATTRIBUTED).alias("layer"))
+    seg = seg if seg["_s"].is_sorted() else seg.sort("_s")
+    return seg.select("step", "ts", "end", "cls", layer.fill_null(UNATTRIBUTED).alias("layer"))
 
 
 @per_trace
