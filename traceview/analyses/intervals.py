@@ -117,6 +117,17 @@ def segments(intervals: pl.DataFrame, priorities: list[str], windows: pl.DataFra
     merged first (so a label is simply on or off), then one boundary sweep: a running count per label over
     the sorted boundaries, no per-event loop.
     """
+    wi, ts, end, cls = _segment_arrays(intervals, priorities, windows)
+    names = pl.Series([*priorities, other], dtype=pl.String)
+    return pl.DataFrame({
+        win: windows[win].gather(pl.Series(wi)), "ts": pl.Series(ts, dtype=pl.Int64),
+        "end": pl.Series(end, dtype=pl.Int64), "cls": names.gather(pl.Series(cls)),
+    })
+
+
+def _segment_arrays(intervals: pl.DataFrame, priorities: list[str],
+                    windows: pl.DataFrame) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    """`segments` as arrays (window position, ts, end, priority rank; len(priorities) = `other`)."""
     # each label's priority rank (null: not a ranked label), by equality tests: cheaper than a hash lookup
     rank = pl.coalesce([pl.when(pl.col("label") == p).then(pl.lit(k, pl.Int32)) for k, p in enumerate(priorities)])
     iv = (intervals.lazy().select(rank.alias("k"), "ts", "end")
@@ -141,17 +152,25 @@ def segments(intervals: pl.DataFrame, priorities: list[str], windows: pl.DataFra
     w = np.searchsorted(wts[wo], ts, side="right") - 1
     wi = wo[np.maximum(w, 0)]
     keep = (w >= 0) & (ts < wend[wi])
-    names = pl.Series([*priorities, other], dtype=pl.String)
-    return pl.DataFrame({
-        win: windows[win].gather(pl.Series(wi[keep])), "ts": pl.Series(ts[keep], dtype=pl.Int64),
-        "end": pl.Series(end[keep], dtype=pl.Int64), "cls": names.gather(pl.Series(cls[keep])),
-    })
+    return wi[keep], ts[keep], end[keep], cls[keep]
 
 
 def priority_sweep(intervals: pl.DataFrame, priorities: list[str], windows: pl.DataFrame,
                    other: str = "other", win: str = "step") -> pl.DataFrame:
     """Time per label per window [win, label, dur], every instant counted once (see `segments`);
     a window's durations sum to its length."""
-    seg = segments(intervals, priorities, windows, other, win)
-    return (seg.group_by(win, "cls").agg((pl.col("end") - pl.col("ts")).sum().alias("dur"))
+    # summed per (window, rank) in numpy first: no frame of every segment, no string group-by over it
+    wi, ts, end, cls = _segment_arrays(intervals, priorities, windows)
+    nk = len(priorities) + 1
+    key = wi.astype(np.int64) * nk + cls
+    size = windows.height * nk
+    dur = np.bincount(key, weights=end - ts, minlength=size) if key.size else np.zeros(size)
+    has = np.flatnonzero(np.bincount(key, minlength=size)) if key.size else np.zeros(0, np.int64)
+    names = pl.Series([*priorities, other], dtype=pl.String)
+    seg = pl.DataFrame({
+        win: windows[win].gather(pl.Series(has // nk)), "cls": names.gather(pl.Series(has % nk)),
+        "dur": pl.Series(dur[has].round().astype(np.int64), dtype=pl.Int64),
+    })
+    # windows sharing a key share one row, as the group-by over segments did
+    return (seg.group_by(win, "cls").agg(pl.col("dur").sum())
             .rename({"cls": "label"}).sort(win, "label"))
