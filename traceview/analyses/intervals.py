@@ -30,14 +30,6 @@ def _runs(ts: np.ndarray, end: np.ndarray, group: np.ndarray | None = None) -> t
     return ts[at], np.maximum.reduceat(end, at) if at.size else end[:0], (group[at] if group is not None else at)
 
 
-def _unique_sorted(x: np.ndarray) -> np.ndarray:
-    """np.unique for a concatenation of sorted runs: a stable sort (merges runs) beats np.unique's quicksort."""
-    x = np.sort(x, kind="stable")
-    keep = np.ones(x.size, bool)
-    keep[1:] = x[1:] != x[:-1]
-    return x[keep]
-
-
 def merge(df: pl.DataFrame, by: list[str] | None = None) -> pl.DataFrame:
     """Union of [ts, end) intervals per group: HTA's vectorised merge."""
     by = by or []
@@ -134,17 +126,31 @@ def _segment_arrays(intervals: pl.DataFrame, priorities: list[str],
           .filter(pl.col("k").is_not_null() & (pl.col("end") > pl.col("ts"))).collect())
     s, e, k = _runs(iv["ts"].to_numpy(), iv["end"].to_numpy(), iv["k"].to_numpy())
     wts, wend = windows["ts"].to_numpy(), windows["end"].to_numpy()
-    t = _unique_sorted(np.concatenate([s, e, wts, wend]))
+    # the distinct boundary times, and where each run start and end falls among them: one stable sort (of
+    # sorted runs: cheap) ranks them all, no binary search per boundary
+    x = np.concatenate([s, e, wts, wend])
+    o = np.argsort(x, kind="stable")
+    xs = x[o]
+    new = np.ones(xs.size, bool)
+    new[1:] = xs[1:] != xs[:-1]
+    t = xs[new]
+    pos = np.empty(x.size, np.int64)
+    pos[o] = np.cumsum(new) - 1
+    del x, o, xs, new
+    ps, pe = pos[:s.size], pos[s.size:2 * s.size]
     # label k is on over [t[j], t[j+1]) while its running count of starts minus ends is positive; the highest
-    # priority label on wins (merged runs of one label never touch)
+    # priority label on wins (merged runs of one label never touch); runs come grouped by label
     nk = len(priorities)
     cls = np.full(t.size, nk, np.int64)  # nk: `other`
     d = np.zeros(t.size, np.int8)
+    bounds = np.searchsorted(k, np.arange(nk + 1))
     for j in reversed(range(nk)):
-        sel = k == j
+        a, b = bounds[j], bounds[j + 1]
+        if a == b:
+            continue
         d[:] = 0
-        d[np.searchsorted(t, s[sel])] = 1  # a label's run boundaries are all distinct times
-        d[np.searchsorted(t, e[sel])] = -1
+        d[ps[a:b]] = 1  # a label's run boundaries are all distinct times
+        d[pe[a:b]] = -1
         cls[np.cumsum(d, dtype=np.int8) > 0] = j
     ts, end, cls = t[:-1], t[1:], cls[:-1]
     # each segment in the window that starts at or before it (and only while that window lasts)
