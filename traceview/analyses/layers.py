@@ -239,7 +239,7 @@ def _innermost(rows: pl.DataFrame, nodes: pl.DataFrame) -> pl.DataFrame:
     ok = (j >= 0) & (ng[cand] == rg)
     nend = nodes["end"].to_numpy()
     nid = nodes["i"].cast(pl.Int64).to_numpy()
-    ids = np.sort(nid)
+    ids = np.sort(nid, kind="stable")  # ids come ascending: a linear pass
     par = nodes["parent"].cast(pl.Int64).fill_null(-1).to_numpy()
     pp = np.minimum(np.searchsorted(ids, par), max(ids.size - 1, 0))
     ppos = np.where((par >= 0) & (ids[pp] == par), np.argsort(nid, kind="stable")[pp], -1)  # parent's position
