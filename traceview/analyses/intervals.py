@@ -30,14 +30,6 @@ def _runs(ts: np.ndarray, end: np.ndarray, group: np.ndarray | None = None) -> t
     return ts[at], np.maximum.reduceat(end, at) if at.size else end[:0], (group[at] if group is not None else at)
 
 
-def _unique_sorted(x: np.ndarray) -> np.ndarray:
-    """np.unique for a concatenation of sorted runs: a stable sort (merges runs) beats np.unique's quicksort."""
-    x = np.sort(x, kind="stable")
-    keep = np.ones(x.size, bool)
-    keep[1:] = x[1:] != x[:-1]
-    return x[keep]
-
-
 def merge(df: pl.DataFrame, by: list[str] | None = None) -> pl.DataFrame:
     """Union of [ts, end) intervals per group: HTA's vectorised merge."""
     by = by or []
@@ -117,23 +109,48 @@ def segments(intervals: pl.DataFrame, priorities: list[str], windows: pl.DataFra
     merged first (so a label is simply on or off), then one boundary sweep: a running count per label over
     the sorted boundaries, no per-event loop.
     """
+    wi, ts, end, cls = _segment_arrays(intervals, priorities, windows)
+    names = pl.Series([*priorities, other], dtype=pl.String)
+    return pl.DataFrame({
+        win: windows[win].gather(pl.Series(wi)), "ts": pl.Series(ts, dtype=pl.Int64),
+        "end": pl.Series(end, dtype=pl.Int64), "cls": names.gather(pl.Series(cls)),
+    })
+
+
+def _segment_arrays(intervals: pl.DataFrame, priorities: list[str],
+                    windows: pl.DataFrame) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    """`segments` as arrays (window position, ts, end, priority rank; len(priorities) = `other`)."""
     # each label's priority rank (null: not a ranked label), by equality tests: cheaper than a hash lookup
     rank = pl.coalesce([pl.when(pl.col("label") == p).then(pl.lit(k, pl.Int32)) for k, p in enumerate(priorities)])
     iv = (intervals.lazy().select(rank.alias("k"), "ts", "end")
           .filter(pl.col("k").is_not_null() & (pl.col("end") > pl.col("ts"))).collect())
     s, e, k = _runs(iv["ts"].to_numpy(), iv["end"].to_numpy(), iv["k"].to_numpy())
     wts, wend = windows["ts"].to_numpy(), windows["end"].to_numpy()
-    t = _unique_sorted(np.concatenate([s, e, wts, wend]))
+    # the distinct boundary times, and where each run start and end falls among them: one stable sort (of
+    # sorted runs: cheap) ranks them all, no binary search per boundary
+    x = np.concatenate([s, e, wts, wend])
+    o = np.argsort(x, kind="stable")
+    xs = x[o]
+    new = np.ones(xs.size, bool)
+    new[1:] = xs[1:] != xs[:-1]
+    t = xs[new]
+    pos = np.empty(x.size, np.int64)
+    pos[o] = np.cumsum(new) - 1
+    del x, o, xs, new
+    ps, pe = pos[:s.size], pos[s.size:2 * s.size]
     # label k is on over [t[j], t[j+1]) while its running count of starts minus ends is positive; the highest
-    # priority label on wins (merged runs of one label never touch)
+    # priority label on wins (merged runs of one label never touch); runs come grouped by label
     nk = len(priorities)
     cls = np.full(t.size, nk, np.int64)  # nk: `other`
     d = np.zeros(t.size, np.int8)
+    bounds = np.searchsorted(k, np.arange(nk + 1))
     for j in reversed(range(nk)):
-        sel = k == j
+        a, b = bounds[j], bounds[j + 1]
+        if a == b:
+            continue
         d[:] = 0
-        d[np.searchsorted(t, s[sel])] = 1  # a label's run boundaries are all distinct times
-        d[np.searchsorted(t, e[sel])] = -1
+        d[ps[a:b]] = 1  # a label's run boundaries are all distinct times
+        d[pe[a:b]] = -1
         cls[np.cumsum(d, dtype=np.int8) > 0] = j
     ts, end, cls = t[:-1], t[1:], cls[:-1]
     # each segment in the window that starts at or before it (and only while that window lasts)
@@ -141,17 +158,25 @@ def segments(intervals: pl.DataFrame, priorities: list[str], windows: pl.DataFra
     w = np.searchsorted(wts[wo], ts, side="right") - 1
     wi = wo[np.maximum(w, 0)]
     keep = (w >= 0) & (ts < wend[wi])
-    names = pl.Series([*priorities, other], dtype=pl.String)
-    return pl.DataFrame({
-        win: windows[win].gather(pl.Series(wi[keep])), "ts": pl.Series(ts[keep], dtype=pl.Int64),
-        "end": pl.Series(end[keep], dtype=pl.Int64), "cls": names.gather(pl.Series(cls[keep])),
-    })
+    return wi[keep], ts[keep], end[keep], cls[keep]
 
 
 def priority_sweep(intervals: pl.DataFrame, priorities: list[str], windows: pl.DataFrame,
                    other: str = "other", win: str = "step") -> pl.DataFrame:
     """Time per label per window [win, label, dur], every instant counted once (see `segments`);
     a window's durations sum to its length."""
-    seg = segments(intervals, priorities, windows, other, win)
-    return (seg.group_by(win, "cls").agg((pl.col("end") - pl.col("ts")).sum().alias("dur"))
+    # summed per (window, rank) in numpy first: no frame of every segment, no string group-by over it
+    wi, ts, end, cls = _segment_arrays(intervals, priorities, windows)
+    nk = len(priorities) + 1
+    key = wi.astype(np.int64) * nk + cls
+    size = windows.height * nk
+    dur = np.bincount(key, weights=end - ts, minlength=size) if key.size else np.zeros(size)
+    has = np.flatnonzero(np.bincount(key, minlength=size)) if key.size else np.zeros(0, np.int64)
+    names = pl.Series([*priorities, other], dtype=pl.String)
+    seg = pl.DataFrame({
+        win: windows[win].gather(pl.Series(has // nk)), "cls": names.gather(pl.Series(has % nk)),
+        "dur": pl.Series(dur[has].round().astype(np.int64), dtype=pl.Int64),
+    })
+    # windows sharing a key share one row, as the group-by over segments did
+    return (seg.group_by(win, "cls").agg(pl.col("dur").sum())
             .rename({"cls": "label"}).sort(win, "label"))

@@ -134,10 +134,10 @@ def _node_events(host: pl.DataFrame) -> tuple[pl.DataFrame, str]:
     if source == "ops":
         # top-level forward ops (backward ones follow their forward op through the sequence number),
         # outside the pseudo-layers
-        ops = host.filter((pl.col("cat") == "cpu_op") & ~(pl.col("fwd_tid").fill_null(0) > 0)
-                          & ~pl.col("name").str.contains(NOT_LAYER_RE) & ~pl.col("name").str.contains(PSEUDO_RE))
+        # the roots of the cpu_op tree, filtered in place (call_tree keeps the row order: no join back)
         sub = call_tree(host.filter(pl.col("cat") == "cpu_op").drop("depth", "parent"))
-        top = ops.join(sub.filter(pl.col("depth") == 0).select("i"), on="i", how="semi")
+        top = sub.filter((pl.col("depth") == 0) & ~(pl.col("fwd_tid").fill_null(0) > 0)
+                         & ~pl.col("name").str.contains(NOT_LAYER_RE) & ~pl.col("name").str.contains(PSEUDO_RE))
         inside = _innermost(top, host.join(pseudo.select("i"), on="i", how="semi").with_columns(
             parent=pl.lit(None, pl.UInt32), depth=pl.lit(0, pl.Int32)))
         top = top.join(inside, on="i", how="anti")
@@ -239,7 +239,7 @@ def _innermost(rows: pl.DataFrame, nodes: pl.DataFrame) -> pl.DataFrame:
     ok = (j >= 0) & (ng[cand] == rg)
     nend = nodes["end"].to_numpy()
     nid = nodes["i"].cast(pl.Int64).to_numpy()
-    ids = np.sort(nid)
+    ids = np.sort(nid, kind="stable")  # ids come ascending: a linear pass
     par = nodes["parent"].cast(pl.Int64).fill_null(-1).to_numpy()
     pp = np.minimum(np.searchsorted(ids, par), max(ids.size - 1, 0))
     ppos = np.where((par >= 0) & (ids[pp] == par), np.argsort(nid, kind="stable")[pp], -1)  # parent's position
@@ -322,13 +322,14 @@ def _attribute(trace: Trace) -> Attribution:
     # (op nodes too: an op's children and its runtime calls belong to it)
     node_ev = pl.concat([nodes, by_id(host, nodes["i"], "pid", "tid")], how="horizontal").select(
         "i", "pid", "tid", "ts", "end", pl.col("pnode").alias("parent"), pl.col("ndepth").alias("depth"))
-    fwd = _innermost(rows, node_ev)
-    fwd = pl.concat([fwd, rows.join(nodes.filter(pl.col("src") == "op").select("i"), on="i", how="semi")
-                     .select("i", pl.col("i").alias("node"))]).unique("i", keep="last")
+    fwd = by_id(_innermost(rows, node_ev).sort("i"), rows["i"], "node")
+    # an op that is a node (the "ops" fallback) is its own layer: a mask, not a concat + unique of every row
+    own = rows["i"].is_in(nodes.filter(pl.col("src") == "op")["i"].implode())
+    fwd = fwd.select(node=pl.when(own).then(rows["i"]).otherwise(pl.col("node")))
     # backward: the innermost enclosing autograd node op (it carries the sequence number)
     bwd = ancestor_where(host, rows, ((pl.col("cat") == "cpu_op") & (pl.col("fwd_tid") > 0)).fill_null(False), "bnode",
                          include_self=True)
-    r = pl.concat([rows, by_id(fwd.sort("i"), rows["i"], "node"), by_id(bwd, rows["i"], "bnode")],
+    r = pl.concat([rows, fwd, by_id(bwd, rows["i"], "bnode")],
                   how="horizontal")
     # forward op of each sequence number: the one that started last on its thread
     fwd_ops = (r.filter(pl.col("seq").is_not_null() & (pl.col("fwd_tid").fill_null(0) == 0))
@@ -393,20 +394,31 @@ def segment_layers(trace: Trace, segments: pl.DataFrame) -> pl.DataFrame:
     then (on any thread), else `(unattributed)`."""
     seg = segments.with_row_index("_s").with_columns(t=(pl.col("ts") + pl.col("end")) // 2)
     g = (trace.gpu.filter(pl.col("kind") != "sync").select("i", pl.col("ts").alias("_gts"), pl.col("end").alias("_gend"))
-         .join(gpu_layers(trace).select("i", pl.col("layer").alias("_gl")), on="i").drop("i").sort("_gts"))
-    seg = (seg.sort("t").join_asof(g, left_on="t", right_on="_gts", strategy="backward", check_sortedness=False)
+         .sort("_gts"))
+    # every GPU row has its layer row: a lookup by id (in time order: the strings are gathered once)
+    g = join_by_id(g, "i", gpu_layers(trace), pl.col("layer").alias("_gl")).drop("i")
+    # the classifier's segments come in time order: their midpoints too (then no sort, and none back)
+    seg = seg if seg["t"].is_sorted() else seg.sort("t")
+    seg = (seg.join_asof(g, left_on="t", right_on="_gts", strategy="backward", check_sortedness=False)
            .with_columns(_gl=pl.when(pl.col("t") < pl.col("_gend")).then(pl.col("_gl"))))
     top = _top_ops(trace).filter(pl.col("layer") != UNATTRIBUTED)
     threads = top.select("pid", "tid").unique()
-    h = (seg.select("_s", "t").join(threads, how="cross").sort("t")
-         .join_asof(top.select("pid", "tid", pl.col("ts").alias("_hts"), pl.col("end").alias("_hend"),
-                               pl.col("layer").alias("_hl")).sort("_hts"),
-                    left_on="t", right_on="_hts", by=["pid", "tid"], strategy="backward", check_sortedness=False)
-         .filter(pl.col("t") < pl.col("_hend")).sort("_hts").group_by("_s").agg(pl.col("_hl").last()))
-    seg = seg.join(h, on="_s", how="left")
+    hops = top.select("pid", "tid", pl.col("ts").alias("_hts"), pl.col("end").alias("_hend"),
+                      pl.col("layer").alias("_hl")).sort("_hts")
+    if threads.height <= 1:  # one thread: the op open at the midpoint, without the per-thread cross join
+        seg = (seg.join_asof(hops.drop("pid", "tid"), left_on="t", right_on="_hts", strategy="backward",
+                             check_sortedness=False)
+               .with_columns(_hl=pl.when(pl.col("t") < pl.col("_hend")).then(pl.col("_hl"))))
+    else:
+        h = (seg.select("_s", "t").join(threads, how="cross").sort("t")
+             .join_asof(hops, left_on="t", right_on="_hts", by=["pid", "tid"], strategy="backward",
+                        check_sortedness=False)
+             .filter(pl.col("t") < pl.col("_hend")).sort("_hts").group_by("_s").agg(pl.col("_hl").last()))
+        seg = seg.join(h, on="_s", how="left")
     gpu_cls = pl.col("cls").is_in(["gpu_compute", "gpu_memory", "communication"])
     layer = pl.when(gpu_cls).then(pl.coalesce("_gl", "_hl")).otherwise(pl.coalesce("_hl", "_gl"))
-    return seg.sort("_s").select("step", "ts", "end", "cls", layer.fill_null(UNATTRIBUTED).alias("layer"))
+    seg = seg if seg["_s"].is_sorted() else seg.sort("_s")
+    return seg.select("step", "ts", "end", "cls", layer.fill_null(UNATTRIBUTED).alias("layer"))
 
 
 @per_trace
