@@ -131,3 +131,17 @@ def test_process_run_output_complete_and_quiet(tmp_path):
     p.stdout.close()  # the reader is gone before the report is written
     err = p.stderr.read().decode()
     assert p.wait(timeout=300) == 0 and err == "", err
+
+
+def test_process_run_keeps_exit_handlers(tmp_path):
+    """The fast exit (cli._exit) still runs the exit handlers of whoever runs the CLI: a profiler writing its report
+    (`python -m pyinstrument -m traceview ...`) or coverage saving its data registers one, and lost it before."""
+    mark, out = tmp_path / "handler.txt", tmp_path / "o.json"
+    code = ("import atexit, sys\n"
+            f"atexit.register(lambda: open({str(mark)!r}, 'w').write('ran'))\n"
+            f"sys.argv = ['traceview', 'analyze', {str(SMALL)!r}, '--format', 'json', '-o', {str(out)!r}]\n"
+            "from traceview.cli import main\nmain()\n")
+    r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300)
+    assert r.returncode == 0, r.stderr
+    assert mark.read_text() == "ran"
+    assert json.loads(out.read_text())["traces"][0]["steps"][0]["step"] == 1
