@@ -145,3 +145,18 @@ def test_process_run_keeps_exit_handlers(tmp_path):
     assert r.returncode == 0, r.stderr
     assert mark.read_text() == "ran"
     assert json.loads(out.read_text())["traces"][0]["steps"][0]["step"] == 1
+
+
+def test_process_run_under_a_profiler_returns(tmp_path):
+    """Under a profiler (sys.setprofile, as pyinstrument and cProfile set) the CLI returns normally instead of
+    ending the process, so a profiler that writes its report after the run (`python -m pyinstrument -m traceview`)
+    still writes it."""
+    mark, out = tmp_path / "after.txt", tmp_path / "o.json"
+    code = ("import sys\nsys.setprofile(lambda *a: None)\n"
+            f"sys.argv = ['traceview', 'analyze', {str(SMALL)!r}, '--format', 'json', '-o', {str(out)!r}]\n"
+            "from traceview.cli import main\n"
+            f"try:\n    main()\nfinally:\n    sys.setprofile(None)\n    open({str(mark)!r}, 'w').write('returned')\n")
+    r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300)
+    assert r.returncode == 0, r.stderr
+    assert mark.read_text() == "returned"
+    assert json.loads(out.read_text())["traces"][0]["steps"][0]["step"] == 1

@@ -257,8 +257,8 @@ def _exit(code: int) -> NoReturn:
     import atexit
 
     run_handlers = getattr(atexit, "_run_exitfuncs", None)  # CPython; elsewhere the normal exit keeps them
-    if run_handlers is None:
-        sys.exit(code)
+    if run_handlers is None or sys.getprofile() is not None or sys.gettrace() is not None:
+        sys.exit(code)  # a profiler or tracer (pyinstrument, coverage) writes its report after we return
     run_handlers()
     for stream in (sys.stdout, sys.stderr):
         try:
