@@ -67,6 +67,13 @@ def tv_cmd(path: Path) -> list[str]:
     return [sys.executable, "-m", "traceview", "analyze", str(path), "--format", "json", "-o", os.devnull]
 
 
+def size_cases(path: Path) -> dict[str, tuple[list[str], bool]]:
+    """traceview end to end and the bare decoders on the same file: one row of the cost-vs-size table."""
+    return {"traceview": (tv_cmd(path), False),
+            "orjson": ([sys.executable, "-c", DECODE.format(mod="orjson"), str(path)], True),
+            "json": ([sys.executable, "-c", DECODE.format(mod="json"), str(path)], True)}
+
+
 def hot_spots(path: Path, top: int = 15) -> list[tuple[str, float]]:
     """(function, share of wall time) from pyinstrument's self time, the `top` largest; [] without it."""
     try:
@@ -120,25 +127,20 @@ def main() -> None:
                  f"({os.cpu_count()} cores, Python {platform.python_version()}), {a.repeat} interleaved runs, medians.\n"]
         # cost vs size
         rows = []
-        base = median_runs({"traceview": (tv_cmd(big), False),
-                            "orjson": ([py, "-c", DECODE.format(mod="orjson"), str(big)], True),
-                            "json": ([py, "-c", DECODE.format(mod="json"), str(big)], True)}, a.repeat)
+        base = median_runs(size_cases(big), a.repeat)
         rows.append((big.name, mb, base))
         for gb in [float(x) for x in a.sizes.split(",") if x.strip()]:
             copies = max(2, round(gb * 1000 / mb))
             p = inflate(big, tmpd / f"x{copies}.json", copies)
             m = json_mb(p)
-            rows.append((f"{big.name} x{copies}", m, median_runs(
-                {"traceview": (tv_cmd(p), False), "orjson": ([py, "-c", DECODE.format(mod="orjson"), str(p)], True),
-                 "json": ([py, "-c", DECODE.format(mod="json"), str(p)], True)}, a.big_repeat)))
+            rows.append((f"{big.name} x{copies}", m, median_runs(size_cases(p), a.big_repeat)))
             p.unlink()
         for millions in [float(x) for x in a.tiny_events.split(",") if x.strip()]:
             p = tmpd / f"tiny{millions:g}M.json.gz"
             subprocess.run([sys.executable, str(TINY_EVENTS), str(p), "--events", str(int(millions * 1e6))],
                            check=True, capture_output=True)
-            rows.append((f"{millions:g} M tiny events (tools/tiny_events.py)", json_mb(p), median_runs(
-                {"traceview": (tv_cmd(p), False), "orjson": ([py, "-c", DECODE.format(mod="orjson"), str(p)], True),
-                 "json": ([py, "-c", DECODE.format(mod="json"), str(p)], True)}, a.big_repeat)))
+            rows.append((f"{millions:g} M tiny events (tools/tiny_events.py)", json_mb(p),
+                         median_runs(size_cases(p), a.big_repeat)))
             p.unlink()
         lines.append("## Cost vs size (`traceview analyze --format json` end to end)\n")
         lines.append("| trace | MB JSON | traceview s | MB/s | vs orjson.loads | peak RSS MiB | RSS / JSON | orjson s | json s |")
