@@ -540,28 +540,34 @@ static PyObject *acol_new(const char *format, int64_t length, int64_t null_count
 /* JSON type bits of a struct field (what msgspec accepts there) */
 enum { T_NULL = 1, T_INT = 2, T_FLOAT = 4, T_STR = 8, T_ARR_INT = 16, T_ARR = 32, T_OBJ = 64, T_BOOL = 128 };
 /* how a table column holds a field: MODE_INT int64 column; MODE_RAW the value's JSON text (binary, "" when
- * absent); MODE_DIM3 three int64 columns; MODE_OBJ the values' JSON text as one array (null when absent)
- * for msgspec to decode */
+ * absent); MODE_DIM3 three int64 columns; MODE_OBJ a number column (int64, or float64 for a field that
+ * takes floats: what msgspec makes of an int or float there) plus the JSON text of the other values (one
+ * array, for msgspec to decode) and their rows */
 enum { MODE_INT = 1, MODE_RAW = 2, MODE_DIM3 = 3, MODE_OBJ = 4 };
 #define MAX_FIELDS 64
 #define MAX_TABLES 32
 
-typedef struct { char *key; Py_ssize_t klen; int types, dim3; } SField;
+typedef struct { char *key; Py_ssize_t klen; int types, dim3, num; } SField; /* num: 0, 1 int64, 2 float64 */
 typedef struct { int head[64], next[MAX_FIELDS]; } Lookup;
 typedef struct { SField *f; int nf; Lookup lk; } Struct;
 
 /* a field's value in the args object at hand */
-typedef struct { unsigned char present, type, ok[3]; P s, e; int64_t iv[3]; } SVal;
+typedef struct { unsigned char type, ok[3], slow; P s, e; int64_t iv[3]; double dv; } SVal; /* valid: `seen` */
 
+/* Columns are written only where a row has a value: the rows between are filled in (nulls, "") when the
+ * next value comes, or at the end; a column without any value is no buffer at all. */
 typedef struct {
     int field, mode;
-    Buf v[3], m[3]; /* MODE_INT / MODE_DIM3: int64 values, validity bitmaps */
-    int64_t nulls[3];
-    Buf off, data;  /* MODE_RAW: int64 offsets, text; MODE_OBJ: text */
+    Buf v[3], m[3];   /* MODE_INT / MODE_DIM3 / MODE_OBJ's numbers: int64 or float64 values, validity bitmaps */
+    int64_t nvalid[3];
+    Buf off, data;    /* MODE_RAW: int64 offsets, text; MODE_OBJ: int64 rows of the text's values, text */
+    int64_t nonnull;  /* MODE_RAW / MODE_OBJ: rows with the field */
 } TCol;
 
 typedef struct {
     int st, ncols;
+    uint64_t fmask;              /* the struct fields the table reads */
+    signed char colof[MAX_FIELDS]; /* field -> column */
     TCol *cols;
     Buf rows; /* uint32 event index of each row */
     Buf bad;  /* int64 row positions the scanner does not vouch for (msgspec decodes those) */
@@ -650,12 +656,12 @@ static int parse_dim3(P p, P end, int64_t v[3], unsigned char m[3]) {
 /* One (already validated) args object against a struct: 0 when msgspec would decode it to exactly the
  * values found (in sc), 1 when the scanner cannot vouch for that (msgspec decodes it). Stricter than
  * msgspec is safe: every int is int64, every float finite. `need_gil`: set when a float needs CPython. */
-static int parse_row(const Struct *st, P p, P end, SVal *sc, int *slow_float) {
+static int parse_row(const Struct *st, P p, P end, SVal *sc, int *slow_float, P *after, uint64_t *seen_out) {
     uint64_t seen = 0;
-    for (int i = 0; i < st->nf; i++) sc[i].present = 0;
+    *seen_out = 0;
     p = skip_ws(p + 1, end);
     BAD_IF(p >= end);
-    if (*p == '}') return 0;
+    if (*p == '}') { *after = p + 1; return 0; }
     for (;;) {
         int esc;
         BAD_IF(p >= end || *p != '"');
@@ -680,15 +686,14 @@ static int parse_row(const Struct *st, P p, P end, SVal *sc, int *slow_float) {
             int t = value_type(p, end, &ve, 2, (fd->types & T_ARR_INT) && !(fd->types & T_ARR));
             BAD_IF(!ve || !(t & fd->types));
             if (t == T_INT) BAD_IF(!parse_int64(p, ve, &sv->iv[0]));
-            if (t == T_FLOAT) {
-                double dv;
-                if (parse_double_fast(p, ve, &dv) < 0) *slow_float = 1; /* checked with the GIL */
+            sv->slow = 0;
+            if (t == T_FLOAT || (t == T_INT && fd->num == 2)) {
+                if (parse_double_fast(p, ve, &sv->dv) < 0) sv->slow = 1, *slow_float = 1; /* with the GIL */
             }
             if (fd->dim3) {
                 BAD_IF(t == T_NULL);
                 BAD_IF(parse_dim3(p, ve, sv->iv, sv->ok));
             }
-            sv->present = 1;
             sv->type = (unsigned char)t;
             sv->s = p;
             sv->e = ve;
@@ -696,69 +701,87 @@ static int parse_row(const Struct *st, P p, P end, SVal *sc, int *slow_float) {
         p = skip_ws(ve, end);
         BAD_IF(p >= end);
         if (*p == ',') { p = skip_ws(p + 1, end); continue; }
-        if (*p == '}') return 0;
+        if (*p == '}') { *after = p + 1; *seen_out = seen; return 0; }
         return 1;
     }
 }
 
-/* every float of the row finite, by CPython's strtod (GIL held): 0 yes, 1 no */
-static int check_floats(const Struct *st, const SVal *sc) {
-    for (int i = 0; i < st->nf; i++) {
-        double dv;
-        if (sc[i].present && sc[i].type == T_FLOAT && !parse_double(sc[i].s, sc[i].e, &dv)) return 1;
-    }
+/* the floats parse_double_fast left, by CPython's strtod (GIL held): 0 all finite, 1 not */
+static int check_floats(const Struct *st, SVal *sc, uint64_t seen) {
+    for (int i = 0; i < st->nf; i++)
+        if ((seen >> i & 1) && sc[i].slow && !parse_double(sc[i].s, sc[i].e, &sc[i].dv)) return 1;
     return 0;
 }
 
-static inline int bit_put(Buf *m, int64_t row, int valid, int64_t *nulls) {
-    if ((row & 7) == 0) {
-        unsigned char z = 0;
-        if (!buf_put(m, &z, 1)) return 0;
-    }
-    if (valid) m->data[row >> 3] |= (char)(1 << (row & 7));
-    else (*nulls)++;
+/* zero bytes appended up to `len` */
+static int zero_to(Buf *b, Py_ssize_t len) {
+    if (b->len >= len) return 1;
+    if (!buf_reserve(b, len - b->len)) return 0;
+    memset(b->data + b->len, 0, len - b->len);
+    b->len = len;
     return 1;
 }
 
-/* append the row (event `ev`) to a table; `bad`: placeholders (msgspec fills them in later). 0 / -1 */
-static int table_put(Table *t, const SVal *sc, int bad, uint32_t ev) {
+/* a number at row r of a values / validity pair (the rows before it without one are nulls) */
+static inline int num_put(Buf *v, Buf *m, int64_t *nvalid, int64_t r, const void *x) {
+    if (!zero_to(v, r * 8) || !buf_put(v, x, 8) || !zero_to(m, (r >> 3) + 1)) return 0;
+    m->data[r >> 3] |= (char)(1 << (r & 7));
+    (*nvalid)++;
+    return 1;
+}
+
+/* binary offsets 0..r: rows before r complete (those without a value: "") */
+static int off_to(TCol *c, int64_t r) {
+    int64_t o = c->data.len;
+    if (c->off.len == 0 && !buf_put(&c->off, &o, 8)) return 0;
+    while (c->off.len / 8 <= r)
+        if (!buf_put(&c->off, &o, 8)) return 0;
+    return 1;
+}
+
+/* append the row (event `ev`) to a table: only its fields with a value are written; `bad`: none (msgspec
+ * fills the row in later). 0 / -1 */
+static int table_put(Table *t, const Struct *st, const SVal *sc, uint64_t seen, int bad, uint32_t ev) {
     int64_t r = t->n;
     if (!buf_put(&t->rows, &ev, 4)) return -1;
     if (bad && !buf_put(&t->bad, &r, 8)) return -1;
-    for (int i = 0; i < t->ncols; i++) {
-        TCol *c = &t->cols[i];
-        const SVal *v = &sc[c->field];
-        int have = !bad && v->present && v->type != T_NULL;
-        switch (c->mode) {
-        case MODE_INT: {
-            int64_t x = have ? v->iv[0] : 0;
-            if (!buf_put(&c->v[0], &x, 8) || !bit_put(&c->m[0], r, have, &c->nulls[0])) return -1;
-            break;
-        }
-        case MODE_DIM3:
-            for (int j = 0; j < 3; j++) {
-                int ok = have && v->ok[j];
-                int64_t x = ok ? v->iv[j] : 0;
-                if (!buf_put(&c->v[j], &x, 8) || !bit_put(&c->m[j], r, ok, &c->nulls[j])) return -1;
-            }
-            break;
-        case MODE_RAW: {
-            if (r == 0) {
-                int64_t z = 0;
-                if (!buf_put(&c->off, &z, 8)) return -1;
-            }
-            if (!bad && v->present && !buf_put(&c->data, v->s, v->e - v->s)) return -1;
+    t->n++;
+    if (bad) return 0;
+    for (uint64_t m = seen & t->fmask; m; m &= m - 1) {
+        int k = __builtin_ctzll(m);
+        const SVal *v = &sc[k];
+        TCol *c = &t->cols[t->colof[k]];
+        if (c->mode == MODE_RAW) { /* null too: its text */
+            if (!off_to(c, r) || !buf_put(&c->data, v->s, v->e - v->s)) return -1;
             int64_t o = c->data.len;
             if (!buf_put(&c->off, &o, 8)) return -1;
+            c->nonnull++;
+            continue;
+        }
+        if (v->type == T_NULL) continue;
+        switch (c->mode) {
+        case MODE_INT:
+            if (!num_put(&c->v[0], &c->m[0], &c->nvalid[0], r, &v->iv[0])) return -1;
+            break;
+        case MODE_DIM3:
+            for (int j = 0; j < 3; j++)
+                if (v->ok[j] && !num_put(&c->v[j], &c->m[j], &c->nvalid[j], r, &v->iv[j])) return -1;
+            break;
+        case MODE_OBJ: {
+            int num = st->f[k].num;
+            c->nonnull++;
+            if (v->type == T_INT && num == 1) {
+                if (!num_put(&c->v[0], &c->m[0], &c->nvalid[0], r, &v->iv[0])) return -1;
+            } else if ((v->type == T_INT || v->type == T_FLOAT) && num == 2) {
+                if (!num_put(&c->v[0], &c->m[0], &c->nvalid[0], r, &v->dv)) return -1;
+            } else if (!buf_put(&c->data, c->off.len ? "," : "[", 1) || !buf_put(&c->data, v->s, v->e - v->s) ||
+                       !buf_put(&c->off, &r, 8)) {
+                return -1;
+            }
             break;
         }
-        case MODE_OBJ:
-            if (!buf_put(&c->data, r ? "," : "[", 1)) return -1;
-            if (have ? !buf_put(&c->data, v->s, v->e - v->s) : !buf_put(&c->data, "null", 4)) return -1;
-            break;
         }
     }
-    t->n++;
     return 0;
 }
 
@@ -776,13 +799,23 @@ static void table_free(Table *t) {
     buf_free(&t->bad);
 }
 
-static PyObject *int_col(TCol *c, int j, int64_t n) {
+/* a number column of n rows ("l" int64 / "g" float64), None when no row has a value */
+static PyObject *num_col(TCol *c, int j, int64_t n, const char *format) {
+    if (!c->nvalid[j]) Py_RETURN_NONE;
+    if (!zero_to(&c->v[j], n * 8) || !zero_to(&c->m[j], (n + 7) >> 3)) return PyErr_NoMemory();
     Buf *b[2] = {&c->m[j], &c->v[j]};
-    return acol_new("l", n, c->nulls[j], 2, b);
+    return acol_new(format, n, n - c->nvalid[j], 2, b);
+}
+
+/* MODE_OBJ: (number column or None, rows with a value, the other values' JSON array, their rows) */
+static PyObject *obj_col(TCol *c, int num, int64_t n) {
+    if (!buf_put(&c->data, c->off.len ? "]" : "[]", c->off.len ? 1 : 2)) return PyErr_NoMemory();
+    PyObject *col = num_col(c, 0, n, num == 2 ? "g" : "l");
+    return Py_BuildValue("(NLNN)", col, (long long)c->nonnull, buf_block(&c->data), buf_block(&c->off));
 }
 
 /* (rows, [column per field], bad positions) of a table; its buffers go with them */
-static PyObject *table_result(Table *t) {
+static PyObject *table_result(Table *t, const Struct *st) {
     Buf *rb[2] = {NULL, &t->rows};
     PyObject *rows = acol_new("I", t->n, 0, 2, rb);
     PyObject *cols = PyList_New(t->ncols);
@@ -792,26 +825,21 @@ static PyObject *table_result(Table *t) {
         TCol *c = &t->cols[i];
         PyObject *o = NULL;
         switch (c->mode) {
-        case MODE_INT: o = int_col(c, 0, t->n); break;
+        case MODE_INT: o = num_col(c, 0, t->n, "l"); break;
         case MODE_DIM3: {
-            PyObject *x = int_col(c, 0, t->n), *y = int_col(c, 1, t->n), *z = int_col(c, 2, t->n);
+            PyObject *x = num_col(c, 0, t->n, "l"), *y = num_col(c, 1, t->n, "l"), *z = num_col(c, 2, t->n, "l");
             if (x && y && z) o = PyTuple_Pack(3, x, y, z);
             Py_XDECREF(x); Py_XDECREF(y); Py_XDECREF(z);
             break;
         }
         case MODE_RAW: {
-            if (t->n == 0) {
-                int64_t z = 0;
-                if (!buf_put(&c->off, &z, 8)) { PyErr_NoMemory(); goto fail; }
-            }
+            if (!c->nonnull) { o = Py_None; Py_INCREF(o); break; }
+            if (!off_to(c, t->n)) { PyErr_NoMemory(); goto fail; }
             Buf *b[3] = {NULL, &c->off, &c->data};
             o = acol_new("Z", t->n, 0, 3, b);
             break;
         }
-        case MODE_OBJ:
-            if (!buf_put(&c->data, t->n ? "]" : "[]", t->n ? 1 : 2)) { PyErr_NoMemory(); goto fail; }
-            o = buf_block(&c->data);
-            break;
+        case MODE_OBJ: o = obj_col(c, st->f[c->field].num, t->n); break;
         }
         if (!o) goto fail;
         PyList_SET_ITEM(cols, i, o);
@@ -1012,14 +1040,6 @@ static int64_t keep_args(Cols *c, uint32_t a, uint32_t b, uint32_t d) {
 /* 0 ok, 1 invalid input, -1 error (a Python exception, or out of memory when none is set) */
 #define FAIL_IF(c) do { if (c) return 1; } while (0)
 
-static int put_code(Cols *c, Intern *t, Buf *b, P s, P e, int esc, uint32_t *code) {
-    int64_t k = intern_code(c, t, s, e, esc);
-    if (k == -1) return -1;
-    if (k == -2) return 1;
-    *code = (uint32_t)k;
-    return buf_put(b, code, 4) ? 0 : -1;
-}
-
 static const unsigned char EMPTY[1] = {0};
 
 /* pid / tid / id: int64, or a string recorded in `strs` by row */
@@ -1060,31 +1080,59 @@ static int int_or_str(Cols *c, P p, P end, P *after, int64_t *out, PyObject *str
     return 0;
 }
 
-/* the args object [as, ae) of the event being added, into the tables of `mask`: 0, 1 invalid, -1 error */
-static int put_args(Cols *c, uint32_t mask, P as, P ae) {
-    if (c->n >= (Py_ssize_t)UINT32_MAX) return 1; /* row numbers are uint32 */
-    int first = __builtin_ctz(mask), slow = 0;
-    const Struct *st = &c->structs[c->tables[first].st];
-    int bad = parse_row(st, as, ae, c->scratch, &slow);
-    if (!bad && slow) {
-        gil_take(c);
-        bad = check_floats(st, c->scratch);
-    }
-    for (int t = first; t < c->ntables; t++) {
-        if (!(mask & (1u << t))) continue;
-        if (c->tables[t].st != c->tables[first].st) {
+/* the struct the tables of `mask` read (-1 error: they must all read the same one) */
+static int mask_struct(Cols *c, uint32_t mask) {
+    int first = __builtin_ctz(mask);
+    for (int t = first + 1; t < c->ntables; t++)
+        if ((mask & (1u << t)) && c->tables[t].st != c->tables[first].st) {
             gil_take(c);
             PyErr_SetString(PyExc_ValueError, "keep(): the tables of one event must read the same struct");
             return -1;
         }
-        if (table_put(&c->tables[t], c->scratch, bad, (uint32_t)c->n)) return -1;
+    return c->tables[first].st;
+}
+
+/* parse the args object at p into the scratch row: *after its end (NULL: not valid JSON); *bad: the scanner
+ * does not vouch for it. 0 / -1 */
+static int parse_args(Cols *c, int st, P p, P end, P *after, int *bad, uint64_t *seen) {
+    int slow = 0;
+    *after = NULL;
+    *bad = parse_row(&c->structs[st], p, end, c->scratch, &slow, after, seen);
+    if (*bad) {
+        *after = skip_container(p, end, 1); /* why: invalid JSON, or only a value msgspec takes otherwise */
+    } else if (slow) {
+        gil_take(c);
+        *bad = check_floats(&c->structs[st], c->scratch, *seen);
+        if (PyErr_Occurred()) return -1;
     }
+    return 0;
+}
+
+/* the parsed args object [as, ae) of the event being added, into the tables of `mask`: 0, 1 invalid,
+ * -1 error */
+static int put_args(Cols *c, uint32_t mask, int st, int bad, uint64_t seen, P as, P ae) {
+    if (c->n >= (Py_ssize_t)UINT32_MAX) return 1; /* row numbers are uint32 */
+    for (int t = 0; t < c->ntables; t++)
+        if ((mask & (1u << t)) && table_put(&c->tables[t], &c->structs[st], c->scratch, seen, bad, (uint32_t)c->n))
+            return -1;
     if (bad) {
         int64_t ev = c->n, o;
         if (c->odd_off.len == 0 && !buf_put(&c->odd_off, &c->odd.len, 8)) return -1;
         if (!buf_put(&c->odd, as, ae - as)) return -1;
         o = c->odd.len;
         if (!buf_put(&c->odd_ev, &ev, 8) || !buf_put(&c->odd_off, &o, 8)) return -1;
+    }
+    return 0;
+}
+
+/* ph, cat, name codes of the event (absent: "") */
+static int event_codes(Cols *c, P *str_s, P *str_e, int *str_esc, uint32_t *code) {
+    Intern *tabs[3] = {&c->ph, &c->cat, &c->name};
+    for (int i = 0; i < 3; i++) {
+        int64_t k = intern_code(c, tabs[i], str_s[i], str_e[i], str_esc[i]);
+        if (k == -1) return -1;
+        if (k == -2) return 1;
+        code[i] = (uint32_t)k;
     }
     return 0;
 }
@@ -1098,7 +1146,10 @@ static int parse_event(Cols *c, P p, P end, P *after) {
     P as = NULL, ae = NULL;
     double ts = NAN, dur = NAN; /* absent: NaN, read as null (JSON numbers are finite) */
     unsigned char idp = 0, dummy;
-    int rc;
+    int rc, have_codes = 0, parsed = 0, st = 0, bad = 0;
+    int64_t mask = -2; /* the args tables: not asked yet */
+    uint64_t seen_args = 0;
+    uint32_t code[3];
     p = skip_ws(p + 1, end);
     FAIL_IF(p >= end);
     if (*p != '}') {
@@ -1155,8 +1206,23 @@ static int parse_event(Cols *c, P p, P end, P *after) {
             }
             case K_ARGS: {
                 FAIL_IF(*p != '{');
-                P qe = skip_container(p, end, 1);
-                FAIL_IF(!qe);
+                P qe = NULL;
+                if ((seen & 7) == 7 && c->ntables) { /* ph, cat and name known: parse the args in one walk */
+                    if ((rc = event_codes(c, str_s, str_e, str_esc, code))) return rc;
+                    have_codes = 1;
+                    mask = keep_args(c, code[0], code[1], code[2]);
+                    if (mask < 0) return -1;
+                    if (mask) {
+                        if ((st = mask_struct(c, (uint32_t)mask)) < 0) return -1;
+                        if (parse_args(c, st, p, end, &qe, &bad, &seen_args)) return -1;
+                        FAIL_IF(!qe);
+                        parsed = 1;
+                    }
+                }
+                if (!parsed) {
+                    qe = skip_container(p, end, 1);
+                    FAIL_IF(!qe);
+                }
                 as = p;
                 ae = qe;
                 p = qe;
@@ -1174,17 +1240,23 @@ static int parse_event(Cols *c, P p, P end, P *after) {
         }
     }
     *after = p + 1;
-    uint32_t code[3];
-    if ((rc = put_code(c, &c->ph, &c->c_ph, str_s[0], str_e[0], str_esc[0], &code[0]))) return rc;
-    if ((rc = put_code(c, &c->cat, &c->c_cat, str_s[1], str_e[1], str_esc[1], &code[1]))) return rc;
-    if ((rc = put_code(c, &c->name, &c->c_name, str_s[2], str_e[2], str_esc[2], &code[2]))) return rc;
+    if (!have_codes && (rc = event_codes(c, str_s, str_e, str_esc, code))) return rc;
+    if (!buf_put(&c->c_ph, &code[0], 4) || !buf_put(&c->c_cat, &code[1], 4) || !buf_put(&c->c_name, &code[2], 4))
+        return -1;
     /* args: parsed into the tables that read them; nargs: the object's length (0: none) */
     uint32_t nargs = 0;
     if (as) {
         nargs = ae - as > (Py_ssize_t)UINT32_MAX ? UINT32_MAX : (uint32_t)(ae - as);
-        int64_t mask = keep_args(c, code[0], code[1], code[2]);
-        if (mask < 0) return -1;
-        if (mask && (rc = put_args(c, (uint32_t)mask, as, ae))) return rc;
+        if (mask == -2) { /* ph, cat or name came after the args */
+            mask = keep_args(c, code[0], code[1], code[2]);
+            if (mask < 0) return -1;
+            if (mask) {
+                P qe;
+                if ((st = mask_struct(c, (uint32_t)mask)) < 0 || parse_args(c, st, as, ae, &qe, &bad, &seen_args))
+                    return -1;
+            }
+        }
+        if (mask > 0 && (rc = put_args(c, (uint32_t)mask, st, bad, seen_args, as, ae))) return rc;
     }
     if (!buf_put(&c->pid, &pid, 8) || !buf_put(&c->tid, &tid, 8) || !buf_put(&c->ts, &ts, 8) ||
         !buf_put(&c->dur, &dur, 8) || !buf_put(&c->id, &id, 8) || !buf_put(&c->idmask, &idp, 1) ||
@@ -1258,6 +1330,7 @@ static int cols_specs(Cols *c, PyObject *structs, PyObject *tables) {
             st->f[j].klen = kl;
             st->f[j].types = types;
             st->f[j].dim3 = dim3;
+            st->f[j].num = (types & T_FLOAT) ? 2 : (types & T_INT) ? 1 : 0;
             st->nf = (int)j + 1;
         }
         Py_DECREF(fs);
@@ -1293,10 +1366,12 @@ static int cols_specs(Cols *c, PyObject *structs, PyObject *tables) {
         for (int j = 0; j < t->ncols; j++) {
             TCol *col = &t->cols[j];
             if (col->field < 0 || col->field >= c->structs[t->st].nf || col->mode < MODE_INT || col->mode > MODE_OBJ ||
-                (col->mode == MODE_DIM3) != c->structs[t->st].f[col->field].dim3) {
+                (col->mode == MODE_DIM3) != c->structs[t->st].f[col->field].dim3 || (t->fmask >> col->field & 1)) {
                 PyErr_SetString(PyExc_ValueError, "bad table column");
                 goto done;
             }
+            t->fmask |= 1ULL << col->field;
+            t->colof[col->field] = (signed char)j;
         }
     }
     rc = 0;
@@ -1532,7 +1607,7 @@ static PyObject *scanner_finish(Scanner *s, PyObject *noarg) {
     PyObject *tabs = PyList_New(c->ntables);
     if (!tabs) { Py_DECREF(result); return NULL; }
     for (int t = 0; t < c->ntables; t++) {
-        PyObject *o = table_result(&c->tables[t]);
+        PyObject *o = table_result(&c->tables[t], &c->structs[c->tables[t].st]);
         if (!o) { Py_DECREF(tabs); Py_DECREF(result); return NULL; }
         PyList_SET_ITEM(tabs, t, o);
     }

@@ -109,18 +109,16 @@ class Events:
         (placeholders there) and those rows' args objects)."""
         rows, cols, bad = self._tables[k]
         self._tables[k] = None
+        bad_rows, n = memoryview(bad).nbytes > 0, rows.length
         out: dict[str, Any] = {}
         for c, val in zip(at.spec()[2][k], cols, strict=True):
             if c.mode == at.MODE_DIM3:
                 for part, col in zip("xyz", val, strict=True):
-                    out[f"{c.attr}.{part}"] = pl.Series(col).alias(f"{c.attr}.{part}")
+                    out[f"{c.attr}.{part}"] = _column(f"{c.attr}.{part}", col, n, None)
             elif c.mode == at.MODE_OBJ:
-                try:
-                    out[c.attr] = msgspec.json.decode(val, type=list[c.pytype])
-                except msgspec.DecodeError as e:  # pragma: no cover - the scanner vouched for these values
-                    raise ValueError(f"args column {c.attr!r}: {e}") from None
-            else:
-                out[c.attr] = pl.Series(val).alias(c.attr)
+                out[c.attr] = _obj_values(c, val, n, bad_rows)
+            else:  # raw text: "" where absent; ints: null
+                out[c.attr] = _column(c.attr, val, n, b"" if c.mode == at.MODE_RAW else None)
         bad = np.frombuffer(bad, dtype=np.int64)
         rows = pl.Series("i", rows)
         return rows, out, bad, self._odd_raws(rows.gather(bad).to_numpy()) if bad.size else []
@@ -130,6 +128,32 @@ class Events:
         at_ = np.searchsorted(np.frombuffer(self._odd_ev, dtype=np.int64), events)
         lo, hi, text = self._odd_off[at_], self._odd_off[at_ + 1], memoryview(self._odd)
         return [bytes(text[a:b]) for a, b in zip(lo.tolist(), hi.tolist(), strict=True)]
+
+
+def _column(name: str, col: Any, n: int, fill: bytes | None) -> pl.Series:
+    """A scanned column (Arrow), or None: no row has a value (all `fill`)."""
+    if col is not None:
+        return pl.Series(col).alias(name)
+    return pl.repeat(fill, n, dtype=pl.Binary if fill is not None else pl.Int64, eager=True).alias(name)
+
+
+def _obj_values(c: at.Column, val: tuple, n: int, as_list: bool) -> pl.Series | list:
+    """A MODE_OBJ column: a number Series (or a Null one) when every value is a number (or none is set),
+    as the msgspec path's list gives it; else (or `as_list`) that list: the numbers, and the other values
+    decoded by msgspec."""
+    num, nonnull, text, at_rows = val
+    num = None if num is None else pl.Series(num).alias(c.attr)
+    at_rows = np.frombuffer(at_rows, dtype=np.int64)
+    if not at_rows.size and not as_list:
+        return num if nonnull else pl.Series(c.attr, dtype=pl.Null).extend_constant(None, n)
+    vals = [None] * n if num is None else num.to_list()
+    try:
+        others = msgspec.json.decode(text, type=list[c.pytype])
+    except msgspec.DecodeError as e:  # pragma: no cover - the scanner vouched for these values
+        raise ValueError(f"args column {c.attr!r}: {e}") from None
+    for r, v in zip(at_rows.tolist(), others, strict=True):  # only the values that are not numbers
+        vals[r] = v
+    return vals
 
 
 def _dict_column(name: str, values: list[str], codes: bytes) -> pl.Series:
