@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import Any
 
 import msgspec
+import numpy as np
 import polars as pl
 
 from . import argtables as at
@@ -183,9 +184,9 @@ def _host_args(ev_args: list | fastscan.Events, host: pl.DataFrame, issues: Coun
 def _beside(rows: pl.DataFrame, *parts: pl.DataFrame) -> pl.DataFrame:
     """`rows` with the columns of `parts` (args frames keyed by `i`) aligned to its rows, as left joins on
     `i` would give them, without copying `rows`' own columns (a left join keeps the left frame's row order;
-    `i` is unique in each part). A field no row has stays a constant null: joined, it would be a buffer of
-    `rows`' length."""
-    keys, order, empty, cols = rows.select("i"), list(rows.columns), [], []
+    `i` is unique in each part): each part gathered at the positions of `rows`' `i` in it. A field no row
+    has stays a constant null: gathered, it would be a buffer of `rows`' length."""
+    keys, order, empty, cols = None, list(rows.columns), [], []
     for f in parts:
         if f.width < 2:
             continue
@@ -193,10 +194,21 @@ def _beside(rows: pl.DataFrame, *parts: pl.DataFrame) -> pl.DataFrame:
         none = [c for c in f.columns[1:] if f[c].null_count() == f.height]
         empty += [pl.lit(None, f.schema[c]).alias(c) for c in none]
         if f.width - len(none) > 1:
-            cols.append(keys.join(f.drop(none), on="i", how="left").drop("i"))
+            keys = rows["i"].to_numpy() if keys is None else keys
+            cols.append(f.drop(["i", *none]).select(pl.all().gather(_positions(f["i"].to_numpy(), keys))))
     if not cols and not empty:
         return rows
     return pl.concat([rows, *cols], how="horizontal").with_columns(empty).select(order)
+
+
+def _positions(at: np.ndarray, keys: np.ndarray) -> pl.Series:
+    """Where each of `keys` is in `at` (unique values), null where it is not."""
+    by = None if at.size < 2 or bool((at[1:] > at[:-1]).all()) else np.argsort(at, kind="stable")
+    ranked = at if by is None else at[by]
+    pos = np.minimum(np.searchsorted(ranked, keys), max(at.size - 1, 0))
+    hit = ranked[pos] == keys if at.size else np.zeros(keys.size, dtype=np.bool_)
+    pos = (pos if by is None else by[pos]).astype(np.uint32)
+    return pl.Series(pos).set(pl.Series(~hit), None) if not hit.all() else pl.Series(pos)
 
 
 def _flag(v: Any) -> bool:
