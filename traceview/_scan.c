@@ -31,8 +31,19 @@ typedef const unsigned char *P;
 
 /* ------------------------------------------------------------------ lexing helpers */
 
+static const unsigned char WS[256] = {[' '] = 1, ['\n'] = 1, ['\r'] = 1, ['\t'] = 1};
+
 static inline P skip_ws(P p, P end) {
-    while (p < end && (*p == ' ' || *p == '\n' || *p == '\r' || *p == '\t')) p++;
+    while (p < end && WS[*p]) {
+        p++;
+        /* indentation: 8 spaces at a time */
+        while (end - p >= 8) {
+            uint64_t v;
+            memcpy(&v, p, 8);
+            if (v != 0x2020202020202020ULL) break;
+            p += 8;
+        }
+    }
     return p;
 }
 
@@ -90,8 +101,11 @@ static P scan_string(P p, P end, int *esc) {
             memcpy(&v, p, 8);
             const uint64_t ones = 0x0101010101010101ULL, high = 0x8080808080808080ULL;
             uint64_t q = v ^ (ones * '"'), b = v ^ (ones * '\\');
-            uint64_t hit = ((q - ones) & ~q) | ((b - ones) & ~b) | (v - ones * 0x20) | v;
-            if (hit & high) break;
+            uint64_t hit = (((q - ones) & ~q) | ((b - ones) & ~b) | (v - ones * 0x20) | v) & high;
+            if (hit) { /* the lowest flagged byte is the first special one (a borrow only flags bytes above it) */
+                p += __builtin_ctzll(hit) >> 3;
+                break;
+            }
             p += 8;
         }
         while (p < end && *p >= 0x20 && *p < 0x80 && *p != '"' && *p != '\\') p++;
