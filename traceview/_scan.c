@@ -24,6 +24,9 @@
 #include <stdint.h>
 #include <string.h>
 #include <math.h>
+#ifdef __linux__
+#include <sys/mman.h>
+#endif
 
 #define MAX_DEPTH 64
 
@@ -357,14 +360,62 @@ static P skip_value(P p, P end, int depth) {
 }
 /* ------------------------------------------------------------------ growable buffers */
 
-/* plain malloc, not PyMem: the scanner grows them with the GIL released (and big blocks grow by mremap) */
+/* Memory of the buffers: not PyMem (the scanner grows them with the GIL released). A block of 1 MiB or more
+ * is a mapping of its own that grows by mremap: no copy, no heap block left behind at each doubling (which
+ * the heap keeps as resident memory), and freed back to the system at once. A header before the data says
+ * which. */
+#define MEM_HDR 64
+#define MEM_MMAP (1 << 20)
+typedef struct { size_t total; int mapped; } MemHdr;
+
+/* data (NULL: new) resized to hold `need` bytes; NULL when out of memory (data unchanged) */
+static char *mem_resize(char *data, size_t need) {
+    MemHdr *h = data ? (MemHdr *)(data - MEM_HDR) : NULL;
+    size_t total = need + MEM_HDR;
+#ifdef __linux__
+    if (total >= MEM_MMAP || (h && h->mapped)) {
+        void *m;
+        total = (total + 4095) & ~(size_t)4095;
+        if (h && h->mapped) {
+            m = mremap(h, h->total, total, MREMAP_MAYMOVE);
+        } else {
+            m = mmap(NULL, total, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+            if (m != MAP_FAILED && h) {
+                size_t old = h->total - MEM_HDR;
+                memcpy((char *)m + MEM_HDR, data, old < need ? old : need);
+                free(h);
+            }
+        }
+        if (m == MAP_FAILED) return NULL;
+        h = m;
+        h->total = total;
+        h->mapped = 1;
+        return (char *)h + MEM_HDR;
+    }
+#endif
+    h = realloc(h, total);
+    if (!h) return NULL;
+    h->total = total;
+    h->mapped = 0;
+    return (char *)h + MEM_HDR;
+}
+
+static void mem_free(void *data) {
+    if (!data) return;
+    MemHdr *h = (MemHdr *)((char *)data - MEM_HDR);
+#ifdef __linux__
+    if (h->mapped) { munmap(h, h->total); return; }
+#endif
+    free(h);
+}
+
 typedef struct { char *data; Py_ssize_t len, cap; } Buf;
 
 static int buf_reserve(Buf *b, Py_ssize_t extra) {
     if (b->len + extra <= b->cap) return 1;
     Py_ssize_t cap = b->cap ? b->cap : 4096;
     while (cap < b->len + extra) cap *= 2;
-    char *d = realloc(b->data, cap);
+    char *d = mem_resize(b->data, cap);
     if (!d) return 0;
     b->data = d;
     b->cap = cap;
@@ -379,13 +430,13 @@ static inline int buf_put(Buf *b, const void *src, Py_ssize_t n) {
 }
 
 static PyObject *buf_bytes(Buf *b) { return PyBytes_FromStringAndSize(b->data ? b->data : "", b->len); }
-static void buf_free(Buf *b) { free(b->data); b->data = NULL; b->len = b->cap = 0; }
+static void buf_free(Buf *b) { mem_free(b->data); b->data = NULL; b->len = b->cap = 0; }
 
 /* Block: a read-only buffer object that owns a Buf's memory, so that columns reach numpy without a copy */
 typedef struct { PyObject_HEAD char *data; Py_ssize_t len; } Block;
 
 static void block_dealloc(Block *b) {
-    free(b->data);
+    mem_free(b->data);
     Py_TYPE(b)->tp_free((PyObject *)b);
 }
 
@@ -410,7 +461,7 @@ static PyObject *buf_block(Buf *b) {
     Block *o = PyObject_New(Block, &BlockType);
     if (!o) return NULL;
     if (b->data && b->len < b->cap) {
-        char *d = realloc(b->data, b->len ? b->len : 1);
+        char *d = mem_resize(b->data, b->len ? b->len : 1);
         if (d) b->data = d;
     }
     o->data = b->data;
@@ -450,7 +501,7 @@ typedef struct {
 } ArrowCol;
 
 static void acol_dealloc(ArrowCol *a) {
-    for (int i = 0; i < a->nbuf; i++) free(a->buf[i]);
+    for (int i = 0; i < a->nbuf; i++) mem_free(a->buf[i]);
     Py_TYPE(a)->tp_free((PyObject *)a);
 }
 
@@ -458,7 +509,7 @@ static void schema_release(struct ArrowSchema *s) { s->release = NULL; }
 
 static void array_release(struct ArrowArray *a) {
     void **bufs = a->private_data;
-    for (int64_t i = 0; i < a->n_buffers; i++) free(bufs[i]);
+    for (int64_t i = 0; i < a->n_buffers; i++) mem_free(bufs[i]);
     free(bufs);
     a->release = NULL;
 }
@@ -541,7 +592,7 @@ static PyObject *acol_new(const char *format, int64_t length, int64_t null_count
     for (int i = 0; i < nbuf; i++) {
         o->buf[i] = NULL;
         if (!b[i] || (i == 0 && !null_count)) { if (b[i]) buf_free(b[i]); continue; }
-        if (!b[i]->data && !buf_reserve(b[i], 8)) { for (int j = 0; j < i; j++) free(o->buf[j]); o->nbuf = 0; Py_DECREF(o); return PyErr_NoMemory(); }
+        if (!b[i]->data && !buf_reserve(b[i], 8)) { for (int j = 0; j < i; j++) mem_free(o->buf[j]); o->nbuf = 0; Py_DECREF(o); return PyErr_NoMemory(); }
         o->buf[i] = b[i]->data;
         b[i]->data = NULL;
         b[i]->len = b[i]->cap = 0;
