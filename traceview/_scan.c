@@ -1004,6 +1004,8 @@ typedef struct { TSlot *s; size_t cap, count; } Triples;
 typedef struct {
     Intern ph, cat, name;
     Buf c_ph, c_cat, c_name, pid, tid, ts, dur, id, idmask, nargs;
+    Buf tsm, durm; /* validity of ts / dur (absent: null) */
+    int64_t ts_valid, dur_valid;
     PyObject *pid_strs, *tid_strs, *id_strs;
     PyObject *keep; /* callable(ph, cat, name) -> table bits, or None: no args read */
     Triples trip;
@@ -1323,12 +1325,21 @@ static int parse_event(Cols *c, P p, P end, P *after) {
         }
         if (mask > 0 && (rc = put_args(c, (uint32_t)mask, st, bad, seen_args, as, ae))) return rc;
     }
-    if (!buf_put(&c->pid, &pid, 8) || !buf_put(&c->tid, &tid, 8) || !buf_put(&c->ts, &ts, 8) ||
-        !buf_put(&c->dur, &dur, 8) || !buf_put(&c->id, &id, 8) || !buf_put(&c->idmask, &idp, 1) ||
+    if (!buf_put(&c->pid, &pid, 8) || !buf_put(&c->tid, &tid, 8) || !buf_put(&c->id, &id, 8) ||
+        (isnan(ts) ? !buf_put(&c->ts, &ts, 8) : !num_put(&c->ts, &c->tsm, &c->ts_valid, c->n, &ts)) ||
+        (isnan(dur) ? !buf_put(&c->dur, &dur, 8) : !num_put(&c->dur, &c->durm, &c->dur_valid, c->n, &dur)) ||
+        !buf_put(&c->idmask, &idp, 1) ||
         !buf_put(&c->nargs, &nargs, 4))
         return -1;
     c->n++;
     return 0;
+}
+
+/* a float64 column of n rows with `valid` values (the others null) */
+static PyObject *float_col(Buf *v, Buf *m, int64_t valid, int64_t n) {
+    if (!zero_to(m, (n + 7) >> 3)) return PyErr_NoMemory();
+    Buf *b[2] = {m, v};
+    return acol_new("g", n, n - valid, 2, b);
 }
 
 static int set_item(PyObject *d, const char *k, PyObject *v) {
@@ -1340,7 +1351,7 @@ static int set_item(PyObject *d, const char *k, PyObject *v) {
 
 static void cols_free(Cols *c) {
     intern_free(&c->ph); intern_free(&c->cat); intern_free(&c->name);
-    Buf *bufs[] = {&c->c_ph, &c->c_cat, &c->c_name, &c->pid, &c->tid, &c->ts, &c->dur, &c->id,
+    Buf *bufs[] = {&c->c_ph, &c->c_cat, &c->c_name, &c->pid, &c->tid, &c->ts, &c->dur, &c->tsm, &c->durm, &c->id,
                    &c->idmask, &c->nargs, &c->odd_ev, &c->odd_off, &c->odd};
     for (size_t i = 0; i < sizeof(bufs) / sizeof(bufs[0]); i++) buf_free(bufs[i]);
     for (int t = 0; t < c->ntables; t++) table_free(&c->tables[t]);
@@ -1663,7 +1674,8 @@ static PyObject *scanner_finish(Scanner *s, PyObject *noarg) {
         !set_item(result, "cat", buf_block(&c->c_cat)) || !set_item(result, "name", buf_block(&c->c_name)) ||
         !set_item(result, "pid", buf_block(&c->pid)) || !set_item(result, "tid", buf_block(&c->tid)) ||
         !set_item(result, "pid_strs", c->pid_strs) || !set_item(result, "tid_strs", c->tid_strs) ||
-        !set_item(result, "ts", buf_block(&c->ts)) || !set_item(result, "dur", buf_block(&c->dur)) ||
+        !set_item(result, "ts", float_col(&c->ts, &c->tsm, c->ts_valid, c->n)) ||
+        !set_item(result, "dur", float_col(&c->dur, &c->durm, c->dur_valid, c->n)) ||
         !set_item(result, "id", buf_block(&c->id)) || !set_item(result, "id_present", buf_block(&c->idmask)) ||
         !set_item(result, "id_strs", c->id_strs) || !set_item(result, "nargs", buf_block(&c->nargs))) {
         Py_DECREF(result);

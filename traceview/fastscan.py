@@ -76,9 +76,9 @@ class Events:
         self.tid = pl.Series("tid", np.frombuffer(r["tid"], dtype=np.int64))
         self.pid_strs: dict[int, str] = r["pid_strs"]
         self.tid_strs: dict[int, str] = r["tid_strs"]
-        # an absent ts / dur is NaN in the buffers, null here (as the msgspec path's None)
-        self.ts = pl.Series("ts_us", np.frombuffer(r["ts"], dtype=np.float64)).fill_nan(None)
-        self.dur = pl.Series("dur_us", np.frombuffer(r["dur"], dtype=np.float64)).fill_nan(None)
+        # an absent ts / dur is null (as the msgspec path's None)
+        self.ts = pl.Series(r["ts"]).alias("ts_us")
+        self.dur = pl.Series(r["dur"]).alias("dur_us")
         self._id = np.frombuffer(r["id"], dtype=np.int64)
         self._id_present = np.frombuffer(r["id_present"], dtype=np.bool_)
         self._id_strs: dict[int, str] = r["id_strs"]
