@@ -1003,7 +1003,8 @@ typedef struct { TSlot *s; size_t cap, count; } Triples;
 
 typedef struct {
     Intern ph, cat, name;
-    Buf c_ph, c_cat, c_name, pid, tid, ts, dur, id, idmask, nargs;
+    Buf c_ph, c_cat, c_name, pid, tid, ts, dur, nargs;
+    Buf id_rows, id_vals; /* the int ids (flows' only): rows and values */
     Buf tsm, durm; /* validity of ts / dur (absent: null) */
     int64_t ts_valid, dur_valid;
     PyObject *pid_strs, *tid_strs, *id_strs;
@@ -1325,10 +1326,11 @@ static int parse_event(Cols *c, P p, P end, P *after) {
         }
         if (mask > 0 && (rc = put_args(c, (uint32_t)mask, st, bad, seen_args, as, ae))) return rc;
     }
-    if (!buf_put(&c->pid, &pid, 8) || !buf_put(&c->tid, &tid, 8) || !buf_put(&c->id, &id, 8) ||
+    int64_t row = c->n;
+    if (idp && (!buf_put(&c->id_rows, &row, 8) || !buf_put(&c->id_vals, &id, 8))) return -1;
+    if (!buf_put(&c->pid, &pid, 8) || !buf_put(&c->tid, &tid, 8) ||
         (isnan(ts) ? !buf_put(&c->ts, &ts, 8) : !num_put(&c->ts, &c->tsm, &c->ts_valid, c->n, &ts)) ||
         (isnan(dur) ? !buf_put(&c->dur, &dur, 8) : !num_put(&c->dur, &c->durm, &c->dur_valid, c->n, &dur)) ||
-        !buf_put(&c->idmask, &idp, 1) ||
         !buf_put(&c->nargs, &nargs, 4))
         return -1;
     c->n++;
@@ -1351,8 +1353,8 @@ static int set_item(PyObject *d, const char *k, PyObject *v) {
 
 static void cols_free(Cols *c) {
     intern_free(&c->ph); intern_free(&c->cat); intern_free(&c->name);
-    Buf *bufs[] = {&c->c_ph, &c->c_cat, &c->c_name, &c->pid, &c->tid, &c->ts, &c->dur, &c->tsm, &c->durm, &c->id,
-                   &c->idmask, &c->nargs, &c->odd_ev, &c->odd_off, &c->odd};
+    Buf *bufs[] = {&c->c_ph, &c->c_cat, &c->c_name, &c->pid, &c->tid, &c->ts, &c->dur, &c->tsm, &c->durm,
+                   &c->id_rows, &c->id_vals, &c->nargs, &c->odd_ev, &c->odd_off, &c->odd};
     for (size_t i = 0; i < sizeof(bufs) / sizeof(bufs[0]); i++) buf_free(bufs[i]);
     for (int t = 0; t < c->ntables; t++) table_free(&c->tables[t]);
     free(c->tables);
@@ -1676,7 +1678,7 @@ static PyObject *scanner_finish(Scanner *s, PyObject *noarg) {
         !set_item(result, "pid_strs", c->pid_strs) || !set_item(result, "tid_strs", c->tid_strs) ||
         !set_item(result, "ts", float_col(&c->ts, &c->tsm, c->ts_valid, c->n)) ||
         !set_item(result, "dur", float_col(&c->dur, &c->durm, c->dur_valid, c->n)) ||
-        !set_item(result, "id", buf_block(&c->id)) || !set_item(result, "id_present", buf_block(&c->idmask)) ||
+        !set_item(result, "id_rows", buf_block(&c->id_rows)) || !set_item(result, "id_vals", buf_block(&c->id_vals)) ||
         !set_item(result, "id_strs", c->id_strs) || !set_item(result, "nargs", buf_block(&c->nargs))) {
         Py_DECREF(result);
         return NULL;

@@ -79,8 +79,8 @@ class Events:
         # an absent ts / dur is null (as the msgspec path's None)
         self.ts = pl.Series(r["ts"]).alias("ts_us")
         self.dur = pl.Series(r["dur"]).alias("dur_us")
-        self._id = np.frombuffer(r["id"], dtype=np.int64)
-        self._id_present = np.frombuffer(r["id_present"], dtype=np.bool_)
+        self._id_rows = np.frombuffer(r["id_rows"], dtype=np.int64)  # the events with an int id, in order
+        self._id_vals = np.frombuffer(r["id_vals"], dtype=np.int64)
         self._id_strs: dict[int, str] = r["id_strs"]
         self.nargs = pl.Series("nargs", np.frombuffer(r["nargs"], dtype=np.uint32))
 
@@ -96,11 +96,15 @@ class Events:
         """The `id` values of `rows`: an Int64 Series, or (when some are strings) the list of int, str
         and None the msgspec path has."""
         idx = rows.cast(pl.Int64).to_numpy()
+        at_rows, vals = self._id_rows, self._id_vals
+        pos = np.minimum(np.searchsorted(at_rows, idx), max(at_rows.size - 1, 0))
+        present = at_rows[pos] == idx if at_rows.size else np.zeros(idx.size, dtype=np.bool_)
+        vals = vals[pos] if at_rows.size else np.zeros(idx.size, dtype=np.int64)
         strs = self._id_strs
         if strs and not strs.keys().isdisjoint(idx.tolist()):
-            ids, present = self._id, self._id_present
-            return [strs[i] if i in strs else (int(ids[i]) if present[i] else None) for i in idx.tolist()]
-        return _int_series("id", (self._id[idx], self._id_present[idx]))
+            return [strs[i] if i in strs else (int(v) if p else None)
+                    for i, v, p in zip(idx.tolist(), vals.tolist(), present.tolist(), strict=True)]
+        return _int_series("id", (vals, present))
 
     def table(self, k: int) -> tuple[pl.Series, dict[str, Any], np.ndarray, list[bytes]]:
         """Args table `k` (`argtables.TABLES`), handed over once: (its rows' event indices, {attr: values}

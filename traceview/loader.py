@@ -89,18 +89,22 @@ def _series(name: str, values: list, dtype: Any = None) -> pl.Series:
     return pl.Series(name, values, dtype=dtype, strict=False)
 
 
-def _args_frame(evs_args: list | fastscan.Events, rows: pl.Series | None, table: int,
+def _args_frame(evs_args: list | fastscan.Events, rows: pl.Series, table: int,
                 issues: Counter | None = None) -> pl.DataFrame:
     """Decode `args` of the events at `rows` (positions) into the columns {out_name: struct_attr} of args table
     `table` (`argtables.TABLES`). Values of an unexpected type or range are coerced or dropped and counted in
-    `issues`. From the C scanner: the rows it filled for that table (a superset of `rows`, which is not
-    read: callers join on `i`), with the objects it left to msgspec decoded here."""
+    `issues`. From the C scanner: every row it filled for that table (callers join on `i`), with the objects
+    it left to msgspec decoded here: those among `rows` (those of the table's rows that are still loaded:
+    a superset of them will do), as the msgspec path decodes (and warns about) only those."""
     typ, fields = at.TABLES[table]
     if isinstance(evs_args, fastscan.Events):
-        rows, got, bad, raws = evs_args.table(table)
+        wanted, (rows, got, bad, raws) = rows, evs_args.table(table)
+        if bad.size:
+            keep = np.isin(rows.gather(pl.Series(bad)).to_numpy(), wanted.to_numpy())
+            bad, raws = bad[keep], [r for r, k in zip(raws, keep.tolist(), strict=True) if k]
         if bad.size:
             _patch(got, bad.tolist(), _decoded(raws, typ, fields, issues), fields, issues)
-    elif rows is None or rows.len() == 0:
+    elif rows.len() == 0:
         rows, got = pl.Series([], dtype=pl.UInt32), {}
     else:
         idx = rows.to_list()
@@ -164,8 +168,8 @@ _HOST_FIELDS = {**at.PY_FIELDS, **at.OP_FIELDS, **at.RT_FIELDS, **at.RARE_FIELDS
 
 def _host_args(ev_args: list | fastscan.Events, host: pl.DataFrame, issues: Counter) -> pl.DataFrame:
     if isinstance(ev_args, fastscan.Events):  # the scanner's tables hold these rows already
-        parts = [_args_frame(ev_args, None, k, issues) for k in (at.PY, at.OP, at.RT)]
-        rare = _args_frame(ev_args, None, at.RARE, issues)
+        parts = [_args_frame(ev_args, host["i"], k, issues) for k in (at.PY, at.OP, at.RT)]
+        rare = _args_frame(ev_args, host["i"], at.RARE, issues)
     else:
         has = host.select("i", "cat", "name", "nargs").filter(pl.col("nargs") > 0)
         parts = [
