@@ -167,6 +167,22 @@ def test_odd_args_identical(tmp_path, monkeypatch):
     assert any("args" in w for w in t.meta.warnings)
 
 
+def test_args_before_the_name_identical(tmp_path, monkeypatch):
+    """An args object that comes before ph / cat / name in its event is parsed once those are known: the same
+    frames as with args last (where the scanner parses it as it walks the event)."""
+    doc = json.loads(_crafted_odd().replace("1e400", '"HUGE"'))
+    doc["traceEvents"] = [dict(reversed(list(e.items()))) for e in doc["traceEvents"]]
+    assert list(doc["traceEvents"][1])[0] == "args"
+    path = tmp_path / "rev.json"
+    path.write_text(json.dumps(doc).replace('"HUGE"', "1e400"), encoding="utf-8")
+    _assert_same(path, monkeypatch)
+    fwd = tmp_path / "fwd.json"
+    fwd.write_text(_crafted_odd(), encoding="utf-8")
+    a, b = _load(path, monkeypatch, True), _load(fwd, monkeypatch, True)
+    for f in FRAMES:
+        assert_frame_equal(getattr(a, f), getattr(b, f))
+
+
 def test_tables_hold_the_loaders_rows():
     """The rows the scanner parses for each args table are exactly those the loader's polars selections
     (category rewrite, `str.contains(RARE_NAMES)`...) take from a real trace, and only their objects."""
