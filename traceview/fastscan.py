@@ -109,8 +109,8 @@ class Events:
     def table(self, k: int) -> tuple[pl.Series, dict[str, Any], np.ndarray, list[bytes]]:
         """Args table `k` (`argtables.TABLES`), handed over once: (its rows' event indices, {attr: values}
         for every row: an Int64 Series for MODE_INT attrs and each x/y/z of a Dim3 one, a Binary Series
-        for raw attrs, else the list msgspec decodes; the positions of the rows msgspec must decode instead
-        (placeholders there) and those rows' args objects)."""
+        for raw attrs, else what the msgspec path's list of values gives (`_obj_values`); the positions of
+        the rows msgspec must decode instead (placeholders there) and those rows' args objects)."""
         rows, cols, bad = self._tables[k]
         self._tables[k] = None
         bad_rows, n = memoryview(bad).nbytes > 0, rows.length
