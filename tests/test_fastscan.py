@@ -15,8 +15,10 @@ import pytest
 from conftest import SAMPLES
 from polars.testing import assert_frame_equal
 
+from traceview import argtables as at
 from traceview import decode as d
 from traceview import fastscan, loader
+from traceview.categories import GPU_CATS, HOST_CATS, OLD_CATS, RARE_NAMES, RUNTIME_CATS
 
 pytestmark = pytest.mark.skipif(fastscan._scan is None, reason="C extension traceview._scan not built")
 
@@ -110,13 +112,103 @@ def test_refuses(bad):
     assert fastscan.scan(bad) is None
 
 
-def test_args_refused_when_msgspec_would_differ():
-    data = b'{"traceEvents": [{"args": {"External id": "5"}}, {"args": {"External id": 1.0}}, {"args": {}}]}'
+def test_args_left_to_msgspec_when_it_would_differ():
+    """An args object with a value the scanner cannot vouch for is kept as text, its row decoded by msgspec;
+    the others are parsed as they are scanned and not kept."""
+    objs = [b'{"External id": "5"}', b'{"External id": 1.0}', b'{"External id": 3, "External id": 4}',
+            b'{"\\u0045xternal id": 6}', b'{"Sequence number": 9223372036854775808}', b'{"External id": 7}',
+            b"{}"]
+    evs = b",".join(b'{"ph": "X", "cat": "cpu_op", "name": "a", "args": %s}' % o for o in objs)
+    ev = fastscan.scan(b'{"traceEvents": [' + evs + b"]}")
+    rows, got, bad, raws = ev.table(at.OP)
+    assert rows.to_list() == list(range(7)) and bad.tolist() == [0, 1, 2, 3, 4] and raws == objs[:5]
+    assert got["external_id"].to_list() == [None] * 5 + [7, None]
+    with pytest.raises(TypeError):  # handed over once
+        ev.table(at.OP)
+    assert ev.table(at.GPU)[0].len() == 0
+
+
+def _crafted_odd() -> str:
+    """Args values of other types than the structs declare (coerced or dropped, with warnings), escaped and
+    duplicate keys, ints beyond 64 bits, a name the Python regex would take as rare but polars' does not."""
+    evs = [
+        _ev(name="ProfilerStep#1", cat="user_annotation", ts=1, dur=100, args={"External id": 1}),
+        _ev(name="aten::mm", ts=2, dur=3, args={"External id": "7", "Input Dims": [[2, 2]], "Sequence number": 1.5}),
+        _ev(name="aten::gather\n", ts=3, dur=1, args={"External id": 8, "Concrete Inputs": ["", "1"]}),
+        _ev(name="aten::gather", ts=4, dur=1, args={"External id": 9, "Concrete Inputs": ["", "1"], "Seq": "x"}),
+        _ev(name="nccl:all_reduce", ts=5, dur=1, args={"External id": 10, "In msg nelems": 2**70,
+                                                       "Collective name": 5, "kind": "k", "size": 3}),
+        _ev(name="cudaLaunchKernel", cat="cuda_runtime", ts=6, dur=1, args={"correlation": "11"}),
+        _ev(name="kern", cat="kernel", pid=0, tid=7, ts=7, dur=1,
+            args={"correlation": 11, "device": 0, "stream": "7", "grid": [1, 2], "block": [1, "x", 1],
+                  "blocks per SM": "0,5", "est. achieved occupancy %": "HUGE", "Process Group Ranks": [0, 2**70]}),
+        _ev(name="kern", cat="kernel", pid=0, tid=7, ts=8, dur=1,
+            args={"correlation": 12, "device": 0, "stream": 7, "grid": None, "bytes": 2**64}),
+        {"ph": "i", "name": "[memory]", "pid": 7, "tid": 7, "ts": 9, "s": "t", "args": {"Bytes": "512", "Addr": 2**63}},
+        {"ph": "i", "name": "[memory]", "pid": 7, "tid": 7, "ts": 9, "s": "t"},
+        {"ph": "M", "name": "thread_name", "pid": 7, "tid": 7, "args": {"name": 7}},
+        {"ph": "M", "name": "thread_name", "pid": 7, "tid": 8},
+        _ev(name="ann", cat="gpu_user_annotation", pid=0, tid=7, ts=7, dur=1),
+    ]
+    text = json.dumps({"traceEvents": evs})
+    text = text.replace('"HUGE"', "1e400")  # beyond float64 (json.dumps would write Infinity)
+    return text.replace('"kind": "k"', '"kind": "k", "k\\u0069nd": 1').replace('"size": 3', '"size": 3, "size": 4')
+
+
+def test_odd_args_identical(tmp_path, monkeypatch):
+    path = tmp_path / "odd.json"
+    path.write_text(_crafted_odd(), encoding="utf-8")
+    ev = fastscan.scan(path.read_bytes())
+    assert ev is not None and ev.table(at.OP)[2].size > 0
+    _assert_same(path, monkeypatch)
+    t = _load(path, monkeypatch, True)
+    assert t.host.filter(pl.col("name") == "aten::gather\n")["concrete"][0] is None
+    assert t.host.filter(pl.col("name") == "aten::gather")["concrete"][0] is not None
+    assert any("args" in w for w in t.meta.warnings)
+
+
+def test_args_before_the_name_identical(tmp_path, monkeypatch):
+    """An args object that comes before ph / cat / name in its event is parsed once those are known: the same
+    frames as with args last (where the scanner parses it as it walks the event)."""
+    doc = json.loads(_crafted_odd().replace("1e400", '"HUGE"'))
+    doc["traceEvents"] = [dict(reversed(list(e.items()))) for e in doc["traceEvents"]]
+    assert list(doc["traceEvents"][1])[0] == "args"
+    path = tmp_path / "rev.json"
+    path.write_text(json.dumps(doc).replace('"HUGE"', "1e400"), encoding="utf-8")
+    _assert_same(path, monkeypatch)
+    fwd = tmp_path / "fwd.json"
+    fwd.write_text(_crafted_odd(), encoding="utf-8")
+    a, b = _load(path, monkeypatch, True), _load(fwd, monkeypatch, True)
+    for f in FRAMES:
+        assert_frame_equal(getattr(a, f), getattr(b, f))
+
+
+def test_tables_hold_the_loaders_rows():
+    """The rows the scanner parses for each args table are exactly those the loader's polars selections
+    (category rewrite, `str.contains(RARE_NAMES)`...) take from a real trace, and only their objects."""
+    data, _ = d.read_bytes(SAMPLES / "gpu_h200_real/hf_gpt2_train_bf16.json.gz")
     ev = fastscan.scan(data)
-    for row in (0, 1):
-        assert ev.args_values(pl.Series([row], dtype=pl.UInt32), d.HostArgs, ["external_id"], {"external_id"}) is None
-    got = ev.args_values(pl.Series([2], dtype=pl.UInt32), d.HostArgs, ["external_id"], {"external_id"})
-    assert got["external_id"].to_list() == [None]
+    base = pl.DataFrame({"ph": ev.ph, "cat": ev.cat, "name": ev.name, "nargs": ev.nargs}).with_row_index("i")
+    base = base.with_columns(cat=pl.when((pl.col("cat") == "") & (pl.col("ph") == "X")).then(pl.lit("cpu_op"))
+                             .otherwise(pl.col("cat").replace(OLD_CATS)))
+    x, has = pl.col("ph") == "X", pl.col("nargs") > 0
+    want = {
+        at.PY: x & (pl.col("cat") == "python_function") & pl.col("name").str.starts_with("nn.Module:"),
+        at.OP: x & pl.col("cat").is_in(["cpu_op", "user_annotation"]),
+        at.RT: x & pl.col("cat").is_in(RUNTIME_CATS),
+        at.RARE: x & pl.col("cat").is_in(HOST_CATS) & pl.col("name").str.contains(RARE_NAMES),
+        at.GPU: x & pl.col("cat").is_in(GPU_CATS), at.GANN: x & (pl.col("cat") == "gpu_user_annotation"),
+        at.MEM: (pl.col("ph") == "i") & (pl.col("name") == "[memory]"),
+        at.META: (pl.col("ph") == "M") & pl.col("name").is_in(["thread_name", "process_name", "process_labels"]),
+    }
+    counts = {}
+    for k, sel in want.items():
+        rows, got, bad, _ = ev.table(k)
+        assert rows.to_list() == base.filter(sel & has)["i"].to_list(), k
+        assert bad.size == 0
+        counts[k] = rows.len()
+    assert counts[at.OP] == 18_711 and counts[at.GPU] == 3_639 and counts[at.RARE] > 0 and counts[at.RT] > 0, counts
+    assert memoryview(ev._odd).nbytes == 0  # no args text kept
 
 
 def test_no_c_env_and_fallback(monkeypatch):
@@ -131,7 +223,8 @@ def test_no_c_env_and_fallback(monkeypatch):
 FUZZ = textwrap.dedent("""
     import gzip, random, sys
     import msgspec
-    from traceview import _scan, decode as d, fastscan
+    import polars as pl
+    from traceview import argtables as at, decode as d, fastscan
     rng = random.Random(1234)
     n_ok = 0
     for path in sys.argv[1:]:
@@ -152,7 +245,7 @@ FUZZ = textwrap.dedent("""
                         del b[pos: pos + rng.randint(1, 40)]
             data = bytes(b)
             # fed in random pieces: a cut inside any token must give what one piece gives
-            s = _scan.Scanner()
+            s = fastscan.scanner()
             cuts = sorted(rng.sample(range(1, len(data)), min(6, len(data) - 1)))
             for lo, hi in zip([0, *cuts], [*cuts, len(data)]):
                 s.feed(data[lo:hi])
@@ -161,17 +254,19 @@ FUZZ = textwrap.dedent("""
             assert (r is None) == (whole is None), path
             if r is None:
                 continue
-            assert r["n"] == whole.n and bytes(r["args"][1]) == bytes(whole._bufs[1]), path
             # whatever the scanner accepts, msgspec must accept too, with the same events
             doc = msgspec.json.decode(data, type=d.Doc)
-            assert r["n"] == len(doc.traceEvents), path
-            ev = fastscan.scan(data)
-            if ev is None:
-                continue
-            rows = (ev.nargs > 0).arg_true()
-            for typ in (d.HostArgs, d.GpuArgs, d.MemArgs, d.MetaArgs):
-                attrs = [f.name for f in msgspec.structs.fields(typ) if f.name not in ("grid", "block")]
-                ev.args_values(rows, typ, attrs, set(attrs))
+            assert r["n"] == whole.n == len(doc.traceEvents), path
+            assert bytes(r["nargs"]) == whole.nargs.to_numpy().tobytes(), path
+            ev = fastscan.events(r)
+            assert bytes(ev._odd) == bytes(whole._odd), path
+            for k in range(len(at.TABLES)):
+                rows, got, bad, raws = ev.table(k)
+                rows2, got2, bad2, raws2 = whole.table(k)
+                assert rows.to_list() == rows2.to_list() and bad.tolist() == bad2.tolist() and raws == raws2
+                for a, v in got.items():
+                    assert (v.to_list() if isinstance(v, pl.Series) else v) == (
+                        got2[a].to_list() if isinstance(got2[a], pl.Series) else got2[a]), (path, a)
             n_ok += 1
     print("ok", n_ok)
 """)

@@ -1,6 +1,6 @@
 """The streamed load (traceview/instream.py feeding _scan.Scanner in pieces): the same frames as the whole
 document gives, from files and from stdin, gzip or plain, whatever the piece size; odd inputs go back to the
-old whole-document path with its warnings; only the args objects the loader reads are kept."""
+old whole-document path with its warnings (which args the scanner parses: tests/test_fastscan.py)."""
 
 from __future__ import annotations
 
@@ -9,14 +9,13 @@ import os
 import sys
 import threading
 
-import polars as pl
 import pytest
 from conftest import SAMPLES
 from hostile import mini_trace, write
 from polars.testing import assert_frame_equal
 
-from traceview import categories, fastscan, inputs, instream, loader
 from traceview import decode as d
+from traceview import fastscan, inputs, instream, loader
 from traceview.errors import TraceError
 
 pytestmark = pytest.mark.skipif(fastscan._scan is None, reason="C extension traceview._scan not built")
@@ -56,30 +55,6 @@ def test_streamed_pieces_give_the_msgspec_frames(msgspec_gpt2, monkeypatch, tmp_
     t = loader.load_file(plain)
     assert t.host.height == msgspec_gpt2.host.height == 36_976
     _same(t, msgspec_gpt2)
-
-
-def test_scanner_keeps_only_the_args_the_loader_reads():
-    data, _ = d.read_bytes(GPT2)
-    every = fastscan.scan(data)
-    kept = fastscan.scan(data, categories.args_group)
-    n_all, n_kept = every.kept_bytes(), kept.kept_bytes()
-    assert (every.lens == kept.lens).all()  # nargs (an args object's size) is known for every event
-    assert n_all == int(every.lens.sum()) and 0 < n_kept < n_all
-    dropped = (kept.starts < 0) & (kept.lens > 0)
-    names = kept.name.gather(pl.Series(dropped.nonzero()[0]))
-    assert dropped.sum() > 0 and names.str.starts_with("nn.Module:").sum() == 0
-    with pytest.raises(ValueError, match="not kept"):
-        kept.raw_args([int(dropped.nonzero()[0][0])])
-    # host args in their own buffer, freed once read; the others stay readable
-    cats = kept.cat.to_numpy()
-    host_row = int(((kept.group == categories.HOST_ARGS) & (cats == "cpu_op")).nonzero()[0][0])
-    gpu_row = int(((kept.group == categories.OTHER_ARGS) & (cats == "kernel")).nonzero()[0][0])
-    before = kept.raw_args([host_row, gpu_row])
-    assert before == every.raw_args([host_row, gpu_row]) and b"correlation" in before[1]
-    kept.release_args(categories.HOST_ARGS)
-    assert kept.raw_args([gpu_row]) == before[1:]
-    with pytest.raises(ValueError, match="released"):
-        kept.raw_args([host_row])
 
 
 def _stdin(monkeypatch, data: bytes) -> None:

@@ -1,22 +1,26 @@
 """Glue for the optional C scanner (`traceview/_scan.c`): bytes -> event columns in one pass.
 
-`scan_stream(pieces, keep)` (the document in pieces, as they arrive) and `scan(data)` return an
-`Events` (the base columns as polars Series, the document's other members decoded by msgspec, and
-a handle to read `args` fields as columns) or None, in which case the caller uses the msgspec path
-(`decode.decode`). None when the extension is not built, when `TRACEVIEW_NO_C=1`, or when the bytes
-are anything but valid JSON the msgspec decoder would take as is (repairs, salvage and the legacy
-array format stay on the msgspec path). Only the `args` objects of the events `keep(ph, cat, name)`
-names are kept (it answers a group: 0 drop, 1 or 2; None: all in group 1), copied out of the document
-into one buffer per group, which the caller frees once read; reading another event's args is an error.
+`scan_stream(pieces)` (the document in pieces, as they arrive) and `scan(data)` return an `Events` (the
+base columns as polars Series, the document's other members decoded by msgspec, and the args tables) or
+None, in which case the caller uses the msgspec path (`decode.decode`). None when the extension is not
+built, when `TRACEVIEW_NO_C=1`, or when the bytes are anything but valid JSON the msgspec decoder would take
+as is (repairs, salvage and the legacy array format stay on the msgspec path).
+
+The `args` objects are parsed as they are scanned, into the typed columns of the args tables that read
+them (`argtables`: the events `tables_of(ph, cat, name)` names, the fields each table reads); their text
+is not kept. An object the scanner cannot vouch for (a value of another type, a duplicate or escaped key,
+an int beyond 64 bits...) is kept as text instead, and its rows are decoded by msgspec (`Events.table`
+says which).
 
 Contract: the frames built from an `Events` are identical to those of the msgspec path; the C
-scanner refuses (None) every input where it could differ. tests/test_fastscan.py checks this.
+scanner refuses (None), or leaves to msgspec, every input where they could differ. tests/test_fastscan.py
+checks this.
 """
 
 from __future__ import annotations
 
 import os
-from collections.abc import Callable, Iterable
+from collections.abc import Iterable
 from typing import Any
 
 import msgspec
@@ -26,60 +30,25 @@ import polars as pl
 try:
     from . import _scan
 
-    if not hasattr(_scan, "Scanner"):  # pragma: no cover - a stale build of an older _scan.c: rebuild it
+    if not hasattr(_scan, "Scanner") or hasattr(_scan, "args_columns"):  # pragma: no cover - a stale build
         _scan = None
 except ImportError:  # pragma: no cover - extension not built (no compiler): msgspec path only
     _scan = None
 
+from . import argtables as at
 from . import decode as d
-
-# JSON type bits and output modes of _scan.args_columns
-T_NULL, T_INT, T_FLOAT, T_STR, T_ARR_INT, T_ARR, T_OBJ, T_BOOL = 1, 2, 4, 8, 16, 32, 64, 128
-MODE_CHECK, MODE_INT, MODE_RAW, MODE_DIM3, MODE_OBJ = 0, 1, 2, 3, 4
-_ANY = T_NULL | T_INT | T_FLOAT | T_STR | T_ARR | T_OBJ | T_BOOL
 
 
 def available() -> bool:
     return _scan is not None and os.environ.get("TRACEVIEW_NO_C", "") not in ("1", "true", "yes")
 
 
-def _types(t: msgspec.inspect.Type) -> int:
-    """JSON types a msgspec type accepts (as far as the scanner checks them)."""
-    mi = msgspec.inspect
-    if isinstance(t, mi.UnionType):
-        bits = 0
-        for u in t.types:
-            bits |= _types(u)
-        return bits
-    if isinstance(t, mi.NoneType):
-        return T_NULL
-    if isinstance(t, mi.IntType):
-        return T_INT
-    if isinstance(t, mi.FloatType):
-        return T_INT | T_FLOAT
-    if isinstance(t, mi.StrType):
-        return T_STR
-    if isinstance(t, mi.ListType) and isinstance(t.item_type, mi.IntType):
-        return T_ARR_INT
-    if isinstance(t, mi.RawType | mi.AnyType):
-        return _ANY
-    raise TypeError(f"no scanner support for {t}")
-
-
-class _Spec:
-    """The fields of one args struct (HostArgs, GpuArgs...) in the scanner's terms."""
-
-    def __init__(self, typ: type) -> None:
-        self.fields: list[tuple[str, str, int, Any]] = []  # attr, JSON key, type bits, python type
-        for f in msgspec.structs.fields(typ):
-            info = msgspec.inspect.type_info(f.type)
-            if isinstance(info, msgspec.inspect.StructType):  # Dim3: [x, y, z]
-                self.fields.append((f.name, f.encode_name, T_ARR_INT | T_ARR, "dim3"))
-            else:
-                self.fields.append((f.name, f.encode_name, _types(info), f.type))
-
-
-_SPECS: dict[type, _Spec] = {}
+def scanner(tables: bool = True) -> Any:
+    """A `_scan.Scanner` that fills the loader's args tables (`tables=False`: reads no args)."""
+    if not tables:
+        return _scan.Scanner()
+    structs, specs, _ = at.spec()
+    return _scan.Scanner(at.tables_of, structs, specs)
 
 
 def _int_series(name: str, pair: tuple) -> pl.Series:
@@ -92,10 +61,12 @@ def _int_series(name: str, pair: tuple) -> pl.Series:
 
 
 class Events:
-    """Columns of `traceEvents` from the C scanner, plus what is needed to read `args` later."""
+    """Columns of `traceEvents` from the C scanner, and its args tables."""
 
     def __init__(self, r: dict) -> None:
-        self._bufs: list[Any] = r["args"]  # the kept args objects, back to back, by group
+        self._tables: list[tuple | None] = r["tables"]
+        self._odd_ev, odd_off, self._odd = r["odd"]
+        self._odd_off = np.frombuffer(odd_off, dtype=np.int64)
         self.n: int = r["n"]
         self.doc: d.Doc = _doc(r["members"])
         self.ph = _dict_column("ph", r["ph_values"], r["ph"])
@@ -105,16 +76,13 @@ class Events:
         self.tid = pl.Series("tid", np.frombuffer(r["tid"], dtype=np.int64))
         self.pid_strs: dict[int, str] = r["pid_strs"]
         self.tid_strs: dict[int, str] = r["tid_strs"]
-        # an absent ts / dur is NaN in the buffers, null here (as the msgspec path's None)
-        self.ts = pl.Series("ts_us", np.frombuffer(r["ts"], dtype=np.float64)).fill_nan(None)
-        self.dur = pl.Series("dur_us", np.frombuffer(r["dur"], dtype=np.float64)).fill_nan(None)
-        self._id = np.frombuffer(r["id"], dtype=np.int64)
-        self._id_present = np.frombuffer(r["id_present"], dtype=np.bool_)
+        # an absent ts / dur is null (as the msgspec path's None)
+        self.ts = pl.Series(r["ts"]).alias("ts_us")
+        self.dur = pl.Series(r["dur"]).alias("dur_us")
+        self._id_rows = np.frombuffer(r["id_rows"], dtype=np.int64)  # the events with an int id, in order
+        self._id_vals = np.frombuffer(r["id_vals"], dtype=np.int64)
         self._id_strs: dict[int, str] = r["id_strs"]
-        self.starts = np.frombuffer(r["args_start"], dtype=np.int64)  # -1: not kept
-        self.lens = np.frombuffer(r["args_len"], dtype=np.int64)
-        self.group = np.frombuffer(r["args_group"], dtype=np.uint8)
-        self.nargs = pl.Series("nargs", self.lens, dtype=pl.UInt32)
+        self.nargs = pl.Series("nargs", np.frombuffer(r["nargs"], dtype=np.uint32))
 
     def pop_columns(self) -> dict[str, pl.Series]:
         """ph, cat, name, pid, tid, ts, dur, nargs, handed over (no longer held here)."""
@@ -128,93 +96,68 @@ class Events:
         """The `id` values of `rows`: an Int64 Series, or (when some are strings) the list of int, str
         and None the msgspec path has."""
         idx = rows.cast(pl.Int64).to_numpy()
+        at_rows, vals = self._id_rows, self._id_vals
+        pos = np.minimum(np.searchsorted(at_rows, idx), max(at_rows.size - 1, 0))
+        present = at_rows[pos] == idx if at_rows.size else np.zeros(idx.size, dtype=np.bool_)
+        vals = vals[pos] if at_rows.size else np.zeros(idx.size, dtype=np.int64)
         strs = self._id_strs
         if strs and not strs.keys().isdisjoint(idx.tolist()):
-            ids, present = self._id, self._id_present
-            return [strs[i] if i in strs else (int(ids[i]) if present[i] else None) for i in idx.tolist()]
-        return _int_series("id", (self._id[idx], self._id_present[idx]))
+            return [strs[i] if i in strs else (int(v) if p else None)
+                    for i, v, p in zip(idx.tolist(), vals.tolist(), present.tolist(), strict=True)]
+        return _int_series("id", (vals, present))
 
-    def kept_bytes(self) -> int:
-        return sum(memoryview(b).nbytes for b in self._bufs if b is not None)
-
-    def release_args(self, group: int) -> None:
-        """Free the args objects of `group`, all read (reading one again is an error)."""
-        self._bufs[group] = None
-
-    def _buf(self, group: int) -> memoryview:
-        b = self._bufs[group] if group else b""
-        if b is None:
-            raise ValueError(f"args of group {group} were released")
-        return memoryview(b)
-
-    def raw_args(self, rows: list[int]) -> list[bytes]:
-        s, n, g = self.starts, self.lens, self.group
-        if rows and s[rows].min() < 0:
-            raise ValueError("args of these rows were not kept")
-        bufs = {k: self._buf(k) for k in set(g[rows].tolist())}
-        return [bytes(bufs[g[i]][s[i]:s[i] + n[i]]) for i in rows]
-
-    def args_values(self, rows: pl.Series, typ: type, attrs: list[str], int_attrs: set[str]) -> dict | None:
-        """{attr: values} for the args of `rows`, as the msgspec path would give them: an Int64
-        Series for the int attrs in `int_attrs`, one 0x1f-joined bytes for raw attrs, else a list.
-        None when the scanner cannot vouch for identical results (the caller decodes with msgspec)."""
-        spec = _SPECS.get(typ) or _SPECS.setdefault(typ, _Spec(typ))
-        want = {a.split(".")[0] for a in attrs}
-        fields, kinds = [], []
-        for attr, key, bits, pytype in spec.fields:
-            if attr not in want:
-                mode = MODE_CHECK
-            elif pytype == "dim3":
-                mode = MODE_DIM3
-            elif pytype is msgspec.Raw:
-                mode = MODE_RAW
-            elif bits == T_INT | T_NULL and attr in int_attrs:
-                mode = MODE_INT
-            else:
-                mode = MODE_OBJ
-            fields.append((key.encode(), bits, mode))
-            kinds.append((attr, mode, pytype))
-        idx = rows.cast(pl.Int64).to_numpy()
-        groups = self.group[idx]
-        # rows of several groups or without args: the msgspec path's business
-        if idx.size and ((groups != groups[0]).any() or groups[0] == 0):
-            if (self.starts[idx] < 0).any():
-                raise ValueError("args of these rows were not kept")
-            return None
-        buf = self._buf(int(groups[0])) if idx.size else b""
-        got = _scan.args_columns(buf, self.starts, self.lens, idx, fields)
-        if got is None:
-            return None
+    def table(self, k: int) -> tuple[pl.Series, dict[str, Any], np.ndarray, list[bytes]]:
+        """Args table `k` (`argtables.TABLES`), handed over once: (its rows' event indices, {attr: values}
+        for every row: an Int64 Series for MODE_INT attrs and each x/y/z of a Dim3 one, a Binary Series
+        for raw attrs, else what the msgspec path's list of values gives (`_obj_values`); the positions of
+        the rows msgspec must decode instead (placeholders there) and those rows' args objects)."""
+        rows, cols, bad = self._tables[k]
+        self._tables[k] = None
+        bad_rows, n = memoryview(bad).nbytes > 0, rows.length
         out: dict[str, Any] = {}
-        for (attr, mode, pytype), val in zip(kinds, got, strict=True):
-            if mode == MODE_INT:
-                out[attr] = _int_series(attr, val)
-            elif mode == MODE_RAW:
-                out[attr] = val
-            elif mode == MODE_DIM3:
-                for part, pair in zip("xyz", val, strict=True):
-                    out[f"{attr}.{part}"] = _int_series(f"{attr}.{part}", pair)
-            elif mode == MODE_OBJ:
-                vals = _decode_many(val, pytype)
-                if vals is None:
-                    return None
-                out[attr] = vals
-        return out
+        for c, val in zip(at.spec()[2][k], cols, strict=True):
+            if c.mode == at.MODE_DIM3:
+                for part, col in zip("xyz", val, strict=True):
+                    out[f"{c.attr}.{part}"] = _column(f"{c.attr}.{part}", col, n, None)
+            elif c.mode == at.MODE_OBJ:
+                out[c.attr] = _obj_values(c, val, n, bad_rows)
+            else:  # raw text: "" where absent; ints: null
+                out[c.attr] = _column(c.attr, val, n, b"" if c.mode == at.MODE_RAW else None)
+        bad = np.frombuffer(bad, dtype=np.int64)
+        rows = pl.Series("i", rows)
+        return rows, out, bad, self._odd_raws(rows.gather(bad).to_numpy()) if bad.size else []
+
+    def _odd_raws(self, events: np.ndarray) -> list[bytes]:
+        """The kept text of the args objects of `events` (each one the scanner left to msgspec)."""
+        at_ = np.searchsorted(np.frombuffer(self._odd_ev, dtype=np.int64), events)
+        lo, hi, text = self._odd_off[at_], self._odd_off[at_ + 1], memoryview(self._odd)
+        return [bytes(text[a:b]) for a, b in zip(lo.tolist(), hi.tolist(), strict=True)]
 
 
-def _decode_many(raws: list, typ: Any) -> list | None:
-    """Decode the present values (bytes; None = key absent) with msgspec as `typ`."""
-    present = [r for r in raws if r is not None]
-    if not present:
-        return raws
+def _column(name: str, col: Any, n: int, fill: bytes | None) -> pl.Series:
+    """A scanned column (Arrow), or None: no row has a value (all `fill`)."""
+    if col is not None:
+        return pl.Series(col).alias(name)
+    return pl.repeat(fill, n, dtype=pl.Binary if fill is not None else pl.Int64, eager=True).alias(name)
+
+
+def _obj_values(c: at.Column, val: tuple, n: int, as_list: bool) -> pl.Series | list:
+    """A MODE_OBJ column: a number Series (or a Null one) when every value is a number (or none is set),
+    as the msgspec path's list gives it; else (or `as_list`) that list: the numbers, and the other values
+    decoded by msgspec."""
+    num, nonnull, text, at_rows = val
+    num = None if num is None else pl.Series(num).alias(c.attr)
+    at_rows = np.frombuffer(at_rows, dtype=np.int64)
+    if not at_rows.size and not as_list:
+        return num if nonnull else pl.Series(c.attr, dtype=pl.Null).extend_constant(None, n)
+    vals = [None] * n if num is None else num.to_list()
     try:
-        vals = msgspec.json.decode(b"[" + b",".join(present) + b"]", type=list[typ])
-    except msgspec.DecodeError:
-        return None
-    if len(present) == len(raws):
-        return vals
-    it = iter(vals)
-    return [None if r is None else next(it) for r in raws]
+        others = msgspec.json.decode(text, type=list[c.pytype])
+    except msgspec.DecodeError as e:  # pragma: no cover - the scanner vouched for these values
+        raise ValueError(f"args column {c.attr!r}: {e}") from None
+    for r, v in zip(at_rows.tolist(), others, strict=True):  # only the values that are not numbers
+        vals[r] = v
+    return vals
 
 
 def _dict_column(name: str, values: list[str], codes: bytes) -> pl.Series:
@@ -227,21 +170,18 @@ def _doc(body: bytes) -> d.Doc:
     return msgspec.json.decode(b"{" + body + (b"," if body else b"") + b'"traceEvents":[]}', type=d.Doc)
 
 
-Keep = Callable[[str, str, str], int] | None  # (ph, cat, name) -> args group, 0: drop
-
-
-def scan(data: bytes, keep: Keep = None) -> Events | None:
+def scan(data: bytes) -> Events | None:
     """The whole document at once."""
-    return scan_stream([data], keep)
+    return scan_stream([data])
 
 
-def scan_stream(pieces: Iterable[bytes], keep: Keep = None) -> Events | None:
+def scan_stream(pieces: Iterable[bytes]) -> Events | None:
     """The document in consecutive pieces of any size (the scan runs without the GIL: a thread that
     reads and gunzips the next piece runs meanwhile). Stops reading at the first piece that makes the
     document one the scanner refuses."""
     if not available():
         return None
-    s = _scan.Scanner(keep)
+    s = scanner()
     for piece in pieces:
         if not s.feed(piece):
             return None

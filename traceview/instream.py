@@ -190,13 +190,13 @@ class Scan:
     analyses. `wait()`: the scanner's result (None: refused; `stream.fallback()` then)."""
 
     def __init__(self, path: Path, cap: int) -> None:
-        from . import _scan
-        from .categories import args_group
+        from . import _scan, argtables
 
-        if not hasattr(_scan, "Scanner"):  # a stale build of an older _scan.c: no streamed scan
-            raise ImportError("traceview._scan has no Scanner")
+        if not hasattr(_scan, "Scanner") or hasattr(_scan, "args_columns"):  # a stale build of an older _scan.c
+            raise ImportError("traceview._scan is a stale build")
+        structs, tables, _ = argtables.spec()
         self.stream = Stream(path, cap)
-        self._scanner = _scan.Scanner(args_group)
+        self._scanner = _scan.Scanner(argtables.tables_of, structs, tables)
         self._result: dict | None = None
         self._error: BaseException | None = None
         self._thread = threading.Thread(target=self._run, name="traceview-scan", daemon=True)

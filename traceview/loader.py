@@ -16,13 +16,18 @@ from pathlib import Path
 from typing import Any
 
 import msgspec
+import numpy as np
 import polars as pl
 
+from . import argtables as at
 from . import decode as d
 from . import fastscan, lax
 from .analyses.tree import call_tree, enclosing_op
-from .categories import GPU_CATS, HOST_ARGS, HOST_CATS, OLD_CATS, RARE_NAMES, RUNTIME_CATS
-from .categories import args_group as _args_group
+from .argtables import GPU_FIELDS as _GPU_FIELDS
+from .argtables import INT_ATTRS as _INT_ATTRS
+from .argtables import MEM_FIELDS as _MEM_FIELDS
+from .argtables import RAW_ATTRS as _RAW_ATTRS
+from .categories import GPU_CATS, HOST_CATS, OLD_CATS, RARE_NAMES, RUNTIME_CATS
 from .errors import TraceError
 from .inputs import DEFAULT_MAX_BYTES, STDIN, check_path
 from .manifest import read_manifest
@@ -84,46 +89,66 @@ def _series(name: str, values: list, dtype: Any = None) -> pl.Series:
     return pl.Series(name, values, dtype=dtype, strict=False)
 
 
-_RAW_ATTRS = ("input_dims", "input_type", "concrete", "strides")
-# struct attributes that msgspec types as plain `int | None`: build those columns typed (fast path)
-_INT_ATTRS = {"external_id", "external_id_old", "seq", "fwd_tid", "ev_idx", "correlation", "py_id", "py_parent",
-              "py_module", "in_nelems", "group_size", "seq_comm", "regs", "shmem", "out_nelems", "graph_id",
-              "grid.x", "grid.y", "grid.z", "block.x", "block.y", "block.z", "total_allocated",
-              "total_reserved", "device_id", "device_type", "addr", "from_device"}
-
-
-def _args_frame(evs_args: list | fastscan.Events, rows: pl.Series, typ: type, fields: dict[str, str],
+def _args_frame(evs_args: list | fastscan.Events, rows: pl.Series, table: int,
                 issues: Counter | None = None) -> pl.DataFrame:
-    """Decode `args` of the events at `rows` (positions) into columns {out_name: struct_attr}. Values of an
-    unexpected type or range are coerced or dropped and counted in `issues`."""
+    """Decode `args` of the events at `rows` (positions) into the columns {out_name: struct_attr} of args table
+    `table` (`argtables.TABLES`). Values of an unexpected type or range are coerced or dropped and counted in
+    `issues`. From the C scanner: every row it filled for that table (callers join on `i`), with the objects
+    it left to msgspec decoded here: those among `rows` (those of the table's rows that are still loaded:
+    a superset of them will do), as the msgspec path decodes (and warns about) only those."""
+    typ, fields = at.TABLES[table]
+    if isinstance(evs_args, fastscan.Events):
+        wanted, (rows, got, bad, raws) = rows, evs_args.table(table)
+        if bad.size:
+            keep = np.isin(rows.gather(pl.Series(bad)).to_numpy(), wanted.to_numpy())
+            bad, raws = bad[keep], [r for r, k in zip(raws, keep.tolist(), strict=True) if k]
+        if bad.size:
+            _patch(got, bad.tolist(), _decoded(raws, typ, fields, issues), fields, issues)
+    elif rows.len() == 0:
+        rows, got = pl.Series([], dtype=pl.UInt32), {}
+    else:
+        idx = rows.to_list()
+        raws = list(itemgetter(*idx)(evs_args)) if len(idx) > 1 else [evs_args[idx[0]]]
+        got = _decoded(raws, typ, fields, issues)
     if rows.len() == 0:
         return pl.DataFrame({"i": pl.Series([], dtype=pl.UInt32)})
-    got = None
-    if isinstance(evs_args, fastscan.Events):  # C scanner: columns straight from the bytes
-        got = evs_args.args_values(rows, typ, list(fields.values()), _INT_ATTRS)
-    if got is None:
-        idx = rows.to_list()
-        if isinstance(evs_args, fastscan.Events):
-            raws = evs_args.raw_args(idx)
-        else:
-            raws = list(itemgetter(*idx)(evs_args)) if len(idx) > 1 else [evs_args[idx[0]]]
-        structs = d.decode_args(raws, typ, issues)
-        got = {attr: d.column(structs, attr) for attr in fields.values()}
     cols: dict[str, pl.Series] = {"i": rows.cast(pl.UInt32)}
     for out, attr in fields.items():
-        vals = got[attr]
-        if isinstance(vals, pl.Series):
-            cols[out] = vals.alias(out)
-        elif attr in _RAW_ATTRS:
-            cols[out] = _raw_column(out, vals)
-        elif attr in _INT_ATTRS:
-            cols[out] = _series(out, vals, pl.Int64)
-            lost = cols[out].null_count() - vals.count(None)
-            if lost and issues is not None:  # Python ints beyond int64 (msgspec takes any size)
-                issues[("dropped", _KEYS.get(attr, attr), "int beyond 64 bits")] += lost
-        else:
-            cols[out] = _series(out, vals)
+        cols[out] = _values_column(out, attr, got[attr], issues)
     return pl.DataFrame(cols)
+
+
+def _decoded(raws: list, typ: type, fields: dict[str, str], issues: Counter | None) -> dict[str, list]:
+    structs = d.decode_args(raws, typ, issues)
+    return {attr: d.column(structs, attr) for attr in fields.values()}
+
+
+def _values_column(out: str, attr: str, vals: list | pl.Series, issues: Counter | None) -> pl.Series:
+    if isinstance(vals, pl.Series):
+        return vals.alias(out)
+    if attr in _RAW_ATTRS:
+        return _raw_column(out, vals)
+    if attr in _INT_ATTRS:
+        col = _series(out, vals, pl.Int64)
+        lost = col.null_count() - vals.count(None)
+        if lost and issues is not None:  # Python ints beyond int64 (msgspec takes any size)
+            issues[("dropped", _KEYS.get(attr, attr), "int beyond 64 bits")] += lost
+        return col
+    return _series(out, vals)
+
+
+def _patch(got: dict[str, Any], bad: list[int], slow: dict[str, list], fields: dict[str, str],
+           issues: Counter | None) -> None:
+    """Put the values msgspec decoded for the rows at positions `bad` into the scanner's columns (lists stay
+    lists: their column's type is inferred from all values, as on the msgspec path)."""
+    pos = pl.Series(bad, dtype=pl.Int64)
+    for attr in dict.fromkeys(fields.values()):
+        vals = got[attr]
+        if isinstance(vals, list):
+            for p, v in zip(bad, slow[attr], strict=True):
+                vals[p] = v
+        else:
+            got[attr] = vals.scatter(pos, _values_column(attr, attr, slow[attr], issues))
 
 
 # JSON key of each args attribute, for warnings
@@ -131,52 +156,41 @@ _KEYS = {f.name: f.encode_name for typ in (d.HostArgs, d.GpuArgs, d.MemArgs) for
 _KEYS.update({f"{dim}.{c}": dim for dim in ("grid", "block") for c in "xyz"})
 
 
-def _raw_column(name: str, raws: list | bytes) -> pl.Series:
+def _raw_column(name: str, raws: list) -> pl.Series:
     """Raw JSON slices -> Binary column without a Python call per value: join them with a byte that
-    JSON text cannot contain unescaped (0x1f) and split inside polars. (The C scanner hands them
-    over already joined.)"""
-    joined = (raws if isinstance(raws, bytes) else b"\x1f".join(raws)).decode("utf-8", "replace")
+    JSON text cannot contain unescaped (0x1f) and split inside polars."""
+    joined = b"\x1f".join(raws).decode("utf-8", "replace")
     return pl.Series(name, [joined]).str.split("\x1f").explode().cast(pl.Binary)
 
 
-# host args by category: decode everything once, pull only the columns each category carries
-_PY_FIELDS = {"py_id": "py_id", "py_parent": "py_parent", "py_module": "py_module", "ev_idx": "ev_idx"}
-_OP_FIELDS = {"external_id": "external_id", "external_id_old": "external_id_old", "seq": "seq", "fwd_tid": "fwd_tid",
-              "ev_idx": "ev_idx", "input_dims": "input_dims", "input_type": "input_type"}
-_RT_FIELDS = {"external_id": "external_id", "external_id_old": "external_id_old", "correlation": "correlation"}
-_RARE_FIELDS = {"concrete": "concrete", "strides": "strides", "collective": "collective", "in_nelems": "in_nelems", "dtype": "dtype",
-                "group_size": "group_size", "pg_name": "pg_name", "seq_comm": "seq_comm", "kind": "kind",
-                "size": "size"}
-_HOST_FIELDS = {**_PY_FIELDS, **_OP_FIELDS, **_RT_FIELDS, **_RARE_FIELDS}
-_RARE_NAMES = RARE_NAMES
+_HOST_FIELDS = {**at.PY_FIELDS, **at.OP_FIELDS, **at.RT_FIELDS, **at.RARE_FIELDS}
 
 
-def _host_args(ev_args: list, host: pl.DataFrame, issues: Counter) -> pl.DataFrame:
-    has = host.select("i", "cat", "name", "nargs").filter(pl.col("nargs") > 0)
-    parts = [
-        # python frames: 40 % of a with_stack trace; only module frames carry args we use
-        _args_frame(ev_args, has.filter((pl.col("cat") == "python_function")
-                                        & pl.col("name").str.starts_with("nn.Module:"))["i"], d.HostArgs, _PY_FIELDS,
-                    issues),
-        _args_frame(ev_args, has.filter(pl.col("cat").is_in(["cpu_op", "user_annotation"]))["i"], d.HostArgs,
-                    _OP_FIELDS, issues),
-        _args_frame(ev_args, has.filter(pl.col("cat").is_in(RUNTIME_CATS))["i"], d.HostArgs, _RT_FIELDS, issues),
-    ]
+def _host_args(ev_args: list | fastscan.Events, host: pl.DataFrame, issues: Counter) -> pl.DataFrame:
+    if isinstance(ev_args, fastscan.Events):  # the scanner's tables hold these rows already
+        parts = [_args_frame(ev_args, host["i"], k, issues) for k in (at.PY, at.OP, at.RT)]
+        rare = _args_frame(ev_args, host["i"], at.RARE, issues)
+    else:
+        has = host.select("i", "cat", "name", "nargs").filter(pl.col("nargs") > 0)
+        parts = [
+            # python frames: 40 % of a with_stack trace; only module frames carry args we use
+            _args_frame(ev_args, has.filter((pl.col("cat") == "python_function")
+                                            & pl.col("name").str.starts_with("nn.Module:"))["i"], at.PY, issues),
+            _args_frame(ev_args, has.filter(pl.col("cat").is_in(["cpu_op", "user_annotation"]))["i"], at.OP, issues),
+            _args_frame(ev_args, has.filter(pl.col("cat").is_in(RUNTIME_CATS))["i"], at.RT, issues),
+        ]
+        rare = _args_frame(ev_args, has.filter(pl.col("name").str.contains(RARE_NAMES))["i"], at.RARE, issues)
     frame = pl.concat([p for p in parts if p.width > 1], how="diagonal_relaxed") if any(
         p.width > 1 for p in parts) else pl.DataFrame({"i": pl.Series([], dtype=pl.UInt32)})
-    rare = _args_frame(ev_args, has.filter(pl.col("name").str.contains(_RARE_NAMES))["i"], d.HostArgs, _RARE_FIELDS,
-                       issues)
-    if isinstance(ev_args, fastscan.Events):  # every host args object is read
-        ev_args.release_args(HOST_ARGS)
     return _beside(host, frame, rare)
 
 
 def _beside(rows: pl.DataFrame, *parts: pl.DataFrame) -> pl.DataFrame:
     """`rows` with the columns of `parts` (args frames keyed by `i`) aligned to its rows, as left joins on
     `i` would give them, without copying `rows`' own columns (a left join keeps the left frame's row order;
-    `i` is unique in each part). A field no row has stays a constant null: joined, it would be a buffer of
-    `rows`' length."""
-    keys, order, empty, cols = rows.select("i"), list(rows.columns), [], []
+    `i` is unique in each part): each part gathered at the positions of `rows`' `i` in it. A field no row
+    has stays a constant null: gathered, it would be a buffer of `rows`' length."""
+    keys, order, empty, cols = None, list(rows.columns), [], []
     for f in parts:
         if f.width < 2:
             continue
@@ -184,23 +198,21 @@ def _beside(rows: pl.DataFrame, *parts: pl.DataFrame) -> pl.DataFrame:
         none = [c for c in f.columns[1:] if f[c].null_count() == f.height]
         empty += [pl.lit(None, f.schema[c]).alias(c) for c in none]
         if f.width - len(none) > 1:
-            cols.append(keys.join(f.drop(none), on="i", how="left").drop("i"))
+            keys = rows["i"].to_numpy() if keys is None else keys
+            cols.append(f.drop(["i", *none]).select(pl.all().gather(_positions(f["i"].to_numpy(), keys))))
     if not cols and not empty:
         return rows
     return pl.concat([rows, *cols], how="horizontal").with_columns(empty).select(order)
 
 
-_GPU_FIELDS = {
-    "external_id": "external_id", "external_id_old": "external_id_old", "a_device": "device",
-    "a_stream": "stream", "correlation": "correlation", "grid_x": "grid.x", "grid_y": "grid.y", "grid_z": "grid.z",
-    "block_x": "block.x", "block_y": "block.y", "block_z": "block.z", "regs": "regs",
-    "shmem": "shmem", "blocks_per_sm": "blocks_per_sm", "occupancy": "occupancy", "bytes": "bytes",
-    "from_device": "from_device", "collective": "collective", "in_nelems": "in_nelems",
-    "out_nelems": "out_nelems", "group_size": "group_size", "dtype": "dtype", "pg_name": "pg_name",
-    "pg_ranks": "pg_ranks", "seq_comm": "seq_comm", "graph_id": "graph_id",
-}
-_MEM_FIELDS = {"bytes": "bytes", "total_allocated": "total_allocated", "total_reserved": "total_reserved",
-               "device_id": "device_id", "device_type": "device_type", "addr": "addr"}
+def _positions(at: np.ndarray, keys: np.ndarray) -> pl.Series:
+    """Where each of `keys` is in `at` (unique values), null where it is not."""
+    by = None if at.size < 2 or bool((at[1:] > at[:-1]).all()) else np.argsort(at, kind="stable")
+    ranked = at if by is None else at[by]
+    pos = np.minimum(np.searchsorted(ranked, keys), max(at.size - 1, 0))
+    hit = ranked[pos] == keys if at.size else np.zeros(keys.size, dtype=np.bool_)
+    pos = (pos if by is None else by[pos]).astype(np.uint32)
+    return pl.Series(pos).set(pl.Series(~hit), None) if not hit.all() else pl.Series(pos)
 
 
 def _flag(v: Any) -> bool:
@@ -273,18 +285,18 @@ def load_file(path: str | Path, max_bytes: int = DEFAULT_MAX_BYTES,
         external_id=pl.coalesce(_to_int_expr("external_id"), _to_int_expr("external_id_old")),
         kind=pl.col("kind").cast(pl.String), size=pl.col("size").cast(pl.String),
     ).drop("external_id_old", "ph", "nargs")
-    gargs = _args_frame(ev_args, gpu.filter(pl.col("nargs") > 0)["i"], d.GpuArgs, _GPU_FIELDS, issues)
+    gargs = _args_frame(ev_args, gpu.filter(pl.col("nargs") > 0)["i"], at.GPU, issues)
     gpu = _beside(gpu, gargs)
     gpu = _ensure(gpu, _GPU_FIELDS)
 
     # ---- annotations, memory, flows, threads --------------------------------------------
-    gargs2 = _args_frame(ev_args, gann["i"], d.GpuArgs, {"external_id": "external_id"}, issues)
+    gargs2 = _args_frame(ev_args, gann.filter(pl.col("nargs") > 0)["i"], at.GANN, issues)
     gann = gann.join(gargs2, on="i", how="left") if gargs2.width > 1 else gann.with_columns(
         external_id=pl.lit(None, pl.Int64))
     gann = gann.select("name", pl.col("pid").alias("device"), pl.col("tid").alias("stream"), "ts", "dur", "end",
                        _to_int_expr("external_id").alias("external_id"))
 
-    margs = _args_frame(ev_args, mem["i"], d.MemArgs, _MEM_FIELDS, issues)
+    margs = _args_frame(ev_args, mem.filter(pl.col("nargs") > 0)["i"], at.MEM, issues)
     mem = (mem.join(margs, on="i", how="left") if margs.width > 1 else _ensure(mem, _MEM_FIELDS)).select(
         "ts", "pid", "tid", *[_to_int_expr(c).alias(c) for c in _MEM_FIELDS])
 
@@ -295,8 +307,7 @@ def load_file(path: str | Path, max_bytes: int = DEFAULT_MAX_BYTES,
     ids = pl.DataFrame({"i": pl.Series(flow_rows, dtype=pl.UInt32), "id": ids})
     flows = fl.join(ids, on="i", how="left").drop("i")
 
-    margs2 = _args_frame(ev_args, meta_rows["i"], d.MetaArgs, {"aname": "name", "labels": "labels"},
-                         issues)
+    margs2 = _args_frame(ev_args, meta_rows.filter(pl.col("nargs") > 0)["i"], at.META, issues)
     meta_rows = meta_rows.join(margs2, on="i", how="left") if margs2.width > 1 else meta_rows.with_columns(
         aname=pl.lit(None, pl.String), labels=pl.lit(None, pl.String))
     threads = (meta_rows.filter(pl.col("name") == "thread_name").group_by("pid", "tid", maintain_order=True)
@@ -397,17 +408,17 @@ def _scan_input(path: Path, max_bytes: int) -> tuple[fastscan.Events | None, byt
             data, warnings = job.stream.fallback()
         finally:
             job.close()
-        return fastscan.scan(data, _args_group), data, warnings
+        return fastscan.scan(data), data, warnings
     stream = job or d.open_stream(path, max_bytes)
     try:
-        fast = fastscan.scan_stream(stream, _args_group)
+        fast = fastscan.scan_stream(stream)
         if fast is not None and stream.complete:
             return fast, b"", stream.warnings
         del fast
         data, warnings = stream.fallback()
     finally:
         stream.close()
-    return fastscan.scan(data, _args_group), data, warnings
+    return fastscan.scan(data), data, warnings
 
 
 def _decode_msgspec(path: Path, data: bytes, warnings: list[str]) -> tuple:
