@@ -48,6 +48,7 @@ import polars as pl
 
 from traceview.analyses.features import Features
 from traceview.analyses.intervals import merge
+from traceview.analyses.names import contains
 from traceview.analyses.roofline import ELEMENTWISE_KERNEL_RE
 from traceview.analyses.rowid import join_by_id
 from traceview.analyses.whatif import EMPTY, shrink_kernels
@@ -108,7 +109,7 @@ def chains(trace, steps: pl.DataFrame, kb: pl.DataFrame, min_kernels: int = 2) -
     elem = (pl.col("kind") == "compute") & (
         pl.col("category").is_in(["elementwise", "reduction"])
         | (~pl.col("category").is_in(["gemm", "conv", "attention"]).fill_null(False)
-           & pl.col("name").str.contains(ELEMENTWISE_KERNEL_RE)))
+           & contains(g, ELEMENTWISE_KERNEL_RE)))
     g = g.with_columns(_elem=elem.fill_null(False))
     with_launch = host_step_of(g.filter(pl.col("launch_ts").is_not_null()), steps, "launch_ts")
     no_launch = step_of(g.filter(pl.col("launch_ts").is_null()), steps)

@@ -78,8 +78,9 @@ def optimizer_spans(ctx: RuleContext, min_kernels: int) -> pl.DataFrame:
     """One row per single-tensor optimizer step in the analysed steps: [i, opt, ts, end, kernels, kinds,
     gpu_ns, bytes, kept, ids, ops]."""
     host = ctx.trace.host
-    spans = host.filter((pl.col("cat") == "user_annotation") & pl.col("name").str.contains(OPT_RE)
-                        & (pl.col("ts") >= ctx.trace.steps["cpu_ts"].min()))
+    # the regex only on the annotations (a few hundred rows, not every host event)
+    spans = host.filter(pl.col("cat") == "user_annotation")
+    spans = spans.filter(pl.col("name").str.contains(OPT_RE) & (pl.col("ts") >= ctx.trace.steps["cpu_ts"].min()))
     spans = spans.filter(pl.col("end") > ctx.lo).select("i", pl.col("name").str.extract(OPT_RE).alias("opt"), "ts", "end")
     if spans.height == 0:
         return pl.DataFrame()

@@ -31,6 +31,7 @@ from .analyses.breakdown import DATALOADER_RE
 from .analyses.features import COMPILE_RE
 from .analyses.intervals import merge
 from .analyses.intervals import segments as _segments
+from .analyses.names import contains
 from .analyses.roofline import kernel_bound as _kernel_bound
 from .analyses.specs import trace_spec
 from .analyses.timeline import gpu_work
@@ -138,7 +139,7 @@ def dataloader_spans(trace: Trace) -> pl.DataFrame:
     lo, hi = host_span(trace)
     h = trace.host.select("i", "cat", "name", "ts", "end", "tid").filter(
         pl.col("cat").is_in(["cpu_op", "user_annotation"]) & (pl.col("ts") >= lo) & (pl.col("ts") < hi))
-    return h.filter(pl.col("name").str.contains(DATALOADER_RE)).drop("cat")  # the regex on those rows only
+    return h.filter(contains(h, DATALOADER_RE)).drop("cat")  # the regex on those rows' distinct names only
 
 
 def idle_gaps(trace: Trace, lo: int, hi: int) -> pl.DataFrame:

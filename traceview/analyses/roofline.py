@@ -36,6 +36,7 @@ import msgspec
 import polars as pl
 
 from ..model import Trace
+from .names import contains
 from .specs import Spec, trace_spec
 
 DTYPE_BYTES = {
@@ -294,7 +295,7 @@ def kernel_bound(trace: Trace, spec: Spec | None = None) -> pl.DataFrame:
     peak_tc, peak_32, bw = spec.peak_flops(2), spec.peak_flops(4), spec.bw
     peak = pl.when(pl.col("bpe") <= 2).then(pl.lit(peak_tc)).otherwise(pl.lit(peak_32))
     by_shape = pl.when(pl.col("flops") / peak >= pl.col("bytes") / bw).then(pl.lit("compute")).otherwise(pl.lit("memory"))
-    by_name = pl.when(pl.col("name").str.contains(COMPUTE_KERNEL_RE)).then(pl.lit("compute")).otherwise(pl.lit("memory"))
+    by_name = pl.when(contains(k, COMPUTE_KERNEL_RE)).then(pl.lit("compute")).otherwise(pl.lit("memory"))
     has = pl.col("flops").is_not_null() & pl.col("bytes").is_not_null() & (pl.col("bytes") > 0)
     return k.with_columns(
         intensity=pl.when(has).then(pl.col("flops") / pl.col("bytes")),
