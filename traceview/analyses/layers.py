@@ -104,7 +104,12 @@ def _strip_index(e: pl.Expr) -> pl.Expr:
 
 def _node_events(host: pl.DataFrame) -> tuple[pl.DataFrame, str]:
     """Candidate node events [i, label, cls, src] and the source kind of the layer tree."""
-    h = host.select("i", "cat", "name", "fwd_tid")
+    # one pass over the host events keeps the few that can be nodes (by name prefix or annotation category);
+    # every filter below runs on those
+    h = host.lazy().select("i", "cat", "name").filter(
+        pl.col("name").str.starts_with(MODULE_PREFIX) | pl.col("name").str.starts_with(ATTR_PREFIX)
+        | pl.col("name").str.starts_with("Optimizer.") | pl.col("name").str.starts_with("enumerate(")
+        | (pl.col("cat") == "user_annotation")).collect()
     ann = pl.col("cat").is_in(["user_annotation", "cpu_op"])
     mods = h.filter((pl.col("cat") == "python_function") & pl.col("name").str.starts_with(MODULE_PREFIX)).select(
         "i", label=pl.col("name").str.strip_prefix(MODULE_PREFIX),
@@ -162,7 +167,8 @@ def _build_tree(host: pl.DataFrame, nodes: pl.DataFrame) -> tuple[pl.DataFrame, 
     # `__enter__` frame and outlives it, so the full host tree is not reliable around annotations,
     # but module frames and annotations do nest properly with each other.
     cols = [c for c in ("i", "cat", "pid", "tid", "ts", "dur", "ev_idx") if c in host.columns]
-    sub = call_tree(host.select(cols).filter(pl.col("i").is_in(nodes["i"].implode())))
+    # the node rows in host order (ids ascend): a lookup by id, not an is_in over every host row
+    sub = call_tree(by_id(host, nodes["i"].unique().sort(), *cols))
     nodes = nodes.join(sub.select("i", pl.col("parent").alias("pnode")), on="i", how="left")
     # an attr annotation whose nearest enclosing node is a module frame names that frame (same call)
     src_of = nodes.select(pl.col("i").alias("pnode"), pl.col("src").alias("psrc"))
