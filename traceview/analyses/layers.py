@@ -415,6 +415,8 @@ def segment_layers(trace: Trace, segments: pl.DataFrame) -> pl.DataFrame:
         seg = (seg.join_asof(hops.drop("pid", "tid"), left_on="t", right_on="_hts", strategy="backward",
                              check_sortedness=False)
                .with_columns(_hl=pl.when(pl.col("t") < pl.col("_hend")).then(pl.col("_hl"))))
+    elif threads.height <= _FEW_THREADS and not any(hops[c].null_count() for c in hops.columns if c != "_hl"):
+        seg = seg.with_columns(_hl=_open_layer(seg["t"].to_numpy(), hops))
     else:
         h = (seg.select("_s", "t").join(threads, how="cross").sort("t")
              .join_asof(hops, left_on="t", right_on="_hts", by=["pid", "tid"], strategy="backward",
@@ -425,6 +427,31 @@ def segment_layers(trace: Trace, segments: pl.DataFrame) -> pl.DataFrame:
     layer = pl.when(gpu_cls).then(pl.coalesce("_gl", "_hl")).otherwise(pl.coalesce("_hl", "_gl"))
     seg = seg if seg["_s"].is_sorted() else seg.sort("_s")
     return seg.select("step", "ts", "end", "cls", layer.fill_null(UNATTRIBUTED).alias("layer"))
+
+
+#: up to this many host threads with layered ops, `segment_layers` searches each thread's ops in turn
+_FEW_THREADS = 16
+
+
+def _open_layer(t: np.ndarray, hops: pl.DataFrame) -> pl.Series:
+    """`_hl` of the op [pid, tid, _hts, _hend, _hl] open at each time `t` on its thread (top-level ops do not
+    overlap on one thread: the last one started at or before `t`), the latest-started of those over the
+    threads; null where none is open. One binary search per thread (a handful), no cross join."""
+    gid = thread_ids(hops["pid"].to_numpy(), hops["tid"].to_numpy())
+    if gid is None:
+        gid = hops.select(pl.struct("pid", "tid").rank("dense"))[:, 0].to_numpy()
+    hts, hend = hops["_hts"].to_numpy(), hops["_hend"].to_numpy()
+    best = np.full(t.size, -1, np.int64)
+    best_ts = np.full(t.size, np.iinfo(np.int64).min, np.int64)
+    for g in np.unique(gid):
+        mine = np.flatnonzero(gid == g)
+        mine = mine[np.argsort(hts[mine], kind="stable")]
+        j = np.searchsorted(hts[mine], t, side="right") - 1
+        c = mine[np.maximum(j, 0)]
+        ok = (j >= 0) & (t < hend[c]) & (hts[c] >= best_ts)
+        best[ok], best_ts[ok] = c[ok], hts[c[ok]]
+    hit = best >= 0
+    return hops["_hl"].gather(pl.Series(np.maximum(best, 0), dtype=pl.UInt32).set(pl.Series(~hit), None))
 
 
 @per_trace
