@@ -27,20 +27,39 @@ def by_id(frame: pl.DataFrame, ids: pl.Series, *exprs: str | pl.Expr) -> pl.Data
         rows = ids.rename("_q").to_frame().join(frame.select("i", *(c for c in cols if c != "i")), left_on="_q",
                                                 right_on="i", how="left", coalesce=False)
         return _eval(rows, ex)
-    k = key.to_numpy()
-    q = ids.fill_null(0).to_numpy()
+    idx = positions(frame, ids)
+    if not cols:
+        return _eval(pl.DataFrame({"_q": ids}), ex)
+    # the rows by position (a take on the needed columns: no lazy query on a small frame)
+    rows = frame[cols][idx]
+    if all(isinstance(e, str) for e in exprs) and len(set(exprs)) == len(exprs):
+        return rows[list(exprs)] if list(exprs) != cols else rows
+    return _eval(rows, ex)
+
+
+def positions(frame: pl.DataFrame, ids: pl.Series) -> pl.Series:
+    """The row position in `frame` (ids `i` ascending, no nulls) of each id in `ids` (UInt32; null for a null
+    or unknown id)."""
+    k = frame["i"].to_numpy()
+    nulls = ids.null_count()
+    q = ids.to_numpy()
+    if nulls:  # a nullable integer column reads as float with NaN (exact below 2**53): no polars call
+        miss = np.isnan(q)
+        q = np.where(miss, 0, q).astype(np.int64)
     if k.size and 0 <= k[0] and k[-1] < 4 * (k.size + q.size) + 1024 and (q.size == 0 or 0 <= q.min()):
         # ids compact next to the frame or the query: a dense id -> position table (two passes, no binary
         # search; 100 k queries into a few thousand sparse ids cost a tenth of `searchsorted` this way)
         at = _positions(frame, k)
         p = at[np.minimum(q, k[-1] + 1)]
-        hit = ids.is_not_null().to_numpy() & (p >= 0)
+        hit = p >= 0
         p = np.maximum(p, 0)
     else:
         p = np.minimum(np.searchsorted(k, q), max(k.size - 1, 0))
-        hit = ids.is_not_null().to_numpy() & (k[p] == q) if k.size else np.zeros(q.size, bool)
-    idx = pl.Series(p, dtype=pl.UInt32).set(pl.Series(~hit), None)
-    return _eval(frame.select(cols).select(pl.all().gather(idx)) if cols else pl.DataFrame({"_q": ids}), ex)
+        hit = (k[p] == q) if k.size else np.zeros(q.size, bool)
+    if nulls:
+        hit &= ~miss
+    idx = pl.Series(p, dtype=pl.UInt32)
+    return idx if hit.all() else idx.scatter(np.flatnonzero(~hit), None)
 
 
 def _positions(frame: pl.DataFrame, k: np.ndarray) -> np.ndarray:
