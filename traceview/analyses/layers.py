@@ -25,7 +25,7 @@ import polars as pl
 
 from ..memo import per_trace
 from ..model import RUNTIME_CATS, Trace
-from .rowid import by_id, join_by_id
+from .rowid import by_id, join_by_id, positions
 from .specs import Spec, trace_spec
 from .tree import ancestor_where, call_tree, roots, thread_ids
 
@@ -306,14 +306,27 @@ def _fwd_thread_map(trace: Trace, fwd_ops: pl.DataFrame) -> tuple[pl.DataFrame, 
     return pairs, single
 
 
+#: a host row's phase, coded while it is computed in numpy
+_PHASES = ["forward", "backward", "optimizer", "dataloader", "other"]
+_PHASE_CODE = {p: k for k, p in enumerate(_PHASES)}
+
+
+def _np_ids(s: pl.Series) -> np.ndarray:
+    """Row ids/positions as int64, -1 for null (a nullable integer column reads as float with NaN in numpy)."""
+    a = s.to_numpy()
+    if s.null_count():
+        return np.where(np.isnan(a), -1, a).astype(np.int64)
+    return a.astype(np.int64, copy=False)
+
+
 def _attribute(trace: Trace) -> Attribution:
     host = trace.host
     rows = (host.lazy().filter(pl.col("cat").is_in(["cpu_op", *RUNTIME_CATS]))
             .select("i", "pid", "tid", "ts", "seq", "fwd_tid", "op").collect())
-    # a runtime call is in grad mode when the op that made it is
-    rows = pl.concat([rows, by_id(host, rows["op"], pl.col("seq").is_not_null().alias("_oseq"))],
-                     how="horizontal").with_columns(
-        _grad=pl.col("seq").is_not_null() | pl.col("_oseq").fill_null(False)).drop("_oseq", "op")
+    # a runtime call is in grad mode when the op that made it is (numpy on row positions: no join)
+    opos = _np_ids(positions(host, rows["op"]))
+    grad = rows["seq"].is_not_null().to_numpy() | ((opos >= 0) & host["seq"].is_not_null().to_numpy()[opos])
+    rows = rows.drop("op")
     if host.height == 0:
         empty = pl.DataFrame(schema=_ATTR_SCHEMA)
         return Attribution("none", pl.DataFrame(schema={"i": pl.UInt32, "layer": pl.String}), empty,
@@ -350,17 +363,30 @@ def _attribute(trace: Trace) -> Attribution:
           .with_columns(ftid=pl.coalesce("ftid", "ftid1"))
           .join(fwd_ops, left_on=["pid", "ftid", "bseq"], right_on=["pid", "ftid", "seq"], how="left")
           .select("bnode", "fnode"))
-    r = join_by_id(r, "bnode", bn.rename({"bnode": "i"}).sort("i"), "fnode").with_columns(
-        lnode=pl.coalesce("fnode", "node")).drop("node")
-    r = join_by_id(r, "lnode", nl.rename({"node": "i"}).sort("i"), "layer", "layer_class", "depth", "nphase")
-    out = r.select(
-        "i", pl.col("layer").fill_null(UNATTRIBUTED), pl.col("layer_class").fill_null(UNATTRIBUTED), "depth",
-        phase=pl.when(pl.col("bnode").is_not_null()).then(pl.lit("backward"))
-        .when(pl.col("nphase").is_not_null()).then(pl.col("nphase"))
-        # outside every layer but recorded with grad on (a loss computed outside the model): forward
-        .when(pl.col("_grad")).then(pl.lit("forward"))
-        .otherwise(pl.lit("other")),
-    ).cast(_ATTR_SCHEMA).sort("i")
+    # each row's layer node: the forward op's node for a backward row, else its own; then the node's columns,
+    # gathered once per column with a last `(unattributed)` row for rows without a node (numpy positions)
+    fnode = _np_ids(by_id(bn.rename({"bnode": "i"}).sort("i"), r["bnode"], "fnode")["fnode"])
+    lnode = np.where(fnode >= 0, fnode, _np_ids(r["node"]))
+    nl = nl.rename({"node": "i"}).sort("i")
+    pos = _np_ids(positions(nl, pl.Series(np.where(lnode >= 0, lnode, 0)))) if nl.height else np.full(r.height, -1)
+    pos[lnode < 0] = -1
+    found = pos >= 0
+    pos[~found] = nl.height
+    un = pl.Series([UNATTRIBUTED])
+    # phase: backward rows, then the node's phase, then grad mode (a loss computed outside the model: forward)
+    node_phase = np.append(nl["nphase"].replace_strict(_PHASE_CODE, return_dtype=pl.Int8).to_numpy(), -1)
+    bwd_row = _np_ids(r["bnode"]) >= 0
+    code = np.where(bwd_row, _PHASE_CODE["backward"],
+                    np.where(found, node_phase[pos], np.where(grad, _PHASE_CODE["forward"], _PHASE_CODE["other"])))
+    gather = pl.Series(pos, dtype=pl.UInt32)
+    out = pl.DataFrame([
+        r["i"].cast(pl.UInt32),
+        pl.concat([nl["layer"], un]).gather(gather).alias("layer"),
+        pl.concat([nl["layer_class"], un]).gather(gather).alias("layer_class"),
+        pl.concat([nl["depth"].cast(pl.Int32), pl.Series([None], dtype=pl.Int32)]).gather(gather).alias("depth"),
+        pl.Series("phase", _PHASES).gather(pl.Series(code, dtype=pl.UInt32)),
+    ])
+    out = out if out["i"].is_sorted() else out.sort("i")
     return Attribution(source, nodes, out, tree)
 
 

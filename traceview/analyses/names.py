@@ -17,6 +17,12 @@ def matching(names: pl.Series, pattern: str) -> pl.Series:
     return u.filter(u.str.contains(pattern))
 
 
+#: below this many rows the regex runs on every row (the distinct-names detour costs three polars calls)
+_MIN_ROWS = 4096
+
+
 def contains(frame: pl.DataFrame, pattern: str, col: str = "name") -> pl.Expr:
     """`pl.col(col).str.contains(pattern)` for rows of `frame`, as a lookup of the distinct names that match."""
+    if frame.height < _MIN_ROWS:
+        return pl.col(col).str.contains(pattern)
     return pl.col(col).is_in(matching(frame[col], pattern).implode())
