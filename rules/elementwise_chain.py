@@ -150,6 +150,11 @@ def _chains(ctx: RuleContext) -> pl.DataFrame:
     return ctx.once("chains", lambda: chains(ctx.trace, ctx.steps, ctx.kb, int(ctx.options["min_kernels"])))
 
 
+def _per_chain(ctx: RuleContext) -> pl.DataFrame:
+    """`per_chain` of the rule's chains, once (the check and the projection's `removes` both read it)."""
+    return ctx.once("per_chain", lambda: per_chain(_chains(ctx)))
+
+
 def removes(ctx: RuleContext, finding: dict | None = None) -> pl.DataFrame:
     """One fused kernel replaces each chain: the kernels shrink to the chain's fused share of their time
     (only where the GPU was the critical path, see analyses/whatif.py), and the idle gaps between them
@@ -162,7 +167,7 @@ def _removes(ctx: RuleContext) -> pl.DataFrame:
     ch = _chains(ctx)
     if ch.height == 0:
         return EMPTY
-    per = per_chain(ch).select("chain", (pl.col("fused_time") / pl.col("time")).alias("_r"))
+    per = _per_chain(ctx).select("chain", (pl.col("fused_time") / pl.col("time")).alias("_r"))
     k = ch.join(per, on="chain").select("i", (pl.col("dur") * pl.col("_r")).cast(pl.Int64).alias("new_dur"))
     tails = shrink_kernels(ctx.trace, k, sync_calls(ctx.trace))
     # the gaps inside each chain, and the host time of the ops that launched its 2nd..kth kernels
@@ -181,7 +186,7 @@ def check(ctx: RuleContext) -> list[Finding]:
     ch = _chains(ctx)
     if ch.height == 0:
         return []
-    per = per_chain(ch)
+    per = _per_chain(ctx)
     pats = (per.group_by("device", "stream", "ops", "k")
             .agg(pl.len().alias("count"), pl.col("time").sum(), pl.col("savings").sum(), pl.col("bytes").mean(),
                  pl.col("fused_bytes").mean(), pl.col("_known").all(), pl.col("step").unique().sort().alias("steps"),

@@ -85,10 +85,10 @@ def optimizer_spans(ctx: RuleContext, min_kernels: int) -> pl.DataFrame:
     if spans.height == 0:
         return pl.DataFrame()
     k = ctx.trace.gpu.filter((pl.col("kind") == "compute") & pl.col("launch_ts").is_not_null())
-    k = join_by_id(k, "op", host, pl.col("name").alias("op_name"))
     k = (k.sort("launch_ts").join_asof(spans.rename({"i": "span", "ts": "_sts", "end": "_send"}).sort("_sts"),
                                       left_on="launch_ts", right_on="_sts", strategy="backward")
          .filter(pl.col("launch_ts") < pl.col("_send")))
+    k = join_by_id(k, "op", host, pl.col("name").alias("op_name"))  # the op names of those kernels only
     k = k.join(ctx.kb.select("i", pl.col("bytes").alias("_kb")), on="i", how="left")
     per = k.group_by("span").agg(
         pl.len().alias("kernels"), pl.col("name").n_unique().alias("kinds"), pl.col("dur").sum().alias("gpu_ns"),
