@@ -394,10 +394,20 @@ def _attribute(trace: Trace) -> Attribution:
 
 
 def _in_steps(df: pl.DataFrame, steps: pl.DataFrame, col: str = "ts") -> pl.DataFrame:
-    """Rows whose `col` falls inside one of the step windows [ts, end), with their `step`."""
-    w = steps.select("step", pl.col("ts").alias("_wts"), pl.col("end").alias("_wend")).sort("_wts")
-    return (df.sort(col).join_asof(w, left_on=col, right_on="_wts", strategy="backward", check_sortedness=False)
-            .filter(pl.col(col) < pl.col("_wend")).drop("_wts", "_wend"))
+    """Rows whose `col` falls inside one of the step windows [ts, end), with their `step` (sorted by `col`)."""
+    df = df.sort(col)
+    if df[col].null_count() or steps["ts"].null_count() or steps["end"].null_count():
+        w = steps.select("step", pl.col("ts").alias("_wts"), pl.col("end").alias("_wend")).sort("_wts")
+        return (df.join_asof(w, left_on=col, right_on="_wts", strategy="backward", check_sortedness=False)
+                .filter(pl.col(col) < pl.col("_wend")).drop("_wts", "_wend"))
+    # the last window started at or before each time (a binary search), kept when the time is before its end
+    wts = steps["ts"].to_numpy()
+    o = np.argsort(wts, kind="stable")
+    t = df[col].to_numpy()
+    j = np.searchsorted(wts[o], t, side="right") - 1
+    c = o[np.maximum(j, 0)]
+    ok = (j >= 0) & (t < steps["end"].to_numpy()[c]) if o.size else np.zeros(t.size, bool)
+    return df.filter(pl.Series(ok)).with_columns(steps["step"].gather(pl.Series(c[ok], dtype=pl.UInt32)))
 
 
 def device_peaks(trace: Trace) -> Spec:
@@ -530,9 +540,9 @@ def layer_table(trace: Trace, steps: pl.DataFrame | None = None, depth: int | No
     gl = gpu_layers(trace)
     g = _in_steps(trace.gpu.filter(pl.col("kind") != "sync").select(
         "i", "ts", "dur", "kind", pl.col("bytes").cast(pl.Float64).alias("_cbytes")), steps)
-    g = g.join(gl.select("i", "layer", "phase"), on="i", how="left")
+    g = join_by_id(g, "i", gl, "layer", "phase")  # every GPU row has its layer row
     if kb is not None:
-        g = g.join(kb.select([c for c in ("i", "flops", "bytes", "bpe", "bound") if c in kb.columns]), on="i", how="left")
+        g = join_by_id(g, "i", kb, *[c for c in ("flops", "bytes", "bpe", "bound") if c in kb.columns])
     for c, dt in (("flops", pl.Float64), ("bytes", pl.Float64), ("bpe", pl.Float64), ("bound", pl.String)):
         if c not in g.columns:
             g = g.with_columns(pl.lit(None, dt).alias(c))
