@@ -80,6 +80,14 @@ def sync_calls(trace: Trace, compilation: bool = False) -> pl.DataFrame:
 
 @per_trace
 def _sync_calls(trace: Trace, compilation: bool) -> pl.DataFrame:
+    out, inside = _all_syncs(trace)
+    return out.filter(inside == compilation)
+
+
+@per_trace
+def _all_syncs(trace: Trace) -> tuple[pl.DataFrame, pl.Series]:
+    """Every sync call in the host span, by start, and which of them compilation made (both `sync_calls`
+    variants read them: one search for the compiler's spans)."""
     h = trace.host
     # the regex only on the runtime calls
     rt = (h.select("i", "cat", "name", "ts", "end", "op", "tid").filter(pl.col("cat").is_in(["cuda_runtime", "cuda_driver"]))
@@ -95,7 +103,7 @@ def _sync_calls(trace: Trace, compilation: bool) -> pl.DataFrame:
     out = pl.concat([rt, ev], how="vertical_relaxed").unique("i")
     out = out.filter((pl.col("ts") >= lo) & (pl.col("ts") < hi)).sort("ts")
     inside = compile_syncs(trace, out)
-    return out.filter(pl.col("i").is_in(inside.implode()) == compilation).sort("ts")
+    return out, out["i"].is_in(inside.implode())
 
 
 def compile_syncs(trace: Trace, syncs: pl.DataFrame) -> pl.Series:

@@ -407,7 +407,7 @@ def _in_steps(df: pl.DataFrame, steps: pl.DataFrame, col: str = "ts") -> pl.Data
     j = np.searchsorted(wts[o], t, side="right") - 1
     c = o[np.maximum(j, 0)]
     ok = (j >= 0) & (t < steps["end"].to_numpy()[c]) if o.size else np.zeros(t.size, bool)
-    return df.filter(pl.Series(ok)).with_columns(steps["step"].gather(pl.Series(c[ok], dtype=pl.UInt32)))
+    return df.filter(pl.Series(ok)).hstack([steps["step"].gather(pl.Series(c[ok], dtype=pl.UInt32))])
 
 
 def device_peaks(trace: Trace) -> Spec:
@@ -564,7 +564,8 @@ def layer_table(trace: Trace, steps: pl.DataFrame | None = None, depth: int | No
     ph = pl.col("phase")
 
     def incl(df: pl.DataFrame) -> pl.DataFrame:
-        return (df.join(anc, on="layer", how="inner").drop("layer").explode("anc").rename({"anc": "layer"}))
+        return (df.join(anc, on="layer", how="inner").select(pl.exclude("layer", "anc"), pl.col("anc").alias("layer"))
+                .explode("layer"))
 
     gi = incl(g)
     gagg = [pl.col("dur").sum().alias("gpu_ns"), pl.col("dur").filter(ph == "forward").sum().alias("fwd_gpu_ns"),

@@ -32,8 +32,10 @@ def by_id(frame: pl.DataFrame, ids: pl.Series, *exprs: str | pl.Expr) -> pl.Data
         return _eval(pl.DataFrame({"_q": ids}), ex)
     # the rows by position (a take on the needed columns: no lazy query on a small frame)
     rows = frame[cols][idx]
-    if all(isinstance(e, str) for e in exprs) and len(set(exprs)) == len(exprs):
-        return rows[list(exprs)] if list(exprs) != cols else rows
+    # plain columns, renamed or not: the taken columns themselves (Series renames, no query)
+    plain = [e.meta.undo_aliases() for e in ex]
+    if all(p.meta.is_column() for p in plain):
+        return pl.DataFrame([rows[p.meta.output_name()].alias(e.meta.output_name()) for p, e in zip(plain, ex, strict=True)])
     return _eval(rows, ex)
 
 
