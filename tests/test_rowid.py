@@ -38,3 +38,17 @@ def test_sparse_frame_many_queries_and_unknown_ids():
     expect = _join(runtime, ids, "name")
     assert got.equals(expect)
     assert got["name"].drop_nulls().len() == runtime.height
+
+
+def test_unsorted_frame_by_table_or_join(monkeypatch):
+    g = load(REL).gpu.sort("dur", "i")  # the GPU rows not in id order (ids interleaved with the host's)
+    assert not g["i"].is_sorted()
+    ids = pl.concat([g["i"].reverse(), pl.Series([None, 0], dtype=g["i"].dtype)])
+    expect = _join(g, ids, "name", "dur")
+    assert by_id(g, ids, "name", "dur").equals(expect)
+    monkeypatch.setattr(rowid, "_CACHE_MIN_ROWS", 0)  # the kept sparse table
+    assert by_id(g, ids, "name", "dur").equals(expect)
+    # unsorted and too sparse for a table: the hash join
+    far = pl.DataFrame({"i": [10**9, 5, 3 * 10**9], "v": ["a", "b", "c"]})
+    assert rowid.positions(far, pl.Series([5])) is None
+    assert by_id(far, pl.Series([3 * 10**9, 7, 5]), "v")["v"].to_list() == ["c", None, "b"]

@@ -319,12 +319,20 @@ def _np_ids(s: pl.Series) -> np.ndarray:
     return a.astype(np.int64, copy=False)
 
 
+def _rowpos(frame: pl.DataFrame, ids: pl.Series) -> np.ndarray:
+    """The row position in `frame` of each id (-1: none)."""
+    p = positions(frame, ids)
+    if p is None:  # ids neither sorted nor compact: by a join
+        p = by_id(frame.with_row_index("_pos"), ids, "_pos")["_pos"]
+    return _np_ids(p)
+
+
 def _attribute(trace: Trace) -> Attribution:
     host = trace.host
     rows = (host.lazy().filter(pl.col("cat").is_in(["cpu_op", *RUNTIME_CATS]))
             .select("i", "pid", "tid", "ts", "seq", "fwd_tid", "op").collect())
     # a runtime call is in grad mode when the op that made it is (numpy on row positions: no join)
-    opos = _np_ids(positions(host, rows["op"]))
+    opos = _rowpos(host, rows["op"])
     grad = rows["seq"].is_not_null().to_numpy() | ((opos >= 0) & host["seq"].is_not_null().to_numpy()[opos])
     rows = rows.drop("op")
     if host.height == 0:
@@ -368,7 +376,7 @@ def _attribute(trace: Trace) -> Attribution:
     fnode = _np_ids(by_id(bn.rename({"bnode": "i"}).sort("i"), r["bnode"], "fnode")["fnode"])
     lnode = np.where(fnode >= 0, fnode, _np_ids(r["node"]))
     nl = nl.rename({"node": "i"}).sort("i")
-    pos = _np_ids(positions(nl, pl.Series(np.where(lnode >= 0, lnode, 0)))) if nl.height else np.full(r.height, -1)
+    pos = _rowpos(nl, pl.Series(np.where(lnode >= 0, lnode, 0))) if nl.height else np.full(r.height, -1)
     pos[lnode < 0] = -1
     found = pos >= 0
     pos[~found] = nl.height
