@@ -510,10 +510,11 @@ def shape_signatures(trace: Trace) -> pl.DataFrame:
     if att.tree.height == 0 or "input_dims" not in trace.host.columns:
         return pl.DataFrame(schema=schema)
     dims = pl.col("input_dims").cast(pl.String)
-    ops = (att.host.filter(pl.col("phase") == "forward").select("i", "layer")
-           .join(trace.host.lazy().filter((pl.col("cat") == "cpu_op") & pl.col("input_dims").is_not_null()
-                                          & (pl.col("input_dims").bin.size() > 2))
-                 .select("i", "ts", "name", dims.alias("d")).collect(), on="i")
+    # the forward rows' host columns by id (not a filter and a cast over every host op)
+    fw = att.host.filter(pl.col("phase") == "forward").select("i", "layer")
+    ops = (pl.concat([fw, by_id(trace.host, fw["i"], "cat", "ts", "name", "input_dims")], how="horizontal")
+           .filter((pl.col("cat") == "cpu_op") & pl.col("input_dims").is_not_null() & (pl.col("input_dims").bin.size() > 2))
+           .select("i", "layer", "ts", "name", dims.alias("d"))
            .filter(pl.col("d").str.contains(r"\d")))
     if ops.height == 0:
         return pl.DataFrame(schema=schema)
