@@ -285,12 +285,14 @@ def classification(trace: Trace, steps: pl.DataFrame, part: pl.DataFrame | None 
     device, roofline} — the verdict for the trace and for each step."""
     kb = kernel_bound(trace) if kb is None else kb
     part = partition(trace, steps, kb) if part is None else part
-    per = shares(part)
-    whole = dict(zip(*shares(part, None).select("cls", "dur").to_dict(as_series=False).values(), strict=True))
+    # per step and class (a few hundred rows): the whole window's times are their sums (integers, exact)
+    whole: dict[str, int] = {}
+    by_step: dict[int, dict[str, int]] = {}
+    for s, c, d in shares(part).iter_rows():
+        whole[c] = whole.get(c, 0) + d
+        by_step.setdefault(s, {})[c] = d
     out = _entry(whole)
     step_rows = []
-    by_step = {k[0]: dict(zip(d["cls"].to_list(), d["dur"].to_list(), strict=True))
-               for k, d in per.partition_by("step", as_dict=True).items()}
     for s in steps["step"].to_list():  # one entry per step
         e = _entry(by_step.get(s, {}))
         step_rows.append({"step": s, **e})
