@@ -79,12 +79,13 @@ def optimizer_spans(ctx: RuleContext, min_kernels: int) -> pl.DataFrame:
     gpu_ns, bytes, kept, ids, ops]."""
     host = ctx.trace.host
     # the regex only on the annotations (a few hundred rows, not every host event)
-    spans = host.filter(pl.col("cat") == "user_annotation")
+    spans = host.select("i", "cat", "name", "ts", "end").filter(pl.col("cat") == "user_annotation")
     spans = spans.filter(pl.col("name").str.contains(OPT_RE) & (pl.col("ts") >= ctx.trace.steps["cpu_ts"].min()))
     spans = spans.filter(pl.col("end") > ctx.lo).select("i", pl.col("name").str.extract(OPT_RE).alias("opt"), "ts", "end")
     if spans.height == 0:
         return pl.DataFrame()
-    k = ctx.trace.gpu.filter((pl.col("kind") == "compute") & pl.col("launch_ts").is_not_null())
+    k = ctx.trace.gpu.select("i", "name", "kind", "dur", "op", "launch_ts").filter(
+        (pl.col("kind") == "compute") & pl.col("launch_ts").is_not_null())
     k = (k.sort("launch_ts").join_asof(spans.rename({"i": "span", "ts": "_sts", "end": "_send"}).sort("_sts"),
                                       left_on="launch_ts", right_on="_sts", strategy="backward")
          .filter(pl.col("launch_ts") < pl.col("_send")))

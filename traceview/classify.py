@@ -143,7 +143,10 @@ def _sync_windows(trace: Trace, syncs: pl.DataFrame) -> pl.DataFrame:
     return s.with_columns(end=end).select("i", "ts", "end", "sync_end", "next_ts")
 
 
+@per_trace
 def dataloader_spans(trace: Trace) -> pl.DataFrame:
+    """DataLoader `__next__` spans in the steps' host span: [i, name, ts, end, tid]; once per trace (every
+    partition and the input-bound rule ask)."""
     lo, hi = host_span(trace)
     h = trace.host.select("i", "cat", "name", "ts", "end", "tid").filter(
         pl.col("cat").is_in(["cpu_op", "user_annotation"]) & (pl.col("ts") >= lo) & (pl.col("ts") < hi))
