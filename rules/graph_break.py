@@ -171,7 +171,8 @@ def boundary_chains(ctx: RuleContext, b: pl.DataFrame) -> pl.DataFrame:
     out_bytes, ...]."""
     if b.height == 0:
         return pl.DataFrame()
-    k = (ctx.trace.gpu.filter((pl.col("kind") == "compute") & pl.col("launch_ts").is_not_null())
+    k = (ctx.trace.gpu.select("i", "kind", "name", "ts", "end", "dur", "launch_ts")
+         .filter((pl.col("kind") == "compute") & pl.col("launch_ts").is_not_null())
          .select("i", "name", "ts", "end", "dur", "launch_ts")
          .join(ctx.kb.select("i", "op_name", "category", "bytes", "in0_bytes", "extra_bytes", "out_bytes"), on="i", how="left"))
     elem = (pl.col("category").is_in(["elementwise", "reduction"]).fill_null(False)

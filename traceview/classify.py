@@ -33,6 +33,7 @@ from .analyses.intervals import merge
 from .analyses.intervals import segments as _segments
 from .analyses.names import contains
 from .analyses.roofline import kernel_bound as _kernel_bound
+from .analyses.rowid import join_by_id
 from .analyses.specs import trace_spec
 from .analyses.timeline import gpu_work
 from .analyses.tree import ancestor_where
@@ -92,10 +93,10 @@ def _all_syncs(trace: Trace) -> tuple[pl.DataFrame, pl.Series]:
     # the regex only on the runtime calls
     rt = (h.select("i", "cat", "name", "ts", "end", "op", "tid").filter(pl.col("cat").is_in(["cuda_runtime", "cuda_driver"]))
           .filter(pl.col("name").str.contains(SYNC_RUNTIME_RE)).drop("cat"))
-    ev = trace.gpu.filter((pl.col("kind") == "sync") & pl.col("name").is_in(SYNC_EVENT_NAMES))
+    ev = trace.gpu.select("i", "kind", "name", "launch", "launch_ts", "launch_end", "ts", "end").filter(
+        (pl.col("kind") == "sync") & pl.col("name").is_in(SYNC_EVENT_NAMES))
     ev = ev.filter(pl.col("launch").is_null() | ~pl.col("launch").is_in(rt["i"].implode()))
-    ev = ev.join(h.select(pl.col("i").alias("launch"), pl.col("op").alias("_hop"), pl.col("tid").alias("_htid")),
-                 on="launch", how="left")
+    ev = join_by_id(ev, "launch", h, pl.col("op").alias("_hop"), pl.col("tid").alias("_htid"))
     ev = ev.select(pl.coalesce("launch", "i").alias("i"), "name",
                    pl.coalesce("launch_ts", "ts").alias("ts"), pl.coalesce("launch_end", "end").alias("end"),
                    pl.col("_hop").alias("op"), pl.col("_htid").alias("tid"))

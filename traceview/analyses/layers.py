@@ -140,7 +140,8 @@ def _node_events(host: pl.DataFrame) -> tuple[pl.DataFrame, str]:
         # top-level forward ops (backward ones follow their forward op through the sequence number),
         # outside the pseudo-layers
         # the roots of the cpu_op tree, filtered in place (call_tree keeps the row order: no join back)
-        sub = call_tree(host.filter(pl.col("cat") == "cpu_op").drop("depth", "parent"))
+        cols = [c for c in ("i", "cat", "name", "pid", "tid", "ts", "dur", "end", "ev_idx", "fwd_tid") if c in host.columns]
+        sub = call_tree(host.select(cols).filter(pl.col("cat") == "cpu_op"))
         top = sub.filter((pl.col("depth") == 0) & ~(pl.col("fwd_tid").fill_null(0) > 0)
                          & ~pl.col("name").str.contains(NOT_LAYER_RE) & ~pl.col("name").str.contains(PSEUDO_RE))
         inside = _innermost(top, host.join(pseudo.select("i"), on="i", how="semi").with_columns(
