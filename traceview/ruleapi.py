@@ -117,7 +117,8 @@ class RuleContext:
             parts.append(pl.Series("i", kernel_ids).cast(pl.Int64))
         if op_ids is not None and len(op_ids):
             ops = pl.Series("op", op_ids).cast(pl.Int64)
-            parts.append(self.trace.gpu.filter(pl.col("op").cast(pl.Int64).is_in(ops.implode()))["i"].cast(pl.Int64))
+            g = self.trace.gpu.select("i", "op")
+            parts.append(g.filter(pl.col("op").cast(pl.Int64).is_in(ops.implode()))["i"].cast(pl.Int64))
         if not parts:
             return None
         ids = pl.concat(parts)
