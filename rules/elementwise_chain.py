@@ -101,7 +101,7 @@ def chains(trace, steps: pl.DataFrame, kb: pl.DataFrame, min_kernels: int = 2) -
     """One row per kernel that belongs to a chain: [chain, step, stream, i, name, op_name, ts, end, dur, bytes,
     in0_bytes, extra_bytes, out_bytes, pos, k]."""
     lo, hi = int(steps["ts"].min()), int(steps["end"].max())
-    g = trace.gpu.select("i", "name", "kind", "ts", "end", "dur", "launch_ts", "device", "stream", "bytes").filter(
+    g = trace.gpu[["i", "name", "kind", "ts", "end", "dur", "launch_ts", "device", "stream", "bytes"]].filter(
         pl.col("kind").is_in(["compute", "comm", "memcpy", "memset"]) & (pl.col("ts") >= lo) & (pl.col("ts") < hi))
     # `bytes` of the gpu frame is the memcpy size: take the roofline's bytes instead
     g = g.drop("bytes").join(kb.select("i", "op_name", "category", "bytes", "in0_bytes", "extra_bytes", "out_bytes"),

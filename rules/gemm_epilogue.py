@@ -94,7 +94,7 @@ def _shapes(raw: pl.Series) -> pl.DataFrame:
 
 def epilogues(ctx: RuleContext) -> pl.DataFrame:
     """One row per epilogue kernel: [gemm_i, i, gemm_op, op, role, ts, end, dur, bytes, step]."""
-    g = ctx.trace.gpu.select("i", "kind", "device", "stream", "ts", "end", "dur", "op").filter(
+    g = ctx.trace.gpu[["i", "kind", "device", "stream", "ts", "end", "dur", "op"]].filter(
         pl.col("kind").is_in(["compute", "comm", "memcpy", "memset"]) & (pl.col("ts") >= ctx.lo) & (pl.col("ts") < ctx.hi))
     g = join_by_id(g.select("i", "device", "stream", "ts", "end", "dur", "op"), "op", ctx.trace.host,
                    pl.col("name").alias("op_name"), pl.col("input_dims").cast(pl.String).alias("_dims"))

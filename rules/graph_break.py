@@ -82,7 +82,7 @@ def breaks(ctx: RuleContext) -> pl.DataFrame:
     """One row per nested (resumed) region in the analysed steps: [i, step, name, outer, gap_ts, ts,
     first_launch, eager_ops, eager_ns, sync, source]."""
     h = ctx.trace.host
-    regions = h.select("i", "cat", "name", "tid", "ts", "end", "depth", "parent").filter(
+    regions = h[["i", "cat", "name", "tid", "ts", "end", "depth", "parent"]].filter(
         (pl.col("cat") == "cpu_op") & pl.col("name").str.starts_with(REGION))
     if regions.height < 2:
         return pl.DataFrame()

@@ -79,12 +79,12 @@ def optimizer_spans(ctx: RuleContext, min_kernels: int) -> pl.DataFrame:
     gpu_ns, bytes, kept, ids, ops]."""
     host = ctx.trace.host
     # the regex only on the annotations (a few hundred rows, not every host event)
-    spans = host.select("i", "cat", "name", "ts", "end").filter(pl.col("cat") == "user_annotation")
+    spans = host[["i", "cat", "name", "ts", "end"]].filter(pl.col("cat") == "user_annotation")
     spans = spans.filter(pl.col("name").str.contains(OPT_RE) & (pl.col("ts") >= ctx.trace.steps["cpu_ts"].min()))
     spans = spans.filter(pl.col("end") > ctx.lo).select("i", pl.col("name").str.extract(OPT_RE).alias("opt"), "ts", "end")
     if spans.height == 0:
         return pl.DataFrame()
-    k = ctx.trace.gpu.select("i", "name", "kind", "dur", "op", "launch_ts").filter(
+    k = ctx.trace.gpu[["i", "name", "kind", "dur", "op", "launch_ts"]].filter(
         (pl.col("kind") == "compute") & pl.col("launch_ts").is_not_null())
     k = (k.sort("launch_ts").join_asof(spans.rename({"i": "span", "ts": "_sts", "end": "_send"}).sort("_sts"),
                                       left_on="launch_ts", right_on="_sts", strategy="backward")

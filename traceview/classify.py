@@ -91,9 +91,9 @@ def _all_syncs(trace: Trace) -> tuple[pl.DataFrame, pl.Series]:
     variants read them: one search for the compiler's spans)."""
     h = trace.host
     # the regex only on the runtime calls
-    rt = (h.select("i", "cat", "name", "ts", "end", "op", "tid").filter(pl.col("cat").is_in(["cuda_runtime", "cuda_driver"]))
+    rt = (h[["i", "cat", "name", "ts", "end", "op", "tid"]].filter(pl.col("cat").is_in(["cuda_runtime", "cuda_driver"]))
           .filter(pl.col("name").str.contains(SYNC_RUNTIME_RE)).drop("cat"))
-    ev = trace.gpu.select("i", "kind", "name", "launch", "launch_ts", "launch_end", "ts", "end").filter(
+    ev = trace.gpu[["i", "kind", "name", "launch", "launch_ts", "launch_end", "ts", "end"]].filter(
         (pl.col("kind") == "sync") & pl.col("name").is_in(SYNC_EVENT_NAMES))
     ev = ev.filter(pl.col("launch").is_null() | ~pl.col("launch").is_in(rt["i"].implode()))
     ev = join_by_id(ev, "launch", h, pl.col("op").alias("_hop"), pl.col("tid").alias("_htid"))
@@ -149,7 +149,7 @@ def dataloader_spans(trace: Trace) -> pl.DataFrame:
     """DataLoader `__next__` spans in the steps' host span: [i, name, ts, end, tid]; once per trace (every
     partition and the input-bound rule ask)."""
     lo, hi = host_span(trace)
-    h = trace.host.select("i", "cat", "name", "ts", "end", "tid").filter(
+    h = trace.host[["i", "cat", "name", "ts", "end", "tid"]].filter(
         pl.col("cat").is_in(["cpu_op", "user_annotation"]) & (pl.col("ts") >= lo) & (pl.col("ts") < hi))
     return h.filter(contains(h, DATALOADER_RE)).drop("cat")  # the regex on those rows' distinct names only
 

@@ -49,7 +49,7 @@ def detect(trace: Trace, kb: pl.DataFrame | None = None) -> Features:
     # distinct names: every test below asks whether any name matches
     ops = h.filter(pl.col("cat").is_in(["cpu_op", "user_annotation"]))["name"].unique()
     rt = h.filter(pl.col("cat").is_in(RUNTIME_CATS))["name"].unique()
-    k = trace.gpu.select("kind", "name").filter(pl.col("kind") == "compute")
+    k = trace.gpu[["kind", "name"]].filter(pl.col("kind") == "compute")
     # kernel names: each distinct name once with its count (a few dozen names over every kernel)
     if k.height >= _DISTINCT_MIN:
         kv = k["name"].value_counts()
