@@ -170,18 +170,21 @@ def _build_tree(host: pl.DataFrame, nodes: pl.DataFrame) -> tuple[pl.DataFrame, 
     cols = [c for c in ("i", "cat", "pid", "tid", "ts", "dur", "ev_idx") if c in host.columns]
     # the node rows in host order (ids ascend): a lookup by id, not an is_in over every host row
     sub = call_tree(by_id(host, nodes["i"].unique().sort(), *cols))
-    nodes = nodes.join(sub.select("i", pl.col("parent").alias("pnode")), on="i", how="left")
-    # an attr annotation whose nearest enclosing node is a module frame names that frame (same call)
-    src_of = nodes.select(pl.col("i").alias("pnode"), pl.col("src").alias("psrc"))
-    nodes = nodes.join(src_of, on="pnode", how="left")
-    alias = nodes.filter((pl.col("src") == "attr") & (pl.col("psrc") == "module")).select(
-        pl.col("i").alias("_a"), pl.col("pnode").alias("_m"), pl.col("label").alias("attr"),
-        pl.col("cls").alias("attr_cls"))
-    nodes = nodes.join(alias.select("_a"), left_on="i", right_on="_a", how="anti")
-    nodes = (nodes.join(alias.select("_a", "_m"), left_on="pnode", right_on="_a", how="left")
-             .with_columns(pnode=pl.coalesce("_m", "pnode")).drop("_m", "psrc"))
-    nodes = nodes.join(alias.select(pl.col("_m").alias("i"), "attr"), on="i", how="left").with_columns(
-        attr=pl.when(pl.col("src") == "attr").then(pl.col("label")).otherwise(pl.col("attr")))
+    nodes = join_by_id(nodes, "i", sub, pl.col("parent").alias("pnode"))  # sub: one row per node, by id
+    if not (nodes["src"] == "attr").any():  # no `module::` annotation: nothing to merge
+        nodes = nodes.hstack([pl.Series("attr", [None] * nodes.height, pl.String)])
+    else:
+        # an attr annotation whose nearest enclosing node is a module frame names that frame (same call)
+        src_of = nodes.select(pl.col("i").alias("pnode"), pl.col("src").alias("psrc"))
+        nodes = nodes.join(src_of, on="pnode", how="left")
+        alias = nodes.filter((pl.col("src") == "attr") & (pl.col("psrc") == "module")).select(
+            pl.col("i").alias("_a"), pl.col("pnode").alias("_m"), pl.col("label").alias("attr"),
+            pl.col("cls").alias("attr_cls"))
+        nodes = nodes.join(alias.select("_a"), left_on="i", right_on="_a", how="anti")
+        nodes = (nodes.join(alias.select("_a", "_m"), left_on="pnode", right_on="_a", how="left")
+                 .with_columns(pnode=pl.coalesce("_m", "pnode")).drop("_m", "psrc"))
+        nodes = nodes.join(alias.select(pl.col("_m").alias("i"), "attr"), on="i", how="left").with_columns(
+            attr=pl.when(pl.col("src") == "attr").then(pl.col("label")).otherwise(pl.col("attr")))
     # paths, one level of the (shallow) layer tree at a time
     levels: list[pl.DataFrame] = []
     cur = nodes.filter(pl.col("pnode").is_null()).with_columns(
