@@ -80,19 +80,18 @@ def gpu_layers(trace: Trace) -> pl.DataFrame:
     g = trace.gpu.select("i", "launch", "op")
     if g.height == 0:
         return pl.DataFrame(schema=_ATTR_SCHEMA)
-    cols = [c for c in hl.columns if c != "i"]
-    g = pl.concat([g, by_id(hl, g["launch"], *[pl.col(c).alias(f"{c}_l") for c in cols]),
-                   by_id(hl, g["op"], *[pl.col(c).alias(f"{c}_o") for c in cols])], how="horizontal")
-    # the launching runtime call is the most direct link; the op (via External id) when there is none
-    use_l = pl.col("phase_l").is_not_null()
-    return g.select(
-        "i",
-        *[pl.when(use_l).then(pl.col(f"{c}_l")).otherwise(pl.col(f"{c}_o")).alias(c)
-          for c in ("layer", "layer_class", "depth", "phase")],
-    ).with_columns(
-        layer=pl.col("layer").fill_null(UNATTRIBUTED), layer_class=pl.col("layer_class").fill_null(UNATTRIBUTED),
-        phase=pl.col("phase").fill_null("other"),
-    ).cast(_ATTR_SCHEMA)
+    # the launching runtime call is the most direct link; the op (via External id) when there is none; each
+    # column gathered once, a last sentinel row for activities that neither reaches
+    lpos, opos = _rowpos(hl, g["launch"]), _rowpos(hl, g["op"])
+    pos = np.where(lpos >= 0, lpos, opos)
+    pos = pl.Series(np.where(pos >= 0, pos, hl.height), dtype=pl.UInt32)
+    return pl.DataFrame([
+        g["i"].cast(pl.UInt32),
+        pl.concat([hl["layer"], pl.Series([UNATTRIBUTED])]).gather(pos),
+        pl.concat([hl["layer_class"], pl.Series([UNATTRIBUTED])]).gather(pos),
+        pl.concat([hl["depth"], pl.Series([None], dtype=pl.Int32)]).gather(pos),
+        pl.concat([hl["phase"], pl.Series(["other"])]).gather(pos),
+    ])
 
 
 # ---- node detection ---------------------------------------------------------------------------
