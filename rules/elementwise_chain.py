@@ -111,6 +111,11 @@ def chains(trace, steps: pl.DataFrame, kb: pl.DataFrame, min_kernels: int = 2) -
         | (~pl.col("category").is_in(["gemm", "conv", "attention"]).fill_null(False)
            & contains(g, ELEMENTWISE_KERNEL_RE)))
     g = g.with_columns(_elem=elem.fill_null(False))
+    if int(g["_elem"].sum()) < min_kernels:  # fewer elementwise kernels than one chain needs: no chain
+        return g.head(0).select(
+            pl.lit(None, pl.UInt32).alias("chain"), pl.lit(None, pl.Int64).alias("step"), "device", "stream", "i",
+            "name", "op_name", "ts", "end", "dur", "bytes", "in0_bytes", "extra_bytes", "out_bytes",
+            pl.lit(None, pl.Int64).alias("pos"), pl.lit(None, pl.UInt32).alias("k"))
     with_launch = host_step_of(g.filter(pl.col("launch_ts").is_not_null()), steps, "launch_ts")
     no_launch = step_of(g.filter(pl.col("launch_ts").is_null()), steps)
     g = pl.concat([with_launch, no_launch], how="diagonal_relaxed").filter(pl.col("step").is_not_null())
