@@ -98,6 +98,8 @@ def epilogues(ctx: RuleContext) -> pl.DataFrame:
         pl.col("kind").is_in(["compute", "comm", "memcpy", "memset"]) & (pl.col("ts") >= ctx.lo) & (pl.col("ts") < ctx.hi))
     g = join_by_id(g.select("i", "device", "stream", "ts", "end", "dur", "op"), "op", ctx.trace.host,
                    pl.col("name").alias("op_name"))
+    if not g["op_name"].is_in(GEMM_OPS).any():  # no GEMM: nothing to look after
+        return pl.DataFrame()
     g = g.sort("device", "stream", "ts")
     nxt = lambda c, n: pl.col(c).shift(-n).over("device", "stream")  # noqa: E731
     g = g.with_columns(*[nxt(c, n).alias(f"{c}{n}") for n in (1, 2) for c in ("i", "op_name", "op")])
