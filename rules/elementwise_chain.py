@@ -48,6 +48,7 @@ import polars as pl
 
 from traceview.analyses.features import Features
 from traceview.analyses.intervals import merge
+from traceview.analyses.names import contains
 from traceview.analyses.roofline import ELEMENTWISE_KERNEL_RE
 from traceview.analyses.rowid import join_by_id
 from traceview.analyses.whatif import EMPTY, shrink_kernels
@@ -100,16 +101,21 @@ def chains(trace, steps: pl.DataFrame, kb: pl.DataFrame, min_kernels: int = 2) -
     """One row per kernel that belongs to a chain: [chain, step, stream, i, name, op_name, ts, end, dur, bytes,
     in0_bytes, extra_bytes, out_bytes, pos, k]."""
     lo, hi = int(steps["ts"].min()), int(steps["end"].max())
-    g = trace.gpu.filter(pl.col("kind").is_in(["compute", "comm", "memcpy", "memset"])
-                         & (pl.col("ts") >= lo) & (pl.col("ts") < hi))
+    g = trace.gpu[["i", "name", "kind", "ts", "end", "dur", "launch_ts", "device", "stream", "bytes"]].filter(
+        pl.col("kind").is_in(["compute", "comm", "memcpy", "memset"]) & (pl.col("ts") >= lo) & (pl.col("ts") < hi))
     # `bytes` of the gpu frame is the memcpy size: take the roofline's bytes instead
     g = g.drop("bytes").join(kb.select("i", "op_name", "category", "bytes", "in0_bytes", "extra_bytes", "out_bytes"),
                              on="i", how="left")
     elem = (pl.col("kind") == "compute") & (
         pl.col("category").is_in(["elementwise", "reduction"])
         | (~pl.col("category").is_in(["gemm", "conv", "attention"]).fill_null(False)
-           & pl.col("name").str.contains(ELEMENTWISE_KERNEL_RE)))
+           & contains(g, ELEMENTWISE_KERNEL_RE)))
     g = g.with_columns(_elem=elem.fill_null(False))
+    if int(g["_elem"].sum()) < min_kernels:  # fewer elementwise kernels than one chain needs: no chain
+        return g.head(0).select(
+            pl.lit(None, pl.UInt32).alias("chain"), pl.lit(None, pl.Int64).alias("step"), "device", "stream", "i",
+            "name", "op_name", "ts", "end", "dur", "bytes", "in0_bytes", "extra_bytes", "out_bytes",
+            pl.lit(None, pl.Int64).alias("pos"), pl.lit(None, pl.UInt32).alias("k"))
     with_launch = host_step_of(g.filter(pl.col("launch_ts").is_not_null()), steps, "launch_ts")
     no_launch = step_of(g.filter(pl.col("launch_ts").is_null()), steps)
     g = pl.concat([with_launch, no_launch], how="diagonal_relaxed").filter(pl.col("step").is_not_null())
@@ -149,6 +155,11 @@ def _chains(ctx: RuleContext) -> pl.DataFrame:
     return ctx.once("chains", lambda: chains(ctx.trace, ctx.steps, ctx.kb, int(ctx.options["min_kernels"])))
 
 
+def _per_chain(ctx: RuleContext) -> pl.DataFrame:
+    """`per_chain` of the rule's chains, once (the check and the projection's `removes` both read it)."""
+    return ctx.once("per_chain", lambda: per_chain(_chains(ctx)))
+
+
 def removes(ctx: RuleContext, finding: dict | None = None) -> pl.DataFrame:
     """One fused kernel replaces each chain: the kernels shrink to the chain's fused share of their time
     (only where the GPU was the critical path, see analyses/whatif.py), and the idle gaps between them
@@ -161,7 +172,7 @@ def _removes(ctx: RuleContext) -> pl.DataFrame:
     ch = _chains(ctx)
     if ch.height == 0:
         return EMPTY
-    per = per_chain(ch).select("chain", (pl.col("fused_time") / pl.col("time")).alias("_r"))
+    per = _per_chain(ctx).select("chain", (pl.col("fused_time") / pl.col("time")).alias("_r"))
     k = ch.join(per, on="chain").select("i", (pl.col("dur") * pl.col("_r")).cast(pl.Int64).alias("new_dur"))
     tails = shrink_kernels(ctx.trace, k, sync_calls(ctx.trace))
     # the gaps inside each chain, and the host time of the ops that launched its 2nd..kth kernels
@@ -180,7 +191,7 @@ def check(ctx: RuleContext) -> list[Finding]:
     ch = _chains(ctx)
     if ch.height == 0:
         return []
-    per = per_chain(ch)
+    per = _per_chain(ctx)
     pats = (per.group_by("device", "stream", "ops", "k")
             .agg(pl.len().alias("count"), pl.col("time").sum(), pl.col("savings").sum(), pl.col("bytes").mean(),
                  pl.col("fused_bytes").mean(), pl.col("_known").all(), pl.col("step").unique().sort().alias("steps"),

@@ -45,6 +45,7 @@ from __future__ import annotations
 
 import polars as pl
 
+from traceview.analyses.names import contains
 from traceview.analyses.whatif import removed_per_step, shrink_kernels
 from traceview.classify import sync_calls
 from traceview.ruleapi import Finding, Option, RuleContext
@@ -88,8 +89,9 @@ def fp32_kernels(ctx: RuleContext, short_us: float = 10.0) -> pl.DataFrame:
     """The FP32 GEMM/conv kernels in the analysed steps with their predicted TF32 / BF16 times:
     [i, name, op_name, ts, end, dur, flops, new_dur, bf16_dur]."""
     spec = ctx.spec
-    k = ctx.trace.gpu.filter((pl.col("kind") == "compute") & (pl.col("ts") >= ctx.lo) & (pl.col("ts") < ctx.hi)
-                             & pl.col("name").str.contains(FP32_KERNEL_RE) & ~pl.col("name").str.contains(TC_KERNEL_RE))
+    g = ctx.trace.gpu
+    k = g.filter((pl.col("kind") == "compute") & (pl.col("ts") >= ctx.lo) & (pl.col("ts") < ctx.hi)
+                 & contains(g, FP32_KERNEL_RE) & ~contains(g, TC_KERNEL_RE))
     k = k.select("i", "name", "ts", "end", "dur").join(ctx.kb.select("i", "op_name", "flops", "bytes", "bpe"),
                                                         on="i", how="left")
     # an op whose inputs are recorded as 16-bit is not an FP32 GEMM, whatever its kernel is called
@@ -135,8 +137,9 @@ def check(ctx: RuleContext) -> list[Finding]:
     achieved = float(flops["flops"].sum()) / (float(flops["dur"].sum()) / 1e9) if flops.height else None
     ops = (k.group_by("op_name").agg(pl.len().alias("count"), pl.col("dur").sum())
            .sort(["dur", "op_name"], descending=[True, False], nulls_last=True).head(5))
-    low = ctx.trace.gpu.filter((pl.col("kind") == "compute") & pl.col("name").str.contains(LOW_PRECISION_RE)
-                               & pl.col("name").str.contains(r"(?i)gemm|xmma|cutlass|nvjet|conv"))
+    g = ctx.trace.gpu
+    low = g.filter((pl.col("kind") == "compute") & contains(g, LOW_PRECISION_RE)
+                   & contains(g, r"(?i)gemm|xmma|cutlass|nvjet|conv"))
     evidence = {
         "kernels": k.height, "kernel_time_us": round(cost / 1000, 3),
         "top_kernel": str(k.sort(["dur", "i"], descending=[True, False])["name"][0])[:160],

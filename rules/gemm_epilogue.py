@@ -39,7 +39,7 @@ from __future__ import annotations
 import msgspec
 import polars as pl
 
-from traceview.analyses.rowid import join_by_id
+from traceview.analyses.rowid import by_id, join_by_id
 from traceview.analyses.whatif import removed_per_step, shrink_kernels
 from traceview.analyses.windows import step_of
 from traceview.classify import sync_calls
@@ -94,16 +94,22 @@ def _shapes(raw: pl.Series) -> pl.DataFrame:
 
 def epilogues(ctx: RuleContext) -> pl.DataFrame:
     """One row per epilogue kernel: [gemm_i, i, gemm_op, op, role, ts, end, dur, bytes, step]."""
-    g = ctx.trace.gpu.filter(pl.col("kind").is_in(["compute", "comm", "memcpy", "memset"])
-                             & (pl.col("ts") >= ctx.lo) & (pl.col("ts") < ctx.hi))
+    g = ctx.trace.gpu[["i", "kind", "device", "stream", "ts", "end", "dur", "op"]].filter(
+        pl.col("kind").is_in(["compute", "comm", "memcpy", "memset"]) & (pl.col("ts") >= ctx.lo) & (pl.col("ts") < ctx.hi))
     g = join_by_id(g.select("i", "device", "stream", "ts", "end", "dur", "op"), "op", ctx.trace.host,
-                   pl.col("name").alias("op_name"), pl.col("input_dims").cast(pl.String).alias("_dims"))
+                   pl.col("name").alias("op_name"))
+    if not g["op_name"].is_in(GEMM_OPS).any():  # no GEMM: nothing to look after
+        return pl.DataFrame()
     g = g.sort("device", "stream", "ts")
     nxt = lambda c, n: pl.col(c).shift(-n).over("device", "stream")  # noqa: E731
-    g = g.with_columns(*[nxt(c, n).alias(f"{c}{n}") for n in (1, 2) for c in ("i", "op_name", "_dims")])
-    g = g.filter(pl.col("op_name").is_in(GEMM_OPS))
+    g = g.with_columns(*[nxt(c, n).alias(f"{c}{n}") for n in (1, 2) for c in ("i", "op_name", "op")])
+    # only a GEMM followed by a bias add or an activation can have an epilogue (every test below needs one)
+    g = g.filter(pl.col("op_name").is_in(GEMM_OPS) & pl.col("op_name1").is_in([*BIAS_OPS, *ACT_OPS]))
     if g.height == 0:
         return pl.DataFrame()
+    # the Input Dims of those GEMMs and of the ops of the two kernels after each (by op id)
+    g = pl.concat([g, *[by_id(ctx.trace.host, g[op], pl.col("input_dims").cast(pl.String).alias(d))
+                        for op, d in (("op", "_dims"), ("op1", "_dims1"), ("op2", "_dims2"))]], how="horizontal")
     shapes = _shapes(pl.concat([g["_dims"], g["_dims1"], g["_dims2"]]).drop_nulls().unique())
     g = (g.join(shapes.rename({"_raw": "_dims", "_d": "_d0"}), on="_dims", how="left")
          .join(shapes.rename({"_raw": "_dims1", "_d": "_d1"}), on="_dims1", how="left")

@@ -82,7 +82,8 @@ def breaks(ctx: RuleContext) -> pl.DataFrame:
     """One row per nested (resumed) region in the analysed steps: [i, step, name, outer, gap_ts, ts,
     first_launch, eager_ops, eager_ns, sync, source]."""
     h = ctx.trace.host
-    regions = h.filter((pl.col("cat") == "cpu_op") & pl.col("name").str.starts_with(REGION))
+    regions = h[["i", "cat", "name", "tid", "ts", "end", "depth", "parent"]].filter(
+        (pl.col("cat") == "cpu_op") & pl.col("name").str.starts_with(REGION))
     if regions.height < 2:
         return pl.DataFrame()
     reg = regions.select("i", "name", "tid", "ts", "end", "depth", "parent")
@@ -170,7 +171,8 @@ def boundary_chains(ctx: RuleContext, b: pl.DataFrame) -> pl.DataFrame:
     out_bytes, ...]."""
     if b.height == 0:
         return pl.DataFrame()
-    k = (ctx.trace.gpu.filter((pl.col("kind") == "compute") & pl.col("launch_ts").is_not_null())
+    k = (ctx.trace.gpu.select("i", "kind", "name", "ts", "end", "dur", "launch_ts")
+         .filter((pl.col("kind") == "compute") & pl.col("launch_ts").is_not_null())
          .select("i", "name", "ts", "end", "dur", "launch_ts")
          .join(ctx.kb.select("i", "op_name", "category", "bytes", "in0_bytes", "extra_bytes", "out_bytes"), on="i", how="left"))
     elem = (pl.col("category").is_in(["elementwise", "reduction"]).fill_null(False)

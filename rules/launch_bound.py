@@ -42,7 +42,7 @@ from __future__ import annotations
 import polars as pl
 
 from traceview.analyses.features import Features
-from traceview.analyses.rowid import join_by_id
+from traceview.analyses.rowid import by_id, join_by_id
 from traceview.analyses.windows import step_of
 from traceview.classify import idle_gaps
 from traceview.ruleapi import Finding, Option, RuleContext
@@ -75,10 +75,14 @@ def check(ctx: RuleContext) -> list[Finding]:
     gaps = gaps.filter(pl.col("step").is_not_null())
     per_step = cl.group_by("step").agg((pl.col("end") - pl.col("ts")).sum().alias("t")).sort("step")
     fired = per_step.filter(pl.col("t") > 0)["step"].to_list()
-    k = trace.gpu.filter((pl.col("kind") == "compute") & (pl.col("ts") >= lo) & (pl.col("ts") < hi))
-    ops = trace.host.lazy().filter(pl.col("i").is_in(k["op"].drop_nulls().unique().implode())).select("dur").collect()
+    k = trace.gpu[["kind", "ts", "dur", "op"]].filter(
+        (pl.col("kind") == "compute") & (pl.col("ts") >= lo) & (pl.col("ts") < hi))
+    # the launching ops' rows by id (not an is_in over every host event)
+    ops = by_id(trace.host, k["op"].drop_nulls().unique(), pl.col("i").alias("_hit"), "dur")
+    ops = ops.filter(pl.col("_hit").is_not_null()) if ops["_hit"].null_count() else ops
     # the activities right after a late gap: which ops the CPU was late to launch
-    after = trace.gpu.filter(pl.col("ts").is_in(gaps["end"].implode()) & pl.col("kind").is_in(["compute", "comm", "memcpy", "memset"]))
+    after = trace.gpu[["i", "kind", "name", "ts", "op", "stream"]].filter(
+        pl.col("ts").is_in(gaps["end"].implode()) & pl.col("kind").is_in(["compute", "comm", "memcpy", "memset"]))
     after = join_by_id(after, "op", trace.host, pl.col("name").alias("op_name"))
     top_after = (after.group_by("op_name").len().sort(["len", "op_name"], descending=[True, False]).head(5))
     longest = gaps.sort("end", descending=False).with_columns(g=pl.col("end") - pl.col("ts")).sort("g", descending=True).head(1)

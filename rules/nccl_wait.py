@@ -89,7 +89,7 @@ STRAGGLER_FIX = ("Every other rank's collective (its NCCL kernel, or the gloo wo
 
 def check(ctx: RuleContext) -> list[Finding]:
     trace, window = ctx.trace, ctx.window_ns
-    comm = trace.gpu.filter(pl.col("kind") == "comm")
+    comm = trace.gpu[["i", "kind", "name", "ts", "end", "dur", "stream"]].filter(pl.col("kind") == "comm")
     if comm.height == 0 or not window:
         return []
     lo, hi = ctx.lo, ctx.hi

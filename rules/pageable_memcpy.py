@@ -59,7 +59,8 @@ FIX = ("The GPU can only DMA from page-locked memory, so this copy is staged thr
 
 def check(ctx: RuleContext) -> list[Finding]:
     trace, steps, opts, spec = ctx.trace, ctx.steps, ctx.options, ctx.spec
-    m = trace.gpu.filter((pl.col("kind") == "memcpy") & pl.col("name").str.contains("Pageable"))
+    m = trace.gpu[["i", "kind", "name", "ts", "end", "dur", "bytes", "op", "stream", "device"]].filter(
+        (pl.col("kind") == "memcpy") & pl.col("name").str.contains("Pageable"))
     m = m.filter(pl.col("bytes").fill_null(0) >= opts["min_bytes"])
     if m.height == 0:
         return []

@@ -67,8 +67,8 @@ REGION_RE = r"^Torch-Compiled Region: (\d+)/(\d+)$"
 
 def compile_spans(ctx: RuleContext) -> pl.DataFrame:
     """Compile phases on the host inside the analysed steps: [i, name, tid, ts, end, step]."""
-    h = ctx.trace.host.filter((pl.col("cat") == "cpu_op") & pl.col("name").str.contains(COMPILE_RE))
-    h = h.select("i", "name", "tid", "ts", "end")
+    h = ctx.trace.host[["i", "cat", "name", "tid", "ts", "end"]].filter(pl.col("cat") == "cpu_op")
+    h = h.filter(pl.col("name").str.contains(COMPILE_RE)).select("i", "name", "tid", "ts", "end")
     return host_step_of(h, ctx.steps, "ts").filter(pl.col("step").is_not_null())
 
 
@@ -101,7 +101,7 @@ def check(ctx: RuleContext) -> list[Finding]:
     n = frames.filter(pl.col("name").str.starts_with("_compile")).height or frames.height or \
         merge(c.select("ts", "end")).height
     host = merge(c.select("step", "ts", "end"), ["step"]).group_by("step").agg((pl.col("end") - pl.col("ts")).sum())
-    regions = ctx.trace.host.filter(pl.col("name").str.contains(REGION_RE))
+    regions = ctx.trace.host[["name", "ts"]].filter(pl.col("name").str.contains(REGION_RE))
     regions = host_step_of(regions.select("name", "ts"), ctx.steps, "ts").filter(pl.col("step").is_not_null())
     recompiled = regions.filter(pl.col("name").str.extract(REGION_RE, 2).cast(pl.Int64) > 0)["name"].unique().sort()
     plain = c.filter(~pl.col("name").str.ends_with(" (dynamo_timed)"))  # one of each timed pair

@@ -78,16 +78,18 @@ def optimizer_spans(ctx: RuleContext, min_kernels: int) -> pl.DataFrame:
     """One row per single-tensor optimizer step in the analysed steps: [i, opt, ts, end, kernels, kinds,
     gpu_ns, bytes, kept, ids, ops]."""
     host = ctx.trace.host
-    spans = host.filter((pl.col("cat") == "user_annotation") & pl.col("name").str.contains(OPT_RE)
-                        & (pl.col("ts") >= ctx.trace.steps["cpu_ts"].min()))
+    # the regex only on the annotations (a few hundred rows, not every host event)
+    spans = host[["i", "cat", "name", "ts", "end"]].filter(pl.col("cat") == "user_annotation")
+    spans = spans.filter(pl.col("name").str.contains(OPT_RE) & (pl.col("ts") >= ctx.trace.steps["cpu_ts"].min()))
     spans = spans.filter(pl.col("end") > ctx.lo).select("i", pl.col("name").str.extract(OPT_RE).alias("opt"), "ts", "end")
     if spans.height == 0:
         return pl.DataFrame()
-    k = ctx.trace.gpu.filter((pl.col("kind") == "compute") & pl.col("launch_ts").is_not_null())
-    k = join_by_id(k, "op", host, pl.col("name").alias("op_name"))
+    k = ctx.trace.gpu[["i", "name", "kind", "dur", "op", "launch_ts"]].filter(
+        (pl.col("kind") == "compute") & pl.col("launch_ts").is_not_null())
     k = (k.sort("launch_ts").join_asof(spans.rename({"i": "span", "ts": "_sts", "end": "_send"}).sort("_sts"),
                                       left_on="launch_ts", right_on="_sts", strategy="backward")
          .filter(pl.col("launch_ts") < pl.col("_send")))
+    k = join_by_id(k, "op", host, pl.col("name").alias("op_name"))  # the op names of those kernels only
     k = k.join(ctx.kb.select("i", pl.col("bytes").alias("_kb")), on="i", how="left")
     per = k.group_by("span").agg(
         pl.len().alias("kernels"), pl.col("name").n_unique().alias("kinds"), pl.col("dur").sum().alias("gpu_ns"),

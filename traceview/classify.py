@@ -31,7 +31,9 @@ from .analyses.breakdown import DATALOADER_RE
 from .analyses.features import COMPILE_RE
 from .analyses.intervals import merge
 from .analyses.intervals import segments as _segments
+from .analyses.names import contains
 from .analyses.roofline import kernel_bound as _kernel_bound
+from .analyses.rowid import join_by_id
 from .analyses.specs import trace_spec
 from .analyses.timeline import gpu_work
 from .analyses.tree import ancestor_where
@@ -79,14 +81,22 @@ def sync_calls(trace: Trace, compilation: bool = False) -> pl.DataFrame:
 
 @per_trace
 def _sync_calls(trace: Trace, compilation: bool) -> pl.DataFrame:
+    out, inside = _all_syncs(trace)
+    return out.filter(inside == compilation)
+
+
+@per_trace
+def _all_syncs(trace: Trace) -> tuple[pl.DataFrame, pl.Series]:
+    """Every sync call in the host span, by start, and which of them compilation made (both `sync_calls`
+    variants read them: one search for the compiler's spans)."""
     h = trace.host
     # the regex only on the runtime calls
-    rt = (h.select("i", "cat", "name", "ts", "end", "op", "tid").filter(pl.col("cat").is_in(["cuda_runtime", "cuda_driver"]))
+    rt = (h[["i", "cat", "name", "ts", "end", "op", "tid"]].filter(pl.col("cat").is_in(["cuda_runtime", "cuda_driver"]))
           .filter(pl.col("name").str.contains(SYNC_RUNTIME_RE)).drop("cat"))
-    ev = trace.gpu.filter((pl.col("kind") == "sync") & pl.col("name").is_in(SYNC_EVENT_NAMES))
+    ev = trace.gpu[["i", "kind", "name", "launch", "launch_ts", "launch_end", "ts", "end"]].filter(
+        (pl.col("kind") == "sync") & pl.col("name").is_in(SYNC_EVENT_NAMES))
     ev = ev.filter(pl.col("launch").is_null() | ~pl.col("launch").is_in(rt["i"].implode()))
-    ev = ev.join(h.select(pl.col("i").alias("launch"), pl.col("op").alias("_hop"), pl.col("tid").alias("_htid")),
-                 on="launch", how="left")
+    ev = join_by_id(ev, "launch", h, pl.col("op").alias("_hop"), pl.col("tid").alias("_htid"))
     ev = ev.select(pl.coalesce("launch", "i").alias("i"), "name",
                    pl.coalesce("launch_ts", "ts").alias("ts"), pl.coalesce("launch_end", "end").alias("end"),
                    pl.col("_hop").alias("op"), pl.col("_htid").alias("tid"))
@@ -94,7 +104,7 @@ def _sync_calls(trace: Trace, compilation: bool) -> pl.DataFrame:
     out = pl.concat([rt, ev], how="vertical_relaxed").unique("i")
     out = out.filter((pl.col("ts") >= lo) & (pl.col("ts") < hi)).sort("ts")
     inside = compile_syncs(trace, out)
-    return out.filter(pl.col("i").is_in(inside.implode()) == compilation).sort("ts")
+    return out, out["i"].is_in(inside.implode())
 
 
 def compile_syncs(trace: Trace, syncs: pl.DataFrame) -> pl.Series:
@@ -134,11 +144,14 @@ def _sync_windows(trace: Trace, syncs: pl.DataFrame) -> pl.DataFrame:
     return s.with_columns(end=end).select("i", "ts", "end", "sync_end", "next_ts")
 
 
+@per_trace
 def dataloader_spans(trace: Trace) -> pl.DataFrame:
+    """DataLoader `__next__` spans in the steps' host span: [i, name, ts, end, tid]; once per trace (every
+    partition and the input-bound rule ask)."""
     lo, hi = host_span(trace)
-    h = trace.host.select("i", "cat", "name", "ts", "end", "tid").filter(
+    h = trace.host[["i", "cat", "name", "ts", "end", "tid"]].filter(
         pl.col("cat").is_in(["cpu_op", "user_annotation"]) & (pl.col("ts") >= lo) & (pl.col("ts") < hi))
-    return h.filter(pl.col("name").str.contains(DATALOADER_RE)).drop("cat")  # the regex on those rows only
+    return h.filter(contains(h, DATALOADER_RE)).drop("cat")  # the regex on those rows' distinct names only
 
 
 def idle_gaps(trace: Trace, lo: int, hi: int) -> pl.DataFrame:
@@ -276,12 +289,14 @@ def classification(trace: Trace, steps: pl.DataFrame, part: pl.DataFrame | None 
     device, roofline} — the verdict for the trace and for each step."""
     kb = kernel_bound(trace) if kb is None else kb
     part = partition(trace, steps, kb) if part is None else part
-    per = shares(part)
-    whole = dict(zip(*shares(part, None).select("cls", "dur").to_dict(as_series=False).values(), strict=True))
+    # per step and class (a few hundred rows): the whole window's times are their sums (integers, exact)
+    whole: dict[str, int] = {}
+    by_step: dict[int, dict[str, int]] = {}
+    for s, c, d in shares(part).iter_rows():
+        whole[c] = whole.get(c, 0) + d
+        by_step.setdefault(s, {})[c] = d
     out = _entry(whole)
     step_rows = []
-    by_step = {k[0]: dict(zip(d["cls"].to_list(), d["dur"].to_list(), strict=True))
-               for k, d in per.partition_by("step", as_dict=True).items()}
     for s in steps["step"].to_list():  # one entry per step
         e = _entry(by_step.get(s, {}))
         step_rows.append({"step": s, **e})

@@ -11,6 +11,7 @@ from typing import Any
 import polars as pl
 
 from .analyses import layers as L
+from .analyses.rowid import join_by_id
 from .model import Trace
 from .units import us
 
@@ -38,8 +39,8 @@ def section(trace: Trace, steps: pl.DataFrame, *, findings: list[dict] | None = 
     total = int(table["self_gpu_ns"].sum())
     un = table.filter(pl.col("layer") == L.UNATTRIBUTED)
     un_ns = int(un["gpu_ns"].sum())
-    g = L._in_steps(trace.gpu.filter(pl.col("kind") != "sync").select("i", "ts", "dur"), steps).join(
-        L.gpu_layers(trace).select("i", "phase"), on="i")
+    g = join_by_id(L._in_steps(trace.gpu.filter(pl.col("kind") != "sync").select("i", "ts", "dur"), steps), "i",
+                   L.gpu_layers(trace), "phase")
     phases = dict(g.group_by("phase").agg(pl.col("dur").sum()).iter_rows())
     spec = L.device_peaks(trace)
     shown = table if depth is None else table.filter((pl.col("depth") <= depth) | (pl.col("layer") == L.UNATTRIBUTED))

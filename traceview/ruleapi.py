@@ -17,6 +17,7 @@ from . import classify
 from .analyses import overhead as _overhead
 from .analyses.features import Features, detect
 from .analyses.layers import gpu_layers
+from .analyses.rowid import by_id
 from .analyses.specs import Spec, trace_spec
 from .analyses.windows import complete_steps
 from .findings import Finding, severity_for
@@ -117,14 +118,14 @@ class RuleContext:
             parts.append(pl.Series("i", kernel_ids).cast(pl.Int64))
         if op_ids is not None and len(op_ids):
             ops = pl.Series("op", op_ids).cast(pl.Int64)
-            parts.append(self.trace.gpu.filter(pl.col("op").cast(pl.Int64).is_in(ops.implode()))["i"].cast(pl.Int64))
+            g = self.trace.gpu.select("i", "op")
+            parts.append(g.filter(pl.col("op").cast(pl.Int64).is_in(ops.implode()))["i"].cast(pl.Int64))
         if not parts:
             return None
-        ids = pl.concat(parts)
-        lay = gpu_layers(self.trace)
-        got = lay.filter(pl.col("i").cast(pl.Int64).is_in(ids.implode()) & pl.col("layer").is_not_null()
-                         & ~pl.col("layer").str.starts_with("("))
-        return str(got["layer"].mode().sort().first()) if got.height else None
+        # each kernel once, its layer by id (not a filter over every GPU activity per finding)
+        got = by_id(gpu_layers(self.trace), pl.concat(parts).unique(), "layer")["layer"].drop_nulls()
+        got = got.filter(~got.str.starts_with("("))
+        return str(got.mode().sort().first()) if got.len() else None
 
     def finding(self, *, cost_ns: float, count: int, steps: list[int], evidence: dict[str, Any],
                 savings_ns: float | None = None, severity_pct: float | None = None, severity: str | None = None,

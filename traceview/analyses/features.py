@@ -38,6 +38,10 @@ class Features:
         return {k: getattr(self, k) for k in self.__dataclass_fields__}
 
 
+#: from this many compute kernels the name tests run on the distinct names (with their counts)
+_DISTINCT_MIN = 4096
+
+
 def detect(trace: Trace, kb: pl.DataFrame | None = None) -> Features:
     """The trace's features; `kb` (the roofline per kernel, classify.kernel_bound) adds operand widths: a
     kernel with <= 2-byte operands is low precision even when its name does not say so."""
@@ -45,7 +49,14 @@ def detect(trace: Trace, kb: pl.DataFrame | None = None) -> Features:
     # distinct names: every test below asks whether any name matches
     ops = h.filter(pl.col("cat").is_in(["cpu_op", "user_annotation"]))["name"].unique()
     rt = h.filter(pl.col("cat").is_in(RUNTIME_CATS))["name"].unique()
-    k = trace.gpu.filter(pl.col("kind") == "compute")
+    k = trace.gpu[["kind", "name"]].filter(pl.col("kind") == "compute")
+    # kernel names: each distinct name once with its count (a few dozen names over every kernel)
+    if k.height >= _DISTINCT_MIN:
+        kv = k["name"].value_counts()
+        kn, triton = kv["name"], int(kv["count"].filter(kv["name"].str.contains(TRITON_RE)).sum())
+    else:
+        kn = k["name"]
+        triton = int(kn.str.contains(TRITON_RE).sum())
     dl = ops.filter(ops.str.starts_with("enumerate(DataLoader)#"))
     workers = None
     if dl.len():
@@ -53,11 +64,11 @@ def detect(trace: Trace, kb: pl.DataFrame | None = None) -> Features:
     return Features(
         cuda_graphs=bool(rt.str.contains(GRAPH_LAUNCH_RE).any() or trace.gpu["graph"].fill_null(False).any()),
         compiled=bool(ops.str.contains(COMPILED_REGION_RE).any()),
-        triton_kernels=int(k["name"].str.contains(TRITON_RE).sum()),
+        triton_kernels=triton,
         compiling=bool(ops.str.contains(COMPILE_RE).any()),
-        fused_optimizer=bool(ops.str.contains(FUSED_OPT_RE).any() or k["name"].str.contains(r"(?i)fused_adam|fused_sgd").any()),
+        fused_optimizer=bool(ops.str.contains(FUSED_OPT_RE).any() or kn.str.contains(r"(?i)fused_adam|fused_sgd").any()),
         foreach_optimizer=bool(ops.str.contains(FOREACH_RE).any()),
-        low_precision=bool(k["name"].str.contains(LOW_PRECISION_RE).any()
+        low_precision=bool(kn.str.contains(LOW_PRECISION_RE).any()
                            or (kb is not None and "bpe" in kb.columns and bool((kb["bpe"] <= 2).any()))),
         dataloader_workers=workers,
     )

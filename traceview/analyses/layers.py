@@ -25,7 +25,7 @@ import polars as pl
 
 from ..memo import per_trace
 from ..model import RUNTIME_CATS, Trace
-from .rowid import by_id, join_by_id
+from .rowid import by_id, join_by_id, positions
 from .specs import Spec, trace_spec
 from .tree import ancestor_where, call_tree, roots, thread_ids
 
@@ -80,19 +80,18 @@ def gpu_layers(trace: Trace) -> pl.DataFrame:
     g = trace.gpu.select("i", "launch", "op")
     if g.height == 0:
         return pl.DataFrame(schema=_ATTR_SCHEMA)
-    cols = [c for c in hl.columns if c != "i"]
-    g = pl.concat([g, by_id(hl, g["launch"], *[pl.col(c).alias(f"{c}_l") for c in cols]),
-                   by_id(hl, g["op"], *[pl.col(c).alias(f"{c}_o") for c in cols])], how="horizontal")
-    # the launching runtime call is the most direct link; the op (via External id) when there is none
-    use_l = pl.col("phase_l").is_not_null()
-    return g.select(
-        "i",
-        *[pl.when(use_l).then(pl.col(f"{c}_l")).otherwise(pl.col(f"{c}_o")).alias(c)
-          for c in ("layer", "layer_class", "depth", "phase")],
-    ).with_columns(
-        layer=pl.col("layer").fill_null(UNATTRIBUTED), layer_class=pl.col("layer_class").fill_null(UNATTRIBUTED),
-        phase=pl.col("phase").fill_null("other"),
-    ).cast(_ATTR_SCHEMA)
+    # the launching runtime call is the most direct link; the op (via External id) when there is none; each
+    # column gathered once, a last sentinel row for activities that neither reaches
+    lpos, opos = _rowpos(hl, g["launch"]), _rowpos(hl, g["op"])
+    pos = np.where(lpos >= 0, lpos, opos)
+    pos = pl.Series(np.where(pos >= 0, pos, hl.height), dtype=pl.UInt32)
+    return pl.DataFrame([
+        g["i"].cast(pl.UInt32),
+        pl.concat([hl["layer"], pl.Series([UNATTRIBUTED])]).gather(pos),
+        pl.concat([hl["layer_class"], pl.Series([UNATTRIBUTED])]).gather(pos),
+        pl.concat([hl["depth"], pl.Series([None], dtype=pl.Int32)]).gather(pos),
+        pl.concat([hl["phase"], pl.Series(["other"])]).gather(pos),
+    ])
 
 
 # ---- node detection ---------------------------------------------------------------------------
@@ -104,7 +103,12 @@ def _strip_index(e: pl.Expr) -> pl.Expr:
 
 def _node_events(host: pl.DataFrame) -> tuple[pl.DataFrame, str]:
     """Candidate node events [i, label, cls, src] and the source kind of the layer tree."""
-    h = host.select("i", "cat", "name", "fwd_tid")
+    # one pass over the host events keeps the few that can be nodes (by name prefix or annotation category);
+    # every filter below runs on those
+    h = host.lazy().select("i", "cat", "name").filter(
+        pl.col("name").str.starts_with(MODULE_PREFIX) | pl.col("name").str.starts_with(ATTR_PREFIX)
+        | pl.col("name").str.starts_with("Optimizer.") | pl.col("name").str.starts_with("enumerate(")
+        | (pl.col("cat") == "user_annotation")).collect()
     ann = pl.col("cat").is_in(["user_annotation", "cpu_op"])
     mods = h.filter((pl.col("cat") == "python_function") & pl.col("name").str.starts_with(MODULE_PREFIX)).select(
         "i", label=pl.col("name").str.strip_prefix(MODULE_PREFIX),
@@ -135,7 +139,8 @@ def _node_events(host: pl.DataFrame) -> tuple[pl.DataFrame, str]:
         # top-level forward ops (backward ones follow their forward op through the sequence number),
         # outside the pseudo-layers
         # the roots of the cpu_op tree, filtered in place (call_tree keeps the row order: no join back)
-        sub = call_tree(host.filter(pl.col("cat") == "cpu_op").drop("depth", "parent"))
+        cols = [c for c in ("i", "cat", "name", "pid", "tid", "ts", "dur", "end", "ev_idx", "fwd_tid") if c in host.columns]
+        sub = call_tree(host.select(cols).filter(pl.col("cat") == "cpu_op"))
         top = sub.filter((pl.col("depth") == 0) & ~(pl.col("fwd_tid").fill_null(0) > 0)
                          & ~pl.col("name").str.contains(NOT_LAYER_RE) & ~pl.col("name").str.contains(PSEUDO_RE))
         inside = _innermost(top, host.join(pseudo.select("i"), on="i", how="semi").with_columns(
@@ -162,19 +167,23 @@ def _build_tree(host: pl.DataFrame, nodes: pl.DataFrame) -> tuple[pl.DataFrame, 
     # `__enter__` frame and outlives it, so the full host tree is not reliable around annotations,
     # but module frames and annotations do nest properly with each other.
     cols = [c for c in ("i", "cat", "pid", "tid", "ts", "dur", "ev_idx") if c in host.columns]
-    sub = call_tree(host.select(cols).filter(pl.col("i").is_in(nodes["i"].implode())))
-    nodes = nodes.join(sub.select("i", pl.col("parent").alias("pnode")), on="i", how="left")
-    # an attr annotation whose nearest enclosing node is a module frame names that frame (same call)
-    src_of = nodes.select(pl.col("i").alias("pnode"), pl.col("src").alias("psrc"))
-    nodes = nodes.join(src_of, on="pnode", how="left")
-    alias = nodes.filter((pl.col("src") == "attr") & (pl.col("psrc") == "module")).select(
-        pl.col("i").alias("_a"), pl.col("pnode").alias("_m"), pl.col("label").alias("attr"),
-        pl.col("cls").alias("attr_cls"))
-    nodes = nodes.join(alias.select("_a"), left_on="i", right_on="_a", how="anti")
-    nodes = (nodes.join(alias.select("_a", "_m"), left_on="pnode", right_on="_a", how="left")
-             .with_columns(pnode=pl.coalesce("_m", "pnode")).drop("_m", "psrc"))
-    nodes = nodes.join(alias.select(pl.col("_m").alias("i"), "attr"), on="i", how="left").with_columns(
-        attr=pl.when(pl.col("src") == "attr").then(pl.col("label")).otherwise(pl.col("attr")))
+    # the node rows in host order (ids ascend): a lookup by id, not an is_in over every host row
+    sub = call_tree(by_id(host, nodes["i"].unique().sort(), *cols))
+    nodes = join_by_id(nodes, "i", sub, pl.col("parent").alias("pnode"))  # sub: one row per node, by id
+    if not (nodes["src"] == "attr").any():  # no `module::` annotation: nothing to merge
+        nodes = nodes.hstack([pl.Series("attr", [None] * nodes.height, pl.String)])
+    else:
+        # an attr annotation whose nearest enclosing node is a module frame names that frame (same call)
+        src_of = nodes.select(pl.col("i").alias("pnode"), pl.col("src").alias("psrc"))
+        nodes = nodes.join(src_of, on="pnode", how="left")
+        alias = nodes.filter((pl.col("src") == "attr") & (pl.col("psrc") == "module")).select(
+            pl.col("i").alias("_a"), pl.col("pnode").alias("_m"), pl.col("label").alias("attr"),
+            pl.col("cls").alias("attr_cls"))
+        nodes = nodes.join(alias.select("_a"), left_on="i", right_on="_a", how="anti")
+        nodes = (nodes.join(alias.select("_a", "_m"), left_on="pnode", right_on="_a", how="left")
+                 .with_columns(pnode=pl.coalesce("_m", "pnode")).drop("_m", "psrc"))
+        nodes = nodes.join(alias.select(pl.col("_m").alias("i"), "attr"), on="i", how="left").with_columns(
+            attr=pl.when(pl.col("src") == "attr").then(pl.col("label")).otherwise(pl.col("attr")))
     # paths, one level of the (shallow) layer tree at a time
     levels: list[pl.DataFrame] = []
     cur = nodes.filter(pl.col("pnode").is_null()).with_columns(
@@ -300,14 +309,35 @@ def _fwd_thread_map(trace: Trace, fwd_ops: pl.DataFrame) -> tuple[pl.DataFrame, 
     return pairs, single
 
 
+#: a host row's phase, coded while it is computed in numpy
+_PHASES = ["forward", "backward", "optimizer", "dataloader", "other"]
+_PHASE_CODE = {p: k for k, p in enumerate(_PHASES)}
+
+
+def _np_ids(s: pl.Series) -> np.ndarray:
+    """Row ids/positions as int64, -1 for null (a nullable integer column reads as float with NaN in numpy)."""
+    a = s.to_numpy()
+    if s.null_count():
+        return np.where(np.isnan(a), -1, a).astype(np.int64)
+    return a.astype(np.int64, copy=False)
+
+
+def _rowpos(frame: pl.DataFrame, ids: pl.Series) -> np.ndarray:
+    """The row position in `frame` of each id (-1: none)."""
+    p = positions(frame, ids)
+    if p is None:  # ids neither sorted nor compact: by a join
+        p = by_id(frame.with_row_index("_pos"), ids, "_pos")["_pos"]
+    return _np_ids(p)
+
+
 def _attribute(trace: Trace) -> Attribution:
     host = trace.host
     rows = (host.lazy().filter(pl.col("cat").is_in(["cpu_op", *RUNTIME_CATS]))
             .select("i", "pid", "tid", "ts", "seq", "fwd_tid", "op").collect())
-    # a runtime call is in grad mode when the op that made it is
-    rows = pl.concat([rows, by_id(host, rows["op"], pl.col("seq").is_not_null().alias("_oseq"))],
-                     how="horizontal").with_columns(
-        _grad=pl.col("seq").is_not_null() | pl.col("_oseq").fill_null(False)).drop("_oseq", "op")
+    # a runtime call is in grad mode when the op that made it is (numpy on row positions: no join)
+    opos = _rowpos(host, rows["op"])
+    grad = rows["seq"].is_not_null().to_numpy() | ((opos >= 0) & host["seq"].is_not_null().to_numpy()[opos])
+    rows = rows.drop("op")
     if host.height == 0:
         empty = pl.DataFrame(schema=_ATTR_SCHEMA)
         return Attribution("none", pl.DataFrame(schema={"i": pl.UInt32, "layer": pl.String}), empty,
@@ -344,17 +374,30 @@ def _attribute(trace: Trace) -> Attribution:
           .with_columns(ftid=pl.coalesce("ftid", "ftid1"))
           .join(fwd_ops, left_on=["pid", "ftid", "bseq"], right_on=["pid", "ftid", "seq"], how="left")
           .select("bnode", "fnode"))
-    r = join_by_id(r, "bnode", bn.rename({"bnode": "i"}).sort("i"), "fnode").with_columns(
-        lnode=pl.coalesce("fnode", "node")).drop("node")
-    r = join_by_id(r, "lnode", nl.rename({"node": "i"}).sort("i"), "layer", "layer_class", "depth", "nphase")
-    out = r.select(
-        "i", pl.col("layer").fill_null(UNATTRIBUTED), pl.col("layer_class").fill_null(UNATTRIBUTED), "depth",
-        phase=pl.when(pl.col("bnode").is_not_null()).then(pl.lit("backward"))
-        .when(pl.col("nphase").is_not_null()).then(pl.col("nphase"))
-        # outside every layer but recorded with grad on (a loss computed outside the model): forward
-        .when(pl.col("_grad")).then(pl.lit("forward"))
-        .otherwise(pl.lit("other")),
-    ).cast(_ATTR_SCHEMA).sort("i")
+    # each row's layer node: the forward op's node for a backward row, else its own; then the node's columns,
+    # gathered once per column with a last `(unattributed)` row for rows without a node (numpy positions)
+    fnode = _np_ids(by_id(bn.rename({"bnode": "i"}).sort("i"), r["bnode"], "fnode")["fnode"])
+    lnode = np.where(fnode >= 0, fnode, _np_ids(r["node"]))
+    nl = nl.rename({"node": "i"}).sort("i")
+    pos = _rowpos(nl, pl.Series(np.where(lnode >= 0, lnode, 0))) if nl.height else np.full(r.height, -1)
+    pos[lnode < 0] = -1
+    found = pos >= 0
+    pos[~found] = nl.height
+    un = pl.Series([UNATTRIBUTED])
+    # phase: backward rows, then the node's phase, then grad mode (a loss computed outside the model: forward)
+    node_phase = np.append(nl["nphase"].replace_strict(_PHASE_CODE, return_dtype=pl.Int8).to_numpy(), -1)
+    bwd_row = _np_ids(r["bnode"]) >= 0
+    code = np.where(bwd_row, _PHASE_CODE["backward"],
+                    np.where(found, node_phase[pos], np.where(grad, _PHASE_CODE["forward"], _PHASE_CODE["other"])))
+    gather = pl.Series(pos, dtype=pl.UInt32)
+    out = pl.DataFrame([
+        r["i"].cast(pl.UInt32),
+        pl.concat([nl["layer"], un]).gather(gather).alias("layer"),
+        pl.concat([nl["layer_class"], un]).gather(gather).alias("layer_class"),
+        pl.concat([nl["depth"].cast(pl.Int32), pl.Series([None], dtype=pl.Int32)]).gather(gather).alias("depth"),
+        pl.Series("phase", _PHASES).gather(pl.Series(code, dtype=pl.UInt32)),
+    ])
+    out = out if out["i"].is_sorted() else out.sort("i")
     return Attribution(source, nodes, out, tree)
 
 
@@ -362,10 +405,20 @@ def _attribute(trace: Trace) -> Attribution:
 
 
 def _in_steps(df: pl.DataFrame, steps: pl.DataFrame, col: str = "ts") -> pl.DataFrame:
-    """Rows whose `col` falls inside one of the step windows [ts, end), with their `step`."""
-    w = steps.select("step", pl.col("ts").alias("_wts"), pl.col("end").alias("_wend")).sort("_wts")
-    return (df.sort(col).join_asof(w, left_on=col, right_on="_wts", strategy="backward", check_sortedness=False)
-            .filter(pl.col(col) < pl.col("_wend")).drop("_wts", "_wend"))
+    """Rows whose `col` falls inside one of the step windows [ts, end), with their `step` (sorted by `col`)."""
+    df = df.sort(col)
+    if df[col].null_count() or steps["ts"].null_count() or steps["end"].null_count():
+        w = steps.select("step", pl.col("ts").alias("_wts"), pl.col("end").alias("_wend")).sort("_wts")
+        return (df.join_asof(w, left_on=col, right_on="_wts", strategy="backward", check_sortedness=False)
+                .filter(pl.col(col) < pl.col("_wend")).drop("_wts", "_wend"))
+    # the last window started at or before each time (a binary search), kept when the time is before its end
+    wts = steps["ts"].to_numpy()
+    o = np.argsort(wts, kind="stable")
+    t = df[col].to_numpy()
+    j = np.searchsorted(wts[o], t, side="right") - 1
+    c = o[np.maximum(j, 0)]
+    ok = (j >= 0) & (t < steps["end"].to_numpy()[c]) if o.size else np.zeros(t.size, bool)
+    return df.filter(pl.Series(ok)).hstack([steps["step"].gather(pl.Series(c[ok], dtype=pl.UInt32))])
 
 
 def device_peaks(trace: Trace) -> Spec:
@@ -376,9 +429,12 @@ def device_peaks(trace: Trace) -> Spec:
 @per_trace
 def top_level_ops(trace: Trace) -> pl.DataFrame:
     """cpu_ops with no enclosing cpu_op on their thread (what Python called): [i, name, pid, tid, ts, end, dur]."""
-    cols = [c for c in ("i", "cat", "name", "pid", "tid", "ts", "dur", "end", "ev_idx") if c in trace.host.columns]
+    cols = [c for c in ("i", "cat", "pid", "tid", "ts", "dur", "end", "ev_idx") if c in trace.host.columns]
     ops = trace.host.lazy().filter(pl.col("cat") == "cpu_op").select(cols).collect()
-    return ops.filter(roots(ops)).select("i", "name", "pid", "tid", "ts", "end", "dur")
+    top = ops.filter(roots(ops))
+    # the names of the roots only (a fifth of the ops on a training step)
+    name = by_id(trace.host, top["i"], "name")["name"]
+    return pl.DataFrame([top["i"], name, top["pid"], top["tid"], top["ts"], top["end"], top["dur"]])
 
 
 @per_trace
@@ -409,6 +465,8 @@ def segment_layers(trace: Trace, segments: pl.DataFrame) -> pl.DataFrame:
         seg = (seg.join_asof(hops.drop("pid", "tid"), left_on="t", right_on="_hts", strategy="backward",
                              check_sortedness=False)
                .with_columns(_hl=pl.when(pl.col("t") < pl.col("_hend")).then(pl.col("_hl"))))
+    elif threads.height <= _FEW_THREADS and not any(hops[c].null_count() for c in hops.columns if c != "_hl"):
+        seg = seg.with_columns(_hl=_open_layer(seg["t"].to_numpy(), hops))
     else:
         h = (seg.select("_s", "t").join(threads, how="cross").sort("t")
              .join_asof(hops, left_on="t", right_on="_hts", by=["pid", "tid"], strategy="backward",
@@ -419,6 +477,31 @@ def segment_layers(trace: Trace, segments: pl.DataFrame) -> pl.DataFrame:
     layer = pl.when(gpu_cls).then(pl.coalesce("_gl", "_hl")).otherwise(pl.coalesce("_hl", "_gl"))
     seg = seg if seg["_s"].is_sorted() else seg.sort("_s")
     return seg.select("step", "ts", "end", "cls", layer.fill_null(UNATTRIBUTED).alias("layer"))
+
+
+#: up to this many host threads with layered ops, `segment_layers` searches each thread's ops in turn
+_FEW_THREADS = 16
+
+
+def _open_layer(t: np.ndarray, hops: pl.DataFrame) -> pl.Series:
+    """`_hl` of the op [pid, tid, _hts, _hend, _hl] open at each time `t` on its thread (top-level ops do not
+    overlap on one thread: the last one started at or before `t`), the latest-started of those over the
+    threads; null where none is open. One binary search per thread (a handful), no cross join."""
+    gid = thread_ids(hops["pid"].to_numpy(), hops["tid"].to_numpy())
+    if gid is None:
+        gid = hops.select(pl.struct("pid", "tid").rank("dense"))[:, 0].to_numpy()
+    hts, hend = hops["_hts"].to_numpy(), hops["_hend"].to_numpy()
+    best = np.full(t.size, -1, np.int64)
+    best_ts = np.full(t.size, np.iinfo(np.int64).min, np.int64)
+    for g in np.unique(gid):
+        mine = np.flatnonzero(gid == g)
+        mine = mine[np.argsort(hts[mine], kind="stable")]
+        j = np.searchsorted(hts[mine], t, side="right") - 1
+        c = mine[np.maximum(j, 0)]
+        ok = (j >= 0) & (t < hend[c]) & (hts[c] >= best_ts)
+        best[ok], best_ts[ok] = c[ok], hts[c[ok]]
+    hit = best >= 0
+    return hops["_hl"].gather(pl.Series(np.maximum(best, 0), dtype=pl.UInt32).set(pl.Series(~hit), None))
 
 
 @per_trace
@@ -433,10 +516,11 @@ def shape_signatures(trace: Trace) -> pl.DataFrame:
     if att.tree.height == 0 or "input_dims" not in trace.host.columns:
         return pl.DataFrame(schema=schema)
     dims = pl.col("input_dims").cast(pl.String)
-    ops = (att.host.filter(pl.col("phase") == "forward").select("i", "layer")
-           .join(trace.host.lazy().filter((pl.col("cat") == "cpu_op") & pl.col("input_dims").is_not_null()
-                                          & (pl.col("input_dims").bin.size() > 2))
-                 .select("i", "ts", "name", dims.alias("d")).collect(), on="i")
+    # the forward rows' host columns by id (not a filter and a cast over every host op)
+    fw = att.host.filter(pl.col("phase") == "forward").select("i", "layer")
+    ops = (pl.concat([fw, by_id(trace.host, fw["i"], "cat", "ts", "name", "input_dims")], how="horizontal")
+           .filter((pl.col("cat") == "cpu_op") & pl.col("input_dims").is_not_null() & (pl.col("input_dims").bin.size() > 2))
+           .select("i", "layer", "ts", "name", dims.alias("d"))
            .filter(pl.col("d").str.contains(r"\d")))
     if ops.height == 0:
         return pl.DataFrame(schema=schema)
@@ -471,9 +555,9 @@ def layer_table(trace: Trace, steps: pl.DataFrame | None = None, depth: int | No
     gl = gpu_layers(trace)
     g = _in_steps(trace.gpu.filter(pl.col("kind") != "sync").select(
         "i", "ts", "dur", "kind", pl.col("bytes").cast(pl.Float64).alias("_cbytes")), steps)
-    g = g.join(gl.select("i", "layer", "phase"), on="i", how="left")
+    g = join_by_id(g, "i", gl, "layer", "phase")  # every GPU row has its layer row
     if kb is not None:
-        g = g.join(kb.select([c for c in ("i", "flops", "bytes", "bpe", "bound") if c in kb.columns]), on="i", how="left")
+        g = join_by_id(g, "i", kb, *[c for c in ("flops", "bytes", "bpe", "bound") if c in kb.columns])
     for c, dt in (("flops", pl.Float64), ("bytes", pl.Float64), ("bpe", pl.Float64), ("bound", pl.String)):
         if c not in g.columns:
             g = g.with_columns(pl.lit(None, dt).alias(c))
@@ -495,7 +579,8 @@ def layer_table(trace: Trace, steps: pl.DataFrame | None = None, depth: int | No
     ph = pl.col("phase")
 
     def incl(df: pl.DataFrame) -> pl.DataFrame:
-        return (df.join(anc, on="layer", how="inner").drop("layer").explode("anc").rename({"anc": "layer"}))
+        return (df.join(anc, on="layer", how="inner").select(pl.exclude("layer", "anc"), pl.col("anc").alias("layer"))
+                .explode("layer"))
 
     gi = incl(g)
     gagg = [pl.col("dur").sum().alias("gpu_ns"), pl.col("dur").filter(ph == "forward").sum().alias("fwd_gpu_ns"),

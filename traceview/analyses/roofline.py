@@ -36,6 +36,8 @@ import msgspec
 import polars as pl
 
 from ..model import Trace
+from .names import contains
+from .rowid import by_id
 from .specs import Spec, trace_spec
 
 DTYPE_BYTES = {
@@ -241,8 +243,10 @@ def op_costs(trace: Trace, op_ids: pl.Series | None = None) -> pl.DataFrame:
     def raw(col: str) -> pl.Expr:
         return pl.col(col) if col in trace.host.columns else pl.lit(None, pl.Binary).alias(col)
 
-    ops = trace.host.lazy().filter(pl.col("i").is_in(ids.implode())).select(
-        pl.col("i").alias("op"), "name", "input_dims", "input_type", raw("concrete"), raw("strides")).collect()
+    # the ops' rows by id (host order: ids ascending), not an is_in over every host event
+    ops = by_id(trace.host, ids.unique().sort(), pl.col("i").alias("op"), "name", "input_dims", "input_type",
+                raw("concrete"), raw("strides"))
+    ops = ops.filter(pl.col("op").is_not_null()) if ops["op"].null_count() else ops
     ops = ops.with_columns(concrete=pl.when(pl.col("name").is_in([*CONV_ARGS, *INDEX_OPS])).then("concrete"),
                            strides=pl.when(pl.col("name").is_in(list(INDEX_OPS))).then("strides"))
     key = ["name", "input_dims", "input_type", "concrete", "strides"]
@@ -294,7 +298,7 @@ def kernel_bound(trace: Trace, spec: Spec | None = None) -> pl.DataFrame:
     peak_tc, peak_32, bw = spec.peak_flops(2), spec.peak_flops(4), spec.bw
     peak = pl.when(pl.col("bpe") <= 2).then(pl.lit(peak_tc)).otherwise(pl.lit(peak_32))
     by_shape = pl.when(pl.col("flops") / peak >= pl.col("bytes") / bw).then(pl.lit("compute")).otherwise(pl.lit("memory"))
-    by_name = pl.when(pl.col("name").str.contains(COMPUTE_KERNEL_RE)).then(pl.lit("compute")).otherwise(pl.lit("memory"))
+    by_name = pl.when(contains(k, COMPUTE_KERNEL_RE)).then(pl.lit("compute")).otherwise(pl.lit("memory"))
     has = pl.col("flops").is_not_null() & pl.col("bytes").is_not_null() & (pl.col("bytes") > 0)
     return k.with_columns(
         intensity=pl.when(has).then(pl.col("flops") / pl.col("bytes")),
