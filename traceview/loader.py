@@ -16,12 +16,13 @@ from pathlib import Path
 from typing import Any
 
 import msgspec
+import numpy as np
 import polars as pl
 
 from . import decode as d
 from . import fastscan, lax
 from .analyses.tree import call_tree, enclosing_op
-from .categories import GPU_CATS, HOST_ARGS, HOST_CATS, OLD_CATS, RARE_NAMES, RUNTIME_CATS
+from .categories import GPU_CATS, HOST_ARGS, HOST_CATS, META_NAMES, OLD_CATS, RARE_NAMES, RUNTIME_CATS
 from .categories import args_group as _args_group
 from .errors import TraceError
 from .inputs import DEFAULT_MAX_BYTES, STDIN, check_path
@@ -242,30 +243,10 @@ def load_file(path: str | Path, max_bytes: int = DEFAULT_MAX_BYTES,
     del data
     legacy = doc.schemaVersion is None and doc.deviceProperties is None and doc.traceName is None
 
-    old = base.filter(pl.col("cat").is_in(list(OLD_CATS)[:5])).height > 0
-    fmt = "legacy-autograd" if (legacy and base["cat"].eq("").all()) else ("kineto-2021" if old else "kineto")
-    base = base.with_columns(
-        cat=pl.when((pl.col("cat") == "") & (pl.col("ph") == "X")).then(pl.lit("cpu_op"))
-        .otherwise(pl.col("cat").replace(OLD_CATS))
-    )
-    base, t0_us = _timestamps(path, base, warnings)
-
-    counts = dict(base.group_by("cat").len().sort(["len", "cat"], descending=[True, False]).iter_rows())
-
-    # ---- the slices of the events each frame is built from; then the whole table goes -------------
-    x = pl.col("ph") == "X"
-    host = base.filter(x & pl.col("cat").is_in(HOST_CATS))
-    gpu = base.filter(x & pl.col("cat").is_in(GPU_CATS))
-    if host.height == 0 and gpu.height == 0:
-        cats = ", ".join(f"{c or repr(c)} ({n:,})" for c, n in list(counts.items())[:6])
-        raise TraceError(f"{path}: no PyTorch profiler events (CPU ops, runtime calls or GPU kernels) among its "
-                         f"{base.height:,} events: not a PyTorch profiler trace (categories: {cats or 'none'})")
-    gann = base.filter(x & (pl.col("cat") == "gpu_user_annotation"))
-    mem = base.filter((pl.col("ph") == "i") & (pl.col("name") == "[memory]"))
-    fl = base.filter(pl.col("ph").is_in(["s", "f"])).select("i", "cat", "ph", "pid", "tid", "ts")
-    meta_rows = base.filter((pl.col("ph") == "M") & pl.col("name").is_in(["thread_name", "process_name",
-                                                                           "process_labels"]))
-    del base
+    base, fmt = _categories(base, legacy)
+    parts, t0_us, counts = _slices(path, base, warnings)  # consumes base
+    host, gpu, gann, mem, fl, meta_rows = parts.values()
+    del base, parts
 
     # ---- host slices and GPU activities, with their args ------------------------------------
     host = _ensure(_host_args(ev_args, host, issues), _HOST_FIELDS, binary=_RAW_ATTRS)
@@ -330,36 +311,63 @@ def load_file(path: str | Path, max_bytes: int = DEFAULT_MAX_BYTES,
                  threads=conform("threads", threads))
 
 
-def _timestamps(path: Path, base: pl.DataFrame, warnings: list[str]) -> tuple[pl.DataFrame, float]:
-    """Validate ts / dur (µs, float) and turn them into int64 ns relative to the first event: events without
-    a usable ts, or whose clock is implausible, are skipped; a missing or negative dur is 0; each with a
-    warning. The ranges are checked before the int64 cast, so no value can overflow it."""
-    ts, dur = pl.col("ts_us"), pl.col("dur_us")
-    base = base.with_columns(ts_us=pl.when(ts.is_finite()).then(ts), dur_us=pl.when(dur.is_finite()).then(dur)
-                             .when(dur == float("inf")).then(dur))  # +inf dur: corrupt, dropped below
-    spans = pl.col("ph").is_in(["X", "i"])
-    x = pl.col("ph") == "X"
-    n = base.select(no_ts=(spans & ts.is_null()).sum(), no_dur=(x & ts.is_not_null() & dur.is_null()).sum(),
+def _categories(base: pl.DataFrame, legacy: bool) -> tuple[pl.DataFrame, str]:
+    """The trace's format, and `base` with 2021-era category names replaced by today's (an X event without a
+    category is a CPU op). The column is rebuilt only when some name changes: most traces have none."""
+    cat, x = pl.col("cat"), pl.col("ph") == "X"
+    old, renamed, empty_x, all_empty = base.select(
+        old=cat.is_in(list(OLD_CATS)[:5]).any(), renamed=cat.is_in(list(OLD_CATS)).any(),
+        empty_x=((cat == "") & x).any(), all_empty=(cat == "").all()).row(0)
+    fmt = "legacy-autograd" if (legacy and all_empty) else ("kineto-2021" if old else "kineto")
+    if renamed or empty_x:
+        base = base.with_columns(cat=pl.when((cat == "") & x).then(pl.lit("cpu_op")).otherwise(cat.replace(OLD_CATS)))
+    return base, fmt
+
+
+# the base columns each frame is cut with (ts_us / dur_us become int64 ns ts / dur, and end); host and GPU rows
+# are all ph X: their ph is a constant
+_SLICE_COLS = {
+    "host": ("i", "cat", "name", "pid", "tid", "nargs", "ts_us", "dur_us"),
+    "gpu": ("i", "cat", "name", "pid", "tid", "nargs", "ts_us", "dur_us"),
+    "gann": ("i", "name", "pid", "tid", "ts_us", "dur_us"),
+    "mem": ("i", "pid", "tid", "ts_us"),
+    "flows": ("i", "cat", "ph", "pid", "tid", "ts_us"),
+    "meta": ("i", "name", "pid", "tid"),
+}
+
+
+def _slices(path: Path, base: pl.DataFrame, warnings: list[str]) -> tuple[dict[str, pl.DataFrame], float, dict]:
+    """Cut `base` into the rows each frame is built from ({_SLICE_COLS key: frame}), with ts / dur validated
+    and turned into int64 ns relative to the first event; also t0 (µs) and the event count per category.
+
+    Events without a usable ts, or whose clock is implausible, are skipped; a missing or negative dur is 0;
+    each with a warning. The checks are counts over the whole table (no column of it is rebuilt), the ranges
+    checked before the int64 cast so no value can overflow it, and the ns columns are computed on the slices
+    only. `base` is consumed: each of its columns is freed once cut (the load's memory stays near one table)."""
+    ph, cat, name, ts, dur = pl.col("ph"), pl.col("cat"), pl.col("name"), pl.col("ts_us"), pl.col("dur_us")
+    if base.select((~ts.is_finite()).any() | (~dur.is_finite()).any()).item():  # NaN, inf: as missing
+        ts = pl.when(ts.is_finite()).then(ts)
+        dur = pl.when(dur.is_finite()).then(dur).when(dur == float("inf")).then(dur)  # +inf: corrupt, dropped below
+    spans, x = ph.is_in(["X", "i"]), ph == "X"
+    no_ts = spans & ts.is_null()
+    n = base.select(no_ts=no_ts.sum(), no_dur=(x & ts.is_not_null() & dur.is_null()).sum(),
                     neg_dur=(x & (dur < 0)).sum(), neg_ts=(spans & (ts < 0)).sum()).row(0, named=True)
     if n["no_ts"]:
         warnings.append(f"skipped {n['no_ts']:,} events (ph X or i) without a usable 'ts' (missing, null or not "
                         "a finite number)")
-        base = base.filter(~(spans & ts.is_null()))  # (a filter copies every column: only when needed)
-    timed = base.select(ts.filter(spans & ~pl.col("cat").is_in(["Trace"]) & (pl.col("pid") > -1_000_000_000)))
-    timed = timed.to_series()
-    if timed.len() == 0:
+    timed = base.select(ts.filter(spans & ts.is_not_null() & ~cat.is_in(["Trace"])
+                                  & (pl.col("pid") > -1_000_000_000))).to_series().to_numpy()
+    if timed.size == 0:
         raise TraceError(f"{path}: no timed events (ph X or i with a 'ts') in 'traceEvents'")
     # a clock more than MAX_SPAN away from the bulk of the trace is a corrupt record, not a 7-day trace
-    med = float(timed.sort()[(timed.len() - 1) // 2])  # the lower median: one event's own clock
-    far = ((ts - med).abs() > MAX_SPAN_US).fill_null(False)
-    placed = pl.col("ph").is_in(["X", "i", "s", "f"])  # events whose time is used; metadata (M) often has ts 0
-    n_far = base.select((far & placed).sum()).item()
+    k = (timed.size - 1) // 2
+    med = float(np.partition(timed, k)[k])  # the lower median: one event's own clock
+    far = ((ts - med).abs() > MAX_SPAN_US).fill_null(False) & ph.is_in(["X", "i", "s", "f"])  # (M often has ts 0)
+    long = (dur > MAX_DUR_NS / 1000).fill_null(False)
+    n_far, corrupt = base.select(far.sum(), (long & ~no_ts & ~far).sum()).row(0)
     if n_far:
         warnings.append(f"skipped {n_far:,} events whose timestamp lies over 7 days from the rest of the trace "
                         "(corrupt clock)")
-        base = base.filter(~(far & placed))
-        timed = timed.filter(~((timed - med).abs() > MAX_SPAN_US))
-    base = base.with_columns(ts_us=pl.when(far).then(None).otherwise(ts))  # unused times, kept from overflowing
     if n["neg_ts"]:
         warnings.append(f"{n['neg_ts']:,} events have a negative timestamp (ts < 0); times are taken relative "
                         "to the earliest event")
@@ -367,18 +375,43 @@ def _timestamps(path: Path, base: pl.DataFrame, warnings: list[str]) -> tuple[pl
         warnings.append(f"{n['no_dur']:,} complete events (ph X) without a usable 'dur': taken as 0 µs")
     if n["neg_dur"]:
         warnings.append(f"{n['neg_dur']:,} complete events (ph X) with a negative 'dur': taken as 0 µs")
-    long = (dur > MAX_DUR_NS / 1000).fill_null(False)
-    corrupt = base.select(long.sum()).item()
     if corrupt:
         warnings.append(f"skipped {corrupt:,} events with a duration over 7 days (corrupt profiler records)")
-        base = base.filter(~long)
-    t0_us = float(timed.min())
-    # ns relative to t0; the float subtraction is exact for whole-µs absolute stamps
-    base = base.with_columns(
-        ts=((ts - t0_us) * 1000).round().cast(pl.Int64),
-        dur=(dur.fill_null(0.0).clip(lower_bound=0.0) * 1000).round().cast(pl.Int64),
-    ).drop("ts_us", "dur_us")
-    return base.with_columns(end=pl.col("ts") + pl.col("dur")), t0_us
+    t0_us = float((timed[np.abs(timed - med) <= MAX_SPAN_US] if n_far else timed).min())
+    del timed
+    keep = ~(no_ts | far | long) if n["no_ts"] or n_far or corrupt else None
+    counts = base.select(cat if keep is None else cat.filter(keep)).group_by("cat").len()
+    counts = dict(counts.sort(["len", "cat"], descending=[True, False]).iter_rows())
+
+    conds = {"host": x & cat.is_in(HOST_CATS), "gpu": x & cat.is_in(GPU_CATS),
+             "gann": x & (cat == "gpu_user_annotation"), "mem": (ph == "i") & (name == "[memory]"),
+             "flows": ph.is_in(["s", "f"]), "meta": (ph == "M") & name.is_in(list(META_NAMES))}
+    masks = base.select(**{k: c if keep is None else c & keep for k, c in conds.items()})
+    if not masks["host"].any() and not masks["gpu"].any():
+        cats = ", ".join(f"{c or repr(c)} ({m:,})" for c, m in list(counts.items())[:6])
+        raise TraceError(f"{path}: no PyTorch profiler events (CPU ops, runtime calls or GPU kernels) among its "
+                         f"{sum(counts.values()):,} events: not a PyTorch profiler trace (categories: {cats or 'none'})")
+    cols: dict[str, dict[str, pl.Series]] = {k: {} for k in _SLICE_COLS}
+    for c in base.columns:  # column by column, each freed once cut
+        col = base.drop_in_place(c)
+        for k, want in _SLICE_COLS.items():
+            if c in want:
+                cols[k][c] = col.filter(masks[k])
+        del col
+    del masks
+    ts_ns = ((ts - t0_us) * 1000).round().cast(pl.Int64)
+    dur_ns = (dur.fill_null(0.0).clip(lower_bound=0.0) * 1000).round().cast(pl.Int64)
+    out = {}
+    for k, got in cols.items():
+        f = pl.DataFrame(got)
+        if "dur_us" in got:
+            f = f.with_columns(ts=ts_ns, dur=dur_ns).drop("ts_us", "dur_us").with_columns(end=pl.col("ts") + pl.col("dur"))
+        elif "ts_us" in got:
+            f = f.with_columns(ts=ts_ns).drop("ts_us")
+        out[k] = f
+    for k in ("host", "gpu"):
+        out[k] = out[k].with_columns(ph=pl.lit("X"))  # a constant: never materialized
+    return out, t0_us, counts
 
 
 def _scan_input(path: Path, max_bytes: int) -> tuple[fastscan.Events | None, bytes, list[str]]:
