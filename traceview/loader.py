@@ -235,7 +235,7 @@ def load_file(path: str | Path, max_bytes: int = DEFAULT_MAX_BYTES,
             "ts_us": cols["ts"], "dur_us": cols["dur"], "nargs": cols["nargs"],
         }).with_row_index("i")
         del cols
-        flow_rows = base.filter(pl.col("ph").is_in(["s", "f"]))["i"]
+        flow_rows = base.select(pl.col("i").filter(pl.col("ph").is_in(["s", "f"])))["i"]  # (not the whole frame)
         flow_ids = fast.ids(flow_rows)
         flow_rows = flow_rows.to_list()
     else:
@@ -345,26 +345,46 @@ def _slices(path: Path, base: pl.DataFrame, warnings: list[str]) -> tuple[dict[s
     checked before the int64 cast so no value can overflow it, and the ns columns are computed on the slices
     only. `base` is consumed: each of its columns is freed once cut (the load's memory stays near one table)."""
     ph, cat, name, ts, dur = pl.col("ph"), pl.col("cat"), pl.col("name"), pl.col("ts_us"), pl.col("dur_us")
-    if base.select((~ts.is_finite()).any() | (~dur.is_finite()).any()).item():  # NaN, inf: as missing
+    x = ph == "X"
+    spans = x | (ph == "i")  # (== beats is_in on strings)
+    placed = spans | (ph == "s") | (ph == "f")  # events whose time is used; metadata (M) often has ts 0
+    timed = spans & ts.is_not_null() & (cat != "Trace") & (pl.col("pid") > -1_000_000_000)
+
+    def survey() -> dict:
+        return base.select(
+            no_ts=(spans & ts.is_null()).sum(), no_dur=(x & ts.is_not_null() & dur.is_null()).sum(),
+            neg_dur=(x & (dur < 0)).sum(), neg_ts=(spans & (ts < 0)).sum(), timed=timed.sum(),
+            t0=ts.filter(timed).min(), lo=ts.filter(placed).min(), hi=ts.filter(placed).max(), dur_hi=dur.max(),
+            finite=ts.is_finite().all() & dur.is_finite().all()).row(0, named=True)
+
+    n = survey()  # one pass of counts and extremes
+    if not n["finite"]:  # NaN, inf: as missing (but a +inf dur is corrupt: dropped below)
         ts = pl.when(ts.is_finite()).then(ts)
-        dur = pl.when(dur.is_finite()).then(dur).when(dur == float("inf")).then(dur)  # +inf: corrupt, dropped below
-    spans, x = ph.is_in(["X", "i"]), ph == "X"
-    no_ts = spans & ts.is_null()
-    n = base.select(no_ts=no_ts.sum(), no_dur=(x & ts.is_not_null() & dur.is_null()).sum(),
-                    neg_dur=(x & (dur < 0)).sum(), neg_ts=(spans & (ts < 0)).sum()).row(0, named=True)
+        dur = pl.when(dur.is_finite()).then(dur).when(dur == float("inf")).then(dur)
+        timed = spans & ts.is_not_null() & (cat != "Trace") & (pl.col("pid") > -1_000_000_000)
+        n = survey()
     if n["no_ts"]:
         warnings.append(f"skipped {n['no_ts']:,} events (ph X or i) without a usable 'ts' (missing, null or not "
                         "a finite number)")
-    timed = base.select(ts.filter(spans & ts.is_not_null() & ~cat.is_in(["Trace"])
-                                  & (pl.col("pid") > -1_000_000_000))).to_series().to_numpy()
-    if timed.size == 0:
+    if not n["timed"]:
         raise TraceError(f"{path}: no timed events (ph X or i with a 'ts') in 'traceEvents'")
-    # a clock more than MAX_SPAN away from the bulk of the trace is a corrupt record, not a 7-day trace
-    k = (timed.size - 1) // 2
-    med = float(np.partition(timed, k)[k])  # the lower median: one event's own clock
-    far = ((ts - med).abs() > MAX_SPAN_US).fill_null(False) & ph.is_in(["X", "i", "s", "f"])  # (M often has ts 0)
-    long = (dur > MAX_DUR_NS / 1000).fill_null(False)
-    n_far, corrupt = base.select(far.sum(), (long & ~no_ts & ~far).sum()).row(0)
+    no_ts, far, long = spans & ts.is_null(), pl.lit(False), pl.lit(False)
+    n_far = corrupt = 0
+    t0_us = n["t0"]
+    # a clock more than MAX_SPAN away from the bulk of the trace is a corrupt record, not a 7-day trace: only
+    # possible when the placed times span more than that (|ts - median| <= hi - lo)
+    if n["hi"] - n["lo"] > MAX_SPAN_US:
+        stamps = base.select(ts.filter(timed)).to_series().to_numpy()
+        k = (stamps.size - 1) // 2
+        med = float(np.partition(stamps, k)[k])  # the lower median: one event's own clock
+        near = stamps[np.abs(stamps - med) <= MAX_SPAN_US]
+        t0_us = float(pl.Series(near).min())
+        del stamps, near
+        far = ((ts - med).abs() > MAX_SPAN_US).fill_null(False) & placed
+        n_far = base.select(far.sum()).item()
+    if n["dur_hi"] is not None and n["dur_hi"] > MAX_DUR_NS / 1000:
+        long = (dur > MAX_DUR_NS / 1000).fill_null(False)
+        corrupt = base.select((long & ~no_ts & ~far).sum()).item()
     if n_far:
         warnings.append(f"skipped {n_far:,} events whose timestamp lies over 7 days from the rest of the trace "
                         "(corrupt clock)")
@@ -377,15 +397,13 @@ def _slices(path: Path, base: pl.DataFrame, warnings: list[str]) -> tuple[dict[s
         warnings.append(f"{n['neg_dur']:,} complete events (ph X) with a negative 'dur': taken as 0 µs")
     if corrupt:
         warnings.append(f"skipped {corrupt:,} events with a duration over 7 days (corrupt profiler records)")
-    t0_us = float((timed[np.abs(timed - med) <= MAX_SPAN_US] if n_far else timed).min())
-    del timed
     keep = ~(no_ts | far | long) if n["no_ts"] or n_far or corrupt else None
     counts = base.select(cat if keep is None else cat.filter(keep)).group_by("cat").len()
     counts = dict(counts.sort(["len", "cat"], descending=[True, False]).iter_rows())
 
     conds = {"host": x & cat.is_in(HOST_CATS), "gpu": x & cat.is_in(GPU_CATS),
              "gann": x & (cat == "gpu_user_annotation"), "mem": (ph == "i") & (name == "[memory]"),
-             "flows": ph.is_in(["s", "f"]), "meta": (ph == "M") & name.is_in(list(META_NAMES))}
+             "flows": (ph == "s") | (ph == "f"), "meta": (ph == "M") & name.is_in(list(META_NAMES))}
     masks = base.select(**{k: c if keep is None else c & keep for k, c in conds.items()})
     if not masks["host"].any() and not masks["gpu"].any():
         cats = ", ".join(f"{c or repr(c)} ({m:,})" for c, m in list(counts.items())[:6])
