@@ -99,3 +99,31 @@ def test_a_clean_trace_has_no_warning_about_times(tmp_path, reader):
     assert not why and t.meta.t0_us == t0 == 1000.0
     assert t.host.height + t.gpu.height == len(kept) == 12
     assert t.meta.event_counts == {"cpu_op": 3, "cuda_runtime": 3, "kernel": 3, "user_annotation": 3}
+
+
+def test_kernels_without_a_launch_take_the_op_their_external_id_names(tmp_path, reader):
+    """No runtime row for a kernel (launched before the window, or a format without launches): its External id
+    names the cpu op, unless it is merely a copy of the correlation (pre-2.4 traces); the first op of an id wins."""
+    d = mini_trace()
+    evs = d["traceEvents"]
+    evs += [
+        ev(name="aten::early", ts=1400, dur=10, args={"External id": 77}),
+        ev(name="aten::early_again", ts=1420, dur=10, args={"External id": 77}),
+        ev(name="early_kernel", cat="kernel", pid=0, tid=7, ts=1450, dur=5,
+           args={"correlation": 900, "External id": 77, "device": 0, "stream": 7}),
+        ev(name="copied_id_kernel", cat="kernel", pid=0, tid=7, ts=1460, dur=5,
+           args={"correlation": 78, "External id": 78, "device": 0, "stream": 7}),
+        ev(name="aten::copied", ts=1430, dur=5, args={"External id": 78}),
+    ]
+    p = tmp_path / "t.json"
+    p.write_text(json.dumps(d))
+    t = loader.load_file(p)
+    row = {e["name"]: i for i, e in enumerate(evs)}  # row id `i` = position in traceEvents
+    ops = dict(t.gpu.select("name", "op").rows())
+    assert ops["early_kernel"] == row["aten::early"]
+    assert ops["copied_id_kernel"] is None
+    # launched kernels: the op enclosing their runtime call
+    launched = t.gpu.filter(t.gpu["name"] == "gemm_kernel").select("op", "launch").rows()
+    mm = [i for i, e in enumerate(evs) if e["name"] == "aten::mm"]
+    rt = [i for i, e in enumerate(evs) if e["name"] == "cudaLaunchKernel"]
+    assert sorted(launched) == list(zip(mm, rt, strict=True))

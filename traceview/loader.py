@@ -292,7 +292,7 @@ def load_file(path: str | Path, max_bytes: int = DEFAULT_MAX_BYTES,
     gpu = _finish_gpu(gpu, host)
 
     rocm = bool(doc.hip_runtime_version or doc.roctracer_version) or (
-        host.filter(pl.col("cat") == "cuda_runtime")["name"].str.starts_with("hip").any())
+        host.select(((pl.col("cat") == "cuda_runtime") & pl.col("name").str.starts_with("hip")).any()).item())
     if rocm and gpu.height:
         # MI3xx kernels can overlap the next kernel on their stream by a lot: clip
         gpu = gpu.sort("device", "stream", "ts").with_columns(
@@ -513,20 +513,27 @@ def _finish_gpu(gpu: pl.DataFrame, host: pl.DataFrame) -> pl.DataFrame:
         else gpu["pg_ranks"].cast(pl.List(pl.String)).list.join(", "),
     )
     gpu = gpu.drop("a_device", "a_stream", "external_id_old", "from_device", "ph", "nargs")
-    # launch (runtime/driver call with the same correlation) and the op that made that call
-    rt = (host.filter(pl.col("cat").is_in(RUNTIME_CATS) & pl.col("correlation").is_not_null())
+    # launch (runtime/driver call with the same correlation) and the op that made that call; looked up for the
+    # keys only and set beside `gpu` (its row order kept), so the wide frame is not copied by the joins
+    rt = (host.lazy().filter(pl.col("cat").is_in(RUNTIME_CATS) & pl.col("correlation").is_not_null())
           .select(pl.col("correlation").cast(pl.Int64), pl.col("i").alias("launch"), pl.col("op"),
                   pl.col("name").alias("launch_name"), pl.col("ts").alias("launch_ts"),
                   pl.col("end").alias("launch_end"), pl.col("tid").alias("launch_tid"))
           .unique("correlation", keep="first"))
-    gpu = gpu.join(rt, on="correlation", how="left")
+    look = gpu.lazy().select("correlation", "external_id").join(rt, on="correlation", how="left",
+                                                                 maintain_order="left").collect()
     # no runtime row (out of window, or a format without launches): External id names the op when it
-    # is not merely a copy of the correlation (pre-2.4 traces copy it)
-    ops = host.filter(pl.col("cat") == "cpu_op").select(pl.col("external_id"), pl.col("i").alias("op_x"))
-    ops = ops.filter(pl.col("external_id").is_not_null()).unique("external_id", keep="first")
-    gpu = gpu.join(ops, on="external_id", how="left").with_columns(
-        op=pl.coalesce("op", pl.when(pl.col("external_id") != pl.col("correlation")).then(pl.col("op_x")))
-    ).drop("op_x")
+    # is not merely a copy of the correlation (pre-2.4 traces copy it); cpu ops are looked up for those ids only
+    want = look.select(pl.col("external_id").filter(pl.col("op").is_null()
+                                                    & (pl.col("external_id") != pl.col("correlation"))).unique())
+    if want.height:
+        ops = (host.lazy().filter((pl.col("cat") == "cpu_op") & pl.col("external_id").is_in(want["external_id"].implode()))
+               .select(pl.col("external_id"), pl.col("i").alias("op_x")).unique("external_id", keep="first"))
+        look = look.lazy().join(ops, on="external_id", how="left", maintain_order="left").with_columns(
+            op=pl.coalesce("op", pl.when(pl.col("external_id") != pl.col("correlation")).then(pl.col("op_x")))
+        ).collect()
+    look = look.select("launch", "op", "launch_name", "launch_ts", "launch_end", "launch_tid")
+    gpu = gpu.hstack(look)
     return gpu.with_columns(
         graph=pl.col("launch_name").is_in(GRAPH_LAUNCH).fill_null(False),
         kind=pl.when(pl.col("cat") == "gpu_memcpy").then(pl.lit("memcpy"))
@@ -540,8 +547,9 @@ def _finish_gpu(gpu: pl.DataFrame, host: pl.DataFrame) -> pl.DataFrame:
 
 
 def _steps(host: pl.DataFrame, gpu: pl.DataFrame, warnings: list[str]) -> pl.DataFrame:
-    cpu = (host.filter(pl.col("cat").is_in(["user_annotation", "cpu_op"]) & pl.col("name").str.contains(STEP_RE))
-           .with_columns(step=pl.col("name").str.extract(STEP_RE).cast(pl.Int64, strict=False)))
+    cpu = (host.lazy().filter(pl.col("cat").is_in(["user_annotation", "cpu_op"]) & pl.col("name").str.contains(STEP_RE))
+           .select("name", "i", "ts", "end", step=pl.col("name").str.extract(STEP_RE).cast(pl.Int64, strict=False))
+           .collect())
     huge = cpu.filter(pl.col("step").is_null()).height
     if huge:
         warnings.append(f"ignored {huge:,} ProfilerStep annotations whose step number does not fit in 64 bits")
@@ -559,7 +567,7 @@ def _steps(host: pl.DataFrame, gpu: pl.DataFrame, warnings: list[str]) -> pl.Dat
         warnings.append("ProfilerStep numbers are not in time order: step windows follow the time order")
     cpu = cpu.sort("cpu_ts", "step")
     if gpu.height and "launch_ts" in gpu.columns:
-        launched = (gpu.filter(pl.col("launch_ts").is_not_null()).select("launch_ts", "launch_end", "ts", "end").sort("launch_ts")
+        launched = (gpu.select("launch_ts", "launch_end", "ts", "end").filter(pl.col("launch_ts").is_not_null()).sort("launch_ts")
                     .join_asof(cpu.select("step", "cpu_ts", "cpu_end").sort("cpu_ts"), left_on="launch_ts",
                                right_on="cpu_ts", strategy="backward")
                     .filter(pl.col("launch_ts") < pl.col("cpu_end"))
@@ -600,7 +608,7 @@ def _periods(cpu: pl.DataFrame, gpu: pl.DataFrame) -> pl.DataFrame:
     step ends at the end of its host span or of its GPU work, whichever is later."""
     if "gpu_ts" not in cpu.columns or cpu["gpu_ts"].is_null().all() or gpu.height == 0:
         return cpu.with_columns(ts=pl.col("tb_ts"), end=pl.col("tb_end")).drop("_first_launch")
-    work = gpu.filter(pl.col("kind") != "sync").select("ts", "end", "launch_end").sort("ts")
+    work = gpu.lazy().filter(pl.col("kind") != "sync").select("ts", "end", "launch_end").collect().sort("ts")
     work = work.with_columns(_busy_to=pl.col("end").cum_max())
     # launch latency onto an idle GPU (from the launch call's return: a pageable copy works inside the call):
     # nothing earlier was still running when the launch call returned
