@@ -513,27 +513,25 @@ def _finish_gpu(gpu: pl.DataFrame, host: pl.DataFrame) -> pl.DataFrame:
         else gpu["pg_ranks"].cast(pl.List(pl.String)).list.join(", "),
     )
     gpu = gpu.drop("a_device", "a_stream", "external_id_old", "from_device", "ph", "nargs")
-    # launch (runtime/driver call with the same correlation) and the op that made that call; looked up for the
-    # keys only and set beside `gpu` (its row order kept), so the wide frame is not copied by the joins
+    # launch (runtime/driver call with the same correlation) and the op that made that call (the first such call:
+    # is_first_distinct keeps the rows unique(keep="first") would, at a fraction of its cost)
     rt = (host.lazy().filter(pl.col("cat").is_in(RUNTIME_CATS) & pl.col("correlation").is_not_null())
           .select(pl.col("correlation").cast(pl.Int64), pl.col("i").alias("launch"), pl.col("op"),
                   pl.col("name").alias("launch_name"), pl.col("ts").alias("launch_ts"),
-                  pl.col("end").alias("launch_end"), pl.col("tid").alias("launch_tid"))
-          .unique("correlation", keep="first"))
-    look = gpu.lazy().select("correlation", "external_id").join(rt, on="correlation", how="left",
-                                                                 maintain_order="left").collect()
+                  pl.col("end").alias("launch_end"), pl.col("tid").alias("launch_tid")).collect())
+    rt = rt.filter(pl.col("correlation").is_first_distinct())
+    gpu = gpu.join(rt, on="correlation", how="left", maintain_order="left")
     # no runtime row (out of window, or a format without launches): External id names the op when it
     # is not merely a copy of the correlation (pre-2.4 traces copy it); cpu ops are looked up for those ids only
-    want = look.select(pl.col("external_id").filter(pl.col("op").is_null()
-                                                    & (pl.col("external_id") != pl.col("correlation"))).unique())
+    want = gpu.select(pl.col("external_id").filter(pl.col("op").is_null()
+                                                   & (pl.col("external_id") != pl.col("correlation"))).unique())
     if want.height:
         ops = (host.lazy().filter((pl.col("cat") == "cpu_op") & pl.col("external_id").is_in(want["external_id"].implode()))
-               .select(pl.col("external_id"), pl.col("i").alias("op_x")).unique("external_id", keep="first"))
-        look = look.lazy().join(ops, on="external_id", how="left", maintain_order="left").with_columns(
+               .select(pl.col("external_id"), pl.col("i").alias("op_x")).collect())
+        ops = ops.filter(pl.col("external_id").is_first_distinct())
+        gpu = gpu.join(ops, on="external_id", how="left", maintain_order="left").with_columns(
             op=pl.coalesce("op", pl.when(pl.col("external_id") != pl.col("correlation")).then(pl.col("op_x")))
-        ).collect()
-    look = look.select("launch", "op", "launch_name", "launch_ts", "launch_end", "launch_tid")
-    gpu = gpu.hstack(look)
+        ).drop("op_x")
     return gpu.with_columns(
         graph=pl.col("launch_name").is_in(GRAPH_LAUNCH).fill_null(False),
         kind=pl.when(pl.col("cat") == "gpu_memcpy").then(pl.lit("memcpy"))
