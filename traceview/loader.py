@@ -545,9 +545,11 @@ def _finish_gpu(gpu: pl.DataFrame, host: pl.DataFrame) -> pl.DataFrame:
 
 
 def _steps(host: pl.DataFrame, gpu: pl.DataFrame, warnings: list[str]) -> pl.DataFrame:
-    cpu = (host.lazy().filter(pl.col("cat").is_in(["user_annotation", "cpu_op"]) & pl.col("name").str.contains(STEP_RE))
-           .select("name", "i", "ts", "end", step=pl.col("name").str.extract(STEP_RE).cast(pl.Int64, strict=False))
-           .collect())
+    # the regex only on the names with its literal prefix (a prefix test is far cheaper on every host row)
+    cpu = (host.lazy().filter(pl.col("cat").is_in(["user_annotation", "cpu_op"])
+                              & pl.col("name").str.starts_with("ProfilerStep#")).select("name", "i", "ts", "end").collect())
+    cpu = cpu.filter(pl.col("name").str.contains(STEP_RE)).with_columns(
+        step=pl.col("name").str.extract(STEP_RE).cast(pl.Int64, strict=False))
     huge = cpu.filter(pl.col("step").is_null()).height
     if huge:
         warnings.append(f"ignored {huge:,} ProfilerStep annotations whose step number does not fit in 64 bits")
