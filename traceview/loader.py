@@ -520,7 +520,9 @@ def _finish_gpu(gpu: pl.DataFrame, host: pl.DataFrame) -> pl.DataFrame:
                   pl.col("name").alias("launch_name"), pl.col("ts").alias("launch_ts"),
                   pl.col("end").alias("launch_end"), pl.col("tid").alias("launch_tid")).collect())
     rt = rt.filter(pl.col("correlation").is_first_distinct())
-    gpu = gpu.join(rt, on="correlation", how="left", maintain_order="left")
+    # one row per GPU row (correlations are unique in `rt`), in its order: set beside it, the wide frame not copied
+    gpu = gpu.hstack(gpu.select("correlation").join(rt, on="correlation", how="left", maintain_order="left")
+                     .drop("correlation"))
     # no runtime row (out of window, or a format without launches): External id names the op when it
     # is not merely a copy of the correlation (pre-2.4 traces copy it); cpu ops are looked up for those ids only
     want = gpu.select(pl.col("external_id").filter(pl.col("op").is_null()
