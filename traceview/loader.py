@@ -243,8 +243,7 @@ def load_file(path: str | Path, max_bytes: int = DEFAULT_MAX_BYTES,
     del data
     legacy = doc.schemaVersion is None and doc.deviceProperties is None and doc.traceName is None
 
-    base, fmt = _categories(base, legacy)
-    parts, t0_us, counts = _slices(path, base, warnings)  # consumes base
+    parts, t0_us, counts, fmt = _slices(path, base, legacy, warnings)  # consumes base
     host, gpu, gann, mem, fl, meta_rows = parts.values()
     del base, parts
 
@@ -311,19 +310,6 @@ def load_file(path: str | Path, max_bytes: int = DEFAULT_MAX_BYTES,
                  threads=conform("threads", threads))
 
 
-def _categories(base: pl.DataFrame, legacy: bool) -> tuple[pl.DataFrame, str]:
-    """The trace's format, and `base` with 2021-era category names replaced by today's (an X event without a
-    category is a CPU op). The column is rebuilt only when some name changes: most traces have none."""
-    cat, x = pl.col("cat"), pl.col("ph") == "X"
-    old, renamed, empty_x, all_empty = base.select(
-        old=cat.is_in(list(OLD_CATS)[:5]).any(), renamed=cat.is_in(list(OLD_CATS)).any(),
-        empty_x=((cat == "") & x).any(), all_empty=(cat == "").all()).row(0)
-    fmt = "legacy-autograd" if (legacy and all_empty) else ("kineto-2021" if old else "kineto")
-    if renamed or empty_x:
-        base = base.with_columns(cat=pl.when((cat == "") & x).then(pl.lit("cpu_op")).otherwise(cat.replace(OLD_CATS)))
-    return base, fmt
-
-
 # the base columns each frame is cut with (ts_us / dur_us become int64 ns ts / dur, and end); host and GPU rows
 # are all ph X: their ph is a constant
 _SLICE_COLS = {
@@ -336,9 +322,11 @@ _SLICE_COLS = {
 }
 
 
-def _slices(path: Path, base: pl.DataFrame, warnings: list[str]) -> tuple[dict[str, pl.DataFrame], float, dict]:
+def _slices(path: Path, base: pl.DataFrame, legacy: bool,
+            warnings: list[str]) -> tuple[dict[str, pl.DataFrame], float, dict, str]:
     """Cut `base` into the rows each frame is built from ({_SLICE_COLS key: frame}), with ts / dur validated
-    and turned into int64 ns relative to the first event; also t0 (µs) and the event count per category.
+    and turned into int64 ns relative to the first event; also t0 (µs), the event count per category and the
+    trace's format (2021-era category names are replaced by today's, only when there are some).
 
     Events without a usable ts, or whose clock is implausible, are skipped; a missing or negative dur is 0;
     each with a warning. The checks are counts over the whole table (no column of it is rebuilt), the ranges
@@ -355,7 +343,10 @@ def _slices(path: Path, base: pl.DataFrame, warnings: list[str]) -> tuple[dict[s
             no_ts=(spans & ts.is_null()).sum(), no_dur=(x & ts.is_not_null() & dur.is_null()).sum(),
             neg_dur=(x & (dur < 0)).sum(), neg_ts=(spans & (ts < 0)).sum(), timed=timed.sum(),
             t0=ts.filter(timed).min(), lo=ts.filter(placed).min(), hi=ts.filter(placed).max(), dur_hi=dur.max(),
-            finite=ts.is_finite().all() & dur.is_finite().all()).row(0, named=True)
+            finite=ts.is_finite().all() & dur.is_finite().all(),
+            # 2021-era category names, X events without a category (not "Trace": the times above hold either way)
+            old=cat.is_in(list(OLD_CATS)[:5]).any(), renamed=cat.is_in(list(OLD_CATS)).any(),
+            empty_x=((cat == "") & x).any(), all_empty=(cat == "").all()).row(0, named=True)
 
     n = survey()  # one pass of counts and extremes
     if not n["finite"]:  # NaN, inf: as missing (but a +inf dur is corrupt: dropped below)
@@ -363,6 +354,10 @@ def _slices(path: Path, base: pl.DataFrame, warnings: list[str]) -> tuple[dict[s
         dur = pl.when(dur.is_finite()).then(dur).when(dur == float("inf")).then(dur)
         timed = spans & ts.is_not_null() & (cat != "Trace") & (pl.col("pid") > -1_000_000_000)
         n = survey()
+    fmt = "legacy-autograd" if (legacy and n["all_empty"]) else ("kineto-2021" if n["old"] else "kineto")
+    if n["renamed"] or n["empty_x"]:  # today's names (an X event without a category is a CPU op); in place
+        base.replace_column(base.get_column_index("cat"), base.select(
+            pl.when((cat == "") & x).then(pl.lit("cpu_op")).otherwise(cat.replace(OLD_CATS)).alias("cat")).to_series())
     if n["no_ts"]:
         warnings.append(f"skipped {n['no_ts']:,} events (ph X or i) without a usable 'ts' (missing, null or not "
                         "a finite number)")
@@ -429,7 +424,7 @@ def _slices(path: Path, base: pl.DataFrame, warnings: list[str]) -> tuple[dict[s
         out[k] = f
     for k in ("host", "gpu"):
         out[k] = out[k].with_columns(ph=pl.lit("X"))  # a constant: never materialized
-    return out, t0_us, counts
+    return out, t0_us, counts, fmt
 
 
 def _scan_input(path: Path, max_bytes: int) -> tuple[fastscan.Events | None, bytes, list[str]]:
