@@ -67,8 +67,12 @@ def conform(name: str, df: pl.DataFrame) -> pl.DataFrame:
     """`df` with the declared columns of frame `name`, in order and type (absent ones null); extra columns
     a reader adds are kept after them."""
     decl = SCHEMA[name]
-    cols = [pl.col(c).cast(t) if c in df.columns else pl.lit(None, t).alias(c) for c, t in decl.items()]
-    return df.select(*cols, *[c for c in df.columns if c not in decl])
+    have = df.schema
+    if list(have.items())[:len(decl)] == list(decl.items()):  # conforms already (a reloaded or cached frame)
+        return df
+    cols = [(c if have[c] == t else pl.col(c).cast(t)) if c in have else pl.lit(None, t).alias(c)
+            for c, t in decl.items()]  # (a name costs less than an expression: hundreds of columns per trace)
+    return df.select(*cols, *[c for c in have if c not in decl])
 
 
 def schema_problems(trace: Trace) -> list[str]:
