@@ -233,6 +233,9 @@ def main(argv: list[str] | None = None) -> int:
     # numpy's BLAS threads are never used here (no linear algebra), and started with numpy they spin on the
     # cores polars needs: one thread, unless the user says otherwise
     os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
+    from .deferred import defer
+
+    defer()  # stdlib modules polars and numpy import but an analysis never uses: loaded on first use
     _exit(_analyzer_run(argv))
 
 
