@@ -105,7 +105,8 @@ def segments(intervals: pl.DataFrame, priorities: list[str], windows: pl.DataFra
     """Elementary segments [win, ts, end, cls] that tile each window [ts, end): at every instant the
     highest-priority label active then (`other` where none is).
 
-    `intervals` [label, ts, end]; `windows` [win, ts, end] (non-overlapping). Each label's intervals are
+    `intervals` [label, ts, end] (or [k, ts, end]: k the label's index in `priorities`); `windows` [win, ts, end]
+    (non-overlapping). Each label's intervals are
     merged first (so a label is simply on or off), then one boundary sweep: a running count per label over
     the sorted boundaries, no per-event loop.
     """
@@ -120,8 +121,10 @@ def segments(intervals: pl.DataFrame, priorities: list[str], windows: pl.DataFra
 def _segment_arrays(intervals: pl.DataFrame, priorities: list[str],
                     windows: pl.DataFrame) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
     """`segments` as arrays (window position, ts, end, priority rank; len(priorities) = `other`)."""
-    # each label's priority rank (null: not a ranked label), by equality tests: cheaper than a hash lookup
-    rank = pl.coalesce([pl.when(pl.col("label") == p).then(pl.lit(k, pl.Int32)) for k, p in enumerate(priorities)])
+    # each label's priority rank (null: not a ranked label), by equality tests: cheaper than a hash lookup; or
+    # the ranks themselves (`k`, no `label`: breakdown.role_ranks)
+    rank = (pl.coalesce([pl.when(pl.col("label") == p).then(pl.lit(k, pl.Int32)) for k, p in enumerate(priorities)])
+            if "label" in intervals.columns else pl.col("k"))
     iv = (intervals.lazy().select(rank.alias("k"), "ts", "end")
           .filter(pl.col("k").is_not_null() & (pl.col("end") > pl.col("ts"))).collect())
     s, e, k = _runs(iv["ts"].to_numpy(), iv["end"].to_numpy(), iv["k"].to_numpy())
