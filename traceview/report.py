@@ -94,7 +94,8 @@ def _steps_section(trace: Trace, steps: pl.DataFrame, busy: pl.DataFrame) -> tup
           .join(busy, on="step", how="left").with_columns(pl.col("busy").fill_null(0)).sort("step"))
     roles = [*breakdown.ROLES, "other"]
     rows = []
-    for r in bd.iter_rows(named=True):  # one row per step
+    steps_rows = list(bd.iter_rows(named=True))  # one row per step
+    for r in steps_rows:
         rows.append({
             "step": r["step"], "start_us": us(r["ts"]), "end_us": us(r["end"]), "dur_us": us(r["dur"]),
             "gpu_busy_us": us(r["busy"]), "gpu_busy_pct": pct(r["busy"], r["dur"]),
@@ -102,7 +103,7 @@ def _steps_section(trace: Trace, steps: pl.DataFrame, busy: pl.DataFrame) -> tup
             "breakdown_us": {k: us(r[k]) for k in roles},
             "breakdown_pct": {k: pct(r[k], r["tb_dur"]) for k in roles},
         })
-    tot = bd.select(pl.col(["dur", "tb_dur", "busy", *roles]).sum()).row(0, named=True)
+    tot = {c: sum(r[c] for r in steps_rows) for c in ("dur", "tb_dur", "busy", *roles)}  # ints: exact
     n = bd.height
     summary = {
         "steps": n, "step_numbers": bd["step"].to_list(), "window_us": us(tot["dur"]),

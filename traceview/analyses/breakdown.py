@@ -13,7 +13,7 @@ import polars as pl
 
 from ..memo import per_trace
 from ..model import RUNTIME_CATS, STEP_RE, Trace
-from .intervals import priority_sweep
+from .intervals import sweep_totals
 
 ROLES = ["kernel", "memcpy", "memset", "communication", "runtime", "dataloader", "cpu_exec"]
 DATALOADER_RE = r"^enumerate\((DataLoader|DataPipe)\)#"
@@ -34,11 +34,11 @@ def role_ranks(trace: Trace) -> pl.DataFrame:
     def rank(label: str) -> pl.Expr:
         return pl.lit(ROLES.index(label), pl.Int32)
 
-    kind = pl.col("kind")
-    gpu_rank = pl.when(kind == "compute").then(rank("kernel")).when(kind == "comm").then(rank("communication"))
-    for k, role in enumerate(ROLES):  # any other kind is its own label (memcpy, memset): ranked if it is a role
-        gpu_rank = gpu_rank.when(kind == role).then(pl.lit(k, pl.Int32))
-    gpu_roles = trace.gpu.lazy().filter(kind != "sync").select(gpu_rank.otherwise(None).alias("k"), "ts", "end")
+    kind = pl.col("kind")  # the model's kinds: compute | comm | memcpy | memset | sync
+    gpu_roles = trace.gpu.lazy().filter(kind != "sync").select(
+        pl.when(kind == "compute").then(rank("kernel")).when(kind == "comm").then(rank("communication"))
+        .when(kind == "memcpy").then(rank("memcpy")).when(kind == "memset").then(rank("memset")).alias("k"),
+        "ts", "end")
     host_roles = trace.host.lazy().filter(pl.col("cat").is_in(["cpu_op", "user_annotation", *RUNTIME_CATS])
                                           & ~pl.col("name").str.contains(STEP_RE)).select(
         pl.when(pl.col("cat").is_in(RUNTIME_CATS)).then(rank("runtime"))
@@ -46,12 +46,6 @@ def role_ranks(trace: Trace) -> pl.DataFrame:
         .when(_starts_with("name", COMM_OP_PREFIXES)).then(rank("communication"))
         .otherwise(rank("cpu_exec")).alias("k"), "ts", "end")
     return pl.concat([gpu_roles, host_roles]).collect()
-
-
-def role_intervals(trace: Trace) -> pl.DataFrame:
-    """[label, ts, end] for every event that has a role."""
-    return role_ranks(trace).select(pl.lit(pl.Series(ROLES, dtype=pl.String)).gather(pl.col("k")).alias("label"),
-                                    "ts", "end")
 
 
 def step_breakdown(trace: Trace, steps: pl.DataFrame | None = None) -> pl.DataFrame:
@@ -68,8 +62,6 @@ def step_breakdown(trace: Trace, steps: pl.DataFrame | None = None) -> pl.DataFr
 def _step_breakdown(trace: Trace, step: tuple, ts: tuple, end: tuple) -> pl.DataFrame:
     steps = pl.DataFrame({"step": list(step), "ts": list(ts), "end": list(end)},
                          schema={"step": pl.Int64, "ts": pl.Int64, "end": pl.Int64})
-    part = priority_sweep(role_ranks(trace), ROLES, steps.select("step", "ts", "end"))
-    wide = (steps.select("step", "ts", "end", (pl.col("end") - pl.col("ts")).alias("dur"))
-            .join(part.group_by("step").agg([pl.col("dur").filter(pl.col("label") == r).sum().alias(r)
-                                             for r in [*ROLES, "other"]]), on="step", how="left"))
-    return wide.with_columns([pl.col(r).fill_null(0) for r in [*ROLES, "other"]]).sort("step")
+    tot = sweep_totals(role_ranks(trace), ROLES, steps)
+    return steps.with_columns((pl.col("end") - pl.col("ts")).alias("dur"), *[
+        pl.Series(r, tot[:, k], dtype=pl.Int64) for k, r in enumerate([*ROLES, "other"])]).sort("step")

@@ -183,3 +183,20 @@ def priority_sweep(intervals: pl.DataFrame, priorities: list[str], windows: pl.D
     # windows sharing a key share one row, as the group-by over segments did
     return (seg.group_by(win, "cls").agg(pl.col("dur").sum())
             .rename({"cls": "label"}).sort(win, "label"))
+
+
+def sweep_totals(intervals: pl.DataFrame, priorities: list[str], windows: pl.DataFrame,
+                 win: str = "step") -> np.ndarray:
+    """`priority_sweep` as a matrix: ns per window (row, in the order of `windows`) and label (column: the
+    priorities, then `other`), Int64; windows sharing a key share their total, as in `priority_sweep`."""
+    wi, ts, end, cls = _segment_arrays(intervals, priorities, windows)
+    nk, n = len(priorities) + 1, windows.height
+    dur = np.bincount(wi.astype(np.int64) * nk + cls, weights=end - ts, minlength=n * nk) if wi.size else np.zeros(n * nk)
+    dur = dur.reshape(n, nk).round().astype(np.int64)
+    keys = windows[win].to_numpy()
+    if windows[win].n_unique() < n:  # sum each key's windows, then give every window its key's sum
+        _, inv = np.unique(keys, return_inverse=True)
+        tot = np.zeros((int(inv.max()) + 1, nk), np.int64)
+        np.add.at(tot, inv, dur)
+        dur = tot[inv]
+    return dur

@@ -1,0 +1,102 @@
+"""The cheaper forms of report sections (issue 14) agree with the direct computations they replace: the step
+breakdown's rank matrix with the priority sweep's rows, name prefixes with the regexes they stand for, the
+memory peak with a full sort, the recording edges with a filter of every host event."""
+
+from __future__ import annotations
+
+import re
+
+import numpy as np
+import polars as pl
+import pytest
+from conftest import load
+
+from traceview.analyses import breakdown, memory
+from traceview.analyses.intervals import priority_sweep, sweep_totals
+from traceview.analyses.windows import recording_edges
+
+TRACES = ["gpu_h200/train_tinygpt_input_bound.json.gz", "gpu_h200/train_tinygpt_modules.json.gz",
+          "gpu_h200_memory/memory_pressure_empty_cache.json.gz", "gpu_h200/seed_single_gemm_eager.json.gz"]
+
+
+def _pivot(sweep: pl.DataFrame, windows: pl.DataFrame, labels: list[str]) -> np.ndarray:
+    got = {(r["step"], r["label"]): r["dur"] for r in sweep.iter_rows(named=True)}
+    return np.array([[got.get((s, lab), 0) for lab in labels] for s in windows["step"].to_list()], np.int64)
+
+
+@pytest.mark.parametrize("rel", TRACES)
+def test_sweep_totals_are_the_priority_sweep(rel):
+    t = load(rel)
+    w = t.steps.select("step", pl.col("tb_ts").alias("ts"), pl.col("tb_end").alias("end"))
+    ranks = breakdown.role_ranks(t)
+    labels = [*breakdown.ROLES, "other"]
+    # the sweep over string labels (its own path) against the rank matrix
+    named = ranks.select(pl.lit(pl.Series(breakdown.ROLES)).gather(pl.col("k")).alias("label"), "ts", "end")
+    tot = sweep_totals(ranks, breakdown.ROLES, w)
+    assert tot.tolist() == _pivot(priority_sweep(named, breakdown.ROLES, w), w, labels).tolist()
+    # every instant of a window counted once: each row sums to the window's length
+    assert tot.sum(axis=1).tolist() == (w["end"] - w["ts"]).to_list()
+    assert tot[:, 0].sum() > 0  # kernels ran in these steps
+
+
+def test_sweep_totals_windows_sharing_a_key_share_their_sum():
+    iv = pl.DataFrame({"k": [0, 1, 0], "ts": [0, 5, 20], "end": [10, 30, 25]},
+                      schema={"k": pl.Int32, "ts": pl.Int64, "end": pl.Int64})
+    w = pl.DataFrame({"step": [7, 8, 7], "ts": [0, 10, 20], "end": [10, 20, 40]})
+    tot = sweep_totals(iv, ["a", "b"], w)
+    # window 1 (key 7): a 10; window 2 (key 8): b 10; window 3 (key 7): a 5 (20-25), b 5 (25-30), other 10
+    assert tot.tolist() == [[15, 5, 10], [0, 10, 0], [15, 5, 10]]
+    sweep = priority_sweep(iv.select(pl.col("k").replace_strict({0: "a", 1: "b"}).alias("label"), "ts", "end"),
+                           ["a", "b"], w)
+    assert sweep.sort("step", "label").rows() == [(7, "a", 15), (7, "b", 5), (7, "other", 10), (8, "b", 10)]
+
+
+NAMES = ["enumerate(DataLoader)#_SingleProcessDataLoaderIter.__next__", "enumerate(DataPipe)#x",
+         "enumerate(DataLoaderX)#", "xenumerate(DataLoader)#", "enumerate(DataLoader)", "nccl:all_reduce",
+         "gloo:broadcast", "ncclKernel", "c10d::allreduce_", "aten::mm", "", "nccl", "gloo:"]
+
+
+@pytest.mark.parametrize(("rx", "prefixes", "hits"), [(breakdown.DATALOADER_RE, breakdown.DATALOADER_PREFIXES, 2),
+                                                      (breakdown.COMM_OP_RE, breakdown.COMM_OP_PREFIXES, 3)])
+def test_role_prefixes_are_the_regexes(rx, prefixes, hits):
+    df = pl.DataFrame({"name": NAMES})
+    got = df.select(breakdown._starts_with("name", prefixes))["name"].to_list()
+    assert got == [re.match(rx, n) is not None for n in NAMES]
+    assert sum(got) == hits
+
+
+def test_driver_alloc_prefixes_cover_the_regex():
+    alternatives = re.match(r"\^\((.*?)\)", memory.DRIVER_ALLOC_RE).group(1).split("|")
+    assert len(alternatives) == 12
+    assert all(a.startswith(memory.DRIVER_ALLOC_PREFIXES) for a in alternatives)
+    t = load("gpu_h200_memory/memory_pressure_empty_cache.json.gz")
+    full = t.host.filter(pl.col("name").str.contains(memory.DRIVER_ALLOC_RE))
+    assert full.height == 20  # cudaMalloc/cudaFree calls of the empty_cache trace
+    assert memory.driver_calls(t, t.steps)["i"].to_list() == (
+        memory.host_step_of(full.select("i", "name", "ts", "end"), t.steps, "ts")
+        .filter(pl.col("step").is_not_null())["i"].to_list())
+
+
+@pytest.mark.parametrize("rel", ["gpu_h200/train_tinygpt_modules.json.gz",
+                                 "gpu_h200_memory/memory_pressure_empty_cache.json.gz"])
+def test_peak_is_the_first_event_at_the_highest_total(rel):
+    t = load(rel)
+    ev = memory.gpu_events(t, t.steps)
+    top = ev.sort(["total_allocated", "ts"], descending=[True, False]).row(0, named=True)
+    peak = memory.peak_op(t, ev)
+    assert (peak["ts"], peak["allocated"], peak["step"]) == (top["ts"], top["total_allocated"], top["step"])
+    assert peak["allocated"] == ev["total_allocated"].max() > 0
+    assert peak["ts"] == ev.filter(pl.col("total_allocated") == peak["allocated"])["ts"].min()
+
+
+@pytest.mark.parametrize("rel", TRACES)
+def test_recording_edges_read_the_events_after_the_last_step(rel):
+    t = load(rel)
+    edges, warns = recording_edges(t, t.steps)
+    last = t.steps.sort("step").row(-1, named=True)
+    after = t.host.filter((pl.col("ts") >= last["cpu_end"]) & pl.col("cat").is_in(["cuda_runtime", "cuda_driver"])
+                          & pl.col("name").str.contains("Synchronize"))
+    named = [w for w in warns if "after the last step" in w]
+    assert len(named) == (1 if edges["excluded"]["after_us"] and after.height else 0)
+    if named:
+        assert after["name"][0] in named[0]
