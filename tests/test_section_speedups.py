@@ -100,3 +100,30 @@ def test_recording_edges_read_the_events_after_the_last_step(rel):
     assert len(named) == (1 if edges["excluded"]["after_us"] and after.height else 0)
     if named:
         assert after["name"][0] in named[0]
+
+
+@pytest.mark.parametrize("rel", TRACES)
+def test_busy_per_window_is_the_union_in_each_window(rel):
+    from traceview.analyses.intervals import clip, total
+    from traceview.analyses.timeline import busy_per_window, gpu_work
+
+    t = load(rel)
+    # a second device: the same work 7 ns later; a step number shared by two windows sums them
+    gpu = pl.concat([t.gpu, t.gpu.with_columns(device=pl.col("device") + 1, ts=pl.col("ts") + 7,
+                                               end=pl.col("end") + 7)])
+    steps = t.steps.with_columns(step=pl.when(pl.col("step") == t.steps["step"][-1]).then(t.steps["step"][0])
+                                 .otherwise(pl.col("step")))
+    got = {(r["device"], r["step"]): r["busy"] for r in busy_per_window(gpu, steps).iter_rows(named=True)}
+    work = gpu_work(gpu)
+    want: dict[tuple[int, int], int] = {}
+    for dev in work["device"].unique().to_list():
+        w = work.filter(pl.col("device") == dev)
+        for s, a, b in steps.select("step", "ts", "end").rows():
+            want[(dev, s)] = want.get((dev, s), 0) + total(clip(w, a, b))
+    assert got == want
+    assert sum(got.values()) > 0
+    # windows of one device each (the job's per-rank windows); a device without work is idle
+    own = steps.select("step", "ts", "end").with_columns(device=pl.lit(int(work["device"].min()), pl.Int64))
+    own = pl.concat([own, own.head(1).with_columns(device=pl.lit(-5, pl.Int64), step=pl.lit(10**6, pl.Int64))])
+    got_own = {(r["device"], r["step"]): r["busy"] for r in busy_per_window(gpu, own).iter_rows(named=True)}
+    assert got_own == {**{k: v for k, v in want.items() if k[0] == int(work["device"].min())}, (-5, 10**6): 0}

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import numpy as np
 import polars as pl
 
 from .intervals import merge
@@ -24,7 +25,11 @@ def busy_per_window(gpu: pl.DataFrame, windows: pl.DataFrame, win: str = "step")
     work = gpu_work(gpu)
     if work.height == 0:
         return pl.DataFrame(schema={"device": pl.Int64, win: pl.Int64, "busy": pl.Int64})
-    m = (merge(work, ["device"]).sort("device", "ts")
+    merged = merge(work, ["device"])
+    fast = _busy_arrays(merged, windows, win)
+    if fast is not None:
+        return fast
+    m = (merged.sort("device", "ts")
          .with_columns(_before=(pl.col("end") - pl.col("ts")).cum_sum().over("device") - (pl.col("end") - pl.col("ts"))))
     own = ["device"] if "device" in windows.columns else []  # windows of one device each: no cross join
     q = pl.concat([windows.select(win, *own, pl.col("ts").alias("t"), pl.lit(-1).alias("_sign")),
@@ -36,6 +41,48 @@ def busy_per_window(gpu: pl.DataFrame, windows: pl.DataFrame, win: str = "step")
                        .otherwise(pl.col("_before") + pl.min_horizontal("t", "end") - pl.col("ts")))
     return (b.group_by("device", win).agg((pl.col("_B") * pl.col("_sign")).sum().alias("busy"))
             .sort("device", win))
+
+
+def _busy_arrays(m: pl.DataFrame, windows: pl.DataFrame, win: str) -> pl.DataFrame | None:
+    """`busy_per_window` on numpy arrays (one binary search per window end and device, a handful of polars
+    calls however many devices and windows); None when a value is null (the frame path handles those)."""
+    own = "device" in windows.columns
+    cols = [m["device"], m["ts"], m["end"], windows[win], windows["ts"], windows["end"],
+            *([windows["device"]] if own else [])]
+    if any(c.null_count() for c in cols):
+        return None
+    d, s, e = m["device"].to_numpy(), m["ts"].to_numpy(), m["end"].to_numpy()
+    o = np.lexsort((s, d))
+    d, s, e = d[o], s[o], e[o]
+    before = np.cumsum(e - s) - (e - s)  # busy time of the device before each merged interval (offset below)
+    devs, first = np.unique(d, return_index=True)
+    last = np.append(first[1:], d.size)
+    a, b = windows["ts"].to_numpy(), windows["end"].to_numpy()
+    wdev = windows["device"].to_numpy() if own else None
+    out_dev, out_w, out_busy = [], [], []
+    for k, dev in enumerate(devs.tolist()):  # one per device (or rank): a handful
+        lo, hi = int(first[k]), int(last[k])
+        sd, ed, bd = s[lo:hi], e[lo:hi], before[lo:hi] - before[lo]
+
+        def busy_before(t: np.ndarray, sd=sd, ed=ed, bd=bd) -> np.ndarray:
+            j = np.searchsorted(sd, t, side="right") - 1
+            jj = np.maximum(j, 0)
+            return np.where(j >= 0, bd[jj] + np.minimum(t, ed[jj]) - sd[jj], 0)
+
+        at = np.flatnonzero(wdev == dev) if own else np.arange(a.size)
+        out_dev.append(np.full(at.size, dev, d.dtype))
+        out_w.append(at)
+        out_busy.append(busy_before(b[at]) - busy_before(a[at]))
+    if own:  # windows of devices without work: nothing busy
+        rest = np.flatnonzero(~np.isin(wdev, devs))
+        out_dev.append(wdev[rest])
+        out_w.append(rest)
+        out_busy.append(np.zeros(rest.size, np.int64))
+    res = pl.DataFrame({"device": pl.Series(np.concatenate(out_dev), dtype=m.schema["device"]),
+                        win: windows[win].gather(pl.Series(np.concatenate(out_w), dtype=pl.UInt32)),
+                        "busy": pl.Series(np.concatenate(out_busy), dtype=pl.Int64)})
+    # windows sharing a key (per device) share one row, as a group-by over them
+    return res.group_by("device", win).agg(pl.col("busy").sum()).sort("device", win)
 
 
 def temporal_breakdown(gpu: pl.DataFrame) -> pl.DataFrame:
