@@ -127,3 +127,29 @@ def test_busy_per_window_is_the_union_in_each_window(rel):
     own = pl.concat([own, own.head(1).with_columns(device=pl.lit(-5, pl.Int64), step=pl.lit(10**6, pl.Int64))])
     got_own = {(r["device"], r["step"]): r["busy"] for r in busy_per_window(gpu, own).iter_rows(named=True)}
     assert got_own == {**{k: v for k, v in want.items() if k[0] == int(work["device"].min())}, (-5, 10**6): 0}
+
+
+@pytest.mark.parametrize("rel", [*TRACES, "gpu_h200/launch_bound_tiny_ops.json.gz"])
+def test_temporal_and_idle_arrays_are_the_frame_computations(rel):
+    from traceview.analyses import timeline
+    from traceview.analyses.intervals import merge
+
+    t = load(rel)
+    gpu = pl.concat([t.gpu, t.gpu.with_columns(device=pl.col("device") + 3, ts=pl.col("ts") + 7,
+                                               end=pl.col("end") + 7, stream=pl.col("stream") + 1)])
+    work = timeline.gpu_work(gpu)
+    # idle: the gaps of stream_gaps (frame path) summed per stream
+    g = timeline.stream_gaps(work)
+    want = (g.group_by("device", "stream").agg([pl.col("gap").filter(pl.col("cause") == c).sum().alias(c)
+                                                for c in ("host_wait", "kernel_wait", "other")])
+            .with_columns(idle=pl.col("host_wait") + pl.col("kernel_wait") + pl.col("other")).sort("device", "stream"))
+    got = timeline.idle_breakdown(gpu)
+    assert got.rows() == want.rows() and got.height == 2 * t.gpu["stream"].n_unique()
+    assert got["idle"].sum() == g["gap"].sum() > 0
+    # temporal: span, idle, compute from the merged intervals by group-by
+    allm, comp = merge(work, ["device"]), merge(work.filter(pl.col("kind") == "compute"), ["device"])
+    per = allm.group_by("device").agg((pl.col("end") - pl.col("ts")).sum().alias("busy"), pl.col("ts").min().alias("lo"),
+                                      pl.col("end").max().alias("hi")).sort("device")
+    c = dict(comp.group_by("device").agg((pl.col("end") - pl.col("ts")).sum()).rows())
+    tb = timeline.temporal_breakdown(work)
+    assert tb.rows() == [(d, hi - lo, hi - lo - b, c.get(d, 0), b - c.get(d, 0)) for d, b, lo, hi in per.rows()]

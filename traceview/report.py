@@ -65,14 +65,20 @@ def _device_section(trace: Trace, steps: pl.DataFrame, busy: pl.DataFrame) -> li
     total = int((steps["end"] - steps["ts"]).sum())
     tb = timeline.temporal_breakdown(timeline.gpu_work(gpu))
     idle = timeline.idle_breakdown(gpu)
+    busy_by: dict[int, int] = {}
+    for dev, b in busy.select("device", "busy").iter_rows():  # devices x steps: small
+        busy_by[dev] = busy_by.get(dev, 0) + b
+    idle_by: dict[int, list[dict]] = {}
+    for r in idle.iter_rows(named=True):  # one row per stream, by device and stream
+        idle_by.setdefault(r["device"], []).append(r)
     out = []
     for row in tb.iter_rows(named=True):  # one row per device: a handful
         dev = row["device"]
-        b = int(busy.filter(pl.col("device") == dev)["busy"].sum())
+        b = busy_by.get(dev, 0)
         streams = [
             {"stream": r["stream"], "host_wait_us": us(r["host_wait"]), "kernel_wait_us": us(r["kernel_wait"]),
              "other_us": us(r["other"]), "idle_us": us(r["idle"]), "host_wait_pct": pct(r["host_wait"], r["idle"])}
-            for r in idle.filter(pl.col("device") == dev).iter_rows(named=True)
+            for r in idle_by.get(dev, [])
         ]
         out.append({
             "device": dev, "name": trace.meta.device_name(dev), "busy_us": us(b), "busy_pct": pct(b, total),
