@@ -153,3 +153,18 @@ def test_temporal_and_idle_arrays_are_the_frame_computations(rel):
     c = dict(comp.group_by("device").agg((pl.col("end") - pl.col("ts")).sum()).rows())
     tb = timeline.temporal_breakdown(work)
     assert tb.rows() == [(d, hi - lo, hi - lo - b, c.get(d, 0), b - c.get(d, 0)) for d, b, lo, hi in per.rows()]
+
+
+@pytest.mark.parametrize("rel", ["gpu_h200/launch_bound_tiny_ops.json.gz", "gpu_h200/train_tinygpt_modules.json.gz"])
+def test_top_tables_are_the_two_tables(rel):
+    from traceview.analyses import kernels
+
+    t = load(rel)
+    for n in (3, 10):
+        k, o = kernels.top_tables(t, n)
+        assert k.rows() == kernels.top_kernels(t, n).rows() and k.height == min(n, k.height) > 0
+        assert o.rows() == kernels.top_ops(t, n).rows() and o.height > 0
+        # shares of the whole non-sync GPU time; ops: each op's kernels counted once
+        busy = t.gpu.filter(pl.col("kind") != "sync")
+        assert k["share"].to_list() == pytest.approx([v / busy["dur"].sum() for v in k["total"].to_list()], rel=1e-12)
+        assert o["kernels"].sum() <= busy.height

@@ -157,12 +157,13 @@ def _analyze_trace(trace: Trace, options: Options) -> tuple[dict, pl.DataFrame, 
     edges, edge_warns = recording_edges(trace, steps)
     summary.update(edges)
     warnings = [*trace.meta.warnings, *edge_warns]
+    devices = _device_section(trace, steps, busy) if trace.has_gpu else []
+    top_k, top_o = kernels.top_tables(trace, options.top, gpu_win) if trace.has_gpu else (None, None)
     entry: dict[str, Any] = {
         "path": trace.meta.path, "rank": trace.meta.rank, "world_size": trace.meta.world_size,
         "metadata": metadata(trace), "warnings": warnings, "summary": summary, "steps": step_rows,
-        "devices": _device_section(trace, steps, busy) if trace.has_gpu else [],
-        "top_kernels": _kernel_rows(kernels.top_kernels(trace, options.top, gpu_win)) if trace.has_gpu else [],
-        "top_ops": _op_rows(kernels.top_ops(trace, options.top, gpu_win)) if trace.has_gpu else [],
+        "devices": devices, "top_kernels": _kernel_rows(top_k) if top_k is not None else [],
+        "top_ops": _op_rows(top_o) if top_o is not None else [],
     }
     ctx: RuleContext | None = None
     findings: list[dict] = []
