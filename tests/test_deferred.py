@@ -66,3 +66,14 @@ def test_cli_run_leaves_the_unused_modules_unloaded(tmp_path):
     """)
     assert got.splitlines() == ["exit 0", "[]"]
     assert out.stat().st_size > 1000
+
+
+def test_cli_worker_processes_through_the_stand_ins(tmp_path):
+    # -j 2 spawns workers (multiprocessing: pickle, subprocess, read through the stand-ins): same document
+    outs = []
+    for j in ("1", "2"):
+        out = tmp_path / f"j{j}.json"
+        subprocess.run([sys.executable, "-m", "traceview", "analyze", "-j", j, "--format", "json", "-o", str(out),
+                        "sample_traces/nccl_h200x2/fsdp_balanced"], check=True, capture_output=True)
+        outs.append(out.read_text())
+    assert outs[0] == outs[1] and '"jobs"' in outs[0]
