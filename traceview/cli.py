@@ -116,8 +116,8 @@ ANALYZER_COMMANDS = ("analyze", "layers")
 
 
 def make_parser(command: str | None = None) -> argparse.ArgumentParser:
-    """The whole CLI; with `command` one of ANALYZER_COMMANDS, without the collectors' subcommands (a run
-    of that command never reaches them; `--help` and a mistyped command still see them all)."""
+    """The whole CLI; with `command` one of ANALYZER_COMMANDS, only the analyzer's own subcommands (a run of
+    that command never reaches the others; `--help` and a mistyped command still see them all)."""
     from .formatters import FORMATS
     from .formatters.sections import TEXT_SECTIONS
     from .rules_cli import add_parsers as add_rules_parsers
@@ -164,12 +164,12 @@ def make_parser(command: str | None = None) -> argparse.ArgumentParser:
                     help="largest input held in memory, after decompression (default 8G)")
     la.set_defaults(func=cmd_layers)
 
+    if command in ANALYZER_COMMANDS:  # the other commands' parsers cost ~5 ms of a small trace's run
+        return p
     add_rules_parsers(sub)
     from .ci_cli import add_parsers as add_ci_parsers
 
     add_ci_parsers(sub)
-    if command in ANALYZER_COMMANDS:
-        return p
     try:  # `collect` / `trigger` live with the collectors (torch is imported only when they run)
         from collectors.cli import add_parsers
     except ImportError:
@@ -233,6 +233,9 @@ def main(argv: list[str] | None = None) -> int:
     # numpy's BLAS threads are never used here (no linear algebra), and started with numpy they spin on the
     # cores polars needs: one thread, unless the user says otherwise
     os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
+    from .deferred import defer
+
+    defer()  # stdlib modules polars and numpy import but an analysis never uses: loaded on first use
     _exit(_analyzer_run(argv))
 
 

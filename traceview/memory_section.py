@@ -18,6 +18,11 @@ def _gib(b: float | None) -> float | None:
     return None if b is None else round(float(b) / GIB, 3)
 
 
+def _gibs(s: pl.Series) -> list[float | None]:
+    """`_gib` of every value (inline: the timeline holds up to 50 points per step and device)."""
+    return [None if b is None else round(float(b) / GIB, 3) for b in s.to_list()]
+
+
 def memory_section(trace, steps: pl.DataFrame, points: int = 50) -> dict[str, Any] | None:
     ev = M.gpu_events(trace, steps)
     if ev.height == 0:
@@ -41,8 +46,7 @@ def memory_section(trace, steps: pl.DataFrame, points: int = 50) -> dict[str, An
                        "end_allocated_gib": _gib(r["end_allocated"]), "allocs": r["allocs"], "frees": r["frees"],
                        "alloc_gib": _gib(r["alloc_bytes"])} for r in p.iter_rows(named=True)],
             "timeline": {"step": t["step"].to_list(), "ts_us": [round(x / 1000, 3) for x in t["ts"].to_list()],
-                         "allocated_gib": [_gib(x) for x in t["allocated"].to_list()],
-                         "reserved_gib": [_gib(x) for x in t["reserved"].to_list()]},
+                         "allocated_gib": _gibs(t["allocated"]), "reserved_gib": _gibs(t["reserved"])},
         })
     return {
         "source": "[memory] events (profile_memory=True)", "devices": devices,

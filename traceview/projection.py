@@ -98,7 +98,8 @@ def projection_section(ctx: RuleContext | None, findings: list[dict], profiling:
                       "savings_us": round((saved * scale if scale else saved) / 1000, 3),
                       "traced_savings_us": round(saved / 1000, 3)})
     fixes.sort(key=lambda x: (-x["traced_savings_us"], x["code"]))
-    allp = projected(merge(pl.concat(every))) if every else step
+    # one fix: all fixed is that fix (the projection reads the union of the clipped intervals either way)
+    allp = step if not every else projected(every[0]) if len(every) == 1 else projected(merge(pl.concat(every)))
     return {
         "step_us": round(step / 1000, 3), "unprofiled_step_us": round(unprof, 3) if unprof is not None else None,
         "unprofiled_source": source, "fixes": fixes, "all_fixed_step_us": round(allp / 1000, 3),

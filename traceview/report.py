@@ -65,14 +65,20 @@ def _device_section(trace: Trace, steps: pl.DataFrame, busy: pl.DataFrame) -> li
     total = int((steps["end"] - steps["ts"]).sum())
     tb = timeline.temporal_breakdown(timeline.gpu_work(gpu))
     idle = timeline.idle_breakdown(gpu)
+    busy_by: dict[int, int] = {}
+    for dev, b in busy.select("device", "busy").iter_rows():  # devices x steps: small
+        busy_by[dev] = busy_by.get(dev, 0) + b
+    idle_by: dict[int, list[dict]] = {}
+    for r in idle.iter_rows(named=True):  # one row per stream, by device and stream
+        idle_by.setdefault(r["device"], []).append(r)
     out = []
     for row in tb.iter_rows(named=True):  # one row per device: a handful
         dev = row["device"]
-        b = int(busy.filter(pl.col("device") == dev)["busy"].sum())
+        b = busy_by.get(dev, 0)
         streams = [
             {"stream": r["stream"], "host_wait_us": us(r["host_wait"]), "kernel_wait_us": us(r["kernel_wait"]),
              "other_us": us(r["other"]), "idle_us": us(r["idle"]), "host_wait_pct": pct(r["host_wait"], r["idle"])}
-            for r in idle.filter(pl.col("device") == dev).iter_rows(named=True)
+            for r in idle_by.get(dev, [])
         ]
         out.append({
             "device": dev, "name": trace.meta.device_name(dev), "busy_us": us(b), "busy_pct": pct(b, total),
@@ -88,13 +94,10 @@ def _device_section(trace: Trace, steps: pl.DataFrame, busy: pl.DataFrame) -> li
 def _steps_section(trace: Trace, steps: pl.DataFrame, busy: pl.DataFrame) -> tuple[list[dict], dict]:
     """Per step: its period [start, end) (periods partition time) with the GPU busy time in it, and the
     tb_plugin-style breakdown over the plugin's own window (tb_*), kept for comparison with the plugin."""
-    bd = breakdown.step_breakdown(trace, steps).rename({"ts": "tb_ts", "end": "tb_end", "dur": "tb_dur"})
-    busy = busy.group_by("step").agg(pl.col("busy").max())
-    bd = (steps.select("step", "ts", "end", (pl.col("end") - pl.col("ts")).alias("dur")).join(bd, on="step")
-          .join(busy, on="step", how="left").with_columns(pl.col("busy").fill_null(0)).sort("step"))
     roles = [*breakdown.ROLES, "other"]
     rows = []
-    for r in bd.iter_rows(named=True):  # one row per step
+    steps_rows = _step_rows(trace, steps, busy)
+    for r in steps_rows:
         rows.append({
             "step": r["step"], "start_us": us(r["ts"]), "end_us": us(r["end"]), "dur_us": us(r["dur"]),
             "gpu_busy_us": us(r["busy"]), "gpu_busy_pct": pct(r["busy"], r["dur"]),
@@ -102,16 +105,36 @@ def _steps_section(trace: Trace, steps: pl.DataFrame, busy: pl.DataFrame) -> tup
             "breakdown_us": {k: us(r[k]) for k in roles},
             "breakdown_pct": {k: pct(r[k], r["tb_dur"]) for k in roles},
         })
-    tot = bd.select(pl.col(["dur", "tb_dur", "busy", *roles]).sum()).row(0, named=True)
-    n = bd.height
+    tot = {c: sum(r[c] for r in steps_rows) for c in ("dur", "tb_dur", "busy", *roles)}  # ints: exact
+    n = len(steps_rows)
     summary = {
-        "steps": n, "step_numbers": bd["step"].to_list(), "window_us": us(tot["dur"]),
+        "steps": n, "step_numbers": [r["step"] for r in steps_rows], "window_us": us(tot["dur"]),
         "avg_step_us": us(tot["dur"] / n) if n else None,
         "gpu_busy_pct": pct(tot["busy"], tot["dur"]),
         "tb_window_us": us(tot["tb_dur"]), "tb_avg_step_us": us(tot["tb_dur"] / n) if n else None,
         "breakdown_pct": {k: pct(tot[k], tot["tb_dur"]) for k in roles},
     }
     return rows, summary
+
+
+def _step_rows(trace: Trace, steps: pl.DataFrame, busy: pl.DataFrame) -> list[dict]:
+    """One dict per step, by step: [step, ts, end, dur] of its period, the breakdown over the plugin's window
+    (tb_ts, tb_end, tb_dur, roles) and its busiest device's busy ns. Joined in Python (steps are few; five
+    polars calls cost more than the rows on a small trace), by frames when step numbers repeat or are null."""
+    bd = breakdown.step_breakdown(trace, steps).rename({"ts": "tb_ts", "end": "tb_end", "dur": "tb_dur"})
+    if steps["step"].is_duplicated().any() or any(steps[c].null_count() for c in ("step", "ts", "end")):
+        busy = busy.group_by("step").agg(pl.col("busy").max())
+        return list(steps.select("step", "ts", "end", (pl.col("end") - pl.col("ts")).alias("dur"))
+                    .join(bd, on="step").join(busy, on="step", how="left")
+                    .with_columns(pl.col("busy").fill_null(0)).sort("step").iter_rows(named=True))
+    most: dict[int, int] = {}
+    for s, b in busy.select("step", "busy").iter_rows():  # devices x steps
+        if b is not None and (s not in most or b > most[s]):
+            most[s] = b
+    tb = {r["step"]: r for r in bd.iter_rows(named=True)}
+    out = [{"step": s, "ts": a, "end": e, "dur": e - a, **{k: v for k, v in tb[s].items() if k != "step"},
+            "busy": most.get(s, 0)} for s, a, e in steps.select("step", "ts", "end").iter_rows() if s in tb]
+    return sorted(out, key=lambda r: r["step"])
 
 
 def _kernel_rows(df: pl.DataFrame) -> list[dict]:
@@ -150,12 +173,13 @@ def _analyze_trace(trace: Trace, options: Options) -> tuple[dict, pl.DataFrame, 
     edges, edge_warns = recording_edges(trace, steps)
     summary.update(edges)
     warnings = [*trace.meta.warnings, *edge_warns]
+    devices = _device_section(trace, steps, busy) if trace.has_gpu else []
+    top_k, top_o = kernels.top_tables(trace, options.top, gpu_win) if trace.has_gpu else (None, None)
     entry: dict[str, Any] = {
         "path": trace.meta.path, "rank": trace.meta.rank, "world_size": trace.meta.world_size,
         "metadata": metadata(trace), "warnings": warnings, "summary": summary, "steps": step_rows,
-        "devices": _device_section(trace, steps, busy) if trace.has_gpu else [],
-        "top_kernels": _kernel_rows(kernels.top_kernels(trace, options.top, gpu_win)) if trace.has_gpu else [],
-        "top_ops": _op_rows(kernels.top_ops(trace, options.top, gpu_win)) if trace.has_gpu else [],
+        "devices": devices, "top_kernels": _kernel_rows(top_k) if top_k is not None else [],
+        "top_ops": _op_rows(top_o) if top_o is not None else [],
     }
     ctx: RuleContext | None = None
     findings: list[dict] = []

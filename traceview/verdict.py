@@ -65,14 +65,14 @@ def _primary(savings: dict[str, float], dominant: str | None, time_us: dict[str,
 def _step_savings(findings: list[dict], part: pl.DataFrame) -> dict[int, dict[str, float]]:
     """Per step, µs a fix would save per class: each finding's savings spread over its steps in proportion to
     its class's time in each step (evenly when the class holds no time)."""
-    per = classify.shares(part)
+    per = classify.shares(part).rows()  # (step, class, ns): steps x classes, small
     out: dict[int, dict[str, float]] = {}
     for f in _actionable(findings):  # a handful
         steps = [int(s) for s in f.get("steps") or []]
-        d = per.filter((pl.col("cls") == f["class"]) & pl.col("step").is_in(steps))
-        tot = float(d["dur"].sum()) if d.height else 0.0
-        w = (dict(zip(d["step"].to_list(), (v / tot for v in d["dur"].to_list()), strict=True)) if tot
-             else {s: 1.0 / len(steps) for s in steps})
+        named = set(steps)
+        d = [(s, v) for s, c, v in per if c == f["class"] and s in named]
+        tot = float(sum(v for _, v in d)) if d else 0.0  # ints: the exact sum
+        w = dict((s, v / tot) for s, v in d) if tot else {s: 1.0 / len(steps) for s in steps}
         for s, share in w.items():
             row = out.setdefault(int(s), {})
             row[f["class"]] = row.get(f["class"], 0.0) + float(f["savings_us"]) * share

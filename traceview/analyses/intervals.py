@@ -105,7 +105,8 @@ def segments(intervals: pl.DataFrame, priorities: list[str], windows: pl.DataFra
     """Elementary segments [win, ts, end, cls] that tile each window [ts, end): at every instant the
     highest-priority label active then (`other` where none is).
 
-    `intervals` [label, ts, end]; `windows` [win, ts, end] (non-overlapping). Each label's intervals are
+    `intervals` [label, ts, end] (or [k, ts, end]: k the label's index in `priorities`); `windows` [win, ts, end]
+    (non-overlapping). Each label's intervals are
     merged first (so a label is simply on or off), then one boundary sweep: a running count per label over
     the sorted boundaries, no per-event loop.
     """
@@ -120,8 +121,10 @@ def segments(intervals: pl.DataFrame, priorities: list[str], windows: pl.DataFra
 def _segment_arrays(intervals: pl.DataFrame, priorities: list[str],
                     windows: pl.DataFrame) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
     """`segments` as arrays (window position, ts, end, priority rank; len(priorities) = `other`)."""
-    # each label's priority rank (null: not a ranked label), by equality tests: cheaper than a hash lookup
-    rank = pl.coalesce([pl.when(pl.col("label") == p).then(pl.lit(k, pl.Int32)) for k, p in enumerate(priorities)])
+    # each label's priority rank (null: not a ranked label), by equality tests: cheaper than a hash lookup; or
+    # the ranks themselves (`k`, no `label`: breakdown.role_ranks)
+    rank = (pl.coalesce([pl.when(pl.col("label") == p).then(pl.lit(k, pl.Int32)) for k, p in enumerate(priorities)])
+            if "label" in intervals.columns else pl.col("k"))
     iv = (intervals.lazy().select(rank.alias("k"), "ts", "end")
           .filter(pl.col("k").is_not_null() & (pl.col("end") > pl.col("ts"))).collect())
     s, e, k = _runs(iv["ts"].to_numpy(), iv["end"].to_numpy(), iv["k"].to_numpy())
@@ -180,3 +183,20 @@ def priority_sweep(intervals: pl.DataFrame, priorities: list[str], windows: pl.D
     # windows sharing a key share one row, as the group-by over segments did
     return (seg.group_by(win, "cls").agg(pl.col("dur").sum())
             .rename({"cls": "label"}).sort(win, "label"))
+
+
+def sweep_totals(intervals: pl.DataFrame, priorities: list[str], windows: pl.DataFrame,
+                 win: str = "step") -> np.ndarray:
+    """`priority_sweep` as a matrix: ns per window (row, in the order of `windows`) and label (column: the
+    priorities, then `other`), Int64; windows sharing a key share their total, as in `priority_sweep`."""
+    wi, ts, end, cls = _segment_arrays(intervals, priorities, windows)
+    nk, n = len(priorities) + 1, windows.height
+    dur = np.bincount(wi.astype(np.int64) * nk + cls, weights=end - ts, minlength=n * nk) if wi.size else np.zeros(n * nk)
+    dur = dur.reshape(n, nk).round().astype(np.int64)
+    keys = windows[win].to_numpy()
+    if windows[win].n_unique() < n:  # sum each key's windows, then give every window its key's sum
+        _, inv = np.unique(keys, return_inverse=True)
+        tot = np.zeros((int(inv.max()) + 1, nk), np.int64)
+        np.add.at(tot, inv, dur)
+        dur = tot[inv]
+    return dur

@@ -13,10 +13,22 @@ def with_op_names(trace: Trace, gpu: pl.DataFrame | None = None) -> pl.DataFrame
     return join_by_id(gpu, "op", trace.host, pl.col("name").alias("op_name"))
 
 
-def top_kernels(trace: Trace, n: int = 10, gpu: pl.DataFrame | None = None) -> pl.DataFrame:
-    """[name, kind, count, total, mean, min, max, share, op_name] sorted by total GPU time (ns)."""
+def _busy(trace: Trace, gpu: pl.DataFrame | None) -> tuple[pl.DataFrame, int]:
+    """(the non-sync GPU rows with their op's name, their total ns: the shares divide by it)."""
     g = with_op_names(trace, gpu).filter(pl.col("kind") != "sync")
-    tot = g["dur"].sum() or 1
+    return g, g["dur"].sum() or 1
+
+
+def top_tables(trace: Trace, n: int = 10, gpu: pl.DataFrame | None = None) -> tuple[pl.DataFrame, pl.DataFrame]:
+    """(`top_kernels`, `top_ops`) of the same GPU rows, their op names looked up once."""
+    g = _busy(trace, gpu)
+    return top_kernels(trace, n, busy=g), top_ops(trace, n, busy=g)
+
+
+def top_kernels(trace: Trace, n: int = 10, gpu: pl.DataFrame | None = None, *,
+                busy: tuple[pl.DataFrame, int] | None = None) -> pl.DataFrame:
+    """[name, kind, count, total, mean, min, max, share, op_name] sorted by total GPU time (ns)."""
+    g, tot = busy or _busy(trace, gpu)
     return (g.group_by("name", "kind").agg(
         pl.len().alias("count"), pl.col("dur").sum().alias("total"), pl.col("dur").mean().alias("mean"),
         pl.col("dur").min().alias("min"), pl.col("dur").max().alias("max"),
@@ -25,10 +37,10 @@ def top_kernels(trace: Trace, n: int = 10, gpu: pl.DataFrame | None = None) -> p
         .sort("total", "name", descending=[True, False]).head(n))
 
 
-def top_ops(trace: Trace, n: int = 10, gpu: pl.DataFrame | None = None) -> pl.DataFrame:
+def top_ops(trace: Trace, n: int = 10, gpu: pl.DataFrame | None = None, *,
+            busy: tuple[pl.DataFrame, int] | None = None) -> pl.DataFrame:
     """GPU time per launching op name: [op_name, calls, kernels, gpu_total, cpu_total, share]."""
-    g = with_op_names(trace, gpu).filter(pl.col("kind") != "sync")
-    tot = g["dur"].sum() or 1
+    g, tot = busy or _busy(trace, gpu)
     per = g.filter(pl.col("op_name").is_not_null()).group_by("op_name").agg(
         pl.col("op").n_unique().alias("calls"), pl.len().alias("kernels"), pl.col("dur").sum().alias("gpu_total"),
         pl.col("op").unique().alias("_ops"))

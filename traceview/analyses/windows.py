@@ -73,7 +73,8 @@ def recording_edges(trace: Trace, steps: pl.DataFrame) -> tuple[dict, list[str]]
     `torch.cuda.synchronize()`, the profiler's stop and export)."""
     if steps.height == 0:
         return {"excluded_us": 0.0, "excluded": {"before_us": 0.0, "after_us": 0.0}}, []
-    first, last = steps.sort("step").row(0, named=True), steps.sort("step").row(-1, named=True)
+    by_step = steps.sort("step")
+    first, last = by_step.row(0, named=True), by_step.row(-1, named=True)
     tb0 = first.get("tb_ts") if first.get("tb_ts") is not None else first["ts"]
     before = max(0, int(first["ts"]) - int(tb0))
     ends = [v for v in (trace.host["end"].max(), trace.gpu["end"].max() if trace.gpu.height else None) if v is not None]
@@ -82,9 +83,11 @@ def recording_edges(trace: Trace, steps: pl.DataFrame) -> tuple[dict, list[str]]
     if before:
         warns.append(f"{before / 1000:,.1f} µs at the start of step {first['step']} are left out of its period: the "
                      "GPU was finishing work queued before the recording, or idle through the recording's start-up")
-    host_after = trace.host.filter((pl.col("ts") >= last["cpu_end"]) & pl.col("cat").is_in(["cuda_runtime", "cuda_driver"])
-                                   & pl.col("name").str.contains("Synchronize"))
-    if after and host_after.height:
+    # the events after the last step first (a handful): the name test then reads only those
+    host_after = (trace.host.filter(pl.col("ts") >= last["cpu_end"]).filter(
+        pl.col("cat").is_in(["cuda_runtime", "cuda_driver"]) & pl.col("name").str.contains("Synchronize"))
+        if after else None)
+    if host_after is not None and host_after.height:
         warns.append(f"{after / 1000:,.1f} µs after the last step (the script's final "
                      f"{host_after['name'][0]}, the profiler's stop) are left out of the steps, classes and findings")
     return {"excluded_us": round((before + after) / 1000, 3),

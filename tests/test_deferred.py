@@ -1,0 +1,79 @@
+"""traceview.deferred: stand-in modules load on first attribute read and behave like the real ones."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+import textwrap
+
+
+def _run(code: str) -> str:
+    out = subprocess.run([sys.executable, "-c", textwrap.dedent(code)], capture_output=True, text=True, check=True)
+    return out.stdout.strip()
+
+
+def test_import_statement_does_not_load_attribute_read_does():
+    got = _run("""
+        import sys
+        from traceview.deferred import defer, loaded
+        assert "colorsys" not in sys.modules
+        assert defer(("colorsys", "no_such_module_xyz")) == ["colorsys"]
+        import colorsys
+        from importlib import import_module
+        import_module("colorsys")
+        before = loaded("colorsys")
+        h = colorsys.rgb_to_hsv(1.0, 0.0, 0.0)
+        print(before, loaded("colorsys"), h, sys.modules["colorsys"].rgb_to_hsv is colorsys.rgb_to_hsv)
+    """)
+    assert got == "False True (0.0, 1.0, 1.0) True"
+
+
+def test_package_submodule_and_from_import():
+    # importlib.metadata is a package: its submodules and `from ... import` work through the stand-in
+    got = _run("""
+        from traceview.deferred import defer, loaded
+        assert defer(("importlib.metadata",)) == ["importlib.metadata"]
+        import importlib.metadata
+        print(loaded("importlib.metadata"))
+        from importlib.metadata import version
+        import importlib.metadata._meta
+        print(loaded("importlib.metadata"), version("polars") == __import__("polars").__version__)
+    """)
+    assert got.splitlines() == ["False", "True True"]
+
+
+def test_already_imported_modules_are_left_alone():
+    got = _run("""
+        import json
+        from traceview.deferred import defer, loaded
+        print(defer(("json",)), loaded("json"))
+    """)
+    assert got == "[] True"
+
+
+def test_cli_run_leaves_the_unused_modules_unloaded(tmp_path):
+    # the CLI's own run (`main()` without argv) defers them; the report is still written
+    out = tmp_path / "r.json"
+    got = _run(f"""
+        import sys
+        import traceview.cli as cli
+        sys.argv = ["traceview", "analyze", "--format", "json", "-o", {str(out)!r},
+                    "sample_traces/gpu_h200/seed_single_gemm_eager.json.gz"]
+        cli._exit = lambda code: print("exit", code)
+        cli.main()
+        from traceview.deferred import MODULES, loaded
+        print(sorted(m for m in MODULES if loaded(m)))
+    """)
+    assert got.splitlines() == ["exit 0", "[]"]
+    assert out.stat().st_size > 1000
+
+
+def test_cli_worker_processes_through_the_stand_ins(tmp_path):
+    # -j 2 spawns workers (multiprocessing: pickle, subprocess, read through the stand-ins): same document
+    outs = []
+    for j in ("1", "2"):
+        out = tmp_path / f"j{j}.json"
+        subprocess.run([sys.executable, "-m", "traceview", "analyze", "-j", j, "--format", "json", "-o", str(out),
+                        "sample_traces/nccl_h200x2/fsdp_balanced"], check=True, capture_output=True)
+        outs.append(out.read_text())
+    assert outs[0] == outs[1] and '"jobs"' in outs[0]
