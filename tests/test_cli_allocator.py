@@ -1,0 +1,44 @@
+"""cli.allocator_settings: polars' allocator gets one arena on the CLI path, unless the user set it or it is too late."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+
+from traceview.cli import ALLOCATOR_CONF
+
+KEY, VALUE = ALLOCATOR_CONF
+
+
+def _probe(code: str, **env: str) -> str:
+    e = {k: v for k, v in os.environ.items() if k != KEY} | env
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=e, check=True)
+    return out.stdout.strip()
+
+
+SET = f"import os, traceview.cli as c; print(c.allocator_settings(), os.environ.get({KEY!r}))"
+
+
+def test_set_before_polars_loads():
+    assert _probe(SET) == f"True {VALUE}"
+
+
+def test_user_setting_is_kept():
+    assert _probe(SET, **{KEY: "narenas:8"}) == "False narenas:8"
+
+
+def test_not_set_once_polars_is_loaded():
+    # polars writes its own defaults into the variable as it loads (and adds a value found there): ours is not in it
+    set_, conf = _probe("import polars; " + SET).split()
+    assert set_ == "False" and VALUE not in conf
+
+
+def test_cli_run_sets_it_before_polars():
+    # the CLI's own run: the value is in the environment when polars is imported (no polars before main())
+    code = ("import sys, os, traceview.cli as cli; assert 'polars' not in sys.modules; "
+            "sys.argv = ['traceview', 'analyze', '--format', 'json', '-o', os.devnull, "
+            "'sample_traces/gpu_h200/seed_single_gemm_eager.json.gz']; "
+            f"cli._exit = lambda code: print(code, os.environ.get({KEY!r}))\ncli.main()")
+    code_, conf = _probe(code).split()
+    assert code_ == "0" and conf.split(",")[-1] == VALUE  # polars put its defaults first and kept ours
