@@ -245,12 +245,12 @@ def main(argv: list[str] | None = None) -> int:
     if argv is not None:
         return _analyzer_run(argv) if argv and argv[0] in ANALYZER_COMMANDS else _main(argv)
     argv = sys.argv[1:]
+    allocator_settings()  # every command of the process's own run (batch, ci, diff... load traces too)
     if not argv or argv[0] not in ANALYZER_COMMANDS:
         return _main(argv)
     # numpy's BLAS threads are never used here (no linear algebra), and started with numpy they spin on the
     # cores polars needs: one thread, unless the user says otherwise
     os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
-    allocator_settings()
     from .deferred import defer
 
     defer()  # stdlib modules polars and numpy import but an analysis never uses: loaded on first use
