@@ -454,8 +454,8 @@ def segment_layers(trace: Trace, segments: pl.DataFrame) -> pl.DataFrame:
     t = segments.select(t=(pl.col("ts") + pl.col("end")) // 2)["t"]
     order = None if t.is_sorted() else t.arg_sort()  # the classifier's segments come in time order
     q = (t if order is None else t.gather(order)).to_frame()
-    g = (trace.gpu.filter(pl.col("kind") != "sync").select("i", pl.col("ts").alias("_gts"), pl.col("end").alias("_gend"))
-         .sort("_gts"))
+    g = (trace.gpu.select("i", pl.col("ts").alias("_gts"), pl.col("end").alias("_gend"), "kind")
+         .filter(pl.col("kind") != "sync").drop("kind").sort("_gts"))
     # every GPU row has its layer row: a lookup by id (in time order: the strings are gathered once)
     g = join_by_id(g, "i", gpu_layers(trace), pl.col("layer").alias("_gl")).drop("i").with_row_index("_p")
     gp = _np_ids(q.join_asof(g.drop("_gl"), left_on="t", right_on="_gts", strategy="backward", check_sortedness=False)
@@ -528,9 +528,15 @@ def shape_signatures(trace: Trace) -> pl.DataFrame:
         return pl.DataFrame(schema=schema)
     dims = pl.col("input_dims").cast(pl.String)
     # the forward rows' host columns by id (not a filter and a cast over every host op)
-    fw = att.host.filter(pl.col("phase") == "forward").select("i", "layer")
-    ops = (pl.concat([fw, by_id(trace.host, fw["i"], "cat", "ts", "name", "input_dims")], how="horizontal")
-           .filter((pl.col("cat") == "cpu_op") & pl.col("input_dims").is_not_null() & (pl.col("input_dims").bin.size() > 2))
+    fw = att.host.select("i", "layer", "phase").filter(pl.col("phase") == "forward").drop("phase")
+    # the ops with dims first; their times and names then (record_shapes off: none, and nothing gathered)
+    hc = by_id(trace.host, fw["i"], "cat", "input_dims")
+    hc = hc.select(pl.col("input_dims"), _k=(pl.col("cat") == "cpu_op") & pl.col("input_dims").is_not_null()
+                   & (pl.col("input_dims").bin.size() > 2))
+    keep = hc["_k"]
+    fw = fw.filter(keep)
+    ops = (pl.concat([fw, by_id(trace.host, fw["i"], "ts", "name"), hc.filter(keep).select("input_dims")],
+                     how="horizontal")
            .select("i", "layer", "ts", "name", dims.alias("d"))
            .filter(pl.col("d").str.contains(r"\d")))
     if ops.height == 0:
@@ -564,8 +570,8 @@ def layer_table(trace: Trace, steps: pl.DataFrame | None = None, depth: int | No
     att = attribution(trace)
     tree = att.tree
     gl = gpu_layers(trace)
-    g = _in_steps(trace.gpu.filter(pl.col("kind") != "sync").select(
-        "i", "ts", "dur", "kind", pl.col("bytes").cast(pl.Float64).alias("_cbytes")), steps)
+    g = _in_steps(trace.gpu.select(
+        "i", "ts", "dur", "kind", pl.col("bytes").cast(pl.Float64).alias("_cbytes")).filter(pl.col("kind") != "sync"), steps)
     g = join_by_id(g, "i", gl, "layer", "phase")  # every GPU row has its layer row
     if kb is not None:
         g = join_by_id(g, "i", kb, *[c for c in ("flops", "bytes", "bpe", "bound") if c in kb.columns])
