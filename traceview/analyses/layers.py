@@ -362,7 +362,8 @@ def _attribute(trace: Trace) -> Attribution:
     r = pl.concat([rows, fwd, by_id(bwd, rows["i"], "bnode")],
                   how="horizontal")
     # forward op of each sequence number: the one that started last on its thread
-    fwd_ops = (r.filter(pl.col("seq").is_not_null() & (pl.col("fwd_tid").fill_null(0) == 0))
+    fwd_ops = (r.select("pid", "tid", "seq", "ts", "node", "fwd_tid")
+               .filter(pl.col("seq").is_not_null() & (pl.col("fwd_tid").fill_null(0) == 0))
                .sort("ts").group_by("pid", "tid", "seq").agg(pl.col("node").last().alias("fnode"))
                .rename({"tid": "ftid"}))
     pairs, single = _fwd_thread_map(trace, fwd_ops)
