@@ -461,7 +461,7 @@ def segment_layers(trace: Trace, segments: pl.DataFrame) -> pl.DataFrame:
     g = join_by_id(g, "i", gpu_layers(trace), pl.col("layer").alias("_gl")).drop("i").with_row_index("_p")
     gp = _np_ids(q.join_asof(g.drop("_gl"), left_on="t", right_on="_gts", strategy="backward", check_sortedness=False)
                  .select(pl.when(pl.col("t") < pl.col("_gend")).then(pl.col("_p")))[:, 0])
-    top = _top_ops(trace).filter(pl.col("layer") != UNATTRIBUTED)
+    top = _top_ops(trace).select("pid", "tid", "ts", "end", "layer").filter(pl.col("layer") != UNATTRIBUTED)
     threads = top.select("pid", "tid").unique()
     hops = top.select("pid", "tid", pl.col("ts").alias("_hts"), pl.col("end").alias("_hend"),
                       pl.col("layer").alias("_hl")).sort("_hts").with_row_index("_p")
