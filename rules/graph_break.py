@@ -103,14 +103,14 @@ def breaks(ctx: RuleContext) -> pl.DataFrame:
                                          strategy="backward", check_sortedness=False)
     nested = nested.with_columns(gap_ts=pl.max_horizontal(pl.col("gap_ts").fill_null(pl.col("_ots")), pl.col("_ots")))
     # first kernel launched inside the resumed region
-    launches = (ctx.trace.gpu.filter(pl.col("launch_ts").is_not_null()).select("launch_ts").sort("launch_ts"))
+    launches = ctx.trace.gpu.select("launch_ts").filter(pl.col("launch_ts").is_not_null()).sort("launch_ts")
     nested = nested.sort("ts").join_asof(launches.rename({"launch_ts": "first_launch"}), left_on="ts",
                                          right_on="first_launch", strategy="forward", check_sortedness=False)
     nested = nested.with_columns(first_launch=pl.when(pl.col("first_launch") < pl.col("end"))
                                  .then(pl.col("first_launch")).otherwise(pl.col("end")))
     # the GPU side of the break: the last work the first graph launched (its launch and its end) and the start of
     # the resumed graph's first kernel
-    work = gpu_work(ctx.trace.gpu).filter(pl.col("launch_ts").is_not_null()).select("launch_ts", "ts", "end")
+    work = gpu_work(ctx.trace.gpu.select("kind", "launch_ts", "ts", "end")).filter(pl.col("launch_ts").is_not_null()).drop("kind")
     before = (nested.select("i", "_ots", "gap_ts").join(work, how="cross")
               .filter((pl.col("launch_ts") >= pl.col("_ots")) & (pl.col("launch_ts") < pl.col("gap_ts")))
               .group_by("i").agg(pl.col("launch_ts").max().alias("a_launch"), pl.col("end").max().alias("a_end")))
@@ -154,7 +154,7 @@ def launch_interval(ctx: RuleContext) -> int:
     h = ctx.trace.host
     calls = h.filter(pl.col("name").str.contains(GRAPH_CALL_RE)).select("tid", pl.col("i").alias("call"),
                                                                          pl.col("ts").alias("_cts"), pl.col("end").alias("_cend"))
-    ln = ctx.trace.gpu.filter(pl.col("launch_ts").is_not_null()).select("launch_ts", pl.col("launch_tid").alias("tid"))
+    ln = ctx.trace.gpu.select("launch_ts", pl.col("launch_tid").alias("tid")).filter(pl.col("launch_ts").is_not_null())
     if calls.height == 0 or ln.height == 0:
         return 0
     ln = (ln.sort("launch_ts").join_asof(calls.sort("_cts"), left_on="launch_ts", right_on="_cts", by="tid",

@@ -125,7 +125,7 @@ def attributed_syncs(trace, steps: pl.DataFrame, part: pl.DataFrame) -> pl.DataF
                          & pl.col("name").str.starts_with("<built-in method"), "api")
     names = h.select("i", "name")
     # direction of the copy made by the same op (memcpy launched by the sync's innermost op)
-    mc = (trace.gpu.filter(pl.col("kind") == "memcpy").select("op", "name")
+    mc = (trace.gpu.select("op", "name", "kind").filter(pl.col("kind") == "memcpy").drop("kind")
           .with_columns(direction=pl.col("name").str.extract(r"(HtoD|DtoH|DtoD|HtoH)"))
           .group_by("op").agg(pl.col("direction").first()))
     s = (syncs.join(root, on="i", how="left").join(src, on="i", how="left").join(api, on="i", how="left")

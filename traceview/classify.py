@@ -133,7 +133,7 @@ def _all_sync_windows(trace: Trace) -> pl.DataFrame:
 
 @per_trace
 def _gpu_starts(trace: Trace) -> pl.DataFrame:
-    return gpu_work(trace.gpu).select(pl.col("ts").alias("next_ts")).unique().sort("next_ts")
+    return gpu_work(trace.gpu.select("kind", "ts")).select(pl.col("ts").alias("next_ts")).unique().sort("next_ts")
 
 
 def _sync_windows(trace: Trace, syncs: pl.DataFrame) -> pl.DataFrame:
@@ -180,7 +180,7 @@ def _gpu_gaps(trace: Trace) -> tuple[pl.DataFrame, int] | None:
     """The gaps between the merged GPU activity [gts (null before the first), gend, launch_ts, tail] and the
     end of the last activity (None without GPU activity): the window-independent part of `idle_gaps`,
     computed once per trace."""
-    work = gpu_work(trace.gpu)
+    work = gpu_work(trace.gpu.select("kind", "ts", "end", "launch_ts"))  # (a filter copies every column it has)
     if work.height == 0:
         return None
     m = merge(work).sort("ts")
@@ -217,7 +217,7 @@ def sync_ramps(trace: Trace, gaps: pl.DataFrame) -> pl.DataFrame:
 def labelled_intervals(trace: Trace, lo: int, hi: int, kb: pl.DataFrame | None = None) -> pl.DataFrame:
     """[label, ts, end]: every interval that can claim an instant, before priorities are applied."""
     kb = kernel_bound(trace) if kb is None else kb
-    work = gpu_work(trace.gpu).filter((pl.col("end") > lo) & (pl.col("ts") < hi))
+    work = gpu_work(trace.gpu.select("i", "kind", "ts", "end")).filter((pl.col("end") > lo) & (pl.col("ts") < hi))
     work = work.join(kb.select("i", "bound"), on="i", how="left")
     gpu = work.select(pl.when(pl.col("kind") == "comm").then(pl.lit("communication"))
                       .when((pl.col("kind") == "compute") & (pl.col("bound") == "compute")).then(pl.lit("gpu_compute"))

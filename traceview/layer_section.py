@@ -39,7 +39,7 @@ def section(trace: Trace, steps: pl.DataFrame, *, findings: list[dict] | None = 
     total = int(table["self_gpu_ns"].sum())
     un = table.filter(pl.col("layer") == L.UNATTRIBUTED)
     un_ns = int(un["gpu_ns"].sum())
-    g = join_by_id(L._in_steps(trace.gpu.filter(pl.col("kind") != "sync").select("i", "ts", "dur"), steps), "i",
+    g = join_by_id(L._in_steps(trace.gpu.select("i", "ts", "dur", "kind").filter(pl.col("kind") != "sync").drop("kind"), steps), "i",
                    L.gpu_layers(trace), "phase")
     phases = dict(g.group_by("phase").agg(pl.col("dur").sum()).iter_rows())
     spec = L.device_peaks(trace)

@@ -362,7 +362,8 @@ def _attribute(trace: Trace) -> Attribution:
     r = pl.concat([rows, fwd, by_id(bwd, rows["i"], "bnode")],
                   how="horizontal")
     # forward op of each sequence number: the one that started last on its thread
-    fwd_ops = (r.filter(pl.col("seq").is_not_null() & (pl.col("fwd_tid").fill_null(0) == 0))
+    fwd_ops = (r.select("pid", "tid", "seq", "ts", "node", "fwd_tid")
+               .filter(pl.col("seq").is_not_null() & (pl.col("fwd_tid").fill_null(0) == 0))
                .sort("ts").group_by("pid", "tid", "seq").agg(pl.col("node").last().alias("fnode"))
                .rename({"tid": "ftid"}))
     pairs, single = _fwd_thread_map(trace, fwd_ops)
@@ -448,43 +449,55 @@ def segment_layers(trace: Trace, segments: pl.DataFrame) -> pl.DataFrame:
     """Give each classifier segment [step, ts, end, cls] the layer responsible for it: the layer of the GPU
     activity running at its midpoint for GPU classes, else the layer of the outermost host op running
     then (on any thread), else `(unattributed)`."""
-    seg = segments.with_row_index("_s").with_columns(t=(pl.col("ts") + pl.col("end")) // 2)
-    g = (trace.gpu.filter(pl.col("kind") != "sync").select("i", pl.col("ts").alias("_gts"), pl.col("end").alias("_gend"))
-         .sort("_gts"))
+    # the searches run on the midpoints alone, in time order, and find row positions; the layer strings are
+    # gathered once at the end and the segments' own columns are not copied (a tiny-event trace has a segment
+    # per launch and per kernel)
+    t = segments.select(t=(pl.col("ts") + pl.col("end")) // 2)["t"]
+    order = None if t.is_sorted() else t.arg_sort()  # the classifier's segments come in time order
+    q = (t if order is None else t.gather(order)).to_frame()
+    g = (trace.gpu.select("i", pl.col("ts").alias("_gts"), pl.col("end").alias("_gend"), "kind")
+         .filter(pl.col("kind") != "sync").drop("kind").sort("_gts"))
     # every GPU row has its layer row: a lookup by id (in time order: the strings are gathered once)
-    g = join_by_id(g, "i", gpu_layers(trace), pl.col("layer").alias("_gl")).drop("i")
-    # the classifier's segments come in time order: their midpoints too (then no sort, and none back)
-    seg = seg if seg["t"].is_sorted() else seg.sort("t")
-    seg = (seg.join_asof(g, left_on="t", right_on="_gts", strategy="backward", check_sortedness=False)
-           .with_columns(_gl=pl.when(pl.col("t") < pl.col("_gend")).then(pl.col("_gl"))))
-    top = _top_ops(trace).filter(pl.col("layer") != UNATTRIBUTED)
+    g = join_by_id(g, "i", gpu_layers(trace), pl.col("layer").alias("_gl")).drop("i").with_row_index("_p")
+    gp = _np_ids(q.join_asof(g.drop("_gl"), left_on="t", right_on="_gts", strategy="backward", check_sortedness=False)
+                 .select(pl.when(pl.col("t") < pl.col("_gend")).then(pl.col("_p")))[:, 0])
+    top = _top_ops(trace).select("pid", "tid", "ts", "end", "layer").filter(pl.col("layer") != UNATTRIBUTED)
     threads = top.select("pid", "tid").unique()
     hops = top.select("pid", "tid", pl.col("ts").alias("_hts"), pl.col("end").alias("_hend"),
-                      pl.col("layer").alias("_hl")).sort("_hts")
+                      pl.col("layer").alias("_hl")).sort("_hts").with_row_index("_p")
     if threads.height <= 1:  # one thread: the op open at the midpoint, without the per-thread cross join
-        seg = (seg.join_asof(hops.drop("pid", "tid"), left_on="t", right_on="_hts", strategy="backward",
-                             check_sortedness=False)
-               .with_columns(_hl=pl.when(pl.col("t") < pl.col("_hend")).then(pl.col("_hl"))))
+        hp = _np_ids(q.join_asof(hops.drop("pid", "tid", "_hl"), left_on="t", right_on="_hts", strategy="backward",
+                                 check_sortedness=False)
+                     .select(pl.when(pl.col("t") < pl.col("_hend")).then(pl.col("_p")))[:, 0])
     elif threads.height <= _FEW_THREADS and not any(hops[c].null_count() for c in hops.columns if c != "_hl"):
-        seg = seg.with_columns(_hl=_open_layer(seg["t"].to_numpy(), hops))
+        hp = _open_op(q["t"].to_numpy(), hops)
     else:
-        h = (seg.select("_s", "t").join(threads, how="cross").sort("t")
-             .join_asof(hops, left_on="t", right_on="_hts", by=["pid", "tid"], strategy="backward",
+        q = q.with_row_index("_s")
+        h = (q.join(threads, how="cross").sort("t")
+             .join_asof(hops.drop("_hl"), left_on="t", right_on="_hts", by=["pid", "tid"], strategy="backward",
                         check_sortedness=False)
-             .filter(pl.col("t") < pl.col("_hend")).sort("_hts").group_by("_s").agg(pl.col("_hl").last()))
-        seg = seg.join(h, on="_s", how="left")
-    gpu_cls = pl.col("cls").is_in(["gpu_compute", "gpu_memory", "communication"])
-    layer = pl.when(gpu_cls).then(pl.coalesce("_gl", "_hl")).otherwise(pl.coalesce("_hl", "_gl"))
-    seg = seg if seg["_s"].is_sorted() else seg.sort("_s")
-    return seg.select("step", "ts", "end", "cls", layer.fill_null(UNATTRIBUTED).alias("layer"))
+             .filter(pl.col("t") < pl.col("_hend")).sort("_hts").group_by("_s").agg(pl.col("_p").last()))
+        hp = _np_ids(q.join(h, on="_s", how="left").sort("_s")["_p"])
+    # GPU classes: the GPU activity's layer, else the host op's; the others the other way round; else none
+    gpu_cls = (segments["cls"] if order is None else segments["cls"].gather(order)).is_in(
+        ["gpu_compute", "gpu_memory", "communication"]).fill_null(False).to_numpy()
+    ng = g.height
+    hq = np.where(hp >= 0, ng + hp, -1)
+    pos = np.where(gpu_cls, np.where(gp >= 0, gp, hq), np.where(hq >= 0, hq, gp))
+    pos = np.where(pos >= 0, pos, ng + hops.height)
+    idx = pl.Series(pos, dtype=pl.UInt32)
+    if order is not None:  # back to the segments' order
+        idx = idx.gather(order.arg_sort())
+    layer = pl.concat([g["_gl"], hops["_hl"], pl.Series([UNATTRIBUTED])]).gather(idx).alias("layer")
+    return segments.select("step", "ts", "end", "cls").hstack([layer])
 
 
 #: up to this many host threads with layered ops, `segment_layers` searches each thread's ops in turn
 _FEW_THREADS = 16
 
 
-def _open_layer(t: np.ndarray, hops: pl.DataFrame) -> pl.Series:
-    """`_hl` of the op [pid, tid, _hts, _hend, _hl] open at each time `t` on its thread (top-level ops do not
+def _open_op(t: np.ndarray, hops: pl.DataFrame) -> np.ndarray:
+    """The row (-1: none) of the op [pid, tid, _hts, _hend] open at each time `t` on its thread (top-level ops do not
     overlap on one thread: the last one started at or before `t`), the latest-started of those over the
     threads; null where none is open. One binary search per thread (a handful), no cross join."""
     gid = thread_ids(hops["pid"].to_numpy(), hops["tid"].to_numpy())
@@ -500,8 +513,7 @@ def _open_layer(t: np.ndarray, hops: pl.DataFrame) -> pl.Series:
         c = mine[np.maximum(j, 0)]
         ok = (j >= 0) & (t < hend[c]) & (hts[c] >= best_ts)
         best[ok], best_ts[ok] = c[ok], hts[c[ok]]
-    hit = best >= 0
-    return hops["_hl"].gather(pl.Series(np.maximum(best, 0), dtype=pl.UInt32).set(pl.Series(~hit), None))
+    return best
 
 
 @per_trace
@@ -517,9 +529,15 @@ def shape_signatures(trace: Trace) -> pl.DataFrame:
         return pl.DataFrame(schema=schema)
     dims = pl.col("input_dims").cast(pl.String)
     # the forward rows' host columns by id (not a filter and a cast over every host op)
-    fw = att.host.filter(pl.col("phase") == "forward").select("i", "layer")
-    ops = (pl.concat([fw, by_id(trace.host, fw["i"], "cat", "ts", "name", "input_dims")], how="horizontal")
-           .filter((pl.col("cat") == "cpu_op") & pl.col("input_dims").is_not_null() & (pl.col("input_dims").bin.size() > 2))
+    fw = att.host.select("i", "layer", "phase").filter(pl.col("phase") == "forward").drop("phase")
+    # the ops with dims first; their times and names then (record_shapes off: none, and nothing gathered)
+    hc = by_id(trace.host, fw["i"], "cat", "input_dims")
+    hc = hc.select(pl.col("input_dims"), _k=(pl.col("cat") == "cpu_op") & pl.col("input_dims").is_not_null()
+                   & (pl.col("input_dims").bin.size() > 2))
+    keep = hc["_k"]
+    fw = fw.filter(keep)
+    ops = (pl.concat([fw, by_id(trace.host, fw["i"], "ts", "name"), hc.filter(keep).select("input_dims")],
+                     how="horizontal")
            .select("i", "layer", "ts", "name", dims.alias("d"))
            .filter(pl.col("d").str.contains(r"\d")))
     if ops.height == 0:
@@ -553,8 +571,8 @@ def layer_table(trace: Trace, steps: pl.DataFrame | None = None, depth: int | No
     att = attribution(trace)
     tree = att.tree
     gl = gpu_layers(trace)
-    g = _in_steps(trace.gpu.filter(pl.col("kind") != "sync").select(
-        "i", "ts", "dur", "kind", pl.col("bytes").cast(pl.Float64).alias("_cbytes")), steps)
+    g = _in_steps(trace.gpu.select(
+        "i", "ts", "dur", "kind", pl.col("bytes").cast(pl.Float64).alias("_cbytes")).filter(pl.col("kind") != "sync"), steps)
     g = join_by_id(g, "i", gl, "layer", "phase")  # every GPU row has its layer row
     if kb is not None:
         g = join_by_id(g, "i", kb, *[c for c in ("flops", "bytes", "bpe", "bound") if c in kb.columns])
@@ -573,14 +591,23 @@ def layer_table(trace: Trace, steps: pl.DataFrame | None = None, depth: int | No
         g = g.with_columns(_tf=pl.col("flops") / peak, _tb=pl.col("bytes") / (spec.hbm_tbps * 1e12))
     else:
         g = g.with_columns(_tf=pl.lit(None, pl.Float64), _tb=pl.lit(None, pl.Float64))
-    top = _in_steps(_top_ops(trace), steps)
+    # the columns the sums read: each row is repeated per enclosing layer below (on a tiny-event trace the
+    # frame has as many rows as kernels: the ids, times and kinds would be copied for nothing)
+    g = g.select("layer", "phase", "dur", "flops", "bytes", "bound", "_tf", "_tb")
+    top = _in_steps(_top_ops(trace).select("ts", "dur", "layer"), steps)  # (what the CPU sums read)
     # every row counts for its own layer and, through `anc`, for each enclosing layer
-    anc = tree.select("layer", "anc")
+    # (the few layers' ancestor lists exploded first: one join writes the repeated rows, with no list column and
+    # no second copy by an explode; each row's copies go to distinct layers, so every layer's sum still adds its
+    # rows in their order)
+    anc = tree.select("layer", "anc").explode("anc")
+    flat = (anc["layer"] == anc["anc"]).all()  # no layer encloses another: each row counts for its layer only
     ph = pl.col("phase")
 
     def incl(df: pl.DataFrame) -> pl.DataFrame:
-        return (df.join(anc, on="layer", how="inner").select(pl.exclude("layer", "anc"), pl.col("anc").alias("layer"))
-                .explode("layer"))
+        if flat:  # the rows themselves, without copying them (the join's result when every row has a layer)
+            known = df["layer"].is_in(anc["layer"].implode()).fill_null(False)
+            return (df if known.all() else df.filter(known)).select(pl.exclude("layer"), "layer")
+        return df.join(anc, on="layer", how="inner", maintain_order="left").drop("layer").rename({"anc": "layer"})
 
     gi = incl(g)
     gagg = [pl.col("dur").sum().alias("gpu_ns"), pl.col("dur").filter(ph == "forward").sum().alias("fwd_gpu_ns"),

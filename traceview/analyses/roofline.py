@@ -283,7 +283,7 @@ def kernel_bound(trace: Trace, spec: Spec | None = None) -> pl.DataFrame:
     'memory' (roofline when shapes exist, `source = 'shapes'`; kernel name otherwise, `source = 'name'`).
     """
     spec = spec or trace_spec(trace.meta)
-    k = trace.gpu.filter(pl.col("kind") == "compute").select("i", "name", "op", "dur")
+    k = trace.gpu.select("i", "name", "op", "dur", "kind").filter(pl.col("kind") == "compute").drop("kind")
     if k.height == 0:
         return pl.DataFrame(schema={"i": pl.UInt32, "op": pl.UInt32, "op_name": pl.String, "category": pl.String,
                                     "flops": pl.Float64, "bytes": pl.Float64, "bpe": pl.Float64,

@@ -63,7 +63,7 @@ def _busy_runs(trace: Trace, waits: pl.DataFrame | None) -> tuple[pl.DataFrame, 
 
 
 def _busy_runs_uncached(trace: Trace, waits: pl.DataFrame | None) -> tuple[pl.DataFrame, pl.DataFrame]:
-    work = gpu_work(trace.gpu).select("i", "device", "ts", "end", "launch_ts")
+    work = gpu_work(trace.gpu.select("kind", "i", "device", "ts", "end", "launch_ts")).drop("kind")
     runs = merge(work, ["device"]).sort("device", "ts").with_columns(
         _run=pl.int_range(pl.len()), _next_ts=pl.col("ts").shift(-1).over("device"))
     first_launch = work.group_by("device", "ts").agg(pl.col("launch_ts").min().alias("_next_launch"))
@@ -85,7 +85,7 @@ def gpu_idle_within(trace: Trace, spans: pl.DataFrame, lo: int, hi: int,
     sp = merge(clip(spans.select("ts", "end"), lo, hi))
     if sp.height == 0:
         return EMPTY
-    work = gpu_work(trace.gpu).filter((pl.col("end") > lo) & (pl.col("ts") < hi)).select("ts", "end", "launch_ts")
+    work = gpu_work(trace.gpu.select("kind", "ts", "end", "launch_ts")).filter((pl.col("end") > lo) & (pl.col("ts") < hi)).drop("kind")
     if keep_launched_inside and work.height:
         inside = (work.filter(pl.col("launch_ts").is_not_null()).sort("launch_ts")
                   .join_asof(sp.rename({"ts": "_sts", "end": "_send"}).sort("_sts"), left_on="launch_ts",
