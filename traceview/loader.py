@@ -22,6 +22,7 @@ import polars as pl
 from . import argtables as at
 from . import decode as d
 from . import fastscan, lax
+from .analyses import names
 from .analyses.tree import call_tree, enclosing_op
 from .argtables import GPU_FIELDS as _GPU_FIELDS
 from .argtables import INT_ATTRS as _INT_ATTRS
@@ -207,6 +208,14 @@ def _beside(rows: pl.DataFrame, *parts: pl.DataFrame) -> pl.DataFrame:
 
 def _positions(at: np.ndarray, keys: np.ndarray) -> pl.Series:
     """Where each of `keys` is in `at` (unique values), null where it is not."""
+    if at.size and keys.size and at.min() >= 0 and keys.min() >= 0 and max(at.max(), keys.max()) < 4 * (
+            at.size + keys.size):  # row ids (dense): a lookup table beats binary searches
+        lut = np.full(int(max(at.max(), keys.max())) + 1, -1, np.int64)
+        lut[at] = np.arange(at.size)
+        pos = lut[keys]
+        hit = pos >= 0
+        pos = pos.astype(np.uint32)
+        return pl.Series(pos).set(pl.Series(~hit), None) if not hit.all() else pl.Series(pos)
     by = None if at.size < 2 or bool((at[1:] > at[:-1]).all()) else np.argsort(at, kind="stable")
     ranked = at if by is None else at[by]
     pos = np.minimum(np.searchsorted(ranked, keys), max(at.size - 1, 0))
@@ -246,15 +255,17 @@ def load_file(path: str | Path, max_bytes: int = DEFAULT_MAX_BYTES,
             "ts_us": cols["ts"], "dur_us": cols["dur"], "nargs": cols["nargs"],
         }).with_row_index("i")
         del cols
-        flow_rows = base.select(pl.col("i").filter(pl.col("ph").is_in(["s", "f"])))["i"]  # (not the whole frame)
+        dicts = fast.dicts  # base's ph, cat, name are their codes
+        flow_rows = base.select(pl.col("i").filter(_is("ph", ["s", "f"], dicts)))["i"]  # (not the whole frame)
         flow_ids = fast.ids(flow_rows)
         flow_rows = flow_rows.to_list()
     else:
         doc, ev_args, base, flow_rows, flow_ids = _decode_msgspec(path, data, warnings)
+        dicts = None
     del data
     legacy = doc.schemaVersion is None and doc.deviceProperties is None and doc.traceName is None
 
-    parts, t0_us, counts, fmt = _slices(path, base, legacy, warnings)  # consumes base
+    parts, t0_us, counts, fmt = _slices(path, base, legacy, warnings, dicts)  # consumes base
     host, gpu, gann, mem, fl, meta_rows = parts.values()
     del base, parts
 
@@ -332,8 +343,18 @@ _SLICE_COLS = {
 }
 
 
-def _slices(path: Path, base: pl.DataFrame, legacy: bool,
-            warnings: list[str]) -> tuple[dict[str, pl.DataFrame], float, dict, str]:
+def _is(col: str, values: str | list[str], dicts: dict[str, pl.Series] | None) -> pl.Expr:
+    """`pl.col(col).is_in(values)` (`==` for one value) on a string column; with `dicts`, on the column of
+    dictionary codes `col` is (its dictionary `dicts[col]` tested, not the rows' strings: integer work)."""
+    values = [values] if isinstance(values, str) else values
+    if dicts is None:
+        return pl.col(col) == values[0] if len(values) == 1 else pl.col(col).is_in(values)
+    codes = dicts[col].is_in(values).arg_true().cast(pl.UInt32)
+    return pl.col(col) == pl.lit(codes[0], pl.UInt32) if codes.len() == 1 else pl.col(col).is_in(codes.implode())
+
+
+def _slices(path: Path, base: pl.DataFrame, legacy: bool, warnings: list[str],
+            dicts: dict[str, pl.Series] | None = None) -> tuple[dict[str, pl.DataFrame], float, dict, str]:
     """Cut `base` into the rows each frame is built from ({_SLICE_COLS key: frame}), with ts / dur validated
     and turned into int64 ns relative to the first event; also t0 (µs), the event count per category and the
     trace's format (2021-era category names are replaced by today's, only when there are some).
@@ -341,12 +362,15 @@ def _slices(path: Path, base: pl.DataFrame, legacy: bool,
     Events without a usable ts, or whose clock is implausible, are skipped; a missing or negative dur is 0;
     each with a warning. The checks are counts over the whole table (no column of it is rebuilt), the ranges
     checked before the int64 cast so no value can overflow it, and the ns columns are computed on the slices
-    only. `base` is consumed: each of its columns is freed once cut (the load's memory stays near one table)."""
-    ph, cat, name, ts, dur = pl.col("ph"), pl.col("cat"), pl.col("name"), pl.col("ts_us"), pl.col("dur_us")
-    x = ph == "X"
-    spans = x | (ph == "i")  # (== beats is_in on strings)
-    placed = spans | (ph == "s") | (ph == "f")  # events whose time is used; metadata (M) often has ts 0
-    timed = spans & ts.is_not_null() & (cat != "Trace") & (pl.col("pid") > -1_000_000_000)
+    only. `base` is consumed: each of its columns is freed once cut (the load's memory stays near one table).
+    With `dicts`, base's ph, cat and name are dictionary codes (`_is`), decoded on the slices only."""
+    cat, ts, dur = pl.col("cat"), pl.col("ts_us"), pl.col("dur_us")
+    x = _is("ph", "X", dicts)
+    spans = x | _is("ph", "i", dicts)  # (== beats is_in on strings)
+    placed = spans | _is("ph", ["s", "f"], dicts)  # events whose time is used; metadata (M) often has ts 0
+    not_trace = ~_is("cat", "Trace", dicts)
+    timed = spans & ts.is_not_null() & not_trace & (pl.col("pid") > -1_000_000_000)
+    no_cat = _is("cat", "", dicts)
 
     def survey() -> dict:
         return base.select(
@@ -355,19 +379,27 @@ def _slices(path: Path, base: pl.DataFrame, legacy: bool,
             t0=ts.filter(timed).min(), lo=ts.filter(placed).min(), hi=ts.filter(placed).max(), dur_hi=dur.max(),
             finite=ts.is_finite().all() & dur.is_finite().all(),
             # 2021-era category names, X events without a category (not "Trace": the times above hold either way)
-            old=cat.is_in(list(OLD_CATS)[:5]).any(), renamed=cat.is_in(list(OLD_CATS)).any(),
-            empty_x=((cat == "") & x).any(), all_empty=(cat == "").all()).row(0, named=True)
+            old=_is("cat", list(OLD_CATS)[:5], dicts).any(), renamed=_is("cat", list(OLD_CATS), dicts).any(),
+            empty_x=(no_cat & x).any(), all_empty=no_cat.all()).row(0, named=True)
 
     n = survey()  # one pass of counts and extremes
     if not n["finite"]:  # NaN, inf: as missing (but a +inf dur is corrupt: dropped below)
         ts = pl.when(ts.is_finite()).then(ts)
         dur = pl.when(dur.is_finite()).then(dur).when(dur == float("inf")).then(dur)
-        timed = spans & ts.is_not_null() & (cat != "Trace") & (pl.col("pid") > -1_000_000_000)
+        timed = spans & ts.is_not_null() & not_trace & (pl.col("pid") > -1_000_000_000)
         n = survey()
     fmt = "legacy-autograd" if (legacy and n["all_empty"]) else ("kineto-2021" if n["old"] else "kineto")
-    if n["renamed"] or n["empty_x"]:  # today's names (an X event without a category is a CPU op); in place
+    if (n["renamed"] or n["empty_x"]) and dicts is None:  # today's names (an X event without a category is a
+        # CPU op); in place
         base.replace_column(base.get_column_index("cat"), base.select(
-            pl.when((cat == "") & x).then(pl.lit("cpu_op")).otherwise(cat.replace(OLD_CATS)).alias("cat")).to_series())
+            pl.when(no_cat & x).then(pl.lit("cpu_op")).otherwise(cat.replace(OLD_CATS)).alias("cat")).to_series())
+    elif n["renamed"] or n["empty_x"]:  # the same on the dictionary (and the codes of X events without one)
+        names = dicts["cat"].replace(OLD_CATS)
+        if n["empty_x"]:
+            names = names.append(pl.Series(["cpu_op"]))
+            base.replace_column(base.get_column_index("cat"), base.select(
+                pl.when(no_cat & x).then(pl.lit(names.len() - 1, pl.UInt32)).otherwise(cat).alias("cat")).to_series())
+        dicts = {**dicts, "cat": names}
     if n["no_ts"]:
         warnings.append(f"skipped {n['no_ts']:,} events (ph X or i) without a usable 'ts' (missing, null or not "
                         "a finite number)")
@@ -404,11 +436,15 @@ def _slices(path: Path, base: pl.DataFrame, legacy: bool,
         warnings.append(f"skipped {corrupt:,} events with a duration over 7 days (corrupt profiler records)")
     keep = ~(no_ts | far | long) if n["no_ts"] or n_far or corrupt else None
     counts = base.select(cat if keep is None else cat.filter(keep)).group_by("cat").len()
+    if dicts is not None:  # codes -> names (two codes may name one category: renamed, or escaped in the file)
+        counts = pl.DataFrame({"cat": dicts["cat"].gather(counts["cat"]), "len": counts["len"]}).group_by(
+            "cat").agg(pl.col("len").sum())
     counts = dict(counts.sort(["len", "cat"], descending=[True, False]).iter_rows())
 
-    conds = {"host": x & cat.is_in(HOST_CATS), "gpu": x & cat.is_in(GPU_CATS),
-             "gann": x & (cat == "gpu_user_annotation"), "mem": (ph == "i") & (name == "[memory]"),
-             "flows": (ph == "s") | (ph == "f"), "meta": (ph == "M") & name.is_in(list(META_NAMES))}
+    conds = {"host": x & _is("cat", HOST_CATS, dicts), "gpu": x & _is("cat", GPU_CATS, dicts),
+             "gann": x & _is("cat", "gpu_user_annotation", dicts),
+             "mem": _is("ph", "i", dicts) & _is("name", "[memory]", dicts),
+             "flows": _is("ph", ["s", "f"], dicts), "meta": _is("ph", "M", dicts) & _is("name", list(META_NAMES), dicts)}
     masks = base.select(**{k: c if keep is None else c & keep for k, c in conds.items()})
     if not masks["host"].any() and not masks["gpu"].any():
         cats = ", ".join(f"{c or repr(c)} ({m:,})" for c, m in list(counts.items())[:6])
@@ -419,7 +455,8 @@ def _slices(path: Path, base: pl.DataFrame, legacy: bool,
         col = base.drop_in_place(c)
         for k, want in _SLICE_COLS.items():
             if c in want:
-                cols[k][c] = col.filter(masks[k])
+                got = col.filter(masks[k])
+                cols[k][c] = got if dicts is None or c not in dicts else dicts[c].gather(got).alias(c)
         del col
     del masks
     ts_ns = ((ts - t0_us) * 1000).round().cast(pl.Int64)
@@ -544,7 +581,7 @@ def _finish_gpu(gpu: pl.DataFrame, host: pl.DataFrame) -> pl.DataFrame:
         kind=pl.when(pl.col("cat") == "gpu_memcpy").then(pl.lit("memcpy"))
         .when(pl.col("cat") == "gpu_memset").then(pl.lit("memset"))
         .when(pl.col("cat") == "cuda_sync").then(pl.lit("sync"))
-        .when(pl.col("name").str.contains(COMM_KERNEL_RE)).then(pl.lit("comm"))
+        .when(names.contains(gpu, COMM_KERNEL_RE)).then(pl.lit("comm"))
         .otherwise(pl.lit("compute")),
     )
     if gpu.select((pl.col("ts").diff() > 0).all()).item():  # strictly in time order already (one stream, say):
