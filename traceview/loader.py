@@ -561,10 +561,17 @@ def _finish_gpu(gpu: pl.DataFrame, host: pl.DataFrame) -> pl.DataFrame:
           .select(pl.col("correlation").cast(pl.Int64), pl.col("i").alias("launch"), pl.col("op"),
                   pl.col("name").alias("launch_name"), pl.col("ts").alias("launch_ts"),
                   pl.col("end").alias("launch_end"), pl.col("tid").alias("launch_tid")).collect())
-    rt = rt.filter(pl.col("correlation").is_first_distinct())
-    # one row per GPU row (correlations are unique in `rt`), in its order: set beside it, the wide frame not copied
-    gpu = gpu.hstack(gpu.select("correlation").join(rt, on="correlation", how="left", maintain_order="left")
-                     .drop("correlation"))
+    corr = rt["correlation"].to_numpy()
+    if corr.size > 1 and not bool((corr[1:] > corr[:-1]).all()):  # (increasing: unique already, the common case)
+        rt = rt.filter(pl.col("correlation").is_first_distinct())
+        corr = rt["correlation"].to_numpy()
+    # one row per GPU row (correlations are unique in `rt`), in its order, as a left join on correlation gives
+    # it: `rt` gathered at each GPU row's match, set beside it (the wide frame not copied)
+    gc = gpu["correlation"]
+    at_ = _positions(corr, gc.fill_null(0).to_numpy()) if gpu.height else pl.Series([], dtype=pl.UInt32)
+    if gc.null_count():  # a null correlation matches nothing
+        at_ = pl.select(pl.when(gc.is_not_null()).then(at_)).to_series()
+    gpu = gpu.hstack(rt.drop("correlation").select(pl.all().gather(at_)))
     # no runtime row (out of window, or a format without launches): External id names the op when it
     # is not merely a copy of the correlation (pre-2.4 traces copy it); cpu ops are looked up for those ids only
     want = gpu.select(pl.col("external_id").filter(pl.col("op").is_null()
