@@ -22,7 +22,6 @@ import polars as pl
 from . import argtables as at
 from . import decode as d
 from . import fastscan, lax
-from .analyses import names
 from .analyses.tree import call_tree, enclosing_op
 from .argtables import GPU_FIELDS as _GPU_FIELDS
 from .argtables import INT_ATTRS as _INT_ATTRS
@@ -583,12 +582,14 @@ def _finish_gpu(gpu: pl.DataFrame, host: pl.DataFrame) -> pl.DataFrame:
         gpu = gpu.join(ops, on="external_id", how="left", maintain_order="left").with_columns(
             op=pl.coalesce("op", pl.when(pl.col("external_id") != pl.col("correlation")).then(pl.col("op_x")))
         ).drop("op_x")
+    names = gpu["name"].unique()  # the regex on the few distinct kernel names, not on every row
+    comm = names.filter(names.str.contains(COMM_KERNEL_RE))
     return gpu.with_columns(
         graph=pl.col("launch_name").is_in(GRAPH_LAUNCH).fill_null(False),
         kind=pl.when(pl.col("cat") == "gpu_memcpy").then(pl.lit("memcpy"))
         .when(pl.col("cat") == "gpu_memset").then(pl.lit("memset"))
         .when(pl.col("cat") == "cuda_sync").then(pl.lit("sync"))
-        .when(names.contains(gpu, COMM_KERNEL_RE)).then(pl.lit("comm"))
+        .when(pl.col("name").is_in(comm.implode())).then(pl.lit("comm"))
         .otherwise(pl.lit("compute")),
     )
     if gpu.select((pl.col("ts").diff() > 0).all()).item():  # strictly in time order already (one stream, say):
