@@ -254,7 +254,7 @@ def load_file(path: str | Path, max_bytes: int = DEFAULT_MAX_BYTES,
             "ts_us": cols["ts"], "dur_us": cols["dur"], "nargs": cols["nargs"],
         }).with_row_index("i")
         del cols
-        dicts = fast.dicts  # base's ph, cat, name are their codes
+        dicts = {k: _Dict(v) for k, v in fast.dicts.items()}  # base's ph, cat, name are their codes
         flow_rows = base.select(pl.col("i").filter(_is("ph", ["s", "f"], dicts)))["i"]  # (not the whole frame)
         flow_ids = fast.ids(flow_rows)
         flow_rows = flow_rows.to_list()
@@ -342,18 +342,38 @@ _SLICE_COLS = {
 }
 
 
-def _is(col: str, values: str | list[str], dicts: dict[str, pl.Series] | None) -> pl.Expr:
+class _Dict:
+    """The dictionary of a column of codes (distinct strings; the C scanner's ph, cat, name)."""
+
+    SMALL = 4096  # up to this many strings, looked up in a Python index (a polars call costs more)
+
+    def __init__(self, values: pl.Series) -> None:
+        self.values = values
+        self._index: dict[str, list[int]] | None = None
+
+    def codes(self, want: list[str]) -> pl.Series:
+        """The codes of the strings `want` (UInt32)."""
+        if self.values.len() > self.SMALL:
+            return self.values.is_in(want).arg_true().cast(pl.UInt32)
+        if self._index is None:
+            self._index = {}
+            for k, v in enumerate(self.values.to_list()):
+                self._index.setdefault(v, []).append(k)
+        return pl.Series([k for v in want for k in self._index.get(v, ())], dtype=pl.UInt32)
+
+
+def _is(col: str, values: str | list[str], dicts: dict[str, _Dict] | None) -> pl.Expr:
     """`pl.col(col).is_in(values)` (`==` for one value) on a string column; with `dicts`, on the column of
     dictionary codes `col` is (its dictionary `dicts[col]` tested, not the rows' strings: integer work)."""
     values = [values] if isinstance(values, str) else values
     if dicts is None:
         return pl.col(col) == values[0] if len(values) == 1 else pl.col(col).is_in(values)
-    codes = dicts[col].is_in(values).arg_true().cast(pl.UInt32)
+    codes = dicts[col].codes(values)
     return pl.col(col) == pl.lit(codes[0], pl.UInt32) if codes.len() == 1 else pl.col(col).is_in(codes.implode())
 
 
 def _slices(path: Path, base: pl.DataFrame, legacy: bool, warnings: list[str],
-            dicts: dict[str, pl.Series] | None = None) -> tuple[dict[str, pl.DataFrame], float, dict, str]:
+            dicts: dict[str, _Dict] | None = None) -> tuple[dict[str, pl.DataFrame], float, dict, str]:
     """Cut `base` into the rows each frame is built from ({_SLICE_COLS key: frame}), with ts / dur validated
     and turned into int64 ns relative to the first event; also t0 (µs), the event count per category and the
     trace's format (2021-era category names are replaced by today's, only when there are some).
@@ -393,12 +413,12 @@ def _slices(path: Path, base: pl.DataFrame, legacy: bool, warnings: list[str],
         base.replace_column(base.get_column_index("cat"), base.select(
             pl.when(no_cat & x).then(pl.lit("cpu_op")).otherwise(cat.replace(OLD_CATS)).alias("cat")).to_series())
     elif n["renamed"] or n["empty_x"]:  # the same on the dictionary (and the codes of X events without one)
-        names = dicts["cat"].replace(OLD_CATS)
+        names = dicts["cat"].values.replace(OLD_CATS)
         if n["empty_x"]:
             names = names.append(pl.Series(["cpu_op"]))
             base.replace_column(base.get_column_index("cat"), base.select(
                 pl.when(no_cat & x).then(pl.lit(names.len() - 1, pl.UInt32)).otherwise(cat).alias("cat")).to_series())
-        dicts = {**dicts, "cat": names}
+        dicts = {**dicts, "cat": _Dict(names)}
     if n["no_ts"]:
         warnings.append(f"skipped {n['no_ts']:,} events (ph X or i) without a usable 'ts' (missing, null or not "
                         "a finite number)")
@@ -436,9 +456,12 @@ def _slices(path: Path, base: pl.DataFrame, legacy: bool, warnings: list[str],
     keep = ~(no_ts | far | long) if n["no_ts"] or n_far or corrupt else None
     counts = base.select(cat if keep is None else cat.filter(keep)).group_by("cat").len()
     if dicts is not None:  # codes -> names (two codes may name one category: renamed, or escaped in the file)
-        counts = pl.DataFrame({"cat": dicts["cat"].gather(counts["cat"]), "len": counts["len"]}).group_by(
-            "cat").agg(pl.col("len").sum())
-    counts = dict(counts.sort(["len", "cat"], descending=[True, False]).iter_rows())
+        names, got = dicts["cat"].values.gather(counts["cat"]).to_list(), {}
+        for c, m in zip(names, counts["len"].to_list(), strict=True):
+            got[c] = got.get(c, 0) + m
+        counts = dict(sorted(got.items(), key=lambda cm: (-cm[1], cm[0])))  # (no null: "" for none)
+    else:
+        counts = dict(counts.sort(["len", "cat"], descending=[True, False]).iter_rows())
 
     conds = {"host": x & _is("cat", HOST_CATS, dicts), "gpu": x & _is("cat", GPU_CATS, dicts),
              "gann": x & _is("cat", "gpu_user_annotation", dicts),
@@ -455,7 +478,7 @@ def _slices(path: Path, base: pl.DataFrame, legacy: bool, warnings: list[str],
         for k, want in _SLICE_COLS.items():
             if c in want:
                 got = col.filter(masks[k])
-                cols[k][c] = got if dicts is None or c not in dicts else dicts[c].gather(got).alias(c)
+                cols[k][c] = got if dicts is None or c not in dicts else dicts[c].values.gather(got).alias(c)
         del col
     del masks
     ts_ns = ((ts - t0_us) * 1000).round().cast(pl.Int64)
