@@ -454,13 +454,16 @@ def _slices(path: Path, base: pl.DataFrame, legacy: bool, warnings: list[str],
     if corrupt:
         warnings.append(f"skipped {corrupt:,} events with a duration over 7 days (corrupt profiler records)")
     keep = ~(no_ts | far | long) if n["no_ts"] or n_far or corrupt else None
-    counts = base.select(cat if keep is None else cat.filter(keep)).group_by("cat").len()
     if dicts is not None:  # codes -> names (two codes may name one category: renamed, or escaped in the file)
-        names, got = dicts["cat"].values.gather(counts["cat"]).to_list(), {}
-        for c, m in zip(names, counts["len"].to_list(), strict=True):
+        per = np.bincount((base["cat"] if keep is None else base.select(cat.filter(keep)).to_series()).to_numpy(),
+                          minlength=dicts["cat"].values.len())
+        used = np.flatnonzero(per)
+        got: dict[str, int] = {}
+        for c, m in zip(dicts["cat"].values.gather(used).to_list(), per[used].tolist(), strict=True):
             got[c] = got.get(c, 0) + m
         counts = dict(sorted(got.items(), key=lambda cm: (-cm[1], cm[0])))  # (no null: "" for none)
     else:
+        counts = base.select(cat if keep is None else cat.filter(keep)).group_by("cat").len()
         counts = dict(counts.sort(["len", "cat"], descending=[True, False]).iter_rows())
 
     conds = {"host": x & _is("cat", HOST_CATS, dicts), "gpu": x & _is("cat", GPU_CATS, dicts),
