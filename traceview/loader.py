@@ -170,6 +170,7 @@ def _host_args(ev_args: list | fastscan.Events, host: pl.DataFrame, issues: Coun
     if isinstance(ev_args, fastscan.Events):  # the scanner's tables hold these rows already
         parts = [_args_frame(ev_args, host["i"], k, issues) for k in (at.PY, at.OP, at.RT)]
         rare = _args_frame(ev_args, host["i"], at.RARE, issues)
+        return _beside_union(host, parts, rare)
     else:
         has = host.select("i", "cat", "name", "nargs").filter(pl.col("nargs") > 0)
         parts = [
@@ -203,6 +204,29 @@ def _beside(rows: pl.DataFrame, *parts: pl.DataFrame) -> pl.DataFrame:
     if not cols and not empty:
         return rows
     return pl.concat([rows, *cols], how="horizontal").with_columns(empty).select(order)
+
+
+def _beside_union(rows: pl.DataFrame, parts: list[pl.DataFrame], rare: pl.DataFrame) -> pl.DataFrame:
+    """`_beside(rows, pl.concat(parts, how="diagonal_relaxed"), rare)` for parts whose row ids `i` are disjoint
+    (each event's args are in one of those tables), without building that concatenation (a column per field
+    of every table, over all their rows): each field gathered from the parts that hold it, cast to the type
+    the concatenation gives it, and coalesced."""
+    parts = [p for p in parts if p.width > 1]
+    if len(parts) < 2:
+        return _beside(rows, *parts, rare)
+    schema = pl.concat([p.head(0) for p in parts], how="diagonal_relaxed").schema
+    keys, got = rows["i"].to_numpy(), {}
+    for p in parts:
+        live = [c for c in p.columns[1:] if p[c].null_count() < p.height]
+        if live:
+            g = p.select(pl.col(live).gather(_positions(p["i"].to_numpy(), keys)))
+            for c in live:
+                got.setdefault(c, []).append(g[c].cast(schema[c]))
+    fields = [c for c in schema if c != "i"]
+    cols = [v[0] if len(v) == 1 else pl.select(pl.coalesce(v).alias(c)).to_series() for c, v in got.items()]
+    empty = [pl.lit(None, schema[c]).alias(c) for c in fields if c not in got]
+    wide = pl.concat([rows, pl.DataFrame(cols)], how="horizontal") if cols else rows
+    return _beside(wide.with_columns(empty).select(*rows.columns, *fields), rare)
 
 
 def _positions(at: np.ndarray, keys: np.ndarray) -> pl.Series:
