@@ -26,7 +26,8 @@ def thread_ids(pid: np.ndarray, tid: np.ndarray) -> np.ndarray | None:
     key = (pid.astype(np.int64) << 32) | (tid.astype(np.int64) + lim)
     run = np.ones(key.size, bool)  # the distinct keys are among the run starts (events come in thread runs)
     run[1:] = key[1:] != key[:-1]
-    return np.searchsorted(np.unique(key[run]), key)
+    distinct = np.unique(key[run])
+    return np.zeros(key.size, np.intp) if distinct.size == 1 else np.searchsorted(distinct, key)
 
 
 def _order(host: pl.DataFrame, pid: np.ndarray, tid: np.ndarray, ts: np.ndarray,
