@@ -39,6 +39,11 @@ MAX_DUR_NS = 7 * 24 * 3600 * 10**9  # HTA drops corrupt events longer than a wee
 MAX_SPAN_US = 7 * 24 * 3600 * 1e6  # an event this far from the trace's median timestamp has a corrupt clock
 
 
+#: below this many rows (events, GPU rows, host rows) the fixed cost of polars calls outweighs the per-row work the
+#: columnar shortcuts save (dictionary codes, the distinct-names regex, args tables merged field by field)
+_SMALL_ROWS = 4096
+
+
 def _ids(values: list) -> pl.Series:
     """pid/tid are ints or strings ("stream 7", "Spans", "25738"): map all to Int64."""
     s = pl.Series(values, dtype=pl.Int64, strict=False)
@@ -170,7 +175,8 @@ def _host_args(ev_args: list | fastscan.Events, host: pl.DataFrame, issues: Coun
     if isinstance(ev_args, fastscan.Events):  # the scanner's tables hold these rows already
         parts = [_args_frame(ev_args, host["i"], k, issues) for k in (at.PY, at.OP, at.RT)]
         rare = _args_frame(ev_args, host["i"], at.RARE, issues)
-        return _beside_union(host, parts, rare)
+        if host.height >= _SMALL_ROWS:
+            return _beside_union(host, parts, rare)
     else:
         has = host.select("i", "cat", "name", "nargs").filter(pl.col("nargs") > 0)
         parts = [
@@ -272,13 +278,17 @@ def load_file(path: str | Path, max_bytes: int = DEFAULT_MAX_BYTES,
         if not fast.n:
             raise TraceError(f"{path}: 'traceEvents' is empty: nothing to analyze")
         cols = fast.pop_columns()  # the frame owns them from here (no second copy while they are replaced)
+        # ph, cat, name as dictionary codes (tests on them are integer work), but on a small trace as their
+        # strings (fewer polars calls: the codes are decoded per slice)
+        dicts = {k: _Dict(v) for k, v in fast.dicts.items()} if fast.n >= _SMALL_ROWS else None
+        if dicts is None:
+            cols.update({k: fast.dicts[k].gather(cols[k]).alias(k) for k in fast.dicts})
         base = pl.DataFrame({
             "ph": cols["ph"], "cat": cols["cat"], "name": cols["name"],
             "pid": _fast_ids(cols["pid"], fast.pid_strs), "tid": _fast_ids(cols["tid"], fast.tid_strs),
             "ts_us": cols["ts"], "dur_us": cols["dur"], "nargs": cols["nargs"],
         }).with_row_index("i")
         del cols
-        dicts = {k: _Dict(v) for k, v in fast.dicts.items()}  # base's ph, cat, name are their codes
         flow_rows = base.select(pl.col("i").filter(_is("ph", ["s", "f"], dicts)))["i"]  # (not the whole frame)
         flow_ids = fast.ids(flow_rows)
         flow_rows = flow_rows.to_list()
@@ -610,6 +620,10 @@ def _finish_gpu(gpu: pl.DataFrame, host: pl.DataFrame) -> pl.DataFrame:
           .select(pl.col("correlation").cast(pl.Int64), pl.col("i").alias("launch"), pl.col("op"),
                   pl.col("name").alias("launch_name"), pl.col("ts").alias("launch_ts"),
                   pl.col("end").alias("launch_end"), pl.col("tid").alias("launch_tid")).collect())
+    if gpu.height < _SMALL_ROWS:  # a join costs fewer polars calls than the lookup below
+        rt = rt.filter(pl.col("correlation").is_first_distinct())
+        return _kinds(gpu.hstack(gpu.select("correlation").join(rt, on="correlation", how="left", maintain_order="left")
+                                 .drop("correlation")), host)
     corr = rt["correlation"].to_numpy()
     if corr.size > 1 and not bool((corr[1:] > corr[:-1]).all()):  # (increasing: unique already, the common case)
         rt = rt.filter(pl.col("correlation").is_first_distinct())
@@ -620,7 +634,11 @@ def _finish_gpu(gpu: pl.DataFrame, host: pl.DataFrame) -> pl.DataFrame:
     at_ = _positions(corr, gc.fill_null(0).to_numpy()) if gpu.height else pl.Series([], dtype=pl.UInt32)
     if gc.null_count():  # a null correlation matches nothing
         at_ = pl.select(pl.when(gc.is_not_null()).then(at_)).to_series()
-    gpu = gpu.hstack(rt.drop("correlation").select(pl.all().gather(at_)))
+    return _kinds(gpu.hstack(rt.drop("correlation").select(pl.all().gather(at_))), host)
+
+
+def _kinds(gpu: pl.DataFrame, host: pl.DataFrame) -> pl.DataFrame:
+    """`_finish_gpu`'s last steps, once each GPU row has its launch: the op of rows without one, the kind."""
     # no runtime row (out of window, or a format without launches): External id names the op when it
     # is not merely a copy of the correlation (pre-2.4 traces copy it); cpu ops are looked up for those ids only
     want = gpu.select(pl.col("external_id").filter(pl.col("op").is_null()
@@ -632,14 +650,17 @@ def _finish_gpu(gpu: pl.DataFrame, host: pl.DataFrame) -> pl.DataFrame:
         gpu = gpu.join(ops, on="external_id", how="left", maintain_order="left").with_columns(
             op=pl.coalesce("op", pl.when(pl.col("external_id") != pl.col("correlation")).then(pl.col("op_x")))
         ).drop("op_x")
-    names = gpu["name"].unique()  # the regex on the few distinct kernel names, not on every row
-    comm = names.filter(names.str.contains(COMM_KERNEL_RE))
+    if gpu.height >= _SMALL_ROWS:  # the regex on the few distinct kernel names, not on every row
+        names = gpu["name"].unique()
+        comm = pl.col("name").is_in(names.filter(names.str.contains(COMM_KERNEL_RE)).implode())
+    else:
+        comm = pl.col("name").str.contains(COMM_KERNEL_RE)
     return gpu.with_columns(
         graph=pl.col("launch_name").is_in(GRAPH_LAUNCH).fill_null(False),
         kind=pl.when(pl.col("cat") == "gpu_memcpy").then(pl.lit("memcpy"))
         .when(pl.col("cat") == "gpu_memset").then(pl.lit("memset"))
         .when(pl.col("cat") == "cuda_sync").then(pl.lit("sync"))
-        .when(pl.col("name").is_in(comm.implode())).then(pl.lit("comm"))
+        .when(comm).then(pl.lit("comm"))
         .otherwise(pl.lit("compute")),
     )
     if gpu.select((pl.col("ts").diff() > 0).all()).item():  # strictly in time order already (one stream, say):

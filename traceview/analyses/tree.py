@@ -258,6 +258,8 @@ def enclosing_op(host: pl.DataFrame, runtime_cats: list[str]) -> pl.DataFrame:
     """Add `op`: for runtime/driver calls, the innermost enclosing `cpu_op` (the op that launched)."""
     rt = host.lazy().filter(pl.col("cat").is_in(runtime_cats)).select("i").collect()
     got = ancestor_where(host, rt, pl.col("cat") == "cpu_op", "op")
+    if host.height < 4096:  # (fewer polars calls)
+        return host.join(got, on="i", how="left")
     # set beside `host` (as a left join on the unique `i` gives it), the wide frame not copied
     ids, gi = host["i"].to_numpy(), got["i"].to_numpy()
     size = int(max(ids.max(initial=0), gi.max(initial=0))) + 1
