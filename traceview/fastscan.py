@@ -69,9 +69,12 @@ class Events:
         self._odd_off = np.frombuffer(odd_off, dtype=np.int64)
         self.n: int = r["n"]
         self.doc: d.Doc = _doc(r["members"])
-        self.ph = _dict_column("ph", r["ph_values"], r["ph"])
-        self.cat = _dict_column("cat", r["cat_values"], r["cat"])
-        self.name = _dict_column("name", r["name_values"], r["name"])
+        # ph, cat, name: dictionary codes (UInt32) and their dictionaries (distinct strings, each used by some
+        # event; "" where the key is absent): tests on them are integer work
+        self.dicts: dict[str, pl.Series] = {k: pl.Series(k, r[f"{k}_values"], dtype=pl.String)
+                                            for k in ("ph", "cat", "name")}
+        self.codes: dict[str, pl.Series] = {k: pl.Series(k, np.frombuffer(r[k], dtype=np.uint32))
+                                            for k in ("ph", "cat", "name")}
         self.pid = pl.Series("pid", np.frombuffer(r["pid"], dtype=np.int64))
         self.tid = pl.Series("tid", np.frombuffer(r["tid"], dtype=np.int64))
         self.pid_strs: dict[int, str] = r["pid_strs"]
@@ -84,12 +87,27 @@ class Events:
         self._id_strs: dict[int, str] = r["id_strs"]
         self.nargs = pl.Series("nargs", np.frombuffer(r["nargs"], dtype=np.uint32))
 
+    @property
+    def ph(self) -> pl.Series:
+        return _dict_column("ph", self.dicts["ph"], self.codes["ph"])
+
+    @property
+    def cat(self) -> pl.Series:
+        return _dict_column("cat", self.dicts["cat"], self.codes["cat"])
+
+    @property
+    def name(self) -> pl.Series:
+        return _dict_column("name", self.dicts["name"], self.codes["name"])
+
     def pop_columns(self) -> dict[str, pl.Series]:
-        """ph, cat, name, pid, tid, ts, dur, nargs, handed over (no longer held here)."""
-        names = ("ph", "cat", "name", "pid", "tid", "ts", "dur", "nargs")
+        """pid, tid, ts, dur, nargs and the codes of ph, cat, name (`dicts` decodes them), handed over (no
+        longer held here)."""
+        names = ("pid", "tid", "ts", "dur", "nargs")
         out = {k: getattr(self, k) for k in names}
         for k in names:
             delattr(self, k)
+        out.update(self.codes)
+        self.codes = {}
         return out
 
     def ids(self, rows: pl.Series) -> pl.Series | list:
@@ -160,8 +178,9 @@ def _obj_values(c: at.Column, val: tuple, n: int, as_list: bool) -> pl.Series | 
     return vals
 
 
-def _dict_column(name: str, values: list[str], codes: bytes) -> pl.Series:
-    return pl.Series(name, values, dtype=pl.String).gather(pl.Series(np.frombuffer(codes, dtype=np.uint32)))
+def _dict_column(name: str, values: pl.Series, codes: pl.Series) -> pl.Series:
+    """The strings of dictionary `codes`."""
+    return values.gather(codes).alias(name)
 
 
 def _doc(body: bytes) -> d.Doc:

@@ -39,6 +39,11 @@ MAX_DUR_NS = 7 * 24 * 3600 * 10**9  # HTA drops corrupt events longer than a wee
 MAX_SPAN_US = 7 * 24 * 3600 * 1e6  # an event this far from the trace's median timestamp has a corrupt clock
 
 
+#: below this many rows (events, GPU rows, host rows) the fixed cost of polars calls outweighs the per-row work the
+#: columnar shortcuts save (dictionary codes, the distinct-names regex, args tables merged field by field)
+_SMALL_ROWS = 4096
+
+
 def _ids(values: list) -> pl.Series:
     """pid/tid are ints or strings ("stream 7", "Spans", "25738"): map all to Int64."""
     s = pl.Series(values, dtype=pl.Int64, strict=False)
@@ -170,6 +175,8 @@ def _host_args(ev_args: list | fastscan.Events, host: pl.DataFrame, issues: Coun
     if isinstance(ev_args, fastscan.Events):  # the scanner's tables hold these rows already
         parts = [_args_frame(ev_args, host["i"], k, issues) for k in (at.PY, at.OP, at.RT)]
         rare = _args_frame(ev_args, host["i"], at.RARE, issues)
+        if host.height >= _SMALL_ROWS:
+            return _beside_union(host, parts, rare)
     else:
         has = host.select("i", "cat", "name", "nargs").filter(pl.col("nargs") > 0)
         parts = [
@@ -205,8 +212,39 @@ def _beside(rows: pl.DataFrame, *parts: pl.DataFrame) -> pl.DataFrame:
     return pl.concat([rows, *cols], how="horizontal").with_columns(empty).select(order)
 
 
+def _beside_union(rows: pl.DataFrame, parts: list[pl.DataFrame], rare: pl.DataFrame) -> pl.DataFrame:
+    """`_beside(rows, pl.concat(parts, how="diagonal_relaxed"), rare)` for parts whose row ids `i` are disjoint
+    (each event's args are in one of those tables), without building that concatenation (a column per field
+    of every table, over all their rows): each field gathered from the parts that hold it, cast to the type
+    the concatenation gives it, and coalesced."""
+    parts = [p for p in parts if p.width > 1]
+    if len(parts) < 2:
+        return _beside(rows, *parts, rare)
+    schema = pl.concat([p.head(0) for p in parts], how="diagonal_relaxed").schema
+    keys, got = rows["i"].to_numpy(), {}
+    for p in parts:
+        live = [c for c in p.columns[1:] if p[c].null_count() < p.height]
+        if live:
+            g = p.select(pl.col(live).gather(_positions(p["i"].to_numpy(), keys)))
+            for c in live:
+                got.setdefault(c, []).append(g[c].cast(schema[c]))
+    fields = [c for c in schema if c != "i"]
+    cols = [v[0] if len(v) == 1 else pl.select(pl.coalesce(v).alias(c)).to_series() for c, v in got.items()]
+    empty = [pl.lit(None, schema[c]).alias(c) for c in fields if c not in got]
+    wide = pl.concat([rows, pl.DataFrame(cols)], how="horizontal") if cols else rows
+    return _beside(wide.with_columns(empty).select(*rows.columns, *fields), rare)
+
+
 def _positions(at: np.ndarray, keys: np.ndarray) -> pl.Series:
     """Where each of `keys` is in `at` (unique values), null where it is not."""
+    if at.size and keys.size and at.min() >= 0 and keys.min() >= 0 and max(at.max(), keys.max()) < 4 * (
+            at.size + keys.size):  # row ids (dense): a lookup table beats binary searches
+        lut = np.full(int(max(at.max(), keys.max())) + 1, -1, np.int64)
+        lut[at] = np.arange(at.size)
+        pos = lut[keys]
+        hit = pos >= 0
+        pos = pos.astype(np.uint32)
+        return pl.Series(pos).set(pl.Series(~hit), None) if not hit.all() else pl.Series(pos)
     by = None if at.size < 2 or bool((at[1:] > at[:-1]).all()) else np.argsort(at, kind="stable")
     ranked = at if by is None else at[by]
     pos = np.minimum(np.searchsorted(ranked, keys), max(at.size - 1, 0))
@@ -240,21 +278,27 @@ def load_file(path: str | Path, max_bytes: int = DEFAULT_MAX_BYTES,
         if not fast.n:
             raise TraceError(f"{path}: 'traceEvents' is empty: nothing to analyze")
         cols = fast.pop_columns()  # the frame owns them from here (no second copy while they are replaced)
+        # ph, cat, name as dictionary codes (tests on them are integer work), but on a small trace as their
+        # strings (fewer polars calls: the codes are decoded per slice)
+        dicts = {k: _Dict(v) for k, v in fast.dicts.items()} if fast.n >= _SMALL_ROWS else None
+        if dicts is None:
+            cols.update({k: fast.dicts[k].gather(cols[k]).alias(k) for k in fast.dicts})
         base = pl.DataFrame({
             "ph": cols["ph"], "cat": cols["cat"], "name": cols["name"],
             "pid": _fast_ids(cols["pid"], fast.pid_strs), "tid": _fast_ids(cols["tid"], fast.tid_strs),
             "ts_us": cols["ts"], "dur_us": cols["dur"], "nargs": cols["nargs"],
         }).with_row_index("i")
         del cols
-        flow_rows = base.select(pl.col("i").filter(pl.col("ph").is_in(["s", "f"])))["i"]  # (not the whole frame)
+        flow_rows = base.select(pl.col("i").filter(_is("ph", ["s", "f"], dicts)))["i"]  # (not the whole frame)
         flow_ids = fast.ids(flow_rows)
         flow_rows = flow_rows.to_list()
     else:
         doc, ev_args, base, flow_rows, flow_ids = _decode_msgspec(path, data, warnings)
+        dicts = None
     del data
     legacy = doc.schemaVersion is None and doc.deviceProperties is None and doc.traceName is None
 
-    parts, t0_us, counts, fmt = _slices(path, base, legacy, warnings)  # consumes base
+    parts, t0_us, counts, fmt = _slices(path, base, legacy, warnings, dicts)  # consumes base
     host, gpu, gann, mem, fl, meta_rows = parts.values()
     del base, parts
 
@@ -332,8 +376,38 @@ _SLICE_COLS = {
 }
 
 
-def _slices(path: Path, base: pl.DataFrame, legacy: bool,
-            warnings: list[str]) -> tuple[dict[str, pl.DataFrame], float, dict, str]:
+class _Dict:
+    """The dictionary of a column of codes (distinct strings; the C scanner's ph, cat, name)."""
+
+    SMALL = 4096  # up to this many strings, looked up in a Python index (a polars call costs more)
+
+    def __init__(self, values: pl.Series) -> None:
+        self.values = values
+        self._index: dict[str, list[int]] | None = None
+
+    def codes(self, want: list[str]) -> pl.Series:
+        """The codes of the strings `want` (UInt32)."""
+        if self.values.len() > self.SMALL:
+            return self.values.is_in(want).arg_true().cast(pl.UInt32)
+        if self._index is None:
+            self._index = {}
+            for k, v in enumerate(self.values.to_list()):
+                self._index.setdefault(v, []).append(k)
+        return pl.Series([k for v in want for k in self._index.get(v, ())], dtype=pl.UInt32)
+
+
+def _is(col: str, values: str | list[str], dicts: dict[str, _Dict] | None) -> pl.Expr:
+    """`pl.col(col).is_in(values)` (`==` for one value) on a string column; with `dicts`, on the column of
+    dictionary codes `col` is (its dictionary `dicts[col]` tested, not the rows' strings: integer work)."""
+    values = [values] if isinstance(values, str) else values
+    if dicts is None:
+        return pl.col(col) == values[0] if len(values) == 1 else pl.col(col).is_in(values)
+    codes = dicts[col].codes(values)
+    return pl.col(col) == pl.lit(codes[0], pl.UInt32) if codes.len() == 1 else pl.col(col).is_in(codes.implode())
+
+
+def _slices(path: Path, base: pl.DataFrame, legacy: bool, warnings: list[str],
+            dicts: dict[str, _Dict] | None = None) -> tuple[dict[str, pl.DataFrame], float, dict, str]:
     """Cut `base` into the rows each frame is built from ({_SLICE_COLS key: frame}), with ts / dur validated
     and turned into int64 ns relative to the first event; also t0 (µs), the event count per category and the
     trace's format (2021-era category names are replaced by today's, only when there are some).
@@ -341,12 +415,15 @@ def _slices(path: Path, base: pl.DataFrame, legacy: bool,
     Events without a usable ts, or whose clock is implausible, are skipped; a missing or negative dur is 0;
     each with a warning. The checks are counts over the whole table (no column of it is rebuilt), the ranges
     checked before the int64 cast so no value can overflow it, and the ns columns are computed on the slices
-    only. `base` is consumed: each of its columns is freed once cut (the load's memory stays near one table)."""
-    ph, cat, name, ts, dur = pl.col("ph"), pl.col("cat"), pl.col("name"), pl.col("ts_us"), pl.col("dur_us")
-    x = ph == "X"
-    spans = x | (ph == "i")  # (== beats is_in on strings)
-    placed = spans | (ph == "s") | (ph == "f")  # events whose time is used; metadata (M) often has ts 0
-    timed = spans & ts.is_not_null() & (cat != "Trace") & (pl.col("pid") > -1_000_000_000)
+    only. `base` is consumed: each of its columns is freed once cut (the load's memory stays near one table).
+    With `dicts`, base's ph, cat and name are dictionary codes (`_is`), decoded on the slices only."""
+    cat, ts, dur = pl.col("cat"), pl.col("ts_us"), pl.col("dur_us")
+    x = _is("ph", "X", dicts)
+    spans = x | _is("ph", "i", dicts)  # (== beats is_in on strings)
+    placed = spans | _is("ph", ["s", "f"], dicts)  # events whose time is used; metadata (M) often has ts 0
+    not_trace = ~_is("cat", "Trace", dicts)
+    timed = spans & ts.is_not_null() & not_trace & (pl.col("pid") > -1_000_000_000)
+    no_cat = _is("cat", "", dicts)
 
     def survey() -> dict:
         return base.select(
@@ -355,19 +432,27 @@ def _slices(path: Path, base: pl.DataFrame, legacy: bool,
             t0=ts.filter(timed).min(), lo=ts.filter(placed).min(), hi=ts.filter(placed).max(), dur_hi=dur.max(),
             finite=ts.is_finite().all() & dur.is_finite().all(),
             # 2021-era category names, X events without a category (not "Trace": the times above hold either way)
-            old=cat.is_in(list(OLD_CATS)[:5]).any(), renamed=cat.is_in(list(OLD_CATS)).any(),
-            empty_x=((cat == "") & x).any(), all_empty=(cat == "").all()).row(0, named=True)
+            old=_is("cat", list(OLD_CATS)[:5], dicts).any(), renamed=_is("cat", list(OLD_CATS), dicts).any(),
+            empty_x=(no_cat & x).any(), all_empty=no_cat.all()).row(0, named=True)
 
     n = survey()  # one pass of counts and extremes
     if not n["finite"]:  # NaN, inf: as missing (but a +inf dur is corrupt: dropped below)
         ts = pl.when(ts.is_finite()).then(ts)
         dur = pl.when(dur.is_finite()).then(dur).when(dur == float("inf")).then(dur)
-        timed = spans & ts.is_not_null() & (cat != "Trace") & (pl.col("pid") > -1_000_000_000)
+        timed = spans & ts.is_not_null() & not_trace & (pl.col("pid") > -1_000_000_000)
         n = survey()
     fmt = "legacy-autograd" if (legacy and n["all_empty"]) else ("kineto-2021" if n["old"] else "kineto")
-    if n["renamed"] or n["empty_x"]:  # today's names (an X event without a category is a CPU op); in place
+    if (n["renamed"] or n["empty_x"]) and dicts is None:  # today's names (an X event without a category is a
+        # CPU op); in place
         base.replace_column(base.get_column_index("cat"), base.select(
-            pl.when((cat == "") & x).then(pl.lit("cpu_op")).otherwise(cat.replace(OLD_CATS)).alias("cat")).to_series())
+            pl.when(no_cat & x).then(pl.lit("cpu_op")).otherwise(cat.replace(OLD_CATS)).alias("cat")).to_series())
+    elif n["renamed"] or n["empty_x"]:  # the same on the dictionary (and the codes of X events without one)
+        names = dicts["cat"].values.replace(OLD_CATS)
+        if n["empty_x"]:
+            names = names.append(pl.Series(["cpu_op"]))
+            base.replace_column(base.get_column_index("cat"), base.select(
+                pl.when(no_cat & x).then(pl.lit(names.len() - 1, pl.UInt32)).otherwise(cat).alias("cat")).to_series())
+        dicts = {**dicts, "cat": _Dict(names)}
     if n["no_ts"]:
         warnings.append(f"skipped {n['no_ts']:,} events (ph X or i) without a usable 'ts' (missing, null or not "
                         "a finite number)")
@@ -403,12 +488,22 @@ def _slices(path: Path, base: pl.DataFrame, legacy: bool,
     if corrupt:
         warnings.append(f"skipped {corrupt:,} events with a duration over 7 days (corrupt profiler records)")
     keep = ~(no_ts | far | long) if n["no_ts"] or n_far or corrupt else None
-    counts = base.select(cat if keep is None else cat.filter(keep)).group_by("cat").len()
-    counts = dict(counts.sort(["len", "cat"], descending=[True, False]).iter_rows())
+    if dicts is not None:  # codes -> names (two codes may name one category: renamed, or escaped in the file)
+        per = np.bincount((base["cat"] if keep is None else base.select(cat.filter(keep)).to_series()).to_numpy(),
+                          minlength=dicts["cat"].values.len())
+        used = np.flatnonzero(per)
+        got: dict[str, int] = {}
+        for c, m in zip(dicts["cat"].values.gather(used).to_list(), per[used].tolist(), strict=True):
+            got[c] = got.get(c, 0) + m
+        counts = dict(sorted(got.items(), key=lambda cm: (-cm[1], cm[0])))  # (no null: "" for none)
+    else:
+        counts = base.select(cat if keep is None else cat.filter(keep)).group_by("cat").len()
+        counts = dict(counts.sort(["len", "cat"], descending=[True, False]).iter_rows())
 
-    conds = {"host": x & cat.is_in(HOST_CATS), "gpu": x & cat.is_in(GPU_CATS),
-             "gann": x & (cat == "gpu_user_annotation"), "mem": (ph == "i") & (name == "[memory]"),
-             "flows": (ph == "s") | (ph == "f"), "meta": (ph == "M") & name.is_in(list(META_NAMES))}
+    conds = {"host": x & _is("cat", HOST_CATS, dicts), "gpu": x & _is("cat", GPU_CATS, dicts),
+             "gann": x & _is("cat", "gpu_user_annotation", dicts),
+             "mem": _is("ph", "i", dicts) & _is("name", "[memory]", dicts),
+             "flows": _is("ph", ["s", "f"], dicts), "meta": _is("ph", "M", dicts) & _is("name", list(META_NAMES), dicts)}
     masks = base.select(**{k: c if keep is None else c & keep for k, c in conds.items()})
     if not masks["host"].any() and not masks["gpu"].any():
         cats = ", ".join(f"{c or repr(c)} ({m:,})" for c, m in list(counts.items())[:6])
@@ -419,7 +514,8 @@ def _slices(path: Path, base: pl.DataFrame, legacy: bool,
         col = base.drop_in_place(c)
         for k, want in _SLICE_COLS.items():
             if c in want:
-                cols[k][c] = col.filter(masks[k])
+                got = col.filter(masks[k])
+                cols[k][c] = got if dicts is None or c not in dicts else dicts[c].values.gather(got).alias(c)
         del col
     del masks
     ts_ns = ((ts - t0_us) * 1000).round().cast(pl.Int64)
@@ -524,10 +620,25 @@ def _finish_gpu(gpu: pl.DataFrame, host: pl.DataFrame) -> pl.DataFrame:
           .select(pl.col("correlation").cast(pl.Int64), pl.col("i").alias("launch"), pl.col("op"),
                   pl.col("name").alias("launch_name"), pl.col("ts").alias("launch_ts"),
                   pl.col("end").alias("launch_end"), pl.col("tid").alias("launch_tid")).collect())
-    rt = rt.filter(pl.col("correlation").is_first_distinct())
-    # one row per GPU row (correlations are unique in `rt`), in its order: set beside it, the wide frame not copied
-    gpu = gpu.hstack(gpu.select("correlation").join(rt, on="correlation", how="left", maintain_order="left")
-                     .drop("correlation"))
+    if gpu.height < _SMALL_ROWS:  # a join costs fewer polars calls than the lookup below
+        rt = rt.filter(pl.col("correlation").is_first_distinct())
+        return _kinds(gpu.hstack(gpu.select("correlation").join(rt, on="correlation", how="left", maintain_order="left")
+                                 .drop("correlation")), host)
+    corr = rt["correlation"].to_numpy()
+    if corr.size > 1 and not bool((corr[1:] > corr[:-1]).all()):  # (increasing: unique already, the common case)
+        rt = rt.filter(pl.col("correlation").is_first_distinct())
+        corr = rt["correlation"].to_numpy()
+    # one row per GPU row (correlations are unique in `rt`), in its order, as a left join on correlation gives
+    # it: `rt` gathered at each GPU row's match, set beside it (the wide frame not copied)
+    gc = gpu["correlation"]
+    at_ = _positions(corr, gc.fill_null(0).to_numpy()) if gpu.height else pl.Series([], dtype=pl.UInt32)
+    if gc.null_count():  # a null correlation matches nothing
+        at_ = pl.select(pl.when(gc.is_not_null()).then(at_)).to_series()
+    return _kinds(gpu.hstack(rt.drop("correlation").select(pl.all().gather(at_))), host)
+
+
+def _kinds(gpu: pl.DataFrame, host: pl.DataFrame) -> pl.DataFrame:
+    """`_finish_gpu`'s last steps, once each GPU row has its launch: the op of rows without one, the kind."""
     # no runtime row (out of window, or a format without launches): External id names the op when it
     # is not merely a copy of the correlation (pre-2.4 traces copy it); cpu ops are looked up for those ids only
     want = gpu.select(pl.col("external_id").filter(pl.col("op").is_null()
@@ -539,12 +650,17 @@ def _finish_gpu(gpu: pl.DataFrame, host: pl.DataFrame) -> pl.DataFrame:
         gpu = gpu.join(ops, on="external_id", how="left", maintain_order="left").with_columns(
             op=pl.coalesce("op", pl.when(pl.col("external_id") != pl.col("correlation")).then(pl.col("op_x")))
         ).drop("op_x")
+    if gpu.height >= _SMALL_ROWS:  # the regex on the few distinct kernel names, not on every row
+        names = gpu["name"].unique()
+        comm = pl.col("name").is_in(names.filter(names.str.contains(COMM_KERNEL_RE)).implode())
+    else:
+        comm = pl.col("name").str.contains(COMM_KERNEL_RE)
     return gpu.with_columns(
         graph=pl.col("launch_name").is_in(GRAPH_LAUNCH).fill_null(False),
         kind=pl.when(pl.col("cat") == "gpu_memcpy").then(pl.lit("memcpy"))
         .when(pl.col("cat") == "gpu_memset").then(pl.lit("memset"))
         .when(pl.col("cat") == "cuda_sync").then(pl.lit("sync"))
-        .when(pl.col("name").str.contains(COMM_KERNEL_RE)).then(pl.lit("comm"))
+        .when(comm).then(pl.lit("comm"))
         .otherwise(pl.lit("compute")),
     )
     if gpu.select((pl.col("ts").diff() > 0).all()).item():  # strictly in time order already (one stream, say):

@@ -26,7 +26,8 @@ def thread_ids(pid: np.ndarray, tid: np.ndarray) -> np.ndarray | None:
     key = (pid.astype(np.int64) << 32) | (tid.astype(np.int64) + lim)
     run = np.ones(key.size, bool)  # the distinct keys are among the run starts (events come in thread runs)
     run[1:] = key[1:] != key[:-1]
-    return np.searchsorted(np.unique(key[run]), key)
+    distinct = np.unique(key[run])
+    return np.zeros(key.size, np.intp) if distinct.size == 1 else np.searchsorted(distinct, key)
 
 
 def _order(host: pl.DataFrame, pid: np.ndarray, tid: np.ndarray, ts: np.ndarray,
@@ -129,34 +130,42 @@ def call_tree(host: pl.DataFrame) -> pl.DataFrame:
         depth[zero] -= zpos - zpos[zfirst][np.cumsum(zfirst) - 1]
     del tkey, zero, dur
     np.maximum(depth, 0, out=depth)
-    # parent: the last earlier slice on the thread one level up. Grouped by (thread, depth), positions ascend,
-    # so the queries below come sorted too.
-    D = int(depth.max()) + 2
-    k3 = tno * D + depth
+    # parent: the last earlier slice on the thread one level up (positions are in (thread, time) order, so the
+    # last earlier slice one level up of any thread is on this thread when this thread has one)
+    cand = np.full(n, -1, np.int64)
+    up = np.zeros(n, bool)  # the common case: the previous slice is the parent (a first child)
+    up[1:] = depth[:-1] == depth[1:] - 1  # (on another thread: refused below)
+    cand[up] = np.flatnonzero(up) - 1
+    rest = ~up & (depth > 0)
+    del up
+    if rest.any():  # the others: per level, a binary search among the slices one level up
+        top = int(depth.max())
+        by_level = np.argsort(depth.astype(np.uint8 if top < 2**8 else np.uint16 if top < 2**16 else np.int64),
+                              kind="stable")  # radix sort: positions grouped by depth, ascending in each level
+        bounds = np.searchsorted(depth[by_level], np.arange(top + 2))
+        for lv in range(1, top + 1):
+            above, here = by_level[bounds[lv - 1]:bounds[lv]], by_level[bounds[lv]:bounds[lv + 1]]
+            q = here[rest[here]]
+            if q.size and above.size:
+                j = np.searchsorted(above, q) - 1
+                cand[q] = np.where(j >= 0, above[np.maximum(j, 0)], -1)
+        del by_level
+    del rest
+    ok = cand >= 0
+    ok[ok] = tno[cand[ok]] == tno[ok]
     del tno
-    small = int(k3.max()) < 2**16
-    sorter = np.argsort(k3.astype(np.uint16) if small else k3, kind="stable")  # radix sort when small
-    comb_s = k3[sorter] * n + sorter
-    js = np.searchsorted(comb_s, comb_s - n, side="left") - 1  # queries (k3 - 1) * n + pos, in sorter order
-    del comb_s
-    ok_s = (js >= 0) & (depth[sorter] > 0)
-    cand = sorter[np.clip(js, 0, n - 1)]
-    del js
-    ok_s &= k3[cand] == k3[sorter] - 1
-    del k3
     ids = host["i"].to_numpy()
-    par_s = np.where(ok_s, ids[order[cand]], 0)
+    par_s = np.where(ok, ids[order[np.maximum(cand, 0)]], 0)
     del cand
     # back to the host's row order: sorted position p is row order[p]
     dep = np.empty(n, np.int32)
     dep[order] = depth
     del depth
-    back = order[sorter]
-    del order, sorter
     par = np.zeros(n, ids.dtype)
     okr = np.zeros(n, bool)
-    par[back] = par_s
-    okr[back] = ok_s
+    par[order] = par_s
+    okr[order] = ok
+    del order
     cols = pl.DataFrame({"depth": dep, "parent": par, "_ok": okr}).select(
         "depth", parent=pl.when("_ok").then(pl.col("parent").cast(pl.UInt32)))
     return host.drop("depth", "parent", strict=False).hstack(cols)
@@ -249,4 +258,15 @@ def enclosing_op(host: pl.DataFrame, runtime_cats: list[str]) -> pl.DataFrame:
     """Add `op`: for runtime/driver calls, the innermost enclosing `cpu_op` (the op that launched)."""
     rt = host.lazy().filter(pl.col("cat").is_in(runtime_cats)).select("i").collect()
     got = ancestor_where(host, rt, pl.col("cat") == "cpu_op", "op")
-    return host.join(got, on="i", how="left")
+    if host.height < 4096:  # (fewer polars calls)
+        return host.join(got, on="i", how="left")
+    # set beside `host` (as a left join on the unique `i` gives it), the wide frame not copied
+    ids, gi = host["i"].to_numpy(), got["i"].to_numpy()
+    size = int(max(ids.max(initial=0), gi.max(initial=0))) + 1
+    found = np.zeros(size, bool)
+    found[gi] = True
+    val = np.zeros(size, np.uint32)
+    val[gi] = got["op"].to_numpy()
+    op = pl.Series("op", val[ids])
+    hit = found[ids]
+    return host.drop("op", strict=False).with_columns(op if hit.all() else op.set(pl.Series(~hit), None))
