@@ -22,6 +22,7 @@ import polars as pl
 from . import argtables as at
 from . import decode as d
 from . import fastscan, lax
+from .analyses.names import contains as name_matches
 from .analyses.tree import call_tree, enclosing_op
 from .argtables import GPU_FIELDS as _GPU_FIELDS
 from .argtables import INT_ATTRS as _INT_ATTRS
@@ -40,7 +41,7 @@ MAX_SPAN_US = 7 * 24 * 3600 * 1e6  # an event this far from the trace's median t
 
 
 #: below this many rows (events, GPU rows, host rows) the fixed cost of polars calls outweighs the per-row work the
-#: columnar shortcuts save (dictionary codes, the distinct-names regex, args tables merged field by field)
+#: columnar shortcuts save (dictionary codes, args tables merged field by field; analyses.names has its own bound)
 _SMALL_ROWS = 4096
 
 
@@ -650,11 +651,7 @@ def _kinds(gpu: pl.DataFrame, host: pl.DataFrame) -> pl.DataFrame:
         gpu = gpu.join(ops, on="external_id", how="left", maintain_order="left").with_columns(
             op=pl.coalesce("op", pl.when(pl.col("external_id") != pl.col("correlation")).then(pl.col("op_x")))
         ).drop("op_x")
-    if gpu.height >= _SMALL_ROWS:  # the regex on the few distinct kernel names, not on every row
-        names = gpu["name"].unique()
-        comm = pl.col("name").is_in(names.filter(names.str.contains(COMM_KERNEL_RE)).implode())
-    else:
-        comm = pl.col("name").str.contains(COMM_KERNEL_RE)
+    comm = name_matches(gpu, COMM_KERNEL_RE)  # the regex on the few distinct kernel names, not on every row
     return gpu.with_columns(
         graph=pl.col("launch_name").is_in(GRAPH_LAUNCH).fill_null(False),
         kind=pl.when(pl.col("cat") == "gpu_memcpy").then(pl.lit("memcpy"))
