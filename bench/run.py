@@ -7,9 +7,11 @@ Measured in one run on this machine, in fresh processes, interleaved, medians (a
   time by tiling it in time (tools/inflate_trace.py; never committed) and on 1 M / 10 M tiny synthetic events
   (tools/tiny_events.py), with `orjson.loads` and `json.loads` of
   the same bytes (already in memory) as baselines, and each process's peak RSS;
-- start-up: a tiny bundled trace end to end, `import traceview.report` alone, and `python -c pass`;
+- start-up: a tiny bundled trace end to end, `import traceview.report` alone, `import numpy, polars` (the floor
+  of any run) and `python -c pass`;
 - peers: HTA (`TraceAnalysis` load + temporal + idle breakdown) on the benchmark trace, once;
-- hot spots: where `traceview analyze` spends its time on the benchmark trace (pyinstrument, when installed).
+- phases and hot spots: where `traceview analyze` spends its time on the benchmark trace (pyinstrument, when
+  installed): inclusive time of the run's phases, and the functions with the most self time.
 
 The benchmark trace: `--trace`, else ../shared/traces/big/big_train_60steps.json.gz when present, else one made
 from a bundled sample (sample_traces/gpu_h200/train_tinygpt_modules.json.gz tiled to about 130 MB of JSON).
@@ -74,36 +76,71 @@ def size_cases(path: Path) -> dict[str, tuple[list[str], bool]]:
             "json": ([sys.executable, "-c", DECODE.format(mod="json"), str(path)], True)}
 
 
-def hot_spots(path: Path, top: int = 15) -> list[tuple[str, float]]:
-    """(function, share of wall time) from pyinstrument's self time, the `top` largest; [] without it."""
+def profile(path: Path) -> dict | None:
+    """pyinstrument's JSON report of `traceview analyze` on `path`; None without pyinstrument or a report."""
     try:
         import pyinstrument  # noqa: F401
     except ImportError:
-        return []
+        return None
+    import json
+
     with tempfile.TemporaryDirectory() as d:
         out = Path(d) / "p.json"
         subprocess.run([sys.executable, "-m", "pyinstrument", "-r", "json", "-o", str(out), "-m", "traceview",
                         "analyze", str(path), "--format", "json", "-o", os.devnull], check=True,
                        capture_output=True)
-        import json
-
         try:
-            doc = json.loads(out.read_text())
-        except (OSError, ValueError):  # no report written: the table is left out, the other numbers stay
-            return []
+            return json.loads(out.read_text())
+        except (OSError, ValueError):  # no report written: the tables are left out, the other numbers stay
+            return None
+
+
+def _key(node: dict) -> str:
+    return f"{node['function']} ({Path(node.get('file_path_short') or node.get('file_path') or '?').name})"
+
+
+def hot_spots(doc: dict, top: int = 15) -> list[tuple[str, float]]:
+    """(function, share of wall time) from pyinstrument's self time, the `top` largest."""
     total = doc.get("duration") or 1.0
     self_time: dict[str, float] = {}
 
     def walk(node: dict) -> None:
         kids = node.get("children") or []
         own = node["time"] - sum(c["time"] for c in kids)
-        key = f"{node['function']} ({Path(node.get('file_path_short') or node.get('file_path') or '?').name})"
-        self_time[key] = self_time.get(key, 0.0) + max(own, 0.0)
+        self_time[_key(node)] = self_time.get(_key(node), 0.0) + max(own, 0.0)
         for c in kids:
             walk(c)
 
     walk(doc["root_frame"])
     return sorted(((k, v / total) for k, v in self_time.items()), key=lambda x: -x[1])[:top]
+
+
+#: the phases of a run, by the function (and file) that holds each; imports are module bodies of the packages
+PHASES = [("import polars", "<module>", "polars/__init__.py"), ("import numpy", "<module>", "numpy/__init__.py"),
+          ("load: whole (scan, frames, call tree)", "load_file", "traceview/loader.py"),
+          ("load: waiting for the scan thread", "wait", "traceview/instream.py"),
+          ("analysis: whole", "_analyze_trace", "traceview/report.py"),
+          ("analysis: rules", "run_rules", "traceview/rulerunner.py"),
+          ("analysis: layer attribution (rules and layer table share it)", "attribution", "analyses/layers.py"),
+          ("analysis: layer table", "layer_table", "analyses/layers.py"),
+          ("analysis: classification (prepare)", "prepare", "traceview/ruleapi.py")]
+
+
+def phases(doc: dict) -> list[tuple[str, float, float]]:
+    """(phase, seconds, share of wall time): inclusive time of each phase's outermost calls."""
+    total = doc.get("duration") or 1.0
+    found = {name: 0.0 for name, _, _ in PHASES}
+
+    def walk(node: dict, inside: frozenset) -> None:
+        path = (node.get("file_path") or "").replace("\\", "/")
+        hit = {name for name, fn, f in PHASES if node["function"].endswith(fn) and path.endswith(f)}
+        for name in hit - inside:
+            found[name] += node["time"]
+        for c in node.get("children") or []:
+            walk(c, inside | hit)
+
+    walk(doc["root_frame"], frozenset())
+    return [(name, found[name], found[name] / total) for name, _, _ in PHASES]
 
 
 def main() -> None:
@@ -152,6 +189,7 @@ def main() -> None:
         # start-up
         st = median_runs({"tiny trace end to end": (tv_cmd(TINY), False),
                           "import traceview.report": ([py, "-c", "import traceview.report"], False),
+                          "import numpy, polars (the floor)": ([py, "-c", "import numpy, polars"], False),
                           "python -c pass": ([py, "-c", "pass"], False)}, max(a.repeat, 5))
         lines.append("\n## Start-up\n")
         lines.append("| what | seconds | peak RSS MiB |\n|---|---|---|")
@@ -166,11 +204,15 @@ def main() -> None:
                              f"{hs / base['traceview'][0]:.1f}x |")
             except SystemExit as e:
                 lines.append(f"\nHTA could not run: {e}")
-        spots = hot_spots(big)
-        if spots:
+        doc = profile(big)
+        if doc:
+            lines.append(f"\n## Phases (inclusive time, pyinstrument, benchmark trace; {doc['duration']:.2f} s "
+                         "under the profiler)\n")
+            lines.append("| phase | seconds | share of wall time |\n|---|---|---|")
+            lines += [f"| {k} | {sec:.3f} | {100 * v:.1f} % |" for k, sec, v in phases(doc)]
             lines.append("\n## Hot spots (self time, pyinstrument, benchmark trace)\n")
             lines.append("| function | share of wall time |\n|---|---|")
-            lines += [f"| `{k}` | {100 * v:.1f} % |" for k, v in spots]
+            lines += [f"| `{k}` | {100 * v:.1f} % |" for k, v in hot_spots(doc)]
     Path(a.out).write_text("\n".join(lines) + "\n")
     print("\n".join(lines))
 

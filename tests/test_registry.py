@@ -64,6 +64,20 @@ def test_config_pyproject_and_set(tmp_path):
         config.load(cwd=tmp_path, sets=["launch-bound.high_pct=lots"])
 
 
+def test_config_pyproject_parsed_only_when_it_can_name_traceview(tmp_path):
+    # A pyproject.toml that cannot spell `traceview` is not parsed: even broken TOML there is no error.
+    (tmp_path / "pyproject.toml").write_text('[project\nname = "other"\n')
+    assert config.load(cwd=tmp_path)["source"] is None
+    # Once it can, it is parsed (and broken TOML is reported) ...
+    (tmp_path / "pyproject.toml").write_text('[project\nname = "traceview-user"\n')
+    with pytest.raises(TraceError, match="pyproject.toml"):
+        config.load(cwd=tmp_path)
+    # ... including a key that spells a letter as a \\u escape.
+    (tmp_path / "pyproject.toml").write_text('[tool."trace\\u0076iew"]\nignore = ["TV3"]\n')
+    cfg = config.load(cwd=tmp_path)
+    assert cfg["ignore"] == ["TV3"] and cfg["source"] == str(tmp_path / "pyproject.toml")
+
+
 def test_cli_rules_and_rule():
     r = run("rules", "--format", "json")
     assert r.returncode == 0
