@@ -69,6 +69,15 @@ def tv_cmd(path: Path) -> list[str]:
     return [sys.executable, "-m", "traceview", "analyze", str(path), "--format", "json", "-o", os.devnull]
 
 
+def read_halves(path: Path) -> dict:
+    """CPU seconds of gunzip and of the C scan, each alone (bench_scan.py, in its own process)."""
+    import json
+
+    out = subprocess.run([sys.executable, str(ROOT / "bench/bench_scan.py"), str(path)], check=True,
+                         capture_output=True, text=True)
+    return json.loads(out.stdout)
+
+
 def size_cases(path: Path) -> dict[str, tuple[list[str], bool]]:
     """traceview end to end and the bare decoders on the same file: one row of the cost-vs-size table."""
     return {"traceview": (tv_cmd(path), False),
@@ -163,14 +172,16 @@ def main() -> None:
         lines = ["# Benchmark results\n", f"`python bench/run.py` on {platform.node() or 'this machine'} "
                  f"({os.cpu_count()} cores, Python {platform.python_version()}), {a.repeat} interleaved runs, medians.\n"]
         # cost vs size
-        rows = []
+        rows, halves = [], []
         base = median_runs(size_cases(big), a.repeat)
         rows.append((big.name, mb, base))
+        halves.append((big.name, read_halves(big), base["traceview"][0]))
         for gb in [float(x) for x in a.sizes.split(",") if x.strip()]:
             copies = max(2, round(gb * 1000 / mb))
             p = inflate(big, tmpd / f"x{copies}.json", copies)
             m = json_mb(p)
             rows.append((f"{big.name} x{copies}", m, median_runs(size_cases(p), a.big_repeat)))
+            halves.append((rows[-1][0], read_halves(p), rows[-1][2]["traceview"][0]))
             p.unlink()
         for millions in [float(x) for x in a.tiny_events.split(",") if x.strip()]:
             p = tmpd / f"tiny{millions:g}M.json.gz"
@@ -186,6 +197,14 @@ def main() -> None:
             tv, oj, js = r["traceview"], r["orjson"], r["json"]
             lines.append(f"| {name} | {m:.0f} | {tv[0]:.2f} | {m / tv[0]:.0f} | {oj[0] / tv[0]:.2f}x | {tv[1]:.0f} | "
                          f"{tv[1] * 1.048576 / m:.2f} | {oj[0]:.2f} | {js[0]:.2f} |")
+        lines.append("\n## The read pipeline, each half alone (bench_scan.py, CPU seconds of its thread)\n")
+        lines.append("The CLI runs gunzip and the C scan in two threads while the main thread imports; on "
+                     f"{os.cpu_count()} cores they share the cores with it.\n")
+        lines.append("| trace | MB JSON | gunzip CPU s | scan CPU s | scan MB/s | traceview wall s |")
+        lines.append("|---|---|---|---|---|---|")
+        for name, h, wall in halves:
+            lines.append(f"| {name} | {h['mb']:.0f} | {h['gunzip_cpu_s']:.2f} ({h['inflate']}) | "
+                         f"{h['scan_cpu_s']:.2f} | {h['mb'] / max(h['scan_cpu_s'], 1e-9):.0f} | {wall:.2f} |")
         # start-up
         st = median_runs({"tiny trace end to end": (tv_cmd(TINY), False),
                           "import traceview.report": ([py, "-c", "import traceview.report"], False),
