@@ -38,26 +38,49 @@ NOT_LAYER_RE = r"^(ProfilerStep#|nccl:|PyTorch Profiler|## forward ##$)"
 PHASES = ("forward", "backward", "optimizer", "dataloader", "other")
 CLASSES = ("gpu_compute", "gpu_memory", "communication", "host_sync", "input", "cpu_launch", "other_idle")
 
-#: the per-layer tree's columns (also of an empty tree: a trace with no layer events)
-_TREE_SCHEMA = {"layer": pl.String, "parent_layer": pl.String, "name": pl.String, "layer_class": pl.String,
-                "kind": pl.String, "depth": pl.Int32, "module_path": pl.String, "anc": pl.List(pl.String),
-                "src": pl.String, "first_ts": pl.Int64, "calls": pl.UInt32}
-_ATTR_SCHEMA = {"i": pl.UInt32, "layer": pl.String, "layer_class": pl.String, "depth": pl.Int32,
-                "phase": pl.String}
 # the per-layer tree; empty (with these columns) when the trace has no layer to attribute to
 _TREE_SCHEMA = {"layer": pl.String, "parent_layer": pl.String, "name": pl.String, "layer_class": pl.String,
                 "kind": pl.String, "depth": pl.Int32, "module_path": pl.String, "anc": pl.List(pl.String),
                 "src": pl.String, "first_ts": pl.Int64, "calls": pl.UInt32}
+#: a row's layer as codes: `lc` a row of `Attribution.names`, `ph` an index into PHASES
+_CODES_SCHEMA = {"i": pl.UInt32, "lc": pl.UInt32, "ph": pl.UInt8}
+_NAMES_SCHEMA = {"layer": pl.String, "layer_class": pl.String, "depth": pl.Int32}
+_OTHER = PHASES.index("other")
 
 
 @dataclass(frozen=True)
 class Attribution:
     source: str  # "modules" | "module_annotations" | "annotations" | "ops" | "none"
-    nodes: pl.DataFrame  # one row per node event [i, layer, module_path, name, layer_class, kind, depth,
-    #                       parent_layer, src, ts, end]
-    host: pl.DataFrame  # [i, layer, layer_class, depth, phase] for cpu_op and runtime rows
+    host: pl.DataFrame  # [i, lc, ph] (codes: `decode`) for cpu_op and runtime rows, in id order
+    names: pl.DataFrame  # [layer, layer_class, depth] of each layer code (a few rows: the distinct layers); the
+    #                      last row is `(unattributed)`. Rows hold codes, not strings: a string per row costs
+    #                      16 bytes or more per column on traces of millions of events
     tree: pl.DataFrame  # one row per layer [layer, parent_layer, name, layer_class, kind, depth,
-    #                       module_path, anc (list of layers root→self), first_ts]
+    #                       module_path, anc (list of layers root→self), src, first_ts, calls]
+
+    @property
+    def unattributed(self) -> int:
+        """The code of `(unattributed)`."""
+        return self.names.height - 1
+
+    def known(self, lc: pl.Series) -> pl.Series:
+        """Per code in `lc`: a layer, not `(unattributed)` (null for a null code)."""
+        return (self.names["layer"] != UNATTRIBUTED).gather(lc)
+
+    def decode(self, codes: pl.DataFrame, *cols: str) -> list[pl.Series]:
+        """The named columns (layer, layer_class, depth, phase) of the rows of `codes` [lc, ph]; a null code reads
+        null."""
+        out = []
+        for c in cols:
+            if c == "phase":
+                out.append(pl.Series("phase", PHASES).gather(codes["ph"]))
+            else:
+                out.append(self.names[c].gather(codes["lc"]))
+        return out
+
+    def rows(self, codes: pl.DataFrame) -> pl.DataFrame:
+        """[i, layer, layer_class, depth, phase] of the rows of `codes` [i, lc, ph]."""
+        return pl.DataFrame([codes["i"], *self.decode(codes, "layer", "layer_class", "depth", "phase")])
 
 
 @per_trace
@@ -68,30 +91,34 @@ def attribution(trace: Trace) -> Attribution:
 
 
 def host_layers(trace: Trace) -> pl.DataFrame:
-    """[i (host row: cpu_op or runtime call), layer, layer_class, depth, phase]."""
-    return attribution(trace).host
+    """[i (host row: cpu_op or runtime call), layer, layer_class, depth, phase] (decoded on each call: callers keep
+    what they need)."""
+    att = attribution(trace)
+    return att.rows(att.host)
 
 
 @per_trace
-def gpu_layers(trace: Trace) -> pl.DataFrame:
-    """[i (gpu row id), layer, layer_class, depth, phase]: one row per GPU activity; `(unattributed)`
+def gpu_codes(trace: Trace) -> pl.DataFrame:
+    """[i (gpu row id), lc, ph]: the layer codes (`Attribution.names`) of each GPU activity; `(unattributed)`
     when no layer issued it."""
-    hl = attribution(trace).host
+    att = attribution(trace)
+    hl = att.host
     g = trace.gpu.select("i", "launch", "op")
-    if g.height == 0:
-        return pl.DataFrame(schema=_ATTR_SCHEMA)
-    # the launching runtime call is the most direct link; the op (via External id) when there is none; each
-    # column gathered once, a last sentinel row for activities that neither reaches
+    # the launching runtime call is the most direct link; the op (via External id) when there is none; a
+    # sentinel for activities that neither reaches
     lpos, opos = _rowpos(hl, g["launch"]), _rowpos(hl, g["op"])
     pos = np.where(lpos >= 0, lpos, opos)
-    pos = pl.Series(np.where(pos >= 0, pos, hl.height), dtype=pl.UInt32)
-    return pl.DataFrame([
-        g["i"].cast(pl.UInt32),
-        pl.concat([hl["layer"], pl.Series([UNATTRIBUTED])]).gather(pos),
-        pl.concat([hl["layer_class"], pl.Series([UNATTRIBUTED])]).gather(pos),
-        pl.concat([hl["depth"], pl.Series([None], dtype=pl.Int32)]).gather(pos),
-        pl.concat([hl["phase"], pl.Series(["other"])]).gather(pos),
-    ])
+    found = pos >= 0
+    pos = np.where(found, pos, 0)
+    lc = np.where(found, hl["lc"].to_numpy()[pos] if hl.height else 0, att.unattributed)
+    ph = np.where(found, hl["ph"].to_numpy()[pos] if hl.height else 0, _OTHER)
+    return pl.DataFrame([g["i"].cast(pl.UInt32), pl.Series("lc", lc, pl.UInt32), pl.Series("ph", ph, pl.UInt8)])
+
+
+def gpu_layers(trace: Trace) -> pl.DataFrame:
+    """[i (gpu row id), layer, layer_class, depth, phase]: one row per GPU activity; `(unattributed)`
+    when no layer issued it (decoded on each call from `gpu_codes`)."""
+    return attribution(trace).rows(gpu_codes(trace))
 
 
 # ---- node detection ---------------------------------------------------------------------------
@@ -151,12 +178,6 @@ def _node_events(host: pl.DataFrame) -> tuple[pl.DataFrame, str]:
         if top.height == 0:
             source = "none"
     return nodes, source
-
-
-# the per-layer tree's columns, for traces without layers (no host events at all)
-_TREE_SCHEMA = {"layer": pl.String, "parent_layer": pl.String, "name": pl.String, "layer_class": pl.String,
-                "kind": pl.String, "depth": pl.Int32, "module_path": pl.String, "anc": pl.List(pl.String),
-                "src": pl.String, "first_ts": pl.Int64, "calls": pl.UInt32}
 
 
 def _build_tree(host: pl.DataFrame, nodes: pl.DataFrame) -> tuple[pl.DataFrame, pl.DataFrame]:
@@ -339,8 +360,7 @@ def _attribute(trace: Trace) -> Attribution:
     grad = rows["seq"].is_not_null().to_numpy() | ((opos >= 0) & host["seq"].is_not_null().to_numpy()[opos])
     rows = rows.drop("op")
     if host.height == 0:
-        empty = pl.DataFrame(schema=_ATTR_SCHEMA)
-        return Attribution("none", pl.DataFrame(schema={"i": pl.UInt32, "layer": pl.String}), empty,
+        return Attribution("none", pl.DataFrame(schema=_CODES_SCHEMA), _layer_codes(pl.DataFrame(schema=_NAMES_SCHEMA))[0],
                            pl.DataFrame(schema=_TREE_SCHEMA))
     events, source = _node_events(host)
     nodes, tree = _build_tree(host, events)
@@ -384,22 +404,28 @@ def _attribute(trace: Trace) -> Attribution:
     pos[lnode < 0] = -1
     found = pos >= 0
     pos[~found] = nl.height
-    un = pl.Series([UNATTRIBUTED])
     # phase: backward rows, then the node's phase, then grad mode (a loss computed outside the model: forward)
     node_phase = np.append(nl["nphase"].replace_strict(_PHASE_CODE, return_dtype=pl.Int8).to_numpy(), -1)
     bwd_row = _np_ids(r["bnode"]) >= 0
     code = np.where(bwd_row, _PHASE_CODE["backward"],
                     np.where(found, node_phase[pos], np.where(grad, _PHASE_CODE["forward"], _PHASE_CODE["other"])))
-    gather = pl.Series(pos, dtype=pl.UInt32)
-    out = pl.DataFrame([
-        r["i"].cast(pl.UInt32),
-        pl.concat([nl["layer"], un]).gather(gather).alias("layer"),
-        pl.concat([nl["layer_class"], un]).gather(gather).alias("layer_class"),
-        pl.concat([nl["depth"].cast(pl.Int32), pl.Series([None], dtype=pl.Int32)]).gather(gather).alias("depth"),
-        pl.Series("phase", _PHASES).gather(pl.Series(code, dtype=pl.UInt32)),
-    ])
+    names, node_code = _layer_codes(nl)
+    out = pl.DataFrame([r["i"].cast(pl.UInt32), pl.Series("lc", node_code[pos], pl.UInt32),
+                        pl.Series("ph", code, pl.UInt8)])
     out = out if out["i"].is_sorted() else out.sort("i")
-    return Attribution(source, nodes, out, tree)
+    return Attribution(source, out, names, tree)
+
+
+def _layer_codes(nl: pl.DataFrame) -> tuple[pl.DataFrame, np.ndarray]:
+    """The distinct [layer, layer_class, depth] of the nodes `nl` (one row per code, `(unattributed)` last) and
+    each node's code (the last entry: the code of no node)."""
+    key = ["layer", "layer_class", "depth"]
+    code = nl.select(pl.struct(key).rank("dense"))[:, 0].to_numpy().astype(np.int64) - 1 if nl.height \
+        else np.zeros(0, np.int64)
+    _, first = np.unique(code, return_index=True)
+    un = pl.DataFrame({"layer": [UNATTRIBUTED], "layer_class": [UNATTRIBUTED], "depth": [None]}, schema=_NAMES_SCHEMA)
+    names = pl.concat([nl.select(key)[first].cast(_NAMES_SCHEMA), un])
+    return names, np.append(code, first.size)
 
 
 # ---- per-layer table --------------------------------------------------------------------------
@@ -439,10 +465,16 @@ def top_level_ops(trace: Trace) -> pl.DataFrame:
 
 
 @per_trace
-def _top_ops(trace: Trace) -> pl.DataFrame:
-    """Outermost cpu_ops (no enclosing cpu_op) with their layer: [i, pid, tid, ts, end, dur, layer]."""
+def _top_codes(trace: Trace) -> pl.DataFrame:
+    """Outermost cpu_ops (no enclosing cpu_op) with their layer codes: [i, pid, tid, ts, end, dur, lc, ph]."""
     top = top_level_ops(trace).select("i", "pid", "tid", "ts", "end", "dur")
-    return join_by_id(top, "i", host_layers(trace), "layer", "phase")
+    return join_by_id(top, "i", attribution(trace).host, "lc", "ph")
+
+
+def _top_ops(trace: Trace) -> pl.DataFrame:
+    """Outermost cpu_ops (no enclosing cpu_op) with their layer: [i, pid, tid, ts, end, dur, layer, phase]."""
+    top = _top_codes(trace)
+    return top.drop("lc", "ph").hstack(attribution(trace).decode(top, "layer", "phase"))
 
 
 def segment_layers(trace: Trace, segments: pl.DataFrame) -> pl.DataFrame:
@@ -458,13 +490,15 @@ def segment_layers(trace: Trace, segments: pl.DataFrame) -> pl.DataFrame:
     g = (trace.gpu.select("i", pl.col("ts").alias("_gts"), pl.col("end").alias("_gend"), "kind")
          .filter(pl.col("kind") != "sync").drop("kind").sort("_gts"))
     # every GPU row has its layer row: a lookup by id (in time order: the strings are gathered once)
-    g = join_by_id(g, "i", gpu_layers(trace), pl.col("layer").alias("_gl")).drop("i").with_row_index("_p")
+    att = attribution(trace)
+    g = join_by_id(g, "i", gpu_codes(trace), pl.col("lc").alias("_gl")).drop("i").with_row_index("_p")
     gp = _np_ids(q.join_asof(g.drop("_gl"), left_on="t", right_on="_gts", strategy="backward", check_sortedness=False)
                  .select(pl.when(pl.col("t") < pl.col("_gend")).then(pl.col("_p")))[:, 0])
-    top = _top_ops(trace).select("pid", "tid", "ts", "end", "layer").filter(pl.col("layer") != UNATTRIBUTED)
+    top = _top_codes(trace).select("pid", "tid", "ts", "end", "lc")
+    top = top.filter(att.known(top["lc"]))
     threads = top.select("pid", "tid").unique()
     hops = top.select("pid", "tid", pl.col("ts").alias("_hts"), pl.col("end").alias("_hend"),
-                      pl.col("layer").alias("_hl")).sort("_hts").with_row_index("_p")
+                      pl.col("lc").alias("_hl")).sort("_hts").with_row_index("_p")
     if threads.height <= 1:  # one thread: the op open at the midpoint, without the per-thread cross join
         hp = _np_ids(q.join_asof(hops.drop("pid", "tid", "_hl"), left_on="t", right_on="_hts", strategy="backward",
                                  check_sortedness=False)
@@ -488,8 +522,8 @@ def segment_layers(trace: Trace, segments: pl.DataFrame) -> pl.DataFrame:
     idx = pl.Series(pos, dtype=pl.UInt32)
     if order is not None:  # back to the segments' order
         idx = idx.gather(order.arg_sort())
-    layer = pl.concat([g["_gl"], hops["_hl"], pl.Series([UNATTRIBUTED])]).gather(idx).alias("layer")
-    return segments.select("step", "ts", "end", "cls").hstack([layer])
+    code = pl.concat([g["_gl"], hops["_hl"], pl.Series([att.unattributed], dtype=pl.UInt32)]).gather(idx)
+    return segments.select("step", "ts", "end", "cls").hstack([att.names["layer"].gather(code).alias("layer")])
 
 
 #: up to this many host threads with layered ops, `segment_layers` searches each thread's ops in turn
@@ -529,13 +563,14 @@ def shape_signatures(trace: Trace) -> pl.DataFrame:
         return pl.DataFrame(schema=schema)
     dims = pl.col("input_dims").cast(pl.String)
     # the forward rows' host columns by id (not a filter and a cast over every host op)
-    fw = att.host.select("i", "layer", "phase").filter(pl.col("phase") == "forward").drop("phase")
+    fw = att.host.filter(pl.col("ph") == PHASES.index("forward")).select("i", "lc")
     # the ops with dims first; their times and names then (record_shapes off: none, and nothing gathered)
     hc = by_id(trace.host, fw["i"], "cat", "input_dims")
     hc = hc.select(pl.col("input_dims"), _k=(pl.col("cat") == "cpu_op") & pl.col("input_dims").is_not_null()
                    & (pl.col("input_dims").bin.size() > 2))
     keep = hc["_k"]
     fw = fw.filter(keep)
+    fw = pl.DataFrame([fw["i"], att.names["layer"].gather(fw["lc"])])
     ops = (pl.concat([fw, by_id(trace.host, fw["i"], "ts", "name"), hc.filter(keep).select("input_dims")],
                      how="horizontal")
            .select("i", "layer", "ts", "name", dims.alias("d"))
@@ -570,10 +605,10 @@ def layer_table(trace: Trace, steps: pl.DataFrame | None = None, depth: int | No
     steps = trace.steps if steps is None else steps
     att = attribution(trace)
     tree = att.tree
-    gl = gpu_layers(trace)
     g = _in_steps(trace.gpu.select(
         "i", "ts", "dur", "kind", pl.col("bytes").cast(pl.Float64).alias("_cbytes")).filter(pl.col("kind") != "sync"), steps)
-    g = join_by_id(g, "i", gl, "layer", "phase")  # every GPU row has its layer row
+    g = join_by_id(g, "i", gpu_codes(trace), "lc", "ph")  # every GPU row has its layer row
+    g = g.drop("lc", "ph").hstack(att.decode(g, "layer", "phase"))
     if kb is not None:
         g = join_by_id(g, "i", kb, *[c for c in ("flops", "bytes", "bpe", "bound") if c in kb.columns])
     for c, dt in (("flops", pl.Float64), ("bytes", pl.Float64), ("bpe", pl.Float64), ("bound", pl.String)):
@@ -594,7 +629,8 @@ def layer_table(trace: Trace, steps: pl.DataFrame | None = None, depth: int | No
     # the columns the sums read: each row is repeated per enclosing layer below (on a tiny-event trace the
     # frame has as many rows as kernels: the ids, times and kinds would be copied for nothing)
     g = g.select("layer", "phase", "dur", "flops", "bytes", "bound", "_tf", "_tb")
-    top = _in_steps(_top_ops(trace).select("ts", "dur", "layer"), steps)  # (what the CPU sums read)
+    top = _in_steps(_top_codes(trace).select("ts", "dur", "lc"), steps)  # (what the CPU sums read)
+    top = top.drop("lc").hstack(att.decode(top, "layer"))
     # every row counts for its own layer and, through `anc`, for each enclosing layer
     # (the few layers' ancestor lists exploded first: one join writes the repeated rows, with no list column and
     # no second copy by an explode; each row's copies go to distinct layers, so every layer's sum still adds its
