@@ -27,7 +27,7 @@ from ..memo import per_trace
 from ..model import RUNTIME_CATS, Trace
 from .rowid import by_id, join_by_id, positions
 from .specs import Spec, trace_spec
-from .tree import ancestor_where, call_tree, roots, thread_ids
+from .tree import ancestor_ids, call_tree, roots, thread_ids
 
 UNATTRIBUTED = "(unattributed)"
 MODULE_PREFIX = "nn.Module: "
@@ -244,15 +244,23 @@ def _build_tree(host: pl.DataFrame, nodes: pl.DataFrame) -> tuple[pl.DataFrame, 
 
 
 def _innermost(rows: pl.DataFrame, nodes: pl.DataFrame) -> pl.DataFrame:
+    """`_innermost_ids` as a frame [i, node] of the rows that have a node."""
+    node = _innermost_ids(rows, nodes)
+    hit = node >= 0
+    return pl.DataFrame({"i": rows["i"].filter(pl.Series(hit)).cast(pl.UInt32),
+                         "node": pl.Series(node[hit], dtype=pl.UInt32)})
+
+
+def _innermost_ids(rows: pl.DataFrame, nodes: pl.DataFrame) -> np.ndarray:
     """For each row [i, pid, tid, ts], the innermost node [i, pid, tid, ts, end, parent, depth] on its
     thread that contains its start: the last node started at or before it (an as-of search on (thread, time);
     the deepest of nodes starting together), or the nearest ancestor of that node still open (one vectorised
-    step per node-tree level). Returns [i, node]."""
+    step per node-tree level). Returns the node's id per row (-1: none), in the rows' order."""
     if rows.height == 0 or nodes.height == 0:
-        return pl.DataFrame(schema={"i": pl.UInt32, "node": pl.UInt32})
+        return np.full(rows.height, -1, np.int64)
     cols = ("pid", "tid", "ts")
     if any(rows[c].null_count() for c in cols) or any(nodes[c].null_count() for c in (*cols, "depth", "end")):
-        return _innermost_joins(rows, nodes)
+        return _np_ids(by_id(_innermost_joins(rows, nodes).sort("i"), rows["i"], "node")["node"])
     nr = rows.height
     gid = thread_ids(np.concatenate([rows["pid"].to_numpy(), nodes["pid"].to_numpy()]),
                      np.concatenate([rows["tid"].to_numpy(), nodes["tid"].to_numpy()]))
@@ -260,7 +268,7 @@ def _innermost(rows: pl.DataFrame, nodes: pl.DataFrame) -> pl.DataFrame:
     lo = min(int(rts.min()), int(nts.min()))
     span = max(int(rts.max()), int(nts.max())) - lo + 1
     if gid is None or (int(gid.max()) + 1) * span >= 2**62:
-        return _innermost_joins(rows, nodes)
+        return _np_ids(by_id(_innermost_joins(rows, nodes).sort("i"), rows["i"], "node")["node"])
     rg, ng = gid[:nr], gid[nr:]
     nk = ng * span + (nts - lo)
     no = np.lexsort((nodes["depth"].to_numpy(), nk))
@@ -280,9 +288,7 @@ def _innermost(rows: pl.DataFrame, nodes: pl.DataFrame) -> pl.DataFrame:
         res[act[inside]] = c[inside]
         act, c = act[~inside], ppos[c[~inside]]
         act, c = act[c >= 0], c[c >= 0]
-    hit = res >= 0
-    return pl.DataFrame({"i": rows["i"].filter(pl.Series(hit)).cast(pl.UInt32),
-                         "node": nodes["i"].gather(pl.Series(res[hit])).cast(pl.UInt32)})
+    return np.where(res >= 0, nid[res], -1)
 
 
 def _innermost_joins(rows: pl.DataFrame, nodes: pl.DataFrame) -> pl.DataFrame:
@@ -372,45 +378,53 @@ def _attribute(trace: Trace) -> Attribution:
     # (op nodes too: an op's children and its runtime calls belong to it)
     node_ev = pl.concat([nodes, by_id(host, nodes["i"], "pid", "tid")], how="horizontal").select(
         "i", "pid", "tid", "ts", "end", pl.col("pnode").alias("parent"), pl.col("ndepth").alias("depth"))
-    fwd = by_id(_innermost(rows, node_ev).sort("i"), rows["i"], "node")
-    # an op that is a node (the "ops" fallback) is its own layer: a mask, not a concat + unique of every row
-    own = rows["i"].is_in(nodes.filter(pl.col("src") == "op")["i"].implode())
-    fwd = fwd.select(node=pl.when(own).then(rows["i"]).otherwise(pl.col("node")))
-    # backward: the innermost enclosing autograd node op (it carries the sequence number)
-    bwd = ancestor_where(host, rows, ((pl.col("cat") == "cpu_op") & (pl.col("fwd_tid") > 0)).fill_null(False), "bnode",
-                         include_self=True)
-    r = pl.concat([rows, fwd, by_id(bwd, rows["i"], "bnode")],
-                  how="horizontal")
+    # an op that is a node (the "ops" fallback) is its own layer (no search for it)
+    own_ids = nodes.filter(pl.col("src") == "op")["i"]
+    own = rows["i"].is_in(own_ids.implode()).to_numpy() if own_ids.len() else None
+    if own is None or not own.any():
+        node = _innermost_ids(rows, node_ev)
+    else:
+        node = rows["i"].cast(pl.Int64).to_numpy().copy()
+        node[~own] = _innermost_ids(rows.filter(pl.Series(~own)), node_ev)
+    # backward: the innermost enclosing autograd node op (it carries the sequence number); the mask of those
+    # ops without a string comparison on every host row
+    auto = (host["fwd_tid"] > 0).fill_null(False).to_numpy()
+    at = np.flatnonzero(auto)
+    auto[at] = (host["cat"].gather(at) == "cpu_op").fill_null(False).to_numpy()
+    bnode = ancestor_ids(host, rows["i"], auto, include_self=True)
     # forward op of each sequence number: the one that started last on its thread
-    fwd_ops = (r.select("pid", "tid", "seq", "ts", "node", "fwd_tid")
-               .filter(pl.col("seq").is_not_null() & (pl.col("fwd_tid").fill_null(0) == 0))
+    fsel = rows["seq"].is_not_null() & (rows["fwd_tid"].fill_null(0) == 0)
+    fwd_ops = (rows.select("pid", "tid", "seq", "ts").hstack([pl.Series("node", node)]).filter(fsel)
                .sort("ts").group_by("pid", "tid", "seq").agg(pl.col("node").last().alias("fnode"))
                .rename({"tid": "ftid"}))
     pairs, single = _fwd_thread_map(trace, fwd_ops)
-    bnodes = r["bnode"].drop_nulls().unique()
+    # each distinct autograd node's forward op's node
+    bwd_row = bnode >= 0
+    bu, binv = np.unique(bnode[bwd_row], return_inverse=True)
+    bnodes = pl.Series("bnode", bu, pl.UInt32)
     bn = (pl.concat([bnodes.to_frame(), by_id(host, bnodes, "pid", pl.col("seq").alias("bseq"),
                                                 pl.col("fwd_tid").alias("bft"))], how="horizontal")
           .join(pairs.rename({"fwd_tid": "bft"}), on=["pid", "bft"], how="left")
           .join(single, on="pid", how="left")
           .with_columns(ftid=pl.coalesce("ftid", "ftid1"))
           .join(fwd_ops, left_on=["pid", "ftid", "bseq"], right_on=["pid", "ftid", "seq"], how="left")
-          .select("bnode", "fnode"))
+          .select("bnode", "fnode").sort("bnode"))
     # each row's layer node: the forward op's node for a backward row, else its own; then the node's columns,
     # gathered once per column with a last `(unattributed)` row for rows without a node (numpy positions)
-    fnode = _np_ids(by_id(bn.rename({"bnode": "i"}).sort("i"), r["bnode"], "fnode")["fnode"])
-    lnode = np.where(fnode >= 0, fnode, _np_ids(r["node"]))
+    fnode = np.full(rows.height, -1, np.int64)
+    fnode[bwd_row] = _np_ids(bn["fnode"])[binv]
+    lnode = np.where(fnode >= 0, fnode, node)
     nl = nl.rename({"node": "i"}).sort("i")
-    pos = _rowpos(nl, pl.Series(np.where(lnode >= 0, lnode, 0))) if nl.height else np.full(r.height, -1)
-    pos[lnode < 0] = -1
-    found = pos >= 0
+    nid = nl["i"].to_numpy()
+    pos = np.minimum(np.searchsorted(nid, lnode), max(nid.size - 1, 0))
+    found = (lnode >= 0) & (nid[pos] == lnode) if nid.size else np.zeros(rows.height, bool)
     pos[~found] = nl.height
     # phase: backward rows, then the node's phase, then grad mode (a loss computed outside the model: forward)
     node_phase = np.append(nl["nphase"].replace_strict(_PHASE_CODE, return_dtype=pl.Int8).to_numpy(), -1)
-    bwd_row = _np_ids(r["bnode"]) >= 0
     code = np.where(bwd_row, _PHASE_CODE["backward"],
                     np.where(found, node_phase[pos], np.where(grad, _PHASE_CODE["forward"], _PHASE_CODE["other"])))
     names, node_code = _layer_codes(nl)
-    out = pl.DataFrame([r["i"].cast(pl.UInt32), pl.Series("lc", node_code[pos], pl.UInt32),
+    out = pl.DataFrame([rows["i"].cast(pl.UInt32), pl.Series("lc", node_code[pos], pl.UInt32),
                         pl.Series("ph", code, pl.UInt8)])
     out = out if out["i"].is_sorted() else out.sort("i")
     return Attribution(source, out, names, tree)
