@@ -349,8 +349,25 @@ def _np_ids(s: pl.Series) -> np.ndarray:
     return a.astype(np.int64, copy=False)
 
 
+def _distinct(ids: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """`np.unique(ids, return_inverse=True)` of non-negative row ids, by a table as long as the largest id (no
+    sort)."""
+    if ids.size == 0:
+        return ids, ids
+    seen = np.zeros(int(ids.max()) + 1, bool)
+    seen[ids] = True
+    rank = np.cumsum(seen) - 1
+    return np.flatnonzero(seen), rank[ids]
+
+
 def _rowpos(frame: pl.DataFrame, ids: pl.Series) -> np.ndarray:
     """The row position in `frame` of each id (-1: none)."""
+    nulls = ids.null_count()
+    if nulls and nulls < ids.len():  # the ids present only (no float-with-NaN round trips of every row)
+        have = ids.is_not_null()
+        out = np.full(ids.len(), -1, np.int64)
+        out[have.to_numpy()] = _rowpos(frame, ids.filter(have))
+        return out
     p = positions(frame, ids)
     if p is None:  # ids neither sorted nor compact: by a join
         p = by_id(frame.with_row_index("_pos"), ids, "_pos")["_pos"]
@@ -400,7 +417,7 @@ def _attribute(trace: Trace) -> Attribution:
     pairs, single = _fwd_thread_map(trace, fwd_ops)
     # each distinct autograd node's forward op's node
     bwd_row = bnode >= 0
-    bu, binv = np.unique(bnode[bwd_row], return_inverse=True)
+    bu, binv = _distinct(bnode[bwd_row])
     bnodes = pl.Series("bnode", bu, pl.UInt32)
     bn = (pl.concat([bnodes.to_frame(), by_id(host, bnodes, "pid", pl.col("seq").alias("bseq"),
                                                 pl.col("fwd_tid").alias("bft"))], how="horizontal")
@@ -480,21 +497,31 @@ def top_level_ops(trace: Trace) -> pl.DataFrame:
 
 @per_trace
 def _top_codes(trace: Trace) -> pl.DataFrame:
-    """Outermost cpu_ops (no enclosing cpu_op) with their layer codes: [i, pid, tid, ts, end, dur, lc, ph]."""
-    top = top_level_ops(trace).select("i", "pid", "tid", "ts", "end", "dur")
-    return join_by_id(top, "i", attribution(trace).host, "lc", "ph")
+    """The layer codes [lc, ph] of the rows of `top_level_ops` (beside them: its columns are not copied)."""
+    return by_id(attribution(trace).host, top_level_ops(trace)["i"], "lc", "ph")
+
+
+def _top(trace: Trace, *cols: str) -> pl.DataFrame:
+    """Outermost cpu_ops' `cols` with their layer code `lc`."""
+    return top_level_ops(trace).select(cols).hstack([_top_codes(trace)["lc"]])
 
 
 def _top_ops(trace: Trace) -> pl.DataFrame:
     """Outermost cpu_ops (no enclosing cpu_op) with their layer: [i, pid, tid, ts, end, dur, layer, phase]."""
-    top = _top_codes(trace)
-    return top.drop("lc", "ph").hstack(attribution(trace).decode(top, "layer", "phase"))
+    return top_level_ops(trace).select("i", "pid", "tid", "ts", "end", "dur").hstack(
+        attribution(trace).decode(_top_codes(trace), "layer", "phase"))
 
 
 def segment_layers(trace: Trace, segments: pl.DataFrame) -> pl.DataFrame:
     """Give each classifier segment [step, ts, end, cls] the layer responsible for it: the layer of the GPU
     activity running at its midpoint for GPU classes, else the layer of the outermost host op running
     then (on any thread), else `(unattributed)`."""
+    code = _segment_codes(trace, segments)
+    return segments.select("step", "ts", "end", "cls").hstack([attribution(trace).names["layer"].gather(code).alias("layer")])
+
+
+def _segment_codes(trace: Trace, segments: pl.DataFrame) -> pl.Series:
+    """`segment_layers`' layer of each segment as a layer code."""
     # the searches run on the midpoints alone, in time order, and find row positions; the layer strings are
     # gathered once at the end and the segments' own columns are not copied (a tiny-event trace has a segment
     # per launch and per kernel)
@@ -508,7 +535,7 @@ def segment_layers(trace: Trace, segments: pl.DataFrame) -> pl.DataFrame:
     g = join_by_id(g, "i", gpu_codes(trace), pl.col("lc").alias("_gl")).drop("i").with_row_index("_p")
     gp = _np_ids(q.join_asof(g.drop("_gl"), left_on="t", right_on="_gts", strategy="backward", check_sortedness=False)
                  .select(pl.when(pl.col("t") < pl.col("_gend")).then(pl.col("_p")))[:, 0])
-    top = _top_codes(trace).select("pid", "tid", "ts", "end", "lc")
+    top = _top(trace, "pid", "tid", "ts", "end")
     top = top.filter(att.known(top["lc"]))
     threads = top.select("pid", "tid").unique()
     hops = top.select("pid", "tid", pl.col("ts").alias("_hts"), pl.col("end").alias("_hend"),
@@ -536,8 +563,7 @@ def segment_layers(trace: Trace, segments: pl.DataFrame) -> pl.DataFrame:
     idx = pl.Series(pos, dtype=pl.UInt32)
     if order is not None:  # back to the segments' order
         idx = idx.gather(order.arg_sort())
-    code = pl.concat([g["_gl"], hops["_hl"], pl.Series([att.unattributed], dtype=pl.UInt32)]).gather(idx)
-    return segments.select("step", "ts", "end", "cls").hstack([att.names["layer"].gather(code).alias("layer")])
+    return pl.concat([g["_gl"], hops["_hl"], pl.Series([att.unattributed], dtype=pl.UInt32)]).gather(idx)
 
 
 #: up to this many host threads with layered ops, `segment_layers` searches each thread's ops in turn
@@ -619,10 +645,16 @@ def layer_table(trace: Trace, steps: pl.DataFrame | None = None, depth: int | No
     steps = trace.steps if steps is None else steps
     att = attribution(trace)
     tree = att.tree
+    # rows are grouped by layer id (`lid`: the layer's row in `tree`, its height for `(unattributed)`), integers
+    # instead of layer strings; the strings come from the tree's rows
+    row = {layer: k for k, layer in enumerate(tree["layer"].to_list())}
+    nt = tree.height
+    lid_of = np.array([row.get(layer, nt) for layer in att.names["layer"].to_list()], np.int64)
+    unl = np.append(tree["layer"].to_numpy() == UNATTRIBUTED, True)  # per lid: `(unattributed)`
     g = _in_steps(trace.gpu.select(
         "i", "ts", "dur", "kind", pl.col("bytes").cast(pl.Float64).alias("_cbytes")).filter(pl.col("kind") != "sync"), steps)
     g = join_by_id(g, "i", gpu_codes(trace), "lc", "ph")  # every GPU row has its layer row
-    g = g.drop("lc", "ph").hstack(att.decode(g, "layer", "phase"))
+    g = g.drop("lc").hstack([pl.Series("lid", lid_of[g["lc"].to_numpy()], pl.UInt32)])
     if kb is not None:
         g = join_by_id(g, "i", kb, *[c for c in ("flops", "bytes", "bpe", "bound") if c in kb.columns])
     for c, dt in (("flops", pl.Float64), ("bytes", pl.Float64), ("bpe", pl.Float64), ("bound", pl.String)):
@@ -642,48 +674,50 @@ def layer_table(trace: Trace, steps: pl.DataFrame | None = None, depth: int | No
         g = g.with_columns(_tf=pl.lit(None, pl.Float64), _tb=pl.lit(None, pl.Float64))
     # the columns the sums read: each row is repeated per enclosing layer below (on a tiny-event trace the
     # frame has as many rows as kernels: the ids, times and kinds would be copied for nothing)
-    g = g.select("layer", "phase", "dur", "flops", "bytes", "bound", "_tf", "_tb")
-    top = _in_steps(_top_codes(trace).select("ts", "dur", "lc"), steps)  # (what the CPU sums read)
-    top = top.drop("lc").hstack(att.decode(top, "layer"))
+    g = g.select("lid", "ph", "dur", "flops", "bytes", "bound", "_tf", "_tb")
+    top = _in_steps(_top(trace, "ts", "dur"), steps)  # (what the CPU sums read)
+    top = top.drop("lc").hstack([pl.Series("lid", lid_of[top["lc"].to_numpy()], pl.UInt32)])
     # every row counts for its own layer and, through `anc`, for each enclosing layer
     # (the few layers' ancestor lists exploded first: one join writes the repeated rows, with no list column and
     # no second copy by an explode; each row's copies go to distinct layers, so every layer's sum still adds its
     # rows in their order)
-    anc = tree.select("layer", "anc").explode("anc")
-    flat = (anc["layer"] == anc["anc"]).all()  # no layer encloses another: each row counts for its layer only
-    ph = pl.col("phase")
+    anc = tree.select(pl.int_range(nt, dtype=pl.UInt32).alias("lid"), "anc").explode("anc")
+    anc = pl.DataFrame([anc["lid"], pl.Series("alid", [row.get(x) for x in anc["anc"].to_list()], pl.UInt32)])
+    flat = (anc["lid"] == anc["alid"]).all()  # no layer encloses another: each row counts for its layer only
+    ph = pl.col("ph")
 
     def incl(df: pl.DataFrame) -> pl.DataFrame:
         if flat:  # the rows themselves, without copying them (the join's result when every row has a layer)
-            known = df["layer"].is_in(anc["layer"].implode()).fill_null(False)
-            return (df if known.all() else df.filter(known)).select(pl.exclude("layer"), "layer")
-        return df.join(anc, on="layer", how="inner", maintain_order="left").drop("layer").rename({"anc": "layer"})
+            known = df["lid"] < nt
+            return (df if known.all() else df.filter(known)).select(pl.exclude("lid"), "lid")
+        return df.join(anc, on="lid", how="inner", maintain_order="left").drop("lid").rename({"alid": "lid"})
 
     gi = incl(g)
-    gagg = [pl.col("dur").sum().alias("gpu_ns"), pl.col("dur").filter(ph == "forward").sum().alias("fwd_gpu_ns"),
-            pl.col("dur").filter(ph == "backward").sum().alias("bwd_gpu_ns"),
-            pl.col("dur").filter(~ph.is_in(["forward", "backward"])).sum().alias("other_gpu_ns"),
+    fwd, bwd = PHASES.index("forward"), PHASES.index("backward")
+    gagg = [pl.col("dur").sum().alias("gpu_ns"), pl.col("dur").filter(ph == fwd).sum().alias("fwd_gpu_ns"),
+            pl.col("dur").filter(ph == bwd).sum().alias("bwd_gpu_ns"),
+            pl.col("dur").filter(~ph.is_in([fwd, bwd])).sum().alias("other_gpu_ns"),
             pl.len().alias("kernels"), pl.col("flops").sum().alias("flops"), pl.col("bytes").sum().alias("bytes"),
             pl.col("_tf").sum().alias("_tf"), pl.col("_tb").sum().alias("_tb"),
             (pl.col("flops").is_not_null() | pl.col("bytes").is_not_null()).any().alias("_hasf")]
-    per = gi.group_by("layer").agg(gagg)
-    self_ = g.group_by("layer").agg(pl.col("dur").sum().alias("self_gpu_ns"), pl.len().alias("self_kernels"))
-    bound = (gi.filter(pl.col("bound").is_not_null()).group_by("layer", "bound").agg(pl.col("dur").sum())
-             .sort("dur", "bound", descending=[True, False]).group_by("layer", maintain_order=True)
+    per = gi.group_by("lid").agg(gagg)
+    self_ = g.group_by("lid").agg(pl.col("dur").sum().alias("self_gpu_ns"), pl.len().alias("self_kernels"))
+    bound = (gi.filter(pl.col("bound").is_not_null()).group_by("lid", "bound").agg(pl.col("dur").sum())
+             .sort("dur", "bound", descending=[True, False]).group_by("lid", maintain_order=True)
              .agg(pl.col("bound").first()))
     # integer sums: summed per layer first, then through the ancestors (fewer rows to explode, same totals)
-    cpu = incl(top.group_by("layer").agg(pl.col("dur").sum())).group_by("layer").agg(pl.col("dur").sum().alias("cpu_ns"))
-    out = (tree.select("layer", "name", "layer_class", "kind", "depth", "parent_layer", "module_path", "calls",
-                       "first_ts")
-           .join(per, on="layer", how="left").join(self_, on="layer", how="left")
-           .join(bound, on="layer", how="left").join(cpu, on="layer", how="left"))
-    un = g.filter(pl.col("layer") == UNATTRIBUTED)
+    cpu = incl(top.group_by("lid").agg(pl.col("dur").sum())).group_by("lid").agg(pl.col("dur").sum().alias("cpu_ns"))
+    out = (tree.select(pl.int_range(nt, dtype=pl.UInt32).alias("lid"), "layer", "name", "layer_class", "kind", "depth",
+                       "parent_layer", "module_path", "calls", "first_ts")
+           .join(per, on="lid", how="left").join(self_, on="lid", how="left")
+           .join(bound, on="lid", how="left").join(cpu, on="lid", how="left"))
+    un = g.filter(pl.Series(unl[g["lid"].to_numpy()]))
     if un.height or out.height == 0:
         urow = un.group_by(pl.lit(UNATTRIBUTED).alias("layer")).agg(gagg).with_columns(
             self_gpu_ns=pl.col("gpu_ns"), self_kernels=pl.col("kernels"),
-            cpu_ns=pl.lit(int(top.filter(pl.col("layer") == UNATTRIBUTED)["dur"].sum())),
+            cpu_ns=pl.lit(int(top.filter(pl.Series(unl[top["lid"].to_numpy()]))["dur"].sum())),
             name=pl.lit(UNATTRIBUTED), layer_class=pl.lit(UNATTRIBUTED), kind=pl.lit(UNATTRIBUTED),
-            depth=pl.lit(0, pl.Int32), first_ts=pl.lit(2**62))
+            depth=pl.lit(0, pl.Int32), first_ts=pl.lit(2**62), lid=pl.lit(nt, pl.UInt32))
         out = pl.concat([out, urow], how="diagonal_relaxed")
     zero = ["gpu_ns", "fwd_gpu_ns", "bwd_gpu_ns", "other_gpu_ns", "kernels", "self_gpu_ns", "self_kernels", "cpu_ns"]
     out = out.with_columns([pl.col(c).fill_null(0) for c in zero]).with_columns(
@@ -703,21 +737,28 @@ def layer_table(trace: Trace, steps: pl.DataFrame | None = None, depth: int | No
     ).drop("_tf", "_tb")
     # classifier shares: the step time each layer is responsible for, split by class
     if part is not None and part.height:
-        sl = (segment_layers(trace, part).group_by("layer", "cls")
-              .agg((pl.col("end") - pl.col("ts")).sum().alias("dur")))  # per layer first (integer sums)
-        sh = pl.concat([incl(sl), sl.filter(pl.col("layer") == UNATTRIBUTED)], how="diagonal_relaxed")
-        sh = sh.group_by("layer").agg(pl.col("dur").sum().alias("time_ns"),
-                                      *[pl.col("dur").filter(pl.col("cls") == c).sum().alias(f"share_{c}")
-                                        for c in CLASSES])
+        lc = _segment_codes(trace, part).to_numpy()
+        sl = (part.select("cls", dur=pl.col("end") - pl.col("ts")).hstack([pl.Series("lid", lid_of[lc], pl.UInt32)])
+              .group_by("lid", "cls").agg(pl.col("dur").sum()))  # per layer first (integer sums)
+        sh = pl.concat([incl(sl), sl.filter(pl.Series(unl[sl["lid"].to_numpy()]))], how="diagonal_relaxed")
+        sh = sh.group_by("lid").agg(pl.col("dur").sum().alias("time_ns"),
+                                    *[pl.col("dur").filter(pl.col("cls") == c).sum().alias(f"share_{c}")
+                                      for c in CLASSES])
         sh = sh.with_columns([(100 * pl.col(f"share_{c}") / pl.col("time_ns")).alias(f"share_{c}") for c in CLASSES])
         dom = pl.concat_list([pl.col(f"share_{c}") for c in CLASSES]).list.arg_max()
         sh = sh.with_columns(dominant=dom.replace_strict(dict(enumerate(CLASSES)), return_dtype=pl.String))
-        out = out.join(sh, on="layer", how="left")
+        out = out.join(sh, on="lid", how="left")
+    out = out.drop("lid")
     # findings inside each layer (a finding counts for its layer and the layers enclosing it)
     if findings is not None and findings.height and "layer" in findings.columns:
         code = "code" if "code" in findings.columns else None
         f = findings.select("layer", *([pl.col(code).cast(pl.String).alias("code")] if code else []))
-        fi = pl.concat([incl(f), f.filter(~pl.col("layer").is_in(tree["layer"].implode()))], how="diagonal_relaxed")
+        known = f["layer"].is_in(tree["layer"].implode()).fill_null(False)
+        fl = f.filter(known)
+        fl = fl.drop("layer").hstack([pl.Series("lid", [row[x] for x in fl["layer"].to_list()], pl.UInt32)])
+        fl = incl(fl)
+        fl = fl.hstack([tree["layer"].gather(fl["lid"])]).drop("lid")
+        fi = pl.concat([fl, f.filter(~known)], how="diagonal_relaxed")
         fa = fi.group_by("layer").agg(pl.len().alias("findings"),
                                       *([pl.col("code").drop_nulls().unique().sort().alias("finding_codes")]
                                         if code else []))
