@@ -128,8 +128,9 @@ def _strip_index(e: pl.Expr) -> pl.Expr:
     return e.str.replace(r"_\d+$", "")
 
 
-def _node_events(host: pl.DataFrame) -> tuple[pl.DataFrame, str]:
+def _node_events(trace: Trace) -> tuple[pl.DataFrame, str]:
     """Candidate node events [i, label, cls, src] and the source kind of the layer tree."""
+    host = trace.host
     # one pass over the host events keeps the few that can be nodes (by name prefix or annotation category);
     # every filter below runs on those
     h = host.lazy().select("i", "cat", "name").filter(
@@ -165,14 +166,14 @@ def _node_events(host: pl.DataFrame) -> tuple[pl.DataFrame, str]:
     if source == "ops":
         # top-level forward ops (backward ones follow their forward op through the sequence number),
         # outside the pseudo-layers
-        # the roots of the cpu_op tree, filtered in place (call_tree keeps the row order: no join back)
-        cols = [c for c in ("i", "cat", "name", "pid", "tid", "ts", "dur", "end", "ev_idx", "fwd_tid") if c in host.columns]
-        sub = call_tree(host.select(cols).filter(pl.col("cat") == "cpu_op"))
-        top = sub.filter((pl.col("depth") == 0) & ~(pl.col("fwd_tid").fill_null(0) > 0)
-                         & ~pl.col("name").str.contains(NOT_LAYER_RE) & ~pl.col("name").str.contains(PSEUDO_RE))
-        inside = _innermost(top, host.join(pseudo.select("i"), on="i", how="semi").with_columns(
-            parent=pl.lit(None, pl.UInt32), depth=pl.lit(0, pl.Int32)))
-        top = top.join(inside, on="i", how="anti")
+        # the roots of the cpu_op tree (`top_level_ops`: the layer table reads them too), in host order
+        top = top_level_ops(trace)
+        top = top.filter(~(by_id(host, top["i"], "fwd_tid")["fwd_tid"].fill_null(0) > 0)
+                         & ~top["name"].str.contains(NOT_LAYER_RE) & ~top["name"].str.contains(PSEUDO_RE))
+        if pseudo.height and top.height:
+            inside = _innermost(top, by_id(host, pseudo["i"].sort(), "i", "pid", "tid", "ts", "end").with_columns(
+                parent=pl.lit(None, pl.UInt32), depth=pl.lit(0, pl.Int32)))
+            top = top.join(inside, on="i", how="anti")
         nodes = pl.concat([nodes, top.select("i", label=pl.col("name"), cls=pl.col("name"), src=pl.lit("op"))],
                           how="vertical_relaxed")
         if top.height == 0:
@@ -189,8 +190,12 @@ def _build_tree(host: pl.DataFrame, nodes: pl.DataFrame) -> tuple[pl.DataFrame, 
     # but module frames and annotations do nest properly with each other.
     cols = [c for c in ("i", "cat", "pid", "tid", "ts", "dur", "ev_idx") if c in host.columns]
     # the node rows in host order (ids ascend): a lookup by id, not an is_in over every host row
-    sub = call_tree(by_id(host, nodes["i"].unique().sort(), *cols))
-    nodes = join_by_id(nodes, "i", sub, pl.col("parent").alias("pnode"))  # sub: one row per node, by id
+    if nodes.height and (nodes["src"] == "op").all():
+        # the roots of the cpu_op tree alone: none encloses another (`roots`), all are roots of the node tree
+        nodes = nodes.with_columns(pnode=pl.lit(None, pl.UInt32))
+    else:
+        sub = call_tree(by_id(host, nodes["i"].unique().sort(), *cols))
+        nodes = join_by_id(nodes, "i", sub, pl.col("parent").alias("pnode"))  # sub: one row per node, by id
     if not (nodes["src"] == "attr").any():  # no `module::` annotation: nothing to merge
         nodes = nodes.hstack([pl.Series("attr", [None] * nodes.height, pl.String)])
     else:
@@ -215,6 +220,8 @@ def _build_tree(host: pl.DataFrame, nodes: pl.DataFrame) -> tuple[pl.DataFrame, 
     rest = nodes.filter(pl.col("pnode").is_not_null())
     while cur.height:
         levels.append(cur)
+        if rest.height == 0:
+            break
         up = cur.select(pl.col("i").alias("pnode"), pl.col("module_path").alias("_pp"), pl.col("kind").alias("_pk"),
                         pl.col("ndepth").alias("_pd"), pl.col("layer").alias("parent_layer"),
                         pl.col("anc").alias("_panc"))
@@ -385,9 +392,10 @@ def _attribute(trace: Trace) -> Attribution:
     if host.height == 0:
         return Attribution("none", pl.DataFrame(schema=_CODES_SCHEMA), _layer_codes(pl.DataFrame(schema=_NAMES_SCHEMA))[0],
                            pl.DataFrame(schema=_TREE_SCHEMA))
-    events, source = _node_events(host)
+    events, source = _node_events(trace)
     nodes, tree = _build_tree(host, events)
-    phase_of = pl.col("src").replace_strict({"optimizer": "optimizer", "dataloader": "dataloader"}, default="forward")
+    phase_of = pl.col("src").replace_strict({p: _PHASE_CODE[p] for p in ("optimizer", "dataloader")},
+                                            default=_PHASE_CODE["forward"], return_dtype=pl.Int8)
     nl = nodes.select(pl.col("i").alias("node"), "layer", pl.col("cls").alias("layer_class"),
                       pl.col("ndepth").alias("depth"), phase_of.alias("nphase"))
     # forward: innermost enclosing node (or the op itself when ops are the nodes)
@@ -409,27 +417,12 @@ def _attribute(trace: Trace) -> Attribution:
     at = np.flatnonzero(auto)
     auto[at] = (host["cat"].gather(at) == "cpu_op").fill_null(False).to_numpy()
     bnode = ancestor_ids(host, rows["i"], auto, include_self=True)
-    # forward op of each sequence number: the one that started last on its thread
-    fsel = rows["seq"].is_not_null() & (rows["fwd_tid"].fill_null(0) == 0)
-    fwd_ops = (rows.select("pid", "tid", "seq", "ts").hstack([pl.Series("node", node)]).filter(fsel)
-               .sort("ts").group_by("pid", "tid", "seq").agg(pl.col("node").last().alias("fnode"))
-               .rename({"tid": "ftid"}))
-    pairs, single = _fwd_thread_map(trace, fwd_ops)
-    # each distinct autograd node's forward op's node
     bwd_row = bnode >= 0
-    bu, binv = _distinct(bnode[bwd_row])
-    bnodes = pl.Series("bnode", bu, pl.UInt32)
-    bn = (pl.concat([bnodes.to_frame(), by_id(host, bnodes, "pid", pl.col("seq").alias("bseq"),
-                                                pl.col("fwd_tid").alias("bft"))], how="horizontal")
-          .join(pairs.rename({"fwd_tid": "bft"}), on=["pid", "bft"], how="left")
-          .join(single, on="pid", how="left")
-          .with_columns(ftid=pl.coalesce("ftid", "ftid1"))
-          .join(fwd_ops, left_on=["pid", "ftid", "bseq"], right_on=["pid", "ftid", "seq"], how="left")
-          .select("bnode", "fnode").sort("bnode"))
+    fnode = np.full(rows.height, -1, np.int64)
+    if bwd_row.any():
+        fnode[bwd_row] = _forward_nodes(trace, rows, node, bnode[bwd_row])
     # each row's layer node: the forward op's node for a backward row, else its own; then the node's columns,
     # gathered once per column with a last `(unattributed)` row for rows without a node (numpy positions)
-    fnode = np.full(rows.height, -1, np.int64)
-    fnode[bwd_row] = _np_ids(bn["fnode"])[binv]
     lnode = np.where(fnode >= 0, fnode, node)
     nl = nl.rename({"node": "i"}).sort("i")
     nid = nl["i"].to_numpy()
@@ -437,7 +430,7 @@ def _attribute(trace: Trace) -> Attribution:
     found = (lnode >= 0) & (nid[pos] == lnode) if nid.size else np.zeros(rows.height, bool)
     pos[~found] = nl.height
     # phase: backward rows, then the node's phase, then grad mode (a loss computed outside the model: forward)
-    node_phase = np.append(nl["nphase"].replace_strict(_PHASE_CODE, return_dtype=pl.Int8).to_numpy(), -1)
+    node_phase = np.append(nl["nphase"].to_numpy(), -1)
     code = np.where(bwd_row, _PHASE_CODE["backward"],
                     np.where(found, node_phase[pos], np.where(grad, _PHASE_CODE["forward"], _PHASE_CODE["other"])))
     names, node_code = _layer_codes(nl)
@@ -447,12 +440,38 @@ def _attribute(trace: Trace) -> Attribution:
     return Attribution(source, out, names, tree)
 
 
+def _forward_nodes(trace: Trace, rows: pl.DataFrame, node: np.ndarray, bnode: np.ndarray) -> np.ndarray:
+    """The node of the forward op (-1: none) of each autograd node op `bnode` (host ids): the op of the same
+    sequence number on the forward thread, found through the thread map of the fwdbwd flows. `rows` are the
+    cpu_op and runtime rows [i, pid, tid, ts, seq, fwd_tid] and `node` their forward nodes."""
+    # forward op of each sequence number: the one that started last on its thread
+    fsel = rows["seq"].is_not_null() & (rows["fwd_tid"].fill_null(0) == 0)
+    fwd_ops = (rows.select("pid", "tid", "seq", "ts").hstack([pl.Series("node", node)]).filter(fsel)
+               .sort("ts").group_by("pid", "tid", "seq").agg(pl.col("node").last().alias("fnode"))
+               .rename({"tid": "ftid"}))
+    pairs, single = _fwd_thread_map(trace, fwd_ops)
+    # each distinct autograd node once
+    bu, binv = _distinct(bnode)
+    bnodes = pl.Series("bnode", bu, pl.UInt32)
+    bn = (pl.concat([bnodes.to_frame(), by_id(trace.host, bnodes, "pid", pl.col("seq").alias("bseq"),
+                                                pl.col("fwd_tid").alias("bft"))], how="horizontal")
+          .join(pairs.rename({"fwd_tid": "bft"}), on=["pid", "bft"], how="left")
+          .join(single, on="pid", how="left")
+          .with_columns(ftid=pl.coalesce("ftid", "ftid1"))
+          .join(fwd_ops, left_on=["pid", "ftid", "bseq"], right_on=["pid", "ftid", "seq"], how="left")
+          .select("bnode", "fnode").sort("bnode"))
+    return _np_ids(bn["fnode"])[binv]
+
+
 def _layer_codes(nl: pl.DataFrame) -> tuple[pl.DataFrame, np.ndarray]:
     """The distinct [layer, layer_class, depth] of the nodes `nl` (one row per code, `(unattributed)` last) and
     each node's code (the last entry: the code of no node)."""
     key = ["layer", "layer_class", "depth"]
-    code = nl.select(pl.struct(key).rank("dense"))[:, 0].to_numpy().astype(np.int64) - 1 if nl.height \
-        else np.zeros(0, np.int64)
+    if nl.height <= 4096:  # a few nodes: a dict (fewer polars calls)
+        seen: dict[tuple, int] = {}
+        code = np.array([seen.setdefault(k, len(seen)) for k in nl.select(key).iter_rows()], np.int64)
+    else:
+        code = nl.select(pl.struct(key).rank("dense"))[:, 0].to_numpy().astype(np.int64) - 1
     _, first = np.unique(code, return_index=True)
     un = pl.DataFrame({"layer": [UNATTRIBUTED], "layer_class": [UNATTRIBUTED], "depth": [None]}, schema=_NAMES_SCHEMA)
     names = pl.concat([nl.select(key)[first].cast(_NAMES_SCHEMA), un])
