@@ -719,7 +719,11 @@ def layer_table(trace: Trace, steps: pl.DataFrame | None = None, depth: int | No
             pl.len().alias("kernels"), pl.col("flops").sum().alias("flops"), pl.col("bytes").sum().alias("bytes"),
             pl.col("_tf").sum().alias("_tf"), pl.col("_tb").sum().alias("_tb"),
             (pl.col("flops").is_not_null() | pl.col("bytes").is_not_null()).any().alias("_hasf")]
-    per = gi.group_by("lid").agg(gagg)
+    # the float sums (FLOPs, bytes, ideal times) grouped by the layer's string, as before the layer ids: a float
+    # sum's rounding depends on how polars splits a group's rows, which differs with the key's type and with its
+    # sorted flag (gathered from two or more strings: none; from a one-layer tree it would be set)
+    lookup = pl.concat([tree["layer"], pl.Series([UNATTRIBUTED])])
+    per = gi.with_columns(layer=lookup.gather(gi["lid"])).group_by("layer").agg(gagg)
     self_ = g.group_by("lid").agg(pl.col("dur").sum().alias("self_gpu_ns"), pl.len().alias("self_kernels"))
     bound = (gi.filter(pl.col("bound").is_not_null()).group_by("lid", "bound").agg(pl.col("dur").sum())
              .sort("dur", "bound", descending=[True, False]).group_by("lid", maintain_order=True)
@@ -728,7 +732,7 @@ def layer_table(trace: Trace, steps: pl.DataFrame | None = None, depth: int | No
     cpu = incl(top.group_by("lid").agg(pl.col("dur").sum())).group_by("lid").agg(pl.col("dur").sum().alias("cpu_ns"))
     out = (tree.select(pl.int_range(nt, dtype=pl.UInt32).alias("lid"), "layer", "name", "layer_class", "kind", "depth",
                        "parent_layer", "module_path", "calls", "first_ts")
-           .join(per, on="lid", how="left").join(self_, on="lid", how="left")
+           .join(per, on="layer", how="left").join(self_, on="lid", how="left")
            .join(bound, on="lid", how="left").join(cpu, on="lid", how="left"))
     un = g.filter(pl.Series(unl[g["lid"].to_numpy()]))
     if un.height or out.height == 0:
