@@ -463,11 +463,15 @@ def _forward_nodes(trace: Trace, rows: pl.DataFrame, node: np.ndarray, bnode: np
     return _np_ids(bn["fnode"])[binv]
 
 
+#: up to this many layer nodes, `_layer_codes` numbers their distinct layers in Python
+_FEW_NODES = 4096
+
+
 def _layer_codes(nl: pl.DataFrame) -> tuple[pl.DataFrame, np.ndarray]:
     """The distinct [layer, layer_class, depth] of the nodes `nl` (one row per code, `(unattributed)` last) and
     each node's code (the last entry: the code of no node)."""
     key = ["layer", "layer_class", "depth"]
-    if nl.height <= 4096:  # a few nodes: a dict (fewer polars calls)
+    if nl.height <= _FEW_NODES:  # a few nodes: a dict (fewer polars calls)
         seen: dict[tuple, int] = {}
         code = np.array([seen.setdefault(k, len(seen)) for k in nl.select(key).iter_rows()], np.int64)
     else:
