@@ -320,10 +320,10 @@ def _innermost_joins(rows: pl.DataFrame, nodes: pl.DataFrame) -> pl.DataFrame:
 # ---- attribution ------------------------------------------------------------------------------
 
 
-def _fwd_thread_map(trace: Trace, fwd_ops: pl.DataFrame) -> tuple[pl.DataFrame, pl.DataFrame]:
+def _fwd_thread_map(trace: Trace, h: pl.DataFrame, fwd_ops: pl.DataFrame) -> tuple[pl.DataFrame, pl.DataFrame]:
     """[pid, fwd_tid (RecordFunction thread index), ftid (OS tid of the forward thread)] from the
-    fwdbwd flows, and [pid, ftid1] for processes with a single forward thread (the fallback)."""
-    h = trace.host.lazy().filter(pl.col("cat") == "cpu_op").select("pid", "tid", "ts", "fwd_tid").collect()
+    fwdbwd flows (ends on the cpu_ops `h` [pid, tid, ts, fwd_tid]), and [pid, ftid1] for processes with a single
+    forward thread (the fallback)."""
     fl = trace.flows.filter(pl.col("cat") == "fwdbwd")
     pairs = pl.DataFrame(schema={"pid": pl.Int64, "fwd_tid": pl.Int64, "ftid": pl.Int64})
     if fl.height:
@@ -384,7 +384,7 @@ def _rowpos(frame: pl.DataFrame, ids: pl.Series) -> np.ndarray:
 def _attribute(trace: Trace) -> Attribution:
     host = trace.host
     rows = (host.lazy().filter(pl.col("cat").is_in(["cpu_op", *RUNTIME_CATS]))
-            .select("i", "pid", "tid", "ts", "seq", "fwd_tid", "op").collect())
+            .select("i", "pid", "tid", "ts", "seq", "fwd_tid", "op", _op=pl.col("cat") == "cpu_op").collect())
     # a runtime call is in grad mode when the op that made it is (numpy on row positions: no join)
     opos = _rowpos(host, rows["op"])
     grad = rows["seq"].is_not_null().to_numpy() | ((opos >= 0) & host["seq"].is_not_null().to_numpy()[opos])
@@ -443,13 +443,13 @@ def _attribute(trace: Trace) -> Attribution:
 def _forward_nodes(trace: Trace, rows: pl.DataFrame, node: np.ndarray, bnode: np.ndarray) -> np.ndarray:
     """The node of the forward op (-1: none) of each autograd node op `bnode` (host ids): the op of the same
     sequence number on the forward thread, found through the thread map of the fwdbwd flows. `rows` are the
-    cpu_op and runtime rows [i, pid, tid, ts, seq, fwd_tid] and `node` their forward nodes."""
+    cpu_op and runtime rows [i, pid, tid, ts, seq, fwd_tid, _op (a cpu_op)] and `node` their forward nodes."""
     # forward op of each sequence number: the one that started last on its thread
     fsel = rows["seq"].is_not_null() & (rows["fwd_tid"].fill_null(0) == 0)
     fwd_ops = (rows.select("pid", "tid", "seq", "ts").hstack([pl.Series("node", node)]).filter(fsel)
                .sort("ts").group_by("pid", "tid", "seq").agg(pl.col("node").last().alias("fnode"))
                .rename({"tid": "ftid"}))
-    pairs, single = _fwd_thread_map(trace, fwd_ops)
+    pairs, single = _fwd_thread_map(trace, rows.filter("_op").select("pid", "tid", "ts", "fwd_tid"), fwd_ops)
     # each distinct autograd node once
     bu, binv = _distinct(bnode)
     bnodes = pl.Series("bnode", bu, pl.UInt32)
