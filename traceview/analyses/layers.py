@@ -343,9 +343,8 @@ def _fwd_thread_map(trace: Trace, h: pl.DataFrame, fwd_ops: pl.DataFrame) -> tup
     return pairs, single
 
 
-#: a host row's phase, coded while it is computed in numpy
-_PHASES = ["forward", "backward", "optimizer", "dataloader", "other"]
-_PHASE_CODE = {p: k for k, p in enumerate(_PHASES)}
+#: a host row's phase code (`Attribution.host.ph`): its index in PHASES
+_PHASE_CODE = {p: k for k, p in enumerate(PHASES)}
 
 
 def _np_ids(s: pl.Series) -> np.ndarray:
@@ -421,8 +420,8 @@ def _attribute(trace: Trace) -> Attribution:
     fnode = np.full(rows.height, -1, np.int64)
     if bwd_row.any():
         fnode[bwd_row] = _forward_nodes(trace, rows, node, bnode[bwd_row])
-    # each row's layer node: the forward op's node for a backward row, else its own; then the node's columns,
-    # gathered once per column with a last `(unattributed)` row for rows without a node (numpy positions)
+    # each row's layer node: the forward op's node for a backward row, else its own; then the node's position
+    # in `nl` (its height: no node, `(unattributed)`) and the code of its layer
     lnode = np.where(fnode >= 0, fnode, node)
     nl = nl.rename({"node": "i"}).sort("i")
     nid = nl["i"].to_numpy()
