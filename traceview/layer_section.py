@@ -40,8 +40,8 @@ def section(trace: Trace, steps: pl.DataFrame, *, findings: list[dict] | None = 
     un = table.filter(pl.col("layer") == L.UNATTRIBUTED)
     un_ns = int(un["gpu_ns"].sum())
     g = join_by_id(L._in_steps(trace.gpu.select("i", "ts", "dur", "kind").filter(pl.col("kind") != "sync").drop("kind"), steps), "i",
-                   L.gpu_layers(trace), "phase")
-    phases = dict(g.group_by("phase").agg(pl.col("dur").sum()).iter_rows())
+                   L.gpu_codes(trace), "ph")
+    phases = {L.PHASES[k]: v for k, v in g.group_by("ph").agg(pl.col("dur").sum()).iter_rows()}
     spec = L.device_peaks(trace)
     shown = table if depth is None else table.filter((pl.col("depth") <= depth) | (pl.col("layer") == L.UNATTRIBUTED))
     share_cols = [c for c in table.columns if c.startswith("share_")]

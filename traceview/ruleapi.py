@@ -16,7 +16,7 @@ import polars as pl
 from . import classify
 from .analyses import overhead as _overhead
 from .analyses.features import Features, detect
-from .analyses.layers import gpu_layers
+from .analyses.layers import attribution, gpu_codes
 from .analyses.rowid import by_id
 from .analyses.specs import Spec, trace_spec
 from .analyses.windows import complete_steps
@@ -123,7 +123,8 @@ class RuleContext:
         if not parts:
             return None
         # each kernel once, its layer by id (not a filter over every GPU activity per finding)
-        got = by_id(gpu_layers(self.trace), pl.concat(parts).unique(), "layer")["layer"].drop_nulls()
+        att = attribution(self.trace)
+        got = att.names["layer"].gather(by_id(gpu_codes(self.trace), pl.concat(parts).unique(), "lc")["lc"]).drop_nulls()
         got = got.filter(~got.str.starts_with("("))
         return str(got.mode().sort().first()) if got.len() else None
 

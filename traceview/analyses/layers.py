@@ -27,7 +27,7 @@ from ..memo import per_trace
 from ..model import RUNTIME_CATS, Trace
 from .rowid import by_id, join_by_id, positions
 from .specs import Spec, trace_spec
-from .tree import ancestor_where, call_tree, roots, thread_ids
+from .tree import ancestor_ids, call_tree, roots, thread_ids
 
 UNATTRIBUTED = "(unattributed)"
 MODULE_PREFIX = "nn.Module: "
@@ -38,26 +38,49 @@ NOT_LAYER_RE = r"^(ProfilerStep#|nccl:|PyTorch Profiler|## forward ##$)"
 PHASES = ("forward", "backward", "optimizer", "dataloader", "other")
 CLASSES = ("gpu_compute", "gpu_memory", "communication", "host_sync", "input", "cpu_launch", "other_idle")
 
-#: the per-layer tree's columns (also of an empty tree: a trace with no layer events)
-_TREE_SCHEMA = {"layer": pl.String, "parent_layer": pl.String, "name": pl.String, "layer_class": pl.String,
-                "kind": pl.String, "depth": pl.Int32, "module_path": pl.String, "anc": pl.List(pl.String),
-                "src": pl.String, "first_ts": pl.Int64, "calls": pl.UInt32}
-_ATTR_SCHEMA = {"i": pl.UInt32, "layer": pl.String, "layer_class": pl.String, "depth": pl.Int32,
-                "phase": pl.String}
 # the per-layer tree; empty (with these columns) when the trace has no layer to attribute to
 _TREE_SCHEMA = {"layer": pl.String, "parent_layer": pl.String, "name": pl.String, "layer_class": pl.String,
                 "kind": pl.String, "depth": pl.Int32, "module_path": pl.String, "anc": pl.List(pl.String),
                 "src": pl.String, "first_ts": pl.Int64, "calls": pl.UInt32}
+#: a row's layer as codes: `lc` a row of `Attribution.names`, `ph` an index into PHASES
+_CODES_SCHEMA = {"i": pl.UInt32, "lc": pl.UInt32, "ph": pl.UInt8}
+_NAMES_SCHEMA = {"layer": pl.String, "layer_class": pl.String, "depth": pl.Int32}
+_OTHER = PHASES.index("other")
 
 
 @dataclass(frozen=True)
 class Attribution:
     source: str  # "modules" | "module_annotations" | "annotations" | "ops" | "none"
-    nodes: pl.DataFrame  # one row per node event [i, layer, module_path, name, layer_class, kind, depth,
-    #                       parent_layer, src, ts, end]
-    host: pl.DataFrame  # [i, layer, layer_class, depth, phase] for cpu_op and runtime rows
+    host: pl.DataFrame  # [i, lc, ph] (codes: `decode`) for cpu_op and runtime rows, in id order
+    names: pl.DataFrame  # [layer, layer_class, depth] of each layer code (a few rows: the distinct layers); the
+    #                      last row is `(unattributed)`. Rows hold codes, not strings: a string per row costs
+    #                      16 bytes or more per column on traces of millions of events
     tree: pl.DataFrame  # one row per layer [layer, parent_layer, name, layer_class, kind, depth,
-    #                       module_path, anc (list of layers root→self), first_ts]
+    #                       module_path, anc (list of layers root→self), src, first_ts, calls]
+
+    @property
+    def unattributed(self) -> int:
+        """The code of `(unattributed)`."""
+        return self.names.height - 1
+
+    def known(self, lc: pl.Series) -> pl.Series:
+        """Per code in `lc`: a layer, not `(unattributed)` (null for a null code)."""
+        return (self.names["layer"] != UNATTRIBUTED).gather(lc)
+
+    def decode(self, codes: pl.DataFrame, *cols: str) -> list[pl.Series]:
+        """The named columns (layer, layer_class, depth, phase) of the rows of `codes` [lc, ph]; a null code reads
+        null."""
+        out = []
+        for c in cols:
+            if c == "phase":
+                out.append(pl.Series("phase", PHASES).gather(codes["ph"]))
+            else:
+                out.append(self.names[c].gather(codes["lc"]))
+        return out
+
+    def rows(self, codes: pl.DataFrame) -> pl.DataFrame:
+        """[i, layer, layer_class, depth, phase] of the rows of `codes` [i, lc, ph]."""
+        return pl.DataFrame([codes["i"], *self.decode(codes, "layer", "layer_class", "depth", "phase")])
 
 
 @per_trace
@@ -68,30 +91,34 @@ def attribution(trace: Trace) -> Attribution:
 
 
 def host_layers(trace: Trace) -> pl.DataFrame:
-    """[i (host row: cpu_op or runtime call), layer, layer_class, depth, phase]."""
-    return attribution(trace).host
+    """[i (host row: cpu_op or runtime call), layer, layer_class, depth, phase] (decoded on each call: callers keep
+    what they need)."""
+    att = attribution(trace)
+    return att.rows(att.host)
 
 
 @per_trace
-def gpu_layers(trace: Trace) -> pl.DataFrame:
-    """[i (gpu row id), layer, layer_class, depth, phase]: one row per GPU activity; `(unattributed)`
+def gpu_codes(trace: Trace) -> pl.DataFrame:
+    """[i (gpu row id), lc, ph]: the layer codes (`Attribution.names`) of each GPU activity; `(unattributed)`
     when no layer issued it."""
-    hl = attribution(trace).host
+    att = attribution(trace)
+    hl = att.host
     g = trace.gpu.select("i", "launch", "op")
-    if g.height == 0:
-        return pl.DataFrame(schema=_ATTR_SCHEMA)
-    # the launching runtime call is the most direct link; the op (via External id) when there is none; each
-    # column gathered once, a last sentinel row for activities that neither reaches
+    # the launching runtime call is the most direct link; the op (via External id) when there is none; a
+    # sentinel for activities that neither reaches
     lpos, opos = _rowpos(hl, g["launch"]), _rowpos(hl, g["op"])
     pos = np.where(lpos >= 0, lpos, opos)
-    pos = pl.Series(np.where(pos >= 0, pos, hl.height), dtype=pl.UInt32)
-    return pl.DataFrame([
-        g["i"].cast(pl.UInt32),
-        pl.concat([hl["layer"], pl.Series([UNATTRIBUTED])]).gather(pos),
-        pl.concat([hl["layer_class"], pl.Series([UNATTRIBUTED])]).gather(pos),
-        pl.concat([hl["depth"], pl.Series([None], dtype=pl.Int32)]).gather(pos),
-        pl.concat([hl["phase"], pl.Series(["other"])]).gather(pos),
-    ])
+    found = pos >= 0
+    pos = np.where(found, pos, 0)
+    lc = np.where(found, hl["lc"].to_numpy()[pos] if hl.height else 0, att.unattributed)
+    ph = np.where(found, hl["ph"].to_numpy()[pos] if hl.height else 0, _OTHER)
+    return pl.DataFrame([g["i"].cast(pl.UInt32), pl.Series("lc", lc, pl.UInt32), pl.Series("ph", ph, pl.UInt8)])
+
+
+def gpu_layers(trace: Trace) -> pl.DataFrame:
+    """[i (gpu row id), layer, layer_class, depth, phase]: one row per GPU activity; `(unattributed)`
+    when no layer issued it (decoded on each call from `gpu_codes`)."""
+    return attribution(trace).rows(gpu_codes(trace))
 
 
 # ---- node detection ---------------------------------------------------------------------------
@@ -101,8 +128,9 @@ def _strip_index(e: pl.Expr) -> pl.Expr:
     return e.str.replace(r"_\d+$", "")
 
 
-def _node_events(host: pl.DataFrame) -> tuple[pl.DataFrame, str]:
+def _node_events(trace: Trace) -> tuple[pl.DataFrame, str]:
     """Candidate node events [i, label, cls, src] and the source kind of the layer tree."""
+    host = trace.host
     # one pass over the host events keeps the few that can be nodes (by name prefix or annotation category);
     # every filter below runs on those
     h = host.lazy().select("i", "cat", "name").filter(
@@ -138,25 +166,19 @@ def _node_events(host: pl.DataFrame) -> tuple[pl.DataFrame, str]:
     if source == "ops":
         # top-level forward ops (backward ones follow their forward op through the sequence number),
         # outside the pseudo-layers
-        # the roots of the cpu_op tree, filtered in place (call_tree keeps the row order: no join back)
-        cols = [c for c in ("i", "cat", "name", "pid", "tid", "ts", "dur", "end", "ev_idx", "fwd_tid") if c in host.columns]
-        sub = call_tree(host.select(cols).filter(pl.col("cat") == "cpu_op"))
-        top = sub.filter((pl.col("depth") == 0) & ~(pl.col("fwd_tid").fill_null(0) > 0)
-                         & ~pl.col("name").str.contains(NOT_LAYER_RE) & ~pl.col("name").str.contains(PSEUDO_RE))
-        inside = _innermost(top, host.join(pseudo.select("i"), on="i", how="semi").with_columns(
-            parent=pl.lit(None, pl.UInt32), depth=pl.lit(0, pl.Int32)))
-        top = top.join(inside, on="i", how="anti")
+        # the roots of the cpu_op tree (`top_level_ops`: the layer table reads them too), in host order
+        top = top_level_ops(trace)
+        top = top.filter(~(by_id(host, top["i"], "fwd_tid")["fwd_tid"].fill_null(0) > 0)
+                         & ~top["name"].str.contains(NOT_LAYER_RE) & ~top["name"].str.contains(PSEUDO_RE))
+        if pseudo.height and top.height:
+            inside = _innermost(top, by_id(host, pseudo["i"].sort(), "i", "pid", "tid", "ts", "end").with_columns(
+                parent=pl.lit(None, pl.UInt32), depth=pl.lit(0, pl.Int32)))
+            top = top.join(inside, on="i", how="anti")
         nodes = pl.concat([nodes, top.select("i", label=pl.col("name"), cls=pl.col("name"), src=pl.lit("op"))],
                           how="vertical_relaxed")
         if top.height == 0:
             source = "none"
     return nodes, source
-
-
-# the per-layer tree's columns, for traces without layers (no host events at all)
-_TREE_SCHEMA = {"layer": pl.String, "parent_layer": pl.String, "name": pl.String, "layer_class": pl.String,
-                "kind": pl.String, "depth": pl.Int32, "module_path": pl.String, "anc": pl.List(pl.String),
-                "src": pl.String, "first_ts": pl.Int64, "calls": pl.UInt32}
 
 
 def _build_tree(host: pl.DataFrame, nodes: pl.DataFrame) -> tuple[pl.DataFrame, pl.DataFrame]:
@@ -168,8 +190,12 @@ def _build_tree(host: pl.DataFrame, nodes: pl.DataFrame) -> tuple[pl.DataFrame, 
     # but module frames and annotations do nest properly with each other.
     cols = [c for c in ("i", "cat", "pid", "tid", "ts", "dur", "ev_idx") if c in host.columns]
     # the node rows in host order (ids ascend): a lookup by id, not an is_in over every host row
-    sub = call_tree(by_id(host, nodes["i"].unique().sort(), *cols))
-    nodes = join_by_id(nodes, "i", sub, pl.col("parent").alias("pnode"))  # sub: one row per node, by id
+    if nodes.height and (nodes["src"] == "op").all():
+        # the roots of the cpu_op tree alone: none encloses another (`roots`), all are roots of the node tree
+        nodes = nodes.with_columns(pnode=pl.lit(None, pl.UInt32))
+    else:
+        sub = call_tree(by_id(host, nodes["i"].unique().sort(), *cols))
+        nodes = join_by_id(nodes, "i", sub, pl.col("parent").alias("pnode"))  # sub: one row per node, by id
     if not (nodes["src"] == "attr").any():  # no `module::` annotation: nothing to merge
         nodes = nodes.hstack([pl.Series("attr", [None] * nodes.height, pl.String)])
     else:
@@ -194,6 +220,8 @@ def _build_tree(host: pl.DataFrame, nodes: pl.DataFrame) -> tuple[pl.DataFrame, 
     rest = nodes.filter(pl.col("pnode").is_not_null())
     while cur.height:
         levels.append(cur)
+        if rest.height == 0:
+            break
         up = cur.select(pl.col("i").alias("pnode"), pl.col("module_path").alias("_pp"), pl.col("kind").alias("_pk"),
                         pl.col("ndepth").alias("_pd"), pl.col("layer").alias("parent_layer"),
                         pl.col("anc").alias("_panc"))
@@ -223,15 +251,23 @@ def _build_tree(host: pl.DataFrame, nodes: pl.DataFrame) -> tuple[pl.DataFrame, 
 
 
 def _innermost(rows: pl.DataFrame, nodes: pl.DataFrame) -> pl.DataFrame:
+    """`_innermost_ids` as a frame [i, node] of the rows that have a node."""
+    node = _innermost_ids(rows, nodes)
+    hit = node >= 0
+    return pl.DataFrame({"i": rows["i"].filter(pl.Series(hit)).cast(pl.UInt32),
+                         "node": pl.Series(node[hit], dtype=pl.UInt32)})
+
+
+def _innermost_ids(rows: pl.DataFrame, nodes: pl.DataFrame) -> np.ndarray:
     """For each row [i, pid, tid, ts], the innermost node [i, pid, tid, ts, end, parent, depth] on its
     thread that contains its start: the last node started at or before it (an as-of search on (thread, time);
     the deepest of nodes starting together), or the nearest ancestor of that node still open (one vectorised
-    step per node-tree level). Returns [i, node]."""
+    step per node-tree level). Returns the node's id per row (-1: none), in the rows' order."""
     if rows.height == 0 or nodes.height == 0:
-        return pl.DataFrame(schema={"i": pl.UInt32, "node": pl.UInt32})
+        return np.full(rows.height, -1, np.int64)
     cols = ("pid", "tid", "ts")
     if any(rows[c].null_count() for c in cols) or any(nodes[c].null_count() for c in (*cols, "depth", "end")):
-        return _innermost_joins(rows, nodes)
+        return _np_ids(by_id(_innermost_joins(rows, nodes).sort("i"), rows["i"], "node")["node"])
     nr = rows.height
     gid = thread_ids(np.concatenate([rows["pid"].to_numpy(), nodes["pid"].to_numpy()]),
                      np.concatenate([rows["tid"].to_numpy(), nodes["tid"].to_numpy()]))
@@ -239,7 +275,7 @@ def _innermost(rows: pl.DataFrame, nodes: pl.DataFrame) -> pl.DataFrame:
     lo = min(int(rts.min()), int(nts.min()))
     span = max(int(rts.max()), int(nts.max())) - lo + 1
     if gid is None or (int(gid.max()) + 1) * span >= 2**62:
-        return _innermost_joins(rows, nodes)
+        return _np_ids(by_id(_innermost_joins(rows, nodes).sort("i"), rows["i"], "node")["node"])
     rg, ng = gid[:nr], gid[nr:]
     nk = ng * span + (nts - lo)
     no = np.lexsort((nodes["depth"].to_numpy(), nk))
@@ -259,9 +295,7 @@ def _innermost(rows: pl.DataFrame, nodes: pl.DataFrame) -> pl.DataFrame:
         res[act[inside]] = c[inside]
         act, c = act[~inside], ppos[c[~inside]]
         act, c = act[c >= 0], c[c >= 0]
-    hit = res >= 0
-    return pl.DataFrame({"i": rows["i"].filter(pl.Series(hit)).cast(pl.UInt32),
-                         "node": nodes["i"].gather(pl.Series(res[hit])).cast(pl.UInt32)})
+    return np.where(res >= 0, nid[res], -1)
 
 
 def _innermost_joins(rows: pl.DataFrame, nodes: pl.DataFrame) -> pl.DataFrame:
@@ -286,10 +320,10 @@ def _innermost_joins(rows: pl.DataFrame, nodes: pl.DataFrame) -> pl.DataFrame:
 # ---- attribution ------------------------------------------------------------------------------
 
 
-def _fwd_thread_map(trace: Trace, fwd_ops: pl.DataFrame) -> tuple[pl.DataFrame, pl.DataFrame]:
+def _fwd_thread_map(trace: Trace, h: pl.DataFrame, fwd_ops: pl.DataFrame) -> tuple[pl.DataFrame, pl.DataFrame]:
     """[pid, fwd_tid (RecordFunction thread index), ftid (OS tid of the forward thread)] from the
-    fwdbwd flows, and [pid, ftid1] for processes with a single forward thread (the fallback)."""
-    h = trace.host.lazy().filter(pl.col("cat") == "cpu_op").select("pid", "tid", "ts", "fwd_tid").collect()
+    fwdbwd flows (ends on the cpu_ops `h` [pid, tid, ts, fwd_tid]), and [pid, ftid1] for processes with a single
+    forward thread (the fallback)."""
     fl = trace.flows.filter(pl.col("cat") == "fwdbwd")
     pairs = pl.DataFrame(schema={"pid": pl.Int64, "fwd_tid": pl.Int64, "ftid": pl.Int64})
     if fl.height:
@@ -309,9 +343,8 @@ def _fwd_thread_map(trace: Trace, fwd_ops: pl.DataFrame) -> tuple[pl.DataFrame, 
     return pairs, single
 
 
-#: a host row's phase, coded while it is computed in numpy
-_PHASES = ["forward", "backward", "optimizer", "dataloader", "other"]
-_PHASE_CODE = {p: k for k, p in enumerate(_PHASES)}
+#: a host row's phase code (`Attribution.host.ph`): its index in PHASES
+_PHASE_CODE = {p: k for k, p in enumerate(PHASES)}
 
 
 def _np_ids(s: pl.Series) -> np.ndarray:
@@ -322,8 +355,25 @@ def _np_ids(s: pl.Series) -> np.ndarray:
     return a.astype(np.int64, copy=False)
 
 
+def _distinct(ids: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """`np.unique(ids, return_inverse=True)` of non-negative row ids, by a table as long as the largest id (no
+    sort)."""
+    if ids.size == 0:
+        return ids, ids
+    seen = np.zeros(int(ids.max()) + 1, bool)
+    seen[ids] = True
+    rank = np.cumsum(seen) - 1
+    return np.flatnonzero(seen), rank[ids]
+
+
 def _rowpos(frame: pl.DataFrame, ids: pl.Series) -> np.ndarray:
     """The row position in `frame` of each id (-1: none)."""
+    nulls = ids.null_count()
+    if nulls and nulls < ids.len():  # the ids present only (no float-with-NaN round trips of every row)
+        have = ids.is_not_null()
+        out = np.full(ids.len(), -1, np.int64)
+        out[have.to_numpy()] = _rowpos(frame, ids.filter(have))
+        return out
     p = positions(frame, ids)
     if p is None:  # ids neither sorted nor compact: by a join
         p = by_id(frame.with_row_index("_pos"), ids, "_pos")["_pos"]
@@ -333,18 +383,18 @@ def _rowpos(frame: pl.DataFrame, ids: pl.Series) -> np.ndarray:
 def _attribute(trace: Trace) -> Attribution:
     host = trace.host
     rows = (host.lazy().filter(pl.col("cat").is_in(["cpu_op", *RUNTIME_CATS]))
-            .select("i", "pid", "tid", "ts", "seq", "fwd_tid", "op").collect())
+            .select("i", "pid", "tid", "ts", "seq", "fwd_tid", "op", _op=pl.col("cat") == "cpu_op").collect())
     # a runtime call is in grad mode when the op that made it is (numpy on row positions: no join)
     opos = _rowpos(host, rows["op"])
     grad = rows["seq"].is_not_null().to_numpy() | ((opos >= 0) & host["seq"].is_not_null().to_numpy()[opos])
     rows = rows.drop("op")
     if host.height == 0:
-        empty = pl.DataFrame(schema=_ATTR_SCHEMA)
-        return Attribution("none", pl.DataFrame(schema={"i": pl.UInt32, "layer": pl.String}), empty,
+        return Attribution("none", pl.DataFrame(schema=_CODES_SCHEMA), _layer_codes(pl.DataFrame(schema=_NAMES_SCHEMA))[0],
                            pl.DataFrame(schema=_TREE_SCHEMA))
-    events, source = _node_events(host)
+    events, source = _node_events(trace)
     nodes, tree = _build_tree(host, events)
-    phase_of = pl.col("src").replace_strict({"optimizer": "optimizer", "dataloader": "dataloader"}, default="forward")
+    phase_of = pl.col("src").replace_strict({p: _PHASE_CODE[p] for p in ("optimizer", "dataloader")},
+                                            default=_PHASE_CODE["forward"], return_dtype=pl.Int8)
     nl = nodes.select(pl.col("i").alias("node"), "layer", pl.col("cls").alias("layer_class"),
                       pl.col("ndepth").alias("depth"), phase_of.alias("nphase"))
     # forward: innermost enclosing node (or the op itself when ops are the nodes)
@@ -352,54 +402,83 @@ def _attribute(trace: Trace) -> Attribution:
     # (op nodes too: an op's children and its runtime calls belong to it)
     node_ev = pl.concat([nodes, by_id(host, nodes["i"], "pid", "tid")], how="horizontal").select(
         "i", "pid", "tid", "ts", "end", pl.col("pnode").alias("parent"), pl.col("ndepth").alias("depth"))
-    fwd = by_id(_innermost(rows, node_ev).sort("i"), rows["i"], "node")
-    # an op that is a node (the "ops" fallback) is its own layer: a mask, not a concat + unique of every row
-    own = rows["i"].is_in(nodes.filter(pl.col("src") == "op")["i"].implode())
-    fwd = fwd.select(node=pl.when(own).then(rows["i"]).otherwise(pl.col("node")))
-    # backward: the innermost enclosing autograd node op (it carries the sequence number)
-    bwd = ancestor_where(host, rows, ((pl.col("cat") == "cpu_op") & (pl.col("fwd_tid") > 0)).fill_null(False), "bnode",
-                         include_self=True)
-    r = pl.concat([rows, fwd, by_id(bwd, rows["i"], "bnode")],
-                  how="horizontal")
+    # an op that is a node (the "ops" fallback) is its own layer (no search for it)
+    own_ids = nodes.filter(pl.col("src") == "op")["i"]
+    own = rows["i"].is_in(own_ids.implode()).to_numpy() if own_ids.len() else None
+    if own is None or not own.any():
+        node = _innermost_ids(rows, node_ev)
+    else:
+        node = rows["i"].cast(pl.Int64).to_numpy().copy()
+        node[~own] = _innermost_ids(rows.filter(pl.Series(~own)), node_ev)
+    # backward: the innermost enclosing autograd node op (it carries the sequence number); the mask of those
+    # ops without a string comparison on every host row
+    auto = (host["fwd_tid"] > 0).fill_null(False).to_numpy()
+    at = np.flatnonzero(auto)
+    auto[at] = (host["cat"].gather(at) == "cpu_op").fill_null(False).to_numpy()
+    bnode = ancestor_ids(host, rows["i"], auto, include_self=True)
+    bwd_row = bnode >= 0
+    fnode = np.full(rows.height, -1, np.int64)
+    if bwd_row.any():
+        fnode[bwd_row] = _forward_nodes(trace, rows, node, bnode[bwd_row])
+    # each row's layer node: the forward op's node for a backward row, else its own; then the node's position
+    # in `nl` (its height: no node, `(unattributed)`) and the code of its layer
+    lnode = np.where(fnode >= 0, fnode, node)
+    nl = nl.rename({"node": "i"}).sort("i")
+    nid = nl["i"].to_numpy()
+    pos = np.minimum(np.searchsorted(nid, lnode), max(nid.size - 1, 0))
+    found = (lnode >= 0) & (nid[pos] == lnode) if nid.size else np.zeros(rows.height, bool)
+    pos[~found] = nl.height
+    # phase: backward rows, then the node's phase, then grad mode (a loss computed outside the model: forward)
+    node_phase = np.append(nl["nphase"].to_numpy(), -1)
+    code = np.where(bwd_row, _PHASE_CODE["backward"],
+                    np.where(found, node_phase[pos], np.where(grad, _PHASE_CODE["forward"], _PHASE_CODE["other"])))
+    names, node_code = _layer_codes(nl)
+    out = pl.DataFrame([rows["i"].cast(pl.UInt32), pl.Series("lc", node_code[pos], pl.UInt32),
+                        pl.Series("ph", code, pl.UInt8)])
+    out = out if out["i"].is_sorted() else out.sort("i")
+    return Attribution(source, out, names, tree)
+
+
+def _forward_nodes(trace: Trace, rows: pl.DataFrame, node: np.ndarray, bnode: np.ndarray) -> np.ndarray:
+    """The node of the forward op (-1: none) of each autograd node op `bnode` (host ids): the op of the same
+    sequence number on the forward thread, found through the thread map of the fwdbwd flows. `rows` are the
+    cpu_op and runtime rows [i, pid, tid, ts, seq, fwd_tid, _op (a cpu_op)] and `node` their forward nodes."""
     # forward op of each sequence number: the one that started last on its thread
-    fwd_ops = (r.select("pid", "tid", "seq", "ts", "node", "fwd_tid")
-               .filter(pl.col("seq").is_not_null() & (pl.col("fwd_tid").fill_null(0) == 0))
+    fsel = rows["seq"].is_not_null() & (rows["fwd_tid"].fill_null(0) == 0)
+    fwd_ops = (rows.select("pid", "tid", "seq", "ts").hstack([pl.Series("node", node)]).filter(fsel)
                .sort("ts").group_by("pid", "tid", "seq").agg(pl.col("node").last().alias("fnode"))
                .rename({"tid": "ftid"}))
-    pairs, single = _fwd_thread_map(trace, fwd_ops)
-    bnodes = r["bnode"].drop_nulls().unique()
-    bn = (pl.concat([bnodes.to_frame(), by_id(host, bnodes, "pid", pl.col("seq").alias("bseq"),
+    pairs, single = _fwd_thread_map(trace, rows.filter("_op").select("pid", "tid", "ts", "fwd_tid"), fwd_ops)
+    # each distinct autograd node once
+    bu, binv = _distinct(bnode)
+    bnodes = pl.Series("bnode", bu, pl.UInt32)
+    bn = (pl.concat([bnodes.to_frame(), by_id(trace.host, bnodes, "pid", pl.col("seq").alias("bseq"),
                                                 pl.col("fwd_tid").alias("bft"))], how="horizontal")
           .join(pairs.rename({"fwd_tid": "bft"}), on=["pid", "bft"], how="left")
           .join(single, on="pid", how="left")
           .with_columns(ftid=pl.coalesce("ftid", "ftid1"))
           .join(fwd_ops, left_on=["pid", "ftid", "bseq"], right_on=["pid", "ftid", "seq"], how="left")
-          .select("bnode", "fnode"))
-    # each row's layer node: the forward op's node for a backward row, else its own; then the node's columns,
-    # gathered once per column with a last `(unattributed)` row for rows without a node (numpy positions)
-    fnode = _np_ids(by_id(bn.rename({"bnode": "i"}).sort("i"), r["bnode"], "fnode")["fnode"])
-    lnode = np.where(fnode >= 0, fnode, _np_ids(r["node"]))
-    nl = nl.rename({"node": "i"}).sort("i")
-    pos = _rowpos(nl, pl.Series(np.where(lnode >= 0, lnode, 0))) if nl.height else np.full(r.height, -1)
-    pos[lnode < 0] = -1
-    found = pos >= 0
-    pos[~found] = nl.height
-    un = pl.Series([UNATTRIBUTED])
-    # phase: backward rows, then the node's phase, then grad mode (a loss computed outside the model: forward)
-    node_phase = np.append(nl["nphase"].replace_strict(_PHASE_CODE, return_dtype=pl.Int8).to_numpy(), -1)
-    bwd_row = _np_ids(r["bnode"]) >= 0
-    code = np.where(bwd_row, _PHASE_CODE["backward"],
-                    np.where(found, node_phase[pos], np.where(grad, _PHASE_CODE["forward"], _PHASE_CODE["other"])))
-    gather = pl.Series(pos, dtype=pl.UInt32)
-    out = pl.DataFrame([
-        r["i"].cast(pl.UInt32),
-        pl.concat([nl["layer"], un]).gather(gather).alias("layer"),
-        pl.concat([nl["layer_class"], un]).gather(gather).alias("layer_class"),
-        pl.concat([nl["depth"].cast(pl.Int32), pl.Series([None], dtype=pl.Int32)]).gather(gather).alias("depth"),
-        pl.Series("phase", _PHASES).gather(pl.Series(code, dtype=pl.UInt32)),
-    ])
-    out = out if out["i"].is_sorted() else out.sort("i")
-    return Attribution(source, nodes, out, tree)
+          .select("bnode", "fnode").sort("bnode"))
+    return _np_ids(bn["fnode"])[binv]
+
+
+#: up to this many layer nodes, `_layer_codes` numbers their distinct layers in Python
+_FEW_NODES = 4096
+
+
+def _layer_codes(nl: pl.DataFrame) -> tuple[pl.DataFrame, np.ndarray]:
+    """The distinct [layer, layer_class, depth] of the nodes `nl` (one row per code, `(unattributed)` last) and
+    each node's code (the last entry: the code of no node)."""
+    key = ["layer", "layer_class", "depth"]
+    if nl.height <= _FEW_NODES:  # a few nodes: a dict (fewer polars calls)
+        seen: dict[tuple, int] = {}
+        code = np.array([seen.setdefault(k, len(seen)) for k in nl.select(key).iter_rows()], np.int64)
+    else:
+        code = nl.select(pl.struct(key).rank("dense"))[:, 0].to_numpy().astype(np.int64) - 1
+    _, first = np.unique(code, return_index=True)
+    un = pl.DataFrame({"layer": [UNATTRIBUTED], "layer_class": [UNATTRIBUTED], "depth": [None]}, schema=_NAMES_SCHEMA)
+    names = pl.concat([nl.select(key)[first].cast(_NAMES_SCHEMA), un])
+    return names, np.append(code, first.size)
 
 
 # ---- per-layer table --------------------------------------------------------------------------
@@ -439,16 +518,32 @@ def top_level_ops(trace: Trace) -> pl.DataFrame:
 
 
 @per_trace
+def _top_codes(trace: Trace) -> pl.DataFrame:
+    """The layer codes [lc, ph] of the rows of `top_level_ops` (beside them: its columns are not copied)."""
+    return by_id(attribution(trace).host, top_level_ops(trace)["i"], "lc", "ph")
+
+
+def _top(trace: Trace, *cols: str) -> pl.DataFrame:
+    """Outermost cpu_ops' `cols` with their layer code `lc`."""
+    return top_level_ops(trace).select(cols).hstack([_top_codes(trace)["lc"]])
+
+
 def _top_ops(trace: Trace) -> pl.DataFrame:
-    """Outermost cpu_ops (no enclosing cpu_op) with their layer: [i, pid, tid, ts, end, dur, layer]."""
-    top = top_level_ops(trace).select("i", "pid", "tid", "ts", "end", "dur")
-    return join_by_id(top, "i", host_layers(trace), "layer", "phase")
+    """Outermost cpu_ops (no enclosing cpu_op) with their layer: [i, pid, tid, ts, end, dur, layer, phase]."""
+    return top_level_ops(trace).select("i", "pid", "tid", "ts", "end", "dur").hstack(
+        attribution(trace).decode(_top_codes(trace), "layer", "phase"))
 
 
 def segment_layers(trace: Trace, segments: pl.DataFrame) -> pl.DataFrame:
     """Give each classifier segment [step, ts, end, cls] the layer responsible for it: the layer of the GPU
     activity running at its midpoint for GPU classes, else the layer of the outermost host op running
     then (on any thread), else `(unattributed)`."""
+    code = _segment_codes(trace, segments)
+    return segments.select("step", "ts", "end", "cls").hstack([attribution(trace).names["layer"].gather(code).alias("layer")])
+
+
+def _segment_codes(trace: Trace, segments: pl.DataFrame) -> pl.Series:
+    """`segment_layers`' layer of each segment as a layer code."""
     # the searches run on the midpoints alone, in time order, and find row positions; the layer strings are
     # gathered once at the end and the segments' own columns are not copied (a tiny-event trace has a segment
     # per launch and per kernel)
@@ -458,13 +553,15 @@ def segment_layers(trace: Trace, segments: pl.DataFrame) -> pl.DataFrame:
     g = (trace.gpu.select("i", pl.col("ts").alias("_gts"), pl.col("end").alias("_gend"), "kind")
          .filter(pl.col("kind") != "sync").drop("kind").sort("_gts"))
     # every GPU row has its layer row: a lookup by id (in time order: the strings are gathered once)
-    g = join_by_id(g, "i", gpu_layers(trace), pl.col("layer").alias("_gl")).drop("i").with_row_index("_p")
+    att = attribution(trace)
+    g = join_by_id(g, "i", gpu_codes(trace), pl.col("lc").alias("_gl")).drop("i").with_row_index("_p")
     gp = _np_ids(q.join_asof(g.drop("_gl"), left_on="t", right_on="_gts", strategy="backward", check_sortedness=False)
                  .select(pl.when(pl.col("t") < pl.col("_gend")).then(pl.col("_p")))[:, 0])
-    top = _top_ops(trace).select("pid", "tid", "ts", "end", "layer").filter(pl.col("layer") != UNATTRIBUTED)
+    top = _top(trace, "pid", "tid", "ts", "end")
+    top = top.filter(att.known(top["lc"]))
     threads = top.select("pid", "tid").unique()
     hops = top.select("pid", "tid", pl.col("ts").alias("_hts"), pl.col("end").alias("_hend"),
-                      pl.col("layer").alias("_hl")).sort("_hts").with_row_index("_p")
+                      pl.col("lc").alias("_hl")).sort("_hts").with_row_index("_p")
     if threads.height <= 1:  # one thread: the op open at the midpoint, without the per-thread cross join
         hp = _np_ids(q.join_asof(hops.drop("pid", "tid", "_hl"), left_on="t", right_on="_hts", strategy="backward",
                                  check_sortedness=False)
@@ -488,8 +585,7 @@ def segment_layers(trace: Trace, segments: pl.DataFrame) -> pl.DataFrame:
     idx = pl.Series(pos, dtype=pl.UInt32)
     if order is not None:  # back to the segments' order
         idx = idx.gather(order.arg_sort())
-    layer = pl.concat([g["_gl"], hops["_hl"], pl.Series([UNATTRIBUTED])]).gather(idx).alias("layer")
-    return segments.select("step", "ts", "end", "cls").hstack([layer])
+    return pl.concat([g["_gl"], hops["_hl"], pl.Series([att.unattributed], dtype=pl.UInt32)]).gather(idx)
 
 
 #: up to this many host threads with layered ops, `segment_layers` searches each thread's ops in turn
@@ -529,13 +625,14 @@ def shape_signatures(trace: Trace) -> pl.DataFrame:
         return pl.DataFrame(schema=schema)
     dims = pl.col("input_dims").cast(pl.String)
     # the forward rows' host columns by id (not a filter and a cast over every host op)
-    fw = att.host.select("i", "layer", "phase").filter(pl.col("phase") == "forward").drop("phase")
+    fw = att.host.filter(pl.col("ph") == PHASES.index("forward")).select("i", "lc")
     # the ops with dims first; their times and names then (record_shapes off: none, and nothing gathered)
     hc = by_id(trace.host, fw["i"], "cat", "input_dims")
     hc = hc.select(pl.col("input_dims"), _k=(pl.col("cat") == "cpu_op") & pl.col("input_dims").is_not_null()
                    & (pl.col("input_dims").bin.size() > 2))
     keep = hc["_k"]
     fw = fw.filter(keep)
+    fw = pl.DataFrame([fw["i"], att.names["layer"].gather(fw["lc"])])
     ops = (pl.concat([fw, by_id(trace.host, fw["i"], "ts", "name"), hc.filter(keep).select("input_dims")],
                      how="horizontal")
            .select("i", "layer", "ts", "name", dims.alias("d"))
@@ -570,10 +667,16 @@ def layer_table(trace: Trace, steps: pl.DataFrame | None = None, depth: int | No
     steps = trace.steps if steps is None else steps
     att = attribution(trace)
     tree = att.tree
-    gl = gpu_layers(trace)
+    # rows are grouped by layer id (`lid`: the layer's row in `tree`, its height for `(unattributed)`), integers
+    # instead of layer strings; the strings come from the tree's rows
+    row = {layer: k for k, layer in enumerate(tree["layer"].to_list())}
+    nt = tree.height
+    lid_of = np.array([row.get(layer, nt) for layer in att.names["layer"].to_list()], np.int64)
+    unl = np.append(tree["layer"].to_numpy() == UNATTRIBUTED, True)  # per lid: `(unattributed)`
     g = _in_steps(trace.gpu.select(
         "i", "ts", "dur", "kind", pl.col("bytes").cast(pl.Float64).alias("_cbytes")).filter(pl.col("kind") != "sync"), steps)
-    g = join_by_id(g, "i", gl, "layer", "phase")  # every GPU row has its layer row
+    g = join_by_id(g, "i", gpu_codes(trace), "lc", "ph")  # every GPU row has its layer row
+    g = g.drop("lc").hstack([pl.Series("lid", lid_of[g["lc"].to_numpy()], pl.UInt32)])
     if kb is not None:
         g = join_by_id(g, "i", kb, *[c for c in ("flops", "bytes", "bpe", "bound") if c in kb.columns])
     for c, dt in (("flops", pl.Float64), ("bytes", pl.Float64), ("bpe", pl.Float64), ("bound", pl.String)):
@@ -593,47 +696,54 @@ def layer_table(trace: Trace, steps: pl.DataFrame | None = None, depth: int | No
         g = g.with_columns(_tf=pl.lit(None, pl.Float64), _tb=pl.lit(None, pl.Float64))
     # the columns the sums read: each row is repeated per enclosing layer below (on a tiny-event trace the
     # frame has as many rows as kernels: the ids, times and kinds would be copied for nothing)
-    g = g.select("layer", "phase", "dur", "flops", "bytes", "bound", "_tf", "_tb")
-    top = _in_steps(_top_ops(trace).select("ts", "dur", "layer"), steps)  # (what the CPU sums read)
+    g = g.select("lid", "ph", "dur", "flops", "bytes", "bound", "_tf", "_tb")
+    top = _in_steps(_top(trace, "ts", "dur"), steps)  # (what the CPU sums read)
+    top = top.drop("lc").hstack([pl.Series("lid", lid_of[top["lc"].to_numpy()], pl.UInt32)])
     # every row counts for its own layer and, through `anc`, for each enclosing layer
     # (the few layers' ancestor lists exploded first: one join writes the repeated rows, with no list column and
     # no second copy by an explode; each row's copies go to distinct layers, so every layer's sum still adds its
     # rows in their order)
-    anc = tree.select("layer", "anc").explode("anc")
-    flat = (anc["layer"] == anc["anc"]).all()  # no layer encloses another: each row counts for its layer only
-    ph = pl.col("phase")
+    anc = tree.select(pl.int_range(nt, dtype=pl.UInt32).alias("lid"), "anc").explode("anc")
+    anc = pl.DataFrame([anc["lid"], pl.Series("alid", [row.get(x) for x in anc["anc"].to_list()], pl.UInt32)])
+    flat = (anc["lid"] == anc["alid"]).all()  # no layer encloses another: each row counts for its layer only
+    ph = pl.col("ph")
 
     def incl(df: pl.DataFrame) -> pl.DataFrame:
         if flat:  # the rows themselves, without copying them (the join's result when every row has a layer)
-            known = df["layer"].is_in(anc["layer"].implode()).fill_null(False)
-            return (df if known.all() else df.filter(known)).select(pl.exclude("layer"), "layer")
-        return df.join(anc, on="layer", how="inner", maintain_order="left").drop("layer").rename({"anc": "layer"})
+            known = df["lid"] < nt
+            return (df if known.all() else df.filter(known)).select(pl.exclude("lid"), "lid")
+        return df.join(anc, on="lid", how="inner", maintain_order="left").drop("lid").rename({"alid": "lid"})
 
     gi = incl(g)
-    gagg = [pl.col("dur").sum().alias("gpu_ns"), pl.col("dur").filter(ph == "forward").sum().alias("fwd_gpu_ns"),
-            pl.col("dur").filter(ph == "backward").sum().alias("bwd_gpu_ns"),
-            pl.col("dur").filter(~ph.is_in(["forward", "backward"])).sum().alias("other_gpu_ns"),
+    fwd, bwd = PHASES.index("forward"), PHASES.index("backward")
+    gagg = [pl.col("dur").sum().alias("gpu_ns"), pl.col("dur").filter(ph == fwd).sum().alias("fwd_gpu_ns"),
+            pl.col("dur").filter(ph == bwd).sum().alias("bwd_gpu_ns"),
+            pl.col("dur").filter(~ph.is_in([fwd, bwd])).sum().alias("other_gpu_ns"),
             pl.len().alias("kernels"), pl.col("flops").sum().alias("flops"), pl.col("bytes").sum().alias("bytes"),
             pl.col("_tf").sum().alias("_tf"), pl.col("_tb").sum().alias("_tb"),
             (pl.col("flops").is_not_null() | pl.col("bytes").is_not_null()).any().alias("_hasf")]
-    per = gi.group_by("layer").agg(gagg)
-    self_ = g.group_by("layer").agg(pl.col("dur").sum().alias("self_gpu_ns"), pl.len().alias("self_kernels"))
-    bound = (gi.filter(pl.col("bound").is_not_null()).group_by("layer", "bound").agg(pl.col("dur").sum())
-             .sort("dur", "bound", descending=[True, False]).group_by("layer", maintain_order=True)
+    # the float sums (FLOPs, bytes, ideal times) grouped by the layer's string, as before the layer ids: a float
+    # sum's rounding depends on how polars splits a group's rows, which differs with the key's type and with its
+    # sorted flag (gathered from two or more strings: none; from a one-layer tree it would be set)
+    lookup = pl.concat([tree["layer"], pl.Series([UNATTRIBUTED])])
+    per = gi.with_columns(layer=lookup.gather(gi["lid"])).group_by("layer").agg(gagg)
+    self_ = g.group_by("lid").agg(pl.col("dur").sum().alias("self_gpu_ns"), pl.len().alias("self_kernels"))
+    bound = (gi.filter(pl.col("bound").is_not_null()).group_by("lid", "bound").agg(pl.col("dur").sum())
+             .sort("dur", "bound", descending=[True, False]).group_by("lid", maintain_order=True)
              .agg(pl.col("bound").first()))
     # integer sums: summed per layer first, then through the ancestors (fewer rows to explode, same totals)
-    cpu = incl(top.group_by("layer").agg(pl.col("dur").sum())).group_by("layer").agg(pl.col("dur").sum().alias("cpu_ns"))
-    out = (tree.select("layer", "name", "layer_class", "kind", "depth", "parent_layer", "module_path", "calls",
-                       "first_ts")
-           .join(per, on="layer", how="left").join(self_, on="layer", how="left")
-           .join(bound, on="layer", how="left").join(cpu, on="layer", how="left"))
-    un = g.filter(pl.col("layer") == UNATTRIBUTED)
+    cpu = incl(top.group_by("lid").agg(pl.col("dur").sum())).group_by("lid").agg(pl.col("dur").sum().alias("cpu_ns"))
+    out = (tree.select(pl.int_range(nt, dtype=pl.UInt32).alias("lid"), "layer", "name", "layer_class", "kind", "depth",
+                       "parent_layer", "module_path", "calls", "first_ts")
+           .join(per, on="layer", how="left").join(self_, on="lid", how="left")
+           .join(bound, on="lid", how="left").join(cpu, on="lid", how="left"))
+    un = g.filter(pl.Series(unl[g["lid"].to_numpy()]))
     if un.height or out.height == 0:
         urow = un.group_by(pl.lit(UNATTRIBUTED).alias("layer")).agg(gagg).with_columns(
             self_gpu_ns=pl.col("gpu_ns"), self_kernels=pl.col("kernels"),
-            cpu_ns=pl.lit(int(top.filter(pl.col("layer") == UNATTRIBUTED)["dur"].sum())),
+            cpu_ns=pl.lit(int(top.filter(pl.Series(unl[top["lid"].to_numpy()]))["dur"].sum())),
             name=pl.lit(UNATTRIBUTED), layer_class=pl.lit(UNATTRIBUTED), kind=pl.lit(UNATTRIBUTED),
-            depth=pl.lit(0, pl.Int32), first_ts=pl.lit(2**62))
+            depth=pl.lit(0, pl.Int32), first_ts=pl.lit(2**62), lid=pl.lit(nt, pl.UInt32))
         out = pl.concat([out, urow], how="diagonal_relaxed")
     zero = ["gpu_ns", "fwd_gpu_ns", "bwd_gpu_ns", "other_gpu_ns", "kernels", "self_gpu_ns", "self_kernels", "cpu_ns"]
     out = out.with_columns([pl.col(c).fill_null(0) for c in zero]).with_columns(
@@ -653,21 +763,28 @@ def layer_table(trace: Trace, steps: pl.DataFrame | None = None, depth: int | No
     ).drop("_tf", "_tb")
     # classifier shares: the step time each layer is responsible for, split by class
     if part is not None and part.height:
-        sl = (segment_layers(trace, part).group_by("layer", "cls")
-              .agg((pl.col("end") - pl.col("ts")).sum().alias("dur")))  # per layer first (integer sums)
-        sh = pl.concat([incl(sl), sl.filter(pl.col("layer") == UNATTRIBUTED)], how="diagonal_relaxed")
-        sh = sh.group_by("layer").agg(pl.col("dur").sum().alias("time_ns"),
-                                      *[pl.col("dur").filter(pl.col("cls") == c).sum().alias(f"share_{c}")
-                                        for c in CLASSES])
+        lc = _segment_codes(trace, part).to_numpy()
+        sl = (part.select("cls", dur=pl.col("end") - pl.col("ts")).hstack([pl.Series("lid", lid_of[lc], pl.UInt32)])
+              .group_by("lid", "cls").agg(pl.col("dur").sum()))  # per layer first (integer sums)
+        sh = pl.concat([incl(sl), sl.filter(pl.Series(unl[sl["lid"].to_numpy()]))], how="diagonal_relaxed")
+        sh = sh.group_by("lid").agg(pl.col("dur").sum().alias("time_ns"),
+                                    *[pl.col("dur").filter(pl.col("cls") == c).sum().alias(f"share_{c}")
+                                      for c in CLASSES])
         sh = sh.with_columns([(100 * pl.col(f"share_{c}") / pl.col("time_ns")).alias(f"share_{c}") for c in CLASSES])
         dom = pl.concat_list([pl.col(f"share_{c}") for c in CLASSES]).list.arg_max()
         sh = sh.with_columns(dominant=dom.replace_strict(dict(enumerate(CLASSES)), return_dtype=pl.String))
-        out = out.join(sh, on="layer", how="left")
+        out = out.join(sh, on="lid", how="left")
+    out = out.drop("lid")
     # findings inside each layer (a finding counts for its layer and the layers enclosing it)
     if findings is not None and findings.height and "layer" in findings.columns:
         code = "code" if "code" in findings.columns else None
         f = findings.select("layer", *([pl.col(code).cast(pl.String).alias("code")] if code else []))
-        fi = pl.concat([incl(f), f.filter(~pl.col("layer").is_in(tree["layer"].implode()))], how="diagonal_relaxed")
+        known = f["layer"].is_in(tree["layer"].implode()).fill_null(False)
+        fl = f.filter(known)
+        fl = fl.drop("layer").hstack([pl.Series("lid", [row[x] for x in fl["layer"].to_list()], pl.UInt32)])
+        fl = incl(fl)
+        fl = fl.hstack([tree["layer"].gather(fl["lid"])]).drop("lid")
+        fi = pl.concat([fl, f.filter(~known)], how="diagonal_relaxed")
         fa = fi.group_by("layer").agg(pl.len().alias("findings"),
                                       *([pl.col("code").drop_nulls().unique().sort().alias("finding_codes")]
                                         if code else []))

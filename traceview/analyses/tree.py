@@ -199,18 +199,25 @@ def roots(host: pl.DataFrame) -> pl.Series:
     return pl.Series("root", out)
 
 
-def ancestor_where(host: pl.DataFrame, rows: pl.DataFrame, cond: pl.Expr, out: str,
+def ancestor_where(host: pl.DataFrame, rows: pl.DataFrame, cond: pl.Expr | np.ndarray, out: str,
                    include_self: bool = False) -> pl.DataFrame:
     """For each row id `i` in `rows`, the nearest ancestor (by `parent`) whose row satisfies `cond` (a row-wise
-    expression: it is evaluated only on the rows the climbs pass through).
+    expression: it is evaluated only on the rows the climbs pass through; or a boolean per `host` row).
 
     Pointer doubling over the tree (each node points at itself when it satisfies `cond`, else at its parent;
     log2(depth) vectorised passes), not a climb per event. Returns frame [i, out] for the rows that have one
     (a parent missing from `host`, or a row where `cond` is null, ends the climb)."""
-    n = host.height
     q = rows["i"]
-    if n == 0 or rows.height == 0:
-        return pl.DataFrame({"i": q.head(0), out: pl.Series([], dtype=pl.UInt32)})
+    found = ancestor_ids(host, q, cond, include_self)
+    hit = found >= 0
+    return pl.DataFrame({"i": q.filter(pl.Series(hit)), out: pl.Series(found[hit]).cast(pl.UInt32)})
+
+
+def ancestor_ids(host: pl.DataFrame, q: pl.Series, cond: pl.Expr | np.ndarray, include_self: bool = False) -> np.ndarray:
+    """`ancestor_where` as the ancestor's id per id of `q` (-1: none), in the order of `q`."""
+    n = host.height
+    if n == 0 or q.len() == 0:
+        return np.full(q.len(), -1, np.int64)
     ids = host["i"].to_numpy()
     size = int(max(ids.max(), q.max() or 0)) + 1
     idx = np.int32 if size < 2**31 else np.int64
@@ -224,24 +231,27 @@ def ancestor_where(host: pl.DataFrame, rows: pl.DataFrame, cond: pl.Expr, out: s
     start = pos(q)
     if not include_self:
         start = par[start]
-    cols = list(dict.fromkeys(cond.meta.root_names())) or ["i"]
-    if q.len() * 64 > n:  # many climbs: they cover most of the tree anyway
-        on = np.arange(n)
-        val = host.select(cols).with_columns(cond.alias("_ok"))["_ok"]
-    else:  # a few climbs (syncs, say): `cond` only on the rows they pass through, the starts and their ancestors
-        seen = np.zeros(n + 1, bool)
-        f = np.unique(start)
-        while f.size:
-            f = f[~seen[f]]
-            seen[f] = True
-            f = np.unique(par[f])
-        seen[n] = False
-        on = np.flatnonzero(seen)
-        val = host.select(cols)[on].with_columns(cond.alias("_ok"))["_ok"]
     ok = np.zeros(n + 1, bool)  # the sentinel n satisfies nothing
     stop = np.zeros(n + 1, bool)  # a row where `cond` is null ends the climb unanswered
-    ok[on] = val.fill_null(False).to_numpy()
-    stop[on] = val.is_null().to_numpy()
+    if isinstance(cond, np.ndarray):
+        ok[:n] = cond
+    else:
+        cols = list(dict.fromkeys(cond.meta.root_names())) or ["i"]
+        if q.len() * 64 > n:  # many climbs: they cover most of the tree anyway
+            on = np.arange(n)
+            val = host.select(cols).with_columns(cond.alias("_ok"))["_ok"]
+        else:  # a few climbs (syncs, say): `cond` only on the rows they pass through, the starts and their ancestors
+            seen = np.zeros(n + 1, bool)
+            f = np.unique(start)
+            while f.size:
+                f = f[~seen[f]]
+                seen[f] = True
+                f = np.unique(par[f])
+            seen[n] = False
+            on = np.flatnonzero(seen)
+            val = host.select(cols)[on].with_columns(cond.alias("_ok"))["_ok"]
+        ok[on] = val.fill_null(False).to_numpy()
+        stop[on] = val.is_null().to_numpy()
     nxt = np.where(ok, np.arange(n + 1, dtype=idx), np.where(stop, n, par))
     while True:
         nn = nxt[nxt]
@@ -249,9 +259,7 @@ def ancestor_where(host: pl.DataFrame, rows: pl.DataFrame, cond: pl.Expr, out: s
             break
         nxt = nn
     hit = nxt[start]
-    found = ok[hit]
-    return pl.DataFrame({"i": q.filter(pl.Series(found)),
-                         out: pl.Series(ids[hit[found]]).cast(pl.UInt32)})
+    return np.where(ok[hit], ids[np.minimum(hit, n - 1)].astype(np.int64), -1)
 
 
 def enclosing_op(host: pl.DataFrame, runtime_cats: list[str]) -> pl.DataFrame:
