@@ -22,7 +22,7 @@ def busy_per_window(gpu: pl.DataFrame, windows: pl.DataFrame, win: str = "step")
 
     With B(t) = busy time before t (a cumulative sum over the merged intervals, read with an as-of
     join), the busy time in [a, b) is B(b) - B(a): linear, no cross join."""
-    work = gpu_work(gpu)
+    work = gpu_work(gpu.select("kind", "device", "ts", "end"))  # (a filter copies every column it has)
     if work.height == 0:
         return pl.DataFrame(schema={"device": pl.Int64, win: pl.Int64, "busy": pl.Int64})
     merged = merge(work, ["device"])
