@@ -46,13 +46,13 @@ def merge(df: pl.DataFrame, by: list[str] | None = None) -> pl.DataFrame:
         ts, end = df["ts"].to_numpy(), df["end"].to_numpy()
         if not by:
             s, e, _ = _runs(ts, end)
-            return pl.DataFrame({"ts": s, "end": e}).cast({"ts": df.schema["ts"], "end": df.schema["end"]})
+            return pl.DataFrame([pl.Series("ts", s, df.schema["ts"]), pl.Series("end", e, df.schema["end"])])
         g = df[by[0]]
         span = max(int(ts.max()), int(end.max())) - min(int(ts.min()), int(end.min())) + 1
         if g.dtype.is_integer() and (int(g.max()) - int(g.min()) + 1) * span < 2**62:  # the lifted ends fit
             s, e, k = _runs(ts, end, g.to_numpy())
-            return pl.DataFrame({by[0]: k, "ts": s, "end": e}).cast(
-                {by[0]: g.dtype, "ts": df.schema["ts"], "end": df.schema["end"]})
+            return pl.DataFrame([pl.Series(by[0], k, g.dtype), pl.Series("ts", s, df.schema["ts"]),
+                                 pl.Series("end", e, df.schema["end"])])
     key = by or None
     srt = df.select(*by, "ts", "end").sort([*by, "ts"])
     prev_end = pl.col("end").shift().cum_max()
@@ -102,6 +102,9 @@ def per_window(intervals: pl.DataFrame, windows: pl.DataFrame, win: str = "step"
 
     a, b = windows["ts"].to_numpy(), windows["end"].to_numpy()
     d = np.maximum(before(b) - before(a), 0)
+    keys = windows[win]
+    if keys.null_count() == 0 and np.unique(keys.to_numpy()).size == keys.len():  # one window per key: its own
+        return pl.DataFrame([keys, pl.Series("dur", d, pl.Int64)])
     # windows sharing a key share its total, as a group-by would
     w = windows.select(win).with_columns(_d=pl.Series(d, dtype=pl.Int64))
     return w.select(win, pl.col("_d").sum().over(win).alias("dur"))
