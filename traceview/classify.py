@@ -27,11 +27,10 @@ from __future__ import annotations
 
 import polars as pl
 
-from .analyses.breakdown import DATALOADER_RE
+from .analyses.breakdown import DATALOADER_PREFIXES, starts_with_any
 from .analyses.features import COMPILE_RE
 from .analyses.intervals import merge
 from .analyses.intervals import segments as _segments
-from .analyses.names import contains
 from .analyses.roofline import kernel_bound as _kernel_bound
 from .analyses.rowid import join_by_id
 from .analyses.specs import trace_spec
@@ -149,9 +148,11 @@ def dataloader_spans(trace: Trace) -> pl.DataFrame:
     """DataLoader `__next__` spans in the steps' host span: [i, name, ts, end, tid]; once per trace (every
     partition and the input-bound rule ask)."""
     lo, hi = host_span(trace)
-    h = trace.host[["i", "cat", "name", "ts", "end", "tid"]].filter(
-        pl.col("cat").is_in(["cpu_op", "user_annotation"]) & (pl.col("ts") >= lo) & (pl.col("ts") < hi))
-    return h.filter(contains(h, DATALOADER_RE)).drop("cat")  # the regex on those rows' distinct names only
+    # one query; DATALOADER_RE as its prefixes (a tenth of the regex's cost, tests/test_section_speedups.py)
+    return (trace.host.lazy().select("i", "cat", "name", "ts", "end", "tid")
+            .filter(pl.col("cat").is_in(["cpu_op", "user_annotation"]) & (pl.col("ts") >= lo) & (pl.col("ts") < hi)
+                    & starts_with_any("name", DATALOADER_PREFIXES))
+            .drop("cat").collect())
 
 
 def idle_gaps(trace: Trace, lo: int, hi: int) -> pl.DataFrame:

@@ -24,7 +24,8 @@ DATALOADER_PREFIXES = ("enumerate(DataLoader)#", "enumerate(DataPipe)#")
 COMM_OP_PREFIXES = ("nccl:", "gloo:")
 
 
-def _starts_with(col: str, prefixes: tuple[str, ...]) -> pl.Expr:
+def starts_with_any(col: str, prefixes: tuple[str, ...]) -> pl.Expr:
+    """Whether `col` starts with one of `prefixes` (null for a null value, as `str.contains`)."""
     return pl.any_horizontal([pl.col(col).str.starts_with(p) for p in prefixes])
 
 
@@ -47,8 +48,8 @@ def _role_ranks(trace: Trace) -> pl.LazyFrame:
     host_roles = trace.host.lazy().filter(pl.col("cat").is_in(["cpu_op", "user_annotation", *RUNTIME_CATS])
                                           & ~pl.col("name").str.contains(STEP_RE)).select(
         pl.when(pl.col("cat").is_in(RUNTIME_CATS)).then(rank("runtime"))
-        .when(_starts_with("name", DATALOADER_PREFIXES)).then(rank("dataloader"))
-        .when(_starts_with("name", COMM_OP_PREFIXES)).then(rank("communication"))
+        .when(starts_with_any("name", DATALOADER_PREFIXES)).then(rank("dataloader"))
+        .when(starts_with_any("name", COMM_OP_PREFIXES)).then(rank("communication"))
         .otherwise(rank("cpu_exec")).alias("k"), "ts", "end")
     return pl.concat([gpu_roles, host_roles])
 
