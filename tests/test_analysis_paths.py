@@ -13,7 +13,7 @@ from traceview import classify
 from traceview.analyses import memory
 from traceview.analyses.intervals import clip, merge, per_window
 from traceview.analyses.names import contains
-from traceview.analyses.timeline import gpu_work
+from traceview.analyses.timeline import busy_per_window, gpu_work, step_busy
 from traceview.analyses.windows import host_step_of, step_of
 
 TRACES = ["gpu_h200/train_tinygpt_modules.json.gz", "gpu_h200/sync_item_nonzero_cpu.json.gz",
@@ -86,3 +86,12 @@ def test_chains_numbered_along_the_frame_are_the_per_stream_runs(rel):
     got = chains(t, t.steps, kb)
     assert got.equals(_chains_by_stream_windows(t, t.steps, kb))
     assert got["chain"].n_unique() > 1
+
+
+@pytest.mark.parametrize("rel", TRACES)
+def test_step_busy_is_the_busy_per_window_of_the_steps(rel):
+    t = load(rel)
+    got = step_busy(t, t.steps)
+    assert got.equals(busy_per_window(t.gpu, t.steps))
+    assert got is step_busy(t, t.steps.select("step", "ts", "end"))  # once per (trace, windows)
+    assert int(got["busy"].sum()) > 0

@@ -172,7 +172,7 @@ def _analyze_trace(trace: Trace, options: Options) -> tuple[dict, pl.DataFrame, 
     lo, hi = int(steps["ts"].min()), int(steps["end"].max())
     # the columns the top tables read: a filter copies every column (40 on the GPU frame)
     gpu_win = trace.gpu.select("name", "kind", "op", "dur", "ts", "end").filter((pl.col("end") > lo) & (pl.col("ts") < hi))
-    busy = timeline.busy_per_window(trace.gpu, steps)
+    busy = timeline.step_busy(trace, steps)
     step_rows, summary = _steps_section(trace, steps, busy)
     edges, edge_warns = recording_edges(trace, steps)
     summary.update(edges)

@@ -5,6 +5,8 @@ from __future__ import annotations
 import numpy as np
 import polars as pl
 
+from ..memo import per_trace
+from ..model import Trace
 from .intervals import merge
 
 KERNEL_WAIT_NS = 30_000  # HTA's consecutive_kernel_delay (30 µs)
@@ -14,6 +16,20 @@ BUSY_KINDS = ["compute", "comm", "memcpy", "memset"]
 def gpu_work(gpu: pl.DataFrame) -> pl.DataFrame:
     """GPU activities that occupy the device (not sync records)."""
     return gpu.filter(pl.col("kind").is_in(BUSY_KINDS))
+
+
+def step_busy(trace: Trace, steps: pl.DataFrame) -> pl.DataFrame:
+    """`busy_per_window` of the trace's GPU activity in step windows [step, ts, end]: [device, step, busy], once
+    per (trace, windows) — the steps section and the profiler-cost estimate read the same windows when every
+    step is complete."""
+    return _step_busy(trace, tuple(steps["step"]), tuple(steps["ts"]), tuple(steps["end"]))
+
+
+@per_trace
+def _step_busy(trace: Trace, step: tuple, ts: tuple, end: tuple) -> pl.DataFrame:
+    windows = pl.DataFrame({"step": list(step), "ts": list(ts), "end": list(end)},
+                           schema={"step": pl.Int64, "ts": pl.Int64, "end": pl.Int64})
+    return busy_per_window(trace.gpu, windows)
 
 
 def busy_per_window(gpu: pl.DataFrame, windows: pl.DataFrame, win: str = "step") -> pl.DataFrame:
