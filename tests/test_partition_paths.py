@@ -80,3 +80,17 @@ def test_each_segment_has_the_highest_label_active_at_its_start(rel):
         want[_covered(iv.filter(pl.col("k") == k), at)] = label
     assert part["cls"].to_list() == want.tolist()
     assert part["cls"].n_unique() > 1
+
+
+@pytest.mark.parametrize("rel", ["gpu_h200/seed_single_gemm_eager.json.gz", "gpu_h200/sync_item_nonzero_cpu.json.gz"])
+def test_sync_windows_without_syncs_are_the_join_on_no_rows(rel):
+    t = load(rel)
+    syncs = classify.sync_calls(t)
+    # the as-of join to the next GPU start, as computed for any number of syncs (no shortcut)
+    s = syncs.select("i", "ts", pl.col("end").alias("sync_end")).sort("sync_end").join_asof(
+        classify._gpu_starts(t), left_on="sync_end", right_on="next_ts", strategy="forward")
+    want = s.with_columns(end=pl.max_horizontal("sync_end", pl.col("next_ts").fill_null(pl.col("sync_end")))).select(
+        "i", "ts", "end", "sync_end", "next_ts")
+    assert_frame_equal(classify.sync_windows(t), want)
+    assert_frame_equal(classify.sync_windows(t, syncs.head(0)), want.head(0))
+    assert (syncs.height > 0) == ("sync_item" in rel)  # one trace with sync calls, one without

@@ -94,6 +94,8 @@ def _all_syncs(trace: Trace) -> tuple[pl.DataFrame, pl.Series]:
           .filter(pl.col("name").str.contains(SYNC_RUNTIME_RE)).drop("cat"))
     ev = trace.gpu[["i", "kind", "name", "launch", "launch_ts", "launch_end", "ts", "end"]].filter(
         (pl.col("kind") == "sync") & pl.col("name").is_in(SYNC_EVENT_NAMES))
+    if rt.height == 0 and ev.height == 0:  # no sync call (a common case): nothing to join, merge or search
+        return rt, pl.Series("i", [], pl.Boolean)
     ev = ev.filter(pl.col("launch").is_null() | ~pl.col("launch").is_in(rt["i"].implode()))
     ev = join_by_id(ev, "launch", h, pl.col("op").alias("_hop"), pl.col("tid").alias("_htid"))
     ev = ev.select(pl.coalesce("launch", "i").alias("i"), "name",
@@ -136,6 +138,9 @@ def _gpu_starts(trace: Trace) -> pl.DataFrame:
 
 
 def _sync_windows(trace: Trace, syncs: pl.DataFrame) -> pl.DataFrame:
+    if syncs.height == 0:  # (the frame the join below gives for no sync, without its five calls)
+        return pl.DataFrame(schema={"i": syncs.schema["i"], "ts": syncs.schema["ts"], "end": syncs.schema["end"],
+                                    "sync_end": syncs.schema["end"], "next_ts": pl.Int64})
     starts = _gpu_starts(trace)
     s = syncs.select("i", "ts", pl.col("end").alias("sync_end")).sort("sync_end")
     s = s.join_asof(starts, left_on="sync_end", right_on="next_ts", strategy="forward")

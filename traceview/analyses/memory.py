@@ -70,7 +70,7 @@ def timeline(ev: pl.DataFrame, steps: pl.DataFrame, points: int = 50) -> pl.Data
         _k=((pl.col("ts") - pl.col("_a")) * points // (pl.col("_b") - pl.col("_a")).clip(lower_bound=1)).clip(0, points - 1))
     return (e.group_by("device", "step", "_k").agg(pl.col("ts").min(), pl.col("total_allocated").max().alias("allocated"),
                                                   pl.col("total_reserved").max().alias("reserved"))
-            .sort("device", "step", "ts").drop("_k"))
+            .sort("device", "step", "ts", maintain_order=True).drop("_k"))
 
 
 def peak_op(trace: Trace, ev: pl.DataFrame) -> dict | None:
