@@ -166,8 +166,6 @@ def analyze_trace(trace: Trace, options: Options | None = None) -> dict:
 
 def _analyze_trace(trace: Trace, options: Options) -> tuple[dict, pl.DataFrame, pl.DataFrame | None]:
     """(the trace's entry, its analysed steps, the classifier's partition of them)."""
-    size = trace.gpu.height + trace.host.height
-    heap.release(size)  # what loading freed
     steps = select_steps(trace, options.step)
     lo, hi = int(steps["ts"].min()), int(steps["end"].max())
     # the columns the top tables read: a filter copies every column (40 on the GPU frame)
@@ -200,7 +198,8 @@ def _analyze_trace(trace: Trace, options: Options) -> tuple[dict, pl.DataFrame, 
         host = cpu_view.prepare(trace, steps)
         findings, warns = run_rules(RuleContext.for_host(trace, steps, host), options)  # the rules with CPU = True
         warnings.extend(warns)
-    heap.release(size)  # before the layer table, the analysis's largest step: what the rules freed
+    # before the layer table, the analysis's largest step: what loading and the sections so far freed
+    heap.release(trace.gpu.height + trace.host.height)
     entry["layers"] = layers_section(trace, steps, findings=findings, kb=ctx.kb if ctx else None,
                                      part=_part(trace, steps, ctx), depth=options.layers_depth)
     entry["classification"] = classification = classification_section(ctx, findings)
