@@ -293,18 +293,16 @@ def kernel_bound(trace: Trace, spec: Spec | None = None) -> pl.DataFrame:
     share = (pl.col("dur").cast(pl.Float64) / pl.col("dur").sum().over("op").cast(pl.Float64)).fill_nan(None)
     nker = pl.len().over("op").cast(pl.Float64)
     share = pl.when(pl.col("op").is_null()).then(None).otherwise(share.fill_null(1.0 / nker))
-    compute_name = contains(k, COMPUTE_KERNEL_RE)  # (on the kernels' names, before the join)
-    # one query from here (the join, the shares' windows, the bounds): no intermediate frame per step
-    k = k.lazy().join(costs.lazy(), on="op", how="left").with_columns(_share=share).with_columns(
+    k = k.join(costs, on="op", how="left").with_columns(_share=share).with_columns(
         *[pl.col(c) * pl.col("_share") for c in ("flops", "bytes", "in0_bytes", "extra_bytes", "out_bytes")])
     peak_tc, peak_32, bw = spec.peak_flops(2), spec.peak_flops(4), spec.bw
     peak = pl.when(pl.col("bpe") <= 2).then(pl.lit(peak_tc)).otherwise(pl.lit(peak_32))
     by_shape = pl.when(pl.col("flops") / peak >= pl.col("bytes") / bw).then(pl.lit("compute")).otherwise(pl.lit("memory"))
-    by_name = pl.when(compute_name).then(pl.lit("compute")).otherwise(pl.lit("memory"))
+    by_name = pl.when(contains(k, COMPUTE_KERNEL_RE)).then(pl.lit("compute")).otherwise(pl.lit("memory"))
     has = pl.col("flops").is_not_null() & pl.col("bytes").is_not_null() & (pl.col("bytes") > 0)
     return k.with_columns(
         intensity=pl.when(has).then(pl.col("flops") / pl.col("bytes")),
         bound=pl.when(has).then(by_shape).otherwise(by_name),
         source=pl.when(has).then(pl.lit("shapes")).otherwise(pl.lit("name")),
     ).select("i", "op", "op_name", "category", "flops", "bytes", "bpe", "intensity", "bound", "source",
-             "in0_bytes", "extra_bytes", "out_bytes").collect()
+             "in0_bytes", "extra_bytes", "out_bytes")
