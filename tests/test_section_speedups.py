@@ -60,7 +60,7 @@ NAMES = ["enumerate(DataLoader)#_SingleProcessDataLoaderIter.__next__", "enumera
                                                       (breakdown.COMM_OP_RE, breakdown.COMM_OP_PREFIXES, 3)])
 def test_role_prefixes_are_the_regexes(rx, prefixes, hits):
     df = pl.DataFrame({"name": NAMES})
-    got = df.select(breakdown._starts_with("name", prefixes))["name"].to_list()
+    got = df.select(breakdown.starts_with_any("name", prefixes))["name"].to_list()
     assert got == [re.match(rx, n) is not None for n in NAMES]
     assert sum(got) == hits
 

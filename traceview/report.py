@@ -26,7 +26,7 @@ from typing import Any
 
 import polars as pl
 
-from . import cpu_view
+from . import cpu_view, heap
 from .analyses import breakdown, kernels, timeline
 from .analyses.intervals import clip
 from .analyses.windows import recording_edges
@@ -61,7 +61,8 @@ def select_steps(trace: Trace, step: int | None) -> pl.DataFrame:
 
 def _device_section(trace: Trace, steps: pl.DataFrame, busy: pl.DataFrame) -> list[dict]:
     lo, hi = int(steps["ts"].min()), int(steps["end"].max())
-    gpu = clip(trace.gpu, lo, hi)
+    # the columns the breakdowns read (their fallback for null devices or streams too): a clip copies every column
+    gpu = clip(trace.gpu.select("i", "name", "op", "kind", "device", "stream", "ts", "end", "launch_ts"), lo, hi)
     total = int((steps["end"] - steps["ts"]).sum())
     tb = timeline.temporal_breakdown(timeline.gpu_work(gpu))
     idle = timeline.idle_breakdown(gpu)
@@ -167,8 +168,9 @@ def _analyze_trace(trace: Trace, options: Options) -> tuple[dict, pl.DataFrame, 
     """(the trace's entry, its analysed steps, the classifier's partition of them)."""
     steps = select_steps(trace, options.step)
     lo, hi = int(steps["ts"].min()), int(steps["end"].max())
-    gpu_win = trace.gpu.filter((pl.col("end") > lo) & (pl.col("ts") < hi))
-    busy = timeline.busy_per_window(trace.gpu, steps)
+    # the columns the top tables read: a filter copies every column (40 on the GPU frame)
+    gpu_win = trace.gpu.select("name", "kind", "op", "dur", "ts", "end").filter((pl.col("end") > lo) & (pl.col("ts") < hi))
+    busy = timeline.step_busy(trace, steps)
     step_rows, summary = _steps_section(trace, steps, busy)
     edges, edge_warns = recording_edges(trace, steps)
     summary.update(edges)
@@ -196,6 +198,8 @@ def _analyze_trace(trace: Trace, options: Options) -> tuple[dict, pl.DataFrame, 
         host = cpu_view.prepare(trace, steps)
         findings, warns = run_rules(RuleContext.for_host(trace, steps, host), options)  # the rules with CPU = True
         warnings.extend(warns)
+    # before the layer table, the analysis's largest step: what loading and the sections so far freed
+    heap.release(trace.gpu.height + trace.host.height)
     entry["layers"] = layers_section(trace, steps, findings=findings, kb=ctx.kb if ctx else None,
                                      part=_part(trace, steps, ctx), depth=options.layers_depth)
     entry["classification"] = classification = classification_section(ctx, findings)

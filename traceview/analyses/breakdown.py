@@ -24,13 +24,19 @@ DATALOADER_PREFIXES = ("enumerate(DataLoader)#", "enumerate(DataPipe)#")
 COMM_OP_PREFIXES = ("nccl:", "gloo:")
 
 
-def _starts_with(col: str, prefixes: tuple[str, ...]) -> pl.Expr:
+def starts_with_any(col: str, prefixes: tuple[str, ...]) -> pl.Expr:
+    """Whether `col` starts with one of `prefixes` (null for a null value, as `str.contains`)."""
     return pl.any_horizontal([pl.col(col).str.starts_with(p) for p in prefixes])
 
 
 def role_ranks(trace: Trace) -> pl.DataFrame:
     """[k, ts, end] for every event that has a role, k its role's rank in ROLES (what the sweep reads: no
     string column of every event)."""
+    return _role_ranks(trace).collect()
+
+
+def _role_ranks(trace: Trace) -> pl.LazyFrame:
+    """`role_ranks` as a query: the sweep builds the rows and frees them once merged."""
     def rank(label: str) -> pl.Expr:
         return pl.lit(ROLES.index(label), pl.Int32)
 
@@ -42,10 +48,10 @@ def role_ranks(trace: Trace) -> pl.DataFrame:
     host_roles = trace.host.lazy().filter(pl.col("cat").is_in(["cpu_op", "user_annotation", *RUNTIME_CATS])
                                           & ~pl.col("name").str.contains(STEP_RE)).select(
         pl.when(pl.col("cat").is_in(RUNTIME_CATS)).then(rank("runtime"))
-        .when(_starts_with("name", DATALOADER_PREFIXES)).then(rank("dataloader"))
-        .when(_starts_with("name", COMM_OP_PREFIXES)).then(rank("communication"))
+        .when(starts_with_any("name", DATALOADER_PREFIXES)).then(rank("dataloader"))
+        .when(starts_with_any("name", COMM_OP_PREFIXES)).then(rank("communication"))
         .otherwise(rank("cpu_exec")).alias("k"), "ts", "end")
-    return pl.concat([gpu_roles, host_roles]).collect()
+    return pl.concat([gpu_roles, host_roles])
 
 
 def step_breakdown(trace: Trace, steps: pl.DataFrame | None = None) -> pl.DataFrame:
@@ -62,6 +68,6 @@ def step_breakdown(trace: Trace, steps: pl.DataFrame | None = None) -> pl.DataFr
 def _step_breakdown(trace: Trace, step: tuple, ts: tuple, end: tuple) -> pl.DataFrame:
     steps = pl.DataFrame({"step": list(step), "ts": list(ts), "end": list(end)},
                          schema={"step": pl.Int64, "ts": pl.Int64, "end": pl.Int64})
-    tot = sweep_totals(role_ranks(trace), ROLES, steps)
+    tot = sweep_totals(_role_ranks(trace), ROLES, steps)
     return steps.with_columns((pl.col("end") - pl.col("ts")).alias("dur"), *[
         pl.Series(r, tot[:, k], dtype=pl.Int64) for k, r in enumerate([*ROLES, "other"])]).sort("step")

@@ -14,16 +14,23 @@ def _runs(ts: np.ndarray, end: np.ndarray, group: np.ndarray | None = None) -> t
         g = group[o]
         # small codes sort by radix (linear) as 16-bit keys
         o = o[np.argsort(g.astype(np.uint16) if g.size and 0 <= g.min() and g.max() < 2**16 else g, kind="stable")]
+        del g
         group = group[o]
     ts, end = ts[o], end[o]
+    del o
     if group is not None and ts.size:
         # one running maximum over all groups: each group's ends are lifted above every earlier group's
-        lift = (group - group[0]).astype(np.int64) * (int(end.max()) - min(int(ts.min()), int(end.min())) + 1)
-        prev = np.maximum.accumulate(end + lift) - lift
+        lift = (group - group[0]).astype(np.int64)
+        lift *= int(end.max()) - min(int(ts.min()), int(end.min())) + 1
+        prev = end + lift  # (in place from here: one array of every interval less at the peak)
+        np.maximum.accumulate(prev, out=prev)
+        prev -= lift
+        del lift
     else:
         prev = np.maximum.accumulate(end)
     new = np.ones(ts.size, bool)
-    new[1:] = ts[1:] > prev[:-1]
+    np.greater(ts[1:], prev[:-1], out=new[1:])
+    del prev
     if group is not None:
         new[1:] |= group[1:] != group[:-1]
     at = np.flatnonzero(new)
@@ -39,13 +46,13 @@ def merge(df: pl.DataFrame, by: list[str] | None = None) -> pl.DataFrame:
         ts, end = df["ts"].to_numpy(), df["end"].to_numpy()
         if not by:
             s, e, _ = _runs(ts, end)
-            return pl.DataFrame({"ts": s, "end": e}).cast({"ts": df.schema["ts"], "end": df.schema["end"]})
+            return pl.DataFrame([pl.Series("ts", s, df.schema["ts"]), pl.Series("end", e, df.schema["end"])])
         g = df[by[0]]
         span = max(int(ts.max()), int(end.max())) - min(int(ts.min()), int(end.min())) + 1
         if g.dtype.is_integer() and (int(g.max()) - int(g.min()) + 1) * span < 2**62:  # the lifted ends fit
             s, e, k = _runs(ts, end, g.to_numpy())
-            return pl.DataFrame({by[0]: k, "ts": s, "end": e}).cast(
-                {by[0]: g.dtype, "ts": df.schema["ts"], "end": df.schema["end"]})
+            return pl.DataFrame([pl.Series(by[0], k, g.dtype), pl.Series("ts", s, df.schema["ts"]),
+                                 pl.Series("end", e, df.schema["end"])])
     key = by or None
     srt = df.select(*by, "ts", "end").sort([*by, "ts"])
     prev_end = pl.col("end").shift().cum_max()
@@ -95,12 +102,15 @@ def per_window(intervals: pl.DataFrame, windows: pl.DataFrame, win: str = "step"
 
     a, b = windows["ts"].to_numpy(), windows["end"].to_numpy()
     d = np.maximum(before(b) - before(a), 0)
+    keys = windows[win]
+    if keys.null_count() == 0 and np.unique(keys.to_numpy()).size == keys.len():  # one window per key: its own
+        return pl.DataFrame([keys, pl.Series("dur", d, pl.Int64)])
     # windows sharing a key share its total, as a group-by would
     w = windows.select(win).with_columns(_d=pl.Series(d, dtype=pl.Int64))
     return w.select(win, pl.col("_d").sum().over(win).alias("dur"))
 
 
-def segments(intervals: pl.DataFrame, priorities: list[str], windows: pl.DataFrame, other: str = "other",
+def segments(intervals: pl.DataFrame | pl.LazyFrame, priorities: list[str], windows: pl.DataFrame, other: str = "other",
              win: str = "step") -> pl.DataFrame:
     """Elementary segments [win, ts, end, cls] that tile each window [ts, end): at every instant the
     highest-priority label active then (`other` where none is).
@@ -113,38 +123,37 @@ def segments(intervals: pl.DataFrame, priorities: list[str], windows: pl.DataFra
     wi, ts, end, cls = _segment_arrays(intervals, priorities, windows)
     names = pl.Series([*priorities, other], dtype=pl.String)
     return pl.DataFrame({
-        win: windows[win].gather(pl.Series(wi)), "ts": pl.Series(ts, dtype=pl.Int64),
-        "end": pl.Series(end, dtype=pl.Int64), "cls": names.gather(pl.Series(cls)),
+        win: windows[win].gather(pl.Series(wi)), "ts": _owned(ts),
+        "end": _owned(end), "cls": names.gather(pl.Series(cls)),
     })
 
 
-def _segment_arrays(intervals: pl.DataFrame, priorities: list[str],
+def _owned(a: np.ndarray) -> pl.Series:
+    """`a` as an Int64 Series in polars' own memory (`+ 0` copies). A Series made from a numpy array shares its
+    buffer, and a long-lived one (the cached partition) keeps that buffer in the C heap above the temporaries
+    freed after it, which the heap then cannot give back (1 M tiny events: +50 MB held to the end)."""
+    return pl.Series(a, dtype=pl.Int64) + 0
+
+
+def _segment_arrays(intervals: pl.DataFrame | pl.LazyFrame, priorities: list[str],
                     windows: pl.DataFrame) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
-    """`segments` as arrays (window position, ts, end, priority rank; len(priorities) = `other`)."""
+    """`segments` as arrays (window position, ts, end, priority rank; len(priorities) = `other`). `intervals` may
+    be lazy: its rows are then built here and freed once merged (no frame of every interval during the sweep)."""
     # each label's priority rank (null: not a ranked label), by equality tests: cheaper than a hash lookup; or
     # the ranks themselves (`k`, no `label`: breakdown.role_ranks)
     rank = (pl.coalesce([pl.when(pl.col("label") == p).then(pl.lit(k, pl.Int32)) for k, p in enumerate(priorities)])
-            if "label" in intervals.columns else pl.col("k"))
+            if "label" in intervals.collect_schema().names() else pl.col("k"))
     iv = (intervals.lazy().select(rank.alias("k"), "ts", "end")
           .filter(pl.col("k").is_not_null() & (pl.col("end") > pl.col("ts"))).collect())
     s, e, k = _runs(iv["ts"].to_numpy(), iv["end"].to_numpy(), iv["k"].to_numpy())
+    del iv
     wts, wend = windows["ts"].to_numpy(), windows["end"].to_numpy()
-    # the distinct boundary times, and where each run start and end falls among them: one stable sort (of
-    # sorted runs: cheap) ranks them all, no binary search per boundary
-    x = np.concatenate([s, e, wts, wend])
-    o = np.argsort(x, kind="stable")
-    xs = x[o]
-    new = np.ones(xs.size, bool)
-    new[1:] = xs[1:] != xs[:-1]
-    t = xs[new]
-    pos = np.empty(x.size, np.int64)
-    pos[o] = np.cumsum(new) - 1
-    del x, o, xs, new
-    ps, pe = pos[:s.size], pos[s.size:2 * s.size]
+    t, ps, pe = _boundaries(s, e, wts, wend)
+    del s, e
     # label k is on over [t[j], t[j+1]) while its running count of starts minus ends is positive; the highest
     # priority label on wins (merged runs of one label never touch); runs come grouped by label
     nk = len(priorities)
-    cls = np.full(t.size, nk, np.int64)  # nk: `other`
+    cls = np.full(t.size, nk, np.int8 if nk < 127 else np.int64)  # nk: `other`
     d = np.zeros(t.size, np.int8)
     bounds = np.searchsorted(k, np.arange(nk + 1))
     for j in reversed(range(nk)):
@@ -155,13 +164,40 @@ def _segment_arrays(intervals: pl.DataFrame, priorities: list[str],
         d[ps[a:b]] = 1  # a label's run boundaries are all distinct times
         d[pe[a:b]] = -1
         cls[np.cumsum(d, dtype=np.int8) > 0] = j
+    del d, ps, pe
     ts, end, cls = t[:-1], t[1:], cls[:-1]
     # each segment in the window that starts at or before it (and only while that window lasts)
-    wo = np.argsort(wts, kind="stable")
-    w = np.searchsorted(wts[wo], ts, side="right") - 1
-    wi = wo[np.maximum(w, 0)]
-    keep = (w >= 0) & (ts < wend[wi])
+    wo = np.argsort(wts, kind="stable").astype(np.int32 if wts.size < 2**31 else np.int64)
+    w = np.searchsorted(wts[wo], ts, side="right")
+    keep = w > 0  # (w - 1: the window's position among the sorted starts)
+    w -= 1
+    np.maximum(w, 0, out=w)
+    wi = wo[w]
+    del w
+    keep &= ts < wend[wi]
     return wi[keep], ts[keep], end[keep], cls[keep]
+
+
+def _boundaries(s: np.ndarray, e: np.ndarray, wts: np.ndarray,
+                wend: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """(t, ps, pe): the distinct boundary times t of runs [s, e) and windows [wts, wend), sorted, and the position
+    in t of each run's start and end. One stable sort (of sorted runs: cheap) ranks them all, no binary search
+    per boundary; positions in 32 bits when they fit; each temporary freed as soon as it is read."""
+    x = np.concatenate([s, e, wts, wend])
+    o = np.argsort(x, kind="stable")
+    xs = x[o]
+    del x
+    new = np.ones(xs.size, bool)
+    np.not_equal(xs[1:], xs[:-1], out=new[1:])
+    t = xs[new]
+    del xs
+    rank = np.cumsum(new, dtype=np.int32 if new.size < 2**31 else np.int64)
+    del new
+    rank -= 1
+    pos = np.empty(o.size, rank.dtype)
+    pos[o] = rank
+    del o, rank
+    return t, pos[:s.size], pos[s.size:2 * s.size]
 
 
 def priority_sweep(intervals: pl.DataFrame, priorities: list[str], windows: pl.DataFrame,
@@ -185,7 +221,7 @@ def priority_sweep(intervals: pl.DataFrame, priorities: list[str], windows: pl.D
             .rename({"cls": "label"}).sort(win, "label"))
 
 
-def sweep_totals(intervals: pl.DataFrame, priorities: list[str], windows: pl.DataFrame,
+def sweep_totals(intervals: pl.DataFrame | pl.LazyFrame, priorities: list[str], windows: pl.DataFrame,
                  win: str = "step") -> np.ndarray:
     """`priority_sweep` as a matrix: ns per window (row, in the order of `windows`) and label (column: the
     priorities, then `other`), Int64; windows sharing a key share their total, as in `priority_sweep`."""

@@ -19,7 +19,7 @@ from __future__ import annotations
 import polars as pl
 
 from ..model import RUNTIME_CATS, Trace
-from .timeline import busy_per_window
+from .timeline import step_busy
 
 #: host cost of one recorded event (µs), calibrated on sample_traces/collected2 (group `calibration`)
 COST_US = {"op": 4.0, "runtime": 1.5, "python": 6.0}
@@ -50,7 +50,7 @@ def estimate(trace: Trace, steps: pl.DataFrame) -> dict:
     ev = events_per_step(trace, steps)
     over = sum(COST_US[k] * v for k, v in ev.items())
     traced = float((steps["end"] - steps["ts"]).sum()) / n / 1000 if n else 0.0
-    busy = busy_per_window(trace.gpu, steps)
+    busy = step_busy(trace, steps)
     gpu = float(busy.group_by("step").agg(pl.col("busy").max())["busy"].sum()) / n / 1000 if n and busy.height else 0.0
     est = max(gpu, traced - over)
     return {"events_per_step": ev, "overhead_per_step_us": round(over, 3), "gpu_busy_per_step_us": round(gpu, 3),

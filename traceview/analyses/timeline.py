@@ -5,6 +5,8 @@ from __future__ import annotations
 import numpy as np
 import polars as pl
 
+from ..memo import per_trace
+from ..model import Trace
 from .intervals import merge
 
 KERNEL_WAIT_NS = 30_000  # HTA's consecutive_kernel_delay (30 µs)
@@ -16,13 +18,27 @@ def gpu_work(gpu: pl.DataFrame) -> pl.DataFrame:
     return gpu.filter(pl.col("kind").is_in(BUSY_KINDS))
 
 
+def step_busy(trace: Trace, steps: pl.DataFrame) -> pl.DataFrame:
+    """`busy_per_window` of the trace's GPU activity in step windows [step, ts, end]: [device, step, busy], once
+    per (trace, windows) — the steps section and the profiler-cost estimate read the same windows when every
+    step is complete."""
+    return _step_busy(trace, tuple(steps["step"]), tuple(steps["ts"]), tuple(steps["end"]))
+
+
+@per_trace
+def _step_busy(trace: Trace, step: tuple, ts: tuple, end: tuple) -> pl.DataFrame:
+    windows = pl.DataFrame({"step": list(step), "ts": list(ts), "end": list(end)},
+                           schema={"step": pl.Int64, "ts": pl.Int64, "end": pl.Int64})
+    return busy_per_window(trace.gpu, windows)
+
+
 def busy_per_window(gpu: pl.DataFrame, windows: pl.DataFrame, win: str = "step") -> pl.DataFrame:
     """Busy ns of each device inside each window: [device, win, busy] — of every device, or only of the
     window's own when `windows` has a `device` column (linear in windows then, e.g. one window set per rank).
 
     With B(t) = busy time before t (a cumulative sum over the merged intervals, read with an as-of
     join), the busy time in [a, b) is B(b) - B(a): linear, no cross join."""
-    work = gpu_work(gpu)
+    work = gpu_work(gpu.select("kind", "device", "ts", "end"))  # (a filter copies every column it has)
     if work.height == 0:
         return pl.DataFrame(schema={"device": pl.Int64, win: pl.Int64, "busy": pl.Int64})
     merged = merge(work, ["device"])

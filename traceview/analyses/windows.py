@@ -14,7 +14,8 @@ CUT_OFF_RATIO = 0.8  # tb_plugin: a last step with < 80 % of the previous step's
 def gpu_ops_per_step(trace: Trace, steps: pl.DataFrame) -> pl.DataFrame:
     """[step, gpu_ops]: GPU activities whose launch call lies in the step's host span (tb_plugin's count)."""
     w = steps.select("step", "cpu_ts", "cpu_end").sort("cpu_ts")
-    g = gpu_work(trace.gpu).filter(pl.col("launch_ts").is_not_null()).select("launch_ts").sort("launch_ts")
+    g = gpu_work(trace.gpu.select("kind", "launch_ts")).filter(pl.col("launch_ts").is_not_null()).select("launch_ts")
+    g = g.sort("launch_ts")
     got = (g.join_asof(w, left_on="launch_ts", right_on="cpu_ts", strategy="backward")
            .filter(pl.col("launch_ts") < pl.col("cpu_end")).group_by("step").len())
     return steps.select("step").join(got, on="step", how="left").select(
