@@ -23,6 +23,7 @@ from . import argtables as at
 from . import decode as d
 from . import fastscan, lax
 from .analyses.names import contains as name_matches
+from .analyses.rowid import locate
 from .analyses.tree import call_tree, enclosing_op
 from .argtables import GPU_FIELDS as _GPU_FIELDS
 from .argtables import INT_ATTRS as _INT_ATTRS
@@ -207,7 +208,7 @@ def _beside(rows: pl.DataFrame, *parts: pl.DataFrame) -> pl.DataFrame:
         empty += [pl.lit(None, f.schema[c]).alias(c) for c in none]
         if f.width - len(none) > 1:
             keys = rows["i"].to_numpy() if keys is None else keys
-            cols.append(f.drop(["i", *none]).select(pl.all().gather(_positions(f["i"].to_numpy(), keys))))
+            cols.append(f.drop(["i", *none]).select(pl.all().gather(locate(f["i"].to_numpy(), keys))))
     if not cols and not empty:
         return rows
     return pl.concat([rows, *cols], how="horizontal").with_columns(empty).select(order)
@@ -226,7 +227,7 @@ def _beside_union(rows: pl.DataFrame, parts: list[pl.DataFrame], rare: pl.DataFr
     for p in parts:
         live = [c for c in p.columns[1:] if p[c].null_count() < p.height]
         if live:
-            g = p.select(pl.col(live).gather(_positions(p["i"].to_numpy(), keys)))
+            g = p.select(pl.col(live).gather(locate(p["i"].to_numpy(), keys)))
             for c in live:
                 got.setdefault(c, []).append(g[c].cast(schema[c]))
     fields = [c for c in schema if c != "i"]
@@ -234,24 +235,6 @@ def _beside_union(rows: pl.DataFrame, parts: list[pl.DataFrame], rare: pl.DataFr
     empty = [pl.lit(None, schema[c]).alias(c) for c in fields if c not in got]
     wide = pl.concat([rows, pl.DataFrame(cols)], how="horizontal") if cols else rows
     return _beside(wide.with_columns(empty).select(*rows.columns, *fields), rare)
-
-
-def _positions(at: np.ndarray, keys: np.ndarray) -> pl.Series:
-    """Where each of `keys` is in `at` (unique values), null where it is not."""
-    if at.size and keys.size and at.min() >= 0 and keys.min() >= 0 and max(at.max(), keys.max()) < 4 * (
-            at.size + keys.size):  # row ids (dense): a lookup table beats binary searches
-        lut = np.full(int(max(at.max(), keys.max())) + 1, -1, np.int64)
-        lut[at] = np.arange(at.size)
-        pos = lut[keys]
-        hit = pos >= 0
-        pos = pos.astype(np.uint32)
-        return pl.Series(pos).set(pl.Series(~hit), None) if not hit.all() else pl.Series(pos)
-    by = None if at.size < 2 or bool((at[1:] > at[:-1]).all()) else np.argsort(at, kind="stable")
-    ranked = at if by is None else at[by]
-    pos = np.minimum(np.searchsorted(ranked, keys), max(at.size - 1, 0))
-    hit = ranked[pos] == keys if at.size else np.zeros(keys.size, dtype=np.bool_)
-    pos = (pos if by is None else by[pos]).astype(np.uint32)
-    return pl.Series(pos).set(pl.Series(~hit), None) if not hit.all() else pl.Series(pos)
 
 
 def _flag(v: Any) -> bool:
@@ -631,10 +614,8 @@ def _finish_gpu(gpu: pl.DataFrame, host: pl.DataFrame) -> pl.DataFrame:
         corr = rt["correlation"].to_numpy()
     # one row per GPU row (correlations are unique in `rt`), in its order, as a left join on correlation gives
     # it: `rt` gathered at each GPU row's match, set beside it (the wide frame not copied)
-    gc = gpu["correlation"]
-    at_ = _positions(corr, gc.fill_null(0).to_numpy()) if gpu.height else pl.Series([], dtype=pl.UInt32)
-    if gc.null_count():  # a null correlation matches nothing
-        at_ = pl.select(pl.when(gc.is_not_null()).then(at_)).to_series()
+    gc = gpu["correlation"]  # (a null correlation matches nothing)
+    at_ = locate(corr, gc.fill_null(0).to_numpy(), gc.is_null().to_numpy() if gc.null_count() else None)
     return _kinds(gpu.hstack(rt.drop("correlation").select(pl.all().gather(at_))), host)
 
 
