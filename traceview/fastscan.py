@@ -189,6 +189,13 @@ def _doc(body: bytes) -> d.Doc:
     return msgspec.json.decode(b"{" + body + (b"," if body else b"") + b'"traceEvents":[]}', type=d.Doc)
 
 
+def warm_up() -> None:
+    """The first-use costs of building `Events` that need no scan result, for a caller that would otherwise
+    wait for the scan thread: polars' first numpy -> Series conversion imports numpy.ma (~10 ms, mostly
+    numpy building docstrings), whichever Series of the process is first."""
+    import numpy.ma  # noqa: F401
+
+
 def scan(data: bytes) -> Events | None:
     """The whole document at once."""
     return scan_stream([data])

@@ -205,7 +205,8 @@ def _beside(rows: pl.DataFrame, *parts: pl.DataFrame) -> pl.DataFrame:
             continue
         order += f.columns[1:]
         none = [c for c in f.columns[1:] if f[c].null_count() == f.height]
-        empty += [pl.lit(None, f.schema[c]).alias(c) for c in none]
+        schema = f.schema  # (built on each call)
+        empty += [pl.lit(None, schema[c]).alias(c) for c in none]
         if f.width - len(none) > 1:
             keys = rows["i"].to_numpy() if keys is None else keys
             cols.append(f.drop(["i", *none]).select(pl.all().gather(locate(f["i"].to_numpy(), keys))))
@@ -505,11 +506,11 @@ def _slices(path: Path, base: pl.DataFrame, legacy: bool, warnings: list[str],
     ts_ns = ((ts - t0_us) * 1000).round().cast(pl.Int64)
     dur_ns = (dur.fill_null(0.0).clip(lower_bound=0.0) * 1000).round().cast(pl.Int64)
     out = {}
-    for k, got in cols.items():
-        f = pl.DataFrame(got)
-        if "dur_us" in got:
+    for k in list(cols):  # each slice's µs columns freed once its ns columns are made
+        f = pl.DataFrame(cols.pop(k))
+        if "dur_us" in f.columns:
             f = f.with_columns(ts=ts_ns, dur=dur_ns).drop("ts_us", "dur_us").with_columns(end=pl.col("ts") + pl.col("dur"))
-        elif "ts_us" in got:
+        elif "ts_us" in f.columns:
             f = f.with_columns(ts=ts_ns).drop("ts_us")
         out[k] = f
     for k in ("host", "gpu"):
@@ -526,6 +527,7 @@ def _scan_input(path: Path, max_bytes: int) -> tuple[fastscan.Events | None, byt
     job = d.take_prefetched(path, max_bytes)
     if hasattr(job, "wait"):  # the CLI's prefetch scanned it already (instream.Scan)
         try:
+            fastscan.warm_up()  # (while the scan thread may still work: then at no cost)
             fast = fastscan.events(job.wait())
             if fast is not None:
                 return fast, b"", job.stream.warnings

@@ -41,9 +41,9 @@ def locate(at: np.ndarray, keys: np.ndarray, miss: np.ndarray | None = None, own
         if lo >= 0 and not neg and (hi < 4 * (n + keys.size) + 1024 or (kept and hi < _SPARSE * n)):
             tab = _table(at, hi, owner if kept else None)
     if tab is not None:
-        p = tab[np.minimum(keys, tab.size - 1)]
+        p = tab.take(keys, mode="clip")  # (an id past the table reads its last slot: none)
         hit = p >= 0
-        p = np.maximum(p, 0)
+        np.maximum(p, 0, out=p)
     else:
         by = None if ascending else np.argsort(at, kind="stable")
         ranked = at if by is None else at[by]
@@ -54,7 +54,7 @@ def locate(at: np.ndarray, keys: np.ndarray, miss: np.ndarray | None = None, own
     if miss is not None:
         hit &= ~miss
     idx = pl.Series(p.astype(np.uint32, copy=False))
-    return idx if hit.all() else idx.scatter(np.flatnonzero(~hit), None)
+    return idx if hit.all() else idx.set(pl.Series(~hit), None)  # (a mask: far cheaper than a scatter)
 
 
 def _kept(owner: object) -> np.ndarray | None:
