@@ -278,3 +278,13 @@ def test_fuzz_never_crashes():
     r = subprocess.run([sys.executable, "-c", FUZZ, *map(str, small)], capture_output=True, text=True, timeout=600)
     assert r.returncode == 0, f"fuzz process died ({r.returncode}): {r.stderr[-2000:]}"
     assert r.stdout.startswith("ok")
+
+
+@pytest.mark.parametrize("n", [0, 1, 70_000])
+def test_constant_columns_equal_repeat(n: int) -> None:
+    """The absent columns of the args tables (a value repeated, built without a query) equal `pl.repeat`."""
+    for value, dtype in ((b"", pl.Binary), (None, pl.Int64), (None, pl.Null)):
+        got = fastscan._constant("c", value, dtype, n)
+        want = pl.repeat(value, n, dtype=dtype, eager=True).alias("c")
+        assert got.dtype == dtype and got.len() == n and got.equals(want)
+        assert got.null_count() == (n if value is None else 0)
