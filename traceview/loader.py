@@ -59,11 +59,10 @@ def _ids(values: list) -> pl.Series:
 
 def _fix_ids(s: pl.Series, pos: pl.Series, values: list) -> pl.Series:
     """Set the rows `pos` of `s` from their string ids `values`."""
-    strs = pl.Series(values, dtype=pl.String, strict=False)
-    num = strs.str.to_integer(strict=False)
-    digits = strs.str.extract(r"^stream\s+(-?\d+)").str.to_integer(strict=False)
-    other = -((strs.hash() % 1_000_000_000).cast(pl.Int64) + 10)
-    fixed = pl.select(pl.coalesce(num, digits, other)).to_series()
+    x = pl.col("s")  # (one query: each Series method would run one)
+    fixed = pl.DataFrame({"s": pl.Series(values, dtype=pl.String, strict=False)}).select(pl.coalesce(
+        x.str.to_integer(strict=False), x.str.extract(r"^stream\s+(-?\d+)").str.to_integer(strict=False),
+        -((x.hash() % 1_000_000_000).cast(pl.Int64) + 10))).to_series()
     return s.scatter(pos, fixed)
 
 
@@ -289,37 +288,39 @@ def load_file(path: str | Path, max_bytes: int = DEFAULT_MAX_BYTES,
 
     # ---- host slices and GPU activities, with their args ------------------------------------
     host = _ensure(_host_args(ev_args, host, issues), _HOST_FIELDS, binary=_RAW_ATTRS)
-    host = host.with_columns(
+    # (lazy chains and Series ops in this part: a small trace's load is mostly the fixed cost of each query)
+    host = host.lazy().with_columns(
         external_id=pl.coalesce(_to_int_expr("external_id"), _to_int_expr("external_id_old")),
         kind=pl.col("kind").cast(pl.String), size=pl.col("size").cast(pl.String),
-    ).drop("external_id_old", "ph", "nargs")
-    gargs = _args_frame(ev_args, gpu.filter(pl.col("nargs") > 0)["i"], at.GPU, issues)
+    ).drop("external_id_old", "ph", "nargs").collect()
+    gargs = _args_frame(ev_args, _with_args(gpu), at.GPU, issues)
     gpu = _beside(gpu, gargs)
     gpu = _ensure(gpu, _GPU_FIELDS)
 
     # ---- annotations, memory, flows, threads --------------------------------------------
-    gargs2 = _args_frame(ev_args, gann.filter(pl.col("nargs") > 0)["i"], at.GANN, issues)
-    gann = gann.join(gargs2, on="i", how="left") if gargs2.width > 1 else gann.with_columns(
-        external_id=pl.lit(None, pl.Int64))
+    gargs2 = _args_frame(ev_args, _with_args(gann), at.GANN, issues)
+    gann = gann.lazy().join(gargs2.lazy(), on="i", how="left", maintain_order="left") if gargs2.width > 1 else \
+        gann.lazy().with_columns(external_id=pl.lit(None, pl.Int64))
     gann = gann.select("name", pl.col("pid").alias("device"), pl.col("tid").alias("stream"), "ts", "dur", "end",
-                       _to_int_expr("external_id").alias("external_id"))
+                       _to_int_expr("external_id").alias("external_id")).collect()
 
-    margs = _args_frame(ev_args, mem.filter(pl.col("nargs") > 0)["i"], at.MEM, issues)
-    mem = (mem.join(margs, on="i", how="left") if margs.width > 1 else _ensure(mem, _MEM_FIELDS)).select(
-        "ts", "pid", "tid", *[_to_int_expr(c).alias(c) for c in _MEM_FIELDS])
+    margs = _args_frame(ev_args, _with_args(mem), at.MEM, issues)
+    mem = (mem.lazy().join(margs.lazy(), on="i", how="left", maintain_order="left") if margs.width > 1
+           else _ensure(mem, _MEM_FIELDS).lazy()).select(
+        "ts", "pid", "tid", *[_to_int_expr(c).alias(c) for c in _MEM_FIELDS]).collect()
 
     ids = _to_int(flow_ids if isinstance(flow_ids, pl.Series) else pl.Series(flow_ids, strict=False))
     lost = ids.null_count() - (flow_ids.count(None) if isinstance(flow_ids, list) else flow_ids.null_count())
     if lost:
         warnings.append(f"ignored {lost:,} flow ids beyond 64 bits (those flows are not linked)")
     ids = pl.DataFrame({"i": pl.Series(flow_rows, dtype=pl.UInt32), "id": ids})
-    flows = fl.join(ids, on="i", how="left").drop("i")
+    flows = fl.lazy().join(ids.lazy(), on="i", how="left", maintain_order="left").drop("i").collect()
 
-    margs2 = _args_frame(ev_args, meta_rows.filter(pl.col("nargs") > 0)["i"], at.META, issues)
-    meta_rows = meta_rows.join(margs2, on="i", how="left") if margs2.width > 1 else meta_rows.with_columns(
-        aname=pl.lit(None, pl.String), labels=pl.lit(None, pl.String))
+    margs2 = _args_frame(ev_args, _with_args(meta_rows), at.META, issues)
+    meta_rows = meta_rows.lazy().join(margs2.lazy(), on="i", how="left", maintain_order="left") if margs2.width > 1 else \
+        meta_rows.lazy().with_columns(aname=pl.lit(None, pl.String), labels=pl.lit(None, pl.String))
     threads = (meta_rows.filter(pl.col("name") == "thread_name").group_by("pid", "tid", maintain_order=True)
-               .agg(pl.col("aname").drop_nulls().last().alias("name")))
+               .agg(pl.col("aname").drop_nulls().last().alias("name")).collect())
     # every args object has been read: the document's columns and kept args go before the call tree (the
     # load's peak of memory)
     del fast, ev_args, fl, meta_rows, flow_rows, flow_ids, ids
@@ -508,10 +509,11 @@ def _slices(path: Path, base: pl.DataFrame, legacy: bool, warnings: list[str],
     out = {}
     for k in list(cols):  # each slice's µs columns freed once its ns columns are made
         f = pl.DataFrame(cols.pop(k))
-        if "dur_us" in f.columns:
-            f = f.with_columns(ts=ts_ns, dur=dur_ns).drop("ts_us", "dur_us").with_columns(end=pl.col("ts") + pl.col("dur"))
+        if "dur_us" in f.columns:  # (one query)
+            f = f.lazy().with_columns(ts=ts_ns, dur=dur_ns).drop("ts_us", "dur_us").with_columns(
+                end=pl.col("ts") + pl.col("dur")).collect()
         elif "ts_us" in f.columns:
-            f = f.with_columns(ts=ts_ns).drop("ts_us")
+            f = f.lazy().with_columns(ts=ts_ns).drop("ts_us").collect()
         out[k] = f
     for k in ("host", "gpu"):
         out[k] = out[k].with_columns(ph=pl.lit("X"))  # a constant: never materialized
@@ -575,6 +577,11 @@ def _decode_msgspec(path: Path, data: bytes, warnings: list[str]) -> tuple:
     flow_ids = list(itemgetter(*flow_rows)(evs)) if len(flow_rows) > 1 else [evs[i] for i in flow_rows]
     flow_ids = d.column(flow_ids, "id")  # only flows carry an id
     return doc, ev_args, base, flow_rows, flow_ids
+
+
+def _with_args(f: pl.DataFrame) -> pl.Series:
+    """The ids `i` of the rows of `f` with an args object (Series ops: no query)."""
+    return f["i"].filter(f["nargs"] > 0)
 
 
 def _to_int_expr(c: str) -> pl.Expr:
@@ -652,17 +659,18 @@ def _kinds(gpu: pl.DataFrame, host: pl.DataFrame) -> pl.DataFrame:
 
 def _steps(host: pl.DataFrame, gpu: pl.DataFrame, warnings: list[str]) -> pl.DataFrame:
     # the regex only on the names with its literal prefix (a prefix test is far cheaper on every host row)
+    # (lazy chains here and below: a small trace's load is mostly the fixed cost of each polars query)
     cpu = (host.lazy().filter(pl.col("cat").is_in(["user_annotation", "cpu_op"])
-                              & pl.col("name").str.starts_with("ProfilerStep#")).select("name", "i", "ts", "end").collect())
-    cpu = cpu.filter(pl.col("name").str.contains(STEP_RE)).with_columns(
-        step=pl.col("name").str.extract(STEP_RE).cast(pl.Int64, strict=False))
-    huge = cpu.filter(pl.col("step").is_null()).height
+                              & pl.col("name").str.starts_with("ProfilerStep#")).select("name", "i", "ts", "end")
+           .filter(pl.col("name").str.contains(STEP_RE))
+           .with_columns(step=pl.col("name").str.extract(STEP_RE).cast(pl.Int64, strict=False)).collect())
+    huge = cpu["step"].null_count()
     if huge:
         warnings.append(f"ignored {huge:,} ProfilerStep annotations whose step number does not fit in 64 bits")
         cpu = cpu.filter(pl.col("step").is_not_null())
-    cpu = (cpu.group_by("step").agg(pl.col("name").first(), pl.col("i").first().alias("host_idx"),
-                                    pl.col("ts").min().alias("cpu_ts"), pl.col("end").max().alias("cpu_end"))
-           .sort("step"))
+    cpu = (cpu.lazy().group_by("step").agg(pl.col("name").first(), pl.col("i").first().alias("host_idx"),
+                                           pl.col("ts").min().alias("cpu_ts"), pl.col("end").max().alias("cpu_end"))
+           .sort("step").collect())
     synthetic = cpu.height == 0
     if synthetic:
         lo = min(v for v in (host["ts"].min(), gpu["ts"].min() if gpu.height else None) if v is not None)
@@ -673,23 +681,24 @@ def _steps(host: pl.DataFrame, gpu: pl.DataFrame, warnings: list[str]) -> pl.Dat
         warnings.append("ProfilerStep numbers are not in time order: step windows follow the time order")
     cpu = cpu.sort("cpu_ts", "step")
     if gpu.height and "launch_ts" in gpu.columns:
-        launched = (gpu.select("launch_ts", "launch_end", "ts", "end").filter(pl.col("launch_ts").is_not_null()).sort("launch_ts")
-                    .join_asof(cpu.select("step", "cpu_ts", "cpu_end").sort("cpu_ts"), left_on="launch_ts",
+        launched = (gpu.lazy().select("launch_ts", "launch_end", "ts", "end").filter(pl.col("launch_ts").is_not_null())
+                    .sort("launch_ts")
+                    .join_asof(cpu.lazy().select("step", "cpu_ts", "cpu_end").sort("cpu_ts"), left_on="launch_ts",
                                right_on="cpu_ts", strategy="backward")
                     .filter(pl.col("launch_ts") < pl.col("cpu_end"))
                     .group_by("step").agg(pl.col("ts").min().alias("gpu_ts"), pl.col("end").max().alias("gpu_end"),
                                           pl.col("launch_end").sort_by("ts").first().alias("_first_launch")))
-        cpu = cpu.join(launched, on="step", how="left", maintain_order="left")
+        cpu = cpu.lazy().join(launched, on="step", how="left", maintain_order="left").collect()
     else:
         cpu = cpu.with_columns(gpu_ts=pl.lit(None, pl.Int64), gpu_end=pl.lit(None, pl.Int64),
                                _first_launch=pl.lit(None, pl.Int64))
     # tb_plugin's device-side window: start = max(previous end, host start), end = max(host end, GPU end);
     # "previous" in time, and a step inside its predecessor's window is empty rather than negative
-    cpu = cpu.with_columns(tb_end=pl.max_horizontal("cpu_end", "gpu_end"))
-    cpu = cpu.with_columns(tb_ts=pl.min_horizontal(pl.max_horizontal("cpu_ts", pl.col("tb_end").shift(1)), "tb_end"))
-    return _periods(cpu, gpu).with_columns(synthetic=pl.lit(synthetic)).sort("step").select(
+    cpu = cpu.lazy().with_columns(tb_end=pl.max_horizontal("cpu_end", "gpu_end")).with_columns(
+        tb_ts=pl.min_horizontal(pl.max_horizontal("cpu_ts", pl.col("tb_end").shift(1)), "tb_end")).collect()
+    return _periods(cpu, gpu).lazy().with_columns(synthetic=pl.lit(synthetic)).sort("step").select(
         "step", "name", "host_idx", "cpu_ts", "cpu_end", "gpu_ts", "gpu_end", "ts", "end", "tb_ts", "tb_end",
-        "synthetic")
+        "synthetic").collect()
 
 
 #: launch latency onto an idle GPU when the trace has too few such launches to measure it: a few µs on current
@@ -714,32 +723,32 @@ def _periods(cpu: pl.DataFrame, gpu: pl.DataFrame) -> pl.DataFrame:
     step ends at the end of its host span or of its GPU work, whichever is later."""
     if "gpu_ts" not in cpu.columns or cpu["gpu_ts"].is_null().all() or gpu.height == 0:
         return cpu.with_columns(ts=pl.col("tb_ts"), end=pl.col("tb_end")).drop("_first_launch")
-    work = gpu.lazy().filter(pl.col("kind") != "sync").select("ts", "end", "launch_end").collect().sort("ts")
-    work = work.with_columns(_busy_to=pl.col("end").cum_max())
+    work = (gpu.lazy().filter(pl.col("kind") != "sync").select("ts", "end", "launch_end").sort("ts")
+            .with_columns(_busy_to=pl.col("end").cum_max()).collect())
     # launch latency onto an idle GPU (from the launch call's return: a pageable copy works inside the call):
     # nothing earlier was still running when the launch call returned
-    idle_launch = work.filter(pl.col("launch_end") > pl.col("_busy_to").shift(1).fill_null(pl.col("launch_end") - 1))
-    lat = idle_launch.select((pl.col("ts") - pl.col("launch_end")).median()).item()
-    if idle_launch.height < MIN_LATENCY_SAMPLES or lat is None:
+    idle = pl.col("launch_end") > pl.col("_busy_to").shift(1).fill_null(pl.col("launch_end") - 1)
+    n_idle, lat = work.select(idle.sum(), (pl.col("ts") - pl.col("launch_end")).filter(idle).median()).row(0)
+    if n_idle < MIN_LATENCY_SAMPLES or lat is None:
         lat = LAUNCH_LATENCY_NS
-    first = cpu.select("step", pl.coalesce("gpu_ts", "cpu_ts").alias("_first")).sort("_first")
-    first = first.join_asof(work.select(pl.col("ts") + 1, "_busy_to"), left_on="_first", right_on="ts",
-                            strategy="backward").select("step", "_busy_to")
-    cpu = cpu.join(first, on="step", how="left").sort("cpu_ts", "step")  # time order (step numbers may not be)
+    first = (cpu.lazy().select("step", pl.coalesce("gpu_ts", "cpu_ts").alias("_first")).sort("_first")
+             .join_asof(work.lazy().select(pl.col("ts") + 1, "_busy_to"), left_on="_first", right_on="ts",
+                        strategy="backward").select("step", "_busy_to"))
     unseen = (pl.col("gpu_ts") - int(lat)) if lat is not None else pl.lit(None, pl.Int64)
     unseen = pl.when(pl.col("_first_launch").is_not_null() & (unseen > pl.col("_first_launch"))).then(unseen)
     start = pl.max_horizontal("cpu_ts", "_busy_to", unseen)
     start = pl.when(pl.col("gpu_ts").is_not_null()).then(pl.min_horizontal(start, "gpu_ts")).otherwise(start)
-    cpu = cpu.with_columns(ts=start)
+    cpu = (cpu.lazy().join(first, on="step", how="left").sort("cpu_ts", "step")  # time order (step numbers may not be)
+           .with_columns(ts=start).collect())
     # the first recorded step opens on an idle GPU (the profiler's start-up, the host's preamble with nothing
     # queued): it keeps only as much idle before its first GPU work as the other steps have at their start
     lead = (cpu["gpu_ts"] - cpu["ts"]).slice(1).drop_nulls()
     if lead.len() and cpu["gpu_ts"][0] is not None:
         first = max(int(cpu["ts"][0]), int(cpu["gpu_ts"][0]) - max(0, int(lead.median())))
         cpu = cpu.with_columns(ts=pl.when(pl.int_range(pl.len()) == 0).then(first).otherwise(pl.col("ts")))
-    cpu = cpu.with_columns(ts=pl.col("ts").cum_max())  # starts never go back in time
     last_end = pl.max_horizontal("cpu_end", "gpu_end", "ts")
-    return cpu.with_columns(end=pl.col("ts").shift(-1).fill_null(last_end)).drop("_busy_to", "_first_launch")
+    return (cpu.lazy().with_columns(ts=pl.col("ts").cum_max())  # starts never go back in time
+            .with_columns(end=pl.col("ts").shift(-1).fill_null(last_end)).drop("_busy_to", "_first_launch").collect())
 
 
 def _meta(path: Path, doc: d.Doc, fmt: str, t0_us: float, counts: dict, warnings: list[str],
