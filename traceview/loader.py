@@ -198,20 +198,19 @@ def _beside(rows: pl.DataFrame, *parts: pl.DataFrame) -> pl.DataFrame:
     `i` would give them, without copying `rows`' own columns (a left join keeps the left frame's row order;
     `i` is unique in each part): each part gathered at the positions of `rows`' `i` in it. A field no row
     has stays a constant null: gathered, it would be a buffer of `rows`' length."""
-    keys, order, empty, cols = None, list(rows.columns), [], []
+    keys, out, cols = None, [pl.col(c) for c in rows.columns], []
     for f in parts:
         if f.width < 2:
             continue
-        order += f.columns[1:]
-        none = [c for c in f.columns[1:] if f[c].null_count() == f.height]
+        none = {c for c in f.columns[1:] if f[c].null_count() == f.height}
         schema = f.schema  # (built on each call)
-        empty += [pl.lit(None, schema[c]).alias(c) for c in none]
+        out += [pl.lit(None, schema[c]).alias(c) if c in none else pl.col(c) for c in f.columns[1:]]
         if f.width - len(none) > 1:
             keys = rows["i"].to_numpy() if keys is None else keys
-            cols.append(f.drop(["i", *none]).select(pl.all().gather(locate(f["i"].to_numpy(), keys))))
-    if not cols and not empty:
+            cols.append(f.select(pl.exclude("i", *none).gather(locate(f["i"].to_numpy(), keys))))
+    if len(out) == rows.width:
         return rows
-    return pl.concat([rows, *cols], how="horizontal").with_columns(empty).select(order)
+    return pl.concat([rows, *cols], how="horizontal").select(out)
 
 
 def _beside_union(rows: pl.DataFrame, parts: list[pl.DataFrame], rare: pl.DataFrame) -> pl.DataFrame:
@@ -232,9 +231,9 @@ def _beside_union(rows: pl.DataFrame, parts: list[pl.DataFrame], rare: pl.DataFr
                 got.setdefault(c, []).append(g[c].cast(schema[c]))
     fields = [c for c in schema if c != "i"]
     cols = [v[0] if len(v) == 1 else pl.select(pl.coalesce(v).alias(c)).to_series() for c, v in got.items()]
-    empty = [pl.lit(None, schema[c]).alias(c) for c in fields if c not in got]
     wide = pl.concat([rows, pl.DataFrame(cols)], how="horizontal") if cols else rows
-    return _beside(wide.with_columns(empty).select(*rows.columns, *fields), rare)
+    return _beside(wide.select(*rows.columns, *(c if c in got else pl.lit(None, schema[c]).alias(c) for c in fields)),
+                   rare)
 
 
 def _flag(v: Any) -> bool:
@@ -594,7 +593,7 @@ def _ensure(df: pl.DataFrame, fields: dict[str, str], binary: tuple[str, ...] = 
 
 
 def _finish_gpu(gpu: pl.DataFrame, host: pl.DataFrame) -> pl.DataFrame:
-    gpu = gpu.with_columns(
+    gpu = gpu.lazy().with_columns(
         external_id=pl.coalesce(_to_int_expr("external_id"), _to_int_expr("external_id_old")),
         device=pl.coalesce(_to_int(gpu["a_device"]) if "a_device" in gpu.columns else None,
                            _to_int(gpu["from_device"]), pl.col("pid")),
@@ -605,8 +604,7 @@ def _finish_gpu(gpu: pl.DataFrame, host: pl.DataFrame) -> pl.DataFrame:
         correlation=_to_int_expr("correlation"),
         pg_ranks=gpu["pg_ranks"].cast(pl.String, strict=False) if gpu["pg_ranks"].dtype != pl.List
         else gpu["pg_ranks"].cast(pl.List(pl.String)).list.join(", "),
-    )
-    gpu = gpu.drop("a_device", "a_stream", "external_id_old", "from_device", "ph", "nargs")
+    ).drop("a_device", "a_stream", "external_id_old", "from_device", "ph", "nargs").collect()
     # launch (runtime/driver call with the same correlation) and the op that made that call (the first such call:
     # is_first_distinct keeps the rows unique(keep="first") would, at a fraction of its cost)
     rt = (host.lazy().filter(pl.col("cat").is_in(RUNTIME_CATS) & pl.col("correlation").is_not_null())
