@@ -287,11 +287,12 @@ def load_file(path: str | Path, max_bytes: int = DEFAULT_MAX_BYTES,
 
     # ---- host slices and GPU activities, with their args ------------------------------------
     host = _ensure(_host_args(ev_args, host, issues), _HOST_FIELDS, binary=_RAW_ATTRS)
-    # (lazy chains and Series ops in this part: a small trace's load is mostly the fixed cost of each query)
-    host = host.lazy().with_columns(
+    # (lazy chains on the smaller frames, run by the in-memory engine as the eager API runs each step, and Series
+    # ops in this part: a small trace's load is mostly the fixed cost of each query)
+    host = host.with_columns(
         external_id=pl.coalesce(_to_int_expr("external_id"), _to_int_expr("external_id_old")),
         kind=pl.col("kind").cast(pl.String), size=pl.col("size").cast(pl.String),
-    ).drop("external_id_old", "ph", "nargs").collect()
+    ).drop("external_id_old", "ph", "nargs")
     gargs = _args_frame(ev_args, _with_args(gpu), at.GPU, issues)
     gpu = _beside(gpu, gargs)
     gpu = _ensure(gpu, _GPU_FIELDS)
@@ -301,25 +302,25 @@ def load_file(path: str | Path, max_bytes: int = DEFAULT_MAX_BYTES,
     gann = gann.lazy().join(gargs2.lazy(), on="i", how="left", maintain_order="left") if gargs2.width > 1 else \
         gann.lazy().with_columns(external_id=pl.lit(None, pl.Int64))
     gann = gann.select("name", pl.col("pid").alias("device"), pl.col("tid").alias("stream"), "ts", "dur", "end",
-                       _to_int_expr("external_id").alias("external_id")).collect()
+                       _to_int_expr("external_id").alias("external_id")).collect(engine="in-memory")
 
     margs = _args_frame(ev_args, _with_args(mem), at.MEM, issues)
     mem = (mem.lazy().join(margs.lazy(), on="i", how="left", maintain_order="left") if margs.width > 1
            else _ensure(mem, _MEM_FIELDS).lazy()).select(
-        "ts", "pid", "tid", *[_to_int_expr(c).alias(c) for c in _MEM_FIELDS]).collect()
+        "ts", "pid", "tid", *[_to_int_expr(c).alias(c) for c in _MEM_FIELDS]).collect(engine="in-memory")
 
     ids = _to_int(flow_ids if isinstance(flow_ids, pl.Series) else pl.Series(flow_ids, strict=False))
     lost = ids.null_count() - (flow_ids.count(None) if isinstance(flow_ids, list) else flow_ids.null_count())
     if lost:
         warnings.append(f"ignored {lost:,} flow ids beyond 64 bits (those flows are not linked)")
     ids = pl.DataFrame({"i": pl.Series(flow_rows, dtype=pl.UInt32), "id": ids})
-    flows = fl.lazy().join(ids.lazy(), on="i", how="left", maintain_order="left").drop("i").collect()
+    flows = fl.lazy().join(ids.lazy(), on="i", how="left", maintain_order="left").drop("i").collect(engine="in-memory")
 
     margs2 = _args_frame(ev_args, _with_args(meta_rows), at.META, issues)
     meta_rows = meta_rows.lazy().join(margs2.lazy(), on="i", how="left", maintain_order="left") if margs2.width > 1 else \
         meta_rows.lazy().with_columns(aname=pl.lit(None, pl.String), labels=pl.lit(None, pl.String))
     threads = (meta_rows.filter(pl.col("name") == "thread_name").group_by("pid", "tid", maintain_order=True)
-               .agg(pl.col("aname").drop_nulls().last().alias("name")).collect())
+               .agg(pl.col("aname").drop_nulls().last().alias("name")).collect(engine="in-memory"))
     # every args object has been read: the document's columns and kept args go before the call tree (the
     # load's peak of memory)
     del fast, ev_args, fl, meta_rows, flow_rows, flow_ids, ids
@@ -508,11 +509,10 @@ def _slices(path: Path, base: pl.DataFrame, legacy: bool, warnings: list[str],
     out = {}
     for k in list(cols):  # each slice's µs columns freed once its ns columns are made
         f = pl.DataFrame(cols.pop(k))
-        if "dur_us" in f.columns:  # (one query)
-            f = f.lazy().with_columns(ts=ts_ns, dur=dur_ns).drop("ts_us", "dur_us").with_columns(
-                end=pl.col("ts") + pl.col("dur")).collect()
+        if "dur_us" in f.columns:
+            f = f.with_columns(ts=ts_ns, dur=dur_ns).drop("ts_us", "dur_us").with_columns(end=pl.col("ts") + pl.col("dur"))
         elif "ts_us" in f.columns:
-            f = f.lazy().with_columns(ts=ts_ns).drop("ts_us").collect()
+            f = f.with_columns(ts=ts_ns).drop("ts_us")
         out[k] = f
     for k in ("host", "gpu"):
         out[k] = out[k].with_columns(ph=pl.lit("X"))  # a constant: never materialized
@@ -593,7 +593,7 @@ def _ensure(df: pl.DataFrame, fields: dict[str, str], binary: tuple[str, ...] = 
 
 
 def _finish_gpu(gpu: pl.DataFrame, host: pl.DataFrame) -> pl.DataFrame:
-    gpu = gpu.lazy().with_columns(
+    gpu = gpu.with_columns(
         external_id=pl.coalesce(_to_int_expr("external_id"), _to_int_expr("external_id_old")),
         device=pl.coalesce(_to_int(gpu["a_device"]) if "a_device" in gpu.columns else None,
                            _to_int(gpu["from_device"]), pl.col("pid")),
@@ -604,13 +604,13 @@ def _finish_gpu(gpu: pl.DataFrame, host: pl.DataFrame) -> pl.DataFrame:
         correlation=_to_int_expr("correlation"),
         pg_ranks=gpu["pg_ranks"].cast(pl.String, strict=False) if gpu["pg_ranks"].dtype != pl.List
         else gpu["pg_ranks"].cast(pl.List(pl.String)).list.join(", "),
-    ).drop("a_device", "a_stream", "external_id_old", "from_device", "ph", "nargs").collect()
+    ).drop("a_device", "a_stream", "external_id_old", "from_device", "ph", "nargs")
     # launch (runtime/driver call with the same correlation) and the op that made that call (the first such call:
     # is_first_distinct keeps the rows unique(keep="first") would, at a fraction of its cost)
     rt = (host.lazy().filter(pl.col("cat").is_in(RUNTIME_CATS) & pl.col("correlation").is_not_null())
           .select(pl.col("correlation").cast(pl.Int64), pl.col("i").alias("launch"), pl.col("op"),
                   pl.col("name").alias("launch_name"), pl.col("ts").alias("launch_ts"),
-                  pl.col("end").alias("launch_end"), pl.col("tid").alias("launch_tid")).collect())
+                  pl.col("end").alias("launch_end"), pl.col("tid").alias("launch_tid")).collect(engine="in-memory"))
     if gpu.height < _SMALL_ROWS:  # a join costs fewer polars calls than the lookup below
         rt = rt.filter(pl.col("correlation").is_first_distinct())
         return _kinds(gpu.hstack(gpu.select("correlation").join(rt, on="correlation", how="left", maintain_order="left")
@@ -634,7 +634,7 @@ def _kinds(gpu: pl.DataFrame, host: pl.DataFrame) -> pl.DataFrame:
                                                    & (pl.col("external_id") != pl.col("correlation"))).unique())
     if want.height:
         ops = (host.lazy().filter((pl.col("cat") == "cpu_op") & pl.col("external_id").is_in(want["external_id"].implode()))
-               .select(pl.col("external_id"), pl.col("i").alias("op_x")).collect())
+               .select(pl.col("external_id"), pl.col("i").alias("op_x")).collect(engine="in-memory"))
         ops = ops.filter(pl.col("external_id").is_first_distinct())
         gpu = gpu.join(ops, on="external_id", how="left", maintain_order="left").with_columns(
             op=pl.coalesce("op", pl.when(pl.col("external_id") != pl.col("correlation")).then(pl.col("op_x")))
@@ -657,18 +657,21 @@ def _kinds(gpu: pl.DataFrame, host: pl.DataFrame) -> pl.DataFrame:
 
 def _steps(host: pl.DataFrame, gpu: pl.DataFrame, warnings: list[str]) -> pl.DataFrame:
     # the regex only on the names with its literal prefix (a prefix test is far cheaper on every host row)
-    # (lazy chains here and below: a small trace's load is mostly the fixed cost of each polars query)
+    # (lazy chains here and below, run by the in-memory engine as the eager API runs each step (the default, the
+    # streaming engine, is slower on these and hands back columns in chunks): a small trace's load is mostly the
+    # fixed cost of each polars query; but the regex runs on the prefix's rows once collected: a lazy query would
+    # merge the two filters)
     cpu = (host.lazy().filter(pl.col("cat").is_in(["user_annotation", "cpu_op"])
-                              & pl.col("name").str.starts_with("ProfilerStep#")).select("name", "i", "ts", "end")
-           .filter(pl.col("name").str.contains(STEP_RE))
-           .with_columns(step=pl.col("name").str.extract(STEP_RE).cast(pl.Int64, strict=False)).collect())
+                              & pl.col("name").str.starts_with("ProfilerStep#")).select("name", "i", "ts", "end").collect(engine="in-memory")
+           .lazy().filter(pl.col("name").str.contains(STEP_RE))
+           .with_columns(step=pl.col("name").str.extract(STEP_RE).cast(pl.Int64, strict=False)).collect(engine="in-memory"))
     huge = cpu["step"].null_count()
     if huge:
         warnings.append(f"ignored {huge:,} ProfilerStep annotations whose step number does not fit in 64 bits")
         cpu = cpu.filter(pl.col("step").is_not_null())
     cpu = (cpu.lazy().group_by("step").agg(pl.col("name").first(), pl.col("i").first().alias("host_idx"),
                                            pl.col("ts").min().alias("cpu_ts"), pl.col("end").max().alias("cpu_end"))
-           .sort("step").collect())
+           .sort("step").collect(engine="in-memory"))
     synthetic = cpu.height == 0
     if synthetic:
         lo = min(v for v in (host["ts"].min(), gpu["ts"].min() if gpu.height else None) if v is not None)
@@ -686,17 +689,17 @@ def _steps(host: pl.DataFrame, gpu: pl.DataFrame, warnings: list[str]) -> pl.Dat
                     .filter(pl.col("launch_ts") < pl.col("cpu_end"))
                     .group_by("step").agg(pl.col("ts").min().alias("gpu_ts"), pl.col("end").max().alias("gpu_end"),
                                           pl.col("launch_end").sort_by("ts").first().alias("_first_launch")))
-        cpu = cpu.lazy().join(launched, on="step", how="left", maintain_order="left").collect()
+        cpu = cpu.lazy().join(launched, on="step", how="left", maintain_order="left").collect(engine="in-memory")
     else:
         cpu = cpu.with_columns(gpu_ts=pl.lit(None, pl.Int64), gpu_end=pl.lit(None, pl.Int64),
                                _first_launch=pl.lit(None, pl.Int64))
     # tb_plugin's device-side window: start = max(previous end, host start), end = max(host end, GPU end);
     # "previous" in time, and a step inside its predecessor's window is empty rather than negative
     cpu = cpu.lazy().with_columns(tb_end=pl.max_horizontal("cpu_end", "gpu_end")).with_columns(
-        tb_ts=pl.min_horizontal(pl.max_horizontal("cpu_ts", pl.col("tb_end").shift(1)), "tb_end")).collect()
+        tb_ts=pl.min_horizontal(pl.max_horizontal("cpu_ts", pl.col("tb_end").shift(1)), "tb_end")).collect(engine="in-memory")
     return _periods(cpu, gpu).lazy().with_columns(synthetic=pl.lit(synthetic)).sort("step").select(
         "step", "name", "host_idx", "cpu_ts", "cpu_end", "gpu_ts", "gpu_end", "ts", "end", "tb_ts", "tb_end",
-        "synthetic").collect()
+        "synthetic").collect(engine="in-memory")
 
 
 #: launch latency onto an idle GPU when the trace has too few such launches to measure it: a few µs on current
@@ -722,7 +725,7 @@ def _periods(cpu: pl.DataFrame, gpu: pl.DataFrame) -> pl.DataFrame:
     if "gpu_ts" not in cpu.columns or cpu["gpu_ts"].is_null().all() or gpu.height == 0:
         return cpu.with_columns(ts=pl.col("tb_ts"), end=pl.col("tb_end")).drop("_first_launch")
     work = (gpu.lazy().filter(pl.col("kind") != "sync").select("ts", "end", "launch_end").sort("ts")
-            .with_columns(_busy_to=pl.col("end").cum_max()).collect())
+            .with_columns(_busy_to=pl.col("end").cum_max()).collect(engine="in-memory"))
     # launch latency onto an idle GPU (from the launch call's return: a pageable copy works inside the call):
     # nothing earlier was still running when the launch call returned
     idle = pl.col("launch_end") > pl.col("_busy_to").shift(1).fill_null(pl.col("launch_end") - 1)
@@ -737,7 +740,7 @@ def _periods(cpu: pl.DataFrame, gpu: pl.DataFrame) -> pl.DataFrame:
     start = pl.max_horizontal("cpu_ts", "_busy_to", unseen)
     start = pl.when(pl.col("gpu_ts").is_not_null()).then(pl.min_horizontal(start, "gpu_ts")).otherwise(start)
     cpu = (cpu.lazy().join(first, on="step", how="left").sort("cpu_ts", "step")  # time order (step numbers may not be)
-           .with_columns(ts=start).collect())
+           .with_columns(ts=start).collect(engine="in-memory"))
     # the first recorded step opens on an idle GPU (the profiler's start-up, the host's preamble with nothing
     # queued): it keeps only as much idle before its first GPU work as the other steps have at their start
     lead = (cpu["gpu_ts"] - cpu["ts"]).slice(1).drop_nulls()
@@ -746,7 +749,7 @@ def _periods(cpu: pl.DataFrame, gpu: pl.DataFrame) -> pl.DataFrame:
         cpu = cpu.with_columns(ts=pl.when(pl.int_range(pl.len()) == 0).then(first).otherwise(pl.col("ts")))
     last_end = pl.max_horizontal("cpu_end", "gpu_end", "ts")
     return (cpu.lazy().with_columns(ts=pl.col("ts").cum_max())  # starts never go back in time
-            .with_columns(end=pl.col("ts").shift(-1).fill_null(last_end)).drop("_busy_to", "_first_launch").collect())
+            .with_columns(end=pl.col("ts").shift(-1).fill_null(last_end)).drop("_busy_to", "_first_launch").collect(engine="in-memory"))
 
 
 def _meta(path: Path, doc: d.Doc, fmt: str, t0_us: float, counts: dict, warnings: list[str],
