@@ -287,12 +287,12 @@ def load_file(path: str | Path, max_bytes: int = DEFAULT_MAX_BYTES,
 
     # ---- host slices and GPU activities, with their args ------------------------------------
     host = _ensure(_host_args(ev_args, host, issues), _HOST_FIELDS, binary=_RAW_ATTRS)
-    # (lazy chains on the smaller frames, run by the in-memory engine as the eager API runs each step, and Series
-    # ops in this part: a small trace's load is mostly the fixed cost of each query)
-    host = host.with_columns(
+    # (lazy chains, run by the in-memory engine as the eager API runs each step, and Series ops in this part: a small
+    # trace's load is mostly the fixed cost of each query)
+    host = host.lazy().with_columns(
         external_id=pl.coalesce(_to_int_expr("external_id"), _to_int_expr("external_id_old")),
         kind=pl.col("kind").cast(pl.String), size=pl.col("size").cast(pl.String),
-    ).drop("external_id_old", "ph", "nargs")
+    ).drop("external_id_old", "ph", "nargs").collect(engine="in-memory")
     gargs = _args_frame(ev_args, _with_args(gpu), at.GPU, issues)
     gpu = _beside(gpu, gargs)
     gpu = _ensure(gpu, _GPU_FIELDS)
@@ -510,9 +510,10 @@ def _slices(path: Path, base: pl.DataFrame, legacy: bool, warnings: list[str],
     for k in list(cols):  # each slice's µs columns freed once its ns columns are made
         f = pl.DataFrame(cols.pop(k))
         if "dur_us" in f.columns:
-            f = f.with_columns(ts=ts_ns, dur=dur_ns).drop("ts_us", "dur_us").with_columns(end=pl.col("ts") + pl.col("dur"))
+            f = f.lazy().with_columns(ts=ts_ns, dur=dur_ns).drop("ts_us", "dur_us").with_columns(
+                end=pl.col("ts") + pl.col("dur")).collect(engine="in-memory")
         elif "ts_us" in f.columns:
-            f = f.with_columns(ts=ts_ns).drop("ts_us")
+            f = f.lazy().with_columns(ts=ts_ns).drop("ts_us").collect(engine="in-memory")
         out[k] = f
     for k in ("host", "gpu"):
         out[k] = out[k].with_columns(ph=pl.lit("X"))  # a constant: never materialized
@@ -593,7 +594,7 @@ def _ensure(df: pl.DataFrame, fields: dict[str, str], binary: tuple[str, ...] = 
 
 
 def _finish_gpu(gpu: pl.DataFrame, host: pl.DataFrame) -> pl.DataFrame:
-    gpu = gpu.with_columns(
+    gpu = gpu.lazy().with_columns(
         external_id=pl.coalesce(_to_int_expr("external_id"), _to_int_expr("external_id_old")),
         device=pl.coalesce(_to_int(gpu["a_device"]) if "a_device" in gpu.columns else None,
                            _to_int(gpu["from_device"]), pl.col("pid")),
@@ -604,7 +605,7 @@ def _finish_gpu(gpu: pl.DataFrame, host: pl.DataFrame) -> pl.DataFrame:
         correlation=_to_int_expr("correlation"),
         pg_ranks=gpu["pg_ranks"].cast(pl.String, strict=False) if gpu["pg_ranks"].dtype != pl.List
         else gpu["pg_ranks"].cast(pl.List(pl.String)).list.join(", "),
-    ).drop("a_device", "a_stream", "external_id_old", "from_device", "ph", "nargs")
+    ).drop("a_device", "a_stream", "external_id_old", "from_device", "ph", "nargs").collect(engine="in-memory")
     # launch (runtime/driver call with the same correlation) and the op that made that call (the first such call:
     # is_first_distinct keeps the rows unique(keep="first") would, at a fraction of its cost)
     rt = (host.lazy().filter(pl.col("cat").is_in(RUNTIME_CATS) & pl.col("correlation").is_not_null())
