@@ -2,6 +2,10 @@
 
 All per-event work is columnar: the decoder hands over typed structs, columns are pulled with
 C-level `map`, and everything after that is polars expressions and joins.
+
+Lazy chains are collected by the in-memory engine (`engine="in-memory"`), which runs them as the eager API runs
+each step: polars' default for `LazyFrame.collect` is the streaming engine, slower on these frames, and it hands
+back columns in chunks (which later numpy conversions then copy).
 """
 
 from __future__ import annotations
@@ -287,8 +291,7 @@ def load_file(path: str | Path, max_bytes: int = DEFAULT_MAX_BYTES,
 
     # ---- host slices and GPU activities, with their args ------------------------------------
     host = _ensure(_host_args(ev_args, host, issues), _HOST_FIELDS, binary=_RAW_ATTRS)
-    # (lazy chains, run by the in-memory engine as the eager API runs each step, and Series ops in this part: a small
-    # trace's load is mostly the fixed cost of each query)
+    # (lazy chains and Series ops in this part: a small trace's load is mostly the fixed cost of each polars query)
     host = host.lazy().with_columns(
         external_id=pl.coalesce(_to_int_expr("external_id"), _to_int_expr("external_id_old")),
         kind=pl.col("kind").cast(pl.String), size=pl.col("size").cast(pl.String),
@@ -317,8 +320,8 @@ def load_file(path: str | Path, max_bytes: int = DEFAULT_MAX_BYTES,
     flows = fl.lazy().join(ids.lazy(), on="i", how="left", maintain_order="left").drop("i").collect(engine="in-memory")
 
     margs2 = _args_frame(ev_args, _with_args(meta_rows), at.META, issues)
-    meta_rows = meta_rows.lazy().join(margs2.lazy(), on="i", how="left", maintain_order="left") if margs2.width > 1 else \
-        meta_rows.lazy().with_columns(aname=pl.lit(None, pl.String), labels=pl.lit(None, pl.String))
+    meta_rows = (meta_rows.lazy().join(margs2.lazy(), on="i", how="left", maintain_order="left") if margs2.width > 1
+                 else meta_rows.lazy().with_columns(aname=pl.lit(None, pl.String), labels=pl.lit(None, pl.String)))
     threads = (meta_rows.filter(pl.col("name") == "thread_name").group_by("pid", "tid", maintain_order=True)
                .agg(pl.col("aname").drop_nulls().last().alias("name")).collect(engine="in-memory"))
     # every args object has been read: the document's columns and kept args go before the call tree (the
@@ -658,14 +661,14 @@ def _kinds(gpu: pl.DataFrame, host: pl.DataFrame) -> pl.DataFrame:
 
 def _steps(host: pl.DataFrame, gpu: pl.DataFrame, warnings: list[str]) -> pl.DataFrame:
     # the regex only on the names with its literal prefix (a prefix test is far cheaper on every host row)
-    # (lazy chains here and below, run by the in-memory engine as the eager API runs each step (the default, the
-    # streaming engine, is slower on these and hands back columns in chunks): a small trace's load is mostly the
-    # fixed cost of each polars query; but the regex runs on the prefix's rows once collected: a lazy query would
-    # merge the two filters)
+    # (lazy chains here and in `_periods`: a small trace's load is mostly the fixed cost of each polars query; but
+    # the prefix's rows are collected before the regex: one lazy query would merge the two filters)
     cpu = (host.lazy().filter(pl.col("cat").is_in(["user_annotation", "cpu_op"])
-                              & pl.col("name").str.starts_with("ProfilerStep#")).select("name", "i", "ts", "end").collect(engine="in-memory")
+                              & pl.col("name").str.starts_with("ProfilerStep#")).select("name", "i", "ts", "end")
+           .collect(engine="in-memory")
            .lazy().filter(pl.col("name").str.contains(STEP_RE))
-           .with_columns(step=pl.col("name").str.extract(STEP_RE).cast(pl.Int64, strict=False)).collect(engine="in-memory"))
+           .with_columns(step=pl.col("name").str.extract(STEP_RE).cast(pl.Int64, strict=False))
+           .collect(engine="in-memory"))
     huge = cpu["step"].null_count()
     if huge:
         warnings.append(f"ignored {huge:,} ProfilerStep annotations whose step number does not fit in 64 bits")
@@ -697,7 +700,8 @@ def _steps(host: pl.DataFrame, gpu: pl.DataFrame, warnings: list[str]) -> pl.Dat
     # tb_plugin's device-side window: start = max(previous end, host start), end = max(host end, GPU end);
     # "previous" in time, and a step inside its predecessor's window is empty rather than negative
     cpu = cpu.lazy().with_columns(tb_end=pl.max_horizontal("cpu_end", "gpu_end")).with_columns(
-        tb_ts=pl.min_horizontal(pl.max_horizontal("cpu_ts", pl.col("tb_end").shift(1)), "tb_end")).collect(engine="in-memory")
+        tb_ts=pl.min_horizontal(pl.max_horizontal("cpu_ts", pl.col("tb_end").shift(1)), "tb_end"),
+    ).collect(engine="in-memory")
     return _periods(cpu, gpu).lazy().with_columns(synthetic=pl.lit(synthetic)).sort("step").select(
         "step", "name", "host_idx", "cpu_ts", "cpu_end", "gpu_ts", "gpu_end", "ts", "end", "tb_ts", "tb_end",
         "synthetic").collect(engine="in-memory")
@@ -750,7 +754,8 @@ def _periods(cpu: pl.DataFrame, gpu: pl.DataFrame) -> pl.DataFrame:
         cpu = cpu.with_columns(ts=pl.when(pl.int_range(pl.len()) == 0).then(first).otherwise(pl.col("ts")))
     last_end = pl.max_horizontal("cpu_end", "gpu_end", "ts")
     return (cpu.lazy().with_columns(ts=pl.col("ts").cum_max())  # starts never go back in time
-            .with_columns(end=pl.col("ts").shift(-1).fill_null(last_end)).drop("_busy_to", "_first_launch").collect(engine="in-memory"))
+            .with_columns(end=pl.col("ts").shift(-1).fill_null(last_end)).drop("_busy_to", "_first_launch")
+            .collect(engine="in-memory"))
 
 
 def _meta(path: Path, doc: d.Doc, fmt: str, t0_us: float, counts: dict, warnings: list[str],
