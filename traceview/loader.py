@@ -3,13 +3,14 @@
 All per-event work is columnar: the decoder hands over typed structs, columns are pulled with
 C-level `map`, and everything after that is polars expressions and joins.
 
-Lazy chains are collected by the in-memory engine (`engine="in-memory"`), which runs them as the eager API runs
-each step: polars' default for `LazyFrame.collect` is the streaming engine, slower on these frames, and it hands
+Lazy chains are collected by the in-memory engine (`_IN_MEMORY`), which runs them as the eager API runs each
+step: polars' default for `LazyFrame.collect` is the streaming engine, slower on these frames, and it hands
 back columns in chunks (which later numpy conversions then copy).
 """
 
 from __future__ import annotations
 
+import inspect
 import re
 import stat
 from collections import Counter
@@ -43,6 +44,12 @@ COMM_KERNEL_RE = r"^(nccl|rccl)|ncclKernel|ncclDevKernel|ncclSymDevKernel"
 GRAPH_LAUNCH = ["cudaGraphLaunch", "hipGraphLaunch", "cudaGraphLaunch_v10000"]
 MAX_DUR_NS = 7 * 24 * 3600 * 10**9  # HTA drops corrupt events longer than a week; so do we
 MAX_SPAN_US = 7 * 24 * 3600 * 1e6  # an event this far from the trace's median timestamp has a corrupt clock
+
+
+#: `LazyFrame.collect` keywords that pick the in-memory engine (see the module docstring): newer polars default to
+#: "auto" (the streaming engine in 2.x) and name it "in-memory"; older ones (default "cpu") run it by default
+_IN_MEMORY: dict[str, str] = ({} if getattr(inspect.signature(pl.LazyFrame.collect).parameters.get("engine"),
+                                            "default", "cpu") == "cpu" else {"engine": "in-memory"})
 
 
 #: below this many rows (events, GPU rows, host rows) the fixed cost of polars calls outweighs the per-row work the
@@ -295,7 +302,7 @@ def load_file(path: str | Path, max_bytes: int = DEFAULT_MAX_BYTES,
     host = host.lazy().with_columns(
         external_id=pl.coalesce(_to_int_expr("external_id"), _to_int_expr("external_id_old")),
         kind=pl.col("kind").cast(pl.String), size=pl.col("size").cast(pl.String),
-    ).drop("external_id_old", "ph", "nargs").collect(engine="in-memory")
+    ).drop("external_id_old", "ph", "nargs").collect(**_IN_MEMORY)
     gargs = _args_frame(ev_args, _with_args(gpu), at.GPU, issues)
     gpu = _beside(gpu, gargs)
     gpu = _ensure(gpu, _GPU_FIELDS)
@@ -305,25 +312,25 @@ def load_file(path: str | Path, max_bytes: int = DEFAULT_MAX_BYTES,
     gann = gann.lazy().join(gargs2.lazy(), on="i", how="left", maintain_order="left") if gargs2.width > 1 else \
         gann.lazy().with_columns(external_id=pl.lit(None, pl.Int64))
     gann = gann.select("name", pl.col("pid").alias("device"), pl.col("tid").alias("stream"), "ts", "dur", "end",
-                       _to_int_expr("external_id").alias("external_id")).collect(engine="in-memory")
+                       _to_int_expr("external_id").alias("external_id")).collect(**_IN_MEMORY)
 
     margs = _args_frame(ev_args, _with_args(mem), at.MEM, issues)
     mem = (mem.lazy().join(margs.lazy(), on="i", how="left", maintain_order="left") if margs.width > 1
            else _ensure(mem, _MEM_FIELDS).lazy()).select(
-        "ts", "pid", "tid", *[_to_int_expr(c).alias(c) for c in _MEM_FIELDS]).collect(engine="in-memory")
+        "ts", "pid", "tid", *[_to_int_expr(c).alias(c) for c in _MEM_FIELDS]).collect(**_IN_MEMORY)
 
     ids = _to_int(flow_ids if isinstance(flow_ids, pl.Series) else pl.Series(flow_ids, strict=False))
     lost = ids.null_count() - (flow_ids.count(None) if isinstance(flow_ids, list) else flow_ids.null_count())
     if lost:
         warnings.append(f"ignored {lost:,} flow ids beyond 64 bits (those flows are not linked)")
     ids = pl.DataFrame({"i": pl.Series(flow_rows, dtype=pl.UInt32), "id": ids})
-    flows = fl.lazy().join(ids.lazy(), on="i", how="left", maintain_order="left").drop("i").collect(engine="in-memory")
+    flows = fl.lazy().join(ids.lazy(), on="i", how="left", maintain_order="left").drop("i").collect(**_IN_MEMORY)
 
     margs2 = _args_frame(ev_args, _with_args(meta_rows), at.META, issues)
     meta_rows = (meta_rows.lazy().join(margs2.lazy(), on="i", how="left", maintain_order="left") if margs2.width > 1
                  else meta_rows.lazy().with_columns(aname=pl.lit(None, pl.String), labels=pl.lit(None, pl.String)))
     threads = (meta_rows.filter(pl.col("name") == "thread_name").group_by("pid", "tid", maintain_order=True)
-               .agg(pl.col("aname").drop_nulls().last().alias("name")).collect(engine="in-memory"))
+               .agg(pl.col("aname").drop_nulls().last().alias("name")).collect(**_IN_MEMORY))
     # every args object has been read: the document's columns and kept args go before the call tree (the
     # load's peak of memory)
     del fast, ev_args, fl, meta_rows, flow_rows, flow_ids, ids
@@ -514,9 +521,9 @@ def _slices(path: Path, base: pl.DataFrame, legacy: bool, warnings: list[str],
         f = pl.DataFrame(cols.pop(k))
         if "dur_us" in f.columns:
             f = f.lazy().with_columns(ts=ts_ns, dur=dur_ns).drop("ts_us", "dur_us").with_columns(
-                end=pl.col("ts") + pl.col("dur")).collect(engine="in-memory")
+                end=pl.col("ts") + pl.col("dur")).collect(**_IN_MEMORY)
         elif "ts_us" in f.columns:
-            f = f.lazy().with_columns(ts=ts_ns).drop("ts_us").collect(engine="in-memory")
+            f = f.lazy().with_columns(ts=ts_ns).drop("ts_us").collect(**_IN_MEMORY)
         out[k] = f
     for k in ("host", "gpu"):
         out[k] = out[k].with_columns(ph=pl.lit("X"))  # a constant: never materialized
@@ -608,13 +615,13 @@ def _finish_gpu(gpu: pl.DataFrame, host: pl.DataFrame) -> pl.DataFrame:
         correlation=_to_int_expr("correlation"),
         pg_ranks=gpu["pg_ranks"].cast(pl.String, strict=False) if gpu["pg_ranks"].dtype != pl.List
         else gpu["pg_ranks"].cast(pl.List(pl.String)).list.join(", "),
-    ).drop("a_device", "a_stream", "external_id_old", "from_device", "ph", "nargs").collect(engine="in-memory")
+    ).drop("a_device", "a_stream", "external_id_old", "from_device", "ph", "nargs").collect(**_IN_MEMORY)
     # launch (runtime/driver call with the same correlation) and the op that made that call (the first such call:
     # is_first_distinct keeps the rows unique(keep="first") would, at a fraction of its cost)
     rt = (host.lazy().filter(pl.col("cat").is_in(RUNTIME_CATS) & pl.col("correlation").is_not_null())
           .select(pl.col("correlation").cast(pl.Int64), pl.col("i").alias("launch"), pl.col("op"),
                   pl.col("name").alias("launch_name"), pl.col("ts").alias("launch_ts"),
-                  pl.col("end").alias("launch_end"), pl.col("tid").alias("launch_tid")).collect(engine="in-memory"))
+                  pl.col("end").alias("launch_end"), pl.col("tid").alias("launch_tid")).collect(**_IN_MEMORY))
     if gpu.height < _SMALL_ROWS:  # a join costs fewer polars calls than the lookup below
         rt = rt.filter(pl.col("correlation").is_first_distinct())
         return _kinds(gpu.hstack(gpu.select("correlation").join(rt, on="correlation", how="left", maintain_order="left")
@@ -638,7 +645,7 @@ def _kinds(gpu: pl.DataFrame, host: pl.DataFrame) -> pl.DataFrame:
                                                    & (pl.col("external_id") != pl.col("correlation"))).unique())
     if want.height:
         ops = (host.lazy().filter((pl.col("cat") == "cpu_op") & pl.col("external_id").is_in(want["external_id"].implode()))
-               .select(pl.col("external_id"), pl.col("i").alias("op_x")).collect(engine="in-memory"))
+               .select(pl.col("external_id"), pl.col("i").alias("op_x")).collect(**_IN_MEMORY))
         ops = ops.filter(pl.col("external_id").is_first_distinct())
         gpu = gpu.join(ops, on="external_id", how="left", maintain_order="left").with_columns(
             op=pl.coalesce("op", pl.when(pl.col("external_id") != pl.col("correlation")).then(pl.col("op_x")))
@@ -665,17 +672,17 @@ def _steps(host: pl.DataFrame, gpu: pl.DataFrame, warnings: list[str]) -> pl.Dat
     # the prefix's rows are collected before the regex: one lazy query would merge the two filters)
     cpu = (host.lazy().filter(pl.col("cat").is_in(["user_annotation", "cpu_op"])
                               & pl.col("name").str.starts_with("ProfilerStep#")).select("name", "i", "ts", "end")
-           .collect(engine="in-memory")
+           .collect(**_IN_MEMORY)
            .lazy().filter(pl.col("name").str.contains(STEP_RE))
            .with_columns(step=pl.col("name").str.extract(STEP_RE).cast(pl.Int64, strict=False))
-           .collect(engine="in-memory"))
+           .collect(**_IN_MEMORY))
     huge = cpu["step"].null_count()
     if huge:
         warnings.append(f"ignored {huge:,} ProfilerStep annotations whose step number does not fit in 64 bits")
         cpu = cpu.filter(pl.col("step").is_not_null())
     cpu = (cpu.lazy().group_by("step").agg(pl.col("name").first(), pl.col("i").first().alias("host_idx"),
                                            pl.col("ts").min().alias("cpu_ts"), pl.col("end").max().alias("cpu_end"))
-           .sort("step").collect(engine="in-memory"))
+           .sort("step").collect(**_IN_MEMORY))
     synthetic = cpu.height == 0
     if synthetic:
         lo = min(v for v in (host["ts"].min(), gpu["ts"].min() if gpu.height else None) if v is not None)
@@ -693,7 +700,7 @@ def _steps(host: pl.DataFrame, gpu: pl.DataFrame, warnings: list[str]) -> pl.Dat
                     .filter(pl.col("launch_ts") < pl.col("cpu_end"))
                     .group_by("step").agg(pl.col("ts").min().alias("gpu_ts"), pl.col("end").max().alias("gpu_end"),
                                           pl.col("launch_end").sort_by("ts").first().alias("_first_launch")))
-        cpu = cpu.lazy().join(launched, on="step", how="left", maintain_order="left").collect(engine="in-memory")
+        cpu = cpu.lazy().join(launched, on="step", how="left", maintain_order="left").collect(**_IN_MEMORY)
     else:
         cpu = cpu.with_columns(gpu_ts=pl.lit(None, pl.Int64), gpu_end=pl.lit(None, pl.Int64),
                                _first_launch=pl.lit(None, pl.Int64))
@@ -701,10 +708,10 @@ def _steps(host: pl.DataFrame, gpu: pl.DataFrame, warnings: list[str]) -> pl.Dat
     # "previous" in time, and a step inside its predecessor's window is empty rather than negative
     cpu = cpu.lazy().with_columns(tb_end=pl.max_horizontal("cpu_end", "gpu_end")).with_columns(
         tb_ts=pl.min_horizontal(pl.max_horizontal("cpu_ts", pl.col("tb_end").shift(1)), "tb_end"),
-    ).collect(engine="in-memory")
+    ).collect(**_IN_MEMORY)
     return _periods(cpu, gpu).lazy().with_columns(synthetic=pl.lit(synthetic)).sort("step").select(
         "step", "name", "host_idx", "cpu_ts", "cpu_end", "gpu_ts", "gpu_end", "ts", "end", "tb_ts", "tb_end",
-        "synthetic").collect(engine="in-memory")
+        "synthetic").collect(**_IN_MEMORY)
 
 
 #: launch latency onto an idle GPU when the trace has too few such launches to measure it: a few µs on current
@@ -730,7 +737,7 @@ def _periods(cpu: pl.DataFrame, gpu: pl.DataFrame) -> pl.DataFrame:
     if "gpu_ts" not in cpu.columns or cpu["gpu_ts"].is_null().all() or gpu.height == 0:
         return cpu.with_columns(ts=pl.col("tb_ts"), end=pl.col("tb_end")).drop("_first_launch")
     work = (gpu.lazy().filter(pl.col("kind") != "sync").select("ts", "end", "launch_end").sort("ts")
-            .with_columns(_busy_to=pl.col("end").cum_max()).collect(engine="in-memory"))
+            .with_columns(_busy_to=pl.col("end").cum_max()).collect(**_IN_MEMORY))
     # launch latency onto an idle GPU (from the launch call's return: a pageable copy works inside the call):
     # nothing earlier was still running when the launch call returned
     idle = pl.col("launch_end") > pl.col("_busy_to").shift(1).fill_null(pl.col("launch_end") - 1)
@@ -745,7 +752,7 @@ def _periods(cpu: pl.DataFrame, gpu: pl.DataFrame) -> pl.DataFrame:
     start = pl.max_horizontal("cpu_ts", "_busy_to", unseen)
     start = pl.when(pl.col("gpu_ts").is_not_null()).then(pl.min_horizontal(start, "gpu_ts")).otherwise(start)
     cpu = (cpu.lazy().join(first, on="step", how="left").sort("cpu_ts", "step")  # time order (step numbers may not be)
-           .with_columns(ts=start).collect(engine="in-memory"))
+           .with_columns(ts=start).collect(**_IN_MEMORY))
     # the first recorded step opens on an idle GPU (the profiler's start-up, the host's preamble with nothing
     # queued): it keeps only as much idle before its first GPU work as the other steps have at their start
     lead = (cpu["gpu_ts"] - cpu["ts"]).slice(1).drop_nulls()
@@ -755,7 +762,7 @@ def _periods(cpu: pl.DataFrame, gpu: pl.DataFrame) -> pl.DataFrame:
     last_end = pl.max_horizontal("cpu_end", "gpu_end", "ts")
     return (cpu.lazy().with_columns(ts=pl.col("ts").cum_max())  # starts never go back in time
             .with_columns(end=pl.col("ts").shift(-1).fill_null(last_end)).drop("_busy_to", "_first_launch")
-            .collect(engine="in-memory"))
+            .collect(**_IN_MEMORY))
 
 
 def _meta(path: Path, doc: d.Doc, fmt: str, t0_us: float, counts: dict, warnings: list[str],

@@ -265,7 +265,7 @@ def ancestor_where(host: pl.DataFrame, rows: pl.DataFrame, cond: pl.Expr, out: s
 
 def enclosing_op(host: pl.DataFrame, runtime_cats: list[str]) -> pl.DataFrame:
     """Add `op`: for runtime/driver calls, the innermost enclosing `cpu_op` (the op that launched)."""
-    rt = host.lazy().filter(pl.col("cat").is_in(runtime_cats)).select("i").collect(engine="in-memory")
+    rt = host.lazy().filter(pl.col("cat").is_in(runtime_cats)).select("i").collect()
     got = ancestor_where(host, rt, pl.col("cat") == "cpu_op", "op")
     if host.height < 4096:  # (fewer polars calls)
         return host.join(got, on="i", how="left")
