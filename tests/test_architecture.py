@@ -129,8 +129,8 @@ def test_the_cycle_finder_finds_one() -> None:
 LAYERS = [
     {"traceview.errors", "traceview.units", "traceview.memo", "traceview.manifest", "traceview.options",
      "traceview.procpool"},
-    # the call tree and the distinct-names regex are part of building the model
-    {"traceview.model", "traceview.analyses.tree", "traceview.analyses.names"},
+    # the call tree, the distinct-names regex and row-id lookups are part of building the model
+    {"traceview.model", "traceview.analyses.tree", "traceview.analyses.names", "traceview.analyses.rowid"},
     {"traceview.decode", "traceview.fastscan", "traceview.loader"},
     {"traceview.analyses"},  # and its modules
     {"traceview.classify"},

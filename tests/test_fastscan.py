@@ -278,3 +278,39 @@ def test_fuzz_never_crashes():
     r = subprocess.run([sys.executable, "-c", FUZZ, *map(str, small)], capture_output=True, text=True, timeout=600)
     assert r.returncode == 0, f"fuzz process died ({r.returncode}): {r.stderr[-2000:]}"
     assert r.stdout.startswith("ok")
+
+
+@pytest.mark.parametrize("n", [0, 1, 70_000])
+def test_constant_columns_equal_repeat(n: int) -> None:
+    """The absent columns of the args tables (a value repeated, built without a query) equal `pl.repeat`."""
+    for value, dtype in ((b"", pl.Binary), (None, pl.Int64), (None, pl.Null)):
+        got = fastscan._constant("c", value, dtype, n)
+        want = pl.repeat(value, n, dtype=dtype, eager=True).alias("c")
+        assert got.dtype == dtype and got.len() == n and got.equals(want)
+        assert got.null_count() == (n if value is None else 0)
+
+
+def _inspect_bits(t: msgspec.inspect.Type) -> int:
+    """The JSON types a field accepts, from msgspec's own type description (independent of the annotations)."""
+    mi = msgspec.inspect
+    if isinstance(t, mi.UnionType):
+        bits = 0
+        for u in t.types:
+            bits |= _inspect_bits(u)
+        return bits
+    return {mi.NoneType: at.T_NULL, mi.IntType: at.T_INT, mi.FloatType: at.T_INT | at.T_FLOAT, mi.StrType: at.T_STR,
+            mi.RawType: at._ANY, mi.AnyType: at._ANY}.get(type(t)) or (
+        at.T_ARR_INT if isinstance(t, mi.ListType) and isinstance(t.item_type, mi.IntType) else None)
+
+
+def test_scanner_spec_matches_msgspecs_description_of_the_structs() -> None:
+    """The type bits the scanner checks, derived from the structs' annotations, equal those msgspec.inspect gives
+    (the decoder the scanner must agree with), for every field of every args struct."""
+    for typ in dict.fromkeys(t.typ for t in at.TABLES):
+        info = msgspec.inspect.type_info(typ).fields
+        got = at._struct_fields(typ)
+        assert [(f.name, f.encode_name.encode()) for f in info] == [(a, k) for a, k, *_ in got]
+        for f, (_, _, bits, dim3, _) in zip(info, got, strict=True):
+            assert dim3 == isinstance(f.type, msgspec.inspect.StructType)
+            assert bits == (at.T_ARR_INT | at.T_ARR if dim3 else _inspect_bits(f.type)), f.name
+    assert any(b & at.T_FLOAT for typ in (d.GpuArgs,) for _, _, b, _, _ in at._struct_fields(typ))

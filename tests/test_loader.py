@@ -130,3 +130,22 @@ def test_legacy_autograd_array_format(tmp_path):
     assert t.meta.format == "legacy-autograd" and not t.has_gpu
     assert t.ops["name"].to_list() == ["aten::mm", "aten::add", "aten::empty"]
     assert t.ops["depth"].to_list() == [0, 0, 1]  # aten::empty runs inside aten::add
+
+
+def test_string_ids_as_the_series_steps_give_them() -> None:
+    """`_fix_ids` (one query) maps string pids/tids as the step-by-step Series computation does: a decimal
+    string is its number, "stream N" is N, anything else a negative hash."""
+    from traceview.loader import _fix_ids
+
+    values = ["12", "-3", "stream 7", "stream  -2", "Spans", "", "0x10", "99999999999999999999", "Trace PyTorch Profiler"]
+    strs = pl.Series(values, dtype=pl.String)
+    num = strs.str.to_integer(strict=False)
+    digits = strs.str.extract(r"^stream\s+(-?\d+)").str.to_integer(strict=False)
+    other = -((strs.hash() % 1_000_000_000).cast(pl.Int64) + 10)
+    want = pl.select(pl.coalesce(num, digits, other)).to_series()
+    base = pl.Series("pid", range(100, 100 + len(values) + 2), dtype=pl.Int64)
+    pos = pl.Series(range(1, len(values) + 1), dtype=pl.UInt32)
+    got = _fix_ids(base.clone(), pos, values)
+    assert got.gather(pos).to_list() == want.to_list()
+    assert got.to_list()[:3] == [100, 12, -3] and got[0] == 100 and got[-1] == base[-1]
+    assert got.gather(pos).to_list()[2:4] == [7, -2] and all(v < -9 for v in got.gather(pos).to_list()[4:])

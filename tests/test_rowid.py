@@ -1,9 +1,11 @@
-"""analyses.rowid.by_id: the lookup equals the left join it stands for, on every path (dense table, cached
-table, binary search)."""
+"""analyses.rowid: `by_id` equals the left join it stands for, and `locate` the straightforward dict lookup, on
+every path (dense table, kept table, binary search in sorted or unsorted ids)."""
 
 from __future__ import annotations
 
+import numpy as np
 import polars as pl
+import pytest
 
 from tests.conftest import load
 from traceview.analyses import rowid
@@ -48,7 +50,43 @@ def test_unsorted_frame_by_table_or_join(monkeypatch):
     assert by_id(g, ids, "name", "dur").equals(expect)
     monkeypatch.setattr(rowid, "_CACHE_MIN_ROWS", 0)  # the kept sparse table
     assert by_id(g, ids, "name", "dur").equals(expect)
-    # unsorted and too sparse for a table: the hash join
+    # unsorted and too sparse for a table: a binary search in the sorted ids
     far = pl.DataFrame({"i": [10**9, 5, 3 * 10**9], "v": ["a", "b", "c"]})
-    assert rowid.positions(far, pl.Series([5])) is None
+    assert rowid.positions(far, pl.Series([5])).to_list() == [1]
     assert by_id(far, pl.Series([3 * 10**9, 7, 5]), "v")["v"].to_list() == ["c", None, "b"]
+    # ids with a null: the hash join
+    holes = pl.DataFrame({"i": [4, None, 2], "v": ["a", "b", "c"]})
+    assert rowid.positions(holes, pl.Series([2])) is None
+    assert by_id(holes, pl.Series([2, None, 9, 4]), "v")["v"].to_list() == ["c", None, None, "a"]
+
+
+def _expected(at: np.ndarray, keys: np.ndarray, miss: np.ndarray | None) -> list:
+    where = {int(v): k for k, v in enumerate(at.tolist())}
+    return [None if (miss is not None and miss[j]) else where.get(int(q)) for j, q in enumerate(keys.tolist())]
+
+
+@pytest.mark.parametrize("case", ["dense", "dense_unsorted", "sparse_sorted", "sparse_unsorted", "negative",
+                                  "kept"])
+def test_locate_equals_a_dict_lookup(case, monkeypatch):
+    """Each path of `locate` on the host and GPU row ids of a real trace (and shifted, shuffled, spread copies)."""
+    t = load(REL)
+    host, gpu = t.host["i"].to_numpy().astype(np.int64), t.gpu["i"].to_numpy().astype(np.int64)
+    rng = np.random.default_rng(7)
+    at, owner = {"dense": (gpu, None), "dense_unsorted": (rng.permutation(gpu), None),
+                 "sparse_sorted": (gpu * 1000, None), "sparse_unsorted": (rng.permutation(gpu) * 1000, None),
+                 "negative": (gpu - 500, None), "kept": (gpu, t.gpu)}[case]
+    if case == "kept":
+        monkeypatch.setattr(rowid, "_CACHE_MIN_ROWS", 0)
+    keys = np.concatenate([host, at[::3], [at.max() + 1, 10**7]])
+    if case.startswith("sparse"):
+        keys = np.concatenate([keys * 1000, keys])
+    miss = rng.random(keys.size) < 0.1
+    for m in (None, miss):
+        got = rowid.locate(at, keys, m, owner=owner)
+        assert got.dtype == pl.UInt32 and got.to_list() == _expected(at, keys, m)
+        assert got.drop_nulls().len() > 0
+    if case == "kept":  # the table was kept for the frame and is reused
+        assert rowid._kept(t.gpu) is not None
+        assert rowid.locate(at, keys, owner=t.gpu).to_list() == _expected(at, keys, None)
+    assert rowid.locate(at[:0], keys).null_count() == keys.size
+    assert rowid.locate(at, keys[:0]).len() == 0

@@ -2,10 +2,15 @@
 
 All per-event work is columnar: the decoder hands over typed structs, columns are pulled with
 C-level `map`, and everything after that is polars expressions and joins.
+
+Lazy chains are collected by the in-memory engine (`_IN_MEMORY`), which runs them as the eager API runs each
+step: polars' default for `LazyFrame.collect` is the streaming engine, slower on these frames, and it hands
+back columns in chunks (which later numpy conversions then copy).
 """
 
 from __future__ import annotations
 
+import inspect
 import re
 import stat
 from collections import Counter
@@ -23,6 +28,7 @@ from . import argtables as at
 from . import decode as d
 from . import fastscan, lax
 from .analyses.names import contains as name_matches
+from .analyses.rowid import locate
 from .analyses.tree import call_tree, enclosing_op
 from .argtables import GPU_FIELDS as _GPU_FIELDS
 from .argtables import INT_ATTRS as _INT_ATTRS
@@ -38,6 +44,12 @@ COMM_KERNEL_RE = r"^(nccl|rccl)|ncclKernel|ncclDevKernel|ncclSymDevKernel"
 GRAPH_LAUNCH = ["cudaGraphLaunch", "hipGraphLaunch", "cudaGraphLaunch_v10000"]
 MAX_DUR_NS = 7 * 24 * 3600 * 10**9  # HTA drops corrupt events longer than a week; so do we
 MAX_SPAN_US = 7 * 24 * 3600 * 1e6  # an event this far from the trace's median timestamp has a corrupt clock
+
+
+#: `LazyFrame.collect` keywords that pick the in-memory engine (see the module docstring): newer polars default to
+#: "auto" (the streaming engine in 2.x) and name it "in-memory"; older ones (default "cpu") run it by default
+_IN_MEMORY: dict[str, str] = ({} if getattr(inspect.signature(pl.LazyFrame.collect).parameters.get("engine"),
+                                            "default", "cpu") == "cpu" else {"engine": "in-memory"})
 
 
 #: below this many rows (events, GPU rows, host rows) the fixed cost of polars calls outweighs the per-row work the
@@ -58,11 +70,10 @@ def _ids(values: list) -> pl.Series:
 
 def _fix_ids(s: pl.Series, pos: pl.Series, values: list) -> pl.Series:
     """Set the rows `pos` of `s` from their string ids `values`."""
-    strs = pl.Series(values, dtype=pl.String, strict=False)
-    num = strs.str.to_integer(strict=False)
-    digits = strs.str.extract(r"^stream\s+(-?\d+)").str.to_integer(strict=False)
-    other = -((strs.hash() % 1_000_000_000).cast(pl.Int64) + 10)
-    fixed = pl.select(pl.coalesce(num, digits, other)).to_series()
+    x = pl.col("s")  # (one query: each Series method would run one)
+    fixed = pl.DataFrame({"s": pl.Series(values, dtype=pl.String, strict=False)}).select(pl.coalesce(
+        x.str.to_integer(strict=False), x.str.extract(r"^stream\s+(-?\d+)").str.to_integer(strict=False),
+        -((x.hash() % 1_000_000_000).cast(pl.Int64) + 10))).to_series()
     return s.scatter(pos, fixed)
 
 
@@ -198,19 +209,19 @@ def _beside(rows: pl.DataFrame, *parts: pl.DataFrame) -> pl.DataFrame:
     `i` would give them, without copying `rows`' own columns (a left join keeps the left frame's row order;
     `i` is unique in each part): each part gathered at the positions of `rows`' `i` in it. A field no row
     has stays a constant null: gathered, it would be a buffer of `rows`' length."""
-    keys, order, empty, cols = None, list(rows.columns), [], []
+    keys, out, cols = None, [pl.col(c) for c in rows.columns], []
     for f in parts:
         if f.width < 2:
             continue
-        order += f.columns[1:]
-        none = [c for c in f.columns[1:] if f[c].null_count() == f.height]
-        empty += [pl.lit(None, f.schema[c]).alias(c) for c in none]
+        none = {c for c in f.columns[1:] if f[c].null_count() == f.height}
+        schema = f.schema  # (built on each call)
+        out += [pl.lit(None, schema[c]).alias(c) if c in none else pl.col(c) for c in f.columns[1:]]
         if f.width - len(none) > 1:
             keys = rows["i"].to_numpy() if keys is None else keys
-            cols.append(f.drop(["i", *none]).select(pl.all().gather(_positions(f["i"].to_numpy(), keys))))
-    if not cols and not empty:
+            cols.append(f.select(pl.exclude("i", *none).gather(locate(f["i"].to_numpy(), keys))))
+    if len(out) == rows.width:
         return rows
-    return pl.concat([rows, *cols], how="horizontal").with_columns(empty).select(order)
+    return pl.concat([rows, *cols], how="horizontal").select(out)
 
 
 def _beside_union(rows: pl.DataFrame, parts: list[pl.DataFrame], rare: pl.DataFrame) -> pl.DataFrame:
@@ -226,32 +237,14 @@ def _beside_union(rows: pl.DataFrame, parts: list[pl.DataFrame], rare: pl.DataFr
     for p in parts:
         live = [c for c in p.columns[1:] if p[c].null_count() < p.height]
         if live:
-            g = p.select(pl.col(live).gather(_positions(p["i"].to_numpy(), keys)))
+            g = p.select(pl.col(live).gather(locate(p["i"].to_numpy(), keys)))
             for c in live:
                 got.setdefault(c, []).append(g[c].cast(schema[c]))
     fields = [c for c in schema if c != "i"]
     cols = [v[0] if len(v) == 1 else pl.select(pl.coalesce(v).alias(c)).to_series() for c, v in got.items()]
-    empty = [pl.lit(None, schema[c]).alias(c) for c in fields if c not in got]
     wide = pl.concat([rows, pl.DataFrame(cols)], how="horizontal") if cols else rows
-    return _beside(wide.with_columns(empty).select(*rows.columns, *fields), rare)
-
-
-def _positions(at: np.ndarray, keys: np.ndarray) -> pl.Series:
-    """Where each of `keys` is in `at` (unique values), null where it is not."""
-    if at.size and keys.size and at.min() >= 0 and keys.min() >= 0 and max(at.max(), keys.max()) < 4 * (
-            at.size + keys.size):  # row ids (dense): a lookup table beats binary searches
-        lut = np.full(int(max(at.max(), keys.max())) + 1, -1, np.int64)
-        lut[at] = np.arange(at.size)
-        pos = lut[keys]
-        hit = pos >= 0
-        pos = pos.astype(np.uint32)
-        return pl.Series(pos).set(pl.Series(~hit), None) if not hit.all() else pl.Series(pos)
-    by = None if at.size < 2 or bool((at[1:] > at[:-1]).all()) else np.argsort(at, kind="stable")
-    ranked = at if by is None else at[by]
-    pos = np.minimum(np.searchsorted(ranked, keys), max(at.size - 1, 0))
-    hit = ranked[pos] == keys if at.size else np.zeros(keys.size, dtype=np.bool_)
-    pos = (pos if by is None else by[pos]).astype(np.uint32)
-    return pl.Series(pos).set(pl.Series(~hit), None) if not hit.all() else pl.Series(pos)
+    return _beside(wide.select(*rows.columns, *(c if c in got else pl.lit(None, schema[c]).alias(c) for c in fields)),
+                   rare)
 
 
 def _flag(v: Any) -> bool:
@@ -305,37 +298,39 @@ def load_file(path: str | Path, max_bytes: int = DEFAULT_MAX_BYTES,
 
     # ---- host slices and GPU activities, with their args ------------------------------------
     host = _ensure(_host_args(ev_args, host, issues), _HOST_FIELDS, binary=_RAW_ATTRS)
-    host = host.with_columns(
+    # (lazy chains and Series ops in this part: a small trace's load is mostly the fixed cost of each polars query)
+    host = host.lazy().with_columns(
         external_id=pl.coalesce(_to_int_expr("external_id"), _to_int_expr("external_id_old")),
         kind=pl.col("kind").cast(pl.String), size=pl.col("size").cast(pl.String),
-    ).drop("external_id_old", "ph", "nargs")
-    gargs = _args_frame(ev_args, gpu.filter(pl.col("nargs") > 0)["i"], at.GPU, issues)
+    ).drop("external_id_old", "ph", "nargs").collect(**_IN_MEMORY)
+    gargs = _args_frame(ev_args, _with_args(gpu), at.GPU, issues)
     gpu = _beside(gpu, gargs)
     gpu = _ensure(gpu, _GPU_FIELDS)
 
     # ---- annotations, memory, flows, threads --------------------------------------------
-    gargs2 = _args_frame(ev_args, gann.filter(pl.col("nargs") > 0)["i"], at.GANN, issues)
-    gann = gann.join(gargs2, on="i", how="left") if gargs2.width > 1 else gann.with_columns(
-        external_id=pl.lit(None, pl.Int64))
+    gargs2 = _args_frame(ev_args, _with_args(gann), at.GANN, issues)
+    gann = gann.lazy().join(gargs2.lazy(), on="i", how="left", maintain_order="left") if gargs2.width > 1 else \
+        gann.lazy().with_columns(external_id=pl.lit(None, pl.Int64))
     gann = gann.select("name", pl.col("pid").alias("device"), pl.col("tid").alias("stream"), "ts", "dur", "end",
-                       _to_int_expr("external_id").alias("external_id"))
+                       _to_int_expr("external_id").alias("external_id")).collect(**_IN_MEMORY)
 
-    margs = _args_frame(ev_args, mem.filter(pl.col("nargs") > 0)["i"], at.MEM, issues)
-    mem = (mem.join(margs, on="i", how="left") if margs.width > 1 else _ensure(mem, _MEM_FIELDS)).select(
-        "ts", "pid", "tid", *[_to_int_expr(c).alias(c) for c in _MEM_FIELDS])
+    margs = _args_frame(ev_args, _with_args(mem), at.MEM, issues)
+    mem = (mem.lazy().join(margs.lazy(), on="i", how="left", maintain_order="left") if margs.width > 1
+           else _ensure(mem, _MEM_FIELDS).lazy()).select(
+        "ts", "pid", "tid", *[_to_int_expr(c).alias(c) for c in _MEM_FIELDS]).collect(**_IN_MEMORY)
 
     ids = _to_int(flow_ids if isinstance(flow_ids, pl.Series) else pl.Series(flow_ids, strict=False))
     lost = ids.null_count() - (flow_ids.count(None) if isinstance(flow_ids, list) else flow_ids.null_count())
     if lost:
         warnings.append(f"ignored {lost:,} flow ids beyond 64 bits (those flows are not linked)")
     ids = pl.DataFrame({"i": pl.Series(flow_rows, dtype=pl.UInt32), "id": ids})
-    flows = fl.join(ids, on="i", how="left").drop("i")
+    flows = fl.lazy().join(ids.lazy(), on="i", how="left", maintain_order="left").drop("i").collect(**_IN_MEMORY)
 
-    margs2 = _args_frame(ev_args, meta_rows.filter(pl.col("nargs") > 0)["i"], at.META, issues)
-    meta_rows = meta_rows.join(margs2, on="i", how="left") if margs2.width > 1 else meta_rows.with_columns(
-        aname=pl.lit(None, pl.String), labels=pl.lit(None, pl.String))
+    margs2 = _args_frame(ev_args, _with_args(meta_rows), at.META, issues)
+    meta_rows = (meta_rows.lazy().join(margs2.lazy(), on="i", how="left", maintain_order="left") if margs2.width > 1
+                 else meta_rows.lazy().with_columns(aname=pl.lit(None, pl.String), labels=pl.lit(None, pl.String)))
     threads = (meta_rows.filter(pl.col("name") == "thread_name").group_by("pid", "tid", maintain_order=True)
-               .agg(pl.col("aname").drop_nulls().last().alias("name")))
+               .agg(pl.col("aname").drop_nulls().last().alias("name")).collect(**_IN_MEMORY))
     # every args object has been read: the document's columns and kept args go before the call tree (the
     # load's peak of memory)
     del fast, ev_args, fl, meta_rows, flow_rows, flow_ids, ids
@@ -522,12 +517,13 @@ def _slices(path: Path, base: pl.DataFrame, legacy: bool, warnings: list[str],
     ts_ns = ((ts - t0_us) * 1000).round().cast(pl.Int64)
     dur_ns = (dur.fill_null(0.0).clip(lower_bound=0.0) * 1000).round().cast(pl.Int64)
     out = {}
-    for k, got in cols.items():
-        f = pl.DataFrame(got)
-        if "dur_us" in got:
-            f = f.with_columns(ts=ts_ns, dur=dur_ns).drop("ts_us", "dur_us").with_columns(end=pl.col("ts") + pl.col("dur"))
-        elif "ts_us" in got:
-            f = f.with_columns(ts=ts_ns).drop("ts_us")
+    for k in list(cols):  # each slice's µs columns freed once its ns columns are made
+        f = pl.DataFrame(cols.pop(k))
+        if "dur_us" in f.columns:
+            f = f.lazy().with_columns(ts=ts_ns, dur=dur_ns).drop("ts_us", "dur_us").with_columns(
+                end=pl.col("ts") + pl.col("dur")).collect(**_IN_MEMORY)
+        elif "ts_us" in f.columns:
+            f = f.lazy().with_columns(ts=ts_ns).drop("ts_us").collect(**_IN_MEMORY)
         out[k] = f
     for k in ("host", "gpu"):
         out[k] = out[k].with_columns(ph=pl.lit("X"))  # a constant: never materialized
@@ -543,6 +539,7 @@ def _scan_input(path: Path, max_bytes: int) -> tuple[fastscan.Events | None, byt
     job = d.take_prefetched(path, max_bytes)
     if hasattr(job, "wait"):  # the CLI's prefetch scanned it already (instream.Scan)
         try:
+            fastscan.warm_up()  # (while the scan thread may still work: then at no cost)
             fast = fastscan.events(job.wait())
             if fast is not None:
                 return fast, b"", job.stream.warnings
@@ -592,6 +589,11 @@ def _decode_msgspec(path: Path, data: bytes, warnings: list[str]) -> tuple:
     return doc, ev_args, base, flow_rows, flow_ids
 
 
+def _with_args(f: pl.DataFrame) -> pl.Series:
+    """The ids `i` of the rows of `f` with an args object (Series ops: no query)."""
+    return f["i"].filter(f["nargs"] > 0)
+
+
 def _to_int_expr(c: str) -> pl.Expr:
     return pl.col(c).cast(pl.Int64, strict=False)
 
@@ -602,7 +604,7 @@ def _ensure(df: pl.DataFrame, fields: dict[str, str], binary: tuple[str, ...] = 
 
 
 def _finish_gpu(gpu: pl.DataFrame, host: pl.DataFrame) -> pl.DataFrame:
-    gpu = gpu.with_columns(
+    gpu = gpu.lazy().with_columns(
         external_id=pl.coalesce(_to_int_expr("external_id"), _to_int_expr("external_id_old")),
         device=pl.coalesce(_to_int(gpu["a_device"]) if "a_device" in gpu.columns else None,
                            _to_int(gpu["from_device"]), pl.col("pid")),
@@ -613,14 +615,13 @@ def _finish_gpu(gpu: pl.DataFrame, host: pl.DataFrame) -> pl.DataFrame:
         correlation=_to_int_expr("correlation"),
         pg_ranks=gpu["pg_ranks"].cast(pl.String, strict=False) if gpu["pg_ranks"].dtype != pl.List
         else gpu["pg_ranks"].cast(pl.List(pl.String)).list.join(", "),
-    )
-    gpu = gpu.drop("a_device", "a_stream", "external_id_old", "from_device", "ph", "nargs")
+    ).drop("a_device", "a_stream", "external_id_old", "from_device", "ph", "nargs").collect(**_IN_MEMORY)
     # launch (runtime/driver call with the same correlation) and the op that made that call (the first such call:
     # is_first_distinct keeps the rows unique(keep="first") would, at a fraction of its cost)
     rt = (host.lazy().filter(pl.col("cat").is_in(RUNTIME_CATS) & pl.col("correlation").is_not_null())
           .select(pl.col("correlation").cast(pl.Int64), pl.col("i").alias("launch"), pl.col("op"),
                   pl.col("name").alias("launch_name"), pl.col("ts").alias("launch_ts"),
-                  pl.col("end").alias("launch_end"), pl.col("tid").alias("launch_tid")).collect())
+                  pl.col("end").alias("launch_end"), pl.col("tid").alias("launch_tid")).collect(**_IN_MEMORY))
     if gpu.height < _SMALL_ROWS:  # a join costs fewer polars calls than the lookup below
         rt = rt.filter(pl.col("correlation").is_first_distinct())
         return _kinds(gpu.hstack(gpu.select("correlation").join(rt, on="correlation", how="left", maintain_order="left")
@@ -631,10 +632,8 @@ def _finish_gpu(gpu: pl.DataFrame, host: pl.DataFrame) -> pl.DataFrame:
         corr = rt["correlation"].to_numpy()
     # one row per GPU row (correlations are unique in `rt`), in its order, as a left join on correlation gives
     # it: `rt` gathered at each GPU row's match, set beside it (the wide frame not copied)
-    gc = gpu["correlation"]
-    at_ = _positions(corr, gc.fill_null(0).to_numpy()) if gpu.height else pl.Series([], dtype=pl.UInt32)
-    if gc.null_count():  # a null correlation matches nothing
-        at_ = pl.select(pl.when(gc.is_not_null()).then(at_)).to_series()
+    gc = gpu["correlation"]  # (a null correlation matches nothing)
+    at_ = locate(corr, gc.fill_null(0).to_numpy(), gc.is_null().to_numpy() if gc.null_count() else None)
     return _kinds(gpu.hstack(rt.drop("correlation").select(pl.all().gather(at_))), host)
 
 
@@ -646,7 +645,7 @@ def _kinds(gpu: pl.DataFrame, host: pl.DataFrame) -> pl.DataFrame:
                                                    & (pl.col("external_id") != pl.col("correlation"))).unique())
     if want.height:
         ops = (host.lazy().filter((pl.col("cat") == "cpu_op") & pl.col("external_id").is_in(want["external_id"].implode()))
-               .select(pl.col("external_id"), pl.col("i").alias("op_x")).collect())
+               .select(pl.col("external_id"), pl.col("i").alias("op_x")).collect(**_IN_MEMORY))
         ops = ops.filter(pl.col("external_id").is_first_distinct())
         gpu = gpu.join(ops, on="external_id", how="left", maintain_order="left").with_columns(
             op=pl.coalesce("op", pl.when(pl.col("external_id") != pl.col("correlation")).then(pl.col("op_x")))
@@ -669,17 +668,21 @@ def _kinds(gpu: pl.DataFrame, host: pl.DataFrame) -> pl.DataFrame:
 
 def _steps(host: pl.DataFrame, gpu: pl.DataFrame, warnings: list[str]) -> pl.DataFrame:
     # the regex only on the names with its literal prefix (a prefix test is far cheaper on every host row)
+    # (lazy chains here and in `_periods`: a small trace's load is mostly the fixed cost of each polars query; but
+    # the prefix's rows are collected before the regex: one lazy query would merge the two filters)
     cpu = (host.lazy().filter(pl.col("cat").is_in(["user_annotation", "cpu_op"])
-                              & pl.col("name").str.starts_with("ProfilerStep#")).select("name", "i", "ts", "end").collect())
-    cpu = cpu.filter(pl.col("name").str.contains(STEP_RE)).with_columns(
-        step=pl.col("name").str.extract(STEP_RE).cast(pl.Int64, strict=False))
-    huge = cpu.filter(pl.col("step").is_null()).height
+                              & pl.col("name").str.starts_with("ProfilerStep#")).select("name", "i", "ts", "end")
+           .collect(**_IN_MEMORY)
+           .lazy().filter(pl.col("name").str.contains(STEP_RE))
+           .with_columns(step=pl.col("name").str.extract(STEP_RE).cast(pl.Int64, strict=False))
+           .collect(**_IN_MEMORY))
+    huge = cpu["step"].null_count()
     if huge:
         warnings.append(f"ignored {huge:,} ProfilerStep annotations whose step number does not fit in 64 bits")
         cpu = cpu.filter(pl.col("step").is_not_null())
-    cpu = (cpu.group_by("step").agg(pl.col("name").first(), pl.col("i").first().alias("host_idx"),
-                                    pl.col("ts").min().alias("cpu_ts"), pl.col("end").max().alias("cpu_end"))
-           .sort("step"))
+    cpu = (cpu.lazy().group_by("step").agg(pl.col("name").first(), pl.col("i").first().alias("host_idx"),
+                                           pl.col("ts").min().alias("cpu_ts"), pl.col("end").max().alias("cpu_end"))
+           .sort("step").collect(**_IN_MEMORY))
     synthetic = cpu.height == 0
     if synthetic:
         lo = min(v for v in (host["ts"].min(), gpu["ts"].min() if gpu.height else None) if v is not None)
@@ -690,23 +693,25 @@ def _steps(host: pl.DataFrame, gpu: pl.DataFrame, warnings: list[str]) -> pl.Dat
         warnings.append("ProfilerStep numbers are not in time order: step windows follow the time order")
     cpu = cpu.sort("cpu_ts", "step")
     if gpu.height and "launch_ts" in gpu.columns:
-        launched = (gpu.select("launch_ts", "launch_end", "ts", "end").filter(pl.col("launch_ts").is_not_null()).sort("launch_ts")
-                    .join_asof(cpu.select("step", "cpu_ts", "cpu_end").sort("cpu_ts"), left_on="launch_ts",
+        launched = (gpu.lazy().select("launch_ts", "launch_end", "ts", "end").filter(pl.col("launch_ts").is_not_null())
+                    .sort("launch_ts")
+                    .join_asof(cpu.lazy().select("step", "cpu_ts", "cpu_end").sort("cpu_ts"), left_on="launch_ts",
                                right_on="cpu_ts", strategy="backward")
                     .filter(pl.col("launch_ts") < pl.col("cpu_end"))
                     .group_by("step").agg(pl.col("ts").min().alias("gpu_ts"), pl.col("end").max().alias("gpu_end"),
                                           pl.col("launch_end").sort_by("ts").first().alias("_first_launch")))
-        cpu = cpu.join(launched, on="step", how="left", maintain_order="left")
+        cpu = cpu.lazy().join(launched, on="step", how="left", maintain_order="left").collect(**_IN_MEMORY)
     else:
         cpu = cpu.with_columns(gpu_ts=pl.lit(None, pl.Int64), gpu_end=pl.lit(None, pl.Int64),
                                _first_launch=pl.lit(None, pl.Int64))
     # tb_plugin's device-side window: start = max(previous end, host start), end = max(host end, GPU end);
     # "previous" in time, and a step inside its predecessor's window is empty rather than negative
-    cpu = cpu.with_columns(tb_end=pl.max_horizontal("cpu_end", "gpu_end"))
-    cpu = cpu.with_columns(tb_ts=pl.min_horizontal(pl.max_horizontal("cpu_ts", pl.col("tb_end").shift(1)), "tb_end"))
-    return _periods(cpu, gpu).with_columns(synthetic=pl.lit(synthetic)).sort("step").select(
+    cpu = cpu.lazy().with_columns(tb_end=pl.max_horizontal("cpu_end", "gpu_end")).with_columns(
+        tb_ts=pl.min_horizontal(pl.max_horizontal("cpu_ts", pl.col("tb_end").shift(1)), "tb_end"),
+    ).collect(**_IN_MEMORY)
+    return _periods(cpu, gpu).lazy().with_columns(synthetic=pl.lit(synthetic)).sort("step").select(
         "step", "name", "host_idx", "cpu_ts", "cpu_end", "gpu_ts", "gpu_end", "ts", "end", "tb_ts", "tb_end",
-        "synthetic")
+        "synthetic").collect(**_IN_MEMORY)
 
 
 #: launch latency onto an idle GPU when the trace has too few such launches to measure it: a few µs on current
@@ -731,32 +736,33 @@ def _periods(cpu: pl.DataFrame, gpu: pl.DataFrame) -> pl.DataFrame:
     step ends at the end of its host span or of its GPU work, whichever is later."""
     if "gpu_ts" not in cpu.columns or cpu["gpu_ts"].is_null().all() or gpu.height == 0:
         return cpu.with_columns(ts=pl.col("tb_ts"), end=pl.col("tb_end")).drop("_first_launch")
-    work = gpu.lazy().filter(pl.col("kind") != "sync").select("ts", "end", "launch_end").collect().sort("ts")
-    work = work.with_columns(_busy_to=pl.col("end").cum_max())
+    work = (gpu.lazy().filter(pl.col("kind") != "sync").select("ts", "end", "launch_end").sort("ts")
+            .with_columns(_busy_to=pl.col("end").cum_max()).collect(**_IN_MEMORY))
     # launch latency onto an idle GPU (from the launch call's return: a pageable copy works inside the call):
     # nothing earlier was still running when the launch call returned
-    idle_launch = work.filter(pl.col("launch_end") > pl.col("_busy_to").shift(1).fill_null(pl.col("launch_end") - 1))
-    lat = idle_launch.select((pl.col("ts") - pl.col("launch_end")).median()).item()
-    if idle_launch.height < MIN_LATENCY_SAMPLES or lat is None:
+    idle = pl.col("launch_end") > pl.col("_busy_to").shift(1).fill_null(pl.col("launch_end") - 1)
+    n_idle, lat = work.select(idle.sum(), (pl.col("ts") - pl.col("launch_end")).filter(idle).median()).row(0)
+    if n_idle < MIN_LATENCY_SAMPLES or lat is None:
         lat = LAUNCH_LATENCY_NS
-    first = cpu.select("step", pl.coalesce("gpu_ts", "cpu_ts").alias("_first")).sort("_first")
-    first = first.join_asof(work.select(pl.col("ts") + 1, "_busy_to"), left_on="_first", right_on="ts",
-                            strategy="backward").select("step", "_busy_to")
-    cpu = cpu.join(first, on="step", how="left").sort("cpu_ts", "step")  # time order (step numbers may not be)
+    first = (cpu.lazy().select("step", pl.coalesce("gpu_ts", "cpu_ts").alias("_first")).sort("_first")
+             .join_asof(work.lazy().select(pl.col("ts") + 1, "_busy_to"), left_on="_first", right_on="ts",
+                        strategy="backward").select("step", "_busy_to"))
     unseen = (pl.col("gpu_ts") - int(lat)) if lat is not None else pl.lit(None, pl.Int64)
     unseen = pl.when(pl.col("_first_launch").is_not_null() & (unseen > pl.col("_first_launch"))).then(unseen)
     start = pl.max_horizontal("cpu_ts", "_busy_to", unseen)
     start = pl.when(pl.col("gpu_ts").is_not_null()).then(pl.min_horizontal(start, "gpu_ts")).otherwise(start)
-    cpu = cpu.with_columns(ts=start)
+    cpu = (cpu.lazy().join(first, on="step", how="left").sort("cpu_ts", "step")  # time order (step numbers may not be)
+           .with_columns(ts=start).collect(**_IN_MEMORY))
     # the first recorded step opens on an idle GPU (the profiler's start-up, the host's preamble with nothing
     # queued): it keeps only as much idle before its first GPU work as the other steps have at their start
     lead = (cpu["gpu_ts"] - cpu["ts"]).slice(1).drop_nulls()
     if lead.len() and cpu["gpu_ts"][0] is not None:
         first = max(int(cpu["ts"][0]), int(cpu["gpu_ts"][0]) - max(0, int(lead.median())))
         cpu = cpu.with_columns(ts=pl.when(pl.int_range(pl.len()) == 0).then(first).otherwise(pl.col("ts")))
-    cpu = cpu.with_columns(ts=pl.col("ts").cum_max())  # starts never go back in time
     last_end = pl.max_horizontal("cpu_end", "gpu_end", "ts")
-    return cpu.with_columns(end=pl.col("ts").shift(-1).fill_null(last_end)).drop("_busy_to", "_first_launch")
+    return (cpu.lazy().with_columns(ts=pl.col("ts").cum_max())  # starts never go back in time
+            .with_columns(end=pl.col("ts").shift(-1).fill_null(last_end)).drop("_busy_to", "_first_launch")
+            .collect(**_IN_MEMORY))
 
 
 def _meta(path: Path, doc: d.Doc, fmt: str, t0_us: float, counts: dict, warnings: list[str],

@@ -1,7 +1,9 @@
-"""Columns of frame rows looked up by row id (`i`): a binary search in the frame's sorted ids, not a hash join.
+"""Rows looked up by row id (`i`): where each id is in a frame's ids, by a dense id -> position table or a binary
+search, never a hash join (which hashes the whole frame on every call).
 
-The host and GPU frames keep the file's event order, so their ids ascend; looking up 100 k ids among 300 k rows
-this way costs a tenth of a hash join (which hashes the whole frame on every call)."""
+`locate` is the core on numpy arrays (the loader sets args tables and launches beside their rows with it);
+`positions` / `by_id` / `join_by_id` are its frame API for the analyses. The host and GPU frames keep the file's
+event order, so their ids ascend; looking up 100 k ids among 300 k rows this way costs a tenth of a hash join."""
 
 from __future__ import annotations
 
@@ -11,11 +13,64 @@ import numpy as np
 import polars as pl
 
 #: dense id -> position tables of the large frames looked up repeatedly (the host frame: ~10 lookups per
-#: analysis, the GPU frame), held while their frame lives; small frames build theirs on each call
+#: analysis, the GPU frame), held while their frame lives; other tables are built on each call
 _TABLES: dict[int, tuple[weakref.ref, np.ndarray]] = {}
 _CACHE_MIN_ROWS = 4096
 #: a kept table may span up to this many ids per frame row (4 bytes each)
 _SPARSE = 32
+
+
+def locate(at: np.ndarray, keys: np.ndarray, miss: np.ndarray | None = None, owner: object | None = None) -> pl.Series:
+    """The position in `at` (unique integer ids, in any order) of each of `keys` (integers): UInt32, null where
+    the key is not in `at` or `miss` (a mask over `keys`) is set.
+
+    Ids compact next to `at` or the keys (row ids) are looked up in a dense id -> position table (two passes,
+    no binary search: 100 k queries into a few thousand sparse ids cost a tenth of `searchsorted` this way);
+    others by a binary search among the sorted ids. The table of a large `owner` (the frame `at` holds the ids
+    of) is kept while the owner lives, and may then be sparser (the GPU frame: ids interleaved with the host's,
+    ~20 per row)."""
+    n = at.size
+    if n == 0 or keys.size == 0:
+        return pl.repeat(None, keys.size, dtype=pl.UInt32, eager=True)
+    kept = owner is not None and n >= _CACHE_MIN_ROWS
+    neg = int(keys.min()) < 0  # (never in a table)
+    tab = _kept(owner) if kept and not neg else None
+    if tab is None:
+        ascending = n < 2 or bool((at[1:] > at[:-1]).all())
+        lo, hi = (int(at[0]), int(at[-1])) if ascending else (int(at.min()), int(at.max()))
+        if lo >= 0 and not neg and (hi < 4 * (n + keys.size) + 1024 or (kept and hi < _SPARSE * n)):
+            tab = _table(at, hi, owner if kept else None)
+    if tab is not None:
+        p = tab.take(keys, mode="clip")  # (an id past the table reads its last slot: none)
+        hit = p >= 0
+        np.maximum(p, 0, out=p)
+    else:
+        by = None if ascending else np.argsort(at, kind="stable")
+        ranked = at if by is None else at[by]
+        p = np.minimum(np.searchsorted(ranked, keys), n - 1)
+        hit = ranked[p] == keys
+        if by is not None:
+            p = by[p]
+    if miss is not None:
+        hit &= ~miss
+    idx = pl.Series(p.astype(np.uint32, copy=False))
+    return idx if hit.all() else idx.set(pl.Series(~hit), None)  # (a mask: far cheaper than a scatter)
+
+
+def _kept(owner: object) -> np.ndarray | None:
+    hit = _TABLES.get(id(owner))
+    return hit[1] if hit is not None and hit[0]() is owner else None
+
+
+def _table(at: np.ndarray, hi: int, owner: object | None) -> np.ndarray:
+    """id -> position in `at` (-1: none; largest id `hi`), with one extra -1 slot past the largest id; kept while
+    `owner` (not None) lives."""
+    tab = np.full(hi + 2, -1, np.int32 if at.size < 2**31 else np.int64)
+    tab[at] = np.arange(at.size, dtype=tab.dtype)
+    if owner is not None:
+        key = id(owner)
+        _TABLES[key] = (weakref.ref(owner, lambda _r, key=key: _TABLES.pop(key, None)), tab)
+    return tab
 
 
 def by_id(frame: pl.DataFrame, ids: pl.Series, *exprs: str | pl.Expr) -> pl.DataFrame:
@@ -25,7 +80,7 @@ def by_id(frame: pl.DataFrame, ids: pl.Series, *exprs: str | pl.Expr) -> pl.Data
     ex = [pl.col(e) if isinstance(e, str) else e for e in exprs]
     cols = list(dict.fromkeys(c for e in ex for c in e.meta.root_names()))
     idx = positions(frame, ids)
-    if idx is None:  # null or sparse unsorted ids: a hash join
+    if idx is None:  # the frame's ids have nulls: a hash join
         rows = ids.rename("_q").to_frame().join(frame.select("i", *(c for c in cols if c != "i")), left_on="_q",
                                                 right_on="i", how="left", coalesce=False)
         return _eval(rows, ex)
@@ -42,51 +97,16 @@ def by_id(frame: pl.DataFrame, ids: pl.Series, *exprs: str | pl.Expr) -> pl.Data
 
 def positions(frame: pl.DataFrame, ids: pl.Series) -> pl.Series | None:
     """The row position in `frame` (unique ids `i`) of each id in `ids` (UInt32; null for a null or unknown id);
-    None when the frame's ids have nulls, or are neither sorted nor compact enough for a table."""
+    None when the frame's ids have nulls."""
     key = frame["i"]
     if key.null_count():
         return None
-    k = key.to_numpy()
-    nulls = ids.null_count()
     q = ids.to_numpy()
-    if nulls:  # a nullable integer column reads as float with NaN (exact below 2**53): no polars call
+    miss = None
+    if ids.null_count():  # a nullable integer column reads as float with NaN (exact below 2**53): no polars call
         miss = np.isnan(q)
         q = np.where(miss, 0, q).astype(np.int64)
-    srt = key.is_sorted()
-    lo, hi = (int(k[0]), int(k[-1])) if srt and k.size else (int(k.min()), int(k.max())) if k.size else (0, 0)
-    # ids compact next to the frame or the query: a dense id -> position table (two passes, no binary search;
-    # 100 k queries into a few thousand sparse ids cost a tenth of `searchsorted` this way); a large frame's
-    # table is kept (the GPU frame: ids interleaved with the host's, ~20 per row)
-    dense = k.size and lo >= 0 and (q.size == 0 or 0 <= q.min()) and (
-        hi < 4 * (k.size + q.size) + 1024 or (k.size >= _CACHE_MIN_ROWS and hi < _SPARSE * k.size))
-    if dense:
-        at = _positions(frame, k, hi)
-        p = at[np.minimum(q, hi + 1)]
-        hit = p >= 0
-        p = np.maximum(p, 0)
-    elif srt:
-        p = np.minimum(np.searchsorted(k, q), max(k.size - 1, 0))
-        hit = (k[p] == q) if k.size else np.zeros(q.size, bool)
-    else:
-        return None
-    if nulls:
-        hit &= ~miss
-    idx = pl.Series(p, dtype=pl.UInt32)
-    return idx if hit.all() else idx.scatter(np.flatnonzero(~hit), None)
-
-
-def _positions(frame: pl.DataFrame, k: np.ndarray, hi: int) -> np.ndarray:
-    """id -> row position (-1: no row) of `frame`, whose ids are `k` (largest `hi`); one extra -1 slot past
-    the largest id."""
-    key = id(frame)
-    hit = _TABLES.get(key)
-    if hit is not None and hit[0]() is frame:
-        return hit[1]
-    at = np.full(hi + 2, -1, np.int32 if k.size < 2**31 else np.int64)
-    at[k] = np.arange(k.size)
-    if k.size >= _CACHE_MIN_ROWS:
-        _TABLES[key] = (weakref.ref(frame, lambda _r, key=key: _TABLES.pop(key, None)), at)
-    return at
+    return locate(key.to_numpy(), q, miss, owner=frame)
 
 
 def _eval(rows: pl.DataFrame, ex: list[pl.Expr]) -> pl.DataFrame:

@@ -95,32 +95,41 @@ def call_tree(host: pl.DataFrame) -> pl.DataFrame:
     ts = host["ts"].to_numpy()
     dur = host["dur"].to_numpy()
     order, gid = _order(host, pid, tid, ts, dur)
-    # intermediates are dropped as soon as they are used: this runs on every host event of the trace
+    # intermediates are dropped as soon as they are used, positions and counts are int32 (below 2**31 rows), and
+    # arrays are updated in place: this runs on every host event of the trace (~45 bytes a row at most)
+    idx = np.int32 if n < 2**31 else np.int64
     gid = gid[order]
     new = np.ones(n, bool)
     new[1:] = gid[1:] != gid[:-1]
     del gid
-    first = np.flatnonzero(new)  # each thread's first position
-    tno = np.cumsum(new) - 1  # threads numbered in sorted order
+    first = np.flatnonzero(new).astype(idx)  # each thread's first position
+    tno = np.cumsum(new, dtype=idx)  # threads numbered in sorted order (from 1 here)
+    tno -= 1
     ts, dur = ts[order], dur[order]
+    zero = dur == 0
     end = ts + dur
+    del dur
     lo = int(min(ts.min(), 0))
     span = int(end.max()) - lo + 1
-    if (tno[-1] + 1) * span >= 2**62:  # composite keys would overflow: never seen in practice
+    if (int(tno[-1]) + 1) * span >= 2**62:  # composite keys would overflow: never seen in practice
         raise TraceError(f"{tno[-1] + 1:,} host threads over {span / 1e9:,.0f} s: too many threads over too long "
                          "a time span to nest the host events")
-    base = tno * span - lo
+    base = tno.astype(np.int64)
+    base *= span
+    base -= lo
     end += base
     end.sort(kind="stable")  # the ends' keys; nearly sorted: nested slices end in start order but for a few
-    tkey = base + ts  # ascending: sorted queries keep the binary searches cheap
-    del ts
+    tkey = ts  # (the sorted copy: its own array)
+    tkey += base  # ascending: sorted queries keep the binary searches cheap
+    starts = base[new] + lo  # each thread's lowest key
+    del ts, base
     # depth = slices before i on its thread (S) - those of them that ended by its start (E)
-    depth = np.arange(n, dtype=np.int64) - first[tno]
+    depth = np.arange(n, dtype=idx)
+    depth -= first[tno]
     depth -= np.searchsorted(end, tkey, side="right")
-    depth += np.searchsorted(end, base[new] + lo)[tno]
-    del end, base, new
+    depth += np.searchsorted(end, starts)[tno]
+    del end, new
     # zero-length slices at the same (thread, ts) sort last; those at or after i have not "ended" before it
-    zero = dur == 0
     if zero.any():
         zkeys = tkey[zero]
         depth += np.searchsorted(zkeys, tkey, side="right") - np.searchsorted(zkeys, tkey, side="left")
@@ -128,11 +137,11 @@ def call_tree(host: pl.DataFrame) -> pl.DataFrame:
         zfirst = np.ones(zpos.size, bool)
         zfirst[1:] = zkeys[1:] != zkeys[:-1]
         depth[zero] -= zpos - zpos[zfirst][np.cumsum(zfirst) - 1]
-    del tkey, zero, dur
+    del tkey, zero
     np.maximum(depth, 0, out=depth)
     # parent: the last earlier slice on the thread one level up (positions are in (thread, time) order, so the
     # last earlier slice one level up of any thread is on this thread when this thread has one)
-    cand = np.full(n, -1, np.int64)
+    cand = np.full(n, -1, idx)
     up = np.zeros(n, bool)  # the common case: the previous slice is the parent (a first child)
     up[1:] = depth[:-1] == depth[1:] - 1  # (on another thread: refused below)
     cand[up] = np.flatnonzero(up) - 1
@@ -268,7 +277,8 @@ def enclosing_op(host: pl.DataFrame, runtime_cats: list[str]) -> pl.DataFrame:
     got = ancestor_where(host, rt, pl.col("cat") == "cpu_op", "op")
     if host.height < 4096:  # (fewer polars calls)
         return host.join(got, on="i", how="left")
-    # set beside `host` (as a left join on the unique `i` gives it), the wide frame not copied
+    # set beside `host` (as a left join on the unique `i` gives it), the wide frame not copied: the ops by row id
+    # in numpy (one int column: cheaper than `rowid.locate` and a polars gather with null positions)
     ids, gi = host["i"].to_numpy(), got["i"].to_numpy()
     size = int(max(ids.max(initial=0), gi.max(initial=0))) + 1
     found = np.zeros(size, bool)
