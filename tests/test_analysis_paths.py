@@ -14,7 +14,7 @@ from traceview.analyses import memory
 from traceview.analyses.intervals import clip, merge, per_window
 from traceview.analyses.names import contains
 from traceview.analyses.timeline import busy_per_window, gpu_work, step_busy
-from traceview.analyses.windows import host_step_of, step_of
+from traceview.analyses.windows import host_step_of, in_steps, step_of
 
 TRACES = ["gpu_h200/train_tinygpt_modules.json.gz", "gpu_h200/sync_item_nonzero_cpu.json.gz",
           "gpu_h200_real/hf_gpt2_train_bf16.json.gz"]
@@ -95,3 +95,17 @@ def test_step_busy_is_the_busy_per_window_of_the_steps(rel):
     assert got.equals(busy_per_window(t.gpu, t.steps))
     assert got is step_busy(t, t.steps.select("step", "ts", "end"))  # once per (trace, windows)
     assert int(got["busy"].sum()) > 0
+
+
+@pytest.mark.parametrize("rel", TRACES)
+def test_in_steps_is_step_of_inside_the_steps(rel):
+    """The binary-search path of `in_steps` (no nulls) against `step_of`'s as-of join, on GPU rows, host rows and
+    launch times; with a null time (every third launch blanked) it drops those rows too."""
+    t = load(rel)
+    holes = t.gpu.select("i", launch_ts=pl.when(pl.int_range(pl.len()) % 3 > 0).then(pl.col("launch_ts")))
+    for df, col in ((t.gpu.select("i", "ts", "dur"), "ts"), (t.host.select("i", "ts", "dur"), "ts"),
+                    (t.gpu.select("i", "launch_ts"), "launch_ts"), (holes, "launch_ts")):
+        got = in_steps(df, t.steps, col)
+        want = step_of(df, t.steps, col).filter(pl.col("step").is_not_null())
+        assert got.height > 0 and got[col].null_count() == 0
+        assert got.equals(want), (rel, col)

@@ -12,6 +12,7 @@ from conftest import load
 
 from traceview.analyses import layers as L
 from traceview.analyses.tree import ancestor_ids, ancestor_where, call_tree
+from traceview.analyses.windows import in_steps
 from traceview.classify import kernel_bound, partition
 from traceview.model import RUNTIME_CATS
 from traceview.ruleapi import RuleContext
@@ -160,13 +161,13 @@ def test_layer_table_sums_are_the_string_sums(rel):
     tb = L.layer_table(t, steps, kb=kernel_bound(t), part=part)
     tree = L.attribution(t).tree
     anc = tree.select("layer", "anc").explode("anc")
-    g = L._in_steps(t.gpu.filter(pl.col("kind") != "sync").select("i", "ts", "dur"), steps).join(
+    g = in_steps(t.gpu.filter(pl.col("kind") != "sync").select("i", "ts", "dur"), steps).join(
         L.gpu_layers(t), on="i")
     incl = g.join(anc, on="layer").group_by("anc").agg(pl.col("dur").sum().alias("gpu_ns"), pl.len().alias("kernels"),
                                                        pl.col("dur").filter(pl.col("phase") == "backward").sum()
                                                        .alias("bwd_gpu_ns"))
     own = g.group_by("layer").agg(pl.col("dur").sum().alias("self_gpu_ns"))
-    top = L._in_steps(L._top_ops(t).select("ts", "dur", "layer"), steps)
+    top = in_steps(L._top_ops(t).select("ts", "dur", "layer"), steps)
     cpu = top.join(anc, on="layer").group_by("anc").agg(pl.col("dur").sum().alias("cpu_ns"))
     segs = L.segment_layers(t, part).with_columns(d=pl.col("end") - pl.col("ts"))
     shares = segs.join(anc, on="layer").group_by("anc").agg(pl.col("d").sum().alias("time_ns"))

@@ -10,6 +10,7 @@ import pytest
 from conftest import SAMPLES, load, raw_events
 
 from traceview.analyses import layers as L
+from traceview.analyses.windows import in_steps
 from traceview.classify import kernel_bound, partition
 from traceview.options import Options
 from traceview.ruleapi import RuleContext
@@ -37,7 +38,7 @@ def _row(table: pl.DataFrame, layer: str) -> dict:
 
 def _total_gpu(rel: str) -> int:
     t = load(rel)
-    g = L._in_steps(t.gpu.filter(pl.col("kind") != "sync").select("ts", "dur"), t.steps)
+    g = in_steps(t.gpu.filter(pl.col("kind") != "sync").select("ts", "dur"), t.steps)
     return int(g["dur"].sum())
 
 

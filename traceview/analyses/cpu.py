@@ -22,24 +22,18 @@ from ..model import Trace
 from .breakdown import DATALOADER_RE
 from .intervals import clip, priority_sweep
 from .layers import UNATTRIBUTED, attribution, host_layers, top_level_ops
+from .windows import in_steps
 
 SPLIT = ("input", "cpu_ops", "communication", "outside_ops")
 # host-side collectives (gloo's worker ranges, the c10d ops that enqueue them)
 COLLECTIVE_RE = r"^(gloo:|nccl:|c10d::|record_param_comms$)"
 
 
-def _in_steps(df: pl.DataFrame, steps: pl.DataFrame) -> pl.DataFrame:
-    """Rows starting inside a step window [ts, end), with their `step`."""
-    w = steps.select("step", pl.col("ts").alias("_wts"), pl.col("end").alias("_wend")).sort("_wts")
-    return (df.sort("ts").join_asof(w, left_on="ts", right_on="_wts", strategy="backward", check_sortedness=False)
-            .filter(pl.col("ts") < pl.col("_wend")).drop("_wts", "_wend"))
-
-
 def op_times(trace: Trace, steps: pl.DataFrame) -> pl.DataFrame:
     """Per op name, over the ops starting inside the steps: [op, calls, total_ns, self_ns, top_calls], sorted
     by self time. `top_calls` counts the calls made from outside any op (from Python)."""
     h = trace.host
-    ops = _in_steps(h.filter(pl.col("cat") == "cpu_op").select("i", "name", "ts", "dur"), steps)
+    ops = in_steps(h.filter(pl.col("cat") == "cpu_op").select("i", "name", "ts", "dur"), steps)
     kids = (h.filter(pl.col("parent").is_not_null()).group_by("parent")
             .agg(pl.col("dur").sum().alias("_kids")).rename({"parent": "i"}))
     top = top_level_ops(trace).select("i", _top=pl.lit(True))
@@ -80,7 +74,7 @@ def layer_times(trace: Trace, steps: pl.DataFrame) -> pl.DataFrame:
     """Per layer in tree order: [layer, name, depth, fwd_ns, bwd_ns, other_ns, cpu_ns, ops] from the top-level
     ops each layer issued (inclusive of its sub-layers), plus `(unattributed)` when some ops have no layer."""
     att = attribution(trace)
-    top = _in_steps(top_level_ops(trace).select("i", "ts", "dur"), steps).join(
+    top = in_steps(top_level_ops(trace).select("i", "ts", "dur"), steps).join(
         host_layers(trace).select("i", "layer", "phase"), on="i", how="left").with_columns(
         pl.col("layer").fill_null(UNATTRIBUTED), pl.col("phase").fill_null("other"))
     ph = pl.col("phase")

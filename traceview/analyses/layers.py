@@ -28,6 +28,7 @@ from ..model import RUNTIME_CATS, Trace
 from .rowid import by_id, join_by_id, positions
 from .specs import Spec, trace_spec
 from .tree import ancestor_ids, call_tree, roots, thread_ids
+from .windows import in_steps
 
 UNATTRIBUTED = "(unattributed)"
 MODULE_PREFIX = "nn.Module: "
@@ -484,23 +485,6 @@ def _layer_codes(nl: pl.DataFrame) -> tuple[pl.DataFrame, np.ndarray]:
 # ---- per-layer table --------------------------------------------------------------------------
 
 
-def _in_steps(df: pl.DataFrame, steps: pl.DataFrame, col: str = "ts") -> pl.DataFrame:
-    """Rows whose `col` falls inside one of the step windows [ts, end), with their `step` (sorted by `col`)."""
-    df = df.sort(col)
-    if df[col].null_count() or steps["ts"].null_count() or steps["end"].null_count():
-        w = steps.select("step", pl.col("ts").alias("_wts"), pl.col("end").alias("_wend")).sort("_wts")
-        return (df.join_asof(w, left_on=col, right_on="_wts", strategy="backward", check_sortedness=False)
-                .filter(pl.col(col) < pl.col("_wend")).drop("_wts", "_wend"))
-    # the last window started at or before each time (a binary search), kept when the time is before its end
-    wts = steps["ts"].to_numpy()
-    o = np.argsort(wts, kind="stable")
-    t = df[col].to_numpy()
-    j = np.searchsorted(wts[o], t, side="right") - 1
-    c = o[np.maximum(j, 0)]
-    ok = (j >= 0) & (t < steps["end"].to_numpy()[c]) if o.size else np.zeros(t.size, bool)
-    return df.filter(pl.Series(ok)).hstack([steps["step"].gather(pl.Series(c[ok], dtype=pl.UInt32))])
-
-
 def device_peaks(trace: Trace) -> Spec:
     """The device's datasheet peaks."""
     return trace_spec(trace.meta)
@@ -673,7 +657,7 @@ def layer_table(trace: Trace, steps: pl.DataFrame | None = None, depth: int | No
     nt = tree.height
     lid_of = np.array([row.get(layer, nt) for layer in att.names["layer"].to_list()], np.int64)
     unl = np.append(tree["layer"].to_numpy() == UNATTRIBUTED, True)  # per lid: `(unattributed)`
-    g = _in_steps(trace.gpu.select(
+    g = in_steps(trace.gpu.select(
         "i", "ts", "dur", "kind", pl.col("bytes").cast(pl.Float64).alias("_cbytes")).filter(pl.col("kind") != "sync"), steps)
     g = join_by_id(g, "i", gpu_codes(trace), "lc", "ph")  # every GPU row has its layer row
     g = g.drop("lc").hstack([pl.Series("lid", lid_of[g["lc"].to_numpy()], pl.UInt32)])
@@ -697,7 +681,7 @@ def layer_table(trace: Trace, steps: pl.DataFrame | None = None, depth: int | No
     # the columns the sums read: each row is repeated per enclosing layer below (on a tiny-event trace the
     # frame has as many rows as kernels: the ids, times and kinds would be copied for nothing)
     g = g.select("lid", "ph", "dur", "flops", "bytes", "bound", "_tf", "_tb")
-    top = _in_steps(_top(trace, "ts", "dur"), steps)  # (what the CPU sums read)
+    top = in_steps(_top(trace, "ts", "dur"), steps)  # (what the CPU sums read)
     top = top.drop("lc").hstack([pl.Series("lid", lid_of[top["lc"].to_numpy()], pl.UInt32)])
     # every row counts for its own layer and, through `anc`, for each enclosing layer
     # (the few layers' ancestor lists exploded first: one join writes the repeated rows, with no list column and

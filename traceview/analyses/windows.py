@@ -3,6 +3,7 @@ event belongs to."""
 
 from __future__ import annotations
 
+import numpy as np
 import polars as pl
 
 from ..model import Trace
@@ -55,6 +56,22 @@ def step_of(df: pl.DataFrame, steps: pl.DataFrame, col: str = "ts", out: str = "
     w = steps.select(pl.col("step").alias(out), pl.col("ts").alias("_wts"), pl.col("end").alias("_wend")).sort("_wts")
     res = df.sort(col).join_asof(w, left_on=col, right_on="_wts", strategy="backward")
     return res.with_columns(pl.when(pl.col(col) < pl.col("_wend")).then(pl.col(out)).alias(out)).drop("_wts", "_wend")
+
+
+def in_steps(df: pl.DataFrame, steps: pl.DataFrame, col: str = "ts") -> pl.DataFrame:
+    """`step_of` without the rows outside every step, sorted by `col`: the rows whose `col` falls in a step window
+    [ts, end), with their `step` (the last window started at or before each time, while it lasts)."""
+    if df[col].null_count() or steps["ts"].null_count() or steps["end"].null_count():
+        return step_of(df, steps, col).filter(pl.col("step").is_not_null())
+    # without nulls, a binary search among the sorted window starts (no join over the rows)
+    df = df.sort(col)
+    wts = steps["ts"].to_numpy()
+    o = np.argsort(wts, kind="stable")
+    t = df[col].to_numpy()
+    j = np.searchsorted(wts[o], t, side="right") - 1
+    c = o[np.maximum(j, 0)]
+    ok = (j >= 0) & (t < steps["end"].to_numpy()[c]) if o.size else np.zeros(t.size, bool)
+    return df.filter(pl.Series(ok)).hstack([steps["step"].gather(pl.Series(c[ok], dtype=pl.UInt32))])
 
 
 def host_step_of(df: pl.DataFrame, steps: pl.DataFrame, col: str, out: str = "step") -> pl.DataFrame:
