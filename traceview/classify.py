@@ -36,7 +36,7 @@ from .analyses.rowid import join_by_id
 from .analyses.specs import trace_spec
 from .analyses.timeline import gpu_work
 from .analyses.tree import ancestor_where
-from .memo import per_trace
+from .memo import per_trace, per_windows
 from .model import Trace
 from .units import us
 
@@ -267,14 +267,12 @@ def partition(trace: Trace, steps: pl.DataFrame, kb: pl.DataFrame | None = None)
 
     Cached per (trace, step windows) when `kb` is the trace's own (the default)."""
     if kb is None or kb is kernel_bound(trace):
-        return _partition(trace, tuple(steps["step"]), tuple(steps["ts"]), tuple(steps["end"]))
+        return _partition(trace, steps)
     return _partition_uncached(trace, steps, kb)
 
 
-@per_trace
-def _partition(trace: Trace, step: tuple, ts: tuple, end: tuple) -> pl.DataFrame:
-    steps = pl.DataFrame({"step": list(step), "ts": list(ts), "end": list(end)},
-                         schema={"step": pl.Int64, "ts": pl.Int64, "end": pl.Int64})
+@per_windows("step", "ts", "end")
+def _partition(trace: Trace, steps: pl.DataFrame) -> pl.DataFrame:
     return _partition_uncached(trace, steps, kernel_bound(trace))
 
 

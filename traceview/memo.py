@@ -1,7 +1,7 @@
 """Per-trace memoisation: analyses that several sections ask for run once per Trace object.
 
 Keyed by the trace's identity (held weakly: a freed trace's entries go with it) plus the call's
-other arguments, which must be hashable.
+other arguments, which must be hashable; `per_windows` for an analysis of a frame of step windows.
 """
 
 from __future__ import annotations
@@ -30,3 +30,24 @@ def per_trace(fn: F) -> F:
 
     wrapper.cache_clear = cache.clear  # type: ignore[attr-defined]
     return wrapper  # type: ignore[return-value]
+
+
+def per_windows(*cols: str) -> Callable[[F], F]:
+    """`per_trace` for `fn(trace, windows)`, where `windows` is a frame of a few step windows: keyed by the
+    values of its columns `cols` (integers), and `fn` is given those columns rebuilt as an Int64 frame (so the
+    result never depends on the caller's other columns or dtypes)."""
+    def deco(fn: F) -> F:
+        import polars as pl
+
+        @per_trace
+        def cached(trace, key: tuple[tuple, ...]):
+            return fn(trace, pl.DataFrame(dict(zip(cols, map(list, key), strict=True)),
+                                          schema={c: pl.Int64 for c in cols}))
+
+        @functools.wraps(fn)
+        def wrapper(trace, windows):
+            return cached(trace, tuple(tuple(windows[c]) for c in cols))
+
+        return wrapper  # type: ignore[return-value]
+
+    return deco

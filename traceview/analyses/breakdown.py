@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import polars as pl
 
-from ..memo import per_trace
+from ..memo import per_windows
 from ..model import RUNTIME_CATS, STEP_RE, Trace
 from .intervals import sweep_totals
 
@@ -61,13 +61,11 @@ def step_breakdown(trace: Trace, steps: pl.DataFrame | None = None) -> pl.DataFr
     Cached per (trace, step windows): the report and the input-bound rule both need it."""
     steps = trace.steps if steps is None else steps
     ts, end = ("tb_ts", "tb_end") if "tb_ts" in steps.columns else ("ts", "end")
-    return _step_breakdown(trace, tuple(steps["step"]), tuple(steps[ts]), tuple(steps[end]))
+    return _step_breakdown(trace, steps.select("step", pl.col(ts).alias("ts"), pl.col(end).alias("end")))
 
 
-@per_trace
-def _step_breakdown(trace: Trace, step: tuple, ts: tuple, end: tuple) -> pl.DataFrame:
-    steps = pl.DataFrame({"step": list(step), "ts": list(ts), "end": list(end)},
-                         schema={"step": pl.Int64, "ts": pl.Int64, "end": pl.Int64})
+@per_windows("step", "ts", "end")
+def _step_breakdown(trace: Trace, steps: pl.DataFrame) -> pl.DataFrame:
     tot = sweep_totals(_role_ranks(trace), ROLES, steps)
     return steps.with_columns((pl.col("end") - pl.col("ts")).alias("dur"), *[
         pl.Series(r, tot[:, k], dtype=pl.Int64) for k, r in enumerate([*ROLES, "other"])]).sort("step")

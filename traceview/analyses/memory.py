@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import polars as pl
 
-from ..memo import per_trace
+from ..memo import per_windows
 from ..model import Trace
 from .windows import host_step_of
 
@@ -19,25 +19,10 @@ DRIVER_ALLOC_RE = r"^(cudaMalloc|cudaFree|cudaMallocAsync|cudaFreeAsync|cuMemAll
 DRIVER_ALLOC_PREFIXES = ("cu", "hip")  # every name DRIVER_ALLOC_RE matches starts with one (tests check)
 
 
-def _host_windows(steps: pl.DataFrame) -> tuple[tuple, tuple, tuple]:
-    """The steps' host spans as a cache key (steps are few)."""
-    return tuple(steps["step"]), tuple(steps["cpu_ts"]), tuple(steps["cpu_end"])
-
-
-def _windows_frame(step: tuple, cpu_ts: tuple, cpu_end: tuple) -> pl.DataFrame:
-    return pl.DataFrame({"step": list(step), "cpu_ts": list(cpu_ts), "cpu_end": list(cpu_end)},
-                        schema={"step": pl.Int64, "cpu_ts": pl.Int64, "cpu_end": pl.Int64})
-
-
+@per_windows("step", "cpu_ts", "cpu_end")
 def gpu_events(trace: Trace, steps: pl.DataFrame) -> pl.DataFrame:
     """GPU memory events inside the steps' host spans: [step, ts, tid, bytes, total_allocated, total_reserved,
     device]. Once per (trace, host spans): the memory section and the memory-pressure rule both read them."""
-    return _gpu_events(trace, *_host_windows(steps))
-
-
-@per_trace
-def _gpu_events(trace: Trace, step: tuple, cpu_ts: tuple, cpu_end: tuple) -> pl.DataFrame:
-    steps = _windows_frame(step, cpu_ts, cpu_end)
     m = trace.memory.filter(pl.col("device_type") == GPU_DEVICE_TYPE)
     if m.height == 0 or steps.height == 0:
         return pl.DataFrame(schema={"step": pl.Int64, "ts": pl.Int64, "tid": pl.Int64, "bytes": pl.Int64,
@@ -90,15 +75,10 @@ def peak_op(trace: Trace, ev: pl.DataFrame) -> dict | None:
             "op": op["name"][0] if op.height else None}
 
 
+@per_windows("step", "cpu_ts", "cpu_end")
 def driver_calls(trace: Trace, steps: pl.DataFrame) -> pl.DataFrame:
     """cudaMalloc/cudaFree-like calls inside the steps' host spans: [i, name, ts, end, step]; once per (trace,
     host spans), as `gpu_events`."""
-    return _driver_calls(trace, *_host_windows(steps))
-
-
-@per_trace
-def _driver_calls(trace: Trace, step: tuple, cpu_ts: tuple, cpu_end: tuple) -> pl.DataFrame:
-    steps = _windows_frame(step, cpu_ts, cpu_end)
     # the regex only on names with its prefixes (its alternation defeats the regex engine's own prefix search)
     h = (trace.host.select("i", "name", "ts", "end")  # the filters then copy these columns only
          .filter(pl.any_horizontal([pl.col("name").str.starts_with(p) for p in DRIVER_ALLOC_PREFIXES]))

@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 import polars as pl
 
-from ..memo import per_trace
+from ..memo import per_windows
 from ..model import Trace
 from .intervals import merge
 
@@ -18,18 +18,12 @@ def gpu_work(gpu: pl.DataFrame) -> pl.DataFrame:
     return gpu.filter(pl.col("kind").is_in(BUSY_KINDS))
 
 
+@per_windows("step", "ts", "end")
 def step_busy(trace: Trace, steps: pl.DataFrame) -> pl.DataFrame:
     """`busy_per_window` of the trace's GPU activity in step windows [step, ts, end]: [device, step, busy], once
     per (trace, windows) — the steps section and the profiler-cost estimate read the same windows when every
     step is complete."""
-    return _step_busy(trace, tuple(steps["step"]), tuple(steps["ts"]), tuple(steps["end"]))
-
-
-@per_trace
-def _step_busy(trace: Trace, step: tuple, ts: tuple, end: tuple) -> pl.DataFrame:
-    windows = pl.DataFrame({"step": list(step), "ts": list(ts), "end": list(end)},
-                           schema={"step": pl.Int64, "ts": pl.Int64, "end": pl.Int64})
-    return busy_per_window(trace.gpu, windows)
+    return busy_per_window(trace.gpu, steps)
 
 
 def busy_per_window(gpu: pl.DataFrame, windows: pl.DataFrame, win: str = "step") -> pl.DataFrame:
