@@ -13,6 +13,7 @@ from conftest import load
 
 from traceview.analyses import breakdown, memory
 from traceview.analyses.intervals import priority_sweep, sweep_totals
+from traceview.analyses.names import starts_with_any
 from traceview.analyses.windows import recording_edges
 
 TRACES = ["gpu_h200/train_tinygpt_input_bound.json.gz", "gpu_h200/train_tinygpt_modules.json.gz",
@@ -60,7 +61,7 @@ NAMES = ["enumerate(DataLoader)#_SingleProcessDataLoaderIter.__next__", "enumera
                                                       (breakdown.COMM_OP_RE, breakdown.COMM_OP_PREFIXES, 3)])
 def test_role_prefixes_are_the_regexes(rx, prefixes, hits):
     df = pl.DataFrame({"name": NAMES})
-    got = df.select(breakdown.starts_with_any("name", prefixes))["name"].to_list()
+    got = df.select(starts_with_any("name", prefixes))["name"].to_list()
     assert got == [re.match(rx, n) is not None for n in NAMES]
     assert sum(got) == hits
 

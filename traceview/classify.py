@@ -27,10 +27,11 @@ from __future__ import annotations
 
 import polars as pl
 
-from .analyses.breakdown import DATALOADER_PREFIXES, starts_with_any
+from .analyses.breakdown import DATALOADER_PREFIXES
 from .analyses.features import COMPILE_RE
 from .analyses.intervals import merge
 from .analyses.intervals import segments as _segments
+from .analyses.names import starts_with_any
 from .analyses.roofline import kernel_bound as _kernel_bound
 from .analyses.rowid import join_by_id
 from .analyses.specs import trace_spec

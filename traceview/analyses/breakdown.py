@@ -14,6 +14,7 @@ import polars as pl
 from ..memo import per_windows
 from ..model import RUNTIME_CATS, STEP_RE, Trace
 from .intervals import sweep_totals
+from .names import starts_with_any
 
 ROLES = ["kernel", "memcpy", "memset", "communication", "runtime", "dataloader", "cpu_exec"]
 DATALOADER_RE = r"^enumerate\((DataLoader|DataPipe)\)#"
@@ -22,11 +23,6 @@ COMM_OP_RE = r"^(nccl|gloo):"
 # prefix search) over the ~300 k host events of a large trace
 DATALOADER_PREFIXES = ("enumerate(DataLoader)#", "enumerate(DataPipe)#")
 COMM_OP_PREFIXES = ("nccl:", "gloo:")
-
-
-def starts_with_any(col: str, prefixes: tuple[str, ...]) -> pl.Expr:
-    """Whether `col` starts with one of `prefixes` (null for a null value, as `str.contains`)."""
-    return pl.any_horizontal([pl.col(col).str.starts_with(p) for p in prefixes])
 
 
 def role_ranks(trace: Trace) -> pl.DataFrame:

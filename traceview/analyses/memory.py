@@ -11,6 +11,7 @@ import polars as pl
 
 from ..memo import per_windows
 from ..model import Trace
+from .names import starts_with_any
 from .windows import host_step_of
 
 GPU_DEVICE_TYPE = 1  # Kineto's `Device Type` of CUDA/HIP memory events (0 = CPU)
@@ -81,7 +82,7 @@ def driver_calls(trace: Trace, steps: pl.DataFrame) -> pl.DataFrame:
     host spans), as `gpu_events`."""
     # the regex only on names with its prefixes (its alternation defeats the regex engine's own prefix search)
     h = (trace.host.select("i", "name", "ts", "end")  # the filters then copy these columns only
-         .filter(pl.any_horizontal([pl.col("name").str.starts_with(p) for p in DRIVER_ALLOC_PREFIXES]))
+         .filter(starts_with_any("name", DRIVER_ALLOC_PREFIXES))
          .filter(pl.col("name").str.contains(DRIVER_ALLOC_RE)))
     return host_step_of(h, steps, "ts").filter(pl.col("step").is_not_null())
 
