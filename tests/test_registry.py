@@ -76,6 +76,12 @@ def test_config_pyproject_parsed_only_when_it_can_name_traceview(tmp_path):
     (tmp_path / "pyproject.toml").write_text('[tool."trace\\u0076iew"]\nignore = ["TV3"]\n')
     cfg = config.load(cwd=tmp_path)
     assert cfg["ignore"] == ["TV3"] and cfg["source"] == str(tmp_path / "pyproject.toml")
+    # bytes that are not UTF-8: ignored in another project's file, one clear error in a traceview config
+    (tmp_path / "pyproject.toml").write_bytes(b'[project]\nname = "\xff"\n')
+    assert config.load(cwd=tmp_path)["source"] is None
+    (tmp_path / "pyproject.toml").write_bytes(b'[tool.traceview]\nignore = ["\xff"]\n')
+    with pytest.raises(TraceError, match="not UTF-8 text"):
+        config.load(cwd=tmp_path)
 
 
 def test_cli_rules_and_rule():

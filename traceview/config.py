@@ -66,13 +66,27 @@ def _coerce(rule: str, opt: str, value: Any, default: Any) -> Any:
 
 
 def read_file(path: str | Path) -> dict[str, Any]:
-    import tomllib  # only when there is a file to read (~2 ms of start-up otherwise)
-
+    """The traceview settings of a config file (its `[tool.traceview]` table, or the whole file)."""
     p = Path(path)
+    return _parse(p, _read(p))
+
+
+def _read(p: Path) -> bytes:
     try:
-        data = tomllib.loads(p.read_text(encoding="utf-8"))
+        return p.read_bytes()
     except FileNotFoundError:
         raise TraceError(f"config: {p}: no such file") from None
+    except OSError as e:
+        raise TraceError(f"config: {p}: cannot read it ({e.strerror})") from None
+
+
+def _parse(p: Path, raw: bytes) -> dict[str, Any]:
+    import tomllib  # only when there is a file to parse (~7 ms of start-up otherwise)
+
+    try:  # (newlines as `open` in text mode gives them)
+        data = tomllib.loads(raw.decode("utf-8").replace("\r\n", "\n").replace("\r", "\n"))
+    except UnicodeDecodeError:
+        raise TraceError(f"config: {p}: not UTF-8 text") from None
     except tomllib.TOMLDecodeError as e:
         raise TraceError(f"config: {p}: {e}") from None
     if "tool" in data:
@@ -80,17 +94,14 @@ def read_file(path: str | Path) -> dict[str, Any]:
     return data
 
 
-def _may_configure(pyproject: Path) -> bool:
-    """False when the file cannot hold a `traceview` table, so tomllib (~7 ms to import) is skipped.
+def _may_configure(raw: bytes) -> bool:
+    """False when a pyproject.toml's bytes cannot hold a `traceview` table, so another project's file is not
+    parsed (nor tomllib imported: ~7 ms).
 
     A TOML key spells `traceview` literally (bare, "quoted" or 'literal') unless a basic string writes a
     letter as a \\u or \\U escape; a file with neither cannot configure traceview.
     """
-    try:
-        text = pyproject.read_bytes()
-    except OSError:
-        return True  # let read_file report it
-    return b"traceview" in text or b"\\u" in text or b"\\U" in text
+    return b"traceview" in raw or b"\\u" in raw or b"\\U" in raw
 
 
 def load(config_file: str | None = None, sets: list[str] | None = None, cwd: str | Path | None = None) -> dict:
@@ -101,8 +112,9 @@ def load(config_file: str | None = None, sets: list[str] | None = None, cwd: str
         raw, source = read_file(config_file), str(config_file)
     else:
         pp = Path(cwd or Path.cwd()) / "pyproject.toml"
-        if pp.is_file() and _may_configure(pp):
-            raw, source = read_file(pp), str(pp)
+        text = _read(pp) if pp.is_file() else None  # read once: tested, then parsed
+        if text is not None and _may_configure(text):
+            raw, source = _parse(pp, text), str(pp)
     opts = defaults()
     for key, table in raw.items():
         if key in TOP_KEYS or key in SECTIONS:
