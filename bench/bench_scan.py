@@ -48,5 +48,6 @@ def main(path: Path) -> dict:
     return {"mb": sum(map(len, pieces)) / 1e6, "inflate": inputs._inflate_mod.__name__, "gunzip_cpu_s": gunzip,
             "scan_cpu_s": scan}
 
+
 if __name__ == "__main__":
     print(json.dumps(main(Path(sys.argv[1]))))

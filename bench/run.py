@@ -116,7 +116,8 @@ def hot_spots(doc: dict, top: int = 15) -> list[tuple[str, float]]:
     def walk(node: dict) -> None:
         kids = node.get("children") or []
         own = node["time"] - sum(c["time"] for c in kids)
-        self_time[_key(node)] = self_time.get(_key(node), 0.0) + max(own, 0.0)
+        key = _key(node)
+        self_time[key] = self_time.get(key, 0.0) + max(own, 0.0)
         for c in kids:
             walk(c)
 
