@@ -2,6 +2,7 @@ from __future__ import annotations
 
 import collections
 
+import numpy as np
 import polars as pl
 import pytest
 from conftest import load, raw_events
@@ -149,3 +150,27 @@ def test_string_ids_as_the_series_steps_give_them() -> None:
     assert got.gather(pos).to_list() == want.to_list()
     assert got.to_list()[:3] == [100, 12, -3] and got[0] == 100 and got[-1] == base[-1]
     assert got.gather(pos).to_list()[2:4] == [7, -2] and all(v < -9 for v in got.gather(pos).to_list()[4:])
+
+
+@pytest.mark.parametrize("rel", ["gpu_h200/train_tinygpt_modules.json.gz",
+                                 "kineto_resnet50/resnet50_num_workers_0/worker0.1623143089861.pt.trace.json.gz"])
+def test_first_set_is_coalesce_and_shares_a_lone_column(rel):
+    """`loader._first_set` (coalesce without the parts that cannot matter) gives `pl.coalesce`'s column for
+    parts all null, partly null, never null and of another type (a String column casts to nulls); with one part
+    left, the frame holds that column's own buffer."""
+    from itertools import permutations
+
+    from traceview.loader import _first_set, _to_int_expr
+
+    h = load(rel).host.with_columns(none=pl.lit(None, pl.Int64), name_i=pl.col("name"))
+    kinds = {"none": 0, "correlation": 0, "pid": 0, "name_i": 0}
+    for c in kinds:
+        kinds[c] = h[c].null_count()
+    assert kinds["none"] == h.height and 0 < kinds["correlation"] < h.height and kinds["pid"] == 0
+    for k in range(1, 4):
+        for parts in permutations(kinds, k):
+            want = h.select(pl.coalesce([_to_int_expr(c) for c in parts]).alias("x"))["x"]
+            got = h.with_columns(x=_first_set(h, *parts))["x"]  # (as the loader uses it)
+            assert got.dtype == pl.Int64 and got.equals(want), parts
+    alone = h.with_columns(x=_first_set(h, h["none"], "pid", "correlation"))["x"]
+    assert np.shares_memory(alone.to_numpy(), h["pid"].to_numpy())  # (zero-copy views: no nulls)

@@ -26,7 +26,7 @@ import polars as pl
 
 from . import argtables as at
 from . import decode as d
-from . import fastscan, lax
+from . import fastscan, heap, lax
 from .analyses.names import contains as name_matches
 from .analyses.rowid import locate
 from .analyses.tree import call_tree, enclosing_op
@@ -300,7 +300,7 @@ def load_file(path: str | Path, max_bytes: int = DEFAULT_MAX_BYTES,
     host = _ensure(_host_args(ev_args, host, issues), _HOST_FIELDS, binary=_RAW_ATTRS)
     # (lazy chains and Series ops in this part: a small trace's load is mostly the fixed cost of each polars query)
     host = host.lazy().with_columns(
-        external_id=pl.coalesce(_to_int_expr("external_id"), _to_int_expr("external_id_old")),
+        external_id=_first_set(host, "external_id", "external_id_old"),
         kind=pl.col("kind").cast(pl.String), size=pl.col("size").cast(pl.String),
     ).drop("external_id_old", "ph", "nargs").collect(**_IN_MEMORY)
     gargs = _args_frame(ev_args, _with_args(gpu), at.GPU, issues)
@@ -354,10 +354,15 @@ def load_file(path: str | Path, max_bytes: int = DEFAULT_MAX_BYTES,
     if why:
         warnings.append(why)
     meta = replace(_meta(path, doc, fmt, t0_us, counts, warnings, steps, rocm, host, gpu), manifest=manifest)
-    return Trace(meta=meta, host=conform("host", host), gpu=conform("gpu", gpu),
-                 gpu_annotations=conform("gpu_annotations", gann), memory=conform("memory", mem),
-                 flows=conform("flows", flows), steps=conform("steps", steps.drop("synthetic")),
-                 threads=conform("threads", threads))
+    trace = Trace(meta=meta, host=conform("host", host), gpu=conform("gpu", gpu),
+                  gpu_annotations=conform("gpu_annotations", gann), memory=conform("memory", mem),
+                  flows=conform("flows", flows), steps=conform("steps", steps.drop("synthetic")),
+                  threads=conform("threads", threads))
+    # the load's freed numpy temporaries (the call tree's: ~45 bytes a host row) stay in the C heap, and the
+    # reader threads' heaps stay with them: arrays larger than glibc's mmap threshold (32 MiB at most) never
+    # reuse those pages, so on large traces they sat under the whole analysis (10 M events: ~70 MiB of its peak)
+    heap.release(host.height + gpu.height)
+    return trace
 
 
 # the base columns each frame is cut with (ts_us / dur_us become int64 ns ts / dur, and end); host and GPU rows
@@ -598,6 +603,23 @@ def _to_int_expr(c: str) -> pl.Expr:
     return pl.col(c).cast(pl.Int64, strict=False)
 
 
+def _first_set(df: pl.DataFrame, *parts: str | pl.Series | None) -> pl.Expr | pl.Series:
+    """`pl.coalesce` of `parts` (columns of `df` by name, cast as `_to_int_expr` does, or Int64 Series) without
+    the parts that hold no value and those after one that holds every value: with one part left, that column
+    itself (its buffer shared, not copied: on traces whose events carry few args the usual case)."""
+    kept: list[pl.Expr | pl.Series] = []
+    for p in parts:
+        s = df[p] if isinstance(p, str) else p
+        if s is None or s.null_count() == s.len():
+            continue
+        kept.append(_to_int_expr(p) if isinstance(p, str) else p)
+        if s.dtype == pl.Int64 and not s.null_count():  # (a cast of another type may make nulls)
+            break
+    if not kept:
+        return pl.lit(None, pl.Int64)
+    return kept[0] if len(kept) == 1 else pl.coalesce(kept)
+
+
 def _ensure(df: pl.DataFrame, fields: dict[str, str], binary: tuple[str, ...] = ()) -> pl.DataFrame:
     missing = [c for c in fields if c not in df.columns]
     return df.with_columns([pl.lit(None, pl.Binary if c in binary else pl.Int64).alias(c) for c in missing])
@@ -605,10 +627,10 @@ def _ensure(df: pl.DataFrame, fields: dict[str, str], binary: tuple[str, ...] = 
 
 def _finish_gpu(gpu: pl.DataFrame, host: pl.DataFrame) -> pl.DataFrame:
     gpu = gpu.lazy().with_columns(
-        external_id=pl.coalesce(_to_int_expr("external_id"), _to_int_expr("external_id_old")),
-        device=pl.coalesce(_to_int(gpu["a_device"]) if "a_device" in gpu.columns else None,
-                           _to_int(gpu["from_device"]), pl.col("pid")),
-        stream=pl.coalesce(_to_int(gpu["a_stream"]), pl.col("tid")),
+        external_id=_first_set(gpu, "external_id", "external_id_old"),
+        device=_first_set(gpu, _to_int(gpu["a_device"]) if "a_device" in gpu.columns else None,
+                          _to_int(gpu["from_device"]), "pid"),
+        stream=_first_set(gpu, _to_int(gpu["a_stream"]), "tid"),
         bytes=_to_int(gpu["bytes"]),
         blocks_per_sm=_to_float(gpu["blocks_per_sm"]),
         occupancy=_to_float(gpu["occupancy"]),
