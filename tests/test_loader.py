@@ -174,3 +174,22 @@ def test_first_set_is_coalesce_and_shares_a_lone_column(rel):
             assert got.dtype == pl.Int64 and got.equals(want), parts
     alone = h.with_columns(x=_first_set(h, h["none"], "pid", "correlation"))["x"]
     assert np.shares_memory(alone.to_numpy(), h["pid"].to_numpy())  # (zero-copy views: no nulls)
+
+
+def test_gpu_columns_equal_to_pid_tid_share_their_buffers():
+    """A kernel's device/stream args repeat its pid/tid: the GPU frame holds one buffer for each pair (the values
+    checked against the raw events); a column that differs somewhere, or by type, keeps its own."""
+    from traceview.loader import _share_equal
+
+    rel = "gpu_h200_compile/compile_recompile_every_step.json.gz"
+    g = load(rel).gpu
+    assert g.height >= 4096
+    kernels = [e for e in raw_events(rel) if e.get("cat") == "kernel"]
+    assert all(e["args"]["device"] == e["pid"] and e["args"]["stream"] == e["tid"] for e in kernels)
+    for c, other in (("device", "pid"), ("stream", "tid")):
+        assert np.shares_memory(g[c].to_numpy(), g[other].to_numpy())
+    assert not np.shares_memory(g["external_id"].to_numpy(), g["correlation"].to_numpy())  # (2.4+: they differ)
+    odd = g.with_columns(pl.col("pid").cast(pl.Int32).alias("p32"), (pl.col("pid") + (pl.int_range(pl.len()) == 7)).alias("p1"))
+    out = _share_equal(odd, {"p32": "pid", "p1": "pid"})
+    assert out.schema["p32"] == pl.Int32 and not np.shares_memory(out["p1"].to_numpy(), out["pid"].to_numpy())
+    assert out.equals(odd)

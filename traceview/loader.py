@@ -348,6 +348,7 @@ def load_file(path: str | Path, max_bytes: int = DEFAULT_MAX_BYTES,
             end=pl.min_horizontal("end", pl.col("ts").shift(-1).over("device", "stream").fill_null(pl.col("end")))
         ).with_columns(dur=pl.col("end") - pl.col("ts"))
 
+    gpu = _share_equal(gpu, {"device": "pid", "stream": "tid", "external_id": "correlation"})
     warnings.extend(lax.describe(issues, "args"))
     steps = _steps(host, gpu, warnings)
     manifest, why = read_manifest(path.parent) if str(path) != STDIN else (None, None)  # a `traceview collect` run
@@ -618,6 +619,16 @@ def _first_set(df: pl.DataFrame, *parts: str | pl.Series | None) -> pl.Expr | pl
     if not kept:
         return pl.lit(None, pl.Int64)
     return kept[0] if len(kept) == 1 else pl.coalesce(kept)
+
+
+def _share_equal(df: pl.DataFrame, pairs: dict[str, str]) -> pl.DataFrame:
+    """`df` with each column `c` of `pairs` that equals column `pairs[c]` on every row made a view of it (polars
+    buffers are shared, copied on write): a GPU activity's device and stream args repeat its pid and tid, and
+    older traces copy the correlation into External id, so each held a second copy of those values."""
+    if df.height < _SMALL_ROWS:
+        return df
+    same = [df[other].alias(c) for c, other in pairs.items() if df[c].equals(df[other], check_dtypes=True)]
+    return df.with_columns(same) if same else df
 
 
 def _ensure(df: pl.DataFrame, fields: dict[str, str], binary: tuple[str, ...] = ()) -> pl.DataFrame:
