@@ -262,7 +262,16 @@ def load_file(path: str | Path, max_bytes: int = DEFAULT_MAX_BYTES,
               on_stage: Callable[[str], None] | None = None) -> Trace:
     """Load one trace file ('-': stdin). At most `max_bytes` of (decompressed) JSON are held.
     `on_stage("decoding")` is called once the bytes are read (progress display)."""
-    path = Path(path)
+    trace = _load_file(Path(path), max_bytes, on_stage)
+    # the load's freed numpy temporaries (the call tree's: ~45 bytes a host row) stay in the C heap, and the
+    # reader threads' heaps stay with them: arrays larger than glibc's mmap threshold (32 MiB at most) never
+    # reuse those pages, so on large traces they sat under the whole analysis (10 M events: ~70 MiB of its peak).
+    # (Here, once the load's locals are gone.)
+    heap.release(trace.host.height + trace.gpu.height)
+    return trace
+
+
+def _load_file(path: Path, max_bytes: int, on_stage: Callable[[str], None] | None) -> Trace:
     issues: Counter = Counter()  # args values coerced or dropped (reported once per kind)
     fast, data, warnings = _scan_input(path, max_bytes)  # C scanner, streamed (None: msgspec path on `data`)
     if on_stage is not None:
@@ -355,15 +364,10 @@ def load_file(path: str | Path, max_bytes: int = DEFAULT_MAX_BYTES,
     if why:
         warnings.append(why)
     meta = replace(_meta(path, doc, fmt, t0_us, counts, warnings, steps, rocm, host, gpu), manifest=manifest)
-    trace = Trace(meta=meta, host=conform("host", host), gpu=conform("gpu", gpu),
-                  gpu_annotations=conform("gpu_annotations", gann), memory=conform("memory", mem),
-                  flows=conform("flows", flows), steps=conform("steps", steps.drop("synthetic")),
-                  threads=conform("threads", threads))
-    # the load's freed numpy temporaries (the call tree's: ~45 bytes a host row) stay in the C heap, and the
-    # reader threads' heaps stay with them: arrays larger than glibc's mmap threshold (32 MiB at most) never
-    # reuse those pages, so on large traces they sat under the whole analysis (10 M events: ~70 MiB of its peak)
-    heap.release(host.height + gpu.height)
-    return trace
+    return Trace(meta=meta, host=conform("host", host), gpu=conform("gpu", gpu),
+                 gpu_annotations=conform("gpu_annotations", gann), memory=conform("memory", mem),
+                 flows=conform("flows", flows), steps=conform("steps", steps.drop("synthetic")),
+                 threads=conform("threads", threads))
 
 
 # the base columns each frame is cut with (ts_us / dur_us become int64 ns ts / dur, and end); host and GPU rows
