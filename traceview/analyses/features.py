@@ -8,6 +8,7 @@ from dataclasses import dataclass
 
 import polars as pl
 
+from ..memo import per_trace
 from ..model import RUNTIME_CATS, Trace
 
 GRAPH_LAUNCH_RE = r"^(cuda|hip)GraphLaunch(_v\d+)?$|^cuGraphLaunch(_v\d+)?$"
@@ -42,13 +43,19 @@ class Features:
 _DISTINCT_MIN = 4096
 
 
+@per_trace
+def host_names(trace: Trace, cat: str) -> pl.Series:
+    """The distinct names of the host events of category `cat` (a few hundred over every event: a rule tests its
+    regex on them first, and scans the rows only when some name matches)."""
+    return trace.host.select("cat", "name").filter(pl.col("cat") == cat)["name"].unique()
+
+
 def detect(trace: Trace, kb: pl.DataFrame | None = None) -> Features:
     """The trace's features; `kb` (the roofline per kernel, classify.kernel_bound) adds operand widths: a
     kernel with <= 2-byte operands is low precision even when its name does not say so."""
-    h = trace.host.select("cat", "name")
     # distinct names: every test below asks whether any name matches
-    ops = h.filter(pl.col("cat").is_in(["cpu_op", "user_annotation"]))["name"].unique()
-    rt = h.filter(pl.col("cat").is_in(RUNTIME_CATS))["name"].unique()
+    ops = pl.concat([host_names(trace, "cpu_op"), host_names(trace, "user_annotation")])
+    rt = trace.host.select("cat", "name").filter(pl.col("cat").is_in(RUNTIME_CATS))["name"].unique()
     k = trace.gpu[["kind", "name"]].filter(pl.col("kind") == "compute")
     # kernel names: each distinct name once with its count (a few dozen names over every kernel)
     if k.height >= _DISTINCT_MIN:
