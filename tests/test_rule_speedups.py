@@ -141,3 +141,15 @@ def test_low_precision_gemm_count_is_the_row_count(rel):
                     & pl.col("name").str.contains(r"(?i)gemm|xmma|cutlass|nvjet|conv")).height
     assert fp32_gemm._count_low_precision_gemms(g) == want
     assert (want > 0) == ("bf16" in rel)
+
+
+@pytest.mark.parametrize("rel", ["nccl_h200x2/ddp_balanced/rank0.1795959685011564177.pt.trace.json.gz",
+                                 "gpu_h200/train_tinygpt_modules.json.gz"])
+def test_next_on_stream_is_the_per_stream_shift(rel):
+    from traceview.rules.gemm_epilogue import _next_on_stream
+
+    g = load(rel).gpu.select("i", "device", "stream", "ts", "op").sort("device", "stream", "ts", maintain_order=True)
+    for n in (1, 2):
+        want = g.select(pl.col("i").shift(-n).over("device", "stream"))["i"]
+        assert g.select(_next_on_stream("i", n))["i"].equals(want)
+        assert want.null_count() >= n * g.select("device", "stream").n_unique()  # each stream's last rows: none
