@@ -153,3 +153,18 @@ def test_next_on_stream_is_the_per_stream_shift(rel):
         want = g.select(pl.col("i").shift(-n).over("device", "stream"))["i"]
         assert g.select(_next_on_stream("i", n))["i"].equals(want)
         assert want.null_count() >= n * g.select("device", "stream").n_unique()  # each stream's last rows: none
+
+
+@pytest.mark.parametrize("rel", CHAIN_TRACES + [COMPILE])
+def test_events_per_step_is_the_per_category_count(rel):
+    from traceview.analyses.overhead import COST_US, events_per_step
+    from traceview.model import RUNTIME_CATS
+
+    t = load(rel)
+    lo, hi = int(t.steps["cpu_ts"].min()), int(t.steps["cpu_end"].max())
+    per_cat = dict(t.host.filter((pl.col("ts") >= lo) & (pl.col("ts") < hi)).group_by("cat").len().iter_rows())
+    kinds = {"op": ["cpu_op", "user_annotation"], "runtime": list(RUNTIME_CATS), "python": ["python_function"]}
+    want = {k: round(sum(per_cat.get(c, 0) for c in cats) / t.steps.height, 1) for k, cats in kinds.items()}
+    got = events_per_step(t, t.steps)
+    assert got == want and list(got) == list(COST_US)
+    assert got["op"] > 0 and got["runtime"] > 0
