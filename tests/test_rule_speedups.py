@@ -168,3 +168,47 @@ def test_events_per_step_is_the_per_category_count(rel):
     got = events_per_step(t, t.steps)
     assert got == want and list(got) == list(COST_US)
     assert got["op"] > 0 and got["runtime"] > 0
+
+
+def _features_by_name_tests(t, kb):
+    """features.detect as first written: each distinct-name test its own query, cpu ops and annotations together."""
+    from traceview.analyses import features as F
+    from traceview.model import RUNTIME_CATS
+
+    h = t.host.select("cat", "name")
+    ops = h.filter(pl.col("cat").is_in(["cpu_op", "user_annotation"]))["name"].unique()
+    rt = h.filter(pl.col("cat").is_in(RUNTIME_CATS))["name"].unique()
+    kn = t.gpu.filter(pl.col("kind") == "compute")["name"]
+    dl = ops.filter(ops.str.starts_with("enumerate(DataLoader)#"))
+    workers = None
+    if dl.len():
+        workers = bool(dl.str.contains(F.WORKERS_RE).any()) or not bool(dl.str.contains(F.SINGLE_PROCESS_RE).any())
+    return F.Features(
+        cuda_graphs=bool(rt.str.contains(F.GRAPH_LAUNCH_RE).any() or t.gpu["graph"].fill_null(False).any()),
+        compiled=bool(ops.str.contains(F.COMPILED_REGION_RE).any()),
+        triton_kernels=int(kn.str.contains(F.TRITON_RE).sum()),
+        compiling=bool(ops.str.contains(F.COMPILE_RE).any()),
+        fused_optimizer=bool(ops.str.contains(F.FUSED_OPT_RE).any() or kn.str.contains(r"(?i)fused_adam|fused_sgd").any()),
+        foreach_optimizer=bool(ops.str.contains(F.FOREACH_RE).any()),
+        low_precision=bool(kn.str.contains(F.LOW_PRECISION_RE).any() or bool((kb["bpe"] <= 2).any())),
+        dataloader_workers=workers)
+
+
+FEATURE_TRACES = [COMPILE, SINGLE_TENSOR, _one("collected2/adamw_fused/*.pt.trace.json.gz"),
+                  _one("collected2/tiny_ops_n64_cudagraph/*.pt.trace.json.gz"),
+                  _one("collected2/cnn_input_nw8/*.pt.trace.json.gz"), *CHAIN_TRACES]
+
+
+def test_features_match_one_query_per_name_test():
+    from traceview import classify
+    from traceview.analyses.features import detect
+
+    seen = set()
+    for rel in FEATURE_TRACES:
+        t = load(rel)
+        kb = classify.kernel_bound(t)
+        got = detect(t, kb)
+        assert got == _features_by_name_tests(t, kb), rel
+        seen |= {k for k, v in got.to_dict().items() if v}
+    # every feature is present in some trace: each test is exercised both ways
+    assert seen == set(detect(load(CHAIN_TRACES[0])).to_dict())

@@ -68,14 +68,21 @@ def detect(trace: Trace, kb: pl.DataFrame | None = None) -> Features:
     workers = None
     if dl.len():
         workers = bool(dl.str.contains(WORKERS_RE).any()) or not bool(dl.str.contains(SINGLE_PROCESS_RE).any())
+    o = _any(ops, compiled=COMPILED_REGION_RE, compiling=COMPILE_RE, fused=FUSED_OPT_RE, foreach=FOREACH_RE)
+    kt = _any(kn, fused=r"(?i)fused_adam|fused_sgd", low=LOW_PRECISION_RE)
     return Features(
         cuda_graphs=bool(rt.str.contains(GRAPH_LAUNCH_RE).any() or trace.gpu["graph"].fill_null(False).any()),
-        compiled=bool(ops.str.contains(COMPILED_REGION_RE).any()),
+        compiled=o["compiled"],
         triton_kernels=triton,
-        compiling=bool(ops.str.contains(COMPILE_RE).any()),
-        fused_optimizer=bool(ops.str.contains(FUSED_OPT_RE).any() or kn.str.contains(r"(?i)fused_adam|fused_sgd").any()),
-        foreach_optimizer=bool(ops.str.contains(FOREACH_RE).any()),
-        low_precision=bool(kn.str.contains(LOW_PRECISION_RE).any()
-                           or (kb is not None and "bpe" in kb.columns and bool((kb["bpe"] <= 2).any()))),
+        compiling=o["compiling"],
+        fused_optimizer=o["fused"] or kt["fused"],
+        foreach_optimizer=o["foreach"],
+        low_precision=kt["low"] or (kb is not None and "bpe" in kb.columns and bool((kb["bpe"] <= 2).any())),
         dataloader_workers=workers,
     )
+
+
+def _any(names: pl.Series, **patterns: str) -> dict[str, bool]:
+    """Whether some value of `names` matches each of `patterns` (null never matches): one query for all."""
+    got = pl.DataFrame([names.alias("n")]).select(**{k: pl.col("n").str.contains(p).any() for k, p in patterns.items()})
+    return {k: bool(v) for k, v in got.row(0, named=True).items()}
