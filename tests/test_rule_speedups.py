@@ -212,3 +212,21 @@ def test_features_match_one_query_per_name_test():
         seen |= {k for k, v in got.to_dict().items() if v}
     # every feature is present in some trace: each test is exercised both ways
     assert seen == set(detect(load(CHAIN_TRACES[0])).to_dict())
+
+
+@pytest.mark.parametrize("rel", ["gpu_h200_memory/memory_pressure_empty_cache.json.gz",
+                                 _one("kineto_resnet50/resnet50_num_workers_0/*.pt.trace.json.gz")])
+def test_memory_events_fill_totals_only_where_missing(rel):
+    from traceview.analyses import memory
+    from traceview.analyses.windows import host_step_of
+
+    t = load(rel)
+    m = t.memory.filter(pl.col("device_type") == memory.GPU_DEVICE_TYPE).select(
+        "ts", "tid", "bytes", "total_allocated", "total_reserved", pl.col("device_id").alias("device"))
+    run = pl.col("bytes").cum_sum().over("device")
+    want = m.sort("ts").with_columns(total_allocated=pl.col("total_allocated").fill_null(
+        run - run.min().over("device").clip(upper_bound=0)))
+    want = host_step_of(want, t.steps, "ts").filter(pl.col("step").is_not_null()).sort("ts")
+    got = memory.gpu_events(t, t.steps)
+    assert got.equals(want) and got.height > 0
+    assert (m["total_allocated"].null_count() == m.height) == ("kineto" in rel)  # both paths
