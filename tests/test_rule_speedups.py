@@ -230,3 +230,12 @@ def test_memory_events_fill_totals_only_where_missing(rel):
     got = memory.gpu_events(t, t.steps)
     assert got.equals(want) and got.height > 0
     assert (m["total_allocated"].null_count() == m.height) == ("kineto" in rel)  # both paths
+
+
+def test_memory_step_summary_once_per_host_spans():
+    from traceview.analyses import memory
+
+    t = load("gpu_h200_memory/memory_pressure_empty_cache.json.gz")
+    got = memory.step_summary(t, t.steps)
+    assert got is memory.step_summary(t, t.steps.select("step", "cpu_ts", "cpu_end"))  # one computation
+    assert got.equals(memory.per_step(memory.gpu_events(t, t.steps))) and got.height > 0

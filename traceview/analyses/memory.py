@@ -51,6 +51,13 @@ def per_step(ev: pl.DataFrame) -> pl.DataFrame:
         .sort("device", "step"))
 
 
+@per_windows("step", "cpu_ts", "cpu_end")
+def step_summary(trace: Trace, steps: pl.DataFrame) -> pl.DataFrame:
+    """`per_step` of `gpu_events(trace, steps)`, once per (trace, host spans): the memory section and the
+    memory-pressure rule both read it."""
+    return per_step(gpu_events(trace, steps))
+
+
 def timeline(ev: pl.DataFrame, steps: pl.DataFrame, points: int = 50) -> pl.DataFrame:
     """Allocated and reserved over time, at most `points` per step and device (the maximum of each slice of
     the step's host span, so peaks survive): [device, step, ts, allocated, reserved]."""
