@@ -239,3 +239,14 @@ def test_memory_step_summary_once_per_host_spans():
     got = memory.step_summary(t, t.steps)
     assert got is memory.step_summary(t, t.steps.select("step", "cpu_ts", "cpu_end"))  # one computation
     assert got.equals(memory.per_step(memory.gpu_events(t, t.steps))) and got.height > 0
+
+
+@pytest.mark.parametrize("rel", CHAIN_TRACES)
+def test_classification_with_the_callers_shares_is_the_same(rel):
+    from traceview import classify
+
+    t = load(rel)
+    ctx, _ = RuleContext.prepare(t, t.steps)
+    own = classify.classification(t, ctx.steps, ctx.part, ctx.kb)
+    assert classify.classification(t, ctx.steps, ctx.part, ctx.kb, classify.shares(ctx.part)) == own
+    assert own["steps"] and own["dominant"]
