@@ -196,7 +196,7 @@ def _analyze_trace(trace: Trace, options: Options) -> tuple[dict, pl.DataFrame, 
         findings, warns = run_rules(ctx, options)
         warnings.extend(warns)  # rules that failed
     else:
-        from . import cpu_view  # (traces without GPU activity only)
+        from . import cpu_view  # (traces without GPU activity only; `host` is set only here)
 
         warnings.append("no GPU activity in this trace (CPU-only): the report analyzes host (CPU) time (JSON `cpu`)")
         host = cpu_view.prepare(trace, steps)
@@ -209,20 +209,14 @@ def _analyze_trace(trace: Trace, options: Options) -> tuple[dict, pl.DataFrame, 
     entry["classification"] = classification = classification_section(ctx, findings)
     entry["findings"] = findings
     entry["verdict_text"] = (verdict_text(classification, analysed.height, findings) if ctx
-                             else _cpu_view().verdict(trace, steps, host, findings) if host else None)
+                             else cpu_view.verdict(trace, steps, host, findings) if host else None)
     entry["profiling"] = profiling_section(trace, analysed, classification.get("dominant"), ctx,
                                            classification.get("primary"))
     entry["memory"] = memory_section(trace, analysed) if trace.has_gpu else None
     entry["projection"] = projection_section(ctx, findings, entry["profiling"], options)
-    entry["cpu"] = _cpu_view().section(trace, steps, host) if host else None
+    entry["cpu"] = cpu_view.section(trace, steps, host) if host else None
     entry["warnings"] = aggregate_warnings(entry["warnings"])  # one line per kind, not one per step
     return entry, analysed, ctx.part if ctx else None
-
-
-def _cpu_view() -> Any:
-    from . import cpu_view
-
-    return cpu_view
 
 
 def _part(trace: Trace, steps: pl.DataFrame, ctx: RuleContext | None) -> pl.DataFrame | None:
