@@ -44,6 +44,7 @@ shortest kernel of the chain (a fused kernel still costs one launch). Without sh
 
 from __future__ import annotations
 
+import numpy as np
 import polars as pl
 
 from traceview.analyses.features import Features
@@ -124,25 +125,36 @@ def chains(trace, steps: pl.DataFrame, kb: pl.DataFrame, min_kernels: int = 2) -
     # run is one integer key and the chains are numbered by it, in (device, stream, time) order
     new_stream = pl.any_horizontal(pl.col(c).ne_missing(pl.col(c).shift()) for c in ("device", "stream"))
     brk = (~pl.col("_elem") | (pl.col("step") != pl.col("step").shift()).fill_null(True) | new_stream)
-    g = g.with_columns(_run=brk.cast(pl.Int64).cum_sum())
-    g = g.filter(pl.col("_elem")).with_columns(k=pl.len().over("_run"), pos=pl.int_range(pl.len()).over("_run"))
-    g = g.filter(pl.col("k") >= min_kernels)
+    g = g.with_columns(_run=brk.cast(pl.Int64).cum_sum()).filter(pl.col("_elem"))
+    g = g.with_columns(_run_lengths_positions(g["_run"].to_numpy())).filter(pl.col("k") >= min_kernels)
     g = g.with_columns(chain=pl.col("_run").rank("dense"))
     return g.select("chain", "step", "device", "stream", "i", "name", "op_name", "ts", "end", "dur", "bytes",
                     "in0_bytes", "extra_bytes", "out_bytes", "pos", "k")
 
 
+def _run_lengths_positions(run: np.ndarray) -> list[pl.Series]:
+    """[k, pos]: the length of each row's run and its position in it, for run keys that come in contiguous runs
+    (as `pl.len().over(run)` and `pl.int_range(pl.len()).over(run)`, without a per-group evaluation: ~15x)."""
+    n = run.size
+    starts = np.flatnonzero(np.r_[True, run[1:] != run[:-1]]) if n else np.zeros(0, np.int64)
+    lengths = np.diff(np.r_[starts, n])
+    return [pl.Series("k", np.repeat(lengths, lengths), pl.UInt32),
+            pl.Series("pos", np.arange(n) - np.repeat(starts, lengths), pl.Int64)]
+
+
 def per_chain(ch: pl.DataFrame) -> pl.DataFrame:
-    """One row per chain with its time, bytes, fused time and savings (see the module doc)."""
-    per = ch.group_by("chain").agg(
+    """One row per chain with its time, bytes, fused time and savings (see the module doc). `ch` as `chains`
+    gives it: each chain's kernels together and in order, chains in order (a group keeps its rows' order: no
+    sort by `pos` inside each group, no sort of the groups)."""
+    per = ch.group_by("chain", maintain_order=True).agg(
         pl.col("step").first(), pl.col("device").first(), pl.col("stream").first(), pl.col("k").first(),
         pl.col("ts").min(), pl.col("end").max(), pl.col("dur").sum().alias("time"), pl.col("dur").min().alias("min_dur"),
         pl.col("bytes").sum().alias("bytes"), pl.col("bytes").is_null().any().alias("_nob"),
         # fused kernel: first input + every distinct extra input + last output
-        (pl.col("in0_bytes").sort_by("pos").first() + pl.col("extra_bytes").fill_null(0).sum()
-         + pl.col("out_bytes").sort_by("pos").last()).alias("fused_bytes"),
-        pl.col("op_name").fill_null("?").sort_by("pos").str.join(" → ").alias("ops"),
-        pl.col("name").sort_by("pos").alias("kernels"), pl.col("i").alias("ids")).sort("chain")
+        (pl.col("in0_bytes").first() + pl.col("extra_bytes").fill_null(0).sum()
+         + pl.col("out_bytes").last()).alias("fused_bytes"),
+        pl.col("op_name").fill_null("?").str.join(" → ").alias("ops"),
+        pl.col("name").alias("kernels"), pl.col("i").alias("ids"))
     known = ~pl.col("_nob") & (pl.col("bytes") > 0) & pl.col("fused_bytes").is_not_null()
     fused_time = pl.when(known).then(
         pl.max_horizontal(pl.col("time").cast(pl.Float64) * pl.col("fused_bytes") / pl.col("bytes"), pl.col("min_dur")))
@@ -177,7 +189,9 @@ def _removes(ctx: RuleContext) -> pl.DataFrame:
     k = ch.join(per, on="chain").select("i", (pl.col("dur") * pl.col("_r")).cast(pl.Int64).alias("new_dur"))
     tails = shrink_kernels(ctx.trace, k, sync_calls(ctx.trace))
     # the gaps inside each chain, and the host time of the ops that launched its 2nd..kth kernels
-    g = ch.sort("chain", "pos").with_columns(_gts=pl.col("end").shift().over("chain"))
+    # `chains` gives each chain's kernels together, in order (pos 0, 1, ...): the previous row's end is the end of
+    # the chain's previous kernel wherever pos > 0 (the only rows read below)
+    g = ch.with_columns(_gts=pl.col("end").shift())
     g = join_by_id(g, "i", ctx.trace.gpu, pl.col("op").alias("_op"))
     g = join_by_id(g, "_op", ctx.trace.host, pl.col("dur").alias("_host"))
     g = g.filter(pl.col("pos") > 0).with_columns(_gap=(pl.col("ts") - pl.col("_gts")).clip(lower_bound=0))

@@ -91,7 +91,7 @@ def fp32_kernels(ctx: RuleContext, short_us: float = 10.0) -> pl.DataFrame:
     spec = ctx.spec
     g = ctx.trace.gpu.select("i", "name", "kind", "ts", "end", "dur")  # (a filter copies every column it has)
     k = g.filter((pl.col("kind") == "compute") & (pl.col("ts") >= ctx.lo) & (pl.col("ts") < ctx.hi)
-                 & contains(g, FP32_KERNEL_RE) & ~contains(g, TC_KERNEL_RE))
+                 & contains(g, FP32_KERNEL_RE, unless=TC_KERNEL_RE))
     k = k.select("i", "name", "ts", "end", "dur").join(ctx.kb.select("i", "op_name", "flops", "bytes", "bpe"),
                                                         on="i", how="left")
     # an op whose inputs are recorded as 16-bit is not an FP32 GEMM, whatever its kernel is called
@@ -110,6 +110,14 @@ def fp32_kernels(ctx: RuleContext, short_us: float = 10.0) -> pl.DataFrame:
 
     return k.with_columns(new_dur=scaled(spec.fp32_tflops / spec.tf32_tflops, floor),
                           bf16_dur=scaled(spec.fp32_tflops / spec.tc_tflops, floor / 2)).drop("_c")
+
+
+def _count_low_precision_gemms(gpu: pl.DataFrame) -> int:
+    """The compute kernels of `gpu` that are 16-bit/FP8 GEMMs or convolutions (the regexes on each distinct name
+    once, with its count)."""
+    names = gpu.select("kind", "name").filter(pl.col("kind") == "compute")["name"].value_counts()
+    hit = pl.col("name").str.contains(LOW_PRECISION_RE) & pl.col("name").str.contains(r"(?i)gemm|xmma|cutlass|nvjet|conv")
+    return int(names.filter(hit)["count"].sum())
 
 
 def removes(ctx: RuleContext, finding: dict | None = None) -> pl.DataFrame:
@@ -137,9 +145,7 @@ def check(ctx: RuleContext) -> list[Finding]:
     achieved = float(flops["flops"].sum()) / (float(flops["dur"].sum()) / 1e9) if flops.height else None
     ops = (k.group_by("op_name").agg(pl.len().alias("count"), pl.col("dur").sum())
            .sort(["dur", "op_name"], descending=[True, False], nulls_last=True).head(5))
-    g = ctx.trace.gpu.select("kind", "name")
-    low = g.filter((pl.col("kind") == "compute") & contains(g, LOW_PRECISION_RE)
-                   & contains(g, r"(?i)gemm|xmma|cutlass|nvjet|conv"))
+    low = _count_low_precision_gemms(ctx.trace.gpu)
     evidence = {
         "kernels": k.height, "kernel_time_us": round(cost / 1000, 3),
         "top_kernel": str(k.sort(["dur", "i"], descending=[True, False])["name"][0])[:160],
@@ -150,8 +156,8 @@ def check(ctx: RuleContext) -> list[Finding]:
         "predicted_tf32_time_us": round(float(k["new_dur"].sum()) / 1000, 3),
         "predicted_bf16_time_us": round(float(k["bf16_dur"].sum()) / 1000, 3),
         "savings_per_step_us": {str(s): round(r / 1000, 3) for s, r in per.rows()},
-        "bf16_gemms_in_trace": low.height,
+        "bf16_gemms_in_trace": low,
     }
     steps = per.filter(pl.col("removed") > 0)["step"].to_list()
     return [ctx.finding(cost_ns=cost, savings_ns=savings, count=k.height, steps=steps, evidence=evidence,
-                        fix=FIX_AUTOCAST if low.height else FIX, kernel_ids=k["i"])]
+                        fix=FIX_AUTOCAST if low else FIX, kernel_ids=k["i"])]

@@ -92,6 +92,13 @@ def _shapes(raw: pl.Series) -> pl.DataFrame:
     return pl.DataFrame({"_raw": raw.to_list(), "_d": out}, schema={"_raw": pl.String, "_d": _DIMS})
 
 
+def _next_on_stream(col: str, n: int) -> pl.Expr:
+    """`col` of the n-th next row on the same (device, stream), for rows sorted by them (each stream's rows
+    together): `pl.col(col).shift(-n).over("device", "stream")` without a per-group window (~3x)."""
+    same = pl.all_horizontal(pl.col(k).shift(-n).eq_missing(pl.col(k)) for k in ("device", "stream"))
+    return pl.when(same).then(pl.col(col).shift(-n))
+
+
 def epilogues(ctx: RuleContext) -> pl.DataFrame:
     """One row per epilogue kernel: [gemm_i, i, gemm_op, op, role, ts, end, dur, bytes, step]."""
     g = ctx.trace.gpu[["i", "kind", "device", "stream", "ts", "end", "dur", "op"]].filter(
@@ -101,8 +108,7 @@ def epilogues(ctx: RuleContext) -> pl.DataFrame:
     if not g["op_name"].is_in(GEMM_OPS).any():  # no GEMM: nothing to look after
         return pl.DataFrame()
     g = g.sort("device", "stream", "ts", maintain_order=True)  # (stable: 5x faster here, ties in input order)
-    nxt = lambda c, n: pl.col(c).shift(-n).over("device", "stream")  # noqa: E731
-    g = g.with_columns(*[nxt(c, n).alias(f"{c}{n}") for n in (1, 2) for c in ("i", "op_name", "op")])
+    g = g.with_columns(*[_next_on_stream(c, n).alias(f"{c}{n}") for n in (1, 2) for c in ("i", "op_name", "op")])
     # only a GEMM followed by a bias add or an activation can have an epilogue (every test below needs one)
     g = g.filter(pl.col("op_name").is_in(GEMM_OPS) & pl.col("op_name1").is_in([*BIAS_OPS, *ACT_OPS]))
     if g.height == 0:

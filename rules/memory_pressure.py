@@ -90,7 +90,7 @@ def check(ctx: RuleContext) -> list[Finding]:
     if ev.height == 0 and drv.height == 0:
         return []
     o = ctx.options
-    per = M.per_step(ev) if ev.height else pl.DataFrame()
+    per = M.step_summary(ctx.trace, ctx.steps) if ev.height else pl.DataFrame()
     cases: list[str] = []
     devs = []
     for dev in (sorted(per["device"].unique().to_list()) if per.height else []):  # one per GPU

@@ -37,6 +37,7 @@ from __future__ import annotations
 
 import polars as pl
 
+from traceview.analyses.names import contains
 from traceview.analyses.rowid import join_by_id
 from traceview.analyses.windows import step_of
 from traceview.ruleapi import Finding, Option, RuleContext
@@ -59,8 +60,8 @@ FIX = ("The GPU can only DMA from page-locked memory, so this copy is staged thr
 
 def check(ctx: RuleContext) -> list[Finding]:
     trace, steps, opts, spec = ctx.trace, ctx.steps, ctx.options, ctx.spec
-    m = trace.gpu[["i", "kind", "name", "ts", "end", "dur", "bytes", "op", "stream", "device"]].filter(
-        (pl.col("kind") == "memcpy") & pl.col("name").str.contains("Pageable"))
+    g = trace.gpu[["i", "kind", "name", "ts", "end", "dur", "bytes", "op", "stream", "device"]]
+    m = g.filter((pl.col("kind") == "memcpy") & contains(g, "Pageable"))  # (the test on the distinct names)
     m = m.filter(pl.col("bytes").fill_null(0) >= opts["min_bytes"])
     if m.height == 0:
         return []

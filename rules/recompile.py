@@ -38,6 +38,7 @@ from __future__ import annotations
 
 import polars as pl
 
+from traceview.analyses.features import host_names
 from traceview.analyses.intervals import merge
 from traceview.analyses.whatif import EMPTY, gpu_idle_within, removed_per_step
 from traceview.analyses.windows import host_step_of
@@ -67,7 +68,10 @@ REGION_RE = r"^Torch-Compiled Region: (\d+)/(\d+)$"
 
 def compile_spans(ctx: RuleContext) -> pl.DataFrame:
     """Compile phases on the host inside the analysed steps: [i, name, tid, ts, end, step]."""
-    h = ctx.trace.host[["i", "cat", "name", "tid", "ts", "end"]].filter(pl.col("cat") == "cpu_op")
+    h = ctx.trace.host[["i", "cat", "name", "tid", "ts", "end"]]
+    if not host_names(ctx.trace, "cpu_op").str.contains(COMPILE_RE).any():  # no compile phase: no row to scan
+        h = h.clear()
+    h = h.filter(pl.col("cat") == "cpu_op")
     h = h.filter(pl.col("name").str.contains(COMPILE_RE)).select("i", "name", "tid", "ts", "end")
     return host_step_of(h, ctx.steps, "ts").filter(pl.col("step").is_not_null())
 

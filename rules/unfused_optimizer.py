@@ -43,6 +43,7 @@ from __future__ import annotations
 
 import polars as pl
 
+from traceview.analyses.features import host_names
 from traceview.analyses.rowid import join_by_id
 from traceview.analyses.whatif import EMPTY, gpu_idle_within, removed_per_step
 from traceview.ruleapi import Finding, Option, RuleContext
@@ -78,6 +79,8 @@ def optimizer_spans(ctx: RuleContext, min_kernels: int) -> pl.DataFrame:
     """One row per single-tensor optimizer step in the analysed steps: [i, opt, ts, end, kernels, kinds,
     gpu_ns, bytes, kept, ids, ops]."""
     host = ctx.trace.host
+    if not host_names(ctx.trace, "user_annotation").str.contains(OPT_RE).any():  # no optimizer step annotated
+        return pl.DataFrame()
     # the regex only on the annotations (a few hundred rows, not every host event)
     spans = host[["i", "cat", "name", "ts", "end"]].filter(pl.col("cat") == "user_annotation")
     spans = spans.filter(pl.col("name").str.contains(OPT_RE) & (pl.col("ts") >= ctx.trace.steps["cpu_ts"].min()))

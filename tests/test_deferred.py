@@ -77,3 +77,48 @@ def test_cli_worker_processes_through_the_stand_ins(tmp_path):
                         "sample_traces/nccl_h200x2/fsdp_balanced"], check=True, capture_output=True)
         outs.append(out.read_text())
     assert outs[0] == outs[1] and '"jobs"' in outs[0]
+
+
+def test_cli_run_never_loads_numpy_ma_and_writes_the_same_document(tmp_path):
+    # polars' numpy -> Series conversions and numpy's np.unique read numpy.ma's mask lookups: the stand-in answers
+    # them for plain arrays; the document is the one an in-process analysis (numpy.ma loaded) writes
+    out = tmp_path / "r.json"
+    rel = "sample_traces/gpu_h200_real/hf_gpt2_train_bf16.json.gz"
+    got = _run(f"""
+        import sys
+        import traceview.cli as cli
+        sys.argv = ["traceview", "analyze", "--format", "json", "-o", {str(out)!r}, {rel!r}]
+        cli._exit = lambda code: print("exit", code)
+        cli.main()
+        from traceview.deferred import loaded
+        print(loaded("numpy.ma"))
+    """)
+    assert got.splitlines() == ["exit 0", "False"]
+    ref = _run(f"""
+        import json, sys
+        import numpy.ma
+        from traceview.report import analyze
+        json.dump(analyze([{rel!r}]).to_dict(), sys.stdout)
+    """)
+    import json
+
+    assert json.loads(out.read_text()) == json.loads(ref)
+
+
+def test_numpy_ma_stand_in_answers_as_numpy_ma_and_loads_for_masked_arrays():
+    got = _run("""
+        import numpy as np, polars as pl
+        from traceview import deferred
+        print(deferred.defer_numpy_ma())  # not the CLI's own run: nothing deferred
+        deferred.defer(())
+        print(deferred.defer_numpy_ma())
+        a = np.arange(3)
+        ans = (np.ma.getmask(a), np.ma.getdata(a) is a, np.ma.is_masked(a), np.ma.nomask, pl.Series(a).to_list())
+        print(deferred.loaded("numpy.ma"), ans)
+        view = np.ma.getdata(a, subok=False)  # not answered: the real module
+        print(deferred.loaded("numpy.ma"), view is a, np.ma.nomask is ans[3])
+        m = np.ma.masked_array([1, 2, 3], mask=[0, 1, 0])
+        print(pl.Series(m).to_list(), np.ma.is_masked(m))
+    """)
+    assert got.splitlines() == ["False", "True", "False (np.False_, True, False, np.False_, [0, 1, 2])",
+                                "True False True", "[1, None, 3] True"]

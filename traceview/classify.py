@@ -303,7 +303,7 @@ def _entry(rows: dict[str, int]) -> dict:
 
 
 def classification(trace: Trace, steps: pl.DataFrame, part: pl.DataFrame | None = None,
-                   kb: pl.DataFrame | None = None) -> dict:
+                   kb: pl.DataFrame | None = None, class_ns: pl.DataFrame | None = None) -> dict:
     """{dominant, shares (% of the analysed window), time_us, window_us, steps: [{step, dominant, shares}],
     device, roofline} — the verdict for the trace and for each step."""
     kb = kernel_bound(trace) if kb is None else kb
@@ -311,7 +311,7 @@ def classification(trace: Trace, steps: pl.DataFrame, part: pl.DataFrame | None 
     # per step and class (a few hundred rows): the whole window's times are their sums (integers, exact)
     whole: dict[str, int] = {}
     by_step: dict[int, dict[str, int]] = {}
-    for s, c, d in shares(part).iter_rows():
+    for s, c, d in (shares(part) if class_ns is None else class_ns).iter_rows():  # (`class_ns`: a caller's shares(part))
         whole[c] = whole.get(c, 0) + d
         by_step.setdefault(s, {})[c] = d
     out = _entry(whole)

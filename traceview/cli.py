@@ -26,8 +26,11 @@ class ExitCode(enum.IntEnum):
 
 
 def _analyze_paths(args: argparse.Namespace, options: Options) -> Report:
+    from .deferred import defer_numpy_ma
     from .progress import for_analyze
     from .report import analyze
+
+    defer_numpy_ma()  # (the CLI's own run; numpy is imported by now: the options imported the rules)
 
     if args.paths.count("-") > 1:
         raise TraceError("'-' (standard input) can be given only once")

@@ -6,6 +6,13 @@ credential helpers) and `hashlib` (Iceberg name mappings): ~25 ms of a 0.35 s st
 for functions an analysis never calls. `defer` puts a stand-in module in `sys.modules` that imports the real one
 on the first attribute read and forwards to it from then on, so a later user sees no difference beyond that
 delay. Only the CLI's own process uses it (`cli.main`), before anything imports these modules.
+
+`numpy.ma` is deferred too (`defer_numpy_ma`, once numpy is imported): polars reads `np.ma.getmask`,
+`np.ma.getdata` and `np.ma.nomask` in every numpy -> Series conversion (to honour a masked array's mask), and
+numpy's own `np.unique` reads `np.ma.is_masked`; importing numpy.ma costs ~8 ms of every run (numpy builds its
+docstrings). Its stand-in answers those four for a plain `ndarray` — which has no mask: `nomask`, the array
+itself, False, as numpy.ma answers — and loads the real module for anything else (no masked array can exist
+before it is loaded).
 """
 
 from __future__ import annotations
@@ -21,6 +28,10 @@ from typing import Any
 MODULES = ("importlib.metadata", "pickle", "subprocess", "hashlib")
 
 _lock = threading.RLock()
+
+
+#: whether `defer` ran in this process (the CLI's own run): `defer_numpy_ma` only follows it
+_active = False
 
 
 class _Deferred(types.ModuleType):
@@ -54,6 +65,8 @@ def _bind(name: str, mod: types.ModuleType) -> None:
 
 def defer(names: tuple[str, ...] = MODULES) -> list[str]:
     """Stand-ins for the modules of `names` not imported yet (a parent package is imported); returns those."""
+    global _active
+    _active = True
     done = []
     with _lock:
         for name in names:
@@ -76,3 +89,26 @@ def defer(names: tuple[str, ...] = MODULES) -> list[str]:
 def loaded(name: str) -> bool:
     """Whether `name` is imported for real (not a stand-in still waiting)."""
     return name in sys.modules and not isinstance(sys.modules[name], _Deferred)
+
+
+def defer_numpy_ma() -> bool:
+    """After `defer` (the CLI's own run) and once numpy is imported: a stand-in for `numpy.ma` that answers
+    polars' mask lookups on plain arrays without loading it (see the module docstring). Whether it was set."""
+    np = sys.modules.get("numpy")
+    if not _active or np is None or "numpy.ma" in sys.modules or not defer(("numpy.ma",)):
+        return False
+    stub = sys.modules["numpy.ma"]
+    nomask = np.False_  # numpy.ma.nomask is np.bool(0): numpy's False scalar, a singleton
+    ndarray = np.ndarray
+
+    def getmask(a: Any) -> Any:
+        return nomask if type(a) is ndarray else _load("numpy.ma").getmask(a)
+
+    def getdata(a: Any, subok: bool = True) -> Any:
+        return a if type(a) is ndarray and subok else _load("numpy.ma").getdata(a, subok)
+
+    def is_masked(x: Any) -> bool:  # (numpy's own np.unique asks)
+        return False if type(x) is ndarray else _load("numpy.ma").is_masked(x)
+
+    stub.__dict__.update(nomask=nomask, getmask=getmask, getdata=getdata, is_masked=is_masked)
+    return True

@@ -27,7 +27,7 @@ def memory_section(trace, steps: pl.DataFrame, points: int = 50) -> dict[str, An
     ev = M.gpu_events(trace, steps)
     if ev.height == 0:
         return None
-    per = M.per_step(ev)
+    per = M.step_summary(trace, steps)
     tl = M.timeline(ev, steps, points)
     peak = M.peak_op(trace, ev)
     drv = M.driver_calls(trace, steps)

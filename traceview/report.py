@@ -22,16 +22,15 @@ import os
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import polars as pl
 
-from . import cpu_view, heap
+from . import heap
 from .analyses import breakdown, kernels, timeline
 from .analyses.intervals import clip
 from .analyses.windows import recording_edges
 from .errors import TraceError
-from .job import RankResult, analyze_job
 from .layer_section import section as layers_section
 from .loader import input_files, load_file
 from .memory_section import memory_section
@@ -44,6 +43,9 @@ from .ruleapi import RuleContext
 from .rulerunner import run_rules
 from .units import pct, us
 from .verdict import classification_section, verdict_text
+
+if TYPE_CHECKING:
+    from .job import RankResult
 
 SCHEMA_VERSION = 1
 
@@ -194,6 +196,8 @@ def _analyze_trace(trace: Trace, options: Options) -> tuple[dict, pl.DataFrame, 
         findings, warns = run_rules(ctx, options)
         warnings.extend(warns)  # rules that failed
     else:
+        from . import cpu_view  # (traces without GPU activity only; `host` is set only here)
+
         warnings.append("no GPU activity in this trace (CPU-only): the report analyzes host (CPU) time (JSON `cpu`)")
         host = cpu_view.prepare(trace, steps)
         findings, warns = run_rules(RuleContext.for_host(trace, steps, host), options)  # the rules with CPU = True
@@ -243,6 +247,8 @@ class Report:
 
 def analyze_job_traces(job: Job, options: Options | None = None) -> tuple[dict, list[dict]]:
     """(the job entry, the trace entries) of rank traces already loaded — as `analyze` on their directory."""
+    from .job import RankResult, analyze_job
+
     options = options or Options()
     ranks = []
     for t in job.traces:
@@ -283,6 +289,8 @@ def _default_load(path: Path, options: Options) -> Trace:
 
 def _analyze_file(path: Path, options: Options) -> tuple[dict, RankResult | None]:
     """(its trace entry or error row, the rank) of one file: what a worker process sends back."""
+    from .job import RankResult
+
     try:
         t = _default_load(path, options)
         entry, analysed, part = _analyze_trace(t, options)
@@ -331,6 +339,9 @@ def analyze(paths: list[str | Path], options: Options | None = None, *,
             rep.errors.append(_error(p, e))
             continue
         ranks: list[RankResult] = []
+        job_dir = p.is_dir()  # only the rank files of a directory form a job
+        if job_dir:
+            from .job import RankResult, analyze_job
         workers = _workers(len(files), options, custom_load)
         if workers > 1:
             for entry, rank in _analyze_files(files, options, workers, on_trace):
@@ -349,8 +360,9 @@ def analyze(paths: list[str | Path], options: Options | None = None, *,
                 rep.errors.append(_error(f, e))
                 continue
             rep.traces.append(entry)
-            ranks.append(RankResult(trace=t, steps=analysed, entry=entry, part=part))
-        if p.is_dir() and len(ranks) > 1:
+            if job_dir:
+                ranks.append(RankResult(trace=t, steps=analysed, entry=entry, part=part))
+        if job_dir and len(ranks) > 1:
             ranks.sort(key=lambda r: (r.trace.meta.rank is None, r.trace.meta.rank or 0, r.trace.meta.path))
             try:
                 job, warns = analyze_job(str(p), ranks, options)

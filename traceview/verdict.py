@@ -62,10 +62,10 @@ def _primary(savings: dict[str, float], dominant: str | None, time_us: dict[str,
     return top, ("share" if top == dominant else "share_unprofiled")
 
 
-def _step_savings(findings: list[dict], part: pl.DataFrame) -> dict[int, dict[str, float]]:
+def _step_savings(findings: list[dict], by_step: pl.DataFrame) -> dict[int, dict[str, float]]:
     """Per step, µs a fix would save per class: each finding's savings spread over its steps in proportion to
-    its class's time in each step (evenly when the class holds no time)."""
-    per = classify.shares(part).rows()  # (step, class, ns): steps x classes, small
+    its class's time in each step (evenly when the class holds no time). `by_step`: `classify.shares(part)`."""
+    per = by_step.rows()  # (step, class, ns): steps x classes, small
     out: dict[int, dict[str, float]] = {}
     for f in _actionable(findings):  # a handful
         steps = [int(s) for s in f.get("steps") or []]
@@ -85,14 +85,15 @@ def classification_section(ctx: RuleContext | None, findings: list[dict] | None 
     if ctx is None:
         return dict(NO_GPU)
     findings = findings or []
-    out = classify.classification(ctx.trace, ctx.steps, ctx.part, ctx.kb)
+    by_step = classify.shares(ctx.part)  # the time per step and class: once for the classification and the savings
+    out = classify.classification(ctx.trace, ctx.steps, ctx.part, ctx.kb, by_step)
     sav = savings_by_class(findings)
     window = out.get("window_us") or 0.0
     over_us = float(ctx.profiler.get("overhead_ns") or 0.0) / 1000  # per step
     n = max(1, ctx.steps.height)
     out["primary"], out["primary_basis"] = _primary(sav, out["dominant"], out["time_us"], over_us * n)
     out["savings_pct"] = {c: round(100.0 * v / window, 2) if window else 0.0 for c, v in sav.items()}
-    per_step = _step_savings(findings, ctx.part)
+    per_step = _step_savings(findings, by_step)
     for row in out["steps"]:
         ss = dict(sorted(per_step.get(row["step"], {}).items(), key=lambda kv: (-kv[1], classify.CLASSES.index(kv[0]))))
         row["primary"], row["primary_basis"] = _primary(ss, row["dominant"], row["time_us"], over_us)

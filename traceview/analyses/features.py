@@ -8,6 +8,7 @@ from dataclasses import dataclass
 
 import polars as pl
 
+from ..memo import per_trace
 from ..model import RUNTIME_CATS, Trace
 
 GRAPH_LAUNCH_RE = r"^(cuda|hip)GraphLaunch(_v\d+)?$|^cuGraphLaunch(_v\d+)?$"
@@ -42,13 +43,19 @@ class Features:
 _DISTINCT_MIN = 4096
 
 
+@per_trace
+def host_names(trace: Trace, cat: str) -> pl.Series:
+    """The distinct names of the host events of category `cat` (a few hundred over every event: a rule tests its
+    regex on them first, and scans the rows only when some name matches)."""
+    return trace.host.select("cat", "name").filter(pl.col("cat") == cat)["name"].unique()
+
+
 def detect(trace: Trace, kb: pl.DataFrame | None = None) -> Features:
     """The trace's features; `kb` (the roofline per kernel, classify.kernel_bound) adds operand widths: a
     kernel with <= 2-byte operands is low precision even when its name does not say so."""
-    h = trace.host.select("cat", "name")
     # distinct names: every test below asks whether any name matches
-    ops = h.filter(pl.col("cat").is_in(["cpu_op", "user_annotation"]))["name"].unique()
-    rt = h.filter(pl.col("cat").is_in(RUNTIME_CATS))["name"].unique()
+    ops = pl.concat([host_names(trace, "cpu_op"), host_names(trace, "user_annotation")])
+    rt = trace.host.select("cat", "name").filter(pl.col("cat").is_in(RUNTIME_CATS))["name"].unique()
     k = trace.gpu[["kind", "name"]].filter(pl.col("kind") == "compute")
     # kernel names: each distinct name once with its count (a few dozen names over every kernel)
     if k.height >= _DISTINCT_MIN:
@@ -61,14 +68,21 @@ def detect(trace: Trace, kb: pl.DataFrame | None = None) -> Features:
     workers = None
     if dl.len():
         workers = bool(dl.str.contains(WORKERS_RE).any()) or not bool(dl.str.contains(SINGLE_PROCESS_RE).any())
+    o = _any(ops, compiled=COMPILED_REGION_RE, compiling=COMPILE_RE, fused=FUSED_OPT_RE, foreach=FOREACH_RE)
+    kt = _any(kn, fused=r"(?i)fused_adam|fused_sgd", low=LOW_PRECISION_RE)
     return Features(
         cuda_graphs=bool(rt.str.contains(GRAPH_LAUNCH_RE).any() or trace.gpu["graph"].fill_null(False).any()),
-        compiled=bool(ops.str.contains(COMPILED_REGION_RE).any()),
+        compiled=o["compiled"],
         triton_kernels=triton,
-        compiling=bool(ops.str.contains(COMPILE_RE).any()),
-        fused_optimizer=bool(ops.str.contains(FUSED_OPT_RE).any() or kn.str.contains(r"(?i)fused_adam|fused_sgd").any()),
-        foreach_optimizer=bool(ops.str.contains(FOREACH_RE).any()),
-        low_precision=bool(kn.str.contains(LOW_PRECISION_RE).any()
-                           or (kb is not None and "bpe" in kb.columns and bool((kb["bpe"] <= 2).any()))),
+        compiling=o["compiling"],
+        fused_optimizer=o["fused"] or kt["fused"],
+        foreach_optimizer=o["foreach"],
+        low_precision=kt["low"] or (kb is not None and "bpe" in kb.columns and bool((kb["bpe"] <= 2).any())),
         dataloader_workers=workers,
     )
+
+
+def _any(names: pl.Series, **patterns: str) -> dict[str, bool]:
+    """Whether some value of `names` matches each of `patterns` (null never matches): one query for all."""
+    got = pl.DataFrame([names.alias("n")]).select(**{k: pl.col("n").str.contains(p).any() for k, p in patterns.items()})
+    return {k: bool(v) for k, v in got.row(0, named=True).items()}

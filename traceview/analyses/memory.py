@@ -29,9 +29,12 @@ def gpu_events(trace: Trace, steps: pl.DataFrame) -> pl.DataFrame:
         return pl.DataFrame(schema={"step": pl.Int64, "ts": pl.Int64, "tid": pl.Int64, "bytes": pl.Int64,
                                     "total_allocated": pl.Int64, "total_reserved": pl.Int64, "device": pl.Int64})
     m = m.select("ts", "tid", "bytes", "total_allocated", "total_reserved", pl.col("device_id").alias("device"))
-    # old traces record no totals: allocated since the recording began, from the running sum of the events
-    m = m.sort("ts").with_columns(total_allocated=pl.col("total_allocated").fill_null(
-        pl.col("bytes").cum_sum().over("device") - pl.col("bytes").cum_sum().over("device").min().over("device").clip(upper_bound=0)))
+    m = m.sort("ts")
+    if m["total_allocated"].null_count():  # (the running sums below cost 5x the sort: only where they fill)
+        # old traces record no totals: allocated since the recording began, from the running sum of the events
+        m = m.with_columns(total_allocated=pl.col("total_allocated").fill_null(
+            pl.col("bytes").cum_sum().over("device")
+            - pl.col("bytes").cum_sum().over("device").min().over("device").clip(upper_bound=0)))
     return host_step_of(m, steps, "ts").filter(pl.col("step").is_not_null()).sort("ts")
 
 
@@ -46,6 +49,13 @@ def per_step(ev: pl.DataFrame) -> pl.DataFrame:
         (pl.col("bytes") > 0).sum().alias("allocs"), pl.col("bytes").clip(lower_bound=0).sum().alias("alloc_bytes"),
         (pl.col("bytes") < 0).sum().alias("frees"))
         .sort("device", "step"))
+
+
+@per_windows("step", "cpu_ts", "cpu_end")
+def step_summary(trace: Trace, steps: pl.DataFrame) -> pl.DataFrame:
+    """`per_step` of `gpu_events(trace, steps)`, once per (trace, host spans): the memory section and the
+    memory-pressure rule both read it."""
+    return per_step(gpu_events(trace, steps))
 
 
 def timeline(ev: pl.DataFrame, steps: pl.DataFrame, points: int = 50) -> pl.DataFrame:

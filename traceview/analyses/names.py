@@ -11,21 +11,24 @@ from __future__ import annotations
 import polars as pl
 
 
-def matching(names: pl.Series, pattern: str) -> pl.Series:
-    """The distinct non-null values of `names` that match `pattern`."""
+def matching(names: pl.Series, pattern: str, unless: str | None = None) -> pl.Series:
+    """The distinct non-null values of `names` that match `pattern` (and not `unless`)."""
     u = names.drop_nulls().unique()
-    return u.filter(u.str.contains(pattern))
+    hit = u.str.contains(pattern)
+    return u.filter(hit if unless is None else hit & ~u.str.contains(unless))
 
 
 #: below this many rows the regex runs on every row (the distinct-names detour costs three polars calls)
 _MIN_ROWS = 4096
 
 
-def contains(frame: pl.DataFrame, pattern: str, col: str = "name") -> pl.Expr:
-    """`pl.col(col).str.contains(pattern)` for rows of `frame`, as a lookup of the distinct names that match."""
+def contains(frame: pl.DataFrame, pattern: str, col: str = "name", unless: str | None = None) -> pl.Expr:
+    """`pl.col(col).str.contains(pattern)` (`& ~pl.col(col).str.contains(unless)`: one pass over the distinct
+    names for both) for rows of `frame`, as a lookup of the distinct names that match."""
     if frame.height < _MIN_ROWS:
-        return pl.col(col).str.contains(pattern)
-    return pl.col(col).is_in(matching(frame[col], pattern).implode())
+        hit = pl.col(col).str.contains(pattern)
+        return hit if unless is None else hit & ~pl.col(col).str.contains(unless)
+    return pl.col(col).is_in(matching(frame[col], pattern, unless).implode())
 
 
 def starts_with_any(col: str, prefixes: tuple[str, ...]) -> pl.Expr:

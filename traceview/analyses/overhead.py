@@ -32,15 +32,11 @@ def events_per_step(trace: Trace, steps: pl.DataFrame) -> dict[str, float]:
     if n == 0:
         return {k: 0.0 for k in COST_US}
     lo, hi = int(steps["cpu_ts"].min()), int(steps["cpu_end"].max())
-    kind = {**dict.fromkeys(["cpu_op", "user_annotation"], "op"), **dict.fromkeys(RUNTIME_CATS, "runtime"),
-            "python_function": "python"}
-    # counted per category (a handful), then per kind
-    got = trace.host.lazy().filter((pl.col("ts") >= lo) & (pl.col("ts") < hi)).group_by("cat").len().collect()
-    d: dict[str, int] = {}
-    for cat, count in got.iter_rows():
-        if cat in kind:
-            d[kind[cat]] = d.get(kind[cat], 0) + count
-    return {k: round(d.get(k, 0) / n, 1) for k in COST_US}
+    cats = {"op": ["cpu_op", "user_annotation"], "runtime": list(RUNTIME_CATS), "python": ["python_function"]}
+    # one pass of boolean sums (a group-by of every host row's category string costs ~1.6x)
+    inside = (pl.col("ts") >= lo) & (pl.col("ts") < hi)
+    got = trace.host.select(**{k: (inside & pl.col("cat").is_in(c)).sum() for k, c in cats.items()}).row(0, named=True)
+    return {k: round(got[k] / n, 1) for k in COST_US}
 
 
 def estimate(trace: Trace, steps: pl.DataFrame) -> dict:
