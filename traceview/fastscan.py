@@ -197,7 +197,8 @@ def _doc(body: bytes) -> d.Doc:
 def warm_up() -> None:
     """The first-use costs of building `Events` that need no scan result, for a caller that would otherwise
     wait for the scan thread: polars' first numpy -> Series conversion imports numpy.ma (~10 ms, mostly
-    numpy building docstrings), whichever Series of the process is first."""
+    numpy building docstrings), whichever Series of the process is first. (In the CLI's own run `numpy.ma` is a
+    stand-in by then, `deferred.defer_numpy_ma`, and this import costs nothing.)"""
     import numpy.ma  # noqa: F401
 
 
