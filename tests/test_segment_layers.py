@@ -8,6 +8,7 @@ import pytest
 
 from tests.conftest import load
 from traceview.analyses import layers as L
+from traceview.analyses.tree import call_tree
 from traceview.ruleapi import RuleContext
 
 
@@ -26,3 +27,37 @@ def test_few_threads_search_equals_cross_join(rel, monkeypatch):
     named = fast.filter(pl.col("layer") != L.UNATTRIBUTED)
     assert named.height > fast.height // 2
     assert int((fast["end"] - fast["ts"]).sum()) == int((ctx.part["end"] - ctx.part["ts"]).sum())
+
+
+@pytest.mark.parametrize("rel", ["gpu_h200/train_tinygpt_modules.json.gz", "gpu_h200_real/hf_gpt2_train_bf16.json.gz"])
+def test_open_at_equals_asof_join(rel):
+    """`_open_at`'s binary search finds, per segment midpoint, the same GPU activity and host op as polars' as-of
+    join it replaces (the last row started at or before the time, ties included; none once that row has ended)."""
+    t = load(rel)
+    ctx, _ = RuleContext.prepare(t, t.steps)
+    q = ctx.part.select(t=(pl.col("ts") + pl.col("end")) // 2)
+    g = (t.gpu.select(pl.col("ts").alias("_s"), pl.col("end").alias("_e")).sort("_s").with_row_index("_p"))
+    h = (t.host.filter(pl.col("cat") == "cpu_op").select(pl.col("ts").alias("_s"), pl.col("end").alias("_e"))
+         .sort("_s").with_row_index("_p"))
+    # starts rounded down to 10 µs: ties, where the search must take the last row, as the join does
+    tied = h.with_columns(pl.col("_s") // 10_000 * 10_000)
+    assert tied["_s"].is_duplicated().sum() > 100
+    for rows in (g, h, tied):
+        want = (q.join_asof(rows, left_on="t", right_on="_s", strategy="backward")
+                .select(pl.when(pl.col("t") < pl.col("_e")).then(pl.col("_p")).fill_null(-1))[:, 0].to_numpy())
+        got = L._open_at(q, rows, "_s", "_e")
+        assert (got == want).all()
+        assert (got >= 0).sum() > q.height // 4  # most midpoints fall in an activity or op
+    assert (L._open_at(q, g.head(0), "_s", "_e") == -1).all()
+
+
+def test_top_rows_are_the_cpu_op_roots():
+    """The kept top-level op rows are the cpu_ops at depth 0 of the cpu_op call tree (built by `call_tree`, not by
+    the running maximum `roots` uses), in host order."""
+    t = load("gpu_h200/train_tinygpt_modules.json.gz")
+    top = L.top_level_ops(t)
+    ops = t.host.filter(pl.col("cat") == "cpu_op")
+    want = ops.filter(call_tree(ops)["depth"] == 0)
+    assert top.height == want.height > 100
+    assert top["i"].equals(want["i"])
+    assert top.columns == ["i", "name", "pid", "tid", "ts", "end", "dur"]

@@ -263,11 +263,12 @@ def segments(intervals: pl.DataFrame | pl.LazyFrame, priorities: list[str], wind
     return _segments(intervals, priorities, windows, other, win)
 
 
-def partition(trace: Trace, steps: pl.DataFrame, kb: pl.DataFrame | None = None) -> pl.DataFrame:
+def partition(trace: Trace, steps: pl.DataFrame, kb: pl.DataFrame | None = None, *, keep: bool = True) -> pl.DataFrame:
     """[step, ts, end, cls]: the elementary segments of every step window (ns); they tile each step.
 
-    Cached per (trace, step windows) when `kb` is the trace's own (the default)."""
-    if kb is None or kb is kernel_bound(trace):
+    Cached per (trace, step windows) when `kb` is the trace's own (the default) and `keep` (False: a caller that
+    is its only reader, so it is freed with the caller's copy)."""
+    if keep and (kb is None or kb is kernel_bound(trace)):
         return _partition(trace, steps)
     return _partition_uncached(trace, steps, kb)
 

@@ -168,9 +168,9 @@ def _node_events(trace: Trace) -> tuple[pl.DataFrame, str]:
         # top-level forward ops (backward ones follow their forward op through the sequence number),
         # outside the pseudo-layers
         # the roots of the cpu_op tree (`top_level_ops`: the layer table reads them too), in host order
-        top = top_level_ops(trace)
-        top = top.filter(~(by_id(host, top["i"], "fwd_tid")["fwd_tid"].fill_null(0) > 0)
-                         & ~top["name"].str.contains(NOT_LAYER_RE) & ~top["name"].str.contains(PSEUDO_RE))
+        top = host.select("i", "name", "pid", "tid", "ts", "fwd_tid")[_top_rows(trace)]
+        top = top.filter(~(pl.col("fwd_tid").fill_null(0) > 0) & ~pl.col("name").str.contains(NOT_LAYER_RE)
+                         & ~pl.col("name").str.contains(PSEUDO_RE)).drop("fwd_tid")
         if pseudo.height and top.height:
             inside = _innermost(top, by_id(host, pseudo["i"].sort(), "i", "pid", "tid", "ts", "end").with_columns(
                 parent=pl.lit(None, pl.UInt32), depth=pl.lit(0, pl.Int32)))
@@ -490,31 +490,36 @@ def device_peaks(trace: Trace) -> Spec:
     return trace_spec(trace.meta)
 
 
-@per_trace
 def top_level_ops(trace: Trace) -> pl.DataFrame:
-    """cpu_ops with no enclosing cpu_op on their thread (what Python called): [i, name, pid, tid, ts, end, dur]."""
+    """cpu_ops with no enclosing cpu_op on their thread (what Python called): [i, name, pid, tid, ts, end, dur]
+    (taken from the host frame on each call: callers keep what they need)."""
+    return trace.host.select("i", "name", "pid", "tid", "ts", "end", "dur")[_top_rows(trace)]
+
+
+@per_trace
+def _top_rows(trace: Trace) -> pl.Series:
+    """The host rows of `top_level_ops`, in host order. Row positions are what is kept: the ops' columns, a
+    frame as long as the ops (a tiny-event trace: every op is top-level), would be held to the end of the
+    analysis (10 M tiny events: 170 MB)."""
     cols = [c for c in ("i", "cat", "pid", "tid", "ts", "dur", "end", "ev_idx") if c in trace.host.columns]
-    ops = trace.host.lazy().filter(pl.col("cat") == "cpu_op").select(cols).collect()
-    top = ops.filter(roots(ops))
-    # the names of the roots only (a fifth of the ops on a training step)
-    name = by_id(trace.host, top["i"], "name")["name"]
-    return pl.DataFrame([top["i"], name, top["pid"], top["tid"], top["ts"], top["end"], top["dur"]])
+    ops = trace.host.lazy().with_row_index("_row").filter(pl.col("cat") == "cpu_op").select("_row", *cols).collect()
+    return ops["_row"].filter(roots(ops.drop("_row")))
 
 
 @per_trace
 def _top_codes(trace: Trace) -> pl.DataFrame:
     """The layer codes [lc, ph] of the rows of `top_level_ops` (beside them: its columns are not copied)."""
-    return by_id(attribution(trace).host, top_level_ops(trace)["i"], "lc", "ph")
+    return by_id(attribution(trace).host, trace.host["i"].gather(_top_rows(trace)), "lc", "ph")
 
 
 def _top(trace: Trace, *cols: str) -> pl.DataFrame:
     """Outermost cpu_ops' `cols` with their layer code `lc`."""
-    return top_level_ops(trace).select(cols).hstack([_top_codes(trace)["lc"]])
+    return trace.host.select(cols)[_top_rows(trace)].hstack([_top_codes(trace)["lc"]])
 
 
 def _top_ops(trace: Trace) -> pl.DataFrame:
     """Outermost cpu_ops (no enclosing cpu_op) with their layer: [i, pid, tid, ts, end, dur, layer, phase]."""
-    return top_level_ops(trace).select("i", "pid", "tid", "ts", "end", "dur").hstack(
+    return trace.host.select("i", "pid", "tid", "ts", "end", "dur")[_top_rows(trace)].hstack(
         attribution(trace).decode(_top_codes(trace), "layer", "phase"))
 
 
@@ -539,17 +544,14 @@ def _segment_codes(trace: Trace, segments: pl.DataFrame) -> pl.Series:
     # every GPU row has its layer row: a lookup by id (in time order: the strings are gathered once)
     att = attribution(trace)
     g = join_by_id(g, "i", gpu_codes(trace), pl.col("lc").alias("_gl")).drop("i").with_row_index("_p")
-    gp = _np_ids(q.join_asof(g.drop("_gl"), left_on="t", right_on="_gts", strategy="backward", check_sortedness=False)
-                 .select(pl.when(pl.col("t") < pl.col("_gend")).then(pl.col("_p")))[:, 0])
+    gp = _open_at(q, g.drop("_gl"), "_gts", "_gend")
     top = _top(trace, "pid", "tid", "ts", "end")
     top = top.filter(att.known(top["lc"]))
     threads = top.select("pid", "tid").unique()
     hops = top.select("pid", "tid", pl.col("ts").alias("_hts"), pl.col("end").alias("_hend"),
                       pl.col("lc").alias("_hl")).sort("_hts").with_row_index("_p")
     if threads.height <= 1:  # one thread: the op open at the midpoint, without the per-thread cross join
-        hp = _np_ids(q.join_asof(hops.drop("pid", "tid", "_hl"), left_on="t", right_on="_hts", strategy="backward",
-                                 check_sortedness=False)
-                     .select(pl.when(pl.col("t") < pl.col("_hend")).then(pl.col("_p")))[:, 0])
+        hp = _open_at(q, hops.drop("pid", "tid", "_hl"), "_hts", "_hend")
     elif threads.height <= _FEW_THREADS and not any(hops[c].null_count() for c in hops.columns if c != "_hl"):
         hp = _open_op(q["t"].to_numpy(), hops)
     else:
@@ -570,6 +572,23 @@ def _segment_codes(trace: Trace, segments: pl.DataFrame) -> pl.Series:
     if order is not None:  # back to the segments' order
         idx = idx.gather(order.arg_sort())
     return pl.concat([g["_gl"], hops["_hl"], pl.Series([att.unattributed], dtype=pl.UInt32)]).gather(idx)
+
+
+def _open_at(q: pl.DataFrame, rows: pl.DataFrame, start: str, end: str) -> np.ndarray:
+    """Per time `q["t"]` (ascending), the position `_p` of the last of `rows` (by `start`) started at or before it,
+    where it is still open then (`t < end`); -1 where none is: an as-of search. Without nulls by a binary search on
+    the arrays (no frame of every query with the row's columns: a tiny-event trace has a query per segment)."""
+    if rows[start].null_count() or rows[end].null_count() or not rows[start].is_sorted():
+        return _np_ids(q.join_asof(rows, left_on="t", right_on=start, strategy="backward", check_sortedness=False)
+                       .select(pl.when(pl.col("t") < pl.col(end)).then(pl.col("_p")))[:, 0])
+    t = q["t"].to_numpy()
+    j = np.searchsorted(rows[start].to_numpy(), t, side="right")  # (the as-of join's last row with start <= t)
+    j -= 1
+    ok = j >= 0
+    np.maximum(j, 0, out=j)
+    ok &= t < rows[end].to_numpy()[j] if rows.height else False
+    pos = rows["_p"].to_numpy().astype(np.int64)[j] if rows.height else j
+    return np.where(ok, pos, -1)
 
 
 #: up to this many host threads with layered ops, `segment_layers` searches each thread's ops in turn
@@ -605,8 +624,9 @@ def shape_signatures(trace: Trace) -> pl.DataFrame:
     signature without shapes (record_shapes off)."""
     att = attribution(trace)
     schema = {"layer": pl.String, "shape_sig": pl.UInt64, "shapes": pl.String}
-    if att.tree.height == 0 or "input_dims" not in trace.host.columns:
-        return pl.DataFrame(schema=schema)
+    h = trace.host
+    if att.tree.height == 0 or "input_dims" not in h.columns or h["input_dims"].null_count() == h.height:
+        return pl.DataFrame(schema=schema)  # (record_shapes off: no frame of the forward rows to build)
     dims = pl.col("input_dims").cast(pl.String)
     # the forward rows' host columns by id (not a filter and a cast over every host op)
     fw = att.host.filter(pl.col("ph") == PHASES.index("forward")).select("i", "lc")
