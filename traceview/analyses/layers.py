@@ -545,6 +545,7 @@ def _segment_codes(trace: Trace, segments: pl.DataFrame) -> pl.Series:
     att = attribution(trace)
     g = join_by_id(g, "i", gpu_codes(trace), pl.col("lc").alias("_gl")).drop("i").with_row_index("_p")
     gp = _open_at(q, g.drop("_gl"), "_gts", "_gend")
+    g = g["_gl"]  # (the activities' times: no longer read)
     top = _top(trace, "pid", "tid", "ts", "end")
     top = top.filter(att.known(top["lc"]))
     threads = top.select("pid", "tid").unique()
@@ -564,14 +565,20 @@ def _segment_codes(trace: Trace, segments: pl.DataFrame) -> pl.Series:
     # GPU classes: the GPU activity's layer, else the host op's; the others the other way round; else none
     gpu_cls = (segments["cls"] if order is None else segments["cls"].gather(order)).is_in(
         ["gpu_compute", "gpu_memory", "communication"]).fill_null(False).to_numpy()
-    ng = g.height
-    hq = np.where(hp >= 0, ng + hp, -1)
-    pos = np.where(gpu_cls, np.where(gp >= 0, gp, hq), np.where(hq >= 0, hq, gp))
-    pos = np.where(pos >= 0, pos, ng + hops.height)
+    # (in place: a tiny-event trace has a segment per kernel and per launch, each array one int64 per segment)
+    ng = g.len()
+    hq = hp if hp.flags.writeable else hp.copy()
+    hq[hq >= 0] += ng
+    use_h = np.where(gpu_cls, gp < 0, hq >= 0)
+    del gpu_cls
+    pos = gp if gp.flags.writeable else gp.copy()
+    pos[use_h] = hq[use_h]
+    del hq, use_h
+    pos[pos < 0] = ng + hops.height
     idx = pl.Series(pos, dtype=pl.UInt32)
     if order is not None:  # back to the segments' order
         idx = idx.gather(order.arg_sort())
-    return pl.concat([g["_gl"], hops["_hl"], pl.Series([att.unattributed], dtype=pl.UInt32)]).gather(idx)
+    return pl.concat([g, hops["_hl"], pl.Series([att.unattributed], dtype=pl.UInt32)]).gather(idx)
 
 
 def _open_at(q: pl.DataFrame, rows: pl.DataFrame, start: str, end: str) -> np.ndarray:
@@ -749,6 +756,7 @@ def layer_table(trace: Trace, steps: pl.DataFrame | None = None, depth: int | No
             name=pl.lit(UNATTRIBUTED), layer_class=pl.lit(UNATTRIBUTED), kind=pl.lit(UNATTRIBUTED),
             depth=pl.lit(0, pl.Int32), first_ts=pl.lit(2**62), lid=pl.lit(nt, pl.UInt32))
         out = pl.concat([out, urow], how="diagonal_relaxed")
+    del g, gi, top, un  # (a row per kernel and op: freed before the segments' search below)
     zero = ["gpu_ns", "fwd_gpu_ns", "bwd_gpu_ns", "other_gpu_ns", "kernels", "self_gpu_ns", "self_kernels", "cpu_ns"]
     out = out.with_columns([pl.col(c).fill_null(0) for c in zero]).with_columns(
         flops=pl.when(pl.col("_hasf").fill_null(False)).then(pl.col("flops")),
