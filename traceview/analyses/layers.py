@@ -168,12 +168,17 @@ def _node_events(trace: Trace) -> tuple[pl.DataFrame, str]:
         # top-level forward ops (backward ones follow their forward op through the sequence number),
         # outside the pseudo-layers
         # the roots of the cpu_op tree (`top_level_ops`: the layer table reads them too), in host order
-        top = host.select("i", "name", "pid", "tid", "ts", "fwd_tid")[_top_rows(trace)]
-        top = top.filter(~(pl.col("fwd_tid").fill_null(0) > 0) & ~pl.col("name").str.contains(NOT_LAYER_RE)
-                         & ~pl.col("name").str.contains(PSEUDO_RE)).drop("fwd_tid")
+        # (the kept rows' ids and names only: on a tiny-event trace every op is one)
+        at = _top_rows(trace)
+        cand = host.select("name", "fwd_tid")[at]
+        at = at.filter(~(cand["fwd_tid"].fill_null(0) > 0) & ~cand["name"].str.contains(NOT_LAYER_RE)
+                       & ~cand["name"].str.contains(PSEUDO_RE))
+        del cand
+        top = host.select("i", "name")[at]
         if pseudo.height and top.height:
-            inside = _innermost(top, by_id(host, pseudo["i"].sort(), "i", "pid", "tid", "ts", "end").with_columns(
-                parent=pl.lit(None, pl.UInt32), depth=pl.lit(0, pl.Int32)))
+            inside = _innermost(host.select("i", "pid", "tid", "ts")[at],
+                                by_id(host, pseudo["i"].sort(), "i", "pid", "tid", "ts", "end").with_columns(
+                                    parent=pl.lit(None, pl.UInt32), depth=pl.lit(0, pl.Int32)))
             top = top.join(inside, on="i", how="anti")
         nodes = pl.concat([nodes, top.select("i", label=pl.col("name"), cls=pl.col("name"), src=pl.lit("op"))],
                           how="vertical_relaxed")
@@ -198,7 +203,7 @@ def _build_tree(host: pl.DataFrame, nodes: pl.DataFrame) -> tuple[pl.DataFrame, 
         sub = call_tree(by_id(host, nodes["i"].unique().sort(), *cols))
         nodes = join_by_id(nodes, "i", sub, pl.col("parent").alias("pnode"))  # sub: one row per node, by id
     if not (nodes["src"] == "attr").any():  # no `module::` annotation: nothing to merge
-        nodes = nodes.hstack([pl.Series("attr", [None] * nodes.height, pl.String)])
+        nodes = nodes.with_columns(attr=pl.lit(None, pl.String))
     else:
         # an attr annotation whose nearest enclosing node is a module frame names that frame (same call)
         src_of = nodes.select(pl.col("i").alias("pnode"), pl.col("src").alias("psrc"))
@@ -213,12 +218,13 @@ def _build_tree(host: pl.DataFrame, nodes: pl.DataFrame) -> tuple[pl.DataFrame, 
             attr=pl.when(pl.col("src") == "attr").then(pl.col("label")).otherwise(pl.col("attr")))
     # paths, one level of the (shallow) layer tree at a time
     levels: list[pl.DataFrame] = []
-    cur = nodes.filter(pl.col("pnode").is_null()).with_columns(
+    flat = nodes["pnode"].null_count() == nodes.height  # every node a root (no copy of them by a filter)
+    cur = (nodes if flat else nodes.filter(pl.col("pnode").is_null())).with_columns(
         module_path=pl.col("label"), kind=pl.col("cls"), ndepth=pl.lit(0, pl.Int32),
         parent_layer=pl.lit(None, pl.String))
     cur = cur.with_columns(layer=pl.coalesce("attr", "module_path"))
     cur = cur.with_columns(anc=pl.concat_list([pl.col("layer")]))
-    rest = nodes.filter(pl.col("pnode").is_not_null())
+    rest = nodes.clear() if flat else nodes.filter(pl.col("pnode").is_not_null())
     while cur.height:
         levels.append(cur)
         if rest.height == 0:
@@ -405,12 +411,14 @@ def _attribute(trace: Trace) -> Attribution:
         "i", "pid", "tid", "ts", "end", pl.col("pnode").alias("parent"), pl.col("ndepth").alias("depth"))
     # an op that is a node (the "ops" fallback) is its own layer (no search for it)
     own_ids = nodes.filter(pl.col("src") == "op")["i"]
+    del nodes, events  # (a row per node: on a tiny-event trace, per op)
     own = rows["i"].is_in(own_ids.implode()).to_numpy() if own_ids.len() else None
     if own is None or not own.any():
         node = _innermost_ids(rows, node_ev)
     else:
         node = rows["i"].cast(pl.Int64).to_numpy().copy()
         node[~own] = _innermost_ids(rows.filter(pl.Series(~own)), node_ev)
+    del node_ev, own
     # backward: the innermost enclosing autograd node op (it carries the sequence number); the mask of those
     # ops without a string comparison on every host row
     auto = (host["fwd_tid"] > 0).fill_null(False).to_numpy()
@@ -424,6 +432,7 @@ def _attribute(trace: Trace) -> Attribution:
     # each row's layer node: the forward op's node for a backward row, else its own; then the node's position
     # in `nl` (its height: no node, `(unattributed)`) and the code of its layer
     lnode = np.where(fnode >= 0, fnode, node)
+    del fnode, node, bnode  # (each array one int64 per cpu_op and runtime row, as those below: freed early)
     nl = nl.rename({"node": "i"}).sort("i")
     nid = nl["i"].to_numpy()
     pos = np.minimum(np.searchsorted(nid, lnode), max(nid.size - 1, 0))
@@ -431,8 +440,11 @@ def _attribute(trace: Trace) -> Attribution:
     pos[~found] = nl.height
     # phase: backward rows, then the node's phase, then grad mode (a loss computed outside the model: forward)
     node_phase = np.append(nl["nphase"].to_numpy(), -1)
-    code = np.where(bwd_row, _PHASE_CODE["backward"],
-                    np.where(found, node_phase[pos], np.where(grad, _PHASE_CODE["forward"], _PHASE_CODE["other"])))
+    code = np.full(rows.height, _PHASE_CODE["other"], np.uint8)
+    code[grad] = _PHASE_CODE["forward"]
+    code[found] = node_phase[pos[found]]
+    code[bwd_row] = _PHASE_CODE["backward"]
+    del found, grad, bwd_row
     names, node_code = _layer_codes(nl)
     out = pl.DataFrame([rows["i"].cast(pl.UInt32), pl.Series("lc", node_code[pos], pl.UInt32),
                         pl.Series("ph", code, pl.UInt8)])
