@@ -61,3 +61,18 @@ def test_top_rows_are_the_cpu_op_roots():
     assert top.height == want.height > 100
     assert top["i"].equals(want["i"])
     assert top.columns == ["i", "name", "pid", "tid", "ts", "end", "dur"]
+
+
+def test_shape_signatures_cover_the_layers_of_forward_ops_with_dims():
+    """Each layer with a signature runs (itself or in a sub-layer) a forward cpu_op with tensor dims, and every such
+    layer has one: checked against a plain join of the host rows with `host_layers` (no mask or position lookup)."""
+    t = load("gpu_h200_real/hf_gpt2_train_bf16.json.gz")
+    sig = L.shape_signatures(t)
+    ops = (t.host.filter((pl.col("cat") == "cpu_op") & (pl.col("input_dims").bin.size() > 2))
+           .select("i", d=pl.col("input_dims").cast(pl.String)).filter(pl.col("d").str.contains(r"\d"))
+           .join(L.host_layers(t).filter(pl.col("phase") == "forward"), on="i"))
+    anc = L.attribution(t).tree.select("layer", "anc")
+    want = set(ops.join(anc, on="layer")["anc"].explode().to_list())
+    assert len(want) > 100
+    assert set(sig["layer"].to_list()) == want
+    assert sig["shapes"].null_count() == 0 and sig["shape_sig"].n_unique() > 10

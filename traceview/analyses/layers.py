@@ -644,20 +644,20 @@ def shape_signatures(trace: Trace) -> pl.DataFrame:
     att = attribution(trace)
     schema = {"layer": pl.String, "shape_sig": pl.UInt64, "shapes": pl.String}
     h = trace.host
-    if att.tree.height == 0 or "input_dims" not in h.columns or h["input_dims"].null_count() == h.height:
-        return pl.DataFrame(schema=schema)  # (record_shapes off: no frame of the forward rows to build)
+    if att.tree.height == 0 or "input_dims" not in h.columns:
+        return pl.DataFrame(schema=schema)
+    # the ops with dims first, as a mask over the host rows (no frame of every forward row's strings: a tiny-event
+    # trace's ops all run forward, none with dims); their times, names and dims then
+    has = ((h["cat"] == "cpu_op") & h["input_dims"].is_not_null() & (h["input_dims"].bin.size() > 2)).fill_null(False)
+    if not has.any():  # record_shapes off
+        return pl.DataFrame(schema=schema)
     dims = pl.col("input_dims").cast(pl.String)
-    # the forward rows' host columns by id (not a filter and a cast over every host op)
     fw = att.host.filter(pl.col("ph") == PHASES.index("forward")).select("i", "lc")
-    # the ops with dims first; their times and names then (record_shapes off: none, and nothing gathered)
-    hc = by_id(trace.host, fw["i"], "cat", "input_dims")
-    hc = hc.select(pl.col("input_dims"), _k=(pl.col("cat") == "cpu_op") & pl.col("input_dims").is_not_null()
-                   & (pl.col("input_dims").bin.size() > 2))
-    keep = hc["_k"]
-    fw = fw.filter(keep)
+    at = positions(h, fw["i"])
+    keep = (by_id(h.select("i", has.alias("_k")), fw["i"], "_k")["_k"] if at is None else has.gather(at))
+    fw = fw.filter(keep.fill_null(False))
     fw = pl.DataFrame([fw["i"], att.names["layer"].gather(fw["lc"])])
-    ops = (pl.concat([fw, by_id(trace.host, fw["i"], "ts", "name"), hc.filter(keep).select("input_dims")],
-                     how="horizontal")
+    ops = (pl.concat([fw, by_id(h, fw["i"], "ts", "name", "input_dims")], how="horizontal")
            .select("i", "layer", "ts", "name", dims.alias("d"))
            .filter(pl.col("d").str.contains(r"\d")))
     if ops.height == 0:
