@@ -76,3 +76,21 @@ def test_shape_signatures_cover_the_layers_of_forward_ops_with_dims():
     assert len(want) > 100
     assert set(sig["layer"].to_list()) == want
     assert sig["shapes"].null_count() == 0 and sig["shape_sig"].n_unique() > 10
+
+
+@pytest.mark.parametrize("chunk", [1 << 20, 1000])
+def test_class_time_equals_group_by(chunk, monkeypatch):
+    """The layer table's time per (layer, class): `_class_time`'s chunked bincount against a polars group-by of the
+    segments (integer sums), one chunk and many."""
+    monkeypatch.setattr(L, "_CHUNK", chunk)
+    t = load("gpu_h200_real/hf_gpt2_train_bf16.json.gz")
+    ctx, _ = RuleContext.prepare(t, t.steps)
+    part = ctx.part
+    lid = L._segment_codes(t, part).to_numpy().astype("uint32")
+    got = L._class_time(part, lid).sort("lid", "cls")
+    want = (part.select("cls", dur=pl.col("end") - pl.col("ts")).hstack([pl.Series("lid", lid, pl.UInt32)])
+            .group_by("lid", "cls").agg(pl.col("dur").sum()).select("lid", "cls", "dur").sort("lid", "cls"))
+    assert part.height > 3 * chunk or chunk > part.height
+    assert got.height > 20 and got["cls"].n_unique() >= 4
+    assert got.equals(want)
+    assert int(got["dur"].sum()) == int((part["end"] - part["ts"]).sum())

@@ -529,6 +529,36 @@ def _top(trace: Trace, *cols: str) -> pl.DataFrame:
     return trace.host.select(cols)[_top_rows(trace)].hstack([_top_codes(trace)["lc"]])
 
 
+#: segments summed at a time by `_class_time`
+_CHUNK = 1 << 20
+
+
+def _class_time(part: pl.DataFrame, lid: np.ndarray) -> pl.DataFrame:
+    """[lid, cls, dur]: the partition's time per (layer id `lid` of each segment, class), for the pairs that occur;
+    integer sums. Summed by `bincount` over chunks of segments (no frame of a key per segment and no hash group-by
+    of the class strings: a tiny-event trace has two segments per kernel); each chunk's sums are exact in float64
+    (integers below 2**53 ns: segments tile the steps, no sum passes the recording's length)."""
+    cls = part["cls"].cast(pl.Enum(CLASSES), strict=False)
+    if cls.null_count() or part["ts"].null_count() or part["end"].null_count() or part.height == 0:
+        return (part.select("cls", dur=pl.col("end") - pl.col("ts")).hstack([pl.Series("lid", lid, pl.UInt32)])
+                .group_by("lid", "cls").agg(pl.col("dur").sum()))
+    nk = len(CLASSES)
+    code, ts, end = cls.to_physical().to_numpy(), part["ts"].to_numpy(), part["end"].to_numpy()
+    size = (int(lid.max()) + 1) * nk
+    tot = np.zeros(size, np.int64)
+    seen = np.zeros(size, bool)
+    for a in range(0, part.height, _CHUNK):
+        b = a + _CHUNK
+        key = lid[a:b].astype(np.int64)
+        key *= nk
+        key += code[a:b]
+        tot += np.bincount(key, weights=end[a:b] - ts[a:b], minlength=size).astype(np.int64)
+        seen[key] = True
+    has = np.flatnonzero(seen)
+    return pl.DataFrame([pl.Series("lid", has // nk, pl.UInt32), pl.Series(CLASSES, dtype=pl.String).gather(has % nk).alias("cls"),
+                         pl.Series("dur", tot[has], pl.Int64)])
+
+
 def _top_ops(trace: Trace) -> pl.DataFrame:
     """Outermost cpu_ops (no enclosing cpu_op) with their layer: [i, pid, tid, ts, end, dur, layer, phase]."""
     return trace.host.select("i", "pid", "tid", "ts", "end", "dur")[_top_rows(trace)].hstack(
@@ -787,9 +817,7 @@ def layer_table(trace: Trace, steps: pl.DataFrame | None = None, depth: int | No
     ).drop("_tf", "_tb")
     # classifier shares: the step time each layer is responsible for, split by class
     if part is not None and part.height:
-        lc = _segment_codes(trace, part).to_numpy()
-        sl = (part.select("cls", dur=pl.col("end") - pl.col("ts")).hstack([pl.Series("lid", lid_of[lc], pl.UInt32)])
-              .group_by("lid", "cls").agg(pl.col("dur").sum()))  # per layer first (integer sums)
+        sl = _class_time(part, lid_of.astype(np.uint32)[_segment_codes(trace, part).to_numpy()])  # per layer first
         sh = pl.concat([incl(sl), sl.filter(pl.Series(unl[sl["lid"].to_numpy()]))], how="diagonal_relaxed")
         sh = sh.group_by("lid").agg(pl.col("dur").sum().alias("time_ns"),
                                     *[pl.col("dur").filter(pl.col("cls") == c).sum().alias(f"share_{c}")
