@@ -726,8 +726,10 @@ def layer_table(trace: Trace, steps: pl.DataFrame | None = None, depth: int | No
     nt = tree.height
     lid_of = np.array([row.get(layer, nt) for layer in att.names["layer"].to_list()], np.int64)
     unl = np.append(tree["layer"].to_numpy() == UNATTRIBUTED, True)  # per lid: `(unattributed)`
-    g = in_steps(trace.gpu.select(
-        "i", "ts", "dur", "kind", pl.col("bytes").cast(pl.Float64).alias("_cbytes")).filter(pl.col("kind") != "sync"), steps)
+    # (copies and fills as a flag, not the kind strings: a frame as long as the kernels)
+    copy = pl.col("kind").is_in(["memcpy", "memset"])
+    g = in_steps(trace.gpu.lazy().filter(pl.col("kind") != "sync").select(
+        "i", "ts", "dur", copy.alias("_copy"), pl.col("bytes").cast(pl.Float64).alias("_cbytes")).collect(), steps)
     g = join_by_id(g, "i", gpu_codes(trace), "lc", "ph")  # every GPU row has its layer row
     g = g.drop("lc").hstack([pl.Series("lid", lid_of[g["lc"].to_numpy()], pl.UInt32)])
     if kb is not None:
@@ -736,9 +738,8 @@ def layer_table(trace: Trace, steps: pl.DataFrame | None = None, depth: int | No
         if c not in g.columns:
             g = g.with_columns(pl.lit(None, dt).alias(c))
     # copies and fills move their own byte count
-    g = g.with_columns(bytes=pl.when(pl.col("kind").is_in(["memcpy", "memset"])).then(pl.col("_cbytes"))
-                       .otherwise(pl.col("bytes")), bound=pl.when(pl.col("kind").is_in(["memcpy", "memset"]))
-                       .then(pl.lit("memory")).otherwise(pl.col("bound"))).drop("_cbytes")
+    g = g.with_columns(bytes=pl.when("_copy").then(pl.col("_cbytes")).otherwise(pl.col("bytes")),
+                       bound=pl.when("_copy").then(pl.lit("memory")).otherwise(pl.col("bound"))).drop("_cbytes", "_copy")
     spec = device_peaks(trace)
     if spec is not None:  # always known (an unknown GPU falls back to a default row that says so)
         # the shortest time the device could do this work in (roofline): FLOPs at the peak for the operand
