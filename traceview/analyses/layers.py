@@ -624,20 +624,21 @@ def _segment_codes(trace: Trace, segments: pl.DataFrame) -> pl.Series:
 
 
 def _open_at(q: pl.DataFrame, rows: pl.DataFrame, start: str, end: str) -> np.ndarray:
-    """Per time `q["t"]` (ascending), the position `_p` of the last of `rows` (by `start`) started at or before it,
-    where it is still open then (`t < end`); -1 where none is: an as-of search. Without nulls by a binary search on
-    the arrays (no frame of every query with the row's columns: a tiny-event trace has a query per segment)."""
+    """Per time `q["t"]` (ascending), the position `_p` (`rows`' row index) of the last of `rows` (by `start`) started
+    at or before it, where it is still open then (`t < end`); -1 where none is: an as-of search. Without nulls by a
+    binary search on the arrays (no frame of every query with the row's columns: a tiny-event trace has a query per
+    segment)."""
     if rows[start].null_count() or rows[end].null_count() or not rows[start].is_sorted():
         return _np_ids(q.join_asof(rows, left_on="t", right_on=start, strategy="backward", check_sortedness=False)
                        .select(pl.when(pl.col("t") < pl.col(end)).then(pl.col("_p")))[:, 0])
     t = q["t"].to_numpy()
     j = np.searchsorted(rows[start].to_numpy(), t, side="right")  # (the as-of join's last row with start <= t)
+    ok = j > 0
     j -= 1
-    ok = j >= 0
     np.maximum(j, 0, out=j)
     ok &= t < rows[end].to_numpy()[j] if rows.height else False
-    pos = rows["_p"].to_numpy().astype(np.int64)[j] if rows.height else j
-    return np.where(ok, pos, -1)
+    j[~ok] = -1  # (in place: an int64 per query)
+    return j
 
 
 #: up to this many host threads with layered ops, `segment_layers` searches each thread's ops in turn
