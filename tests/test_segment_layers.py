@@ -94,3 +94,21 @@ def test_class_time_equals_group_by(chunk, monkeypatch):
     assert got.height > 20 and got["cls"].n_unique() >= 4
     assert got.equals(want)
     assert int(got["dur"].sum()) == int((part["end"] - part["ts"]).sum())
+
+
+def test_enum_partition_gives_the_same_layer_table():
+    """`partition(enum=True)` (the layer view's own copy: the classes as an Enum, a byte per segment) holds the same
+    segments as the cached string partition, and the layer table's class shares from it are the same."""
+    from traceview import classify
+
+    t = load("gpu_h200_real/hf_gpt2_train_bf16.json.gz")
+    kb = classify.kernel_bound(t)
+    text = classify.partition(t, t.steps, kb)
+    codes = classify.partition(t, t.steps, kb, keep=False, enum=True)
+    assert codes["cls"].dtype == classify.CLASS_ENUM and text["cls"].dtype == pl.String
+    assert codes.with_columns(pl.col("cls").cast(pl.String)).equals(text)
+    assert text["cls"].n_unique() >= 4
+    a = L.layer_table(t, t.steps, kb=kb, part=text)
+    b = L.layer_table(t, t.steps, kb=kb, part=codes)
+    assert "share_gpu_compute" in a.columns and a["dominant"].drop_nulls().len() > 10
+    assert a.equals(b)
