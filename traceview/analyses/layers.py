@@ -727,6 +727,33 @@ def layer_table(trace: Trace, steps: pl.DataFrame | None = None, depth: int | No
     nt = tree.height
     lid_of = np.array([row.get(layer, nt) for layer in att.names["layer"].to_list()], np.int64)
     unl = np.append(tree["layer"].to_numpy() == UNATTRIBUTED, True)  # per lid: `(unattributed)`
+    # every row counts for its own layer and, through `anc`, for each enclosing layer
+    # (the few layers' ancestor lists exploded first: one join writes the repeated rows, with no list column and
+    # no second copy by an explode; each row's copies go to distinct layers, so every layer's sum still adds its
+    # rows in their order)
+    anc = tree.select(pl.int_range(nt, dtype=pl.UInt32).alias("lid"), "anc").explode("anc")
+    anc = pl.DataFrame([anc["lid"], pl.Series("alid", [row.get(x) for x in anc["anc"].to_list()], pl.UInt32)])
+    flat = (anc["lid"] == anc["alid"]).all()  # no layer encloses another: each row counts for its layer only
+    ph = pl.col("ph")
+
+    def incl(df: pl.DataFrame) -> pl.DataFrame:
+        if flat:  # the rows themselves, without copying them (the join's result when every row has a layer)
+            known = df["lid"] < nt
+            return (df if known.all() else df.filter(known)).select(pl.exclude("lid"), "lid")
+        return df.join(anc, on="lid", how="inner", maintain_order="left").drop("lid").rename({"alid": "lid"})
+
+    # classifier shares: the step time each layer is responsible for, split by class (first: the segments' search
+    # runs before the per-kernel frames below are built, not beside them)
+    sh = None
+    if part is not None and part.height:
+        sl = _class_time(part, lid_of.astype(np.uint32)[_segment_codes(trace, part).to_numpy()])  # per layer first
+        sh = pl.concat([incl(sl), sl.filter(pl.Series(unl[sl["lid"].to_numpy()]))], how="diagonal_relaxed")
+        sh = sh.group_by("lid").agg(pl.col("dur").sum().alias("time_ns"),
+                                    *[pl.col("dur").filter(pl.col("cls") == c).sum().alias(f"share_{c}")
+                                      for c in CLASSES])
+        sh = sh.with_columns([(100 * pl.col(f"share_{c}") / pl.col("time_ns")).alias(f"share_{c}") for c in CLASSES])
+        dom = pl.concat_list([pl.col(f"share_{c}") for c in CLASSES]).list.arg_max()
+        sh = sh.with_columns(dominant=dom.replace_strict(dict(enumerate(CLASSES)), return_dtype=pl.String))
     # (copies and fills as a flag, not the kind strings: a frame as long as the kernels)
     copy = pl.col("kind").is_in(["memcpy", "memset"])
     g = in_steps(trace.gpu.lazy().filter(pl.col("kind") != "sync").select(
@@ -754,21 +781,6 @@ def layer_table(trace: Trace, steps: pl.DataFrame | None = None, depth: int | No
     g = g.select("lid", "ph", "dur", "flops", "bytes", "bound", "_tf", "_tb")
     top = in_steps(_top(trace, "ts", "dur"), steps)  # (what the CPU sums read)
     top = top.drop("lc").hstack([pl.Series("lid", lid_of[top["lc"].to_numpy()], pl.UInt32)])
-    # every row counts for its own layer and, through `anc`, for each enclosing layer
-    # (the few layers' ancestor lists exploded first: one join writes the repeated rows, with no list column and
-    # no second copy by an explode; each row's copies go to distinct layers, so every layer's sum still adds its
-    # rows in their order)
-    anc = tree.select(pl.int_range(nt, dtype=pl.UInt32).alias("lid"), "anc").explode("anc")
-    anc = pl.DataFrame([anc["lid"], pl.Series("alid", [row.get(x) for x in anc["anc"].to_list()], pl.UInt32)])
-    flat = (anc["lid"] == anc["alid"]).all()  # no layer encloses another: each row counts for its layer only
-    ph = pl.col("ph")
-
-    def incl(df: pl.DataFrame) -> pl.DataFrame:
-        if flat:  # the rows themselves, without copying them (the join's result when every row has a layer)
-            known = df["lid"] < nt
-            return (df if known.all() else df.filter(known)).select(pl.exclude("lid"), "lid")
-        return df.join(anc, on="lid", how="inner", maintain_order="left").drop("lid").rename({"alid": "lid"})
-
     gi = incl(g)
     fwd, bwd = PHASES.index("forward"), PHASES.index("backward")
     gagg = [pl.col("dur").sum().alias("gpu_ns"), pl.col("dur").filter(ph == fwd).sum().alias("fwd_gpu_ns"),
@@ -800,7 +812,7 @@ def layer_table(trace: Trace, steps: pl.DataFrame | None = None, depth: int | No
             name=pl.lit(UNATTRIBUTED), layer_class=pl.lit(UNATTRIBUTED), kind=pl.lit(UNATTRIBUTED),
             depth=pl.lit(0, pl.Int32), first_ts=pl.lit(2**62), lid=pl.lit(nt, pl.UInt32))
         out = pl.concat([out, urow], how="diagonal_relaxed")
-    del g, gi, top, un  # (a row per kernel and op: freed before the segments' search below)
+    del g, gi, top, un  # (a row per kernel and op: freed once summed)
     zero = ["gpu_ns", "fwd_gpu_ns", "bwd_gpu_ns", "other_gpu_ns", "kernels", "self_gpu_ns", "self_kernels", "cpu_ns"]
     out = out.with_columns([pl.col(c).fill_null(0) for c in zero]).with_columns(
         flops=pl.when(pl.col("_hasf").fill_null(False)).then(pl.col("flops")),
@@ -817,18 +829,8 @@ def layer_table(trace: Trace, steps: pl.DataFrame | None = None, depth: int | No
         peak_bw_pct=pl.when(has & (pl.col("_tb") > 0)).then(100 * pl.col("_tb") / secs),
         peak_tflops=pl.when(pl.col("_tf") > 0).then(pl.col("flops") / pl.col("_tf") / 1e12),
     ).drop("_tf", "_tb")
-    # classifier shares: the step time each layer is responsible for, split by class
-    if part is not None and part.height:
-        sl = _class_time(part, lid_of.astype(np.uint32)[_segment_codes(trace, part).to_numpy()])  # per layer first
-        sh = pl.concat([incl(sl), sl.filter(pl.Series(unl[sl["lid"].to_numpy()]))], how="diagonal_relaxed")
-        sh = sh.group_by("lid").agg(pl.col("dur").sum().alias("time_ns"),
-                                    *[pl.col("dur").filter(pl.col("cls") == c).sum().alias(f"share_{c}")
-                                      for c in CLASSES])
-        sh = sh.with_columns([(100 * pl.col(f"share_{c}") / pl.col("time_ns")).alias(f"share_{c}") for c in CLASSES])
-        dom = pl.concat_list([pl.col(f"share_{c}") for c in CLASSES]).list.arg_max()
-        sh = sh.with_columns(dominant=dom.replace_strict(dict(enumerate(CLASSES)), return_dtype=pl.String))
+    if sh is not None:
         out = out.join(sh, on="lid", how="left")
-    out = out.drop("lid")
     # findings inside each layer (a finding counts for its layer and the layers enclosing it)
     if findings is not None and findings.height and "layer" in findings.columns:
         code = "code" if "code" in findings.columns else None
