@@ -187,10 +187,11 @@ def _node_events(trace: Trace) -> tuple[pl.DataFrame, str]:
     return nodes, source
 
 
-def _build_tree(host: pl.DataFrame, nodes: pl.DataFrame) -> tuple[pl.DataFrame, pl.DataFrame]:
+def _build_tree(host: pl.DataFrame, nodes: pl.DataFrame, ops_alone: bool = True) -> tuple[pl.DataFrame, pl.DataFrame]:
     """Nest the node events; merge `module::` annotations into the module frame that holds them.
 
-    Returns (node events with their layer, per-layer tree)."""
+    Returns (node events with their layer, per-layer tree). Op nodes alone by `_op_tree` (`ops_alone`, else through
+    the general path: the tests compare them)."""
     # Nest the nodes among themselves by time: a `with record_function(...)` range opens inside the
     # `__enter__` frame and outlives it, so the full host tree is not reliable around annotations,
     # but module frames and annotations do nest properly with each other.
@@ -198,6 +199,8 @@ def _build_tree(host: pl.DataFrame, nodes: pl.DataFrame) -> tuple[pl.DataFrame, 
     # the node rows in host order (ids ascend): a lookup by id, not an is_in over every host row
     if nodes.height and (nodes["src"] == "op").all():
         # the roots of the cpu_op tree alone: none encloses another (`roots`), all are roots of the node tree
+        if ops_alone:
+            return _op_tree(host, nodes)
         nodes = nodes.with_columns(pnode=pl.lit(None, pl.UInt32))
     else:
         sub = call_tree(by_id(host, nodes["i"].unique().sort(), *cols))
@@ -254,6 +257,23 @@ def _build_tree(host: pl.DataFrame, nodes: pl.DataFrame) -> tuple[pl.DataFrame, 
         pl.col("kind").first(), pl.col("ndepth").first().alias("depth"), pl.col("module_path").first(),
         pl.col("anc").first(), pl.col("src").first(), pl.col("ts").min().alias("first_ts"), pl.len().alias("calls"))
         .sort("first_ts", "depth"))
+    return out, tree
+
+
+def _op_tree(host: pl.DataFrame, nodes: pl.DataFrame) -> tuple[pl.DataFrame, pl.DataFrame]:
+    """`_build_tree` of op nodes alone (the "ops" fallback: roots of the cpu_op tree, none encloses another): every
+    node is a root whose layer and path are its label. The tree's rows are built per layer, not per node (no path,
+    kind or ancestor list per node: a tiny-event trace has a node per op)."""
+    out = pl.concat([nodes.select("i", "label", "cls", "src", layer="label").with_columns(
+        pnode=pl.lit(None, pl.UInt32), ndepth=pl.lit(0, pl.Int32)), by_id(host, nodes["i"], "ts", "end")],
+        how="horizontal")
+    layer = pl.col("layer")
+    tree = (out.group_by("layer").agg(pl.col("label").first().alias("name"), pl.col("cls").first().alias("layer_class"),
+                                      pl.col("ts").min().alias("first_ts"), pl.len().alias("calls"))
+            .select("layer", pl.lit(None, pl.String).alias("parent_layer"), "name", "layer_class",
+                    pl.col("layer_class").alias("kind"), pl.lit(0, pl.Int32).alias("depth"), layer.alias("module_path"),
+                    pl.concat_list([layer]).alias("anc"), pl.lit("op").alias("src"), "first_ts", "calls")
+            .sort("first_ts", "depth"))
     return out, tree
 
 
