@@ -112,3 +112,25 @@ def test_enum_partition_gives_the_same_layer_table():
     b = L.layer_table(t, t.steps, kb=kb, part=codes)
     assert "share_gpu_compute" in a.columns and a["dominant"].drop_nulls().len() > 10
     assert a.equals(b)
+
+
+def test_kernel_bound_without_shapes_equals_the_split_costs(monkeypatch):
+    """A trace whose ops have no shapes gets its kernels' costs as null literals (no column of nulls per kernel): the
+    same frame as the general path (costs joined and split over the kernels), forced here by one extra op cost for
+    an op no kernel launched."""
+    from traceview.analyses import roofline as R
+
+    t = load("collected2/tiny_ops_n64_cudagraph/rank0.1796114981447180096.pt.trace.json.gz")
+    fast = R.kernel_bound(t)
+    assert fast.height > 500 and fast["flops"].null_count() == fast.height
+    real = R.op_costs
+
+    def with_extra(trace, ids=None):
+        c = real(trace, ids)
+        extra = pl.DataFrame({"op": [2**31], "flops": [1.0]}, schema={"op": c.schema["op"], "flops": pl.Float64})
+        return pl.concat([c, extra], how="diagonal_relaxed")
+
+    monkeypatch.setattr(R, "op_costs", with_extra)
+    slow = R.kernel_bound(t)
+    assert fast.equals(slow)
+    assert fast["bound"].n_unique() == 2 and (fast["source"] == "name").all()
