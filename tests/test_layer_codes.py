@@ -196,3 +196,19 @@ def test_layer_of_is_the_mode_of_the_kernels_layer_strings(rel):
         want = str(lay.mode().sort().first()) if lay.len() else None
         assert ctx.layer_of(ids) == want
     assert ctx.layer_of(gl["i"]) is not None
+
+
+@pytest.mark.parametrize("rel", [TRACES["ops"], TRACES["ops_pseudo"]])
+def test_op_tree_is_the_general_tree(rel):
+    """Op nodes alone (the ops fallback) build their tree per layer (`_op_tree`): the same node layers and the same
+    tree as the general nesting path."""
+    t = load(rel)
+    events, source = L._node_events(t)
+    ops = events.filter(pl.col("src") == "op")
+    assert source == "ops" and ops.height
+    fast, fast_tree = L._build_tree(t.host, ops)
+    slow, slow_tree = L._build_tree(t.host, ops, ops_alone=False)
+    cols = ["i", "pnode", "layer", "label", "cls", "ndepth", "src", "ts", "end"]
+    assert fast.select(cols).equals(slow.select(cols))
+    assert fast_tree.sort("layer").equals(slow_tree.sort("layer"))
+    assert fast_tree["calls"].sum() == ops.height

@@ -257,19 +257,27 @@ def labelled_intervals(trace: Trace, lo: int, hi: int, kb: pl.DataFrame | None =
 
 
 def segments(intervals: pl.DataFrame | pl.LazyFrame, priorities: list[str], windows: pl.DataFrame, other: str,
-             win: str = "step") -> pl.DataFrame:
+             win: str = "step", cls_dtype: pl.DataType = pl.String) -> pl.DataFrame:
     """Elementary segments [win, ts, end, cls], by start: see `intervals.segments` (whose segments already come
     by start: no sort)."""
-    return _segments(intervals, priorities, windows, other, win)
+    return _segments(intervals, priorities, windows, other, win, cls_dtype)
 
 
-def partition(trace: Trace, steps: pl.DataFrame, kb: pl.DataFrame | None = None) -> pl.DataFrame:
+#: the classes as an Enum: `partition(..., enum=True)`'s class column
+CLASS_ENUM = pl.Enum(CLASSES)
+
+
+def partition(trace: Trace, steps: pl.DataFrame, kb: pl.DataFrame | None = None, *, keep: bool = True,
+              enum: bool = False) -> pl.DataFrame:
     """[step, ts, end, cls]: the elementary segments of every step window (ns); they tile each step.
 
-    Cached per (trace, step windows) when `kb` is the trace's own (the default)."""
-    if kb is None or kb is kernel_bound(trace):
+    Cached per (trace, step windows) when `kb` is the trace's own (the default) and `keep` (False: a caller that
+    is its only reader, so it is freed with the caller's copy). `enum` (uncached only): `cls` as `CLASS_ENUM`, a
+    byte per segment instead of a string, for a reader that only compares and groups the classes."""
+    if keep and not enum and (kb is None or kb is kernel_bound(trace)):
         return _partition(trace, steps)
-    return _partition_uncached(trace, steps, kb)
+    return _partition_uncached(trace, steps, kernel_bound(trace) if kb is None else kb,
+                               CLASS_ENUM if enum else pl.String)
 
 
 @per_windows("step", "ts", "end")
@@ -277,15 +285,16 @@ def _partition(trace: Trace, steps: pl.DataFrame) -> pl.DataFrame:
     return _partition_uncached(trace, steps, kernel_bound(trace))
 
 
-def _partition_uncached(trace: Trace, steps: pl.DataFrame, kb: pl.DataFrame) -> pl.DataFrame:
+def _partition_uncached(trace: Trace, steps: pl.DataFrame, kb: pl.DataFrame,
+                        cls_dtype: pl.DataType = pl.String) -> pl.DataFrame:
     windows = steps.select("step", "ts", "end")
     if windows.height == 0:
-        return pl.DataFrame(schema={"step": pl.Int64, "ts": pl.Int64, "end": pl.Int64, "cls": pl.String})
+        return pl.DataFrame(schema={"step": pl.Int64, "ts": pl.Int64, "end": pl.Int64, "cls": cls_dtype})
     lo, hi = int(windows["ts"].min()), int(windows["end"].max())
     iv = labelled_intervals(trace, lo, hi, kb)
     # the ranks' names in the segments: queued idle is reported as `other_idle`
     names = ["other_idle" if p == _QUEUED else p for p in PRIORITIES]
-    return segments(iv, names, windows, CLASSES[-1])
+    return segments(iv, names, windows, CLASSES[-1], cls_dtype=cls_dtype)
 
 
 def shares(part: pl.DataFrame, by: str | None = "step") -> pl.DataFrame:

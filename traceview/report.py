@@ -227,7 +227,7 @@ def _part(trace: Trace, steps: pl.DataFrame, ctx: RuleContext | None) -> pl.Data
         return ctx.part
     from .classify import partition
 
-    return partition(trace, steps, ctx.kb)
+    return partition(trace, steps, ctx.kb, keep=False, enum=True)  # (only the layer view reads it: freed after it)
 
 
 @dataclass

@@ -111,17 +111,17 @@ def per_window(intervals: pl.DataFrame, windows: pl.DataFrame, win: str = "step"
 
 
 def segments(intervals: pl.DataFrame | pl.LazyFrame, priorities: list[str], windows: pl.DataFrame, other: str = "other",
-             win: str = "step") -> pl.DataFrame:
+             win: str = "step", cls_dtype: pl.DataType = pl.String) -> pl.DataFrame:
     """Elementary segments [win, ts, end, cls] that tile each window [ts, end): at every instant the
     highest-priority label active then (`other` where none is).
 
     `intervals` [label, ts, end] (or [k, ts, end]: k the label's index in `priorities`); `windows` [win, ts, end]
     (non-overlapping). Each label's intervals are
     merged first (so a label is simply on or off), then one boundary sweep: a running count per label over
-    the sorted boundaries, no per-event loop.
+    the sorted boundaries, no per-event loop. `cls_dtype`: the labels' type (an Enum of them: a byte per segment).
     """
     wi, ts, end, cls = _segment_arrays(intervals, priorities, windows)
-    names = pl.Series([*priorities, other], dtype=pl.String)
+    names = pl.Series([*priorities, other], dtype=cls_dtype)
     return pl.DataFrame({
         win: windows[win].gather(pl.Series(wi)), "ts": _owned(ts),
         "end": _owned(end), "cls": names.gather(pl.Series(cls)),

@@ -168,12 +168,17 @@ def _node_events(trace: Trace) -> tuple[pl.DataFrame, str]:
         # top-level forward ops (backward ones follow their forward op through the sequence number),
         # outside the pseudo-layers
         # the roots of the cpu_op tree (`top_level_ops`: the layer table reads them too), in host order
-        top = top_level_ops(trace)
-        top = top.filter(~(by_id(host, top["i"], "fwd_tid")["fwd_tid"].fill_null(0) > 0)
-                         & ~top["name"].str.contains(NOT_LAYER_RE) & ~top["name"].str.contains(PSEUDO_RE))
+        # (the kept rows' ids and names only: on a tiny-event trace every op is one)
+        at = _top_rows(trace)
+        cand = host.select("name", "fwd_tid")[at]
+        at = at.filter(~(cand["fwd_tid"].fill_null(0) > 0) & ~cand["name"].str.contains(NOT_LAYER_RE)
+                       & ~cand["name"].str.contains(PSEUDO_RE))
+        del cand
+        top = host.select("i", "name")[at]
         if pseudo.height and top.height:
-            inside = _innermost(top, by_id(host, pseudo["i"].sort(), "i", "pid", "tid", "ts", "end").with_columns(
-                parent=pl.lit(None, pl.UInt32), depth=pl.lit(0, pl.Int32)))
+            inside = _innermost(host.select("i", "pid", "tid", "ts")[at],
+                                by_id(host, pseudo["i"].sort(), "i", "pid", "tid", "ts", "end").with_columns(
+                                    parent=pl.lit(None, pl.UInt32), depth=pl.lit(0, pl.Int32)))
             top = top.join(inside, on="i", how="anti")
         nodes = pl.concat([nodes, top.select("i", label=pl.col("name"), cls=pl.col("name"), src=pl.lit("op"))],
                           how="vertical_relaxed")
@@ -182,10 +187,11 @@ def _node_events(trace: Trace) -> tuple[pl.DataFrame, str]:
     return nodes, source
 
 
-def _build_tree(host: pl.DataFrame, nodes: pl.DataFrame) -> tuple[pl.DataFrame, pl.DataFrame]:
+def _build_tree(host: pl.DataFrame, nodes: pl.DataFrame, ops_alone: bool = True) -> tuple[pl.DataFrame, pl.DataFrame]:
     """Nest the node events; merge `module::` annotations into the module frame that holds them.
 
-    Returns (node events with their layer, per-layer tree)."""
+    Returns (node events with their layer, per-layer tree). Op nodes alone by `_op_tree` (`ops_alone`, else through
+    the general path: the tests compare them)."""
     # Nest the nodes among themselves by time: a `with record_function(...)` range opens inside the
     # `__enter__` frame and outlives it, so the full host tree is not reliable around annotations,
     # but module frames and annotations do nest properly with each other.
@@ -193,12 +199,14 @@ def _build_tree(host: pl.DataFrame, nodes: pl.DataFrame) -> tuple[pl.DataFrame, 
     # the node rows in host order (ids ascend): a lookup by id, not an is_in over every host row
     if nodes.height and (nodes["src"] == "op").all():
         # the roots of the cpu_op tree alone: none encloses another (`roots`), all are roots of the node tree
+        if ops_alone:
+            return _op_tree(host, nodes)
         nodes = nodes.with_columns(pnode=pl.lit(None, pl.UInt32))
     else:
         sub = call_tree(by_id(host, nodes["i"].unique().sort(), *cols))
         nodes = join_by_id(nodes, "i", sub, pl.col("parent").alias("pnode"))  # sub: one row per node, by id
     if not (nodes["src"] == "attr").any():  # no `module::` annotation: nothing to merge
-        nodes = nodes.hstack([pl.Series("attr", [None] * nodes.height, pl.String)])
+        nodes = nodes.with_columns(attr=pl.lit(None, pl.String))
     else:
         # an attr annotation whose nearest enclosing node is a module frame names that frame (same call)
         src_of = nodes.select(pl.col("i").alias("pnode"), pl.col("src").alias("psrc"))
@@ -213,12 +221,13 @@ def _build_tree(host: pl.DataFrame, nodes: pl.DataFrame) -> tuple[pl.DataFrame, 
             attr=pl.when(pl.col("src") == "attr").then(pl.col("label")).otherwise(pl.col("attr")))
     # paths, one level of the (shallow) layer tree at a time
     levels: list[pl.DataFrame] = []
-    cur = nodes.filter(pl.col("pnode").is_null()).with_columns(
+    flat = nodes["pnode"].null_count() == nodes.height  # every node a root (no copy of them by a filter)
+    cur = (nodes if flat else nodes.filter(pl.col("pnode").is_null())).with_columns(
         module_path=pl.col("label"), kind=pl.col("cls"), ndepth=pl.lit(0, pl.Int32),
         parent_layer=pl.lit(None, pl.String))
     cur = cur.with_columns(layer=pl.coalesce("attr", "module_path"))
     cur = cur.with_columns(anc=pl.concat_list([pl.col("layer")]))
-    rest = nodes.filter(pl.col("pnode").is_not_null())
+    rest = nodes.clear() if flat else nodes.filter(pl.col("pnode").is_not_null())
     while cur.height:
         levels.append(cur)
         if rest.height == 0:
@@ -248,6 +257,23 @@ def _build_tree(host: pl.DataFrame, nodes: pl.DataFrame) -> tuple[pl.DataFrame, 
         pl.col("kind").first(), pl.col("ndepth").first().alias("depth"), pl.col("module_path").first(),
         pl.col("anc").first(), pl.col("src").first(), pl.col("ts").min().alias("first_ts"), pl.len().alias("calls"))
         .sort("first_ts", "depth"))
+    return out, tree
+
+
+def _op_tree(host: pl.DataFrame, nodes: pl.DataFrame) -> tuple[pl.DataFrame, pl.DataFrame]:
+    """`_build_tree` of op nodes alone (the "ops" fallback: roots of the cpu_op tree, none encloses another): every
+    node is a root whose layer and path are its label. The tree's rows are built per layer, not per node (no path,
+    kind or ancestor list per node: a tiny-event trace has a node per op)."""
+    out = pl.concat([nodes.select("i", "label", "cls", "src", layer="label").with_columns(
+        pnode=pl.lit(None, pl.UInt32), ndepth=pl.lit(0, pl.Int32)), by_id(host, nodes["i"], "ts", "end")],
+        how="horizontal")
+    layer = pl.col("layer")
+    tree = (out.group_by("layer").agg(pl.col("label").first().alias("name"), pl.col("cls").first().alias("layer_class"),
+                                      pl.col("ts").min().alias("first_ts"), pl.len().alias("calls"))
+            .select("layer", pl.lit(None, pl.String).alias("parent_layer"), "name", "layer_class",
+                    pl.col("layer_class").alias("kind"), pl.lit(0, pl.Int32).alias("depth"), layer.alias("module_path"),
+                    pl.concat_list([layer]).alias("anc"), pl.lit("op").alias("src"), "first_ts", "calls")
+            .sort("first_ts", "depth"))
     return out, tree
 
 
@@ -405,12 +431,14 @@ def _attribute(trace: Trace) -> Attribution:
         "i", "pid", "tid", "ts", "end", pl.col("pnode").alias("parent"), pl.col("ndepth").alias("depth"))
     # an op that is a node (the "ops" fallback) is its own layer (no search for it)
     own_ids = nodes.filter(pl.col("src") == "op")["i"]
+    del nodes, events  # (a row per node: on a tiny-event trace, per op)
     own = rows["i"].is_in(own_ids.implode()).to_numpy() if own_ids.len() else None
     if own is None or not own.any():
         node = _innermost_ids(rows, node_ev)
     else:
         node = rows["i"].cast(pl.Int64).to_numpy().copy()
         node[~own] = _innermost_ids(rows.filter(pl.Series(~own)), node_ev)
+    del node_ev, own
     # backward: the innermost enclosing autograd node op (it carries the sequence number); the mask of those
     # ops without a string comparison on every host row
     auto = (host["fwd_tid"] > 0).fill_null(False).to_numpy()
@@ -424,6 +452,7 @@ def _attribute(trace: Trace) -> Attribution:
     # each row's layer node: the forward op's node for a backward row, else its own; then the node's position
     # in `nl` (its height: no node, `(unattributed)`) and the code of its layer
     lnode = np.where(fnode >= 0, fnode, node)
+    del fnode, node, bnode  # (each array one int64 per cpu_op and runtime row, as those below: freed early)
     nl = nl.rename({"node": "i"}).sort("i")
     nid = nl["i"].to_numpy()
     pos = np.minimum(np.searchsorted(nid, lnode), max(nid.size - 1, 0))
@@ -431,8 +460,11 @@ def _attribute(trace: Trace) -> Attribution:
     pos[~found] = nl.height
     # phase: backward rows, then the node's phase, then grad mode (a loss computed outside the model: forward)
     node_phase = np.append(nl["nphase"].to_numpy(), -1)
-    code = np.where(bwd_row, _PHASE_CODE["backward"],
-                    np.where(found, node_phase[pos], np.where(grad, _PHASE_CODE["forward"], _PHASE_CODE["other"])))
+    code = np.full(rows.height, _PHASE_CODE["other"], np.uint8)
+    code[grad] = _PHASE_CODE["forward"]
+    code[found] = node_phase[pos[found]]
+    code[bwd_row] = _PHASE_CODE["backward"]
+    del found, grad, bwd_row
     names, node_code = _layer_codes(nl)
     out = pl.DataFrame([rows["i"].cast(pl.UInt32), pl.Series("lc", node_code[pos], pl.UInt32),
                         pl.Series("ph", code, pl.UInt8)])
@@ -490,31 +522,66 @@ def device_peaks(trace: Trace) -> Spec:
     return trace_spec(trace.meta)
 
 
-@per_trace
 def top_level_ops(trace: Trace) -> pl.DataFrame:
-    """cpu_ops with no enclosing cpu_op on their thread (what Python called): [i, name, pid, tid, ts, end, dur]."""
+    """cpu_ops with no enclosing cpu_op on their thread (what Python called): [i, name, pid, tid, ts, end, dur]
+    (taken from the host frame on each call: callers keep what they need)."""
+    return trace.host.select("i", "name", "pid", "tid", "ts", "end", "dur")[_top_rows(trace)]
+
+
+@per_trace
+def _top_rows(trace: Trace) -> pl.Series:
+    """The host rows of `top_level_ops`, in host order. Row positions are what is kept: the ops' columns, a
+    frame as long as the ops (a tiny-event trace: every op is top-level), would be held to the end of the
+    analysis (10 M tiny events: 170 MB)."""
     cols = [c for c in ("i", "cat", "pid", "tid", "ts", "dur", "end", "ev_idx") if c in trace.host.columns]
-    ops = trace.host.lazy().filter(pl.col("cat") == "cpu_op").select(cols).collect()
-    top = ops.filter(roots(ops))
-    # the names of the roots only (a fifth of the ops on a training step)
-    name = by_id(trace.host, top["i"], "name")["name"]
-    return pl.DataFrame([top["i"], name, top["pid"], top["tid"], top["ts"], top["end"], top["dur"]])
+    ops = trace.host.lazy().with_row_index("_row").filter(pl.col("cat") == "cpu_op").select("_row", *cols).collect()
+    return ops["_row"].filter(roots(ops.drop("_row")))
 
 
 @per_trace
 def _top_codes(trace: Trace) -> pl.DataFrame:
     """The layer codes [lc, ph] of the rows of `top_level_ops` (beside them: its columns are not copied)."""
-    return by_id(attribution(trace).host, top_level_ops(trace)["i"], "lc", "ph")
+    return by_id(attribution(trace).host, trace.host["i"].gather(_top_rows(trace)), "lc", "ph")
 
 
 def _top(trace: Trace, *cols: str) -> pl.DataFrame:
     """Outermost cpu_ops' `cols` with their layer code `lc`."""
-    return top_level_ops(trace).select(cols).hstack([_top_codes(trace)["lc"]])
+    return trace.host.select(cols)[_top_rows(trace)].hstack([_top_codes(trace)["lc"]])
+
+
+#: segments summed at a time by `_class_time`
+_CHUNK = 1 << 20
+
+
+def _class_time(part: pl.DataFrame, lid: np.ndarray) -> pl.DataFrame:
+    """[lid, cls, dur]: the partition's time per (layer id `lid` of each segment, class), for the pairs that occur;
+    integer sums. Summed by `bincount` over chunks of segments (no frame of a key per segment and no hash group-by
+    of the class strings: a tiny-event trace has two segments per kernel); each chunk's sums are exact in float64
+    (integers below 2**53 ns: segments tile the steps, no sum passes the recording's length)."""
+    cls = part["cls"].cast(pl.Enum(CLASSES), strict=False)
+    if cls.null_count() or part["ts"].null_count() or part["end"].null_count() or part.height == 0:
+        return (part.select("cls", dur=pl.col("end") - pl.col("ts")).hstack([pl.Series("lid", lid, pl.UInt32)])
+                .group_by("lid", "cls").agg(pl.col("dur").sum()))
+    nk = len(CLASSES)
+    code, ts, end = cls.to_physical().to_numpy(), part["ts"].to_numpy(), part["end"].to_numpy()
+    size = (int(lid.max()) + 1) * nk
+    tot = np.zeros(size, np.int64)
+    seen = np.zeros(size, bool)
+    for a in range(0, part.height, _CHUNK):
+        b = a + _CHUNK
+        key = lid[a:b].astype(np.int64)
+        key *= nk
+        key += code[a:b]
+        tot += np.bincount(key, weights=end[a:b] - ts[a:b], minlength=size).astype(np.int64)
+        seen[key] = True
+    has = np.flatnonzero(seen)
+    return pl.DataFrame([pl.Series("lid", has // nk, pl.UInt32), pl.Series(CLASSES, dtype=pl.String).gather(has % nk).alias("cls"),
+                         pl.Series("dur", tot[has], pl.Int64)])
 
 
 def _top_ops(trace: Trace) -> pl.DataFrame:
     """Outermost cpu_ops (no enclosing cpu_op) with their layer: [i, pid, tid, ts, end, dur, layer, phase]."""
-    return top_level_ops(trace).select("i", "pid", "tid", "ts", "end", "dur").hstack(
+    return trace.host.select("i", "pid", "tid", "ts", "end", "dur")[_top_rows(trace)].hstack(
         attribution(trace).decode(_top_codes(trace), "layer", "phase"))
 
 
@@ -539,17 +606,15 @@ def _segment_codes(trace: Trace, segments: pl.DataFrame) -> pl.Series:
     # every GPU row has its layer row: a lookup by id (in time order: the strings are gathered once)
     att = attribution(trace)
     g = join_by_id(g, "i", gpu_codes(trace), pl.col("lc").alias("_gl")).drop("i").with_row_index("_p")
-    gp = _np_ids(q.join_asof(g.drop("_gl"), left_on="t", right_on="_gts", strategy="backward", check_sortedness=False)
-                 .select(pl.when(pl.col("t") < pl.col("_gend")).then(pl.col("_p")))[:, 0])
+    gp = _open_at(q, g.drop("_gl"), "_gts", "_gend")
+    g = g["_gl"]  # (the activities' times: no longer read)
     top = _top(trace, "pid", "tid", "ts", "end")
     top = top.filter(att.known(top["lc"]))
     threads = top.select("pid", "tid").unique()
     hops = top.select("pid", "tid", pl.col("ts").alias("_hts"), pl.col("end").alias("_hend"),
                       pl.col("lc").alias("_hl")).sort("_hts").with_row_index("_p")
     if threads.height <= 1:  # one thread: the op open at the midpoint, without the per-thread cross join
-        hp = _np_ids(q.join_asof(hops.drop("pid", "tid", "_hl"), left_on="t", right_on="_hts", strategy="backward",
-                                 check_sortedness=False)
-                     .select(pl.when(pl.col("t") < pl.col("_hend")).then(pl.col("_p")))[:, 0])
+        hp = _open_at(q, hops.drop("pid", "tid", "_hl"), "_hts", "_hend")
     elif threads.height <= _FEW_THREADS and not any(hops[c].null_count() for c in hops.columns if c != "_hl"):
         hp = _open_op(q["t"].to_numpy(), hops)
     else:
@@ -562,14 +627,38 @@ def _segment_codes(trace: Trace, segments: pl.DataFrame) -> pl.Series:
     # GPU classes: the GPU activity's layer, else the host op's; the others the other way round; else none
     gpu_cls = (segments["cls"] if order is None else segments["cls"].gather(order)).is_in(
         ["gpu_compute", "gpu_memory", "communication"]).fill_null(False).to_numpy()
-    ng = g.height
-    hq = np.where(hp >= 0, ng + hp, -1)
-    pos = np.where(gpu_cls, np.where(gp >= 0, gp, hq), np.where(hq >= 0, hq, gp))
-    pos = np.where(pos >= 0, pos, ng + hops.height)
+    # (in place: a tiny-event trace has a segment per kernel and per launch, each array one int64 per segment)
+    ng = g.len()
+    hq = hp if hp.flags.writeable else hp.copy()
+    hq[hq >= 0] += ng
+    use_h = np.where(gpu_cls, gp < 0, hq >= 0)
+    del gpu_cls
+    pos = gp if gp.flags.writeable else gp.copy()
+    pos[use_h] = hq[use_h]
+    del hq, use_h
+    pos[pos < 0] = ng + hops.height
     idx = pl.Series(pos, dtype=pl.UInt32)
     if order is not None:  # back to the segments' order
         idx = idx.gather(order.arg_sort())
-    return pl.concat([g["_gl"], hops["_hl"], pl.Series([att.unattributed], dtype=pl.UInt32)]).gather(idx)
+    return pl.concat([g, hops["_hl"], pl.Series([att.unattributed], dtype=pl.UInt32)]).gather(idx)
+
+
+def _open_at(q: pl.DataFrame, rows: pl.DataFrame, start: str, end: str) -> np.ndarray:
+    """Per time `q["t"]` (ascending), the position `_p` (`rows`' row index) of the last of `rows` (by `start`) started
+    at or before it, where it is still open then (`t < end`); -1 where none is: an as-of search. Without nulls by a
+    binary search on the arrays (no frame of every query with the row's columns: a tiny-event trace has a query per
+    segment)."""
+    if rows[start].null_count() or rows[end].null_count() or not rows[start].is_sorted():
+        return _np_ids(q.join_asof(rows, left_on="t", right_on=start, strategy="backward", check_sortedness=False)
+                       .select(pl.when(pl.col("t") < pl.col(end)).then(pl.col("_p")))[:, 0])
+    t = q["t"].to_numpy()
+    j = np.searchsorted(rows[start].to_numpy(), t, side="right")  # (the as-of join's last row with start <= t)
+    ok = j > 0
+    j -= 1
+    np.maximum(j, 0, out=j)
+    ok &= t < rows[end].to_numpy()[j] if rows.height else False
+    j[~ok] = -1  # (in place: an int64 per query)
+    return j
 
 
 #: up to this many host threads with layered ops, `segment_layers` searches each thread's ops in turn
@@ -605,20 +694,21 @@ def shape_signatures(trace: Trace) -> pl.DataFrame:
     signature without shapes (record_shapes off)."""
     att = attribution(trace)
     schema = {"layer": pl.String, "shape_sig": pl.UInt64, "shapes": pl.String}
-    if att.tree.height == 0 or "input_dims" not in trace.host.columns:
+    h = trace.host
+    if att.tree.height == 0 or "input_dims" not in h.columns:
+        return pl.DataFrame(schema=schema)
+    # the ops with dims first, as a mask over the host rows (no frame of every forward row's strings: a tiny-event
+    # trace's ops all run forward, none with dims); their times, names and dims then
+    has = ((h["cat"] == "cpu_op") & h["input_dims"].is_not_null() & (h["input_dims"].bin.size() > 2)).fill_null(False)
+    if not has.any():  # record_shapes off
         return pl.DataFrame(schema=schema)
     dims = pl.col("input_dims").cast(pl.String)
-    # the forward rows' host columns by id (not a filter and a cast over every host op)
     fw = att.host.filter(pl.col("ph") == PHASES.index("forward")).select("i", "lc")
-    # the ops with dims first; their times and names then (record_shapes off: none, and nothing gathered)
-    hc = by_id(trace.host, fw["i"], "cat", "input_dims")
-    hc = hc.select(pl.col("input_dims"), _k=(pl.col("cat") == "cpu_op") & pl.col("input_dims").is_not_null()
-                   & (pl.col("input_dims").bin.size() > 2))
-    keep = hc["_k"]
-    fw = fw.filter(keep)
+    at = positions(h, fw["i"])
+    keep = (by_id(h.select("i", has.alias("_k")), fw["i"], "_k")["_k"] if at is None else has.gather(at))
+    fw = fw.filter(keep.fill_null(False))
     fw = pl.DataFrame([fw["i"], att.names["layer"].gather(fw["lc"])])
-    ops = (pl.concat([fw, by_id(trace.host, fw["i"], "ts", "name"), hc.filter(keep).select("input_dims")],
-                     how="horizontal")
+    ops = (pl.concat([fw, by_id(h, fw["i"], "ts", "name", "input_dims")], how="horizontal")
            .select("i", "layer", "ts", "name", dims.alias("d"))
            .filter(pl.col("d").str.contains(r"\d")))
     if ops.height == 0:
@@ -657,32 +747,6 @@ def layer_table(trace: Trace, steps: pl.DataFrame | None = None, depth: int | No
     nt = tree.height
     lid_of = np.array([row.get(layer, nt) for layer in att.names["layer"].to_list()], np.int64)
     unl = np.append(tree["layer"].to_numpy() == UNATTRIBUTED, True)  # per lid: `(unattributed)`
-    g = in_steps(trace.gpu.select(
-        "i", "ts", "dur", "kind", pl.col("bytes").cast(pl.Float64).alias("_cbytes")).filter(pl.col("kind") != "sync"), steps)
-    g = join_by_id(g, "i", gpu_codes(trace), "lc", "ph")  # every GPU row has its layer row
-    g = g.drop("lc").hstack([pl.Series("lid", lid_of[g["lc"].to_numpy()], pl.UInt32)])
-    if kb is not None:
-        g = join_by_id(g, "i", kb, *[c for c in ("flops", "bytes", "bpe", "bound") if c in kb.columns])
-    for c, dt in (("flops", pl.Float64), ("bytes", pl.Float64), ("bpe", pl.Float64), ("bound", pl.String)):
-        if c not in g.columns:
-            g = g.with_columns(pl.lit(None, dt).alias(c))
-    # copies and fills move their own byte count
-    g = g.with_columns(bytes=pl.when(pl.col("kind").is_in(["memcpy", "memset"])).then(pl.col("_cbytes"))
-                       .otherwise(pl.col("bytes")), bound=pl.when(pl.col("kind").is_in(["memcpy", "memset"]))
-                       .then(pl.lit("memory")).otherwise(pl.col("bound"))).drop("_cbytes")
-    spec = device_peaks(trace)
-    if spec is not None:  # always known (an unknown GPU falls back to a default row that says so)
-        # the shortest time the device could do this work in (roofline): FLOPs at the peak for the operand
-        # width (tensor cores for <= 2-byte operands), bytes at the HBM bandwidth
-        peak = pl.when(pl.col("bpe") <= 2).then(spec.tc_tflops * 1e12).otherwise(spec.fp32_tflops * 1e12)
-        g = g.with_columns(_tf=pl.col("flops") / peak, _tb=pl.col("bytes") / (spec.hbm_tbps * 1e12))
-    else:
-        g = g.with_columns(_tf=pl.lit(None, pl.Float64), _tb=pl.lit(None, pl.Float64))
-    # the columns the sums read: each row is repeated per enclosing layer below (on a tiny-event trace the
-    # frame has as many rows as kernels: the ids, times and kinds would be copied for nothing)
-    g = g.select("lid", "ph", "dur", "flops", "bytes", "bound", "_tf", "_tb")
-    top = in_steps(_top(trace, "ts", "dur"), steps)  # (what the CPU sums read)
-    top = top.drop("lc").hstack([pl.Series("lid", lid_of[top["lc"].to_numpy()], pl.UInt32)])
     # every row counts for its own layer and, through `anc`, for each enclosing layer
     # (the few layers' ancestor lists exploded first: one join writes the repeated rows, with no list column and
     # no second copy by an explode; each row's copies go to distinct layers, so every layer's sum still adds its
@@ -698,6 +762,45 @@ def layer_table(trace: Trace, steps: pl.DataFrame | None = None, depth: int | No
             return (df if known.all() else df.filter(known)).select(pl.exclude("lid"), "lid")
         return df.join(anc, on="lid", how="inner", maintain_order="left").drop("lid").rename({"alid": "lid"})
 
+    # classifier shares: the step time each layer is responsible for, split by class (first: the segments' search
+    # runs before the per-kernel frames below are built, not beside them)
+    sh = None
+    if part is not None and part.height:
+        sl = _class_time(part, lid_of.astype(np.uint32)[_segment_codes(trace, part).to_numpy()])  # per layer first
+        sh = pl.concat([incl(sl), sl.filter(pl.Series(unl[sl["lid"].to_numpy()]))], how="diagonal_relaxed")
+        sh = sh.group_by("lid").agg(pl.col("dur").sum().alias("time_ns"),
+                                    *[pl.col("dur").filter(pl.col("cls") == c).sum().alias(f"share_{c}")
+                                      for c in CLASSES])
+        sh = sh.with_columns([(100 * pl.col(f"share_{c}") / pl.col("time_ns")).alias(f"share_{c}") for c in CLASSES])
+        dom = pl.concat_list([pl.col(f"share_{c}") for c in CLASSES]).list.arg_max()
+        sh = sh.with_columns(dominant=dom.replace_strict(dict(enumerate(CLASSES)), return_dtype=pl.String))
+    # (copies and fills as a flag, not the kind strings: a frame as long as the kernels)
+    copy = pl.col("kind").is_in(["memcpy", "memset"])
+    g = in_steps(trace.gpu.lazy().filter(pl.col("kind") != "sync").select(
+        "i", "ts", "dur", copy.alias("_copy"), pl.col("bytes").cast(pl.Float64).alias("_cbytes")).collect(), steps)
+    g = join_by_id(g, "i", gpu_codes(trace), "lc", "ph")  # every GPU row has its layer row
+    g = g.drop("lc").hstack([pl.Series("lid", lid_of[g["lc"].to_numpy()], pl.UInt32)])
+    if kb is not None:
+        g = join_by_id(g, "i", kb, *[c for c in ("flops", "bytes", "bpe", "bound") if c in kb.columns])
+    for c, dt in (("flops", pl.Float64), ("bytes", pl.Float64), ("bpe", pl.Float64), ("bound", pl.String)):
+        if c not in g.columns:
+            g = g.with_columns(pl.lit(None, dt).alias(c))
+    # copies and fills move their own byte count
+    g = g.with_columns(bytes=pl.when("_copy").then(pl.col("_cbytes")).otherwise(pl.col("bytes")),
+                       bound=pl.when("_copy").then(pl.lit("memory")).otherwise(pl.col("bound"))).drop("_cbytes", "_copy")
+    spec = device_peaks(trace)
+    if spec is not None:  # always known (an unknown GPU falls back to a default row that says so)
+        # the shortest time the device could do this work in (roofline): FLOPs at the peak for the operand
+        # width (tensor cores for <= 2-byte operands), bytes at the HBM bandwidth
+        peak = pl.when(pl.col("bpe") <= 2).then(spec.tc_tflops * 1e12).otherwise(spec.fp32_tflops * 1e12)
+        g = g.with_columns(_tf=pl.col("flops") / peak, _tb=pl.col("bytes") / (spec.hbm_tbps * 1e12))
+    else:
+        g = g.with_columns(_tf=pl.lit(None, pl.Float64), _tb=pl.lit(None, pl.Float64))
+    # the columns the sums read: each row is repeated per enclosing layer below (on a tiny-event trace the
+    # frame has as many rows as kernels: the ids, times and kinds would be copied for nothing)
+    g = g.select("lid", "ph", "dur", "flops", "bytes", "bound", "_tf", "_tb")
+    top = in_steps(_top(trace, "ts", "dur"), steps)  # (what the CPU sums read)
+    top = top.drop("lc").hstack([pl.Series("lid", lid_of[top["lc"].to_numpy()], pl.UInt32)])
     gi = incl(g)
     fwd, bwd = PHASES.index("forward"), PHASES.index("backward")
     gagg = [pl.col("dur").sum().alias("gpu_ns"), pl.col("dur").filter(ph == fwd).sum().alias("fwd_gpu_ns"),
@@ -729,6 +832,7 @@ def layer_table(trace: Trace, steps: pl.DataFrame | None = None, depth: int | No
             name=pl.lit(UNATTRIBUTED), layer_class=pl.lit(UNATTRIBUTED), kind=pl.lit(UNATTRIBUTED),
             depth=pl.lit(0, pl.Int32), first_ts=pl.lit(2**62), lid=pl.lit(nt, pl.UInt32))
         out = pl.concat([out, urow], how="diagonal_relaxed")
+    del g, gi, top, un  # (a row per kernel and op: freed once summed)
     zero = ["gpu_ns", "fwd_gpu_ns", "bwd_gpu_ns", "other_gpu_ns", "kernels", "self_gpu_ns", "self_kernels", "cpu_ns"]
     out = out.with_columns([pl.col(c).fill_null(0) for c in zero]).with_columns(
         flops=pl.when(pl.col("_hasf").fill_null(False)).then(pl.col("flops")),
@@ -745,20 +849,8 @@ def layer_table(trace: Trace, steps: pl.DataFrame | None = None, depth: int | No
         peak_bw_pct=pl.when(has & (pl.col("_tb") > 0)).then(100 * pl.col("_tb") / secs),
         peak_tflops=pl.when(pl.col("_tf") > 0).then(pl.col("flops") / pl.col("_tf") / 1e12),
     ).drop("_tf", "_tb")
-    # classifier shares: the step time each layer is responsible for, split by class
-    if part is not None and part.height:
-        lc = _segment_codes(trace, part).to_numpy()
-        sl = (part.select("cls", dur=pl.col("end") - pl.col("ts")).hstack([pl.Series("lid", lid_of[lc], pl.UInt32)])
-              .group_by("lid", "cls").agg(pl.col("dur").sum()))  # per layer first (integer sums)
-        sh = pl.concat([incl(sl), sl.filter(pl.Series(unl[sl["lid"].to_numpy()]))], how="diagonal_relaxed")
-        sh = sh.group_by("lid").agg(pl.col("dur").sum().alias("time_ns"),
-                                    *[pl.col("dur").filter(pl.col("cls") == c).sum().alias(f"share_{c}")
-                                      for c in CLASSES])
-        sh = sh.with_columns([(100 * pl.col(f"share_{c}") / pl.col("time_ns")).alias(f"share_{c}") for c in CLASSES])
-        dom = pl.concat_list([pl.col(f"share_{c}") for c in CLASSES]).list.arg_max()
-        sh = sh.with_columns(dominant=dom.replace_strict(dict(enumerate(CLASSES)), return_dtype=pl.String))
+    if sh is not None:
         out = out.join(sh, on="lid", how="left")
-    out = out.drop("lid")
     # findings inside each layer (a finding counts for its layer and the layers enclosing it)
     if findings is not None and findings.height and "layer" in findings.columns:
         code = "code" if "code" in findings.columns else None

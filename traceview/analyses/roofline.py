@@ -290,11 +290,18 @@ def kernel_bound(trace: Trace, spec: Spec | None = None) -> pl.DataFrame:
                                     "intensity": pl.Float64, "bound": pl.String, "source": pl.String,
                                     "in0_bytes": pl.Float64, "extra_bytes": pl.Float64, "out_bytes": pl.Float64})
     costs = op_costs(trace, k["op"].drop_nulls().unique())
-    share = (pl.col("dur").cast(pl.Float64) / pl.col("dur").sum().over("op").cast(pl.Float64)).fill_nan(None)
-    nker = pl.len().over("op").cast(pl.Float64)
-    share = pl.when(pl.col("op").is_null()).then(None).otherwise(share.fill_null(1.0 / nker))
-    k = k.join(costs, on="op", how="left").with_columns(_share=share).with_columns(
-        *[pl.col(c) * pl.col("_share") for c in ("flops", "bytes", "in0_bytes", "extra_bytes", "out_bytes")])
+    nums = ("flops", "bytes", "bpe", "in0_bytes", "extra_bytes", "out_bytes")
+    if all(costs[c].null_count() == costs.height for c in nums):
+        # no op with shapes (record_shapes off): the costs are null literals, not a column of nulls per kernel
+        # held with the cached frame (10 M tiny events: 180 MB), and nothing to split over the kernels
+        k = k.join(costs.select("op", "op_name", "category"), on="op", how="left").with_columns(
+            [pl.lit(None, pl.Float64).alias(c) for c in nums])
+    else:
+        share = (pl.col("dur").cast(pl.Float64) / pl.col("dur").sum().over("op").cast(pl.Float64)).fill_nan(None)
+        nker = pl.len().over("op").cast(pl.Float64)
+        share = pl.when(pl.col("op").is_null()).then(None).otherwise(share.fill_null(1.0 / nker))
+        k = k.join(costs, on="op", how="left").with_columns(_share=share).with_columns(
+            *[pl.col(c) * pl.col("_share") for c in ("flops", "bytes", "in0_bytes", "extra_bytes", "out_bytes")])
     peak_tc, peak_32, bw = spec.peak_flops(2), spec.peak_flops(4), spec.bw
     peak = pl.when(pl.col("bpe") <= 2).then(pl.lit(peak_tc)).otherwise(pl.lit(peak_32))
     by_shape = pl.when(pl.col("flops") / peak >= pl.col("bytes") / bw).then(pl.lit("compute")).otherwise(pl.lit("memory"))

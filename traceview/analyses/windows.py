@@ -66,12 +66,18 @@ def in_steps(df: pl.DataFrame, steps: pl.DataFrame, col: str = "ts") -> pl.DataF
     # without nulls, a binary search among the sorted window starts (no join over the rows)
     df = df.sort(col)
     wts = steps["ts"].to_numpy()
-    o = np.argsort(wts, kind="stable")
+    o = np.argsort(wts, kind="stable").astype(np.uint32)  # (windows are few; a window position per row below)
     t = df[col].to_numpy()
-    j = np.searchsorted(wts[o], t, side="right") - 1
-    c = o[np.maximum(j, 0)]
-    ok = (j >= 0) & (t < steps["end"].to_numpy()[c]) if o.size else np.zeros(t.size, bool)
-    return df.filter(pl.Series(ok)).hstack([steps["step"].gather(pl.Series(c[ok], dtype=pl.UInt32))])
+    j = np.searchsorted(wts[o], t, side="right")
+    ok = j > 0  # (j - 1: the last window started at or before t)
+    j -= 1
+    np.maximum(j, 0, out=j)
+    c = o[j] if o.size else np.zeros(t.size, np.uint32)
+    del j
+    ok &= t < steps["end"].to_numpy()[c] if o.size else False
+    if ok.all():  # every row in a step (the usual case): no copy of the rows by a filter
+        return df.hstack([steps["step"].gather(pl.Series(c))])
+    return df.filter(pl.Series(ok)).hstack([steps["step"].gather(pl.Series(c[ok]))])
 
 
 def host_step_of(df: pl.DataFrame, steps: pl.DataFrame, col: str, out: str = "step") -> pl.DataFrame:
