@@ -5,7 +5,7 @@ import collections
 import numpy as np
 import polars as pl
 import pytest
-from conftest import load, raw_events
+from conftest import SAMPLES, load, raw_events
 
 import traceview
 from traceview.loader import GPU_CATS, HOST_CATS, OLD_CATS
@@ -193,3 +193,33 @@ def test_gpu_columns_equal_to_pid_tid_share_their_buffers():
     out = _share_equal(odd, {"p32": "pid", "p1": "pid"})
     assert out.schema["p32"] == pl.Int32 and not np.shares_memory(out["p1"].to_numpy(), out["pid"].to_numpy())
     assert out.equals(odd)
+
+
+_RAW_KEYS = {"input_dims": "Input Dims", "input_type": "Input type", "concrete": "Concrete Inputs",
+             "strides": "Input Strides"}
+
+
+@pytest.mark.parametrize("rel", ["gpu_h200_real/tv_resnet50_train_dataloader_nw0.json.gz",
+                                 "kineto_resnet50/resnet50_num_workers_0/worker0.1623143089861.pt.trace.json.gz",
+                                 "gpu_h200/train_tinygpt_modules.json.gz"])
+@pytest.mark.parametrize("c_scanner", [True, False])
+def test_raw_arg_columns_are_codes_of_the_events_text(rel, c_scanner, monkeypatch):
+    """Input Dims / Input type / Concrete Inputs / Input Strides are held as Categorical codes (a few hundred
+    distinct texts over a trace, 4 bytes a row instead of a 16-byte text view), and each row's text parses to
+    the event's own value (stdlib json on the raw file), on both the C scanner's and the msgspec path."""
+    import json
+
+    monkeypatch.setenv("TRACEVIEW_NO_C", "0" if c_scanner else "1")
+    t = traceview.load(SAMPLES / rel)  # (not conftest's cached load: each path loads here)
+    events = raw_events(rel)
+    checked = 0
+    for col, key in _RAW_KEYS.items():
+        assert t.host.schema[col] == pl.Categorical
+        got = t.host.select("i", pl.col(col).cast(pl.String)).filter(pl.col(col).is_not_null() & (pl.col(col) != ""))
+        for i, text in got.iter_rows():
+            assert json.loads(text) == events[i]["args"][key], (col, i)
+        if col in ("input_dims", "input_type"):  # every op's (the other two are kept only for conv/index ops)
+            want = sum(1 for e in events if e.get("cat") in ("cpu_op", "Operator") and key in e.get("args", {}))
+            assert got.height == want > 0, (col, got.height, want)
+        checked += got.height
+    assert checked > 1000

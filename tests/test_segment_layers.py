@@ -68,7 +68,7 @@ def test_shape_signatures_cover_the_layers_of_forward_ops_with_dims():
     layer has one: checked against a plain join of the host rows with `host_layers` (no mask or position lookup)."""
     t = load("gpu_h200_real/hf_gpt2_train_bf16.json.gz")
     sig = L.shape_signatures(t)
-    ops = (t.host.filter((pl.col("cat") == "cpu_op") & (pl.col("input_dims").bin.size() > 2))
+    ops = (t.host.filter((pl.col("cat") == "cpu_op") & (pl.col("input_dims").cat.len_bytes() > 2))
            .select("i", d=pl.col("input_dims").cast(pl.String)).filter(pl.col("d").str.contains(r"\d"))
            .join(L.host_layers(t).filter(pl.col("phase") == "forward"), on="i"))
     anc = L.attribution(t).tree.select("layer", "anc")

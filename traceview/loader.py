@@ -131,7 +131,8 @@ def _args_frame(evs_args: list | fastscan.Events, rows: pl.Series, table: int,
         return pl.DataFrame({"i": pl.Series([], dtype=pl.UInt32)})
     cols: dict[str, pl.Series] = {"i": rows.cast(pl.UInt32)}
     for out, attr in fields.items():
-        cols[out] = _values_column(out, attr, got[attr], issues)
+        col = _values_column(out, attr, got[attr], issues)
+        cols[out] = _raw_codes(col) if attr in _RAW_ATTRS else col
     return pl.DataFrame(cols)
 
 
@@ -171,6 +172,12 @@ def _patch(got: dict[str, Any], bad: list[int], slow: dict[str, list], fields: d
 # JSON key of each args attribute, for warnings
 _KEYS = {f.name: f.encode_name for typ in (d.HostArgs, d.GpuArgs, d.MemArgs) for f in msgspec.structs.fields(typ)}
 _KEYS.update({f"{dim}.{c}": dim for dim in ("grid", "block") for c in "xyz"})
+
+
+def _raw_codes(col: pl.Series) -> pl.Series:
+    """A raw-text column as the model holds it (`model.SCHEMA`: Categorical): coded here, over the table's own
+    rows, before it is spread over the host rows (a gather of codes, not of 16-byte text views)."""
+    return col.cast(pl.String).cast(pl.Categorical)
 
 
 def _raw_column(name: str, raws: list) -> pl.Series:
@@ -306,7 +313,7 @@ def _load_file(path: Path, max_bytes: int, on_stage: Callable[[str], None] | Non
     del base, parts
 
     # ---- host slices and GPU activities, with their args ------------------------------------
-    host = _ensure(_host_args(ev_args, host, issues), _HOST_FIELDS, binary=_RAW_ATTRS)
+    host = _ensure(_host_args(ev_args, host, issues), _HOST_FIELDS, raw=_RAW_ATTRS)
     # (lazy chains and Series ops in this part: a small trace's load is mostly the fixed cost of each polars query)
     host = host.lazy().with_columns(
         external_id=_first_set(host, "external_id", "external_id_old"),
@@ -635,9 +642,9 @@ def _share_equal(df: pl.DataFrame, pairs: dict[str, str]) -> pl.DataFrame:
     return df.with_columns(same) if same else df
 
 
-def _ensure(df: pl.DataFrame, fields: dict[str, str], binary: tuple[str, ...] = ()) -> pl.DataFrame:
+def _ensure(df: pl.DataFrame, fields: dict[str, str], raw: tuple[str, ...] = ()) -> pl.DataFrame:
     missing = [c for c in fields if c not in df.columns]
-    return df.with_columns([pl.lit(None, pl.Binary if c in binary else pl.Int64).alias(c) for c in missing])
+    return df.with_columns([pl.lit(None, pl.Categorical if c in raw else pl.Int64).alias(c) for c in missing])
 
 
 def _finish_gpu(gpu: pl.DataFrame, host: pl.DataFrame) -> pl.DataFrame:

@@ -10,7 +10,7 @@ Frames (columns in brackets). `i` is the event's position in the file: a stable 
   cuda_driver — nested into one call tree per thread
   [i, cat, name, pid, tid, ts, dur, end, depth, parent, op (innermost enclosing cpu_op
   `i`, for runtime calls), external_id, correlation, seq, fwd_tid, ev_idx, py_id, py_parent,
-  py_module, input_dims, input_type (raw JSON bytes; parse on demand), collective, ...].
+  py_module, input_dims, input_type (raw JSON text as Categorical codes; parse on demand), collective, ...].
 - `gpu`: kernel, gpu_memcpy, gpu_memset, cuda_sync activities
   [i, cat, name, device, stream, ts, dur, end, correlation, external_id, grid/block xyz,
   regs, shmem, blocks_per_sm, occupancy, bytes, collective keys, launch (host `i` of the
@@ -38,13 +38,16 @@ from .categories import RUNTIME_CATS
 
 STEP_RE = r"^ProfilerStep#(\d+)$"  # group 1: the step number
 
-_I, _U, _S, _B, _F = pl.Int64, pl.UInt32, pl.String, pl.Binary, pl.Float64
+_I, _U, _S, _F = pl.Int64, pl.UInt32, pl.String, pl.Float64
+#: the raw JSON text of an op's Input Dims / Input type / Concrete Inputs / Input Strides: a few hundred distinct
+#: values over a whole trace, so held as codes (4 bytes a row; text, even null, costs 16: ~20 MB on a 132 MB trace)
+_RAW = pl.Categorical
 #: The trace model's columns, declared once: every reader (trace format) produces exactly these frames, with
 #: these columns and types (`conform` fills an absent column with nulls; tests validate every bundled trace).
 SCHEMA: dict[str, dict[str, pl.DataType]] = {
     "host": {"i": _U, "cat": _S, "name": _S, "pid": _I, "tid": _I, "ts": _I, "dur": _I, "end": _I, "py_id": _I,
              "py_parent": _I, "py_module": _I, "ev_idx": _I, "external_id": _I, "seq": _I, "fwd_tid": _I,
-             "input_dims": _B, "input_type": _B, "correlation": _I, "concrete": _B, "strides": _B, "collective": _S,
+             "input_dims": _RAW, "input_type": _RAW, "correlation": _I, "concrete": _RAW, "strides": _RAW, "collective": _S,
              "in_nelems": _I, "dtype": _S, "group_size": _I, "pg_name": _S, "seq_comm": _I, "kind": _S, "size": _S,
              "depth": pl.Int32, "parent": _U, "op": _U},
     "gpu": {"i": _U, "cat": _S, "name": _S, "pid": _I, "tid": _I, "ts": _I, "dur": _I, "end": _I, "external_id": _I,

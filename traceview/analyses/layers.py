@@ -699,7 +699,7 @@ def shape_signatures(trace: Trace) -> pl.DataFrame:
         return pl.DataFrame(schema=schema)
     # the ops with dims first, as a mask over the host rows (no frame of every forward row's strings: a tiny-event
     # trace's ops all run forward, none with dims); their times, names and dims then
-    has = ((h["cat"] == "cpu_op") & h["input_dims"].is_not_null() & (h["input_dims"].bin.size() > 2)).fill_null(False)
+    has = ((h["cat"] == "cpu_op") & h["input_dims"].is_not_null() & (h["input_dims"].cat.len_bytes() > 2)).fill_null(False)
     if not has.any():  # record_shapes off
         return pl.DataFrame(schema=schema)
     dims = pl.col("input_dims").cast(pl.String)

@@ -241,7 +241,7 @@ def op_costs(trace: Trace, op_ids: pl.Series | None = None) -> pl.DataFrame:
     per event."""
     ids = trace.gpu["op"].drop_nulls().unique() if op_ids is None else op_ids
     def raw(col: str) -> pl.Expr:
-        return pl.col(col) if col in trace.host.columns else pl.lit(None, pl.Binary).alias(col)
+        return pl.col(col) if col in trace.host.columns else pl.lit(None, pl.Categorical).alias(col)
 
     # the ops' rows by id (host order: ids ascending), not an is_in over every host event
     ops = by_id(trace.host, ids.unique().sort(), pl.col("i").alias("op"), "name", "input_dims", "input_type",
@@ -265,8 +265,9 @@ def op_costs(trace: Trace, op_ids: pl.Series | None = None) -> pl.DataFrame:
         cat, fl, by, bpe = op_cost(name, dims, types, concrete, strides)
         rows.append((name, dims_b, types_b, conc_b, str_b, cat, fl, by, bpe,
                      *io_bytes(dims, types, name, concrete, strides)))
-    costs = pl.DataFrame(rows, schema={"name": pl.String, "input_dims": pl.Binary, "input_type": pl.Binary,
-                                       "concrete": pl.Binary, "strides": pl.Binary, "category": pl.String,
+    raw = pl.Categorical  # (the model's raw-text columns: the join below matches their codes)
+    costs = pl.DataFrame(rows, schema={"name": pl.String, "input_dims": raw, "input_type": raw,
+                                       "concrete": raw, "strides": raw, "category": pl.String,
                                        "flops": pl.Float64,
                                        "bytes": pl.Float64, "bpe": pl.Float64, "in0_bytes": pl.Float64,
                                        "extra_bytes": pl.Float64, "out_bytes": pl.Float64}, orient="row")
