@@ -131,9 +131,10 @@ PHASES = [("import polars", "<module>", "polars/__init__.py"), ("import numpy", 
           ("load: waiting for the scan thread", "wait", "traceview/instream.py"),
           ("analysis: whole", "_analyze_trace", "traceview/report.py"),
           ("analysis: rules", "run_rules", "traceview/rulerunner.py"),
-          ("analysis: layer attribution (rules and layer table share it)", "attribution", "analyses/layers.py"),
+          ("analysis: layer attribution (computed first in prepare; rules and layer table share it)", "attribution",
+           "analyses/layers.py"),
           ("analysis: layer table", "layer_table", "analyses/layers.py"),
-          ("analysis: classification (prepare)", "prepare", "traceview/ruleapi.py")]
+          ("analysis: prepare (the layer attribution, then the classification)", "prepare", "traceview/ruleapi.py")]
 
 
 def phases(doc: dict) -> list[tuple[str, float, float]]:
