@@ -79,6 +79,21 @@ def total(df: pl.DataFrame) -> int:
     return int((m["end"] - m["ts"]).sum())
 
 
+def open_at(starts: np.ndarray, ends: np.ndarray, t: np.ndarray) -> np.ndarray:
+    """Per time `t`, the position in `starts` (ascending) of the last interval started at or before it, where that
+    interval is still open then (`t < ends[j]`); -1 where none is: an as-of search by binary search (no frame of
+    every query; in place: one int64 per time)."""
+    j = np.searchsorted(starts, t, side="right")
+    j -= 1
+    if starts.size == 0:  # (every j is -1)
+        return j
+    ok = j >= 0
+    np.maximum(j, 0, out=j)
+    ok &= t < ends[j]
+    j[~ok] = -1
+    return j
+
+
 def per_window(intervals: pl.DataFrame, windows: pl.DataFrame, win: str = "step") -> pl.DataFrame:
     """Length of the union of `intervals` inside each window [ts, end) -> [win, dur].
 

@@ -25,6 +25,7 @@ import polars as pl
 
 from ..memo import per_trace
 from ..model import RUNTIME_CATS, Trace
+from .intervals import open_at
 from .rowid import by_id, join_by_id, positions
 from .specs import Spec, trace_spec
 from .tree import ancestor_ids, call_tree, roots, thread_ids
@@ -651,14 +652,7 @@ def _open_at(q: pl.DataFrame, rows: pl.DataFrame, start: str, end: str) -> np.nd
     if rows[start].null_count() or rows[end].null_count() or not rows[start].is_sorted():
         return _np_ids(q.join_asof(rows, left_on="t", right_on=start, strategy="backward", check_sortedness=False)
                        .select(pl.when(pl.col("t") < pl.col(end)).then(pl.col("_p")))[:, 0])
-    t = q["t"].to_numpy()
-    j = np.searchsorted(rows[start].to_numpy(), t, side="right")  # (the as-of join's last row with start <= t)
-    ok = j > 0
-    j -= 1
-    np.maximum(j, 0, out=j)
-    ok &= t < rows[end].to_numpy()[j] if rows.height else False
-    j[~ok] = -1  # (in place: an int64 per query)
-    return j
+    return open_at(rows[start].to_numpy(), rows[end].to_numpy(), q["t"].to_numpy())
 
 
 #: up to this many host threads with layered ops, `segment_layers` searches each thread's ops in turn
@@ -678,9 +672,9 @@ def _open_op(t: np.ndarray, hops: pl.DataFrame) -> np.ndarray:
     for g in np.unique(gid):
         mine = np.flatnonzero(gid == g)
         mine = mine[np.argsort(hts[mine], kind="stable")]
-        j = np.searchsorted(hts[mine], t, side="right") - 1
+        j = open_at(hts[mine], hend[mine], t)
         c = mine[np.maximum(j, 0)]
-        ok = (j >= 0) & (t < hend[c]) & (hts[c] >= best_ts)
+        ok = (j >= 0) & (hts[c] >= best_ts)
         best[ok], best_ts[ok] = c[ok], hts[c[ok]]
     return best
 

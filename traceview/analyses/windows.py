@@ -7,6 +7,7 @@ import numpy as np
 import polars as pl
 
 from ..model import Trace
+from .intervals import open_at
 from .timeline import gpu_work
 
 CUT_OFF_RATIO = 0.8  # tb_plugin: a last step with < 80 % of the previous step's GPU ops was cut off
@@ -67,17 +68,11 @@ def in_steps(df: pl.DataFrame, steps: pl.DataFrame, col: str = "ts") -> pl.DataF
     df = df.sort(col)
     wts = steps["ts"].to_numpy()
     o = np.argsort(wts, kind="stable").astype(np.uint32)  # (windows are few; a window position per row below)
-    t = df[col].to_numpy()
-    j = np.searchsorted(wts[o], t, side="right")
-    ok = j > 0  # (j - 1: the last window started at or before t)
-    j -= 1
-    np.maximum(j, 0, out=j)
-    c = o[j] if o.size else np.zeros(t.size, np.uint32)
-    del j
-    ok &= t < steps["end"].to_numpy()[c] if o.size else False
+    j = open_at(wts[o], steps["end"].to_numpy()[o], df[col].to_numpy())
+    ok = j >= 0
     if ok.all():  # every row in a step (the usual case): no copy of the rows by a filter
-        return df.hstack([steps["step"].gather(pl.Series(c))])
-    return df.filter(pl.Series(ok)).hstack([steps["step"].gather(pl.Series(c[ok]))])
+        return df.hstack([steps["step"].gather(pl.Series(o[j]))])
+    return df.filter(pl.Series(ok)).hstack([steps["step"].gather(pl.Series(o[j[ok]]))])
 
 
 def host_step_of(df: pl.DataFrame, steps: pl.DataFrame, col: str, out: str = "step") -> pl.DataFrame:
