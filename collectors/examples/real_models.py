@@ -1,0 +1,110 @@
+"""Training steps of real-library models (Hugging Face GPT-2, torchvision ResNet) with the common mistakes as flags.
+
+Each flag is one mistake or its fix, so two runs that differ in one flag are an eager/fixed twin whose
+unprofiled step times (the collector's CUDA events) measure what the fix saves:
+
+- `--attn eager|sdpa` (GPT-2): attention that materialises its scores (eager softmax(QK^T)) or SDPA's
+  flash / memory-efficient kernels;
+- `--amp` (bf16 autocast) vs FP32, `--precision highest|high` (TF32 off / on);
+- `--optim single|foreach|fused` (AdamW implementation);
+- `--sync-item`: read the loss back with `.item()` every step (a host sync), as a logging loop does;
+- `--compile`: torch.compile the model; `--channels-last` (ResNet).
+
+Models are built from their configs with random weights (no download).
+
+    traceview collect -- python -m collectors.examples.real_models --model gpt2 --attn eager
+    traceview collect -- python -m collectors.examples.real_models --model resnet --amp --channels-last
+"""
+
+from __future__ import annotations
+
+import argparse
+
+import torch
+from torch.nn import functional as F
+
+from collectors.examples._common import StepTimer, device
+
+
+def build_gpt2(args: argparse.Namespace, dev: torch.device) -> tuple[torch.nn.Module, callable]:
+    from transformers import AutoModelForCausalLM, GPT2Config
+
+    cfg = GPT2Config(
+        n_layer=args.layers, n_embd=args.d, n_head=args.heads, n_positions=args.seq, vocab_size=args.vocab
+    )
+    model = AutoModelForCausalLM.from_config(cfg, attn_implementation=args.attn).to(dev)
+    tokens = torch.randint(0, args.vocab, (args.batch, args.seq), device=dev)
+
+    def loss_fn(m: torch.nn.Module) -> torch.Tensor:
+        logits = m(input_ids=tokens).logits
+        return F.cross_entropy(
+            logits[:, :-1].reshape(-1, logits.shape[-1]).float(), tokens[:, 1:].reshape(-1)
+        )
+
+    return model, loss_fn
+
+
+def build_resnet(args: argparse.Namespace, dev: torch.device) -> tuple[torch.nn.Module, callable]:
+    import torchvision
+
+    model = torchvision.models.resnet18(num_classes=100).to(dev)
+    images = torch.randn(args.batch, 3, args.size, args.size, device=dev)
+    labels = torch.randint(0, 100, (args.batch,), device=dev)
+    if args.channels_last:
+        model = model.to(memory_format=torch.channels_last)
+        images = images.contiguous(memory_format=torch.channels_last)
+
+    def loss_fn(m: torch.nn.Module) -> torch.Tensor:
+        return F.cross_entropy(m(images).float(), labels)
+
+    return model, loss_fn
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--model", choices=["gpt2", "resnet"], default="gpt2")
+    ap.add_argument("--steps", type=int, default=12)
+    ap.add_argument("--attn", choices=["eager", "sdpa"], default="sdpa")
+    ap.add_argument("--amp", action="store_true", help="bf16 autocast")
+    ap.add_argument("--precision", choices=["highest", "high"], default="highest")
+    ap.add_argument("--optim", choices=["single", "foreach", "fused"], default="foreach")
+    ap.add_argument("--sync-item", action="store_true", help="loss.item() every step")
+    ap.add_argument("--compile", action="store_true")
+    ap.add_argument("--channels-last", action="store_true")
+    ap.add_argument("--layers", type=int, default=6)
+    ap.add_argument("--d", type=int, default=768)
+    ap.add_argument("--heads", type=int, default=12)
+    ap.add_argument("--seq", type=int, default=512)
+    ap.add_argument("--vocab", type=int, default=50257)
+    ap.add_argument("--batch", type=int, default=8)
+    ap.add_argument("--size", type=int, default=224, help="ResNet image side")
+    args = ap.parse_args()
+    torch.set_float32_matmul_precision(args.precision)
+    dev = device()
+    torch.manual_seed(0)
+    model, loss_fn = (build_gpt2 if args.model == "gpt2" else build_resnet)(args, dev)
+    impl = {"single": {"foreach": False}, "foreach": {"foreach": True}, "fused": {"fused": True}}[args.optim]
+    opt = torch.optim.AdamW(model.parameters(), lr=1e-4, **impl)  # its step() marks the collector's steps
+    run = torch.compile(model) if args.compile else model
+
+    timer = StepTimer(dev)
+    timer.mark()
+    logged = []
+    for _ in range(args.steps):
+        with torch.autocast(dev.type, dtype=torch.bfloat16, enabled=args.amp):
+            loss = loss_fn(run)
+        opt.zero_grad(set_to_none=True)
+        loss.backward()
+        opt.step()
+        if args.sync_item:
+            logged.append(loss.item())  # the host waits for the whole step's GPU work
+        else:
+            logged.append(loss.detach())
+        timer.mark()
+    name = f"{args.model}_{args.attn if args.model == 'gpt2' else 'conv'}"
+    timer.report(name)
+    print(f"loss {float(logged[-1]):.3f}")
+
+
+if __name__ == "__main__":
+    main()
