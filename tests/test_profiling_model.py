@@ -23,7 +23,9 @@ LABELS2 = json.loads((SAMPLES / "collected2/labels.json").read_text())
 
 def _runs() -> list[tuple[str, Path]]:
     out = []
-    for m in sorted([*SAMPLES.glob("collected*/*/manifest.json"), *SAMPLES.glob("nccl_h200x2/*/manifest.json")]):
+    # collected3 (recorded later, never fitted on) is scored on its own below
+    found = [*SAMPLES.glob("collected*/*/manifest.json"), *SAMPLES.glob("nccl_h200x2/*/manifest.json")]
+    for m in sorted(p for p in found if p.parent.parent.name != "collected3"):
         group = LABELS2.get(m.parent.name, {}).get("group") if m.parent.parent.name == "collected2" else None
         for f in sorted(m.parent.glob("*.pt.trace.json.gz")):
             out.append(("calibration" if group == "calibration" else "held-out", f))
@@ -35,12 +37,23 @@ def rows() -> list[dict]:
     out = []
     for group, f in _runs():
         (t,) = analyze([f], Options(codes=("TV101",))).to_dict()["traces"]
-        unprof, prof, _ = rank_step_times(json.loads((f.parent / "manifest.json").read_text()), f.name, t["rank"])
+        unprof, prof, _ = rank_step_times(
+            json.loads((f.parent / "manifest.json").read_text()), f.name, t["rank"]
+        )
         p = t["profiling"]
-        out.append({"group": group, "path": f, "unprof": unprof * 1000, "prof": prof * 1000,
-                    "est": p["estimated_unprofiled_step_us"], "traced": t["summary"]["avg_step_us"],
-                    "gpu": p["gpu_busy_per_step_us"],
-                    "findings": t["findings"], "dominant": t["classification"]["dominant"]})
+        out.append(
+            {
+                "group": group,
+                "path": f,
+                "unprof": unprof * 1000,
+                "prof": prof * 1000,
+                "est": p["estimated_unprofiled_step_us"],
+                "traced": t["summary"]["avg_step_us"],
+                "gpu": p["gpu_busy_per_step_us"],
+                "findings": t["findings"],
+                "dominant": t["classification"]["dominant"],
+            }
+        )
     return out
 
 
@@ -77,14 +90,40 @@ def test_gpu_bound_runs_estimated_within_5_pct(rows):
     assert bad == {}
 
 
-@pytest.mark.parametrize("run", ["tinygpt_b32_stack", "tiny_ops_n64_reduce_overhead", "gemm_bf16_n4096",
-                                 "tinygpt_b32"])
+@pytest.mark.parametrize(
+    "run", ["tinygpt_b32_stack", "tiny_ops_n64_reduce_overhead", "gemm_bf16_n4096", "tinygpt_b32"]
+)
 def test_launch_bound_that_does_not_survive_is_info(rows, run):
     """Runs that are GPU-bound unprofiled (labels) but show launch gaps under the profiler: the launch-bound
     finding is info, with the profiler note, never a warning."""
     assert LABELS2[run]["primary"] != "cpu_launch"
     (r,) = [r for r in rows if r["path"].parent.name == run and r["path"].parent.parent.name == "collected2"]
     lb = [f for f in r["findings"] if f["rule"] == "launch-bound"]
-    assert all(f["severity"] == "info" for f in lb), [(f["severity"], f["evidence"].get("profiler")) for f in lb]
+    assert all(f["severity"] == "info" for f in lb), [
+        (f["severity"], f["evidence"].get("profiler")) for f in lb
+    ]
     for f in lb:
-        assert f["evidence"]["profiler"]["source"] == "manifest" and "profiler's own cost" in f["evidence"]["profiler"]["note"]
+        assert (
+            f["evidence"]["profiler"]["source"] == "manifest"
+            and "profiler's own cost" in f["evidence"]["profiler"]["note"]
+        )
+
+
+@pytest.mark.xfail(
+    strict=True,
+    reason="the linear per-event model misses collected3's held-out runs (compiled, "
+    "--modules, --stack, real models): median 20 %, worst 71 %; issue 25 replaces it",
+)
+def test_held_out_collected3_error():
+    labels = json.loads((SAMPLES / "collected3/labels.json").read_text())["runs"]
+    errs = []
+    for name, r in labels.items():
+        if r["unprofiled_step_ms"] is None:
+            continue
+        (t,) = analyze([SAMPLES / "collected3" / name / r["trace"]], Options(codes=("TV101",))).to_dict()[
+            "traces"
+        ]
+        errs.append(
+            abs(t["profiling"]["estimated_unprofiled_step_us"] / (r["unprofiled_step_ms"] * 1000) - 1)
+        )
+    assert statistics.median(errs) <= 0.10 and max(errs) <= 0.30
