@@ -1,0 +1,155 @@
+"""Baselines: save a compact summary of a run, and gate CI on regressions against it.
+
+`--save-baseline FILE` writes one digest per trace (see digest.py: step time and its per-step spread,
+class times per step, shares, primary class, findings, the largest layers). `--baseline FILE` compares the
+current traces with it, matched by key (the job label, plus `rank<R>` for the ranks of a run; a lone
+unmatched trace on each side is paired whatever its name), and fails (exit 1) when:
+
+- **step time** regressed: the mean step grew by more than `max-regression` % of the baseline's mean step
+  **and** by more than the noise, `noise-sigmas` (default 2) standard errors of the difference of the
+  two means: sqrt(sd_base² / n_base + sd_now² / n_now) from the per-step spread of each run;
+- a **class** regressed: its time per step (share x mean step) grew by more than `max-regression` % of the
+  baseline's mean step — i.e. its share of the baseline step rose by that many points — and by more than
+  the noise of that class's per-step times (same formula);
+- a **new warning or error finding** appeared: its key is not in the baseline, or was only `info` there.
+Traces without a baseline entry are reported as `new`, baseline entries without a current trace as `missing`;
+neither fails the gate.
+
+Thresholds (percent) live in `[tool.traceview.baseline]` of pyproject.toml: `max-regression` (default 5),
+`noise-sigmas`, and per metric `step_time` or a class name (`host_sync = 2`). `--max-regression 3` replaces
+the default, `--max-regression host_sync=2` one metric.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from ..analyses.classify import CLASSES
+from ..errors import TraceError
+from ..findings import severity_rank
+
+KIND = "traceview-baseline"
+SCHEMA_VERSION = 1
+METRICS = ["step_time", *CLASSES]
+
+
+@dataclass
+class Thresholds:
+    default_pct: float = 5.0
+    per_metric: dict[str, float] = field(default_factory=dict)
+    noise_sigmas: float = 2.0
+
+    def pct(self, metric: str) -> float:
+        return self.per_metric.get(metric, self.default_pct)
+
+
+def _number(where: str, v: Any) -> float:
+    try:
+        x = float(v)
+    except (TypeError, ValueError):
+        raise TraceError(f"{where}: expected a number, got {v!r}") from None
+    if not math.isfinite(x) or x < 0:
+        raise TraceError(f"{where}: expected a number >= 0, got {v!r}")
+    return x
+
+
+def _metric(where: str, name: str) -> str:
+    if name not in METRICS:
+        raise TraceError(f"{where}: unknown metric {name!r} (metrics: {', '.join(METRICS)})")
+    return name
+
+
+def thresholds(table: dict | None, cli: list[str] | None = None) -> Thresholds:
+    """From `[tool.traceview.baseline]` and `--max-regression` values (`PCT` or `METRIC=PCT`; the CLI wins)."""
+    th = Thresholds()
+    for k, v in (table or {}).items():
+        where = f"config: baseline.{k}"
+        if k in ("max-regression", "max_regression"):
+            th.default_pct = _number(where, v)
+        elif k in ("noise-sigmas", "noise_sigmas"):
+            th.noise_sigmas = _number(where, v)
+        else:
+            th.per_metric[_metric("config: [tool.traceview.baseline]", k)] = _number(where, v)
+    for s in cli or []:
+        if "=" in s:
+            k, v = s.split("=", 1)
+            th.per_metric[_metric("--max-regression", k.strip())] = _number(f"--max-regression {s}", v)
+        else:
+            th.default_pct = _number("--max-regression", s)
+    return th
+
+
+def save(digests: list[dict], path: str | Path, step: int | None = None) -> None:
+    from .. import __version__
+
+    doc = {"kind": KIND, "schema_version": SCHEMA_VERSION, "tool": {"name": "traceview", "version": __version__},
+           "step": step, "traces": digests}
+    Path(path).write_text(json.dumps(doc, indent=1) + "\n", encoding="utf-8")
+
+
+def load(path: str | Path) -> dict:
+    p = Path(path)
+    try:
+        doc = json.loads(p.read_text(encoding="utf-8"))
+    except FileNotFoundError:
+        raise TraceError(f"baseline {p}: no such file") from None
+    except (OSError, ValueError) as e:
+        raise TraceError(f"baseline {p}: not a JSON file ({e})") from None
+    if not isinstance(doc, dict) or doc.get("kind") != KIND or not isinstance(doc.get("traces"), list):
+        raise TraceError(f"baseline {p}: not a traceview baseline (write one with --save-baseline)")
+    if doc.get("schema_version") != SCHEMA_VERSION:
+        raise TraceError(f"baseline {p}: schema_version {doc.get('schema_version')} (this traceview reads "
+                         f"{SCHEMA_VERSION}); save it again")
+    return doc
+
+
+def _check(name: str, base_mean: float | None, base_sd: float, base_n: int, now_mean: float | None, now_sd: float,
+           now_n: int, ref_us: float, pct: float, sigmas: float) -> dict:
+    """One metric: regressed when it grew beyond both the allowed % of the reference step and the noise."""
+    b, c = base_mean or 0.0, now_mean or 0.0
+    delta = c - b
+    allowed = pct / 100 * ref_us
+    noise = sigmas * math.sqrt(base_sd ** 2 / max(base_n, 1) + now_sd ** 2 / max(now_n, 1))
+    return {"metric": name, "base_us": round(b, 3), "now_us": round(c, 3), "delta_us": round(delta, 3),
+            "delta_pct": round(100 * delta / ref_us, 2) if ref_us else None, "allowed_us": round(allowed, 3),
+            "noise_us": round(noise, 3), "regressed": delta > max(allowed, noise)}
+
+
+def compare_one(base: dict, now: dict, th: Thresholds) -> dict:
+    """Compare one current digest with its baseline digest."""
+    ref = base.get("step_us") or 0.0
+    checks = [_check("step_time", base.get("step_us"), base.get("step_sd_us") or 0.0, base.get("steps") or 0,
+                     now.get("step_us"), now.get("step_sd_us") or 0.0, now.get("steps") or 0, ref,
+                     th.pct("step_time"), th.noise_sigmas)]
+    for c in sorted(set(base.get("classes") or {}) | set(now.get("classes") or {})):
+        bc, nc = (base.get("classes") or {}).get(c) or {}, (now.get("classes") or {}).get(c) or {}
+        checks.append(_check(c, bc.get("us"), bc.get("sd_us") or 0.0, base.get("steps") or 0, nc.get("us"),
+                             nc.get("sd_us") or 0.0, now.get("steps") or 0, ref, th.pct(c), th.noise_sigmas))
+    warn = severity_rank("warning")
+    before = {f["key"]: f for f in base.get("findings") or []}
+    new = [f for f in now.get("findings") or [] if severity_rank(f["severity"]) >= warn
+           and (f["key"] not in before or severity_rank(before[f["key"]]["severity"]) < warn)]
+    regressed = [c for c in checks if c["regressed"]]
+    return {"key": now["key"], "base_key": base["key"], "path": now["path"],
+            "status": "regressed" if regressed or new else "ok", "checks": checks,
+            "regressions": [c["metric"] for c in regressed],
+            "new_findings": [{k: f[k] for k in ("rule", "code", "severity", "title")} for f in new]}
+
+
+def compare(base_doc: dict, digests: list[dict], th: Thresholds) -> dict:
+    """Every current digest against the baseline: {traces: [...], missing: [keys], regressed: bool}."""
+    from .diff import pair
+
+    base = base_doc["traces"]
+    pairs, _, left_base = pair([d["key"] for d in digests], [b["key"] for b in base])
+    got = {i: compare_one(base[j], digests[i], th) for i, j in pairs}
+    rows = [got.get(i) or {"key": d["key"], "base_key": None, "path": d["path"], "status": "new", "checks": [],
+                           "regressions": [], "new_findings": []} for i, d in enumerate(digests)]
+    return {"traces": rows, "missing": [base[j]["key"] for j in left_base],
+            "regressed": any(r["status"] == "regressed" for r in rows),
+            "thresholds": {"max_regression_pct": th.default_pct, "per_metric_pct": th.per_metric,
+                           "noise_sigmas": th.noise_sigmas}}

@@ -1,0 +1,119 @@
+"""`traceview diff` output: terminal tables and Markdown (JSON is the diff document itself)."""
+
+from __future__ import annotations
+
+from typing import IO
+
+from ..formatters.markdown import _cell, _code
+from ..units import num
+from .diff import fmt_us
+
+TOP = 10
+
+
+def _ms(v: float | None) -> str:
+    return "-" if v is None else num(v / 1000, 3)
+
+
+def _step_line(p: dict) -> str:
+    s = p["step"]
+    if s["a_us"] is None or s["b_us"] is None:
+        return "step time: -"
+    noise = "beyond" if s["beyond_noise"] else "within"
+    return (f"step {_ms(s['a_us'])} → {_ms(s['b_us'])} ms ({fmt_us(s['delta_us'])}, {s['delta_pct']:+.1f} %; "
+            f"{noise} the per-step noise of ±{_ms(s['noise_us'])} ms) · primary {p['primary']['a']} → {p['primary']['b']}")
+
+
+def _moved(rows: list[dict]) -> list[dict]:
+    return [r for r in rows if r["status"] != "same"][:TOP]
+
+
+def _findings_lines(f: dict) -> list[tuple[str, str]]:
+    out = [("appeared", f"{x['severity']} {x['code']} {x['rule']}: {x['title']}") for x in f["appeared"]]
+    out += [("disappeared", f"{x['severity']} {x['code']} {x['rule']}: {x['title']}") for x in f["disappeared"]]
+    out += [("changed", f"{x['code']} {x['rule']}: {x['title']} ({x['a_severity']} → {x['b_severity']})")
+            for x in f["changed"]]
+    return out
+
+
+def _title(p: dict) -> str:
+    return f"{p['key']}: " if p["key"] else ""
+
+
+def text(doc: dict, out: IO[str]) -> None:
+    from rich.console import Console
+    from rich.markup import escape
+    from rich.table import Table
+
+    con = Console(file=out, width=150 if not out.isatty() else None)
+    for p in doc["pairs"]:
+        con.rule(f"{escape(_title(p))}[bold]{escape(p['a'])}[/] → [bold]{escape(p['b'])}[/]")
+        con.print(_step_line(p))
+        con.print(f"[bold]class shift:[/] {p['shift_text']}")
+        t = Table(title="Classes (time per step)")
+        for c in ("class", "before ms", "after ms", "change", "share before %", "share after %"):
+            t.add_column(c, justify="left" if c == "class" else "right")
+        for c in p["classes"]:
+            t.add_row(c["class"], _ms(c["a_us"]), _ms(c["b_us"]), fmt_us(c["delta_us"]), num(c["a_pct"]), num(c["b_pct"]))
+        con.print(t)
+        for title, rows, name in (("Layers (GPU time per step)", p["layers"], "layer"),
+                                  (f"Kernels by launching op (GPU time per step; {p['kernels_source']})", p["kernels"], "name")):
+            moved = _moved(rows)
+            if not moved:
+                continue
+            t = Table(title=title)
+            cols = [name, "op"] if name == "name" else [name]
+            for c in (*cols, "status", "before ms", "after ms", "change"):
+                t.add_column(c, justify="right" if "ms" in c or c == "change" else "left", overflow="ellipsis", no_wrap=True,
+                             max_width=60 if c in ("name", "op", "layer") else None)
+            for r in moved:
+                lead = [escape(r[name][:70])] + ([escape(r["op"] or "-")] if name == "name" else [])
+                t.add_row(*lead, r["status"], _ms(r["a_us"]), _ms(r["b_us"]), fmt_us(r["delta_us"]))
+            con.print(t)
+        lines = _findings_lines(p["findings"])
+        con.print("[bold]findings:[/] " + ("none appeared or disappeared" if not lines else ""))
+        for what, ln in lines:
+            con.print(f"  {what}: " + escape(ln))
+    for what, ln in _findings_lines(doc.get("job_findings") or {"appeared": [], "disappeared": [], "changed": []}):
+        con.print(f"job finding {what}: " + escape(ln))
+    for side in ("a", "b"):
+        for path in doc[f"unmatched_{side}"]:
+            con.print(f"[yellow]unmatched in {side.upper()}:[/] {escape(path)}")
+    for e in doc["errors"]:
+        con.print(f"[red]error:[/] {escape(e['error'])}")
+
+
+def markdown(doc: dict, out: IO[str]) -> None:
+    w = out.write
+    w(f"# traceview diff ({doc['tool']['version']})\n\n")
+    for p in doc["pairs"]:
+        w(f"## {_cell(_title(p))}{_code(p['a'])} → {_code(p['b'])}\n\n{_step_line(p)}\n\n**Class shift:** {p['shift_text']}\n\n")
+        w("| class | before ms | after ms | change | share before % | share after % |\n|---|---:|---:|---:|---:|---:|\n")
+        for c in p["classes"]:
+            w(f"| {c['class']} | {_ms(c['a_us'])} | {_ms(c['b_us'])} | {fmt_us(c['delta_us'])} | {num(c['a_pct'])} | "
+              f"{num(c['b_pct'])} |\n")
+        w("\n")
+        for title, rows, name in (("Layers", p["layers"], "layer"), ("Kernels", p["kernels"], "name")):
+            moved = _moved(rows)
+            if not moved:
+                continue
+            op = " op |" if name == "name" else ""
+            w(f"**{title}** (GPU time per step)\n\n| {name} |{op} status | before ms | after ms | change |\n")
+            w("|---|" + ("---|" if op else "") + "---|---:|---:|---:|\n")
+            for r in moved:
+                opc = f" {_code(r['op'] or '-')} |" if op else ""
+                w(f"| {_code(r[name][:90])} |{opc} {r['status']} | {_ms(r['a_us'])} | {_ms(r['b_us'])} | "
+                  f"{fmt_us(r['delta_us'])} |\n")
+            w("\n")
+        lines = _findings_lines(p["findings"])
+        w("**Findings:** " + ("none appeared or disappeared\n\n" if not lines else "\n\n"))
+        for what, ln in lines:
+            w(f"- {what}: {_cell(ln)}\n")
+        w("\n")
+    for what, ln in _findings_lines(doc.get("job_findings") or {"appeared": [], "disappeared": [], "changed": []}):
+        w(f"- job finding {what}: {_cell(ln)}\n")
+    for side in ("a", "b"):
+        for path in doc[f"unmatched_{side}"]:
+            w(f"- unmatched in {side.upper()}: {_code(path)}\n")
+    for e in doc["errors"]:
+        w(f"- **error**: {_cell(e['error'])}\n")

@@ -1,0 +1,325 @@
+"""`traceview` command line: analyze | rules | layers | diff | batch | collect | trigger."""
+
+from __future__ import annotations
+
+import argparse
+import enum
+import gc
+import os
+import sys
+from pathlib import Path
+from typing import TYPE_CHECKING, NoReturn
+
+from .. import __version__
+from ..errors import TraceError
+from ..ingest.inputs import DEFAULT_MAX_BYTES
+from ..options import Options
+
+if TYPE_CHECKING:
+    from ..report import Report
+
+
+class ExitCode(enum.IntEnum):
+    OK = 0
+    FINDINGS = 1  # findings at or above --fail-on
+    ERROR = 2  # usage, input or internal error
+
+
+def _analyze_paths(args: argparse.Namespace, options: Options) -> Report:
+    from ..report import analyze
+    from .lazy_stdlib import defer_numpy_ma
+    from .progress import for_analyze
+
+    defer_numpy_ma()  # (the CLI's own run; numpy is imported by now: the options imported the rules)
+
+    if args.paths.count("-") > 1:
+        raise TraceError("'-' (standard input) can be given only once")
+    # a progress bar on stderr when it is a terminal and the run lasts (never in JSON mode)
+    prog, on_progress, load = for_analyze(args.paths, getattr(args, "format", "text"), options.max_bytes)
+
+    def seen(path: str) -> None:  # the input being read, for an error line that names the right file
+        args.current_input = path
+        if on_progress:
+            on_progress(path)
+
+    try:
+        return analyze(args.paths, options, on_trace=seen, load=load)
+    finally:
+        if prog is not None:
+            prog.stop()
+
+
+def _sections(value: str) -> list[str]:
+    from ..formatters.sections import TEXT_SECTIONS
+
+    got = [v.strip() for v in value.split(",") if v.strip()]
+    bad = [v for v in got if v not in TEXT_SECTIONS]
+    if bad:
+        raise argparse.ArgumentTypeError(f"unknown section(s) {', '.join(bad)} (choose from {', '.join(TEXT_SECTIONS)})")
+    return got
+
+
+def text_sections(args: argparse.Namespace) -> set[str]:
+    """The detail sections of the text report: all with --detail, else those named by --show."""
+    from ..formatters.sections import TEXT_SECTIONS
+
+    if getattr(args, "detail", False):
+        return set(TEXT_SECTIONS)
+    return {v for vs in (getattr(args, "show", None) or []) for v in vs}
+
+
+def _report_errors(rep: Report) -> None:
+    if not rep.errors:
+        return
+    from ..safe_text import terminal_line
+
+    for e in rep.errors:
+        print(f"traceview: error: {terminal_line(e['error'])}", file=sys.stderr)
+
+
+def cmd_analyze(args: argparse.Namespace) -> int:
+    from ..formatters import write
+    from .rules import build_options, exit_code
+
+    rep = _analyze_paths(args, build_options(args))
+    doc = rep.to_dict()
+    write(doc, args.format, args.output, show=text_sections(args), width=args.width)
+    _report_errors(rep)
+    if rep.errors:
+        return ExitCode.ERROR
+    return ExitCode(exit_code(doc, args))
+
+
+def cmd_layers(args: argparse.Namespace) -> int:
+    """The `layers` sections of `analyze` alone (same pipeline, same numbers)."""
+    from ..formatters import write
+    from ..report import SCHEMA_VERSION
+
+    rep = _analyze_paths(args, Options(step=args.step, layers_depth=args.depth, max_bytes=args.max_bytes))
+    doc = {"schema_version": SCHEMA_VERSION,
+           "traces": [{"path": t["path"], "rank": t["rank"], "layers": t["layers"]} for t in rep.traces],
+           "errors": rep.errors}
+    if args.format == "json":
+        write(doc, "json", args.output)
+    else:
+        from ..formatters.layers import render_document
+
+        out = open(args.output, "w", encoding="utf-8") if args.output else sys.stdout  # noqa: SIM115
+        try:
+            render_document(doc, out, width=args.width)
+        finally:
+            if args.output:
+                out.close()
+    _report_errors(rep)
+    return ExitCode.ERROR if rep.errors else ExitCode.OK
+
+
+#: the analyzer's own commands: their runs need no other command's parser (`collect`'s imports cost ~10 ms)
+ANALYZER_COMMANDS = ("analyze", "layers")
+
+
+def make_parser(command: str | None = None) -> argparse.ArgumentParser:
+    """The whole CLI; with `command` one of ANALYZER_COMMANDS, only the analyzer's own subcommands (a run of
+    that command never reaches the others; `--help` and a mistyped command still see them all)."""
+    from ..formatters import FORMATS
+    from ..formatters.sections import TEXT_SECTIONS
+    from .rules import add_parsers as add_rules_parsers
+    from .rules import add_rule_options
+
+    p = argparse.ArgumentParser(prog="traceview", description="PyTorch profiler trace analyzer and bottleneck classifier")
+    p.add_argument("--version", action="version", version=f"traceview {__version__}")
+    sub = p.add_subparsers(dest="command", required=True)
+
+    a = sub.add_parser("analyze", help="analyze trace files or directories of rank files",
+                       description="Analyze PyTorch profiler traces: verdict, step time, findings with savings. "
+                                   "Exit 0 even with findings unless --fail-on is given; 2 on bad input.")
+    a.add_argument("paths", nargs="+", help="trace files (.json/.json.gz) or directories")
+    a.add_argument("--format", choices=FORMATS, default="text",
+                   help="text: terminal report (default); json: the full document (docs/json-schema.md); markdown: "
+                        "a CI summary; sarif: code-scanning results; junit: one test case per rule")
+    a.add_argument("--step", type=int, default=None, help="analyze only ProfilerStep#N")
+    a.add_argument("-o", "--output", default=None, help="write the report to a file instead of stdout")
+    a.add_argument("--max-bytes", type=_size, default=DEFAULT_MAX_BYTES, metavar="SIZE",
+                   help="largest input held in memory, after decompression (e.g. 512M, 16G; default 8G); "
+                        "a bigger or gzip-bomb input is an error")
+    a.add_argument("--detail", action="store_true",
+                   help="text: print every detail section (steps, devices, kernels, ops, layers, repeats, all "
+                        "findings, all ranks) after the first screen")
+    a.add_argument("--show", action="append", metavar="SECTIONS", type=_sections,
+                   help=f"text: print these detail sections, comma separated: {','.join(TEXT_SECTIONS)}")
+    a.add_argument("--width", type=int, default=None, metavar="COLS",
+                   help="text: line width in columns (default: the terminal's; 100 when piped, or $COLUMNS)")
+    a.add_argument("-j", "--jobs", type=int, default=None,
+                   help="worker processes for the rank files of a directory (default: one per core from 8 files on 4+ cores; 1: serial)")
+    add_rule_options(a)
+    a.set_defaults(func=cmd_analyze)
+
+    la = sub.add_parser("layers", help="GPU time, roofline and findings per nn.Module layer")
+    la.add_argument("paths", nargs="+", help="trace files (.json/.json.gz) or directories")
+    la.add_argument("--depth", type=int, default=None, help="show layers down to this tree depth (0 = roots)")
+    la.add_argument("--format", choices=("text", "json"), default="text",
+                    help="text: the layer tree and repeated layers (default); json: the `layers` sections (docs/layers.md)")
+    la.add_argument("--step", type=int, default=None, help="only ProfilerStep#N")
+    la.add_argument("--width", type=int, default=None, metavar="COLS",
+                    help="text: line width in columns (default: the terminal's; 100 when piped, or $COLUMNS)")
+    la.add_argument("-o", "--output", default=None, help="write the report to a file instead of stdout")
+    la.add_argument("--max-bytes", type=_size, default=DEFAULT_MAX_BYTES, metavar="SIZE",
+                    help="largest input held in memory, after decompression (default 8G)")
+    la.set_defaults(func=cmd_layers)
+
+    if command in ANALYZER_COMMANDS:  # the other commands' parsers cost ~5 ms of a small trace's run
+        return p
+    add_rules_parsers(sub)
+    from .ci import add_parsers as add_ci_parsers
+
+    add_ci_parsers(sub)
+    try:  # `collect` / `trigger` live with the collectors (torch is imported only when they run)
+        from collectors.cli import add_parsers
+    except ImportError:
+        pass
+    else:
+        add_parsers(sub)
+    return p
+
+
+def _size(text: str) -> int:
+    from ..ingest.inputs import parse_size
+
+    try:
+        return parse_size(text)
+    except ValueError as e:
+        raise argparse.ArgumentTypeError(str(e)) from None
+
+
+def _prefetch_first_input(argv: list[str]) -> None:
+    """`analyze`/`layers`: begin reading the first trace before the heavy imports (see decode.prefetch)."""
+    if not argv or argv[0] not in ("analyze", "layers"):
+        return
+    from ..ingest.decode import prefetch, trace_files
+
+    cap = DEFAULT_MAX_BYTES
+    try:
+        for k, a in enumerate(argv):  # the cap the loader will use, or no prefetch
+            if a == "--max-bytes" or a.startswith("--max-bytes="):
+                cap = _size(a.split("=", 1)[1] if "=" in a else argv[k + 1])
+        for a in argv[1:]:
+            if a.startswith("-"):
+                continue
+            p = Path(a)
+            if p.is_dir():
+                files = trace_files(p)
+                p = files[0] if files else None
+            if p is not None and p.is_file():
+                prefetch(p, cap)
+                return
+    except (OSError, IndexError, argparse.ArgumentTypeError, TraceError):  # the loader reports these, or argparse
+        return
+
+
+def _silence_stdout() -> None:
+    """Point stdout at /dev/null so the interpreter's final flush of a closed pipe raises nothing."""
+    try:
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+    except (OSError, ValueError):
+        pass
+
+
+#: polars' allocator (jemalloc) reads this when polars loads (polars adds it after its own defaults). jemalloc's
+#: default is 4 arenas per CPU, each keeping its freed pages a while; with one, a thread reuses what another freed:
+#: peak RSS 325 -> 298 MB on the 132 MB benchmark trace on 2 cores, 517 -> 458 MB on a 16-core host, not slower
+#: (bench/README.md)
+ALLOCATOR_CONF = ("_RJEM_MALLOC_CONF", "narenas:1")
+
+
+def allocator_settings() -> bool:
+    """Set polars' allocator to one arena unless the user configured it or polars is loaded already (then it is
+    too late). Whether it was set."""
+    key, value = ALLOCATOR_CONF
+    if key in os.environ or "polars" in sys.modules:
+        return False
+    os.environ[key] = value
+    return True
+
+
+def main(argv: list[str] | None = None) -> int:
+    """The CLI. Called without `argv` it is the process's own run (`traceview ...`, `python -m traceview`):
+    an `analyze` or `layers` run then ends the process itself once its output is flushed (see `_exit`)."""
+    if argv is not None:
+        return _analyzer_run(argv) if argv and argv[0] in ANALYZER_COMMANDS else _main(argv)
+    argv = sys.argv[1:]
+    allocator_settings()  # every command of the process's own run (batch, ci, diff... load traces too)
+    if not argv or argv[0] not in ANALYZER_COMMANDS:
+        return _main(argv)
+    # numpy's BLAS threads are never used here (no linear algebra), and started with numpy they spin on the
+    # cores polars needs: one thread, unless the user says otherwise
+    os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
+    from .lazy_stdlib import defer
+
+    defer()  # stdlib modules polars and numpy import but an analysis never uses: loaded on first use
+    _exit(_analyzer_run(argv))
+
+
+def _analyzer_run(argv: list[str]) -> int:
+    # No cyclic garbage collection while analysing: importing polars, numpy and the analyses creates ~100k
+    # objects and no garbage, and collecting them costs ~5 % of a small trace's run; a trace and its frames are
+    # freed by reference counting (nothing of a run forms cycles), so memory does not grow without it
+    was = gc.isenabled()
+    gc.disable()
+    try:
+        return _main(argv)
+    finally:
+        if was:
+            gc.enable()
+
+
+def _exit(code: int) -> NoReturn:
+    """End the process once stdout and stderr are flushed, without the interpreter's teardown (freeing every
+    object and module of polars, numpy and the trace: ~25 ms, a tenth of a small trace's run). Safe after
+    `analyze`/`layers`: their output files are closed and their worker pools joined. Exit handlers registered
+    by whoever runs us (a profiler writing its report, coverage saving its data, logging) still run first."""
+    import atexit
+
+    run_handlers = getattr(atexit, "_run_exitfuncs", None)  # CPython; elsewhere the normal exit keeps them
+    if run_handlers is None or sys.getprofile() is not None or sys.gettrace() is not None:
+        sys.exit(code)  # a profiler or tracer (pyinstrument, coverage) writes its report after we return
+    run_handlers()
+    for stream in (sys.stdout, sys.stderr):
+        try:
+            stream.flush()
+        except (OSError, ValueError):  # the reader left (`| head`) or the stream is closed: nothing to add
+            pass
+    os._exit(code)
+
+
+def _main(argv: list[str]) -> int:
+    _prefetch_first_input(argv)
+    parser = make_parser(argv[0] if argv else None)
+    args = parser.parse_args(argv)
+    try:
+        return int(args.func(args))
+    except TraceError as e:
+        from ..safe_text import terminal_line
+
+        print(f"traceview: error: {terminal_line(str(e))}", file=sys.stderr)
+        return ExitCode.ERROR
+    except KeyboardInterrupt:
+        print("traceview: interrupted", file=sys.stderr)
+        return ExitCode.ERROR
+    except BrokenPipeError:  # `traceview analyze T | head`: the reader left; stop quietly
+        _silence_stdout()
+        return ExitCode.OK
+    except Exception as e:  # noqa: BLE001 - last line of defence: one line, never a traceback
+        # name the input being read when it failed, not the first one given
+        where = getattr(args, "current_input", None) or (args.paths[0] if getattr(args, "paths", None) else "")
+        first = (str(e).strip().splitlines() or [""])[0]  # polars appends the failing expression on more lines
+        msg = f"internal error ({type(e).__name__}: {first})"
+        msg = f"{where}: {msg}" if where else msg
+        from ..safe_text import terminal_line
+
+        print(f"traceview: {terminal_line(msg)}", file=sys.stderr)
+        return ExitCode.ERROR
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,66 @@
+"""The `profiling` section: what the profiler itself cost, for every trace.
+
+Profiling inflates host time (above all with stacks), which pushes verdicts toward CPU-bound. For every trace
+the cost is estimated from the trace itself (analyses.overhead: a per-recorded-event cost calibrated on the
+project's collected runs) and `estimated_unprofiled_step_us` says what the step would take without the
+profiler. For a `traceview collect` run the collector also timed the unprofiled `wait` steps with CUDA events
+(manifest.json, read by the loader): those measured numbers are set beside the estimate, and a launch-bound
+verdict is flagged when profiling overhead alone could explain it.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import polars as pl
+
+from ..analyses.overhead import COST_US
+from ..ingest.manifest import rank_step_times
+from ..model import Trace
+from ..ruleapi import RuleContext
+
+# above this overhead a cpu_launch verdict may be the profiler's own doing
+ARTIFACT_OVERHEAD_PCT = 20.0
+
+
+def profiling_section(trace: Trace, steps: pl.DataFrame, dominant: str | None,
+                      ctx: RuleContext | None = None, primary: str | None = None) -> dict[str, Any]:
+    est = (ctx.profiler.get("estimate") if ctx is not None else None) or {}
+    out: dict[str, Any] = {
+        "estimated_unprofiled_step_us": est.get("estimated_unprofiled_step_us"),
+        "estimated_overhead_per_step_us": est.get("overhead_per_step_us"),
+        "events_per_step": est.get("events_per_step"),
+        "gpu_busy_per_step_us": est.get("gpu_busy_per_step_us"),
+        "model": {"cost_us_per_event": dict(COST_US), "doc": "docs/profiling-overhead.md"},
+        "run": None, "command": None, "options": None, "method": None, "unprofiled_step_ms": None,
+        "profiled_step_ms": None, "traced_step_ms": None, "overhead_pct": None,
+        "launch_bound_may_be_artifact": False, "note": None,
+    }
+    traced = float((steps["end"] - steps["ts"]).mean()) / 1e6 if steps.height else None
+    out["traced_step_ms"] = round(traced, 3) if traced is not None else None
+    est_unprof = est.get("estimated_unprofiled_step_us")
+    launch_bound = "cpu_launch" in (dominant, primary)
+    doc = trace.meta.manifest
+    if doc is None:
+        if launch_bound and est_unprof and traced and primary != "cpu_launch":
+            out["launch_bound_may_be_artifact"] = True
+            out["note"] = (f"the traced step ({traced:.2f} ms) looks launch-bound, but the profiler's own cost is "
+                           f"estimated at {est['overhead_per_step_us'] / 1000:.2f} ms per step: without it the step "
+                           f"would take about {est_unprof / 1000:.2f} ms and be limited by the GPU")
+        return out
+    unprof, prof, method = rank_step_times(doc, Path(trace.meta.path).name, trace.meta.rank)
+    over = round(100.0 * (prof - unprof) / unprof, 1) if unprof and prof else None
+    out.update(run=doc.get("run"), command=doc.get("command"), options=doc.get("options"), method=method,
+               unprofiled_step_ms=unprof, profiled_step_ms=prof, overhead_pct=over)
+    if over is not None and over > ARTIFACT_OVERHEAD_PCT and launch_bound:
+        out["launch_bound_may_be_artifact"] = True
+        out["note"] = (f"the profiled steps took {prof:.2f} ms against {unprof:.2f} ms unprofiled (+{over:.0f} %): "
+                       "profiling slows the host, so the launch-bound verdict may be partly an artifact of "
+                       "profiling; re-record without --stack/--modules or compare the unprofiled step time")
+    elif over is not None and over >= 0:
+        out["note"] = f"profiled steps {prof:.2f} ms vs {unprof:.2f} ms unprofiled (+{over:.0f} % profiler overhead)"
+    elif over is not None:  # faster while profiled: the overhead is below the run-to-run noise
+        out["note"] = (f"profiled steps {prof:.2f} ms vs {unprof:.2f} ms unprofiled ({over:.0f} %: no measurable "
+                       "profiler overhead; the difference is run-to-run noise)")
+    return out
