@@ -192,7 +192,9 @@ def attach_baseline(rows: list[dict], cmp: dict) -> None:
             "status": "regressed" if reg else "new" if all(t["status"] == "new" for t in got) else "ok",
             "step_delta_pct": worst["delta_pct"] if worst else None,
             "regressions": sorted({f"{t['key']}: {m}" if len(got) > 1 else m for t in reg for m in t["regressions"]}),
-            "new_findings": [f"{f['code']} {f['title']}" for t in reg for f in t["new_findings"]],
+            "new_findings": [f"{f['code']} {f['title']}" for t in got if t.get("new_findings_gated")
+                             for f in t["new_findings"]],
+            "notes": [f"{t['key']}: {n}" if len(got) > 1 else n for t in got for n in t.get("notes") or []],
         }
         if reg and r["status"] != "failed":
             r["status"] = "regressed"

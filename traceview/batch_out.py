@@ -118,13 +118,20 @@ def markdown(doc: dict, out: IO[str]) -> None:
             for t in reg:
                 w(f"### {_code(t['key'])}\n\n")
                 for c in t["checks"]:
-                    if c["regressed"]:
+                    if c["regressed"] and c.get("gated", True):
                         w(f"- **{c['metric']}**: {num(c['base_us'] / 1000, 3)} → {num(c['now_us'] / 1000, 3)} ms per step "
                           f"({c['delta_pct']:+.1f} % of the baseline step; allowed {num(c['allowed_us'] / 1000, 3)} ms, "
                           f"noise {num(c['noise_us'] / 1000, 3)} ms)\n")
-                for f in t["new_findings"]:
+                for f in t["new_findings"] if t.get("new_findings_gated", True) else []:
                     w(f"- new **{f['severity']}** finding {f['code']} {f['rule']}: {_cell(f['title'])}\n")
                 w("\n")
+        noted = [t for t in cmp["traces"] if t.get("notes")]
+        if noted:
+            w("## Notes against the baseline (not gated)\n\n")
+            for t in noted:
+                for n in t["notes"]:
+                    w(f"- {_code(t['key'])}: {_cell(n)}\n")
+            w("\n")
         if cmp.get("missing"):
             w("Baseline entries without a current trace: " + ", ".join(_code(k) for k in cmp["missing"]) + "\n\n")
     failed = [r for r in rows if r["error"]]

@@ -39,6 +39,10 @@ def add_parsers(sub: argparse._SubParsersAction) -> None:
     b.add_argument("--baseline", metavar="FILE", help="compare with a baseline; exit 1 on a regression")
     b.add_argument("--max-regression", action="append", metavar="PCT|METRIC=PCT",
                    help="allowed growth in %% of the baseline step (default 5); METRIC is step_time or a class")
+    b.add_argument("--gate-classes", action="store_true",
+                   help="with --baseline: also fail when a class's time per step grew (default: a note)")
+    b.add_argument("--gate-new-findings", action="store_true",
+                   help="with --baseline: also fail on a new warning or error finding (default: a note)")
     b.add_argument("--engine", choices=("local", "ray"), default="local",
                    help="local process pool (default) or a Ray cluster")
     b.add_argument("--address", default=None, help="Ray address ('auto' or host:port; default: start a local Ray)")
@@ -156,7 +160,8 @@ def cmd_batch(args: argparse.Namespace) -> int:
     if args.jobs is not None and args.jobs < 1:
         raise TraceError("--jobs must be 1 or more")
     options = build_options(args)  # also resolves --fail-on from the config
-    th = baseline.thresholds(config.load(args.config)["baseline"], args.max_regression)
+    th = baseline.thresholds(config.load(args.config)["baseline"], args.max_regression, args.gate_classes,
+                             args.gate_new_findings)
     base = baseline.load(args.baseline) if args.baseline else None
     disc = discover(args.paths)
     if disc.skipped:
@@ -192,12 +197,14 @@ def cmd_batch(args: argparse.Namespace) -> int:
     if cmp:
         for t in cmp["traces"]:
             for c in t["checks"]:
-                if c["regressed"]:
+                if c["regressed"] and c["gated"]:
                     print(f"traceview: regression: {t['key']}: {c['metric']} {c['delta_pct']:+.1f} % of the baseline "
                           f"step ({c['base_us'] / 1000:,.3f} → {c['now_us'] / 1000:,.3f} ms)", file=sys.stderr)
-            for f in t["new_findings"]:
+            for f in t["new_findings"] if t["new_findings_gated"] else []:
                 print(f"traceview: regression: {t['key']}: new {f['severity']} finding {f['code']} {f['title']}",
                       file=sys.stderr)
+            for n in t["notes"]:
+                print(f"traceview: note: {t['key']}: {n}", file=sys.stderr)
         if cmp["missing"]:
             print(f"traceview: baseline entries without a current trace: {', '.join(cmp['missing'])}", file=sys.stderr)
     return code
