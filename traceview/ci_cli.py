@@ -25,6 +25,8 @@ def add_parsers(sub: argparse._SubParsersAction) -> None:
     d.add_argument("--step", type=int, default=None, help="compare only ProfilerStep#N")
     d.add_argument("-o", "--output", default=None, help="write the diff to a file instead of stdout")
     d.add_argument("--config", metavar="FILE", help="TOML file with [tool.traceview] settings")
+    d.add_argument("--width", type=int, default=None, metavar="COLS",
+                   help="text: line width in columns (default: the terminal's; 100 when piped, or $COLUMNS)")
     d.set_defaults(func=cmd_diff)
 
     b = sub.add_parser("batch", help="analyze many traces or run folders: one summary row each, CI gates")
@@ -43,6 +45,8 @@ def add_parsers(sub: argparse._SubParsersAction) -> None:
                    help="with --baseline: also fail when a class's time per step grew (default: a note)")
     b.add_argument("--gate-new-findings", action="store_true",
                    help="with --baseline: also fail on a new warning or error finding (default: a note)")
+    b.add_argument("--width", type=int, default=None, metavar="COLS",
+                   help="the table's line width (default: the terminal's; 100 when piped, or $COLUMNS)")
     b.add_argument("--engine", choices=("local", "ray"), default="local",
                    help="local process pool (default) or a Ray cluster")
     b.add_argument("--address", default=None, help="Ray address ('auto' or host:port; default: start a local Ray)")
@@ -97,7 +101,7 @@ def cmd_diff(args: argparse.Namespace) -> int:
         if args.format == "json":
             fh.write(json.dumps(out, indent=1) + "\n")
         else:
-            (markdown if args.format == "markdown" else text)(out, fh)
+            markdown(out, fh) if args.format == "markdown" else text(out, fh, args.width)
     finally:
         if args.output:
             fh.close()
@@ -182,7 +186,7 @@ def cmd_batch(args: argparse.Namespace) -> int:
         baseline.save(digests, args.save_baseline, args.step)
     code = batch_exit_code(rows, bool(cmp and cmp["regressed"]), args.exit_zero)
     doc = batch_out.document(rows, digests, disc.skipped, cmp, code)
-    batch_out.terminal(doc, sys.stdout)
+    batch_out.terminal(doc, sys.stdout, args.width)
     for p in args.out:
         batch_out.write(p, rows, doc)
     if args.sarif or args.junit:
