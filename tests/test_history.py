@@ -208,7 +208,7 @@ def test_parallel_adds_lose_no_row(tmp_path):
 
 
 @pytest.mark.parametrize(
-    "case", ["corrupt", "foreign", "text", "missing", "bad rows", "bad label", "bad window"]
+    "case", ["corrupt", "foreign", "text", "missing", "bad rows", "odd rows", "bad label", "bad window"]
 )
 def test_bad_database_or_input_exit_2(tmp_path, capsys, case):
     db = tmp_path / "h.duckdb"
@@ -230,6 +230,21 @@ def test_bad_database_or_input_exit_2(tmp_path, capsys, case):
     elif case == "bad rows":
         (tmp_path / "x.json").write_text(json.dumps({"kind": "traceview-diff"}))
         args = ["add", "--db", db, tmp_path / "x.json"]
+    elif case == "odd rows":  # values of the wrong type are left out, not stored or crashed on
+        odd = {**_row("a", 1.0), "primary": {"x": 1}, "shares": [1], "steps": "3", "step_ms": "fast"}
+        assert run(capsys, "add", "--db", db, _batch_doc(tmp_path / "o.json", [odd]))[0] == 0
+        con = duckdb.connect(str(db), read_only=True)
+        try:
+            assert con.execute("SELECT job, status, primary_class FROM jobs").fetchall() == [
+                ("a", "ok", None)
+            ]
+            assert con.execute("SELECT metric FROM points ORDER BY metric").fetchall() == [
+                ("n_error",),
+                ("n_warning",),
+            ]
+        finally:
+            con.close()
+        args = ["add", "--db", db, _batch_doc(tmp_path / "o2.json", [{"input": 3}])]
     elif case == "bad label":
         args = ["add", "--db", db, rows, "--label", "date=yesterday"]
     elif case == "bad window":

@@ -211,6 +211,10 @@ def read_rows(path: str | Path) -> list[dict]:
     return doc["rows"]
 
 
+def _text(v: Any) -> str | None:
+    return v if isinstance(v, str) else None
+
+
 def _num(v: Any) -> float | None:
     return float(v) if isinstance(v, int | float) and not isinstance(v, bool) and math.isfinite(v) else None
 
@@ -241,7 +245,7 @@ def add(db: str | Path, rows: list[dict], labels: dict[str, str], source: str | 
     for r in rows:
         if not isinstance(r, dict) or not isinstance(r.get("input"), str):
             raise TraceError("a batch row without an `input` label")
-        jobs.append((r["input"], str(r.get("status")), r.get("primary"), r.get("error")))
+        jobs.append((r["input"], *(_text(r.get(k)) for k in ("status", "primary", "error"))))
         points += [(r["input"], *p) for p in _points(r)]
     run_date = _date(labels.get("date"))
     with open_db(db, write=True) as con:
