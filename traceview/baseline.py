@@ -147,7 +147,9 @@ def _notes(checks: list[dict], new: list[dict], th: Thresholds) -> list[str]:
                    key=lambda r: (-abs(r["delta_us"]), r["class"]))
     out = []
     if step["delta_us"] or any(r["delta_us"] for r in moved):
-        out.append(f"step {fmt_us(step['delta_us'])} ({step['delta_pct'] or 0:+.1f} %); class shift: "
+        pct = step["delta_pct"] or 0.0
+        sign = "+" if pct > 0 else "−" if pct < 0 else "±"
+        out.append(f"step {fmt_us(step['delta_us'])} ({sign}{abs(pct):.1f} %); class shift: "
                    f"{shift_text(moved, step['base_us'])}")
     if not th.gate_classes:
         out += [f"{c['metric']} grew {fmt_us(c['delta_us'])} a step ({c['delta_pct']:+.1f} % of the baseline step, "
