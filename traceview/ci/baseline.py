@@ -3,21 +3,24 @@
 `--save-baseline FILE` writes one digest per trace (see digest.py: step time and its per-step spread,
 class times per step, shares, primary class, findings, the largest layers). `--baseline FILE` compares the
 current traces with it, matched by key (the job label, plus `rank<R>` for the ranks of a run; a lone
-unmatched trace on each side is paired whatever its name), and fails (exit 1) when:
+unmatched trace on each side is paired whatever its name), and fails (exit 1) when the **step time**
+regressed: the mean step grew by more than `max-regression` % of the baseline's mean step **and** by more
+than the noise, `noise-sigmas` (default 2) standard errors of the difference of the two means:
+sqrt(sd_base² / n_base + sd_now² / n_now) from the per-step spread of each run.
 
-- **step time** regressed: the mean step grew by more than `max-regression` % of the baseline's mean step
-  **and** by more than the noise, `noise-sigmas` (default 2) standard errors of the difference of the
-  two means: sqrt(sd_base² / n_base + sd_now² / n_now) from the per-step spread of each run;
-- a **class** regressed: its time per step (share x mean step) grew by more than `max-regression` % of the
-  baseline's mean step — i.e. its share of the baseline step rose by that many points — and by more than
-  the noise of that class's per-step times (same formula);
-- a **new warning or error finding** appeared: its key is not in the baseline, or was only `info` there.
+Users gate on step time: a run that got faster passes even when a class grew (a faster step has a larger
+share of host overhead) or a new finding appeared; those are reported as notes. Only where asked:
+- `--gate-classes`: a **class** regressed: its time per step (share x mean step) grew by more than
+  `max-regression` % of the baseline's mean step — i.e. its share of the baseline step rose by that many
+  points — and by more than the noise of that class's per-step times (same formula);
+- `--gate-new-findings`: a **new warning or error finding** appeared: its key is not in the baseline, or was
+  only `info` there.
 Traces without a baseline entry are reported as `new`, baseline entries without a current trace as `missing`;
 neither fails the gate.
 
 Thresholds (percent) live in `[tool.traceview.baseline]` of pyproject.toml: `max-regression` (default 5),
-`noise-sigmas`, and per metric `step_time` or a class name (`host_sync = 2`). `--max-regression 3` replaces
-the default, `--max-regression host_sync=2` one metric.
+`noise-sigmas`, `gate-classes`, `gate-new-findings` (booleans), and per metric `step_time` or a class name
+(`host_sync = 2`). `--max-regression 3` replaces the default, `--max-regression host_sync=2` one metric.
 """
 
 from __future__ import annotations
@@ -42,6 +45,8 @@ class Thresholds:
     default_pct: float = 5.0
     per_metric: dict[str, float] = field(default_factory=dict)
     noise_sigmas: float = 2.0
+    gate_classes: bool = False  # class growth fails the gate (else it is a note)
+    gate_new_findings: bool = False  # a new warning/error finding fails the gate (else it is a note)
 
     def pct(self, metric: str) -> float:
         return self.per_metric.get(metric, self.default_pct)
@@ -57,14 +62,22 @@ def _number(where: str, v: Any) -> float:
     return x
 
 
+def _flag(where: str, v: Any) -> bool:
+    if not isinstance(v, bool):
+        raise TraceError(f"{where}: expected true or false, got {v!r}")
+    return v
+
+
 def _metric(where: str, name: str) -> str:
     if name not in METRICS:
         raise TraceError(f"{where}: unknown metric {name!r} (metrics: {', '.join(METRICS)})")
     return name
 
 
-def thresholds(table: dict | None, cli: list[str] | None = None) -> Thresholds:
-    """From `[tool.traceview.baseline]` and `--max-regression` values (`PCT` or `METRIC=PCT`; the CLI wins)."""
+def thresholds(table: dict | None, cli: list[str] | None = None, gate_classes: bool = False,
+               gate_new_findings: bool = False) -> Thresholds:
+    """From `[tool.traceview.baseline]`, `--max-regression` values (`PCT` or `METRIC=PCT`; the CLI wins) and the
+    `--gate-classes` / `--gate-new-findings` flags (each turns its gate on; the config may turn it on too)."""
     th = Thresholds()
     for k, v in (table or {}).items():
         where = f"config: baseline.{k}"
@@ -72,6 +85,10 @@ def thresholds(table: dict | None, cli: list[str] | None = None) -> Thresholds:
             th.default_pct = _number(where, v)
         elif k in ("noise-sigmas", "noise_sigmas"):
             th.noise_sigmas = _number(where, v)
+        elif k in ("gate-classes", "gate_classes"):
+            th.gate_classes = _flag(where, v)
+        elif k in ("gate-new-findings", "gate_new_findings"):
+            th.gate_new_findings = _flag(where, v)
         else:
             th.per_metric[_metric("config: [tool.traceview.baseline]", k)] = _number(where, v)
     for s in cli or []:
@@ -80,6 +97,8 @@ def thresholds(table: dict | None, cli: list[str] | None = None) -> Thresholds:
             th.per_metric[_metric("--max-regression", k.strip())] = _number(f"--max-regression {s}", v)
         else:
             th.default_pct = _number("--max-regression", s)
+    th.gate_classes = th.gate_classes or gate_classes
+    th.gate_new_findings = th.gate_new_findings or gate_new_findings
     return th
 
 
@@ -119,8 +138,33 @@ def _check(name: str, base_mean: float | None, base_sd: float, base_n: int, now_
             "noise_us": round(noise, 3), "regressed": delta > max(allowed, noise)}
 
 
+def _notes(checks: list[dict], new: list[dict], th: Thresholds) -> list[str]:
+    """What moved without failing the gate: the class shift, class growth and new findings not gated."""
+    from .diff import fmt_us, shift_text
+
+    step = checks[0]
+    moved = sorted(({"class": c["metric"], "delta_us": c["delta_us"]} for c in checks[1:]),
+                   key=lambda r: (-abs(r["delta_us"]), r["class"]))
+    out = []
+    if step["delta_us"] or any(r["delta_us"] for r in moved):
+        pct = step["delta_pct"] or 0.0
+        sign = "+" if pct > 0 else "−" if pct < 0 else "±"
+        out.append(f"step {fmt_us(step['delta_us'])} ({sign}{abs(pct):.1f} %); class shift: "
+                   f"{shift_text(moved, step['base_us'])}")
+    if not th.gate_classes:
+        out += [f"{c['metric']} grew {fmt_us(c['delta_us'])} a step ({c['delta_pct']:+.1f} % of the baseline step, "
+                f"beyond the allowed {fmt_us(c['allowed_us'], False)} and the noise {fmt_us(c['noise_us'], False)}); "
+                "not gated (--gate-classes fails on it)" for c in checks[1:] if c["regressed"]]
+    if not th.gate_new_findings:
+        out += [f"new {f['severity']} finding {f['code']} {f['title']}; not gated (--gate-new-findings fails on it)"
+                for f in new]
+    return out
+
+
 def compare_one(base: dict, now: dict, th: Thresholds) -> dict:
-    """Compare one current digest with its baseline digest."""
+    """Compare one current digest with its baseline digest. Every check says whether it `regressed` (beyond the
+    allowed % and the noise) and whether it is `gated` (the step time always, classes with gate_classes); only
+    a gated regression, or a new finding with gate_new_findings, makes the trace `regressed`."""
     ref = base.get("step_us") or 0.0
     checks = [_check("step_time", base.get("step_us"), base.get("step_sd_us") or 0.0, base.get("steps") or 0,
                      now.get("step_us"), now.get("step_sd_us") or 0.0, now.get("steps") or 0, ref,
@@ -129,15 +173,18 @@ def compare_one(base: dict, now: dict, th: Thresholds) -> dict:
         bc, nc = (base.get("classes") or {}).get(c) or {}, (now.get("classes") or {}).get(c) or {}
         checks.append(_check(c, bc.get("us"), bc.get("sd_us") or 0.0, base.get("steps") or 0, nc.get("us"),
                              nc.get("sd_us") or 0.0, now.get("steps") or 0, ref, th.pct(c), th.noise_sigmas))
+    for c in checks:
+        c["gated"] = c["metric"] == "step_time" or th.gate_classes
     warn = severity_rank("warning")
     before = {f["key"]: f for f in base.get("findings") or []}
     new = [f for f in now.get("findings") or [] if severity_rank(f["severity"]) >= warn
            and (f["key"] not in before or severity_rank(before[f["key"]]["severity"]) < warn)]
-    regressed = [c for c in checks if c["regressed"]]
+    regressed = [c for c in checks if c["regressed"] and c["gated"]]
     return {"key": now["key"], "base_key": base["key"], "path": now["path"],
-            "status": "regressed" if regressed or new else "ok", "checks": checks,
+            "status": "regressed" if regressed or (new and th.gate_new_findings) else "ok", "checks": checks,
             "regressions": [c["metric"] for c in regressed],
-            "new_findings": [{k: f[k] for k in ("rule", "code", "severity", "title")} for f in new]}
+            "new_findings": [{k: f[k] for k in ("rule", "code", "severity", "title")} for f in new],
+            "new_findings_gated": th.gate_new_findings, "notes": _notes(checks, new, th)}
 
 
 def compare(base_doc: dict, digests: list[dict], th: Thresholds) -> dict:
@@ -148,8 +195,10 @@ def compare(base_doc: dict, digests: list[dict], th: Thresholds) -> dict:
     pairs, _, left_base = pair([d["key"] for d in digests], [b["key"] for b in base])
     got = {i: compare_one(base[j], digests[i], th) for i, j in pairs}
     rows = [got.get(i) or {"key": d["key"], "base_key": None, "path": d["path"], "status": "new", "checks": [],
-                           "regressions": [], "new_findings": []} for i, d in enumerate(digests)]
+                           "regressions": [], "new_findings": [], "new_findings_gated": th.gate_new_findings,
+                           "notes": []} for i, d in enumerate(digests)]
     return {"traces": rows, "missing": [base[j]["key"] for j in left_base],
             "regressed": any(r["status"] == "regressed" for r in rows),
             "thresholds": {"max_regression_pct": th.default_pct, "per_metric_pct": th.per_metric,
-                           "noise_sigmas": th.noise_sigmas}}
+                           "noise_sigmas": th.noise_sigmas, "gate_classes": th.gate_classes,
+                           "gate_new_findings": th.gate_new_findings}}

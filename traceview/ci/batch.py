@@ -10,6 +10,7 @@ local pool and Ray give identical output.
 from __future__ import annotations
 
 import os
+import sys
 from collections import Counter
 from collections.abc import Callable
 from dataclasses import asdict
@@ -80,6 +81,13 @@ def _run_local(specs: list[JobSpec], options: Options | None, jobs: int, done: C
             done(k, res)
 
 
+def _work_on_node(spec: JobSpec, options: Options | None) -> tuple[dict[str, Any], str]:
+    """`work` as a Ray task, with the id of the node that ran it."""
+    import ray
+
+    return work(spec, options), ray.get_runtime_context().get_node_id()
+
+
 def _run_ray(specs: list[JobSpec], options: Options | None, jobs: int, address: str | None,
              done: Callable[[int, dict], None]) -> None:
     try:
@@ -99,18 +107,23 @@ def _run_ray(specs: list[JobSpec], options: Options | None, jobs: int, address: 
                              f" ({type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''})") from None
         started = True
     try:
-        remote = ray.remote(num_cpus=1)(work)
+        # SPREAD: the jobs go round the nodes, not first onto the driver's; a task whose node dies is retried
+        remote = ray.remote(num_cpus=1, scheduling_strategy="SPREAD", max_retries=3)(_work_on_node)
         pending = {remote.remote(s, options): k for k, s in enumerate(specs)}
+        nodes: Counter[str] = Counter()
         while pending:
             ready, _ = ray.wait(list(pending), num_returns=1)
             for ref in ready:
                 k = pending.pop(ref)
                 try:
-                    res = ray.get(ref)
+                    res, node = ray.get(ref)
+                    nodes[node] += 1
                 except Exception as e:  # noqa: BLE001 - a lost worker or node
                     res = {"spec": asdict(specs[k]), "digests": [], "doc": None,
                            "error": f"ray task failed ({type(e).__name__}) on {specs[k].path}"}
                 done(k, res)
+        print(f"traceview: ray: {sum(nodes.values())} job(s) ran on {len(nodes)} node(s): "
+              + ", ".join(f"{n[:8]} {c}" for n, c in nodes.most_common()), file=sys.stderr)
     finally:
         if started:
             ray.shutdown()
@@ -192,7 +205,9 @@ def attach_baseline(rows: list[dict], cmp: dict) -> None:
             "status": "regressed" if reg else "new" if all(t["status"] == "new" for t in got) else "ok",
             "step_delta_pct": worst["delta_pct"] if worst else None,
             "regressions": sorted({f"{t['key']}: {m}" if len(got) > 1 else m for t in reg for m in t["regressions"]}),
-            "new_findings": [f"{f['code']} {f['title']}" for t in reg for f in t["new_findings"]],
+            "new_findings": [f"{f['code']} {f['title']}" for t in got if t.get("new_findings_gated")
+                             for f in t["new_findings"]],
+            "notes": [f"{t['key']}: {n}" if len(got) > 1 else n for t in got for n in t.get("notes") or []],
         }
         if reg and r["status"] != "failed":
             r["status"] = "regressed"

@@ -118,13 +118,20 @@ def markdown(doc: dict, out: IO[str]) -> None:
             for t in reg:
                 w(f"### {_code(t['key'])}\n\n")
                 for c in t["checks"]:
-                    if c["regressed"]:
+                    if c["regressed"] and c.get("gated", True):
                         w(f"- **{c['metric']}**: {num(c['base_us'] / 1000, 3)} → {num(c['now_us'] / 1000, 3)} ms per step "
                           f"({c['delta_pct']:+.1f} % of the baseline step; allowed {num(c['allowed_us'] / 1000, 3)} ms, "
                           f"noise {num(c['noise_us'] / 1000, 3)} ms)\n")
-                for f in t["new_findings"]:
+                for f in t["new_findings"] if t.get("new_findings_gated", True) else []:
                     w(f"- new **{f['severity']}** finding {f['code']} {f['rule']}: {_cell(f['title'])}\n")
                 w("\n")
+        noted = [t for t in cmp["traces"] if t.get("notes")]
+        if noted:
+            w("## Notes against the baseline (not gated)\n\n")
+            for t in noted:
+                for n in t["notes"]:
+                    w(f"- {_code(t['key'])}: {_cell(n)}\n")
+            w("\n")
         if cmp.get("missing"):
             w("Baseline entries without a current trace: " + ", ".join(_code(k) for k in cmp["missing"]) + "\n\n")
     failed = [r for r in rows if r["error"]]
@@ -135,21 +142,23 @@ def markdown(doc: dict, out: IO[str]) -> None:
         w("\n")
 
 
-def terminal(doc: dict, out: IO[str]) -> None:
-    from rich.console import Console
-    from rich.markup import escape
-    from rich.table import Table
+def terminal(doc: dict, out: IO[str], width: int | None = None) -> None:
+    """The rows as a table, `width` columns (default: the terminal's; $COLUMNS or 100 when piped, as `analyze`);
+    on a narrow line the shares, primary and finding columns go first."""
+    from rich.text import Text
 
-    con = Console(file=out, width=160 if not out.isatty() else None)
-    t = Table(title=f"traceview batch: {len(doc['rows'])} trace(s)/run(s)")
-    for c, j in (("input", "left"), ("status", "left"), ("step ms ± sd", "right"), ("vs baseline", "left"),
-                 ("primary", "left"), ("shares", "left"), ("E/W/I", "right"), ("top finding", "left")):
-        t.add_column(c, justify=j)  # type: ignore[arg-type]
+    from ..formatters import term
+
+    con = term.console(out, width)
     color = {"ok": "green", "findings": "yellow", "regressed": "red", "failed": "red"}
+    cols = [("input", "left"), ("status", "left"), ("step ms ± sd", "right"), ("vs baseline", "left", 1),
+            ("primary", "left", 3), ("shares", "left", 4), ("E/W/I", "right", 2), ("top finding", "left", 5)]
+    rows = []
     for r in doc["rows"]:
         f = r["findings"]
         top = r["top_findings"][0] if r["top_findings"] else None
         tf = f"{top['code']} {top['rule']} ({top['severity']}, {top['savings_ms']:,.3f} ms)" if top else (r["error"] or "-")
-        t.add_row(escape(r["input"]), f"[{color[r['status']]}]{r['status']}[/]", _step(r), _vs(r), r["primary"] or "-",
-                  _shares(r, 2), f"{f['error']}/{f['warning']}/{f['info']}", escape(tf))
-    con.print(t)
+        status = Text(r["status"], style="" if term.plain(con) else color[r["status"]])
+        rows.append([r["input"], status, _step(r), _vs(r), r["primary"] or "-", _shares(r, 2),
+                     f"{f['error']}/{f['warning']}/{f['info']}", tf])
+    con.print(term.table(con, f"traceview batch: {len(doc['rows'])} trace(s)/run(s)", cols, rows))

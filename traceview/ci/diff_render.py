@@ -40,47 +40,45 @@ def _title(p: dict) -> str:
     return f"{p['key']}: " if p["key"] else ""
 
 
-def text(doc: dict, out: IO[str]) -> None:
-    from rich.console import Console
-    from rich.markup import escape
-    from rich.table import Table
+def text(doc: dict, out: IO[str], width: int | None = None) -> None:
+    """Terminal output, `width` columns (default: the terminal's; $COLUMNS or 100 when piped, as `analyze`)."""
+    from rich.text import Text
 
-    con = Console(file=out, width=150 if not out.isatty() else None)
+    from ..formatters import term
+
+    con = term.console(out, width)
     for p in doc["pairs"]:
-        con.rule(f"{escape(_title(p))}[bold]{escape(p['a'])}[/] → [bold]{escape(p['b'])}[/]")
-        con.print(_step_line(p))
-        con.print(f"[bold]class shift:[/] {p['shift_text']}")
-        t = Table(title="Classes (time per step)")
-        for c in ("class", "before ms", "after ms", "change", "share before %", "share after %"):
-            t.add_column(c, justify="left" if c == "class" else "right")
-        for c in p["classes"]:
-            t.add_row(c["class"], _ms(c["a_us"]), _ms(c["b_us"]), fmt_us(c["delta_us"]), num(c["a_pct"]), num(c["b_pct"]))
-        con.print(t)
-        for title, rows, name in (("Layers (GPU time per step)", p["layers"], "layer"),
-                                  (f"Kernels by launching op (GPU time per step; {p['kernels_source']})", p["kernels"], "name")):
-            moved = _moved(rows)
+        term.rule(con, f"{_title(p)}{p['a']} → {p['b']}")
+        con.print(Text(_step_line(p)))
+        con.print(Text(f"class shift: {p['shift_text']}"))
+        cols = [("class", "left"), ("before ms", "right"), ("after ms", "right"), ("change", "right"),
+                ("share before %", "right", 1), ("share after %", "right", 1)]
+        rows = [[c["class"], _ms(c["a_us"]), _ms(c["b_us"]), fmt_us(c["delta_us"]), num(c["a_pct"]), num(c["b_pct"])]
+                for c in p["classes"]]
+        con.print(term.table(con, "Classes (time per step)", cols, rows))
+        for title, moved_rows, name in (("Layers (GPU time per step)", p["layers"], "layer"),
+                                        (f"Kernels by launching op (GPU time per step; {p['kernels_source']})",
+                                         p["kernels"], "name")):
+            moved = _moved(moved_rows)
             if not moved:
                 continue
-            t = Table(title=title)
-            cols = [name, "op"] if name == "name" else [name]
-            for c in (*cols, "status", "before ms", "after ms", "change"):
-                t.add_column(c, justify="right" if "ms" in c or c == "change" else "left", overflow="ellipsis", no_wrap=True,
-                             max_width=60 if c in ("name", "op", "layer") else None)
-            for r in moved:
-                lead = [escape(r[name][:70])] + ([escape(r["op"] or "-")] if name == "name" else [])
-                t.add_row(*lead, r["status"], _ms(r["a_us"]), _ms(r["b_us"]), fmt_us(r["delta_us"]))
-            con.print(t)
+            # on a narrow line before/after go first, then status; the launching op tells equal kernel names apart
+            cols = [(name, "left"), *([("op", "left", 1)] if name == "name" else []), ("status", "left", 2),
+                    ("before ms", "right", 3), ("after ms", "right", 3), ("change", "right")]
+            rows = [[r[name], *([r["op"] or "-"] if name == "name" else []), r["status"], _ms(r["a_us"]),
+                     _ms(r["b_us"]), fmt_us(r["delta_us"])] for r in moved]
+            con.print(term.table(con, title, cols, rows))
         lines = _findings_lines(p["findings"])
-        con.print("[bold]findings:[/] " + ("none appeared or disappeared" if not lines else ""))
+        con.print(Text("findings: " + ("none appeared or disappeared" if not lines else "")))
         for what, ln in lines:
-            con.print(f"  {what}: " + escape(ln))
+            con.print(Text(f"  {what}: {ln}"))
     for what, ln in _findings_lines(doc.get("job_findings") or {"appeared": [], "disappeared": [], "changed": []}):
-        con.print(f"job finding {what}: " + escape(ln))
+        con.print(Text(f"job finding {what}: {ln}"))
     for side in ("a", "b"):
         for path in doc[f"unmatched_{side}"]:
-            con.print(f"[yellow]unmatched in {side.upper()}:[/] {escape(path)}")
+            con.print(Text(f"unmatched in {side.upper()}: {path}", style="" if term.plain(con) else "yellow"))
     for e in doc["errors"]:
-        con.print(f"[red]error:[/] {escape(e['error'])}")
+        con.print(Text(f"error: {e['error']}", style="" if term.plain(con) else "red"))
 
 
 def markdown(doc: dict, out: IO[str]) -> None:

@@ -25,6 +25,8 @@ def add_parsers(sub: argparse._SubParsersAction) -> None:
     d.add_argument("--step", type=int, default=None, help="compare only ProfilerStep#N")
     d.add_argument("-o", "--output", default=None, help="write the diff to a file instead of stdout")
     d.add_argument("--config", metavar="FILE", help="TOML file with [tool.traceview] settings")
+    d.add_argument("--width", type=int, default=None, metavar="COLS",
+                   help="text: line width in columns (default: the terminal's; 100 when piped, or $COLUMNS)")
     d.set_defaults(func=cmd_diff)
 
     b = sub.add_parser("batch", help="analyze many traces or run folders: one summary row each, CI gates")
@@ -39,6 +41,12 @@ def add_parsers(sub: argparse._SubParsersAction) -> None:
     b.add_argument("--baseline", metavar="FILE", help="compare with a baseline; exit 1 on a regression")
     b.add_argument("--max-regression", action="append", metavar="PCT|METRIC=PCT",
                    help="allowed growth in %% of the baseline step (default 5); METRIC is step_time or a class")
+    b.add_argument("--gate-classes", action="store_true",
+                   help="with --baseline: also fail when a class's time per step grew (default: a note)")
+    b.add_argument("--gate-new-findings", action="store_true",
+                   help="with --baseline: also fail on a new warning or error finding (default: a note)")
+    b.add_argument("--width", type=int, default=None, metavar="COLS",
+                   help="the table's line width (default: the terminal's; 100 when piped, or $COLUMNS)")
     b.add_argument("--engine", choices=("local", "ray"), default="local",
                    help="local process pool (default) or a Ray cluster")
     b.add_argument("--address", default=None, help="Ray address ('auto' or host:port; default: start a local Ray)")
@@ -93,7 +101,7 @@ def cmd_diff(args: argparse.Namespace) -> int:
         if args.format == "json":
             fh.write(json.dumps(out, indent=1) + "\n")
         else:
-            (markdown if args.format == "markdown" else text)(out, fh)
+            markdown(out, fh) if args.format == "markdown" else text(out, fh, args.width)
     finally:
         if args.output:
             fh.close()
@@ -127,7 +135,7 @@ def _progress(total: int) -> tuple[Callable[[dict], None] | None, Callable[[], N
 def _write_doc(path: str, fmt: str, doc: dict) -> None:
     import importlib
 
-    mod = importlib.import_module(f".formatters.{fmt}", __package__)
+    mod = importlib.import_module(f"traceview.formatters.{fmt}")
     try:
         with open(path, "w", encoding="utf-8") as fh:
             mod.render(doc, fh)
@@ -157,7 +165,8 @@ def cmd_batch(args: argparse.Namespace) -> int:
     if args.jobs is not None and args.jobs < 1:
         raise TraceError("--jobs must be 1 or more")
     options = build_options(args)  # also resolves --fail-on from the config
-    th = baseline.thresholds(config.load(args.config)["baseline"], args.max_regression)
+    th = baseline.thresholds(config.load(args.config)["baseline"], args.max_regression, args.gate_classes,
+                             args.gate_new_findings)
     base = baseline.load(args.baseline) if args.baseline else None
     disc = discover(args.paths)
     if disc.skipped:
@@ -178,7 +187,7 @@ def cmd_batch(args: argparse.Namespace) -> int:
         baseline.save(digests, args.save_baseline, args.step)
     code = batch_exit_code(rows, bool(cmp and cmp["regressed"]), args.exit_zero)
     doc = batch_out.document(rows, digests, disc.skipped, cmp, code)
-    batch_out.terminal(doc, sys.stdout)
+    batch_out.terminal(doc, sys.stdout, args.width)
     for p in args.out:
         batch_out.write(p, rows, doc)
     if args.sarif or args.junit:
@@ -193,12 +202,14 @@ def cmd_batch(args: argparse.Namespace) -> int:
     if cmp:
         for t in cmp["traces"]:
             for c in t["checks"]:
-                if c["regressed"]:
+                if c["regressed"] and c["gated"]:
                     print(f"traceview: regression: {t['key']}: {c['metric']} {c['delta_pct']:+.1f} % of the baseline "
                           f"step ({c['base_us'] / 1000:,.3f} → {c['now_us'] / 1000:,.3f} ms)", file=sys.stderr)
-            for f in t["new_findings"]:
+            for f in t["new_findings"] if t["new_findings_gated"] else []:
                 print(f"traceview: regression: {t['key']}: new {f['severity']} finding {f['code']} {f['title']}",
                       file=sys.stderr)
+            for n in t["notes"]:
+                print(f"traceview: note: {t['key']}: {n}", file=sys.stderr)
         if cmp["missing"]:
             print(f"traceview: baseline entries without a current trace: {', '.join(cmp['missing'])}", file=sys.stderr)
     return code

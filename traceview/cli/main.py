@@ -173,6 +173,9 @@ def make_parser(command: str | None = None) -> argparse.ArgumentParser:
     from .ci import add_parsers as add_ci_parsers
 
     add_ci_parsers(sub)
+    from .history import add_parsers as add_history_parsers
+
+    add_history_parsers(sub)
     try:  # `collect` / `trigger` live with the collectors (torch is imported only when they run)
         from collectors.cli import add_parsers
     except ImportError:
