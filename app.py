@@ -2,8 +2,8 @@
 
 Widgets, layout and calls to the public API only: every trace goes through `traceview.report.analyze`
 with the options that `traceview analyze` uses by default, and the pages render the resulting document
-(docs/json-schema.md); the timeline comes from `traceview.timeline_view.timeline`, a layer's detail from
-`traceview.layer_detail.layer_detail`, the Diff page from `traceview.diff.diff` (when installed). Any number
+(docs/json-schema.md); the timeline comes from `traceview.sections.timeline.timeline`, a layer's detail from
+`traceview.layer_detail.layer_detail`, the Diff page from `traceview.ci.diff.diff` (when installed). Any number
 shown is in those outputs (µs shown as ms is µs / 1000). Every string taken from a trace is escaped before
 it reaches Markdown.
 """
@@ -27,19 +27,19 @@ import plotly.graph_objects as go
 import streamlit as st
 
 from traceview import report
-from traceview.classify import CLASSES
+from traceview.analyses.classify import CLASSES
 from traceview.formatters import json as fjson
-from traceview.inputs import parse_size, safe_file_name
+from traceview.ingest.inputs import parse_size, safe_file_name
+from traceview.ingest.loader import load_file
 from traceview.layer_detail import layer_detail
-from traceview.loader import load_file
 from traceview.model import Trace
 from traceview.options import Options
 from traceview.safe_text import hide_paths
-from traceview.timeline_view import timeline
+from traceview.sections.timeline import timeline
 from traceview.trace_cache import TraceCache
 
-try:  # the Diff page appears when traceview.diff is installed
-    from traceview import diff as tvdiff
+try:  # the Diff page appears when traceview.ci.diff is installed
+    from traceview.ci import diff as tvdiff
 except ImportError:  # pragma: no cover - depends on the installed version
     tvdiff = None
 

@@ -1,5 +1,5 @@
 """The two halves of the load's read pipeline, each alone, in CPU seconds of its own thread: gunzip (ISA-L when
-installed, else zlib, in pieces as `traceview/instream.py` reads) and the C scan fed the JSON from memory in the pieces
+installed, else zlib, in pieces as `traceview/ingest/stream.py` reads) and the C scan fed the JSON from memory in the pieces
 the reader hands over. With the CLI they run in two threads beside the main thread's imports, so on 2 cores
 their sum against the run's wall time shows whether splitting the scan across cores could help.
 
@@ -21,8 +21,8 @@ def _cpu() -> float:
 
 
 def main(path: Path) -> dict:
-    from traceview import _scan, argtables, inputs
-    from traceview.instream import _RAW_PIECE, PIECE
+    from traceview.ingest import _scan, argtables, inputs
+    from traceview.ingest.stream import _RAW_PIECE, PIECE
 
     raw = path.read_bytes()
     pieces: list[bytes] = []

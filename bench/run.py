@@ -127,8 +127,8 @@ def hot_spots(doc: dict, top: int = 15) -> list[tuple[str, float]]:
 
 #: the phases of a run, by the function (and file) that holds each; imports are module bodies of the packages
 PHASES = [("import polars", "<module>", "polars/__init__.py"), ("import numpy", "<module>", "numpy/__init__.py"),
-          ("load: whole (scan, frames, call tree)", "load_file", "traceview/loader.py"),
-          ("load: waiting for the scan thread", "wait", "traceview/instream.py"),
+          ("load: whole (scan, frames, call tree)", "load_file", "traceview/ingest/loader.py"),
+          ("load: waiting for the scan thread", "wait", "traceview/ingest/stream.py"),
           ("analysis: whole", "_analyze_trace", "traceview/report.py"),
           ("analysis: rules", "run_rules", "traceview/rulerunner.py"),
           ("analysis: layer attribution (computed first in prepare; rules and layer table share it)", "attribution",

@@ -16,7 +16,7 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
-from traceview.manifest import (  # one schema: the analyzer reads what this writes
+from traceview.ingest.manifest import (  # one schema: the analyzer reads what this writes
     MANIFEST_NAME,
     MANIFEST_VERSION,
 )

@@ -46,7 +46,7 @@ import polars as pl
 from traceview.analyses.cpu import COLLECTIVE_RE, top_level_ops
 from traceview.analyses.layers import UNATTRIBUTED, host_layers
 from traceview.analyses.rowid import join_by_id
-from traceview.manifest import step_overhead_ms
+from traceview.ingest.manifest import step_overhead_ms
 from traceview.ruleapi import Finding, Option, RuleContext
 
 CODE = "TV110"

@@ -47,6 +47,7 @@ from __future__ import annotations
 import numpy as np
 import polars as pl
 
+from traceview.analyses.classify import sync_calls
 from traceview.analyses.features import Features
 from traceview.analyses.intervals import merge
 from traceview.analyses.names import contains
@@ -54,7 +55,6 @@ from traceview.analyses.roofline import ELEMENTWISE_KERNEL_RE
 from traceview.analyses.rowid import join_by_id
 from traceview.analyses.whatif import EMPTY, shrink_kernels
 from traceview.analyses.windows import host_step_of, step_of
-from traceview.classify import sync_calls
 from traceview.ruleapi import Finding, Option, RuleContext
 
 CODE = "TV201"

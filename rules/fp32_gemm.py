@@ -45,9 +45,9 @@ from __future__ import annotations
 
 import polars as pl
 
+from traceview.analyses.classify import sync_calls
 from traceview.analyses.names import contains
 from traceview.analyses.whatif import removed_per_step, shrink_kernels
-from traceview.classify import sync_calls
 from traceview.ruleapi import Finding, Option, RuleContext
 
 CODE = "TV202"

@@ -39,10 +39,10 @@ from __future__ import annotations
 import msgspec
 import polars as pl
 
+from traceview.analyses.classify import sync_calls
 from traceview.analyses.rowid import by_id, join_by_id
 from traceview.analyses.whatif import removed_per_step, shrink_kernels
 from traceview.analyses.windows import step_of
-from traceview.classify import sync_calls
 from traceview.ruleapi import Finding, Option, RuleContext
 
 CODE = "TV204"

@@ -46,9 +46,9 @@ from __future__ import annotations
 
 import polars as pl
 
+from traceview.analyses.classify import idle_gaps, sync_calls, sync_ramps, sync_windows
 from traceview.analyses.tree import ancestor_where
 from traceview.analyses.windows import host_step_of
-from traceview.classify import idle_gaps, sync_calls, sync_ramps, sync_windows
 from traceview.model import STEP_RE
 from traceview.ruleapi import Finding, Option, RuleContext
 

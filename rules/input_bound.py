@@ -41,9 +41,9 @@ from __future__ import annotations
 import polars as pl
 
 from traceview.analyses.breakdown import step_breakdown
+from traceview.analyses.classify import dataloader_spans
 from traceview.analyses.features import Features
 from traceview.analyses.intervals import clip, per_window
-from traceview.classify import dataloader_spans
 from traceview.ruleapi import Finding, Option, RuleContext
 
 CODE = "TV401"

@@ -41,10 +41,10 @@ from __future__ import annotations
 
 import polars as pl
 
+from traceview.analyses.classify import idle_gaps
 from traceview.analyses.features import Features
 from traceview.analyses.rowid import by_id, join_by_id
 from traceview.analyses.windows import step_of
-from traceview.classify import idle_gaps
 from traceview.ruleapi import Finding, Option, RuleContext
 
 CODE = "TV101"

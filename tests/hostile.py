@@ -14,7 +14,8 @@ from typing import Any
 
 import pytest
 
-from traceview import cli, fastscan
+import traceview.cli.main as cli
+from traceview.ingest import fastscan
 
 STEP_US, KERNEL_US = 100, 60
 
@@ -54,7 +55,7 @@ PATHS = ["c", "py"]
 def use_path(kind: str, monkeypatch: pytest.MonkeyPatch) -> None:
     """Select the C scanner ("c") or the pure-Python msgspec path ("py") for the loads that follow."""
     if kind == "c" and fastscan._scan is None:
-        pytest.skip("C extension traceview._scan not built")
+        pytest.skip("C extension traceview.ingest._scan not built")
     monkeypatch.setenv("TRACEVIEW_NO_C", "0" if kind == "c" else "1")
 
 

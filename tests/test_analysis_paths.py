@@ -9,8 +9,7 @@ import pytest
 from conftest import load
 from traceview.rules.elementwise_chain import ELEMENTWISE_KERNEL_RE, chains
 
-from traceview import classify
-from traceview.analyses import memory
+from traceview.analyses import classify, memory
 from traceview.analyses.intervals import clip, merge, per_window
 from traceview.analyses.names import contains
 from traceview.analyses.timeline import busy_per_window, gpu_work, step_busy

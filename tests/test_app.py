@@ -14,8 +14,9 @@ os.environ.setdefault("STREAMLIT_BROWSER_GATHER_USAGE_STATS", "false")  # no net
 
 from streamlit.testing.v1 import AppTest  # noqa: E402
 
-from traceview import cli, report  # noqa: E402
-from traceview.rules_cli import build_options  # noqa: E402
+import traceview.cli.main as cli  # noqa: E402
+from traceview import report
+from traceview.cli.rules import build_options  # noqa: E402
 
 ROOT = Path(__file__).resolve().parent.parent
 SYNC = ROOT / "sample_traces/gpu_h200/sync_item_nonzero_cpu.json.gz"
@@ -147,16 +148,16 @@ def test_trace_strings_are_escaped_for_markdown() -> None:
 
 
 def test_step_selector_reanalyzes(sync_doc: dict, monkeypatch: pytest.MonkeyPatch) -> None:
-    import traceview.loader
+    import traceview.ingest.loader
 
     loads: list[str] = []
-    real = traceview.loader.load_file
+    real = traceview.ingest.loader.load_file
 
     def counting(p, *a, **k):
         loads.append(str(p))
         return real(p, *a, **k)
 
-    monkeypatch.setattr(traceview.loader, "load_file", counting)  # what app.py imports
+    monkeypatch.setattr(traceview.ingest.loader, "load_file", counting)  # what app.py imports
     monkeypatch.setattr(report, "load_file", counting)  # report.analyze's default loader
     import streamlit as st
 
@@ -219,7 +220,7 @@ def charts(at: AppTest) -> list[dict]:
 
 def test_timeline_page_draws_the_step() -> None:
     from traceview import load
-    from traceview.timeline_view import timeline
+    from traceview.sections.timeline import timeline
 
     at = goto(upload(new_app(), SYNC), "Timeline")
     assert not at.exception and not at.error
@@ -251,7 +252,7 @@ def test_timeline_page_draws_the_step() -> None:
 
 def test_nccl_waits_shaded_on_the_rank_timeline() -> None:
     from traceview import load
-    from traceview.timeline_view import timeline
+    from traceview.sections.timeline import timeline
 
     rank0 = next((ROOT / "sample_traces/nccl_h200x2/ddp_rank1_slowed").glob("rank0.*.json.gz"))
     at = goto(upload(new_app(), rank0), "Timeline")
@@ -362,13 +363,13 @@ def test_pages_without_their_section_are_hidden() -> None:
     at = upload(new_app(), SYNC)
     titles = {info.get("page_name") for info in at._registered_pages.values()}
     assert {"Overview", "Findings", "Timeline", "Layers", "Kernels", "Raw JSON"} <= titles
-    assert ("Diff" in titles) == (importlib.util.find_spec("traceview.diff") is not None)
+    assert ("Diff" in titles) == (importlib.util.find_spec("traceview.ci.diff") is not None)
     assert "Memory" not in titles  # no memory section in this document
 
 
 def test_diff_page_shows_the_class_shift() -> None:
-    """Runs once traceview.diff (the CI issue's diff) is installed; the page is hidden without it."""
-    tvdiff = pytest.importorskip("traceview.diff")
+    """Runs once traceview.ci.diff (the CI issue's diff) is installed; the page is hidden without it."""
+    tvdiff = pytest.importorskip("traceview.ci.diff")
     a = ROOT / "sample_traces/gpu_h200/elementwise_chain_eager.json.gz"
     b = ROOT / "sample_traces/gpu_h200/elementwise_chain_compiled.json.gz"
     at = new_app()

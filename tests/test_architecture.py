@@ -26,7 +26,7 @@ def _modules() -> dict[str, Path]:
             rel = f.relative_to(d).with_suffix("")
             parts = [p for p in rel.parts if p != "__init__"]
             mods[".".join([pkg, *parts])] = f
-        for f in d.rglob("*.c"):  # C extensions (traceview._scan): leaves of the graph
+        for f in d.rglob("*.c"):  # C extensions (traceview.ingest._scan): leaves of the graph
             mods[".".join([pkg, *f.relative_to(d).with_suffix("").parts])] = f
     return mods
 
@@ -112,7 +112,7 @@ def _cycles(graph: dict[str, set[str]]) -> list[list[str]]:
 
 def test_graph_sees_the_pipeline() -> None:
     g = import_graph()
-    assert {"traceview.job", "traceview.layer_section", "traceview.rulerunner", "traceview.verdict"} <= g["traceview.report"]
+    assert {"traceview.sections.job", "traceview.sections.layers", "traceview.rulerunner", "traceview.sections.verdict"} <= g["traceview.report"]
     assert "traceview.ruleapi" in g["traceview.rules.host_sync"]
     assert len(g) >= 50
 
@@ -127,23 +127,23 @@ def test_the_cycle_finder_finds_one() -> None:
 
 # The data flows one way: load -> trace model -> analyses -> rules -> report -> CLI | app | batch.
 LAYERS = [
-    {"traceview.errors", "traceview.units", "traceview.memo", "traceview.manifest", "traceview.options",
+    {"traceview.errors", "traceview.units", "traceview.memo", "traceview.ingest.manifest", "traceview.options",
      "traceview.procpool"},
     # the call tree, the distinct-names regex and row-id lookups are part of building the model
     {"traceview.model", "traceview.analyses.tree", "traceview.analyses.names", "traceview.analyses.rowid"},
-    {"traceview.decode", "traceview.fastscan", "traceview.loader"},
+    {"traceview.ingest.decode", "traceview.ingest.fastscan", "traceview.ingest.loader"},
     {"traceview.analyses"},  # and its modules
-    {"traceview.classify"},
+    {"traceview.analyses.classify"},
     {"traceview.findings", "traceview.ruleapi"},
     {"traceview.rules"},
-    {"traceview.rulerunner", "traceview.verdict", "traceview.profiling", "traceview.layer_section", "traceview.job",
-     "traceview.straggler",
-     "traceview.memory_section", "traceview.projection", "traceview.timeline_view"},
+    {"traceview.rulerunner", "traceview.sections.verdict", "traceview.sections.profiling", "traceview.sections.layers", "traceview.sections.job",
+     "traceview.sections.straggler",
+     "traceview.sections.memory", "traceview.sections.projection", "traceview.sections.timeline"},
     {"traceview.report", "traceview.layer_detail"},
-    {"traceview.jobrun", "traceview.digest", "traceview.discover"},  # batch / CI: over the report document
-    {"traceview.diff", "traceview.baseline", "traceview.batch"},
-    {"traceview.formatters", "traceview.diff_render", "traceview.batch_out"},
-    {"traceview.cli", "traceview.rules_cli", "traceview.ci_cli"},
+    {"traceview.ci.jobrun", "traceview.ci.digest", "traceview.ci.discover"},  # batch / CI: over the report document
+    {"traceview.ci.diff", "traceview.ci.baseline", "traceview.ci.batch"},
+    {"traceview.formatters", "traceview.ci.diff_render", "traceview.ci.batch_out"},
+    {"traceview.cli.main", "traceview.cli.rules", "traceview.cli.ci"},
 ]
 
 
@@ -205,7 +205,7 @@ def test_readme_python_api_returns_the_whole_document(tmp_path: Path, monkeypatc
     assert t["classification"]["dominant"] and t["verdict_text"].startswith("Verdict:")
     assert {f["code"] for f in t["findings"]} >= {"TV101", "TV102"}
     # the same document the CLI prints
-    from traceview.cli import main
+    from traceview.cli.main import main
 
     buf = io.StringIO()
     monkeypatch.setattr(sys, "stdout", buf)

@@ -11,7 +11,7 @@ import pytest
 from conftest import SAMPLES
 
 from traceview import report
-from traceview.cli import main
+from traceview.cli.main import main
 
 H200 = SAMPLES / "gpu_h200"
 COMPILE = SAMPLES / "gpu_h200_compile"

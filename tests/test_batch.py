@@ -12,10 +12,11 @@ import polars as pl
 import pytest
 from conftest import SAMPLES
 
-from traceview import batch, batch_out, report
-from traceview.ci_cli import _progress, batch_exit_code
-from traceview.cli import main
-from traceview.discover import discover
+from traceview import report
+from traceview.ci import batch, batch_out
+from traceview.ci.discover import discover
+from traceview.cli.ci import _progress, batch_exit_code
+from traceview.cli.main import main
 
 H200 = SAMPLES / "gpu_h200"
 DDP = SAMPLES / "nccl_h200x2/ddp_balanced"

@@ -13,9 +13,9 @@ import tempfile
 import pytest
 from conftest import SAMPLES
 
-from traceview import batch
-from traceview.cli import main
-from traceview.discover import discover
+from traceview.ci import batch
+from traceview.ci.discover import discover
+from traceview.cli.main import main
 
 ray = pytest.importorskip("ray")
 

@@ -8,8 +8,7 @@ import polars as pl
 import pytest
 from conftest import SAMPLES, load
 
-from traceview import classify
-from traceview.analyses import specs, timeline
+from traceview.analyses import classify, specs, timeline
 
 LABELS = json.loads((SAMPLES / "gpu_h200/labels.json").read_text())
 

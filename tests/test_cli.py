@@ -107,7 +107,7 @@ def test_directory_argument_analyzes_each_file():
 def test_analyzer_runs_without_torch(tmp_path):
     """The analyzer must import and run where torch is absent: block the import and run the CLI."""
     code = ("import sys; sys.modules['torch'] = None\n"
-            "from traceview.cli import main\n"
+            "from traceview.cli.main import main\n"
             f"rc = main(['analyze', {str(SMALL)!r}, '--format', 'json', '-o', {str(tmp_path / 'o.json')!r}])\n"
             "assert 'torch' not in [m for m in sys.modules if sys.modules[m] is not None]\n"
             "sys.exit(rc)\n")
@@ -140,7 +140,7 @@ def test_process_run_keeps_exit_handlers(tmp_path):
     code = ("import atexit, sys\n"
             f"atexit.register(lambda: open({str(mark)!r}, 'w').write('ran'))\n"
             f"sys.argv = ['traceview', 'analyze', {str(SMALL)!r}, '--format', 'json', '-o', {str(out)!r}]\n"
-            "from traceview.cli import main\nmain()\n")
+            "from traceview.cli.main import main\nmain()\n")
     r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300)
     assert r.returncode == 0, r.stderr
     assert mark.read_text() == "ran"
@@ -154,7 +154,7 @@ def test_process_run_under_a_profiler_returns(tmp_path):
     mark, out = tmp_path / "after.txt", tmp_path / "o.json"
     code = ("import sys\nsys.setprofile(lambda *a: None)\n"
             f"sys.argv = ['traceview', 'analyze', {str(SMALL)!r}, '--format', 'json', '-o', {str(out)!r}]\n"
-            "from traceview.cli import main\n"
+            "from traceview.cli.main import main\n"
             f"try:\n    main()\nfinally:\n    sys.setprofile(None)\n    open({str(mark)!r}, 'w').write('returned')\n")
     r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300)
     assert r.returncode == 0, r.stderr

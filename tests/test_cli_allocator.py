@@ -6,7 +6,7 @@ import os
 import subprocess
 import sys
 
-from traceview.cli import ALLOCATOR_CONF
+from traceview.cli.main import ALLOCATOR_CONF
 
 KEY, VALUE = ALLOCATOR_CONF
 
@@ -17,7 +17,7 @@ def _probe(code: str, **env: str) -> str:
     return out.stdout.strip()
 
 
-SET = f"import os, traceview.cli as c; print(c.allocator_settings(), os.environ.get({KEY!r}))"
+SET = f"import os, traceview.cli.main as c; print(c.allocator_settings(), os.environ.get({KEY!r}))"
 
 
 def test_set_before_polars_loads():
@@ -36,7 +36,7 @@ def test_not_set_once_polars_is_loaded():
 
 def test_cli_run_sets_it_before_polars():
     # the CLI's own run: the value is in the environment when polars is imported (no polars before main())
-    code = ("import sys, os, traceview.cli as cli; assert 'polars' not in sys.modules; "
+    code = ("import sys, os, traceview.cli.main as cli; assert 'polars' not in sys.modules; "
             "sys.argv = ['traceview', 'analyze', '--format', 'json', '-o', os.devnull, "
             "'sample_traces/gpu_h200/seed_single_gemm_eager.json.gz']; "
             f"cli._exit = lambda code: print(code, os.environ.get({KEY!r}))\ncli.main()")

@@ -6,8 +6,8 @@ from __future__ import annotations
 import pytest
 from conftest import SAMPLES, load
 
+from traceview.analyses.classify import sync_calls
 from traceview.analyses.features import detect
-from traceview.classify import sync_calls
 from traceview.report import analyze
 
 
@@ -34,7 +34,7 @@ def _findings(rel: str) -> list[dict]:
     ("gpu_h200_real/hf_gpt2_train_bf16.json.gz", {"fused_optimizer", "low_precision"}),
 ])
 def test_features_detected(rel, want):
-    from traceview.classify import kernel_bound
+    from traceview.analyses.classify import kernel_bound
 
     t = _trace(rel)
     got = {k for k, v in detect(t, kernel_bound(t)).to_dict().items() if v}
@@ -44,7 +44,7 @@ def test_features_detected(rel, want):
 @pytest.mark.parametrize("rel", ["collected2/adamw_single_tensor", "collected2/tiny_ops_n64_eager",
                                  "collected2/cnn_input_nw0"])
 def test_features_absent(rel):
-    from traceview.classify import kernel_bound
+    from traceview.analyses.classify import kernel_bound
 
     t = _trace(rel)
     f = detect(t, kernel_bound(t))

@@ -1,4 +1,4 @@
-"""traceview.deferred: stand-in modules load on first attribute read and behave like the real ones."""
+"""traceview.cli.lazy_stdlib: stand-in modules load on first attribute read and behave like the real ones."""
 
 from __future__ import annotations
 
@@ -15,7 +15,7 @@ def _run(code: str) -> str:
 def test_import_statement_does_not_load_attribute_read_does():
     got = _run("""
         import sys
-        from traceview.deferred import defer, loaded
+        from traceview.cli.lazy_stdlib import defer, loaded
         assert "colorsys" not in sys.modules
         assert defer(("colorsys", "no_such_module_xyz")) == ["colorsys"]
         import colorsys
@@ -31,7 +31,7 @@ def test_import_statement_does_not_load_attribute_read_does():
 def test_package_submodule_and_from_import():
     # importlib.metadata is a package: its submodules and `from ... import` work through the stand-in
     got = _run("""
-        from traceview.deferred import defer, loaded
+        from traceview.cli.lazy_stdlib import defer, loaded
         assert defer(("importlib.metadata",)) == ["importlib.metadata"]
         import importlib.metadata
         print(loaded("importlib.metadata"))
@@ -45,7 +45,7 @@ def test_package_submodule_and_from_import():
 def test_already_imported_modules_are_left_alone():
     got = _run("""
         import json
-        from traceview.deferred import defer, loaded
+        from traceview.cli.lazy_stdlib import defer, loaded
         print(defer(("json",)), loaded("json"))
     """)
     assert got == "[] True"
@@ -56,12 +56,12 @@ def test_cli_run_leaves_the_unused_modules_unloaded(tmp_path):
     out = tmp_path / "r.json"
     got = _run(f"""
         import sys
-        import traceview.cli as cli
+        import traceview.cli.main as cli
         sys.argv = ["traceview", "analyze", "--format", "json", "-o", {str(out)!r},
                     "sample_traces/gpu_h200/seed_single_gemm_eager.json.gz"]
         cli._exit = lambda code: print("exit", code)
         cli.main()
-        from traceview.deferred import MODULES, loaded
+        from traceview.cli.lazy_stdlib import MODULES, loaded
         print(sorted(m for m in MODULES if loaded(m)))
     """)
     assert got.splitlines() == ["exit 0", "[]"]
@@ -86,11 +86,11 @@ def test_cli_run_never_loads_numpy_ma_and_writes_the_same_document(tmp_path):
     rel = "sample_traces/gpu_h200_real/hf_gpt2_train_bf16.json.gz"
     got = _run(f"""
         import sys
-        import traceview.cli as cli
+        import traceview.cli.main as cli
         sys.argv = ["traceview", "analyze", "--format", "json", "-o", {str(out)!r}, {rel!r}]
         cli._exit = lambda code: print("exit", code)
         cli.main()
-        from traceview.deferred import loaded
+        from traceview.cli.lazy_stdlib import loaded
         print(loaded("numpy.ma"))
     """)
     assert got.splitlines() == ["exit 0", "False"]
@@ -108,7 +108,7 @@ def test_cli_run_never_loads_numpy_ma_and_writes_the_same_document(tmp_path):
 def test_numpy_ma_stand_in_answers_as_numpy_ma_and_loads_for_masked_arrays():
     got = _run("""
         import numpy as np, polars as pl
-        from traceview import deferred
+        import traceview.cli.lazy_stdlib as deferred
         print(deferred.defer_numpy_ma())  # not the CLI's own run: nothing deferred
         deferred.defer(())
         print(deferred.defer_numpy_ma())

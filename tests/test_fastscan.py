@@ -1,4 +1,4 @@
-"""The C scanner (traceview/_scan.c via traceview/fastscan.py) builds exactly the frames of the msgspec path,
+"""The C scanner (traceview/ingest/_scan.c via traceview/ingest/fastscan.py) builds exactly the frames of the msgspec path,
 refuses what it cannot vouch for, and never crashes on malformed bytes."""
 
 from __future__ import annotations
@@ -15,12 +15,12 @@ import pytest
 from conftest import SAMPLES
 from polars.testing import assert_frame_equal
 
-from traceview import argtables as at
-from traceview import decode as d
-from traceview import fastscan, loader
-from traceview.categories import GPU_CATS, HOST_CATS, OLD_CATS, RARE_NAMES, RUNTIME_CATS
+from traceview.ingest import argtables as at
+from traceview.ingest import decode as d
+from traceview.ingest import fastscan, loader
+from traceview.ingest.categories import GPU_CATS, HOST_CATS, OLD_CATS, RARE_NAMES, RUNTIME_CATS
 
-pytestmark = pytest.mark.skipif(fastscan._scan is None, reason="C extension traceview._scan not built")
+pytestmark = pytest.mark.skipif(fastscan._scan is None, reason="C extension traceview.ingest._scan not built")
 
 FRAMES = ("host", "gpu", "gpu_annotations", "memory", "flows", "steps", "threads")
 TRACES = sorted(SAMPLES.rglob("*.json.gz"))
@@ -224,7 +224,7 @@ FUZZ = textwrap.dedent("""
     import gzip, random, sys
     import msgspec
     import polars as pl
-    from traceview import argtables as at, decode as d, fastscan
+    from traceview.ingest import argtables as at, decode as d, fastscan
     rng = random.Random(1234)
     n_ok = 0
     for path in sys.argv[1:]:

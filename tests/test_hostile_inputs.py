@@ -27,7 +27,7 @@ from hostile import (
 )
 
 import traceview
-from traceview import inputs
+from traceview.ingest import inputs
 
 
 @pytest.fixture(params=PATHS)
@@ -270,7 +270,7 @@ def test_gzip_bomb_stops_at_the_cap_with_bounded_memory(tmp_path):
     p = tmp_path / "bomb.json.gz"
     _bomb(p, members=64, mib=16)
     # VmHWM, not ru_maxrss: the latter keeps the forking parent's (pytest's) peak across exec
-    code = ("import re, sys\nfrom traceview.cli import main\n"
+    code = ("import re, sys\nfrom traceview.cli.main import main\n"
             f"rc = main(['analyze', {str(p)!r}, '--max-bytes', '64M'])\n"
             "hwm = re.search(r'VmHWM:\\s+(\\d+)', open('/proc/self/status').read())\n"
             "print(int(hwm.group(1)) // 1024)\nsys.exit(rc)\n")

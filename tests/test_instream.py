@@ -1,4 +1,4 @@
-"""The streamed load (traceview/instream.py feeding _scan.Scanner in pieces): the same frames as the whole
+"""The streamed load (traceview/ingest/stream.py feeding _scan.Scanner in pieces): the same frames as the whole
 document gives, from files and from stdin, gzip or plain, whatever the piece size; odd inputs go back to the
 old whole-document path with its warnings (which args the scanner parses: tests/test_fastscan.py)."""
 
@@ -14,11 +14,12 @@ from conftest import SAMPLES
 from hostile import mini_trace, write
 from polars.testing import assert_frame_equal
 
-from traceview import decode as d
-from traceview import fastscan, inputs, instream, loader
 from traceview.errors import TraceError
+from traceview.ingest import decode as d
+from traceview.ingest import fastscan, inputs, loader
+from traceview.ingest import stream as instream
 
-pytestmark = pytest.mark.skipif(fastscan._scan is None, reason="C extension traceview._scan not built")
+pytestmark = pytest.mark.skipif(fastscan._scan is None, reason="C extension traceview.ingest._scan not built")
 
 FRAMES = ("host", "gpu", "gpu_annotations", "memory", "flows", "steps", "threads")
 GPT2 = SAMPLES / "gpu_h200_real/hf_gpt2_train_bf16.json.gz"  # 1.1 MB gz, ~28 MB of JSON

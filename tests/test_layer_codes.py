@@ -11,9 +11,9 @@ import pytest
 from conftest import load
 
 from traceview.analyses import layers as L
+from traceview.analyses.classify import kernel_bound, partition
 from traceview.analyses.tree import ancestor_ids, ancestor_where, call_tree
 from traceview.analyses.windows import in_steps
-from traceview.classify import kernel_bound, partition
 from traceview.model import RUNTIME_CATS
 from traceview.ruleapi import RuleContext
 

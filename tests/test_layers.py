@@ -10,8 +10,8 @@ import pytest
 from conftest import SAMPLES, load, raw_events
 
 from traceview.analyses import layers as L
+from traceview.analyses.classify import kernel_bound, partition
 from traceview.analyses.windows import in_steps
-from traceview.classify import kernel_bound, partition
 from traceview.options import Options
 from traceview.ruleapi import RuleContext
 from traceview.rulerunner import run_rules
@@ -150,7 +150,7 @@ def test_fallback_to_annotations_and_ops() -> None:
 
 
 def test_cli_layers_json(capsys: pytest.CaptureFixture[str]) -> None:
-    from traceview.cli import main
+    from traceview.cli.main import main
 
     assert main(["layers", str(SAMPLES / TINY), "--format", "json", "--depth", "1", "--step", "2"]) == 0
     doc = json.loads(capsys.readouterr().out)
@@ -165,7 +165,7 @@ def test_cli_layers_json(capsys: pytest.CaptureFixture[str]) -> None:
 
 
 def test_cli_layers_text(capsys: pytest.CaptureFixture[str]) -> None:
-    from traceview.cli import main
+    from traceview.cli.main import main
 
     assert main(["layers", str(SAMPLES / GPT2), "--depth", "3"]) == 0
     out = capsys.readouterr().out

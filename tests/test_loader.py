@@ -8,7 +8,7 @@ import pytest
 from conftest import SAMPLES, load, raw_events
 
 import traceview
-from traceview.loader import GPU_CATS, HOST_CATS, OLD_CATS
+from traceview.ingest.loader import GPU_CATS, HOST_CATS, OLD_CATS
 
 CASES = [
     "gpu_h200/sync_item_nonzero_cpu.json.gz",
@@ -136,7 +136,7 @@ def test_legacy_autograd_array_format(tmp_path):
 def test_string_ids_as_the_series_steps_give_them() -> None:
     """`_fix_ids` (one query) maps string pids/tids as the step-by-step Series computation does: a decimal
     string is its number, "stream N" is N, anything else a negative hash."""
-    from traceview.loader import _fix_ids
+    from traceview.ingest.loader import _fix_ids
 
     values = ["12", "-3", "stream 7", "stream  -2", "Spans", "", "0x10", "99999999999999999999", "Trace PyTorch Profiler"]
     strs = pl.Series(values, dtype=pl.String)
@@ -160,7 +160,7 @@ def test_first_set_is_coalesce_and_shares_a_lone_column(rel):
     left, the frame holds that column's own buffer."""
     from itertools import permutations
 
-    from traceview.loader import _first_set, _to_int_expr
+    from traceview.ingest.loader import _first_set, _to_int_expr
 
     h = load(rel).host.with_columns(none=pl.lit(None, pl.Int64), name_i=pl.col("name"))
     kinds = {"none": 0, "correlation": 0, "pid": 0, "name_i": 0}
@@ -179,7 +179,7 @@ def test_first_set_is_coalesce_and_shares_a_lone_column(rel):
 def test_gpu_columns_equal_to_pid_tid_share_their_buffers():
     """A kernel's device/stream args repeat its pid/tid: the GPU frame holds one buffer for each pair (the values
     checked against the raw events); a column that differs somewhere, or by type, keeps its own."""
-    from traceview.loader import _share_equal
+    from traceview.ingest.loader import _share_equal
 
     rel = "gpu_h200_compile/compile_recompile_every_step.json.gz"
     g = load(rel).gpu

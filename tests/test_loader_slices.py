@@ -10,7 +10,7 @@ from collections import Counter
 import pytest
 
 from tests.hostile import ev, mini_trace
-from traceview import fastscan, loader
+from traceview.ingest import fastscan, loader
 
 WEEK_US = 7 * 24 * 3600 * 1e6
 

@@ -10,8 +10,7 @@ import pytest
 from conftest import load
 from polars.testing import assert_frame_equal
 
-from traceview import classify
-from traceview.analyses import intervals
+from traceview.analyses import classify, intervals
 from traceview.analyses.timeline import gpu_work
 
 TRACES = ["gpu_h200/sync_item_nonzero_cpu.json.gz", "gpu_h200/train_tinygpt_input_bound.json.gz",

@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 from conftest import SAMPLES
 
-from traceview.manifest import rank_step_times
+from traceview.ingest.manifest import rank_step_times
 from traceview.options import Options
 from traceview.report import analyze
 

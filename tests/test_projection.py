@@ -1,4 +1,4 @@
-"""The projected step time (traceview/projection.py): timeline invariants, and each fix's predicted saving
+"""The projected step time (traceview/sections/projection.py): timeline invariants, and each fix's predicted saving
 against the measured saving of its eager/fixed twin (sample_traces/collected2: unprofiled CUDA-event step
 times of both runs, same machine and session)."""
 
@@ -10,8 +10,8 @@ import json
 import pytest
 from conftest import SAMPLES
 
-from traceview.projection import unprofiled_step_us
 from traceview.report import analyze
+from traceview.sections.projection import unprofiled_step_us
 
 C2 = SAMPLES / "collected2"
 LABELS = json.loads((C2 / "labels.json").read_text())

@@ -18,10 +18,11 @@ from hypothesis import strategies as st
 from polars.testing import assert_frame_equal
 
 import traceview
-from traceview import cli, report
+import traceview.cli.main as cli
+from traceview import report
 from traceview.analyses import layers as L
-from traceview.classify import partition
-from traceview.rules_cli import build_options
+from traceview.analyses.classify import partition
+from traceview.cli.rules import build_options
 
 SETTINGS = settings(max_examples=25, deadline=None, derandomize=True, database=None,
                     suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow])

@@ -152,7 +152,7 @@ def test_rule_docs_and_sarif_help_are_self_contained():
 def test_every_cli_option_has_help():
     import argparse
 
-    from traceview.cli import make_parser
+    from traceview.cli.main import make_parser
 
     missing = []
 

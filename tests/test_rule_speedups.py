@@ -13,11 +13,11 @@ from conftest import SAMPLES, load
 from traceview.rules import elementwise_chain, fp32_gemm, recompile, unfused_optimizer
 
 from traceview.analyses import names
+from traceview.analyses.classify import sync_calls
 from traceview.analyses.features import host_names
 from traceview.analyses.intervals import merge
 from traceview.analyses.rowid import join_by_id
 from traceview.analyses.whatif import shrink_kernels
-from traceview.classify import sync_calls
 from traceview.options import Options
 from traceview.ruleapi import RuleContext
 
@@ -200,7 +200,7 @@ FEATURE_TRACES = [COMPILE, SINGLE_TENSOR, _one("collected2/adamw_fused/*.pt.trac
 
 
 def test_features_match_one_query_per_name_test():
-    from traceview import classify
+    from traceview.analyses import classify
     from traceview.analyses.features import detect
 
     seen = set()
@@ -243,7 +243,7 @@ def test_memory_step_summary_once_per_host_spans():
 
 @pytest.mark.parametrize("rel", CHAIN_TRACES)
 def test_classification_with_the_callers_shares_is_the_same(rel):
-    from traceview import classify
+    from traceview.analyses import classify
 
     t = load(rel)
     ctx, _ = RuleContext.prepare(t, t.steps)

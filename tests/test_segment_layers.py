@@ -99,7 +99,7 @@ def test_class_time_equals_group_by(chunk, monkeypatch):
 def test_enum_partition_gives_the_same_layer_table():
     """`partition(enum=True)` (the layer view's own copy: the classes as an Enum, a byte per segment) holds the same
     segments as the cached string partition, and the layer table's class shares from it are the same."""
-    from traceview import classify
+    from traceview.analyses import classify
 
     t = load("gpu_h200_real/hf_gpt2_train_bf16.json.gz")
     kb = classify.kernel_bound(t)

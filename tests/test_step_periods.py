@@ -52,7 +52,7 @@ def test_final_synchronize_is_not_a_finding(rel):
 
 
 def test_idle_tail_with_nothing_launched_is_not_launch_bound():
-    from traceview import classify
+    from traceview.analyses import classify
 
     t = load("gpu_h200/compute_bound_gemm.json.gz")
     last = t.steps.sort("step").row(-1, named=True)

@@ -267,7 +267,7 @@ def test_wait_on_unrecorded_work_is_not_blamed_on_the_sync() -> None:
         end = max(end, e["ts"] + e["dur"])
     gap, after = max(gaps, key=lambda g: g[0])
     assert gap > 50_000 and after["name"].startswith("nccl") and after["args"]["correlation"] not in launch
-    from traceview import classify
+    from traceview.analyses import classify
 
     t = traceview.load(f)
     shares = classify.classification(t, t.steps)["shares"]

@@ -1,4 +1,4 @@
-"""traceview.timeline_view.timeline: the data the app's Timeline page draws, checked against the raw events
+"""traceview.sections.timeline.timeline: the data the app's Timeline page draws, checked against the raw events
 (stdlib json) and against the report's own per-step classification and findings."""
 
 from __future__ import annotations
@@ -8,7 +8,7 @@ from conftest import SAMPLES, load, raw_events
 
 from traceview.options import Options
 from traceview.report import analyze
-from traceview.timeline_view import timeline
+from traceview.sections.timeline import timeline
 
 SYNC = "gpu_h200/sync_item_nonzero_cpu.json.gz"
 GPT2 = "gpu_h200_real/hf_gpt2_train_bf16.json.gz"

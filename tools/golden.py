@@ -63,7 +63,7 @@ def inputs() -> list[str]:
 def document(rel: str) -> tuple[int, bytes]:
     """(exit code, stdout bytes) of `traceview analyze sample_traces/REL --format json`, run in-process from
     the repository root (the document holds the input's path as given)."""
-    from traceview.cli import main
+    from traceview.cli.main import main
 
     buf = io.StringIO()
     cwd = os.getcwd()

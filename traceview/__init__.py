@@ -10,14 +10,14 @@ __version__ = "0.1.0"
 __all__ = ["Job", "Trace", "TraceError", "TraceMeta", "load", "load_file", "__version__"]
 
 if TYPE_CHECKING:
-    from .loader import load, load_file
+    from .ingest.loader import load, load_file
     from .model import Job, Trace, TraceMeta
 
 
 def __getattr__(name: str) -> Any:
-    # imported on first use: `traceview.cli` starts reading the trace while polars imports
+    # imported on first use: `traceview.cli.main` starts reading the trace while polars imports
     if name in ("load", "load_file"):
-        from . import loader
+        from .ingest import loader
 
         return getattr(loader, name)
     if name in ("Job", "Trace", "TraceMeta"):

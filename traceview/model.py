@@ -34,7 +34,7 @@ from typing import Any
 
 import polars as pl
 
-from .categories import RUNTIME_CATS
+from .ingest.categories import RUNTIME_CATS
 
 STEP_RE = r"^ProfilerStep#(\d+)$"  # group 1: the step number
 
@@ -110,7 +110,7 @@ class TraceMeta:
     warnings: list[str] = field(default_factory=list)
     has_steps: bool = False
     backend: str = "cuda"  # "cuda" | "rocm" | "mtia" | "cpu"
-    manifest: dict | None = None  # the `traceview collect` run manifest beside the file (traceview.manifest)
+    manifest: dict | None = None  # the `traceview collect` run manifest beside the file (traceview.ingest.manifest)
 
     @property
     def epoch_offset_ns(self) -> int:

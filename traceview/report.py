@@ -26,26 +26,26 @@ from typing import TYPE_CHECKING, Any
 
 import polars as pl
 
-from . import heap
 from .analyses import breakdown, kernels, timeline
 from .analyses.intervals import clip
 from .analyses.windows import recording_edges
 from .errors import TraceError
-from .layer_section import section as layers_section
-from .loader import input_files, load_file
-from .memory_section import memory_section
+from .ingest import heap_trim as heap
+from .ingest.loader import input_files, load_file
 from .model import Job, Trace
 from .notes import aggregate as aggregate_warnings
 from .options import Options
-from .profiling import profiling_section
-from .projection import projection_section
 from .ruleapi import RuleContext
 from .rulerunner import run_rules
+from .sections.layers import section as layers_section
+from .sections.memory import memory_section
+from .sections.profiling import profiling_section
+from .sections.projection import projection_section
+from .sections.verdict import classification_section, verdict_text
 from .units import pct, us
-from .verdict import classification_section, verdict_text
 
 if TYPE_CHECKING:
-    from .job import RankResult
+    from .sections.job import RankResult
 
 SCHEMA_VERSION = 1
 
@@ -196,7 +196,7 @@ def _analyze_trace(trace: Trace, options: Options) -> tuple[dict, pl.DataFrame, 
         findings, warns = run_rules(ctx, options)
         warnings.extend(warns)  # rules that failed
     else:
-        from . import cpu_view  # (traces without GPU activity only; `host` is set only here)
+        from .sections import cpu as cpu_view  # (traces without GPU activity only; `host` is set only here)
 
         warnings.append("no GPU activity in this trace (CPU-only): the report analyzes host (CPU) time (JSON `cpu`)")
         host = cpu_view.prepare(trace, steps)
@@ -225,7 +225,7 @@ def _part(trace: Trace, steps: pl.DataFrame, ctx: RuleContext | None) -> pl.Data
         return None
     if ctx.steps.height == steps.height:
         return ctx.part
-    from .classify import partition
+    from .analyses.classify import partition
 
     return partition(trace, steps, ctx.kb, keep=False, enum=True)  # (only the layer view reads it: freed after it)
 
@@ -247,7 +247,7 @@ class Report:
 
 def analyze_job_traces(job: Job, options: Options | None = None) -> tuple[dict, list[dict]]:
     """(the job entry, the trace entries) of rank traces already loaded — as `analyze` on their directory."""
-    from .job import RankResult, analyze_job
+    from .sections.job import RankResult, analyze_job
 
     options = options or Options()
     ranks = []
@@ -289,7 +289,7 @@ def _default_load(path: Path, options: Options) -> Trace:
 
 def _analyze_file(path: Path, options: Options) -> tuple[dict, RankResult | None]:
     """(its trace entry or error row, the rank) of one file: what a worker process sends back."""
-    from .job import RankResult
+    from .sections.job import RankResult
 
     try:
         t = _default_load(path, options)
@@ -341,7 +341,7 @@ def analyze(paths: list[str | Path], options: Options | None = None, *,
         ranks: list[RankResult] = []
         job_dir = p.is_dir()  # only the rank files of a directory form a job
         if job_dir:
-            from .job import RankResult, analyze_job
+            from .sections.job import RankResult, analyze_job
         workers = _workers(len(files), options, custom_load)
         if workers > 1:
             for entry, rank in _analyze_files(files, options, workers, on_trace):

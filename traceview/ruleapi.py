@@ -13,7 +13,7 @@ from typing import Any, TypeVar
 
 import polars as pl
 
-from . import classify
+from .analyses import classify
 from .analyses import overhead as _overhead
 from .analyses.features import Features, detect
 from .analyses.layers import attribution, gpu_codes
@@ -21,7 +21,7 @@ from .analyses.rowid import by_id
 from .analyses.specs import Spec, trace_spec
 from .analyses.windows import complete_steps
 from .findings import Finding, severity_for
-from .manifest import rank_step_times, step_overhead_ms
+from .ingest.manifest import rank_step_times, step_overhead_ms
 from .model import Job, Trace
 
 __all__ = ["Finding", "JobContext", "Option", "RuleContext"]

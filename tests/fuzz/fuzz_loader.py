@@ -20,7 +20,7 @@ import atheris
 with atheris.instrument_imports(include=["traceview"]):
     from traceview import report
     from traceview.errors import TraceError
-    from traceview.loader import load_file
+    from traceview.ingest.loader import load_file
 
 _DIR = tempfile.mkdtemp(prefix="traceview-fuzz-")
 _PATH = os.path.join(_DIR, "input.json")

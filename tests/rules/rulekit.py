@@ -11,7 +11,7 @@ import traceview  # noqa: E402
 from traceview.options import Options  # noqa: E402
 from traceview.ruleapi import RuleContext  # noqa: E402
 from traceview.rulerunner import run_rules  # noqa: E402
-from traceview.verdict import classification_section  # noqa: E402
+from traceview.sections.verdict import classification_section  # noqa: E402
 
 SAMPLES = ROOT / "sample_traces"
 

@@ -2,10 +2,10 @@ import polars as pl
 import pytest
 import rulekit as k
 
-from traceview.memory_section import memory_section
 from traceview.options import Options
 from traceview.ruleapi import RuleContext
 from traceview.rulerunner import run_rules
+from traceview.sections.memory import memory_section
 
 TINY = "gpu_h200/train_tinygpt_modules.json.gz"  # recorded with profile_memory=True
 GIB = 2**30

@@ -1,4 +1,4 @@
-"""Glue for the optional C scanner (`traceview/_scan.c`): bytes -> event columns in one pass.
+"""Glue for the optional C scanner (`traceview/ingest/_scan.c`): bytes -> event columns in one pass.
 
 `scan_stream(pieces)` (the document in pieces, as they arrive) and `scan(data)` return an `Events` (the
 base columns as polars Series, the document's other members decoded by msgspec, and the args tables) or

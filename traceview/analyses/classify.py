@@ -27,19 +27,19 @@ from __future__ import annotations
 
 import polars as pl
 
-from .analyses.breakdown import DATALOADER_PREFIXES
-from .analyses.features import COMPILE_RE
-from .analyses.intervals import merge
-from .analyses.intervals import segments as _segments
-from .analyses.names import starts_with_any
-from .analyses.roofline import kernel_bound as _kernel_bound
-from .analyses.rowid import join_by_id
-from .analyses.specs import trace_spec
-from .analyses.timeline import gpu_work
-from .analyses.tree import ancestor_where
-from .memo import per_trace, per_windows
-from .model import Trace
-from .units import us
+from ..memo import per_trace, per_windows
+from ..model import Trace
+from ..units import us
+from .breakdown import DATALOADER_PREFIXES
+from .features import COMPILE_RE
+from .intervals import merge
+from .intervals import segments as _segments
+from .names import starts_with_any
+from .roofline import kernel_bound as _kernel_bound
+from .rowid import join_by_id
+from .specs import trace_spec
+from .timeline import gpu_work
+from .tree import ancestor_where
 
 #: a GPU idle gap this long that ends with work launched before it began: the queue was not empty, so the GPU
 #: waited for something the trace does not show (work enqueued before recording started — e.g. a collective

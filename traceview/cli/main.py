@@ -10,13 +10,13 @@ import sys
 from pathlib import Path
 from typing import TYPE_CHECKING, NoReturn
 
-from . import __version__
-from .errors import TraceError
-from .inputs import DEFAULT_MAX_BYTES
-from .options import Options
+from .. import __version__
+from ..errors import TraceError
+from ..ingest.inputs import DEFAULT_MAX_BYTES
+from ..options import Options
 
 if TYPE_CHECKING:
-    from .report import Report
+    from ..report import Report
 
 
 class ExitCode(enum.IntEnum):
@@ -26,9 +26,9 @@ class ExitCode(enum.IntEnum):
 
 
 def _analyze_paths(args: argparse.Namespace, options: Options) -> Report:
-    from .deferred import defer_numpy_ma
+    from ..report import analyze
+    from .lazy_stdlib import defer_numpy_ma
     from .progress import for_analyze
-    from .report import analyze
 
     defer_numpy_ma()  # (the CLI's own run; numpy is imported by now: the options imported the rules)
 
@@ -50,7 +50,7 @@ def _analyze_paths(args: argparse.Namespace, options: Options) -> Report:
 
 
 def _sections(value: str) -> list[str]:
-    from .formatters.sections import TEXT_SECTIONS
+    from ..formatters.sections import TEXT_SECTIONS
 
     got = [v.strip() for v in value.split(",") if v.strip()]
     bad = [v for v in got if v not in TEXT_SECTIONS]
@@ -61,7 +61,7 @@ def _sections(value: str) -> list[str]:
 
 def text_sections(args: argparse.Namespace) -> set[str]:
     """The detail sections of the text report: all with --detail, else those named by --show."""
-    from .formatters.sections import TEXT_SECTIONS
+    from ..formatters.sections import TEXT_SECTIONS
 
     if getattr(args, "detail", False):
         return set(TEXT_SECTIONS)
@@ -71,15 +71,15 @@ def text_sections(args: argparse.Namespace) -> set[str]:
 def _report_errors(rep: Report) -> None:
     if not rep.errors:
         return
-    from .safe_text import terminal_line
+    from ..safe_text import terminal_line
 
     for e in rep.errors:
         print(f"traceview: error: {terminal_line(e['error'])}", file=sys.stderr)
 
 
 def cmd_analyze(args: argparse.Namespace) -> int:
-    from .formatters import write
-    from .rules_cli import build_options, exit_code
+    from ..formatters import write
+    from .rules import build_options, exit_code
 
     rep = _analyze_paths(args, build_options(args))
     doc = rep.to_dict()
@@ -92,8 +92,8 @@ def cmd_analyze(args: argparse.Namespace) -> int:
 
 def cmd_layers(args: argparse.Namespace) -> int:
     """The `layers` sections of `analyze` alone (same pipeline, same numbers)."""
-    from .formatters import write
-    from .report import SCHEMA_VERSION
+    from ..formatters import write
+    from ..report import SCHEMA_VERSION
 
     rep = _analyze_paths(args, Options(step=args.step, layers_depth=args.depth, max_bytes=args.max_bytes))
     doc = {"schema_version": SCHEMA_VERSION,
@@ -102,7 +102,7 @@ def cmd_layers(args: argparse.Namespace) -> int:
     if args.format == "json":
         write(doc, "json", args.output)
     else:
-        from .formatters.layers import render_document
+        from ..formatters.layers import render_document
 
         out = open(args.output, "w", encoding="utf-8") if args.output else sys.stdout  # noqa: SIM115
         try:
@@ -121,10 +121,10 @@ ANALYZER_COMMANDS = ("analyze", "layers")
 def make_parser(command: str | None = None) -> argparse.ArgumentParser:
     """The whole CLI; with `command` one of ANALYZER_COMMANDS, only the analyzer's own subcommands (a run of
     that command never reaches the others; `--help` and a mistyped command still see them all)."""
-    from .formatters import FORMATS
-    from .formatters.sections import TEXT_SECTIONS
-    from .rules_cli import add_parsers as add_rules_parsers
-    from .rules_cli import add_rule_options
+    from ..formatters import FORMATS
+    from ..formatters.sections import TEXT_SECTIONS
+    from .rules import add_parsers as add_rules_parsers
+    from .rules import add_rule_options
 
     p = argparse.ArgumentParser(prog="traceview", description="PyTorch profiler trace analyzer and bottleneck classifier")
     p.add_argument("--version", action="version", version=f"traceview {__version__}")
@@ -170,7 +170,7 @@ def make_parser(command: str | None = None) -> argparse.ArgumentParser:
     if command in ANALYZER_COMMANDS:  # the other commands' parsers cost ~5 ms of a small trace's run
         return p
     add_rules_parsers(sub)
-    from .ci_cli import add_parsers as add_ci_parsers
+    from .ci import add_parsers as add_ci_parsers
 
     add_ci_parsers(sub)
     try:  # `collect` / `trigger` live with the collectors (torch is imported only when they run)
@@ -183,7 +183,7 @@ def make_parser(command: str | None = None) -> argparse.ArgumentParser:
 
 
 def _size(text: str) -> int:
-    from .inputs import parse_size
+    from ..ingest.inputs import parse_size
 
     try:
         return parse_size(text)
@@ -195,7 +195,7 @@ def _prefetch_first_input(argv: list[str]) -> None:
     """`analyze`/`layers`: begin reading the first trace before the heavy imports (see decode.prefetch)."""
     if not argv or argv[0] not in ("analyze", "layers"):
         return
-    from .decode import prefetch, trace_files
+    from ..ingest.decode import prefetch, trace_files
 
     cap = DEFAULT_MAX_BYTES
     try:
@@ -254,7 +254,7 @@ def main(argv: list[str] | None = None) -> int:
     # numpy's BLAS threads are never used here (no linear algebra), and started with numpy they spin on the
     # cores polars needs: one thread, unless the user says otherwise
     os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
-    from .deferred import defer
+    from .lazy_stdlib import defer
 
     defer()  # stdlib modules polars and numpy import but an analysis never uses: loaded on first use
     _exit(_analyzer_run(argv))
@@ -299,7 +299,7 @@ def _main(argv: list[str]) -> int:
     try:
         return int(args.func(args))
     except TraceError as e:
-        from .safe_text import terminal_line
+        from ..safe_text import terminal_line
 
         print(f"traceview: error: {terminal_line(str(e))}", file=sys.stderr)
         return ExitCode.ERROR
@@ -315,7 +315,7 @@ def _main(argv: list[str]) -> int:
         first = (str(e).strip().splitlines() or [""])[0]  # polars appends the failing expression on more lines
         msg = f"internal error ({type(e).__name__}: {first})"
         msg = f"{where}: {msg}" if where else msg
-        from .safe_text import terminal_line
+        from ..safe_text import terminal_line
 
         print(f"traceview: {terminal_line(msg)}", file=sys.stderr)
         return ExitCode.ERROR

@@ -1,4 +1,4 @@
-/* traceview._scan: one-pass columnar scanner for Kineto chrome-trace JSON.
+/* traceview.ingest._scan: one-pass columnar scanner for Kineto chrome-trace JSON.
  *
  * Scanner(keep=None, structs=(), tables=()): .feed(chunk) ... .finish() -> dict | None
  *     Walks the top-level object once, fed in chunks of any size (a member or event cut by the
@@ -15,7 +15,7 @@
  *     never held.
  *
  * Contract: finish() returns None whenever the input is anything but plain, valid JSON of the
- * shape the msgspec decoder (traceview/decode.py) accepts without repairs; the caller then falls
+ * shape the msgspec decoder (traceview/ingest/decode.py) accepts without repairs; the caller then falls
  * back to msgspec. The scanner is at least as strict as msgspec: accepting less is always safe.
  * Every read is bounds-checked against the buffer end.
  */
@@ -448,7 +448,7 @@ static PyBufferProcs block_as_buffer = {(getbufferproc)block_getbuffer, NULL};
 
 static PyTypeObject BlockType = {
     PyVarObject_HEAD_INIT(NULL, 0)
-    .tp_name = "traceview._scan.Block",
+    .tp_name = "traceview.ingest._scan.Block",
     .tp_basicsize = sizeof(Block),
     .tp_dealloc = (destructor)block_dealloc,
     .tp_as_buffer = &block_as_buffer,
@@ -572,7 +572,7 @@ static PyGetSetDef acol_getset[] = {{"length", (getter)acol_len, NULL, "rows", N
 
 static PyTypeObject ArrowColType = {
     PyVarObject_HEAD_INIT(NULL, 0)
-    .tp_name = "traceview._scan.ArrowCol",
+    .tp_name = "traceview.ingest._scan.ArrowCol",
     .tp_basicsize = sizeof(ArrowCol),
     .tp_dealloc = (destructor)acol_dealloc,
     .tp_flags = Py_TPFLAGS_DEFAULT,
@@ -1707,7 +1707,7 @@ static PyMethodDef scanner_methods[] = {
 
 static PyTypeObject ScannerType = {
     PyVarObject_HEAD_INIT(NULL, 0)
-    .tp_name = "traceview._scan.Scanner",
+    .tp_name = "traceview.ingest._scan.Scanner",
     .tp_basicsize = sizeof(Scanner),
     .tp_dealloc = (destructor)scanner_dealloc,
     .tp_flags = Py_TPFLAGS_DEFAULT,

@@ -10,11 +10,11 @@ from typing import Any
 
 import polars as pl
 
-from .analyses import layers as L
-from .analyses.rowid import join_by_id
-from .analyses.windows import in_steps
-from .model import Trace
-from .units import us
+from ..analyses import layers as L
+from ..analyses.rowid import join_by_id
+from ..analyses.windows import in_steps
+from ..model import Trace
+from ..units import us
 
 
 def _r(v: float | None, nd: int = 2) -> float | None:

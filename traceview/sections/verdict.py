@@ -14,8 +14,8 @@ from __future__ import annotations
 
 import polars as pl
 
-from . import classify
-from .ruleapi import RuleContext
+from ..analyses import classify
+from ..ruleapi import RuleContext
 
 VERDICT_TEXT = {
     "gpu_compute": "compute-bound: the GPU is busy in compute-bound kernels (GEMM/conv/attention); speed-ups come "

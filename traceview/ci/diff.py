@@ -160,7 +160,7 @@ def diff(doc_a: dict, doc_b: dict, keys_a: list[str] | None = None, keys_b: list
          kernels: dict[str, list[dict]] | None = None) -> dict[str, Any]:
     """Diff two analyze documents. `keys_*` name their trace entries (default: the file name without the
     collector's stamp, plus the rank); `kernels` maps a trace path to its full per-step kernel rows."""
-    from . import __version__
+    from .. import __version__
     from .digest import job_keys
 
     ta, tb = doc_a.get("traces") or [], doc_b.get("traces") or []
@@ -183,8 +183,8 @@ def kernel_rows(trace: Any, entry: dict) -> list[dict]:
     """The full per-step kernel table of a loaded trace over the steps its entry analyzed."""
     import polars as pl
 
-    from .analyses.kernels import kernel_table
-    from .analyses.windows import step_of
+    from ..analyses.kernels import kernel_table
+    from ..analyses.windows import step_of
 
     nums = (entry.get("classification") or {}).get("analyzed_steps") or entry["summary"]["step_numbers"]
     steps = trace.steps.filter(pl.col("step").is_in(nums))

@@ -17,8 +17,8 @@ import zlib
 from collections.abc import Iterator
 from pathlib import Path
 
+from ..errors import TraceError
 from . import inputs
-from .errors import TraceError
 
 PIECE = 1 << 21  # bytes per piece handed over: the queue holds at most DEPTH of them
 DEPTH = 4
@@ -193,7 +193,7 @@ class Scan:
         from . import _scan, argtables
 
         if not hasattr(_scan, "Scanner") or hasattr(_scan, "args_columns"):  # a stale build of an older _scan.c
-            raise ImportError("traceview._scan is a stale build")
+            raise ImportError("traceview.ingest._scan is a stale build")
         structs, tables, _ = argtables.spec()
         self.stream = Stream(path, cap)
         self._scanner = _scan.Scanner(argtables.tables_of, structs, tables)

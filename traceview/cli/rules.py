@@ -5,9 +5,9 @@ from __future__ import annotations
 import argparse
 import sys
 
-from .errors import TraceError
-from .findings import SEVERITIES, severity_rank
-from .options import Options
+from ..errors import TraceError
+from ..findings import SEVERITIES, severity_rank
+from ..options import Options
 
 
 def _csv(values: list[str] | None) -> list[str] | None:
@@ -73,7 +73,7 @@ def cmd_rules(args: argparse.Namespace) -> int:
 
         print(json.dumps(rows, indent=1))
         return 0
-    from .formatters.term import console, table
+    from ..formatters.term import console, table
 
     con = console(sys.stdout)
     con.print(table(con, "traceview rules (`traceview rule CODE` for one's documentation)",

@@ -28,7 +28,7 @@ from collections import defaultdict
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from .decode import trace_files
+from ..ingest.decode import trace_files
 from .digest import file_label
 
 HEAD_BYTES = 1 << 20

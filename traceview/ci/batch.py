@@ -15,11 +15,11 @@ from collections.abc import Callable
 from dataclasses import asdict
 from typing import Any
 
+from ..errors import TraceError
+from ..findings import severity_rank
+from ..options import Options
 from .digest import digest, job_keys
 from .discover import JobSpec
-from .errors import TraceError
-from .findings import severity_rank
-from .options import Options
 
 _CLS_KEEP = ("dominant", "primary", "shares", "analyzed_steps", "window_us")
 _TRACE_KEEP = ("path", "rank", "world_size", "summary", "warnings", "verdict_text", "findings")
@@ -65,7 +65,7 @@ def _run_local(specs: list[JobSpec], options: Options | None, jobs: int, done: C
         return
     from concurrent.futures import as_completed
 
-    from . import procpool
+    from .. import procpool
 
     pool, futures = procpool.start(work, [(s, options) for s in specs], min(jobs, len(specs)))
     with pool:
@@ -200,8 +200,8 @@ def attach_baseline(rows: list[dict], cmp: dict) -> None:
 
 def merged_doc(results: list[dict], extra_errors: list[dict]) -> dict:
     """One analyze-shaped document of every job (for the SARIF and JUnit formatters)."""
-    from . import __version__
-    from .report import SCHEMA_VERSION
+    from .. import __version__
+    from ..report import SCHEMA_VERSION
 
     doc: dict[str, Any] = {"schema_version": SCHEMA_VERSION, "tool": {"name": "traceview", "version": __version__},
                            "traces": [], "jobs": [], "errors": list(extra_errors)}

@@ -12,14 +12,14 @@ from typing import Any
 
 import polars as pl
 
+from ..analyses import comm
+from ..analyses.period import rank_period_ns
+from ..findings import severity_rank
+from ..model import Job, Trace
+from ..options import Options
+from ..ruleapi import JobContext
+from ..rulerunner import run_job_rules
 from . import straggler
-from .analyses import comm
-from .analyses.period import rank_period_ns
-from .findings import severity_rank
-from .model import Job, Trace
-from .options import Options
-from .ruleapi import JobContext
-from .rulerunner import run_job_rules
 
 
 @dataclass(frozen=True)

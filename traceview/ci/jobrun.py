@@ -6,10 +6,10 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from ..errors import TraceError
+from ..model import Trace
+from ..options import Options
 from .discover import JobSpec
-from .errors import TraceError
-from .model import Trace
-from .options import Options
 
 
 class _NotInJob(TraceError):
@@ -19,8 +19,8 @@ class _NotInJob(TraceError):
 def analyze_job(spec: JobSpec, options: Options | None = None, keep: dict[str, Trace] | None = None) -> dict:
     """The analyze document of one job. `keep`, when given, receives the loaded traces by path (diff
     computes the full kernel table from them)."""
-    from . import report
-    from .loader import load_file
+    from .. import report
+    from ..ingest.loader import load_file
 
     members: set[Path] | None = None
     if spec.folder and len(spec.files) > 1:

@@ -24,21 +24,23 @@ import msgspec
 import numpy as np
 import polars as pl
 
+from ..analyses.names import contains as name_matches
+from ..analyses.rowid import locate
+from ..analyses.tree import call_tree, enclosing_op
+from ..errors import TraceError
+from ..model import STEP_RE, Job, Trace, TraceMeta, conform
 from . import argtables as at
 from . import decode as d
-from . import fastscan, heap, lax
-from .analyses.names import contains as name_matches
-from .analyses.rowid import locate
-from .analyses.tree import call_tree, enclosing_op
+from . import fastscan
+from . import heap_trim as heap
+from . import lenient as lax
 from .argtables import GPU_FIELDS as _GPU_FIELDS
 from .argtables import INT_ATTRS as _INT_ATTRS
 from .argtables import MEM_FIELDS as _MEM_FIELDS
 from .argtables import RAW_ATTRS as _RAW_ATTRS
 from .categories import GPU_CATS, HOST_CATS, META_NAMES, OLD_CATS, RARE_NAMES, RUNTIME_CATS
-from .errors import TraceError
 from .inputs import DEFAULT_MAX_BYTES, STDIN, check_path
 from .manifest import read_manifest
-from .model import STEP_RE, Job, Trace, TraceMeta, conform
 
 COMM_KERNEL_RE = r"^(nccl|rccl)|ncclKernel|ncclDevKernel|ncclSymDevKernel"
 GRAPH_LAUNCH = ["cudaGraphLaunch", "hipGraphLaunch", "cudaGraphLaunch_v10000"]

@@ -88,8 +88,8 @@ def for_analyze(paths: list[str], fmt: str, max_bytes: int | None = None) -> tup
     """(progress, on_trace, load) for report.analyze, or Nones when no bar should be shown."""
     if fmt == "json" or not sys.stderr.isatty():
         return None, None, None
-    from .errors import TraceError
-    from .loader import input_files, load_file
+    from ..errors import TraceError
+    from ..ingest.loader import input_files, load_file
 
     total = 0
     for p in paths:

@@ -8,14 +8,14 @@ import sys
 from collections.abc import Callable
 from pathlib import Path
 
-from .errors import TraceError
-from .options import Options
+from ..errors import TraceError
+from ..options import Options
 
 DIFF_FORMATS = ("text", "json", "markdown")
 
 
 def add_parsers(sub: argparse._SubParsersAction) -> None:
-    from .rules_cli import add_rule_options
+    from .rules import add_rule_options
 
     d = sub.add_parser("diff", help="compare two traces or run folders: step time, class shift, layers, kernels, findings")
     d.add_argument("a", help="the before trace file or run folder")
@@ -49,10 +49,10 @@ def add_parsers(sub: argparse._SubParsersAction) -> None:
 # ---- diff ---------------------------------------------------------------------------------------------------
 def _side(path: str, options: Options | None) -> tuple[dict, list[str], dict[str, list[dict]]]:
     """One side of a diff: its merged analyze document, the keys of its traces, their full kernel tables."""
-    from .diff import kernel_rows
-    from .digest import file_label, job_keys
-    from .discover import discover
-    from .jobrun import analyze_job
+    from ..ci.diff import kernel_rows
+    from ..ci.digest import file_label, job_keys
+    from ..ci.discover import discover
+    from ..ci.jobrun import analyze_job
 
     disc = discover([path])
     if disc.errors:
@@ -76,7 +76,7 @@ def _side(path: str, options: Options | None) -> tuple[dict, list[str], dict[str
 
 def diff_paths(a: str, b: str, options: Options | None = None) -> dict:
     """The diff document of two traces or run folders (with the full kernel tables)."""
-    from .diff import diff
+    from ..ci.diff import diff
 
     doc_a, keys_a, ka = _side(a, options)
     doc_b, keys_b, kb = _side(b, options)
@@ -84,8 +84,8 @@ def diff_paths(a: str, b: str, options: Options | None = None) -> dict:
 
 
 def cmd_diff(args: argparse.Namespace) -> int:
-    from .diff_render import markdown, text
-    from .rules_cli import build_options
+    from ..ci.diff_render import markdown, text
+    from .rules import build_options
 
     out = diff_paths(args.a, args.b, build_options(args))
     fh = open(args.output, "w", encoding="utf-8") if args.output else sys.stdout
@@ -127,7 +127,7 @@ def _progress(total: int) -> tuple[Callable[[dict], None] | None, Callable[[], N
 def _write_doc(path: str, fmt: str, doc: dict) -> None:
     import importlib
 
-    mod = importlib.import_module(f".formatters.{fmt}", __package__)
+    mod = importlib.import_module(f"..formatters.{fmt}", __package__)
     try:
         with open(path, "w", encoding="utf-8") as fh:
             mod.render(doc, fh)
@@ -146,9 +146,10 @@ def batch_exit_code(rows: list[dict], regressed: bool, exit_zero: bool) -> int:
 
 
 def cmd_batch(args: argparse.Namespace) -> int:
-    from . import baseline, batch, batch_out, config
-    from .discover import discover
-    from .rules_cli import build_options
+    from .. import config
+    from ..ci import baseline, batch, batch_out
+    from ..ci.discover import discover
+    from .rules import build_options
 
     for p in args.out:
         if Path(p).suffix.lower() not in batch_out.OUT_FORMATS:

@@ -9,7 +9,7 @@ from typing import Any
 
 import polars as pl
 
-from .analyses import memory as M
+from ..analyses import memory as M
 
 GIB = 2**30
 

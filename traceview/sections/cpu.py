@@ -12,9 +12,9 @@ from typing import Any
 
 import polars as pl
 
-from .analyses import cpu
-from .model import Trace
-from .units import pct, us
+from ..analyses import cpu
+from ..model import Trace
+from ..units import pct, us
 
 TOP = 10
 VERDICT = {

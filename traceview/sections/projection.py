@@ -20,10 +20,10 @@ import polars as pl
 
 from traceview.rules import BY_NAME
 
-from .analyses.intervals import clip, merge
-from .analyses.whatif import EMPTY, removed_per_step
-from .options import Options
-from .ruleapi import RuleContext
+from ..analyses.intervals import clip, merge
+from ..analyses.whatif import EMPTY, removed_per_step
+from ..options import Options
+from ..ruleapi import RuleContext
 
 #: rules whose fix removes every instant of one classifier class (the GPU idles for that reason only)
 CLASS_FIXES = {"launch-bound": "cpu_launch", "host-sync": "host_sync", "input-bound": "input"}

@@ -32,12 +32,12 @@ from __future__ import annotations
 
 import polars as pl
 
-from .analyses.breakdown import DATALOADER_RE
-from .analyses.comm import rank_id
-from .analyses.intervals import merge, priority_sweep
-from .analyses.rowid import join_by_id
-from .classify import sync_calls
-from .model import STEP_RE, Trace
+from ..analyses.breakdown import DATALOADER_RE
+from ..analyses.classify import sync_calls
+from ..analyses.comm import rank_id
+from ..analyses.intervals import merge, priority_sweep
+from ..analyses.rowid import join_by_id
+from ..model import STEP_RE, Trace
 
 #: the others' waits, never the straggler's cause
 WAIT_CLASSES = ("communication",)

@@ -15,10 +15,10 @@ from typing import Any
 
 import polars as pl
 
-from .analyses.overhead import COST_US
-from .manifest import rank_step_times
-from .model import Trace
-from .ruleapi import RuleContext
+from ..analyses.overhead import COST_US
+from ..ingest.manifest import rank_step_times
+from ..model import Trace
+from ..ruleapi import RuleContext
 
 # above this overhead a cpu_launch verdict may be the profiler's own doing
 ARTIFACT_OVERHEAD_PCT = 20.0

@@ -4,9 +4,9 @@ from __future__ import annotations
 
 from typing import IO
 
+from ..formatters.markdown import _cell, _code
+from ..units import num
 from .diff import fmt_us
-from .formatters.markdown import _cell, _code
-from .units import num
 
 TOP = 10
 

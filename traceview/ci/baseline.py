@@ -28,9 +28,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from .classify import CLASSES
-from .errors import TraceError
-from .findings import severity_rank
+from ..analyses.classify import CLASSES
+from ..errors import TraceError
+from ..findings import severity_rank
 
 KIND = "traceview-baseline"
 SCHEMA_VERSION = 1
@@ -84,7 +84,7 @@ def thresholds(table: dict | None, cli: list[str] | None = None) -> Thresholds:
 
 
 def save(digests: list[dict], path: str | Path, step: int | None = None) -> None:
-    from . import __version__
+    from .. import __version__
 
     doc = {"kind": KIND, "schema_version": SCHEMA_VERSION, "tool": {"name": "traceview", "version": __version__},
            "step": step, "traces": digests}

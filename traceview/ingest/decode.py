@@ -18,9 +18,9 @@ from typing import Any
 
 import msgspec
 
+from ..errors import TraceError
 from . import inputs
 from .argstructs import GpuArgs, HostArgs, MemArgs, MetaArgs  # noqa: F401 - re-exported: the loader reads them as decode.*
-from .errors import TraceError
 from .structs import Dim3, Doc, Ev, EvLax  # noqa: F401 - re-exported: the loader reads them as decode.*
 
 _DEC_DOC = msgspec.json.Decoder(Doc)
@@ -50,7 +50,7 @@ def prefetch(path: Path, max_bytes: int = inputs.DEFAULT_MAX_BYTES) -> None:
     the loader picks it up (`take_prefetched`)."""
     import os
 
-    from . import instream
+    from . import stream as instream
 
     try:
         if os.environ.get("TRACEVIEW_NO_C", "") in ("1", "true", "yes"):
@@ -70,7 +70,7 @@ def take_prefetched(path: Path, max_bytes: int) -> Any:
 
 def open_stream(path: Path, max_bytes: int = inputs.DEFAULT_MAX_BYTES) -> Any:
     """The `instream.Stream` of `path`: the prefetched one, or a new one."""
-    from .instream import Scan, Stream
+    from .stream import Scan, Stream
 
     job = take_prefetched(path, max_bytes)
     if isinstance(job, Scan):  # (not asked for: the loader takes a Scan itself)
@@ -167,7 +167,7 @@ def _typed_or_lax(data: bytes, warnings: list[str], legacy: bool = False) -> Doc
     try:
         return Doc(traceEvents=_DEC_LEGACY.decode(data)) if legacy else _DEC_DOC.decode(data)
     except msgspec.ValidationError:
-        from .lax import decode_lax
+        from .lenient import decode_lax
 
         return decode_lax(data, warnings, legacy)
 
@@ -235,7 +235,7 @@ def decode_args(raws: list[msgspec.Raw], typ: type, issues: Counter | None = Non
     try:
         return msgspec.json.decode(b"[" + body + b"]", type=list[typ])
     except msgspec.ValidationError:
-        from .lax import args_lenient
+        from .lenient import args_lenient
 
         dec = msgspec.json.Decoder(typ)
         out = []

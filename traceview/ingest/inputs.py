@@ -16,7 +16,7 @@ import sys
 import zlib
 from pathlib import Path
 
-from .errors import TraceError
+from ..errors import TraceError
 
 try:  # ISA-L inflates ~1.7x faster than zlib on trace files
     from isal import isal_zlib as _inflate_mod

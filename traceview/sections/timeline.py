@@ -23,10 +23,10 @@ from traceview.rules import (
     pageable_memcpy,
 )
 
-from .classify import IDLE_CLASSES, partition
-from .errors import TraceError
-from .model import RUNTIME_CATS, STEP_RE, Trace
-from .ruleapi import RuleContext
+from ..analyses.classify import IDLE_CLASSES, partition
+from ..errors import TraceError
+from ..model import RUNTIME_CATS, STEP_RE, Trace
+from ..ruleapi import RuleContext
 
 MAX_ITEMS = 20_000  # drawn slices; beyond that the shortest (narrower than a pixel at step zoom) are dropped
 MAX_ROWS = {"python": 6, "op": 4, "runtime": 1}  # nesting levels drawn per thread; deeper ones are detail

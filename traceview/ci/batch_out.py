@@ -6,10 +6,10 @@ import json
 from pathlib import Path
 from typing import IO, Any
 
-from .classify import CLASSES
-from .errors import TraceError
-from .formatters.markdown import _cell, _code
-from .units import num
+from ..analyses.classify import CLASSES
+from ..errors import TraceError
+from ..formatters.markdown import _cell, _code
+from ..units import num
 
 OUT_FORMATS = (".json", ".csv", ".parquet", ".md")
 SCHEMA_VERSION = 1
@@ -48,7 +48,7 @@ def _frame(rows: list[dict]):
 
 
 def document(rows: list[dict], digests: list[dict], skipped: list[dict], cmp: dict | None, exit_code: int) -> dict:
-    from . import __version__
+    from .. import __version__
 
     return {"schema_version": SCHEMA_VERSION, "kind": "traceview-batch",
             "tool": {"name": "traceview", "version": __version__}, "exit_code": exit_code, "rows": rows,

@@ -1,0 +1,1 @@
+"""CI over analyze documents: diff, baselines, batch runs and the discovery of jobs."""

@@ -1,0 +1,1 @@
+"""The `traceview` command line: analyze, rules, layers and the CI commands."""

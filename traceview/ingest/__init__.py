@@ -1,0 +1,1 @@
+"""Reading a trace: bytes -> event columns -> the `Trace` model (inputs, streaming, the C scanner, decoding, lenient repairs, the args tables)."""

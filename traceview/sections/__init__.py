@@ -1,0 +1,1 @@
+"""The report's sections: each module computes one part of the analyze document."""
