@@ -34,6 +34,7 @@ from traceview.ingest.loader import load_file
 from traceview.layer_detail import layer_detail
 from traceview.model import Trace
 from traceview.options import Options
+from traceview.registry import straggler_rules
 from traceview.safe_text import hide_paths
 from traceview.sections.timeline import timeline
 from traceview.trace_cache import TraceCache
@@ -314,12 +315,12 @@ def render_job(v: View, j: dict) -> None:
         if (strag.get("cause") or {}).get("text"):  # why it is late leads the job
             st.markdown(f"**Why:** {md(strag['cause']['text'])}")
         st.write(md(strag.get("reason", "")))
-        finding = next((f for f in j.get("findings") or [] if f["rule"] == "nccl-wait"), {})
+        finding = next((f for f in j.get("findings") or [] if f["rule"] in straggler_rules()), {})
         note = (finding.get("evidence") or {}).get("note")
         if note:
             st.warning(md(note))
     elif nccl:
-        finding = next((f for f in j.get("findings") or [] if f["rule"] == "nccl-wait"), {})
+        finding = next((f for f in j.get("findings") or [] if f["rule"] in straggler_rules()), {})
         if (finding.get("evidence") or {}).get("may_be_profiling_artifact"):  # the profiler explains the wait
             st.caption(f"No straggler raised: {nccl.get('collectives', 0)} collectives matched across ranks.")
             st.warning(finding["evidence"]["note"])

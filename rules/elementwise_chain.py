@@ -55,7 +55,7 @@ from traceview.analyses.roofline import ELEMENTWISE_KERNEL_RE
 from traceview.analyses.rowid import join_by_id
 from traceview.analyses.whatif import EMPTY, shrink_kernels
 from traceview.analyses.windows import host_step_of, step_of
-from traceview.ruleapi import Finding, Option, RuleContext
+from traceview.ruleapi import XPROF_SEVERITY, Finding, Option, RuleContext
 
 CODE = "TV201"
 NAME = "elementwise-chain"
@@ -65,8 +65,7 @@ TITLE = "Chain of memory-bound elementwise kernels could be fused"
 OPTIONS = {
     "min_kernels": Option(2, "shortest chain reported (kernels)"),
     "min_savings_pct": Option(2.0, "TraceLens agent MIN_IMPACT_SCORE: smallest savings worth a finding (% of step time)"),
-    "moderate_pct": Option(3.0, "XProf moderate threshold (% of step time)"),
-    "high_pct": Option(15.0, "XProf high threshold (% of step time)"),
+    **XPROF_SEVERITY,
 }
 FIX = ("Each kernel of this chain reads its whole input from HBM and writes its whole output back, so the chain "
        "moves about 2·k times the tensor while one fused kernel would read it once and write it once. Fuse it: "

@@ -48,7 +48,7 @@ import polars as pl
 from traceview.analyses.classify import sync_calls
 from traceview.analyses.names import contains
 from traceview.analyses.whatif import removed_per_step, shrink_kernels
-from traceview.ruleapi import Finding, Option, RuleContext
+from traceview.ruleapi import XPROF_SEVERITY, Finding, Option, RuleContext, min_savings
 
 CODE = "TV202"
 NAME = "fp32-gemm"
@@ -57,9 +57,8 @@ CLASS = "gpu_compute"  # the classifier class whose time a fix of these findings
 TITLE = "FP32 GEMMs run on CUDA cores instead of Tensor Cores"
 OPTIONS = {
     "short_kernel_us": Option(10.0, "TraceLens short-kernel threshold: a shapeless kernel shorter than this is latency-bound"),
-    "min_savings_pct": Option(2.0, "smallest savings (% of step time) worth a finding"),
-    "moderate_pct": Option(3.0, "XProf moderate threshold (% of step time)"),
-    "high_pct": Option(15.0, "XProf high threshold (% of step time)"),
+    **min_savings(2.0),
+    **XPROF_SEVERITY,
 }
 FIX = ("These matrix multiplies run in full FP32 on the CUDA cores: with float32 matmul precision 'highest' "
        "(PyTorch's default) the Tensor Cores are not used, and their TF32 peak is several times the FP32 one. "

@@ -43,7 +43,7 @@ from traceview.analyses.classify import sync_calls
 from traceview.analyses.rowid import by_id, join_by_id
 from traceview.analyses.whatif import removed_per_step, shrink_kernels
 from traceview.analyses.windows import step_of
-from traceview.ruleapi import Finding, Option, RuleContext
+from traceview.ruleapi import XPROF_SEVERITY, Finding, RuleContext, min_savings
 
 CODE = "TV204"
 NAME = "gemm-epilogue"
@@ -51,9 +51,8 @@ SEVERITY = "warning"
 CLASS = "gpu_memory"  # the classifier class whose time a fix of these findings removes
 TITLE = "GEMM bias/activation run as separate kernels (unfused epilogue)"
 OPTIONS = {
-    "min_savings_pct": Option(1.0, "smallest savings (% of step time) worth a finding"),
-    "moderate_pct": Option(3.0, "XProf moderate threshold (% of step time)"),
-    "high_pct": Option(15.0, "XProf high threshold (% of step time)"),
+    **min_savings(1.0),
+    **XPROF_SEVERITY,
 }
 GEMM_OPS = ["aten::mm", "aten::addmm"]
 BIAS_OPS = ["aten::add"]  # out of place: `add_` after a GEMM is autograd accumulating a gradient

@@ -52,7 +52,7 @@ from traceview.analyses.roofline import ELEMENTWISE_KERNEL_RE
 from traceview.analyses.timeline import gpu_work
 from traceview.analyses.whatif import EMPTY, gpu_idle_within, removed_per_step, shrink_kernels
 from traceview.analyses.windows import host_step_of
-from traceview.ruleapi import Finding, Option, RuleContext
+from traceview.ruleapi import XPROF_SEVERITY, Finding, RuleContext, min_savings
 
 from .elementwise_chain import per_chain
 
@@ -62,9 +62,8 @@ SEVERITY = "warning"
 CLASS = "host_sync"  # the classifier class whose time a fix of these findings removes
 TITLE = "Graph break: a compiled function runs as several graphs with eager code between"
 OPTIONS = {
-    "min_savings_pct": Option(1.0, "smallest savings (% of step time) worth a finding"),
-    "moderate_pct": Option(3.0, "XProf moderate threshold (% of step time)"),
-    "high_pct": Option(15.0, "XProf high threshold (% of step time)"),
+    **min_savings(1.0),
+    **XPROF_SEVERITY,
 }
 FIX = ("Dynamo could not trace a statement of this function: it compiled the code before it, ran the statement "
        "eagerly and resumed in a second graph, so the fusion across it is lost and, when the statement reads a "

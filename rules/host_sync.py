@@ -50,16 +50,16 @@ from traceview.analyses.classify import idle_gaps, sync_calls, sync_ramps, sync_
 from traceview.analyses.tree import ancestor_where
 from traceview.analyses.windows import host_step_of
 from traceview.model import STEP_RE
-from traceview.ruleapi import Finding, Option, RuleContext
+from traceview.ruleapi import XPROF_SEVERITY, Finding, RuleContext
 
 CODE = "TV102"
 NAME = "host-sync"
 CLASS = "host_sync"  # the classifier class whose time a fix of these findings removes
+FIX_REMOVES_CLASS = True  # the GPU idles for this reason only: a fix removes every instant of CLASS
 SEVERITY = "warning"
 TITLE = "Host blocks on the GPU; the GPU idles until the next launch"
 OPTIONS = {
-    "moderate_pct": Option(3.0, "XProf moderate threshold (% of step time)"),
-    "high_pct": Option(15.0, "XProf high threshold (% of step time)"),
+    **XPROF_SEVERITY,
 }
 ITEM = ["aten::item", "aten::_local_scalar_dense"]
 NONZERO = ["aten::nonzero", "aten::nonzero_static", "aten::argwhere", "aten::nonzero_numpy"]

@@ -49,6 +49,7 @@ from traceview.ruleapi import Finding, Option, RuleContext
 CODE = "TV401"
 NAME = "input-bound"
 CLASS = "input"  # the classifier class whose time a fix of these findings removes
+FIX_REMOVES_CLASS = True  # the GPU idles for this reason only: a fix removes every instant of CLASS
 SEVERITY = "warning"
 TITLE = "Steps wait for the DataLoader; the GPU idles meanwhile"
 TITLE_CPU = "Steps wait for the DataLoader in the training process"

@@ -45,16 +45,16 @@ from traceview.analyses.classify import idle_gaps
 from traceview.analyses.features import Features
 from traceview.analyses.rowid import by_id, join_by_id
 from traceview.analyses.windows import step_of
-from traceview.ruleapi import Finding, Option, RuleContext
+from traceview.ruleapi import Finding, RuleContext, xprof_severity
 
 CODE = "TV101"
 NAME = "launch-bound"
 CLASS = "cpu_launch"  # the classifier class whose time a fix of these findings removes
+FIX_REMOVES_CLASS = True  # the GPU idles for this reason only: a fix removes every instant of CLASS
 SEVERITY = "warning"
 TITLE = "GPU idles between kernels because the CPU launches them late"
 OPTIONS = {
-    "moderate_pct": Option(3.0, "XProf kernel-launch moderate threshold (% of step time)"),
-    "high_pct": Option(15.0, "XProf kernel-launch high threshold (% of step time)"),
+    **xprof_severity("kernel-launch"),
 }
 FIX = ("The CPU is the bottleneck: each eager op costs several µs of Python, dispatcher and launch work, and "
        "these kernels finish faster than the next one is launched, so the GPU queue runs dry. Launch fewer, "

@@ -46,7 +46,7 @@ import polars as pl
 
 from traceview.analyses import memory as M
 from traceview.analyses.whatif import EMPTY, gpu_idle_within, removed_per_step
-from traceview.ruleapi import Finding, Option, RuleContext
+from traceview.ruleapi import XPROF_SEVERITY, Finding, Option, RuleContext
 
 CODE = "TV302"
 NAME = "memory-pressure"
@@ -57,8 +57,7 @@ OPTIONS = {
     "near_capacity_pct": Option(90.0, "peak reserved share of device memory counted as near capacity"),
     "fragmentation_ratio": Option(1.5, "reserved / peak allocated counted as fragmentation"),
     "min_gap_gib": Option(1.0, "smallest reserved-minus-allocated gap (GiB) reported as fragmentation"),
-    "moderate_pct": Option(3.0, "XProf moderate threshold (% of step time)"),
-    "high_pct": Option(15.0, "XProf high threshold (% of step time)"),
+    **XPROF_SEVERITY,
 }
 GIB = 2**30
 FIXES = {

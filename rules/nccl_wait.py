@@ -60,16 +60,16 @@ import polars as pl
 
 from traceview.analyses.intervals import clip, merge
 from traceview.findings import severity_for
-from traceview.ruleapi import Finding, JobContext, Option, RuleContext
+from traceview.ruleapi import Finding, JobContext, Option, RuleContext, xprof_severity
 
 CODE = "TV501"
 NAME = "nccl-wait"
 CLASS = "communication"  # the classifier class whose time a fix of these findings removes
+JUDGES_STRAGGLER = True  # its job finding names the straggler rank (the per-rank verdicts and the app read it)
 SEVERITY = "warning"
 TITLE = "Exposed NCCL communication"
 OPTIONS = {
-    "moderate_pct": Option(3.0, "XProf device-collectives moderate threshold (% of step time)"),
-    "high_pct": Option(15.0, "XProf device-collectives high threshold (% of step time)"),
+    **xprof_severity("device-collectives"),
     "host_noise_ms": Option(6.0, "Linux CFS default scheduling period: host (gloo) median waits per step below it are noise"),
 }
 FIX = ("While a collective runs with no compute kernel beside it, the step is waiting on the network (or on a "

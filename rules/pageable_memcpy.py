@@ -40,7 +40,7 @@ import polars as pl
 from traceview.analyses.names import contains
 from traceview.analyses.rowid import join_by_id
 from traceview.analyses.windows import step_of
-from traceview.ruleapi import Finding, Option, RuleContext
+from traceview.ruleapi import XPROF_SEVERITY, Finding, Option, RuleContext
 
 CODE = "TV301"
 NAME = "pageable-memcpy"
@@ -48,8 +48,7 @@ CLASS = "gpu_memory"  # the classifier class whose time a fix of these findings 
 SEVERITY = "warning"
 TITLE = "Copy to/from pageable host memory (staged, synchronous, slow)"
 OPTIONS = {
-    "moderate_pct": Option(3.0, "XProf moderate threshold (% of step time)"),
-    "high_pct": Option(15.0, "XProf high threshold (% of step time)"),
+    **XPROF_SEVERITY,
     "min_bytes": Option(0, "smallest copy reported, bytes (nsys cuda_memcpy_sync skips <= 64 KiB H2D)"),
 }
 FIX = ("The GPU can only DMA from page-locked memory, so this copy is staged through a pinned bounce buffer by "

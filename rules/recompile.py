@@ -42,7 +42,7 @@ from traceview.analyses.features import host_names
 from traceview.analyses.intervals import merge
 from traceview.analyses.whatif import EMPTY, gpu_idle_within, removed_per_step
 from traceview.analyses.windows import host_step_of
-from traceview.ruleapi import Finding, Option, RuleContext
+from traceview.ruleapi import XPROF_SEVERITY, Finding, RuleContext, min_savings
 
 CODE = "TV104"
 NAME = "recompile"
@@ -50,9 +50,8 @@ SEVERITY = "warning"
 CLASS = "cpu_launch"  # the classifier class whose time a fix of these findings removes
 TITLE = "torch.compile recompiles inside the steps"
 OPTIONS = {
-    "min_savings_pct": Option(1.0, "smallest savings (% of step time) worth a finding"),
-    "moderate_pct": Option(3.0, "XProf moderate threshold (% of step time)"),
-    "high_pct": Option(15.0, "XProf high threshold (% of step time)"),
+    **min_savings(1.0),
+    **XPROF_SEVERITY,
 }
 FIX = ("torch.compile compiled again inside these steps: a guard of the compiled function failed (a new shape, "
        "dtype, Python number or global) and Dynamo traced, lowered and autotuned the frame again while the GPU "

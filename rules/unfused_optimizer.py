@@ -46,7 +46,7 @@ import polars as pl
 from traceview.analyses.features import host_names
 from traceview.analyses.rowid import join_by_id
 from traceview.analyses.whatif import EMPTY, gpu_idle_within, removed_per_step
-from traceview.ruleapi import Finding, Option, RuleContext
+from traceview.ruleapi import XPROF_SEVERITY, Finding, Option, RuleContext, min_savings
 
 CODE = "TV203"
 NAME = "unfused-optimizer"
@@ -55,9 +55,8 @@ CLASS = "cpu_launch"  # the classifier class whose time a fix of these findings 
 TITLE = "Optimizer step launches tiny kernels per parameter"
 OPTIONS = {
     "min_kernels": Option(32, "fewest single-tensor kernels per optimizer step worth a finding"),
-    "min_savings_pct": Option(2.0, "smallest savings (% of step time) worth a finding"),
-    "moderate_pct": Option(3.0, "XProf moderate threshold (% of step time)"),
-    "high_pct": Option(15.0, "XProf high threshold (% of step time)"),
+    **min_savings(2.0),
+    **XPROF_SEVERITY,
 }
 OPT_RE = r"^Optimizer\.step#(.+)\.step$"
 MULTI_TENSOR_RE = r"^aten::_(foreach|fused)_"

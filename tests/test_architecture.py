@@ -112,7 +112,7 @@ def _cycles(graph: dict[str, set[str]]) -> list[list[str]]:
 
 def test_graph_sees_the_pipeline() -> None:
     g = import_graph()
-    assert {"traceview.sections.job", "traceview.sections.layers", "traceview.rulerunner", "traceview.sections.verdict"} <= g["traceview.report"]
+    assert {"traceview.sections.job", "traceview.sections.layers", "traceview.sections.findings", "traceview.sections.verdict"} <= g["traceview.report"]
     assert "traceview.ruleapi" in g["traceview.rules.host_sync"]
     assert len(g) >= 50
 
@@ -125,26 +125,80 @@ def test_the_cycle_finder_finds_one() -> None:
     assert _cycles({"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": set()}) == [["a", "b", "c"]]
 
 
-# The data flows one way: load -> trace model -> analyses -> rules -> report -> CLI | app | batch.
+# The data flows one way, and the folders say so: ingest (bytes -> columns -> Trace) -> model -> analyses ->
+# rules -> sections -> report -> the views (formatters, ci, cli; app.py). A module imports only from its own
+# layer or the layers above it in this list (the model is the vocabulary ingest builds, so it comes first).
 LAYERS = [
-    {"traceview.errors", "traceview.units", "traceview.memo", "traceview.ingest.manifest", "traceview.options",
-     "traceview.procpool"},
+    {"traceview.errors", "traceview.units", "traceview.memo", "traceview.procpool",
+     "traceview.notes", "traceview.ingest.manifest", "traceview.ingest.categories", "traceview.ingest.heap_trim"},
     # the call tree, the distinct-names regex and row-id lookups are part of building the model
     {"traceview.model", "traceview.analyses.tree", "traceview.analyses.names", "traceview.analyses.rowid"},
-    {"traceview.ingest.decode", "traceview.ingest.fastscan", "traceview.ingest.loader"},
+    {"traceview.ingest"},  # and its modules
     {"traceview.analyses"},  # and its modules
     {"traceview.analyses.classify"},
     {"traceview.findings", "traceview.ruleapi"},
     {"traceview.rules"},
-    {"traceview.rulerunner", "traceview.sections.verdict", "traceview.sections.profiling", "traceview.sections.layers", "traceview.sections.job",
-     "traceview.sections.straggler",
-     "traceview.sections.memory", "traceview.sections.projection", "traceview.sections.timeline"},
-    {"traceview.report", "traceview.layer_detail"},
-    {"traceview.ci.jobrun", "traceview.ci.digest", "traceview.ci.discover"},  # batch / CI: over the report document
-    {"traceview.ci.diff", "traceview.ci.baseline", "traceview.ci.batch"},
-    {"traceview.formatters", "traceview.ci.diff_render", "traceview.ci.batch_out"},
-    {"traceview.cli.main", "traceview.cli.rules", "traceview.cli.ci"},
+    {"traceview.options", "traceview.registry", "traceview.config"},  # a run's options: the rules, selected
+    {"traceview.sections.section", "traceview.sections.findings"},
+    {"traceview.sections"},  # one module per report section
+    {"traceview.report", "traceview.layer_detail", "traceview.docs"},
+    {"traceview.formatters", "traceview.ci", "traceview.cli", "traceview.safe_text", "traceview.trace_cache"},
 ]
+#: the views, and the other views each may import (public names only): the CLI drives CI commands and
+#: formatters, CI documents reuse the Markdown formatter's cells; a formatter imports no other view
+VIEWS = {
+    "traceview.formatters": set(),
+    "traceview.ci": {"traceview.formatters"},
+    "traceview.cli": {"traceview.ci", "traceview.formatters"},
+}
+
+
+def _view(mod: str) -> str | None:
+    return next((v for v in VIEWS if mod == v or mod.startswith(v + ".")), None)
+
+
+def test_views_import_each_other_only_as_allowed() -> None:
+    bad = [f"{mod} -> {d}" for mod, deps in import_graph().items() for d in deps
+           if _view(mod) and _view(d) and _view(d) != _view(mod) and _view(d) not in VIEWS[_view(mod)]]
+    assert bad == []
+
+
+def _private_imports(f: Path, pkg: str) -> list[tuple[str, str]]:
+    """(module, name) of every `from M import _name` in file f (relative imports resolved from `pkg`)."""
+    out = []
+    for node in ast.walk(ast.parse(f.read_text())):
+        if isinstance(node, ast.ImportFrom):
+            base = node.module or ""
+            if node.level:
+                up = pkg.split(".")[: len(pkg.split(".")) - (node.level - 1)]
+                base = ".".join([*up, *([base] if base else [])])
+            out += [(base, a.name) for a in node.names if a.name.startswith("_") and not a.name.startswith("__")]
+    return out
+
+
+def test_views_never_import_each_others_internals() -> None:
+    """No view (nor the app) imports an underscore name from another part of the package."""
+    mods = _modules()
+    files = {m: f for m, f in mods.items() if _view(m) and f.suffix == ".py"}
+    files["app"] = ROOT / "app.py"
+    bad = []
+    for mod, f in files.items():
+        pkg = mod if f.name == "__init__.py" else mod.rsplit(".", 1)[0]
+        for base, name in _private_imports(f, pkg):
+            if base.startswith("traceview") and (mod == "app" or _view(base) != _view(mod)):
+                bad.append(f"{mod}: from {base} import {name}")
+    assert bad == []
+
+
+def test_every_module_has_a_layer() -> None:
+    """A new module lands in a folder of the pipeline (or is placed in LAYERS on purpose)."""
+    assert [m for m, f in _modules().items() if _layer(m) is None and f.suffix == ".py"
+            and m not in ("traceview", "traceview.__main__")] == []
+
+
+def test_the_layer_check_catches_an_upward_import() -> None:
+    assert _layer("traceview.ingest.loader") < _layer("traceview.sections.verdict") < _layer("traceview.cli.main")
+    assert _view("traceview.formatters.text") == "traceview.formatters" and _view("traceview.report") is None
 
 
 def _layer(mod: str) -> int | None:

@@ -14,7 +14,7 @@ from traceview.analyses.classify import kernel_bound, partition
 from traceview.analyses.windows import in_steps
 from traceview.options import Options
 from traceview.ruleapi import RuleContext
-from traceview.rulerunner import run_rules
+from traceview.sections.findings import run_rules
 
 
 def layer_table(t, steps=None, **kw) -> pl.DataFrame:

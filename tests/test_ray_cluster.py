@@ -22,8 +22,8 @@ import pytest
 from conftest import SAMPLES
 
 from traceview.ci import batch
-from traceview.cli.main import main
 from traceview.ci.discover import discover
+from traceview.cli.main import main
 
 ray = pytest.importorskip("ray")
 pytestmark = pytest.mark.cluster

@@ -10,7 +10,7 @@ from conftest import SAMPLES, load
 from traceview.findings import SEVERITIES
 from traceview.options import Options
 from traceview.ruleapi import RuleContext
-from traceview.rulerunner import run_rules
+from traceview.sections.findings import run_rules
 from traceview.sections.verdict import classification_section
 
 ALL = sorted(str(p.relative_to(SAMPLES)) for p in SAMPLES.rglob("*.json.gz"))

@@ -12,7 +12,8 @@ import polars as pl
 from .analyses import kernels
 from .analyses.layers import gpu_layers
 from .model import Trace
-from .report import _kernel_rows, _op_rows, select_steps
+from .report import select_steps
+from .sections.overview import kernel_rows, op_rows
 
 
 def in_layer(layer: str, path: str | None) -> bool:
@@ -32,7 +33,7 @@ def layer_detail(trace: Trace, layer: str, *, step: int | None = None, findings:
     busy = gpu.filter(pl.col("kind") != "sync")
     return {
         "layer": layer, "gpu_us": round(int(busy["dur"].sum()) / 1000, 3), "kernel_count": busy.height,
-        "kernels": _kernel_rows(kernels.top_kernels(trace, top, gpu)) if gpu.height else [],
-        "ops": _op_rows(kernels.top_ops(trace, top, gpu)) if gpu.height else [],
+        "kernels": kernel_rows(kernels.top_kernels(trace, top, gpu)) if gpu.height else [],
+        "ops": op_rows(kernels.top_ops(trace, top, gpu)) if gpu.height else [],
         "findings": [f for f in findings or [] if in_layer(layer, f.get("layer"))],
     }

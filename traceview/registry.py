@@ -14,6 +14,11 @@ def all_rules() -> dict[str, ModuleType]:
     return RULES
 
 
+def straggler_rules() -> frozenset[str]:
+    """Slugs of the rules whose job finding names the straggler rank (`JUDGES_STRAGGLER`, ruleapi.Rule)."""
+    return frozenset(m.NAME for m in all_rules().values() if getattr(m, "JUDGES_STRAGGLER", False))
+
+
 def resolve(selector: str) -> list[str]:
     """Codes matched by one selector; an unknown selector is an error."""
     rules = all_rules()

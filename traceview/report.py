@@ -1,8 +1,9 @@
 """Report: the analyses of one trace (or job) as plain, JSON-ready data — the one pipeline.
 
 `analyze(paths, options)` is the single API that the CLI, the app and batch/CI mode call; it returns the
-same document `traceview analyze --format json` prints. Data flows one way and every section is listed in
-`analyze_trace` / `analyze`, in the order it appears in the document:
+same document `traceview analyze --format json` prints. `SECTIONS` lists a trace entry's sections in document
+order (one module each in traceview/sections/, declaring its keys, JSON part, text renderer and app page);
+`_analyze_trace` computes them, in this order:
 
   load → metadata, summary, steps, devices, top_kernels, top_ops  (breakdowns, HTA/tb_plugin numbers)
        → RuleContext (analysed steps, roofline per kernel, classifier partition: computed once)
@@ -26,26 +27,41 @@ from typing import TYPE_CHECKING, Any
 
 import polars as pl
 
-from .analyses import breakdown, kernels, timeline
-from .analyses.intervals import clip
+from .analyses import kernels, timeline
 from .analyses.windows import recording_edges
 from .errors import TraceError
-from .ingest import heap_trim as heap
+from .ingest import heap_trim
 from .ingest.loader import input_files, load_file
 from .model import Job, Trace
 from .notes import aggregate as aggregate_warnings
 from .options import Options
 from .ruleapi import RuleContext
-from .rulerunner import run_rules
+from .sections import cpu, findings, layers, memory, overview, profiling, projection, verdict
+from .sections.findings import run_rules
 from .sections.layers import section as layers_section
 from .sections.memory import memory_section
+from .sections.overview import device_section, kernel_rows, metadata, op_rows, steps_section
 from .sections.profiling import profiling_section
 from .sections.projection import projection_section
+from .sections.section import Section
 from .sections.verdict import classification_section, verdict_text
-from .units import pct, us
 
 if TYPE_CHECKING:
     from .sections.job import RankResult
+
+#: the sections of each trace entry, in document order (docs/json-schema.md's TRACE table is generated from it)
+SECTIONS: tuple[Section, ...] = (
+    overview.IDENTITY, overview.METADATA, overview.WARNINGS, overview.SUMMARY, overview.STEPS, overview.DEVICES,
+    overview.TOP_KERNELS, overview.TOP_OPS,
+    layers.SECTION,
+    verdict.CLASSIFICATION,
+    findings.FINDINGS,
+    verdict.VERDICT_LINE,
+    profiling.SECTION,
+    memory.SECTION,
+    projection.SECTION,
+    cpu.SECTION,
+)
 
 SCHEMA_VERSION = 1
 
@@ -61,106 +77,6 @@ def select_steps(trace: Trace, step: int | None) -> pl.DataFrame:
     return sel
 
 
-def _device_section(trace: Trace, steps: pl.DataFrame, busy: pl.DataFrame) -> list[dict]:
-    lo, hi = int(steps["ts"].min()), int(steps["end"].max())
-    # the columns the breakdowns read (their fallback for null devices or streams too): a clip copies every column
-    gpu = clip(trace.gpu.select("i", "name", "op", "kind", "device", "stream", "ts", "end", "launch_ts"), lo, hi)
-    total = int((steps["end"] - steps["ts"]).sum())
-    tb = timeline.temporal_breakdown(timeline.gpu_work(gpu))
-    idle = timeline.idle_breakdown(gpu)
-    busy_by: dict[int, int] = {}
-    for dev, b in busy.select("device", "busy").iter_rows():  # devices x steps: small
-        busy_by[dev] = busy_by.get(dev, 0) + b
-    idle_by: dict[int, list[dict]] = {}
-    for r in idle.iter_rows(named=True):  # one row per stream, by device and stream
-        idle_by.setdefault(r["device"], []).append(r)
-    out = []
-    for row in tb.iter_rows(named=True):  # one row per device: a handful
-        dev = row["device"]
-        b = busy_by.get(dev, 0)
-        streams = [
-            {"stream": r["stream"], "host_wait_us": us(r["host_wait"]), "kernel_wait_us": us(r["kernel_wait"]),
-             "other_us": us(r["other"]), "idle_us": us(r["idle"]), "host_wait_pct": pct(r["host_wait"], r["idle"])}
-            for r in idle_by.get(dev, [])
-        ]
-        out.append({
-            "device": dev, "name": trace.meta.device_name(dev), "busy_us": us(b), "busy_pct": pct(b, total),
-            "temporal": {"span_us": us(row["span"]), "idle_us": us(row["idle"]), "compute_us": us(row["compute"]),
-                         "non_compute_us": us(row["non_compute"]), "idle_pct": pct(row["idle"], row["span"]),
-                         "compute_pct": pct(row["compute"], row["span"]),
-                         "non_compute_pct": pct(row["non_compute"], row["span"])},
-            "idle_by_stream": streams,
-        })
-    return out
-
-
-def _steps_section(trace: Trace, steps: pl.DataFrame, busy: pl.DataFrame) -> tuple[list[dict], dict]:
-    """Per step: its period [start, end) (periods partition time) with the GPU busy time in it, and the
-    tb_plugin-style breakdown over the plugin's own window (tb_*), kept for comparison with the plugin."""
-    roles = [*breakdown.ROLES, "other"]
-    rows = []
-    steps_rows = _step_rows(trace, steps, busy)
-    for r in steps_rows:
-        rows.append({
-            "step": r["step"], "start_us": us(r["ts"]), "end_us": us(r["end"]), "dur_us": us(r["dur"]),
-            "gpu_busy_us": us(r["busy"]), "gpu_busy_pct": pct(r["busy"], r["dur"]),
-            "tb_start_us": us(r["tb_ts"]), "tb_end_us": us(r["tb_end"]), "tb_dur_us": us(r["tb_dur"]),
-            "breakdown_us": {k: us(r[k]) for k in roles},
-            "breakdown_pct": {k: pct(r[k], r["tb_dur"]) for k in roles},
-        })
-    tot = {c: sum(r[c] for r in steps_rows) for c in ("dur", "tb_dur", "busy", *roles)}  # ints: exact
-    n = len(steps_rows)
-    summary = {
-        "steps": n, "step_numbers": [r["step"] for r in steps_rows], "window_us": us(tot["dur"]),
-        "avg_step_us": us(tot["dur"] / n) if n else None,
-        "gpu_busy_pct": pct(tot["busy"], tot["dur"]),
-        "tb_window_us": us(tot["tb_dur"]), "tb_avg_step_us": us(tot["tb_dur"] / n) if n else None,
-        "breakdown_pct": {k: pct(tot[k], tot["tb_dur"]) for k in roles},
-    }
-    return rows, summary
-
-
-def _step_rows(trace: Trace, steps: pl.DataFrame, busy: pl.DataFrame) -> list[dict]:
-    """One dict per step, by step: [step, ts, end, dur] of its period, the breakdown over the plugin's window
-    (tb_ts, tb_end, tb_dur, roles) and its busiest device's busy ns. Joined in Python (steps are few; five
-    polars calls cost more than the rows on a small trace), by frames when step numbers repeat or are null."""
-    bd = breakdown.step_breakdown(trace, steps).rename({"ts": "tb_ts", "end": "tb_end", "dur": "tb_dur"})
-    if steps["step"].is_duplicated().any() or any(steps[c].null_count() for c in ("step", "ts", "end")):
-        busy = busy.group_by("step").agg(pl.col("busy").max())
-        return list(steps.select("step", "ts", "end", (pl.col("end") - pl.col("ts")).alias("dur"))
-                    .join(bd, on="step").join(busy, on="step", how="left")
-                    .with_columns(pl.col("busy").fill_null(0)).sort("step").iter_rows(named=True))
-    most: dict[int, int] = {}
-    for s, b in busy.select("step", "busy").iter_rows():  # devices x steps
-        if b is not None and (s not in most or b > most[s]):
-            most[s] = b
-    tb = {r["step"]: r for r in bd.iter_rows(named=True)}
-    out = [{"step": s, "ts": a, "end": e, "dur": e - a, **{k: v for k, v in tb[s].items() if k != "step"},
-            "busy": most.get(s, 0)} for s, a, e in steps.select("step", "ts", "end").iter_rows() if s in tb]
-    return sorted(out, key=lambda r: r["step"])
-
-
-def _kernel_rows(df: pl.DataFrame) -> list[dict]:
-    return [{"name": r["name"], "kind": r["kind"], "count": r["count"], "total_us": us(r["total"]),
-             "mean_us": us(r["mean"]), "min_us": us(r["min"]), "max_us": us(r["max"]),
-             "share_pct": round(100 * r["share"], 2), "op": r["op_name"]} for r in df.iter_rows(named=True)]
-
-
-def _op_rows(df: pl.DataFrame) -> list[dict]:
-    return [{"op": r["op_name"], "calls": r["calls"], "kernels": r["kernels"], "gpu_us": us(r["gpu_total"]),
-             "cpu_us": us(r["cpu_total"]), "share_pct": round(100 * r["share"], 2)} for r in df.iter_rows(named=True)]
-
-
-def metadata(trace: Trace) -> dict:
-    m = trace.meta
-    return {
-        "format": m.format, "backend": m.backend, "trace_name": m.trace_name, "base_time_ns": m.base_time_ns,
-        "device": m.device_name(), "devices": m.device_properties, "distributed": m.distributed,
-        "versions": m.versions, "options": m.options, "has_profiler_steps": m.has_steps,
-        "event_counts": m.event_counts,
-    }
-
-
 def analyze_trace(trace: Trace, options: Options | None = None) -> dict:
     """The report entry of one trace."""
     return _analyze_trace(trace, options or Options())[0]
@@ -173,17 +89,17 @@ def _analyze_trace(trace: Trace, options: Options) -> tuple[dict, pl.DataFrame, 
     # the columns the top tables read: a filter copies every column (40 on the GPU frame)
     gpu_win = trace.gpu.select("name", "kind", "op", "dur", "ts", "end").filter((pl.col("end") > lo) & (pl.col("ts") < hi))
     busy = timeline.step_busy(trace, steps)
-    step_rows, summary = _steps_section(trace, steps, busy)
+    step_rows, summary = steps_section(trace, steps, busy)
     edges, edge_warns = recording_edges(trace, steps)
     summary.update(edges)
     warnings = [*trace.meta.warnings, *edge_warns]
-    devices = _device_section(trace, steps, busy) if trace.has_gpu else []
+    devices = device_section(trace, steps, busy) if trace.has_gpu else []
     top_k, top_o = kernels.top_tables(trace, options.top, gpu_win) if trace.has_gpu else (None, None)
     entry: dict[str, Any] = {
         "path": trace.meta.path, "rank": trace.meta.rank, "world_size": trace.meta.world_size,
         "metadata": metadata(trace), "warnings": warnings, "summary": summary, "steps": step_rows,
-        "devices": devices, "top_kernels": _kernel_rows(top_k) if top_k is not None else [],
-        "top_ops": _op_rows(top_o) if top_o is not None else [],
+        "devices": devices, "top_kernels": kernel_rows(top_k) if top_k is not None else [],
+        "top_ops": op_rows(top_o) if top_o is not None else [],
     }
     ctx: RuleContext | None = None
     findings: list[dict] = []
@@ -196,25 +112,23 @@ def _analyze_trace(trace: Trace, options: Options) -> tuple[dict, pl.DataFrame, 
         findings, warns = run_rules(ctx, options)
         warnings.extend(warns)  # rules that failed
     else:
-        from .sections import cpu as cpu_view  # (traces without GPU activity only; `host` is set only here)
-
         warnings.append("no GPU activity in this trace (CPU-only): the report analyzes host (CPU) time (JSON `cpu`)")
-        host = cpu_view.prepare(trace, steps)
+        host = cpu.prepare(trace, steps)
         findings, warns = run_rules(RuleContext.for_host(trace, steps, host), options)  # the rules with CPU = True
         warnings.extend(warns)
     # before the layer table, the analysis's largest step: what loading and the sections so far freed
-    heap.release(trace.gpu.height + trace.host.height)
+    heap_trim.release(trace.gpu.height + trace.host.height)
     entry["layers"] = layers_section(trace, steps, findings=findings, kb=ctx.kb if ctx else None,
                                      part=_part(trace, steps, ctx), depth=options.layers_depth)
     entry["classification"] = classification = classification_section(ctx, findings)
     entry["findings"] = findings
     entry["verdict_text"] = (verdict_text(classification, analysed.height, findings) if ctx
-                             else cpu_view.verdict(trace, steps, host, findings) if host else None)
+                             else cpu.verdict(trace, steps, host, findings) if host else None)
     entry["profiling"] = profiling_section(trace, analysed, classification.get("dominant"), ctx,
                                            classification.get("primary"))
     entry["memory"] = memory_section(trace, analysed) if trace.has_gpu else None
     entry["projection"] = projection_section(ctx, findings, entry["profiling"], options)
-    entry["cpu"] = cpu_view.section(trace, steps, host) if host else None
+    entry["cpu"] = cpu.section(trace, steps, host) if host else None
     entry["warnings"] = aggregate_warnings(entry["warnings"])  # one line per kind, not one per step
     return entry, analysed, ctx.part if ctx else None
 

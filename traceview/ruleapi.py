@@ -1,7 +1,6 @@
-"""What a rule sees and builds: `Option`, `RuleContext` (one trace), `JobContext` (the ranks of one job) and
-`Finding`. A rule module is `check(ctx: RuleContext) -> list[Finding]` (and optionally
-`check_job(ctx: JobContext) -> list[Finding]`) plus its constants; everything it may read is computed once
-per trace here, so rules stay pure and short.
+"""What a rule is, sees and builds: the `Rule` contract of a rule module, `Option` and its shared threshold
+presets, `RuleContext` (one trace), `JobContext` (the ranks of one job) and `Finding`. Everything a rule may
+read is computed once per trace here, so rules stay pure and short.
 """
 
 from __future__ import annotations
@@ -9,7 +8,7 @@ from __future__ import annotations
 from collections.abc import Callable, Hashable, Mapping
 from dataclasses import dataclass, field, replace
 from types import MappingProxyType, ModuleType
-from typing import Any, TypeVar
+from typing import Any, ClassVar, Protocol, TypeVar, runtime_checkable
 
 import polars as pl
 
@@ -24,7 +23,8 @@ from .findings import Finding, severity_for
 from .ingest.manifest import rank_step_times, step_overhead_ms
 from .model import Job, Trace
 
-__all__ = ["Finding", "JobContext", "Option", "RuleContext"]
+__all__ = ["XPROF_SEVERITY", "Finding", "JobContext", "Option", "Rule", "RuleContext", "min_savings",
+           "xprof_severity"]
 
 T = TypeVar("T")
 
@@ -35,6 +35,78 @@ class Option:
 
     default: Any
     doc: str
+
+
+def xprof_severity(scope: str = "", moderate: float = 3.0, high: float = 15.0) -> dict[str, Option]:
+    """The severity thresholds of a rule whose cost is a share of step time: XProf's overview-page
+    recommendation levels (moderate 3 %, high 15 %; `scope` names XProf's own category, e.g. "kernel-launch")."""
+    what = f"{scope} " if scope else ""
+    return {"moderate_pct": Option(moderate, f"XProf {what}moderate threshold (% of step time)"),
+            "high_pct": Option(high, f"XProf {what}high threshold (% of step time)")}
+
+
+#: the XProf thresholds most rules share (`OPTIONS = {..., **XPROF_SEVERITY}`)
+XPROF_SEVERITY = xprof_severity()
+
+
+def min_savings(pct: float) -> dict[str, Option]:
+    """The smallest savings, as % of step time, a rule reports (below it a fix is not worth a finding)."""
+    return {"min_savings_pct": Option(pct, "smallest savings (% of step time) worth a finding")}
+
+
+@runtime_checkable
+class Rule(Protocol):
+    """The contract of a rule module (`rules/<slug>.py`, listed once in `traceview.rules.RULES`).
+
+    Its docstring is its user documentation: `TVnnn slug: summary`, then the sections What it detects / Why it
+    is slow / How to fix / Evidence / Options / References (docs/rules.md is generated from them). Optional
+    module attributes: `FIX` (the fix text of its findings, when one text fits them all), `CPU = True` (also runs on traces without GPU activity, `ctx.cpu` set),
+    `check_job(ctx: JobContext) -> list[Finding]` (judges the ranks of one job), `removes(ctx, finding)` (the
+    intervals its fix removes from the timeline, for the projection), `FIX_REMOVES_CLASS = True` (its fix
+    removes every instant of `CLASS`: the projection's model when it has no `removes`), `JUDGES_STRAGGLER =
+    True` (its job finding names the straggler rank: the job's per-rank verdicts and the app read it)."""
+
+    CODE: ClassVar[str]  # TVnnn, never reused: TV1 host/launch, TV2 kernels, TV3 data movement, TV4 input, TV5 distributed
+    NAME: ClassVar[str]  # the slug: the module's name with dashes
+    CLASS: ClassVar[str]  # the classifier class whose time a fix of its findings removes
+    SEVERITY: ClassVar[str]  # the severity of a finding between its moderate and high thresholds
+    TITLE: ClassVar[str]
+    OPTIONS: ClassVar[Mapping[str, Option]]
+
+    def check(self, ctx: RuleContext) -> list[Finding]: ...
+
+
+#: optional attributes of a rule module and their types (see `Rule`)
+OPTIONAL: dict[str, type] = {"FIX": str, "CPU": bool, "FIX_REMOVES_CLASS": bool, "JUDGES_STRAGGLER": bool}
+OPTIONAL_FUNCTIONS = ("check_job", "removes")
+
+
+def contract_problems(mod: ModuleType) -> list[str]:
+    """What a rule module lacks of the `Rule` contract (empty: it fulfils it)."""
+    from .analyses.classify import CLASSES
+    from .findings import SEVERITIES
+
+    code = getattr(mod, "CODE", mod.__name__)
+    out = [f"{code}: no {a}" for a in ("CODE", "NAME", "CLASS", "SEVERITY", "TITLE", "OPTIONS", "check")
+           if not hasattr(mod, a)]
+    if out:
+        return out
+    if not isinstance(mod, Rule):
+        out.append(f"{code}: does not fulfil ruleapi.Rule")
+    if not (isinstance(mod.CODE, str) and len(mod.CODE) == 5 and mod.CODE.startswith("TV") and mod.CODE[2:].isdigit()):
+        out.append(f"{code}: CODE is not TVnnn")
+    if mod.NAME.replace("-", "_") != mod.__name__.rsplit(".", 1)[-1]:
+        out.append(f"{code}: NAME {mod.NAME!r} is not the module's name with dashes")
+    if mod.CLASS not in CLASSES:
+        out.append(f"{code}: CLASS {mod.CLASS!r} is not a classifier class")
+    if mod.SEVERITY not in SEVERITIES:
+        out.append(f"{code}: SEVERITY {mod.SEVERITY!r} is not one of {SEVERITIES}")
+    if not all(isinstance(o, Option) for o in mod.OPTIONS.values()):
+        out.append(f"{code}: OPTIONS values must be ruleapi.Option")
+    out += [f"{code}: {a} must be a {t.__name__}" for a, t in OPTIONAL.items()
+            if hasattr(mod, a) and not isinstance(getattr(mod, a), t)]
+    out += [f"{code}: {f} must be a function" for f in OPTIONAL_FUNCTIONS if hasattr(mod, f) and not callable(getattr(mod, f))]
+    return out
 
 
 @dataclass(frozen=True)
@@ -52,7 +124,7 @@ class RuleContext:
     options: Mapping[str, Any] = field(default_factory=dict)  # that rule's thresholds
     features: Features = field(default_factory=Features)  # what the trace already does (CUDA graphs, compile, ...)
     profiler: Mapping[str, Any] = field(default_factory=dict)  # profiler overhead per step (see `profiler_cost`)
-    # a trace without GPU activity: the host analyses (cpu_view.prepare); only rules with CPU = True run then
+    # a trace without GPU activity: the host analyses (sections/cpu.prepare); only rules with CPU = True run then
     cpu: Mapping[str, Any] | None = None
     # results computed once per analysed trace, shared by every rule's copy of the context (`once`)
     memo: dict = field(default_factory=dict, compare=False, repr=False)

@@ -88,6 +88,11 @@ def md_code(s: Any) -> str:
     return f"{fence}{pad}{s}{pad}{fence}"
 
 
+def md_cell_code(s: Any) -> str:
+    """A code span holding `s` literally, safe in a table cell (GFM needs the pipe escaped even there)."""
+    return md_code(s).replace("|", "\\|")
+
+
 def html_text(s: Any) -> str:
     """Text inside a raw HTML block (e.g. <summary>), where Markdown escapes do not apply: entities only,
     mentions defused."""

@@ -10,7 +10,7 @@ ROOT = Path(__file__).resolve().parent.parent.parent
 import traceview  # noqa: E402
 from traceview.options import Options  # noqa: E402
 from traceview.ruleapi import RuleContext  # noqa: E402
-from traceview.rulerunner import run_rules  # noqa: E402
+from traceview.sections.findings import run_rules  # noqa: E402
 from traceview.sections.verdict import classification_section  # noqa: E402
 
 SAMPLES = ROOT / "sample_traces"

@@ -4,7 +4,7 @@ import rulekit as k
 
 from traceview.options import Options
 from traceview.ruleapi import RuleContext
-from traceview.rulerunner import run_rules
+from traceview.sections.findings import run_rules
 from traceview.sections.memory import memory_section
 
 TINY = "gpu_h200/train_tinygpt_modules.json.gz"  # recorded with profile_memory=True

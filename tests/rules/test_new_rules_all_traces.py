@@ -17,7 +17,7 @@ import rulekit as k
 
 from traceview.options import Options
 from traceview.ruleapi import RuleContext
-from traceview.rulerunner import run_rules
+from traceview.sections.findings import run_rules
 
 NEW = ("TV103", "TV104", "TV202", "TV203", "TV204", "TV302")
 FP32_TRUE = {  # fp32 GEMMs on an H200 without TF32 (labels: 'fp32' tensors / Linear layers in fp32)

@@ -1,0 +1,1 @@
+"""Columnar analyses over a Trace: breakdowns, timelines, roofline, layers, communication, the classifier."""

@@ -8,7 +8,8 @@ from typing import IO, Any
 
 from ..analyses.classify import CLASSES
 from ..errors import TraceError
-from ..formatters.markdown import _cell, _code
+from ..safe_text import md_cell_code as _code
+from ..safe_text import md_text as _cell
 from ..units import num
 
 OUT_FORMATS = (".json", ".csv", ".parquet", ".md")

@@ -4,7 +4,8 @@ from __future__ import annotations
 
 from typing import IO
 
-from ..formatters.markdown import _cell, _code
+from ..safe_text import md_cell_code as _code
+from ..safe_text import md_text as _cell
 from ..units import num
 from .diff import fmt_us
 

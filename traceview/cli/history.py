@@ -7,8 +7,8 @@ import json
 import sys
 from typing import IO
 
-from ..errors import TraceError
 from ..ci.history import DEFAULT_DB, GATED, TREND_METRICS, TrendSettings
+from ..errors import TraceError
 
 FORMATS = ("text", "json", "markdown")
 MARKER = "<!-- traceview-history -->"  # lets a workflow find its PR comment and update it in place
@@ -222,7 +222,7 @@ SHOW_COLS = [
 
 
 def _markdown(res: dict, title: str, cols: list[tuple], rows: list[list[str]], out: IO[str]) -> None:
-    from ..formatters.markdown import _cell
+    from ..safe_text import md_text as _cell
 
     w = out.write
     w(f"{MARKER}\n## traceview history: {title}\n\n")

@@ -13,11 +13,6 @@ from ..safe_text import html_text, md_code, md_text
 from ..units import num
 
 
-def _code(s: object) -> str:
-    """A code span holding `s` literally, safe in a table cell (GFM needs the pipe escaped even there)."""
-    return md_code(s).replace("|", "\\|")
-
-
 def _cell(s: object) -> str:
     return md_text(s)
 

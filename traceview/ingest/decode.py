@@ -45,31 +45,31 @@ def trace_files(directory: Path) -> list[Path]:
 
 
 def prefetch(path: Path, max_bytes: int = inputs.DEFAULT_MAX_BYTES) -> None:
-    """Start reading, gunzipping and (C scanner) scanning `path` in threads (`instream.Scan`: gunzip and
+    """Start reading, gunzipping and (C scanner) scanning `path` in threads (`stream.Scan`: gunzip and
     the scan release the GIL), so that it overlaps the ~0.4 s of importing polars, numpy and the analyses;
     the loader picks it up (`take_prefetched`)."""
     import os
 
-    from . import stream as instream
+    from . import stream
 
     try:
         if os.environ.get("TRACEVIEW_NO_C", "") in ("1", "true", "yes"):
             raise ImportError
-        job: Any = instream.Scan(path, max_bytes)
+        job: Any = stream.Scan(path, max_bytes)
     except ImportError:  # no C scanner: read ahead only
-        job = instream.Stream(path, max_bytes)
+        job = stream.Stream(path, max_bytes)
     _PREFETCH[(str(Path(path).resolve()), max_bytes)] = job
 
 
 def take_prefetched(path: Path, max_bytes: int) -> Any:
-    """The prefetch job of `path` (`instream.Scan` or `instream.Stream`), or None."""
+    """The prefetch job of `path` (`stream.Scan` or `stream.Stream`), or None."""
     if _PREFETCH and str(path) != inputs.STDIN:
         return _PREFETCH.pop((str(Path(path).resolve()), max_bytes), None)
     return None
 
 
 def open_stream(path: Path, max_bytes: int = inputs.DEFAULT_MAX_BYTES) -> Any:
-    """The `instream.Stream` of `path`: the prefetched one, or a new one."""
+    """The `stream.Stream` of `path`: the prefetched one, or a new one."""
     from .stream import Scan, Stream
 
     job = take_prefetched(path, max_bytes)
@@ -163,7 +163,7 @@ def _not_a_trace(path: Path, e: msgspec.ValidationError) -> TraceError | None:
 
 def _typed_or_lax(data: bytes, warnings: list[str], legacy: bool = False) -> Doc:
     """Decode with the typed structs; when a field has an unexpected type, decode leniently and coerce
-    (see `lax.doc_from_lax`). DecodeError (invalid JSON) propagates."""
+    (see `lenient.doc_from_lax`). DecodeError (invalid JSON) propagates."""
     try:
         return Doc(traceEvents=_DEC_LEGACY.decode(data)) if legacy else _DEC_DOC.decode(data)
     except msgspec.ValidationError:

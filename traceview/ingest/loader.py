@@ -31,9 +31,7 @@ from ..errors import TraceError
 from ..model import STEP_RE, Job, Trace, TraceMeta, conform
 from . import argtables as at
 from . import decode as d
-from . import fastscan
-from . import heap_trim as heap
-from . import lenient as lax
+from . import fastscan, heap_trim, lenient
 from .argtables import GPU_FIELDS as _GPU_FIELDS
 from .argtables import INT_ATTRS as _INT_ATTRS
 from .argtables import MEM_FIELDS as _MEM_FIELDS
@@ -276,7 +274,7 @@ def load_file(path: str | Path, max_bytes: int = DEFAULT_MAX_BYTES,
     # reader threads' heaps stay with them: arrays larger than glibc's mmap threshold (32 MiB at most) never
     # reuse those pages, so on large traces they sat under the whole analysis (10 M events: ~70 MiB of its peak).
     # (Here, once the load's locals are gone.)
-    heap.release(trace.host.height + trace.gpu.height)
+    heap_trim.release(trace.host.height + trace.gpu.height)
     return trace
 
 
@@ -367,7 +365,7 @@ def _load_file(path: Path, max_bytes: int, on_stage: Callable[[str], None] | Non
         ).with_columns(dur=pl.col("end") - pl.col("ts"))
 
     gpu = _share_equal(gpu, {"device": "pid", "stream": "tid", "external_id": "correlation"})
-    warnings.extend(lax.describe(issues, "args"))
+    warnings.extend(lenient.describe(issues, "args"))
     steps = _steps(host, gpu, warnings)
     manifest, why = read_manifest(path.parent) if str(path) != STDIN else (None, None)  # a `traceview collect` run
     if why:

@@ -15,6 +15,13 @@ import polars as pl
 from ..analyses import cpu
 from ..model import Trace
 from ..units import pct, us
+from .section import Section
+
+SECTION = Section(
+    keys=('cpu',), computes='host (CPU) time of a trace without GPU activity',
+    json_type='object\\|null', text='ops', app_page='overview',
+    json_doc='host (CPU) time of a trace **without GPU activity** (null otherwise): `steps`, `window_us`, `avg_step_us`, `dominant` (largest of the split), `split_us` / `split_pct` {`input` (inside a DataLoader span), `cpu_ops` (some thread runs a top-level op), `communication` (only a host collective such as `gloo:` is in flight), `outside_ops` (nothing recorded runs: Python between ops, framework, waiting)} — every instant once, in that priority order —, `split_by_step` [{`step`, `dur_us`, `<part>_pct`}], `ops_total` (op names), `top_ops` [{`op`, `calls`, `top_calls` (called from outside any op), `total_us` (spans: as `key_averages()` CPU total), `self_us` (minus the host events directly inside), `self_pct`, `total_pct` (% of `window_us`)}] (10, by self time), `layers` [{`layer`, `name`, `depth`, `fwd_us`, `bwd_us`, `other_us`, `cpu_us`, `pct`, `ops`}] (top-level ops per layer, inclusive, tree order, `(unattributed)` last)',
+)
 
 TOP = 10
 VERDICT = {
@@ -68,7 +75,9 @@ def verdict(trace: Trace, steps: pl.DataFrame, prep: dict[str, Any], findings: l
     tot, window = prep["totals"], prep["window_ns"]
     parts = ", ".join(f"{c} {100 * tot[c] / window:.1f} %" for c in sorted(cpu.SPLIT, key=lambda c: -tot[c]) if tot[c])
     text = VERDICT[prep["dominant"]]
-    tiny = next((f for f in findings if f["rule"] == "cpu-op-overhead"), None)
+    from traceview.rules import cpu_op_overhead
+
+    tiny = next((f for f in findings if f["rule"] == cpu_op_overhead.NAME), None)
     if prep["dominant"] == "cpu_ops" and tiny and tiny["cost_us"] * 1000 >= 0.5 * tot["cpu_ops"]:
         # most of the op time is in ops dominated by their fixed cost: that, not any one op, is what to fix
         text = (f"CPU-bound by per-op overhead: {tiny['evidence']['tiny_ops_per_step']:g} ops per step run under "

@@ -17,9 +17,10 @@ from ..analyses.period import rank_period_ns
 from ..findings import severity_rank
 from ..model import Job, Trace
 from ..options import Options
+from ..registry import straggler_rules
 from ..ruleapi import JobContext
-from ..rulerunner import run_job_rules
 from . import straggler
+from .findings import run_job_rules
 
 
 @dataclass(frozen=True)
@@ -123,14 +124,15 @@ def _annotate_straggler_waits(nccl: dict, trace_entries: list[dict]) -> None:
     if strag is None:
         return
     exposed = {r["rank"]: r.get("exposed_wait_per_step_us") for r in nccl.get("ranks") or []}
+    judges = straggler_rules()
     for t in trace_entries:
         wait = exposed.get(t.get("rank"))
         if t.get("rank") == strag or not wait:
             continue
         for f in t.get("findings") or []:
-            if f["rule"] == "nccl-wait":
+            if f["rule"] in judges:
                 f["evidence"]["straggler"] = strag
                 f["evidence"]["straggler_wait_per_step_us"] = wait
                 f["evidence"]["note"] = (f"{wait / 1000:,.2f} ms per step of this rank's exposed communication is "
-                                         f"waiting for straggler rank {strag} (see the job's nccl-wait finding): "
+                                         f"waiting for straggler rank {strag} (see the job's {f['rule']} finding): "
                                          "look at that rank first; overlapping communication cannot hide a late rank")

@@ -15,6 +15,13 @@ from ..analyses.rowid import join_by_id
 from ..analyses.windows import in_steps
 from ..model import Trace
 from ..units import us
+from .section import Section
+
+SECTION = Section(
+    keys=('layers',), computes='the per-layer view: time, classes and findings per model layer',
+    json_type='object', text='layers', app_page='layers',
+    json_doc='the per-layer view, see docs/layers.md',
+)
 
 
 def _r(v: float | None, nd: int = 2) -> float | None:

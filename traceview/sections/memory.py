@@ -10,6 +10,13 @@ from typing import Any
 import polars as pl
 
 from ..analyses import memory as M
+from .section import Section
+
+SECTION = Section(
+    keys=('memory',), computes="GPU memory over the analysed steps, from the trace's `[memory]` events",
+    json_type='object\\|null', text=None, app_page='memory',
+    json_doc="GPU memory from the trace's `[memory]` events (`profile_memory=True`), null without them: `source`, `devices` [{`device`, `capacity_gib` (deviceProperties `totalGlobalMem`), `peak_allocated_gib`, `peak_reserved_gib` (null in old traces without the total), `peak_reserved_pct_of_capacity`, `steps` [{`step`, `peak_allocated_gib`, `peak_reserved_gib`, `start_allocated_gib`, `end_allocated_gib`, `allocs`, `frees`, `alloc_gib`}], `timeline` {`step`, `ts_us`, `allocated_gib`, `reserved_gib`} (columns; at most 50 points per step, each the maximum of its slice of the step)}], `peak` {`step`, `device`, `op` (innermost op running at the allocated peak), `ts_us`, `allocated_gib`, `reserved_gib`}, `driver_alloc_calls`, `driver_alloc_us` (cudaMalloc/cudaFree-like calls inside the steps)",
+)
 
 GIB = 2**30
 

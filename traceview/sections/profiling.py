@@ -19,6 +19,13 @@ from ..analyses.overhead import COST_US
 from ..ingest.manifest import rank_step_times
 from ..model import Trace
 from ..ruleapi import RuleContext
+from .section import Section
+
+SECTION = Section(
+    keys=('profiling',), computes='what the profiler itself cost, estimated or measured by the collector',
+    json_type='object', text='header', app_page='overview',
+    json_doc='for every trace: `estimated_unprofiled_step_us`, `estimated_overhead_per_step_us`, `events_per_step` {`op`, `runtime`, `python`}, `gpu_busy_per_step_us`, `model` (the per-event costs; docs/profiling-overhead.md: the model and its error), `traced_step_ms` (mean step period); for traces written by `traceview collect` (a `manifest.json` beside them) also `run`, `command`, `options`, `method` (`cuda_event`/`wall`), `unprofiled_step_ms`, `profiled_step_ms` (medians measured by the collector), `overhead_pct` (else null); `launch_bound_may_be_artifact` (the verdict is `cpu_launch` and the measured overhead is > 20 %, or without a manifest the estimate moved the primary off `cpu_launch`), `note`',
+)
 
 # above this overhead a cpu_launch verdict may be the profiler's own doing
 ARTIFACT_OVERHEAD_PCT = 20.0

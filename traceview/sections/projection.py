@@ -24,9 +24,13 @@ from ..analyses.intervals import clip, merge
 from ..analyses.whatif import EMPTY, removed_per_step
 from ..options import Options
 from ..ruleapi import RuleContext
+from .section import Section
 
-#: rules whose fix removes every instant of one classifier class (the GPU idles for that reason only)
-CLASS_FIXES = {"launch-bound": "cpu_launch", "host-sync": "host_sync", "input-bound": "input"}
+SECTION = Section(
+    keys=('projection',), computes="the average step projected with each rule's findings fixed, and with all",
+    json_type='object\\|null', text='header', app_page='overview',
+    json_doc="the average step with each rule's findings fixed, projected on the timeline (the intervals a fix removes are cut out of the steps and the rest closes up; all fixes remove the union, so overlapping fixes count once): `step_us` (measured average analysed step), `unprofiled_step_us` (the profiling estimate `profiling.estimated_unprofiled_step_us` where present, else the collector's measured `unprofiled_step_ms`; null otherwise), `unprofiled_source` (`estimate`/`measured`/null), `fixes` [{`rule`, `code`, `model` (`timeline`: the rule's own model; `class`: removes the classifier class of its idle time; `savings`: its savings estimate at the end of its steps), `step_us` (projected average traced step with that fix), `savings_us` (per step; in unprofiled terms — scaled by unprofiled / profiled step — when the unprofiled time is known), `traced_savings_us`}] sorted by savings, `all_fixed_step_us`, `all_fixed_unprofiled_step_us` (null without an unprofiled time). Ready for a waterfall chart",
+)
 
 
 def _fallback(ctx: RuleContext, findings: list[dict]) -> pl.DataFrame:
@@ -49,8 +53,8 @@ def fix_intervals(ctx: RuleContext, rule: str, findings: list[dict], options: Op
         parts = [mod.removes(rctx, f) for f in findings]
         parts = [p.select("ts", "end") for p in parts if p.height]
         return (merge(pl.concat(parts)) if parts else EMPTY), "timeline"
-    if rule in CLASS_FIXES:
-        return ctx.class_time(CLASS_FIXES[rule]).select("ts", "end"), "class"
+    if mod is not None and getattr(mod, "FIX_REMOVES_CLASS", False):  # the GPU idles for that reason only
+        return ctx.class_time(mod.CLASS).select("ts", "end"), "class"
     return _fallback(ctx, findings), "savings"
 
 

@@ -16,6 +16,18 @@ import polars as pl
 
 from ..analyses import classify
 from ..ruleapi import RuleContext
+from .section import Section
+
+CLASSIFICATION = Section(
+    keys=('classification',), computes="what to fix first: the classifier's shares and each class's savings, per trace and step",
+    json_type='object', text='header', app_page='overview',
+    json_doc="`primary` (what to fix first: the class whose findings above info save the most step time — each finding's `savings_us` goes to its `class` —; with nothing to fix the largest class once the profiler's cost is taken out of `cpu_launch`), `primary_basis` (`savings`, `share`, `share_unprofiled`), `savings_pct` (per class, % of the window), `dominant` (the largest share), `shares` (% per class), `time_us`, `window_us`, per-step `steps` [{`step`, `primary`, `primary_basis`, `dominant`, `shares`, `time_us`}] (a finding's savings spread over its steps by its class's time in each), `roofline`, `analyzed_steps` — classes: `gpu_compute`, `gpu_memory`, `communication`, `input`, `host_sync`, `cpu_launch`, `other_idle`",
+)
+VERDICT_LINE = Section(
+    keys=('verdict_text',), computes='the verdict: one line that leads with what to fix first',
+    json_type='str\\|null', text='header', app_page='overview',
+    json_doc="one plain-text line that leads with `classification.primary`, says what fixing it saves, names the runner-up when its savings reach half the primary's (and always the top finding's class), and the largest class when it differs (a trace without GPU activity: the host verdict from `cpu.dominant`)",
+)
 
 VERDICT_TEXT = {
     "gpu_compute": "compute-bound: the GPU is busy in compute-bound kernels (GEMM/conv/attention); speed-ups come "

@@ -7,9 +7,16 @@ from __future__ import annotations
 
 from traceview.rules import RULES
 
-from .findings import ranked
-from .options import Options
-from .ruleapi import JobContext, RuleContext
+from ..findings import ranked
+from ..options import Options
+from ..ruleapi import JobContext, RuleContext
+from .section import Section
+
+FINDINGS = Section(
+    keys=('findings',), computes="the selected rules' findings, ranked by savings",
+    json_type='[FINDING]', text='findings', app_page='findings',
+    json_doc='sorted by `savings_us`, see below and docs/rules.md',
+)
 
 
 def run_rules(ctx: RuleContext, options: Options) -> tuple[list[dict], list[str]]:
