@@ -1,4 +1,4 @@
-"""`traceview` command line: analyze | rules | layers | diff | batch | collect | trigger."""
+"""`traceview` command line: analyze | rules | layers | diff | batch | mcp | collect | trigger."""
 
 from __future__ import annotations
 
@@ -173,6 +173,9 @@ def make_parser(command: str | None = None) -> argparse.ArgumentParser:
     from .ci_cli import add_parsers as add_ci_parsers
 
     add_ci_parsers(sub)
+    from .mcp_cli import add_parser as add_mcp_parser
+
+    add_mcp_parser(sub, _size)
     try:  # `collect` / `trigger` live with the collectors (torch is imported only when they run)
         from collectors.cli import add_parsers
     except ImportError:
