@@ -257,17 +257,20 @@ def test_refusals(tmp_path):
     root.mkdir()
     (root / "bad.json").write_text('{"traceEvents": [', encoding="utf-8")
     (root / "out").symlink_to(SAMPLES / "gpu_h200")
+    os.mkfifo(root / "fifo.json")  # must be refused, never opened (a read would block)
     app = build([root], DEFAULT_BUDGET_TOKENS)[0]
     res = calls(app, ("analyze", {"path": str(SAMPLES / SYNC)}), ("analyze", {"path": "../../etc/passwd"}),
                 ("analyze", {"path": "out/compute_bound_gemm.json.gz"}), ("analyze", {"path": "bad.json"}),
                 ("analyze", {"path": "missing.json"}), ("findings", {"analysis": "a-000"}),
-                ("explain", {"rule": "TV999"}), ("explain", {"finding": "t0.f0"}), ("diff", {"a": "bad.json", "b": "/"}))
+                ("explain", {"rule": "TV999"}), ("explain", {"finding": "t0.f0"}), ("diff", {"a": "bad.json", "b": "/"}),
+                ("analyze", {"path": "fifo.json"}))
     lines = [refused(r) for r in res]
     assert "outside the allowed roots" in lines[0] and "outside the allowed roots" in lines[1]
     assert "outside the allowed roots" in lines[2]  # a symlink out of the root
     assert "bad.json" in lines[3] and "no such file" in lines[4]
     assert "unknown analysis" in lines[5] and "unknown rule 'TV999'" in lines[6] and "analysis" in lines[7]
     assert "outside the allowed roots" in lines[8]
+    assert "fifo.json" in lines[9]
 
 
 def test_budget_on_the_largest_traces_and_jobs(app):
@@ -297,6 +300,22 @@ def test_budget_on_the_largest_traces_and_jobs(app):
         ids += [f["id"] for f in page.structured_content["findings"]]
         offset = page.structured_content["next_offset"]
     assert ids == [f"t0.f{k}" for k in range(n)]
+
+
+def test_many_ranks_job(tmp_path):
+    """A job of 8 ranks synthesised from the recorded DDP run (tools/synth_ranks.py), straggler rank 5: the job
+    tool names it and every answer stays within budget."""
+    sys.path.insert(0, str(ROOT / "tools"))
+    from synth_ranks import synthesize
+
+    synthesize(SAMPLES / JOB, tmp_path / "job", 8, straggler=5, jitter_us=20.0, seed=1)
+    app = build([tmp_path], DEFAULT_BUDGET_TOKENS)[0]
+    job, first = calls(app, ("job", {"path": "job"}), ("analyze", {"path": "job"}))
+    job, first = ok(job), ok(first)
+    (j,) = job["jobs"]
+    assert j["ranks"] == list(range(8)) and j["findings"][0]["title"].endswith("straggler rank 5 in NCCL collectives")
+    assert [r.get("straggler") for r in j["ranks_classification"]] == [5] * 5 + [None] + [5] * 2
+    assert first["analysis"] == job["analysis"] and len(job["traces"]) == 8
 
 
 def test_same_input_same_bytes():

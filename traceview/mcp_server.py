@@ -30,7 +30,7 @@ from .model import Trace
 from .options import Options
 
 MAX_ANALYSES = 16  # analysis documents kept (a later call with an evicted id asks to analyze again)
-MAX_TRACES = 8  # loaded traces kept for timeline / layer detail (reloaded from the file when evicted)
+MAX_TRACES = 4  # loaded traces kept for timeline / layer detail (reloaded from the file when evicted)
 MAX_TIMELINES = 4  # step timelines kept (paging through one step's slices computes it once)
 PAGE = 20  # findings / slices per page by default
 TOP = 10  # layers, kernels, ops by default
@@ -116,16 +116,16 @@ class Roots:
                 raise Refused(f"{f}: links outside the allowed roots")
 
 
-def _content_id(kind: str, paths: list[Path], extra: str) -> str:
-    """A deterministic id: the kind, the paths, `extra` and each input file's bytes (sha256)."""
+def _input_id(kind: str, paths: list[Path], extra: str) -> str:
+    """A deterministic id: the kind, `extra` and each input file's path, size and modification time (the same
+    unchanged input gives the same id; nothing is read, so a FIFO or a huge file costs nothing here)."""
     from .loader import input_files
 
     h = hashlib.sha256(f"{kind}\0{extra}\0{__version__}".encode())
     for p in paths:
         for f in input_files(p):
-            h.update(str(f).encode() + b"\0")
-            with open(f, "rb") as fh:
-                h.update(hashlib.file_digest(fh, "sha256").digest())
+            st = f.stat()
+            h.update(f"{f}\0{st.st_size}\0{st.st_mtime_ns}\0".encode())
     return f"{kind}-{h.hexdigest()[:12]}"
 
 
@@ -162,7 +162,8 @@ class Server:
     def _load(self, f: Path) -> Trace:
         from .loader import load_file
 
-        key = str(f)
+        st = f.stat()
+        key = f"{f}\0{st.st_size}\0{st.st_mtime_ns}"  # a rewritten file is loaded again
         t = self.traces.pop(key, None)
         if t is None:
             t = load_file(f) if self.max_bytes is None else load_file(f, max_bytes=self.max_bytes)
@@ -178,7 +179,7 @@ class Server:
         with self.lock:
             try:
                 self.roots.check_files(p)
-                aid = _content_id(kind, [p], f"step={step}")
+                aid = _input_id(kind, [p], f"step={step}")
             except TraceError as e:
                 raise Refused(str(e)) from None
             if aid in self.analyses:
@@ -598,7 +599,7 @@ class Server:
                 self.roots.check_files(pa)
                 self.roots.check_files(pb)
                 d = diff_paths(str(pa), str(pb), self._options(None))
-                did = _content_id("d", [pa, pb], "")
+                did = _input_id("d", [pa, pb], "")
             except TraceError as e:
                 raise Refused(str(e)) from None
         if not d["pairs"] and not d["errors"]:
