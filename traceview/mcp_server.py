@@ -564,6 +564,7 @@ class Server:
 
         items = [r for r in tl["items"] if inside(r) and (lane is None or r["lane"] == lane)]
         items.sort(key=lambda r: (r["ts_us"], r["lane"], -r["dur_us"], r["name"]))
+        in_window = {r["lane"] for r in items}
         offset, limit = max(0, offset), max(1, min(limit, 1000))
         page = items[offset : offset + limit]
         ans = self._answer(
@@ -583,7 +584,7 @@ class Server:
                 "syncs": [r for r in tl["syncs"] if inside(r, "ts_us", "end_us")],
                 "chains": [r for r in tl["chains"] if inside(r, "ts_us", "end_us")],
                 "nccl_waits": [r for r in tl["nccl_waits"] if inside(r, "ts_us", "end_us")],
-                "lanes": tl["lanes"],
+                "lanes": [r for r in tl["lanes"] if r["id"] in in_window],  # those with slices in the window
             }
         )
         got = shown(ans, "items", len(page))
