@@ -252,6 +252,17 @@ def test_document_pointer(app):
     assert "no 'nope' there" in refused(bad)
 
 
+def test_bad_arguments_are_one_line(app):
+    aid = analysis(app, SYNC)["analysis"]
+    res = calls(app, ("findings", {"analysis": aid, "offset": "x"}), ("layers", {"analysis": aid, "layer": "Nope_0"}),
+                ("timeline", {"analysis": aid, "step": 99}), ("findings", {"analysis": aid, "severity": "fatal"}),
+                ("nope", {}))
+    lines = [refused(r) for r in res]
+    assert "bad arguments (offset: Input should be a valid integer" in lines[0]
+    assert "no layer 'Nope_0'" in lines[1] and "Linear_0" in lines[1]
+    assert "no step 99 in this trace (steps: 1, 2, 3)" in lines[2] and "severity 'fatal'" in lines[3]
+
+
 def test_refusals(tmp_path):
     root = tmp_path / "root"
     root.mkdir()
@@ -331,19 +342,40 @@ def test_same_input_same_bytes():
 
 # ---- real transports ----------------------------------------------------------------------------------------
 def test_stdio_subprocess():
+    """Over stdio (the server a subprocess, two roots): list the tools, call each, page through the findings,
+    refuse a path outside the roots."""
     params = StdioServerParameters(command=sys.executable, cwd=str(ROOT),
-                                   args=["-m", "traceview", "mcp", "--root", str(SAMPLES / "gpu_h200")])
+                                   args=["-m", "traceview", "mcp", "--root", str(SAMPLES / "gpu_h200"),
+                                         "--root", str(SAMPLES / JOB)])
 
     async def go():
         async with Client(params) as c:
             tools = {t.name for t in (await c.list_tools()).tools}
             a = await c.call_tool("analyze", {"path": "sync_item_nonzero_cpu.json.gz"})
+            aid = a.structured_content["analysis"]
+            pages, offset = [], 0
+            while offset is not None:
+                pages.append(await c.call_tool("findings", {"analysis": aid, "offset": offset, "limit": 4}))
+                offset = pages[-1].structured_content["next_offset"]
+            rest = [await c.call_tool(name, args) for name, args in (
+                ("explain", {"finding": "t0.f1", "analysis": aid}), ("explain", {"rule": "TV202"}),
+                ("layers", {"analysis": aid}), ("kernels", {"analysis": aid}), ("ops", {"analysis": aid}),
+                ("timeline", {"analysis": aid, "step": 2, "limit": 5}),
+                ("document", {"analysis": aid, "pointer": "/traces/0/projection"}),
+                ("diff", {"a": "sync_item_nonzero_cpu.json.gz", "b": "seed_relu_linear_m8.json.gz"}),
+                ("job", {"path": str(SAMPLES / JOB)}))]
             out = await c.call_tool("analyze", {"path": str(SAMPLES / GPT2)})
-            return tools, a, out
+            return tools, a, pages, rest, out
 
-    tools, a, out = anyio.run(go)
+    tools, a, pages, rest, out = anyio.run(go)
+    doc = api_doc(SYNC)["traces"][0]
     assert tools == TOOLS
-    assert ok(a)["traces"][0]["verdict_text"] == api_doc(SYNC)["traces"][0]["verdict_text"]
+    assert ok(a)["traces"][0]["verdict_text"] == doc["verdict_text"]
+    assert [f["id"] for p in pages for f in ok(p)["findings"]] == [f"t0.f{k}" for k in range(len(doc["findings"]))]
+    answers = [ok(r) for r in rest]
+    assert answers[0]["evidence"] == doc["findings"][1]["evidence"]
+    assert answers[6]["value"] == doc["projection"]
+    assert answers[8]["jobs"][0]["ranks_classification"][0]["straggler"] == 1
     assert "outside the allowed roots" in refused(out)
 
 

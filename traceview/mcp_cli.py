@@ -132,7 +132,10 @@ def cmd_mcp(args: argparse.Namespace) -> int:
             raise TraceError(f"--root {r}: not a directory")
     app, _ = build(roots, args.budget, args.max_bytes)
     if args.http is None:
-        app.run("stdio")
+        try:
+            app.run("stdio")
+        except KeyboardInterrupt:  # the usual way to stop a server by hand
+            pass
         return 0
     host, port = parse_http(args.http)
     token = os.environ.get(TOKEN_ENV) or None

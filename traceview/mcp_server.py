@@ -460,6 +460,13 @@ class Server:
         if layer:
             from .layer_detail import layer_detail
 
+            names = [r["layer"] for r in (t.get("layers") or {}).get("layers") or []]
+            if layer not in names:
+                raise Refused(
+                    f"no layer {layer!r} in trace {trace} ({len(names)} layers; "
+                    f"the roots: {', '.join(n for n in names if '/' not in n)[:300] or 'none'})"
+                )
+
             tr = self._trace(a, trace)
             try:
                 d = layer_detail(
@@ -748,12 +755,31 @@ def _tool(fn):
     return run
 
 
+class _OneLineErrors(MCPServer):
+    """The SDK's server, with its argument-validation errors (pydantic's, several lines) cut to one line."""
+
+    async def call_tool(self, name: str, arguments: dict[str, Any], context: Any = None) -> Any:
+        from pydantic import ValidationError
+
+        try:
+            return await super().call_tool(name, arguments, context)
+        except ToolError as e:
+            cause = e.__cause__
+            if isinstance(cause, ValidationError):
+                bad = "; ".join(f"{'.'.join(map(str, err['loc']))}: {err['msg']}" for err in cause.errors())
+                raise ToolError(f"Error executing tool {name}: bad arguments ({bad})") from None
+            lines = str(e).strip().splitlines()
+            if len(lines) > 1:
+                raise ToolError(lines[0]) from None
+            raise
+
+
 def build(
     roots: list[str | Path], budget_tokens: int, max_bytes: int | None = None
 ) -> tuple[MCPServer, Server]:
     """The MCP server (tools and resources) over a `Server` confined to `roots`."""
     s = Server(Roots(roots), budget_tokens, max_bytes)
-    app = MCPServer("traceview", version=__version__, instructions=INSTRUCTIONS, log_level="WARNING")
+    app = _OneLineErrors("traceview", version=__version__, instructions=INSTRUCTIONS, log_level="WARNING")
     ro = ToolAnnotations(
         read_only_hint=True, destructive_hint=False, idempotent_hint=True, open_world_hint=False
     )
