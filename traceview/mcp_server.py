@@ -67,6 +67,7 @@ SLIM_LAYER = (
     "dominant",
     "finding_codes",
 )
+TOOLS = ("analyze", "job", "findings", "explain", "layers", "kernels", "ops", "timeline", "diff", "document")
 _FINDING_ID = re.compile(r"^([tj])(\d+)\.f(\d+)$")
 
 
@@ -229,6 +230,9 @@ class Server:
 
     # ---- tools ----------------------------------------------------------------------------------------------
     def analyze(self, path: str, step: int | None = None) -> dict:
+        """Analyze a trace file (.json / .json.gz) or a folder of rank traces: per trace the verdict, what to fix
+        first, the top findings with savings per step, the projected step time and warnings; an `analysis` id for
+        the other tools. `step`: only ProfilerStep#N. Paths are relative to the server's first root."""
         a = self._run("a", path, step)
         doc = a.doc
         traces = [self._first_screen(a, i, t) for i, t in enumerate(doc["traces"])]
@@ -314,6 +318,9 @@ class Server:
         }
 
     def job(self, path: str, step: int | None = None) -> dict:
+        """Analyze a folder of rank traces of one run: step period, straggler, NCCL matching, per-rank classes and
+        the job findings; plus each rank's verdict. The `analysis` id works with the other tools (trace = rank's
+        index, or findings(job=0))."""
         a = self._run("a", path, step)
         if not a.doc["jobs"]:
             raise Refused(f"{path}: not a job (a folder with two or more rank traces); use analyze")
@@ -346,6 +353,9 @@ class Server:
         offset: int = 0,
         limit: int = PAGE,
     ) -> dict:
+        """One page of the findings of a trace (or of a job with `job`), sorted by savings: id, rule, severity,
+        title, savings_us (over the analysed steps) and savings_per_step_us. Filter by `rule` (code or slug) and
+        `severity` (at or above: info, warning, error); `next_offset` pages on."""
         a = self._get(analysis)
         if job is not None:
             jobs = a.doc["jobs"]
@@ -393,6 +403,9 @@ class Server:
     def explain(
         self, rule: str | None = None, finding: str | None = None, analysis: str | None = None
     ) -> dict:
+        """Explain a rule (code like TV102 or slug like host-sync: what it detects, the mechanism, how to fix,
+        options) or a finding (`finding` id like t0.f2 with its `analysis`: mechanism, the fix for this trace, its
+        evidence and the Python source line when the trace has stacks)."""
         if finding:
             return self._explain_finding(finding, analysis)
         if not rule:
@@ -454,6 +467,8 @@ class Server:
     def layers(
         self, analysis: str, trace: int = 0, top: int = TOP, layer: str | None = None, step: int | None = None
     ) -> dict:
+        """GPU time per nn.Module layer: the `top` layers by GPU time with roofline numbers and repeated blocks;
+        with `layer` (a layer path from that list) the kernels, ops and findings inside that layer."""
         a = self._get(analysis)
         t = self._entry(a, trace)
         top = max(1, min(top, 100))
@@ -519,6 +534,14 @@ class Server:
             }
         )
 
+    def kernels(self, analysis: str, trace: int = 0, top: int = TOP) -> dict:
+        """The top GPU kernels by total time (count, total/mean/min/max µs, share, launching op)."""
+        return self.table("top_kernels", analysis, trace, top)
+
+    def ops(self, analysis: str, trace: int = 0, top: int = TOP) -> dict:
+        """The top ATen ops by GPU time (calls, kernels, GPU µs, CPU µs, share)."""
+        return self.table("top_ops", analysis, trace, top)
+
     def table(self, which: str, analysis: str, trace: int = 0, top: int = TOP) -> dict:
         a = self._get(analysis)
         t = self._entry(a, trace)
@@ -545,6 +568,9 @@ class Server:
         offset: int = 0,
         limit: int = 100,
     ) -> dict:
+        """A window [t0_us, t1_us) of ProfilerStep#`step` (µs from the step start; default the whole step) as
+        slices (CPU ops and GPU kernels, by start time), with the classifier's segments, syncs, elementwise
+        chains and NCCL waits in it. `lane` keeps one lane; `next_offset` pages on."""
         from .timeline_view import timeline
 
         a = self._get(analysis)
@@ -599,6 +625,8 @@ class Server:
         return ans
 
     def diff(self, a: str, b: str) -> dict:
+        """Compare two traces or run folders (before A, after B): step time, the class shift per step, layers and
+        kernels that changed most, findings appeared / disappeared / changed severity."""
         from .ci_cli import diff_paths
 
         pa, pb = self.roots.resolve(a), self.roots.resolve(b)
@@ -653,6 +681,8 @@ class Server:
         )
 
     def document(self, analysis: str, pointer: str = "", offset: int = 0, limit: int = 50) -> dict:
+        """Any part of the analysis's JSON document (`traceview analyze --format json`, docs/json-schema.md) by
+        JSON pointer, e.g. /traces/0/summary or /traces/0/findings/0/evidence; lists are paged."""
         a = self._get(analysis)
         node: Any = a.doc
         if pointer and not pointer.startswith("/"):
@@ -784,99 +814,10 @@ def build(
         read_only_hint=True, destructive_hint=False, idempotent_hint=True, open_world_hint=False
     )
 
-    @app.tool(annotations=ro)
-    @_tool
-    def analyze(path: str, step: int | None = None) -> CallToolResult:
-        """Analyze a trace file (.json / .json.gz) or a folder of rank traces: per trace the verdict, what to fix
-        first, the top findings with savings per step, the projected step time and warnings; an `analysis` id for
-        the other tools. `step`: only ProfilerStep#N. Paths are relative to the server's first root."""
-        return s.analyze(path, step)
-
-    @app.tool(annotations=ro)
-    @_tool
-    def job(path: str, step: int | None = None) -> CallToolResult:
-        """Analyze a folder of rank traces of one run: step period, straggler, NCCL matching, per-rank classes and
-        the job findings; plus each rank's verdict. The `analysis` id works with the other tools (trace = rank's
-        index, or findings(job=0))."""
-        return s.job(path, step)
-
-    @app.tool(annotations=ro)
-    @_tool
-    def findings(
-        analysis: str,
-        trace: int = 0,
-        job: int | None = None,
-        rule: str | None = None,
-        severity: str | None = None,
-        offset: int = 0,
-        limit: int = PAGE,
-    ) -> CallToolResult:
-        """One page of the findings of a trace (or of a job with `job`), sorted by savings: id, rule, severity,
-        title, savings_us (over the analysed steps) and savings_per_step_us. Filter by `rule` (code or slug) and
-        `severity` (at or above: info, warning, error); `next_offset` pages on."""
-        return s.findings(analysis, trace, job, rule, severity, offset, limit)
-
-    @app.tool(annotations=ro)
-    @_tool
-    def explain(
-        rule: str | None = None, finding: str | None = None, analysis: str | None = None
-    ) -> CallToolResult:
-        """Explain a rule (code like TV102 or slug like host-sync: what it detects, the mechanism, how to fix,
-        options) or a finding (`finding` id like t0.f2 with its `analysis`: mechanism, the fix for this trace, its
-        evidence and the Python source line when the trace has stacks)."""
-        return s.explain(rule, finding, analysis)
-
-    @app.tool(annotations=ro)
-    @_tool
-    def layers(
-        analysis: str, trace: int = 0, top: int = TOP, layer: str | None = None, step: int | None = None
-    ) -> CallToolResult:
-        """GPU time per nn.Module layer: the `top` layers by GPU time with roofline numbers and repeated blocks;
-        with `layer` (a layer path from that list) the kernels, ops and findings inside that layer."""
-        return s.layers(analysis, trace, top, layer, step)
-
-    @app.tool(annotations=ro)
-    @_tool
-    def kernels(analysis: str, trace: int = 0, top: int = TOP) -> CallToolResult:
-        """The top GPU kernels by total time (count, total/mean/min/max µs, share, launching op)."""
-        return s.table("top_kernels", analysis, trace, top)
-
-    @app.tool(annotations=ro)
-    @_tool
-    def ops(analysis: str, trace: int = 0, top: int = TOP) -> CallToolResult:
-        """The top ATen ops by GPU time (calls, kernels, GPU µs, CPU µs, share)."""
-        return s.table("top_ops", analysis, trace, top)
-
-    @app.tool(annotations=ro)
-    @_tool
-    def timeline(
-        analysis: str,
-        step: int,
-        t0_us: float | None = None,
-        t1_us: float | None = None,
-        trace: int = 0,
-        lane: str | None = None,
-        offset: int = 0,
-        limit: int = 100,
-    ) -> CallToolResult:
-        """A window [t0_us, t1_us) of ProfilerStep#`step` (µs from the step start; default the whole step) as
-        slices (CPU ops and GPU kernels, by start time), with the classifier's segments, syncs, elementwise
-        chains and NCCL waits in it. `lane` keeps one lane; `next_offset` pages on."""
-        return s.timeline(analysis, step, t0_us, t1_us, trace, lane, offset, limit)
-
-    @app.tool(annotations=ro)
-    @_tool
-    def diff(a: str, b: str) -> CallToolResult:
-        """Compare two traces or run folders (before A, after B): step time, the class shift per step, layers and
-        kernels that changed most, findings appeared / disappeared / changed severity."""
-        return s.diff(a, b)
-
-    @app.tool(annotations=ro)
-    @_tool
-    def document(analysis: str, pointer: str = "", offset: int = 0, limit: int = 50) -> CallToolResult:
-        """Any part of the analysis's JSON document (`traceview analyze --format json`, docs/json-schema.md) by
-        JSON pointer, e.g. /traces/0/summary or /traces/0/findings/0/evidence; lists are paged."""
-        return s.document(analysis, pointer, offset, limit)
+    for name in (
+        TOOLS
+    ):  # each a Server method: its signature is the tool's input schema, its docstring the description
+        app.tool(name=name, annotations=ro, structured_output=False)(_tool(getattr(s, name)))
 
     @app.resource(
         "traceview://schema",
