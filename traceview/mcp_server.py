@@ -10,7 +10,6 @@ Answers are fitted to the token budget (mcp_bounds) and paged by `offset`. Paths
 
 from __future__ import annotations
 
-import hashlib
 import re
 import threading
 from collections import OrderedDict
@@ -26,6 +25,7 @@ from . import __version__
 from .errors import TraceError
 from .findings import SEVERITIES, severity_rank
 from .mcp_bounds import fit, shown, size, text
+from .mcp_roots import Refused, Roots, input_id
 from .model import Trace
 from .options import Options
 
@@ -35,44 +35,17 @@ MAX_TIMELINES = 4  # step timelines kept (paging through one step's slices compu
 PAGE = 20  # findings / slices per page by default
 TOP = 10  # layers, kernels, ops by default
 FIRST_FINDINGS = 5  # findings on the first screen (the text report's TOP_FINDINGS)
-SLIM_FINDING = (
-    "code",
-    "rule",
-    "severity",
-    "title",
-    "steps",
-    "count",
-    "cost_us",
-    "savings_us",
-    "savings_pct",
-    "class",
-    "layer",
+SLIM_FINDING = tuple(
+    "code rule severity title steps count cost_us savings_us savings_pct class layer".split()
 )
-SLIM_LAYER = (
-    "layer",
-    "class",
-    "depth",
-    "calls",
-    "gpu_us",
-    "self_gpu_us",
-    "gpu_pct",
-    "kernels",
-    "flops",
-    "bytes",
-    "achieved_tflops",
-    "achieved_tbps",
-    "peak_flops_pct",
-    "peak_bw_pct",
-    "bound",
-    "dominant",
-    "finding_codes",
+SLIM_LAYER = tuple(
+    (
+        "layer class depth calls gpu_us self_gpu_us gpu_pct kernels flops bytes achieved_tflops "
+        "achieved_tbps peak_flops_pct peak_bw_pct bound dominant finding_codes"
+    ).split()
 )
 TOOLS = ("analyze", "job", "findings", "explain", "layers", "kernels", "ops", "timeline", "diff", "document")
 _FINDING_ID = re.compile(r"^([tj])(\d+)\.f(\d+)$")
-
-
-class Refused(ToolError):
-    """A request the server turns down: one line, sent to the client as the tool's error."""
 
 
 @dataclass
@@ -84,50 +57,6 @@ class Analysis:
     step: int | None
     doc: dict
     files: list[str] = field(default_factory=list)  # the trace path of each entry of doc["traces"]
-
-
-class Roots:
-    """The folders the client may name files in (`--root`, default the current directory)."""
-
-    def __init__(self, roots: list[str | Path]):
-        self.roots = [Path(r).resolve(strict=True) for r in roots]
-
-    def resolve(self, path: str) -> Path:
-        """`path` (relative: to the first root) resolved through symlinks, or Refused outside every root."""
-        if not isinstance(path, str) or not path.strip() or "\x00" in path:
-            raise Refused("a path is required")
-        p = Path(path).expanduser()
-        p = (p if p.is_absolute() else self.roots[0] / p).resolve()
-        if not any(p == r or p.is_relative_to(r) for r in self.roots):
-            raise Refused(
-                f"{path}: outside the allowed roots ({', '.join(map(str, self.roots))}); "
-                "start the server with --root to allow it"
-            )
-        if not p.exists():
-            raise Refused(f"{path}: no such file or directory")
-        return p
-
-    def check_files(self, p: Path) -> None:
-        """A directory's trace files must resolve under a root too (a symlink inside may point out)."""
-        from .loader import input_files
-
-        for f in input_files(p):
-            r = f.resolve()
-            if not any(r == root or r.is_relative_to(root) for root in self.roots):
-                raise Refused(f"{f}: links outside the allowed roots")
-
-
-def _input_id(kind: str, paths: list[Path], extra: str) -> str:
-    """A deterministic id: the kind, `extra` and each input file's path, size and modification time (the same
-    unchanged input gives the same id; nothing is read, so a FIFO or a huge file costs nothing here)."""
-    from .loader import input_files
-
-    h = hashlib.sha256(f"{kind}\0{extra}\0{__version__}".encode())
-    for p in paths:
-        for f in input_files(p):
-            st = f.stat()
-            h.update(f"{f}\0{st.st_size}\0{st.st_mtime_ns}\0".encode())
-    return f"{kind}-{h.hexdigest()[:12]}"
 
 
 def _n_steps(entry: dict) -> int:
@@ -180,7 +109,7 @@ class Server:
         with self.lock:
             try:
                 self.roots.check_files(p)
-                aid = _input_id(kind, [p], f"step={step}")
+                aid = input_id(kind, [p], f"step={step}")
             except TraceError as e:
                 raise Refused(str(e)) from None
             if aid in self.analyses:
@@ -635,7 +564,7 @@ class Server:
                 self.roots.check_files(pa)
                 self.roots.check_files(pb)
                 d = diff_paths(str(pa), str(pb), self._options(None))
-                did = _input_id("d", [pa, pb], "")
+                did = input_id("d", [pa, pb], "")
             except TraceError as e:
                 raise Refused(str(e)) from None
         if not d["pairs"] and not d["errors"]:
