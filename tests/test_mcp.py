@@ -154,6 +154,7 @@ def test_explain_finding_and_rule(app):
     assert (r["code"], r["rule"]) == ("TV102", "host-sync")
     assert r["options"] == {name: o.default for name, o in host_sync.OPTIONS.items()}
     assert r["how_to_fix"] in host_sync.__doc__
+    assert r["options_doc"].startswith("- `moderate_pct` (3.0)")  # the docstring's ## Options, as written
 
 
 def test_layers_kernels_ops(app):
@@ -170,6 +171,7 @@ def test_layers_kernels_ops(app):
     rows = sorted(t["layers"]["layers"], key=lambda r: -r["gpu_us"])[:5]
     assert [(r["layer"], r["gpu_us"]) for r in lay["layers"]] == [(r["layer"], r["gpu_us"]) for r in rows]
     assert lay["layers_total"] == len(t["layers"]["layers"]) and lay["total_gpu_us"] == t["layers"]["total_gpu_us"]
+    assert lay["source"]["pointer"] == "/traces/0/layers" and lay["attribution"] == t["layers"]["source"] == "modules"
     want = layer_detail(load_file(SAMPLES / GPT2), "GPT2LMHeadModel_0/GPT2Model_0/GPT2Block_3", top=3)
     assert detail["gpu_us"] == want["gpu_us"] and detail["kernel_count"] == want["kernel_count"]
     assert [k["total_us"] for k in detail["kernels"]] == [k["total_us"] for k in want["kernels"]]

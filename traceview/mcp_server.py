@@ -349,7 +349,7 @@ class Server:
                 "code": mod.CODE,
                 "severity": mod.SEVERITY,
                 "title": mod.TITLE,
-                **doc,
+                **{("options_doc" if k == "options" else k): v for k, v in doc.items()},
                 "options": {k: o.default for k, o in mod.OPTIONS.items()},
                 "resource": f"traceview://rules/{mod.CODE}",
             }
@@ -425,10 +425,10 @@ class Server:
             )
         sec = t.get("layers") or {}
         rows = sorted(sec.get("layers") or [], key=lambda r: (-(r.get("gpu_us") or 0), r["layer"]))
-        head = {
+        head = {"attribution": sec.get("source")}  # the section's `source` (modules / ops), not the pointer
+        head |= {
             k: sec.get(k)
             for k in (
-                "source",
                 "steps",
                 "total_gpu_us",
                 "attributed_gpu_us",
