@@ -331,6 +331,35 @@ def test_many_ranks_job(tmp_path):
     assert first["analysis"] == job["analysis"] and len(job["traces"]) == 8
 
 
+def _cut_from(small, big) -> bool:
+    """`small` is `big` with list tails dropped and string tails cut: every number where it was."""
+    if isinstance(big, dict):
+        return isinstance(small, dict) and small.keys() == big.keys() and all(_cut_from(small[k], big[k]) for k in big)
+    if isinstance(big, list):
+        return isinstance(small, list) and len(small) <= len(big) and all(map(_cut_from, small, big))
+    if isinstance(big, str) and small != big:
+        return isinstance(small, str) and small.endswith("…") and big.startswith(small[:-1])
+    return small == big
+
+
+def test_fit_only_drops_tails():
+    from traceview.mcp_bounds import fit, size
+
+    doc = api_doc(GPT2)
+    before = json.dumps(doc)
+    with pytest.raises(ValueError, match="does not fit"):  # objects too large to cut: refused, never overflowed
+        fit(doc, 1000)
+    for budget in (4000, 8000):
+        got = fit(doc, budget)
+        assert size(got) <= budget * BYTES_PER_TOKEN and json.dumps(doc) == before  # the document is untouched
+        left = got.pop("left_out")
+        assert _cut_from(got, doc) and left["lists"]
+        for note in left["lists"]:  # each cut list: shown < total, and the total is the document's
+            assert 1 <= note["shown"] < note["total"]
+        assert {"path": "traces[0].layers.layers", "shown": got["traces"][0]["layers"]["layers"].__len__(),
+                "total": len(doc["traces"][0]["layers"]["layers"])} in left["lists"]
+
+
 def test_same_input_same_bytes():
     def run() -> list[str]:
         app = build([SAMPLES], DEFAULT_BUDGET_TOKENS)[0]

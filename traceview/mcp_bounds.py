@@ -55,17 +55,24 @@ def _lists(obj: Any, path: str) -> list[tuple[str, list]]:
     return out
 
 
-def fit(answer: dict, budget_tokens: int) -> dict:
-    """`answer` cut to `budget_tokens` (see the module docstring); `left_out` says what was cut: per list its path,
-    the items shown and the items it had, and how many strings were shortened. Deterministic."""
-    limit = budget_tokens * BYTES_PER_TOKEN
+def fit(answer: dict, budget_tokens: int, reserve: int = 0) -> dict:
+    """`answer` cut to `budget_tokens` less `reserve` bytes (see the module docstring); `left_out` says what was
+    cut: per list its path, the items shown and the items it had, and how many strings were shortened.
+    Deterministic; `answer` itself is not changed."""
+    limit = budget_tokens * BYTES_PER_TOKEN - reserve  # `reserve`: bytes the caller adds after (next_offset)
     if size(answer) <= limit:
         return answer
     left: dict[str, dict[str, int]] = {}
     cut = [0]
+
+    def out() -> dict:  # the answer with its note of what was left out (the note counts against the budget)
+        notes = [{"path": p, **v} for p, v in sorted(left.items())]
+        why = f"answer bound: {budget_tokens} tokens (~{limit} bytes of JSON)"
+        return {**answer, "left_out": {"lists": notes, "strings_shortened": cut[0], "why": why}}
+
     for cap in STRING_CAPS:  # long strings first at 400 characters, then lists halved; shorter strings last
         answer = _cut_strings(answer, cap, cut)
-        while size(answer) > limit:
+        while size(out()) > limit:
             lists = _lists(answer, "")
             if not lists:
                 break
@@ -76,20 +83,17 @@ def fit(answer: dict, budget_tokens: int) -> dict:
             keep = len(biggest) // 2
             del biggest[keep:]
             left[path] = {"shown": keep, "total": total}
-        if size(answer) <= limit:
-            break
-    notes = [{"path": p, **v} for p, v in sorted(left.items())]
-    out = {
-        **answer,
-        "left_out": {
-            "lists": notes,
-            "strings_shortened": cut[0],
-            "why": f"answer bound: {budget_tokens} tokens (~{limit} bytes of JSON)",
-        },
-    }
-    if size(out) > limit:  # nothing left to cut (a single huge scalar): refuse rather than overflow
-        raise ValueError(f"the answer does not fit the budget of {budget_tokens} tokens even when cut")
-    return out
+            for p in [p for p in left if p.startswith(path + "[") and _index(p, path) >= keep]:
+                del left[p]  # notes on lists inside the items just dropped
+        if size(out()) <= limit:
+            return out()
+    # nothing left to cut (a single huge scalar or object): refuse rather than overflow
+    raise ValueError(f"the answer does not fit the budget of {budget_tokens} tokens even when cut")
+
+
+def _index(path: str, parent: str) -> int:
+    """The item index right after `parent` in `path` (`a.b[3].c`, `a.b` -> 3)."""
+    return int(path[len(parent) + 1 :].split("]", 1)[0])
 
 
 def shown(answer: dict, path: str, asked: int) -> int:

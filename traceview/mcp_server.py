@@ -34,6 +34,7 @@ MAX_TRACES = 4  # loaded traces kept for timeline / layer detail (reloaded from 
 MAX_TIMELINES = 4  # step timelines kept (paging through one step's slices computes it once)
 PAGE = 20  # findings / slices per page by default
 TOP = 10  # layers, kernels, ops by default
+RESERVE = 32  # bytes of the budget kept for `next_offset`, added once the page is fitted
 FIRST_FINDINGS = 5  # findings on the first screen (the text report's TOP_FINDINGS)
 SLIM_FINDING = tuple(
     "code rule severity title steps count cost_us savings_us savings_pct class layer".split()
@@ -153,7 +154,7 @@ class Server:
 
     def _answer(self, answer: dict) -> dict:
         try:
-            return fit(answer, self.budget)
+            return fit(answer, self.budget, reserve=RESERVE)
         except ValueError as e:
             raise Refused(str(e)) from None
 
@@ -637,7 +638,7 @@ class Server:
             ans["keys"] = list(node)
         ans["value"] = node
         try:
-            return fit(ans, self.budget)
+            return fit(ans, self.budget, reserve=RESERVE)
         except ValueError:  # an object too large even cut: its keys with their sizes, to ask for one of them
             return self._answer(
                 {
