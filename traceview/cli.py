@@ -173,7 +173,7 @@ def make_parser(command: str | None = None) -> argparse.ArgumentParser:
     from .ci_cli import add_parsers as add_ci_parsers
 
     add_ci_parsers(sub)
-    from .mcp_cli import add_parser as add_mcp_parser
+    from traceview.mcp_cli import add_parser as add_mcp_parser  # absolute: reads the same from cli/main.py
 
     add_mcp_parser(sub, _size)
     try:  # `collect` / `trigger` live with the collectors (torch is imported only when they run)
