@@ -462,3 +462,15 @@ def test_http_beyond_localhost_needs_a_token(capsys, monkeypatch):
     assert main(["mcp", "--http", "0.0.0.0:1", "--root", str(SAMPLES)]) == 2
     err = capsys.readouterr().err
     assert err.count("\n") == 1 and "requires a token in $TRACEVIEW_MCP_TOKEN" in err
+
+
+def test_http_address_parsing():
+    from traceview.errors import TraceError
+    from traceview.mcp_cli import DEFAULT_PORT, is_loopback, parse_http
+
+    assert parse_http(":9000") == ("127.0.0.1", 9000) and parse_http("localhost") == ("localhost", DEFAULT_PORT)
+    assert parse_http("[::1]:9001") == ("::1", 9001) and parse_http("0.0.0.0:80") == ("0.0.0.0", 80)
+    assert [is_loopback(h) for h in ("127.0.0.1", "::1", "localhost", "0.0.0.0", "10.0.0.1")] == [True] * 3 + [False] * 2
+    for bad in ("host:port", "127.0.0.1:0", "127.0.0.1:70000"):
+        with pytest.raises(TraceError):
+            parse_http(bad)
