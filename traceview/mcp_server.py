@@ -172,6 +172,7 @@ class Server:
                 "source": {
                     "api": "traceview.report.analyze",
                     "schema_version": doc["schema_version"],
+                    "traceview": doc["tool"]["version"],
                     "document": "traceview analyze PATH --format json",
                 },
                 "traces": traces,
