@@ -420,7 +420,7 @@ def _serve(port: int, env: dict | None = None) -> subprocess.Popen:
     proc = subprocess.Popen([sys.executable, "-m", "traceview", "mcp", "--http", f"127.0.0.1:{port}", "--root",
                              str(SAMPLES / "gpu_h200")], cwd=ROOT, env={**os.environ, **(env or {})},
                             stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
-    while True:  # until it accepts (or exits); no wall-clock assertion
+    for _ in range(3000):  # until it accepts or exits (the bound only keeps a broken server from hanging the run)
         if proc.poll() is not None:
             raise AssertionError(proc.stderr.read().decode())
         try:
@@ -428,6 +428,8 @@ def _serve(port: int, env: dict | None = None) -> subprocess.Popen:
             return proc
         except OSError:
             time.sleep(0.1)
+    proc.kill()
+    raise AssertionError("traceview mcp --http never accepted a connection")
 
 
 def test_http_localhost_with_token():
