@@ -11,7 +11,7 @@ import sys
 import pytest
 from conftest import SAMPLES, raw_events
 
-from traceview.cli.ci import diff_paths
+from traceview.ci.compare import diff_paths
 
 H200 = SAMPLES / "gpu_h200"
 COMPILE = SAMPLES / "gpu_h200_compile"

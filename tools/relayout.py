@@ -55,6 +55,11 @@ MOVES: dict[str, str] = {
     "traceview.straggler": "traceview.sections.straggler",
     "traceview.job": "traceview.sections.job",
     "traceview.rulerunner": "traceview.sections.findings",  # (after the move commit: the findings section)
+    # the agent interface (issue 29), landed after the move
+    "traceview.mcp_server": "traceview.agent.server",
+    "traceview.mcp_bounds": "traceview.agent.bounds",
+    "traceview.mcp_roots": "traceview.agent.roots",
+    "traceview.mcp_cli": "traceview.cli.mcp",
     # views: the command line
     "traceview.cli": "traceview.cli.main",
     "traceview.ci_cli": "traceview.cli.ci",

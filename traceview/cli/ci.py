@@ -9,7 +9,6 @@ from collections.abc import Callable
 from pathlib import Path
 
 from ..errors import TraceError
-from ..options import Options
 
 DIFF_FORMATS = ("text", "json", "markdown")
 
@@ -55,43 +54,8 @@ def add_parsers(sub: argparse._SubParsersAction) -> None:
 
 
 # ---- diff ---------------------------------------------------------------------------------------------------
-def _side(path: str, options: Options | None) -> tuple[dict, list[str], dict[str, list[dict]]]:
-    """One side of a diff: its merged analyze document, the keys of its traces, their full kernel tables."""
-    from ..ci.diff import kernel_rows
-    from ..ci.digest import file_label, job_keys
-    from ..ci.discover import discover
-    from ..ci.jobrun import analyze_job
-
-    disc = discover([path])
-    if disc.errors:
-        raise TraceError(disc.errors[0]["error"])
-    p = Path(path)
-    root = p.name if p.is_dir() else file_label(p.name)
-    doc: dict = {"traces": [], "jobs": [], "errors": []}
-    keys: list[str] = []
-    kernels: dict[str, list[dict]] = {}
-    for spec in disc.jobs:
-        keep: dict = {}
-        d = analyze_job(spec, options, keep)
-        for k in ("traces", "jobs", "errors"):
-            doc[k] += d[k]
-        keys += job_keys(d, "" if spec.label == root else spec.label)
-        for t in d["traces"]:
-            if t["path"] in keep:
-                kernels[t["path"]] = kernel_rows(keep[t["path"]], t)
-    return doc, keys, kernels
-
-
-def diff_paths(a: str, b: str, options: Options | None = None) -> dict:
-    """The diff document of two traces or run folders (with the full kernel tables)."""
-    from ..ci.diff import diff
-
-    doc_a, keys_a, ka = _side(a, options)
-    doc_b, keys_b, kb = _side(b, options)
-    return diff(doc_a, doc_b, keys_a, keys_b, {**ka, **kb})
-
-
 def cmd_diff(args: argparse.Namespace) -> int:
+    from ..ci.compare import diff_paths
     from ..ci.diff_render import markdown, text
     from .rules import build_options
 

@@ -1,4 +1,4 @@
-"""`traceview` command line: analyze | rules | layers | diff | batch | collect | trigger."""
+"""`traceview` command line: analyze | rules | layers | diff | batch | mcp | collect | trigger."""
 
 from __future__ import annotations
 
@@ -176,6 +176,9 @@ def make_parser(command: str | None = None) -> argparse.ArgumentParser:
     from .history import add_parsers as add_history_parsers
 
     add_history_parsers(sub)
+    from .mcp import add_parser as add_mcp_parser
+
+    add_mcp_parser(sub, _size)
     try:  # `collect` / `trigger` live with the collectors (torch is imported only when they run)
         from collectors.cli import add_parsers
     except ImportError:
