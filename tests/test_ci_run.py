@@ -89,3 +89,13 @@ def test_install_block_skips_when_chromium_is_there(tmp_path: Path) -> None:
         ["/bin/bash", "-c", part], capture_output=True, text=True, timeout=30, env={"PATH": str(tmp_path)}
     )  # no apt-get, no sudo: nothing may be called
     assert r.returncode == 0 and r.stdout == "" and r.stderr == ""
+
+
+def test_readme_is_short_and_its_links_resolve() -> None:
+    text = (ROOT / "README.md").read_text()
+    assert len(text.splitlines()) <= 150
+    links = re.findall(r"\]\(([^)#]+)\)", text)
+    assert len(links) >= 15
+    # docs/agents.md comes with `traceview mcp` (another branch)
+    missing = [p for p in links if not (ROOT / p).exists() and p != "docs/agents.md"]
+    assert not missing, missing
