@@ -62,9 +62,11 @@ def test_first_screen(rel: str) -> None:
             line.startswith("warning:") and "left out of" in line and "period" in line for line in lines
         )
         excl = t["summary"].get("excluded_us")
-        edge = [line for line in lines if "at the recording's edges left out" in line]
-        if excl:
-            assert any(f"{excl / 1000:,.2f} ms at the recording's edges" in line for line in edge)
+        if excl and len(d["traces"]) == 1:  # one line at 80 columns
+            (line,) = [line for line in render(rel, 80) if "at the recording's edges left out" in line]
+            assert line.startswith(f"{excl / 1000:,.2f} ms at the recording's edges") and line.endswith(
+                "--detail)"
+            )
         # verdict, fix first and "nothing to fix" agree
         c = t.get("classification") or {}
         verdict = t.get("verdict_text") or ""
@@ -86,4 +88,12 @@ def test_edges_say_why_with_detail() -> None:
     assert len(notes) == 2 and notes[0].startswith("179.4 µs at the start of step 1")
     assert notes not in t["warnings"]
     short, full = "\n".join(render(rel, 200)), "\n".join(render(rel, 200, tuple(text.SECTIONS)))
-    assert notes[0] not in short and notes[0] in full and "--detail: why" in short
+    assert notes[0] not in short and notes[0] in full and "; --detail)" in short
+
+
+def test_readme_example_is_the_real_first_screen() -> None:
+    """The README's example output is what the install command's trace prints at 100 columns (path line aside)."""
+    readme = (SAMPLES.parent / "README.md").read_text()
+    block = readme.split("```text\n", 1)[1].split("```", 1)[0].splitlines()
+    got = [line.rstrip() for line in render("gpu_h200/sync_item_nonzero_cpu.json.gz", 100)]
+    assert block[1:] == got[1:] and "sync_item_nonzero_cpu.json.gz" in block[0]

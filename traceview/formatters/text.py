@@ -87,10 +87,9 @@ def edges(s: dict, con: Console, detail: bool) -> None:
     if not excl:
         return
     ex = s.get("excluded") or {}
-    where = " and ".join(f"{_ms(v)} {k}" for k, v in (("before", ex.get("before_us")), ("after", ex.get("after_us")))
-                         if v)
-    con.print(Text(f"{_ms(excl)} ms at the recording's edges left out ({where} the steps"
-                   + (")" if detail else "; --detail: why)"), style=_style(con, "dim")))
+    where = ", ".join(f"{_ms(v)} {k}" for k, v in (("before", ex.get("before_us")), ("after", ex.get("after_us"))) if v)
+    con.print(Text(f"{_ms(excl)} ms at the recording's edges left out ({where}" + (")" if detail else "; --detail)"),
+                   style=_style(con, "dim")))
     if detail:
         for note in ex.get("notes") or []:
             con.print(Text(f"  {note}", style=_style(con, "dim")))
