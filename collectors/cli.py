@@ -19,6 +19,7 @@ from pathlib import Path
 from typing import Any
 
 from collectors import manifest as mf
+from collectors import outfilter
 
 _PKG_DIR = Path(__file__).resolve().parent
 _BOOT_DIR = _PKG_DIR / "_boot"
@@ -175,17 +176,25 @@ def cmd_collect(args: argparse.Namespace) -> int:
     mf.write_json_atomic(run_dir / mf.MANIFEST_NAME, man)
     lock = mf.hold_launcher_lock(run_dir)  # released by the kernel when we die: ranks can tell
 
+    # the job's stderr goes through a filter process: torch's USDT profiler_start/stop lines to <run>/profiler.log
+    sys.stderr.flush()
+    errfilter = outfilter.start(run_dir)
+
     # Signals are taken synchronously (sigtimedwait) so that we know who sent them; the child starts with
     # the mask it would have had, and dies with us (PR_SET_PDEATHSIG) rather than profiling on as an orphan.
     waited = [s for s in _FORWARDED if s is not None] + [signal.SIGCHLD]
     old_mask = signal.pthread_sigmask(signal.SIG_BLOCK, waited)
     try:
         try:
-            child = subprocess.Popen(cmd, env=child_env(cfg, torchrun), preexec_fn=_child_setup(old_mask))
+            child = subprocess.Popen(cmd, env=child_env(cfg, torchrun), preexec_fn=_child_setup(old_mask),
+                                     stderr=errfilter.stdin)
         except OSError as exc:
+            _end_filter(errfilter)
             print(f"traceview collect: cannot run {cmd[0]!r}: {exc}", file=sys.stderr)
             mf.merge(run_dir, exit_code=127, finished=time.strftime("%Y-%m-%dT%H:%M:%S%z"))
+            mf.release_launcher_lock(run_dir, lock)
             return 127
+        errfilter.stdin.close()  # the job holds the pipe now: its end (and its children's) ends the filter
         if cfg["on_demand"]:
             mf.register_pid(os.getpid(), run_dir)
             mf.register_pid(child.pid, run_dir)
@@ -195,6 +204,7 @@ def cmd_collect(args: argparse.Namespace) -> int:
             if cfg["on_demand"]:
                 mf.unregister_pid(os.getpid())
                 mf.unregister_pid(child.pid)
+            _end_filter(errfilter)
     finally:
         signal.pthread_sigmask(signal.SIG_SETMASK, old_mask)
     died_of = signal.Signals(-rc).name if rc < 0 else None
@@ -202,10 +212,20 @@ def cmd_collect(args: argparse.Namespace) -> int:
         rc = 128 - rc
     man = mf.merge(run_dir, exit_code=rc, finished=time.strftime("%Y-%m-%dT%H:%M:%S%z"),
                    signal=died_of or sent)
-    if lock is not None:
-        os.close(lock)
+    mf.release_launcher_lock(run_dir, lock)  # the job is over: no rank asks any more, no lock file left behind
     _report(run_dir, man)
     return rc
+
+
+def _end_filter(errfilter: subprocess.Popen) -> None:
+    """Wait for the stderr filter to pass the job's last lines; a process the job left behind may hold the pipe
+    open: then not longer than a few seconds (the filter ends with it)."""
+    if errfilter.stdin and not errfilter.stdin.closed:
+        errfilter.stdin.close()
+    try:
+        errfilter.wait(timeout=5.0)
+    except subprocess.TimeoutExpired:
+        pass
 
 
 # SIGINT: a Ctrl-C in the terminal reaches the child itself (same process group) and is not repeated; one sent
@@ -273,6 +293,8 @@ def _report(run_dir: Path, man: dict[str, Any]) -> None:
             f" ({st['overhead_pct']:+.0f}%)"
         )
     print(line, file=sys.stderr)
+    if st.get("spread_warning"):
+        print(f"traceview collect: warning: {st['spread_warning']}", file=sys.stderr)
 
 
 # ----------------------------------------------------------------------------- trigger

@@ -66,6 +66,37 @@ def _median(xs: list[float]) -> float | None:
     return round(statistics.median(xs), 4) if xs else None
 
 
+#: recorded step times whose slowest is more than this many times the fastest are not one steady state
+SPREAD_WARN = 2.0
+
+
+def _spread(ranks: list[dict[str, Any]], key: str) -> tuple[float | None, float | None, float | None]:
+    """(slowest / fastest, fastest ms, slowest ms) of the recorded step times `key` on the rank where they vary
+    most (each rank's steps are compared with its own: ranks may run different work)."""
+    best = (None, None, None)
+    for r in ranks:
+        xs = [x for x in r.get(key) or [] if x and x > 0]
+        if len(xs) >= 2 and (best[0] is None or max(xs) / min(xs) > best[0]):
+            best = (round(max(xs) / min(xs), 2), round(min(xs), 3), round(max(xs), 3))
+    return best
+
+
+def spread_summary(ranks: list[dict[str, Any]], unprofiled_key: str) -> dict[str, Any]:
+    """The spread of the recorded step times, profiled and unprofiled, and a warning above SPREAD_WARN."""
+    out: dict[str, Any] = {}
+    warn = []
+    for name, key in (("profiled", "profiled_step_ms"), ("unprofiled", unprofiled_key)):
+        ratio, lo, hi = _spread(ranks, key)
+        out[f"{name}_spread"] = ratio
+        if ratio is not None and ratio > SPREAD_WARN:
+            warn.append(f"{name} steps vary {ratio:.1f}x ({lo:.2f} to {hi:.2f} ms)")
+    out["spread_warning"] = (
+        "; ".join(warn) + ": a noisy machine, a warm-up step or a data stall; the medians may not be the "
+        "steady state: record more steps (--warmup/--active) on a quiet machine, or look at the slow step"
+    ) if warn else None
+    return out
+
+
 def step_time_summary(ranks: list[dict[str, Any]]) -> dict[str, Any]:
     """Profiled vs unprofiled step time over ranks (the slowest rank's median sets the job's pace)."""
     key = "unprofiled_step_ms"
@@ -84,6 +115,7 @@ def step_time_summary(ranks: list[dict[str, Any]]) -> dict[str, Any]:
         "unprofiled_source": key,
         "unprofiled_samples": sum(len(r.get(key, [])) for r in ranks),
         "profiled_samples": sum(len(r.get("profiled_step_ms", [])) for r in ranks),
+        **spread_summary(ranks, key),
     }
 
 
@@ -174,6 +206,18 @@ def hold_launcher_lock(run_dir: Path) -> int | None:
         return fd
     except (ImportError, OSError):
         return None
+
+
+def release_launcher_lock(run_dir: Path, fd: int | None) -> None:
+    """The job is over: remove the lock file (before closing it, so no rank ever sees it free and takes the
+    launcher for lost) and close it."""
+    if fd is None:
+        return
+    try:
+        os.unlink(Path(run_dir) / LOCK_NAME)
+    except OSError:
+        pass
+    os.close(fd)
 
 
 def launcher_lost(run_dir: Path) -> bool:

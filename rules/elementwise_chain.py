@@ -73,28 +73,81 @@ FIX = ("Each kernel of this chain reads its whole input from HBM and writes its 
        "mm + add, fused activations, fused/foreach optimizers, fused norms); or write a Triton kernel.")
 
 
-def _compiled_chain(ops: str) -> bool:
-    return all(o.startswith("triton_") for o in ops.split(" → "))
+#: kernels Inductor/Triton generated (by kernel name, or by the op name a compiled graph gives them), and kernels a
+#: compiled graph runs (AOTAutograd's CompiledFunction: ATen kernels Inductor left inside the graph)
+COMPILED_RE = r"^triton_|^CompiledFunction"
+#: multi-tensor kernels: one launch over a whole list of tensors (foreach ops, fused optimizers, apex/ATen's
+#: `multi_tensor_apply_kernel<…, AdamFunctor…>`), by op name or kernel name
+MULTI_TENSOR_OP_RE = r"^aten::_(foreach|fused)_"
+MULTI_TENSOR_KERNEL_RE = r"multi_tensor_apply|(?i:fused_?adam|fused_?sgd|fused_?adagrad)"
+FUSED_OPTIMIZER_RE = r"^aten::_fused_|(?i:fused_?adam|fused_?sgd|fused_?adagrad|AdamFunctor)"
 
 
-def fix_for(f: Features, ops: str) -> str:
-    """The fix, conditioned on what the trace already does: a chain of Triton kernels is already compiled."""
-    if _compiled_chain(ops):
-        return ("These kernels are already compiled (Triton), but Inductor emitted them separately: something "
+def kernel_kinds(ops: list[str], kernels: list[str]) -> dict[str, list[int]]:
+    """The positions of a chain's kernels by what they are: `compiled` (Triton), `multi` (multi-tensor: foreach
+    or fused optimizer kernels), `fused_opt` (a fused optimizer's update), `eager` (the rest: one ATen/library
+    kernel per op). `ops[i]` is the op that launched `kernels[i]` ("?" when unknown)."""
+    ser_k, ser_o = pl.Series(kernels, dtype=pl.String), pl.Series(ops, dtype=pl.String)
+    compiled = ser_k.str.contains(COMPILED_RE) | ser_o.str.contains(COMPILED_RE)
+    multi = ser_o.str.contains(MULTI_TENSOR_OP_RE) | ser_k.str.contains(MULTI_TENSOR_KERNEL_RE)
+    fused_opt = ser_o.str.contains(FUSED_OPTIMIZER_RE) | ser_k.str.contains(FUSED_OPTIMIZER_RE)
+    eager = ~compiled & ~multi
+    return {name: [i for i, v in enumerate(m.to_list()) if v]
+            for name, m in (("compiled", compiled), ("multi", multi), ("fused_opt", fused_opt), ("eager", eager))}
+
+
+def _compiled_chain(kinds: dict[str, list[int]], k: int) -> bool:
+    return len(kinds["compiled"]) == k
+
+
+def _names(ops: list[str], idx: list[int], n: int = 4) -> str:
+    seen = list(dict.fromkeys(ops[i].replace("aten::", "") for i in idx if ops[i] != "?"))
+    return ", ".join(seen[:n]) + (" …" if len(seen) > n else "")
+
+
+def fix_for(f: Features, ops: str, kernels: list[str] | None = None) -> str:
+    """The fix, conditioned on what the chain's kernels are and what the trace already does: Triton kernels are
+    already compiled, multi-tensor (foreach/fused optimizer) kernels are already batched, and only the others are
+    eager kernels."""
+    op_list = ops.split(" → ")
+    kinds = kernel_kinds(op_list, kernels if kernels is not None else op_list)
+    k = len(op_list)
+    if _compiled_chain(kinds, k):
+        return ("These kernels are already compiled (Triton kernels, or kernels of a compiled graph), but Inductor "
+                "emitted them separately: something "
                 "between them stops fusion — a graph break, a reduction or a mutation Inductor will not fuse "
                 "across, or an op it falls back to eager for. Check TORCH_LOGS=graph_breaks,fusion (or "
                 "torch._dynamo.explain) and remove the break, or write the fused kernel by hand (Triton).")
-    if "_foreach_" in ops:
-        return ("These are multi-tensor (foreach) kernels, already batched over the parameters, applied one after "
-                "another: the next step is a fused optimizer — AdamW(fused=True) / SGD(fused=True) runs the whole "
-                "update in one kernel per parameter group — or torch.compile of the optimizer step, which fuses "
-                "the foreach chain.")
-    if f.compiled or f.triton_kernels:
-        return ("The step already uses torch.compile, but these eager ATen kernels run outside the compiled "
-                "regions (a graph break, or code left uncompiled): extend the compiled region over them (remove the "
-                "graph break, compile the enclosing function), or use fused forms (F.linear with bias instead of "
-                "mm + add, fused activations, fused/foreach optimizers, fused norms).")
+    opt_in_use = f.fused_optimizer or f.foreach_optimizer
+    if kinds["multi"]:
+        n = len(kinds["multi"])
+        head = (f"{n} of these {k} kernels are a fused optimizer's update (one kernel per parameter group): already "
+                "fused, nothing to apply to them." if kinds["fused_opt"] else
+                f"{n} of these {k} kernels are multi-tensor (foreach) kernels, each already one launch over a whole "
+                "list of tensors, not one per parameter.")
+        if not kinds["eager"]:
+            return head + (" The estimate is what one kernel for the whole chain would move: an upper bound, not a "
+                           "change to make.")
+        return head + (f" The other {len(kinds['eager'])} ({_names(op_list, kinds['eager'])}) are separate eager "
+                       "kernels: torch.compile of the function that runs them fuses those.")
+    if kinds["compiled"] or f.compiled or f.triton_kernels:
+        n_eager = len(kinds["eager"])
+        which = "these eager kernels run" if n_eager == k else f"{n_eager} of these {k} kernels are eager and run"
+        return (f"The step already uses torch.compile, but {which} outside the compiled regions "
+                f"({_names(op_list, kinds['eager'])}: a graph break, or code left uncompiled): extend the compiled "
+                "region over them (remove the graph break, compile the enclosing function), or use fused forms "
+                "(F.linear with bias instead of mm + add, fused activations"
+                + ("" if opt_in_use else ", fused/foreach optimizers") + ", fused norms).")
+    if opt_in_use:
+        return FIX.replace(" fused/foreach optimizers,", "")
     return FIX
+
+
+def info_only(ops: str, kernels: list[str]) -> bool:
+    """A chain whose kernels are all compiled already or already batched (no eager kernel left to fuse): nothing
+    to apply here, so the finding is info."""
+    op_list = ops.split(" → ")
+    return not kernel_kinds(op_list, kernels)["eager"]
 
 
 def chains(trace, steps: pl.DataFrame, kb: pl.DataFrame, min_kernels: int = 2) -> pl.DataFrame:
@@ -237,8 +290,9 @@ def check(ctx: RuleContext) -> list[Finding]:
             title=f"{p['k']} elementwise kernels in a row ({' → '.join(o.replace('aten::', '') for o in p['ops'].split(' → ')[:6])}"
                   f"{' …' if p['k'] > 6 else ''}) could be one fused kernel",
             steps=p["steps"], count=p["count"], cost_ns=p["time"], savings_ns=p["savings"], evidence=ev,
-            fix=fix_for(ctx.features, p["ops"]), kernel_ids=p["ids"],
-            # a chain of Triton kernels is what torch.compile already produced: nothing to apply here (a graph
-            # break or an unfusable op keeps them apart, the graph-break rules' business)
-            severity="info" if _compiled_chain(p["ops"]) else None))
+            fix=fix_for(ctx.features, p["ops"], p["kernels"]), kernel_ids=p["ids"],
+            # a chain of Triton kernels is what torch.compile already produced, a chain of multi-tensor kernels what
+            # foreach/fused optimizers already do: nothing to apply here (a graph break or an unfusable op keeps
+            # them apart, the graph-break rules' business)
+            severity="info" if info_only(p["ops"], p["kernels"]) else None))
     return out

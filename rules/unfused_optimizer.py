@@ -48,6 +48,8 @@ from traceview.analyses.rowid import join_by_id
 from traceview.analyses.whatif import EMPTY, gpu_idle_within, removed_per_step
 from traceview.ruleapi import XPROF_SEVERITY, Finding, Option, RuleContext, min_savings
 
+from .elementwise_chain import MULTI_TENSOR_KERNEL_RE
+
 CODE = "TV203"
 NAME = "unfused-optimizer"
 SEVERITY = "warning"
@@ -96,7 +98,9 @@ def optimizer_spans(ctx: RuleContext, min_kernels: int) -> pl.DataFrame:
     per = k.group_by("span").agg(
         pl.len().alias("kernels"), pl.col("name").n_unique().alias("kinds"), pl.col("dur").sum().alias("gpu_ns"),
         pl.col("_kb").fill_null(0).sum().alias("bytes"), pl.col("i").alias("ids"),
-        pl.col("op_name").fill_null("?").str.contains(MULTI_TENSOR_RE).sum().alias("multi"),
+        # multi-tensor by the op that launched it or, where no op is linked (CUDA graphs, apex), by the kernel
+        (pl.col("op_name").fill_null("?").str.contains(MULTI_TENSOR_RE)
+         | pl.col("name").str.contains(MULTI_TENSOR_KERNEL_RE)).sum().alias("multi"),
         pl.col("op_name").fill_null("?").alias("ops"))
     per = spans.rename({"i": "span"}).join(per, on="span", how="inner").rename({"span": "i"})
     per = per.filter((pl.col("multi") == 0) & (pl.col("kernels") >= min_kernels))

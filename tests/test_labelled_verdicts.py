@@ -3,7 +3,7 @@ the negative controls, and the step time against the CUDA-event step time.
 
 Labels: gpu_h200*/labels.json (`dominant`/`expected`, `step_ms_cuda_events`: unprofiled CUDA events around the
 step), collected2/labels.json (`primary`, `primary_acceptable`, `must_not_raise`, profiled/unprofiled steps from
-the collector's CUDA events). README.md's table "Verdicts on the labelled traces" lists the results."""
+the collector's CUDA events). docs/verdicts.md lists the results."""
 
 from __future__ import annotations
 

@@ -25,7 +25,7 @@ def entry(rel: str) -> dict:
 
 
 # (problem run, fixed run, the rule whose fix the twin applies, measured - predicted allowed as a share of the
-# measured saving). Target ±25 %; the wider band is a known miss, explained in README "Projected step time":
+# measured saving). Target ±25 %; the wider band is a known miss, explained in docs/projection.md:
 # the fixed program adds host time the problem trace cannot show.
 PAIRS = [
     ("fp32_gemm_highest", "fp32_gemm_tf32", "fp32-gemm", 0.25),

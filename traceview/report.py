@@ -90,9 +90,12 @@ def _analyze_trace(trace: Trace, options: Options) -> tuple[dict, pl.DataFrame, 
     gpu_win = trace.gpu.select("name", "kind", "op", "dur", "ts", "end").filter((pl.col("end") > lo) & (pl.col("ts") < hi))
     busy = timeline.step_busy(trace, steps)
     step_rows, summary = steps_section(trace, steps, busy)
-    edges, edge_warns = recording_edges(trace, steps)
+    edges, edge_notes = recording_edges(trace, steps)
+    # what the periods leave out at the recording's edges is expected, not a problem with the input: a note
+    # beside the amount (summary.excluded.notes), not a warning
+    edges["excluded"]["notes"] = edge_notes
     summary.update(edges)
-    warnings = [*trace.meta.warnings, *edge_warns]
+    warnings = list(trace.meta.warnings)
     devices = device_section(trace, steps, busy) if trace.has_gpu else []
     top_k, top_o = kernels.top_tables(trace, options.top, gpu_win) if trace.has_gpu else (None, None)
     entry: dict[str, Any] = {

@@ -90,14 +90,24 @@ def cmd_analyze(args: argparse.Namespace) -> int:
     return ExitCode(exit_code(doc, args))
 
 
+def _layers_entry(t: dict, depth: int | None) -> dict:
+    """A trace's entry of `traceview layers`: its `layers` section and, for a trace without GPU activity, the CPU
+    time per layer of its `cpu` section (what the text shows instead of a GPU table of zeros)."""
+    e = {"path": t["path"], "rank": t["rank"], "layers": t["layers"]}
+    cpu = t.get("cpu") or {}
+    if cpu.get("layers"):
+        rows = [r for r in cpu["layers"] if depth is None or (r.get("depth") or 0) <= depth]
+        e["cpu"] = {"steps": cpu["steps"], "layers": rows}
+    return e
+
+
 def cmd_layers(args: argparse.Namespace) -> int:
     """The `layers` sections of `analyze` alone (same pipeline, same numbers)."""
     from ..formatters import write
     from ..report import SCHEMA_VERSION
 
     rep = _analyze_paths(args, Options(step=args.step, layers_depth=args.depth, max_bytes=args.max_bytes))
-    doc = {"schema_version": SCHEMA_VERSION,
-           "traces": [{"path": t["path"], "rank": t["rank"], "layers": t["layers"]} for t in rep.traces],
+    doc = {"schema_version": SCHEMA_VERSION, "traces": [_layers_entry(t, args.depth) for t in rep.traces],
            "errors": rep.errors}
     if args.format == "json":
         write(doc, "json", args.output)

@@ -7,16 +7,19 @@ straggler and its cause.
 
 from __future__ import annotations
 
+import re
 from collections.abc import Collection
 
 from rich.console import Console
 from rich.markup import escape
 from rich.text import Text
 
+from ..kernel_names import short_kernel
 from ..units import num
 from .tables import cut_rows
 from .term import middle, plain, rule, step_ranges, table
 
+_TRITON = re.compile(r"\btriton_[a-z]+_fused_\w+")
 SEV_STYLE = {"error": "bold red", "warning": "yellow", "info": "cyan"}
 TOP_FINDINGS = 5  # findings on the first screen; `--show findings` lists all
 MANY_RANKS = 8  # above this many ranks a job shows the distribution of waits and the worst ranks
@@ -53,9 +56,16 @@ def findings_table(findings: list[dict], con: Console, n_steps: int, title: str,
     if not findings:
         con.print("No findings." if plain(con) else "[green]No findings.[/]")
         return
-    shown = findings if limit is None else findings[:limit]
+    listed = findings
+    if limit is not None:  # the first screen: an info finding that saves nothing is not worth a row
+        listed = [f for f, s in zip(findings, per_step(findings, n_steps), strict=True)
+                  if f["severity"] != "info" or round(s, 2) > 0]
+    shown = listed if limit is None else listed[:limit]
     more = len(findings) - len(shown)
-    rows = [[_sev(con, f["severity"]), f["code"], f["title"], num(s, 2), num(f["savings_pct"]),
+    if not shown:
+        con.print(f"{more} finding(s) at info saving nothing: --show findings")
+        return
+    rows = [[_sev(con, f["severity"]), f["code"], short_names(f["title"]), num(s, 2), num(f["savings_pct"]),
              f.get("layer") or "-"] for f, s in zip(shown, per_step(shown, n_steps), strict=True)]
     width = con.width
     # the title column wraps; the layer column is cut in the middle to a third of the line
@@ -83,6 +93,11 @@ def findings_table(findings: list[dict], con: Console, n_steps: int, title: str,
         seen.add(f["rule"])
         head = Text(f"{f['code']} {f['rule']} — fix: ", style="" if plain(con) else "bold")
         con.print(head + Text(f["fix"]))
+
+
+def short_names(title: str) -> str:
+    """A finding's title with the Triton kernel names in it shortened (kernel_names.short_kernel)."""
+    return _TRITON.sub(lambda m: short_kernel(m.group(0)), title)
 
 
 def findings_detail(findings: list[dict], con: Console) -> None:

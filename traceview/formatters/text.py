@@ -16,6 +16,7 @@ from typing import IO
 from rich.console import Console
 from rich.text import Text
 
+from ..kernel_names import short_kernel
 from ..safe_text import text_safe
 from ..units import num
 from . import findings_text, layers
@@ -37,8 +38,9 @@ def _style(con: Console, style: str) -> str:
     return "" if plain(con) else style
 
 
-def header(t: dict, con: Console) -> None:
-    """Path, device, steps, step time, GPU busy; warnings; verdict; classes; what to fix first; projection."""
+def header(t: dict, con: Console, show: Collection[str] = ()) -> None:
+    """Path, device, steps, step time, GPU busy; warnings; verdict; what to fix first; the recording's edges left
+    out (one dim line; why with --detail); projection."""
     meta, s = t["metadata"], t["summary"]
     rank = f" · rank {t['rank']}" if t.get("rank") is not None else ""
     rule(con, middle(t["path"], max(con.width - len(rank) - 8, 20)) + rank)
@@ -51,26 +53,46 @@ def header(t: dict, con: Console) -> None:
     busy = f" · GPU busy {num(s['gpu_busy_pct'])}\u00a0%" if not cpu else ""
     line = (f"{dev} · {meta['format']} · {s['steps']} step(s) {step_ranges(nums)} · "
             f"step {_ms(s.get('avg_step_us'))} ms avg{per}{busy}")
-    excl = s.get("excluded_us")
-    if excl:
-        line += f" · {_ms(excl)} ms at the recording's edges left out"
     con.print(Text(line))
     for w in t.get("warnings", []):
         con.print(Text("warning: ", style=_style(con, "yellow")) + Text(w))
     if t.get("verdict_text"):
         con.print(Text(t["verdict_text"], style=_style(con, "bold")))
-    c = t.get("classification") or {}
-    primary = c.get("primary")
-    if primary:
-        what = primary if isinstance(primary, str) else (primary.get("text") or primary.get("class"))
-        if what:
-            con.print(Text("Fix first: ", style=_style(con, "bold")) + Text(str(what)))
+    fix_first(t, con)
+    edges(s, con, detail="steps" in show)
     projection(t.get("projection"), con)
     prof = t.get("profiling")
     if prof and prof.get("note"):
         lead = "profiler overhead: "
         con.print(Text(lead, style=_style(con, "yellow" if prof.get("launch_bound_may_be_artifact") else "dim"))
                   + Text(prof["note"]))
+
+
+def fix_first(t: dict, con: Console) -> None:
+    """What to fix first: the primary class and its costliest finding, only when a finding above info says so
+    (with nothing to fix the verdict line says that, and the primary class is only the largest one)."""
+    c = t.get("classification") or {}
+    primary = c.get("primary")
+    if not isinstance(primary, str) or c.get("primary_basis") != "savings":
+        return
+    top = next((f for f in t.get("findings") or [] if f.get("class") == primary and f.get("severity") != "info"),
+               None)
+    what = primary + (f" — {top['code']} {top['rule']}" if top else "")
+    con.print(Text("Fix first: ", style=_style(con, "bold")) + Text(what))
+
+
+def edges(s: dict, con: Console, detail: bool) -> None:
+    """The recording's edges left out of the steps: one dim line; with --detail, why (summary.excluded.notes)."""
+    excl = s.get("excluded_us")
+    if not excl:
+        return
+    ex = s.get("excluded") or {}
+    where = ", ".join(f"{_ms(v)} {k}" for k, v in (("before", ex.get("before_us")), ("after", ex.get("after_us"))) if v)
+    con.print(Text(f"{_ms(excl)} ms at the recording's edges left out ({where}" + (")" if detail else "; --detail)"),
+                   style=_style(con, "dim")))
+    if detail:
+        for note in ex.get("notes") or []:
+            con.print(Text(f"  {note}", style=_style(con, "dim")))
 
 
 def projection(p: dict | None, con: Console) -> None:
@@ -132,7 +154,7 @@ def devices_detail(t: dict, con: Console) -> None:
 def kernels_detail(t: dict, con: Console) -> None:
     if not t["top_kernels"]:
         return
-    rows = [[r["name"], r["kind"], str(r["count"]), _ms(r["total_us"], 3), num(r["mean_us"], 2), num(r["share_pct"]),
+    rows = [[short_kernel(r["name"]), r["kind"], str(r["count"]), _ms(r["total_us"], 3), num(r["mean_us"], 2), num(r["share_pct"]),
              r["op"] or "-"] for r in t["top_kernels"]]
     con.print(table(con, "Top kernels by GPU time", [("kernel", "left"), ("kind", "left", 2), ("count", "right"),
                                                      ("total ms", "right"), ("mean µs", "right", 3),
@@ -160,7 +182,7 @@ def ops_detail(t: dict, con: Console, limit: int | None = None) -> None:
 
 
 def render_trace(t: dict, con: Console, show: Collection[str] = ()) -> None:
-    header(t, con)
+    header(t, con, show)
     findings_text.render_trace(t, con, show)
     cpu = t.get("cpu") or {}
     if cpu.get("top_ops") and "ops" not in show:
@@ -186,7 +208,9 @@ def _hint(con: Console, show: Collection[str]) -> None:
     left = [s for s in SECTIONS if s not in show]
     if left:
         msg = f"More: --detail, or --show {','.join(left)}"
-        con.print(Text(msg, style=_style(con, "dim")), soft_wrap=True)  # one line: it is a command to copy
+        if len(msg) > con.width:  # the section list stays one piece to copy, on its own line
+            msg = f"More: --detail, or --show with some of\n  {','.join(left)}"
+        con.print(Text(msg, style=_style(con, "dim")), soft_wrap=True)
 
 
 def _job_of(path: str, jobs: list[dict]) -> dict | None:

@@ -36,9 +36,9 @@ SUMMARY = Section(
     json_doc=("`steps` (count), `step_numbers`, `window_us` (sum of the step periods), `avg_step_us` (mean step "
               "period: compares with a CUDA-event step time), `gpu_busy_pct`, `tb_window_us`, `tb_avg_step_us` (the "
               "same over tb_plugin's step windows, for comparison with the plugin), `breakdown_pct` (the step "
-              "breakdown below, over all tb windows), `excluded_us` and `excluded` {`before_us`, `after_us`} "
+              "breakdown below, over all tb windows), `excluded_us` and `excluded` {`before_us`, `after_us`, `notes`} "
               "(recording edges left out of every step: GPU work queued before the first step, activity after the "
-              "last one — a warning says why)"),
+              "last one — `notes` say why; they are not `warnings`)"),
 )
 STEPS = Section(
     keys=("steps",), computes="each analysed step's period, GPU busy time and tb_plugin breakdown",
