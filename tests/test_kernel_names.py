@@ -11,7 +11,7 @@ import re
 import pytest
 from conftest import SAMPLES
 
-from traceview.kernel_names import short_kernel
+from traceview.formatters.kernel_names import short_kernel
 
 FILES = [
     "gpu_h200_real/tv_resnet50_train_dataloader_nw0.json.gz",  # mangled cutlass, sm90_xmma, cudnn, nvjet

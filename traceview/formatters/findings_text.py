@@ -14,7 +14,7 @@ from rich.console import Console
 from rich.markup import escape
 from rich.text import Text
 
-from ..kernel_names import short_kernel
+from .kernel_names import short_kernel
 from ..units import num
 from .tables import cut_rows
 from .term import middle, plain, rule, step_ranges, table

@@ -16,7 +16,7 @@ from typing import IO
 from rich.console import Console
 from rich.text import Text
 
-from ..kernel_names import short_kernel
+from .kernel_names import short_kernel
 from ..safe_text import text_safe
 from ..units import num
 from . import findings_text, layers
