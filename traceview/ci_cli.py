@@ -162,6 +162,8 @@ def cmd_batch(args: argparse.Namespace) -> int:
     if disc.skipped:
         names = ", ".join(Path(s["path"]).name for s in disc.skipped[:5]) + (" …" if len(disc.skipped) > 5 else "")
         print(f"traceview: skipped {len(disc.skipped)} JSON file(s) that are not traces: {names}", file=sys.stderr)
+    for w in disc.warnings:  # e.g. several traces of a per-process writer that name no rank (layouts.py)
+        print(f"traceview: warning: {w['warning']}", file=sys.stderr)
     tick, stop = _progress(len(disc.jobs))
     try:
         results = batch.run(disc.jobs, options, args.jobs, args.engine, args.address, on_done=tick)
@@ -177,7 +179,12 @@ def cmd_batch(args: argparse.Namespace) -> int:
         baseline.save(digests, args.save_baseline, args.step)
     code = batch_exit_code(rows, bool(cmp and cmp["regressed"]), args.exit_zero)
     doc = batch_out.document(rows, digests, disc.skipped, cmp, code)
+    from . import series
+
+    doc["series"] = series.iterations(rows)  # one job profiled at several iterations: over time
+    doc["warnings"] = disc.warnings
     batch_out.terminal(doc, sys.stdout)
+    series.terminal(doc["series"], sys.stdout)
     for p in args.out:
         batch_out.write(p, rows, doc)
     if args.sarif or args.junit:

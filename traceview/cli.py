@@ -42,8 +42,10 @@ def _analyze_paths(args: argparse.Namespace, options: Options) -> Report:
         if on_progress:
             on_progress(path)
 
-    try:
-        return analyze(args.paths, options, on_trace=seen, load=load)
+    from .job_inputs import expand_inputs
+
+    try:  # a folder of framework job folders (TorchTitan's iteration_<N>/): one job each
+        return analyze(expand_inputs(args.paths), options, on_trace=seen, load=load)
     finally:
         if prog is not None:
             prog.stop()

@@ -142,6 +142,8 @@ def render_job(j: dict, con: Console, show: Collection[str] = ()) -> None:
     ranks = j.get("ranks") or []
     tail = f" · ranks {_ranks_label(ranks)}"
     rule(con, "job " + middle(j["path"], max(con.width - len(tail) - 12, 20)) + tail)
+    for w in j.get("warnings") or []:  # e.g. ranks unknown (layouts.py)
+        con.print(Text(f"warning: {w}"))
     n = j.get("nccl") or {}
     strag = n.get("straggler") or {}
     bold = "" if plain(con) else "bold"
