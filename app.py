@@ -60,7 +60,6 @@ PALETTE = {
     "wait": "#c5b0d5",
 }
 CHAIN_LINE = "#000000"  # elementwise chains: an outline, not a fill
-RANK_NAME = re.compile(r"rank[-_]?\d+")  # as the loader reads a rank from a file name
 SEVERITY_ICON = {"error": ":material/error:", "warning": ":material/warning:", "info": ":material/info:"}
 MD_SPECIAL = re.compile(r"([\\`*_{}\[\]()<>#+\-.!|$~:&])")
 PAGES: dict[str, Any] = {}  # url path -> st.Page, for jumps between pages
@@ -130,14 +129,18 @@ def one_line(s: str) -> str:
 
 
 # ---- inputs ------------------------------------------------------------------------------------------------
+@st.cache_data(show_spinner=False)
 def sample_choices() -> dict[str, Path]:
-    """Bundled traces (every `*.json.gz` under sample_traces/), plus each directory holding 2+ rank files
-    (`rank<N>` in the name), analyzed as one job like `traceview analyze RUN_DIR/`."""
+    """Bundled traces (every `*.json.gz` under sample_traces/), plus each directory that holds the ranks of one
+    run as `traceview batch` finds them (`discover`: distributedInfo, `rank<N>` names, framework layouts such as
+    TorchTitan's `iteration_<N>/`), analyzed as one job like `traceview analyze RUN_DIR/`."""
+    from traceview.discover import discover
+
     files = sorted(p for p in SAMPLES.rglob("*.json.gz") if p.is_file() and not p.name.startswith("."))
     out = {str(p.relative_to(SAMPLES)): p for p in files}
-    for d in sorted({p.parent for p in files}):
-        if sum(1 for p in files if p.parent == d and RANK_NAME.search(p.name)) > 1:
-            out[f"{d.relative_to(SAMPLES)}/ (all ranks)"] = d
+    for j in discover([SAMPLES]).jobs:
+        if j.folder and j.whole_folder and len(j.files) > 1:
+            out[f"{Path(j.folder).relative_to(SAMPLES)}/ (all ranks)"] = Path(j.folder)
     return dict(sorted(out.items()))
 
 

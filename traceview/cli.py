@@ -175,6 +175,9 @@ def make_parser(command: str | None = None) -> argparse.ArgumentParser:
     from .ci_cli import add_parsers as add_ci_parsers
 
     add_ci_parsers(sub)
+    from .annotate import add_parser as add_annotate_parser
+
+    add_annotate_parser(sub)
     try:  # `collect` / `trigger` live with the collectors (torch is imported only when they run)
         from collectors.cli import add_parsers
     except ImportError:

@@ -3,6 +3,7 @@ job's step time and primary class move over time, for `batch`."""
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Any
 
 from .layouts import ITERATION_DIR
@@ -16,7 +17,8 @@ def iterations(rows: list[dict]) -> list[dict[str, Any]]:
         parent, _, leaf = r["input"].rpartition("/")
         m = ITERATION_DIR.match(leaf)
         if m and r["kind"] in ("run", "trace"):
-            groups.setdefault(parent or ".", []).append((int(m.group(1)), r))
+            folder = Path(r["path"]) if r["kind"] == "run" else Path(r["path"]).parent  # the iteration_<N> folder
+            groups.setdefault(parent or folder.parent.name or ".", []).append((int(m.group(1)), r))
     out = []
     for job, members in sorted(groups.items()):
         if len(members) < 2:
