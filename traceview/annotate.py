@@ -92,16 +92,16 @@ def finding_events(findings: list[dict], steps: list[dict], t0_us: float, pid: i
     return out
 
 
-def annotate(path: str | Path, out: str | Path, options: Options | None = None,
-             max_bytes: int = DEFAULT_MAX_BYTES) -> dict[str, Any]:
-    """Write `path` with the added tracks to `out` (gzip when it ends in .gz). Returns {class_slices,
-    finding_slices, pid} of what was added."""
+def annotated(path: str | Path, options: Options | None = None, max_bytes: int = DEFAULT_MAX_BYTES,
+              trace: Any = None) -> tuple[bytes, dict[str, Any]]:
+    """(the JSON of `path` with the added tracks, {class_slices, finding_slices, pid}). `trace`: the loaded
+    trace when the caller holds it (the app)."""
     from .loader import load_file
     from .report import _analyze_trace
 
     options = options or Options()
     path = Path(path)
-    trace = load_file(path, max_bytes=max_bytes)
+    trace = trace if trace is not None else load_file(path, max_bytes=max_bytes)
     entry, _, part = _analyze_trace(trace, options)
     data, _ = read_input(path, max_bytes)
     try:
@@ -119,7 +119,15 @@ def annotate(path: str | Path, out: str | Path, options: Options | None = None,
     classes = class_events(part, t0, pid)
     found = finding_events(entry["findings"], entry["steps"], t0, pid)
     events.extend(added + classes + found)
-    blob = msgspec.json.encode(doc)
+    return msgspec.json.encode(doc), {"pid": pid, "class_slices": len(classes),
+                                      "finding_slices": sum(1 for e in found if e["ph"] == "X")}
+
+
+def annotate(path: str | Path, out: str | Path, options: Options | None = None,
+             max_bytes: int = DEFAULT_MAX_BYTES) -> dict[str, Any]:
+    """Write `path` with the added tracks to `out` (gzip when it ends in .gz). Returns {class_slices,
+    finding_slices, pid} of what was added."""
+    blob, info = annotated(path, options, max_bytes)
     out = Path(out)
     try:
         if out.name.endswith(".gz"):
@@ -129,7 +137,7 @@ def annotate(path: str | Path, out: str | Path, options: Options | None = None,
             out.write_bytes(blob)
     except OSError as e:
         raise TraceError(f"{out}: {e.strerror or e}") from None
-    return {"pid": pid, "class_slices": len(classes), "finding_slices": sum(1 for e in found if e["ph"] == "X")}
+    return info
 
 
 def add_parser(sub: Any) -> None:
