@@ -118,6 +118,10 @@ def test_torchtitan_post_processor_analyzes_the_written_trace(tmp_path, caplog):
     (t,) = doc["traces"]
     assert t["rank"] == 1 and t["steps"] == want["steps"] and t["verdict_text"] == want["verdict_text"]
     assert want["verdict_text"] in caplog.text
+    # the report beside the trace is not taken for a trace of the iteration
+    dj = tmp_path / "d.json"
+    assert main(["analyze", str(it), "--format", "json", "-o", str(dj)]) == 0
+    assert [t["path"] for t in json.loads(dj.read_text())["traces"]] == [str(f)]
     bad = it / "rank2_trace.json"
     bad.write_text("{oops")
     assert analyze_trace_file(str(bad)) is None or json.loads((it / "rank2_trace.traceview.json").read_text())["errors"]
