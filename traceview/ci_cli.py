@@ -77,7 +77,9 @@ def _side(path: str, options: Options | None) -> tuple[dict, list[str], dict[str
 def diff_paths(a: str, b: str, options: Options | None = None) -> dict:
     """The diff document of two traces or run folders (with the full kernel tables)."""
     from .diff import diff
+    from .remote import stage
 
+    (a, b), _ = stage([a, b], options.max_bytes if options else None)  # s3://, gs://… read into a temp folder
     doc_a, keys_a, ka = _side(a, options)
     doc_b, keys_b, kb = _side(b, options)
     return diff(doc_a, doc_b, keys_a, keys_b, {**ka, **kb})
@@ -157,8 +159,15 @@ def cmd_batch(args: argparse.Namespace) -> int:
         raise TraceError("--jobs must be 1 or more")
     options = build_options(args)  # also resolves --fail-on from the config
     th = baseline.thresholds(config.load(args.config)["baseline"], args.max_regression)
+    from . import remote
+
+    got: list[dict] = []  # URLs that cannot be read: failed rows, the others go on
+    paths, back = remote.stage(args.paths, getattr(args, "max_bytes", None), errors=got)
+    if args.baseline and remote.is_url(args.baseline):
+        args.baseline = remote.stage([args.baseline])[0][0]
     base = baseline.load(args.baseline) if args.baseline else None
-    disc = discover(args.paths)
+    disc = discover(paths)
+    disc.errors += got
     if disc.skipped:
         names = ", ".join(Path(s["path"]).name for s in disc.skipped[:5]) + (" …" if len(disc.skipped) > 5 else "")
         print(f"traceview: skipped {len(disc.skipped)} JSON file(s) that are not traces: {names}", file=sys.stderr)
@@ -171,6 +180,7 @@ def cmd_batch(args: argparse.Namespace) -> int:
         stop()
     rows = [batch.row(r, args.fail_on) for r in results] + [batch.failed_row(e["path"], e["error"]) for e in disc.errors]
     digests = [d for r in results for d in r["digests"]]
+    rows, digests = remote.restore(rows, back), remote.restore(digests, back)
     cmp = None
     if base is not None:
         cmp = baseline.compare(base, digests, th)

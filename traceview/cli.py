@@ -43,12 +43,16 @@ def _analyze_paths(args: argparse.Namespace, options: Options) -> Report:
             on_progress(path)
 
     from .job_inputs import expand_inputs
+    from .remote import restore, stage
 
+    paths, back = stage(args.paths, options.max_bytes)  # s3://, gs://… read into a temporary folder
     try:  # a folder of framework job folders (TorchTitan's iteration_<N>/): one job each
-        return analyze(expand_inputs(args.paths), options, on_trace=seen, load=load)
+        rep = analyze(expand_inputs(paths), options, on_trace=seen, load=load)
     finally:
         if prog is not None:
             prog.stop()
+    rep.traces, rep.jobs, rep.errors = restore(rep.traces, back), restore(rep.jobs, back), restore(rep.errors, back)
+    return rep
 
 
 def _sections(value: str) -> list[str]:
