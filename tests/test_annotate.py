@@ -37,11 +37,15 @@ def test_original_events_unchanged_and_tracks_well_formed(annotated):
     raw, ann, _, _ = annotated
     n = len(raw["traceEvents"])
     assert ann["traceEvents"][:n] == raw["traceEvents"]
-    assert {k: v for k, v in ann.items() if k != "traceEvents"} == {k: v for k, v in raw.items() if k != "traceEvents"}
+    assert {k: v for k, v in ann.items() if k != "traceEvents"} == {
+        k: v for k, v in raw.items() if k != "traceEvents"
+    }
     added = ann["traceEvents"][n:]
     pids = {e["pid"] for e in added}
     assert len(pids) == 1 and pids.isdisjoint({e.get("pid") for e in raw["traceEvents"]})
-    names = {(e["tid"], e["name"]): e["args"]["name"] for e in added if e["ph"] == "M" and "name" in e["args"]}
+    names = {
+        (e["tid"], e["name"]): e["args"]["name"] for e in added if e["ph"] == "M" and "name" in e["args"]
+    }
     assert names[(0, "process_name")] == TRACK_PROCESS
     by_tid = defaultdict(list)
     for e in added:
@@ -68,12 +72,18 @@ def test_class_slices_match_the_kernels_and_the_classification(annotated):
     # independent: GPU time (compute + memory classes) = the raw kernels' time inside the class slices' span
     lo = min(e["ts"] for e in cls)
     hi = max(e["ts"] + e["dur"] for e in cls)
-    kern = sum(min(k["ts"] + k["dur"], hi) - max(k["ts"], lo) for k in raw["traceEvents"]
-               if k.get("cat") == "kernel" and k["ts"] < hi and k["ts"] + k["dur"] > lo)
+    kern = sum(
+        min(k["ts"] + k["dur"], hi) - max(k["ts"], lo)
+        for k in raw["traceEvents"]
+        if k.get("cat") == "kernel" and k["ts"] < hi and k["ts"] + k["dur"] > lo
+    )
     assert tot["gpu_memory"] + tot["gpu_compute"] == pytest.approx(kern, rel=0.02)
     # on the trace's own clock: each step's slices start within 1 ms of its raw ProfilerStep#N annotation
-    steps = {int(e["name"].split("#")[1]): e for e in raw["traceEvents"]
-             if e.get("cat") == "user_annotation" and e["name"].startswith("ProfilerStep#")}
+    steps = {
+        int(e["name"].split("#")[1]): e
+        for e in raw["traceEvents"]
+        if e.get("cat") == "user_annotation" and e["name"].startswith("ProfilerStep#")
+    }
     for n, s in steps.items():
         first = min(e["ts"] for e in cls if e["args"]["step"] == n)
         assert abs(first - s["ts"]) < 1000, (n, first, s["ts"])
@@ -82,10 +92,16 @@ def test_class_slices_match_the_kernels_and_the_classification(annotated):
 def test_finding_slices_carry_rule_severity_saving_and_fix(annotated):
     _, ann, rep, _ = annotated
     fs = [e for e in ann["traceEvents"] if e.get("cat") == FINDING_CAT]
-    assert [(e["args"]["code"], e["args"]["severity"]) for e in fs] == [(f["code"], f["severity"]) for f in rep["findings"]]
+    assert [(e["args"]["code"], e["args"]["severity"]) for e in fs] == [
+        (f["code"], f["severity"]) for f in rep["findings"]
+    ]
     cls = [e for e in ann["traceEvents"] if e.get("cat") == CLASS_CAT]
     for e, f in zip(fs, rep["findings"], strict=True):
-        assert e["args"]["savings_us"] == f["savings_us"] and e["args"]["fix"] == f["fix"] and e["args"]["rule"] == f["rule"]
+        assert (
+            e["args"]["savings_us"] == f["savings_us"]
+            and e["args"]["fix"] == f["fix"]
+            and e["args"]["rule"] == f["rule"]
+        )
         # a finding over steps 1-3 spans exactly the class slices of those steps
         mine = [c for c in cls if c["args"]["step"] in f["steps"]]
         assert e["ts"] == pytest.approx(min(c["ts"] for c in mine), abs=0.002)
@@ -98,7 +114,9 @@ def test_annotated_trace_loads_back_with_the_same_analysis(annotated, tmp_path):
     main(["analyze", str(out), "--format", "json", "-o", str(again)])
     t = json.loads(again.read_text())["traces"][0]
     assert t["steps"] == rep["steps"] and t["classification"]["time_us"] == rep["classification"]["time_us"]
-    assert [(f["code"], f["savings_us"]) for f in t["findings"]] == [(f["code"], f["savings_us"]) for f in rep["findings"]]
+    assert [(f["code"], f["savings_us"]) for f in t["findings"]] == [
+        (f["code"], f["savings_us"]) for f in rep["findings"]
+    ]
 
 
 def test_bad_input_is_one_error_line(tmp_path, capsys):

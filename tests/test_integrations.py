@@ -25,8 +25,10 @@ def _steps_of(trace) -> list[int]:
 
 def test_integrations_import_no_framework():
     """Importing the package and the TorchTitan post-processor loads no framework and no torch."""
-    code = ("import sys, traceview.integrations, traceview.integrations.torchtitan; "
-            "print([m for m in ('lightning', 'pytorch_lightning', 'transformers', 'torchtitan', 'torch') if m in sys.modules])")
+    code = (
+        "import sys, traceview.integrations, traceview.integrations.torchtitan; "
+        "print([m for m in ('lightning', 'pytorch_lightning', 'transformers', 'torchtitan', 'torch') if m in sys.modules])"
+    )
     got = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
     assert got.stdout.strip() == "[]", got.stderr
 
@@ -51,8 +53,16 @@ def test_lightning_callback_profiles_the_window(tmp_path):
     torch.manual_seed(0)
     data = torch.utils.data.TensorDataset(torch.randn(128, 16), torch.randint(0, 2, (128,)))
     cb = TraceviewCallback(tmp_path, name="lt", wait=3, warmup=1, active=2)
-    trainer = L.Trainer(max_steps=8, callbacks=[cb], accelerator="cpu", devices=1, logger=False,
-                        enable_checkpointing=False, enable_progress_bar=False, enable_model_summary=False)
+    trainer = L.Trainer(
+        max_steps=8,
+        callbacks=[cb],
+        accelerator="cpu",
+        devices=1,
+        logger=False,
+        enable_checkpointing=False,
+        enable_progress_bar=False,
+        enable_model_summary=False,
+    )
     trainer.fit(Tiny(), torch.utils.data.DataLoader(data, batch_size=16))
     assert trainer.global_step == 8  # Lightning's own count of optimizer steps
     run = tmp_path / "lt"
@@ -60,7 +70,12 @@ def test_lightning_callback_profiles_the_window(tmp_path):
     # 0-based steps 0-2 wait, 3 warmup, 4-5 recorded: the profiler numbers them as traceview collect does
     assert _steps_of(trace) == [4, 5]
     man = json.loads((run / "manifest.json").read_text())
-    assert man["launcher"] == "lightning" and man["schedule"] == {"wait": 3, "warmup": 1, "active": 2, "repeat": 1}
+    assert man["launcher"] == "lightning" and man["schedule"] == {
+        "wait": 3,
+        "warmup": 1,
+        "active": 2,
+        "repeat": 1,
+    }
     assert [(t["first_step"], t["last_step"]) for t in man["traces"]] == [(4, 5)]
     st = man["step_time"]
     # unprofiled: steps 1-2 (step 0 includes start-up); profiled: 4-5; method wall on CPU
@@ -94,8 +109,15 @@ def test_hf_trainer_callback_profiles_the_window(tmp_path):
             return {"x": torch.randn(8, generator=g), "labels": torch.tensor(i % 2)}
 
     cb = TraceviewCallback(tmp_path, name="hf", wait=2, warmup=1, active=2)
-    args = transformers.TrainingArguments(str(tmp_path / "o"), max_steps=6, per_device_train_batch_size=8,
-                                          report_to=[], use_cpu=True, save_strategy="no", logging_strategy="no")
+    args = transformers.TrainingArguments(
+        str(tmp_path / "o"),
+        max_steps=6,
+        per_device_train_batch_size=8,
+        report_to=[],
+        use_cpu=True,
+        save_strategy="no",
+        logging_strategy="no",
+    )
     transformers.Trainer(model=Tiny(), args=args, train_dataset=Data(), callbacks=[cb]).train()
     (trace,) = (tmp_path / "hf").glob("rank0.*.pt.trace.json.gz")
     assert _steps_of(trace) == [3, 4]
@@ -124,4 +146,7 @@ def test_torchtitan_post_processor_analyzes_the_written_trace(tmp_path, caplog):
     assert [t["path"] for t in json.loads(dj.read_text())["traces"]] == [str(f)]
     bad = it / "rank2_trace.json"
     bad.write_text("{oops")
-    assert analyze_trace_file(str(bad)) is None or json.loads((it / "rank2_trace.traceview.json").read_text())["errors"]
+    assert (
+        analyze_trace_file(str(bad)) is None
+        or json.loads((it / "rank2_trace.traceview.json").read_text())["errors"]
+    )

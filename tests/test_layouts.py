@@ -29,11 +29,16 @@ def _sha(p: Path) -> str:
 def test_path_rank_and_writer_of_documented_names():
     assert layouts.path_rank(Path("iteration_10/rank3_trace.json")) == 3  # TorchTitan
     assert layouts.path_rank(Path("x/rank-34.Jul_15_10_52_41.1074.pt.trace.json.gz")) == 34  # HTA's test data
-    assert layouts.path_rank(Path("run/rank_2/trace.json")) == 2 and layouts.path_rank(Path("run/rank/5/t.json")) == 5
+    assert (
+        layouts.path_rank(Path("run/rank_2/trace.json")) == 2
+        and layouts.path_rank(Path("run/rank/5/t.json")) == 5
+    )
     assert layouts.path_rank(Path("frank2/vm_14659.1796114837904795216.pt.trace.json")) is None
     assert layouts.writer(Path("iteration_10/rank0_trace.json.gz")) == "torchtitan"
     assert layouts.writer(Path("traces/rank0_trace.json")) is None  # not in an iteration folder
-    assert layouts.writer(Path("vm_14659.1796114837904795216.pt.trace.json.gz")) == "tensorboard_trace_handler"
+    assert (
+        layouts.writer(Path("vm_14659.1796114837904795216.pt.trace.json.gz")) == "tensorboard_trace_handler"
+    )
     assert layouts.writer(Path("libkineto_trace_151419.json")) == "dynolog"
     lt = next((LAYOUTS / "lightning").glob("*.pt.trace.json.gz"))
     assert layouts.writer(lt) == "lightning"  # by name (stage "fit-") ...
@@ -45,7 +50,9 @@ def test_bundled_layouts_are_copies_of_bundled_runs():
     """The re-laid-out examples are byte copies (the MANIFEST's claim), so the runs' manifests describe them."""
     for it, run in (("iteration_10", "balanced"), ("iteration_20", "slowed")):
         for r in (0, 1):
-            assert _sha(TITAN / it / f"rank{r}_trace.json.gz") == _sha(next((GLOO / run).glob(f"rank{r}.*.pt.trace.json.gz")))
+            assert _sha(TITAN / it / f"rank{r}_trace.json.gz") == _sha(
+                next((GLOO / run).glob(f"rank{r}.*.pt.trace.json.gz"))
+            )
 
 
 def test_discovery_of_every_layout():
@@ -55,8 +62,10 @@ def test_discovery_of_every_layout():
         "dynolog/libkineto_trace_440": ["libkineto_trace_440.json.gz"],
         "dynolog/libkineto_trace_456": ["libkineto_trace_456.json.gz"],
         "lightning": [next((LAYOUTS / "lightning").glob("*.pt.trace.json.gz")).name],
-        "megatron/tensorboard": ["vm_14659.1796114837904795216.pt.trace.json.gz",
-                                 "vm_14660.1796114837926343649.pt.trace.json.gz"],
+        "megatron/tensorboard": [
+            "vm_14659.1796114837904795216.pt.trace.json.gz",
+            "vm_14660.1796114837926343649.pt.trace.json.gz",
+        ],
         "torchtitan/profiling/traces/iteration_10": ["rank0_trace.json.gz", "rank1_trace.json.gz"],
         "torchtitan/profiling/traces/iteration_20": ["rank0_trace.json.gz", "rank1_trace.json.gz"],
     }
@@ -87,7 +96,10 @@ def test_analyze_torchtitan_root_is_one_job_per_iteration(tmp_path, capsys):
     out = tmp_path / "a.json"
     assert main(["analyze", str(TITAN), "--format", "json", "-o", str(out)]) == 0
     doc = json.loads(out.read_text())
-    assert [(Path(j["path"]).name, j["ranks"]) for j in doc["jobs"]] == [("iteration_10", [0, 1]), ("iteration_20", [0, 1])]
+    assert [(Path(j["path"]).name, j["ranks"]) for j in doc["jobs"]] == [
+        ("iteration_10", [0, 1]),
+        ("iteration_20", [0, 1]),
+    ]
     assert len(doc["traces"]) == 4 and not doc["errors"]
     # iteration_20 is the `slowed` run: rank 1 is the straggler (gloo_straggler/MANIFEST.md)
     assert doc["jobs"][1]["nccl"]["straggler"]["rank"] == 1 and doc["jobs"][1]["nccl"]["straggler"]["raised"]
@@ -97,7 +109,9 @@ def test_analyze_folder_of_unranked_traces_warns(tmp_path):
     out = tmp_path / "a.json"
     main(["analyze", str(LAYOUTS / "dynolog"), "--format", "json", "-o", str(out)])
     job = json.loads(out.read_text())["jobs"][0]
-    assert any("ranks unknown for 2 traces (dynolog)" in w and "file-name order" in w for w in job["warnings"])
+    assert any(
+        "ranks unknown for 2 traces (dynolog)" in w and "file-name order" in w for w in job["warnings"]
+    )
 
 
 def test_batch_compares_iterations_of_one_job(tmp_path, capsys):
@@ -109,8 +123,10 @@ def test_batch_compares_iterations_of_one_job(tmp_path, capsys):
     (s,) = doc["series"]
     assert [it["iteration"] for it in s["iterations"]] == [10, 20]
     # independent: the collector's wall-clock profiled step medians of the two runs these iterations copy
-    man = {r: json.loads((GLOO / r / "manifest.json").read_text())["step_time"]["profiled_ms_median"]
-           for r in ("balanced", "slowed")}
+    man = {
+        r: json.loads((GLOO / r / "manifest.json").read_text())["step_time"]["profiled_ms_median"]
+        for r in ("balanced", "slowed")
+    }
     for it, run in zip(s["iterations"], ("balanced", "slowed"), strict=True):
         assert abs(it["step_ms"] / man[run] - 1) < 0.25, (it, man[run])
     assert s["iterations"][0]["delta_pct"] == 0.0
@@ -137,7 +153,9 @@ def test_lightning_trace_steps_modules_and_framework_hooks(tmp_path):
     assert lay["source"] == "module_annotations"
     by = {r["layer"]: r for r in lay["layers"]}
     assert {r["name"] for r in lay["layers"] if r["class"] != "(Lightning)"} >= paths | {"training_step"}
-    assert by["net.0"]["parent"] == "net" and by["net"]["parent"].endswith("Optimizer.step#SGD.step/training_step")
+    assert by["net.0"]["parent"] == "net" and by["net"]["parent"].endswith(
+        "Optimizer.step#SGD.step/training_step"
+    )
     framework = {r["name"] for r in lay["layers"] if r["class"] == "(Lightning)"}
     user_steps = {h for h in hooks if h.endswith("training_step")}
     assert framework == {"(Lightning) " + h.removeprefix("[pl][profile]") for h in hooks - user_steps}

@@ -31,7 +31,11 @@ def test_range_lands_on_the_raw_profiler_steps():
     lo, hi = finding_range_us(f, entry["steps"])
     start, end = perfetto.vis_range_ns(t.meta.t0_us, lo, hi)
     with gzip.open(SRC) as fh:
-        raw = {e["name"]: e for e in json.load(fh)["traceEvents"] if e.get("name", "").startswith("ProfilerStep#")}
+        raw = {
+            e["name"]: e
+            for e in json.load(fh)["traceEvents"]
+            if e.get("name", "").startswith("ProfilerStep#")
+        }
     assert abs(start - raw["ProfilerStep#1"]["ts"] * 1000) < 1e6
     assert abs(end - (raw["ProfilerStep#3"]["ts"] + raw["ProfilerStep#3"]["dur"]) * 1000) < 1e6
     url = perfetto.ui_url(t.meta.t0_us, lo, hi)
@@ -41,10 +45,16 @@ def test_range_lands_on_the_raw_profiler_steps():
 def test_button_does_the_documented_handshake_and_escapes_strings():
     payload = b"\x1f\x8b not really a trace"
     hostile = "</script><script>alert(1)</script><!--"
-    html = perfetto.open_button_html(payload, hostile, hostile + ".json.gz", "https://ui.perfetto.dev/?visStart=1&visEnd=2")
+    html = perfetto.open_button_html(
+        payload, hostile, hostile + ".json.gz", "https://ui.perfetto.dev/?visStart=1&visEnd=2"
+    )
     script = html.split("<script>", 1)[1].rsplit("</script>", 1)[0]
     assert "</script" not in script and "<!--" not in script  # nothing from a trace ends the script
-    assert "window.open(URL_)" in script and 'postMessage("PING", ORIGIN)' in script and 'e.data !== "PONG"' in script
+    assert (
+        "window.open(URL_)" in script
+        and 'postMessage("PING", ORIGIN)' in script
+        and 'e.data !== "PONG"' in script
+    )
     assert "perfetto: {buffer: bytes.buffer, title: TITLE, fileName: FILE}" in script
     data = re.search(r'const DATA = "([^"]*)"', script).group(1)
     assert base64.b64decode(data) == payload

@@ -62,9 +62,9 @@ def test_analyze_a_job_folder_of_ranks_by_url(bucket, tmp_path):
     (job,) = url_doc["jobs"]
     assert job["path"] == "memory://bucket/runs/slowed" and job["ranks"] == [0, 1]
     assert job["nccl"]["straggler"]["rank"] == local_doc["jobs"][0]["nccl"]["straggler"]["rank"] == 1
-    for u, l in zip(url_doc["traces"], local_doc["traces"], strict=True):
-        assert u["path"] == "memory://bucket/runs/slowed/" + Path(l["path"]).name
-        assert u["steps"] == l["steps"] and u["findings"] == l["findings"]
+    for u, loc in zip(url_doc["traces"], local_doc["traces"], strict=True):
+        assert u["path"] == "memory://bucket/runs/slowed/" + Path(loc["path"]).name
+        assert u["steps"] == loc["steps"] and u["findings"] == loc["findings"]
 
 
 def test_file_url_is_the_local_file(tmp_path):
@@ -73,8 +73,10 @@ def test_file_url_is_the_local_file(tmp_path):
     assert a["traces"][0]["steps"] == b["traces"][0]["steps"] and a["traces"][0]["path"] == SINGLE.as_uri()
 
 
-@pytest.mark.parametrize(("url", "msg"), [("memory://bucket/nope.json.gz", "no such object"),
-                                          ("denied://secret/one.json.gz", "access denied")])
+@pytest.mark.parametrize(
+    ("url", "msg"),
+    [("memory://bucket/nope.json.gz", "no such object"), ("denied://secret/one.json.gz", "access denied")],
+)
 def test_missing_or_denied_object_is_one_error_line(bucket, tmp_path, capsys, url, msg):
     assert main(["analyze", url]) == 2
     err = capsys.readouterr().err.strip().splitlines()
@@ -83,8 +85,19 @@ def test_missing_or_denied_object_is_one_error_line(bucket, tmp_path, capsys, ur
 
 def test_batch_reads_urls_and_a_bad_one_is_a_failed_row(bucket, tmp_path, capsys):
     out = tmp_path / "b.json"
-    code = main(["batch", "memory://bucket/runs", "memory://bucket/one.json.gz", "denied://secret/one.json.gz",
-                 "-j", "1", "--out", str(out), "--exit-zero"])
+    code = main(
+        [
+            "batch",
+            "memory://bucket/runs",
+            "memory://bucket/one.json.gz",
+            "denied://secret/one.json.gz",
+            "-j",
+            "1",
+            "--out",
+            str(out),
+            "--exit-zero",
+        ]
+    )
     doc = json.loads(out.read_text())
     rows = {r["input"]: r for r in doc["rows"]}
     assert rows["slowed"]["kind"] == "run" and rows["slowed"]["ranks"] == 2
@@ -98,7 +111,9 @@ def test_diff_and_baseline_by_url(bucket, tmp_path):
     base = tmp_path / "base.json"
     main(["batch", str(SINGLE), "-j", "1", "--save-baseline", str(base), "--exit-zero"])
     bucket.pipe("/bucket/base.json", base.read_bytes())
-    assert main(["batch", "memory://bucket/one.json.gz", "-j", "1", "--baseline", "memory://bucket/base.json"]) in (0, 1)
+    assert main(
+        ["batch", "memory://bucket/one.json.gz", "-j", "1", "--baseline", "memory://bucket/base.json"]
+    ) in (0, 1)
     out = tmp_path / "d.json"
     assert main(["diff", str(SINGLE), "memory://bucket/one.json.gz", "--format", "json", "-o", str(out)]) == 0
     d = json.loads(out.read_text())

@@ -58,7 +58,11 @@ def writer(path: Path, head: bytes | None = None) -> str | None:
         return "dynolog"
     m = TB_HANDLER.match(name)
     if m:
-        return "lightning" if m.group("worker").split("-", 1)[0] in LIGHTNING_STAGES else "tensorboard_trace_handler"
+        return (
+            "lightning"
+            if m.group("worker").split("-", 1)[0] in LIGHTNING_STAGES
+            else "tensorboard_trace_handler"
+        )
     return None
 
 
@@ -66,8 +70,12 @@ def unknown_ranks_warning(folder: str, paths: list[str], job: bool = False) -> s
     """The warning for the traces of one folder that name no rank: analyzed one by one (`batch`), or as the ranks
     of one job in file-name order (`analyze DIR`, `job`)."""
     by = ", ".join(sorted({w for w in (writer(Path(p)) for p in paths) if w})) or "no known writer"
-    how = ("ranks are numbered in file-name order for the cross-rank analysis" if job
-           else "each is analyzed on its own, with no cross-rank analysis")
-    return (f"{folder}: ranks unknown for {len(paths)} traces ({by}): no distributedInfo rank and no rank in their "
-            f"names (rank[-_/]?N); {how}")
-
+    how = (
+        "ranks are numbered in file-name order for the cross-rank analysis"
+        if job
+        else "each is analyzed on its own, with no cross-rank analysis"
+    )
+    return (
+        f"{folder}: ranks unknown for {len(paths)} traces ({by}): no distributedInfo rank and no rank in their "
+        f"names (rank[-_/]?N); {how}"
+    )

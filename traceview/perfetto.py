@@ -29,7 +29,9 @@ def _js(value: object) -> str:
     return json.dumps(value).replace("<", "\\u003c").replace(">", "\\u003e").replace("&", "\\u0026")
 
 
-def open_button_html(trace: bytes, title: str, file_name: str, url: str, label: str = "Open in Perfetto") -> str:
+def open_button_html(
+    trace: bytes, title: str, file_name: str, url: str, label: str = "Open in Perfetto"
+) -> str:
     """A button that opens `url` in a new tab, waits for the UI's PONG and posts the trace bytes to it."""
     return f"""<button id="pf" style="font:inherit;padding:2px 10px;cursor:pointer"></button>
 <span id="pfs" style="font:12px sans-serif;margin-left:8px"></span>

@@ -27,8 +27,10 @@ def _fs(url: str) -> tuple[Any, str]:
     try:
         import fsspec
     except ImportError:
-        raise TraceError(f"{url}: reading URLs needs the optional extra: pip install 'traceview[remote]' "
-                         "(fsspec; and s3fs for s3://, gcsfs for gs://)") from None
+        raise TraceError(
+            f"{url}: reading URLs needs the optional extra: pip install 'traceview[remote]' "
+            "(fsspec; and s3fs for s3://, gcsfs for gs://)"
+        ) from None
     try:
         return fsspec.core.url_to_fs(url)
     except (ImportError, ValueError) as e:  # an unknown protocol or its package missing
@@ -67,7 +69,7 @@ def fetch(url: str, into: Path, cap: int = DEFAULT_MAX_BYTES) -> Path:
                 raise TraceError(f"{url}: holds no trace files (*.json, *.json.gz)")
             base = into / name
             for f in files:
-                rel = f[len(root):].lstrip("/")
+                rel = f[len(root) :].lstrip("/")
                 _copy(fs, f, base / rel, url.rstrip("/") + "/" + rel, cap)
             return base
         if not fs.exists(root):
@@ -84,8 +86,9 @@ def fetch(url: str, into: Path, cap: int = DEFAULT_MAX_BYTES) -> Path:
 _TEMP: list[tempfile.TemporaryDirectory] = []  # removed when the process exits (weakref finalizers)
 
 
-def stage(paths: list[str], cap: int | None = None,
-          errors: list[dict] | None = None) -> tuple[list[str], dict[str, str]]:
+def stage(
+    paths: list[str], cap: int | None = None, errors: list[dict] | None = None
+) -> tuple[list[str], dict[str, str]]:
     """(the paths with every URL replaced by its local copy, {local copy: URL}); the copies live in a private
     temporary folder removed at exit. A URL that cannot be read raises its TraceError, or, with `errors`
     given (batch: one bad input never aborts the others), is left out and added there as {path, error}."""
@@ -118,7 +121,7 @@ def restore(obj: Any, back: dict[str, str]) -> Any:
     if isinstance(obj, str):
         for local, url in back.items():
             if obj.startswith(local):
-                return url + obj[len(local):]
+                return url + obj[len(local) :]
         return obj
     if isinstance(obj, list):
         return [restore(v, back) for v in obj]

@@ -17,7 +17,9 @@ def iterations(rows: list[dict]) -> list[dict[str, Any]]:
         parent, _, leaf = r["input"].rpartition("/")
         m = ITERATION_DIR.match(leaf)
         if m and r["kind"] in ("run", "trace"):
-            folder = Path(r["path"]) if r["kind"] == "run" else Path(r["path"]).parent  # the iteration_<N> folder
+            folder = (
+                Path(r["path"]) if r["kind"] == "run" else Path(r["path"]).parent
+            )  # the iteration_<N> folder
             groups.setdefault(parent or folder.parent.name or ".", []).append((int(m.group(1)), r))
     out = []
     for job, members in sorted(groups.items()):
@@ -25,10 +27,19 @@ def iterations(rows: list[dict]) -> list[dict[str, Any]]:
             continue
         members.sort(key=lambda m: m[0])
         first = next((r["step_ms"] for _, r in members if r["step_ms"]), None)
-        its = [{"iteration": n, "input": r["input"], "status": r["status"], "step_ms": r["step_ms"],
+        its = [
+            {
+                "iteration": n,
+                "input": r["input"],
+                "status": r["status"],
+                "step_ms": r["step_ms"],
                 "primary": r["primary"],
-                "delta_pct": round(100 * (r["step_ms"] / first - 1), 1) if first and r["step_ms"] is not None else None}
-               for n, r in members]
+                "delta_pct": round(100 * (r["step_ms"] / first - 1), 1)
+                if first and r["step_ms"] is not None
+                else None,
+            }
+            for n, r in members
+        ]
         out.append({"job": job, "iterations": its})
     return out
 
@@ -44,11 +55,21 @@ def terminal(series: list[dict], out: Any) -> None:
     con = Console(file=out, width=160 if not out.isatty() else None)
     for s in series:
         t = Table(title=f"{escape(s['job'])}: {len(s['iterations'])} profiled iterations of one job")
-        for c, j in (("iteration", "right"), ("status", "left"), ("step ms", "right"), ("vs first", "right"),
-                     ("primary", "left")):
+        for c, j in (
+            ("iteration", "right"),
+            ("status", "left"),
+            ("step ms", "right"),
+            ("vs first", "right"),
+            ("primary", "left"),
+        ):
             t.add_column(c, justify=j)  # type: ignore[arg-type]
         for it in s["iterations"]:
             d = it["delta_pct"]
-            t.add_row(str(it["iteration"]), it["status"], f"{it['step_ms']:,.3f}" if it["step_ms"] is not None else "-",
-                      f"{d:+.1f} %" if d is not None else "-", it["primary"] or "-")
+            t.add_row(
+                str(it["iteration"]),
+                it["status"],
+                f"{it['step_ms']:,.3f}" if it["step_ms"] is not None else "-",
+                f"{d:+.1f} %" if d is not None else "-",
+                it["primary"] or "-",
+            )
         con.print(t)

@@ -18,8 +18,16 @@ class TraceviewCallback(TrainerCallback):
     >>> trainer = Trainer(..., callbacks=[TraceviewCallback("tv_traces", wait=2, warmup=1, active=3)])
     then `traceview analyze tv_traces/<name>`."""
 
-    def __init__(self, out: str | Path = "tv_traces", name: str | None = None, wait: int = 2, warmup: int = 1,
-                 active: int = 3, repeat: int = 1, **options: Any) -> None:
+    def __init__(
+        self,
+        out: str | Path = "tv_traces",
+        name: str | None = None,
+        wait: int = 2,
+        warmup: int = 1,
+        active: int = 3,
+        repeat: int = 1,
+        **options: Any,
+    ) -> None:
         self.out, self.name = out, name
         self.schedule = (wait, warmup, active, repeat)
         self.options = options
@@ -27,7 +35,9 @@ class TraceviewCallback(TrainerCallback):
         self.run_dir: Path | None = None
 
     def on_train_begin(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
-        self.session = _session.start(self.out, self.name, *self.schedule, launcher="hf-trainer", **self.options)
+        self.session = _session.start(
+            self.out, self.name, *self.schedule, launcher="hf-trainer", **self.options
+        )
         self.run_dir = self.session.run_dir
 
     def on_step_end(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
@@ -36,5 +46,5 @@ class TraceviewCallback(TrainerCallback):
 
     def on_train_end(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
         if self.session is not None:
-            self.session.finish()
+            _session.stop(self.session)
             self.session = None

@@ -21,8 +21,16 @@ class TraceviewCallback(Callback):
     >>> trainer = Trainer(callbacks=[TraceviewCallback("tv_traces", wait=2, warmup=1, active=3)])
     then `traceview analyze tv_traces/<name>`."""
 
-    def __init__(self, out: str | Path = "tv_traces", name: str | None = None, wait: int = 2, warmup: int = 1,
-                 active: int = 3, repeat: int = 1, **options: Any) -> None:
+    def __init__(
+        self,
+        out: str | Path = "tv_traces",
+        name: str | None = None,
+        wait: int = 2,
+        warmup: int = 1,
+        active: int = 3,
+        repeat: int = 1,
+        **options: Any,
+    ) -> None:
         self.out, self.name = out, name
         self.schedule = (wait, warmup, active, repeat)
         self.options = options  # stack, memory, shapes, modules: as `traceview collect`'s flags
@@ -30,14 +38,18 @@ class TraceviewCallback(Callback):
         self.run_dir: Path | None = None
 
     def on_train_start(self, trainer: Any, pl_module: Any) -> None:
-        self.session = _session.start(self.out, self.name, *self.schedule, launcher="lightning", **self.options)
+        self.session = _session.start(
+            self.out, self.name, *self.schedule, launcher="lightning", **self.options
+        )
         self.run_dir = self.session.run_dir
 
-    def on_train_batch_end(self, trainer: Any, pl_module: Any, outputs: Any, batch: Any, batch_idx: int) -> None:
+    def on_train_batch_end(
+        self, trainer: Any, pl_module: Any, outputs: Any, batch: Any, batch_idx: int
+    ) -> None:
         if self.session is not None:
             self.session.boundary("explicit")
 
     def on_train_end(self, trainer: Any, pl_module: Any) -> None:
         if self.session is not None:
-            self.session.finish()
+            _session.stop(self.session)
             self.session = None
