@@ -28,6 +28,7 @@ import streamlit as st
 
 from traceview import report
 from traceview.analyses.classify import CLASSES
+from traceview.cli.annotate import finding_range_us
 from traceview.formatters import json as fjson
 from traceview.ingest.inputs import parse_size, safe_file_name
 from traceview.ingest.loader import load_file
@@ -61,7 +62,6 @@ PALETTE = {
     "wait": "#c5b0d5",
 }
 CHAIN_LINE = "#000000"  # elementwise chains: an outline, not a fill
-RANK_NAME = re.compile(r"rank[-_]?\d+")  # as the loader reads a rank from a file name
 SEVERITY_ICON = {"error": ":material/error:", "warning": ":material/warning:", "info": ":material/info:"}
 MD_SPECIAL = re.compile(r"([\\`*_{}\[\]()<>#+\-.!|$~:&])")
 PAGES: dict[str, Any] = {}  # url path -> st.Page, for jumps between pages
@@ -131,14 +131,18 @@ def one_line(s: str) -> str:
 
 
 # ---- inputs ------------------------------------------------------------------------------------------------
+@st.cache_data(show_spinner=False)
 def sample_choices() -> dict[str, Path]:
-    """Bundled traces (every `*.json.gz` under sample_traces/), plus each directory holding 2+ rank files
-    (`rank<N>` in the name), analyzed as one job like `traceview analyze RUN_DIR/`."""
+    """Bundled traces (every `*.json.gz` under sample_traces/), plus each directory that holds the ranks of one
+    run as `traceview batch` finds them (`discover`: distributedInfo, `rank<N>` names, framework layouts such as
+    TorchTitan's `iteration_<N>/`), analyzed as one job like `traceview analyze RUN_DIR/`."""
+    from traceview.ci.discover import discover
+
     files = sorted(p for p in SAMPLES.rglob("*.json.gz") if p.is_file() and not p.name.startswith("."))
     out = {str(p.relative_to(SAMPLES)): p for p in files}
-    for d in sorted({p.parent for p in files}):
-        if sum(1 for p in files if p.parent == d and RANK_NAME.search(p.name)) > 1:
-            out[f"{d.relative_to(SAMPLES)}/ (all ranks)"] = d
+    for j in discover([SAMPLES]).jobs:
+        if j.folder and j.whole_folder and len(j.files) > 1:
+            out[f"{Path(j.folder).relative_to(SAMPLES)}/ (all ranks)"] = Path(j.folder)
     return dict(sorted(out.items()))
 
 
@@ -180,6 +184,50 @@ def analyze_doc(key: str, step: int | None, _paths: tuple[str, ...]) -> dict:
     except Exception as e:  # noqa: BLE001 - as the CLI: one line, never a traceback
         first = (str(e).strip().splitlines() or [""])[0]
         return report.Report(errors=[{"path": "", "error": f"internal error ({type(e).__name__}: {first})"}]).to_dict()
+
+
+@st.cache_data(max_entries=4, show_spinner="Preparing the trace for Perfetto…")
+def perfetto_payload(path: str, mtime_ns: int, step: int | None) -> bytes | None:
+    """The trace with traceview's tracks (`traceview annotate`), gzipped; None when too large to send from a page."""
+    import gzip
+
+    from traceview.cli.annotate import annotated
+    from traceview.formatters.perfetto import MAX_EMBED_BYTES
+
+    blob, _ = annotated(path, default_options(step), APP_MAX_BYTES, trace=_load_cached(Path(path)))
+    data = gzip.compress(blob, 6)
+    return data if len(data) <= MAX_EMBED_BYTES else None
+
+
+def perfetto_button(v: View, lo_us: float, hi_us: float, key: str) -> None:
+    """"Open in Perfetto" at [lo, hi) µs from the trace's start: a first click prepares the annotated trace, the
+    second (a user gesture, so no pop-up blocker) opens ui.perfetto.dev and sends it (traceview/formatters/perfetto.py)."""
+    from streamlit.components.v1 import html as component
+
+    from traceview.formatters.perfetto import open_button_html, ui_url
+
+    flag = f"pf_{key}"
+    if not st.session_state.get(flag):
+        if st.button("Open in Perfetto…", key=f"{flag}_btn", icon=":material/open_in_new:",
+                     help="Send this trace, with traceview's classes and findings as added tracks, to ui.perfetto.dev "
+                          "(in your browser; nothing is uploaded to a server) at this time range"):
+            st.session_state[flag] = True
+            st.rerun()
+        return
+    path = Path(v.trace["path"])
+    try:
+        data = perfetto_payload(str(path), path.stat().st_mtime_ns, v.step)
+        t0 = _load_cached(path).meta.t0_us
+    except Exception as e:  # noqa: BLE001 - one line, never a traceback
+        st.error(md(one_line(v.name(f"Perfetto: {type(e).__name__}: {e}"))))
+        return
+    if data is None:
+        st.caption("Too large to send from this page: run `traceview annotate TRACE -o OUT.json.gz` and open OUT in "
+                   "ui.perfetto.dev.")
+        return
+    name = safe_file_name(path.name, "trace.json")
+    component(open_button_html(data, f"traceview: {name}", name.removesuffix(".gz").removesuffix(".json")
+                               + ".traceview.json.gz", ui_url(t0, lo_us, hi_us)), height=40)
 
 
 @st.cache_data(max_entries=16, show_spinner="Building the timeline…")
@@ -360,7 +408,7 @@ def render_findings(v: View, found: list[dict], key: str) -> None:
     saving = [f for f in found if f.get("savings_us")]
     zero = [f for f in found if not f.get("savings_us")]
     show_table(saving, FINDING_COLS, key=f"{key}_table")
-    for f in saving:
+    for n, f in enumerate(saving):
         label = f"{f['code']} {md(f['rule'])}: {md(f['title'])}"
         with st.expander(label, expanded=False, icon=SEVERITY_ICON.get(f["severity"])):
             st.markdown(f"**Savings** {ms(f['savings_us'])} ({f['savings_pct']} % of the analysed steps) · "
@@ -373,6 +421,9 @@ def render_findings(v: View, found: list[dict], key: str) -> None:
             if key == "trace" and f.get("steps"):  # a link (keeps the sidebar's inputs, unlike switch_page)
                 st.page_link(PAGES["timeline"], label="Show on the timeline", icon=":material/timeline:",
                              query_params={"jump": f["code"], "step": str(f["steps"][0])})
+            span = finding_range_us(f, v.trace["steps"]) if key == "trace" and v.trace else None
+            if span:
+                perfetto_button(v, span[0], span[1], f"{key}_{n}_{f['code']}")  # (a rule may fire twice)
     if zero:
         with st.expander(f"{len(zero)} finding(s) without estimated savings", expanded=False):
             show_table(zero, FINDING_COLS, key=f"{key}_zero")
@@ -516,6 +567,8 @@ def page_timeline(v: View) -> None:
                + f" · {len(tl['syncs'])} syncs · {len(tl['chains'])} elementwise chains · "
                f"{len(tl['nccl_waits'])} exposed NCCL waits")
     st.plotly_chart(timeline_figure(tl, zoom), key="chart_timeline")
+    lo, hi = (zoom[0] * 1000, zoom[1] * 1000) if zoom else (0.0, tl["dur_us"])  # the selection, µs in the step
+    perfetto_button(v, tl["start_us"] + lo, tl["start_us"] + hi, f"tl_{step}_{choice}")
     idle = [c for c in tl["idle_classes"] if tl["class_us"].get(c)]
     if idle:
         st.markdown("**Idle time in this step** (the classifier row): "

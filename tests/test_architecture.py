@@ -142,7 +142,7 @@ LAYERS = [
     {"traceview.sections.section", "traceview.sections.findings"},
     {"traceview.sections"},  # one module per report section
     {"traceview.report", "traceview.layer_detail", "traceview.docs"},
-    {"traceview.formatters", "traceview.ci", "traceview.cli", "traceview.agent", "traceview.safe_text", "traceview.trace_cache"},
+    {"traceview.formatters", "traceview.ci", "traceview.cli", "traceview.agent", "traceview.integrations", "traceview.safe_text", "traceview.trace_cache"},
 ]
 #: the views, and the other views each may import (public names only): the CLI drives CI commands and
 #: formatters, CI documents reuse the Markdown formatter's cells; a formatter imports no other view

@@ -60,6 +60,13 @@ MOVES: dict[str, str] = {
     "traceview.mcp_bounds": "traceview.agent.bounds",
     "traceview.mcp_roots": "traceview.agent.roots",
     "traceview.mcp_cli": "traceview.cli.mcp",
+    # framework layouts, Perfetto, object storage (issue 28), landed after the move
+    "traceview.layouts": "traceview.ingest.layouts",
+    "traceview.series": "traceview.ci.series",
+    "traceview.job_inputs": "traceview.ci.job_inputs",
+    "traceview.annotate": "traceview.cli.annotate",
+    "traceview.perfetto": "traceview.formatters.perfetto",
+    "traceview.remote": "traceview.ingest.remote",
     # views: the command line
     "traceview.cli": "traceview.cli.main",
     "traceview.ci_cli": "traceview.cli.ci",

@@ -286,7 +286,16 @@ def analyze(paths: list[str | Path], options: Options | None = None, *,
             except Exception as e:  # noqa: BLE001 - the traces' own entries stand
                 rep.errors.append(_error(p, e))
                 continue
+            if all(r.trace.meta.rank is None for r in ranks):  # ranks by file order: say so (layouts.py)
+                from .ingest.layouts import unknown_ranks_warning
+
+                warns = [*warns, unknown_ranks_warning(str(p), [r.trace.meta.path for r in ranks], job=True)]
             if warns:
                 job["warnings"] = warns
             rep.jobs.append(job)
     return rep
+
+
+def analyze_trace_parts(trace: Trace, options: Options) -> tuple[dict, pl.DataFrame, pl.DataFrame | None]:
+    """One loaded trace's document entry, with the classifier's partition (for views that draw it)."""
+    return _analyze_trace(trace, options)

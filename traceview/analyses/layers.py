@@ -37,6 +37,9 @@ ATTR_PREFIX = "module::"
 PSEUDO_RE = r"^(Optimizer\.(step|zero_grad)#|enumerate\(DataLoader\)#)"
 # annotations that are not layers: steps, collectives, profiler internals
 NOT_LAYER_RE = r"^(ProfilerStep#|nccl:|PyTorch Profiler|## forward ##$)"
+PL_MODULE = "[pl][module]"  # Lightning PyTorchProfiler's module ranges, `[pl][module]<class>: <path>`
+PL_PROFILE = "[pl][profile]"  # and its hook ranges, `[pl][profile][<owner>]<Class>.<hook>`
+PL_USER_STEP_RE = r"\.((?:training|validation|test|predict)_step)$"  # the user's step method inside the hook
 PHASES = ("forward", "backward", "optimizer", "dataloader", "other")
 CLASSES = ("gpu_compute", "gpu_memory", "communication", "host_sync", "input", "cpu_launch", "other_idle")
 
@@ -147,20 +150,26 @@ def _node_events(trace: Trace) -> tuple[pl.DataFrame, str]:
         "i", label=pl.col("name").str.strip_prefix(ATTR_PREFIX),
         cls=pl.col("name").str.strip_prefix(ATTR_PREFIX).str.replace_all(r"(^|\.)\d+(\.|$)", "$1*$2"),
         src=pl.lit("attr"))
+    if h.height and h["name"].str.starts_with("[pl]").any():  # Lightning's PyTorchProfiler ranges
+        plm, plf = _lightning_nodes(h.filter(ann))
+        attrs = pl.concat([attrs, plm], how="vertical_relaxed")
+    else:
+        plf = None
     # the regex only on the few names that can match it
     pseudo = h.filter(ann & (pl.col("name").str.starts_with("Optimizer.") | pl.col("name").str.starts_with("enumerate(")))
     pseudo = pseudo.filter(ann & pl.col("name").str.contains(PSEUDO_RE)).select(
         "i", label=pl.col("name"), cls=pl.col("name").str.extract(r"^([^#]+)#"),
         src=pl.when(pl.col("name").str.starts_with("enumerate(")).then(pl.lit("dataloader"))
         .otherwise(pl.lit("optimizer")))
-    parts = [mods, attrs, pseudo]
+    parts = [mods, attrs, pseudo] + ([plf] if plf is not None else [])
     if mods.height:
         source = "modules"
     elif attrs.height:
         source = "module_annotations"
     else:
         other = h.filter((pl.col("cat") == "user_annotation") & ~pl.col("name").str.contains(PSEUDO_RE)
-                         & ~pl.col("name").str.contains(NOT_LAYER_RE)).select(
+                         & ~pl.col("name").str.contains(NOT_LAYER_RE)
+                         & ~pl.col("name").str.starts_with("[pl]")).select(
             "i", label=pl.col("name"), cls=pl.col("name").str.replace(r"[#_ ]?\d+$", ""), src=pl.lit("annotation"))
         parts.append(other)
         source = "annotations" if other.height else "ops"
@@ -186,6 +195,23 @@ def _node_events(trace: Trace) -> tuple[pl.DataFrame, str]:
         if top.height == 0:
             source = "none"
     return nodes, source
+
+
+def _lightning_nodes(h: pl.DataFrame) -> tuple[pl.DataFrame, pl.DataFrame]:
+    """Nodes of Lightning's PyTorchProfiler ranges (docs/integrations.md): `[pl][module]<class>: <path>` is the
+    module `path` (as a `module::` annotation); `[pl][profile]<hook>` is Lightning's own hook, framework time
+    (`(Lightning) <hook>`, src `framework`), except the user's `*_step` method it calls (`training_step`...)."""
+    path = pl.col("name").str.strip_prefix(PL_MODULE).str.extract(r": (.+)$")
+    mods = h.filter(pl.col("name").str.starts_with(PL_MODULE)).select(
+        "i", label=path, cls=path.str.replace_all(r"(^|\.)\d+(\.|$)", "$1*$2"), src=pl.lit("attr")
+    ).filter(pl.col("label").is_not_null())
+    hook = pl.col("name").str.strip_prefix(PL_PROFILE)
+    user = hook.str.extract(PL_USER_STEP_RE)
+    hooks = h.filter(pl.col("name").str.starts_with(PL_PROFILE)).select(
+        "i", label=pl.coalesce(user, pl.lit("(Lightning) ") + hook),
+        cls=pl.coalesce(user, pl.lit("(Lightning)")),
+        src=pl.when(user.is_null()).then(pl.lit("framework")).otherwise(pl.lit("annotation")))
+    return mods, hooks
 
 
 def _build_tree(host: pl.DataFrame, nodes: pl.DataFrame, ops_alone: bool = True) -> tuple[pl.DataFrame, pl.DataFrame]:

@@ -37,8 +37,10 @@ def side(path: str, options: Options | None) -> tuple[dict, list[str], dict[str,
 
 def diff_paths(a: str, b: str, options: Options | None = None) -> dict:
     """The diff document of two traces or run folders (with the full kernel tables)."""
+    from ..ingest.remote import stage
     from .diff import diff
 
+    (a, b), _ = stage([a, b], options.max_bytes if options else None)  # s3://, gs://… read into a temp folder
     doc_a, keys_a, ka = side(a, options)
     doc_b, keys_b, kb = side(b, options)
     return diff(doc_a, doc_b, keys_a, keys_b, {**ka, **kb})

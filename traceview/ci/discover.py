@@ -4,11 +4,12 @@
 `traceEvents` key (the first MiB at most; Kineto writes `distributedInfo` before it) and grouped:
 
 - files that say they are ranks of a distributed run (`distributedInfo` rank with world size > 1, or a
-  `rank<N>` file name) and share a world size and backend are **one job** — the ranks of one run, analyzed
+  rank in the file or folder name: `layouts.path_rank`, e.g. TorchTitan's `iteration_<N>/rank<R>_trace.json`) and share a world size and backend are **one job** — the ranks of one run, analyzed
   together (cross-rank matching, straggler). When a rank occurs twice (two runs, or `--repeat`, in one
   folder) the k-th file of each rank, in name order, forms the k-th job;
 - every other trace file is a job of its own: unrelated traces that happen to share a folder are analyzed
-  separately;
+  separately; several such files of a per-process writer (tensorboard_trace_handler / Megatron-LM, dynolog,
+  Lightning) in one folder add a warning that their ranks are unknown;
 - a JSON file that is not a trace (no `traceEvents` in a file smaller than the sniffed head, e.g. a
   `labels.json`) is skipped, not a failure. A file named on the command line is always analyzed.
 
@@ -22,17 +23,16 @@ from __future__ import annotations
 import gzip
 import json
 import os
-import re
 import zlib
 from collections import defaultdict
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from ..ingest import layouts
 from ..ingest.decode import trace_files
 from .digest import file_label
 
 HEAD_BYTES = 1 << 20
-_RANK_IN_NAME = re.compile(r"rank[-_]?(\d+)")
 
 
 @dataclass(frozen=True)
@@ -52,6 +52,7 @@ class Discovery:
     jobs: list[JobSpec] = field(default_factory=list)
     skipped: list[dict] = field(default_factory=list)  # {"path", "reason"}
     errors: list[dict] = field(default_factory=list)  # {"path", "error"}: inputs that do not exist / hold no traces
+    warnings: list[dict] = field(default_factory=list)  # {"path", "warning"}: e.g. ranks unknown (layouts.py)
 
 
 def read_head(path: Path, n: int = HEAD_BYTES, until: bytes = b'"traceEvents"') -> bytes | None:
@@ -87,7 +88,8 @@ def _distributed_info(head: bytes) -> dict:
 
 
 def sniff(path: Path) -> dict | None:
-    """{rank, world_size, backend} of a trace file, or None when the file is plainly not a trace."""
+    """{rank, world_size, backend, writer} of a trace file, or None when the file is plainly not a trace. The rank:
+    `distributedInfo`'s, else the one its path names (`layouts.path_rank`); the writer: `layouts.writer`."""
     head = read_head(path)
     info: dict = {}
     if head is not None:
@@ -104,9 +106,9 @@ def sniff(path: Path) -> dict | None:
 
     rank = _int(info.get("rank"))
     if rank is None:
-        m = _RANK_IN_NAME.search(path.name)
-        rank = int(m.group(1)) if m else None
-    return {"rank": rank, "world_size": _int(info.get("world_size")), "backend": info.get("backend")}
+        rank = layouts.path_rank(path)
+    return {"rank": rank, "world_size": _int(info.get("world_size")), "backend": info.get("backend"),
+            "writer": layouts.writer(path, head)}
 
 
 def _label(folder: Path, root: Path, name: str | None) -> str:
@@ -123,6 +125,7 @@ def group_folder(folder: Path, root: Path, files: list[Path], out: Discovery) ->
     """Jobs of one folder (see the module docstring)."""
     ranks: dict[tuple, list[tuple[int, Path]]] = defaultdict(list)
     singles: list[Path] = []
+    unranked: list[Path] = []  # files of per-process writers that name no rank
     for f in files:
         info = sniff(f)
         if info is None:
@@ -133,6 +136,11 @@ def group_folder(folder: Path, root: Path, files: list[Path], out: Discovery) ->
             ranks[(ws, info["backend"])].append((info["rank"], f))
         else:
             singles.append(f)
+            if info["rank"] is None and info["writer"] in layouts.PER_PROCESS_WRITERS:
+                unranked.append(f)
+    if len(unranked) > 1:  # several processes of one job, maybe, but nothing says which rank each is
+        out.warnings.append({"path": str(folder), "warning": layouts.unknown_ranks_warning(
+            str(folder), [str(f) for f in unranked])})
     jobs: list[tuple[str | None, list[Path]]] = []
     for members in ranks.values():
         if len({r for r, _ in members}) < 2:  # one rank of a run on its own: a trace like any other

@@ -131,11 +131,20 @@ def cmd_batch(args: argparse.Namespace) -> int:
     options = build_options(args)  # also resolves --fail-on from the config
     th = baseline.thresholds(config.load(args.config)["baseline"], args.max_regression, args.gate_classes,
                              args.gate_new_findings)
+    from ..ingest import remote
+
+    got: list[dict] = []  # URLs that cannot be read: failed rows, the others go on
+    paths, back = remote.stage(args.paths, getattr(args, "max_bytes", None), errors=got)
+    if args.baseline and remote.is_url(args.baseline):
+        args.baseline = remote.stage([args.baseline])[0][0]
     base = baseline.load(args.baseline) if args.baseline else None
-    disc = discover(args.paths)
+    disc = discover(paths)
+    disc.errors += got
     if disc.skipped:
         names = ", ".join(Path(s["path"]).name for s in disc.skipped[:5]) + (" …" if len(disc.skipped) > 5 else "")
         print(f"traceview: skipped {len(disc.skipped)} JSON file(s) that are not traces: {names}", file=sys.stderr)
+    for w in disc.warnings:  # e.g. several traces of a per-process writer that name no rank (layouts.py)
+        print(f"traceview: warning: {w['warning']}", file=sys.stderr)
     tick, stop = _progress(len(disc.jobs))
     try:
         results = batch.run(disc.jobs, options, args.jobs, args.engine, args.address, on_done=tick)
@@ -143,6 +152,7 @@ def cmd_batch(args: argparse.Namespace) -> int:
         stop()
     rows = [batch.row(r, args.fail_on) for r in results] + [batch.failed_row(e["path"], e["error"]) for e in disc.errors]
     digests = [d for r in results for d in r["digests"]]
+    rows, digests = remote.restore(rows, back), remote.restore(digests, back)
     cmp = None
     if base is not None:
         cmp = baseline.compare(base, digests, th)
@@ -151,7 +161,12 @@ def cmd_batch(args: argparse.Namespace) -> int:
         baseline.save(digests, args.save_baseline, args.step)
     code = batch_exit_code(rows, bool(cmp and cmp["regressed"]), args.exit_zero)
     doc = batch_out.document(rows, digests, disc.skipped, cmp, code)
+    from ..ci import series
+
+    doc["series"] = series.iterations(rows)  # one job profiled at several iterations: over time
+    doc["warnings"] = disc.warnings
     batch_out.terminal(doc, sys.stdout, args.width)
+    series.terminal(doc["series"], sys.stdout)
     for p in args.out:
         batch_out.write(p, rows, doc)
     if args.sarif or args.junit:

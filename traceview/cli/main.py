@@ -42,11 +42,17 @@ def _analyze_paths(args: argparse.Namespace, options: Options) -> Report:
         if on_progress:
             on_progress(path)
 
-    try:
-        return analyze(args.paths, options, on_trace=seen, load=load)
+    from ..ci.job_inputs import expand_inputs
+    from ..ingest.remote import restore, stage
+
+    paths, back = stage(args.paths, options.max_bytes)  # s3://, gs://… read into a temporary folder
+    try:  # a folder of framework job folders (TorchTitan's iteration_<N>/): one job each
+        rep = analyze(expand_inputs(paths), options, on_trace=seen, load=load)
     finally:
         if prog is not None:
             prog.stop()
+    rep.traces, rep.jobs, rep.errors = restore(rep.traces, back), restore(rep.jobs, back), restore(rep.errors, back)
+    return rep
 
 
 def _sections(value: str) -> list[str]:
@@ -189,6 +195,9 @@ def make_parser(command: str | None = None) -> argparse.ArgumentParser:
     from .mcp import add_parser as add_mcp_parser
 
     add_mcp_parser(sub, _size)
+    from .annotate import add_parser as add_annotate_parser
+
+    add_annotate_parser(sub)
     try:  # `collect` / `trigger` live with the collectors (torch is imported only when they run)
         from collectors.cli import add_parsers
     except ImportError:

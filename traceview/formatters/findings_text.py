@@ -14,8 +14,8 @@ from rich.console import Console
 from rich.markup import escape
 from rich.text import Text
 
-from .kernel_names import short_kernel
 from ..units import num
+from .kernel_names import short_kernel
 from .tables import cut_rows
 from .term import middle, plain, rule, step_ranges, table
 
@@ -157,6 +157,8 @@ def render_job(j: dict, con: Console, show: Collection[str] = ()) -> None:
     ranks = j.get("ranks") or []
     tail = f" · ranks {_ranks_label(ranks)}"
     rule(con, "job " + middle(j["path"], max(con.width - len(tail) - 12, 20)) + tail)
+    for w in j.get("warnings") or []:  # e.g. ranks unknown (layouts.py)
+        con.print(Text(f"warning: {w}"))
     n = j.get("nccl") or {}
     strag = n.get("straggler") or {}
     bold = "" if plain(con) else "bold"

@@ -16,10 +16,10 @@ from typing import IO
 from rich.console import Console
 from rich.text import Text
 
-from .kernel_names import short_kernel
 from ..safe_text import text_safe
 from ..units import num
 from . import findings_text, layers
+from .kernel_names import short_kernel
 from .sections import TEXT_SECTIONS
 from .tables import cut_rows
 from .term import console, middle, plain, rule, step_ranges, table

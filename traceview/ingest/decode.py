@@ -29,7 +29,7 @@ _DEC_LEGACY = msgspec.json.Decoder(list[Ev])
 
 TRACE_SUFFIXES = (".json", ".json.gz", ".gz")
 _PREFETCH: dict[tuple[str, int], Any] = {}
-_NOT_TRACES = re.compile(r"^(manifest\.json|control.*|.*\.collect\.json)$")
+_NOT_TRACES = re.compile(r"^(manifest\.json|control.*|.*\.collect\.json|.*\.traceview\.json)$")  # .traceview.json: integrations.torchtitan
 
 
 def trace_files(directory: Path) -> list[Path]:

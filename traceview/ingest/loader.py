@@ -11,7 +11,6 @@ back columns in chunks (which later numpy conversions then copy).
 from __future__ import annotations
 
 import inspect
-import re
 import stat
 from collections import Counter
 from collections.abc import Callable
@@ -38,6 +37,7 @@ from .argtables import MEM_FIELDS as _MEM_FIELDS
 from .argtables import RAW_ATTRS as _RAW_ATTRS
 from .categories import GPU_CATS, HOST_CATS, META_NAMES, OLD_CATS, RARE_NAMES, RUNTIME_CATS
 from .inputs import DEFAULT_MAX_BYTES, STDIN, check_path
+from .layouts import path_rank
 from .manifest import read_manifest
 
 COMM_KERNEL_RE = r"^(nccl|rccl)|ncclKernel|ncclDevKernel|ncclSymDevKernel"
@@ -815,8 +815,7 @@ def _meta(path: Path, doc: d.Doc, fmt: str, t0_us: float, counts: dict, warnings
     props = [p for p in (doc.deviceProperties or []) if isinstance(p, dict)]
     rank = _int_or_none(dist.get("rank"))
     if rank is None:
-        m = re.search(r"rank[-_]?(\d+)", path.name)
-        rank = int(m.group(1)) if m else None
+        rank = path_rank(path)  # the file's or its folder's name (TorchTitan's rank<R>_trace.json, rank3/)
     versions = {k: v for k, v in {
         "cupti": doc.cupti_version, "cuda_runtime": doc.cuda_runtime_version, "cuda_driver": doc.cuda_driver_version,
         "hip_runtime": doc.hip_runtime_version, "hip_driver": doc.hip_driver_version,

@@ -1,0 +1,55 @@
+"""A Lightning `Callback` that profiles a window of training steps with traceview's collector: the trace
+(`rank<R>.<ts>.pt.trace.json.gz`) and the manifest with unprofiled vs profiled step times, as `traceview collect`
+writes them, in `out/name/`. Works with `lightning` (2.x) or the older `pytorch_lightning` package."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+try:
+    from lightning.pytorch.callbacks import Callback
+except ImportError:  # the standalone package
+    from pytorch_lightning.callbacks import Callback  # type: ignore[no-redef]
+
+from . import _session
+
+
+class TraceviewCallback(Callback):
+    """Profile training steps `wait + warmup` .. `wait + warmup + active - 1` (0-based), `repeat` times.
+
+    >>> trainer = Trainer(callbacks=[TraceviewCallback("tv_traces", wait=2, warmup=1, active=3)])
+    then `traceview analyze tv_traces/<name>`."""
+
+    def __init__(
+        self,
+        out: str | Path = "tv_traces",
+        name: str | None = None,
+        wait: int = 2,
+        warmup: int = 1,
+        active: int = 3,
+        repeat: int = 1,
+        **options: Any,
+    ) -> None:
+        self.out, self.name = out, name
+        self.schedule = (wait, warmup, active, repeat)
+        self.options = options  # stack, memory, shapes, modules: as `traceview collect`'s flags
+        self.session: Any = None
+        self.run_dir: Path | None = None
+
+    def on_train_start(self, trainer: Any, pl_module: Any) -> None:
+        self.session = _session.start(
+            self.out, self.name, *self.schedule, launcher="lightning", **self.options
+        )
+        self.run_dir = self.session.run_dir
+
+    def on_train_batch_end(
+        self, trainer: Any, pl_module: Any, outputs: Any, batch: Any, batch_idx: int
+    ) -> None:
+        if self.session is not None:
+            self.session.boundary("explicit")
+
+    def on_train_end(self, trainer: Any, pl_module: Any) -> None:
+        if self.session is not None:
+            _session.stop(self.session)
+            self.session = None
