@@ -27,7 +27,7 @@ from typing import TYPE_CHECKING, Any
 import polars as pl
 
 from . import heap
-from .analyses import breakdown, kernels, timeline
+from .analyses import breakdown, kernels, layers, timeline
 from .analyses.intervals import clip
 from .analyses.windows import recording_edges
 from .errors import TraceError
@@ -206,6 +206,10 @@ def _analyze_trace(trace: Trace, options: Options) -> tuple[dict, pl.DataFrame, 
     heap.release(trace.gpu.height + trace.host.height)
     entry["layers"] = layers_section(trace, steps, findings=findings, kb=ctx.kb if ctx else None,
                                      part=_part(trace, steps, ctx), depth=options.layers_depth)
+    folded = layers.attribution(trace).folded
+    if folded:
+        warnings.append(f"{folded:,} layer frames (nn.Module, module:: or annotation) nested deeper than "
+                        f"{layers.MAX_LAYER_DEPTH} levels: their time counts for their ancestor at that depth")
     entry["classification"] = classification = classification_section(ctx, findings)
     entry["findings"] = findings
     entry["verdict_text"] = (verdict_text(classification, analysed.height, findings) if ctx
