@@ -3,6 +3,7 @@ blow up memory, lose a batch row, disable the gate, steer an output or change a 
 
 from __future__ import annotations
 
+import csv
 import json
 import os
 import subprocess
@@ -10,7 +11,7 @@ import sys
 from pathlib import Path
 
 import pytest
-from hostile import analyze_json, nested_modules, write
+from hostile import analyze_json, error_lines, mini_trace, nested_modules, run_cli, write
 
 from traceview.analyses import layers
 
@@ -88,3 +89,72 @@ def test_other_nested_layer_sources_keep_their_shape(tmp_path, capsys, name, cat
     else:
         assert len(rows) == layers.MAX_LAYER_DEPTH and max(r["depth"] for r in rows) == layers.MAX_LAYER_DEPTH - 1
         assert any(f"{200 - layers.MAX_LAYER_DEPTH} layer frames" in w for w in t["warnings"]), t["warnings"]
+
+
+# ---- 2. batch and diff: one bad rank is named, never blamed on another input, never dropped ------------------
+
+
+def _job(folder: Path, ranks: int = 2, **bad: object) -> Path:
+    """A run folder of `ranks` mini traces (`distributedInfo` rank k of `ranks`, nccl); `bad` overrides keys of
+    the last rank's distributedInfo with raw JSON text (Infinity and 1e400 are not Python JSON)."""
+    folder.mkdir(parents=True)
+    for r in range(ranks):
+        t = mini_trace()
+        t["distributedInfo"] = {"rank": r, "world_size": ranks, "backend": "nccl"}
+        text = json.dumps(t)
+        if r == ranks - 1:
+            for k, raw in bad.items():
+                text = text.replace(f'"{k}": {t["distributedInfo"][k]}', f'"{k}": {raw}')
+        (folder / f"rank{r}.pt.trace.json").write_text(text)
+    return folder
+
+
+@pytest.mark.parametrize("bad", [{"rank": "Infinity"}, {"rank": "-Infinity"}, {"rank": "NaN"},
+                                 {"world_size": "1e400"}, {"rank": "1e400"}, {"rank": '"x"'}, {"rank": "1.5"}])
+def test_hostile_rank_metadata_never_aborts_the_batch(tmp_path, capsys, bad):
+    good, hostile = _job(tmp_path / "in" / "good"), _job(tmp_path / "in" / "hostile", **bad)
+    out = tmp_path / "out.csv"
+    rc, _, err = run_cli(capsys, "batch", tmp_path / "in", "--out", out, "-j", "1")
+    assert rc == 0 and "internal error" not in err, err
+    rows = list(csv.DictReader(out.open()))
+    # both runs, each with both ranks (the bad rank number is ignored: the file name says rank1)
+    assert [(r["input"], r["status"], r["ranks"], r["steps"]) for r in rows] == [
+        ("good", "ok", "2", "3"), ("hostile", "ok", "2", "3")]
+    rc, doc, _ = analyze_json(capsys, hostile / "rank1.pt.trace.json")
+    t = doc["traces"][0]
+    key = next(iter(bad))
+    assert rc == 0 and any(f"distributedInfo.{key}" in w for w in t["warnings"]), t["warnings"]
+    assert t["metadata"]["distributed"][key] is None and t[key] is None or t[key] == 1
+    # the diff of the two runs reads both (rank by rank)
+    rc, out_text, err = run_cli(capsys, "diff", good, hostile)
+    assert rc == 0 and "internal error" not in err, err
+
+
+def test_json_report_stays_strict_json_with_non_finite_metadata(tmp_path, capsys):
+    p = _job(tmp_path / "j", ranks=2, world_size="1e400") / "rank1.pt.trace.json"
+    text = p.read_text().replace('"backend": "nccl"', '"backend": "nccl", "extra": NaN')
+    p.write_text(text)
+    rc, out, _ = run_cli(capsys, "analyze", p, "--format", "json")
+    assert rc == 0
+    doc = json.loads(out, parse_constant=lambda c: pytest.fail(f"{c} in the JSON report"))
+    t = doc["traces"][0]
+    assert t["world_size"] is None and t["rank"] == 1 and t["metadata"]["distributed"]["extra"] in (None, "NaN")
+
+
+def test_empty_or_cut_off_rank_is_named_never_dropped(tmp_path, capsys):
+    """An empty rank file fails its run (a failed row naming the file; the other rank still reported); a rank cut
+    off in its head (no distributedInfo left) still joins its run."""
+    empty, cut = _job(tmp_path / "in" / "empty"), _job(tmp_path / "in" / "cut")
+    (empty / "rank1.pt.trace.json").write_bytes(b"")
+    whole = (cut / "rank1.pt.trace.json").read_bytes()
+    (cut / "rank1.pt.trace.json").write_bytes(whole[: whole.index(b'"traceEvents"') - 2])
+    (tmp_path / "in" / "empty" / "labels.json").write_text('{"rank1": "ok"}')  # a complete non-trace: skipped
+    out = tmp_path / "out.csv"
+    rc, _, err = run_cli(capsys, "batch", tmp_path / "in", "--out", out, "-j", "1")
+    rows = {r["input"]: r for r in csv.DictReader(out.open())}
+    assert rc == 2 and sorted(rows) == ["cut", "empty"], rows
+    assert rows["empty"]["status"] == "failed" and rows["empty"]["ranks"] == "1"
+    assert rows["empty"]["error"].endswith("empty/rank1.pt.trace.json: empty file"), rows["empty"]["error"]
+    assert rows["cut"]["status"] == "failed" and "cut/rank1.pt.trace.json" in rows["cut"]["error"], rows["cut"]
+    lines = error_lines(err)
+    assert any("empty/rank1.pt.trace.json" in x for x in lines) and any("cut/rank1.pt.trace.json" in x for x in lines)

@@ -63,6 +63,25 @@ def _as_int(v: Any) -> Any:
     return _DROP
 
 
+def int_in(v: Any, lo: int, hi: int) -> int | None:
+    """`v` as an int in [lo, hi] (an int, an integral float or a decimal string), else None: the one reader of a
+    whole number from untrusted JSON (a rank of `Infinity` or a world size of `1e400` is no number at all)."""
+    v = _as_int(v)
+    return v if v is not _DROP and lo <= v <= hi else None
+
+
+def json_safe(v: Any) -> Any:
+    """A JSON value with its non-finite floats (NaN, Infinity, 1e400) dropped: what a report may copy from a trace's
+    metadata and write as strict JSON."""
+    if isinstance(v, float):
+        return v if math.isfinite(v) else None
+    if isinstance(v, dict):
+        return {str(k): json_safe(x) for k, x in v.items()}
+    if isinstance(v, list):
+        return [json_safe(x) for x in v]
+    return v
+
+
 def _as_float(v: Any) -> Any:
     if isinstance(v, bool):
         return _DROP

@@ -259,10 +259,8 @@ def _flag(v: Any) -> bool:
 
 
 def _int_or_none(v: Any) -> int | None:
-    try:
-        return int(v)
-    except (TypeError, ValueError):
-        return None
+    """A rank or world size from the trace's metadata: a whole number in [0, 2**31) or None."""
+    return lax.int_in(v, 0, 2**31 - 1)
 
 
 def load_file(path: str | Path, max_bytes: int = DEFAULT_MAX_BYTES,
@@ -811,7 +809,12 @@ def _periods(cpu: pl.DataFrame, gpu: pl.DataFrame) -> pl.DataFrame:
 
 def _meta(path: Path, doc: d.Doc, fmt: str, t0_us: float, counts: dict, warnings: list[str],
           steps: pl.DataFrame, rocm: bool, host: pl.DataFrame, gpu: pl.DataFrame) -> TraceMeta:
-    dist = doc.distributedInfo if isinstance(doc.distributedInfo, dict) else {}
+    dist = lax.json_safe(doc.distributedInfo) if isinstance(doc.distributedInfo, dict) else {}
+    for key in ("rank", "world_size"):  # (validated, else dropped: JSON and the job read them as numbers)
+        raw = doc.distributedInfo.get(key) if dist else None
+        if raw is not None and _int_or_none(raw) is None:
+            warnings.append(f"distributedInfo.{key} {str(raw)[:40]!r} is not a whole number in [0, 2**31): ignored")
+            dist[key] = None
     props = [p for p in (doc.deviceProperties or []) if isinstance(p, dict)]
     rank = _int_or_none(dist.get("rank"))
     if rank is None:
