@@ -6,6 +6,7 @@ from __future__ import annotations
 import csv
 import json
 import os
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -158,3 +159,72 @@ def test_empty_or_cut_off_rank_is_named_never_dropped(tmp_path, capsys):
     assert rows["cut"]["status"] == "failed" and "cut/rank1.pt.trace.json" in rows["cut"]["error"], rows["cut"]
     lines = error_lines(err)
     assert any("empty/rank1.pt.trace.json" in x for x in lines) and any("cut/rank1.pt.trace.json" in x for x in lines)
+
+
+# ---- 2b. a baseline can never disable the gate ------------------------------------------------------------------
+
+
+def _slow(factor: int) -> dict:
+    """`mini_trace` with every time stretched `factor` times (the same work, `factor` times slower)."""
+    t = mini_trace()
+    for e in t["traceEvents"]:
+        e["ts"], e["dur"] = 1000 + (e["ts"] - 1000) * factor, e["dur"] * factor
+    return t
+
+
+@pytest.fixture
+def saved_baseline(tmp_path, capsys) -> tuple[Path, Path]:
+    """(a baseline of the clean run `run/`, a folder `now/run/` holding the same run 8x slower)."""
+    (tmp_path / "base").mkdir()
+    write(tmp_path / "base" / "run.json", mini_trace())
+    base = tmp_path / "baseline.json"
+    rc, _, err = run_cli(capsys, "batch", tmp_path / "base", "--save-baseline", base, "-j", "1")
+    assert rc == 0, err
+    (tmp_path / "now").mkdir()
+    write(tmp_path / "now" / "run.json", _slow(8))
+    return base, tmp_path / "now"
+
+
+def test_the_gate_fails_an_8x_slower_run(saved_baseline, capsys):
+    base, now = saved_baseline
+    doc = json.loads(base.read_text())
+    assert doc["traces"][0]["step_us"] == 100.0
+    rc, _, err = run_cli(capsys, "batch", now, "--baseline", base, "-j", "1")
+    # (the slow run's steps are 800 µs but for its first, opened at its first GPU work: the job's own mean)
+    assert rc == 1 and re.search(r"regression: now: step_time \+[67]\d\d\.\d %", err), err
+
+
+_BAD_BASELINES = [
+    ("step_us", float("nan"), "step_us"), ("step_us", float("inf"), "step_us"), ("step_us", 1e308, "step_us"),
+    ("step_us", -100.0, "step_us"), ("step_us", "100", "step_us"), ("step_us", True, "step_us"),
+    ("step_sd_us", 1e300, "step_sd_us"), ("step_sd_us", 10_000.0, "step_sd_us"), ("steps", "3", "steps"),
+    ("steps", 3.5, "steps"), ("key", ["run"], "key"), ("classes", [1, 2], "classes"),
+    ("classes", {"gpu_compute": {"us": float("nan"), "sd_us": 0}}, "classes.gpu_compute.us"),
+    ("classes", {"nonsense": {"us": 1, "sd_us": 0}}, "unknown class"), ("findings", "x", "findings"),
+    ("findings", [5], "findings[0]"), ("findings", [{"key": 1}], "findings[0].key"),
+    ("findings", [{"key": "k", "rule": "r", "code": "c", "title": "t", "severity": "fatal"}], "severity"),
+]
+
+
+@pytest.mark.parametrize("field,value,where", _BAD_BASELINES)
+def test_a_malformed_baseline_is_named_in_one_line(saved_baseline, capsys, field, value, where):
+    base, now = saved_baseline
+    doc = json.loads(base.read_text())
+    doc["traces"][0][field] = value
+    base.write_text(json.dumps(doc))
+    rc, _, err = run_cli(capsys, "batch", now, "--baseline", base, "-j", "1")
+    lines = error_lines(err)
+    assert rc == 2 and len(lines) == 1, err
+    assert lines[0].startswith(f"traceview: error: baseline {base}: traces[0].") and where in lines[0], lines[0]
+    assert "internal error" not in err and str(now) not in lines[0].replace(str(base), "")
+
+
+@pytest.mark.parametrize("traces", [[5], ["run"], [None]])
+def test_a_baseline_of_non_objects_is_named(saved_baseline, capsys, traces):
+    base, now = saved_baseline
+    doc = json.loads(base.read_text())
+    doc["traces"] = traces
+    base.write_text(json.dumps(doc))
+    rc, _, err = run_cli(capsys, "batch", now, "--baseline", base, "-j", "1")
+    assert rc == 2 and error_lines(err) == [f"traceview: error: baseline {base}: traces[0]: expected an object, got "
+                                            f"{traces[0]!r}; save it again with --save-baseline"], err
