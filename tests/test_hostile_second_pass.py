@@ -228,3 +228,107 @@ def test_a_baseline_of_non_objects_is_named(saved_baseline, capsys, traces):
     rc, _, err = run_cli(capsys, "batch", now, "--baseline", base, "-j", "1")
     assert rc == 2 and error_lines(err) == [f"traceview: error: baseline {base}: traces[0]: expected an object, got "
                                             f"{traces[0]!r}; save it again with --save-baseline"], err
+
+
+# ---- 3. outputs that cannot be steered ------------------------------------------------------------------------
+
+#: The parts of the SARIF 2.1.0 schema (sarif-schema-2.1.0.json) that traceview's output uses, written out from the
+#: standard: required members, the level enum, `region.startLine` >= 1, `message` with its `text`, URIs as
+#: RFC 3986 references (checked below: jsonschema checks no `format` without extra packages)
+_INT = {"type": "integer", "minimum": 1, "maximum": 2**31 - 1}
+_MESSAGE = {"type": "object", "required": ["text"], "properties": {"text": {"type": "string"}}}
+_LOCATION = {"type": "object", "properties": {"physicalLocation": {
+    "type": "object", "required": ["artifactLocation"], "additionalProperties": False,
+    "properties": {"artifactLocation": {"type": "object", "required": ["uri"],
+                                        "properties": {"uri": {"type": "string", "minLength": 1}}},
+                   "region": {"type": "object", "required": ["startLine"], "properties": {"startLine": _INT}}}}}}
+SARIF_SCHEMA = {
+    "type": "object", "required": ["version", "runs"],
+    "properties": {
+        "version": {"const": "2.1.0"}, "$schema": {"type": "string"},
+        "runs": {"type": "array", "items": {
+            "type": "object", "required": ["tool"],
+            "properties": {
+                "tool": {"type": "object", "required": ["driver"], "properties": {"driver": {
+                    "type": "object", "required": ["name"],
+                    "properties": {"name": {"type": "string"}, "rules": {"type": "array", "items": {
+                        "type": "object", "required": ["id"]}}}}}},
+                "results": {"type": "array", "items": {
+                    "type": "object", "required": ["message"],
+                    "properties": {"ruleId": {"type": "string"}, "message": _MESSAGE,
+                                   "level": {"enum": ["none", "note", "warning", "error"]},
+                                   "locations": {"type": "array", "items": _LOCATION}}}},
+                "invocations": {"type": "array", "items": {
+                    "type": "object", "required": ["executionSuccessful"],
+                    "properties": {"executionSuccessful": {"type": "boolean"},
+                                   "toolExecutionNotifications": {"type": "array", "items": {
+                                       "type": "object", "required": ["message"],
+                                       "properties": {"message": _MESSAGE,
+                                                      "level": {"enum": ["none", "note", "warning", "error"]}}}}}}},
+            }}},
+    },
+}
+_URI_REF = re.compile(r"^[A-Za-z0-9\-._~:/?#\[\]@!$&'()*+,;=%]+$")
+
+
+def check_sarif(doc: dict) -> list[dict]:
+    """Validate a SARIF document (the schema above, URIs as references without a scheme); its locations."""
+    import jsonschema
+
+    jsonschema.validate(doc, SARIF_SCHEMA)
+    locs = [loc["physicalLocation"] for r in doc["runs"][0]["results"] for loc in r.get("locations", [])]
+    for loc in locs:
+        uri = loc["artifactLocation"]["uri"]
+        assert _URI_REF.match(uri) and not re.match(r"^[A-Za-z][A-Za-z0-9+.-]*:", uri), uri
+    return locs
+
+
+_FINDING = {"code": "TV104", "rule": "host-sync", "severity": "warning", "count": 1, "cost_us": 5.0,
+            "savings_us": 5.0, "savings_pct": 1.0, "fix": "Avoid .item() [fix](https://evil.example) @team",
+            "title": "sync in [aten::x](javascript:alert(1)) ![i](http://e/p.png) <b>x</b>"}
+
+
+@pytest.mark.parametrize("source,uri,line", [
+    ("src/train.py(42)", "src/train.py", 42), ("javascript:alert(1)//x.py(12)", None, None),
+    ("/etc/passwd(3)", None, None), ("../../x.py(5)", None, None), ("x.py(0)", None, None),
+    ("train.py(" + "9" * 5000 + ")", "train.py", 2**31 - 1), ("my file\x1b[2J.py(7)", None, None),
+    ("dir/we ird%.py(7)", "dir/we%20ird%25.py", 7)])
+def test_sarif_locations_lines_and_messages(source, uri, line):
+    import io
+
+    from traceview.formatters import sarif
+
+    doc = {"tool": {"version": "0"}, "errors": [{"path": "x", "error": "bad \x1b]0;title\x07 [x](http://e)"}],
+           "traces": [{"path": "javascript:alert(1).json", "findings": [{**_FINDING, "evidence": {"source": source}}]}]}
+    buf = io.StringIO()
+    sarif.render(doc, buf)
+    out = json.loads(buf.getvalue())
+    locs = check_sarif(out)
+    src = [loc for loc in locs if "region" in loc]
+    assert [(x["artifactLocation"]["uri"], x["region"]["startLine"]) for x in src] == ([(uri, line)] if uri else [])
+    assert locs[-1]["artifactLocation"]["uri"] == "javascript%3Aalert%281%29.json"
+    texts = [r["message"]["text"] for r in out["runs"][0]["results"]]
+    texts += [n["message"]["text"] for n in out["runs"][0]["invocations"][0]["toolExecutionNotifications"]]
+    for t in texts:
+        assert not re.search(r"\]\(|!\[|<b|://|@team|\x1b|\x07", t), t
+    assert "aten::x" in texts[0] and "javascript" in texts[0]  # shown, not acted on
+
+
+def test_batch_sarif_is_valid_and_always_written(tmp_path, capsys):
+    """batch --sarif with a hostile source line (5000 digits) and a file named like a script: a valid SARIF."""
+    from test_output_escaping import _hostile_trace
+
+    (tmp_path / "in").mkdir()
+    write(tmp_path / "in" / "=HYPERLINK(x)\x1b]0;t\x07.json", _hostile_trace())
+    write(tmp_path / "in" / "empty.json", b"")
+    sarif_path, csv_path = tmp_path / "out.sarif", tmp_path / "out.csv"
+    rc, out, err = run_cli(capsys, "batch", tmp_path / "in", "--sarif", sarif_path, "--out", csv_path, "-j", "1")
+    assert rc == 2, err
+    check_sarif(json.loads(sarif_path.read_text()))
+    for text in (out, err):
+        assert "\x1b" not in text and "\x07" not in text, text
+    # CSV cells never start a formula (OWASP: a leading quote)
+    rows = list(csv.DictReader(csv_path.open()))
+    cells = [v for r in rows for v in r.values() if v]
+    assert not [c for c in cells if c[0] in "=+-@\t\r"], cells
+    assert "'=HYPERLINK(x)\x1b]0;t\x07" in [r["input"] for r in rows]

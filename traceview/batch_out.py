@@ -9,6 +9,7 @@ from typing import IO, Any
 from .classify import CLASSES
 from .errors import TraceError
 from .formatters.markdown import _cell, _code
+from .safe_text import csv_cell, text_safe
 from .units import num
 
 OUT_FORMATS = (".json", ".csv", ".parquet", ".md")
@@ -59,11 +60,15 @@ def write(path: str, rows: list[dict], doc: dict) -> None:
     suffix = Path(path).suffix.lower()
     if suffix not in OUT_FORMATS:
         raise TraceError(f"--out {path}: unknown format (use {', '.join('FILE' + s for s in OUT_FORMATS)})")
+    import polars as pl
+
     try:
         if suffix == ".json":
             Path(path).write_text(json.dumps(doc, indent=1) + "\n", encoding="utf-8")
-        elif suffix == ".csv":
-            _frame(rows).write_csv(path)
+        elif suffix == ".csv":  # names and paths come from the inputs: none may start a formula
+            frame = _frame(rows)
+            frame.with_columns(frame.select(pl.col(pl.String).map_elements(csv_cell, return_dtype=pl.String)))\
+                .write_csv(path)
         elif suffix == ".parquet":
             _frame(rows).write_parquet(path)
         else:
@@ -140,6 +145,7 @@ def terminal(doc: dict, out: IO[str]) -> None:
     from rich.markup import escape
     from rich.table import Table
 
+    doc = text_safe(doc)  # names and paths come from the inputs: no escape sequence reaches the terminal
     con = Console(file=out, width=160 if not out.isatty() else None)
     t = Table(title=f"traceview batch: {len(doc['rows'])} trace(s)/run(s)")
     for c, j in (("input", "left"), ("status", "left"), ("step ms ± sd", "right"), ("vs baseline", "left"),

@@ -98,9 +98,9 @@ def cmd_diff(args: argparse.Namespace) -> int:
         if args.output:
             fh.close()
     for e in out["errors"]:
-        print(f"traceview: error: {e['error']}", file=sys.stderr)
+        _say(f"traceview: error: {e['error']}")
     if not out["pairs"] and not out["errors"]:
-        print("traceview: error: no trace of A matches a trace of B", file=sys.stderr)
+        _say("traceview: error: no trace of A matches a trace of B")
         return 2
     return 2 if out["errors"] else 0
 
@@ -161,7 +161,7 @@ def cmd_batch(args: argparse.Namespace) -> int:
     disc = discover(args.paths)
     if disc.skipped:
         names = ", ".join(Path(s["path"]).name for s in disc.skipped[:5]) + (" …" if len(disc.skipped) > 5 else "")
-        print(f"traceview: skipped {len(disc.skipped)} JSON file(s) that are not traces: {names}", file=sys.stderr)
+        _say(f"traceview: skipped {len(disc.skipped)} JSON file(s) that are not traces: {names}")
     tick, stop = _progress(len(disc.jobs))
     try:
         results = batch.run(disc.jobs, options, args.jobs, args.engine, args.address, on_done=tick)
@@ -188,16 +188,22 @@ def cmd_batch(args: argparse.Namespace) -> int:
             _write_doc(args.junit, "junit", merged)
     for r in rows:
         if r["error"]:
-            print(f"traceview: error: {r['error']}", file=sys.stderr)
+            _say(f"traceview: error: {r['error']}")
     if cmp:
         for t in cmp["traces"]:
             for c in t["checks"]:
                 if c["regressed"]:
-                    print(f"traceview: regression: {t['key']}: {c['metric']} {c['delta_pct']:+.1f} % of the baseline "
-                          f"step ({c['base_us'] / 1000:,.3f} → {c['now_us'] / 1000:,.3f} ms)", file=sys.stderr)
+                    _say(f"traceview: regression: {t['key']}: {c['metric']} {c['delta_pct']:+.1f} % of the baseline "
+                         f"step ({c['base_us'] / 1000:,.3f} → {c['now_us'] / 1000:,.3f} ms)")
             for f in t["new_findings"]:
-                print(f"traceview: regression: {t['key']}: new {f['severity']} finding {f['code']} {f['title']}",
-                      file=sys.stderr)
+                _say(f"traceview: regression: {t['key']}: new {f['severity']} finding {f['code']} {f['title']}")
         if cmp["missing"]:
-            print(f"traceview: baseline entries without a current trace: {', '.join(cmp['missing'])}", file=sys.stderr)
+            _say(f"traceview: baseline entries without a current trace: {', '.join(cmp['missing'])}")
     return code
+
+
+def _say(msg: str) -> None:
+    """One line on stderr; names and paths in it come from the inputs: no control character is acted on."""
+    from .safe_text import terminal_line
+
+    print(terminal_line(msg), file=sys.stderr)

@@ -6,6 +6,7 @@ from typing import IO
 
 from .diff import fmt_us
 from .formatters.markdown import _cell, _code
+from .safe_text import text_safe
 from .units import num
 
 TOP = 10
@@ -45,6 +46,7 @@ def text(doc: dict, out: IO[str]) -> None:
     from rich.markup import escape
     from rich.table import Table
 
+    doc = text_safe(doc)  # names and paths come from the traces: no escape sequence reaches the terminal
     con = Console(file=out, width=150 if not out.isatty() else None)
     for p in doc["pairs"]:
         con.rule(f"{escape(_title(p))}[bold]{escape(p['a'])}[/] → [bold]{escape(p['b'])}[/]")

@@ -33,6 +33,18 @@ def terminal_line(s: str) -> str:
     return printable(str(s), one_line=True)
 
 
+#: what makes a spreadsheet read a CSV cell as a formula (OWASP's CSV injection list)
+_FORMULA_START = ("=", "+", "-", "@", "\t", "\r", "\n", "\uff1d", "\uff0b", "\uff0d", "\uff20")
+
+
+def csv_cell(s: Any) -> Any:
+    """A string for a CSV cell that no spreadsheet evaluates: one that would start a formula gets a leading `'`
+    (OWASP); other values as they are."""
+    if isinstance(s, str) and s.startswith(_FORMULA_START):
+        return "'" + s
+    return s
+
+
 def rich_safe(obj: Any) -> Any:
     """A copy of a report document (dicts, lists, strings) with every string escaped for rich markup and
     stripped of control characters, so a renderer may put any field into markup or a table cell."""
