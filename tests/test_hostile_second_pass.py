@@ -12,7 +12,7 @@ import sys
 from pathlib import Path
 
 import pytest
-from hostile import analyze_json, error_lines, mini_trace, nested_modules, run_cli, write
+from hostile import PATHS, analyze_json, error_lines, ev, mini_trace, nested_modules, run_cli, use_path, write
 
 from traceview.analyses import layers
 
@@ -332,3 +332,76 @@ def test_batch_sarif_is_valid_and_always_written(tmp_path, capsys):
     cells = [v for r in rows for v in r.values() if v]
     assert not [c for c in cells if c[0] in "=+-@\t\r"], cells
     assert "'=HYPERLINK(x)\x1b]0;t\x07" in [r["input"] for r in rows]
+
+
+# ---- 4. single values: dropped or coerced with a warning, never an internal error ------------------------------
+
+
+@pytest.fixture(params=PATHS)
+def path_kind(request, monkeypatch):
+    use_path(request.param, monkeypatch)
+    return request.param
+
+
+def _numbers(t: dict, kernels: int = 3) -> None:
+    """The clean mini trace's numbers (3 steps of 100 µs, GPU busy 60 %) with `kernels` kernels counted."""
+    assert t["summary"]["step_numbers"] == [0, 1, 2] and t["summary"]["avg_step_us"] == 100.0
+    assert t["top_kernels"][0]["count"] == kernels
+
+
+@pytest.mark.parametrize("value", [5, [5], [[1, 2]], {"a": 1}, '["float", 5]'])
+def test_input_type_of_an_odd_shape_is_no_estimate(tmp_path, capsys, path_kind, value):
+    t = mini_trace()
+    t["traceEvents"][1]["args"].update({"Input type": value, "Input Dims": [[4, 4], [4, 4]]})
+    rc, doc, err = analyze_json(capsys, write(tmp_path / "t.json", t))
+    assert rc == 0, err
+    _numbers(doc["traces"][0])
+    assert doc["traces"][0]["summary"]["gpu_busy_pct"] == 60.0
+
+
+@pytest.mark.parametrize("field,digits,warning", [
+    ("ts", 400, "without a usable 'ts'"), ("dur", 400, "duration over 7 days"),
+    ("ts", 5000, "without a usable 'ts'"), ("dur", 5000, "duration over 7 days")])
+def test_a_huge_integer_drops_one_event_not_the_trace(tmp_path, capsys, path_kind, field, digits, warning):
+    """A 400- or 5000-digit ts or dur on one extra op: that event is skipped, with its warning; the rest stands."""
+    t = mini_trace()
+    t["traceEvents"].append(ev(name="aten::odd", **{"ts": 1500, "dur": 3, field: "@@"}))
+    text = json.dumps(t).replace('"@@"', "@@")
+    rc, doc, err = analyze_json(capsys, write(tmp_path / "t.json", text.replace("@@", "9" * digits).encode()))
+    assert rc == 0, err
+    t = doc["traces"][0]
+    _numbers(t)
+    assert any(warning in w for w in t["warnings"]), t["warnings"]
+    assert "aten::odd" not in [o["op"] for o in t["top_ops"]]
+
+
+@pytest.mark.parametrize("target", ["dir", "/proc/version"])
+def test_an_output_that_cannot_be_written_is_one_line(tmp_path, capsys, target):
+    p = write(tmp_path / "t.json", mini_trace())
+    out = tmp_path if target == "dir" else Path(target)
+    for args in (["analyze", p, "-o", out], ["layers", p, "-o", out], ["diff", p, p, "-o", out]):
+        rc, _, err = run_cli(capsys, *args)
+        assert rc == 2 and error_lines(err) == [f"traceview: error: -o {out}: cannot write it "
+                                                f"({'Is a directory' if target == 'dir' else 'Input/output error'})"] \
+            or (rc == 2 and len(error_lines(err)) == 1 and f"-o {out}: cannot write it" in err), err
+
+
+@pytest.mark.parametrize("setting,message", [
+    ("select = 5", "select must be a list of rule codes or slugs, got 5"),
+    ("ignore = [1, 2]", "ignore must be a list of rule codes or slugs"),
+    ("[launch-bound]\nmoderate_pct = inf", "launch-bound.moderate_pct must be a float (finite, >= 0), got inf"),
+    ("[launch-bound]\nhigh_pct = nan", "launch-bound.high_pct must be a float (finite, >= 0), got nan"),
+    ("[launch-bound]\nhigh_pct = -5", "launch-bound.high_pct must be a float (finite, >= 0), got -5")])
+def test_config_values_are_validated(tmp_path, capsys, setting, message):
+    cfg = tmp_path / "c.toml"
+    cfg.write_text(f"[tool.traceview]\n{setting}\n".replace("[launch-bound]", "[tool.traceview.launch-bound]"))
+    rc, _, err = run_cli(capsys, "analyze", write(tmp_path / "t.json", mini_trace()), "--config", cfg)
+    assert rc == 2 and len(error_lines(err)) == 1 and message in err, err
+
+
+@pytest.mark.parametrize("value", ["inf", "nan", "-1", "1e400", "x"])
+def test_set_values_are_validated(tmp_path, capsys, value):
+    rc, _, err = run_cli(capsys, "analyze", write(tmp_path / "t.json", mini_trace()),
+                         "--set", f"launch-bound.high_pct={value}")
+    assert rc == 2 and error_lines(err) == [f"traceview: error: config: launch-bound.high_pct must be a float "
+                                            f"(finite, >= 0), got {value!r}"], err

@@ -9,7 +9,7 @@ from typing import IO, Any
 from .classify import CLASSES
 from .errors import TraceError
 from .formatters.markdown import _cell, _code
-from .safe_text import csv_cell, text_safe
+from .safe_text import CSV_FORMULA, text_safe
 from .units import num
 
 OUT_FORMATS = (".json", ".csv", ".parquet", ".md")
@@ -66,9 +66,9 @@ def write(path: str, rows: list[dict], doc: dict) -> None:
         if suffix == ".json":
             Path(path).write_text(json.dumps(doc, indent=1) + "\n", encoding="utf-8")
         elif suffix == ".csv":  # names and paths come from the inputs: none may start a formula
-            frame = _frame(rows)
-            frame.with_columns(frame.select(pl.col(pl.String).map_elements(csv_cell, return_dtype=pl.String)))\
-                .write_csv(path)
+            text = pl.col(pl.String)
+            _frame(rows).with_columns(pl.when(text.str.contains(CSV_FORMULA)).then("'" + text).otherwise(text)
+                                      .name.keep()).write_csv(path)
         elif suffix == ".parquet":
             _frame(rows).write_parquet(path)
         else:

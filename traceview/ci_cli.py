@@ -88,15 +88,13 @@ def cmd_diff(args: argparse.Namespace) -> int:
     from .rules_cli import build_options
 
     out = diff_paths(args.a, args.b, build_options(args))
-    fh = open(args.output, "w", encoding="utf-8") if args.output else sys.stdout
-    try:
+    from .formatters import output
+
+    with output(args.output) as fh:
         if args.format == "json":
             fh.write(json.dumps(out, indent=1) + "\n")
         else:
             (markdown if args.format == "markdown" else text)(out, fh)
-    finally:
-        if args.output:
-            fh.close()
     for e in out["errors"]:
         _say(f"traceview: error: {e['error']}")
     if not out["pairs"] and not out["errors"]:
@@ -128,11 +126,10 @@ def _write_doc(path: str, fmt: str, doc: dict) -> None:
     import importlib
 
     mod = importlib.import_module(f".formatters.{fmt}", __package__)
-    try:
-        with open(path, "w", encoding="utf-8") as fh:
-            mod.render(doc, fh)
-    except OSError as e:
-        raise TraceError(f"--{fmt} {path}: {e.strerror or e}") from None
+    from .formatters import output
+
+    with output(path, f"--{fmt}") as fh:
+        mod.render(doc, fh)
 
 
 def batch_exit_code(rows: list[dict], regressed: bool, exit_zero: bool) -> int:

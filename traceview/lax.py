@@ -82,17 +82,26 @@ def json_safe(v: Any) -> Any:
     return v
 
 
+def _float(v: int | float) -> float:
+    """A JSON number as a float; an integer beyond a double is infinite, as its digits read as a float are (the
+    loader skips an event whose time or duration is out of range, and says so)."""
+    try:
+        return float(v)
+    except OverflowError:
+        return math.inf if v > 0 else -math.inf
+
+
 def _as_float(v: Any) -> Any:
     if isinstance(v, bool):
         return _DROP
-    if isinstance(v, int | float):
-        return float(v)
-    if isinstance(v, str):
-        try:
+    try:
+        if isinstance(v, int | float):
+            return _float(v)
+        if isinstance(v, str):
             f = float(v.strip().replace(",", "."))
-        except ValueError:
-            return _DROP
-        return _DROP if math.isnan(f) else f
+            return _DROP if math.isnan(f) else f
+    except (ValueError, OverflowError):
+        return _DROP
     return _DROP
 
 
@@ -135,7 +144,7 @@ def _event(e: d.EvLax, issues: Counter) -> d.Ev:
             kw[f] = v
             continue
         if f in ("ts", "dur") and isinstance(v, int | float) and not isinstance(v, bool):
-            kw[f] = float(v)
+            kw[f] = _float(v)
             continue
         if f in ("pid", "tid", "id") and isinstance(v, int | str) and not isinstance(v, bool):
             kw[f] = v

@@ -33,16 +33,8 @@ def terminal_line(s: str) -> str:
     return printable(str(s), one_line=True)
 
 
-#: what makes a spreadsheet read a CSV cell as a formula (OWASP's CSV injection list)
-_FORMULA_START = ("=", "+", "-", "@", "\t", "\r", "\n", "\uff1d", "\uff0b", "\uff0d", "\uff20")
-
-
-def csv_cell(s: Any) -> Any:
-    """A string for a CSV cell that no spreadsheet evaluates: one that would start a formula gets a leading `'`
-    (OWASP); other values as they are."""
-    if isinstance(s, str) and s.startswith(_FORMULA_START):
-        return "'" + s
-    return s
+#: what makes a spreadsheet read a CSV cell as a formula (OWASP's CSV injection list, and full-width forms)
+CSV_FORMULA = "^[=+\\-@\t\r\n\uff1d\uff0b\uff0d\uff20]"
 
 
 def rich_safe(obj: Any) -> Any:
