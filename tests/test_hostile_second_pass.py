@@ -405,3 +405,51 @@ def test_set_values_are_validated(tmp_path, capsys, value):
                          "--set", f"launch-bound.high_pct={value}")
     assert rc == 2 and error_lines(err) == [f"traceview: error: config: launch-bound.high_pct must be a float "
                                             f"(finite, >= 0), got {value!r}"], err
+
+
+# ---- 5. structure: what was done is said ----------------------------------------------------------------------
+
+
+def _kernel_field(field: str, value: str) -> dict:
+    t = mini_trace()
+    t["traceEvents"][3][field] = value  # the first step's kernel
+    return t
+
+
+@pytest.mark.parametrize("doc,busy,kernels,warning", [
+    (_kernel_field("ph", ""), 40.0, 2, "skipped 1 events with an empty or missing 'ph'"),
+    (_kernel_field("cat", ""), 40.0, 2, "1 complete events (ph X) without a 'cat': analyzed as CPU ops")])
+def test_empty_ph_or_cat_is_said(tmp_path, capsys, path_kind, doc, busy, kernels, warning):
+    rc, out, err = analyze_json(capsys, write(tmp_path / "t.json", doc))
+    assert rc == 0, err
+    t = out["traces"][0]
+    # the kernel is gone from GPU time (60 µs of the 300 µs window less): said, not silent
+    assert (t["summary"]["gpu_busy_pct"], t["top_kernels"][0]["count"]) == (busy, kernels)
+    assert any(warning in w for w in t["warnings"]), t["warnings"]
+
+
+@pytest.mark.parametrize("name", ["ProfilerStep#-1", "ProfilerStep#+1", "ProfilerStep#x"])
+def test_odd_step_numbers_are_said(tmp_path, capsys, path_kind, name):
+    t = mini_trace()
+    t["traceEvents"][0]["name"] = name
+    rc, out, err = analyze_json(capsys, write(tmp_path / "t.json", t))
+    assert rc == 0, err
+    t = out["traces"][0]
+    assert t["summary"]["step_numbers"] == [1, 2]
+    assert any(f"ignored 1 ProfilerStep annotations whose step number is not a whole number >= 0 (e.g. {name!r})"
+               in w for w in t["warnings"]), t["warnings"]
+
+
+def test_repeated_step_numbers_are_said(tmp_path, capsys, path_kind):
+    t = mini_trace()
+    for k in (0, 4, 8):
+        t["traceEvents"][k]["name"] = "ProfilerStep#1"
+    rc, out, err = analyze_json(capsys, write(tmp_path / "t.json", t))
+    assert rc == 0, err
+    t = out["traces"][0]
+    assert t["summary"]["step_numbers"] == [1]
+    assert any("1 ProfilerStep numbers name more than one step at different times (e.g. 'ProfilerStep#1')" in w
+               for w in t["warnings"]), t["warnings"]
+    # the clean trace says none of this
+    rc, out, _ = analyze_json(capsys, write(tmp_path / "c.json", mini_trace()))
+    assert not any("ProfilerStep" in w or "'ph'" in w or "'cat'" in w for w in out["traces"][0]["warnings"])
