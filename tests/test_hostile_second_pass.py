@@ -12,6 +12,8 @@ import sys
 from pathlib import Path
 
 import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 from hostile import PATHS, analyze_json, error_lines, ev, mini_trace, nested_modules, run_cli, use_path, write
 
 from traceview.analyses import layers
@@ -453,3 +455,67 @@ def test_repeated_step_numbers_are_said(tmp_path, capsys, path_kind):
     # the clean trace says none of this
     rc, out, _ = analyze_json(capsys, write(tmp_path / "c.json", mini_trace()))
     assert not any("ProfilerStep" in w or "'ph'" in w or "'cat'" in w for w in out["traces"][0]["warnings"])
+
+
+# ---- 6. one field at a time (hypothesis) -----------------------------------------------------------------------
+
+#: JSON texts of hostile values (raw: NaN, Infinity and 400-digit numbers are not Python JSON)
+_VALUES = ["null", '""', "-1", "0", "1e400", "9" * 400, "NaN", "-Infinity", "[5]", '{"a": 1}', "true",
+           '"' + "x" * 300 + '"', '"\\u001b]0;t\\u0007"', "1.5", '"ProfilerStep#1"']
+_FIELDS = ["ph", "cat", "name", "pid", "tid", "ts", "dur", "args"]
+
+
+def _analyze_text(text: str) -> tuple[int, dict | None, str]:
+    """`analyze --format json` on a trace text in a fresh temporary file, in this process."""
+    import tempfile
+
+    from traceview import cli
+
+    with tempfile.TemporaryDirectory() as d:
+        p = Path(d) / "t.json"
+        p.write_text(text)
+        import contextlib
+        import io
+
+        out, err = io.StringIO(), io.StringIO()
+        with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
+            rc = cli.main(["analyze", str(p), "--format", "json"])
+    doc = json.loads(out.getvalue(), parse_constant=lambda c: pytest.fail(c)) if out.getvalue().strip() else None
+    return rc, doc, err.getvalue()
+
+
+def _results(t: dict) -> tuple:
+    """The numbers a mutation must not change silently: steps, step time, GPU busy, kernel count and time (not
+    the names: a name is data, any string, null read as an empty one)."""
+    s = t["summary"]
+    return (s["step_numbers"], s["avg_step_us"], s["gpu_busy_pct"], sum(k["count"] for k in t["top_kernels"]),
+            sum(k["total_us"] for k in t["top_kernels"]))
+
+
+@settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(k=st.integers(0, 11), field=st.sampled_from(_FIELDS), value=st.sampled_from(_VALUES))
+def test_one_mutated_field_is_warned_or_one_line(k, field, value):
+    """One field of one event of the clean trace set to a hostile value: exit 0 with a strict JSON report (and,
+    when the event's time no longer counts, the numbers of the trace without it, or warned), or exit 2 with one
+    line; never an internal error."""
+    t = mini_trace()
+    t["traceEvents"][k][field] = "@@"
+    rc, doc, err = _analyze_text(json.dumps(t).replace('"@@"', value))
+    assert "internal error" not in err and "Traceback" not in err, err
+    if rc == 2:
+        assert len(error_lines(err)) == 1, err
+        return
+    assert rc == 0 and doc is not None, err
+    got = doc["traces"][0]
+    del t["traceEvents"][k]
+    rc0, doc0, _ = _analyze_text(json.dumps(t))
+    without = doc0["traces"][0] if rc0 == 0 and doc0 else None
+    clean = _analyze_text(json.dumps(mini_trace()))[1]["traces"][0]
+    # results as the clean trace's (the value read as it should be, or ignored), or those of the trace without the
+    # event (it no longer counts: a step annotation without its name is no step), or changed and said so in a
+    # warning of its own; an event said to be skipped leaves the results of the trace without it
+    new = set(got["warnings"]) - set(clean["warnings"])
+    same = _results(got) in (_results(clean), without and _results(without))
+    assert same or new, (k, field, value, _results(got), _results(clean))
+    if without is not None and not same and "skipped 1 events" in " ".join(new):
+        assert _results(got) == _results(without), (k, field, value)
