@@ -74,3 +74,13 @@ def analyze_json(capsys: pytest.CaptureFixture, *args: Any) -> tuple[int, dict |
 
 def error_lines(err: str) -> list[str]:
     return [x for x in err.splitlines() if x.strip()]
+
+
+def nested_modules(levels: int, name: str = "nn.Module: B_{i}", cat: str = "python_function") -> dict:
+    """`mini_trace` with `levels` events nested inside each other in the first step (issue 33), by default
+    `nn.Module: B_i` Python frames: event i opens at 1001 + i·0.001 µs and lasts 290 − 280·i/levels µs, so
+    each one closes before its parent."""
+    t = mini_trace()
+    t["traceEvents"] += [ev(name=name.format(i=i), cat=cat, ts=1001 + i * 0.001, dur=290 - 280 * i / levels)
+                         for i in range(levels)]
+    return t

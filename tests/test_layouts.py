@@ -12,9 +12,9 @@ from pathlib import Path
 
 from conftest import SAMPLES
 
-from traceview.ingest import layouts
 from traceview.ci.discover import discover, sniff
 from traceview.cli.main import main
+from traceview.ingest import layouts
 from traceview.ingest.loader import load_file
 
 LAYOUTS = SAMPLES / "layouts"

@@ -19,6 +19,7 @@ unknown options and values of the wrong type are errors (exit 2).
 
 from __future__ import annotations
 
+import math
 from pathlib import Path
 from typing import Any
 
@@ -50,16 +51,16 @@ def _coerce(rule: str, opt: str, value: Any, default: Any) -> Any:
             return value.lower() in ("true", "1")
         if isinstance(value, bool):
             return value
-    elif isinstance(default, int) and not isinstance(default, bool):
+    elif isinstance(default, int | float) and not isinstance(value, bool):
+        # a number: finite and >= 0 (every option is a count, a time, a ratio or a percentage): `inf` would switch
+        # a rule off and `nan` make every comparison false, silently
         try:
-            return int(value)
-        except (TypeError, ValueError):
-            pass
-    elif isinstance(default, float):
-        try:
-            return float(value)
-        except (TypeError, ValueError):
-            pass
+            x = float(value)
+        except (TypeError, ValueError, OverflowError):
+            x = math.nan
+        if not math.isfinite(x) or x < 0 or (isinstance(default, int) and not x.is_integer()):
+            raise TraceError(f"config: {rule}.{opt} must be a {type(default).__name__} (finite, >= 0), got {value!r}")
+        return int(x) if isinstance(default, int) else x
     elif isinstance(default, str):
         return str(value)
     raise TraceError(f"config: {rule}.{opt} must be a {type(default).__name__}, got {value!r}")
@@ -142,5 +143,13 @@ def load(config_file: str | None = None, sets: list[str] | None = None, cwd: str
     baseline = raw.get("baseline") or {}
     if not isinstance(baseline, dict):
         raise TraceError("config: [baseline] must be a table")
-    return {"options": opts, "select": raw.get("select"), "ignore": raw.get("ignore") or [], "fail_on": fail_on,
+    sel = {}
+    for key in ("select", "ignore"):  # a list of codes or slugs (or one comma-separated string, as on the CLI)
+        v = raw.get(key)
+        if isinstance(v, str):
+            v = [c.strip() for c in v.split(",") if c.strip()]
+        if v is not None and not (isinstance(v, list) and all(isinstance(c, str) for c in v)):
+            raise TraceError(f"config: {key} must be a list of rule codes or slugs, got {v!r}")
+        sel[key] = v
+    return {"options": opts, "select": sel["select"], "ignore": sel["ignore"] or [], "fail_on": fail_on,
             "source": source, "baseline": baseline}

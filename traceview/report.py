@@ -28,6 +28,7 @@ from typing import TYPE_CHECKING, Any
 import polars as pl
 
 from .analyses import kernels, timeline
+from .analyses import layers as layer_attr
 from .analyses.windows import recording_edges
 from .errors import TraceError
 from .ingest import heap_trim
@@ -123,6 +124,10 @@ def _analyze_trace(trace: Trace, options: Options) -> tuple[dict, pl.DataFrame, 
     heap_trim.release(trace.gpu.height + trace.host.height)
     entry["layers"] = layers_section(trace, steps, findings=findings, kb=ctx.kb if ctx else None,
                                      part=_part(trace, steps, ctx), depth=options.layers_depth)
+    folded = layer_attr.attribution(trace).folded
+    if folded:
+        warnings.append(f"{folded:,} layer frames (nn.Module, module:: or annotation) nested deeper than "
+                        f"{layer_attr.MAX_LAYER_DEPTH} levels: their time counts for their ancestor at that depth")
     entry["classification"] = classification = classification_section(ctx, findings)
     entry["findings"] = findings
     entry["verdict_text"] = (verdict_text(classification, analysed.height, findings) if ctx

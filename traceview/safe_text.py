@@ -33,6 +33,10 @@ def terminal_line(s: str) -> str:
     return printable(str(s), one_line=True)
 
 
+#: what makes a spreadsheet read a CSV cell as a formula (OWASP's CSV injection list, and full-width forms)
+CSV_FORMULA = "^[=+\\-@\t\r\n\uff1d\uff0b\uff0d\uff20]"
+
+
 def rich_safe(obj: Any) -> Any:
     """A copy of a report document (dicts, lists, strings) with every string escaped for rich markup and
     stripped of control characters, so a renderer may put any field into markup or a table cell."""

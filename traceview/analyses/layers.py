@@ -51,6 +51,10 @@ _TREE_SCHEMA = {"layer": pl.String, "parent_layer": pl.String, "name": pl.String
 _CODES_SCHEMA = {"i": pl.UInt32, "lc": pl.UInt32, "ph": pl.UInt8}
 _NAMES_SCHEMA = {"layer": pl.String, "layer_class": pl.String, "depth": pl.Int32}
 _OTHER = PHASES.index("other")
+#: layer nodes nested deeper than this are folded into their ancestor at this depth: real models nest a few levels
+#: (GPT-2: 4), and a layer's path and ancestor list grow with its depth, so a hostile trace nesting thousands of
+#: frames would cost depth² memory (issue 33)
+MAX_LAYER_DEPTH = 32
 
 
 @dataclass(frozen=True)
@@ -62,6 +66,7 @@ class Attribution:
     #                      16 bytes or more per column on traces of millions of events
     tree: pl.DataFrame  # one row per layer [layer, parent_layer, name, layer_class, kind, depth,
     #                       module_path, anc (list of layers root→self), src, first_ts, calls]
+    folded: int = 0  # node events nested deeper than MAX_LAYER_DEPTH, attributed to their ancestor at that depth
 
     @property
     def unattributed(self) -> int:
@@ -446,6 +451,7 @@ def _attribute(trace: Trace) -> Attribution:
         return Attribution("none", pl.DataFrame(schema=_CODES_SCHEMA), _layer_codes(pl.DataFrame(schema=_NAMES_SCHEMA))[0],
                            pl.DataFrame(schema=_TREE_SCHEMA))
     events, source = _node_events(trace)
+    events, folded = _cap_depth(host, events)
     nodes, tree = _build_tree(host, events)
     phase_of = pl.col("src").replace_strict({p: _PHASE_CODE[p] for p in ("optimizer", "dataloader")},
                                             default=_PHASE_CODE["forward"], return_dtype=pl.Int8)
@@ -496,7 +502,20 @@ def _attribute(trace: Trace) -> Attribution:
     out = pl.DataFrame([rows["i"].cast(pl.UInt32), pl.Series("lc", node_code[pos], pl.UInt32),
                         pl.Series("ph", code, pl.UInt8)])
     out = out if out["i"].is_sorted() else out.sort("i")
-    return Attribution(source, out, names, tree)
+    return Attribution(source, out, names, tree, folded)
+
+
+def _cap_depth(host: pl.DataFrame, events: pl.DataFrame) -> tuple[pl.DataFrame, int]:
+    """The node events nested at most MAX_LAYER_DEPTH deep among themselves, and how many were left out (what they
+    held goes to their nearest kept ancestor)."""
+    if events.height <= MAX_LAYER_DEPTH or (events["src"] == "op").all():  # too few to nest that deep; roots
+        return events, 0
+    cols = [c for c in ("i", "cat", "pid", "tid", "ts", "dur", "ev_idx") if c in host.columns]
+    sub = call_tree(by_id(host, events["i"].unique().sort(), *cols))
+    deep = sub.filter(pl.col("depth") >= MAX_LAYER_DEPTH)["i"]
+    if deep.len() == 0:
+        return events, 0
+    return events.filter(~pl.col("i").is_in(deep.implode())), deep.len()
 
 
 def _forward_nodes(trace: Trace, rows: pl.DataFrame, node: np.ndarray, bnode: np.ndarray) -> np.ndarray:

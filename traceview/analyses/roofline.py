@@ -260,11 +260,17 @@ def op_costs(trace: Trace, op_ids: pl.Series | None = None) -> pl.DataFrame:
             strides = _dims_dec.decode(str_b) if str_b else None
         except msgspec.DecodeError:
             dims, types, concrete, strides = [], [], None, None
+        # each value the shape a profiler writes, else left out: lists, dtype names as strings
+        dims = dims if isinstance(dims, list) else []
+        types = [t if isinstance(t, str) else None for t in types] if isinstance(types, list) else []
         concrete = concrete if isinstance(concrete, list) else None
         strides = strides if isinstance(strides, list) else None
-        cat, fl, by, bpe = op_cost(name, dims, types, concrete, strides)
-        rows.append((name, dims_b, types_b, conc_b, str_b, cat, fl, by, bpe,
-                     *io_bytes(dims, types, name, concrete, strides)))
+        try:
+            cost = (*op_cost(name, dims, types, concrete, strides), *io_bytes(dims, types, name, concrete, strides))
+        except (TypeError, ValueError, KeyError, IndexError, OverflowError, msgspec.DecodeError):
+            # a value of an odd shape deeper in the args (a scalar for a list, a 5000-digit size): no estimate
+            cost = (None, None, None, None, None, None, None)
+        rows.append((name, dims_b, types_b, conc_b, str_b, *cost))
     raw = pl.Categorical  # (the model's raw-text columns: the join below matches their codes)
     costs = pl.DataFrame(rows, schema={"name": pl.String, "input_dims": raw, "input_type": raw,
                                        "concrete": raw, "strides": raw, "category": pl.String,

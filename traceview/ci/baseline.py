@@ -123,7 +123,82 @@ def load(path: str | Path) -> dict:
     if doc.get("schema_version") != SCHEMA_VERSION:
         raise TraceError(f"baseline {p}: schema_version {doc.get('schema_version')} (this traceview reads "
                          f"{SCHEMA_VERSION}); save it again")
+    for k, t in enumerate(doc["traces"]):
+        problem = _bad_digest(t)
+        if problem:
+            raise TraceError(f"baseline {p}: traces[{k}]{problem}; save it again with --save-baseline")
     return doc
+
+
+#: no profiled step lasts a day (µs): a larger baseline time is no measurement, and would pass any regression
+_MAX_US = 86_400e6
+
+
+def _show(v: Any) -> str:
+    return repr(v)[:40]
+
+
+def _bad_time(where: str, v: Any, null: bool = True) -> str | None:
+    """Why `v` is not a time in µs (a finite number in [0, a day]), or None."""
+    if v is None and null:
+        return None
+    if isinstance(v, bool) or not isinstance(v, int | float) or not math.isfinite(v) or not 0 <= v <= _MAX_US:
+        return f"{where}: expected a time in µs (a finite number from 0 to {_MAX_US:.0f}), got {_show(v)}"
+    return None
+
+
+def _bad_sd(where: str, sd: Any, mean: Any, n: int) -> str | None:
+    """Why `sd` cannot be the sample standard deviation of `n` values >= 0 of mean `mean` (it is at most
+    mean·sqrt(n)): a noise band that wide would hide any regression."""
+    bad = _bad_time(where, sd)
+    if bad or sd is None:
+        return bad
+    if sd > (mean or 0.0) * math.sqrt(max(n, 1)) * (1 + 1e-6) + 1e-3:
+        return f"{where}: {_show(sd)} is larger than the spread of {n} steps of mean {_show(mean)} µs can be"
+    return None
+
+
+def _bad_digest(t: Any) -> str | None:
+    """Why one baseline trace digest cannot be compared with (what `compare_one` reads: types, finite numbers
+    in range), or None."""
+    if not isinstance(t, dict):
+        return f": expected an object, got {_show(t)}"
+    if not isinstance(t.get("key"), str):
+        return f".key: expected a string, got {_show(t.get('key'))}"
+    if t.get("path") is not None and not isinstance(t["path"], str):
+        return f".path: expected a string, got {_show(t['path'])}"
+    n = t.get("steps", 0)
+    if isinstance(n, bool) or not isinstance(n, int) or not 0 <= n < 2**31:
+        return f".steps: expected a whole number >= 0, got {_show(n)}"
+    bad = _bad_time(".step_us", t.get("step_us")) or _bad_sd(".step_sd_us", t.get("step_sd_us"), t.get("step_us"), n)
+    if bad:
+        return bad
+    classes = t.get("classes") or {}
+    if not isinstance(classes, dict):
+        return f".classes: expected an object, got {_show(classes)}"
+    for c, v in classes.items():
+        if c not in CLASSES:
+            return f".classes: unknown class {_show(c)} (classes: {', '.join(CLASSES)})"
+        if not isinstance(v, dict):
+            return f".classes.{c}: expected an object, got {_show(v)}"
+        bad = _bad_time(f".classes.{c}.us", v.get("us")) or _bad_sd(f".classes.{c}.sd_us", v.get("sd_us"),
+                                                                    v.get("us"), n)
+        if bad:
+            return bad
+    findings = t.get("findings") or []
+    if not isinstance(findings, list):
+        return f".findings: expected a list, got {_show(findings)}"
+    for k, f in enumerate(findings):
+        if not isinstance(f, dict):
+            return f".findings[{k}]: expected an object, got {_show(f)}"
+        for name in ("key", "rule", "code", "title", "severity"):
+            if not isinstance(f.get(name), str):
+                return f".findings[{k}].{name}: expected a string, got {_show(f.get(name))}"
+        try:
+            severity_rank(f["severity"])
+        except (KeyError, ValueError):
+            return f".findings[{k}].severity: unknown severity {_show(f['severity'])}"
+    return None
 
 
 def _check(name: str, base_mean: float | None, base_sd: float, base_n: int, now_mean: float | None, now_sd: float,

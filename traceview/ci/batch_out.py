@@ -8,6 +8,7 @@ from typing import IO, Any
 
 from ..analyses.classify import CLASSES
 from ..errors import TraceError
+from ..safe_text import CSV_FORMULA, text_safe
 from ..safe_text import md_cell_code as _code
 from ..safe_text import md_text as _cell
 from ..units import num
@@ -60,11 +61,15 @@ def write(path: str, rows: list[dict], doc: dict) -> None:
     suffix = Path(path).suffix.lower()
     if suffix not in OUT_FORMATS:
         raise TraceError(f"--out {path}: unknown format (use {', '.join('FILE' + s for s in OUT_FORMATS)})")
+    import polars as pl
+
     try:
         if suffix == ".json":
             Path(path).write_text(json.dumps(doc, indent=1) + "\n", encoding="utf-8")
-        elif suffix == ".csv":
-            _frame(rows).write_csv(path)
+        elif suffix == ".csv":  # names and paths come from the inputs: none may start a formula
+            text = pl.col(pl.String)
+            _frame(rows).with_columns(pl.when(text.str.contains(CSV_FORMULA)).then("'" + text).otherwise(text)
+                                      .name.keep()).write_csv(path)
         elif suffix == ".parquet":
             _frame(rows).write_parquet(path)
         else:
@@ -148,6 +153,7 @@ def terminal(doc: dict, out: IO[str], width: int | None = None) -> None:
     on a narrow line the shares, primary and finding columns go first."""
     from rich.text import Text
 
+    doc = text_safe(doc)  # names and paths come from the inputs: no escape sequence reaches the terminal
     from ..formatters import term
 
     con = term.console(out, width)

@@ -6,6 +6,7 @@ from typing import IO
 
 from ..safe_text import md_cell_code as _code
 from ..safe_text import md_text as _cell
+from ..safe_text import text_safe
 from ..units import num
 from .diff import fmt_us
 
@@ -45,6 +46,7 @@ def text(doc: dict, out: IO[str], width: int | None = None) -> None:
     """Terminal output, `width` columns (default: the terminal's; $COLUMNS or 100 when piped, as `analyze`)."""
     from rich.text import Text
 
+    doc = text_safe(doc)  # names and paths come from the traces: no escape sequence reaches the terminal
     from ..formatters import term
 
     con = term.console(out, width)

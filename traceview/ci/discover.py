@@ -10,8 +10,8 @@
 - every other trace file is a job of its own: unrelated traces that happen to share a folder are analyzed
   separately; several such files of a per-process writer (tensorboard_trace_handler / Megatron-LM, dynolog,
   Lightning) in one folder add a warning that their ranks are unknown;
-- a JSON file that is not a trace (no `traceEvents` in a file smaller than the sniffed head, e.g. a
-  `labels.json`) is skipped, not a failure. A file named on the command line is always analyzed.
+- a JSON file that is not a trace (a complete JSON document without `traceEvents`, smaller than the sniffed
+  head, e.g. a `labels.json`) is skipped, not a failure; an empty or cut-off file is analyzed (and fails, named). A file named on the command line is always analyzed.
 
 Each job has a `label` that stays the same across CI runs: the run folder (when the folder holds one job)
 or the file without the collector's time stamp, relative to the input it was found under, e.g. `smoke`
@@ -30,6 +30,7 @@ from pathlib import Path
 
 from ..ingest import layouts
 from ..ingest.decode import trace_files
+from ..ingest.lenient import int_in
 from .digest import file_label
 
 HEAD_BYTES = 1 << 20
@@ -87,6 +88,16 @@ def _distributed_info(head: bytes) -> dict:
     return info if isinstance(info, dict) else {}
 
 
+def _complete_json(head: bytes) -> bool:
+    """Whether `head` (a whole file) is one complete JSON value: an empty or cut-off file is a damaged trace that
+    the analysis must report (a rank of a job), not a file to skip."""
+    try:
+        json.loads(head)
+    except (ValueError, RecursionError):
+        return False
+    return True
+
+
 def sniff(path: Path) -> dict | None:
     """{rank, world_size, backend, writer} of a trace file, or None when the file is plainly not a trace. The rank:
     `distributedInfo`'s, else the one its path names (`layouts.path_rank`); the writer: `layouts.writer`."""
@@ -94,15 +105,12 @@ def sniff(path: Path) -> dict | None:
     info: dict = {}
     if head is not None:
         looks = b'"traceEvents"' in head or head.lstrip()[:1] == b"["
-        if not looks and len(head) < HEAD_BYTES:  # read to its end without an event array
+        if not looks and len(head) < HEAD_BYTES and _complete_json(head):  # a whole JSON document, no events
             return None
         info = _distributed_info(head)
 
     def _int(v: object) -> int | None:
-        try:
-            return int(v)  # type: ignore[arg-type]
-        except (TypeError, ValueError):
-            return None
+        return int_in(v, 0, 2**31 - 1)
 
     rank = _int(info.get("rank"))
     if rank is None:
@@ -141,6 +149,12 @@ def group_folder(folder: Path, root: Path, files: list[Path], out: Discovery) ->
     if len(unranked) > 1:  # several processes of one job, maybe, but nothing says which rank each is
         out.warnings.append({"path": str(folder), "warning": layouts.unknown_ranks_warning(
             str(folder), [str(f) for f in unranked])})
+    # a rank that does not say its world size (a `rank<N>` name over an empty or cut-off file, no or a bad
+    # distributedInfo) belongs to the folder's one run, if there is one: left out, the run would look whole
+    for key in [k for k in ranks if k[0] is None]:
+        runs = [k for k in ranks if k[0] is not None and key[1] in (None, k[1])]
+        if len(runs) == 1:
+            ranks[runs[0]] += ranks.pop(key)
     jobs: list[tuple[str | None, list[Path]]] = []
     for members in ranks.values():
         if len({r for r, _ in members}) < 2:  # one rank of a run on its own: a trace like any other

@@ -60,19 +60,17 @@ def cmd_diff(args: argparse.Namespace) -> int:
     from .rules import build_options
 
     out = diff_paths(args.a, args.b, build_options(args))
-    fh = open(args.output, "w", encoding="utf-8") if args.output else sys.stdout
-    try:
+    from ..formatters import output
+
+    with output(args.output) as fh:
         if args.format == "json":
             fh.write(json.dumps(out, indent=1) + "\n")
         else:
             markdown(out, fh) if args.format == "markdown" else text(out, fh, args.width)
-    finally:
-        if args.output:
-            fh.close()
     for e in out["errors"]:
-        print(f"traceview: error: {e['error']}", file=sys.stderr)
+        _say(f"traceview: error: {e['error']}")
     if not out["pairs"] and not out["errors"]:
-        print("traceview: error: no trace of A matches a trace of B", file=sys.stderr)
+        _say("traceview: error: no trace of A matches a trace of B")
         return 2
     return 2 if out["errors"] else 0
 
@@ -100,11 +98,10 @@ def _write_doc(path: str, fmt: str, doc: dict) -> None:
     import importlib
 
     mod = importlib.import_module(f"traceview.formatters.{fmt}")
-    try:
-        with open(path, "w", encoding="utf-8") as fh:
-            mod.render(doc, fh)
-    except OSError as e:
-        raise TraceError(f"--{fmt} {path}: {e.strerror or e}") from None
+    from ..formatters import output
+
+    with output(path, f"--{fmt}") as fh:
+        mod.render(doc, fh)
 
 
 def batch_exit_code(rows: list[dict], regressed: bool, exit_zero: bool) -> int:
@@ -142,9 +139,9 @@ def cmd_batch(args: argparse.Namespace) -> int:
     disc.errors += got
     if disc.skipped:
         names = ", ".join(Path(s["path"]).name for s in disc.skipped[:5]) + (" …" if len(disc.skipped) > 5 else "")
-        print(f"traceview: skipped {len(disc.skipped)} JSON file(s) that are not traces: {names}", file=sys.stderr)
+        _say(f"traceview: skipped {len(disc.skipped)} JSON file(s) that are not traces: {names}")
     for w in disc.warnings:  # e.g. several traces of a per-process writer that name no rank (layouts.py)
-        print(f"traceview: warning: {w['warning']}", file=sys.stderr)
+        _say(f"traceview: warning: {w['warning']}")
     tick, stop = _progress(len(disc.jobs))
     try:
         results = batch.run(disc.jobs, options, args.jobs, args.engine, args.address, on_done=tick)
@@ -177,18 +174,24 @@ def cmd_batch(args: argparse.Namespace) -> int:
             _write_doc(args.junit, "junit", merged)
     for r in rows:
         if r["error"]:
-            print(f"traceview: error: {r['error']}", file=sys.stderr)
+            _say(f"traceview: error: {r['error']}")
     if cmp:
         for t in cmp["traces"]:
             for c in t["checks"]:
                 if c["regressed"] and c["gated"]:
-                    print(f"traceview: regression: {t['key']}: {c['metric']} {c['delta_pct']:+.1f} % of the baseline "
-                          f"step ({c['base_us'] / 1000:,.3f} → {c['now_us'] / 1000:,.3f} ms)", file=sys.stderr)
+                    _say(f"traceview: regression: {t['key']}: {c['metric']} {c['delta_pct']:+.1f} % of the baseline "
+                         f"step ({c['base_us'] / 1000:,.3f} → {c['now_us'] / 1000:,.3f} ms)")
             for f in t["new_findings"] if t["new_findings_gated"] else []:
-                print(f"traceview: regression: {t['key']}: new {f['severity']} finding {f['code']} {f['title']}",
-                      file=sys.stderr)
+                _say(f"traceview: regression: {t['key']}: new {f['severity']} finding {f['code']} {f['title']}")
             for n in t["notes"]:
-                print(f"traceview: note: {t['key']}: {n}", file=sys.stderr)
+                _say(f"traceview: note: {t['key']}: {n}")
         if cmp["missing"]:
-            print(f"traceview: baseline entries without a current trace: {', '.join(cmp['missing'])}", file=sys.stderr)
+            _say(f"traceview: baseline entries without a current trace: {', '.join(cmp['missing'])}")
     return code
+
+
+def _say(msg: str) -> None:
+    """One line on stderr; names and paths in it come from the inputs: no control character is acted on."""
+    from ..safe_text import terminal_line
+
+    print(terminal_line(msg), file=sys.stderr)

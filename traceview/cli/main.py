@@ -118,14 +118,11 @@ def cmd_layers(args: argparse.Namespace) -> int:
     if args.format == "json":
         write(doc, "json", args.output)
     else:
+        from ..formatters import output
         from ..formatters.layers import render_document
 
-        out = open(args.output, "w", encoding="utf-8") if args.output else sys.stdout  # noqa: SIM115
-        try:
+        with output(args.output) as out:
             render_document(doc, out, width=args.width)
-        finally:
-            if args.output:
-                out.close()
     _report_errors(rep)
     return ExitCode.ERROR if rep.errors else ExitCode.OK
 

@@ -4,7 +4,11 @@ from __future__ import annotations
 
 import importlib
 import sys
+from collections.abc import Iterator
+from contextlib import contextmanager
 from typing import IO, Any
+
+from ..errors import TraceError
 
 #: format name -> its module in this package (each imported only when used); adding a format is one module
 #: with `render(doc: dict, out: IO[str]) -> None` plus one line here
@@ -28,10 +32,21 @@ def render(doc: dict, fmt: str, out: IO[str], **text_opts: Any) -> None:
         fn(doc, out)
 
 
+@contextmanager
+def output(path: str | None, option: str = "-o") -> Iterator[IO[str]]:
+    """The file `path` opened for writing (stdout without one); a path that cannot be written (a folder, /proc,
+    no permission, a full disk) is one line naming it, exit 2."""
+    if not path:
+        yield sys.stdout
+        return
+    try:
+        with open(path, "w", encoding="utf-8") as fh:
+            yield fh
+    except OSError as e:
+        raise TraceError(f"{option} {path}: cannot write it ({e.strerror or e})") from None
+
+
 def write(doc: dict, fmt: str, out_path: str | None, **text_opts: Any) -> None:
     """Render to a file, or to stdout."""
-    if out_path:
-        with open(out_path, "w", encoding="utf-8") as fh:
-            render(doc, fmt, fh, **text_opts)
-    else:
-        render(doc, fmt, sys.stdout, **text_opts)
+    with output(out_path) as fh:
+        render(doc, fmt, fh, **text_opts)

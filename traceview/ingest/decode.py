@@ -89,7 +89,9 @@ def read_bytes(path: Path, max_bytes: int = inputs.DEFAULT_MAX_BYTES) -> tuple[b
 
 _BARE = re.compile(rb"(?<=[:\[,])\s*(-?inf|-?Infinity|nan|NaN|N/A)\s*(?=[,}\]])")
 # a number with a 3-digit exponent: msgspec rejects those that overflow a double (1e999)
-_HUGE = re.compile(rb"(?<=[:\[,])(\s*)(-?\d+(?:\.\d+)?[eE][+-]?\d{3,})(?=\s*[,}\]])")
+# or an integer literal of 309 digits or more (1e400 written out: beyond a double, or beyond what msgspec
+# decodes as an integer)
+_HUGE = re.compile(rb"(?<=[:\[,])(\s*)(-?\d+(?:\.\d+)?[eE][+-]?\d{3,}|-?\d{309,}(?:\.\d+)?)(?=\s*[,}\]])")
 _LONE_SURROGATE = re.compile(rb"\\u[dD][89abAB][0-9a-fA-F]{2}(?!\\u[dD][c-fC-F][0-9a-fA-F]{2})"
                              rb"|(?<![0-9a-fA-F]{2}\\u[dD][89abAB][0-9a-fA-F]{2})(?<!\\)\\u[dD][c-fC-F][0-9a-fA-F]{2}")
 _CTRL = re.compile(rb"[\x00-\x08\x0b\x0c\x0e-\x1f]")  # never valid raw in JSON text, in strings or out
@@ -127,7 +129,7 @@ def _repair(data: bytes) -> tuple[bytes, list[str]]:
 
 
 def _finite(num: bytes) -> bool:
-    return math.isfinite(float(num))
+    return len(num.split(b".")[0].lstrip(b"-")) < 309 and math.isfinite(float(num))
 
 
 def _salvage(data: bytes, at: int, warnings: list[str]) -> tuple[Doc, int] | None:
@@ -185,7 +187,7 @@ def decode(data: bytes, path: Path) -> tuple[Doc, list[str]]:
         try:
             return _typed_or_lax(data, warnings, legacy), warnings
         except msgspec.ValidationError as e:
-            if "Number out of range" not in str(e):  # 1e999: the repairs below quote it
+            if "out of range" not in str(e):  # 1e999, 400 digits: the repairs below quote it
                 raise _not_a_trace(path, e) or TraceError(f"{path}: not a valid trace: {e}") from None
             err: Exception = e
         except msgspec.DecodeError as e:

@@ -63,17 +63,45 @@ def _as_int(v: Any) -> Any:
     return _DROP
 
 
+def int_in(v: Any, lo: int, hi: int) -> int | None:
+    """`v` as an int in [lo, hi] (an int, an integral float or a decimal string), else None: the one reader of a
+    whole number from untrusted JSON (a rank of `Infinity` or a world size of `1e400` is no number at all)."""
+    v = _as_int(v)
+    return v if v is not _DROP and lo <= v <= hi else None
+
+
+def json_safe(v: Any) -> Any:
+    """A JSON value with its non-finite floats (NaN, Infinity, 1e400) dropped: what a report may copy from a trace's
+    metadata and write as strict JSON."""
+    if isinstance(v, float):
+        return v if math.isfinite(v) else None
+    if isinstance(v, dict):
+        return {str(k): json_safe(x) for k, x in v.items()}
+    if isinstance(v, list):
+        return [json_safe(x) for x in v]
+    return v
+
+
+def _float(v: int | float) -> float:
+    """A JSON number as a float; an integer beyond a double is infinite, as its digits read as a float are (the
+    loader skips an event whose time or duration is out of range, and says so)."""
+    try:
+        return float(v)
+    except OverflowError:
+        return math.inf if v > 0 else -math.inf
+
+
 def _as_float(v: Any) -> Any:
     if isinstance(v, bool):
         return _DROP
-    if isinstance(v, int | float):
-        return float(v)
-    if isinstance(v, str):
-        try:
+    try:
+        if isinstance(v, int | float):
+            return _float(v)
+        if isinstance(v, str):
             f = float(v.strip().replace(",", "."))
-        except ValueError:
-            return _DROP
-        return _DROP if math.isnan(f) else f
+            return _DROP if math.isnan(f) else f
+    except (ValueError, OverflowError):
+        return _DROP
     return _DROP
 
 
@@ -116,7 +144,7 @@ def _event(e: d.EvLax, issues: Counter) -> d.Ev:
             kw[f] = v
             continue
         if f in ("ts", "dur") and isinstance(v, int | float) and not isinstance(v, bool):
-            kw[f] = float(v)
+            kw[f] = _float(v)
             continue
         if f in ("pid", "tid", "id") and isinstance(v, int | str) and not isinstance(v, bool):
             kw[f] = v

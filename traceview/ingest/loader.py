@@ -259,10 +259,8 @@ def _flag(v: Any) -> bool:
 
 
 def _int_or_none(v: Any) -> int | None:
-    try:
-        return int(v)
-    except (TypeError, ValueError):
-        return None
+    """A rank or world size from the trace's metadata: a whole number in [0, 2**31) or None."""
+    return lenient.int_in(v, 0, 2**31 - 1)
 
 
 def load_file(path: str | Path, max_bytes: int = DEFAULT_MAX_BYTES,
@@ -446,7 +444,8 @@ def _slices(path: Path, base: pl.DataFrame, legacy: bool, warnings: list[str],
             finite=ts.is_finite().all() & dur.is_finite().all(),
             # 2021-era category names, X events without a category (not "Trace": the times above hold either way)
             old=_is("cat", list(OLD_CATS)[:5], dicts).any(), renamed=_is("cat", list(OLD_CATS), dicts).any(),
-            empty_x=(no_cat & x).any(), all_empty=no_cat.all()).row(0, named=True)
+            empty_x=(no_cat & x).any(), all_empty=no_cat.all(), n_empty_x=(no_cat & x).sum(),
+            no_ph=_is("ph", "", dicts).sum()).row(0, named=True)
 
     n = survey()  # one pass of counts and extremes
     if not n["finite"]:  # NaN, inf: as missing (but a +inf dur is corrupt: dropped below)
@@ -469,6 +468,11 @@ def _slices(path: Path, base: pl.DataFrame, legacy: bool, warnings: list[str],
     if n["no_ts"]:
         warnings.append(f"skipped {n['no_ts']:,} events (ph X or i) without a usable 'ts' (missing, null or not "
                         "a finite number)")
+    if n["no_ph"]:  # (issue 33: a kernel without its phase vanished from GPU time, silently)
+        warnings.append(f"skipped {n['no_ph']:,} events with an empty or missing 'ph' (neither a span nor an "
+                        "instant: their time is not counted)")
+    if n["n_empty_x"] and not n["all_empty"]:
+        warnings.append(f"{n['n_empty_x']:,} complete events (ph X) without a 'cat': analyzed as CPU ops")
     if not n["timed"]:
         raise TraceError(f"{path}: no timed events (ph X or i with a 'ts') in 'traceEvents'")
     no_ts, far, long = spans & ts.is_null(), pl.lit(False), pl.lit(False)
@@ -716,17 +720,27 @@ def _steps(host: pl.DataFrame, gpu: pl.DataFrame, warnings: list[str]) -> pl.Dat
     # the prefix's rows are collected before the regex: one lazy query would merge the two filters)
     cpu = (host.lazy().filter(pl.col("cat").is_in(["user_annotation", "cpu_op"])
                               & pl.col("name").str.starts_with("ProfilerStep#")).select("name", "i", "ts", "end")
-           .collect(**_IN_MEMORY)
-           .lazy().filter(pl.col("name").str.contains(STEP_RE))
-           .with_columns(step=pl.col("name").str.extract(STEP_RE).cast(pl.Int64, strict=False))
            .collect(**_IN_MEMORY))
+    odd = cpu.filter(~pl.col("name").str.contains(STEP_RE))
+    if odd.height:  # `ProfilerStep#-1`, `#+1`, `#x`: no step number the profiler writes (issue 33: dropped silently)
+        warnings.append(f"ignored {odd.height:,} ProfilerStep annotations whose step number is not a whole number "
+                        f">= 0 (e.g. {odd['name'][0][:40]!r}): their time belongs to no step")
+        cpu = cpu.filter(pl.col("name").str.contains(STEP_RE))
+    cpu = cpu.with_columns(step=pl.col("name").str.extract(STEP_RE).cast(pl.Int64, strict=False))
     huge = cpu["step"].null_count()
     if huge:
         warnings.append(f"ignored {huge:,} ProfilerStep annotations whose step number does not fit in 64 bits")
         cpu = cpu.filter(pl.col("step").is_not_null())
     cpu = (cpu.lazy().group_by("step").agg(pl.col("name").first(), pl.col("i").first().alias("host_idx"),
-                                           pl.col("ts").min().alias("cpu_ts"), pl.col("end").max().alias("cpu_end"))
+                                           pl.col("ts").min().alias("cpu_ts"), pl.col("end").max().alias("cpu_end"),
+                                           ((pl.len() > 1) & (pl.col("ts").max() >= pl.col("end").min())).alias("_apart"))
            .sort("step").collect(**_IN_MEMORY))
+    apart = cpu.filter("_apart")
+    if apart.height:  # one number on spans that do not overlap (a step annotated on two threads overlaps itself)
+        warnings.append(f"{apart.height:,} ProfilerStep numbers name more than one step at different times (e.g. "
+                        f"{apart['name'][0][:40]!r}): each is analyzed as one step from its first start to its "
+                        "last end")
+    cpu = cpu.drop("_apart")
     synthetic = cpu.height == 0
     if synthetic:
         lo = min(v for v in (host["ts"].min(), gpu["ts"].min() if gpu.height else None) if v is not None)
@@ -811,7 +825,12 @@ def _periods(cpu: pl.DataFrame, gpu: pl.DataFrame) -> pl.DataFrame:
 
 def _meta(path: Path, doc: d.Doc, fmt: str, t0_us: float, counts: dict, warnings: list[str],
           steps: pl.DataFrame, rocm: bool, host: pl.DataFrame, gpu: pl.DataFrame) -> TraceMeta:
-    dist = doc.distributedInfo if isinstance(doc.distributedInfo, dict) else {}
+    dist = lenient.json_safe(doc.distributedInfo) if isinstance(doc.distributedInfo, dict) else {}
+    for key in ("rank", "world_size"):  # (validated, else dropped: JSON and the job read them as numbers)
+        raw = doc.distributedInfo.get(key) if dist else None
+        if raw is not None and _int_or_none(raw) is None:
+            warnings.append(f"distributedInfo.{key} {str(raw)[:40]!r} is not a whole number in [0, 2**31): ignored")
+            dist[key] = None
     props = [p for p in (doc.deviceProperties or []) if isinstance(p, dict)]
     rank = _int_or_none(dist.get("rank"))
     if rank is None:
