@@ -16,8 +16,8 @@ reductions add up but never take a gap or call below zero): savings are never su
 
 from __future__ import annotations
 
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Mapping, Sequence
 
 import numpy as np
 import polars as pl
@@ -95,8 +95,10 @@ def _cuts(g: Graph, transforms: Sequence[Transform]) -> tuple[np.ndarray, np.nda
     seg = g.seg_rows
     for t in transforms:
         if t.cost_us:
-            c = seg.select("seg", "inside", (pl.col("kind").replace_strict(
-                {k: float(v) * 1000 for k, v in t.cost_us.items()}, default=0.0, return_dtype=pl.Float64)).alias("c"))
+            # a record costs at most the row's own duration (what the trace shows of it)
+            c = seg.select("seg", "inside", pl.min_horizontal(pl.col("kind").replace_strict(
+                {k: float(v) * 1000 for k, v in t.cost_us.items()}, default=0.0, return_dtype=pl.Float64),
+                pl.col("dur").cast(pl.Float64)).alias("c"))
             _add(gap_cut, own_cut, c)
             # each anchor that is itself a recorded runtime call
             own_cut += np.where(g.a_marker, 0.0, float(t.cost_us.get("runtime", 0.0)) * 1000)
@@ -144,11 +146,11 @@ def simulate(g: Graph, transforms: Sequence[Transform] = ()) -> tuple[np.ndarray
     base[a_s[first]] = g.a_ts[first]
     unlaunched = g.d_launch < 0
     base[d_s[unlaunched]] = g.d_ts[unlaunched]  # work the trace does not say who launched starts when it did
-    hp, dp, dx, dl, aw = g.a_prev >= 0, g.d_prev >= 0, g.d_x >= 0, g.d_launch >= 0, keep_wait
-    src = np.concatenate([2 * g.a_prev[hp] + 1, a_s, 2 * n_a + 2 * g.a_wait[aw] + 1,
+    hp, dp, dx, dl, aw, aj = g.a_prev >= 0, g.d_prev >= 0, g.d_x >= 0, g.d_launch >= 0, keep_wait, g.a_join >= 0
+    src = np.concatenate([2 * g.a_join[aj] + 1, 2 * g.a_prev[hp] + 1, a_s, 2 * n_a + 2 * g.a_wait[aw] + 1,
                           2 * n_a + 2 * g.d_prev[dp] + 1, 2 * g.d_launch[dl], 2 * n_a + 2 * g.d_x[dx] + 1, d_s])
-    dst = np.concatenate([a_s[hp], a_e, a_e[aw], d_s[dp], d_s[dl], d_s[dx], d_e])
-    off = np.concatenate([gap[hp], own, g.a_wake[aw], g.d_gap[dp], g.d_lat[dl], g.d_xgap[dx], dur])
+    dst = np.concatenate([a_s[aj], a_s[hp], a_e, a_e[aw], d_s[dp], d_s[dl], d_s[dx], d_e])
+    off = np.concatenate([g.a_jwake[aj], gap[hp], own, g.a_wake[aw], g.d_gap[dp], g.d_lat[dl], g.d_xgap[dx], dur])
     t = longest(base, src.astype(np.int64), dst.astype(np.int64), off.astype(np.int64))
     return t[a_s], t[a_e], t[d_s], t[d_e]
 
@@ -225,3 +227,32 @@ def saving(trace: Trace, steps: pl.DataFrame, transform: Transform, base: Sequen
 
     b = list(base) if base is not None else [profiler_transform(trace)]
     return replay(trace, steps, b) - replay(trace, steps, [*b, transform])
+
+
+#: the replay's fidelity bounds on the traced step periods (mean and worst relative error)
+FIDELITY_MEAN, FIDELITY_MAX = 0.03, 0.08
+
+
+def fidelity(trace: Trace, steps: pl.DataFrame) -> dict:
+    """The JSON `replay` section: the unmodified graph's replayed step periods against the traced ones —
+    {fidelity: {mean_error_pct, max_error_pct, steps: [{step, traced_us, replayed_us, error_pct}]}, graph sizes,
+    confidence ("high" within FIDELITY_MEAN / FIDELITY_MAX, else "low"), note}."""
+    if steps.height == 0:
+        return {"fidelity": None, "confidence": None, "note": "no steps to replay"}
+    g = build(trace)
+    traced = (steps["end"] - steps["ts"]).to_numpy().astype(np.float64)
+    rep = replay(trace, steps)
+    err = np.abs(rep / np.where(traced > 0, traced, 1) - 1)
+    mean, worst = float(err.mean()), float(err.max())
+    ok = mean <= FIDELITY_MEAN and worst <= FIDELITY_MAX
+    per = [{"step": int(s), "traced_us": round(float(t) / 1000, 3), "replayed_us": round(float(r) / 1000, 3),
+            "error_pct": round(100 * float(e), 2)} for s, t, r, e in zip(steps["step"], traced, rep, err, strict=True)]
+    note = None if ok else (f"the replay misses the traced step periods by {100 * mean:.1f} % on average, "
+                            f"{100 * worst:.1f} % at worst (bounds {100 * FIDELITY_MEAN:.0f} % / {100 * FIDELITY_MAX:.0f} %): "
+                            "predictions from it have low confidence")
+    return {"fidelity": {"mean_error_pct": round(100 * mean, 2), "max_error_pct": round(100 * worst, 2), "steps": per},
+            "confidence": "high" if ok else "low", "note": note,
+            "graph": {"host_anchors": int(g.a_ts.size), "device_activities": int(g.d_ts.size),
+                      "unexplained_device_starts": int((~g.d_explained).sum()),
+                      "launch_latency_us": round(g.latency_ns / 1000, 3), "device_gap_us": round(g.device_gap_ns / 1000, 3)},
+            "doc": "docs/replay.md"}

@@ -40,6 +40,8 @@ from .timeline import gpu_work
 SYNC_RE = (r"^(cuda|hip)(Stream|Device|Event)Synchronize(_v\d+)?$|^cu(Ctx|Stream|Event)Synchronize(_v\d+)?$"
            r"|^(cuda|hip)Memcpy(_v\d+)?$|^cuMemcpy(DtoH|HtoD|DtoD)?(_v\d+)?$")
 MIN_DEVICE_GAP_CAP_NS = 2_000  # an inter-kernel gap this short is the device's own, whatever the statistics say
+JOIN_GAP_NS = 100_000  # a host thread idle this long with another thread working may be waiting for it
+JOIN_WAKE_NS = 50_000  # ... when it resumes this soon after that thread's call ended
 MIN_LATENCY_CAP_NS = 20_000  # likewise for a launch latency
 #: a launch latency longer than this is a wait for something else (the device busy elsewhere), not latency
 MAX_LATENCY_CAP_NS = 100_000
@@ -62,6 +64,8 @@ class Graph:
     a_wait: np.ndarray  # the activity whose end it waited for
     a_wake: np.ndarray  # from that activity's end to the call's return (ns)
     a_marker: np.ndarray  # bool: a step marker (zero length)
+    a_join: np.ndarray  # the anchor of another thread whose end this thread waited for (backward's autograd thread)
+    a_jwake: np.ndarray  # from that end to this start (ns)
     a_name: pl.Series  # the anchor's call name (markers: the step span's name)
     d_i: np.ndarray  # gpu row id
     d_ts: np.ndarray
@@ -204,11 +208,45 @@ def build(trace: Trace) -> Graph:
         fl = a.select("name").join(floor, on="name", how="left")["_floor"].fill_null(0).to_numpy()
         a_own = np.where(waited, np.minimum(a_own, fl), a_own)
     seg = _segments(trace, a, a_tid, a_ts, a_end)
+    a_join, a_jwake, a_gap = _joins(a_tid, a_ts, a_end, a_prev, a_gap, prev_end)
     return Graph(a_i=ai, a_tid=a_tid, a_ts=a_ts, a_end=a_end, a_prev=a_prev, a_gap=a_gap, a_own=a_own,
                  a_wait=a_wait, a_wake=a_wake, a_marker=a["marker"].to_numpy(), a_name=a["name"],
+                 a_join=a_join, a_jwake=a_jwake,
                  d_i=_i64(g["i"]), d_ts=d_ts, d_end=d_end, d_prev=d_prev, d_gap=d_gap, d_launch=d_launch,
                  d_lat=d_lat, d_x=d_x, d_xgap=d_xgap, d_explained=explained, seg_rows=seg,
                  latency_ns=lat_med, device_gap_ns=gap_med)
+
+
+def _joins(a_tid: np.ndarray, a_ts: np.ndarray, a_end: np.ndarray, a_prev: np.ndarray, a_gap: np.ndarray,
+           prev_end: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Host-thread joins: a thread idle for a long gap (>= JOIN_GAP_NS) that resumes within JOIN_WAKE_NS of
+    another thread's call ending waited for that thread (`loss.backward()` on the main thread while the autograd
+    thread launches the backward). The program-order gap then keeps only the time before the other thread took
+    over. Returns (a_join, a_jwake, a_gap)."""
+    n = a_ts.size
+    join, jwake = np.full(n, -1, np.int64), np.zeros(n, np.int64)
+    if n == 0 or np.unique(a_tid).size < 2:
+        return join, jwake, a_gap
+    eo = np.argsort(a_end, kind="stable")
+    se = a_end[eo]
+    cand = np.flatnonzero((a_prev >= 0) & (a_gap >= JOIN_GAP_NS))
+    if cand.size == 0:
+        return join, jwake, a_gap
+    j = np.searchsorted(se, a_ts[cand], side="right") - 1
+    x = eo[np.maximum(j, 0)]
+    ok = (j >= 0) & (a_tid[x] != a_tid[cand]) & (a_ts[cand] - a_end[x] <= JOIN_WAKE_NS) & (a_end[x] > prev_end[cand])
+    c, x = cand[ok], x[ok]
+    # when the other thread took over: its first call starting after this thread's previous call ended
+    handoff = np.empty(c.size, np.int64)
+    for t in np.unique(a_tid[x]).tolist():  # one per joined thread: a handful
+        m = a_tid[x] == t
+        ts_t = np.sort(a_ts[a_tid == t])
+        k = np.searchsorted(ts_t, prev_end[c[m]], side="left")
+        handoff[m] = ts_t[np.minimum(k, ts_t.size - 1)]
+    join[c], jwake[c] = x, a_ts[c] - a_end[x]
+    gap = a_gap.copy()
+    gap[c] = np.clip(handoff - prev_end[c], 0, a_gap[c])
+    return join, jwake, gap
 
 
 def _waits(trace: Trace, a: pl.DataFrame, a_ts: np.ndarray, a_end: np.ndarray, real: np.ndarray,
