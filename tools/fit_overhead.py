@@ -26,7 +26,7 @@ from traceview.manifest import rank_step_times  # noqa: E402
 
 SAMPLES = ROOT / "sample_traces"
 SPLIT = json.loads((ROOT / "tools/overhead_split.json").read_text())
-GRID = {"op": np.arange(0.0, 12.01, 0.5), "runtime": np.arange(0.0, 12.01, 0.5), "python": np.arange(0.0, 12.01, 0.5)}
+GRID = {"op": np.arange(0.0, 8.01, 0.25), "runtime": np.arange(0.0, 24.01, 0.5), "python": np.arange(0.0, 24.01, 0.5)}
 
 
 def runs() -> list[dict]:

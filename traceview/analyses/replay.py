@@ -86,22 +86,22 @@ def _longest_py(base, src, dst, off, out) -> int:
     return len(queue)
 
 
-def _cuts(g: Graph, transforms: Sequence[Transform]) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
-    """(gap cut, own cut per anchor, new duration per activity, wait kept per anchor) of the transforms together."""
+def _cuts(g: Graph, transforms: Sequence[Transform]) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    """(gap cut, join cut, own cut per anchor, new duration per activity, wait kept per anchor) of the transforms
+    together."""
     n_a = g.a_ts.size
-    gap_cut, own_cut = np.zeros(n_a, np.float64), np.zeros(n_a, np.float64)
+    cuts = np.zeros((3, n_a), np.float64)  # gap, join, own
     dur = (g.d_end - g.d_ts).astype(np.int64)
     keep_wait = g.a_wait >= 0
     seg = g.seg_rows
+    where = seg.select("seg", "inside", "after_join")
     for t in transforms:
         if t.cost_us:
-            # a record costs at most the row's own duration (what the trace shows of it)
-            c = seg.select("seg", "inside", pl.min_horizontal(pl.col("kind").replace_strict(
-                {k: float(v) * 1000 for k, v in t.cost_us.items()}, default=0.0, return_dtype=pl.Float64),
-                pl.col("dur").cast(pl.Float64)).alias("c"))
-            _add(gap_cut, own_cut, c)
+            c = where.with_columns(c=pl.Series(seg["kind"].replace_strict(
+                {k: float(v) * 1000 for k, v in t.cost_us.items()}, default=0.0, return_dtype=pl.Float64)))
+            _add(cuts, c)
             # each anchor that is itself a recorded runtime call
-            own_cut += np.where(g.a_marker, 0.0, float(t.cost_us.get("runtime", 0.0)) * 1000)
+            cuts[2] += np.where(g.a_marker, 0.0, float(t.cost_us.get("runtime", 0.0)) * 1000)
         rows: list[pl.DataFrame] = []
         if t.host_cut:
             rows.append(pl.DataFrame({"i": np.fromiter(t.host_cut.keys(), np.int64),
@@ -110,8 +110,8 @@ def _cuts(g: Graph, transforms: Sequence[Transform]) -> tuple[np.ndarray, np.nda
             ids = pl.Series("i", list(t.host_removed), pl.Int64)
             rows.append(seg.filter(pl.col("i").is_in(ids.implode())).select("i", pl.col("dur").cast(pl.Float64).alias("_c")))
         for r in rows:
-            got = seg.select("i", "seg", "inside").join(r, on="i", how="inner").select("seg", "inside", pl.col("_c").alias("c"))
-            _add(gap_cut, own_cut, got)
+            got = seg.select("i", "seg", "inside", "after_join").join(r, on="i", how="inner").rename({"_c": "c"})
+            _add(cuts, got)
         if t.gpu_dur:
             ids = np.fromiter(t.gpu_dur.keys(), np.int64)
             new = np.fromiter(t.gpu_dur.values(), np.int64)
@@ -122,23 +122,25 @@ def _cuts(g: Graph, transforms: Sequence[Transform]) -> tuple[np.ndarray, np.nda
             np.minimum.at(dur, k, np.maximum(new[ok], 0))
         if len(t.no_wait):
             keep_wait &= ~np.isin(g.a_i, np.asarray(list(t.no_wait), np.int64)) | g.a_marker
-    return gap_cut, own_cut, dur, keep_wait
+    return cuts[0], cuts[1], cuts[2], dur, keep_wait
 
 
-def _add(gap_cut: np.ndarray, own_cut: np.ndarray, c: pl.DataFrame) -> None:
-    """Add the cuts `c` [seg, inside, c] to the anchors' gap or own time."""
-    s, ins, v = c["seg"].to_numpy(), c["inside"].to_numpy(), c["c"].to_numpy()
-    np.add.at(gap_cut, s[~ins], v[~ins])
-    np.add.at(own_cut, s[ins], v[ins])
+def _add(cuts: np.ndarray, c: pl.DataFrame) -> None:
+    """Add the cuts `c` [seg, inside, after_join, c] to the anchors' gap, join or own time."""
+    s, ins, aj, v = c["seg"].to_numpy(), c["inside"].to_numpy(), c["after_join"].to_numpy(), c["c"].to_numpy()
+    row = np.where(ins, 2, np.where(aj, 1, 0))
+    np.add.at(cuts, (row, s), v)
 
 
 def simulate(g: Graph, transforms: Sequence[Transform] = ()) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
     """Replayed (anchor start, anchor end, activity start, activity end), ns on the trace's clock."""
     n_a, n_d = g.a_ts.size, g.d_ts.size
-    gap_cut, own_cut, dur, keep_wait = _cuts(g, transforms)
-    gap = np.maximum(g.a_gap - np.round(gap_cut).astype(np.int64), 0)
+    gap_cut, join_cut, own_cut, dur, keep_wait = _cuts(g, transforms)
+    # a call's recorded cost beyond its own time was paid around it (the profiler's hooks): off the gap before it
+    over = np.maximum(own_cut - g.a_own, 0)
     own = np.maximum(g.a_own - np.round(own_cut).astype(np.int64), 0)
-    own = np.where(g.a_wait >= 0, own, np.maximum(own, 0))
+    gap = np.maximum(g.a_gap - np.round(gap_cut + over).astype(np.int64), 0)
+    jwake = np.maximum(g.a_jwake - np.round(join_cut).astype(np.int64), 0)
     a_s, a_e = 2 * np.arange(n_a), 2 * np.arange(n_a) + 1
     d_s, d_e = 2 * n_a + 2 * np.arange(n_d), 2 * n_a + 2 * np.arange(n_d) + 1
     base = np.full(2 * (n_a + n_d), NEG, np.int64)
@@ -147,10 +149,10 @@ def simulate(g: Graph, transforms: Sequence[Transform] = ()) -> tuple[np.ndarray
     unlaunched = g.d_launch < 0
     base[d_s[unlaunched]] = g.d_ts[unlaunched]  # work the trace does not say who launched starts when it did
     hp, dp, dx, dl, aw, aj = g.a_prev >= 0, g.d_prev >= 0, g.d_x >= 0, g.d_launch >= 0, keep_wait, g.a_join >= 0
-    src = np.concatenate([2 * g.a_join[aj] + 1, 2 * g.a_prev[hp] + 1, a_s, 2 * n_a + 2 * g.a_wait[aw] + 1,
+    src = np.concatenate([2 * g.a_join[aj] + 1, 2 * g.a_prev[hp] + 1 - g.a_overlap[hp], a_s, 2 * n_a + 2 * g.a_wait[aw] + 1,
                           2 * n_a + 2 * g.d_prev[dp] + 1, 2 * g.d_launch[dl], 2 * n_a + 2 * g.d_x[dx] + 1, d_s])
     dst = np.concatenate([a_s[aj], a_s[hp], a_e, a_e[aw], d_s[dp], d_s[dl], d_s[dx], d_e])
-    off = np.concatenate([g.a_jwake[aj], gap[hp], own, g.a_wake[aw], g.d_gap[dp], g.d_lat[dl], g.d_xgap[dx], dur])
+    off = np.concatenate([jwake[aj], gap[hp], own, g.a_wake[aw], g.d_gap[dp], g.d_lat[dl], g.d_xgap[dx], dur])
     t = longest(base, src.astype(np.int64), dst.astype(np.int64), off.astype(np.int64))
     return t[a_s], t[a_e], t[d_s], t[d_e]
 
@@ -158,7 +160,7 @@ def simulate(g: Graph, transforms: Sequence[Transform] = ()) -> tuple[np.ndarray
 def _boundaries(g: Graph, steps: pl.DataFrame, times: tuple[np.ndarray, ...]) -> tuple[np.ndarray, np.ndarray]:
     """Replayed (start, end) of each step's period [ts, end), in the order of `steps` (loader._periods' rule
     applied to the replayed times of the events it was read from)."""
-    a_s, _a_e, d_s, d_e = times
+    a_s, a_e, d_s, d_e = times
     st = steps.select("step", "host_idx", "cpu_ts", "cpu_end", "gpu_ts", "gpu_end", "ts", "end")
     n = st.height
     ts, end = st["ts"].to_numpy().astype(np.int64), st["end"].to_numpy().astype(np.int64)
@@ -176,6 +178,12 @@ def _boundaries(g: Graph, steps: pl.DataFrame, times: tuple[np.ndarray, ...]) ->
         p = np.searchsorted(orig[o], t)
         ok = (p < o.size) & (orig[o[np.minimum(p, o.size - 1)]] == t) if o.size else np.zeros(t.size, bool)
         return np.where(ok, rep[o[np.minimum(p, max(o.size - 1, 0))]] if o.size else 0, np.nan).astype(np.float64)
+
+    def host_time(t: np.ndarray) -> np.ndarray:  # without a marker: t moved as the last call that ended by t
+        o = np.argsort(g.a_end, kind="stable")
+        j = np.searchsorted(g.a_end[o], t, side="right") - 1
+        k = o[np.maximum(j, 0)] if o.size else np.zeros(t.size, np.int64)
+        return np.where(j >= 0, t + (a_e[k] - g.a_end[k]), t).astype(np.float64) if o.size else t.astype(np.float64)
 
     c = marker("cpu_ts")
     cpu_ts = st["cpu_ts"].fill_null(-1).to_numpy().astype(np.int64)
@@ -203,6 +211,8 @@ def _boundaries(g: Graph, steps: pl.DataFrame, times: tuple[np.ndarray, ...]) ->
     ends[order[:-1]] = s_sorted[1:]
     if n:
         ce = marker("cpu_end")[last]
+        if np.isnan(ce) and st["cpu_end"][last] is not None:
+            ce = host_time(np.asarray([int(st["cpu_end"][last])]))[0]
         ge = activity(np.asarray([int(st["gpu_end"][last]) if st["gpu_end"][last] is not None else -1]), False)[0]
         cands = [v for v in (ce, ge, start[last]) if not np.isnan(v)]
         ends[last] = max(cands) if (not np.isnan(ce) or not np.isnan(ge)) else start[last] + (end[last] - ts[last])

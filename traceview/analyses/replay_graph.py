@@ -40,8 +40,7 @@ from .timeline import gpu_work
 SYNC_RE = (r"^(cuda|hip)(Stream|Device|Event)Synchronize(_v\d+)?$|^cu(Ctx|Stream|Event)Synchronize(_v\d+)?$"
            r"|^(cuda|hip)Memcpy(_v\d+)?$|^cuMemcpy(DtoH|HtoD|DtoD)?(_v\d+)?$")
 MIN_DEVICE_GAP_CAP_NS = 2_000  # an inter-kernel gap this short is the device's own, whatever the statistics say
-JOIN_GAP_NS = 100_000  # a host thread idle this long with another thread working may be waiting for it
-JOIN_WAKE_NS = 50_000  # ... when it resumes this soon after that thread's call ended
+JOIN_GAP_NS = 100_000  # a host thread idle this long while another thread works may be waiting for it
 MIN_LATENCY_CAP_NS = 20_000  # likewise for a launch latency
 #: a launch latency longer than this is a wait for something else (the device busy elsewhere), not latency
 MAX_LATENCY_CAP_NS = 100_000
@@ -64,6 +63,7 @@ class Graph:
     a_wait: np.ndarray  # the activity whose end it waited for
     a_wake: np.ndarray  # from that activity's end to the call's return (ns)
     a_marker: np.ndarray  # bool: a step marker (zero length)
+    a_overlap: np.ndarray  # bool: it started before the previous call of its thread ended (start-to-start edge)
     a_join: np.ndarray  # the anchor of another thread whose end this thread waited for (backward's autograd thread)
     a_jwake: np.ndarray  # from that end to this start (ns)
     a_name: pl.Series  # the anchor's call name (markers: the step span's name)
@@ -77,7 +77,8 @@ class Graph:
     d_x: np.ndarray  # the activity on another stream it waits for
     d_xgap: np.ndarray
     d_explained: np.ndarray  # bool: some edge explains the activity's observed start
-    seg_rows: pl.DataFrame  # recorded host rows [i, kind, seg, inside, dur]: seg = the anchor whose gap (inside=False) or own time holds them
+    seg_rows: pl.DataFrame  # recorded host rows [i, kind, seg, inside, dur, ts, after_join]: seg = the anchor whose gap
+    # (inside False; after_join: the part of a joined gap after the other thread's last call) or own time holds them
     latency_ns: float  # the typical launch latency (median onto an idle stream)
     device_gap_ns: float  # the typical gap between queued activities
 
@@ -124,9 +125,12 @@ def build(trace: Trace) -> Graph:
     a_tid, a_ts, a_end = _i64(a["tid"].fill_null(-1)), _i64(a["ts"]), _i64(a["end"])
     a_prev = _prev_in_group(a_tid, np.arange(n_a))
     prev_end = np.where(a_prev >= 0, a_end[np.maximum(a_prev, 0)], a_ts)
-    # a call overlapping the previous one's end (clock skew of a few ns) starts right after it
-    a_gap = np.maximum(a_ts - prev_end, 0)
-    a_own = np.maximum(a_end - np.maximum(a_ts, prev_end), 0)
+    # a call that starts before the previous one ended (asynchronous runtimes: MTIA's remote calls) follows its
+    # start, not its end: the program-order edge then runs start to start (a_gap is that offset)
+    a_overlap = (a_prev >= 0) & (a_ts < prev_end)
+    prev_ts = np.where(a_prev >= 0, a_ts[np.maximum(a_prev, 0)], a_ts)
+    a_gap = np.where(a_overlap, a_ts - prev_ts, np.maximum(a_ts - prev_end, 0))
+    a_own = a_end - a_ts
 
     g = gpu_work(trace.gpu.select("i", "kind", "device", "stream", "ts", "end", "launch")).filter(
         pl.col("ts").is_not_null() & pl.col("end").is_not_null())
@@ -178,7 +182,14 @@ def build(trace: Trace) -> Graph:
     # launch's own (graph node dependencies), explained by program order
     same_launch = has_prev & launched & (d_launch[np.maximum(d_prev, 0)] == d_launch)
     by_stream = has_prev & ((gap <= gap_cap) | same_launch)
-    by_launch = launched & (lat >= 0) & (lat <= lat_cap)
+    # a graph launch's first node waits for the graph's own upload and setup (CUPTI instruments each node): the
+    # observed latency is the graph's, whatever the kernel launches' statistics say
+    graph_call = a["name"].str.contains("GraphLaunch").fill_null(False).to_numpy() if n_a else np.zeros(0, bool)
+    by_graph = launched & graph_call[np.maximum(d_launch, 0)] if n_a else np.zeros(n_d, bool)
+    # an activity that started before its launch call returned is the call's own work (a pageable copy staged by
+    # the call): the call explains it
+    in_call = launched & (d_ts <= a_end[np.maximum(d_launch, 0)]) if n_a else np.zeros(n_d, bool)
+    by_launch = launched & (lat >= 0) & ((lat <= lat_cap) | by_graph | in_call)
     d_gap = np.where(by_stream, np.maximum(gap, 0), min(gap_med, gap_cap)).astype(np.int64)
     d_lat = np.where(by_launch, lat, np.minimum(lat, int(lat_med))).astype(np.int64)
     d_lat = np.maximum(d_lat, 0)
@@ -208,41 +219,57 @@ def build(trace: Trace) -> Graph:
         fl = a.select("name").join(floor, on="name", how="left")["_floor"].fill_null(0).to_numpy()
         a_own = np.where(waited, np.minimum(a_own, fl), a_own)
     seg = _segments(trace, a, a_tid, a_ts, a_end)
-    a_join, a_jwake, a_gap = _joins(a_tid, a_ts, a_end, a_prev, a_gap, prev_end)
+    a_join, a_jwake, a_gap = _joins(a_tid, a_ts, a_end, a_prev, a_gap, prev_end, seg)
+    # rows of a joined gap after the other thread's last call are the join edge's time, not the gap's
+    jt = np.where(a_join >= 0, a_end[np.maximum(a_join, 0)], np.iinfo(np.int64).max)
+    after = ~seg["inside"].to_numpy() & (seg["ts"].to_numpy() >= jt[seg["seg"].to_numpy()]) if n_a else np.zeros(0, bool)
+    seg = seg.with_columns(after_join=pl.Series(after, dtype=pl.Boolean))
     return Graph(a_i=ai, a_tid=a_tid, a_ts=a_ts, a_end=a_end, a_prev=a_prev, a_gap=a_gap, a_own=a_own,
                  a_wait=a_wait, a_wake=a_wake, a_marker=a["marker"].to_numpy(), a_name=a["name"],
-                 a_join=a_join, a_jwake=a_jwake,
+                 a_join=a_join, a_jwake=a_jwake, a_overlap=a_overlap,
                  d_i=_i64(g["i"]), d_ts=d_ts, d_end=d_end, d_prev=d_prev, d_gap=d_gap, d_launch=d_launch,
                  d_lat=d_lat, d_x=d_x, d_xgap=d_xgap, d_explained=explained, seg_rows=seg,
                  latency_ns=lat_med, device_gap_ns=gap_med)
 
 
 def _joins(a_tid: np.ndarray, a_ts: np.ndarray, a_end: np.ndarray, a_prev: np.ndarray, a_gap: np.ndarray,
-           prev_end: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """Host-thread joins: a thread idle for a long gap (>= JOIN_GAP_NS) that resumes within JOIN_WAKE_NS of
-    another thread's call ending waited for that thread (`loss.backward()` on the main thread while the autograd
-    thread launches the backward). The program-order gap then keeps only the time before the other thread took
-    over. Returns (a_join, a_jwake, a_gap)."""
+           prev_end: np.ndarray, seg: pl.DataFrame) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Host-thread joins: a thread idle through a long gap (>= JOIN_GAP_NS) while another thread works, from
+    that thread's first call after the gap opened to its last call before the gap closed, waited for it
+    (`loss.backward()` on the main thread while the autograd thread launches the backward). Idle: none of its
+    own recorded rows starts in that span. The program-order gap then keeps the time before the other thread
+    took over; the join edge the time after that thread's last call. Returns (a_join, a_jwake, a_gap)."""
     n = a_ts.size
     join, jwake = np.full(n, -1, np.int64), np.zeros(n, np.int64)
     if n == 0 or np.unique(a_tid).size < 2:
         return join, jwake, a_gap
-    eo = np.argsort(a_end, kind="stable")
-    se = a_end[eo]
-    cand = np.flatnonzero((a_prev >= 0) & (a_gap >= JOIN_GAP_NS))
+    cand = np.flatnonzero((a_prev >= 0) & (a_gap >= JOIN_GAP_NS) & (a_ts >= prev_end))
     if cand.size == 0:
         return join, jwake, a_gap
+    eo = np.argsort(a_end, kind="stable")
+    se = a_end[eo]
     j = np.searchsorted(se, a_ts[cand], side="right") - 1
+    # the latest call of another thread ending before this start (skipping this thread's own ends)
     x = eo[np.maximum(j, 0)]
-    ok = (j >= 0) & (a_tid[x] != a_tid[cand]) & (a_ts[cand] - a_end[x] <= JOIN_WAKE_NS) & (a_end[x] > prev_end[cand])
+    ok = (j >= 0) & (a_tid[x] != a_tid[cand]) & (a_end[x] > prev_end[cand])
     c, x = cand[ok], x[ok]
-    # when the other thread took over: its first call starting after this thread's previous call ended
-    handoff = np.empty(c.size, np.int64)
+    handoff = np.full(c.size, -1, np.int64)
     for t in np.unique(a_tid[x]).tolist():  # one per joined thread: a handful
         m = a_tid[x] == t
         ts_t = np.sort(a_ts[a_tid == t])
         k = np.searchsorted(ts_t, prev_end[c[m]], side="left")
         handoff[m] = ts_t[np.minimum(k, ts_t.size - 1)]
+    ok = (handoff >= prev_end[c]) & (handoff < a_end[x])
+    # idle: no row of this thread's gap starts between the handoff and the other thread's last end
+    if seg.height and ok.any():
+        rows = seg.filter(~pl.col("inside")).select("seg", "ts").sort("seg", "ts")
+        rs, rt = rows["seg"].to_numpy(), rows["ts"].to_numpy()
+        base = int(min(rt.min(), handoff.min())) if rt.size else 0
+        key = rs.astype(np.int64) * (1 << 42) + (rt - base)
+        lo = np.searchsorted(key, c.astype(np.int64) * (1 << 42) + (handoff - base), side="left")
+        hi = np.searchsorted(key, c.astype(np.int64) * (1 << 42) + (a_end[x] - base), side="left")
+        ok &= hi == lo
+    c, x, handoff = c[ok], x[ok], handoff[ok]
     join[c], jwake[c] = x, a_ts[c] - a_end[x]
     gap = a_gap.copy()
     gap[c] = np.clip(handoff - prev_end[c], 0, a_gap[c])
@@ -294,7 +321,7 @@ def _segments(trace: Trace, a: pl.DataFrame, a_tid: np.ndarray, a_ts: np.ndarray
     n_a = a_ts.size
     if n_a == 0 or h.height == 0:
         return pl.DataFrame(schema={"i": pl.Int64, "kind": pl.String, "seg": pl.Int64, "inside": pl.Boolean,
-                                    "dur": pl.Int64})
+                                    "dur": pl.Int64, "ts": pl.Int64})
     tids, inv = np.unique(np.concatenate([a_tid, _i64(h["tid"].fill_null(-1))]), return_inverse=True)
     base = min(int(a_ts.min()), int(h["ts"].min()))
     ka = inv[:n_a].astype(np.int64) * (1 << 42) + (a_ts - base)
@@ -307,4 +334,4 @@ def _segments(trace: Trace, a: pl.DataFrame, a_tid: np.ndarray, a_ts: np.ndarray
     same_nxt = (nxt < n_a) & (inv[:n_a][np.minimum(nxt, n_a - 1)] == inv[n_a:])
     seg = np.where(inside, cur, np.where(same_nxt, nxt, -1))
     return pl.DataFrame({"i": _i64(h["i"]), "kind": h["kind"], "seg": seg, "inside": inside,
-                         "dur": _i64(h["dur"].fill_null(0))}).filter(pl.col("seg") >= 0)
+                         "dur": _i64(h["dur"].fill_null(0)), "ts": _i64(h["ts"])}).filter(pl.col("seg") >= 0)
