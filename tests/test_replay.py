@@ -132,24 +132,16 @@ def test_host_sync_fix_predicts_measured_twin(run):
     (t,) = _traces(f"collected2/{run}")
     st, _ = complete_steps(t, t.steps)
     pred_ms = float(R.saving(t, st, host_sync.fix_transform(t)).mean()) / 1e6
-    measured = LABELS2[run]["measured_fix_saving_ms"]
+    measured = LABELS2[run]["measured_fix_saving_ms"]  # 1.46 vs 1.72 ms (b32), 1.78 vs 1.91 ms (b64) when written
     assert 0 < pred_ms < LABELS2[run]["unprofiled_step_ms"]
-    assert pred_ms == pytest.approx(measured, rel=0.45)  # 1.24 vs 1.72 ms, 1.21 vs 1.91 ms when written
-
-
-@pytest.mark.xfail(strict=True, reason="the replayed host-sync saving is 28-37 % below the measured twin: the sync's "
-                                       "wake-up and the host work it lets overlap are not modelled yet")
-@pytest.mark.parametrize("run", ["train_gradnorm_item_b32", "train_gradnorm_item_b64"])
-def test_host_sync_fix_within_20_pct(run):
-    (t,) = _traces(f"collected2/{run}")
-    st, _ = complete_steps(t, t.steps)
-    pred_ms = float(R.saving(t, st, host_sync.fix_transform(t)).mean()) / 1e6
-    assert pred_ms == pytest.approx(LABELS2[run]["measured_fix_saving_ms"], rel=0.2)
+    assert pred_ms == pytest.approx(measured, rel=0.2)
 
 
 def test_syncs_item_fix_saves_little():
-    # train_syncs_item -> train_syncs_deferred measured no saving (-2.1 ms: noise on a host-bound step)
+    # train_syncs_item -> train_syncs_deferred: measured no saving (the twin ran 2.1 ms slower: host-speed noise on a
+    # launch-bound step); the replay predicts 0.2 ms of a 7.1 ms step
     (t,) = _traces("collected2/train_syncs_item")
     st, _ = complete_steps(t, t.steps)
     pred_ms = float(R.saving(t, st, host_sync.fix_transform(t)).mean()) / 1e6
-    assert LABELS2["train_syncs_item"]["measured_fix_saving_ms"] < 0 and 0 <= pred_ms < 0.1 * LABELS2["train_syncs_item"]["unprofiled_step_ms"]
+    assert LABELS2["train_syncs_item"]["measured_fix_saving_ms"] < 0
+    assert 0 <= pred_ms < 0.05 * LABELS2["train_syncs_item"]["unprofiled_step_ms"]

@@ -23,7 +23,7 @@ import numpy as np
 import polars as pl
 
 from ..model import Trace
-from .replay_graph import Graph, build
+from .replay_graph import KINDS, Graph, build
 
 try:  # the compiled kernel (setup.py); the pure-Python loop below is its reference
     from .._replay import longest as _longest_c
@@ -90,28 +90,25 @@ def _cuts(g: Graph, transforms: Sequence[Transform]) -> tuple[np.ndarray, np.nda
     """(gap cut, join cut, own cut per anchor, new duration per activity, wait kept per anchor) of the transforms
     together."""
     n_a = g.a_ts.size
-    cuts = np.zeros((3, n_a), np.float64)  # gap, join, own
+    rows = g.seg_rows
+    flat = rows.where.astype(np.int64) * n_a + rows.seg  # (gap | join | own, anchor) of each row
+    cuts = np.zeros(3 * n_a, np.float64)
     dur = (g.d_end - g.d_ts).astype(np.int64)
     keep_wait = g.a_wait >= 0
-    seg = g.seg_rows
-    where = seg.select("seg", "inside", "after_join")
     for t in transforms:
         if t.cost_us:
-            c = where.with_columns(c=pl.Series(seg["kind"].replace_strict(
-                {k: float(v) * 1000 for k, v in t.cost_us.items()}, default=0.0, return_dtype=pl.Float64)))
-            _add(cuts, c)
+            per_kind = np.array([float(t.cost_us.get(k, 0.0)) * 1000 for k in KINDS])
+            cuts += np.bincount(flat, weights=per_kind[rows.kind], minlength=3 * n_a)
             # each anchor that is itself a recorded runtime call
-            cuts[2] += np.where(g.a_marker, 0.0, float(t.cost_us.get("runtime", 0.0)) * 1000)
-        rows: list[pl.DataFrame] = []
+            cuts[2 * n_a:] += np.where(g.a_marker, 0.0, float(t.cost_us.get("runtime", 0.0)) * 1000)
         if t.host_cut:
-            rows.append(pl.DataFrame({"i": np.fromiter(t.host_cut.keys(), np.int64),
-                                      "_c": np.fromiter(t.host_cut.values(), np.float64)}))
+            p = rows.positions(np.fromiter(t.host_cut.keys(), np.int64))
+            v = np.fromiter(t.host_cut.values(), np.float64)
+            got = dict(zip(t.host_cut.keys(), v, strict=True))
+            np.add.at(cuts, flat[p], [got[int(i)] for i in rows.i[p]])
         if len(t.host_removed):
-            ids = pl.Series("i", list(t.host_removed), pl.Int64)
-            rows.append(seg.filter(pl.col("i").is_in(ids.implode())).select("i", pl.col("dur").cast(pl.Float64).alias("_c")))
-        for r in rows:
-            got = seg.select("i", "seg", "inside", "after_join").join(r, on="i", how="inner").rename({"_c": "c"})
-            _add(cuts, got)
+            p = rows.positions(np.unique(np.asarray(list(t.host_removed), np.int64)))
+            np.add.at(cuts, flat[p], rows.dur[p].astype(np.float64))
         if t.gpu_dur:
             ids = np.fromiter(t.gpu_dur.keys(), np.int64)
             new = np.fromiter(t.gpu_dur.values(), np.int64)
@@ -122,14 +119,7 @@ def _cuts(g: Graph, transforms: Sequence[Transform]) -> tuple[np.ndarray, np.nda
             np.minimum.at(dur, k, np.maximum(new[ok], 0))
         if len(t.no_wait):
             keep_wait &= ~np.isin(g.a_i, np.asarray(list(t.no_wait), np.int64)) | g.a_marker
-    return cuts[0], cuts[1], cuts[2], dur, keep_wait
-
-
-def _add(cuts: np.ndarray, c: pl.DataFrame) -> None:
-    """Add the cuts `c` [seg, inside, after_join, c] to the anchors' gap, join or own time."""
-    s, ins, aj, v = c["seg"].to_numpy(), c["inside"].to_numpy(), c["after_join"].to_numpy(), c["c"].to_numpy()
-    row = np.where(ins, 2, np.where(aj, 1, 0))
-    np.add.at(cuts, (row, s), v)
+    return cuts[:n_a], cuts[n_a:2 * n_a], cuts[2 * n_a:], dur, keep_wait
 
 
 def simulate(g: Graph, transforms: Sequence[Transform] = ()) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:

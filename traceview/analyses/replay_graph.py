@@ -27,6 +27,7 @@ fidelity measures it.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 import polars as pl
@@ -44,7 +45,7 @@ JOIN_GAP_NS = 100_000  # a host thread idle this long while another thread works
 MIN_LATENCY_CAP_NS = 20_000  # likewise for a launch latency
 #: a launch latency longer than this is a wait for something else (the device busy elsewhere), not latency
 MAX_LATENCY_CAP_NS = 100_000
-#: host row kinds whose recording the profiler pays for (analyses.overhead's kinds)
+#: host row kinds whose recording the profiler pays for (analyses.overhead's kinds; Rows.kind is the position)
 KINDS = {"op": ["cpu_op", "user_annotation"], "runtime": list(RUNTIME_CATS), "python": ["python_function"]}
 
 
@@ -77,8 +78,7 @@ class Graph:
     d_x: np.ndarray  # the activity on another stream it waits for
     d_xgap: np.ndarray
     d_explained: np.ndarray  # bool: some edge explains the activity's observed start
-    seg_rows: pl.DataFrame  # recorded host rows [i, kind, seg, inside, dur, ts, after_join]: seg = the anchor whose gap
-    # (inside False; after_join: the part of a joined gap after the other thread's last call) or own time holds them
+    seg_rows: Rows  # the recorded host rows, each in an anchor's gap, joined gap or own time
     latency_ns: float  # the typical launch latency (median onto an idle stream)
     device_gap_ns: float  # the typical gap between queued activities
 
@@ -218,12 +218,11 @@ def build(trace: Trace) -> Graph:
                  .group_by("name").agg(pl.col("_own").min().alias("_floor")))
         fl = a.select("name").join(floor, on="name", how="left")["_floor"].fill_null(0).to_numpy()
         a_own = np.where(waited, np.minimum(a_own, fl), a_own)
-    seg = _segments(trace, a, a_tid, a_ts, a_end)
-    a_join, a_jwake, a_gap = _joins(a_tid, a_ts, a_end, a_prev, a_gap, prev_end, seg)
-    # rows of a joined gap after the other thread's last call are the join edge's time, not the gap's
-    jt = np.where(a_join >= 0, a_end[np.maximum(a_join, 0)], np.iinfo(np.int64).max)
-    after = ~seg["inside"].to_numpy() & (seg["ts"].to_numpy() >= jt[seg["seg"].to_numpy()]) if n_a else np.zeros(0, bool)
-    seg = seg.with_columns(after_join=pl.Series(after, dtype=pl.Boolean))
+    seg, keys, key_of = _segments(trace, a_tid, a_ts, a_end)
+    a_join, a_jwake, a_gap = _joins(a_tid, a_ts, a_end, a_prev, a_gap, prev_end, keys, key_of)
+    if (a_join >= 0).any():  # rows of a joined gap after the other thread's last call are the join edge's time
+        jt = np.where(a_join >= 0, a_end[np.maximum(a_join, 0)], np.iinfo(np.int64).max)
+        seg.where[(seg.where == 0) & (seg.ts >= jt[seg.seg])] = 1
     return Graph(a_i=ai, a_tid=a_tid, a_ts=a_ts, a_end=a_end, a_prev=a_prev, a_gap=a_gap, a_own=a_own,
                  a_wait=a_wait, a_wake=a_wake, a_marker=a["marker"].to_numpy(), a_name=a["name"],
                  a_join=a_join, a_jwake=a_jwake, a_overlap=a_overlap,
@@ -233,7 +232,7 @@ def build(trace: Trace) -> Graph:
 
 
 def _joins(a_tid: np.ndarray, a_ts: np.ndarray, a_end: np.ndarray, a_prev: np.ndarray, a_gap: np.ndarray,
-           prev_end: np.ndarray, seg: pl.DataFrame) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+           prev_end: np.ndarray, keys: np.ndarray, key_of) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """Host-thread joins: a thread idle through a long gap (>= JOIN_GAP_NS) while another thread works, from
     that thread's first call after the gap opened to its last call before the gap closed, waited for it
     (`loss.backward()` on the main thread while the autograd thread launches the backward). Idle: none of its
@@ -260,14 +259,11 @@ def _joins(a_tid: np.ndarray, a_ts: np.ndarray, a_end: np.ndarray, a_prev: np.nd
         k = np.searchsorted(ts_t, prev_end[c[m]], side="left")
         handoff[m] = ts_t[np.minimum(k, ts_t.size - 1)]
     ok = (handoff >= prev_end[c]) & (handoff < a_end[x])
-    # idle: no row of this thread's gap starts between the handoff and the other thread's last end
-    if seg.height and ok.any():
-        rows = seg.filter(~pl.col("inside")).select("seg", "ts").sort("seg", "ts")
-        rs, rt = rows["seg"].to_numpy(), rows["ts"].to_numpy()
-        base = int(min(rt.min(), handoff.min())) if rt.size else 0
-        key = rs.astype(np.int64) * (1 << 42) + (rt - base)
-        lo = np.searchsorted(key, c.astype(np.int64) * (1 << 42) + (handoff - base), side="left")
-        hi = np.searchsorted(key, c.astype(np.int64) * (1 << 42) + (a_end[x] - base), side="left")
+    # idle: no recorded row of this thread starts between the handoff and the other thread's last end
+    if keys.size and ok.any():
+        keys = np.sort(keys)  # (only here: most traces have no candidate join)
+        lo = np.searchsorted(keys, key_of(a_tid[c], handoff), side="left")
+        hi = np.searchsorted(keys, key_of(a_tid[c], a_end[x]), side="left")
         ok &= hi == lo
     c, x, handoff = c[ok], x[ok], handoff[ok]
     join[c], jwake[c] = x, a_ts[c] - a_end[x]
@@ -309,29 +305,65 @@ def _waits(trace: Trace, a: pl.DataFrame, a_ts: np.ndarray, a_end: np.ndarray, r
     return wait, wake
 
 
-def _segments(trace: Trace, a: pl.DataFrame, a_tid: np.ndarray, a_ts: np.ndarray,
-              a_end: np.ndarray) -> pl.DataFrame:
-    """Recorded host rows [i, kind, seg, inside, dur] in an anchor's gap (inside False: between the previous
-    anchor's end and its start) or in its own time (inside True)."""
-    h = trace.host.select("i", "cat", "tid", "ts", "dur")
-    kind = pl.lit(None, pl.String)
-    for k, cats in KINDS.items():
-        kind = pl.when(pl.col("cat").is_in(cats)).then(pl.lit(k)).otherwise(kind)
-    h = h.with_columns(kind=kind).filter(pl.col("kind").is_not_null() & pl.col("ts").is_not_null())
+@dataclass(frozen=True)
+class Rows:
+    """The recorded host rows that sit in the graph's host time, as arrays: row id, kind (KIND_CODES), the anchor
+    whose time holds it (`seg`), where in that anchor's time (0: the gap before it; 1: the part of a joined gap
+    after the other thread's last call; 2: the call's own time), duration and start (ns)."""
+
+    i: np.ndarray
+    kind: np.ndarray
+    seg: np.ndarray
+    where: np.ndarray
+    dur: np.ndarray
+    ts: np.ndarray
+
+    def positions(self, ids: np.ndarray) -> np.ndarray:
+        """Positions of the rows with these ids (ids not held here are left out)."""
+        o = np.argsort(self.i, kind="stable")
+        p = np.searchsorted(self.i[o], ids)
+        ok = (p < o.size) & (self.i[o[np.minimum(p, max(o.size - 1, 0))]] == ids) if o.size else np.zeros(ids.size, bool)
+        return o[p[ok]]
+
+
+def _segments(trace: Trace, a_tid: np.ndarray, a_ts: np.ndarray, a_end: np.ndarray) -> tuple[Rows, np.ndarray, Any]:
+    """(the recorded host rows in an anchor's gap or own time, the (thread, start) keys of every recorded
+    row, unsorted, the key function (thread ids, times) -> keys: `_joins` searches them)."""
+    h = trace.host
+    cat = h["cat"]
+    code = np.full(h.height, -1, np.int8)
+    for k, cats in enumerate(KINDS.values()):  # three hash lookups (cheaper than a string replace)
+        code[cat.is_in(cats).to_numpy()] = k
+    ts = h["ts"].fill_null(-1).to_numpy().astype(np.int64, copy=False)
+    keep = (code >= 0) & h["ts"].is_not_null().to_numpy()
     n_a = a_ts.size
-    if n_a == 0 or h.height == 0:
-        return pl.DataFrame(schema={"i": pl.Int64, "kind": pl.String, "seg": pl.Int64, "inside": pl.Boolean,
-                                    "dur": pl.Int64, "ts": pl.Int64})
-    tids, inv = np.unique(np.concatenate([a_tid, _i64(h["tid"].fill_null(-1))]), return_inverse=True)
-    base = min(int(a_ts.min()), int(h["ts"].min()))
-    ka = inv[:n_a].astype(np.int64) * (1 << 42) + (a_ts - base)
-    kh = inv[n_a:].astype(np.int64) * (1 << 42) + (_i64(h["ts"]) - base)
+    if n_a == 0 or not keep.any():
+        z = np.zeros(0, np.int64)
+        return Rows(z, z.astype(np.int8), z, z.astype(np.int8), z, z), z, None
+    pos = np.flatnonzero(keep)
+    r_tid = h["tid"].fill_null(-1).to_numpy()[pos].astype(np.int64, copy=False)
+    r_ts = ts[pos]
+    # thread codes: a handful of threads, so a hash unique then a search in the few (no sort of every row)
+    tids = np.sort(pl.Series(np.concatenate([np.unique(a_tid), r_tid])).unique().to_numpy())
+    base = min(int(a_ts.min()), int(r_ts.min()))
+    ta, th = np.searchsorted(tids, a_tid).astype(np.int64), np.searchsorted(tids, r_tid).astype(np.int64)
+    ka = ta * (1 << 42) + (a_ts - base)
+    kh = th * (1 << 42) + (r_ts - base)
     # the first anchor of the thread starting after the row (its gap), or the anchor whose span holds it
     nxt = np.searchsorted(ka, kh, side="right")
     cur = nxt - 1
-    same_cur = (cur >= 0) & (inv[:n_a][np.maximum(cur, 0)] == inv[n_a:])
-    inside = same_cur & (_i64(h["ts"]) < a_end[np.maximum(cur, 0)])
-    same_nxt = (nxt < n_a) & (inv[:n_a][np.minimum(nxt, n_a - 1)] == inv[n_a:])
+    cc = np.maximum(cur, 0)
+    inside = (cur >= 0) & (ta[cc] == th) & (r_ts < a_end[cc])
+    nn = np.minimum(nxt, n_a - 1)
+    same_nxt = (nxt < n_a) & (ta[nn] == th)
     seg = np.where(inside, cur, np.where(same_nxt, nxt, -1))
-    return pl.DataFrame({"i": _i64(h["i"]), "kind": h["kind"], "seg": seg, "inside": inside,
-                         "dur": _i64(h["dur"].fill_null(0)), "ts": _i64(h["ts"])}).filter(pl.col("seg") >= 0)
+    ok = seg >= 0
+    sel = pos[ok]
+    rows = Rows(i=h["i"].to_numpy()[sel].astype(np.int64), kind=code[sel], seg=seg[ok],
+                where=np.where(inside[ok], 2, 0).astype(np.int8),
+                dur=h["dur"].fill_null(0).to_numpy()[sel].astype(np.int64), ts=r_ts[ok])
+
+    def key_of(tid: np.ndarray, t: np.ndarray) -> np.ndarray:  # (thread code << 42) + (t - base), as kh
+        return np.searchsorted(tids, tid).astype(np.int64) * (1 << 42) + (t - base)
+
+    return rows, kh, key_of
