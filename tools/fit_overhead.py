@@ -80,6 +80,8 @@ def table(rs: list[dict], cost: dict[str, float]) -> dict[str, dict[str, float]]
     out = {}
     for g in ("calibration", "evaluation"):
         sel = [r for r in rs if r["group"] == g]
+        if not sel:
+            continue
         est = errors(sel, cost)
         base = [abs(r["traced_ns"] / r["unprof_ns"] - 1) for r in sel]
         out[g] = {"n": len(sel), "median": statistics.median(est), "worst": max(est), "p90": float(np.percentile(est, 90)),

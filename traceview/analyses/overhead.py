@@ -22,9 +22,9 @@ from .replay import Transform, replay
 from .timeline import step_busy
 
 #: host cost of one recorded event (µs), fitted by tools/fit_overhead.py (calibration runs of tools/overhead_split.json)
-COST_US = {"op": 2.5, "runtime": 1.5, "python": 5.5}
+COST_US = {"op": 4.0, "runtime": 1.5, "python": 0.5}
 #: relative error band of the estimate: the 90th percentile of |estimate / measured - 1| on the evaluation runs
-ERROR_BAND = 0.3
+ERROR_BAND = 0.6
 
 
 def profiler_transform(trace: Trace | None = None, cost_us: dict[str, float] | None = None) -> Transform:

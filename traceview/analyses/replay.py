@@ -98,9 +98,8 @@ def _cuts(g: Graph, transforms: Sequence[Transform]) -> tuple[np.ndarray, np.nda
     for t in transforms:
         if t.cost_us:
             per_kind = np.array([float(t.cost_us.get(k, 0.0)) * 1000 for k in KINDS])
+            # (an anchor's own runtime row is among its rows: `inside` its own time)
             cuts += np.bincount(flat, weights=per_kind[rows.kind], minlength=3 * n_a)
-            # each anchor that is itself a recorded runtime call
-            cuts[2 * n_a:] += np.where(g.a_marker, 0.0, float(t.cost_us.get("runtime", 0.0)) * 1000)
         if t.host_cut:
             p = rows.positions(np.fromiter(t.host_cut.keys(), np.int64))
             v = np.fromiter(t.host_cut.values(), np.float64)
