@@ -14,6 +14,8 @@ evaluation runs of that split (docs/replay.md has both tables).
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+
 import numpy as np
 import polars as pl
 
@@ -77,3 +79,10 @@ def estimate(trace: Trace, steps: pl.DataFrame) -> dict:
             "traced_step_us": round(traced, 3), "estimated_unprofiled_step_us": round(est, 3),
             "error_band_us": [round(max(gpu, est * (1 - ERROR_BAND)), 3), round(min(traced, est * (1 + ERROR_BAND)), 3)],
             "method": "replay"}
+
+
+def saving(trace: Trace, steps: pl.DataFrame, transform: Transform, base: Sequence[Transform] | None = None) -> np.ndarray:
+    """Per-step saving (ns) of `transform` in unprofiled terms: replay(profiler cost removed) − replay(that and
+    the transform). `base` replaces the profiler-cost transform (e.g. other fixes already applied)."""
+    b = list(base) if base is not None else [profiler_transform(trace)]
+    return replay(trace, steps, b) - replay(trace, steps, [*b, transform])
