@@ -26,7 +26,27 @@ from traceview.ingest.manifest import rank_step_times  # noqa: E402
 
 SAMPLES = ROOT / "sample_traces"
 SPLIT = json.loads((ROOT / "tools/overhead_split.json").read_text())
-GRID = {"op": np.arange(0.0, 8.01, 0.25), "runtime": np.arange(0.0, 24.01, 0.5), "python": np.arange(0.0, 24.01, 0.5)}
+#: held-out runs whose unprofiled timing is not a steady state (labels.json: unprofiled_step_ms null)
+UNSTEADY = {
+    f"{SPLIT['held_out']}/{k}"
+    for k, v in json.loads((SAMPLES / SPLIT["held_out"] / "labels.json").read_text())["runs"].items()
+    if v["unprofiled_step_ms"] is None
+}
+GRID = {
+    "host_share": np.arange(0.0, 0.701, 0.05),
+    "op": np.arange(0.0, 4.01, 0.5),
+    "runtime": np.arange(0.0, 4.01, 0.5),
+    "python": np.arange(0.0, 8.01, 1.0),
+}
+#: the committed model: the per-event costs and the host share
+COMMITTED = {**overhead.COST_US, "host_share": overhead.HOST_SHARE}
+
+
+def group(run: str) -> str:
+    """calibration (fitted on), held-out (collected3: never fitted on) or evaluation (every other run)."""
+    if run in SPLIT["calibration"]:
+        return "calibration"
+    return "held-out" if run.split("/")[0] == SPLIT["held_out"] else "evaluation"
 
 
 def runs() -> list[dict]:
@@ -37,12 +57,22 @@ def runs() -> list[dict]:
         for f in sorted(m.parent.glob("*.pt.trace.json.gz")):
             t = load(f)
             st, _ = complete_steps(t, t.steps)
-            unprof, _prof, _ = rank_step_times(t.meta.manifest or json.loads(m.read_text()), f.name, t.meta.rank)
-            if not unprof or st.height == 0:
+            unprof, _prof, _ = rank_step_times(
+                t.meta.manifest or json.loads(m.read_text()), f.name, t.meta.rank
+            )
+            if not unprof or st.height == 0 or run in UNSTEADY:
                 continue
-            out.append({"run": run, "rank": t.meta.rank, "group": "calibration" if run in SPLIT["calibration"] else "evaluation",
-                        "trace": t, "steps": st, "unprof_ns": unprof * 1e6,
-                        "traced_ns": float((st["end"] - st["ts"]).mean())})
+            out.append(
+                {
+                    "run": run,
+                    "rank": t.meta.rank,
+                    "group": group(run),
+                    "trace": t,
+                    "steps": st,
+                    "unprof_ns": unprof * 1e6,
+                    "traced_ns": float((st["end"] - st["ts"]).mean()),
+                }
+            )
     return out
 
 
@@ -78,29 +108,85 @@ def fit(rs: list[dict], start: dict[str, float]) -> dict[str, float]:
 
 def table(rs: list[dict], cost: dict[str, float]) -> dict[str, dict[str, float]]:
     out = {}
-    for g in ("calibration", "evaluation"):
+    for g in ("calibration", "held-out", "evaluation"):
         sel = [r for r in rs if r["group"] == g]
         if not sel:
             continue
         est = errors(sel, cost)
         base = [abs(r["traced_ns"] / r["unprof_ns"] - 1) for r in sel]
-        out[g] = {"n": len(sel), "median": statistics.median(est), "worst": max(est), "p90": float(np.percentile(est, 90)),
-                  "baseline_median": statistics.median(base), "baseline_worst": max(base)}
+        out[g] = {
+            "n": len(sel),
+            "median": statistics.median(est),
+            "worst": max(est),
+            "p90": float(np.percentile(est, 90)),
+            "baseline_median": statistics.median(base),
+            "baseline_worst": max(base),
+        }
     return out
+
+
+def markdown(rs: list[dict], cost: dict[str, float]) -> str:
+    """The error tables (summary per group, then each held-out run) as Markdown."""
+    lines = [
+        f"Model: host share {cost['host_share']:.2f} of dispatch time, "
+        + ", ".join(f"{k} {cost[k]:g} µs" for k in ("op", "runtime", "python"))
+        + " per recorded row "
+        + "(`python tools/fit_overhead.py --check`).",
+        "",
+        "| runs | n | median | 90th pct | worst | traced step as the guess: median / worst |",
+        "|---|---|---|---|---|---|",
+    ]
+    for g, v in table(rs, cost).items():
+        lines.append(
+            f"| {g} | {v['n']} | {100 * v['median']:.1f} % | {100 * v['p90']:.1f} % | {100 * v['worst']:.1f} % | "
+            f"{100 * v['baseline_median']:.1f} % / {100 * v['baseline_worst']:.1f} % |"
+        )
+    lines += [
+        "",
+        "Held-out runs (collected3), ms per step:",
+        "",
+        "| run | traced | estimated | measured unprofiled | error |",
+        "|---|---|---|---|---|",
+    ]
+    for r in (r for r in rs if r["group"] == "held-out"):
+        e = estimate_ns(r, cost)
+        lines.append(
+            f"| {r['run'].split('/', 1)[1]} | {r['traced_ns'] / 1e6:.2f} | {e / 1e6:.2f} | {r['unprof_ns'] / 1e6:.2f} | "
+            f"{100 * (e / r['unprof_ns'] - 1):+.1f} % |"
+        )
+    return "\n".join(lines) + "\n"
+
+
+DOCS = (ROOT / "docs/replay.md", ROOT / "docs/profiling-overhead.md")
+BEGIN, END = (
+    "<!-- fit_overhead: begin (python tools/fit_overhead.py --check --write-docs) -->",
+    "<!-- fit_overhead: end -->",
+)
+
+
+def write_docs(md: str) -> None:
+    for p in DOCS:
+        text = p.read_text()
+        a, b = text.index(BEGIN) + len(BEGIN), text.index(END)
+        p.write_text(text[:a] + "\n" + md + text[b:])
 
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--check", action="store_true", help="evaluate the committed costs, no fit")
+    ap.add_argument(
+        "--write-docs",
+        action="store_true",
+        help="write the tables into docs/replay.md and docs/profiling-overhead.md",
+    )
     a = ap.parse_args()
     rs = runs()
-    cost = dict(overhead.COST_US) if a.check else fit([r for r in rs if r["group"] == "calibration"], overhead.COST_US)
-    print("cost_us per recorded event:", json.dumps(cost))
-    print("| runs | n | median | 90th pct | worst | traced step as the guess: median / worst |")
-    print("|---|---|---|---|---|---|")
-    for g, v in table(rs, cost).items():
-        print(f"| {g} | {v['n']} | {100 * v['median']:.1f} % | {100 * v['p90']:.1f} % | {100 * v['worst']:.1f} % | "
-              f"{100 * v['baseline_median']:.1f} % / {100 * v['baseline_worst']:.1f} % |")
+    cost = dict(COMMITTED) if a.check else fit([r for r in rs if r["group"] == "calibration"], COMMITTED)
+    print("cost per recorded event (µs) and host share:", json.dumps(cost))
+    md = markdown(rs, cost)
+    print(md)
+    if a.write_docs:
+        write_docs(md)
 
 
 if __name__ == "__main__":

@@ -31,6 +31,8 @@ except ImportError:  # pragma: no cover - without a compiler
     _longest_c = None
 
 NEG = np.iinfo(np.int64).min
+#: the longest host interval a Transform's host_share scales whole (see simulate)
+HOST_SHARE_MAX_NS = 1_000_000
 
 
 @dataclass(frozen=True)
@@ -42,7 +44,9 @@ class Transform:
     - host_cut: host row `i` -> ns taken off the host time around it (its self time made shorter);
     - host_removed: host rows whose whole duration leaves the host path (DataLoader time off the critical path);
     - no_wait: host rows of blocking calls that no longer wait for the device (they keep their floor time);
-    - cost_us: µs taken off every recorded host row of a kind ("op", "runtime", "python"): the profiler's cost."""
+    - cost_us: µs taken off every recorded host row of a kind ("op", "runtime", "python"): the profiler's cost;
+    - host_share: the share of all host time (every gap between calls, every call's own time) taken off, before
+      cost_us: a slowdown of the whole host thread (the profiler's: its callbacks on every op and call)."""
 
     name: str
     gpu_dur: Mapping[int, int] = field(default_factory=dict)
@@ -50,6 +54,7 @@ class Transform:
     host_removed: Sequence[int] = ()
     no_wait: Sequence[int] = ()
     cost_us: Mapping[str, float] = field(default_factory=dict)
+    host_share: float = 0.0
 
 
 def longest(base: np.ndarray, src: np.ndarray, dst: np.ndarray, off: np.ndarray) -> np.ndarray:
@@ -125,15 +130,21 @@ def simulate(g: Graph, transforms: Sequence[Transform] = ()) -> tuple[np.ndarray
     """Replayed (anchor start, anchor end, activity start, activity end), ns on the trace's clock."""
     n_a, n_d = g.a_ts.size, g.d_ts.size
     gap_cut, join_cut, own_cut, dur, keep_wait = _cuts(g, transforms)
+    # host time kept by the transforms' host shares together (a blocking call's wait edge still holds it)
+    keep = float(np.prod([1.0 - min(max(t.host_share, 0.0), 1.0) for t in transforms])) if transforms else 1.0
+    # (an interval longer than HOST_SHARE_MAX_NS holds work of its own, a CPU kernel, a sleep, input loading, that
+    # the slowdown does not scale: only its first HOST_SHARE_MAX_NS are)
+    a_own, a_gap, a_jwake = (x - np.round(np.minimum(x, HOST_SHARE_MAX_NS) * (1 - keep)).astype(np.int64)
+                             for x in (g.a_own, g.a_gap, g.a_jwake))
     # a call's recorded cost beyond its own time was paid around it (the profiler's hooks): off the gap before it
-    over = np.maximum(own_cut - g.a_own, 0)
-    own = np.maximum(g.a_own - np.round(own_cut).astype(np.int64), 0)
-    gap = np.maximum(g.a_gap - np.round(gap_cut + over).astype(np.int64), 0)
-    jwake = np.maximum(g.a_jwake - np.round(join_cut).astype(np.int64), 0)
+    over = np.maximum(own_cut - a_own, 0)
+    own = np.maximum(a_own - np.round(own_cut).astype(np.int64), 0)
+    gap = np.maximum(a_gap - np.round(gap_cut + over).astype(np.int64), 0)
+    jwake = np.maximum(a_jwake - np.round(join_cut).astype(np.int64), 0)
     a_s, a_e = 2 * np.arange(n_a), 2 * np.arange(n_a) + 1
     d_s, d_e = 2 * n_a + 2 * np.arange(n_d), 2 * n_a + 2 * np.arange(n_d) + 1
     base = np.full(2 * (n_a + n_d), NEG, np.int64)
-    first = g.a_prev < 0
+    first = (g.a_prev < 0) & (g.a_join < 0)  # (a thread's first call joined to another thread follows it)
     base[a_s[first]] = g.a_ts[first]
     unlaunched = g.d_launch < 0
     base[d_s[unlaunched]] = g.d_ts[unlaunched]  # work the trace does not say who launched starts when it did

@@ -242,7 +242,12 @@ def _joins(a_tid: np.ndarray, a_ts: np.ndarray, a_end: np.ndarray, a_prev: np.nd
     join, jwake = np.full(n, -1, np.int64), np.zeros(n, np.int64)
     if n == 0 or np.unique(a_tid).size < 2:
         return join, jwake, a_gap
-    cand = np.flatnonzero((a_prev >= 0) & (a_gap >= JOIN_GAP_NS) & (a_ts >= prev_end))
+    # a thread's first call (the autograd thread's first backward launch) was idle since the trace began: it
+    # waits for the thread that handed it the work too, else it would stay pinned to its recorded start
+    first = a_prev < 0
+    prev_end = np.where(first, a_ts.min(), prev_end)
+    cand = np.flatnonzero(((a_prev >= 0) & (a_gap >= JOIN_GAP_NS) & (a_ts >= prev_end))
+                          | (first & (a_ts - prev_end >= JOIN_GAP_NS)))
     if cand.size == 0:
         return join, jwake, a_gap
     eo = np.argsort(a_end, kind="stable")

@@ -1,8 +1,8 @@
 """The `profiling` section: what the profiler itself cost, for every trace.
 
 Profiling inflates host time (above all with stacks), which pushes verdicts toward CPU-bound. For every trace
-the cost is estimated from the trace itself (analyses.overhead: a per-recorded-event cost taken off the
-host rows of the replay graph and replayed, calibrated on the project's collected runs) and `estimated_unprofiled_step_us` says what the step would take without the
+the cost is estimated from the trace itself (analyses.overhead: a share of the host's dispatch time and a cost
+per recorded Python event taken off the host time of the replay graph and replayed, calibrated on the project's collected runs) and `estimated_unprofiled_step_us` says what the step would take without the
 profiler. For a `traceview collect` run the collector also timed the unprofiled `wait` steps with CUDA events
 (manifest.json, read by the loader): those measured numbers are set beside the estimate, and a launch-bound
 verdict is flagged when profiling overhead alone could explain it.
@@ -15,7 +15,7 @@ from typing import Any
 
 import polars as pl
 
-from ..analyses.overhead import COST_US
+from ..analyses.overhead import COST_US, HOST_SHARE
 from ..ingest.manifest import rank_step_times
 from ..model import Trace
 from ..ruleapi import RuleContext
@@ -33,7 +33,8 @@ def profiling_section(trace: Trace, steps: pl.DataFrame, dominant: str | None,
         "estimated_overhead_per_step_us": est.get("overhead_per_step_us"),
         "events_per_step": est.get("events_per_step"),
         "gpu_busy_per_step_us": est.get("gpu_busy_per_step_us"),
-        "model": {"cost_us_per_event": dict(COST_US), "method": "replay", "doc": "docs/replay.md"},
+        "model": {"host_share": HOST_SHARE, "cost_us_per_event": dict(COST_US), "method": "replay",
+                  "doc": "docs/replay.md"},
         "confidence": "high",
         "run": None, "command": None, "options": None, "method": None, "unprofiled_step_ms": None,
         "profiled_step_ms": None, "traced_step_ms": None, "overhead_pct": None,
