@@ -47,8 +47,10 @@ from __future__ import annotations
 import polars as pl
 
 from traceview.analyses.classify import idle_gaps, sync_calls, sync_ramps, sync_windows
+from traceview.analyses.replay import Transform
 from traceview.analyses.tree import ancestor_where
 from traceview.analyses.windows import host_step_of
+from traceview.ingest.categories import RUNTIME_CATS
 from traceview.model import STEP_RE
 from traceview.ruleapi import XPROF_SEVERITY, Finding, RuleContext
 
@@ -199,3 +201,13 @@ def check(ctx: RuleContext) -> list[Finding]:
             steps=g["steps"], count=g["count"], cost_ns=g["cost"], evidence=ev, fix=FIXES.get(g["cause"], GENERIC_FIX),
             op_ids=[o for o in g["ops"] if o is not None]))
     return out + _compile_finding(ctx)
+
+
+def fix_transform(trace) -> Transform:
+    """The fix as a replay transformation: the loop's blocking calls (not the compiler's) no longer wait for the
+    device — every host call made by an op that synchronised (the `.item()`'s copy and its stream sync alike)
+    keeps only its own time; the device work still runs."""
+    syncs = sync_calls(trace)
+    ops = syncs["op"].drop_nulls()
+    ids = trace.host.filter(pl.col("op").is_in(ops.implode()) & pl.col("cat").is_in(RUNTIME_CATS))["i"]
+    return Transform(NAME, no_wait=pl.concat([syncs["i"], ids]).cast(pl.Int64).unique().to_list())

@@ -1,8 +1,9 @@
 """The profiler-overhead model (analyses.overhead) against the collector's measured step times.
 
-The per-event costs were calibrated on sample_traces/collected2's `calibration` runs (profiled vs unprofiled
-CUDA-event step, 10 runs); every other run with a manifest is held out: collected2's twins and labelled runs,
-collected/ and each rank of nccl_h200x2/ (44 traces). The estimate must beat the traced step as a guess of the
+The model (a share of the host's dispatch time and a cost per recorded Python event, replayed) was calibrated on
+the runs listed in tools/overhead_split.json (every run of collected/ and collected2/: profiled vs unprofiled
+CUDA-event step, 42 traces); each rank of nccl_h200x2/ is held out here, and collected3/ (recorded later, never
+fitted on) is scored on its own against labels.json. The estimate must beat the traced step as a guess of the
 unprofiled step, and GPU-bound runs must come out within 5 %."""
 
 from __future__ import annotations
@@ -19,6 +20,7 @@ from traceview.options import Options
 from traceview.report import analyze
 
 LABELS2 = json.loads((SAMPLES / "collected2/labels.json").read_text())
+CALIBRATION = set(json.loads((SAMPLES.parent / "tools/overhead_split.json").read_text())["calibration"])
 
 
 def _runs() -> list[tuple[str, Path]]:
@@ -26,9 +28,9 @@ def _runs() -> list[tuple[str, Path]]:
     # collected3 (recorded later, never fitted on) is scored on its own below
     found = [*SAMPLES.glob("collected*/*/manifest.json"), *SAMPLES.glob("nccl_h200x2/*/manifest.json")]
     for m in sorted(p for p in found if p.parent.parent.name != "collected3"):
-        group = LABELS2.get(m.parent.name, {}).get("group") if m.parent.parent.name == "collected2" else None
+        cal = f"{m.parent.parent.name}/{m.parent.name}" in CALIBRATION
         for f in sorted(m.parent.glob("*.pt.trace.json.gz")):
-            out.append(("calibration" if group == "calibration" else "held-out", f))
+            out.append(("calibration" if cal else "held-out", f))
     return out
 
 
@@ -62,23 +64,22 @@ def _err(r: dict, key: str) -> float:
 
 
 def test_every_collected_trace_is_used(rows):
-    assert sum(r["group"] == "calibration" for r in rows) == 10
-    assert sum(r["group"] == "held-out" for r in rows) == 44
+    assert sum(r["group"] == "calibration" for r in rows) == len(CALIBRATION) == 42
+    assert sum(r["group"] == "held-out" for r in rows) == 12  # nccl_h200x2: 6 runs x 2 ranks
 
 
 def test_calibration_error(rows):
     cal = [r for r in rows if r["group"] == "calibration"]
     assert statistics.median(_err(r, "est") for r in cal) < 0.06
-    assert statistics.median(_err(r, "traced") for r in cal) > 0.5  # what the model corrects: +69 % median
+    assert statistics.median(_err(r, "traced") for r in cal) > 0.25  # what the model corrects: +28 % median
 
 
 def test_held_out_error(rows):
     held = [r for r in rows if r["group"] == "held-out"]
     est = sorted(_err(r, "est") for r in held)
     raw = sorted(_err(r, "traced") for r in held)
-    p90 = int(0.9 * len(held))
-    assert statistics.median(est) < 0.10  # 6.7 % when written
-    assert est[p90] < 0.6 and est[p90] < raw[p90] * 0.7  # 54 % vs 101 % for the traced step
+    assert statistics.median(est) < 0.05  # multi-rank GPU-bound steps: the host's dispatch is hidden
+    assert sum(est) < sum(raw)
 
 
 def test_gpu_bound_runs_estimated_within_5_pct(rows):
@@ -109,21 +110,61 @@ def test_launch_bound_that_does_not_survive_is_info(rows, run):
         )
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="the linear per-event model misses collected3's held-out runs (compiled, "
-    "--modules, --stack, real models): median 20 %, worst 71 %; issue 25 replaces it",
-)
-def test_held_out_collected3_error():
+def _collected3_errors() -> tuple[list[float], list[float], dict[str, float]]:
+    """(|estimate / measured − 1|, |traced / measured − 1|, estimate µs by run) of each collected3 run with a
+    steady unprofiled time."""
     labels = json.loads((SAMPLES / "collected3/labels.json").read_text())["runs"]
-    errs = []
+    est, raw, by_run = [], [], {}
     for name, r in labels.items():
         if r["unprofiled_step_ms"] is None:
             continue
-        (t,) = analyze([SAMPLES / "collected3" / name / r["trace"]], Options(codes=("TV101",))).to_dict()[
-            "traces"
-        ]
-        errs.append(
-            abs(t["profiling"]["estimated_unprofiled_step_us"] / (r["unprofiled_step_ms"] * 1000) - 1)
-        )
-    assert statistics.median(errs) <= 0.10 and max(errs) <= 0.30
+        (t,) = analyze([SAMPLES / "collected3" / name / r["trace"]], Options(codes=("TV101",))).to_dict()["traces"]
+        unprof = r["unprofiled_step_ms"] * 1000
+        est.append(abs(t["profiling"]["estimated_unprofiled_step_us"] / unprof - 1))
+        by_run[name] = t["profiling"]["estimated_unprofiled_step_us"]
+        raw.append(abs(t["summary"]["avg_step_us"] / unprof - 1))
+        # bounded by construction: never above the traced step, never below the GPU's busy time
+        p = t["profiling"]
+        assert p["gpu_busy_per_step_us"] - 1 <= p["estimated_unprofiled_step_us"] <= t["summary"]["avg_step_us"] + 1
+    return est, raw, by_run
+
+
+@pytest.fixture(scope="module")
+def collected3() -> tuple[list[float], list[float], dict[str, float]]:
+    return _collected3_errors()
+
+
+def test_docs_tables_are_current(collected3):
+    """docs/replay.md and docs/profiling-overhead.md show the committed model and each held-out run's estimate as
+    the analyzer computes it now (regenerate: python tools/fit_overhead.py --check --write-docs)."""
+    from traceview.analyses.overhead import COST_US, HOST_SHARE
+
+    for doc in ("replay.md", "profiling-overhead.md"):
+        text = (SAMPLES.parent / "docs" / doc).read_text()
+        block = text[text.index("<!-- fit_overhead: begin") : text.index("<!-- fit_overhead: end")]
+        assert f"host share {HOST_SHARE:.2f}" in block and f"python {COST_US['python']:g} µs" in block, doc
+        cells = [ln.split(" | ") for ln in block.splitlines() if ln.startswith("| ")]
+        rows = {c[0].strip("| "): float(c[2]) for c in cells if len(c) == 5 and c[0] != "| run"}
+        assert set(rows) == set(collected3[2]), doc
+        for run, est_us in collected3[2].items():
+            assert rows[run] == pytest.approx(est_us / 1000, abs=0.011), (doc, run)
+
+
+def test_held_out_collected3_beats_the_previous_model(collected3):
+    """Held out (never fitted on): far better than doing nothing (85 % median) and than the per-event model this
+    replaced (31 % median, 74 % worst on the same runs), if short of issue 25's 10 % / 30 % (below)."""
+    est, raw, _ = collected3
+    assert len(est) == 30
+    assert statistics.median(est) < 0.15 and max(est) < 0.5
+    assert statistics.median(raw) > 0.5
+
+
+@pytest.mark.xfail(
+    strict=True,
+    reason="issue 25's target is not reached on collected3 (held out): median 10.4 %, worst 37.4 % "
+    "(tiny_ops_n512_compile -37 %: its traced step is only 12 % above the measured one; tinygpt_b16_modules +35 %: "
+    "the module ranges cost more than the share of host time fitted on collected/ + collected2/)",
+)
+def test_held_out_collected3_error(collected3):
+    est, _, _ = collected3
+    assert statistics.median(est) <= 0.10 and max(est) <= 0.30

@@ -29,6 +29,7 @@ import polars as pl
 
 from .analyses import kernels, timeline
 from .analyses import layers as layer_attr
+from .analyses.replay import fidelity as replay_fidelity
 from .analyses.windows import recording_edges
 from .errors import TraceError
 from .ingest import heap_trim
@@ -59,6 +60,7 @@ SECTIONS: tuple[Section, ...] = (
     findings.FINDINGS,
     verdict.VERDICT_LINE,
     profiling.SECTION,
+    profiling.REPLAY,
     memory.SECTION,
     projection.SECTION,
     cpu.SECTION,
@@ -134,6 +136,9 @@ def _analyze_trace(trace: Trace, options: Options) -> tuple[dict, pl.DataFrame, 
                              else cpu.verdict(trace, steps, host, findings) if host else None)
     entry["profiling"] = profiling_section(trace, analysed, classification.get("dominant"), ctx,
                                            classification.get("primary"))
+    entry["replay"] = replay_fidelity(trace, analysed)
+    if entry["replay"].get("confidence") == "low":
+        entry["profiling"]["confidence"] = "low"
     entry["memory"] = memory_section(trace, analysed) if trace.has_gpu else None
     entry["projection"] = projection_section(ctx, findings, entry["profiling"], options)
     entry["cpu"] = cpu.section(trace, steps, host) if host else None

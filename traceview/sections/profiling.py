@@ -1,8 +1,8 @@
 """The `profiling` section: what the profiler itself cost, for every trace.
 
 Profiling inflates host time (above all with stacks), which pushes verdicts toward CPU-bound. For every trace
-the cost is estimated from the trace itself (analyses.overhead: a per-recorded-event cost calibrated on the
-project's collected runs) and `estimated_unprofiled_step_us` says what the step would take without the
+the cost is estimated from the trace itself (analyses.overhead: a share of the host's dispatch time and a cost
+per recorded Python event taken off the host time of the replay graph and replayed, calibrated on the project's collected runs) and `estimated_unprofiled_step_us` says what the step would take without the
 profiler. For a `traceview collect` run the collector also timed the unprofiled `wait` steps with CUDA events
 (manifest.json, read by the loader): those measured numbers are set beside the estimate, and a launch-bound
 verdict is flagged when profiling overhead alone could explain it.
@@ -15,7 +15,7 @@ from typing import Any
 
 import polars as pl
 
-from ..analyses.overhead import COST_US
+from ..analyses.overhead import COST_US, HOST_SHARE
 from ..ingest.manifest import rank_step_times
 from ..model import Trace
 from ..ruleapi import RuleContext
@@ -24,7 +24,13 @@ from .section import Section
 SECTION = Section(
     keys=('profiling',), computes='what the profiler itself cost, estimated or measured by the collector',
     json_type='object', text='header', app_page='overview',
-    json_doc='for every trace: `estimated_unprofiled_step_us`, `estimated_overhead_per_step_us`, `events_per_step` {`op`, `runtime`, `python`}, `gpu_busy_per_step_us`, `model` (the per-event costs; docs/profiling-overhead.md: the model and its error), `traced_step_ms` (mean step period); for traces written by `traceview collect` (a `manifest.json` beside them) also `run`, `command`, `options`, `method` (`cuda_event`/`wall`), `unprofiled_step_ms`, `profiled_step_ms` (medians measured by the collector), `overhead_pct` (else null); `launch_bound_may_be_artifact` (the verdict is `cpu_launch` and the measured overhead is > 20 %, or without a manifest the estimate moved the primary off `cpu_launch`), `note`',
+    json_doc='for every trace: `estimated_unprofiled_step_us` (the replay with the profiler\'s cost removed, docs/replay.md), `estimated_unprofiled_step_band_us` [low, high], `estimated_overhead_per_step_us`, `events_per_step` {`op`, `runtime`, `python`}, `gpu_busy_per_step_us`, `model` (`host_share`, `cost_us_per_event`, `method`: `replay`), `confidence` (`low` when `replay.confidence` is), `traced_step_ms` (mean step period); for traces written by `traceview collect` (a `manifest.json` beside them) also `run`, `command`, `options`, `method` (`cuda_event`/`wall`), `unprofiled_step_ms`, `profiled_step_ms` (medians measured by the collector), `overhead_pct` (else null); `launch_bound_may_be_artifact` (the verdict is `cpu_launch` and the measured overhead is > 20 %, or without a manifest the estimate moved the primary off `cpu_launch`), `note`',
+)
+
+REPLAY = Section(
+    keys=('replay',), computes="the replay model's fidelity: the unmodified dependency graph replayed against the traced steps",
+    json_type='object', text=None, app_page=None,
+    json_doc='`fidelity` {`mean_error_pct`, `max_error_pct`, `steps` [{`step`, `traced_us`, `replayed_us`, `error_pct`}]} (null without steps), `confidence` (`high` within 3 % mean / 8 % max, else `low`: every prediction from the replay is then low confidence, `profiling.confidence` too), `note`, `graph` {`host_anchors`, `device_activities`, `unexplained_device_starts`, `launch_latency_us`, `device_gap_us`}, `doc` (docs/replay.md)',
 )
 
 # above this overhead a cpu_launch verdict may be the profiler's own doing
@@ -36,10 +42,13 @@ def profiling_section(trace: Trace, steps: pl.DataFrame, dominant: str | None,
     est = (ctx.profiler.get("estimate") if ctx is not None else None) or {}
     out: dict[str, Any] = {
         "estimated_unprofiled_step_us": est.get("estimated_unprofiled_step_us"),
+        "estimated_unprofiled_step_band_us": est.get("error_band_us"),
         "estimated_overhead_per_step_us": est.get("overhead_per_step_us"),
         "events_per_step": est.get("events_per_step"),
         "gpu_busy_per_step_us": est.get("gpu_busy_per_step_us"),
-        "model": {"cost_us_per_event": dict(COST_US), "doc": "docs/profiling-overhead.md"},
+        "model": {"host_share": HOST_SHARE, "cost_us_per_event": dict(COST_US), "method": "replay",
+                  "doc": "docs/replay.md"},
+        "confidence": "high",
         "run": None, "command": None, "options": None, "method": None, "unprofiled_step_ms": None,
         "profiled_step_ms": None, "traced_step_ms": None, "overhead_pct": None,
         "launch_bound_may_be_artifact": False, "note": None,

@@ -1,0 +1,162 @@
+"""The replay model (analyses.replay_graph, analyses.replay): the unmodified graph reproduces the traced step
+periods of every trace family, the compiled kernel agrees with its Python reference, transforms compose, the
+profiler-cost estimate is bounded, and the host-sync fix's predicted saving is checked against its measured twin
+(collected2 labels.json `measured_fix_saving_ms`)."""
+
+from __future__ import annotations
+
+import importlib
+import json
+import sys
+
+import numpy as np
+import polars as pl
+import pytest
+from conftest import ROOT, SAMPLES
+
+import traceview
+from traceview.analyses import overhead
+from traceview.analyses import replay as R
+from traceview.analyses.replay_graph import build
+from traceview.analyses.windows import complete_steps
+from traceview.model import Job
+
+sys.path.insert(0, str(ROOT))
+host_sync = importlib.import_module("rules.host_sync")
+
+# one or more traces of each family with steps
+FAMILIES = {
+    "gpu_h200": ["gpu_h200/launch_bound_tiny_ops.json.gz", "gpu_h200/train_tinygpt_input_bound.json.gz",
+                 "gpu_h200/seed_fragmented_compiled.json.gz",
+                 "gpu_h200/cudagraph_reduce_overhead.json.gz", "gpu_h200/sync_item_nonzero_cpu.json.gz"],
+    "gpu_h200_compile": ["gpu_h200_compile/compile_recompile_every_step.json.gz",
+                         "gpu_h200_compile/optimizer_single_tensor.json.gz"],
+    "gpu_h200_real": ["gpu_h200_real/hf_gpt2_train_bf16.json.gz", "gpu_h200_real/tv_resnet50_train_dataloader_nw0.json.gz"],
+    "collected": ["collected/train_tinygpt_modules", "collected/sync_item_nonzero_cpu"],
+    "collected2": ["collected2/train_gradnorm_item_b64", "collected2/tinygpt_b8_stack", "collected2/compile_graph_break",
+                   "collected2/tiny_ops_n64_cudagraph", "collected2/tiny_ops_n64_reduce_overhead"],
+    "cpu_collected": ["cpu_collected/tinygpt_train"],
+    "cpu": ["cpu_trace_example_torch2.13.json.gz"],
+    "nccl_h200x2": ["nccl_h200x2/ddp_balanced", "nccl_h200x2/fsdp_rank1_slowed"],
+    "gloo": ["gloo_straggler/slowed"],
+    # ROCm, MTIA (asynchronous runtime calls that overlap), kernels waiting on other streams without a recorded event
+    "hta": ["hta/amd_trace/mi250_minitoy_train_ROCm6_2_kineto.json.gz", "hta/mtia_inference_trace/mtia_inference_rank_0.json.gz",
+            "hta/negative_queue_length_values_check/rank0.json.gz", "hta/trace_diff/test/test.json.gz"],
+    # PyTorch 1.8-era Kineto (2021 format); nw4: a pageable copy staged inside its cudaMemcpyAsync
+    "kineto_resnet50": ["kineto_resnet50/resnet50_num_workers_0", "kineto_resnet50/resnet50_num_workers_4"],
+}
+def _traces(rel: str) -> list[traceview.Trace]:
+    t = traceview.load(SAMPLES / rel)
+    return list(t.traces) if isinstance(t, Job) else [t]
+
+
+def _fidelity(rel: str) -> list[tuple[float, float]]:
+    out = []
+    for t in _traces(rel):
+        st, _ = complete_steps(t, t.steps)
+        if st.height:
+            f = R.fidelity(t, st)["fidelity"]
+            out.append((f["mean_error_pct"], f["max_error_pct"]))
+    return out
+
+
+@pytest.mark.parametrize("rel", [r for rs in FAMILIES.values() for r in rs])
+def test_replay_reproduces_traced_periods(rel):
+    got = _fidelity(rel)
+    assert got, "a trace with steps"
+    for mean, worst in got:
+        assert mean <= 3.0 and worst <= 8.0
+
+
+def test_fidelity_measures_the_traced_periods():
+    # the same replay against step windows whose last period is 30 % longer than traced: a miss, said so
+    (t,) = _traces("gpu_h200/launch_bound_tiny_ops.json.gz")
+    st, _ = complete_steps(t, t.steps)
+    ok = R.fidelity(t, st)
+    assert ok["confidence"] == "high" and ok["note"] is None
+    last = st["end"].max()
+    longer = st.with_columns(end=pl.when(pl.col("end") == last).then(pl.col("ts") + (pl.col("end") - pl.col("ts")) * 13 // 10)
+                             .otherwise(pl.col("end")))
+    f = R.fidelity(t, longer)
+    assert f["confidence"] == "low" and "low confidence" in f["note"]
+    assert f["fidelity"]["max_error_pct"] == pytest.approx(100 * (1 - 1 / 1.3), abs=0.5)
+
+
+def test_compiled_kernel_matches_python_reference():
+    (t,) = _traces("collected2/train_gradnorm_item_b32")
+    g = build(t)
+    a_s, a_e, d_s, d_e = R.simulate(g, [overhead.profiler_transform(t)])
+    saved = R._longest_c
+    try:
+        R._longest_c = None
+        b = R.simulate(g, [overhead.profiler_transform(t)])
+    finally:
+        R._longest_c = saved
+    for x, y in zip((a_s, a_e, d_s, d_e), b, strict=True):
+        assert np.array_equal(x, y)
+
+
+def test_transforms_compose_not_sum():
+    (t,) = _traces("collected2/train_gradnorm_item_b64")
+    st, _ = complete_steps(t, t.steps)
+    fix = host_sync.fix_transform(t)
+    once = R.replay(t, st, [fix])
+    assert np.array_equal(once, R.replay(t, st, [fix, fix]))  # the same fix twice is the fix once
+    base = R.replay(t, st)
+    assert once.sum() <= base.sum()  # (a step may lengthen where the boundary before it moved earlier)
+    # removing every kernel's time leaves the host's own chain: never below zero, never above the traced
+    zero = R.Transform("no gpu", gpu_dur={int(i): 0 for i in t.gpu["i"]})
+    both = R.replay(t, st, [fix, zero])
+    assert both.sum() <= once.sum() and (both > 0).all()
+
+
+@pytest.mark.parametrize("run", ["collected2/tinygpt_b8_stack", "collected2/compile_no_break", "collected2/gemm_bf16_n4096",
+                                 "collected2/tiny_ops_n64_reduce_overhead", "cpu_collected/launch_bound_tiny_ops"])
+def test_unprofiled_estimate_is_bounded(run):
+    (t,) = _traces(run)
+    st, _ = complete_steps(t, t.steps)
+    est = overhead.unprofiled_steps(t, st)
+    traced = (st["end"] - st["ts"]).to_numpy()
+    busy = overhead.gpu_busy_per_step(t, st)
+    assert (est <= traced).all() and (est >= np.minimum(busy, traced)).all()
+    e = overhead.estimate(t, st)
+    lo, hi = e["error_band_us"]
+    assert lo <= e["estimated_unprofiled_step_us"] <= hi <= e["traced_step_us"] + 1e-3
+
+
+LABELS2 = json.loads((SAMPLES / "collected2/labels.json").read_text())
+
+
+@pytest.mark.parametrize("run", [
+    pytest.param("train_gradnorm_item_b64", marks=pytest.mark.xfail(
+        strict=True, reason="1.50 ms predicted vs 1.91 measured (-21.5 %; -17 % under the per-event profiler "
+                            "model: with the host-share model the unprofiled host is faster, the sync hides less)")),
+    pytest.param("train_gradnorm_item_b32", marks=pytest.mark.xfail(
+        strict=True, reason="1.28 ms predicted vs 1.72 measured (-25 %)"))])
+def test_host_sync_fix_predicts_measured_twin(run):
+    (t,) = _traces(f"collected2/{run}")
+    st, _ = complete_steps(t, t.steps)
+    pred_ms = float(overhead.saving(t, st, host_sync.fix_transform(t)).mean()) / 1e6
+    measured = LABELS2[run]["measured_fix_saving_ms"]  # 1.59 vs 1.91 ms (b64) when written
+    assert 0 < pred_ms < LABELS2[run]["unprofiled_step_ms"]
+    assert pred_ms == pytest.approx(measured, rel=0.2)
+
+
+def test_host_sync_fix_saving_is_positive_and_below_the_step():
+    for run in ("train_gradnorm_item_b32", "train_gradnorm_item_b64", "train_syncs_item"):
+        (t,) = _traces(f"collected2/{run}")
+        st, _ = complete_steps(t, t.steps)
+        s = overhead.saving(t, st, host_sync.fix_transform(t))
+        assert (s >= 0).all() and (s < overhead.unprofiled_steps(t, st)).all()
+
+
+@pytest.mark.xfail(strict=True, reason="0.84 ms predicted where the twin measured no saving (it ran 2.1 ms slower: "
+                                       "host-speed noise on a launch-bound step, collected2/MANIFEST.md)")
+def test_syncs_item_fix_saves_little():
+    # train_syncs_item -> train_syncs_deferred: measured no saving (the twin ran 2.1 ms slower: host-speed noise on a
+    # launch-bound step)
+    (t,) = _traces("collected2/train_syncs_item")
+    st, _ = complete_steps(t, t.steps)
+    pred_ms = float(overhead.saving(t, st, host_sync.fix_transform(t)).mean()) / 1e6
+    assert LABELS2["train_syncs_item"]["measured_fix_saving_ms"] < 0
+    assert 0 <= pred_ms < 0.05 * LABELS2["train_syncs_item"]["unprofiled_step_ms"]

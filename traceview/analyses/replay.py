@@ -1,0 +1,259 @@
+"""The replay simulator: the trace's dependency graph (replay_graph) replayed as a max-plus longest path, the
+transformations that predictions apply to it (`Transform`), and the step periods it gives.
+
+A `Transform` is written on the trace's own rows (gpu and host `i`), never on the graph, so that a rule can
+declare its fix next to its detection:
+
+    t = Transform("host-sync", no_wait=sync_ids)              # the host no longer waits in these calls
+    t = Transform("fused", gpu_dur={first: fused_ns, **{k: 0 for k in rest}})
+    t = Transform("dataloader", host_removed=loader_span_ids)  # host spans off the critical path
+    periods = replay(trace, steps, [profiler_cost(trace), t])  # per-step replayed periods (ns)
+    saved = overhead.saving(trace, steps, t)                            # per step, in unprofiled terms
+
+Several transforms given together are applied together (a row named twice takes the smaller duration; host
+reductions add up but never take a gap or call below zero): savings are never summed.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+
+import numpy as np
+import polars as pl
+
+from ..model import Trace
+from .replay_graph import KINDS, Graph, build
+
+try:  # the compiled kernel (setup.py); the pure-Python loop below is its reference
+    from ._replay import longest as _longest_c
+except ImportError:  # pragma: no cover - without a compiler
+    _longest_c = None
+
+NEG = np.iinfo(np.int64).min
+#: the longest host interval a Transform's host_share scales whole (see simulate)
+HOST_SHARE_MAX_NS = 1_000_000
+
+
+@dataclass(frozen=True)
+class Transform:
+    """A change to the trace, on its own rows.
+
+    - gpu_dur: gpu row `i` -> new duration (ns); 0 removes the activity's time (a fused chain: the first kernel
+      gets the fused time, the others 0);
+    - host_cut: host row `i` -> ns taken off the host time around it (its self time made shorter);
+    - host_removed: host rows whose whole duration leaves the host path (DataLoader time off the critical path);
+    - no_wait: host rows of blocking calls that no longer wait for the device (they keep their floor time);
+    - cost_us: µs taken off every recorded host row of a kind ("op", "runtime", "python"): the profiler's cost;
+    - host_share: the share of all host time (every gap between calls, every call's own time) taken off, before
+      cost_us: a slowdown of the whole host thread (the profiler's: its callbacks on every op and call)."""
+
+    name: str
+    gpu_dur: Mapping[int, int] = field(default_factory=dict)
+    host_cut: Mapping[int, int] = field(default_factory=dict)
+    host_removed: Sequence[int] = ()
+    no_wait: Sequence[int] = ()
+    cost_us: Mapping[str, float] = field(default_factory=dict)
+    host_share: float = 0.0
+
+
+def longest(base: np.ndarray, src: np.ndarray, dst: np.ndarray, off: np.ndarray) -> np.ndarray:
+    """out[v] = max(base[v], max over edges (src -> v) of out[src] + off), in topological order."""
+    out = np.empty(base.size, np.int64)
+    if _longest_c is not None:
+        reached = _longest_c(base, src, dst, off, out)
+    else:
+        reached = _longest_py(base, src, dst, off, out)
+    if reached != base.size:
+        raise ValueError(f"replay graph has a cycle ({base.size - reached} events unreached)")
+    return out
+
+
+def _longest_py(base, src, dst, off, out) -> int:
+    """The kernel in Python (a per-event loop: only without the compiled kernel)."""
+    n = base.size
+    order = np.argsort(src, kind="stable")
+    starts = np.searchsorted(src[order], np.arange(n + 1))
+    indeg = np.bincount(dst, minlength=n)
+    out[:] = base
+    queue = list(np.flatnonzero(indeg == 0))
+    head = 0
+    while head < len(queue):
+        v = queue[head]
+        head += 1
+        for e in order[starts[v]:starts[v + 1]]:
+            w = dst[e]
+            if out[v] != NEG and out[v] + off[e] > out[w]:
+                out[w] = out[v] + off[e]
+            indeg[w] -= 1
+            if indeg[w] == 0:
+                queue.append(w)
+    return len(queue)
+
+
+def _cuts(g: Graph, transforms: Sequence[Transform]) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    """(gap cut, join cut, own cut per anchor, new duration per activity, wait kept per anchor) of the transforms
+    together."""
+    n_a = g.a_ts.size
+    rows = g.seg_rows
+    flat = rows.where.astype(np.int64) * n_a + rows.seg  # (gap | join | own, anchor) of each row
+    cuts = np.zeros(3 * n_a, np.float64)
+    dur = (g.d_end - g.d_ts).astype(np.int64)
+    keep_wait = g.a_wait >= 0
+    for t in transforms:
+        if t.cost_us:
+            per_kind = np.array([float(t.cost_us.get(k, 0.0)) * 1000 for k in KINDS])
+            # (an anchor's own runtime row is among its rows: `inside` its own time)
+            cuts += np.bincount(flat, weights=per_kind[rows.kind], minlength=3 * n_a)
+        if t.host_cut:
+            p = rows.positions(np.fromiter(t.host_cut.keys(), np.int64))
+            v = np.fromiter(t.host_cut.values(), np.float64)
+            got = dict(zip(t.host_cut.keys(), v, strict=True))
+            np.add.at(cuts, flat[p], [got[int(i)] for i in rows.i[p]])
+        if len(t.host_removed):
+            p = rows.positions(np.unique(np.asarray(list(t.host_removed), np.int64)))
+            np.add.at(cuts, flat[p], rows.dur[p].astype(np.float64))
+        if t.gpu_dur:
+            ids = np.fromiter(t.gpu_dur.keys(), np.int64)
+            new = np.fromiter(t.gpu_dur.values(), np.int64)
+            o = np.argsort(g.d_i, kind="stable")
+            p = np.searchsorted(g.d_i[o], ids)
+            ok = (p < o.size) & (g.d_i[o[np.minimum(p, o.size - 1)]] == ids)
+            k = o[p[ok]]
+            np.minimum.at(dur, k, np.maximum(new[ok], 0))
+        if len(t.no_wait):
+            keep_wait &= ~np.isin(g.a_i, np.asarray(list(t.no_wait), np.int64)) | g.a_marker
+    return cuts[:n_a], cuts[n_a:2 * n_a], cuts[2 * n_a:], dur, keep_wait
+
+
+def simulate(g: Graph, transforms: Sequence[Transform] = ()) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    """Replayed (anchor start, anchor end, activity start, activity end), ns on the trace's clock."""
+    n_a, n_d = g.a_ts.size, g.d_ts.size
+    gap_cut, join_cut, own_cut, dur, keep_wait = _cuts(g, transforms)
+    # host time kept by the transforms' host shares together (a blocking call's wait edge still holds it)
+    keep = float(np.prod([1.0 - min(max(t.host_share, 0.0), 1.0) for t in transforms])) if transforms else 1.0
+    # (an interval longer than HOST_SHARE_MAX_NS holds work of its own, a CPU kernel, a sleep, input loading, that
+    # the slowdown does not scale: only its first HOST_SHARE_MAX_NS are)
+    a_own, a_gap, a_jwake = (x - np.round(np.minimum(x, HOST_SHARE_MAX_NS) * (1 - keep)).astype(np.int64)
+                             for x in (g.a_own, g.a_gap, g.a_jwake))
+    # a call's recorded cost beyond its own time was paid around it (the profiler's hooks): off the gap before it
+    over = np.maximum(own_cut - a_own, 0)
+    own = np.maximum(a_own - np.round(own_cut).astype(np.int64), 0)
+    gap = np.maximum(a_gap - np.round(gap_cut + over).astype(np.int64), 0)
+    jwake = np.maximum(a_jwake - np.round(join_cut).astype(np.int64), 0)
+    a_s, a_e = 2 * np.arange(n_a), 2 * np.arange(n_a) + 1
+    d_s, d_e = 2 * n_a + 2 * np.arange(n_d), 2 * n_a + 2 * np.arange(n_d) + 1
+    base = np.full(2 * (n_a + n_d), NEG, np.int64)
+    first = (g.a_prev < 0) & (g.a_join < 0)  # (a thread's first call joined to another thread follows it)
+    base[a_s[first]] = g.a_ts[first]
+    unlaunched = g.d_launch < 0
+    base[d_s[unlaunched]] = g.d_ts[unlaunched]  # work the trace does not say who launched starts when it did
+    hp, dp, dx, dl, aw, aj = g.a_prev >= 0, g.d_prev >= 0, g.d_x >= 0, g.d_launch >= 0, keep_wait, g.a_join >= 0
+    src = np.concatenate([2 * g.a_join[aj] + 1, 2 * g.a_prev[hp] + 1 - g.a_overlap[hp], a_s, 2 * n_a + 2 * g.a_wait[aw] + 1,
+                          2 * n_a + 2 * g.d_prev[dp] + 1, 2 * g.d_launch[dl], 2 * n_a + 2 * g.d_x[dx] + 1, d_s])
+    dst = np.concatenate([a_s[aj], a_s[hp], a_e, a_e[aw], d_s[dp], d_s[dl], d_s[dx], d_e])
+    off = np.concatenate([jwake[aj], gap[hp], own, g.a_wake[aw], g.d_gap[dp], g.d_lat[dl], g.d_xgap[dx], dur])
+    t = longest(base, src.astype(np.int64), dst.astype(np.int64), off.astype(np.int64))
+    return t[a_s], t[a_e], t[d_s], t[d_e]
+
+
+def _boundaries(g: Graph, steps: pl.DataFrame, times: tuple[np.ndarray, ...]) -> tuple[np.ndarray, np.ndarray]:
+    """Replayed (start, end) of each step's period [ts, end), in the order of `steps` (loader._periods' rule
+    applied to the replayed times of the events it was read from)."""
+    a_s, a_e, d_s, d_e = times
+    st = steps.select("step", "host_idx", "cpu_ts", "cpu_end", "gpu_ts", "gpu_end", "ts", "end")
+    n = st.height
+    ts, end = st["ts"].to_numpy().astype(np.int64), st["end"].to_numpy().astype(np.int64)
+
+    def marker(col: str) -> np.ndarray:  # replayed time of the step's host marker (NaN without one)
+        hi, t = st["host_idx"].cast(pl.Int64).fill_null(-1).to_numpy(), st[col].fill_null(-1).to_numpy()
+        mk = np.flatnonzero(g.a_marker)
+        key = pl.DataFrame({"i": g.a_i[mk], "t": g.a_ts[mk], "_v": a_s[mk].astype(np.float64)})
+        got = pl.DataFrame({"i": hi, "t": t}).join(key, on=["i", "t"], how="left", maintain_order="left")
+        return got["_v"].fill_null(np.nan).to_numpy()
+
+    def activity(t: np.ndarray, col_ts: bool) -> np.ndarray:  # replayed start (end) of the activity starting (ending) at t
+        orig, rep = (g.d_ts, d_s) if col_ts else (g.d_end, d_e)
+        o = np.argsort(orig, kind="stable")
+        p = np.searchsorted(orig[o], t)
+        ok = (p < o.size) & (orig[o[np.minimum(p, o.size - 1)]] == t) if o.size else np.zeros(t.size, bool)
+        return np.where(ok, rep[o[np.minimum(p, max(o.size - 1, 0))]] if o.size else 0, np.nan).astype(np.float64)
+
+    def host_time(t: np.ndarray) -> np.ndarray:  # without a marker: t moved as the last call that ended by t
+        o = np.argsort(g.a_end, kind="stable")
+        j = np.searchsorted(g.a_end[o], t, side="right") - 1
+        k = o[np.maximum(j, 0)] if o.size else np.zeros(t.size, np.int64)
+        return np.where(j >= 0, t + (a_e[k] - g.a_end[k]), t).astype(np.float64) if o.size else t.astype(np.float64)
+
+    c = marker("cpu_ts")
+    cpu_ts = st["cpu_ts"].fill_null(-1).to_numpy().astype(np.int64)
+    gpu_ts = st["gpu_ts"].to_numpy()
+    has_g = ~st["gpu_ts"].is_null().to_numpy()
+    gts = np.where(has_g, st["gpu_ts"].fill_null(0).to_numpy(), 0).astype(np.int64)
+    gg = np.where(has_g, activity(gts, True), np.nan)
+    bb = activity(ts, False)
+    cc = np.where(np.isnan(c), ts.astype(np.float64), c + 0.0)
+    start = np.where(has_g & (ts >= gts), gg, np.nan)
+    from_c = np.isnan(start) & (ts == cpu_ts) & ~np.isnan(c)
+    start = np.where(from_c, np.fmin(cc, gg), start)
+    from_b = np.isnan(start) & ~np.isnan(bb)
+    start = np.where(from_b, np.fmin(np.fmax(cc, bb), gg), start)
+    rest = np.isnan(start)
+    # the unseen-latency rule (a fixed time before the first activity), or a shift with the host marker
+    start = np.where(rest & has_g & ~np.isnan(gg), gg - (gts - ts), start)
+    start = np.where(np.isnan(start) & ~np.isnan(c), c + (ts - cpu_ts), start)
+    start = np.where(np.isnan(start), ts, start)
+    order = np.argsort(ts, kind="stable")
+    s_sorted = np.maximum.accumulate(start[order])
+    start[order] = s_sorted
+    last = int(order[-1]) if n else 0
+    ends = np.empty(n, np.float64)
+    ends[order[:-1]] = s_sorted[1:]
+    if n:
+        ce = marker("cpu_end")[last]
+        if np.isnan(ce) and st["cpu_end"][last] is not None:
+            ce = host_time(np.asarray([int(st["cpu_end"][last])]))[0]
+        ge = activity(np.asarray([int(st["gpu_end"][last]) if st["gpu_end"][last] is not None else -1]), False)[0]
+        cands = [v for v in (ce, ge, start[last]) if not np.isnan(v)]
+        ends[last] = max(cands) if (not np.isnan(ce) or not np.isnan(ge)) else start[last] + (end[last] - ts[last])
+    del gpu_ts
+    return start, ends
+
+
+def replay(trace: Trace, steps: pl.DataFrame, transforms: Sequence[Transform] = ()) -> np.ndarray:
+    """Replayed period (ns) of each step of `steps` (a frame of the trace's step rows), with `transforms`
+    applied together."""
+    if steps.height == 0:
+        return np.zeros(0)
+    g = build(trace)
+    s, e = _boundaries(g, steps, simulate(g, transforms))
+    return e - s
+
+
+#: the replay's fidelity bounds on the traced step periods (mean and worst relative error)
+FIDELITY_MEAN, FIDELITY_MAX = 0.03, 0.08
+
+
+def fidelity(trace: Trace, steps: pl.DataFrame) -> dict:
+    """The JSON `replay` section: the unmodified graph's replayed step periods against the traced ones —
+    {fidelity: {mean_error_pct, max_error_pct, steps: [{step, traced_us, replayed_us, error_pct}]}, graph sizes,
+    confidence ("high" within FIDELITY_MEAN / FIDELITY_MAX, else "low"), note}."""
+    if steps.height == 0:
+        return {"fidelity": None, "confidence": None, "note": "no steps to replay"}
+    g = build(trace)
+    traced = (steps["end"] - steps["ts"]).to_numpy().astype(np.float64)
+    rep = replay(trace, steps)
+    err = np.abs(rep / np.where(traced > 0, traced, 1) - 1)
+    mean, worst = float(err.mean()), float(err.max())
+    ok = mean <= FIDELITY_MEAN and worst <= FIDELITY_MAX
+    per = [{"step": int(s), "traced_us": round(float(t) / 1000, 3), "replayed_us": round(float(r) / 1000, 3),
+            "error_pct": round(100 * float(e), 2)} for s, t, r, e in zip(steps["step"], traced, rep, err, strict=True)]
+    note = None if ok else (f"the replay misses the traced step periods by {100 * mean:.1f} % on average, "
+                            f"{100 * worst:.1f} % at worst (bounds {100 * FIDELITY_MEAN:.0f} % / {100 * FIDELITY_MAX:.0f} %): "
+                            "predictions from it have low confidence")
+    return {"fidelity": {"mean_error_pct": round(100 * mean, 2), "max_error_pct": round(100 * worst, 2), "steps": per},
+            "confidence": "high" if ok else "low", "note": note,
+            "graph": {"host_anchors": int(g.a_ts.size), "device_activities": int(g.d_ts.size),
+                      "unexplained_device_starts": int((~g.d_explained).sum()),
+                      "launch_latency_us": round(g.latency_ns / 1000, 3), "device_gap_us": round(g.device_gap_ns / 1000, 3)},
+            "doc": "docs/replay.md"}

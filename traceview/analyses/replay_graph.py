@@ -1,0 +1,374 @@
+"""The trace's dependency graph for the replay simulator: host anchors per thread, device activities per
+stream, and the edges between them, as numpy arrays (docs/replay.md describes the taxonomy).
+
+Nodes
+- host anchors: every runtime/driver call (a launch, a sync, a copy, any other call) that is not nested in
+  another one, plus zero-length markers where a `ProfilerStep#N` span starts and ends. The host time between
+  two anchors of a thread (CPU ops' self time, Python, DataLoader, idle host gaps: "other host work") is kept
+  as the offset of the program-order edge between them; the recorded host rows inside that gap are counted so
+  that a transform can take time off it.
+- device activities: kernels, memcpys, memsets (collectives are kernels) per (device, stream); `cuda_sync`
+  records are not activities.
+
+Edges (each `dst >= src + offset`, on the start (S) and end (E) event of each node)
+- program order per thread: S(anchor) >= E(previous anchor) + host gap; E >= S + the call's own time;
+- program order per stream: S(activity) >= E(previous activity) + device gap;
+- launch: S(activity) >= S(launch call) + launch latency (correlation id);
+- cross-stream: S(activity) >= E(activity on another stream) + gap, where neither its stream nor its launch
+  explains its start (a CUDA event wait the trace does not name);
+- host waits: E(call) >= E(device activity) + wake-up, for a call that returned after device work it covers
+  had finished (stream/device/event synchronize, a blocking memcpy of `.item()`/`.cpu()`).
+
+Offsets are the trace's own where the edge explains the observed time (so the unmodified replay reproduces
+it) and the trace's typical ones where it does not: a start that no edge explains replays early, and the
+fidelity measures it.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+import polars as pl
+
+from ..ingest.categories import RUNTIME_CATS
+from ..memo import per_trace
+from ..model import Trace
+from .timeline import gpu_work
+
+#: a call that blocks until the device is done with (some of) its queue, by name
+SYNC_RE = (r"^(cuda|hip)(Stream|Device|Event)Synchronize(_v\d+)?$|^cu(Ctx|Stream|Event)Synchronize(_v\d+)?$"
+           r"|^(cuda|hip)Memcpy(_v\d+)?$|^cuMemcpy(DtoH|HtoD|DtoD)?(_v\d+)?$")
+MIN_DEVICE_GAP_CAP_NS = 2_000  # an inter-kernel gap this short is the device's own, whatever the statistics say
+JOIN_GAP_NS = 100_000  # a host thread idle this long while another thread works may be waiting for it
+MIN_LATENCY_CAP_NS = 20_000  # likewise for a launch latency
+#: a launch latency longer than this is a wait for something else (the device busy elsewhere), not latency
+MAX_LATENCY_CAP_NS = 100_000
+#: host row kinds whose recording the profiler pays for (analyses.overhead's kinds; Rows.kind is the position)
+KINDS = {"op": ["cpu_op", "user_annotation"], "runtime": list(RUNTIME_CATS), "python": ["python_function"]}
+
+
+@dataclass(frozen=True)
+class Graph:
+    """The replay graph of one trace. Anchors `a_*` (n_a), activities `d_*` (n_d); indices are positions in these
+    arrays, -1 for none. Events: S(anchor j) = 2j, E(anchor j) = 2j+1, S(activity k) = 2n_a+2k, E = 2n_a+2k+1."""
+
+    a_i: np.ndarray  # host row id (`i`) of the anchor, or the step's host_idx for a marker
+    a_tid: np.ndarray
+    a_ts: np.ndarray
+    a_end: np.ndarray
+    a_prev: np.ndarray  # previous anchor of the thread
+    a_gap: np.ndarray  # host time between the previous anchor's end and this start (ns, >= 0)
+    a_own: np.ndarray  # the call's own time (ns): its duration, or its floor when it waited on the device
+    a_wait: np.ndarray  # the activity whose end it waited for
+    a_wake: np.ndarray  # from that activity's end to the call's return (ns)
+    a_marker: np.ndarray  # bool: a step marker (zero length)
+    a_overlap: np.ndarray  # bool: it started before the previous call of its thread ended (start-to-start edge)
+    a_join: np.ndarray  # the anchor of another thread whose end this thread waited for (backward's autograd thread)
+    a_jwake: np.ndarray  # from that end to this start (ns)
+    a_name: pl.Series  # the anchor's call name (markers: the step span's name)
+    d_i: np.ndarray  # gpu row id
+    d_ts: np.ndarray
+    d_end: np.ndarray
+    d_prev: np.ndarray  # previous activity on its (device, stream)
+    d_gap: np.ndarray  # device gap after it (ns)
+    d_launch: np.ndarray  # the launching anchor
+    d_lat: np.ndarray  # launch latency from the launch call's start (ns)
+    d_x: np.ndarray  # the activity on another stream it waits for
+    d_xgap: np.ndarray
+    d_explained: np.ndarray  # bool: some edge explains the activity's observed start
+    seg_rows: Rows  # the recorded host rows, each in an anchor's gap, joined gap or own time
+    latency_ns: float  # the typical launch latency (median onto an idle stream)
+    device_gap_ns: float  # the typical gap between queued activities
+
+    @property
+    def n_events(self) -> int:
+        return 2 * (self.a_ts.size + self.d_ts.size)
+
+
+def _i64(s: pl.Series | np.ndarray) -> np.ndarray:
+    return np.asarray(s.to_numpy() if isinstance(s, pl.Series) else s).astype(np.int64, copy=False)
+
+
+def _prev_in_group(group: np.ndarray, order: np.ndarray) -> np.ndarray:
+    """For positions sorted by `order` (already in group-then-time order), the previous position of the same group."""
+    prev = np.full(order.size, -1, np.int64)
+    if order.size > 1:
+        same = group[order[1:]] == group[order[:-1]]
+        prev[order[1:][same]] = order[:-1][same]
+    return prev
+
+
+def _anchors(trace: Trace) -> pl.DataFrame:
+    """[i, tid, ts, end, name, marker] of the host anchors, by (tid, ts): top-level runtime calls and step markers."""
+    h = trace.host
+    rt = (h.lazy().filter(pl.col("cat").is_in(RUNTIME_CATS)).select("i", "tid", "ts", "end", "name")
+          .with_columns(marker=pl.lit(False)).collect())
+    st = trace.steps.filter(pl.col("cpu_ts").is_not_null() & pl.col("host_idx").is_not_null())
+    tid = (h.lazy().filter(pl.col("i").is_in(st["host_idx"].implode())).select("i", "tid").collect())
+    st = st.join(tid, left_on="host_idx", right_on="i", how="inner")
+    marks = pl.concat([st.select(pl.col("host_idx").alias("i"), "tid", pl.col(c).alias("ts"), pl.col(c).alias("end"),
+                                 "name", marker=pl.lit(True)) for c in ("cpu_ts", "cpu_end")])
+    a = pl.concat([rt, marks.cast(rt.schema)]).filter(pl.col("ts").is_not_null() & pl.col("end").is_not_null())
+    a = a.sort("tid", "ts", "marker", descending=[False, False, True])
+    # a call nested in an earlier one (a driver call inside a runtime call) is that call's time, not an anchor
+    run_end = a.select(pl.col("end").cum_max().shift(1).over("tid"))["end"]
+    return a.filter(pl.col("marker") | run_end.is_null() | (pl.col("end") > run_end))
+
+
+@per_trace
+def build(trace: Trace) -> Graph:
+    """The replay graph of `trace` (once per trace)."""
+    a = _anchors(trace)
+    n_a = a.height
+    a_tid, a_ts, a_end = _i64(a["tid"].fill_null(-1)), _i64(a["ts"]), _i64(a["end"])
+    a_prev = _prev_in_group(a_tid, np.arange(n_a))
+    prev_end = np.where(a_prev >= 0, a_end[np.maximum(a_prev, 0)], a_ts)
+    # a call that starts before the previous one ended (asynchronous runtimes: MTIA's remote calls) follows its
+    # start, not its end: the program-order edge then runs start to start (a_gap is that offset)
+    a_overlap = (a_prev >= 0) & (a_ts < prev_end)
+    prev_ts = np.where(a_prev >= 0, a_ts[np.maximum(a_prev, 0)], a_ts)
+    a_gap = np.where(a_overlap, a_ts - prev_ts, np.maximum(a_ts - prev_end, 0))
+    a_own = a_end - a_ts
+
+    g = gpu_work(trace.gpu.select("i", "kind", "device", "stream", "ts", "end", "launch")).filter(
+        pl.col("ts").is_not_null() & pl.col("end").is_not_null())
+    g = g.sort(pl.col("device").fill_null(-1), pl.col("stream").fill_null(-1), "ts")
+    n_d = g.height
+    d_ts, d_end = _i64(g["ts"]), _i64(g["end"])
+    d_end = np.maximum(d_end, d_ts)
+    key = _i64(g["device"].fill_null(-1)) * (1 << 32) + _i64(g["stream"].fill_null(-1))
+    d_prev = _prev_in_group(key, np.arange(n_d))
+    has_prev = d_prev >= 0
+    pe = np.where(has_prev, d_end[np.maximum(d_prev, 0)], d_ts)
+    gap = d_ts - pe
+
+    # launch: the anchor that holds the launch call (the call itself, or the top-level call it is nested in)
+    ai = _i64(a["i"])
+    launch_i = g["launch"].cast(pl.Int64).fill_null(-1).to_numpy()
+    d_launch = np.full(n_d, -1, np.int64)
+    real = ~a["marker"].to_numpy()
+    if n_a and n_d:
+        lh = (trace.host.lazy().filter(pl.col("i").is_in(g["launch"].drop_nulls().implode()))
+              .select(pl.col("i").cast(pl.Int64), "tid", "ts").collect())
+        pos = pl.DataFrame({"i": launch_i, "_k": np.arange(n_d)}).join(lh, on="i", how="inner")
+        # the anchor of the launch's thread that started last at or before the launch call
+        ra = np.flatnonzero(real)
+        q_tid, q_ts = _i64(pos["tid"].fill_null(-1)), _i64(pos["ts"])
+        # anchors are sorted by (tid, ts): search a composite key
+        tid_codes, inv = np.unique(np.concatenate([a_tid[ra], q_tid]), return_inverse=True)
+        ka = inv[:ra.size].astype(np.int64) * (1 << 40) + (a_ts[ra] - a_ts.min())
+        kq = inv[ra.size:].astype(np.int64) * (1 << 40) + (q_ts - a_ts.min())
+        j = np.searchsorted(ka, kq, side="right") - 1
+        ok = (j >= 0) & (inv[ra.size:] == inv[:ra.size][np.maximum(j, 0)])
+        kk = _i64(pos["_k"])
+        d_launch[kk[ok]] = ra[j[ok]]
+    launched = d_launch >= 0
+    lts = np.where(launched, a_ts[np.maximum(d_launch, 0)], d_ts) if n_a else d_ts
+    lat = d_ts - lts
+    # typical launch latency: activities whose launch call began after their stream went idle
+    idle_at_launch = launched & (~has_prev | (lts >= pe))
+    lat_med = float(np.median(lat[idle_at_launch])) if idle_at_launch.any() else 5_000.0
+    lat_cap = float(np.clip(1.5 * np.percentile(lat[idle_at_launch], 95), MIN_LATENCY_CAP_NS, MAX_LATENCY_CAP_NS)) \
+        if idle_at_launch.any() else float(MIN_LATENCY_CAP_NS)
+    lat_med = min(lat_med, lat_cap)
+    queued = has_prev & (~launched | (lts + lat_med <= pe))
+    gap_med = float(np.median(gap[queued])) if queued.any() else 1_000.0
+    gap_cap = max(MIN_DEVICE_GAP_CAP_NS, 1.5 * float(np.percentile(gap[queued], 95))) if queued.any() \
+        else float(MIN_DEVICE_GAP_CAP_NS)
+
+    # one call that launched several activities (a CUDA graph, a multi-kernel call): the gaps between them are the
+    # launch's own (graph node dependencies), explained by program order
+    same_launch = has_prev & launched & (d_launch[np.maximum(d_prev, 0)] == d_launch)
+    by_stream = has_prev & ((gap <= gap_cap) | same_launch)
+    # a graph launch's first node waits for the graph's own upload and setup (CUPTI instruments each node): the
+    # observed latency is the graph's, whatever the kernel launches' statistics say
+    graph_call = a["name"].str.contains("GraphLaunch").fill_null(False).to_numpy() if n_a else np.zeros(0, bool)
+    by_graph = launched & graph_call[np.maximum(d_launch, 0)] if n_a else np.zeros(n_d, bool)
+    # an activity that started before its launch call returned is the call's own work (a pageable copy staged by
+    # the call): the call explains it
+    in_call = launched & (d_ts <= a_end[np.maximum(d_launch, 0)]) if n_a else np.zeros(n_d, bool)
+    by_launch = launched & (lat >= 0) & ((lat <= lat_cap) | by_graph | in_call)
+    d_gap = np.where(by_stream, np.maximum(gap, 0), min(gap_med, gap_cap)).astype(np.int64)
+    d_lat = np.where(by_launch, lat, np.minimum(lat, int(lat_med))).astype(np.int64)
+    d_lat = np.maximum(d_lat, 0)
+    # cross-stream: the activity of the same device that ended last before an unexplained start
+    d_x = np.full(n_d, -1, np.int64)
+    d_xgap = np.zeros(n_d, np.int64)
+    need = ~by_stream & ~by_launch
+    dev = _i64(g["device"].fill_null(-1))
+    if need.any():
+        eo = np.lexsort((d_end, dev))
+        ke = dev[eo] * (1 << 42) + d_end[eo]
+        kq = dev[need] * (1 << 42) + d_ts[need]
+        j = np.searchsorted(ke, kq, side="right") - 1
+        jj = eo[np.maximum(j, 0)]
+        ok = (j >= 0) & (dev[jj] == dev[need]) & (key[jj] != key[need]) & (d_ts[need] - d_end[jj] <= gap_cap)
+        idx = np.flatnonzero(need)[ok]
+        d_x[idx] = jj[ok]
+        d_xgap[idx] = d_ts[idx] - d_end[jj[ok]]
+    explained = by_stream | by_launch | (d_x >= 0) | (~has_prev & ~launched)
+    # no edge at all (first on its stream, not launched in the trace): it starts when it started
+    a_wait, a_wake = _waits(trace, a, a_ts, a_end, real, d_end, g)
+    # a call that waited keeps only its floor: the shortest call of its name in the trace
+    waited = a_wait >= 0
+    if waited.any():
+        floor = (a.with_columns(_own=pl.Series(a_own)).filter(~pl.col("marker"))
+                 .group_by("name").agg(pl.col("_own").min().alias("_floor")))
+        fl = a.select("name").join(floor, on="name", how="left")["_floor"].fill_null(0).to_numpy()
+        a_own = np.where(waited, np.minimum(a_own, fl), a_own)
+    seg, keys, key_of = _segments(trace, a_tid, a_ts, a_end)
+    a_join, a_jwake, a_gap = _joins(a_tid, a_ts, a_end, a_prev, a_gap, prev_end, keys, key_of)
+    if (a_join >= 0).any():  # rows of a joined gap after the other thread's last call are the join edge's time
+        jt = np.where(a_join >= 0, a_end[np.maximum(a_join, 0)], np.iinfo(np.int64).max)
+        seg.where[(seg.where == 0) & (seg.ts >= jt[seg.seg])] = 1
+    return Graph(a_i=ai, a_tid=a_tid, a_ts=a_ts, a_end=a_end, a_prev=a_prev, a_gap=a_gap, a_own=a_own,
+                 a_wait=a_wait, a_wake=a_wake, a_marker=a["marker"].to_numpy(), a_name=a["name"],
+                 a_join=a_join, a_jwake=a_jwake, a_overlap=a_overlap,
+                 d_i=_i64(g["i"]), d_ts=d_ts, d_end=d_end, d_prev=d_prev, d_gap=d_gap, d_launch=d_launch,
+                 d_lat=d_lat, d_x=d_x, d_xgap=d_xgap, d_explained=explained, seg_rows=seg,
+                 latency_ns=lat_med, device_gap_ns=gap_med)
+
+
+def _joins(a_tid: np.ndarray, a_ts: np.ndarray, a_end: np.ndarray, a_prev: np.ndarray, a_gap: np.ndarray,
+           prev_end: np.ndarray, keys: np.ndarray, key_of) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Host-thread joins: a thread idle through a long gap (>= JOIN_GAP_NS) while another thread works, from
+    that thread's first call after the gap opened to its last call before the gap closed, waited for it
+    (`loss.backward()` on the main thread while the autograd thread launches the backward). Idle: none of its
+    own recorded rows starts in that span. The program-order gap then keeps the time before the other thread
+    took over; the join edge the time after that thread's last call. Returns (a_join, a_jwake, a_gap)."""
+    n = a_ts.size
+    join, jwake = np.full(n, -1, np.int64), np.zeros(n, np.int64)
+    if n == 0 or np.unique(a_tid).size < 2:
+        return join, jwake, a_gap
+    # a thread's first call (the autograd thread's first backward launch) was idle since the trace began: it
+    # waits for the thread that handed it the work too, else it would stay pinned to its recorded start
+    first = a_prev < 0
+    prev_end = np.where(first, a_ts.min(), prev_end)
+    cand = np.flatnonzero(((a_prev >= 0) & (a_gap >= JOIN_GAP_NS) & (a_ts >= prev_end))
+                          | (first & (a_ts - prev_end >= JOIN_GAP_NS)))
+    if cand.size == 0:
+        return join, jwake, a_gap
+    eo = np.argsort(a_end, kind="stable")
+    se = a_end[eo]
+    j = np.searchsorted(se, a_ts[cand], side="right") - 1
+    # the latest call of another thread ending before this start (skipping this thread's own ends)
+    x = eo[np.maximum(j, 0)]
+    ok = (j >= 0) & (a_tid[x] != a_tid[cand]) & (a_end[x] > prev_end[cand])
+    c, x = cand[ok], x[ok]
+    handoff = np.full(c.size, -1, np.int64)
+    for t in np.unique(a_tid[x]).tolist():  # one per joined thread: a handful
+        m = a_tid[x] == t
+        ts_t = np.sort(a_ts[a_tid == t])
+        k = np.searchsorted(ts_t, prev_end[c[m]], side="left")
+        handoff[m] = ts_t[np.minimum(k, ts_t.size - 1)]
+    ok = (handoff >= prev_end[c]) & (handoff < a_end[x])
+    # idle: no recorded row of this thread starts between the handoff and the other thread's last end
+    if keys.size and ok.any():
+        keys = np.sort(keys)  # (only here: most traces have no candidate join)
+        lo = np.searchsorted(keys, key_of(a_tid[c], handoff), side="left")
+        hi = np.searchsorted(keys, key_of(a_tid[c], a_end[x]), side="left")
+        ok &= hi == lo
+    c, x, handoff = c[ok], x[ok], handoff[ok]
+    join[c], jwake[c] = x, a_ts[c] - a_end[x]
+    gap = a_gap.copy()
+    gap[c] = np.clip(handoff - prev_end[c], 0, a_gap[c])
+    return join, jwake, gap
+
+
+def _waits(trace: Trace, a: pl.DataFrame, a_ts: np.ndarray, a_end: np.ndarray, real: np.ndarray,
+           d_end: np.ndarray, g: pl.DataFrame) -> tuple[np.ndarray, np.ndarray]:
+    """(a_wait, a_wake): for each blocking call that returned after device work had finished while it ran,
+    the activity that finished last before it returned and the time from that end to the return."""
+    n_a = a_ts.size
+    wait, wake = np.full(n_a, -1, np.int64), np.zeros(n_a, np.int64)
+    if n_a == 0 or d_end.size == 0:
+        return wait, wake
+    blocking = real & a["name"].str.contains(SYNC_RE).fill_null(False).to_numpy()
+    # `cuda_sync` records (Kineto >= 2.3) name the blocking call by correlation even where the call's name is
+    # not a sync (a cudaMemcpyAsync of a pageable DtoH copy)
+    ev = trace.gpu.filter((pl.col("kind") == "sync") & pl.col("launch").is_not_null())
+    if ev.height:
+        blocking |= np.isin(_i64(a["i"]), _i64(ev["launch"].cast(pl.Int64)))
+    # a call that launched a copy and returned after that copy ended was a blocking copy
+    lc = g.filter(pl.col("kind") == "memcpy").select(pl.col("launch").cast(pl.Int64), "end").drop_nulls()
+    if lc.height:
+        ai = pl.DataFrame({"i": _i64(a["i"]), "_end": a_end, "_j": np.arange(n_a)})
+        hit = ai.join(lc, left_on="i", right_on="launch", how="inner").filter(pl.col("end") <= pl.col("_end"))
+        blocking[_i64(hit["_j"])] = True
+    blocking &= real
+    eo = np.argsort(d_end, kind="stable")
+    se = d_end[eo]
+    j = np.searchsorted(se, a_end[blocking], side="right") - 1
+    ok = (j >= 0)
+    jj = eo[np.maximum(j, 0)]
+    ok &= se[np.maximum(j, 0)] > a_ts[blocking]  # it finished while the call ran: the call waited for it
+    idx = np.flatnonzero(blocking)[ok]
+    wait[idx] = jj[ok]
+    wake[idx] = a_end[idx] - d_end[jj[ok]]
+    return wait, wake
+
+
+@dataclass(frozen=True)
+class Rows:
+    """The recorded host rows that sit in the graph's host time, as arrays: row id, kind (KIND_CODES), the anchor
+    whose time holds it (`seg`), where in that anchor's time (0: the gap before it; 1: the part of a joined gap
+    after the other thread's last call; 2: the call's own time), duration and start (ns)."""
+
+    i: np.ndarray
+    kind: np.ndarray
+    seg: np.ndarray
+    where: np.ndarray
+    dur: np.ndarray
+    ts: np.ndarray
+
+    def positions(self, ids: np.ndarray) -> np.ndarray:
+        """Positions of the rows with these ids (ids not held here are left out)."""
+        o = np.argsort(self.i, kind="stable")
+        p = np.searchsorted(self.i[o], ids)
+        ok = (p < o.size) & (self.i[o[np.minimum(p, max(o.size - 1, 0))]] == ids) if o.size else np.zeros(ids.size, bool)
+        return o[p[ok]]
+
+
+def _segments(trace: Trace, a_tid: np.ndarray, a_ts: np.ndarray, a_end: np.ndarray) -> tuple[Rows, np.ndarray, Any]:
+    """(the recorded host rows in an anchor's gap or own time, the (thread, start) keys of every recorded
+    row, unsorted, the key function (thread ids, times) -> keys: `_joins` searches them)."""
+    h = trace.host
+    cat = h["cat"]
+    code = np.full(h.height, -1, np.int8)
+    for k, cats in enumerate(KINDS.values()):  # three hash lookups (cheaper than a string replace)
+        code[cat.is_in(cats).to_numpy()] = k
+    ts = h["ts"].fill_null(-1).to_numpy().astype(np.int64, copy=False)
+    keep = (code >= 0) & h["ts"].is_not_null().to_numpy()
+    n_a = a_ts.size
+    if n_a == 0 or not keep.any():
+        z = np.zeros(0, np.int64)
+        return Rows(z, z.astype(np.int8), z, z.astype(np.int8), z, z), z, None
+    pos = np.flatnonzero(keep)
+    r_tid = h["tid"].fill_null(-1).to_numpy()[pos].astype(np.int64, copy=False)
+    r_ts = ts[pos]
+    # thread codes: a handful of threads, so a hash unique then a search in the few (no sort of every row)
+    tids = np.sort(pl.Series(np.concatenate([np.unique(a_tid), r_tid])).unique().to_numpy())
+    base = min(int(a_ts.min()), int(r_ts.min()))
+    ta, th = np.searchsorted(tids, a_tid).astype(np.int64), np.searchsorted(tids, r_tid).astype(np.int64)
+    ka = ta * (1 << 42) + (a_ts - base)
+    kh = th * (1 << 42) + (r_ts - base)
+    # the first anchor of the thread starting after the row (its gap), or the anchor whose span holds it
+    nxt = np.searchsorted(ka, kh, side="right")
+    cur = nxt - 1
+    cc = np.maximum(cur, 0)
+    inside = (cur >= 0) & (ta[cc] == th) & (r_ts < a_end[cc])
+    nn = np.minimum(nxt, n_a - 1)
+    same_nxt = (nxt < n_a) & (ta[nn] == th)
+    seg = np.where(inside, cur, np.where(same_nxt, nxt, -1))
+    ok = seg >= 0
+    sel = pos[ok]
+    rows = Rows(i=h["i"].to_numpy()[sel].astype(np.int64), kind=code[sel], seg=seg[ok],
+                where=np.where(inside[ok], 2, 0).astype(np.int8),
+                dur=h["dur"].fill_null(0).to_numpy()[sel].astype(np.int64), ts=r_ts[ok])
+
+    def key_of(tid: np.ndarray, t: np.ndarray) -> np.ndarray:  # (thread code << 42) + (t - base), as kh
+        return np.searchsorted(tids, tid).astype(np.int64) * (1 << 42) + (t - base)
+
+    return rows, kh, key_of
