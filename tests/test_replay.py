@@ -133,7 +133,7 @@ LABELS2 = json.loads((SAMPLES / "collected2/labels.json").read_text())
 def test_host_sync_fix_predicts_measured_twin(run):
     (t,) = _traces(f"collected2/{run}")
     st, _ = complete_steps(t, t.steps)
-    pred_ms = float(R.saving(t, st, host_sync.fix_transform(t)).mean()) / 1e6
+    pred_ms = float(overhead.saving(t, st, host_sync.fix_transform(t)).mean()) / 1e6
     measured = LABELS2[run]["measured_fix_saving_ms"]  # 1.59 vs 1.91 ms (b64) when written
     assert 0 < pred_ms < LABELS2[run]["unprofiled_step_ms"]
     assert pred_ms == pytest.approx(measured, rel=0.2)
@@ -143,7 +143,7 @@ def test_host_sync_fix_saving_is_positive_and_below_the_step():
     for run in ("train_gradnorm_item_b32", "train_gradnorm_item_b64", "train_syncs_item"):
         (t,) = _traces(f"collected2/{run}")
         st, _ = complete_steps(t, t.steps)
-        s = R.saving(t, st, host_sync.fix_transform(t))
+        s = overhead.saving(t, st, host_sync.fix_transform(t))
         assert (s >= 0).all() and (s < overhead.unprofiled_steps(t, st)).all()
 
 
@@ -154,6 +154,6 @@ def test_syncs_item_fix_saves_little():
     # launch-bound step)
     (t,) = _traces("collected2/train_syncs_item")
     st, _ = complete_steps(t, t.steps)
-    pred_ms = float(R.saving(t, st, host_sync.fix_transform(t)).mean()) / 1e6
+    pred_ms = float(overhead.saving(t, st, host_sync.fix_transform(t)).mean()) / 1e6
     assert LABELS2["train_syncs_item"]["measured_fix_saving_ms"] < 0
     assert 0 <= pred_ms < 0.05 * LABELS2["train_syncs_item"]["unprofiled_step_ms"]

@@ -14,6 +14,8 @@ evaluation runs of that split (docs/replay.md has both tables).
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+
 import numpy as np
 import polars as pl
 
@@ -30,6 +32,13 @@ ERROR_BAND = 0.6
 def profiler_transform(trace: Trace | None = None, cost_us: dict[str, float] | None = None) -> Transform:
     """The profiler's recording cost as a Transform (per recorded host row of each kind)."""
     return Transform("profiler cost", cost_us=dict(cost_us or COST_US))
+
+
+def saving(trace: Trace, steps: pl.DataFrame, transform: Transform, base: Sequence[Transform] | None = None) -> np.ndarray:
+    """Per-step saving (ns) of `transform` in unprofiled terms: replay(profiler cost removed) − replay(that and
+    the transform). `base` replaces the profiler-cost transform (e.g. other fixes already applied)."""
+    b = list(base) if base is not None else [profiler_transform(trace)]
+    return replay(trace, steps, b) - replay(trace, steps, [*b, transform])
 
 
 def events_per_step(trace: Trace, steps: pl.DataFrame) -> dict[str, float]:

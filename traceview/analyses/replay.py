@@ -7,8 +7,8 @@ declare its fix next to its detection:
     t = Transform("host-sync", no_wait=sync_ids)              # the host no longer waits in these calls
     t = Transform("fused", gpu_dur={first: fused_ns, **{k: 0 for k in rest}})
     t = Transform("dataloader", host_removed=loader_span_ids)  # host spans off the critical path
-    periods = replay(trace, steps, [profiler_cost(trace), t])  # per-step replayed periods (ns)
-    saved = saving(trace, steps, t)                            # per step, in unprofiled terms
+    periods = replay(trace, steps, [profiler_transform(), t])  # per-step replayed periods (ns)
+    saved = overhead.saving(trace, steps, t)                   # per step, in unprofiled terms
 
 Several transforms given together are applied together (a row named twice takes the smaller duration; host
 reductions add up but never take a gap or call below zero): savings are never summed.
@@ -217,15 +217,6 @@ def replay(trace: Trace, steps: pl.DataFrame, transforms: Sequence[Transform] = 
     g = build(trace)
     s, e = _boundaries(g, steps, simulate(g, transforms))
     return e - s
-
-
-def saving(trace: Trace, steps: pl.DataFrame, transform: Transform, base: Sequence[Transform] | None = None) -> np.ndarray:
-    """Per-step saving (ns) of `transform` in unprofiled terms: replay(profiler cost removed) − replay(that and
-    the transform). `base` replaces the profiler-cost transform (e.g. other fixes already applied)."""
-    from .overhead import profiler_transform
-
-    b = list(base) if base is not None else [profiler_transform(trace)]
-    return replay(trace, steps, b) - replay(trace, steps, [*b, transform])
 
 
 #: the replay's fidelity bounds on the traced step periods (mean and worst relative error)
