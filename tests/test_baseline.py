@@ -76,7 +76,7 @@ def test_slower_twin_fails_faster_twin_passes(tmp_path, capsys):
 
     # the other way round (a renamed lone trace is still paired): the step is 4x faster, yet the gate fails on
     # what appeared: torch.compile's per-call host cost leaves launch gaps (cpu_launch 0 -> 38 µs a step, beyond
-    # the per-step noise) and a new TV101 warning. A faster run is not waved through when a new bottleneck shows.
+    # the per-step noise) and a new TV101 error. A faster run is not waved through when a new bottleneck shows.
     base2 = tmp_path / "base2.json"
     assert batch(capsys, H200 / "elementwise_chain_eager.json.gz", "--save-baseline", base2)[0] == 0
     code, _, err = batch(capsys, H200 / "elementwise_chain_compiled.json.gz", "--baseline", base2,
@@ -88,7 +88,9 @@ def test_slower_twin_fails_faster_twin_passes(tmp_path, capsys):
     assert step["delta_us"] < 0 and not step["regressed"]
     cpu = next(c for c in t["checks"] if c["metric"] == "cpu_launch")
     assert cpu["regressed"] and cpu["delta_us"] > cpu["noise_us"]
-    assert "new warning finding TV101" in err
+    # an error: the estimated unprofiled step (0.125 ms; measured 0.119) leaves most of the launch gaps to the
+    # loop, not to the profiler (the linear model's 0.110 ms made it a warning)
+    assert "new error finding TV101" in err
     per_step = {k: [s["time_us"]["cpu_launch"] for s in _doc(H200 / f"elementwise_chain_{k}.json.gz")["classification"]["steps"]]
                 for k in ("eager", "compiled")}
     noise = 2 * math.sqrt(statistics.stdev(per_step["eager"]) ** 2 / 3 + statistics.stdev(per_step["compiled"]) ** 2 / 3)
