@@ -126,8 +126,10 @@ def test_runs_sharing_a_folder(tmp_path, capsys):
         assert rows[a]["kind"] == "run" and rows[a]["ranks"] == 2
         for k in ("step_ms", "step_sd_ms", "primary", "shares", "findings"):
             assert rows[a][k] == rows[b][k], k
-    # the straggler run's job-level finding (nccl-wait naming rank 1) is in its row
-    assert rows["mixed#2"]["top_findings"][0]["code"] == "TV501"
+    # the straggler run's job-level finding (nccl-wait naming rank 1) is in its row, ranked as in the run analyzed
+    # from its own folder (there with the collector's measured profiler cost, here with the estimate)
+    assert "TV501" in [f["code"] for f in rows["mixed#2"]["top_findings"]]
+    assert [f["code"] for f in rows["mixed#2"]["top_findings"][:2]] == [f["code"] for f in rows["ddp_rank1_slowed"]["top_findings"][:2]]
 
 
 def test_fail_on_and_exit_codes(tmp_path):

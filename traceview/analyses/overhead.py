@@ -43,6 +43,13 @@ def profiler_transform(trace: Trace | None = None, cost_us: dict[str, float] | N
     return Transform("profiler cost", cost_us=c, host_share=share)
 
 
+def saving(trace: Trace, steps: pl.DataFrame, transform: Transform, base: Sequence[Transform] | None = None) -> np.ndarray:
+    """Per-step saving (ns) of `transform` in unprofiled terms: replay(profiler cost removed) − replay(that and
+    the transform). `base` replaces the profiler-cost transform (e.g. other fixes already applied)."""
+    b = list(base) if base is not None else [profiler_transform(trace)]
+    return replay(trace, steps, b) - replay(trace, steps, [*b, transform])
+
+
 def events_per_step(trace: Trace, steps: pl.DataFrame) -> dict[str, float]:
     """Recorded host events per step by kind (op: cpu_op and user annotations; runtime; python), counted in the
     steps' host span."""
@@ -88,10 +95,3 @@ def estimate(trace: Trace, steps: pl.DataFrame) -> dict:
             "traced_step_us": round(traced, 3), "estimated_unprofiled_step_us": round(est, 3),
             "error_band_us": [round(max(gpu, est * (1 - ERROR_BAND)), 3), round(min(traced, est * (1 + ERROR_BAND)), 3)],
             "method": "replay"}
-
-
-def saving(trace: Trace, steps: pl.DataFrame, transform: Transform, base: Sequence[Transform] | None = None) -> np.ndarray:
-    """Per-step saving (ns) of `transform` in unprofiled terms: replay(profiler cost removed) − replay(that and
-    the transform). `base` replaces the profiler-cost transform (e.g. other fixes already applied)."""
-    b = list(base) if base is not None else [profiler_transform(trace)]
-    return replay(trace, steps, b) - replay(trace, steps, [*b, transform])
