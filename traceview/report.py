@@ -41,6 +41,7 @@ from .rulerunner import run_rules
 from .sections.layers import section as layers_section
 from .sections.memory import memory_section
 from .sections.profiling import profiling_section
+from .analyses.fixes import apply as replayed_fixes
 from .sections.projection import projection_section
 from .sections.verdict import classification_section, verdict_text
 from .units import pct, us
@@ -188,6 +189,7 @@ def _analyze_trace(trace: Trace, options: Options) -> tuple[dict, pl.DataFrame, 
     }
     ctx: RuleContext | None = None
     findings: list[dict] = []
+    fixinfo: dict | None = None
     analysed = steps
     host: dict | None = None
     if trace.has_gpu:
@@ -196,6 +198,7 @@ def _analyze_trace(trace: Trace, options: Options) -> tuple[dict, pl.DataFrame, 
         analysed = ctx.steps
         findings, warns = run_rules(ctx, options)
         warnings.extend(warns)  # rules that failed
+        findings, fixinfo = replayed_fixes(ctx, options, findings)  # every saving a replay (issue 25)
     else:
         from .sections import cpu as cpu_view  # (traces without GPU activity only; `host` is set only here)
 
@@ -203,6 +206,8 @@ def _analyze_trace(trace: Trace, options: Options) -> tuple[dict, pl.DataFrame, 
         host = cpu_view.prepare(trace, steps)
         findings, warns = run_rules(RuleContext.for_host(trace, steps, host), options)  # the rules with CPU = True
         warnings.extend(warns)
+        # no device to replay: the rules' own estimate over the steps, per step like every saving
+        findings = [{**f, "savings_us": round(f["savings_us"] / max(steps.height, 1), 3)} for f in findings]
     # before the layer table, the analysis's largest step: what loading and the sections so far freed
     heap.release(trace.gpu.height + trace.host.height)
     entry["layers"] = layers_section(trace, steps, findings=findings, kb=ctx.kb if ctx else None,
@@ -217,7 +222,7 @@ def _analyze_trace(trace: Trace, options: Options) -> tuple[dict, pl.DataFrame, 
     if entry["replay"].get("confidence") == "low":
         entry["profiling"]["confidence"] = "low"
     entry["memory"] = memory_section(trace, analysed) if trace.has_gpu else None
-    entry["projection"] = projection_section(ctx, findings, entry["profiling"], options)
+    entry["projection"] = projection_section(ctx, findings, entry["profiling"], options, fixinfo)
     entry["cpu"] = cpu_view.section(trace, steps, host) if host else None
     entry["warnings"] = aggregate_warnings(entry["warnings"])  # one line per kind, not one per step
     return entry, analysed, ctx.part if ctx else None

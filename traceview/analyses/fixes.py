@@ -90,14 +90,13 @@ def apply(ctx, options, findings: list[dict]) -> tuple[list[dict], dict[str, Any
         opts = options.options_for(BY_NAME[r]) if r in BY_NAME else {}
         for f, wi in zip(fs, w, strict=True):
             us = min(s["unprofiled_us"] * float(wi), base_us)
-            pct = 100.0 * us / base_us if base_us else 0.0
+            pct = 100.0 * us / window_us if window_us else 0.0  # of the traced step, as the verdict's shares
             sev = f["severity"]
             if "moderate_pct" in opts and f["severity"] != "info":
                 sev = severity_for(pct, opts["moderate_pct"], opts["high_pct"], BY_NAME[r].SEVERITY)
             if us <= 0.0005:
                 sev = "info"
             out.append({**f, "savings_us": round(us, 3), "savings_pct": round(pct, 2), "severity": sev})
-    del window_us
     return ranked(out), {"rules": sav, "transforms": tf, "base_step_us": base_us}
 
 
@@ -117,6 +116,8 @@ def what_if(ctx, tf: dict[str, Transform], names: Sequence[str]) -> dict[str, An
     b = replay(ctx.trace, ctx.steps, base)
     have = [tf[r] for r in chosen if r in tf]
     f = replay(ctx.trace, ctx.steps, [*base, *have]) if have else b
-    return {"fixes": chosen, "without_model": [r for r in chosen if r not in tf], "unknown": unknown,
+    return {"fixes": chosen, "without_model": [r for r in chosen if not hasattr(BY_NAME[r], "fix_transform")],
+            "nothing_to_fix": [r for r in chosen if r not in tf and hasattr(BY_NAME[r], "fix_transform")],
+            "unknown": unknown,
             "step_us": round(float(b.mean()) / 1000, 3), "fixed_step_us": round(float(f.mean()) / 1000, 3),
             "savings_us": round(float(np.clip(b - f, 0, b).mean()) / 1000, 3)}

@@ -35,8 +35,8 @@ def _result(f: dict, path: str) -> dict:
     if m:
         locs.insert(0, {"physicalLocation": {"artifactLocation": {"uri": m["file"]},
                                              "region": {"startLine": int(m["line"])}}})
-    text = (f"{f['title']}: {f['count']} occurrence(s), cost {f['cost_us'] / 1000:,.3f} ms, estimated savings "
-            f"{f['savings_us'] / 1000:,.3f} ms ({f['savings_pct']} % of the analyzed steps). {f['fix']}")
+    text = (f"{f['title']}: {f['count']} occurrence(s), cost {f['cost_us'] / 1000:,.3f} ms, save "
+            f"{f['savings_us'] / 1000:,.3f} ms/step ({f['savings_pct']} % of the step). {f['fix']}")
     return {"ruleId": f["code"], "level": LEVEL.get(f["severity"], "warning"), "message": {"text": text},
             "locations": locs,
             "properties": {k: f.get(k) for k in ("rule", "steps", "count", "cost_us", "savings_us", "savings_pct",
