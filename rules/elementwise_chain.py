@@ -51,11 +51,11 @@ from traceview.analyses.classify import sync_calls
 from traceview.analyses.features import Features
 from traceview.analyses.intervals import merge
 from traceview.analyses.names import contains
+from traceview.analyses.replay import Transform
 from traceview.analyses.roofline import ELEMENTWISE_KERNEL_RE
 from traceview.analyses.rowid import join_by_id
 from traceview.analyses.whatif import EMPTY, shrink_kernels
 from traceview.analyses.windows import host_step_of, step_of
-from traceview.analyses.replay import Transform
 from traceview.ruleapi import Finding, Option, RuleContext
 
 CODE = "TV201"

@@ -47,8 +47,8 @@ import polars as pl
 
 from traceview.analyses.classify import sync_calls
 from traceview.analyses.names import contains
-from traceview.analyses.whatif import removed_per_step, shrink_kernels
 from traceview.analyses.replay import Transform
+from traceview.analyses.whatif import removed_per_step, shrink_kernels
 from traceview.ruleapi import Finding, Option, RuleContext
 
 CODE = "TV202"

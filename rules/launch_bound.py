@@ -43,10 +43,10 @@ import polars as pl
 
 from traceview.analyses.classify import idle_gaps, sync_calls
 from traceview.analyses.features import Features
-from traceview.analyses.rowid import by_id, join_by_id
-from traceview.analyses.windows import step_of
 from traceview.analyses.replay import Transform
 from traceview.analyses.replay_graph import KINDS
+from traceview.analyses.rowid import by_id, join_by_id
+from traceview.analyses.windows import step_of
 from traceview.ruleapi import Finding, Option, RuleContext
 
 CODE = "TV101"

@@ -38,10 +38,10 @@ from __future__ import annotations
 import polars as pl
 
 from traceview.analyses.names import contains
-from traceview.ingest.categories import RUNTIME_CATS
+from traceview.analyses.replay import Transform
 from traceview.analyses.rowid import join_by_id
 from traceview.analyses.windows import step_of
-from traceview.analyses.replay import Transform
+from traceview.ingest.categories import RUNTIME_CATS
 from traceview.ruleapi import Finding, Option, RuleContext
 
 CODE = "TV301"

@@ -42,12 +42,13 @@ def twins() -> list[dict]:
 
 def predicted_ms(path: Path, rule: str) -> float | None:
     """The replayed per-step saving (ms, unprofiled terms) of `rule`'s fix on the trace (None: no model)."""
+    from traceview.rules import BY_NAME
+
     import traceview
     from traceview.analyses import fixes
     from traceview.options import Options
     from traceview.report import select_steps
     from traceview.ruleapi import RuleContext
-    from traceview.rules import BY_NAME
 
     trace = traceview.load(str(next(path.glob("*.pt.trace.json*"))))
     ctx, _ = RuleContext.prepare(trace, select_steps(trace, None))

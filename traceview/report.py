@@ -27,6 +27,7 @@ from typing import TYPE_CHECKING, Any
 import polars as pl
 
 from .analyses import breakdown, kernels, timeline
+from .analyses.fixes import apply as replayed_fixes
 from .analyses.intervals import clip
 from .analyses.replay import fidelity as replay_fidelity
 from .analyses.windows import recording_edges
@@ -41,7 +42,6 @@ from .rulerunner import run_rules
 from .sections.layers import section as layers_section
 from .sections.memory import memory_section
 from .sections.profiling import profiling_section
-from .analyses.fixes import apply as replayed_fixes
 from .sections.projection import projection_section
 from .sections.verdict import classification_section, verdict_text
 from .units import pct, us

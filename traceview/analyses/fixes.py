@@ -19,7 +19,7 @@ import numpy as np
 import polars as pl
 
 from ..findings import ranked, severity_for
-from .overhead import profiler_transform, saving
+from .overhead import profiler_transform
 from .replay import Transform, replay
 
 #: a fix saving less than this share of the step is "nothing the rules know to fix"
