@@ -48,20 +48,25 @@ def transforms(ctx, options, rules: Sequence[ModuleType]) -> dict[str, Transform
     return out
 
 
-def per_step_us(trace, steps: pl.DataFrame, t: Sequence[Transform] | Transform, base: list[Transform]) -> float:
-    """Mean per-step saving (µs) of `t` over `base`, within [0, the base's replayed step]."""
+def per_step_us(trace, steps: pl.DataFrame, t: Sequence[Transform] | Transform, base: list[Transform],
+                b: np.ndarray | None = None) -> float:
+    """Mean per-step saving (µs) of `t` over `base`, within [0, the base's replayed step]; `b`: the base's
+    replayed periods when already known."""
     ts = [t] if isinstance(t, Transform) else list(t)
-    b = replay(trace, steps, base)
+    b = replay(trace, steps, base) if b is None else b
     s = b - replay(trace, steps, [*base, *ts])
     return float(np.clip(s, 0, b).mean()) / 1000 if s.size else 0.0
 
 
 def rule_savings(ctx, tf: dict[str, Transform]) -> dict[str, dict[str, float]]:
     """rule -> {unprofiled_us, traced_us}: each fix's per-step saving with the profiler's cost removed, and on
-    the trace as recorded."""
+    the trace as recorded (each base replayed once)."""
+    if not tf:
+        return {}
     base = [profiler_transform(ctx.trace)]
-    return {r: {"unprofiled_us": per_step_us(ctx.trace, ctx.steps, t, base),
-                "traced_us": per_step_us(ctx.trace, ctx.steps, t, [])} for r, t in tf.items()}
+    b_un, b_tr = replay(ctx.trace, ctx.steps, base), replay(ctx.trace, ctx.steps, [])
+    return {r: {"unprofiled_us": per_step_us(ctx.trace, ctx.steps, t, base, b_un),
+                "traced_us": per_step_us(ctx.trace, ctx.steps, t, [], b_tr)} for r, t in tf.items()}
 
 
 def apply(ctx, options, findings: list[dict]) -> tuple[list[dict], dict[str, Any]]:
