@@ -47,9 +47,8 @@ from __future__ import annotations
 import polars as pl
 
 from traceview.analyses.classify import sync_calls
-from traceview.analyses.fixes import spans
 from traceview.analyses.intervals import merge
-from traceview.analyses.replay import Transform
+from traceview.analyses.replay import Transform, spans
 from traceview.analyses.roofline import ELEMENTWISE_KERNEL_RE
 from traceview.analyses.timeline import gpu_work
 from traceview.analyses.whatif import EMPTY, gpu_idle_within, removed_per_step, shrink_kernels

@@ -43,9 +43,8 @@ import polars as pl
 from traceview.analyses.breakdown import step_breakdown
 from traceview.analyses.classify import dataloader_spans
 from traceview.analyses.features import Features
-from traceview.analyses.fixes import spans
 from traceview.analyses.intervals import clip, per_window
-from traceview.analyses.replay import Transform
+from traceview.analyses.replay import Transform, spans
 from traceview.ruleapi import Finding, Option, RuleContext
 
 CODE = "TV401"

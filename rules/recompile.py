@@ -39,9 +39,8 @@ from __future__ import annotations
 import polars as pl
 
 from traceview.analyses.features import host_names
-from traceview.analyses.fixes import spans
 from traceview.analyses.intervals import merge
-from traceview.analyses.replay import Transform
+from traceview.analyses.replay import Transform, spans
 from traceview.analyses.whatif import EMPTY, gpu_idle_within, removed_per_step
 from traceview.analyses.windows import host_step_of
 from traceview.ruleapi import Finding, Option, RuleContext

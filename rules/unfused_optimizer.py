@@ -44,8 +44,7 @@ from __future__ import annotations
 import polars as pl
 
 from traceview.analyses.features import host_names
-from traceview.analyses.fixes import spans
-from traceview.analyses.replay import Transform
+from traceview.analyses.replay import Transform, spans
 from traceview.analyses.rowid import join_by_id
 from traceview.analyses.whatif import EMPTY, gpu_idle_within, removed_per_step
 from traceview.ruleapi import Finding, Option, RuleContext

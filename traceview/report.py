@@ -27,11 +27,11 @@ from typing import TYPE_CHECKING, Any
 import polars as pl
 
 from .analyses import breakdown, kernels, timeline
-from .analyses.fixes import apply as replayed_fixes
 from .analyses.intervals import clip
 from .analyses.replay import fidelity as replay_fidelity
 from .analyses.windows import recording_edges
 from .errors import TraceError
+from .fixrunner import apply as replayed_fixes
 from .ingest import heap_trim as heap
 from .ingest.loader import input_files, load_file
 from .model import Job, Trace

@@ -85,6 +85,12 @@ def _coverage(spans: np.ndarray, tids: np.ndarray):
     return covered
 
 
+def spans(df: pl.DataFrame) -> list[tuple[int, int, int]]:
+    """`Transform.host_spans` from a frame [tid, ts, end] (rows without a thread or an extent left out)."""
+    d = df.select(pl.col("tid").cast(pl.Int64), pl.col("ts").cast(pl.Int64), pl.col("end").cast(pl.Int64)).drop_nulls()
+    return [tuple(r) for r in d.filter(pl.col("end") > pl.col("ts")).rows()]
+
+
 def longest(base: np.ndarray, src: np.ndarray, dst: np.ndarray, off: np.ndarray) -> np.ndarray:
     """out[v] = max(base[v], max over edges (src -> v) of out[src] + off), in topological order."""
     out = np.empty(base.size, np.int64)

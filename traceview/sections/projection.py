@@ -14,9 +14,10 @@ from typing import Any
 
 import numpy as np
 
-from ..analyses import fixes as fixmod
+from ..analyses.fixes import transforms
 from ..analyses.overhead import profiler_transform
 from ..analyses.replay import replay
+from ..fixrunner import what_if
 from ..options import Options
 from ..ruleapi import RuleContext
 
@@ -69,7 +70,7 @@ def projection_section(ctx: RuleContext | None, findings: list[dict], profiling:
         "all_fixed_unprofiled_step_us": round(unprof_all, 3), "what_if": None,
     }
     if options.what_if:
-        out["what_if"] = fixmod.what_if(ctx, _all_transforms(ctx, options, tf), options.what_if)
+        out["what_if"] = what_if(ctx, _all_transforms(ctx, options, tf), options.what_if)
     return out
 
 
@@ -78,4 +79,4 @@ def _all_transforms(ctx: RuleContext, options: Options, have: dict) -> dict:
     from traceview.rules import RULES
 
     mods = [RULES[c] for c in options.selected() if RULES[c].NAME not in have]
-    return {**have, **fixmod.transforms(ctx, options, mods)}
+    return {**have, **transforms(ctx, options, mods)}
