@@ -127,7 +127,7 @@ def _progress(total: int) -> tuple[Callable[[dict], None] | None, Callable[[], N
 def _write_doc(path: str, fmt: str, doc: dict) -> None:
     import importlib
 
-    mod = importlib.import_module(f".formatters.{fmt}", __package__)
+    mod = importlib.import_module(f"..formatters.{fmt}", __package__)
     try:
         with open(path, "w", encoding="utf-8") as fh:
             mod.render(doc, fh)
