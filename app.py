@@ -90,6 +90,8 @@ def ms(us: float | None) -> str:
 
 
 def _col_name(k: str) -> str:
+    if k == "savings_us":  # the terminal's label: every saving is per step (issue 25)
+        return "save ms/step"
     if k.endswith("_us"):
         return k[:-3].replace("_", " ") + " (ms)"
     if k.endswith("_pct"):
