@@ -91,6 +91,8 @@ def ms(us: float | None) -> str:
 
 
 def _col_name(k: str) -> str:
+    if k == "savings_us":  # the terminal's label: every saving is per step (issue 25)
+        return "save ms/step"
     if k.endswith("_us"):
         return k[:-3].replace("_", " ") + " (ms)"
     if k.endswith("_pct"):
@@ -411,7 +413,7 @@ def render_findings(v: View, found: list[dict], key: str) -> None:
     for n, f in enumerate(saving):
         label = f"{f['code']} {md(f['rule'])}: {md(f['title'])}"
         with st.expander(label, expanded=False, icon=SEVERITY_ICON.get(f["severity"])):
-            st.markdown(f"**Savings** {ms(f['savings_us'])} ({f['savings_pct']} % of the analysed steps) · "
+            st.markdown(f"**Save** {ms(f['savings_us'])}/step ({f['savings_pct']} % of the step) · "
                         f"**cost** {ms(f['cost_us'])} · **count** {f['count']} · **steps** {md(f['steps'])}"
                         + (f" · **layer** {md(f['layer'])}" if f.get("layer") else ""))
             st.markdown("**Fix**")
@@ -727,29 +729,25 @@ def page_memory(v: View) -> None:
 
 
 def render_projection(p: dict) -> None:
-    """The projection as a waterfall: the step now, what each fix takes off, the projected step."""
+    """The projection as a waterfall in unprofiled terms: the replayed step, each fix's saving alone (per step,
+    the findings' number), the overlap the replay of all fixes together counts once, and the step with every fix."""
     st.subheader("Projection")
-    fixes = next((x for x in p.values() if isinstance(x, list) and x and isinstance(x[0], dict)), [])
-    base = next((p[k] for k in ("step_us", "current_step_us", "baseline_us", "avg_step_us") if isinstance(p.get(k), (int, float))), None)
-    end = next((p[k] for k in ("projected_step_us", "projected_us") if isinstance(p.get(k), (int, float))), None)
-
-    def saved(f: dict) -> float | None:
-        return next((f[k] for k in f if k.endswith("_us") and ("sav" in k or "delta" in k or "removed" in k)
-                     and isinstance(f[k], (int, float))), None)
-
-    steps = [(f.get("title") or f.get("rule") or f.get("code") or f.get("fix") or "fix", saved(f)) for f in fixes]
-    steps = [(str(n), s) for n, s in steps if s is not None]
-    if base is not None and steps:
+    fixes = [f for f in p.get("fixes") or [] if f.get("savings_us")]
+    base, end = p.get("replayed_unprofiled_step_us"), p.get("all_fixed_unprofiled_step_us")
+    if isinstance(base, (int, float)) and isinstance(end, (int, float)) and fixes:
+        alone = [float(f["savings_us"]) for f in fixes]
+        overlap = sum(alone) - (base - end)  # what the fixes remove in common: counted once
+        names = [f"{f['code']} {f['rule']}"[:40] for f in fixes]
         fig = go.Figure(go.Waterfall(
-            x=["step now", *[n[:40] for n, _ in steps], "projected"],
-            y=[base / 1000, *[-abs(s) / 1000 for _, s in steps], 0],
-            measure=["absolute", *["relative"] * len(steps), "total"],
+            x=["step (unprofiled)", *names, "overlap", "every fix"],
+            y=[base / 1000, *[-s / 1000 for s in alone], overlap / 1000, 0],
+            measure=["absolute", *["relative"] * len(alone), "relative", "total"],
             decreasing={"marker": {"color": PALETTE["gpu_compute"]}},
             totals={"marker": {"color": PALETTE["cpu_launch"]}}))
-        fig.update_layout(title="Projected step time, ms", yaxis_title="ms", height=380)
+        fig.update_layout(title="Replayed step time, ms (save per step of each fix alone)", yaxis_title="ms",
+                          height=380)
         st.plotly_chart(fig, key="chart_projection")
-        if end is not None:
-            st.caption(f"Projected step: {ms(end)} (from {ms(base)}).")
+        st.caption(f"Every fix together: {ms(end)} per step (from {ms(base)}, unprofiled, replayed).")
     render_section(p, "projection")
 
 

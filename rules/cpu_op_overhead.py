@@ -26,6 +26,7 @@ Tiny ops per step and their time, the share of the step; the most frequent tiny 
 `cpu.split_pct.outside_ops` of the report), which shrinks together with the op count; and, with a
 `traceview collect` manifest, the profiled and unprofiled step times. Cost = time in the tiny ops; savings
 = the same, an upper bound: fusing them removes their per-op cost, not their arithmetic.
+No replay model: the rule runs on traces without GPU activity, where there is no device graph to replay; its saving is its own per-step estimate of the tiny ops' time.
 
 ## Options
 - `tiny_op_us` (20.0): an op shorter than this is dominated by its fixed per-op cost (eager PyTorch spends a

@@ -51,6 +51,7 @@ from traceview.analyses.classify import sync_calls
 from traceview.analyses.features import Features
 from traceview.analyses.intervals import merge
 from traceview.analyses.names import contains
+from traceview.analyses.replay import Transform
 from traceview.analyses.roofline import ELEMENTWISE_KERNEL_RE
 from traceview.analyses.rowid import join_by_id
 from traceview.analyses.whatif import EMPTY, shrink_kernels
@@ -296,3 +297,18 @@ def check(ctx: RuleContext) -> list[Finding]:
             # them apart, the graph-break rules' business)
             severity="info" if info_only(p["ops"], p["kernels"]) else None))
     return out
+
+
+def fix_transform(ctx: RuleContext) -> Transform | None:
+    """The fix as a replay transformation: each chain becomes one kernel whose time is the chain's fused bytes
+    over the achieved bandwidth (`per_chain`'s fused_time, on the chain's first kernel; the others take no time),
+    and the host time of the ops fused away (the 2nd..kth launches) leaves the host path."""
+    ch = _chains(ctx)
+    if ch.height == 0:
+        return None
+    per = _per_chain(ctx).select("chain", "fused_time")
+    k = ch.join(per, on="chain").with_columns(
+        new=pl.when(pl.col("pos") == 0).then(pl.col("fused_time").cast(pl.Int64)).otherwise(0))
+    rest = join_by_id(k.filter(pl.col("pos") > 0), "i", ctx.trace.gpu, pl.col("op").alias("_op"))["_op"].drop_nulls()
+    return Transform(NAME, gpu_dur=dict(zip(k["i"].cast(pl.Int64).to_list(), k["new"].to_list(), strict=True)),
+                     host_removed=rest.cast(pl.Int64).unique().to_list())

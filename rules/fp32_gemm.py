@@ -47,6 +47,7 @@ import polars as pl
 
 from traceview.analyses.classify import sync_calls
 from traceview.analyses.names import contains
+from traceview.analyses.replay import Transform
 from traceview.analyses.whatif import removed_per_step, shrink_kernels
 from traceview.ruleapi import XPROF_SEVERITY, Finding, Option, RuleContext, min_savings
 
@@ -160,3 +161,13 @@ def check(ctx: RuleContext) -> list[Finding]:
     steps = per.filter(pl.col("removed") > 0)["step"].to_list()
     return [ctx.finding(cost_ns=cost, savings_ns=savings, count=k.height, steps=steps, evidence=evidence,
                         fix=FIX_AUTOCAST if low else FIX, kernel_ids=k["i"])]
+
+
+def fix_transform(ctx: RuleContext) -> Transform | None:
+    """The fix as a replay transformation: each FP32 GEMM/conv kernel takes its TF32 time from the device's
+    throughput table (`fp32_kernels`' new_dur: the FP32-explained share scaled by FP32 / TF32 peak, never below
+    its bytes over the bandwidth)."""
+    k = _kernels(ctx)
+    if k.height == 0:
+        return None
+    return Transform(NAME, gpu_dur=dict(zip(k["i"].cast(pl.Int64).to_list(), k["new_dur"].to_list(), strict=True)))

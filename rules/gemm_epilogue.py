@@ -23,6 +23,7 @@ The GEMM op, the epilogue ops and kernels, how many GEMMs per step carry one, th
 move (inputs + output from their shapes), the epilogue kernels' time against the GEMMs' time, the costliest
 occurrence. Savings = the epilogue kernels' time, only where the GPU was the critical path (a busy run of
 kernels passes its savings on when the work after it was already queued or the host waited in a sync).
+Savings (per step, unprofiled) are replayed: `fix_transform` gives the epilogue kernels no time and drops their ops' host time.
 
 ## Options
 - `min_savings_pct` (1.0): smallest savings (% of step time) worth a finding.
@@ -40,6 +41,7 @@ import msgspec
 import polars as pl
 
 from traceview.analyses.classify import sync_calls
+from traceview.analyses.replay import Transform
 from traceview.analyses.rowid import by_id, join_by_id
 from traceview.analyses.whatif import removed_per_step, shrink_kernels
 from traceview.analyses.windows import step_of
@@ -195,3 +197,13 @@ def check(ctx: RuleContext) -> list[Finding]:
                         steps=sorted(e["step"].unique().to_list()), evidence=evidence, fix=_fix(gemm_op, bias),
                         title=f"{gemm_op} followed by a separate {roles} kernel: fold it into the GEMM epilogue",
                         kernel_ids=e["i"])]
+
+
+def fix_transform(ctx: RuleContext) -> Transform | None:
+    """The fix as a replay transformation: the epilogue runs in the GEMM's epilogue — the bias-add and activation
+    kernels take no device time (the tile is still in registers) and their ops' host time leaves the path."""
+    e = _epilogues(ctx)
+    if e.height == 0:
+        return None
+    ids = e["i"].cast(pl.Int64).to_list()
+    return Transform(NAME, gpu_dur=dict.fromkeys(ids, 0), host_removed=e["op"].drop_nulls().cast(pl.Int64).unique().to_list())

@@ -48,6 +48,7 @@ import polars as pl
 
 from traceview.analyses.classify import sync_calls
 from traceview.analyses.intervals import merge
+from traceview.analyses.replay import Transform, spans
 from traceview.analyses.roofline import ELEMENTWISE_KERNEL_RE
 from traceview.analyses.timeline import gpu_work
 from traceview.analyses.whatif import EMPTY, gpu_idle_within, removed_per_step, shrink_kernels
@@ -269,3 +270,20 @@ def check(ctx: RuleContext) -> list[Finding]:
         out.append(ctx.finding(cost_ns=cost,
                                savings_ns=savings, count=x.height, steps=steps, evidence=evidence, title=title))
     return out
+
+
+def fix_transform(ctx: RuleContext) -> Transform | None:
+    """The fix as a replay transformation: the break's host time is removed — every host row between the first
+    graph's call and the first launch of the graph resumed after it (the eager statement, the resumed frame's
+    guards and cache lookup) leaves the host path, and a sync made there no longer waits. The device work of
+    both graphs still runs (fusion across the break is not modelled)."""
+    b = _breaks(ctx)
+    if b.height == 0:
+        return None
+    h = ctx.trace.host.select("i", "tid")
+    sp = b.join(h, on="i", how="left").select("tid", ts=pl.col("gap_ts"), end=pl.col("first_launch")).filter(
+        pl.col("end") > pl.col("ts"))
+    sy = sync_calls(ctx.trace).select("i", "tid", "ts").sort("ts")
+    sy = sy.join_asof(sp.sort("ts").rename({"ts": "_s", "end": "_e"}), left_on="ts", right_on="_s", by="tid",
+                      strategy="backward", check_sortedness=False).filter(pl.col("ts") < pl.col("_e"))
+    return Transform(NAME, host_spans=spans(sp), no_wait=sy["i"].cast(pl.Int64).to_list())

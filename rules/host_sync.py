@@ -203,10 +203,11 @@ def check(ctx: RuleContext) -> list[Finding]:
     return out + _compile_finding(ctx)
 
 
-def fix_transform(trace) -> Transform:
+def fix_transform(ctx) -> Transform:
     """The fix as a replay transformation: the loop's blocking calls (not the compiler's) no longer wait for the
     device — every host call made by an op that synchronised (the `.item()`'s copy and its stream sync alike)
-    keeps only its own time; the device work still runs."""
+    keeps only its own time; the device work still runs. `ctx`: a RuleContext or the trace itself."""
+    trace = getattr(ctx, "trace", ctx)
     syncs = sync_calls(trace)
     ops = syncs["op"].drop_nulls()
     ids = trace.host.filter(pl.col("op").is_in(ops.implode()) & pl.col("cat").is_in(RUNTIME_CATS))["i"]

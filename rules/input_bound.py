@@ -44,6 +44,7 @@ from traceview.analyses.breakdown import step_breakdown
 from traceview.analyses.classify import dataloader_spans
 from traceview.analyses.features import Features
 from traceview.analyses.intervals import clip, per_window
+from traceview.analyses.replay import Transform, spans
 from traceview.ruleapi import Finding, Option, RuleContext
 
 CODE = "TV401"
@@ -139,3 +140,12 @@ def fix_for(f: Features) -> str:
                 "persistent_workers=True, make the per-sample transform cheaper (decode once, smaller images, "
                 "augment on the GPU), pin memory and copy with non_blocking=True.")
     return FIX
+
+
+def fix_transform(ctx: RuleContext) -> Transform | None:
+    """The fix as a replay transformation: the DataLoader's `__next__` time leaves the training thread's path
+    (workers prepare batches ahead) — every host row inside the spans. Pinning and the copy stay."""
+    sp = dataloader_spans(ctx.trace)
+    if sp.height == 0:
+        return None
+    return Transform(NAME, host_spans=spans(sp))

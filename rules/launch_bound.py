@@ -41,8 +41,10 @@ from __future__ import annotations
 
 import polars as pl
 
-from traceview.analyses.classify import idle_gaps
+from traceview.analyses.classify import idle_gaps, sync_calls
 from traceview.analyses.features import Features
+from traceview.analyses.replay import Transform
+from traceview.analyses.replay_graph import KINDS
 from traceview.analyses.rowid import by_id, join_by_id
 from traceview.analyses.windows import step_of
 from traceview.ruleapi import Finding, RuleContext, xprof_severity
@@ -158,3 +160,20 @@ def fix_for(f: Features) -> str:
             "larger pieces of work: capture the step with CUDA Graphs (torch.compile(mode=\"reduce-overhead\") or "
             "torch.cuda.graphs) so one launch replays many kernels, let torch.compile fuse the tiny ops, raise the "
             f"batch size{opt}.")
+
+
+def fix_transform(ctx: RuleContext) -> Transform | None:
+    """The fix as a replay transformation: CUDA-graph replay of the steps — the per-launch host cost (the
+    launching ops, their launches and their Python) leaves the host path inside the analysed steps; blocking
+    calls, the DataLoader and the device work stay. The whole step is taken as the captured region, so this
+    bounds what capture can save."""
+    h = ctx.trace.host.select("i", "cat", "name", "ts", "op")
+    launched = ctx.trace.gpu.select("op").filter(pl.col("op").is_not_null())["op"].unique()
+    sync = sync_calls(ctx.trace)["i"]
+    cats = [c for k in ("runtime", "op") for c in KINDS[k]]
+    rows = h.filter((pl.col("ts") >= ctx.lo) & (pl.col("ts") < ctx.hi) & pl.col("cat").is_in(cats)
+                    & (pl.col("i").is_in(launched.implode()) | pl.col("op").is_in(launched.implode()))
+                    & ~pl.col("i").is_in(sync.implode()) & ~pl.col("name").str.starts_with("ProfilerStep"))
+    if rows.height == 0:
+        return None
+    return Transform(NAME, host_removed=rows["i"].cast(pl.Int64).to_list())

@@ -27,6 +27,7 @@ The device capacity, per step the peak allocated and reserved memory, allocation
 allocated, the op running at the peak, the driver allocation calls and their host time. Savings = the GPU
 idle time during the driver allocation calls inside the steps (the rest of the pressure is a risk, not a
 measured cost: such findings are `info` unless memory is near capacity, then `warning`).
+Savings (per step, unprofiled) are replayed: `fix_transform` takes the driver's allocation calls off the host path.
 
 ## Options
 - `near_capacity_pct` (90.0): peak reserved share of device memory at which memory counts as near capacity.
@@ -45,6 +46,7 @@ from __future__ import annotations
 import polars as pl
 
 from traceview.analyses import memory as M
+from traceview.analyses.replay import Transform
 from traceview.analyses.whatif import EMPTY, gpu_idle_within, removed_per_step
 from traceview.ruleapi import XPROF_SEVERITY, Finding, Option, RuleContext
 
@@ -127,3 +129,14 @@ def check(ctx: RuleContext) -> list[Finding]:
                         count=drv.height or len(cases), steps=ctx.steps["step"].to_list(), evidence=evidence,
                         severity=severity, title="; ".join(titles[c] for c in cases),
                         fix=" ".join(FIXES[c] for c in cases))]
+
+
+def fix_transform(ctx: RuleContext) -> Transform | None:
+    """The fix as a replay transformation: the driver's allocation calls inside the steps (cudaMalloc/cudaFree
+    on a cache miss) leave the host path and no longer wait for the device (the caching allocator serves the
+    blocks). Near-capacity findings with no driver call have nothing to replay."""
+    drv = M.driver_calls(ctx.trace, ctx.steps)
+    if drv.height == 0:
+        return None
+    ids = drv["i"].cast(pl.Int64).to_list()
+    return Transform(NAME, host_removed=ids, no_wait=ids)

@@ -41,6 +41,7 @@ every rank's host, not always equally, and in a launch-bound job any host-speed 
 wait (a balanced DDP job on 2 x H200 profiled at +124 % showed 12.8 ms of wait per step). A straggler whose
 delay is work the others do not have (code outside any op, extra ops, input, syncs, kernels) stays loud
 whatever the overhead.
+No replay model: the fix (overlap with compute, balance the ranks) is not expressible on one rank's graph until collectives across ranks are modelled, so its findings carry no saving (`savings_us` 0, at most `info`).
 
 ## Options
 - `moderate_pct` (3.0): exposed-communication (or wait) share at which a finding is a warning — XProf device-collectives moderate threshold.

@@ -38,8 +38,10 @@ from __future__ import annotations
 import polars as pl
 
 from traceview.analyses.names import contains
+from traceview.analyses.replay import Transform
 from traceview.analyses.rowid import join_by_id
 from traceview.analyses.windows import step_of
+from traceview.ingest.categories import RUNTIME_CATS
 from traceview.ruleapi import XPROF_SEVERITY, Finding, Option, RuleContext
 
 CODE = "TV301"
@@ -91,3 +93,17 @@ def check(ctx: RuleContext) -> list[Finding]:
         out.append(ctx.finding(title=f"{g['kind']} in {g['op_name'] or '?'}", steps=g["steps"], count=g["count"],
                                cost_ns=g["dur"], savings_ns=g["save"], evidence=ev, kernel_ids=g["ids"]))
     return out
+
+
+def fix_transform(ctx: RuleContext) -> Transform | None:
+    """The fix as a replay transformation: each pageable copy runs from pinned memory at the host link's pinned
+    bandwidth (`Spec.host_gbps`), non-blocking — the calls that issued it no longer wait for the device."""
+    g = ctx.trace.gpu[["i", "kind", "name", "bytes", "op", "dur"]]
+    m = g.filter((pl.col("kind") == "memcpy") & contains(g, "Pageable"))
+    m = m.filter(pl.col("bytes").fill_null(0) >= ctx.options["min_bytes"])
+    if m.height == 0:
+        return None
+    link = ctx.spec.host_gbps * 1e9
+    new = m.select("i", pl.min_horizontal(pl.col("dur"), (pl.col("bytes").cast(pl.Float64) / link * 1e9).cast(pl.Int64)))
+    calls = ctx.trace.host.filter(pl.col("op").is_in(m["op"].drop_nulls().implode()) & pl.col("cat").is_in(RUNTIME_CATS))
+    return Transform(NAME, gpu_dur=dict(new.rows()), no_wait=calls["i"].cast(pl.Int64).to_list())

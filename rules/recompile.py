@@ -40,6 +40,7 @@ import polars as pl
 
 from traceview.analyses.features import host_names
 from traceview.analyses.intervals import merge
+from traceview.analyses.replay import Transform, spans
 from traceview.analyses.whatif import EMPTY, gpu_idle_within, removed_per_step
 from traceview.analyses.windows import host_step_of
 from traceview.ruleapi import XPROF_SEVERITY, Finding, RuleContext, min_savings
@@ -129,3 +130,17 @@ def check(ctx: RuleContext) -> list[Finding]:
     steps = sorted(c["step"].unique().to_list())
     return [ctx.finding(cost_ns=int(host["end"].sum()), savings_ns=savings, count=n, steps=steps, evidence=evidence,
                         title=f"torch.compile compiled {n} times inside the analysed steps")]
+
+
+def fix_transform(ctx: RuleContext) -> Transform | None:
+    """The fix as a replay transformation: the compilations inside the steps (after the first, warm-up one)
+    leave the host path — every host row inside a compile span — and the kernels they launched (autotuning
+    benchmarks) take no device time."""
+    c = _spans(ctx)
+    if c.height == 0:
+        return None
+    g = ctx.trace.gpu.select("i", "launch_ts").filter(pl.col("launch_ts").is_not_null()).sort("launch_ts")
+    sp = c.select(pl.col("ts").alias("_s"), pl.col("end").alias("_e")).sort("_s")
+    bench = (g.join_asof(sp, left_on="launch_ts", right_on="_s", strategy="backward")
+             .filter(pl.col("launch_ts") < pl.col("_e"))["i"].cast(pl.Int64).to_list())
+    return Transform(NAME, host_spans=spans(c), gpu_dur=dict.fromkeys(bench, 0))

@@ -44,6 +44,7 @@ from __future__ import annotations
 import polars as pl
 
 from traceview.analyses.features import host_names
+from traceview.analyses.replay import Transform, spans
 from traceview.analyses.rowid import join_by_id
 from traceview.analyses.whatif import EMPTY, gpu_idle_within, removed_per_step
 from traceview.ruleapi import XPROF_SEVERITY, Finding, Option, RuleContext, min_savings
@@ -156,3 +157,21 @@ def check(ctx: RuleContext) -> list[Finding]:
                                      "(single-tensor path)",
                                kernel_ids=p["ids"].explode()))
     return out
+
+
+def fix_transform(ctx: RuleContext) -> Transform | None:
+    """The fix as a replay transformation: one fused kernel per parameter group instead of the per-parameter
+    launches — the optimizer step's host rows (ops, launches) leave the host path, and its kernels together take
+    their bytes over the device's bandwidth (or their own time, when shorter or without byte counts), on the
+    first kernel."""
+    per = _spans(ctx)
+    if per.height == 0:
+        return None
+    h = ctx.trace.host.select("i", "tid")
+    sp = per.join(h, on="i", how="left").select("tid", "ts", "end")
+    gpu: dict[int, int] = {}
+    for ids, b, t in per.select("ids", "bytes", "gpu_ns").rows():  # one row per optimizer step: a handful
+        fused = min(int(t), int(b / ctx.spec.bw * 1e9)) if b else int(t)
+        gpu.update(dict.fromkeys(ids[1:], 0))
+        gpu[int(ids[0])] = fused
+    return Transform(NAME, host_spans=spans(sp), gpu_dur=gpu)

@@ -101,13 +101,14 @@ def test_findings_and_other_pages(sync_doc: dict) -> None:
     assert "TV102" in set(df["code"])
     found = sync_doc["traces"][0]["findings"]
     want = [f for f in found if f["savings_us"] > 0]
-    zero = [f for f in found if not f["savings_us"]]  # TV101: its launch gaps are the profiler's own cost
-    assert [f["code"] for f in zero] == ["TV101"]
+    # every finding here has a replayed saving (TV101's CUDA-graph replay keeps 0.40 ms/step once the
+    # profiler's cost is removed: it used to be the profiler's own and folded)
+    zero = [f for f in found if not f["savings_us"]]
+    assert zero == [] and [f["code"] for f in found if f["code"] == "TV101"] == ["TV101"]
     assert list(df["code"]) == [f["code"] for f in want]
-    assert list(df["savings (ms)"]) == [round(f["savings_us"] / 1000, 3) for f in want]
+    assert list(df["save ms/step"]) == [round(f["savings_us"] / 1000, 3) for f in want]
     # one expander per finding with savings, and one folding those without
-    assert len(at.expander) == len(want) + 1
-    assert at.expander[-1].label == "1 finding(s) without estimated savings"
+    assert len(at.expander) == len(want)
     for page in ("Timeline", "Layers", "Kernels", "Raw JSON"):  # render without exceptions
         goto(at, page)
         assert not at.exception, page

@@ -104,7 +104,9 @@ def test_graph_break_vs_no_break():
     assert c["host_sync"]["a_us"] == pytest.approx(123.361, abs=0.1) and c["host_sync"]["b_us"] == 0
     assert p["classes"][0]["class"] == "host_sync"
     gone = [(f["rule"], f["severity"]) for f in p["findings"]["disappeared"]]
-    assert ("host-sync", "error") in gone
+    # the replay gives the break's time to graph-break's fix (its sync included); the host-sync finding stays
+    # info: the twin's step is 39 µs shorter (noise), closer to info than to the old error
+    assert ("graph-break", "error") in gone and "host-sync" in {r for r, _ in gone}
     # two compiled graphs per call become one (layers are the CompiledFxGraph annotations)
     graphs = {side: [lay for lay in p["layers"] if lay["layer"].startswith("## Call CompiledFxGraph")
                      and lay[f"{side}_us"]] for side in ("a", "b")}

@@ -80,5 +80,5 @@ def test_markdown_lists_every_finding():
 def test_fail_on_with_ci_format():
     r = run(SAMPLES / "gpu_h200/compute_bound_gemm.json.gz", "--format", "junit", "--fail-on", "warning")
     assert r.returncode == 0
-    r = run(SYNC, "--format", "sarif", "--fail-on", "error")
+    r = run(SYNC, "--format", "sarif", "--fail-on", "warning")  # its host-sync findings: warnings once replayed
     assert r.returncode == 1

@@ -67,6 +67,8 @@ MOVES: dict[str, str] = {
     "traceview.annotate": "traceview.cli.annotate",
     "traceview.perfetto": "traceview.formatters.perfetto",
     "traceview.remote": "traceview.ingest.remote",
+    # the replayed fixes (issue 25), landed after the move
+    "traceview.fixrunner": "traceview.sections.fixrunner",
     # views: the command line
     "traceview.cli": "traceview.cli.main",
     "traceview.ci_cli": "traceview.cli.ci",

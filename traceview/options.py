@@ -20,6 +20,7 @@ class Options:
     top: int = 10  # rows of the top-kernel / top-op tables
     fail_on: str | None = None  # exit 1 at or above this severity (CLI, batch)
     max_bytes: int | None = None  # largest (decompressed) JSON held per input (None: the loader's default, 8 GiB)
+    what_if: tuple[str, ...] | None = None  # projection: the step with only these fixes (rule names or codes)
     jobs: int | None = None  # worker processes for a directory's files (None: one per core from 8 files on 4+ cores; 1: serial)
 
     def selected(self) -> list[str]:
@@ -35,7 +36,7 @@ class Options:
     def build(cls, *, step: int | None = None, select: list[str] | None = None, ignore: list[str] | None = None,
               config: str | None = None, sets: list[str] | None = None, layers_depth: int | None = None,
               fail_on: str | None = None, top: int = 10, jobs: int | None = None,
-              max_bytes: int | None = None) -> Options:
+              max_bytes: int | None = None, what_if: list[str] | None = None) -> Options:
         """Options from CLI-style inputs; a bad selector, option or config file raises TraceError."""
         from . import config as cfgmod
         from . import registry
@@ -44,4 +45,4 @@ class Options:
         codes = registry.selected(select or cfg["select"], (ignore or []) + list(cfg["ignore"]))
         return cls(step=step, codes=tuple(codes), rule_options=cfg["options"], layers_depth=layers_depth,
                    fail_on=fail_on or cfg["fail_on"], top=top, jobs=jobs,
-                   max_bytes=max_bytes)
+                   max_bytes=max_bytes, what_if=tuple(registry.selected(what_if)) if what_if else None)

@@ -40,6 +40,7 @@ from .options import Options
 from .ruleapi import RuleContext
 from .sections import cpu, findings, layers, memory, overview, profiling, projection, verdict
 from .sections.findings import run_rules
+from .sections.fixrunner import apply as replayed_fixes
 from .sections.layers import section as layers_section
 from .sections.memory import memory_section
 from .sections.overview import device_section, kernel_rows, metadata, op_rows, steps_section
@@ -109,6 +110,7 @@ def _analyze_trace(trace: Trace, options: Options) -> tuple[dict, pl.DataFrame, 
     }
     ctx: RuleContext | None = None
     findings: list[dict] = []
+    fixinfo: dict | None = None
     analysed = steps
     host: dict | None = None
     if trace.has_gpu:
@@ -117,11 +119,14 @@ def _analyze_trace(trace: Trace, options: Options) -> tuple[dict, pl.DataFrame, 
         analysed = ctx.steps
         findings, warns = run_rules(ctx, options)
         warnings.extend(warns)  # rules that failed
+        findings, fixinfo = replayed_fixes(ctx, options, findings)  # every saving a replay (issue 25)
     else:
         warnings.append("no GPU activity in this trace (CPU-only): the report analyzes host (CPU) time (JSON `cpu`)")
         host = cpu.prepare(trace, steps)
         findings, warns = run_rules(RuleContext.for_host(trace, steps, host), options)  # the rules with CPU = True
         warnings.extend(warns)
+        # no device to replay: the rules' own estimate over the steps, per step like every saving
+        findings = [{**f, "savings_us": round(f["savings_us"] / max(steps.height, 1), 3)} for f in findings]
     # before the layer table, the analysis's largest step: what loading and the sections so far freed
     heap_trim.release(trace.gpu.height + trace.host.height)
     entry["layers"] = layers_section(trace, steps, findings=findings, kb=ctx.kb if ctx else None,
@@ -140,7 +145,7 @@ def _analyze_trace(trace: Trace, options: Options) -> tuple[dict, pl.DataFrame, 
     if entry["replay"].get("confidence") == "low":
         entry["profiling"]["confidence"] = "low"
     entry["memory"] = memory_section(trace, analysed) if trace.has_gpu else None
-    entry["projection"] = projection_section(ctx, findings, entry["profiling"], options)
+    entry["projection"] = projection_section(ctx, findings, entry["profiling"], options, fixinfo)
     entry["cpu"] = cpu.section(trace, steps, host) if host else None
     entry["warnings"] = aggregate_warnings(entry["warnings"])  # one line per kind, not one per step
     return entry, analysed, ctx.part if ctx else None

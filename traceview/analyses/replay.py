@@ -47,7 +47,9 @@ class Transform:
     - no_wait: host rows of blocking calls that no longer wait for the device (they keep their floor time);
     - cost_us: µs taken off every recorded host row of a kind ("op", "runtime", "python"): the profiler's cost;
     - host_share: the share of all host time (every gap between calls, every call's own time) taken off, before
-      cost_us: a slowdown of the whole host thread (the profiler's: its callbacks on every op and call)."""
+      cost_us: a slowdown of the whole host thread (the profiler's: its callbacks on every op and call).
+    - host_spans: (tid, ts, end) spans whose host time leaves the host path, whatever rows or calls it holds (a
+      DataLoader's `__next__`, a compilation); the profiler's cost of the rows inside is not taken twice."""
 
     name: str
     gpu_dur: Mapping[int, int] = field(default_factory=dict)
@@ -56,6 +58,43 @@ class Transform:
     no_wait: Sequence[int] = ()
     cost_us: Mapping[str, float] = field(default_factory=dict)
     host_share: float = 0.0
+    host_spans: Sequence[tuple[int, int, int]] = ()
+
+
+def _coverage(spans: np.ndarray, tids: np.ndarray):
+    """(tid, t) -> host time of the merged `spans` [(tid, ts, end)] before t on that thread, as a function of
+    arrays (a prefix sum over the spans, searched: no per-event loop)."""
+    codes = np.unique(np.concatenate([spans[:, 0], tids]))
+    base = int(spans[:, 1].min())
+
+    def key(tid: np.ndarray, t: np.ndarray) -> np.ndarray:
+        return np.searchsorted(codes, tid).astype(np.int64) * (1 << 42) + (np.asarray(t, np.int64) - base).clip(0)
+
+    s, e = key(spans[:, 0], spans[:, 1]), key(spans[:, 0], spans[:, 2])
+    o = np.argsort(s, kind="stable")
+    s, e = s[o], np.maximum.accumulate(e[o])
+    # merge: a span starting before the running end joins it
+    new = np.ones(s.size, bool)
+    new[1:] = s[1:] > e[:-1]
+    grp = np.cumsum(new) - 1
+    ms = s[new]
+    me = np.zeros(ms.size, np.int64)
+    np.maximum.at(me, grp, e)
+    cum = np.concatenate([[0], np.cumsum(me - ms)[:-1]])
+
+    def covered(tid: np.ndarray, t: np.ndarray) -> np.ndarray:
+        k = key(tid, t)
+        j = np.searchsorted(ms, k, side="right") - 1
+        jj = np.maximum(j, 0)
+        return np.where(j >= 0, cum[jj] + np.clip(k - ms[jj], 0, me[jj] - ms[jj]), 0)
+
+    return covered
+
+
+def spans(df: pl.DataFrame) -> list[tuple[int, int, int]]:
+    """`Transform.host_spans` from a frame [tid, ts, end] (rows without a thread or an extent left out)."""
+    d = df.select(pl.col("tid").cast(pl.Int64), pl.col("ts").cast(pl.Int64), pl.col("end").cast(pl.Int64)).drop_nulls()
+    return [tuple(r) for r in d.filter(pl.col("end") > pl.col("ts")).rows()]
 
 
 def longest(base: np.ndarray, src: np.ndarray, dst: np.ndarray, off: np.ndarray) -> np.ndarray:
@@ -101,11 +140,22 @@ def _cuts(g: Graph, transforms: Sequence[Transform]) -> tuple[np.ndarray, np.nda
     cuts = np.zeros(3 * n_a, np.float64)
     dur = (g.d_end - g.d_ts).astype(np.int64)
     keep_wait = g.a_wait >= 0
+    sp = [s for t in transforms for s in t.host_spans]
+    in_span = np.zeros(rows.i.size, bool)
+    if sp and n_a:
+        covered = _coverage(np.asarray(sp, np.int64).reshape(-1, 3), g.a_tid)
+        gap_from = g.a_ts - g.a_gap
+        cuts[:n_a] += covered(g.a_tid, g.a_ts) - covered(g.a_tid, gap_from)
+        cuts[2 * n_a:] += covered(g.a_tid, g.a_ts + g.a_own) - covered(g.a_tid, g.a_ts)
+        if rows.i.size:
+            rt = g.a_tid[rows.seg]
+            in_span = covered(rt, rows.ts + 1) > covered(rt, rows.ts)
     for t in transforms:
         if t.cost_us:
             per_kind = np.array([float(t.cost_us.get(k, 0.0)) * 1000 for k in KINDS])
-            # (an anchor's own runtime row is among its rows: `inside` its own time)
-            cuts += np.bincount(flat, weights=per_kind[rows.kind], minlength=3 * n_a)
+            # (an anchor's own runtime row is among its rows: `inside` its own time); rows in a removed span: once
+            w = np.where(in_span, 0.0, per_kind[rows.kind])
+            cuts += np.bincount(flat, weights=w, minlength=3 * n_a)
         if t.host_cut:
             p = rows.positions(np.fromiter(t.host_cut.keys(), np.int64))
             v = np.fromiter(t.host_cut.values(), np.float64)

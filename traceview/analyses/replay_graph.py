@@ -210,7 +210,7 @@ def build(trace: Trace) -> Graph:
         d_xgap[idx] = d_ts[idx] - d_end[jj[ok]]
     explained = by_stream | by_launch | (d_x >= 0) | (~has_prev & ~launched)
     # no edge at all (first on its stream, not launched in the trace): it starts when it started
-    a_wait, a_wake = _waits(trace, a, a_ts, a_end, real, d_end, g)
+    a_wait, a_wake, blocking = _waits(trace, a, a_ts, a_end, real, d_end, g)
     # a call that waited keeps only its floor: the shortest call of its name in the trace
     waited = a_wait >= 0
     if waited.any():
@@ -218,6 +218,7 @@ def build(trace: Trace) -> Graph:
                  .group_by("name").agg(pl.col("_own").min().alias("_floor")))
         fl = a.select("name").join(floor, on="name", how="left")["_floor"].fill_null(0).to_numpy()
         a_own = np.where(waited, np.minimum(a_own, fl), a_own)
+    a_wait, a_wake = _latent_waits(a_ts, a_end, blocking, a_wait, a_wake, d_launch, d_end)
     seg, keys, key_of = _segments(trace, a_tid, a_ts, a_end)
     a_join, a_jwake, a_gap = _joins(a_tid, a_ts, a_end, a_prev, a_gap, prev_end, keys, key_of)
     if (a_join >= 0).any():  # rows of a joined gap after the other thread's last call are the join edge's time
@@ -278,13 +279,14 @@ def _joins(a_tid: np.ndarray, a_ts: np.ndarray, a_end: np.ndarray, a_prev: np.nd
 
 
 def _waits(trace: Trace, a: pl.DataFrame, a_ts: np.ndarray, a_end: np.ndarray, real: np.ndarray,
-           d_end: np.ndarray, g: pl.DataFrame) -> tuple[np.ndarray, np.ndarray]:
-    """(a_wait, a_wake): for each blocking call that returned after device work had finished while it ran,
-    the activity that finished last before it returned and the time from that end to the return."""
+           d_end: np.ndarray, g: pl.DataFrame) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """(a_wait, a_wake, blocking): for each blocking call that returned after device work had finished while it
+    ran, the activity that finished last before it returned and the time from that end to the return; which
+    calls block."""
     n_a = a_ts.size
     wait, wake = np.full(n_a, -1, np.int64), np.zeros(n_a, np.int64)
     if n_a == 0 or d_end.size == 0:
-        return wait, wake
+        return wait, wake, np.zeros(n_a, bool)
     blocking = real & a["name"].str.contains(SYNC_RE).fill_null(False).to_numpy()
     # `cuda_sync` records (Kineto >= 2.3) name the blocking call by correlation even where the call's name is
     # not a sync (a cudaMemcpyAsync of a pageable DtoH copy)
@@ -307,7 +309,46 @@ def _waits(trace: Trace, a: pl.DataFrame, a_ts: np.ndarray, a_end: np.ndarray, r
     idx = np.flatnonzero(blocking)[ok]
     wait[idx] = jj[ok]
     wake[idx] = a_end[idx] - d_end[jj[ok]]
-    return wait, wake
+    return wait, wake, blocking
+
+
+def _latent_waits(a_ts: np.ndarray, a_end: np.ndarray, blocking: np.ndarray, wait: np.ndarray, wake: np.ndarray,
+                  d_launch: np.ndarray, d_end: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """A blocking call that did not wait in the trace (the device had drained while the profiled host was slow)
+    still waits for the work queued before it once the host is faster: an edge to the activity launched by then
+    that ends last, with the typical wake-up of the calls that did wait. In the unmodified replay that work ended
+    before the call, so the edge does not bind (fidelity is unchanged); it binds under a transform that speeds
+    the host up (the profiler's cost removed)."""
+    latent = blocking & (wait < 0)
+    launched = np.flatnonzero(d_launch >= 0)
+    if not latent.any() or launched.size == 0:
+        return wait, wake
+    lts = a_ts[d_launch[launched]]
+    o = np.argsort(lts, kind="stable")
+    acts, lts = launched[o], lts[o]
+    # running argmax of the end over the activities in launch order
+    ends = d_end[acts]
+    arg = acts[_running_argmax(ends)]
+    idx = np.flatnonzero(latent)
+    j = np.searchsorted(lts, a_ts[idx], side="right") - 1
+    ok = (j >= 0)
+    k = arg[np.maximum(j, 0)]
+    ok &= d_end[k] <= a_end[idx]  # (it ended before the call returned: the edge does not bind unmodified)
+    real = wake[wait >= 0]
+    typ = int(np.median(real)) if real.size else 0
+    w, wk = wait.copy(), wake.copy()
+    w[idx[ok]] = k[ok]
+    wk[idx[ok]] = np.minimum(typ, a_end[idx[ok]] - d_end[k[ok]])
+    return w, wk
+
+
+def _running_argmax(x: np.ndarray) -> np.ndarray:
+    """Position of the running maximum of `x` at each position (the first where it was reached)."""
+    best = np.maximum.accumulate(x)
+    new = np.ones(x.size, bool)
+    new[1:] = best[1:] > best[:-1]
+    pos = np.where(new, np.arange(x.size), 0)
+    return np.maximum.accumulate(pos)
 
 
 @dataclass(frozen=True)

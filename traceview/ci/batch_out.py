@@ -18,7 +18,7 @@ SCHEMA_VERSION = 1
 
 
 def _top(r: dict) -> str:
-    return "; ".join(f"{f['code']} {f['rule']} ({f['severity']}, {f['savings_ms']:,.3f} ms)" for f in r["top_findings"])
+    return "; ".join(f"{f['code']} {f['rule']} ({f['severity']}, {f['savings_ms']:,.3f} ms/step)" for f in r["top_findings"])
 
 
 def flat(r: dict) -> dict[str, Any]:
@@ -164,7 +164,7 @@ def terminal(doc: dict, out: IO[str], width: int | None = None) -> None:
     for r in doc["rows"]:
         f = r["findings"]
         top = r["top_findings"][0] if r["top_findings"] else None
-        tf = f"{top['code']} {top['rule']} ({top['severity']}, {top['savings_ms']:,.3f} ms)" if top else (r["error"] or "-")
+        tf = f"{top['code']} {top['rule']} ({top['severity']}, {top['savings_ms']:,.3f} ms/step)" if top else (r["error"] or "-")
         status = Text(r["status"], style="" if term.plain(con) else color[r["status"]])
         rows.append([r["input"], status, _step(r), _vs(r), r["primary"] or "-", _shares(r, 2),
                      f"{f['error']}/{f['warning']}/{f['info']}", tf])

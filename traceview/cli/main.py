@@ -164,6 +164,9 @@ def make_parser(command: str | None = None) -> argparse.ArgumentParser:
                    help="text: line width in columns (default: the terminal's; 100 when piped, or $COLUMNS)")
     a.add_argument("-j", "--jobs", type=int, default=None,
                    help="worker processes for the rank files of a directory (default: one per core from 8 files on 4+ cores; 1: serial)")
+    a.add_argument("--what-if", default=None, metavar="RULES",
+                   help="print the step replayed with only these fixes applied together, comma separated rule "
+                        "names or codes (e.g. host-sync,fp32-gemm); JSON projection.what_if")
     add_rule_options(a)
     a.set_defaults(func=cmd_analyze)
 

@@ -46,7 +46,9 @@ def classification_table(c: dict, con: Console) -> None:
 
 
 def per_step(findings: list[dict], n_steps: int) -> list[float]:
-    return [f["savings_us"] / 1000 / max(n_steps, 1) for f in findings]
+    """Each finding's saving in ms per step (`savings_us` is per step, unprofiled terms: issue 25)."""
+    del n_steps
+    return [f["savings_us"] / 1000 for f in findings]
 
 
 def findings_table(findings: list[dict], con: Console, n_steps: int, title: str, limit: int | None = TOP_FINDINGS,
@@ -105,7 +107,7 @@ def findings_detail(findings: list[dict], con: Console) -> None:
     for f in findings:
         con.print(Text.assemble(_sev(con, f["severity"]), f" {f['code']} {f['rule']}: {f['title']} — count "
                                 f"{f['count']}, cost {num(f['cost_us'] / 1000, 3)} ms, save "
-                                f"{num(f['savings_us'] / 1000, 3)} ms ({num(f['savings_pct'])} %)"))
+                                f"{num(f['savings_us'] / 1000, 3)} ms/step ({num(f['savings_pct'])} % of the step)"))
         note = (f.get("evidence") or {}).get("note")
         if isinstance(note, str) and note:
             con.print(Text(f"  note: {note}"))

@@ -33,7 +33,7 @@ def _case(name: str, classname: str, findings: list[dict]) -> tuple[str, bool]:
     bad = [f for f in findings if f["severity"] in ("warning", "error")]
     body = ""
     if bad:
-        msg = "; ".join(f"{f['severity']}: {f['title']} (savings {f['savings_us'] / 1000:,.3f} ms)" for f in bad)
+        msg = "; ".join(f"{f['severity']}: {f['title']} (save {f['savings_us'] / 1000:,.3f} ms/step)" for f in bad)
         detail = "\n\n".join(f"{f['code']} {f['title']}\n{f['fix']}" for f in bad)
         body += f"<failure message={quoteattr(msg)} type={quoteattr(bad[0]['severity'])}>{escape(detail)}</failure>"
     info = [f for f in findings if f["severity"] == "info"]

@@ -48,7 +48,7 @@ def _findings(fs: list[dict], w) -> None:
     if not fs:
         w("No findings.\n\n")
         return
-    w("| severity | code | rule | finding | count | cost ms | savings ms | savings % | layer |\n")
+    w("| severity | code | rule | finding | count | cost ms | save ms/step | % step | layer |\n")
     w("|---|---|---|---|---:|---:|---:|---:|---|\n")
     for f in fs:
         w(f"| {_cell(f['severity'])} | {_cell(f['code'])} | {_cell(f['rule'])} | {_cell(f['title'])} | {f['count']} | "

@@ -68,8 +68,8 @@ def _result(f: dict, path: str) -> dict:
     uri, line = (_source_uri(m["file"]), _line(m["line"])) if m else (None, None)
     if uri and line:
         locs.insert(0, {"physicalLocation": {"artifactLocation": {"uri": uri}, "region": {"startLine": line}}})
-    text = (f"{f['title']}: {f['count']} occurrence(s), cost {f['cost_us'] / 1000:,.3f} ms, estimated savings "
-            f"{f['savings_us'] / 1000:,.3f} ms ({f['savings_pct']} % of the analyzed steps). {f['fix']}")
+    text = (f"{f['title']}: {f['count']} occurrence(s), cost {f['cost_us'] / 1000:,.3f} ms, save "
+            f"{f['savings_us'] / 1000:,.3f} ms/step ({f['savings_pct']} % of the step). {f['fix']}")
     return {"ruleId": f["code"], "level": LEVEL.get(f["severity"], "warning"), "message": {"text": plain(text)},
             "locations": locs,
             "properties": {k: f.get(k) for k in ("rule", "steps", "count", "cost_us", "savings_us", "savings_pct",

@@ -61,6 +61,7 @@ def header(t: dict, con: Console, show: Collection[str] = ()) -> None:
     fix_first(t, con)
     edges(s, con, detail="steps" in show)
     projection(t.get("projection"), con)
+    what_if(t.get("projection"), con)
     prof = t.get("profiling")
     if prof and prof.get("note"):
         lead = "profiler overhead: "
@@ -100,18 +101,31 @@ def projection(p: dict | None, con: Console) -> None:
     twice), in unprofiled terms when the profiler's cost is known, and what each fix alone saves per step."""
     if not isinstance(p, dict) or not p.get("step_us") or not p.get("fixes"):
         return
-    unp = p.get("unprofiled_step_us")
-    allf = p.get("all_fixed_unprofiled_step_us") if unp is not None else None
-    allf = allf if allf is not None else p.get("all_fixed_step_us")
+    unp = p.get("replayed_unprofiled_step_us")
+    allf = p.get("all_fixed_unprofiled_step_us") if unp is not None else p.get("all_fixed_step_us")
     line = f"Projected step: {_ms(p['step_us'])} ms traced"
     if unp is not None:
-        line += f", {_ms(unp)} ms unprofiled"
+        line += f", {_ms(unp)} ms unprofiled (replayed)"
     if allf is not None:
         line += f" → {_ms(allf)} ms with every fix"
-    parts = [f"{f.get('code') or f.get('rule')} −{_ms(f.get('savings_us'))} ms" for f in p["fixes"][:4]
+    parts = [f"{f.get('code') or f.get('rule')} −{_ms(f.get('savings_us'))} ms/step" for f in p["fixes"][:4]
              if f.get("savings_us")]
     if parts:
-        line += " (each alone, per step: " + ", ".join(parts) + ")"
+        line += " (save, each alone: " + ", ".join(parts) + ")"
+    con.print(Text(line))
+
+
+def what_if(p: dict | None, con: Console) -> None:
+    """`projection.what_if`: the replayed unprofiled step with only the chosen fixes."""
+    w = (p or {}).get("what_if") if isinstance(p, dict) else None
+    if not isinstance(w, dict):
+        return
+    line = (f"What if {', '.join(w['fixes']) or 'nothing'}: {_ms(w['step_us'])} ms unprofiled (replayed) → "
+            f"{_ms(w['fixed_step_us'])} ms (save {_ms(w['savings_us'])} ms/step)")
+    if w.get("without_model"):
+        line += f"; no replay model for {', '.join(w['without_model'])}"
+    if w.get("nothing_to_fix"):
+        line += f"; nothing to change in this trace for {', '.join(w['nothing_to_fix'])}"
     con.print(Text(line))
 
 

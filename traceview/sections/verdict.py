@@ -2,10 +2,11 @@
 `primary` class — what to fix first) and the one-line `verdict_text`, both from the partition in the trace's
 `RuleContext` (computed once) and the findings.
 
-`dominant` is the largest class. `primary` is the class whose fix saves the most step time, judged on the
-findings' savings model (each finding's `savings_us`, given to its rule's class): a step where an in-process
-DataLoader costs 28 % while compute holds 53 % is `input`. With nothing to fix (no finding above `info`) it is
-the dominant class: a GEMM-bound step with nothing to fix is `gpu_compute` — once the profiler's own cost is taken
+`dominant` is the largest class. `primary` is the class of the fix with the largest replayed saving (each
+rule's fix replayed, analyses/fixes.py: a rule's findings together carry its saving; a class is worth its best
+rule's fix, never a sum): a step where an in-process DataLoader costs 28 % while compute holds 53 % is `input`.
+With no fix saving more than FEW_PCT % of the step it is the dominant class, and the verdict says there is
+nothing the rules know to fix: a GEMM-bound step with nothing to fix is `gpu_compute` — once the profiler's own cost is taken
 out of `cpu_launch` (`primary_basis` `share_unprofiled` when that changes the answer). Per step, a finding's savings are
 spread over the steps in proportion to its class's time in each step.
 """
@@ -15,13 +16,14 @@ from __future__ import annotations
 import polars as pl
 
 from ..analyses import classify
+from ..analyses.fixes import FEW_PCT
 from ..ruleapi import RuleContext
 from .section import Section
 
 CLASSIFICATION = Section(
     keys=('classification',), computes="what to fix first: the classifier's shares and each class's savings, per trace and step",
     json_type='object', text='header', app_page='overview',
-    json_doc="`primary` (what to fix first: the class whose findings above info save the most step time — each finding's `savings_us` goes to its `class` —; with nothing to fix the largest class once the profiler's cost is taken out of `cpu_launch`), `primary_basis` (`savings`, `share`, `share_unprofiled`), `savings_pct` (per class, % of the window), `dominant` (the largest share), `shares` (% per class), `time_us`, `window_us`, per-step `steps` [{`step`, `primary`, `primary_basis`, `dominant`, `shares`, `time_us`}] (a finding's savings spread over its steps by its class's time in each), `roofline`, `analyzed_steps` — classes: `gpu_compute`, `gpu_memory`, `communication`, `input`, `host_sync`, `cpu_launch`, `other_idle`",
+    json_doc="`primary` (what to fix first: the class of the fix with the largest replayed saving — a class is worth its best rule's fix, never a sum —; when no fix saves more than 3 % of the step, the largest class once the profiler's cost is taken out of `cpu_launch`, and the verdict says nothing the rules know to fix saves more), `primary_basis` (`savings`, `share`, `share_unprofiled`), `savings_pct` (per class, % of the traced step), `dominant` (the largest share), `shares` (% per class), `time_us`, `window_us`, per-step `steps` [{`step`, `primary`, `primary_basis`, `dominant`, `shares`, `time_us`}] (a finding's savings spread over its steps by its class's time in each), `roofline`, `analyzed_steps` — classes: `gpu_compute`, `gpu_memory`, `communication`, `input`, `host_sync`, `cpu_launch`, `other_idle`",
 )
 VERDICT_LINE = Section(
     keys=('verdict_text',), computes='the verdict: one line that leads with what to fix first',
@@ -52,19 +54,26 @@ def _actionable(findings: list[dict]) -> list[dict]:
 
 
 def savings_by_class(findings: list[dict]) -> dict[str, float]:
-    """µs a fix would save per class, from the findings above info (largest first, ties in class order)."""
-    out: dict[str, float] = {}
+    """µs per step the best fix of each class saves, from the findings above info (a rule's findings together
+    carry its replayed saving; the best rule of a class, never a sum of rules; largest first, ties in class
+    order)."""
+    per_rule: dict[tuple[str, str], float] = {}
     for f in _actionable(findings):
-        out[f["class"]] = out.get(f["class"], 0.0) + float(f["savings_us"])
+        k = (f["class"], f["rule"])
+        per_rule[k] = per_rule.get(k, 0.0) + float(f["savings_us"])
+    out: dict[str, float] = {}
+    for (c, _r), v in per_rule.items():
+        out[c] = max(out.get(c, 0.0), v)
     return dict(sorted(out.items(), key=lambda kv: (-kv[1], classify.CLASSES.index(kv[0]))))
 
 
 def _primary(savings: dict[str, float], dominant: str | None, time_us: dict[str, float] | None = None,
-             overhead_us: float = 0.0) -> tuple[str | None, str]:
-    """(primary, basis). With nothing to fix, the largest class once the profiler's own cost is taken out of
-    `cpu_launch` (the host time every recorded event adds is GPU idle the unprofiled run does not have)."""
+             overhead_us: float = 0.0, few_us: float = 0.0) -> tuple[str | None, str]:
+    """(primary, basis). With no fix saving more than `few_us`, the largest class once the profiler's own cost
+    is taken out of `cpu_launch` (the host time every recorded event adds is GPU idle the unprofiled run does
+    not have)."""
     best = next(iter(savings.items()), None)
-    if best and best[1] > 0:
+    if best and best[1] > few_us:
         return best[0], "savings"
     if not time_us or not overhead_us or dominant != "cpu_launch":
         return dominant, "share"
@@ -74,9 +83,10 @@ def _primary(savings: dict[str, float], dominant: str | None, time_us: dict[str,
     return top, ("share" if top == dominant else "share_unprofiled")
 
 
-def _step_savings(findings: list[dict], by_step: pl.DataFrame) -> dict[int, dict[str, float]]:
-    """Per step, µs a fix would save per class: each finding's savings spread over its steps in proportion to
-    its class's time in each step (evenly when the class holds no time). `by_step`: `classify.shares(part)`."""
+def _step_savings(findings: list[dict], by_step: pl.DataFrame, n: int = 1) -> dict[int, dict[str, float]]:
+    """Per step, µs a fix would save per class: each finding's savings over the `n` analysed steps (its per-step
+    `savings_us` x n) spread over its steps in proportion to its class's time in each step (evenly when the
+    class holds no time). `by_step`: `classify.shares(part)`."""
     per = by_step.rows()  # (step, class, ns): steps x classes, small
     out: dict[int, dict[str, float]] = {}
     for f in _actionable(findings):  # a handful
@@ -87,7 +97,7 @@ def _step_savings(findings: list[dict], by_step: pl.DataFrame) -> dict[int, dict
         w = dict((s, v / tot) for s, v in d) if tot else {s: 1.0 / len(steps) for s in steps}
         for s, share in w.items():
             row = out.setdefault(int(s), {})
-            row[f["class"]] = row.get(f["class"], 0.0) + float(f["savings_us"]) * share
+            row[f["class"]] = row.get(f["class"], 0.0) + float(f["savings_us"]) * n * share
     return out
 
 
@@ -103,12 +113,15 @@ def classification_section(ctx: RuleContext | None, findings: list[dict] | None 
     window = out.get("window_us") or 0.0
     over_us = float(ctx.profiler.get("overhead_ns") or 0.0) / 1000  # per step
     n = max(1, ctx.steps.height)
-    out["primary"], out["primary_basis"] = _primary(sav, out["dominant"], out["time_us"], over_us * n)
-    out["savings_pct"] = {c: round(100.0 * v / window, 2) if window else 0.0 for c, v in sav.items()}
-    per_step = _step_savings(findings, by_step)
+    step_us = window / n  # savings are per step
+    out["primary"], out["primary_basis"] = _primary(sav, out["dominant"], out["time_us"], over_us * n,
+                                                    FEW_PCT / 100 * step_us)
+    out["savings_pct"] = {c: round(100.0 * v / step_us, 2) if step_us else 0.0 for c, v in sav.items()}
+    per_step = _step_savings(findings, by_step, n)
     for row in out["steps"]:
         ss = dict(sorted(per_step.get(row["step"], {}).items(), key=lambda kv: (-kv[1], classify.CLASSES.index(kv[0]))))
-        row["primary"], row["primary_basis"] = _primary(ss, row["dominant"], row["time_us"], over_us)
+        row["primary"], row["primary_basis"] = _primary(ss, row["dominant"], row["time_us"], over_us,
+                                                        FEW_PCT / 100 * float(row.get("window_us") or step_us))
     out["analyzed_steps"] = ctx.steps["step"].to_list()
     return out
 
@@ -134,6 +147,7 @@ def verdict_text(c: dict, n_steps: int, findings: list[dict] | None = None) -> s
             text += "; runner-up: " + ", ".join(f"{k} (~{sav.get(k, 0):.0f} %)" for k in named[:2])
         if c.get("dominant") and c["dominant"] != primary:
             text += f"; largest share: {c['dominant']}"
-    elif findings is not None and not _actionable(findings):
-        text += "; nothing above info to fix"
+    elif findings is not None:
+        text += (f"; the step is limited by {primary} and nothing the rules know to fix saves more than "
+                 f"{FEW_PCT:g} % of it")
     return f"{text} ({parts} of {c['window_us'] / 1000:,.2f} ms over {n_steps} step(s))"

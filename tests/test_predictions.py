@@ -1,0 +1,109 @@
+"""Predicted vs measured fix savings (issue 25): each twin's replayed saving (tools/predictions.py) against the
+collector's measured unprofiled saving, the issue's bar (±20 % on ≥ 80 % of the covered twins), the table in
+docs/predictions.md current, and negative controls quiet."""
+
+from __future__ import annotations
+
+import functools
+import importlib.util
+import sys
+
+import pytest
+from conftest import SAMPLES
+
+from traceview.report import analyze
+
+_spec = importlib.util.spec_from_file_location("predictions", SAMPLES.parent / "tools" / "predictions.py")
+P = importlib.util.module_from_spec(_spec)
+sys.modules["predictions"] = P
+_spec.loader.exec_module(P)
+
+#: (set, problem, fixed) -> the measured miss (predicted vs measured ms): xfail(strict); docs/predictions.md says why
+MISSES = {
+    ("collected2", "adamw_single_tensor", "adamw_fused"): "6.32 predicted vs 4.79 ms measured (+32 %)",
+    ("collected2", "cnn_input_nw0", "cnn_input_nw8"): "167 predicted vs 267 ms measured (-37 %)",
+    ("collected2", "compile_graph_break", "compile_no_break"): "0.29 predicted vs 0.55 ms measured (-47 %)",
+    ("collected2", "tiny_ops_n64_eager", "tiny_ops_n64_cudagraph"): "3.27 predicted vs 1.88 ms measured (+74 %)",
+    ("collected2", "tiny_ops_n64_eager", "tiny_ops_n64_reduce_overhead"): "3.27 predicted vs 1.96 ms measured (+67 %)",
+    ("collected2", "train_gradnorm_item_b32", "train_gradnorm_deferred_b32"): "1.29 predicted vs 1.72 ms measured (-25 %)",
+    ("collected3", "gpt2_sdpa_single", "gpt2_sdpa"): "12.9 predicted vs 8.90 ms measured (+44 %)",
+    ("collected3", "gpt2_sdpa_single", "gpt2_sdpa_fused"): "12.9 predicted vs 5.31 ms measured (+142 %)",
+    ("collected3", "gpt2_sdpa_item", "gpt2_sdpa_noitem"): "0.03 predicted vs 3.04 ms measured (-99 %)",
+    ("collected3", "adamw_l12_single", "adamw_l12_fused"): "2.59 predicted vs 3.70 ms measured (-30 %)",
+    ("collected3", "elementwise_32mib_eager", "elementwise_32mib_compiled"): "0.122 predicted vs 0.060 ms measured (+105 %)",
+    ("collected3", "compile_break_r4096", "compile_where_r4096"): "0.55 predicted vs 0.42 ms measured (+33 %)",
+    ("collected3", "train_syncs_item_b16", "train_syncs_deferred_b16"): "0.006 predicted vs 2.42 ms measured (-100 %)",
+}
+COVERED = [t for t in P.twins() if t["rule"] and t["measured_ms"] > 0]
+
+
+@functools.cache
+def predicted(set_: str, problem: str, rule: str) -> float | None:
+    return P.predicted_ms(SAMPLES / set_ / problem, rule)
+
+
+def _param(t: dict):
+    key = (t["set"], t["problem"], t["fixed"])
+    marks = [pytest.mark.xfail(strict=True, reason=MISSES[key])] if key in MISSES else []
+    return pytest.param(t, marks=marks, id=f"{t['problem']}->{t['fixed']}")
+
+
+@pytest.mark.parametrize("t", [_param(t) for t in COVERED])
+def test_predicted_within_20_pct_of_measured(t):
+    p = predicted(t["set"], t["problem"], t["rule"])
+    assert p is not None, f"{t['rule']} has no replay model"
+    assert abs(p / t["measured_ms"] - 1) <= P.BAND, f"{p:.3f} predicted vs {t['measured_ms']:.3f} ms measured"
+
+
+@pytest.mark.xfail(strict=True, reason="8 of 21 covered twins within ±20 % (38 %) where the issue asks for 80 %")
+def test_the_issue_bar():
+    hits = [abs(predicted(t["set"], t["problem"], t["rule"]) / t["measured_ms"] - 1) <= P.BAND for t in COVERED]
+    assert sum(hits) >= 0.8 * len(hits)
+
+
+def test_every_twin_with_a_rule_is_scored_and_the_misses_are_real():
+    # the misses named above are twins of the labels (no stale entry), and the covered set is what the labels say
+    keys = {(t["set"], t["problem"], t["fixed"]) for t in COVERED}
+    assert set(MISSES) <= keys
+    assert len(COVERED) == 21
+
+
+def test_docs_table_is_current():
+    assert P.main(["--check"]) == 0, "docs/predictions.md is stale: python tools/predictions.py --write"
+
+
+@functools.cache
+def _findings(rel: str) -> list[dict]:
+    rep = analyze([SAMPLES / rel])
+    assert not rep.errors
+    return rep.traces[0]["findings"]
+
+
+# negative controls: a fix measured to save nothing must not be raised above info
+@pytest.mark.parametrize(("rel", "rule"), [
+    ("collected3/gpt2_sdpa", "unfused-optimizer"),  # foreach -> fused measured -3.6 ms
+    pytest.param("collected2/train_syncs_item", "host-sync", marks=pytest.mark.xfail(strict=True, reason=(
+        "host-sync replays 0.84 ms/step (warning) where the deferred twin measured -2.06 ms"))),
+])
+def test_negative_control_fix_is_at_most_info(rel, rule):
+    assert [f["severity"] for f in _findings(rel) if f["rule"] == rule and f["severity"] != "info"] == []
+
+
+@pytest.mark.parametrize("rel", [
+    "collected2/fp32_gemm_tf32", "collected2/compile_no_break", "collected2/gemm_bf16_n4096",
+    pytest.param("collected2/train_gradnorm_deferred_b64", marks=pytest.mark.xfail(strict=True, reason=(
+        "elementwise-chain warns on AdamW's foreach chain (2.6 ms/step replayed; on main too); no twin measures it"))),
+    pytest.param("collected2/cnn_input_nw8", marks=pytest.mark.xfail(strict=True, reason=(
+        "launch-bound warns at 1.43 ms/step replayed (main: error at 11.9 ms); the 8-worker run has no twin "
+        "measuring a CUDA-graph fix"))),
+])
+def test_expected_none_raises_nothing_above_info(rel):
+    assert [(f["rule"], f["severity"]) for f in _findings(rel) if f["severity"] != "info"] == []
+
+
+def test_no_saving_exceeds_its_step():
+    for rel in ("collected2/train_syncs_item", "collected3/gpt2_sdpa_single", "collected2/compile_recompile_every_step"):
+        rep = analyze([SAMPLES / rel]).traces[0]
+        step = rep["projection"]["replayed_unprofiled_step_us"]
+        assert all(f["savings_us"] <= step for f in rep["findings"])
+        assert sum(f["savings_us"] for f in rep["findings"] if f["rule"] == "recompile") <= step

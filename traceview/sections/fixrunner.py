@@ -1,0 +1,78 @@
+"""Every finding's saving from the replay (issue 25): each rule's fix replayed (analyses/fixes.py) and given to
+its findings; severity follows it; the `--what-if` replay of a chosen set of fixes.
+
+A finding's `savings_us` is its rule's replayed saving per step in unprofiled terms (`overhead.saving`), split
+over the rule's findings in proportion to their measured cost (one transform per rule: the split never adds up
+to more than the rule's replay). A rule without a `fix_transform` (its fix cannot be expressed on the graph)
+saves nothing and its findings are `info`. A finding whose fix saves something only in the traced (profiled)
+replay and nothing once the profiler's cost is removed is the profiler's own and is dropped.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+import numpy as np
+
+from traceview.rules import BY_NAME, RULES
+
+from ..analyses.fixes import rule_savings, transforms
+from ..analyses.overhead import profiler_transform
+from ..analyses.replay import Transform, replay
+from ..findings import ranked, severity_for
+
+
+def apply(ctx, options, findings: list[dict]) -> tuple[list[dict], dict[str, Any]]:
+    """(findings with replayed savings and severities, {rules: rule -> savings, transforms: rule -> Transform,
+    base_step_us}). Rules without a transform keep their findings at `info` with no saving."""
+    named = sorted({f["rule"] for f in findings if f["rule"] in BY_NAME})
+    tf = transforms(ctx, options, [BY_NAME[r] for r in named])
+    sav = rule_savings(ctx, tf)
+    n = max(1, ctx.steps.height)
+    base_us = float(replay(ctx.trace, ctx.steps, [profiler_transform(ctx.trace)]).mean()) / 1000
+    window_us = ctx.window_ns / 1000 / n  # traced step: the share the severities read
+    out = []
+    for r in {f["rule"] for f in findings}:
+        fs = [f for f in findings if f["rule"] == r]
+        s = sav.get(r)
+        if s is None:  # no fix model: the finding keeps its evidence, not a saving
+            for f in fs:
+                out.append({**f, "savings_us": 0.0, "savings_pct": 0.0, "severity": "info"})
+            continue
+        if s["unprofiled_us"] <= 0.0005 and s["traced_us"] > 0.0005:
+            continue  # only the profiler's cost: nothing to fix once it is gone
+        cost = np.array([max(float(f["cost_us"]), 0.0) for f in fs])
+        w = cost / cost.sum() if cost.sum() > 0 else np.full(len(fs), 1.0 / len(fs))
+        opts = options.options_for(BY_NAME[r]) if r in BY_NAME else {}
+        for f, wi in zip(fs, w, strict=True):
+            us = min(s["unprofiled_us"] * float(wi), base_us)
+            pct = 100.0 * us / window_us if window_us else 0.0  # of the traced step, as the verdict's shares
+            sev = f["severity"]
+            if "moderate_pct" in opts and f["severity"] != "info":
+                sev = severity_for(pct, opts["moderate_pct"], opts["high_pct"], BY_NAME[r].SEVERITY)
+            if us <= 0.0005:
+                sev = "info"
+            out.append({**f, "savings_us": round(us, 3), "savings_pct": round(pct, 2), "severity": sev})
+    return ranked(out), {"rules": sav, "transforms": tf, "base_step_us": base_us}
+
+
+def what_if(ctx, tf: dict[str, Transform], names: Sequence[str]) -> dict[str, Any]:
+    """{fixes, unknown, step_us, fixed_step_us, savings_us}: the replayed unprofiled step with the named rules'
+    fixes applied together (names are rule slugs or codes)."""
+    chosen, unknown = [], []
+    for n in names:
+        mod = RULES.get(n.upper()) or BY_NAME.get(n)
+        if mod is None:
+            unknown.append(n)
+        elif mod.NAME not in chosen:
+            chosen.append(mod.NAME)
+    base = [profiler_transform(ctx.trace)]
+    b = replay(ctx.trace, ctx.steps, base)
+    have = [tf[r] for r in chosen if r in tf]
+    f = replay(ctx.trace, ctx.steps, [*base, *have]) if have else b
+    return {"fixes": chosen, "without_model": [r for r in chosen if not hasattr(BY_NAME[r], "fix_transform")],
+            "nothing_to_fix": [r for r in chosen if r not in tf and hasattr(BY_NAME[r], "fix_transform")],
+            "unknown": unknown,
+            "step_us": round(float(b.mean()) / 1000, 3), "fixed_step_us": round(float(f.mean()) / 1000, 3),
+            "savings_us": round(float(np.clip(b - f, 0, b).mean()) / 1000, 3)}
