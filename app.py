@@ -406,7 +406,7 @@ FINDING_COLS = ["severity", "code", "rule", "title", "count", "cost_us", "saving
 
 def render_findings(v: View, found: list[dict], key: str) -> None:
     """Findings with savings, each in an expander; those with no estimated savings folded into one."""
-    found = sorted(found, key=lambda f: -(f.get("savings_us") or 0))
+    found = sorted(found, key=lambda f: (f.get("severity") == "info", -(f.get("savings_us") or 0)))  # as the JSON ranks them
     saving = [f for f in found if f.get("savings_us")]
     zero = [f for f in found if not f.get("savings_us")]
     show_table(saving, FINDING_COLS, key=f"{key}_table")
