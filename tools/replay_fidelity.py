@@ -12,10 +12,9 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from traceview.ingest.loader import load  # noqa: E402
-
 from traceview.analyses.replay import FIDELITY_MAX, FIDELITY_MEAN, fidelity  # noqa: E402
 from traceview.analyses.windows import complete_steps  # noqa: E402
+from traceview.ingest.loader import load  # noqa: E402
 from traceview.model import Job  # noqa: E402
 
 
