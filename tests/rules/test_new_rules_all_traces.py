@@ -34,6 +34,13 @@ EXPECTED = {("gpu_h200_compile/fp32_gemm_no_tf32.json.gz", "fp32-gemm"),
 EXPECTED |= {(t, "fp32-gemm") for t in FP32_TRUE}
 # seed 000's relu(x @ w + b) in eager: mm, then a bias add and a relu kernel on its output
 EXPECTED.add(("gpu_h200/seed_relu_linear_m4096.json.gz", "gemm-epilogue"))
+# collected3 (labels.json `twins`): each twin's problem run fires its rule, its fixed run nothing; TinyGPT and the
+# compiled tiny-op loop run fp32 Linear/matmul at 'highest' precision (collectors/examples: no --bf16), true positives
+C3 = json.loads((k.SAMPLES / "collected3/labels.json").read_text())
+EXPECTED |= {(f"collected3/{t['problem']}", t["rule"]) for t in C3["twins"]
+             if t["rule"] in ("graph-break", "recompile", "fp32-gemm", "unfused-optimizer")}
+EXPECTED |= {(f"collected3/{n}", "fp32-gemm") for n in ("tinygpt_b16", "tinygpt_b16_stack", "tinygpt_b16_modules",
+                                                      "tiny_ops_n512_compile")}
 # 90 % of the device held and empty_cache() every step; its Linear layers are fp32 4096x4096 GEMMs
 EXPECTED |= {("gpu_h200_memory/memory_pressure_empty_cache.json.gz", r) for r in ("memory-pressure", "fp32-gemm")}
 
@@ -44,7 +51,7 @@ def _traces() -> list[str]:
         if p.name in ("labels.json", "manifest.json") or p.name.endswith(".collect.json"):
             continue
         rel = p.relative_to(k.SAMPLES).as_posix()
-        out.append(str(Path(rel).parent) if rel.startswith(("collected/", "collected2/")) else rel)
+        out.append(str(Path(rel).parent) if rel.startswith(("collected/", "collected2/", "collected3/")) else rel)
     return out
 
 
