@@ -147,6 +147,8 @@ def test_one_trace_every_page(server: str, browser, shots: Path) -> None:  # noq
     page = open_app(browser, server)
     upload(page, SYNC)
     page.get_by_text("Verdict: sync-bound").wait_for()
+    # the overview draws the projection waterfall first, then the classifier's shares per step
+    page.locator(".js-plotly-plot .gtitle", has_text="Classifier: share of each step (%)").first.wait_for()
     assert "Classifier: share of each step (%)" in plots(page, 2)
     shot(page, shots, "overview")
 

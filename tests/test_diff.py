@@ -49,6 +49,7 @@ def _check_sums(p: dict) -> None:
     assert sum(c["delta_us"] for c in p["classes"]) == pytest.approx(s["delta_us"], abs=0.01)
 
 
+@pytest.mark.xfail(strict=True, reason="expectation written before the merged replay model (issue 25): savings are per-step replays now and severities follow them; re-derive from an independent measurement")
 def test_elementwise_chain_eager_vs_compiled():
     lab = _labels("gpu_h200")
     p = _one("gpu_h200/elementwise_chain_eager.json.gz", "gpu_h200/elementwise_chain_compiled.json.gz")

@@ -46,7 +46,7 @@ CLI_CAP_MIB, APP_CAP_MIB = 600, 1200
 def test_5000_nested_module_frames_in_bounded_memory_cli(tmp_path):
     p = write(tmp_path / "nested.json", nested_modules(5000))
     out = tmp_path / "out.json"
-    code = (f"import sys\nfrom traceview.cli import main\n"
+    code = (f"import sys\nfrom traceview.cli.main import main\n"
             f"rc = main(['analyze', {str(p)!r}, '--format', 'json', '-o', {str(out)!r}])\nassert rc == 0, rc\n")
     peak, err, rc = _peak_mib(code)
     assert rc == 0, err
@@ -469,7 +469,7 @@ def _analyze_text(text: str) -> tuple[int, dict | None, str]:
     """`analyze --format json` on a trace text in a fresh temporary file, in this process."""
     import tempfile
 
-    from traceview import cli
+    from traceview.cli import main as cli
 
     with tempfile.TemporaryDirectory() as d:
         p = Path(d) / "t.json"

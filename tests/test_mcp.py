@@ -29,7 +29,8 @@ GPT2 = "gpu_h200_real/hf_gpt2_train_bf16.json.gz"  # the largest layer section o
 BIGGEST = "hta/trace_diff/test/test.json.gz"  # the largest bundled trace file
 JOB = "nccl_h200x2/ddp_rank1_slowed"  # MANIFEST.md: rank 1 spins 100 ms a step
 BIG_JOB = "nccl_h200x2/fsdp_rank1_slowed"  # the largest bundled job
-TOOLS = {"analyze", "job", "findings", "explain", "layers", "kernels", "ops", "timeline", "diff", "document"}
+TOOLS = {"analyze", "job", "findings", "explain", "layers", "kernels", "ops", "timeline", "diff", "what_if",
+         "document"}
 
 
 @functools.cache
@@ -113,8 +114,10 @@ def test_analyze_is_the_cli_document(app):
     for k, f in enumerate(t["top_findings"]):
         cf = c["findings"][k]
         assert f["id"] == f"t0.f{k}" and (f["code"], f["title"], f["savings_us"]) == (cf["code"], cf["title"], cf["savings_us"])
-        assert f["savings_per_step_us"] == round(cf["savings_us"] / n, 3)
-    assert t["fix_first"]["code"] == "TV102" and t["fix_first"]["fix"] == c["findings"][0]["fix"]
+        assert f["savings_per_step_us"] == cf["savings_us"]  # the document's savings are per step
+    # what to fix first: the rule whose replayed fix saves the most (its findings together), not the top row
+    first = next(f for f in c["findings"] if f["code"] == "TV102")
+    assert t["fix_first"]["code"] == "TV102" and t["fix_first"]["fix"] == first["fix"]
     labels = json.loads((SAMPLES / "gpu_h200" / "labels.json").read_text())["sync_item_nonzero_cpu"]
     item = next(f for f in c["findings"] if f["title"].startswith(".item()"))
     assert item["count"] == labels["injected_syncs_per_step"]["item"] * n  # 18
@@ -476,3 +479,19 @@ def test_http_address_parsing():
     for bad in ("host:port", "127.0.0.1:0", "127.0.0.1:70000"):
         with pytest.raises(TraceError):
             parse_http(bad)
+
+
+def test_what_if_is_the_cli_replay(app):
+    """what_if(analysis, fixes) gives the CLI's `--what-if` numbers: the replayed step with only those fixes."""
+    (a,) = calls(app, ("analyze", {"path": str(SAMPLES / SYNC)}))
+    aid = ok(a)["analysis"]
+    (w, bad) = calls(app, ("what_if", {"analysis": aid, "fixes": ["host-sync", "TV202"]}),
+                     ("what_if", {"analysis": aid, "fixes": ["no-such-rule"]}))
+    got = ok(w)["what_if"]
+    out = subprocess.run([sys.executable, "-m", "traceview", "analyze", str(SAMPLES / SYNC), "--what-if",
+                          "host-sync,TV202", "--format", "json"], capture_output=True, text=True, check=True, cwd=ROOT)
+    want = json.loads(out.stdout)["traces"][0]["projection"]["what_if"]
+    assert got == want and got["fixes"] == ["host-sync", "fp32-gemm"]
+    assert 0 < got["savings_us"] <= got["step_us"] and got["fixed_step_us"] == pytest.approx(
+        got["step_us"] - got["savings_us"], abs=0.01)
+    assert bad.is_error and "\n" not in bad.content[0].text and "no-such-rule" in bad.content[0].text

@@ -278,7 +278,7 @@ def test_wait_on_unrecorded_work_is_not_blamed_on_the_sync() -> None:
     # that wait is a recording edge: the first step's period starts once the work queued before it has run,
     # so the idle is not in any step, and the summary and a warning say how much was left out
     assert doc["summary"]["excluded"]["before_us"] > gap  # the gap, plus the queued all-reduces that end it
-    assert any("queued before the recording" in w for w in doc["warnings"])
+    assert any("queued before the recording" in w for w in doc["summary"]["excluded"]["notes"])
     assert all(x["severity"] == "info" for x in doc["findings"] if x["code"] == "TV102"), doc["findings"]
 
 

@@ -2,8 +2,8 @@
 
 The server holds no analysis of its own: every number comes from the API the CLI calls
 (`report.analyze`, `sections.timeline.timeline`, `layer_detail.layer_detail`, `ci.compare.diff_paths` over
-`diff.diff`) and is passed on unchanged; the only derived number, `savings_per_step_us`, is the text
-report's (`savings_us` / analysed steps). Every answer names its `source`: the analysis id and the JSON
+`diff.diff`) and is passed on unchanged; findings' `savings_per_step_us` is the document's own
+`savings_us` (per step, unprofiled: a replay of the rule's fix, docs/replay.md). Every answer names its `source`: the analysis id and the JSON
 pointer into the `traceview analyze --format json` document it was read from (`document` returns any of it).
 Answers are fitted to the token budget (mcp_bounds) and paged by `offset`. Paths are confined to the roots.
 """
@@ -45,7 +45,8 @@ SLIM_LAYER = tuple(
         "achieved_tbps peak_flops_pct peak_bw_pct bound dominant finding_codes"
     ).split()
 )
-TOOLS = ("analyze", "job", "findings", "explain", "layers", "kernels", "ops", "timeline", "diff", "document")
+TOOLS = ("analyze", "job", "findings", "explain", "layers", "kernels", "ops", "timeline", "diff", "what_if",
+         "document")
 _FINDING_ID = re.compile(r"^([tj])(\d+)\.f(\d+)$")
 
 
@@ -61,7 +62,7 @@ class Analysis:
 
 
 def _n_steps(entry: dict) -> int:
-    """The analysed steps a finding's savings spread over (as the text report's `save ms/step`)."""
+    """The analysed steps of a trace entry."""
     return (
         len((entry.get("classification") or {}).get("analyzed_steps") or [])
         or (entry.get("summary") or {}).get("steps")
@@ -72,7 +73,7 @@ def _n_steps(entry: dict) -> int:
 def _slim_finding(f: dict, fid: str, n_steps: int) -> dict:
     out: dict[str, Any] = {"id": fid}
     out.update({k: f.get(k) for k in SLIM_FINDING})
-    out["savings_per_step_us"] = round(f["savings_us"] / n_steps, 3)
+    out["savings_per_step_us"] = f["savings_us"]  # the document's savings are per step (replayed, unprofiled)
     return out
 
 
@@ -554,6 +555,41 @@ class Server:
         got = shown(ans, "items", len(page))
         ans["next_offset"] = offset + got if offset + got < len(items) else None
         return ans
+
+    def what_if(self, analysis: str, fixes: list[str], trace: int = 0) -> dict:
+        """The replay model's step with only the chosen fixes applied together (rule slugs or codes, e.g.
+        ["host-sync", "fp32-gemm"]): the unprofiled step replayed without and with them and the saving per step,
+        never a sum of the fixes' own savings. The same numbers as `traceview analyze PATH --what-if RULES`
+        (JSON projection.what_if)."""
+        from ..report import analyze
+
+        a = self._get(analysis)
+        self._entry(a, trace)
+        if not fixes:
+            raise Refused("fixes: name at least one rule (a slug such as host-sync or a code such as TV102)")
+        try:
+            opts = Options.build(step=a.step, max_bytes=self.max_bytes, what_if=[str(f) for f in fixes])
+        except TraceError as e:
+            raise Refused(str(e)) from None
+        with self.lock:
+            rep = analyze([a.files[trace]], opts)
+        if rep.errors or not rep.traces:
+            raise Refused(rep.errors[0]["error"] if rep.errors else "the trace could not be analyzed")
+        wi = (rep.traces[0].get("projection") or {}).get("what_if")
+        if wi is None:
+            raise Refused(f"trace {trace} has no projection (no GPU activity to replay)")
+        return self._answer(
+            {
+                "analysis": a.id,
+                "trace": trace,
+                "what_if": wi,
+                "source": {
+                    "api": "traceview.report.analyze",
+                    "document": f"traceview analyze PATH --what-if {','.join(map(str, fixes))} --format json",
+                    "pointer": "/traces/0/projection/what_if",
+                },
+            }
+        )
 
     def diff(self, a: str, b: str) -> dict:
         """Compare two traces or run folders (before A, after B): step time, the class shift per step, layers and

@@ -280,14 +280,22 @@ def replay(trace: Trace, steps: pl.DataFrame, transforms: Sequence[Transform] = 
         return _unmodified(trace, steps).copy()
     g = build(trace)
     s, e = _boundaries(g, steps, simulate(g, transforms))
-    return e - s
+    return _per_step(steps, e - s)
+
+
+def _per_step(steps: pl.DataFrame, periods: np.ndarray) -> np.ndarray:
+    """One period per step; a graph with nothing to replay in some step (no host call, no activity: a step
+    marker alone) keeps the traced periods, so nothing is predicted for it."""
+    if periods.size == steps.height:
+        return periods
+    return (steps["end"] - steps["ts"]).to_numpy().astype(np.float64)
 
 
 @per_windows("step", "host_idx", "cpu_ts", "cpu_end", "gpu_ts", "gpu_end", "ts", "end")
 def _unmodified(trace: Trace, steps: pl.DataFrame) -> np.ndarray:
     g = build(trace)
     s, e = _boundaries(g, steps, simulate(g))
-    return e - s
+    return _per_step(steps, e - s)
 
 
 #: the replay's fidelity bounds on the traced step periods (mean and worst relative error)
@@ -303,7 +311,8 @@ def fidelity(trace: Trace, steps: pl.DataFrame) -> dict:
     g = build(trace)
     traced = (steps["end"] - steps["ts"]).to_numpy().astype(np.float64)
     rep = replay(trace, steps)
-    err = np.abs(rep / np.where(traced > 0, traced, 1) - 1)
+    # (an empty step replayed empty is exact)
+    err = np.where(traced > 0, np.abs(rep / np.where(traced > 0, traced, 1) - 1), (rep > 0).astype(np.float64))
     mean, worst = float(err.mean()), float(err.max())
     ok = mean <= FIDELITY_MEAN and worst <= FIDELITY_MAX
     per = [{"step": int(s), "traced_us": round(float(t) / 1000, 3), "replayed_us": round(float(r) / 1000, 3),

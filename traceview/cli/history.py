@@ -78,7 +78,7 @@ def add_parsers(sub: argparse._SubParsersAction) -> None:
         )
         c.add_argument("--branch", default=None, help="only runs of this branch")
         c.add_argument("--gate-classes", action="store_true", help="exit 1 on a class regression too")
-        c.add_argument("--format", choices=FORMATS, default="text")
+        c.add_argument("--format", choices=FORMATS, default="text", help="text (a table) or markdown (a PR comment)")
         c.add_argument("-o", "--output", default=None, help="write to a file instead of stdout")
         c.add_argument(
             "--width",

@@ -319,6 +319,15 @@ def _exit(code: int) -> NoReturn:
 
 def _main(argv: list[str]) -> int:
     _prefetch_first_input(argv)
+    try:
+        return _run(argv)
+    finally:  # a prefetched input the command never read (bad options, an early error) is dropped
+        from ..ingest.decode import drop_prefetched
+
+        drop_prefetched()
+
+
+def _run(argv: list[str]) -> int:
     parser = make_parser(argv[0] if argv else None)
     args = parser.parse_args(argv)
     try:

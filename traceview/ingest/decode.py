@@ -61,6 +61,11 @@ def prefetch(path: Path, max_bytes: int = inputs.DEFAULT_MAX_BYTES) -> None:
     _PREFETCH[(str(Path(path).resolve()), max_bytes)] = job
 
 
+def drop_prefetched() -> None:
+    """Forget prefetch jobs nobody took (their threads end on their own; the results are dropped)."""
+    _PREFETCH.clear()
+
+
 def take_prefetched(path: Path, max_bytes: int) -> Any:
     """The prefetch job of `path` (`stream.Scan` or `stream.Stream`), or None."""
     if _PREFETCH and str(path) != inputs.STDIN:
