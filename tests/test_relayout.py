@@ -59,3 +59,10 @@ def test_every_new_module_of_the_map_exists() -> None:
     for old in relayout.MOVES:
         if old != "traceview.cli":  # (now the package holding cli.main)
             assert importlib.util.find_spec(old) is None, old
+
+
+def test_rewrite_skips_the_tool_itself(capsys):
+    before = (ROOT / "tools" / "relayout.py").read_text()
+    assert relayout.main(["rewrite", str(ROOT / "tools" / "relayout.py")]) == 0
+    assert (ROOT / "tools" / "relayout.py").read_text() == before
+    assert "skipped" in capsys.readouterr().out

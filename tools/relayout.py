@@ -314,6 +314,9 @@ def main(argv: list[str] | None = None) -> int:
         if a.was and len(a.files) != 1:
             ap.error("--was takes one file")
         for f in a.files:
+            if f.resolve() == Path(__file__).resolve():  # its own map would be rewritten into new -> new
+                print(f"skipped {f}: the tool's own map")
+                continue
             if rewrite_file(f, a.was):
                 print(f"rewrote {f}")
             for n, line in enumerate(f.read_text(errors="replace").splitlines(), 1):
