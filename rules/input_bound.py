@@ -92,13 +92,13 @@ def _check_cpu(ctx: RuleContext) -> list[Finding]:
     return [ctx.finding(steps=fired, count=count, cost_ns=total, evidence=ev, title=TITLE_CPU, fix=FIX_CPU)]
 
 
-def check(ctx: RuleContext) -> list[Finding]:
-    if ctx.cpu is not None:
-        return _check_cpu(ctx)
+def measure(ctx: RuleContext) -> dict | None:
+    """The DataLoader wait of a GPU trace as tb_plugin measures it: {total, pct, idle, calls, fired, evidence}
+    (None: no DataLoader). TV402 loader-workers reads the same measure."""
     trace, steps, window = ctx.trace, ctx.steps, ctx.window_ns
     dl = dataloader_spans(trace)
     if dl.height == 0 or not window:
-        return []
+        return None
     lo, hi = ctx.lo, ctx.hi
     host = per_window(clip(dl.select("ts", "end"), lo, hi), steps.select("step", "ts", "end"))
     # tb_plugin's DataLoader time: the DataLoader role of its priority breakdown (instants not taken by
@@ -110,8 +110,6 @@ def check(ctx: RuleContext) -> list[Finding]:
         steps.select("step", (pl.col("end") - pl.col("ts")).alias("sd"))
     tb_window = int(tb["sd"].sum())
     pct = 100.0 * total / tb_window if tb_window else 0.0
-    if pct < ctx.options["moderate_pct"]:
-        return []
     part = ctx.class_time("input")
     idle = part.group_by("step").agg((pl.col("end") - pl.col("ts")).sum().alias("idle"))
     idle_total = int(idle["idle"].sum()) if idle.height else 0
@@ -125,10 +123,21 @@ def check(ctx: RuleContext) -> list[Finding]:
                       "pct": round(100.0 * r["dur"] / r["sd"], 2) if r["sd"] else None,
                       "gpu_idle_us": round((r["idle"] or 0) / 1000, 3)} for r in rows.to_dicts()],
     }
-    fired = rows.filter(pl.col("dur") > 0)["step"].to_list()
-    return [ctx.finding(steps=fired, count=dl.filter((pl.col("end") > lo) & (pl.col("ts") < hi)).height,
-                        cost_ns=total, savings_ns=idle_total, severity_pct=pct, evidence=ev,
-                        fix=fix_for(ctx.features))]
+    return {"total": total, "pct": pct, "idle": idle_total, "evidence": ev,
+            "calls": dl.filter((pl.col("end") > lo) & (pl.col("ts") < hi)).height,
+            "fired": rows.filter(pl.col("dur") > 0)["step"].to_list()}
+
+
+def check(ctx: RuleContext) -> list[Finding]:
+    if ctx.cpu is not None:
+        return _check_cpu(ctx)
+    if ctx.features.dataloader_workers:  # a loader with workers that cannot keep up: TV402 loader-workers
+        return []
+    m = measure(ctx)
+    if m is None or m["pct"] < ctx.options["moderate_pct"]:
+        return []
+    return [ctx.finding(steps=m["fired"], count=m["calls"], cost_ns=m["total"], savings_ns=m["idle"],
+                        severity_pct=m["pct"], evidence=m["evidence"], fix=fix_for(ctx.features))]
 
 
 def fix_for(f: Features) -> str:
@@ -144,7 +153,10 @@ def fix_for(f: Features) -> str:
 
 def fix_transform(ctx: RuleContext) -> Transform | None:
     """The fix as a replay transformation: the DataLoader's `__next__` time leaves the training thread's path
-    (workers prepare batches ahead) — every host row inside the spans. Pinning and the copy stay."""
+    (workers prepare batches ahead) — every host row inside the spans. Pinning and the copy stay. A loader that
+    already has workers is TV402's (its transform is the same)."""
+    if ctx.cpu is None and ctx.features.dataloader_workers:
+        return None
     sp = dataloader_spans(ctx.trace)
     if sp.height == 0:
         return None
