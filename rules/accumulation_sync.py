@@ -48,8 +48,10 @@ CLASS = "communication"  # the classifier class whose time a fix of these findin
 SEVERITY = "warning"
 TITLE = "DDP all-reduces the gradients after every micro-batch of gradient accumulation"
 OPTIONS = {**xprof_severity("device-collectives")}
-FIX = ("Wrap every micro-batch but the last in model.no_sync() so DDP accumulates gradients locally and all-reduces "
-       "once per optimizer step.")
+FIX = (
+    "Wrap every micro-batch but the last in model.no_sync() so DDP accumulates gradients locally and all-reduces "
+    "once per optimizer step."
+)
 FORWARD = "DistributedDataParallel.forward"
 ALLREDUCE = ("nccl:all_reduce", "gloo:all_reduce")
 ALLREDUCE_OP = "c10d::allreduce_"
@@ -60,20 +62,26 @@ REDUCER_RE = r"^(torch::distributed::reducer::|torch\.distributed\.ddp\.reducer:
 def _micro(ctx: RuleContext, df: pl.DataFrame, fwd: pl.DataFrame) -> pl.DataFrame:
     """`df` [.., ts, step] with `mb`: the 1-based index in its step of the last DDP forward started before it."""
     f = fwd.select("step", pl.col("ts").alias("_fts"), "mb").sort("_fts")
-    return df.sort("ts").join_asof(f, left_on="ts", right_on="_fts", by="step", strategy="backward",
-                                           check_sortedness=False).drop("_fts")
+    return (
+        df.sort("ts")
+        .join_asof(f, left_on="ts", right_on="_fts", by="step", strategy="backward", check_sortedness=False)
+        .drop("_fts")
+    )
 
 
 def _sets(ctx: RuleContext) -> dict | None:
     """The micro-batches and all-reduces of each step, or None when the trace shows no DDP accumulation."""
+
     def build() -> dict | None:
         h = ctx.trace.host.select("i", "cat", "name", "ts", "end", "tid")
         fwd = h.filter((pl.col("name") == FORWARD) & (pl.col("cat") == "user_annotation"))
         if fwd.height < 2:
             return None
         fwd = host_step_of(fwd, ctx.steps, "ts").filter(pl.col("step").is_not_null()).sort("ts")
-        fwd = fwd.with_columns(mb=pl.col("ts").rank("ordinal").over("step").cast(pl.Int64),
-                               m=pl.len().over("step").cast(pl.Int64))
+        fwd = fwd.with_columns(
+            mb=pl.col("ts").rank("ordinal").over("step").cast(pl.Int64),
+            m=pl.len().over("step").cast(pl.Int64),
+        )
         ar = h.filter(pl.col("name").is_in(ALLREDUCE) & (pl.col("cat") == "user_annotation"))
         if ar.height == 0:
             ar = h.filter(pl.col("name") == ALLREDUCE_OP)
@@ -81,9 +89,18 @@ def _sets(ctx: RuleContext) -> dict | None:
         if ar.height == 0 or fwd.height == 0:
             return None
         m = fwd.group_by("step").agg(pl.col("m").first())
-        ar = _micro(ctx, host_step_of(ar, ctx.steps, "ts").filter(pl.col("step").is_not_null()), fwd).join(m, on="step")
-        red = _micro(ctx, host_step_of(red, ctx.steps, "ts").filter(pl.col("step").is_not_null()), fwd).join(m, on="step")
-        return {"fwd": fwd, "ar": ar.filter(pl.col("mb").is_not_null()), "red": red.filter(pl.col("mb").is_not_null())}
+        ar = _micro(ctx, host_step_of(ar, ctx.steps, "ts").filter(pl.col("step").is_not_null()), fwd).join(
+            m, on="step"
+        )
+        red = _micro(ctx, host_step_of(red, ctx.steps, "ts").filter(pl.col("step").is_not_null()), fwd).join(
+            m, on="step"
+        )
+        return {
+            "fwd": fwd,
+            "ar": ar.filter(pl.col("mb").is_not_null()),
+            "red": red.filter(pl.col("mb").is_not_null()),
+        }
+
     return ctx.once("accumulation-sets", build)
 
 
@@ -95,12 +112,17 @@ def _avoidable(s: dict) -> tuple[pl.DataFrame, pl.DataFrame]:
 
 def _launched(ctx: RuleContext, host: pl.DataFrame) -> pl.DataFrame:
     """GPU rows launched inside the host spans `host` [tid, ts, end] (their launch on the same thread)."""
-    g = ctx.trace.gpu.select("i", "kind", "ts", "end", "launch_ts", "launch_tid").filter(pl.col("launch_ts").is_not_null())
+    g = ctx.trace.gpu.select("i", "kind", "ts", "end", "launch_ts", "launch_tid").filter(
+        pl.col("launch_ts").is_not_null()
+    )
     if host.height == 0 or g.height == 0:
         return g.clear()
-    w = host.select(pl.col("tid").alias("launch_tid"), pl.col("ts").alias("_hts"), pl.col("end").alias("_hend")).sort("_hts")
-    j = g.sort("launch_ts").join_asof(w, left_on="launch_ts", right_on="_hts", by="launch_tid", strategy="backward",
-                                                  check_sortedness=False)
+    w = host.select(
+        pl.col("tid").alias("launch_tid"), pl.col("ts").alias("_hts"), pl.col("end").alias("_hend")
+    ).sort("_hts")
+    j = g.sort("launch_ts").join_asof(
+        w, left_on="launch_ts", right_on="_hts", by="launch_tid", strategy="backward", check_sortedness=False
+    )
     return j.filter(pl.col("launch_ts") < pl.col("_hend")).drop("_hts", "_hend")
 
 
@@ -108,9 +130,17 @@ def check(ctx: RuleContext) -> list[Finding]:
     s = _sets(ctx)
     if s is None:
         return []
-    per = (s["ar"].group_by("step").agg(pl.col("m").first(), pl.col("mb").n_unique().alias("synced"),
-                                        pl.len().alias("allreduces"), (pl.col("mb") < pl.col("m")).sum().alias("avoidable"))
-           .sort("step"))
+    per = (
+        s["ar"]
+        .group_by("step")
+        .agg(
+            pl.col("m").first(),
+            pl.col("mb").n_unique().alias("synced"),
+            pl.len().alias("allreduces"),
+            (pl.col("mb") < pl.col("m")).sum().alias("avoidable"),
+        )
+        .sort("step")
+    )
     fired = per.filter((pl.col("m") >= 2) & (pl.col("synced") >= 2))
     if fired.height == 0:
         return []
@@ -124,21 +154,35 @@ def check(ctx: RuleContext) -> list[Finding]:
     comm_ns = int((comm["end"] - comm["ts"]).sum()) if comm.height else 0
     k = int(fired["m"].median())
     sets = float(fired["synced"].mean())
-    ev = {"micro_batches_per_step": k, "allreduce_sets_per_step": round(sets, 2),
-          "allreduces_per_step": round(float(fired["allreduces"].mean()), 2),
-          "avoidable_allreduces_per_step": round(float(fired["avoidable"].mean()), 2),
-          "avoidable_host_us_per_step": round(host_ns / 1000 / n, 3),
-          "avoidable_nccl_kernel_us_per_step": round(comm_ns / 1000 / n, 3),
-          "avoidable_gpu_rows": gpu.height, "per_step": fired.to_dicts()}
-    fix = (f"Each optimizer step runs {k} micro-batches and all-reduces the gradients after {sets:g} of them "
-           f"({ev['allreduces_per_step']:g} all-reduces per step where {ev['allreduces_per_step'] - ev['avoidable_allreduces_per_step']:g} "
-           f"would do; the avoidable ones launch {comm_ns / 1e6 / n:.2f} ms of NCCL kernels per step). Wrap the first "
-           f"{k - 1} micro-batches in model.no_sync() — `with model.no_sync() if i < {k - 1} else contextlib.nullcontext():` "
-           "around forward and backward — so DDP sums the gradients locally and all-reduces once, in the last "
-           "backward (HF Accelerate: `with accelerator.accumulate(model):`; Lightning does it with "
-           "accumulate_grad_batches).")
-    return [ctx.finding(cost_ns=host_ns + comm_ns, count=ar.height, steps=fired["step"].to_list(), evidence=ev,
-                        fix=fix, kernel_ids=comm["i"])]
+    ev = {
+        "micro_batches_per_step": k,
+        "allreduce_sets_per_step": round(sets, 2),
+        "allreduces_per_step": round(float(fired["allreduces"].mean()), 2),
+        "avoidable_allreduces_per_step": round(float(fired["avoidable"].mean()), 2),
+        "avoidable_host_us_per_step": round(host_ns / 1000 / n, 3),
+        "avoidable_nccl_kernel_us_per_step": round(comm_ns / 1000 / n, 3),
+        "avoidable_gpu_rows": gpu.height,
+        "per_step": fired.to_dicts(),
+    }
+    fix = (
+        f"Each optimizer step runs {k} micro-batches and all-reduces the gradients after {sets:g} of them "
+        f"({ev['allreduces_per_step']:g} all-reduces per step where {ev['allreduces_per_step'] - ev['avoidable_allreduces_per_step']:g} "
+        f"would do; the avoidable ones launch {comm_ns / 1e6 / n:.2f} ms of NCCL kernels per step). Wrap the first "
+        f"{k - 1} micro-batches in model.no_sync() — `with model.no_sync() if i < {k - 1} else contextlib.nullcontext():` "
+        "around forward and backward — so DDP sums the gradients locally and all-reduces once, in the last "
+        "backward (HF Accelerate: `with accelerator.accumulate(model):`; Lightning does it with "
+        "accumulate_grad_batches)."
+    )
+    return [
+        ctx.finding(
+            cost_ns=host_ns + comm_ns,
+            count=ar.height,
+            steps=fired["step"].to_list(),
+            evidence=ev,
+            fix=fix,
+            kernel_ids=comm["i"],
+        )
+    ]
 
 
 def fix_transform(ctx: RuleContext) -> Transform | None:

@@ -64,22 +64,28 @@ OPTIONS = {
 GIB = 2**30
 FREE_RE = r"^(cudaFree|cudaFreeAsync|cuMemFree|cuMemRelease|cuMemUnmap|hipFree)(_v\d+)?$"
 EXPANDABLE_RE = r"^cuMem(Create|Map|Release|Unmap)(_v\d+)?$"  # expandable segments map physical pages
-FIX = ("The allocator reaches the driver inside the steps instead of reusing its cached blocks; cudaFree waits for "
-       "the GPU. Keep tensor shapes stable across steps, do not call torch.cuda.empty_cache() in the loop, and set "
-       "PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True.")
+FIX = (
+    "The allocator reaches the driver inside the steps instead of reusing its cached blocks; cudaFree waits for "
+    "the GPU. Keep tensor shapes stable across steps, do not call torch.cuda.empty_cache() in the loop, and set "
+    "PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True."
+)
 
 
 def _calls(ctx: RuleContext) -> pl.DataFrame:
     """The driver allocation calls inside the steps with their parent's category and name:
     [i, name, ts, end, step, free, outside_op, parent]."""
+
     def build() -> pl.DataFrame:
         drv = M.driver_calls(ctx.trace, ctx.steps)
-        par = ctx.trace.host.select(pl.col("i").alias("parent"), pl.col("cat").alias("_pcat"),
-                                    pl.col("name").alias("_pname"))
+        par = ctx.trace.host.select(
+            pl.col("i").alias("parent"), pl.col("cat").alias("_pcat"), pl.col("name").alias("_pname")
+        )
         h = ctx.trace.host.select("i", "parent")
         d = drv.join(h, on="i", how="left").join(par, on="parent", how="left")
-        return d.with_columns(free=pl.col("name").str.contains(FREE_RE),
-                              outside_op=pl.col("_pcat").fill_null("") != "cpu_op").rename({"_pname": "op"})
+        return d.with_columns(
+            free=pl.col("name").str.contains(FREE_RE), outside_op=pl.col("_pcat").fill_null("") != "cpu_op"
+        ).rename({"_pname": "op"})
+
     return ctx.once("allocator-calls", build)
 
 
@@ -105,8 +111,14 @@ def _fragmentation(ctx: RuleContext) -> list[dict]:
         p = per.filter(pl.col("device") == dev)
         pa, pr = int(p["peak_allocated"].max() or 0), p["peak_reserved"].max()
         if pr is not None and pr >= o["fragmentation_ratio"] * pa and (pr - pa) >= o["min_gap_gib"] * GIB:
-            out.append({"device": dev, "peak_allocated_gib": round(pa / GIB, 3), "peak_reserved_gib": round(pr / GIB, 3),
-                        "reserved_over_allocated": round(pr / pa, 2) if pa else None})
+            out.append(
+                {
+                    "device": dev,
+                    "peak_allocated_gib": round(pa / GIB, 3),
+                    "peak_reserved_gib": round(pr / GIB, 3),
+                    "reserved_over_allocated": round(pr / pa, 2) if pa else None,
+                }
+            )
     return out
 
 
@@ -114,9 +126,18 @@ def _retries(calls: pl.DataFrame) -> pl.DataFrame:
     """Ops that freed the cache and then called cudaMalloc again: [parent, op, step, frees]."""
     inside = calls.filter(~pl.col("outside_op"))
     first_free = pl.col("ts").filter(pl.col("free")).min()
-    return (inside.group_by("parent").agg(pl.col("op").first(), pl.col("step").first(), pl.col("free").sum().alias("frees"),
-                                           (~pl.col("free") & (pl.col("ts") > first_free)).any().alias("_retry"))
-            .filter(pl.col("_retry")).drop("_retry").sort("step", "parent"))
+    return (
+        inside.group_by("parent")
+        .agg(
+            pl.col("op").first(),
+            pl.col("step").first(),
+            pl.col("free").sum().alias("frees"),
+            (~pl.col("free") & (pl.col("ts") > first_free)).any().alias("_retry"),
+        )
+        .filter(pl.col("_retry"))
+        .drop("_retry")
+        .sort("step", "parent")
+    )
 
 
 def check(ctx: RuleContext) -> list[Finding]:
@@ -128,57 +149,105 @@ def check(ctx: RuleContext) -> list[Finding]:
     empty = calls.filter(pl.col("free") & pl.col("outside_op"))
     retries = _retries(calls)
     expandable = bool(calls["name"].str.contains(EXPANDABLE_RE).any()) if calls.height else False
-    per = (calls.group_by("step").agg((~pl.col("free")).sum().alias("mallocs"), pl.col("free").sum().alias("frees"),
-                                      ((pl.col("end") - pl.col("ts")).sum() / 1000).round(3).alias("host_us"))
-           .sort("step"))
+    per = (
+        calls.group_by("step")
+        .agg(
+            (~pl.col("free")).sum().alias("mallocs"),
+            pl.col("free").sum().alias("frees"),
+            ((pl.col("end") - pl.col("ts")).sum() / 1000).round(3).alias("host_us"),
+        )
+        .sort("step")
+    )
     rem = removed_per_step(removes(ctx), ctx.steps) if calls.height else None
     savings = int(rem["removed"].sum()) if rem is not None else 0
     host_ns = int((calls["end"] - calls["ts"]).sum()) if calls.height else 0
-    cases = [c for c, on in (("empty_cache", empty.height > 0), ("retries", retries.height > 0),
-                             ("driver_calls", calls.height > 0), ("fragmentation", bool(frag))) if on]
+    cases = [
+        c
+        for c, on in (
+            ("empty_cache", empty.height > 0),
+            ("retries", retries.height > 0),
+            ("driver_calls", calls.height > 0),
+            ("fragmentation", bool(frag)),
+        )
+        if on
+    ]
     evidence = {
-        "cases": cases, "driver_alloc_calls": calls.height,
+        "cases": cases,
+        "driver_alloc_calls": calls.height,
         "driver_alloc_us": round(host_ns / 1000, 3),
         "per_step": per.to_dicts(),
-        "empty_cache_frees": empty.height, "empty_cache_steps": sorted(empty["step"].unique().to_list()),
+        "empty_cache_frees": empty.height,
+        "empty_cache_steps": sorted(empty["step"].unique().to_list()),
         "retry_ops": retries.select("op", "step", "frees").to_dicts(),
-        "expandable_segments": expandable, "fragmented_devices": frag,
+        "expandable_segments": expandable,
+        "fragmented_devices": frag,
     }
     host_ms = host_ns / 1e6 / max(n_steps, 1)
     fix = []
     if empty.height:
-        fix.append(f"Remove torch.cuda.empty_cache() from the loop: {empty.height / n_steps:g} cudaFree call(s) per "
-                   "step run outside any op, each waiting for the GPU, and the next step reserves the blocks again "
-                   f"with cudaMalloc ({host_ms:.2f} ms of host time per step in the driver calls).")
+        fix.append(
+            f"Remove torch.cuda.empty_cache() from the loop: {empty.height / n_steps:g} cudaFree call(s) per "
+            "step run outside any op, each waiting for the GPU, and the next step reserves the blocks again "
+            f"with cudaMalloc ({host_ms:.2f} ms of host time per step in the driver calls)."
+        )
     if retries.height:
-        top = retries["op"].drop_nulls().mode().sort().first() if retries["op"].drop_nulls().len() else "an op"
-        fix.append(f"{retries.height} allocation retr{'y' if retries.height == 1 else 'ies'} ({top}): the allocator "
-                   "found no free block, released its cache and called cudaMalloc again; lower the peak (activation "
-                   "checkpointing, a smaller micro-batch, see TV302)"
-                   + ("." if expandable else " and set PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True."))
+        top = (
+            retries["op"].drop_nulls().mode().sort().first() if retries["op"].drop_nulls().len() else "an op"
+        )
+        fix.append(
+            f"{retries.height} allocation retr{'y' if retries.height == 1 else 'ies'} ({top}): the allocator "
+            "found no free block, released its cache and called cudaMalloc again; lower the peak (activation "
+            "checkpointing, a smaller micro-batch, see TV302)"
+            + ("." if expandable else " and set PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True.")
+        )
     mallocs = calls.filter(~pl.col("free")).height
     if mallocs and not empty.height and not retries.height:
-        fix.append(f"{mallocs / n_steps:g} cudaMalloc call(s) per step after warm-up: the cache misses every step "
-                   "because tensor shapes change (pad or bucket variable lengths, drop_last=True)"
-                   + (": expandable segments are already on (cuMem* calls)." if expandable
-                      else "; set PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True so segments grow in place."))
+        fix.append(
+            f"{mallocs / n_steps:g} cudaMalloc call(s) per step after warm-up: the cache misses every step "
+            "because tensor shapes change (pad or bucket variable lengths, drop_last=True)"
+            + (
+                ": expandable segments are already on (cuMem* calls)."
+                if expandable
+                else "; set PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True so segments grow in place."
+            )
+        )
     elif calls.height and not expandable and "expandable_segments" not in " ".join(fix):
-        fix.append("Set PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True and keep tensor shapes stable across steps.")
+        fix.append(
+            "Set PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True and keep tensor shapes stable across steps."
+        )
     if frag:
         d = frag[0]
-        fix.append(f"Reserved memory is {d['reserved_over_allocated']}x the allocated peak ({d['peak_reserved_gib']} vs "
-                   f"{d['peak_allocated_gib']} GiB): the cache is fragmented"
-                   + (". Keep shapes stable across steps." if expandable else
-                      "; PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True lets segments grow in place."))
+        fix.append(
+            f"Reserved memory is {d['reserved_over_allocated']}x the allocated peak ({d['peak_reserved_gib']} vs "
+            f"{d['peak_allocated_gib']} GiB): the cache is fragmented"
+            + (
+                ". Keep shapes stable across steps."
+                if expandable
+                else "; PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True lets segments grow in place."
+            )
+        )
     severity = "info" if not calls.height or ctx.pct(savings) < ctx.options["moderate_pct"] else None
-    titles = {"empty_cache": "torch.cuda.empty_cache() in the loop (cudaFree outside any op)",
-              "retries": "allocation retries (cache freed inside an op)",
-              "driver_calls": "cudaMalloc/cudaFree inside steady-state steps",
-              "fragmentation": "GPU memory fragmented (reserved >> allocated)"}
-    title = titles[cases[0]] + (f"; {titles['fragmentation']}" if frag and cases[0] != "fragmentation" else "")
-    return [ctx.finding(cost_ns=host_ns, savings_ns=savings, count=calls.height or len(frag),
-                        steps=sorted(calls["step"].unique().to_list()) if calls.height else ctx.steps["step"].to_list(),
-                        evidence=evidence, severity=severity, title=title, fix=" ".join(fix))]
+    titles = {
+        "empty_cache": "torch.cuda.empty_cache() in the loop (cudaFree outside any op)",
+        "retries": "allocation retries (cache freed inside an op)",
+        "driver_calls": "cudaMalloc/cudaFree inside steady-state steps",
+        "fragmentation": "GPU memory fragmented (reserved >> allocated)",
+    }
+    title = titles[cases[0]] + (
+        f"; {titles['fragmentation']}" if frag and cases[0] != "fragmentation" else ""
+    )
+    return [
+        ctx.finding(
+            cost_ns=host_ns,
+            savings_ns=savings,
+            count=calls.height or len(frag),
+            steps=sorted(calls["step"].unique().to_list()) if calls.height else ctx.steps["step"].to_list(),
+            evidence=evidence,
+            severity=severity,
+            title=title,
+            fix=" ".join(fix),
+        )
+    ]
 
 
 def fix_transform(ctx: RuleContext) -> Transform | None:

@@ -65,9 +65,11 @@ OPTIONS = {
     "high_pct": Option(20.0, "XProf highly input-bound (% of step time)"),
     "num_workers": Option(0, "the DataLoader's num_workers when known (0: not known)"),
 }
-FIX = ("The DataLoader already runs worker processes, but they build batches slower than the step consumes them. "
-       "Raise num_workers to what the per-batch CPU time needs (DataLoader(num_workers=N, persistent_workers=True, "
-       "pin_memory=True, prefetch_factor=2)), or make the per-sample transform cheaper (decode once, augment on the GPU).")
+FIX = (
+    "The DataLoader already runs worker processes, but they build batches slower than the step consumes them. "
+    "Raise num_workers to what the per-batch CPU time needs (DataLoader(num_workers=N, persistent_workers=True, "
+    "pin_memory=True, prefetch_factor=2)), or make the per-sample transform cheaper (decode once, augment on the GPU)."
+)
 PAGEABLE_RE = r"Pageable"
 
 
@@ -78,10 +80,12 @@ def applies(ctx: RuleContext) -> bool:
 
 def _need(ctx: RuleContext) -> float:
     """c: the mean replayed unprofiled step with the DataLoader waits off the host path (ns)."""
+
     def run() -> float:
         t = fix_transform(ctx)
         r = replay(ctx.trace, ctx.steps, [profiler_transform(ctx.trace), *([t] if t else [])])
         return float(np.mean(r)) if r.size else 0.0
+
     return ctx.once("loader-need", run)
 
 
@@ -97,40 +101,71 @@ def check(ctx: RuleContext) -> list[Finding]:
     ratio = period / need if need else None
     # steps that waited a real share of the step: in the others the prefetch buffer still held batches
     waited = [r["step"] for r in m["evidence"]["per_step"] if (r["pct"] or 0) >= ctx.options["moderate_pct"]]
-    pageable = bool(ctx.trace.gpu.filter((pl.col("kind") == "memcpy") & pl.col("name").str.contains(PAGEABLE_RE)).height) \
-        if "kind" in ctx.trace.gpu.columns else False
+    pageable = (
+        bool(
+            ctx.trace.gpu.filter(
+                (pl.col("kind") == "memcpy") & pl.col("name").str.contains(PAGEABLE_RE)
+            ).height
+        )
+        if "kind" in ctx.trace.gpu.columns
+        else False
+    )
     nw = int(ctx.options["num_workers"] or 0)
-    ev = {**m["evidence"], "steps_waited": len(waited), "steps": n_steps,
-          "step_period_us": round(period / 1000, 3), "step_without_wait_us": round(need / 1000, 3),
-          "period_over_need": round(ratio, 2) if ratio else None, "pageable_copies": pageable,
-          "num_workers": nw or None}
+    ev = {
+        **m["evidence"],
+        "steps_waited": len(waited),
+        "steps": n_steps,
+        "step_period_us": round(period / 1000, 3),
+        "step_without_wait_us": round(need / 1000, 3),
+        "period_over_need": round(ratio, 2) if ratio else None,
+        "pageable_copies": pageable,
+        "num_workers": nw or None,
+    }
     pin = "pin_memory=True, " if pageable else ""
-    tail = ("; if the host has fewer free cores, make the per-sample transform cheaper instead: decode once and cache, "
-            "smaller source images, augmentation on the GPU (torchvision transforms.v2 on CUDA tensors, NVIDIA DALI)"
-            + (", and pin memory with non_blocking=True copies (the copies are pageable)." if pageable else "."))
+    tail = (
+        "; if the host has fewer free cores, make the per-sample transform cheaper instead: decode once and cache, "
+        "smaller source images, augmentation on the GPU (torchvision transforms.v2 on CUDA tensors, NVIDIA DALI)"
+        + (", and pin memory with non_blocking=True copies (the copies are pageable)." if pageable else ".")
+    )
     if ratio is None:
         fix = FIX
     elif nw:
         per_batch = nw * period
         want = max(nw + 1, math.ceil(nw * ratio))
         ev.update(per_batch_cpu_us=round(per_batch / 1000, 3), workers_needed=want)
-        fix = (f"About {want} DataLoader workers (now {nw}): each batch costs about {per_batch / 1e6:.2f} s of CPU in a "
-               f"worker ({nw} workers deliver one every {period / 1e6:.1f} ms), and the step needs {need / 1e6:.1f} ms "
-               f"without waiting. DataLoader(num_workers={want}, persistent_workers=True, {pin}prefetch_factor=2)"
-               + tail)
+        fix = (
+            f"About {want} DataLoader workers (now {nw}): each batch costs about {per_batch / 1e6:.2f} s of CPU in a "
+            f"worker ({nw} workers deliver one every {period / 1e6:.1f} ms), and the step needs {need / 1e6:.1f} ms "
+            f"without waiting. DataLoader(num_workers={want}, persistent_workers=True, {pin}prefetch_factor=2)"
+            + tail
+        )
     else:
         ev["workers_factor"] = round(ratio, 2)
-        fix = (f"The workers deliver one batch every {period / 1e6:.1f} ms while the step needs {need / 1e6:.1f} ms "
-               f"without waiting: about {ratio:.1f}x the current num_workers (each batch costs a worker about "
-               f"num_workers x {period / 1e6:.1f} ms of CPU). DataLoader(num_workers=N, persistent_workers=True, "
-               f"{pin}prefetch_factor=2) with N = ceil({ratio:.1f} x current)"
-               + tail + " Give the current count with --set loader-workers.num_workers=N for the number.")
+        fix = (
+            f"The workers deliver one batch every {period / 1e6:.1f} ms while the step needs {need / 1e6:.1f} ms "
+            f"without waiting: about {ratio:.1f}x the current num_workers (each batch costs a worker about "
+            f"num_workers x {period / 1e6:.1f} ms of CPU). DataLoader(num_workers=N, persistent_workers=True, "
+            f"{pin}prefetch_factor=2) with N = ceil({ratio:.1f} x current)"
+            + tail
+            + " Give the current count with --set loader-workers.num_workers=N for the number."
+        )
     if len(waited) < n_steps:
-        ev["note"] = (f"the loop waited in {len(waited)} of {n_steps} analysed steps: in the others the prefetch buffer "
-                      "still held batches, so the step period overstates the workers' per-batch time and the worker "
-                      "count is an upper estimate")
-    return [ctx.finding(steps=m["fired"], count=m["calls"], cost_ns=m["total"], savings_ns=m["idle"],
-                        severity_pct=m["pct"], evidence=ev, fix=fix)]
+        ev["note"] = (
+            f"the loop waited in {len(waited)} of {n_steps} analysed steps: in the others the prefetch buffer "
+            "still held batches, so the step period overstates the workers' per-batch time and the worker "
+            "count is an upper estimate"
+        )
+    return [
+        ctx.finding(
+            steps=m["fired"],
+            count=m["calls"],
+            cost_ns=m["total"],
+            savings_ns=m["idle"],
+            severity_pct=m["pct"],
+            evidence=ev,
+            fix=fix,
+        )
+    ]
 
 
 def fix_transform(ctx: RuleContext) -> Transform | None:

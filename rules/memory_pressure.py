@@ -50,10 +50,12 @@ OPTIONS = {
     **XPROF_SEVERITY,
 }
 GIB = 2**30
-FIX = ("Peak reserved memory is close to the device's capacity: an allocation that finds no cached block makes the "
-       "allocator free its cache (cudaFree synchronises the device) and retry, and a larger batch will not fit. "
-       "Checkpoint activations of the large blocks (torch.utils.checkpoint), use a smaller micro-batch with gradient "
-       "accumulation, keep activations in bf16, and drop kept temporaries.")
+FIX = (
+    "Peak reserved memory is close to the device's capacity: an allocation that finds no cached block makes the "
+    "allocator free its cache (cudaFree synchronises the device) and retry, and a larger batch will not fit. "
+    "Checkpoint activations of the large blocks (torch.utils.checkpoint), use a smaller micro-batch with gradient "
+    "accumulation, keep activations in bf16, and drop kept temporaries."
+)
 
 
 def check(ctx: RuleContext) -> list[Finding]:
@@ -70,14 +72,27 @@ def check(ctx: RuleContext) -> list[Finding]:
         top = pa if pr is None else int(pr)
         if not (cap and 100.0 * top / cap >= ctx.options["near_capacity_pct"]):
             continue
-        devs.append({"device": dev, "capacity_gib": round(cap / GIB, 3),
-                     "peak_allocated_gib": round(pa / GIB, 3),
-                     "peak_reserved_gib": round(pr / GIB, 3) if pr is not None else None,
-                     "peak_pct_of_capacity": round(100.0 * top / cap, 2),
-                     "allocs_per_step": round(float(p["allocs"].mean()), 1),
-                     "alloc_gib_per_step": round(float(p["alloc_bytes"].mean()) / GIB, 3)})
+        devs.append(
+            {
+                "device": dev,
+                "capacity_gib": round(cap / GIB, 3),
+                "peak_allocated_gib": round(pa / GIB, 3),
+                "peak_reserved_gib": round(pr / GIB, 3) if pr is not None else None,
+                "peak_pct_of_capacity": round(100.0 * top / cap, 2),
+                "allocs_per_step": round(float(p["allocs"].mean()), 1),
+                "alloc_gib_per_step": round(float(p["alloc_bytes"].mean()) / GIB, 3),
+            }
+        )
     if not devs:
         return []
     evidence = {"cases": ["near_capacity"], "devices": devs, "peak": M.peak_op(ctx.trace, ev)}
-    return [ctx.finding(cost_ns=0, savings_ns=0, count=len(devs), steps=ctx.steps["step"].to_list(),
-                        evidence=evidence, severity="info")]
+    return [
+        ctx.finding(
+            cost_ns=0,
+            savings_ns=0,
+            count=len(devs),
+            steps=ctx.steps["step"].to_list(),
+            evidence=evidence,
+            severity="info",
+        )
+    ]

@@ -23,7 +23,9 @@ def test_memory_section_reads_the_memory_events():
     (d,) = m["devices"]
     # independent: the CUDA events' own totals inside the steps' host spans, and deviceProperties
     ev = t.memory.filter(pl.col("device_type") == 1)
-    inside = pl.any_horizontal([ev["ts"].is_between(s["cpu_ts"], s["cpu_end"] - 1) for s in t.steps.iter_rows(named=True)])
+    inside = pl.any_horizontal(
+        [ev["ts"].is_between(s["cpu_ts"], s["cpu_end"] - 1) for s in t.steps.iter_rows(named=True)]
+    )
     ev = ev.filter(inside)
     assert d["peak_allocated_gib"] == round(int(ev["total_allocated"].max()) / GIB, 3) == 1.801
     assert d["peak_reserved_gib"] == round(int(ev["total_reserved"].max()) / GIB, 3)
@@ -31,7 +33,9 @@ def test_memory_section_reads_the_memory_events():
     assert [s["allocs"] for s in d["steps"]] == [344, 344, 344]
     assert sum(s["allocs"] + s["frees"] for s in d["steps"]) == ev.height
     # the timeline keeps the peak and has at most 50 points per step
-    assert max(d["timeline"]["allocated_gib"]) == d["peak_allocated_gib"] and len(d["timeline"]["ts_us"]) <= 150
+    assert (
+        max(d["timeline"]["allocated_gib"]) == d["peak_allocated_gib"] and len(d["timeline"]["ts_us"]) <= 150
+    )
     assert m["peak"]["op"] == "aten::_log_softmax_backward_data"
 
 
