@@ -40,19 +40,28 @@ def _above_info(entry: dict) -> list[tuple[str, str]]:
 
 # ---- TV303 allocator-churn ------------------------------------------------------------------------------------
 
-EMPTY_CACHE = "gpu_h200_memory/memory_pressure_empty_cache.json.gz"  # empty_cache() after every step (make_trace.py)
+EMPTY_CACHE = (
+    "gpu_h200_memory/memory_pressure_empty_cache.json.gz"  # empty_cache() after every step (make_trace.py)
+)
 
 
 def _raw_driver_calls(rel: str) -> tuple[list[dict], list[dict]]:
     """(driver allocation calls inside the complete steps, cpu_ops), from the raw events."""
     ev = raw_events(rel)
-    steps = sorted((e for e in ev if e.get("cat") == "user_annotation" and e["name"].startswith("ProfilerStep#")),
-                   key=lambda e: e["ts"])
+    steps = sorted(
+        (e for e in ev if e.get("cat") == "user_annotation" and e["name"].startswith("ProfilerStep#")),
+        key=lambda e: e["ts"],
+    )
     # ProfilerStep#4 is cut off by the end of the recording: left out (tb_plugin's rule)
     assert [s["name"] for s in steps] == ["ProfilerStep#2", "ProfilerStep#3", "ProfilerStep#4"]
     spans = [(s["ts"], s["ts"] + s["dur"]) for s in steps[:-1]]
-    calls = [e for e in ev if e.get("cat") == "cuda_runtime" and e["name"] in ("cudaMalloc", "cudaFree")
-             and any(a <= e["ts"] < b for a, b in spans)]
+    calls = [
+        e
+        for e in ev
+        if e.get("cat") == "cuda_runtime"
+        and e["name"] in ("cudaMalloc", "cudaFree")
+        and any(a <= e["ts"] < b for a, b in spans)
+    ]
     ops = [e for e in ev if e.get("cat") == "cpu_op"]
     return calls, ops
 
@@ -63,8 +72,12 @@ def test_empty_cache_every_step_fires_allocator_churn():
     ev = f["evidence"]
     calls, ops = _raw_driver_calls(EMPTY_CACHE)
     # independent: the runtime calls in the analysed steps, and the frees no cpu_op on their thread encloses
-    outside = [c for c in calls if c["name"] == "cudaFree"
-               and not any(o["tid"] == c["tid"] and o["ts"] <= c["ts"] < o["ts"] + o["dur"] for o in ops)]
+    outside = [
+        c
+        for c in calls
+        if c["name"] == "cudaFree"
+        and not any(o["tid"] == c["tid"] and o["ts"] <= c["ts"] < o["ts"] + o["dur"] for o in ops)
+    ]
     assert ev["driver_alloc_calls"] == len(calls) == 14
     assert ev["empty_cache_frees"] == len(outside) == 7 and ev["empty_cache_steps"] == [2, 3]
     assert ev["cases"][0] == "empty_cache" and ev["retry_ops"] == []
@@ -82,8 +95,10 @@ STEADY = "gpu_h200/train_tinygpt_modules.json.gz"  # profile_memory=True, 344 al
 def test_steady_memory_is_quiet_and_fragmentation_is_info():
     assert _ours(_entry(str(SAMPLES / STEADY)), "allocator-churn") == []
     # the same trace against lower fragmentation thresholds: 2.07 GiB reserved, 1.15x the 1.80 GiB allocated peak
-    e = _entry(str(SAMPLES / STEADY), (("allocator-churn", "fragmentation_ratio", 1.1),
-                                        ("allocator-churn", "min_gap_gib", 0.2)))
+    e = _entry(
+        str(SAMPLES / STEADY),
+        (("allocator-churn", "fragmentation_ratio", 1.1), ("allocator-churn", "min_gap_gib", 0.2)),
+    )
     (f,) = _ours(e, "allocator-churn")
     (d,) = f["evidence"]["fragmented_devices"]
     assert f["evidence"]["cases"] == ["fragmentation"] and f["severity"] == "info" and f["savings_us"] == 0
@@ -113,7 +128,9 @@ def test_too_few_workers_fire_loader_workers_not_input_bound():
     assert f["severity"] == "error" and ev["steps_waited"] == 3
     # independent: the mean ProfilerStep duration of the raw trace is the workers' pace
     assert ev["step_period_us"] / 1000 == pytest.approx(_step_ms(NW2), rel=1e-3)
-    assert "num_workers" in f["fix"] and "persistent_workers=True" in f["fix"] and "use workers" not in f["fix"]
+    assert (
+        "num_workers" in f["fix"] and "persistent_workers=True" in f["fix"] and "use workers" not in f["fix"]
+    )
     assert "pin_memory=True" in f["fix"]  # the copies are pageable (the script runs pin_memory=False)
 
 
@@ -159,12 +176,21 @@ def accumulated(tmp_path_factory) -> Path:
     all-reduces each) accumulated into one step, none under no_sync()."""
     with gzip.open(_rank0(DDP), "rt") as fh:
         d = json.load(fh)
-    steps = sorted((e for e in d["traceEvents"] if e.get("name", "").startswith("ProfilerStep#")
-                    and e.get("cat") == "user_annotation"), key=lambda e: e["ts"])
+    steps = sorted(
+        (
+            e
+            for e in d["traceEvents"]
+            if e.get("name", "").startswith("ProfilerStep#") and e.get("cat") == "user_annotation"
+        ),
+        key=lambda e: e["ts"],
+    )
     steps[0]["dur"] = steps[-1]["ts"] + steps[-1]["dur"] - steps[0]["ts"]
     drop = {s["name"] for s in steps[1:]}
-    d["traceEvents"] = [e for e in d["traceEvents"] if not (e.get("name") in drop and e.get("cat") in (
-        "user_annotation", "gpu_user_annotation"))]
+    d["traceEvents"] = [
+        e
+        for e in d["traceEvents"]
+        if not (e.get("name") in drop and e.get("cat") in ("user_annotation", "gpu_user_annotation"))
+    ]
     out = tmp_path_factory.mktemp("ddp") / "rank0.merged.pt.trace.json.gz"
     with gzip.open(out, "wt") as fh:
         json.dump(d, fh)
@@ -175,10 +201,48 @@ def test_all_reduce_every_micro_batch_fires_accumulation_sync(accumulated):
     (f,) = _ours(_entry(str(accumulated)), "accumulation-sync")
     ev = f["evidence"]
     raw = raw_events(str(_rank0(DDP).relative_to(SAMPLES)))
-    fwd = [e for e in raw if e.get("cat") == "user_annotation" and e["name"] == "DistributedDataParallel.forward"]
+    fwd = [
+        e for e in raw if e.get("cat") == "user_annotation" and e["name"] == "DistributedDataParallel.forward"
+    ]
     ar = [e for e in raw if e.get("cat") == "user_annotation" and e["name"] == "nccl:all_reduce"]
     assert ev["micro_batches_per_step"] == len(fwd) == 3 and ev["allreduce_sets_per_step"] == 3
     assert ev["allreduces_per_step"] == len(ar) == 24 and ev["avoidable_allreduces_per_step"] == 16
     assert "model.no_sync()" in f["fix"] and "first 2 micro-batches" in f["fix"]
     # the avoidable NCCL kernels overlap the backward on their own stream: the replayed saving is small
     assert 0 < f["savings_us"] < ev["avoidable_nccl_kernel_us_per_step"]
+
+
+@pytest.fixture(scope="module")
+def retried(tmp_path_factory) -> Path:
+    """The empty_cache trace with one in-op cudaMalloc of step 3 split into a cudaFree followed by the cudaMalloc:
+    the allocator's retry path (no cached block: release the cache, allocate again) inside that op."""
+    with gzip.open(SAMPLES / EMPTY_CACHE, "rt") as fh:
+        d = json.load(fh)
+    ev = d["traceEvents"]
+    step3 = next(e for e in ev if e.get("name") == "ProfilerStep#3" and e.get("cat") == "user_annotation")
+    m = min(
+        (
+            e
+            for e in ev
+            if e.get("name") == "cudaMalloc" and step3["ts"] <= e["ts"] < step3["ts"] + step3["dur"]
+        ),
+        key=lambda e: e["ts"],
+    )
+    half = m["dur"] / 2
+    free = {**m, "name": "cudaFree", "dur": half, "args": {**m.get("args", {}), "correlation": 10**9}}
+    m["ts"], m["dur"] = m["ts"] + half, half
+    ev.append(free)
+    out = tmp_path_factory.mktemp("retry") / "retry.json.gz"
+    with gzip.open(out, "wt") as fh:
+        json.dump(d, fh)
+    return out
+
+
+def test_a_free_then_malloc_inside_one_op_is_a_retry(retried):
+    (f,) = _ours(_entry(str(retried)), "allocator-churn")
+    ev = f["evidence"]
+    assert [(r["step"], r["frees"]) for r in ev["retry_ops"]] == [(3, 1)] and ev["retry_ops"][0][
+        "op"
+    ].startswith("aten::")
+    assert ev["cases"][:2] == ["empty_cache", "retries"] and ev["empty_cache_frees"] == 7
+    assert "1 allocation retry (aten::" in f["fix"] and "lower the peak" in f["fix"]
