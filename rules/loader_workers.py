@@ -73,6 +73,11 @@ FIX = (
 PAGEABLE_RE = r"Pageable"
 
 
+def _dur(ns: float) -> str:
+    """A duration in words: seconds from one second, else milliseconds."""
+    return f"{ns / 1e9:.2f} s" if ns >= 1e9 else f"{ns / 1e6:.0f} ms" if ns >= 1e8 else f"{ns / 1e6:.1f} ms"
+
+
 def applies(ctx: RuleContext) -> bool:
     """Whether the trace's DataLoader runs worker processes on a GPU trace (TV401 judges the others)."""
     return ctx.cpu is None and bool(ctx.features.dataloader_workers)
@@ -134,7 +139,7 @@ def check(ctx: RuleContext) -> list[Finding]:
         want = max(nw + 1, math.ceil(nw * ratio))
         ev.update(per_batch_cpu_us=round(per_batch / 1000, 3), workers_needed=want)
         fix = (
-            f"About {want} DataLoader workers (now {nw}): each batch costs about {per_batch / 1e6:.2f} s of CPU in a "
+            f"About {want} DataLoader workers (now {nw}): each batch costs about {_dur(per_batch)} of CPU in a "
             f"worker ({nw} workers deliver one every {period / 1e6:.1f} ms), and the step needs {need / 1e6:.1f} ms "
             f"without waiting. DataLoader(num_workers={want}, persistent_workers=True, {pin}prefetch_factor=2)"
             + tail

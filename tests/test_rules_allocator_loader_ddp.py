@@ -141,6 +141,7 @@ def test_known_worker_count_gives_the_number_and_the_per_batch_cpu_time():
     want = math.ceil(2 * ev["step_period_us"] / ev["step_without_wait_us"])
     assert ev["workers_needed"] == want and f"About {want} DataLoader workers (now 2)" in f["fix"]
     assert f"num_workers={want}" in f["fix"]
+    assert f"each batch costs about {round(ev['per_batch_cpu_us'] / 1000)} ms of CPU" in f["fix"]
     # independent: the same pipeline in the main process (collected2 cnn_input_nw0) costs ~275 ms per batch
     label = float(C2["cnn_input_nw0"]["injected"]["cpu_ms_per_batch"].strip("~"))
     assert ev["per_batch_cpu_us"] / 1000 == pytest.approx(label, rel=0.1)
