@@ -43,7 +43,9 @@ def main() -> None:
     ap.add_argument("--seq", type=int, default=1024)
     ap.add_argument("--batch", type=int, default=32)
     ap.add_argument("--vocab", type=int, default=8192)
-    ap.add_argument("--no-log", action="store_true", help="don't read the loss back every step (no host sync)")
+    ap.add_argument(
+        "--no-log", action="store_true", help="don't read the loss back every step (no host sync)"
+    )
     args = ap.parse_args()
 
     cuda = torch.cuda.is_available()
@@ -89,7 +91,10 @@ def main() -> None:
         timer.mark()
     kind = "fsdp" if args.fsdp else "ddp"
     timer.report(f"{kind}_rank{rank}_delay{delay:g}")
-    print(f"rank {rank} done ({kind}, delay {delay:g} ms, loss {loss.item() if args.no_log else last_loss:.3f})", flush=True)
+    print(
+        f"rank {rank} done ({kind}, delay {delay:g} ms, loss {loss.item() if args.no_log else last_loss:.3f})",
+        flush=True,
+    )
     dist.destroy_process_group()
 
 

@@ -8,7 +8,8 @@ unprofiled step times (the collector's CUDA events) measure what the fix saves:
 - `--amp` (bf16 autocast) vs FP32, `--precision highest|high` (TF32 off / on);
 - `--optim single|foreach|fused` (AdamW implementation);
 - `--sync-item`: read the loss back with `.item()` every step (a host sync), as a logging loop does;
-- `--compile`: torch.compile the model; `--channels-last` (ResNet).
+- `--compile`: torch.compile the model; `--channels-last` (ResNet);
+- `--empty-cache`: torch.cuda.empty_cache() after every step (the allocator re-reserves its blocks each step).
 
 Models are built from their configs with random weights (no download).
 
@@ -47,7 +48,8 @@ def build_gpt2(args: argparse.Namespace, dev: torch.device) -> tuple[torch.nn.Mo
 def build_resnet(args: argparse.Namespace, dev: torch.device) -> tuple[torch.nn.Module, callable]:
     import torchvision
 
-    model = torchvision.models.resnet18(num_classes=100).to(dev)
+    arch = "resnet18" if args.model == "resnet" else args.model
+    model = getattr(torchvision.models, arch)(num_classes=100).to(dev)
     images = torch.randn(args.batch, 3, args.size, args.size, device=dev)
     labels = torch.randint(0, 100, (args.batch,), device=dev)
     if args.channels_last:
@@ -62,7 +64,7 @@ def build_resnet(args: argparse.Namespace, dev: torch.device) -> tuple[torch.nn.
 
 def main() -> None:
     ap = argparse.ArgumentParser()
-    ap.add_argument("--model", choices=["gpt2", "resnet"], default="gpt2")
+    ap.add_argument("--model", choices=["gpt2", "resnet", "resnet50"], default="gpt2")
     ap.add_argument("--steps", type=int, default=12)
     ap.add_argument("--attn", choices=["eager", "sdpa"], default="sdpa")
     ap.add_argument("--amp", action="store_true", help="bf16 autocast")
@@ -70,6 +72,7 @@ def main() -> None:
     ap.add_argument("--optim", choices=["single", "foreach", "fused"], default="foreach")
     ap.add_argument("--sync-item", action="store_true", help="loss.item() every step")
     ap.add_argument("--compile", action="store_true")
+    ap.add_argument("--empty-cache", action="store_true", help="torch.cuda.empty_cache() every step")
     ap.add_argument("--channels-last", action="store_true")
     ap.add_argument("--layers", type=int, default=6)
     ap.add_argument("--d", type=int, default=768)
@@ -100,6 +103,8 @@ def main() -> None:
             logged.append(loss.item())  # the host waits for the whole step's GPU work
         else:
             logged.append(loss.detach())
+        if args.empty_cache and dev.type == "cuda":
+            torch.cuda.empty_cache()
         timer.mark()
     name = f"{args.model}_{args.attn if args.model == 'gpt2' else 'conv'}"
     timer.report(name)
