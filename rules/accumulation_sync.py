@@ -164,14 +164,17 @@ def check(ctx: RuleContext) -> list[Finding]:
         "avoidable_gpu_rows": gpu.height,
         "per_step": fired.to_dicts(),
     }
+    where = [f"{host_ns / 1e6 / n:.2f} ms of host time in the all-reduce calls and the reducer's bucket work"]
+    if comm_ns:
+        where.append(f"{comm_ns / 1e6 / n:.2f} ms of NCCL kernels")
     fix = (
         f"Each optimizer step runs {k} micro-batches and all-reduces the gradients after {sets:g} of them "
-        f"({ev['allreduces_per_step']:g} all-reduces per step where {ev['allreduces_per_step'] - ev['avoidable_allreduces_per_step']:g} "
-        f"would do; the avoidable ones launch {comm_ns / 1e6 / n:.2f} ms of NCCL kernels per step). Wrap the first "
-        f"{k - 1} micro-batches in model.no_sync() — `with model.no_sync() if i < {k - 1} else contextlib.nullcontext():` "
-        "around forward and backward — so DDP sums the gradients locally and all-reduces once, in the last "
-        "backward (HF Accelerate: `with accelerator.accumulate(model):`; Lightning does it with "
-        "accumulate_grad_batches)."
+        f"({ev['allreduces_per_step']:g} all-reduces per step where "
+        f"{ev['allreduces_per_step'] - ev['avoidable_allreduces_per_step']:g} would do; the avoidable ones take "
+        f"{' and '.join(where)} per step). Wrap the first {k - 1} micro-batches in model.no_sync() — "
+        f"`with model.no_sync() if i < {k - 1} else contextlib.nullcontext():` around forward and backward — so DDP "
+        "sums the gradients locally and all-reduces once, in the last backward (HF Accelerate: "
+        "`with accelerator.accumulate(model):`; Lightning does it with accumulate_grad_batches)."
     )
     return [
         ctx.finding(
