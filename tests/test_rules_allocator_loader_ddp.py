@@ -247,3 +247,84 @@ def test_a_free_then_malloc_inside_one_op_is_a_retry(retried):
     ].startswith("aten::")
     assert ev["cases"][:2] == ["empty_cache", "retries"] and ev["empty_cache_frees"] == 7
     assert "1 allocation retry (aten::" in f["fix"] and "lower the peak" in f["fix"]
+
+
+# ---- collected4: measured twins (labels.json; the lead's slugs mapped to these rules) -----------------------------
+
+C4 = SAMPLES / "collected4"
+C4_LABELS = json.loads((C4 / "labels.json").read_text())
+SLUG = {
+    "allocator-churn": "allocator-churn",
+    "too-few-workers": "loader-workers",
+    "ddp-accumulation-sync": "accumulation-sync",
+}
+TWINS = [t for t in C4_LABELS["twins"] if t["rule"] in SLUG]
+BAND = 0.20  # the issue's bar: predicted within ±20 % of the measured saving
+#: (problem, what fails) -> why, with the numbers: xfail(strict)
+NOT_DETECTED = {
+    "input_workers_nw2": "the profiler slowed the loop (15.8 ms traced) to the 2 workers' pace (16 x 2 ms per batch / 2): "
+    "the trace records no DataLoader wait (37 µs a step), so nothing shows the unprofiled loop (8.7 ms replayed) "
+    "waiting 17.0 - 11.4 ms",
+}
+MISSES = {
+    "gpt2_sdpa_empty_cache": "6.53 predicted vs 11.03 ms measured (-41 %): the replay keeps 2.8 ms more per step than "
+    "the fixed twin's (26.6 vs 23.8 ms) and replays the problem step at 33.1 of 34.5 ms",
+    "input_workers_nw2": "0.04 predicted vs 5.62 ms measured: no wait recorded (see NOT_DETECTED)",
+    "cnn_input_nw3": "34.5 predicted vs 60.5 ms measured (-43 %): the replay removes the waits as recorded (105 ms in "
+    "3 steps, one burst of 3 workers); unprofiled the loop is faster, so it waits longer (78.2 ms steps, 3 x 78 = "
+    "235 ms of CPU per batch) than the profiled one did",
+    "ddp_accum4_gloo2": "8.8 predicted vs 98.1 ms measured: gloo all-reduces run on its worker threads (60 ms a "
+    "micro-batch) and the backward thread waits for them; the replay has no edge for that cross-thread wait",
+}
+
+
+def _c4(run: str) -> str:
+    return str(sorted((C4 / run).glob("rank0.*.pt.trace.json.gz"))[0])
+
+
+def _mark(run: str, table: dict):
+    return [pytest.mark.xfail(strict=True, reason=table[run])] if run in table else []
+
+
+@pytest.mark.parametrize(
+    "t", [pytest.param(t, marks=_mark(t["problem"], NOT_DETECTED), id=t["problem"]) for t in TWINS]
+)
+def test_collected4_problem_fires_its_rule(t):
+    got = [f["severity"] for f in _ours(_entry(_c4(t["problem"])), SLUG[t["rule"]])]
+    assert got and got[0] in ("warning", "error"), got
+
+
+@pytest.mark.parametrize("run", sorted({t["fixed"] for t in TWINS}))
+def test_collected4_fixed_twin_raises_nothing_above_info(run):
+    assert _above_info(_entry(_c4(run))) == []
+
+
+@pytest.mark.parametrize(
+    "t", [pytest.param(t, marks=_mark(t["problem"], MISSES), id=t["problem"]) for t in TWINS]
+)
+def test_collected4_predicted_within_20_pct_of_measured(t):
+    """The finding's replayed saving per step (unprofiled terms) against the labels' measured saving
+    (unprofiled problem - unprofiled fixed step, the collector's CUDA events in steady state)."""
+    got = [f["savings_us"] / 1000 for f in _ours(_entry(_c4(t["problem"])), SLUG[t["rule"]])]
+    m = t["measured_fix_saving_ms"]
+    assert got, "no finding"
+    assert abs(got[0] / m - 1) <= BAND, f"{got[0]:.3f} predicted vs {m:.3f} ms measured"
+
+
+def test_collected4_text_names_the_concrete_api():
+    (a,) = _ours(_entry(_c4("alloc_churn_empty_cache")), "allocator-churn")
+    # alloc_churn.py --empty-cache calls torch.cuda.empty_cache() after every step: frees outside any op in each
+    assert "Remove torch.cuda.empty_cache() from the loop" in a["fix"]
+    assert a["evidence"]["empty_cache_steps"] == a["steps"] and len(a["steps"]) >= 2
+    (d,) = _ours(_entry(_c4("ddp_accum4_nccl")), "accumulation-sync")
+    # ddp_accum.py --accum 4: four DDP forwards per optimizer step, all-reducing after each
+    assert d["evidence"]["micro_batches_per_step"] == 4 and d["evidence"]["allreduce_sets_per_step"] == 4
+    assert "Wrap the first 3 micro-batches in model.no_sync()" in d["fix"]
+    (w,) = _ours(_entry(_c4("cnn_input_nw3"), (("loader-workers", "num_workers", 3),)), "loader-workers")
+    ev = w["evidence"]
+    assert ev["workers_needed"] == math.ceil(3 * ev["step_period_us"] / ev["step_without_wait_us"])
+    # the twin that fixed it runs 12 workers (its label), and its unprofiled step (17.7 ms) is the loop's own
+    fixed = next(t for t in TWINS if t["problem"] == "cnn_input_nw3")
+    assert "num_workers=12" in fixed["fix"] and ev["workers_needed"] == 12
+    assert "About 12 DataLoader workers (now 3)" in w["fix"]
+    assert "DataLoader(num_workers=12, persistent_workers=True, pin_memory=True" in w["fix"]
