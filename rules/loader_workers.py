@@ -159,9 +159,9 @@ def check(ctx: RuleContext) -> list[Finding]:
     severity = None
     if len(waited) < n_steps:
         ev["note"] = (
-            f"the loop waited in {len(waited)} of {n_steps} analysed steps: in the others the prefetch buffer "
-            "still held batches, so the step period overstates the workers' per-batch time and the worker "
-            "count is an upper estimate"
+            f"the loop waited in {len(waited)} of {n_steps} analysed steps: N workers deliver their batches in bursts, "
+            "so the mean step period is their pace only over whole delivery cycles (N steps); over fewer steps the "
+            "per-batch time and the worker count are rough estimates, either way"
         )
         # a wait in a minority of the steps and below the high threshold is as consistent with a loader that
         # keeps pace on average (its prefetch buffer absorbing a late batch) as with too few workers
