@@ -76,6 +76,15 @@ FIX_CPU = (
 )
 
 
+#: a CPU trace whose DataLoader already has worker processes: more or cheaper workers, never "use workers"
+FIX_CPU_WORKERS = (
+    "The DataLoader already runs worker processes, yet the training process still waits for batches: the workers "
+    "build them slower than the step consumes them, and on a CPU job they share the cores with the training "
+    "itself. Raise num_workers only as far as free cores allow (persistent_workers=True, prefetch_factor), and make "
+    "the per-sample transform cheaper (decode once, cache decoded samples, smaller inputs)."
+)
+
+
 def _check_cpu(ctx: RuleContext) -> list[Finding]:
     """Host-side measure for traces without GPU activity: the DataLoader part of each step (cpu.step_split)."""
     split = ctx.cpu["split"]
@@ -101,7 +110,8 @@ def _check_cpu(ctx: RuleContext) -> list[Finding]:
     }
     fired = split.filter(pl.col("input") > 0)["step"].to_list()
     count = dl.filter((pl.col("end") > ctx.lo) & (pl.col("ts") < ctx.hi)).height if dl.height else 0
-    return [ctx.finding(steps=fired, count=count, cost_ns=total, evidence=ev, title=TITLE_CPU, fix=FIX_CPU)]
+    fix = FIX_CPU_WORKERS if ctx.features.dataloader_workers else FIX_CPU
+    return [ctx.finding(steps=fired, count=count, cost_ns=total, evidence=ev, title=TITLE_CPU, fix=fix)]
 
 
 def measure(ctx: RuleContext) -> dict | None:

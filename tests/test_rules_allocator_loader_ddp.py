@@ -328,3 +328,20 @@ def test_collected4_text_names_the_concrete_api():
     assert "num_workers=12" in fixed["fix"] and ev["workers_needed"] == 12
     assert "About 12 DataLoader workers (now 3)" in w["fix"]
     assert "DataLoader(num_workers=12, persistent_workers=True, pin_memory=True" in w["fix"]
+
+
+def test_cpu_trace_with_workers_is_not_told_to_use_workers(tmp_path):
+    """The CPU-only input-bound run with its DataLoader renamed to the multi-process iterator: the host-side
+    finding (TV401 judges CPU traces) then asks for more or cheaper workers, never for workers."""
+    src = next((SAMPLES / "cpu_collected/tinygpt_input_bound").glob("*.pt.trace.json.gz"))
+    with gzip.open(src, "rt") as fh:
+        text = fh.read()
+    assert text.count("_SingleProcessDataLoaderIter") == 3
+    out = tmp_path / "workers.pt.trace.json.gz"
+    with gzip.open(out, "wt") as fh:
+        fh.write(text.replace("_SingleProcessDataLoaderIter", "_MultiProcessingDataLoaderIter"))
+    single = [f for f in _entry(str(src))["findings"] if f["rule"] == "input-bound"]
+    multi = [f for f in _entry(str(out))["findings"] if f["rule"] == "input-bound"]
+    assert len(single) == len(multi) == 1 and single[0]["cost_us"] == multi[0]["cost_us"]
+    assert "num_workers > 0" in single[0]["fix"]
+    assert "already runs worker processes" in multi[0]["fix"] and "num_workers > 0" not in multi[0]["fix"]
