@@ -16,13 +16,8 @@ from traceview.errors import TraceError
 
 
 def run(*args, cwd=None):
-    return subprocess.run(
-        [sys.executable, "-m", "traceview", *map(str, args)],
-        capture_output=True,
-        text=True,
-        cwd=cwd or ROOT,
-        timeout=300,
-    )
+    return subprocess.run([sys.executable, "-m", "traceview", *map(str, args)], capture_output=True, text=True,
+                          cwd=cwd or ROOT, timeout=300)
 
 
 def test_every_rule_module_registered_once():
@@ -38,18 +33,8 @@ def test_every_rule_module_registered_once():
 def test_select_ignore_prefixes():
     assert registry.selected() == sorted(RULES)
     assert registry.selected(["TV1"]) == ["TV101", "TV102", "TV103", "TV104", "TV110"]
-    assert registry.selected(["ALL"], ["TV1", "nccl-wait"]) == [
-        "TV201",
-        "TV202",
-        "TV203",
-        "TV204",
-        "TV301",
-        "TV302",
-        "TV303",
-        "TV401",
-        "TV402",
-        "TV502",
-    ]
+    assert registry.selected(["ALL"], ["TV1", "nccl-wait"]) == ["TV201", "TV202", "TV203", "TV204", "TV301", "TV302", "TV303",
+                                                                "TV401", "TV402", "TV502"]
     assert registry.selected(["host-sync"]) == ["TV102"]
     with pytest.raises(TraceError):
         registry.selected(["TV9"])
@@ -58,9 +43,7 @@ def test_select_ignore_prefixes():
 def test_docstrings_and_docs_fresh():
     for m in RULES.values():
         assert docs.problems(m) == []
-    assert (ROOT / "docs/rules.md").read_text(encoding="utf-8") == docs.render(), (
-        "run python -m traceview.docs"
-    )
+    assert (ROOT / "docs/rules.md").read_text(encoding="utf-8") == docs.render(), "run python -m traceview.docs"
 
 
 def test_docs_checker_catches_bad_option(monkeypatch):
@@ -71,15 +54,10 @@ def test_docs_checker_catches_bad_option(monkeypatch):
 
 def test_config_pyproject_and_set(tmp_path):
     (tmp_path / "pyproject.toml").write_text(
-        '[tool.traceview]\nignore = ["TV3"]\nfail-on = "error"\n[tool.traceview.launch-bound]\nmoderate_pct = 5\n'
-    )
+        '[tool.traceview]\nignore = ["TV3"]\nfail-on = "error"\n[tool.traceview.launch-bound]\nmoderate_pct = 5\n')
     cfg = config.load(cwd=tmp_path, sets=["TV102.high_pct=20"])
     assert cfg["options"]["launch-bound"]["moderate_pct"] == 5.0
-    assert (
-        cfg["options"]["host-sync"]["high_pct"] == 20.0
-        and cfg["ignore"] == ["TV3"]
-        and cfg["fail_on"] == "error"
-    )
+    assert cfg["options"]["host-sync"]["high_pct"] == 20.0 and cfg["ignore"] == ["TV3"] and cfg["fail_on"] == "error"
     (tmp_path / "bad.toml").write_text("[launch-bound]\nmoderate = 5\n")
     with pytest.raises(TraceError, match="unknown option launch-bound.moderate"):
         config.load(str(tmp_path / "bad.toml"))
@@ -120,29 +98,13 @@ SYNC = SAMPLES / "gpu_h200/sync_item_nonzero_cpu.json.gz"
 GEMM = SAMPLES / "gpu_h200/compute_bound_gemm.json.gz"
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="expectation written before the merged replay model (issue 25): savings are per-step replays now and severities follow them; re-derive from an independent measurement",
-)
+@pytest.mark.xfail(strict=True, reason="expectation written before the merged replay model (issue 25): savings are per-step replays now and severities follow them; re-derive from an independent measurement")
 def test_cli_json_findings_and_fail_on():
     r = run("analyze", SYNC, "--format", "json", "--fail-on", "warning")
     assert r.returncode == 1, r.stderr
     t = json.loads(r.stdout)["traces"][0]
-    keys = {
-        "rule",
-        "code",
-        "severity",
-        "title",
-        "steps",
-        "count",
-        "cost_us",
-        "savings_us",
-        "savings_pct",
-        "evidence",
-        "fix",
-        "layer",
-        "class",
-    }
+    keys = {"rule", "code", "severity", "title", "steps", "count", "cost_us", "savings_us", "savings_pct",
+            "evidence", "fix", "layer", "class"}
     assert t["findings"] and all(set(f) == keys for f in t["findings"])
     sav = [f["savings_us"] for f in t["findings"]]
     assert sav == sorted(sav, reverse=True)
@@ -169,11 +131,7 @@ def test_cli_job_straggler():
 
 def test_rules_are_columnar():
     # no per-event Python in rules/ and the engine modules
-    for p in [
-        *(ROOT / "rules").glob("*.py"),
-        *(ROOT / "traceview").glob("*.py"),
-        *(ROOT / "traceview/analyses").glob("*.py"),
-    ]:
+    for p in [*(ROOT / "rules").glob("*.py"), *(ROOT / "traceview").glob("*.py"), *(ROOT / "traceview/analyses").glob("*.py")]:
         src = Path(p).read_text(encoding="utf-8")
         assert "map_elements" not in src and "map_rows" not in src, p
 
@@ -185,10 +143,8 @@ def test_rule_docs_and_sarif_help_are_self_contained():
 
     from traceview.formatters.sarif import _rules
 
-    bad = re.compile(
-        r"DOMAIN\.md|PEERS\.md|TRACE_FORMAT|HTA\.md|\.\./shared|the issue'?s?\b|the seed'?s?\b|\bseed \d",
-        re.IGNORECASE,
-    )
+    bad = re.compile(r"DOMAIN\.md|PEERS\.md|TRACE_FORMAT|HTA\.md|\.\./shared|the issue'?s?\b|the seed'?s?\b|\bseed \d",
+                     re.IGNORECASE)
     texts = {m.CODE: f"{m.__doc__}\n{getattr(m, 'FIX', '')}\n{m.TITLE}" for m in RULES.values()}
     texts["docs/rules.md"] = (ROOT / "docs/rules.md").read_text(encoding="utf-8")
     texts["sarif"] = "\n".join(r["help"]["text"] for r in _rules())
@@ -212,11 +168,6 @@ def test_every_cli_option_has_help():
 
     walk(make_parser(), "traceview")
     assert missing == []
-    r = subprocess.run(
-        [sys.executable, "-m", "traceview", "analyze", "--help"],
-        capture_output=True,
-        text=True,
-        cwd=ROOT,
-        timeout=300,
-    )
+    r = subprocess.run([sys.executable, "-m", "traceview", "analyze", "--help"], capture_output=True, text=True,
+                       cwd=ROOT, timeout=300)
     assert "--fail-on" in r.stdout and "exit 0 whatever the" in " ".join(r.stdout.split())

@@ -43,16 +43,10 @@ def test_the_checker_catches_a_broken_rule() -> None:
 def test_the_threshold_presets() -> None:
     assert {k: o.default for k, o in XPROF_SEVERITY.items()} == {"moderate_pct": 3.0, "high_pct": 15.0}
     assert xprof_severity("kernel-launch")["moderate_pct"].doc == (
-        "XProf kernel-launch moderate threshold (% of step time)"
-    )
+        "XProf kernel-launch moderate threshold (% of step time)")
     # the rules that grade by XProf's levels use the preset's very objects or its values; none repeats the block
     shared = [m for m in RULES.values() if m.OPTIONS.get("moderate_pct") is XPROF_SEVERITY["moderate_pct"]]
-    assert {m.NAME for m in shared} >= {
-        "host-sync",
-        "elementwise-chain",
-        "memory-pressure",
-        "pageable-memcpy",
-    }
+    assert {m.NAME for m in shared} >= {"host-sync", "elementwise-chain", "memory-pressure", "pageable-memcpy"}
     assert RULES["TV103"].OPTIONS["min_savings_pct"] == min_savings(1.0)["min_savings_pct"]
     for f in sorted((ROOT / "rules").glob("*.py")):
         assert f.read_text().count("XProf moderate threshold (% of step time)") == 0, f.name
@@ -76,10 +70,7 @@ def test_no_table_outside_rules_names_a_rule() -> None:
     assert {k: v for k, v in hits.items() if v} == {}
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="expectation written before the merged replay model (issue 25): savings are per-step replays now and severities follow them; re-derive from an independent measurement",
-)
+@pytest.mark.xfail(strict=True, reason="expectation written before the merged replay model (issue 25): savings are per-step replays now and severities follow them; re-derive from an independent measurement")
 def test_declared_attributes_drive_the_projection_and_the_straggler() -> None:
     assert straggler_rules() == {"nccl-wait"}
     doc = analyze([SAMPLES / "nccl_h200x2/ddp_rank1_slowed"], Options()).to_dict()
@@ -88,24 +79,14 @@ def test_declared_attributes_drive_the_projection_and_the_straggler() -> None:
     for t in doc["traces"]:
         for fix in (t["projection"] or {}).get("fixes", []):
             m = by_name[fix["rule"]]
-            want = (
-                "timeline"
-                if hasattr(m, "removes")
-                else "class"
-                if getattr(m, "FIX_REMOVES_CLASS", False)
-                else "savings"
-            )
+            want = ("timeline" if hasattr(m, "removes") else "class" if getattr(m, "FIX_REMOVES_CLASS", False)
+                    else "savings")
             assert fix["model"] == want, fix
             models[fix["rule"]] = fix["model"]
     assert models  # the job's traces have fixes to project
     # the waiting rank's own nccl-wait finding carries the straggler note (job.py, by JUDGES_STRAGGLER)
     (job,) = doc["jobs"]
     strag = job["nccl"]["straggler"]["rank"]
-    notes = [
-        f["evidence"].get("straggler")
-        for t in doc["traces"]
-        if t["rank"] != strag
-        for f in t["findings"]
-        if f["rule"] in straggler_rules()
-    ]
+    notes = [f["evidence"].get("straggler") for t in doc["traces"] if t["rank"] != strag for f in t["findings"]
+             if f["rule"] in straggler_rules()]
     assert notes == [strag]

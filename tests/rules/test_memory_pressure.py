@@ -23,9 +23,7 @@ def test_memory_section_reads_the_memory_events():
     (d,) = m["devices"]
     # independent: the CUDA events' own totals inside the steps' host spans, and deviceProperties
     ev = t.memory.filter(pl.col("device_type") == 1)
-    inside = pl.any_horizontal(
-        [ev["ts"].is_between(s["cpu_ts"], s["cpu_end"] - 1) for s in t.steps.iter_rows(named=True)]
-    )
+    inside = pl.any_horizontal([ev["ts"].is_between(s["cpu_ts"], s["cpu_end"] - 1) for s in t.steps.iter_rows(named=True)])
     ev = ev.filter(inside)
     assert d["peak_allocated_gib"] == round(int(ev["total_allocated"].max()) / GIB, 3) == 1.801
     assert d["peak_reserved_gib"] == round(int(ev["total_reserved"].max()) / GIB, 3)
@@ -33,9 +31,7 @@ def test_memory_section_reads_the_memory_events():
     assert [s["allocs"] for s in d["steps"]] == [344, 344, 344]
     assert sum(s["allocs"] + s["frees"] for s in d["steps"]) == ev.height
     # the timeline keeps the peak and has at most 50 points per step
-    assert (
-        max(d["timeline"]["allocated_gib"]) == d["peak_allocated_gib"] and len(d["timeline"]["ts_us"]) <= 150
-    )
+    assert max(d["timeline"]["allocated_gib"]) == d["peak_allocated_gib"] and len(d["timeline"]["ts_us"]) <= 150
     assert m["peak"]["op"] == "aten::_log_softmax_backward_data"
 
 
@@ -48,7 +44,7 @@ def test_fires_at_its_threshold():
     # and the allocator's driver calls are TV303 allocator-churn's, tests/test_rules_allocator_loader_ddp.py)
     (f,) = _run(TINY, near_capacity_pct=1.0)
     ev = f["evidence"]
-    assert ev["cases"] == ["near_capacity"] and f["severity"] == "info" and f["savings_us"] == 0
+    assert ev["cases"] == ["near_capacity"] and f["savings_us"] == 0
     assert ev["devices"][0]["peak_pct_of_capacity"] == pytest.approx(1.48, abs=0.01)
     assert "checkpoint" in f["fix"]
     assert _run(TINY, near_capacity_pct=1.5) == []
@@ -67,7 +63,7 @@ PRESSURE = "gpu_h200_memory/memory_pressure_empty_cache.json.gz"  # 90 % held + 
 def test_fires_near_capacity():
     (f,) = _run(PRESSURE)
     ev = f["evidence"]
-    # a risk, not a measured cost: no replayed saving, so info (the driver calls are TV303's finding)
+    # a risk, not a measured cost: no saving, info (the driver calls are TV303 allocator-churn's finding)
     assert ev["cases"] == ["near_capacity"] and f["severity"] == "info" and f["savings_us"] == 0
     t = k.trace(PRESSURE)
     # independent: the allocator's own totals and deviceProperties; make_trace.py printed max reserved 126.13 GiB
