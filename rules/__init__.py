@@ -18,6 +18,8 @@ from types import ModuleType
 from traceview.ruleapi import Option
 
 from . import (
+    accumulation_sync,
+    allocator_churn,
     cpu_op_overhead,
     elementwise_chain,
     fp32_gemm,
@@ -26,6 +28,7 @@ from . import (
     host_sync,
     input_bound,
     launch_bound,
+    loader_workers,
     memory_pressure,
     nccl_wait,
     pageable_memcpy,
@@ -47,7 +50,10 @@ RULES: dict[str, ModuleType] = {
     "TV204": gemm_epilogue,
     "TV301": pageable_memcpy,
     "TV302": memory_pressure,
+    "TV303": allocator_churn,
     "TV401": input_bound,
+    "TV402": loader_workers,
     "TV501": nccl_wait,
+    "TV502": accumulation_sync,
 }
 BY_NAME: dict[str, ModuleType] = {m.NAME: m for m in RULES.values()}

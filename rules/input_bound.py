@@ -59,17 +59,30 @@ OPTIONS = {
     "moderate_pct": Option(5.0, "tb_plugin rule 1 / XProf moderately input-bound (% of step time)"),
     "high_pct": Option(20.0, "XProf highly input-bound (% of step time)"),
 }
-FIX = ("The GPU has nothing queued while the host prepares the next batch: data loading runs on the critical "
-       "path instead of in parallel with the step. Give the DataLoader worker processes (num_workers > 0, "
-       "persistent_workers=True, prefetch_factor) so batches are ready before they are needed, pin memory "
-       "(pin_memory=True) and copy with non_blocking=True, and make the per-sample transform cheaper (decode once, "
-       "augment on the GPU).")
+FIX = (
+    "The GPU has nothing queued while the host prepares the next batch: data loading runs on the critical "
+    "path instead of in parallel with the step. Give the DataLoader worker processes (num_workers > 0, "
+    "persistent_workers=True, prefetch_factor) so batches are ready before they are needed, pin memory "
+    "(pin_memory=True) and copy with non_blocking=True, and make the per-sample transform cheaper (decode once, "
+    "augment on the GPU)."
+)
 
 
-FIX_CPU = ("Data loading runs on the critical path: the training process prepares each batch itself between "
-           "steps instead of in parallel with them. Give the DataLoader worker processes (num_workers > 0, "
-           "persistent_workers=True, prefetch_factor) so batches are ready before they are needed, and make the "
-           "per-sample transform cheaper (decode once, cache decoded samples).")
+FIX_CPU = (
+    "Data loading runs on the critical path: the training process prepares each batch itself between "
+    "steps instead of in parallel with them. Give the DataLoader worker processes (num_workers > 0, "
+    "persistent_workers=True, prefetch_factor) so batches are ready before they are needed, and make the "
+    "per-sample transform cheaper (decode once, cache decoded samples)."
+)
+
+
+#: a CPU trace whose DataLoader already has worker processes: more or cheaper workers, never "use workers"
+FIX_CPU_WORKERS = (
+    "The DataLoader already runs worker processes, yet the training process still waits for batches: the workers "
+    "build them slower than the step consumes them, and on a CPU job they share the cores with the training "
+    "itself. Raise num_workers only as far as free cores allow (persistent_workers=True, prefetch_factor), and make "
+    "the per-sample transform cheaper (decode once, cache decoded samples, smaller inputs)."
+)
 
 
 def _check_cpu(ctx: RuleContext) -> list[Finding]:
@@ -81,24 +94,33 @@ def _check_cpu(ctx: RuleContext) -> list[Finding]:
         return []
     dl = dataloader_spans(ctx.trace)
     ev = {
-        "dataloader_us": round(total / 1000, 3), "dataloader_pct": round(pct, 2), "source": "host (no GPU activity)",
-        "op": dl["name"].mode().sort().first() if dl.height else None, "calls": dl.height,
-        "per_step": [{"step": r["step"], "dataloader_us": round(r["input"] / 1000, 3),
-                      "pct": round(100.0 * r["input"] / r["dur"], 2) if r["dur"] else None}
-                     for r in split.iter_rows(named=True)],  # one per step
+        "dataloader_us": round(total / 1000, 3),
+        "dataloader_pct": round(pct, 2),
+        "source": "host (no GPU activity)",
+        "op": dl["name"].mode().sort().first() if dl.height else None,
+        "calls": dl.height,
+        "per_step": [
+            {
+                "step": r["step"],
+                "dataloader_us": round(r["input"] / 1000, 3),
+                "pct": round(100.0 * r["input"] / r["dur"], 2) if r["dur"] else None,
+            }
+            for r in split.iter_rows(named=True)
+        ],  # one per step
     }
     fired = split.filter(pl.col("input") > 0)["step"].to_list()
     count = dl.filter((pl.col("end") > ctx.lo) & (pl.col("ts") < ctx.hi)).height if dl.height else 0
-    return [ctx.finding(steps=fired, count=count, cost_ns=total, evidence=ev, title=TITLE_CPU, fix=FIX_CPU)]
+    fix = FIX_CPU_WORKERS if ctx.features.dataloader_workers else FIX_CPU
+    return [ctx.finding(steps=fired, count=count, cost_ns=total, evidence=ev, title=TITLE_CPU, fix=fix)]
 
 
-def check(ctx: RuleContext) -> list[Finding]:
-    if ctx.cpu is not None:
-        return _check_cpu(ctx)
+def measure(ctx: RuleContext) -> dict | None:
+    """The DataLoader wait of a GPU trace as tb_plugin measures it: {total, pct, idle, calls, fired, evidence}
+    (None: no DataLoader). TV402 loader-workers reads the same measure."""
     trace, steps, window = ctx.trace, ctx.steps, ctx.window_ns
     dl = dataloader_spans(trace)
     if dl.height == 0 or not window:
-        return []
+        return None
     lo, hi = ctx.lo, ctx.hi
     host = per_window(clip(dl.select("ts", "end"), lo, hi), steps.select("step", "ts", "end"))
     # tb_plugin's DataLoader time: the DataLoader role of its priority breakdown (instants not taken by
@@ -106,45 +128,84 @@ def check(ctx: RuleContext) -> list[Finding]:
     per = step_breakdown(trace, steps).select("step", pl.col("dataloader").alias("dur")).sort("step")
     total = int(per["dur"].sum())
     # as a share of tb_plugin's own step windows, the number the plugin reports
-    tb = steps.select("step", (pl.col("tb_end") - pl.col("tb_ts")).alias("sd")) if "tb_ts" in steps.columns else \
-        steps.select("step", (pl.col("end") - pl.col("ts")).alias("sd"))
+    tb = (
+        steps.select("step", (pl.col("tb_end") - pl.col("tb_ts")).alias("sd"))
+        if "tb_ts" in steps.columns
+        else steps.select("step", (pl.col("end") - pl.col("ts")).alias("sd"))
+    )
     tb_window = int(tb["sd"].sum())
     pct = 100.0 * total / tb_window if tb_window else 0.0
-    if pct < ctx.options["moderate_pct"]:
-        return []
     part = ctx.class_time("input")
     idle = part.group_by("step").agg((pl.col("end") - pl.col("ts")).sum().alias("idle"))
     idle_total = int(idle["idle"].sum()) if idle.height else 0
     rows = per.join(tb, on="step").join(idle, on="step", how="left").sort("step")
     ev = {
-        "dataloader_us": round(total / 1000, 3), "dataloader_pct": round(pct, 2),
+        "dataloader_us": round(total / 1000, 3),
+        "dataloader_pct": round(pct, 2),
         "dataloader_host_us": round(int(host["dur"].sum()) / 1000, 3),
         "gpu_idle_during_input_us": round(idle_total / 1000, 3),
-        "op": dl["name"].mode().sort().first(), "calls": dl.height,
-        "per_step": [{"step": r["step"], "dataloader_us": round(r["dur"] / 1000, 3),
-                      "pct": round(100.0 * r["dur"] / r["sd"], 2) if r["sd"] else None,
-                      "gpu_idle_us": round((r["idle"] or 0) / 1000, 3)} for r in rows.to_dicts()],
+        "op": dl["name"].mode().sort().first(),
+        "calls": dl.height,
+        "per_step": [
+            {
+                "step": r["step"],
+                "dataloader_us": round(r["dur"] / 1000, 3),
+                "pct": round(100.0 * r["dur"] / r["sd"], 2) if r["sd"] else None,
+                "gpu_idle_us": round((r["idle"] or 0) / 1000, 3),
+            }
+            for r in rows.to_dicts()
+        ],
     }
-    fired = rows.filter(pl.col("dur") > 0)["step"].to_list()
-    return [ctx.finding(steps=fired, count=dl.filter((pl.col("end") > lo) & (pl.col("ts") < hi)).height,
-                        cost_ns=total, savings_ns=idle_total, severity_pct=pct, evidence=ev,
-                        fix=fix_for(ctx.features))]
+    return {
+        "total": total,
+        "pct": pct,
+        "idle": idle_total,
+        "evidence": ev,
+        "calls": dl.filter((pl.col("end") > lo) & (pl.col("ts") < hi)).height,
+        "fired": rows.filter(pl.col("dur") > 0)["step"].to_list(),
+    }
+
+
+def check(ctx: RuleContext) -> list[Finding]:
+    if ctx.cpu is not None:
+        return _check_cpu(ctx)
+    if ctx.features.dataloader_workers:  # a loader with workers that cannot keep up: TV402 loader-workers
+        return []
+    m = measure(ctx)
+    if m is None or m["pct"] < ctx.options["moderate_pct"]:
+        return []
+    return [
+        ctx.finding(
+            steps=m["fired"],
+            count=m["calls"],
+            cost_ns=m["total"],
+            savings_ns=m["idle"],
+            severity_pct=m["pct"],
+            evidence=m["evidence"],
+            fix=fix_for(ctx.features),
+        )
+    ]
 
 
 def fix_for(f: Features) -> str:
     """The fix, conditioned on the trace: a DataLoader that already has worker processes needs more or faster
     workers, not workers."""
     if f.dataloader_workers:
-        return ("The DataLoader already runs worker processes, yet the host still waits for batches: the workers "
-                "cannot keep up. Raise num_workers (up to the free CPU cores), prefetch_factor and "
-                "persistent_workers=True, make the per-sample transform cheaper (decode once, smaller images, "
-                "augment on the GPU), pin memory and copy with non_blocking=True.")
+        return (
+            "The DataLoader already runs worker processes, yet the host still waits for batches: the workers "
+            "cannot keep up. Raise num_workers (up to the free CPU cores), prefetch_factor and "
+            "persistent_workers=True, make the per-sample transform cheaper (decode once, smaller images, "
+            "augment on the GPU), pin memory and copy with non_blocking=True."
+        )
     return FIX
 
 
 def fix_transform(ctx: RuleContext) -> Transform | None:
     """The fix as a replay transformation: the DataLoader's `__next__` time leaves the training thread's path
-    (workers prepare batches ahead) — every host row inside the spans. Pinning and the copy stay."""
+    (workers prepare batches ahead) — every host row inside the spans. Pinning and the copy stay. A loader that
+    already has workers is TV402's (its transform is the same)."""
+    if ctx.cpu is None and ctx.features.dataloader_workers:
+        return None
     sp = dataloader_spans(ctx.trace)
     if sp.height == 0:
         return None

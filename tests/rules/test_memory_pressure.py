@@ -39,15 +39,15 @@ def test_silent_on_a_small_model():
     assert _run(TINY) == []
 
 
-def test_cases_fire_at_their_thresholds():
-    # the same real trace judged against lower thresholds: 2.07 GiB reserved is 1.48 % of the H200 and 1.15x the
-    # 1.80 GiB allocated peak
-    (f,) = _run(TINY, near_capacity_pct=1.0, fragmentation_ratio=1.1, min_gap_gib=0.2)
+def test_fires_at_its_threshold():
+    # the same real trace judged against a lower threshold: 2.07 GiB reserved is 1.48 % of the H200 (fragmentation
+    # and the allocator's driver calls are TV303 allocator-churn's, tests/test_rules_allocator_loader_ddp.py)
+    (f,) = _run(TINY, near_capacity_pct=1.0)
     ev = f["evidence"]
-    assert ev["cases"] == ["near_capacity", "fragmentation"] and f["severity"] == "warning"
+    assert ev["cases"] == ["near_capacity"] and f["savings_us"] == 0
     assert ev["devices"][0]["peak_pct_of_capacity"] == pytest.approx(1.48, abs=0.01)
-    assert "checkpoint" in f["fix"] and "expandable_segments:True" in f["fix"]
-    assert _run(TINY, near_capacity_pct=1.5, fragmentation_ratio=1.2) == []
+    assert "checkpoint" in f["fix"]
+    assert _run(TINY, near_capacity_pct=1.5) == []
 
 
 def test_old_traces_without_reserved_totals():
@@ -60,21 +60,15 @@ def test_old_traces_without_reserved_totals():
 PRESSURE = "gpu_h200_memory/memory_pressure_empty_cache.json.gz"  # 90 % held + empty_cache() every step
 
 
-def test_fires_near_capacity_with_driver_calls_per_step():
+def test_fires_near_capacity():
     (f,) = _run(PRESSURE)
     ev = f["evidence"]
-    assert ev["cases"] == ["near_capacity", "driver_calls"] and f["severity"] == "warning"
+    # a risk, not a measured cost: no saving, info (the driver calls are TV303 allocator-churn's finding)
+    assert ev["cases"] == ["near_capacity"] and f["severity"] == "info" and f["savings_us"] == 0
     t = k.trace(PRESSURE)
     # independent: the allocator's own totals and deviceProperties; make_trace.py printed max reserved 126.13 GiB
     cap = t.meta.device_properties[0]["totalGlobalMem"]
     (d,) = ev["devices"]
     assert d["peak_reserved_gib"] == pytest.approx(126.13, abs=0.01)
     assert d["peak_pct_of_capacity"] == pytest.approx(100 * 126.13 * GIB / cap, abs=0.05)
-    # cudaMalloc/cudaFree inside the analysed steps (step 4 is cut off by the end of the recording)
-    ctx, _ = RuleContext.prepare(t, t.steps)
-    calls = t.host.filter(pl.col("name").is_in(["cudaMalloc", "cudaFree"]))
-    inside = sum(calls.filter(pl.col("ts").is_between(s["cpu_ts"], s["cpu_end"] - 1)).height
-                 for s in ctx.steps.iter_rows(named=True))
-    assert ev["driver_alloc_calls"] == inside == 14 and ev["driver_alloc_steps"] == [2, 3]
-    assert 0 < f["savings_us"] <= ev["driver_alloc_us"]
-    assert "expandable_segments:True" in f["fix"] and "checkpoint" in f["fix"] and "empty_cache" in f["fix"]
+    assert "checkpoint" in f["fix"]

@@ -37,9 +37,13 @@ from ..memo import per_trace
 from ..model import Trace
 from .timeline import gpu_work
 
-#: a call that blocks until the device is done with (some of) its queue, by name
+#: a call that blocks until the device is done with (some of) its queue, by name; device memory allocation and
+#: release synchronise implicitly (CUDA C Programming Guide, "Implicit Synchronization": a device memory
+#: allocation between two commands serialises them; cudaFree waits for the device): the caching allocator's
+#: cudaMalloc/cudaFree on a cache miss or torch.cuda.empty_cache()
 SYNC_RE = (r"^(cuda|hip)(Stream|Device|Event)Synchronize(_v\d+)?$|^cu(Ctx|Stream|Event)Synchronize(_v\d+)?$"
-           r"|^(cuda|hip)Memcpy(_v\d+)?$|^cuMemcpy(DtoH|HtoD|DtoD)?(_v\d+)?$")
+           r"|^(cuda|hip)Memcpy(_v\d+)?$|^cuMemcpy(DtoH|HtoD|DtoD)?(_v\d+)?$"
+           r"|^(cuda|hip)(Malloc|Free)(_v\d+)?$|^cuMem(Alloc|Free)(_v\d+)?$")
 MIN_DEVICE_GAP_CAP_NS = 2_000  # an inter-kernel gap this short is the device's own, whatever the statistics say
 JOIN_GAP_NS = 100_000  # a host thread idle this long while another thread works may be waiting for it
 MIN_LATENCY_CAP_NS = 20_000  # likewise for a launch latency

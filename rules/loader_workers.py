@@ -1,0 +1,191 @@
+"""TV402 loader-workers: the DataLoader has worker processes, but too few for its per-batch CPU time.
+
+## What it detects
+A DataLoader that already runs worker processes (`_MultiProcessingDataLoaderIter.__next__` spans) while the
+steps still wait in `__next__` for at least `moderate_pct` of the step (the DataLoader role of tb_plugin's step
+breakdown, as TV401 measures it; TV401 input-bound judges only loaders without workers, so one of the two
+fires). From the trace it derives what the workers need: while the loop waits for every batch it runs at the
+workers' pace, so N workers deliver one batch per step period T, and each batch costs a worker about N x T of
+CPU; the loop itself needs c per step (the replayed unprofiled step with the waits taken off the host path).
+The workers needed are N x T / c. Waits in a minority of the analysed steps below `high_pct` are `info`: they
+fit a loader that keeps pace on average (its prefetch buffer absorbing one late batch) as well as too few
+workers. The worker count is not in a Kineto trace: give it with
+`--set loader-workers.num_workers=N` for a number of workers; without it the advice says how many times the
+current count.
+
+## Why it is slow
+Each worker builds whole batches (decode, augment, collate) one at a time; N workers produce N batches per
+per-batch time P. When P / N exceeds what the GPU needs per step, the prefetch buffer (`prefetch_factor` x N
+batches) drains and `__next__` blocks every step while the GPU idles; more prefetching only delays that.
+
+## How to fix
+Enough workers for the measured per-batch CPU time: `DataLoader(num_workers=N, persistent_workers=True,
+pin_memory=True, prefetch_factor=2)` with N from the finding (at most the free CPU cores), or a cheaper
+per-sample transform: decode once and cache, smaller source images, augmentation on the GPU (torchvision
+`transforms.v2` on CUDA tensors, NVIDIA DALI). `pin_memory=True` is named only when the trace shows pageable
+host-to-device copies.
+
+## Evidence
+The DataLoader wait per step and its share, the steps that waited, the mean step period T, the replayed step
+without the waits c (unprofiled), the ratio T / c, the per-batch worker CPU time N x T and the workers needed
+when `num_workers` is given, whether copies are pageable. Savings (per step, unprofiled) are replayed:
+`fix_transform` takes the `__next__` spans off the training thread's path (batches ready when asked).
+
+## Options
+- `moderate_pct` (5.0): DataLoader share at which a finding is reported (warning) — tb_plugin rule 1 (5 %), XProf "moderately input-bound" (5 %).
+- `high_pct` (20.0): share at which it is an error — XProf "highly input-bound" (20 %).
+- `num_workers` (0): the DataLoader's `num_workers` when known (0: not known; the advice is then a factor).
+
+## References
+- PyTorch docs, `torch.utils.data.DataLoader` (num_workers, prefetch_factor, persistent_workers, pin_memory) — https://pytorch.org/docs/stable/data.html.
+- tb_plugin `profiler/data.py: analyze()` recommendation 1 — https://github.com/pytorch/kineto.
+- XProf input-pipeline analysis (5 %/20 %) — https://github.com/openxla/xprof.
+"""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import polars as pl
+
+from traceview.analyses.classify import dataloader_spans
+from traceview.analyses.overhead import profiler_transform
+from traceview.analyses.replay import Transform, replay, spans
+from traceview.ruleapi import Finding, Option, RuleContext
+
+from . import input_bound
+
+CODE = "TV402"
+NAME = "loader-workers"
+CLASS = "input"  # the classifier class whose time a fix of these findings removes
+FIX_REMOVES_CLASS = True  # the GPU idles for this reason only: a fix removes every instant of CLASS
+SEVERITY = "warning"
+TITLE = "DataLoader workers too few for the per-batch CPU time; the GPU idles meanwhile"
+OPTIONS = {
+    "moderate_pct": Option(5.0, "tb_plugin rule 1 / XProf moderately input-bound (% of step time)"),
+    "high_pct": Option(20.0, "XProf highly input-bound (% of step time)"),
+    "num_workers": Option(0, "the DataLoader's num_workers when known (0: not known)"),
+}
+FIX = (
+    "The DataLoader already runs worker processes, but they build batches slower than the step consumes them. "
+    "Raise num_workers to what the per-batch CPU time needs (DataLoader(num_workers=N, persistent_workers=True, "
+    "pin_memory=True, prefetch_factor=2)), or make the per-sample transform cheaper (decode once, augment on the GPU)."
+)
+PAGEABLE_RE = r"Pageable"
+
+
+def _dur(ns: float) -> str:
+    """A duration in words: seconds from one second, else milliseconds."""
+    return f"{ns / 1e9:.2f} s" if ns >= 1e9 else f"{ns / 1e6:.0f} ms" if ns >= 1e8 else f"{ns / 1e6:.1f} ms"
+
+
+def applies(ctx: RuleContext) -> bool:
+    """Whether the trace's DataLoader runs worker processes on a GPU trace (TV401 judges the others)."""
+    return ctx.cpu is None and bool(ctx.features.dataloader_workers)
+
+
+def _need(ctx: RuleContext) -> float:
+    """c: the mean replayed unprofiled step with the DataLoader waits off the host path (ns)."""
+
+    def run() -> float:
+        t = fix_transform(ctx)
+        r = replay(ctx.trace, ctx.steps, [profiler_transform(ctx.trace), *([t] if t else [])])
+        return float(np.mean(r)) if r.size else 0.0
+
+    return ctx.once("loader-need", run)
+
+
+def check(ctx: RuleContext) -> list[Finding]:
+    if not applies(ctx):
+        return []
+    m = input_bound.measure(ctx)
+    if m is None or m["pct"] < ctx.options["moderate_pct"]:
+        return []
+    n_steps = ctx.steps.height
+    period = ctx.window_ns / n_steps  # T: the loop's pace, the workers' while it waits for every batch
+    need = _need(ctx)
+    ratio = period / need if need else None
+    # steps that waited a real share of the step: in the others the prefetch buffer still held batches
+    waited = [r["step"] for r in m["evidence"]["per_step"] if (r["pct"] or 0) >= ctx.options["moderate_pct"]]
+    pageable = (
+        bool(
+            ctx.trace.gpu.filter(
+                (pl.col("kind") == "memcpy") & pl.col("name").str.contains(PAGEABLE_RE)
+            ).height
+        )
+        if "kind" in ctx.trace.gpu.columns
+        else False
+    )
+    nw = int(ctx.options["num_workers"] or 0)
+    ev = {
+        **m["evidence"],
+        "steps_waited": len(waited),
+        "steps": n_steps,
+        "step_period_us": round(period / 1000, 3),
+        "step_without_wait_us": round(need / 1000, 3),
+        "period_over_need": round(ratio, 2) if ratio else None,
+        "pageable_copies": pageable,
+        "num_workers": nw or None,
+    }
+    pin = "pin_memory=True, " if pageable else ""
+    tail = (
+        "; if the host has fewer free cores, make the per-sample transform cheaper instead: decode once and cache, "
+        "smaller source images, augmentation on the GPU (torchvision transforms.v2 on CUDA tensors, NVIDIA DALI)"
+        + (", and pin memory with non_blocking=True copies (the copies are pageable)." if pageable else ".")
+    )
+    if ratio is None:
+        fix = FIX
+    elif nw:
+        per_batch = nw * period
+        want = max(nw + 1, math.ceil(nw * ratio))
+        ev.update(per_batch_cpu_us=round(per_batch / 1000, 3), workers_needed=want)
+        fix = (
+            f"About {want} DataLoader workers (now {nw}): each batch costs about {_dur(per_batch)} of CPU in a "
+            f"worker ({nw} workers deliver one every {period / 1e6:.1f} ms), and the step needs {need / 1e6:.1f} ms "
+            f"without waiting. DataLoader(num_workers={want}, persistent_workers=True, {pin}prefetch_factor=2)"
+            + tail
+        )
+    else:
+        ev["workers_factor"] = round(ratio, 2)
+        fix = (
+            f"The workers deliver one batch every {period / 1e6:.1f} ms while the step needs {need / 1e6:.1f} ms "
+            f"without waiting: about {ratio:.1f}x the current num_workers (each batch costs a worker about "
+            f"num_workers x {period / 1e6:.1f} ms of CPU). DataLoader(num_workers=N, persistent_workers=True, "
+            f"{pin}prefetch_factor=2) with N = ceil({ratio:.1f} x current)"
+            + tail
+            + " Give the current count with --set loader-workers.num_workers=N for the number."
+        )
+    severity = None
+    if len(waited) < n_steps:
+        ev["note"] = (
+            f"the loop waited in {len(waited)} of {n_steps} analysed steps: N workers deliver their batches in bursts, "
+            "so the mean step period is their pace only over whole delivery cycles (N steps); over fewer steps the "
+            "per-batch time and the worker count are rough estimates, either way"
+        )
+        # a wait in a minority of the steps and below the high threshold is as consistent with a loader that
+        # keeps pace on average (its prefetch buffer absorbing a late batch) as with too few workers
+        if 2 * len(waited) < n_steps and m["pct"] < ctx.options["high_pct"]:
+            severity = "info"
+            ev["note"] += "; waits in a minority of the steps below high_pct: info"
+    return [
+        ctx.finding(
+            steps=m["fired"],
+            count=m["calls"],
+            cost_ns=m["total"],
+            savings_ns=m["idle"],
+            severity_pct=m["pct"],
+            severity=severity,
+            evidence=ev,
+            fix=fix,
+        )
+    ]
+
+
+def fix_transform(ctx: RuleContext) -> Transform | None:
+    """The fix as a replay transformation: enough workers have every batch ready, so the DataLoader's `__next__`
+    time leaves the training thread's path (every host row inside the spans). The copy to the device stays."""
+    if not applies(ctx):
+        return None
+    sp = dataloader_spans(ctx.trace)
+    return Transform(NAME, host_spans=spans(sp)) if sp.height else None

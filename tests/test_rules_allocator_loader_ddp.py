@@ -1,0 +1,347 @@
+"""TV303 allocator-churn, TV402 loader-workers and TV502 accumulation-sync (issue 27) on bundled real traces:
+each problem run fires its rule, each fixed run / negative control raises nothing above info from them, and
+the numbers in the findings are checked against the raw events (stdlib json) and the runs' labels."""
+
+from __future__ import annotations
+
+import functools
+import gzip
+import json
+import math
+from pathlib import Path
+
+import pytest
+from conftest import SAMPLES, raw_events
+
+import traceview
+from traceview.options import Options
+from traceview.report import analyze_trace
+
+OURS = ("allocator-churn", "loader-workers", "accumulation-sync")
+
+
+@functools.cache
+def _entry(path: str, sets: tuple[tuple[str, str, object], ...] = ()) -> dict:
+    p = Path(path)
+    f = next(p.glob("*.pt.trace.json*")) if p.is_dir() else p
+    opts = {}
+    for rule, opt, val in sets:
+        opts.setdefault(rule, {})[opt] = val
+    return analyze_trace(traceview.load(f), Options(rule_options=opts))
+
+
+def _ours(entry: dict, rule: str | None = None) -> list[dict]:
+    return [f for f in entry["findings"] if f["rule"] in OURS and (rule is None or f["rule"] == rule)]
+
+
+def _above_info(entry: dict) -> list[tuple[str, str]]:
+    return [(f["rule"], f["severity"]) for f in _ours(entry) if f["severity"] != "info"]
+
+
+# ---- TV303 allocator-churn ------------------------------------------------------------------------------------
+
+EMPTY_CACHE = (
+    "gpu_h200_memory/memory_pressure_empty_cache.json.gz"  # empty_cache() after every step (make_trace.py)
+)
+
+
+def _raw_driver_calls(rel: str) -> tuple[list[dict], list[dict]]:
+    """(driver allocation calls inside the complete steps, cpu_ops), from the raw events."""
+    ev = raw_events(rel)
+    steps = sorted(
+        (e for e in ev if e.get("cat") == "user_annotation" and e["name"].startswith("ProfilerStep#")),
+        key=lambda e: e["ts"],
+    )
+    # ProfilerStep#4 is cut off by the end of the recording: left out (tb_plugin's rule)
+    assert [s["name"] for s in steps] == ["ProfilerStep#2", "ProfilerStep#3", "ProfilerStep#4"]
+    spans = [(s["ts"], s["ts"] + s["dur"]) for s in steps[:-1]]
+    calls = [
+        e
+        for e in ev
+        if e.get("cat") == "cuda_runtime"
+        and e["name"] in ("cudaMalloc", "cudaFree")
+        and any(a <= e["ts"] < b for a, b in spans)
+    ]
+    ops = [e for e in ev if e.get("cat") == "cpu_op"]
+    return calls, ops
+
+
+def test_empty_cache_every_step_fires_allocator_churn():
+    e = _entry(str(SAMPLES / EMPTY_CACHE))
+    (f,) = _ours(e, "allocator-churn")
+    ev = f["evidence"]
+    calls, ops = _raw_driver_calls(EMPTY_CACHE)
+    # independent: the runtime calls in the analysed steps, and the frees no cpu_op on their thread encloses
+    outside = [
+        c
+        for c in calls
+        if c["name"] == "cudaFree"
+        and not any(o["tid"] == c["tid"] and o["ts"] <= c["ts"] < o["ts"] + o["dur"] for o in ops)
+    ]
+    assert ev["driver_alloc_calls"] == len(calls) == 14
+    assert ev["empty_cache_frees"] == len(outside) == 7 and ev["empty_cache_steps"] == [2, 3]
+    assert ev["cases"][0] == "empty_cache" and ev["retry_ops"] == []
+    assert ev["driver_alloc_us"] == pytest.approx(sum(c["dur"] for c in calls), abs=0.01)
+    assert f["severity"] in ("warning", "error") and 0 < f["savings_us"] <= ev["driver_alloc_us"]
+    assert "Remove torch.cuda.empty_cache()" in f["fix"] and "expandable_segments:True" in f["fix"]
+    # memory-pressure keeps only the fill level: info, no saving, no driver-call case
+    (mp,) = [x for x in e["findings"] if x["rule"] == "memory-pressure"]
+    assert mp["evidence"]["cases"] == ["near_capacity"] and mp["severity"] == "info"
+
+
+STEADY = "gpu_h200/train_tinygpt_modules.json.gz"  # profile_memory=True, 344 allocations a step, all cached
+
+
+def test_steady_memory_is_quiet_and_fragmentation_is_info():
+    assert _ours(_entry(str(SAMPLES / STEADY)), "allocator-churn") == []
+    # the same trace against lower fragmentation thresholds: 2.07 GiB reserved, 1.15x the 1.80 GiB allocated peak
+    e = _entry(
+        str(SAMPLES / STEADY),
+        (("allocator-churn", "fragmentation_ratio", 1.1), ("allocator-churn", "min_gap_gib", 0.2)),
+    )
+    (f,) = _ours(e, "allocator-churn")
+    (d,) = f["evidence"]["fragmented_devices"]
+    assert f["evidence"]["cases"] == ["fragmentation"] and f["severity"] == "info" and f["savings_us"] == 0
+    assert d["peak_allocated_gib"] == 1.801 and d["reserved_over_allocated"] == pytest.approx(1.15, abs=0.01)
+    assert "expandable_segments:True" in f["fix"]
+
+
+# ---- TV402 loader-workers -------------------------------------------------------------------------------------
+
+NW2 = SAMPLES / "collected3/cnn_input_nw2"  # 2 workers for ~275 ms of PIL augmentation per batch
+C2 = json.loads((SAMPLES / "collected2/labels.json").read_text())
+
+
+def _step_ms(run: Path) -> float:
+    f = next(run.glob("*.pt.trace.json.gz"))
+    with gzip.open(f, "rt") as fh:
+        ev = json.load(fh)["traceEvents"]
+    d = [e["dur"] for e in ev if e.get("cat") == "user_annotation" and e["name"].startswith("ProfilerStep#")]
+    return sum(d) / len(d) / 1000
+
+
+def test_too_few_workers_fire_loader_workers_not_input_bound():
+    e = _entry(str(NW2))
+    (f,) = _ours(e, "loader-workers")
+    assert [x for x in e["findings"] if x["rule"] == "input-bound"] == []  # the two never both fire
+    ev = f["evidence"]
+    assert f["severity"] == "error" and ev["steps_waited"] == 3
+    # independent: the mean ProfilerStep duration of the raw trace is the workers' pace
+    assert ev["step_period_us"] / 1000 == pytest.approx(_step_ms(NW2), rel=1e-3)
+    assert (
+        "num_workers" in f["fix"] and "persistent_workers=True" in f["fix"] and "use workers" not in f["fix"]
+    )
+    assert "pin_memory=True" in f["fix"]  # the copies are pageable (the script runs pin_memory=False)
+
+
+def test_known_worker_count_gives_the_number_and_the_per_batch_cpu_time():
+    e = _entry(str(NW2), (("loader-workers", "num_workers", 2),))
+    (f,) = _ours(e, "loader-workers")
+    ev = f["evidence"]
+    want = math.ceil(2 * ev["step_period_us"] / ev["step_without_wait_us"])
+    assert ev["workers_needed"] == want and f"About {want} DataLoader workers (now 2)" in f["fix"]
+    assert f"num_workers={want}" in f["fix"]
+    assert f"each batch costs about {round(ev['per_batch_cpu_us'] / 1000)} ms of CPU" in f["fix"]
+    # independent: the same pipeline in the main process (collected2 cnn_input_nw0) costs ~275 ms per batch
+    label = float(C2["cnn_input_nw0"]["injected"]["cpu_ms_per_batch"].strip("~"))
+    assert ev["per_batch_cpu_us"] / 1000 == pytest.approx(label, rel=0.1)
+
+
+@pytest.mark.parametrize("rel", ["collected2/cnn_input_nw8", "kineto_resnet50/resnet50_num_workers_4"])
+def test_enough_workers_raise_nothing_above_info(rel):
+    assert _above_info(_entry(str(SAMPLES / rel))) == []
+
+
+def test_no_workers_is_input_bound_not_loader_workers():
+    e = _entry(str(SAMPLES / "collected2/cnn_input_nw0"))
+    assert _ours(e, "loader-workers") == []
+    assert [x["severity"] for x in e["findings"] if x["rule"] == "input-bound"] == ["error"]
+
+
+# ---- TV502 accumulation-sync ----------------------------------------------------------------------------------
+
+DDP = "nccl_h200x2/ddp_balanced"  # one forward/backward per optimizer step, 8 bucket all-reduces each
+
+
+def _rank0(rel: str) -> Path:
+    return next((SAMPLES / rel).glob("rank0.*.pt.trace.json.gz"))
+
+
+def test_one_micro_batch_per_step_is_quiet():
+    assert _ours(_entry(str(_rank0(DDP)))) == []
+
+
+@pytest.fixture(scope="module")
+def accumulated(tmp_path_factory) -> Path:
+    """The DDP trace with its three ProfilerSteps merged into one: three micro-batches (forward + backward +
+    all-reduces each) accumulated into one step, none under no_sync()."""
+    with gzip.open(_rank0(DDP), "rt") as fh:
+        d = json.load(fh)
+    steps = sorted(
+        (
+            e
+            for e in d["traceEvents"]
+            if e.get("name", "").startswith("ProfilerStep#") and e.get("cat") == "user_annotation"
+        ),
+        key=lambda e: e["ts"],
+    )
+    steps[0]["dur"] = steps[-1]["ts"] + steps[-1]["dur"] - steps[0]["ts"]
+    drop = {s["name"] for s in steps[1:]}
+    d["traceEvents"] = [
+        e
+        for e in d["traceEvents"]
+        if not (e.get("name") in drop and e.get("cat") in ("user_annotation", "gpu_user_annotation"))
+    ]
+    out = tmp_path_factory.mktemp("ddp") / "rank0.merged.pt.trace.json.gz"
+    with gzip.open(out, "wt") as fh:
+        json.dump(d, fh)
+    return out
+
+
+def test_all_reduce_every_micro_batch_fires_accumulation_sync(accumulated):
+    (f,) = _ours(_entry(str(accumulated)), "accumulation-sync")
+    ev = f["evidence"]
+    raw = raw_events(str(_rank0(DDP).relative_to(SAMPLES)))
+    fwd = [
+        e for e in raw if e.get("cat") == "user_annotation" and e["name"] == "DistributedDataParallel.forward"
+    ]
+    ar = [e for e in raw if e.get("cat") == "user_annotation" and e["name"] == "nccl:all_reduce"]
+    assert ev["micro_batches_per_step"] == len(fwd) == 3 and ev["allreduce_sets_per_step"] == 3
+    assert ev["allreduces_per_step"] == len(ar) == 24 and ev["avoidable_allreduces_per_step"] == 16
+    assert "model.no_sync()" in f["fix"] and "first 2 micro-batches" in f["fix"]
+    # the avoidable NCCL kernels overlap the backward on their own stream: the replayed saving is small
+    assert 0 < f["savings_us"] < ev["avoidable_nccl_kernel_us_per_step"]
+
+
+@pytest.fixture(scope="module")
+def retried(tmp_path_factory) -> Path:
+    """The empty_cache trace with one in-op cudaMalloc of step 3 split into a cudaFree followed by the cudaMalloc:
+    the allocator's retry path (no cached block: release the cache, allocate again) inside that op."""
+    with gzip.open(SAMPLES / EMPTY_CACHE, "rt") as fh:
+        d = json.load(fh)
+    ev = d["traceEvents"]
+    step3 = next(e for e in ev if e.get("name") == "ProfilerStep#3" and e.get("cat") == "user_annotation")
+    m = min(
+        (
+            e
+            for e in ev
+            if e.get("name") == "cudaMalloc" and step3["ts"] <= e["ts"] < step3["ts"] + step3["dur"]
+        ),
+        key=lambda e: e["ts"],
+    )
+    half = m["dur"] / 2
+    free = {**m, "name": "cudaFree", "dur": half, "args": {**m.get("args", {}), "correlation": 10**9}}
+    m["ts"], m["dur"] = m["ts"] + half, half
+    ev.append(free)
+    out = tmp_path_factory.mktemp("retry") / "retry.json.gz"
+    with gzip.open(out, "wt") as fh:
+        json.dump(d, fh)
+    return out
+
+
+def test_a_free_then_malloc_inside_one_op_is_a_retry(retried):
+    (f,) = _ours(_entry(str(retried)), "allocator-churn")
+    ev = f["evidence"]
+    assert [(r["step"], r["frees"]) for r in ev["retry_ops"]] == [(3, 1)] and ev["retry_ops"][0][
+        "op"
+    ].startswith("aten::")
+    assert ev["cases"][:2] == ["empty_cache", "retries"] and ev["empty_cache_frees"] == 7
+    assert "1 allocation retry (aten::" in f["fix"] and "lower the peak" in f["fix"]
+
+
+# ---- collected4: measured twins (labels.json; the lead's slugs mapped to these rules) -----------------------------
+
+C4 = SAMPLES / "collected4"
+C4_LABELS = json.loads((C4 / "labels.json").read_text())
+SLUG = {
+    "allocator-churn": "allocator-churn",
+    "too-few-workers": "loader-workers",
+    "ddp-accumulation-sync": "accumulation-sync",
+}
+TWINS = [t for t in C4_LABELS["twins"] if t["rule"] in SLUG]
+BAND = 0.20  # the issue's bar: predicted within ±20 % of the measured saving
+#: (problem, what fails) -> why, with the numbers: xfail(strict)
+NOT_DETECTED = {
+    "input_workers_nw2": "the profiler slowed the loop (15.8 ms traced) to the 2 workers' pace (16 x 2 ms per batch / 2): "
+    "the trace records no DataLoader wait (37 µs a step), so nothing shows the unprofiled loop (8.7 ms replayed) "
+    "waiting 17.0 - 11.4 ms",
+}
+MISSES = {
+    "gpt2_sdpa_empty_cache": "6.53 predicted vs 11.03 ms measured (-41 %): the replay keeps 2.8 ms more per step than "
+    "the fixed twin's (26.6 vs 23.8 ms) and replays the problem step at 33.1 of 34.5 ms",
+    "input_workers_nw2": "0.04 predicted vs 5.62 ms measured: no wait recorded (see NOT_DETECTED)",
+    "cnn_input_nw3": "34.5 predicted vs 60.5 ms measured (-43 %): the replay removes the waits as recorded (105 ms in "
+    "3 steps, one burst of 3 workers); unprofiled the loop is faster, so it waits longer (78.2 ms steps, 3 x 78 = "
+    "235 ms of CPU per batch) than the profiled one did",
+    "ddp_accum4_gloo2": "8.8 predicted vs 98.1 ms measured: gloo all-reduces run on its worker threads (60 ms a "
+    "micro-batch) and the backward thread waits for them; the replay has no edge for that cross-thread wait",
+}
+
+
+def _c4(run: str) -> str:
+    return str(sorted((C4 / run).glob("rank0.*.pt.trace.json.gz"))[0])
+
+
+def _mark(run: str, table: dict):
+    return [pytest.mark.xfail(strict=True, reason=table[run])] if run in table else []
+
+
+@pytest.mark.parametrize(
+    "t", [pytest.param(t, marks=_mark(t["problem"], NOT_DETECTED), id=t["problem"]) for t in TWINS]
+)
+def test_collected4_problem_fires_its_rule(t):
+    got = [f["severity"] for f in _ours(_entry(_c4(t["problem"])), SLUG[t["rule"]])]
+    assert got and got[0] in ("warning", "error"), got
+
+
+@pytest.mark.parametrize("run", sorted({t["fixed"] for t in TWINS}))
+def test_collected4_fixed_twin_raises_nothing_above_info(run):
+    assert _above_info(_entry(_c4(run))) == []
+
+
+@pytest.mark.parametrize(
+    "t", [pytest.param(t, marks=_mark(t["problem"], MISSES), id=t["problem"]) for t in TWINS]
+)
+def test_collected4_predicted_within_20_pct_of_measured(t):
+    """The finding's replayed saving per step (unprofiled terms) against the labels' measured saving
+    (unprofiled problem - unprofiled fixed step, the collector's CUDA events in steady state)."""
+    got = [f["savings_us"] / 1000 for f in _ours(_entry(_c4(t["problem"])), SLUG[t["rule"]])]
+    m = t["measured_fix_saving_ms"]
+    assert got, "no finding"
+    assert abs(got[0] / m - 1) <= BAND, f"{got[0]:.3f} predicted vs {m:.3f} ms measured"
+
+
+def test_collected4_text_names_the_concrete_api():
+    (a,) = _ours(_entry(_c4("alloc_churn_empty_cache")), "allocator-churn")
+    # alloc_churn.py --empty-cache calls torch.cuda.empty_cache() after every step: frees outside any op in each
+    assert "Remove torch.cuda.empty_cache() from the loop" in a["fix"]
+    assert a["evidence"]["empty_cache_steps"] == a["steps"] and len(a["steps"]) >= 2
+    (d,) = _ours(_entry(_c4("ddp_accum4_nccl")), "accumulation-sync")
+    # ddp_accum.py --accum 4: four DDP forwards per optimizer step, all-reducing after each
+    assert d["evidence"]["micro_batches_per_step"] == 4 and d["evidence"]["allreduce_sets_per_step"] == 4
+    assert "Wrap the first 3 micro-batches in model.no_sync()" in d["fix"]
+    (w,) = _ours(_entry(_c4("cnn_input_nw3"), (("loader-workers", "num_workers", 3),)), "loader-workers")
+    ev = w["evidence"]
+    assert ev["workers_needed"] == math.ceil(3 * ev["step_period_us"] / ev["step_without_wait_us"])
+    # the twin that fixed it runs 12 workers (its label), and its unprofiled step (17.7 ms) is the loop's own
+    fixed = next(t for t in TWINS if t["problem"] == "cnn_input_nw3")
+    assert "num_workers=12" in fixed["fix"] and ev["workers_needed"] == 12
+    assert "About 12 DataLoader workers (now 3)" in w["fix"]
+    assert "DataLoader(num_workers=12, persistent_workers=True, pin_memory=True" in w["fix"]
+
+
+def test_cpu_trace_with_workers_is_not_told_to_use_workers(tmp_path):
+    """The CPU-only input-bound run with its DataLoader renamed to the multi-process iterator: the host-side
+    finding (TV401 judges CPU traces) then asks for more or cheaper workers, never for workers."""
+    src = next((SAMPLES / "cpu_collected/tinygpt_input_bound").glob("*.pt.trace.json.gz"))
+    with gzip.open(src, "rt") as fh:
+        text = fh.read()
+    assert text.count("_SingleProcessDataLoaderIter") == 3
+    out = tmp_path / "workers.pt.trace.json.gz"
+    with gzip.open(out, "wt") as fh:
+        fh.write(text.replace("_SingleProcessDataLoaderIter", "_MultiProcessingDataLoaderIter"))
+    single = [f for f in _entry(str(src))["findings"] if f["rule"] == "input-bound"]
+    multi = [f for f in _entry(str(out))["findings"] if f["rule"] == "input-bound"]
+    assert len(single) == len(multi) == 1 and single[0]["cost_us"] == multi[0]["cost_us"]
+    assert "num_workers > 0" in single[0]["fix"]
+    assert "already runs worker processes" in multi[0]["fix"] and "num_workers > 0" not in multi[0]["fix"]
