@@ -323,7 +323,7 @@ def test_one_colour_per_name_and_no_raw_cells() -> None:
     box = at.selectbox(key="sample")
     at = box.select(next(o for o in box.options if o.startswith("nccl_h200x2/ddp_rank1_slowed/"))).run()
     seen: dict[str, str] = {}
-    for page in ("Overview", "Findings", "Timeline", "Layers", "Kernels"):
+    for page in ("Job", "Overview", "Findings", "Timeline", "Layers", "Kernels"):
         at = goto(at, page)
         assert not at.exception, page
         for spec in charts(at):
