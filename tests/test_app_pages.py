@@ -6,7 +6,6 @@ number checked against the CLI's JSON (and the raw trace where one can be read i
 from __future__ import annotations
 
 import gzip
-import io
 import json
 import os
 from pathlib import Path

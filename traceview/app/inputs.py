@@ -25,8 +25,15 @@ NO_SAMPLE = "(none)"
 # Untrusted uploads on a shared server: the decompressed size of one trace is capped lower than on the
 # CLI (whose default is 8 GiB), and each session keeps at most this much of loaded traces. Uploads
 # themselves are capped by server.maxUploadSize in .streamlit/config.toml.
-APP_MAX_BYTES = parse_size(os.environ.get("TRACEVIEW_APP_MAX_BYTES", "2G"))
-APP_CACHE_BYTES = parse_size(os.environ.get("TRACEVIEW_APP_CACHE_BYTES", "1G"))
+# Read at each use: the server's environment may change between sessions (and tests set it per test).
+
+
+def app_max_bytes() -> int:
+    return parse_size(os.environ.get("TRACEVIEW_APP_MAX_BYTES", "2G"))
+
+
+def app_cache_bytes() -> int:
+    return parse_size(os.environ.get("TRACEVIEW_APP_CACHE_BYTES", "1G"))
 
 
 @st.cache_data(show_spinner=False)
@@ -71,10 +78,10 @@ def load_cached(path: Path) -> Trace:
     s = path.stat()
     cache = st.session_state.get("_traces")
     if cache is None:
-        cache = st.session_state["_traces"] = TraceCache(APP_CACHE_BYTES)
+        cache = st.session_state["_traces"] = TraceCache(app_cache_bytes())
     # through the module: a test may count the loader's calls
     return cache.get(
-        (str(path), s.st_mtime_ns, s.st_size), lambda: loader.load_file(path, max_bytes=APP_MAX_BYTES)
+        (str(path), s.st_mtime_ns, s.st_size), lambda: loader.load_file(path, max_bytes=app_max_bytes())
     )
 
 
@@ -98,7 +105,7 @@ def perfetto_payload(path: str, mtime_ns: int, step: int | None) -> bytes | None
     from ..cli.annotate import annotated
     from ..formatters.perfetto import MAX_EMBED_BYTES
 
-    blob, _ = annotated(path, default_options(step), APP_MAX_BYTES, trace=load_cached(Path(path)))
+    blob, _ = annotated(path, default_options(step), app_max_bytes(), trace=load_cached(Path(path)))
     data = gzip.compress(blob, 6)
     return data if len(data) <= MAX_EMBED_BYTES else None
 
