@@ -43,7 +43,10 @@ def test_a_job_folder_lands_on_the_job_page() -> None:
     assert by_name["wait"] == [r["wait_per_step_us"] / 1000 for r in job["nccl"]["ranks"]]
     # the rank's Overview is a page of its own, with the verdict of the selected rank
     at = goto(at, "Overview")
-    assert plain(at.info[0].value) == cli_doc(SAMPLES / "nccl_h200x2/ddp_rank1_slowed")["traces"][0]["verdict_text"]
+    assert (
+        plain(at.info[0].value)
+        == cli_doc(SAMPLES / "nccl_h200x2/ddp_rank1_slowed")["traces"][0]["verdict_text"]
+    )
     # one trace still lands on its Overview
     at = upload(new_app(), COMPILED)
     assert [h.value for h in at.header] == ["Overview"]
@@ -69,7 +72,9 @@ def test_memory_page_plots_allocated_and_reserved_with_peak_and_capacity() -> No
     assert by["reserved"]["y"] == dev["timeline"]["reserved_gib"]
     assert by["allocated"]["x"] == [x / 1000 for x in dev["timeline"]["ts_us"]]
     assert set(by["capacity"]["y"]) == {dev["capacity_gib"]} == {139.801}  # the H200's totalGlobalMem
-    assert by["peak"]["y"] == [mem["peak"]["allocated_gib"]] and by["peak"]["x"] == [mem["peak"]["ts_us"] / 1000]
+    assert by["peak"]["y"] == [mem["peak"]["allocated_gib"]] and by["peak"]["x"] == [
+        mem["peak"]["ts_us"] / 1000
+    ]
     # the peak is the raw trace's: recomputed from the [memory] events
     assert mem["peak"]["allocated_gib"] == pytest.approx(_raw_memory_peak_gib(MEMORY), abs=1e-3)
     assert max(by["allocated"]["y"]) == pytest.approx(mem["peak"]["allocated_gib"], abs=1e-3)
@@ -129,8 +134,9 @@ def test_waterfall_and_its_table_show_the_same_numbers() -> None:
     assert wf["y"][1:-2] == [-f["savings_us"] / 1000 for f in fixes]
     # each fix's bar is its findings' savings together (docs/json-schema.md: the same number)
     for f in fixes:
-        assert sum(x["savings_us"] for x in t["findings"] if x["code"] == f["code"]) == pytest.approx(f["savings_us"],
-                                                                                                      abs=0.01)
+        assert sum(x["savings_us"] for x in t["findings"] if x["code"] == f["code"]) == pytest.approx(
+            f["savings_us"], abs=0.01
+        )
     # the bars add up to the step with every fix (plotly's total bar)
     assert sum(wf["y"][:-1]) == pytest.approx(p["all_fixed_unprofiled_step_us"] / 1000, abs=1e-6)
     table = next(d.value for d in at.dataframe if "bar" in d.value.columns)
@@ -157,8 +163,22 @@ def history_db(tmp_path_factory: pytest.TempPathFactory) -> Path:
             os.chdir(base / name)
             assert main(["batch", "train", "--out", "rows.json"]) in (0, 1)
         for day, name in enumerate(["fast"] * 4 + ["slow"] * 2, start=1):
-            assert main(["history", "add", "--db", str(db), str(base / name / "rows.json"),
-                         "--label", f"date=2026-01-0{day}", "--label", f"commit=c{day}"]) == 0
+            assert (
+                main(
+                    [
+                        "history",
+                        "add",
+                        "--db",
+                        str(db),
+                        str(base / name / "rows.json"),
+                        "--label",
+                        f"date=2026-01-0{day}",
+                        "--label",
+                        f"commit=c{day}",
+                    ]
+                )
+                == 0
+            )
     finally:
         os.chdir(cwd)
     return db
@@ -203,5 +223,3 @@ def test_trends_page_with_a_foreign_file_is_one_error(tmp_path: Path) -> None:
     assert len(at.error) == 1 and "not a DuckDB database" in plain(at.error[0].value)
     at = at.text_input(key="history_db").set_value(str(tmp_path / "none.duckdb")).run()
     assert not at.exception and not at.error and "No history at" in plain(at.info[0].value)
-
-

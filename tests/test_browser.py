@@ -253,7 +253,7 @@ def test_memory_diff_and_trends_pages(server: str, browser, shots: Path, tmp_pat
 
     db = _history(tmp_path)
     goto(page, "Trends")
-    field = page.get_by_label("History database")
+    field = page.get_by_role("textbox", name="History database")
     field.fill(str(db))
     field.press("Enter")
     settled(page)
