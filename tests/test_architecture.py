@@ -126,7 +126,7 @@ def test_the_cycle_finder_finds_one() -> None:
 
 
 # The data flows one way, and the folders say so: ingest (bytes -> columns -> Trace) -> model -> analyses ->
-# rules -> sections -> report -> the views (formatters, ci, cli; app.py). A module imports only from its own
+# rules -> sections -> report -> the views (formatters, ci, cli, app). A module imports only from its own
 # layer or the layers above it in this list (the model is the vocabulary ingest builds, so it comes first).
 LAYERS = [
     {"traceview.errors", "traceview.units", "traceview.memo", "traceview.procpool",
@@ -142,7 +142,8 @@ LAYERS = [
     {"traceview.sections.section", "traceview.sections.findings"},
     {"traceview.sections"},  # one module per report section
     {"traceview.report", "traceview.layer_detail", "traceview.docs"},
-    {"traceview.formatters", "traceview.ci", "traceview.cli", "traceview.agent", "traceview.integrations", "traceview.safe_text", "traceview.trace_cache"},
+    {"traceview.formatters", "traceview.ci", "traceview.cli", "traceview.agent", "traceview.integrations", "traceview.safe_text", "traceview.trace_cache",
+     "traceview.app"},
 ]
 #: the views, and the other views each may import (public names only): the CLI drives CI commands and
 #: formatters, CI documents reuse the Markdown formatter's cells; a formatter imports no other view
@@ -151,6 +152,9 @@ VIEWS = {
     "traceview.ci": {"traceview.formatters"},
     "traceview.cli": {"traceview.ci", "traceview.formatters", "traceview.agent"},  # `traceview mcp` starts the agent server
     "traceview.agent": {"traceview.ci"},  # the MCP server answers diff() through the CI diff
+    # the web app: the Diff and Trends pages show the CI diff and history, the Raw page the JSON formatter's
+    # bytes, Perfetto the annotated trace `traceview annotate` writes
+    "traceview.app": {"traceview.ci", "traceview.formatters", "traceview.cli"},
 }
 
 

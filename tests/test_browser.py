@@ -1,6 +1,7 @@
 """The web app in a real browser: `streamlit run app.py` on localhost, driven by playwright through Debian's
-chromium (never a browser download). Uploads a bundled trace and the two rank files of a bundled job, visits
-every page and checks that the verdict, the timeline and the charts are rendered (plotly's divs).
+chromium (never a browser download), in a 1280 px wide window. Uploads a bundled trace and the two rank files of
+a bundled job, visits every page (the job's landing page, Memory, Diff and Trends over a history database
+included) and checks that the verdict, the timeline and the charts are rendered (plotly's divs).
 
 Needs /usr/bin/chromium (`.ci/run` installs the Debian package when it is missing): without it the test fails,
 it does not skip. Set TRACEVIEW_SCREENSHOTS=docs to write the pages' screenshots (docs/app_*.png)."""
@@ -22,7 +23,10 @@ from playwright.sync_api import TimeoutError as PlaywrightTimeout
 ROOT = Path(__file__).resolve().parent.parent
 CHROMIUM = Path("/usr/bin/chromium")
 SYNC = ROOT / "sample_traces/gpu_h200/sync_item_nonzero_cpu.json.gz"
+MEMORY = ROOT / "sample_traces/gpu_h200_memory/memory_pressure_empty_cache.json.gz"
+MODULES = ROOT / "sample_traces/gpu_h200/train_tinygpt_modules.json.gz"
 JOB = ROOT / "sample_traces/nccl_h200x2/ddp_rank1_slowed"
+WIDTH = 1280  # the screenshots' width (docs/app_*.png): every page must read at 1280 px
 READY_S = 300  # how long the server may take to come up on a busy machine: a bound, not a measurement
 WAIT_MS = int(os.environ.get("TRACEVIEW_BROWSER_WAIT_MS", 240_000))  # a bound for each wait on the page, as READY_S
 ARGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking",
@@ -90,7 +94,7 @@ def shots(tmp_path: Path) -> Path:
 
 
 def open_app(browser, url: str):  # noqa: ANN001, ANN201 - playwright types
-    page = browser.new_page(viewport={"width": 1400, "height": 1400})
+    page = browser.new_page(viewport={"width": WIDTH, "height": 1400})
     page.set_default_timeout(WAIT_MS)
     page.goto(url)
     page.locator('[data-testid="stSidebar"]').wait_for()
@@ -190,12 +194,15 @@ def test_rank_files_show_the_job(server: str, browser, shots: Path) -> None:  # 
     ranks = sorted(JOB.glob("rank*.pt.trace.json.gz"))
     assert len(ranks) == 2
     upload(page, *ranks)
+    # a job lands on its Job page: the straggler first, before any rank's charts
+    page.locator("h1, h2").filter(has_text="Job").first.wait_for()
     page.get_by_text("Straggler rank").wait_for()
     metric = page.locator('[data-testid="stMetric"]').filter(has_text="Straggler rank")
     assert metric.locator('[data-testid="stMetricValue"]').inner_text().strip() == "1"
-    assert any(t.startswith("Wait per step in NCCL kernels") for t in plots(page, 3))
-    page.get_by_text("Verdict:").first.wait_for()
+    assert any(t.startswith("Wait per step in NCCL kernels") for t in plots(page, 1))
     shot(page, shots, "job")
+    goto(page, "Overview")
+    page.get_by_text("Verdict:").first.wait_for()
 
     goto(page, "Findings")
     page.locator("h3").filter(has_text="Job:").first.wait_for()
@@ -207,5 +214,51 @@ def test_rank_files_show_the_job(server: str, browser, shots: Path) -> None:  # 
     shot(page, shots, "timeline_nccl")
     for title in ("Layers", "Kernels", "Raw JSON"):
         goto(page, title)
+    assert not page.locator('[data-testid="stException"]').count()
+    page.close()
+
+
+def _history(base: Path) -> Path:
+    """A history database of six runs of one job (the compiled elementwise chain four times, then the eager one
+    twice: a regression), written by `traceview batch` and `traceview history add`."""
+    db = base / "history.duckdb"
+    for name, src in (("fast", "elementwise_chain_compiled"), ("slow", "elementwise_chain_eager")):
+        (base / name / "train").mkdir(parents=True)
+        (base / name / "train" / "trace.json.gz").write_bytes((ROOT / f"sample_traces/gpu_h200/{src}.json.gz").read_bytes())
+        subprocess.run([sys.executable, "-m", "traceview", "batch", "train", "--out", "rows.json"], cwd=base / name,
+                       capture_output=True, check=False)
+    for day, name in enumerate(["fast"] * 4 + ["slow"] * 2, start=1):
+        subprocess.run([sys.executable, "-m", "traceview", "history", "add", "--db", str(db),
+                        str(base / name / "rows.json"), "--label", f"date=2026-01-0{day}"], check=True,
+                       capture_output=True)
+    return db
+
+
+def test_memory_diff_and_trends_pages(server: str, browser, shots: Path, tmp_path: Path) -> None:  # noqa: ANN001
+    page = open_app(browser, server)
+    upload(page, MEMORY)
+    goto(page, "Memory")
+    assert any(t.startswith("GPU 0 memory over the steps") for t in plots(page))
+    shot(page, shots, "memory")
+
+    goto(page, "Diff")
+    box = page.get_by_role("combobox", name="…or a bundled sample as B")
+    box.click()
+    box.fill("train_tinygpt_modules")
+    page.keyboard.press("Enter")
+    settled(page)
+    page.locator(".js-plotly-plot .gtitle", has_text="Class shift per step").first.wait_for()
+    page.get_by_text("No module information in A").first.wait_for()  # the memory trace records no modules
+    shot(page, shots, "diff")
+
+    db = _history(tmp_path)
+    goto(page, "Trends")
+    field = page.get_by_role("textbox", name="History database")
+    field.fill(str(db))
+    field.press("Enter")
+    settled(page)
+    assert any(t.startswith("train: step time per run") for t in plots(page))
+    page.get_by_text("regression").first.wait_for()
+    shot(page, shots, "trends")
     assert not page.locator('[data-testid="stException"]').count()
     page.close()

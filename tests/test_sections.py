@@ -1,7 +1,8 @@
 """Report sections are declared (`traceview.sections.section.Section`) and listed once, in document order, in
 `report.SECTIONS`: every bundled document's trace entries hold exactly the declared keys in that order, each
 declaration names a real text-report part and app page, and docs/json-schema.md's TRACE table is generated
-from the declarations (a test fails when it is stale)."""
+from the declarations (a test fails when it is stale). Job entries likewise (`report.JOB_SECTIONS`, the JOB
+table)."""
 
 from __future__ import annotations
 
@@ -15,7 +16,7 @@ from conftest import ROOT, SAMPLES
 from traceview import docs
 from traceview.formatters.sections import TEXT_SECTIONS
 from traceview.options import Options
-from traceview.report import SECTIONS, analyze
+from traceview.report import JOB_SECTIONS, SECTIONS, analyze
 from traceview.sections.section import Section
 
 DECLARED = [k for s in SECTIONS for k in s.keys]
@@ -31,8 +32,8 @@ def test_every_trace_entry_holds_the_declared_sections_in_order(rel: str) -> Non
 
 
 def test_declarations_name_real_renderers_and_pages() -> None:
-    pages = {n.name.removeprefix("page_") for n in ast.parse((ROOT / "app.py").read_text()).body
-             if isinstance(n, ast.FunctionDef) and n.name.startswith("page_")}
+    pages = {f.stem for f in (ROOT / "traceview/app/pages").glob("*.py")
+             if any(isinstance(n, ast.FunctionDef) and n.name == "page" for n in ast.parse(f.read_text()).body)}
     assert {"overview", "findings", "layers", "kernels", "memory"} <= pages
     for s in SECTIONS:
         assert isinstance(s, Section) and s.computes and s.json_type and s.json_doc, s.keys
@@ -44,7 +45,7 @@ def test_declarations_name_real_renderers_and_pages() -> None:
 def test_every_section_module_is_listed() -> None:
     """A module of traceview/sections/ that declares a Section has it in report.SECTIONS; the others say why
     they are not trace-entry sections."""
-    listed = {s for s in SECTIONS}
+    listed = {*SECTIONS, *JOB_SECTIONS}
     import importlib
 
     declaring = set()
@@ -54,7 +55,7 @@ def test_every_section_module_is_listed() -> None:
         assert set(found) <= listed, f.stem
         if found:
             declaring.add(f.stem)
-    # the job entry (job, straggler), the app's timeline view, the declaration type itself, the package, and
+    # the job entry (job, straggler: job_entry declares its parts), the app's timeline view, the declaration type itself, the package, and
     # fixrunner (it gives the findings section and the projection their replayed savings)
     assert {f.stem for f in (ROOT / "traceview/sections").glob("*.py")} - declaring == {
         "__init__", "section", "job", "straggler", "timeline", "fixrunner"}
@@ -76,3 +77,31 @@ def test_a_changed_declaration_makes_the_document_stale(monkeypatch) -> None:
     monkeypatch.setattr(report, "SECTIONS", changed)
     assert docs.render_schema(text) != text
     assert "| something else |" in docs.render_schema(text)
+
+
+JOB_DECLARED = [k for s in JOB_SECTIONS for k in s.keys]
+
+
+@pytest.mark.parametrize("rel", ["nccl_h200x2/ddp_rank1_slowed", "gloo_straggler/slowed", "no-rank names"])
+def test_every_job_entry_holds_the_declared_parts_in_order(rel: str, tmp_path) -> None:
+    path = SAMPLES / rel
+    if rel == "no-rank names":  # two traces whose names and metadata carry no rank: the job warns
+        for name, src in (("a", "elementwise_chain_eager"), ("b", "elementwise_chain_compiled")):
+            (tmp_path / f"{name}.json.gz").write_bytes((SAMPLES / f"gpu_h200/{src}.json.gz").read_bytes())
+        path = tmp_path
+    doc = json.loads(json.dumps(analyze([path], Options()).to_dict()))
+    (job,) = doc["jobs"]
+    assert list(job) == [k for k in JOB_DECLARED if k != "warnings" or "warnings" in job]
+    assert ("warnings" in job) == (rel == "no-rank names")
+
+
+def test_the_job_table_is_generated_and_goes_stale(monkeypatch) -> None:
+    import traceview.report as report
+
+    text = docs.SCHEMA.read_text(encoding="utf-8")
+    table = text.split(docs.JOB_BEGIN, 1)[1].split(docs.JOB_END, 1)[0]
+    assert [line.split(" | ")[0].strip("| ") for line in table.strip().splitlines()[2:]] == [
+        ", ".join(f"`{k}`" for k in s.keys) for s in JOB_SECTIONS]
+    assert all(s.app_page in (None, "job") and s.text in ("header", "findings") for s in JOB_SECTIONS)
+    monkeypatch.setattr(report, "JOB_SECTIONS", (*JOB_SECTIONS, replace(JOB_SECTIONS[0], keys=("new_key",))))
+    assert docs.render_schema(text) != text and "| `new_key` |" in docs.render_schema(text)

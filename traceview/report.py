@@ -38,7 +38,7 @@ from .model import Job, Trace
 from .notes import aggregate as aggregate_warnings
 from .options import Options
 from .ruleapi import RuleContext
-from .sections import cpu, findings, layers, memory, overview, profiling, projection, verdict
+from .sections import cpu, findings, job_entry, layers, memory, overview, profiling, projection, verdict
 from .sections.findings import run_rules
 from .sections.fixrunner import apply as replayed_fixes
 from .sections.layers import section as layers_section
@@ -66,6 +66,9 @@ SECTIONS: tuple[Section, ...] = (
     projection.SECTION,
     cpu.SECTION,
 )
+
+#: the parts of each job entry, in document order (docs/json-schema.md's JOB table is generated from them)
+JOB_SECTIONS: tuple[Section, ...] = job_entry.JOB_SECTIONS
 
 SCHEMA_VERSION = 1
 

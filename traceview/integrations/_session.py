@@ -64,3 +64,41 @@ def stop(session: Any) -> None:
 
     session.finish()
     atexit.unregister(session.finish)
+
+
+class Window:
+    """A framework callback's profiling window (mixed into the Lightning and Hugging Face callbacks): where to
+    write, the schedule, the collector's options and the running session; the callback calls `begin()` at train
+    start, `boundary()` at each batch's end and `end()` at train end. `LAUNCHER` names the framework in the
+    manifest."""
+
+    LAUNCHER = "integration"
+
+    def __init__(
+        self,
+        out: str | Path = "tv_traces",
+        name: str | None = None,
+        wait: int = 2,
+        warmup: int = 1,
+        active: int = 3,
+        repeat: int = 1,
+        **options: Any,
+    ) -> None:
+        self.out, self.name = out, name
+        self.schedule = (wait, warmup, active, repeat)
+        self.options = options  # stack, memory, shapes, modules: as `traceview collect`'s flags
+        self.session: Any = None
+        self.run_dir: Path | None = None
+
+    def begin(self) -> None:
+        self.session = start(self.out, self.name, *self.schedule, launcher=self.LAUNCHER, **self.options)
+        self.run_dir = self.session.run_dir
+
+    def boundary(self) -> None:
+        if self.session is not None:
+            self.session.boundary("explicit")
+
+    def end(self) -> None:
+        if self.session is not None:
+            stop(self.session)
+            self.session = None

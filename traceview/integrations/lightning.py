@@ -4,7 +4,6 @@ writes them, in `out/name/`. Works with `lightning` (2.x) or the older `pytorch_
 
 from __future__ import annotations
 
-from pathlib import Path
 from typing import Any
 
 try:
@@ -12,44 +11,24 @@ try:
 except ImportError:  # the standalone package
     from pytorch_lightning.callbacks import Callback  # type: ignore[no-redef]
 
-from . import _session
+from ._session import Window
 
 
-class TraceviewCallback(Callback):
+class TraceviewCallback(Window, Callback):
     """Profile training steps `wait + warmup` .. `wait + warmup + active - 1` (0-based), `repeat` times.
 
     >>> trainer = Trainer(callbacks=[TraceviewCallback("tv_traces", wait=2, warmup=1, active=3)])
     then `traceview analyze tv_traces/<name>`."""
 
-    def __init__(
-        self,
-        out: str | Path = "tv_traces",
-        name: str | None = None,
-        wait: int = 2,
-        warmup: int = 1,
-        active: int = 3,
-        repeat: int = 1,
-        **options: Any,
-    ) -> None:
-        self.out, self.name = out, name
-        self.schedule = (wait, warmup, active, repeat)
-        self.options = options  # stack, memory, shapes, modules: as `traceview collect`'s flags
-        self.session: Any = None
-        self.run_dir: Path | None = None
+    LAUNCHER = "lightning"
 
     def on_train_start(self, trainer: Any, pl_module: Any) -> None:
-        self.session = _session.start(
-            self.out, self.name, *self.schedule, launcher="lightning", **self.options
-        )
-        self.run_dir = self.session.run_dir
+        self.begin()
 
     def on_train_batch_end(
         self, trainer: Any, pl_module: Any, outputs: Any, batch: Any, batch_idx: int
     ) -> None:
-        if self.session is not None:
-            self.session.boundary("explicit")
+        self.boundary()
 
     def on_train_end(self, trainer: Any, pl_module: Any) -> None:
-        if self.session is not None:
-            _session.stop(self.session)
-            self.session = None
+        self.end()

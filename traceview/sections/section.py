@@ -16,4 +16,4 @@ class Section:
     json_type: str  # the JSON type of its value(s), as docs/json-schema.md writes it ("object\|null", "[STEP]")
     json_doc: str  # what the value holds (Markdown: docs/json-schema.md's meaning column)
     text: str | None = None  # the text report part that renders it: "header" or a `--show` section name
-    app_page: str | None = None  # the app page that shows it (`page_<name>` in app.py)
+    app_page: str | None = None  # the app page that shows it (the module traceview/app/pages/<name>.py)

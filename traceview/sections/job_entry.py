@@ -1,0 +1,88 @@
+"""`JOB_SECTIONS`: the declared parts of a job entry (`jobs` in the document: a directory of 2+ rank files),
+computed by job.py and straggler.py; docs/json-schema.md's JOB table is generated from them."""
+
+from __future__ import annotations
+
+from .section import Section
+
+IDENTITY = Section(
+    keys=("path", "ranks"),
+    computes="the job's directory and its ranks",
+    json_type="str, [int]",
+    json_doc="the directory holding the rank files; the ranks found in it, in order",
+    text="header",
+    app_page="job",
+)
+CLASSIFICATION = Section(
+    keys=("classification",),
+    computes="each rank's classifier verdict, and its wait for the straggler",
+    json_type="[object]",
+    json_doc="one per rank: `rank`, `path`, `dominant`, `primary`, `shares` (`cpu_dominant` for a rank without GPU "
+    "activity), and when the straggler rule raises a straggler (warning or error) for every other rank "
+    "`straggler` (its rank) and `straggler_wait_pct` (that rank's exposed wait per step as % of the job's "
+    "step period)",
+    text="header",
+    app_page="job",
+)
+NCCL = Section(
+    keys=("nccl",),
+    computes="collectives matched across ranks: wait per rank, pure transfer, the straggler and why",
+    json_type="object",
+    json_doc="`collectives` (matched), `method`, `source` (`kernel`: NCCL/RCCL GPU kernels; `gloo_annotation` / "
+    "`c10d_op`: host-side collectives of a CPU/gloo job; `none`), `backend` (`distributedInfo.backend`, e.g. "
+    "`nccl`, `gloo`), `steps` (analysed steps with matched collectives), `transfer_us`, `ranks` [{`rank`, "
+    "`total_wait_us` (sum over collectives), `mean_wait_us` (per collective), `wait_per_step_us`, "
+    "`median_wait_per_step_us`, `wait_by_step_us` {step: µs} (per step: union of the step's wait "
+    "intervals), `exposed_wait_per_step_us`, `median_exposed_wait_per_step_us`, `exposed_wait_by_step_us` "
+    "{step: µs} (the part of that union when the rank's GPU ran no other kernel, memcpy or memset: the time "
+    "it actually lost to the late rank; equal to the wait for host-side collectives), `times_last`, "
+    "`times_first`, `comm_us`, `sync_us`}], `straggler` {`rank`, `times_last`, `of`, `total_wait_us`, "
+    "`reason`, `raised` (true when the straggler rule reports it at warning or error), `cause`} or null. "
+    "`cause` (why it is late; `traceview/sections/straggler.py`) is null when it was never late at a "
+    "matched collective, else {`rank`, `steps` (compared), `lateness_us_per_step` (its start minus the "
+    "others' median start at the collective it was latest at, per step), `late_at` (collectives it arrived "
+    "last and late at), `late_at_families`, `classes_excess_us_per_step` {class: µs} (its time in each "
+    "classifier class before that collective minus the other ranks' median; ranks without GPU: `input`, "
+    "`host_sync`, `host_busy`), `host_excess_us_per_step` {`input`, `host_sync`, `host_ops`, `python`, "
+    "`untraced`: µs} (the host side of the same windows), `class` (the class with the largest excess, or "
+    "null), `mechanism` (`host_code`, `extra_host_ops`, `slower_host_ops`, `input`, `host_sync`, "
+    "`extra_kernels`, `slower_kernels`, `data_copy`, `other_idle`), `excess_us_per_step`, `evidence` "
+    "(`ops` / `kernels` / `syncs` [{`name`, counts and µs per step on the straggler and the others}], "
+    "`largest_gap` {`step`, `us`, `after_op`, `before_op`}, `python_frame`, `detail`), `text`, `severity` "
+    "(the straggler finding's)}",
+    text="header",
+    app_page="job",
+)
+FINDINGS = Section(
+    keys=("findings",),
+    computes="the job-level rules' findings",
+    json_type="[FINDING]",
+    json_doc="job-level findings, e.g. the straggler rule's naming the straggler rank; its evidence carries "
+    "`exposed_wait_per_step_us` / `median_exposed_wait_per_step_us` (mean over the waiting ranks), on "
+    "which its share and severity are based",
+    text="findings",
+    app_page="job",
+)
+STEP_PERIOD = Section(
+    keys=("step_period",),
+    computes="the job's step period and each rank's wait as a share of it",
+    json_type="object",
+    json_doc="`period_us` (the median of the ranks' periods), `method` (`gpu step ends`: median time between "
+    "consecutive device-side step ends; `host step spans` for ranks without GPU; `step window` with one "
+    "step), `ranks` [{`rank`, `period_us`, `wait_per_step_us`, `exposed_wait_per_step_us`, `wait_pct`, "
+    "`exposed_wait_pct` (% of the job's period)}]",
+    text="header",
+    app_page="job",
+)
+WARNINGS = Section(
+    keys=("warnings",),
+    computes="what the job's analysis could not do (only present when there is something)",
+    json_type="[str] (when present)",
+    json_doc="e.g. rank files that name no rank (`distributedInfo` nor a `rank<N>` in the name): numbered in "
+    "file-name order for the cross-rank analysis",
+    text="header",
+    app_page=None,
+)
+
+#: the keys of a job entry in document order (`warnings` only when there are some)
+JOB_SECTIONS: tuple[Section, ...] = (IDENTITY, CLASSIFICATION, NCCL, FINDINGS, STEP_PERIOD, WARNINGS)
