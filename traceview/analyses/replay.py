@@ -22,7 +22,7 @@ from dataclasses import dataclass, field
 import numpy as np
 import polars as pl
 
-from ..memo import per_windows
+from ..memo import per_trace, per_windows
 from ..model import Trace
 from .replay_graph import KINDS, Graph, build
 
@@ -278,6 +278,9 @@ def replay(trace: Trace, steps: pl.DataFrame, transforms: Sequence[Transform] = 
         return np.zeros(0)
     if not transforms:  # the fidelity and every saving replay it: once per (trace, steps)
         return _unmodified(trace, steps).copy()
+    key = _parametric_key(transforms)
+    if key is not None:  # the profiler-cost base of every saving: once per (trace, steps, parameters)
+        return _parametric(trace, tuple(tuple(steps[c]) for c in _STEP_COLS), key).copy()
     g = build(trace)
     s, e = _boundaries(g, steps, simulate(g, transforms))
     return _per_step(steps, e - s)
@@ -291,7 +294,27 @@ def _per_step(steps: pl.DataFrame, periods: np.ndarray) -> np.ndarray:
     return (steps["end"] - steps["ts"]).to_numpy().astype(np.float64)
 
 
-@per_windows("step", "host_idx", "cpu_ts", "cpu_end", "gpu_ts", "gpu_end", "ts", "end")
+#: the step columns a replay reads (memo keys: the steps are rebuilt from them as Int64)
+_STEP_COLS = ("step", "host_idx", "cpu_ts", "cpu_end", "gpu_ts", "gpu_end", "ts", "end")
+
+
+def _parametric_key(transforms: Sequence[Transform]) -> tuple | None:
+    """A hashable key of transforms that name no rows (the profiler's cost: shares and per-kind costs), else None."""
+    if any(t.gpu_dur or t.host_cut or len(t.host_removed) or len(t.no_wait) or len(t.host_spans) for t in transforms):
+        return None
+    return tuple((tuple(sorted(t.cost_us.items())), float(t.host_share)) for t in transforms)
+
+
+@per_trace
+def _parametric(trace: Trace, key: tuple[tuple, ...], tkey: tuple) -> np.ndarray:
+    steps = pl.DataFrame(dict(zip(_STEP_COLS, map(list, key), strict=True)), schema={c: pl.Int64 for c in _STEP_COLS})
+    ts = [Transform("parametric", cost_us=dict(c), host_share=h) for c, h in tkey]
+    g = build(trace)
+    s, e = _boundaries(g, steps, simulate(g, ts))
+    return _per_step(steps, e - s)
+
+
+@per_windows(*_STEP_COLS)
 def _unmodified(trace: Trace, steps: pl.DataFrame) -> np.ndarray:
     g = build(trace)
     s, e = _boundaries(g, steps, simulate(g))
