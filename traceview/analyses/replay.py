@@ -131,6 +131,12 @@ def _longest_py(base, src, dst, off, out) -> int:
     return len(queue)
 
 
+def _unique(x: np.ndarray) -> np.ndarray:
+    """np.unique of integers by a sort (numpy's hash unique takes seconds on a million ids)."""
+    x = np.sort(x.ravel())
+    return x[np.concatenate([[True], x[1:] != x[:-1]])] if x.size else x
+
+
 def _cuts(g: Graph, transforms: Sequence[Transform]) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
     """(gap cut, join cut, own cut per anchor, new duration per activity, wait kept per anchor) of the transforms
     together."""
@@ -162,7 +168,7 @@ def _cuts(g: Graph, transforms: Sequence[Transform]) -> tuple[np.ndarray, np.nda
             got = dict(zip(t.host_cut.keys(), v, strict=True))
             np.add.at(cuts, flat[p], [got[int(i)] for i in rows.i[p]])
         if len(t.host_removed):
-            p = rows.positions(np.unique(np.asarray(list(t.host_removed), np.int64)))
+            p = rows.positions(_unique(np.asarray(list(t.host_removed), np.int64)))
             np.add.at(cuts, flat[p], rows.dur[p].astype(np.float64))
         if t.gpu_dur:
             ids = np.fromiter(t.gpu_dur.keys(), np.int64)
@@ -204,8 +210,17 @@ def simulate(g: Graph, transforms: Sequence[Transform] = ()) -> tuple[np.ndarray
                           2 * n_a + 2 * g.d_prev[dp] + 1, 2 * g.d_launch[dl], 2 * n_a + 2 * g.d_x[dx] + 1, d_s])
     dst = np.concatenate([a_s[aj], a_s[hp], a_e, a_e[aw], d_s[dp], d_s[dl], d_s[dx], d_e])
     off = np.concatenate([jwake[aj], gap[hp], own, g.a_wake[aw], g.d_gap[dp], g.d_lat[dl], g.d_xgap[dx], dur])
-    t = longest(base, src.astype(np.int64), dst.astype(np.int64), off.astype(np.int64))
+    t = longest(base, src.astype(np.int64, copy=False), dst.astype(np.int64, copy=False),
+                off.astype(np.int64, copy=False))
     return t[a_s], t[a_e], t[d_s], t[d_e]
+
+
+@per_trace
+def _sorted(g: Graph, name: str) -> tuple[np.ndarray, np.ndarray]:
+    """(stable order of the graph's array `name`, the array in that order): once per graph, for every replay."""
+    a = getattr(g, name)
+    o = np.argsort(a, kind="stable")
+    return o, a[o]
 
 
 def _boundaries(g: Graph, steps: pl.DataFrame, times: tuple[np.ndarray, ...]) -> tuple[np.ndarray, np.ndarray]:
@@ -224,15 +239,14 @@ def _boundaries(g: Graph, steps: pl.DataFrame, times: tuple[np.ndarray, ...]) ->
         return got["_v"].fill_null(np.nan).to_numpy()
 
     def activity(t: np.ndarray, col_ts: bool) -> np.ndarray:  # replayed start (end) of the activity starting (ending) at t
-        orig, rep = (g.d_ts, d_s) if col_ts else (g.d_end, d_e)
-        o = np.argsort(orig, kind="stable")
-        p = np.searchsorted(orig[o], t)
-        ok = (p < o.size) & (orig[o[np.minimum(p, o.size - 1)]] == t) if o.size else np.zeros(t.size, bool)
+        (o, so), rep = (_sorted(g, "d_ts"), d_s) if col_ts else (_sorted(g, "d_end"), d_e)
+        p = np.searchsorted(so, t)
+        ok = (p < o.size) & (so[np.minimum(p, o.size - 1)] == t) if o.size else np.zeros(t.size, bool)
         return np.where(ok, rep[o[np.minimum(p, max(o.size - 1, 0))]] if o.size else 0, np.nan).astype(np.float64)
 
     def host_time(t: np.ndarray) -> np.ndarray:  # without a marker: t moved as the last call that ended by t
-        o = np.argsort(g.a_end, kind="stable")
-        j = np.searchsorted(g.a_end[o], t, side="right") - 1
+        o, so = _sorted(g, "a_end")
+        j = np.searchsorted(so, t, side="right") - 1
         k = o[np.maximum(j, 0)] if o.size else np.zeros(t.size, np.int64)
         return np.where(j >= 0, t + (a_e[k] - g.a_end[k]), t).astype(np.float64) if o.size else t.astype(np.float64)
 

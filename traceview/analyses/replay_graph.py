@@ -27,6 +27,7 @@ fidelity measures it.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from functools import cached_property
 from typing import Any
 
 import numpy as np
@@ -364,11 +365,17 @@ class Rows:
     dur: np.ndarray
     ts: np.ndarray
 
+    @cached_property
+    def _by_id(self) -> tuple[np.ndarray, np.ndarray]:
+        """(order by id, the ids in that order): sorted once, searched by every transform."""
+        o = np.argsort(self.i, kind="stable")
+        return o, self.i[o]
+
     def positions(self, ids: np.ndarray) -> np.ndarray:
         """Positions of the rows with these ids (ids not held here are left out)."""
-        o = np.argsort(self.i, kind="stable")
-        p = np.searchsorted(self.i[o], ids)
-        ok = (p < o.size) & (self.i[o[np.minimum(p, max(o.size - 1, 0))]] == ids) if o.size else np.zeros(ids.size, bool)
+        o, si = self._by_id
+        p = np.searchsorted(si, ids)
+        ok = (p < o.size) & (si[np.minimum(p, max(o.size - 1, 0))] == ids) if o.size else np.zeros(ids.size, bool)
         return o[p[ok]]
 
 
