@@ -13,6 +13,44 @@
 #include <stdint.h>
 #include <stdlib.h>
 
+/* Kahn's algorithm over the edges' CSR, with index type T; -1 when out of memory. */
+#define KAHN(NAME, T)                                                                                   \
+    static Py_ssize_t NAME(Py_ssize_t n, Py_ssize_t m, const int64_t *base, const int64_t *src,          \
+                           const int64_t *dst, const int64_t *off, int64_t *out) {                        \
+        T *start = calloc((size_t)n + 1, sizeof(T)), *adj = malloc((size_t)(m ? m : 1) * sizeof(T)),      \
+          *indeg = calloc((size_t)n + 1, sizeof(T)), *queue = malloc((size_t)(n ? n : 1) * sizeof(T)),    \
+          *fill = malloc((size_t)(n ? n : 1) * sizeof(T));                                                \
+        Py_ssize_t reached = -1;                                                                        \
+        if (!start || !adj || !indeg || !queue || !fill) goto out;                                      \
+        Py_BEGIN_ALLOW_THREADS                                                                          \
+        for (Py_ssize_t e = 0; e < m; e++) { start[src[e] + 1]++; indeg[dst[e]]++; }                    \
+        for (Py_ssize_t v = 0; v < n; v++) start[v + 1] += start[v];                                    \
+        for (Py_ssize_t v = 0; v < n; v++) fill[v] = start[v];                                          \
+        for (Py_ssize_t e = 0; e < m; e++) adj[fill[src[e]]++] = (T)e;                                  \
+        Py_ssize_t head = 0, tail = 0;                                                                  \
+        for (Py_ssize_t v = 0; v < n; v++) {                                                            \
+            out[v] = base[v];                                                                           \
+            if (indeg[v] == 0) queue[tail++] = (T)v;                                                    \
+        }                                                                                               \
+        while (head < tail) {                                                                           \
+            T v = queue[head++];                                                                        \
+            int64_t val = out[v];                                                                       \
+            for (T k = start[v]; k < start[v + 1]; k++) {                                               \
+                T e = adj[k];                                                                           \
+                int64_t w = dst[e];                                                                     \
+                if (val != INT64_MIN && val + off[e] > out[w]) out[w] = val + off[e];                   \
+                if (--indeg[w] == 0) queue[tail++] = (T)w;                                              \
+            }                                                                                           \
+        }                                                                                               \
+        reached = tail;                                                                                 \
+        Py_END_ALLOW_THREADS                                                                            \
+    out:                                                                                                \
+        free(start); free(adj); free(indeg); free(queue); free(fill);                                   \
+        return reached;                                                                                 \
+    }
+KAHN(kahn32, int32_t)
+KAHN(kahn64, int64_t)
+
 static PyObject *longest(PyObject *self, PyObject *args) {
     Py_buffer b, s, d, o, r;
     if (!PyArg_ParseTuple(args, "y*y*y*y*w*", &b, &s, &d, &o, &r)) return NULL;
@@ -29,37 +67,13 @@ static PyObject *longest(PyObject *self, PyObject *args) {
             PyErr_SetString(PyExc_ValueError, "longest: edge endpoint out of range");
             goto done;
         }
-    int64_t *start = calloc((size_t)n + 1, 8), *adj = malloc((size_t)(m ? m : 1) * 8),
-            *indeg = calloc((size_t)n + 1, 8), *queue = malloc((size_t)(n ? n : 1) * 8),
-            *fill = malloc((size_t)(n ? n : 1) * 8);
-    if (!start || !adj || !indeg || !queue || !fill) {
-        free(start); free(adj); free(indeg); free(queue); free(fill);
+    /* the CSR and the queue hold event and edge numbers: 4 bytes each while they fit (half the memory) */
+    Py_ssize_t reached = (n < INT32_MAX && m < INT32_MAX) ? kahn32(n, m, base, src, dst, off, out)
+                                                         : kahn64(n, m, base, src, dst, off, out);
+    if (reached < 0) {
         PyErr_NoMemory();
         goto done;
     }
-    Py_ssize_t reached = 0;
-    Py_BEGIN_ALLOW_THREADS
-    for (Py_ssize_t e = 0; e < m; e++) { start[src[e] + 1]++; indeg[dst[e]]++; }
-    for (Py_ssize_t v = 0; v < n; v++) start[v + 1] += start[v];
-    for (Py_ssize_t v = 0; v < n; v++) fill[v] = start[v];
-    for (Py_ssize_t e = 0; e < m; e++) adj[fill[src[e]]++] = e;
-    Py_ssize_t head = 0, tail = 0;
-    for (Py_ssize_t v = 0; v < n; v++) {
-        out[v] = base[v];
-        if (indeg[v] == 0) queue[tail++] = v;
-    }
-    while (head < tail) {
-        int64_t v = queue[head++];
-        int64_t val = out[v];
-        for (int64_t k = start[v]; k < start[v + 1]; k++) {
-            int64_t e = adj[k], w = dst[e];
-            if (val != INT64_MIN && val + off[e] > out[w]) out[w] = val + off[e];
-            if (--indeg[w] == 0) queue[tail++] = w;
-        }
-    }
-    reached = tail;
-    Py_END_ALLOW_THREADS
-    free(start); free(adj); free(indeg); free(queue); free(fill);
     res = PyLong_FromSsize_t(reached);
 done:
     PyBuffer_Release(&b); PyBuffer_Release(&s); PyBuffer_Release(&d); PyBuffer_Release(&o); PyBuffer_Release(&r);
