@@ -217,14 +217,14 @@ def simulate(g: Graph, transforms: Sequence[Transform] = ()) -> tuple[np.ndarray
         (g.d_x >= 0, lambda k: A + 2 * g.d_x[k] + 1, lambda k: A + 2 * k, lambda k: g.d_xgap[k]),
         (n_d, lambda k: A + 2 * k, lambda k: A + 2 * k + 1, lambda k: dur[k]),
     ]
-    rows = [np.arange(sel) if isinstance(sel, int) else np.flatnonzero(sel) for sel, *_ in kinds]
-    m = sum(r.size for r in rows)
+    m = sum(sel if isinstance(sel, int) else int(np.count_nonzero(sel)) for sel, *_ in kinds)
     src, dst, off = np.empty(m, np.int64), np.empty(m, np.int64), np.empty(m, np.int64)
     at = 0
-    for r, (_, fs, fd, fo) in zip(rows, kinds, strict=True):
+    for sel, fs, fd, fo in kinds:
+        r = np.arange(sel) if isinstance(sel, int) else np.flatnonzero(sel)
         src[at:at + r.size], dst[at:at + r.size], off[at:at + r.size] = fs(r), fd(r), fo(r)
         at += r.size
-    del rows, kinds
+    del kinds, r
     t = longest(base, src, dst, off)
     del src, dst, off, base
     return t[0:A:2], t[1:A:2], t[A::2], t[A + 1::2]
