@@ -1,4 +1,5 @@
-"""The replay model's share of one `traceview analyze --format json` run: prints {wall_s, replay_s, share, calls}.
+"""The replay model's share of one `traceview analyze --format json` run: prints {wall_s, replay_s, share, cpu_s,
+replay_cpu_s, cpu_share, calls} (CPU: this process's, every thread; steadier than wall time on a shared machine).
 
     python bench/replay_share.py TRACE
 
@@ -15,7 +16,7 @@ import os
 import sys
 import time
 
-T0 = time.perf_counter()
+T0, C0 = time.perf_counter(), time.process_time()
 
 
 def main() -> None:
@@ -24,18 +25,19 @@ def main() -> None:
     import traceview.report  # noqa: F401 - every module that imports the replay's functions
     from traceview.cli.main import main as cli
 
-    spent = {"s": 0.0, "calls": 0, "depth": 0}
+    spent = {"s": 0.0, "cpu": 0.0, "calls": 0, "depth": 0}
 
     def timed(fn):
         def wrapper(*a, **k):
             spent["depth"] += 1
-            t = time.perf_counter()
+            t, c = time.perf_counter(), time.process_time()
             try:
                 return fn(*a, **k)
             finally:
                 spent["depth"] -= 1
                 if spent["depth"] == 0:  # the outermost call only: nested ones are inside its time
                     spent["s"] += time.perf_counter() - t
+                    spent["cpu"] += time.process_time() - c
                     spent["calls"] += 1
         return wrapper
 
@@ -48,9 +50,11 @@ def main() -> None:
                 setattr(mod, attr, targets[id(val)])
 
     def report() -> None:
-        wall = time.perf_counter() - T0
+        wall, cpu = time.perf_counter() - T0, time.process_time() - C0
         print(json.dumps({"wall_s": round(wall, 3), "replay_s": round(spent["s"], 3),
-                          "share": round(spent["s"] / wall, 4), "calls": spent["calls"]}), flush=True)
+                          "share": round(spent["s"] / wall, 4), "cpu_s": round(cpu, 3),
+                          "replay_cpu_s": round(spent["cpu"], 3), "cpu_share": round(spent["cpu"] / cpu, 4),
+                          "calls": spent["calls"]}), flush=True)
 
     atexit.register(report)
     sys.argv = ["traceview", "analyze", sys.argv[1], "--format", "json", "-o", os.devnull]

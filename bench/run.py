@@ -65,14 +65,14 @@ def importable(mod: str) -> bool:
 
 
 def replay_share(path: Path, repeat: int) -> dict:
-    """Median {wall_s, replay_s, share} of bench/replay_share.py over `repeat` runs."""
+    """Median {wall_s, replay_s, share, cpu_share} of bench/replay_share.py over `repeat` runs."""
     import json
 
     got = []
     for _ in range(repeat):
         out = subprocess.run([sys.executable, str(REPLAY_SHARE), str(path)], check=True, capture_output=True, text=True)
         got.append(json.loads(out.stdout.strip().splitlines()[-1]))
-    return {k: statistics.median(g[k] for g in got) for k in ("wall_s", "replay_s", "share")}
+    return {k: statistics.median(g[k] for g in got) for k in ("wall_s", "replay_s", "share", "cpu_share")}
 
 
 def json_mb(path: Path) -> float:
@@ -262,7 +262,8 @@ def main() -> None:
         # the replay model
         lines.append("\n## The replay model (bench/replay_share.py, benchmark trace, medians)\n")
         lines.append(f"Replay (every `replay()`, the fidelity section, the fix transforms) {share['replay_s']:.2f} s of "
-                     f"{share['wall_s']:.2f} s end to end: {100 * share['share']:.1f} % (target <= 15 %).")
+                     f"{share['wall_s']:.2f} s end to end: {100 * share['share']:.1f} % (target <= 15 %); "
+                     f"{100 * share['cpu_share']:.1f} % of the run's CPU time.")
         # core scaling
         if scaling:
             name, m, one, allc = scaling
