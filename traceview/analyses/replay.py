@@ -238,6 +238,17 @@ def _sorted(g: Graph, name: str) -> tuple[np.ndarray, np.ndarray]:
     return o, a[o]
 
 
+@per_trace
+def _marker_at(g: Graph, hi: tuple[int, ...], t: tuple[int, ...]) -> np.ndarray:
+    """Anchor position of the step marker of host row `hi` at time `t`, per step (-1: none); once per graph and
+    steps, for every replay."""
+    mk = np.flatnonzero(g.a_marker)
+    key = pl.DataFrame({"i": g.a_i[mk], "t": g.a_ts[mk], "_p": mk.astype(np.int64)})
+    got = pl.DataFrame({"i": np.asarray(hi, np.int64), "t": np.asarray(t, np.int64)}).join(
+        key, on=["i", "t"], how="left", maintain_order="left")
+    return got["_p"].fill_null(-1).to_numpy()
+
+
 def _boundaries(g: Graph, steps: pl.DataFrame, times: tuple[np.ndarray, ...]) -> tuple[np.ndarray, np.ndarray]:
     """Replayed (start, end) of each step's period [ts, end), in the order of `steps` (loader._periods' rule
     applied to the replayed times of the events it was read from)."""
@@ -248,10 +259,8 @@ def _boundaries(g: Graph, steps: pl.DataFrame, times: tuple[np.ndarray, ...]) ->
 
     def marker(col: str) -> np.ndarray:  # replayed time of the step's host marker (NaN without one)
         hi, t = st["host_idx"].cast(pl.Int64).fill_null(-1).to_numpy(), st[col].fill_null(-1).to_numpy()
-        mk = np.flatnonzero(g.a_marker)
-        key = pl.DataFrame({"i": g.a_i[mk], "t": g.a_ts[mk], "_v": a_s[mk].astype(np.float64)})
-        got = pl.DataFrame({"i": hi, "t": t}).join(key, on=["i", "t"], how="left", maintain_order="left")
-        return got["_v"].fill_null(np.nan).to_numpy()
+        p = _marker_at(g, tuple(hi.tolist()), tuple(t.tolist()))
+        return np.where(p >= 0, a_s[np.maximum(p, 0)].astype(np.float64), np.nan) if p.size else np.zeros(0)
 
     def activity(t: np.ndarray, col_ts: bool) -> np.ndarray:  # replayed start (end) of the activity starting (ending) at t
         (o, so), rep = (_sorted(g, "d_ts"), d_s) if col_ts else (_sorted(g, "d_end"), d_e)
