@@ -59,6 +59,14 @@ def cpu_model() -> str:
     return platform.processor() or "unknown CPU"
 
 
+def load_average() -> str:
+    """The 1-minute load average (other work on the machine skews every time here), or 'unknown'."""
+    try:
+        return f"{os.getloadavg()[0]:.1f}"
+    except (OSError, AttributeError):
+        return "unknown"
+
+
 def importable(mod: str) -> bool:
     """Whether this interpreter can import `mod` (in a child: importing HTA here would cost seconds)."""
     return subprocess.run([sys.executable, "-c", f"import {mod}"], capture_output=True).returncode == 0
@@ -208,7 +216,8 @@ def main() -> None:
         mb = json_mb(big)
         cmd = " ".join(["python bench/run.py", *sys.argv[1:]])
         lines = ["# Benchmark results\n", f"`{cmd}` on {platform.node() or 'this machine'} ({cpu_model()}, "
-                 f"{os.cpu_count()} cores, Python {platform.python_version()}), {a.repeat} interleaved runs, medians.\n"]
+                 f"{os.cpu_count()} cores, Python {platform.python_version()}), {a.repeat} interleaved runs, medians; "
+                 f"load average at the start {load_average()}.\n"]
         # cost vs size
         rows, halves = [], []
         # the largest tiled trace on one core against all cores (taskset: Linux)
