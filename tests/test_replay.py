@@ -86,14 +86,17 @@ def test_compiled_kernel_matches_python_reference():
     (t,) = _traces("collected2/train_gradnorm_item_b32")
     g = build(t)
     a_s, a_e, d_s, d_e = R.simulate(g, [overhead.profiler_transform(t)])
-    saved = R._longest_c
+    saved = R._longest_c, R._pull_c
     try:
-        R._longest_c = None
+        R._pull_c = None  # the edge list's compiled kernel
+        c = R.simulate(g, [overhead.profiler_transform(t)])
+        R._longest_c = None  # the edge list's Python loop
         b = R.simulate(g, [overhead.profiler_transform(t)])
     finally:
-        R._longest_c = saved
-    for x, y in zip((a_s, a_e, d_s, d_e), b, strict=True):
-        assert np.array_equal(x, y)
+        R._longest_c, R._pull_c = saved
+    for x, y, z in zip((a_s, a_e, d_s, d_e), b, c, strict=True):
+        assert np.array_equal(x, y) and np.array_equal(x, z)
+    assert a_e.size == g.a_ts.size and d_s.size == g.d_ts.size and (a_e >= a_s).all()
 
 
 def test_transforms_compose_not_sum():
