@@ -274,7 +274,9 @@ def _boundaries(g: Graph, steps: pl.DataFrame, times: tuple[np.ndarray, ...]) ->
     def marker(col: str) -> np.ndarray:  # replayed time of the step's host marker (NaN without one)
         hi, t = st["host_idx"].cast(pl.Int64).fill_null(-1).to_numpy(), st[col].fill_null(-1).to_numpy()
         p = _marker_at(g, tuple(hi.tolist()), tuple(t.tolist()))
-        return np.where(p >= 0, a_s[np.maximum(p, 0)].astype(np.float64), np.nan) if p.size else np.zeros(0)
+        if a_s.size == 0:  # no anchor at all: no marker either
+            return np.full(p.size, np.nan)
+        return np.where(p >= 0, a_s[np.maximum(p, 0)].astype(np.float64), np.nan)
 
     def activity(t: np.ndarray, col_ts: bool) -> np.ndarray:  # replayed start (end) of the activity starting (ending) at t
         (o, so), rep = (_sorted(g, "d_ts"), d_s) if col_ts else (_sorted(g, "d_end"), d_e)
