@@ -9,13 +9,18 @@ Measured in one run on this machine, in fresh processes, interleaved, medians (a
   the same bytes (already in memory) as baselines, and each process's peak RSS;
 - start-up: a tiny bundled trace end to end, `import traceview.report` alone, `import numpy, polars` (the floor
   of any run) and `python -c pass`;
-- peers: HTA (`TraceAnalysis` load + temporal + idle breakdown) on the benchmark trace, once;
+- peers: HTA (`TraceAnalysis` load + temporal + idle breakdown) on the benchmark trace, once (skipped, and the
+  report says so, where `hta` is not importable);
+- the replay model's share of the benchmark trace's end-to-end time (bench/replay_share.py, medians);
+- core scaling: the largest tiled trace on one core (`taskset -c 0`) against all cores, where taskset exists;
 - phases and hot spots: where `traceview analyze` spends its time on the benchmark trace (pyinstrument, when
   installed): inclusive time of the run's phases, and the functions with the most self time.
 
 The benchmark trace: `--trace`, else ../shared/traces/big/big_train_60steps.json.gz when present, else one made
 from a bundled sample (sample_traces/gpu_h200/train_tinygpt_modules.json.gz tiled 20 times, about 120 MB of JSON).
-Speed is never asserted in tests.
+Needs no network: python3 with polars, numpy and orjson (HTA and pyinstrument optional). A summary of ratios
+(speed vs `orjson.loads`, peak RSS / JSON, start-up over the import floor, replay share, HTA, core scaling) leads
+the report. Speed is never asserted in tests.
 """
 
 from __future__ import annotations
@@ -24,6 +29,7 @@ import argparse
 import gzip
 import os
 import platform
+import shutil
 import statistics
 import subprocess
 import sys
@@ -39,6 +45,42 @@ SEED = ROOT / "sample_traces/gpu_h200/train_tinygpt_modules.json.gz"
 TINY = ROOT / "sample_traces/gpu_h200/seed_single_gemm_eager.json.gz"
 INFLATE = ROOT / "tools/inflate_trace.py"
 TINY_EVENTS = ROOT / "tools/tiny_events.py"
+REPLAY_SHARE = ROOT / "bench/replay_share.py"
+
+
+def cpu_model() -> str:
+    """The CPU's model name (Linux), else the platform's processor string."""
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor() or "unknown CPU"
+
+
+def load_average() -> str:
+    """The 1-minute load average (other work on the machine skews every time here), or 'unknown'."""
+    try:
+        return f"{os.getloadavg()[0]:.1f}"
+    except (OSError, AttributeError):
+        return "unknown"
+
+
+def importable(mod: str) -> bool:
+    """Whether this interpreter can import `mod` (in a child: importing HTA here would cost seconds)."""
+    return subprocess.run([sys.executable, "-c", f"import {mod}"], capture_output=True).returncode == 0
+
+
+def replay_share(path: Path, repeat: int) -> dict:
+    """Median {wall_s, replay_s, share, cpu_share} of bench/replay_share.py over `repeat` runs."""
+    import json
+
+    got = []
+    for _ in range(repeat):
+        out = subprocess.run([sys.executable, str(REPLAY_SHARE), str(path)], check=True, capture_output=True, text=True)
+        got.append(json.loads(out.stdout.strip().splitlines()[-1]))
+    return {k: statistics.median(g[k] for g in got) for k in ("wall_s", "replay_s", "share", "cpu_share")}
 
 
 def json_mb(path: Path) -> float:
@@ -65,8 +107,8 @@ def median_runs(cases: dict[str, tuple[list[str], bool]], repeat: int) -> dict[s
     return {k: (statistics.median(s for s, _ in v), statistics.median(r for _, r in v)) for k, v in res.items()}
 
 
-def tv_cmd(path: Path) -> list[str]:
-    return [sys.executable, "-m", "traceview", "analyze", str(path), "--format", "json", "-o", os.devnull]
+def tv_cmd(path: Path, prefix: tuple[str, ...] = ()) -> list[str]:
+    return [*prefix, sys.executable, "-m", "traceview", "analyze", str(path), "--format", "json", "-o", os.devnull]
 
 
 def read_halves(path: Path) -> dict:
@@ -162,6 +204,7 @@ def main() -> None:
     ap.add_argument("--tiny-events", default="1,10", help="millions of tiny synthetic events (tools/tiny_events.py)")
     ap.add_argument("--big-repeat", type=int, default=1, help="runs per size above the benchmark trace")
     ap.add_argument("--no-peers", action="store_true")
+    ap.add_argument("--no-scaling", action="store_true", help="skip the one-core run of the largest tiled trace")
     ap.add_argument("--out", default=str(ROOT / "bench/RESULTS.md"))
     a = ap.parse_args()
     py = sys.executable
@@ -171,12 +214,17 @@ def main() -> None:
         if big is None:
             big = inflate(SEED, tmpd / "bench_base.json.gz", 20)  # (~120 MB of JSON, near the 132 MB benchmark trace)
         mb = json_mb(big)
-        lines = ["# Benchmark results\n", f"`python bench/run.py` on {platform.node() or 'this machine'} "
-                 f"({os.cpu_count()} cores, Python {platform.python_version()}), {a.repeat} interleaved runs, medians.\n"]
+        cmd = " ".join(["python bench/run.py", *sys.argv[1:]])
+        lines = ["# Benchmark results\n", f"`{cmd}` on {platform.node() or 'this machine'} ({cpu_model()}, "
+                 f"{os.cpu_count()} cores, Python {platform.python_version()}), {a.repeat} interleaved runs, medians; "
+                 f"load average at the start {load_average()}.\n"]
         # cost vs size
         rows, halves = [], []
+        # the largest tiled trace on one core against all cores (taskset: Linux)
+        scaling: tuple | None = () if not a.no_scaling and shutil.which("taskset") else None
         base = median_runs(size_cases(big), a.repeat)
         rows.append((big.name, mb, base))
+        share = replay_share(big, a.repeat)
         halves.append((big.name, read_halves(big), base["traceview"][0]))
         for gb in [float(x) for x in a.sizes.split(",") if x.strip()]:
             copies = max(2, round(gb * 1000 / mb))
@@ -184,6 +232,9 @@ def main() -> None:
             m = json_mb(p)
             rows.append((f"{big.name} x{copies}", m, median_runs(size_cases(p), a.big_repeat)))
             halves.append((rows[-1][0], read_halves(p), rows[-1][2]["traceview"][0]))
+            if scaling is not None and (os.cpu_count() or 1) > 1:  # the last (largest) size wins
+                one = median_runs({"one core": (tv_cmd(p, ("taskset", "-c", "0")), False)}, a.big_repeat)["one core"]
+                scaling = (rows[-1][0], m, one, rows[-1][2]["traceview"])
             p.unlink()
         for millions in [float(x) for x in a.tiny_events.split(",") if x.strip()]:
             p = tmpd / f"tiny{millions:g}M.json.gz"
@@ -212,19 +263,55 @@ def main() -> None:
                           "import traceview.report": ([py, "-c", "import traceview.report"], False),
                           "import numpy, polars (the floor)": ([py, "-c", "import numpy, polars"], False),
                           "python -c pass": ([py, "-c", "pass"], False)}, max(a.repeat, 5))
+        over_floor = st["tiny trace end to end"][0] - st["import numpy, polars (the floor)"][0]
         lines.append("\n## Start-up\n")
         lines.append("| what | seconds | peak RSS MiB |\n|---|---|---|")
         lines += [f"| {k} | {s:.3f} | {r:.0f} |" for k, (s, r) in st.items()]
+        lines.append(f"\ntraceview adds {over_floor:.3f} s to the floor for a tiny trace, import to exit (target 0.05 s).")
+        # the replay model
+        lines.append("\n## The replay model (bench/replay_share.py, benchmark trace, medians)\n")
+        lines.append(f"Replay (every `replay()`, the fidelity section, the fix transforms) {share['replay_s']:.2f} s of "
+                     f"{share['wall_s']:.2f} s end to end: {100 * share['share']:.1f} % (target <= 15 %); "
+                     f"{100 * share['cpu_share']:.1f} % of the run's CPU time.")
+        # core scaling
+        if scaling:
+            name, m, one, allc = scaling
+            lines.append(f"\n## Core scaling ({name}, {m:.0f} MB of JSON)\n")
+            lines.append("| cores | seconds | MB/s | peak RSS MiB |\n|---|---|---|---|")
+            lines.append(f"| 1 (taskset -c 0) | {one[0]:.2f} | {m / one[0]:.0f} | {one[1]:.0f} |")
+            lines.append(f"| {os.cpu_count()} | {allc[0]:.2f} | {m / allc[0]:.0f} | {allc[1]:.0f} |")
+            lines.append(f"\n{os.cpu_count()} cores are {one[0] / allc[0]:.2f}x faster than one.")
         # peers
-        if not a.no_peers:
+        hta = None
+        if a.no_peers:
+            lines.append("\nPeers: not run (--no-peers).")
+        elif not importable("hta"):
+            lines.append("\nPeers: HTA is not importable in this Python (`pip install HolisticTraceAnalysis`): skipped.")
+        else:
             try:
                 hs, hr = run([py, "-c", HTA, str(big)], True)
+                hta = hs / base["traceview"][0]
                 lines.append("\n## Peers (benchmark trace, one run)\n")
                 lines.append("| what | seconds | peak RSS MiB | traceview faster by |\n|---|---|---|---|")
-                lines.append(f"| HTA TraceAnalysis load + temporal + idle breakdown | {hs:.2f} | {hr:.0f} | "
-                             f"{hs / base['traceview'][0]:.1f}x |")
+                lines.append(f"| HTA TraceAnalysis load + temporal + idle breakdown | {hs:.2f} | {hr:.0f} | {hta:.1f}x |")
             except SystemExit as e:
                 lines.append(f"\nHTA could not run: {e}")
+        # the ratios of issue 32, first
+        summary = ["## Summary (ratios measured in this run)\n", "| figure | value | target |", "|---|---|---|"]
+        tv, oj = base["traceview"], base["orjson"]
+        summary.append(f"| {big.name}: speed vs `orjson.loads` | {oj[0] / tv[0]:.2f}x | |")
+        summary.append(f"| {big.name}: peak RSS / JSON | {tv[1] * 1.048576 / mb:.2f} | |")
+        for name, m, r in rows[1:]:
+            if "tiny events" in name or m >= 900:
+                summary.append(f"| {name}: peak RSS / JSON | {r['traceview'][1] * 1.048576 / m:.2f} | "
+                               f"{'<= 1.5' if 'tiny events' in name else '<= 1.2'} |")
+        summary.append(f"| start-up over `import numpy, polars` (tiny trace) | +{over_floor:.3f} s | <= +0.05 s |")
+        summary.append(f"| replay share of end to end ({big.name}) | {100 * share['share']:.1f} % | <= 15 % |")
+        if scaling:
+            summary.append(f"| {scaling[0]}: {os.cpu_count()} cores vs 1 | {scaling[2][0] / scaling[3][0]:.2f}x | "
+                           ">= 6x on 16 cores |")
+        summary.append(f"| HTA / traceview ({big.name}) | {f'{hta:.1f}x' if hta else 'not run'} | >= 40x |")
+        lines[2:2] = summary + [""]
         doc = profile(big)
         if doc:
             lines.append(f"\n## Phases (inclusive time, pyinstrument, benchmark trace; {doc['duration']:.2f} s "

@@ -13,6 +13,44 @@
 #include <stdint.h>
 #include <stdlib.h>
 
+/* Kahn's algorithm over the edges' CSR, with index type T; -1 when out of memory. */
+#define KAHN(NAME, T)                                                                                   \
+    static Py_ssize_t NAME(Py_ssize_t n, Py_ssize_t m, const int64_t *base, const int64_t *src,          \
+                           const int64_t *dst, const int64_t *off, int64_t *out) {                        \
+        T *start = calloc((size_t)n + 1, sizeof(T)), *adj = malloc((size_t)(m ? m : 1) * sizeof(T)),      \
+          *indeg = calloc((size_t)n + 1, sizeof(T)), *queue = malloc((size_t)(n ? n : 1) * sizeof(T)),    \
+          *fill = malloc((size_t)(n ? n : 1) * sizeof(T));                                                \
+        Py_ssize_t reached = -1;                                                                        \
+        if (!start || !adj || !indeg || !queue || !fill) goto out;                                      \
+        Py_BEGIN_ALLOW_THREADS                                                                          \
+        for (Py_ssize_t e = 0; e < m; e++) { start[src[e] + 1]++; indeg[dst[e]]++; }                    \
+        for (Py_ssize_t v = 0; v < n; v++) start[v + 1] += start[v];                                    \
+        for (Py_ssize_t v = 0; v < n; v++) fill[v] = start[v];                                          \
+        for (Py_ssize_t e = 0; e < m; e++) adj[fill[src[e]]++] = (T)e;                                  \
+        Py_ssize_t head = 0, tail = 0;                                                                  \
+        for (Py_ssize_t v = 0; v < n; v++) {                                                            \
+            out[v] = base[v];                                                                           \
+            if (indeg[v] == 0) queue[tail++] = (T)v;                                                    \
+        }                                                                                               \
+        while (head < tail) {                                                                           \
+            T v = queue[head++];                                                                        \
+            int64_t val = out[v];                                                                       \
+            for (T k = start[v]; k < start[v + 1]; k++) {                                               \
+                T e = adj[k];                                                                           \
+                int64_t w = dst[e];                                                                     \
+                if (val != INT64_MIN && val + off[e] > out[w]) out[w] = val + off[e];                   \
+                if (--indeg[w] == 0) queue[tail++] = (T)w;                                              \
+            }                                                                                           \
+        }                                                                                               \
+        reached = tail;                                                                                 \
+        Py_END_ALLOW_THREADS                                                                            \
+    out:                                                                                                \
+        free(start); free(adj); free(indeg); free(queue); free(fill);                                   \
+        return reached;                                                                                 \
+    }
+KAHN(kahn32, int32_t)
+KAHN(kahn64, int64_t)
+
 static PyObject *longest(PyObject *self, PyObject *args) {
     Py_buffer b, s, d, o, r;
     if (!PyArg_ParseTuple(args, "y*y*y*y*w*", &b, &s, &d, &o, &r)) return NULL;
@@ -29,45 +67,131 @@ static PyObject *longest(PyObject *self, PyObject *args) {
             PyErr_SetString(PyExc_ValueError, "longest: edge endpoint out of range");
             goto done;
         }
-    int64_t *start = calloc((size_t)n + 1, 8), *adj = malloc((size_t)(m ? m : 1) * 8),
-            *indeg = calloc((size_t)n + 1, 8), *queue = malloc((size_t)(n ? n : 1) * 8),
-            *fill = malloc((size_t)(n ? n : 1) * 8);
-    if (!start || !adj || !indeg || !queue || !fill) {
-        free(start); free(adj); free(indeg); free(queue); free(fill);
+    /* the CSR and the queue hold event and edge numbers: 4 bytes each while they fit (half the memory) */
+    Py_ssize_t reached = (n < INT32_MAX && m < INT32_MAX) ? kahn32(n, m, base, src, dst, off, out)
+                                                         : kahn64(n, m, base, src, dst, off, out);
+    if (reached < 0) {
         PyErr_NoMemory();
         goto done;
     }
-    Py_ssize_t reached = 0;
-    Py_BEGIN_ALLOW_THREADS
-    for (Py_ssize_t e = 0; e < m; e++) { start[src[e] + 1]++; indeg[dst[e]]++; }
-    for (Py_ssize_t v = 0; v < n; v++) start[v + 1] += start[v];
-    for (Py_ssize_t v = 0; v < n; v++) fill[v] = start[v];
-    for (Py_ssize_t e = 0; e < m; e++) adj[fill[src[e]]++] = e;
-    Py_ssize_t head = 0, tail = 0;
-    for (Py_ssize_t v = 0; v < n; v++) {
-        out[v] = base[v];
-        if (indeg[v] == 0) queue[tail++] = v;
-    }
-    while (head < tail) {
-        int64_t v = queue[head++];
-        int64_t val = out[v];
-        for (int64_t k = start[v]; k < start[v + 1]; k++) {
-            int64_t e = adj[k], w = dst[e];
-            if (val != INT64_MIN && val + off[e] > out[w]) out[w] = val + off[e];
-            if (--indeg[w] == 0) queue[tail++] = w;
-        }
-    }
-    reached = tail;
-    Py_END_ALLOW_THREADS
-    free(start); free(adj); free(indeg); free(queue); free(fill);
     res = PyLong_FromSsize_t(reached);
 done:
     PyBuffer_Release(&b); PyBuffer_Release(&s); PyBuffer_Release(&d); PyBuffer_Release(&o); PyBuffer_Release(&r);
     return res;
 }
 
+
+/* pull(base, a_join, a_prev, a_overlap, keep_wait, a_wait, d_prev, d_launch, d_x,
+ *      jwake, gap, own, a_wake, d_gap, d_lat, d_xgap, dur, out) -> int
+ *     The same longest path as `longest`, over the replay graph's own arrays instead of an edge list (no
+ *     src/dst/offset arrays, no CSR: a third of the memory). Events as in replay.simulate: S(anchor j) = 2j,
+ *     E(j) = 2j+1, S(activity k) = 2 n_a + 2k, E(k) = S(k) + 1; each event's value is pulled from its
+ *     predecessors (at most three) once they are known, depth first with an explicit stack. a_overlap and
+ *     keep_wait are uint8; every other array int64 (a_* of n_a, d_* of n_d, base/out of 2 (n_a + n_d)).
+ *     Returns 0, or -1 when the graph has a cycle (the caller then runs `longest`, which says so). */
+typedef struct {
+    Py_ssize_t na, nd;
+    const int64_t *a_join, *a_prev, *a_wait, *d_prev, *d_launch, *d_x;
+    const uint8_t *a_overlap, *keep_wait;
+    const int64_t *jwake, *gap, *own, *a_wake, *d_gap, *d_lat, *d_xgap, *dur;
+} RGraph;
+
+static int preds(const RGraph *g, int64_t v, int64_t *u, int64_t *o) {
+    int c = 0;
+    const int64_t A = 2 * (int64_t)g->na;
+    if (v < A) {
+        int64_t j = v >> 1;
+        if ((v & 1) == 0) {
+            if (g->a_join[j] >= 0) { u[c] = 2 * g->a_join[j] + 1; o[c++] = g->jwake[j]; }
+            if (g->a_prev[j] >= 0) { u[c] = 2 * g->a_prev[j] + 1 - g->a_overlap[j]; o[c++] = g->gap[j]; }
+        } else {
+            u[c] = 2 * j; o[c++] = g->own[j];
+            if (g->keep_wait[j] && g->a_wait[j] >= 0) { u[c] = A + 2 * g->a_wait[j] + 1; o[c++] = g->a_wake[j]; }
+        }
+    } else {
+        int64_t k = (v - A) >> 1;
+        if (((v - A) & 1) == 0) {
+            if (g->d_prev[k] >= 0) { u[c] = A + 2 * g->d_prev[k] + 1; o[c++] = g->d_gap[k]; }
+            if (g->d_launch[k] >= 0) { u[c] = 2 * g->d_launch[k]; o[c++] = g->d_lat[k]; }
+            if (g->d_x[k] >= 0) { u[c] = A + 2 * g->d_x[k] + 1; o[c++] = g->d_xgap[k]; }
+        } else {
+            u[c] = v - 1; o[c++] = g->dur[k];
+        }
+    }
+    return c;
+}
+
+static PyObject *pull(PyObject *self, PyObject *args) {
+    Py_buffer b[18];
+    int got = 0;
+    PyObject *res = NULL;
+    PyObject *objs[18];
+    if (!PyArg_ParseTuple(args, "OOOOOOOOOOOOOOOOOO", &objs[0], &objs[1], &objs[2], &objs[3], &objs[4], &objs[5],
+                          &objs[6], &objs[7], &objs[8], &objs[9], &objs[10], &objs[11], &objs[12], &objs[13],
+                          &objs[14], &objs[15], &objs[16], &objs[17]))
+        return NULL;
+    for (; got < 18; got++)
+        if (PyObject_GetBuffer(objs[got], &b[got], got == 17 ? PyBUF_WRITABLE | PyBUF_C_CONTIGUOUS : PyBUF_C_CONTIGUOUS) < 0)
+            goto done;
+    Py_ssize_t n = b[0].len / 8, na = b[1].len / 8, nd = b[6].len / 8;
+    /* sizes: base/out n; a_* na (a_overlap, keep_wait: bytes); d_* nd; offsets by their side */
+    Py_ssize_t want[18] = {n * 8, na * 8, na * 8, na, na, na * 8, nd * 8, nd * 8, nd * 8,
+                           na * 8, na * 8, na * 8, na * 8, nd * 8, nd * 8, nd * 8, nd * 8, n * 8};
+    if (n != 2 * (na + nd)) { PyErr_SetString(PyExc_ValueError, "pull: event count differs"); goto done; }
+    for (int i = 0; i < 18; i++)
+        if (b[i].len != want[i]) { PyErr_Format(PyExc_ValueError, "pull: buffer %d has the wrong length", i); goto done; }
+    RGraph g = {na, nd, b[1].buf, b[2].buf, b[5].buf, b[6].buf, b[7].buf, b[8].buf, b[3].buf, b[4].buf,
+                b[9].buf, b[10].buf, b[11].buf, b[12].buf, b[13].buf, b[14].buf, b[15].buf, b[16].buf};
+    for (Py_ssize_t j = 0; j < na; j++)  /* indices in range, once, before any is followed */
+        if (g.a_join[j] >= na || g.a_prev[j] >= na || (g.keep_wait[j] && g.a_wait[j] >= nd)) {
+            PyErr_SetString(PyExc_ValueError, "pull: anchor index out of range"); goto done;
+        }
+    for (Py_ssize_t k = 0; k < nd; k++)
+        if (g.d_prev[k] >= nd || g.d_launch[k] >= na || g.d_x[k] >= nd) {
+            PyErr_SetString(PyExc_ValueError, "pull: activity index out of range"); goto done;
+        }
+    const int64_t *base = b[0].buf;
+    int64_t *out = b[17].buf;
+    uint8_t *state = calloc((size_t)(n ? n : 1), 1);
+    int64_t *stack = malloc((size_t)(n ? n : 1) * 8);
+    if (!state || !stack) { free(state); free(stack); PyErr_NoMemory(); goto done; }
+    int cycle = 0;
+    Py_BEGIN_ALLOW_THREADS
+    for (Py_ssize_t root = 0; root < n && !cycle; root++) {
+        if (state[root]) continue;
+        Py_ssize_t top = 0;
+        stack[top++] = root;
+        state[root] = 1;
+        while (top > 0) {
+            int64_t v = stack[top - 1], u[3], o[3];
+            int c = preds(&g, v, u, o), pending = 0;
+            for (int i = 0; i < c; i++) {
+                if (state[u[i]] == 0) { state[u[i]] = 1; stack[top++] = u[i]; pending = 1; break; }
+                if (state[u[i]] == 1) { cycle = 1; break; }
+            }
+            if (cycle) break;
+            if (pending) continue;
+            int64_t val = base[v];
+            for (int i = 0; i < c; i++) {
+                int64_t p = out[u[i]];
+                if (p != INT64_MIN && p + o[i] > val) val = p + o[i];
+            }
+            out[v] = val;
+            state[v] = 2;
+            top--;
+        }
+    }
+    Py_END_ALLOW_THREADS
+    free(state); free(stack);
+    res = PyLong_FromLong(cycle ? -1 : 0);
+done:
+    for (int i = 0; i < got; i++) PyBuffer_Release(&b[i]);
+    return res;
+}
+
 static PyMethodDef methods[] = {
     {"longest", longest, METH_VARARGS, "max-plus longest path over a DAG of events (see the module comment)"},
+    {"pull", pull, METH_VARARGS, "the same longest path over the replay graph's own arrays (see pull's comment)"},
     {NULL, NULL, 0, NULL},
 };
 

@@ -22,7 +22,7 @@ from dataclasses import dataclass, field
 import numpy as np
 import polars as pl
 
-from ..memo import per_windows
+from ..memo import per_trace, per_windows
 from ..model import Trace
 from .replay_graph import KINDS, Graph, build
 
@@ -30,6 +30,10 @@ try:  # the compiled kernel (setup.py); the pure-Python loop below is its refere
     from ._replay import longest as _longest_c
 except ImportError:  # pragma: no cover - without a compiler
     _longest_c = None
+try:  # the same longest path over the graph's own arrays (no edge list; an older build lacks it)
+    from ._replay import pull as _pull_c
+except ImportError:  # pragma: no cover - without a compiler, or a kernel built before it
+    _pull_c = None
 
 NEG = np.iinfo(np.int64).min
 #: the longest host interval a Transform's host_share scales whole (see simulate)
@@ -131,6 +135,12 @@ def _longest_py(base, src, dst, off, out) -> int:
     return len(queue)
 
 
+def _unique(x: np.ndarray) -> np.ndarray:
+    """np.unique of integers by a sort (numpy's hash unique takes seconds on a million ids)."""
+    x = np.sort(x.ravel())
+    return x[np.concatenate([[True], x[1:] != x[:-1]])] if x.size else x
+
+
 def _cuts(g: Graph, transforms: Sequence[Transform]) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
     """(gap cut, join cut, own cut per anchor, new duration per activity, wait kept per anchor) of the transforms
     together."""
@@ -162,7 +172,7 @@ def _cuts(g: Graph, transforms: Sequence[Transform]) -> tuple[np.ndarray, np.nda
             got = dict(zip(t.host_cut.keys(), v, strict=True))
             np.add.at(cuts, flat[p], [got[int(i)] for i in rows.i[p]])
         if len(t.host_removed):
-            p = rows.positions(np.unique(np.asarray(list(t.host_removed), np.int64)))
+            p = rows.positions(_unique(np.asarray(list(t.host_removed), np.int64)))
             np.add.at(cuts, flat[p], rows.dur[p].astype(np.float64))
         if t.gpu_dur:
             ids = np.fromiter(t.gpu_dur.keys(), np.int64)
@@ -192,20 +202,65 @@ def simulate(g: Graph, transforms: Sequence[Transform] = ()) -> tuple[np.ndarray
     own = np.maximum(a_own - np.round(own_cut).astype(np.int64), 0)
     gap = np.maximum(a_gap - np.round(gap_cut + over).astype(np.int64), 0)
     jwake = np.maximum(a_jwake - np.round(join_cut).astype(np.int64), 0)
-    a_s, a_e = 2 * np.arange(n_a), 2 * np.arange(n_a) + 1
-    d_s, d_e = 2 * n_a + 2 * np.arange(n_d), 2 * n_a + 2 * np.arange(n_d) + 1
+    del gap_cut, join_cut, own_cut, over, a_own, a_gap, a_jwake
     base = np.full(2 * (n_a + n_d), NEG, np.int64)
-    first = (g.a_prev < 0) & (g.a_join < 0)  # (a thread's first call joined to another thread follows it)
-    base[a_s[first]] = g.a_ts[first]
-    unlaunched = g.d_launch < 0
-    base[d_s[unlaunched]] = g.d_ts[unlaunched]  # work the trace does not say who launched starts when it did
-    hp, dp, dx, dl, aw, aj = g.a_prev >= 0, g.d_prev >= 0, g.d_x >= 0, g.d_launch >= 0, keep_wait, g.a_join >= 0
-    src = np.concatenate([2 * g.a_join[aj] + 1, 2 * g.a_prev[hp] + 1 - g.a_overlap[hp], a_s, 2 * n_a + 2 * g.a_wait[aw] + 1,
-                          2 * n_a + 2 * g.d_prev[dp] + 1, 2 * g.d_launch[dl], 2 * n_a + 2 * g.d_x[dx] + 1, d_s])
-    dst = np.concatenate([a_s[aj], a_s[hp], a_e, a_e[aw], d_s[dp], d_s[dl], d_s[dx], d_e])
-    off = np.concatenate([jwake[aj], gap[hp], own, g.a_wake[aw], g.d_gap[dp], g.d_lat[dl], g.d_xgap[dx], dur])
-    t = longest(base, src.astype(np.int64), dst.astype(np.int64), off.astype(np.int64))
-    return t[a_s], t[a_e], t[d_s], t[d_e]
+    first = np.flatnonzero((g.a_prev < 0) & (g.a_join < 0))  # (a thread's first call joined to another thread follows it)
+    base[2 * first] = g.a_ts[first]
+    unlaunched = np.flatnonzero(g.d_launch < 0)
+    base[2 * n_a + 2 * unlaunched] = g.d_ts[unlaunched]  # work the trace does not say who launched starts when it did
+    if _pull_c is not None:  # the compiled kernel reads the graph's arrays: no edge list (a third of the memory)
+        t = np.empty(base.size, np.int64)
+        i64 = [np.ascontiguousarray(x, np.int64) for x in (g.a_wait, g.d_prev, g.d_launch, g.d_x)]
+        off = [np.ascontiguousarray(x, np.int64) for x in (jwake, gap, own, g.a_wake, g.d_gap, g.d_lat, g.d_xgap, dur)]
+        if _pull_c(base, np.ascontiguousarray(g.a_join, np.int64), np.ascontiguousarray(g.a_prev, np.int64),
+                   np.ascontiguousarray(g.a_overlap, np.uint8), np.ascontiguousarray(keep_wait, np.uint8),
+                   *i64, *off, t) == 0:
+            A = 2 * n_a  # noqa: N806
+            return t[0:A:2], t[1:A:2], t[A::2], t[A + 1::2]
+        del t, i64, off  # a cycle: the edge list's kernel below says so
+    # the edges (src, dst, offset), kind by kind: each kind's arrays are written into the edge arrays and freed
+    # before the next (no list of parts beside the whole: at 2 M events ~100 MB less at the peak)
+    A = 2 * n_a  # noqa: N806 - anchor S(j) = 2j, E(j) = 2j + 1; activity S(k) = A + 2k, E(k) = A + 2k + 1
+    kinds = [  # (rows of the kind, src, dst, offset) as functions of the rows' positions
+        (g.a_join >= 0, lambda j: 2 * g.a_join[j] + 1, lambda j: 2 * j, lambda j: jwake[j]),
+        (g.a_prev >= 0, lambda j: 2 * g.a_prev[j] + 1 - g.a_overlap[j], lambda j: 2 * j, lambda j: gap[j]),
+        (n_a, lambda j: 2 * j, lambda j: 2 * j + 1, lambda j: own[j]),
+        (keep_wait, lambda j: A + 2 * g.a_wait[j] + 1, lambda j: 2 * j + 1, lambda j: g.a_wake[j]),
+        (g.d_prev >= 0, lambda k: A + 2 * g.d_prev[k] + 1, lambda k: A + 2 * k, lambda k: g.d_gap[k]),
+        (g.d_launch >= 0, lambda k: 2 * g.d_launch[k], lambda k: A + 2 * k, lambda k: g.d_lat[k]),
+        (g.d_x >= 0, lambda k: A + 2 * g.d_x[k] + 1, lambda k: A + 2 * k, lambda k: g.d_xgap[k]),
+        (n_d, lambda k: A + 2 * k, lambda k: A + 2 * k + 1, lambda k: dur[k]),
+    ]
+    m = sum(sel if isinstance(sel, int) else int(np.count_nonzero(sel)) for sel, *_ in kinds)
+    src, dst, off = np.empty(m, np.int64), np.empty(m, np.int64), np.empty(m, np.int64)
+    at = 0
+    for sel, fs, fd, fo in kinds:
+        r = np.arange(sel) if isinstance(sel, int) else np.flatnonzero(sel)
+        src[at:at + r.size], dst[at:at + r.size], off[at:at + r.size] = fs(r), fd(r), fo(r)
+        at += r.size
+    del kinds, r
+    t = longest(base, src, dst, off)
+    del src, dst, off, base
+    return t[0:A:2], t[1:A:2], t[A::2], t[A + 1::2]
+
+
+@per_trace
+def _sorted(g: Graph, name: str) -> tuple[np.ndarray, np.ndarray]:
+    """(stable order of the graph's array `name`, the array in that order): once per graph, for every replay."""
+    a = getattr(g, name)
+    o = np.argsort(a, kind="stable")
+    return o, a[o]
+
+
+@per_trace
+def _marker_at(g: Graph, hi: tuple[int, ...], t: tuple[int, ...]) -> np.ndarray:
+    """Anchor position of the step marker of host row `hi` at time `t`, per step (-1: none); once per graph and
+    steps, for every replay."""
+    mk = np.flatnonzero(g.a_marker)
+    key = pl.DataFrame({"i": g.a_i[mk], "t": g.a_ts[mk], "_p": mk.astype(np.int64)})
+    got = pl.DataFrame({"i": np.asarray(hi, np.int64), "t": np.asarray(t, np.int64)}).join(
+        key, on=["i", "t"], how="left", maintain_order="left")
+    return got["_p"].fill_null(-1).to_numpy()
 
 
 def _boundaries(g: Graph, steps: pl.DataFrame, times: tuple[np.ndarray, ...]) -> tuple[np.ndarray, np.ndarray]:
@@ -218,21 +273,20 @@ def _boundaries(g: Graph, steps: pl.DataFrame, times: tuple[np.ndarray, ...]) ->
 
     def marker(col: str) -> np.ndarray:  # replayed time of the step's host marker (NaN without one)
         hi, t = st["host_idx"].cast(pl.Int64).fill_null(-1).to_numpy(), st[col].fill_null(-1).to_numpy()
-        mk = np.flatnonzero(g.a_marker)
-        key = pl.DataFrame({"i": g.a_i[mk], "t": g.a_ts[mk], "_v": a_s[mk].astype(np.float64)})
-        got = pl.DataFrame({"i": hi, "t": t}).join(key, on=["i", "t"], how="left", maintain_order="left")
-        return got["_v"].fill_null(np.nan).to_numpy()
+        p = _marker_at(g, tuple(hi.tolist()), tuple(t.tolist()))
+        if a_s.size == 0:  # no anchor at all: no marker either
+            return np.full(p.size, np.nan)
+        return np.where(p >= 0, a_s[np.maximum(p, 0)].astype(np.float64), np.nan)
 
     def activity(t: np.ndarray, col_ts: bool) -> np.ndarray:  # replayed start (end) of the activity starting (ending) at t
-        orig, rep = (g.d_ts, d_s) if col_ts else (g.d_end, d_e)
-        o = np.argsort(orig, kind="stable")
-        p = np.searchsorted(orig[o], t)
-        ok = (p < o.size) & (orig[o[np.minimum(p, o.size - 1)]] == t) if o.size else np.zeros(t.size, bool)
+        (o, so), rep = (_sorted(g, "d_ts"), d_s) if col_ts else (_sorted(g, "d_end"), d_e)
+        p = np.searchsorted(so, t)
+        ok = (p < o.size) & (so[np.minimum(p, o.size - 1)] == t) if o.size else np.zeros(t.size, bool)
         return np.where(ok, rep[o[np.minimum(p, max(o.size - 1, 0))]] if o.size else 0, np.nan).astype(np.float64)
 
     def host_time(t: np.ndarray) -> np.ndarray:  # without a marker: t moved as the last call that ended by t
-        o = np.argsort(g.a_end, kind="stable")
-        j = np.searchsorted(g.a_end[o], t, side="right") - 1
+        o, so = _sorted(g, "a_end")
+        j = np.searchsorted(so, t, side="right") - 1
         k = o[np.maximum(j, 0)] if o.size else np.zeros(t.size, np.int64)
         return np.where(j >= 0, t + (a_e[k] - g.a_end[k]), t).astype(np.float64) if o.size else t.astype(np.float64)
 
@@ -278,6 +332,9 @@ def replay(trace: Trace, steps: pl.DataFrame, transforms: Sequence[Transform] = 
         return np.zeros(0)
     if not transforms:  # the fidelity and every saving replay it: once per (trace, steps)
         return _unmodified(trace, steps).copy()
+    key = _parametric_key(transforms)
+    if key is not None:  # the profiler-cost base of every saving: once per (trace, steps, parameters)
+        return _parametric(trace, tuple(tuple(steps[c]) for c in _STEP_COLS), key).copy()
     g = build(trace)
     s, e = _boundaries(g, steps, simulate(g, transforms))
     return _per_step(steps, e - s)
@@ -291,7 +348,27 @@ def _per_step(steps: pl.DataFrame, periods: np.ndarray) -> np.ndarray:
     return (steps["end"] - steps["ts"]).to_numpy().astype(np.float64)
 
 
-@per_windows("step", "host_idx", "cpu_ts", "cpu_end", "gpu_ts", "gpu_end", "ts", "end")
+#: the step columns a replay reads (memo keys: the steps are rebuilt from them as Int64)
+_STEP_COLS = ("step", "host_idx", "cpu_ts", "cpu_end", "gpu_ts", "gpu_end", "ts", "end")
+
+
+def _parametric_key(transforms: Sequence[Transform]) -> tuple | None:
+    """A hashable key of transforms that name no rows (the profiler's cost: shares and per-kind costs), else None."""
+    if any(t.gpu_dur or t.host_cut or len(t.host_removed) or len(t.no_wait) or len(t.host_spans) for t in transforms):
+        return None
+    return tuple((tuple(sorted(t.cost_us.items())), float(t.host_share)) for t in transforms)
+
+
+@per_trace
+def _parametric(trace: Trace, key: tuple[tuple, ...], tkey: tuple) -> np.ndarray:
+    steps = pl.DataFrame(dict(zip(_STEP_COLS, map(list, key), strict=True)), schema={c: pl.Int64 for c in _STEP_COLS})
+    ts = [Transform("parametric", cost_us=dict(c), host_share=h) for c, h in tkey]
+    g = build(trace)
+    s, e = _boundaries(g, steps, simulate(g, ts))
+    return _per_step(steps, e - s)
+
+
+@per_windows(*_STEP_COLS)
 def _unmodified(trace: Trace, steps: pl.DataFrame) -> np.ndarray:
     g = build(trace)
     s, e = _boundaries(g, steps, simulate(g))

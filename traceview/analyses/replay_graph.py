@@ -27,6 +27,7 @@ fidelity measures it.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from functools import cached_property
 from typing import Any
 
 import numpy as np
@@ -168,6 +169,7 @@ def build(trace: Trace) -> Graph:
         ok = (j >= 0) & (inv[ra.size:] == inv[:ra.size][np.maximum(j, 0)])
         kk = _i64(pos["_k"])
         d_launch[kk[ok]] = ra[j[ok]]
+        del lh, pos, ra, q_tid, q_ts, tid_codes, inv, ka, kq, j, ok, kk  # (the build's peak is later: free them)
     launched = d_launch >= 0
     lts = np.where(launched, a_ts[np.maximum(d_launch, 0)], d_ts) if n_a else d_ts
     lat = d_ts - lts
@@ -212,6 +214,7 @@ def build(trace: Trace) -> Graph:
         idx = np.flatnonzero(need)[ok]
         d_x[idx] = jj[ok]
         d_xgap[idx] = d_ts[idx] - d_end[jj[ok]]
+        del eo, ke, kq, j, jj, ok, idx
     explained = by_stream | by_launch | (d_x >= 0) | (~has_prev & ~launched)
     # no edge at all (first on its stream, not launched in the trace): it starts when it started
     a_wait, a_wake, blocking = _waits(trace, a, a_ts, a_end, real, d_end, g)
@@ -223,6 +226,9 @@ def build(trace: Trace) -> Graph:
         fl = a.select("name").join(floor, on="name", how="left")["_floor"].fill_null(0).to_numpy()
         a_own = np.where(waited, np.minimum(a_own, fl), a_own)
     a_wait, a_wake = _latent_waits(a_ts, a_end, blocking, a_wait, a_wake, d_launch, d_end)
+    # the rows' search below is the build's peak: the statistics' temporaries go first (kept: the graph's arrays)
+    del (prev_ts, key, has_prev, pe, gap, launch_i, real, launched, lts, lat, idle_at_launch, queued, same_launch,
+         by_stream, graph_call, by_graph, in_call, by_launch, need, dev, blocking, waited)
     seg, keys, key_of = _segments(trace, a_tid, a_ts, a_end)
     a_join, a_jwake, a_gap = _joins(a_tid, a_ts, a_end, a_prev, a_gap, prev_end, keys, key_of)
     if (a_join >= 0).any():  # rows of a joined gap after the other thread's last call are the join edge's time
@@ -368,11 +374,17 @@ class Rows:
     dur: np.ndarray
     ts: np.ndarray
 
+    @cached_property
+    def _by_id(self) -> tuple[np.ndarray, np.ndarray]:
+        """(order by id, the ids in that order): sorted once, searched by every transform."""
+        o = np.argsort(self.i, kind="stable")
+        return o, self.i[o]
+
     def positions(self, ids: np.ndarray) -> np.ndarray:
         """Positions of the rows with these ids (ids not held here are left out)."""
-        o = np.argsort(self.i, kind="stable")
-        p = np.searchsorted(self.i[o], ids)
-        ok = (p < o.size) & (self.i[o[np.minimum(p, max(o.size - 1, 0))]] == ids) if o.size else np.zeros(ids.size, bool)
+        o, si = self._by_id
+        p = np.searchsorted(si, ids)
+        ok = (p < o.size) & (si[np.minimum(p, max(o.size - 1, 0))] == ids) if o.size else np.zeros(ids.size, bool)
         return o[p[ok]]
 
 
@@ -391,24 +403,33 @@ def _segments(trace: Trace, a_tid: np.ndarray, a_ts: np.ndarray, a_end: np.ndarr
         z = np.zeros(0, np.int64)
         return Rows(z, z.astype(np.int8), z, z.astype(np.int8), z, z), z, None
     pos = np.flatnonzero(keep)
+    del keep
     r_tid = h["tid"].fill_null(-1).to_numpy()[pos].astype(np.int64, copy=False)
     r_ts = ts[pos]
+    del ts
     # thread codes: a handful of threads, so a hash unique then a search in the few (no sort of every row)
     tids = np.sort(pl.Series(np.concatenate([np.unique(a_tid), r_tid])).unique().to_numpy())
     base = min(int(a_ts.min()), int(r_ts.min()))
     ta, th = np.searchsorted(tids, a_tid).astype(np.int64), np.searchsorted(tids, r_tid).astype(np.int64)
+    del r_tid
     ka = ta * (1 << 42) + (a_ts - base)
     kh = th * (1 << 42) + (r_ts - base)
     # the first anchor of the thread starting after the row (its gap), or the anchor whose span holds it
+    # (temporaries freed as soon as read: this search over every host row is the graph build's peak)
     nxt = np.searchsorted(ka, kh, side="right")
+    del ka
     cur = nxt - 1
     cc = np.maximum(cur, 0)
     inside = (cur >= 0) & (ta[cc] == th) & (r_ts < a_end[cc])
+    del cc
     nn = np.minimum(nxt, n_a - 1)
     same_nxt = (nxt < n_a) & (ta[nn] == th)
+    del nn, th
     seg = np.where(inside, cur, np.where(same_nxt, nxt, -1))
+    del cur, nxt, same_nxt
     ok = seg >= 0
     sel = pos[ok]
+    del pos
     rows = Rows(i=h["i"].to_numpy()[sel].astype(np.int64), kind=code[sel], seg=seg[ok],
                 where=np.where(inside[ok], 2, 0).astype(np.int8),
                 dur=h["dur"].fill_null(0).to_numpy()[sel].astype(np.int64), ts=r_ts[ok])

@@ -1,0 +1,65 @@
+"""The replay model's share of one `traceview analyze --format json` run: prints {wall_s, replay_s, share, cpu_s,
+replay_cpu_s, cpu_share, calls} (CPU: this process's, every thread; steadier than wall time on a shared machine).
+
+    python bench/replay_share.py TRACE
+
+Runs the CLI in this process with a timer around the outermost calls of the replay model (every `replay()`,
+the fidelity section, the rules' fix transforms), wherever they were imported; wall time runs from this
+script's start to the CLI's exit (imports included, as in the end-to-end figure).
+"""
+
+from __future__ import annotations
+
+import atexit
+import json
+import os
+import sys
+import time
+
+T0, C0 = time.perf_counter(), time.process_time()
+
+
+def main() -> None:
+    import traceview.analyses.fixes as fixes
+    import traceview.analyses.replay as replay
+    import traceview.report  # noqa: F401 - every module that imports the replay's functions
+    from traceview.cli.main import main as cli
+
+    spent = {"s": 0.0, "cpu": 0.0, "calls": 0, "depth": 0}
+
+    def timed(fn):
+        def wrapper(*a, **k):
+            spent["depth"] += 1
+            t, c = time.perf_counter(), time.process_time()
+            try:
+                return fn(*a, **k)
+            finally:
+                spent["depth"] -= 1
+                if spent["depth"] == 0:  # the outermost call only: nested ones are inside its time
+                    spent["s"] += time.perf_counter() - t
+                    spent["cpu"] += time.process_time() - c
+                    spent["calls"] += 1
+        return wrapper
+
+    targets = {id(f): timed(f) for f in (replay.replay, replay.fidelity, fixes.transforms)}
+    for name, mod in list(sys.modules.items()):
+        if mod is None or not (name.startswith("traceview") or name.startswith("rules")):
+            continue
+        for attr, val in list(vars(mod).items()):
+            if id(val) in targets and callable(val):
+                setattr(mod, attr, targets[id(val)])
+
+    def report() -> None:
+        wall, cpu = time.perf_counter() - T0, time.process_time() - C0
+        print(json.dumps({"wall_s": round(wall, 3), "replay_s": round(spent["s"], 3),
+                          "share": round(spent["s"] / wall, 4), "cpu_s": round(cpu, 3),
+                          "replay_cpu_s": round(spent["cpu"], 3), "cpu_share": round(spent["cpu"] / cpu, 4),
+                          "calls": spent["calls"]}), flush=True)
+
+    atexit.register(report)
+    sys.argv = ["traceview", "analyze", sys.argv[1], "--format", "json", "-o", os.devnull]
+    cli()  # as `traceview analyze` runs: it ends the process, the exit handler prints
+
+
+if __name__ == "__main__":
+    main()
