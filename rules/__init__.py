@@ -19,6 +19,7 @@ from traceview.ruleapi import Option
 
 from . import (
     cpu_op_overhead,
+    decode_loop,
     elementwise_chain,
     fp32_conv,
     fp32_gemm,
@@ -32,6 +33,7 @@ from . import (
     nccl_wait,
     pageable_memcpy,
     recompile,
+    small_grid,
     unfused_optimizer,
 )
 
@@ -42,6 +44,7 @@ RULES: dict[str, ModuleType] = {
     "TV102": host_sync,
     "TV103": graph_break,
     "TV104": recompile,
+    "TV105": decode_loop,
     "TV110": cpu_op_overhead,
     "TV201": elementwise_chain,
     "TV202": fp32_gemm,
@@ -49,6 +52,7 @@ RULES: dict[str, ModuleType] = {
     "TV204": gemm_epilogue,
     "TV205": materialized_attention,
     "TV206": fp32_conv,
+    "TV207": small_grid,
     "TV301": pageable_memcpy,
     "TV302": memory_pressure,
     "TV401": input_bound,
