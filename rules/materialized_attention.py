@@ -91,10 +91,11 @@ def _runs(ctx: RuleContext) -> pl.DataFrame:
     return ctx.once("score_runs", build)
 
 
-def fix_for(ctx: RuleContext, shape: str, mib: float, fp32: bool) -> str:
+def fix_for(ctx: RuleContext, shape: str, mib: float, fp32: bool, cost: str) -> str:
     """The fix, conditioned on what the trace already runs (SDPA's math backend, fused kernels elsewhere)."""
     have = fused_attention(ctx.trace)
-    scores = f"each attention call writes a {shape} score tensor ({mib:.0f} MiB) to HBM and reads it back in every op"
+    scores = (f"each attention call writes a {shape} score tensor ({mib:.0f} MiB) to HBM and reads it back in every "
+              f"op ({cost})")
     lowp = (" Its inputs are FP32: flash attention needs fp16/bf16 (run under torch.autocast(\"cuda\", "
             "dtype=torch.bfloat16)); the memory-efficient backend takes FP32." if fp32 else "")
     if have["math_sdpa"]:
@@ -106,7 +107,8 @@ def fix_for(ctx: RuleContext, shape: str, mib: float, fp32: bool) -> str:
     where = (" Other attention calls in this trace already run fused kernels: these do not (a layer left on "
              "the eager path)." if have["kernels"] else "")
     return (f"Attention computed op by op: {scores}, and every op is a launch.{where} Call "
-            "torch.nn.functional.scaled_dot_product_attention(q, k, v, is_causal=True, dropout_p=p) (Hugging Face: "
+            "torch.nn.functional.scaled_dot_product_attention(q, k, v, dropout_p=p, is_causal=True for a causal mask, "
+            "attn_mask= otherwise) (Hugging Face: "
             "attn_implementation=\"sdpa\" or \"flash_attention_2\"), which picks the flash / memory-efficient / "
             "cuDNN backend (pin it with torch.nn.attention.sdpa_kernel); use FlexAttention "
             "(torch.nn.attention.flex_attention) for a custom mask or score modification." + lowp)
@@ -138,15 +140,17 @@ def check(ctx: RuleContext) -> list[Finding]:
         "gemm_gflops_per_step": round(float(runs["gemm_flops"].fill_null(0).sum()) / n / 1e9, 3),
         "predicted_fused_time_per_step_us": round(fused / n / 1000, 3),
         "fp32_scores_gemms": fp32,
-        "ops": [{"op": r["op_name"], "count": r["count"], "time_us": round(r["dur"] / 1000, 3)}
+        "ops": [{"op": r["op_name"], "count": r["count"], "time_per_step_us": round(r["dur"] / n / 1000, 3)}
                 for r in ops.head(8).to_dicts()],
         "sdpa_math_backend": fused_attention(ctx.trace)["math_sdpa"],
         "fused_attention_kernels_in_trace": fused_attention(ctx.trace)["kernels"],
         "device": ctx.spec.name,
     }
+    cost_text = (f"{k.height / n:.0f} kernels, {cost / n / 1e6:.2f} ms per step; one fused kernel per call: about "
+                 f"{fused / n / 1e6:.2f} ms")
     steps = sorted(int(s) for s in ctx.steps["step"].to_list())
     return [ctx.finding(cost_ns=cost, savings_ns=savings, count=runs.height, steps=steps, evidence=evidence,
-                        fix=fix_for(ctx, shape, mib, fp32), kernel_ids=k["i"])]
+                        fix=fix_for(ctx, shape, mib, fp32, cost_text), kernel_ids=k["i"])]
 
 
 def fix_transform(ctx: RuleContext) -> Transform | None:

@@ -126,7 +126,7 @@ def check(ctx: RuleContext) -> list[Finding]:
         if occ.height and occ["dur"].sum() else None,
         "savings_range_per_step_us": {"double_batch": round(low / n / 1000, 3), "fill_sms": round(high / n / 1000, 3)},
         "top_kernels": [{"kernel": r["name"][:120], "op": r["op_name"], "count": r["count"],
-                         "time_us": round(r["dur"] / 1000, 3), "median_blocks": r["blocks"]} for r in top.to_dicts()],
+                         "time_per_step_us": round(r["dur"] / n / 1000, 3), "median_blocks": r["blocks"]} for r in top.to_dicts()],
     }
     pct_sm = f"{100.0 * used:.0f} %" if used is not None else "a fraction"
     launch = ctx.features.cuda_graphs
@@ -135,8 +135,8 @@ def check(ctx: RuleContext) -> list[Finding]:
            "time-weighted): the GPU is busy but mostly idle. Give each kernel more work: raise the batch size (or "
            "batch concurrent requests), fuse small per-sample ops into one kernel over the batch (torch.compile, "
            "torch.vmap, foreach ops); at batch 1, split-K / flash-decoding kernels spread the reduction over the SMs. "
-           f"Per step at the same samples: about {low / n / 1e6:.2f} ms saved by doubling the batch, at most "
-           f"{high / n / 1e6:.2f} ms by filling the SMs."
+           f"At the same number of samples these kernels' time per step falls by about {low / n / 1e6:.2f} ms "
+           f"when the batch doubles, and by at most {high / n / 1e6:.2f} ms when the grids fill the SMs."
            + (" The step already replays CUDA graphs: launch cost is gone, the idle SMs remain." if launch else ""))
     steps = sorted(int(x) for x in ctx.steps["step"].to_list())
     return [ctx.finding(cost_ns=int(s["dur"].sum()), savings_ns=low, count=s.height, steps=steps,
