@@ -4,7 +4,8 @@
 A token-by-token decode loop (Hugging Face `generate`, a manual KV-cache loop) from the launching ops' shapes
 (`record_shapes`): attention with one query position over a key/value length above one — `scaled_dot_product_
 attention` (or its flash / efficient / cuDNN / math variants) with q `[B, H, 1, d]`, or a batched matmul
-`[.., 1, d] x [.., d, L]` — at two or more distinct KV lengths (one per generated token). Reported when the
+`[.., 1, d] x [.., d, L]` — called at least twice in the analysed steps (a growing cache shows one KV length per token, a static
+cache one length throughout). Reported when the
 steps are launch-bound (the classifier's `cpu_launch` time reaches `moderate_pct` of the analysed window) and no
 CUDA graph is replayed (a graph-captured decode is the fix already applied).
 
@@ -56,22 +57,35 @@ CLASS = "cpu_launch"  # the classifier class whose time a fix of these findings 
 SEVERITY = "warning"
 TITLE = "Token-by-token decode launched op by op: the GPU waits for the CPU on every kernel"
 OPTIONS = {**xprof_severity("kernel-launch")}
-FIX = ("Use a static KV cache and capture the decode step with CUDA graphs: model.generate(..., "
-       "cache_implementation=\"static\") with torch.compile(model.forward, mode=\"reduce-overhead\").")
+FIX = (
+    "Use a static KV cache and capture the decode step with CUDA graphs: model.generate(..., "
+    'cache_implementation="static") with torch.compile(model.forward, mode="reduce-overhead").'
+)
 SDPA_RE = r"^aten::(scaled_dot_product_attention|_scaled_dot_product_\w+|_flash_attention_forward|_efficient_attention_forward)$"
 BMM_OPS = {"aten::bmm", "aten::matmul", "aten::baddbmm"}
 
 
 def decode_calls(ctx: RuleContext) -> pl.DataFrame:
     """The decode attention calls in the analysed steps: [op, batch, kv]."""
+
     def build() -> pl.DataFrame:
         h = ctx.trace.host.select("i", "cat", "name", "ts", "input_dims", "input_type").filter(
-            (pl.col("cat") == "cpu_op") & (pl.col("ts") >= ctx.lo) & (pl.col("ts") < ctx.hi)
-            & (pl.col("name").str.contains(SDPA_RE) | pl.col("name").is_in(list(BMM_OPS))))
-        schema = {"name": pl.String, "input_dims": pl.Categorical, "input_type": pl.Categorical, "batch": pl.Int64,
-                  "kv": pl.Int64}
+            (pl.col("cat") == "cpu_op")
+            & (pl.col("ts") >= ctx.lo)
+            & (pl.col("ts") < ctx.hi)
+            & (pl.col("name").str.contains(SDPA_RE) | pl.col("name").is_in(list(BMM_OPS)))
+        )
+        schema = {
+            "name": pl.String,
+            "input_dims": pl.Categorical,
+            "input_type": pl.Categorical,
+            "batch": pl.Int64,
+            "kv": pl.Int64,
+        }
         rows = []
-        for name, d, t in h.select("name", "input_dims", "input_type").unique().iter_rows():  # distinct shapes
+        for name, d, t in (
+            h.select("name", "input_dims", "input_type").unique().iter_rows()
+        ):  # distinct shapes
             ts = [s for s, _ in decode(d, t)]
             if len(ts) < 2 or len(ts[0]) < 3 or len(ts[1]) < 3 or ts[0][-2] != 1:
                 continue
@@ -86,8 +100,12 @@ def decode_calls(ctx: RuleContext) -> pl.DataFrame:
                 kv = k[-2]
             rows.append((name, d, t, q[0], kv))
         tab = pl.DataFrame(rows, schema=schema, orient="row")
+        if (tab["name"] != "aten::bmm").any():  # a matmul / SDPA call holds the bmm: count the call once
+            tab = tab.filter(pl.col("name") != "aten::bmm")
         return h.join(tab, on=["name", "input_dims", "input_type"], how="inner", nulls_equal=True).select(
-            pl.col("i").alias("op"), "batch", "kv")
+            pl.col("i").alias("op"), "batch", "kv"
+        )
+
     return ctx.once("decode_calls", build)
 
 
@@ -95,7 +113,7 @@ def check(ctx: RuleContext) -> list[Finding]:
     if ctx.features.cuda_graphs:
         return []  # the decode step is graph-captured already
     calls = decode_calls(ctx)
-    if calls["kv"].n_unique() < 2:
+    if calls.height < 2:
         return []
     cl = ctx.class_time("cpu_launch")
     cost = int((cl["end"] - cl["ts"]).sum()) if cl.height else 0
@@ -103,8 +121,10 @@ def check(ctx: RuleContext) -> list[Finding]:
         return []
     n = max(ctx.steps.height, 1)
     tokens = calls["kv"].n_unique()
+    static = tokens == 1  # one KV length throughout: a preallocated (static) cache
     k = ctx.trace.gpu.select("kind", "ts", "dur", "op").filter(
-        (pl.col("kind") == "compute") & (pl.col("ts") >= ctx.lo) & (pl.col("ts") < ctx.hi))
+        (pl.col("kind") == "compute") & (pl.col("ts") >= ctx.lo) & (pl.col("ts") < ctx.hi)
+    )
     ops = by_id(ctx.trace.host, k["op"].drop_nulls().unique(), "dur")
     med_k = float(k["dur"].median()) / 1000 if k.height else None
     med_op = float(ops["dur"].median()) / 1000 if ops.height else None
@@ -113,36 +133,56 @@ def check(ctx: RuleContext) -> list[Finding]:
         "decode_attention_calls_per_step": round(calls.height / n, 2),
         "batch": batch,
         "kv_lengths": {"first": int(calls["kv"].min()), "last": int(calls["kv"].max()), "distinct": tokens},
-        "kernels_per_token": round(k.height / tokens, 1),
+        "static_kv_cache": static,
+        "kernels_per_token": round(k.height / tokens, 1) if not static else None,
         "median_kernel_us": round(med_k, 3) if med_k is not None else None,
         "median_launching_op_cpu_us": round(med_op, 3) if med_op is not None else None,
-        "cpu_launch_us": round(cost / 1000, 3), "cpu_launch_pct": round(ctx.pct(cost), 2),
+        "cpu_launch_us": round(cost / 1000, 3),
+        "cpu_launch_pct": round(ctx.pct(cost), 2),
         "compiled": ctx.features.compiled or bool(ctx.features.triton_kernels),
     }
     comp = ctx.features.compiled or bool(ctx.features.triton_kernels)
-    head = (f"A decode loop at batch {batch}: {tokens} tokens over KV lengths {int(calls['kv'].min())}–"
-            f"{int(calls['kv'].max())}, {k.height / tokens:.0f} kernels per token, median kernel "
-            f"{med_k or 0:.1f} µs against {med_op or 0:.1f} µs of CPU per launching op: the GPU waits for the "
-            "CPU on every kernel. ")
-    if comp:
-        fix = head + ("The step is compiled but not captured in CUDA graphs: compile with mode=\"reduce-overhead\" "
-                      "(fullgraph=True) and a static KV cache (Hugging Face: cache_implementation=\"static\"), since "
-                      "a cache that grows by torch.cat changes shapes every token and defeats the capture.")
+    kv = (
+        f"a static KV cache of length {int(calls['kv'].max())}"
+        if static
+        else f"{tokens} tokens over KV lengths {int(calls['kv'].min())}–{int(calls['kv'].max())}, "
+        f"{k.height / tokens:.0f} kernels per token"
+    )
+    head = (
+        f"A decode loop at batch {batch} ({kv}): median kernel {med_k or 0:.1f} µs against {med_op or 0:.1f} µs "
+        "of CPU per launching op, so the GPU waits for the CPU on every kernel. "
+    )
+    if static:
+        fix = head + (
+            "The KV cache is already static: capture the decode step with CUDA graphs, "
+            'torch.compile(model.forward, mode="reduce-overhead", fullgraph=True) (or '
+            "torch.cuda.CUDAGraph around one step), so one launch replays every kernel of a token."
+        )
+    elif comp:
+        fix = head + (
+            'The step is compiled but not captured in CUDA graphs: compile with mode="reduce-overhead" '
+            '(fullgraph=True) and a static KV cache (Hugging Face: cache_implementation="static"), since '
+            "a cache that grows by torch.cat changes shapes every token and defeats the capture."
+        )
     else:
-        fix = head + ("Use a static KV cache and capture the decode step with CUDA graphs: Hugging Face "
-                      "model.generate(..., cache_implementation=\"static\") with model.forward = "
-                      "torch.compile(model.forward, mode=\"reduce-overhead\", fullgraph=True); in a manual loop, "
-                      "preallocate K/V to the maximum length, write them with index_copy_, and compile the step "
-                      "with mode=\"reduce-overhead\" (or capture it with torch.cuda.CUDAGraph). Batching more "
-                      "sequences per step amortizes the launches further.")
+        fix = head + (
+            "Use a static KV cache and capture the decode step with CUDA graphs: Hugging Face "
+            'model.generate(..., cache_implementation="static") with model.forward = '
+            'torch.compile(model.forward, mode="reduce-overhead", fullgraph=True); in a manual loop, '
+            "preallocate K/V to the maximum length, write them with index_copy_, and compile the step "
+            'with mode="reduce-overhead" (or capture it with torch.cuda.CUDAGraph). Batching more '
+            "sequences per step amortizes the launches further."
+        )
     steps = sorted(int(s) for s in ctx.steps["step"].to_list())
-    return [ctx.finding(cost_ns=cost, count=tokens, steps=steps, evidence=evidence, fix=fix, op_ids=calls["op"])]
+    return [
+        ctx.finding(cost_ns=cost, count=tokens, steps=steps, evidence=evidence, fix=fix, op_ids=calls["op"])
+    ]
 
 
 def fix_transform(ctx: RuleContext) -> Transform | None:
     """The fix as a replay transformation: CUDA-graph replay of the decode steps (TV101's: the launching ops and
     their launch calls leave the host path; blocking calls and device work stay)."""
-    if ctx.features.cuda_graphs or decode_calls(ctx)["kv"].n_unique() < 2:
+    if ctx.features.cuda_graphs or decode_calls(ctx).height < 2:
         return None
     t = launch_bound.fix_transform(ctx)
     return None if t is None else Transform(NAME, host_removed=t.host_removed)

@@ -58,8 +58,10 @@ CLASS = "gpu_compute"  # the classifier class whose time a fix of these findings
 SEVERITY = "warning"
 TITLE = "Convolutions run in FP32 (no autocast) and NCHW"
 OPTIONS = {**min_savings(2.0), **XPROF_SEVERITY}
-FIX = ("Run forward and loss under torch.autocast(\"cuda\", dtype=torch.bfloat16) and store model and inputs "
-       "in channels_last (model.to(memory_format=torch.channels_last)).")
+FIX = (
+    'Run forward and loss under torch.autocast("cuda", dtype=torch.bfloat16) and store model and inputs '
+    "in channels_last (model.to(memory_format=torch.channels_last))."
+)
 #: convolution kernels by name (cuDNN, CUTLASS), for kernels whose op recorded no shapes
 CONV_KERNEL_RE = r"(?i)fprop|dgrad|wgrad|conv|nchwToNhwc|nhwcToNchw"
 LAYOUT_RE = r"nchwToNhwcKernel|nhwcToNchwKernel"
@@ -79,33 +81,57 @@ def tensor_core_gpu(ctx: RuleContext) -> bool:
 def _kernels(ctx: RuleContext) -> pl.DataFrame:
     """Compute kernels in the analysed steps with their role: [i, name, dur, op, op_name, kind, new_dur] where
     kind is conv_tf32 | conv_fp32 | conv_low | layout | conv_other | act_fp32 | other."""
+
     def build() -> pl.DataFrame:
-        g = ctx.trace.gpu.select("i", "name", "kind", "ts", "dur").filter(
-            (pl.col("kind") == "compute") & (pl.col("ts") >= ctx.lo) & (pl.col("ts") < ctx.hi)).drop("kind", "ts")
+        g = (
+            ctx.trace.gpu.select("i", "name", "kind", "ts", "dur")
+            .filter((pl.col("kind") == "compute") & (pl.col("ts") >= ctx.lo) & (pl.col("ts") < ctx.hi))
+            .drop("kind", "ts")
+        )
         g = g.join(ctx.kb.select("i", "op", "op_name", "category", "bpe", "bytes"), on="i", how="left")
         g = g.join(first_input(ctx.trace).rename({"rank": "_rank", "dtype": "_dtype"}), on="op", how="left")
         conv = (pl.col("category") == "conv") | (pl.col("category").is_null() & contains(g, CONV_KERNEL_RE))
         low = contains(g, LOW_RE) | (pl.col("bpe") <= 2).fill_null(False)
         work = contains(g, CONV_WORK_RE)
-        act = (~conv & pl.col("category").is_in(["elementwise", "reduction"]) & (pl.col("_dtype") == "float")
-               & pl.col("_rank").is_in([4, 5]))
-        kind = (pl.when(conv & contains(g, LAYOUT_RE)).then(pl.lit("layout"))
-                .when(conv & low).then(pl.lit("conv_low"))
-                .when(conv & work & contains(g, TF32_RE)).then(pl.lit("conv_tf32"))
-                .when(conv & work).then(pl.lit("conv_fp32"))
-                .when(conv).then(pl.lit("conv_other"))
-                .when(act.fill_null(False)).then(pl.lit("act_fp32"))
-                .otherwise(pl.lit("other")))
+        act = (
+            ~conv
+            & pl.col("category").is_in(["elementwise", "reduction"])
+            & (pl.col("_dtype") == "float")
+            & pl.col("_rank").is_in([4, 5])
+        )
+        kind = (
+            pl.when(conv & contains(g, LAYOUT_RE))
+            .then(pl.lit("layout"))
+            .when(conv & low)
+            .then(pl.lit("conv_low"))
+            .when(conv & work & contains(g, TF32_RE))
+            .then(pl.lit("conv_tf32"))
+            .when(conv & work)
+            .then(pl.lit("conv_fp32"))
+            .when(conv)
+            .then(pl.lit("conv_other"))
+            .when(act.fill_null(False))
+            .then(pl.lit("act_fp32"))
+            .otherwise(pl.lit("other"))
+        )
         g = g.with_columns(kind=kind)
         spec = ctx.spec
-        floor = (pl.col("bytes").fill_null(0) / 2 / spec.bw * 1e9)
-        new = (pl.when(pl.col("kind") == "conv_tf32").then(pl.col("dur") * (spec.tf32_tflops / spec.tc_tflops))
-               .when(pl.col("kind") == "conv_fp32").then(pl.max_horizontal(
-                   pl.col("dur") * (spec.fp32_tflops / spec.tc_tflops), floor))
-               .when(pl.col("kind") == "layout").then(0)
-               .when(pl.col("kind") == "act_fp32").then(pl.col("dur") * 0.5)
-               .otherwise(pl.col("dur")))
-        return g.with_columns(new_dur=pl.min_horizontal(new, pl.col("dur")).cast(pl.Int64)).drop("_rank", "_dtype")
+        floor = pl.col("bytes").fill_null(0) / 2 / spec.bw * 1e9
+        new = (
+            pl.when(pl.col("kind") == "conv_tf32")
+            .then(pl.col("dur") * (spec.tf32_tflops / spec.tc_tflops))
+            .when(pl.col("kind") == "conv_fp32")
+            .then(pl.max_horizontal(pl.col("dur") * (spec.fp32_tflops / spec.tc_tflops), floor))
+            .when(pl.col("kind") == "layout")
+            .then(0)
+            .when(pl.col("kind") == "act_fp32")
+            .then(pl.col("dur") * 0.5)
+            .otherwise(pl.col("dur"))
+        )
+        return g.with_columns(new_dur=pl.min_horizontal(new, pl.col("dur")).cast(pl.Int64)).drop(
+            "_rank", "_dtype"
+        )
+
     return ctx.once("conv_kernels", build)
 
 
@@ -153,27 +179,51 @@ def check(ctx: RuleContext) -> list[Finding]:
     }
     if n_fp32:
         tf32 = per_step("conv_tf32") >= per_step("conv_fp32")
-        how = ("already on TF32 Tensor Cores (cuDNN's default allow_tf32), half the BF16 rate" if tf32 else
-               "on the CUDA cores (ffma kernels: TF32 is off), a fraction of the Tensor-Core rate")
-        mixed = (f" {round(n_low / n)} convolution kernels per step already run in 16-bit: these run outside the "
-                 "autocast region or on tensors it does not cast." if n_low else "")
-        layout = (f" cuDNN also transposes NCHW to NHWC and back around them ({layout_us / 1000:.2f} ms per step): "
-                  "store model and inputs in channels_last (model.to(memory_format=torch.channels_last), "
-                  "x.to(memory_format=torch.channels_last))." if layout_us > 0 else
-                  " The tensors are channels_last already (no layout transforms).")
-        fix = (f"{round(n_fp32 / n)} convolution kernels per step ({conv_us / 1000:.2f} ms) compute in FP32, {how}, "
-               "and read and write FP32 activations, as do the batch norms, ReLUs and adds around them. Run "
-               "forward and loss under torch.autocast(\"cuda\", dtype=torch.bfloat16): BF16 convolutions at twice "
-               f"the TF32 rate and half the activation bytes.{mixed}{layout}")
+        how = (
+            "already on TF32 Tensor Cores (cuDNN's default allow_tf32), half the BF16 rate"
+            if tf32
+            else "on the CUDA cores (ffma kernels: TF32 is off), a fraction of the Tensor-Core rate"
+        )
+        mixed = (
+            f" {round(n_low / n)} convolution kernels per step already run in 16-bit: these run outside the "
+            "autocast region or on tensors it does not cast."
+            if n_low
+            else ""
+        )
+        layout = (
+            f" cuDNN also transposes NCHW to NHWC and back around them ({layout_us / 1000:.2f} ms per step): "
+            "store model and inputs in channels_last (model.to(memory_format=torch.channels_last), "
+            "x.to(memory_format=torch.channels_last))."
+            if layout_us > 0
+            else " The tensors are channels_last already (no layout transforms)."
+        )
+        fix = (
+            f"{round(n_fp32 / n)} convolution kernels per step ({conv_us / 1000:.2f} ms) compute in FP32, {how}, "
+            "and read and write FP32 activations, as do the batch norms, ReLUs and adds around them. Run "
+            'forward and loss under torch.autocast("cuda", dtype=torch.bfloat16): BF16 convolutions at twice '
+            f"the TF32 rate and half the activation bytes.{mixed}{layout}"
+        )
         title = TITLE
     else:
-        fix = (f"The convolutions run in 16-bit, but cuDNN transposes NCHW tensors to NHWC and back around them "
-               f"({layout_us / 1000:.2f} ms per step): store model and inputs in channels_last "
-               "(model.to(memory_format=torch.channels_last), x.to(memory_format=torch.channels_last)).")
+        fix = (
+            f"The convolutions run in 16-bit, but cuDNN transposes NCHW tensors to NHWC and back around them "
+            f"({layout_us / 1000:.2f} ms per step): store model and inputs in channels_last "
+            "(model.to(memory_format=torch.channels_last), x.to(memory_format=torch.channels_last))."
+        )
         title = "cuDNN transposes NCHW tensors around each convolution (no channels_last)"
     steps = sorted(int(s) for s in ctx.steps["step"].to_list())
-    return [ctx.finding(cost_ns=int(c["dur"].sum()), savings_ns=savings, count=c.height, steps=steps,
-                        evidence=evidence, fix=fix, title=title, kernel_ids=c["i"])]
+    return [
+        ctx.finding(
+            cost_ns=int(c["dur"].sum()),
+            savings_ns=savings,
+            count=c.height,
+            steps=steps,
+            evidence=evidence,
+            fix=fix,
+            title=title,
+            kernel_ids=c["i"],
+        )
+    ]
 
 
 def fix_transform(ctx: RuleContext) -> Transform | None:
@@ -181,4 +231,6 @@ def fix_transform(ctx: RuleContext) -> Transform | None:
     c = _changed(ctx)
     if c.height == 0 or not tensor_core_gpu(ctx):
         return None
-    return Transform(NAME, gpu_dur=dict(zip(c["i"].cast(pl.Int64).to_list(), c["new_dur"].to_list(), strict=True)))
+    return Transform(
+        NAME, gpu_dur=dict(zip(c["i"].cast(pl.Int64).to_list(), c["new_dur"].to_list(), strict=True))
+    )

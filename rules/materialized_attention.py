@@ -61,12 +61,17 @@ CLASS = "gpu_memory"  # the score kernels are memory-bound: their time is what a
 SEVERITY = "warning"
 TITLE = "Attention materializes its scores in HBM instead of one fused kernel"
 OPTIONS = {
-    "efficiency": Option(0.5, "achieved share of Tensor-Core peak of a fused attention kernel (FlashAttention-2: 50-73 % forward)"),
+    "efficiency": Option(
+        0.5,
+        "achieved share of Tensor-Core peak of a fused attention kernel (FlashAttention-2: 50-73 % forward)",
+    ),
     **min_savings(2.0),
     **XPROF_SEVERITY,
 }
-FIX = ("Use torch.nn.functional.scaled_dot_product_attention (Hugging Face: attn_implementation=\"sdpa\" or "
-       "\"flash_attention_2\"), or FlexAttention for a custom mask: the fused kernel keeps the scores on chip.")
+FIX = (
+    'Use torch.nn.functional.scaled_dot_product_attention (Hugging Face: attn_implementation="sdpa" or '
+    '"flash_attention_2"), or FlexAttention for a custom mask: the fused kernel keeps the scores on chip.'
+)
 #: flash backward recomputes Q·K^T: 5 matmuls against eager backward's 4
 BACKWARD_RECOMPUTE = 1.25
 
@@ -78,40 +83,66 @@ def _kernels(ctx: RuleContext) -> pl.DataFrame:
 def _runs(ctx: RuleContext) -> pl.DataFrame:
     """One row per run of consecutive score kernels: [run, first, kernels, time, gemm_flops, bpe, backward,
     fused_time]."""
+
     def build() -> pl.DataFrame:
         k = _kernels(ctx).join(ctx.kb.select("i", "flops", "bpe"), on="i", how="left")
         per = k.group_by("run", maintain_order=True).agg(
-            pl.col("i").first().alias("first"), pl.len().alias("kernels"), pl.col("dur").sum().alias("time"),
+            pl.col("i").first().alias("first"),
+            pl.len().alias("kernels"),
+            pl.col("dur").sum().alias("time"),
             pl.col("flops").filter(pl.col("gemm")).sum().alias("gemm_flops"),
-            pl.col("bpe").filter(pl.col("gemm")).min().alias("bpe"), pl.col("backward").any())
+            pl.col("bpe").filter(pl.col("gemm")).min().alias("bpe"),
+            pl.col("backward").any(),
+        )
         spec, eff = ctx.spec, float(ctx.options["efficiency"])
-        peak = pl.when(pl.col("bpe") <= 2).then(pl.lit(spec.tc_tflops)).otherwise(pl.lit(spec.fp32_tflops)) * 1e12 * eff
+        peak = (
+            pl.when(pl.col("bpe") <= 2).then(pl.lit(spec.tc_tflops)).otherwise(pl.lit(spec.fp32_tflops))
+            * 1e12
+            * eff
+        )
         flops = pl.col("gemm_flops") * pl.when(pl.col("backward")).then(BACKWARD_RECOMPUTE).otherwise(1.0)
-        return per.with_columns(fused_time=(flops / peak * 1e9).fill_null(0).cast(pl.Int64).clip(0, pl.col("time")))
+        return per.with_columns(
+            fused_time=(flops / peak * 1e9).fill_null(0).cast(pl.Int64).clip(0, pl.col("time"))
+        )
+
     return ctx.once("score_runs", build)
 
 
 def fix_for(ctx: RuleContext, shape: str, mib: float, fp32: bool, cost: str) -> str:
     """The fix, conditioned on what the trace already runs (SDPA's math backend, fused kernels elsewhere)."""
     have = fused_attention(ctx.trace)
-    scores = (f"each attention call writes a {shape} score tensor ({mib:.0f} MiB) to HBM and reads it back in every "
-              f"op ({cost})")
-    lowp = (" Its inputs are FP32: flash attention needs fp16/bf16 (run under torch.autocast(\"cuda\", "
-            "dtype=torch.bfloat16)); the memory-efficient backend takes FP32." if fp32 else "")
+    scores = (
+        f"each attention call writes a {shape} score tensor ({mib:.0f} MiB) to HBM and reads it back in every "
+        f"op ({cost})"
+    )
+    lowp = (
+        ' Its inputs are FP32: flash attention needs fp16/bf16 (run under torch.autocast("cuda", '
+        "dtype=torch.bfloat16)); the memory-efficient backend takes FP32."
+        if fp32
+        else ""
+    )
     if have["math_sdpa"]:
-        return (f"scaled_dot_product_attention runs its math backend: {scores}. The fused backends refused these "
-                "inputs; wrap the call in `with torch.nn.attention.sdpa_kernel([SDPBackend.FLASH_ATTENTION, "
-                "SDPBackend.EFFICIENT_ATTENTION, SDPBackend.CUDNN_ATTENTION]):` to get the reason as an error (a "
-                "float attn_mask, FP32 inputs, an unsupported head dim) and fix it; pass is_causal=True rather than "
-                "a causal mask." + lowp)
-    where = (" Other attention calls in this trace already run fused kernels: these do not (a layer left on "
-             "the eager path)." if have["kernels"] else "")
-    return (f"Attention computed op by op: {scores}, and every op is a launch.{where} Call "
-            "torch.nn.functional.scaled_dot_product_attention(q, k, v, dropout_p=p, is_causal=True for a causal mask, "
-            "attn_mask= otherwise) (Hugging Face: "
-            "attn_implementation=\"sdpa\" or \"flash_attention_2\"), which picks the flash / memory-efficient / "
-            "cuDNN backend (pin it with torch.nn.attention.sdpa_kernel); use FlexAttention "
-            "(torch.nn.attention.flex_attention) for a custom mask or score modification." + lowp)
+        return (
+            f"scaled_dot_product_attention runs its math backend: {scores}. The fused backends refused these "
+            "inputs; wrap the call in `with torch.nn.attention.sdpa_kernel([SDPBackend.FLASH_ATTENTION, "
+            "SDPBackend.EFFICIENT_ATTENTION, SDPBackend.CUDNN_ATTENTION]):` to get the reason as an error (a "
+            "float attn_mask, FP32 inputs, an unsupported head dim) and fix it; pass is_causal=True rather than "
+            "a causal mask." + lowp
+        )
+    where = (
+        " Other attention calls in this trace already run fused kernels: these do not (a layer left on "
+        "the eager path)."
+        if have["kernels"]
+        else ""
+    )
+    return (
+        f"Attention computed op by op: {scores}, and every op is a launch.{where} Call "
+        "torch.nn.functional.scaled_dot_product_attention(q, k, v, dropout_p=p, is_causal=True for a causal mask, "
+        "attn_mask= otherwise) (Hugging Face: "
+        'attn_implementation="sdpa" or "flash_attention_2"), which picks the flash / memory-efficient / '
+        "cuDNN backend (pin it with torch.nn.attention.sdpa_kernel); use FlexAttention "
+        "(torch.nn.attention.flex_attention) for a custom mask or score modification." + lowp
+    )
 
 
 def check(ctx: RuleContext) -> list[Finding]:
@@ -128,8 +159,11 @@ def check(ctx: RuleContext) -> list[Finding]:
     shape = f"[{top['heads']} heads x {top['n_q']} x {top['n_kv']}]"
     mib = (top["score_bytes"] or 0) / 2**20
     fp32 = bool((runs["bpe"].fill_null(4) >= 4).any())
-    ops = (k.group_by("op_name").agg(pl.len().alias("count"), pl.col("dur").sum())
-           .sort(["dur", "op_name"], descending=[True, False], nulls_last=True))
+    ops = (
+        k.group_by("op_name")
+        .agg(pl.len().alias("count"), pl.col("dur").sum())
+        .sort(["dur", "op_name"], descending=[True, False], nulls_last=True)
+    )
     evidence = {
         "score_shape": {"heads": top["heads"], "n_q": top["n_q"], "n_kv": top["n_kv"]},
         "score_tensor_mib": round(mib, 2),
@@ -140,17 +174,30 @@ def check(ctx: RuleContext) -> list[Finding]:
         "gemm_gflops_per_step": round(float(runs["gemm_flops"].fill_null(0).sum()) / n / 1e9, 3),
         "predicted_fused_time_per_step_us": round(fused / n / 1000, 3),
         "fp32_scores_gemms": fp32,
-        "ops": [{"op": r["op_name"], "count": r["count"], "time_per_step_us": round(r["dur"] / n / 1000, 3)}
-                for r in ops.head(8).to_dicts()],
+        "ops": [
+            {"op": r["op_name"], "count": r["count"], "time_per_step_us": round(r["dur"] / n / 1000, 3)}
+            for r in ops.head(8).to_dicts()
+        ],
         "sdpa_math_backend": fused_attention(ctx.trace)["math_sdpa"],
         "fused_attention_kernels_in_trace": fused_attention(ctx.trace)["kernels"],
         "device": ctx.spec.name,
     }
-    cost_text = (f"{k.height / n:.0f} kernels, {cost / n / 1e6:.2f} ms per step; one fused kernel per call: about "
-                 f"{fused / n / 1e6:.2f} ms")
+    cost_text = (
+        f"{k.height / n:.0f} kernels, {cost / n / 1e6:.2f} ms per step; one fused kernel per call: about "
+        f"{fused / n / 1e6:.2f} ms"
+    )
     steps = sorted(int(s) for s in ctx.steps["step"].to_list())
-    return [ctx.finding(cost_ns=cost, savings_ns=savings, count=runs.height, steps=steps, evidence=evidence,
-                        fix=fix_for(ctx, shape, mib, fp32, cost_text), kernel_ids=k["i"])]
+    return [
+        ctx.finding(
+            cost_ns=cost,
+            savings_ns=savings,
+            count=runs.height,
+            steps=steps,
+            evidence=evidence,
+            fix=fix_for(ctx, shape, mib, fp32, cost_text),
+            kernel_ids=k["i"],
+        )
+    ]
 
 
 def fix_transform(ctx: RuleContext) -> Transform | None:
@@ -164,11 +211,17 @@ def fix_transform(ctx: RuleContext) -> Transform | None:
         return None
     runs = _runs(ctx).select("run", "fused_time")
     k = k.join(runs, on="run", how="left").with_columns(
-        new=pl.when(pl.col("pos") == 0).then(pl.col("fused_time")).otherwise(0).cast(pl.Int64))
+        new=pl.when(pl.col("pos") == 0).then(pl.col("fused_time")).otherwise(0).cast(pl.Int64)
+    )
     inside = score_ops(ctx.trace).filter(pl.col("score"))["op"]
     k = k.with_columns(top=exclusive_tops(ctx.trace, k["op"], inside))
     kept = k.filter(pl.col("pos") == 0)["top"]
-    gone = k.filter((pl.col("pos") > 0) & (pl.col("top") >= 0) & ~pl.col("top").is_in(kept.implode()))["top"].unique()
+    gone = k.filter((pl.col("pos") > 0) & (pl.col("top") >= 0) & ~pl.col("top").is_in(kept.implode()))[
+        "top"
+    ].unique()
     rows = by_id(ctx.trace.host, gone.cast(pl.UInt32), "tid", "ts", "end")
-    return Transform(NAME, gpu_dur=dict(zip(k["i"].cast(pl.Int64).to_list(), k["new"].to_list(), strict=True)),
-                     host_spans=spans(rows))
+    return Transform(
+        NAME,
+        gpu_dur=dict(zip(k["i"].cast(pl.Int64).to_list(), k["new"].to_list(), strict=True)),
+        host_spans=spans(rows),
+    )

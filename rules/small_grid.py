@@ -60,13 +60,17 @@ SEVERITY = "warning"
 TITLE = "Kernels launch fewer blocks than the GPU has SMs: most SMs idle while the GPU is busy"
 OPTIONS = {
     "max_kernel_us": Option(20.0, "longest small-grid kernel counted (a longer one loops inside its blocks)"),
-    "min_share_pct": Option(25.0, "share of GPU-busy time in small-grid kernels below which nothing is reported"),
+    "min_share_pct": Option(
+        25.0, "share of GPU-busy time in small-grid kernels below which nothing is reported"
+    ),
     **min_savings(2.0),
     **XPROF_SEVERITY,
 }
-FIX = ("Give each kernel more work: raise the batch size or batch concurrent requests, fuse small per-sample ops "
-       "into one kernel over the batch (torch.compile, torch.vmap, foreach ops); at batch 1 use split-K / "
-       "flash-decoding kernels.")
+FIX = (
+    "Give each kernel more work: raise the batch size or batch concurrent requests, fuse small per-sample ops "
+    "into one kernel over the batch (torch.compile, torch.vmap, foreach ops); at batch 1 use split-K / "
+    "flash-decoding kernels."
+)
 
 
 def num_sms(ctx: RuleContext) -> int | None:
@@ -78,11 +82,12 @@ def num_sms(ctx: RuleContext) -> int | None:
 def _kernels(ctx: RuleContext) -> pl.DataFrame:
     """Compute kernels in the analysed steps with [i, name, dur, op, blocks, used (blocks / SMs), occupancy,
     small, new_dur (the doubled-batch time per sample)]."""
+
     def build() -> pl.DataFrame:
         sms = num_sms(ctx)
-        g = ctx.trace.gpu.select("i", "name", "kind", "ts", "dur", "op", "grid_x", "grid_y", "grid_z",
-                                 "blocks_per_sm", "occupancy").filter(
-            (pl.col("kind") == "compute") & (pl.col("ts") >= ctx.lo) & (pl.col("ts") < ctx.hi))
+        g = ctx.trace.gpu.select(
+            "i", "name", "kind", "ts", "dur", "op", "grid_x", "grid_y", "grid_z", "blocks_per_sm", "occupancy"
+        ).filter((pl.col("kind") == "compute") & (pl.col("ts") >= ctx.lo) & (pl.col("ts") < ctx.hi))
         blocks = pl.col("grid_x") * pl.col("grid_y").fill_null(1) * pl.col("grid_z").fill_null(1)
         g = g.with_columns(blocks=blocks)
         used = (pl.col("blocks") / sms) if sms else pl.col("blocks_per_sm")
@@ -91,6 +96,7 @@ def _kernels(ctx: RuleContext) -> pl.DataFrame:
         g = g.with_columns(small=((pl.col("used") < 1.0) & short).fill_null(False))
         half = pl.col("small") & (pl.col("used") <= 0.5)
         return g.with_columns(new_dur=pl.when(half).then(pl.col("dur") // 2).otherwise(pl.col("dur")))
+
     return ctx.once("grid_kernels", build)
 
 
@@ -111,9 +117,15 @@ def check(ctx: RuleContext) -> list[Finding]:
     w = s["dur"].cast(pl.Float64)
     used = float((w * s["used"]).sum() / w.sum()) if w.sum() else None
     occ = s.filter(pl.col("occupancy").is_not_null())
-    top = join_by_id(s, "op", ctx.trace.host, pl.col("name").alias("op_name")).group_by("name").agg(
-        pl.len().alias("count"), pl.col("dur").sum(), pl.col("blocks").median(), pl.col("op_name").first()
-    ).sort(["dur", "name"], descending=[True, False]).head(5)
+    top = (
+        join_by_id(s, "op", ctx.trace.host, pl.col("name").alias("op_name"))
+        .group_by("name")
+        .agg(
+            pl.len().alias("count"), pl.col("dur").sum(), pl.col("blocks").median(), pl.col("op_name").first()
+        )
+        .sort(["dur", "name"], descending=[True, False])
+        .head(5)
+    )
     sms = num_sms(ctx)
     evidence = {
         "sms": sms,
@@ -122,25 +134,54 @@ def check(ctx: RuleContext) -> list[Finding]:
         "share_of_gpu_busy_pct": round(share, 2),
         "median_blocks": float(s["blocks"].median()) if s["blocks"].null_count() < s.height else None,
         "sm_share_used_pct": round(100.0 * used, 2) if used is not None else None,
-        "est_achieved_occupancy_pct": round(float((occ["occupancy"] * occ["dur"]).sum() / occ["dur"].sum()), 2)
-        if occ.height and occ["dur"].sum() else None,
-        "savings_range_per_step_us": {"double_batch": round(low / n / 1000, 3), "fill_sms": round(high / n / 1000, 3)},
-        "top_kernels": [{"kernel": r["name"][:120], "op": r["op_name"], "count": r["count"],
-                         "time_per_step_us": round(r["dur"] / n / 1000, 3), "median_blocks": r["blocks"]} for r in top.to_dicts()],
+        "est_achieved_occupancy_pct": round(
+            float((occ["occupancy"] * occ["dur"]).sum() / occ["dur"].sum()), 2
+        )
+        if occ.height and occ["dur"].sum()
+        else None,
+        "savings_range_per_step_us": {
+            "double_batch": round(low / n / 1000, 3),
+            "fill_sms": round(high / n / 1000, 3),
+        },
+        "top_kernels": [
+            {
+                "kernel": r["name"][:120],
+                "op": r["op_name"],
+                "count": r["count"],
+                "time_per_step_us": round(r["dur"] / n / 1000, 3),
+                "median_blocks": r["blocks"],
+            }
+            for r in top.to_dicts()
+        ],
     }
     pct_sm = f"{100.0 * used:.0f} %" if used is not None else "a fraction"
     launch = ctx.features.cuda_graphs
-    fix = (f"{s.height / n:.0f} kernels per step ({share:.0f} % of the GPU-busy time) launch fewer blocks than the "
-           f"{sms or 'available'} SMs (median {evidence['median_blocks']:.0f} blocks; {pct_sm} of the SMs in use, "
-           "time-weighted): the GPU is busy but mostly idle. Give each kernel more work: raise the batch size (or "
-           "batch concurrent requests), fuse small per-sample ops into one kernel over the batch (torch.compile, "
-           "torch.vmap, foreach ops); at batch 1, split-K / flash-decoding kernels spread the reduction over the SMs. "
-           f"At the same number of samples these kernels' time per step falls by about {low / n / 1e6:.2f} ms "
-           f"when the batch doubles, and by at most {high / n / 1e6:.2f} ms when the grids fill the SMs."
-           + (" The step already replays CUDA graphs: launch cost is gone, the idle SMs remain." if launch else ""))
+    fix = (
+        f"{s.height / n:.0f} kernels per step ({share:.0f} % of the GPU-busy time) launch fewer blocks than the "
+        f"{sms or 'available'} SMs (median {evidence['median_blocks']:.0f} blocks; {pct_sm} of the SMs in use, "
+        "time-weighted): the GPU is busy but mostly idle. Give each kernel more work: raise the batch size (or "
+        "batch concurrent requests), fuse small per-sample ops into one kernel over the batch (torch.compile, "
+        "torch.vmap, foreach ops); at batch 1, split-K / flash-decoding kernels spread the reduction over the SMs. "
+        f"At the same number of samples these kernels' time per step falls by about {low / n / 1e6:.2f} ms "
+        f"when the batch doubles, and by at most {high / n / 1e6:.2f} ms when the grids fill the SMs."
+        + (
+            " The step already replays CUDA graphs: launch cost is gone, the idle SMs remain."
+            if launch
+            else ""
+        )
+    )
     steps = sorted(int(x) for x in ctx.steps["step"].to_list())
-    return [ctx.finding(cost_ns=int(s["dur"].sum()), savings_ns=low, count=s.height, steps=steps,
-                        evidence=evidence, fix=fix, kernel_ids=s["i"])]
+    return [
+        ctx.finding(
+            cost_ns=int(s["dur"].sum()),
+            savings_ns=low,
+            count=s.height,
+            steps=steps,
+            evidence=evidence,
+            fix=fix,
+            kernel_ids=s["i"],
+        )
+    ]
 
 
 def fix_transform(ctx: RuleContext) -> Transform | None:
@@ -149,4 +190,6 @@ def fix_transform(ctx: RuleContext) -> Transform | None:
     k = _kernels(ctx).filter(pl.col("new_dur") < pl.col("dur"))
     if k.height == 0:
         return None
-    return Transform(NAME, gpu_dur=dict(zip(k["i"].cast(pl.Int64).to_list(), k["new_dur"].to_list(), strict=True)))
+    return Transform(
+        NAME, gpu_dur=dict(zip(k["i"].cast(pl.Int64).to_list(), k["new_dur"].to_list(), strict=True))
+    )

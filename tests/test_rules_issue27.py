@@ -53,15 +53,30 @@ def unprofiled_ms(s: str, run: str) -> float:
 
 #: (set, problem run, fixed run, rule code, why a miss is a miss: None = within the band)
 TWINS = [
-    ("collected3", "gpt2_eager_attn", "gpt2_sdpa", "TV205",
-     "the replay removes the score kernels and the host work of their ops (4.98 ms/step), but the eager run's host "
-     "is slower everywhere, not only in attention (its identical AdamW step takes 4.9 ms profiled against 3.1 ms in "
-     "the SDPA run): measured 11.99 ms, predicted 4.98 ms (-58 %)"),
+    (
+        "collected3",
+        "gpt2_eager_attn",
+        "gpt2_sdpa",
+        "TV205",
+        "the replay removes the score kernels and the host work of their ops (4.98 ms/step), but the eager run's host "
+        "is slower everywhere, not only in attention (its identical AdamW step takes 4.9 ms profiled against 3.1 ms in "
+        "the SDPA run): measured 11.99 ms, predicted 4.98 ms (-58 %)",
+    ),
     ("collected3", "resnet18_fp32", "resnet18_bf16_cl", "TV206", None),
 ]
 #: runs where these rules have nothing above info to say (fixed twins, a fused/compiled/bf16/large-batch step)
-NEGATIVE = [("collected3", r) for r in ("gpt2_sdpa", "gpt2_sdpa_compiled", "gpt2_sdpa_fused", "resnet18_bf16_cl",
-                                        "gemm_bf16_n3072", "tinygpt_b16", "fp32_gemm_n4096_tf32")]
+NEGATIVE = [
+    ("collected3", r)
+    for r in (
+        "gpt2_sdpa",
+        "gpt2_sdpa_compiled",
+        "gpt2_sdpa_fused",
+        "resnet18_bf16_cl",
+        "gemm_bf16_n3072",
+        "tinygpt_b16",
+        "fp32_gemm_n4096_tf32",
+    )
+]
 
 
 @pytest.mark.parametrize(("s", "problem", "fixed", "code", "why"), TWINS, ids=[t[1] for t in TWINS])
@@ -94,14 +109,22 @@ def test_replayed_saving_matches_the_measured_fix(s, problem, fixed, code):
 
 
 def _step_spans(events: list[dict]) -> list[tuple[float, float]]:
-    return [(e["ts"], e["ts"] + e["dur"]) for e in events
-            if e.get("ph") == "X" and re.match(r"^ProfilerStep#\d+$", str(e.get("name"))) and e.get("cat") != "gpu_user_annotation"]
+    return [
+        (e["ts"], e["ts"] + e["dur"])
+        for e in events
+        if e.get("ph") == "X"
+        and re.match(r"^ProfilerStep#\d+$", str(e.get("name")))
+        and e.get("cat") != "gpu_user_annotation"
+    ]
 
 
 def _window(events: list[dict]) -> tuple[float, float]:
     """ref_stats' step span: earliest start to latest end of the ProfilerStep#N spans, host and GPU-side twins."""
-    sp = [(e["ts"], e["ts"] + e["dur"]) for e in events
-          if e.get("ph") == "X" and re.match(r"^ProfilerStep#\d+$", str(e.get("name")))]
+    sp = [
+        (e["ts"], e["ts"] + e["dur"])
+        for e in events
+        if e.get("ph") == "X" and re.match(r"^ProfilerStep#\d+$", str(e.get("name")))
+    ]
     return min(a for a, _ in sp), max(b for _, b in sp)
 
 
@@ -113,8 +136,11 @@ def test_attention_evidence_against_the_raw_trace():
     """6 GPT-2 layers: one forward and one backward softmax over [8, 12, 512, 512] FP32 scores per layer and step."""
     ev = load_events(_trace("collected3", "gpt2_eager_attn"))
     spans = _step_spans(ev)
-    fwd = [e for e in ev if e.get("name") == "aten::_softmax" and _inside(e, spans)
-           and len(e["args"]["Input Dims"][0]) == 4]
+    fwd = [
+        e
+        for e in ev
+        if e.get("name") == "aten::_softmax" and _inside(e, spans) and len(e["args"]["Input Dims"][0]) == 4
+    ]
     bwd = [e for e in ev if e.get("name") == "aten::_softmax_backward_data" and _inside(e, spans)]
     dims = fwd[0]["args"]["Input Dims"][0]
     f = ours("collected3", "gpt2_eager_attn", "TV205")[0]["evidence"]
@@ -129,14 +155,20 @@ def test_attention_evidence_against_the_raw_trace():
     fix = ours("collected3", "gpt2_eager_attn", "TV205")[0]["fix"]
     assert "scaled_dot_product_attention" in fix and "torch.compile" not in fix
     for c in [x for x in doc("collected3", "gpt2_eager_attn")["findings"] if x["code"] == "TV201"]:
-        assert not {"aten::_softmax", "aten::_softmax_backward_data", "aten::native_dropout"} & set(c["evidence"]["ops"])
+        assert not {"aten::_softmax", "aten::_softmax_backward_data", "aten::native_dropout"} & set(
+            c["evidence"]["ops"]
+        )
 
 
 def test_conv_evidence_against_the_raw_trace():
     """cuDNN's NCHW<->NHWC transposes in the FP32 ResNet-18, summed from the raw kernels in the recorded steps."""
     ev = load_events(_trace("collected3", "resnet18_fp32"))
     spans = _step_spans(ev)
-    lay = [e for e in ev if e.get("cat") == "kernel" and re.search("nchwToNhwcKernel|nhwcToNchwKernel", e["name"])]
+    lay = [
+        e
+        for e in ev
+        if e.get("cat") == "kernel" and re.search("nchwToNhwcKernel|nhwcToNchwKernel", e["name"])
+    ]
     lo, hi = _window(ev)
     per_step = sum(e["dur"] for e in lay if lo <= e["ts"] < hi) / len(spans)
     f = ours("collected3", "resnet18_fp32", "TV206")[0]

@@ -21,20 +21,39 @@ from ..model import Trace
 from .opshapes import decode
 from .rowid import by_id
 
-SOFTMAX_OPS = {"aten::_softmax", "aten::softmax", "aten::_safe_softmax", "aten::_softmax_backward_data",
-               "aten::_masked_softmax", "aten::_masked_softmax_backward"}
+SOFTMAX_OPS = {
+    "aten::_softmax",
+    "aten::softmax",
+    "aten::_safe_softmax",
+    "aten::_softmax_backward_data",
+    "aten::_masked_softmax",
+    "aten::_masked_softmax_backward",
+}
 SCORE_GEMMS = {"aten::bmm", "aten::baddbmm", "aten::matmul", "aten::mm"}
 #: SDPA's math fallback (its children are the eager ops)
 MATH_SDPA = "aten::_scaled_dot_product_attention_math"
 #: fused attention kernels (FlashAttention, memory-efficient/cutlass fmha, cuDNN SDPA, FlexAttention's Triton)
-FUSED_ATTN_KERNEL_RE = (r"(?i)flash_fwd|flash_bwd|flash::|fmha|efficient_attention|cudnn::fusion|"
-                        r"sdpa|triton_tem_fused_flex|flex_attention|attention_kernel")
-FUSED_ATTN_OP_RE = r"^aten::_(flash|efficient|cudnn)_attention|^aten::_scaled_dot_product_(flash|efficient|cudnn)"
+FUSED_ATTN_KERNEL_RE = (
+    r"(?i)flash_fwd|flash_bwd|flash::|fmha|efficient_attention|cudnn::fusion|"
+    r"sdpa|triton_tem_fused_flex|flex_attention|attention_kernel"
+)
+FUSED_ATTN_OP_RE = (
+    r"^aten::_(flash|efficient|cudnn)_attention|^aten::_scaled_dot_product_(flash|efficient|cudnn)"
+)
 #: shortest key length worth a fused kernel (shorter scores are small tiles either way)
 MIN_KEYS = 64
 
-_SCHEMA = {"op": pl.UInt32, "score": pl.Boolean, "gemm": pl.Boolean, "softmax": pl.Boolean, "backward": pl.Boolean,
-           "heads": pl.Int64, "n_q": pl.Int64, "n_kv": pl.Int64, "score_bytes": pl.Int64}
+_SCHEMA = {
+    "op": pl.UInt32,
+    "score": pl.Boolean,
+    "gemm": pl.Boolean,
+    "softmax": pl.Boolean,
+    "backward": pl.Boolean,
+    "heads": pl.Int64,
+    "n_q": pl.Int64,
+    "n_kv": pl.Int64,
+    "score_bytes": pl.Int64,
+}
 
 
 def _bpe(t: str) -> int:
@@ -43,12 +62,16 @@ def _bpe(t: str) -> int:
     return DTYPE_BYTES.get(t, 4)
 
 
+def _batched(ts: list[tuple[list[int], str]]) -> bool:
+    """Both matrix operands carry batch dims (Q·K^T, P·V): a weight (2-D) is no attention operand (an MoE
+    router's linear feeds a softmax too)."""
+    return len(ts) >= 2 and len(ts[-2][0]) >= 3 and len(ts[-1][0]) >= 3
+
+
 def _gemm_out(ts: list[tuple[list[int], str]]) -> list[int] | None:
-    if len(ts) < 2:
+    if not _batched(ts):
         return None
     a, b = ts[-2][0], ts[-1][0]  # baddbmm: (bias, a, b)
-    if len(a) < 2 or len(b) < 2:
-        return None
     batch = a[:-2] if math.prod(a[:-2]) >= math.prod(b[:-2]) else b[:-2]
     return [*batch, a[-2], b[-1]]
 
@@ -61,9 +84,12 @@ def score_ops(trace: Trace) -> pl.DataFrame:
     if ids.len() == 0 or "input_dims" not in trace.host.columns:
         return pl.DataFrame(schema=_SCHEMA)
     ops = by_id(trace.host, ids, pl.col("i").alias("op"), "name", "input_dims", "input_type")
-    if not ops["name"].is_in(list(SOFTMAX_OPS)).any():  # no softmax launched anything: no scores (no decoding)
-        return ops.select(pl.col("op"), *[pl.lit(None, t).alias(c) for c, t in _SCHEMA.items() if c != "op"]).with_columns(
-            pl.lit(False).alias(c) for c in ("score", "gemm", "softmax", "backward"))
+    if (
+        not ops["name"].is_in(list(SOFTMAX_OPS)).any()
+    ):  # no softmax launched work: no scores, nothing to decode
+        return ops.select(
+            pl.col("op"), *[pl.lit(None, t).alias(c) for c, t in _SCHEMA.items() if c != "op"]
+        ).with_columns(pl.lit(False).alias(c) for c in ("score", "gemm", "softmax", "backward"))
     combos = ops.select("name", "input_dims", "input_type").unique()
     parsed = []
     for name, d, t in combos.iter_rows():  # distinct (name, shapes): a few hundred
@@ -77,19 +103,43 @@ def score_ops(trace: Trace) -> pl.DataFrame:
     rows = []
     for name, d, t, ts in parsed:
         hit = None
-        out = _gemm_out(ts) if name in SCORE_GEMMS else None
+        gemm = name in SCORE_GEMMS and _batched(ts)
+        out = _gemm_out(ts) if gemm else None
         for nq, nkv, n, heads, bpe in sigs:
             shapes = [s for s, _ in ts] + ([out] if out else [])
             if any(len(s) >= 3 and s[-2:] == [nq, nkv] and math.prod(s) == n for s in shapes):
                 hit = (heads, nq, nkv, n * bpe)
                 break
-        rows.append((name, d, t, hit is not None, name in SCORE_GEMMS, name in SOFTMAX_OPS, "backward" in name,
-                     *(hit or (None, None, None, None))))
+        rows.append(
+            (
+                name,
+                d,
+                t,
+                hit is not None,
+                gemm,
+                name in SOFTMAX_OPS,
+                "backward" in name,
+                *(hit or (None, None, None, None)),
+            )
+        )
     cat = pl.Categorical
-    tab = pl.DataFrame(rows, schema={"name": pl.String, "input_dims": cat, "input_type": cat, "score": pl.Boolean,
-                                     "gemm": pl.Boolean, "softmax": pl.Boolean, "backward": pl.Boolean,
-                                     "heads": pl.Int64, "n_q": pl.Int64, "n_kv": pl.Int64, "score_bytes": pl.Int64},
-                       orient="row")
+    tab = pl.DataFrame(
+        rows,
+        schema={
+            "name": pl.String,
+            "input_dims": cat,
+            "input_type": cat,
+            "score": pl.Boolean,
+            "gemm": pl.Boolean,
+            "softmax": pl.Boolean,
+            "backward": pl.Boolean,
+            "heads": pl.Int64,
+            "n_q": pl.Int64,
+            "n_kv": pl.Int64,
+            "score_bytes": pl.Int64,
+        },
+        orient="row",
+    )
     got = ops.join(tab, on=["name", "input_dims", "input_type"], how="left", nulls_equal=True)
     got = got.with_columns(pl.col("score").fill_null(False))
     # materialized only when a GEMM produces or reads the scores
@@ -103,14 +153,22 @@ def score_kernels(trace: Trace, lo: int, hi: int) -> pl.DataFrame:
     their run of consecutive score kernels (`run`, null outside one) and position in it (`pos`):
     [i, name, device, stream, ts, end, dur, op, launch, op_name, score, gemm, softmax, backward, heads, n_q,
     n_kv, score_bytes, run, pos]."""
-    g = trace.gpu.select("i", "name", "kind", "device", "stream", "ts", "end", "dur", "op", "launch").filter(
-        (pl.col("kind") == "compute") & (pl.col("ts") >= lo) & (pl.col("ts") < hi)).drop("kind")
+    g = (
+        trace.gpu.select("i", "name", "kind", "device", "stream", "ts", "end", "dur", "op", "launch")
+        .filter((pl.col("kind") == "compute") & (pl.col("ts") >= lo) & (pl.col("ts") < hi))
+        .drop("kind")
+    )
     so = score_ops(trace)
     g = g.join(so, on="op", how="left").with_columns(pl.col("score").fill_null(False))
-    g = g.join(by_id(trace.host, so["op"], pl.col("i").alias("op"), pl.col("name").alias("op_name")).unique("op"),
-               on="op", how="left")
+    g = g.join(
+        by_id(trace.host, so["op"], pl.col("i").alias("op"), pl.col("name").alias("op_name")).unique("op"),
+        on="op",
+        how="left",
+    )
     g = g.sort("device", "stream", "ts", maintain_order=True)
-    brk = ~pl.col("score") | pl.any_horizontal(pl.col(c).ne_missing(pl.col(c).shift()) for c in ("device", "stream"))
+    brk = ~pl.col("score") | pl.any_horizontal(
+        pl.col(c).ne_missing(pl.col(c).shift()) for c in ("device", "stream")
+    )
     g = g.with_columns(_run=brk.cast(pl.Int64).cum_sum())
     g = g.with_columns(run=pl.when(pl.col("score")).then(pl.col("_run")))
     return g.with_columns(pos=pl.when(pl.col("score")).then(pl.int_range(pl.len()).over("_run"))).drop("_run")
@@ -128,8 +186,11 @@ def fused_attention(trace: Trace) -> dict:
     """What the trace already runs: {kernels: fused attention kernels, math_sdpa: SDPA math-backend calls}."""
     k = trace.gpu.select("kind", "name").filter(pl.col("kind") == "compute")["name"].unique()
     ops = trace.host.select("cat", "name").filter(pl.col("cat") == "cpu_op")["name"].unique()
-    return {"kernels": int(k.str.contains(FUSED_ATTN_KERNEL_RE).sum()) + int(ops.str.contains(FUSED_ATTN_OP_RE).sum()),
-            "math_sdpa": bool((ops == MATH_SDPA).any())}
+    return {
+        "kernels": int(k.str.contains(FUSED_ATTN_KERNEL_RE).sum())
+        + int(ops.str.contains(FUSED_ATTN_OP_RE).sum()),
+        "math_sdpa": bool((ops == MATH_SDPA).any()),
+    }
 
 
 def exclusive_tops(trace: Trace, ops: pl.Series, inside: pl.Series) -> pl.Series:

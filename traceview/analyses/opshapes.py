@@ -16,8 +16,11 @@ def tensors(dims: object, types: object) -> list[tuple[list[int], str]]:
     """The (shape, dtype) of each tensor argument; scalars, lists and unreadable values left out."""
     if not isinstance(dims, list) or not isinstance(types, list):
         return []
-    return [(d, t) for d, t in zip(dims, types, strict=False)
-            if isinstance(d, list) and d and all(isinstance(x, int) for x in d) and isinstance(t, str)]
+    return [
+        (d, t)
+        for d, t in zip(dims, types, strict=False)
+        if isinstance(d, list) and d and all(isinstance(x, int) for x in d) and isinstance(t, str)
+    ]
 
 
 def decode(dims: str | None, types: str | None) -> list[tuple[list[int], str]]:
@@ -42,6 +45,9 @@ def first_input(trace: Trace) -> pl.DataFrame:
         ts = decode(d, t)
         rows.append((d, t, len(ts[0][0]) if ts else None, ts[0][1] if ts else None))
     cat = pl.Categorical
-    tab = pl.DataFrame(rows, schema={"input_dims": cat, "input_type": cat, "rank": pl.Int64, "dtype": pl.String},
-                       orient="row")
+    tab = pl.DataFrame(
+        rows,
+        schema={"input_dims": cat, "input_type": cat, "rank": pl.Int64, "dtype": pl.String},
+        orient="row",
+    )
     return ops.join(tab, on=["input_dims", "input_type"], how="left", nulls_equal=True).select(*schema)
