@@ -25,7 +25,7 @@ NHWC kernels without transposes. When the convolutions are already 16-bit and on
 Convolution kernels per step and their time, the FP32 and TF32 shares, the layout-transform time, the
 activation kernels on FP32 4-D/5-D tensors, and the predicted time after the fix. Savings are replayed
 (`fix_transform`): a TF32 convolution kernel takes TF32 / BF16 peak of its time (0.5), an FP32 CUDA-core one FP32
-/ BF16 peak (never below its bytes over half... the BF16 bytes over the bandwidth), a layout transform no time
+/ BF16 peak (never below its BF16 bytes over the bandwidth), a layout transform no time
 (with `channels_last`), and a memory-bound kernel on an FP32 activation half its time (BF16 halves its bytes).
 The casts autocast adds (the weights to BF16 once per forward) are not modelled: the saving is an upper bound
 by their time.

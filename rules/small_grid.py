@@ -2,11 +2,12 @@
 
 ## What it detects
 Compute kernels in the analysed steps whose grid (`grid` x·y·z from Kineto's kernel args, or its `blocks per
-SM` < 1) is smaller than the device's SM count (`deviceProperties.numSms`) and that are short (under `max_kernel_us`): at least one SM, usually
-most, has no block to run while the kernel is on the timeline. A longer kernel with few blocks loops inside
-each block (cuDNN batch norm's one block per channel, a split-K GEMM's tail) and a larger batch makes it
-longer, not wider: it is left out. Reported when such kernels hold at least `min_share_pct` of
-the GPU-busy time and the conservative saving (below) reaches `min_savings_pct` of the step.
+SM` < 1) is smaller than the device's SM count (`deviceProperties.numSms`) and that are short (under
+`max_kernel_us`): at least one SM, usually most, has no block to run while the kernel is on the timeline. A
+longer kernel with few blocks loops inside each block (cuDNN batch norm's one block per channel, a split-K
+GEMM's tail) and a larger batch makes it longer, not wider: it is left out. Reported when such kernels hold at
+least `min_share_pct` of the GPU-busy time and the conservative saving (below) reaches `min_savings_pct` of
+the step.
 
 ## Why it is slow
 A kernel's blocks are spread over the SMs; with b blocks on an S-SM GPU only b SMs work and the kernel's time is
