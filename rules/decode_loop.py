@@ -100,8 +100,13 @@ def decode_calls(ctx: RuleContext) -> pl.DataFrame:
                 kv = k[-2]
             rows.append((name, d, t, q[0], kv))
         tab = pl.DataFrame(rows, schema=schema, orient="row")
-        if (tab["name"] != "aten::bmm").any():  # a matmul / SDPA call holds the bmm: count the call once
-            tab = tab.filter(pl.col("name") != "aten::bmm")
+        # one row per call: the outermost of SDPA and its backend op, of matmul and its bmm
+        for outer, inner in (
+            ("aten::scaled_dot_product_attention", pl.col("name").str.contains(SDPA_RE)),
+            ("aten::matmul", pl.col("name") == "aten::bmm"),
+        ):
+            if (tab["name"] == outer).any():
+                tab = tab.filter((pl.col("name") == outer) | ~inner)
         return h.join(tab, on=["name", "input_dims", "input_type"], how="inner", nulls_equal=True).select(
             pl.col("i").alias("op"), "batch", "kv"
         )

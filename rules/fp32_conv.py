@@ -62,6 +62,12 @@ FIX = (
     'Run forward and loss under torch.autocast("cuda", dtype=torch.bfloat16) and store model and inputs '
     "in channels_last (model.to(memory_format=torch.channels_last))."
 )
+#: what the estimate leaves out, said with every FP32 finding
+CAVEAT = (
+    " The estimate leaves out the casts autocast adds (one per weight per forward and their backward) and cuDNN's "
+    "choice of BF16 NHWC kernels: on a step whose host is close to the bound, measure after the change, and with "
+    "fixed input shapes set torch.backends.cudnn.benchmark = True so cuDNN times its kernels instead of guessing."
+)
 #: convolution kernels by name (cuDNN, CUTLASS), for kernels whose op recorded no shapes
 CONV_KERNEL_RE = r"(?i)fprop|dgrad|wgrad|conv|nchwToNhwc|nhwcToNchw"
 LAYOUT_RE = r"nchwToNhwcKernel|nhwcToNchwKernel"
@@ -201,7 +207,7 @@ def check(ctx: RuleContext) -> list[Finding]:
             f"{round(n_fp32 / n)} convolution kernels per step ({conv_us / 1000:.2f} ms) compute in FP32, {how}, "
             "and read and write FP32 activations, as do the batch norms, ReLUs and adds around them. Run "
             'forward and loss under torch.autocast("cuda", dtype=torch.bfloat16): BF16 convolutions at twice '
-            f"the TF32 rate and half the activation bytes.{mixed}{layout}"
+            f"the TF32 rate and half the activation bytes.{mixed}{layout}{CAVEAT}"
         )
         title = TITLE
     else:

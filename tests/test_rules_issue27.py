@@ -63,7 +63,48 @@ TWINS = [
         "the SDPA run): measured 11.99 ms, predicted 4.98 ms (-58 %)",
     ),
     ("collected3", "resnet18_fp32", "resnet18_bf16_cl", "TV206", None),
+    ("collected4", "attn_eager_s2048", "attn_flash_s2048", "TV205", None),
+    ("collected4", "attn_math_s2048", "attn_flash_s2048", "TV205", None),
+    (
+        "collected4",
+        "gpt2_eager_attn_s1024",
+        "gpt2_sdpa_s1024",
+        "TV205",
+        "measured 8.74 ms, predicted 6.82 ms (-22 %): just outside the band, the same direction as the seq-512 twin "
+        "(host work besides the score ops' is faster in the SDPA run)",
+    ),
+    ("collected4", "conv_fp32", "conv_bf16_cl", "TV206", None),
+    (
+        "collected4",
+        "resnet50_fp32",
+        "resnet50_bf16_cl",
+        "TV206",
+        "a negative twin: bf16 + channels_last measured 12.16 ms SLOWER (cuDNN heuristics with benchmark off, autocast's "
+        "casts: the fixed run is launch-bound at 9 ms of GPU work in a 33 ms step) while the replay predicts 1.85 ms "
+        "saved; the replay cannot add host work the fix brings, the fix text says to measure and names cudnn.benchmark",
+    ),
+    (
+        "collected4",
+        "small_batch_c4_graph",
+        "small_batch_c128_graph",
+        "TV207",
+        "the finding's saving is the low end of its range (doubling the batch: 0.34 ms replayed) and the twin grows the "
+        "batch 32x (measured 1.67 ms): a range claim, checked below as low end <= measured",
+    ),
+    ("collected4", "decode_dynamic", "decode_static", "TV105", None),
+    (
+        "collected4",
+        "hf_generate_dynamic",
+        "hf_generate_static",
+        "TV105",
+        "measured 70.6 ms, predicted 96.3 ms (+37 %): transformers' static-cache generate still launches ops outside "
+        "its compiled graph (its fixed run is launch-bound: TV101 30.7 ms), the replay takes every launch off the host",
+    ),
 ]
+#: rules of this issue that rightly fire on a fixed run: batch-1 decode replayed as a CUDA graph is the small-grid
+#: case itself (median 2 blocks on 132 SMs, 99.7 % of its GPU-busy time): decode-loop is silent there, small-grid
+#: says the next step (more sequences per step)
+FIXED_ALSO = {"decode_static": {"TV207"}}
 #: runs where these rules have nothing above info to say (fixed twins, a fused/compiled/bf16/large-batch step)
 NEGATIVE = [
     ("collected3", r)
@@ -77,6 +118,21 @@ NEGATIVE = [
         "fp32_gemm_n4096_tf32",
     )
 ]
+NEGATIVE += [
+    ("collected4", r)
+    for r in (
+        "attn_flash_s2048",
+        "gpt2_sdpa_s1024",
+        "gpt2_sdpa_ref",
+        "conv_bf16_cl",
+        "resnet50_bf16_cl",
+        "small_batch_c128_graph",
+        "hf_generate_static",
+        "alloc_churn",
+        "input_workers_nw10",
+        "ddp_accum4_nccl_nosync",
+    )
+]
 
 
 @pytest.mark.parametrize(("s", "problem", "fixed", "code", "why"), TWINS, ids=[t[1] for t in TWINS])
@@ -84,7 +140,12 @@ def test_problem_fires_its_rule_and_fixed_twin_is_silent(s, problem, fixed, code
     got = ours(s, problem, code)
     assert len(got) == 1 and got[0]["severity"] in ("warning", "error"), got
     assert got[0]["savings_us"] > 0
-    assert [f for f in ours(s, fixed) if f["severity"] != "info"] == []
+    also = FIXED_ALSO.get(fixed, set())
+    assert [
+        (f["code"], f["severity"])
+        for f in ours(s, fixed)
+        if f["severity"] != "info" and f["code"] not in also
+    ] == []
 
 
 @pytest.mark.parametrize(("s", "run"), NEGATIVE, ids=[r for _, r in NEGATIVE])
@@ -198,3 +259,58 @@ def test_small_grid_evidence_against_the_raw_trace():
     assert f["savings_us"] <= lo_us + 1e-6
     # the same loop launched eagerly is launch-bound: idle SMs are not what limits it, so small-grid is info there
     assert all(x["severity"] == "info" for x in ours("collected3", "tiny_ops_n128_eager", "TV207"))
+
+
+def test_small_grid_range_never_claims_more_than_the_larger_batch_gave():
+    """4 rows per call under a CUDA graph: the claim (the replayed low end) is at most what serving 128 rows per call
+    measured, and the stated range is ordered."""
+    f = ours("collected4", "small_batch_c4_graph", "TV207")[0]
+    measured = unprofiled_ms("collected4", "small_batch_c4_graph") - unprofiled_ms(
+        "collected4", "small_batch_c128_graph"
+    )
+    rng = f["evidence"]["savings_range_per_step_us"]
+    assert 0 < f["savings_us"] / 1000 <= measured
+    assert rng["double_batch"] <= rng["fill_sms"] <= f["evidence"]["small_grid_time_per_step_us"]
+    # the 128-row run fills the GPU: nothing to say there
+    assert ours("collected4", "small_batch_c128_graph", "TV207") == []
+
+
+def _decode_lengths(path) -> list[int]:
+    """KV lengths of the one-query attention calls in the recorded steps (raw json: SDPA q [B, H, 1, d] against
+    k [B, H, L, d], or a matmul [.., 1, d] x [.., d, L])."""
+    ev = load_events(path)
+    lo, hi = _window(ev)
+    out = []
+    for e in ev:
+        if e.get("cat") != "cpu_op" or not lo <= e.get("ts", -1) < hi:
+            continue
+        dims = (e.get("args") or {}).get("Input Dims") or []
+        if len(dims) < 2 or not all(isinstance(d, list) and len(d) == 4 for d in dims[:2]) or dims[0][2] != 1:
+            continue
+        if e["name"] == "aten::scaled_dot_product_attention" and dims[1][2] > 1:
+            out.append(dims[1][2])
+        elif e["name"] == "aten::matmul" and dims[1][2] == dims[0][3] and dims[1][3] > 1:
+            out.append(dims[1][3])
+    return out
+
+
+@pytest.mark.parametrize("run", ["decode_dynamic", "hf_generate_dynamic"])
+def test_decode_evidence_against_the_raw_trace(run):
+    lengths = _decode_lengths(_trace("collected4", run))
+    f = ours("collected4", run, "TV105")[0]
+    n = len(doc("collected4", run)["steps"])
+    kv = f["evidence"]["kv_lengths"]
+    assert (kv["first"], kv["last"], kv["distinct"]) == (min(lengths), max(lengths), len(set(lengths)))
+    assert f["evidence"]["decode_attention_calls_per_step"] == pytest.approx(len(lengths) / n)
+    assert f["evidence"]["batch"] == 1 and f["evidence"]["static_kv_cache"] is False
+    assert 'cache_implementation="static"' in f["fix"] and "reduce-overhead" in f["fix"]
+    # the fixed runs replay CUDA graphs: the decode rule has nothing to say there
+    assert ours("collected4", run.replace("dynamic", "static"), "TV105") == []
+
+
+def test_math_backend_fix_names_the_backend_switch():
+    """SDPA's math fallback is told how to find why the fused backends refused, not to call SDPA."""
+    fix = ours("collected4", "attn_math_s2048", "TV205")[0]["fix"]
+    assert "math backend" in fix and "sdpa_kernel" in fix
+    assert ours("collected4", "attn_math_s2048", "TV205")[0]["evidence"]["sdpa_math_backend"] is True
+    assert ours("collected4", "attn_eager_s2048", "TV205")[0]["evidence"]["sdpa_math_backend"] is False
