@@ -47,6 +47,7 @@ import polars as pl
 from traceview.analyses.opshapes import decode
 from traceview.analyses.replay import Transform
 from traceview.analyses.rowid import by_id
+from traceview.analyses.windows import host_step_of
 from traceview.ruleapi import Finding, RuleContext, xprof_severity
 
 from . import launch_bound
@@ -66,7 +67,7 @@ BMM_OPS = {"aten::bmm", "aten::matmul", "aten::baddbmm"}
 
 
 def decode_calls(ctx: RuleContext) -> pl.DataFrame:
-    """The decode attention calls in the analysed steps: [op, batch, kv]."""
+    """The decode attention calls in the analysed steps: [op, step, batch, kv]."""
 
     def build() -> pl.DataFrame:
         h = ctx.trace.host.select("i", "cat", "name", "ts", "input_dims", "input_type").filter(
@@ -107,9 +108,8 @@ def decode_calls(ctx: RuleContext) -> pl.DataFrame:
         ):
             if (tab["name"] == outer).any():
                 tab = tab.filter((pl.col("name") == outer) | ~inner)
-        return h.join(tab, on=["name", "input_dims", "input_type"], how="inner", nulls_equal=True).select(
-            pl.col("i").alias("op"), "batch", "kv"
-        )
+        got = h.join(tab, on=["name", "input_dims", "input_type"], how="inner", nulls_equal=True)
+        return host_step_of(got, ctx.steps, "ts").select(pl.col("i").alias("op"), "step", "batch", "kv")
 
     return ctx.once("decode_calls", build)
 
@@ -125,8 +125,9 @@ def check(ctx: RuleContext) -> list[Finding]:
     if ctx.pct(cost) < ctx.options["moderate_pct"]:
         return []
     n = max(ctx.steps.height, 1)
-    tokens = calls["kv"].n_unique()
-    static = tokens == 1  # one KV length throughout: a preallocated (static) cache
+    # a token is one KV length in one step (a loop that restarts each step repeats its lengths)
+    tokens = calls.select("step", "kv").n_unique()
+    static = calls["kv"].n_unique() == 1  # one KV length throughout: a preallocated (static) cache
     k = ctx.trace.gpu.select("kind", "ts", "dur", "op").filter(
         (pl.col("kind") == "compute") & (pl.col("ts") >= ctx.lo) & (pl.col("ts") < ctx.hi)
     )
@@ -137,7 +138,12 @@ def check(ctx: RuleContext) -> list[Finding]:
     evidence = {
         "decode_attention_calls_per_step": round(calls.height / n, 2),
         "batch": batch,
-        "kv_lengths": {"first": int(calls["kv"].min()), "last": int(calls["kv"].max()), "distinct": tokens},
+        "kv_lengths": {
+            "first": int(calls["kv"].min()),
+            "last": int(calls["kv"].max()),
+            "distinct": calls["kv"].n_unique(),
+        },
+        "tokens_per_step": round(tokens / n, 2) if not static else None,
         "static_kv_cache": static,
         "kernels_per_token": round(k.height / tokens, 1) if not static else None,
         "median_kernel_us": round(med_k, 3) if med_k is not None else None,

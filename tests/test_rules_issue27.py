@@ -295,17 +295,26 @@ def _decode_lengths(path) -> list[int]:
 
 
 @pytest.mark.parametrize("run", ["decode_dynamic", "hf_generate_dynamic"])
-def test_decode_evidence_against_the_raw_trace(run):
+def test_decode_finding_names_the_static_cache_and_graphs(run):
+    f = ours("collected4", run, "TV105")[0]
+    assert f["evidence"]["batch"] == 1 and f["evidence"]["static_kv_cache"] is False
+    assert 'cache_implementation="static"' in f["fix"] and "reduce-overhead" in f["fix"]
+    # the fixed runs replay CUDA graphs: the decode rule has nothing to say there
+    assert ours("collected4", run.replace("dynamic", "static"), "TV105") == []
+
+
+def test_decode_evidence_against_the_raw_trace():
+    """HF generate with SDPA: one call per layer and token (its backend op inside is not a second call)."""
+    run = "hf_generate_dynamic"
     lengths = _decode_lengths(_trace("collected4", run))
     f = ours("collected4", run, "TV105")[0]
     n = len(doc("collected4", run)["steps"])
     kv = f["evidence"]["kv_lengths"]
     assert (kv["first"], kv["last"], kv["distinct"]) == (min(lengths), max(lengths), len(set(lengths)))
     assert f["evidence"]["decode_attention_calls_per_step"] == pytest.approx(len(lengths) / n)
-    assert f["evidence"]["batch"] == 1 and f["evidence"]["static_kv_cache"] is False
-    assert 'cache_implementation="static"' in f["fix"] and "reduce-overhead" in f["fix"]
-    # the fixed runs replay CUDA graphs: the decode rule has nothing to say there
-    assert ours("collected4", run.replace("dynamic", "static"), "TV105") == []
+    # 6 layers: one call per layer and generated token, each step generating the same 31 tokens again
+    assert len(lengths) == 6 * len(set(lengths)) * n
+    assert f["evidence"]["tokens_per_step"] == len(set(lengths))
 
 
 def test_math_backend_fix_names_the_backend_switch():
