@@ -156,7 +156,7 @@ def check(ctx: RuleContext) -> list[Finding]:
     kv = (
         f"a static KV cache of length {int(calls['kv'].max())}"
         if static
-        else f"{tokens} tokens over KV lengths {int(calls['kv'].min())}–{int(calls['kv'].max())}, "
+        else f"{tokens / n:.0f} tokens per step over KV lengths {int(calls['kv'].min())}–{int(calls['kv'].max())}, "
         f"{k.height / tokens:.0f} kernels per token"
     )
     head = (
