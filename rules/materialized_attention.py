@@ -158,7 +158,7 @@ def check(ctx: RuleContext) -> list[Finding]:
     top = k.sort("score_bytes", descending=True, nulls_last=True).row(0, named=True)
     shape = f"[{top['heads']} heads x {top['n_q']} x {top['n_kv']}]"
     mib = (top["score_bytes"] or 0) / 2**20
-    fp32 = bool((runs["bpe"].fill_null(4) >= 4).any())
+    fp32 = bool((runs.filter(pl.col("gemm_flops") > 0)["bpe"].fill_null(4) >= 4).any())
     ops = (
         k.group_by("op_name")
         .agg(pl.len().alias("count"), pl.col("dur").sum())

@@ -323,3 +323,11 @@ def test_math_backend_fix_names_the_backend_switch():
     assert "math backend" in fix and "sdpa_kernel" in fix
     assert ours("collected4", "attn_math_s2048", "TV205")[0]["evidence"]["sdpa_math_backend"] is True
     assert ours("collected4", "attn_eager_s2048", "TV205")[0]["evidence"]["sdpa_math_backend"] is False
+    # the math fallback ran on FP32 inputs (its Q·K^T / P·V are FP32 CUDA-core GEMMs, named so in the raw trace):
+    # the attention rule explains them, so fp32-gemm does not headline them; the bf16 eager twin is not FP32
+    ev = load_events(_trace("collected4", "attn_math_s2048"))
+    assert any(e.get("cat") == "kernel" and "f32f32_f32f32" in e["name"] for e in ev)
+    assert ours("collected4", "attn_math_s2048", "TV205")[0]["evidence"]["fp32_scores_gemms"] is True
+    assert "FP32" in fix and "autocast" in fix
+    assert ours("collected4", "attn_eager_s2048", "TV205")[0]["evidence"]["fp32_scores_gemms"] is False
+    assert "TV202" not in {f["code"] for f in doc("collected4", "attn_math_s2048")["findings"]}
