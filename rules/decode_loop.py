@@ -38,6 +38,10 @@ launch calls leave the host path (as TV101's model), device work unchanged: the 
 - Hugging Face transformers docs, "Static cache and torch.compile" (`cache_implementation="static"`).
 - PyTorch docs, `torch.compile(mode="reduce-overhead")` (CUDA graphs), `torch.cuda.CUDAGraph`.
 - gpt-fast (pytorch-labs): static KV cache + CUDA graphs for batch-1 decode.
+- Measured on an H200 (unprofiled steps; replayed saving in brackets): a manual batch-1 decode loop with a
+  torch.cat cache 151.9 ms, static cache in a CUDA graph 21.7 ms (121.1 ms predicted); HF GPT-2 generate
+  dynamic 133.1 ms, cache_implementation="static" 62.5 ms (96.3: transformers still launches ops outside its
+  graph): sample_traces/collected4.
 """
 
 from __future__ import annotations

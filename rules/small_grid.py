@@ -45,6 +45,8 @@ under a CUDA graph saved 95 % against a 63 % high end), so the low end is the cl
   many blocks as SMs).
 - PyTorch profiler kernel args: `grid`, `block`, `blocks per SM`, `warps per SM`, `est. achieved occupancy %`.
 - Flash-decoding (Dao et al., 2023): splitting the KV length across SMs at batch 1.
+- Measured on an H200 (sample_traces/collected4): an MLP served 4 rows per call under a CUDA graph 1.76 ms per
+  128 rows, 128 rows per call 0.09 ms (range 0.88-1.11 ms of kernel time, 0.34 ms replayed).
 """
 
 from __future__ import annotations
