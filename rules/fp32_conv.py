@@ -54,6 +54,8 @@ from traceview.analyses.opshapes import first_input
 from traceview.analyses.replay import Transform
 from traceview.ruleapi import XPROF_SEVERITY, Finding, RuleContext, min_savings
 
+from .fp32_gemm import tensor_core_gpu
+
 CODE = "TV206"
 NAME = "fp32-conv"
 CLASS = "gpu_compute"  # the classifier class whose time a fix of these findings removes
@@ -78,12 +80,6 @@ CONV_WORK_RE = r"(?i)fprop|dgrad|wgrad|implicit_gemm|implicitgemm|convolve|winog
 LOW_RE = r"(?i)bf16|f16|fp16|half|bfloat|e4m3|e5m2|h1688|h16816|s16816"
 TF32_RE = r"(?i)tf32"
 FFMA_RE = r"(?i)ffma|simt|sgemm|<float"
-
-
-def tensor_core_gpu(ctx: RuleContext) -> bool:
-    props = ctx.trace.meta.device_properties
-    major = props[0].get("computeMajor") if props else None
-    return ctx.trace.meta.backend == "cuda" and isinstance(major, int) and major >= 8
 
 
 def _kernels(ctx: RuleContext) -> pl.DataFrame:
