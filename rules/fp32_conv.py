@@ -232,8 +232,10 @@ def check(ctx: RuleContext) -> list[Finding]:
 
 def fix_transform(ctx: RuleContext) -> Transform | None:
     """The fix as a replay transformation: each changed kernel takes its predicted time (see the module doc)."""
+    if not tensor_core_gpu(ctx):
+        return None
     c = _changed(ctx)
-    if c.height == 0 or not tensor_core_gpu(ctx):
+    if c.height == 0:
         return None
     return Transform(
         NAME, gpu_dur=dict(zip(c["i"].cast(pl.Int64).to_list(), c["new_dur"].to_list(), strict=True))
