@@ -47,6 +47,7 @@ from __future__ import annotations
 import numpy as np
 import polars as pl
 
+from traceview.analyses.attention import score_op_ids
 from traceview.analyses.classify import sync_calls
 from traceview.analyses.features import Features
 from traceview.analyses.intervals import merge
@@ -158,9 +159,12 @@ def chains(trace, steps: pl.DataFrame, kb: pl.DataFrame, min_kernels: int = 2) -
     g = trace.gpu[["i", "name", "kind", "ts", "end", "dur", "launch_ts", "device", "stream", "bytes"]].filter(
         pl.col("kind").is_in(["compute", "comm", "memcpy", "memset"]) & (pl.col("ts") >= lo) & (pl.col("ts") < hi))
     # `bytes` of the gpu frame is the memcpy size: take the roofline's bytes instead
-    g = g.drop("bytes").join(kb.select("i", "op_name", "category", "bytes", "in0_bytes", "extra_bytes", "out_bytes"),
-                             on="i", how="left")
-    elem = (pl.col("kind") == "compute") & (
+    g = g.drop("bytes").join(kb.select("i", "op", "op_name", "category", "bytes", "in0_bytes", "extra_bytes",
+                                       "out_bytes"), on="i", how="left")
+    # the kernels of a materialized attention are the attention rule's: one fused attention kernel replaces
+    # them, not a fused elementwise kernel (they break a chain like a GEMM)
+    scores = score_op_ids(trace)
+    elem = (pl.col("kind") == "compute") & ~pl.col("op").is_in(scores.implode()).fill_null(False) & (
         pl.col("category").is_in(["elementwise", "reduction"])
         | (~pl.col("category").is_in(["gemm", "conv", "attention"]).fill_null(False)
            & contains(g, ELEMENTWISE_KERNEL_RE)))

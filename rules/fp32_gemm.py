@@ -45,6 +45,7 @@ from __future__ import annotations
 
 import polars as pl
 
+from traceview.analyses.attention import score_op_ids
 from traceview.analyses.classify import sync_calls
 from traceview.analyses.names import contains
 from traceview.analyses.replay import Transform
@@ -92,8 +93,10 @@ def fp32_kernels(ctx: RuleContext, short_us: float = 10.0) -> pl.DataFrame:
     g = ctx.trace.gpu.select("i", "name", "kind", "ts", "end", "dur")  # (a filter copies every column it has)
     k = g.filter((pl.col("kind") == "compute") & (pl.col("ts") >= ctx.lo) & (pl.col("ts") < ctx.hi)
                  & contains(g, FP32_KERNEL_RE, unless=TC_KERNEL_RE))
-    k = k.select("i", "name", "ts", "end", "dur").join(ctx.kb.select("i", "op_name", "flops", "bytes", "bpe"),
+    k = k.select("i", "name", "ts", "end", "dur").join(ctx.kb.select("i", "op", "op_name", "flops", "bytes", "bpe"),
                                                         on="i", how="left")
+    # the Q·K^T and P·V matmuls of a materialized attention are the attention rule's (a fused kernel replaces them)
+    k = k.filter(~pl.col("op").is_in(score_op_ids(ctx.trace).implode()).fill_null(False)).drop("op")
     # an op whose inputs are recorded as 16-bit is not an FP32 GEMM, whatever its kernel is called
     k = k.filter(pl.col("bpe").is_null() | (pl.col("bpe") >= 4))
     floor = (pl.col("bytes").fill_null(0) / spec.bw * 1e9)

@@ -1,0 +1,203 @@
+"""TV105 decode-loop: an autoregressive decode loop launched op by op (no CUDA graphs) leaves the GPU idle.
+
+## What it detects
+A token-by-token decode loop (Hugging Face `generate`, a manual KV-cache loop) from the launching ops' shapes
+(`record_shapes`): attention with one query position over a key/value length above one — `scaled_dot_product_
+attention` (or its flash / efficient / cuDNN / math variants) with q `[B, H, 1, d]`, or a batched matmul
+`[.., 1, d] x [.., d, L]` — called at least twice in the analysed steps (a growing cache shows one KV length per token, a static
+cache one length throughout). Reported when the
+steps are launch-bound (the classifier's `cpu_launch` time reaches `moderate_pct` of the analysed window) and no
+CUDA graph is replayed (a graph-captured decode is the fix already applied).
+
+## Why it is slow
+Each decode step runs the whole model on one token per sequence: every layer's kernels are tiny (GEMVs over the
+weights, attention over one query), far shorter than the several µs of Python, dispatch and launch each eager
+op costs, so the GPU waits for the CPU on every kernel. A dynamic KV cache (`torch.cat` per token) also changes
+shapes every step, which keeps `torch.compile` from capturing the step into one CUDA graph.
+
+## How to fix
+Use a static KV cache (preallocated to the maximum length, written in place) and capture the decode step with
+CUDA graphs: Hugging Face `model.generate(..., cache_implementation="static")` with
+`model.forward = torch.compile(model.forward, mode="reduce-overhead", fullgraph=True)`; a manual loop:
+preallocated K/V tensors updated with `index_copy_` and the step compiled with `mode="reduce-overhead"` (or
+captured with `torch.cuda.CUDAGraph`). Batching more sequences per step (continuous batching) amortizes the
+launches further.
+
+## Evidence
+Decode attention calls per step, the batch (B), the KV lengths seen (first, last, count), kernels per token, the
+median kernel time against the median CPU time of the launching ops, the `cpu_launch` share, whether the step is
+compiled. Savings are replayed (`fix_transform`): CUDA-graph replay of the steps, the launching ops and their
+launch calls leave the host path (as TV101's model), device work unchanged: the kernel fusion
+`torch.compile` adds is not counted.
+
+## Options
+- `moderate_pct` (3.0): `cpu_launch` share of step time at which a finding is a warning (XProf kernel-launch).
+- `high_pct` (15.0): share at which it is an error.
+
+## References
+- Hugging Face transformers docs, "Static cache and torch.compile" (`cache_implementation="static"`).
+- PyTorch docs, `torch.compile(mode="reduce-overhead")` (CUDA graphs), `torch.cuda.CUDAGraph`.
+- gpt-fast (pytorch-labs): static KV cache + CUDA graphs for batch-1 decode.
+- Measured on an H200 (unprofiled steps; replayed saving in brackets): a manual batch-1 decode loop with a
+  torch.cat cache 151.9 ms, static cache in a CUDA graph 21.7 ms (121.1 ms predicted); HF GPT-2 generate
+  dynamic 133.1 ms, cache_implementation="static" 62.5 ms (96.3: transformers still launches ops outside its
+  graph): sample_traces/collected4.
+"""
+
+from __future__ import annotations
+
+import polars as pl
+
+from traceview.analyses.opshapes import decode
+from traceview.analyses.replay import Transform
+from traceview.analyses.rowid import by_id
+from traceview.analyses.windows import host_step_of
+from traceview.ruleapi import Finding, RuleContext, xprof_severity
+
+from . import launch_bound
+
+CODE = "TV105"
+NAME = "decode-loop"
+CLASS = "cpu_launch"  # the classifier class whose time a fix of these findings removes
+SEVERITY = "warning"
+TITLE = "Token-by-token decode launched op by op: the GPU waits for the CPU on every kernel"
+OPTIONS = {**xprof_severity("kernel-launch")}
+FIX = (
+    "Use a static KV cache and capture the decode step with CUDA graphs: model.generate(..., "
+    'cache_implementation="static") with torch.compile(model.forward, mode="reduce-overhead").'
+)
+SDPA_RE = r"^aten::(scaled_dot_product_attention|_scaled_dot_product_\w+|_flash_attention_forward|_efficient_attention_forward)$"
+BMM_OPS = {"aten::bmm", "aten::matmul", "aten::baddbmm"}
+
+
+def decode_calls(ctx: RuleContext) -> pl.DataFrame:
+    """The decode attention calls in the analysed steps: [op, step, batch, kv]."""
+
+    def build() -> pl.DataFrame:
+        h = ctx.trace.host.select("i", "cat", "name", "ts", "input_dims", "input_type").filter(
+            (pl.col("cat") == "cpu_op")
+            & (pl.col("ts") >= ctx.lo)
+            & (pl.col("ts") < ctx.hi)
+            & (pl.col("name").str.contains(SDPA_RE) | pl.col("name").is_in(list(BMM_OPS)))
+        )
+        schema = {
+            "name": pl.String,
+            "input_dims": pl.Categorical,
+            "input_type": pl.Categorical,
+            "batch": pl.Int64,
+            "kv": pl.Int64,
+        }
+        rows = []
+        for name, d, t in (
+            h.select("name", "input_dims", "input_type").unique().iter_rows()
+        ):  # distinct shapes
+            ts = [s for s, _ in decode(d, t)]
+            if len(ts) < 2 or len(ts[0]) < 3 or len(ts[1]) < 3 or ts[0][-2] != 1:
+                continue
+            q, k = ts[0], ts[1]
+            if name in BMM_OPS:  # q·K^T: [.., 1, d] x [.., d, L]
+                if q[-1] != k[-2] or k[-1] <= 1 or q[:-2] != k[:-2]:
+                    continue
+                kv = k[-1]
+            else:  # SDPA: q [B, H, 1, d], k [B, H, L, d]
+                if k[-2] <= 1 or q[-1] != k[-1]:
+                    continue
+                kv = k[-2]
+            rows.append((name, d, t, q[0], kv))
+        tab = pl.DataFrame(rows, schema=schema, orient="row")
+        # one row per call: the outermost of SDPA and its backend op, of matmul and its bmm
+        for outer, inner in (
+            ("aten::scaled_dot_product_attention", pl.col("name").str.contains(SDPA_RE)),
+            ("aten::matmul", pl.col("name") == "aten::bmm"),
+        ):
+            if (tab["name"] == outer).any():
+                tab = tab.filter((pl.col("name") == outer) | ~inner)
+        got = h.join(tab, on=["name", "input_dims", "input_type"], how="inner", nulls_equal=True)
+        return host_step_of(got, ctx.steps, "ts").select(pl.col("i").alias("op"), "step", "batch", "kv")
+
+    return ctx.once("decode_calls", build)
+
+
+def check(ctx: RuleContext) -> list[Finding]:
+    if ctx.features.cuda_graphs:
+        return []  # the decode step is graph-captured already
+    calls = decode_calls(ctx)
+    if calls.height < 2:
+        return []
+    cl = ctx.class_time("cpu_launch")
+    cost = int((cl["end"] - cl["ts"]).sum()) if cl.height else 0
+    if ctx.pct(cost) < ctx.options["moderate_pct"]:
+        return []
+    n = max(ctx.steps.height, 1)
+    # a token is one KV length in one step (a loop that restarts each step repeats its lengths)
+    tokens = calls.select("step", "kv").n_unique()
+    static = calls["kv"].n_unique() == 1  # one KV length throughout: a preallocated (static) cache
+    k = ctx.trace.gpu.select("kind", "ts", "dur", "op").filter(
+        (pl.col("kind") == "compute") & (pl.col("ts") >= ctx.lo) & (pl.col("ts") < ctx.hi)
+    )
+    ops = by_id(ctx.trace.host, k["op"].drop_nulls().unique(), "dur")
+    med_k = float(k["dur"].median()) / 1000 if k.height else None
+    med_op = float(ops["dur"].median()) / 1000 if ops.height else None
+    batch = int(calls["batch"].max())
+    evidence = {
+        "decode_attention_calls_per_step": round(calls.height / n, 2),
+        "batch": batch,
+        "kv_lengths": {
+            "first": int(calls["kv"].min()),
+            "last": int(calls["kv"].max()),
+            "distinct": calls["kv"].n_unique(),
+        },
+        "tokens_per_step": round(tokens / n, 2) if not static else None,
+        "static_kv_cache": static,
+        "kernels_per_token": round(k.height / tokens, 1) if not static else None,
+        "median_kernel_us": round(med_k, 3) if med_k is not None else None,
+        "median_launching_op_cpu_us": round(med_op, 3) if med_op is not None else None,
+        "cpu_launch_us": round(cost / 1000, 3),
+        "cpu_launch_pct": round(ctx.pct(cost), 2),
+        "compiled": ctx.features.compiled or bool(ctx.features.triton_kernels),
+    }
+    comp = ctx.features.compiled or bool(ctx.features.triton_kernels)
+    kv = (
+        f"a static KV cache of length {int(calls['kv'].max())}"
+        if static
+        else f"{tokens / n:.0f} tokens per step over KV lengths {int(calls['kv'].min())}–{int(calls['kv'].max())}, "
+        f"{k.height / tokens:.0f} kernels per token"
+    )
+    head = (
+        f"A decode loop at batch {batch} ({kv}): median kernel {med_k or 0:.1f} µs against {med_op or 0:.1f} µs "
+        "of CPU per launching op, so the GPU waits for the CPU on every kernel. "
+    )
+    if static:
+        fix = head + (
+            "The KV cache is already static: capture the decode step with CUDA graphs, "
+            'torch.compile(model.forward, mode="reduce-overhead", fullgraph=True) (or '
+            "torch.cuda.CUDAGraph around one step), so one launch replays every kernel of a token."
+        )
+    elif comp:
+        fix = head + (
+            'The step is compiled but not captured in CUDA graphs: compile with mode="reduce-overhead" '
+            '(fullgraph=True) and a static KV cache (Hugging Face: cache_implementation="static"), since '
+            "a cache that grows by torch.cat changes shapes every token and defeats the capture."
+        )
+    else:
+        fix = head + (
+            "Use a static KV cache and capture the decode step with CUDA graphs: Hugging Face "
+            'model.generate(..., cache_implementation="static") with model.forward = '
+            'torch.compile(model.forward, mode="reduce-overhead", fullgraph=True); in a manual loop, '
+            "preallocate K/V to the maximum length, write them with index_copy_, and compile the step "
+            'with mode="reduce-overhead" (or capture it with torch.cuda.CUDAGraph). Batching more '
+            "sequences per step amortizes the launches further."
+        )
+    steps = sorted(int(s) for s in ctx.steps["step"].to_list())
+    return [
+        ctx.finding(cost_ns=cost, count=tokens, steps=steps, evidence=evidence, fix=fix, op_ids=calls["op"])
+    ]
+
+
+def fix_transform(ctx: RuleContext) -> Transform | None:
+    """The fix as a replay transformation: CUDA-graph replay of the decode steps (TV101's: the launching ops and
+    their launch calls leave the host path; blocking calls and device work stay)."""
+    if ctx.features.cuda_graphs or decode_calls(ctx).height < 2:
+        return None
+    t = launch_bound.fix_transform(ctx)
+    return None if t is None else Transform(NAME, host_removed=t.host_removed)

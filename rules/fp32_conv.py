@@ -1,0 +1,242 @@
+"""TV206 fp32-conv: convolutions (and the activations around them) computed in FP32 on a Tensor-Core GPU.
+
+## What it detects
+Convolution kernels (launched by `aten::cudnn_convolution`, `aten::convolution_backward` and the other
+convolution ops, or named as cuDNN/CUTLASS convolution kernels) whose operands are FP32 (the ops' `Input type`,
+or kernel names `f32f32`, `tf32`, `<float` without a 16-bit type), on a GPU with Tensor Cores (compute capability
+>= 8.0), together with cuDNN's NCHW <-> NHWC layout transforms (`nchwToNhwcKernel`, `nhwcToNchwKernel`) that an
+NCHW (contiguous) model pays around each convolution. Reported when the replayed saving reaches `min_savings_pct`.
+
+## Why it is slow
+Without autocast a convolution runs on TF32 Tensor Cores at best (cuDNN's default `allow_tf32`, kernels named
+`tf32`), at half the BF16 rate, or on the CUDA cores (`ffma` kernels) when TF32 is off; it reads and writes FP32
+activations, twice the bytes of BF16, and so does every memory-bound kernel on them (batch norm, ReLU, residual
+adds, pooling). cuDNN's Tensor-Core kernels work in NHWC: an NCHW tensor is transposed before and after each
+convolution, kernels that `channels_last` removes.
+
+## How to fix
+Run forward and loss under `torch.autocast("cuda", dtype=torch.bfloat16)` (convolutions and their activations in
+BF16, the weights kept FP32 by the optimizer), and store the model and inputs in `channels_last`
+(`model.to(memory_format=torch.channels_last)`, `x.to(memory_format=torch.channels_last)`) so cuDNN runs its
+NHWC kernels without transposes. When the convolutions are already 16-bit and only the transposes remain,
+`channels_last` alone is the fix.
+
+## Evidence
+Convolution kernels per step and their time, the FP32 and TF32 shares, the layout-transform time, the
+activation kernels on FP32 4-D/5-D tensors, and the predicted time after the fix. Savings are replayed
+(`fix_transform`): a TF32 convolution kernel takes TF32 / BF16 peak of its time (0.5), an FP32 CUDA-core one FP32
+/ BF16 peak (never below its BF16 bytes over the bandwidth), a layout transform no time
+(with `channels_last`), and a memory-bound kernel on an FP32 activation half its time (BF16 halves its bytes).
+The casts autocast adds (the weights to BF16 once per forward) are not modelled: the saving is an upper bound
+by their time.
+
+## Options
+- `min_savings_pct` (2.0): smallest savings (% of step time) worth a finding.
+- `moderate_pct` (3.0): savings share at which a finding is a warning (XProf's moderate threshold).
+- `high_pct` (15.0): savings share at which it is an error (XProf's high threshold).
+
+## References
+- PyTorch docs: "Automatic Mixed Precision" (`torch.autocast`), "Channels Last Memory Format in PyTorch",
+  `torch.backends.cudnn.allow_tf32`.
+- NVIDIA cuDNN developer guide: Tensor-Core convolutions require NHWC; NCHW inputs are transformed.
+- Measured on an H200 (unprofiled steps; replayed saving in brackets): torchvision ResNet-18, batch 64, FP32
+  13.5 -> 11.0 ms with BF16 autocast + channels_last (2.17 ms predicted); a synthetic conv net 10.6 -> 4.3 ms
+  (6.26); torchvision ResNet-50, batch 32, 20.7 -> 32.9 ms, SLOWER (1.85 ms predicted: the casts and cuDNN's
+  kernel choice the estimate leaves out): sample_traces/collected3, collected4.
+"""
+
+from __future__ import annotations
+
+import polars as pl
+
+from traceview.analyses.names import contains
+from traceview.analyses.opshapes import first_input
+from traceview.analyses.replay import Transform
+from traceview.ruleapi import XPROF_SEVERITY, Finding, RuleContext, min_savings
+
+from .fp32_gemm import tensor_core_gpu
+
+CODE = "TV206"
+NAME = "fp32-conv"
+CLASS = "gpu_compute"  # the classifier class whose time a fix of these findings removes
+SEVERITY = "warning"
+TITLE = "Convolutions run in FP32 (no autocast) and NCHW"
+OPTIONS = {**min_savings(2.0), **XPROF_SEVERITY}
+FIX = (
+    'Run forward and loss under torch.autocast("cuda", dtype=torch.bfloat16) and store model and inputs '
+    "in channels_last (model.to(memory_format=torch.channels_last))."
+)
+#: what the estimate leaves out, said with every FP32 finding
+CAVEAT = (
+    " The estimate leaves out the casts autocast adds (one per weight per forward and their backward) and cuDNN's "
+    "choice of BF16 NHWC kernels: on a step whose host is close to the bound, measure after the change, and with "
+    "fixed input shapes set torch.backends.cudnn.benchmark = True so cuDNN times its kernels instead of guessing."
+)
+#: convolution kernels by name (cuDNN, CUTLASS), for kernels whose op recorded no shapes
+CONV_KERNEL_RE = r"(?i)fprop|dgrad|wgrad|conv|nchwToNhwc|nhwcToNchw"
+LAYOUT_RE = r"nchwToNhwcKernel|nhwcToNchwKernel"
+#: the main work kernels of a convolution (implicit GEMM / Winograd / FFT), not its helpers
+CONV_WORK_RE = r"(?i)fprop|dgrad|wgrad|implicit_gemm|implicitgemm|convolve|winograd|fft|_conv|conv_"
+LOW_RE = r"(?i)bf16|f16|fp16|half|bfloat|e4m3|e5m2|h1688|h16816|s16816"
+TF32_RE = r"(?i)tf32"
+FFMA_RE = r"(?i)ffma|simt|sgemm|<float"
+
+
+def _kernels(ctx: RuleContext) -> pl.DataFrame:
+    """Compute kernels in the analysed steps with their role: [i, name, dur, op, op_name, kind, new_dur] where
+    kind is conv_tf32 | conv_fp32 | conv_low | layout | conv_other | act_fp32 | other."""
+
+    def build() -> pl.DataFrame:
+        g = (
+            ctx.trace.gpu.select("i", "name", "kind", "ts", "dur")
+            .filter((pl.col("kind") == "compute") & (pl.col("ts") >= ctx.lo) & (pl.col("ts") < ctx.hi))
+            .drop("kind", "ts")
+        )
+        g = g.join(ctx.kb.select("i", "op", "op_name", "category", "bpe", "bytes"), on="i", how="left")
+        g = g.join(first_input(ctx.trace).rename({"rank": "_rank", "dtype": "_dtype"}), on="op", how="left")
+        conv = (pl.col("category") == "conv") | (pl.col("category").is_null() & contains(g, CONV_KERNEL_RE))
+        low = contains(g, LOW_RE) | (pl.col("bpe") <= 2).fill_null(False)
+        work = contains(g, CONV_WORK_RE)
+        act = (
+            ~conv
+            & pl.col("category").is_in(["elementwise", "reduction"])
+            & (pl.col("_dtype") == "float")
+            & pl.col("_rank").is_in([4, 5])
+        )
+        kind = (
+            pl.when(conv & contains(g, LAYOUT_RE))
+            .then(pl.lit("layout"))
+            .when(conv & low)
+            .then(pl.lit("conv_low"))
+            .when(conv & work & contains(g, TF32_RE))
+            .then(pl.lit("conv_tf32"))
+            .when(conv & work)
+            .then(pl.lit("conv_fp32"))
+            .when(conv)
+            .then(pl.lit("conv_other"))
+            .when(act.fill_null(False))
+            .then(pl.lit("act_fp32"))
+            .otherwise(pl.lit("other"))
+        )
+        g = g.with_columns(kind=kind)
+        spec = ctx.spec
+        floor = pl.col("bytes").fill_null(0) / 2 / spec.bw * 1e9
+        new = (
+            pl.when(pl.col("kind") == "conv_tf32")
+            .then(pl.col("dur") * (spec.tf32_tflops / spec.tc_tflops))
+            .when(pl.col("kind") == "conv_fp32")
+            .then(pl.max_horizontal(pl.col("dur") * (spec.fp32_tflops / spec.tc_tflops), floor))
+            .when(pl.col("kind") == "layout")
+            .then(0)
+            .when(pl.col("kind") == "act_fp32")
+            .then(pl.col("dur") * 0.5)
+            .otherwise(pl.col("dur"))
+        )
+        return g.with_columns(new_dur=pl.min_horizontal(new, pl.col("dur")).cast(pl.Int64)).drop(
+            "_rank", "_dtype"
+        )
+
+    return ctx.once("conv_kernels", build)
+
+
+def _changed(ctx: RuleContext) -> pl.DataFrame:
+    k = _kernels(ctx)
+    fp32 = k.filter(pl.col("kind").is_in(["conv_tf32", "conv_fp32"]))
+    layout = k.filter(pl.col("kind") == "layout")
+    if fp32.height == 0 and layout.height == 0:
+        return k.head(0)
+    # the activations halve only with autocast: when the convolutions are 16-bit already, only the transposes go
+    kinds = ["conv_tf32", "conv_fp32", "layout", "act_fp32"] if fp32.height else ["layout"]
+    return k.filter(pl.col("kind").is_in(kinds) & (pl.col("new_dur") < pl.col("dur")))
+
+
+def check(ctx: RuleContext) -> list[Finding]:
+    if not tensor_core_gpu(ctx):
+        return []
+    c = _changed(ctx)
+    if c.height == 0:
+        return []
+    k = _kernels(ctx)
+    n = max(ctx.steps.height, 1)
+    savings = int((c["dur"] - c["new_dur"]).sum())
+    if ctx.pct(savings) < ctx.options["min_savings_pct"]:
+        return []
+
+    def per_step(kind: str, col: str = "dur") -> float:
+        return round(float(k.filter(pl.col("kind") == kind)[col].sum()) / n / 1000, 3)
+
+    n_fp32 = k.filter(pl.col("kind").is_in(["conv_tf32", "conv_fp32"])).height
+    n_low = k.filter(pl.col("kind") == "conv_low").height
+    layout_us = per_step("layout")
+    conv_us = per_step("conv_tf32") + per_step("conv_fp32")
+    evidence = {
+        "fp32_conv_kernels_per_step": round(n_fp32 / n, 2),
+        "fp32_conv_time_per_step_us": round(conv_us, 3),
+        "tf32_conv_time_per_step_us": per_step("conv_tf32"),
+        "ffma_conv_time_per_step_us": per_step("conv_fp32"),
+        "bf16_conv_kernels_per_step": round(n_low / n, 2),
+        "layout_transform_time_per_step_us": layout_us,
+        "fp32_activation_kernel_time_per_step_us": per_step("act_fp32") if n_fp32 else 0.0,
+        "predicted_time_per_step_us": round(float(c["new_dur"].sum()) / n / 1000, 3),
+        "changed_time_per_step_us": round(float(c["dur"].sum()) / n / 1000, 3),
+        "device": ctx.spec.name,
+    }
+    if n_fp32:
+        tf32 = per_step("conv_tf32") >= per_step("conv_fp32")
+        how = (
+            "already on TF32 Tensor Cores (cuDNN's default allow_tf32), half the BF16 rate"
+            if tf32
+            else "on the CUDA cores (ffma kernels: TF32 is off), a fraction of the Tensor-Core rate"
+        )
+        mixed = (
+            f" {round(n_low / n)} convolution kernels per step already run in 16-bit: these run outside the "
+            "autocast region or on tensors it does not cast."
+            if n_low
+            else ""
+        )
+        layout = (
+            f" cuDNN also transposes NCHW to NHWC and back around them ({layout_us / 1000:.2f} ms per step): "
+            "store model and inputs in channels_last (model.to(memory_format=torch.channels_last), "
+            "x.to(memory_format=torch.channels_last))."
+            if layout_us > 0
+            else " The tensors are channels_last already (no layout transforms)."
+        )
+        fix = (
+            f"{round(n_fp32 / n)} convolution kernels per step ({conv_us / 1000:.2f} ms) compute in FP32, {how}, "
+            "and read and write FP32 activations, as do the batch norms, ReLUs and adds around them. Run "
+            'forward and loss under torch.autocast("cuda", dtype=torch.bfloat16): BF16 convolutions at twice '
+            f"the TF32 rate and half the activation bytes.{mixed}{layout}{CAVEAT}"
+        )
+        title = TITLE
+    else:
+        fix = (
+            f"The convolutions run in 16-bit, but cuDNN transposes NCHW tensors to NHWC and back around them "
+            f"({layout_us / 1000:.2f} ms per step): store model and inputs in channels_last "
+            "(model.to(memory_format=torch.channels_last), x.to(memory_format=torch.channels_last))."
+        )
+        title = "cuDNN transposes NCHW tensors around each convolution (no channels_last)"
+    steps = sorted(int(s) for s in ctx.steps["step"].to_list())
+    return [
+        ctx.finding(
+            cost_ns=int(c["dur"].sum()),
+            savings_ns=savings,
+            count=c.height,
+            steps=steps,
+            evidence=evidence,
+            fix=fix,
+            title=title,
+            kernel_ids=c["i"],
+        )
+    ]
+
+
+def fix_transform(ctx: RuleContext) -> Transform | None:
+    """The fix as a replay transformation: each changed kernel takes its predicted time (see the module doc)."""
+    if not tensor_core_gpu(ctx):
+        return None
+    c = _changed(ctx)
+    if c.height == 0:
+        return None
+    return Transform(
+        NAME, gpu_dur=dict(zip(c["i"].cast(pl.Int64).to_list(), c["new_dur"].to_list(), strict=True))
+    )

@@ -1,0 +1,229 @@
+"""TV205 materialized-attention: attention that writes its N_q x N_kv scores to HBM instead of one fused kernel.
+
+## What it detects
+Attention computed as separate kernels over a materialized score tensor: eager `softmax(Q·K^T)` (Hugging
+Face `attn_implementation="eager"`, a hand-written attention) or SDPA running its math backend
+(`aten::_scaled_dot_product_attention_math`). The score tensor is found from the launching ops' shapes
+(`record_shapes`): the input of a softmax over a rank >= 3 tensor whose last dim is at least 64, produced or
+read by a batched matmul; every op whose input has exactly that shape (scale, mask, softmax, dtype cast,
+dropout, P·V, and their backward) is part of the attention (traceview/analyses/attention.py).
+
+## Why it is slow
+Each of those ops reads and writes the whole B·H·N_q·N_kv score tensor in HBM (in FP32 for the softmax), so the
+attention's time grows with N² bytes moved by memory-bound kernels, and each op costs a launch and its host
+dispatch. A fused kernel (FlashAttention, memory-efficient, cuDNN) keeps each score tile in on-chip memory:
+the scores never reach HBM, and the time is the two matmuls' FLOPs at Tensor-Core rate (4·B·H·N_q·N_kv·d
+forward, 2.5x that backward, where the scores are recomputed).
+
+## How to fix
+Use `torch.nn.functional.scaled_dot_product_attention(q, k, v, is_causal=True, dropout_p=p)` (Hugging Face:
+`attn_implementation="sdpa"` or `"flash_attention_2"`); FlexAttention (`torch.nn.attention.flex_attention`)
+for a custom mask or score modification. When SDPA already runs but falls back to its math backend, the
+fused backends refused the inputs (FP32 inputs: flash needs fp16/bf16; an explicit float mask with
+requires_grad; a head dim they do not support): `with torch.nn.attention.sdpa_kernel([SDPBackend.FLASH_ATTENTION,
+SDPBackend.EFFICIENT_ATTENTION, SDPBackend.CUDNN_ATTENTION]):` turns the fallback into an error that says why.
+
+## Evidence
+The score shape, bytes per materialized score tensor, score kernels per step and their time, what the ops are,
+the runs of consecutive score kernels (one per attention call forward and one backward), their GEMM FLOPs,
+and the predicted fused time. Savings are replayed (`fix_transform`): each run of score kernels becomes one
+kernel of the run's GEMM FLOPs (x1.25 for a backward run: flash recomputes Q·K^T) at `efficiency` of the
+device's Tensor-Core peak for the operands' width (FP32 operands: the FP32 peak), on the run's first kernel;
+the other kernels take no time, and their launching ops and launch calls leave the host path.
+
+## Options
+- `efficiency` (0.5): achieved share of the Tensor-Core peak of a fused attention kernel (FlashAttention-2
+  reports 50-73 % of A100 peak forward, less backward; FlashAttention-3 up to 75 % of H100 peak).
+- `min_savings_pct` (2.0): smallest savings (% of step time) worth a finding.
+- `moderate_pct` (3.0): savings share at which a finding is a warning (XProf's moderate threshold).
+- `high_pct` (15.0): savings share at which it is an error (XProf's high threshold).
+
+## References
+- Dao et al., FlashAttention (2022) and FlashAttention-2 (2023): IO-aware exact attention, achieved throughput.
+- PyTorch docs, `torch.nn.functional.scaled_dot_product_attention`, `torch.nn.attention.sdpa_kernel`,
+  `torch.nn.attention.flex_attention`.
+- Measured on an H200 (unprofiled steps; replayed saving in brackets): HF GPT-2 (6 layers, seq 512, bf16) eager
+  35.6 ms, SDPA 23.6 ms (4.98 ms predicted: the eager run's host is slower outside attention too); seq 1024
+  32.7 -> 24.0 ms (6.82); synthetic 16 heads x 2048 eager 40.2 and math backend (FP32) 49.1 -> flash 6.9 ms
+  (34.1 and 43.9 ms predicted): sample_traces/collected3, collected4.
+"""
+
+from __future__ import annotations
+
+import polars as pl
+
+from traceview.analyses.attention import exclusive_tops, fused_attention, score_kernels, score_ops
+from traceview.analyses.replay import Transform, spans
+from traceview.analyses.rowid import by_id
+from traceview.ruleapi import XPROF_SEVERITY, Finding, Option, RuleContext, min_savings
+
+CODE = "TV205"
+NAME = "materialized-attention"
+CLASS = "gpu_memory"  # the score kernels are memory-bound: their time is what a fused kernel removes
+SEVERITY = "warning"
+TITLE = "Attention materializes its scores in HBM instead of one fused kernel"
+OPTIONS = {
+    "efficiency": Option(
+        0.5,
+        "achieved share of Tensor-Core peak of a fused attention kernel (FlashAttention-2: 50-73 % forward)",
+    ),
+    **min_savings(2.0),
+    **XPROF_SEVERITY,
+}
+FIX = (
+    'Use torch.nn.functional.scaled_dot_product_attention (Hugging Face: attn_implementation="sdpa" or '
+    '"flash_attention_2"), or FlexAttention for a custom mask: the fused kernel keeps the scores on chip.'
+)
+#: flash backward recomputes Q·K^T: 5 matmuls against eager backward's 4
+BACKWARD_RECOMPUTE = 1.25
+
+
+def _kernels(ctx: RuleContext) -> pl.DataFrame:
+    return ctx.once("score_kernels", lambda: score_kernels(ctx.trace, ctx.lo, ctx.hi).filter(pl.col("score")))
+
+
+def _runs(ctx: RuleContext) -> pl.DataFrame:
+    """One row per run of consecutive score kernels: [run, first, kernels, time, gemm_flops, bpe, backward,
+    fused_time]."""
+
+    def build() -> pl.DataFrame:
+        k = _kernels(ctx).join(ctx.kb.select("i", "flops", "bpe"), on="i", how="left")
+        per = k.group_by("run", maintain_order=True).agg(
+            pl.col("i").first().alias("first"),
+            pl.len().alias("kernels"),
+            pl.col("dur").sum().alias("time"),
+            pl.col("flops").filter(pl.col("gemm")).sum().alias("gemm_flops"),
+            pl.col("bpe").filter(pl.col("gemm")).min().alias("bpe"),
+            pl.col("backward").any(),
+        )
+        spec, eff = ctx.spec, float(ctx.options["efficiency"])
+        peak = (
+            pl.when(pl.col("bpe") <= 2).then(pl.lit(spec.tc_tflops)).otherwise(pl.lit(spec.fp32_tflops))
+            * 1e12
+            * eff
+        )
+        flops = pl.col("gemm_flops") * pl.when(pl.col("backward")).then(BACKWARD_RECOMPUTE).otherwise(1.0)
+        return per.with_columns(
+            fused_time=(flops / peak * 1e9).fill_null(0).cast(pl.Int64).clip(0, pl.col("time"))
+        )
+
+    return ctx.once("score_runs", build)
+
+
+def fix_for(ctx: RuleContext, shape: str, mib: float, fp32: bool, cost: str) -> str:
+    """The fix, conditioned on what the trace already runs (SDPA's math backend, fused kernels elsewhere)."""
+    have = fused_attention(ctx.trace)
+    scores = (
+        f"each attention call writes a {shape} score tensor ({mib:.0f} MiB) to HBM and reads it back in every "
+        f"op ({cost})"
+    )
+    lowp = (
+        ' Its inputs are FP32: flash attention needs fp16/bf16 (run under torch.autocast("cuda", '
+        "dtype=torch.bfloat16)); the memory-efficient backend takes FP32."
+        if fp32
+        else ""
+    )
+    if have["math_sdpa"]:
+        return (
+            f"scaled_dot_product_attention runs its math backend: {scores}. The fused backends refused these "
+            "inputs; wrap the call in `with torch.nn.attention.sdpa_kernel([SDPBackend.FLASH_ATTENTION, "
+            "SDPBackend.EFFICIENT_ATTENTION, SDPBackend.CUDNN_ATTENTION]):` to get the reason as an error (a "
+            "float attn_mask, FP32 inputs, an unsupported head dim) and fix it; pass is_causal=True rather than "
+            "a causal mask." + lowp
+        )
+    where = (
+        " Other attention calls in this trace already run fused kernels: these do not (a layer left on "
+        "the eager path)."
+        if have["kernels"]
+        else ""
+    )
+    return (
+        f"Attention computed op by op: {scores}, and every op is a launch.{where} Call "
+        "torch.nn.functional.scaled_dot_product_attention(q, k, v, dropout_p=p, is_causal=True for a causal mask, "
+        "attn_mask= otherwise) (Hugging Face: "
+        'attn_implementation="sdpa" or "flash_attention_2"), which picks the flash / memory-efficient / '
+        "cuDNN backend (pin it with torch.nn.attention.sdpa_kernel); use FlexAttention "
+        "(torch.nn.attention.flex_attention) for a custom mask or score modification." + lowp
+    )
+
+
+def check(ctx: RuleContext) -> list[Finding]:
+    k = _kernels(ctx)
+    if k.height == 0:
+        return []
+    runs = _runs(ctx)
+    cost, fused = int(runs["time"].sum()), int(runs["fused_time"].sum())
+    savings = cost - fused
+    if ctx.pct(savings) < ctx.options["min_savings_pct"]:
+        return []
+    n = max(ctx.steps.height, 1)
+    top = k.sort("score_bytes", descending=True, nulls_last=True).row(0, named=True)
+    shape = f"[{top['heads']} heads x {top['n_q']} x {top['n_kv']}]"
+    mib = (top["score_bytes"] or 0) / 2**20
+    fp32 = bool((runs.filter(pl.col("gemm_flops") > 0)["bpe"].fill_null(4) >= 4).any())
+    ops = (
+        k.group_by("op_name")
+        .agg(pl.len().alias("count"), pl.col("dur").sum())
+        .sort(["dur", "op_name"], descending=[True, False], nulls_last=True)
+    )
+    evidence = {
+        "score_shape": {"heads": top["heads"], "n_q": top["n_q"], "n_kv": top["n_kv"]},
+        "score_tensor_mib": round(mib, 2),
+        "score_kernels_per_step": round(k.height / n, 2),
+        "score_time_per_step_us": round(cost / n / 1000, 3),
+        "attention_runs_per_step": round(runs.height / n, 2),
+        "backward_runs_per_step": round(int(runs["backward"].sum()) / n, 2),
+        "gemm_gflops_per_step": round(float(runs["gemm_flops"].fill_null(0).sum()) / n / 1e9, 3),
+        "predicted_fused_time_per_step_us": round(fused / n / 1000, 3),
+        "fp32_scores_gemms": fp32,
+        "ops": [
+            {"op": r["op_name"], "count": r["count"], "time_per_step_us": round(r["dur"] / n / 1000, 3)}
+            for r in ops.head(8).to_dicts()
+        ],
+        "sdpa_math_backend": fused_attention(ctx.trace)["math_sdpa"],
+        "fused_attention_kernels_in_trace": fused_attention(ctx.trace)["kernels"],
+        "device": ctx.spec.name,
+    }
+    cost_text = (
+        f"{k.height / n:.0f} kernels, {cost / n / 1e6:.2f} ms per step; one fused kernel per call: about "
+        f"{fused / n / 1e6:.2f} ms"
+    )
+    steps = sorted(int(s) for s in ctx.steps["step"].to_list())
+    return [
+        ctx.finding(
+            cost_ns=cost,
+            savings_ns=savings,
+            count=runs.height,
+            steps=steps,
+            evidence=evidence,
+            fix=fix_for(ctx, shape, mib, fp32, cost_text),
+            kernel_ids=k["i"],
+        )
+    ]
+
+
+def fix_transform(ctx: RuleContext) -> Transform | None:
+    """The fix as a replay transformation: each run of score kernels becomes one fused kernel (its GEMM FLOPs at
+    `efficiency` of the Tensor-Core peak) on the run's first kernel; the run's other kernels take no time, and the
+    host work that launched only them (each one's outermost op that launched nothing else: `aten::matmul` around
+    its `aten::bmm`, the autograd node of a backward op) leaves the host path; the first kernel's op stays, as
+    the fused call."""
+    k = _kernels(ctx)
+    if k.height == 0:
+        return None
+    runs = _runs(ctx).select("run", "fused_time")
+    k = k.join(runs, on="run", how="left").with_columns(
+        new=pl.when(pl.col("pos") == 0).then(pl.col("fused_time")).otherwise(0).cast(pl.Int64)
+    )
+    inside = score_ops(ctx.trace).filter(pl.col("score"))["op"]
+    k = k.with_columns(top=exclusive_tops(ctx.trace, k["op"], inside))
+    kept = k.filter(pl.col("pos") == 0)["top"]
+    gone = k.filter((pl.col("pos") > 0) & (pl.col("top") >= 0) & ~pl.col("top").is_in(kept.implode()))[
+        "top"
+    ].unique()
+    rows = by_id(ctx.trace.host, gone.cast(pl.UInt32), "tid", "ts", "end")
+    return Transform(
+        NAME,
+        gpu_dur=dict(zip(k["i"].cast(pl.Int64).to_list(), k["new"].to_list(), strict=True)),
+        host_spans=spans(rows),
+    )

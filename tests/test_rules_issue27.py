@@ -1,0 +1,333 @@
+"""Issue 27's rules on real traces: TV205 materialized-attention, TV206 fp32-conv, TV207 small-grid, TV105
+decode-loop.
+
+Each measured twin's problem run fires its rule above `info` in the analyze document; its fixed run and the
+negative controls raise nothing above `info` from these rules. The rule's replayed saving per step (the finding's
+`savings_us`, unprofiled terms) is compared with the measured saving: the difference of the collector's
+unprofiled CUDA-event step times of the two runs (labels.json). Within ±20 % passes; a miss is xfail(strict) with
+its numbers. The rules' evidence is cross-checked against a stdlib-json reading of the trace (tests/ref_stats.py's
+loader, no traceview code).
+"""
+
+from __future__ import annotations
+
+import functools
+import json
+import math
+import re
+
+import pytest
+from conftest import ROOT
+from ref_stats import load_events
+
+from traceview.report import analyze
+
+CODES = {"TV105", "TV205", "TV206", "TV207"}
+BAND = 0.20
+SETS = {s: ROOT / "sample_traces" / s for s in ("collected3", "collected4")}
+
+
+def _labels(s: str) -> dict:
+    p = SETS[s] / "labels.json"
+    return json.loads(p.read_text()) if p.is_file() else {}
+
+
+def _trace(s: str, run: str):
+    return next((SETS[s] / run).glob("*.pt.trace.json*"))
+
+
+@functools.cache
+def doc(s: str, run: str) -> dict:
+    return analyze([str(_trace(s, run))]).to_dict()["traces"][0]
+
+
+def ours(s: str, run: str, code: str | None = None) -> list[dict]:
+    return [f for f in doc(s, run)["findings"] if f["code"] in CODES and (code is None or f["code"] == code)]
+
+
+def unprofiled_ms(s: str, run: str) -> float:
+    lab = _labels(s)
+    runs = lab.get("runs", lab)
+    return float(runs[run]["unprofiled_step_ms"])
+
+
+#: (set, problem run, fixed run, rule code, why a miss is a miss: None = within the band)
+TWINS = [
+    (
+        "collected3",
+        "gpt2_eager_attn",
+        "gpt2_sdpa",
+        "TV205",
+        "the replay removes the score kernels and the host work of their ops (4.98 ms/step), but the eager run's host "
+        "is slower everywhere, not only in attention (its identical AdamW step takes 4.9 ms profiled against 3.1 ms in "
+        "the SDPA run): measured 11.99 ms, predicted 4.98 ms (-58 %)",
+    ),
+    ("collected3", "resnet18_fp32", "resnet18_bf16_cl", "TV206", None),
+    ("collected4", "attn_eager_s2048", "attn_flash_s2048", "TV205", None),
+    ("collected4", "attn_math_s2048", "attn_flash_s2048", "TV205", None),
+    (
+        "collected4",
+        "gpt2_eager_attn_s1024",
+        "gpt2_sdpa_s1024",
+        "TV205",
+        "measured 8.74 ms, predicted 6.82 ms (-22 %): just outside the band, the same direction as the seq-512 twin "
+        "(host work besides the score ops' is faster in the SDPA run)",
+    ),
+    ("collected4", "conv_fp32", "conv_bf16_cl", "TV206", None),
+    (
+        "collected4",
+        "resnet50_fp32",
+        "resnet50_bf16_cl",
+        "TV206",
+        "a negative twin: bf16 + channels_last measured 12.16 ms SLOWER (cuDNN heuristics with benchmark off, autocast's "
+        "casts: the fixed run is launch-bound at 9 ms of GPU work in a 33 ms step) while the replay predicts 1.85 ms "
+        "saved; the replay cannot add host work the fix brings, the fix text says to measure and names cudnn.benchmark",
+    ),
+    (
+        "collected4",
+        "small_batch_c4_graph",
+        "small_batch_c128_graph",
+        "TV207",
+        "the finding's saving is the low end of its range (doubling the batch: 0.34 ms replayed) and the twin grows the "
+        "batch 32x (measured 1.67 ms): a range claim, checked below as low end <= measured",
+    ),
+    ("collected4", "decode_dynamic", "decode_static", "TV105", None),
+    (
+        "collected4",
+        "hf_generate_dynamic",
+        "hf_generate_static",
+        "TV105",
+        "measured 70.6 ms, predicted 96.3 ms (+37 %): transformers' static-cache generate still launches ops outside "
+        "its compiled graph (its fixed run is launch-bound: TV101 30.7 ms), the replay takes every launch off the host",
+    ),
+]
+#: rules of this issue that rightly fire on a fixed run: batch-1 decode replayed as a CUDA graph is the small-grid
+#: case itself (median 2 blocks on 132 SMs, 99.7 % of its GPU-busy time): decode-loop is silent there, small-grid
+#: says the next step (more sequences per step)
+FIXED_ALSO = {"decode_static": {"TV207"}}
+#: runs where these rules have nothing above info to say (fixed twins, a fused/compiled/bf16/large-batch step)
+NEGATIVE = [
+    ("collected3", r)
+    for r in (
+        "gpt2_sdpa",
+        "gpt2_sdpa_compiled",
+        "gpt2_sdpa_fused",
+        "resnet18_bf16_cl",
+        "gemm_bf16_n3072",
+        "tinygpt_b16",
+        "fp32_gemm_n4096_tf32",
+    )
+]
+NEGATIVE += [
+    ("collected4", r)
+    for r in (
+        "attn_flash_s2048",
+        "gpt2_sdpa_s1024",
+        "gpt2_sdpa_ref",
+        "conv_bf16_cl",
+        "resnet50_bf16_cl",
+        "small_batch_c128_graph",
+        "hf_generate_static",
+        "alloc_churn",
+        "input_workers_nw10",
+        "ddp_accum4_nccl_nosync",
+    )
+]
+
+
+@pytest.mark.parametrize(("s", "problem", "fixed", "code", "why"), TWINS, ids=[t[1] for t in TWINS])
+def test_problem_fires_its_rule_and_fixed_twin_is_silent(s, problem, fixed, code, why):
+    got = ours(s, problem, code)
+    assert len(got) == 1 and got[0]["severity"] in ("warning", "error"), got
+    assert got[0]["savings_us"] > 0
+    also = FIXED_ALSO.get(fixed, set())
+    assert [
+        (f["code"], f["severity"])
+        for f in ours(s, fixed)
+        if f["severity"] != "info" and f["code"] not in also
+    ] == []
+
+
+@pytest.mark.parametrize(("s", "run"), NEGATIVE, ids=[r for _, r in NEGATIVE])
+def test_negative_controls_raise_nothing_above_info(s, run):
+    assert [(f["code"], f["severity"]) for f in ours(s, run) if f["severity"] != "info"] == []
+
+
+def _prediction_cases():
+    out = []
+    for s, problem, fixed, code, why in TWINS:
+        marks = [pytest.mark.xfail(strict=True, reason=why)] if why else []
+        out.append(pytest.param(s, problem, fixed, code, marks=marks, id=problem))
+    return out
+
+
+@pytest.mark.parametrize(("s", "problem", "fixed", "code"), _prediction_cases())
+def test_replayed_saving_matches_the_measured_fix(s, problem, fixed, code):
+    measured = unprofiled_ms(s, problem) - unprofiled_ms(s, fixed)
+    predicted = ours(s, problem, code)[0]["savings_us"] / 1000
+    assert measured > 0
+    assert abs(predicted / measured - 1) <= BAND, (predicted, measured)
+
+
+def _step_spans(events: list[dict]) -> list[tuple[float, float]]:
+    return [
+        (e["ts"], e["ts"] + e["dur"])
+        for e in events
+        if e.get("ph") == "X"
+        and re.match(r"^ProfilerStep#\d+$", str(e.get("name")))
+        and e.get("cat") != "gpu_user_annotation"
+    ]
+
+
+def _window(events: list[dict]) -> tuple[float, float]:
+    """ref_stats' step span: earliest start to latest end of the ProfilerStep#N spans, host and GPU-side twins."""
+    sp = [
+        (e["ts"], e["ts"] + e["dur"])
+        for e in events
+        if e.get("ph") == "X" and re.match(r"^ProfilerStep#\d+$", str(e.get("name")))
+    ]
+    return min(a for a, _ in sp), max(b for _, b in sp)
+
+
+def _inside(e: dict, spans: list[tuple[float, float]]) -> bool:
+    return any(a <= e["ts"] < b for a, b in spans)
+
+
+def test_attention_evidence_against_the_raw_trace():
+    """6 GPT-2 layers: one forward and one backward softmax over [8, 12, 512, 512] FP32 scores per layer and step."""
+    ev = load_events(_trace("collected3", "gpt2_eager_attn"))
+    spans = _step_spans(ev)
+    fwd = [
+        e
+        for e in ev
+        if e.get("name") == "aten::_softmax" and _inside(e, spans) and len(e["args"]["Input Dims"][0]) == 4
+    ]
+    bwd = [e for e in ev if e.get("name") == "aten::_softmax_backward_data" and _inside(e, spans)]
+    dims = fwd[0]["args"]["Input Dims"][0]
+    f = ours("collected3", "gpt2_eager_attn", "TV205")[0]["evidence"]
+    n = len(spans)
+    assert (len(fwd) / n, len(bwd) / n) == (6, 6)
+    assert f["attention_runs_per_step"] == (len(fwd) + len(bwd)) / n
+    assert f["backward_runs_per_step"] == len(bwd) / n
+    assert [f["score_shape"][k] for k in ("heads", "n_q", "n_kv")] == dims[1:]
+    assert fwd[0]["args"]["Input type"][0] == "float"
+    assert f["score_tensor_mib"] == pytest.approx(math.prod(dims) * 4 / 2**20)
+    # the fix is SDPA, not torch.compile; no elementwise-chain finding claims a score kernel
+    fix = ours("collected3", "gpt2_eager_attn", "TV205")[0]["fix"]
+    assert "scaled_dot_product_attention" in fix and "torch.compile" not in fix
+    for c in [x for x in doc("collected3", "gpt2_eager_attn")["findings"] if x["code"] == "TV201"]:
+        assert not {"aten::_softmax", "aten::_softmax_backward_data", "aten::native_dropout"} & set(
+            c["evidence"]["ops"]
+        )
+
+
+def test_conv_evidence_against_the_raw_trace():
+    """cuDNN's NCHW<->NHWC transposes in the FP32 ResNet-18, summed from the raw kernels in the recorded steps."""
+    ev = load_events(_trace("collected3", "resnet18_fp32"))
+    spans = _step_spans(ev)
+    lay = [
+        e
+        for e in ev
+        if e.get("cat") == "kernel" and re.search("nchwToNhwcKernel|nhwcToNchwKernel", e["name"])
+    ]
+    lo, hi = _window(ev)
+    per_step = sum(e["dur"] for e in lay if lo <= e["ts"] < hi) / len(spans)
+    f = ours("collected3", "resnet18_fp32", "TV206")[0]
+    assert f["evidence"]["layout_transform_time_per_step_us"] == pytest.approx(per_step, rel=0.05)
+    assert f["evidence"]["bf16_conv_kernels_per_step"] == 0
+    assert "torch.autocast" in f["fix"] and "channels_last" in f["fix"]
+    # the fixed twin's convolutions are bf16 and NHWC: no transposes left to advise
+    assert ours("collected3", "resnet18_bf16_cl", "TV206") == []
+
+
+def test_small_grid_evidence_against_the_raw_trace():
+    """The CUDA-graph tiny-op loop: every kernel has fewer blocks than the H200's 132 SMs (grid from the raw args)."""
+    path = _trace("collected3", "tiny_ops_n128_cudagraph")
+    raw = json.loads(__import__("gzip").decompress(path.read_bytes()))
+    sms = raw["deviceProperties"][0]["numSms"]
+    ev = raw["traceEvents"]
+    spans = _step_spans(ev)
+    lo, hi = _window(ev)
+    k = [e for e in ev if e.get("cat") == "kernel" and lo <= e["ts"] < hi]
+    small = [e for e in k if math.prod(e["args"]["grid"]) < sms and e["dur"] < 20]
+    f = ours("collected3", "tiny_ops_n128_cudagraph", "TV207")[0]
+    assert f["severity"] != "info" and sms == f["evidence"]["sms"] == 132
+    assert f["evidence"]["small_grid_kernels_per_step"] == pytest.approx(len(small) / len(spans), rel=0.02)
+    lo_us, hi_us = (f["evidence"]["savings_range_per_step_us"][x] for x in ("double_batch", "fill_sms"))
+    assert 0 < lo_us <= hi_us <= f["evidence"]["small_grid_time_per_step_us"]
+    # the replayed saving never claims more than the batch-doubling kernel time
+    assert f["savings_us"] <= lo_us + 1e-6
+    # the same loop launched eagerly is launch-bound: idle SMs are not what limits it, so small-grid is info there
+    assert all(x["severity"] == "info" for x in ours("collected3", "tiny_ops_n128_eager", "TV207"))
+
+
+def test_small_grid_range_never_claims_more_than_the_larger_batch_gave():
+    """4 rows per call under a CUDA graph: the claim (the replayed low end) is at most what serving 128 rows per call
+    measured, and the stated range is ordered."""
+    f = ours("collected4", "small_batch_c4_graph", "TV207")[0]
+    measured = unprofiled_ms("collected4", "small_batch_c4_graph") - unprofiled_ms(
+        "collected4", "small_batch_c128_graph"
+    )
+    rng = f["evidence"]["savings_range_per_step_us"]
+    assert 0 < f["savings_us"] / 1000 <= measured
+    assert rng["double_batch"] <= rng["fill_sms"] <= f["evidence"]["small_grid_time_per_step_us"]
+    # the 128-row run fills the GPU: nothing to say there
+    assert ours("collected4", "small_batch_c128_graph", "TV207") == []
+
+
+def _decode_lengths(path) -> list[int]:
+    """KV lengths of the one-query attention calls in the recorded steps (raw json: SDPA q [B, H, 1, d] against
+    k [B, H, L, d], or a matmul [.., 1, d] x [.., d, L])."""
+    ev = load_events(path)
+    lo, hi = _window(ev)
+    out = []
+    for e in ev:
+        if e.get("cat") != "cpu_op" or not lo <= e.get("ts", -1) < hi:
+            continue
+        dims = (e.get("args") or {}).get("Input Dims") or []
+        if len(dims) < 2 or not all(isinstance(d, list) and len(d) == 4 for d in dims[:2]) or dims[0][2] != 1:
+            continue
+        if e["name"] == "aten::scaled_dot_product_attention" and dims[1][2] > 1:
+            out.append(dims[1][2])
+        elif e["name"] == "aten::matmul" and dims[1][2] == dims[0][3] and dims[1][3] > 1:
+            out.append(dims[1][3])
+    return out
+
+
+@pytest.mark.parametrize("run", ["decode_dynamic", "hf_generate_dynamic"])
+def test_decode_finding_names_the_static_cache_and_graphs(run):
+    f = ours("collected4", run, "TV105")[0]
+    assert f["evidence"]["batch"] == 1 and f["evidence"]["static_kv_cache"] is False
+    assert 'cache_implementation="static"' in f["fix"] and "reduce-overhead" in f["fix"]
+    # the fixed runs replay CUDA graphs: the decode rule has nothing to say there
+    assert ours("collected4", run.replace("dynamic", "static"), "TV105") == []
+
+
+def test_decode_evidence_against_the_raw_trace():
+    """HF generate with SDPA: one call per layer and token (its backend op inside is not a second call)."""
+    run = "hf_generate_dynamic"
+    lengths = _decode_lengths(_trace("collected4", run))
+    f = ours("collected4", run, "TV105")[0]
+    n = len(doc("collected4", run)["steps"])
+    kv = f["evidence"]["kv_lengths"]
+    assert (kv["first"], kv["last"], kv["distinct"]) == (min(lengths), max(lengths), len(set(lengths)))
+    assert f["evidence"]["decode_attention_calls_per_step"] == pytest.approx(len(lengths) / n)
+    # 6 layers: one call per layer and generated token, each step generating the same 31 tokens again
+    assert len(lengths) == 6 * len(set(lengths)) * n
+    assert f["evidence"]["tokens_per_step"] == len(set(lengths))
+
+
+def test_math_backend_fix_names_the_backend_switch():
+    """SDPA's math fallback is told how to find why the fused backends refused, not to call SDPA."""
+    fix = ours("collected4", "attn_math_s2048", "TV205")[0]["fix"]
+    assert "math backend" in fix and "sdpa_kernel" in fix
+    assert ours("collected4", "attn_math_s2048", "TV205")[0]["evidence"]["sdpa_math_backend"] is True
+    assert ours("collected4", "attn_eager_s2048", "TV205")[0]["evidence"]["sdpa_math_backend"] is False
+    # the math fallback ran on FP32 inputs (its Q·K^T / P·V are FP32 CUDA-core GEMMs, named so in the raw trace):
+    # the attention rule explains them, so fp32-gemm does not headline them; the bf16 eager twin is not FP32
+    ev = load_events(_trace("collected4", "attn_math_s2048"))
+    assert any(e.get("cat") == "kernel" and "f32f32_f32f32" in e["name"] for e in ev)
+    assert ours("collected4", "attn_math_s2048", "TV205")[0]["evidence"]["fp32_scores_gemms"] is True
+    assert "FP32" in fix and "autocast" in fix
+    assert ours("collected4", "attn_eager_s2048", "TV205")[0]["evidence"]["fp32_scores_gemms"] is False
+    assert "TV202" not in {f["code"] for f in doc("collected4", "attn_math_s2048")["findings"]}
