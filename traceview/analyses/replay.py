@@ -220,6 +220,7 @@ def _boundaries(g: Graph, steps: pl.DataFrame, times: tuple[np.ndarray, ...]) ->
         hi, t = st["host_idx"].cast(pl.Int64).fill_null(-1).to_numpy(), st[col].fill_null(-1).to_numpy()
         mk = np.flatnonzero(g.a_marker)
         key = pl.DataFrame({"i": g.a_i[mk], "t": g.a_ts[mk], "_v": a_s[mk].astype(np.float64)})
+        key = key.unique(["i", "t"], keep="first", maintain_order=True)  # (a zero-length marker: one row per step)
         got = pl.DataFrame({"i": hi, "t": t}).join(key, on=["i", "t"], how="left", maintain_order="left")
         return got["_v"].fill_null(np.nan).to_numpy()
 

@@ -30,7 +30,7 @@ from ..errors import TraceError
 from ..model import STEP_RE, Job, Trace, TraceMeta, conform
 from . import argtables as at
 from . import decode as d
-from . import fastscan, heap_trim, lenient
+from . import fastscan, heap_trim, lenient, stepcheck
 from .argtables import GPU_FIELDS as _GPU_FIELDS
 from .argtables import INT_ATTRS as _INT_ATTRS
 from .argtables import MEM_FIELDS as _MEM_FIELDS
@@ -94,6 +94,18 @@ def _to_int(s: pl.Series) -> pl.Series:
     hexv = s.str.strip_prefix("0x").str.to_integer(base=16, strict=False)
     return pl.select(pl.when(s.str.starts_with("0x")).then(hexv)
                      .otherwise(s.str.to_integer(strict=False))).to_series()
+
+
+def _out(v: pl.Series, hi: int | None) -> pl.Series:
+    """Values of `v` outside [0, hi) (hi None: any int64 >= 0)."""
+    return (v < 0) if hi is None else (v < 0) | (v >= hi)
+
+
+def _usable(s: pl.Series, hi: int | None) -> pl.Series:
+    """`_to_int` of `s` with the values outside [0, hi) null."""
+    v = _to_int(s)
+    bad = _out(v, hi)
+    return pl.select(pl.when(~bad).then(v)).to_series().alias(v.name) if bad.any() else v  # (no copy otherwise)
 
 
 def _to_float(s: pl.Series) -> pl.Series:
@@ -352,7 +364,7 @@ def _load_file(path: Path, max_bytes: int, on_stage: Callable[[str], None] | Non
     # ---- call tree, launches ------------------------------------------------------------
     host = call_tree(host)
     host = enclosing_op(host, RUNTIME_CATS)
-    gpu = _finish_gpu(gpu, host)
+    gpu = _finish_gpu(gpu, host, warnings)
 
     rocm = bool(doc.hip_runtime_version or doc.roctracer_version) or (
         host.select(((pl.col("cat") == "cuda_runtime") & pl.col("name").str.starts_with("hip")).any()).item())
@@ -651,13 +663,34 @@ def _ensure(df: pl.DataFrame, fields: dict[str, str], raw: tuple[str, ...] = ())
     return df.with_columns([pl.lit(None, pl.Categorical if c in raw else pl.Int64).alias(c) for c in missing])
 
 
-def _finish_gpu(gpu: pl.DataFrame, host: pl.DataFrame) -> pl.DataFrame:
+#: GPU args that name a place or a size: a whole number >= 0 (below 2**31 for a device), else unusable
+_GPU_ID_ARGS: dict[str, tuple[str, int | None, str]] = {"a_device": ("device", 2**31, "the event's pid is used"), "a_stream": ("stream", None, "its tid"),
+                "bytes": ("bytes", None, "no size")}
+
+
+def _unusable_gpu_args(gpu: pl.DataFrame, warnings: list[str]) -> None:
+    """Say which GPU `device`, `stream` and memcpy `bytes` values are unusable (not a whole number in range: a
+    string, a negative number), by field with counts, and what stands in for them."""
+    found = []
+    for col, (key, hi, instead) in _GPU_ID_ARGS.items():
+        if col not in gpu.columns or gpu[col].null_count() == gpu.height:
+            continue
+        v = _to_int(gpu[col])
+        n = int((gpu[col].is_not_null() & (v.is_null() | _out(v, hi)).fill_null(True)).sum())
+        if n:
+            found.append(f"{key} x{n:,} ({instead})")
+    if found:
+        warnings.append("ignored GPU args values that are not a whole number >= 0: " + ", ".join(found))
+
+
+def _finish_gpu(gpu: pl.DataFrame, host: pl.DataFrame, warnings: list[str]) -> pl.DataFrame:
+    _unusable_gpu_args(gpu, warnings)
     gpu = gpu.lazy().with_columns(
         external_id=_first_set(gpu, "external_id", "external_id_old"),
-        device=_first_set(gpu, _to_int(gpu["a_device"]) if "a_device" in gpu.columns else None,
-                          _to_int(gpu["from_device"]), "pid"),
-        stream=_first_set(gpu, _to_int(gpu["a_stream"]), "tid"),
-        bytes=_to_int(gpu["bytes"]),
+        device=_first_set(gpu, _usable(gpu["a_device"], 2**31) if "a_device" in gpu.columns else None,
+                          _usable(gpu["from_device"], 2**31), "pid"),
+        stream=_first_set(gpu, _usable(gpu["a_stream"], None), "tid"),
+        bytes=_usable(gpu["bytes"], None),
         blocks_per_sm=_to_float(gpu["blocks_per_sm"]),
         occupancy=_to_float(gpu["occupancy"]),
         correlation=_to_int_expr("correlation"),
@@ -726,6 +759,7 @@ def _steps(host: pl.DataFrame, gpu: pl.DataFrame, warnings: list[str]) -> pl.Dat
         warnings.append(f"ignored {odd.height:,} ProfilerStep annotations whose step number is not a whole number "
                         f">= 0 (e.g. {odd['name'][0][:40]!r}): their time belongs to no step")
         cpu = cpu.filter(pl.col("name").str.contains(STEP_RE))
+    cpu = stepcheck.drop_zero_length(cpu, warnings)
     cpu = cpu.with_columns(step=pl.col("name").str.extract(STEP_RE).cast(pl.Int64, strict=False))
     huge = cpu["step"].null_count()
     if huge:
@@ -740,7 +774,8 @@ def _steps(host: pl.DataFrame, gpu: pl.DataFrame, warnings: list[str]) -> pl.Dat
         warnings.append(f"{apart.height:,} ProfilerStep numbers name more than one step at different times (e.g. "
                         f"{apart['name'][0][:40]!r}): each is analyzed as one step from its first start to its "
                         "last end")
-    cpu = cpu.drop("_apart")
+    cpu = stepcheck.drop_displaced(cpu.drop("_apart"), host, warnings)
+    stepcheck.warn_overlaps(cpu, warnings)
     synthetic = cpu.height == 0
     if synthetic:
         lo = min(v for v in (host["ts"].min(), gpu["ts"].min() if gpu.height else None) if v is not None)
@@ -750,6 +785,7 @@ def _steps(host: pl.DataFrame, gpu: pl.DataFrame, warnings: list[str]) -> pl.Dat
     elif not cpu["cpu_ts"].is_sorted():
         warnings.append("ProfilerStep numbers are not in time order: step windows follow the time order")
     cpu = cpu.sort("cpu_ts", "step")
+    gpu = stepcheck.bounding(gpu, warnings)
     if gpu.height and "launch_ts" in gpu.columns:
         launched = (gpu.lazy().select("launch_ts", "launch_end", "ts", "end").filter(pl.col("launch_ts").is_not_null())
                     .sort("launch_ts")
@@ -831,7 +867,7 @@ def _meta(path: Path, doc: d.Doc, fmt: str, t0_us: float, counts: dict, warnings
         if raw is not None and _int_or_none(raw) is None:
             warnings.append(f"distributedInfo.{key} {str(raw)[:40]!r} is not a whole number in [0, 2**31): ignored")
             dist[key] = None
-    props = [p for p in (doc.deviceProperties or []) if isinstance(p, dict)]
+    props = lenient.device_properties(doc.deviceProperties, warnings)
     rank = _int_or_none(dist.get("rank"))
     if rank is None:
         rank = path_rank(path)  # the file's or its folder's name (TorchTitan's rank<R>_trace.json, rank3/)
