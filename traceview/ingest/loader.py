@@ -30,7 +30,7 @@ from ..errors import TraceError
 from ..model import STEP_RE, Job, Trace, TraceMeta, conform
 from . import argtables as at
 from . import decode as d
-from . import fastscan, heap_trim, lenient, stepcheck
+from . import dupkeys, fastscan, heap_trim, lenient, stepcheck
 from .argtables import GPU_FIELDS as _GPU_FIELDS
 from .argtables import INT_ATTRS as _INT_ATTRS
 from .argtables import MEM_FIELDS as _MEM_FIELDS
@@ -568,7 +568,7 @@ def _scan_input(path: Path, max_bytes: int) -> tuple[fastscan.Events | None, byt
     document in memory), or (None, document, warnings) for the msgspec path: no C scanner, or an input
     only the old path takes (damaged gzip, UTF-16, repairs...; then read again whole)."""
     if not fastscan.available():
-        return None, *d.read_bytes(path, max_bytes)
+        return None, *_one_array(*d.read_bytes(path, max_bytes))
     job = d.take_prefetched(path, max_bytes)
     if hasattr(job, "wait"):  # the CLI's prefetch scanned it already (instream.Scan)
         try:
@@ -577,7 +577,7 @@ def _scan_input(path: Path, max_bytes: int) -> tuple[fastscan.Events | None, byt
             if fast is not None:
                 return fast, b"", job.stream.warnings
             del fast
-            data, warnings = job.stream.fallback()
+            data, warnings = _one_array(*job.stream.fallback())
         finally:
             job.close()
         return fastscan.scan(data), data, warnings
@@ -587,10 +587,16 @@ def _scan_input(path: Path, max_bytes: int) -> tuple[fastscan.Events | None, byt
         if fast is not None and stream.complete:
             return fast, b"", stream.warnings
         del fast
-        data, warnings = stream.fallback()
+        data, warnings = _one_array(*stream.fallback())
     finally:
         stream.close()
     return fastscan.scan(data), data, warnings
+
+
+def _one_array(data: bytes, warnings: list[str]) -> tuple[bytes, list[str]]:
+    """The document read whole, its top-level `traceEvents` arrays joined into one (`dupkeys`, said)."""
+    data, why = dupkeys.one_event_array(data)
+    return data, warnings + [why] if why else warnings
 
 
 def _decode_msgspec(path: Path, data: bytes, warnings: list[str]) -> tuple:
