@@ -90,15 +90,20 @@ def _without(doc: dict, k: int) -> dict:
 @pytest.mark.parametrize("k,field,value,warning", [
     (4, "dur", 0, "ignored 1 zero-length ProfilerStep annotations (e.g. 'ProfilerStep#1'): a 0 µs span holds no "
                   "step; their time belongs to the step around them"),
-    (4, "ts", 0, "ignored 1 ProfilerStep annotations out of time order that enclose no other event (e.g. "
-                 "'ProfilerStep#1' at 0.0 µs into the trace, away from its work)"),
-    (8, "ts", 0, "ignored 1 ProfilerStep annotations out of time order that enclose no other event (e.g. "
-                 "'ProfilerStep#2' at 0.0 µs into the trace"),
+    (4, "ts", 0, "ignored 1 ProfilerStep annotations that enclose no other event and are not the last step (e.g. "
+                 "'ProfilerStep#1' at 0.0 µs into the trace): a step span away from its work (a corrupt or zero "
+                 "'ts'); its time belongs to the steps around it"),
+    (8, "ts", 0, "ignored 1 ProfilerStep annotations that enclose no other event and are not the last step (e.g. "
+                 "'ProfilerStep#2' at 0.0 µs"),
+    (0, "ts", 0, "ignored 1 ProfilerStep annotations that enclose no other event and are not the last step (e.g. "
+                 "'ProfilerStep#0' at 0.0 µs"),
+    (0, "ts", 1.5, "ignored 1 ProfilerStep annotations that enclose no other event and are not the last step (e.g. "
+                   "'ProfilerStep#0' at 0.0 µs"),
 ])
 def test_a_step_span_that_holds_nothing_is_dropped_and_said(tmp_path, capsys, path_kind, k, field, value, warning):
-    """A zero-length step, or a step whose `ts` is 0 (away from its work, out of the numbers' time order): ignored,
-    said, and the results are exactly those of the trace without that annotation (a `ts` of 0 used to make a
-    433 µs mean step of the clean 100 µs)."""
+    """A zero-length step, or a step whose `ts` is 0 (away from its work, in or out of the numbers' time order):
+    ignored, said, and the results are exactly those of the trace without that annotation (a `ts` of 0 used to make
+    a 433 µs mean step of the clean 100 µs)."""
     doc = mini_trace()
     doc["traceEvents"][k][field] = value
     t = _analyze(capsys, tmp_path, doc)

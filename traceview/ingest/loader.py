@@ -42,6 +42,9 @@ from .manifest import read_manifest
 
 COMM_KERNEL_RE = r"^(nccl|rccl)|ncclKernel|ncclDevKernel|ncclSymDevKernel"
 GRAPH_LAUNCH = ["cudaGraphLaunch", "hipGraphLaunch", "cudaGraphLaunch_v10000"]
+#: the phases of the Trace Event Format (Chrome's; Kineto writes X, i, s, f, M, C and b/e): any other is no event
+_PHASES = ["X", "B", "E", "i", "I", "C", "b", "n", "e", "s", "t", "f", "P", "O", "N", "D", "M", "V", "v", "R", "c",
+           "(", ")"]
 MAX_DUR_NS = 7 * 24 * 3600 * 10**9  # HTA drops corrupt events longer than a week; so do we
 MAX_SPAN_US = 7 * 24 * 3600 * 1e6  # an event this far from the trace's median timestamp has a corrupt clock
 
@@ -457,7 +460,7 @@ def _slices(path: Path, base: pl.DataFrame, legacy: bool, warnings: list[str],
             # 2021-era category names, X events without a category (not "Trace": the times above hold either way)
             old=_is("cat", list(OLD_CATS)[:5], dicts).any(), renamed=_is("cat", list(OLD_CATS), dicts).any(),
             empty_x=(no_cat & x).any(), all_empty=no_cat.all(), n_empty_x=(no_cat & x).sum(),
-            no_ph=_is("ph", "", dicts).sum()).row(0, named=True)
+            no_ph=_is("ph", "", dicts).sum(), odd_ph=(~_is("ph", [*_PHASES, ""], dicts)).sum()).row(0, named=True)
 
     n = survey()  # one pass of counts and extremes
     if not n["finite"]:  # NaN, inf: as missing (but a +inf dur is corrupt: dropped below)
@@ -483,6 +486,11 @@ def _slices(path: Path, base: pl.DataFrame, legacy: bool, warnings: list[str],
     if n["no_ph"]:  # (issue 33: a kernel without its phase vanished from GPU time, silently)
         warnings.append(f"skipped {n['no_ph']:,} events with an empty or missing 'ph' (neither a span nor an "
                         "instant: their time is not counted)")
+    if n["odd_ph"]:  # (issue 33: a phase no trace writer uses dropped its event silently)
+        odd = base.select(pl.col("ph").filter(~_is("ph", [*_PHASES, ""], dicts)).first()).item()
+        odd = dicts["ph"].values[odd] if dicts is not None else odd
+        warnings.append(f"skipped {n['odd_ph']:,} events whose 'ph' is no trace event phase (e.g. {str(odd)[:20]!r}): "
+                        "their time is not counted")
     if n["n_empty_x"] and not n["all_empty"]:
         warnings.append(f"{n['n_empty_x']:,} complete events (ph X) without a 'cat': analyzed as CPU ops")
     if not n["timed"]:

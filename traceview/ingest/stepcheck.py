@@ -28,25 +28,38 @@ def drop_zero_length(cpu: pl.DataFrame, warnings: list[str]) -> pl.DataFrame:
 
 
 def drop_displaced(steps: pl.DataFrame, host: pl.DataFrame, warnings: list[str]) -> pl.DataFrame:
-    """`steps` [step, name, host_idx, cpu_ts, cpu_end] (one row per number) without the spans that break the time
-    order of the step numbers and enclose no other host event: a step moved away from its work (a `ts` of 0, a
-    corrupt timestamp). Steps in time order are returned as they are (this costs a sort of the host times only
-    when they are not)."""
-    by_num = steps.sort("step")
-    if steps.height < 2 or by_num["cpu_ts"].is_sorted():
+    """`steps` [step, name, host_idx, cpu_ts, cpu_end] (one row per number) without the spans that enclose no
+    other event on their thread and are not the last step in time (any such span when the numbers are out of time
+    order): a step moved away from its work (a `ts` of 0, a corrupt timestamp) holds none of it and would move the
+    steps around it. The last step may be empty (the profiler stopped right after `step()`); when most spans are
+    empty, all are kept (the annotations are then on a thread without the work)."""
+    if steps.height < 2 or steps["host_idx"].null_count() or "parent" not in host.columns:
         return steps
-    ts = np.sort(host["ts"].drop_nulls().to_numpy())
-    lo, hi = by_num["cpu_ts"].to_numpy(), by_num["cpu_end"].to_numpy()
-    inside = np.searchsorted(ts, hi, side="left") - np.searchsorted(ts, lo, side="left")  # its own start counts 1
-    empty = pl.Series(inside <= 1)
-    gone = by_num.filter(empty)
-    if gone.height == 0 or gone.height == steps.height:
-        return steps
-    k = int(np.argmax(empty.to_numpy()))
-    warnings.append(f"ignored {gone.height:,} ProfilerStep annotations out of time order that enclose no other "
-                    f"event (e.g. {gone['name'][0][:40]!r} at {_us(lo[k] - ts[0])} into the trace, away from "
-                    "its work): its work counts for the step before it")
-    return by_num.filter(~empty).sort("cpu_ts", "step")
+    st = steps.sort("cpu_ts", "step")
+    # a span encloses an event when some host row has it as its parent (the call tree: one pass, no sort); the
+    # others are checked by time
+    full = st["host_idx"].is_in(host["parent"].drop_nulls().unique().implode()).to_numpy()
+    empty = ~full
+    if st["step"].is_sorted():
+        empty[-1] = False  # the last step in time may be empty
+    if empty.any():  # (overlapping spans do not nest: the few left are checked by time, on every thread)
+        lo, hi = st["cpu_ts"].to_numpy(), st["cpu_end"].to_numpy()
+        idx = np.flatnonzero(empty)
+        if idx.size <= 64:
+            ts = pl.col("ts")
+            n = host.select([((ts >= int(lo[k])) & (ts < int(hi[k]))).sum().alias(str(k)) for k in idx]).row(0)
+        else:
+            t = np.sort(host["ts"].drop_nulls().to_numpy())
+            n = np.searchsorted(t, hi[idx], side="left") - np.searchsorted(t, lo[idx], side="left")
+        empty[idx] = np.asarray(n) <= 1  # (its own start counts 1)
+    if not empty.any() or empty.sum() >= full.sum():  # most spans empty: the annotations are on a thread without
+        return steps  # the work (emptiness says nothing), or there is no step to stand on
+    k = int(np.argmax(empty))
+    t0 = host["ts"].min()
+    warnings.append(f"ignored {int(empty.sum()):,} ProfilerStep annotations that enclose no other event and are not "
+                    f"the last step (e.g. {st['name'][k][:40]!r} at {_us(int(st['cpu_ts'][k]) - t0)} into the trace): "
+                    "a step span away from its work (a corrupt or zero 'ts'); its time belongs to the steps around it")
+    return st.filter(pl.Series(~empty))
 
 
 def warn_overlaps(steps: pl.DataFrame, warnings: list[str]) -> None:
