@@ -92,7 +92,7 @@ def _without(doc: dict, k: int) -> dict:
                   "step; their time belongs to the step around them"),
     (4, "ts", 0, "ignored 1 ProfilerStep annotations that enclose no other event and are not the last step (e.g. "
                  "'ProfilerStep#1' at 0.0 µs into the trace): a step span away from its work (a corrupt or zero "
-                 "'ts'); its time belongs to the steps around it"),
+                 "'ts' or 'dur'); its time belongs to the steps around it"),
     (8, "ts", 0, "ignored 1 ProfilerStep annotations that enclose no other event and are not the last step (e.g. "
                  "'ProfilerStep#2' at 0.0 µs"),
     (0, "ts", 0, "ignored 1 ProfilerStep annotations that enclose no other event and are not the last step (e.g. "

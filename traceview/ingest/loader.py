@@ -35,13 +35,14 @@ from .argtables import GPU_FIELDS as _GPU_FIELDS
 from .argtables import INT_ATTRS as _INT_ATTRS
 from .argtables import MEM_FIELDS as _MEM_FIELDS
 from .argtables import RAW_ATTRS as _RAW_ATTRS
-from .categories import GPU_CATS, HOST_CATS, META_NAMES, OLD_CATS, RARE_NAMES, RUNTIME_CATS
+from .categories import GPU_CATS, HOST_CATS, META_NAMES, OLD_CATS, OTHER_KINETO_CATS, RARE_NAMES, RUNTIME_CATS
 from .inputs import DEFAULT_MAX_BYTES, STDIN, check_path
 from .layouts import path_rank
 from .manifest import read_manifest
 
 COMM_KERNEL_RE = r"^(nccl|rccl)|ncclKernel|ncclDevKernel|ncclSymDevKernel"
 GRAPH_LAUNCH = ["cudaGraphLaunch", "hipGraphLaunch", "cudaGraphLaunch_v10000"]
+_KNOWN_CATS = {*HOST_CATS, *GPU_CATS, *OLD_CATS, *OLD_CATS.values(), *OTHER_KINETO_CATS}
 #: the phases of the Trace Event Format (Chrome's; Kineto writes X, i, s, f, M, C and b/e): any other is no event
 _PHASES = ["X", "B", "E", "i", "I", "C", "b", "n", "e", "s", "t", "f", "P", "O", "N", "D", "M", "V", "v", "R", "c",
            "(", ")"]
@@ -537,6 +538,10 @@ def _slices(path: Path, base: pl.DataFrame, legacy: bool, warnings: list[str],
         counts = base.select(cat if keep is None else cat.filter(keep)).group_by("cat").len()
         counts = dict(counts.sort(["len", "cat"], descending=[True, False]).iter_rows())
 
+    odd = [(c, m) for c, m in counts.items() if c not in _KNOWN_CATS]
+    if odd and len(odd) < len(counts):  # (issue 33: an event of a misspelt category vanished silently)
+        warnings.append(f"ignored {sum(m for _c, m in odd):,} events of categories traceview does not know (e.g. "
+                        f"{odd[0][0][:30]!r} x{odd[0][1]:,}): their time is not counted")
     conds = {"host": x & _is("cat", HOST_CATS, dicts), "gpu": x & _is("cat", GPU_CATS, dicts),
              "gann": x & _is("cat", "gpu_user_annotation", dicts),
              "mem": _is("ph", "i", dicts) & _is("name", "[memory]", dicts),

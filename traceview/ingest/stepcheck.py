@@ -58,7 +58,8 @@ def drop_displaced(steps: pl.DataFrame, host: pl.DataFrame, warnings: list[str])
     t0 = host["ts"].min()
     warnings.append(f"ignored {int(empty.sum()):,} ProfilerStep annotations that enclose no other event and are not "
                     f"the last step (e.g. {st['name'][k][:40]!r} at {_us(int(st['cpu_ts'][k]) - t0)} into the trace): "
-                    "a step span away from its work (a corrupt or zero 'ts'); its time belongs to the steps around it")
+                    "a step span away from its work (a corrupt or zero 'ts' or 'dur'); its time belongs to the steps "
+                    "around it")
     return st.filter(pl.Series(~empty))
 
 
