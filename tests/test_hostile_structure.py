@@ -153,14 +153,23 @@ def test_a_kernel_before_its_launch_bounds_no_step(tmp_path, capsys, path_kind):
 
 @pytest.mark.parametrize("field,value,said", [
     ("device", -1, "device x1 (the event's pid is used)"), ("device", "gpu0", "device x1 (the event's pid is used)"),
-    ("device", 2**40, "device x1"), ("stream", -5, "stream x1 (its tid)"), ("stream", "s", "stream x1 (its tid)"),
+    ("device", 2**40, "device x1"), ("stream", -5, "stream x1 (its tid)"), ("stream", -2, "stream x1 (its tid)"), ("stream", "s", "stream x1 (its tid)"),
     ("bytes", -100, "bytes x1 (no size)"), ("bytes", "many", "bytes x1 (no size)")])
 def test_unusable_gpu_args_are_named(tmp_path, capsys, path_kind, field, value, said):
     doc = mini_trace()
     doc["traceEvents"][3]["args"][field] = value
     t = _analyze(capsys, tmp_path, doc)
     assert _results(t) == CLEAN
-    _warned(t, "ignored GPU args values that are not a whole number >= 0: " + said)
+    _warned(t, "ignored GPU args values that are not a whole number in range (>= 0; a stream -1 is none): " + said)
+
+
+def test_a_stream_of_minus_one_is_no_stream(tmp_path, capsys, path_kind):
+    """Kineto writes `"stream": -1` on device-wide syncs (the bundled HTA event-sync traces): kept, not warned."""
+    doc = mini_trace()
+    doc["traceEvents"].append({"ph": "X", "cat": "cuda_sync", "name": "Device Synchronize", "pid": 0, "tid": 7,
+                               "ts": 1085, "dur": 1, "args": {"device": 0, "stream": -1}})
+    t = _analyze(capsys, tmp_path, doc)
+    assert not any("GPU args" in w for w in t["warnings"]), t["warnings"]
 
 
 def test_unusable_memcpy_bytes_are_no_size(tmp_path, capsys, path_kind):

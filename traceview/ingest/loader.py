@@ -100,15 +100,16 @@ def _to_int(s: pl.Series) -> pl.Series:
                      .otherwise(s.str.to_integer(strict=False))).to_series()
 
 
-def _out(v: pl.Series, hi: int | None) -> pl.Series:
-    """Values of `v` outside [0, hi) (hi None: any int64 >= 0)."""
-    return (v < 0) if hi is None else (v < 0) | (v >= hi)
+def _out(v: pl.Series, lo: int, hi: int | None) -> pl.Series:
+    """Values of `v` outside [lo, hi) (hi None: int64's bound)."""
+    return (v < lo) if hi is None else (v < lo) | (v >= hi)
 
 
-def _usable(s: pl.Series, hi: int | None) -> pl.Series:
-    """`_to_int` of `s` with the values outside [0, hi) null."""
+def _usable(s: pl.Series, key: str) -> pl.Series:
+    """`_to_int` of `s` with the values outside the range of GPU arg `key` (`_GPU_ID_ARGS`) null."""
+    _name, lo, hi, _instead = _GPU_ID_ARGS[key]
     v = _to_int(s)
-    bad = _out(v, hi)
+    bad = _out(v, lo, hi)
     return pl.select(pl.when(~bad).then(v)).to_series().alias(v.name) if bad.any() else v  # (no copy otherwise)
 
 
@@ -682,34 +683,37 @@ def _ensure(df: pl.DataFrame, fields: dict[str, str], raw: tuple[str, ...] = ())
     return df.with_columns([pl.lit(None, pl.Categorical if c in raw else pl.Int64).alias(c) for c in missing])
 
 
-#: GPU args that name a place or a size: a whole number >= 0 (below 2**31 for a device), else unusable
-_GPU_ID_ARGS: dict[str, tuple[str, int | None, str]] = {"a_device": ("device", 2**31, "the event's pid is used"), "a_stream": ("stream", None, "its tid"),
-                "bytes": ("bytes", None, "no size")}
+#: GPU args that name a place or a size: (key, lowest, bound, what stands in): whole numbers in [lowest, bound)
+#: (None: int64's); a stream of -1 is Kineto's "no stream" (a device-wide cudaDeviceSynchronize)
+_GPU_ID_ARGS: dict[str, tuple[str, int, int | None, str]] = {
+    "a_device": ("device", 0, 2**31, "the event's pid is used"), "a_stream": ("stream", -1, None, "its tid"),
+    "bytes": ("bytes", 0, None, "no size")}
 
 
 def _unusable_gpu_args(gpu: pl.DataFrame, warnings: list[str]) -> None:
     """Say which GPU `device`, `stream` and memcpy `bytes` values are unusable (not a whole number in range: a
     string, a negative number), by field with counts, and what stands in for them."""
     found = []
-    for col, (key, hi, instead) in _GPU_ID_ARGS.items():
+    for col, (key, lo, hi, instead) in _GPU_ID_ARGS.items():
         if col not in gpu.columns or gpu[col].null_count() == gpu.height:
             continue
         v = _to_int(gpu[col])
-        n = int((gpu[col].is_not_null() & (v.is_null() | _out(v, hi)).fill_null(True)).sum())
+        n = int((gpu[col].is_not_null() & (v.is_null() | _out(v, lo, hi)).fill_null(True)).sum())
         if n:
             found.append(f"{key} x{n:,} ({instead})")
     if found:
-        warnings.append("ignored GPU args values that are not a whole number >= 0: " + ", ".join(found))
+        warnings.append("ignored GPU args values that are not a whole number in range (>= 0; a stream -1 is none): "
+                        + ", ".join(found))
 
 
 def _finish_gpu(gpu: pl.DataFrame, host: pl.DataFrame, warnings: list[str]) -> pl.DataFrame:
     _unusable_gpu_args(gpu, warnings)
     gpu = gpu.lazy().with_columns(
         external_id=_first_set(gpu, "external_id", "external_id_old"),
-        device=_first_set(gpu, _usable(gpu["a_device"], 2**31) if "a_device" in gpu.columns else None,
-                          _usable(gpu["from_device"], 2**31), "pid"),
-        stream=_first_set(gpu, _usable(gpu["a_stream"], None), "tid"),
-        bytes=_usable(gpu["bytes"], None),
+        device=_first_set(gpu, _usable(gpu["a_device"], "a_device") if "a_device" in gpu.columns else None,
+                          _usable(gpu["from_device"], "a_device"), "pid"),
+        stream=_first_set(gpu, _usable(gpu["a_stream"], "a_stream"), "tid"),
+        bytes=_usable(gpu["bytes"], "bytes"),
         blocks_per_sm=_to_float(gpu["blocks_per_sm"]),
         occupancy=_to_float(gpu["occupancy"]),
         correlation=_to_int_expr("correlation"),
