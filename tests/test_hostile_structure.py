@@ -88,16 +88,16 @@ def _without(doc: dict, k: int) -> dict:
 
 
 @pytest.mark.parametrize("k,field,value,warning", [
-    (4, "dur", 0, "ignored 1 zero-length ProfilerStep annotations (e.g. 'ProfilerStep#1'): a 0 µs span holds no "
+    (4, "dur", 0, "ignored 1 zero-length ProfilerStep annotations ('dur' 0, e.g. 'ProfilerStep#1'): a 0 µs span holds no "
                   "step; their time belongs to the step around them"),
-    (4, "ts", 0, "ignored 1 ProfilerStep annotations that enclose no other event and are not the last step (e.g. "
-                 "'ProfilerStep#1' at 0.0 µs into the trace): a step span away from its work (a corrupt or zero "
-                 "'ts' or 'dur'); its time belongs to the steps around it"),
-    (8, "ts", 0, "ignored 1 ProfilerStep annotations that enclose no other event and are not the last step (e.g. "
+    (4, "ts", 0, "ignored 1 ProfilerStep annotations that enclose no other event, away from their work (e.g. "
+                 "'ProfilerStep#1' at 0.0 µs into the trace: a corrupt or zero 'ts' or 'dur'): its time belongs to "
+                 "the steps around it"),
+    (8, "ts", 0, "ignored 1 ProfilerStep annotations that enclose no other event, away from their work (e.g. "
                  "'ProfilerStep#2' at 0.0 µs"),
-    (0, "ts", 0, "ignored 1 ProfilerStep annotations that enclose no other event and are not the last step (e.g. "
+    (0, "ts", 0, "ignored 1 ProfilerStep annotations that enclose no other event, away from their work (e.g. "
                  "'ProfilerStep#0' at 0.0 µs"),
-    (0, "ts", 1.5, "ignored 1 ProfilerStep annotations that enclose no other event and are not the last step (e.g. "
+    (0, "ts", 1.5, "ignored 1 ProfilerStep annotations that enclose no other event, away from their work (e.g. "
                    "'ProfilerStep#0' at 0.0 µs"),
 ])
 def test_a_step_span_that_holds_nothing_is_dropped_and_said(tmp_path, capsys, path_kind, k, field, value, warning):

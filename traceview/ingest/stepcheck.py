@@ -21,45 +21,54 @@ def drop_zero_length(cpu: pl.DataFrame, warnings: list[str]) -> pl.DataFrame:
     zero = cpu.filter(pl.col("end") <= pl.col("ts"))
     if zero.height == 0:
         return cpu
-    warnings.append(f"ignored {zero.height:,} zero-length ProfilerStep annotations (e.g. {zero['name'][0][:40]!r}): "
+    warnings.append(f"ignored {zero.height:,} zero-length ProfilerStep annotations ('dur' 0, e.g. {zero['name'][0][:40]!r}): "
                     "a 0 µs span holds no step; their time belongs to the step around them"
                     + (", or to one step of the whole trace when none is left" if zero.height == cpu.height else ""))
     return cpu.filter(pl.col("end") > pl.col("ts"))
 
 
+def _starting_in(host: pl.DataFrame, lo: np.ndarray, hi: np.ndarray) -> np.ndarray:
+    """How many host events start in each [lo, hi) (a few ranges: one polars pass; many: one sort)."""
+    if lo.size == 0:
+        return np.zeros(0, np.int64)
+    if lo.size <= 64:
+        ts = pl.col("ts")
+        return np.asarray(host.select([((ts >= int(a)) & (ts < int(b))).sum().alias(str(k))
+                                       for k, (a, b) in enumerate(zip(lo, hi, strict=True))]).row(0))
+    t = np.sort(host["ts"].drop_nulls().to_numpy())
+    return np.searchsorted(t, hi, side="left") - np.searchsorted(t, lo, side="left")
+
+
 def drop_displaced(steps: pl.DataFrame, host: pl.DataFrame, warnings: list[str]) -> pl.DataFrame:
-    """`steps` [step, name, host_idx, cpu_ts, cpu_end] (one row per number) without the spans that enclose no
-    other event on their thread and are not the last step in time (any such span when the numbers are out of time
-    order): a step moved away from its work (a `ts` of 0, a corrupt timestamp) holds none of it and would move the
-    steps around it. The last step may be empty (the profiler stopped right after `step()`); when most spans are
-    empty, all are kept (the annotations are then on a thread without the work)."""
+    """`steps` [step, name, host_idx, cpu_ts, cpu_end] (one row per number) without the spans moved away from their
+    work (a `ts` of 0, a corrupt timestamp): a span that encloses no other event, on any thread, and either breaks
+    the numbers' time order or is followed by events outside every span before the next step starts (its work,
+    left behind). Such a span holds none of its work and would move the steps around it. An empty step among
+    steps in order with nothing left behind is kept (the last one may be empty: the profiler stopped right after
+    `step()`); so is every span when most are empty (nothing to stand on)."""
     if steps.height < 2 or steps["host_idx"].null_count() or "parent" not in host.columns:
         return steps
     st = steps.sort("cpu_ts", "step")
     # a span encloses an event when some host row has it as its parent (the call tree: one pass, no sort); the
-    # others are checked by time
-    full = st["host_idx"].is_in(host["parent"].drop_nulls().unique().implode()).to_numpy()
-    empty = ~full
-    if st["step"].is_sorted():
-        empty[-1] = False  # the last step in time may be empty
-    if empty.any():  # (overlapping spans do not nest: the few left are checked by time, on every thread)
-        lo, hi = st["cpu_ts"].to_numpy(), st["cpu_end"].to_numpy()
-        idx = np.flatnonzero(empty)
-        if idx.size <= 64:
-            ts = pl.col("ts")
-            n = host.select([((ts >= int(lo[k])) & (ts < int(hi[k]))).sum().alias(str(k)) for k in idx]).row(0)
-        else:
-            t = np.sort(host["ts"].drop_nulls().to_numpy())
-            n = np.searchsorted(t, hi[idx], side="left") - np.searchsorted(t, lo[idx], side="left")
-        empty[idx] = np.asarray(n) <= 1  # (its own start counts 1)
-    if not empty.any() or empty.sum() >= full.sum():  # most spans empty: the annotations are on a thread without
-        return steps  # the work (emptiness says nothing), or there is no step to stand on
+    # others (overlapping spans do not nest) are checked by time, on every thread
+    empty = ~st["host_idx"].is_in(host["parent"].drop_nulls().unique().implode()).to_numpy()
+    if not empty.any():
+        return steps
+    lo, hi = st["cpu_ts"].to_numpy(), st["cpu_end"].to_numpy()
+    idx = np.flatnonzero(empty)
+    empty[idx] = _starting_in(host, lo[idx], hi[idx]) <= 1  # (its own start counts 1)
+    if st["step"].is_sorted():  # in order: displaced only when its work is left behind it, outside every span
+        idx = np.flatnonzero(empty[:-1])
+        nxt = lo[idx + 1]
+        empty[idx] = _starting_in(host, hi[idx], nxt) > 0
+        empty[-1] = False
+    if not empty.any() or 2 * empty.sum() >= empty.size:
+        return steps
     k = int(np.argmax(empty))
     t0 = host["ts"].min()
-    warnings.append(f"ignored {int(empty.sum()):,} ProfilerStep annotations that enclose no other event and are not "
-                    f"the last step (e.g. {st['name'][k][:40]!r} at {_us(int(st['cpu_ts'][k]) - t0)} into the trace): "
-                    "a step span away from its work (a corrupt or zero 'ts' or 'dur'); its time belongs to the steps "
-                    "around it")
+    warnings.append(f"ignored {int(empty.sum()):,} ProfilerStep annotations that enclose no other event, away from "
+                    f"their work (e.g. {st['name'][k][:40]!r} at {_us(int(st['cpu_ts'][k]) - t0)} into the trace: a "
+                    "corrupt or zero 'ts' or 'dur'): its time belongs to the steps around it")
     return st.filter(pl.Series(~empty))
 
 
