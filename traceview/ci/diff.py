@@ -4,7 +4,8 @@ Per pair of traces (matched by key: the run's rank, or the file name without the
 lone trace on each side is paired whatever its name):
 - **step**: mean step time before/after (the classifier's analyzed steps), its per-step spread, the change;
 - **class shift**: per class, time per step before/after (share x mean step) and the change, largest
-  first — the changes add up to the step-time change ("+18.2 ms host_sync, −6.1 ms gpu_compute per step");
+  first — the changes add up to the step-time change ("+18.2 ms host_sync, −6.1 ms gpu_compute per step"); when
+  they do not (one side has no classes: a CPU-only trace), the pair's `warnings` say so;
 - **layers**: GPU time per step per layer (the `layers` section), added/removed/faster/slower/same;
 - **kernels**: GPU time per step per (kernel name, launching op): added/removed/faster/slower/same, from
   the full kernel table when the caller passes it (`kernel_rows`), else from the documents' `top_kernels`;
@@ -94,6 +95,23 @@ def _classes(da: dict, db: dict) -> list[dict]:
     return out
 
 
+def _shift_warnings(da: dict, db: dict, classes: list[dict]) -> list[str]:
+    """A warning when the class shifts do not add up to the step-time change (they do when both sides carry the
+    same breakdown): a side without one (a CPU-only trace has no GPU classes) or a breakdown of other steps."""
+    a, b = da["step_us"], db["step_us"]
+    if a is None or b is None:
+        return []
+    total = sum(c["delta_us"] or 0.0 for c in classes)
+    # (each class rounded to the ns and its mean over steps: a few ns per class apart at most)
+    if abs(total - (b - a)) <= max(1.0, 0.01 * max(a, b)):
+        return []
+    bare = [side for side, d in (("A", da), ("B", db)) if not d["classes"] and d["step_us"]]
+    why = (f"{' and '.join(bare)} has no bottleneck classes (no GPU activity classified: a CPU-only trace?), so "
+           "its classes read 0" if bare else "the two sides' classes cover different time")
+    return [f"the class shifts add up to {fmt_us(total)} per step but the step time changed by {fmt_us(b - a)}: "
+            f"{why}; compare classes only between traces of the same kind"]
+
+
 def _layers(da: dict, db: dict) -> list[dict]:
     out = []
     for name in set(da["layers"]) | set(db["layers"]):
@@ -153,6 +171,7 @@ def diff_entries(ta: dict, tb: dict, key: str, kernels_a: list[dict] | None = No
         "classes": classes, "shift_text": shift_text(classes, da["step_us"]),
         "layers": _layers(da, db), "kernels": _kernels(ka, kb), "kernels_source": "all" if full else "top_kernels",
         "findings": _findings(ta.get("findings") or [], tb.get("findings") or []),
+        "warnings": _shift_warnings(da, db, classes),
     }
 
 

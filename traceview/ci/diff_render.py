@@ -54,6 +54,8 @@ def text(doc: dict, out: IO[str], width: int | None = None) -> None:
         term.rule(con, f"{_title(p)}{p['a']} → {p['b']}")
         con.print(Text(_step_line(p)))
         con.print(Text(f"class shift: {p['shift_text']}"))
+        for why in p.get("warnings") or []:
+            con.print(Text(f"warning: {why}", style="yellow"))
         cols = [("class", "left"), ("before ms", "right"), ("after ms", "right"), ("change", "right"),
                 ("share before %", "right", 1), ("share after %", "right", 1)]
         rows = [[c["class"], _ms(c["a_us"]), _ms(c["b_us"]), fmt_us(c["delta_us"]), num(c["a_pct"]), num(c["b_pct"])]
@@ -89,6 +91,8 @@ def markdown(doc: dict, out: IO[str]) -> None:
     w(f"# traceview diff ({doc['tool']['version']})\n\n")
     for p in doc["pairs"]:
         w(f"## {_cell(_title(p))}{_code(p['a'])} → {_code(p['b'])}\n\n{_step_line(p)}\n\n**Class shift:** {p['shift_text']}\n\n")
+        for why in p.get("warnings") or []:
+            w(f"> **Warning:** {_cell(why)}\n\n")
         w("| class | before ms | after ms | change | share before % | share after % |\n|---|---:|---:|---:|---:|---:|\n")
         for c in p["classes"]:
             w(f"| {c['class']} | {_ms(c['a_us'])} | {_ms(c['b_us'])} | {fmt_us(c['delta_us'])} | {num(c['a_pct'])} | "

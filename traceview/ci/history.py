@@ -34,6 +34,7 @@ from typing import Any
 
 from ..analyses.classify import CLASSES
 from ..errors import TraceError
+from .jsonfile import read_json
 
 KIND = "traceview-history"
 SCHEMA_VERSION = 1
@@ -194,12 +195,7 @@ def _date(v: str | None) -> datetime:
 def read_rows(path: str | Path) -> list[dict]:
     """The rows of a `traceview batch --out rows.json` document."""
     p = Path(path)
-    try:
-        doc = json.loads(p.read_text(encoding="utf-8"))
-    except FileNotFoundError:
-        raise TraceError(f"{p}: no such file") from None
-    except (OSError, ValueError) as e:
-        raise TraceError(f"{p}: not a JSON file ({_first_line(str(e))})") from None
+    doc = read_json(p, "batch rows")
     if (
         not isinstance(doc, dict)
         or doc.get("kind") != "traceview-batch"

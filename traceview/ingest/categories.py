@@ -21,3 +21,8 @@ RARE_NAMES = (r"^(record_param_comms|nccl:|gloo:|hipMemcpy|cudaMemcpy|c10d::|"
               r"aten::(_?convolution|conv[123]d|cudnn_convolution|miopen_convolution|mkldnn_convolution|"
               r"gather|index_select|embedding|take)$)")
 META_NAMES = ("thread_name", "process_name", "process_labels")
+# categories Kineto writes that the analysis reads through other fields or leaves out on purpose (flows, the
+# profiler's own overhead and ranges, instant and counter events): any other is unknown, and said
+OTHER_KINETO_CATS = ["", "Trace", "ac2g", "fwdbwd", "gpu_user_annotation", "overhead", "cpu_instant_event",
+                     "cuda_profiler_range", "external_correlation", "mtia_insight", "glow_runtime", "hpu_op",
+                     "collective_comm", "gpu_pm_counter", "xpu_op", "privateuse1_op"]

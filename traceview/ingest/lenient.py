@@ -82,6 +82,37 @@ def json_safe(v: Any) -> Any:
     return v
 
 
+#: the `deviceProperties` fields an analysis reads, with the smallest usable value (ids from 0, counts from 1)
+_DEVICE_INTS = {"id": 0, "numSms": 1, "totalGlobalMem": 1}
+
+
+def device_properties(raw: Any, warnings: list[str]) -> list[dict]:
+    """The `deviceProperties` entries (objects only) with every field an analysis reads usable: `id`, `numSms`,
+    `totalGlobalMem` whole numbers in range, `name` a string; an unusable one is dropped from its entry, said once
+    per field with its count (`numSms: 0` no longer passes for a part with no SMs)."""
+    if not isinstance(raw, list):
+        return []
+    out, bad = [], Counter()
+    for p in raw:
+        if not isinstance(p, dict):
+            continue
+        p = json_safe(p)
+        for key, lo in _DEVICE_INTS.items():
+            if key in p and int_in(p[key], lo, 2**62) is None:
+                bad[f"{key} (not a whole number >= {lo})"] += 1
+                del p[key]
+            elif key in p:
+                p[key] = int_in(p[key], lo, 2**62)
+        if "name" in p and not isinstance(p["name"], str):
+            bad["name (not a string)"] += 1
+            del p["name"]
+        out.append(p)
+    if bad:
+        warnings.append("ignored unusable deviceProperties fields: "
+                        + ", ".join(f"{k} x{n:,}" for k, n in sorted(bad.items())))
+    return out
+
+
 def _float(v: int | float) -> float:
     """A JSON number as a float; an integer beyond a double is infinite, as its digits read as a float are (the
     loader skips an event whose time or duration is out of range, and says so)."""

@@ -30,18 +30,22 @@ from ..errors import TraceError
 from ..model import STEP_RE, Job, Trace, TraceMeta, conform
 from . import argtables as at
 from . import decode as d
-from . import fastscan, heap_trim, lenient
+from . import dupkeys, fastscan, heap_trim, lenient, stepcheck
 from .argtables import GPU_FIELDS as _GPU_FIELDS
 from .argtables import INT_ATTRS as _INT_ATTRS
 from .argtables import MEM_FIELDS as _MEM_FIELDS
 from .argtables import RAW_ATTRS as _RAW_ATTRS
-from .categories import GPU_CATS, HOST_CATS, META_NAMES, OLD_CATS, RARE_NAMES, RUNTIME_CATS
+from .categories import GPU_CATS, HOST_CATS, META_NAMES, OLD_CATS, OTHER_KINETO_CATS, RARE_NAMES, RUNTIME_CATS
 from .inputs import DEFAULT_MAX_BYTES, STDIN, check_path
 from .layouts import path_rank
 from .manifest import read_manifest
 
 COMM_KERNEL_RE = r"^(nccl|rccl)|ncclKernel|ncclDevKernel|ncclSymDevKernel"
 GRAPH_LAUNCH = ["cudaGraphLaunch", "hipGraphLaunch", "cudaGraphLaunch_v10000"]
+_KNOWN_CATS = {*HOST_CATS, *GPU_CATS, *OLD_CATS, *OLD_CATS.values(), *OTHER_KINETO_CATS}
+#: the phases of the Trace Event Format (Chrome's; Kineto writes X, i, s, f, M, C and b/e): any other is no event
+_PHASES = ["X", "B", "E", "i", "I", "C", "b", "n", "e", "s", "t", "f", "P", "O", "N", "D", "M", "V", "v", "R", "c",
+           "(", ")"]
 MAX_DUR_NS = 7 * 24 * 3600 * 10**9  # HTA drops corrupt events longer than a week; so do we
 MAX_SPAN_US = 7 * 24 * 3600 * 1e6  # an event this far from the trace's median timestamp has a corrupt clock
 
@@ -94,6 +98,19 @@ def _to_int(s: pl.Series) -> pl.Series:
     hexv = s.str.strip_prefix("0x").str.to_integer(base=16, strict=False)
     return pl.select(pl.when(s.str.starts_with("0x")).then(hexv)
                      .otherwise(s.str.to_integer(strict=False))).to_series()
+
+
+def _out(v: pl.Series, lo: int, hi: int | None) -> pl.Series:
+    """Values of `v` outside [lo, hi) (hi None: int64's bound)."""
+    return (v < lo) if hi is None else (v < lo) | (v >= hi)
+
+
+def _usable(s: pl.Series, key: str) -> pl.Series:
+    """`_to_int` of `s` with the values outside the range of GPU arg `key` (`_GPU_ID_ARGS`) null."""
+    _name, lo, hi, _instead = _GPU_ID_ARGS[key]
+    v = _to_int(s)
+    bad = _out(v, lo, hi)
+    return pl.select(pl.when(~bad).then(v)).to_series().alias(v.name) if bad.any() else v  # (no copy otherwise)
 
 
 def _to_float(s: pl.Series) -> pl.Series:
@@ -352,7 +369,7 @@ def _load_file(path: Path, max_bytes: int, on_stage: Callable[[str], None] | Non
     # ---- call tree, launches ------------------------------------------------------------
     host = call_tree(host)
     host = enclosing_op(host, RUNTIME_CATS)
-    gpu = _finish_gpu(gpu, host)
+    gpu = _finish_gpu(gpu, host, warnings)
 
     rocm = bool(doc.hip_runtime_version or doc.roctracer_version) or (
         host.select(((pl.col("cat") == "cuda_runtime") & pl.col("name").str.starts_with("hip")).any()).item())
@@ -445,7 +462,7 @@ def _slices(path: Path, base: pl.DataFrame, legacy: bool, warnings: list[str],
             # 2021-era category names, X events without a category (not "Trace": the times above hold either way)
             old=_is("cat", list(OLD_CATS)[:5], dicts).any(), renamed=_is("cat", list(OLD_CATS), dicts).any(),
             empty_x=(no_cat & x).any(), all_empty=no_cat.all(), n_empty_x=(no_cat & x).sum(),
-            no_ph=_is("ph", "", dicts).sum()).row(0, named=True)
+            no_ph=_is("ph", "", dicts).sum(), odd_ph=(~_is("ph", [*_PHASES, ""], dicts)).sum()).row(0, named=True)
 
     n = survey()  # one pass of counts and extremes
     if not n["finite"]:  # NaN, inf: as missing (but a +inf dur is corrupt: dropped below)
@@ -471,6 +488,11 @@ def _slices(path: Path, base: pl.DataFrame, legacy: bool, warnings: list[str],
     if n["no_ph"]:  # (issue 33: a kernel without its phase vanished from GPU time, silently)
         warnings.append(f"skipped {n['no_ph']:,} events with an empty or missing 'ph' (neither a span nor an "
                         "instant: their time is not counted)")
+    if n["odd_ph"]:  # (issue 33: a phase no trace writer uses dropped its event silently)
+        odd = base.select(pl.col("ph").filter(~_is("ph", [*_PHASES, ""], dicts)).first()).item()
+        odd = dicts["ph"].values[odd] if dicts is not None else odd
+        warnings.append(f"skipped {n['odd_ph']:,} events whose 'ph' is no trace event phase (e.g. {str(odd)[:20]!r}): "
+                        "their time is not counted")
     if n["n_empty_x"] and not n["all_empty"]:
         warnings.append(f"{n['n_empty_x']:,} complete events (ph X) without a 'cat': analyzed as CPU ops")
     if not n["timed"]:
@@ -517,6 +539,10 @@ def _slices(path: Path, base: pl.DataFrame, legacy: bool, warnings: list[str],
         counts = base.select(cat if keep is None else cat.filter(keep)).group_by("cat").len()
         counts = dict(counts.sort(["len", "cat"], descending=[True, False]).iter_rows())
 
+    odd = [(c, m) for c, m in counts.items() if c not in _KNOWN_CATS]
+    if odd and len(odd) < len(counts):  # (issue 33: an event of a misspelt category vanished silently)
+        warnings.append(f"ignored {sum(m for _c, m in odd):,} events of categories traceview does not know (e.g. "
+                        f"{odd[0][0][:30]!r} x{odd[0][1]:,}): their time is not counted")
     conds = {"host": x & _is("cat", HOST_CATS, dicts), "gpu": x & _is("cat", GPU_CATS, dicts),
              "gann": x & _is("cat", "gpu_user_annotation", dicts),
              "mem": _is("ph", "i", dicts) & _is("name", "[memory]", dicts),
@@ -556,7 +582,7 @@ def _scan_input(path: Path, max_bytes: int) -> tuple[fastscan.Events | None, byt
     document in memory), or (None, document, warnings) for the msgspec path: no C scanner, or an input
     only the old path takes (damaged gzip, UTF-16, repairs...; then read again whole)."""
     if not fastscan.available():
-        return None, *d.read_bytes(path, max_bytes)
+        return None, *_one_array(*d.read_bytes(path, max_bytes))
     job = d.take_prefetched(path, max_bytes)
     if hasattr(job, "wait"):  # the CLI's prefetch scanned it already (instream.Scan)
         try:
@@ -565,7 +591,7 @@ def _scan_input(path: Path, max_bytes: int) -> tuple[fastscan.Events | None, byt
             if fast is not None:
                 return fast, b"", job.stream.warnings
             del fast
-            data, warnings = job.stream.fallback()
+            data, warnings = _one_array(*job.stream.fallback())
         finally:
             job.close()
         return fastscan.scan(data), data, warnings
@@ -575,10 +601,16 @@ def _scan_input(path: Path, max_bytes: int) -> tuple[fastscan.Events | None, byt
         if fast is not None and stream.complete:
             return fast, b"", stream.warnings
         del fast
-        data, warnings = stream.fallback()
+        data, warnings = _one_array(*stream.fallback())
     finally:
         stream.close()
     return fastscan.scan(data), data, warnings
+
+
+def _one_array(data: bytes, warnings: list[str]) -> tuple[bytes, list[str]]:
+    """The document read whole, its top-level `traceEvents` arrays joined into one (`dupkeys`, said)."""
+    data, why = dupkeys.one_event_array(data)
+    return data, warnings + [why] if why else warnings
 
 
 def _decode_msgspec(path: Path, data: bytes, warnings: list[str]) -> tuple:
@@ -651,13 +683,37 @@ def _ensure(df: pl.DataFrame, fields: dict[str, str], raw: tuple[str, ...] = ())
     return df.with_columns([pl.lit(None, pl.Categorical if c in raw else pl.Int64).alias(c) for c in missing])
 
 
-def _finish_gpu(gpu: pl.DataFrame, host: pl.DataFrame) -> pl.DataFrame:
+#: GPU args that name a place or a size: (key, lowest, bound, what stands in): whole numbers in [lowest, bound)
+#: (None: int64's); a stream of -1 is Kineto's "no stream" (a device-wide cudaDeviceSynchronize)
+_GPU_ID_ARGS: dict[str, tuple[str, int, int | None, str]] = {
+    "a_device": ("device", 0, 2**31, "the event's pid is used"), "a_stream": ("stream", -1, None, "its tid"),
+    "bytes": ("bytes", 0, None, "no size")}
+
+
+def _unusable_gpu_args(gpu: pl.DataFrame, warnings: list[str]) -> None:
+    """Say which GPU `device`, `stream` and memcpy `bytes` values are unusable (not a whole number in range: a
+    string, a negative number), by field with counts, and what stands in for them."""
+    found = []
+    for col, (key, lo, hi, instead) in _GPU_ID_ARGS.items():
+        if col not in gpu.columns or gpu[col].null_count() == gpu.height:
+            continue
+        v = _to_int(gpu[col])
+        n = int((gpu[col].is_not_null() & (v.is_null() | _out(v, lo, hi)).fill_null(True)).sum())
+        if n:
+            found.append(f"{key} x{n:,} ({instead})")
+    if found:
+        warnings.append("ignored GPU args values that are not a whole number in range (>= 0; a stream -1 is none): "
+                        + ", ".join(found))
+
+
+def _finish_gpu(gpu: pl.DataFrame, host: pl.DataFrame, warnings: list[str]) -> pl.DataFrame:
+    _unusable_gpu_args(gpu, warnings)
     gpu = gpu.lazy().with_columns(
         external_id=_first_set(gpu, "external_id", "external_id_old"),
-        device=_first_set(gpu, _to_int(gpu["a_device"]) if "a_device" in gpu.columns else None,
-                          _to_int(gpu["from_device"]), "pid"),
-        stream=_first_set(gpu, _to_int(gpu["a_stream"]), "tid"),
-        bytes=_to_int(gpu["bytes"]),
+        device=_first_set(gpu, _usable(gpu["a_device"], "a_device") if "a_device" in gpu.columns else None,
+                          _usable(gpu["from_device"], "a_device"), "pid"),
+        stream=_first_set(gpu, _usable(gpu["a_stream"], "a_stream"), "tid"),
+        bytes=_usable(gpu["bytes"], "bytes"),
         blocks_per_sm=_to_float(gpu["blocks_per_sm"]),
         occupancy=_to_float(gpu["occupancy"]),
         correlation=_to_int_expr("correlation"),
@@ -726,6 +782,7 @@ def _steps(host: pl.DataFrame, gpu: pl.DataFrame, warnings: list[str]) -> pl.Dat
         warnings.append(f"ignored {odd.height:,} ProfilerStep annotations whose step number is not a whole number "
                         f">= 0 (e.g. {odd['name'][0][:40]!r}): their time belongs to no step")
         cpu = cpu.filter(pl.col("name").str.contains(STEP_RE))
+    cpu = stepcheck.drop_zero_length(cpu, warnings)
     cpu = cpu.with_columns(step=pl.col("name").str.extract(STEP_RE).cast(pl.Int64, strict=False))
     huge = cpu["step"].null_count()
     if huge:
@@ -740,7 +797,8 @@ def _steps(host: pl.DataFrame, gpu: pl.DataFrame, warnings: list[str]) -> pl.Dat
         warnings.append(f"{apart.height:,} ProfilerStep numbers name more than one step at different times (e.g. "
                         f"{apart['name'][0][:40]!r}): each is analyzed as one step from its first start to its "
                         "last end")
-    cpu = cpu.drop("_apart")
+    cpu = stepcheck.drop_displaced(cpu.drop("_apart"), host, warnings)
+    stepcheck.warn_overlaps(cpu, warnings)
     synthetic = cpu.height == 0
     if synthetic:
         lo = min(v for v in (host["ts"].min(), gpu["ts"].min() if gpu.height else None) if v is not None)
@@ -750,6 +808,7 @@ def _steps(host: pl.DataFrame, gpu: pl.DataFrame, warnings: list[str]) -> pl.Dat
     elif not cpu["cpu_ts"].is_sorted():
         warnings.append("ProfilerStep numbers are not in time order: step windows follow the time order")
     cpu = cpu.sort("cpu_ts", "step")
+    gpu = stepcheck.bounding(gpu, warnings)
     if gpu.height and "launch_ts" in gpu.columns:
         launched = (gpu.lazy().select("launch_ts", "launch_end", "ts", "end").filter(pl.col("launch_ts").is_not_null())
                     .sort("launch_ts")
@@ -831,7 +890,7 @@ def _meta(path: Path, doc: d.Doc, fmt: str, t0_us: float, counts: dict, warnings
         if raw is not None and _int_or_none(raw) is None:
             warnings.append(f"distributedInfo.{key} {str(raw)[:40]!r} is not a whole number in [0, 2**31): ignored")
             dist[key] = None
-    props = [p for p in (doc.deviceProperties or []) if isinstance(p, dict)]
+    props = lenient.device_properties(doc.deviceProperties, warnings)
     rank = _int_or_none(dist.get("rank"))
     if rank is None:
         rank = path_rank(path)  # the file's or its folder's name (TorchTitan's rank<R>_trace.json, rank3/)

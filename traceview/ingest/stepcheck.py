@@ -1,0 +1,101 @@
+"""Checks of the ProfilerStep spans and GPU launch times a step window is built from, each with what was done.
+
+The profiler writes one `ProfilerStep#N` span per step on the training thread, numbered in time order, each
+enclosing the step's ops; and a GPU activity starts after the runtime call that launched it. A span or activity
+that breaks this (a hand-edited or corrupt trace, issue 33) would move every step window silently.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import polars as pl
+
+
+def _us(ns: int | float) -> str:
+    return f"{ns / 1000:,.1f} µs"
+
+
+def drop_zero_length(cpu: pl.DataFrame, warnings: list[str]) -> pl.DataFrame:
+    """`cpu` [name, i, ts, end, ...] (the ProfilerStep annotations) without those of zero length: a span of 0 µs
+    encloses no work, and as a step it would be a 0 µs step whatever ran around it."""
+    zero = cpu.filter(pl.col("end") <= pl.col("ts"))
+    if zero.height == 0:
+        return cpu
+    warnings.append(f"ignored {zero.height:,} zero-length ProfilerStep annotations ('dur' 0, e.g. {zero['name'][0][:40]!r}): "
+                    "a 0 µs span holds no step; their time belongs to the step around them"
+                    + (", or to one step of the whole trace when none is left" if zero.height == cpu.height else ""))
+    return cpu.filter(pl.col("end") > pl.col("ts"))
+
+
+def _starting_in(host: pl.DataFrame, lo: np.ndarray, hi: np.ndarray) -> np.ndarray:
+    """How many host events start in each [lo, hi) (a few ranges: one polars pass; many: one sort)."""
+    if lo.size == 0:
+        return np.zeros(0, np.int64)
+    if lo.size <= 64:
+        ts = pl.col("ts")
+        return np.asarray(host.select([((ts >= int(a)) & (ts < int(b))).sum().alias(str(k))
+                                       for k, (a, b) in enumerate(zip(lo, hi, strict=True))]).row(0))
+    t = np.sort(host["ts"].drop_nulls().to_numpy())
+    return np.searchsorted(t, hi, side="left") - np.searchsorted(t, lo, side="left")
+
+
+def drop_displaced(steps: pl.DataFrame, host: pl.DataFrame, warnings: list[str]) -> pl.DataFrame:
+    """`steps` [step, name, host_idx, cpu_ts, cpu_end] (one row per number) without the spans moved away from their
+    work (a `ts` of 0, a corrupt timestamp): a span that encloses no other event, on any thread, and either breaks
+    the numbers' time order or is followed by events outside every span before the next step starts (its work,
+    left behind). Such a span holds none of its work and would move the steps around it. An empty step among
+    steps in order with nothing left behind is kept (the last one may be empty: the profiler stopped right after
+    `step()`); so is every span when most are empty (nothing to stand on)."""
+    if steps.height < 2 or steps["host_idx"].null_count() or "parent" not in host.columns:
+        return steps
+    st = steps.sort("cpu_ts", "step")
+    # a span encloses an event when some host row has it as its parent (the call tree: one pass, no sort); the
+    # others (overlapping spans do not nest) are checked by time, on every thread
+    empty = ~st["host_idx"].is_in(host["parent"].drop_nulls().unique().implode()).to_numpy()
+    if not empty.any():
+        return steps
+    lo, hi = st["cpu_ts"].to_numpy(), st["cpu_end"].to_numpy()
+    idx = np.flatnonzero(empty)
+    empty[idx] = _starting_in(host, lo[idx], hi[idx]) <= 1  # (its own start counts 1)
+    if st["step"].is_sorted():  # in order: displaced only when its work is left behind it, outside every span
+        idx = np.flatnonzero(empty[:-1])
+        nxt = lo[idx + 1]
+        empty[idx] = _starting_in(host, hi[idx], nxt) > 0
+        empty[-1] = False
+    if not empty.any() or 2 * empty.sum() >= empty.size:
+        return steps
+    k = int(np.argmax(empty))
+    t0 = host["ts"].min()
+    warnings.append(f"ignored {int(empty.sum()):,} ProfilerStep annotations that enclose no other event, away from "
+                    f"their work (e.g. {st['name'][k][:40]!r} at {_us(int(st['cpu_ts'][k]) - t0)} into the trace: a "
+                    "corrupt or zero 'ts' or 'dur'): its time belongs to the steps around it")
+    return st.filter(pl.Series(~empty))
+
+
+def warn_overlaps(steps: pl.DataFrame, warnings: list[str]) -> None:
+    """Say when a step span starts before the previous one (in time) ends: the step periods still partition time
+    (each runs from its start to the next step's start), so no instant counts in two steps."""
+    st = steps.sort("cpu_ts", "step")
+    over = (st["cpu_ts"] < st["cpu_end"].shift(1)).fill_null(False)
+    n = int(over.sum())
+    if n:
+        k = int(np.argmax(over.to_numpy()))
+        early = int(st["cpu_end"][k - 1]) - int(st["cpu_ts"][k])
+        warnings.append(f"{n:,} ProfilerStep spans start before the previous step's span ends (e.g. "
+                        f"{st['name'][k][:40]!r}, {_us(early)} early): each step is taken from its start to the "
+                        "next step's start, so no time counts in two steps")
+
+
+def bounding(gpu: pl.DataFrame, warnings: list[str]) -> pl.DataFrame:
+    """The GPU activities that may bound a step window: `gpu` less those starting before the runtime call that
+    launched them began (a kernel cannot; one that does has a corrupt timestamp or clock and would move its step's
+    start). Said once, with the count and the worst gap; `gpu` itself when there are none."""
+    if "launch_ts" not in gpu.columns or gpu.height == 0:
+        return gpu
+    early = (pl.col("ts") < pl.col("launch_ts")).fill_null(False)
+    n, gap = gpu.select(early.sum(), (pl.col("launch_ts") - pl.col("ts")).filter(early).max()).row(0)
+    if not n:
+        return gpu
+    warnings.append(f"{n:,} GPU activities start before the runtime call that launched them (up to {_us(gap)} "
+                    "before: corrupt timestamps or clocks): their time is kept, but they bound no step window")
+    return gpu.filter(~early)
