@@ -144,8 +144,14 @@ def _cuts(g: Graph, transforms: Sequence[Transform]) -> tuple[np.ndarray, np.nda
     in_span = np.zeros(rows.i.size, bool)
     if sp and n_a:
         covered = _coverage(np.asarray(sp, np.int64).reshape(-1, 3), g.a_tid)
-        gap_from = g.a_ts - g.a_gap
-        cuts[:n_a] += covered(g.a_tid, g.a_ts) - covered(g.a_tid, gap_from)
+        # a joined anchor's gap runs from the previous call's end to the handoff; the rest, up to its start, is
+        # the join edge's time (`replay_graph._joins`)
+        joined = (g.a_join >= 0) & (g.a_prev >= 0) & ~g.a_overlap
+        prev_end = np.where(joined, g.a_end[np.maximum(g.a_prev, 0)], g.a_ts - g.a_gap)
+        gap_to = np.where(joined, prev_end + g.a_gap, g.a_ts)
+        cuts[:n_a] += covered(g.a_tid, gap_to) - covered(g.a_tid, prev_end)
+        join_from = np.maximum(g.a_end[np.maximum(g.a_join, 0)], gap_to)
+        cuts[n_a:2 * n_a] += np.where(joined, covered(g.a_tid, g.a_ts) - covered(g.a_tid, np.minimum(join_from, g.a_ts)), 0)
         cuts[2 * n_a:] += covered(g.a_tid, g.a_ts + g.a_own) - covered(g.a_tid, g.a_ts)
         if rows.i.size:
             rt = g.a_tid[rows.seg]
@@ -179,6 +185,19 @@ def _cuts(g: Graph, transforms: Sequence[Transform]) -> tuple[np.ndarray, np.nda
 
 def simulate(g: Graph, transforms: Sequence[Transform] = ()) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
     """Replayed (anchor start, anchor end, activity start, activity end), ns on the trace's clock."""
+    t = longest(*edges(g, transforms))
+    return split(g, t)
+
+
+def split(g: Graph, t: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    """The graph's event times `t` as (anchor start, anchor end, activity start, activity end)."""
+    n_a = g.a_ts.size
+    return t[0:2 * n_a:2], t[1:2 * n_a:2], t[2 * n_a::2], t[2 * n_a + 1::2]
+
+
+def edges(g: Graph, transforms: Sequence[Transform] = ()) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    """(base, src, dst, off) of the graph's events with `transforms` applied: `longest`'s input (the job replay
+    joins several ranks' arrays)."""
     n_a, n_d = g.a_ts.size, g.d_ts.size
     gap_cut, join_cut, own_cut, dur, keep_wait = _cuts(g, transforms)
     # host time kept by the transforms' host shares together (a blocking call's wait edge still holds it)
@@ -204,8 +223,7 @@ def simulate(g: Graph, transforms: Sequence[Transform] = ()) -> tuple[np.ndarray
                           2 * n_a + 2 * g.d_prev[dp] + 1, 2 * g.d_launch[dl], 2 * n_a + 2 * g.d_x[dx] + 1, d_s])
     dst = np.concatenate([a_s[aj], a_s[hp], a_e, a_e[aw], d_s[dp], d_s[dl], d_s[dx], d_e])
     off = np.concatenate([jwake[aj], gap[hp], own, g.a_wake[aw], g.d_gap[dp], g.d_lat[dl], g.d_xgap[dx], dur])
-    t = longest(base, src.astype(np.int64), dst.astype(np.int64), off.astype(np.int64))
-    return t[a_s], t[a_e], t[d_s], t[d_e]
+    return base, src.astype(np.int64), dst.astype(np.int64), off.astype(np.int64)
 
 
 def _boundaries(g: Graph, steps: pl.DataFrame, times: tuple[np.ndarray, ...]) -> tuple[np.ndarray, np.ndarray]:
@@ -269,6 +287,12 @@ def _boundaries(g: Graph, steps: pl.DataFrame, times: tuple[np.ndarray, ...]) ->
         ends[last] = max(cands) if (not np.isnan(ce) or not np.isnan(ge)) else start[last] + (end[last] - ts[last])
     del gpu_ts
     return start, ends
+
+
+def step_periods(g: Graph, steps: pl.DataFrame, times: tuple[np.ndarray, ...]) -> np.ndarray:
+    """Replayed period (ns) of each step of `steps` from the graph's replayed event times (`split`)."""
+    s, e = _boundaries(g, steps, times)
+    return _per_step(steps, e - s)
 
 
 def replay(trace: Trace, steps: pl.DataFrame, transforms: Sequence[Transform] = ()) -> np.ndarray:

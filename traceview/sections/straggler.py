@@ -248,16 +248,12 @@ def _largest_gap(t: Trace, win: pl.DataFrame, rank: int) -> dict | None:
             "before_op": after["name"].item() if after.height else None}
 
 
-def cause(traces: list[Trace], steps: dict[int, pl.DataFrame], parts: dict[int, pl.DataFrame | None],
-          m: pl.DataFrame, strag: int) -> dict | None:
-    """The straggler's cause (see the module doc); None when it was never late at a matched collective.
-    `traces`, `steps`, `parts` by position in the job; `m` the matched collectives (`comm.match`)."""
-    if m.height == 0:
+def windows(traces: list[Trace], steps: dict[int, pl.DataFrame], m: pl.DataFrame, strag: int) -> tuple | None:
+    """(traces by rank, lead-up windows, late keys, the compared steps, the ranks) of the straggler (`_lead_up`,
+    on the steps where every rank has a window); None when there is nothing to compare."""
+    if m.height == 0 or not any(k in steps and steps[k].height for k in range(len(traces))):
         return None
     by_rank = {rank_id(t, k): t for k, t in enumerate(traces)}
-    parts_r = {rank_id(t, k): parts.get(k) for k, t in enumerate(traces)}
-    if not any(k in steps and steps[k].height for k in range(len(traces))):
-        return None
     starts = pl.concat([steps[k].select(pl.lit(rank_id(t, k), pl.Int64).alias("rank"), pl.col("step").cast(pl.Int64),
                                         (pl.col("ts") + t.meta.epoch_offset_ns).alias("start"))
                         for k, t in enumerate(traces) if k in steps and steps[k].height])
@@ -268,6 +264,18 @@ def cause(traces: list[Trace], steps: dict[int, pl.DataFrame], parts: dict[int, 
     win = win.filter(pl.col("step").is_in(full))
     if not full or strag not in by_rank:
         return None
+    return by_rank, win, late, full, ranks
+
+
+def cause(traces: list[Trace], steps: dict[int, pl.DataFrame], parts: dict[int, pl.DataFrame | None],
+          m: pl.DataFrame, strag: int) -> dict | None:
+    """The straggler's cause (see the module doc); None when it was never late at a matched collective.
+    `traces`, `steps`, `parts` by position in the job; `m` the matched collectives (`comm.match`)."""
+    w = windows(traces, steps, m, strag)
+    if w is None:
+        return None
+    by_rank, win, late, full, ranks = w
+    parts_r = {rank_id(t, k): parts.get(k) for k, t in enumerate(traces)}
     host_only = any(p is None or p.height == 0 for p in parts_r.values())
     cls, host = _class_times(by_rank, parts_r, win, host_only)
     cx = _excess(cls, "cls", ["dur"], strag, ranks, full).filter(~pl.col("cls").is_in(WAIT_CLASSES))
