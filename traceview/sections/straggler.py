@@ -21,6 +21,9 @@ the job sections).
   (`untraced` + `python`: a busy loop, logging, a checkpoint write, a Python-side data step), *more host ops*
   (work the others do not have), or *the same ops, each slower* (a slower or busier CPU — or uneven profiler
   overhead, which is what `nccl-wait` then says).
+- **Syncs the others do not make**: when the winning class is `cpu_launch` and the straggler makes at least one
+  more blocking sync per step than the others in its windows, the mechanism is `host_sync` (each sync drains the
+  GPU's queue; the idle that follows is the syncs', not a slower host).
 - **The GPU side**: kernels, copies and memsets started in the windows, per name: *extra kernels* (more of
   them than on the others), *the same kernels slower* (a slower GPU, lower clocks, contention) and a *late
   data copy* (memcpy time).
@@ -379,6 +382,18 @@ def _mechanism(klass: str, excess: float, by_rank: dict[int, Trace], win: pl.Dat
             ev["detail"] = (f"`{r['name'][:80]}` {r['count_per_step']:g} syncs/step vs "
                             f"{r['others_count_per_step']:g} on the others")
         return "host_sync", ev
+    if klass == "cpu_launch":
+        # syncs the others do not make: each one drains the GPU's queue, and the GPU then idles while the host
+        # issues the next work (`cpu_launch`) — the cause is the syncs, not slower host ops
+        sc = _syncs(by_rank, win)
+        if sc.height:
+            x = _excess(sc, "name", ["n", "dur"], strag, ranks, steps).sort(["dur_x", "name"], descending=[True, False])
+            if float(x["n_x"].clip(lower_bound=0).sum()) >= 1.0 and float(x["dur_x"].clip(lower_bound=0).sum()) > 0:
+                ev["syncs"] = _op_rows(x)
+                r = ev["syncs"][0]
+                ev["detail"] = (f"`{r['name'][:80]}` {r['count_per_step']:g} syncs/step vs "
+                                f"{r['others_count_per_step']:g} on the others")
+                return "host_sync", ev
     mech = {"input": "input", "other_idle": "other_idle"}.get(klass)
     if mech is None:  # cpu_launch (GPU ranks) or host_busy (CPU ranks): what the host did instead of issuing work
         code = sum(hxd.get(c, 0.0) for c in HOST_CODE)
