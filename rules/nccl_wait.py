@@ -41,7 +41,15 @@ every rank's host, not always equally, and in a launch-bound job any host-speed 
 wait (a balanced DDP job on 2 x H200 profiled at +124 % showed 12.8 ms of wait per step). A straggler whose
 delay is work the others do not have (code outside any op, extra ops, input, syncs, kernels) stays loud
 whatever the overhead.
-No replay model: the fix (overlap with compute, balance the ranks) is not expressible on one rank's graph until collectives across ranks are modelled, so its findings carry no saving (`savings_us` 0, at most `info`).
+Per trace, no replay model: overlapping communication with compute is not expressible on one rank's graph, so
+those findings carry no saving (`savings_us` 0, at most `info`). Per job (GPU ranks), the job replay
+(docs/multi-rank.md) joins the ranks' graphs by their collectives and prices the straggler's cause fixed on that
+rank alone: `job_saving_us_per_step` is the finding's saving, and a straggler is raised only when it is above the
+job's step-to-step noise (and above the profiler's cost when the straggler runs the same work, only slower).
+Otherwise the job finding says there is no straggler — or, when the ranks' exposed communication is the
+collectives' own transfer (not a wait for a late rank) and reaches `moderate_pct` of the step,
+`Communication-bound` (at most a warning) with the bus bandwidth achieved against the link's
+(`jobs[].nccl.comm_bound`).
 
 ## Options
 - `moderate_pct` (3.0): exposed-communication (or wait) share at which a finding is a warning — XProf device-collectives moderate threshold.
