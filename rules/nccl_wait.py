@@ -237,7 +237,8 @@ def _not_a_straggler(ctx: JobContext, s: dict, ev: dict, saving: float, bar: flo
         bw, ln = cb.get("bandwidth") or {}, cb.get("link") or {}
         rate = (f" at {bw['bus_gbps']:,.0f} GB/s bus bandwidth ({cb['link_utilisation_pct']:g} % of "
                 f"{ln.get('link')} {ln.get('peak_gbps'):,.0f} GB/s)") if bw else ""
-        ev["note"] = why + "; the exposed communication is the collectives' own transfer time" + rate
+        ev["note"] = ("the exposed communication is the collectives' own transfer time, not a wait for a late rank: "
+                      "overlap it with compute or move fewer bytes; " + why)
         sev = "warning"
         title = (f"Communication-bound: {cb['unexplained_per_step_us'] / 1000:,.1f} ms per step of exposed "
                  f"collectives no rank's lateness explains{rate}")
