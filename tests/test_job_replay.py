@@ -161,3 +161,13 @@ def test_slower_gpu_straggler_is_priced_by_the_job_replay(slow_gpu_job: Path) ->
     f = next(f for f in job["findings"] if f["rule"] == "nccl-wait")
     assert f["severity"] in ("warning", "error")
     assert not job["nccl"]["comm_bound"] or job["nccl"]["comm_bound"]["unexplained_per_step_us"] < 0.2 * SLOW_MS * 1000
+
+
+def test_host_side_collectives_are_not_replayed() -> None:
+    """gloo on CPU ranks: the collectives are host annotations, not graph activities — no job replay; the
+    straggler is judged on the waits as before (gloo_straggler/MANIFEST.md: rank 1 slowed)."""
+    job = _doc(REPO / "sample_traces" / "gloo_straggler" / "slowed")
+    assert job["nccl"]["source"] == "gloo_annotation"
+    assert job["replay"] is None and job["projection"] is None
+    assert job["nccl"]["straggler"]["rank"] == 1 and job["nccl"]["straggler"]["raised"]
+    assert "job_saving_us_per_step" not in job["nccl"]["straggler"]
