@@ -41,7 +41,15 @@ every rank's host, not always equally, and in a launch-bound job any host-speed 
 wait (a balanced DDP job on 2 x H200 profiled at +124 % showed 12.8 ms of wait per step). A straggler whose
 delay is work the others do not have (code outside any op, extra ops, input, syncs, kernels) stays loud
 whatever the overhead.
-No replay model: the fix (overlap with compute, balance the ranks) is not expressible on one rank's graph until collectives across ranks are modelled, so its findings carry no saving (`savings_us` 0, at most `info`).
+Per trace, no replay model: overlapping communication with compute is not expressible on one rank's graph, so
+those findings carry no saving (`savings_us` 0, at most `info`). Per job (GPU ranks), the job replay
+(docs/multi-rank.md) joins the ranks' graphs by their collectives and prices the straggler's cause fixed on that
+rank alone: `job_saving_us_per_step` is the finding's saving, and a straggler is raised only when it is above the
+job's step-to-step noise (and above the profiler's cost when the straggler runs the same work, only slower).
+Otherwise the job finding says there is no straggler — or, when the ranks' exposed communication is the
+collectives' own transfer (not a wait for a late rank) and reaches `moderate_pct` of the step,
+`Communication-bound` (at most a warning) with the bus bandwidth achieved against the link's
+(`jobs[].nccl.comm_bound`).
 
 ## Options
 - `moderate_pct` (3.0): exposed-communication (or wait) share at which a finding is a warning — XProf device-collectives moderate threshold.
@@ -150,7 +158,30 @@ def check_job(ctx: JobContext) -> list[Finding]:
     if cause.get("class"):
         ev["cause"] = {k: cause[k] for k in ("class", "mechanism", "excess_us_per_step", "text")}
     over = ctx.overhead_ms
-    if over is not None:
+    saving = strag.get("job_saving_us_per_step")
+    if saving is not None:
+        # the job replay priced the straggler's cause: the job's step saved by fixing it on that rank alone
+        ev["job_saving_us_per_step"] = saving
+        ev["noise_us_per_step"] = strag.get("noise_us_per_step")
+        if over is not None:
+            ev["profiling_overhead_ms_per_step"] = round(over, 3)
+        # a straggler saves the job more than its step-to-step noise; and, when its delay is the same host work
+        # as the others', only slower (what uneven profiling overhead makes), more than the profiler's cost.
+        # Work the others do not have (code outside ops, input, syncs, kernels) is not the profiler's.
+        artifact = cause.get("mechanism") in PROFILER_EXPLAINED and over is not None
+        bar = max(strag.get("noise_us_per_step") or 0.0, over * 1000 if artifact else 0.0)
+        if saving <= bar:
+            return [_not_a_straggler(ctx, s, ev, saving, bar, over if artifact else None)]
+        savings_ns = saving * max(s["steps"], 1) * 1000
+        if over is not None and over * 1000 >= saving:
+            ev["note"] = (f"the profiler added {over:.2f} ms per step, at least the {saving / 1000:.2f} ms fixing rank "
+                          f"{strag['rank']} saves the job, but its delay is work the others do not have "
+                          f"({cause.get('mechanism')}): a real straggler")
+        pct = 100.0 * savings_ns / window if window else 0.0
+        severity = severity_for(pct, opts["moderate_pct"], opts["high_pct"], SEVERITY) if not host else severity
+    else:
+        savings_ns = mean_wait * 1000
+    if over is not None and saving is None:
         ev["profiling_overhead_ms_per_step"] = round(over, 3)
         if severity != "info" and over * 1000 >= per_step:
             # Under the profiler every rank's host is slower, not always by the same amount; in a launch-bound
@@ -173,5 +204,50 @@ def check_job(ctx: JobContext) -> list[Finding]:
                 ev["note"] = (f"the profiler added {over:.2f} ms per step, at least the {per_step / 1000:.2f} ms the "
                               f"other ranks wait, but rank {strag['rank']}'s delay is work the others do not have "
                               f"({mech}): a real straggler")
+    elif over is not None:
+        ev["profiling_overhead_ms_per_step"] = round(over, 3)
     return [ctx.finding(severity=severity, title=title, count=s["collectives"], cost_ns=cost * 1000,
-                        savings_ns=mean_wait * 1000, evidence=ev, fix=STRAGGLER_FIX)]
+                        savings_ns=savings_ns, evidence=ev, fix=STRAGGLER_FIX)]
+
+
+def _not_a_straggler(ctx: JobContext, s: dict, ev: dict, saving: float, bar: float, over: float | None) -> Finding:
+    # `over`: the profiler's cost when it may explain the delay (the straggler's same work, slower), else None
+    """The job finding when fixing the last rank's cause would not save the job more than its step-to-step noise
+    or the profiler's cost: no straggler. When the ranks' exposed communication is the transfer's own (no rank's
+    lateness explains it), the job is communication-bound: said with the bus bandwidth achieved against the
+    link's, at most a warning (overlap or fewer bytes is the fix, not a rank)."""
+    cb = s.get("comm_bound") or {}
+    ev["straggler"] = None
+    ev["last_rank"] = s["straggler"]["rank"]
+    ev["comm_bound"] = cb or None
+    last = s["straggler"]["rank"]
+    why = f"fixing rank {last}'s cause saves the job {saving / 1000:,.2f} ms per step in the job replay, "
+    if over is not None and over * 1000 >= saving:  # within what the profiler added, and the same work, slower
+        ev["profiling_overhead_ms_per_step"] = round(over, 3)
+        ev["may_be_profiling_artifact"] = True
+        why += (f"and the profiler added {over:.2f} ms per step ({ctx.overhead_source}), at least that; rank {last} "
+                "runs the same work as the others (the same host ops, each slower): the delay may be an artifact of "
+                "uneven profiling overhead; no straggler (check the unprofiled step times or re-record with fewer "
+                "profiler options)")
+    else:
+        why += f"within the step-to-step noise ({bar / 1000:,.2f} ms): no straggler"
+    pct = cb.get("unexplained_pct") or 0.0
+    opts = ctx.options
+    if pct >= opts["moderate_pct"]:
+        bw, ln = cb.get("bandwidth") or {}, cb.get("link") or {}
+        rate = (f" at {bw['bus_gbps']:,.0f} GB/s bus bandwidth ({cb['link_utilisation_pct']:g} % of "
+                f"{ln.get('link')} {ln.get('peak_gbps'):,.0f} GB/s)") if bw else ""
+        ev["note"] = ("the exposed communication is the collectives' own transfer time, not a wait for a late rank: "
+                      "overlap it with compute or move fewer bytes; " + why)
+        sev = "warning"
+        title = (f"Communication-bound: {cb['unexplained_per_step_us'] / 1000:,.1f} ms per step of exposed "
+                 f"collectives no rank's lateness explains{rate}")
+        return ctx.finding(severity=sev, title=title, count=s["collectives"],
+                           cost_ns=cb["unexplained_per_step_us"] * 1000 * max(s["steps"], 1), savings_ns=0,
+                           evidence=ev, fix=FIX)
+    ev["note"] = why
+    title = (f"No straggler: fixing rank {last} (the last to arrive) saves the job {saving / 1000:,.2f} ms per step, "
+             + ("within the profiler's cost (may be a profiling artifact)" if ev.get("may_be_profiling_artifact")
+                else "within the step-to-step noise"))
+    return ctx.finding(severity="info", title=title, count=s["collectives"], cost_ns=0, savings_ns=0,
+                       evidence=ev, fix=STRAGGLER_FIX)

@@ -78,7 +78,8 @@ def collectives(trace: Trace, steps: pl.DataFrame | None = None) -> pl.DataFrame
         pl.lit(trace.meta.rank if trace.meta.rank is not None else -1).cast(pl.Int64).alias("rank"),
         pl.col("name").str.extract(r"^([^(<]+)").str.strip_chars().alias("family"),
         pg.fill_null("").alias("pg"), seq.alias("seq"),
-        (pl.col("ts") + off).alias("ts"), (pl.col("end") + off).alias("end"), "dur", "stream", "name")
+        (pl.col("ts") + off).alias("ts"), (pl.col("end") + off).alias("end"), "dur", "stream", "name",
+        pl.col("i").cast(pl.Int64), pl.col("op").cast(pl.Int64))
     return _with_step(out, None if steps is None else steps.with_columns(pl.col("ts") + off))
 
 
@@ -100,7 +101,7 @@ def host_collectives(trace: Trace, steps: pl.DataFrame | None = None, source: st
         pl.lit(trace.meta.rank if trace.meta.rank is not None else -1).cast(pl.Int64).alias("rank"),
         pl.col("name").alias("family"), pg.fill_null("").alias("pg"), pl.lit(None, pl.Int64).alias("seq"),
         (pl.col("ts") + off).alias("ts"), (pl.col("end") + off).alias("end"), "dur",
-        pl.col("tid").alias("stream"), "name")
+        pl.col("tid").alias("stream"), "name", pl.col("i").cast(pl.Int64), pl.lit(None, pl.Int64).alias("op"))
     return _with_step(out, None if steps is None else steps.with_columns(pl.col("ts") + off))
 
 
@@ -126,8 +127,9 @@ def job_backend(job: Job) -> str | None:
 
 
 def match(job: Job, steps: dict[int, pl.DataFrame] | None = None) -> tuple[pl.DataFrame, str]:
-    """Matched collectives [key, rank, family, step, ts, end, dur, wait, transfer, sync, last] and the matching
-    method. Kernels when any rank has comm kernels, else host-side collectives (`job_source`)."""
+    """Matched collectives [key, rank, family, step, ts, end, dur, wait, transfer, sync, last, i, op] and the
+    matching method (`i`: the kernel's gpu row, or the host row of a host-side collective; `op`: the kernel's
+    launching op, `record_param_comms` where Kineto records it). Kernels when any rank has comm kernels, else host-side collectives (`job_source`)."""
     source = job_source(job)
     if source == "none":
         return pl.DataFrame(), "none"
@@ -159,7 +161,7 @@ def match(job: Job, steps: dict[int, pl.DataFrame] | None = None) -> tuple[pl.Da
     m = m.with_columns(latest=pl.col("ts").max().over("key"), transfer=pl.col("dur").min().over("key"))
     m = m.with_columns(wait=pl.col("latest") - pl.col("ts"), sync=pl.col("dur") - pl.col("transfer"),
                        last=pl.col("ts") == pl.col("latest"))
-    return (m.select("key", "rank", "family", "step", "ts", "end", "dur", "wait", "transfer", "sync", "last")
+    return (m.select("key", "rank", "family", "step", "ts", "end", "dur", "wait", "transfer", "sync", "last", "i", "op")
             .sort("key", "rank"), method)
 
 

@@ -154,8 +154,14 @@ def _cuts(g: Graph, transforms: Sequence[Transform]) -> tuple[np.ndarray, np.nda
     in_span = np.zeros(rows.i.size, bool)
     if sp and n_a:
         covered = _coverage(np.asarray(sp, np.int64).reshape(-1, 3), g.a_tid)
-        gap_from = g.a_ts - g.a_gap
-        cuts[:n_a] += covered(g.a_tid, g.a_ts) - covered(g.a_tid, gap_from)
+        # a joined anchor's gap runs from the previous call's end to the handoff; the rest, up to its start, is
+        # the join edge's time (`replay_graph._joins`)
+        joined = (g.a_join >= 0) & (g.a_prev >= 0) & ~g.a_overlap
+        prev_end = np.where(joined, g.a_end[np.maximum(g.a_prev, 0)], g.a_ts - g.a_gap)
+        gap_to = np.where(joined, prev_end + g.a_gap, g.a_ts)
+        cuts[:n_a] += covered(g.a_tid, gap_to) - covered(g.a_tid, prev_end)
+        join_from = np.maximum(g.a_end[np.maximum(g.a_join, 0)], gap_to)
+        cuts[n_a:2 * n_a] += np.where(joined, covered(g.a_tid, g.a_ts) - covered(g.a_tid, np.minimum(join_from, g.a_ts)), 0)
         cuts[2 * n_a:] += covered(g.a_tid, g.a_ts + g.a_own) - covered(g.a_tid, g.a_ts)
         if rows.i.size:
             rt = g.a_tid[rows.seg]
@@ -189,6 +195,22 @@ def _cuts(g: Graph, transforms: Sequence[Transform]) -> tuple[np.ndarray, np.nda
 
 def simulate(g: Graph, transforms: Sequence[Transform] = ()) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
     """Replayed (anchor start, anchor end, activity start, activity end), ns on the trace's clock."""
+    got = edges(g, transforms, pull=True)
+    return split(g, got if isinstance(got, np.ndarray) else longest(*got))
+
+
+def split(g: Graph, t: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    """The graph's event times `t` as (anchor start, anchor end, activity start, activity end)."""
+    n_a = g.a_ts.size
+    return t[0:2 * n_a:2], t[1:2 * n_a:2], t[2 * n_a::2], t[2 * n_a + 1::2]
+
+
+def edges(
+    g: Graph, transforms: Sequence[Transform] = (), pull: bool = False
+) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray] | np.ndarray:
+    """(base, src, dst, off) of the graph's events with `transforms` applied: `longest`'s input (the job replay
+    joins several ranks' arrays). With `pull`, the compiled kernel replays the graph from its own arrays when it
+    can (no edge list: a third of the memory) and the event times come back instead."""
     n_a, n_d = g.a_ts.size, g.d_ts.size
     gap_cut, join_cut, own_cut, dur, keep_wait = _cuts(g, transforms)
     # host time kept by the transforms' host shares together (a blocking call's wait edge still holds it)
@@ -208,15 +230,14 @@ def simulate(g: Graph, transforms: Sequence[Transform] = ()) -> tuple[np.ndarray
     base[2 * first] = g.a_ts[first]
     unlaunched = np.flatnonzero(g.d_launch < 0)
     base[2 * n_a + 2 * unlaunched] = g.d_ts[unlaunched]  # work the trace does not say who launched starts when it did
-    if _pull_c is not None:  # the compiled kernel reads the graph's arrays: no edge list (a third of the memory)
+    if pull and _pull_c is not None:  # the compiled kernel reads the graph's arrays: no edge list
         t = np.empty(base.size, np.int64)
         i64 = [np.ascontiguousarray(x, np.int64) for x in (g.a_wait, g.d_prev, g.d_launch, g.d_x)]
         off = [np.ascontiguousarray(x, np.int64) for x in (jwake, gap, own, g.a_wake, g.d_gap, g.d_lat, g.d_xgap, dur)]
         if _pull_c(base, np.ascontiguousarray(g.a_join, np.int64), np.ascontiguousarray(g.a_prev, np.int64),
                    np.ascontiguousarray(g.a_overlap, np.uint8), np.ascontiguousarray(keep_wait, np.uint8),
                    *i64, *off, t) == 0:
-            A = 2 * n_a  # noqa: N806
-            return t[0:A:2], t[1:A:2], t[A::2], t[A + 1::2]
+            return t
         del t, i64, off  # a cycle: the edge list's kernel below says so
     # the edges (src, dst, offset), kind by kind: each kind's arrays are written into the edge arrays and freed
     # before the next (no list of parts beside the whole: at 2 M events ~100 MB less at the peak)
@@ -239,9 +260,7 @@ def simulate(g: Graph, transforms: Sequence[Transform] = ()) -> tuple[np.ndarray
         src[at:at + r.size], dst[at:at + r.size], off[at:at + r.size] = fs(r), fd(r), fo(r)
         at += r.size
     del kinds, r
-    t = longest(base, src, dst, off)
-    del src, dst, off, base
-    return t[0:A:2], t[1:A:2], t[A::2], t[A + 1::2]
+    return base, src, dst, off
 
 
 @per_trace
@@ -324,6 +343,12 @@ def _boundaries(g: Graph, steps: pl.DataFrame, times: tuple[np.ndarray, ...]) ->
         ends[last] = max(cands) if (not np.isnan(ce) or not np.isnan(ge)) else start[last] + (end[last] - ts[last])
     del gpu_ts
     return start, ends
+
+
+def step_periods(g: Graph, steps: pl.DataFrame, times: tuple[np.ndarray, ...]) -> np.ndarray:
+    """Replayed period (ns) of each step of `steps` from the graph's replayed event times (`split`)."""
+    s, e = _boundaries(g, steps, times)
+    return _per_step(steps, e - s)
 
 
 def replay(trace: Trace, steps: pl.DataFrame, transforms: Sequence[Transform] = ()) -> np.ndarray:

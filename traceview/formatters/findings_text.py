@@ -139,6 +139,22 @@ def _cause(strag: dict) -> str | None:
     return None
 
 
+def _job_replay_line(j: dict, con: Console) -> None:
+    """The job replay in one line: its fit, and the job's step after the straggler's fix and every rank's top fix."""
+    rep, proj = j.get("replay") or {}, j.get("projection") or {}
+    if not rep.get("job_step_us"):
+        return
+    fid = rep.get("fidelity") or {}
+    line = (f"Job replay: step {rep['job_step_us'] / 1000:,.2f} ms (traced {rep['traced_job_step_us'] / 1000:,.2f} ms, "
+            f"every rank within {fid.get('max_error_pct')} %)")
+    sf, top = proj.get("straggler_fixed"), proj.get("all_top_fixes")
+    if sf:
+        line += f"; rank {sf['rank']}'s cause fixed → {sf['job_step_us'] / 1000:,.2f} ms"
+    if top:
+        line += f"; every rank's top fix → {top['job_step_us'] / 1000:,.2f} ms"
+    con.print(Text(line))
+
+
 def _quantile(vals: list[float], q: float) -> float:
     """Nearest-rank quantile of a non-empty list."""
     v = sorted(vals)
@@ -168,8 +184,14 @@ def render_job(j: dict, con: Console, show: Collection[str] = ()) -> None:
         cause = _cause(strag)
         con.print(Text("Straggler: ", style=bold) + Text(cause or str(strag.get("reason"))))
     elif n.get("collectives"):
-        con.print(Text(f"No straggler raised (ranks balanced within the rule's thresholds); "
-                       f"{n['collectives']} collectives matched"))
+        judged = next((f for f in j.get("findings") or [] if (f.get("evidence") or {}).get("last_rank") is not None),
+                      None)
+        if judged is not None:  # the job replay judged the last rank: why it is no straggler (or comm-bound)
+            con.print(Text(f"{judged['title']}: ", style=bold) + Text(str(judged["evidence"].get("note") or "")))
+        else:
+            con.print(Text(f"No straggler raised (ranks balanced within the rule's thresholds); "
+                           f"{n['collectives']} collectives matched"))
+    _job_replay_line(j, con)
     period = j.get("step_period") or {}
     share = {r["rank"]: r.get("exposed_wait_pct") for r in period.get("ranks") or []}
     if period.get("period_us"):

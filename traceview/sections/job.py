@@ -19,7 +19,7 @@ from ..model import Job, Trace
 from ..options import Options
 from ..registry import straggler_rules
 from ..ruleapi import JobContext
-from . import straggler
+from . import job_answer, straggler
 from .findings import run_job_rules
 
 
@@ -55,6 +55,15 @@ def analyze_job(path: str, ranks: list[RankResult], options: Options) -> tuple[d
         except Exception as e:  # noqa: BLE001 - the rest of the job section stands without it
             strag["cause"] = None
             cause_warns.append(f"internal error in the straggler's cause: {type(e).__name__}: {e}")
+    try:  # the job replay: the straggler's fix priced on the job, comm-bound, the projection
+        replay_sec, proj = job_answer.answer(job.traces, steps, matched[0], nccl, [r.entry for r in ranks], options)
+        period_us = _step_period(ranks, nccl).get("period_us")
+        nccl["comm_bound"] = job_answer.comm_bound(job.traces, [r.part for r in ranks],
+                                                   int(nccl.get("steps") or 0), matched[0], nccl, period_us)
+    except Exception as e:  # noqa: BLE001 - the rest of the job section stands without it
+        replay_sec, proj = None, None
+        nccl["comm_bound"] = None
+        cause_warns.append(f"internal error in the job replay: {type(e).__name__}: {e}")
     findings, warns = run_job_rules(JobContext(job=job, steps=steps, comm=nccl, entries=tuple(r.entry for r in ranks)),
                                     options)
     if strag is not None:  # what the job view and the per-rank notes go by
@@ -64,7 +73,8 @@ def analyze_job(path: str, ranks: list[RankResult], options: Options) -> tuple[d
             strag["cause"]["severity"] = max(sev, key=severity_rank) if sev else "info"
     period = _step_period(ranks, nccl)
     entry: dict[str, Any] = {"path": path, "ranks": job.ranks, "classification": _rank_verdicts(ranks, nccl, period),
-                             "nccl": nccl, "findings": findings, "step_period": period}
+                             "nccl": nccl, "findings": findings, "step_period": period, "replay": replay_sec,
+                             "projection": proj}
     _annotate_straggler_waits(nccl, [r.entry for r in ranks])
     return entry, cause_warns + warns
 

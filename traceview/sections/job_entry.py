@@ -1,5 +1,5 @@
 """`JOB_SECTIONS`: the declared parts of a job entry (`jobs` in the document: a directory of 2+ rank files),
-computed by job.py and straggler.py; docs/json-schema.md's JOB table is generated from them."""
+computed by job.py, straggler.py, straggler_fix.py and job_answer.py; docs/json-schema.md's JOB table is generated from them."""
 
 from __future__ import annotations
 
@@ -49,7 +49,15 @@ NCCL = Section(
     "`extra_kernels`, `slower_kernels`, `data_copy`, `other_idle`), `excess_us_per_step`, `evidence` "
     "(`ops` / `kernels` / `syncs` [{`name`, counts and µs per step on the straggler and the others}], "
     "`largest_gap` {`step`, `us`, `after_op`, `before_op`}, `python_frame`, `detail`), `text`, `severity` "
-    "(the straggler finding's)}",
+    "(the straggler finding's)}. From the job replay (GPU jobs, docs/multi-rank.md) the straggler also has `fix` "
+    "(the change made to it: `rank R: <mechanism>`), `job_saving_us_per_step` (the job's step before minus after "
+    "that change, replayed with every rank) and `noise_us_per_step` (the sample standard deviation of the job's "
+    "traced step). `comm_bound` (null without GPU ranks): {`unexplained_per_step_us` (median over the ranks of "
+    "their exposed communication minus their exposed wait for a late rank), `unexplained_pct` (% of the job's "
+    "period), `ranks` [{`rank`, `exposed_comm_per_step_us`, `exposed_wait_per_step_us`, "
+    "`unexplained_per_step_us`}], `link` {`gpu`, `link`, `peak_gbps` (per direction, docs/multi-rank.md's "
+    "table)}, `bandwidth` {`by_collective` [{`collective`, `count`, `bytes`, `transfer_us`, `bus_gbps`}], "
+    "`bytes`, `transfer_us`, `bus_gbps`} or null (no sizes recorded), `link_utilisation_pct`}",
     text="header",
     app_page="job",
 )
@@ -59,7 +67,11 @@ FINDINGS = Section(
     json_type="[FINDING]",
     json_doc="job-level findings, e.g. the straggler rule's naming the straggler rank; its evidence carries "
     "`exposed_wait_per_step_us` / `median_exposed_wait_per_step_us` (mean over the waiting ranks), on "
-    "which its share and severity are based",
+    "which its share and severity are based, or, when the job is replayed, on `job_saving_us_per_step` (with "
+    "`noise_us_per_step`): a straggler is raised only when that saving is above the step-to-step noise (and above "
+    "the profiler's cost when the straggler runs the same work as the others, only slower); otherwise `straggler` "
+    "is null, with `last_rank`, `comm_bound` and a `note`: `Communication-bound: …` (warning at most) or `No "
+    "straggler: …` (info)",
     text="findings",
     app_page="job",
 )
@@ -74,6 +86,27 @@ STEP_PERIOD = Section(
     text="header",
     app_page="job",
 )
+REPLAY = Section(
+    keys=("replay",),
+    computes="the job replayed: every rank's graph joined at its matched collectives (analyses/job_replay.py)",
+    json_type="object or null",
+    json_doc="null when not replayed (host-side collectives): {`fidelity` {`ranks` [{`rank`, `traced_us`, "
+    "`replayed_us`, `mean_error_pct`, `max_error_pct`}], `max_error_pct`}, `job_step_us` (replayed: mean over "
+    "ranks and steps), `traced_job_step_us`, `noise_us`, `collectives`, `doc`} (or {`note`} when the graph "
+    "cannot be replayed)",
+    text="header",
+    app_page="job",
+)
+PROJECTION = Section(
+    keys=("projection",),
+    computes="the job's step replayed with the straggler's cause fixed, and with every rank's top fix",
+    json_type="object or null",
+    json_doc="null when not replayed: {`job_step_us`, `straggler_fixed` {`rank`, `change`, `job_step_us`, "
+    "`saving_us`}, `all_top_fixes` {`fixes` [{`rank`, `rule`}], `job_step_us`, `saving_us`} (each rank's top "
+    "finding with a replayable fix, plus the straggler's cause; jobs of up to 16 ranks, else `note`)}",
+    text="header",
+    app_page="job",
+)
 WARNINGS = Section(
     keys=("warnings",),
     computes="what the job's analysis could not do (only present when there is something)",
@@ -85,4 +118,6 @@ WARNINGS = Section(
 )
 
 #: the keys of a job entry in document order (`warnings` only when there are some)
-JOB_SECTIONS: tuple[Section, ...] = (IDENTITY, CLASSIFICATION, NCCL, FINDINGS, STEP_PERIOD, WARNINGS)
+JOB_SECTIONS: tuple[Section, ...] = (
+    IDENTITY, CLASSIFICATION, NCCL, FINDINGS, STEP_PERIOD, REPLAY, PROJECTION, WARNINGS
+)

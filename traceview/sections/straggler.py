@@ -21,6 +21,9 @@ the job sections).
   (`untraced` + `python`: a busy loop, logging, a checkpoint write, a Python-side data step), *more host ops*
   (work the others do not have), or *the same ops, each slower* (a slower or busier CPU — or uneven profiler
   overhead, which is what `nccl-wait` then says).
+- **Syncs the others do not make**: when the winning class is `cpu_launch` and the straggler makes at least one
+  more blocking sync per step than the others in its windows, the mechanism is `host_sync` (each sync drains the
+  GPU's queue; the idle that follows is the syncs', not a slower host).
 - **The GPU side**: kernels, copies and memsets started in the windows, per name: *extra kernels* (more of
   them than on the others), *the same kernels slower* (a slower GPU, lower clocks, contention) and a *late
   data copy* (memcpy time).
@@ -248,16 +251,12 @@ def _largest_gap(t: Trace, win: pl.DataFrame, rank: int) -> dict | None:
             "before_op": after["name"].item() if after.height else None}
 
 
-def cause(traces: list[Trace], steps: dict[int, pl.DataFrame], parts: dict[int, pl.DataFrame | None],
-          m: pl.DataFrame, strag: int) -> dict | None:
-    """The straggler's cause (see the module doc); None when it was never late at a matched collective.
-    `traces`, `steps`, `parts` by position in the job; `m` the matched collectives (`comm.match`)."""
-    if m.height == 0:
+def windows(traces: list[Trace], steps: dict[int, pl.DataFrame], m: pl.DataFrame, strag: int) -> tuple | None:
+    """(traces by rank, lead-up windows, late keys, the compared steps, the ranks) of the straggler (`_lead_up`,
+    on the steps where every rank has a window); None when there is nothing to compare."""
+    if m.height == 0 or not any(k in steps and steps[k].height for k in range(len(traces))):
         return None
     by_rank = {rank_id(t, k): t for k, t in enumerate(traces)}
-    parts_r = {rank_id(t, k): parts.get(k) for k, t in enumerate(traces)}
-    if not any(k in steps and steps[k].height for k in range(len(traces))):
-        return None
     starts = pl.concat([steps[k].select(pl.lit(rank_id(t, k), pl.Int64).alias("rank"), pl.col("step").cast(pl.Int64),
                                         (pl.col("ts") + t.meta.epoch_offset_ns).alias("start"))
                         for k, t in enumerate(traces) if k in steps and steps[k].height])
@@ -268,6 +267,18 @@ def cause(traces: list[Trace], steps: dict[int, pl.DataFrame], parts: dict[int, 
     win = win.filter(pl.col("step").is_in(full))
     if not full or strag not in by_rank:
         return None
+    return by_rank, win, late, full, ranks
+
+
+def cause(traces: list[Trace], steps: dict[int, pl.DataFrame], parts: dict[int, pl.DataFrame | None],
+          m: pl.DataFrame, strag: int) -> dict | None:
+    """The straggler's cause (see the module doc); None when it was never late at a matched collective.
+    `traces`, `steps`, `parts` by position in the job; `m` the matched collectives (`comm.match`)."""
+    w = windows(traces, steps, m, strag)
+    if w is None:
+        return None
+    by_rank, win, late, full, ranks = w
+    parts_r = {rank_id(t, k): parts.get(k) for k, t in enumerate(traces)}
     host_only = any(p is None or p.height == 0 for p in parts_r.values())
     cls, host = _class_times(by_rank, parts_r, win, host_only)
     cx = _excess(cls, "cls", ["dur"], strag, ranks, full).filter(~pl.col("cls").is_in(WAIT_CLASSES))
@@ -371,6 +382,18 @@ def _mechanism(klass: str, excess: float, by_rank: dict[int, Trace], win: pl.Dat
             ev["detail"] = (f"`{r['name'][:80]}` {r['count_per_step']:g} syncs/step vs "
                             f"{r['others_count_per_step']:g} on the others")
         return "host_sync", ev
+    if klass == "cpu_launch":
+        # syncs the others do not make: each one drains the GPU's queue, and the GPU then idles while the host
+        # issues the next work (`cpu_launch`) — the cause is the syncs, not slower host ops
+        sc = _syncs(by_rank, win)
+        if sc.height:
+            x = _excess(sc, "name", ["n", "dur"], strag, ranks, steps).sort(["dur_x", "name"], descending=[True, False])
+            if float(x["n_x"].clip(lower_bound=0).sum()) >= 1.0 and float(x["dur_x"].clip(lower_bound=0).sum()) > 0:
+                ev["syncs"] = _op_rows(x)
+                r = ev["syncs"][0]
+                ev["detail"] = (f"`{r['name'][:80]}` {r['count_per_step']:g} syncs/step vs "
+                                f"{r['others_count_per_step']:g} on the others")
+                return "host_sync", ev
     mech = {"input": "input", "other_idle": "other_idle"}.get(klass)
     if mech is None:  # cpu_launch (GPU ranks) or host_busy (CPU ranks): what the host did instead of issuing work
         code = sum(hxd.get(c, 0.0) for c in HOST_CODE)

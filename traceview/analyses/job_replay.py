@@ -1,0 +1,165 @@
+"""The job replay: every rank's replay graph (replay_graph) joined by its matched collectives, and the job's step
+periods it gives, unmodified or with one rank's change applied (docs/replay.md, "Jobs").
+
+A collective is a cross-rank edge: its kernel on every rank of the group completes only once the last rank has
+arrived. Per matched collective (`comm.match`: process group + sequence number, else order per family) a join
+event J >= S(kernel on each rank), and E(kernel on rank r) >= J + (its recorded end − the latest arrival), the
+transfer time after the last rank joined; the kernel's own duration edge keeps only that part. Unmodified, the
+joint graph reproduces each rank's periods as its own replay does; with a change on one rank (a fix on its rows:
+`replay.Transform`) the other ranks' collectives end when the changed rank now arrives, so their waits shrink
+or grow with it: the job's step after the change.
+
+Host-side (gloo) collectives are not device activities of the graph: such jobs are not replayed (`None`).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, replace
+
+import numpy as np
+import polars as pl
+
+from ..model import Trace
+from .replay import NEG, Transform, edges, longest, split, step_periods
+from .replay_graph import Graph, build
+
+
+@dataclass(frozen=True)
+class JobGraph:
+    """The ranks' graphs (in job order) and the collective edges between them (indices into the joint events)."""
+
+    ranks: list[int]
+    graphs: list[Graph]
+    first: np.ndarray  # first joint event index of each rank's graph
+    clock: np.ndarray  # each rank's offset to the job's absolute clock (ns)
+    n_events: int  # all ranks' events plus one join event per collective
+    src: np.ndarray
+    dst: np.ndarray
+    off: np.ndarray
+    comm_dur: list[dict[int, int]]  # per rank: collective kernel gpu row -> duration kept (transfer after the join)
+    collectives: int
+
+
+def _positions(d_i: np.ndarray, ids: np.ndarray) -> np.ndarray:
+    """Activity positions of gpu row ids (-1 where the graph has none)."""
+    o = np.argsort(d_i, kind="stable")
+    p = np.searchsorted(d_i[o], ids)
+    pc = np.minimum(p, max(o.size - 1, 0))
+    ok = (p < o.size) & (d_i[o[pc]] == ids) if o.size else np.zeros(ids.size, bool)
+    return np.where(ok, o[pc] if o.size else -1, -1)
+
+
+def _waits_float(g: Graph) -> Graph:
+    """The graph with every call that waited for the device floored at the shortest call of its name that did not
+    wait (0 when every call of the name waited: the wait edge then gives its end). A rank that waits in a
+    collective waits in its blocking calls too (`.item()` after the optimizer): when the collective ends earlier,
+    so must they; the single-rank floor (the shortest call of the name) is itself a wait when every call waited."""
+    waited = g.a_wait >= 0
+    if not waited.any():
+        return g
+    df = pl.DataFrame({"name": g.a_name, "own": g.a_own, "w": waited, "m": g.a_marker})
+    free = df.filter(~pl.col("w") & ~pl.col("m")).group_by("name").agg(pl.col("own").min().alias("f"))
+    fl = df.select("name").join(free, on="name", how="left", maintain_order="left")["f"].fill_null(0).to_numpy()
+    return replace(g, a_own=np.where(waited, np.minimum(g.a_own, fl), g.a_own))
+
+
+def build_job(traces: Sequence[Trace], ranks: Sequence[int], m: pl.DataFrame) -> JobGraph | None:
+    """The joint graph of a job's ranks (`traces[k]` is rank `ranks[k]`) and its matched collectives `m`
+    (`comm.match`, kernel source). None without matched collective kernels."""
+    if m.height == 0 or "i" not in m.columns:
+        return None
+    graphs = [_waits_float(build(t)) for t in traces]
+    sizes = np.array([g.n_events for g in graphs], np.int64)
+    first = np.concatenate([[0], np.cumsum(sizes)[:-1]]).astype(np.int64)
+    keys = m["key"].unique().sort()
+    kid = pl.DataFrame({"key": keys, "_j": np.arange(keys.len(), dtype=np.int64)})
+    mm = m.join(kid, on="key").with_columns(
+        x=(pl.col("end") - pl.col("ts").max().over("key")).clip(lower_bound=0))
+    srcs, dsts, offs, comm_dur = [], [], [], []
+    join0 = int(sizes.sum())
+    for k, (g, r) in enumerate(zip(graphs, ranks, strict=True)):
+        rows = mm.filter(pl.col("rank") == r)
+        pos = _positions(g.d_i, rows["i"].to_numpy().astype(np.int64))
+        ok = pos >= 0
+        n_a = g.a_ts.size
+        s_ev = first[k] + 2 * n_a + 2 * pos[ok]
+        j_ev = join0 + rows["_j"].to_numpy()[ok]
+        x = rows["x"].to_numpy().astype(np.int64)[ok]
+        srcs += [s_ev, j_ev]
+        dsts += [j_ev, s_ev + 1]
+        offs += [np.zeros(s_ev.size, np.int64), x]
+        comm_dur.append(dict(zip(rows["i"].to_numpy()[ok].tolist(), x.tolist(), strict=True)))
+    return JobGraph(ranks=list(ranks), graphs=graphs, first=first,
+                    clock=np.array([t.meta.epoch_offset_ns for t in traces], np.int64),
+                    n_events=join0 + keys.len(), src=np.concatenate(srcs), dst=np.concatenate(dsts),
+                    off=np.concatenate(offs), comm_dur=comm_dur, collectives=keys.len())
+
+
+def simulate_job(jg: JobGraph, changes: Mapping[int, Sequence[Transform]] | None = None) -> list[tuple[np.ndarray, ...]]:
+    """Each rank's replayed event times (`replay.split`, on its own clock) with `changes` (rank -> transforms)."""
+    base, src, dst, off = [np.full(jg.n_events - int(jg.first[-1] + jg.graphs[-1].n_events), NEG, np.int64)], \
+        [jg.src], [jg.dst], [jg.off]
+    parts = []
+    for k, (g, r) in enumerate(zip(jg.graphs, jg.ranks, strict=True)):
+        tr = [Transform("collective transfer", gpu_dur=jg.comm_dur[k]), *((changes or {}).get(r, ()))]
+        b, s, d, o = edges(g, tr)
+        parts.append(np.where(b == NEG, NEG, b + jg.clock[k]))
+        src.append(s + jg.first[k])
+        dst.append(d + jg.first[k])
+        off.append(o)
+    base = [*parts, *base]
+    t = longest(np.concatenate(base), np.concatenate(src), np.concatenate(dst), np.concatenate(off))
+    out = []
+    for k, g in enumerate(jg.graphs):
+        lo = int(jg.first[k])
+        local = t[lo:lo + g.n_events]
+        out.append(split(g, np.where(local == NEG, NEG, local - jg.clock[k])))
+    return out
+
+
+def job_periods(jg: JobGraph, steps: Sequence[pl.DataFrame],
+                changes: Mapping[int, Sequence[Transform]] | None = None) -> np.ndarray:
+    """[rank, step] replayed step periods (ns) of the job, each rank over its own `steps` (the same logical
+    steps on every rank; a rank with fewer steps is padded with NaN)."""
+    times = simulate_job(jg, changes)
+    n = max((s.height for s in steps), default=0)
+    out = np.full((len(jg.graphs), n), np.nan)
+    for k, (g, st) in enumerate(zip(jg.graphs, steps, strict=True)):
+        if st.height:
+            out[k, :st.height] = step_periods(g, st, times[k])
+    return out
+
+
+def traced_periods(steps: Sequence[pl.DataFrame]) -> np.ndarray:
+    """[rank, step] traced step periods (ns), NaN-padded as `job_periods`."""
+    n = max((s.height for s in steps), default=0)
+    out = np.full((len(steps), n), np.nan)
+    for k, st in enumerate(steps):
+        out[k, :st.height] = (st["end"] - st["ts"]).to_numpy()
+    return out
+
+
+def job_step(periods: np.ndarray) -> float:
+    """The job's step (ns) from [rank, step] periods: every rank runs the job's step, so the mean over ranks and
+    steps (the ranks' periods differ only by where each one's step boundary falls)."""
+    return float(np.nanmean(periods)) if periods.size else float("nan")
+
+
+def noise_ns(periods: np.ndarray) -> float:
+    """The step-to-step noise of the job (ns): the sample standard deviation of the job's step (mean over ranks)
+    across the steps (0 with one step)."""
+    per_step = np.nanmean(periods, axis=0) if periods.size else np.zeros(0)
+    return float(np.std(per_step, ddof=1)) if per_step.size > 1 else 0.0
+
+
+def fidelity(jg: JobGraph, steps: Sequence[pl.DataFrame], base: np.ndarray) -> dict:
+    """The joint replay's fit per rank: mean and worst relative error of its replayed step periods."""
+    traced = traced_periods(steps)
+    err = np.abs(base / np.where(traced > 0, traced, np.nan) - 1)
+    rows = [{"rank": r, "traced_us": round(float(np.nanmean(traced[k])) / 1000, 3),
+             "replayed_us": round(float(np.nanmean(base[k])) / 1000, 3),
+             "mean_error_pct": round(100 * float(np.nanmean(err[k])), 2),
+             "max_error_pct": round(100 * float(np.nanmax(err[k])), 2)} for k, r in enumerate(jg.ranks)
+            if np.isfinite(err[k]).any()]
+    return {"ranks": rows, "max_error_pct": max((r["max_error_pct"] for r in rows), default=None)}

@@ -1,0 +1,135 @@
+"""The job's answer from the job replay (analyses/job_replay.py): how well the joint replay reproduces each
+rank, what fixing the straggler's cause gives the job (`jobs[].nccl.straggler.job_saving_us_per_step`), whether
+the exposed communication is the transfer's own (`jobs[].nccl.comm_bound`), and the job's step after the
+straggler's fix and after every rank's top fix (`jobs[].projection`). Times in µs per step.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+import polars as pl
+
+from traceview.rules import BY_NAME
+
+from ..analyses import busbw, job_replay
+from ..analyses.comm import rank_id
+from ..analyses.fixes import transforms
+from ..model import Trace
+from ..ruleapi import RuleContext
+from .straggler_fix import fix_transform
+
+#: every rank's top fix is replayed (a rule context per rank) up to this many ranks
+MAX_FIX_RANKS = 16
+
+
+def _us(ns: float) -> float | None:
+    return round(float(ns) / 1000, 3) if np.isfinite(ns) else None
+
+
+def _saving(base: np.ndarray, changed: np.ndarray) -> float:
+    """The job's saving per step (ns): the median over the steps of the job step (mean over ranks) before minus
+    after the change (the median: the first replayed step starts from the recording's own start)."""
+    d = np.nanmean(base, axis=0) - np.nanmean(changed, axis=0)
+    d = d[np.isfinite(d)]
+    return float(np.median(d)) if d.size else 0.0
+
+
+def _top_fixes(traces: list[Trace], steps: list[pl.DataFrame], entries: list[dict], options) -> dict[int, Any]:
+    """rank position -> (rule, Transform) of its top finding with a replayable fix."""
+    out: dict[int, Any] = {}
+    for k, (t, st, e) in enumerate(zip(traces, steps, entries, strict=True)):
+        fs = sorted((f for f in e.get("findings") or [] if f.get("savings_us", 0) > 0 and f["rule"] in BY_NAME),
+                    key=lambda f: -f["savings_us"])
+        if not fs or not t.has_gpu:
+            continue
+        ctx, _ = RuleContext.prepare(t, st)
+        for f in fs:
+            tf = transforms(ctx, options, [BY_NAME[f["rule"]]])
+            if tf:
+                out[k] = (f["rule"], tf[f["rule"]])
+                break
+    return out
+
+
+def comm_bound(traces: list[Trace], parts: list[pl.DataFrame | None], nsteps: int, m: pl.DataFrame,
+               nccl: dict, period_us: float | None) -> dict | None:
+    """Exposed communication no rank's lateness explains: per rank its exposed communication per step (the
+    classifier's `communication`) minus its exposed wait for later ranks; with the bus bandwidth achieved and
+    the link's. None without GPU ranks."""
+    waits = {r["rank"]: r.get("exposed_wait_per_step_us") or 0.0 for r in nccl.get("ranks") or []}
+    rows = []
+    for k, (t, p) in enumerate(zip(traces, parts, strict=True)):
+        if p is None or p.height == 0 or not nsteps:
+            continue
+        c = p.filter(pl.col("cls") == "communication")
+        exposed = float((c["end"] - c["ts"]).sum()) / 1000 / nsteps if c.height else 0.0
+        r = rank_id(t, k)
+        rows.append({"rank": r, "exposed_comm_per_step_us": round(exposed, 3),
+                     "exposed_wait_per_step_us": round(waits.get(r, 0.0), 3),
+                     "unexplained_per_step_us": round(max(exposed - waits.get(r, 0.0), 0.0), 3)})
+    if not rows:
+        return None
+    un = float(np.median([r["unexplained_per_step_us"] for r in rows]))
+    first = next(k for k, t in enumerate(traces) if t.has_gpu)
+    bw = busbw.bus_bandwidth(traces[first], m, rank_id(traces[first], first)) if m.height else None
+    ln = busbw.link(traces[first])
+    out = {"unexplained_per_step_us": round(un, 3),
+           "unexplained_pct": round(100 * un / period_us, 2) if period_us else None,
+           "ranks": rows, "link": ln, "bandwidth": bw,
+           "link_utilisation_pct": round(100 * bw["bus_gbps"] / ln["peak_gbps"], 1) if bw else None}
+    return out
+
+
+def answer(traces: list[Trace], steps: dict[int, pl.DataFrame], m: pl.DataFrame, nccl: dict,
+           entries: list[dict], options) -> tuple[dict | None, dict | None]:
+    """(the job's `replay` section, its `projection`) — None, None when the job is not replayed (no matched
+    collective kernels: host-side gloo collectives are not graph activities)."""
+    if nccl.get("source") != "kernel" or m.height == 0:
+        return None, None
+    st = [steps.get(k, pl.DataFrame()) for k in range(len(traces))]
+    ranks = [rank_id(t, k) for k, t in enumerate(traces)]
+    jg = job_replay.build_job(traces, ranks, m)
+    if jg is None:
+        return None, None
+    try:
+        base = job_replay.job_periods(jg, st)
+    except ValueError as e:  # a cycle: collectives matched in different orders on different ranks
+        return {"note": f"the job is not replayed: {e}"}, None
+    traced = job_replay.traced_periods(st)
+    fid = job_replay.fidelity(jg, st, base)
+    noise = job_replay.noise_ns(traced)
+    rep = {"fidelity": fid, "job_step_us": _us(job_replay.job_step(base)),
+           "traced_job_step_us": _us(job_replay.job_step(traced)), "noise_us": _us(noise),
+           "collectives": jg.collectives, "doc": "docs/multi-rank.md"}
+    proj: dict[str, Any] = {"job_step_us": rep["job_step_us"]}
+    strag = nccl.get("straggler")
+    tr = None
+    if strag is not None:
+        tr = fix_transform(traces, steps, m, strag["rank"], strag.get("cause"))
+        if tr is not None:
+            fixed = job_replay.job_periods(jg, st, {strag["rank"]: [tr]})
+            saving = max(_saving(base, fixed), 0.0)
+            strag["job_saving_us_per_step"] = _us(saving)
+            c = strag.get("cause") or {}
+            if c.get("text"):
+                c["text"] += f"; fixing it on rank {strag['rank']} alone saves the job {saving / 1e6:,.1f} ms per step (job replay)"
+            strag["fix"] = tr.name
+            proj["straggler_fixed"] = {"rank": strag["rank"], "change": tr.name,
+                                       "job_step_us": _us(job_replay.job_step(base) - saving),
+                                       "saving_us": _us(saving)}
+        strag["noise_us_per_step"] = _us(noise)
+    if len(traces) <= MAX_FIX_RANKS:
+        tops = _top_fixes(traces, st, entries, options)
+        if tops:
+            changes = {ranks[k]: [tf] for k, (_, tf) in tops.items()}
+            if tr is not None:  # the straggler's cause fixed too
+                changes[strag["rank"]] = [tr, *changes.get(strag["rank"], [])]
+            fixed = job_replay.job_periods(jg, st, changes)
+            saving = max(_saving(base, fixed), 0.0)
+            proj["all_top_fixes"] = {"fixes": [{"rank": ranks[k], "rule": r} for k, (r, _) in sorted(tops.items())],
+                                     "job_step_us": _us(job_replay.job_step(base) - saving), "saving_us": _us(saving)}
+    else:
+        proj["note"] = f"every rank's top fix is replayed for jobs of up to {MAX_FIX_RANKS} ranks"
+    return rep, proj
