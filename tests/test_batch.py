@@ -50,7 +50,6 @@ def test_discover_groups_runs_and_separates_unrelated_traces():
     assert [j.label for j in discover([SAMPLES / "nccl_h200x2"]).jobs][:2] == ["ddp_balanced", "ddp_balanced_launch_bound"]
 
 
-@pytest.mark.xfail(strict=True, reason="expectation written before the merged replay model (issue 25): savings are per-step replays now and severities follow them; re-derive from an independent measurement")
 def test_batch_rows_and_outputs(tmp_path):
     outs = [tmp_path / f"s.{x}" for x in ("json", "csv", "parquet", "md")]
     args = [H200, DDP, "--sarif", tmp_path / "s.sarif", "--junit", tmp_path / "s.xml"]

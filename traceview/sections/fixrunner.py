@@ -17,10 +17,11 @@ import numpy as np
 
 from traceview.rules import BY_NAME, RULES
 
-from ..analyses.fixes import rule_savings, transforms
+from ..analyses.fixes import mean_saving_us, rule_savings, transforms
 from ..analyses.overhead import profiler_transform
 from ..analyses.replay import Transform, replay
-from ..findings import ranked, severity_for
+from ..findings import ranked, severity_for, severity_rank
+from .findings import RULE_SEVERITY
 
 
 def apply(ctx, options, findings: list[dict]) -> tuple[list[dict], dict[str, Any]]:
@@ -34,7 +35,8 @@ def apply(ctx, options, findings: list[dict]) -> tuple[list[dict], dict[str, Any
     window_us = ctx.window_ns / 1000 / n  # traced step: the share the severities read
     out = []
     for r in {f["rule"] for f in findings}:
-        fs = [f for f in findings if f["rule"] == r]
+        fs = [{k: v for k, v in f.items() if k != RULE_SEVERITY} for f in findings if f["rule"] == r]
+        judged = [bool(f.get(RULE_SEVERITY)) for f in findings if f["rule"] == r]
         s = sav.get(r)
         if s is None:  # no fix model: the finding keeps its evidence, not a saving
             for f in fs:
@@ -45,17 +47,38 @@ def apply(ctx, options, findings: list[dict]) -> tuple[list[dict], dict[str, Any
         cost = np.array([max(float(f["cost_us"]), 0.0) for f in fs])
         w = cost / cost.sum() if cost.sum() > 0 else np.full(len(fs), 1.0 / len(fs))
         opts = options.options_for(BY_NAME[r]) if r in BY_NAME else {}
-        for f, wi in zip(fs, w, strict=True):
+        for f, wi, own in zip(fs, w, judged, strict=True):
             us = min(s["unprofiled_us"] * float(wi), base_us)
             pct = 100.0 * us / window_us if window_us else 0.0  # of the traced step, as the verdict's shares
             sev = f["severity"]
-            if "moderate_pct" in opts and f["severity"] != "info":
+            if "moderate_pct" in opts:  # the replayed saving grades it; a rule's own judgement is a ceiling
                 sev = severity_for(pct, opts["moderate_pct"], opts["high_pct"], BY_NAME[r].SEVERITY)
+                if own and severity_rank(f["severity"]) < severity_rank(sev):
+                    sev = f["severity"]
             if us <= 0.0005:
                 sev = "info"
-            out.append({**f, "savings_us": round(us, 3), "savings_pct": round(pct, 2), "severity": sev})
+            f = {**f, "savings_us": round(us, 3), "savings_pct": round(pct, 2), "severity": sev}
+            traced_pct = 100.0 * s["traced_us"] * float(wi) / window_us if window_us else 0.0
+            if "moderate_pct" in opts and pct < opts["moderate_pct"] <= traced_pct:
+                f["evidence"] = {**f["evidence"], "profiler": _profiler_note(ctx, us, traced_pct, pct)}
+            out.append(f)
     # what to fix first leads: findings above info by replayed saving, then the info ones
     return sorted(ranked(out), key=lambda f: f["severity"] == "info"), {"rules": sav, "transforms": tf, "base_step_us": base_us}
+
+
+def _profiler_note(ctx, us: float, traced_pct: float, pct: float) -> dict[str, Any]:
+    """Evidence for a finding whose fix saves a moderate share of the traced step but not once the replay takes
+    the profiler's cost off (analyses.overhead): the profiler explains most of what the rule saw."""
+    prof = ctx.profiler
+    how = "measured by the collector" if prof.get("source") == "manifest" else "estimated from the recorded events"
+    over = float(prof.get("overhead_ns") or 0.0) / 1000
+    return {"source": prof.get("source"), "overhead_per_step_us": round(over, 3),
+            "unprofiled_step_us": round(float(prof.get("unprofiled_step_ns") or 0.0) / 1000, 3),
+            "traced_savings_pct": round(traced_pct, 2), "unprofiled_savings_pct": round(pct, 2),
+            "note": (f"the profiler's own cost ({how}: {over:,.1f} µs per step) accounts for most of this: replayed "
+                     f"without it the fix saves {us:,.1f} µs a step ({pct:.1f} %, against {traced_pct:.1f} % of the "
+                     "traced step) — re-record with fewer events (no --stack/--modules) or time the unprofiled step "
+                     "to confirm")}
 
 
 def what_if(ctx, tf: dict[str, Transform], names: Sequence[str]) -> dict[str, Any]:
@@ -76,4 +99,4 @@ def what_if(ctx, tf: dict[str, Transform], names: Sequence[str]) -> dict[str, An
             "nothing_to_fix": [r for r in chosen if r not in tf and hasattr(BY_NAME[r], "fix_transform")],
             "unknown": unknown,
             "step_us": round(float(b.mean()) / 1000, 3), "fixed_step_us": round(float(f.mean()) / 1000, 3),
-            "savings_us": round(float(np.clip(b - f, 0, b).mean()) / 1000, 3)}
+            "savings_us": round(mean_saving_us(b, f), 3)}

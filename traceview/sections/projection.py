@@ -12,9 +12,7 @@ from __future__ import annotations
 
 from typing import Any
 
-import numpy as np
-
-from ..analyses.fixes import transforms
+from ..analyses.fixes import mean_saving_us, transforms
 from ..analyses.overhead import profiler_transform
 from ..analyses.replay import replay
 from ..options import Options
@@ -70,7 +68,7 @@ def projection_section(ctx: RuleContext | None, findings: list[dict], profiling:
     fixes.sort(key=lambda x: (-x["savings_us"], x["code"]))
     every = [tf[f["rule"]] for f in fixes if f["rule"] in tf]
     traced_all = float(replay(ctx.trace, ctx.steps, every).mean()) / 1000 if every else step / 1000
-    unprof_all = float(np.clip(replay(ctx.trace, ctx.steps, [*base, *every]), 0, b).mean()) / 1000 if every else b_us
+    unprof_all = b_us - mean_saving_us(b, replay(ctx.trace, ctx.steps, [*base, *every])) if every else b_us
     out = {
         "step_us": round(step / 1000, 3), "unprofiled_step_us": round(unprof, 3) if unprof is not None else None,
         "unprofiled_source": source, "replayed_unprofiled_step_us": round(b_us, 3), "fixes": fixes,
