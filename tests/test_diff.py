@@ -202,7 +202,7 @@ def test_cli_formats_and_errors(tmp_path):
     r = run("diff", a, b, "--format", "json")
     assert r.returncode == 0, r.stderr
     doc = json.loads(r.stdout)
-    assert doc["schema_version"] == 1 and doc["kind"] == "traceview-diff"
+    assert doc["schema_version"] == 2 and doc["kind"] == "traceview-diff"
     assert doc["pairs"][0]["classes"] == _one("gpu_h200/elementwise_chain_eager.json.gz",
                                               "gpu_h200/elementwise_chain_compiled.json.gz")["classes"]
     out = tmp_path / "d.md"

@@ -67,7 +67,8 @@ SECTIONS: tuple[Section, ...] = (
     cpu.SECTION,
 )
 
-SCHEMA_VERSION = 1
+#: 2: a finding's `savings_us` is the replayed saving per step in unprofiled terms (issue 25; was over all steps)
+SCHEMA_VERSION = 2
 
 
 def select_steps(trace: Trace, step: int | None) -> pl.DataFrame:

@@ -61,14 +61,17 @@ def apply(ctx, options, findings: list[dict]) -> tuple[list[dict], dict[str, Any
             traced_pct = 100.0 * s["traced_us"] * float(wi) / window_us if window_us else 0.0
             if "moderate_pct" in opts and pct < opts["moderate_pct"] <= traced_pct:
                 f["evidence"] = {**f["evidence"], "profiler": _profiler_note(ctx, us, traced_pct, pct)}
+            elif "profiler" in f["evidence"]:  # a rule's own estimate of the profiler's share: the replay's instead
+                f["evidence"] = {**f["evidence"], "profiler": _profiler_note(ctx, us, traced_pct, pct, most=False)}
             out.append(f)
     # what to fix first leads: findings above info by replayed saving, then the info ones
     return sorted(ranked(out), key=lambda f: f["severity"] == "info"), {"rules": sav, "transforms": tf, "base_step_us": base_us}
 
 
-def _profiler_note(ctx, us: float, traced_pct: float, pct: float) -> dict[str, Any]:
+def _profiler_note(ctx, us: float, traced_pct: float, pct: float, most: bool = True) -> dict[str, Any]:
     """Evidence for a finding whose fix saves a moderate share of the traced step but not once the replay takes
-    the profiler's cost off (analyses.overhead): the profiler explains most of what the rule saw."""
+    the profiler's cost off (analyses.overhead): the profiler explains most of what the rule saw (`most`), else
+    the replayed saving with and without the profiler's cost."""
     prof = ctx.profiler
     how = "measured by the collector" if prof.get("source") == "manifest" else "estimated from the recorded events"
     over = float(prof.get("overhead_ns") or 0.0) / 1000
@@ -78,7 +81,9 @@ def _profiler_note(ctx, us: float, traced_pct: float, pct: float) -> dict[str, A
             "note": (f"the profiler's own cost ({how}: {over:,.1f} µs per step) accounts for most of this: replayed "
                      f"without it the fix saves {us:,.1f} µs a step ({pct:.1f} %, against {traced_pct:.1f} % of the "
                      "traced step) — re-record with fewer events (no --stack/--modules) or time the unprofiled step "
-                     "to confirm")}
+                     "to confirm") if most else (
+                     f"the profiler's own cost ({how}: {over:,.1f} µs per step) is replayed away: the fix saves "
+                     f"{us:,.1f} µs a step ({pct:.1f} %; {traced_pct:.1f} % of the step as traced)")}
 
 
 def what_if(ctx, tf: dict[str, Transform], names: Sequence[str]) -> dict[str, Any]:
