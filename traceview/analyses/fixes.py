@@ -11,7 +11,7 @@ from types import ModuleType
 import numpy as np
 import polars as pl
 
-from .overhead import profiler_transform
+from .overhead import measured_transform
 from .replay import Transform, replay
 
 #: a fix saving less than this share of the step is "nothing the rules know to fix"
@@ -64,12 +64,20 @@ def per_step_us(trace, steps: pl.DataFrame, t: Sequence[Transform] | Transform, 
     return min(got, sum(bounds)) if bounds and len(bounds) == len(ts) else got
 
 
+def pricing_transform(ctx) -> Transform:
+    """The profiler-cost transform every saving is priced against: solved to the collector's measured unprofiled
+    step where there is one (`ctx.profiler` source `manifest`), else the fitted model (analyses.overhead)."""
+    prof = ctx.profiler or {}
+    measured = prof.get("unprofiled_step_ns") if prof.get("source") == "manifest" else None
+    return measured_transform(ctx.trace, ctx.steps, measured)
+
+
 def rule_savings(ctx, tf: dict[str, Transform]) -> dict[str, dict[str, float]]:
     """rule -> {unprofiled_us, traced_us}: each fix's per-step saving with the profiler's cost removed, and on
     the trace as recorded (each base replayed once)."""
     if not tf:
         return {}
-    base = [profiler_transform(ctx.trace)]
+    base = [pricing_transform(ctx)]
     b_un, b_tr = replay(ctx.trace, ctx.steps, base), replay(ctx.trace, ctx.steps, [])
     return {r: {"unprofiled_us": per_step_us(ctx.trace, ctx.steps, t, base, b_un),
                 "traced_us": per_step_us(ctx.trace, ctx.steps, t, [], b_tr)} for r, t in tf.items()}

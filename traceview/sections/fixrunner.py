@@ -17,8 +17,7 @@ import numpy as np
 
 from traceview.rules import BY_NAME, RULES
 
-from ..analyses.fixes import mean_saving_us, rule_savings, transforms
-from ..analyses.overhead import profiler_transform
+from ..analyses.fixes import mean_saving_us, pricing_transform, rule_savings, transforms
 from ..analyses.replay import Transform, replay
 from ..findings import ranked, severity_for, severity_rank
 from .findings import RULE_SEVERITY
@@ -31,7 +30,7 @@ def apply(ctx, options, findings: list[dict]) -> tuple[list[dict], dict[str, Any
     tf = transforms(ctx, options, [BY_NAME[r] for r in named])
     sav = rule_savings(ctx, tf)
     n = max(1, ctx.steps.height)
-    base_us = float(replay(ctx.trace, ctx.steps, [profiler_transform(ctx.trace)]).mean()) / 1000
+    base_us = float(replay(ctx.trace, ctx.steps, [pricing_transform(ctx)]).mean()) / 1000
     window_us = ctx.window_ns / 1000 / n  # traced step: the share the severities read
     out = []
     for r in {f["rule"] for f in findings}:
@@ -96,7 +95,7 @@ def what_if(ctx, tf: dict[str, Transform], names: Sequence[str]) -> dict[str, An
             unknown.append(n)
         elif mod.NAME not in chosen:
             chosen.append(mod.NAME)
-    base = [profiler_transform(ctx.trace)]
+    base = [pricing_transform(ctx)]
     b = replay(ctx.trace, ctx.steps, base)
     have = [tf[r] for r in chosen if r in tf]
     f = replay(ctx.trace, ctx.steps, [*base, *have]) if have else b

@@ -12,8 +12,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from ..analyses.fixes import mean_saving_us, transforms
-from ..analyses.overhead import profiler_transform
+from ..analyses.fixes import mean_saving_us, pricing_transform, transforms
 from ..analyses.replay import replay
 from ..options import Options
 from ..ruleapi import RuleContext
@@ -23,7 +22,7 @@ from .section import Section
 SECTION = Section(
     keys=('projection',), computes="the average step projected with each rule's findings fixed, and with all",
     json_type='object\\|null', text='header', app_page='overview',
-    json_doc="the step replayed with each rule's fix, with all of them together and with a chosen set (docs/replay.md; nothing is added up): `step_us` (measured average analysed step), `unprofiled_step_us` (the profiling estimate, else the collector's measured step; null otherwise), `unprofiled_source` (`estimate`/`measured`/null), `replayed_unprofiled_step_us` (the replay with the profiler's cost removed), `fixes` [{`rule`, `code`, `model` (`replay`, or null when the rule's fix cannot be replayed), `savings_us` (per step, unprofiled terms: the same number as its findings' savings together), `traced_savings_us`, `step_us`}] sorted by savings, `all_fixed_step_us`, `all_fixed_unprofiled_step_us` (one replay with every fix), `what_if` (`--what-if RULES`: {`fixes`, `step_us`, `savings_us`}, else null). Ready for a waterfall chart",
+    json_doc="the step replayed with each rule's fix, with all of them together and with a chosen set (docs/replay.md; nothing is added up): `step_us` (measured average analysed step), `unprofiled_step_us` (the profiling estimate, else the collector's measured step; null otherwise), `unprofiled_source` (`estimate`/`measured`/null), `replayed_unprofiled_step_us` (the replay with the profiler's cost removed, solved to the collector's measured unprofiled step where there is one), `fixes` [{`rule`, `code`, `model` (`replay`, or null when the rule's fix cannot be replayed), `savings_us` (per step, unprofiled terms: the same number as its findings' savings together), `traced_savings_us`, `step_us`}] sorted by savings, `all_fixed_step_us`, `all_fixed_unprofiled_step_us` (one replay with every fix), `what_if` (`--what-if RULES`: {`fixes`, `step_us`, `savings_us`}, else null). Ready for a waterfall chart",
 )
 
 
@@ -54,7 +53,7 @@ def projection_section(ctx: RuleContext | None, findings: list[dict], profiling:
     unprof, source, _ref = unprofiled_step_us(profiling)
     info = fixinfo or {"rules": {}, "transforms": {}}
     tf, sav = info["transforms"], info["rules"]
-    base = [profiler_transform(ctx.trace)]
+    base = [pricing_transform(ctx)]
     b = replay(ctx.trace, ctx.steps, base)
     b_us = float(b.mean()) / 1000 if b.size else 0.0
     codes = {f["rule"]: f["code"] for f in findings}
