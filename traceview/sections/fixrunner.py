@@ -32,6 +32,7 @@ def apply(ctx, options, findings: list[dict]) -> tuple[list[dict], dict[str, Any
     n = max(1, ctx.steps.height)
     base_us = float(replay(ctx.trace, ctx.steps, [pricing_transform(ctx)]).mean()) / 1000
     window_us = ctx.window_ns / 1000 / n  # traced step: the share the severities read
+    after = marginal_savings(ctx, tf, sav)
     out = []
     for r in {f["rule"] for f in findings}:
         fs = [{k: v for k, v in f.items() if k != RULE_SEVERITY} for f in findings if f["rule"] == r]
@@ -52,6 +53,16 @@ def apply(ctx, options, findings: list[dict]) -> tuple[list[dict], dict[str, Any
             sev = f["severity"]
             if "moderate_pct" in opts:  # the replayed saving grades it; a rule's own judgement is a ceiling
                 sev = severity_for(pct, opts["moderate_pct"], opts["high_pct"], BY_NAME[r].SEVERITY)
+                m = after.get(r)
+                if m is not None and sev != "info":  # what it still saves once the larger fixes are made
+                    m_pct = 100.0 * m["us"] * float(wi) / window_us if window_us else 0.0
+                    if m_pct < opts["moderate_pct"]:
+                        sev = "info"
+                        f = {**f, "evidence": {**f["evidence"], "after_larger_fixes": {
+                            "fixes": m["after"], "savings_us": round(m["us"] * float(wi), 3),
+                            "savings_pct": round(m_pct, 2),
+                            "note": (f"the time it saves is mostly the same as {', '.join(m['after'])}'s: once "
+                                     f"that is fixed this fix saves {m_pct:.1f} % of the step")}}}
                 if own and severity_rank(f["severity"]) < severity_rank(sev):
                     sev = f["severity"]
             if us <= 0.0005:
@@ -65,6 +76,27 @@ def apply(ctx, options, findings: list[dict]) -> tuple[list[dict], dict[str, Any
             out.append(f)
     # what to fix first leads: findings above info by replayed saving, then the info ones
     return sorted(ranked(out), key=lambda f: f["severity"] == "info"), {"rules": sav, "transforms": tf, "base_step_us": base_us}
+
+
+def marginal_savings(ctx, tf: dict[str, Transform], sav: dict[str, dict[str, float]]) -> dict[str, dict]:
+    """rule -> {us, after}: what each fix still saves per step (unprofiled terms) once the fixes with larger
+    savings are made, in that order (one replay per fix after the first). Two rules that price the same idle
+    (a graph break's sync and the launch gaps after it; a sync and the relaunch it forces) are not both worth
+    fixing: the smaller one's severity follows what is left of it. Nothing is added up."""
+    order = sorted((r for r in tf if sav.get(r, {}).get("unprofiled_us", 0.0) > 0),
+                   key=lambda r: (-sav[r]["unprofiled_us"], r))
+    if len(order) < 2:
+        return {}
+    base = [pricing_transform(ctx)]
+    prev = replay(ctx.trace, ctx.steps, [*base, tf[order[0]]])
+    out = {}
+    for i, r in enumerate(order[1:], start=1):
+        cur = replay(ctx.trace, ctx.steps, [*base, *(tf[x] for x in order[: i + 1])])
+        us = mean_saving_us(prev, cur)
+        bound = tf[r].bound_us
+        out[r] = {"us": min(us, bound) if bound is not None else us, "after": order[:i]}
+        prev = cur
+    return out
 
 
 def _profiler_note(ctx, us: float, traced_pct: float, pct: float, most: bool = True) -> dict[str, Any]:
