@@ -102,7 +102,10 @@ def test_a_new_rule_runs_end_to_end(tmp_path: Path, monkeypatch) -> None:
     # calls saves less than the built-in rule's CUDA-graph transform (which also drops the launching ops), and
     # more than nothing — the GPU is idle ~92 % of this step (labels.json: dominant cpu_launch_bound)
     assert 0 < demo["savings_us"] < builtin["savings_us"] <= t["projection"]["replayed_unprofiled_step_us"]
-    assert demo["severity"] == ("error" if demo["savings_pct"] >= 15 else "warning" if demo["savings_pct"] >= 3 else "info")
+    # nothing is added up: the built-in launch-bound fix saves more and covers the same launches, so once it is
+    # made the demo's fix saves next to nothing and the demo finding is info (its evidence says after what)
+    assert builtin["severity"] == "error" and demo["severity"] == "info"
+    assert demo["evidence"]["after_larger_fixes"]["fixes"] == ["launch-bound"]
     assert {f["rule"]: f["model"] for f in t["projection"]["fixes"]}["late-launch-demo"] == "replay"
     # and the text report lists it
     buf2 = io.StringIO()
