@@ -17,7 +17,7 @@ import numpy as np
 
 from traceview.rules import BY_NAME, RULES
 
-from ..analyses.fixes import mean_saving_us, pricing_transform, rule_savings, transforms
+from ..analyses.fixes import mean_saving_us, per_step_us, pricing_transform, rule_savings, transforms
 from ..analyses.replay import Transform, replay
 from ..findings import ranked, severity_for, severity_rank
 from .findings import RULE_SEVERITY
@@ -130,9 +130,10 @@ def what_if(ctx, tf: dict[str, Transform], names: Sequence[str]) -> dict[str, An
     base = [pricing_transform(ctx)]
     b = replay(ctx.trace, ctx.steps, base)
     have = [tf[r] for r in chosen if r in tf]
-    f = replay(ctx.trace, ctx.steps, [*base, *have]) if have else b
+    # the same pricing as the findings' (fixes.per_step_us: mean periods, the fixes' own bounds)
+    saved = per_step_us(ctx.trace, ctx.steps, have, base, b) if have else 0.0
+    step = float(b.mean()) / 1000 if b.size else 0.0
     return {"fixes": chosen, "without_model": [r for r in chosen if not hasattr(BY_NAME[r], "fix_transform")],
             "nothing_to_fix": [r for r in chosen if r not in tf and hasattr(BY_NAME[r], "fix_transform")],
             "unknown": unknown,
-            "step_us": round(float(b.mean()) / 1000, 3), "fixed_step_us": round(float(f.mean()) / 1000, 3),
-            "savings_us": round(mean_saving_us(b, f), 3)}
+            "step_us": round(step, 3), "fixed_step_us": round(step - saved, 3), "savings_us": round(saved, 3)}
