@@ -48,6 +48,7 @@ import polars as pl
 
 from traceview.analyses.classify import idle_gaps, sync_calls, sync_ramps, sync_windows
 from traceview.analyses.replay import Transform
+from traceview.analyses.replay_graph import build
 from traceview.analyses.tree import ancestor_where
 from traceview.analyses.windows import host_step_of
 from traceview.ingest.categories import RUNTIME_CATS
@@ -201,6 +202,19 @@ def check(ctx: RuleContext) -> list[Finding]:
             steps=g["steps"], count=g["count"], cost_ns=g["cost"], evidence=ev, fix=FIXES.get(g["cause"], GENERIC_FIX),
             op_ids=[o for o in g["ops"] if o is not None]))
     return out + _compile_finding(ctx)
+
+
+def fix_bound_us(ctx: RuleContext) -> float:
+    """The most removing the loop's syncs saves per step (µs): the GPU idle they create — the classifier's
+    `host_sync` time, the device drained while the host waited — plus one launch latency after each sync (the
+    queue refills only once the host launches again). Once the waits are gone the replay lets the host run ahead
+    of everything else too, which on a host-bound step or a rank waiting for another rank prices far more than
+    the syncs ever cost the device."""
+    n = max(ctx.steps.height, 1)
+    seg = ctx.class_time(CLASS)
+    idle = float((seg["end"] - seg["ts"]).sum()) if seg.height else 0.0
+    calls = host_step_of(sync_calls(ctx.trace), ctx.steps, "ts").filter(pl.col("step").is_not_null())
+    return (idle + calls.height * build(ctx.trace).latency_ns) / n / 1000
 
 
 def fix_transform(ctx) -> Transform:

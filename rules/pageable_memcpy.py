@@ -97,7 +97,9 @@ def check(ctx: RuleContext) -> list[Finding]:
 
 def fix_transform(ctx: RuleContext) -> Transform | None:
     """The fix as a replay transformation: each pageable copy runs from pinned memory at the host link's pinned
-    bandwidth (`Spec.host_gbps`), non-blocking — the calls that issued it no longer wait for the device."""
+    bandwidth (`Spec.host_gbps`), and an upload is non-blocking — the calls that issued it no longer wait for the
+    device. A download (DtoH) keeps its wait: the host reads the value it fetches (`.cpu()`, `.item()`), so only
+    removing that sync (host-sync's fix) takes the wait off, and pricing it here would count the sync twice."""
     g = ctx.trace.gpu[["i", "kind", "name", "bytes", "op", "dur"]]
     m = g.filter((pl.col("kind") == "memcpy") & contains(g, "Pageable"))
     m = m.filter(pl.col("bytes").fill_null(0) >= ctx.options["min_bytes"])
@@ -105,5 +107,6 @@ def fix_transform(ctx: RuleContext) -> Transform | None:
         return None
     link = ctx.spec.host_gbps * 1e9
     new = m.select("i", pl.min_horizontal(pl.col("dur"), (pl.col("bytes").cast(pl.Float64) / link * 1e9).cast(pl.Int64)))
-    calls = ctx.trace.host.filter(pl.col("op").is_in(m["op"].drop_nulls().implode()) & pl.col("cat").is_in(RUNTIME_CATS))
+    up = m.filter(~pl.col("name").str.contains("DtoH"))["op"].drop_nulls()
+    calls = ctx.trace.host.filter(pl.col("op").is_in(up.implode()) & pl.col("cat").is_in(RUNTIME_CATS))
     return Transform(NAME, gpu_dur=dict(new.rows()), no_wait=calls["i"].cast(pl.Int64).to_list())

@@ -123,7 +123,11 @@ def test_bundled_sample_input_bound() -> None:
     at = goto(box.select(label).run(), "Findings")
     assert not at.exception
     df = at.dataframe[0].value
-    assert df["code"].iloc[0] == "TV401" and df["rule"].iloc[0] == "input-bound"
+    # the app's findings are the document's, in its order (what to fix first leads); the in-process DataLoader
+    # is among them (tb_plugin: 33.4 % of the step)
+    doc = cli_doc(ROOT / "sample_traces/kineto_resnet50/resnet50_num_workers_0/worker0.1623143089861.pt.trace.json.gz")
+    assert list(df["code"]) == [f["code"] for f in doc["traces"][0]["findings"]][: len(df)]
+    assert "TV401" in set(df["code"]) and "input-bound" in set(df["rule"])
 
 
 @pytest.mark.parametrize("name,data", [

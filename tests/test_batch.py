@@ -50,7 +50,6 @@ def test_discover_groups_runs_and_separates_unrelated_traces():
     assert [j.label for j in discover([SAMPLES / "nccl_h200x2"]).jobs][:2] == ["ddp_balanced", "ddp_balanced_launch_bound"]
 
 
-@pytest.mark.xfail(strict=True, reason="expectation written before the merged replay model (issue 25): savings are per-step replays now and severities follow them; re-derive from an independent measurement")
 def test_batch_rows_and_outputs(tmp_path):
     outs = [tmp_path / f"s.{x}" for x in ("json", "csv", "parquet", "md")]
     args = [H200, DDP, "--sarif", tmp_path / "s.sarif", "--junit", tmp_path / "s.xml"]
@@ -125,8 +124,12 @@ def test_runs_sharing_a_folder(tmp_path, capsys):
     rows = {x["input"]: x for x in json.loads((tmp_path / "s.json").read_text())["rows"]}
     for a, b in (("mixed", "ddp_balanced"), ("mixed#2", "ddp_rank1_slowed")):
         assert rows[a]["kind"] == "run" and rows[a]["ranks"] == 2
-        for k in ("step_ms", "step_sd_ms", "primary", "shares", "findings"):
+        for k in ("step_ms", "step_sd_ms", "primary", "shares"):
             assert rows[a][k] == rows[b][k], k
+        # savings are priced against the collector's measured unprofiled step where the run folder has its
+        # manifest (not in `mixed`): the job's straggler error is the same, the grades of the rest may move
+        assert rows[a]["findings"]["error"] == rows[b]["findings"]["error"]
+        assert sum(rows[a]["findings"].values()) == sum(rows[b]["findings"].values())
     # the straggler run's job-level finding (nccl-wait naming rank 1) is in its row, ranked as in the run analyzed
     # from its own folder (there with the collector's measured profiler cost, here with the estimate)
     assert "TV501" in [f["code"] for f in rows["mixed#2"]["top_findings"]]

@@ -20,7 +20,7 @@ def test_analyze_json_document():
     r = run("analyze", SMALL, "--format", "json")
     assert r.returncode == 0, r.stderr
     doc = json.loads(r.stdout)
-    assert doc["schema_version"] == 1 and not doc["errors"]
+    assert doc["schema_version"] == 2 and not doc["errors"]
     t = doc["traces"][0]
     assert [s["step"] for s in t["steps"]] == [1, 2, 3]
     assert t["metadata"]["device"] == "NVIDIA H200"

@@ -46,7 +46,13 @@ def test_elementwise_eager_vs_compiled():
     chain = [f for f in eager["findings"] if f["code"] == "TV201"]
     assert len(chain) == 1 and chain[0]["evidence"]["kernels_per_chain"] == 8
     assert chain[0]["count"] == 3  # one chain per recorded step
-    assert chain[0]["savings_pct"] > 70
+    # the replayed saving (per step, unprofiled) against the twins' CUDA-event steps (labels.json): at least what
+    # the compiled twin measured (0.535 -> 0.258 ms: that twin also pays torch.compile's per-call host cost, which
+    # the fused-kernel model does not add), never more than the eager step itself
+    lab_e, lab_c = LABELS["elementwise_chain_eager"], LABELS["elementwise_chain_compiled"]
+    measured_us = 1000 * (lab_e["unprofiled_step_ms"] - lab_c["unprofiled_step_ms"])
+    assert measured_us <= chain[0]["savings_us"] <= 1000 * lab_e["unprofiled_step_ms"]
+    assert chain[0]["savings_pct"] > 50
     assert "TV201" not in {f["code"] for f in comp["findings"]}
     # the fused kernel is still memory-bound; the short step makes the host visible around it
     assert comp["classification"]["shares"]["gpu_memory"] > 10

@@ -49,7 +49,6 @@ def _check_sums(p: dict) -> None:
     assert sum(c["delta_us"] for c in p["classes"]) == pytest.approx(s["delta_us"], abs=0.01)
 
 
-@pytest.mark.xfail(strict=True, reason="expectation written before the merged replay model (issue 25): savings are per-step replays now and severities follow them; re-derive from an independent measurement")
 def test_elementwise_chain_eager_vs_compiled():
     lab = _labels("gpu_h200")
     p = _one("gpu_h200/elementwise_chain_eager.json.gz", "gpu_h200/elementwise_chain_compiled.json.gz")
@@ -64,7 +63,11 @@ def test_elementwise_chain_eager_vs_compiled():
     saved_ms = lab["elementwise_chain_eager"]["timing"]["eager_ms"] - lab["elementwise_chain_eager"]["timing"]["compiled_ms"]
     assert -top["delta_us"] / 1000 == pytest.approx(saved_ms, rel=0.05)  # 0.426 vs 0.436 ms
     assert p["shift_text"].startswith("−426.0 µs gpu_memory, +38.1 µs cpu_launch")
-    assert p["primary"] == {"a": "gpu_memory", "b": "cpu_launch"}
+    # what to fix first: the compiled step's fused kernel takes 0.103 of its 0.119 ms unprofiled (labels), so its
+    # launch gaps are not worth a fix and both sides are limited by memory bandwidth
+    lc = lab["elementwise_chain_compiled"]
+    assert lc["timing"]["compiled_ms"] / lc["step_ms_cuda_events"] > 0.85
+    assert p["primary"] == {"a": "gpu_memory", "b": "gpu_memory"}
     # kernels: the 8 eager kernels are gone (matched by name and launching op), one fused triton kernel came
     ks = p["kernels"]
     assert p["kernels_source"] == "all"
@@ -199,7 +202,7 @@ def test_cli_formats_and_errors(tmp_path):
     r = run("diff", a, b, "--format", "json")
     assert r.returncode == 0, r.stderr
     doc = json.loads(r.stdout)
-    assert doc["schema_version"] == 1 and doc["kind"] == "traceview-diff"
+    assert doc["schema_version"] == 2 and doc["kind"] == "traceview-diff"
     assert doc["pairs"][0]["classes"] == _one("gpu_h200/elementwise_chain_eager.json.gz",
                                               "gpu_h200/elementwise_chain_compiled.json.gz")["classes"]
     out = tmp_path / "d.md"

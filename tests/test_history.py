@@ -93,7 +93,7 @@ def _row(job: str, step_ms: float | None, shares: dict | None = None, status: st
 
 
 def _batch_doc(path, rows):
-    path.write_text(json.dumps({"kind": "traceview-batch", "schema_version": 1, "rows": rows}))
+    path.write_text(json.dumps({"kind": "traceview-batch", "schema_version": 2, "rows": rows}))
     return path
 
 

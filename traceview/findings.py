@@ -43,6 +43,8 @@ class Finding:
     fix: str = ""
     layer: str | None = None
     cls: str | None = None  # JSON "class"
+    #: the rule chose the severity itself (a judgement, e.g. nothing left to apply): the replay only lowers it
+    explicit_severity: bool = field(default=False, repr=False)
 
     def __post_init__(self) -> None:
         if self.severity not in SEVERITIES:
@@ -56,6 +58,7 @@ class Finding:
         d["steps"] = [int(s) for s in self.steps]
         d["count"] = int(self.count)
         d["class"] = d.pop("cls")
+        del d["explicit_severity"]
         return d
 
 

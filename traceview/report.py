@@ -39,7 +39,7 @@ from .notes import aggregate as aggregate_warnings
 from .options import Options
 from .ruleapi import RuleContext
 from .sections import cpu, findings, job_entry, layers, memory, overview, profiling, projection, verdict
-from .sections.findings import run_rules
+from .sections.findings import RULE_SEVERITY, run_rules
 from .sections.fixrunner import apply as replayed_fixes
 from .sections.layers import section as layers_section
 from .sections.memory import memory_section
@@ -70,7 +70,8 @@ SECTIONS: tuple[Section, ...] = (
 #: the parts of each job entry, in document order (docs/json-schema.md's JOB table is generated from them)
 JOB_SECTIONS: tuple[Section, ...] = job_entry.JOB_SECTIONS
 
-SCHEMA_VERSION = 1
+#: 2: a finding's `savings_us` is the replayed saving per step in unprofiled terms (issue 25; was over all steps)
+SCHEMA_VERSION = 2
 
 
 def select_steps(trace: Trace, step: int | None) -> pl.DataFrame:
@@ -129,7 +130,8 @@ def _analyze_trace(trace: Trace, options: Options) -> tuple[dict, pl.DataFrame, 
         findings, warns = run_rules(RuleContext.for_host(trace, steps, host), options)  # the rules with CPU = True
         warnings.extend(warns)
         # no device to replay: the rules' own estimate over the steps, per step like every saving
-        findings = [{**f, "savings_us": round(f["savings_us"] / max(steps.height, 1), 3)} for f in findings]
+        findings = [{**{k: v for k, v in f.items() if k != RULE_SEVERITY},
+                     "savings_us": round(f["savings_us"] / max(steps.height, 1), 3)} for f in findings]
     # before the layer table, the analysis's largest step: what loading and the sections so far freed
     heap_trim.release(trace.gpu.height + trace.host.height)
     entry["layers"] = layers_section(trace, steps, findings=findings, kb=ctx.kb if ctx else None,

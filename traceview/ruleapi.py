@@ -296,10 +296,11 @@ def _finding(rule: ModuleType | None, options: Mapping[str, Any], *, cost_ns: fl
         raise RuntimeError("finding() outside a rule: use ctx.for_rule(module, options)")
     savings = cost_ns if savings_ns is None else savings_ns
     pct = 100.0 * savings / window_ns if window_ns else 0.0
+    explicit = severity is not None
     if severity is None:
         sev_pct = pct if severity_pct is None else severity_pct
         severity = severity_for(sev_pct, options["moderate_pct"], options["high_pct"], rule.SEVERITY)
     return Finding(rule=rule.NAME, code=rule.CODE, severity=severity, title=title or rule.TITLE,
                    steps=[int(s) for s in steps], count=int(count), cost_us=cost_ns / 1000, savings_us=savings / 1000,
                    savings_pct=pct, evidence=evidence, fix=fix if fix is not None else getattr(rule, "FIX", ""),
-                   layer=layer, cls=getattr(rule, "CLASS", None))
+                   layer=layer, cls=getattr(rule, "CLASS", None), explicit_severity=explicit)

@@ -21,6 +21,7 @@ from collections.abc import Sequence
 import numpy as np
 import polars as pl
 
+from ..memo import per_trace
 from ..model import RUNTIME_CATS, Trace
 from .replay import Transform, replay
 from .timeline import step_busy
@@ -81,6 +82,50 @@ def unprofiled_steps(trace: Trace, steps: pl.DataFrame, cost_us: dict[str, float
     r1 = replay(trace, steps, [profiler_transform(trace, cost_us)])
     est = traced - np.maximum(r0 - r1, 0)
     return np.clip(est, np.minimum(gpu_busy_per_step(trace, steps), traced), traced)
+
+
+#: bisection steps of `measured_transform` (each one replay; the share is found to ~0.1 % of [0, SHARE_MAX])
+CALIBRATION_ITERS = 10
+SHARE_MAX = 0.95
+
+
+def measured_transform(trace: Trace, steps: pl.DataFrame, unprofiled_ns: float | None) -> Transform:
+    """The profiler-cost transform for pricing fixes: where the collector measured the unprofiled step
+    (`unprofiled_ns`, the CUDA-event median of a `traceview collect` run), the host share whose replay reproduces
+    it (COST_US kept; the measurement is the ground truth the fitted share only approximates), else the fitted
+    transform. The estimate of the `profiling` section never uses it: that is what the measurement tests."""
+    if not unprofiled_ns or steps.height == 0:
+        return profiler_transform(trace)
+    key = (tuple(int(v) for v in steps["ts"].to_list()), tuple(int(v) for v in steps["end"].to_list()),
+           float(unprofiled_ns))
+    solved = _solved(trace)
+    if key not in solved:
+        solved[key] = _solve(trace, steps, float(unprofiled_ns))
+    return solved[key]
+
+
+@per_trace
+def _solved(trace: Trace) -> dict:
+    """(steps' ts, ends, measured ns) -> the solved transform, per trace."""
+    return {}
+
+
+def _solve(trace: Trace, steps: pl.DataFrame, target_ns: float) -> Transform:
+    def at(share: float) -> Transform:
+        return profiler_transform(trace, {**COST_US, "host_share": share})
+
+    def mean(share: float) -> float:
+        return float(replay(trace, steps, [at(share)]).mean())
+
+    lo, hi = 0.0, SHARE_MAX  # the replayed step shrinks as the share grows
+    if mean(lo) <= target_ns:
+        return at(lo)
+    if mean(hi) >= target_ns:
+        return at(hi)
+    for _ in range(CALIBRATION_ITERS):
+        mid = (lo + hi) / 2
+        lo, hi = (mid, hi) if mean(mid) > target_ns else (lo, mid)
+    return at((lo + hi) / 2)
 
 
 def estimate(trace: Trace, steps: pl.DataFrame) -> dict:

@@ -63,6 +63,7 @@ class Transform:
     cost_us: Mapping[str, float] = field(default_factory=dict)
     host_share: float = 0.0
     host_spans: Sequence[tuple[int, int, int]] = ()
+    bound_us: float | None = None  # the most the fix saves per step (fixes.per_step_us), None: the replay's saving
 
 
 def _coverage(spans: np.ndarray, tids: np.ndarray):

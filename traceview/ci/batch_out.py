@@ -14,7 +14,7 @@ from ..safe_text import md_text as _cell
 from ..units import num
 
 OUT_FORMATS = (".json", ".csv", ".parquet", ".md")
-SCHEMA_VERSION = 1
+SCHEMA_VERSION = 2  # 2: top_findings' savings_ms is the replayed saving per step (issue 25)
 
 
 def _top(r: dict) -> str:

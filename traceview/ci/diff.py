@@ -21,7 +21,7 @@ from typing import Any
 
 from .digest import digest, finding_key, primary
 
-SCHEMA_VERSION = 1
+SCHEMA_VERSION = 2  # 2: a/b_savings_us are the replayed savings per step (issue 25)
 SAME_PCT = 2.0  # a layer/kernel whose per-step time moved less than this (% of before) is "same"
 NOISE_SIGMAS = 2.0
 

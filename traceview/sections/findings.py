@@ -19,6 +19,10 @@ FINDINGS = Section(
 )
 
 
+#: a private key of run_rules' findings, popped before a document is written (fixrunner, report)
+RULE_SEVERITY = "_rule_severity"
+
+
 def run_rules(ctx: RuleContext, options: Options) -> tuple[list[dict], list[str]]:
     """(findings ranked by savings, warnings) of the selected rules on one trace."""
     if ctx.steps.height == 0:
@@ -34,7 +38,8 @@ def run_rules(ctx: RuleContext, options: Options) -> tuple[list[dict], list[str]
         except Exception as e:  # noqa: BLE001 - one broken rule must not end the run
             warns.append(f"internal error in rule {code} {mod.NAME}: {type(e).__name__}: {e}")
             continue
-        out.extend(f.to_dict() for f in found)
+        # RULE_SEVERITY marks a severity the rule judged itself, so the replay (fixrunner) only lowers it
+        out.extend({**f.to_dict(), RULE_SEVERITY: True} if f.explicit_severity else f.to_dict() for f in found)
     return ranked(out), warns
 
 

@@ -17,10 +17,10 @@ import numpy as np
 
 from traceview.rules import BY_NAME, RULES
 
-from ..analyses.fixes import rule_savings, transforms
-from ..analyses.overhead import profiler_transform
+from ..analyses.fixes import mean_saving_us, per_step_us, pricing_transform, rule_savings, transforms
 from ..analyses.replay import Transform, replay
-from ..findings import ranked, severity_for
+from ..findings import ranked, severity_for, severity_rank
+from .findings import RULE_SEVERITY
 
 
 def apply(ctx, options, findings: list[dict]) -> tuple[list[dict], dict[str, Any]]:
@@ -30,11 +30,13 @@ def apply(ctx, options, findings: list[dict]) -> tuple[list[dict], dict[str, Any
     tf = transforms(ctx, options, [BY_NAME[r] for r in named])
     sav = rule_savings(ctx, tf)
     n = max(1, ctx.steps.height)
-    base_us = float(replay(ctx.trace, ctx.steps, [profiler_transform(ctx.trace)]).mean()) / 1000
+    base_us = float(replay(ctx.trace, ctx.steps, [pricing_transform(ctx)]).mean()) / 1000
     window_us = ctx.window_ns / 1000 / n  # traced step: the share the severities read
+    after = marginal_savings(ctx, tf, sav)
     out = []
     for r in {f["rule"] for f in findings}:
-        fs = [f for f in findings if f["rule"] == r]
+        fs = [{k: v for k, v in f.items() if k != RULE_SEVERITY} for f in findings if f["rule"] == r]
+        judged = [bool(f.get(RULE_SEVERITY)) for f in findings if f["rule"] == r]
         s = sav.get(r)
         if s is None:  # no fix model: the finding keeps its evidence, not a saving
             for f in fs:
@@ -45,17 +47,74 @@ def apply(ctx, options, findings: list[dict]) -> tuple[list[dict], dict[str, Any
         cost = np.array([max(float(f["cost_us"]), 0.0) for f in fs])
         w = cost / cost.sum() if cost.sum() > 0 else np.full(len(fs), 1.0 / len(fs))
         opts = options.options_for(BY_NAME[r]) if r in BY_NAME else {}
-        for f, wi in zip(fs, w, strict=True):
+        for f, wi, own in zip(fs, w, judged, strict=True):
             us = min(s["unprofiled_us"] * float(wi), base_us)
             pct = 100.0 * us / window_us if window_us else 0.0  # of the traced step, as the verdict's shares
             sev = f["severity"]
-            if "moderate_pct" in opts and f["severity"] != "info":
+            if "moderate_pct" in opts:  # the replayed saving grades it; a rule's own judgement is a ceiling
                 sev = severity_for(pct, opts["moderate_pct"], opts["high_pct"], BY_NAME[r].SEVERITY)
+                m = after.get(r)
+                if m is not None and sev != "info":  # what it still saves once the larger fixes are made
+                    m_pct = 100.0 * m["us"] * float(wi) / window_us if window_us else 0.0
+                    if m_pct < opts["moderate_pct"]:
+                        sev = "info"
+                        f = {**f, "evidence": {**f["evidence"], "after_larger_fixes": {
+                            "fixes": m["after"], "savings_us": round(m["us"] * float(wi), 3),
+                            "savings_pct": round(m_pct, 2),
+                            "note": (f"the time it saves is mostly the same as {', '.join(m['after'])}'s: once "
+                                     f"that is fixed this fix saves {m_pct:.1f} % of the step")}}}
+                if own and severity_rank(f["severity"]) < severity_rank(sev):
+                    sev = f["severity"]
             if us <= 0.0005:
                 sev = "info"
-            out.append({**f, "savings_us": round(us, 3), "savings_pct": round(pct, 2), "severity": sev})
+            f = {**f, "savings_us": round(us, 3), "savings_pct": round(pct, 2), "severity": sev}
+            traced_pct = 100.0 * s["traced_us"] * float(wi) / window_us if window_us else 0.0
+            if "moderate_pct" in opts and pct < opts["moderate_pct"] <= traced_pct:
+                f["evidence"] = {**f["evidence"], "profiler": _profiler_note(ctx, us, traced_pct, pct)}
+            elif "profiler" in f["evidence"]:  # a rule's own estimate of the profiler's share: the replay's instead
+                f["evidence"] = {**f["evidence"], "profiler": _profiler_note(ctx, us, traced_pct, pct, most=False)}
+            out.append(f)
     # what to fix first leads: findings above info by replayed saving, then the info ones
     return sorted(ranked(out), key=lambda f: f["severity"] == "info"), {"rules": sav, "transforms": tf, "base_step_us": base_us}
+
+
+def marginal_savings(ctx, tf: dict[str, Transform], sav: dict[str, dict[str, float]]) -> dict[str, dict]:
+    """rule -> {us, after}: what each fix still saves per step (unprofiled terms) once the fixes with larger
+    savings are made, in that order (one replay per fix after the first). Two rules that price the same idle
+    (a graph break's sync and the launch gaps after it; a sync and the relaunch it forces) are not both worth
+    fixing: the smaller one's severity follows what is left of it. Nothing is added up."""
+    order = sorted((r for r in tf if sav.get(r, {}).get("unprofiled_us", 0.0) > 0),
+                   key=lambda r: (-sav[r]["unprofiled_us"], r))
+    if len(order) < 2:
+        return {}
+    base = [pricing_transform(ctx)]
+    prev = replay(ctx.trace, ctx.steps, [*base, tf[order[0]]])
+    out = {}
+    for i, r in enumerate(order[1:], start=1):
+        cur = replay(ctx.trace, ctx.steps, [*base, *(tf[x] for x in order[: i + 1])])
+        us = mean_saving_us(prev, cur)
+        bound = tf[r].bound_us
+        out[r] = {"us": min(us, bound) if bound is not None else us, "after": order[:i]}
+        prev = cur
+    return out
+
+
+def _profiler_note(ctx, us: float, traced_pct: float, pct: float, most: bool = True) -> dict[str, Any]:
+    """Evidence for a finding whose fix saves a moderate share of the traced step but not once the replay takes
+    the profiler's cost off (analyses.overhead): the profiler explains most of what the rule saw (`most`), else
+    the replayed saving with and without the profiler's cost."""
+    prof = ctx.profiler
+    how = "measured by the collector" if prof.get("source") == "manifest" else "estimated from the recorded events"
+    over = float(prof.get("overhead_ns") or 0.0) / 1000
+    return {"source": prof.get("source"), "overhead_per_step_us": round(over, 3),
+            "unprofiled_step_us": round(float(prof.get("unprofiled_step_ns") or 0.0) / 1000, 3),
+            "traced_savings_pct": round(traced_pct, 2), "unprofiled_savings_pct": round(pct, 2),
+            "note": (f"the profiler's own cost ({how}: {over:,.1f} µs per step) accounts for most of this: replayed "
+                     f"without it the fix saves {us:,.1f} µs a step ({pct:.1f} %, against {traced_pct:.1f} % of the "
+                     "traced step) — re-record with fewer events (no --stack/--modules) or time the unprofiled step "
+                     "to confirm") if most else (
+                     f"the profiler's own cost ({how}: {over:,.1f} µs per step) is replayed away: the fix saves "
+                     f"{us:,.1f} µs a step ({pct:.1f} %; {traced_pct:.1f} % of the step as traced)")}
 
 
 def what_if(ctx, tf: dict[str, Transform], names: Sequence[str]) -> dict[str, Any]:
@@ -68,12 +127,13 @@ def what_if(ctx, tf: dict[str, Transform], names: Sequence[str]) -> dict[str, An
             unknown.append(n)
         elif mod.NAME not in chosen:
             chosen.append(mod.NAME)
-    base = [profiler_transform(ctx.trace)]
+    base = [pricing_transform(ctx)]
     b = replay(ctx.trace, ctx.steps, base)
     have = [tf[r] for r in chosen if r in tf]
-    f = replay(ctx.trace, ctx.steps, [*base, *have]) if have else b
+    # the same pricing as the findings' (fixes.per_step_us: mean periods, the fixes' own bounds)
+    saved = per_step_us(ctx.trace, ctx.steps, have, base, b) if have else 0.0
+    step = float(b.mean()) / 1000 if b.size else 0.0
     return {"fixes": chosen, "without_model": [r for r in chosen if not hasattr(BY_NAME[r], "fix_transform")],
             "nothing_to_fix": [r for r in chosen if r not in tf and hasattr(BY_NAME[r], "fix_transform")],
             "unknown": unknown,
-            "step_us": round(float(b.mean()) / 1000, 3), "fixed_step_us": round(float(f.mean()) / 1000, 3),
-            "savings_us": round(float(np.clip(b - f, 0, b).mean()) / 1000, 3)}
+            "step_us": round(step, 3), "fixed_step_us": round(step - saved, 3), "savings_us": round(saved, 3)}

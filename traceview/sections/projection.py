@@ -12,10 +12,7 @@ from __future__ import annotations
 
 from typing import Any
 
-import numpy as np
-
-from ..analyses.fixes import transforms
-from ..analyses.overhead import profiler_transform
+from ..analyses.fixes import mean_saving_us, pricing_transform, transforms
 from ..analyses.replay import replay
 from ..options import Options
 from ..ruleapi import RuleContext
@@ -25,7 +22,7 @@ from .section import Section
 SECTION = Section(
     keys=('projection',), computes="the average step projected with each rule's findings fixed, and with all",
     json_type='object\\|null', text='header', app_page='overview',
-    json_doc="the step replayed with each rule's fix, with all of them together and with a chosen set (docs/replay.md; nothing is added up): `step_us` (measured average analysed step), `unprofiled_step_us` (the profiling estimate, else the collector's measured step; null otherwise), `unprofiled_source` (`estimate`/`measured`/null), `replayed_unprofiled_step_us` (the replay with the profiler's cost removed), `fixes` [{`rule`, `code`, `model` (`replay`, or null when the rule's fix cannot be replayed), `savings_us` (per step, unprofiled terms: the same number as its findings' savings together), `traced_savings_us`, `step_us`}] sorted by savings, `all_fixed_step_us`, `all_fixed_unprofiled_step_us` (one replay with every fix), `what_if` (`--what-if RULES`: {`fixes`, `step_us`, `savings_us`}, else null). Ready for a waterfall chart",
+    json_doc="the step replayed with each rule's fix, with all of them together and with a chosen set (docs/replay.md; nothing is added up): `step_us` (measured average analysed step), `unprofiled_step_us` (the profiling estimate, else the collector's measured step; null otherwise), `unprofiled_source` (`estimate`/`measured`/null), `replayed_unprofiled_step_us` (the replay with the profiler's cost removed, solved to the collector's measured unprofiled step where there is one), `fixes` [{`rule`, `code`, `model` (`replay`, or null when the rule's fix cannot be replayed), `savings_us` (per step, unprofiled terms: the same number as its findings' savings together), `traced_savings_us`, `step_us`}] sorted by savings, `all_fixed_step_us`, `all_fixed_unprofiled_step_us` (one replay with every fix), `what_if` (`--what-if RULES`: {`fixes`, `step_us`, `savings_us`}, else null). Ready for a waterfall chart",
 )
 
 
@@ -56,7 +53,7 @@ def projection_section(ctx: RuleContext | None, findings: list[dict], profiling:
     unprof, source, _ref = unprofiled_step_us(profiling)
     info = fixinfo or {"rules": {}, "transforms": {}}
     tf, sav = info["transforms"], info["rules"]
-    base = [profiler_transform(ctx.trace)]
+    base = [pricing_transform(ctx)]
     b = replay(ctx.trace, ctx.steps, base)
     b_us = float(b.mean()) / 1000 if b.size else 0.0
     codes = {f["rule"]: f["code"] for f in findings}
@@ -70,7 +67,7 @@ def projection_section(ctx: RuleContext | None, findings: list[dict], profiling:
     fixes.sort(key=lambda x: (-x["savings_us"], x["code"]))
     every = [tf[f["rule"]] for f in fixes if f["rule"] in tf]
     traced_all = float(replay(ctx.trace, ctx.steps, every).mean()) / 1000 if every else step / 1000
-    unprof_all = float(np.clip(replay(ctx.trace, ctx.steps, [*base, *every]), 0, b).mean()) / 1000 if every else b_us
+    unprof_all = b_us - mean_saving_us(b, replay(ctx.trace, ctx.steps, [*base, *every])) if every else b_us
     out = {
         "step_us": round(step / 1000, 3), "unprofiled_step_us": round(unprof, 3) if unprof is not None else None,
         "unprofiled_source": source, "replayed_unprofiled_step_us": round(b_us, 3), "fixes": fixes,
