@@ -19,16 +19,25 @@ sys.modules["predictions"] = P
 _spec.loader.exec_module(P)
 
 #: (set, problem, fixed) -> the measured miss (predicted vs measured ms): xfail(strict); docs/predictions.md says why
-MISSES = {
-    ("collected2", "compile_graph_break", "compile_no_break"): "0.262 predicted vs 0.55 ms measured (-53 %)",
-    ("collected2", "fragmented_eager", "fragmented_compiled"): "0.034 predicted vs 0.050 ms measured (-31 %)",
-    ("collected3", "gpt2_sdpa_single", "gpt2_sdpa"): (
-        "6.35 predicted vs 8.90 ms measured (-29 %): the same prediction is +20 % against the fused twin, and fused "
-        "ran 3.6 ms slower than foreach on this model (labels: gpt2_sdpa -> gpt2_sdpa_fused)"),
-    ("collected3", "gpt2_sdpa_item", "gpt2_sdpa_noitem"): "0.279 predicted vs 3.04 ms measured (-91 %)",
-    ("collected3", "adamw_l12_single", "adamw_l12_fused"): "2.76 predicted vs 3.70 ms measured (-25 %)",
-    ("collected3", "elementwise_32mib_eager", "elementwise_32mib_compiled"): "0.129 predicted vs 0.06 ms measured (+117 %)",
-    ("collected3", "train_syncs_item_b16", "train_syncs_deferred_b16"): "0.040 predicted vs 2.42 ms measured (-98 %)",
+MISSES = {  # fmt: skip
+    ("collected2", "adamw_single_tensor", "adamw_fused"): "5.775 predicted vs 4.787 ms measured (+21%)",
+    ("collected2", "compile_graph_break", "compile_no_break"): "0.262 predicted vs 0.552 ms measured (-53%)",
+    ("collected2", "fragmented_eager", "fragmented_compiled"): "0.034 predicted vs 0.050 ms measured (-31%)",
+    ("collected3", "gpt2_eager_attn", "gpt2_sdpa"): "4.794 predicted vs 11.995 ms measured (-60%)",
+    ("collected3", "gpt2_sdpa_single", "gpt2_sdpa"): "6.396 predicted vs 8.895 ms measured (-28%)",
+    ("collected3", "gpt2_sdpa_single", "gpt2_sdpa_fused"): "6.396 predicted vs 5.310 ms measured (+20%)",
+    ("collected3", "gpt2_sdpa_item", "gpt2_sdpa_noitem"): "0.279 predicted vs 3.040 ms measured (-91%)",
+    ("collected3", "resnet18_fp32", "resnet18_bf16_cl"): "7.660 predicted vs 2.430 ms measured (+215%)",
+    ("collected3", "adamw_l12_single", "adamw_l12_fused"): "2.847 predicted vs 3.698 ms measured (-23%)",
+    ("collected3", "elementwise_32mib_eager", "elementwise_32mib_compiled"): "0.129 predicted vs 0.059 ms measured (+117%)",
+    ("collected3", "train_syncs_item_b16", "train_syncs_deferred_b16"): "0.040 predicted vs 2.418 ms measured (-98%)",
+    ("collected4", "gpt2_eager_attn_s1024", "gpt2_sdpa_s1024"): "6.440 predicted vs 8.742 ms measured (-26%)",
+    ("collected4", "small_batch_c4_graph", "small_batch_c128_graph"): "0.602 predicted vs 1.673 ms measured (-64%)",
+    ("collected4", "hf_generate_dynamic", "hf_generate_static"): "106.435 predicted vs 70.553 ms measured (+51%)",
+    ("collected4", "gpt2_sdpa_empty_cache", "gpt2_sdpa_ref"): "6.956 predicted vs 11.025 ms measured (-37%)",
+    ("collected4", "input_workers_nw2", "input_workers_nw10"): "0.144 predicted vs 5.616 ms measured (-97%)",
+    ("collected4", "cnn_input_nw3", "cnn_input_nw12"): "32.647 predicted vs 60.502 ms measured (-46%)",
+    ("collected4", "ddp_accum4_gloo2", "ddp_accum4_gloo2_nosync"): "6.887 predicted vs 98.061 ms measured (-93%)",
 }
 COVERED = [t for t in P.twins() if t["rule"] and t["measured_ms"] > 0]
 
@@ -51,7 +60,7 @@ def test_predicted_within_20_pct_of_measured(t):
     assert abs(p / t["measured_ms"] - 1) <= P.BAND, f"{p:.3f} predicted vs {t['measured_ms']:.3f} ms measured"
 
 
-@pytest.mark.xfail(strict=True, reason="14 of 21 covered twins within ±20 % (67 %) where the issue asks for 80 %")
+@pytest.mark.xfail(strict=True, reason="18 of 36 covered twins within ±20 % (50 %) where the issue asks for 80 % (docs/predictions.md)")
 def test_the_issue_bar():
     hits = [abs(predicted(t["set"], t["problem"], t["rule"]) / t["measured_ms"] - 1) <= P.BAND for t in COVERED]
     assert sum(hits) >= 0.8 * len(hits)
@@ -61,7 +70,7 @@ def test_every_twin_with_a_rule_is_scored_and_the_misses_are_real():
     # the misses named above are twins of the labels (no stale entry), and the covered set is what the labels say
     keys = {(t["set"], t["problem"], t["fixed"]) for t in COVERED}
     assert set(MISSES) <= keys
-    assert len(COVERED) == 21
+    assert len(COVERED) == 36
 
 
 def test_docs_table_is_current():

@@ -19,7 +19,7 @@ TWINS = [
         "gpt2_eager_attn",
         "gpt2_sdpa",
         "SDPA (flash / memory-efficient) instead of eager softmax(QK^T) attention",
-        None,
+        "materialized-attention",
     ),
     ("gpt2_fp32", "gpt2_sdpa", "bf16 autocast instead of FP32 GEMMs", "fp32-gemm"),
     (
@@ -42,7 +42,7 @@ TWINS = [
     ),
     ("gpt2_sdpa_item", "gpt2_sdpa_noitem", "no loss.item() every step", "host-sync"),
     ("gpt2_sdpa", "gpt2_sdpa_compiled", "torch.compile", None),
-    ("resnet18_fp32", "resnet18_bf16_cl", "bf16 autocast and channels_last for the convolutions", None),
+    ("resnet18_fp32", "resnet18_bf16_cl", "bf16 autocast and channels_last for the convolutions", "fp32-conv"),
     (
         "fp32_gemm_n4096_highest",
         "fp32_gemm_n4096_tf32",

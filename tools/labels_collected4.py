@@ -49,14 +49,14 @@ TWINS = [
         "small_batch_c4_graph",
         "small_batch_c128_graph",
         "serve 128 rows per call instead of 4",
-        "low-occupancy",
+        "small-grid",
     ),
-    ("decode_dynamic", "decode_static", "static KV cache replayed as a CUDA graph", "decode-launch-bound"),
+    ("decode_dynamic", "decode_static", "static KV cache replayed as a CUDA graph", "decode-loop"),
     (
         "hf_generate_dynamic",
         "hf_generate_static",
         "cache_implementation='static' (transformers compiles it)",
-        "decode-launch-bound",
+        "decode-loop",
     ),
     ("alloc_churn_empty_cache", "alloc_churn", "no torch.cuda.empty_cache() in the loop", "allocator-churn"),
     (
@@ -65,24 +65,24 @@ TWINS = [
         "no torch.cuda.empty_cache() in the loop (HF GPT-2)",
         "allocator-churn",
     ),
-    ("input_workers_nw2", "input_workers_nw10", "DataLoader(num_workers=10) instead of 2", "too-few-workers"),
+    ("input_workers_nw2", "input_workers_nw10", "DataLoader(num_workers=10) instead of 2", "loader-workers"),
     (
         "cnn_input_nw3",
         "cnn_input_nw12",
         "DataLoader(num_workers=12) instead of 3 (torchvision transforms)",
-        "too-few-workers",
+        "loader-workers",
     ),
     (
         "ddp_accum4_gloo2",
         "ddp_accum4_gloo2_nosync",
         "model.no_sync() on the first 3 of 4 micro-batches (gloo, 2 ranks)",
-        "ddp-accumulation-sync",
+        "accumulation-sync",
     ),
     (
         "ddp_accum4_nccl",
         "ddp_accum4_nccl_nosync",
         "model.no_sync() on the first 3 of 4 micro-batches (NCCL, 1 rank)",
-        "ddp-accumulation-sync",
+        "accumulation-sync",
     ),
 ]
 DATALOADER = ("input_workers_", "cnn_input_")

@@ -33,10 +33,11 @@ def twins() -> list[dict]:
         for other, m in sorted((v.get("also_fixed_by") or {}).items()):
             out.append({"set": "collected2", "problem": name, "fixed": other, "rule": rule,
                         "measured_ms": m["measured_fix_saving_ms"]})
-    c3 = json.loads((ROOT / "sample_traces/collected3/labels.json").read_text())
-    for t in c3["twins"]:
-        out.append({"set": "collected3", "problem": t["problem"], "fixed": t["fixed"], "rule": t["rule"],
-                    "measured_ms": t["measured_fix_saving_ms"]})
+    for name in ("collected3", "collected4"):
+        labels = json.loads((ROOT / f"sample_traces/{name}/labels.json").read_text())
+        for t in labels["twins"]:
+            out.append({"set": name, "problem": t["problem"], "fixed": t["fixed"], "rule": t["rule"],
+                        "measured_ms": t["measured_fix_saving_ms"]})
     return out
 
 
