@@ -222,7 +222,10 @@ def _not_a_straggler(ctx: JobContext, s: dict, ev: dict, saving: float, bar: flo
     ev["comm_bound"] = cb or None
     last = s["straggler"]["rank"]
     why = f"fixing rank {last}'s cause saves the job {saving / 1000:,.2f} ms per step in the job replay, "
-    if over is not None and over * 1000 >= saving:  # within what the profiler added, and the same work, slower
+    noise = ev.get("noise_us_per_step") or 0.0
+    # within the noise between steps: nothing to explain; above it but within what the profiler added (the same
+    # work, slower): the profiler may explain it
+    if over is not None and noise < saving <= over * 1000:
         ev["profiling_overhead_ms_per_step"] = round(over, 3)
         ev["may_be_profiling_artifact"] = True
         why += (f"and the profiler added {over:.2f} ms per step ({ctx.overhead_source}), at least that; rank {last} "
@@ -230,7 +233,7 @@ def _not_a_straggler(ctx: JobContext, s: dict, ev: dict, saving: float, bar: flo
                 "uneven profiling overhead; no straggler (check the unprofiled step times or re-record with fewer "
                 "profiler options)")
     else:
-        why += f"within the step-to-step noise ({bar / 1000:,.2f} ms): no straggler"
+        why += f"within the step-to-step noise ({noise / 1000:,.2f} ms): no straggler"
     pct = cb.get("unexplained_pct") or 0.0
     opts = ctx.options
     if pct >= opts["moderate_pct"]:

@@ -144,9 +144,20 @@ def _kernels(ka: list[dict], kb: list[dict]) -> list[dict]:
     return out
 
 
-def _findings(fa: list[dict], fb: list[dict]) -> dict:
-    a = {finding_key(f): f for f in fa}
-    b = {finding_key(f): f for f in fb}
+def _by_rule(fs: list[dict]) -> dict[str, dict]:
+    """Job findings keyed by rule and its ordinal: a job's straggler finding is the same finding whether its title
+    says "No straggler" or names the rank (a title key would read a severity change as removed + added)."""
+    seen: dict[str, int] = {}
+    out = {}
+    for f in fs:
+        n = seen[f["rule"]] = seen.get(f["rule"], 0) + 1
+        out[f"{f['rule']}#{n}"] = f
+    return out
+
+
+def _findings(fa: list[dict], fb: list[dict], by_rule: bool = False) -> dict:
+    a = _by_rule(fa) if by_rule else {finding_key(f): f for f in fa}
+    b = _by_rule(fb) if by_rule else {finding_key(f): f for f in fb}
     slim = ("rule", "code", "severity", "title", "savings_us")
     return {
         "appeared": [{k: f[k] for k in slim} for key, f in b.items() if key not in a],
@@ -194,7 +205,8 @@ def diff(doc_a: dict, doc_b: dict, keys_a: list[str] | None = None, keys_b: list
             "tool": {"name": "traceview", "version": __version__}, "pairs": out,
             "unmatched_a": [ta[i]["path"] for i in left_a], "unmatched_b": [tb[j]["path"] for j in left_b],
             "job_findings": _findings([f for j in doc_a.get("jobs") or [] for f in j.get("findings") or []],
-                                      [f for j in doc_b.get("jobs") or [] for f in j.get("findings") or []]),
+                                      [f for j in doc_b.get("jobs") or [] for f in j.get("findings") or []],
+                                      by_rule=True),
             "errors": list(doc_a.get("errors") or []) + list(doc_b.get("errors") or [])}
 
 
