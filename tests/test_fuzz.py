@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import gzip
 import json
+import resource
 import subprocess
 import sys
 from pathlib import Path
@@ -33,7 +34,11 @@ def test_fuzz_loader_bounded_iterations(tmp_path):
     corpus = tmp_path / "corpus"
     corpus.mkdir()
     _seeds(corpus)
+    # libFuzzer's RSS check reads the child's peak RSS, which Linux carries over from this (pytest) process across
+    # fork/exec: after a long suite that alone can pass the default 2 GB. The bound is 2 GB above what we hold.
+    rss_limit = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss // 1024 + 2048
     r = subprocess.run([sys.executable, str(FUZZ / "fuzz_loader.py"), f"-runs={RUNS}", "-seed=1",
+                        f"-rss_limit_mb={rss_limit}",
                         f"-dict={FUZZ / 'json.dict'}", f"-artifact_prefix={tmp_path}/", str(corpus)],
                        capture_output=True, text=True, timeout=1800, cwd=tmp_path)
     crashes = sorted(tmp_path.glob("crash-*"))

@@ -62,7 +62,15 @@ TWINS = [
         "is slower everywhere, not only in attention (its identical AdamW step takes 4.9 ms profiled against 3.1 ms in "
         "the SDPA run): measured 11.99 ms, predicted 4.98 ms (-58 %)",
     ),
-    ("collected3", "resnet18_fp32", "resnet18_bf16_cl", "TV206", None),
+    (
+        "collected3",
+        "resnet18_fp32",
+        "resnet18_bf16_cl",
+        "TV206",
+        "measured 2.43 ms, predicted 7.66 ms (+215 %) since pricing uses the collector's measured step: with the "
+        "profiler's cost solved away the host no longer hides the faster convolutions, but the fix adds autocast's "
+        "casts on the host, which the replay cannot add (2.17 ms, -11 %, with the fitted profiler model)",
+    ),
     ("collected4", "attn_eager_s2048", "attn_flash_s2048", "TV205", None),
     ("collected4", "attn_math_s2048", "attn_flash_s2048", "TV205", None),
     (
@@ -138,7 +146,12 @@ NEGATIVE += [
 @pytest.mark.parametrize(("s", "problem", "fixed", "code", "why"), TWINS, ids=[t[1] for t in TWINS])
 def test_problem_fires_its_rule_and_fixed_twin_is_silent(s, problem, fixed, code, why):
     got = ours(s, problem, code)
-    assert len(got) == 1 and got[0]["severity"] in ("warning", "error"), got
+    # a twin whose fix measured no saving (resnet50: bf16 + channels_last ran slower) may be priced small: it
+    # fires, and above info only where its measured fix saves
+    twins = json.loads((SETS[s] / "labels.json").read_text())["twins"]
+    measured = next((t["measured_fix_saving_ms"] for t in twins if (t["problem"], t["fixed"]) == (problem, fixed)), None)
+    loud = ("warning", "error") if measured is None or measured > 0 else ("info", "warning", "error")
+    assert len(got) == 1 and got[0]["severity"] in loud, got
     assert got[0]["savings_us"] > 0
     also = FIXED_ALSO.get(fixed, set())
     assert [
