@@ -171,7 +171,7 @@ def check_job(ctx: JobContext) -> list[Finding]:
         artifact = cause.get("mechanism") in PROFILER_EXPLAINED and over is not None
         bar = max(strag.get("noise_us_per_step") or 0.0, over * 1000 if artifact else 0.0)
         if saving <= bar:
-            return [_not_a_straggler(ctx, s, ev, saving, bar, over if artifact else None)]
+            return [_not_a_straggler(ctx, s, ev, saving, over if artifact else None)]
         savings_ns = saving * max(s["steps"], 1) * 1000
         if over is not None and over * 1000 >= saving:
             ev["note"] = (f"the profiler added {over:.2f} ms per step, at least the {saving / 1000:.2f} ms fixing rank "
@@ -210,7 +210,7 @@ def check_job(ctx: JobContext) -> list[Finding]:
                         savings_ns=savings_ns, evidence=ev, fix=STRAGGLER_FIX)]
 
 
-def _not_a_straggler(ctx: JobContext, s: dict, ev: dict, saving: float, bar: float, over: float | None) -> Finding:
+def _not_a_straggler(ctx: JobContext, s: dict, ev: dict, saving: float, over: float | None) -> Finding:
     # `over`: the profiler's cost when it may explain the delay (the straggler's same work, slower), else None
     """The job finding when fixing the last rank's cause would not save the job more than its step-to-step noise
     or the profiler's cost: no straggler. When the ranks' exposed communication is the transfer's own (no rank's
