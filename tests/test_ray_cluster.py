@@ -1,6 +1,7 @@
-"""`batch --engine ray --address` on a real multi-node Ray cluster: a head and a second node started as separate
-`ray start` processes on this machine, each with one CPU; the rows equal the local pool's and the jobs ran on
-both nodes.
+"""`batch --engine ray --address` on a real multi-node Ray cluster: a head (no CPUs: it schedules, runs no task)
+and two worker nodes with one CPU each, started as separate `ray start` processes on this machine. The rows equal
+the local pool's and the jobs ran on both workers; killing a worker node mid-run loses no row (its tasks are
+retried on the other node, or reported failed, naming their input).
 
 Starting two Ray nodes takes a minute of CPU, so the test runs only when asked (`pytest -m cluster`); it is
 skipped when a node does not come up (Ray gives a raylet a fixed 30 s, which a busy machine can miss). Every
@@ -61,8 +62,7 @@ def _stop(groups: list[int]) -> None:
 def cluster():
     tmp = tempfile.mkdtemp(prefix="tvrc")  # short: Ray's socket paths live under it
     env = {**os.environ, "RAY_USAGE_STATS_ENABLED": "0", "RAY_AUTH_MODE": "disabled"}
-    gcs, *p = _free_ports(14)
-    common = ["--num-cpus", "1"]
+    gcs, *p = _free_ports(20)
     head_args = [
         "--head",
         "--port",
@@ -83,29 +83,34 @@ def cluster():
         str(p[5]),
         "--runtime-env-agent-port",
         str(p[11]),
-        *common,
+        "--num-cpus",
+        "0",
     ]
-    node_args = [
-        "--address",
-        f"127.0.0.1:{gcs}",
-        "--node-manager-port",
-        str(p[6]),
-        "--object-manager-port",
-        str(p[7]),
-        "--dashboard-agent-listen-port",
-        str(p[8]),
-        "--dashboard-agent-grpc-port",
-        str(p[9]),
-        "--metrics-export-port",
-        str(p[10]),
-        "--runtime-env-agent-port",
-        str(p[12]),
-        *common,
-    ]
+
+    def node_args(q: list[int]) -> list[str]:
+        return [
+            "--address",
+            f"127.0.0.1:{gcs}",
+            "--node-manager-port",
+            str(q[0]),
+            "--object-manager-port",
+            str(q[1]),
+            "--dashboard-agent-listen-port",
+            str(q[2]),
+            "--dashboard-agent-grpc-port",
+            str(q[3]),
+            "--metrics-export-port",
+            str(q[4]),
+            "--runtime-env-agent-port",
+            str(q[5]),
+            "--num-cpus",
+            "1",
+        ]
+
     groups: list[int] = []
     log = open(os.path.join(tmp, "start.log"), "w+")
     try:
-        for args in (head_args, node_args):
+        for args in (head_args, node_args(p[12:18]), node_args([p[6], p[7], p[8], p[9], p[10], p[18]])):
             proc = _ray_start(args, env, log)
             groups.append(proc.pid)
             try:
@@ -116,7 +121,10 @@ def cluster():
                 log.seek(0)
                 last = [ln for ln in log.read().splitlines() if ln.strip()][-1:] or ["?"]
                 pytest.skip(f"a Ray node did not start on this machine ({last[0][:200]})")
-        yield f"127.0.0.1:{gcs}"
+        address = f"127.0.0.1:{gcs}"
+        if len(_workers(address, wait_s=START_TIMEOUT_S)) != 2:
+            pytest.skip("the two Ray worker nodes did not register with the head on this machine")
+        yield address, groups[1:]
     finally:
         if ray.is_initialized():
             ray.shutdown()
@@ -125,24 +133,62 @@ def cluster():
         shutil.rmtree(tmp, ignore_errors=True)
 
 
-def test_batch_on_two_nodes_equals_local_pool(cluster, tmp_path, capsys):
-    inputs = [SAMPLES / "gpu_h200_compile", SAMPLES / "nccl_h200x2" / "ddp_balanced"]
-    specs = discover(inputs).jobs
-    assert len(specs) == 8
-    local = [batch.row(r) for r in batch.run(specs, jobs=1)]
-    capsys.readouterr()
-    out = tmp_path / "rows.json"
-    code = main(["batch", *map(str, inputs), "--engine", "ray", "--address", cluster, "--out", str(out)])
-    err = capsys.readouterr().err
-    assert code == 0, err
-    assert json.loads(out.read_text())["rows"] == local
-    # the driver's own count of where the tasks ran, against the cluster's list of nodes
-    note = next(ln for ln in err.splitlines() if ln.startswith("traceview: ray: "))
-    assert note.startswith("traceview: ray: 8 job(s) ran on 2 node(s): ")
-    ran = {part.split()[0]: int(part.split()[1]) for part in note.split(": ", 2)[2].split(", ")}
-    ray.init(address=cluster, log_to_driver=False)
+def _workers(address: str, want: int = 2, wait_s: float = 0.0) -> set[str]:
+    """Ids (8 hex digits) of the live nodes that have CPUs, i.e. the worker nodes; waits up to `wait_s` for
+    `want` of them (Ray marks a killed node dead only after its health checks fail)."""
+    ray.init(address=address, log_to_driver=False)
     try:
-        alive = {n["NodeID"][:8] for n in ray.nodes() if n["Alive"]}
+        deadline = time.monotonic() + wait_s
+        while True:
+            alive = {n["NodeID"][:8] for n in ray.nodes() if n["Alive"] and n["Resources"].get("CPU", 0) > 0}
+            if len(alive) == want or time.monotonic() >= deadline:
+                return alive
+            time.sleep(1.0)
     finally:
         ray.shutdown()
-    assert set(ran) == alive and len(alive) == 2 and sum(ran.values()) == 8
+
+
+INPUTS = [SAMPLES / "gpu_h200_compile", SAMPLES / "nccl_h200x2" / "ddp_balanced"]
+
+
+@pytest.fixture(scope="module")
+def local_rows() -> list[dict]:
+    specs = discover(INPUTS).jobs
+    assert len(specs) == 8
+    return [batch.row(r) for r in batch.run(specs, jobs=1)]
+
+
+def test_batch_on_two_nodes_equals_local_pool(cluster, local_rows, tmp_path, capsys):
+    address, _ = cluster
+    capsys.readouterr()
+    out = tmp_path / "rows.json"
+    code = main(["batch", *map(str, INPUTS), "--engine", "ray", "--address", address, "--out", str(out)])
+    err = capsys.readouterr().err
+    assert code == 0, err
+    assert json.loads(out.read_text())["rows"] == local_rows
+    # the driver's own count of where the tasks ran, against the cluster's list of worker nodes
+    note = next(ln for ln in err.splitlines() if ln.startswith("traceview: ray: "))
+    assert note.startswith("traceview: ray: 8 job(s) ran on 2 node(s): "), note
+    ran = {part.split()[0]: int(part.split()[1]) for part in note.split(": ", 2)[2].split(", ")}
+    assert set(ran) == _workers(address) and sum(ran.values()) == 8
+
+
+def test_killing_a_worker_node_mid_run_loses_no_row(cluster, local_rows):
+    """Runs last: it kills a worker node (its raylet and workers, by process group) as the first job finishes;
+    every job still has its row — retried on the surviving node (`max_retries`), or a failed row naming it."""
+    address, node_groups = cluster
+    specs = discover(INPUTS).jobs
+    killed: list[int] = []
+
+    def kill_one(_res: dict) -> None:
+        if not killed:
+            killed.append(node_groups[1])
+            os.killpg(node_groups[1], signal.SIGKILL)
+
+    rows = [batch.row(r) for r in batch.run(specs, engine="ray", address=address, on_done=kill_one)]
+    assert killed
+    assert len(rows) == len(specs) == len(local_rows)
+    for row, want, spec in zip(rows, local_rows, specs, strict=True):
+        if row != want:  # a task that ran out of retries: reported, never dropped
+            assert row["status"] == "failed" and str(spec.path) in row["error"], row
+    assert len(_workers(address, want=1, wait_s=START_TIMEOUT_S)) == 1  # the node is really gone
