@@ -6,7 +6,7 @@ import argparse
 import sys
 
 from ..errors import TraceError
-from ..findings import SEVERITIES, severity_rank
+from ..finding_model import SEVERITIES, severity_rank
 from ..options import Options
 
 
