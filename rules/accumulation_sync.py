@@ -142,12 +142,19 @@ class StepSync(msgspec.Struct, kw_only=True):
 
 class Evidence(msgspec.Struct, kw_only=True):
     micro_batches_per_step: Annotated[int, Meta(description="micro-batches per optimizer step (median)")]
-    allreduce_sets_per_step: Annotated[float, Meta(description="micro-batches per step that all-reduce (mean)")]
+    allreduce_sets_per_step: Annotated[
+        float, Meta(description="micro-batches per step that all-reduce (mean)")
+    ]
     allreduces_per_step: Annotated[float, Meta(description="gradient all-reduces per step (mean)")]
-    avoidable_allreduces_per_step: Annotated[float, Meta(description="of which avoidable with no_sync (mean)")]
-    avoidable_host_us_per_step: Annotated[float, Meta(
-        description="host time of the avoidable all-reduces and bucket work per step (µs)")]
-    avoidable_nccl_kernel_us_per_step: Annotated[float, Meta(description="their NCCL kernel time per step (µs)")]
+    avoidable_allreduces_per_step: Annotated[
+        float, Meta(description="of which avoidable with no_sync (mean)")
+    ]
+    avoidable_host_us_per_step: Annotated[
+        float, Meta(description="host time of the avoidable all-reduces and bucket work per step (µs)")
+    ]
+    avoidable_nccl_kernel_us_per_step: Annotated[
+        float, Meta(description="their NCCL kernel time per step (µs)")
+    ]
     avoidable_gpu_rows: Annotated[int, Meta(description="device activities they launched")]
     per_step: Annotated[list[StepSync], Meta(description="each step where it fired")]
 

@@ -89,13 +89,16 @@ class Fragmented(msgspec.Struct, kw_only=True):
 
     device: Annotated[int, Meta(description="the device index")]
     peak_allocated_gib: Annotated[float, Meta(description="peak memory allocated by tensors (GiB)")]
-    peak_reserved_gib: Annotated[float, Meta(description="peak memory reserved by the caching allocator (GiB)")]
+    peak_reserved_gib: Annotated[
+        float, Meta(description="peak memory reserved by the caching allocator (GiB)")
+    ]
     reserved_over_allocated: Annotated[float | None, Meta(description="reserved / allocated at their peaks")]
 
 
 class Evidence(msgspec.Struct, kw_only=True):
-    cases: Annotated[list[str], Meta(
-        description="what fired: `empty_cache`, `retries`, `driver_calls`, `fragmentation`")]
+    cases: Annotated[
+        list[str], Meta(description="what fired: `empty_cache`, `retries`, `driver_calls`, `fragmentation`")
+    ]
     driver_alloc_calls: Annotated[int, Meta(description="driver allocator calls in the steady steps")]
     driver_alloc_us: Annotated[float, Meta(description="their host time (µs)")]
     per_step: Annotated[list[StepAllocs], Meta(description="those calls per step")]
@@ -103,7 +106,11 @@ class Evidence(msgspec.Struct, kw_only=True):
     empty_cache_steps: Annotated[list[int], Meta(description="the steps with such frees")]
     retry_ops: Annotated[list[RetryOp], Meta(description="ops that freed the cache and allocated again")]
     expandable_segments: Annotated[bool, Meta(description="the allocator maps expandable segments")]
-    fragmented_devices: Annotated[list[Fragmented], Meta(description="GPUs whose reserved memory far exceeds allocated")]
+    fragmented_devices: Annotated[
+        list[Fragmented], Meta(description="GPUs whose reserved memory far exceeds allocated")
+    ]
+
+
 GIB = 2**30
 FREE_RE = r"^(cudaFree|cudaFreeAsync|cuMemFree|cuMemRelease|cuMemUnmap|hipFree)(_v\d+)?$"
 EXPANDABLE_RE = r"^cuMem(Create|Map|Release|Unmap)(_v\d+)?$"  # expandable segments map physical pages

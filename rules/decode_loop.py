@@ -136,11 +136,16 @@ class Evidence(msgspec.Struct, kw_only=True):
     kv_lengths: Annotated[KvLengths, Meta(description="the KV-cache lengths they read")]
     tokens_per_step: Annotated[float | None, Meta(description="tokens decoded per step (null: static cache)")]
     static_kv_cache: Annotated[bool, Meta(description="one KV length throughout: a preallocated cache")]
-    kernels_per_token: Annotated[float | None, Meta(description="kernels launched per token (null: static cache)")]
+    kernels_per_token: Annotated[
+        float | None, Meta(description="kernels launched per token (null: static cache)")
+    ]
     median_kernel_us: Annotated[float | None, Meta(description="median kernel time (µs)")]
-    median_launching_op_cpu_us: Annotated[float | None, Meta(
-        description="median host time of the ops that launch them (µs)")]
-    cpu_launch_us: Annotated[float, Meta(description="the classifier's `cpu_launch` time in the analysed steps (µs)")]
+    median_launching_op_cpu_us: Annotated[
+        float | None, Meta(description="median host time of the ops that launch them (µs)")
+    ]
+    cpu_launch_us: Annotated[
+        float, Meta(description="the classifier's `cpu_launch` time in the analysed steps (µs)")
+    ]
     cpu_launch_pct: Annotated[float, Meta(description="that as % of the analysed window")]
     compiled: Annotated[bool, Meta(description="the model already runs torch.compile or Triton kernels")]
 

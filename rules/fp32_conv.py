@@ -159,12 +159,18 @@ class Evidence(msgspec.Struct, kw_only=True):
     fp32_conv_time_per_step_us: Annotated[float, Meta(description="their time per step (µs)")]
     tf32_conv_time_per_step_us: Annotated[float, Meta(description="of which TF32 Tensor-Core kernels (µs)")]
     ffma_conv_time_per_step_us: Annotated[float, Meta(description="of which FFMA (CUDA-core) kernels (µs)")]
-    bf16_conv_kernels_per_step: Annotated[float, Meta(description="convolution kernels per step already in 16-bit")]
-    layout_transform_time_per_step_us: Annotated[float, Meta(
-        description="cuDNN's NCHW<->NHWC transposes per step (µs)")]
-    fp32_activation_kernel_time_per_step_us: Annotated[float, Meta(
-        description="FP32 elementwise kernels around the convolutions per step (µs)")]
-    predicted_time_per_step_us: Annotated[float, Meta(description="the changed kernels' time after the fix, predicted (µs)")]
+    bf16_conv_kernels_per_step: Annotated[
+        float, Meta(description="convolution kernels per step already in 16-bit")
+    ]
+    layout_transform_time_per_step_us: Annotated[
+        float, Meta(description="cuDNN's NCHW<->NHWC transposes per step (µs)")
+    ]
+    fp32_activation_kernel_time_per_step_us: Annotated[
+        float, Meta(description="FP32 elementwise kernels around the convolutions per step (µs)")
+    ]
+    predicted_time_per_step_us: Annotated[
+        float, Meta(description="the changed kernels' time after the fix, predicted (µs)")
+    ]
     changed_time_per_step_us: Annotated[float, Meta(description="the changed kernels' time today (µs)")]
     device: Annotated[str, Meta(description="the device the prediction is for")]
 

@@ -176,18 +176,28 @@ class StepWait(msgspec.Struct, kw_only=True):
     step: Annotated[int, Meta(description="the step")]
     dataloader_us: Annotated[float, Meta(description="its DataLoader time (µs)")]
     pct: Annotated[float | None, Meta(description="that as % of the step")]
-    gpu_idle_us: Annotated[float | UnsetType, Meta(description="GPU idle while waiting for input (µs)")] = UNSET
+    gpu_idle_us: Annotated[float | UnsetType, Meta(description="GPU idle while waiting for input (µs)")] = (
+        UNSET
+    )
 
 
 class Evidence(msgspec.Struct, kw_only=True):
-    dataloader_us: Annotated[float, Meta(
-        description="DataLoader time in the analysed steps (µs; tb_plugin's DataLoader role, or host time without a GPU)")]
+    dataloader_us: Annotated[
+        float,
+        Meta(
+            description="DataLoader time in the analysed steps (µs; tb_plugin's DataLoader role, or host time without a GPU)"
+        ),
+    ]
     dataloader_pct: Annotated[float, Meta(description="that as % of the steps")]
-    dataloader_host_us: Annotated[float | UnsetType, Meta(
-        description="host time inside the DataLoader's `__next__` spans (µs)")] = UNSET
-    gpu_idle_during_input_us: Annotated[float | UnsetType, Meta(
-        description="the classifier's `input` time: GPU idle waiting for input (µs)")] = UNSET
-    source: Annotated[str | UnsetType, Meta(description="set on traces without GPU activity: what was measured")] = UNSET
+    dataloader_host_us: Annotated[
+        float | UnsetType, Meta(description="host time inside the DataLoader's `__next__` spans (µs)")
+    ] = UNSET
+    gpu_idle_during_input_us: Annotated[
+        float | UnsetType, Meta(description="the classifier's `input` time: GPU idle waiting for input (µs)")
+    ] = UNSET
+    source: Annotated[
+        str | UnsetType, Meta(description="set on traces without GPU activity: what was measured")
+    ] = UNSET
     op: Annotated[str | None, Meta(description="the DataLoader op's name")]
     calls: Annotated[int, Meta(description="its calls")]
     per_step: Annotated[list[StepWait], Meta(description="each step's wait")]

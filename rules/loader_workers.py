@@ -104,15 +104,23 @@ class Evidence(input_bound.Evidence, kw_only=True):
     steps: Annotated[int, Meta(description="analysed steps")]
     step_period_us: Annotated[float, Meta(description="the mean step: the pace the workers deliver at (µs)")]
     step_without_wait_us: Annotated[float, Meta(description="the step without the DataLoader wait (µs)")]
-    period_over_need: Annotated[float | None, Meta(description="their ratio: how many times too slow the workers are")]
+    period_over_need: Annotated[
+        float | None, Meta(description="their ratio: how many times too slow the workers are")
+    ]
     pageable_copies: Annotated[bool, Meta(description="the host-to-device copies are from pageable memory")]
     num_workers: Annotated[int | None, Meta(description="the `num_workers` option (null: not given)")]
-    per_batch_cpu_us: Annotated[float | UnsetType, Meta(
-        description="CPU time per batch in a worker (µs; with `num_workers`)")] = UNSET
-    workers_needed: Annotated[int | UnsetType, Meta(description="workers that keep up (with `num_workers`)")] = UNSET
-    workers_factor: Annotated[float | UnsetType, Meta(
-        description="the factor to raise `num_workers` by (without `num_workers`)")] = UNSET
-    note: Annotated[str | UnsetType, Meta(description="set when the loop waited in only some of the steps")] = UNSET
+    per_batch_cpu_us: Annotated[
+        float | UnsetType, Meta(description="CPU time per batch in a worker (µs; with `num_workers`)")
+    ] = UNSET
+    workers_needed: Annotated[
+        int | UnsetType, Meta(description="workers that keep up (with `num_workers`)")
+    ] = UNSET
+    workers_factor: Annotated[
+        float | UnsetType, Meta(description="the factor to raise `num_workers` by (without `num_workers`)")
+    ] = UNSET
+    note: Annotated[
+        str | UnsetType, Meta(description="set when the loop waited in only some of the steps")
+    ] = UNSET
 
 
 def check(ctx: RuleContext) -> list[Finding]:

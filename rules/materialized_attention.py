@@ -162,16 +162,22 @@ class ScoreShape(msgspec.Struct, kw_only=True):
 class Evidence(msgspec.Struct, kw_only=True):
     score_shape: Annotated[ScoreShape, Meta(description="the largest score matrix")]
     score_tensor_mib: Annotated[float, Meta(description="its size (MiB)")]
-    score_kernels_per_step: Annotated[float, Meta(description="kernels per step that read or write score matrices")]
+    score_kernels_per_step: Annotated[
+        float, Meta(description="kernels per step that read or write score matrices")
+    ]
     score_time_per_step_us: Annotated[float, Meta(description="their device time per step (µs)")]
     attention_runs_per_step: Annotated[float, Meta(description="unfused attention computations per step")]
     backward_runs_per_step: Annotated[float, Meta(description="of which in the backward pass")]
     gemm_gflops_per_step: Annotated[float, Meta(description="GFLOP per step of their QK^T and PV GEMMs")]
-    predicted_fused_time_per_step_us: Annotated[float, Meta(description="the same attention fused (SDPA), predicted (µs)")]
+    predicted_fused_time_per_step_us: Annotated[
+        float, Meta(description="the same attention fused (SDPA), predicted (µs)")
+    ]
     fp32_scores_gemms: Annotated[bool, Meta(description="the score GEMMs run in FP32")]
     ops: Annotated[list[OpTimePerStep], Meta(description="the 8 ops with the most score-matrix time")]
     sdpa_math_backend: Annotated[bool, Meta(description="SDPA ran its unfused math backend")]
-    fused_attention_kernels_in_trace: Annotated[int, Meta(description="fused attention kernels already in the trace")]
+    fused_attention_kernels_in_trace: Annotated[
+        int, Meta(description="fused attention kernels already in the trace")
+    ]
     device: Annotated[str, Meta(description="the device the prediction is for")]
 
 

@@ -61,8 +61,10 @@ class DeviceMemory(msgspec.Struct, kw_only=True):
     device: Annotated[int, Meta(description="the device index")]
     capacity_gib: Annotated[float, Meta(description="its memory (GiB)")]
     peak_allocated_gib: Annotated[float, Meta(description="peak memory allocated by tensors (GiB)")]
-    peak_reserved_gib: Annotated[float | None, Meta(
-        description="peak memory reserved by the caching allocator (GiB; null: not recorded)")]
+    peak_reserved_gib: Annotated[
+        float | None,
+        Meta(description="peak memory reserved by the caching allocator (GiB; null: not recorded)"),
+    ]
     peak_pct_of_capacity: Annotated[float, Meta(description="the higher peak as % of the capacity")]
     allocs_per_step: Annotated[float, Meta(description="allocations per step (mean)")]
     alloc_gib_per_step: Annotated[float, Meta(description="GiB allocated per step (mean)")]
@@ -81,8 +83,12 @@ class PeakOp(msgspec.Struct, kw_only=True):
 
 class Evidence(msgspec.Struct, kw_only=True):
     cases: Annotated[list[str], Meta(description="what fired: `near_capacity`")]
-    devices: Annotated[list[DeviceMemory], Meta(description="the GPUs whose peak reached `near_capacity_pct`")]
+    devices: Annotated[
+        list[DeviceMemory], Meta(description="the GPUs whose peak reached `near_capacity_pct`")
+    ]
     peak: Annotated[PeakOp | None, Meta(description="the peak of allocated memory and the op running then")]
+
+
 GIB = 2**30
 FIX = (
     "Peak reserved memory is close to the device's capacity: an allocation that finds no cached block makes the "

@@ -127,14 +127,21 @@ class SmallKernel(msgspec.Struct, kw_only=True):
 
 class Evidence(msgspec.Struct, kw_only=True):
     sms: Annotated[int | None, Meta(description="the device's SMs")]
-    small_grid_kernels_per_step: Annotated[float, Meta(description="kernels per step whose grid leaves SMs idle")]
+    small_grid_kernels_per_step: Annotated[
+        float, Meta(description="kernels per step whose grid leaves SMs idle")
+    ]
     small_grid_time_per_step_us: Annotated[float, Meta(description="their time per step (µs)")]
     share_of_gpu_busy_pct: Annotated[float, Meta(description="that as % of the GPU's busy time")]
     median_blocks: Annotated[float | None, Meta(description="their median grid size (blocks)")]
-    sm_share_used_pct: Annotated[float | None, Meta(description="% of the SMs their grids occupy (time-weighted)")]
-    est_achieved_occupancy_pct: Annotated[float | None, Meta(
-        description="their estimated achieved occupancy, time-weighted (%)")]
-    savings_range_per_step_us: Annotated[SavingsRange, Meta(description="what a fix saves per step, low and high")]
+    sm_share_used_pct: Annotated[
+        float | None, Meta(description="% of the SMs their grids occupy (time-weighted)")
+    ]
+    est_achieved_occupancy_pct: Annotated[
+        float | None, Meta(description="their estimated achieved occupancy, time-weighted (%)")
+    ]
+    savings_range_per_step_us: Annotated[
+        SavingsRange, Meta(description="what a fix saves per step, low and high")
+    ]
     top_kernels: Annotated[list[SmallKernel], Meta(description="the small-grid kernels with the most time")]
 
 
@@ -172,9 +179,7 @@ def check(ctx: RuleContext) -> list[Finding]:
         share_of_gpu_busy_pct=round(share, 2),
         median_blocks=float(s["blocks"].median()) if s["blocks"].null_count() < s.height else None,
         sm_share_used_pct=round(100.0 * used, 2) if used is not None else None,
-        est_achieved_occupancy_pct=round(
-            float((occ["occupancy"] * occ["dur"]).sum() / occ["dur"].sum()), 2
-        )
+        est_achieved_occupancy_pct=round(float((occ["occupancy"] * occ["dur"]).sum() / occ["dur"].sum()), 2)
         if occ.height and occ["dur"].sum()
         else None,
         savings_range_per_step_us=SavingsRange(
