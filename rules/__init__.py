@@ -2,7 +2,8 @@
 
 Each module is named by its slug in snake_case and exposes `CODE`, `NAME` (the slug), `SEVERITY` (the
 default severity of a finding at or above the moderate threshold), `TITLE`, `FIX`, `OPTIONS` (name ->
-`Option` with the default and its source) and `check(ctx: RuleContext) -> list[Finding]`; a rule that judges
+`Option` with the default and its source), `Evidence` (the msgspec struct its findings' evidence is) and
+`check(ctx: RuleContext) -> list[Finding]`; a rule that judges
 a whole job (the ranks of one run) also has `check_job(ctx: JobContext) -> list[Finding]`; `CPU = True` when
 it also runs on traces without GPU activity (then `ctx.cpu` holds the host analyses). The rule API is
 `traceview.ruleapi`. Its docstring (sections What it detects / Why it is slow / How to fix / Evidence /

@@ -36,10 +36,14 @@ of those micro-batches (their host spans and the GPU work they launched); the la
 
 from __future__ import annotations
 
+from typing import Annotated
+
+import msgspec
 import polars as pl
 
 from traceview.analyses.replay import Transform, spans
 from traceview.analyses.windows import host_step_of
+from traceview.evidence import Meta
 from traceview.ruleapi import Finding, RuleContext, xprof_severity
 
 CODE = "TV502"
@@ -126,6 +130,35 @@ def _launched(ctx: RuleContext, host: pl.DataFrame) -> pl.DataFrame:
     return j.filter(pl.col("launch_ts") < pl.col("_hend")).drop("_hts", "_hend")
 
 
+class StepSync(msgspec.Struct, kw_only=True):
+    """One optimizer step's micro-batches and all-reduces."""
+
+    step: Annotated[int, Meta(description="the step")]
+    m: Annotated[int, Meta(description="its micro-batches")]
+    synced: Annotated[int, Meta(description="micro-batches followed by a gradient all-reduce")]
+    allreduces: Annotated[int, Meta(description="its gradient all-reduces")]
+    avoidable: Annotated[int, Meta(description="those after a micro-batch other than the last")]
+
+
+class Evidence(msgspec.Struct, kw_only=True):
+    micro_batches_per_step: Annotated[int, Meta(description="micro-batches per optimizer step (median)")]
+    allreduce_sets_per_step: Annotated[
+        float, Meta(description="micro-batches per step that all-reduce (mean)")
+    ]
+    allreduces_per_step: Annotated[float, Meta(description="gradient all-reduces per step (mean)")]
+    avoidable_allreduces_per_step: Annotated[
+        float, Meta(description="of which avoidable with no_sync (mean)")
+    ]
+    avoidable_host_us_per_step: Annotated[
+        float, Meta(description="host time of the avoidable all-reduces and bucket work per step (µs)")
+    ]
+    avoidable_nccl_kernel_us_per_step: Annotated[
+        float, Meta(description="their NCCL kernel time per step (µs)")
+    ]
+    avoidable_gpu_rows: Annotated[int, Meta(description="device activities they launched")]
+    per_step: Annotated[list[StepSync], Meta(description="each step where it fired")]
+
+
 def check(ctx: RuleContext) -> list[Finding]:
     s = _sets(ctx)
     if s is None:
@@ -154,23 +187,23 @@ def check(ctx: RuleContext) -> list[Finding]:
     comm_ns = int((comm["end"] - comm["ts"]).sum()) if comm.height else 0
     k = int(fired["m"].median())
     sets = float(fired["synced"].mean())
-    ev = {
-        "micro_batches_per_step": k,
-        "allreduce_sets_per_step": round(sets, 2),
-        "allreduces_per_step": round(float(fired["allreduces"].mean()), 2),
-        "avoidable_allreduces_per_step": round(float(fired["avoidable"].mean()), 2),
-        "avoidable_host_us_per_step": round(host_ns / 1000 / n, 3),
-        "avoidable_nccl_kernel_us_per_step": round(comm_ns / 1000 / n, 3),
-        "avoidable_gpu_rows": gpu.height,
-        "per_step": fired.to_dicts(),
-    }
+    ev = Evidence(
+        micro_batches_per_step=k,
+        allreduce_sets_per_step=round(sets, 2),
+        allreduces_per_step=round(float(fired["allreduces"].mean()), 2),
+        avoidable_allreduces_per_step=round(float(fired["avoidable"].mean()), 2),
+        avoidable_host_us_per_step=round(host_ns / 1000 / n, 3),
+        avoidable_nccl_kernel_us_per_step=round(comm_ns / 1000 / n, 3),
+        avoidable_gpu_rows=gpu.height,
+        per_step=[StepSync(**r) for r in fired.to_dicts()],
+    )
     where = [f"{host_ns / 1e6 / n:.2f} ms of host time in the all-reduce calls and the reducer's bucket work"]
     if comm_ns:
         where.append(f"{comm_ns / 1e6 / n:.2f} ms of NCCL kernels")
     fix = (
         f"Each optimizer step runs {k} micro-batches and all-reduces the gradients after {sets:g} of them "
-        f"({ev['allreduces_per_step']:g} all-reduces per step where "
-        f"{ev['allreduces_per_step'] - ev['avoidable_allreduces_per_step']:g} would do; the avoidable ones take "
+        f"({ev.allreduces_per_step:g} all-reduces per step where "
+        f"{ev.allreduces_per_step - ev.avoidable_allreduces_per_step:g} would do; the avoidable ones take "
         f"{' and '.join(where)} per step). Wrap the first {k - 1} micro-batches in model.no_sync() — "
         f"`with model.no_sync() if i < {k - 1} else contextlib.nullcontext():` around forward and backward — so DDP "
         "sums the gradients locally and all-reduces once, in the last backward (HF Accelerate: "

@@ -44,11 +44,15 @@ device. Fragmentation alone is a risk, not a measured cost: `info`.
 
 from __future__ import annotations
 
+from typing import Annotated
+
+import msgspec
 import polars as pl
 
 from traceview.analyses import memory as M
 from traceview.analyses.replay import Transform
 from traceview.analyses.whatif import EMPTY, gpu_idle_within, removed_per_step
+from traceview.evidence import Meta
 from traceview.ruleapi import XPROF_SEVERITY, Finding, Option, RuleContext
 
 CODE = "TV303"
@@ -61,6 +65,52 @@ OPTIONS = {
     "min_gap_gib": Option(1.0, "smallest reserved-minus-allocated gap (GiB) reported as fragmentation"),
     **XPROF_SEVERITY,
 }
+
+
+class StepAllocs(msgspec.Struct, kw_only=True):
+    """One step's driver allocator calls."""
+
+    step: Annotated[int, Meta(description="the step")]
+    mallocs: Annotated[int, Meta(description="cudaMalloc-like calls")]
+    frees: Annotated[int, Meta(description="cudaFree-like calls")]
+    host_us: Annotated[float, Meta(description="their host time (µs)")]
+
+
+class RetryOp(msgspec.Struct, kw_only=True):
+    """An op that freed the cache and called cudaMalloc again (the allocator's retry after an OOM)."""
+
+    op: Annotated[str | None, Meta(description="the op")]
+    step: Annotated[int, Meta(description="its step")]
+    frees: Annotated[int, Meta(description="the frees inside it")]
+
+
+class Fragmented(msgspec.Struct, kw_only=True):
+    """A GPU whose allocator reserves much more than tensors use."""
+
+    device: Annotated[int, Meta(description="the device index")]
+    peak_allocated_gib: Annotated[float, Meta(description="peak memory allocated by tensors (GiB)")]
+    peak_reserved_gib: Annotated[
+        float, Meta(description="peak memory reserved by the caching allocator (GiB)")
+    ]
+    reserved_over_allocated: Annotated[float | None, Meta(description="reserved / allocated at their peaks")]
+
+
+class Evidence(msgspec.Struct, kw_only=True):
+    cases: Annotated[
+        list[str], Meta(description="what fired: `empty_cache`, `retries`, `driver_calls`, `fragmentation`")
+    ]
+    driver_alloc_calls: Annotated[int, Meta(description="driver allocator calls in the steady steps")]
+    driver_alloc_us: Annotated[float, Meta(description="their host time (µs)")]
+    per_step: Annotated[list[StepAllocs], Meta(description="those calls per step")]
+    empty_cache_frees: Annotated[int, Meta(description="frees outside any op (torch.cuda.empty_cache)")]
+    empty_cache_steps: Annotated[list[int], Meta(description="the steps with such frees")]
+    retry_ops: Annotated[list[RetryOp], Meta(description="ops that freed the cache and allocated again")]
+    expandable_segments: Annotated[bool, Meta(description="the allocator maps expandable segments")]
+    fragmented_devices: Annotated[
+        list[Fragmented], Meta(description="GPUs whose reserved memory far exceeds allocated")
+    ]
+
+
 GIB = 2**30
 FREE_RE = r"^(cudaFree|cudaFreeAsync|cuMemFree|cuMemRelease|cuMemUnmap|hipFree)(_v\d+)?$"
 EXPANDABLE_RE = r"^cuMem(Create|Map|Release|Unmap)(_v\d+)?$"  # expandable segments map physical pages
@@ -101,7 +151,7 @@ def removes(ctx: RuleContext, finding: dict | None = None) -> pl.DataFrame:
     return gpu_idle_within(ctx.trace, drv.select("ts", "end"), ctx.lo, ctx.hi) if drv.height else EMPTY
 
 
-def _fragmentation(ctx: RuleContext) -> list[dict]:
+def _fragmentation(ctx: RuleContext) -> list[Fragmented]:
     ev = M.gpu_events(ctx.trace, ctx.steps)
     if ev.height == 0:
         return []
@@ -112,12 +162,12 @@ def _fragmentation(ctx: RuleContext) -> list[dict]:
         pa, pr = int(p["peak_allocated"].max() or 0), p["peak_reserved"].max()
         if pr is not None and pr >= o["fragmentation_ratio"] * pa and (pr - pa) >= o["min_gap_gib"] * GIB:
             out.append(
-                {
-                    "device": dev,
-                    "peak_allocated_gib": round(pa / GIB, 3),
-                    "peak_reserved_gib": round(pr / GIB, 3),
-                    "reserved_over_allocated": round(pr / pa, 2) if pa else None,
-                }
+                Fragmented(
+                    device=dev,
+                    peak_allocated_gib=round(pa / GIB, 3),
+                    peak_reserved_gib=round(pr / GIB, 3),
+                    reserved_over_allocated=round(pr / pa, 2) if pa else None,
+                )
             )
     return out
 
@@ -171,17 +221,17 @@ def check(ctx: RuleContext) -> list[Finding]:
         )
         if on
     ]
-    evidence = {
-        "cases": cases,
-        "driver_alloc_calls": calls.height,
-        "driver_alloc_us": round(host_ns / 1000, 3),
-        "per_step": per.to_dicts(),
-        "empty_cache_frees": empty.height,
-        "empty_cache_steps": sorted(empty["step"].unique().to_list()),
-        "retry_ops": retries.select("op", "step", "frees").to_dicts(),
-        "expandable_segments": expandable,
-        "fragmented_devices": frag,
-    }
+    evidence = Evidence(
+        cases=cases,
+        driver_alloc_calls=calls.height,
+        driver_alloc_us=round(host_ns / 1000, 3),
+        per_step=[StepAllocs(**r) for r in per.to_dicts()],
+        empty_cache_frees=empty.height,
+        empty_cache_steps=sorted(empty["step"].unique().to_list()),
+        retry_ops=[RetryOp(**r) for r in retries.select("op", "step", "frees").to_dicts()],
+        expandable_segments=expandable,
+        fragmented_devices=frag,
+    )
     host_ms = host_ns / 1e6 / max(n_steps, 1)
     fix = []
     if empty.height:
@@ -218,8 +268,8 @@ def check(ctx: RuleContext) -> list[Finding]:
     if frag:
         d = frag[0]
         fix.append(
-            f"Reserved memory is {d['reserved_over_allocated']}x the allocated peak ({d['peak_reserved_gib']} vs "
-            f"{d['peak_allocated_gib']} GiB): the cache is fragmented"
+            f"Reserved memory is {d.reserved_over_allocated}x the allocated peak ({d.peak_reserved_gib} vs "
+            f"{d.peak_allocated_gib} GiB): the cache is fragmented"
             + (
                 ". Keep shapes stable across steps."
                 if expandable

@@ -42,11 +42,15 @@ No replay model: the rule runs on traces without GPU activity, where there is no
 
 from __future__ import annotations
 
+from typing import Annotated
+
+import msgspec
 import polars as pl
 
 from traceview.analyses.cpu import COLLECTIVE_RE, top_level_ops
 from traceview.analyses.layers import UNATTRIBUTED, host_layers
 from traceview.analyses.rowid import join_by_id
+from traceview.evidence import UNSET, Meta, UnsetType
 from traceview.ingest.manifest import step_overhead_ms
 from traceview.ruleapi import Finding, Option, RuleContext
 
@@ -65,6 +69,30 @@ FIX = ("Each eager op pays a fixed CPU cost (Python call, dispatcher, checks, ou
        "before any arithmetic, and these ops do less work than that. Do the same work in fewer, larger ops: "
        "batch inputs, replace Python loops over small tensors by vectorised ops, use foreach/fused optimizers, "
        "and let torch.compile fuse chains of small ops.")
+
+
+class TinyOp(msgspec.Struct, kw_only=True):
+    """A tiny op kind by its calls."""
+
+    op: Annotated[str, Meta(description="the op's name")]
+    calls: Annotated[int, Meta(description="its tiny calls in the analysed steps")]
+    median_us: Annotated[float, Meta(description="their median time (µs)")]
+
+
+class Evidence(msgspec.Struct, kw_only=True):
+    tiny_ops_per_step: Annotated[float, Meta(description="top-level ops per step whose kind's median is under `tiny_op_us`")]
+    ops_per_step: Annotated[float, Meta(description="top-level ops per step")]
+    tiny_op_time_per_step_us: Annotated[float, Meta(description="the tiny ops' time per step (µs)")]
+    tiny_op_pct: Annotated[float, Meta(description="that as % of the analysed window")]
+    tiny_op_us: Annotated[float, Meta(description="the `tiny_op_us` option in force (µs)")]
+    median_op_us: Annotated[float, Meta(description="median top-level op time (µs)")]
+    top_tiny_ops: Annotated[list[TinyOp], Meta(description="the 5 tiny op kinds with the most calls")]
+    outside_ops_pct: Annotated[float | None, Meta(description="% of the window outside any op (Python between ops)")]
+    profiled_step_ms: Annotated[float | UnsetType, Meta(
+        description="the collector's profiled step time (ms; with a manifest)")] = UNSET
+    unprofiled_step_ms: Annotated[float | UnsetType, Meta(
+        description="the collector's unprofiled step time (ms; with a manifest)")] = UNSET
+    note: Annotated[str | UnsetType, Meta(description="set when the profiler inflates the per-op overhead")] = UNSET
 
 
 def check(ctx: RuleContext) -> list[Finding]:
@@ -91,25 +119,25 @@ def check(ctx: RuleContext) -> list[Finding]:
              .sort("calls", "name", descending=[True, False]).head(5))
     split = ctx.cpu.get("totals") or {}
     n = steps.height
-    ev = {
-        "tiny_ops_per_step": round(tiny.height / n, 1), "ops_per_step": round(top.height / n, 1),
-        "tiny_op_time_per_step_us": round(cost / n / 1000, 3), "tiny_op_pct": round(share, 2),
-        "tiny_op_us": opts["tiny_op_us"], "median_op_us": round(float(top["dur"].median()) / 1000, 3),
-        "top_tiny_ops": [{"op": r["name"], "calls": r["calls"], "median_us": round(r["med"] / 1000, 3)}
-                         for r in names.iter_rows(named=True)],  # 5 rows
-        "outside_ops_pct": round(ctx.pct(split["outside_ops"]), 2) if split.get("outside_ops") is not None else None,
-    }
+    ev = Evidence(
+        tiny_ops_per_step=round(tiny.height / n, 1), ops_per_step=round(top.height / n, 1),
+        tiny_op_time_per_step_us=round(cost / n / 1000, 3), tiny_op_pct=round(share, 2),
+        tiny_op_us=opts["tiny_op_us"], median_op_us=round(float(top["dur"].median()) / 1000, 3),
+        top_tiny_ops=[TinyOp(op=r["name"], calls=r["calls"], median_us=round(r["med"] / 1000, 3))
+                      for r in names.iter_rows(named=True)],  # 5 rows
+        outside_ops_pct=round(ctx.pct(split["outside_ops"]), 2) if split.get("outside_ops") is not None else None,
+    )
     st = ((trace.meta.manifest or {}).get("step_time")) or {}
     prof, unprof = st.get("profiled_ms_median"), st.get("unprofiled_ms_median")
     if isinstance(prof, (int, float)) and isinstance(unprof, (int, float)) and unprof > 0:
-        ev["profiled_step_ms"], ev["unprofiled_step_ms"] = prof, unprof
+        ev.profiled_step_ms, ev.unprofiled_step_ms = prof, unprof
         if (step_overhead_ms(trace.meta.manifest) or 0) > 0.2 * unprof:
-            ev["note"] = (f"recorded steps took {prof:.2f} ms against {unprof:.2f} ms unprofiled: the profiler adds "
+            ev.note = (f"recorded steps took {prof:.2f} ms against {unprof:.2f} ms unprofiled: the profiler adds "
                           "its own cost to every op, so part of this per-op overhead is the recording's; the "
                           "unprofiled step bounds what fusing can save")
     lay = host_layers(trace).join(tiny.select("i"), on="i").filter(pl.col("layer") != UNATTRIBUTED)
     f = ctx.finding(cost_ns=cost, count=tiny.height, steps=sorted(tiny["step"].unique().to_list()), evidence=ev,
-                    title=f"{ev['tiny_ops_per_step']:g} ops per step run under {opts['tiny_op_us']:g} µs each, "
+                    title=f"{ev.tiny_ops_per_step:g} ops per step run under {opts['tiny_op_us']:g} µs each, "
                           f"dominated by their fixed per-op cost ({share:.1f} % of the step)")
     f.layer = str(lay["layer"].mode().sort().first()) if lay.height else None  # a host layer: ctx.layer_of is GPU-side
     return [f]

@@ -46,12 +46,16 @@ launch calls leave the host path (as TV101's model), device work unchanged: the 
 
 from __future__ import annotations
 
+from typing import Annotated
+
+import msgspec
 import polars as pl
 
 from traceview.analyses.opshapes import decode
 from traceview.analyses.replay import Transform
 from traceview.analyses.rowid import by_id
 from traceview.analyses.windows import host_step_of
+from traceview.evidence import Meta
 from traceview.ruleapi import Finding, RuleContext, xprof_severity
 
 from . import launch_bound
@@ -118,6 +122,34 @@ def decode_calls(ctx: RuleContext) -> pl.DataFrame:
     return ctx.once("decode_calls", build)
 
 
+class KvLengths(msgspec.Struct, kw_only=True):
+    """The KV-cache lengths the decode attention calls read."""
+
+    first: Annotated[int, Meta(description="the shortest")]
+    last: Annotated[int, Meta(description="the longest")]
+    distinct: Annotated[int, Meta(description="distinct lengths (1: a static, preallocated cache)")]
+
+
+class Evidence(msgspec.Struct, kw_only=True):
+    decode_attention_calls_per_step: Annotated[float, Meta(description="one-token attention calls per step")]
+    batch: Annotated[int, Meta(description="sequences decoded at once (largest batch)")]
+    kv_lengths: Annotated[KvLengths, Meta(description="the KV-cache lengths they read")]
+    tokens_per_step: Annotated[float | None, Meta(description="tokens decoded per step (null: static cache)")]
+    static_kv_cache: Annotated[bool, Meta(description="one KV length throughout: a preallocated cache")]
+    kernels_per_token: Annotated[
+        float | None, Meta(description="kernels launched per token (null: static cache)")
+    ]
+    median_kernel_us: Annotated[float | None, Meta(description="median kernel time (µs)")]
+    median_launching_op_cpu_us: Annotated[
+        float | None, Meta(description="median host time of the ops that launch them (µs)")
+    ]
+    cpu_launch_us: Annotated[
+        float, Meta(description="the classifier's `cpu_launch` time in the analysed steps (µs)")
+    ]
+    cpu_launch_pct: Annotated[float, Meta(description="that as % of the analysed window")]
+    compiled: Annotated[bool, Meta(description="the model already runs torch.compile or Triton kernels")]
+
+
 def check(ctx: RuleContext) -> list[Finding]:
     if ctx.features.cuda_graphs:
         return []  # the decode step is graph-captured already
@@ -139,23 +171,23 @@ def check(ctx: RuleContext) -> list[Finding]:
     med_k = float(k["dur"].median()) / 1000 if k.height else None
     med_op = float(ops["dur"].median()) / 1000 if ops.height else None
     batch = int(calls["batch"].max())
-    evidence = {
-        "decode_attention_calls_per_step": round(calls.height / n, 2),
-        "batch": batch,
-        "kv_lengths": {
-            "first": int(calls["kv"].min()),
-            "last": int(calls["kv"].max()),
-            "distinct": calls["kv"].n_unique(),
-        },
-        "tokens_per_step": round(tokens / n, 2) if not static else None,
-        "static_kv_cache": static,
-        "kernels_per_token": round(k.height / tokens, 1) if not static else None,
-        "median_kernel_us": round(med_k, 3) if med_k is not None else None,
-        "median_launching_op_cpu_us": round(med_op, 3) if med_op is not None else None,
-        "cpu_launch_us": round(cost / 1000, 3),
-        "cpu_launch_pct": round(ctx.pct(cost), 2),
-        "compiled": ctx.features.compiled or bool(ctx.features.triton_kernels),
-    }
+    evidence = Evidence(
+        decode_attention_calls_per_step=round(calls.height / n, 2),
+        batch=batch,
+        kv_lengths=KvLengths(
+            first=int(calls["kv"].min()),
+            last=int(calls["kv"].max()),
+            distinct=calls["kv"].n_unique(),
+        ),
+        tokens_per_step=round(tokens / n, 2) if not static else None,
+        static_kv_cache=static,
+        kernels_per_token=round(k.height / tokens, 1) if not static else None,
+        median_kernel_us=round(med_k, 3) if med_k is not None else None,
+        median_launching_op_cpu_us=round(med_op, 3) if med_op is not None else None,
+        cpu_launch_us=round(cost / 1000, 3),
+        cpu_launch_pct=round(ctx.pct(cost), 2),
+        compiled=ctx.features.compiled or bool(ctx.features.triton_kernels),
+    )
     comp = ctx.features.compiled or bool(ctx.features.triton_kernels)
     kv = (
         f"a static KV cache of length {int(calls['kv'].max())}"

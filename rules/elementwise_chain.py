@@ -44,6 +44,9 @@ shortest kernel of the chain (a fused kernel still costs one launch). Without sh
 
 from __future__ import annotations
 
+from typing import Annotated
+
+import msgspec
 import numpy as np
 import polars as pl
 
@@ -57,6 +60,7 @@ from traceview.analyses.roofline import ELEMENTWISE_KERNEL_RE
 from traceview.analyses.rowid import join_by_id
 from traceview.analyses.whatif import EMPTY, shrink_kernels
 from traceview.analyses.windows import host_step_of, step_of
+from traceview.evidence import Meta, StepSpan
 from traceview.ruleapi import XPROF_SEVERITY, Finding, Option, RuleContext
 
 CODE = "TV201"
@@ -258,6 +262,25 @@ def _removes(ctx: RuleContext) -> pl.DataFrame:
     return merge(pl.concat([tails, gaps.filter(pl.col("end") > pl.col("ts"))]))
 
 
+class Evidence(msgspec.Struct, kw_only=True):
+    kernels_per_chain: Annotated[int, Meta(description="kernels in the chain")]
+    ops: Annotated[list[str], Meta(description="the ops that launched them, in order")]
+    kernels: Annotated[list[str], Meta(description="the kernels' names, in order")]
+    chains_per_step: Annotated[float, Meta(description="times the chain runs per step")]
+    bytes_per_chain: Annotated[int | None, Meta(description="bytes the chain reads and writes (null: no shapes)")]
+    gib_per_chain: Annotated[float | None, Meta(description="the same in GiB")]
+    fused_bytes_per_chain: Annotated[int | None, Meta(description="bytes one fused kernel would move")]
+    bytes_source: Annotated[str, Meta(description="where the byte counts come from")]
+    chain_time_us: Annotated[float, Meta(description="the chain's device time over the analysed steps (µs)")]
+    savings_of_chain_pct: Annotated[float | None, Meta(description="the saving as % of the chain's time")]
+    achieved_bandwidth_gbps: Annotated[float | None, Meta(description="the chain's achieved memory bandwidth (GB/s)")]
+    peak_bandwidth_gbps: Annotated[float, Meta(description="the device's peak memory bandwidth (GB/s)")]
+    device: Annotated[str, Meta(description="the device the peak is of")]
+    pct_of_peak_bandwidth: Annotated[float | None, Meta(description="achieved as % of the peak")]
+    stream: Annotated[int | None, Meta(description="the chain's stream")]
+    worst: Annotated[StepSpan, Meta(description="its longest run")]
+
+
 def check(ctx: RuleContext) -> list[Finding]:
     opts, spec, window, steps = ctx.options, ctx.spec, ctx.window_ns, ctx.steps
     ch = _chains(ctx)
@@ -276,21 +299,21 @@ def check(ctx: RuleContext) -> list[Finding]:
     for p in pats.to_dicts():  # one per chain pattern: a handful
         w = per.filter(pl.col("chain") == p["worst"]).to_dicts()[0]
         bw = (p["bytes"] * p["count"] / (p["time"] / 1e9)) if p["_known"] and p["time"] else None
-        ev = {
-            "kernels_per_chain": p["k"], "ops": p["ops"].split(" → "), "kernels": p["kernels"],
-            "chains_per_step": round(p["count"] / steps.height, 2),
-            "bytes_per_chain": round(p["bytes"]) if p["_known"] else None,
-            "gib_per_chain": round(p["bytes"] / 2**30, 3) if p["_known"] else None,
-            "fused_bytes_per_chain": round(p["fused_bytes"]) if p["_known"] else None,
-            "bytes_source": "Input Dims" if p["_known"] else "unknown (no shapes): savings = (k-1)/k of the chain time",
-            "chain_time_us": round(p["time"] / 1000, 3),
-            "savings_of_chain_pct": round(100.0 * p["savings"] / p["time"], 2) if p["time"] else None,
-            "achieved_bandwidth_gbps": round(bw / 1e9, 1) if bw else None,
-            "peak_bandwidth_gbps": round(spec.bw / 1e9, 1), "device": spec.name,
-            "pct_of_peak_bandwidth": round(100.0 * bw / spec.bw, 1) if bw else None,
-            "stream": p["stream"],
-            "worst": {"start_us": round(w["ts"] / 1000, 3), "end_us": round(w["end"] / 1000, 3), "step": w["step"]},
-        }
+        ev = Evidence(
+            kernels_per_chain=p["k"], ops=p["ops"].split(" → "), kernels=p["kernels"],
+            chains_per_step=round(p["count"] / steps.height, 2),
+            bytes_per_chain=round(p["bytes"]) if p["_known"] else None,
+            gib_per_chain=round(p["bytes"] / 2**30, 3) if p["_known"] else None,
+            fused_bytes_per_chain=round(p["fused_bytes"]) if p["_known"] else None,
+            bytes_source="Input Dims" if p["_known"] else "unknown (no shapes): savings = (k-1)/k of the chain time",
+            chain_time_us=round(p["time"] / 1000, 3),
+            savings_of_chain_pct=round(100.0 * p["savings"] / p["time"], 2) if p["time"] else None,
+            achieved_bandwidth_gbps=round(bw / 1e9, 1) if bw else None,
+            peak_bandwidth_gbps=round(spec.bw / 1e9, 1), device=spec.name,
+            pct_of_peak_bandwidth=round(100.0 * bw / spec.bw, 1) if bw else None,
+            stream=p["stream"],
+            worst=StepSpan(start_us=round(w["ts"] / 1000, 3), end_us=round(w["end"] / 1000, 3), step=w["step"]),
+        )
         out.append(ctx.finding(
             title=f"{p['k']} elementwise kernels in a row ({' → '.join(o.replace('aten::', '') for o in p['ops'].split(' → ')[:6])}"
                   f"{' …' if p['k'] > 6 else ''}) could be one fused kernel",

@@ -47,11 +47,15 @@ by their time.
 
 from __future__ import annotations
 
+from typing import Annotated
+
+import msgspec
 import polars as pl
 
 from traceview.analyses.names import contains
 from traceview.analyses.opshapes import first_input
 from traceview.analyses.replay import Transform
+from traceview.evidence import Meta
 from traceview.ruleapi import XPROF_SEVERITY, Finding, RuleContext, min_savings
 
 from .fp32_gemm import tensor_core_gpu
@@ -150,6 +154,27 @@ def _changed(ctx: RuleContext) -> pl.DataFrame:
     return k.filter(pl.col("kind").is_in(kinds) & (pl.col("new_dur") < pl.col("dur")))
 
 
+class Evidence(msgspec.Struct, kw_only=True):
+    fp32_conv_kernels_per_step: Annotated[float, Meta(description="FP32/TF32 convolution kernels per step")]
+    fp32_conv_time_per_step_us: Annotated[float, Meta(description="their time per step (µs)")]
+    tf32_conv_time_per_step_us: Annotated[float, Meta(description="of which TF32 Tensor-Core kernels (µs)")]
+    ffma_conv_time_per_step_us: Annotated[float, Meta(description="of which FFMA (CUDA-core) kernels (µs)")]
+    bf16_conv_kernels_per_step: Annotated[
+        float, Meta(description="convolution kernels per step already in 16-bit")
+    ]
+    layout_transform_time_per_step_us: Annotated[
+        float, Meta(description="cuDNN's NCHW<->NHWC transposes per step (µs)")
+    ]
+    fp32_activation_kernel_time_per_step_us: Annotated[
+        float, Meta(description="FP32 elementwise kernels around the convolutions per step (µs)")
+    ]
+    predicted_time_per_step_us: Annotated[
+        float, Meta(description="the changed kernels' time after the fix, predicted (µs)")
+    ]
+    changed_time_per_step_us: Annotated[float, Meta(description="the changed kernels' time today (µs)")]
+    device: Annotated[str, Meta(description="the device the prediction is for")]
+
+
 def check(ctx: RuleContext) -> list[Finding]:
     if not tensor_core_gpu(ctx):
         return []
@@ -169,18 +194,18 @@ def check(ctx: RuleContext) -> list[Finding]:
     n_low = k.filter(pl.col("kind") == "conv_low").height
     layout_us = per_step("layout")
     conv_us = per_step("conv_tf32") + per_step("conv_fp32")
-    evidence = {
-        "fp32_conv_kernels_per_step": round(n_fp32 / n, 2),
-        "fp32_conv_time_per_step_us": round(conv_us, 3),
-        "tf32_conv_time_per_step_us": per_step("conv_tf32"),
-        "ffma_conv_time_per_step_us": per_step("conv_fp32"),
-        "bf16_conv_kernels_per_step": round(n_low / n, 2),
-        "layout_transform_time_per_step_us": layout_us,
-        "fp32_activation_kernel_time_per_step_us": per_step("act_fp32") if n_fp32 else 0.0,
-        "predicted_time_per_step_us": round(float(c["new_dur"].sum()) / n / 1000, 3),
-        "changed_time_per_step_us": round(float(c["dur"].sum()) / n / 1000, 3),
-        "device": ctx.spec.name,
-    }
+    evidence = Evidence(
+        fp32_conv_kernels_per_step=round(n_fp32 / n, 2),
+        fp32_conv_time_per_step_us=round(conv_us, 3),
+        tf32_conv_time_per_step_us=per_step("conv_tf32"),
+        ffma_conv_time_per_step_us=per_step("conv_fp32"),
+        bf16_conv_kernels_per_step=round(n_low / n, 2),
+        layout_transform_time_per_step_us=layout_us,
+        fp32_activation_kernel_time_per_step_us=per_step("act_fp32") if n_fp32 else 0.0,
+        predicted_time_per_step_us=round(float(c["new_dur"].sum()) / n / 1000, 3),
+        changed_time_per_step_us=round(float(c["dur"].sum()) / n / 1000, 3),
+        device=ctx.spec.name,
+    )
     if n_fp32:
         tf32 = per_step("conv_tf32") >= per_step("conv_fp32")
         how = (

@@ -43,6 +43,9 @@ slowly), a shorter kernel only lengthens the idle gap after it.
 
 from __future__ import annotations
 
+from typing import Annotated
+
+import msgspec
 import polars as pl
 
 from traceview.analyses.attention import score_op_ids
@@ -50,6 +53,7 @@ from traceview.analyses.classify import sync_calls
 from traceview.analyses.names import contains
 from traceview.analyses.replay import Transform
 from traceview.analyses.whatif import removed_per_step, shrink_kernels
+from traceview.evidence import Meta, OpTime
 from traceview.ruleapi import XPROF_SEVERITY, Finding, Option, RuleContext, min_savings
 
 CODE = "TV202"
@@ -133,6 +137,22 @@ def _kernels(ctx: RuleContext) -> pl.DataFrame:
     return ctx.once("fp32_kernels", lambda: fp32_kernels(ctx, ctx.options["short_kernel_us"]))
 
 
+class Evidence(msgspec.Struct, kw_only=True):
+    kernels: Annotated[int, Meta(description="FP32 (non-Tensor-Core) GEMM kernels in the analysed steps")]
+    kernel_time_us: Annotated[float, Meta(description="their device time (µs)")]
+    top_kernel: Annotated[str, Meta(description="the longest one's name (first 160 characters)")]
+    ops: Annotated[list[OpTime], Meta(description="the 5 ops whose FP32 GEMMs take longest")]
+    achieved_tflops: Annotated[float | None, Meta(description="their achieved TFLOP/s (kernels with FLOP counts)")]
+    fp32_peak_tflops: Annotated[float | None, Meta(description="the device's FP32 peak (TFLOP/s)")]
+    tf32_peak_tflops: Annotated[float | None, Meta(description="its TF32 Tensor-Core peak (TFLOP/s)")]
+    bf16_peak_tflops: Annotated[float | None, Meta(description="its BF16 Tensor-Core peak (TFLOP/s)")]
+    device: Annotated[str, Meta(description="the device the peaks are of")]
+    predicted_tf32_time_us: Annotated[float, Meta(description="the same GEMMs on TF32 Tensor Cores, predicted (µs)")]
+    predicted_bf16_time_us: Annotated[float, Meta(description="the same GEMMs in BF16, predicted (µs)")]
+    savings_per_step_us: Annotated[dict[str, float], Meta(description="the fix's saving per step (µs), by step number")]
+    bf16_gemms_in_trace: Annotated[int, Meta(description="GEMM kernels already in 16-bit in the trace")]
+
+
 def check(ctx: RuleContext) -> list[Finding]:
     if not tensor_core_gpu(ctx):
         return []
@@ -149,18 +169,18 @@ def check(ctx: RuleContext) -> list[Finding]:
     ops = (k.group_by("op_name").agg(pl.len().alias("count"), pl.col("dur").sum())
            .sort(["dur", "op_name"], descending=[True, False], nulls_last=True).head(5))
     low = _count_low_precision_gemms(ctx.trace.gpu)
-    evidence = {
-        "kernels": k.height, "kernel_time_us": round(cost / 1000, 3),
-        "top_kernel": str(k.sort(["dur", "i"], descending=[True, False])["name"][0])[:160],
-        "ops": [{"op": r["op_name"], "count": r["count"], "time_us": round(r["dur"] / 1000, 3)} for r in ops.to_dicts()],
-        "achieved_tflops": round(achieved / 1e12, 1) if achieved else None,
-        "fp32_peak_tflops": spec.fp32_tflops, "tf32_peak_tflops": spec.tf32_tflops, "bf16_peak_tflops": spec.tc_tflops,
-        "device": spec.name,
-        "predicted_tf32_time_us": round(float(k["new_dur"].sum()) / 1000, 3),
-        "predicted_bf16_time_us": round(float(k["bf16_dur"].sum()) / 1000, 3),
-        "savings_per_step_us": {str(s): round(r / 1000, 3) for s, r in per.rows()},
-        "bf16_gemms_in_trace": low,
-    }
+    evidence = Evidence(
+        kernels=k.height, kernel_time_us=round(cost / 1000, 3),
+        top_kernel=str(k.sort(["dur", "i"], descending=[True, False])["name"][0])[:160],
+        ops=[OpTime(op=r["op_name"], count=r["count"], time_us=round(r["dur"] / 1000, 3)) for r in ops.to_dicts()],
+        achieved_tflops=round(achieved / 1e12, 1) if achieved else None,
+        fp32_peak_tflops=spec.fp32_tflops, tf32_peak_tflops=spec.tf32_tflops, bf16_peak_tflops=spec.tc_tflops,
+        device=spec.name,
+        predicted_tf32_time_us=round(float(k["new_dur"].sum()) / 1000, 3),
+        predicted_bf16_time_us=round(float(k["bf16_dur"].sum()) / 1000, 3),
+        savings_per_step_us={str(s): round(r / 1000, 3) for s, r in per.rows()},
+        bf16_gemms_in_trace=low,
+    )
     steps = per.filter(pl.col("removed") > 0)["step"].to_list()
     return [ctx.finding(cost_ns=cost, savings_ns=savings, count=k.height, steps=steps, evidence=evidence,
                         fix=FIX_AUTOCAST if low else FIX, kernel_ids=k["i"])]

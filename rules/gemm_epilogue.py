@@ -37,6 +37,8 @@ Savings (per step, unprofiled) are replayed: `fix_transform` gives the epilogue 
 
 from __future__ import annotations
 
+from typing import Annotated
+
 import msgspec
 import polars as pl
 
@@ -45,6 +47,7 @@ from traceview.analyses.replay import Transform
 from traceview.analyses.rowid import by_id, join_by_id
 from traceview.analyses.whatif import removed_per_step, shrink_kernels
 from traceview.analyses.windows import step_of
+from traceview.evidence import Meta, StepSpan
 from traceview.ruleapi import XPROF_SEVERITY, Finding, RuleContext, min_savings
 
 CODE = "TV204"
@@ -166,6 +169,28 @@ def _removes(ctx: RuleContext) -> pl.DataFrame:
     return shrink_kernels(ctx.trace, e.select("i", pl.lit(0, pl.Int64).alias("new_dur")), sync_calls(ctx.trace))
 
 
+class EpilogueOp(msgspec.Struct, kw_only=True):
+    """An epilogue kernel kind after the GEMMs."""
+
+    role: Annotated[str, Meta(description="what it adds: `bias`, `activation`, …")]
+    op: Annotated[str | None, Meta(description="the op that launched it")]
+    count: Annotated[int, Meta(description="its kernels")]
+    time_us: Annotated[float, Meta(description="their device time (µs)")]
+
+
+class Evidence(msgspec.Struct, kw_only=True):
+    gemm_op: Annotated[str, Meta(description="the GEMM op most often followed by an epilogue kernel")]
+    gemms_with_epilogue: Annotated[int, Meta(description="GEMMs followed by a separate epilogue kernel")]
+    gemms_per_step: Annotated[float, Meta(description="those per step")]
+    epilogue_ops: Annotated[list[EpilogueOp], Meta(description="the epilogue kernels by role and op, longest first")]
+    epilogue_kernels: Annotated[int, Meta(description="epilogue kernels in the analysed steps")]
+    epilogue_time_us: Annotated[float, Meta(description="their device time (µs)")]
+    gemm_time_us: Annotated[float, Meta(description="the device time of the GEMMs they follow (µs)")]
+    epilogue_bytes: Annotated[int | None, Meta(description="bytes the epilogue kernels move (null: unknown)")]
+    worst: Annotated[StepSpan, Meta(description="the GEMM with the longest epilogue, GEMM to last epilogue kernel")]
+    savings_per_step_us: Annotated[dict[str, float], Meta(description="the fix's saving per step (µs), by step number")]
+
+
 def check(ctx: RuleContext) -> list[Finding]:
     e = _epilogues(ctx)
     if e.height == 0:
@@ -181,17 +206,17 @@ def check(ctx: RuleContext) -> list[Finding]:
     ops = e.group_by("role", "op").agg(pl.len().alias("count"), pl.col("dur").sum()).sort(["dur", "op"], descending=[True, False])
     bias = bool((e["role"] == "bias").any())
     gemm_op = str(e["gemm_op"].mode().sort()[0])
-    evidence = {
-        "gemm_op": gemm_op, "gemms_with_epilogue": per_gemm.height,
-        "gemms_per_step": round(per_gemm.height / ctx.steps.height, 2),
-        "epilogue_ops": [{"role": r["role"], "op": r["op"], "count": r["count"], "time_us": round(r["dur"] / 1000, 3)}
+    evidence = Evidence(
+        gemm_op=gemm_op, gemms_with_epilogue=per_gemm.height,
+        gemms_per_step=round(per_gemm.height / ctx.steps.height, 2),
+        epilogue_ops=[EpilogueOp(role=r["role"], op=r["op"], count=r["count"], time_us=round(r["dur"] / 1000, 3))
                          for r in ops.to_dicts()],
-        "epilogue_kernels": e.height, "epilogue_time_us": round(float(e["dur"].sum()) / 1000, 3),
-        "gemm_time_us": round(float(gemms["dur"].sum()) / 1000, 3),
-        "epilogue_bytes": int(e["bytes"].sum()) if e["bytes"].null_count() == 0 else None,
-        "worst": {"start_us": round(w["ts"] / 1000, 3), "end_us": round(w["end"] / 1000, 3), "step": w["step"]},
-        "savings_per_step_us": {str(s): round(r / 1000, 3) for s, r in rem.rows()},
-    }
+        epilogue_kernels=e.height, epilogue_time_us=round(float(e["dur"].sum()) / 1000, 3),
+        gemm_time_us=round(float(gemms["dur"].sum()) / 1000, 3),
+        epilogue_bytes=int(e["bytes"].sum()) if e["bytes"].null_count() == 0 else None,
+        worst=StepSpan(start_us=round(w["ts"] / 1000, 3), end_us=round(w["end"] / 1000, 3), step=w["step"]),
+        savings_per_step_us={str(s): round(r / 1000, 3) for s, r in rem.rows()},
+    )
     roles = " + ".join(sorted(e["role"].unique().to_list()))
     return [ctx.finding(cost_ns=int(e["dur"].sum()), savings_ns=savings, count=per_gemm.height,
                         steps=sorted(e["step"].unique().to_list()), evidence=evidence, fix=_fix(gemm_op, bias),

@@ -44,6 +44,9 @@ graphs stays.
 
 from __future__ import annotations
 
+from typing import Annotated
+
+import msgspec
 import polars as pl
 
 from traceview.analyses.classify import sync_calls
@@ -53,6 +56,7 @@ from traceview.analyses.roofline import ELEMENTWISE_KERNEL_RE
 from traceview.analyses.timeline import gpu_work
 from traceview.analyses.whatif import EMPTY, gpu_idle_within, removed_per_step, shrink_kernels
 from traceview.analyses.windows import host_step_of
+from traceview.evidence import Meta
 from traceview.ruleapi import XPROF_SEVERITY, Finding, RuleContext, min_savings
 
 from .elementwise_chain import per_chain
@@ -231,6 +235,24 @@ def _breaks(ctx: RuleContext) -> pl.DataFrame:
     return ctx.once("breaks", lambda: breaks(ctx))
 
 
+class Evidence(msgspec.Struct, kw_only=True):
+    compiled_function: Annotated[str, Meta(description="the compiled function the breaks split")]
+    calls: Annotated[int, Meta(description="its calls in the analysed steps")]
+    breaks: Annotated[int, Meta(description="graph breaks in those calls")]
+    regions_per_call: Annotated[float | None, Meta(description="compiled graphs run per call (1 + breaks per call)")]
+    resumed_regions: Annotated[list[str], Meta(description="the frames dynamo resumed after a break")]
+    break_op: Annotated[str | None, Meta(description="the first eager op run at the first break")]
+    eager_ops: Annotated[list[str], Meta(description="the eager ops run there (first 10)")]
+    syncs_with_gpu: Annotated[bool, Meta(description="a break waits for the GPU (e.g. `.item()`)")]
+    source: Annotated[str | None, Meta(description="the Python source line of the break, when the trace has stacks")]
+    eager_host_time_per_break_us: Annotated[float, Meta(description="mean host time of the eager code per break (µs)")]
+    graph_launch_interval_us: Annotated[float, Meta(description="median interval between kernel launches inside one graph call (µs)")]
+    kernels_fusable_across_break: Annotated[int, Meta(
+        description="the longest chain of kernels one graph would fuse across a break")]
+    fusion_savings_us: Annotated[float, Meta(description="the device time that fusion would save (µs)")]
+    savings_per_step_us: Annotated[dict[str, float], Meta(description="the fix's saving per step (µs), by step number")]
+
+
 def check(ctx: RuleContext) -> list[Finding]:
     b = _breaks(ctx)
     if b.height == 0:
@@ -247,21 +269,21 @@ def check(ctx: RuleContext) -> list[Finding]:
         first = x.sort("ts").row(0, named=True)
         bc = boundary_chains(ctx, x)
         eager = first["eager_ops"] or []
-        evidence = {
-            "compiled_function": outer, "calls": calls, "breaks": x.height,
-            "regions_per_call": round(1 + x.height / calls, 2) if calls else None,
-            "resumed_regions": sorted(x["name"].unique().to_list()),
-            "break_op": eager[0] if eager else None, "eager_ops": eager[:10],
-            "syncs_with_gpu": bool(x["sync"].any()), "source": first["source"],
-            "eager_host_time_per_break_us": round(float(x["eager_ns"].fill_null(0).mean()) / 1000, 3),
-            "graph_launch_interval_us": round(launch_interval(ctx) / 1000, 3),
-            "kernels_fusable_across_break": int(bc.group_by("chain").len()["len"].max()) if bc.height else 0,
-            "fusion_savings_us": round(float(removed_per_step(_fusion(ctx, x), ctx.steps)["removed"].sum()) / 1000, 3),
-            "savings_per_step_us": {str(s): round(r / 1000, 3) for s, r in rem.rows()},
-        }
+        evidence = Evidence(
+            compiled_function=outer, calls=calls, breaks=x.height,
+            regions_per_call=round(1 + x.height / calls, 2) if calls else None,
+            resumed_regions=sorted(x["name"].unique().to_list()),
+            break_op=eager[0] if eager else None, eager_ops=eager[:10],
+            syncs_with_gpu=bool(x["sync"].any()), source=first["source"],
+            eager_host_time_per_break_us=round(float(x["eager_ns"].fill_null(0).mean()) / 1000, 3),
+            graph_launch_interval_us=round(launch_interval(ctx) / 1000, 3),
+            kernels_fusable_across_break=int(bc.group_by("chain").len()["len"].max()) if bc.height else 0,
+            fusion_savings_us=round(float(removed_per_step(_fusion(ctx, x), ctx.steps)["removed"].sum()) / 1000, 3),
+            savings_per_step_us={str(s): round(r / 1000, 3) for s, r in rem.rows()},
+        )
         steps = sorted(x["step"].unique().to_list())
-        title = (f"Graph break in {outer}: {evidence['regions_per_call']:g} graphs per call"
-                 + (f", broken at {evidence['break_op']}" if evidence["break_op"] else ""))
+        title = (f"Graph break in {outer}: {evidence.regions_per_call:g} graphs per call"
+                 + (f", broken at {evidence.break_op}" if evidence.break_op else ""))
         # cost: the span from the first graph's end (host or GPU, whichever first) to the resumed graph's first
         # launch or kernel (whichever last), plus the kernels one graph would fuse across the break
         span = (pl.max_horizontal("first_launch", pl.col("b_start").fill_null(0))

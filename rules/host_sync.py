@@ -44,6 +44,9 @@ for the host. The costliest occurrence gives the time window and stream. Severit
 
 from __future__ import annotations
 
+from typing import Annotated
+
+import msgspec
 import polars as pl
 
 from traceview.analyses.classify import idle_gaps, sync_calls, sync_ramps, sync_windows
@@ -51,6 +54,7 @@ from traceview.analyses.replay import Transform
 from traceview.analyses.replay_graph import build
 from traceview.analyses.tree import ancestor_where
 from traceview.analyses.windows import host_step_of
+from traceview.evidence import UNSET, Meta, UnsetType
 from traceview.ingest.categories import RUNTIME_CATS
 from traceview.model import STEP_RE
 from traceview.ruleapi import XPROF_SEVERITY, Finding, RuleContext
@@ -166,12 +170,33 @@ def _compile_finding(ctx: RuleContext) -> list[Finding]:
     cs = host_step_of(cs, ctx.steps, "ts").filter(pl.col("step").is_not_null())
     if cs.height == 0:
         return []
-    ev = {"cause": "torch.compile compilation / autotuning", "sync_calls": dict(sorted(
+    ev = Evidence(cause="torch.compile compilation / autotuning", sync_calls=dict(sorted(
         zip(*cs["name"].value_counts().select("name", "count").to_dict(as_series=False).values(), strict=True))),
-          "syncs_per_step": round(cs.height / ctx.steps.height, 2)}
+        syncs_per_step=round(cs.height / ctx.steps.height, 2))
     return [ctx.finding(title="Syncs inside torch.compile compilation/autotuning (not the loop's)", severity="info",
                         steps=sorted(set(cs["step"].to_list())), count=cs.height, cost_ns=0, evidence=ev,
                         fix=COMPILE_FIX)]
+
+
+class WorstSync(msgspec.Struct, kw_only=True):
+    """The sync that idled the GPU longest."""
+
+    start_us: Annotated[float, Meta(description="the sync call's start (µs, trace clock)")]
+    sync_end_us: Annotated[float, Meta(description="its end (µs)")]
+    next_gpu_us: Annotated[float | None, Meta(description="the start of the next GPU activity after it (µs)")]
+    idle_us: Annotated[float, Meta(description="the GPU idle it caused (µs)")]
+    step: Annotated[int, Meta(description="its step")]
+
+
+class Evidence(msgspec.Struct, kw_only=True):
+    cause: Annotated[str, Meta(description="what synced: the Python API or op (e.g. `.item()`), or the compiler")]
+    op: Annotated[str | None | UnsetType, Meta(description="the outermost op around the syncs")] = UNSET
+    python_api: Annotated[str | None | UnsetType, Meta(description="the Python API that made them")] = UNSET
+    source: Annotated[str | None | UnsetType, Meta(
+        description="the Python source line, when the trace has stacks")] = UNSET
+    sync_calls: Annotated[dict[str, int], Meta(description="sync calls by runtime API name, most first")]
+    syncs_per_step: Annotated[float | None, Meta(description="syncs per step")]
+    worst: Annotated[WorstSync | UnsetType, Meta(description="the sync that idled the GPU longest")] = UNSET
 
 
 def check(ctx: RuleContext) -> list[Finding]:
@@ -189,14 +214,14 @@ def check(ctx: RuleContext) -> list[Finding]:
     out = []
     for g in groups.to_dicts():  # one per (cause, source line): a handful
         w = s.filter(pl.col("i") == g["worst"]).to_dicts()[0]
-        ev = {
-            "cause": g["cause"], "op": g["root_name"], "python_api": g["api_name"], "source": g["source"] or None,
-            "sync_calls": dict(sorted(((c["name"], c["count"]) for c in g["calls"]), key=lambda c: (-c[1], c[0]))),
-            "syncs_per_step": round(g["count"] / nsteps, 2) if nsteps else None,
-            "worst": {"start_us": round(w["ts"] / 1000, 3), "sync_end_us": round(w["end"] / 1000, 3),
-                      "next_gpu_us": round(w["next_ts"] / 1000, 3) if w["next_ts"] is not None else None,
-                      "idle_us": round(w["cost"] / 1000, 3), "step": w["step"]},
-        }
+        ev = Evidence(
+            cause=g["cause"], op=g["root_name"], python_api=g["api_name"], source=g["source"] or None,
+            sync_calls=dict(sorted(((c["name"], c["count"]) for c in g["calls"]), key=lambda c: (-c[1], c[0]))),
+            syncs_per_step=round(g["count"] / nsteps, 2) if nsteps else None,
+            worst=WorstSync(start_us=round(w["ts"] / 1000, 3), sync_end_us=round(w["end"] / 1000, 3),
+                            next_gpu_us=round(w["next_ts"] / 1000, 3) if w["next_ts"] is not None else None,
+                            idle_us=round(w["cost"] / 1000, 3), step=w["step"]),
+        )
         out.append(ctx.finding(
             title=f"{g['cause']} syncs the host" + (f" at {g['source']}" if g["source"] else ""),
             steps=g["steps"], count=g["count"], cost_ns=g["cost"], evidence=ev, fix=FIXES.get(g["cause"], GENERIC_FIX),

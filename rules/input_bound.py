@@ -38,6 +38,9 @@ that overlapping data loading with compute would recover.
 
 from __future__ import annotations
 
+from typing import Annotated
+
+import msgspec
 import polars as pl
 
 from traceview.analyses.breakdown import step_breakdown
@@ -45,6 +48,7 @@ from traceview.analyses.classify import dataloader_spans
 from traceview.analyses.features import Features
 from traceview.analyses.intervals import clip, per_window
 from traceview.analyses.replay import Transform, spans
+from traceview.evidence import UNSET, Meta, UnsetType
 from traceview.ruleapi import Finding, Option, RuleContext
 
 CODE = "TV401"
@@ -93,21 +97,21 @@ def _check_cpu(ctx: RuleContext) -> list[Finding]:
     if pct < ctx.options["moderate_pct"]:
         return []
     dl = dataloader_spans(ctx.trace)
-    ev = {
-        "dataloader_us": round(total / 1000, 3),
-        "dataloader_pct": round(pct, 2),
-        "source": "host (no GPU activity)",
-        "op": dl["name"].mode().sort().first() if dl.height else None,
-        "calls": dl.height,
-        "per_step": [
-            {
-                "step": r["step"],
-                "dataloader_us": round(r["input"] / 1000, 3),
-                "pct": round(100.0 * r["input"] / r["dur"], 2) if r["dur"] else None,
-            }
+    ev = Evidence(
+        dataloader_us=round(total / 1000, 3),
+        dataloader_pct=round(pct, 2),
+        source="host (no GPU activity)",
+        op=dl["name"].mode().sort().first() if dl.height else None,
+        calls=dl.height,
+        per_step=[
+            StepWait(
+                step=r["step"],
+                dataloader_us=round(r["input"] / 1000, 3),
+                pct=round(100.0 * r["input"] / r["dur"], 2) if r["dur"] else None,
+            )
             for r in split.iter_rows(named=True)
         ],  # one per step
-    }
+    )
     fired = split.filter(pl.col("input") > 0)["step"].to_list()
     count = dl.filter((pl.col("end") > ctx.lo) & (pl.col("ts") < ctx.hi)).height if dl.height else 0
     fix = FIX_CPU_WORKERS if ctx.features.dataloader_workers else FIX_CPU
@@ -139,23 +143,23 @@ def measure(ctx: RuleContext) -> dict | None:
     idle = part.group_by("step").agg((pl.col("end") - pl.col("ts")).sum().alias("idle"))
     idle_total = int(idle["idle"].sum()) if idle.height else 0
     rows = per.join(tb, on="step").join(idle, on="step", how="left").sort("step")
-    ev = {
-        "dataloader_us": round(total / 1000, 3),
-        "dataloader_pct": round(pct, 2),
-        "dataloader_host_us": round(int(host["dur"].sum()) / 1000, 3),
-        "gpu_idle_during_input_us": round(idle_total / 1000, 3),
-        "op": dl["name"].mode().sort().first(),
-        "calls": dl.height,
-        "per_step": [
-            {
-                "step": r["step"],
-                "dataloader_us": round(r["dur"] / 1000, 3),
-                "pct": round(100.0 * r["dur"] / r["sd"], 2) if r["sd"] else None,
-                "gpu_idle_us": round((r["idle"] or 0) / 1000, 3),
-            }
+    ev = Evidence(
+        dataloader_us=round(total / 1000, 3),
+        dataloader_pct=round(pct, 2),
+        dataloader_host_us=round(int(host["dur"].sum()) / 1000, 3),
+        gpu_idle_during_input_us=round(idle_total / 1000, 3),
+        op=dl["name"].mode().sort().first(),
+        calls=dl.height,
+        per_step=[
+            StepWait(
+                step=r["step"],
+                dataloader_us=round(r["dur"] / 1000, 3),
+                pct=round(100.0 * r["dur"] / r["sd"], 2) if r["sd"] else None,
+                gpu_idle_us=round((r["idle"] or 0) / 1000, 3),
+            )
             for r in rows.to_dicts()
         ],
-    }
+    )
     return {
         "total": total,
         "pct": pct,
@@ -164,6 +168,39 @@ def measure(ctx: RuleContext) -> dict | None:
         "calls": dl.filter((pl.col("end") > lo) & (pl.col("ts") < hi)).height,
         "fired": rows.filter(pl.col("dur") > 0)["step"].to_list(),
     }
+
+
+class StepWait(msgspec.Struct, kw_only=True):
+    """One step's DataLoader wait."""
+
+    step: Annotated[int, Meta(description="the step")]
+    dataloader_us: Annotated[float, Meta(description="its DataLoader time (µs)")]
+    pct: Annotated[float | None, Meta(description="that as % of the step")]
+    gpu_idle_us: Annotated[float | UnsetType, Meta(description="GPU idle while waiting for input (µs)")] = (
+        UNSET
+    )
+
+
+class Evidence(msgspec.Struct, kw_only=True):
+    dataloader_us: Annotated[
+        float,
+        Meta(
+            description="DataLoader time in the analysed steps (µs; tb_plugin's DataLoader role, or host time without a GPU)"
+        ),
+    ]
+    dataloader_pct: Annotated[float, Meta(description="that as % of the steps")]
+    dataloader_host_us: Annotated[
+        float | UnsetType, Meta(description="host time inside the DataLoader's `__next__` spans (µs)")
+    ] = UNSET
+    gpu_idle_during_input_us: Annotated[
+        float | UnsetType, Meta(description="the classifier's `input` time: GPU idle waiting for input (µs)")
+    ] = UNSET
+    source: Annotated[
+        str | UnsetType, Meta(description="set on traces without GPU activity: what was measured")
+    ] = UNSET
+    op: Annotated[str | None, Meta(description="the DataLoader op's name")]
+    calls: Annotated[int, Meta(description="its calls")]
+    per_step: Annotated[list[StepWait], Meta(description="each step's wait")]
 
 
 def check(ctx: RuleContext) -> list[Finding]:

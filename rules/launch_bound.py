@@ -39,6 +39,9 @@ window reaches `moderate_pct`; `error` from `high_pct`.
 
 from __future__ import annotations
 
+from typing import Annotated
+
+import msgspec
 import polars as pl
 
 from traceview.analyses.classify import idle_gaps, sync_calls
@@ -47,6 +50,7 @@ from traceview.analyses.replay import Transform
 from traceview.analyses.replay_graph import KINDS
 from traceview.analyses.rowid import by_id, join_by_id
 from traceview.analyses.windows import step_of
+from traceview.evidence import UNSET, Meta, OpCount, ProfilerNote, Span, UnsetType
 from traceview.ruleapi import Finding, RuleContext, xprof_severity
 
 CODE = "TV101"
@@ -58,6 +62,31 @@ TITLE = "GPU idles between kernels because the CPU launches them late"
 OPTIONS = {
     **xprof_severity("kernel-launch"),
 }
+
+
+class LongestGap(Span, kw_only=True):
+    """The longest late gap and the activity after it."""
+
+    gap_us: Annotated[float, Meta(description="its length (µs)")]
+    stream: Annotated[int | None, Meta(description="the stream of the activity after it")]
+    next_kernel: Annotated[str | None, Meta(description="that activity's name")]
+    next_op: Annotated[str | None, Meta(description="the host op that launched it")]
+
+
+class Evidence(msgspec.Struct, kw_only=True):
+    cpu_launch_us: Annotated[float, Meta(description="the classifier's `cpu_launch` time in the analysed steps (µs)")]
+    cpu_launch_pct: Annotated[float, Meta(description="that as % of the analysed window")]
+    late_gaps: Annotated[int, Meta(description="GPU idle gaps whose next activity was launched after the gap began")]
+    kernels: Annotated[int, Meta(description="compute kernels in the analysed steps")]
+    kernels_per_ms: Annotated[float | None, Meta(description="compute kernels per ms of the analysed window")]
+    median_kernel_us: Annotated[float | None, Meta(description="median compute kernel time (µs)")]
+    median_launching_op_cpu_us: Annotated[float | None, Meta(
+        description="median host time of the ops that launch them (µs)")]
+    ops_after_late_gaps: Annotated[list[OpCount], Meta(description="the 5 ops most often found right after a late gap")]
+    per_step_us: Annotated[dict[str, float], Meta(description="`cpu_launch` time per step (µs), by step number")]
+    longest_gap: Annotated[LongestGap | None, Meta(description="the longest late gap")]
+    profiler: Annotated[ProfilerNote | UnsetType, Meta(
+        description="the profiler's share of the idle, when it lowers what a fix saves")] = UNSET
 FIX = ("The CPU is the bottleneck: each eager op costs several µs of Python, dispatcher and launch work, and "
        "these kernels finish faster than the next one is launched, so the GPU queue runs dry. Launch fewer, "
        "larger pieces of work: capture the step with CUDA Graphs (torch.compile(mode=\"reduce-overhead\") or "
@@ -91,26 +120,26 @@ def check(ctx: RuleContext) -> list[Finding]:
     lg = longest.to_dicts()[0] if longest.height else {}
     nxt = after.filter(pl.col("ts") == lg.get("end")).head(1).to_dicts() if lg else []
     ms = window / 1e6
-    evidence = {
-        "cpu_launch_us": round(cost / 1000, 3), "cpu_launch_pct": round(pct, 2), "late_gaps": gaps.height,
-        "kernels": k.height, "kernels_per_ms": round(k.height / ms, 2) if ms else None,
-        "median_kernel_us": round(float(k["dur"].median()) / 1000, 3) if k.height else None,
-        "median_launching_op_cpu_us": round(float(ops["dur"].median()) / 1000, 3) if ops.height else None,
-        "ops_after_late_gaps": [{"op": r["op_name"], "count": r["len"]} for r in top_after.to_dicts()],
-        "per_step_us": {str(s): round(t / 1000, 3) for s, t in per_step.rows()},
-        "longest_gap": ({"start_us": round(lg["ts"] / 1000, 3), "end_us": round(lg["end"] / 1000, 3),
-                         "gap_us": round(lg["g"] / 1000, 3), "stream": nxt[0]["stream"] if nxt else None,
-                         "next_kernel": nxt[0]["name"] if nxt else None, "next_op": nxt[0]["op_name"] if nxt else None}
-                        if lg else None),
-    }
+    evidence = Evidence(
+        cpu_launch_us=round(cost / 1000, 3), cpu_launch_pct=round(pct, 2), late_gaps=gaps.height,
+        kernels=k.height, kernels_per_ms=round(k.height / ms, 2) if ms else None,
+        median_kernel_us=round(float(k["dur"].median()) / 1000, 3) if k.height else None,
+        median_launching_op_cpu_us=round(float(ops["dur"].median()) / 1000, 3) if ops.height else None,
+        ops_after_late_gaps=[OpCount(op=r["op_name"], count=r["len"]) for r in top_after.to_dicts()],
+        per_step_us={str(s): round(t / 1000, 3) for s, t in per_step.rows()},
+        longest_gap=(LongestGap(start_us=round(lg["ts"] / 1000, 3), end_us=round(lg["end"] / 1000, 3),
+                                gap_us=round(lg["g"] / 1000, 3), stream=nxt[0]["stream"] if nxt else None,
+                                next_kernel=nxt[0]["name"] if nxt else None, next_op=nxt[0]["op_name"] if nxt else None)
+                     if lg else None),
+    )
     severity, surviving, note = _profiler_check(ctx, cost)
     if note:
-        evidence["profiler"] = note
+        evidence.profiler = note
     return [ctx.finding(cost_ns=cost, savings_ns=surviving, count=gaps.height, steps=fired, evidence=evidence,
                         severity=severity, fix=fix_for(ctx.features), kernel_ids=after["i"])]
 
 
-def _profiler_check(ctx: RuleContext, cost: int) -> tuple[str | None, float, dict | None]:
+def _profiler_check(ctx: RuleContext, cost: int) -> tuple[str | None, float, ProfilerNote | None]:
     """(severity override: always None, savings, note). The profiler adds host time to every recorded event, and
     on a host-bound step that time is GPU idle the unprofiled run does not have. The rule's own estimate of what a
     fix would save without the profiler is the launch-bound time minus the profiler's cost, and at most the
@@ -126,11 +155,11 @@ def _profiler_check(ctx: RuleContext, cost: int) -> tuple[str | None, float, dic
     left = max(0.0, min(cost - over, unprof - gpu))
     left_pct = 100.0 * left / unprof
     how = "measured by the collector" if prof.get("source") == "manifest" else "estimated from the recorded events"
-    note = {"source": prof.get("source"), "overhead_per_step_us": round(over / n / 1000, 3),
-            "unprofiled_step_us": round(unprof / n / 1000, 3), "unprofiled_savings_pct": round(left_pct, 2)}
+    note = ProfilerNote(source=prof.get("source"), overhead_per_step_us=round(over / n / 1000, 3),
+                        unprofiled_step_us=round(unprof / n / 1000, 3), unprofiled_savings_pct=round(left_pct, 2))
     if left >= cost:
         return None, float(cost), None
-    note["note"] = (f"part of this idle is the profiler's own cost ({how}: {over / n / 1000:,.1f} µs per step); "
+    note.note = (f"part of this idle is the profiler's own cost ({how}: {over / n / 1000:,.1f} µs per step); "
                     f"a fix would save about {left_pct:.0f} % of the unprofiled step")
     return None, left, note
 

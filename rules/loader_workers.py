@@ -45,13 +45,16 @@ when `num_workers` is given, whether copies are pageable. Savings (per step, unp
 from __future__ import annotations
 
 import math
+from typing import Annotated
 
+import msgspec
 import numpy as np
 import polars as pl
 
 from traceview.analyses.classify import dataloader_spans
 from traceview.analyses.overhead import profiler_transform
 from traceview.analyses.replay import Transform, replay, spans
+from traceview.evidence import UNSET, Meta, UnsetType
 from traceview.ruleapi import Finding, Option, RuleContext
 
 from . import input_bound
@@ -96,6 +99,30 @@ def _need(ctx: RuleContext) -> float:
     return ctx.once("loader-need", run)
 
 
+class Evidence(input_bound.Evidence, kw_only=True):
+    steps_waited: Annotated[int, Meta(description="steps whose wait reached `moderate_pct`")]
+    steps: Annotated[int, Meta(description="analysed steps")]
+    step_period_us: Annotated[float, Meta(description="the mean step: the pace the workers deliver at (µs)")]
+    step_without_wait_us: Annotated[float, Meta(description="the step without the DataLoader wait (µs)")]
+    period_over_need: Annotated[
+        float | None, Meta(description="their ratio: how many times too slow the workers are")
+    ]
+    pageable_copies: Annotated[bool, Meta(description="the host-to-device copies are from pageable memory")]
+    num_workers: Annotated[int | None, Meta(description="the `num_workers` option (null: not given)")]
+    per_batch_cpu_us: Annotated[
+        float | UnsetType, Meta(description="CPU time per batch in a worker (µs; with `num_workers`)")
+    ] = UNSET
+    workers_needed: Annotated[
+        int | UnsetType, Meta(description="workers that keep up (with `num_workers`)")
+    ] = UNSET
+    workers_factor: Annotated[
+        float | UnsetType, Meta(description="the factor to raise `num_workers` by (without `num_workers`)")
+    ] = UNSET
+    note: Annotated[
+        str | UnsetType, Meta(description="set when the loop waited in only some of the steps")
+    ] = UNSET
+
+
 def check(ctx: RuleContext) -> list[Finding]:
     if not applies(ctx):
         return []
@@ -107,7 +134,7 @@ def check(ctx: RuleContext) -> list[Finding]:
     need = _need(ctx)
     ratio = period / need if need else None
     # steps that waited a real share of the step: in the others the prefetch buffer still held batches
-    waited = [r["step"] for r in m["evidence"]["per_step"] if (r["pct"] or 0) >= ctx.options["moderate_pct"]]
+    waited = [r.step for r in m["evidence"].per_step if (r.pct or 0) >= ctx.options["moderate_pct"]]
     pageable = (
         bool(
             ctx.trace.gpu.filter(
@@ -118,16 +145,16 @@ def check(ctx: RuleContext) -> list[Finding]:
         else False
     )
     nw = int(ctx.options["num_workers"] or 0)
-    ev = {
-        **m["evidence"],
-        "steps_waited": len(waited),
-        "steps": n_steps,
-        "step_period_us": round(period / 1000, 3),
-        "step_without_wait_us": round(need / 1000, 3),
-        "period_over_need": round(ratio, 2) if ratio else None,
-        "pageable_copies": pageable,
-        "num_workers": nw or None,
-    }
+    ev = Evidence(
+        **msgspec.structs.asdict(m["evidence"]),
+        steps_waited=len(waited),
+        steps=n_steps,
+        step_period_us=round(period / 1000, 3),
+        step_without_wait_us=round(need / 1000, 3),
+        period_over_need=round(ratio, 2) if ratio else None,
+        pageable_copies=pageable,
+        num_workers=nw or None,
+    )
     pin = "pin_memory=True, " if pageable else ""
     tail = (
         "; if the host has fewer free cores, make the per-sample transform cheaper instead: decode once and cache, "
@@ -139,7 +166,7 @@ def check(ctx: RuleContext) -> list[Finding]:
     elif nw:
         per_batch = nw * period
         want = max(nw + 1, math.ceil(nw * ratio))
-        ev.update(per_batch_cpu_us=round(per_batch / 1000, 3), workers_needed=want)
+        ev.per_batch_cpu_us, ev.workers_needed = round(per_batch / 1000, 3), want
         fix = (
             f"About {want} DataLoader workers (now {nw}): each batch costs about {_dur(per_batch)} of CPU in a "
             f"worker ({nw} workers deliver one every {period / 1e6:.1f} ms), and the step needs {need / 1e6:.1f} ms "
@@ -147,7 +174,7 @@ def check(ctx: RuleContext) -> list[Finding]:
             + tail
         )
     else:
-        ev["workers_factor"] = round(ratio, 2)
+        ev.workers_factor = round(ratio, 2)
         fix = (
             f"The workers deliver one batch every {period / 1e6:.1f} ms while the step needs {need / 1e6:.1f} ms "
             f"without waiting: about {ratio:.1f}x the current num_workers (each batch costs a worker about "
@@ -158,7 +185,7 @@ def check(ctx: RuleContext) -> list[Finding]:
         )
     severity = None
     if len(waited) < n_steps:
-        ev["note"] = (
+        ev.note = (
             f"the loop waited in {len(waited)} of {n_steps} analysed steps: N workers deliver their batches in bursts, "
             "so the mean step period is their pace only over whole delivery cycles (N steps); over fewer steps the "
             "per-batch time and the worker count are rough estimates, either way"
@@ -167,7 +194,7 @@ def check(ctx: RuleContext) -> list[Finding]:
         # keeps pace on average (its prefetch buffer absorbing a late batch) as with too few workers
         if 2 * len(waited) < n_steps and m["pct"] < ctx.options["high_pct"]:
             severity = "info"
-            ev["note"] += "; waits in a minority of the steps below high_pct: info"
+            ev.note += "; waits in a minority of the steps below high_pct: info"
     return [
         ctx.finding(
             steps=m["fired"],

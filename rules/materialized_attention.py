@@ -50,11 +50,15 @@ the other kernels take no time, and their launching ops and launch calls leave t
 
 from __future__ import annotations
 
+from typing import Annotated
+
+import msgspec
 import polars as pl
 
 from traceview.analyses.attention import exclusive_tops, fused_attention, score_kernels, score_ops
 from traceview.analyses.replay import Transform, spans
 from traceview.analyses.rowid import by_id
+from traceview.evidence import Meta, OpTimePerStep
 from traceview.ruleapi import XPROF_SEVERITY, Finding, Option, RuleContext, min_savings
 
 CODE = "TV205"
@@ -147,6 +151,36 @@ def fix_for(ctx: RuleContext, shape: str, mib: float, fp32: bool, cost: str) -> 
     )
 
 
+class ScoreShape(msgspec.Struct, kw_only=True):
+    """The shape of the largest score matrix (per batch element)."""
+
+    heads: Annotated[int, Meta(description="attention heads")]
+    n_q: Annotated[int, Meta(description="query length")]
+    n_kv: Annotated[int, Meta(description="key/value length")]
+
+
+class Evidence(msgspec.Struct, kw_only=True):
+    score_shape: Annotated[ScoreShape, Meta(description="the largest score matrix")]
+    score_tensor_mib: Annotated[float, Meta(description="its size (MiB)")]
+    score_kernels_per_step: Annotated[
+        float, Meta(description="kernels per step that read or write score matrices")
+    ]
+    score_time_per_step_us: Annotated[float, Meta(description="their device time per step (µs)")]
+    attention_runs_per_step: Annotated[float, Meta(description="unfused attention computations per step")]
+    backward_runs_per_step: Annotated[float, Meta(description="of which in the backward pass")]
+    gemm_gflops_per_step: Annotated[float, Meta(description="GFLOP per step of their QK^T and PV GEMMs")]
+    predicted_fused_time_per_step_us: Annotated[
+        float, Meta(description="the same attention fused (SDPA), predicted (µs)")
+    ]
+    fp32_scores_gemms: Annotated[bool, Meta(description="the score GEMMs run in FP32")]
+    ops: Annotated[list[OpTimePerStep], Meta(description="the 8 ops with the most score-matrix time")]
+    sdpa_math_backend: Annotated[bool, Meta(description="SDPA ran its unfused math backend")]
+    fused_attention_kernels_in_trace: Annotated[
+        int, Meta(description="fused attention kernels already in the trace")
+    ]
+    device: Annotated[str, Meta(description="the device the prediction is for")]
+
+
 def check(ctx: RuleContext) -> list[Finding]:
     k = _kernels(ctx)
     if k.height == 0:
@@ -166,24 +200,24 @@ def check(ctx: RuleContext) -> list[Finding]:
         .agg(pl.len().alias("count"), pl.col("dur").sum())
         .sort(["dur", "op_name"], descending=[True, False], nulls_last=True)
     )
-    evidence = {
-        "score_shape": {"heads": top["heads"], "n_q": top["n_q"], "n_kv": top["n_kv"]},
-        "score_tensor_mib": round(mib, 2),
-        "score_kernels_per_step": round(k.height / n, 2),
-        "score_time_per_step_us": round(cost / n / 1000, 3),
-        "attention_runs_per_step": round(runs.height / n, 2),
-        "backward_runs_per_step": round(int(runs["backward"].sum()) / n, 2),
-        "gemm_gflops_per_step": round(float(runs["gemm_flops"].fill_null(0).sum()) / n / 1e9, 3),
-        "predicted_fused_time_per_step_us": round(fused / n / 1000, 3),
-        "fp32_scores_gemms": fp32,
-        "ops": [
-            {"op": r["op_name"], "count": r["count"], "time_per_step_us": round(r["dur"] / n / 1000, 3)}
+    evidence = Evidence(
+        score_shape=ScoreShape(heads=top["heads"], n_q=top["n_q"], n_kv=top["n_kv"]),
+        score_tensor_mib=round(mib, 2),
+        score_kernels_per_step=round(k.height / n, 2),
+        score_time_per_step_us=round(cost / n / 1000, 3),
+        attention_runs_per_step=round(runs.height / n, 2),
+        backward_runs_per_step=round(int(runs["backward"].sum()) / n, 2),
+        gemm_gflops_per_step=round(float(runs["gemm_flops"].fill_null(0).sum()) / n / 1e9, 3),
+        predicted_fused_time_per_step_us=round(fused / n / 1000, 3),
+        fp32_scores_gemms=fp32,
+        ops=[
+            OpTimePerStep(op=r["op_name"], count=r["count"], time_per_step_us=round(r["dur"] / n / 1000, 3))
             for r in ops.head(8).to_dicts()
         ],
-        "sdpa_math_backend": fused_attention(ctx.trace)["math_sdpa"],
-        "fused_attention_kernels_in_trace": fused_attention(ctx.trace)["kernels"],
-        "device": ctx.spec.name,
-    }
+        sdpa_math_backend=fused_attention(ctx.trace)["math_sdpa"],
+        fused_attention_kernels_in_trace=fused_attention(ctx.trace)["kernels"],
+        device=ctx.spec.name,
+    )
     cost_text = (
         f"{k.height / n:.0f} kernels, {cost / n / 1e6:.2f} ms per step; one fused kernel per call: about "
         f"{fused / n / 1e6:.2f} ms"

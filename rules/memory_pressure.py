@@ -35,9 +35,13 @@ TV303's finding, with its replayed saving).
 
 from __future__ import annotations
 
+from typing import Annotated
+
+import msgspec
 import polars as pl
 
 from traceview.analyses import memory as M
+from traceview.evidence import Meta
 from traceview.ruleapi import XPROF_SEVERITY, Finding, Option, RuleContext
 
 CODE = "TV302"
@@ -49,6 +53,42 @@ OPTIONS = {
     "near_capacity_pct": Option(90.0, "peak reserved share of device memory counted as near capacity"),
     **XPROF_SEVERITY,
 }
+
+
+class DeviceMemory(msgspec.Struct, kw_only=True):
+    """One GPU whose memory peaked near its capacity."""
+
+    device: Annotated[int, Meta(description="the device index")]
+    capacity_gib: Annotated[float, Meta(description="its memory (GiB)")]
+    peak_allocated_gib: Annotated[float, Meta(description="peak memory allocated by tensors (GiB)")]
+    peak_reserved_gib: Annotated[
+        float | None,
+        Meta(description="peak memory reserved by the caching allocator (GiB; null: not recorded)"),
+    ]
+    peak_pct_of_capacity: Annotated[float, Meta(description="the higher peak as % of the capacity")]
+    allocs_per_step: Annotated[float, Meta(description="allocations per step (mean)")]
+    alloc_gib_per_step: Annotated[float, Meta(description="GiB allocated per step (mean)")]
+
+
+class PeakOp(msgspec.Struct, kw_only=True):
+    """The moment allocated memory peaked and the innermost op running then."""
+
+    ts: Annotated[int, Meta(description="when (ns, trace clock)")]
+    step: Annotated[int, Meta(description="the step")]
+    device: Annotated[int, Meta(description="the device")]
+    allocated: Annotated[int, Meta(description="bytes allocated then")]
+    reserved: Annotated[int | None, Meta(description="bytes reserved then (null: not recorded)")]
+    op: Annotated[str | None, Meta(description="the innermost op running on the allocating thread")]
+
+
+class Evidence(msgspec.Struct, kw_only=True):
+    cases: Annotated[list[str], Meta(description="what fired: `near_capacity`")]
+    devices: Annotated[
+        list[DeviceMemory], Meta(description="the GPUs whose peak reached `near_capacity_pct`")
+    ]
+    peak: Annotated[PeakOp | None, Meta(description="the peak of allocated memory and the op running then")]
+
+
 GIB = 2**30
 FIX = (
     "Peak reserved memory is close to the device's capacity: an allocation that finds no cached block makes the "
@@ -73,19 +113,20 @@ def check(ctx: RuleContext) -> list[Finding]:
         if not (cap and 100.0 * top / cap >= ctx.options["near_capacity_pct"]):
             continue
         devs.append(
-            {
-                "device": dev,
-                "capacity_gib": round(cap / GIB, 3),
-                "peak_allocated_gib": round(pa / GIB, 3),
-                "peak_reserved_gib": round(pr / GIB, 3) if pr is not None else None,
-                "peak_pct_of_capacity": round(100.0 * top / cap, 2),
-                "allocs_per_step": round(float(p["allocs"].mean()), 1),
-                "alloc_gib_per_step": round(float(p["alloc_bytes"].mean()) / GIB, 3),
-            }
+            DeviceMemory(
+                device=dev,
+                capacity_gib=round(cap / GIB, 3),
+                peak_allocated_gib=round(pa / GIB, 3),
+                peak_reserved_gib=round(pr / GIB, 3) if pr is not None else None,
+                peak_pct_of_capacity=round(100.0 * top / cap, 2),
+                allocs_per_step=round(float(p["allocs"].mean()), 1),
+                alloc_gib_per_step=round(float(p["alloc_bytes"].mean()) / GIB, 3),
+            )
         )
     if not devs:
         return []
-    evidence = {"cases": ["near_capacity"], "devices": devs, "peak": M.peak_op(ctx.trace, ev)}
+    peak = M.peak_op(ctx.trace, ev)
+    evidence = Evidence(cases=["near_capacity"], devices=devs, peak=PeakOp(**peak) if peak else None)
     return [
         ctx.finding(
             cost_ns=0,

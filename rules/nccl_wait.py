@@ -65,10 +65,14 @@ collectives' own transfer (not a wait for a late rank) and reaches `moderate_pct
 
 from __future__ import annotations
 
+from typing import Annotated, Any
+
+import msgspec
 import polars as pl
 
 from traceview.analyses.intervals import clip, merge
-from traceview.findings import severity_for
+from traceview.evidence import UNSET, Meta, UnsetType
+from traceview.finding_model import severity_for
 from traceview.ruleapi import Finding, JobContext, Option, RuleContext, xprof_severity
 
 CODE = "TV501"
@@ -96,6 +100,71 @@ STRAGGLER_FIX = ("Every other rank's collective (its NCCL kernel, or the gloo wo
                  "and overlap the collectives with compute so short delays are hidden.")
 
 
+class NcclKernel(msgspec.Struct, kw_only=True):
+    """A collective kernel by its time."""
+
+    name: Annotated[str, Meta(description="the kernel's name")]
+    count: Annotated[int, Meta(description="its launches in the analysed steps")]
+    us: Annotated[float, Meta(description="their device time (µs)")]
+
+
+class Evidence(msgspec.Struct, kw_only=True):
+    exposed_us: Annotated[float, Meta(description="the classifier's `communication` time: collectives nothing overlaps (µs)")]
+    exposed_pct: Annotated[float, Meta(description="that as % of the analysed window")]
+    nccl_kernel_us: Annotated[float, Meta(description="the collective kernels' time, merged (µs)")]
+    overlapped_us: Annotated[float, Meta(description="of which overlapped by compute (µs)")]
+    kernels: Annotated[int, Meta(description="collective kernels in the analysed steps")]
+    top_kernels: Annotated[list[NcclKernel], Meta(description="the 5 collective kernels with the most time")]
+    per_step_exposed_us: Annotated[dict[str, float], Meta(description="exposed time per step (µs), by step number")]
+    streams: Annotated[list[int], Meta(description="the streams the collectives ran on")]
+    # set on a rank's finding by the job analysis (sections/job.py), after the rule
+    straggler: Annotated[int | UnsetType, Meta(description="the job's straggler rank (set by the job analysis)")] = UNSET
+    straggler_wait_per_step_us: Annotated[float | UnsetType, Meta(
+        description="this rank's exposed wait for it per step (µs; set by the job analysis)")] = UNSET
+    note: Annotated[str | UnsetType, Meta(description="the same in words (set by the job analysis)")] = UNSET
+
+
+class StragglerCause(msgspec.Struct, kw_only=True):
+    """Why the straggler is late (the job's `straggler_cause`)."""
+
+    class_: Annotated[str, Meta(description="the classifier class that explains its delay")] = msgspec.field(
+        name="class")
+    mechanism: Annotated[str | None, Meta(description="the mechanism within that class")]
+    excess_us_per_step: Annotated[float, Meta(description="the straggler's excess time per step over the others (µs)")]
+    text: Annotated[str, Meta(description="the same in words")]
+
+
+class JobEvidence(msgspec.Struct, kw_only=True):
+    straggler: Annotated[int | None, Meta(description="the straggler rank (null: none raised)")]
+    reason: Annotated[str, Meta(description="why that rank is the straggler")]
+    matched_collectives: Annotated[int, Meta(description="collectives matched across the ranks")]
+    method: Annotated[str, Meta(description="how they were matched")]
+    source: Annotated[str, Meta(description="what the waits are measured on: `kernel` or the host-side calls")]
+    backend: Annotated[str | None, Meta(description="the process group's backend (nccl, gloo)")]
+    transfer_us: Annotated[float | None, Meta(description="the collectives' transfer time (min duration across ranks, µs)")]
+    exposed_wait_per_step_us: Annotated[float, Meta(description="the other ranks' exposed wait per step, mean (µs)")]
+    median_exposed_wait_per_step_us: Annotated[float, Meta(description="the same, median step (µs)")]
+    ranks: Annotated[list[dict[str, Any]], Meta(
+        description="each rank's waits: the job's `nccl.ranks` rows (docs/json-schema.md)")]
+    wait_per_step_us: Annotated[float | UnsetType, Meta(
+        description="host-side collectives: the others' wait per step (µs)")] = UNSET
+    median_wait_per_step_us: Annotated[float | UnsetType, Meta(
+        description="host-side collectives: the same, median step (µs)")] = UNSET
+    cause: Annotated[StragglerCause | UnsetType, Meta(description="why the straggler is late, when a class explains it")] = UNSET
+    job_saving_us_per_step: Annotated[float | UnsetType, Meta(
+        description="the job's step saved by fixing the straggler's cause on that rank alone (job replay, µs)")] = UNSET
+    noise_us_per_step: Annotated[float | None | UnsetType, Meta(
+        description="the job's step-to-step noise (µs)")] = UNSET
+    profiling_overhead_ms_per_step: Annotated[float | UnsetType, Meta(
+        description="the profiler's cost per step (ms; measured or estimated)")] = UNSET
+    last_rank: Annotated[int | UnsetType, Meta(description="no straggler: the rank that arrived last")] = UNSET
+    comm_bound: Annotated[dict[str, Any] | None | UnsetType, Meta(
+        description="no straggler: the job's `nccl.comm_bound` (exposed transfer no lateness explains)")] = UNSET
+    may_be_profiling_artifact: Annotated[bool | UnsetType, Meta(
+        description="the profiler's cost may explain the delay")] = UNSET
+    note: Annotated[str | UnsetType, Meta(description="the judgement in words")] = UNSET
+
+
 def check(ctx: RuleContext) -> list[Finding]:
     trace, window = ctx.trace, ctx.window_ns
     comm = trace.gpu[["i", "kind", "name", "ts", "end", "dur", "stream"]].filter(pl.col("kind") == "comm")
@@ -112,11 +181,12 @@ def check(ctx: RuleContext) -> list[Finding]:
     per = part.group_by("step").agg((pl.col("end") - pl.col("ts")).sum().alias("t")).sort("step")
     inwin = comm.filter((pl.col("ts") >= lo) & (pl.col("ts") < hi))
     names = inwin.group_by("name").agg(pl.len(), pl.col("dur").sum()).sort(["dur", "name"], descending=[True, False]).head(5)
-    ev = {"exposed_us": round(exposed / 1000, 3), "exposed_pct": round(pct, 2), "nccl_kernel_us": round(total / 1000, 3),
-          "overlapped_us": round((total - exposed) / 1000, 3), "kernels": inwin.height,
-          "top_kernels": [{"name": r["name"], "count": r["len"], "us": round(r["dur"] / 1000, 3)} for r in names.to_dicts()],
-          "per_step_exposed_us": {str(s): round(t / 1000, 3) for s, t in per.rows()},
-          "streams": sorted(inwin["stream"].unique().drop_nulls().to_list())}
+    ev = Evidence(exposed_us=round(exposed / 1000, 3), exposed_pct=round(pct, 2), nccl_kernel_us=round(total / 1000, 3),
+                  overlapped_us=round((total - exposed) / 1000, 3), kernels=inwin.height,
+                  top_kernels=[NcclKernel(name=r["name"], count=r["len"], us=round(r["dur"] / 1000, 3))
+                               for r in names.to_dicts()],
+                  per_step_exposed_us={str(s): round(t / 1000, 3) for s, t in per.rows()},
+                  streams=sorted(inwin["stream"].unique().drop_nulls().to_list()))
     return [ctx.finding(steps=per.filter(pl.col("t") > 0)["step"].to_list(), count=inwin.height, cost_ns=exposed,
                         evidence=ev, kernel_ids=inwin["i"])]
 
@@ -140,31 +210,32 @@ def check_job(ctx: JobContext) -> list[Finding]:
     mean_wait = per_step * max(s["steps"], 1)
     pct = 100.0 * mean_wait * 1000 / window if window else 0.0
     cost = sum((r["exposed_wait_per_step_us"] or 0) * max(s["steps"], 1) for r in ranks)
-    ev = {"straggler": strag["rank"], "reason": strag["reason"], "matched_collectives": s["collectives"],
-          "method": s["method"], "source": s["source"], "backend": s["backend"], "transfer_us": s["transfer_us"],
-          "exposed_wait_per_step_us": round(per_step, 3), "median_exposed_wait_per_step_us": round(median, 3),
-          "ranks": ranks}
+    ev = JobEvidence(straggler=strag["rank"], reason=strag["reason"], matched_collectives=s["collectives"],
+                     method=s["method"], source=s["source"], backend=s["backend"], transfer_us=s["transfer_us"],
+                     exposed_wait_per_step_us=round(per_step, 3), median_exposed_wait_per_step_us=round(median, 3),
+                     ranks=ranks)
     severity = severity_for(pct, opts["moderate_pct"], opts["high_pct"], SEVERITY)
     if host:
-        ev["wait_per_step_us"] = round(per_step, 3)
-        ev["median_wait_per_step_us"] = round(median, 3)
+        ev.wait_per_step_us = round(per_step, 3)
+        ev.median_wait_per_step_us = round(median, 3)
         # a straggler delays every step; a descheduled thread only some: judge the median step
         if median < opts["host_noise_ms"] * 1000:
             severity = "info"
-            ev["note"] = (f"median wait per step {median / 1000:.2f} ms is below host_noise_ms ({opts['host_noise_ms']} "
+            ev.note = (f"median wait per step {median / 1000:.2f} ms is below host_noise_ms ({opts['host_noise_ms']} "
                           "ms): within OS scheduling noise for host-side collectives, no straggler is raised")
     title = f"Ranks wait for straggler rank {strag['rank']} in {kind} collectives"
     cause = strag.get("cause") or {}
     if cause.get("class"):
-        ev["cause"] = {k: cause[k] for k in ("class", "mechanism", "excess_us_per_step", "text")}
+        ev.cause = StragglerCause(class_=cause["class"], mechanism=cause["mechanism"],
+                                  excess_us_per_step=cause["excess_us_per_step"], text=cause["text"])
     over = ctx.overhead_ms
     saving = strag.get("job_saving_us_per_step")
     if saving is not None:
         # the job replay priced the straggler's cause: the job's step saved by fixing it on that rank alone
-        ev["job_saving_us_per_step"] = saving
-        ev["noise_us_per_step"] = strag.get("noise_us_per_step")
+        ev.job_saving_us_per_step = saving
+        ev.noise_us_per_step = strag.get("noise_us_per_step")
         if over is not None:
-            ev["profiling_overhead_ms_per_step"] = round(over, 3)
+            ev.profiling_overhead_ms_per_step = round(over, 3)
         # a straggler saves the job more than its step-to-step noise; and, when its delay is the same host work
         # as the others', only slower (what uneven profiling overhead makes), more than the profiler's cost.
         # Work the others do not have (code outside ops, input, syncs, kernels) is not the profiler's.
@@ -174,7 +245,7 @@ def check_job(ctx: JobContext) -> list[Finding]:
             return [_not_a_straggler(ctx, s, ev, saving, over if artifact else None)]
         savings_ns = saving * max(s["steps"], 1) * 1000
         if over is not None and over * 1000 >= saving:
-            ev["note"] = (f"the profiler added {over:.2f} ms per step, at least the {saving / 1000:.2f} ms fixing rank "
+            ev.note = (f"the profiler added {over:.2f} ms per step, at least the {saving / 1000:.2f} ms fixing rank "
                           f"{strag['rank']} saves the job, but its delay is work the others do not have "
                           f"({cause.get('mechanism')}): a real straggler")
         pct = 100.0 * savings_ns / window if window else 0.0
@@ -182,7 +253,7 @@ def check_job(ctx: JobContext) -> list[Finding]:
     else:
         savings_ns = mean_wait * 1000
     if over is not None and saving is None:
-        ev["profiling_overhead_ms_per_step"] = round(over, 3)
+        ev.profiling_overhead_ms_per_step = round(over, 3)
         if severity != "info" and over * 1000 >= per_step:
             # Under the profiler every rank's host is slower, not always by the same amount; in a launch-bound
             # job any host-speed difference becomes the others' wait. When the profiler added at least as much per
@@ -191,8 +262,8 @@ def check_job(ctx: JobContext) -> list[Finding]:
             # the profiler: info, with the reason. Work the others do not have stays loud whatever the overhead.
             mech = cause.get("mechanism")
             if mech in PROFILER_EXPLAINED:
-                ev["may_be_profiling_artifact"] = True
-                ev["note"] = (f"the profiler added {over:.2f} ms per step ({ctx.overhead_source}), at least the "
+                ev.may_be_profiling_artifact = True
+                ev.note = (f"the profiler added {over:.2f} ms per step ({ctx.overhead_source}), at least the "
                               f"{per_step / 1000:.2f} ms the other ranks wait"
                               + (f", and rank {strag['rank']} runs the same work as they do (the same host ops, each "
                                  "slower)" if mech else "")
@@ -201,33 +272,33 @@ def check_job(ctx: JobContext) -> list[Finding]:
                 title += " (may be a profiling artifact)"
                 severity = "info"
             else:
-                ev["note"] = (f"the profiler added {over:.2f} ms per step, at least the {per_step / 1000:.2f} ms the "
+                ev.note = (f"the profiler added {over:.2f} ms per step, at least the {per_step / 1000:.2f} ms the "
                               f"other ranks wait, but rank {strag['rank']}'s delay is work the others do not have "
                               f"({mech}): a real straggler")
     elif over is not None:
-        ev["profiling_overhead_ms_per_step"] = round(over, 3)
+        ev.profiling_overhead_ms_per_step = round(over, 3)
     return [ctx.finding(severity=severity, title=title, count=s["collectives"], cost_ns=cost * 1000,
                         savings_ns=savings_ns, evidence=ev, fix=STRAGGLER_FIX)]
 
 
-def _not_a_straggler(ctx: JobContext, s: dict, ev: dict, saving: float, over: float | None) -> Finding:
+def _not_a_straggler(ctx: JobContext, s: dict, ev: JobEvidence, saving: float, over: float | None) -> Finding:
     # `over`: the profiler's cost when it may explain the delay (the straggler's same work, slower), else None
     """The job finding when fixing the last rank's cause would not save the job more than its step-to-step noise
     or the profiler's cost: no straggler. When the ranks' exposed communication is the transfer's own (no rank's
     lateness explains it), the job is communication-bound: said with the bus bandwidth achieved against the
     link's, at most a warning (overlap or fewer bytes is the fix, not a rank)."""
     cb = s.get("comm_bound") or {}
-    ev["straggler"] = None
-    ev["last_rank"] = s["straggler"]["rank"]
-    ev["comm_bound"] = cb or None
+    ev.straggler = None
+    ev.last_rank = s["straggler"]["rank"]
+    ev.comm_bound = cb or None
     last = s["straggler"]["rank"]
     why = f"fixing rank {last}'s cause saves the job {saving / 1000:,.2f} ms per step in the job replay, "
-    noise = ev.get("noise_us_per_step") or 0.0
+    noise = ev.noise_us_per_step or 0.0
     # within the noise between steps: nothing to explain; above it but within what the profiler added (the same
     # work, slower): the profiler may explain it
     if over is not None and noise < saving <= over * 1000:
-        ev["profiling_overhead_ms_per_step"] = round(over, 3)
-        ev["may_be_profiling_artifact"] = True
+        ev.profiling_overhead_ms_per_step = round(over, 3)
+        ev.may_be_profiling_artifact = True
         why += (f"and the profiler added {over:.2f} ms per step ({ctx.overhead_source}), at least that; rank {last} "
                 "runs the same work as the others (the same host ops, each slower): the delay may be an artifact of "
                 "uneven profiling overhead; no straggler (check the unprofiled step times or re-record with fewer "
@@ -240,7 +311,7 @@ def _not_a_straggler(ctx: JobContext, s: dict, ev: dict, saving: float, over: fl
         bw, ln = cb.get("bandwidth") or {}, cb.get("link") or {}
         rate = (f" at {bw['bus_gbps']:,.0f} GB/s bus bandwidth ({cb['link_utilisation_pct']:g} % of "
                 f"{ln.get('link')} {ln.get('peak_gbps'):,.0f} GB/s)") if bw else ""
-        ev["note"] = ("the exposed communication is the collectives' own transfer time, not a wait for a late rank: "
+        ev.note = ("the exposed communication is the collectives' own transfer time, not a wait for a late rank: "
                       "overlap it with compute or move fewer bytes; " + why)
         sev = "warning"
         title = (f"Communication-bound: {cb['unexplained_per_step_us'] / 1000:,.1f} ms per step of exposed "
@@ -248,9 +319,9 @@ def _not_a_straggler(ctx: JobContext, s: dict, ev: dict, saving: float, over: fl
         return ctx.finding(severity=sev, title=title, count=s["collectives"],
                            cost_ns=cb["unexplained_per_step_us"] * 1000 * max(s["steps"], 1), savings_ns=0,
                            evidence=ev, fix=FIX)
-    ev["note"] = why
+    ev.note = why
     title = (f"No straggler: fixing rank {last} (the last to arrive) saves the job {saving / 1000:,.2f} ms per step, "
-             + ("within the profiler's cost (may be a profiling artifact)" if ev.get("may_be_profiling_artifact")
+             + ("within the profiler's cost (may be a profiling artifact)" if ev.may_be_profiling_artifact is True
                 else "within the step-to-step noise"))
     return ctx.finding(severity="info", title=title, count=s["collectives"], cost_ns=0, savings_ns=0,
                        evidence=ev, fix=STRAGGLER_FIX)

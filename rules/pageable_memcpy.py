@@ -35,12 +35,16 @@ savings share of the window.
 
 from __future__ import annotations
 
+from typing import Annotated
+
+import msgspec
 import polars as pl
 
 from traceview.analyses.names import contains
 from traceview.analyses.replay import Transform
 from traceview.analyses.rowid import join_by_id
 from traceview.analyses.windows import step_of
+from traceview.evidence import Meta, Span
 from traceview.ingest.categories import RUNTIME_CATS
 from traceview.ruleapi import XPROF_SEVERITY, Finding, Option, RuleContext
 
@@ -57,6 +61,27 @@ FIX = ("The GPU can only DMA from page-locked memory, so this copy is staged thr
        "the driver: it runs below link speed and blocks the host, and non_blocking=True cannot overlap it. Pin the "
        "host memory (DataLoader(pin_memory=True) or tensor.pin_memory()) and copy with .to(device, "
        "non_blocking=True); for device-to-host results copy into a pinned buffer and wait on a CUDA event.")
+
+
+class WorstCopy(Span, kw_only=True):
+    """The group's longest copy."""
+
+    bytes: Annotated[int | None, Meta(description="its size (bytes)")]
+    step: Annotated[int, Meta(description="its step")]
+
+
+class Evidence(msgspec.Struct, kw_only=True):
+    memcpy: Annotated[str, Meta(description="the copy's activity name (e.g. `Memcpy HtoD (Pageable -> Device)`)")]
+    direction: Annotated[str, Meta(description="HtoD, DtoH, DtoD or HtoH")]
+    op: Annotated[str | None, Meta(description="the host op that issued the copies")]
+    copies: Annotated[int, Meta(description="pageable copies of this direction and op in the analysed steps")]
+    bytes: Annotated[int | None, Meta(description="their bytes")]
+    copy_time_us: Annotated[float, Meta(description="their device time (µs)")]
+    achieved_gbps: Annotated[float | None, Meta(description="their achieved bandwidth (GB/s)")]
+    pinned_reference_gbps: Annotated[float, Meta(description="the host link's pinned bandwidth of the device (GB/s)")]
+    device: Annotated[str, Meta(description="the device the reference comes from")]
+    stream: Annotated[int | None, Meta(description="the stream of the longest copy")]
+    worst: Annotated[WorstCopy, Meta(description="the longest copy")]
 
 
 def check(ctx: RuleContext) -> list[Finding]:
@@ -84,12 +109,12 @@ def check(ctx: RuleContext) -> list[Finding]:
     for g in groups.to_dicts():  # one per (direction, op)
         w = m.filter(pl.col("i") == g["worst"]).to_dicts()[0]
         gbps = g["bytes"] / (g["dur"] / 1e9) / 1e9 if g["dur"] else None
-        ev = {"memcpy": g["kind"], "direction": g["direction"], "op": g["op_name"], "copies": g["count"],
-              "bytes": g["bytes"], "copy_time_us": round(g["dur"] / 1000, 3),
-              "achieved_gbps": round(gbps, 2) if gbps else None, "pinned_reference_gbps": spec.host_gbps,
-              "device": spec.name, "stream": w["stream"],
-              "worst": {"start_us": round(w["ts"] / 1000, 3), "end_us": round(w["end"] / 1000, 3),
-                        "bytes": w["bytes"], "step": w["step"]}}
+        ev = Evidence(memcpy=g["kind"], direction=g["direction"], op=g["op_name"], copies=g["count"],
+                      bytes=g["bytes"], copy_time_us=round(g["dur"] / 1000, 3),
+                      achieved_gbps=round(gbps, 2) if gbps else None, pinned_reference_gbps=spec.host_gbps,
+                      device=spec.name, stream=w["stream"],
+                      worst=WorstCopy(start_us=round(w["ts"] / 1000, 3), end_us=round(w["end"] / 1000, 3),
+                                      bytes=w["bytes"], step=w["step"]))
         out.append(ctx.finding(title=f"{g['kind']} in {g['op_name'] or '?'}", steps=g["steps"], count=g["count"],
                                cost_ns=g["dur"], savings_ns=g["save"], evidence=ev, kernel_ids=g["ids"]))
     return out

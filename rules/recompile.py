@@ -36,6 +36,9 @@ which the GPU ran nothing but the compile's own autotuning benchmarks: without t
 
 from __future__ import annotations
 
+from typing import Annotated
+
+import msgspec
 import polars as pl
 
 from traceview.analyses.features import host_names
@@ -43,6 +46,7 @@ from traceview.analyses.intervals import merge
 from traceview.analyses.replay import Transform, spans
 from traceview.analyses.whatif import EMPTY, gpu_idle_within, removed_per_step
 from traceview.analyses.windows import host_step_of
+from traceview.evidence import Meta
 from traceview.ruleapi import XPROF_SEVERITY, Finding, RuleContext, min_savings
 
 CODE = "TV104"
@@ -93,6 +97,24 @@ def _removes(ctx: RuleContext) -> pl.DataFrame:
     return gpu_idle_within(ctx.trace, c, ctx.lo, ctx.hi, keep_launched_inside=True) if c.height else EMPTY
 
 
+class Phase(msgspec.Struct, kw_only=True):
+    """A compile phase by its host time."""
+
+    phase: Annotated[str, Meta(description="the dynamo/inductor phase's name")]
+    time_us: Annotated[float, Meta(description="its host time in the analysed steps (µs)")]
+
+
+class Evidence(msgspec.Struct, kw_only=True):
+    compiles: Annotated[int, Meta(description="compilations inside the analysed steps")]
+    steps_with_compiles: Annotated[list[int], Meta(description="the steps they ran in")]
+    compile_host_time_per_step_us: Annotated[dict[str, float], Meta(
+        description="compile host time per step (µs), by step number")]
+    recompiled_regions: Annotated[list[str], Meta(description="compiled regions run in a recompiled version (/1, /2 …)")]
+    phases: Annotated[list[Phase], Meta(description="the 6 longest compile phases")]
+    autotune_gpu_time_us: Annotated[float, Meta(description="device time of autotuning benchmark kernels (µs)")]
+    savings_per_step_us: Annotated[dict[str, float], Meta(description="the fix's saving per step (µs), by step number")]
+
+
 def check(ctx: RuleContext) -> list[Finding]:
     c = _spans(ctx)
     if c.height == 0:
@@ -119,14 +141,14 @@ def check(ctx: RuleContext) -> list[Finding]:
                                            left_on="launch_ts", right_on="_b", strategy="backward")
               .filter(pl.col("launch_ts") < pl.col("_be")))
         bench_gpu = int(kb["dur"].sum())
-    evidence = {
-        "compiles": n, "steps_with_compiles": sorted(c["step"].unique().to_list()),
-        "compile_host_time_per_step_us": {str(s): round(t / 1000, 3) for s, t in host.sort("step").rows()},
-        "recompiled_regions": recompiled.to_list(),
-        "phases": [{"phase": r["name"], "time_us": round(r["t"] / 1000, 3)} for r in phases.to_dicts()],
-        "autotune_gpu_time_us": round(bench_gpu / 1000, 3),
-        "savings_per_step_us": {str(s): round(r / 1000, 3) for s, r in rem.rows()},
-    }
+    evidence = Evidence(
+        compiles=n, steps_with_compiles=sorted(c["step"].unique().to_list()),
+        compile_host_time_per_step_us={str(s): round(t / 1000, 3) for s, t in host.sort("step").rows()},
+        recompiled_regions=recompiled.to_list(),
+        phases=[Phase(phase=r["name"], time_us=round(r["t"] / 1000, 3)) for r in phases.to_dicts()],
+        autotune_gpu_time_us=round(bench_gpu / 1000, 3),
+        savings_per_step_us={str(s): round(r / 1000, 3) for s, r in rem.rows()},
+    )
     steps = sorted(c["step"].unique().to_list())
     return [ctx.finding(cost_ns=int(host["end"].sum()), savings_ns=savings, count=n, steps=steps, evidence=evidence,
                         title=f"torch.compile compiled {n} times inside the analysed steps")]

@@ -51,10 +51,14 @@ under a CUDA graph saved 95 % against a 63 % high end), so the low end is the cl
 
 from __future__ import annotations
 
+from typing import Annotated
+
+import msgspec
 import polars as pl
 
 from traceview.analyses.replay import Transform
 from traceview.analyses.rowid import join_by_id
+from traceview.evidence import Meta
 from traceview.ruleapi import XPROF_SEVERITY, Finding, Option, RuleContext, min_savings
 
 CODE = "TV207"
@@ -104,6 +108,43 @@ def _kernels(ctx: RuleContext) -> pl.DataFrame:
     return ctx.once("grid_kernels", build)
 
 
+class SavingsRange(msgspec.Struct, kw_only=True):
+    """What a fix saves per step, at the two ends of the range."""
+
+    double_batch: Annotated[float, Meta(description="twice the blocks per kernel (µs)")]
+    fill_sms: Annotated[float, Meta(description="every SM busy (µs)")]
+
+
+class SmallKernel(msgspec.Struct, kw_only=True):
+    """A small-grid kernel by its time."""
+
+    kernel: Annotated[str, Meta(description="its name (first 120 characters)")]
+    op: Annotated[str | None, Meta(description="the op that launched it")]
+    count: Annotated[int, Meta(description="its launches in the analysed steps")]
+    time_per_step_us: Annotated[float, Meta(description="its time per step (µs)")]
+    median_blocks: Annotated[float | None, Meta(description="its median grid size (blocks)")]
+
+
+class Evidence(msgspec.Struct, kw_only=True):
+    sms: Annotated[int | None, Meta(description="the device's SMs")]
+    small_grid_kernels_per_step: Annotated[
+        float, Meta(description="kernels per step whose grid leaves SMs idle")
+    ]
+    small_grid_time_per_step_us: Annotated[float, Meta(description="their time per step (µs)")]
+    share_of_gpu_busy_pct: Annotated[float, Meta(description="that as % of the GPU's busy time")]
+    median_blocks: Annotated[float | None, Meta(description="their median grid size (blocks)")]
+    sm_share_used_pct: Annotated[
+        float | None, Meta(description="% of the SMs their grids occupy (time-weighted)")
+    ]
+    est_achieved_occupancy_pct: Annotated[
+        float | None, Meta(description="their estimated achieved occupancy, time-weighted (%)")
+    ]
+    savings_range_per_step_us: Annotated[
+        SavingsRange, Meta(description="what a fix saves per step, low and high")
+    ]
+    top_kernels: Annotated[list[SmallKernel], Meta(description="the small-grid kernels with the most time")]
+
+
 def check(ctx: RuleContext) -> list[Finding]:
     if num_sms(ctx) is None and ctx.trace.gpu["blocks_per_sm"].null_count() == ctx.trace.gpu.height:
         return []
@@ -131,38 +172,36 @@ def check(ctx: RuleContext) -> list[Finding]:
         .head(5)
     )
     sms = num_sms(ctx)
-    evidence = {
-        "sms": sms,
-        "small_grid_kernels_per_step": round(s.height / n, 2),
-        "small_grid_time_per_step_us": round(float(s["dur"].sum()) / n / 1000, 3),
-        "share_of_gpu_busy_pct": round(share, 2),
-        "median_blocks": float(s["blocks"].median()) if s["blocks"].null_count() < s.height else None,
-        "sm_share_used_pct": round(100.0 * used, 2) if used is not None else None,
-        "est_achieved_occupancy_pct": round(
-            float((occ["occupancy"] * occ["dur"]).sum() / occ["dur"].sum()), 2
-        )
+    evidence = Evidence(
+        sms=sms,
+        small_grid_kernels_per_step=round(s.height / n, 2),
+        small_grid_time_per_step_us=round(float(s["dur"].sum()) / n / 1000, 3),
+        share_of_gpu_busy_pct=round(share, 2),
+        median_blocks=float(s["blocks"].median()) if s["blocks"].null_count() < s.height else None,
+        sm_share_used_pct=round(100.0 * used, 2) if used is not None else None,
+        est_achieved_occupancy_pct=round(float((occ["occupancy"] * occ["dur"]).sum() / occ["dur"].sum()), 2)
         if occ.height and occ["dur"].sum()
         else None,
-        "savings_range_per_step_us": {
-            "double_batch": round(low / n / 1000, 3),
-            "fill_sms": round(high / n / 1000, 3),
-        },
-        "top_kernels": [
-            {
-                "kernel": r["name"][:120],
-                "op": r["op_name"],
-                "count": r["count"],
-                "time_per_step_us": round(r["dur"] / n / 1000, 3),
-                "median_blocks": r["blocks"],
-            }
+        savings_range_per_step_us=SavingsRange(
+            double_batch=round(low / n / 1000, 3),
+            fill_sms=round(high / n / 1000, 3),
+        ),
+        top_kernels=[
+            SmallKernel(
+                kernel=r["name"][:120],
+                op=r["op_name"],
+                count=r["count"],
+                time_per_step_us=round(r["dur"] / n / 1000, 3),
+                median_blocks=r["blocks"],
+            )
             for r in top.to_dicts()
         ],
-    }
+    )
     pct_sm = f"{100.0 * used:.0f} %" if used is not None else "a fraction"
     launch = ctx.features.cuda_graphs
     fix = (
         f"{s.height / n:.0f} kernels per step ({share:.0f} % of the GPU-busy time) launch fewer blocks than the "
-        f"{sms or 'available'} SMs (median {evidence['median_blocks']:.0f} blocks; {pct_sm} of the SMs in use, "
+        f"{sms or 'available'} SMs (median {evidence.median_blocks:.0f} blocks; {pct_sm} of the SMs in use, "
         "time-weighted): the GPU is busy but mostly idle. Give each kernel more work: raise the batch size (or "
         "batch concurrent requests), fuse small per-sample ops into one kernel over the batch (torch.compile, "
         "torch.vmap, foreach ops); at batch 1, split-K / flash-decoding kernels spread the reduction over the SMs. "

@@ -41,12 +41,16 @@ else to run (queued forward/backward work still has to run).
 
 from __future__ import annotations
 
+from typing import Annotated
+
+import msgspec
 import polars as pl
 
 from traceview.analyses.features import host_names
 from traceview.analyses.replay import Transform, spans
 from traceview.analyses.rowid import join_by_id
 from traceview.analyses.whatif import EMPTY, gpu_idle_within, removed_per_step
+from traceview.evidence import Meta, OpCount
 from traceview.ruleapi import XPROF_SEVERITY, Finding, Option, RuleContext, min_savings
 
 from .elementwise_chain import MULTI_TENSOR_KERNEL_RE
@@ -126,6 +130,21 @@ def _spans(ctx: RuleContext) -> pl.DataFrame:
     return ctx.once("spans", lambda: optimizer_spans(ctx, int(ctx.options["min_kernels"])))
 
 
+class Evidence(msgspec.Struct, kw_only=True):
+    optimizer: Annotated[str, Meta(description="the optimizer class whose step runs the single-tensor path")]
+    optimizer_steps: Annotated[int, Meta(description="its steps in the analysed window")]
+    host_time_per_step_us: Annotated[float, Meta(description="host time of its step per optimizer step (µs)")]
+    kernels_per_step: Annotated[float, Meta(description="kernels it launches per optimizer step")]
+    gpu_time_per_step_us: Annotated[float, Meta(description="their device time per optimizer step (µs)")]
+    distinct_kernels: Annotated[int, Meta(description="distinct kernel names it launches")]
+    estimated_parameters: Annotated[int | None, Meta(
+        description="parameter tensors (calls of its least frequent op per step)")]
+    ops: Annotated[list[OpCount], Meta(description="the 10 ops it calls most")]
+    predicted_multi_tensor_time_per_step_us: Annotated[float, Meta(
+        description="its step on the multi-tensor (foreach/fused) path, predicted (µs)")]
+    savings_per_step_us: Annotated[dict[str, float], Meta(description="the fix's saving per step (µs), by step number")]
+
+
 def check(ctx: RuleContext) -> list[Finding]:
     per = _spans(ctx)
     if per.height == 0:
@@ -139,21 +158,21 @@ def check(ctx: RuleContext) -> list[Finding]:
             continue
         ops = p.select(pl.col("ops").explode()).group_by("ops").len().sort(["len", "ops"], descending=[True, False])
         n = p.height
-        evidence = {
-            "optimizer": opt, "optimizer_steps": n,
-            "host_time_per_step_us": round(float((p["end"] - p["ts"]).sum()) / n / 1000, 3),
-            "kernels_per_step": round(float(p["kernels"].sum()) / n, 1),
-            "gpu_time_per_step_us": round(float(p["gpu_ns"].sum()) / n / 1000, 3),
-            "distinct_kernels": int(p["kinds"].max()),
-            "estimated_parameters": int(ops["len"].min() // n) if ops.height else None,
-            "ops": [{"op": r["ops"], "count": r["len"]} for r in ops.head(10).to_dicts()],
-            "predicted_multi_tensor_time_per_step_us": round(float(p["kept"].sum()) / n / 1000, 3),
-            "savings_per_step_us": {str(s): round(r / 1000, 3) for s, r in rem.rows()},
-        }
+        evidence = Evidence(
+            optimizer=opt, optimizer_steps=n,
+            host_time_per_step_us=round(float((p["end"] - p["ts"]).sum()) / n / 1000, 3),
+            kernels_per_step=round(float(p["kernels"].sum()) / n, 1),
+            gpu_time_per_step_us=round(float(p["gpu_ns"].sum()) / n / 1000, 3),
+            distinct_kernels=int(p["kinds"].max()),
+            estimated_parameters=int(ops["len"].min() // n) if ops.height else None,
+            ops=[OpCount(op=r["ops"], count=r["len"]) for r in ops.head(10).to_dicts()],
+            predicted_multi_tensor_time_per_step_us=round(float(p["kept"].sum()) / n / 1000, 3),
+            savings_per_step_us={str(s): round(r / 1000, 3) for s, r in rem.rows()},
+        )
         steps = rem.filter(pl.col("removed") > 0)["step"].to_list()
         out.append(ctx.finding(cost_ns=int((p["end"] - p["ts"]).sum()), savings_ns=savings,
                                count=int(p["kernels"].sum()), steps=steps, evidence=evidence, fix=_fix(opt),
-                               title=f"{opt}.step launches {evidence['kernels_per_step']:.0f} tiny kernels per step "
+                               title=f"{opt}.step launches {evidence.kernels_per_step:.0f} tiny kernels per step "
                                      "(single-tensor path)",
                                kernel_ids=p["ids"].explode()))
     return out

@@ -11,7 +11,7 @@ import numpy as np
 import polars as pl
 
 from traceview.analyses.windows import complete_steps
-from traceview.findings import Finding
+from traceview.finding_model import Finding
 from traceview.model import Job
 from traceview.options import Options
 from traceview.report import analyze_job_traces

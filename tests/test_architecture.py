@@ -136,7 +136,7 @@ LAYERS = [
     {"traceview.ingest"},  # and its modules
     {"traceview.analyses"},  # and its modules
     {"traceview.analyses.classify"},
-    {"traceview.findings", "traceview.ruleapi"},
+    {"traceview.finding_model", "traceview.evidence", "traceview.ruleapi"},
     {"traceview.rules"},
     {"traceview.options", "traceview.registry", "traceview.config"},  # a run's options: the rules, selected
     {"traceview.sections.section", "traceview.sections.findings"},

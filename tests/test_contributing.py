@@ -29,7 +29,7 @@ The CPU issues kernels more slowly than the GPU runs them.
 Launch fewer, larger pieces of work (CUDA graphs, torch.compile).
 
 ## Evidence
-`cpu_launch_us`: that time over all analysed steps.
+That time, from the `Evidence` struct below.
 
 ## Options
 - `moderate_pct` (3.0): share of step time at which a finding is a warning (XProf's moderate threshold).
@@ -39,9 +39,13 @@ Launch fewer, larger pieces of work (CUDA graphs, torch.compile).
 - docs/contributing.md.
 """
 
+from typing import Annotated
+
+import msgspec
 import polars as pl
 
 from traceview.analyses.replay import Transform
+from traceview.evidence import Meta
 from traceview.ruleapi import XPROF_SEVERITY, Finding, RuleContext
 
 CODE = "TV199"
@@ -53,13 +57,17 @@ FIX = "Launch fewer, larger pieces of work."
 OPTIONS = {**XPROF_SEVERITY}
 
 
+class Evidence(msgspec.Struct, kw_only=True):
+    cpu_launch_us: Annotated[float, Meta(description="the `cpu_launch` time over all analysed steps (µs)")]
+
+
 def check(ctx: RuleContext) -> list[Finding]:
     seg = ctx.class_time(CLASS)
     cost = int((seg["end"] - seg["ts"]).sum()) if seg.height else 0
     if cost == 0:
         return []
     steps = sorted(set(seg["step"].to_list()))
-    return [ctx.finding(cost_ns=cost, count=seg.height, steps=steps, evidence={"cpu_launch_us": cost / 1000})]
+    return [ctx.finding(cost_ns=cost, count=seg.height, steps=steps, evidence=Evidence(cpu_launch_us=cost / 1000))]
 
 
 def fix_transform(ctx: RuleContext) -> Transform | None:
@@ -85,6 +93,10 @@ def _new_rule(tmp_path: Path, monkeypatch):
 def test_a_new_rule_runs_end_to_end(tmp_path: Path, monkeypatch) -> None:
     mod = _new_rule(tmp_path, monkeypatch)
     assert docs.problems(mod) == []  # the contract and the docstring sections
+    # its evidence keys are documented from its Evidence struct (docs/rules.md, `traceview rule TV199`)
+    assert "- `cpu_launch_us` (float): the `cpu_launch` time over all analysed steps (µs)" in docs.rule_doc(mod)
+    assert "| TV199 [`late-launch-demo`](rules.md#tv199-late-launch-demo) | `cpu_launch_us` float |" in (
+        docs.evidence_table())
     trace = str(SAMPLES / "gpu_h200/launch_bound_tiny_ops.json.gz")
     buf = io.StringIO()
     monkeypatch.setattr(sys, "stdout", buf)
@@ -117,7 +129,8 @@ def test_a_new_rule_runs_end_to_end(tmp_path: Path, monkeypatch) -> None:
 def test_the_documented_steps_are_the_real_ones() -> None:
     text = (ROOT / "docs/contributing.md").read_text()
     for needle in ("rules/<slug>.py", "`RULES` in `rules/__init__.py`", "SECTIONS", "FORMATS",
-                   "python -m traceview.docs", "python tools/golden.py"):
+                   "python -m traceview.docs", "python tools/golden.py", "class Evidence(msgspec.Struct, kw_only=True)",
+                   "evidence=Evidence("):
         assert needle in text, needle
     from traceview.formatters import FORMATS
     from traceview.report import SECTIONS

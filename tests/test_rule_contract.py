@@ -31,7 +31,8 @@ def test_the_checker_catches_a_broken_rule() -> None:
     bad = types.ModuleType("traceview.rules.launch_bound")
     for a in ("CODE", "NAME", "SEVERITY", "TITLE", "OPTIONS", "check"):
         setattr(bad, a, getattr(good, a))
-    assert contract_problems(bad) == ["TV101: no CLASS"] and not isinstance(bad, Rule)
+    assert contract_problems(bad) == ["TV101: no CLASS", "TV101: no Evidence"] and not isinstance(bad, Rule)
+    bad.Evidence = good.Evidence
     bad.CLASS, bad.SEVERITY, bad.FIX_REMOVES_CLASS = "cpu", "fatal", "yes"
     assert contract_problems(bad) == [
         "TV101: CLASS 'cpu' is not a classifier class",

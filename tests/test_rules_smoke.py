@@ -7,7 +7,7 @@ import json
 import pytest
 from conftest import SAMPLES, load
 
-from traceview.findings import SEVERITIES
+from traceview.finding_model import SEVERITIES
 from traceview.options import Options
 from traceview.ruleapi import RuleContext
 from traceview.sections.findings import run_rules

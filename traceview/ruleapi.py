@@ -10,6 +10,7 @@ from dataclasses import dataclass, field, replace
 from types import MappingProxyType, ModuleType
 from typing import Any, ClassVar, Protocol, TypeVar, runtime_checkable
 
+import msgspec
 import polars as pl
 
 from .analyses import classify
@@ -19,7 +20,8 @@ from .analyses.layers import attribution, gpu_codes
 from .analyses.rowid import by_id
 from .analyses.specs import Spec, trace_spec
 from .analyses.windows import complete_steps
-from .findings import Finding, severity_for
+from .evidence import field_problems
+from .finding_model import Finding, severity_for
 from .ingest.manifest import rank_step_times, step_overhead_ms
 from .model import Job, Trace
 
@@ -59,9 +61,12 @@ class Rule(Protocol):
     """The contract of a rule module (`rules/<slug>.py`, listed once in `traceview.rules.RULES`).
 
     Its docstring is its user documentation: `TVnnn slug: summary`, then the sections What it detects / Why it
-    is slow / How to fix / Evidence / Options / References (docs/rules.md is generated from them). Optional
+    is slow / How to fix / Evidence / Options / References (docs/rules.md is generated from them). `Evidence` is
+    the `msgspec.Struct` its findings carry (one described field per JSON key: traceview.evidence; docs/rules.md's
+    field tables and docs/json-schema.md's evidence part are generated from it). Optional
     module attributes: `FIX` (the fix text of its findings, when one text fits them all), `CPU = True` (also runs on traces without GPU activity, `ctx.cpu` set),
-    `check_job(ctx: JobContext) -> list[Finding]` (judges the ranks of one job), `removes(ctx, finding)` (the
+    `check_job(ctx: JobContext) -> list[Finding]` (judges the ranks of one job; its findings carry `JobEvidence`,
+    another struct, when their keys differ from `Evidence`'s), `removes(ctx, finding)` (the
     intervals its fix removes from the timeline, for the projection), `FIX_REMOVES_CLASS = True` (its fix
     removes every instant of `CLASS`: the projection's model when it has no `removes`), `JUDGES_STRAGGLER =
     True` (its job finding names the straggler rank: the job's per-rank verdicts and the app read it)."""
@@ -72,6 +77,7 @@ class Rule(Protocol):
     SEVERITY: ClassVar[str]  # the severity of a finding between its moderate and high thresholds
     TITLE: ClassVar[str]
     OPTIONS: ClassVar[Mapping[str, Option]]
+    Evidence: ClassVar[type[msgspec.Struct]]  # what its findings' `evidence` holds
 
     def check(self, ctx: RuleContext) -> list[Finding]: ...
 
@@ -84,10 +90,10 @@ OPTIONAL_FUNCTIONS = ("check_job", "removes")
 def contract_problems(mod: ModuleType) -> list[str]:
     """What a rule module lacks of the `Rule` contract (empty: it fulfils it)."""
     from .analyses.classify import CLASSES
-    from .findings import SEVERITIES
+    from .finding_model import SEVERITIES
 
     code = getattr(mod, "CODE", mod.__name__)
-    out = [f"{code}: no {a}" for a in ("CODE", "NAME", "CLASS", "SEVERITY", "TITLE", "OPTIONS", "check")
+    out = [f"{code}: no {a}" for a in ("CODE", "NAME", "CLASS", "SEVERITY", "TITLE", "OPTIONS", "Evidence", "check")
            if not hasattr(mod, a)]
     if out:
         return out
@@ -106,6 +112,9 @@ def contract_problems(mod: ModuleType) -> list[str]:
     out += [f"{code}: {a} must be a {t.__name__}" for a, t in OPTIONAL.items()
             if hasattr(mod, a) and not isinstance(getattr(mod, a), t)]
     out += [f"{code}: {f} must be a function" for f in OPTIONAL_FUNCTIONS if hasattr(mod, f) and not callable(getattr(mod, f))]
+    out += field_problems(mod.Evidence, f"{code}: Evidence")
+    if hasattr(mod, "JobEvidence"):
+        out += field_problems(mod.JobEvidence, f"{code}: JobEvidence")
     return out
 
 
@@ -204,12 +213,13 @@ class RuleContext:
         got = got.filter(~got.str.starts_with("("))
         return str(got.mode().sort().first()) if got.len() else None
 
-    def finding(self, *, cost_ns: float, count: int, steps: list[int], evidence: dict[str, Any],
+    def finding(self, *, cost_ns: float, count: int, steps: list[int], evidence: msgspec.Struct,
                 savings_ns: float | None = None, severity_pct: float | None = None, severity: str | None = None,
                 title: str | None = None, fix: str | None = None, kernel_ids: list[int] | pl.Series | None = None,
                 op_ids: list[int] | pl.Series | None = None) -> Finding:
         """A finding of the running rule. Savings default to the cost; the severity follows the rule's
         `moderate_pct`/`high_pct` thresholds on `severity_pct` (default: the savings' share of the window)."""
+        _check_evidence(self.rule, evidence)
         return _finding(self.rule, self.options, cost_ns=cost_ns, savings_ns=savings_ns, window_ns=self.window_ns,
                         count=count, steps=steps, evidence=evidence, severity_pct=severity_pct, severity=severity,
                         title=title, fix=fix, layer=self.layer_of(kernel_ids, op_ids))
@@ -282,14 +292,15 @@ class JobContext:
                 got.append(max(traced - est, 0.0) / 1000)
         return max(got) if got else None
 
-    def finding(self, *, cost_ns: float, savings_ns: float, count: int, evidence: dict[str, Any],
+    def finding(self, *, cost_ns: float, savings_ns: float, count: int, evidence: msgspec.Struct,
                 severity: str | None = None, title: str | None = None, fix: str | None = None) -> Finding:
+        _check_evidence(self.rule, evidence, "JobEvidence")
         return _finding(self.rule, self.options, cost_ns=cost_ns, savings_ns=savings_ns, window_ns=self.window_ns,
                         count=count, steps=[], evidence=evidence, severity=severity, title=title, fix=fix)
 
 
 def _finding(rule: ModuleType | None, options: Mapping[str, Any], *, cost_ns: float, savings_ns: float | None,
-             window_ns: float, count: int, steps: list[int], evidence: dict[str, Any],
+             window_ns: float, count: int, steps: list[int], evidence: msgspec.Struct,
              severity_pct: float | None = None, severity: str | None = None, title: str | None = None,
              fix: str | None = None, layer: str | None = None) -> Finding:
     if rule is None:
@@ -304,3 +315,11 @@ def _finding(rule: ModuleType | None, options: Mapping[str, Any], *, cost_ns: fl
                    steps=[int(s) for s in steps], count=int(count), cost_us=cost_ns / 1000, savings_us=savings / 1000,
                    savings_pct=pct, evidence=evidence, fix=fix if fix is not None else getattr(rule, "FIX", ""),
                    layer=layer, cls=getattr(rule, "CLASS", None), explicit_severity=explicit)
+
+
+def _check_evidence(rule: ModuleType | None, evidence: object, kind: str = "Evidence") -> None:
+    """A finding's evidence is its rule's declared struct (a job finding's: `JobEvidence`, when declared)."""
+    cls = getattr(rule, kind, None) or getattr(rule, "Evidence", None)
+    if rule is not None and not (cls is not None and isinstance(evidence, cls)):
+        raise TypeError(f"{getattr(rule, 'CODE', rule)}: evidence must be the rule's {kind} struct, "
+                        f"not {type(evidence).__name__}")

@@ -23,7 +23,7 @@ from mcp.types import CallToolResult, TextContent, ToolAnnotations
 
 from .. import __version__
 from ..errors import TraceError
-from ..findings import SEVERITIES, severity_rank
+from ..finding_model import SEVERITIES, severity_rank
 from ..model import Trace
 from ..options import Options
 from .bounds import fit, shown, size, text

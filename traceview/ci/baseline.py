@@ -33,7 +33,7 @@ from typing import Any
 
 from ..analyses.classify import CLASSES
 from ..errors import TraceError
-from ..findings import severity_rank
+from ..finding_model import severity_rank
 from .jsonfile import read_json
 
 KIND = "traceview-baseline"

@@ -17,7 +17,7 @@ from dataclasses import asdict
 from typing import Any
 
 from ..errors import TraceError
-from ..findings import severity_rank
+from ..finding_model import severity_rank
 from ..options import Options
 from .digest import digest, job_keys
 from .discover import JobSpec

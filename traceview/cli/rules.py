@@ -6,7 +6,7 @@ import argparse
 import sys
 
 from ..errors import TraceError
-from ..findings import SEVERITIES, severity_rank
+from ..finding_model import SEVERITIES, severity_rank
 from ..options import Options
 
 
@@ -89,5 +89,7 @@ def cmd_rule(args: argparse.Namespace) -> int:
     mod = RULES.get(key.upper()) or BY_NAME.get(key)
     if mod is None:
         raise TraceError(f"unknown rule {key!r} (codes: {', '.join(sorted(RULES))})")
-    sys.stdout.write(f"# {mod.CODE} {mod.NAME}\n\n{mod.__doc__.strip()}\n")
+    from ..docs import rule_doc
+
+    sys.stdout.write(f"# {mod.CODE} {mod.NAME}\n\n{rule_doc(mod)}\n")  # the docstring and the evidence keys
     return 0

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from traceview.rules import RULES
 
-from ..findings import ranked
+from ..finding_model import ranked
 from ..options import Options
 from ..ruleapi import JobContext, RuleContext
 from .section import Section

@@ -19,7 +19,8 @@ from traceview.rules import BY_NAME, RULES
 
 from ..analyses.fixes import mean_saving_us, per_step_us, pricing_transform, rule_savings, transforms
 from ..analyses.replay import Transform, replay
-from ..findings import ranked, severity_for, severity_rank
+from ..evidence import AfterLargerFixes, ProfilerNote, to_builtins
+from ..finding_model import ranked, severity_for, severity_rank
 from .findings import RULE_SEVERITY
 
 
@@ -58,11 +59,11 @@ def apply(ctx, options, findings: list[dict]) -> tuple[list[dict], dict[str, Any
                     m_pct = 100.0 * m["us"] * float(wi) / window_us if window_us else 0.0
                     if m_pct < opts["moderate_pct"]:
                         sev = "info"
-                        f = {**f, "evidence": {**f["evidence"], "after_larger_fixes": {
-                            "fixes": m["after"], "savings_us": round(m["us"] * float(wi), 3),
-                            "savings_pct": round(m_pct, 2),
-                            "note": (f"the time it saves is mostly the same as {', '.join(m['after'])}'s: once "
-                                     f"that is fixed this fix saves {m_pct:.1f} % of the step")}}}
+                        f = {**f, "evidence": {**f["evidence"], "after_larger_fixes": to_builtins(AfterLargerFixes(
+                            fixes=m["after"], savings_us=round(m["us"] * float(wi), 3),
+                            savings_pct=round(m_pct, 2),
+                            note=(f"the time it saves is mostly the same as {', '.join(m['after'])}'s: once "
+                                  f"that is fixed this fix saves {m_pct:.1f} % of the step")))}}
                 if own and severity_rank(f["severity"]) < severity_rank(sev):
                     sev = f["severity"]
             if us <= 0.0005:
@@ -100,21 +101,22 @@ def marginal_savings(ctx, tf: dict[str, Transform], sav: dict[str, dict[str, flo
 
 
 def _profiler_note(ctx, us: float, traced_pct: float, pct: float, most: bool = True) -> dict[str, Any]:
-    """Evidence for a finding whose fix saves a moderate share of the traced step but not once the replay takes
-    the profiler's cost off (analyses.overhead): the profiler explains most of what the rule saw (`most`), else
-    the replayed saving with and without the profiler's cost."""
+    """Evidence (an `evidence.ProfilerNote`) for a finding whose fix saves a moderate share of the traced step but
+    not once the replay takes the profiler's cost off (analyses.overhead): the profiler explains most of what the
+    rule saw (`most`), else the replayed saving with and without the profiler's cost."""
     prof = ctx.profiler
     how = "measured by the collector" if prof.get("source") == "manifest" else "estimated from the recorded events"
     over = float(prof.get("overhead_ns") or 0.0) / 1000
-    return {"source": prof.get("source"), "overhead_per_step_us": round(over, 3),
-            "unprofiled_step_us": round(float(prof.get("unprofiled_step_ns") or 0.0) / 1000, 3),
-            "traced_savings_pct": round(traced_pct, 2), "unprofiled_savings_pct": round(pct, 2),
-            "note": (f"the profiler's own cost ({how}: {over:,.1f} µs per step) accounts for most of this: replayed "
-                     f"without it the fix saves {us:,.1f} µs a step ({pct:.1f} %, against {traced_pct:.1f} % of the "
-                     "traced step) — re-record with fewer events (no --stack/--modules) or time the unprofiled step "
-                     "to confirm") if most else (
-                     f"the profiler's own cost ({how}: {over:,.1f} µs per step) is replayed away: the fix saves "
-                     f"{us:,.1f} µs a step ({pct:.1f} %; {traced_pct:.1f} % of the step as traced)")}
+    note = (f"the profiler's own cost ({how}: {over:,.1f} µs per step) accounts for most of this: replayed "
+            f"without it the fix saves {us:,.1f} µs a step ({pct:.1f} %, against {traced_pct:.1f} % of the "
+            "traced step) — re-record with fewer events (no --stack/--modules) or time the unprofiled step "
+            "to confirm") if most else (
+            f"the profiler's own cost ({how}: {over:,.1f} µs per step) is replayed away: the fix saves "
+            f"{us:,.1f} µs a step ({pct:.1f} %; {traced_pct:.1f} % of the step as traced)")
+    return to_builtins(ProfilerNote(
+        source=prof.get("source"), overhead_per_step_us=round(over, 3),
+        unprofiled_step_us=round(float(prof.get("unprofiled_step_ns") or 0.0) / 1000, 3),
+        traced_savings_pct=round(traced_pct, 2), unprofiled_savings_pct=round(pct, 2), note=note))
 
 
 def what_if(ctx, tf: dict[str, Transform], names: Sequence[str]) -> dict[str, Any]:

@@ -14,7 +14,7 @@ import polars as pl
 
 from ..analyses import comm
 from ..analyses.period import rank_period_ns
-from ..findings import severity_rank
+from ..finding_model import severity_rank
 from ..model import Job, Trace
 from ..options import Options
 from ..registry import straggler_rules

@@ -4,13 +4,18 @@ JSON keys (the contract, docs/json-schema.md): rule, code, severity, title, step
 savings_us, savings_pct, evidence, fix, layer, class (the classifier class whose time a fix removes: the rule's
 `CLASS`, or null). `count` is the number of occurrences over all analysed
 steps; `cost_us` the measured time lost; `savings_us` the estimated time a fix recovers and
-`savings_pct` that as % of the analysed window (the sum of the analysed steps).
+`savings_pct` that as % of the analysed window (the sum of the analysed steps). `evidence` is the rule's
+`Evidence` struct (traceview.evidence), a dict once serialised.
 """
 
 from __future__ import annotations
 
 from dataclasses import asdict, dataclass, field
 from typing import Any
+
+import msgspec
+
+from .evidence import to_builtins
 
 SEVERITIES = ("info", "warning", "error")
 
@@ -39,7 +44,7 @@ class Finding:
     cost_us: float
     savings_us: float
     savings_pct: float
-    evidence: dict[str, Any] = field(default_factory=dict)
+    evidence: msgspec.Struct | dict[str, Any] = field(default_factory=dict)
     fix: str = ""
     layer: str | None = None
     cls: str | None = None  # JSON "class"
@@ -52,6 +57,7 @@ class Finding:
 
     def to_dict(self) -> dict[str, Any]:
         d = asdict(self)
+        d["evidence"] = to_builtins(self.evidence)  # a struct: its fields in order, the unset ones left out
         d["cost_us"] = round(float(self.cost_us), 3)
         d["savings_us"] = round(float(self.savings_us), 3)
         d["savings_pct"] = round(float(self.savings_pct), 2)
