@@ -150,7 +150,7 @@ def markdown(rs: list[dict], cost: dict[str, float]) -> str:
         f"Model: host share {cost['host_share']:.2f} of dispatch time, "
         + ", ".join(f"{k} {cost[k]:g} µs" for k in ("op", "runtime", "python"))
         + " per recorded row"
-        + (", and the collector's module hooks measured in the trace" if cost.get("host_share") else "")
+        + ", and the collector's module hooks measured in the trace"
         + " (`python tools/fit_overhead.py --check`).",
         "",
         "| runs | n | median | 90th pct | worst | traced step as the guess: median / worst |",
