@@ -1,13 +1,15 @@
 """tools/fit_overhead.py: the committed profiler model (analyses.overhead.HOST_SHARE and COST_US) is the fit's
 optimum on the calibration runs of tools/overhead_split.json — no single grid step of one parameter lowers the
-fitting loss — and the split keeps calibration and held-out runs apart."""
+fitting loss — the split keeps calibration and held-out runs apart, and only a run whose trace is not the steps the
+collector timed is set aside from the scores."""
 
 from __future__ import annotations
 
 import importlib.util
+import json
 
 import pytest
-from conftest import ROOT
+from conftest import ROOT, SAMPLES
 
 from traceview.analyses import overhead
 
@@ -17,12 +19,34 @@ spec.loader.exec_module(fit)
 
 
 @pytest.fixture(scope="module")
-def cal() -> list[dict]:
-    return [r for r in fit.runs() if r["group"] == "calibration"]
+def every_run() -> list[dict]:
+    return fit.runs()
+
+
+@pytest.fixture(scope="module")
+def cal(every_run) -> list[dict]:
+    return [r for r in every_run if r["group"] == "calibration"]
+
+
+def test_only_a_trace_of_other_steps_is_set_aside(every_run):
+    """collected4/cnn_input_nw3's captured steps waited on input (traced 54 ms) where the steps the collector timed
+    under the profiler took 19.6 ms (manifest.json): no profiler-cost model bridges that, so it is listed, not
+    scored; every other run's traced step is within the host-speed noise of its profiled CUDA-event step."""
+    aside = {(r["run"], r["rank"]) for r in every_run if r["set_aside"]}
+    assert aside == {("collected4/cnn_input_nw3", 0)}
+    man = json.loads((SAMPLES / "collected4/cnn_input_nw3/manifest.json").read_text())
+    (r,) = [r for r in every_run if r["set_aside"]]
+    assert man["step_time"]["profiled_ms_median"] == pytest.approx(r["prof_ns"] / 1e6)
+    assert r["traced_ns"] > 2 * r["prof_ns"]
+    assert all(
+        abs(r["traced_ns"] / r["prof_ns"] - 1) <= fit.TRACE_TOL for r in every_run if not r["set_aside"]
+    )
 
 
 def test_split_is_disjoint_and_complete(cal):
-    assert {r["run"] for r in cal} == set(fit.SPLIT["calibration"])  # every calibration run has a manifest and steps
+    assert {r["run"] for r in cal} == set(
+        fit.SPLIT["calibration"]
+    )  # every calibration run has a manifest and steps
     assert not any(r["run"].startswith(fit.SPLIT["held_out"] + "/") for r in cal)
 
 

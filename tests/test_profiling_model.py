@@ -1,6 +1,7 @@
 """The profiler-overhead model (analyses.overhead) against the collector's measured step times.
 
-The model (a share of the host's dispatch time and a cost per recorded Python event, replayed) was calibrated on
+The model (a share of the host's dispatch time, a cost per recorded Python event and the collector's module hooks
+measured in the trace, replayed) was calibrated on
 the runs listed in tools/overhead_split.json (every run of collected/ and collected2/: profiled vs unprofiled
 CUDA-event step, 42 traces); each rank of nccl_h200x2/ is held out here, and collected3/ (recorded later, never
 fitted on) is scored on its own against labels.json. The estimate must beat the traced step as a guess of the
@@ -12,6 +13,7 @@ import json
 import statistics
 from pathlib import Path
 
+import numpy as np
 import pytest
 from conftest import SAMPLES
 
@@ -161,15 +163,18 @@ def test_held_out_collected3_beats_the_previous_model(collected3):
     replaced (31 % median, 74 % worst on the same runs), if short of issue 25's 10 % / 30 % (below)."""
     est, raw, _ = collected3
     assert len(est) == 30
-    assert statistics.median(est) < 0.15 and max(est) < 0.5
+    assert statistics.median(est) < 0.11 and max(est) < 0.38
+    # 90th percentile 25.7 % (29.2 % before the module hooks' cost was read from the trace)
+    assert np.percentile(est, 90) < 0.26
     assert statistics.median(raw) > 0.5
 
 
 @pytest.mark.xfail(
     strict=True,
     reason="issue 25's target is not reached on collected3 (held out): median 10.4 %, worst 37.4 % "
-    "(tiny_ops_n512_compile -37 %: its traced step is only 12 % above the measured one; tinygpt_b16_modules +35 %: "
-    "the module ranges cost more than the share of host time fitted on collected/ + collected2/)",
+    "(tiny_ops_n512_compile -37 %: its traced step is only 12 % above the measured one, whose wait steps were still "
+    "warming up; resnet18_bf16_cl +29 %, elementwise_32mib_eager -29 %, tinygpt_b16_modules +25 %: its profiled run "
+    "is 6 ms per step slower than its twin without --modules, the hooks' measured floor explains ~1 ms)",
 )
 def test_held_out_collected3_error(collected3):
     est, _, _ = collected3

@@ -6,6 +6,9 @@ callbacks on every runtime/driver call, Python under them), not only by the rows
 HOST_SHARE off every host interval of the graph (up to replay.HOST_SHARE_MAX_NS of it: longer ones hold work of
 their own) and COST_US off each recorded row of a kind (Python events with stacks), and the graph is replayed
 (analyses.replay): on a host-bound step the step shortens, on a GPU-bound step the device's own chain holds it.
+One cost is read from the trace itself rather than fitted: the collector's `module::` ranges (`traceview collect
+--modules`) are opened by Python hooks only while the profiler records, so the host time around each range, up
+to the floor of that time over the trace's ranges (`module_hook_cuts`), is the profiler's.
 The estimate is the traced step less the replayed saving, bounded by construction: never above the traced step
 (a transform only takes time off), never below the GPU's busy time per step.
 
@@ -23,6 +26,7 @@ import polars as pl
 
 from ..memo import per_trace
 from ..model import RUNTIME_CATS, Trace
+from .layers import ATTR_PREFIX
 from .replay import Transform, replay
 from .timeline import step_busy
 
@@ -32,19 +36,66 @@ COST_US = {"op": 0.0, "runtime": 0.0, "python": 1.0}
 #: frame slow the whole thread, not only the recorded rows), fitted with COST_US; intervals over
 #: replay.HOST_SHARE_MAX_NS are scaled only up to it
 HOST_SHARE = 0.45
+#: quantile of the host gaps around the trace's `module::` ranges taken as one range's hook cost: the floor (the
+#: hooks with no model code beside them); a range is never charged more than its own gaps
+MODULE_FLOOR_Q = 0.1
 #: relative error band of the estimate: about the 90th percentile of |estimate / measured - 1| on the held-out runs
 ERROR_BAND = 0.3
 
 
 def profiler_transform(trace: Trace | None = None, cost_us: dict[str, float] | None = None) -> Transform:
     """The profiler's recording cost as a Transform: a share of the host's dispatch time (`host_share` in
-    `cost_us`, else HOST_SHARE) and a cost per recorded host row of each kind."""
+    `cost_us`, else HOST_SHARE), a cost per recorded host row of each kind, and the module hooks' host time
+    measured in the trace (`module_hook_cuts`)."""
     c = dict(cost_us or {**COST_US, "host_share": HOST_SHARE})
     share = float(c.pop("host_share", HOST_SHARE))
-    return Transform("profiler cost", cost_us=c, host_share=share)
+    cuts = module_hook_cuts(trace) if trace is not None else {}
+    return Transform("profiler cost", cost_us=c, host_share=share, host_cut=cuts)
 
 
-def saving(trace: Trace, steps: pl.DataFrame, transform: Transform, base: Sequence[Transform] | None = None) -> np.ndarray:
+@per_trace
+def module_hook_cuts(trace: Trace) -> dict[int, int]:
+    """{host row `i` of each `module::` range: ns of host time its hooks cost under the profiler}.
+
+    The collector's module annotator (`traceview collect --modules`) opens a `record_function` range from a
+    forward pre-hook and closes it from a forward hook, only while the profiler records: each range costs two
+    Python hook calls and two dispatched ops that the unprofiled run does not pay. That time is the host gap
+    between the range's start and the recorded row before it, plus the gap between its end and the row after it
+    (on its thread), less whatever model code runs there; the floor of those gaps over the trace's ranges
+    (MODULE_FLOOR_Q) is the hooks alone, so each range is charged min(its gaps, the floor)."""
+    # the annotations first (a string test on every host row of a large trace costs more than the rest)
+    ann = trace.host.filter(pl.col("cat") == "user_annotation")
+    tids = ann.filter(pl.col("name").str.starts_with(ATTR_PREFIX))["tid"].drop_nulls().unique()
+    if tids.len() == 0:
+        return {}
+    h = trace.host.filter(
+        pl.col("tid").is_in(tids.implode()) & pl.col("ts").is_not_null() & pl.col("end").is_not_null()
+    )
+    mod = pl.col("cat").eq("user_annotation") & pl.col("name").str.starts_with(ATTR_PREFIX)
+    code = h["tid"].rank("dense").cast(pl.Int64).to_numpy()
+    ts, end = h["ts"].to_numpy().astype(np.int64), h["end"].to_numpy().astype(np.int64)
+    base = int(ts.min())
+    key = lambda t: code * (1 << 42) + (t - base)  # noqa: E731 - (thread, time) as one sortable integer
+    bounds = np.sort(np.concatenate([key(ts), key(end)]))
+    m = h.select(mod).to_series().to_numpy()
+    ks, ke = key(ts)[m], key(end)[m]
+    # the last boundary before the start and the first after the end, on the same thread (else no gap)
+    prev = bounds[np.maximum(np.searchsorted(bounds, ks, side="left") - 1, 0)]
+    j = np.searchsorted(bounds, ke, side="right")
+    nxt = bounds[np.minimum(j, bounds.size - 1)]
+    same = lambda a, b: (a >> 42) == (b >> 42)  # noqa: E731
+    pre = np.where((prev < ks) & same(prev, ks), ks - prev, 0)
+    post = np.where((j < bounds.size) & (nxt > ke) & same(nxt, ke), nxt - ke, 0)
+    gaps = pre + post
+    floor = float(np.quantile(gaps, MODULE_FLOOR_Q))
+    cost = np.minimum(gaps, floor).astype(np.int64)
+    ids = h["i"].to_numpy()[m].astype(np.int64)
+    return dict(zip(ids[cost > 0].tolist(), cost[cost > 0].tolist(), strict=True))
+
+
+def saving(
+    trace: Trace, steps: pl.DataFrame, transform: Transform, base: Sequence[Transform] | None = None
+) -> np.ndarray:
     """Per-step saving (ns) of `transform` in unprofiled terms: replay(profiler cost removed) − replay(that and
     the transform). `base` replaces the profiler-cost transform (e.g. other fixes already applied)."""
     b = list(base) if base is not None else [profiler_transform(trace)]
@@ -61,7 +112,9 @@ def events_per_step(trace: Trace, steps: pl.DataFrame) -> dict[str, float]:
     cats = {"op": ["cpu_op", "user_annotation"], "runtime": list(RUNTIME_CATS), "python": ["python_function"]}
     # one pass of boolean sums (a group-by of every host row's category string costs ~1.6x)
     inside = (pl.col("ts") >= lo) & (pl.col("ts") < hi)
-    got = trace.host.select(**{k: (inside & pl.col("cat").is_in(c)).sum() for k, c in cats.items()}).row(0, named=True)
+    got = trace.host.select(**{k: (inside & pl.col("cat").is_in(c)).sum() for k, c in cats.items()}).row(
+        0, named=True
+    )
     return {k: round(got[k] / n, 1) for k in COST_US}
 
 
@@ -71,10 +124,14 @@ def gpu_busy_per_step(trace: Trace, steps: pl.DataFrame) -> np.ndarray:
     if busy.height == 0:
         return np.zeros(steps.height)
     b = busy.group_by("step").agg(pl.col("busy").max())
-    return steps.select("step").join(b, on="step", how="left")["busy"].fill_null(0).to_numpy().astype(np.float64)
+    return (
+        steps.select("step").join(b, on="step", how="left")["busy"].fill_null(0).to_numpy().astype(np.float64)
+    )
 
 
-def unprofiled_steps(trace: Trace, steps: pl.DataFrame, cost_us: dict[str, float] | None = None) -> np.ndarray:
+def unprofiled_steps(
+    trace: Trace, steps: pl.DataFrame, cost_us: dict[str, float] | None = None
+) -> np.ndarray:
     """Estimated unprofiled duration (ns) of each step: traced period − replayed saving of the profiler-cost
     transform, within [GPU busy time, traced period]."""
     traced = (steps["end"] - steps["ts"]).to_numpy().astype(np.float64)
@@ -96,8 +153,11 @@ def measured_transform(trace: Trace, steps: pl.DataFrame, unprofiled_ns: float |
     transform. The estimate of the `profiling` section never uses it: that is what the measurement tests."""
     if not unprofiled_ns or steps.height == 0:
         return profiler_transform(trace)
-    key = (tuple(int(v) for v in steps["ts"].to_list()), tuple(int(v) for v in steps["end"].to_list()),
-           float(unprofiled_ns))
+    key = (
+        tuple(int(v) for v in steps["ts"].to_list()),
+        tuple(int(v) for v in steps["end"].to_list()),
+        float(unprofiled_ns),
+    )
     solved = _solved(trace)
     if key not in solved:
         solved[key] = _solve(trace, steps, float(unprofiled_ns))
@@ -136,7 +196,15 @@ def estimate(trace: Trace, steps: pl.DataFrame) -> dict:
     traced = float((steps["end"] - steps["ts"]).sum()) / n / 1000 if n else 0.0
     gpu = float(gpu_busy_per_step(trace, steps).mean()) / 1000 if n and trace.has_gpu else 0.0
     est = float(unprofiled_steps(trace, steps).mean()) / 1000 if n else 0.0
-    return {"events_per_step": ev, "overhead_per_step_us": round(traced - est, 3), "gpu_busy_per_step_us": round(gpu, 3),
-            "traced_step_us": round(traced, 3), "estimated_unprofiled_step_us": round(est, 3),
-            "error_band_us": [round(max(gpu, est * (1 - ERROR_BAND)), 3), round(min(traced, est * (1 + ERROR_BAND)), 3)],
-            "method": "replay"}
+    return {
+        "events_per_step": ev,
+        "overhead_per_step_us": round(traced - est, 3),
+        "gpu_busy_per_step_us": round(gpu, 3),
+        "traced_step_us": round(traced, 3),
+        "estimated_unprofiled_step_us": round(est, 3),
+        "error_band_us": [
+            round(max(gpu, est * (1 - ERROR_BAND)), 3),
+            round(min(traced, est * (1 + ERROR_BAND)), 3),
+        ],
+        "method": "replay",
+    }
