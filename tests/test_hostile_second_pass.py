@@ -8,7 +8,6 @@ import functools
 import json
 import os
 import re
-import resource
 import subprocess
 import sys
 from pathlib import Path
@@ -45,9 +44,10 @@ def _peak_mib(code: str) -> tuple[int, str, int]:
     space is capped (`_AS_LIMIT`): a regression fails its run instead of swapping the machine."""
     tail = ("\nimport re\nprint('HWM', int(re.search(r'VmHWM:\\s+(\\d+)', open('/proc/self/status').read())"
             ".group(1)) // 1024)\n")
-    r = subprocess.run([sys.executable, "-c", code + tail], capture_output=True, text=True, timeout=600, cwd=ROOT,
-                       env={**os.environ, "STREAMLIT_BROWSER_GATHER_USAGE_STATS": "false"},
-                       preexec_fn=lambda: resource.setrlimit(resource.RLIMIT_AS, (_AS_LIMIT, _AS_LIMIT)))
+    # (the limit set by the child itself: a preexec_fn is unsafe in a parent with threads, as polars' pool)
+    head = f"import resource\nresource.setrlimit(resource.RLIMIT_AS, ({_AS_LIMIT}, {_AS_LIMIT}))\n"
+    r = subprocess.run([sys.executable, "-c", head + code + tail], capture_output=True, text=True, timeout=600,
+                       cwd=ROOT, env={**os.environ, "STREAMLIT_BROWSER_GATHER_USAGE_STATS": "false"})
     hwm = [ln for ln in r.stdout.splitlines() if ln.startswith("HWM ")]
     assert hwm, (r.stdout[-2000:], r.stderr[-2000:])
     return int(hwm[-1].split()[1]), r.stdout + r.stderr, r.returncode

@@ -953,13 +953,16 @@ def layer_table(trace: Trace, steps: pl.DataFrame | None = None, depth: int | No
         _n (rows)] added up the tree (integer columns exactly, float ones in float64)."""
         own = own.filter(pl.col("lid") < nt)
         lid = own["lid"].to_numpy()
-        out = []
-        for c in [*cols, "_n"]:
-            v = own[c].fill_null(0)
-            a = np.zeros(nt, np.float64 if v.dtype.is_float() else np.int64)
-            a[lid] = v.to_numpy()
-            out.append(pl.Series(c, subtree_sums(tree, a)).cast(own.schema[c]))
-        res = pl.DataFrame([pl.Series("lid", np.arange(nt), pl.UInt32), *out])
+        out: dict[str, pl.Series] = {}
+        # one climb per kind of column: the integer ones together (exact), the float ones together
+        for kind in (False, True):
+            cs = [c for c in [*cols, "_n"] if own.schema[c].is_float() == kind]
+            if cs:
+                a = np.zeros((nt, len(cs)), np.float64 if kind else np.int64)
+                a[lid] = own.select(pl.col(cs).fill_null(0)).to_numpy()
+                a = subtree_sums(tree, a)
+                out.update({c: pl.Series(c, a[:, k]).cast(own.schema[c]) for k, c in enumerate(cs)})
+        res = pl.DataFrame([pl.Series("lid", np.arange(nt), pl.UInt32), *(out[c] for c in [*cols, "_n"])])
         return res.filter(pl.col("_n") > 0).drop("_n")
 
     # classifier shares: the step time each layer is responsible for, split by class (first: the segments' search
