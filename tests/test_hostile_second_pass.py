@@ -92,9 +92,12 @@ def _check_nested_layers(t: dict, trace: dict, levels: int) -> None:
     full = "/".join(f"B_{i}" for i in range(layers.PATH_LEVELS))
     assert rows[layers.PATH_LEVELS - 1]["module_path"] == full
     k = levels - 1
-    assert rows[-1]["module_path"] == rows[-1]["layer"] == f"B_0/B_1/{layers.ELLIPSIS}/B_{k - 1}/B_{k}"
+    assert rows[-1]["module_path"] == rows[-1]["layer"] == f"B_0/B_1/{layers.hidden(k - 3)}/B_{k - 1}/B_{k}"
     assert any(f"{levels - layers.PATH_LEVELS:,} layers" in w and "shortened" in w for w in t["warnings"]), \
         t["warnings"]
+    # frames of one class at different depths are different places in the tree, never "repeated layers" (a shortened
+    # class path keeps how many levels it leaves out)
+    assert t["layers"]["repeats"] == []
 
 
 def _cli_code(p: Path, out: Path) -> str:
@@ -182,7 +185,7 @@ def test_other_nested_layer_sources_keep_their_shape(tmp_path, capsys, name, cat
         assert any(f"{levels - layers.PATH_LEVELS} layers" in w for w in t["warnings"]), t["warnings"]
         # `module::` paths name their layer themselves; other deep paths are shortened
         assert rows[-1]["layer"] == ("blocks.199" if name.startswith("module::")
-                                     else f"layer0/layer1/{layers.ELLIPSIS}/layer198/layer199")
+                                     else f"layer0/layer1/{layers.hidden(196)}/layer198/layer199")
 
 
 def test_deep_layers_with_one_shortened_path_stay_apart(tmp_path):
@@ -199,7 +202,7 @@ def test_deep_layers_with_one_shortened_path_stay_apart(tmp_path):
     trace = load(write(tmp_path / "two.json", t))
     tree = layers.attribution(trace).tree
     deep = tree.filter(pl.col("depth") == depth - 1).sort("first_ts")
-    short = f"B_0/B_1/{layers.ELLIPSIS}/B_{depth - 2}/B_{depth - 1}"
+    short = f"B_0/B_1/{layers.hidden(depth - 4)}/B_{depth - 2}/B_{depth - 1}"
     assert deep.select("layer", "module_path", "calls").rows() == [(short, short, 2), (short + " #2", short, 1)]
     assert tree.height == 2 * depth - 10 and tree["layer"].n_unique() == tree.height
     # each step's kernel is in its chain's deepest layer

@@ -139,7 +139,7 @@ def _analyze_trace(trace: Trace, options: Options) -> tuple[dict, pl.DataFrame, 
     deep = layer_attr.attribution(trace).shortened
     if deep:
         warnings.append(f"{deep:,} layers (nn.Module, module:: or annotation) nested {layer_attr.PATH_LEVELS} levels "
-                        f"deep or deeper: their paths are shortened to '<first two levels>/{layer_attr.ELLIPSIS}/"
+                        "deep or deeper: their paths are shortened to '<first two levels>/…N levels…/"
                         "<parent>/<name>' (each keeps its own depth and times)")
     entry["classification"] = classification = classification_section(ctx, findings)
     entry["findings"] = findings

@@ -17,7 +17,7 @@ runtime call that launched them, so each gets exactly one layer or `(unattribute
 
 Memory follows the node events, not their nesting: depths, paths and ancestors come from parent pointers (pointer
 doubling), inclusive sums are added up the tree a level at a time (`subtree_sums`), with no list of ancestors per
-layer. Only path strings are bounded: from PATH_LEVELS levels down a path is shortened (`…`).
+layer. Only path strings are bounded: from PATH_LEVELS levels down a path is shortened (`…N levels…`).
 """
 
 from __future__ import annotations
@@ -56,11 +56,15 @@ _CODES_SCHEMA = {"i": pl.UInt32, "lc": pl.UInt32, "ph": pl.UInt8}
 _NAMES_SCHEMA = {"layer": pl.String, "layer_class": pl.String, "depth": pl.Int32}
 _OTHER = PHASES.index("other")
 #: paths (`module_path`, `kind`, and `layer` where a path names it) spell out every level of a layer nested less
-#: than this deep; a deeper layer's path is shortened to `<first two levels>/…/<parent>/<name>`. Real models nest a
-#: few levels (GPT-2: 4); a full path per layer of a hostile trace nesting thousands of frames would be depth² bytes
-#: (issue 33). Only the strings are shortened: every depth is its own layer, with its own times.
+#: than this deep; a deeper layer's path is shortened to `<first two levels>/…N levels…/<parent>/<name>` (`hidden`).
+#: Real models nest a few levels (GPT-2: 4); a full path per layer of a hostile trace nesting thousands of frames
+#: would be depth² bytes (issue 33). Only the strings are shortened: every depth is its own layer, with its own times.
 PATH_LEVELS = 32
-ELLIPSIS = "…"
+
+
+def hidden(levels: int) -> str:
+    """The part of a shortened path that stands for the `levels` levels it leaves out."""
+    return f"…{levels} levels…"
 
 
 @dataclass(frozen=True)
@@ -73,7 +77,7 @@ class Attribution:
     tree: pl.DataFrame  # one row per layer [layer, parent_layer, name, layer_class, kind, depth,
     #                       module_path, src, first_ts, calls]; a parent layer is shallower than its children
     #                       (its depth: that of its shallowest node)
-    shortened: int = 0  # layers nested PATH_LEVELS deep or deeper: their paths are shortened (`…`)
+    shortened: int = 0  # layers nested PATH_LEVELS deep or deeper: their paths are shortened (`hidden`)
 
     @property
     def unattributed(self) -> int:
@@ -265,7 +269,7 @@ def _layer_paths(host: pl.DataFrame, nodes: pl.DataFrame) -> tuple[pl.DataFrame,
     """`_build_tree` after the nesting: nodes [i, label, cls, src, pnode, attr] → (node events with their layer, path
     and depth; per-layer tree). Linear in the nodes whatever their depth: depths and path identities by pointer
     doubling over the parent pointers (log2(depth) vectorised passes), path strings level by level only for the
-    first PATH_LEVELS levels; a deeper node's path is `<first two levels>/…/<parent>/<name>`, built from its
+    first PATH_LEVELS levels; a deeper node's path is `<first two levels>/…N levels…/<parent>/<name>`, from its
     ancestors at depth 1 and 1 from it (no string per ancestor)."""
     par = _parent_positions(nodes)
     depth, reached = _depths(par)
@@ -298,14 +302,17 @@ def _layer_paths(host: pl.DataFrame, nodes: pl.DataFrame) -> tuple[pl.DataFrame,
     mp = pl.concat(mp).alias("module_path")
     kd = pl.concat(kd).alias("kind")
     ndeep = n - int(bounds[min(PATH_LEVELS, bounds.size - 1)])
-    if ndeep:  # deeper: `<first two levels>/…/<parent>/<name>`
+    if ndeep:  # deeper: `<first two levels>/…N levels…/<parent>/<name>` (N: the levels between)
         s = n - ndeep
         a1 = _kth_ancestor(par, np.where(np.arange(n) >= s, depth - 1, 0))[s:]
         pp = par[s:]
         head = pl.DataFrame([mp.gather(a1).alias("_hp"), kd.gather(a1).alias("_hk"), label.gather(pp).alias("_pl"),
-                             cls.gather(pp).alias("_pc"), label[s:], cls[s:]])
-        deep = head.select(module_path=pl.col("_hp") + f"/{ELLIPSIS}/" + pl.col("_pl") + "/" + pl.col("label"),
-                           kind=pl.col("_hk") + f"/{ELLIPSIS}/" + pl.col("_pc") + "/" + pl.col("cls"))
+                             cls.gather(pp).alias("_pc"), label[s:], cls[s:],
+                             pl.Series("_n", depth[s:] - 3).cast(pl.String)])
+        pre, post = hidden(0).split("0")
+        gap = pl.lit(f"/{pre}") + pl.col("_n") + pl.lit(f"{post}/")
+        deep = head.select(module_path=pl.col("_hp") + gap + pl.col("_pl") + "/" + pl.col("label"),
+                           kind=pl.col("_hk") + gap + pl.col("_pc") + "/" + pl.col("cls"))
         mp = pl.concat([mp[:s], deep["module_path"]])
         kd = pl.concat([kd[:s], deep["kind"]])
     out = nodes.select("i", "pnode", "label", "cls", "src", "attr").hstack(
