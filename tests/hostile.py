@@ -84,3 +84,12 @@ def nested_modules(levels: int, name: str = "nn.Module: B_{i}", cat: str = "pyth
     t["traceEvents"] += [ev(name=name.format(i=i), cat=cat, ts=1001 + i * 0.001, dur=290 - 280 * i / levels)
                          for i in range(levels)]
     return t
+
+
+def flat_modules(levels: int) -> dict:
+    """`nested_modules`' frames side by side instead of nested (each closes before the next opens): the same events,
+    no nesting (the baseline of the nesting's memory)."""
+    t = mini_trace()
+    t["traceEvents"] += [ev(name=f"nn.Module: B_{i}", cat="python_function", ts=1001 + i * 0.001, dur=0.0005)
+                         for i in range(levels)]
+    return t

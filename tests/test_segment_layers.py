@@ -71,8 +71,10 @@ def test_shape_signatures_cover_the_layers_of_forward_ops_with_dims():
     ops = (t.host.filter((pl.col("cat") == "cpu_op") & (pl.col("input_dims").cat.len_bytes() > 2))
            .select("i", d=pl.col("input_dims").cast(pl.String)).filter(pl.col("d").str.contains(r"\d"))
            .join(L.host_layers(t).filter(pl.col("phase") == "forward"), on="i"))
-    anc = L.attribution(t).tree.select("layer", "anc")
-    want = set(ops.join(anc, on="layer")["anc"].explode().to_list())
+    tree = L.attribution(t).tree
+    pairs = L.ancestor_pairs(tree)
+    anc = pl.DataFrame([tree["layer"].gather(pairs["lid"]), tree["layer"].gather(pairs["alid"]).alias("anc")])
+    want = set(ops.join(anc, on="layer")["anc"].to_list())
     assert len(want) > 100
     assert set(sig["layer"].to_list()) == want
     assert sig["shapes"].null_count() == 0 and sig["shape_sig"].n_unique() > 10

@@ -10,15 +10,10 @@ from typing import Any
 import polars as pl
 
 from .analyses import kernels
-from .analyses.layers import gpu_layers
+from .analyses.layers import gpu_layers, layers_within
 from .model import Trace
 from .report import select_steps
 from .sections.overview import kernel_rows, op_rows
-
-
-def in_layer(layer: str, path: str | None) -> bool:
-    """`path` is `layer` or a layer nested in it (layer paths are `/`-separated)."""
-    return path is not None and (path == layer or path.startswith(layer + "/"))
 
 
 def layer_detail(trace: Trace, layer: str, *, step: int | None = None, findings: list[dict] | None = None,
@@ -28,12 +23,14 @@ def layer_detail(trace: Trace, layer: str, *, step: int | None = None, findings:
     steps = select_steps(trace, step)
     lo, hi = int(steps["ts"].min()), int(steps["end"].max())
     lay = gpu_layers(trace)
-    ids = lay.filter((pl.col("layer") == layer) | pl.col("layer").str.starts_with(layer + "/"))["i"]
+    within = layers_within(trace, layer)  # the layer and those nested in it (by the tree: names need not nest)
+    ids = lay.filter(pl.col("layer").is_in(within))["i"]
+    inside = set(within)
     gpu = trace.gpu.filter(pl.col("i").is_in(ids.implode()) & (pl.col("end") > lo) & (pl.col("ts") < hi))
     busy = gpu.filter(pl.col("kind") != "sync")
     return {
         "layer": layer, "gpu_us": round(int(busy["dur"].sum()) / 1000, 3), "kernel_count": busy.height,
         "kernels": kernel_rows(kernels.top_kernels(trace, top, gpu)) if gpu.height else [],
         "ops": op_rows(kernels.top_ops(trace, top, gpu)) if gpu.height else [],
-        "findings": [f for f in findings or [] if in_layer(layer, f.get("layer"))],
+        "findings": [f for f in findings or [] if f.get("layer") in inside],
     }

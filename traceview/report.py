@@ -136,10 +136,11 @@ def _analyze_trace(trace: Trace, options: Options) -> tuple[dict, pl.DataFrame, 
     heap_trim.release(trace.gpu.height + trace.host.height)
     entry["layers"] = layers_section(trace, steps, findings=findings, kb=ctx.kb if ctx else None,
                                      part=_part(trace, steps, ctx), depth=options.layers_depth)
-    folded = layer_attr.attribution(trace).folded
-    if folded:
-        warnings.append(f"{folded:,} layer frames (nn.Module, module:: or annotation) nested deeper than "
-                        f"{layer_attr.MAX_LAYER_DEPTH} levels: their time counts for their ancestor at that depth")
+    deep = layer_attr.attribution(trace).shortened
+    if deep:
+        warnings.append(f"{deep:,} layers (nn.Module, module:: or annotation) nested {layer_attr.PATH_LEVELS} levels "
+                        "deep or deeper: their paths are shortened to '<first two levels>/…N levels…/"
+                        "<parent>/<name>' (each keeps its own depth and times)")
     entry["classification"] = classification = classification_section(ctx, findings)
     entry["findings"] = findings
     entry["verdict_text"] = (verdict_text(classification, analysed.height, findings) if ctx

@@ -21,7 +21,7 @@ import polars as pl
 from ..model import Trace
 from .breakdown import DATALOADER_RE
 from .intervals import clip, priority_sweep
-from .layers import UNATTRIBUTED, attribution, host_layers, top_level_ops
+from .layers import UNATTRIBUTED, attribution, host_layers, subtree_sums, top_level_ops
 from .windows import in_steps
 
 SPLIT = ("input", "cpu_ops", "communication", "outside_ops")
@@ -86,9 +86,13 @@ def layer_times(trace: Trace, steps: pl.DataFrame) -> pl.DataFrame:
               "other_ns": pl.Int64, "cpu_ns": pl.Int64, "ops": pl.UInt32}
     if att.tree.height == 0 or top.height == 0:
         return pl.DataFrame(schema=schema)
-    tree = att.tree.select("layer", "name", "depth", "anc", "first_ts")
-    inc = top.join(tree.select("layer", "anc"), on="layer").drop("layer").explode("anc").rename({"anc": "layer"})
-    per = tree.join(inc.group_by("layer").agg(agg), on="layer", how="left").sort("first_ts", "depth")
+    # summed per layer, then added up the layer tree (no row per enclosing layer)
+    tree = att.tree
+    cols = ["fwd_ns", "bwd_ns", "other_ns", "cpu_ns", "ops"]
+    own = tree.select("layer").join(top.group_by("layer").agg(agg), on="layer", how="left", maintain_order="left")
+    up = subtree_sums(tree, own.select(cols).fill_null(0).cast(pl.Int64).to_numpy())
+    per = tree.select("layer", "name", "depth", "first_ts").hstack(
+        pl.DataFrame(up, schema=cols, orient="row")).sort("first_ts", "depth")
     un = top.filter(pl.col("layer") == UNATTRIBUTED)
     parts = [per.select(list(schema)).cast(schema)]
     if un.height:

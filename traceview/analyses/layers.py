@@ -14,6 +14,10 @@ backward op belongs to the layer whose forward op created its autograd node: bac
 `(pid, Fwd thread id, Sequence number)` ↔ forward `(pid, thread, Sequence number)`; the thread index →
 OS thread map comes from the `fwdbwd` flows (one end on each side). GPU activities take the layer of the
 runtime call that launched them, so each gets exactly one layer or `(unattributed)`.
+
+Memory follows the node events, not their nesting: depths, paths and ancestors come from parent pointers (pointer
+doubling), inclusive sums are added up the tree a level at a time (`subtree_sums`), with no list of ancestors per
+layer. Only path strings are bounded: from PATH_LEVELS levels down a path is shortened (`…N levels…`).
 """
 
 from __future__ import annotations
@@ -45,16 +49,22 @@ CLASSES = ("gpu_compute", "gpu_memory", "communication", "host_sync", "input", "
 
 # the per-layer tree; empty (with these columns) when the trace has no layer to attribute to
 _TREE_SCHEMA = {"layer": pl.String, "parent_layer": pl.String, "name": pl.String, "layer_class": pl.String,
-                "kind": pl.String, "depth": pl.Int32, "module_path": pl.String, "anc": pl.List(pl.String),
+                "kind": pl.String, "depth": pl.Int32, "module_path": pl.String,
                 "src": pl.String, "first_ts": pl.Int64, "calls": pl.UInt32}
 #: a row's layer as codes: `lc` a row of `Attribution.names`, `ph` an index into PHASES
 _CODES_SCHEMA = {"i": pl.UInt32, "lc": pl.UInt32, "ph": pl.UInt8}
 _NAMES_SCHEMA = {"layer": pl.String, "layer_class": pl.String, "depth": pl.Int32}
 _OTHER = PHASES.index("other")
-#: layer nodes nested deeper than this are folded into their ancestor at this depth: real models nest a few levels
-#: (GPT-2: 4), and a layer's path and ancestor list grow with its depth, so a hostile trace nesting thousands of
-#: frames would cost depth² memory (issue 33)
-MAX_LAYER_DEPTH = 32
+#: paths (`module_path`, `kind`, and `layer` where a path names it) spell out every level of a layer nested less
+#: than this deep; a deeper layer's path is shortened to `<first two levels>/…N levels…/<parent>/<name>` (`hidden`).
+#: Real models nest a few levels (GPT-2: 4); a full path per layer of a hostile trace nesting thousands of frames
+#: would be depth² bytes (issue 33). Only the strings are shortened: every depth is its own layer, with its own times.
+PATH_LEVELS = 32
+
+
+def hidden(levels: int) -> str:
+    """The part of a shortened path that stands for the `levels` levels it leaves out."""
+    return f"…{levels} levels…"
 
 
 @dataclass(frozen=True)
@@ -65,8 +75,9 @@ class Attribution:
     #                      last row is `(unattributed)`. Rows hold codes, not strings: a string per row costs
     #                      16 bytes or more per column on traces of millions of events
     tree: pl.DataFrame  # one row per layer [layer, parent_layer, name, layer_class, kind, depth,
-    #                       module_path, anc (list of layers root→self), src, first_ts, calls]
-    folded: int = 0  # node events nested deeper than MAX_LAYER_DEPTH, attributed to their ancestor at that depth
+    #                       module_path, src, first_ts, calls]; a parent layer is shallower than its children
+    #                       (its depth: that of its shallowest node)
+    shortened: int = 0  # layers nested PATH_LEVELS deep or deeper: their paths are shortened (`hidden`)
 
     @property
     def unattributed(self) -> int:
@@ -251,45 +262,145 @@ def _build_tree(host: pl.DataFrame, nodes: pl.DataFrame, ops_alone: bool = True)
                  .with_columns(pnode=pl.coalesce("_m", "pnode")).drop("_m", "psrc"))
         nodes = nodes.join(alias.select(pl.col("_m").alias("i"), "attr"), on="i", how="left").with_columns(
             attr=pl.when(pl.col("src") == "attr").then(pl.col("label")).otherwise(pl.col("attr")))
-    # paths, one level of the (shallow) layer tree at a time
-    levels: list[pl.DataFrame] = []
-    flat = nodes["pnode"].null_count() == nodes.height  # every node a root (no copy of them by a filter)
-    cur = (nodes if flat else nodes.filter(pl.col("pnode").is_null())).with_columns(
-        module_path=pl.col("label"), kind=pl.col("cls"), ndepth=pl.lit(0, pl.Int32),
-        parent_layer=pl.lit(None, pl.String))
-    cur = cur.with_columns(layer=pl.coalesce("attr", "module_path"))
-    cur = cur.with_columns(anc=pl.concat_list([pl.col("layer")]))
-    rest = nodes.clear() if flat else nodes.filter(pl.col("pnode").is_not_null())
-    while cur.height:
-        levels.append(cur)
-        if rest.height == 0:
-            break
-        up = cur.select(pl.col("i").alias("pnode"), pl.col("module_path").alias("_pp"), pl.col("kind").alias("_pk"),
-                        pl.col("ndepth").alias("_pd"), pl.col("layer").alias("parent_layer"),
-                        pl.col("anc").alias("_panc"))
-        cur = rest.join(up, on="pnode", how="inner").with_columns(
-            module_path=pl.col("_pp") + "/" + pl.col("label"), kind=pl.col("_pk") + "/" + pl.col("cls"),
-            ndepth=pl.col("_pd") + 1,
-        ).with_columns(layer=pl.coalesce("attr", "module_path"))
-        cur = cur.with_columns(anc=pl.col("_panc").list.concat(pl.concat_list([pl.col("layer")]))).drop(
-            "_pp", "_pk", "_pd", "_panc")
-        rest = rest.join(cur.select("i"), on="i", how="anti")
-    if not levels:
+    return _layer_paths(host, nodes)
+
+
+def _layer_paths(host: pl.DataFrame, nodes: pl.DataFrame) -> tuple[pl.DataFrame, pl.DataFrame]:
+    """`_build_tree` after the nesting: nodes [i, label, cls, src, pnode, attr] → (node events with their layer, path
+    and depth; per-layer tree). Linear in the nodes whatever their depth: depths and path identities by pointer
+    doubling over the parent pointers (log2(depth) vectorised passes), path strings level by level only for the
+    first PATH_LEVELS levels; a deeper node's path is `<first two levels>/…N levels…/<parent>/<name>`, from its
+    ancestors at depth 1 and 1 from it (no string per ancestor)."""
+    par = _parent_positions(nodes)
+    depth, reached = _depths(par)
+    if not reached.all():  # a node under a parent that is not a node (merged away): no layer, as the tree never reaches it
+        nodes = nodes.filter(pl.Series(reached))
+        par = _parent_positions(nodes)
+        depth = depth[reached]
+    if nodes.height == 0:
         empty = pl.DataFrame(schema={"i": pl.UInt32, "pnode": pl.UInt32, "layer": pl.String, "cls": pl.String,
                                      "ndepth": pl.Int32, "src": pl.String, "ts": pl.Int64, "end": pl.Int64})
         return empty, pl.DataFrame(schema=_TREE_SCHEMA)
-    out = pl.concat([lv.select("i", "pnode", "layer", "module_path", "label", "cls", "kind", "ndepth", "parent_layer",
-                               "src", "anc", "attr") for lv in levels], how="vertical_relaxed")
+    # shallowest first (a layer's first node is its shallowest: its parent layer is shallower than it), levels
+    # contiguous
+    order = np.argsort(depth, kind="stable")
+    if not (order == np.arange(order.size)).all():
+        nodes, depth = nodes[order], depth[order]
+        par = _parent_positions(nodes)
+    n = nodes.height
+    bounds = np.searchsorted(depth, np.arange(int(depth[-1]) + 2))
+    label, cls = nodes["label"], nodes["cls"]
+    # full paths, one level at a time, for the first PATH_LEVELS levels
+    mp, kd = [label[: bounds[1]]], [cls[: bounds[1]]]
+    for lv in range(1, min(int(depth[-1]), PATH_LEVELS - 1) + 1):
+        s, e = int(bounds[lv]), int(bounds[lv + 1])
+        up = pl.DataFrame([mp[-1].alias("_pp"), kd[-1].alias("_pk")])[par[s:e] - bounds[lv - 1]]
+        lvl = pl.DataFrame([label[s:e], cls[s:e]]).hstack(up).select(
+            module_path=pl.col("_pp") + "/" + pl.col("label"), kind=pl.col("_pk") + "/" + pl.col("cls"))
+        mp.append(lvl["module_path"])
+        kd.append(lvl["kind"])
+    mp = pl.concat(mp).alias("module_path")
+    kd = pl.concat(kd).alias("kind")
+    ndeep = n - int(bounds[min(PATH_LEVELS, bounds.size - 1)])
+    if ndeep:  # deeper: `<first two levels>/…N levels…/<parent>/<name>` (N: the levels between)
+        s = n - ndeep
+        a1 = _kth_ancestor(par, np.where(np.arange(n) >= s, depth - 1, 0))[s:]
+        pp = par[s:]
+        head = pl.DataFrame([mp.gather(a1).alias("_hp"), kd.gather(a1).alias("_hk"), label.gather(pp).alias("_pl"),
+                             cls.gather(pp).alias("_pc"), label[s:], cls[s:],
+                             pl.Series("_n", depth[s:] - 3).cast(pl.String)])
+        pre, post = hidden(0).split("0")
+        gap = pl.lit(f"/{pre}") + pl.col("_n") + pl.lit(f"{post}/")
+        deep = head.select(module_path=pl.col("_hp") + gap + pl.col("_pl") + "/" + pl.col("label"),
+                           kind=pl.col("_hk") + gap + pl.col("_pc") + "/" + pl.col("cls"))
+        mp = pl.concat([mp[:s], deep["module_path"]])
+        kd = pl.concat([kd[:s], deep["kind"]])
+    out = nodes.select("i", "pnode", "label", "cls", "src", "attr").hstack(
+        [mp, kd, pl.Series("ndepth", depth, pl.Int32)])
     # attr paths are already readable kinds (`blocks.*.attn`)
     out = out.with_columns(kind=pl.when(pl.col("attr").is_not_null() & (pl.col("src") == "attr"))
-                           .then(pl.col("cls")).otherwise(pl.col("kind")))
+                           .then(pl.col("cls")).otherwise(pl.col("kind")), layer=pl.coalesce("attr", "module_path"))
+    if ndeep and out["attr"][n - ndeep:].null_count():
+        # a shortened path names no layer by itself: the layer is the node's full path, compared as a path id
+        # (equal ids, equal label paths); its name is the shortened path, numbered ` #2`, ` #3`... where two
+        # layers would share one
+        pid = _path_ids(label, par)
+        deep = pl.Series(np.arange(n) >= n - ndeep) & out["attr"].is_null()
+        out = out.with_columns(layer=pl.when(deep).then(None).otherwise(pl.col("layer")),
+                               _pid=pl.when(deep).then(pl.Series(pid))).hstack(by_id(host, out["i"], "ts"))
+        named = (out.filter(deep).group_by("_pid").agg(pl.col("module_path").first().alias("_name"),
+                                                        pl.col("ts").min().alias("_t"), pl.col("ndepth").first())
+                 .sort("_t", "ndepth", "_pid"))
+        taken = out["layer"].drop_nulls().unique().implode()
+        named = named.with_columns(_r=pl.int_range(1, pl.len() + 1).over("_name")
+                                   + pl.col("_name").is_in(taken).cast(pl.Int64))
+        named = named.select("_pid", _name=pl.when(pl.col("_r") > 1)
+                             .then(pl.col("_name") + " #" + pl.col("_r").cast(pl.String)).otherwise(pl.col("_name")))
+        out = (out.join(named, on="_pid", how="left", maintain_order="left")
+               .with_columns(layer=pl.coalesce("layer", "_name")).drop("_name", "_pid", "ts"))
+    # each node's parent layer: its parent node's layer
+    out = out.with_columns(parent_layer=out["layer"].gather(pl.Series(par).set(pl.Series(par < 0), None)))
+    out = out.select("i", "pnode", "layer", "module_path", "label", "cls", "kind", "ndepth", "parent_layer", "src",
+                     "attr")
     out = pl.concat([out, by_id(host, out["i"], "ts", "end")], how="horizontal")
     tree = (out.group_by("layer").agg(
         pl.col("parent_layer").first(), pl.col("label").first().alias("name"), pl.col("cls").first().alias("layer_class"),
         pl.col("kind").first(), pl.col("ndepth").first().alias("depth"), pl.col("module_path").first(),
-        pl.col("anc").first(), pl.col("src").first(), pl.col("ts").min().alias("first_ts"), pl.len().alias("calls"))
+        pl.col("src").first(), pl.col("ts").min().alias("first_ts"), pl.len().alias("calls"))
         .sort("first_ts", "depth"))
     return out, tree
+
+
+def _parent_positions(nodes: pl.DataFrame) -> np.ndarray:
+    """Each node's parent as a row position in `nodes` (-1: a root, -2: a parent that is not among the nodes)."""
+    ids = nodes["i"].cast(pl.Int64).to_numpy()
+    pn = _np_ids(nodes["pnode"])
+    order = np.argsort(ids, kind="stable")
+    j = np.minimum(np.searchsorted(ids[order], pn), max(ids.size - 1, 0))
+    found = (pn >= 0) & (ids[order][j] == pn) if ids.size else np.zeros(0, bool)
+    return np.where(found, order[j] if ids.size else 0, np.where(pn >= 0, -2, -1))
+
+
+def _depths(par: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """(number of ancestors, reaches a root) per node of the forest `par` (parent positions, -1 a root, -2 a missing
+    parent): pointer doubling, log2(depth) passes."""
+    dist = (par >= 0).astype(np.int64)
+    ptr = par.copy()
+    act = np.flatnonzero(ptr >= 0)
+    while act.size:
+        q = ptr[act]
+        dist[act] += dist[q]
+        ptr[act] = ptr[q]
+        act = act[ptr[act] >= 0]
+    return dist, ptr == -1
+
+
+def _kth_ancestor(par: np.ndarray, k: np.ndarray) -> np.ndarray:
+    """Each node's ancestor `k` levels up (0: itself; k at most its depth) in the forest `par`: the binary digits of
+    k, one pointer-doubling pass each."""
+    cur = np.arange(par.size)
+    up = np.where(par >= 0, par, np.arange(par.size))  # a root points at itself
+    k = k.astype(np.int64).copy()
+    while (k > 0).any():
+        bit = (k & 1).astype(bool)
+        cur[bit] = up[cur[bit]]
+        k >>= 1
+        up = up[up]
+    return cur
+
+
+def _path_ids(label: pl.Series, par: np.ndarray) -> np.ndarray:
+    """A number per node, equal for two nodes exactly when their label paths from the root are equal: prefix
+    doubling over the parent pointers (the key of 2^k levels from the keys of 2^(k-1)), log2(depth) sorts."""
+    n = par.size
+    key = label.rank("dense").fill_null(0).cast(pl.Int64).to_numpy()
+    ptr = par.copy()
+    while (ptr >= 0).any():
+        has = ptr >= 0
+        at = np.where(has, ptr, 0)
+        _, key = np.unique(key * (n + 2) + np.where(has, key[at] + 1, 0), return_inverse=True)
+        ptr = np.where(has, ptr[at], -1)
+    return key.astype(np.int64)
 
 
 def _op_tree(host: pl.DataFrame, nodes: pl.DataFrame) -> tuple[pl.DataFrame, pl.DataFrame]:
@@ -304,7 +415,7 @@ def _op_tree(host: pl.DataFrame, nodes: pl.DataFrame) -> tuple[pl.DataFrame, pl.
                                       pl.col("ts").min().alias("first_ts"), pl.len().alias("calls"))
             .select("layer", pl.lit(None, pl.String).alias("parent_layer"), "name", "layer_class",
                     pl.col("layer_class").alias("kind"), pl.lit(0, pl.Int32).alias("depth"), layer.alias("module_path"),
-                    pl.concat_list([layer]).alias("anc"), pl.lit("op").alias("src"), "first_ts", "calls")
+                    pl.lit("op").alias("src"), "first_ts", "calls")
             .sort("first_ts", "depth"))
     return out, tree
 
@@ -451,7 +562,6 @@ def _attribute(trace: Trace) -> Attribution:
         return Attribution("none", pl.DataFrame(schema=_CODES_SCHEMA), _layer_codes(pl.DataFrame(schema=_NAMES_SCHEMA))[0],
                            pl.DataFrame(schema=_TREE_SCHEMA))
     events, source = _node_events(trace)
-    events, folded = _cap_depth(host, events)
     nodes, tree = _build_tree(host, events)
     phase_of = pl.col("src").replace_strict({p: _PHASE_CODE[p] for p in ("optimizer", "dataloader")},
                                             default=_PHASE_CODE["forward"], return_dtype=pl.Int8)
@@ -502,20 +612,7 @@ def _attribute(trace: Trace) -> Attribution:
     out = pl.DataFrame([rows["i"].cast(pl.UInt32), pl.Series("lc", node_code[pos], pl.UInt32),
                         pl.Series("ph", code, pl.UInt8)])
     out = out if out["i"].is_sorted() else out.sort("i")
-    return Attribution(source, out, names, tree, folded)
-
-
-def _cap_depth(host: pl.DataFrame, events: pl.DataFrame) -> tuple[pl.DataFrame, int]:
-    """The node events nested at most MAX_LAYER_DEPTH deep among themselves, and how many were left out (what they
-    held goes to their nearest kept ancestor)."""
-    if events.height <= MAX_LAYER_DEPTH or (events["src"] == "op").all():  # too few to nest that deep; roots
-        return events, 0
-    cols = [c for c in ("i", "cat", "pid", "tid", "ts", "dur", "ev_idx") if c in host.columns]
-    sub = call_tree(by_id(host, events["i"].unique().sort(), *cols))
-    deep = sub.filter(pl.col("depth") >= MAX_LAYER_DEPTH)["i"]
-    if deep.len() == 0:
-        return events, 0
-    return events.filter(~pl.col("i").is_in(deep.implode())), deep.len()
+    return Attribution(source, out, names, tree, int((tree["depth"] >= PATH_LEVELS).sum()))
 
 
 def _forward_nodes(trace: Trace, rows: pl.DataFrame, node: np.ndarray, bnode: np.ndarray) -> np.ndarray:
@@ -558,6 +655,67 @@ def _layer_codes(nl: pl.DataFrame) -> tuple[pl.DataFrame, np.ndarray]:
     un = pl.DataFrame({"layer": [UNATTRIBUTED], "layer_class": [UNATTRIBUTED], "depth": [None]}, schema=_NAMES_SCHEMA)
     names = pl.concat([nl.select(key)[first].cast(_NAMES_SCHEMA), un])
     return names, np.append(code, first.size)
+
+
+def tree_parents(tree: pl.DataFrame) -> np.ndarray:
+    """Each row's parent layer as a row position in `tree` (-1: a root)."""
+    pos = tree.select(pl.col("layer"), pl.int_range(pl.len(), dtype=pl.Int64).alias("_r"))
+    p = tree.select("parent_layer").join(pos, left_on="parent_layer", right_on="layer", how="left",
+                                         maintain_order="left")["_r"]
+    return p.fill_null(-1).to_numpy()
+
+
+def subtree_sums(tree: pl.DataFrame, vals: np.ndarray) -> np.ndarray:
+    """Per layer (a row of `tree`), its values plus those of every layer below it: `vals` (one row per layer) added
+    into the parent row, deepest level first (a parent is shallower than its children), one vectorised step per
+    level; memory as `vals`, whatever the depth."""
+    par = tree_parents(tree)
+    out = vals.copy()
+    has = np.flatnonzero(par >= 0)
+    if has.size == 0:
+        return out
+    dep = tree["depth"].to_numpy()
+    order = has[np.argsort(-dep[has], kind="stable")]
+    for grp in np.split(order, np.flatnonzero(np.diff(dep[order])) + 1):
+        np.add.at(out, par[grp], out[grp])
+    return out
+
+
+def layers_within(trace: Trace, layer: str) -> list[str]:
+    """`layer` and every layer nested in it, by the tree's parent pointers (not by name: a `module::` name or a
+    shortened path is no prefix of its sub-layers' names); `[layer]` for a name the tree does not hold."""
+    tree = attribution(trace).tree
+    names = tree["layer"]
+    at = np.flatnonzero((names == layer).fill_null(False).to_numpy())
+    if at.size == 0:
+        return [layer]
+    par, dep = tree_parents(tree), tree["depth"].to_numpy()
+    inside = np.zeros(tree.height, bool)
+    inside[at[0]] = True
+    # shallowest first: a parent is shallower than its children, so its mark is final when theirs are set
+    order = np.flatnonzero((dep > dep[at[0]]) & (par >= 0))
+    order = order[np.argsort(dep[order], kind="stable")]
+    for grp in np.split(order, np.flatnonzero(np.diff(dep[order])) + 1):
+        inside[grp] |= inside[par[grp]]
+    return names.filter(pl.Series(inside)).to_list()
+
+
+def ancestor_pairs(tree: pl.DataFrame, levels: int | None = None) -> pl.DataFrame:
+    """[lid, alid]: each layer (row of `tree`) with itself and its ancestors up to `levels` levels (all: None) above
+    it, nearest first; as many rows as layers times their depth (callers bound `levels`)."""
+    par = tree_parents(tree)
+    lid = np.arange(tree.height)
+    cur = lid
+    parts: list[tuple[np.ndarray, np.ndarray]] = []
+    while lid.size and (levels is None or len(parts) < levels):
+        parts.append((lid, cur))
+        up = par[cur]
+        keep = up >= 0
+        lid, cur = lid[keep], up[keep]
+    if not parts:
+        return pl.DataFrame(schema={"lid": pl.UInt32, "alid": pl.UInt32})
+    return pl.DataFrame([pl.Series("lid", np.concatenate([a for a, _ in parts]), pl.UInt32),
+                         pl.Series("alid", np.concatenate([b for _, b in parts]), pl.UInt32)])
 
 
 # ---- per-layer table --------------------------------------------------------------------------
@@ -727,7 +885,7 @@ def _open_op(t: np.ndarray, hops: pl.DataFrame) -> np.ndarray:
 @per_trace
 def shape_signatures(trace: Trace) -> pl.DataFrame:
     """[layer, shape_sig, shapes]: what each layer computes on, from the `Input Dims` of the forward ops it
-    runs (itself and its submodules). Two layers of one class are the same layer only with the same
+    runs (itself and its submodules, down to PATH_LEVELS levels below it). Two layers of one class are the same layer only with the same
     signature (GPT-2's `Conv1D` c_fc [768, 3072] vs c_proj [3072, 768]). `shapes` is a readable label: the
     layer's first GEMM/conv/attention op with its input dims (else its op with the longest dims). Null
     signature without shapes (record_shapes off)."""
@@ -757,7 +915,14 @@ def shape_signatures(trace: Trace) -> pl.DataFrame:
     ops = (ops.group_by("layer", "name", "d").agg(pl.col("ts").min())
            .with_columns(combo=pl.col("name") + pl.col("d"), _pri=pl.when(heavy).then(0).otherwise(1),
                          _len=-pl.col("d").str.len_chars().cast(pl.Int64)))
-    inc = ops.join(att.tree.select("layer", "anc"), on="layer").drop("layer").explode("anc").rename({"anc": "layer"})
+    # each layer's ops count for it and the layers up to PATH_LEVELS levels above it (all of them but in a hostile
+    # trace nesting deeper: a pair per layer and level)
+    tree = att.tree
+    lids = pl.DataFrame([tree["layer"], pl.Series("lid", np.arange(tree.height), pl.UInt32)])
+    pairs = ancestor_pairs(tree, PATH_LEVELS)
+    pairs = pl.DataFrame([pairs["lid"], tree["layer"].gather(pairs["alid"]).alias("_anc")])
+    inc = (ops.join(lids, on="layer").drop("layer").join(pairs, on="lid").drop("lid")
+           .rename({"_anc": "layer"}))
     # `addmm [2304], [4096, 768], [768, 2304]`: tensor inputs only (scalars are `[]`)
     tensors = pl.col("d").str.replace_all(r"\[\]\s*,?\s*", "").str.replace_all(r",\s*\]$", "]")
     label = pl.col("name").str.strip_prefix("aten::") + " " + tensors.str.slice(1).str.strip_suffix("]")
@@ -786,27 +951,36 @@ def layer_table(trace: Trace, steps: pl.DataFrame | None = None, depth: int | No
     nt = tree.height
     lid_of = np.array([row.get(layer, nt) for layer in att.names["layer"].to_list()], np.int64)
     unl = np.append(tree["layer"].to_numpy() == UNATTRIBUTED, True)  # per lid: `(unattributed)`
-    # every row counts for its own layer and, through `anc`, for each enclosing layer
-    # (the few layers' ancestor lists exploded first: one join writes the repeated rows, with no list column and
-    # no second copy by an explode; each row's copies go to distinct layers, so every layer's sum still adds its
-    # rows in their order)
-    anc = tree.select(pl.int_range(nt, dtype=pl.UInt32).alias("lid"), "anc").explode("anc")
-    anc = pl.DataFrame([anc["lid"], pl.Series("alid", [row.get(x) for x in anc["anc"].to_list()], pl.UInt32)])
-    flat = (anc["lid"] == anc["alid"]).all()  # no layer encloses another: each row counts for its layer only
+    # every row counts for its own layer and each enclosing one: sums per layer first, then added up the tree
+    # (`subtree_sums`: no copy of a row per enclosing layer, so memory does not grow with the nesting)
     ph = pl.col("ph")
 
-    def incl(df: pl.DataFrame) -> pl.DataFrame:
-        if flat:  # the rows themselves, without copying them (the join's result when every row has a layer)
-            known = df["lid"] < nt
-            return (df if known.all() else df.filter(known)).select(pl.exclude("lid"), "lid")
-        return df.join(anc, on="lid", how="inner", maintain_order="left").drop("lid").rename({"alid": "lid"})
+    def incl(own: pl.DataFrame, cols: list[str]) -> pl.DataFrame:
+        """[lid, cols...] of the layers (lid < nt) with rows in their subtree: the per-layer sums `own` [lid, cols...,
+        _n (rows)] added up the tree (integer columns exactly, float ones in float64)."""
+        own = own.filter(pl.col("lid") < nt)
+        lid = own["lid"].to_numpy()
+        out: dict[str, pl.Series] = {}
+        # one climb per kind of column: the integer ones together (exact), the float ones together
+        for kind in (False, True):
+            cs = [c for c in [*cols, "_n"] if own.schema[c].is_float() == kind]
+            if cs:
+                a = np.zeros((nt, len(cs)), np.float64 if kind else np.int64)
+                a[lid] = own.select(pl.col(cs).fill_null(0)).to_numpy()
+                a = subtree_sums(tree, a)
+                out.update({c: pl.Series(c, a[:, k]).cast(own.schema[c]) for k, c in enumerate(cs)})
+        res = pl.DataFrame([pl.Series("lid", np.arange(nt), pl.UInt32), *(out[c] for c in [*cols, "_n"])])
+        return res.filter(pl.col("_n") > 0).drop("_n")
 
     # classifier shares: the step time each layer is responsible for, split by class (first: the segments' search
     # runs before the per-kernel frames below are built, not beside them)
     sh = None
     if part is not None and part.height:
         sl = _class_time(part, lid_of.astype(np.uint32)[_segment_codes(trace, part).to_numpy()])  # per layer first
-        sh = pl.concat([incl(sl), sl.filter(pl.Series(unl[sl["lid"].to_numpy()]))], how="diagonal_relaxed")
+        wide = sl.group_by("lid").agg(*[pl.col("dur").filter(pl.col("cls") == c).sum().alias(c) for c in CLASSES],
+                                      pl.len().alias("_n"))
+        rolled = incl(wide, list(CLASSES)).unpivot(index="lid", variable_name="cls", value_name="dur")
+        sh = pl.concat([rolled, sl.filter(pl.Series(unl[sl["lid"].to_numpy()]))], how="diagonal_relaxed")
         sh = sh.group_by("lid").agg(pl.col("dur").sum().alias("time_ns"),
                                     *[pl.col("dur").filter(pl.col("cls") == c).sum().alias(f"share_{c}")
                                       for c in CLASSES])
@@ -840,7 +1014,6 @@ def layer_table(trace: Trace, steps: pl.DataFrame | None = None, depth: int | No
     g = g.select("lid", "ph", "dur", "flops", "bytes", "bound", "_tf", "_tb")
     top = in_steps(_top(trace, "ts", "dur"), steps)  # (what the CPU sums read)
     top = top.drop("lc").hstack([pl.Series("lid", lid_of[top["lc"].to_numpy()], pl.UInt32)])
-    gi = incl(g)
     fwd, bwd = PHASES.index("forward"), PHASES.index("backward")
     gagg = [pl.col("dur").sum().alias("gpu_ns"), pl.col("dur").filter(ph == fwd).sum().alias("fwd_gpu_ns"),
             pl.col("dur").filter(ph == bwd).sum().alias("bwd_gpu_ns"),
@@ -852,16 +1025,30 @@ def layer_table(trace: Trace, steps: pl.DataFrame | None = None, depth: int | No
     # sum's rounding depends on how polars splits a group's rows, which differs with the key's type and with its
     # sorted flag (gathered from two or more strings: none; from a one-layer tree it would be set)
     lookup = pl.concat([tree["layer"], pl.Series([UNATTRIBUTED])])
-    per = gi.with_columns(layer=lookup.gather(gi["lid"])).group_by("layer").agg(gagg)
+    gk = g.filter(pl.col("lid") < nt)
+    own = (gk.with_columns(layer=lookup.gather(gk["lid"])).group_by("layer").agg(*gagg, pl.len().alias("_n"))
+           .with_columns(pl.col("_hasf").cast(pl.Int64)))
+    own = own.with_columns(lid=pl.Series([row[x] for x in own["layer"].to_list()], dtype=pl.UInt32)).drop("layer")
+    gcols = ["gpu_ns", "fwd_gpu_ns", "bwd_gpu_ns", "other_gpu_ns", "kernels", "flops", "bytes", "_tf", "_tb", "_hasf"]
+    per = incl(own, gcols).with_columns(pl.col("_hasf") > 0)
+    del gk, own
     self_ = g.group_by("lid").agg(pl.col("dur").sum().alias("self_gpu_ns"), pl.len().alias("self_kernels"))
-    bound = (gi.filter(pl.col("bound").is_not_null()).group_by("lid", "bound").agg(pl.col("dur").sum())
-             .sort("dur", "bound", descending=[True, False]).group_by("lid", maintain_order=True)
-             .agg(pl.col("bound").first()))
-    # integer sums: summed per layer first, then through the ancestors (fewer rows to explode, same totals)
-    cpu = incl(top.group_by("lid").agg(pl.col("dur").sum())).group_by("lid").agg(pl.col("dur").sum().alias("cpu_ns"))
+    # the bound holding most of a layer's GPU time (its sub-layers' included); ties to the first name
+    bk = g.filter(pl.col("bound").is_not_null()).group_by("lid", "bound").agg(pl.col("dur").sum(), pl.len().alias("_n"))
+    bound = pl.DataFrame(schema={"lid": pl.UInt32, "bound": pl.String})
+    if bk.height:
+        kinds = sorted(bk["bound"].unique().to_list())
+        wide = bk.pivot(on="bound", index="lid", values=["dur", "_n"], aggregate_function="sum").fill_null(0)
+        wide = wide.select("lid", *[pl.col(f"dur_{b}") for b in kinds], *[pl.col(f"_n_{b}") for b in kinds],
+                           _n=pl.sum_horizontal(*[pl.col(f"_n_{b}") for b in kinds]))
+        up = incl(wide, [c for c in wide.columns if c not in ("lid", "_n")])
+        d = np.stack([np.where(up[f"_n_{b}"].to_numpy() > 0, up[f"dur_{b}"].to_numpy(), -1) for b in kinds], axis=1)
+        bound = pl.DataFrame([up["lid"], pl.Series("bound", kinds, pl.String).gather(d.argmax(axis=1))])
+    # integer sums: summed per layer first, then through the ancestors
+    cpu = incl(top.group_by("lid").agg(pl.col("dur").sum().alias("cpu_ns"), pl.len().alias("_n")), ["cpu_ns"])
     out = (tree.select(pl.int_range(nt, dtype=pl.UInt32).alias("lid"), "layer", "name", "layer_class", "kind", "depth",
                        "parent_layer", "module_path", "calls", "first_ts")
-           .join(per, on="layer", how="left").join(self_, on="lid", how="left")
+           .join(per, on="lid", how="left").join(self_, on="lid", how="left")
            .join(bound, on="lid", how="left").join(cpu, on="lid", how="left"))
     un = g.filter(pl.Series(unl[g["lid"].to_numpy()]))
     if un.height or out.height == 0:
@@ -871,7 +1058,7 @@ def layer_table(trace: Trace, steps: pl.DataFrame | None = None, depth: int | No
             name=pl.lit(UNATTRIBUTED), layer_class=pl.lit(UNATTRIBUTED), kind=pl.lit(UNATTRIBUTED),
             depth=pl.lit(0, pl.Int32), first_ts=pl.lit(2**62), lid=pl.lit(nt, pl.UInt32))
         out = pl.concat([out, urow], how="diagonal_relaxed")
-    del g, gi, top, un  # (a row per kernel and op: freed once summed)
+    del g, top, un  # (a row per kernel and op: freed once summed)
     zero = ["gpu_ns", "fwd_gpu_ns", "bwd_gpu_ns", "other_gpu_ns", "kernels", "self_gpu_ns", "self_kernels", "cpu_ns"]
     out = out.with_columns([pl.col(c).fill_null(0) for c in zero]).with_columns(
         flops=pl.when(pl.col("_hasf").fill_null(False)).then(pl.col("flops")),
@@ -897,12 +1084,22 @@ def layer_table(trace: Trace, steps: pl.DataFrame | None = None, depth: int | No
         known = f["layer"].is_in(tree["layer"].implode()).fill_null(False)
         fl = f.filter(known)
         fl = fl.drop("layer").hstack([pl.Series("lid", [row[x] for x in fl["layer"].to_list()], pl.UInt32)])
-        fl = incl(fl)
-        fl = fl.hstack([tree["layer"].gather(fl["lid"])]).drop("lid")
-        fi = pl.concat([fl, f.filter(~known)], how="diagonal_relaxed")
-        fa = fi.group_by("layer").agg(pl.len().alias("findings"),
-                                      *([pl.col("code").drop_nulls().unique().sort().alias("finding_codes")]
-                                        if code else []))
+        # per layer: the count and, per distinct code, its count, added up the tree
+        codes = sorted(fl["code"].drop_nulls().unique().to_list()) if code else []
+        own = fl.group_by("lid").agg(pl.len().alias("findings"), *[(pl.col("code") == c).sum().alias(f"_c{k}")
+                                                                   for k, c in enumerate(codes)])
+        up = incl(own.with_columns(_n=pl.col("findings")), [c for c in own.columns if c != "lid"])
+        fl = up.select(tree["layer"].gather(up["lid"]), "findings")
+        if code:
+            has = np.stack([up[f"_c{k}"].to_numpy() > 0 for k in range(len(codes))], axis=1) if codes else \
+                np.zeros((up.height, 0), bool)
+            fl = fl.with_columns(finding_codes=pl.Series([[c for c, h in zip(codes, r, strict=True) if h] for r in has],
+                                                         dtype=pl.List(pl.String)))
+        fu = f.filter(~known).group_by("layer").agg(pl.len().alias("findings"),
+                                                    *([pl.col("code").drop_nulls().unique().sort().alias("finding_codes")]
+                                                      if code else []))
+        fa = pl.concat([fl, fu], how="diagonal_relaxed").group_by("layer").agg(
+            pl.col("findings").sum(), *([pl.col("finding_codes").list.explode().drop_nulls().unique().sort()] if code else []))
         out = out.join(fa, on="layer", how="left").with_columns(pl.col("findings").fill_null(0))
     out = out.join(shape_signatures(trace), on="layer", how="left")
     out = out.sort("first_ts", "depth").drop("first_ts")
