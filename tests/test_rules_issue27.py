@@ -67,9 +67,8 @@ TWINS = [
         "resnet18_fp32",
         "resnet18_bf16_cl",
         "TV206",
-        "measured 2.43 ms, predicted 7.66 ms (+215 %) since pricing uses the collector's measured step: with the "
-        "profiler's cost solved away the host no longer hides the faster convolutions, but the fix adds autocast's "
-        "casts on the host, which the replay cannot add (2.17 ms, -11 %, with the fitted profiler model)",
+        "measured 2.43 ms, predicted 1.64 ms (-32 %): the FP32 step is device-bound, so the pricing takes the fitted "
+        "profiler share, and at it the host after the fix (with autocast's casts) is longer than the twin measured",
     ),
     ("collected4", "attn_eager_s2048", "attn_flash_s2048", "TV205", None),
     ("collected4", "attn_math_s2048", "attn_flash_s2048", "TV205", None),
@@ -88,15 +87,16 @@ TWINS = [
         "resnet50_bf16_cl",
         "TV206",
         "a negative twin: bf16 + channels_last measured 12.16 ms SLOWER (cuDNN heuristics with benchmark off, autocast's "
-        "casts: the fixed run is launch-bound at 9 ms of GPU work in a 33 ms step) while the replay predicts 1.85 ms "
-        "saved; the replay cannot add host work the fix brings, the fix text says to measure and names cudnn.benchmark",
+        "casts: the fixed run is launch-bound at 9 ms of GPU work in a 33 ms step) while the replay predicts 0.50 ms "
+        "saved with autocast's casts on the host; the twin's host ran ~2x slower per unchanged op, the fix text says "
+        "to measure and names cudnn.benchmark",
     ),
     (
         "collected4",
         "small_batch_c4_graph",
         "small_batch_c128_graph",
         "TV207",
-        "the finding's saving is the low end of its range (doubling the batch: 0.34 ms replayed) and the twin grows the "
+        "the finding's saving is the low end of its range (doubling the batch: 0.63 ms replayed) and the twin grows the "
         "batch 32x (measured 1.67 ms): a range claim, checked below as low end <= measured",
     ),
     ("collected4", "decode_dynamic", "decode_static", "TV105", None),
@@ -143,7 +143,23 @@ NEGATIVE += [
 ]
 
 
-@pytest.mark.parametrize(("s", "problem", "fixed", "code", "why"), TWINS, ids=[t[1] for t in TWINS])
+#: problems whose rule fires only at info: a larger fix of another rule comes first and leaves it little
+QUIET = {
+    "resnet18_fp32": (
+        "fp32-conv saves 1.64 ms/step replayed (12 % of the step), but elementwise-chain's fix of the batch-norm and "
+        "ReLU chains ranks first (no twin measures it) and leaves the step host-bound: fp32-conv's saving after it is "
+        "under moderate_pct, so it reads info (the measured twin, BF16 + channels_last, saved 2.43 ms)"
+    ),
+}
+
+
+@pytest.mark.parametrize(
+    ("s", "problem", "fixed", "code", "why"),
+    [
+        pytest.param(*t, marks=[pytest.mark.xfail(strict=True, reason=QUIET[t[1]])] if t[1] in QUIET else [], id=t[1])
+        for t in TWINS
+    ],
+)
 def test_problem_fires_its_rule_and_fixed_twin_is_silent(s, problem, fixed, code, why):
     got = ours(s, problem, code)
     # a twin whose fix measured no saving (resnet50: bf16 + channels_last ran slower) may be priced small: it
