@@ -26,9 +26,12 @@ launches further.
 ## Evidence
 Decode attention calls per step, the batch (B), the KV lengths seen (first, last, count), kernels per token, the
 median kernel time against the median CPU time of the launching ops, the `cpu_launch` share, whether the step is
-compiled. Savings are replayed (`fix_transform`): CUDA-graph replay of the steps, the launching ops and their
-launch calls leave the host path (as TV101's model), device work unchanged: the kernel fusion
-`torch.compile` adds is not counted.
+compiled. Savings are replayed (`fix_transform`): CUDA-graph replay of each token's model forward, the
+launching ops and their launch calls inside it leave the host path (as TV101's model), device work unchanged: the
+kernel fusion `torch.compile` adds is not counted. The forward is the token's decode attention calls (one per
+layer) and as many layer periods around them; what the loop runs between forwards (sampling, logits processors,
+stopping criteria, mask and position bookkeeping: Hugging Face `generate` keeps them eager around its compiled
+forward) stays on the host.
 
 ## Options
 - `moderate_pct` (3.0): `cpu_launch` share of step time at which a finding is a warning (XProf kernel-launch).
@@ -39,9 +42,9 @@ launch calls leave the host path (as TV101's model), device work unchanged: the 
 - PyTorch docs, `torch.compile(mode="reduce-overhead")` (CUDA graphs), `torch.cuda.CUDAGraph`.
 - gpt-fast (pytorch-labs): static KV cache + CUDA graphs for batch-1 decode.
 - Measured on an H200 (unprofiled steps; replayed saving in brackets): a manual batch-1 decode loop with a
-  torch.cat cache 151.9 ms, static cache in a CUDA graph 21.7 ms (121.1 ms predicted); HF GPT-2 generate
-  dynamic 133.1 ms, cache_implementation="static" 62.5 ms (96.3: transformers still launches ops outside its
-  graph): sample_traces/collected4.
+  torch.cat cache 151.9 ms, static cache in a CUDA graph 21.7 ms (125.4 ms predicted); HF GPT-2 generate
+  dynamic 133.1 ms, cache_implementation="static" 62.5 ms (74.2: transformers still launches its loop's ops
+  outside the graph): sample_traces/collected4.
 """
 
 from __future__ import annotations
@@ -226,9 +229,50 @@ def check(ctx: RuleContext) -> list[Finding]:
     ]
 
 
+def _forward_spans(ctx: RuleContext) -> pl.DataFrame | None:
+    """[lo, hi] host spans of each token's model forward: its L decode attention calls (one per layer) and L layer
+    periods around them (half a period before the first and after the last: the first layer's work before its
+    attention with the embedding, the last one's after it with the final norm and the LM head). None where tokens
+    or layers cannot be told apart (one KV length throughout, one attention call per token)."""
+    calls = decode_calls(ctx)
+    if calls["kv"].n_unique() < 2:
+        return None
+    calls = calls.join(by_id(ctx.trace.host, calls["op"], pl.col("i").alias("op"), "ts", "end"), on="op")
+    tok = (
+        calls.sort("ts")
+        .group_by("step", "kv")
+        .agg(
+            pl.col("ts").min().alias("lo"),
+            pl.col("end").max().alias("hi"),
+            pl.col("ts").sort().diff().median().alias("p"),
+        )
+    )
+    period = tok["p"].median()
+    if period is None or period <= 0:
+        return None
+    half = int(period) // 2
+    return tok.select(pl.col("lo") - half, pl.col("hi") + half).sort("lo")
+
+
+def forward_only(ctx: RuleContext, removed: list[int]) -> list[int]:
+    """The host rows of `removed` that a CUDA graph of a decode loop holds: those inside a token's model forward
+    (`_forward_spans`); all of them where the trace shows no decode loop whose tokens can be told apart."""
+    spans = _forward_spans(ctx) if decode_calls(ctx).height >= 2 else None
+    if spans is None:
+        return removed
+    rows = by_id(ctx.trace.host, pl.Series(removed, dtype=pl.UInt32), "i", "ts").sort("ts")
+    inside = rows.join_asof(spans, left_on="ts", right_on="lo", strategy="backward").filter(
+        pl.col("ts") <= pl.col("hi")
+    )
+    return inside["i"].cast(pl.Int64).to_list()
+
+
 def fix_transform(ctx: RuleContext) -> Transform | None:
-    """The fix as a replay transformation: CUDA-graph replay of the decode steps (TV101's: the launching ops and
-    their launch calls leave the host path; blocking calls and device work stay)."""
+    """The fix as a replay transformation: CUDA-graph replay of each token's model forward (TV101's, which holds
+    the forward only on a decode loop: `forward_only`): the launching ops and their launch calls leave the host
+    path; blocking calls and device work stay. What the loop does between forwards (sampling, logits processors,
+    stopping criteria, attention-mask and position bookkeeping: Hugging Face `generate` runs them eagerly around
+    its compiled forward) stays on the host path."""
     if ctx.features.cuda_graphs or decode_calls(ctx).height < 2:
         return None
     t = launch_bound.fix_transform(ctx)

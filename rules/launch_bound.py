@@ -189,7 +189,7 @@ def fix_transform(ctx: RuleContext) -> Transform | None:
     """The fix as a replay transformation: CUDA-graph replay of the steps — the per-launch host cost (the
     launching ops, their launches and their Python) leaves the host path inside the analysed steps; blocking
     calls, the DataLoader and the device work stay. The whole step is taken as the captured region, so this
-    bounds what capture can save."""
+    bounds what capture can save; on a decode loop, each token's model forward (rules/decode_loop.py)."""
     h = ctx.trace.host.select("i", "cat", "name", "ts", "op")
     launched = ctx.trace.gpu.select("op").filter(pl.col("op").is_not_null())["op"].unique()
     sync = sync_calls(ctx.trace)["i"]
@@ -199,4 +199,7 @@ def fix_transform(ctx: RuleContext) -> Transform | None:
                     & ~pl.col("i").is_in(sync.implode()) & ~pl.col("name").str.starts_with("ProfilerStep"))
     if rows.height == 0:
         return None
-    return Transform(NAME, host_removed=rows["i"].cast(pl.Int64).to_list())
+    from . import decode_loop  # (decode_loop builds on this rule: imported here, not at the top)
+
+    # a decode loop's graph holds each token's model forward, not the loop's own work between forwards
+    return Transform(NAME, host_removed=decode_loop.forward_only(ctx, rows["i"].cast(pl.Int64).to_list()))

@@ -16,11 +16,16 @@ import json
 import math
 import re
 
+import polars as pl
 import pytest
 from conftest import ROOT
 from ref_stats import load_events
+from traceview.rules import decode_loop, launch_bound
 
-from traceview.report import analyze
+import traceview
+from traceview.options import Options
+from traceview.report import analyze, select_steps
+from traceview.ruleapi import RuleContext
 
 CODES = {"TV105", "TV205", "TV206", "TV207"}
 BAND = 0.20
@@ -67,9 +72,8 @@ TWINS = [
         "resnet18_fp32",
         "resnet18_bf16_cl",
         "TV206",
-        "measured 2.43 ms, predicted 7.66 ms (+215 %) since pricing uses the collector's measured step: with the "
-        "profiler's cost solved away the host no longer hides the faster convolutions, but the fix adds autocast's "
-        "casts on the host, which the replay cannot add (2.17 ms, -11 %, with the fitted profiler model)",
+        "measured 2.43 ms, predicted 1.64 ms (-32 %): the FP32 step is device-bound, so the pricing takes the fitted "
+        "profiler share, and at it the host after the fix (with autocast's casts) is longer than the twin measured",
     ),
     ("collected4", "attn_eager_s2048", "attn_flash_s2048", "TV205", None),
     ("collected4", "attn_math_s2048", "attn_flash_s2048", "TV205", None),
@@ -88,15 +92,16 @@ TWINS = [
         "resnet50_bf16_cl",
         "TV206",
         "a negative twin: bf16 + channels_last measured 12.16 ms SLOWER (cuDNN heuristics with benchmark off, autocast's "
-        "casts: the fixed run is launch-bound at 9 ms of GPU work in a 33 ms step) while the replay predicts 1.85 ms "
-        "saved; the replay cannot add host work the fix brings, the fix text says to measure and names cudnn.benchmark",
+        "casts: the fixed run is launch-bound at 9 ms of GPU work in a 33 ms step) while the replay predicts 0.50 ms "
+        "saved with autocast's casts on the host; the twin's host ran ~2x slower per unchanged op, the fix text says "
+        "to measure and names cudnn.benchmark",
     ),
     (
         "collected4",
         "small_batch_c4_graph",
         "small_batch_c128_graph",
         "TV207",
-        "the finding's saving is the low end of its range (doubling the batch: 0.34 ms replayed) and the twin grows the "
+        "the finding's saving is the low end of its range (doubling the batch: 0.63 ms replayed) and the twin grows the "
         "batch 32x (measured 1.67 ms): a range claim, checked below as low end <= measured",
     ),
     ("collected4", "decode_dynamic", "decode_static", "TV105", None),
@@ -105,8 +110,7 @@ TWINS = [
         "hf_generate_dynamic",
         "hf_generate_static",
         "TV105",
-        "measured 70.6 ms, predicted 96.3 ms (+37 %): transformers' static-cache generate still launches ops outside "
-        "its compiled graph (its fixed run is launch-bound: TV101 30.7 ms), the replay takes every launch off the host",
+        None,
     ),
 ]
 #: rules of this issue that rightly fire on a fixed run: batch-1 decode replayed as a CUDA graph is the small-grid
@@ -143,13 +147,33 @@ NEGATIVE += [
 ]
 
 
-@pytest.mark.parametrize(("s", "problem", "fixed", "code", "why"), TWINS, ids=[t[1] for t in TWINS])
+#: problems whose rule fires only at info: a larger fix of another rule comes first and leaves it little
+QUIET = {
+    "resnet18_fp32": (
+        "fp32-conv saves 1.64 ms/step replayed (12 % of the step), but elementwise-chain's fix of the batch-norm and "
+        "ReLU chains ranks first (no twin measures it) and leaves the step host-bound: fp32-conv's saving after it is "
+        "under moderate_pct, so it reads info (the measured twin, BF16 + channels_last, saved 2.43 ms)"
+    ),
+}
+
+
+@pytest.mark.parametrize(
+    ("s", "problem", "fixed", "code", "why"),
+    [
+        pytest.param(
+            *t, marks=[pytest.mark.xfail(strict=True, reason=QUIET[t[1]])] if t[1] in QUIET else [], id=t[1]
+        )
+        for t in TWINS
+    ],
+)
 def test_problem_fires_its_rule_and_fixed_twin_is_silent(s, problem, fixed, code, why):
     got = ours(s, problem, code)
     # a twin whose fix measured no saving (resnet50: bf16 + channels_last ran slower) may be priced small: it
     # fires, and above info only where its measured fix saves
     twins = json.loads((SETS[s] / "labels.json").read_text())["twins"]
-    measured = next((t["measured_fix_saving_ms"] for t in twins if (t["problem"], t["fixed"]) == (problem, fixed)), None)
+    measured = next(
+        (t["measured_fix_saving_ms"] for t in twins if (t["problem"], t["fixed"]) == (problem, fixed)), None
+    )
     loud = ("warning", "error") if measured is None or measured > 0 else ("info", "warning", "error")
     assert len(got) == 1 and got[0]["severity"] in loud, got
     assert got[0]["savings_us"] > 0
@@ -344,3 +368,42 @@ def test_math_backend_fix_names_the_backend_switch():
     assert "FP32" in fix and "autocast" in fix
     assert ours("collected4", "attn_eager_s2048", "TV205")[0]["evidence"]["fp32_scores_gemms"] is False
     assert "TV202" not in {f["code"] for f in doc("collected4", "attn_math_s2048")["findings"]}
+
+
+def _rule_ctx(s: str, run: str, mod):
+    t = traceview.load(str(_trace(s, run)))
+    ctx, _ = RuleContext.prepare(t, select_steps(t, None))
+    return t, ctx.for_rule(mod, Options().options_for(mod))
+
+
+def test_decode_graph_holds_each_forward_not_the_generate_loop():
+    # HF generate's static-cache twin still runs its loop eagerly around the compiled forward (measured 70.6 ms saved,
+    # not the 106 ms of every launch): the fix takes the launches inside the decode attention calls off the host
+    # and leaves those of generate's stopping criteria (aten::isin) and greedy pick (aten::argmax)
+    t, rctx = _rule_ctx("collected4", "hf_generate_dynamic", decode_loop)
+    removed = pl.Series(list(decode_loop.fix_transform(rctx).host_removed), dtype=pl.Int64)
+    launched = t.gpu["op"].drop_nulls().unique().cast(pl.Int64)
+    h = t.host.filter((pl.col("ts") >= rctx.lo) & (pl.col("ts") < rctx.hi))
+    rows = h.filter((pl.col("cat") == "cpu_op") & pl.col("i").cast(pl.Int64).is_in(launched.implode()))
+
+    def under(sel: pl.Expr) -> pl.DataFrame:
+        sp = h.filter(sel).select(pl.col("ts").alias("s"), pl.col("end").alias("e")).sort("s")
+        got = rows.sort("ts").join_asof(sp, left_on="ts", right_on="s", strategy="backward")
+        return got.filter(pl.col("ts") < pl.col("e"))
+
+    # the decode calls: SDPA with one query position (q [1, 12, 1, 64]), not the prompt's prefill
+    sdpa = (pl.col("name") == "aten::scaled_dot_product_attention") & pl.col("input_dims").cast(
+        pl.String
+    ).str.starts_with("[[1, 12, 1, 64]")
+    attn, isin, argmax = (
+        under(sdpa),
+        under(pl.col("name") == "aten::isin"),
+        under(pl.col("name") == "aten::argmax"),
+    )
+    assert attn.height > 500 and isin.height > 0 and argmax.height > 0
+    assert attn["i"].cast(pl.Int64).is_in(removed.implode()).all()
+    assert not isin["i"].cast(pl.Int64).is_in(removed.implode()).any()
+    assert not argmax["i"].cast(pl.Int64).is_in(removed.implode()).any()
+    # one model of what a CUDA graph holds: launch-bound's fix on the same decode loop is the same transform
+    _, lctx = _rule_ctx("collected4", "hf_generate_dynamic", launch_bound)
+    assert sorted(launch_bound.fix_transform(lctx).host_removed) == sorted(removed.to_list())

@@ -144,6 +144,8 @@ def unprofiled_steps(
 #: bisection steps of `measured_transform` (each one replay; the share is found to ~0.1 % of [0, SHARE_MAX])
 CALIBRATION_ITERS = 10
 SHARE_MAX = 0.95
+#: a replayed step within this share of the device-bound floor (the replay at SHARE_MAX) is at the floor
+FLOOR_TOL = 0.01
 
 
 def measured_transform(trace: Trace, steps: pl.DataFrame, unprofiled_ns: float | None) -> Transform:
@@ -180,8 +182,15 @@ def _solve(trace: Trace, steps: pl.DataFrame, target_ns: float) -> Transform:
     lo, hi = 0.0, SHARE_MAX  # the replayed step shrinks as the share grows
     if mean(lo) <= target_ns:
         return at(lo)
-    if mean(hi) >= target_ns:
-        return at(hi)
+    floor = mean(hi)
+    if floor >= target_ns:
+        # the measured step is at the device's own chain: every share whose replay reaches that floor reproduces
+        # it, and the measurement says nothing of the host below it. The fitted share where it is among them (the
+        # host the calibration expects, not a host stripped to nothing, which would let any fix of device time
+        # save all of it); else the smallest that reaches the floor (the most host the measurement allows)
+        if mean(HOST_SHARE) <= floor * (1 + FLOOR_TOL):
+            return at(HOST_SHARE)
+        target_ns = floor * (1 + FLOOR_TOL)
     for _ in range(CALIBRATION_ITERS):
         mid = (lo + hi) / 2
         lo, hi = (mid, hi) if mean(mid) > target_ns else (lo, mid)

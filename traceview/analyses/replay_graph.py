@@ -198,6 +198,9 @@ def build(trace: Trace) -> Graph:
     by_launch = launched & (lat >= 0) & ((lat <= lat_cap) | by_graph | in_call)
     d_gap = np.where(by_stream, np.maximum(gap, 0), min(gap_med, gap_cap)).astype(np.int64)
     d_lat = np.where(by_launch, lat, np.minimum(lat, int(lat_med))).astype(np.int64)
+    # a graph's later nodes follow the node before them (program order, kept above): their recorded offset from
+    # the launch call is that chain's, not a latency; pinned to it, nodes made shorter by a fix could not move up
+    d_lat = np.where(by_graph & same_launch, 0, d_lat)
     d_lat = np.maximum(d_lat, 0)
     # cross-stream: the activity of the same device that ended last before an unexplained start
     d_x = np.full(n_d, -1, np.int64)
