@@ -22,7 +22,7 @@ CW="$PY -m collectors collect --out $OUTD/collected5 --wait 24 --warmup 1 --acti
 # recompiling runs: every step compiles, so fewer of them (5 timed wait steps, 10 in all)
 CR="$PY -m collectors collect --out $OUTD/collected5 --wait 5 --warmup 1 --active 3 --shapes"
 # CPU-only runs: the GPU hidden, steps timed by the wall clock
-CC="env CUDA_VISIBLE_DEVICES= $C"
+CPU="env CUDA_VISIBLE_DEVICES= $C"  # not CC: inductor reads CC as the C compiler
 E="$PY -m collectors.examples"
 R="$E.real_models"
 G="$E.hf_compile"
@@ -50,16 +50,16 @@ eager)  # --- GPU twins without compiling, and the eager held-out runs ---------
 compile)  # --- torch.compile twins (HF GPT-2) and compiled / CUDA-graph held-out runs --------------------------
   RUN_TIMEOUT=240 run gpt2c_recompile $CR --name gpt2c_recompile -- $G --mode compile --shapes vary --layers 2 --steps 10
   RUN_TIMEOUT=240 run gpt2c_mark_dynamic $CR --name gpt2c_mark_dynamic -- $G --mode compile --shapes dynamic --layers 2 --steps 10
-  RUN_TIMEOUT=240 run gpt2c_hook_item $C --name gpt2c_hook_item -- $G --mode compile --hook item --layers 4
-  RUN_TIMEOUT=240 run gpt2c_hook_tensor $C --name gpt2c_hook_tensor -- $G --mode compile --hook tensor --layers 4
+  RUN_TIMEOUT=240 run gpt2c_hook_check $C --name gpt2c_hook_check -- $G --mode compile --hook check --layers 4
+  RUN_TIMEOUT=240 run gpt2c_hook_async $C --name gpt2c_hook_async -- $G --mode compile --hook async --layers 4
   RUN_TIMEOUT=240 run gpt2_b1_reduce_overhead $C --name gpt2_b1_reduce_overhead -- $G --mode reduce-overhead --batch 1 --seq 32 --layers 6
   RUN_TIMEOUT=240 run epilogue_mlp_compiled $C --name epilogue_mlp_compiled -- $E.gemm_epilogue --model mlp --fix compile
   ;;
 cpu)  # --- CPU-only twins for cpu-op-overhead: per-parameter optimizer ops vs foreach ---------------------------
-  run cpu_adamw_single $CC --name cpu_adamw_single -- $E.optimizer_step --impl single --layers 24 --d 128 --batch 32 --steps 16
-  run cpu_adamw_foreach $CC --name cpu_adamw_foreach -- $E.optimizer_step --impl foreach --layers 24 --d 128 --batch 32 --steps 16
-  run cpu_gpt2_single $CC --name cpu_gpt2_single -- $R --model gpt2 --layers 2 --d 128 --heads 4 --seq 64 --batch 2 --vocab 1000 --optim single --steps 16
-  run cpu_gpt2_foreach $CC --name cpu_gpt2_foreach -- $R --model gpt2 --layers 2 --d 128 --heads 4 --seq 64 --batch 2 --vocab 1000 --optim foreach --steps 16
+  run cpu_adamw_single $CPU --name cpu_adamw_single -- $E.optimizer_step --impl single --layers 24 --d 128 --batch 32 --steps 16
+  run cpu_adamw_foreach $CPU --name cpu_adamw_foreach -- $E.optimizer_step --impl foreach --layers 24 --d 128 --batch 32 --steps 16
+  run cpu_gpt2_single $CPU --name cpu_gpt2_single -- $R --model gpt2 --layers 2 --d 128 --heads 4 --seq 64 --batch 2 --vocab 1000 --optim single --steps 16
+  run cpu_gpt2_foreach $CPU --name cpu_gpt2_foreach -- $R --model gpt2 --layers 2 --d 128 --heads 4 --seq 64 --batch 2 --vocab 1000 --optim foreach --steps 16
   ;;
 *) echo "unknown group $group (eager | compile | cpu)"; exit 2 ;;
 esac
