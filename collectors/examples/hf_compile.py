@@ -7,10 +7,12 @@
   dynamic shapes off, as a server without padding buckets gets), so the compiled model recompiles inside every
   step; `dynamic` feeds the same lengths with the sequence dimension marked dynamic
   (`torch._dynamo.maybe_mark_dynamic`): one symbolic graph, no recompile.
-- `--hook none|check|async`: a forward hook on every transformer block checks its output for NaN/inf; `check`
-  does it in Python (`if not torch.isfinite(h).all(): raise`: a data-dependent branch, so a graph break and a
-  host sync in each block, as a debugging hook left in does), `async` with `torch._assert_async` (the check
-  stays on the GPU, one graph).
+- `--hook none|item|tensor|check|async`: a forward hook on every transformer block. `item` logs its output norm
+  read on the host with `.item()` (a graph break and a sync in each block, as a debugging/logging hook does),
+  `tensor` keeps the norm on the GPU (one graph; collected5 records this pair). `check` tests the output for
+  NaN/inf in Python (`if not torch.isfinite(h).all(): raise`: a data-dependent branch, a break and a sync),
+  `async` with `torch._assert_async` (on the GPU, one graph): a pair whose break hands Dynamo no host value
+  (a logged `.item()` float can be specialised on by Dynamo).
 
 Steps are marked with collectors.steps (no optimizer). The real-model twins for `launch-bound`, `recompile`
 and `graph-break`.
@@ -33,7 +35,7 @@ def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--mode", choices=["eager", "compile", "reduce-overhead"], default="eager")
     ap.add_argument("--shapes", choices=["fixed", "vary", "dynamic"], default="fixed")
-    ap.add_argument("--hook", choices=["none", "check", "async"], default="none")
+    ap.add_argument("--hook", choices=["none", "item", "tensor", "check", "async"], default="none")
     ap.add_argument("--steps", type=int, default=16)
     ap.add_argument("--batch", type=int, default=8)
     ap.add_argument("--seq", type=int, default=128)
@@ -61,17 +63,21 @@ def main() -> None:
         vocab_size=args.vocab,
     )
     model = AutoModelForCausalLM.from_config(gcfg, attn_implementation="sdpa").to(dev, dtype).eval()
+    norms: list = []
 
-    def check_finite(module: torch.nn.Module, inputs: tuple, output: tuple) -> None:
+    def hook(module: torch.nn.Module, inputs: tuple, output: tuple) -> None:
         h = output[0] if isinstance(output, tuple) else output
-        if args.hook == "async":
+        if args.hook in ("item", "tensor"):
+            n = h.float().norm()
+            norms.append(n.item() if args.hook == "item" else n.detach())
+        elif args.hook == "async":
             torch._assert_async(torch.isfinite(h).all())
         elif not torch.isfinite(h).all():  # read on the host: Dynamo breaks the graph here
             raise FloatingPointError(f"non-finite activations after {type(module).__name__}")
 
     if args.hook != "none":
         for block in model.transformer.h:
-            block.register_forward_hook(check_finite)
+            block.register_forward_hook(hook)
     run = (
         model
         if args.mode == "eager"
@@ -88,10 +94,12 @@ def main() -> None:
     with torch.no_grad():
         for _ in range(3 if args.shapes == "fixed" else 1):  # compile before the timed loop
             out = run(input_ids=tokens(-1), use_cache=False).logits
+            norms.clear()  # each call starts with an empty log, as every timed step does
         timer = StepTimer(dev)
         timer.mark()
         for i in collectors.steps(range(args.steps)):  # no optimizer: mark step boundaries explicitly
             out = run(input_ids=tokens(i), use_cache=False).logits
+            norms.clear()
             timer.mark()
     timer.report(f"gpt2_{args.mode}_{args.shapes}_hook_{args.hook}_b{args.batch}")
     print(f"checksum {float(out[0, 0, :4].float().sum()):.3f}")

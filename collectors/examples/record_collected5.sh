@@ -50,8 +50,8 @@ eager)  # --- GPU twins without compiling, and the eager held-out runs ---------
 compile)  # --- torch.compile twins (HF GPT-2) and compiled / CUDA-graph held-out runs --------------------------
   RUN_TIMEOUT=240 run gpt2c_recompile $CR --name gpt2c_recompile -- $G --mode compile --shapes vary --layers 2 --steps 10
   RUN_TIMEOUT=240 run gpt2c_mark_dynamic $CR --name gpt2c_mark_dynamic -- $G --mode compile --shapes dynamic --layers 2 --steps 10
-  RUN_TIMEOUT=240 run gpt2c_hook_check $C --name gpt2c_hook_check -- $G --mode compile --hook check --layers 4
-  RUN_TIMEOUT=240 run gpt2c_hook_async $C --name gpt2c_hook_async -- $G --mode compile --hook async --layers 4
+  RUN_TIMEOUT=240 run gpt2c_hook_item $C --name gpt2c_hook_item -- $G --mode compile --hook item --layers 4
+  RUN_TIMEOUT=240 run gpt2c_hook_tensor $C --name gpt2c_hook_tensor -- $G --mode compile --hook tensor --layers 4
   RUN_TIMEOUT=240 run gpt2_b1_reduce_overhead $C --name gpt2_b1_reduce_overhead -- $G --mode reduce-overhead --batch 1 --seq 32 --layers 6
   RUN_TIMEOUT=240 run epilogue_mlp_compiled $C --name epilogue_mlp_compiled -- $E.gemm_epilogue --model mlp --fix compile
   ;;
