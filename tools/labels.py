@@ -348,7 +348,10 @@ on held-out runs with `with_stack=True`, compiled, CUDA-graph and tiny-op steps.
 GEMM epilogue (synthetic MLP, Hugging Face BERT's intermediate layer), pageable copies (synthetic, torchvision
 ResNet-18 inputs), recompiles, graph breaks and launch-bound steps on Hugging Face GPT-2 under torch.compile,
 small grids on torchvision ResNet-18 served one image per call, a second input-bound twin and CPU-only
-cpu-op-overhead twins; random weights. Recorded with `collectors/examples/record_collected5.sh OUT`.
+cpu-op-overhead twins; random weights. Recorded 2026-12-02 in two device calls,
+`collectors/examples/record_collected5.sh OUT eager`, then `... compile cpu` (the graph-break pair is the
+`--hook item|tensor` one: a hook logging each block's output norm with `.item()` vs keeping it on the GPU). The
+CPU GPT-2 twin measured foreach AdamW *slower* than the single-tensor loop: kept as measured.
 
 Every run is `python3 -m collectors collect --wait 10 --warmup 1 --active 3 --shapes [--stack] -- ...` (DataLoader
 runs: `--wait 24`; recompiling runs: fewer steps); each folder holds the trace, `manifest.json` and
