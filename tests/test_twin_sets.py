@@ -4,6 +4,7 @@ measures it agrees with the collector's timing of that step."""
 
 from __future__ import annotations
 
+import functools
 import importlib.util
 import json
 import statistics
@@ -106,3 +107,53 @@ def test_held_out_runs_are_not_calibration_inputs():
             ["git", "grep", "-l", name, "--", "traceview"], cwd=ROOT, capture_output=True, text=True
         )
         assert out.stdout.strip() == "", out.stdout
+
+
+#: collected5 twins whose verdict is wrong today: (problem, fixed) -> what the analyzer says (xfail strict)
+VERDICT_MISSES = {
+    (
+        "epilogue_bert_eager",
+        "epilogue_bert_fused",
+    ): "no gemm-epilogue finding: HF BERT's GELU runs on the 3-D view "
+    "of the flattened addmm's output and the rule matches equal shapes only (1.48 ms measured)",
+    (
+        "gpt2c_hook_item",
+        "gpt2c_hook_tensor",
+    ): "no graph-break finding on the hook's .item() (4 syncs a step inside "
+    "'Torch-Compiled Region: 0/0' as host-sync info; launch-bound error 3.15 ms; 3.23 ms measured)",
+    ("gpt2_b1_eager", "gpt2_b1_reduce_overhead"): "the reduce-overhead twin (already CUDA graphs) still gets "
+    "launch-bound at error, 0.45 ms a step on a 0.82 ms measured step (GPU busy 0.31 ms)",
+    (
+        "cpu_adamw_single",
+        "cpu_adamw_foreach",
+    ): "cpu-op-overhead warns on the foreach twin (1.18 ms a step) and "
+    "claims 4.82 ms on the problem where foreach measured 0.21 ms",
+}
+C5 = _labels("collected5")["twins"] if "collected5" in SETS else []
+
+
+@functools.cache
+def _findings(name: str, run: str) -> tuple[tuple[str, str], ...]:
+    rep = analyze([str(ROOT / "sample_traces" / name / run / _labels(name)["runs"][run]["trace"])]).to_dict()
+    return tuple((f["rule"], f["severity"]) for f in rep["traces"][0]["findings"])
+
+
+@pytest.mark.parametrize(
+    "t",
+    [
+        pytest.param(
+            t,
+            id=f"{t['problem']}->{t['fixed']}",
+            marks=[pytest.mark.xfail(strict=True, reason=VERDICT_MISSES[(t["problem"], t["fixed"])])]
+            if (t["problem"], t["fixed"]) in VERDICT_MISSES
+            else [],
+        )
+        for t in C5
+        if t["measured_fix_saving_ms"] > 0
+    ],
+)
+def test_collected5_problem_fires_its_rule_and_the_fixed_twin_does_not_warn(t):
+    """The labels name the rule each problem run shows: it fires there (any severity) and not above info on the
+    fixed twin, whose step the fix already took."""
+    assert t["rule"] in {r for r, _ in _findings("collected5", t["problem"])}
+    assert [s for r, s in _findings("collected5", t["fixed"]) if r == t["rule"] and s != "info"] == []
