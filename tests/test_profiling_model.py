@@ -27,9 +27,11 @@ CALIBRATION = set(json.loads((SAMPLES.parent / "tools/overhead_split.json").read
 
 def _runs() -> list[tuple[str, Path]]:
     out = []
-    # collected3 and collected4 (recorded later, never fitted on) are scored on their own below
+    # collected3, collected4 and collected5 (recorded later, never fitted on) are scored on their own below
     found = [*SAMPLES.glob("collected*/*/manifest.json"), *SAMPLES.glob("nccl_h200x2/*/manifest.json")]
-    for m in sorted(p for p in found if p.parent.parent.name not in ("collected3", "collected4")):
+    for m in sorted(
+        p for p in found if p.parent.parent.name not in ("collected3", "collected4", "collected5")
+    ):
         cal = f"{m.parent.parent.name}/{m.parent.name}" in CALIBRATION
         for f in sorted(m.parent.glob("*.pt.trace.json.gz")):
             out.append(("calibration" if cal else "held-out", f))
@@ -196,3 +198,53 @@ def test_held_out_collected4_twins():
     assert len(est) == 27
     assert statistics.median(est) < 0.15 and statistics.median(raw) > 2 * statistics.median(est)
     assert sum(e <= r + 1e-6 for e, r in zip(est, raw, strict=True)) >= 0.8 * len(est)
+
+
+@pytest.fixture(scope="module")
+def collected5() -> dict[str, tuple[float | None, float]]:
+    """{run: (estimate / measured − 1 or None, traced / measured − 1)} of collected5 (recorded after the fit:
+    twins and the held-out with_stack, compiled, CUDA-graph and tiny-op runs)."""
+    labels = json.loads((SAMPLES / "collected5/labels.json").read_text())["runs"]
+    out = {}
+    for name, r in labels.items():
+        (t,) = analyze([SAMPLES / "collected5" / name / r["trace"]], Options(codes=("TV101",))).to_dict()[
+            "traces"
+        ]
+        unprof, p = r["unprofiled_step_ms"] * 1000, t["profiling"]
+        est = p["estimated_unprofiled_step_us"]
+        if (
+            est is not None
+        ):  # bounded by construction: never above the traced step, never below the GPU's busy time
+            assert p["gpu_busy_per_step_us"] - 1 <= est <= t["summary"]["avg_step_us"] + 1, name
+        out[name] = (None if est is None else est / unprof - 1, t["summary"]["avg_step_us"] / unprof - 1)
+    return out
+
+
+def test_held_out_collected5(collected5):
+    """Held out (never fitted on): median 7.3 % against the collector's unprofiled step where doing nothing is off
+    by 33 %, every run at least as close as the traced step; the CPU-only runs (no GPU) get no estimate."""
+    assert sorted(n for n, (e, _) in collected5.items() if e is None) == [
+        "cpu_adamw_foreach",
+        "cpu_adamw_single",
+        "cpu_gpt2_foreach",
+        "cpu_gpt2_single",
+    ]
+    est = [abs(e) for e, _ in collected5.values() if e is not None]
+    raw = [abs(r) for e, r in collected5.values() if e is not None]
+    assert len(est) == 21
+    assert statistics.median(est) <= 0.10 and statistics.median(raw) > 3 * statistics.median(est)
+    assert all(e <= r + 1e-6 for e, r in zip(est, raw, strict=True))
+    # with_stack on a real model (HF GPT-2, batch 1) and on a tiny-op loop: within issue 25's 30 %
+    assert (
+        abs(collected5["gpt2_b1_eager_stack"][0]) < 0.30
+        and abs(collected5["tiny_ops_n32_eager_stack"][0]) < 0.30
+    )
+
+
+@pytest.mark.xfail(
+    strict=True,
+    reason="issue 25's worst-case 30 % is missed on collected5 (held out): worst 33.2 % (h2d_resnet18_pageable: "
+    "22.6 ms estimated, 17.0 ms measured, 35.8 ms traced; gpt2c_recompile +27 %: 3413 vs 2680 ms)",
+)
+def test_held_out_collected5_worst(collected5):
+    assert max(abs(e) for e, _ in collected5.values() if e is not None) <= 0.30

@@ -33,8 +33,11 @@ def twins() -> list[dict]:
         for other, m in sorted((v.get("also_fixed_by") or {}).items()):
             out.append({"set": "collected2", "problem": name, "fixed": other, "rule": rule,
                         "measured_ms": m["measured_fix_saving_ms"]})
-    for name in ("collected3", "collected4"):
-        labels = json.loads((ROOT / f"sample_traces/{name}/labels.json").read_text())
+    for name in ("collected3", "collected4", "collected5"):  # the sets of tools/labels.py
+        path = ROOT / f"sample_traces/{name}/labels.json"
+        if not path.is_file():
+            continue
+        labels = json.loads(path.read_text())
         for t in labels["twins"]:
             out.append({"set": name, "problem": t["problem"], "fixed": t["fixed"], "rule": t["rule"],
                         "measured_ms": t["measured_fix_saving_ms"]})
