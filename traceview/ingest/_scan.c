@@ -1861,6 +1861,16 @@ static P next_split(P lo, P a, P lim) {
 #define MAX_THREADS 256
 typedef struct { Cols c; P start, end, limit; int final, started; Out o; pthread_t th; } Work;
 
+/* wait for worker `w` (once); one that could not start counts as failed: its range is parsed by the join */
+static void work_wait(Work *w) {
+    if (w->started) {
+        pthread_join(w->th, NULL);
+        w->started = 0;
+    } else if (w->started == 0 && !w->o.stop) {
+        w->o.rc = -1;
+    }
+}
+
 static void *work_main(void *arg) {
     Work *w = arg;
     w->o = run_events(&w->c, w->start, w->end, w->limit, w->final);
@@ -1910,15 +1920,16 @@ static Out par_events(Scanner *s, P p, P end, P lim, int final) {
         gil_drop(d);
         for (int i = 1; i < k; i++) w[i].started = pthread_create(&w[i].th, NULL, work_main, &w[i]) == 0;
         work_main(&w[0]);
-        for (int i = 1; i < k; i++) {
-            if (w[i].started) pthread_join(w[i].th, NULL);
-            else w[i].o.rc = -1; /* not run: parsed here */
-        }
         gil_take(d);
-        /* the join: range i is the worker's when the ranges before ended at its start, else parsed here */
+        /* the join, in order (range i's columns are copied while the workers after it may still run): range
+         * i is the worker's when the ranges before ended at its start, else it is parsed here */
         for (int i = 0; i < k; i++) {
             P from = i ? o.stop : p;
             if (i && (o.rc || o.how != R_LIMIT)) break;
+            if (i) {
+                gil_drop(d);
+                work_wait(&w[i]);
+            }
             if (from == starts[i] && w[i].o.rc == 0) {
                 gil_take(d);
                 int rc = cols_merge(d, &w[i].c);
@@ -1934,6 +1945,8 @@ static Out par_events(Scanner *s, P p, P end, P lim, int final) {
     } else {
         PyErr_NoMemory();
     }
+    gil_drop(d); /* (a worker may wait for the GIL: a keep() call) */
+    for (int i = 1; i < k; i++) work_wait(&w[i]); /* those the join did not reach */
     gil_take(d);
     for (int i = 0; i < k; i++) cols_free(&w[i].c);
     free(w);
