@@ -1,6 +1,6 @@
 /* traceview.ingest._scan: one-pass columnar scanner for Kineto chrome-trace JSON.
  *
- * Scanner(keep=None, structs=(), tables=()): .feed(chunk) ... .finish() -> dict | None
+ * Scanner(keep=None, structs=(), tables=(), threads=1, slice=4 MiB): .feed(chunk) ... .finish() -> dict | None
  *     Walks the top-level object once, fed in chunks of any size (a member or event cut by the
  *     end of a chunk is carried over and parsed whole with the next one), with the GIL released
  *     while it parses. The `traceEvents` array is turned into columns (dictionary-encoded
@@ -12,7 +12,8 @@
  *     over as Arrow arrays. An object whose values the scanner cannot vouch for (see parse_row) gets
  *     placeholders, and its text is kept ("odd") for msgspec to decode. Every other top-level member's
  *     `"key": value` text is returned, ','-joined, for the caller to decode. The whole document is
- *     never held.
+ *     never held. With threads > 1 the events are parsed in batches of `slice` bytes a thread, each cut into
+ *     byte ranges parsed by worker threads and joined in order (see "workers" below): the same result.
  *
  * Contract: finish() returns None whenever the input is anything but plain, valid JSON of the
  * shape the msgspec decoder (traceview/ingest/decode.py) accepts without repairs; the caller then falls
@@ -251,7 +252,7 @@ static const double POW10[] = {1e0, 1e1, 1e2, 1e3, 1e4, 1e5, 1e6, 1e7, 1e8, 1e9,
                                1e12, 1e13, 1e14, 1e15, 1e16, 1e17, 1e18, 1e19, 1e20, 1e21, 1e22};
 
 /* double of a validated number literal [s, e) by Clinger's fast path: 1 done, -1 needs parse_double
- * (which calls into CPython: the GIL must be held) */
+ * (CPython's strtod where glibc's is not at hand: then the GIL must be held) */
 static int parse_double_fast(P s, P e, double *out) {
     P p = s;
     int neg = 0;

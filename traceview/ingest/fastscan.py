@@ -12,6 +12,9 @@ is not kept. An object the scanner cannot vouch for (a value of another type, a 
 an int beyond 64 bits...) is kept as text instead, and its rows are decoded by msgspec (`Events.table`
 says which).
 
+The events are parsed in `cores.scan_threads()` threads (`TRACEVIEW_THREADS`), byte ranges joined in order:
+the same result as one thread (tests/test_scan_threads.py).
+
 Contract: the frames built from an `Events` are identical to those of the msgspec path; the C
 scanner refuses (None), or leaves to msgspec, every input where they could differ. tests/test_fastscan.py
 checks this.
