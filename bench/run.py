@@ -38,6 +38,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from bench_load import DECODE, HTA, run  # noqa: E402
+from bench_threads import scan_times  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[1]
 SHARED_BIG = ROOT.parent / "shared/traces/big/big_train_60steps.json.gz"
@@ -234,7 +235,9 @@ def main() -> None:
             halves.append((rows[-1][0], read_halves(p), rows[-1][2]["traceview"][0]))
             if scaling is not None and (os.cpu_count() or 1) > 1:  # the last (largest) size wins
                 one = median_runs({"one core": (tv_cmd(p, ("taskset", "-c", "0")), False)}, a.big_repeat)["one core"]
-                scaling = (rows[-1][0], m, one, rows[-1][2]["traceview"])
+                cores = len(os.sched_getaffinity(0))  # the C scan alone, 1 thread vs one per core (in memory)
+                scans = scan_times(p.read_bytes(), sorted({1, cores}), max(a.big_repeat, 3))
+                scaling = (rows[-1][0], m, one, rows[-1][2]["traceview"], scans)
             p.unlink()
         for millions in [float(x) for x in a.tiny_events.split(",") if x.strip()]:
             p = tmpd / f"tiny{millions:g}M.json.gz"
@@ -275,12 +278,15 @@ def main() -> None:
                      f"{100 * share['cpu_share']:.1f} % of the run's CPU time.")
         # core scaling
         if scaling:
-            name, m, one, allc = scaling
+            name, m, one, allc, scans = scaling
             lines.append(f"\n## Core scaling ({name}, {m:.0f} MB of JSON)\n")
             lines.append("| cores | seconds | MB/s | peak RSS MiB |\n|---|---|---|---|")
             lines.append(f"| 1 (taskset -c 0) | {one[0]:.2f} | {m / one[0]:.0f} | {one[1]:.0f} |")
             lines.append(f"| {os.cpu_count()} | {allc[0]:.2f} | {m / allc[0]:.0f} | {allc[1]:.0f} |")
             lines.append(f"\n{os.cpu_count()} cores are {one[0] / allc[0]:.2f}x faster than one.")
+            lines.append("\nThe C scan alone (bench/bench_threads.py's, in memory, medians):\n")
+            lines.append("| scanner threads | wall s | MB/s | CPU s |\n|---|---|---|---|")
+            lines += [f"| {t} | {w:.3f} | {m / w:.0f} | {c:.2f} |" for t, (w, c) in scans.items()]
         # peers
         hta = None
         if a.no_peers:
@@ -310,6 +316,9 @@ def main() -> None:
         if scaling:
             summary.append(f"| {scaling[0]}: {os.cpu_count()} cores vs 1 | {scaling[2][0] / scaling[3][0]:.2f}x | "
                            ">= 6x on 16 cores |")
+            summary.append(f"| {scaling[0]}: MB/s end to end, all cores | {scaling[1] / scaling[3][0]:.0f} | >= 500 |")
+            (t1, (w1, _)), (tn, (wn, _)) = list(scaling[4].items())[0], list(scaling[4].items())[-1]
+            summary.append(f"| {scaling[0]}: C scan alone, {tn} threads vs {t1} | {w1 / wn:.2f}x | |")
         summary.append(f"| HTA / traceview ({big.name}) | {f'{hta:.1f}x' if hta else 'not run'} | >= 40x |")
         lines[2:2] = summary + [""]
         doc = profile(big)

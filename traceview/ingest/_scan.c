@@ -1,6 +1,6 @@
 /* traceview.ingest._scan: one-pass columnar scanner for Kineto chrome-trace JSON.
  *
- * Scanner(keep=None, structs=(), tables=()): .feed(chunk) ... .finish() -> dict | None
+ * Scanner(keep=None, structs=(), tables=(), threads=1, slice=4 MiB): .feed(chunk) ... .finish() -> dict | None
  *     Walks the top-level object once, fed in chunks of any size (a member or event cut by the
  *     end of a chunk is carried over and parsed whole with the next one), with the GIL released
  *     while it parses. The `traceEvents` array is turned into columns (dictionary-encoded
@@ -12,7 +12,8 @@
  *     over as Arrow arrays. An object whose values the scanner cannot vouch for (see parse_row) gets
  *     placeholders, and its text is kept ("odd") for msgspec to decode. Every other top-level member's
  *     `"key": value` text is returned, ','-joined, for the caller to decode. The whole document is
- *     never held.
+ *     never held. With threads > 1 the events are parsed in batches of `slice` bytes a thread, each cut into
+ *     byte ranges parsed by worker threads and joined in order (see "workers" below): the same result.
  *
  * Contract: finish() returns None whenever the input is anything but plain, valid JSON of the
  * shape the msgspec decoder (traceview/ingest/decode.py) accepts without repairs; the caller then falls
@@ -24,8 +25,14 @@
 #include <stdint.h>
 #include <string.h>
 #include <math.h>
+#include <pthread.h>
 #ifdef __linux__
 #include <sys/mman.h>
+#endif
+#ifdef __GLIBC__
+#include <locale.h>
+/* glibc's strtod is correctly rounded, as float() is; strtod_l in the "C" locale needs no GIL */
+static locale_t c_locale;
 #endif
 
 #define MAX_DEPTH 64
@@ -245,7 +252,7 @@ static const double POW10[] = {1e0, 1e1, 1e2, 1e3, 1e4, 1e5, 1e6, 1e7, 1e8, 1e9,
                                1e12, 1e13, 1e14, 1e15, 1e16, 1e17, 1e18, 1e19, 1e20, 1e21, 1e22};
 
 /* double of a validated number literal [s, e) by Clinger's fast path: 1 done, -1 needs parse_double
- * (which calls into CPython: the GIL must be held) */
+ * (CPython's strtod where glibc's is not at hand: then the GIL must be held) */
 static int parse_double_fast(P s, P e, double *out) {
     P p = s;
     int neg = 0;
@@ -295,18 +302,28 @@ static int parse_double(P s, P e, double *out) {
         *out = neg ? -d : d;
         return 1;
     }
-    /* general case: CPython's correctly rounded strtod */
+    /* general case: a correctly rounded strtod (glibc's in the "C" locale, else CPython's: GIL held) */
     char stackbuf[128];
     Py_ssize_t n = e - s;
+#ifdef __GLIBC__
+    char *buf = n < (Py_ssize_t)sizeof(stackbuf) ? stackbuf : malloc(n + 1);
+#else
     char *buf = n < (Py_ssize_t)sizeof(stackbuf) ? stackbuf : PyMem_Malloc(n + 1);
+#endif
     if (!buf) return 0;
     memcpy(buf, s, n);
     buf[n] = 0;
     char *endp = NULL;
+#ifdef __GLIBC__
+    double d = strtod_l(buf, &endp, c_locale);
+    int good = endp == buf + n && isfinite(d);
+    if (buf != stackbuf) free(buf);
+#else
     double d = PyOS_string_to_double(buf, &endp, NULL);
     int good = !(d == -1.0 && PyErr_Occurred()) && endp == buf + n && isfinite(d);
     if (buf != stackbuf) PyMem_Free(buf);
     if (PyErr_Occurred()) PyErr_Clear();
+#endif
     if (!good) return 0;
     *out = d;
     return 1;
@@ -921,7 +938,10 @@ fail:
 
 /* keys are owned copies: the bytes they came from are gone once the next chunk arrives */
 typedef struct { uint64_t h; char *key; Py_ssize_t len; uint32_t code; int used; } Slot;
-typedef struct { Slot *slots; size_t cap, count; PyObject *uniques; } Intern;
+/* a worker's own string (one not in the shared dictionary): its key, in the order of first use */
+typedef struct { const char *key; Py_ssize_t len; uint64_t h; int esc; } LKey;
+/* `uniques`: the Python strings, by code (the scanner's own dictionary); a worker's has none: `loc` */
+typedef struct { Slot *slots; size_t cap, count; PyObject *uniques; Buf loc; } Intern;
 
 static uint64_t hash_bytes(P s, Py_ssize_t n) {
     uint64_t h = 0x9E3779B97F4A7C15ULL ^ (uint64_t)n;
@@ -947,12 +967,40 @@ static int intern_init(Intern *t) {
     return 1;
 }
 
+static int intern_grow(Intern *t);
+
 static void intern_free(Intern *t) {
     if (t->slots)
         for (size_t i = 0; i < t->cap; i++) free(t->slots[i].key);
     free(t->slots);
     t->slots = NULL;
+    buf_free(&t->loc);
     Py_CLEAR(t->uniques);
+}
+
+/* the code of key [s, s+n) with hash h, -1 if absent (no GIL needed: only reads) */
+static inline int64_t intern_find(const Intern *t, uint64_t h, P s, Py_ssize_t n) {
+    size_t j = h & (t->cap - 1);
+    while (t->slots[j].used) {
+        const Slot *sl = &t->slots[j];
+        if (sl->h == h && sl->len == n && memcmp(sl->key, s, n) == 0) return sl->code;
+        j = (j + 1) & (t->cap - 1);
+    }
+    return -1;
+}
+
+/* a new key (not present) with the next code; NULL when out of memory, else its owned copy */
+static char *intern_add(Intern *t, uint64_t h, P s, Py_ssize_t n) {
+    size_t j = h & (t->cap - 1);
+    while (t->slots[j].used) j = (j + 1) & (t->cap - 1);
+    char *key = malloc(n ? n : 1);
+    if (!key) return NULL;
+    memcpy(key, s, n);
+    Slot *sl = &t->slots[j];
+    sl->h = h; sl->key = key; sl->len = n; sl->code = (uint32_t)t->count; sl->used = 1;
+    t->count++;
+    if (t->count * 2 > t->cap && !intern_grow(t)) return NULL;
+    return key;
 }
 
 static int intern_grow(Intern *t) {
@@ -1001,7 +1049,7 @@ static int which_key(P s, Py_ssize_t n) {
 typedef struct { uint32_t a, b, c, keep; unsigned char used; } TSlot;
 typedef struct { TSlot *s; size_t cap, count; } Triples;
 
-typedef struct {
+typedef struct Cols {
     Intern ph, cat, name;
     Buf c_ph, c_cat, c_name, pid, tid, ts, dur, nargs;
     Buf id_rows, id_vals; /* the int ids (flows' only): rows and values */
@@ -1017,22 +1065,54 @@ typedef struct {
     Buf odd_ev, odd_off, odd; /* args objects the scanner does not vouch for: event, offsets, text */
     Py_ssize_t n;
     PyThreadState *saved; /* non-NULL while this scan runs with the GIL released */
+    /* a worker (one byte range of the events, in a thread of its own): `glob` is the scanner's Cols, read
+     * only while the workers run (its dictionaries and triples); the worker's new strings are keys only
+     * (`Intern.loc`, codes with LOCAL set) and its string pid / tid / id values are kept as text (`strs`):
+     * the merge (cols_merge) makes the Python objects, in event order */
+    struct Cols *glob;
+    int held;               /* a worker holds the GIL (PyGILState_Ensure) */
+    PyGILState_STATE gs;
+    Buf strs, strtext;      /* PStr records and their text */
 } Cols;
 
+#define LOCAL 0x80000000u
+typedef struct { int64_t row, off, len; int kind, esc; } PStr; /* kind: 0 pid, 1 tid, 2 id */
+
 /* The scan runs without the GIL; whatever calls into CPython (a new string, a string id, a slow float,
- * the keep callback) takes it back first. */
+ * the keep callback) takes it back first. A worker thread has no Python thread state of its own until
+ * it needs one (rarely: a keep() call, a float glibc cannot parse). */
 static inline void gil_take(Cols *c) {
+    if (c->glob) {
+        if (!c->held) { c->gs = PyGILState_Ensure(); c->held = 1; }
+        return;
+    }
     if (c->saved) { PyEval_RestoreThread(c->saved); c->saved = NULL; }
 }
 
 static inline void gil_drop(Cols *c) {
+    if (c->glob) {
+        if (c->held) { c->held = 0; PyGILState_Release(c->gs); }
+        return;
+    }
     if (!c->saved) c->saved = PyEval_SaveThread();
 }
 
-/* code of the string body [s, e): -1 on error, -2 on invalid text */
-static int64_t intern_code(Cols *c, Intern *t, P s, P e, int esc) {
+/* code of the string body [s, e): -1 on error, -2 on invalid text. `g`: a worker's shared dictionary
+ * (its codes first; the worker's own ones have LOCAL set) */
+static int64_t intern_code(Cols *c, Intern *t, const Intern *g, P s, P e, int esc) {
     Py_ssize_t n = e - s;
     uint64_t h = hash_bytes(s, n);
+    if (g) {
+        int64_t k = intern_find(g, h, s, n);
+        if (k >= 0) return k;
+        k = intern_find(t, h, s, n);
+        if (k >= 0) return k | LOCAL;
+        k = (int64_t)t->count;
+        char *key = intern_add(t, h, s, n);
+        LKey lk = {key, n, h, esc};
+        if (!key || !buf_put(&t->loc, &lk, sizeof lk)) return -1;
+        return k | LOCAL;
+    }
     size_t j = h & (t->cap - 1);
     while (t->slots[j].used) {
         Slot *sl = &t->slots[j];
@@ -1064,20 +1144,52 @@ static inline size_t triple_hash(uint32_t a, uint32_t b, uint32_t c) {
     return (size_t)(h ^ (h >> 31));
 }
 
-/* the table bits (0: none), -1 error */
-static int64_t keep_args(Cols *c, uint32_t a, uint32_t b, uint32_t d) {
-    if (c->keep == Py_None) return 0;
-    Triples *t = &c->trip;
+/* the answer cached for a triple, -1 if none */
+static int64_t trip_find(const Triples *t, uint32_t a, uint32_t b, uint32_t d) {
     size_t j = triple_hash(a, b, d) & (t->cap - 1);
     while (t->s[j].used) {
-        TSlot *sl = &t->s[j];
+        const TSlot *sl = &t->s[j];
         if (sl->a == a && sl->b == b && sl->c == d) return sl->keep;
         j = (j + 1) & (t->cap - 1);
     }
+    return -1;
+}
+
+static int trip_put(Triples *t, uint32_t a, uint32_t b, uint32_t d, uint32_t k);
+
+/* a worker's string of code `code` of dictionary `i` (0 ph, 1 cat, 2 name), a new reference; GIL held */
+static PyObject *worker_str(Cols *c, int i, uint32_t code) {
+    Intern *g = i == 0 ? &c->glob->ph : i == 1 ? &c->glob->cat : &c->glob->name;
+    Intern *t = i == 0 ? &c->ph : i == 1 ? &c->cat : &c->name;
+    if (!(code & LOCAL)) {
+        PyObject *o = PyList_GET_ITEM(g->uniques, code);
+        Py_INCREF(o);
+        return o;
+    }
+    const LKey *k = &((const LKey *)t->loc.data)[code & ~LOCAL];
+    return make_str((P)k->key, (P)k->key + k->len, k->esc);
+}
+
+/* the table bits (0: none), -1 error */
+static int64_t keep_args(Cols *c, uint32_t a, uint32_t b, uint32_t d) {
+    if (c->keep == Py_None) return 0;
+    if (c->glob && !((a | b | d) & LOCAL)) {
+        int64_t k = trip_find(&c->glob->trip, a, b, d);
+        if (k >= 0) return k;
+    }
+    int64_t known = trip_find(&c->trip, a, b, d);
+    if (known >= 0) return known;
     gil_take(c);
-    PyObject *r = PyObject_CallFunctionObjArgs(c->keep, PyList_GET_ITEM(c->ph.uniques, a),
-                                               PyList_GET_ITEM(c->cat.uniques, b),
-                                               PyList_GET_ITEM(c->name.uniques, d), NULL);
+    PyObject *r;
+    if (c->glob) {
+        PyObject *x = worker_str(c, 0, a), *y = worker_str(c, 1, b), *z = worker_str(c, 2, d);
+        r = x && y && z ? PyObject_CallFunctionObjArgs(c->keep, x, y, z, NULL) : NULL;
+        Py_XDECREF(x); Py_XDECREF(y); Py_XDECREF(z);
+    } else {
+        r = PyObject_CallFunctionObjArgs(c->keep, PyList_GET_ITEM(c->ph.uniques, a),
+                                         PyList_GET_ITEM(c->cat.uniques, b), PyList_GET_ITEM(c->name.uniques, d),
+                                         NULL);
+    }
     if (!r) return -1;
     long k = PyLong_AsLong(r);
     Py_DECREF(r);
@@ -1086,8 +1198,16 @@ static int64_t keep_args(Cols *c, uint32_t a, uint32_t b, uint32_t d) {
         PyErr_SetString(PyExc_ValueError, "keep() must return a bit mask of the args tables");
         return -1;
     }
+    if (trip_put(&c->trip, a, b, d, (uint32_t)k)) return -1;
+    return k;
+}
+
+/* a triple not in `t` yet: 0 / -1 (out of memory) */
+static int trip_put(Triples *t, uint32_t a, uint32_t b, uint32_t d, uint32_t k) {
+    size_t j = triple_hash(a, b, d) & (t->cap - 1);
+    while (t->s[j].used) j = (j + 1) & (t->cap - 1);
     TSlot *sl = &t->s[j];
-    sl->a = a; sl->b = b; sl->c = d; sl->used = 1; sl->keep = (uint32_t)k;
+    sl->a = a; sl->b = b; sl->c = d; sl->used = 1; sl->keep = k;
     if (++t->count * 2 > t->cap) {
         size_t cap = t->cap * 2;
         TSlot *s = calloc(cap, sizeof(TSlot));
@@ -1102,7 +1222,7 @@ static int64_t keep_args(Cols *c, uint32_t a, uint32_t b, uint32_t d) {
         t->s = s;
         t->cap = cap;
     }
-    return k;
+    return 0;
 }
 
 /* 0 ok, 1 invalid input, -1 error (a Python exception, or out of memory when none is set) */
@@ -1112,13 +1232,20 @@ static const unsigned char EMPTY[1] = {0};
 
 /* pid / tid / id: int64, or a string recorded in `strs` by row */
 static int int_or_str(Cols *c, P p, P end, P *after, int64_t *out, PyObject *strs, int allow_null,
-                      unsigned char *present) {
+                      unsigned char *present, int kind) {
     *present = 1;
     *out = 0;
     if (*p == '"') {
         int esc;
         P q = scan_string(p, end, &esc);
         FAIL_IF(!q);
+        if (c->glob) { /* a worker: the text, for the merge */
+            PStr ps = {c->n, c->strtext.len, (q - 1) - (p + 1), kind, esc};
+            if (!buf_put(&c->strs, &ps, sizeof ps) || !buf_put(&c->strtext, p + 1, ps.len)) return -1;
+            *present = 0;
+            *after = q;
+            return 0;
+        }
         gil_take(c);
         PyObject *s = make_str(p + 1, q - 1, esc);
         if (!s) {
@@ -1169,9 +1296,10 @@ static int parse_args(Cols *c, int st, P p, P end, P *after, int *bad, uint64_t 
     if (*bad) {
         *after = skip_container(p, end, 1); /* why: invalid JSON, or only a value msgspec takes otherwise */
     } else if (slow) {
+#ifndef __GLIBC__
         gil_take(c);
+#endif
         *bad = check_floats(&c->structs[st], c->scratch, *seen);
-        if (PyErr_Occurred()) return -1;
     }
     return 0;
 }
@@ -1196,8 +1324,10 @@ static int put_args(Cols *c, uint32_t mask, int st, int bad, uint64_t seen, P as
 /* ph, cat, name codes of the event (absent: "") */
 static int event_codes(Cols *c, P *str_s, P *str_e, int *str_esc, uint32_t *code) {
     Intern *tabs[3] = {&c->ph, &c->cat, &c->name};
+    Intern *g[3] = {NULL, NULL, NULL};
+    if (c->glob) { g[0] = &c->glob->ph; g[1] = &c->glob->cat; g[2] = &c->glob->name; }
     for (int i = 0; i < 3; i++) {
-        int64_t k = intern_code(c, tabs[i], str_s[i], str_e[i], str_esc[i]);
+        int64_t k = intern_code(c, tabs[i], g[i], str_s[i], str_e[i], str_esc[i]);
         if (k == -1) return -1;
         if (k == -2) return 1;
         code[i] = (uint32_t)k;
@@ -1249,15 +1379,15 @@ static int parse_event(Cols *c, P p, P end, P *after) {
                 break;
             }
             case K_PID:
-                rc = int_or_str(c, p, end, &p, &pid, c->pid_strs, 0, &dummy);
+                rc = int_or_str(c, p, end, &p, &pid, c->pid_strs, 0, &dummy, 0);
                 if (rc) return rc;
                 break;
             case K_TID:
-                rc = int_or_str(c, p, end, &p, &tid, c->tid_strs, 0, &dummy);
+                rc = int_or_str(c, p, end, &p, &tid, c->tid_strs, 0, &dummy, 1);
                 if (rc) return rc;
                 break;
             case K_ID:
-                rc = int_or_str(c, p, end, &p, &id, c->id_strs, 1, &idp);
+                rc = int_or_str(c, p, end, &p, &id, c->id_strs, 1, &idp, 2);
                 if (rc) return rc;
                 break;
             case K_TS: case K_DUR: {
@@ -1266,7 +1396,9 @@ static int parse_event(Cols *c, P p, P end, P *after) {
                 FAIL_IF(!qe);
                 double *dst = k == K_TS ? &ts : &dur;
                 if (parse_double_fast(p, qe, dst) < 0) {
+#ifndef __GLIBC__
                     gil_take(c);
+#endif
                     FAIL_IF(!parse_double(p, qe, dst));
                 }
                 p = qe;
@@ -1352,6 +1484,8 @@ static int set_item(PyObject *d, const char *k, PyObject *v) {
 }
 
 static void cols_free(Cols *c) {
+    if (c->glob) { c->structs = NULL; c->nstructs = 0; } /* a worker's are the scanner's */
+    buf_free(&c->strs); buf_free(&c->strtext);
     intern_free(&c->ph); intern_free(&c->cat); intern_free(&c->name);
     Buf *bufs[] = {&c->c_ph, &c->c_cat, &c->c_name, &c->pid, &c->tid, &c->ts, &c->dur, &c->tsm, &c->durm,
                    &c->id_rows, &c->id_vals, &c->nargs, &c->odd_ev, &c->odd_off, &c->odd};
@@ -1465,6 +1599,287 @@ done:
  * a separator; a unit cut by the end of a chunk is parsed again, whole, once more bytes arrived */
 enum { S_START, S_KEY_FIRST, S_KEY, S_TOP_SEP, S_EV_FIRST, S_EV, S_EV_SEP, S_END };
 
+/* ------------------------------------------------------------------ workers: byte ranges of the events in threads */
+
+/* A batch of the `traceEvents` array is cut at candidate event starts (a '{' after '}' ',': a cheap search,
+ * not a parse) into one byte range per thread; each range is parsed by a worker into columns of its own,
+ * without the GIL. The ranges are then joined in order: a range is taken only when the parse of the one
+ * before ended exactly at its start (then the candidate was an event start, and the worker parsed what a
+ * single pass would have); else, or when its worker failed, the range is parsed again, in this thread.
+ * So the columns, the dictionaries' order (first use) and every verdict are a single pass's. */
+
+/* a worker's Cols for the scanner's `g` (GIL held): 0 / -1 (cols_free frees a partial one) */
+static int cols_worker(Cols *w, Cols *g) {
+    memset(w, 0, sizeof *w);
+    w->glob = g;
+    w->keep = g->keep;
+    Py_INCREF(w->keep);
+    w->structs = g->structs;
+    w->nstructs = g->nstructs;
+    int nf_max = 1;
+    for (int i = 0; i < g->nstructs; i++)
+        if (g->structs[i].nf > nf_max) nf_max = g->structs[i].nf;
+    w->scratch = calloc(nf_max, sizeof(SVal));
+    w->trip.cap = 256;
+    w->trip.s = calloc(w->trip.cap, sizeof(TSlot));
+    Intern *ts[3] = {&w->ph, &w->cat, &w->name};
+    for (int i = 0; i < 3; i++) {
+        ts[i]->cap = 1024;
+        ts[i]->slots = calloc(ts[i]->cap, sizeof(Slot));
+        if (!ts[i]->slots) return -1;
+    }
+    if (!w->scratch || !w->trip.s) return -1;
+    if (g->ntables) {
+        if (!(w->tables = calloc(g->ntables, sizeof(Table)))) return -1;
+        w->ntables = g->ntables;
+        for (int t = 0; t < g->ntables; t++) {
+            Table *d = &w->tables[t], *s = &g->tables[t];
+            d->st = s->st;
+            d->fmask = s->fmask;
+            memcpy(d->colof, s->colof, sizeof d->colof);
+            if (!(d->cols = calloc(s->ncols ? s->ncols : 1, sizeof(TCol)))) return -1;
+            d->ncols = s->ncols;
+            for (int j = 0; j < s->ncols; j++) {
+                d->cols[j].field = s->cols[j].field;
+                d->cols[j].mode = s->cols[j].mode;
+            }
+        }
+    }
+    return 0;
+}
+
+static inline int buf_cat(Buf *d, const Buf *s) { return !s->len || buf_put(d, s->data, s->len); }
+
+/* int64 entries of `s` from index `from` on, each plus `add`, appended to `d` */
+static int put_add64(Buf *d, const Buf *s, Py_ssize_t from, int64_t add) {
+    Py_ssize_t k = s->len / 8;
+    if (k <= from) return 1;
+    if (!buf_reserve(d, (k - from) * 8)) return 0;
+    const int64_t *a = (const int64_t *)s->data;
+    int64_t *o = (int64_t *)(d->data + d->len);
+    for (Py_ssize_t i = from; i < k; i++) *o++ = a[i] + add;
+    d->len += (k - from) * 8;
+    return 1;
+}
+
+/* uint32 event indices of `s`, each plus `add` */
+static int put_add32(Buf *d, const Buf *s, uint32_t add) {
+    Py_ssize_t k = s->len / 4;
+    if (!k) return 1;
+    if (!buf_reserve(d, k * 4)) return 0;
+    const uint32_t *a = (const uint32_t *)s->data;
+    uint32_t *o = (uint32_t *)(d->data + d->len);
+    for (Py_ssize_t i = 0; i < k; i++) o[i] = a[i] + add;
+    d->len += k * 4;
+    return 1;
+}
+
+/* a worker's dictionary codes, made the scanner's (`map`: its own strings' codes) */
+static int put_codes(Buf *d, const Buf *s, const uint32_t *map) {
+    Py_ssize_t k = s->len / 4;
+    if (!k) return 1;
+    if (!buf_reserve(d, k * 4)) return 0;
+    const uint32_t *a = (const uint32_t *)s->data;
+    uint32_t *o = (uint32_t *)(d->data + d->len);
+    for (Py_ssize_t i = 0; i < k; i++) o[i] = (a[i] & LOCAL) ? map[a[i] & ~LOCAL] : a[i];
+    d->len += k * 4;
+    return 1;
+}
+
+/* the n bits of validity bitmap `s` appended after the first `at` bits of `d` (a bitmap's bits past the rows
+ * it covers are 0, and so are those past its end) */
+static int bits_cat(Buf *d, int64_t at, const Buf *s, int64_t n) {
+    if (!zero_to(d, (at + n + 7) >> 3)) return 0;
+    unsigned char *o = (unsigned char *)d->data + (at >> 3);
+    const unsigned char *a = (const unsigned char *)s->data;
+    Py_ssize_t k = s->len < ((n + 7) >> 3) ? s->len : ((n + 7) >> 3);
+    int sh = (int)(at & 7);
+    Py_ssize_t room = d->len - (at >> 3);
+    for (Py_ssize_t i = 0; i < k; i++) {
+        if (!a[i]) continue;
+        o[i] |= (unsigned char)(a[i] << sh);
+        if (sh && i + 1 < room) o[i + 1] |= (unsigned char)(a[i] >> (8 - sh));
+    }
+    return 1;
+}
+
+/* worker `w`'s rows appended to the scanner's columns `d` (GIL held): 0, 1 invalid, -1 error */
+static int cols_merge(Cols *d, Cols *w) {
+    int64_t n0 = d->n;
+    int rc = -1;
+    uint32_t *map[3] = {NULL, NULL, NULL};
+    if (n0 + w->n >= (int64_t)UINT32_MAX) return 1; /* row numbers are uint32 */
+    Intern *di[3] = {&d->ph, &d->cat, &d->name}, *wi[3] = {&w->ph, &w->cat, &w->name};
+    for (int i = 0; i < 3; i++) { /* the worker's strings in the order of their first use: the dictionary's */
+        size_t cnt = wi[i]->count;
+        if (!(map[i] = malloc((cnt ? cnt : 1) * sizeof(uint32_t)))) goto done;
+        const LKey *lk = (const LKey *)wi[i]->loc.data;
+        for (size_t j = 0; j < cnt; j++) {
+            int64_t k = intern_find(di[i], lk[j].h, (P)lk[j].key, lk[j].len);
+            if (k < 0) {
+                PyObject *str = make_str((P)lk[j].key, (P)lk[j].key + lk[j].len, lk[j].esc);
+                if (!str) {
+                    if (PyErr_ExceptionMatches(PyExc_UnicodeDecodeError)) { PyErr_Clear(); rc = 1; }
+                    goto done;
+                }
+                int e = PyList_Append(di[i]->uniques, str);
+                Py_DECREF(str);
+                if (e < 0) goto done;
+                k = (int64_t)di[i]->count;
+                if (!intern_add(di[i], lk[j].h, (P)lk[j].key, lk[j].len)) goto done;
+            }
+            map[i][j] = (uint32_t)k;
+        }
+    }
+    if (!put_codes(&d->c_ph, &w->c_ph, map[0]) || !put_codes(&d->c_cat, &w->c_cat, map[1]) ||
+        !put_codes(&d->c_name, &w->c_name, map[2]))
+        goto done;
+    for (size_t j = 0; j < w->trip.cap; j++) { /* keep()'s answers, for the next batches */
+        const TSlot *t = &w->trip.s[j];
+        if (!t->used) continue;
+        uint32_t a = (t->a & LOCAL) ? map[0][t->a & ~LOCAL] : t->a, b = (t->b & LOCAL) ? map[1][t->b & ~LOCAL] : t->b,
+                 c = (t->c & LOCAL) ? map[2][t->c & ~LOCAL] : t->c;
+        if (trip_find(&d->trip, a, b, c) < 0 && trip_put(&d->trip, a, b, c, t->keep)) goto done;
+    }
+    if (!buf_cat(&d->pid, &w->pid) || !buf_cat(&d->tid, &w->tid) || !buf_cat(&d->nargs, &w->nargs) ||
+        !buf_cat(&d->ts, &w->ts) || !bits_cat(&d->tsm, n0, &w->tsm, w->n) || !buf_cat(&d->dur, &w->dur) ||
+        !bits_cat(&d->durm, n0, &w->durm, w->n) || !put_add64(&d->id_rows, &w->id_rows, 0, n0) ||
+        !buf_cat(&d->id_vals, &w->id_vals))
+        goto done;
+    d->ts_valid += w->ts_valid;
+    d->dur_valid += w->dur_valid;
+    const PStr *ps = (const PStr *)w->strs.data;
+    for (Py_ssize_t j = 0; j < w->strs.len / (Py_ssize_t)sizeof(PStr); j++) {
+        P t0 = w->strtext.data ? (P)w->strtext.data + ps[j].off : EMPTY;
+        PyObject *str = make_str(t0, t0 + ps[j].len, ps[j].esc);
+        if (!str) {
+            if (PyErr_ExceptionMatches(PyExc_UnicodeDecodeError)) { PyErr_Clear(); rc = 1; }
+            goto done;
+        }
+        PyObject *dict = ps[j].kind == 0 ? d->pid_strs : ps[j].kind == 1 ? d->tid_strs : d->id_strs;
+        PyObject *key = PyLong_FromLongLong(ps[j].row + n0);
+        int e = key ? PyDict_SetItem(dict, key, str) : -1;
+        Py_XDECREF(key);
+        Py_DECREF(str);
+        if (e < 0) goto done;
+    }
+    for (int t = 0; t < d->ntables; t++) {
+        Table *dt = &d->tables[t], *wt = &w->tables[t];
+        int64_t r0 = dt->n;
+        if (!wt->n) continue;
+        if (!put_add32(&dt->rows, &wt->rows, (uint32_t)n0) || !put_add64(&dt->bad, &wt->bad, 0, r0)) goto done;
+        for (int k = 0; k < dt->ncols; k++) {
+            TCol *a = &dt->cols[k], *b = &wt->cols[k];
+            int parts = a->mode == MODE_DIM3 ? 3 : a->mode == MODE_RAW ? 0 : 1;
+            for (int j = 0; j < parts; j++) {
+                if (!b->nvalid[j]) continue;
+                if (!zero_to(&a->v[j], r0 * 8) || !buf_cat(&a->v[j], &b->v[j]) || !bits_cat(&a->m[j], r0, &b->m[j], wt->n))
+                    goto done;
+                a->nvalid[j] += b->nvalid[j];
+            }
+            if (a->mode == MODE_RAW && b->off.len) { /* offsets 0..r0 first (the rows before without one: "") */
+                int64_t base = a->data.len;
+                if (!off_to(a, r0) || !buf_cat(&a->data, &b->data) || !put_add64(&a->off, &b->off, 1, base)) goto done;
+            } else if (a->mode == MODE_OBJ && b->off.len) { /* b's text: "[v,v..." */
+                if (!buf_put(&a->data, a->off.len ? "," : "[", 1) || !buf_put(&a->data, b->data.data + 1, b->data.len - 1) ||
+                    !put_add64(&a->off, &b->off, 0, r0))
+                    goto done;
+            }
+            a->nonnull += b->nonnull;
+        }
+        dt->n += wt->n;
+    }
+    if (w->odd_ev.len) {
+        if (d->odd_off.len == 0 && !buf_put(&d->odd_off, &d->odd.len, 8)) goto done;
+        int64_t base = d->odd.len;
+        if (!buf_cat(&d->odd, &w->odd) || !put_add64(&d->odd_ev, &w->odd_ev, 0, n0) ||
+            !put_add64(&d->odd_off, &w->odd_off, 1, base))
+            goto done;
+    }
+    d->n += w->n;
+    rc = 0;
+done:
+    for (int i = 0; i < 3; i++) free(map[i]);
+    return rc;
+}
+
+/* how a run of events stopped: at an event at or past its limit, out of bytes (`state` resumes), at an event
+ * cut by the end of the bytes (parsed again, whole, later), or at the array's ']' */
+enum { R_LIMIT, R_MORE, R_CUT, R_CLOSE };
+typedef struct { int rc, how, state; P stop; } Out; /* rc: 0, 1 invalid, -1 error */
+
+/* the events from p (an event, or the whitespace before it) until the first one that starts at or past
+ * `limit`, the end of the array or of the bytes */
+static Out run_events(Cols *c, P p, P end, P limit, int final) {
+    Out o = {0, R_MORE, S_EV, NULL};
+    for (;;) {
+        p = skip_ws(p, end);
+        o.stop = p;
+        o.state = S_EV;
+        if (p >= end) { o.how = R_MORE; return o; }
+        if (p >= limit) { o.how = R_LIMIT; return o; }
+        if (*p != '{') { o.rc = 1; return o; }
+        gil_drop(c);
+        P q;
+        int rc = parse_event(c, p, end, &q);
+        if (rc < 0) { o.rc = -1; return o; }
+        if (rc > 0) {
+            if (!final) { /* a whole, well-formed object refused: invalid for good; else it may be cut */
+                P whole = skip_value(p, end, 1);
+                if (!whole || whole >= end) { o.how = R_CUT; return o; }
+            }
+            o.rc = 1;
+            return o;
+        }
+        p = skip_ws(q, end);
+        o.stop = p;
+        o.state = S_EV_SEP;
+        if (p >= end) { o.how = R_MORE; return o; }
+        if (*p == ']') { o.how = R_CLOSE; return o; }
+        if (*p != ',') { o.rc = 1; return o; }
+        p++;
+    }
+}
+
+/* a candidate event start at or after `a` and before `lim`: a '{' after ',' after '}' (whitespace between),
+ * NULL if none; `lo`: where the bytes begin */
+static P next_split(P lo, P a, P lim) {
+    while (a < lim) {
+        P q = memchr(a, ',', lim - a);
+        if (!q) return NULL;
+        P b = q - 1;
+        while (b > lo && WS[*b]) b--;
+        if (b >= lo && *b == '}') {
+            P f = q + 1;
+            while (f < lim && WS[*f]) f++;
+            if (f < lim && *f == '{') return f;
+        }
+        a = q + 1;
+    }
+    return NULL;
+}
+
+#define MAX_THREADS 256
+typedef struct { Cols c; P start, end, limit; int final, started; Out o; pthread_t th; } Work;
+
+/* wait for worker `w` (once); one that could not start counts as failed: its range is parsed by the join */
+static void work_wait(Work *w) {
+    if (w->started) {
+        pthread_join(w->th, NULL);
+        w->started = 0;
+    } else if (w->started == 0 && !w->o.stop) {
+        w->o.rc = -1;
+    }
+}
+
+static void *work_main(void *arg) {
+    Work *w = arg;
+    w->o = run_events(&w->c, w->start, w->end, w->limit, w->final);
+    if (w->o.rc && w->c.held) PyErr_Clear(); /* a failed range is parsed again by the join */
+    gil_drop(&w->c);
+    return NULL;
+}
+
 typedef struct {
     PyObject_HEAD
     Cols c;
@@ -1472,7 +1887,73 @@ typedef struct {
     Buf members; /* `"key": value` texts of the top-level members other than traceEvents, ','-joined */
     int state, seen_events, invalid, finished;
     Py_ssize_t need; /* parse `pend` again once it holds this many bytes (a cut unit: twice its size) */
+    int threads;       /* > 1: the events are parsed in batches of `slice` bytes per thread */
+    Py_ssize_t slice;
+    int64_t joined, redone; /* ranges a worker parsed and the join took / parsed again in this thread */
 } Scanner;
+
+/* the events of [p, lim) (a batch; the last may run on to `end`) in up to s->threads ranges (see above) */
+static Out par_events(Scanner *s, P p, P end, P lim, int final) {
+    Cols *d = &s->c;
+    int n = s->threads, k = 1;
+    P starts[MAX_THREADS + 1];
+    starts[0] = p;
+    for (int i = 1; i < n; i++) {
+        P a = p + (lim - p) / n * i, q;
+        if (a <= starts[k - 1] || !(q = next_split(p, a, lim))) continue;
+        if (q > starts[k - 1]) starts[k++] = q;
+    }
+    starts[k] = lim;
+    if (k == 1) return run_events(d, p, end, lim, final);
+    Out o = {-1, R_MORE, S_EV, p};
+    gil_take(d);
+    Work *w = calloc(k, sizeof(Work));
+    if (!w) { PyErr_NoMemory(); return o; }
+    int ok = 1;
+    for (int i = 0; i < k && ok; i++) {
+        ok = cols_worker(&w[i].c, d) == 0;
+        w[i].start = starts[i];
+        w[i].limit = starts[i + 1];
+        w[i].end = end;
+        w[i].final = final;
+    }
+    if (ok) {
+        gil_drop(d);
+        for (int i = 1; i < k; i++) w[i].started = pthread_create(&w[i].th, NULL, work_main, &w[i]) == 0;
+        work_main(&w[0]);
+        gil_take(d);
+        /* the join, in order (range i's columns are copied while the workers after it may still run): range
+         * i is the worker's when the ranges before ended at its start, else it is parsed here */
+        for (int i = 0; i < k; i++) {
+            P from = i ? o.stop : p;
+            if (i && (o.rc || o.how != R_LIMIT)) break;
+            if (i) {
+                gil_drop(d);
+                work_wait(&w[i]);
+            }
+            if (from == starts[i] && w[i].o.rc == 0) {
+                gil_take(d);
+                int rc = cols_merge(d, &w[i].c);
+                cols_free(&w[i].c); /* its memory back before the next one's is copied */
+                if (rc) { o.rc = rc; break; }
+                o = w[i].o;
+                s->joined++;
+            } else {
+                o = run_events(d, from, end, starts[i + 1], final);
+                s->redone++;
+            }
+        }
+    } else {
+        PyErr_NoMemory();
+    }
+    gil_drop(d); /* (a worker may wait for the GIL: a keep() call) */
+    for (int i = 1; i < k; i++) work_wait(&w[i]); /* those the join did not reach */
+    gil_take(d);
+    for (int i = 0; i < k; i++) cols_free(&w[i].c);
+    free(w);
+    if (o.rc >= 0) gil_drop(d); /* an error keeps its exception (and the GIL) for the caller */
+    return o;
+}
 
 /* 0: parsed up to *stop (the rest is a cut unit or nothing), 1 invalid, -1 error */
 static int run(Scanner *s, P p, P end, int final, P *stop) {
@@ -1535,24 +2016,25 @@ static int run(Scanner *s, P p, P end, int final, P *stop) {
             s->state = S_EV;
             break;
         case S_EV: {
-            p = skip_ws(p, end);
-            if (p >= end) goto more;
-            if (*p != '{') return 1;
-            unit = p;
-            gil_drop(c);
-            P q;
-            int rc = parse_event(c, p, end, &q);
-            if (rc < 0) return -1;
-            if (rc > 0) {
-                if (final) return 1;
-                /* a whole, well-formed object refused: invalid for good; else it may be cut */
-                P whole = skip_value(p, end, 1);
-                if (whole && whole < end) return 1;
-                goto cut;
+            Out o;
+            if (s->threads > 1) { /* in batches of s->slice bytes a thread */
+                Py_ssize_t batch = s->slice * s->threads, left = end - p;
+                if (!final && left < batch) { /* wait for a batch */
+                    *stop = p;
+                    s->need = batch;
+                    return 0;
+                }
+                P lim = left > batch ? p + batch : end;
+                o = lim - p >= s->slice / 4 ? par_events(s, p, end, lim, final) : run_events(c, p, end, end, final);
+            } else {
+                o = run_events(c, p, end, end, final);
             }
-            p = q;
-            s->state = S_EV_SEP;
-            break;
+            if (o.rc) return o.rc;
+            if (o.how == R_CUT) { unit = o.stop; goto cut; }
+            p = o.stop;
+            s->state = o.state;
+            if (o.how == R_MORE) goto more;
+            break; /* R_LIMIT: the next batch; R_CLOSE: S_EV_SEP takes the ']' */
         }
         case S_EV_SEP:
             p = skip_ws(p, end);
@@ -1608,8 +2090,16 @@ static int feed_bytes(Scanner *s, P data, Py_ssize_t n, int final) {
 }
 
 static PyObject *scanner_new(PyTypeObject *type, PyObject *args, PyObject *kw) {
+    static char *kwlist[] = {"keep", "structs", "tables", "threads", "slice", NULL};
     PyObject *keep = Py_None, *structs = NULL, *tables = NULL;
-    if (!PyArg_ParseTuple(args, "|OOO", &keep, &structs, &tables)) return NULL;
+    int threads = 1;
+    Py_ssize_t slice = 4 << 20;
+    if (!PyArg_ParseTupleAndKeywords(args, kw, "|OOOin", kwlist, &keep, &structs, &tables, &threads, &slice))
+        return NULL;
+    if (threads < 1 || threads > MAX_THREADS || slice < 1024) {
+        PyErr_SetString(PyExc_ValueError, "threads must be 1..256 and slice >= 1024");
+        return NULL;
+    }
     if (keep != Py_None && !PyCallable_Check(keep)) {
         PyErr_SetString(PyExc_TypeError, "keep must be callable or None");
         return NULL;
@@ -1617,6 +2107,8 @@ static PyObject *scanner_new(PyTypeObject *type, PyObject *args, PyObject *kw) {
     Scanner *s = (Scanner *)type->tp_alloc(type, 0);
     if (!s) return NULL;
     Cols *c = &s->c;
+    s->threads = threads;
+    s->slice = slice;
     Py_INCREF(keep);
     c->keep = keep;
     c->trip.cap = 256;
@@ -1690,7 +2182,11 @@ static PyObject *scanner_finish(Scanner *s, PyObject *noarg) {
         if (!o) { Py_DECREF(tabs); Py_DECREF(result); return NULL; }
         PyList_SET_ITEM(tabs, t, o);
     }
-    if (!set_item(result, "tables", tabs)) { Py_DECREF(result); return NULL; }
+    if (!set_item(result, "tables", tabs) ||
+        !set_item(result, "ranges", Py_BuildValue("(LL)", (long long)s->joined, (long long)s->redone))) {
+        Py_DECREF(result);
+        return NULL;
+    }
     if (c->odd_off.len == 0 && !buf_put(&c->odd_off, &c->odd.len, 8)) { Py_DECREF(result); return PyErr_NoMemory(); }
     PyObject *odd = Py_BuildValue("(NNN)", buf_block(&c->odd_ev), buf_block(&c->odd_off), buf_block(&c->odd));
     if (!set_item(result, "odd", odd)) { Py_DECREF(result); return NULL; }
@@ -1711,7 +2207,8 @@ static PyTypeObject ScannerType = {
     .tp_basicsize = sizeof(Scanner),
     .tp_dealloc = (destructor)scanner_dealloc,
     .tp_flags = Py_TPFLAGS_DEFAULT,
-    .tp_doc = "Scanner(keep=None): scan a Kineto document fed in chunks (see the module docstring)",
+    .tp_doc = "Scanner(keep=None, structs=(), tables=(), threads=1, slice=4 MiB): scan a Kineto document fed in "
+              "chunks (see the module docstring); threads > 1: the events in batches of `slice` bytes a thread",
     .tp_methods = scanner_methods,
     .tp_new = scanner_new,
 };
@@ -1723,6 +2220,9 @@ static PyMethodDef methods[] = {
 static struct PyModuleDef module = {PyModuleDef_HEAD_INIT, "_scan", "Columnar Kineto trace scanner", -1, methods};
 
 PyMODINIT_FUNC PyInit__scan(void) {
+#ifdef __GLIBC__
+    if (!c_locale && !(c_locale = newlocale(LC_ALL_MASK, "C", (locale_t)0))) return PyErr_NoMemory();
+#endif
     if (PyType_Ready(&BlockType) < 0 || PyType_Ready(&ScannerType) < 0 || PyType_Ready(&ArrowColType) < 0)
         return NULL;
     PyObject *m = PyModule_Create(&module);

@@ -12,6 +12,9 @@ is not kept. An object the scanner cannot vouch for (a value of another type, a 
 an int beyond 64 bits...) is kept as text instead, and its rows are decoded by msgspec (`Events.table`
 says which).
 
+The events are parsed in `cores.scan_threads()` threads (`TRACEVIEW_THREADS`), byte ranges joined in order:
+the same result as one thread (tests/test_scan_threads.py).
+
 Contract: the frames built from an `Events` are identical to those of the msgspec path; the C
 scanner refuses (None), or leaves to msgspec, every input where they could differ. tests/test_fastscan.py
 checks this.
@@ -36,6 +39,7 @@ except ImportError:  # pragma: no cover - extension not built (no compiler): msg
     _scan = None
 
 from . import argtables as at
+from . import cores
 from . import decode as d
 
 
@@ -43,12 +47,14 @@ def available() -> bool:
     return _scan is not None and os.environ.get("TRACEVIEW_NO_C", "") not in ("1", "true", "yes")
 
 
-def scanner(tables: bool = True) -> Any:
-    """A `_scan.Scanner` that fills the loader's args tables (`tables=False`: reads no args)."""
+def scanner(tables: bool = True, threads: int | None = None, **kw: int) -> Any:
+    """A `_scan.Scanner` that fills the loader's args tables (`tables=False`: reads no args), parsing the
+    events in `threads` threads (default `cores.scan_threads()`); `kw`: its `slice` (bytes a thread per batch)."""
+    threads = threads or cores.scan_threads()
     if not tables:
-        return _scan.Scanner()
+        return _scan.Scanner(threads=threads, **kw)
     structs, specs, _ = at.spec()
-    return _scan.Scanner(at.tables_of, structs, specs)
+    return _scan.Scanner(at.tables_of, structs, specs, threads=threads, **kw)
 
 
 def _int_series(name: str, pair: tuple) -> pl.Series:

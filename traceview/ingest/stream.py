@@ -190,13 +190,13 @@ class Scan:
     analyses. `wait()`: the scanner's result (None: refused; `stream.fallback()` then)."""
 
     def __init__(self, path: Path, cap: int) -> None:
-        from . import _scan, argtables
+        from . import _scan, argtables, cores
 
         if not hasattr(_scan, "Scanner") or hasattr(_scan, "args_columns"):  # a stale build of an older _scan.c
             raise ImportError("traceview.ingest._scan is a stale build")
         structs, tables, _ = argtables.spec()
         self.stream = Stream(path, cap)
-        self._scanner = _scan.Scanner(argtables.tables_of, structs, tables)
+        self._scanner = _scan.Scanner(argtables.tables_of, structs, tables, threads=cores.scan_threads())
         self._result: dict | None = None
         self._error: BaseException | None = None
         self._thread = threading.Thread(target=self._run, name="traceview-scan", daemon=True)
