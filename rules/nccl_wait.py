@@ -249,7 +249,8 @@ def _not_a_straggler(ctx: JobContext, s: dict, ev: dict, saving: float, over: fl
                            cost_ns=cb["unexplained_per_step_us"] * 1000 * max(s["steps"], 1), savings_ns=0,
                            evidence=ev, fix=FIX)
     ev["note"] = why
-    title = (f"No straggler: fixing rank {last} (the last to arrive) saves the job {saving / 1000:,.2f} ms per step, "
+    who = "the last to arrive" if s["straggler"].get("last_to_arrive", last) == last else "its change saves the job most"
+    title = (f"No straggler: fixing rank {last} ({who}) saves the job {saving / 1000:,.2f} ms per step, "
              + ("within the profiler's cost (may be a profiling artifact)" if ev.get("may_be_profiling_artifact")
                 else "within the step-to-step noise"))
     return ctx.finding(severity="info", title=title, count=s["collectives"], cost_ns=0, savings_ns=0,
