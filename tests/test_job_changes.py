@@ -109,3 +109,20 @@ def test_last_to_arrive_is_not_the_straggler(skewed_job: Path) -> None:
     rank2 = [r for r in job["replay"]["changes"] if r["rank"] == 2]
     assert rank2 and max(r["job_saving_us_per_step"] for r in rank2) <= s["noise_us_per_step"]
     assert "rank 2 arrived last most often" in s["reason"]
+
+
+def test_fsdp_straggler_and_cause() -> None:
+    job = _job(RUNS / "fsdp_rank1_slowed")
+    s = job["nccl"]["straggler"]
+    assert s["rank"] == 1 and s["raised"] and s["cause"]["mechanism"] == "host_code"
+    assert not _job(RUNS / "fsdp_balanced")["nccl"]["straggler"]["raised"]
+
+
+@pytest.mark.xfail(strict=True, reason="known miss: the FSDP job replay prices rank 1's busy loop removed at 59.1 ms "
+                   "per step against the 91.7 ms the collector measured (166.7 - 75.1 ms unprofiled, -36 %); the "
+                   "old lead-up-window change gave the same 59.1 ms: the replay of FSDP's prefetched all-gathers, "
+                   "not the change, loses the rest")
+def test_fsdp_job_saving_is_the_measured_cost() -> None:
+    s = _job(RUNS / "fsdp_rank1_slowed")["nccl"]["straggler"]
+    measured_ms = _unprofiled_ms("fsdp_rank1_slowed") - _unprofiled_ms("fsdp_balanced")
+    assert s["job_saving_us_per_step"] / 1000 == pytest.approx(measured_ms, rel=0.10)

@@ -364,7 +364,7 @@ def _mechanism(klass: str, excess: float, by_rank: dict[int, Trace], win: pl.Dat
         extra = float(x.filter(pl.col("kind") != "memcpy")["extra"].clip(lower_bound=0).sum())
         slower = float(x.filter(pl.col("kind") != "memcpy")["slower"].clip(lower_bound=0).sum())
         mech = "data_copy" if copy > max(extra, slower) else "extra_kernels" if extra >= slower else "slower_kernels"
-        ops = k.filter(pl.col("rank") == strag).group_by("name").agg(pl.col("op").drop_nulls().first())
+        ops = k.filter(pl.col("rank") == strag).group_by("name").agg(pl.col("op").drop_nulls().sort().first())  # (deterministic: steps may differ)
         top = x.join(ops, on="name", how="left").sort(["dur_x", "name"], descending=[True, False]).head(TOP)
         ev["kernels"] = [{"name": r["name"], "kind": r["kind"], "op": r["op"],
                           "count_per_step": round(r["n_s"], 2), "others_count_per_step": round(r["n_o"], 2),
