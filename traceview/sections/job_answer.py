@@ -169,7 +169,10 @@ def answer(traces: list[Trace], steps: dict[int, pl.DataFrame], m: pl.DataFrame,
     rep["changes"] = rows[:MAX_CHANGE_ROWS]
     tr = None
     if strag is not None:
-        if best is not None:
+        strag["last_to_arrive"] = strag["rank"]
+        # a change that saves the job no more than its noise explains nothing: the last rank stays the one judged
+        # (a lateness no change of its own expresses, `other_idle`, is judged on the others' waits)
+        if best is not None and ns > noise:
             _named(nccl, best, ns, traces, steps, parts, m, entries)
             tr = best.transform
             saving = ns
