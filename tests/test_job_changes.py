@@ -86,8 +86,11 @@ def _times_last(path: Path) -> dict[int, int]:
     starts = {}
     for p in sorted(path.glob("*.pt.trace.json.gz")):
         doc = json.loads(gzip.decompress(p.read_bytes()))
-        ks = sorted(e["ts"] for e in doc["traceEvents"] if e.get("cat") == "kernel"
-                    and str(e.get("name", "")).startswith("ncclDevKernel"))[-24:]
+        ks = sorted(
+            e["ts"]
+            for e in doc["traceEvents"]
+            if e.get("cat") == "kernel" and str(e.get("name", "")).startswith("ncclDevKernel")
+        )[-24:]
         base = doc["baseTimeNanoseconds"] / 1000
         starts[doc["distributedInfo"]["rank"]] = [base + t for t in ks]
     last = [max(starts, key=lambda r: starts[r][i]) for i in range(24)]
@@ -118,10 +121,13 @@ def test_fsdp_straggler_and_cause() -> None:
     assert not _job(RUNS / "fsdp_balanced")["nccl"]["straggler"]["raised"]
 
 
-@pytest.mark.xfail(strict=True, reason="known miss: the FSDP job replay prices rank 1's busy loop removed at 59.1 ms "
-                   "per step against the 91.7 ms the collector measured (166.7 - 75.1 ms unprofiled, -36 %); the "
-                   "old lead-up-window change gave the same 59.1 ms: the replay of FSDP's prefetched all-gathers, "
-                   "not the change, loses the rest")
+@pytest.mark.xfail(
+    strict=True,
+    reason="known miss: the FSDP job replay prices rank 1's busy loop removed at 59.1 ms "
+    "per step against the 91.7 ms the collector measured (166.7 - 75.1 ms unprofiled, -36 %); the "
+    "old lead-up-window change gave the same 59.1 ms: the replay of FSDP's prefetched all-gathers, "
+    "not the change, loses the rest",
+)
 def test_fsdp_job_saving_is_the_measured_cost() -> None:
     s = _job(RUNS / "fsdp_rank1_slowed")["nccl"]["straggler"]
     measured_ms = _unprofiled_ms("fsdp_rank1_slowed") - _unprofiled_ms("fsdp_balanced")
