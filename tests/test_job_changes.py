@@ -132,3 +132,19 @@ def test_fsdp_job_saving_is_the_measured_cost() -> None:
     s = _job(RUNS / "fsdp_rank1_slowed")["nccl"]["straggler"]
     measured_ms = _unprofiled_ms("fsdp_rank1_slowed") - _unprofiled_ms("fsdp_balanced")
     assert s["job_saving_us_per_step"] / 1000 == pytest.approx(measured_ms, rel=0.10)
+
+
+def test_forget_drops_a_ranks_cached_analyses_only() -> None:
+    """A job's ranks keep their frames for the job but not every analysis's cache (`memo.forget`): a cached
+    analysis runs again after it, on that trace only."""
+    from traceview.analyses.classify import sync_calls
+    from traceview.ingest.loader import load_file
+    from traceview.memo import forget
+
+    a, b = (load_file(p) for p in sorted((RUNS / "ddp_balanced").glob("*.pt.trace.json.gz")))
+    sa, sb = sync_calls(a), sync_calls(b)
+    assert sync_calls(a) is sa and sa.height > 0
+    forget(a)
+    again = sync_calls(a)
+    assert again is not sa and again.equals(sa)  # recomputed, the same rows
+    assert sync_calls(b) is sb  # the other rank's cache stays
