@@ -228,8 +228,11 @@ def _not_a_straggler(ctx: JobContext, s: dict, ev: dict, saving: float, over: fl
     if over is not None and noise < saving <= over * 1000:
         ev["profiling_overhead_ms_per_step"] = round(over, 3)
         ev["may_be_profiling_artifact"] = True
+        note = (s["straggler"].get("cause") or {}).get("mechanism_note")
+        same = (f"its ops run slower than the others' (its trace also has {note})" if note else
+                "runs the same work as the others (the same host ops, each slower)")
         why += (f"and the profiler added {over:.2f} ms per step ({ctx.overhead_source}), at least that; rank {last} "
-                "runs the same work as the others (the same host ops, each slower): the delay may be an artifact of "
+                f"{same}: the delay may be an artifact of "
                 "uneven profiling overhead; no straggler (check the unprofiled step times or re-record with fewer "
                 "profiler options)")
     else:

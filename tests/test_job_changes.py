@@ -148,3 +148,22 @@ def test_forget_drops_a_ranks_cached_analyses_only() -> None:
     again = sync_calls(a)
     assert again is not sa and again.equals(sa)  # recomputed, the same rows
     assert sync_calls(b) is sb  # the other rank's cache stays
+
+
+@pytest.mark.parametrize("run", ["ddp_balanced_launch_bound", "ddp_rank1_slowed", "fsdp_rank1_slowed"])
+def test_cause_text_never_contradicts_the_ranks_findings(run: str) -> None:
+    """"The same ops as the others" is said only of a rank whose findings the other rank has too; the launch-bound
+    balanced job's formal straggler runs the same ops slower (profiler), and both ranks' findings agree."""
+    rep = analyze([RUNS / run], Options())
+    job = rep.jobs[0]
+    s = job["nccl"]["straggler"]
+    rules = {t["rank"]: {f["rule"] for f in t["findings"]} for t in rep.traces}
+    mine, other = rules[s["rank"]], set.union(*(v for r, v in rules.items() if r != s["rank"]))
+    text = s["cause"]["text"] + " ".join(f["evidence"].get("note") or "" for f in job["findings"])
+    if "the same" in text:
+        assert mine <= other, (mine, other)
+    if mine - other:
+        assert "mechanism_note" in s["cause"] or s["cause"]["mechanism"] != "slower_host_ops"
+    if run == "ddp_balanced_launch_bound":
+        assert s["cause"]["mechanism"] == "slower_host_ops" and not s["raised"]
+        assert "the same host ops, each slower" in text and mine == other

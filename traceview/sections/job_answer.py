@@ -105,7 +105,11 @@ def _named(nccl: dict, best: Any, ns: float, traces: list[Trace], steps: dict[in
                                                         "matched collectives"))
     c = straggler.cause(traces, steps, parts, m, best.rank, best.cls if best.cls in CLASSES else None)
     if c is not None:
-        own = [f for f in entries[_pos(traces, best.rank)].get("findings") or [] if f["rule"] != "nccl-wait"]
+        k = _pos(traces, best.rank)
+        own = [f for f in entries[k].get("findings") or [] if f["rule"] != "nccl-wait"]
+        # its findings most other ranks do not have: what "the same work as the others" would contradict
+        others = [{f["rule"] for f in e.get("findings") or []} for j, e in enumerate(entries) if j != k]
+        extra = sorted({f["rule"] for f in own if 2 * sum(f["rule"] in o for o in others) < len(others)})
         c["change"] = {"source": best.source, "name": best.name, "rule": best.rule, "class": best.cls,
                        "class_excess_us_per_step": best.excess_us}
         if best.source == "finding":
@@ -119,11 +123,11 @@ def _named(nccl: dict, best: Any, ns: float, traces: list[Trace], steps: dict[in
                          f"({c['lateness_us_per_step'] / 1000:,.1f} ms/step late, {best.cls} "
                          f"{(c['class_excess_us_per_step'] or 0) / 1000:+,.1f} ms/step against the others); its "
                          f"change ({best.name}) is the one that saves the job most")
-        if c.get("mechanism") in SAME_WORK and own:  # its own trace says what else it does: never "the same work"
-            c["mechanism_note"] = ("its own findings: " + ", ".join(sorted({f["rule"] for f in own})))
+        if c.get("mechanism") in SAME_WORK and extra:  # its own trace says what else it does: never "the same work"
+            c["mechanism_note"] = "findings the other ranks do not have: " + ", ".join(extra)
             c["text"] = c["text"].replace(straggler.MECHANISM_TEXT[c["mechanism"]],
-                                          "its host takes longer for its ops than the others "
-                                          f"(its own findings: {c['mechanism_note'][len('its own findings: '):]})")
+                                          "its host takes longer for its ops than the others, and its trace has "
+                                          + c["mechanism_note"])
         if best.source == "finding" and c.get("text"):
             c["text"] += f"; its {best.rule} finding's fix is the change that saves the job most"
     strag["cause"] = c
