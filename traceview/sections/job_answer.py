@@ -32,14 +32,6 @@ def _us(ns: float) -> float | None:
     return round(float(ns) / 1000, 3) if np.isfinite(ns) else None
 
 
-def _saving(base: np.ndarray, changed: np.ndarray) -> float:
-    """The job's saving per step (ns): the median over the steps of the job step (mean over ranks) before minus
-    after the change (the median: the first replayed step starts from the recording's own start)."""
-    d = np.nanmean(base, axis=0) - np.nanmean(changed, axis=0)
-    d = d[np.isfinite(d)]
-    return float(np.median(d)) if d.size else 0.0
-
-
 def _top_fixes(traces: list[Trace], steps: list[pl.DataFrame], entries: list[dict], options) -> dict[int, Any]:
     """rank position -> (rule, Transform) of its top finding with a replayable fix."""
     out: dict[int, Any] = {}
@@ -183,7 +175,7 @@ def answer(traces: list[Trace], steps: dict[int, pl.DataFrame], m: pl.DataFrame,
         else:  # no change of its own to replay: the last rank's cause, as the rules judge it without a replay
             strag["cause"] = straggler.cause(traces, steps, parts, m, strag["rank"])
             tr = fix_transform(traces, steps, m, strag["rank"], strag.get("cause"))
-            saving = max(_saving(base, job_replay.job_periods(jg, st, {strag["rank"]: [tr]})), 0.0) \
+            saving = max(rank_changes.saving_ns(base, job_replay.job_periods(jg, st, {strag["rank"]: [tr]})), 0.0) \
                 if tr is not None else None
         if tr is not None and saving is not None:
             strag["job_saving_us_per_step"] = _us(saving)
@@ -203,7 +195,7 @@ def answer(traces: list[Trace], steps: dict[int, pl.DataFrame], m: pl.DataFrame,
             if tr is not None:  # the straggler's cause fixed too
                 changes[strag["rank"]] = [tr, *changes.get(strag["rank"], [])]
             fixed = job_replay.job_periods(jg, st, changes)
-            saving = max(_saving(base, fixed), 0.0)
+            saving = max(rank_changes.saving_ns(base, fixed), 0.0)
             proj["all_top_fixes"] = {"fixes": [{"rank": ranks[k], "rule": r} for k, (r, _) in sorted(tops.items())],
                                      "job_step_us": _us(job_replay.job_step(base) - saving), "saving_us": _us(saving)}
     else:

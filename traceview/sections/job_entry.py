@@ -1,5 +1,5 @@
 """`JOB_SECTIONS`: the declared parts of a job entry (`jobs` in the document: a directory of 2+ rank files),
-computed by job.py, straggler.py, straggler_fix.py and job_answer.py; docs/json-schema.md's JOB table is generated from them."""
+computed by job.py, straggler.py, straggler_fix.py, rank_changes.py and job_answer.py; docs/json-schema.md's JOB table is generated from them."""
 
 from __future__ import annotations
 
