@@ -48,6 +48,7 @@ import msgspec
 import polars as pl
 
 from traceview.analyses.cpu import COLLECTIVE_RE, top_level_ops
+from traceview.analyses.features import Features
 from traceview.analyses.layers import UNATTRIBUTED, host_layers
 from traceview.analyses.rowid import join_by_id
 from traceview.evidence import UNSET, Meta, UnsetType
@@ -95,6 +96,11 @@ class Evidence(msgspec.Struct, kw_only=True):
     note: Annotated[str | UnsetType, Meta(description="set when the profiler inflates the per-op overhead")] = UNSET
 
 
+def fix_for(f: Features) -> str:
+    """The fix without the optimizer advice when the trace already runs a fused or foreach optimizer."""
+    return FIX.replace(" use foreach/fused optimizers,", "") if f.fused_optimizer or f.foreach_optimizer else FIX
+
+
 def check(ctx: RuleContext) -> list[Finding]:
     trace, steps = ctx.trace, ctx.steps
     if ctx.cpu is None or steps.height == 0 or not ctx.window_ns:
@@ -137,6 +143,7 @@ def check(ctx: RuleContext) -> list[Finding]:
                           "unprofiled step bounds what fusing can save")
     lay = host_layers(trace).join(tiny.select("i"), on="i").filter(pl.col("layer") != UNATTRIBUTED)
     f = ctx.finding(cost_ns=cost, count=tiny.height, steps=sorted(tiny["step"].unique().to_list()), evidence=ev,
+                    fix=fix_for(ctx.features),
                     title=f"{ev.tiny_ops_per_step:g} ops per step run under {opts['tiny_op_us']:g} µs each, "
                           f"dominated by their fixed per-op cost ({share:.1f} % of the step)")
     f.layer = str(lay["layer"].mode().sort().first()) if lay.height else None  # a host layer: ctx.layer_of is GPU-side

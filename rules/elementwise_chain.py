@@ -52,7 +52,8 @@ import polars as pl
 
 from traceview.analyses.attention import score_op_ids
 from traceview.analyses.classify import sync_calls
-from traceview.analyses.features import Features
+from traceview.analyses.features import FUSED_OPT_KERNEL_RE, Features
+from traceview.analyses.features import MULTI_TENSOR_KERNEL_RE as _MT_KERNEL
 from traceview.analyses.intervals import merge
 from traceview.analyses.names import contains
 from traceview.analyses.replay import Transform
@@ -85,8 +86,8 @@ COMPILED_RE = r"^triton_|^CompiledFunction"
 #: multi-tensor kernels: one launch over a whole list of tensors (foreach ops, fused optimizers, apex/ATen's
 #: `multi_tensor_apply_kernel<…, AdamFunctor…>`), by op name or kernel name
 MULTI_TENSOR_OP_RE = r"^aten::_(foreach|fused)_"
-MULTI_TENSOR_KERNEL_RE = r"multi_tensor_apply|(?i:fused_?adam|fused_?sgd|fused_?adagrad)"
-FUSED_OPTIMIZER_RE = r"^aten::_fused_|(?i:fused_?adam|fused_?sgd|fused_?adagrad|AdamFunctor)"
+MULTI_TENSOR_KERNEL_RE = f"{_MT_KERNEL}|{FUSED_OPT_KERNEL_RE}"
+FUSED_OPTIMIZER_RE = f"^aten::_fused_|{FUSED_OPT_KERNEL_RE}"
 
 
 def kernel_kinds(ops: list[str], kernels: list[str]) -> dict[str, list[int]]:

@@ -299,8 +299,11 @@ def _not_a_straggler(ctx: JobContext, s: dict, ev: JobEvidence, saving: float, o
     if over is not None and noise < saving <= over * 1000:
         ev.profiling_overhead_ms_per_step = round(over, 3)
         ev.may_be_profiling_artifact = True
+        note = (s["straggler"].get("cause") or {}).get("mechanism_note")
+        same = (f"its ops run slower than the others' (its trace also has {note})" if note else
+                "runs the same work as the others (the same host ops, each slower)")
         why += (f"and the profiler added {over:.2f} ms per step ({ctx.overhead_source}), at least that; rank {last} "
-                "runs the same work as the others (the same host ops, each slower): the delay may be an artifact of "
+                f"{same}: the delay may be an artifact of "
                 "uneven profiling overhead; no straggler (check the unprofiled step times or re-record with fewer "
                 "profiler options)")
     else:
@@ -320,7 +323,8 @@ def _not_a_straggler(ctx: JobContext, s: dict, ev: JobEvidence, saving: float, o
                            cost_ns=cb["unexplained_per_step_us"] * 1000 * max(s["steps"], 1), savings_ns=0,
                            evidence=ev, fix=FIX)
     ev.note = why
-    title = (f"No straggler: fixing rank {last} (the last to arrive) saves the job {saving / 1000:,.2f} ms per step, "
+    who = "the last to arrive" if s["straggler"].get("last_to_arrive", last) == last else "its change saves the job most"
+    title = (f"No straggler: fixing rank {last} ({who}) saves the job {saving / 1000:,.2f} ms per step, "
              + ("within the profiler's cost (may be a profiling artifact)" if ev.may_be_profiling_artifact is True
                 else "within the step-to-step noise"))
     return ctx.finding(severity="info", title=title, count=s["collectives"], cost_ns=0, savings_ns=0,

@@ -55,10 +55,10 @@ def test_every_section_module_is_listed() -> None:
         assert set(found) <= listed, f.stem
         if found:
             declaring.add(f.stem)
-    # the job entry (job, straggler, straggler_fix, job_answer: job_entry declares their parts), the app's timeline view, the declaration type itself, the package, and
+    # the job entry (job, straggler, straggler_fix, rank_changes, job_answer: job_entry declares their parts), the app's timeline view, the declaration type itself, the package, and
     # fixrunner (it gives the findings section and the projection their replayed savings)
     assert {f.stem for f in (ROOT / "traceview/sections").glob("*.py")} - declaring == {
-        "__init__", "section", "job", "straggler", "straggler_fix", "job_answer", "timeline", "fixrunner"}
+        "__init__", "section", "job", "straggler", "straggler_fix", "rank_changes", "job_answer", "timeline", "fixrunner"}
 
 
 def test_the_schema_document_is_generated_from_the_declarations() -> None:

@@ -14,8 +14,23 @@ from typing import Any, TypeVar
 F = TypeVar("F", bound=Callable[..., Any])
 
 
+#: every per-trace cache, for `forget`
+_CACHES: list[dict[int, tuple[weakref.ref, dict]]] = []
+
+
+def forget(trace) -> None:
+    """Drop what every per-trace analysis holds for `trace` while the trace itself stays (a job's ranks are kept
+    for the job's analysis after their own: each one's derived frames would stay with it, one set per rank);
+    what the job asks again is recomputed."""
+    for cache in _CACHES:
+        hit = cache.get(id(trace))
+        if hit is not None and hit[0]() is trace:
+            hit[1].clear()
+
+
 def per_trace(fn: F) -> F:
     cache: dict[int, tuple[weakref.ref, dict]] = {}
+    _CACHES.append(cache)
 
     @functools.wraps(fn)
     def wrapper(trace, *args):

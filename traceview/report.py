@@ -34,6 +34,7 @@ from .analyses.windows import recording_edges
 from .errors import TraceError
 from .ingest import heap_trim
 from .ingest.loader import input_files, load_file
+from .memo import forget
 from .model import Job, Trace
 from .notes import aggregate as aggregate_warnings
 from .options import Options
@@ -300,6 +301,8 @@ def analyze(paths: list[str | Path], options: Options | None = None, *,
                 continue
             rep.traces.append(entry)
             if job_dir:
+                forget(t)  # a rank kept for the job: only its frames, not every analysis's (memory per rank)
+                heap_trim.release(t.gpu.height + t.host.height)
                 ranks.append(RankResult(trace=t, steps=analysed, entry=entry, part=part))
         if job_dir and len(ranks) > 1:
             ranks.sort(key=lambda r: (r.trace.meta.rank is None, r.trace.meta.rank or 0, r.trace.meta.path))

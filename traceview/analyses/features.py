@@ -17,8 +17,15 @@ TRITON_RE = r"^triton_"
 #: Dynamo/Inductor compilation and autotuning spans (torch._dynamo.utils.dynamo_timed and friends)
 COMPILE_RE = (r"\(dynamo_timed\)$|^entire_frame_compile$|^backend_compile$|^CachingAutotuner\.|^async_compile\.|"
               r"^inductor_compile$|^compile_fx|^_compile\.|^dynamo$|^OutputGraph\.call_user_compiler")
-FUSED_OPT_RE = r"^aten::_fused_(adam|adamw|sgd|adagrad)_?$"
+#: a fused optimizer: torch.optim's fused ops (`fused=True`), or an optimizer class named Fused* (apex's and
+#: DeepSpeed's FusedAdam / FusedLAMB / FusedSGD, whose `Optimizer.step#FusedAdam.step` span torch.optim records)
+FUSED_OPT_RE = r"^aten::_fused_(adam|adamw|sgd|adagrad)_?$|^Optimizer\.step#Fused\w*\.step$"
+#: fused optimizer kernels, by kernel name: torch's fused Adam/SGD/Adagrad functors and apex's / DeepSpeed's
+#: multi-tensor Adam/LAMB kernels (what runs even when no op is linked: CUDA graphs, C++ extensions)
+FUSED_OPT_KERNEL_RE = r"(?i:fused_?(adam|sgd|adagrad|lamb))|(Adam|LAMB|Lamb|SGD)Functor"
+#: multi-tensor (foreach) ops, and the kernel every foreach op launches (one launch over a list of tensors)
 FOREACH_RE = r"^aten::_foreach_"
+MULTI_TENSOR_KERNEL_RE = r"multi_tensor_apply"
 LOW_PRECISION_RE = r"(?i)bf16|bfloat16|fp16|f16|half|e4m3|e5m2"
 WORKERS_RE = r"_MultiProcessingDataLoaderIter"
 SINGLE_PROCESS_RE = r"_SingleProcessDataLoaderIter"
@@ -30,8 +37,8 @@ class Features:
     compiled: bool = False  # torch.compile'd regions run (Torch-Compiled Region / CompiledFxGraph)
     triton_kernels: int = 0  # Inductor/Triton kernels
     compiling: bool = False  # Dynamo/Inductor compile or autotune spans inside the trace
-    fused_optimizer: bool = False  # AdamW(fused=True) & co.
-    foreach_optimizer: bool = False  # multi-tensor (_foreach_) optimizer ops
+    fused_optimizer: bool = False  # AdamW(fused=True) & co., apex/DeepSpeed Fused* optimizers (ops, spans or kernels)
+    foreach_optimizer: bool = False  # multi-tensor (_foreach_) ops or their multi_tensor_apply kernels
     low_precision: bool = False  # bf16/fp16/fp8 kernels (autocast or low-precision weights)
     dataloader_workers: bool | None = None  # True: worker processes; False: in-process; None: no DataLoader seen
 
@@ -69,14 +76,14 @@ def detect(trace: Trace, kb: pl.DataFrame | None = None) -> Features:
     if dl.len():
         workers = bool(dl.str.contains(WORKERS_RE).any()) or not bool(dl.str.contains(SINGLE_PROCESS_RE).any())
     o = _any(ops, compiled=COMPILED_REGION_RE, compiling=COMPILE_RE, fused=FUSED_OPT_RE, foreach=FOREACH_RE)
-    kt = _any(kn, fused=r"(?i)fused_adam|fused_sgd", low=LOW_PRECISION_RE)
+    kt = _any(kn, fused=FUSED_OPT_KERNEL_RE, foreach=MULTI_TENSOR_KERNEL_RE, low=LOW_PRECISION_RE)
     return Features(
         cuda_graphs=bool(rt.str.contains(GRAPH_LAUNCH_RE).any() or trace.gpu["graph"].fill_null(False).any()),
         compiled=o["compiled"],
         triton_kernels=triton,
         compiling=o["compiling"],
         fused_optimizer=o["fused"] or kt["fused"],
-        foreach_optimizer=o["foreach"],
+        foreach_optimizer=o["foreach"] or kt["foreach"],
         low_precision=kt["low"] or (kb is not None and "bpe" in kb.columns and bool((kb["bpe"] <= 2).any())),
         dataloader_workers=workers,
     )

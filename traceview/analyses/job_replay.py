@@ -64,12 +64,14 @@ def _waits_float(g: Graph) -> Graph:
     return replace(g, a_own=np.where(waited, np.minimum(g.a_own, fl), g.a_own))
 
 
-def build_job(traces: Sequence[Trace], ranks: Sequence[int], m: pl.DataFrame) -> JobGraph | None:
+def build_job(traces: Sequence[Trace], ranks: Sequence[int], m: pl.DataFrame,
+              graphs: Sequence[Graph] | None = None) -> JobGraph | None:
     """The joint graph of a job's ranks (`traces[k]` is rank `ranks[k]`) and its matched collectives `m`
-    (`comm.match`, kernel source). None without matched collective kernels."""
+    (`comm.match`, kernel source). None without matched collective kernels. `graphs`: the ranks' graphs when
+    already built (`sub_job`)."""
     if m.height == 0 or "i" not in m.columns:
         return None
-    graphs = [_waits_float(build(t)) for t in traces]
+    graphs = list(graphs) if graphs is not None else [_waits_float(build(t)) for t in traces]
     sizes = np.array([g.n_events for g in graphs], np.int64)
     first = np.concatenate([[0], np.cumsum(sizes)[:-1]]).astype(np.int64)
     keys = m["key"].unique().sort()
@@ -94,6 +96,15 @@ def build_job(traces: Sequence[Trace], ranks: Sequence[int], m: pl.DataFrame) ->
                     clock=np.array([t.meta.epoch_offset_ns for t in traces], np.int64),
                     n_events=join0 + keys.len(), src=np.concatenate(srcs), dst=np.concatenate(dsts),
                     off=np.concatenate(offs), comm_dur=comm_dur, collectives=keys.len())
+
+
+def sub_job(jg: JobGraph, traces: Sequence[Trace], keep: Sequence[int], m: pl.DataFrame) -> JobGraph | None:
+    """The joint graph of the ranks at positions `keep` only (their graphs reused): the other ranks' arrivals
+    are frozen into the collectives' transfer (a kept rank that waited for a dropped one keeps that wait), so a
+    change on a kept rank is priced against the ranks that arrive late with it. `steps` follow `keep`."""
+    ranks = [jg.ranks[k] for k in keep]
+    return build_job([traces[k] for k in keep], ranks, m.filter(pl.col("rank").is_in(ranks)),
+                     graphs=[jg.graphs[k] for k in keep])
 
 
 def simulate_job(jg: JobGraph, changes: Mapping[int, Sequence[Transform]] | None = None) -> list[tuple[np.ndarray, ...]]:

@@ -48,15 +48,10 @@ def analyze_job(path: str, ranks: list[RankResult], options: Options) -> tuple[d
     nccl = comm.summary(job, steps, matched)
     strag = nccl.get("straggler")
     cause_warns: list[str] = []
-    if strag is not None:  # why it is late, before the rules: nccl-wait judges the straggler by its cause
-        try:
-            strag["cause"] = straggler.cause(job.traces, steps, {k: r.part for k, r in enumerate(ranks)},
-                                             matched[0], strag["rank"])
-        except Exception as e:  # noqa: BLE001 - the rest of the job section stands without it
-            strag["cause"] = None
-            cause_warns.append(f"internal error in the straggler's cause: {type(e).__name__}: {e}")
-    try:  # the job replay: the straggler's fix priced on the job, comm-bound, the projection
-        replay_sec, proj = job_answer.answer(job.traces, steps, matched[0], nccl, [r.entry for r in ranks], options)
+    parts = {k: r.part for k, r in enumerate(ranks)}
+    try:  # the job replay: the straggler named by its change's job saving, its cause, comm-bound, the projection
+        replay_sec, proj = job_answer.answer(job.traces, steps, matched[0], nccl, [r.entry for r in ranks], options,
+                                             parts)
         period_us = _step_period(ranks, nccl).get("period_us")
         nccl["comm_bound"] = job_answer.comm_bound(job.traces, [r.part for r in ranks],
                                                    int(nccl.get("steps") or 0), matched[0], nccl, period_us)
@@ -64,6 +59,12 @@ def analyze_job(path: str, ranks: list[RankResult], options: Options) -> tuple[d
         replay_sec, proj = None, None
         nccl["comm_bound"] = None
         cause_warns.append(f"internal error in the job replay: {type(e).__name__}: {e}")
+    if strag is not None and "cause" not in strag:  # not replayed: why the last rank is late, before the rules
+        try:
+            strag["cause"] = straggler.cause(job.traces, steps, parts, matched[0], strag["rank"])
+        except Exception as e:  # noqa: BLE001 - the rest of the job section stands without it
+            strag["cause"] = None
+            cause_warns.append(f"internal error in the straggler's cause: {type(e).__name__}: {e}")
     findings, warns = run_job_rules(JobContext(job=job, steps=steps, comm=nccl, entries=tuple(r.entry for r in ranks)),
                                     options)
     if strag is not None:  # what the job view and the per-rank notes go by

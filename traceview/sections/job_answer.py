@@ -14,26 +14,22 @@ import polars as pl
 from traceview.rules import BY_NAME
 
 from ..analyses import busbw, job_replay
+from ..analyses.classify import CLASSES
 from ..analyses.comm import rank_id
 from ..analyses.fixes import transforms
 from ..model import Trace
 from ..ruleapi import RuleContext
+from . import rank_changes, straggler
 from .straggler_fix import fix_transform
 
 #: every rank's top fix is replayed (a rule context per rank) up to this many ranks
 MAX_FIX_RANKS = 16
+#: rows of `replay.changes` kept (best first)
+MAX_CHANGE_ROWS = 12
 
 
 def _us(ns: float) -> float | None:
     return round(float(ns) / 1000, 3) if np.isfinite(ns) else None
-
-
-def _saving(base: np.ndarray, changed: np.ndarray) -> float:
-    """The job's saving per step (ns): the median over the steps of the job step (mean over ranks) before minus
-    after the change (the median: the first replayed step starts from the recording's own start)."""
-    d = np.nanmean(base, axis=0) - np.nanmean(changed, axis=0)
-    d = d[np.isfinite(d)]
-    return float(np.median(d)) if d.size else 0.0
 
 
 def _top_fixes(traces: list[Trace], steps: list[pl.DataFrame], entries: list[dict], options) -> dict[int, Any]:
@@ -82,12 +78,71 @@ def comm_bound(traces: list[Trace], parts: list[pl.DataFrame | None], nsteps: in
     return out
 
 
+def _named(nccl: dict, best: Any, ns: float, traces: list[Trace], steps: dict[int, pl.DataFrame],
+           parts: dict[int, pl.DataFrame | None], m: pl.DataFrame, entries: list[dict]) -> None:
+    """The straggler becomes the rank whose change saves the job most: its rank, waits, reason, and its cause —
+    the change's class with that class's concrete evidence in its lead-up windows (`straggler.cause`)."""
+    strag = nccl["straggler"]
+    last, last_n = strag["rank"], strag["times_last"]
+    row = next((r for r in nccl.get("ranks") or [] if r["rank"] == best.rank), {})
+    if best.rank != last:
+        strag.update(rank=best.rank, times_last=row.get("times_last", 0), total_wait_us=row.get("total_wait_us"))
+    strag["last_to_arrive"] = last
+    what = (f"its {best.rule} finding's fix" if best.source == "finding"
+            else f"its {best.cls} brought to the other ranks' median")
+    strag["reason"] = (f"rank {best.rank}: {what} saves the job {ns / 1e6:,.1f} ms per step in the job replay, the "
+                       "most of any rank's change; " + (f"rank {last} arrived last most often ({last_n} of "
+                                                        f"{strag['of']} matched collectives)" if best.rank != last
+                                                        else f"it arrived last at {last_n} of {strag['of']} "
+                                                        "matched collectives"))
+    c = straggler.cause(traces, steps, parts, m, best.rank, best.cls if best.cls in CLASSES else None)
+    if c is not None:
+        k = _pos(traces, best.rank)
+        own = [f for f in entries[k].get("findings") or [] if f["rule"] != "nccl-wait"]
+        # its findings most other ranks do not have: what "the same work as the others" would contradict
+        others = [{f["rule"] for f in e.get("findings") or []} for j, e in enumerate(entries) if j != k]
+        extra = sorted({f["rule"] for f in own if 2 * sum(f["rule"] in o for o in others) < len(others)})
+        c["change"] = {"source": best.source, "name": best.name, "rule": best.rule, "class": best.cls,
+                       "class_excess_us_per_step": best.excess_us}
+        if best.source == "finding":
+            f = next((f for f in own if f["rule"] == best.rule), None)
+            if f is not None:
+                c["evidence"]["finding"] = {"rule": f["rule"], "title": f["title"], "severity": f["severity"]}
+        c["class_excess_us_per_step"] = c.get("excess_us_per_step")
+        c["excess_us_per_step"] = _us(ns)
+        if (c["class_excess_us_per_step"] or 0) <= 0:  # not late for this class's time: say what the change is
+            c["text"] = (f"rank {best.rank} is not late at the collectives for its {best.cls} time "
+                         f"({c['lateness_us_per_step'] / 1000:,.1f} ms/step late, {best.cls} "
+                         f"{(c['class_excess_us_per_step'] or 0) / 1000:+,.1f} ms/step against the others); its "
+                         f"change ({best.name}) is the one that saves the job most")
+        if c.get("mechanism") in SAME_WORK and extra:  # its own trace says what else it does: never "the same work"
+            c["mechanism_note"] = "findings the other ranks do not have: " + ", ".join(extra)
+            c["text"] = c["text"].replace(straggler.MECHANISM_TEXT[c["mechanism"]],
+                                          "its host takes longer for its ops than the others, and its trace has "
+                                          + c["mechanism_note"])
+        if best.source == "finding" and c.get("text"):
+            c["text"] += f"; its {best.rule} finding's fix is the change that saves the job most"
+    strag["cause"] = c
+
+
+#: mechanisms whose text says the straggler runs the same work as the others
+SAME_WORK = ("slower_host_ops",)
+
+
+def _pos(traces: list[Trace], rank: int) -> int:
+    return next(k for k, t in enumerate(traces) if rank_id(t, k) == rank)
+
+
 def answer(traces: list[Trace], steps: dict[int, pl.DataFrame], m: pl.DataFrame, nccl: dict,
-           entries: list[dict], options) -> tuple[dict | None, dict | None]:
+           entries: list[dict], options, parts: dict[int, pl.DataFrame | None] | None = None
+           ) -> tuple[dict | None, dict | None]:
     """(the job's `replay` section, its `projection`) — None, None when the job is not replayed (no matched
-    collective kernels: host-side gloo collectives are not graph activities)."""
+    collective kernels: host-side gloo collectives are not graph activities). Names the straggler (the rank
+    whose change saves the job most: `rank_changes.py`) and sets its cause; `nccl.straggler.cause` is left to
+    the caller when the job is not replayed."""
     if nccl.get("source") != "kernel" or m.height == 0:
         return None, None
+    parts = parts or {}
     st = [steps.get(k, pl.DataFrame()) for k in range(len(traces))]
     ranks = [rank_id(t, k) for k, t in enumerate(traces)]
     jg = job_replay.build_job(traces, ranks, m)
@@ -105,16 +160,29 @@ def answer(traces: list[Trace], steps: dict[int, pl.DataFrame], m: pl.DataFrame,
            "collectives": jg.collectives, "doc": "docs/multi-rank.md"}
     proj: dict[str, Any] = {"job_step_us": rep["job_step_us"]}
     strag = nccl.get("straggler")
+    rows, best, ns = rank_changes.price(jg, traces, st, m, [parts.get(k) for k in range(len(traces))], entries,
+                                        options, strag["rank"] if strag else None)
+    rep["changes"] = rows[:MAX_CHANGE_ROWS]
     tr = None
     if strag is not None:
-        tr = fix_transform(traces, steps, m, strag["rank"], strag.get("cause"))
-        if tr is not None:
-            fixed = job_replay.job_periods(jg, st, {strag["rank"]: [tr]})
-            saving = max(_saving(base, fixed), 0.0)
+        strag["last_to_arrive"] = strag["rank"]
+        # a change that saves the job no more than its noise explains nothing: the last rank stays the one judged
+        # (a lateness no change of its own expresses, `other_idle`, is judged on the others' waits)
+        if best is not None and ns > noise:
+            _named(nccl, best, ns, traces, steps, parts, m, entries)
+            tr = best.transform
+            saving = ns
+        else:  # no change of its own to replay: the last rank's cause, as the rules judge it without a replay
+            strag["cause"] = straggler.cause(traces, steps, parts, m, strag["rank"])
+            tr = fix_transform(traces, steps, m, strag["rank"], strag.get("cause"))
+            saving = max(rank_changes.saving_ns(base, job_replay.job_periods(jg, st, {strag["rank"]: [tr]})), 0.0) \
+                if tr is not None else None
+        if tr is not None and saving is not None:
             strag["job_saving_us_per_step"] = _us(saving)
             c = strag.get("cause") or {}
             if c.get("text"):
-                c["text"] += f"; fixing it on rank {strag['rank']} alone saves the job {saving / 1e6:,.1f} ms per step (job replay)"
+                c["text"] += (f"; fixing it on rank {strag['rank']} alone saves the job {saving / 1e6:,.1f} ms per "
+                              "step (job replay)")
             strag["fix"] = tr.name
             proj["straggler_fixed"] = {"rank": strag["rank"], "change": tr.name,
                                        "job_step_us": _us(job_replay.job_step(base) - saving),
@@ -127,7 +195,7 @@ def answer(traces: list[Trace], steps: dict[int, pl.DataFrame], m: pl.DataFrame,
             if tr is not None:  # the straggler's cause fixed too
                 changes[strag["rank"]] = [tr, *changes.get(strag["rank"], [])]
             fixed = job_replay.job_periods(jg, st, changes)
-            saving = max(_saving(base, fixed), 0.0)
+            saving = max(rank_changes.saving_ns(base, fixed), 0.0)
             proj["all_top_fixes"] = {"fixes": [{"rank": ranks[k], "rule": r} for k, (r, _) in sorted(tops.items())],
                                      "job_step_us": _us(job_replay.job_step(base) - saving), "saving_us": _us(saving)}
     else:

@@ -1,5 +1,5 @@
 """`JOB_SECTIONS`: the declared parts of a job entry (`jobs` in the document: a directory of 2+ rank files),
-computed by job.py, straggler.py, straggler_fix.py and job_answer.py; docs/json-schema.md's JOB table is generated from them."""
+computed by job.py, straggler.py, straggler_fix.py, rank_changes.py and job_answer.py; docs/json-schema.md's JOB table is generated from them."""
 
 from __future__ import annotations
 
@@ -37,7 +37,9 @@ NCCL = Section(
     "{step: µs} (the part of that union when the rank's GPU ran no other kernel, memcpy or memset: the time "
     "it actually lost to the late rank; equal to the wait for host-side collectives), `times_last`, "
     "`times_first`, `comm_us`, `sync_us`}], `straggler` {`rank`, `times_last`, `of`, `total_wait_us`, "
-    "`reason`, `raised` (true when the straggler rule reports it at warning or error), `cause`} or null. "
+    "`reason`, `raised` (true when the straggler rule reports it at warning or error), `last_to_arrive` (replayed "
+    "jobs: the rank most often last; the straggler is the rank whose own change saves the job most in the job "
+    "replay, `replay.changes`, when that saving is above the step noise), `cause`} or null. "
     "`cause` (why it is late; `traceview/sections/straggler.py`) is null when it was never late at a "
     "matched collective, else {`rank`, `steps` (compared), `lateness_us_per_step` (its start minus the "
     "others' median start at the collective it was latest at, per step), `late_at` (collectives it arrived "
@@ -46,9 +48,13 @@ NCCL = Section(
     "`host_sync`, `host_busy`), `host_excess_us_per_step` {`input`, `host_sync`, `host_ops`, `python`, "
     "`untraced`: µs} (the host side of the same windows), `class` (the class with the largest excess, or "
     "null), `mechanism` (`host_code`, `extra_host_ops`, `slower_host_ops`, `input`, `host_sync`, "
-    "`extra_kernels`, `slower_kernels`, `data_copy`, `other_idle`), `excess_us_per_step`, `evidence` "
+    "`extra_kernels`, `slower_kernels`, `data_copy`, `other_idle`), `excess_us_per_step` (for a replayed GPU job: the job saving of its change; else the class's excess), "
+    "`class_excess_us_per_step` (replayed jobs: the class's excess before the collectives), `change` (replayed "
+    "jobs: {`source` (`median`: that class as fast as the other ranks' median; `finding`: a rule's fix), `name`, "
+    "`rule`, `class`, `class_excess_us_per_step` (over the analysed steps)}), `mechanism_note` (when the mechanism "
+    "says \"the same ops\" but the rank's own trace has findings: their rules), `evidence` "
     "(`ops` / `kernels` / `syncs` [{`name`, counts and µs per step on the straggler and the others}], "
-    "`largest_gap` {`step`, `us`, `after_op`, `before_op`}, `python_frame`, `detail`), `text`, `severity` "
+    "`largest_gap` {`step`, `us`, `after_op`, `before_op`}, `python_frame`, `finding` {`rule`, `title`, `severity`} (a finding's fix as the change), `detail`), `text`, `severity` "
     "(the straggler finding's)}. From the job replay (GPU jobs, docs/multi-rank.md) the straggler also has `fix` "
     "(the change made to it: `rank R: <mechanism>`), `job_saving_us_per_step` (the job's step before minus after "
     "that change, replayed with every rank) and `noise_us_per_step` (the sample standard deviation of the job's "
@@ -92,7 +98,10 @@ REPLAY = Section(
     json_type="object or null",
     json_doc="null when not replayed (host-side collectives): {`fidelity` {`ranks` [{`rank`, `traced_us`, "
     "`replayed_us`, `mean_error_pct`, `max_error_pct`}], `max_error_pct`}, `job_step_us` (replayed: mean over "
-    "ranks and steps), `traced_job_step_us`, `noise_us`, `collectives`, `doc`} (or {`note`} when the graph "
+    "ranks and steps), `traced_job_step_us`, `noise_us`, `collectives`, `changes` [{`rank`, `source` (`median` / `finding`), "
+    "`class`, `change`, `rule`, `own` (a class it spends more on than the others, or a finding most other ranks do "
+    "not have: only those name a straggler), `excess_us_per_step`, `job_saving_us_per_step`}] (each candidate "
+    "rank's changes replayed on the job, best first, up to 12), `doc`} (or {`note`} when the graph "
     "cannot be replayed)",
     text="header",
     app_page="job",

@@ -271,9 +271,10 @@ def windows(traces: list[Trace], steps: dict[int, pl.DataFrame], m: pl.DataFrame
 
 
 def cause(traces: list[Trace], steps: dict[int, pl.DataFrame], parts: dict[int, pl.DataFrame | None],
-          m: pl.DataFrame, strag: int) -> dict | None:
+          m: pl.DataFrame, strag: int, klass: str | None = None) -> dict | None:
     """The straggler's cause (see the module doc); None when it was never late at a matched collective.
-    `traces`, `steps`, `parts` by position in the job; `m` the matched collectives (`comm.match`)."""
+    `traces`, `steps`, `parts` by position in the job; `m` the matched collectives (`comm.match`). `klass`: the
+    class of the change the job replay found saves the job most (`rank_changes.py`), else the largest excess."""
     w = windows(traces, steps, m, strag)
     if w is None:
         return None
@@ -292,7 +293,11 @@ def cause(traces: list[Trace], steps: dict[int, pl.DataFrame], parts: dict[int, 
             "late_at": nlate, "late_at_families": {r["family"]: r["len"] for r in fam.iter_rows(named=True)},
             "classes_excess_us_per_step": classes, "host_excess_us_per_step": host_x}
     best = cx.sort(["dur_x", "cls"], descending=[True, False]).head(1)
-    if best.height == 0 or best["dur_x"].item() <= 0:
+    if klass is not None and klass in cx["cls"].to_list():
+        best = cx.filter(pl.col("cls") == klass)
+    elif klass is not None:  # a class it spends no time on in these windows: the change's own evidence says why
+        best = pl.DataFrame({"cls": [klass], "dur_x": [0.0]})
+    if best.height == 0 or (best["dur_x"].item() <= 0 and klass is None):
         return {**base, "class": None, "mechanism": None, "excess_us_per_step": 0.0, "evidence": {},
                 "text": f"rank {strag} arrives {_ms(lateness)}/step late, but no class of its time before the "
                         "collectives exceeds the other ranks'"}
@@ -359,7 +364,7 @@ def _mechanism(klass: str, excess: float, by_rank: dict[int, Trace], win: pl.Dat
         extra = float(x.filter(pl.col("kind") != "memcpy")["extra"].clip(lower_bound=0).sum())
         slower = float(x.filter(pl.col("kind") != "memcpy")["slower"].clip(lower_bound=0).sum())
         mech = "data_copy" if copy > max(extra, slower) else "extra_kernels" if extra >= slower else "slower_kernels"
-        ops = k.filter(pl.col("rank") == strag).group_by("name").agg(pl.col("op").drop_nulls().first())
+        ops = k.filter(pl.col("rank") == strag).group_by("name").agg(pl.col("op").drop_nulls().sort().first())  # (deterministic: steps may differ)
         top = x.join(ops, on="name", how="left").sort(["dur_x", "name"], descending=[True, False]).head(TOP)
         ev["kernels"] = [{"name": r["name"], "kind": r["kind"], "op": r["op"],
                           "count_per_step": round(r["n_s"], 2), "others_count_per_step": round(r["n_o"], 2),
