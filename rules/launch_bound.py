@@ -45,6 +45,7 @@ import msgspec
 import polars as pl
 
 from traceview.analyses.classify import idle_gaps, sync_calls
+from traceview.analyses.decoding import forward_only
 from traceview.analyses.features import Features
 from traceview.analyses.replay import Transform
 from traceview.analyses.replay_graph import KINDS
@@ -189,7 +190,7 @@ def fix_transform(ctx: RuleContext) -> Transform | None:
     """The fix as a replay transformation: CUDA-graph replay of the steps — the per-launch host cost (the
     launching ops, their launches and their Python) leaves the host path inside the analysed steps; blocking
     calls, the DataLoader and the device work stay. The whole step is taken as the captured region, so this
-    bounds what capture can save; on a decode loop, each token's model forward (rules/decode_loop.py)."""
+    bounds what capture can save; on a decode loop, each token's model forward (analyses/decoding.py)."""
     h = ctx.trace.host.select("i", "cat", "name", "ts", "op")
     launched = ctx.trace.gpu.select("op").filter(pl.col("op").is_not_null())["op"].unique()
     sync = sync_calls(ctx.trace)["i"]
@@ -199,7 +200,6 @@ def fix_transform(ctx: RuleContext) -> Transform | None:
                     & ~pl.col("i").is_in(sync.implode()) & ~pl.col("name").str.starts_with("ProfilerStep"))
     if rows.height == 0:
         return None
-    from . import decode_loop  # (decode_loop builds on this rule: imported here, not at the top)
 
     # a decode loop's graph holds each token's model forward, not the loop's own work between forwards
-    return Transform(NAME, host_removed=decode_loop.forward_only(ctx, rows["i"].cast(pl.Int64).to_list()))
+    return Transform(NAME, host_removed=forward_only(ctx, rows["i"].cast(pl.Int64).to_list()))

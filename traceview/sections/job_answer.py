@@ -18,6 +18,7 @@ from ..analyses.classify import CLASSES
 from ..analyses.comm import rank_id
 from ..analyses.fixes import transforms
 from ..model import Trace
+from ..registry import straggler_rules
 from ..ruleapi import RuleContext
 from . import rank_changes, straggler
 from .straggler_fix import fix_transform
@@ -98,7 +99,7 @@ def _named(nccl: dict, best: Any, ns: float, traces: list[Trace], steps: dict[in
     c = straggler.cause(traces, steps, parts, m, best.rank, best.cls if best.cls in CLASSES else None)
     if c is not None:
         k = _pos(traces, best.rank)
-        own = [f for f in entries[k].get("findings") or [] if f["rule"] != "nccl-wait"]
+        own = [f for f in entries[k].get("findings") or [] if f["rule"] not in straggler_rules()]
         # its findings most other ranks do not have: what "the same work as the others" would contradict
         others = [{f["rule"] for f in e.get("findings") or []} for j, e in enumerate(entries) if j != k]
         extra = sorted({f["rule"] for f in own if 2 * sum(f["rule"] in o for o in others) < len(others)})
