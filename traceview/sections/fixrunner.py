@@ -76,6 +76,12 @@ def apply(ctx, options, findings: list[dict]) -> tuple[list[dict], dict[str, Any
                     sev = f["severity"]
             if r in remainder:  # (its share is what is left, not the profiler's doing)
                 sev, pct = "info", 100.0 * us / window_us
+                if "after_larger_fixes" not in f["evidence"]:
+                    f = {**f, "evidence": {**f["evidence"], "after_larger_fixes": {
+                        "fixes": m["after"], "savings_us": round(us, 3), "savings_pct": round(pct, 2),
+                        "alone_savings_us": round(alone, 3),
+                        "note": (f"the time it saves is mostly the same as {', '.join(m['after'])}'s: once that is "
+                                 f"fixed this fix saves {pct:.1f} % of the step")}}}
             if us <= 0.0005:
                 sev = "info"
             f = {**f, "savings_us": round(us, 3), "savings_pct": round(pct, 2), "severity": sev}
