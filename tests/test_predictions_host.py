@@ -42,7 +42,9 @@ def test_the_reducer_waiting_for_a_gloo_all_reduce_is_a_join_edge():
     assert len(gloo_tids) == 2 and gloo.height == 36  # 4 micro-batches x 3 buckets x 3 steps
     lo, hi = int(ctx.steps["ts"].min()), int(ctx.steps["end"].max())
     joined = np.flatnonzero((g.a_join >= 0) & (g.a_ts >= lo) & (g.a_ts < hi))
-    onto_gloo = [j for j in joined if int(g.a_tid[g.a_join[j]]) in gloo_tids and int(g.a_tid[j]) not in gloo_tids]
+    onto_gloo = [
+        j for j in joined if int(g.a_tid[g.a_join[j]]) in gloo_tids and int(g.a_tid[j]) not in gloo_tids
+    ]
     idle = [int(g.a_ts[j] - g.a_end[g.a_prev[j]]) for j in onto_gloo]
     # every such wait (the autograd thread idle for milliseconds) is the join edge's: the gloo thread was inside
     # its all-reduce span when the autograd thread went idle, so nothing of the wait stays on its own gap
@@ -61,7 +63,10 @@ def test_the_workers_pace_is_the_measured_steady_mean_where_it_exceeds_the_loop(
     assert labels["input_workers_nw2"]["unprofiled_how"] == "mean of wait steps 12-23"
     nw2 = _ctx("collected4/input_workers_nw2")
     pace = fixes.input_floor_ns(nw2) / 1e6
-    assert pace == statistics.mean(m[len(m) // 2:]) and abs(pace - labels["input_workers_nw2"]["unprofiled_step_ms"]) < 0.01
+    assert (
+        pace == statistics.mean(m[len(m) // 2 :])
+        and abs(pace - labels["input_workers_nw2"]["unprofiled_step_ms"]) < 0.01
+    )
     # the loop's own steps, while the buffer lasted, ran ~7.4 ms: the workers (2 x 16 x 2 ms of CPU a batch / 2) set it
     assert max(m[:4]) < 8.0 < 16.0 < pace
     # with 10 workers the steady steps stay within the loop's own pace: no floor
@@ -92,8 +97,10 @@ def test_a_bounded_fix_keeps_its_bound_among_all_fixes():
     base = [fixes.pricing_transform(ctx)]
     both = fixes.per_step_us(ctx.trace, ctx.steps, [tf["host-sync"], tf["launch-bound"]], base)
     free = fixes.per_step_us(ctx.trace, ctx.steps, [tf["launch-bound"]], base)
-    unbounded = fixes.mean_saving_us(replay(ctx.trace, ctx.steps, base),
-                                     replay(ctx.trace, ctx.steps, [*base, tf["host-sync"], tf["launch-bound"]]))
+    unbounded = fixes.mean_saving_us(
+        replay(ctx.trace, ctx.steps, base),
+        replay(ctx.trace, ctx.steps, [*base, tf["host-sync"], tf["launch-bound"]]),
+    )
     assert both <= free + tf["host-sync"].bound_us + 1e-6
     assert both < unbounded  # the ceiling binds here
 
