@@ -30,7 +30,8 @@ output), counted where the GPU was the critical path; (2) the GPU idle time betw
 graph's GPU work and the start of the resumed graph's first kernel, less the gap one graph would still leave: it launches the resumed kernels one launch
 interval (the median time between consecutive launches inside a graph's call) after its last launch, so
 the GPU idles max(0, last launch + interval − end of the first graph's work). Eager GPU work between the
-graphs stays.
+graphs stays. The findings' savings are replayed (`fix_transform`): the host time between the graphs leaves the
+host path, a sync there no longer waits, and the chain's kernels run in its fused time.
 
 ## Options
 - `min_savings_pct` (1.0): smallest savings (% of step time) worth a finding.
@@ -297,8 +298,9 @@ def check(ctx: RuleContext) -> list[Finding]:
 def fix_transform(ctx: RuleContext) -> Transform | None:
     """The fix as a replay transformation: the break's host time is removed — every host row between the first
     graph's call and the first launch of the graph resumed after it (the eager statement, the resumed frame's
-    guards and cache lookup) leaves the host path, and a sync made there no longer waits. The device work of
-    both graphs still runs (fusion across the break is not modelled)."""
+    guards and cache lookup) leaves the host path, and a sync made there no longer waits. One graph fuses the
+    pointwise/reduction kernels on both sides of each break (`boundary_chains`): they run in the elementwise-chain
+    rule's fused time, shared in proportion to their time; the rest of both graphs' device work still runs."""
     b = _breaks(ctx)
     if b.height == 0:
         return None
@@ -308,4 +310,10 @@ def fix_transform(ctx: RuleContext) -> Transform | None:
     sy = sync_calls(ctx.trace).select("i", "tid", "ts").sort("ts")
     sy = sy.join_asof(sp.sort("ts").rename({"ts": "_s", "end": "_e"}), left_on="ts", right_on="_s", by="tid",
                       strategy="backward", check_sortedness=False).filter(pl.col("ts") < pl.col("_e"))
-    return Transform(NAME, host_spans=spans(sp), no_wait=sy["i"].cast(pl.Int64).to_list())
+    ch = boundary_chains(ctx, b)
+    fused: dict[int, int] = {}
+    if ch.height:
+        per = per_chain(ch).select("chain", (pl.col("fused_time") / pl.col("time")).alias("_r"))
+        k = ch.join(per, on="chain").select("i", (pl.col("dur") * pl.col("_r").clip(0, 1)).cast(pl.Int64).alias("d"))
+        fused = dict(zip(k["i"].cast(pl.Int64).to_list(), k["d"].to_list(), strict=True))
+    return Transform(NAME, host_spans=spans(sp), no_wait=sy["i"].cast(pl.Int64).to_list(), gpu_dur=fused)

@@ -52,6 +52,7 @@ import numpy as np
 import polars as pl
 
 from traceview.analyses.classify import dataloader_spans
+from traceview.analyses.fixes import input_floor_ns
 from traceview.analyses.overhead import profiler_transform
 from traceview.analyses.replay import Transform, replay, spans
 from traceview.evidence import UNSET, Meta, UnsetType
@@ -99,6 +100,14 @@ def _need(ctx: RuleContext) -> float:
     return ctx.once("loader-need", run)
 
 
+class Unprofiled(msgspec.Struct, kw_only=True):
+    """The wait the profiler hid: the loop ran at the workers' pace while recorded, so the trace shows none."""
+
+    measured_step_us: Annotated[float, Meta(description="the collector's steady unprofiled step (µs)")]
+    wait_pct: Annotated[float, Meta(description="the share of it the loop waits for the workers (%)")]
+    note: Annotated[str, Meta(description="the same in words")]
+
+
 class Evidence(input_bound.Evidence, kw_only=True):
     steps_waited: Annotated[int, Meta(description="steps whose wait reached `moderate_pct`")]
     steps: Annotated[int, Meta(description="analysed steps")]
@@ -109,6 +118,9 @@ class Evidence(input_bound.Evidence, kw_only=True):
     ]
     pageable_copies: Annotated[bool, Meta(description="the host-to-device copies are from pageable memory")]
     num_workers: Annotated[int | None, Meta(description="the `num_workers` option (null: not given)")]
+    unprofiled: Annotated[
+        Unprofiled | UnsetType, Meta(description="set when the profiler hid the wait (a collector manifest)")
+    ] = UNSET
     per_batch_cpu_us: Annotated[
         float | UnsetType, Meta(description="CPU time per batch in a worker (µs; with `num_workers`)")
     ] = UNSET
@@ -127,14 +139,25 @@ def check(ctx: RuleContext) -> list[Finding]:
     if not applies(ctx):
         return []
     m = input_bound.measure(ctx)
-    if m is None or m["pct"] < ctx.options["moderate_pct"]:
+    if m is None:
         return []
     n_steps = ctx.steps.height
     period = ctx.window_ns / n_steps  # T: the loop's pace, the workers' while it waits for every batch
     need = _need(ctx)
+    # the profiler slows the loop, not the workers (other processes): a profiled loop as slow as the workers
+    # waits for nothing, while the collector's unprofiled steps wait for them (fixes.input_floor_ns)
+    pace = input_floor_ns(ctx)
+    hidden = m["pct"] < ctx.options["moderate_pct"] and pace is not None and need > 0
+    hidden_pct = 100.0 * (pace - need) / pace if hidden else 0.0
+    if m["pct"] < ctx.options["moderate_pct"] and hidden_pct < ctx.options["moderate_pct"]:
+        return []
+    if hidden:
+        period = pace
     ratio = period / need if need else None
     # steps that waited a real share of the step: in the others the prefetch buffer still held batches
     waited = [r.step for r in m["evidence"].per_step if (r.pct or 0) >= ctx.options["moderate_pct"]]
+    if hidden:  # every steady unprofiled step waits: the measured mean is the workers' pace
+        waited = [r.step for r in m["evidence"].per_step]
     pageable = (
         bool(
             ctx.trace.gpu.filter(
@@ -155,6 +178,14 @@ def check(ctx: RuleContext) -> list[Finding]:
         pageable_copies=pageable,
         num_workers=nw or None,
     )
+    if hidden:
+        ev.unprofiled = Unprofiled(
+            measured_step_us=round(pace / 1000, 3),
+            wait_pct=round(hidden_pct, 2),
+            note=(f"the trace shows no wait ({m['pct']:.1f} % of the step): the profiler slowed the loop to the "
+                  f"workers' pace; unprofiled the loop needs {need / 1e6:.1f} ms a step and the collector measured "
+                  f"{pace / 1e6:.1f} ms (the workers' pace, the mean of its steady steps)"),
+        )
     pin = "pin_memory=True, " if pageable else ""
     tail = (
         "; if the host has fewer free cores, make the per-sample transform cheaper instead: decode once and cache, "
@@ -201,7 +232,7 @@ def check(ctx: RuleContext) -> list[Finding]:
             count=m["calls"],
             cost_ns=m["total"],
             savings_ns=m["idle"],
-            severity_pct=m["pct"],
+            severity_pct=max(m["pct"], hidden_pct),
             severity=severity,
             evidence=ev,
             fix=fix,
@@ -215,4 +246,4 @@ def fix_transform(ctx: RuleContext) -> Transform | None:
     if not applies(ctx):
         return None
     sp = dataloader_spans(ctx.trace)
-    return Transform(NAME, host_spans=spans(sp)) if sp.height else None
+    return Transform(NAME, host_spans=spans(sp), input_ready=True) if sp.height else None

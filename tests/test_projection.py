@@ -46,8 +46,7 @@ PAIRS = [
     ("cnn_input_nw0", "cnn_input_nw8", "input-bound"),
     pytest.param("fragmented_eager", "fragmented_compiled", "elementwise-chain", marks=_miss(
         "0.034 ms predicted vs 0.050 ms measured (-31 %): the compiled twin's kernels are not only the fused chains")),
-    pytest.param("compile_graph_break", "compile_no_break", "graph-break", marks=_miss(
-        "0.26 ms predicted vs 0.55 ms measured (-53 %): fusion across the break is not modelled")),
+    ("compile_graph_break", "compile_no_break", "graph-break"),
     ("elementwise_chain_eager", "elementwise_chain_compiled", "elementwise-chain"),
 ]
 TOL = 0.20
@@ -69,7 +68,9 @@ def test_predicted_saving_vs_measured_twin(problem, fixed, rule):
     p = entry(_run(problem))["projection"]
     assert p["unprofiled_source"] == "measured"
     assert p["unprofiled_step_us"] == pytest.approx(LABELS[problem]["unprofiled_step_ms"] * 1000, abs=1)
-    predicted = _fix(entry(_run(problem)), rule)["savings_us"] / 1000
+    fx = _fix(entry(_run(problem)), rule)
+    # the twin measures the fix alone: a fix whose time a larger fix saves too reports the remainder, and alone
+    predicted = fx.get("alone_savings_us", fx["savings_us"]) / 1000
     err = (predicted - measured) / measured
     assert abs(err) <= tol, f"{problem}: predicted {predicted:.3f} ms, measured {measured:.3f} ms ({err:+.0%})"
 

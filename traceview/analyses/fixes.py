@@ -6,12 +6,14 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import replace
+from pathlib import Path
 from types import ModuleType
 
 import numpy as np
 import polars as pl
 
-from .overhead import measured_transform
+from ..ingest.manifest import rank_step_samples
+from .overhead import ERROR_BAND, measured_transform, profiler_transform
 from .replay import Transform, replay
 
 #: a fix saving less than this share of the step is "nothing the rules know to fix"
@@ -61,15 +63,47 @@ def per_step_us(trace, steps: pl.DataFrame, t: Sequence[Transform] | Transform, 
     b = replay(trace, steps, base) if b is None else b
     got = mean_saving_us(b, replay(trace, steps, [*base, *ts]))
     bounds = [x.bound_us for x in ts if x.bound_us is not None]
-    return min(got, sum(bounds)) if bounds and len(bounds) == len(ts) else got
+    if not bounds:
+        return got
+    # a bounded fix adds at most its bound to what the others save together (the host-sync ceiling holds in the
+    # all-fixes projection and a what-if too, not only alone)
+    free = [x for x in ts if x.bound_us is None]
+    rest = mean_saving_us(b, replay(trace, steps, [*base, *free])) if free else 0.0
+    return min(got, rest + sum(bounds))
 
 
 def pricing_transform(ctx) -> Transform:
     """The profiler-cost transform every saving is priced against: solved to the collector's measured unprofiled
-    step where there is one (`ctx.profiler` source `manifest`), else the fitted model (analyses.overhead)."""
+    step where there is one (`ctx.profiler` source `manifest`), else the fitted model (analyses.overhead). Where
+    the DataLoader's worker processes hold the measured step (`input_floor_ns`), the fitted model with that pace
+    as its floor: the loop's host share cannot be solved to a step the workers set."""
+    floor = input_floor_ns(ctx)
+    if floor is not None:
+        return replace(profiler_transform(ctx.trace), floor_ns=floor)
     prof = ctx.profiler or {}
     measured = prof.get("unprofiled_step_ns") if prof.get("source") == "manifest" else None
     return measured_transform(ctx.trace, ctx.steps, measured)
+
+
+def input_floor_ns(ctx) -> float | None:
+    """The step period the DataLoader's worker processes allow (ns), where the collector measured the unprofiled
+    steps of a trace whose loader runs workers: other processes, which the profiler does not slow, so a profiled
+    loop may run at their pace without waiting (the trace shows no wait) while the unprofiled loop waits for them.
+    The measured step is then the slower of the loop and the workers: the mean of the second half of the measured
+    steps (the prefetch buffer drains over the first ones, and N workers deliver in bursts of N: a mean, not the
+    median). It is the workers' pace, not the loop's, when it exceeds the loop's own measured pace — the fastest
+    step of the first half, while the buffer still held batches — by more than the profiling estimate's error
+    band (overhead.ERROR_BAND): the fitted model then prices the loop, and the floor holds every fix that does
+    not feed the loop faster (`Transform.input_ready`). None without workers, measured steps, or such a wait."""
+    trace = ctx.trace
+    doc = trace.meta.manifest
+    if doc is None or ctx.steps.height == 0 or not getattr(ctx.features, "dataloader_workers", False):
+        return None
+    xs = rank_step_samples(doc, Path(trace.meta.path or "").name, trace.meta.rank)
+    if len(xs) < 2:
+        return None
+    pace, own = float(np.mean(xs[len(xs) // 2:])), min(xs[: len(xs) // 2])
+    return pace * 1e6 if pace > (1 + ERROR_BAND) * own else None
 
 
 def rule_savings(ctx, tf: dict[str, Transform]) -> dict[str, dict[str, float]]:

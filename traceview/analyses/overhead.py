@@ -133,11 +133,15 @@ def unprofiled_steps(
     trace: Trace, steps: pl.DataFrame, cost_us: dict[str, float] | None = None
 ) -> np.ndarray:
     """Estimated unprofiled duration (ns) of each step: traced period − replayed saving of the profiler-cost
-    transform, within [GPU busy time, traced period]."""
+    transform, within [GPU busy time, traced period]. The saving is the means' difference, shared over the steps
+    in proportion to their traced periods: a faster host shortens the first steps and lengthens the last (its
+    device work still drains), so per-step differences clipped at zero would bias the mean low."""
     traced = (steps["end"] - steps["ts"]).to_numpy().astype(np.float64)
     r0 = replay(trace, steps)
     r1 = replay(trace, steps, [profiler_transform(trace, cost_us)])
-    est = traced - np.maximum(r0 - r1, 0)
+    total = float(traced.sum())
+    saved = min(max(float(r0.mean() - r1.mean()), 0.0), float(traced.mean())) if traced.size else 0.0
+    est = traced - (saved * traced.size * traced / total if total > 0 else 0.0)
     return np.clip(est, np.minimum(gpu_busy_per_step(trace, steps), traced), traced)
 
 

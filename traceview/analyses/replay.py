@@ -64,6 +64,10 @@ class Transform:
     host_share: float = 0.0
     host_spans: Sequence[tuple[int, int, int]] = ()
     bound_us: float | None = None  # the most the fix saves per step (fixes.per_step_us), None: the replay's saving
+    #: a pace from outside the graph (ns per step): the mean replayed period is at least this, unless a transform
+    #: given with it is `input_ready` (the DataLoader's worker processes: fixes.input_floor_ns)
+    floor_ns: float | None = None
+    input_ready: bool = False  # the fix keeps batches ready: the workers' pace (`floor_ns`) no longer holds the step
 
 
 def _coverage(spans: np.ndarray, tids: np.ndarray):
@@ -354,17 +358,28 @@ def step_periods(g: Graph, steps: pl.DataFrame, times: tuple[np.ndarray, ...]) -
 
 def replay(trace: Trace, steps: pl.DataFrame, transforms: Sequence[Transform] = ()) -> np.ndarray:
     """Replayed period (ns) of each step of `steps` (a frame of the trace's step rows), with `transforms`
-    applied together."""
+    applied together (a transform's `floor_ns` holds the mean period: `floored`)."""
     if steps.height == 0:
         return np.zeros(0)
     if not transforms:  # the fidelity and every saving replay it: once per (trace, steps)
         return _unmodified(trace, steps).copy()
     key = _parametric_key(transforms)
     if key is not None:  # the profiler-cost base of every saving: once per (trace, steps, parameters)
-        return _parametric(trace, tuple(tuple(steps[c]) for c in _STEP_COLS), key).copy()
+        return floored(_parametric(trace, tuple(tuple(steps[c]) for c in _STEP_COLS), key).copy(), transforms)
     g = build(trace)
     s, e = _boundaries(g, steps, simulate(g, transforms))
-    return _per_step(steps, e - s)
+    return floored(_per_step(steps, e - s), transforms)
+
+
+def floored(periods: np.ndarray, transforms: Sequence[Transform]) -> np.ndarray:
+    """`periods` with their mean raised to the transforms' pace from outside the graph (`floor_ns`, the largest),
+    unless one of them keeps the input ready: the steps wait for the DataLoader's workers, which deliver a batch
+    per floor_ns however fast the loop runs. Each step takes an equal part of the wait (savings compare means)."""
+    floors = [t.floor_ns for t in transforms if t.floor_ns]
+    if not floors or periods.size == 0 or any(t.input_ready for t in transforms):
+        return periods
+    short = max(floors) - float(periods.mean())
+    return periods + short if short > 0 else periods
 
 
 def _per_step(steps: pl.DataFrame, periods: np.ndarray) -> np.ndarray:

@@ -35,7 +35,7 @@ import polars as pl
 
 from ..ingest.categories import RUNTIME_CATS
 from ..memo import per_trace
-from ..model import Trace
+from ..model import STEP_RE, Trace
 from .timeline import gpu_work
 
 #: a call that blocks until the device is done with (some of) its queue, by name; device memory allocation and
@@ -233,7 +233,7 @@ def build(trace: Trace) -> Graph:
     del (prev_ts, key, has_prev, pe, gap, launch_i, real, launched, lts, lat, idle_at_launch, queued, same_launch,
          by_stream, graph_call, by_graph, in_call, by_launch, need, dev, blocking, waited)
     seg, keys, key_of = _segments(trace, a_tid, a_ts, a_end)
-    a_join, a_jwake, a_gap = _joins(a_tid, a_ts, a_end, a_prev, a_gap, prev_end, keys, key_of)
+    a_join, a_jwake, a_gap = _joins(a_tid, a_ts, a_end, a_prev, a_gap, prev_end, keys, key_of, _long_rows(trace))
     if (a_join >= 0).any():  # rows of a joined gap after the other thread's last call are the join edge's time
         jt = np.where(a_join >= 0, a_end[np.maximum(a_join, 0)], np.iinfo(np.int64).max)
         seg.where[(seg.where == 0) & (seg.ts >= jt[seg.seg])] = 1
@@ -245,13 +245,42 @@ def build(trace: Trace) -> Graph:
                  latency_ns=lat_med, device_gap_ns=gap_med)
 
 
+def _long_rows(trace: Trace) -> pl.DataFrame:
+    """[tid, ts, end] of the recorded ops and annotations that last at least JOIN_GAP_NS, step spans left out (a
+    thread inside one is busy in it: a gloo collective on its worker thread, a CPU kernel)."""
+    long = trace.host.filter(((pl.col("end") - pl.col("ts")) >= JOIN_GAP_NS)
+                             & pl.col("cat").is_in(["cpu_op", "user_annotation"])).select("tid", "ts", "end", "name")
+    # (the name is matched on the few long rows only: a regex over every host row costs)
+    return (long.filter(~pl.col("name").str.contains(STEP_RE))
+            .select(pl.col("tid").cast(pl.Int64), pl.col("ts").cast(pl.Int64), pl.col("end").cast(pl.Int64))
+            .drop_nulls())
+
+
+def _busy_at(long_rows: pl.DataFrame, tid: np.ndarray, t: np.ndarray) -> np.ndarray:
+    """Whether thread `tid` is inside one of `long_rows` at time `t` (started at or before it, ending after)."""
+    out = np.zeros(t.size, bool)
+    for th in np.unique(tid).tolist():  # the joined threads: a handful
+        r = long_rows.filter(pl.col("tid") == th).sort("ts")
+        if r.height == 0:
+            continue
+        m = tid == th
+        rts, rend = _i64(r["ts"]), np.maximum.accumulate(_i64(r["end"]))
+        j = np.searchsorted(rts, t[m], side="right") - 1
+        out[m] = (j >= 0) & (rend[np.maximum(j, 0)] > t[m])
+    return out
+
+
 def _joins(a_tid: np.ndarray, a_ts: np.ndarray, a_end: np.ndarray, a_prev: np.ndarray, a_gap: np.ndarray,
-           prev_end: np.ndarray, keys: np.ndarray, key_of) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+           prev_end: np.ndarray, keys: np.ndarray, key_of,
+           long_rows: pl.DataFrame | None = None) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """Host-thread joins: a thread idle through a long gap (>= JOIN_GAP_NS) while another thread works, from
     that thread's first call after the gap opened to its last call before the gap closed, waited for it
     (`loss.backward()` on the main thread while the autograd thread launches the backward). Idle: none of its
     own recorded rows starts in that span. The program-order gap then keeps the time before the other thread
-    took over; the join edge the time after that thread's last call. Returns (a_join, a_jwake, a_gap)."""
+    took over; the join edge the time after that thread's last call. The other thread took over when its first
+    call after the gap opened started, or when the gap opened if it was then inside a long recorded op of its own
+    (`long_rows`: DDP's reducer waiting for a gloo all-reduce that its worker thread had started before). Returns
+    (a_join, a_jwake, a_gap)."""
     n = a_ts.size
     join, jwake = np.full(n, -1, np.int64), np.zeros(n, np.int64)
     if n == 0 or np.unique(a_tid).size < 2:
@@ -277,6 +306,8 @@ def _joins(a_tid: np.ndarray, a_ts: np.ndarray, a_end: np.ndarray, a_prev: np.nd
         ts_t = np.sort(a_ts[a_tid == t])
         k = np.searchsorted(ts_t, prev_end[c[m]], side="left")
         handoff[m] = ts_t[np.minimum(k, ts_t.size - 1)]
+    if long_rows is not None and long_rows.height:
+        handoff = np.where(_busy_at(long_rows, a_tid[x], prev_end[c]), prev_end[c], handoff)
     ok = (handoff >= prev_end[c]) & (handoff < a_end[x])
     # idle: no recorded row of this thread starts between the handoff and the other thread's last end
     if keys.size and ok.any():

@@ -135,6 +135,12 @@ def rank_entry(manifest: dict, file_name: str, rank: int | None) -> dict:
     return next((r for r in ranks if r.get("rank") == (rank or 0)), {})
 
 
+def rank_step_samples(manifest: dict, file_name: str, rank: int | None) -> list[float]:
+    """This rank's measured unprofiled step periods (ms), in order (empty when none were recorded)."""
+    xs = rank_entry(manifest, file_name, rank).get("unprofiled_step_ms") or []
+    return [float(x) for x in xs if _is_num(x)] if isinstance(xs, list) else []
+
+
 def rank_step_times(manifest: dict, file_name: str, rank: int | None) -> tuple[float | None, float | None, Any]:
     """(unprofiled, profiled) median step ms of this rank, and how they were measured."""
     r = rank_entry(manifest, file_name, rank)

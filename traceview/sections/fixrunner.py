@@ -3,7 +3,10 @@ its findings; severity follows it; the `--what-if` replay of a chosen set of fix
 
 A finding's `savings_us` is its rule's replayed saving per step in unprofiled terms (`overhead.saving`), split
 over the rule's findings in proportion to their measured cost (one transform per rule: the split never adds up
-to more than the rule's replay). A rule without a `fix_transform` (its fix cannot be expressed on the graph)
+to more than the rule's replay). Where a larger fix saves the same time (a decode loop's CUDA graph and the
+launch-bound fix), the larger one owns it: the other's findings are `info` and report only what is left of
+their saving once the larger fix is made (`marginal_savings`; `evidence.after_larger_fixes` keeps the saving
+alone). A rule without a `fix_transform` (its fix cannot be expressed on the graph)
 saves nothing and its findings are `info`. A finding whose fix saves something only in the traced (profiled)
 replay and nothing once the profiler's cost is removed is the profiler's own and is dropped.
 """
@@ -34,6 +37,7 @@ def apply(ctx, options, findings: list[dict]) -> tuple[list[dict], dict[str, Any
     base_us = float(replay(ctx.trace, ctx.steps, [pricing_transform(ctx)]).mean()) / 1000
     window_us = ctx.window_ns / 1000 / n  # traced step: the share the severities read
     after = marginal_savings(ctx, tf, sav)
+    remainder: set[str] = set()  # rules whose findings report only what is left after the larger fixes
     out = []
     for r in {f["rule"] for f in findings}:
         fs = [{k: v for k, v in f.items() if k != RULE_SEVERITY} for f in findings if f["rule"] == r]
@@ -48,35 +52,50 @@ def apply(ctx, options, findings: list[dict]) -> tuple[list[dict], dict[str, Any
         cost = np.array([max(float(f["cost_us"]), 0.0) for f in fs])
         w = cost / cost.sum() if cost.sum() > 0 else np.full(len(fs), 1.0 / len(fs))
         opts = options.options_for(BY_NAME[r]) if r in BY_NAME else {}
+        m = after.get(r)
+        # the larger fix owns the shared time when what is left of this rule's is below its moderate share: its
+        # findings then report only that remainder (the projection's entry too)
+        if m is not None and "moderate_pct" in opts and window_us and 100.0 * m["us"] / window_us < opts["moderate_pct"]:
+            remainder.add(r)
         for f, wi, own in zip(fs, w, judged, strict=True):
-            us = min(s["unprofiled_us"] * float(wi), base_us)
-            pct = 100.0 * us / window_us if window_us else 0.0  # of the traced step, as the verdict's shares
+            alone = min(s["unprofiled_us"] * float(wi), base_us)
+            us = min(m["us"] * float(wi), alone) if r in remainder else alone
+            pct = 100.0 * alone / window_us if window_us else 0.0  # of the traced step, as the verdict's shares
             sev = f["severity"]
             if "moderate_pct" in opts:  # the replayed saving grades it; a rule's own judgement is a ceiling
                 sev = severity_for(pct, opts["moderate_pct"], opts["high_pct"], BY_NAME[r].SEVERITY)
-                m = after.get(r)
                 if m is not None and sev != "info":  # what it still saves once the larger fixes are made
                     m_pct = 100.0 * m["us"] * float(wi) / window_us if window_us else 0.0
                     if m_pct < opts["moderate_pct"]:
                         sev = "info"
                         f = {**f, "evidence": {**f["evidence"], "after_larger_fixes": to_builtins(AfterLargerFixes(
                             fixes=m["after"], savings_us=round(m["us"] * float(wi), 3),
-                            savings_pct=round(m_pct, 2),
+                            savings_pct=round(m_pct, 2), alone_savings_us=round(alone, 3),
                             note=(f"the time it saves is mostly the same as {', '.join(m['after'])}'s: once "
                                   f"that is fixed this fix saves {m_pct:.1f} % of the step")))}}
                 if own and severity_rank(f["severity"]) < severity_rank(sev):
                     sev = f["severity"]
+            if r in remainder:  # (its share is what is left, not the profiler's doing)
+                sev, pct = "info", 100.0 * us / window_us
+                if "after_larger_fixes" not in f["evidence"]:
+                    f = {**f, "evidence": {**f["evidence"], "after_larger_fixes": to_builtins(AfterLargerFixes(
+                        fixes=m["after"], savings_us=round(us, 3), savings_pct=round(pct, 2),
+                        alone_savings_us=round(alone, 3),
+                        note=(f"the time it saves is mostly the same as {', '.join(m['after'])}'s: once that is "
+                              f"fixed this fix saves {pct:.1f} % of the step")))}}
             if us <= 0.0005:
                 sev = "info"
             f = {**f, "savings_us": round(us, 3), "savings_pct": round(pct, 2), "severity": sev}
             traced_pct = 100.0 * s["traced_us"] * float(wi) / window_us if window_us else 0.0
-            if "moderate_pct" in opts and pct < opts["moderate_pct"] <= traced_pct:
+            if "moderate_pct" in opts and pct < opts["moderate_pct"] <= traced_pct and r not in remainder:
                 f["evidence"] = {**f["evidence"], "profiler": _profiler_note(ctx, us, traced_pct, pct)}
             elif "profiler" in f["evidence"]:  # a rule's own estimate of the profiler's share: the replay's instead
                 f["evidence"] = {**f["evidence"], "profiler": _profiler_note(ctx, us, traced_pct, pct, most=False)}
             out.append(f)
     # what to fix first leads: findings above info by replayed saving, then the info ones
-    return sorted(ranked(out), key=lambda f: f["severity"] == "info"), {"rules": sav, "transforms": tf, "base_step_us": base_us}
+    owned = {r: {"us": min(after[r]["us"], sav[r]["unprofiled_us"]), "after": after[r]["after"]} for r in remainder}
+    return sorted(ranked(out), key=lambda f: f["severity"] == "info"), {"rules": sav, "transforms": tf,
+                                                                        "base_step_us": base_us, "remainder": owned}
 
 
 def marginal_savings(ctx, tf: dict[str, Transform], sav: dict[str, dict[str, float]]) -> dict[str, dict]:

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from ..analyses.fixes import mean_saving_us, pricing_transform, transforms
+from ..analyses.fixes import per_step_us, pricing_transform, transforms
 from ..analyses.replay import replay
 from ..options import Options
 from ..ruleapi import RuleContext
@@ -22,7 +22,7 @@ from .section import Section
 SECTION = Section(
     keys=('projection',), computes="the average step projected with each rule's findings fixed, and with all",
     json_type='object\\|null', text='header', app_page='overview',
-    json_doc="the step replayed with each rule's fix, with all of them together and with a chosen set (docs/replay.md; nothing is added up): `step_us` (measured average analysed step), `unprofiled_step_us` (the profiling estimate, else the collector's measured step; null otherwise), `unprofiled_source` (`estimate`/`measured`/null), `replayed_unprofiled_step_us` (the replay with the profiler's cost removed, solved to the collector's measured unprofiled step where there is one), `fixes` [{`rule`, `code`, `model` (`replay`, or null when the rule's fix cannot be replayed), `savings_us` (per step, unprofiled terms: the same number as its findings' savings together), `traced_savings_us`, `step_us`}] sorted by savings, `all_fixed_step_us`, `all_fixed_unprofiled_step_us` (one replay with every fix), `what_if` (`--what-if RULES`: {`fixes`, `step_us`, `savings_us`}, else null). Ready for a waterfall chart",
+    json_doc="the step replayed with each rule's fix, with all of them together and with a chosen set (docs/replay.md; nothing is added up): `step_us` (measured average analysed step), `unprofiled_step_us` (the profiling estimate, else the collector's measured step; null otherwise), `unprofiled_source` (`estimate`/`measured`/null), `replayed_unprofiled_step_us` (the replay with the profiler's cost removed, solved to the collector's measured unprofiled step where there is one), `fixes` [{`rule`, `code`, `model` (`replay`, or null when the rule's fix cannot be replayed), `savings_us` (per step, unprofiled terms: the same number as its findings' savings together; a fix whose time a larger fix saves too reports what is left after it, with `alone_savings_us` and `after`), `traced_savings_us`, `step_us`}] sorted by savings, `all_fixed_step_us`, `all_fixed_unprofiled_step_us` (one replay with every fix), `what_if` (`--what-if RULES`: {`fixes`, `step_us`, `savings_us`}, else null). Ready for a waterfall chart",
 )
 
 
@@ -58,16 +58,22 @@ def projection_section(ctx: RuleContext | None, findings: list[dict], profiling:
     b_us = float(b.mean()) / 1000 if b.size else 0.0
     codes = {f["rule"]: f["code"] for f in findings}
     fixes = []
-    for rule in sorted({f["rule"] for f in findings if f["severity"] != "info" or f["savings_us"] > 0}):
+    rest = info.get("remainder") or {}  # rules whose findings report what is left after a larger fix
+    for rule in sorted({f["rule"] for f in findings if f["severity"] != "info" or f["savings_us"] > 0 or f["rule"] in rest}):
         s = sav.get(rule)
+        us = (rest[rule]["us"] if rule in rest else s["unprofiled_us"]) if s else 0.0
         fixes.append({"rule": rule, "code": codes[rule], "model": "replay" if s else None,
-                      "savings_us": round(s["unprofiled_us"], 3) if s else 0.0,
+                      "savings_us": round(us, 3),
                       "traced_savings_us": round(s["traced_us"], 3) if s else 0.0,
-                      "step_us": round(b_us - s["unprofiled_us"], 3) if s else round(b_us, 3)})
+                      "step_us": round(b_us - us, 3)})
+        if rule in rest:
+            fixes[-1].update(alone_savings_us=round(s["unprofiled_us"], 3), after=rest[rule]["after"])
     fixes.sort(key=lambda x: (-x["savings_us"], x["code"]))
     every = [tf[f["rule"]] for f in fixes if f["rule"] in tf]
-    traced_all = float(replay(ctx.trace, ctx.steps, every).mean()) / 1000 if every else step / 1000
-    unprof_all = b_us - mean_saving_us(b, replay(ctx.trace, ctx.steps, [*base, *every])) if every else b_us
+    # every fix together, each bounded fix held to its bound (fixes.per_step_us: host-sync's ceiling)
+    b_tr = replay(ctx.trace, ctx.steps, [])
+    traced_all = float(b_tr.mean()) / 1000 - per_step_us(ctx.trace, ctx.steps, every, [], b_tr) if every else step / 1000
+    unprof_all = b_us - per_step_us(ctx.trace, ctx.steps, every, base, b) if every else b_us
     out = {
         "step_us": round(step / 1000, 3), "unprofiled_step_us": round(unprof, 3) if unprof is not None else None,
         "unprofiled_source": source, "replayed_unprofiled_step_us": round(b_us, 3), "fixes": fixes,
