@@ -182,9 +182,6 @@ def _cuts(g: Graph, transforms: Sequence[Transform]) -> tuple[np.ndarray, np.nda
             v = np.fromiter(t.host_cut.values(), np.float64)
             got = dict(zip(t.host_cut.keys(), v, strict=True))
             np.add.at(cuts, flat[p], [got[int(i)] for i in rows.i[p]])
-        if len(t.host_removed):
-            p = rows.positions(_unique(np.asarray(list(t.host_removed), np.int64)))
-            np.add.at(cuts, flat[p], rows.dur[p].astype(np.float64))
         if t.gpu_dur:
             ids = np.fromiter(t.gpu_dur.keys(), np.int64)
             new = np.fromiter(t.gpu_dur.values(), np.int64)
@@ -195,6 +192,11 @@ def _cuts(g: Graph, transforms: Sequence[Transform]) -> tuple[np.ndarray, np.nda
             np.minimum.at(dur, k, np.maximum(new[ok], 0))
         if len(t.no_wait):
             keep_wait &= ~np.isin(g.a_i, np.asarray(list(t.no_wait), np.int64)) | g.a_marker
+    # a row that several fixes take off the host path (decode-loop's CUDA graph is launch-bound's) leaves it once
+    removed = [np.asarray(list(t.host_removed), np.int64) for t in transforms if len(t.host_removed)]
+    if removed:
+        p = rows.positions(_unique(np.concatenate(removed)))
+        np.add.at(cuts, flat[p], rows.dur[p].astype(np.float64))
     return cuts[:n_a], cuts[n_a:2 * n_a], cuts[2 * n_a:], dur, keep_wait
 
 
