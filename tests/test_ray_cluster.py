@@ -169,7 +169,7 @@ def test_batch_on_two_nodes_equals_local_pool(cluster, local_rows, tmp_path, cap
     # the driver's own count of where the tasks ran, against the cluster's list of worker nodes
     note = next(ln for ln in err.splitlines() if ln.startswith("traceview: ray: "))
     assert note.startswith("traceview: ray: 8 job(s) ran on 2 node(s): "), note
-    ran = {part.split()[0]: int(part.split()[1]) for part in note.split(": ", 2)[2].split(", ")}
+    ran = {part.split()[0]: int(part.split()[1]) for part in note.rsplit(": ", 1)[1].split(", ")}
     assert set(ran) == _workers(address) and sum(ran.values()) == 8
 
 
