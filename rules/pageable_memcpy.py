@@ -123,7 +123,7 @@ def check(ctx: RuleContext) -> list[Finding]:
 def fix_transform(ctx: RuleContext) -> Transform | None:
     """The fix as a replay transformation: each pageable copy runs from pinned memory at the host link's pinned
     bandwidth (`Spec.host_gbps`), and an upload is non-blocking — the calls that issued it no longer wait for the
-    device. A download (DtoH) keeps its wait: the host reads the value it fetches (`.cpu()`, `.item()`), so only
+    device, and its memcpy call, which staged the copy on the host, takes a launch call's median time. A download (DtoH) keeps its wait: the host reads the value it fetches (`.cpu()`, `.item()`), so only
     removing that sync (host-sync's fix) takes the wait off, and pricing it here would count the sync twice."""
     g = ctx.trace.gpu[["i", "kind", "name", "bytes", "op", "dur"]]
     m = g.filter((pl.col("kind") == "memcpy") & contains(g, "Pageable"))
@@ -133,5 +133,15 @@ def fix_transform(ctx: RuleContext) -> Transform | None:
     link = ctx.spec.host_gbps * 1e9
     new = m.select("i", pl.min_horizontal(pl.col("dur"), (pl.col("bytes").cast(pl.Float64) / link * 1e9).cast(pl.Int64)))
     up = m.filter(~pl.col("name").str.contains("DtoH"))["op"].drop_nulls()
-    calls = ctx.trace.host.filter(pl.col("op").is_in(up.implode()) & pl.col("cat").is_in(RUNTIME_CATS))
-    return Transform(NAME, gpu_dur=dict(new.rows()), no_wait=calls["i"].cast(pl.Int64).to_list())
+    rt = ctx.trace.host.filter(pl.col("cat").is_in(RUNTIME_CATS))
+    calls = rt.filter(pl.col("op").is_in(up.implode()))
+    # the driver stages a pageable upload through its bounce buffer inside the memcpy call, which returns only
+    # when the last chunk is queued: the call's time is the copy's, on the host path whether or not it "waits".
+    # From pinned memory the call only queues the DMA: it takes what the trace's own launch calls take.
+    copies = calls.filter(pl.col("name").str.starts_with("cudaMemcpy"))
+    launch = rt.filter(pl.col("name").str.starts_with("cudaLaunchKernel"))["dur"].median()
+    cut: dict[int, float] = {}
+    if copies.height and launch is not None:
+        c = copies.select(pl.col("i").cast(pl.Int64), (pl.col("dur") - launch).clip(0).cast(pl.Float64))
+        cut = {int(i): float(v) for i, v in c.iter_rows() if v > 0}
+    return Transform(NAME, gpu_dur=dict(new.rows()), no_wait=calls["i"].cast(pl.Int64).to_list(), host_cut=cut)

@@ -43,8 +43,7 @@ MISSES = {  # fmt: skip
     ("collected5", "epilogue_mlp_eager", "epilogue_mlp_fused"): "0.000 predicted vs 0.569 ms measured (-100%)",
     ("collected5", "epilogue_mlp_eager", "epilogue_mlp_compiled"): "0.000 predicted vs 0.403 ms measured (-100%)",
     ("collected5", "epilogue_bert_eager", "epilogue_bert_fused"): "0.000 predicted vs 1.476 ms measured (-100%): nothing found (3-D GELU after a flattened addmm)",
-    ("collected5", "h2d_mlp_pageable", "h2d_mlp_pinned"): "0.710 predicted vs 6.560 ms measured (-89%)",
-    ("collected5", "h2d_resnet18_pageable", "h2d_resnet18_pinned"): "0.674 predicted vs 4.508 ms measured (-85%)",
+    ("collected5", "h2d_resnet18_pageable", "h2d_resnet18_pinned"): "6.083 predicted vs 4.508 ms measured (+35%)",
     ("collected5", "gpt2c_recompile", "gpt2c_mark_dynamic"): "3283.262 predicted vs 2616.195 ms measured (+25%)",
     ("collected5", "gpt2c_hook_item", "gpt2c_hook_tensor"): "1.149 predicted vs 3.226 ms measured (-64%)",
     ("collected5", "resnet18_serve_c1_graph", "resnet18_serve_c32_graph"): "1.962 predicted vs 10.421 ms measured (-81%)",
@@ -71,7 +70,7 @@ def test_predicted_within_20_pct_of_measured(t):
     assert abs(p / t["measured_ms"] - 1) <= P.BAND, f"{p:.3f} predicted vs {t['measured_ms']:.3f} ms measured"
 
 
-@pytest.mark.xfail(strict=True, reason="24 of 46 covered twins within ±20 % (52 %) where the issue asks for 80 % (docs/predictions.md)")
+@pytest.mark.xfail(strict=True, reason="25 of 46 covered twins within ±20 % (54 %) where the issue asks for 80 % (docs/predictions.md)")
 def test_the_issue_bar():
     scored = [(predicted(t["set"], t["problem"], t["rule"]), t["measured_ms"]) for t in COVERED]
     hits = [abs(p / m - 1) <= P.BAND for p, m in scored if p is not None]
