@@ -231,4 +231,6 @@ def fix_transform(ctx: RuleContext) -> Transform | None:
     if e.height == 0:
         return None
     ids = e["i"].cast(pl.Int64).to_list()
-    return Transform(NAME, gpu_dur=dict.fromkeys(ids, 0), host_removed=e["op"].drop_nulls().cast(pl.Int64).unique().to_list())
+    # (`e["op"]` is the epilogue op's name: the rows that launched the kernels come from the trace's gpu rows)
+    ops = ctx.trace.gpu.filter(pl.col("i").is_in(e["i"].implode()))["op"].drop_nulls().unique()
+    return Transform(NAME, gpu_dur=dict.fromkeys(ids, 0), host_removed=ops.cast(pl.Int64).to_list())

@@ -40,8 +40,7 @@ MISSES = {  # fmt: skip
     ("collected4", "small_batch_c4_graph", "small_batch_c128_graph"): "0.629 predicted vs 1.673 ms measured (-62%)",
     ("collected4", "gpt2_sdpa_empty_cache", "gpt2_sdpa_ref"): "6.956 predicted vs 11.025 ms measured (-37%)",
     ("collected4", "input_workers_nw2", "input_workers_nw10"): "8.448 predicted vs 5.616 ms measured (+50%)",
-    ("collected5", "epilogue_mlp_eager", "epilogue_mlp_fused"): "0.000 predicted vs 0.569 ms measured (-100%)",
-    ("collected5", "epilogue_mlp_eager", "epilogue_mlp_compiled"): "0.000 predicted vs 0.403 ms measured (-100%)",
+    ("collected5", "epilogue_mlp_eager", "epilogue_mlp_compiled"): "0.607 predicted vs 0.403 ms measured (+51%): the compiled twin pays torch.compile's own host cost",
     ("collected5", "epilogue_bert_eager", "epilogue_bert_fused"): "0.000 predicted vs 1.476 ms measured (-100%): nothing found (3-D GELU after a flattened addmm)",
     ("collected5", "h2d_resnet18_pageable", "h2d_resnet18_pinned"): "6.083 predicted vs 4.508 ms measured (+35%)",
     ("collected5", "gpt2c_recompile", "gpt2c_mark_dynamic"): "3283.262 predicted vs 2616.195 ms measured (+25%)",
@@ -70,7 +69,7 @@ def test_predicted_within_20_pct_of_measured(t):
     assert abs(p / t["measured_ms"] - 1) <= P.BAND, f"{p:.3f} predicted vs {t['measured_ms']:.3f} ms measured"
 
 
-@pytest.mark.xfail(strict=True, reason="25 of 46 covered twins within ±20 % (54 %) where the issue asks for 80 % (docs/predictions.md)")
+@pytest.mark.xfail(strict=True, reason="26 of 46 covered twins within ±20 % (57 %) where the issue asks for 80 % (docs/predictions.md)")
 def test_the_issue_bar():
     scored = [(predicted(t["set"], t["problem"], t["rule"]), t["measured_ms"]) for t in COVERED]
     hits = [abs(p / m - 1) <= P.BAND for p, m in scored if p is not None]
