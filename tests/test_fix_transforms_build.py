@@ -8,17 +8,20 @@ from __future__ import annotations
 
 import pytest
 from conftest import SAMPLES
+from traceview.rules import RULES
 
 import traceview
 from traceview.options import Options
 from traceview.report import select_steps
 from traceview.ruleapi import RuleContext
-from traceview.rules import RULES
 
 TRACES = sorted(
     [
         *(p for p in (SAMPLES / "collected5").glob("*/*.pt.trace.json.gz")),
-        *(SAMPLES / "collected4" / r for r in ("decode_dynamic", "attn_eager_s2048", "conv_fp32", "alloc_churn_empty_cache")),
+        *(
+            SAMPLES / "collected4" / r
+            for r in ("decode_dynamic", "attn_eager_s2048", "conv_fp32", "alloc_churn_empty_cache")
+        ),
         SAMPLES / "gpu_h200/launch_bound_tiny_ops.json.gz",
         SAMPLES / "gpu_h200/cudagraph_reduce_overhead.json.gz",
         SAMPLES / "kineto_resnet50/resnet50_num_workers_0",
@@ -45,4 +48,6 @@ def test_every_fix_builds(path):
         if tf is None:
             continue
         assert set(tf.gpu_dur) <= gpu_ids, code
-        assert set(tf.host_removed) <= host_ids and set(tf.no_wait) <= host_ids and set(tf.host_cut) <= host_ids, code
+        assert (
+            set(tf.host_removed) <= host_ids and set(tf.no_wait) <= host_ids and set(tf.host_cut) <= host_ids
+        ), code
