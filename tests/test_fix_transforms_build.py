@@ -51,3 +51,22 @@ def test_every_fix_builds(path):
         assert (
             set(tf.host_removed) <= host_ids and set(tf.no_wait) <= host_ids and set(tf.host_cut) <= host_ids
         ), code
+
+
+def test_a_fix_that_raises_is_said(monkeypatch):
+    """The fix runner keeps the report going when a fix raises, and says so in the trace's warnings (as it does for
+    a rule that fails): the finding stays, at info with no saving."""
+    from traceview.rules import BY_NAME
+
+    from traceview.report import analyze
+
+    def boom(ctx):
+        raise RuntimeError("boom")
+
+    monkeypatch.setattr(BY_NAME["launch-bound"], "fix_transform", boom)
+    (t,) = analyze([SAMPLES / "gpu_h200/launch_bound_tiny_ops.json.gz"], Options()).to_dict()["traces"]
+    assert "internal error building the fix of rule TV101 launch-bound: RuntimeError: boom; its saving reads 0" in (
+        t["warnings"]
+    )
+    (f,) = [f for f in t["findings"] if f["rule"] == "launch-bound"]
+    assert f["severity"] == "info" and f["savings_us"] == 0.0

@@ -125,6 +125,7 @@ def _analyze_trace(trace: Trace, options: Options) -> tuple[dict, pl.DataFrame, 
         findings, warns = run_rules(ctx, options)
         warnings.extend(warns)  # rules that failed
         findings, fixinfo = replayed_fixes(ctx, options, findings)  # every saving a replay (issue 25)
+        warnings.extend(fixinfo["errors"])  # fixes that could not be built
     else:
         warnings.append("no GPU activity in this trace (CPU-only): the report analyzes host (CPU) time (JSON `cpu`)")
         host = cpu.prepare(trace, steps)

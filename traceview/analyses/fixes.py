@@ -20,8 +20,9 @@ from .replay import Transform, replay
 FEW_PCT = 3.0
 
 
-def transforms(ctx, options, rules: Sequence[ModuleType]) -> dict[str, Transform]:
-    """rule name -> its fix as a Transform, for the rules that declare one (None or an error: no transform).
+def transforms(ctx, options, rules: Sequence[ModuleType], errors: list[str] | None = None) -> dict[str, Transform]:
+    """rule name -> its fix as a Transform, for the rules that declare one (None or an error: no transform; an
+    error is appended to `errors` when given).
     A rule may also declare `fix_bound_us(ctx) -> float | None`: the most its fix can save per step (what the
     fix removes, where the replay alone would let the host run further ahead than the fix allows); it is kept
     as the Transform's `bound_us`."""
@@ -37,8 +38,11 @@ def transforms(ctx, options, rules: Sequence[ModuleType]) -> dict[str, Transform
             if t is not None and bound is not None:
                 b = bound(rctx)
                 t = replace(t, bound_us=None if b is None else max(float(b), 0.0))
-        except Exception:  # noqa: BLE001 - a fix that cannot be built saves nothing; the finding stays
+        except Exception as e:  # noqa: BLE001 - a fix that cannot be built saves nothing; the finding stays
             t = None
+            if errors is not None:  # said, as a rule that fails is (report warnings), never silent
+                errors.append(f"internal error building the fix of rule {mod.CODE} {mod.NAME}: "
+                              f"{type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''}; its saving reads 0")
         if t is not None:
             out[mod.NAME] = t
     return out

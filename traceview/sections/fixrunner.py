@@ -31,7 +31,8 @@ def apply(ctx, options, findings: list[dict]) -> tuple[list[dict], dict[str, Any
     """(findings with replayed savings and severities, {rules: rule -> savings, transforms: rule -> Transform,
     base_step_us}). Rules without a transform keep their findings at `info` with no saving."""
     named = sorted({f["rule"] for f in findings if f["rule"] in BY_NAME})
-    tf = transforms(ctx, options, [BY_NAME[r] for r in named])
+    errors: list[str] = []
+    tf = transforms(ctx, options, [BY_NAME[r] for r in named], errors)
     sav = rule_savings(ctx, tf)
     n = max(1, ctx.steps.height)
     base_us = float(replay(ctx.trace, ctx.steps, [pricing_transform(ctx)]).mean()) / 1000
@@ -95,7 +96,8 @@ def apply(ctx, options, findings: list[dict]) -> tuple[list[dict], dict[str, Any
     # what to fix first leads: findings above info by replayed saving, then the info ones
     owned = {r: {"us": min(after[r]["us"], sav[r]["unprofiled_us"]), "after": after[r]["after"]} for r in remainder}
     return sorted(ranked(out), key=lambda f: f["severity"] == "info"), {"rules": sav, "transforms": tf,
-                                                                        "base_step_us": base_us, "remainder": owned}
+                                                                        "base_step_us": base_us, "remainder": owned,
+                                                                        "errors": errors}
 
 
 def marginal_savings(ctx, tf: dict[str, Transform], sav: dict[str, dict[str, float]]) -> dict[str, dict]:
