@@ -123,8 +123,9 @@ def check(ctx: RuleContext) -> list[Finding]:
 def fix_transform(ctx: RuleContext) -> Transform | None:
     """The fix as a replay transformation: each pageable copy runs from pinned memory at the host link's pinned
     bandwidth (`Spec.host_gbps`), and an upload is non-blocking — the calls that issued it no longer wait for the
-    device, and its memcpy call, which staged the copy on the host, takes a launch call's median time. A download (DtoH) keeps its wait: the host reads the value it fetches (`.cpu()`, `.item()`), so only
-    removing that sync (host-sync's fix) takes the wait off, and pricing it here would count the sync twice."""
+    device, and its memcpy call, which staged the copy on the host, takes a launch call's median time. A download
+    (DtoH) keeps its wait: the host reads the value it fetches (`.cpu()`, `.item()`), so only removing that sync
+    (host-sync's fix) takes the wait off, and pricing it here would count the sync twice."""
     g = ctx.trace.gpu[["i", "kind", "name", "bytes", "op", "dur"]]
     m = g.filter((pl.col("kind") == "memcpy") & contains(g, "Pageable"))
     m = m.filter(pl.col("bytes").fill_null(0) >= ctx.options["min_bytes"])

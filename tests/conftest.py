@@ -29,3 +29,23 @@ def raw_events(rel: str) -> list[dict]:
 @pytest.fixture(scope="session")
 def samples() -> Path:
     return SAMPLES
+
+
+CHROMIUM = Path("/usr/bin/chromium")  # Debian's package (.ci/run installs it), never a test tool's own download
+CHROMIUM_ARGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking",
+                 "--disable-component-update", "--disable-sync", "--no-first-run", "--disable-dev-shm-usage"]  # fmt: skip
+
+
+@pytest.fixture(scope="module")
+def browser():
+    """Headless chromium through playwright, for the real-browser tests (the app, Open in Perfetto): without
+    /usr/bin/chromium they fail, they do not skip."""
+    assert CHROMIUM.exists(), "no /usr/bin/chromium: install Debian's package (apt-get install -y chromium)"
+    from playwright.sync_api import sync_playwright
+
+    with sync_playwright() as pw:
+        b = pw.chromium.launch(executable_path=str(CHROMIUM), args=CHROMIUM_ARGS, headless=True)
+        try:
+            yield b
+        finally:
+            b.close()

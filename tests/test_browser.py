@@ -21,7 +21,6 @@ import pytest
 from playwright.sync_api import TimeoutError as PlaywrightTimeout
 
 ROOT = Path(__file__).resolve().parent.parent
-CHROMIUM = Path("/usr/bin/chromium")
 SYNC = ROOT / "sample_traces/gpu_h200/sync_item_nonzero_cpu.json.gz"
 MEMORY = ROOT / "sample_traces/gpu_h200_memory/memory_pressure_empty_cache.json.gz"
 MODULES = ROOT / "sample_traces/gpu_h200/train_tinygpt_modules.json.gz"
@@ -29,8 +28,6 @@ JOB = ROOT / "sample_traces/nccl_h200x2/ddp_rank1_slowed"
 WIDTH = 1280  # the screenshots' width (docs/app_*.png): every page must read at 1280 px
 READY_S = 300  # how long the server may take to come up on a busy machine: a bound, not a measurement
 WAIT_MS = int(os.environ.get("TRACEVIEW_BROWSER_WAIT_MS", 240_000))  # a bound for each wait on the page, as READY_S
-ARGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking",
-        "--disable-component-update", "--disable-sync", "--no-first-run", "--disable-dev-shm-usage"]
 
 
 def _free_port() -> int:
@@ -72,17 +69,6 @@ def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
         except subprocess.TimeoutExpired:
             proc.kill()
             proc.wait()
-
-
-@pytest.fixture(scope="module")
-def browser() -> Iterator[object]:
-    assert CHROMIUM.exists(), "no /usr/bin/chromium: install Debian's package (apt-get install -y chromium)"
-    from playwright.sync_api import sync_playwright
-
-    with sync_playwright() as pw:
-        b = pw.chromium.launch(executable_path=str(CHROMIUM), args=ARGS, headless=True)
-        yield b
-        b.close()
 
 
 @pytest.fixture()

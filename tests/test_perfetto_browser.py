@@ -12,29 +12,16 @@ from __future__ import annotations
 import base64
 import gzip
 import json
-from pathlib import Path
 from urllib.parse import parse_qs, urlparse
 
-import pytest
 from conftest import SAMPLES
 
 from traceview.formatters import perfetto
 from traceview.ingest.loader import load_file
 
-CHROMIUM = Path("/usr/bin/chromium")
 SRC = SAMPLES / "gpu_h200/launch_bound_tiny_ops.json.gz"
 # never contacted: the browser's request is answered by the route below
 HOST = "http://127.0.0.1:8501/host.html"
-ARGS = [
-    "--headless",
-    "--no-sandbox",
-    "--disable-gpu",
-    "--disable-background-networking",
-    "--disable-component-update",
-    "--disable-sync",
-    "--no-first-run",
-    "--disable-dev-shm-usage",
-]
 WAIT_MS = 120_000  # a bound for each wait on a busy machine, not a measurement
 
 # Perfetto's handler, reduced to what a sender can observe (the checks in the order the UI makes them)
@@ -54,19 +41,6 @@ function handler(e) {
 }
 window.addEventListener("message", handler);
 </script></body></html>"""
-
-
-@pytest.fixture(scope="module")
-def browser():
-    from playwright.sync_api import sync_playwright
-
-    assert CHROMIUM.exists(), "no /usr/bin/chromium: install Debian's package (apt-get install -y chromium)"
-    with sync_playwright() as pw:
-        b = pw.chromium.launch(executable_path=str(CHROMIUM), args=ARGS, headless=True)
-        try:
-            yield b
-        finally:
-            b.close()
 
 
 def test_button_sends_the_annotated_trace_to_the_ui_tab(browser):

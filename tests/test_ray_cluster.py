@@ -58,59 +58,28 @@ def _stop(groups: list[int]) -> None:
         time.sleep(wait)
 
 
+#: the ports each Ray node listens on besides the head's GCS port: every node gets its own
+NODE_PORTS = ("--node-manager-port", "--object-manager-port", "--dashboard-agent-listen-port",
+              "--dashboard-agent-grpc-port", "--metrics-export-port", "--runtime-env-agent-port")  # fmt: skip
+
+
+def _port_args(ports: list[int]) -> list[str]:
+    return [a for flag, port in zip(NODE_PORTS, ports, strict=True) for a in (flag, str(port))]
+
+
 @pytest.fixture(scope="module")
 def cluster():
     tmp = tempfile.mkdtemp(prefix="tvrc")  # short: Ray's socket paths live under it
     env = {**os.environ, "RAY_USAGE_STATS_ENABLED": "0", "RAY_AUTH_MODE": "disabled"}
-    gcs, *p = _free_ports(20)
-    head_args = [
-        "--head",
-        "--port",
-        str(gcs),
-        "--temp-dir",
-        tmp,
-        "--include-dashboard",
-        "false",
-        "--node-manager-port",
-        str(p[1]),
-        "--object-manager-port",
-        str(p[2]),
-        "--dashboard-agent-listen-port",
-        str(p[3]),
-        "--dashboard-agent-grpc-port",
-        str(p[4]),
-        "--metrics-export-port",
-        str(p[5]),
-        "--runtime-env-agent-port",
-        str(p[11]),
-        "--num-cpus",
-        "0",
-    ]
-
-    def node_args(q: list[int]) -> list[str]:
-        return [
-            "--address",
-            f"127.0.0.1:{gcs}",
-            "--node-manager-port",
-            str(q[0]),
-            "--object-manager-port",
-            str(q[1]),
-            "--dashboard-agent-listen-port",
-            str(q[2]),
-            "--dashboard-agent-grpc-port",
-            str(q[3]),
-            "--metrics-export-port",
-            str(q[4]),
-            "--runtime-env-agent-port",
-            str(q[5]),
-            "--num-cpus",
-            "1",
-        ]
-
+    gcs, *p = _free_ports(1 + 3 * len(NODE_PORTS))
+    own = [p[k : k + len(NODE_PORTS)] for k in range(0, len(p), len(NODE_PORTS))]  # each node's own ports
+    head_args = ["--head", "--port", str(gcs), "--temp-dir", tmp, "--include-dashboard", "false",
+                 *_port_args(own[0]), "--num-cpus", "0"]  # fmt: skip
+    worker_args = [["--address", f"127.0.0.1:{gcs}", *_port_args(q), "--num-cpus", "1"] for q in own[1:]]
     groups: list[int] = []
     log = open(os.path.join(tmp, "start.log"), "w+")
     try:
-        for args in (head_args, node_args(p[12:18]), node_args([p[6], p[7], p[8], p[9], p[10], p[18]])):
+        for args in (head_args, *worker_args):
             proc = _ray_start(args, env, log)
             groups.append(proc.pid)
             try:
