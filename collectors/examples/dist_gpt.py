@@ -6,6 +6,12 @@ ranks reach the gradient collectives D ms earlier and wait for it inside them. `
 with FSDP2 (``fully_shard`` per block: all-gather before each block's forward/backward, reduce-scatter of
 its gradients). No profiler code: traceview's collector finds the steps through the optimizer.
 
+``--cause`` picks what makes the slow rank late (ground truth for the job answer's cause): ``delay`` (the CPU
+spin above), ``syncs`` (a forward hook on every block reads a scalar back, ``.item()``: the host waits for the
+GPU each block), ``copy`` (``--copy-mb`` MiB copied from pageable host memory to the GPU every step) or
+``kernels`` (``--extra-gemms`` extra bf16 4096² GEMMs on the GPU every step). ``--backend gloo`` lets several
+ranks share one GPU (NCCL refuses two ranks on one device).
+
     traceview collect --modules -- torchrun --nproc-per-node 2 -m collectors.examples.dist_gpt --slow-rank 1
 """
 
@@ -37,6 +43,11 @@ def main() -> None:
     ap.add_argument("--fsdp", action="store_true", help="FSDP2 fully_shard per block instead of DDP")
     ap.add_argument("--slow-rank", type=int, default=-1, help="rank that spins --delay-ms before backward")
     ap.add_argument("--delay-ms", type=float, default=100.0)
+    ap.add_argument("--cause", choices=["delay", "syncs", "copy", "kernels"], default="delay",
+                    help="what makes --slow-rank late (see the module docstring)")
+    ap.add_argument("--copy-mb", type=int, default=128, help="cause copy: pageable MiB copied per step")
+    ap.add_argument("--extra-gemms", type=int, default=40, help="cause kernels: extra 4096x4096 GEMMs per step")
+    ap.add_argument("--backend", choices=["nccl", "gloo"], default=None, help="default: nccl on GPUs")
     ap.add_argument("--layers", type=int, default=4)
     ap.add_argument("--dim", type=int, default=1024)  # not --d: torchrun would take it for its own option
     ap.add_argument("--heads", type=int, default=16)
@@ -49,10 +60,10 @@ def main() -> None:
     args = ap.parse_args()
 
     cuda = torch.cuda.is_available()
-    dist.init_process_group("nccl" if cuda else "gloo")
+    dist.init_process_group(args.backend or ("nccl" if cuda else "gloo"))
     rank = dist.get_rank()
-    if cuda:
-        dev = torch.device("cuda", int(os.environ.get("LOCAL_RANK", "0")))
+    if cuda:  # modulo: gloo ranks may share a GPU
+        dev = torch.device("cuda", int(os.environ.get("LOCAL_RANK", "0")) % torch.cuda.device_count())
         torch.cuda.set_device(dev)
     else:
         dev = torch.device("cpu")
@@ -70,11 +81,30 @@ def main() -> None:
     g = torch.Generator(device=dev).manual_seed(rank)  # each rank its own data
     tokens = torch.randint(0, args.vocab, (args.batch, args.seq + 1), device=dev, generator=g)
     x, y = tokens[:, :-1], tokens[:, 1:]
-    delay = args.delay_ms if rank == args.slow_rank else 0.0
+    slow = rank == args.slow_rank
+    delay = args.delay_ms if slow and args.cause == "delay" else 0.0
+    if slow and args.cause == "syncs":
+        blocks = model.module.blocks if isinstance(model, DDP) else model.blocks
+        stats: list[float] = []
+
+        def log_stat(_m: torch.nn.Module, _i: object, out: torch.Tensor) -> None:
+            stats.append(out.float().abs().mean().item())  # a per-block statistic as a Python float: a sync
+
+        for block in blocks:
+            block.register_forward_hook(log_stat)
+    pageable = torch.randn(args.copy_mb * 2**18) if slow and args.cause == "copy" else None
+    gemm = (torch.randn(4096, 4096, device=dev, dtype=torch.bfloat16)
+            if slow and args.cause == "kernels" and cuda else None)
 
     timer = StepTimer(dev)
     timer.mark()
     for _ in range(args.steps):
+        if pageable is not None:
+            staged = pageable.to(dev)  # pageable: the host stages it through a bounce buffer and waits
+            del staged
+        if gemm is not None:
+            for _k in range(args.extra_gemms):
+                gemm = (gemm @ gemm).clamp_(-1, 1)
         with torch.autocast(dev.type, dtype=torch.bfloat16, enabled=cuda):
             logits = model(x)
             loss = F.cross_entropy(logits.reshape(-1, logits.shape[-1]).float(), y.reshape(-1))
@@ -90,7 +120,7 @@ def main() -> None:
             last_loss = loss.item()
         timer.mark()
     kind = "fsdp" if args.fsdp else "ddp"
-    timer.report(f"{kind}_rank{rank}_delay{delay:g}")
+    timer.report(f"{kind}_rank{rank}_{args.cause if slow else 'none'}{delay:g}")
     print(
         f"rank {rank} done ({kind}, delay {delay:g} ms, loss {loss.item() if args.no_log else last_loss:.3f})",
         flush=True,
