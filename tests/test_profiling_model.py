@@ -17,7 +17,7 @@ import numpy as np
 import pytest
 from conftest import SAMPLES
 
-from traceview.ingest.manifest import rank_step_times
+from traceview.ingest.manifest import rank_step_times, steady_unprofiled_ms
 from traceview.options import Options
 from traceview.report import analyze
 
@@ -116,7 +116,8 @@ def test_launch_bound_that_does_not_survive_is_info(rows, run):
 
 def _collected3_errors() -> tuple[list[float], list[float], dict[str, float]]:
     """(|estimate / measured − 1|, |traced / measured − 1|, estimate µs by run) of each collected3 run with a
-    steady unprofiled time."""
+    steady unprofiled time, measured as tools/fit_overhead.py does: the median of the unprofiled wait steps after
+    the first (`steady_unprofiled_ms`: the first wait steps still warm up)."""
     labels = json.loads((SAMPLES / "collected3/labels.json").read_text())["runs"]
     est, raw, by_run = [], [], {}
     for name, r in labels.items():
@@ -125,7 +126,8 @@ def _collected3_errors() -> tuple[list[float], list[float], dict[str, float]]:
         (t,) = analyze([SAMPLES / "collected3" / name / r["trace"]], Options(codes=("TV101",))).to_dict()[
             "traces"
         ]
-        unprof = r["unprofiled_step_ms"] * 1000
+        man = json.loads((SAMPLES / "collected3" / name / "manifest.json").read_text())
+        unprof = steady_unprofiled_ms(man, r["trace"], t["rank"]) * 1000
         est.append(abs(t["profiling"]["estimated_unprofiled_step_us"] / unprof - 1))
         by_run[name] = t["profiling"]["estimated_unprofiled_step_us"]
         raw.append(abs(t["summary"]["avg_step_us"] / unprof - 1))
@@ -161,22 +163,46 @@ def test_docs_tables_are_current(collected3):
 
 
 def test_held_out_collected3_beats_the_previous_model(collected3):
-    """Held out (never fitted on): far better than doing nothing (85 % median) and than the per-event model this
-    replaced (31 % median, 74 % worst on the same runs), if short of issue 25's 10 % / 30 % (below)."""
+    """Held out (never fitted on): far better than doing nothing (86 % median) and than the per-event model this
+    replaced (31 % median, 74 % worst on the same runs), and within issue 25's worst 30 % (27.5 %:
+    tinygpt_b16_stack; before the steady ground truth, tiny_ops_n512_compile's warm-up made it -37 %)."""
     est, raw, _ = collected3
     assert len(est) == 30
-    assert statistics.median(est) < 0.11 and max(est) < 0.38
-    # 90th percentile 25.7 % (29.2 % before the module hooks' cost was read from the trace)
-    assert np.percentile(est, 90) < 0.26
+    assert statistics.median(est) < 0.11 and max(est) <= 0.30
+    assert np.percentile(est, 90) < 0.24
     assert statistics.median(raw) > 0.5
+
+
+def test_steady_unprofiled_step_is_the_labels_rule():
+    """The ground truth the estimate is scored against (`steady_unprofiled_ms`, the median of the unprofiled wait
+    steps after the first) is the rule tools/labels.py wrote into collected5's labels (`median of wait steps 2-4`),
+    recomputed here from the raw per-step list of the collector's rank file; the compiled tiny-op run's first wait
+    steps (5.9 and 4.2 ms) are warm-up that the all-steps median (3.28 ms) kept."""
+    labels = json.loads((SAMPLES / "collected5/labels.json").read_text())["runs"]
+    n = 0
+    for name, r in labels.items():
+        if "wait steps 2-" not in (r.get("unprofiled_how") or ""):
+            continue
+        man = json.loads((SAMPLES / "collected5" / name / "manifest.json").read_text())
+        assert steady_unprofiled_ms(man, r["trace"], 0) == pytest.approx(r["unprofiled_step_ms"], abs=1e-4), (
+            name
+        )
+        n += 1
+    assert n >= 15
+    d = SAMPLES / "collected3/tiny_ops_n512_compile"
+    wait = json.loads((d / "rank0.collect.json").read_text())["unprofiled_step_ms"]
+    man = json.loads((d / "manifest.json").read_text())
+    assert steady_unprofiled_ms(man, man["traces"][0]["file"], 0) == statistics.median(wait[1:]) == 2.3026
+    assert rank_step_times(man, man["traces"][0]["file"], 0)[0] == pytest.approx(3.2752)
 
 
 @pytest.mark.xfail(
     strict=True,
-    reason="issue 25's target is not reached on collected3 (held out): median 10.4 %, worst 37.4 % "
-    "(tiny_ops_n512_compile -37 %: its traced step is only 12 % above the measured one, whose wait steps were still "
-    "warming up; resnet18_bf16_cl +29 %, elementwise_32mib_eager -29 %, tinygpt_b16_modules +25 %: its profiled run "
-    "is 6 ms per step slower than its twin without --modules, the hooks' measured floor explains ~1 ms)",
+    reason="issue 25's median 10 % is not reached on collected3 (held out): 10.6 % (worst 27.5 %). Eager training "
+    "steps of this session run 2.0-2.4x slower traced (tinygpt_b16_stack +27 %, tinygpt_b16_modules +26 %, "
+    "train_syncs_item_b16 +25 %, resnet18_bf16_cl +23 %) where collected2's calibration runs of the same "
+    "workloads ran 1.7-2.0x: the fitted host share removes too little; no per-trace statistic tried (launch-call "
+    "and op floor durations, Python-event durations) follows the required share (docs/replay.md)",
 )
 def test_held_out_collected3_error(collected3):
     est, _, _ = collected3

@@ -7,6 +7,9 @@ evaluation runs, beside the do-nothing baseline (the traced step as the guess).
     python tools/fit_overhead.py --check --events-only   # also refit a pure per-event model (no host share)
                                                          # on the same calibration runs and score it beside
 
+The ground truth is each run's steady unprofiled step (manifest.steady_unprofiled_ms: the median of the
+collector's unprofiled wait steps after the first, which still warms up; collected4/5's labels take the same rule).
+
 A run whose traced step differs from the collector's profiled CUDA-event step by more than TRACE_TOL is set
 aside (listed, not scored): its trace is not the steps the collector timed (input stalls in the captured window,
 a different step mix), so no profiler-cost model can take the traced step to the unprofiled one.
@@ -28,7 +31,7 @@ sys.path.insert(0, str(ROOT))
 from traceview.analyses import overhead  # noqa: E402
 from traceview.analyses.windows import complete_steps  # noqa: E402
 from traceview.ingest.loader import load  # noqa: E402
-from traceview.ingest.manifest import rank_step_times  # noqa: E402
+from traceview.ingest.manifest import rank_step_times, steady_unprofiled_ms  # noqa: E402
 
 SAMPLES = ROOT / "sample_traces"
 SPLIT = json.loads((ROOT / "tools/overhead_split.json").read_text())
@@ -72,9 +75,10 @@ def runs() -> list[dict]:
         for f in sorted(m.parent.glob("*.pt.trace.json.gz")):
             t = load(f)
             st, _ = complete_steps(t, t.steps)
-            unprof, prof, _ = rank_step_times(
-                t.meta.manifest or json.loads(m.read_text()), f.name, t.meta.rank
-            )
+            man = t.meta.manifest or json.loads(m.read_text())
+            _, prof, _ = rank_step_times(man, f.name, t.meta.rank)
+            # the ground truth: the steady unprofiled step (the first wait step still warms up)
+            unprof = steady_unprofiled_ms(man, f.name, t.meta.rank)
             if not unprof or st.height == 0 or run in UNSTEADY:
                 continue
             traced = float((st["end"] - st["ts"]).mean())
