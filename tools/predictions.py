@@ -23,7 +23,10 @@ BEGIN, END = "<!-- predictions:begin -->", "<!-- predictions:end -->"
 
 #: the fix variant a twin's fixed run applies, by what its labels say of it (the fix text, the injected cause or
 #: the collector's command): a rule with several ways to fix (`fix_variants`) is compared with that one
-VARIANT_RE = {"fused": r"fused=True|--impl fused|--optim fused", "foreach": r"foreach=True|--impl foreach|--optim foreach"}
+VARIANT_RE = {
+    "fused": r"fused=True|--impl fused|--optim fused",
+    "foreach": r"foreach=True|--impl foreach|--optim foreach",
+}
 
 
 def variant(*texts: str | None) -> str | None:
@@ -45,19 +48,43 @@ def twins() -> list[dict]:
         if v.get("twin_role") != "problem" or v.get("measured_fix_saving_ms") is None:
             continue
         rule = FIX_RULE.get(name) or next((r for r in v.get("expected_rules") or [] if r != "none"), None)
-        out.append({"set": "collected2", "problem": name, "fixed": v["twin"], "rule": rule,
-                    "measured_ms": v["measured_fix_saving_ms"], "variant": c2_variant(v["twin"])})
+        out.append(
+            {
+                "set": "collected2",
+                "problem": name,
+                "fixed": v["twin"],
+                "rule": rule,
+                "measured_ms": v["measured_fix_saving_ms"],
+                "variant": c2_variant(v["twin"]),
+            }
+        )
         for other, m in sorted((v.get("also_fixed_by") or {}).items()):
-            out.append({"set": "collected2", "problem": name, "fixed": other, "rule": rule,
-                        "measured_ms": m["measured_fix_saving_ms"], "variant": c2_variant(other)})
+            out.append(
+                {
+                    "set": "collected2",
+                    "problem": name,
+                    "fixed": other,
+                    "rule": rule,
+                    "measured_ms": m["measured_fix_saving_ms"],
+                    "variant": c2_variant(other),
+                }
+            )
     for name in ("collected3", "collected4", "collected5"):  # the sets of tools/labels.py
         path = ROOT / f"sample_traces/{name}/labels.json"
         if not path.is_file():
             continue
         labels = json.loads(path.read_text())
         for t in labels["twins"]:
-            out.append({"set": name, "problem": t["problem"], "fixed": t["fixed"], "rule": t["rule"],
-                        "measured_ms": t["measured_fix_saving_ms"], "variant": variant(t.get("fix"))})
+            out.append(
+                {
+                    "set": name,
+                    "problem": t["problem"],
+                    "fixed": t["fixed"],
+                    "rule": t["rule"],
+                    "measured_ms": t["measured_fix_saving_ms"],
+                    "variant": variant(t.get("fix")),
+                }
+            )
     return out
 
 
@@ -85,8 +112,12 @@ def predicted_ms(path: Path, rule: str, fix_variant: str | None = None) -> float
 
 
 def rows() -> list[dict]:
+    from traceview.rules import BY_NAME
+
     out = []
     for t in twins():
+        if not hasattr(BY_NAME.get(t["rule"] or ""), "fix_variants"):  # one way to fix: nothing to choose
+            t = {**t, "variant": None}
         path = ROOT / "sample_traces" / t["set"] / t["problem"]
         p = predicted_ms(path, t["rule"], t.get("variant")) if t["rule"] else None
         m = t["measured_ms"]
@@ -96,19 +127,25 @@ def rows() -> list[dict]:
 
 
 def table(rs: list[dict]) -> str:
-    lines = ["| set | problem → fixed | rule | measured ms | predicted ms | error | within ±20 % |",
-             "|---|---|---|---:|---:|---:|---|"]
+    lines = [
+        "| set | problem → fixed | rule | measured ms | predicted ms | error | within ±20 % |",
+        "|---|---|---|---:|---:|---:|---|",
+    ]
     for r in rs:
         p, m = r["predicted_ms"], r["measured_ms"]
         err = f"{100 * (p / m - 1):+.0f} %" if p is not None and m > 0 else "–"
         hit = {True: "yes", False: "**no**", None: "–"}[r["hit"]]
         rule = (r["rule"] or "(no rule)") + (f" ({r['variant']})" if r["rule"] and r.get("variant") else "")
-        lines.append(f"| {r['set']} | {r['problem']} → {r['fixed']} | {rule} | {m:.3f} | "
-                     f"{'–' if p is None else f'{p:.3f}'} | {err} | {hit} |")
+        lines.append(
+            f"| {r['set']} | {r['problem']} → {r['fixed']} | {rule} | {m:.3f} | "
+            f"{'–' if p is None else f'{p:.3f}'} | {err} | {hit} |"
+        )
     scored = [r for r in rs if r["hit"] is not None]
     n = sum(r["hit"] for r in scored)
     lines.append("")
-    lines.append(f"Within ±20 %: **{n} of {len(scored)}** twins covered by a rule with a positive measured saving.")
+    lines.append(
+        f"Within ±20 %: **{n} of {len(scored)}** twins covered by a rule with a positive measured saving."
+    )
     return "\n".join(lines) + "\n"
 
 
