@@ -15,18 +15,29 @@ touches one small tensor and finishes in a few µs. The GPU mostly waits for the
 (`fused=True`) one kernel for the whole update.
 
 ## How to fix
-Construct the optimizer with `fused=True` (Adam, AdamW, SGD, Adagrad on CUDA) or `foreach=True`; PyTorch
-picks foreach by default only when every parameter and state is a CUDA tensor and `differentiable=False`,
-so check for `foreach=False` in the code and for parameters left on the CPU. `torch.compile` of the step
-function also fuses the update.
+Construct the optimizer with `fused=True` (Adam, AdamW and SGD have a fused CUDA kernel in torch.optim: the
+advice for them) or `foreach=True` (every other class); PyTorch picks foreach by default only when every
+parameter and state is a CUDA tensor and `differentiable=False`, so check for `foreach=False` in the code and
+for parameters left on the CPU. `torch.compile` of the step function also fuses the update.
 
 ## Evidence
-Per optimizer: the steps, the host time of one optimizer step, the kernels it launches and their GPU time,
-the ops that launch them with their counts, and the estimated parameter count (the launches of the least
-frequent per-parameter op). The multi-tensor path keeps one launch per distinct kernel: its predicted host
-time is the span × distinct kernels / kernels, and its GPU time at least the bytes the kernels move at the
-memory bandwidth. Savings = the optimizer span beyond that predicted time, only where the GPU had nothing
-else to run (queued forward/backward work still has to run).
+Per optimizer: the steps, the host time of one optimizer step and of its per-parameter update loop (first op
+to last: what a fix replaces; the step's lead-in, `_init_group` and the grouping of tensors, stays), the kernels
+it launches and their GPU time, the ops that launch them with their counts, the estimated parameter count (the
+launches of the least frequent per-parameter op), and each fix variant as the replay prices it (`variants`):
+- foreach: each arithmetic op per parameter becomes one `_foreach_` op, costing the loop's own mean time per
+  launching op (its Python call, dispatch and launch) plus a launch call per extra multi_tensor_apply launch
+  (PyTorch launches again whenever 320 blocks of 64K-element chunks, or 110/64/48/36/30 tensors for lists 1-5
+  deep, fill up); the per-parameter step counters (ops that launch nothing) stay on the host at their recorded
+  cost; the kernels move the single-tensor kernels' bytes (each foreach op is one pass, as before);
+- fused: the fused op and, for Adam/AdamW, the step counters' one foreach add on the device, launched per
+  chunk set; the kernel reads parameter, gradient and states and writes parameter and states once
+  (param bytes × (3 + 2 × states)).
+Device time is those bytes over the bandwidth the single-tensor kernels achieved on the same tensors (small
+tensors run far below the device's peak either way). Each variant's saving is a replay (the update loop's host
+time beyond the variant's leaves the host path, its kernels become one activity of the variant's time); the
+finding's saving is the advised variant's. Not modelled: the per-tensor host work inside a multi-tensor op (its
+list checks and metadata, ~1–2 µs per tensor traced), so the fused variant's host time is a floor.
 
 ## Options
 - `min_kernels` (32): fewest single-tensor kernels per optimizer step worth a finding (4 parameters of AdamW).
@@ -36,18 +47,23 @@ else to run (queued forward/backward work still has to run).
 
 ## References
 - PyTorch docs, `torch.optim` "Algorithms" (foreach and fused implementations, their defaults).
+- PyTorch `aten/src/ATen/native/cuda/MultiTensorApply.cuh` (chunk size, blocks and tensors per launch).
 - PyTorch `torch/optim/optimizer.py` (`Optimizer.step#<name>.step` profiler spans).
 """
 
 from __future__ import annotations
 
+import math
 from typing import Annotated
 
 import msgspec
 import polars as pl
 
 from traceview.analyses.features import host_names
+from traceview.analyses.fixes import per_step_us, pricing_transform
+from traceview.analyses.opshapes import decode
 from traceview.analyses.replay import Transform, spans
+from traceview.analyses.roofline import DTYPE_BYTES
 from traceview.analyses.rowid import join_by_id
 from traceview.analyses.whatif import EMPTY, gpu_idle_within, removed_per_step
 from traceview.evidence import Meta, OpCount
@@ -67,62 +83,312 @@ OPTIONS = {
 }
 OPT_RE = r"^Optimizer\.step#(.+)\.step$"
 MULTI_TENSOR_RE = r"^aten::_(foreach|fused)_"
+#: PyTorch's multi_tensor_apply (ATen/native/cuda/MultiTensorApply.cuh), which runs both the foreach ops and the
+#: fused optimizers: one block per chunk of CHUNK elements, at most MAX_BLOCKS blocks and MAX_TENSORS[depth - 1]
+#: tensors (of lists `depth` deep) per launch: a launch more whenever either fills
+CHUNK, MAX_BLOCKS, MAX_TENSORS = 65536, 320, (110, 64, 48, 36, 30)
+#: torch.optim classes with a fused CUDA kernel -> (state tensors per parameter with momentum, a step counter per
+#: parameter): the fused kernel reads the parameter, its gradient and states and writes the parameter and states once
+FUSED = {"Adam": (2, True), "AdamW": (2, True), "SGD": (1, False)}
+VARIANTS = ("foreach", "fused")
+#: the integer columns `_loop` adds per optimizer step
+LOOP_COLS = (
+    "loop_ts",
+    "loop_end",
+    "arith",
+    "arith_ns",
+    "scalar",
+    "scalar_ns",
+    "params",
+    "param_bytes",
+    "chunks",
+)
 
 
-def _fix(opt: str) -> str:
-    return (f"{opt}.step runs its update one parameter at a time (the single-tensor path): about a handful of ops "
-            "per parameter, each a few µs of host time for a kernel that finishes in a few µs, so the GPU waits "
-            f"for the host. Construct it with {opt}(..., fused=True) (one kernel for the whole update) or "
-            "foreach=True (one kernel per arithmetic step over all parameters). PyTorch picks foreach by default "
-            "only when every parameter and state is a CUDA tensor and differentiable=False: look for "
-            "foreach=False in the code and for parameters left on the CPU.")
+def _fix(opt: str, advised: str) -> str:
+    how = {
+        "fused": (
+            f"Construct it with {opt}(..., fused=True): one fused kernel (a launch per few hundred 64K-element "
+            "chunks) reads and writes each parameter and its state once; foreach=True (one kernel per "
+            "arithmetic step over all parameters) saves less here (evidence: variants)."
+        ),
+        "foreach": (
+            f"Construct it with {opt}(..., foreach=True): one multi-tensor kernel per arithmetic step over "
+            f"all parameters ({opt} has no fused CUDA kernel in torch.optim)."
+        ),
+    }[advised]
+    return (
+        f"{opt}.step runs its update one parameter at a time (the single-tensor path): a handful of ops per "
+        f"parameter, each a few µs of host time for a kernel that finishes in a few µs, so the GPU waits for "
+        f"the host. {how} PyTorch picks foreach by default only when every parameter and state is a CUDA tensor "
+        "and differentiable=False: look for foreach=False in the code and for parameters left on the CPU."
+    )
 
 
-FIX = _fix("The optimizer")
+FIX = _fix("The optimizer", "fused")
 
 
 def optimizer_spans(ctx: RuleContext, min_kernels: int) -> pl.DataFrame:
     """One row per single-tensor optimizer step in the analysed steps: [i, opt, ts, end, kernels, kinds,
-    gpu_ns, bytes, kept, ids, ops]."""
+    gpu_ns, bytes, ids, ops, tid], the bandwidth and median launch call of its kernels [_bw (bytes/ns), _launch]
+    and its update loop (`_loop`): what `variants` prices each fix from."""
     host = ctx.trace.host
     if not host_names(ctx.trace, "user_annotation").str.contains(OPT_RE).any():  # no optimizer step annotated
         return pl.DataFrame()
     # the regex only on the annotations (a few hundred rows, not every host event)
-    spans = host[["i", "cat", "name", "ts", "end"]].filter(pl.col("cat") == "user_annotation")
-    spans = spans.filter(pl.col("name").str.contains(OPT_RE) & (pl.col("ts") >= ctx.trace.steps["cpu_ts"].min()))
-    spans = spans.filter(pl.col("end") > ctx.lo).select("i", pl.col("name").str.extract(OPT_RE).alias("opt"), "ts", "end")
+    spans = host[["i", "cat", "name", "ts", "end", "tid"]].filter(pl.col("cat") == "user_annotation")
+    spans = spans.filter(
+        pl.col("name").str.contains(OPT_RE) & (pl.col("ts") >= ctx.trace.steps["cpu_ts"].min())
+    )
+    spans = spans.filter(pl.col("end") > ctx.lo).select(
+        "i", pl.col("name").str.extract(OPT_RE).alias("opt"), "ts", "end", "tid"
+    )
     if spans.height == 0:
         return pl.DataFrame()
-    k = ctx.trace.gpu[["i", "name", "kind", "dur", "op", "launch_ts"]].filter(
-        (pl.col("kind") == "compute") & pl.col("launch_ts").is_not_null())
-    k = (k.sort("launch_ts").join_asof(spans.rename({"i": "span", "ts": "_sts", "end": "_send"}).sort("_sts"),
-                                      left_on="launch_ts", right_on="_sts", strategy="backward")
-         .filter(pl.col("launch_ts") < pl.col("_send")))
+    k = ctx.trace.gpu[["i", "name", "kind", "dur", "op", "launch_ts", "launch_end"]].filter(
+        (pl.col("kind") == "compute") & pl.col("launch_ts").is_not_null()
+    )
+    k = (
+        k.sort("launch_ts")
+        .join_asof(
+            spans.select(
+                pl.col("i").alias("span"), pl.col("ts").alias("_sts"), pl.col("end").alias("_send")
+            ).sort("_sts"),
+            left_on="launch_ts",
+            right_on="_sts",
+            strategy="backward",
+        )
+        .filter(pl.col("launch_ts") < pl.col("_send"))
+    )
     k = join_by_id(k, "op", host, pl.col("name").alias("op_name"))  # the op names of those kernels only
     k = k.join(ctx.kb.select("i", pl.col("bytes").alias("_kb")), on="i", how="left")
     per = k.group_by("span").agg(
-        pl.len().alias("kernels"), pl.col("name").n_unique().alias("kinds"), pl.col("dur").sum().alias("gpu_ns"),
-        pl.col("_kb").fill_null(0).sum().alias("bytes"), pl.col("i").alias("ids"),
+        pl.len().alias("kernels"),
+        pl.col("name").n_unique().alias("kinds"),
+        pl.col("dur").sum().alias("gpu_ns"),
+        pl.col("_kb").fill_null(0).sum().alias("bytes"),
+        pl.col("i").alias("ids"),
+        # the bandwidth its kernels achieved on these tensors (bytes over time: large tensors near the device's
+        # peak, small ones far below it, as any kernel over the same tensors)
+        (pl.col("_kb").fill_null(0).sum() / pl.col("dur").filter(pl.col("_kb").is_not_null()).sum()).alias(
+            "_bw"
+        ),
+        (pl.col("launch_end") - pl.col("launch_ts")).median().alias("_launch"),
         # multi-tensor by the op that launched it or, where no op is linked (CUDA graphs, apex), by the kernel
-        (pl.col("op_name").fill_null("?").str.contains(MULTI_TENSOR_RE)
-         | pl.col("name").str.contains(MULTI_TENSOR_KERNEL_RE)).sum().alias("multi"),
-        pl.col("op_name").fill_null("?").alias("ops"))
+        (
+            pl.col("op_name").fill_null("?").str.contains(MULTI_TENSOR_RE)
+            | pl.col("name").str.contains(MULTI_TENSOR_KERNEL_RE)
+        )
+        .sum()
+        .alias("multi"),
+        pl.col("op_name").fill_null("?").alias("ops"),
+    )
     per = spans.rename({"i": "span"}).join(per, on="span", how="inner").rename({"span": "i"})
     per = per.filter((pl.col("multi") == 0) & (pl.col("kernels") >= min_kernels))
-    span = (pl.col("end") - pl.col("ts")).cast(pl.Float64)
-    kept = pl.max_horizontal(span * pl.col("kinds") / pl.col("kernels"), pl.col("bytes") / ctx.spec.bw * 1e9)
-    return per.with_columns(kept=kept.cast(pl.Int64))
+    if per.height == 0:
+        return per
+    return per.join(_loop(ctx, per, k), on="i", how="left").with_columns(
+        pl.col("_launch").fill_null(0), pl.col("_bw").fill_null(0.0).fill_nan(0.0)
+    )
+
+
+def _loop(ctx: RuleContext, per: pl.DataFrame, k: pl.DataFrame) -> pl.DataFrame:
+    """Per optimizer step [i]: its update loop — the ops it calls itself, from the first to the last — [loop_ts,
+    loop_end], the ops that launch kernels (`arith`: one per parameter and arithmetic step) and their host time
+    with the gap before each (`arith_ns`), the ops that launch none (`scalar`, `scalar_ns`: the per-parameter step
+    counters on the host), the parameters (`params`: calls of the least frequent launching op), their elements' bytes
+    (`param_bytes`) and 64K-element chunks (`chunks`) from the recorded shapes, and per launching op name its calls
+    per parameter and list depth (`per_param`, `depth`)."""
+    host = ctx.trace.host
+    ch = (
+        host.filter(pl.col("parent").is_in(per["i"].implode()) & (pl.col("cat") == "cpu_op"))
+        .select(
+            "i",
+            pl.col("parent").cast(pl.Int64).alias("span"),
+            "name",
+            "ts",
+            "end",
+            "input_dims",
+            "input_type",
+        )
+        .sort("ts")
+    )
+    if ch.height == 0:
+        # (no op recorded under the steps: nothing to price)
+        return pl.DataFrame(schema={"i": per.schema["i"], **dict.fromkeys(LOOP_COLS, pl.Int64)})
+    # the op each kernel was launched from: the last op of its optimizer step that started before the launch
+    own = (
+        k.select(pl.col("span").cast(pl.Int64), "launch_ts")
+        .sort("launch_ts")
+        .join_asof(
+            ch.select("span", pl.col("i").alias("_c"), pl.col("ts").alias("_cts")),
+            left_on="launch_ts",
+            right_on="_cts",
+            by="span",
+            strategy="backward",
+            check_sortedness=False,
+        )
+        .group_by("_c")
+        .len()
+    )
+    ch = ch.join(own.rename({"_c": "i", "len": "launches"}), on="i", how="left").with_columns(
+        arith=pl.col("launches").fill_null(0) > 0,
+        slot=(
+            pl.col("end")
+            - pl.col("ts")
+            + (pl.col("ts") - pl.col("end").shift(1).over("span")).clip(lower_bound=0).fill_null(0)
+        ),
+    )
+    # the first tensor argument of each launching op: the parameter (or its state) it updates (decoded once per
+    # distinct shape text: a handful)
+    key = ["input_dims", "input_type"]
+    rows = []
+    for d, t in ch.filter("arith").select(key).unique().rows():
+        v = decode(d, t)
+        rows.append((d, t, math.prod(v[0][0]) if v else 0, DTYPE_BYTES.get(v[0][1], 0) if v else 0, len(v)))
+    first = pl.DataFrame(
+        rows,
+        schema={
+            "input_dims": pl.String,
+            "input_type": pl.String,
+            "numel": pl.Int64,
+            "esize": pl.Int64,
+            "tensors": pl.Int64,
+        },
+        orient="row",
+    )
+    ch = ch.with_columns(pl.col(key).cast(pl.String)).join(first, on=key, how="left", nulls_equal=True)
+    ch = ch.with_columns(
+        pl.col("numel", "esize").fill_null(0),
+        depth=pl.col("tensors").fill_null(0) + (~pl.col("name").str.ends_with("_")).cast(pl.Int64),
+    )
+    ar = ch.filter("arith")
+    names = ar.group_by("span", "name").agg(pl.len().alias("n"), pl.col("depth").max())
+    params = names.group_by("span").agg(pl.col("n").min().alias("params"))
+    # the least frequent launching op runs once per parameter: its first tensors are the parameters
+    least = (
+        names.join(params, on="span")
+        .filter(pl.col("n") == pl.col("params"))
+        .group_by("span")
+        .agg(pl.col("name").min().alias("_least"))
+    )
+    sizes = (
+        ar.join(least, on="span")
+        .filter(pl.col("name") == pl.col("_least"))
+        .group_by("span")
+        .agg(
+            (pl.col("numel") * pl.col("esize")).sum().alias("param_bytes"),
+            (pl.col("numel") / CHUNK).ceil().sum().cast(pl.Int64).alias("chunks"),
+        )
+    )
+    kinds = (
+        names.join(params, on="span")
+        .group_by("span")
+        .agg(pl.struct((pl.col("n") / pl.col("params")).alias("per_param"), "depth").alias("per_op"))
+    )
+    loop = ch.group_by("span").agg(
+        pl.col("ts").min().alias("loop_ts"),
+        pl.col("end").max().alias("loop_end"),
+        pl.col("arith").sum().alias("arith"),
+        pl.col("slot").filter("arith").sum().alias("arith_ns"),
+        (~pl.col("arith")).sum().alias("scalar"),
+        pl.col("slot").filter(~pl.col("arith")).sum().alias("scalar_ns"),
+    )
+    out = (
+        loop.join(params, on="span", how="left")
+        .join(sizes, on="span", how="left")
+        .join(kinds, on="span", how="left")
+    )
+    return out.rename({"span": "i"}).with_columns(pl.col("i").cast(per.schema["i"]))
+
+
+def _launches(params: int, chunks: int, depth: int) -> int:
+    """Launches of one multi-tensor op over `params` tensors of `chunks` chunks in all, with lists `depth` deep."""
+    per = MAX_TENSORS[min(max(depth, 1), len(MAX_TENSORS)) - 1]
+    return max(1, math.ceil(params / per), math.ceil(chunks / MAX_BLOCKS))
+
+
+def variants(ctx: RuleContext, row: dict) -> dict[str, dict[str, float]]:
+    """Each fix variant of one optimizer step (a row of `optimizer_spans`): {variant: {host_ns, gpu_ns, launches}}.
+
+    - foreach: the per-parameter step counters stay on the host (`scalar` ops, at their recorded cost); each
+      arithmetic op per parameter becomes one foreach op, a Python call as the single-tensor loop's (the mean
+      `arith_ns` per op) plus a launch (the median launch call) per extra multi_tensor_apply launch; its kernels
+      move the single-tensor kernels' bytes (each op is one pass over all parameters, as before).
+    - fused (Adam, AdamW, SGD): one fused op (and, with a step counter, one foreach add on the device), launched
+      per multi_tensor_apply chunk set; its kernel reads the parameters, gradients and states and writes the
+      parameters and states once: param_bytes x (3 + 2 states).
+    Device time is bytes over the bandwidth the single-tensor kernels achieved on the same tensors (their bytes over
+    their time, the device's peak at most; its peak where the kernels carry no byte counts), never more than the
+    single-tensor kernels' own time."""
+    spec_bw = ctx.spec.bw
+    bw = min(float(row.get("_bw") or 0.0) * 1e9, spec_bw) or spec_bw
+    params = int(row.get("params") or 0)
+    if not params or row.get("arith") is None or not row["arith"]:
+        return {}
+    chunks = int(row.get("chunks") or 0)
+    c_op = float(row["arith_ns"]) / float(row["arith"])
+    launch = float(row.get("_launch") or 0.0)
+    gpu = float(row["gpu_ns"])
+    per_op = row.get("per_op") or []
+    fe_launch = sum(p["per_param"] * _launches(params, chunks, int(p["depth"] or 1)) for p in per_op)
+    fe_ops = sum(p["per_param"] for p in per_op)
+    out = {
+        "foreach": {
+            "host_ns": float(row["scalar_ns"]) + fe_ops * c_op + (fe_launch - fe_ops) * launch,
+            "gpu_ns": min(gpu, float(row["bytes"]) / bw * 1e9) if row["bytes"] else gpu,
+            "launches": fe_launch,
+        }
+    }
+    if row["opt"] in FUSED:
+        states, counter = FUSED[row["opt"]]
+        states = states if fe_ops > 1 else 0  # (SGD without momentum: one add_ per parameter, no buffer)
+        n_launch = _launches(params, chunks, 2 + states) + (_launches(params, 0, 1) if counter else 0)
+        n_ops = 2 if counter else 1
+        pb = float(row.get("param_bytes") or 0.0)
+        out["fused"] = {
+            "host_ns": n_ops * c_op + (n_launch - n_ops) * launch,
+            "gpu_ns": min(out["foreach"]["gpu_ns"], pb * (3 + 2 * states) / bw * 1e9)
+            if pb
+            else out["foreach"]["gpu_ns"],
+            "launches": n_launch,
+        }
+    return out
+
+
+def advised(opt: str) -> str:
+    """The variant the fix advises: fused where torch.optim has a fused CUDA kernel for the class (it does less
+    host and device work than foreach in every term of `variants`), else foreach."""
+    return "fused" if opt in FUSED else "foreach"
+
+
+def _with_variants(ctx: RuleContext, per: pl.DataFrame) -> pl.DataFrame:
+    """`per` with [variant, host_v, gpu_v]: the advised variant's host and device time per optimizer step (the
+    loop kept whole where the model has no numbers)."""
+    rows = []
+    for r in per.to_dicts():
+        v = advised(r["opt"])
+        got = variants(ctx, r).get(v)
+        rows.append((v, got["host_ns"] if got else float("nan"), got["gpu_ns"] if got else float("nan")))
+    return per.with_columns(
+        variant=pl.Series([r[0] for r in rows], dtype=pl.String),
+        host_v=pl.Series([r[1] for r in rows], dtype=pl.Float64),
+        gpu_v=pl.Series([r[2] for r in rows], dtype=pl.Float64),
+    )
 
 
 def _removed(ctx: RuleContext, per: pl.DataFrame) -> pl.DataFrame:
-    if per.height == 0:
+    if per.height == 0 or "loop_ts" not in per.columns:
         return EMPTY
-    cut = per.select(ts=pl.col("ts") + pl.col("kept"), end=pl.col("end")).filter(pl.col("end") > pl.col("ts"))
+    p = _with_variants(ctx, per).filter(pl.col("host_v").is_not_nan())
+    cut = p.select(ts=(pl.col("loop_ts") + pl.col("host_v")).cast(pl.Int64), end=pl.col("loop_end")).filter(
+        pl.col("end") > pl.col("ts")
+    )
     return gpu_idle_within(ctx.trace, cut, ctx.lo, ctx.hi, keep_launched_inside=True)
 
 
 def removes(ctx: RuleContext, finding: dict | None = None) -> pl.DataFrame:
-    """The optimizer host time beyond the multi-tensor path's, where the GPU had nothing else to run."""
+    """The optimizer's update-loop host time beyond the advised variant's, where the GPU had nothing else to run."""
     return ctx.once("removes", lambda: _removed(ctx, _spans(ctx)))
 
 
@@ -130,19 +396,79 @@ def _spans(ctx: RuleContext) -> pl.DataFrame:
     return ctx.once("spans", lambda: optimizer_spans(ctx, int(ctx.options["min_kernels"])))
 
 
+class Variant(msgspec.Struct, kw_only=True):
+    """One way to fix the single-tensor loop, as the replay prices it."""
+
+    variant: Annotated[str, Meta(description="foreach (foreach=True) or fused (fused=True)")]
+    host_time_per_step_us: Annotated[
+        float, Meta(description="the update loop's predicted host time per optimizer step, as traced (µs)")
+    ]
+    gpu_time_per_step_us: Annotated[
+        float, Meta(description="its kernels' predicted device time per optimizer step (µs)")
+    ]
+    launches_per_step: Annotated[float, Meta(description="its kernel launches per optimizer step")]
+    savings_us: Annotated[float, Meta(description="its replayed saving per step, unprofiled (µs)")]
+
+
 class Evidence(msgspec.Struct, kw_only=True):
     optimizer: Annotated[str, Meta(description="the optimizer class whose step runs the single-tensor path")]
     optimizer_steps: Annotated[int, Meta(description="its steps in the analysed window")]
     host_time_per_step_us: Annotated[float, Meta(description="host time of its step per optimizer step (µs)")]
+    update_loop_per_step_us: Annotated[
+        float,
+        Meta(
+            description="of which its per-parameter update loop, first op to last (µs): what a fix replaces"
+        ),
+    ]
     kernels_per_step: Annotated[float, Meta(description="kernels it launches per optimizer step")]
     gpu_time_per_step_us: Annotated[float, Meta(description="their device time per optimizer step (µs)")]
     distinct_kernels: Annotated[int, Meta(description="distinct kernel names it launches")]
-    estimated_parameters: Annotated[int | None, Meta(
-        description="parameter tensors (calls of its least frequent op per step)")]
+    estimated_parameters: Annotated[
+        int | None, Meta(description="parameter tensors (calls of its least frequent op per step)")
+    ]
     ops: Annotated[list[OpCount], Meta(description="the 10 ops it calls most")]
-    predicted_multi_tensor_time_per_step_us: Annotated[float, Meta(
-        description="its step on the multi-tensor (foreach/fused) path, predicted (µs)")]
-    savings_per_step_us: Annotated[dict[str, float], Meta(description="the fix's saving per step (µs), by step number")]
+    predicted_multi_tensor_time_per_step_us: Annotated[
+        float,
+        Meta(
+            description="the advised variant's optimizer step, predicted: the span less the loop plus its loop (µs)"
+        ),
+    ]
+    advised: Annotated[str, Meta(description="the variant the fix advises (its saving is the finding's)")]
+    variants: Annotated[
+        list[Variant], Meta(description="each fix variant: its predicted times and replayed saving")
+    ]
+    savings_per_step_us: Annotated[
+        dict[str, float], Meta(description="the fix's saving per step (µs), by step number")
+    ]
+
+
+def _variant_evidence(ctx: RuleContext, p: pl.DataFrame) -> list[Variant]:
+    """Each variant's per-step times and replayed saving over the optimizer steps `p` (one class)."""
+    n = p.height
+    got: dict[str, list[dict]] = {}
+    for r in p.to_dicts():
+        for v, x in variants(ctx, r).items():
+            got.setdefault(v, []).append(x)
+    if not got:
+        return []
+    base = [pricing_transform(ctx)]
+    out = []
+    for v in VARIANTS:
+        xs = got.get(v)
+        if not xs or len(xs) != n:
+            continue
+        t = _transform(ctx, p, v)
+        save = per_step_us(ctx.trace, ctx.steps, t, base) if t is not None else 0.0
+        out.append(
+            Variant(
+                variant=v,
+                host_time_per_step_us=round(sum(x["host_ns"] for x in xs) / n / 1000, 3),
+                gpu_time_per_step_us=round(sum(x["gpu_ns"] for x in xs) / n / 1000, 3),
+                launches_per_step=round(sum(x["launches"] for x in xs) / n, 1),
+                savings_us=round(save, 3),
+            )
+        )
+    return out
 
 
 def check(ctx: RuleContext) -> list[Finding]:
@@ -156,41 +482,87 @@ def check(ctx: RuleContext) -> list[Finding]:
         savings = int(rem["removed"].sum())
         if ctx.pct(savings) < ctx.options["min_savings_pct"]:
             continue
-        ops = p.select(pl.col("ops").explode()).group_by("ops").len().sort(["len", "ops"], descending=[True, False])
+        ops = (
+            p.select(pl.col("ops").explode())
+            .group_by("ops")
+            .len()
+            .sort(["len", "ops"], descending=[True, False])
+        )
         n = p.height
+        pv = _with_variants(ctx, p)
+        loop = (pv["loop_end"] - pv["loop_ts"]).fill_null(0)
+        span = pv["end"] - pv["ts"]
+        predicted = (span - loop + pv["host_v"].fill_nan(None).fill_null(loop.cast(pl.Float64))).sum()
         evidence = Evidence(
-            optimizer=opt, optimizer_steps=n,
-            host_time_per_step_us=round(float((p["end"] - p["ts"]).sum()) / n / 1000, 3),
+            optimizer=opt,
+            optimizer_steps=n,
+            host_time_per_step_us=round(float(span.sum()) / n / 1000, 3),
+            update_loop_per_step_us=round(float(loop.sum()) / n / 1000, 3),
             kernels_per_step=round(float(p["kernels"].sum()) / n, 1),
             gpu_time_per_step_us=round(float(p["gpu_ns"].sum()) / n / 1000, 3),
             distinct_kernels=int(p["kinds"].max()),
             estimated_parameters=int(ops["len"].min() // n) if ops.height else None,
             ops=[OpCount(op=r["ops"], count=r["len"]) for r in ops.head(10).to_dicts()],
-            predicted_multi_tensor_time_per_step_us=round(float(p["kept"].sum()) / n / 1000, 3),
+            predicted_multi_tensor_time_per_step_us=round(float(predicted) / n / 1000, 3),
+            advised=advised(opt),
+            variants=_variant_evidence(ctx, p),
             savings_per_step_us={str(s): round(r / 1000, 3) for s, r in rem.rows()},
         )
         steps = rem.filter(pl.col("removed") > 0)["step"].to_list()
-        out.append(ctx.finding(cost_ns=int((p["end"] - p["ts"]).sum()), savings_ns=savings,
-                               count=int(p["kernels"].sum()), steps=steps, evidence=evidence, fix=_fix(opt),
-                               title=f"{opt}.step launches {evidence.kernels_per_step:.0f} tiny kernels per step "
-                                     "(single-tensor path)",
-                               kernel_ids=p["ids"].explode()))
+        out.append(
+            ctx.finding(
+                cost_ns=int((p["end"] - p["ts"]).sum()),
+                savings_ns=savings,
+                count=int(p["kernels"].sum()),
+                steps=steps,
+                evidence=evidence,
+                fix=_fix(opt, advised(opt)),
+                title=f"{opt}.step launches {evidence.kernels_per_step:.0f} tiny kernels per step "
+                "(single-tensor path)",
+                kernel_ids=p["ids"].explode(),
+            )
+        )
     return out
 
 
-def fix_transform(ctx: RuleContext) -> Transform | None:
-    """The fix as a replay transformation: one fused kernel per parameter group instead of the per-parameter
-    launches — the optimizer step's host rows (ops, launches) leave the host path, and its kernels together take
-    their bytes over the device's bandwidth (or their own time, when shorter or without byte counts), on the
-    first kernel."""
-    per = _spans(ctx)
-    if per.height == 0:
+def _transform(ctx: RuleContext, per: pl.DataFrame, variant: str | None = None) -> Transform | None:
+    """The fix of the optimizer steps `per` as the `variant` (None: each class's advised one) makes it: the update
+    loop's host time beyond the variant's leaves the host path (the loop's start stays: the variant's own calls,
+    then the step's tail), and the loop's kernels become one activity of the variant's device time, on the first."""
+    if per.height == 0 or "loop_ts" not in per.columns:
         return None
-    h = ctx.trace.host.select("i", "tid")
-    sp = per.join(h, on="i", how="left").select("tid", "ts", "end")
+    host: list[tuple[int, int, int]] = []
     gpu: dict[int, int] = {}
-    for ids, b, t in per.select("ids", "bytes", "gpu_ns").rows():  # one row per optimizer step: a handful
-        fused = min(int(t), int(b / ctx.spec.bw * 1e9)) if b else int(t)
+    for r in per.to_dicts():  # one row per optimizer step: a handful
+        v = variants(ctx, r).get(variant or advised(r["opt"]))
+        if v is None:
+            continue
+        host.append((int(r["tid"]), int(r["loop_ts"] + v["host_ns"]), int(r["loop_end"])))
+        ids = r["ids"]
         gpu.update(dict.fromkeys(ids[1:], 0))
-        gpu[int(ids[0])] = fused
-    return Transform(NAME, host_spans=spans(sp), gpu_dur=gpu)
+        gpu[int(ids[0])] = int(v["gpu_ns"])
+    if not gpu:
+        return None
+    return Transform(
+        NAME if variant is None else f"{NAME}:{variant}",
+        host_spans=spans(pl.DataFrame(host, schema=["tid", "ts", "end"], orient="row")),
+        gpu_dur=gpu,
+    )
+
+
+def fix_transform(ctx: RuleContext) -> Transform | None:
+    """The fix as a replay transformation, as the finding advises it (`advised`): the single-tensor update loop
+    replaced by the variant's calls and launches on the host and its kernels' time on the device (`variants`)."""
+    return _transform(ctx, _spans(ctx))
+
+
+def fix_variants(ctx: RuleContext) -> dict[str, Transform]:
+    """{variant: the fix made that way}: the variants every optimizer step of the trace has."""
+    per = _spans(ctx)
+    out = {}
+    for v in VARIANTS:
+        if per.height and all(v in variants(ctx, r) for r in per.to_dicts()):
+            t = _transform(ctx, per, v)
+            if t is not None:
+                out[v] = t
+    return out

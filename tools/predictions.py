@@ -9,6 +9,7 @@ relevant rule's fix on the problem trace against the collector's measured unprof
 from __future__ import annotations
 
 import json
+import re
 import sys
 from pathlib import Path
 
@@ -20,32 +21,76 @@ FIX_RULE = {"train_syncs_item": "host-sync"}  # deferred .item(): a host-sync fi
 BEGIN, END = "<!-- predictions:begin -->", "<!-- predictions:end -->"
 
 
+#: the fix variant a twin's fixed run applies, by what its labels say of it (the fix text, the injected cause or
+#: the collector's command): a rule with several ways to fix (`fix_variants`) is compared with that one
+VARIANT_RE = {
+    "fused": r"fused=True|--impl fused|--optim fused",
+    "foreach": r"foreach=True|--impl foreach|--optim foreach",
+}
+
+
+def variant(*texts: str | None) -> str | None:
+    """The fix variant the labels' texts name (None: none named)."""
+    t = " ".join(x for x in texts if x)
+    return next((v for v, pat in VARIANT_RE.items() if re.search(pat, t)), None)
+
+
 def twins() -> list[dict]:
-    """[{set, problem, fixed, rule, measured_ms}] of every twin with a measured saving."""
+    """[{set, problem, fixed, rule, measured_ms, variant}] of every twin with a measured saving."""
     out = []
     c2 = json.loads((ROOT / "sample_traces/collected2/labels.json").read_text())
+
+    def c2_variant(fixed: str) -> str | None:
+        f = c2.get(fixed) or {}
+        return variant((f.get("injected") or {}).get("cause"), f.get("command"))
+
     for name, v in sorted(c2.items()):
         if v.get("twin_role") != "problem" or v.get("measured_fix_saving_ms") is None:
             continue
         rule = FIX_RULE.get(name) or next((r for r in v.get("expected_rules") or [] if r != "none"), None)
-        out.append({"set": "collected2", "problem": name, "fixed": v["twin"], "rule": rule,
-                    "measured_ms": v["measured_fix_saving_ms"]})
+        out.append(
+            {
+                "set": "collected2",
+                "problem": name,
+                "fixed": v["twin"],
+                "rule": rule,
+                "measured_ms": v["measured_fix_saving_ms"],
+                "variant": c2_variant(v["twin"]),
+            }
+        )
         for other, m in sorted((v.get("also_fixed_by") or {}).items()):
-            out.append({"set": "collected2", "problem": name, "fixed": other, "rule": rule,
-                        "measured_ms": m["measured_fix_saving_ms"]})
+            out.append(
+                {
+                    "set": "collected2",
+                    "problem": name,
+                    "fixed": other,
+                    "rule": rule,
+                    "measured_ms": m["measured_fix_saving_ms"],
+                    "variant": c2_variant(other),
+                }
+            )
     for name in ("collected3", "collected4", "collected5"):  # the sets of tools/labels.py
         path = ROOT / f"sample_traces/{name}/labels.json"
         if not path.is_file():
             continue
         labels = json.loads(path.read_text())
         for t in labels["twins"]:
-            out.append({"set": name, "problem": t["problem"], "fixed": t["fixed"], "rule": t["rule"],
-                        "measured_ms": t["measured_fix_saving_ms"]})
+            out.append(
+                {
+                    "set": name,
+                    "problem": t["problem"],
+                    "fixed": t["fixed"],
+                    "rule": t["rule"],
+                    "measured_ms": t["measured_fix_saving_ms"],
+                    "variant": variant(t.get("fix")),
+                }
+            )
     return out
 
 
-def predicted_ms(path: Path, rule: str) -> float | None:
-    """The replayed per-step saving (ms, unprofiled terms) of `rule`'s fix on the trace (None: no model)."""
+def predicted_ms(path: Path, rule: str, fix_variant: str | None = None) -> float | None:
+    """The replayed per-step saving (ms, unprofiled terms) of `rule`'s fix on the trace (None: no model): the
+    `fix_variant` the twin applies where the rule prices several (`fix_variants`), else the fix it advises."""
     from traceview.rules import BY_NAME
 
     import traceview
@@ -56,16 +101,25 @@ def predicted_ms(path: Path, rule: str) -> float | None:
 
     trace = traceview.load(str(next(path.glob("*.pt.trace.json*"))))
     ctx, _ = RuleContext.prepare(trace, select_steps(trace, None))
-    tf = fixes.transforms(ctx, Options(), [BY_NAME[rule]])
+    mod = BY_NAME[rule]
+    tf = fixes.transforms(ctx, Options(), [mod])
+    if fix_variant and hasattr(mod, "fix_variants"):
+        got = mod.fix_variants(ctx.for_rule(mod, Options().options_for(mod)))
+        tf = {rule: got[fix_variant]} if fix_variant in got else {}
     if rule not in tf:
         return 0.0 if hasattr(BY_NAME[rule], "fix_transform") else None
     return fixes.rule_savings(ctx, tf)[rule]["unprofiled_us"] / 1000
 
 
 def rows() -> list[dict]:
+    from traceview.rules import BY_NAME
+
     out = []
     for t in twins():
-        p = predicted_ms(ROOT / "sample_traces" / t["set"] / t["problem"], t["rule"]) if t["rule"] else None
+        if not hasattr(BY_NAME.get(t["rule"] or ""), "fix_variants"):  # one way to fix: nothing to choose
+            t = {**t, "variant": None}
+        path = ROOT / "sample_traces" / t["set"] / t["problem"]
+        p = predicted_ms(path, t["rule"], t.get("variant")) if t["rule"] else None
         m = t["measured_ms"]
         hit = None if p is None or m <= 0 else abs(p / m - 1) <= BAND
         out.append({**t, "predicted_ms": None if p is None else round(p, 3), "hit": hit})
@@ -73,18 +127,25 @@ def rows() -> list[dict]:
 
 
 def table(rs: list[dict]) -> str:
-    lines = ["| set | problem → fixed | rule | measured ms | predicted ms | error | within ±20 % |",
-             "|---|---|---|---:|---:|---:|---|"]
+    lines = [
+        "| set | problem → fixed | rule | measured ms | predicted ms | error | within ±20 % |",
+        "|---|---|---|---:|---:|---:|---|",
+    ]
     for r in rs:
         p, m = r["predicted_ms"], r["measured_ms"]
         err = f"{100 * (p / m - 1):+.0f} %" if p is not None and m > 0 else "–"
         hit = {True: "yes", False: "**no**", None: "–"}[r["hit"]]
-        lines.append(f"| {r['set']} | {r['problem']} → {r['fixed']} | {r['rule'] or '(no rule)'} | {m:.3f} | "
-                     f"{'–' if p is None else f'{p:.3f}'} | {err} | {hit} |")
+        rule = (r["rule"] or "(no rule)") + (f" ({r['variant']})" if r["rule"] and r.get("variant") else "")
+        lines.append(
+            f"| {r['set']} | {r['problem']} → {r['fixed']} | {rule} | {m:.3f} | "
+            f"{'–' if p is None else f'{p:.3f}'} | {err} | {hit} |"
+        )
     scored = [r for r in rs if r["hit"] is not None]
     n = sum(r["hit"] for r in scored)
     lines.append("")
-    lines.append(f"Within ±20 %: **{n} of {len(scored)}** twins covered by a rule with a positive measured saving.")
+    lines.append(
+        f"Within ±20 %: **{n} of {len(scored)}** twins covered by a rule with a positive measured saving."
+    )
     return "\n".join(lines) + "\n"
 
 
