@@ -35,7 +35,7 @@ def _miss(reason: str):
 PAIRS = [
     ("fp32_gemm_highest", "fp32_gemm_tf32", "fp32-gemm"),
     pytest.param("adamw_single_tensor", "adamw_fused", "unfused-optimizer", marks=_miss(
-        "5.78 ms predicted vs 4.79 ms measured (+21 %): the replay prices the foreach twin (5.46 ms measured); the "
+        "5.90 ms predicted vs 4.79 ms measured (+23 %): the replay prices the foreach twin (5.46 ms measured); the "
         "fused kernel saved less than foreach on this model")),
     ("adamw_single_tensor", "adamw_foreach", "unfused-optimizer"),
     ("compile_recompile_every_step", "compile_stable_shape", "recompile"),
@@ -44,8 +44,8 @@ PAIRS = [
     ("train_gradnorm_item_b64", "train_gradnorm_deferred_b64", "host-sync"),
     ("train_gradnorm_item_b32", "train_gradnorm_deferred_b32", "host-sync"),
     ("cnn_input_nw0", "cnn_input_nw8", "input-bound"),
-    pytest.param("fragmented_eager", "fragmented_compiled", "elementwise-chain", marks=_miss(
-        "0.034 ms predicted vs 0.050 ms measured (-31 %): the compiled twin's kernels are not only the fused chains")),
+    # (a kernel the fix removes takes the device's gap before it: 16 small kernels and their ~1 µs gaps a step)
+    ("fragmented_eager", "fragmented_compiled", "elementwise-chain"),
     ("compile_graph_break", "compile_no_break", "graph-break"),
     ("elementwise_chain_eager", "elementwise_chain_compiled", "elementwise-chain"),
 ]
