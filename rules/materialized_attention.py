@@ -28,8 +28,13 @@ The score shape, bytes per materialized score tensor, score kernels per step and
 the runs of consecutive score kernels (one per attention call forward and one backward), their GEMM FLOPs,
 and the predicted fused time. Savings are replayed (`fix_transform`): each run of score kernels becomes one
 kernel of the run's GEMM FLOPs (x1.25 for a backward run: flash recomputes Q·K^T) at `efficiency` of the
-device's Tensor-Core peak for the operands' width (FP32 operands: the FP32 peak), on the run's first kernel;
-the other kernels take no time, and their launching ops and launch calls leave the host path.
+device's Tensor-Core peak for the width of the attention's inputs (FP32 inputs: the FP32 peak; SDPA's math
+backend upcasts bf16/fp16 inputs to FP32 for its own GEMMs, and a fused backend runs on the inputs' width), on
+the run's first kernel; the other kernels take no time (nor the device's gap before each). On the host the fused
+call replaces the whole eager attention: the op of the run's first kernel stays, as the call, and its thread's
+time from that op's end to the end of the run's last op leaves the host path (the views, reshapes, the mask's
+scalars and autograd's view-backward nodes launch nothing but are the attention's), unless the launch of
+another kernel falls inside, in which case only the run's own ops leave.
 
 ## Options
 - `efficiency` (0.5): achieved share of the Tensor-Core peak of a fused attention kernel (FlashAttention-2
@@ -43,9 +48,11 @@ the other kernels take no time, and their launching ops and launch calls leave t
 - PyTorch docs, `torch.nn.functional.scaled_dot_product_attention`, `torch.nn.attention.sdpa_kernel`,
   `torch.nn.attention.flex_attention`.
 - Measured on an H200 (unprofiled steps; replayed saving in brackets): HF GPT-2 (6 layers, seq 512, bf16) eager
-  35.6 ms, SDPA 23.6 ms (4.98 ms predicted: the eager run's host is slower outside attention too); seq 1024
-  32.7 -> 24.0 ms (6.82); synthetic 16 heads x 2048 eager 40.2 and math backend (FP32) 49.1 -> flash 6.9 ms
-  (34.1 and 43.9 ms predicted): sample_traces/collected3, collected4.
+  35.6 ms, SDPA 23.6 ms (3.82 ms predicted: the eager run's host is slower outside attention too); seq 1024
+  32.7 -> 24.0 ms (6.02); synthetic 16 heads x 2048 eager 40.2 and math backend (bf16 inputs, FP32 GEMMs) 49.1
+  -> flash 6.9 ms (33.1 and 42.1 ms predicted): sample_traces/collected3, collected4, docs/predictions.md.
+  cuDNN's and flash's fused kernels in the twins reach 22 % (512 tokens), 28 % (1024) and 35 % (2048) of the
+  Tensor-Core peak on these FLOPs: the `efficiency` default is optimistic for short sequences.
 """
 
 from __future__ import annotations
@@ -55,7 +62,13 @@ from typing import Annotated
 import msgspec
 import polars as pl
 
-from traceview.analyses.attention import exclusive_tops, fused_attention, score_kernels, score_ops
+from traceview.analyses.attention import (
+    exclusive_tops,
+    fused_attention,
+    math_sdpa_input_bytes,
+    score_kernels,
+    score_ops,
+)
 from traceview.analyses.replay import Transform, spans
 from traceview.analyses.rowid import by_id
 from traceview.evidence import Meta, OpTimePerStep
@@ -87,8 +100,8 @@ def _kernels(ctx: RuleContext) -> pl.DataFrame:
 
 
 def _runs(ctx: RuleContext) -> pl.DataFrame:
-    """One row per run of consecutive score kernels: [run, first, kernels, time, gemm_flops, bpe, backward,
-    fused_time]."""
+    """One row per run of consecutive score kernels: [run, first, kernels, time, gemm_flops, gemm_bpe, bpe,
+    backward, fused_time]: `gemm_bpe` the width its GEMMs ran at, `bpe` the width a fused kernel runs at."""
 
     def build() -> pl.DataFrame:
         k = _kernels(ctx).join(ctx.kb.select("i", "flops", "bpe"), on="i", how="left")
@@ -97,8 +110,15 @@ def _runs(ctx: RuleContext) -> pl.DataFrame:
             pl.len().alias("kernels"),
             pl.col("dur").sum().alias("time"),
             pl.col("flops").filter(pl.col("gemm")).sum().alias("gemm_flops"),
-            pl.col("bpe").filter(pl.col("gemm")).min().alias("bpe"),
+            pl.col("bpe").filter(pl.col("gemm")).min().alias("gemm_bpe"),
             pl.col("backward").any(),
+        )
+        # SDPA's math backend upcasts bf16/fp16 inputs to FP32 for its GEMMs: a fused backend runs on the inputs'
+        # width, not on the upcast one
+        inputs = math_sdpa_input_bytes(ctx.trace)
+        bpe = pl.col("gemm_bpe")
+        per = per.with_columns(
+            bpe=bpe if inputs is None else pl.min_horizontal(bpe.fill_null(inputs), pl.lit(inputs))
         )
         spec, eff = ctx.spec, float(ctx.options["efficiency"])
         peak = (
@@ -127,13 +147,18 @@ def fix_for(ctx: RuleContext, shape: str, mib: float, fp32: bool, cost: str) -> 
         if fp32
         else ""
     )
+    # bf16/fp16 inputs that the math backend upcast to FP32 for its GEMMs: not the dtype that kept flash away
+    lowp_math = (
+        " Its inputs are already 16-bit (the FP32 GEMMs are the math backend's own upcast), so the dtype is not "
+        "why: check for a mask, the head dim, or a context that pins the math backend (sdpa_kernel(SDPBackend.MATH))."
+    )
     if have["math_sdpa"]:
         return (
             f"scaled_dot_product_attention runs its math backend: {scores}. The fused backends refused these "
             "inputs; wrap the call in `with torch.nn.attention.sdpa_kernel([SDPBackend.FLASH_ATTENTION, "
             "SDPBackend.EFFICIENT_ATTENTION, SDPBackend.CUDNN_ATTENTION]):` to get the reason as an error (a "
             "float attn_mask, FP32 inputs, an unsupported head dim) and fix it; pass is_causal=True rather than "
-            "a causal mask." + lowp
+            "a causal mask." + (lowp or lowp_math)
         )
     where = (
         " Other attention calls in this trace already run fused kernels: these do not (a layer left on "
@@ -194,7 +219,8 @@ def check(ctx: RuleContext) -> list[Finding]:
     top = k.sort("score_bytes", descending=True, nulls_last=True).row(0, named=True)
     shape = f"[{top['heads']} heads x {top['n_q']} x {top['n_kv']}]"
     mib = (top["score_bytes"] or 0) / 2**20
-    fp32 = bool((runs.filter(pl.col("gemm_flops") > 0)["bpe"].fill_null(4) >= 4).any())
+    gemms = runs.filter(pl.col("gemm_flops") > 0)
+    fp32 = bool((gemms["bpe"].fill_null(4) >= 4).any())  # the inputs are FP32 (a fused kernel would be too)
     ops = (
         k.group_by("op_name")
         .agg(pl.len().alias("count"), pl.col("dur").sum())
@@ -209,7 +235,7 @@ def check(ctx: RuleContext) -> list[Finding]:
         backward_runs_per_step=round(int(runs["backward"].sum()) / n, 2),
         gemm_gflops_per_step=round(float(runs["gemm_flops"].fill_null(0).sum()) / n / 1e9, 3),
         predicted_fused_time_per_step_us=round(fused / n / 1000, 3),
-        fp32_scores_gemms=fp32,
+        fp32_scores_gemms=bool((gemms["gemm_bpe"].fill_null(4) >= 4).any()),
         ops=[
             OpTimePerStep(op=r["op_name"], count=r["count"], time_per_step_us=round(r["dur"] / n / 1000, 3))
             for r in ops.head(8).to_dicts()
@@ -238,10 +264,9 @@ def check(ctx: RuleContext) -> list[Finding]:
 
 def fix_transform(ctx: RuleContext) -> Transform | None:
     """The fix as a replay transformation: each run of score kernels becomes one fused kernel (its GEMM FLOPs at
-    `efficiency` of the Tensor-Core peak) on the run's first kernel; the run's other kernels take no time, and the
-    host work that launched only them (each one's outermost op that launched nothing else: `aten::matmul` around
-    its `aten::bmm`, the autograd node of a backward op) leaves the host path; the first kernel's op stays, as
-    the fused call."""
+    `efficiency` of the Tensor-Core peak) on the run's first kernel; the run's other kernels take no time. On the
+    host the fused call replaces the whole eager attention (`host_extents`): the first kernel's op stays, as the
+    fused call, and everything its thread does after it up to the end of the run's last op leaves the host path."""
     k = _kernels(ctx)
     if k.height == 0:
         return None
@@ -249,15 +274,63 @@ def fix_transform(ctx: RuleContext) -> Transform | None:
     k = k.join(runs, on="run", how="left").with_columns(
         new=pl.when(pl.col("pos") == 0).then(pl.col("fused_time")).otherwise(0).cast(pl.Int64)
     )
-    inside = score_ops(ctx.trace).filter(pl.col("score"))["op"]
-    k = k.with_columns(top=exclusive_tops(ctx.trace, k["op"], inside))
-    kept = k.filter(pl.col("pos") == 0)["top"]
-    gone = k.filter((pl.col("pos") > 0) & (pl.col("top") >= 0) & ~pl.col("top").is_in(kept.implode()))[
-        "top"
-    ].unique()
-    rows = by_id(ctx.trace.host, gone.cast(pl.UInt32), "tid", "ts", "end")
     return Transform(
         NAME,
         gpu_dur=dict(zip(k["i"].cast(pl.Int64).to_list(), k["new"].to_list(), strict=True)),
-        host_spans=spans(rows),
+        host_spans=host_extents(ctx, k),
     )
+
+
+def host_extents(ctx: RuleContext, k: pl.DataFrame) -> list[tuple[int, int, int]]:
+    """The host time one fused attention call replaces, as `Transform.host_spans`: per run, on the thread of the
+    op that launched its first kernel, from that op's end to the end of the run's last op. Eager attention is
+    more than the ops that launch its kernels: the views and reshapes between them (`aten::expand`,
+    `aten::_unsafe_view`, the transposes), the mask's scalar `full`, the dtype bookkeeping of autocast, the
+    Python between the calls, and in the backward every autograd node of those ops (`UnsafeViewBackward0`,
+    `ExpandBackward0`, …) launch nothing, yet all of it is the attention's and SDPA runs none of it. Each op is
+    taken as its outermost op that launched only score kernels (`exclusive_tops`: `aten::matmul` around its
+    `aten::bmm`, the autograd node around a backward op). A run whose extent holds the launch of any other
+    kernel (other work interleaved with the attention) keeps that work: only its own ops after the first leave."""
+    inside = score_ops(ctx.trace).filter(pl.col("score"))["op"]
+    k = k.with_columns(top=exclusive_tops(ctx.trace, k["op"], inside))
+    tops = by_id(ctx.trace.host, k["top"].clip(0).cast(pl.UInt32), "tid", "ts", "end")
+    k = k.with_columns(
+        tops.select(pl.col("tid").alias("_tid"), pl.col("ts").alias("_ts"), pl.col("end").alias("_end"))
+    )
+    k = k.filter(pl.col("top") >= 0)
+    first = k.filter(pl.col("pos") == 0).select(
+        "run", pl.col("_tid").alias("tid"), pl.col("_end").alias("lo")
+    )
+    ext = (
+        k.join(first, on="run")
+        .filter(pl.col("_tid") == pl.col("tid"))
+        .group_by("run", maintain_order=True)
+        .agg(pl.col("tid").first(), pl.col("lo").first(), pl.col("_end").max().alias("hi"))
+        .filter(pl.col("hi") > pl.col("lo"))
+    )
+    # the launches on that thread inside each extent: only of score ops (their kernels, cuBLAS's memsets), else
+    # other work is interleaved with the attention
+    g = ctx.trace.gpu
+    other = g.filter(~pl.col("op").is_in(inside.implode()).fill_null(True))
+    ext = ext.with_columns(
+        held=_count_in(other.select(pl.col("launch_tid").alias("tid"), pl.col("launch_ts").alias("t")), ext)
+    )
+    clean = ext.filter(pl.col("held") == 0)
+    spans_out = [(int(t), int(a), int(b)) for t, a, b in clean.select("tid", "lo", "hi").iter_rows()]
+    # a shared extent: the run's own ops after the first, and only those that are not the first's
+    rest = k.filter(~pl.col("run").is_in(clean["run"].implode()))
+    kept = rest.filter(pl.col("pos") == 0)["top"]
+    gone = rest.filter((pl.col("pos") > 0) & ~pl.col("top").is_in(kept.implode()))["top"].unique()
+    return spans_out + spans(by_id(ctx.trace.host, gone.cast(pl.UInt32), "tid", "ts", "end"))
+
+
+def _count_in(points: pl.DataFrame, windows: pl.DataFrame) -> pl.Series:
+    """For each window [lo, hi] of `windows` (tid, lo, hi), how many of `points` (tid, t) fall in it (lo, hi]."""
+    import numpy as np
+
+    p = points.select(pl.col("tid").cast(pl.Int64), pl.col("t").cast(pl.Int64)).drop_nulls().sort("tid", "t")
+    key = p["tid"].to_numpy() * (1 << 42) + p["t"].to_numpy()
+    w_tid = windows["tid"].cast(pl.Int64).to_numpy() * (1 << 42)
+    lo = np.searchsorted(key, w_tid + windows["lo"].cast(pl.Int64).to_numpy(), side="right")
+    hi = np.searchsorted(key, w_tid + windows["hi"].cast(pl.Int64).to_numpy(), side="right")
+    return pl.Series(hi - lo, dtype=pl.Int64)

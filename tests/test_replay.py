@@ -180,3 +180,36 @@ def test_steps_without_host_anchors_replay_from_their_activities() -> None:
     assert g.a_ts.size == 0 and g.d_ts.size > 0 and t.steps.height > 0
     assert R.replay(t, t.steps).size == t.steps.height
     assert golden.digest(rel) == json.loads(golden.DIGESTS.read_text())[rel]
+
+
+def test_a_removed_kernel_takes_its_device_gap():
+    """A kernel a transform removes (a fused chain's 2nd..kth) no longer pays the device's gap before it: on the
+    eager fragmented run (3 small elementwise kernels after each GEMM, queued ~1 µs apart) the stream edge into a
+    removed kernel carries no gap, the others keep theirs, and each kept gap is the raw trace's (kernel start less
+    the previous kernel's end on its stream, stdlib-json reading)."""
+    from ref_stats import load_events
+
+    run = SAMPLES / "collected2" / "fragmented_eager"
+    (t,) = _traces("collected2/fragmented_eager")
+    g = build(t)
+    a = 2 * g.a_ts.size
+    # the kernels queued right behind the previous one (gap under 2 µs), and from those every other one removed
+    queued = np.flatnonzero((g.d_prev >= 0) & (g.d_ts - g.d_end[np.maximum(g.d_prev, 0)] < 2_000))
+    gone = queued[::2]
+    fix = R.Transform("fused", gpu_dur={int(g.d_i[k]): 0 for k in gone})
+    _, src, dst, off = R.edges(g, [fix])
+    stream = src == a + 2 * g.d_prev[np.maximum((dst - a) // 2, 0)] + 1
+    into = {int((d - a) // 2): int(o) for s_, d, o, ok in zip(src, dst, off, stream, strict=True) if ok and d >= a and d % 2 == 0}
+    assert gone.size > 20 and all(into[int(k)] == 0 for k in gone)
+    kept = queued[1::2]
+    assert all(into[int(k)] == g.d_gap[k] > 0 for k in kept)
+    # the kept gaps are the raw trace's own
+    ev = [e for e in load_events(next(run.glob("*.pt.trace.json*"))) if e.get("cat") == "kernel"]
+    ev.sort(key=lambda e: (e["args"].get("stream"), e["ts"]))
+    raw = {}
+    for p, e in zip(ev, ev[1:], strict=False):
+        if p["args"].get("stream") == e["args"].get("stream"):
+            raw[round(e["ts"] * 1000)] = round((e["ts"] - p["ts"] - p["dur"]) * 1000)
+    t0 = t.meta.t0_us * 1000
+    for k in kept[:50]:
+        assert abs(raw[round(g.d_ts[k] + t0)] - g.d_gap[k]) <= 2  # (µs with 3 decimals: ns rounding)

@@ -171,7 +171,10 @@ def score_kernels(trace: Trace, lo: int, hi: int) -> pl.DataFrame:
     )
     g = g.with_columns(_run=brk.cast(pl.Int64).cum_sum())
     g = g.with_columns(run=pl.when(pl.col("score")).then(pl.col("_run")))
-    return g.with_columns(pos=pl.when(pl.col("score")).then(pl.int_range(pl.len()).over("_run"))).drop("_run")
+    # a run's group starts at the kernel that broke the previous one (a non-score kernel, unless the stream
+    # starts with the run): the position counts the score kernels only, from 0
+    pos = pl.col("score").cast(pl.Int64).cum_sum().over("_run") - 1
+    return g.with_columns(pos=pl.when(pl.col("score")).then(pos)).drop("_run")
 
 
 def score_op_ids(trace: Trace) -> pl.Series:
@@ -191,6 +194,18 @@ def fused_attention(trace: Trace) -> dict:
         + int(ops.str.contains(FUSED_ATTN_OP_RE).sum()),
         "math_sdpa": bool((ops == MATH_SDPA).any()),
     }
+
+
+@per_trace
+def math_sdpa_input_bytes(trace: Trace) -> int | None:
+    """Bytes per element of the query that SDPA's math backend was called with (the narrowest over its calls),
+    None without a math-backend call or shapes. The math backend upcasts fp16/bf16 inputs to FP32 for its own
+    kernels (PyTorch >= 2.5), so its GEMMs read FP32 while a fused backend would run on the inputs' width."""
+    if "input_dims" not in trace.host.columns:
+        return None
+    calls = trace.host.filter(pl.col("name") == MATH_SDPA).select("input_dims", "input_type").unique()
+    widths = [_bpe(ts[0][1]) for d, t in calls.iter_rows() if (ts := decode(d, t))]
+    return min(widths) if widths else None
 
 
 def exclusive_tops(trace: Trace, ops: pl.Series, inside: pl.Series) -> pl.Series:

@@ -220,6 +220,9 @@ def edges(
     can (no edge list: a third of the memory) and the event times come back instead."""
     n_a, n_d = g.a_ts.size, g.d_ts.size
     gap_cut, join_cut, own_cut, dur, keep_wait = _cuts(g, transforms)
+    # an activity a transform removes (a kernel fused into another) no longer pays the device's gap before it: the
+    # stream's per-activity overhead between queued kernels goes with the kernel, not only its duration
+    d_gap = np.where((dur == 0) & (g.d_end > g.d_ts), 0, g.d_gap).astype(np.int64)
     # host time kept by the transforms' host shares together (a blocking call's wait edge still holds it)
     keep = float(np.prod([1.0 - min(max(t.host_share, 0.0), 1.0) for t in transforms])) if transforms else 1.0
     # (an interval longer than HOST_SHARE_MAX_NS holds work of its own, a CPU kernel, a sleep, input loading, that
@@ -240,7 +243,7 @@ def edges(
     if pull and _pull_c is not None:  # the compiled kernel reads the graph's arrays: no edge list
         t = np.empty(base.size, np.int64)
         i64 = [np.ascontiguousarray(x, np.int64) for x in (g.a_wait, g.d_prev, g.d_launch, g.d_x)]
-        off = [np.ascontiguousarray(x, np.int64) for x in (jwake, gap, own, g.a_wake, g.d_gap, g.d_lat, g.d_xgap, dur)]
+        off = [np.ascontiguousarray(x, np.int64) for x in (jwake, gap, own, g.a_wake, d_gap, g.d_lat, g.d_xgap, dur)]
         if _pull_c(base, np.ascontiguousarray(g.a_join, np.int64), np.ascontiguousarray(g.a_prev, np.int64),
                    np.ascontiguousarray(g.a_overlap, np.uint8), np.ascontiguousarray(keep_wait, np.uint8),
                    *i64, *off, t) == 0:
@@ -254,7 +257,7 @@ def edges(
         (g.a_prev >= 0, lambda j: 2 * g.a_prev[j] + 1 - g.a_overlap[j], lambda j: 2 * j, lambda j: gap[j]),
         (n_a, lambda j: 2 * j, lambda j: 2 * j + 1, lambda j: own[j]),
         (keep_wait, lambda j: A + 2 * g.a_wait[j] + 1, lambda j: 2 * j + 1, lambda j: g.a_wake[j]),
-        (g.d_prev >= 0, lambda k: A + 2 * g.d_prev[k] + 1, lambda k: A + 2 * k, lambda k: g.d_gap[k]),
+        (g.d_prev >= 0, lambda k: A + 2 * g.d_prev[k] + 1, lambda k: A + 2 * k, lambda k: d_gap[k]),
         (g.d_launch >= 0, lambda k: 2 * g.d_launch[k], lambda k: A + 2 * k, lambda k: g.d_lat[k]),
         (g.d_x >= 0, lambda k: A + 2 * g.d_x[k] + 1, lambda k: A + 2 * k, lambda k: g.d_xgap[k]),
         (n_d, lambda k: A + 2 * k, lambda k: A + 2 * k + 1, lambda k: dur[k]),
