@@ -236,13 +236,15 @@ def run_cpu(cmd: list[str]) -> tuple[float, float, float]:
     return wall, ru.ru_utime + ru.ru_stime, ru.ru_maxrss / 1024
 
 
-def tiny_events(millions: float, tmpd: Path, repeat: int) -> tuple[str, float, dict[str, tuple[float, float]]]:
-    """(row name, MB of JSON, {traceview, orjson, json: (seconds, peak RSS MiB)}) of `millions` tiny events."""
+def tiny_events(millions: float, tmpd: Path, repeat: int,
+                decoders: bool = True) -> tuple[str, float, dict[str, tuple[float, float]]]:
+    """(row name, MB of JSON, {traceview[, orjson, json]: (seconds, peak RSS MiB)}) of `millions` tiny events."""
     p = tmpd / f"tiny{millions:g}M.json.gz"
     subprocess.run([sys.executable, str(TINY_EVENTS), str(p), "--events", str(int(millions * 1e6))],
                    check=True, capture_output=True)
     try:
-        return f"{millions:g} M tiny events (tools/tiny_events.py)", json_mb(p), median_runs(size_cases(p), repeat)
+        cases = size_cases(p) if decoders else {"traceview": (tv_cmd(p), False)}
+        return f"{millions:g} M tiny events (tools/tiny_events.py)", json_mb(p), median_runs(cases, repeat)
     finally:
         p.unlink()
 
@@ -256,7 +258,7 @@ def memory(millions: list[float], repeat: int, traces: list[Path]) -> list[str]:
     rows = []
     with tempfile.TemporaryDirectory(prefix="tv-bench-") as tmp:
         for m in millions:
-            name, mb, r = tiny_events(m, Path(tmp), repeat)
+            name, mb, r = tiny_events(m, Path(tmp), repeat, decoders=False)
             rows.append((name, mb, r["traceview"], "<= 1.5"))
     for t in traces:
         mb = json_mb(t)

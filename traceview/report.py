@@ -7,10 +7,12 @@ order (one module each in traceview/sections/, declaring its keys, JSON part, te
 
   load → metadata, summary, steps, devices, top_kernels, top_ops  (breakdowns, HTA/tb_plugin numbers)
        → RuleContext (analysed steps, roofline per kernel, classifier partition: computed once)
-       → findings (rules) → layers (with the findings and the partition) → classification → verdict_text
+       → findings (rules) → classification → verdict_text
        → profiling (collector manifest) → memory ([memory] events) → projection (step time with each fix)
        → cpu (traces without GPU activity: host time, ops by self CPU time, per-layer CPU time; their rules
          and verdict come from the same host analyses)
+       → layers (with the findings and the partition; last, once the replay's and the rules' whole-trace
+         results are dropped, in its place in the document)
   then, for a directory holding several rank files: the job (nccl matching, job rules, per-rank verdicts).
 
 The JSON layout is documented in docs/json-schema.md; bump SCHEMA_VERSION on any breaking change.
