@@ -37,7 +37,7 @@ import tempfile
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from bench_load import DECODE, HTA, run  # noqa: E402
+from bench_load import DECODE, HTA, USER_ENV, run  # noqa: E402
 from bench_threads import scan_times  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -197,6 +197,80 @@ def phases(doc: dict) -> list[tuple[str, float, float]]:
     return [(name, found[name], found[name] / total) for name, _, _ in PHASES]
 
 
+FLOOR = "import numpy, polars (the floor)"
+
+
+def startup(repeat: int) -> tuple[list[str], float]:
+    """(the start-up table's lines, seconds traceview adds to the floor): a tiny bundled trace end to end (`traceview
+    analyze --format json`, import to exit) beside `import numpy, polars`, interleaved in one run, medians of wall
+    and of CPU (user + sys) seconds: on a shared machine CPU time is the steadier of the two."""
+    py = sys.executable
+    cases = {"tiny trace end to end": tv_cmd(TINY), "import traceview.report": [py, "-c", "import traceview.report"],
+             FLOOR: [py, "-c", "import numpy, polars"], "python -c pass": [py, "-c", "pass"]}
+    got: dict[str, list[tuple[float, float, float]]] = {k: [] for k in cases}
+    for cmd in cases.values():  # warm-up: bytecode caches, page cache
+        run_cpu(cmd)
+    for _ in range(repeat):
+        for k, cmd in cases.items():
+            got[k].append(run_cpu(cmd))
+    med = {k: tuple(statistics.median(r[j] for r in v) for j in range(3)) for k, v in got.items()}
+    wall = med["tiny trace end to end"][0] - med[FLOOR][0]
+    cpu = med["tiny trace end to end"][1] - med[FLOOR][1]
+    lines = ["\n## Start-up\n", "| what | seconds | CPU seconds | peak RSS MiB |", "|---|---|---|---|"]
+    lines += [f"| {k} | {w:.3f} | {c:.3f} | {r:.0f} |" for k, (w, c, r) in med.items()]
+    lines.append(f"\ntraceview adds {wall:.3f} s ({cpu:.3f} CPU s) to the floor for a tiny trace, import to exit "
+                 f"(target 0.05 s); {med['tiny trace end to end'][0] / med[FLOOR][0]:.2f}x the floor's time.")
+    return lines, wall
+
+
+def run_cpu(cmd: list[str]) -> tuple[float, float, float]:
+    """(wall seconds, CPU seconds: user + sys, peak RSS MiB) of one child process."""
+    import time
+
+    t = time.perf_counter()
+    p = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, env=USER_ENV)
+    _, status, ru = os.wait4(p.pid, 0)
+    wall = time.perf_counter() - t
+    if os.waitstatus_to_exitcode(status) != 0:
+        raise SystemExit(f"failed: {' '.join(cmd)}")
+    return wall, ru.ru_utime + ru.ru_stime, ru.ru_maxrss / 1024
+
+
+def tiny_events(millions: float, tmpd: Path, repeat: int,
+                decoders: bool = True) -> tuple[str, float, dict[str, tuple[float, float]]]:
+    """(row name, MB of JSON, {traceview[, orjson, json]: (seconds, peak RSS MiB)}) of `millions` tiny events."""
+    p = tmpd / f"tiny{millions:g}M.json.gz"
+    subprocess.run([sys.executable, str(TINY_EVENTS), str(p), "--events", str(int(millions * 1e6))],
+                   check=True, capture_output=True)
+    try:
+        cases = size_cases(p) if decoders else {"traceview": (tv_cmd(p), False)}
+        return f"{millions:g} M tiny events (tools/tiny_events.py)", json_mb(p), median_runs(cases, repeat)
+    finally:
+        p.unlink()
+
+
+def memory(millions: list[float], repeat: int, traces: list[Path]) -> list[str]:
+    """The peak-RSS table: traceview's peak RSS over the JSON's size, for tiny-event traces and `traces`.
+
+    "The JSON" is the trace's uncompressed JSON text: its size in bytes (a .json.gz gunzipped; `json_mb`), not
+    any decoder's memory. Peak RSS is the `traceview analyze --format json -o /dev/null` process's `ru_maxrss`
+    (the whole run: interpreter, imports, load, every analysis, the report), median of `repeat` runs."""
+    rows = []
+    with tempfile.TemporaryDirectory(prefix="tv-bench-") as tmp:
+        for m in millions:
+            name, mb, r = tiny_events(m, Path(tmp), repeat, decoders=False)
+            rows.append((name, mb, r["traceview"], "<= 1.5"))
+    for t in traces:
+        mb = json_mb(t)
+        r = median_runs({"traceview": (tv_cmd(t), False)}, repeat)["traceview"]
+        rows.append((t.name, mb, r, "<= 1.2" if mb >= 900 else ""))
+    lines = ["\n## Peak RSS / JSON (traceview analyze --format json; the JSON: its uncompressed size in bytes)\n",
+             "| trace | MB JSON | seconds | peak RSS MiB | RSS / JSON | target |", "|---|---|---|---|---|---|"]
+    lines += [f"| {n} | {mb:.0f} | {s:.2f} | {rss:.0f} | {rss * 1.048576 / mb:.2f} | {tgt} |"
+              for n, mb, (s, rss), tgt in rows]
+    return lines
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--trace", default=None)
@@ -207,8 +281,18 @@ def main() -> None:
     ap.add_argument("--no-peers", action="store_true")
     ap.add_argument("--no-scaling", action="store_true", help="skip the one-core run of the largest tiled trace")
     ap.add_argument("--out", default=str(ROOT / "bench/RESULTS.md"))
+    ap.add_argument("--only", choices=("memory", "startup"), default=None,
+                    help="run one entry and print it (RESULTS.md untouched): memory, the peak RSS / JSON of the "
+                         "--tiny-events traces (and --trace, when given); startup, a tiny trace over the import floor")
     a = ap.parse_args()
     py = sys.executable
+    if a.only == "startup":
+        print("\n".join(startup(max(a.repeat, 5))[0]))
+        return
+    if a.only == "memory":
+        print("\n".join(memory([float(x) for x in a.tiny_events.split(",") if x.strip()], a.big_repeat,
+                               [Path(a.trace)] if a.trace else [])))
+        return
     with tempfile.TemporaryDirectory(prefix="tv-bench-") as tmp:
         tmpd = Path(tmp)
         big = Path(a.trace) if a.trace else SHARED_BIG if SHARED_BIG.is_file() else None
@@ -240,12 +324,7 @@ def main() -> None:
                 scaling = (rows[-1][0], m, one, rows[-1][2]["traceview"], scans)
             p.unlink()
         for millions in [float(x) for x in a.tiny_events.split(",") if x.strip()]:
-            p = tmpd / f"tiny{millions:g}M.json.gz"
-            subprocess.run([sys.executable, str(TINY_EVENTS), str(p), "--events", str(int(millions * 1e6))],
-                           check=True, capture_output=True)
-            rows.append((f"{millions:g} M tiny events (tools/tiny_events.py)", json_mb(p),
-                         median_runs(size_cases(p), a.big_repeat)))
-            p.unlink()
+            rows.append(tiny_events(millions, tmpd, a.big_repeat))
         lines.append("## Cost vs size (`traceview analyze --format json` end to end)\n")
         lines.append("| trace | MB JSON | traceview s | MB/s | vs orjson.loads | peak RSS MiB | RSS / JSON | orjson s | json s |")
         lines.append("|---|---|---|---|---|---|---|---|---|")
@@ -262,15 +341,8 @@ def main() -> None:
             lines.append(f"| {name} | {h['mb']:.0f} | {h['gunzip_cpu_s']:.2f} ({h['inflate']}) | "
                          f"{h['scan_cpu_s']:.2f} | {h['mb'] / max(h['scan_cpu_s'], 1e-9):.0f} | {wall:.2f} |")
         # start-up
-        st = median_runs({"tiny trace end to end": (tv_cmd(TINY), False),
-                          "import traceview.report": ([py, "-c", "import traceview.report"], False),
-                          "import numpy, polars (the floor)": ([py, "-c", "import numpy, polars"], False),
-                          "python -c pass": ([py, "-c", "pass"], False)}, max(a.repeat, 5))
-        over_floor = st["tiny trace end to end"][0] - st["import numpy, polars (the floor)"][0]
-        lines.append("\n## Start-up\n")
-        lines.append("| what | seconds | peak RSS MiB |\n|---|---|---|")
-        lines += [f"| {k} | {s:.3f} | {r:.0f} |" for k, (s, r) in st.items()]
-        lines.append(f"\ntraceview adds {over_floor:.3f} s to the floor for a tiny trace, import to exit (target 0.05 s).")
+        st_lines, over_floor = startup(max(a.repeat, 5))
+        lines += st_lines
         # the replay model
         lines.append("\n## The replay model (bench/replay_share.py, benchmark trace, medians)\n")
         lines.append(f"Replay (every `replay()`, the fidelity section, the fix transforms) {share['replay_s']:.2f} s of "

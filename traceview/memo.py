@@ -28,6 +28,16 @@ def forget(trace) -> None:
             hit[1].clear()
 
 
+def drop(trace, *fns: Callable[..., Any]) -> None:
+    """Drop what the per-trace analyses `fns` hold for `trace` (results no later step of the run reads: their
+    memory is not stacked under the later steps' peaks); a later call computes them again."""
+    for fn in fns:
+        cache = fn._per_trace_cache  # type: ignore[attr-defined]
+        hit = cache.get(id(trace))
+        if hit is not None and hit[0]() is trace:
+            hit[1].clear()
+
+
 def per_trace(fn: F) -> F:
     cache: dict[int, tuple[weakref.ref, dict]] = {}
     _CACHES.append(cache)
@@ -44,6 +54,7 @@ def per_trace(fn: F) -> F:
         return per[args]
 
     wrapper.cache_clear = cache.clear  # type: ignore[attr-defined]
+    wrapper._per_trace_cache = cache  # type: ignore[attr-defined]
     return wrapper  # type: ignore[return-value]
 
 
@@ -62,6 +73,8 @@ def per_windows(*cols: str) -> Callable[[F], F]:
         @functools.wraps(fn)
         def wrapper(trace, windows):
             return cached(trace, tuple(tuple(windows[c]) for c in cols))
+
+        wrapper._per_trace_cache = cached._per_trace_cache  # type: ignore[attr-defined]
 
         return wrapper  # type: ignore[return-value]
 

@@ -7,10 +7,12 @@ order (one module each in traceview/sections/, declaring its keys, JSON part, te
 
   load → metadata, summary, steps, devices, top_kernels, top_ops  (breakdowns, HTA/tb_plugin numbers)
        → RuleContext (analysed steps, roofline per kernel, classifier partition: computed once)
-       → findings (rules) → layers (with the findings and the partition) → classification → verdict_text
+       → findings (rules) → classification → verdict_text
        → profiling (collector manifest) → memory ([memory] events) → projection (step time with each fix)
        → cpu (traces without GPU activity: host time, ops by self CPU time, per-layer CPU time; their rules
          and verdict come from the same host analyses)
+       → layers (with the findings and the partition; last, once the replay's and the rules' whole-trace
+         results are dropped, in its place in the document)
   then, for a directory holding several rank files: the job (nccl matching, job rules, per-rank verdicts).
 
 The JSON layout is documented in docs/json-schema.md; bump SCHEMA_VERSION on any breaking change.
@@ -29,12 +31,13 @@ import polars as pl
 
 from .analyses import kernels, timeline
 from .analyses import layers as layer_attr
+from .analyses.replay import CACHES as REPLAY_CACHES
 from .analyses.replay import fidelity as replay_fidelity
 from .analyses.windows import recording_edges
 from .errors import TraceError
 from .ingest import heap_trim
 from .ingest.loader import input_files, load_file
-from .memo import forget
+from .memo import drop, forget
 from .model import Job, Trace
 from .notes import aggregate as aggregate_warnings
 from .options import Options
@@ -95,8 +98,6 @@ def _analyze_trace(trace: Trace, options: Options) -> tuple[dict, pl.DataFrame, 
     """(the trace's entry, its analysed steps, the classifier's partition of them)."""
     steps = select_steps(trace, options.step)
     lo, hi = int(steps["ts"].min()), int(steps["end"].max())
-    # the columns the top tables read: a filter copies every column (40 on the GPU frame)
-    gpu_win = trace.gpu.select("name", "kind", "op", "dur", "ts", "end").filter((pl.col("end") > lo) & (pl.col("ts") < hi))
     busy = timeline.step_busy(trace, steps)
     step_rows, summary = steps_section(trace, steps, busy)
     edges, edge_notes = recording_edges(trace, steps)
@@ -106,7 +107,11 @@ def _analyze_trace(trace: Trace, options: Options) -> tuple[dict, pl.DataFrame, 
     summary.update(edges)
     warnings = list(trace.meta.warnings)
     devices = device_section(trace, steps, busy) if trace.has_gpu else []
-    top_k, top_o = kernels.top_tables(trace, options.top, gpu_win) if trace.has_gpu else (None, None)
+    # the columns the top tables read (a filter copies every column: 40 on the GPU frame), held only while they
+    # are built (a copy of a whole-trace frame would otherwise sit under every later step's peak)
+    top_k, top_o = (kernels.top_tables(trace, options.top, trace.gpu.select("name", "kind", "op", "dur", "ts", "end")
+                                       .filter((pl.col("end") > lo) & (pl.col("ts") < hi)))
+                    if trace.has_gpu else (None, None))
     entry: dict[str, Any] = {
         "path": trace.meta.path, "rank": trace.meta.rank, "world_size": trace.meta.world_size,
         "metadata": metadata(trace), "warnings": warnings, "summary": summary, "steps": step_rows,
@@ -134,10 +139,7 @@ def _analyze_trace(trace: Trace, options: Options) -> tuple[dict, pl.DataFrame, 
         # no device to replay: the rules' own estimate over the steps, per step like every saving
         findings = [{**{k: v for k, v in f.items() if k != RULE_SEVERITY},
                      "savings_us": round(f["savings_us"] / max(steps.height, 1), 3)} for f in findings]
-    # before the layer table, the analysis's largest step: what loading and the sections so far freed
-    heap_trim.release(trace.gpu.height + trace.host.height)
-    entry["layers"] = layers_section(trace, steps, findings=findings, kb=ctx.kb if ctx else None,
-                                     part=_part(trace, steps, ctx), depth=options.layers_depth)
+    entry["layers"] = None  # (its place in the document; computed last, below)
     deep = layer_attr.attribution(trace).shortened
     if deep:
         warnings.append(f"{deep:,} layers (nn.Module, module:: or annotation) nested {layer_attr.PATH_LEVELS} levels "
@@ -155,6 +157,14 @@ def _analyze_trace(trace: Trace, options: Options) -> tuple[dict, pl.DataFrame, 
     entry["memory"] = memory_section(trace, analysed) if trace.has_gpu else None
     entry["projection"] = projection_section(ctx, findings, entry["profiling"], options, fixinfo)
     entry["cpu"] = cpu.section(trace, steps, host) if host else None
+    # the layer table last, the analysis's largest step: the whole-trace results only the rules, the fixes and
+    # the projection read (the replay graph, the rules' own) go first, so its temporaries do not stack on them
+    if ctx is not None:
+        ctx.memo.clear()
+    drop(trace, *REPLAY_CACHES)
+    heap_trim.release(trace.gpu.height + trace.host.height)
+    entry["layers"] = layers_section(trace, steps, findings=findings, kb=ctx.kb if ctx else None,
+                                     part=_part(trace, steps, ctx), depth=options.layers_depth)
     entry["warnings"] = aggregate_warnings(entry["warnings"])  # one line per kind, not one per step
     return entry, analysed, ctx.part if ctx else None
 

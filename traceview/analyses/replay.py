@@ -450,3 +450,8 @@ def fidelity(trace: Trace, steps: pl.DataFrame) -> dict:
                       "unexplained_device_starts": int((~g.d_explained).sum()),
                       "launch_latency_us": round(g.latency_ns / 1000, 3), "device_gap_us": round(g.device_gap_ns / 1000, 3)},
             "doc": "docs/replay.md"}
+
+
+#: the replay's per-trace results (the graph, the unmodified and profiler-cost replays): `memo.drop` frees them
+#: once every replay of a run is done (the report's layer table, its largest step, runs after them)
+CACHES = (build, _parametric, _unmodified)
