@@ -91,7 +91,7 @@ def twins() -> list[dict]:
 def one_process() -> dict[tuple[str, str, str], float]:
     """{(set, problem, fixed): saving ms} measured in one process, the problem and its fix alternating in blocks
     (sample_traces/ab_twins: the twins' own two processes can run the host 10-45 % apart)."""
-    path = ROOT / "sample_traces/ab_twins/ab.json"
+    path = ROOT / "sample_traces/ab_twins/labels.json"
     if not path.is_file():
         return {}
     return {(t["set"], t["problem"], t["fixed"]): t["saving_ms"] for t in json.loads(path.read_text())["twins"]}
