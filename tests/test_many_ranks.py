@@ -99,6 +99,32 @@ def test_parallel_workers_give_the_same_document(job_dir: Path, serial: dict) ->
     assert json.loads(out.stdout)["jobs"] == serial["jobs"]
 
 
+def test_large_job_reduced_and_replayed_on_its_latest_ranks(job_dir: Path, serial: dict,
+                                                            monkeypatch: pytest.MonkeyPatch) -> None:
+    """Above `report.REDUCE_ABOVE_RANKS` ranks (forced down to 4 here) each rank is reduced as it is read (in the
+    workers) and the job is replayed on the sub-job of its latest arrivers: every rank's own entry, the matching,
+    the straggler, its cause and every priced change are those of the whole-job analysis (the changes were
+    always priced on that sub-job); only the replay's fidelity rows and job step cover the replayed ranks."""
+    import traceview.report as report
+    from traceview.sections import job_answer, rank_changes
+
+    monkeypatch.setattr(report, "REDUCE_ABOVE_RANKS", 4)
+    monkeypatch.setattr(job_answer, "MAX_FIX_RANKS", 4)
+    large = analyze([job_dir], Options(jobs=2)).to_dict()
+    assert large["traces"] == serial["traces"]
+    (job,), (whole,) = large["jobs"], serial["jobs"]
+    assert job["nccl"] == whole["nccl"] and job["findings"] == whole["findings"]
+    rep = job["replay"]
+    assert len(rep["replayed_ranks"]) == rank_changes.SUB_JOB < N and STRAG in rep["replayed_ranks"]
+    assert [r["rank"] for r in rep["fidelity"]["ranks"]] == rep["replayed_ranks"]
+    assert rep["changes"] == whole["replay"]["changes"]
+    fixed, wfixed = job["projection"]["straggler_fixed"], whole["projection"]["straggler_fixed"]
+    assert fixed["saving_us"] == wfixed["saving_us"]
+    # the job's step replayed on 8 of the 10 ranks: the same step (every rank runs it), within the copies' jitter
+    assert rep["job_step_us"] == pytest.approx(whole["replay"]["job_step_us"], rel=0.001)
+    assert "all_top_fixes" not in job["projection"]
+
+
 def test_job_section_stays_readable(serial: dict) -> None:
     assert N > MANY_RANKS
     (job,) = serial["jobs"]

@@ -37,6 +37,7 @@ from .analyses.windows import recording_edges
 from .errors import TraceError
 from .ingest import heap_trim
 from .ingest.loader import input_files, load_file
+from .ingest.reduced import reduce as reduce_rank
 from .memo import drop, forget
 from .model import Job, Trace
 from .notes import aggregate as aggregate_warnings
@@ -218,6 +219,10 @@ def _error(path: Path | str, e: BaseException) -> dict:
 
 #: from this many files in one directory the ranks are analysed in worker processes (`Options.jobs` None)
 PARALLEL_MIN_FILES = 8
+#: a directory of more rank files than this is a large job: each rank is reduced to what the job's analysis reads
+#: as soon as its own entry is built (`ingest.reduced`), and the job is replayed on its latest ranks
+#: (`job_answer.MAX_FULL_RANKS`, the same number: smaller jobs keep every rank whole for the whole-job replay)
+REDUCE_ABOVE_RANKS = 16
 PARALLEL_MIN_CORES = 4
 
 
@@ -237,8 +242,9 @@ def _default_load(path: Path, options: Options) -> Trace:
     return load_file(path) if options.max_bytes is None else load_file(path, max_bytes=options.max_bytes)
 
 
-def _analyze_file(path: Path, options: Options) -> tuple[dict, RankResult | None]:
-    """(its trace entry or error row, the rank) of one file: what a worker process sends back."""
+def _analyze_file(path: Path, options: Options, reduce: bool = False) -> tuple[dict, RankResult | None]:
+    """(its trace entry or error row, the rank) of one file: what a worker process sends back; `reduce`: the
+    rank of a large job, reduced to what the job reads (`ingest.reduced`)."""
     from .sections.job import RankResult
 
     try:
@@ -246,11 +252,12 @@ def _analyze_file(path: Path, options: Options) -> tuple[dict, RankResult | None
         entry, analysed, part = _analyze_trace(t, options)
     except Exception as e:  # noqa: BLE001 - isolate every input
         return _error(path, e), None
-    return entry, RankResult(trace=t, steps=analysed, entry=entry, part=part)
+    return entry, RankResult(trace=reduce_rank(t, options.max_bytes) if reduce else t, steps=analysed, entry=entry,
+                             part=part)
 
 
-def _analyze_files(files: list[Path], options: Options, workers: int,
-                   on_trace: Callable[[str], None] | None) -> list[tuple[dict, RankResult | None]]:
+def _analyze_files(files: list[Path], options: Options, workers: int, on_trace: Callable[[str], None] | None,
+                   reduce: bool = False) -> list[tuple[dict, RankResult | None]]:
     """`_analyze_file` over the files, in worker processes, results in file order (identical to the serial path:
     each file is analysed alone; spawned workers, as polars' thread pool does not survive fork)."""
     from . import procpool
@@ -259,7 +266,7 @@ def _analyze_files(files: list[Path], options: Options, workers: int,
     # (the variable is read when a spawned worker imports polars; the workers start during the submits), and the
     # C scanner's threads likewise
     threads = str(max(1, (os.cpu_count() or 1) // workers))
-    pool, futures = procpool.start(_analyze_file, [(f, options) for f in files], workers,
+    pool, futures = procpool.start(_analyze_file, [(f, options, reduce) for f in files], workers,
                                    env={"POLARS_MAX_THREADS": threads, "TRACEVIEW_THREADS": threads})
     with pool:
         out = []
@@ -269,7 +276,7 @@ def _analyze_files(files: list[Path], options: Options, workers: int,
             try:
                 out.append(fut.result())
             except Exception:  # noqa: BLE001 - the pool itself failed (a worker killed, no importable __main__
-                out.append(_analyze_file(f, options))  # to spawn from): this file in this process, same result
+                out.append(_analyze_file(f, options, reduce))  # to spawn from): this file here, same result
         return out
 
 
@@ -294,8 +301,10 @@ def analyze(paths: list[str | Path], options: Options | None = None, *,
         if job_dir:
             from .sections.job import RankResult, analyze_job
         workers = _workers(len(files), options, custom_load)
+        # a large job's ranks are reduced as they are read: its memory grows by a summary per rank, not a trace
+        reduce = job_dir and not custom_load and len(files) > REDUCE_ABOVE_RANKS
         if workers > 1:
-            for entry, rank in _analyze_files(files, options, workers, on_trace):
+            for entry, rank in _analyze_files(files, options, workers, on_trace, reduce):
                 if rank is None:
                     rep.errors.append(entry)
                 else:
@@ -313,7 +322,10 @@ def analyze(paths: list[str | Path], options: Options | None = None, *,
             rep.traces.append(entry)
             if job_dir:
                 forget(t)  # a rank kept for the job: only its frames, not every analysis's (memory per rank)
-                heap_trim.release(t.gpu.height + t.host.height)
+                n_rows = t.gpu.height + t.host.height
+                if reduce:
+                    t = reduce_rank(t, options.max_bytes)
+                heap_trim.release(n_rows)
                 ranks.append(RankResult(trace=t, steps=analysed, entry=entry, part=part))
         if job_dir and len(ranks) > 1:
             ranks.sort(key=lambda r: (r.trace.meta.rank is None, r.trace.meta.rank or 0, r.trace.meta.path))

@@ -233,7 +233,8 @@ def build(trace: Trace) -> Graph:
     del (prev_ts, key, has_prev, pe, gap, launch_i, real, launched, lts, lat, idle_at_launch, queued, same_launch,
          by_stream, graph_call, by_graph, in_call, by_launch, need, dev, blocking, waited)
     seg, keys, key_of = _segments(trace, a_tid, a_ts, a_end)
-    a_join, a_jwake, a_gap = _joins(a_tid, a_ts, a_end, a_prev, a_gap, prev_end, keys, key_of, _long_rows(trace))
+    a_join, a_jwake, a_gap = _joins(a_tid, a_ts, a_end, a_prev, a_gap, prev_end, keys, key_of, _long_rows(trace),
+                                    _program_threads(trace, a_tid))
     if (a_join >= 0).any():  # rows of a joined gap after the other thread's last call are the join edge's time
         jt = np.where(a_join >= 0, a_end[np.maximum(a_join, 0)], np.iinfo(np.int64).max)
         seg.where[(seg.where == 0) & (seg.ts >= jt[seg.seg])] = 1
@@ -270,16 +271,37 @@ def _busy_at(long_rows: pl.DataFrame, tid: np.ndarray, t: np.ndarray) -> np.ndar
     return out
 
 
+#: calls that only look at the device (a completion poll, the capture-mode switch around it, device queries): a
+#: thread making nothing else hands no work to the program (ProcessGroupNCCL's watchdog; RCCL's with `hip`)
+POLL_RE = (r"^(cuda|hip)(Event|Stream)Query(_v\d+)?$|^cu(Event|Stream)Query(_v\d+)?$|ThreadExchangeStreamCaptureMode"
+           r"|^(cuda|hip)(Get|Set)Device$|^(cuda|hip)(GetLastError|PeekAtLastError|DeviceGetAttribute)$"
+           r"|^(cuda|hip)Stream(IsCapturing|GetCaptureInfo)(_v\d+)?$")
+
+
+def _program_threads(trace: Trace, a_tid: np.ndarray) -> np.ndarray:
+    """Per anchor: whether its thread can hand the program work, i.e. is not a polling thread (one that records no
+    op or annotation and makes only `POLL_RE` calls: ProcessGroupNCCL's watchdog, a round of `cudaEventQuery` on
+    its collectives' events, then ~100 ms of sleep). A polling thread neither waits for the program nor is waited
+    for: its polls say when it woke, not when anything could go on."""
+    h = trace.host.select("tid", "cat", "name")
+    ops = h.filter(pl.col("cat").is_in(["cpu_op", "user_annotation"]))["tid"].unique().implode()
+    rest = h.filter(~pl.col("tid").is_in(ops))  # (the regex on the threads without ops only: a few rows)
+    busy = rest.filter(~pl.col("name").str.contains(POLL_RE))["tid"].unique().implode()
+    poll = rest.filter(~pl.col("tid").is_in(busy))["tid"].unique().drop_nulls()
+    return ~np.isin(a_tid, _i64(poll)) if poll.len() else np.ones(a_tid.size, bool)
+
+
 def _joins(a_tid: np.ndarray, a_ts: np.ndarray, a_end: np.ndarray, a_prev: np.ndarray, a_gap: np.ndarray,
-           prev_end: np.ndarray, keys: np.ndarray, key_of,
-           long_rows: pl.DataFrame | None = None) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+           prev_end: np.ndarray, keys: np.ndarray, key_of, long_rows: pl.DataFrame | None = None,
+           program: np.ndarray | None = None) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """Host-thread joins: a thread idle through a long gap (>= JOIN_GAP_NS) while another thread works, from
     that thread's first call after the gap opened to its last call before the gap closed, waited for it
     (`loss.backward()` on the main thread while the autograd thread launches the backward). Idle: none of its
     own recorded rows starts in that span. The program-order gap then keeps the time before the other thread
     took over; the join edge the time after that thread's last call. The other thread took over when its first
     call after the gap opened started, or when the gap opened if it was then inside a long recorded op of its own
-    (`long_rows`: DDP's reducer waiting for a gloo all-reduce that its worker thread had started before). Returns
+    (`long_rows`: DDP's reducer waiting for a gloo all-reduce that its worker thread had started before). Only
+    the program's threads (`program`, per anchor: `_program_threads`) join or are joined. Returns
     (a_join, a_jwake, a_gap)."""
     n = a_ts.size
     join, jwake = np.full(n, -1, np.int64), np.zeros(n, np.int64)
@@ -289,11 +311,13 @@ def _joins(a_tid: np.ndarray, a_ts: np.ndarray, a_end: np.ndarray, a_prev: np.nd
     # waits for the thread that handed it the work too, else it would stay pinned to its recorded start
     first = a_prev < 0
     prev_end = np.where(first, a_ts.min(), prev_end)
-    cand = np.flatnonzero(((a_prev >= 0) & (a_gap >= JOIN_GAP_NS) & (a_ts >= prev_end))
-                          | (first & (a_ts - prev_end >= JOIN_GAP_NS)))
+    prog = np.ones(n, bool) if program is None else program
+    cand = np.flatnonzero((((a_prev >= 0) & (a_gap >= JOIN_GAP_NS) & (a_ts >= prev_end))
+                           | (first & (a_ts - prev_end >= JOIN_GAP_NS))) & prog)
     if cand.size == 0:
         return join, jwake, a_gap
-    eo = np.argsort(a_end, kind="stable")
+    eo = np.flatnonzero(prog)
+    eo = eo[np.argsort(a_end[eo], kind="stable")]
     se = a_end[eo]
     j = np.searchsorted(se, a_ts[cand], side="right") - 1
     # the latest call of another thread ending before this start (skipping this thread's own ends)

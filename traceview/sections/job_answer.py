@@ -17,13 +17,17 @@ from ..analyses import busbw, job_replay
 from ..analyses.classify import CLASSES
 from ..analyses.comm import rank_id
 from ..analyses.fixes import transforms
+from ..ingest.reduced import full
 from ..model import Trace
 from ..registry import straggler_rules
 from ..ruleapi import RuleContext
 from . import rank_changes, straggler
 from .straggler_fix import fix_transform
 
-#: every rank's top fix is replayed (a rule context per rank) up to this many ranks
+#: jobs of up to this many ranks are replayed whole (every rank's graph; every rank's top fix, a rule context per
+#: rank); a larger job is replayed on its latest ranks (`rank_changes.candidates`' sub-job: the other ranks'
+#: arrivals frozen into the collectives' transfer, as they only wait), and its ranks are reduced as they are read
+#: (`report.REDUCE_ABOVE_RANKS`): only the replayed ranks are loaded whole again (`ingest.reduced.full`)
 MAX_FIX_RANKS = 16
 #: rows of `replay.changes` kept (best first)
 MAX_CHANGE_ROWS = 12
@@ -134,6 +138,15 @@ def _pos(traces: list[Trace], rank: int) -> int:
     return next(k for k, t in enumerate(traces) if rank_id(t, k) == rank)
 
 
+def replayed(m: pl.DataFrame, ranks: list[int], last: int | None) -> list[int]:
+    """Positions of the ranks the job replay holds: every rank of a job of up to `MAX_FIX_RANKS`, else the
+    sub-job of its latest-arriving ranks (`rank_changes.candidates`), which holds every rank whose change is
+    priced and the last to arrive."""
+    if len(ranks) <= MAX_FIX_RANKS:
+        return list(range(len(ranks)))
+    return rank_changes.candidates(m, ranks, last)[1]
+
+
 def answer(traces: list[Trace], steps: dict[int, pl.DataFrame], m: pl.DataFrame, nccl: dict,
            entries: list[dict], options, parts: dict[int, pl.DataFrame | None] | None = None
            ) -> tuple[dict | None, dict | None]:
@@ -146,21 +159,31 @@ def answer(traces: list[Trace], steps: dict[int, pl.DataFrame], m: pl.DataFrame,
     parts = parts or {}
     st = [steps.get(k, pl.DataFrame()) for k in range(len(traces))]
     ranks = [rank_id(t, k) for k, t in enumerate(traces)]
-    jg = job_replay.build_job(traces, ranks, m)
+    strag = nccl.get("straggler")
+    keep = replayed(m, ranks, strag["rank"] if strag else None)
+    whole = {k: full(traces[k]) for k in keep}  # a reduced rank loaded again: its graph needs every column
+    traces = [whole.get(k, t) for k, t in enumerate(traces)]
+    kept = [ranks[k] for k in keep]
+    jg = job_replay.build_job([traces[k] for k in keep], kept,
+                              m if len(keep) == len(ranks) else m.filter(pl.col("rank").is_in(kept)))
     if jg is None:
         return None, None
+    sst = [st[k] for k in keep]
     try:
-        base = job_replay.job_periods(jg, st)
+        base = job_replay.job_periods(jg, sst)
     except ValueError as e:  # a cycle: collectives matched in different orders on different ranks
         return {"note": f"the job is not replayed: {e}"}, None
     traced = job_replay.traced_periods(st)
-    fid = job_replay.fidelity(jg, st, base)
+    fid = job_replay.fidelity(jg, sst, base)
     noise = job_replay.noise_ns(traced)
     rep = {"fidelity": fid, "job_step_us": _us(job_replay.job_step(base)),
            "traced_job_step_us": _us(job_replay.job_step(traced)), "noise_us": _us(noise),
            "collectives": jg.collectives, "doc": "docs/multi-rank.md"}
+    if len(keep) < len(ranks):
+        rep["replayed_ranks"] = kept
+        rep["replayed_note"] = (f"a job of {len(ranks)} ranks is replayed on its {len(kept)} latest-arriving ranks "
+                                "(the others' arrivals frozen into the collectives' transfer: they only wait)")
     proj: dict[str, Any] = {"job_step_us": rep["job_step_us"]}
-    strag = nccl.get("straggler")
     rows, best, ns = rank_changes.price(jg, traces, st, m, [parts.get(k) for k in range(len(traces))], entries,
                                         options, strag["rank"] if strag else None)
     rep["changes"] = rows[:MAX_CHANGE_ROWS]
@@ -176,7 +199,7 @@ def answer(traces: list[Trace], steps: dict[int, pl.DataFrame], m: pl.DataFrame,
         else:  # no change of its own to replay: the last rank's cause, as the rules judge it without a replay
             strag["cause"] = straggler.cause(traces, steps, parts, m, strag["rank"])
             tr = fix_transform(traces, steps, m, strag["rank"], strag.get("cause"))
-            saving = max(rank_changes.saving_ns(base, job_replay.job_periods(jg, st, {strag["rank"]: [tr]})), 0.0) \
+            saving = max(rank_changes.saving_ns(base, job_replay.job_periods(jg, sst, {strag["rank"]: [tr]})), 0.0) \
                 if tr is not None else None
         if tr is not None and saving is not None:
             strag["job_saving_us_per_step"] = _us(saving)

@@ -22,6 +22,7 @@ from traceview.rules import BY_NAME
 from ..analyses import job_replay
 from ..analyses.breakdown import DATALOADER_RE
 from ..analyses.classify import sync_calls
+from ..analyses.comm import rank_id
 from ..analyses.fixes import transforms
 from ..analyses.intervals import priority_sweep
 from ..analyses.replay import Transform
@@ -310,12 +311,14 @@ def price(
 ) -> tuple[list[dict[str, Any]], Change | None, float]:
     """(rows [{rank, source, class, change, rule, own, excess_us_per_step, job_saving_us_per_step}] best first,
     the rank's own change (`own`) that saves the job most, its saving ns)."""
-    ranks = jg.ranks
+    ranks = [rank_id(t, k) for k, t in enumerate(traces)]
     cand, sub = candidates(m, ranks, last)
     if not cand:
         return [], None, 0.0
     times = [rank_times(t, st, p) for t, st, p in zip(traces, steps, parts, strict=True)]
-    if len(sub) < len(ranks):
+    if len(sub) < len(ranks) and jg.ranks == [ranks[k] for k in sub]:  # a large job's replay is this sub-job
+        sjg, sst = jg, [steps[k] for k in sub]
+    elif len(sub) < len(ranks):
         sjg = job_replay.sub_job(jg, traces, sub, m)
         sst = [steps[k] for k in sub]
     else:
