@@ -112,11 +112,6 @@ def test_held_out_runs_are_not_calibration_inputs():
 #: collected5 twins whose verdict is wrong today: (problem, fixed) -> what the analyzer says (xfail strict)
 VERDICT_MISSES = {
     (
-        "epilogue_bert_eager",
-        "epilogue_bert_fused",
-    ): "no gemm-epilogue finding: HF BERT's GELU runs on the 3-D view "
-    "of the flattened addmm's output and the rule matches equal shapes only (1.48 ms measured)",
-    (
         "gpt2c_hook_item",
         "gpt2c_hook_tensor",
     ): "no graph-break finding on the hook's .item() (4 syncs a step inside "

@@ -40,12 +40,14 @@ def twins() -> list[dict]:
         labels = json.loads(path.read_text())
         for t in labels["twins"]:
             out.append({"set": name, "problem": t["problem"], "fixed": t["fixed"], "rule": t["rule"],
-                        "measured_ms": t["measured_fix_saving_ms"]})
+                        "variant": t.get("fix_variant"), "measured_ms": t["measured_fix_saving_ms"]})
     return out
 
 
-def predicted_ms(path: Path, rule: str) -> float | None:
-    """The replayed per-step saving (ms, unprofiled terms) of `rule`'s fix on the trace (None: no model)."""
+def predicted_ms(path: Path, rule: str, variant: str | None = None) -> float | None:
+    """The replayed per-step saving (ms, unprofiled terms) of `rule`'s fix on the trace (None: no model); with
+    `variant`, of that other fix the rule prices (its `fix_variants(ctx)`: the fixed twin applies it, not the
+    rule's first advice — labels.json's `fix_variant`)."""
     from traceview.rules import BY_NAME
 
     import traceview
@@ -56,6 +58,10 @@ def predicted_ms(path: Path, rule: str) -> float | None:
 
     trace = traceview.load(str(next(path.glob("*.pt.trace.json*"))))
     ctx, _ = RuleContext.prepare(trace, select_steps(trace, None))
+    if variant is not None:
+        mod = BY_NAME[rule]
+        t = mod.fix_variants(ctx.for_rule(mod, Options().options_for(mod))).get(variant)
+        return 0.0 if t is None else fixes.rule_savings(ctx, {rule: t})[rule]["unprofiled_us"] / 1000
     tf = fixes.transforms(ctx, Options(), [BY_NAME[rule]])
     if rule not in tf:
         return 0.0 if hasattr(BY_NAME[rule], "fix_transform") else None
@@ -65,7 +71,8 @@ def predicted_ms(path: Path, rule: str) -> float | None:
 def rows() -> list[dict]:
     out = []
     for t in twins():
-        p = predicted_ms(ROOT / "sample_traces" / t["set"] / t["problem"], t["rule"]) if t["rule"] else None
+        p = (predicted_ms(ROOT / "sample_traces" / t["set"] / t["problem"], t["rule"], t.get("variant"))
+             if t["rule"] else None)
         m = t["measured_ms"]
         hit = None if p is None or m <= 0 else abs(p / m - 1) <= BAND
         out.append({**t, "predicted_ms": None if p is None else round(p, 3), "hit": hit})
@@ -81,6 +88,8 @@ def table(rs: list[dict]) -> str:
         hit = {True: "yes", False: "**no**", None: "–"}[r["hit"]]
         lines.append(f"| {r['set']} | {r['problem']} → {r['fixed']} | {r['rule'] or '(no rule)'} | {m:.3f} | "
                      f"{'–' if p is None else f'{p:.3f}'} | {err} | {hit} |")
+        if r.get("variant"):  # the rule's other fix, which the fixed twin applies
+            lines[-1] = lines[-1].replace(f"| {r['rule']} |", f"| {r['rule']} (`{r['variant']}`) |", 1)
     scored = [r for r in rs if r["hit"] is not None]
     n = sum(r["hit"] for r in scored)
     lines.append("")
