@@ -4,7 +4,9 @@
 On one stream, a matrix multiply (`aten::mm`, `aten::addmm`) whose next kernels are a bias add
 (`aten::add` of the [M, N] product and an [N], [1, N] or [M, N] tensor; not after `addmm`, which already
 adds it) and/or an activation (`relu`/`clamp_min`, `gelu`, `silu`, `tanh`, `sigmoid`) on the same [M, N]
-shape: the eager form of `act(x @ w + b)`. Needs the ops' shapes (`record_shapes=True`).
+shape: the eager form of `act(x @ w + b)`. A shape [d0, …, dk, N] counts as the [d0·…·dk, N] the GEMM wrote:
+`nn.Linear` on a 3-D input runs `addmm` on the flattened rows and hands on a view of its output (HF BERT's
+GELU after its intermediate dense). Needs the ops' shapes (`record_shapes=True`).
 
 ## Why it is slow
 The GEMM writes its [M, N] result to memory; the bias add reads it back and writes it again, and the
@@ -23,7 +25,10 @@ The GEMM op, the epilogue ops and kernels, how many GEMMs per step carry one, th
 move (inputs + output from their shapes), the epilogue kernels' time against the GEMMs' time, the costliest
 occurrence. Savings = the epilogue kernels' time, only where the GPU was the critical path (a busy run of
 kernels passes its savings on when the work after it was already queued or the host waited in a sync).
-Savings (per step, unprofiled) are replayed: `fix_transform` gives the epilogue kernels no time and drops their ops' host time.
+Savings (per step, unprofiled) are replayed: `fix_transform` gives the epilogue kernels no time and drops their ops' host time
+(on a launch-bound step that host time is the saving; the finding's threshold reads the same replay). The
+evidence also prices torch.compile's fusion (`fix_variants`): Inductor folds a lone bias into `addmm` but runs
+bias + activation as one pointwise kernel after the GEMM, which keeps the activation kernel's time.
 
 ## Options
 - `min_savings_pct` (1.0): smallest savings (% of step time) worth a finding.
