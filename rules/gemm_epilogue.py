@@ -25,7 +25,7 @@ The GEMM op, the epilogue ops and kernels, how many GEMMs per step carry one, th
 move (inputs + output from their shapes), the epilogue kernels' time against the GEMMs' time, the costliest
 occurrence. Savings = the epilogue kernels' time, only where the GPU was the critical path (a busy run of
 kernels passes its savings on when the work after it was already queued or the host waited in a sync).
-Savings (per step, unprofiled) are replayed: `fix_transform` gives the epilogue kernels no time and drops their ops' host time
+Cost: the epilogue kernels' time and their ops' host time. Savings (per step, unprofiled) are replayed: `fix_transform` gives the epilogue kernels no time and drops their ops' host time
 (on a launch-bound step that host time is the saving; the finding's threshold reads the same replay). The
 evidence also prices torch.compile's fusion (`fix_variants`): Inductor folds a lone bias into `addmm` but runs
 bias + activation as one pointwise kernel after the GEMM, which keeps the activation kernel's time.
@@ -265,7 +265,9 @@ def check(ctx: RuleContext) -> list[Finding]:
         compile_savings_us=round(priced["compile"]["unprofiled_us"], 3),
     )
     roles = " + ".join(sorted(e["role"].unique().to_list()))
-    return [ctx.finding(cost_ns=int(e["dur"].sum()), savings_ns=savings, count=per_gemm.height,
+    # cost: the epilogue kernels' device time and their ops' host time (dispatch and launch), what the fix removes
+    host_ns = int(ctx.trace.host.filter(pl.col("i").is_in(_launching_ops(ctx, e).implode()))["dur"].sum())
+    return [ctx.finding(cost_ns=int(e["dur"].sum()) + host_ns, savings_ns=savings, count=per_gemm.height,
                         steps=sorted(e["step"].unique().to_list()), evidence=evidence,
                         fix=_fix(gemm_op, bias, evidence.epilogue_savings_us, evidence.compile_savings_us),
                         title=f"{gemm_op} followed by a separate {roles} kernel: fold it into the GEMM epilogue",
