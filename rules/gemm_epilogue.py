@@ -4,7 +4,9 @@
 On one stream, a matrix multiply (`aten::mm`, `aten::addmm`) whose next kernels are a bias add
 (`aten::add` of the [M, N] product and an [N], [1, N] or [M, N] tensor; not after `addmm`, which already
 adds it) and/or an activation (`relu`/`clamp_min`, `gelu`, `silu`, `tanh`, `sigmoid`) on the same [M, N]
-shape: the eager form of `act(x @ w + b)`. Needs the ops' shapes (`record_shapes=True`).
+shape: the eager form of `act(x @ w + b)`. A shape [d0, …, dk, N] counts as the [d0·…·dk, N] the GEMM wrote:
+`nn.Linear` on a 3-D input runs `addmm` on the flattened rows and hands on a view of its output (HF BERT's
+GELU after its intermediate dense). Needs the ops' shapes (`record_shapes=True`).
 
 ## Why it is slow
 The GEMM writes its [M, N] result to memory; the bias add reads it back and writes it again, and the
@@ -23,7 +25,10 @@ The GEMM op, the epilogue ops and kernels, how many GEMMs per step carry one, th
 move (inputs + output from their shapes), the epilogue kernels' time against the GEMMs' time, the costliest
 occurrence. Savings = the epilogue kernels' time, only where the GPU was the critical path (a busy run of
 kernels passes its savings on when the work after it was already queued or the host waited in a sync).
-Savings (per step, unprofiled) are replayed: `fix_transform` gives the epilogue kernels no time and drops their ops' host time.
+Cost: the epilogue kernels' time and their ops' host time. Savings (per step, unprofiled) are replayed: `fix_transform` gives the epilogue kernels no time and drops their ops' host time
+(on a launch-bound step that host time is the saving; the finding's threshold reads the same replay). The
+evidence also prices torch.compile's fusion (`fix_variants`): Inductor folds a lone bias into `addmm` but runs
+bias + activation as one pointwise kernel after the GEMM, which keeps the activation kernel's time.
 
 ## Options
 - `min_savings_pct` (1.0): smallest savings (% of step time) worth a finding.
@@ -43,9 +48,11 @@ import msgspec
 import polars as pl
 
 from traceview.analyses.classify import sync_calls
-from traceview.analyses.replay import Transform
+from traceview.analyses.fixes import rule_savings
+from traceview.analyses.intervals import merge
+from traceview.analyses.replay import Transform, replay
 from traceview.analyses.rowid import by_id, join_by_id
-from traceview.analyses.whatif import removed_per_step, shrink_kernels
+from traceview.analyses.whatif import gpu_idle_within, shrink_kernels
 from traceview.analyses.windows import step_of
 from traceview.evidence import Meta, StepSpan
 from traceview.ruleapi import XPROF_SEVERITY, Finding, RuleContext, min_savings
@@ -67,16 +74,23 @@ _DIMS = pl.List(pl.List(pl.Int64))
 _dec = msgspec.json.Decoder()
 
 
-def _fix(gemm: str, bias: bool) -> str:
+def _fix(gemm: str, bias: bool, epilogue_us: float | None = None, compile_us: float | None = None) -> str:
     head = ("The GEMM writes its [M, N] result to memory and each epilogue kernel reads it back and writes it "
             "again, plus one launch each, for work the GEMM could do in its epilogue while the tile is in "
             "registers. ")
     if bias:
-        return head + ("Add the bias in the GEMM: F.linear(x, w, b) or torch.addmm(b, x, w) instead of x @ w + b; "
-                       "torch.compile also folds the activation into the GEMM's epilogue (eager: "
-                       "torch._addmm_activation for ReLU/GELU).")
-    return head + (f"{gemm} already adds the bias; fold the activation too: torch.compile fuses it into the GEMM's "
-                   "epilogue, and for ReLU/GELU eager torch._addmm_activation(b, x, w) uses cuBLASLt's epilogue.")
+        text = head + ("Add the bias in the GEMM: F.linear(x, w, b) or torch.addmm(b, x, w) instead of x @ w + b; "
+                       "for ReLU/GELU, torch._addmm_activation(b, x, w, use_gelu=...) runs bias and activation in "
+                       "cuBLASLt's epilogue. torch.compile folds a lone bias into addmm but fuses bias + activation "
+                       "into one pointwise kernel after the GEMM, which still reads and writes the product once.")
+    else:
+        text = head + (f"{gemm} already adds the bias; fold the activation too: for ReLU/GELU eager "
+                       "torch._addmm_activation(b, x, w) uses cuBLASLt's epilogue; torch.compile fuses it into one "
+                       "pointwise kernel after the GEMM (one round trip left).")
+    if epilogue_us is not None and compile_us is not None:
+        text += (f" Replayed: the epilogue in the GEMM saves {epilogue_us / 1000:.3f} ms a step, torch.compile's "
+                 f"fusion {compile_us / 1000:.3f} ms.")
+    return text
 
 
 FIX = _fix("addmm", True)
@@ -94,6 +108,15 @@ def _shapes(raw: pl.Series) -> pl.DataFrame:
         ok = isinstance(v, list)
         out.append([[x for x in a if isinstance(x, int)] if isinstance(a, list) else [] for a in v] if ok else None)
     return pl.DataFrame({"_raw": raw.to_list(), "_d": out}, schema={"_raw": pl.String, "_d": _DIMS})
+
+
+def _as_2d(dims: pl.Expr) -> pl.Expr:
+    """A shape [d0, …, dk, N] as the [d0·…·dk, N] a GEMM writes: `nn.Linear` on a 3-D input runs `addmm` on the
+    flattened rows and hands on a view of its [M, N] output with the leading dims restored (linear → view →
+    addmm → view), so an elementwise op on [B, S, N] after an [B·S, N] GEMM reads the GEMM's own output. A 2-D
+    shape is unchanged; a 1-D one becomes [1, N]."""
+    lead = dims.list.head(dims.list.len() - 1).list.eval(pl.element().product()).list.first()
+    return pl.concat_list(pl.when(dims.list.len() > 1).then(lead).otherwise(1), dims.list.last())
 
 
 def _next_on_stream(col: str, n: int) -> pl.Expr:
@@ -132,11 +155,12 @@ def epilogues(ctx: RuleContext) -> pl.DataFrame:
     mn, n_ = pl.col("_mn"), pl.col("_mn").list.last()
 
     def same(dcol: str) -> pl.Expr:
-        return pl.col(dcol).list.get(0, null_on_oob=True) == mn
+        return _as_2d(pl.col(dcol).list.get(0, null_on_oob=True)) == mn
 
     bias_arg = pl.col("_d1").list.get(1, null_on_oob=True)
     is_bias = (~is_addmm & pl.col("op_name1").is_in(BIAS_OPS) & same("_d1")
-               & ((bias_arg == pl.concat_list(n_)) | (bias_arg == pl.concat_list(pl.lit(1), n_)) | (bias_arg == mn)))
+               & ((bias_arg == pl.concat_list(n_)) | (bias_arg == pl.concat_list(pl.lit(1), n_))
+                  | (_as_2d(bias_arg) == mn)))
     act1 = pl.col("op_name1").is_in(ACT_OPS) & same("_d1")
     act2 = is_bias & pl.col("op_name2").is_in(ACT_OPS) & same("_d2")
     g = g.with_columns(_bias=is_bias.fill_null(False), _act1=act1.fill_null(False), _act2=act2.fill_null(False))
@@ -163,10 +187,19 @@ def _epilogues(ctx: RuleContext) -> pl.DataFrame:
 
 
 def _removes(ctx: RuleContext) -> pl.DataFrame:
+    """The kernels' time where the GPU was the critical path, and their ops' host time where the GPU idled (a
+    launch-bound step: the host's dispatch and launch of each epilogue op is what the fused GEMM saves)."""
     e = _epilogues(ctx)
     if e.height == 0:
         return e
-    return shrink_kernels(ctx.trace, e.select("i", pl.lit(0, pl.Int64).alias("new_dur")), sync_calls(ctx.trace))
+    kernels = shrink_kernels(ctx.trace, e.select("i", pl.lit(0, pl.Int64).alias("new_dur")), sync_calls(ctx.trace))
+    host = ctx.trace.host.filter(pl.col("i").is_in(_launching_ops(ctx, e).implode())).select("ts", "end")
+    return merge(pl.concat([kernels, gpu_idle_within(ctx.trace, host, ctx.lo, ctx.hi)]))
+
+
+def _launching_ops(ctx: RuleContext, e: pl.DataFrame) -> pl.Series:
+    """The host rows (ids) of the ops that launched the epilogue kernels (`e["op"]` holds their names)."""
+    return ctx.trace.gpu.filter(pl.col("i").is_in(e["i"].implode()))["op"].drop_nulls().unique().cast(pl.Int64)
 
 
 class EpilogueOp(msgspec.Struct, kw_only=True):
@@ -188,17 +221,29 @@ class Evidence(msgspec.Struct, kw_only=True):
     gemm_time_us: Annotated[float, Meta(description="the device time of the GEMMs they follow (µs)")]
     epilogue_bytes: Annotated[int | None, Meta(description="bytes the epilogue kernels move (null: unknown)")]
     worst: Annotated[StepSpan, Meta(description="the GEMM with the longest epilogue, GEMM to last epilogue kernel")]
-    savings_per_step_us: Annotated[dict[str, float], Meta(description="the fix's saving per step (µs), by step number")]
+    savings_per_step_us: Annotated[dict[str, float], Meta(
+        description="the fix's saving per step (µs) replayed on the trace as recorded, by step number")]
+    epilogue_savings_us: Annotated[float, Meta(
+        description="the saving per step (µs, unprofiled) of the epilogue in the GEMM (cuBLASLt's bias/activation "
+                    "epilogue, `torch._addmm_activation`): every epilogue kernel gone")]
+    compile_savings_us: Annotated[float, Meta(
+        description="the saving per step (µs, unprofiled) of torch.compile's fusion: a lone bias folded into "
+                    "`addmm`, a bias + activation fused into one pointwise kernel after the GEMM (it still reads "
+                    "and writes the [M, N] product once)")]
 
 
 def check(ctx: RuleContext) -> list[Finding]:
     e = _epilogues(ctx)
     if e.height == 0:
         return []
-    rem = removed_per_step(removes(ctx), ctx.steps)
-    savings = int(rem["removed"].sum())
+    # the fix replayed on the trace as recorded: on a GPU-bound step the kernels' time, on a launch-bound one
+    # (eager BERT) the epilogue ops' dispatch and launch, which every later launch waited for
+    fused, compiled = fix_transform(ctx), fix_variants(ctx)["compile"]
+    saved = replay(ctx.trace, ctx.steps) - replay(ctx.trace, ctx.steps, [fused])
+    savings = int(max(float(saved.sum()), 0.0))
     if ctx.pct(savings) < ctx.options["min_savings_pct"]:
         return []
+    priced = rule_savings(ctx, {"epilogue": fused, "compile": compiled})  # per step, unprofiled terms
     gemms = ctx.trace.gpu.filter(pl.col("i").is_in(e["gemm_i"].unique().implode()))
     per_gemm = e.group_by("gemm_i").agg(pl.col("dur").sum().alias("t"), pl.col("ts").min(), pl.col("end").max(),
                                         pl.col("step").first()).sort(["t", "gemm_i"], descending=[True, False])
@@ -215,13 +260,33 @@ def check(ctx: RuleContext) -> list[Finding]:
         gemm_time_us=round(float(gemms["dur"].sum()) / 1000, 3),
         epilogue_bytes=int(e["bytes"].sum()) if e["bytes"].null_count() == 0 else None,
         worst=StepSpan(start_us=round(w["ts"] / 1000, 3), end_us=round(w["end"] / 1000, 3), step=w["step"]),
-        savings_per_step_us={str(s): round(r / 1000, 3) for s, r in rem.rows()},
+        savings_per_step_us={str(s): round(float(r) / 1000, 3) for s, r in zip(ctx.steps["step"], saved, strict=True)},
+        epilogue_savings_us=round(priced["epilogue"]["unprofiled_us"], 3),
+        compile_savings_us=round(priced["compile"]["unprofiled_us"], 3),
     )
     roles = " + ".join(sorted(e["role"].unique().to_list()))
-    return [ctx.finding(cost_ns=int(e["dur"].sum()), savings_ns=savings, count=per_gemm.height,
-                        steps=sorted(e["step"].unique().to_list()), evidence=evidence, fix=_fix(gemm_op, bias),
+    # cost: the epilogue kernels' device time and their ops' host time (dispatch and launch), what the fix removes
+    host_ns = int(ctx.trace.host.filter(pl.col("i").is_in(_launching_ops(ctx, e).implode()))["dur"].sum())
+    return [ctx.finding(cost_ns=int(e["dur"].sum()) + host_ns, savings_ns=savings, count=per_gemm.height,
+                        steps=sorted(e["step"].unique().to_list()), evidence=evidence,
+                        fix=_fix(gemm_op, bias, evidence.epilogue_savings_us, evidence.compile_savings_us),
                         title=f"{gemm_op} followed by a separate {roles} kernel: fold it into the GEMM epilogue",
                         kernel_ids=e["i"])]
+
+
+def fix_variants(ctx: RuleContext) -> dict[str, Transform]:
+    """Other fixes the rule's text names, as replay transformations: `compile` — Inductor folds a lone bias into
+    `addmm`, but lowers bias + activation to one Triton pointwise kernel after the GEMM (`triton_poi_fused_add_gelu`),
+    not into its epilogue: that kernel reads and writes the [M, N] product once, as the activation kernel does, so
+    it keeps the activation kernel's time; the bias kernels and their ops' host time go."""
+    e = _epilogues(ctx)
+    if e.height == 0:
+        return {}
+    act = e.filter(pl.col("role") == "activation")
+    gone = e.filter(~pl.col("i").is_in(act["i"].implode()))
+    ids = gone["i"].cast(pl.Int64).to_list()
+    return {"compile": Transform(f"{NAME}:compile", gpu_dur=dict.fromkeys(ids, 0),
+                                 host_removed=_launching_ops(ctx, gone).to_list())}
 
 
 def fix_transform(ctx: RuleContext) -> Transform | None:
@@ -231,6 +296,4 @@ def fix_transform(ctx: RuleContext) -> Transform | None:
     if e.height == 0:
         return None
     ids = e["i"].cast(pl.Int64).to_list()
-    # (`e["op"]` is the epilogue op's name: the rows that launched the kernels come from the trace's gpu rows)
-    ops = ctx.trace.gpu.filter(pl.col("i").is_in(e["i"].implode()))["op"].drop_nulls().unique()
-    return Transform(NAME, gpu_dur=dict.fromkeys(ids, 0), host_removed=ops.cast(pl.Int64).to_list())
+    return Transform(NAME, gpu_dur=dict.fromkeys(ids, 0), host_removed=_launching_ops(ctx, e).to_list())

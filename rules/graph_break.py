@@ -55,6 +55,7 @@ from traceview.analyses.intervals import merge
 from traceview.analyses.replay import Transform, spans
 from traceview.analyses.roofline import ELEMENTWISE_KERNEL_RE
 from traceview.analyses.timeline import gpu_work
+from traceview.analyses.tree import ancestor_where
 from traceview.analyses.whatif import EMPTY, gpu_idle_within, removed_per_step, shrink_kernels
 from traceview.analyses.windows import host_step_of
 from traceview.evidence import Meta
@@ -92,12 +93,14 @@ def breaks(ctx: RuleContext) -> pl.DataFrame:
     if regions.height < 2:
         return pl.DataFrame()
     reg = regions.select("i", "name", "tid", "ts", "end", "depth", "parent")
-    outer = reg.select(pl.col("i").alias("outer_i"), pl.col("name").alias("outer"), "tid",
+    outer = reg.select(pl.col("i").alias("outer_i"), pl.col("name").alias("outer"),
                        pl.col("ts").alias("_ots"), pl.col("end").alias("_oend"), pl.col("depth").alias("_od"))
-    # the nearest enclosing region on the same thread: the latest region that started before and ends after
-    nested = (reg.sort("ts").join_asof(outer.sort("_ots"), left_on="ts", right_on="_ots", by="tid",
-                                        strategy="backward", allow_exact_matches=False, check_sortedness=False)
-              .filter((pl.col("_oend") >= pl.col("end")) & (pl.col("_od") < pl.col("depth"))))
+    # the nearest enclosing region (by the call tree): a frame Dynamo resumed, or a callee it could not inline
+    # because of a break inside it, runs as its own region inside the frame that broke. (The latest region that
+    # started before is not it: after the first nested region closes, its siblings would each find that one.)
+    anc = ancestor_where(h, reg.select("i"), (pl.col("cat") == "cpu_op") & pl.col("name").str.starts_with(REGION),
+                         "outer_i")
+    nested = reg.join(anc, on="i").join(outer, on="outer_i")
     if nested.height == 0:
         return pl.DataFrame()
     nested = host_step_of(nested, ctx.steps, "ts").filter(pl.col("step").is_not_null())
@@ -122,13 +125,15 @@ def breaks(ctx: RuleContext) -> pl.DataFrame:
     starts = work.group_by("launch_ts").agg(pl.col("ts").min().alias("b_start"))
     nested = (nested.join(before, on="i", how="left")
               .join(starts.rename({"launch_ts": "first_launch"}), on="first_launch", how="left"))
-    # the eager ops between the graphs: siblings of the nested region inside [gap_ts, ts)
-    ops = h.filter((pl.col("cat") == "cpu_op") & ~pl.col("name").str.contains(MACHINERY_RE)).select(
+    # the eager ops between the graphs: inside [gap_ts, ts), run by a region's own bytecode (their parent is a
+    # region: the nested one's siblings, or the statement that broke the previous frame after its graph call,
+    # e.g. a hook's `.item()`), not by a graph call or Dynamo's guards
+    ops = h.filter((pl.col("cat") == "cpu_op") & ~pl.col("name").str.contains(MACHINERY_RE)
+                   & pl.col("parent").is_in(regions["i"].implode())).select(
         pl.col("i").alias("op_i"), pl.col("name").alias("op"), "tid", pl.col("ts").alias("op_ts"),
-        pl.col("end").alias("op_end"), pl.col("parent").alias("_op_parent"))
-    gap = (nested.select("i", "tid", "gap_ts", "ts", "parent").join(ops, on="tid")
-           .filter((pl.col("op_ts") >= pl.col("gap_ts")) & (pl.col("op_ts") < pl.col("ts"))
-                   & (pl.col("_op_parent") == pl.col("parent")))
+        pl.col("end").alias("op_end"))
+    gap = (nested.select("i", "tid", "gap_ts", "ts").join(ops, on="tid")
+           .filter((pl.col("op_ts") >= pl.col("gap_ts")) & (pl.col("op_ts") < pl.col("ts")))
            .sort("op_ts").group_by("i").agg(pl.col("op").alias("eager_ops"), pl.col("op_i").first().alias("break_i"),
                                             (pl.col("op_end") - pl.col("op_ts")).sum().alias("eager_ns"),
                                             pl.col("op_ts").first().alias("break_ts")))
@@ -267,7 +272,9 @@ def check(ctx: RuleContext) -> list[Finding]:
             continue
         calls = ctx.trace.host.filter((pl.col("name") == outer) & (pl.col("cat") == "cpu_op"))
         calls = host_step_of(calls, ctx.steps, "ts").filter(pl.col("step").is_not_null()).height
-        first = x.sort("ts").row(0, named=True)
+        # the break to show: the first that reads a GPU value on the host, else the first with eager code (a
+        # nested region with none is a callee Dynamo could not inline because of a break inside it)
+        first = x.sort(pl.col("sync").not_(), pl.col("eager_ops").list.len().fill_null(0) == 0, "ts").row(0, named=True)
         bc = boundary_chains(ctx, x)
         eager = first["eager_ops"] or []
         evidence = Evidence(

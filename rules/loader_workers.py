@@ -9,9 +9,12 @@ workers' pace, so N workers deliver one batch per step period T, and each batch 
 CPU; the loop itself needs c per step (the replayed unprofiled step with the waits taken off the host path).
 The workers needed are N x T / c. Waits in a minority of the analysed steps below `high_pct` are `info`: they
 fit a loader that keeps pace on average (its prefetch buffer absorbing one late batch) as well as too few
-workers. The worker count is not in a Kineto trace: give it with
-`--set loader-workers.num_workers=N` for a number of workers; without it the advice says how many times the
-current count.
+workers. Kineto records no worker count (no trace metadata, no event of the worker processes), but N workers
+that stay in phase deliver in bursts of N: the loop waits long once every N steps and takes the other batches at
+once. N is that period, read from the trace's own steps when it has enough (at least 7, three long waits), else
+from the collector's unprofiled steps (its manifest beside the trace). Out of phase every step waits alike and N
+does not show: the finding says so, and the advice is a factor of the current count unless
+`--set loader-workers.num_workers=N` gives it.
 
 ## Why it is slow
 Each worker builds whole batches (decode, augment, collate) one at a time; N workers produce N batches per
@@ -27,14 +30,15 @@ host-to-device copies.
 
 ## Evidence
 The DataLoader wait per step and its share, the steps that waited, the mean step period T, the replayed step
-without the waits c (unprofiled), the ratio T / c, the per-batch worker CPU time N x T and the workers needed
-when `num_workers` is given, whether copies are pageable. Savings (per step, unprofiled) are replayed:
+without the waits c (unprofiled), the ratio T / c, the worker count N and where it comes from (the option, or the
+long waits' period and their steps), the per-batch worker CPU time N x T and the workers needed when N is known,
+whether copies are pageable. Savings (per step, unprofiled) are replayed:
 `fix_transform` takes the `__next__` spans off the training thread's path (batches ready when asked).
 
 ## Options
 - `moderate_pct` (5.0): DataLoader share at which a finding is reported (warning) — tb_plugin rule 1 (5 %), XProf "moderately input-bound" (5 %).
 - `high_pct` (20.0): share at which it is an error — XProf "highly input-bound" (20 %).
-- `num_workers` (0): the DataLoader's `num_workers` when known (0: not known; the advice is then a factor).
+- `num_workers` (0): the DataLoader's `num_workers` when known (0: read it from the wait pattern, else the advice is a factor).
 
 ## References
 - PyTorch docs, `torch.utils.data.DataLoader` (num_workers, prefetch_factor, persistent_workers, pin_memory) — https://pytorch.org/docs/stable/data.html.
@@ -45,6 +49,8 @@ when `num_workers` is given, whether copies are pageable. Savings (per step, unp
 from __future__ import annotations
 
 import math
+from collections.abc import Sequence
+from pathlib import Path
 from typing import Annotated
 
 import msgspec
@@ -56,6 +62,7 @@ from traceview.analyses.fixes import input_floor_ns
 from traceview.analyses.overhead import profiler_transform
 from traceview.analyses.replay import Transform, replay, spans
 from traceview.evidence import UNSET, Meta, UnsetType
+from traceview.ingest.manifest import rank_step_samples
 from traceview.ruleapi import Finding, Option, RuleContext
 
 from . import input_bound
@@ -69,7 +76,7 @@ TITLE = "DataLoader workers too few for the per-batch CPU time; the GPU idles me
 OPTIONS = {
     "moderate_pct": Option(5.0, "tb_plugin rule 1 / XProf moderately input-bound (% of step time)"),
     "high_pct": Option(20.0, "XProf highly input-bound (% of step time)"),
-    "num_workers": Option(0, "the DataLoader's num_workers when known (0: not known)"),
+    "num_workers": Option(0, "the DataLoader's num_workers when known (0: from the wait pattern, else not known)"),
 }
 FIX = (
     "The DataLoader already runs worker processes, but they build batches slower than the step consumes them. "
@@ -79,9 +86,59 @@ FIX = (
 PAGEABLE_RE = r"Pageable"
 
 
+def _steps(xs: list[int]) -> str:
+    """Step numbers in words: the first few, then how many more."""
+    head = ", ".join(str(x) for x in xs[:6])
+    return f"steps {head}" + (f" and {len(xs) - 6} more" if len(xs) > 6 else "")
+
+
 def _dur(ns: float) -> str:
     """A duration in words: seconds from one second, else milliseconds."""
     return f"{ns / 1e9:.2f} s" if ns >= 1e9 else f"{ns / 1e6:.0f} ms" if ns >= 1e8 else f"{ns / 1e6:.1f} ms"
+
+
+def burst_period(xs: Sequence[float]) -> tuple[int, list[int]] | None:
+    """(N, the positions of the long steps) from a series of step periods, or None.
+
+    N workers that stay in phase deliver their batches in bursts of N: the loop waits long for the first batch of
+    a burst and takes the other N - 1 at once, so a long step recurs every N steps. The long steps are those
+    above the midpoint between the short level (the lower quartile) and the longest; a burst wait is at least
+    the loop's own step (the longest at least twice the short level), seen at least three times, and N is the
+    spacing most (two thirds) of them share. None: too few steps to see it, or workers out of phase (each
+    batch then arrives about P / N after the last, every step waits alike, and N does not show)."""
+    x = np.asarray(xs, dtype=float)
+    if x.size < 7:
+        return None
+    short, top = float(np.quantile(x, 0.25)), float(x.max())
+    if not short > 0 or top < 2 * short:
+        return None
+    long = np.flatnonzero(x > (short + top) / 2)
+    if long.size < 3:
+        return None
+    gaps, counts = np.unique(np.diff(long), return_counts=True)
+    n = int(gaps[counts.argmax()])
+    if n < 2 or 3 * int(counts.max()) < 2 * (long.size - 1):
+        return None
+    return n, long.tolist()
+
+
+def current_workers(ctx: RuleContext) -> tuple[int, str, list[int]] | None:
+    """(num_workers, where it comes from, the long steps) — Kineto records no worker count (no trace metadata,
+    no event of the worker processes), so it is the `num_workers` option, else the period of the long waits
+    (`burst_period`): in the trace's own steps when it has enough, else in the collector's unprofiled steps
+    (its manifest, when present). None: not known."""
+    nw = int(ctx.options["num_workers"] or 0)
+    if nw:
+        return nw, "option", []
+    periods = (ctx.steps["end"] - ctx.steps["ts"]).to_list()
+    got = burst_period(periods)
+    if got is not None:
+        return got[0], "trace", [int(ctx.steps["step"][i]) for i in got[1]]
+    doc = ctx.trace.meta.manifest
+    if doc is None:
+        return None
+    got = burst_period(rank_step_samples(doc, Path(ctx.trace.meta.path or "").name, ctx.trace.meta.rank))
+    return (got[0], "collector", [i + 1 for i in got[1]]) if got is not None else None
 
 
 def applies(ctx: RuleContext) -> bool:
@@ -117,7 +174,15 @@ class Evidence(input_bound.Evidence, kw_only=True):
         float | None, Meta(description="their ratio: how many times too slow the workers are")
     ]
     pageable_copies: Annotated[bool, Meta(description="the host-to-device copies are from pageable memory")]
-    num_workers: Annotated[int | None, Meta(description="the `num_workers` option (null: not given)")]
+    num_workers: Annotated[int | None, Meta(
+        description="the DataLoader's workers: the `num_workers` option, else the period of its long waits (null: "
+                    "not known)")]
+    num_workers_from: Annotated[str | None, Meta(
+        description="where `num_workers` comes from: `option`, `trace` (its steps' long waits recur every N "
+                    "steps), `collector` (the same in the collector's unprofiled steps); null: not known")] = None
+    long_wait_steps: Annotated[list[int], Meta(
+        description="the long steps that give that period (step numbers, or positions 1.. in the collector's "
+                    "unprofiled steps)")] = msgspec.field(default_factory=list)
     unprofiled: Annotated[
         Unprofiled | UnsetType, Meta(description="set when the profiler hid the wait (a collector manifest)")
     ] = UNSET
@@ -167,7 +232,8 @@ def check(ctx: RuleContext) -> list[Finding]:
         if "kind" in ctx.trace.gpu.columns
         else False
     )
-    nw = int(ctx.options["num_workers"] or 0)
+    known = current_workers(ctx)
+    nw, nw_from, long_steps = known if known is not None else (0, None, [])
     ev = Evidence(
         **msgspec.structs.asdict(m["evidence"]),
         steps_waited=len(waited),
@@ -177,6 +243,8 @@ def check(ctx: RuleContext) -> list[Finding]:
         period_over_need=round(ratio, 2) if ratio else None,
         pageable_copies=pageable,
         num_workers=nw or None,
+        num_workers_from=nw_from,
+        long_wait_steps=long_steps,
     )
     if hidden:
         ev.unprofiled = Unprofiled(
@@ -198,21 +266,28 @@ def check(ctx: RuleContext) -> list[Finding]:
         per_batch = nw * period
         want = max(nw + 1, math.ceil(nw * ratio))
         ev.per_batch_cpu_us, ev.workers_needed = round(per_batch / 1000, 3), want
+        now = {"option": f"now {nw}",
+               "trace": f"now {nw}: the trace's steps wait long every {nw} steps, {_steps(long_steps)}",
+               "collector": f"now {nw}: the collector's unprofiled steps wait long every {nw} steps, its "
+                            f"{_steps(long_steps)}"}[nw_from]
         fix = (
-            f"About {want} DataLoader workers (now {nw}): each batch costs about {_dur(per_batch)} of CPU in a "
+            f"About {want} DataLoader workers ({now}): each batch costs about {_dur(per_batch)} of CPU in a "
             f"worker ({nw} workers deliver one every {period / 1e6:.1f} ms), and the step needs {need / 1e6:.1f} ms "
             f"without waiting. DataLoader(num_workers={want}, persistent_workers=True, {pin}prefetch_factor=2)"
             + tail
         )
     else:
         ev.workers_factor = round(ratio, 2)
+        seen = f"its {n_steps} steps" + (" and the collector's unprofiled steps" if ctx.trace.meta.manifest else "")
         fix = (
             f"The workers deliver one batch every {period / 1e6:.1f} ms while the step needs {need / 1e6:.1f} ms "
             f"without waiting: about {ratio:.1f}x the current num_workers (each batch costs a worker about "
             f"num_workers x {period / 1e6:.1f} ms of CPU). DataLoader(num_workers=N, persistent_workers=True, "
             f"{pin}prefetch_factor=2) with N = ceil({ratio:.1f} x current)"
             + tail
-            + " Give the current count with --set loader-workers.num_workers=N for the number."
+            + f" The trace does not say how many workers there are: Kineto records no num_workers, and {seen} "
+            "show no long wait recurring every N steps (N workers in phase deliver in bursts of N; out of phase "
+            "every step waits alike). Give it with --set loader-workers.num_workers=N for the number."
         )
     severity = None
     if len(waited) < n_steps:

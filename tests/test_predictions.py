@@ -38,11 +38,9 @@ MISSES = {  # fmt: skip
     ("collected4", "small_batch_c4_graph", "small_batch_c128_graph"): "0.629 predicted vs 1.673 ms measured (-62%)",
     ("collected4", "gpt2_sdpa_empty_cache", "gpt2_sdpa_ref"): "6.956 predicted vs 11.025 ms measured (-37%)",
     ("collected4", "input_workers_nw2", "input_workers_nw10"): "8.448 predicted vs 5.616 ms measured (+50%)",
-    ("collected5", "epilogue_mlp_eager", "epilogue_mlp_compiled"): "0.624 predicted vs 0.403 ms measured (+55%): the compiled twin pays torch.compile's own host cost",
-    ("collected5", "epilogue_bert_eager", "epilogue_bert_fused"): "0.000 predicted vs 1.476 ms measured (-100%): nothing found (3-D GELU after a flattened addmm)",
+    ("collected5", "epilogue_bert_eager", "epilogue_bert_fused"): "0.086 predicted vs 1.476 ms measured (-94%): the fused twin's host ran 27% faster on every op the fix does not touch",
     ("collected5", "h2d_resnet18_pageable", "h2d_resnet18_pinned"): "6.083 predicted vs 4.508 ms measured (+35%)",
     ("collected5", "gpt2c_recompile", "gpt2c_mark_dynamic"): "3288.878 predicted vs 2616.195 ms measured (+26%): the compile runs 1.31x slower profiled here, 1.13x on collected2's recompile twin; the fix removes it at its traced length (docs/predictions.md)",
-    ("collected5", "gpt2c_hook_item", "gpt2c_hook_tensor"): "1.149 predicted vs 3.226 ms measured (-64%)",
     ("collected5", "resnet18_serve_c1_graph", "resnet18_serve_c32_graph"): "1.962 predicted vs 10.421 ms measured (-81%)",
     ("collected5", "cpu_adamw_single", "cpu_adamw_foreach"): "cpu-op-overhead has no replay model (a CPU-only trace); 0.214 ms measured",
 }
@@ -51,8 +49,8 @@ COVERED = [t for t in P.twins() if t["rule"] and t["measured_ms"] > 0]
 
 
 @functools.cache
-def predicted(set_: str, problem: str, rule: str) -> float | None:
-    return P.predicted_ms(SAMPLES / set_ / problem, rule)
+def predicted(set_: str, problem: str, rule: str, variant: str | None = None) -> float | None:
+    return P.predicted_ms(SAMPLES / set_ / problem, rule, variant)
 
 
 def _param(t: dict):
@@ -63,14 +61,14 @@ def _param(t: dict):
 
 @pytest.mark.parametrize("t", [_param(t) for t in COVERED])
 def test_predicted_within_20_pct_of_measured(t):
-    p = predicted(t["set"], t["problem"], t["rule"])
+    p = predicted(t["set"], t["problem"], t["rule"], t.get("variant"))
     assert p is not None, f"{t['rule']} has no replay model"
     assert abs(p / t["measured_ms"] - 1) <= P.BAND, f"{p:.3f} predicted vs {t['measured_ms']:.3f} ms measured"
 
 
-@pytest.mark.xfail(strict=True, reason="28 of 46 covered twins within ±20 % (61 %) where the issue asks for 80 % (docs/predictions.md)")
+@pytest.mark.xfail(strict=True, reason="30 of 46 covered twins within ±20 % (65 %) where the issue asks for 80 % (docs/predictions.md)")
 def test_the_issue_bar():
-    scored = [(predicted(t["set"], t["problem"], t["rule"]), t["measured_ms"]) for t in COVERED]
+    scored = [(predicted(t["set"], t["problem"], t["rule"], t.get("variant")), t["measured_ms"]) for t in COVERED]
     hits = [abs(p / m - 1) <= P.BAND for p, m in scored if p is not None]
     assert len(hits) == 46
     assert sum(hits) >= 0.8 * len(hits)

@@ -8,6 +8,7 @@ import functools
 import gzip
 import json
 import math
+import statistics
 from pathlib import Path
 
 import pytest
@@ -346,3 +347,39 @@ def test_cpu_trace_with_workers_is_not_told_to_use_workers(tmp_path):
     assert len(single) == len(multi) == 1 and single[0]["cost_us"] == multi[0]["cost_us"]
     assert "num_workers > 0" in single[0]["fix"]
     assert "already runs worker processes" in multi[0]["fix"] and "num_workers > 0" not in multi[0]["fix"]
+
+
+def test_burst_period_reads_the_worker_count_from_the_long_waits():
+    from traceview.rules.loader_workers import burst_period
+
+    # 4 workers in phase: one long wait (the burst's first batch), then 3 batches at once
+    assert burst_period([5.0, 5.0] + [60.0, 5.0, 5.0, 5.0] * 4) == (4, [2, 6, 10, 14])
+    assert burst_period([20.0, 21.0, 19.0, 20.0, 22.0, 20.0, 21.0, 19.0]) is None  # out of phase: every step alike
+    assert burst_period([60.0, 5.0, 5.0, 60.0, 5.0]) is None  # too few steps to see three bursts
+
+
+@pytest.mark.parametrize(("run", "workers"), [("input_workers_nw2", 2), ("cnn_input_nw3", 3)])
+def test_worker_count_from_the_collectors_steps_without_the_option(run, workers):
+    # Kineto records no worker count; the collector's unprofiled steps (manifest beside the trace) wait long once
+    # every N steps. Independent: the run's command in labels.json (`--workers N`) and its raw step list
+    assert f"--workers {workers}" in C4_LABELS["runs"][run]["command"]
+    (w,) = _ours(_entry(_c4(run)), "loader-workers")
+    ev = w["evidence"]
+    assert ev["num_workers"] == workers and ev["num_workers_from"] == "collector"
+    steps = json.loads((SAMPLES / "collected4" / run / "rank0.collect.json").read_text())["unprofiled_step_ms"]
+    # independent (stdlib): the steps above the midpoint of the lower quartile and the longest, and their spacing
+    q1 = statistics.quantiles(steps, n=4, method="inclusive")[0]
+    long = [i + 1 for i, x in enumerate(steps) if x > (q1 + max(steps)) / 2]
+    assert ev["long_wait_steps"] == long and max(steps) > 2 * q1
+    assert statistics.mode(b - a for a, b in zip(long, long[1:], strict=False)) == workers
+    assert ev["workers_needed"] == max(workers + 1, math.ceil(workers * ev["step_period_us"] / ev["step_without_wait_us"]))
+    assert f"now {workers}: the collector's unprofiled steps wait long every {workers} steps" in w["fix"]
+
+
+def test_unknown_worker_count_is_said_not_guessed():
+    # collected3's run has 4 unprofiled steps and 3 traced ones: too few to see a burst period
+    (f,) = _ours(_entry(str(NW2)), "loader-workers")
+    ev = f["evidence"]
+    assert ev["num_workers"] is None and ev["num_workers_from"] is None and ev["workers_factor"] > 1
+    assert "The trace does not say how many workers there are" in f["fix"]
+    assert "--set loader-workers.num_workers=N" in f["fix"]

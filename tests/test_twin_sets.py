@@ -111,16 +111,6 @@ def test_held_out_runs_are_not_calibration_inputs():
 
 #: collected5 twins whose verdict is wrong today: (problem, fixed) -> what the analyzer says (xfail strict)
 VERDICT_MISSES = {
-    (
-        "epilogue_bert_eager",
-        "epilogue_bert_fused",
-    ): "no gemm-epilogue finding: HF BERT's GELU runs on the 3-D view "
-    "of the flattened addmm's output and the rule matches equal shapes only (1.48 ms measured)",
-    (
-        "gpt2c_hook_item",
-        "gpt2c_hook_tensor",
-    ): "no graph-break finding on the hook's .item() (4 syncs a step inside "
-    "'Torch-Compiled Region: 0/0' as host-sync info; launch-bound error 3.15 ms; 3.23 ms measured)",
     ("gpt2_b1_eager", "gpt2_b1_reduce_overhead"): "the reduce-overhead twin (already CUDA graphs) still gets "
     "launch-bound at error, 0.45 ms a step on a 0.82 ms measured step (GPU busy 0.31 ms)",
     (

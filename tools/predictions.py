@@ -82,7 +82,8 @@ def twins() -> list[dict]:
                     "fixed": t["fixed"],
                     "rule": t["rule"],
                     "measured_ms": t["measured_fix_saving_ms"],
-                    "variant": variant(t.get("fix")),
+                    # the labels' `fix_variant` (a fix the rule prices besides its advice), else the fix text's
+                    "variant": t.get("fix_variant") or variant(t.get("fix")),
                 }
             )
     return out

@@ -42,3 +42,42 @@ def test_fires_on_graph_break():
 def test_silent_without_break():
     assert LABELS["compile_no_break"]["expected"] == "none"
     assert k.findings("gpu_h200_compile/compile_no_break.json.gz", "TV103") == []
+
+
+HOOK = "collected5/gpt2c_hook_item/rank0.1796199718723237147.pt.trace.json.gz"
+
+
+def _nested_regions(rel: str, outer: str) -> int:
+    """Independent (stdlib json): regions whose innermost enclosing region on the same thread is named `outer`,
+    inside the recorded ProfilerStep# spans."""
+    import gzip
+
+    ev = json.load(gzip.open(k.SAMPLES / rel))["traceEvents"]
+    x = [e for e in ev if e.get("ph") == "X"]
+    steps = [(e["ts"], e["ts"] + e["dur"]) for e in x if e["name"].startswith("ProfilerStep#")]
+    reg = [e for e in x if e.get("cat") == "cpu_op" and e["name"].startswith("Torch-Compiled Region")]
+    n = 0
+    for r in reg:
+        if not any(a <= r["ts"] < b for a, b in steps):
+            continue
+        around = [o for o in reg if o is not r and o["tid"] == r["tid"] and o["ts"] <= r["ts"]
+                  and o["ts"] + o["dur"] >= r["ts"] + r["dur"] and o["dur"] > r["dur"]]
+        if around and max(around, key=lambda o: o["ts"])["name"] == outer:
+            n += 1
+    return n
+
+
+def test_hook_item_breaks_every_block_of_compiled_gpt2():
+    # HF GPT-2 under torch.compile with a forward hook on each of its 4 blocks that logs `.item()`: Dynamo compiles
+    # each block's call as its own region, the block's forward and the hook as regions inside it (the hook's graph
+    # ends at the .item(), which runs eagerly), and the model's frame around them: the siblings after the first
+    # nested region are breaks too (the latest region to start before one is a closed sibling, not its frame)
+    fs = {f["evidence"]["compiled_function"]: f for f in k.findings(HOOK, "TV103")}
+    block = fs["Torch-Compiled Region: 8/0"]["evidence"]
+    assert block["calls"] == 12 and block["breaks"] == _nested_regions(HOOK, "Torch-Compiled Region: 8/0") == 24
+    model = fs["Torch-Compiled Region: 3/0"]["evidence"]
+    assert model["breaks"] == _nested_regions(HOOK, "Torch-Compiled Region: 3/0") == 21
+    assert model["break_op"] == "aten::item" and model["syncs_with_gpu"] is True
+    assert "Torch-Compiled Region: 8/0" in model["resumed_regions"]
+    # the fixed twin keeps the norm on the GPU: one graph, nothing to find
+    assert k.findings("collected5/gpt2c_hook_tensor/rank0.1796199754235630232.pt.trace.json.gz", "TV103") == []
