@@ -32,12 +32,13 @@ MISSES = {  # fmt: skip
     ("collected3", "gpt2_sdpa_single", "gpt2_sdpa"): "6.396 predicted vs 8.895 ms measured (-28%)",
     ("collected3", "gpt2_sdpa_single", "gpt2_sdpa_fused"): "6.396 predicted vs 5.310 ms measured (+20%)",
     ("collected3", "gpt2_sdpa_item", "gpt2_sdpa_noitem"): "0.279 predicted vs 3.040 ms measured (-91%)",
-    ("collected3", "resnet18_fp32", "resnet18_bf16_cl"): "1.643 predicted vs 2.430 ms measured (-32%)",
     ("collected3", "adamw_l12_single", "adamw_l12_fused"): "2.847 predicted vs 3.698 ms measured (-23%)",
     ("collected3", "elementwise_32mib_eager", "elementwise_32mib_compiled"): "0.129 predicted vs 0.059 ms measured (+117%)",
     ("collected3", "train_syncs_item_b16", "train_syncs_deferred_b16"): "0.040 predicted vs 2.418 ms measured (-98%)",
     ("collected4", "gpt2_eager_attn_s1024", "gpt2_sdpa_s1024"): "6.440 predicted vs 8.742 ms measured (-26%)",
-    ("collected4", "small_batch_c4_graph", "small_batch_c128_graph"): "0.629 predicted vs 1.673 ms measured (-62%)",
+    ("collected4", "small_batch_c4_graph", "small_batch_c128_graph"): "1.244 predicted vs 1.673 ms measured (-26%): "
+    "at 128 rows cuBLAS runs other GEMM kernels (larger tiles, no split-K) whose grids grew 1.4-2.7x for 32x the "
+    "rows, where the wave model grows each grid with the rows",
     ("collected4", "gpt2_sdpa_empty_cache", "gpt2_sdpa_ref"): "6.956 predicted vs 11.025 ms measured (-37%)",
     ("collected4", "input_workers_nw2", "input_workers_nw10"): "8.448 predicted vs 5.616 ms measured (+50%)",
     ("collected5", "epilogue_mlp_eager", "epilogue_mlp_compiled"): "0.607 predicted vs 0.403 ms measured (+51%): the compiled twin pays torch.compile's own host cost",
@@ -45,7 +46,6 @@ MISSES = {  # fmt: skip
     ("collected5", "h2d_resnet18_pageable", "h2d_resnet18_pinned"): "6.083 predicted vs 4.508 ms measured (+35%)",
     ("collected5", "gpt2c_recompile", "gpt2c_mark_dynamic"): "3283.262 predicted vs 2616.195 ms measured (+25%)",
     ("collected5", "gpt2c_hook_item", "gpt2c_hook_tensor"): "1.149 predicted vs 3.226 ms measured (-64%)",
-    ("collected5", "resnet18_serve_c1_graph", "resnet18_serve_c32_graph"): "1.962 predicted vs 10.421 ms measured (-81%)",
     ("collected5", "cpu_adamw_single", "cpu_adamw_foreach"): "cpu-op-overhead has no replay model (a CPU-only trace); 0.214 ms measured",
 }
 COVERED = [t for t in P.twins() if t["rule"] and t["measured_ms"] > 0]
@@ -69,7 +69,7 @@ def test_predicted_within_20_pct_of_measured(t):
     assert abs(p / t["measured_ms"] - 1) <= P.BAND, f"{p:.3f} predicted vs {t['measured_ms']:.3f} ms measured"
 
 
-@pytest.mark.xfail(strict=True, reason="26 of 46 covered twins within ±20 % (57 %) where the issue asks for 80 % (docs/predictions.md)")
+@pytest.mark.xfail(strict=True, reason="28 of 46 covered twins within ±20 % (61 %) where the issue asks for 80 % (docs/predictions.md)")
 def test_the_issue_bar():
     scored = [(predicted(t["set"], t["problem"], t["rule"]), t["measured_ms"]) for t in COVERED]
     hits = [abs(p / m - 1) <= P.BAND for p, m in scored if p is not None]
