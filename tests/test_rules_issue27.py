@@ -20,7 +20,7 @@ import polars as pl
 import pytest
 from conftest import ROOT
 from ref_stats import load_events
-from traceview.rules import decode_loop, launch_bound
+from traceview.rules import decode_loop, launch_bound, small_grid
 
 import traceview
 from traceview.options import Options
@@ -420,3 +420,21 @@ def test_decode_graph_holds_each_forward_not_the_generate_loop():
     # one model of what a CUDA graph holds: launch-bound's fix on the same decode loop is the same transform
     _, lctx = _rule_ctx("collected4", "hf_generate_dynamic", launch_bound)
     assert sorted(launch_bound.fix_transform(lctx).host_removed) == sorted(removed.to_list())
+
+
+@pytest.mark.parametrize(("s", "run"), [("collected3", "resnet18_fp32"), ("collected4", "attn_eager_s2048")])
+def test_resident_blocks_per_sm_match_kinetos_occupancy_calculator(s, run):
+    """The wave model's blocks per SM (the occupancy calculator on threads, registers and shared memory) against
+    Kineto's own: `est. achieved occupancy %` = min(grid / SMs, resident blocks) x threads / the SM's threads, so
+    wherever the grid holds more blocks per SM than fit, Kineto's occupancy gives the resident count."""
+    trace = traceview.load(str(_trace(s, run)))
+    ctx, _ = RuleContext.prepare(trace, select_steps(trace, None))
+    rctx = ctx.for_rule(small_grid, Options().options_for(small_grid))
+    sm_threads = trace.meta.device_properties[0]["maxThreadsPerMultiprocessor"]
+    threads = pl.col("block_x") * pl.col("block_y") * pl.col("block_z")
+    g = trace.gpu.filter(pl.col("kind") == "compute").with_columns(r=small_grid.resident_blocks(rctx))
+    # (Kineto reads 0 where its calculator failed: kernels that opt in to more shared memory than the default)
+    g = g.filter((pl.col("occupancy") > 0) & (pl.col("blocks_per_sm") > pl.col("r") + 1))
+    kineto = g["occupancy"] / 100 * sm_threads / g.select(threads).to_series()
+    assert g.height > 100
+    assert (g["r"] - kineto).abs().max() < 0.5
