@@ -27,11 +27,14 @@ activation kernels on FP32 4-D/5-D tensors, and the predicted time after the fix
 (`fix_transform`): a TF32 convolution kernel takes TF32 / BF16 peak of its time (0.5), an FP32 CUDA-core one FP32
 / BF16 peak (never below its BF16 bytes over the bandwidth), a layout transform no time
 (with `channels_last`), and a memory-bound kernel on an FP32 activation half its time (BF16 halves its bytes).
-What the fix adds is charged to the host: each FP32 forward convolution pays two casts (its weight to BF16, and
-`ToCopyBackward0` of its gradient), each at the trace's median host time of an op that launches one
-elementwise kernel, less the profiler's fitted share. A step that runs near its host bound therefore gains
-little or nothing (ResNet-50 below). Not modelled: channels_last batch norm in BF16 runs PyTorch's native kernels
-instead of cuDNN's (more launches and host time per layer), and cuDNN's choice of BF16 NHWC kernels.
+What the fix changes on the host: channels_last removes the transposes and their launch calls with them
+(each transpose's `cudaLaunchKernel` leaves the host path); autocast adds two casts per FP32 forward convolution
+(its weight to BF16, and `ToCopyBackward0` of its gradient), each at the trace's median host time of an op that
+launches one elementwise kernel, less the profiler's fitted share; and a BF16 channels_last batch norm leaves
+cuDNN for PyTorch's native kernels (`NATIVE_BN`: per layer two more forward launches and one more backward
+launch at the trace's median launch call, and a zeroed buffer in each direction at a cast's price). A step that
+runs near its host bound therefore gains little or nothing (ResNet-50 below). Not modelled: cuDNN's choice of
+BF16 NHWC kernels, and a twin whose host runs slower per unchanged op.
 
 ## Options
 - `min_savings_pct` (2.0): smallest savings (% of step time) worth a finding.
@@ -43,10 +46,10 @@ instead of cuDNN's (more launches and host time per layer), and cuDNN's choice o
   `torch.backends.cudnn.allow_tf32`.
 - NVIDIA cuDNN developer guide: Tensor-Core convolutions require NHWC; NCHW inputs are transformed.
 - Measured on an H200 (unprofiled steps; replayed saving in brackets): torchvision ResNet-18, batch 64, FP32
-  13.5 -> 11.0 ms with BF16 autocast + channels_last (1.64 ms predicted); a synthetic conv net 10.6 -> 4.3 ms
-  (6.26); torchvision ResNet-50, batch 32, 20.7 -> 32.9 ms, SLOWER (0.50 ms predicted, at info: its twin's host
-  ran about twice as slow per unchanged op, which no model of the FP32 trace sees): sample_traces/collected3,
-  collected4.
+  13.5 -> 11.0 ms with BF16 autocast + channels_last (1.95 ms predicted: its 161 transposes' launches leave a
+  host-bound step); a synthetic conv net 10.6 -> 4.3 ms (6.26); torchvision ResNet-50, batch 32, 20.7 -> 32.9 ms,
+  SLOWER (0.30 ms predicted, at info: its twin's host ran about twice as slow per unchanged op, which no model of
+  the FP32 trace sees): sample_traces/collected3, collected4.
 """
 
 from __future__ import annotations
@@ -78,8 +81,9 @@ FIX = (
 )
 #: what the estimate leaves out, said with every FP32 finding
 CAVEAT = (
-    " The estimate counts the host time of the casts autocast adds (one per weight per forward and its backward) "
-    "but not channels_last batch norm's native kernels or cuDNN's choice of BF16 NHWC kernels: on a step whose "
+    " The estimate counts the host time of the casts autocast adds (one per weight per forward and its backward), "
+    "of channels_last batch norm's native kernels and of the transposes' launches it removes, but not cuDNN's "
+    "choice of BF16 NHWC kernels: on a step whose "
     "host is close to the bound, measure after the change, and with "
     "fixed input shapes set torch.backends.cudnn.benchmark = True so cuDNN times its kernels instead of guessing."
 )
@@ -275,9 +279,10 @@ def _cast_host_ns(ctx: RuleContext) -> float:
 
 
 def fix_transform(ctx: RuleContext) -> Transform | None:
-    """The fix as a replay transformation: each changed kernel takes its predicted time (see the module doc), and
-    each FP32 forward convolution pays the host time of the two casts autocast adds (its weight to BF16 in the
-    forward, `ToCopyBackward0` of its gradient in the backward), before the convolution's launch."""
+    """The fix as a replay transformation: each changed kernel takes its predicted time (see the module doc); each
+    FP32 forward convolution pays the host time of the two casts autocast adds (its weight to BF16 in the forward,
+    `ToCopyBackward0` of its gradient in the backward), before the convolution's launch; each cuDNN batch norm
+    pays what the native one adds (`NATIVE_BN`); each transpose's launch call leaves the host."""
     if not tensor_core_gpu(ctx):
         return None
     c = _changed(ctx)
@@ -285,8 +290,41 @@ def fix_transform(ctx: RuleContext) -> Transform | None:
         return None
     fwd = c.filter(pl.col("kind").is_in(["conv_tf32", "conv_fp32"]) & (pl.col("op_name") == FORWARD_OP))
     cast = int(2 * _cast_host_ns(ctx))
+    # channels_last removes the transposes, their launches with them: each one's launch call leaves the host
+    layout = c.filter(pl.col("kind") == "layout")["i"].cast(pl.UInt32)
+    launches = by_id(ctx.trace.gpu, layout, "launch")["launch"].drop_nulls().unique()
+    cut = {int(op): -cast for op in fwd["op"].drop_nulls().unique().to_list()} if cast > 0 else {}
+    for op, extra in _native_bn_host_ns(ctx, cast / 2).items():
+        cut[op] = cut.get(op, 0) - extra
     return Transform(
         NAME,
         gpu_dur=dict(zip(c["i"].cast(pl.Int64).to_list(), c["new_dur"].to_list(), strict=True)),
-        host_cut={int(op): -cast for op in fwd["op"].drop_nulls().unique().to_list()} if cast > 0 else {},
+        host_cut=cut,
+        host_removed=launches.cast(pl.Int64).to_list(),
     )
+
+
+#: what PyTorch's native batch norm adds per layer where a channels_last BF16 input leaves cuDNN's (kernel
+#: launches, ops that allocate a zeroed tensor), by the cuDNN op it replaces: the forward computes its statistics
+#: and applies them in three kernels where cuDNN launches one, and zeroes a buffer; the backward launches two
+#: where cuDNN launches one, and zeroes one
+NATIVE_BN = {"aten::cudnn_batch_norm": (2, 1), "aten::cudnn_batch_norm_backward": (1, 1)}
+
+
+def _native_bn_host_ns(ctx: RuleContext, op_ns: float) -> dict[int, int]:
+    """cuDNN batch-norm op (host row) -> the unprofiled host time (ns) PyTorch's native batch norm adds in its
+    place: its extra launches at the trace's median launch call, its zeroing ops at `op_ns` (an op launching one
+    elementwise kernel), each less the profiler's fitted share."""
+    k = _kernels(ctx).filter(pl.col("op_name").is_in(list(NATIVE_BN)) & pl.col("op").is_not_null())
+    if k.height == 0:
+        return {}
+    g = ctx.trace.gpu.filter(
+        (pl.col("ts") >= ctx.lo) & (pl.col("ts") < ctx.hi) & pl.col("launch").is_not_null()
+    )
+    launch = by_id(ctx.trace.host, g["launch"].unique().cast(pl.UInt32), "dur")["dur"]
+    launch_ns = float(launch.median() or 0.0) * (1.0 - HOST_SHARE)
+    ops = k.group_by("op").agg(pl.col("op_name").first())
+    return {
+        int(op): int(NATIVE_BN[name][0] * launch_ns + NATIVE_BN[name][1] * op_ns)
+        for op, name in zip(ops["op"].to_list(), ops["op_name"].to_list(), strict=True)
+    }

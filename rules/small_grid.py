@@ -5,9 +5,9 @@ Compute kernels in the analysed steps whose grid (`grid` x·y·z from Kineto's k
 SM` < 1) is smaller than the device's SM count (`deviceProperties.numSms`) and that are short (under
 `max_kernel_us`): at least one SM, usually most, has no block to run while the kernel is on the timeline. A
 longer kernel with few blocks loops inside each block (cuDNN batch norm's one block per channel, a split-K
-GEMM's tail) and a larger batch makes it longer, not wider: it is left out. Reported when such kernels hold at
-least `min_share_pct` of the GPU-busy time and the conservative saving (below) reaches `min_savings_pct` of
-the step.
+GEMM's tail) and a larger batch makes it longer, not wider: it is left out. Reported when the *batchable* ones
+(below: small grids that still fit one wave at twice the batch) hold at least `min_share_pct` of the GPU-busy
+time and the point estimate (below) reaches `min_savings_pct` of the step.
 
 ## Why it is slow
 A kernel's blocks are spread over the SMs; with b blocks on an S-SM GPU only b SMs work and the kernel's time is
@@ -22,21 +22,33 @@ inference), fuse small per-sample ops into one kernel over the batch (`torch.com
 `torch._foreach_*`), and for GEMMs/attention at batch 1 use split-K / flash-decoding kernels that split the
 reduction dimension across SMs. CUDA Graphs remove launch cost, not idle SMs.
 
-## Evidence
+## Evidence and the model
 Small-grid kernels per step, their time and share of the GPU-busy time, their median blocks and the share of SMs
-they use (time-weighted), Kineto's estimated achieved occupancy, the top kernels. The saving is stated as a
-range per step at the same number of samples: **low** = doubling the batch per kernel (kernels that still fit
-one wave, blocks <= S/2, take half their time per sample), **high** = filling the SMs (each kernel's time per
-sample scaled by blocks/S: the kernel time constant while its grid grows to one wave). A kernel whose blocks
-take more rows each as the batch grows gains more than the high end (measured: 4-row calls -> 128-row calls
-under a CUDA graph saved 95 % against a 63 % high end), so the low end is the claim: `fix_transform` replays it
-(GPU time only: the host's per-sample launch cost is left as it is, so a launch-bound step shows little saving).
+they use (time-weighted), Kineto's estimated achieved occupancy, the top kernels. The saving is the **wave
+model** at the same number of samples: an SM holds R blocks of a kernel at once (the CUDA occupancy calculator
+on the kernel's threads, registers and shared memory and the trace's `deviceProperties`; Kineto's own estimate
+hides R below one block per SM), and a short kernel's blocks each take its time, so k times the batch takes
+ceil(k·b / (S·R)) waves of it where it took ceil(b / (S·R)): per sample, its time x waves(k·b) / (k·waves(b)).
+Only *batchable* kernels are priced (b <= S, and 2·b <= S·R: twice the batch still fits one wave): a grid
+with a block on every SM is taken as throughput-bound, and one filling over half its slots idles only in its
+last wave's tail (wave quantization), which a larger batch does not reliably fill. k, the point estimate's
+batch growth, is the steps' own repeats: each kernel (by name, grid and block) launched a multiple of r times
+per step is r calls of the same work (a serve loop over chunks of its rows), which one call over all the
+rows does in 1/r of the kernels; without repeats, k = 2. The range: doubling the batch .. every SM's block
+slots filled (k large). `fix_transform` replays the point estimate: each batchable kernel at its time per
+sample, each kernel's device gap (a CUDA graph's node-to-node latency) once per k calls, and a CUDA graph's
+launch call, whose host work is per node, at 1/k of its time; the host's per-call cost of an eager loop stays
+(launch-bound's fix). Not modelled: a GEMM's blocks take more rows each as the batch grows (its tile has
+room for them: cuBLAS's 64x8 tile at 4 rows) and the library picks other kernels (no split-K at 128 rows),
+so GEMM-heavy steps gain more than the model says (the MLP twin below). The identical layers of a model also
+repeat their kernels: the repeats r then count layers too (r = 4 layers x 32 calls for the MLP twin), which
+changes the point estimate little, as a grid that fills its wave at k stops gaining.
 
 ## Options
 - `max_kernel_us` (20.0): longest small-grid kernel counted; a longer one does serial work per block that a
   larger batch lengthens.
-- `min_share_pct` (25.0): share of GPU-busy time in small-grid kernels below which nothing is reported.
-- `min_savings_pct` (2.0): smallest low-end saving (% of step time) worth a finding.
+- `min_share_pct` (25.0): share of GPU-busy time in batchable small-grid kernels below which nothing is reported.
+- `min_savings_pct` (2.0): smallest point-estimate saving (% of step time) worth a finding.
 - `moderate_pct` (3.0): savings share at which a finding is a warning (XProf's moderate threshold).
 - `high_pct` (15.0): savings share at which it is an error (XProf's high threshold).
 
@@ -45,8 +57,12 @@ under a CUDA graph saved 95 % against a 63 % high end), so the low end is the cl
   many blocks as SMs).
 - PyTorch profiler kernel args: `grid`, `block`, `blocks per SM`, `warps per SM`, `est. achieved occupancy %`.
 - Flash-decoding (Dao et al., 2023): splitting the KV length across SMs at batch 1.
-- Measured on an H200 (sample_traces/collected4): an MLP served 4 rows per call under a CUDA graph 1.76 ms per
-  128 rows, 128 rows per call 0.09 ms (range 0.88-1.11 ms of kernel time, 0.34 ms replayed).
+- NVIDIA CUDA Occupancy Calculator (`cuda_occupancy.h`): resident blocks per SM from threads, registers and
+  shared memory; Kineto's `est. achieved occupancy %` = min(grid / SMs, that) x threads / the SM's threads.
+- Measured on an H200, unprofiled (replayed point estimate in brackets): torchvision ResNet-18 served 1 image per
+  call under a CUDA graph, 11.50 ms per 32 images, 32 per call 1.08 ms (saving 10.42 ms; 10.27 predicted,
+  sample_traces/collected5); an MLP served 4 rows per call 1.76 ms per 128 rows, 128 per call 0.09 ms (saving
+  1.67 ms; 1.24 predicted: its GEMMs absorb the rows into their tiles, above), sample_traces/collected4.
 """
 
 from __future__ import annotations
@@ -54,10 +70,11 @@ from __future__ import annotations
 from typing import Annotated
 
 import msgspec
+import numpy as np
 import polars as pl
 
 from traceview.analyses.replay import Transform
-from traceview.analyses.rowid import join_by_id
+from traceview.analyses.rowid import by_id, join_by_id
 from traceview.evidence import Meta
 from traceview.ruleapi import XPROF_SEVERITY, Finding, Option, RuleContext, min_savings
 
@@ -69,7 +86,7 @@ TITLE = "Kernels launch fewer blocks than the GPU has SMs: most SMs idle while t
 OPTIONS = {
     "max_kernel_us": Option(20.0, "longest small-grid kernel counted (a longer one loops inside its blocks)"),
     "min_share_pct": Option(
-        25.0, "share of GPU-busy time in small-grid kernels below which nothing is reported"
+        25.0, "share of GPU-busy time in batchable small-grid kernels below which nothing is reported"
     ),
     **min_savings(2.0),
     **XPROF_SEVERITY,
@@ -87,32 +104,154 @@ def num_sms(ctx: RuleContext) -> int | None:
     return n if isinstance(n, int) and n > 0 else None
 
 
+#: most resident blocks per SM by compute capability (CUDA C++ Programming Guide, "Technical Specifications per
+#: Compute Capability"); 32 on every other part from Maxwell on
+MAX_BLOCKS_PER_SM = {(7, 5): 16, (8, 6): 16, (8, 7): 16, (8, 9): 16, (12, 0): 24}
+
+
+def resident_blocks(ctx: RuleContext) -> pl.Expr:
+    """Blocks of a kernel one SM holds at once: the CUDA occupancy calculator's limits (threads, registers,
+    shared memory, the part's block limit) from the kernel's own args and the trace's `deviceProperties`. Kineto's
+    `est. achieved occupancy %` is min(grid/SMs, this) x threads / the SM's threads, so a grid below one block per
+    SM hides it: it is computed here. 1 without device properties (a whole SM per block: the fewest)."""
+    props = (ctx.trace.meta.device_properties or [{}])[0]
+    threads, regs_sm, shm_sm = (
+        props.get(x)
+        for x in ("maxThreadsPerMultiprocessor", "regsPerMultiprocessor", "sharedMemPerMultiprocessor")
+    )
+    if not all(isinstance(x, int) and x > 0 for x in (threads, regs_sm, shm_sm)):
+        return pl.lit(1.0)
+    cap = MAX_BLOCKS_PER_SM.get((props.get("computeMajor"), props.get("computeMinor")), 32)
+    t = pl.col("block_x").fill_null(1) * pl.col("block_y").fill_null(1) * pl.col("block_z").fill_null(1)
+    warps = ((t + 31) // 32).clip(1)
+    by_threads = threads // 32 // warps
+    # registers are allocated per warp in units of 256 (all parts from Maxwell on)
+    regs = pl.col("regs").fill_null(0)
+    by_regs = pl.when(regs > 0).then(regs_sm // (((regs * 32 + 255) // 256) * 256 * warps)).otherwise(cap)
+    # each block also reserves 1 KiB of shared memory for the system (compute capability 8.0 and later)
+    shm = pl.col("shmem").fill_null(0)
+    by_shm = pl.when(shm > 0).then(shm_sm // (shm + 1024)).otherwise(cap)
+    return pl.min_horizontal(pl.lit(cap), by_threads, by_regs, by_shm).clip(1).cast(pl.Float64)
+
+
+def repeats(ctx: RuleContext) -> int:
+    """How many times each step runs the same kernels: the greatest common divisor of every kernel's launches per
+    step (by name, grid and block). A serve loop over r chunks of its rows launches each of its kernels a multiple
+    of r times per step; one call over all the rows does the same work in 1/r of the calls. 1 when the steps do not
+    repeat their work (a training step at its batch)."""
+
+    def build() -> int:
+        g = ctx.trace.gpu.filter(
+            (pl.col("kind") == "compute") & (pl.col("ts") >= ctx.lo) & (pl.col("ts") < ctx.hi)
+        )
+        st = ctx.steps.select(pl.col("ts").cast(pl.Int64).alias("_s"), pl.col("step")).sort("_s")
+        if g.height == 0 or st.height == 0:
+            return 1
+        g = g.select(
+            pl.col("ts").cast(pl.Int64), "name", "grid_x", "grid_y", "grid_z", "block_x", "block_y", "block_z"
+        )
+        g = g.sort("ts").join_asof(st, left_on="ts", right_on="_s", strategy="backward")
+        counts = g.group_by(
+            "step", "name", "grid_x", "grid_y", "grid_z", "block_x", "block_y", "block_z"
+        ).len()
+        return max(int(np.gcd.reduce(counts["len"].to_numpy().astype(np.int64))), 1)
+
+    return ctx.once("grid_repeats", build)
+
+
 def _kernels(ctx: RuleContext) -> pl.DataFrame:
-    """Compute kernels in the analysed steps with [i, name, dur, op, blocks, used (blocks / SMs), occupancy,
-    small, new_dur (the doubled-batch time per sample)]."""
+    """Compute kernels in the analysed steps with [i, name, dur, op, blocks, used (blocks / SMs), occupancy, small,
+    waves (of resident blocks), slots (SMs x resident blocks), and per_sample_k / per_sample_2 (their time per
+    the same samples with the batch per kernel k = `batch_factor` and 2 times larger: the wave model)]."""
 
     def build() -> pl.DataFrame:
         sms = num_sms(ctx)
         g = ctx.trace.gpu.select(
-            "i", "name", "kind", "ts", "dur", "op", "grid_x", "grid_y", "grid_z", "blocks_per_sm", "occupancy"
+            "i",
+            "name",
+            "kind",
+            "ts",
+            "dur",
+            "op",
+            "grid_x",
+            "grid_y",
+            "grid_z",
+            "block_x",
+            "block_y",
+            "block_z",
+            "regs",
+            "shmem",
+            "blocks_per_sm",
+            "occupancy",
         ).filter((pl.col("kind") == "compute") & (pl.col("ts") >= ctx.lo) & (pl.col("ts") < ctx.hi))
         blocks = pl.col("grid_x") * pl.col("grid_y").fill_null(1) * pl.col("grid_z").fill_null(1)
         g = g.with_columns(blocks=blocks)
         used = (pl.col("blocks") / sms) if sms else pl.col("blocks_per_sm")
         g = g.with_columns(used=pl.coalesce(used, pl.col("blocks_per_sm")).cast(pl.Float64))
         short = pl.col("dur") < ctx.options["max_kernel_us"] * 1000
-        g = g.with_columns(small=((pl.col("used") < 1.0) & short).fill_null(False))
-        half = pl.col("small") & (pl.col("used") <= 0.5)
-        return g.with_columns(new_dur=pl.when(half).then(pl.col("dur") // 2).otherwise(pl.col("dur")))
+        g = g.with_columns(small=((pl.col("used") < 1.0) & short).fill_null(False), short=short)
+        # the slots a wave fills: without the SM count, blocks per SM (Kineto's grid / SMs) stands for the grid
+        slots = resident_blocks(ctx) * (sms if sms else 1)
+        b = pl.col("blocks").cast(pl.Float64) if sms else pl.col("blocks_per_sm").cast(pl.Float64)
+        g = g.with_columns(slots=slots, _b=b)
+        # the kernels a larger batch makes wider at no time: small grids that still fit one wave of resident blocks
+        # at twice the batch. A kernel with a block on every SM is taken as throughput-bound, and one whose grid
+        # fills over half its slots idles only in its last wave's tail, which a larger batch does not reliably
+        # fill (wave quantization): both keep their time per sample
+        g = g.with_columns(
+            batchable=(pl.col("small") & (2 * pl.col("_b") <= pl.col("slots"))).fill_null(False)
+        )
+
+        def per_sample(k: float) -> pl.Expr:
+            # k times the work in waves of `slots` blocks, each wave the kernel's own time (a short kernel's blocks
+            # are one latency chain each): time per sample = dur x waves(k x blocks) / (k x waves(blocks))
+            w0 = (pl.col("_b") / pl.col("slots")).ceil().clip(1.0)
+            wk = (k * pl.col("_b") / pl.col("slots")).ceil().clip(1.0)
+            new = (pl.col("dur").cast(pl.Float64) * wk / (k * w0)).round().cast(pl.Int64)
+            return (
+                pl.when(pl.col("batchable"))
+                .then(pl.min_horizontal(new, pl.col("dur")))
+                .otherwise(pl.col("dur"))
+            )
+
+        k = float(batch_factor(ctx))
+        return g.with_columns(
+            per_sample_k=per_sample(k), per_sample_2=per_sample(2.0), waves=(pl.col("_b") / pl.col("slots"))
+        ).drop("_b")
 
     return ctx.once("grid_kernels", build)
 
 
-class SavingsRange(msgspec.Struct, kw_only=True):
-    """What a fix saves per step, at the two ends of the range."""
+def batch_factor(ctx: RuleContext) -> int:
+    """The batch growth the point estimate is for: the steps' own repeats (r calls of the same kernels in one), else
+    doubling the batch."""
+    return max(repeats(ctx), 2)
 
-    double_batch: Annotated[float, Meta(description="twice the blocks per kernel (µs)")]
-    fill_sms: Annotated[float, Meta(description="every SM busy (µs)")]
+
+def _range(k: pl.DataFrame) -> tuple[int, int, int]:
+    """Kernel time (ns) the fix saves over the analysed steps at the same samples: (doubling the batch, the batch
+    factor's, every resident-block slot of every SM filled: each batchable kernel's time per sample x
+    waves/ceil(waves))."""
+    dur = k["dur"].cast(pl.Float64)
+    waves = k["waves"].fill_null(1.0)
+    fill = (waves / waves.ceil().clip(1.0)).clip(0.0, 1.0)
+    high = float(k.select(pl.when(pl.col("batchable")).then(dur * (1.0 - fill)).otherwise(0.0).sum()).item())
+    return int((k["dur"] - k["per_sample_2"]).sum()), int((k["dur"] - k["per_sample_k"]).sum()), int(high)
+
+
+class SavingsRange(msgspec.Struct, kw_only=True):
+    """What a fix saves per step: doubling the batch, the point estimate and every SM's block slots filled."""
+
+    double_batch: Annotated[float, Meta(description="twice the rows per kernel (µs)")]
+    batch_factor: Annotated[
+        int,
+        Meta(
+            description="the batch growth of the point estimate (the steps' own repeats of "
+            "the same kernels, at least 2)"
+        ),
+    ]
+    point: Annotated[float, Meta(description="the point estimate: the batch grown by batch_factor (µs)")]
+    fill_sms: Annotated[float, Meta(description="every SM's block slots busy (µs)")]
 
 
 class SmallKernel(msgspec.Struct, kw_only=True):
@@ -132,6 +271,10 @@ class Evidence(msgspec.Struct, kw_only=True):
     ]
     small_grid_time_per_step_us: Annotated[float, Meta(description="their time per step (µs)")]
     share_of_gpu_busy_pct: Annotated[float, Meta(description="that as % of the GPU's busy time")]
+    batchable_share_pct: Annotated[
+        float,
+        Meta(description="% of the GPU's busy time in small grids that fit one wave at twice the batch"),
+    ]
     median_blocks: Annotated[float | None, Meta(description="their median grid size (blocks)")]
     sm_share_used_pct: Annotated[
         float | None, Meta(description="% of the SMs their grids occupy (time-weighted)")
@@ -154,9 +297,11 @@ def check(ctx: RuleContext) -> list[Finding]:
     if busy == 0 or s.height == 0:
         return []
     share = 100.0 * int(s["dur"].sum()) / busy
-    low = int((s["dur"] - s["new_dur"]).sum())
-    high = float((s["dur"].cast(pl.Float64) * (1.0 - s["used"].clip(0.0, 1.0))).sum())
-    if share < ctx.options["min_share_pct"] or ctx.pct(low) < ctx.options["min_savings_pct"]:
+    # the share a larger batch widens at no time (`batchable`): a grid filling over half its slots idles in its tail
+    batchable = 100.0 * int(k.filter(pl.col("batchable"))["dur"].sum()) / busy
+    # kernel time saved per step at the same samples: doubling the batch, the point estimate's k, filling every slot
+    low, point, high = _range(k)
+    if batchable < ctx.options["min_share_pct"] or ctx.pct(point) < ctx.options["min_savings_pct"]:
         return []
     n = max(ctx.steps.height, 1)
     w = s["dur"].cast(pl.Float64)
@@ -177,6 +322,7 @@ def check(ctx: RuleContext) -> list[Finding]:
         small_grid_kernels_per_step=round(s.height / n, 2),
         small_grid_time_per_step_us=round(float(s["dur"].sum()) / n / 1000, 3),
         share_of_gpu_busy_pct=round(share, 2),
+        batchable_share_pct=round(batchable, 2),
         median_blocks=float(s["blocks"].median()) if s["blocks"].null_count() < s.height else None,
         sm_share_used_pct=round(100.0 * used, 2) if used is not None else None,
         est_achieved_occupancy_pct=round(float((occ["occupancy"] * occ["dur"]).sum() / occ["dur"].sum()), 2)
@@ -184,6 +330,8 @@ def check(ctx: RuleContext) -> list[Finding]:
         else None,
         savings_range_per_step_us=SavingsRange(
             double_batch=round(low / n / 1000, 3),
+            batch_factor=batch_factor(ctx),
+            point=round(point / n / 1000, 3),
             fill_sms=round(high / n / 1000, 3),
         ),
         top_kernels=[
@@ -205,9 +353,16 @@ def check(ctx: RuleContext) -> list[Finding]:
         "time-weighted): the GPU is busy but mostly idle. Give each kernel more work: raise the batch size (or "
         "batch concurrent requests), fuse small per-sample ops into one kernel over the batch (torch.compile, "
         "torch.vmap, foreach ops); at batch 1, split-K / flash-decoding kernels spread the reduction over the SMs. "
-        f"At the same number of samples these kernels' time per step falls by about {low / n / 1e6:.2f} ms "
-        f"when the batch doubles, and by about {high / n / 1e6:.2f} ms when the grids grow to fill the SMs (more "
-        "where a kernel's blocks take more rows each)."
+        + (
+            f"The step runs the same kernels {repeats(ctx)} times: one call over all its rows does that work in "
+            f"1/{repeats(ctx)} of the kernels. "
+            if repeats(ctx) > 1
+            else ""
+        )
+        + f"At the same number of samples the kernels' time per step falls by about {point / n / 1e6:.2f} ms with "
+        f"a {batch_factor(ctx)}x batch per call (range {low / n / 1e6:.2f} ms when the batch doubles to "
+        f"{high / n / 1e6:.2f} ms when every SM holds as many blocks as it can; more where a kernel's blocks take "
+        "more rows each, as GEMM tiles do)."
         + (
             " The step already replays CUDA graphs: launch cost is gone, the idle SMs remain."
             if launch
@@ -218,7 +373,7 @@ def check(ctx: RuleContext) -> list[Finding]:
     return [
         ctx.finding(
             cost_ns=int(s["dur"].sum()),
-            savings_ns=low,
+            savings_ns=point,
             count=s.height,
             steps=steps,
             evidence=evidence,
@@ -229,11 +384,42 @@ def check(ctx: RuleContext) -> list[Finding]:
 
 
 def fix_transform(ctx: RuleContext) -> Transform | None:
-    """The low end of the range as a replay transformation: each small-grid kernel that still fits one wave at
-    twice the batch (blocks <= SMs / 2) takes half its time per sample; the host's per-sample cost stays."""
-    k = _kernels(ctx).filter(pl.col("new_dur") < pl.col("dur"))
-    if k.height == 0:
+    """The point estimate as a replay transformation: the batch per call grown by `batch_factor` at the same
+    samples per step, so each short kernel takes its wave-model time per sample (`_kernels`) and each kernel's
+    device gap (a CUDA graph's node-to-node latency, a launch gap) is paid once per batch_factor calls. The host's
+    per-call cost stays (an eager loop's launches are launch-bound's fix)."""
+    k = _kernels(ctx)
+    f = batch_factor(ctx)
+    changed = k.filter(pl.col("per_sample_k") < pl.col("dur"))
+    if changed.height == 0:
         return None
+    ids = k["i"].cast(pl.Int64).to_list()
+    gaps = _gaps(ctx, k)
+    # a CUDA graph's launch call does host work per node (each kernel node is set up and submitted): a graph of
+    # 1/f the nodes takes 1/f of that call's time
+    g = ctx.trace.gpu.filter(
+        pl.col("i").is_in(k["i"].implode()) & pl.col("launch_name").str.contains("GraphLaunch")
+    )
+    launches = g["launch"].drop_nulls().unique().cast(pl.UInt32)
+    dur = by_id(ctx.trace.host, launches, "dur")["dur"].cast(pl.Int64).to_list() if launches.len() else []
     return Transform(
-        NAME, gpu_dur=dict(zip(k["i"].cast(pl.Int64).to_list(), k["new_dur"].to_list(), strict=True))
+        NAME,
+        gpu_dur=dict(
+            zip(changed["i"].cast(pl.Int64).to_list(), changed["per_sample_k"].to_list(), strict=True)
+        ),
+        gpu_gap={i: g // f for i, g in zip(ids, gaps, strict=True) if g > 0},
+        host_cut={int(i): d - d // f for i, d in zip(launches.to_list(), dur, strict=True) if d},
+    )
+
+
+def _gaps(ctx: RuleContext, k: pl.DataFrame) -> list[int]:
+    """Each kernel's idle gap (ns) after the activity before it on its stream, in the order of `k`."""
+    g = ctx.trace.gpu.select("i", "stream", "ts", "end").sort("ts")
+    g = g.with_columns(gap=(pl.col("ts") - pl.col("end").shift(1).over("stream")).clip(0).fill_null(0))
+    return (
+        k.select("i")
+        .join(g.select("i", "gap"), on="i", how="left")["gap"]
+        .fill_null(0)
+        .cast(pl.Int64)
+        .to_list()
     )

@@ -46,6 +46,8 @@ class Transform:
 
     - gpu_dur: gpu row `i` -> new duration (ns); 0 removes the activity's time (a fused chain: the first kernel
       gets the fused time, the others 0);
+    - gpu_gap: gpu row `i` -> new gap (ns) between the activity before it on its stream and it (a batch of k calls
+      in one: k times fewer kernels, so k times fewer gaps, a CUDA graph's node-to-node latency among them);
     - host_cut: host row `i` -> ns taken off the host time around it (its self time made shorter);
     - host_removed: host rows whose whole duration leaves the host path (DataLoader time off the critical path);
     - no_wait: host rows of blocking calls that no longer wait for the device (they keep their floor time);
@@ -57,6 +59,7 @@ class Transform:
 
     name: str
     gpu_dur: Mapping[int, int] = field(default_factory=dict)
+    gpu_gap: Mapping[int, int] = field(default_factory=dict)
     host_cut: Mapping[int, int] = field(default_factory=dict)
     host_removed: Sequence[int] = ()
     no_wait: Sequence[int] = ()
@@ -146,14 +149,15 @@ def _unique(x: np.ndarray) -> np.ndarray:
     return x[np.concatenate([[True], x[1:] != x[:-1]])] if x.size else x
 
 
-def _cuts(g: Graph, transforms: Sequence[Transform]) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
-    """(gap cut, join cut, own cut per anchor, new duration per activity, wait kept per anchor) of the transforms
-    together."""
+def _cuts(g: Graph, transforms: Sequence[Transform]) -> tuple[np.ndarray, ...]:
+    """(gap cut, join cut, own cut per anchor, new duration per activity, wait kept per anchor, device gap before
+    each activity) of the transforms together."""
     n_a = g.a_ts.size
     rows = g.seg_rows
     flat = rows.where.astype(np.int64) * n_a + rows.seg  # (gap | join | own, anchor) of each row
     cuts = np.zeros(3 * n_a, np.float64)
     dur = (g.d_end - g.d_ts).astype(np.int64)
+    d_gap = g.d_gap
     keep_wait = g.a_wait >= 0
     sp = [s for t in transforms for s in t.host_spans]
     in_span = np.zeros(rows.i.size, bool)
@@ -190,6 +194,14 @@ def _cuts(g: Graph, transforms: Sequence[Transform]) -> tuple[np.ndarray, np.nda
             ok = (p < o.size) & (g.d_i[o[np.minimum(p, o.size - 1)]] == ids)
             k = o[p[ok]]
             np.minimum.at(dur, k, np.maximum(new[ok], 0))
+        if t.gpu_gap:
+            ids = np.fromiter(t.gpu_gap.keys(), np.int64)
+            new = np.fromiter(t.gpu_gap.values(), np.int64)
+            o = np.argsort(g.d_i, kind="stable")
+            p = np.searchsorted(g.d_i[o], ids)
+            ok = (p < o.size) & (g.d_i[o[np.minimum(p, o.size - 1)]] == ids)
+            d_gap = d_gap.copy() if d_gap is g.d_gap else d_gap
+            np.minimum.at(d_gap, o[p[ok]], np.maximum(new[ok], 0))
         if len(t.no_wait):
             keep_wait &= ~np.isin(g.a_i, np.asarray(list(t.no_wait), np.int64)) | g.a_marker
     # a row that several fixes take off the host path (decode-loop's CUDA graph is launch-bound's) leaves it once
@@ -197,7 +209,7 @@ def _cuts(g: Graph, transforms: Sequence[Transform]) -> tuple[np.ndarray, np.nda
     if removed:
         p = rows.positions(_unique(np.concatenate(removed)))
         np.add.at(cuts, flat[p], rows.dur[p].astype(np.float64))
-    return cuts[:n_a], cuts[n_a:2 * n_a], cuts[2 * n_a:], dur, keep_wait
+    return cuts[:n_a], cuts[n_a:2 * n_a], cuts[2 * n_a:], dur, keep_wait, d_gap
 
 
 def simulate(g: Graph, transforms: Sequence[Transform] = ()) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
@@ -219,10 +231,10 @@ def edges(
     joins several ranks' arrays). With `pull`, the compiled kernel replays the graph from its own arrays when it
     can (no edge list: a third of the memory) and the event times come back instead."""
     n_a, n_d = g.a_ts.size, g.d_ts.size
-    gap_cut, join_cut, own_cut, dur, keep_wait = _cuts(g, transforms)
+    gap_cut, join_cut, own_cut, dur, keep_wait, d_gap = _cuts(g, transforms)
     # an activity a transform removes (a kernel fused into another) no longer pays the device's gap before it: the
     # stream's per-activity overhead between queued kernels goes with the kernel, not only its duration
-    d_gap = np.where((dur == 0) & (g.d_end > g.d_ts), 0, g.d_gap).astype(np.int64)
+    d_gap = np.where((dur == 0) & (g.d_end > g.d_ts), 0, d_gap).astype(np.int64)
     # host time kept by the transforms' host shares together (a blocking call's wait edge still holds it)
     keep = float(np.prod([1.0 - min(max(t.host_share, 0.0), 1.0) for t in transforms])) if transforms else 1.0
     # (an interval longer than HOST_SHARE_MAX_NS holds work of its own, a CPU kernel, a sleep, input loading, that
@@ -401,7 +413,7 @@ _STEP_COLS = ("step", "host_idx", "cpu_ts", "cpu_end", "gpu_ts", "gpu_end", "ts"
 
 def _parametric_key(transforms: Sequence[Transform]) -> tuple | None:
     """A hashable key of transforms that name no rows (the profiler's cost: shares and per-kind costs), else None."""
-    if any(t.gpu_dur or t.host_cut or len(t.host_removed) or len(t.no_wait) or len(t.host_spans) for t in transforms):
+    if any(t.gpu_dur or t.gpu_gap or t.host_cut or len(t.host_removed) or len(t.no_wait) or len(t.host_spans) for t in transforms):
         return None
     return tuple((tuple(sorted(t.cost_us.items())), float(t.host_share)) for t in transforms)
 

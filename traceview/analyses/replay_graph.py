@@ -189,9 +189,16 @@ def build(trace: Trace) -> Graph:
     same_launch = has_prev & launched & (d_launch[np.maximum(d_prev, 0)] == d_launch)
     by_stream = has_prev & ((gap <= gap_cap) | same_launch)
     # a graph launch's first node waits for the graph's own upload and setup (CUPTI instruments each node): the
-    # observed latency is the graph's, whatever the kernel launches' statistics say
+    # observed latency is the graph's, whatever the kernel launches' statistics say — unless its stream stayed
+    # busy for longer than any launch latency after the launch call returned (a host running steps ahead of the
+    # device): the node then waited for the stream, and its observed gap after the work before it is the graph's
+    # own start; the recorded latency is the queue's, which a shorter queue does not keep
     graph_call = a["name"].str.contains("GraphLaunch").fill_null(False).to_numpy() if n_a else np.zeros(0, bool)
-    by_graph = launched & graph_call[np.maximum(d_launch, 0)] if n_a else np.zeros(n_d, bool)
+    graph = launched & graph_call[np.maximum(d_launch, 0)] if n_a else np.zeros(n_d, bool)
+    l_end = a_end[np.maximum(d_launch, 0)] if n_a else d_ts
+    behind = graph & has_prev & ~same_launch & (l_end + lat_cap < pe)
+    by_graph = graph & ~behind
+    by_stream = by_stream | behind
     # an activity that started before its launch call returned is the call's own work (a pageable copy staged by
     # the call): the call explains it
     in_call = launched & (d_ts <= a_end[np.maximum(d_launch, 0)]) if n_a else np.zeros(n_d, bool)
