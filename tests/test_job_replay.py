@@ -56,6 +56,10 @@ def test_straggler_fix_saves_the_injected_delay() -> None:
     assert strag["job_saving_us_per_step"] / 1000 == pytest.approx(cost_ms, rel=0.10)
     f = next(f for f in job["findings"] if f["rule"] == "nccl-wait")
     assert f["severity"] == "error" and f["evidence"]["job_saving_us_per_step"] == strag["job_saving_us_per_step"]
+    # one number per saving: the finding's savings_us (printed as ms/step everywhere) is that per-step saving,
+    # never its sum over the job's steps, and below the job's unprofiled step
+    assert f["savings_us"] == pytest.approx(strag["job_saving_us_per_step"], abs=0.01)
+    assert f["savings_us"] / 1000 < _manifest_ms("ddp_rank1_slowed")
     proj = job["projection"]["straggler_fixed"]
     # the job after the fix runs about as the balanced recording does (profiled 39.6 ms)
     balanced_us = _doc(RUNS / "ddp_balanced")["replay"]["traced_job_step_us"]

@@ -44,9 +44,12 @@ def run_rules(ctx: RuleContext, options: Options) -> tuple[list[dict], list[str]
 
 
 def run_job_rules(ctx: JobContext, options: Options) -> tuple[list[dict], list[str]]:
-    """(findings, warnings) of the selected rules that judge a whole job (`check_job`)."""
+    """(findings, warnings) of the selected rules that judge a whole job (`check_job`). A job rule prices its
+    finding over the job's analysed steps, as a trace's rules do before the replay; the document's `savings_us` is
+    per step everywhere (what every formatter prints as ms/step), so it is divided here by the job's steps."""
     out: list[dict] = []
     warns: list[str] = []
+    steps = max(int(ctx.comm.get("steps") or 1), 1)
     for code in options.selected():
         mod = RULES[code]
         check_job = getattr(mod, "check_job", None)
@@ -57,5 +60,5 @@ def run_job_rules(ctx: JobContext, options: Options) -> tuple[list[dict], list[s
         except Exception as e:  # noqa: BLE001 - as above
             warns.append(f"internal error in job rule {code} {mod.NAME}: {type(e).__name__}: {e}")
             continue
-        out.extend(f.to_dict() for f in found)
+        out.extend({**(d := f.to_dict()), "savings_us": round(d["savings_us"] / steps, 3)} for f in found)
     return ranked(out), warns
