@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import os
-import platform
 import subprocess
 import sys
 
@@ -44,9 +43,3 @@ def test_cli_run_sets_it_before_polars():
     code_, conf = _probe(code).split()
     assert code_ == "0" and conf.split(",")[-1] == VALUE  # polars put its defaults first and kept ours
 
-
-def test_cli_fixes_the_c_heap_mmap_threshold_unless_the_user_set_one():
-    # glibc's mallopt(M_MMAP_THRESHOLD) answers 1 when it takes the value; the user's own setting is left alone
-    code = "from traceview.ingest import heap_trim as h; print(h.fixed_mmap_threshold())"
-    assert _probe(code) == str(platform.libc_ver()[0] == "glibc")
-    assert _probe(code, MALLOC_MMAP_THRESHOLD_="65536") == "False"

@@ -259,11 +259,7 @@ ALLOCATOR_CONF = ("_RJEM_MALLOC_CONF", "narenas:1")
 
 def allocator_settings() -> bool:
     """Set polars' allocator to one arena unless the user configured it or polars is loaded already (then it is
-    too late), and fix the C heap's mmap threshold (numpy's arrays; `heap_trim.fixed_mmap_threshold`). Whether
-    polars' allocator was set."""
-    from ..ingest.heap_trim import fixed_mmap_threshold
-
-    fixed_mmap_threshold()
+    too late). Whether it was set."""
     key, value = ALLOCATOR_CONF
     if key in os.environ or "polars" in sys.modules:
         return False

@@ -4,26 +4,17 @@ numpy takes its arrays from the C library's malloc. glibc keeps what is freed in
 large free it raises its mmap threshold, so later large arrays come from the heap too —, where a small block
 that outlives the temporaries around it pins their pages: on the 132 MB trace ~25 MB of freed numpy temporaries
 stayed resident through the analysis, counted in its peak. `malloc_trim(0)` returns every free page of the
-heap, not only its top (glibc >= 2.8); elsewhere (musl, macOS, Windows) this is a no-op. The CLI's own run also
-keeps glibc's mmap threshold fixed (`fixed_mmap_threshold`), so large arrays never move into the heap at all.
+heap, not only its top (glibc >= 2.8); elsewhere (musl, macOS, Windows) this is a no-op.
 """
 
 from __future__ import annotations
 
 import functools
-import os
 from collections.abc import Callable
 from typing import Any
 
 #: below this many events the heap holds little to give back: no call (and no ctypes import on a tiny trace)
 MIN_EVENTS = 1 << 16
-
-
-#: glibc's `mallopt` parameter of the mmap threshold (malloc.h), and the value the CLI fixes it at: glibc's default
-#: start (128 KiB), which it raises to the size of any mapped block freed (up to 32 MiB) — from then on a freed
-#: array's pages stay in the heap, pinned by whatever small block outlives it. Fixed, every array from 128 KiB up
-#: is its own mapping, given back whole when freed (10 M tiny events: bench/README.md)
-M_MMAP_THRESHOLD, MMAP_THRESHOLD = -3, 128 * 1024
 
 
 @functools.cache
@@ -38,15 +29,6 @@ def _libc() -> Any:  # a ctypes.CDLL, or None
 
 def _malloc_trim() -> Callable[[int], int] | None:
     return getattr(_libc(), "malloc_trim", None)
-
-
-def fixed_mmap_threshold() -> bool:
-    """Fix glibc's mmap threshold at MMAP_THRESHOLD (no dynamic raise) unless the user set one
-    (`MALLOC_MMAP_THRESHOLD_`); whether it was set (False: not glibc, or the user's setting kept)."""
-    mallopt = getattr(_libc(), "mallopt", None)
-    if mallopt is None or "MALLOC_MMAP_THRESHOLD_" in os.environ:
-        return False
-    return bool(mallopt(M_MMAP_THRESHOLD, MMAP_THRESHOLD))
 
 
 def release(events: int) -> None:
