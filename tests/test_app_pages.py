@@ -143,7 +143,9 @@ def test_waterfall_and_its_table_show_the_same_numbers() -> None:
     assert list(table["bar"]) == wf["x"]
     shown = list(table["change (ms)"])
     assert shown[:-1] == [round(y, 3) for y in wf["y"][:-1]]
-    assert shown[-1] == round(p["all_fixed_unprofiled_step_us"] / 1000, 3) == 4.761
+    assert shown[-1] == round(p["all_fixed_unprofiled_step_us"] / 1000, 3)
+    # every fix together never lengthens the step, and leaves some of it
+    assert 0 < p["all_fixed_unprofiled_step_us"] <= p["replayed_unprofiled_step_us"]
 
 
 @pytest.fixture(scope="module")
