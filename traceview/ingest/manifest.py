@@ -145,7 +145,7 @@ def steady_unprofiled_ms(manifest: dict, file_name: str, rank: int | None) -> fl
     """This rank's steady unprofiled step (ms): the median of its measured unprofiled steps after the first, whose
     period still holds the warm-up (a compiled run's first wait steps: 5.9 and 4.2 ms, then 2.3 and 2.1 ms); the
     median of all of them when fewer than three were recorded, else rank_step_times' unprofiled median. The rule of
-    tools/labels.py (`steady_tail`) for collected4 and collected5's labels."""
+    tools/labels.py (`steady_tail`) for the twin sets' labels."""
     xs = rank_step_samples(manifest, file_name, rank)
     if len(xs) >= 3:
         return median(xs[1:])
