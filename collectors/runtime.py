@@ -96,6 +96,7 @@ class Session:
         self._traces: list[dict[str, Any]] = []
         self._warnings: list[str] = []
         self._in_boundary = False
+        self._pending_signal: int | None = None  # a SIGTERM/SIGHUP that came inside a step boundary
         self._stop_requested = False
         self._meta_written = 0.0
         self._traced = False
@@ -157,6 +158,12 @@ class Session:
         if self._terminated is not None:
             # a repeated signal (a second kill, or PR_SET_PDEATHSIG again on each re-parenting) must not cut
             # the trace being written
+            return
+        if self._in_boundary and self._pending_signal is None:
+            # The handler runs in the main thread, which may be inside a step boundary, the profiler half-way
+            # through its step transition (the lock is re-entrant): stopping it there can lose the capture. The
+            # boundary ends in microseconds and then terminates (`boundary`).
+            self._pending_signal = signum
             return
         if self._terminated is None:
             self._terminated = name
@@ -231,6 +238,11 @@ class Session:
                 self._stop_profiler()
             except Exception:
                 pass
+        finally:
+            self._in_boundary = False
+            if self._pending_signal is not None:  # deferred by _on_terminate: the transition is complete now
+                sig, self._pending_signal = self._pending_signal, None
+                self._on_terminate(sig, None)
 
     def _boundary(self, source: str) -> None:
         self.step_source = self.step_source or source
