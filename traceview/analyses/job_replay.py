@@ -21,7 +21,7 @@ import numpy as np
 import polars as pl
 
 from ..model import Trace
-from .replay import NEG, Transform, edges, longest, split, step_periods
+from .replay import NEG, Transform, activity_positions, edges, longest, split, step_periods
 from .replay_graph import Graph, build
 
 
@@ -39,15 +39,6 @@ class JobGraph:
     off: np.ndarray
     comm_dur: list[dict[int, int]]  # per rank: collective kernel gpu row -> duration kept (transfer after the join)
     collectives: int
-
-
-def _positions(d_i: np.ndarray, ids: np.ndarray) -> np.ndarray:
-    """Activity positions of gpu row ids (-1 where the graph has none)."""
-    o = np.argsort(d_i, kind="stable")
-    p = np.searchsorted(d_i[o], ids)
-    pc = np.minimum(p, max(o.size - 1, 0))
-    ok = (p < o.size) & (d_i[o[pc]] == ids) if o.size else np.zeros(ids.size, bool)
-    return np.where(ok, o[pc] if o.size else -1, -1)
 
 
 def _waits_float(g: Graph) -> Graph:
@@ -82,7 +73,7 @@ def build_job(traces: Sequence[Trace], ranks: Sequence[int], m: pl.DataFrame,
     join0 = int(sizes.sum())
     for k, (g, r) in enumerate(zip(graphs, ranks, strict=True)):
         rows = mm.filter(pl.col("rank") == r)
-        pos = _positions(g.d_i, rows["i"].to_numpy().astype(np.int64))
+        pos = activity_positions(g.d_i, rows["i"].to_numpy().astype(np.int64))
         ok = pos >= 0
         n_a = g.a_ts.size
         s_ev = first[k] + 2 * n_a + 2 * pos[ok]

@@ -149,6 +149,15 @@ def _unique(x: np.ndarray) -> np.ndarray:
     return x[np.concatenate([[True], x[1:] != x[:-1]])] if x.size else x
 
 
+def activity_positions(d_i: np.ndarray, ids: np.ndarray) -> np.ndarray:
+    """Activity positions of gpu row ids (-1 where the graph has none)."""
+    o = np.argsort(d_i, kind="stable")
+    p = np.searchsorted(d_i[o], ids)
+    pc = np.minimum(p, max(o.size - 1, 0))
+    ok = (p < o.size) & (d_i[o[pc]] == ids) if o.size else np.zeros(ids.size, bool)
+    return np.where(ok, o[pc] if o.size else -1, -1)
+
+
 def _cuts(g: Graph, transforms: Sequence[Transform]) -> tuple[np.ndarray, ...]:
     """(gap cut, join cut, own cut per anchor, new duration per activity, wait kept per anchor, device gap before
     each activity) of the transforms together."""
@@ -187,21 +196,14 @@ def _cuts(g: Graph, transforms: Sequence[Transform]) -> tuple[np.ndarray, ...]:
             got = dict(zip(t.host_cut.keys(), v, strict=True))
             np.add.at(cuts, flat[p], [got[int(i)] for i in rows.i[p]])
         if t.gpu_dur:
-            ids = np.fromiter(t.gpu_dur.keys(), np.int64)
+            k = activity_positions(g.d_i, np.fromiter(t.gpu_dur.keys(), np.int64))
             new = np.fromiter(t.gpu_dur.values(), np.int64)
-            o = np.argsort(g.d_i, kind="stable")
-            p = np.searchsorted(g.d_i[o], ids)
-            ok = (p < o.size) & (g.d_i[o[np.minimum(p, o.size - 1)]] == ids)
-            k = o[p[ok]]
-            np.minimum.at(dur, k, np.maximum(new[ok], 0))
+            np.minimum.at(dur, k[k >= 0], np.maximum(new[k >= 0], 0))
         if t.gpu_gap:
-            ids = np.fromiter(t.gpu_gap.keys(), np.int64)
+            k = activity_positions(g.d_i, np.fromiter(t.gpu_gap.keys(), np.int64))
             new = np.fromiter(t.gpu_gap.values(), np.int64)
-            o = np.argsort(g.d_i, kind="stable")
-            p = np.searchsorted(g.d_i[o], ids)
-            ok = (p < o.size) & (g.d_i[o[np.minimum(p, o.size - 1)]] == ids)
             d_gap = d_gap.copy() if d_gap is g.d_gap else d_gap
-            np.minimum.at(d_gap, o[p[ok]], np.maximum(new[ok], 0))
+            np.minimum.at(d_gap, k[k >= 0], np.maximum(new[k >= 0], 0))
         if len(t.no_wait):
             keep_wait &= ~np.isin(g.a_i, np.asarray(list(t.no_wait), np.int64)) | g.a_marker
     # a row that several fixes take off the host path (decode-loop's CUDA graph is launch-bound's) leaves it once
