@@ -26,7 +26,7 @@ import statistics
 import torch
 
 from collectors.examples._common import device
-from collectors.examples.real_models import build_gpt2, build_resnet
+from collectors.examples.real_models import OPTIM_IMPL, build_gpt2, build_resnet, model_args
 
 FIXES = ("sync-item", "attn", "amp", "optim-foreach", "optim-fused", "empty-cache", "bf16-cl")
 
@@ -34,18 +34,7 @@ FIXES = ("sync-item", "attn", "amp", "optim-foreach", "optim-fused", "empty-cach
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--fix", choices=FIXES, required=True)
-    ap.add_argument("--model", choices=["gpt2", "resnet", "resnet50"], default="gpt2")
-    ap.add_argument("--attn", choices=["eager", "sdpa"], default="sdpa")
-    ap.add_argument("--amp", action="store_true")
-    ap.add_argument("--optim", choices=["single", "foreach", "fused"], default="foreach")
-    ap.add_argument("--layers", type=int, default=6)
-    ap.add_argument("--d", type=int, default=768)
-    ap.add_argument("--heads", type=int, default=12)
-    ap.add_argument("--seq", type=int, default=512)
-    ap.add_argument("--vocab", type=int, default=50257)
-    ap.add_argument("--batch", type=int, default=8)
-    ap.add_argument("--size", type=int, default=224)
-    ap.add_argument("--channels-last", action="store_true")
+    model_args(ap)
     ap.add_argument("--block", type=int, default=4, help="steps per block (the first is left out)")
     ap.add_argument("--rounds", type=int, default=8)
     ap.add_argument("--warmup", type=int, default=3, help="untimed steps of each side first")
@@ -72,10 +61,9 @@ def main() -> None:
             sides[0]["args"].amp, sides[1]["args"].amp = False, True
     if sides[1]["model"] is not sides[0]["model"]:
         sides[1]["model"].load_state_dict(sides[0]["model"].state_dict())
-    impl = {"single": {"foreach": False}, "foreach": {"foreach": True}, "fused": {"fused": True}}
     opt_names = {"optim-foreach": ("single", "foreach"), "optim-fused": ("single", "fused")}.get(fix, (args.optim,) * 2)
     for sd, name in zip(sides, opt_names, strict=True):
-        sd["opt"] = torch.optim.AdamW(sd["model"].parameters(), lr=1e-4, **impl[name])
+        sd["opt"] = torch.optim.AdamW(sd["model"].parameters(), lr=1e-4, **OPTIM_IMPL[name])
     sides[0]["sync"], sides[1]["sync"] = fix == "sync-item", False
     sides[0]["empty"], sides[1]["empty"] = fix == "empty-cache", False
     logged: list = []

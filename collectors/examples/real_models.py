@@ -62,17 +62,16 @@ def build_resnet(args: argparse.Namespace, dev: torch.device) -> tuple[torch.nn.
     return model, loss_fn
 
 
-def main() -> None:
-    ap = argparse.ArgumentParser()
+#: `--optim` -> torch.optim.AdamW's keyword arguments
+OPTIM_IMPL = {"single": {"foreach": False}, "foreach": {"foreach": True}, "fused": {"fused": True}}
+
+
+def model_args(ap: argparse.ArgumentParser) -> None:
+    """The model, its size and the training options (the ones ab_real_models.py shares)."""
     ap.add_argument("--model", choices=["gpt2", "resnet", "resnet50"], default="gpt2")
-    ap.add_argument("--steps", type=int, default=12)
     ap.add_argument("--attn", choices=["eager", "sdpa"], default="sdpa")
     ap.add_argument("--amp", action="store_true", help="bf16 autocast")
-    ap.add_argument("--precision", choices=["highest", "high"], default="highest")
-    ap.add_argument("--optim", choices=["single", "foreach", "fused"], default="foreach")
-    ap.add_argument("--sync-item", action="store_true", help="loss.item() every step")
-    ap.add_argument("--compile", action="store_true")
-    ap.add_argument("--empty-cache", action="store_true", help="torch.cuda.empty_cache() every step")
+    ap.add_argument("--optim", choices=list(OPTIM_IMPL), default="foreach")
     ap.add_argument("--channels-last", action="store_true")
     ap.add_argument("--layers", type=int, default=6)
     ap.add_argument("--d", type=int, default=768)
@@ -81,13 +80,22 @@ def main() -> None:
     ap.add_argument("--vocab", type=int, default=50257)
     ap.add_argument("--batch", type=int, default=8)
     ap.add_argument("--size", type=int, default=224, help="ResNet image side")
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser()
+    model_args(ap)
+    ap.add_argument("--steps", type=int, default=12)
+    ap.add_argument("--precision", choices=["highest", "high"], default="highest")
+    ap.add_argument("--sync-item", action="store_true", help="loss.item() every step")
+    ap.add_argument("--compile", action="store_true")
+    ap.add_argument("--empty-cache", action="store_true", help="torch.cuda.empty_cache() every step")
     args = ap.parse_args()
     torch.set_float32_matmul_precision(args.precision)
     dev = device()
     torch.manual_seed(0)
     model, loss_fn = (build_gpt2 if args.model == "gpt2" else build_resnet)(args, dev)
-    impl = {"single": {"foreach": False}, "foreach": {"foreach": True}, "fused": {"fused": True}}[args.optim]
-    opt = torch.optim.AdamW(model.parameters(), lr=1e-4, **impl)  # its step() marks the collector's steps
+    opt = torch.optim.AdamW(model.parameters(), lr=1e-4, **OPTIM_IMPL[args.optim])  # its step() marks the collector's steps
     run = torch.compile(model) if args.compile else model
 
     timer = StepTimer(dev)
