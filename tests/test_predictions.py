@@ -65,7 +65,6 @@ def test_predicted_within_20_pct_of_measured(t):
 
 
 @pytest.mark.xfail(strict=True, reason="32 of 46 covered twins within ±20 % (70 %) where the issue asks for 80 % (docs/predictions.md)")
-@pytest.mark.xfail(strict=True, reason="32 of 46 covered twins within ±20 % (70 %) where the issue asks for 80 % (docs/predictions.md)")
 def test_the_issue_bar():
     scored = [(predicted(t["set"], t["problem"], t["rule"], t.get("variant")), t["measured_ms"]) for t in COVERED]
     hits = [abs(p / m - 1) <= P.BAND for p, m in scored if p is not None]

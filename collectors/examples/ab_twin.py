@@ -1,0 +1,115 @@
+"""A twin's saving measured in ONE process, with the problem's trace taken in that same process.
+
+Two processes of the same launch-bound loop can run the host 10–45 % apart on a shared machine, which alone is
+the size of a launch-bound fix's saving; a twin timed in two processes, or a trace taken in a third, mixes that
+in. Here one process runs, in order:
+
+1. the problem (`A`) once, long enough for `traceview collect`'s capture: its wait steps are the unprofiled
+   steps the profiler-cost model is solved to, its active steps the trace the prediction is made from;
+2. `--rounds` rounds of the problem and its fix (`B`), in ABBA order, each a fresh run of the example's own
+   `main()` (the model rebuilt, its first step left out as the example's step timer does), timed with CUDA
+   events and no profiler.
+
+The saving is the median over rounds of (A's median step − B's median step); the rounds' spread says how sure.
+A and B are example modules of this package with their options, as `record_collected*.sh` runs them:
+
+    traceview collect --wait 8 --warmup 1 --active 3 --shapes --name gpt2_item -- \\
+        python -m collectors.examples.ab_twin --rounds 6 \\
+        "real_models --model gpt2 --attn sdpa --amp --sync-item --batch 2 --seq 256" \\
+        "real_models --model gpt2 --attn sdpa --amp --batch 2 --seq 256"
+
+The collector follows the first optimizer that steps (the problem's first run); once that run ends its optimizer
+is gone and the later runs are not profiled. Prints one `AB_RESULT {json}` line, and writes it to the
+collector's run folder as `ab_result.json`.
+"""
+
+from __future__ import annotations
+
+import argparse
+import gc
+import json
+import runpy
+import shlex
+import statistics
+import sys
+
+import torch
+
+from collectors.examples import _common
+
+
+def run_once(spec: str, steps: int | None) -> list[float]:
+    """Run `collectors.examples.<module> ARGS` in this process; its steady step times (ms)."""
+    argv = shlex.split(spec)
+    if steps is not None:
+        argv += ["--steps", str(steps)]  # argparse keeps the last
+    got: list[dict] = []
+    report = _common.StepTimer.report
+
+    def keep(self: _common.StepTimer, name: str, skip: int = 1) -> dict:
+        out = report(self, name, skip)
+        got.append(out)
+        return out
+
+    _common.StepTimer.report = keep  # type: ignore[method-assign]
+    saved = sys.argv
+    sys.argv = [argv[0], *argv[1:]]
+    try:
+        runpy.run_module(f"collectors.examples.{argv[0]}", run_name="__main__")
+    finally:
+        sys.argv = saved
+        _common.StepTimer.report = report  # type: ignore[method-assign]
+    gc.collect()
+    if torch.cuda.is_available():
+        torch.cuda.synchronize()
+        torch.cuda.empty_cache()
+    if not got:
+        raise SystemExit(f"ab_twin: {argv[0]} reported no step times")
+    return got[-1]["step_ms"]
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("problem", help='the problem: "module ARGS" (a module of collectors.examples)')
+    ap.add_argument("fixed", help='its fixed twin: "module ARGS"')
+    ap.add_argument("--rounds", type=int, default=6)
+    ap.add_argument(
+        "--steps", type=int, default=None, help="steps of each timed run (default: the example's)"
+    )
+    ap.add_argument("--trace-steps", type=int, default=16, help="steps of the first (captured) problem run")
+    args = ap.parse_args()
+    traced = run_once(args.problem, args.trace_steps)
+    runs: dict[str, list[list[float]]] = {"problem": [], "fixed": []}
+    for r in range(args.rounds):
+        order = ("problem", "fixed") if r % 2 else ("fixed", "problem")
+        for side in order:
+            runs[side].append(run_once(getattr(args, side), args.steps))
+    med = {k: [statistics.median(v) for v in runs[k]] for k in runs}
+    per_round = [a - b for a, b in zip(med["problem"], med["fixed"], strict=True)]
+    out = {
+        "problem": args.problem,
+        "fixed": args.fixed,
+        "problem_step_ms": round(statistics.median(med["problem"]), 4),
+        "fixed_step_ms": round(statistics.median(med["fixed"]), 4),
+        "saving_ms": round(statistics.median(per_round), 4),
+        "per_round_saving_ms": [round(x, 3) for x in per_round],
+        "traced_run_step_ms": [round(x, 3) for x in traced],  # its profiled steps among them
+        "rounds": args.rounds,
+    }
+    print("AB_RESULT " + json.dumps(out), flush=True)
+    session = _collector()
+    if session is not None:  # next to the trace, for tools/ab_labels.py
+        (session.run_dir / "ab_result.json").write_text(json.dumps(out, indent=1) + "\n")
+
+
+def _collector() -> object | None:
+    """The `traceview collect` session of this process, if it runs under one."""
+    try:
+        from collectors import runtime
+    except ImportError:
+        return None
+    return runtime.current()
+
+
+if __name__ == "__main__":
+    main()

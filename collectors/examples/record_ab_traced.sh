@@ -1,0 +1,48 @@
+#!/usr/bin/env bash
+# Record sample_traces/ab_traced/: each twin in ONE process — the problem's trace (traceview collect) and the
+# problem and its fix timed unprofiled in ABBA rounds (collectors/examples/ab_twin.py). The prediction is made
+# from a trace whose process also measured the saving, so host speed differences between processes cancel.
+# Usage (repo root, on a CUDA machine): collectors/examples/record_ab_traced.sh OUT_DIR [GROUP...]
+#   GROUP: real | synth (default: both). Runs land in OUT_DIR/ab_traced/<problem>/, AB_RESULT lines on stdout.
+set -u
+OUTD=${1:-/tmp/tv_ab_traced}
+shift || true
+GROUPS_=${*:-real synth}
+PY=${PY:-python3}
+mkdir -p "$OUTD"
+$PY -c 'import torch; print("torch", torch.__version__, "cuda", torch.version.cuda,
+        torch.cuda.get_device_name(0) if torch.cuda.is_available() else "no GPU")'
+C="$PY -m collectors collect --out $OUTD/ab_traced --wait 8 --warmup 1 --active 3 --shapes"
+AB="$PY -m collectors.examples.ab_twin --rounds ${ROUNDS:-6}"
+. "$(dirname "$0")/_run.sh"
+G2="real_models --model gpt2 --attn sdpa --amp"
+
+for group in $GROUPS_; do
+case $group in
+real)  # --- real-library models (Hugging Face GPT-2, torchvision ResNet-18) ------------------------------------
+  run gpt2_sdpa_item $C --name gpt2_sdpa_item -- $AB "$G2 --sync-item --batch 2 --seq 256" "$G2 --batch 2 --seq 256"
+  run gpt2_eager_attn $C --name gpt2_eager_attn -- $AB "real_models --model gpt2 --attn eager --amp" "$G2"
+  run gpt2_sdpa_single $C --name gpt2_sdpa_single -- $AB "$G2 --optim single" "$G2 --optim foreach"
+  run gpt2_sdpa_single_f $C --name gpt2_sdpa_single_f -- $AB "$G2 --optim single" "$G2 --optim fused"
+  run gpt2_sdpa_empty_cache $C --name gpt2_sdpa_empty_cache -- $AB "$G2 --empty-cache" "$G2"
+  run gpt2_fp32 $C --name gpt2_fp32 -- $AB "real_models --model gpt2 --attn sdpa" "$G2"
+  run gpt2_eager_attn_s1024 $C --name gpt2_eager_attn_s1024 -- $AB \
+    "real_models --model gpt2 --attn eager --amp --seq 1024 --batch 4" "$G2 --seq 1024 --batch 4"
+  run resnet18_fp32 $C --name resnet18_fp32 -- $AB "real_models --model resnet --batch 64" \
+    "real_models --model resnet --batch 64 --amp --channels-last"
+  ;;
+synth)  # --- synthetic twins of collected3/5 ---------------------------------------------------------------------
+  run train_syncs_item_b16 $C --name train_syncs_item_b16 -- $AB "train_syncs --batch 16" "train_syncs --deferred --batch 16"
+  run adamw_l12_single $C --name adamw_l12_single -- $AB "optimizer_step --impl single --layers 12 --d 512" \
+    "optimizer_step --impl fused --layers 12 --d 512"
+  run elementwise_32mib_eager $C --name elementwise_32mib_eager -- $AB "elementwise_chain --mib 32" \
+    "elementwise_chain --mib 32 --compile"
+  run epilogue_bert_eager $C --name epilogue_bert_eager -- $AB "gemm_epilogue --model bert --fix none" \
+    "gemm_epilogue --model bert --fix fused"
+  run h2d_resnet18_pageable $C --name h2d_resnet18_pageable -- $AB "h2d_copy --model resnet18" \
+    "h2d_copy --model resnet18 --pinned"
+  run small_batch_c4_graph $C --name small_batch_c4_graph -- $AB "small_batch --rows 128 --per-call 4 --graph" \
+    "small_batch --rows 128 --per-call 128 --graph"
+  ;;
+esac
+done

@@ -1,0 +1,120 @@
+"""Write sample_traces/ab_traced/labels.json and MANIFEST.md from the runs' own `ab_result.json` and manifests.
+
+Each run of `collectors/examples/record_ab_traced.sh` is one process (`collectors/examples/ab_twin.py` under
+`traceview collect`): the problem's trace, its unprofiled wait steps (the collector's CUDA events) and the
+problem and its fix timed in ABBA rounds without the profiler. The saving measured there is the truth the
+prediction from that trace is checked against (`tools/predictions.py`, set `ab_traced`). What each twin is
+and which rule must price it are declared here. Run from the repo root: `python tools/ab_labels.py`
+(rewrites both files; a test checks they are current).
+"""
+
+from __future__ import annotations
+
+import json
+import statistics
+import sys
+from pathlib import Path
+
+SET = Path(__file__).resolve().parent.parent / "sample_traces" / "ab_traced"
+
+#: run → (fixed twin's name, the rule that prices the fix, the fix variant where the rule has several, the set
+#: holding the same twin measured in two processes)
+TWINS: dict[str, tuple[str, str, str | None, str]] = {
+    "gpt2_sdpa_item": ("gpt2_sdpa_noitem", "host-sync", None, "collected3"),
+    "gpt2_eager_attn": ("gpt2_sdpa", "materialized-attention", None, "collected3"),
+    "gpt2_sdpa_single": ("gpt2_sdpa", "unfused-optimizer", "foreach", "collected3"),
+    "gpt2_sdpa_single_f": ("gpt2_sdpa_fused", "unfused-optimizer", "fused", "collected3"),
+    "gpt2_sdpa_empty_cache": ("gpt2_sdpa_ref", "allocator-churn", None, "collected4"),
+    "gpt2_fp32": ("gpt2_sdpa", "fp32-gemm", None, "collected3"),
+    "gpt2_eager_attn_s1024": ("gpt2_sdpa_s1024", "materialized-attention", None, "collected4"),
+    "resnet18_fp32": ("resnet18_bf16_cl", "fp32-conv", None, "collected3"),
+    "train_syncs_item_b16": ("train_syncs_deferred_b16", "host-sync", None, "collected3"),
+    "adamw_l12_single": ("adamw_l12_fused", "unfused-optimizer", "fused", "collected3"),
+    "elementwise_32mib_eager": ("elementwise_32mib_compiled", "elementwise-chain", None, "collected3"),
+    "epilogue_bert_eager": ("epilogue_bert_fused", "gemm-epilogue", None, "collected5"),
+    "h2d_resnet18_pageable": ("h2d_resnet18_pinned", "pageable-memcpy", None, "collected5"),
+    "small_batch_c4_graph": ("small_batch_c128_graph", "small-grid", None, "collected4"),
+}
+
+
+def build() -> tuple[dict, str]:
+    """(labels, MANIFEST.md text) of the runs present in the set's folder."""
+    twins, lines = [], []
+    for run, (fixed, rule, variant, other) in TWINS.items():
+        d = SET / run
+        if not (d / "ab_result.json").is_file():
+            continue
+        ab = json.loads((d / "ab_result.json").read_text())
+        man = json.loads((d / "manifest.json").read_text())
+        wait = json.loads((d / "rank0.collect.json").read_text())["unprofiled_step_ms"]
+        spread = ab["per_round_saving_ms"]
+        twins.append(
+            {
+                "problem": run,
+                "fixed": fixed,
+                "rule": rule,
+                "fix_variant": variant,
+                "same_twin_in": other,
+                "problem_command": ab["problem"],
+                "fixed_command": ab["fixed"],
+                "problem_step_ms": ab["problem_step_ms"],
+                "fixed_step_ms": ab["fixed_step_ms"],
+                "measured_fix_saving_ms": ab["saving_ms"],
+                "per_round_saving_ms": spread,
+                "rounds": ab["rounds"],
+                "traced_run_wait_steps_median_ms": round(statistics.median(wait[1:]), 4),
+                "collect_command": man["command"],
+            }
+        )
+        lines.append(
+            f"| {run} → {fixed} | {rule}{f' ({variant})' if variant else ''} | {ab['problem_step_ms']:.3f} | "
+            f"{ab['fixed_step_ms']:.3f} | {ab['saving_ms']:.3f} | {min(spread):.3f} to {max(spread):.3f} |"
+        )
+    versions = {}
+    if twins:
+        first = json.loads((SET / twins[0]["problem"] / "manifest.json").read_text())
+        versions = {"torch": first["versions"]["torch"], "gpu": first.get("gpu_name")}
+    labels = {
+        "recorded": f"torch {versions.get('torch')}, {versions.get('gpu')}",
+        "how": (
+            "collectors/examples/record_ab_traced.sh: one process per twin (collectors/examples/ab_twin.py under "
+            "traceview collect --wait 8 --warmup 1 --active 3 --shapes): the problem traced once, then problem and fix "
+            "timed unprofiled in ABBA rounds, each a fresh run of the example with its first step left out; saving = "
+            "median over rounds of (problem's median step - fix's median step)"
+        ),
+        "twins": twins,
+    }
+    md = "\n".join(
+        [
+            "# ab_traced: twins measured in the process that took the problem's trace",
+            "",
+            "Recorded by `collectors/examples/record_ab_traced.sh` on "
+            + labels["recorded"]
+            + ". "
+            + labels["how"]
+            + ".",
+            "Written by `python tools/ab_labels.py`.",
+            "",
+            "| problem → fixed | rule | problem ms | fixed ms | saving ms | per-round saving ms |",
+            "|---|---|---:|---:|---:|---|",
+            *lines,
+            "",
+        ]
+    )
+    return labels, md
+
+
+def main(argv: list[str]) -> int:
+    labels, md = build()
+    text = json.dumps(labels, indent=1) + "\n"
+    if "--check" in argv:
+        same = (SET / "labels.json").read_text() == text and (SET / "MANIFEST.md").read_text() == md
+        return 0 if same else 1
+    (SET / "labels.json").write_text(text)
+    (SET / "MANIFEST.md").write_text(md)
+    print(f"{len(labels['twins'])} twins written to {SET}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))
