@@ -318,8 +318,9 @@ MISSES = {
     "the fixed twin's (26.6 vs 23.8 ms) and replays the problem step at 33.1 of 34.5 ms",
     "input_workers_nw2": "8.45 predicted vs 5.62 ms measured (+50 %): the workers' pace (17.0 ms, the collector's "
     "steady unprofiled steps) less the loop's own replayed step (8.5 ms; 7.2-7.7 ms measured while the prefetch "
-    "buffer lasted), but the fixed twin's loop runs 11.4 ms: its 10 busy worker processes take CPU from the "
-    "training process, which the replay does not model",
+    "buffer lasted), but the fixed twin's loop runs 11.4 ms: the problem run's main thread ran its forward ops "
+    "~35 % faster than every other run of the program (aten::linear median 32 vs 48-58 µs, collected5's nw0 "
+    "without worker processes included), so the loop priced from its trace is a faster host's (docs/predictions.md)",
 }
 
 
