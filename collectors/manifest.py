@@ -136,6 +136,8 @@ def merge(run_dir: Path, **updates: Any) -> dict[str, Any]:
         man["versions"] = first.get("versions")
         man.setdefault("options", {})["activities"] = first.get("activities")
         man["gpu_name"] = next((r["gpu_name"] for r in ranks if r.get("gpu_name")), None)
+        for k in ("cpu_count", "cpu_affinity"):  # the lowest rank's host (each rank keeps its own)
+            man[k] = first.get(k)
         if not man.get("argv"):
             man["argv"] = first.get("argv", [])
     man["traces"] = sorted(
@@ -185,6 +187,8 @@ def base_manifest(run_dir: Path, cfg: dict[str, Any], argv: list[str], launcher:
         },
         "versions": None,
         "gpu_name": None,
+        "cpu_count": None,
+        "cpu_affinity": None,
         "ranks": [],
         "traces": [],
         "step_time": None,

@@ -523,6 +523,7 @@ class Session:
             "world_size": self.world_size,
             "pid": os.getpid(),
             "hostname": socket.gethostname(),
+            **_cpus(),
             "argv": sys.argv,
             **self._device_info(),
             "activities": ["cpu", "cuda"] if self.cuda else ["cpu"],
@@ -548,6 +549,16 @@ class Session:
             mf.write_json_atomic(self._meta_path, meta)
         except OSError as exc:
             _warn(f"cannot write {self._meta_path}: {exc!r}")
+
+
+def _cpus() -> dict[str, int | None]:
+    """The host's CPUs as this rank sees them: `cpu_count` (the machine's logical CPUs) and `cpu_affinity` (those
+    the process may run on, which its DataLoader workers inherit): how many worker processes can run at once."""
+    try:
+        affinity: int | None = len(os.sched_getaffinity(0))
+    except (AttributeError, OSError):  # not on Linux
+        affinity = None
+    return {"cpu_count": os.cpu_count(), "cpu_affinity": affinity}
 
 
 class _ModuleAnnotator:

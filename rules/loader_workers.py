@@ -26,14 +26,19 @@ Enough workers for the measured per-batch CPU time: `DataLoader(num_workers=N, p
 pin_memory=True, prefetch_factor=2)` with N from the finding (at most the free CPU cores), or a cheaper
 per-sample transform: decode once and cache, smaller source images, augmentation on the GPU (torchvision
 `transforms.v2` on CUDA tensors, NVIDIA DALI). `pin_memory=True` is named only when the trace shows pageable
-host-to-device copies.
+host-to-device copies. The workers share the host's cores with the training process: where the collector recorded
+them (`cpu_affinity` / `cpu_count` in its manifest), at most F = CPUs − the loop's threads (those that run ops in
+the steps) workers run at once, so the advice is at most F and the fix is priced at no less than the per-batch CPU
+time over F (with F at or below the current count: more workers do not help, only a cheaper transform); where
+they were not recorded, the fix text says how many free cores the saving assumes.
 
 ## Evidence
 The DataLoader wait per step and its share, the steps that waited, the mean step period T, the replayed step
 without the waits c (unprofiled), the ratio T / c, the worker count N and where it comes from (the option, or the
 long waits' period and their steps), the per-batch worker CPU time N x T and the workers needed when N is known,
-whether copies are pageable. Savings (per step, unprofiled) are replayed:
-`fix_transform` takes the `__next__` spans off the training thread's path (batches ready when asked).
+whether copies are pageable, the host's CPUs (null: not recorded), the loop's threads and the cores the fix
+needs. Savings (per step, unprofiled) are replayed: `fix_transform` takes the `__next__` spans off the training
+thread's path (batches ready when asked), at no less than the free cores' pace where the CPUs are recorded.
 
 ## Options
 - `moderate_pct` (5.0): DataLoader share at which a finding is reported (warning) — tb_plugin rule 1 (5 %), XProf "moderately input-bound" (5 %).
@@ -48,6 +53,7 @@ whether copies are pageable. Savings (per step, unprofiled) are replayed:
 
 from __future__ import annotations
 
+import dataclasses
 import math
 from collections.abc import Sequence
 from pathlib import Path
@@ -62,7 +68,7 @@ from traceview.analyses.fixes import input_floor_ns
 from traceview.analyses.overhead import profiler_transform
 from traceview.analyses.replay import Transform, replay, spans
 from traceview.evidence import UNSET, Meta, UnsetType
-from traceview.ingest.manifest import rank_step_samples
+from traceview.ingest.manifest import rank_cpus, rank_step_samples
 from traceview.ruleapi import Finding, Option, RuleContext
 
 from . import input_bound
@@ -141,6 +147,39 @@ def current_workers(ctx: RuleContext) -> tuple[int, str, list[int]] | None:
     return (got[0], "collector", [i + 1 for i in got[1]]) if got is not None else None
 
 
+def loop_threads(ctx: RuleContext) -> int:
+    """The training process's threads that run ops in the steps (the main thread, autograd's): each takes a core
+    the worker processes cannot use while the loop runs without waiting."""
+    h = ctx.trace.host
+    if ctx.steps.height == 0 or "cat" not in h.columns:
+        return 1
+    ops = h.filter(
+        (pl.col("cat") == "cpu_op") & (pl.col("ts") >= ctx.steps["ts"].min()) & (pl.col("ts") < ctx.steps["end"].max())
+    )
+    return max(1, ops["tid"].n_unique())
+
+
+def host_cpus(ctx: RuleContext) -> int | None:
+    """The CPUs the training process may run on, which its worker processes inherit (the collector's manifest:
+    `cpu_affinity`, else `cpu_count`); None: not recorded (Kineto records no core count)."""
+    doc = ctx.trace.meta.manifest
+    return rank_cpus(doc, Path(ctx.trace.meta.path or "").name, ctx.trace.meta.rank) if doc is not None else None
+
+
+def cores_floor_ns(ctx: RuleContext, per_batch_ns: float, pace_ns: float) -> float | None:
+    """The fastest step the worker processes can feed when the host's free cores bound them (ns), else None.
+
+    N workers needing P of CPU per batch run at once on at most F = cpus - (the loop's threads) cores, so however
+    many there are they deliver at most F batches per P: the step is at least P / F. At most the current pace
+    (the workers ran at it). None when the core count is not recorded or leaves the workers P / F below the pace
+    they ran at with more than enough cores."""
+    cpus = host_cpus(ctx)
+    if cpus is None or per_batch_ns <= 0:
+        return None
+    free = max(cpus - loop_threads(ctx), 1)
+    return min(per_batch_ns / free, pace_ns)
+
+
 def applies(ctx: RuleContext) -> bool:
     """Whether the trace's DataLoader runs worker processes on a GPU trace (TV401 judges the others)."""
     return ctx.cpu is None and bool(ctx.features.dataloader_workers)
@@ -150,7 +189,8 @@ def _need(ctx: RuleContext) -> float:
     """c: the mean replayed unprofiled step with the DataLoader waits off the host path (ns)."""
 
     def run() -> float:
-        t = fix_transform(ctx)
+        t = fix_transform(ctx)  # the loop's own step: without the pace of the workers the fix gives
+        t = dataclasses.replace(t, floor_ns=None) if t else None
         r = replay(ctx.trace, ctx.steps, [profiler_transform(ctx.trace), *([t] if t else [])])
         return float(np.mean(r)) if r.size else 0.0
 
@@ -198,6 +238,14 @@ class Evidence(input_bound.Evidence, kw_only=True):
     note: Annotated[
         str | UnsetType, Meta(description="set when the loop waited in only some of the steps")
     ] = UNSET
+    host_cpus: Annotated[int | None, Meta(
+        description="the CPUs the training process may run on (the collector's manifest; null: not recorded, "
+                    "and the saving assumes enough free cores)")] = None
+    loop_threads: Annotated[int, Meta(
+        description="the training process's threads that run ops in the steps (each needs a core)")] = 1
+    cores_needed: Annotated[float | UnsetType, Meta(
+        description="cores the fix needs: the workers' CPU per batch over the step without waiting, plus "
+                    "`loop_threads` (with `num_workers`)")] = UNSET
 
 
 def check(ctx: RuleContext) -> list[Finding]:
@@ -245,6 +293,8 @@ def check(ctx: RuleContext) -> list[Finding]:
         num_workers=nw or None,
         num_workers_from=nw_from,
         long_wait_steps=long_steps,
+        host_cpus=host_cpus(ctx),
+        loop_threads=loop_threads(ctx),
     )
     if hidden:
         ev.unprofiled = Unprofiled(
@@ -255,26 +305,41 @@ def check(ctx: RuleContext) -> list[Finding]:
                   f"{pace / 1e6:.1f} ms (the workers' pace, the mean of its steady steps)"),
         )
     pin = "pin_memory=True, " if pageable else ""
-    tail = (
-        "; if the host has fewer free cores, make the per-sample transform cheaper instead: decode once and cache, "
-        "smaller source images, augmentation on the GPU (torchvision transforms.v2 on CUDA tensors, NVIDIA DALI)"
+    cheaper = (
+        "decode once and cache, smaller source images, augmentation on the GPU (torchvision transforms.v2 on CUDA "
+        "tensors, NVIDIA DALI)"
         + (", and pin memory with non_blocking=True copies (the copies are pageable)." if pageable else ".")
     )
+    tail = "; if the host has fewer free cores, make the per-sample transform cheaper instead: " + cheaper
     if ratio is None:
         fix = FIX
     elif nw:
         per_batch = nw * period
         want = max(nw + 1, math.ceil(nw * ratio))
         ev.per_batch_cpu_us, ev.workers_needed = round(per_batch / 1000, 3), want
+        ev.cores_needed = round(per_batch / need + ev.loop_threads, 1)
+        free = None if ev.host_cpus is None else max(ev.host_cpus - ev.loop_threads, 1)
+        if free is not None and want > free:  # the host cannot run that many at once: at most its free cores
+            want = ev.workers_needed = max(free, nw)
         now = {"option": f"now {nw}",
                "trace": f"now {nw}: the trace's steps wait long every {nw} steps, {_steps(long_steps)}",
                "collector": f"now {nw}: the collector's unprofiled steps wait long every {nw} steps, its "
                             f"{_steps(long_steps)}"}[nw_from]
+        more = (
+            f"About {want} DataLoader workers ({now})"
+            if want > nw
+            else f"More DataLoader workers do not help ({now}: they already use the free cores)"
+        )
         fix = (
-            f"About {want} DataLoader workers ({now}): each batch costs about {_dur(per_batch)} of CPU in a "
+            f"{more}: each batch costs about {_dur(per_batch)} of CPU in a "
             f"worker ({nw} workers deliver one every {period / 1e6:.1f} ms), and the step needs {need / 1e6:.1f} ms "
-            f"without waiting. DataLoader(num_workers={want}, persistent_workers=True, {pin}prefetch_factor=2)"
-            + tail
+            f"without waiting."
+            + (
+                f" DataLoader(num_workers={want}, persistent_workers=True, {pin}prefetch_factor=2)" + tail
+                if want > nw
+                else " Make the per-sample transform cheaper: " + cheaper
+            )
+            + _cores_text(ev, per_batch, need, free)
         )
     else:
         ev.workers_factor = round(ratio, 2)
@@ -316,10 +381,38 @@ def check(ctx: RuleContext) -> list[Finding]:
     ]
 
 
+def _cores_text(ev: Evidence, per_batch: float, need: float, free: int | None) -> str:
+    """The fix text's sentence on the host's cores, which the worker processes share with the loop's threads."""
+    k = ev.loop_threads
+    if free is None:
+        return (
+            f" The saving assumes about {math.ceil(ev.cores_needed or 0)} free cores ({per_batch / need:.1f} for the "
+            f"workers at one batch every {need / 1e6:.1f} ms, one for each of the loop's {k} threads); the trace "
+            "does not record the host's cores (a current `traceview collect` does), and with F free cores for the "
+            f"workers the step is at least {_dur(per_batch)} / F."
+        )
+    if per_batch / need <= free:
+        return f" The process may run on {ev.host_cpus} CPUs: enough for the workers and the loop's {k} threads."
+    return (
+        f" The process may run on {ev.host_cpus} CPUs and the loop's {k} threads take {k}: at most {free} workers "
+        f"run at once, a batch every {per_batch / free / 1e6:.1f} ms at best, which the saving is priced at; "
+        "beyond that only a cheaper per-sample transform helps."
+    )
+
+
 def fix_transform(ctx: RuleContext) -> Transform | None:
     """The fix as a replay transformation: enough workers have every batch ready, so the DataLoader's `__next__`
-    time leaves the training thread's path (every host row inside the spans). The copy to the device stays."""
+    time leaves the training thread's path (every host row inside the spans). The copy to the device stays.
+    Where the collector recorded the host's CPUs and the worker count is known, the workers run on at most the
+    cores the loop's threads leave free (`cores_floor_ns`): the step is held to their pace at that count."""
     if not applies(ctx):
         return None
     sp = dataloader_spans(ctx.trace)
-    return Transform(NAME, host_spans=spans(sp), input_ready=True) if sp.height else None
+    if not sp.height:
+        return None
+    floor = None
+    known = current_workers(ctx) if host_cpus(ctx) is not None else None
+    if known is not None:
+        pace = input_floor_ns(ctx) or ctx.window_ns / max(ctx.steps.height, 1)
+        floor = cores_floor_ns(ctx, known[0] * pace, pace)
+    return Transform(NAME, host_spans=spans(sp), input_ready=True, floor_ns=floor)

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import gzip
 import json
+import os
 import shutil
 import subprocess
 import sys
@@ -26,13 +27,14 @@ SCRIPTS = REPO / "tests" / "scripts"
 MANIFEST_KEYS = {
     "manifest_version", "tool", "run", "created", "finished", "exit_code", "command", "argv", "cwd",
     "hostname", "launcher", "world_size", "mode", "schedule", "options", "versions", "gpu_name",
-    "ranks", "traces", "step_time", "signal", "launcher_lost",
+    "ranks", "traces", "step_time", "signal", "launcher_lost", "cpu_count", "cpu_affinity",
 }  # fmt: skip
 RANK_KEYS = {
     "rank", "local_rank", "world_size", "pid", "device", "gpu_name", "activities", "versions",
     "step_source", "steps_seen", "step_time_method", "unprofiled_step_ms", "profiled_step_ms",
     "post_capture_step_ms", "warmup_step_ms",
     "unprofiled_step_ms_median", "profiled_step_ms_median", "traces", "warnings", "terminated_by",
+    "cpu_count", "cpu_affinity",
 }  # fmt: skip
 
 
@@ -109,6 +111,9 @@ def test_train_script_modules_and_exit_code(tmp_path: Path) -> None:
     (rank,) = man["ranks"]
     assert RANK_KEYS <= rank.keys()
     assert rank["step_source"] == "optimizer" and rank["steps_seen"] == 10
+    # the host's CPUs as the job saw them (its DataLoader workers share them): the same machine as this test
+    assert rank["cpu_count"] == man["cpu_count"] == os.cpu_count()
+    assert rank["cpu_affinity"] == man["cpu_affinity"] == len(os.sched_getaffinity(0))
     # Steps 1-2 waited (step 0 includes start-up), 3 warmed up, 4-6 were recorded, 7-9 ran after the capture.
     assert len(rank["unprofiled_step_ms"]) == 2 and len(rank["profiled_step_ms"]) == 3
     assert len(rank["warmup_step_ms"]) == 1 and len(rank["post_capture_step_ms"]) == 3

@@ -107,3 +107,26 @@ def test_collect_run_folder_and_output(tmp_path: Path) -> None:
     assert st["profiled_spread"] == round(max(prof) / min(prof), 2)
     warned = "traceview collect: warning: profiled steps vary" in r.stderr
     assert warned == (st["profiled_spread"] > SPREAD_WARN) == (st["spread_warning"] is not None)
+
+
+def test_merge_carries_the_hosts_cpus(tmp_path: Path) -> None:
+    """The ranks' recorded CPUs reach the manifest (the lowest rank's at the top, each rank's own in `ranks`), and
+    the analyzer's reader takes a rank's affinity over its machine count (what its DataLoader workers may use)."""
+    from collectors import manifest as mf
+    from traceview.ingest.manifest import parse_manifest, rank_cpus
+
+    for rank, (count, aff) in enumerate([(64, 12), (64, 16)]):
+        mf.write_json_atomic(
+            tmp_path / f"rank{rank}.collect.json",
+            {"rank": rank, "world_size": 2, "cpu_count": count, "cpu_affinity": aff, "traces": [],
+             "unprofiled_step_ms": [], "profiled_step_ms": []},
+        )  # fmt: skip
+    man = mf.merge(tmp_path)
+    assert (man["cpu_count"], man["cpu_affinity"]) == (64, 12)
+    assert [(r["cpu_count"], r["cpu_affinity"]) for r in man["ranks"]] == [(64, 12), (64, 16)]
+    doc, why = parse_manifest(json.loads((tmp_path / "manifest.json").read_text()))
+    assert why is None and rank_cpus(doc, "none", 1) == 16 and rank_cpus(doc, "none", 0) == 12
+    doc["ranks"][1]["cpu_affinity"] = None  # not recorded off Linux: the machine's count
+    assert rank_cpus(doc, "none", 1) == 64
+    bad, why = parse_manifest({"manifest_version": 1, "ranks": [{"rank": 0, "cpu_affinity": "12"}]})
+    assert rank_cpus(bad, "none", 0) is None and "ranks[0].cpu_affinity" in why

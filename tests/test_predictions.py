@@ -36,9 +36,9 @@ MISSES = {  # fmt: skip
     ("collected4", "gpt2_eager_attn_s1024", "gpt2_sdpa_s1024"): "6.015 predicted vs 8.742 ms measured (-31%): a near-device-bound measurement read as a slow host",
     ("collected4", "small_batch_c4_graph", "small_batch_c128_graph"): "1.244 predicted vs 1.673 ms measured (-26%)",
     ("collected4", "gpt2_sdpa_empty_cache", "gpt2_sdpa_ref"): "6.956 predicted vs 11.025 ms measured (-37%)",
-    ("collected4", "input_workers_nw2", "input_workers_nw10"): "8.448 predicted vs 5.616 ms measured (+50%)",
+    ("collected4", "input_workers_nw2", "input_workers_nw10"): "8.448 predicted vs 5.616 ms measured (+50%): the problem run's main thread ran its forward ops ~35% faster than every other run of the program (aten::linear median 32 vs 48-58 us, incl. collected5's nw0 with no worker processes); the priced loop is that fast host's",
     ("collected5", "epilogue_bert_eager", "epilogue_bert_fused"): "0.086 predicted vs 1.476 ms measured (-94%): the fused twin's host ran 27% faster on every op the fix does not touch",
-    ("collected5", "h2d_resnet18_pageable", "h2d_resnet18_pinned"): "6.083 predicted vs 4.508 ms measured (+35%)",
+    ("collected5", "h2d_resnet18_pageable", "h2d_resnet18_pinned"): "6.083 predicted vs 4.508 ms measured (+35%): the profiler slowed the pageable copy's host staging (6.3-6.8 GB/s traced vs the MLP twin's 8.2-8.6); at that rate the copy is 4.6 ms unprofiled and the rest 12.4 ms, the pinned twin's 12.45",
     ("collected5", "gpt2c_recompile", "gpt2c_mark_dynamic"): "3288.878 predicted vs 2616.195 ms measured (+26%): the compile runs 1.31x slower profiled here, 1.13x on collected2's recompile twin; the fix removes it at its traced length (docs/predictions.md)",
     ("collected5", "cpu_adamw_single", "cpu_adamw_foreach"): "cpu-op-overhead has no replay model (a CPU-only trace); 0.214 ms measured",
 }

@@ -68,7 +68,8 @@ class Transform:
     host_spans: Sequence[tuple[int, int, int]] = ()
     bound_us: float | None = None  # the most the fix saves per step (fixes.per_step_us), None: the replay's saving
     #: a pace from outside the graph (ns per step): the mean replayed period is at least this, unless a transform
-    #: given with it is `input_ready` (the DataLoader's worker processes: fixes.input_floor_ns)
+    #: given with it is `input_ready` (the DataLoader's worker processes: fixes.input_floor_ns); an `input_ready`
+    #: transform's own floor is the pace of the workers its fix gives (rules/loader_workers.py: the free cores)
     floor_ns: float | None = None
     input_ready: bool = False  # the fix keeps batches ready: the workers' pace (`floor_ns`) no longer holds the step
 
@@ -392,10 +393,13 @@ def replay(trace: Trace, steps: pl.DataFrame, transforms: Sequence[Transform] = 
 
 def floored(periods: np.ndarray, transforms: Sequence[Transform]) -> np.ndarray:
     """`periods` with their mean raised to the transforms' pace from outside the graph (`floor_ns`, the largest),
-    unless one of them keeps the input ready: the steps wait for the DataLoader's workers, which deliver a batch
-    per floor_ns however fast the loop runs. Each step takes an equal part of the wait (savings compare means)."""
-    floors = [t.floor_ns for t in transforms if t.floor_ns]
-    if not floors or periods.size == 0 or any(t.input_ready for t in transforms):
+    unless one of them keeps the input ready (then only such a transform's own floor holds: the pace of the
+    workers the fix gives): the steps wait for the DataLoader's workers, which deliver a batch per floor_ns
+    however fast the loop runs. Each step takes an equal part of the wait (savings compare means)."""
+    ready = any(t.input_ready for t in transforms)
+    # batches ready: the workers' old pace no longer holds, the pace the fix itself gives (its own floor) does
+    floors = [t.floor_ns for t in transforms if t.floor_ns and (t.input_ready or not ready)]
+    if not floors or periods.size == 0:
         return periods
     short = max(floors) - float(periods.mean())
     return periods + short if short > 0 else periods

@@ -3,7 +3,7 @@
 Plain stdlib, shared with the collector (collectors/manifest.py writes what this reads), so the launcher and
 `traceview trigger` stay light. Keys (docs/collect.md): `manifest_version`, `run`, `command`, `argv`,
 `options`, `ranks` [{rank, traces: [{file}], unprofiled_step_ms, profiled_step_ms, *_median,
-step_time_method}], `step_time` {profiled_ms_median, unprofiled_ms_median}, `exit_code`.
+step_time_method, cpu_count, cpu_affinity}], `step_time` {profiled_ms_median, unprofiled_ms_median}, `exit_code`.
 The loader keeps the parsed document in `TraceMeta.manifest`; analyses and rules read it from there, never
 from disk.
 """
@@ -58,7 +58,7 @@ def parse_manifest(doc: Any) -> tuple[dict | None, str | None]:
 
 
 _STEP_TIME_KEYS = ("profiled_ms_median", "unprofiled_ms_median")
-_RANK_KEYS = ("unprofiled_step_ms_median", "profiled_step_ms_median")
+_RANK_KEYS = ("unprofiled_step_ms_median", "profiled_step_ms_median", "cpu_count", "cpu_affinity")
 
 
 def _is_num(v: object) -> bool:
@@ -133,6 +133,14 @@ def rank_entry(manifest: dict, file_name: str, rank: int | None) -> dict:
         if any(isinstance(t, dict) and t.get("file") == file_name for t in r.get("traces") or []):
             return r
     return next((r for r in ranks if r.get("rank") == (rank or 0)), {})
+
+
+def rank_cpus(manifest: dict, file_name: str, rank: int | None) -> int | None:
+    """The CPUs this rank's process may run on (its affinity, else the machine's count; its DataLoader workers
+    inherit them), or None: a manifest of a collector that did not record them."""
+    r = rank_entry(manifest, file_name, rank)
+    n = _num(r.get("cpu_affinity")) or _num(r.get("cpu_count"))
+    return int(n) if n else None
 
 
 def rank_step_samples(manifest: dict, file_name: str, rank: int | None) -> list[float]:
