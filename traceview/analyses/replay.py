@@ -182,13 +182,13 @@ def _parts(g: Graph) -> dict:
     return {}
 
 
-def _part(g: Graph, field_: str, obj, make):
-    """The cached `make(obj)` of a transform's field on graph `g` (`_parts`)."""
+def _part(g: Graph, field_: str, objs: tuple, make):
+    """The cached `make(*objs)` of transforms' field (a mapping or sequence of each) on graph `g` (`_parts`)."""
     parts = _parts(g)
-    key = (field_, id(obj))
+    key = (field_, tuple(id(o) for o in objs))
     hit = parts.get(key)
-    if hit is None or hit[0] is not obj or hit[1] != len(obj):
-        hit = parts[key] = (obj, len(obj), make(obj))
+    if hit is None or any(a is not b for a, b in zip(hit[0], objs, strict=True)) or hit[1] != [len(o) for o in objs]:
+        hit = parts[key] = (objs, [len(o) for o in objs], make(*objs))
     return hit[2]
 
 
@@ -203,6 +203,7 @@ def _cuts(g: Graph, transforms: Sequence[Transform]) -> tuple[np.ndarray, ...]:
     keep_wait = g.a_wait >= 0
     sp = [s for t in transforms for s in t.host_spans]
     in_span = None  # rows inside a removed span (none without spans)
+    exact = True  # every cut so far a whole number of ns
     if sp and n_a:
         covered = _coverage(np.asarray(sp, np.int64).reshape(-1, 3), g.a_tid)
         # a joined anchor's gap runs from the previous call's end to the handoff; the rest, up to its start, is
@@ -231,29 +232,42 @@ def _cuts(g: Graph, transforms: Sequence[Transform]) -> tuple[np.ndarray, ...]:
                 # (an anchor's own runtime row is among its rows: `inside` its own time); rows in a removed span: once
                 w = per_kind[rows.kind] if in_span is None else np.where(in_span, 0.0, per_kind[rows.kind])
                 cuts += np.bincount(_flat(g), weights=w, minlength=3 * n_a)
+                exact = False
         if t.host_cut:
-            p, v = _part(g, "host_cut", t.host_cut, lambda m: _host_cut(g, m))
-            np.add.at(cuts, p, v)
+            p, v, whole = _part(g, "host_cut", (t.host_cut,), lambda m: _host_cut(g, m))
+            exact &= whole
+            _add(cuts, p, v, exact)
         if t.gpu_dur:
-            k, new = _part(g, "gpu_dur", t.gpu_dur, lambda m: _by_activity(g, m))
+            k, new = _part(g, "gpu_dur", (t.gpu_dur,), lambda m: _by_activity(g, m))
             np.minimum.at(dur, k, new)
         if t.gpu_gap:
-            k, new = _part(g, "gpu_gap", t.gpu_gap, lambda m: _by_activity(g, m))
+            k, new = _part(g, "gpu_gap", (t.gpu_gap,), lambda m: _by_activity(g, m))
             d_gap = d_gap.copy() if d_gap is g.d_gap else d_gap
             np.minimum.at(d_gap, k, new)
         if len(t.no_wait):
-            keep_wait &= _part(g, "no_wait", t.no_wait,
+            keep_wait &= _part(g, "no_wait", (t.no_wait,),
                                lambda ids: ~np.isin(g.a_i, np.asarray(list(ids), np.int64)) | g.a_marker)
     # a row that several fixes take off the host path (decode-loop's CUDA graph is launch-bound's) leaves it once
-    removed = [t.host_removed for t in transforms if len(t.host_removed)]
+    removed = tuple(t.host_removed for t in transforms if len(t.host_removed))
     if removed:
-        if len(removed) == 1:
-            p = _part(g, "host_removed", removed[0], lambda ids: rows.positions(_unique(_ids(ids))))
-        else:
-            p = rows.positions(_unique(np.concatenate(
-                [_part(g, "host_removed_ids", r, lambda ids: _unique(_ids(ids))) for r in removed])))
-        np.add.at(cuts, _flat(g, p), rows.dur[p].astype(np.float64))
+        _add(cuts, *_part(g, "host_removed", removed, lambda *rs: _removed(g, rs)), exact)
     return cuts[:n_a], cuts[n_a:2 * n_a], cuts[2 * n_a:], dur, keep_wait, d_gap
+
+
+def _add(cuts: np.ndarray, slots: np.ndarray, ns: np.ndarray, exact: bool) -> None:
+    """cuts[slots] += ns, row by row; where every value so far is a whole number of ns (exact in float64, so the
+    order of the additions cannot show), as one sum per slot."""
+    if exact:
+        cuts += np.bincount(slots, weights=ns, minlength=cuts.size)
+    else:
+        np.add.at(cuts, slots, ns)
+
+
+def _removed(g: Graph, removed: tuple) -> tuple[np.ndarray, np.ndarray]:
+    """(slots, ns) of the host rows that transforms' `host_removed` take off the host path, each row once."""
+    rows = g.seg_rows
+    p = rows.positions(_unique(np.concatenate([_ids(r) for r in removed])))
+    return _flat(g, p), rows.dur[p].astype(np.float64)
 
 
 def _ids(ids) -> np.ndarray:
@@ -261,13 +275,14 @@ def _ids(ids) -> np.ndarray:
     return np.asarray(list(ids), np.int64)
 
 
-def _host_cut(g: Graph, cut: Mapping[int, int]) -> tuple[np.ndarray, np.ndarray]:
-    """(slots, ns) of a transform's `host_cut`, in the order of the rows found."""
+def _host_cut(g: Graph, cut: Mapping[int, int]) -> tuple[np.ndarray, np.ndarray, bool]:
+    """(slots, ns, whether every ns is whole) of a transform's `host_cut`, in the order of the rows found."""
     rows = g.seg_rows
     p = rows.positions(np.fromiter(cut.keys(), np.int64))
     v = np.fromiter(cut.values(), np.float64)
     got = dict(zip(cut.keys(), v, strict=True))
-    return _flat(g, p), np.array([got[int(i)] for i in rows.i[p]], np.float64)
+    ns = np.array([got[int(i)] for i in rows.i[p]], np.float64)
+    return _flat(g, p), ns, bool(np.all(np.isfinite(ns) & (ns == np.trunc(ns))))
 
 
 def _by_activity(g: Graph, new: Mapping[int, int]) -> tuple[np.ndarray, np.ndarray]:
@@ -306,7 +321,7 @@ def edges(
     # (an interval longer than HOST_SHARE_MAX_NS holds work of its own, a CPU kernel, a sleep, input loading, that
     # the slowdown does not scale: only its first HOST_SHARE_MAX_NS are)
     a_own, a_gap, a_jwake = (x - np.round(np.minimum(x, HOST_SHARE_MAX_NS) * (1 - keep)).astype(np.int64)
-                             for x in (g.a_own, g.a_gap, g.a_jwake))
+                             for x in (g.a_own, g.a_gap, g.a_jwake)) if keep != 1.0 else (g.a_own, g.a_gap, g.a_jwake)
     # a call's recorded cost beyond its own time was paid around it (the profiler's hooks): off the gap before it
     over = np.maximum(own_cut - a_own, 0)
     own = np.maximum(a_own - np.round(own_cut).astype(np.int64), 0)
@@ -374,7 +389,12 @@ def _marker_at(g: Graph, hi: tuple[int, ...], t: tuple[int, ...]) -> np.ndarray:
 def _boundaries(g: Graph, steps: pl.DataFrame, times: tuple[np.ndarray, ...]) -> tuple[np.ndarray, np.ndarray]:
     """Replayed (start, end) of each step's period [ts, end), in the order of `steps` (loader._periods' rule
     applied to the replayed times of the events it was read from)."""
-    return _apply_plan(_plan(g, tuple(tuple(steps[c]) for c in _STEP_COLS)), times)
+    return _apply_plan(_plan(g, _steps_key(steps)), times)
+
+
+def _steps_key(steps: pl.DataFrame) -> tuple[tuple, ...]:
+    """The values of the step columns a replay reads (`_STEP_COLS`), as a memo key."""
+    return tuple(tuple(steps[c].to_list()) for c in _STEP_COLS)
 
 
 @per_trace
@@ -481,7 +501,7 @@ def replay(trace: Trace, steps: pl.DataFrame, transforms: Sequence[Transform] = 
         return _unmodified(trace, steps).copy()
     key = _parametric_key(transforms)
     if key is not None:  # the profiler-cost base of every saving: once per (trace, steps, parameters)
-        return floored(_parametric(trace, tuple(tuple(steps[c]) for c in _STEP_COLS), key).copy(), transforms)
+        return floored(_parametric(trace, _steps_key(steps), key).copy(), transforms)
     return floored(_replayed(trace, steps, transforms), transforms)
 
 
@@ -489,12 +509,13 @@ def _replayed(trace: Trace, steps: pl.DataFrame, transforms: Sequence[Transform]
     """Replayed periods of `steps` with `transforms` applied, before any floor: once per trace, steps and set
     of transforms (a rule's fix is replayed alone for its saving, again first in the marginal savings; the
     all-fixes projection twice), a set being the same objects in the same order (`_transform_key`)."""
-    key = (tuple(tuple(steps[c]) for c in _STEP_COLS), tuple(_transform_key(t) for t in transforms))
+    skey = _steps_key(steps)
+    key = (skey, tuple(_transform_key(t) for t in transforms))
     memo = _replays(trace)
     hit = memo.get(key)
     if hit is None:
         g = build(trace)
-        s, e = _boundaries(g, steps, simulate(g, transforms))
+        s, e = _apply_plan(_plan(g, skey), simulate(g, transforms))
         # (the transforms are held: the ids in the key stay theirs)
         hit = memo[key] = (tuple(transforms), _per_step(steps, e - s))
     return hit[1].copy()
