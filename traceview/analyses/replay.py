@@ -152,9 +152,14 @@ def _unique(x: np.ndarray) -> np.ndarray:
 def activity_positions(d_i: np.ndarray, ids: np.ndarray) -> np.ndarray:
     """Activity positions of gpu row ids (-1 where the graph has none)."""
     o = np.argsort(d_i, kind="stable")
-    p = np.searchsorted(d_i[o], ids)
+    return _positions_in(o, d_i[o], ids)
+
+
+def _positions_in(o: np.ndarray, so: np.ndarray, ids: np.ndarray) -> np.ndarray:
+    """Positions of `ids` in an array whose stable order is `o` and sorted values `so` (-1 where absent)."""
+    p = np.searchsorted(so, ids)
     pc = np.minimum(p, max(o.size - 1, 0))
-    ok = (p < o.size) & (d_i[o[pc]] == ids) if o.size else np.zeros(ids.size, bool)
+    ok = (p < o.size) & (so[pc] == ids) if o.size else np.zeros(ids.size, bool)
     return np.where(ok, o[pc] if o.size else -1, -1)
 
 
@@ -266,7 +271,8 @@ def _add(cuts: np.ndarray, slots: np.ndarray, ns: np.ndarray, exact: bool) -> No
 def _removed(g: Graph, removed: tuple) -> tuple[np.ndarray, np.ndarray]:
     """(slots, ns) of the host rows that transforms' `host_removed` take off the host path, each row once."""
     rows = g.seg_rows
-    p = rows.positions(_unique(np.concatenate([_ids(r) for r in removed])))
+    ids = [_part(g, "ids", (r,), lambda x: _unique(_ids(x))) for r in removed]  # (each fix's, once)
+    p = rows.positions(ids[0] if len(ids) == 1 else _unique(np.concatenate(ids)))
     return _flat(g, p), rows.dur[p].astype(np.float64)
 
 
@@ -288,7 +294,8 @@ def _host_cut(g: Graph, cut: Mapping[int, int]) -> tuple[np.ndarray, np.ndarray,
 def _by_activity(g: Graph, new: Mapping[int, int]) -> tuple[np.ndarray, np.ndarray]:
     """(activity positions, new values clipped at 0) of a transform's gpu row -> ns mapping (rows the graph does
     not hold left out)."""
-    k = activity_positions(g.d_i, np.fromiter(new.keys(), np.int64))
+    o, so = _sorted(g, "d_i")
+    k = _positions_in(o, so, np.fromiter(new.keys(), np.int64))
     v = np.fromiter(new.values(), np.int64)
     return k[k >= 0], np.maximum(v[k >= 0], 0)
 
