@@ -170,12 +170,10 @@ def _flat(g: Graph, p: np.ndarray | slice = slice(None)) -> np.ndarray:
 
 
 @per_trace
-def _kind_counts(g: Graph) -> np.ndarray:
-    """The recorded rows of each kind per cuts slot, [len(KINDS), 3 * n_a] (int32): once per graph, for every
-    replay that takes a cost per row off."""
-    flat, kind = _flat(g), g.seg_rows.kind
-    return np.stack([np.bincount(flat[kind == k], minlength=3 * g.a_ts.size).astype(np.int32)
-                     for k in range(len(KINDS))])
+def _kind_count(g: Graph, k: int) -> np.ndarray:
+    """The recorded rows of kind `k` (a position in KINDS) per cuts slot (int32, 3 * n_a): once per graph and
+    kind, for every replay that takes a cost per row of that kind off."""
+    return np.bincount(_flat(g)[g.seg_rows.kind == k], minlength=3 * g.a_ts.size).astype(np.int32)
 
 
 @per_trace
@@ -229,9 +227,9 @@ def _cuts(g: Graph, transforms: Sequence[Transform]) -> tuple[np.ndarray, ...]:
             if in_span is None and all(float(c).is_integer() for c in per_kind):
                 # whole ns per row: the rows counted per slot give the same sums as adding row by row (exact
                 # integers in float64), without a pass over every row
-                got, counts = np.zeros(3 * n_a, np.float64), _kind_counts(g)
-                for k in np.flatnonzero(per_kind):
-                    got += counts[k] * per_kind[k]
+                got = np.zeros(3 * n_a, np.float64)
+                for k in np.flatnonzero(per_kind).tolist():
+                    got += _kind_count(g, k) * per_kind[k]
                 cuts += got
             else:
                 # (an anchor's own runtime row is among its rows: `inside` its own time); rows in a removed span: once
