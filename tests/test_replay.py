@@ -17,7 +17,7 @@ from conftest import ROOT, SAMPLES
 import traceview
 from traceview.analyses import overhead
 from traceview.analyses import replay as R
-from traceview.analyses.replay_graph import build
+from traceview.analyses.replay_graph import KINDS, build
 from traceview.analyses.windows import complete_steps
 from traceview.model import Job
 
@@ -111,6 +111,61 @@ def test_transforms_compose_not_sum():
     zero = R.Transform("no gpu", gpu_dur={int(i): 0 for i in t.gpu["i"]})
     both = R.replay(t, st, [fix, zero])
     assert both.sum() <= once.sum() and (both > 0).all()
+
+
+def _cuts_row_by_row(g, transforms) -> np.ndarray:
+    """The transforms' host cuts (gap, join, own per anchor) added row by row: an independent reference for
+    `replay._cuts`, which counts rows per slot once per graph and adds whole ns in one sum per slot."""
+    rows, n_a = g.seg_rows, g.a_ts.size
+    slot = rows.where.astype(np.int64) * n_a + rows.seg
+    at = {int(i): p for p, i in enumerate(rows.i.tolist())}
+    cuts = np.zeros(3 * n_a)
+    for t in transforms:
+        if t.cost_us:
+            np.add.at(cuts, slot, np.array([1000 * t.cost_us.get(k, 0.0) for k in KINDS])[rows.kind])
+        for i, ns in t.host_cut.items():
+            if int(i) in at:
+                cuts[slot[at[int(i)]]] += ns
+    removed = sorted({at[int(i)] for t in transforms for i in t.host_removed if int(i) in at})
+    np.add.at(cuts, slot[removed], rows.dur[removed].astype(np.float64))
+    return cuts
+
+
+def test_cuts_match_the_row_by_row_sums():
+    (t,) = _traces("collected/train_tinygpt_modules")
+    g = build(t)
+    prof = overhead.profiler_transform(t)  # 1 µs per Python row, the module hooks' measured host time
+    assert prof.host_cut and g.seg_rows.i.size > 10_000
+    ids = g.seg_rows.i[g.seg_rows.kind == list(KINDS).index("op")]
+    a = R.Transform("a", host_removed=ids[::3].tolist())
+    b = R.Transform("b", host_removed=ids[::2].tolist())  # (rows removed by both leave the host once)
+    cases = [[prof], [prof, a], [prof, a, b], [b, a]]
+    for ts in cases:  # whole ns: the same sums exactly
+        got = np.concatenate(R._cuts(g, ts)[:3])
+        assert np.array_equal(got, _cuts_row_by_row(g, ts)) and got.sum() > 0
+    # a cost of a fraction of a ns per row is added row by row: equal to rounding
+    frac = R.Transform("frac", cost_us={"python": 0.3337}, host_cut={int(i): 0.5 for i in ids[:50]})
+    for ts in ([frac], [frac, a], [prof, frac, b]):
+        np.testing.assert_allclose(np.concatenate(R._cuts(g, ts)[:3]), _cuts_row_by_row(g, ts), rtol=1e-12)
+
+
+def test_a_set_of_fixes_is_replayed_once():
+    (t,) = _traces("collected2/train_gradnorm_item_b64")
+    st, _ = complete_steps(t, t.steps)
+    fix = host_sync.fix_transform(t)
+    calls = []
+    real = R.simulate
+    try:
+        R.simulate = lambda g, ts=(): calls.append(len(ts)) or real(g, ts)
+        first = R.replay(t, st, [overhead.profiler_transform(t), fix])
+        first[:] = 0  # (the caller's copy)
+        again = R.replay(t, st, [overhead.profiler_transform(t), fix])  # a new profiler transform, the same values
+        alone = R.replay(t, st, [fix])
+    finally:
+        R.simulate = real
+    assert calls == [2, 1]  # the second set was not replayed again; the fix alone was
+    assert (again > 0).all() and np.array_equal(again, R.replay(t, st, [overhead.profiler_transform(t), fix]))
+    assert again.mean() < alone.mean()  # (the profiler's cost off too: a different replay, not the cached one)
 
 
 @pytest.mark.parametrize("run", ["collected2/tinygpt_b8_stack", "collected2/compile_no_break", "collected2/gemm_bf16_n4096",

@@ -153,10 +153,47 @@ def _unique(x: np.ndarray) -> np.ndarray:
 def activity_positions(d_i: np.ndarray, ids: np.ndarray) -> np.ndarray:
     """Activity positions of gpu row ids (-1 where the graph has none)."""
     o = np.argsort(d_i, kind="stable")
-    p = np.searchsorted(d_i[o], ids)
+    return _positions_in(o, d_i[o], ids)
+
+
+def _positions_in(o: np.ndarray, so: np.ndarray, ids: np.ndarray) -> np.ndarray:
+    """Positions of `ids` in an array whose stable order is `o` and sorted values `so` (-1 where absent)."""
+    p = np.searchsorted(so, ids)
     pc = np.minimum(p, max(o.size - 1, 0))
-    ok = (p < o.size) & (d_i[o[pc]] == ids) if o.size else np.zeros(ids.size, bool)
+    ok = (p < o.size) & (so[pc] == ids) if o.size else np.zeros(ids.size, bool)
     return np.where(ok, o[pc] if o.size else -1, -1)
+
+
+def _flat(g: Graph, p: np.ndarray | slice = slice(None)) -> np.ndarray:
+    """The cuts' slot of the recorded rows at positions `p`: (gap | join | own) * n_a + anchor."""
+    rows = g.seg_rows
+    return rows.where[p].astype(np.int64) * g.a_ts.size + rows.seg[p]
+
+
+@per_trace
+def _kind_count(g: Graph, k: int) -> np.ndarray:
+    """The recorded rows of kind `k` (a position in KINDS) per cuts slot (int32, 3 * n_a): once per graph and
+    kind, for every replay that takes a cost per row of that kind off."""
+    return np.bincount(_flat(g)[g.seg_rows.kind == k], minlength=3 * g.a_ts.size).astype(np.int32)
+
+
+@per_trace
+def _parts(g: Graph) -> dict:
+    """(field, id of a transform's mapping or sequence) -> (that object, its length, what `_cuts` reads of it on
+    this graph): a transform's rows are searched once, however many replays it is given to (each rule's fix is
+    replayed alone, with the profiler's cost removed, in the projection and the marginal savings). The object
+    is held, so its id is not reused while the entry lives."""
+    return {}
+
+
+def _part(g: Graph, field_: str, objs: tuple, make):
+    """The cached `make(*objs)` of transforms' field (a mapping or sequence of each) on graph `g` (`_parts`)."""
+    parts = _parts(g)
+    key = (field_, tuple(id(o) for o in objs))
+    hit = parts.get(key)
+    if hit is None or any(a is not b for a, b in zip(hit[0], objs, strict=True)) or hit[1] != [len(o) for o in objs]:
+        hit = parts[key] = (objs, [len(o) for o in objs], make(*objs))
+    return hit[2]
 
 
 def _cuts(g: Graph, transforms: Sequence[Transform]) -> tuple[np.ndarray, ...]:
@@ -164,13 +201,13 @@ def _cuts(g: Graph, transforms: Sequence[Transform]) -> tuple[np.ndarray, ...]:
     each activity) of the transforms together."""
     n_a = g.a_ts.size
     rows = g.seg_rows
-    flat = rows.where.astype(np.int64) * n_a + rows.seg  # (gap | join | own, anchor) of each row
     cuts = np.zeros(3 * n_a, np.float64)
     dur = (g.d_end - g.d_ts).astype(np.int64)
     d_gap = g.d_gap
     keep_wait = g.a_wait >= 0
     sp = [s for t in transforms for s in t.host_spans]
-    in_span = np.zeros(rows.i.size, bool)
+    in_span = None  # rows inside a removed span (none without spans)
+    exact = True  # every cut so far a whole number of ns
     if sp and n_a:
         covered = _coverage(np.asarray(sp, np.int64).reshape(-1, 3), g.a_tid)
         # a joined anchor's gap runs from the previous call's end to the handoff; the rest, up to its start, is
@@ -188,31 +225,78 @@ def _cuts(g: Graph, transforms: Sequence[Transform]) -> tuple[np.ndarray, ...]:
     for t in transforms:
         if t.cost_us:
             per_kind = np.array([float(t.cost_us.get(k, 0.0)) * 1000 for k in KINDS])
-            # (an anchor's own runtime row is among its rows: `inside` its own time); rows in a removed span: once
-            w = np.where(in_span, 0.0, per_kind[rows.kind])
-            cuts += np.bincount(flat, weights=w, minlength=3 * n_a)
+            if in_span is None and all(float(c).is_integer() for c in per_kind):
+                # whole ns per row: the rows counted per slot give the same sums as adding row by row (exact
+                # integers in float64), without a pass over every row
+                got = np.zeros(3 * n_a, np.float64)
+                for k in np.flatnonzero(per_kind).tolist():
+                    got += _kind_count(g, k) * per_kind[k]
+                cuts += got
+            else:
+                # (an anchor's own runtime row is among its rows: `inside` its own time); rows in a removed span: once
+                w = per_kind[rows.kind] if in_span is None else np.where(in_span, 0.0, per_kind[rows.kind])
+                cuts += np.bincount(_flat(g), weights=w, minlength=3 * n_a)
+                exact = False
         if t.host_cut:
-            p = rows.positions(np.fromiter(t.host_cut.keys(), np.int64))
-            v = np.fromiter(t.host_cut.values(), np.float64)
-            got = dict(zip(t.host_cut.keys(), v, strict=True))
-            np.add.at(cuts, flat[p], [got[int(i)] for i in rows.i[p]])
+            p, v, whole = _part(g, "host_cut", (t.host_cut,), lambda m: _host_cut(g, m))
+            exact &= whole
+            _add(cuts, p, v, exact)
         if t.gpu_dur:
-            k = activity_positions(g.d_i, np.fromiter(t.gpu_dur.keys(), np.int64))
-            new = np.fromiter(t.gpu_dur.values(), np.int64)
-            np.minimum.at(dur, k[k >= 0], np.maximum(new[k >= 0], 0))
+            k, new = _part(g, "gpu_dur", (t.gpu_dur,), lambda m: _by_activity(g, m))
+            np.minimum.at(dur, k, new)
         if t.gpu_gap:
-            k = activity_positions(g.d_i, np.fromiter(t.gpu_gap.keys(), np.int64))
-            new = np.fromiter(t.gpu_gap.values(), np.int64)
+            k, new = _part(g, "gpu_gap", (t.gpu_gap,), lambda m: _by_activity(g, m))
             d_gap = d_gap.copy() if d_gap is g.d_gap else d_gap
-            np.minimum.at(d_gap, k[k >= 0], np.maximum(new[k >= 0], 0))
+            np.minimum.at(d_gap, k, new)
         if len(t.no_wait):
-            keep_wait &= ~np.isin(g.a_i, np.asarray(list(t.no_wait), np.int64)) | g.a_marker
+            keep_wait &= _part(g, "no_wait", (t.no_wait,),
+                               lambda ids: ~np.isin(g.a_i, np.asarray(list(ids), np.int64)) | g.a_marker)
     # a row that several fixes take off the host path (decode-loop's CUDA graph is launch-bound's) leaves it once
-    removed = [np.asarray(list(t.host_removed), np.int64) for t in transforms if len(t.host_removed)]
+    removed = tuple(t.host_removed for t in transforms if len(t.host_removed))
     if removed:
-        p = rows.positions(_unique(np.concatenate(removed)))
-        np.add.at(cuts, flat[p], rows.dur[p].astype(np.float64))
+        _add(cuts, *_part(g, "host_removed", removed, lambda *rs: _removed(g, rs)), exact)
     return cuts[:n_a], cuts[n_a:2 * n_a], cuts[2 * n_a:], dur, keep_wait, d_gap
+
+
+def _add(cuts: np.ndarray, slots: np.ndarray, ns: np.ndarray, exact: bool) -> None:
+    """cuts[slots] += ns, row by row; where every value so far is a whole number of ns (exact in float64, so the
+    order of the additions cannot show), as one sum per slot."""
+    if exact:
+        cuts += np.bincount(slots, weights=ns, minlength=cuts.size)
+    else:
+        np.add.at(cuts, slots, ns)
+
+
+def _removed(g: Graph, removed: tuple) -> tuple[np.ndarray, np.ndarray]:
+    """(slots, ns) of the host rows that transforms' `host_removed` take off the host path, each row once."""
+    rows = g.seg_rows
+    ids = [_part(g, "ids", (r,), lambda x: _unique(_ids(x))) for r in removed]  # (each fix's, once)
+    p = rows.positions(ids[0] if len(ids) == 1 else _unique(np.concatenate(ids)))
+    return _flat(g, p), rows.dur[p].astype(np.float64)
+
+
+def _ids(ids) -> np.ndarray:
+    """Row ids of a transform's sequence as int64."""
+    return np.asarray(list(ids), np.int64)
+
+
+def _host_cut(g: Graph, cut: Mapping[int, int]) -> tuple[np.ndarray, np.ndarray, bool]:
+    """(slots, ns, whether every ns is whole) of a transform's `host_cut`, in the order of the rows found."""
+    rows = g.seg_rows
+    p = rows.positions(np.fromiter(cut.keys(), np.int64))
+    v = np.fromiter(cut.values(), np.float64)
+    got = dict(zip(cut.keys(), v, strict=True))
+    ns = np.array([got[int(i)] for i in rows.i[p]], np.float64)
+    return _flat(g, p), ns, bool(np.all(np.isfinite(ns) & (ns == np.trunc(ns))))
+
+
+def _by_activity(g: Graph, new: Mapping[int, int]) -> tuple[np.ndarray, np.ndarray]:
+    """(activity positions, new values clipped at 0) of a transform's gpu row -> ns mapping (rows the graph does
+    not hold left out)."""
+    o, so = _sorted(g, "d_i")
+    k = _positions_in(o, so, np.fromiter(new.keys(), np.int64))
+    v = np.fromiter(new.values(), np.int64)
+    return k[k >= 0], np.maximum(v[k >= 0], 0)
 
 
 def simulate(g: Graph, transforms: Sequence[Transform] = ()) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
@@ -243,7 +327,7 @@ def edges(
     # (an interval longer than HOST_SHARE_MAX_NS holds work of its own, a CPU kernel, a sleep, input loading, that
     # the slowdown does not scale: only its first HOST_SHARE_MAX_NS are)
     a_own, a_gap, a_jwake = (x - np.round(np.minimum(x, HOST_SHARE_MAX_NS) * (1 - keep)).astype(np.int64)
-                             for x in (g.a_own, g.a_gap, g.a_jwake))
+                             for x in (g.a_own, g.a_gap, g.a_jwake)) if keep != 1.0 else (g.a_own, g.a_gap, g.a_jwake)
     # a call's recorded cost beyond its own time was paid around it (the profiler's hooks): off the gap before it
     over = np.maximum(own_cut - a_own, 0)
     own = np.maximum(a_own - np.round(own_cut).astype(np.int64), 0)
@@ -311,37 +395,72 @@ def _marker_at(g: Graph, hi: tuple[int, ...], t: tuple[int, ...]) -> np.ndarray:
 def _boundaries(g: Graph, steps: pl.DataFrame, times: tuple[np.ndarray, ...]) -> tuple[np.ndarray, np.ndarray]:
     """Replayed (start, end) of each step's period [ts, end), in the order of `steps` (loader._periods' rule
     applied to the replayed times of the events it was read from)."""
-    a_s, a_e, d_s, d_e = times
-    st = steps.select("step", "host_idx", "cpu_ts", "cpu_end", "gpu_ts", "gpu_end", "ts", "end")
+    return _apply_plan(_plan(g, _steps_key(steps)), times)
+
+
+def _steps_key(steps: pl.DataFrame) -> tuple[tuple, ...]:
+    """The values of the step columns a replay reads (`_STEP_COLS`), as a memo key."""
+    return tuple(tuple(steps[c].to_list()) for c in _STEP_COLS)
+
+
+@per_trace
+def _plan(g: Graph, key: tuple[tuple, ...]) -> dict:
+    """What `_boundaries` reads of the graph for these steps (their columns `_STEP_COLS`, `key`) before any
+    replayed time: the events each step's boundaries were read from, found once per graph and steps, for every
+    replay."""
+    st = pl.DataFrame(dict(zip(_STEP_COLS, map(list, key), strict=True)), schema={c: pl.Int64 for c in _STEP_COLS})
     n = st.height
     ts, end = st["ts"].to_numpy().astype(np.int64), st["end"].to_numpy().astype(np.int64)
 
-    def marker(col: str) -> np.ndarray:  # replayed time of the step's host marker (NaN without one)
+    def marker(col: str) -> np.ndarray:  # the anchor of the step's host marker (-1 without one)
         hi, t = st["host_idx"].cast(pl.Int64).fill_null(-1).to_numpy(), st[col].fill_null(-1).to_numpy()
-        p = _marker_at(g, tuple(hi.tolist()), tuple(t.tolist()))
+        return _marker_at(g, tuple(hi.tolist()), tuple(t.tolist()))
+
+    def activity(t: np.ndarray, col_ts: bool) -> tuple[bool, np.ndarray, np.ndarray | None]:
+        # (by start, found, position) of the activity starting (ending) at t
+        o, so = _sorted(g, "d_ts") if col_ts else _sorted(g, "d_end")
+        p = np.searchsorted(so, t)
+        ok = (p < o.size) & (so[np.minimum(p, o.size - 1)] == t) if o.size else np.zeros(t.size, bool)
+        return col_ts, ok, o[np.minimum(p, max(o.size - 1, 0))] if o.size else None
+
+    cpu_ts = st["cpu_ts"].fill_null(-1).to_numpy().astype(np.int64)
+    has_g = ~st["gpu_ts"].is_null().to_numpy()
+    gts = np.where(has_g, st["gpu_ts"].fill_null(0).to_numpy(), 0).astype(np.int64)
+    order = np.argsort(ts, kind="stable")
+    last = int(order[-1]) if n else 0
+    plan = {"n": n, "ts": ts, "end": end, "cpu_ts": cpu_ts, "has_g": has_g, "gts": gts, "order": order,
+            "last": last, "c": marker("cpu_ts"), "gg": activity(gts, True), "bb": activity(ts, False)}
+    if n:
+        plan["ce"] = marker("cpu_end")[last]
+        cpu_end = st["cpu_end"][last]
+        plan["cpu_end"] = None if cpu_end is None else np.asarray([int(cpu_end)])
+        if cpu_end is not None:  # without a marker: t moved as the last call that ended by t
+            o, so = _sorted(g, "a_end")
+            j = np.searchsorted(so, plan["cpu_end"], side="right") - 1
+            plan["host"] = (j, o[np.maximum(j, 0)], g.a_end[o[np.maximum(j, 0)]]) if o.size else None
+        gpu_end = st["gpu_end"][last]
+        plan["ge"] = activity(np.asarray([int(gpu_end) if gpu_end is not None else -1]), False)
+    return plan
+
+
+def _apply_plan(plan: dict, times: tuple[np.ndarray, ...]) -> tuple[np.ndarray, np.ndarray]:
+    """`_boundaries` of a plan (`_plan`) and replayed event times."""
+    a_s, a_e, d_s, d_e = times
+    n, ts, end, cpu_ts, has_g, gts = (plan[k] for k in ("n", "ts", "end", "cpu_ts", "has_g", "gts"))
+
+    def marker(p: np.ndarray) -> np.ndarray:  # replayed time of the step's host marker (NaN without one)
         if a_s.size == 0:  # no anchor at all: no marker either
             return np.full(p.size, np.nan)
         return np.where(p >= 0, a_s[np.maximum(p, 0)].astype(np.float64), np.nan)
 
-    def activity(t: np.ndarray, col_ts: bool) -> np.ndarray:  # replayed start (end) of the activity starting (ending) at t
-        (o, so), rep = (_sorted(g, "d_ts"), d_s) if col_ts else (_sorted(g, "d_end"), d_e)
-        p = np.searchsorted(so, t)
-        ok = (p < o.size) & (so[np.minimum(p, o.size - 1)] == t) if o.size else np.zeros(t.size, bool)
-        return np.where(ok, rep[o[np.minimum(p, max(o.size - 1, 0))]] if o.size else 0, np.nan).astype(np.float64)
+    def activity(found) -> np.ndarray:  # replayed start (end) of the activity starting (ending) at t
+        col_ts, ok, at = found
+        rep = d_s if col_ts else d_e
+        return np.where(ok, rep[at] if at is not None else 0, np.nan).astype(np.float64)
 
-    def host_time(t: np.ndarray) -> np.ndarray:  # without a marker: t moved as the last call that ended by t
-        o, so = _sorted(g, "a_end")
-        j = np.searchsorted(so, t, side="right") - 1
-        k = o[np.maximum(j, 0)] if o.size else np.zeros(t.size, np.int64)
-        return np.where(j >= 0, t + (a_e[k] - g.a_end[k]), t).astype(np.float64) if o.size else t.astype(np.float64)
-
-    c = marker("cpu_ts")
-    cpu_ts = st["cpu_ts"].fill_null(-1).to_numpy().astype(np.int64)
-    gpu_ts = st["gpu_ts"].to_numpy()
-    has_g = ~st["gpu_ts"].is_null().to_numpy()
-    gts = np.where(has_g, st["gpu_ts"].fill_null(0).to_numpy(), 0).astype(np.int64)
-    gg = np.where(has_g, activity(gts, True), np.nan)
-    bb = activity(ts, False)
+    c = marker(plan["c"])
+    gg = np.where(has_g, activity(plan["gg"]), np.nan)
+    bb = activity(plan["bb"])
     cc = np.where(np.isnan(c), ts.astype(np.float64), c + 0.0)
     start = np.where(has_g & (ts >= gts), gg, np.nan)
     from_c = np.isnan(start) & (ts == cpu_ts) & ~np.isnan(c)
@@ -353,20 +472,23 @@ def _boundaries(g: Graph, steps: pl.DataFrame, times: tuple[np.ndarray, ...]) ->
     start = np.where(rest & has_g & ~np.isnan(gg), gg - (gts - ts), start)
     start = np.where(np.isnan(start) & ~np.isnan(c), c + (ts - cpu_ts), start)
     start = np.where(np.isnan(start), ts, start)
-    order = np.argsort(ts, kind="stable")
+    order, last = plan["order"], plan["last"]
     s_sorted = np.maximum.accumulate(start[order])
     start[order] = s_sorted
-    last = int(order[-1]) if n else 0
     ends = np.empty(n, np.float64)
     ends[order[:-1]] = s_sorted[1:]
     if n:
-        ce = marker("cpu_end")[last]
-        if np.isnan(ce) and st["cpu_end"][last] is not None:
-            ce = host_time(np.asarray([int(st["cpu_end"][last])]))[0]
-        ge = activity(np.asarray([int(st["gpu_end"][last]) if st["gpu_end"][last] is not None else -1]), False)[0]
+        ce = marker(np.asarray([plan["ce"]]))[0]
+        if np.isnan(ce) and plan["cpu_end"] is not None:
+            t = plan["cpu_end"]
+            if plan["host"] is None:
+                ce = t.astype(np.float64)[0]
+            else:
+                j, k, was = plan["host"]
+                ce = np.where(j >= 0, t + (a_e[k] - was), t).astype(np.float64)[0]
+        ge = activity(plan["ge"])[0]
         cands = [v for v in (ce, ge, start[last]) if not np.isnan(v)]
         ends[last] = max(cands) if (not np.isnan(ce) or not np.isnan(ge)) else start[last] + (end[last] - ts[last])
-    del gpu_ts
     return start, ends
 
 
@@ -385,10 +507,38 @@ def replay(trace: Trace, steps: pl.DataFrame, transforms: Sequence[Transform] = 
         return _unmodified(trace, steps).copy()
     key = _parametric_key(transforms)
     if key is not None:  # the profiler-cost base of every saving: once per (trace, steps, parameters)
-        return floored(_parametric(trace, tuple(tuple(steps[c]) for c in _STEP_COLS), key).copy(), transforms)
-    g = build(trace)
-    s, e = _boundaries(g, steps, simulate(g, transforms))
-    return floored(_per_step(steps, e - s), transforms)
+        return floored(_parametric(trace, _steps_key(steps), key).copy(), transforms)
+    return floored(_replayed(trace, steps, transforms), transforms)
+
+
+def _replayed(trace: Trace, steps: pl.DataFrame, transforms: Sequence[Transform]) -> np.ndarray:
+    """Replayed periods of `steps` with `transforms` applied, before any floor: once per trace, steps and set
+    of transforms (a rule's fix is replayed alone for its saving, again first in the marginal savings; the
+    all-fixes projection twice), a set being the same objects in the same order (`_transform_key`)."""
+    skey = _steps_key(steps)
+    key = (skey, tuple(_transform_key(t) for t in transforms))
+    memo = _replays(trace)
+    hit = memo.get(key)
+    if hit is None:
+        g = build(trace)
+        s, e = _apply_plan(_plan(g, skey), simulate(g, transforms))
+        # (the transforms are held: the ids in the key stay theirs)
+        hit = memo[key] = (tuple(transforms), _per_step(steps, e - s))
+    return hit[1].copy()
+
+
+def _transform_key(t: Transform) -> tuple:
+    """What the graph's replay reads of a transform, as a key: its row mappings and sequences by identity (and
+    length), its parameters by value (`bound_us`, `floor_ns` and `input_ready` act after the replay)."""
+    rows = tuple((id(x), len(x)) if len(x) else None
+                 for x in (t.gpu_dur, t.gpu_gap, t.host_cut, t.host_removed, t.no_wait, t.host_spans))
+    return rows, tuple(sorted(t.cost_us.items())), float(t.host_share)
+
+
+@per_trace
+def _replays(trace: Trace) -> dict:
+    """`_replayed`'s results of one trace."""
+    return {}
 
 
 def floored(periods: np.ndarray, transforms: Sequence[Transform]) -> np.ndarray:
@@ -472,4 +622,4 @@ def fidelity(trace: Trace, steps: pl.DataFrame) -> dict:
 
 #: the replay's per-trace results (the graph, the unmodified and profiler-cost replays): `memo.drop` frees them
 #: once every replay of a run is done (the report's layer table, its largest step, runs after them)
-CACHES = (build, _parametric, _unmodified)
+CACHES = (build, _parametric, _unmodified, _replays)

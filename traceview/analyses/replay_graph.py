@@ -52,6 +52,7 @@ MIN_LATENCY_CAP_NS = 20_000  # likewise for a launch latency
 MAX_LATENCY_CAP_NS = 100_000
 #: host row kinds whose recording the profiler pays for (analyses.overhead's kinds; Rows.kind is the position)
 KINDS = {"op": ["cpu_op", "user_annotation"], "runtime": list(RUNTIME_CATS), "python": ["python_function"]}
+_OP, _RUNTIME = list(KINDS).index("op"), list(KINDS).index("runtime")  # (their codes in `_kind_code`)
 
 
 @dataclass(frozen=True)
@@ -105,11 +106,20 @@ def _prev_in_group(group: np.ndarray, order: np.ndarray) -> np.ndarray:
     return prev
 
 
-def _anchors(trace: Trace) -> pl.DataFrame:
-    """[i, tid, ts, end, name, marker] of the host anchors, by (tid, ts): top-level runtime calls and step markers."""
+def _kind_code(trace: Trace) -> np.ndarray:
+    """Each host row's kind (its position in KINDS; -1 for none), int8: the graph build reads the categories once."""
+    cat = trace.host["cat"]
+    code = np.full(cat.len(), -1, np.int8)
+    for k, cats in enumerate(KINDS.values()):  # three hash lookups (cheaper than a string replace)
+        code[cat.is_in(cats).to_numpy()] = k
+    return code
+
+
+def _anchors(trace: Trace, code: np.ndarray) -> pl.DataFrame:
+    """[i, tid, ts, end, name, marker] of the host anchors, by (tid, ts): top-level runtime calls and step markers
+    (`code`: the host rows' `_kind_code`)."""
     h = trace.host
-    rt = (h.lazy().filter(pl.col("cat").is_in(RUNTIME_CATS)).select("i", "tid", "ts", "end", "name")
-          .with_columns(marker=pl.lit(False)).collect())
+    rt = h.select("i", "tid", "ts", "end", "name").filter(pl.Series(code == _RUNTIME)).with_columns(marker=pl.lit(False))
     st = trace.steps.filter(pl.col("cpu_ts").is_not_null() & pl.col("host_idx").is_not_null())
     tid = (h.lazy().filter(pl.col("i").is_in(st["host_idx"].implode())).select("i", "tid").collect())
     st = st.join(tid, left_on="host_idx", right_on="i", how="inner")
@@ -125,7 +135,8 @@ def _anchors(trace: Trace) -> pl.DataFrame:
 @per_trace
 def build(trace: Trace) -> Graph:
     """The replay graph of `trace` (once per trace)."""
-    a = _anchors(trace)
+    code = _kind_code(trace)
+    a = _anchors(trace, code)
     n_a = a.height
     a_tid, a_ts, a_end = _i64(a["tid"].fill_null(-1)), _i64(a["ts"]), _i64(a["end"])
     a_prev = _prev_in_group(a_tid, np.arange(n_a))
@@ -239,9 +250,10 @@ def build(trace: Trace) -> Graph:
     # the rows' search below is the build's peak: the statistics' temporaries go first (kept: the graph's arrays)
     del (prev_ts, key, has_prev, pe, gap, launch_i, real, launched, lts, lat, idle_at_launch, queued, same_launch,
          by_stream, graph_call, by_graph, in_call, by_launch, need, dev, blocking, waited)
-    seg, keys, key_of = _segments(trace, a_tid, a_ts, a_end)
-    a_join, a_jwake, a_gap = _joins(a_tid, a_ts, a_end, a_prev, a_gap, prev_end, keys, key_of, _long_rows(trace),
-                                    _program_threads(trace, a_tid))
+    seg, keys, key_of = _segments(trace, a_tid, a_ts, a_end, code)
+    a_join, a_jwake, a_gap = _joins(a_tid, a_ts, a_end, a_prev, a_gap, prev_end, keys, key_of,
+                                    _long_rows(trace, code), _program_threads(trace, a_tid, code))
+    del code
     if (a_join >= 0).any():  # rows of a joined gap after the other thread's last call are the join edge's time
         jt = np.where(a_join >= 0, a_end[np.maximum(a_join, 0)], np.iinfo(np.int64).max)
         seg.where[(seg.where == 0) & (seg.ts >= jt[seg.seg])] = 1
@@ -253,11 +265,12 @@ def build(trace: Trace) -> Graph:
                  latency_ns=lat_med, device_gap_ns=gap_med)
 
 
-def _long_rows(trace: Trace) -> pl.DataFrame:
+def _long_rows(trace: Trace, code: np.ndarray) -> pl.DataFrame:
     """[tid, ts, end] of the recorded ops and annotations that last at least JOIN_GAP_NS, step spans left out (a
-    thread inside one is busy in it: a gloo collective on its worker thread, a CPU kernel)."""
-    long = trace.host.filter(((pl.col("end") - pl.col("ts")) >= JOIN_GAP_NS)
-                             & pl.col("cat").is_in(["cpu_op", "user_annotation"])).select("tid", "ts", "end", "name")
+    thread inside one is busy in it: a gloo collective on its worker thread, a CPU kernel); `code`: the host rows'
+    `_kind_code`."""
+    long = trace.host.select("tid", "ts", "end", "name").filter(
+        ((pl.col("end") - pl.col("ts")) >= JOIN_GAP_NS) & pl.Series(code == _OP))
     # (the name is matched on the few long rows only: a regex over every host row costs)
     return (long.filter(~pl.col("name").str.contains(STEP_RE))
             .select(pl.col("tid").cast(pl.Int64), pl.col("ts").cast(pl.Int64), pl.col("end").cast(pl.Int64))
@@ -285,13 +298,13 @@ POLL_RE = (r"^(cuda|hip)(Event|Stream)Query(_v\d+)?$|^cu(Event|Stream)Query(_v\d
            r"|^(cuda|hip)Stream(IsCapturing|GetCaptureInfo)(_v\d+)?$")
 
 
-def _program_threads(trace: Trace, a_tid: np.ndarray) -> np.ndarray:
+def _program_threads(trace: Trace, a_tid: np.ndarray, code: np.ndarray) -> np.ndarray:
     """Per anchor: whether its thread can hand the program work, i.e. is not a polling thread (one that records no
     op or annotation and makes only `POLL_RE` calls: ProcessGroupNCCL's watchdog, a round of `cudaEventQuery` on
     its collectives' events, then ~100 ms of sleep). A polling thread neither waits for the program nor is waited
     for: its polls say when it woke, not when anything could go on."""
     h = trace.host.select("tid", "cat", "name")
-    ops = h.filter(pl.col("cat").is_in(["cpu_op", "user_annotation"]))["tid"].unique().implode()
+    ops = h.filter(pl.Series(code == _OP))["tid"].unique().implode()
     rest = h.filter(~pl.col("tid").is_in(ops))  # (the regex on the threads without ops only: a few rows)
     busy = rest.filter(~pl.col("name").str.contains(POLL_RE))["tid"].unique().implode()
     poll = rest.filter(~pl.col("tid").is_in(busy))["tid"].unique().drop_nulls()
@@ -453,14 +466,11 @@ class Rows:
         return o[p[ok]]
 
 
-def _segments(trace: Trace, a_tid: np.ndarray, a_ts: np.ndarray, a_end: np.ndarray) -> tuple[Rows, np.ndarray, Any]:
+def _segments(trace: Trace, a_tid: np.ndarray, a_ts: np.ndarray, a_end: np.ndarray,
+              code: np.ndarray) -> tuple[Rows, np.ndarray, Any]:
     """(the recorded host rows in an anchor's gap or own time, the (thread, start) keys of every recorded
     row, unsorted, the key function (thread ids, times) -> keys: `_joins` searches them)."""
     h = trace.host
-    cat = h["cat"]
-    code = np.full(h.height, -1, np.int8)
-    for k, cats in enumerate(KINDS.values()):  # three hash lookups (cheaper than a string replace)
-        code[cat.is_in(cats).to_numpy()] = k
     ts = h["ts"].fill_null(-1).to_numpy().astype(np.int64, copy=False)
     keep = (code >= 0) & h["ts"].is_not_null().to_numpy()
     n_a = a_ts.size
