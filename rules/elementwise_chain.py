@@ -12,6 +12,7 @@ that launched it (`traceview/analyses/fusible.py`):
 | sort | cub / thrust radix sort, scan, select, unique (embedding backward, `sort`, `unique`, `nonzero`) | no: splits the run |
 | scatter | accumulating scatters and their helpers (`embedding_dense_backward`, `index_put_`, `index_add_`, `scatter_add_`) | no |
 | multi-tensor | `multi_tensor_apply_kernel`, foreach and fused optimizers (`_foreach_*`, `_fused_*`): one launch over many tensors already, the unfused-optimizer rule's business | no |
+| optimizer step | any kernel launched inside an `Optimizer.step#…` span, single-tensor updates included: the unfused-optimizer rule's (its fix is a fused or foreach optimizer, not a compiled chain) | no |
 | library compute | GEMM / convolution / attention (cuBLAS incl. its split-K reduce, cuDNN, CUTLASS, flash), collectives (NCCL), memcpy / memset | no |
 | unknown | a kernel of no known family launched by no ATen op (a custom extension: opaque to a fuser) | no |
 
@@ -67,7 +68,7 @@ import polars as pl
 
 from traceview.analyses.attention import score_op_ids
 from traceview.analyses.classify import sync_calls
-from traceview.analyses.features import Features
+from traceview.analyses.features import Features, host_names
 from traceview.analyses.fusible import MULTI_TENSOR_RE, OTHER, REDUCTION, kernel_class
 from traceview.analyses.intervals import merge
 from traceview.analyses.replay import Transform
@@ -76,6 +77,8 @@ from traceview.analyses.whatif import EMPTY, shrink_kernels
 from traceview.analyses.windows import host_step_of, step_of
 from traceview.evidence import Meta, StepSpan
 from traceview.ruleapi import XPROF_SEVERITY, Finding, Option, RuleContext
+
+from .unfused_optimizer import OPT_RE
 
 CODE = "TV201"
 NAME = "elementwise-chain"
@@ -155,8 +158,8 @@ def chains(trace, steps: pl.DataFrame, kb: pl.DataFrame, min_kernels: int = 2) -
     # the kernels of a materialized attention are the attention rule's: one fused attention kernel replaces
     # them, not a fused elementwise kernel (they break a chain like a GEMM)
     scores = score_op_ids(trace)
-    g = g.with_columns(_cls=kernel_class(g))
-    elem = (pl.col("_cls") != OTHER) & ~pl.col("op").is_in(scores.implode()).fill_null(False)
+    g = g.with_columns(_cls=kernel_class(g), _opt=_in_optimizer_step(trace, g))
+    elem = (pl.col("_cls") != OTHER) & ~pl.col("op").is_in(scores.implode()).fill_null(False) & ~pl.col("_opt")
     g = g.with_columns(_elem=elem.fill_null(False), _red=pl.col("_cls") == REDUCTION)
     if int(g["_elem"].sum()) < min_kernels:  # fewer fusible kernels than one chain needs: no chain
         return g.head(0).select(
@@ -178,6 +181,21 @@ def chains(trace, steps: pl.DataFrame, kb: pl.DataFrame, min_kernels: int = 2) -
     g = g.with_columns(chain=pl.col("_run").rank("dense"))
     return g.select("chain", "step", "device", "stream", "i", "name", "op_name", "ts", "end", "dur", "bytes",
                     "in0_bytes", "extra_bytes", "out_bytes", "pos", "k")
+
+
+def _in_optimizer_step(trace, g: pl.DataFrame) -> pl.Series:
+    """Per row of `g`: whether its kernel was launched inside an `Optimizer.step#…` span (torch.optim records one
+    per step). The update's kernels are the unfused-optimizer rule's (a fused or foreach optimizer, not a chain
+    fused by torch.compile), so they are never in a chain."""
+    if not host_names(trace, "user_annotation").str.contains(OPT_RE).any():
+        return pl.Series("_opt", [False] * g.height, pl.Boolean)
+    spans = trace.host.select("cat", "name", "ts", "end").filter(
+        (pl.col("cat") == "user_annotation") & pl.col("name").str.contains(OPT_RE))
+    at = g.select(pl.int_range(pl.len()).alias("_row"), "launch_ts").filter(pl.col("launch_ts").is_not_null())
+    hit = at.sort("launch_ts").join_asof(spans.select(pl.col("ts").alias("_sts"), pl.col("end").alias("_send"))
+                                         .sort("_sts"), left_on="launch_ts", right_on="_sts", strategy="backward")
+    rows = hit.filter(pl.col("launch_ts") < pl.col("_send"))["_row"]
+    return pl.Series("_opt", np.isin(np.arange(g.height), rows.to_numpy()), pl.Boolean)
 
 
 def _run_lengths_positions(run: np.ndarray) -> list[pl.Series]:

@@ -31,6 +31,7 @@ GPT2 = "collected3/gpt2_sdpa/rank0.1796173474679494691.pt.trace.json.gz"
 
 def test_kernel_classes_by_name_and_op():
     import polars as pl
+
     from traceview.analyses.fusible import kernel_class
 
     rows = [  # (kind, kernel, op, roofline category) -> class
@@ -67,8 +68,9 @@ def test_gpt2_chains_hold_only_fusible_kernels():
     them; the cross-entropy is split at its reductions (the upcast copies fuse into log_softmax, one kernel)."""
     t = k.trace(GPT2)
     names = t.gpu.filter(t.gpu["kind"] == "compute").sort("ts")["name"].to_list()
-    after = [b for a, b in zip(names, names[1:]) if "RadixSort" in b or "multi_tensor_apply" in b]
-    assert any("RadixSort" in b for b in after) and any("multi_tensor_apply" in b for b in after)
+    pairs = list(zip(names, names[1:], strict=False))  # each kernel and the next one on the GPU
+    assert any("elementwise" in a and "RadixSort" in b for a, b in pairs)
+    assert any(("elementwise" in a or "reduce_kernel" in a) and "multi_tensor_apply" in b for a, b in pairs)
     _, f, _ = k.run(GPT2, "TV201")
     assert f
     for x in f:
@@ -81,3 +83,25 @@ def test_gpt2_chains_hold_only_fusible_kernels():
         assert not any("reduce_kernel" in n or "SoftMax" in n for n in kern[:-1])
     (loss,) = [x for x in f if "aten::_log_softmax" in x["evidence"]["ops"]]
     assert loss["evidence"]["ops"] == ["aten::copy_"] * 3 + ["aten::_log_softmax"] and loss["count"] == 3
+
+
+def test_single_tensor_optimizer_step_is_not_a_chain():
+    """A single-tensor AdamW step launches hundreds of eager pointwise kernels back to back (add_, mul_, lerp_, …
+    per parameter): the unfused-optimizer rule's (fused/foreach AdamW), never one elementwise chain."""
+    import polars as pl
+
+    rel = "collected3/gpt2_sdpa_single/rank0.1796173565697623337.pt.trace.json.gz"
+    t = k.trace(rel)
+    span = t.host.filter(pl.col("name").str.starts_with("Optimizer.step#AdamW")).sort("ts").row(-1, named=True)
+    inside = t.gpu.filter((pl.col("kind") == "compute") & (pl.col("launch_ts") >= span["ts"])
+                          & (pl.col("launch_ts") < span["end"]))
+    assert inside.height > 600 and not inside["name"].str.contains("multi_tensor_apply").any()
+    from traceview.rules.elementwise_chain import chains
+
+    from traceview.analyses.classify import kernel_bound
+
+    ch = chains(t, t.steps, kernel_bound(t))
+    assert ch.height > 0 and not set(ch["i"].to_list()) & set(inside["i"].to_list())
+    _, f, _ = k.run(rel, "TV201")
+    assert all(x["evidence"]["kernels_per_chain"] < 100 for x in f)
+    assert not any(o in ("aten::lerp_", "aten::addcdiv_", "aten::addcmul_") for x in f for o in x["evidence"]["ops"])
