@@ -1,12 +1,26 @@
-"""TV201 elementwise-chain: runs of memory-bound elementwise/reduction kernels that could be one kernel.
+"""TV201 elementwise-chain: runs of memory-bound pointwise kernels (and the reduction they feed) that could be one kernel.
 
 ## What it detects
-Runs of >= `min_kernels` consecutive elementwise or reduction kernels on one stream within one step, with
-no GEMM, convolution, attention, NCCL or other kernel (nor memcpy/memset) between them. A kernel is
-elementwise/reduction when its launching op's category (from `Input Dims`) is elementwise or reduction, or —
-without shapes — when its name is an ATen elementwise/reduce kernel or an Inductor pointwise/reduction
-kernel (`vectorized_elementwise_kernel`, `reduce_kernel`, `triton_poi_*`, …). Chains with the same op
-sequence on the same stream are one finding; `count` is the number of chains.
+Runs of >= `min_kernels` consecutive kernels on one stream within one step that a fuser (Inductor) can turn into
+one generated kernel. Each kernel has a class, from its name (the library's kernel family) and from the ATen op
+that launched it (`traceview/analyses/fusible.py`):
+
+| class | kernels | in a chain |
+|---|---|---|
+| pointwise | ATen `elementwise_kernel` / `vectorized_elementwise_kernel` / `unrolled_elementwise_kernel` (arithmetic, casts and copies, `fill_`), `cat`, gathers (`index`, `index_select`, `gather`, `embedding`), RNG, Inductor `triton_poi_*` | yes |
+| reduction | `reduce_kernel` (sum, mean, max, norms), softmax / log_softmax, layer / batch / group / RMS norm, `nll_loss`, pooling, `cumsum`'s scan, Inductor `triton_red_*` / `triton_per_*` | yes, as its last kernel |
+| sort | cub / thrust radix sort, scan, select, unique (embedding backward, `sort`, `unique`, `nonzero`) | no: splits the run |
+| scatter | accumulating scatters and their helpers (`embedding_dense_backward`, `index_put_`, `index_add_`, `scatter_add_`) | no |
+| multi-tensor | `multi_tensor_apply_kernel`, foreach and fused optimizers (`_foreach_*`, `_fused_*`): one launch over many tensors already, the unfused-optimizer rule's business | no |
+| optimizer step | any kernel launched inside an `Optimizer.step#…` span, single-tensor updates included: the unfused-optimizer rule's (its fix is a fused or foreach optimizer, not a compiled chain) | no |
+| library compute | GEMM / convolution / attention (cuBLAS incl. its split-K reduce, cuDNN, CUTLASS, flash), collectives (NCCL), memcpy / memset | no |
+| unknown | a kernel of no known family launched by no ATen op (a custom extension: opaque to a fuser) | no |
+
+Runs split at every kernel not in a chain class. A reduction ends its chain: Inductor fuses a reduction's
+pointwise producers into it, but two reductions in a row (log_softmax then nll_loss) are two kernels compiled
+too, so the kernels after a reduction start the next chain. Kernels of a materialized attention (the
+materialized-attention rule's) split a run too. Chains with the same op sequence on the same stream are one
+finding; `count` is the number of chains.
 
 ## Why it is slow
 Each eager elementwise op reads its whole input from HBM and writes its whole output back. A chain of k
@@ -16,15 +30,17 @@ s-byte elements: 4·M·N·s bytes eager, 2·M·N·s fused). The kernels are band
 bytes moved.
 
 ## How to fix
-Let the compiler fuse the chain: `torch.compile` (Inductor emits one Triton kernel per chain). Use fused
-or epilogue forms: `F.linear(x, w, b)` / `addmm` folds the bias into the GEMM epilogue, fused activations
-(`_addmm_activation`), fused optimizers (`foreach=True`, `fused=True`), fused norms/softmax. Hand-write a
-Triton kernel for a hot custom chain.
+Let the compiler fuse the chain: `torch.compile` (Inductor emits one Triton kernel per chain: pointwise ops
+and the reduction they feed). Use fused or epilogue forms: `F.linear(x, w, b)` / `addmm` folds the bias into
+the GEMM epilogue, fused activations (`_addmm_activation`), fused norms/softmax. Hand-write a Triton kernel
+for a hot custom chain. A chain of kernels that are already Triton kernels is info: something (a graph break,
+a fallback op) keeps them apart.
 
 ## Evidence
 Per chain pattern: the kernels and ops in order, kernels per chain, bytes moved per chain (from the
 launching ops' `Input Dims`/`Input type`: Σ inputs + output per kernel, TraceLens formulas), the fused
-bytes (first input + distinct extra inputs + last output), the achieved bandwidth vs the device's peak
+bytes (first input + distinct extra inputs + last output; for a chain that ends in a reduction the last output is
+counted at its input's size, an upper bound: the saving is a lower one), the achieved bandwidth vs the device's peak
 (spec table by `deviceProperties` name), the costliest occurrence's time window and stream. Savings =
 chain time − fused time, where fused time = chain time × fused bytes / chain bytes, but at least the
 shortest kernel of the chain (a fused kernel still costs one launch). Without shapes the fallback is
@@ -52,17 +68,17 @@ import polars as pl
 
 from traceview.analyses.attention import score_op_ids
 from traceview.analyses.classify import sync_calls
-from traceview.analyses.features import FUSED_OPT_KERNEL_RE, Features
-from traceview.analyses.features import MULTI_TENSOR_KERNEL_RE as _MT_KERNEL
+from traceview.analyses.features import Features, host_names
+from traceview.analyses.fusible import MULTI_TENSOR_RE, OTHER, REDUCTION, kernel_class
 from traceview.analyses.intervals import merge
-from traceview.analyses.names import contains
 from traceview.analyses.replay import Transform
-from traceview.analyses.roofline import ELEMENTWISE_KERNEL_RE
 from traceview.analyses.rowid import join_by_id
 from traceview.analyses.whatif import EMPTY, shrink_kernels
 from traceview.analyses.windows import host_step_of, step_of
 from traceview.evidence import Meta, StepSpan
 from traceview.ruleapi import XPROF_SEVERITY, Finding, Option, RuleContext
+
+from .unfused_optimizer import OPT_RE
 
 CODE = "TV201"
 NAME = "elementwise-chain"
@@ -77,34 +93,23 @@ OPTIONS = {
 FIX = ("Each kernel of this chain reads its whole input from HBM and writes its whole output back, so the chain "
        "moves about 2·k times the tensor while one fused kernel would read it once and write it once. Fuse it: "
        "torch.compile emits one Triton kernel per chain; use epilogue/fused forms (F.linear with bias instead of "
-       "mm + add, fused activations, fused/foreach optimizers, fused norms); or write a Triton kernel.")
+       "mm + add, fused activations, fused norms); or write a Triton kernel.")
 
 
 #: kernels Inductor/Triton generated (by kernel name, or by the op name a compiled graph gives them), and kernels a
 #: compiled graph runs (AOTAutograd's CompiledFunction: ATen kernels Inductor left inside the graph)
 COMPILED_RE = r"^triton_|^CompiledFunction"
-#: multi-tensor kernels: one launch over a whole list of tensors (foreach ops, fused optimizers, apex/ATen's
-#: `multi_tensor_apply_kernel<…, AdamFunctor…>`), by op name or kernel name
-MULTI_TENSOR_OP_RE = r"^aten::_(foreach|fused)_"
-MULTI_TENSOR_KERNEL_RE = f"{_MT_KERNEL}|{FUSED_OPT_KERNEL_RE}"
-FUSED_OPTIMIZER_RE = f"^aten::_fused_|{FUSED_OPT_KERNEL_RE}"
+#: multi-tensor kernels (foreach ops, fused optimizers): never in a chain (analyses/fusible.py); the unfused-optimizer
+#: rule's business
+MULTI_TENSOR_KERNEL_RE = MULTI_TENSOR_RE
 
 
 def kernel_kinds(ops: list[str], kernels: list[str]) -> dict[str, list[int]]:
-    """The positions of a chain's kernels by what they are: `compiled` (Triton), `multi` (multi-tensor: foreach
-    or fused optimizer kernels), `fused_opt` (a fused optimizer's update), `eager` (the rest: one ATen/library
-    kernel per op). `ops[i]` is the op that launched `kernels[i]` ("?" when unknown)."""
+    """The positions of a chain's kernels by what they are: `compiled` (Triton, or a compiled graph's), `eager` (the
+    rest: one ATen kernel per op). `ops[i]` is the op that launched `kernels[i]` ("?" when unknown)."""
     ser_k, ser_o = pl.Series(kernels, dtype=pl.String), pl.Series(ops, dtype=pl.String)
-    compiled = ser_k.str.contains(COMPILED_RE) | ser_o.str.contains(COMPILED_RE)
-    multi = ser_o.str.contains(MULTI_TENSOR_OP_RE) | ser_k.str.contains(MULTI_TENSOR_KERNEL_RE)
-    fused_opt = ser_o.str.contains(FUSED_OPTIMIZER_RE) | ser_k.str.contains(FUSED_OPTIMIZER_RE)
-    eager = ~compiled & ~multi
-    return {name: [i for i, v in enumerate(m.to_list()) if v]
-            for name, m in (("compiled", compiled), ("multi", multi), ("fused_opt", fused_opt), ("eager", eager))}
-
-
-def _compiled_chain(kinds: dict[str, list[int]], k: int) -> bool:
-    return len(kinds["compiled"]) == k
+    compiled = (ser_k.str.contains(COMPILED_RE) | ser_o.str.contains(COMPILED_RE)).to_list()
+    return {"compiled": [i for i, v in enumerate(compiled) if v], "eager": [i for i, v in enumerate(compiled) if not v]}
 
 
 def _names(ops: list[str], idx: list[int], n: int = 4) -> str:
@@ -114,45 +119,29 @@ def _names(ops: list[str], idx: list[int], n: int = 4) -> str:
 
 def fix_for(f: Features, ops: str, kernels: list[str] | None = None) -> str:
     """The fix, conditioned on what the chain's kernels are and what the trace already does: Triton kernels are
-    already compiled, multi-tensor (foreach/fused optimizer) kernels are already batched, and only the others are
-    eager kernels."""
+    already compiled, and only the others are eager kernels."""
     op_list = ops.split(" → ")
     kinds = kernel_kinds(op_list, kernels if kernels is not None else op_list)
     k = len(op_list)
-    if _compiled_chain(kinds, k):
+    if len(kinds["compiled"]) == k:
         return ("These kernels are already compiled (Triton kernels, or kernels of a compiled graph), but Inductor "
                 "emitted them separately: something "
                 "between them stops fusion — a graph break, a reduction or a mutation Inductor will not fuse "
                 "across, or an op it falls back to eager for. Check TORCH_LOGS=graph_breaks,fusion (or "
                 "torch._dynamo.explain) and remove the break, or write the fused kernel by hand (Triton).")
-    opt_in_use = f.fused_optimizer or f.foreach_optimizer
-    if kinds["multi"]:
-        n = len(kinds["multi"])
-        head = (f"{n} of these {k} kernels are a fused optimizer's update (one kernel per parameter group): already "
-                "fused, nothing to apply to them." if kinds["fused_opt"] else
-                f"{n} of these {k} kernels are multi-tensor (foreach) kernels, each already one launch over a whole "
-                "list of tensors, not one per parameter.")
-        if not kinds["eager"]:
-            return head + (" The estimate is what one kernel for the whole chain would move: an upper bound, not a "
-                           "change to make.")
-        return head + (f" The other {len(kinds['eager'])} ({_names(op_list, kinds['eager'])}) are separate eager "
-                       "kernels: torch.compile of the function that runs them fuses those.")
     if kinds["compiled"] or f.compiled or f.triton_kernels:
         n_eager = len(kinds["eager"])
         which = "these eager kernels run" if n_eager == k else f"{n_eager} of these {k} kernels are eager and run"
         return (f"The step already uses torch.compile, but {which} outside the compiled regions "
                 f"({_names(op_list, kinds['eager'])}: a graph break, or code left uncompiled): extend the compiled "
                 "region over them (remove the graph break, compile the enclosing function), or use fused forms "
-                "(F.linear with bias instead of mm + add, fused activations"
-                + ("" if opt_in_use else ", fused/foreach optimizers") + ", fused norms).")
-    if opt_in_use:
-        return FIX.replace(" fused/foreach optimizers,", "")
+                "(F.linear with bias instead of mm + add, fused activations, fused norms).")
     return FIX
 
 
 def info_only(ops: str, kernels: list[str]) -> bool:
-    """A chain whose kernels are all compiled already or already batched (no eager kernel left to fuse): nothing
-    to apply here, so the finding is info."""
+    """A chain whose kernels are all compiled already (no eager kernel left to fuse): nothing to apply here, so the
+    finding is info."""
     op_list = ops.split(" → ")
     return not kernel_kinds(op_list, kernels)["eager"]
 
@@ -169,12 +158,10 @@ def chains(trace, steps: pl.DataFrame, kb: pl.DataFrame, min_kernels: int = 2) -
     # the kernels of a materialized attention are the attention rule's: one fused attention kernel replaces
     # them, not a fused elementwise kernel (they break a chain like a GEMM)
     scores = score_op_ids(trace)
-    elem = (pl.col("kind") == "compute") & ~pl.col("op").is_in(scores.implode()).fill_null(False) & (
-        pl.col("category").is_in(["elementwise", "reduction"])
-        | (~pl.col("category").is_in(["gemm", "conv", "attention"]).fill_null(False)
-           & contains(g, ELEMENTWISE_KERNEL_RE)))
-    g = g.with_columns(_elem=elem.fill_null(False))
-    if int(g["_elem"].sum()) < min_kernels:  # fewer elementwise kernels than one chain needs: no chain
+    g = g.with_columns(_cls=kernel_class(g), _opt=_in_optimizer_step(trace, g))
+    elem = (pl.col("_cls") != OTHER) & ~pl.col("op").is_in(scores.implode()).fill_null(False) & ~pl.col("_opt")
+    g = g.with_columns(_elem=elem.fill_null(False), _red=pl.col("_cls") == REDUCTION)
+    if int(g["_elem"].sum()) < min_kernels:  # fewer fusible kernels than one chain needs: no chain
         return g.head(0).select(
             pl.lit(None, pl.UInt32).alias("chain"), pl.lit(None, pl.Int64).alias("step"), "device", "stream", "i",
             "name", "op_name", "ts", "end", "dur", "bytes", "in0_bytes", "extra_bytes", "out_bytes",
@@ -186,12 +173,29 @@ def chains(trace, steps: pl.DataFrame, kb: pl.DataFrame, min_kernels: int = 2) -
     # runs numbered along the whole frame (a new stream starts a run: the rows come grouped by stream), so each
     # run is one integer key and the chains are numbered by it, in (device, stream, time) order
     new_stream = pl.any_horizontal(pl.col(c).ne_missing(pl.col(c).shift()) for c in ("device", "stream"))
-    brk = (~pl.col("_elem") | (pl.col("step") != pl.col("step").shift()).fill_null(True) | new_stream)
+    # a reduction ends its chain: its pointwise producers fuse into it, the kernels after it start another
+    brk = (~pl.col("_elem") | (pl.col("step") != pl.col("step").shift()).fill_null(True) | new_stream
+           | pl.col("_red").shift().fill_null(False))
     g = g.with_columns(_run=brk.cast(pl.Int64).cum_sum()).filter(pl.col("_elem"))
     g = g.with_columns(_run_lengths_positions(g["_run"].to_numpy())).filter(pl.col("k") >= min_kernels)
     g = g.with_columns(chain=pl.col("_run").rank("dense"))
     return g.select("chain", "step", "device", "stream", "i", "name", "op_name", "ts", "end", "dur", "bytes",
                     "in0_bytes", "extra_bytes", "out_bytes", "pos", "k")
+
+
+def _in_optimizer_step(trace, g: pl.DataFrame) -> pl.Series:
+    """Per row of `g`: whether its kernel was launched inside an `Optimizer.step#…` span (torch.optim records one
+    per step). The update's kernels are the unfused-optimizer rule's (a fused or foreach optimizer, not a chain
+    fused by torch.compile), so they are never in a chain."""
+    if not host_names(trace, "user_annotation").str.contains(OPT_RE).any():
+        return pl.Series("_opt", [False] * g.height, pl.Boolean)
+    spans = trace.host.select("cat", "name", "ts", "end").filter(
+        (pl.col("cat") == "user_annotation") & pl.col("name").str.contains(OPT_RE))
+    at = g.select(pl.int_range(pl.len()).alias("_row"), "launch_ts").filter(pl.col("launch_ts").is_not_null())
+    hit = at.sort("launch_ts").join_asof(spans.select(pl.col("ts").alias("_sts"), pl.col("end").alias("_send"))
+                                         .sort("_sts"), left_on="launch_ts", right_on="_sts", strategy="backward")
+    rows = hit.filter(pl.col("launch_ts") < pl.col("_send"))["_row"]
+    return pl.Series("_opt", np.isin(np.arange(g.height), rows.to_numpy()), pl.Boolean)
 
 
 def _run_lengths_positions(run: np.ndarray) -> list[pl.Series]:
@@ -320,9 +324,8 @@ def check(ctx: RuleContext) -> list[Finding]:
                   f"{' …' if p['k'] > 6 else ''}) could be one fused kernel",
             steps=p["steps"], count=p["count"], cost_ns=p["time"], savings_ns=p["savings"], evidence=ev,
             fix=fix_for(ctx.features, p["ops"], p["kernels"]), kernel_ids=p["ids"],
-            # a chain of Triton kernels is what torch.compile already produced, a chain of multi-tensor kernels what
-            # foreach/fused optimizers already do: nothing to apply here (a graph break or an unfusable op keeps
-            # them apart, the graph-break rules' business)
+            # a chain of Triton kernels is what torch.compile already produced: nothing to apply here (a graph
+            # break or an unfusable op keeps them apart, the graph-break rules' business)
             severity="info" if info_only(p["ops"], p["kernels"]) else None))
     return out
 

@@ -51,9 +51,9 @@ import msgspec
 import polars as pl
 
 from traceview.analyses.classify import sync_calls
+from traceview.analyses.fusible import OTHER, kernel_class
 from traceview.analyses.intervals import merge
 from traceview.analyses.replay import Transform, spans
-from traceview.analyses.roofline import ELEMENTWISE_KERNEL_RE
 from traceview.analyses.timeline import gpu_work
 from traceview.analyses.tree import ancestor_where
 from traceview.analyses.whatif import EMPTY, gpu_idle_within, removed_per_step, shrink_kernels
@@ -183,12 +183,10 @@ def boundary_chains(ctx: RuleContext, b: pl.DataFrame) -> pl.DataFrame:
         return pl.DataFrame()
     k = (ctx.trace.gpu.select("i", "kind", "name", "ts", "end", "dur", "launch_ts")
          .filter((pl.col("kind") == "compute") & pl.col("launch_ts").is_not_null())
-         .select("i", "name", "ts", "end", "dur", "launch_ts")
+         .select("i", "kind", "name", "ts", "end", "dur", "launch_ts")
          .join(ctx.kb.select("i", "op_name", "category", "bytes", "in0_bytes", "extra_bytes", "out_bytes"), on="i", how="left"))
-    elem = (pl.col("category").is_in(["elementwise", "reduction"]).fill_null(False)
-            | (~pl.col("category").is_in(["gemm", "conv", "attention"]).fill_null(False)
-               & pl.col("name").str.contains(ELEMENTWISE_KERNEL_RE)))
-    k = k.with_columns(_elem=elem)
+    # only kernels a fuser can merge (the elementwise-chain rule's classes, analyses/fusible.py)
+    k = k.with_columns(_elem=kernel_class(k) != OTHER)
     side = b.select(pl.col("i").alias("chain"), "_ots", "gap_ts", "ts", "end")
     x = side.join(k.rename({"ts": "kts", "end": "kend"}), how="cross")
     a = x.filter((pl.col("launch_ts") >= pl.col("_ots")) & (pl.col("launch_ts") < pl.col("gap_ts"))).with_columns(_side=pl.lit(0))

@@ -61,6 +61,7 @@ import polars as pl
 
 from traceview.analyses.features import host_names
 from traceview.analyses.fixes import per_step_us, pricing_transform
+from traceview.analyses.fusible import MULTI_TENSOR_RE as MULTI_TENSOR_KERNEL_RE
 from traceview.analyses.opshapes import decode
 from traceview.analyses.replay import Transform, spans
 from traceview.analyses.roofline import DTYPE_BYTES
@@ -68,8 +69,6 @@ from traceview.analyses.rowid import join_by_id
 from traceview.analyses.whatif import EMPTY, gpu_idle_within, removed_per_step
 from traceview.evidence import Meta, OpCount
 from traceview.ruleapi import XPROF_SEVERITY, Finding, Option, RuleContext, min_savings
-
-from .elementwise_chain import MULTI_TENSOR_KERNEL_RE
 
 CODE = "TV203"
 NAME = "unfused-optimizer"

@@ -7,11 +7,11 @@ from __future__ import annotations
 import polars as pl
 import pytest
 from conftest import load
-from traceview.rules.elementwise_chain import ELEMENTWISE_KERNEL_RE, chains
+from traceview.rules.elementwise_chain import chains
 
 from traceview.analyses import classify, memory
+from traceview.analyses.fusible import OTHER, REDUCTION, kernel_class
 from traceview.analyses.intervals import clip, merge, per_window
-from traceview.analyses.names import contains
 from traceview.analyses.timeline import busy_per_window, gpu_work, step_busy
 from traceview.analyses.windows import host_step_of, in_steps, step_of
 
@@ -60,15 +60,13 @@ def _chains_by_stream_windows(trace, steps, kb, min_kernels=2):
                                                        "stream")
     g = g.join(kb.select("i", "op_name", "category", "bytes", "in0_bytes", "extra_bytes", "out_bytes"), on="i",
                how="left")
-    elem = (pl.col("kind") == "compute") & (
-        pl.col("category").is_in(["elementwise", "reduction"])
-        | (~pl.col("category").is_in(["gemm", "conv", "attention"]).fill_null(False)
-           & contains(g, ELEMENTWISE_KERNEL_RE)))
-    g = g.with_columns(_elem=elem.fill_null(False))
+    cls = kernel_class(g)
+    g = g.with_columns(_elem=cls != OTHER, _red=cls == REDUCTION)
     g = pl.concat([host_step_of(g.filter(pl.col("launch_ts").is_not_null()), steps, "launch_ts"),
                    step_of(g.filter(pl.col("launch_ts").is_null()), steps)], how="diagonal_relaxed")
     g = g.filter(pl.col("step").is_not_null()).sort("device", "stream", "ts", maintain_order=True)
-    brk = (~pl.col("_elem") | (pl.col("step") != pl.col("step").shift()).fill_null(True))
+    brk = ~pl.col("_elem") | (pl.col("step") != pl.col("step").shift()).fill_null(True)
+    brk = brk | pl.col("_red").shift().fill_null(False)  # a reduction ends its chain
     g = g.with_columns(_run=brk.cast(pl.Int64).cum_sum().over("device", "stream"))
     g = g.filter(pl.col("_elem")).with_columns(k=pl.len().over("device", "stream", "_run"),
                                                pos=pl.int_range(pl.len()).over("device", "stream", "_run"))

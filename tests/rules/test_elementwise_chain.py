@@ -24,3 +24,84 @@ def test_compiled_has_no_chain():
 
 def test_gemm_negative_control():
     assert k.findings("gpu_h200/compute_bound_gemm.json.gz", "TV201") == []
+
+
+GPT2 = "collected3/gpt2_sdpa/rank0.1796173474679494691.pt.trace.json.gz"
+
+
+def test_kernel_classes_by_name_and_op():
+    import polars as pl
+
+    from traceview.analyses.fusible import kernel_class
+
+    rows = [  # (kind, kernel, op, roofline category) -> class
+        ("compute", "void at::native::vectorized_elementwise_kernel<4, at::native::FillFunctor<float>>", "aten::fill_",
+         "elementwise", "pointwise"),
+        ("compute", "void at::native::reduce_kernel<128, 4, at::native::ReduceOp<float>>", "aten::sum", "reduction",
+         "reduction"),
+        ("compute", "void at::native::(anonymous namespace)::cunn_SoftMaxForward<4, float>", "aten::_log_softmax",
+         "reduction", "reduction"),
+        ("compute", "triton_poi_fused__softmax_0", "triton_poi_fused__softmax_0", None, "pointwise"),
+        ("compute", "triton_red_fused_sum_1", "triton_red_fused_sum_1", None, "reduction"),
+        # embedding backward: its radix sort, its scatter and even its zero-fill are not fusible with neighbours
+        ("compute", "void at_cuda_detail::cub::detail::radix_sort::DeviceRadixSortOnesweepKernel<int>",
+         "aten::embedding_dense_backward", "elementwise", "other"),
+        ("compute", "void at::native::(anonymous namespace)::sum_and_scatter<float>", None, None, "other"),
+        ("compute", "void at::native::vectorized_elementwise_kernel<4, at::native::FillFunctor<float>>",
+         "aten::embedding_dense_backward", "elementwise", "other"),
+        ("compute", "void at::native::(anonymous namespace)::multi_tensor_apply_kernel<FunctorA>", "aten::_foreach_add_",
+         "elementwise", "other"),
+        ("compute", "void cublasLt::splitKreduce_kernel<32, 16>", "Torch-Compiled Region: 0/0", None, "other"),
+        ("compute", "void cudnn::bn_fw_tr_1C11_kernel_NCHW<float>", "aten::cudnn_batch_norm", "reduction", "reduction"),
+        ("compute", "void at_cuda_detail::cub::detail::scan::DeviceScanKernel<int>", "aten::cumsum", "reduction",
+         "reduction"),
+        ("compute", "my_custom_kernel", "myext::op", "elementwise", "other"),  # opaque to a fuser
+        ("memcpy", "Memcpy DtoD (Device -> Device)", "aten::copy_", "elementwise", "other"),
+    ]
+    g = pl.DataFrame([r[:4] for r in rows], schema=["kind", "name", "op_name", "category"], orient="row")
+    assert g.select(kernel_class(g))["literal"].to_list() == [r[4] for r in rows]
+
+
+def test_gpt2_chains_hold_only_fusible_kernels():
+    """GPT-2 training (eager, SDPA, foreach AdamW): the embedding backward's radix sort and scatter kernels run right
+    after elementwise kernels, and the optimizer's multi-tensor kernels after the grad-norm ones, yet no chain holds
+    them; the cross-entropy is split at its reductions (the upcast copies fuse into log_softmax, one kernel)."""
+    t = k.trace(GPT2)
+    names = t.gpu.filter(t.gpu["kind"] == "compute").sort("ts")["name"].to_list()
+    pairs = list(zip(names, names[1:], strict=False))  # each kernel and the next one on the GPU
+    assert any("elementwise" in a and "RadixSort" in b for a, b in pairs)
+    assert any(("elementwise" in a or "reduce_kernel" in a) and "multi_tensor_apply" in b for a, b in pairs)
+    _, f, _ = k.run(GPT2, "TV201")
+    assert f
+    for x in f:
+        kern, ops = x["evidence"]["kernels"], x["evidence"]["ops"]
+        assert not any(s in n for n in kern for s in ("cub::", "RadixSort", "multi_tensor_apply", "scatter",
+                                                       "nll_loss", "SoftMaxBackward"))
+        assert not any(o in ("aten::embedding_dense_backward", "aten::nll_loss_forward") or "_foreach_" in o
+                       for o in ops)
+        # at most one reduction, and only as the chain's last kernel (its producers fuse into it)
+        assert not any("reduce_kernel" in n or "SoftMax" in n for n in kern[:-1])
+    (loss,) = [x for x in f if "aten::_log_softmax" in x["evidence"]["ops"]]
+    assert loss["evidence"]["ops"] == ["aten::copy_"] * 3 + ["aten::_log_softmax"] and loss["count"] == 3
+
+
+def test_single_tensor_optimizer_step_is_not_a_chain():
+    """A single-tensor AdamW step launches hundreds of eager pointwise kernels back to back (add_, mul_, lerp_, …
+    per parameter): the unfused-optimizer rule's (fused/foreach AdamW), never one elementwise chain."""
+    import polars as pl
+
+    rel = "collected3/gpt2_sdpa_single/rank0.1796173565697623337.pt.trace.json.gz"
+    t = k.trace(rel)
+    span = t.host.filter(pl.col("name").str.starts_with("Optimizer.step#AdamW")).sort("ts").row(-1, named=True)
+    inside = t.gpu.filter((pl.col("kind") == "compute") & (pl.col("launch_ts") >= span["ts"])
+                          & (pl.col("launch_ts") < span["end"]))
+    assert inside.height > 600 and not inside["name"].str.contains("multi_tensor_apply").any()
+    from traceview.rules.elementwise_chain import chains
+
+    from traceview.analyses.classify import kernel_bound
+
+    ch = chains(t, t.steps, kernel_bound(t))
+    assert ch.height > 0 and not set(ch["i"].to_list()) & set(inside["i"].to_list())
+    _, f, _ = k.run(rel, "TV201")
+    assert all(x["evidence"]["kernels_per_chain"] < 100 for x in f)
+    assert not any(o in ("aten::lerp_", "aten::addcdiv_", "aten::addcmul_") for x in f for o in x["evidence"]["ops"])
