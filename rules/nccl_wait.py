@@ -215,11 +215,13 @@ def check_job(ctx: JobContext) -> list[Finding]:
                      exposed_wait_per_step_us=round(per_step, 3), median_exposed_wait_per_step_us=round(median, 3),
                      ranks=ranks)
     severity = severity_for(pct, opts["moderate_pct"], opts["high_pct"], SEVERITY)
+    saving = strag.get("job_saving_us_per_step")
     if host:
         ev.wait_per_step_us = round(per_step, 3)
         ev.median_wait_per_step_us = round(median, 3)
-        # a straggler delays every step; a descheduled thread only some: judge the median step
-        if median < opts["host_noise_ms"] * 1000:
+        # a straggler delays every step; a descheduled thread only some: judge the median step (a replayed job
+        # is judged on its replayed saving against the step-to-step noise instead, below)
+        if saving is None and median < opts["host_noise_ms"] * 1000:
             severity = "info"
             ev.note = (f"median wait per step {median / 1000:.2f} ms is below host_noise_ms ({opts['host_noise_ms']} "
                           "ms): within OS scheduling noise for host-side collectives, no straggler is raised")
@@ -229,7 +231,6 @@ def check_job(ctx: JobContext) -> list[Finding]:
         ev.cause = StragglerCause(class_=cause["class"], mechanism=cause["mechanism"],
                                   excess_us_per_step=cause["excess_us_per_step"], text=cause["text"])
     over = ctx.overhead_ms
-    saving = strag.get("job_saving_us_per_step")
     if saving is not None:
         # the job replay priced the straggler's cause: the job's step saved by fixing it on that rank alone
         ev.job_saving_us_per_step = saving
@@ -249,7 +250,7 @@ def check_job(ctx: JobContext) -> list[Finding]:
                           f"{strag['rank']} saves the job, but its delay is work the others do not have "
                           f"({cause.get('mechanism')}): a real straggler")
         pct = 100.0 * savings_ns / window if window else 0.0
-        severity = severity_for(pct, opts["moderate_pct"], opts["high_pct"], SEVERITY) if not host else severity
+        severity = severity_for(pct, opts["moderate_pct"], opts["high_pct"], SEVERITY)
     else:
         savings_ns = mean_wait * 1000
     if over is not None and saving is None:
