@@ -43,8 +43,9 @@ delay is work the others do not have (code outside any op, extra ops, input, syn
 whatever the overhead.
 Per trace, no replay model: overlapping communication with compute is not expressible on one rank's graph, so
 those findings carry no saving (`savings_us` 0, at most `info`). Per job (GPU ranks), the job replay
-(docs/multi-rank.md) joins the ranks' graphs by their collectives and prices the straggler's cause fixed on that
-rank alone: `job_saving_us_per_step` is the finding's saving, and a straggler is raised only when it is above the
+(docs/multi-rank.md) joins the ranks' graphs by their collectives (NCCL kernels, or gloo's exchanges on its
+worker threads) and prices the straggler's cause fixed on that rank alone, unprofiled (each rank's profiler cost
+taken off first): `job_saving_us_per_step` is the finding's saving, and a straggler is raised only when it is above the
 job's step-to-step noise (and above the profiler's cost when the straggler runs the same work, only slower).
 Otherwise the job finding says there is no straggler — or, when the ranks' exposed communication is the
 collectives' own transfer (not a wait for a late rank) and reaches `moderate_pct` of the step,
@@ -54,7 +55,7 @@ collectives' own transfer (not a wait for a late rank) and reaches `moderate_pct
 ## Options
 - `moderate_pct` (3.0): exposed-communication (or wait) share at which a finding is a warning — XProf device-collectives moderate threshold.
 - `high_pct` (15.0): share at which it is an error — XProf device-collectives high threshold (tb_plugin flags communication > 10 %).
-- `host_noise_ms` (6.0): for host-side (gloo) collectives, a median wait per step below this is within OS scheduling noise and the straggler finding stays info — Linux CFS's default scheduling period (sched_latency 6 ms): on a busy CPU host a runnable rank can wait that long for a core.
+- `host_noise_ms` (6.0): for host-side (gloo) collectives of a job that is not replayed (ranks without a GPU), a median wait per step below this is within OS scheduling noise and the straggler finding stays info — Linux CFS's default scheduling period (sched_latency 6 ms): on a busy CPU host a runnable rank can wait that long for a core.
 
 ## References
 - TraceLens `NcclAnalyser` (wait = latest start − own start, comm latency = min duration, straggler summary) — https://github.com/AMD-AGI/TraceLens.

@@ -10,6 +10,7 @@ unprofiled (per-block `.item()` syncs on a lightly loaded GPU) and the balanced 
 
 from __future__ import annotations
 
+import gzip
 import json
 from pathlib import Path
 
@@ -120,3 +121,23 @@ SHARED_GPU = ("both ranks share one GPU: their kernels time-slice it, so the bal
 @pytest.mark.parametrize("run", [RUNS / "gloo1_rank1_copy", RUNS / "gloo1_rank1_kernels"], ids=lambda p: p.name)
 def test_job_saving_matches_the_measured_fix(run: Path) -> None:
     assert _saving_ms(_job(run)) == pytest.approx(_measured_saving_ms(run), rel=0.20)
+
+
+def _kernel_ms_per_step(run: Path, rank: int) -> float:
+    """GPU kernel time per profiled step of one rank, from the raw trace (stdlib json: `kernel` events, over the
+    `ProfilerStep#N` annotations counted)."""
+    (f,) = run.glob(f"rank{rank}.*.pt.trace.json.gz")
+    ev = json.loads(gzip.decompress(f.read_bytes()))["traceEvents"]
+    steps = {e["name"] for e in ev if str(e.get("name", "")).startswith("ProfilerStep#")}
+    return sum(e.get("dur", 0) for e in ev if e.get("cat") == "kernel") / 1000 / len(steps)
+
+
+def test_the_shared_gpu_reason_holds() -> None:
+    # what the SHARED_GPU xfail says, checked on the traces and the labels: the same kernels take ~1.4x longer a
+    # step in the balanced job (the two ranks' kernels share the device) than in the copy job (rank 1 held off it)
+    bal = [_kernel_ms_per_step(BALANCED, r) for r in (0, 1)]
+    cpy = [_kernel_ms_per_step(RUNS / "gloo1_rank1_copy", r) for r in (0, 1)]
+    assert min(bal) > 1.25 * max(cpy), (bal, cpy)
+    # and the copy job with its straggler fixed replays well below the balanced job's measured unprofiled step
+    fixed_ms = _job(RUNS / "gloo1_rank1_copy")["projection"]["straggler_fixed"]["job_step_us"] / 1000
+    assert fixed_ms < _step_ms(BALANCED) - 0.5 * (max(bal) - max(cpy)), fixed_ms

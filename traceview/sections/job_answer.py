@@ -161,7 +161,8 @@ def answer(traces: list[Trace], steps: dict[int, pl.DataFrame], m: pl.DataFrame,
            entries: list[dict], options, parts: dict[int, pl.DataFrame | None] | None = None
            ) -> tuple[dict | None, dict | None]:
     """(the job's `replay` section, its `projection`) — None, None when the job is not replayed (no matched
-    collective kernels: host-side gloo collectives are not graph activities). Names the straggler (the rank
+    collective kernels or gloo ranges, or a rank without a GPU). Savings are priced unprofiled: each rank's
+    profiler cost is taken off (`job_replay.with_unprofiled`) before any change. Names the straggler (the rank
     whose change saves the job most: `rank_changes.py`) and sets its cause; `nccl.straggler.cause` is left to
     the caller when the job is not replayed."""
     host = nccl.get("source") == "gloo_annotation"
