@@ -296,14 +296,19 @@ def _not_a_straggler(ctx: JobContext, s: dict, ev: JobEvidence, saving: float, o
     last = s["straggler"]["rank"]
     why = f"fixing rank {last}'s cause saves the job {saving / 1000:,.2f} ms per step in the job replay, "
     noise = ev.noise_us_per_step or 0.0
-    # within the noise between steps: nothing to explain; above it but within what the profiler added (the same
-    # work, slower): the profiler may explain it
-    if over is not None and noise < saving <= over * 1000:
+    wait = ev.exposed_wait_per_step_us or 0.0
+    # within the noise between steps and nothing waited for in the recording: nothing to explain; a saving above
+    # the noise, or a recorded wait above it that the unprofiled replay does not keep, within what the profiler
+    # added (the same work, slower): the profiler may explain it
+    if over is not None and max(saving, wait) > noise and saving <= over * 1000:
         ev.profiling_overhead_ms_per_step = round(over, 3)
         ev.may_be_profiling_artifact = True
         note = (s["straggler"].get("cause") or {}).get("mechanism_note")
         same = (f"its ops run slower than the others' (its trace also has {note})" if note else
                 "runs the same work as the others (the same host ops, each slower)")
+        if saving <= noise:
+            why += (f"within the step-to-step noise ({noise / 1000:,.2f} ms) with each rank's profiler cost taken "
+                    f"off, though the others wait {wait / 1000:,.2f} ms per step for it in the recording; ")
         why += (f"and the profiler added {over:.2f} ms per step ({ctx.overhead_source}), at least that; rank {last} "
                 f"{same}: the delay may be an artifact of "
                 "uneven profiling overhead; no straggler (check the unprofiled step times or re-record with fewer "

@@ -194,7 +194,4 @@ def test_cause_text_never_contradicts_the_ranks_findings(run: str) -> None:
         assert "mechanism_note" in s["cause"] or s["cause"]["mechanism"] != "slower_host_ops"
     if run == "ddp_balanced_launch_bound":
         assert s["cause"]["mechanism"] == "slower_host_ops" and not s["raised"]
-        # priced unprofiled (each rank's profiler cost off), fixing rank 1 saves the job less than the noise between
-        # steps: no straggler, and the cause still says why it arrived last — the same ops, each slower
-        assert "the same ops as the others, each slower" in text and "within the step-to-step noise" in text
-        assert mine == other
+        assert "the same host ops, each slower" in text and mine == other

@@ -135,46 +135,39 @@ def build_job(traces: Sequence[Trace], ranks: Sequence[int], m: pl.DataFrame,
 def _build_host(traces: Sequence[Trace], ranks: Sequence[int], m: pl.DataFrame, graphs: list[Graph]) -> JobGraph | None:
     """`build_job` on host-side collectives: each rank's graph with its exchanges' gaps and joins cut to the
     exchange after the last arrival, and a join event per collective held by every rank."""
-    ex = []
-    for t, g, r in zip(traces, graphs, ranks, strict=True):
+    clock = np.array([t.meta.epoch_offset_ns for t in traces], np.int64)
+    frames = []
+    for k, (t, g, r) in enumerate(zip(traces, graphs, ranks, strict=True)):
         rows = m.filter(pl.col("rank") == r).select("key", pl.col("i").cast(pl.Int64))
         p, pre, off = _exchange(g, t, rows["i"].to_numpy())
         ok = p >= 0
-        ex.append((rows.filter(pl.Series(ok)), p[ok], pre[ok], off[ok]))
+        frames.append(rows.select("key").filter(pl.Series(ok)).with_columns(
+            _k=pl.lit(k, pl.Int64), _p=p[ok], _pre=pre[ok], _off=off[ok],
+            _arr=g.a_end[pre[ok]] + off[ok] + clock[k], _ts=g.a_ts[p[ok]] + clock[k]))
     # only the collectives found on every rank: a join that misses a rank would hold the others forever
-    keys = None
-    for rows, *_ in ex:
-        keys = set(rows["key"].to_list()) if keys is None else keys & set(rows["key"].to_list())
-    if not keys:
+    ex = pl.concat(frames).filter(pl.col("_k").n_unique().over("key") == len(graphs))
+    if ex.height == 0:
         return None
-    kid = {k: j for j, k in enumerate(sorted(keys))}
+    keys = ex["key"].unique().sort()
+    ex = (ex.join(pl.DataFrame({"key": keys, "_j": np.arange(keys.len(), dtype=np.int64)}), on="key")
+          .with_columns(_x=(pl.col("_ts") - pl.col("_arr").max().over("key")).clip(lower_bound=0)))
     sizes = np.array([g.n_events for g in graphs], np.int64)
     first = np.concatenate([[0], np.cumsum(sizes)[:-1]]).astype(np.int64)
-    clock = np.array([t.meta.epoch_offset_ns for t in traces], np.int64)
-    arrive = np.full((len(graphs), len(kid)), np.iinfo(np.int64).min, np.int64)
-    sel = []
-    for k, (g, (rows, p, pre, off)) in enumerate(zip(graphs, ex, strict=True)):
-        keep = np.array([x in kid for x in rows["key"].to_list()], bool)
-        j = np.array([kid[x] for x in rows["key"].to_list() if x in kid], np.int64)
-        p, pre, off = p[keep], pre[keep], off[keep]
-        arrive[k, j] = g.a_end[pre] + off + clock[k]
-        sel.append((j, p, pre, off))
-    latest = arrive.max(axis=0)
     join0 = int(sizes.sum())
     srcs, dsts, offs, out = [], [], [], []
-    for k, (g, (j, p, pre, off)) in enumerate(zip(graphs, sel, strict=True)):
-        x = np.maximum(g.a_ts[p] + clock[k] - latest[j], 0)
+    for k, g in enumerate(graphs):
+        e = ex.filter(pl.col("_k") == k)
+        j, p, pre, off, x = (e[c].to_numpy() for c in ("_j", "_p", "_pre", "_off", "_x"))
         gap, join, jwake = g.a_gap.copy(), g.a_join.copy(), g.a_jwake.copy()
         gap[p] = np.minimum(g.a_ts[p] - g.a_end[pre], off + x)
         join[p], jwake[p] = -1, 0
         out.append(replace(g, a_gap=gap, a_join=join, a_jwake=jwake))
-        j_ev = join0 + j
-        srcs += [first[k] + 2 * pre + 1, j_ev]
-        dsts += [j_ev, first[k] + 2 * p]
+        srcs += [first[k] + 2 * pre + 1, join0 + j]
+        dsts += [join0 + j, first[k] + 2 * p]
         offs += [off, x]
-    return JobGraph(ranks=list(ranks), graphs=out, first=first, clock=clock, n_events=join0 + len(kid),
+    return JobGraph(ranks=list(ranks), graphs=out, first=first, clock=clock, n_events=join0 + keys.len(),
                     src=np.concatenate(srcs), dst=np.concatenate(dsts), off=np.concatenate(offs),
-                    comm_dur=[{} for _ in graphs], collectives=len(kid), host=True)
+                    comm_dur=[{} for _ in graphs], collectives=keys.len(), host=True)
 
 
 def sub_job(jg: JobGraph, traces: Sequence[Trace], keep: Sequence[int], m: pl.DataFrame) -> JobGraph | None:
