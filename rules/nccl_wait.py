@@ -43,8 +43,9 @@ delay is work the others do not have (code outside any op, extra ops, input, syn
 whatever the overhead.
 Per trace, no replay model: overlapping communication with compute is not expressible on one rank's graph, so
 those findings carry no saving (`savings_us` 0, at most `info`). Per job (GPU ranks), the job replay
-(docs/multi-rank.md) joins the ranks' graphs by their collectives and prices the straggler's cause fixed on that
-rank alone: `job_saving_us_per_step` is the finding's saving, and a straggler is raised only when it is above the
+(docs/multi-rank.md) joins the ranks' graphs by their collectives (NCCL kernels, or gloo's exchanges on its
+worker threads) and prices the straggler's cause fixed on that rank alone, unprofiled (each rank's profiler cost
+taken off first): `job_saving_us_per_step` is the finding's saving, and a straggler is raised only when it is above the
 job's step-to-step noise (and above the profiler's cost when the straggler runs the same work, only slower).
 Otherwise the job finding says there is no straggler — or, when the ranks' exposed communication is the
 collectives' own transfer (not a wait for a late rank) and reaches `moderate_pct` of the step,
@@ -54,7 +55,7 @@ collectives' own transfer (not a wait for a late rank) and reaches `moderate_pct
 ## Options
 - `moderate_pct` (3.0): exposed-communication (or wait) share at which a finding is a warning — XProf device-collectives moderate threshold.
 - `high_pct` (15.0): share at which it is an error — XProf device-collectives high threshold (tb_plugin flags communication > 10 %).
-- `host_noise_ms` (6.0): for host-side (gloo) collectives, a median wait per step below this is within OS scheduling noise and the straggler finding stays info — Linux CFS's default scheduling period (sched_latency 6 ms): on a busy CPU host a runnable rank can wait that long for a core.
+- `host_noise_ms` (6.0): for host-side (gloo) collectives of a job that is not replayed (ranks without a GPU), a median wait per step below this is within OS scheduling noise and the straggler finding stays info — Linux CFS's default scheduling period (sched_latency 6 ms): on a busy CPU host a runnable rank can wait that long for a core.
 
 ## References
 - TraceLens `NcclAnalyser` (wait = latest start − own start, comm latency = min duration, straggler summary) — https://github.com/AMD-AGI/TraceLens.
@@ -215,11 +216,13 @@ def check_job(ctx: JobContext) -> list[Finding]:
                      exposed_wait_per_step_us=round(per_step, 3), median_exposed_wait_per_step_us=round(median, 3),
                      ranks=ranks)
     severity = severity_for(pct, opts["moderate_pct"], opts["high_pct"], SEVERITY)
+    saving = strag.get("job_saving_us_per_step")
     if host:
         ev.wait_per_step_us = round(per_step, 3)
         ev.median_wait_per_step_us = round(median, 3)
-        # a straggler delays every step; a descheduled thread only some: judge the median step
-        if median < opts["host_noise_ms"] * 1000:
+        # a straggler delays every step; a descheduled thread only some: judge the median step (a replayed job
+        # is judged on its replayed saving against the step-to-step noise instead, below)
+        if saving is None and median < opts["host_noise_ms"] * 1000:
             severity = "info"
             ev.note = (f"median wait per step {median / 1000:.2f} ms is below host_noise_ms ({opts['host_noise_ms']} "
                           "ms): within OS scheduling noise for host-side collectives, no straggler is raised")
@@ -229,7 +232,6 @@ def check_job(ctx: JobContext) -> list[Finding]:
         ev.cause = StragglerCause(class_=cause["class"], mechanism=cause["mechanism"],
                                   excess_us_per_step=cause["excess_us_per_step"], text=cause["text"])
     over = ctx.overhead_ms
-    saving = strag.get("job_saving_us_per_step")
     if saving is not None:
         # the job replay priced the straggler's cause: the job's step saved by fixing it on that rank alone
         ev.job_saving_us_per_step = saving
@@ -249,7 +251,7 @@ def check_job(ctx: JobContext) -> list[Finding]:
                           f"{strag['rank']} saves the job, but its delay is work the others do not have "
                           f"({cause.get('mechanism')}): a real straggler")
         pct = 100.0 * savings_ns / window if window else 0.0
-        severity = severity_for(pct, opts["moderate_pct"], opts["high_pct"], SEVERITY) if not host else severity
+        severity = severity_for(pct, opts["moderate_pct"], opts["high_pct"], SEVERITY)
     else:
         savings_ns = mean_wait * 1000
     if over is not None and saving is None:
@@ -294,14 +296,19 @@ def _not_a_straggler(ctx: JobContext, s: dict, ev: JobEvidence, saving: float, o
     last = s["straggler"]["rank"]
     why = f"fixing rank {last}'s cause saves the job {saving / 1000:,.2f} ms per step in the job replay, "
     noise = ev.noise_us_per_step or 0.0
-    # within the noise between steps: nothing to explain; above it but within what the profiler added (the same
-    # work, slower): the profiler may explain it
-    if over is not None and noise < saving <= over * 1000:
+    wait = ev.exposed_wait_per_step_us or 0.0
+    # within the noise between steps and nothing waited for in the recording: nothing to explain; a saving above
+    # the noise, or a recorded wait above it that the unprofiled replay does not keep, within what the profiler
+    # added (the same work, slower): the profiler may explain it
+    if over is not None and max(saving, wait) > noise and saving <= over * 1000:
         ev.profiling_overhead_ms_per_step = round(over, 3)
         ev.may_be_profiling_artifact = True
         note = (s["straggler"].get("cause") or {}).get("mechanism_note")
         same = (f"its ops run slower than the others' (its trace also has {note})" if note else
                 "runs the same work as the others (the same host ops, each slower)")
+        if saving <= noise:
+            why += (f"within the step-to-step noise ({noise / 1000:,.2f} ms) with each rank's profiler cost taken "
+                    f"off, though the others wait {wait / 1000:,.2f} ms per step for it in the recording; ")
         why += (f"and the profiler added {over:.2f} ms per step ({ctx.overhead_source}), at least that; rank {last} "
                 f"{same}: the delay may be an artifact of "
                 "uneven profiling overhead; no straggler (check the unprofiled step times or re-record with fewer "

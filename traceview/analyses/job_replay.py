@@ -9,13 +9,24 @@ joint graph reproduces each rank's periods as its own replay does; with a change
 `replay.Transform`) the other ranks' collectives end when the changed rank now arrives, so their waits shrink
 or grow with it: the job's step after the change.
 
-Host-side (gloo) collectives are not device activities of the graph: such jobs are not replayed (`None`).
+A host-side (gloo) collective has no kernel: ProcessGroupGloo runs it on a worker thread of each rank, inside
+its recorded `gloo:<op>` range — for CUDA tensors a stream synchronize (the inputs' device-to-host copy done),
+the exchange over the network (and the sum) with no recorded call, then the copy back. The exchange is the
+longest host gap between two calls of the worker thread inside the range: the call before it (or the range's
+start) is the rank's arrival, the call after it (P) the collective's completion on that rank. Per matched
+collective (`comm.match`, host source: order per collective name within each step) a join event
+J >= arrival on each rank, and S(P) >= J + (P's recorded start − the latest arrival), the exchange after the
+last rank joined; P's program-order gap keeps only that (plus the rank's time from the call before to the
+range's start), and P's single-rank join to another thread of its rank (`replay_graph._joins`, which read the
+wait as a hand-off) is dropped: the cross-rank join explains it. DDP's reducer on the autograd thread, which
+waits for the worker, stays joined to the worker's calls after P, so the rank's step follows the exchange.
+A range with no call inside (CPU tensors) is not joined.
 """
 
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 
 import numpy as np
 import polars as pl
@@ -39,6 +50,10 @@ class JobGraph:
     off: np.ndarray
     comm_dur: list[dict[int, int]]  # per rank: collective kernel gpu row -> duration kept (transfer after the join)
     collectives: int
+    host: bool = False  # joined at host-side (gloo) collectives' exchanges, not at kernels
+    #: rank -> the transforms that take the profiler's cost off it (`with_unprofiled`): every replay but the
+    #: fidelity's runs the job unprofiled, so a change is priced unprofiled against unprofiled
+    unprofiled: Mapping[int, Sequence[Transform]] = field(default_factory=dict)
 
 
 def _waits_float(g: Graph) -> Graph:
@@ -55,14 +70,42 @@ def _waits_float(g: Graph) -> Graph:
     return replace(g, a_own=np.where(waited, np.minimum(g.a_own, fl), g.a_own))
 
 
+def _exchange(g: Graph, trace: Trace, ids: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """For host rows `ids` (a host-side collective's `gloo:<op>` range each): (P, the anchor after the exchange,
+    -1 where the range holds no call; the anchor before it, whose end is the rank's arrival; the time from that
+    end to the arrival, ns: the range's start when the call before is outside it)."""
+    n = ids.size
+    p, pre, off = np.full(n, -1, np.int64), np.full(n, -1, np.int64), np.zeros(n, np.int64)
+    h = (trace.host.select(pl.col("i").cast(pl.Int64), pl.col("tid").cast(pl.Int64), pl.col("ts").cast(pl.Int64),
+                           pl.col("end").cast(pl.Int64))
+         .join(pl.DataFrame({"i": ids, "_k": np.arange(n)}), on="i", how="inner"))
+    if h.height == 0 or g.a_ts.size == 0:
+        return p, pre, off
+    # anchors inside a range with the host time since the previous call of its thread or the range's start,
+    # whichever is later: the longest is the exchange
+    real = (g.a_prev >= 0) & ~g.a_marker
+    a = pl.DataFrame({"tid": g.a_tid, "ts": g.a_ts, "_a": np.arange(g.a_ts.size),
+                      "_pe": g.a_end[np.maximum(g.a_prev, 0)]}).filter(pl.Series(real))
+    inside = (h.join(a, on="tid", suffix="_a")
+              .filter((pl.col("ts_a") >= pl.col("ts")) & (pl.col("ts_a") < pl.col("end")))
+              .with_columns(_gap=pl.col("ts_a") - pl.max_horizontal("_pe", "ts"))
+              .sort(["_k", "_gap", "_a"], descending=[False, True, False]).unique("_k", keep="first"))
+    k, j = inside["_k"].to_numpy(), inside["_a"].to_numpy()
+    p[k], pre[k] = j, g.a_prev[j]
+    off[k] = np.maximum(inside["ts"].to_numpy() - g.a_end[g.a_prev[j]], 0)
+    return p, pre, off
+
+
 def build_job(traces: Sequence[Trace], ranks: Sequence[int], m: pl.DataFrame,
-              graphs: Sequence[Graph] | None = None) -> JobGraph | None:
+              graphs: Sequence[Graph] | None = None, host: bool = False) -> JobGraph | None:
     """The joint graph of a job's ranks (`traces[k]` is rank `ranks[k]`) and its matched collectives `m`
-    (`comm.match`, kernel source). None without matched collective kernels. `graphs`: the ranks' graphs when
-    already built (`sub_job`)."""
+    (`comm.match`: kernels, or with `host` the host-side collectives' ranges). None without matched
+    collectives. `graphs`: the ranks' graphs when already built (`sub_job`)."""
     if m.height == 0 or "i" not in m.columns:
         return None
     graphs = list(graphs) if graphs is not None else [_waits_float(build(t)) for t in traces]
+    if host:
+        return _build_host(traces, ranks, m, graphs)
     sizes = np.array([g.n_events for g in graphs], np.int64)
     first = np.concatenate([[0], np.cumsum(sizes)[:-1]]).astype(np.int64)
     keys = m["key"].unique().sort()
@@ -89,22 +132,70 @@ def build_job(traces: Sequence[Trace], ranks: Sequence[int], m: pl.DataFrame,
                     off=np.concatenate(offs), comm_dur=comm_dur, collectives=keys.len())
 
 
+def _build_host(traces: Sequence[Trace], ranks: Sequence[int], m: pl.DataFrame, graphs: list[Graph]) -> JobGraph | None:
+    """`build_job` on host-side collectives: each rank's graph with its exchanges' gaps and joins cut to the
+    exchange after the last arrival, and a join event per collective held by every rank."""
+    clock = np.array([t.meta.epoch_offset_ns for t in traces], np.int64)
+    frames = []
+    for k, (t, g, r) in enumerate(zip(traces, graphs, ranks, strict=True)):
+        rows = m.filter(pl.col("rank") == r).select("key", pl.col("i").cast(pl.Int64))
+        p, pre, off = _exchange(g, t, rows["i"].to_numpy())
+        ok = p >= 0
+        frames.append(rows.select("key").filter(pl.Series(ok)).with_columns(
+            _k=pl.lit(k, pl.Int64), _p=p[ok], _pre=pre[ok], _off=off[ok],
+            _arr=g.a_end[pre[ok]] + off[ok] + clock[k], _ts=g.a_ts[p[ok]] + clock[k]))
+    # only the collectives found on every rank: a join that misses a rank would hold the others forever
+    ex = pl.concat(frames).filter(pl.col("_k").n_unique().over("key") == len(graphs))
+    if ex.height == 0:
+        return None
+    keys = ex["key"].unique().sort()
+    ex = (ex.join(pl.DataFrame({"key": keys, "_j": np.arange(keys.len(), dtype=np.int64)}), on="key")
+          .with_columns(_x=(pl.col("_ts") - pl.col("_arr").max().over("key")).clip(lower_bound=0)))
+    sizes = np.array([g.n_events for g in graphs], np.int64)
+    first = np.concatenate([[0], np.cumsum(sizes)[:-1]]).astype(np.int64)
+    join0 = int(sizes.sum())
+    srcs, dsts, offs, out = [], [], [], []
+    for k, g in enumerate(graphs):
+        e = ex.filter(pl.col("_k") == k)
+        j, p, pre, off, x = (e[c].to_numpy() for c in ("_j", "_p", "_pre", "_off", "_x"))
+        gap, join, jwake = g.a_gap.copy(), g.a_join.copy(), g.a_jwake.copy()
+        gap[p] = np.minimum(g.a_ts[p] - g.a_end[pre], off + x)
+        join[p], jwake[p] = -1, 0
+        out.append(replace(g, a_gap=gap, a_join=join, a_jwake=jwake))
+        srcs += [first[k] + 2 * pre + 1, join0 + j]
+        dsts += [join0 + j, first[k] + 2 * p]
+        offs += [off, x]
+    return JobGraph(ranks=list(ranks), graphs=out, first=first, clock=clock, n_events=join0 + keys.len(),
+                    src=np.concatenate(srcs), dst=np.concatenate(dsts), off=np.concatenate(offs),
+                    comm_dur=[{} for _ in graphs], collectives=keys.len(), host=True)
+
+
 def sub_job(jg: JobGraph, traces: Sequence[Trace], keep: Sequence[int], m: pl.DataFrame) -> JobGraph | None:
     """The joint graph of the ranks at positions `keep` only (their graphs reused): the other ranks' arrivals
     are frozen into the collectives' transfer (a kept rank that waited for a dropped one keeps that wait), so a
     change on a kept rank is priced against the ranks that arrive late with it. `steps` follow `keep`."""
     ranks = [jg.ranks[k] for k in keep]
-    return build_job([traces[k] for k in keep], ranks, m.filter(pl.col("rank").is_in(ranks)),
-                     graphs=[jg.graphs[k] for k in keep])
+    sub = build_job([traces[k] for k in keep], ranks, m.filter(pl.col("rank").is_in(ranks)),
+                    graphs=[jg.graphs[k] for k in keep], host=jg.host)
+    return None if sub is None else with_unprofiled(sub, {r: t for r, t in jg.unprofiled.items() if r in ranks})
 
 
-def simulate_job(jg: JobGraph, changes: Mapping[int, Sequence[Transform]] | None = None) -> list[tuple[np.ndarray, ...]]:
-    """Each rank's replayed event times (`replay.split`, on its own clock) with `changes` (rank -> transforms)."""
+def with_unprofiled(jg: JobGraph, unprofiled: Mapping[int, Sequence[Transform]]) -> JobGraph:
+    """The joint graph replayed with each rank's profiler cost taken off (`unprofiled`: rank -> its pricing
+    transforms, `fixes.pricing_transform`): the job's step and every change's saving in unprofiled terms."""
+    return replace(jg, unprofiled=dict(unprofiled))
+
+
+def simulate_job(jg: JobGraph, changes: Mapping[int, Sequence[Transform]] | None = None,
+                 profiled: bool = False) -> list[tuple[np.ndarray, ...]]:
+    """Each rank's replayed event times (`replay.split`, on its own clock) with `changes` (rank -> transforms),
+    unprofiled (`jg.unprofiled`) unless `profiled` (the recording as it ran: the fidelity's)."""
     base, src, dst, off = [np.full(jg.n_events - int(jg.first[-1] + jg.graphs[-1].n_events), NEG, np.int64)], \
         [jg.src], [jg.dst], [jg.off]
     parts = []
     for k, (g, r) in enumerate(zip(jg.graphs, jg.ranks, strict=True)):
-        tr = [Transform("collective transfer", gpu_dur=jg.comm_dur[k]), *((changes or {}).get(r, ()))]
+        tr = [Transform("collective transfer", gpu_dur=jg.comm_dur[k]),
+              *(() if profiled else jg.unprofiled.get(r, ())), *((changes or {}).get(r, ()))]
         b, s, d, o = edges(g, tr)
         parts.append(np.where(b == NEG, NEG, b + jg.clock[k]))
         src.append(s + jg.first[k])
@@ -121,10 +212,10 @@ def simulate_job(jg: JobGraph, changes: Mapping[int, Sequence[Transform]] | None
 
 
 def job_periods(jg: JobGraph, steps: Sequence[pl.DataFrame],
-                changes: Mapping[int, Sequence[Transform]] | None = None) -> np.ndarray:
+                changes: Mapping[int, Sequence[Transform]] | None = None, profiled: bool = False) -> np.ndarray:
     """[rank, step] replayed step periods (ns) of the job, each rank over its own `steps` (the same logical
-    steps on every rank; a rank with fewer steps is padded with NaN)."""
-    times = simulate_job(jg, changes)
+    steps on every rank; a rank with fewer steps is padded with NaN); unprofiled unless `profiled`."""
+    times = simulate_job(jg, changes, profiled)
     n = max((s.height for s in steps), default=0)
     out = np.full((len(jg.graphs), n), np.nan)
     for k, (g, st) in enumerate(zip(jg.graphs, steps, strict=True)):

@@ -16,7 +16,9 @@ from traceview.rules import BY_NAME
 from ..analyses import busbw, job_replay
 from ..analyses.classify import CLASSES
 from ..analyses.comm import rank_id
-from ..analyses.fixes import transforms
+from ..analyses.fixes import pricing_transform, transforms
+from ..analyses.overhead import profiler_transform
+from ..analyses.replay import Transform
 from ..ingest.reduced import full
 from ..model import Trace
 from ..registry import straggler_rules
@@ -35,6 +37,14 @@ MAX_CHANGE_ROWS = 12
 
 def _us(ns: float) -> float | None:
     return round(float(ns) / 1000, 3) if np.isfinite(ns) else None
+
+
+def _pricing(t: Trace, st: pl.DataFrame) -> Transform:
+    """The rank's profiler-cost transform, as its own fixes are priced (`fixes.pricing_transform`)."""
+    if not t.has_gpu or st.height == 0:
+        return profiler_transform(t)
+    ctx, _ = RuleContext.prepare(t, st)
+    return pricing_transform(ctx)
 
 
 def _top_fixes(traces: list[Trace], steps: list[pl.DataFrame], entries: list[dict], options) -> dict[int, Any]:
@@ -151,10 +161,12 @@ def answer(traces: list[Trace], steps: dict[int, pl.DataFrame], m: pl.DataFrame,
            entries: list[dict], options, parts: dict[int, pl.DataFrame | None] | None = None
            ) -> tuple[dict | None, dict | None]:
     """(the job's `replay` section, its `projection`) — None, None when the job is not replayed (no matched
-    collective kernels: host-side gloo collectives are not graph activities). Names the straggler (the rank
+    collective kernels or gloo ranges, or a rank without a GPU). Savings are priced unprofiled: each rank's
+    profiler cost is taken off (`job_replay.with_unprofiled`) before any change. Names the straggler (the rank
     whose change saves the job most: `rank_changes.py`) and sets its cause; `nccl.straggler.cause` is left to
     the caller when the job is not replayed."""
-    if nccl.get("source") != "kernel" or m.height == 0:
+    host = nccl.get("source") == "gloo_annotation"
+    if (nccl.get("source") != "kernel" and not host) or m.height == 0 or (host and not all(t.has_gpu for t in traces)):
         return None, None
     parts = parts or {}
     st = [steps.get(k, pl.DataFrame()) for k in range(len(traces))]
@@ -165,25 +177,30 @@ def answer(traces: list[Trace], steps: dict[int, pl.DataFrame], m: pl.DataFrame,
     traces = [whole.get(k, t) for k, t in enumerate(traces)]
     kept = [ranks[k] for k in keep]
     jg = job_replay.build_job([traces[k] for k in keep], kept,
-                              m if len(keep) == len(ranks) else m.filter(pl.col("rank").is_in(kept)))
+                              m if len(keep) == len(ranks) else m.filter(pl.col("rank").is_in(kept)), host=host)
     if jg is None:
         return None, None
     sst = [st[k] for k in keep]
     try:
-        base = job_replay.job_periods(jg, sst)
+        recorded = job_replay.job_periods(jg, sst, profiled=True)
     except ValueError as e:  # a cycle: collectives matched in different orders on different ranks
         return {"note": f"the job is not replayed: {e}"}, None
+    # every saving is priced unprofiled against unprofiled: each rank's profiler cost taken off (solved to its
+    # measured unprofiled step where the collector measured one), as a single trace's fixes are priced
+    jg = job_replay.with_unprofiled(jg, {kept[j]: [_pricing(traces[k], st[k])] for j, k in enumerate(keep)})
+    base = job_replay.job_periods(jg, sst)
     traced = job_replay.traced_periods(st)
-    fid = job_replay.fidelity(jg, sst, base)
+    fid = job_replay.fidelity(jg, sst, recorded)
     noise = job_replay.noise_ns(traced)
-    rep = {"fidelity": fid, "job_step_us": _us(job_replay.job_step(base)),
+    rep = {"fidelity": fid, "job_step_us": _us(job_replay.job_step(recorded)),
+           "unprofiled_job_step_us": _us(job_replay.job_step(base)),
            "traced_job_step_us": _us(job_replay.job_step(traced)), "noise_us": _us(noise),
            "collectives": jg.collectives, "doc": "docs/multi-rank.md"}
     if len(keep) < len(ranks):
         rep["replayed_ranks"] = kept
         rep["replayed_note"] = (f"a job of {len(ranks)} ranks is replayed on its {len(kept)} latest-arriving ranks "
                                 "(the others' arrivals frozen into the collectives' transfer: they only wait)")
-    proj: dict[str, Any] = {"job_step_us": rep["job_step_us"]}
+    proj: dict[str, Any] = {"job_step_us": rep["unprofiled_job_step_us"]}
     rows, best, ns = rank_changes.price(jg, traces, st, m, [parts.get(k) for k in range(len(traces))], entries,
                                         options, strag["rank"] if strag else None)
     rep["changes"] = rows[:MAX_CHANGE_ROWS]

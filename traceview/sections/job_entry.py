@@ -96,9 +96,11 @@ REPLAY = Section(
     keys=("replay",),
     computes="the job replayed: every rank's graph joined at its matched collectives (analyses/job_replay.py)",
     json_type="object or null",
-    json_doc="null when not replayed (host-side collectives): {`fidelity` {`ranks` [{`rank`, `traced_us`, "
-    "`replayed_us`, `mean_error_pct`, `max_error_pct`}], `max_error_pct`}, `job_step_us` (replayed: mean over "
-    "ranks and steps), `traced_job_step_us`, `noise_us`, `collectives`, `changes` [{`rank`, `source` (`median` / `finding`), "
+    json_doc="null when not replayed (no matched collective kernel or gloo range, or ranks without a GPU): "
+    "{`fidelity` {`ranks` [{`rank`, `traced_us`, "
+    "`replayed_us`, `mean_error_pct`, `max_error_pct`}], `max_error_pct`}, `job_step_us` (replayed as recorded: mean "
+    "over ranks and steps), `unprofiled_job_step_us` (replayed with each rank's profiler cost taken off: what every "
+    "job saving is priced against), `traced_job_step_us`, `noise_us`, `collectives`, `changes` [{`rank`, `source` (`median` / `finding`), "
     "`class`, `change`, `rule`, `own` (a class it spends more on than the others, or a finding most other ranks do "
     "not have: only those name a straggler), `excess_us_per_step`, `job_saving_us_per_step`}] (each candidate "
     "rank's changes replayed on the job, best first, up to 12), `doc`} (or {`note`} when the graph "
@@ -110,7 +112,7 @@ PROJECTION = Section(
     keys=("projection",),
     computes="the job's step replayed with the straggler's cause fixed, and with every rank's top fix",
     json_type="object or null",
-    json_doc="null when not replayed: {`job_step_us`, `straggler_fixed` {`rank`, `change`, `job_step_us`, "
+    json_doc="null when not replayed (all unprofiled): {`job_step_us`, `straggler_fixed` {`rank`, `change`, `job_step_us`, "
     "`saving_us`}, `all_top_fixes` {`fixes` [{`rank`, `rule`}], `job_step_us`, `saving_us`} (each rank's top "
     "finding with a replayable fix, plus the straggler's cause; jobs of up to 16 ranks, else `note`)}",
     text="header",
