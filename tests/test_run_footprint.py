@@ -8,7 +8,7 @@ import subprocess
 import sys
 import textwrap
 
-from conftest import load
+from conftest import ROOT, load
 
 from traceview.analyses import replay, replay_graph
 from traceview.options import Options
@@ -47,6 +47,29 @@ def test_json_run_of_a_tiny_trace_imports_no_heavy_package(tmp_path):
     assert "traceview.rules" in got  # (the run did analyse: every rule ran)
     doc = json.loads(out.read_text())
     assert doc["traces"][0]["findings"] is not None
+
+
+#: imported only for what a one-file run does not do: parse a pyproject.toml that configures traceview (this
+#: repository's names traceview without configuring it), discover framework job folders
+NOT_FOR_ONE_FILE = ("tomllib", "traceview.ci.discover", "gzip", "pandas", "rich.progress")
+
+
+def test_cli_run_of_one_trace_in_this_repository_skips_config_parse_and_job_discovery(tmp_path):
+    # run from the repository root: its pyproject.toml names traceview (the project, its script) but holds no
+    # [tool.traceview] table
+    out = tmp_path / "r.json"
+    got = _modules(f"""
+        import json, os, sys
+        os.chdir({str(ROOT)!r})
+        import traceview.cli.main as cli
+        code = cli.main(["analyze", "sample_traces/gpu_h200/seed_single_gemm_eager.json.gz", "--format", "json",
+                         "-o", {str(out)!r}])
+        assert code == 0, code
+        print(json.dumps(sorted(sys.modules)))
+    """)
+    assert "traceview.rules" in got and "traceview.ci.job_inputs" in got  # (the run analysed its input)
+    assert set(NOT_FOR_ONE_FILE) & got == set()
+    assert json.loads(out.read_text())["traces"][0]["path"].endswith("seed_single_gemm_eager.json.gz")
 
 
 def _graph_cached(trace) -> bool:
