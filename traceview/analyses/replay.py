@@ -314,10 +314,14 @@ def _boundaries(g: Graph, steps: pl.DataFrame, times: tuple[np.ndarray, ...]) ->
     st = steps.select("step", "host_idx", "cpu_ts", "cpu_end", "gpu_ts", "gpu_end", "ts", "end")
     n = st.height
     ts, end = st["ts"].to_numpy().astype(np.int64), st["end"].to_numpy().astype(np.int64)
+    # the filled columns in one query (a replay runs once per fix: on a small trace each query's overhead counts)
+    filled = st.select(hi=pl.col("host_idx").cast(pl.Int64).fill_null(-1), cpu_ts=pl.col("cpu_ts").fill_null(-1),
+                       cpu_end=pl.col("cpu_end").fill_null(-1), has_g=pl.col("gpu_ts").is_not_null(),
+                       gts=pl.col("gpu_ts").fill_null(0))
+    hi = tuple(filled["hi"].to_numpy().tolist())
 
     def marker(col: str) -> np.ndarray:  # replayed time of the step's host marker (NaN without one)
-        hi, t = st["host_idx"].cast(pl.Int64).fill_null(-1).to_numpy(), st[col].fill_null(-1).to_numpy()
-        p = _marker_at(g, tuple(hi.tolist()), tuple(t.tolist()))
+        p = _marker_at(g, hi, tuple(filled[col].to_numpy().tolist()))
         if a_s.size == 0:  # no anchor at all: no marker either
             return np.full(p.size, np.nan)
         return np.where(p >= 0, a_s[np.maximum(p, 0)].astype(np.float64), np.nan)
@@ -335,10 +339,9 @@ def _boundaries(g: Graph, steps: pl.DataFrame, times: tuple[np.ndarray, ...]) ->
         return np.where(j >= 0, t + (a_e[k] - g.a_end[k]), t).astype(np.float64) if o.size else t.astype(np.float64)
 
     c = marker("cpu_ts")
-    cpu_ts = st["cpu_ts"].fill_null(-1).to_numpy().astype(np.int64)
-    gpu_ts = st["gpu_ts"].to_numpy()
-    has_g = ~st["gpu_ts"].is_null().to_numpy()
-    gts = np.where(has_g, st["gpu_ts"].fill_null(0).to_numpy(), 0).astype(np.int64)
+    cpu_ts = filled["cpu_ts"].to_numpy().astype(np.int64)
+    has_g = filled["has_g"].to_numpy()
+    gts = np.where(has_g, filled["gts"].to_numpy(), 0).astype(np.int64)
     gg = np.where(has_g, activity(gts, True), np.nan)
     bb = activity(ts, False)
     cc = np.where(np.isnan(c), ts.astype(np.float64), c + 0.0)
@@ -365,7 +368,6 @@ def _boundaries(g: Graph, steps: pl.DataFrame, times: tuple[np.ndarray, ...]) ->
         ge = activity(np.asarray([int(st["gpu_end"][last]) if st["gpu_end"][last] is not None else -1]), False)[0]
         cands = [v for v in (ce, ge, start[last]) if not np.isnan(v)]
         ends[last] = max(cands) if (not np.isnan(ce) or not np.isnan(ge)) else start[last] + (end[last] - ts[last])
-    del gpu_ts
     return start, ends
 
 
