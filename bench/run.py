@@ -204,10 +204,10 @@ TEXT = "tiny trace end to end, text report"
 
 
 def startup(repeat: int) -> tuple[list[str], float]:
-    """(the start-up table's lines, seconds traceview adds to the floor): a tiny bundled trace end to end (`traceview
-    analyze --format json`, import to exit; and the default text report, which also imports rich) beside `import
-    numpy, polars`, interleaved in one run, medians of wall and of CPU (user + sys) seconds: on a shared machine CPU
-    time is the steadier of the two."""
+    """(the start-up table's lines, seconds traceview adds to the floor): a tiny bundled trace end to end
+    (`traceview analyze --format json`, import to exit; and the default text report, which also imports rich)
+    beside `import numpy, polars`, interleaved in one run, medians of wall and of CPU (user + sys) seconds:
+    on a shared machine CPU time is the steadier of the two."""
     py = sys.executable
     text = [py, "-m", "traceview", "analyze", str(TINY), "-o", os.devnull]
     cases = {"tiny trace end to end": tv_cmd(TINY), TEXT: text,
@@ -224,8 +224,9 @@ def startup(repeat: int) -> tuple[list[str], float]:
     lines += [f"| {k} | {w:.3f} | {c:.3f} | {r:.0f} |" for k, (w, c, r) in med.items()]
     for k, what in (("tiny trace end to end", "JSON"), (TEXT, "text")):
         wall, cpu = med[k][0] - med[FLOOR][0], med[k][1] - med[FLOOR][1]
-        lines.append(f"\ntraceview adds {wall:.3f} s ({cpu:.3f} CPU s) to the floor for a tiny trace, import to exit, "
-                     f"{what} report (target 0.05 s); {med[k][0] / med[FLOOR][0]:.2f}x the floor's time.")
+        ratio = med[k][0] / med[FLOOR][0]
+        lines.append(f"\ntraceview adds {wall:.3f} s ({cpu:.3f} CPU s) to the floor for a tiny trace, import "
+                     f"to exit, {what} report (target 0.05 s); {ratio:.2f}x the floor's time.")
     return lines, med["tiny trace end to end"][0] - med[FLOOR][0]
 
 

@@ -108,8 +108,8 @@ def _may_configure(raw: bytes) -> bool:
     if b"traceview" not in raw:
         return False
     # A project that only names traceview (a dependency, its own name, a script) does not configure it: every
-    # `traceview` then sits under a table header that is not `[tool]` or `[tool.traceview...]`. The headers are
-    # the lines that start with `[` outside a multi-line array.
+    # `traceview` then sits under a table header that is not `[tool]` or `[tool.traceview...]`. The headers
+    # are the lines that start with `[` outside a multi-line array.
     table: tuple[str, ...] | None = ()  # the current table's key path; None: not known
     depth = 0  # open brackets of a multi-line array value
     for line in raw.split(b"\n"):

@@ -314,10 +314,10 @@ def _boundaries(g: Graph, steps: pl.DataFrame, times: tuple[np.ndarray, ...]) ->
     st = steps.select("step", "host_idx", "cpu_ts", "cpu_end", "gpu_ts", "gpu_end", "ts", "end")
     n = st.height
     ts, end = st["ts"].to_numpy().astype(np.int64), st["end"].to_numpy().astype(np.int64)
-    # the filled columns in one query (a replay runs once per fix: on a small trace each query's overhead counts)
-    filled = st.select(hi=pl.col("host_idx").cast(pl.Int64).fill_null(-1), cpu_ts=pl.col("cpu_ts").fill_null(-1),
-                       cpu_end=pl.col("cpu_end").fill_null(-1), has_g=pl.col("gpu_ts").is_not_null(),
-                       gts=pl.col("gpu_ts").fill_null(0))
+    # the filled columns in one query (a replay runs once per fix: on a small trace each query's cost counts)
+    filled = st.select(hi=pl.col("host_idx").cast(pl.Int64).fill_null(-1),
+                       cpu_ts=pl.col("cpu_ts").fill_null(-1), cpu_end=pl.col("cpu_end").fill_null(-1),
+                       has_g=pl.col("gpu_ts").is_not_null(), gts=pl.col("gpu_ts").fill_null(0))
     hi = tuple(filled["hi"].to_numpy().tolist())
 
     def marker(col: str) -> np.ndarray:  # replayed time of the step's host marker (NaN without one)
