@@ -7,8 +7,8 @@ Measured in one run on this machine, in fresh processes, interleaved, medians (a
   time by tiling it in time (tools/inflate_trace.py; never committed) and on 1 M / 10 M tiny synthetic events
   (tools/tiny_events.py), with `orjson.loads` and `json.loads` of
   the same bytes (already in memory) as baselines, and each process's peak RSS;
-- start-up: a tiny bundled trace end to end, `import traceview.report` alone, `import numpy, polars` (the floor
-  of any run) and `python -c pass`;
+- start-up: a tiny bundled trace end to end (JSON and text report), `import traceview.report` alone,
+  `import numpy, polars` (the floor of any run) and `python -c pass`;
 - peers: HTA (`TraceAnalysis` load + temporal + idle breakdown) on the benchmark trace, once (skipped, and the
   report says so, where `hta` is not importable);
 - the replay model's share of the benchmark trace's end-to-end time (bench/replay_share.py, medians);
@@ -200,12 +200,18 @@ def phases(doc: dict) -> list[tuple[str, float, float]]:
 FLOOR = "import numpy, polars (the floor)"
 
 
+TEXT = "tiny trace end to end, text report"
+
+
 def startup(repeat: int) -> tuple[list[str], float]:
-    """(the start-up table's lines, seconds traceview adds to the floor): a tiny bundled trace end to end (`traceview
-    analyze --format json`, import to exit) beside `import numpy, polars`, interleaved in one run, medians of wall
-    and of CPU (user + sys) seconds: on a shared machine CPU time is the steadier of the two."""
+    """(the start-up table's lines, seconds traceview adds to the floor): a tiny bundled trace end to end
+    (`traceview analyze --format json`, import to exit; and the default text report, which also imports rich)
+    beside `import numpy, polars`, interleaved in one run, medians of wall and of CPU (user + sys) seconds:
+    on a shared machine CPU time is the steadier of the two."""
     py = sys.executable
-    cases = {"tiny trace end to end": tv_cmd(TINY), "import traceview.report": [py, "-c", "import traceview.report"],
+    text = [py, "-m", "traceview", "analyze", str(TINY), "-o", os.devnull]
+    cases = {"tiny trace end to end": tv_cmd(TINY), TEXT: text,
+             "import traceview.report": [py, "-c", "import traceview.report"],
              FLOOR: [py, "-c", "import numpy, polars"], "python -c pass": [py, "-c", "pass"]}
     got: dict[str, list[tuple[float, float, float]]] = {k: [] for k in cases}
     for cmd in cases.values():  # warm-up: bytecode caches, page cache
@@ -214,13 +220,14 @@ def startup(repeat: int) -> tuple[list[str], float]:
         for k, cmd in cases.items():
             got[k].append(run_cpu(cmd))
     med = {k: tuple(statistics.median(r[j] for r in v) for j in range(3)) for k, v in got.items()}
-    wall = med["tiny trace end to end"][0] - med[FLOOR][0]
-    cpu = med["tiny trace end to end"][1] - med[FLOOR][1]
     lines = ["\n## Start-up\n", "| what | seconds | CPU seconds | peak RSS MiB |", "|---|---|---|---|"]
     lines += [f"| {k} | {w:.3f} | {c:.3f} | {r:.0f} |" for k, (w, c, r) in med.items()]
-    lines.append(f"\ntraceview adds {wall:.3f} s ({cpu:.3f} CPU s) to the floor for a tiny trace, import to exit "
-                 f"(target 0.05 s); {med['tiny trace end to end'][0] / med[FLOOR][0]:.2f}x the floor's time.")
-    return lines, wall
+    for k, what in (("tiny trace end to end", "JSON"), (TEXT, "text")):
+        wall, cpu = med[k][0] - med[FLOOR][0], med[k][1] - med[FLOOR][1]
+        ratio = med[k][0] / med[FLOOR][0]
+        lines.append(f"\ntraceview adds {wall:.3f} s ({cpu:.3f} CPU s) to the floor for a tiny trace, import "
+                     f"to exit, {what} report (target 0.05 s); {ratio:.2f}x the floor's time.")
+    return lines, med["tiny trace end to end"][0] - med[FLOOR][0]
 
 
 def run_cpu(cmd: list[str]) -> tuple[float, float, float]:

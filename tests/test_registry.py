@@ -87,6 +87,43 @@ def test_config_pyproject_parsed_only_when_it_can_name_traceview(tmp_path):
         config.load(cwd=tmp_path)
 
 
+#: pyproject.toml texts that name traceview, some with a `[tool.traceview]` table (tomllib says which)
+NAMING = [
+    '[project]\nname = "x"\ndependencies = ["traceview>=0.1"]\n',
+    '[project.scripts]\ntraceview = "traceview.cli.main:main"\n',
+    '[project] # [tool.traceview]\nname = "traceview"\n',
+    '[tool.setuptools]\npackages = [\n  "traceview",\n  ["traceview"],\n]\n',
+    '[tool.setuptools.package-dir]\n"traceview.rules" = "rules"\n',
+    '[project]\nx = [\n ["a"]\n]\ntraceview = 1\n',
+    '[tool.traceview]\nignore = ["TV3"]\n',
+    '[tool]\ntraceview.ignore = ["TV3"]\n',
+    'tool.traceview.ignore = ["TV3"]\n',
+    'tool = {traceview = {ignore = ["TV3"]}}\n',
+    '[tool."traceview"]\nignore = ["TV3"]\n',
+    "[ tool . 'traceview' ]\nignore = ['TV3']\n",
+    '[tool.other]\nx = [\n ["traceview"],\n]\n[tool]\ntraceview = {ignore = ["TV3"]}\n',
+    '[project]\nname = "traceview ["\n[tool]\ntraceview.ignore = ["TV3"]\n',
+    '[project]\ndescription = """\n[tool.x]\n"""\n[tool]\ntraceview.ignore = ["TV3"]\n',
+]
+
+
+@pytest.mark.parametrize("text", NAMING)
+def test_config_pyproject_that_only_names_traceview_is_not_parsed(text, tmp_path):
+    # a project that depends on traceview (or is traceview) names it without configuring it: not parsed (nor
+    # tomllib imported); every file with a [tool.traceview] table, as tomllib reads it, still is
+    import tomllib
+
+    configures = "traceview" in tomllib.loads(text).get("tool", {})
+    (tmp_path / "pyproject.toml").write_text(text)
+    cfg = config.load(cwd=tmp_path)
+    assert (cfg["source"] is not None) is configures
+    assert cfg["ignore"] == (["TV3"] if configures else [])
+
+
+def test_config_this_repository_pyproject_is_not_parsed():
+    assert config._may_configure((Path(__file__).parents[1] / "pyproject.toml").read_bytes()) is False
+
+
 def test_cli_rules_and_rule():
     r = run("rules", "--format", "json")
     assert r.returncode == 0

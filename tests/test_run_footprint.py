@@ -8,7 +8,8 @@ import subprocess
 import sys
 import textwrap
 
-from conftest import load
+import pytest
+from conftest import ROOT, load
 
 from traceview.analyses import replay, replay_graph
 from traceview.options import Options
@@ -47,6 +48,36 @@ def test_json_run_of_a_tiny_trace_imports_no_heavy_package(tmp_path):
     assert "traceview.rules" in got  # (the run did analyse: every rule ran)
     doc = json.loads(out.read_text())
     assert doc["traces"][0]["findings"] is not None
+
+
+#: imported only for what a one-file run does not do: parse a pyproject.toml that configures traceview (this
+#: repository's names traceview without configuring it), discover framework job folders, escape HTML
+#: (Markdown)
+NOT_FOR_ONE_FILE = ("tomllib", "traceview.ci.discover", "gzip", "html", "pandas", "rich.progress")
+
+
+@pytest.mark.parametrize("fmt", ["json", "text"])
+def test_cli_run_of_one_trace_in_this_repository_skips_config_parse_and_job_discovery(fmt, tmp_path):
+    # run from the repository root: its pyproject.toml names traceview (the project, its script) but holds no
+    # [tool.traceview] table
+    out = tmp_path / "r.out"
+    got = _modules(f"""
+        import json, os, sys
+        os.chdir({str(ROOT)!r})
+        import traceview.cli.main as cli
+        code = cli.main(["analyze", "sample_traces/gpu_h200/seed_single_gemm_eager.json.gz",
+                         "--format", {fmt!r}, "-o", {str(out)!r}])
+        assert code == 0, code
+        print(json.dumps(sorted(sys.modules)))
+    """)
+    assert "traceview.rules" in got and "traceview.ci.job_inputs" in got  # (the run analysed its input)
+    assert set(NOT_FOR_ONE_FILE) & got == set()
+    assert ("rich.console" in got) is (fmt == "text")  # the text report renders with rich; JSON needs none
+    text = out.read_text()
+    if fmt == "json":
+        assert json.loads(text)["traces"][0]["path"].endswith("seed_single_gemm_eager.json.gz")
+    else:
+        assert "seed_single_gemm_eager.json.gz" in text and "TV202" in text
 
 
 def _graph_cached(trace) -> bool:

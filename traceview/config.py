@@ -20,6 +20,7 @@ unknown options and values of the wrong type are errors (exit 2).
 from __future__ import annotations
 
 import math
+import re
 from pathlib import Path
 from typing import Any
 
@@ -102,7 +103,54 @@ def _may_configure(raw: bytes) -> bool:
     A TOML key spells `traceview` literally (bare, "quoted" or 'literal') unless a basic string writes a
     letter as a \\u or \\U escape; a file with neither cannot configure traceview.
     """
-    return b"traceview" in raw or b"\\u" in raw or b"\\U" in raw
+    if b"\\u" in raw or b"\\U" in raw or b'"""' in raw or b"'''" in raw:
+        return True  # (escapes and multi-line strings: parsed, not guessed at)
+    if b"traceview" not in raw:
+        return False
+    # A project that only names traceview (a dependency, its own name, a script) does not configure it: every
+    # `traceview` then sits under a table header that is not `[tool]` or `[tool.traceview...]`. The headers
+    # are the lines that start with `[` outside a multi-line array.
+    table: tuple[str, ...] | None = ()  # the current table's key path; None: not known
+    depth = 0  # open brackets of a multi-line array value
+    for line in raw.split(b"\n"):
+        if b"[" in line or b"]" in line:
+            rest = _STRING_OR_COMMENT.sub(b"", line)
+            if b"'" in rest or b'"' in rest:
+                return True  # a string the line does not close: not guessed at
+            code = _STRING_OR_COMMENT.sub(_keep_keys, line)
+            if depth == 0 and code.lstrip().startswith(b"["):
+                table = _header(code)
+            depth += code.count(b"[") - code.count(b"]")
+            if depth < 0:
+                return True
+        if b"traceview" in line and (
+            table is None or (table[:1] in ((), ("tool",)) and table[1:2] in ((), ("traceview",)))
+        ):
+            return True
+    return False
+
+
+#: a one-line basic string (escapes included), a literal string, or a comment
+_STRING_OR_COMMENT = re.compile(rb"\"(?:[^\"\\\n]|\\.)*\"|'[^'\n]*'|#.*")
+_BARE_KEY = re.compile(rb"[A-Za-z0-9_-]+")
+_HEADER = re.compile(rb"\s*\[\[?(.*?)\]\]?\s*")
+
+
+def _keep_keys(m: re.Match) -> bytes:
+    """A string as a key may spell it (kept), any other string (b'""'), a comment (dropped)."""
+    s = m[0]
+    return b"" if s[:1] == b"#" else s if _BARE_KEY.fullmatch(s[1:-1]) else b'""'
+
+
+def _header(code: bytes) -> tuple[str, ...] | None:
+    """The key path of a `[table]` or `[[array]]` header (quotes stripped), None when the line is not one."""
+    m = _HEADER.fullmatch(code)
+    if m is None:
+        return None
+    parts = [p.strip().strip(b"\"'") for p in m.group(1).split(b".")]
+    if not all(_BARE_KEY.fullmatch(p) for p in parts):
+        return None
+    return tuple(p.decode() for p in parts)
 
 
 def load(config_file: str | None = None, sets: list[str] | None = None, cwd: str | Path | None = None) -> dict:

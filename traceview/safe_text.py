@@ -5,7 +5,6 @@ come from the trace file, which anyone can write: none of them may style, link o
 
 from __future__ import annotations
 
-import html
 import re
 from typing import Any
 
@@ -80,6 +79,8 @@ def md_text(s: Any) -> str:
     backslash-escaped (no links, images, emphasis, table breaks), autolinks and mentions defused, one line."""
     s = printable(re.sub(r"[\r\n\t]", " ", str(s)), one_line=True)
     s = _MD_PUNCT.sub(r"\\\1", s)
+    import html  # (html.entities' tables: ~2 ms of a text report's start-up, which needs no entity)
+
     s = html.escape(s, quote=False)
     return _defuse(s)
 
@@ -100,6 +101,8 @@ def md_cell_code(s: Any) -> str:
 def html_text(s: Any) -> str:
     """Text inside a raw HTML block (e.g. <summary>), where Markdown escapes do not apply: entities only,
     mentions defused."""
+    import html
+
     return _defuse(html.escape(printable(str(s), one_line=True), quote=True))
 
 

@@ -659,6 +659,9 @@ def _layer_codes(nl: pl.DataFrame) -> tuple[pl.DataFrame, np.ndarray]:
 
 def tree_parents(tree: pl.DataFrame) -> np.ndarray:
     """Each row's parent layer as a row position in `tree` (-1: a root)."""
+    if tree.height <= _FEW_NODES:  # a few layers (one row each): a dict (fewer polars calls)
+        row = {layer: k for k, layer in enumerate(tree["layer"].to_list()) if layer is not None}
+        return np.array([row.get(p, -1) for p in tree["parent_layer"].to_list()], np.int64)
     pos = tree.select(pl.col("layer"), pl.int_range(pl.len(), dtype=pl.Int64).alias("_r"))
     p = tree.select("parent_layer").join(pos, left_on="parent_layer", right_on="layer", how="left",
                                          maintain_order="left")["_r"]

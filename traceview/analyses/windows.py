@@ -77,9 +77,12 @@ def in_steps(df: pl.DataFrame, steps: pl.DataFrame, col: str = "ts") -> pl.DataF
 
 def host_step_of(df: pl.DataFrame, steps: pl.DataFrame, col: str, out: str = "step") -> pl.DataFrame:
     """Add `out`: the step whose host span [cpu_ts, cpu_end) contains `col` (e.g. a kernel's launch_ts)."""
-    w = steps.select(pl.col("step").alias(out), pl.col("cpu_ts").alias("_wts"), pl.col("cpu_end").alias("_wend")).sort("_wts")
-    res = df.sort(col).join_asof(w, left_on=col, right_on="_wts", strategy="backward")
-    return res.with_columns(pl.when(pl.col(col) < pl.col("_wend")).then(pl.col(out)).alias(out)).drop("_wts", "_wend")
+    # one query (called by many rules: on a small trace each query's overhead counts)
+    w = steps.lazy().select(pl.col("step").alias(out), pl.col("cpu_ts").alias("_wts"),
+                            pl.col("cpu_end").alias("_wend")).sort("_wts")
+    res = df.lazy().sort(col).join_asof(w, left_on=col, right_on="_wts", strategy="backward")
+    return res.with_columns(pl.when(pl.col(col) < pl.col("_wend")).then(pl.col(out)).alias(out)).drop(
+        "_wts", "_wend").collect()
 
 
 def recording_edges(trace: Trace, steps: pl.DataFrame) -> tuple[dict, list[str]]:
