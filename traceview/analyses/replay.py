@@ -49,7 +49,8 @@ class Transform:
     - gpu_gap: gpu row `i` -> new gap (ns) between the activity before it on its stream and it (a batch of k calls
       in one: k times fewer kernels, so k times fewer gaps, a CUDA graph's node-to-node latency among them);
     - host_cut: host row `i` -> ns taken off the host time around it (its self time made shorter);
-    - host_removed: host rows whose whole duration leaves the host path (DataLoader time off the critical path);
+    - host_removed: host rows whose whole duration leaves the host path (DataLoader time off the critical path): a
+      sequence of ids or an int64 array (a fix that removes millions of rows: no Python int per row);
     - no_wait: host rows of blocking calls that no longer wait for the device (they keep their floor time);
     - cost_us: µs taken off every recorded host row of a kind ("op", "runtime", "python"): the profiler's cost;
     - host_share: the share of all host time (every gap between calls, every call's own time) taken off, before
@@ -207,7 +208,8 @@ def _cuts(g: Graph, transforms: Sequence[Transform]) -> tuple[np.ndarray, ...]:
         if len(t.no_wait):
             keep_wait &= ~np.isin(g.a_i, np.asarray(list(t.no_wait), np.int64)) | g.a_marker
     # a row that several fixes take off the host path (decode-loop's CUDA graph is launch-bound's) leaves it once
-    removed = [np.asarray(list(t.host_removed), np.int64) for t in transforms if len(t.host_removed)]
+    removed = [np.asarray(r if isinstance(r := t.host_removed, np.ndarray) else list(r), np.int64)
+               for t in transforms if len(t.host_removed)]
     if removed:
         p = rows.positions(_unique(np.concatenate(removed)))
         np.add.at(cuts, flat[p], rows.dur[p].astype(np.float64))
