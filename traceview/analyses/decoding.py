@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from typing import Any
 
+import numpy as np
 import polars as pl
 
 from .opshapes import decode
@@ -88,14 +89,14 @@ def forward_spans(ctx: Any) -> pl.DataFrame | None:
     return tok.select(pl.col("lo") - half, pl.col("hi") + half).sort("lo")
 
 
-def forward_only(ctx: Any, removed: list[int]) -> list[int]:
-    """The host rows of `removed` that a CUDA graph of a decode loop holds: those inside a token's model forward
-    (`forward_spans`); all of them where the trace shows no decode loop whose tokens can be told apart."""
+def forward_only(ctx: Any, removed: np.ndarray) -> np.ndarray:
+    """The host rows of `removed` (int64 ids) that a CUDA graph of a decode loop holds: those inside a token's model
+    forward (`forward_spans`); all of them where the trace shows no decode loop whose tokens can be told apart."""
     spans = forward_spans(ctx) if decode_calls(ctx).height >= 2 else None
     if spans is None:
         return removed
-    rows = by_id(ctx.trace.host, pl.Series(removed, dtype=pl.UInt32), "i", "ts").sort("ts")
+    rows = by_id(ctx.trace.host, pl.Series(np.asarray(removed, np.int64)).cast(pl.UInt32), "i", "ts").sort("ts")
     inside = rows.join_asof(spans, left_on="ts", right_on="lo", strategy="backward").filter(
         pl.col("ts") <= pl.col("hi")
     )
-    return inside["i"].cast(pl.Int64).to_list()
+    return inside["i"].cast(pl.Int64).to_numpy()
