@@ -43,7 +43,26 @@ MISSES = {  # fmt: skip
     ("collected5", "cpu_adamw_single", "cpu_adamw_foreach"): "cpu-op-overhead has no replay model (a CPU-only trace); 0.214 ms measured",
 }
 
-COVERED = [t for t in P.twins() if t["rule"] and t["measured_ms"] > 0]
+COVERED = [t for t in P.twins() if t["rule"] and t["measured_ms"] > 0 and t["set"] != "ab_traced"]
+#: the same twins measured in the process that took the problem's trace (sample_traces/ab_traced), scored apart
+SAME_PROCESS = [t for t in P.twins() if t["set"] == "ab_traced" and t["measured_ms"] > 0]
+
+#: same-process twins (ab_traced) that miss: xfail(strict), with the spread of their rounds. Where the rounds agree
+#: (small_batch, elementwise, empty_cache, h2d) the miss is the model's; where they spread by more than the band
+#: (the GPT-2 and ResNet twins) runs of one program moved host speed within one process (docs/predictions.md)
+MISSES_SAME_PROCESS = {  # fmt: skip
+    ("ab_traced", "gpt2_sdpa_item", "gpt2_sdpa_noitem"): "0.476 predicted vs 2.741 ms measured (-83%); the rounds in one process measured 1.209 to 4.232 ms",
+    ("ab_traced", "gpt2_eager_attn", "gpt2_sdpa"): "3.668 predicted vs 8.111 ms measured (-55%); the rounds in one process measured 4.362 to 11.476 ms",
+    ("ab_traced", "gpt2_sdpa_single_f", "gpt2_sdpa_fused"): "4.030 predicted vs 10.127 ms measured (-60%); the rounds in one process measured 6.228 to 12.099 ms",
+    ("ab_traced", "gpt2_sdpa_empty_cache", "gpt2_sdpa_ref"): "4.921 predicted vs 12.839 ms measured (-62%); the rounds in one process measured 11.527 to 15.407 ms",
+    ("ab_traced", "gpt2_fp32", "gpt2_sdpa"): "35.361 predicted vs 24.107 ms measured (+47%); the rounds in one process measured 23.031 to 28.551 ms",
+    ("ab_traced", "gpt2_eager_attn_s1024", "gpt2_sdpa_s1024"): "5.816 predicted vs 8.577 ms measured (-32%); the rounds in one process measured 6.829 to 10.585 ms",
+    ("ab_traced", "resnet18_fp32", "resnet18_bf16_cl"): "4.604 predicted vs 0.241 ms measured (+1806%); the rounds in one process measured -0.967 to 1.475 ms",
+    ("ab_traced", "adamw_l12_single", "adamw_l12_fused"): "2.776 predicted vs 3.671 ms measured (-24%); the rounds in one process measured 2.971 to 5.667 ms",
+    ("ab_traced", "elementwise_32mib_eager", "elementwise_32mib_compiled"): "0.100 predicted vs 0.067 ms measured (+50%); the rounds in one process measured 0.064 to 0.074 ms",
+    ("ab_traced", "h2d_resnet18_pageable", "h2d_resnet18_pinned"): "5.053 predicted vs 8.217 ms measured (-39%); the rounds in one process measured 6.679 to 8.934 ms",
+    ("ab_traced", "small_batch_c4_graph", "small_batch_c128_graph"): "1.247 predicted vs 1.915 ms measured (-35%); the rounds in one process measured 1.903 to 1.935 ms",
+}
 
 
 @functools.cache
@@ -62,6 +81,31 @@ def test_predicted_within_20_pct_of_measured(t):
     p = predicted(t["set"], t["problem"], t["rule"], t.get("variant"))
     assert p is not None, f"{t['rule']} has no replay model"
     assert abs(p / t["measured_ms"] - 1) <= P.BAND, f"{p:.3f} predicted vs {t['measured_ms']:.3f} ms measured"
+
+
+def _param_same(t: dict):
+    key = (t["set"], t["problem"], t["fixed"])
+    marks = [pytest.mark.xfail(strict=True, reason=MISSES_SAME_PROCESS[key])] if key in MISSES_SAME_PROCESS else []
+    return pytest.param(t, marks=marks, id=f"same-process-{t['problem']}->{t['fixed']}")
+
+
+@pytest.mark.parametrize("t", [_param_same(t) for t in SAME_PROCESS])
+def test_same_process_twin_within_20_pct(t):
+    p = predicted(t["set"], t["problem"], t["rule"], t.get("variant"))
+    assert p is not None, f"{t['rule']} has no replay model"
+    assert abs(p / t["measured_ms"] - 1) <= P.BAND, f"{p:.3f} predicted vs {t['measured_ms']:.3f} ms measured"
+
+
+def test_same_process_labels_are_current():
+    spec = importlib.util.spec_from_file_location("ab_labels", SAMPLES.parent / "tools" / "ab_labels.py")
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    assert mod.main(["--check"]) == 0, "sample_traces/ab_traced labels are stale: python tools/ab_labels.py"
+    labels = json.loads((SAMPLES / "ab_traced/labels.json").read_text())
+    for t in labels["twins"]:  # the saving is the median of the rounds' differences, as ab_twin.py measures it
+        r = sorted(t["per_round_saving_ms"])
+        assert min(r) <= t["measured_fix_saving_ms"] <= max(r)
+    assert len(SAME_PROCESS) == 12 and set(MISSES_SAME_PROCESS) <= {(t["set"], t["problem"], t["fixed"]) for t in SAME_PROCESS}
 
 
 @pytest.mark.xfail(strict=True, reason="32 of 46 covered twins within ±20 % (70 %) where the issue asks for 80 % (docs/predictions.md)")
