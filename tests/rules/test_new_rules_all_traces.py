@@ -75,13 +75,22 @@ EXPECTED |= {("gpu_h200_memory/memory_pressure_empty_cache.json.gz", r) for r in
 EXPECTED.add(("gpu_h200_memory/memory_pressure_empty_cache.json.gz", "gemm-epilogue"))
 
 
+# ab_traced: the same programs as their twins' problem runs in collected3-5, recorded again in another session
+# (tools/ab_labels.py): each fires exactly what its counterpart's recording fires
+AB = json.loads((k.SAMPLES / "ab_traced/labels.json").read_text())
+_BASE = {"gpt2_sdpa_single_f": "gpt2_sdpa_single"}  # the same problem traced twice, once per fix variant
+EXPECTED |= {(f"ab_traced/{t['problem']}", r) for t in AB["twins"] for rel, r in set(EXPECTED)
+             if rel.split("/")[:2] == [t["same_twin_in"], _BASE.get(t["problem"], t["problem"])]}
+
+
 def _traces() -> list[str]:
     out = []
     for p in sorted(k.SAMPLES.rglob("*.json*")):
-        if p.name in ("labels.json", "manifest.json") or p.name.endswith(".collect.json"):
+        if p.name in ("labels.json", "manifest.json", "ab_result.json") or p.name.endswith(".collect.json"):
             continue
         rel = p.relative_to(k.SAMPLES).as_posix()
-        out.append(str(Path(rel).parent) if rel.startswith(("collected/", "collected2/", "collected3/")) else rel)
+        dirs = ("collected/", "collected2/", "collected3/", "ab_traced/")
+        out.append(str(Path(rel).parent) if rel.startswith(dirs) else rel)
     return out
 
 
