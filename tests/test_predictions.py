@@ -72,25 +72,15 @@ def predicted(set_: str, problem: str, rule: str, variant: str | None = None) ->
 
 def _param(t: dict):
     key = (t["set"], t["problem"], t["fixed"])
-    marks = [pytest.mark.xfail(strict=True, reason=MISSES[key])] if key in MISSES else []
-    return pytest.param(t, marks=marks, id=f"{t['problem']}->{t['fixed']}")
+    reason = MISSES.get(key) or MISSES_SAME_PROCESS.get(key)
+    marks = [pytest.mark.xfail(strict=True, reason=reason)] if reason else []
+    prefix = "same-process-" if t["set"] == "ab_traced" else ""
+    return pytest.param(t, marks=marks, id=f"{prefix}{t['problem']}->{t['fixed']}")
 
 
-@pytest.mark.parametrize("t", [_param(t) for t in COVERED])
+# the two-process twins (COVERED) and the same-process ones (SAME_PROCESS) are checked alike, scored apart
+@pytest.mark.parametrize("t", [_param(t) for t in COVERED + SAME_PROCESS])
 def test_predicted_within_20_pct_of_measured(t):
-    p = predicted(t["set"], t["problem"], t["rule"], t.get("variant"))
-    assert p is not None, f"{t['rule']} has no replay model"
-    assert abs(p / t["measured_ms"] - 1) <= P.BAND, f"{p:.3f} predicted vs {t['measured_ms']:.3f} ms measured"
-
-
-def _param_same(t: dict):
-    key = (t["set"], t["problem"], t["fixed"])
-    marks = [pytest.mark.xfail(strict=True, reason=MISSES_SAME_PROCESS[key])] if key in MISSES_SAME_PROCESS else []
-    return pytest.param(t, marks=marks, id=f"same-process-{t['problem']}->{t['fixed']}")
-
-
-@pytest.mark.parametrize("t", [_param_same(t) for t in SAME_PROCESS])
-def test_same_process_twin_within_20_pct(t):
     p = predicted(t["set"], t["problem"], t["rule"], t.get("variant"))
     assert p is not None, f"{t['rule']} has no replay model"
     assert abs(p / t["measured_ms"] - 1) <= P.BAND, f"{p:.3f} predicted vs {t['measured_ms']:.3f} ms measured"
