@@ -34,7 +34,7 @@ RANK_KEYS = {
     "step_source", "steps_seen", "step_time_method", "unprofiled_step_ms", "profiled_step_ms",
     "post_capture_step_ms", "warmup_step_ms",
     "unprofiled_step_ms_median", "profiled_step_ms_median", "traces", "warnings", "terminated_by",
-    "cpu_count", "cpu_affinity",
+    "cpu_count", "cpu_affinity", "teardown_cupti",
 }  # fmt: skip
 
 
@@ -117,6 +117,8 @@ def test_train_script_modules_and_exit_code(tmp_path: Path) -> None:
     # Steps 1-2 waited (step 0 includes start-up), 3 warmed up, 4-6 were recorded, 7-9 ran after the capture.
     assert len(rank["unprofiled_step_ms"]) == 2 and len(rank["profiled_step_ms"]) == 3
     assert len(rank["warmup_step_ms"]) == 1 and len(rank["post_capture_step_ms"]) == 3
+    # CUPTI is finalized after the capture (the user's own TEARDOWN_CUPTI wins): the steps after it run unprofiled
+    assert rank["teardown_cupti"] == os.environ.get("TEARDOWN_CUPTI", "1")
     assert man["step_time"]["unprofiled_ms_median"] > 0 and man["step_time"]["profiled_ms_median"] > 0
     if "cuda" not in rank["activities"]:
         assert r.stderr.count("CUDA is not available") == 1
