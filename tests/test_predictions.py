@@ -97,9 +97,13 @@ def test_same_process_labels_are_current():
     assert len(SAME_PROCESS) == 14 and set(MISSES_SAME_PROCESS) <= {(t["set"], t["problem"], t["fixed"]) for t in SAME_PROCESS}
 
 
-@pytest.mark.xfail(strict=True, reason="32 of 46 covered twins within ±20 % (70 %) where the issue asks for 80 % (docs/predictions.md)")
+@pytest.mark.xfail(strict=True, reason="34 of 46 twins within ±20 % (74 %), each scored once, where the issue asks for 80 % (docs/predictions.md)")
 def test_the_issue_bar():
-    scored = [(predicted(t["set"], t["problem"], t["rule"], t.get("variant")), t["measured_ms"]) for t in COVERED]
+    # each twin scored once: measured in the process that took its trace (ab_traced, CUPTI torn down before the
+    # rounds) where recorded, else in its two processes
+    gone = P.superseded(SAME_PROCESS)
+    once = [t for t in COVERED if (t["set"], t["problem"], t["fixed"]) not in gone] + SAME_PROCESS
+    scored = [(predicted(t["set"], t["problem"], t["rule"], t.get("variant")), t["measured_ms"]) for t in once]
     hits = [abs(p / m - 1) <= P.BAND for p, m in scored if p is not None]
     assert len(hits) == 46
     assert sum(hits) >= 0.8 * len(hits)
