@@ -34,10 +34,9 @@ reductions: the MLP twin's GELU went from 16 to 512 blocks for 32x the rows, 1.3
 convolution's blocks are output tiles instead (library kernels by name: cuBLAS, cuDNN, CUTLASS, nvjet, xmma;
 not attention, whose K/V are each sequence's own), and each streams its slice of the weights, which all the rows
 share: at a batch that leaves SMs idle the call is bound by that weight read, its tiles have room for more rows,
-and for a larger shape the library picks larger tiles. k times the rows in one call keep the call's time until
-they make it compute-bound — its arithmetic intensity (FLOPs per byte: the op's shapes where the trace has them,
-else one 16-bit row's, 1 FLOP/B) times k reaches the device's ridge (peak FLOP/s over bandwidth, ~206 for bf16 on
-an H200) — and grow with the rows beyond: per sample, its time x max(1, k·intensity / ridge) / k. Measured: 32x
+and for a larger shape the library picks larger tiles. k times the rows in one call keep the call's time unless
+k times its FLOPs at the device's peak take longer (the roofline's compute floor, from the op's shapes; a CUDA
+graph's kernels have none, and keep the call's time): per sample, max(its time, k·FLOPs / peak) / k. Measured: 32x
 the rows took 0.8-1.7x the 4-row calls' time in the MLP twin's GEMMs (the grids grew 1.4-2.7x), and 32x the
 images 3.6x in ResNet-18's convolutions (median grid 12 to 110 blocks), where the wave model says 16-32x.
 Only *batchable* kernels are priced (b <= S, and 2·b <= S·R: twice the batch still fits one wave): a grid
@@ -70,8 +69,7 @@ call), 4 % of the 1.84 ms saved.
 - Flash-decoding (Dao et al., 2023): splitting the KV length across SMs at batch 1.
 - NVIDIA CUDA Occupancy Calculator (`cuda_occupancy.h`): resident blocks per SM from threads, registers and
   shared memory; Kineto's `est. achieved occupancy %` = min(grid / SMs, that) x threads / the SM's threads.
-- Roofline model (Williams, Waterman, Patterson, CACM 2009): a kernel is memory-bound below the ridge point,
-  peak FLOP/s over memory bandwidth.
+- Roofline model (Williams, Waterman, Patterson, CACM 2009): no kernel runs its FLOPs faster than the peak.
 - Measured on an H200, unprofiled (replayed point estimate in brackets): torchvision ResNet-18 served 1 image per
   call under a CUDA graph, 11.50 ms per 32 images, 32 per call 1.08 ms (saving 10.42 ms; 10.61 predicted,
   sample_traces/collected5); an MLP served 4 rows per call 1.76 ms per 128 rows, 128 per call 0.09 ms (saving
@@ -226,26 +224,23 @@ def _kernels(ctx: RuleContext) -> pl.DataFrame:
             # larger shape) before they add blocks
             weights=contains(g, COMPUTE_KERNEL_RE, unless=ATTENTION_KERNEL_RE).fill_null(False),
         )
-        # the rows at which a weight-bound GEMM turns compute-bound: its arithmetic intensity (FLOPs per byte,
-        # weights dominating: 2 x rows / bytes per element) reaches the device's ridge (peak FLOP/s over
-        # bandwidth). The call's own intensity from its op's shapes; without shapes (a CUDA graph's kernels),
-        # one 16-bit row's, 1 FLOP/B: the fewest rows, so the most the bound allows
+        # the roofline's floor on the larger call: its k times the FLOPs at the device's peak, as a share of the
+        # call's time (the op's shapes; 0 without them, as for a CUDA graph's kernels: nothing bounds it there
+        # but the call's own time)
         spec = ctx.spec
-        g = g.join(ctx.kb.select("i", "flops", "bytes", "bpe"), on="i", how="left")
-        known = (pl.col("flops") > 0) & (pl.col("bytes") > 0)
-        ridge = pl.when(pl.col("bpe") > 2).then(pl.lit(spec.peak_flops(4) / spec.bw)).otherwise(
-            pl.lit(spec.peak_flops(2) / spec.bw))
-        g = g.with_columns(_ridge=(pl.when(known).then(pl.col("flops") / pl.col("bytes")).otherwise(1.0)
-                                   / ridge)).drop("flops", "bytes", "bpe")
+        g = g.join(ctx.kb.select("i", "flops", "bpe"), on="i", how="left")
+        peak = pl.when(pl.col("bpe") > 2).then(pl.lit(spec.peak_flops(4))).otherwise(pl.lit(spec.peak_flops(2)))
+        g = g.with_columns(_peak=(pl.col("flops") / peak * 1e9 / pl.col("dur").cast(pl.Float64).clip(1.0))
+                           .fill_null(0.0).fill_nan(0.0)).drop("flops", "bpe")
 
         def per_sample(k: float) -> pl.Expr:
             # k times the work in waves of `slots` blocks, each wave the kernel's own time (a short kernel's blocks
             # are one latency chain each): time per sample = dur x waves(k x blocks) / (k x waves(blocks)). A
             # GEMM/convolution's small grid reads its weights once per call whatever rows its tiles hold: k times
-            # the rows in one call keep the call's time (one wave) until they make it compute-bound, beyond which
-            # its time grows with them: k x intensity / ridge calls' worth
+            # the rows in one call keep the call's time (one wave) until k times its FLOPs at the device's peak
+            # take longer (the roofline's compute floor)
             w0 = (pl.col("_b") / pl.col("slots")).ceil().clip(1.0)
-            wk = pl.when(pl.col("weights")).then(pl.max_horizontal(w0, k * pl.col("_ridge"))).otherwise(
+            wk = pl.when(pl.col("weights")).then(pl.max_horizontal(w0, k * pl.col("_peak"))).otherwise(
                 (k * pl.col("_b") / pl.col("slots")).ceil().clip(1.0))
             new = (pl.col("dur").cast(pl.Float64) * wk / (k * w0)).round().cast(pl.Int64)
             return (
@@ -257,7 +252,7 @@ def _kernels(ctx: RuleContext) -> pl.DataFrame:
         k = float(batch_factor(ctx))
         return g.with_columns(
             per_sample_k=per_sample(k), per_sample_2=per_sample(2.0), waves=(pl.col("_b") / pl.col("slots"))
-        ).drop("_b", "_ridge")
+        ).drop("_b", "_peak")
 
     return ctx.once("grid_kernels", build)
 
@@ -405,8 +400,8 @@ def check(ctx: RuleContext) -> list[Finding]:
         )
         + f"At the same number of samples the kernels' time per step falls by about {point / n / 1e6:.2f} ms with "
         f"a {batch_factor(ctx)}x batch per call (range {low / n / 1e6:.2f} ms when the batch doubles to "
-        f"{high / n / 1e6:.2f} ms when every SM holds as many blocks as it can; a GEMM's or convolution's tiles "
-        "take the added rows at about one call's time, as they read the weights once per call)."
+        f"{high / n / 1e6:.2f} ms when every SM holds as many blocks as it can; a GEMM or convolution is priced at "
+        "one call's time for the larger batch, as it reads its weights once per call)."
         + (
             " The step already replays CUDA graphs: launch cost is gone, the idle SMs remain."
             if launch
