@@ -29,20 +29,30 @@ model** at the same number of samples: an SM holds R blocks of a kernel at once 
 on the kernel's threads, registers and shared memory and the trace's `deviceProperties`; Kineto's own estimate
 hides R below one block per SM), and a short kernel's blocks each take its time, so k times the batch takes
 ceil(k·b / (S·R)) waves of it where it took ceil(b / (S·R)): per sample, its time x waves(k·b) / (k·waves(b)).
+That holds for kernels whose blocks are fixed-size chunks of the rows (elementwise, normalization, pooling,
+reductions: the MLP twin's GELU went from 16 to 512 blocks for 32x the rows, 1.3 to 1.8 µs). A GEMM's or a
+convolution's blocks are output tiles instead (library kernels by name: cuBLAS, cuDNN, CUTLASS, nvjet, xmma;
+not attention, whose K/V are each sequence's own), and each streams its slice of the weights, which all the rows
+share: at a batch that leaves SMs idle the call is bound by that weight read, its tiles have room for more rows,
+and for a larger shape the library picks larger tiles. k times the rows in one call keep the call's time unless
+k times its FLOPs at the device's peak take longer (the roofline's compute floor, from the op's shapes; a CUDA
+graph's kernels have none, and keep the call's time): per sample, max(its time, k·FLOPs / peak) / k. Measured: 32x
+the rows took 0.8-1.7x the 4-row calls' time in the MLP twin's GEMMs (the grids grew 1.4-2.7x), and 32x the
+images 3.6x in ResNet-18's convolutions (median grid 12 to 110 blocks), where the wave model says 16-32x.
 Only *batchable* kernels are priced (b <= S, and 2·b <= S·R: twice the batch still fits one wave): a grid
 with a block on every SM is taken as throughput-bound, and one filling over half its slots idles only in its
 last wave's tail (wave quantization), which a larger batch does not reliably fill. k, the point estimate's
 batch growth, is the steps' own repeats: each kernel (by name, grid and block) launched a multiple of r times
 per step is r calls of the same work (a serve loop over chunks of its rows), which one call over all the
 rows does in 1/r of the kernels; without repeats, k = 2. The range: doubling the batch .. every SM's block
-slots filled (k large). `fix_transform` replays the point estimate: each batchable kernel at its time per
-sample, each kernel's device gap (a CUDA graph's node-to-node latency) once per k calls, and a CUDA graph's
-launch call, whose host work is per node, at 1/k of its time; the host's per-call cost of an eager loop stays
-(launch-bound's fix). Not modelled: a GEMM's blocks take more rows each as the batch grows (its tile has
-room for them: cuBLAS's 64x8 tile at 4 rows) and the library picks other kernels (no split-K at 128 rows),
-so GEMM-heavy steps gain more than the model says (the MLP twin below). The identical layers of a model also
-repeat their kernels: the repeats r then count layers too (r = 4 layers x 32 calls for the MLP twin), which
-changes the point estimate little, as a grid that fills its wave at k stops gaining.
+slots filled (k large; a GEMM's or convolution's at least the point estimate's). `fix_transform` replays the
+point estimate: each batchable kernel at its time per sample, each kernel's device gap (a CUDA graph's
+node-to-node latency) once per k calls, and a CUDA graph's launch call, whose host work is per node, at 1/k of
+its time; the host's per-call cost of an eager loop stays (launch-bound's fix). The identical layers of a model also repeat their kernels, and nothing in a trace tells
+a layer from a chunk of rows: the repeats r then count layers too (r = 4 layers x 32 calls for the MLP twin).
+That changes little for a grid that fills its wave at k, but a GEMM's k calls become one call's time: the MLP's
+fixed step replays at 0.014-0.022 ms where the 128-row run measured 0.090 (its 4 layers' GEMMs priced as one
+call), 4 % of the 1.84 ms saved.
 
 ## Options
 - `max_kernel_us` (20.0): longest small-grid kernel counted; a longer one does serial work per block that a
@@ -59,10 +69,12 @@ changes the point estimate little, as a grid that fills its wave at k stops gain
 - Flash-decoding (Dao et al., 2023): splitting the KV length across SMs at batch 1.
 - NVIDIA CUDA Occupancy Calculator (`cuda_occupancy.h`): resident blocks per SM from threads, registers and
   shared memory; Kineto's `est. achieved occupancy %` = min(grid / SMs, that) x threads / the SM's threads.
+- Roofline model (Williams, Waterman, Patterson, CACM 2009): no kernel runs its FLOPs faster than the peak.
 - Measured on an H200, unprofiled (replayed point estimate in brackets): torchvision ResNet-18 served 1 image per
-  call under a CUDA graph, 11.50 ms per 32 images, 32 per call 1.08 ms (saving 10.42 ms; 10.27 predicted,
+  call under a CUDA graph, 11.50 ms per 32 images, 32 per call 1.08 ms (saving 10.42 ms; 10.61 predicted,
   sample_traces/collected5); an MLP served 4 rows per call 1.76 ms per 128 rows, 128 per call 0.09 ms (saving
-  1.67 ms; 1.24 predicted: its GEMMs absorb the rows into their tiles, above), sample_traces/collected4.
+  1.67 ms, 1.92 in one process with the problem's trace, sample_traces/ab_traced; 1.82 predicted; with its GEMMs
+  grown as waves, 1.24), sample_traces/collected4.
 """
 
 from __future__ import annotations
@@ -73,7 +85,9 @@ import msgspec
 import numpy as np
 import polars as pl
 
+from traceview.analyses.names import contains
 from traceview.analyses.replay import Transform
+from traceview.analyses.roofline import COMPUTE_KERNEL_RE
 from traceview.analyses.rowid import by_id, join_by_id
 from traceview.evidence import Meta
 from traceview.ruleapi import XPROF_SEVERITY, Finding, Option, RuleContext, min_savings
@@ -96,6 +110,11 @@ FIX = (
     "into one kernel over the batch (torch.compile, torch.vmap, foreach ops); at batch 1 use split-K / "
     "flash-decoding kernels."
 )
+
+
+#: library kernels whose blocks share one operand across the rows: GEMMs and convolutions (the roofline's
+#: compute-kernel names), not attention, whose K/V are each sequence's own
+ATTENTION_KERNEL_RE = r"(?i)fmha|flash|attention|sdpa"
 
 
 def num_sms(ctx: RuleContext) -> int | None:
@@ -199,14 +218,30 @@ def _kernels(ctx: RuleContext) -> pl.DataFrame:
         # fills over half its slots idles only in its last wave's tail, which a larger batch does not reliably
         # fill (wave quantization): both keep their time per sample
         g = g.with_columns(
-            batchable=(pl.col("small") & (2 * pl.col("_b") <= pl.col("slots"))).fill_null(False)
+            batchable=(pl.col("small") & (2 * pl.col("_b") <= pl.col("slots"))).fill_null(False),
+            # a GEMM or convolution: its blocks are output tiles that each stream a slice of the weights, which
+            # every row shares: more rows fill the tiles it runs (or a larger tile the library picks for the
+            # larger shape) before they add blocks
+            weights=contains(g, COMPUTE_KERNEL_RE, unless=ATTENTION_KERNEL_RE).fill_null(False),
         )
+        # the roofline's floor on the larger call: its k times the FLOPs at the device's peak, as a share of the
+        # call's time (the op's shapes; 0 without them, as for a CUDA graph's kernels: nothing bounds it there
+        # but the call's own time)
+        spec = ctx.spec
+        g = g.join(ctx.kb.select("i", "flops", "bpe"), on="i", how="left")
+        peak = pl.when(pl.col("bpe") > 2).then(pl.lit(spec.peak_flops(4))).otherwise(pl.lit(spec.peak_flops(2)))
+        g = g.with_columns(_peak=(pl.col("flops") / peak * 1e9 / pl.col("dur").cast(pl.Float64).clip(1.0))
+                           .fill_null(0.0).fill_nan(0.0)).drop("flops", "bpe")
 
         def per_sample(k: float) -> pl.Expr:
             # k times the work in waves of `slots` blocks, each wave the kernel's own time (a short kernel's blocks
-            # are one latency chain each): time per sample = dur x waves(k x blocks) / (k x waves(blocks))
+            # are one latency chain each): time per sample = dur x waves(k x blocks) / (k x waves(blocks)). A
+            # GEMM/convolution's small grid reads its weights once per call whatever rows its tiles hold: k times
+            # the rows in one call keep the call's time (one wave) until k times its FLOPs at the device's peak
+            # take longer (the roofline's compute floor)
             w0 = (pl.col("_b") / pl.col("slots")).ceil().clip(1.0)
-            wk = (k * pl.col("_b") / pl.col("slots")).ceil().clip(1.0)
+            wk = pl.when(pl.col("weights")).then(pl.max_horizontal(w0, k * pl.col("_peak"))).otherwise(
+                (k * pl.col("_b") / pl.col("slots")).ceil().clip(1.0))
             new = (pl.col("dur").cast(pl.Float64) * wk / (k * w0)).round().cast(pl.Int64)
             return (
                 pl.when(pl.col("batchable"))
@@ -217,7 +252,7 @@ def _kernels(ctx: RuleContext) -> pl.DataFrame:
         k = float(batch_factor(ctx))
         return g.with_columns(
             per_sample_k=per_sample(k), per_sample_2=per_sample(2.0), waves=(pl.col("_b") / pl.col("slots"))
-        ).drop("_b")
+        ).drop("_b", "_peak")
 
     return ctx.once("grid_kernels", build)
 
@@ -232,10 +267,14 @@ def _range(k: pl.DataFrame) -> tuple[int, int, int]:
     """Kernel time (ns) the fix saves over the analysed steps at the same samples: (doubling the batch, the batch
     factor's, every resident-block slot of every SM filled: each batchable kernel's time per sample x
     waves/ceil(waves))."""
-    dur = k["dur"].cast(pl.Float64)
-    waves = k["waves"].fill_null(1.0)
+    dur = pl.col("dur").cast(pl.Float64)
+    waves = pl.col("waves").fill_null(1.0)
     fill = (waves / waves.ceil().clip(1.0)).clip(0.0, 1.0)
-    high = float(k.select(pl.when(pl.col("batchable")).then(dur * (1.0 - fill)).otherwise(0.0).sum()).item())
+    # a GEMM/convolution's time per sample keeps falling as rows fill its tiles: its high end is at least the
+    # point estimate's (the batch factor's rows; beyond them the model does not go)
+    full = dur * (1.0 - fill)
+    full = pl.when(pl.col("weights")).then(pl.max_horizontal(full, dur - pl.col("per_sample_k"))).otherwise(full)
+    high = float(k.select(pl.when(pl.col("batchable")).then(full).otherwise(0.0).sum()).item())
     return int((k["dur"] - k["per_sample_2"]).sum()), int((k["dur"] - k["per_sample_k"]).sum()), int(high)
 
 
@@ -361,8 +400,8 @@ def check(ctx: RuleContext) -> list[Finding]:
         )
         + f"At the same number of samples the kernels' time per step falls by about {point / n / 1e6:.2f} ms with "
         f"a {batch_factor(ctx)}x batch per call (range {low / n / 1e6:.2f} ms when the batch doubles to "
-        f"{high / n / 1e6:.2f} ms when every SM holds as many blocks as it can; more where a kernel's blocks take "
-        "more rows each, as GEMM tiles do)."
+        f"{high / n / 1e6:.2f} ms when every SM holds as many blocks as it can; a GEMM or convolution is priced at "
+        "one call's time for the larger batch, as it reads its weights once per call)."
         + (
             " The step already replays CUDA graphs: launch cost is gone, the idle SMs remain."
             if launch

@@ -97,15 +97,7 @@ TWINS = [
         "saved with autocast's casts on the host; the twin's host ran ~2x slower per unchanged op, the fix text says "
         "to measure and names cudnn.benchmark",
     ),
-    (
-        "collected4",
-        "small_batch_c4_graph",
-        "small_batch_c128_graph",
-        "TV207",
-        "measured 1.67 ms, predicted 1.24 ms (-26 %): the wave model grows each grid with the rows, but at 128 rows "
-        "cuBLAS runs other GEMM kernels (a 24x64 / 64x64 tile for the 4-row calls' 64x8, no split-K and no reduce "
-        "kernel) whose grids grew 1.4-2.7x for 32x the rows: the GEMMs' tiles absorb rows the model prices as waves",
-    ),
+    ("collected4", "small_batch_c4_graph", "small_batch_c128_graph", "TV207", None),
     ("collected4", "decode_dynamic", "decode_static", "TV105", None),
     (
         "collected4",
@@ -358,15 +350,22 @@ def test_small_grid_evidence_against_the_raw_trace():
     assert all(x["severity"] == "info" for x in ours("collected3", "tiny_ops_n128_eager", "TV207"))
 
 
-def test_small_grid_range_never_claims_more_than_the_larger_batch_gave():
-    """4 rows per call under a CUDA graph: the claim (the replayed point estimate) is at most what serving 128 rows
-    per call measured, and the stated range is ordered."""
+def test_small_grid_claim_within_both_measurements_of_the_larger_batch():
+    """4 rows per call under a CUDA graph against 128 rows per call, measured two ways: in two processes (the
+    collected4 labels' unprofiled steps, 1.673 ms) and in one process that also recorded the problem's trace
+    (ab_traced: four ABBA rounds, 1.903-1.935 ms). The claim (the replayed point estimate) is within the band of
+    both, and the stated range is ordered. The claim is not bounded by the two-process saving: the problem's
+    replayed step sits at its device floor (1.84 ms, the kernels as traced) above the collector's 1.764 ms
+    unprofiled step, so even the fixed run's own step (0.090 ms) would claim 1.75 ms."""
     f = ours("collected4", "small_batch_c4_graph", "TV207")[0]
-    measured = unprofiled_ms("collected4", "small_batch_c4_graph") - unprofiled_ms(
-        "collected4", "small_batch_c128_graph"
-    )
+    two = unprofiled_ms("collected4", "small_batch_c4_graph") - unprofiled_ms("collected4", "small_batch_c128_graph")
+    ab = json.loads((ROOT / "sample_traces/ab_traced/labels.json").read_text())["twins"]
+    one = next(t for t in ab if t["problem"] == "small_batch_c4_graph")
+    assert one["fixed"] == "small_batch_c128_graph" and max(one["per_round_saving_ms"]) - min(
+        one["per_round_saving_ms"]) < BAND * one["measured_fix_saving_ms"]
+    claim = f["savings_us"] / 1000
+    assert abs(claim / two - 1) <= BAND and abs(claim / one["measured_fix_saving_ms"] - 1) <= BAND, (claim, two, one)
     rng = f["evidence"]["savings_range_per_step_us"]
-    assert 0 < f["savings_us"] / 1000 <= measured
     assert (
         rng["double_batch"] <= rng["point"] <= rng["fill_sms"] <= f["evidence"]["small_grid_time_per_step_us"]
     )
