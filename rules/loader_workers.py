@@ -39,6 +39,10 @@ long waits' period and their steps), the per-batch worker CPU time N x T and the
 whether copies are pageable, the host's CPUs (null: not recorded), the loop's threads and the cores the fix
 needs. Savings (per step, unprofiled) are replayed: `fix_transform` takes the `__next__` spans off the training
 thread's path (batches ready when asked), at no less than the free cores' pace where the CPUs are recorded.
+The loop without waits is priced at the speed the traced process ran it (the fitted profiler model on its own
+steps): with batches always ready nothing of the loader stays on its path (`__next__` takes 0.04–0.07 ms a step in
+a fixed run's trace), but a fix measured in another process runs the loop at that process's host speed, which
+runs of one program spread over (the input_workers loop: 7.2 to 11.4 ms unprofiled; docs/predictions.md).
 
 ## Options
 - `moderate_pct` (5.0): DataLoader share at which a finding is reported (warning) — tb_plugin rule 1 (5 %), XProf "moderately input-bound" (5 %).

@@ -23,6 +23,11 @@ In production, `torch.compiler.set_stance("fail_on_recompile")` turns a recompil
 The compiles in the analysed steps (count, steps, host time per step), the recompiled regions, the longest
 compile phases, and the GPU time the autotuning benchmarks ran. Savings = the compile spans' time during
 which the GPU ran nothing but the compile's own autotuning benchmarks: without the compile that time goes.
+The replayed saving (what-if, projection) is in unprofiled terms, and the profiler slows a compilation too
+(Dynamo and Inductor dispatch ops it records, and their Python runs under its callbacks), though not like
+dispatch: where the collector measured the unprofiled step, the compile spans' time beyond 1 ms per host
+interval is deflated by the share that reproduces that measurement (docs/replay.md, "the profiler's cost"), so
+the saving never exceeds the measured step; without a measurement it is priced at its traced length.
 
 ## Options
 - `min_savings_pct` (1.0): smallest savings (% of step time) worth a finding.

@@ -14,7 +14,7 @@ from conftest import SAMPLES
 
 import traceview
 from traceview.analyses import fixes
-from traceview.analyses.overhead import COST_US, HOST_SHARE, SHARE_MAX, profiler_transform
+from traceview.analyses.overhead import COST_US, HOST_SHARE, SHARE_MAX, TRACE_TOL, profiler_transform
 from traceview.analyses.replay import replay
 from traceview.report import analyze, select_steps
 from traceview.ruleapi import RuleContext
@@ -38,7 +38,6 @@ MISSES = {  # fmt: skip
     ("collected4", "input_workers_nw2", "input_workers_nw10"): "8.448 predicted vs 5.616 ms measured (+50%): the problem run's main thread ran its forward ops ~35% faster than every other run of the program (aten::linear median 32 vs 48-58 us, incl. collected5's nw0 with no worker processes); the priced loop is that fast host's",
     ("collected5", "epilogue_bert_eager", "epilogue_bert_fused"): "0.086 predicted vs 1.476 ms measured (-94%): the fused twin's host ran 27% faster on every op the fix does not touch",
     ("collected5", "h2d_resnet18_pageable", "h2d_resnet18_pinned"): "6.083 predicted vs 4.508 ms measured (+35%): the profiler slowed the pageable copy's host staging (6.3-6.8 GB/s traced vs the MLP twin's 8.2-8.6); at that rate the copy is 4.6 ms unprofiled and the rest 12.4 ms, the pinned twin's 12.45",
-    ("collected5", "gpt2c_recompile", "gpt2c_mark_dynamic"): "3288.878 predicted vs 2616.195 ms measured (+26%): the compile runs 1.31x slower profiled here, 1.13x on collected2's recompile twin; the fix removes it at its traced length (docs/predictions.md)",
     ("collected5", "cpu_adamw_single", "cpu_adamw_foreach"): "cpu-op-overhead has no replay model (a CPU-only trace); 0.214 ms measured",
 }
 
@@ -95,7 +94,7 @@ def test_same_process_labels_are_current():
     assert len(SAME_PROCESS) == 14 and set(MISSES_SAME_PROCESS) <= {(t["set"], t["problem"], t["fixed"]) for t in SAME_PROCESS}
 
 
-@pytest.mark.xfail(strict=True, reason="35 of 46 twins within ±20 % (76 %), each scored once, where the issue asks for 80 % (docs/predictions.md)")
+@pytest.mark.xfail(strict=True, reason="36 of 46 twins within ±20 % (78 %), each scored once, where the issue asks for 80 % (docs/predictions.md)")
 def test_the_issue_bar():
     # each twin scored once: measured in the process that took its trace (ab_traced, CUPTI torn down before the
     # rounds) where recorded, else in its two processes
@@ -168,3 +167,41 @@ def test_a_device_bound_measurement_keeps_the_fitted_host_share():
     priced = fixes.pricing_transform(ctx)
     assert priced.host_share == HOST_SHARE
     assert replay(t, ctx.steps, [priced]).mean() <= floor * 1.01
+
+
+def test_a_host_bound_measurement_beyond_the_dispatch_share_deflates_the_long_intervals():
+    # gpt2c_recompile recompiles in every step: 9.8 s of its two steps' 10.4 s of host time sit in intervals over
+    # replay.HOST_SHARE_MAX_NS, which the dispatch share scales only up to it. Its measured unprofiled step
+    # (manifest.json: 2853.9 ms, the median of the collector's wait steps) is below what the replay reaches with
+    # SHARE_MAX of every shorter interval (about 3330 ms), and the step is host-bound (GPU busy < 100 ms a step):
+    # the profiler slowed the compilation too. Pricing keeps the fitted dispatch share and solves the long
+    # intervals' share to the measurement, and reproduces it (before: the replay stayed at ~3360 ms, and the fix
+    # saved more than the measured step)
+    run = SAMPLES / "collected5" / "gpt2c_recompile"
+    measured_ns = json.loads((run / "manifest.json").read_text())["step_time"]["unprofiled_ms_median"] * 1e6
+    t = traceview.load(str(next(run.glob("*.pt.trace.json*"))))
+    ctx, _ = RuleContext.prepare(t, select_steps(t, None))
+    floor = replay(t, ctx.steps, [profiler_transform(t, {**COST_US, "host_share": SHARE_MAX})]).mean()
+    assert measured_ns < 0.9 * floor
+    priced = fixes.pricing_transform(ctx)
+    assert priced.host_share == HOST_SHARE and 0 < priced.long_share < HOST_SHARE
+    assert replay(t, ctx.steps, [priced]).mean() == pytest.approx(measured_ns, rel=0.01)
+    # the fix's saving is below the measured step, and the step it leaves is the fixed twin's (labels.json: the
+    # mark_dynamic run measured 63.4 ms unprofiled)
+    labels = json.loads((SAMPLES / "collected5" / "labels.json").read_text())["runs"]
+    saved = predicted("collected5", "gpt2c_recompile", "recompile", None) * 1e6
+    assert saved < measured_ns
+    assert (measured_ns - saved) / 1e6 == pytest.approx(labels["gpt2c_mark_dynamic"]["unprofiled_step_ms"], rel=0.2)
+
+
+def test_a_trace_that_is_not_the_timed_steps_never_deflates_its_long_intervals():
+    # collected3/cnn_input_nw2's capture stalled for input (steps of 61, 273 and 68 ms profiled, manifest.json) where
+    # the timed unprofiled steps (18-31 ms) still ran from the prefetch buffer: its long host intervals are waits for
+    # the worker processes, which no profiler cost explains. Its traced step is 2x the collector's profiled median,
+    # beyond TRACE_TOL, so the measurement sets no long-interval share (the dispatch share alone, as before)
+    run = SAMPLES / "collected3" / "cnn_input_nw2"
+    prof_ns = json.loads((run / "manifest.json").read_text())["step_time"]["profiled_ms_median"] * 1e6
+    t = traceview.load(str(next(run.glob("*.pt.trace.json*"))))
+    ctx, _ = RuleContext.prepare(t, select_steps(t, None))
+    assert float((ctx.steps["end"] - ctx.steps["ts"]).mean()) > (1 + TRACE_TOL) * prof_ns
+    assert fixes.pricing_transform(ctx).long_share == 0.0

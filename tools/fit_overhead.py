@@ -41,9 +41,8 @@ UNSTEADY = {
     for k, v in json.loads((SAMPLES / SPLIT["held_out"] / "labels.json").read_text())["runs"].items()
     if v["unprofiled_step_ms"] is None
 }
-#: |traced / profiled CUDA-event step - 1| above which a run's trace is not the steps the collector timed: the
-#: host-speed noise between processes of the same workload (collected2/MANIFEST.md: up to ~25 %)
-TRACE_TOL = 0.25
+#: |traced / profiled CUDA-event step - 1| above which a run's trace is not the steps the collector timed
+TRACE_TOL = overhead.TRACE_TOL
 GRID = {
     "host_share": np.arange(0.0, 0.701, 0.05),
     "op": np.arange(0.0, 4.01, 0.5),

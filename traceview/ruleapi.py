@@ -228,7 +228,8 @@ class RuleContext:
 def profiler_cost(trace: Trace, steps: pl.DataFrame) -> dict[str, Any]:
     """The profiler's cost per step: the model's estimate from the recorded events (analyses.overhead) and, for a
     `traceview collect` run, the measured one (profiled − unprofiled CUDA-event step). `overhead_ns` and
-    `unprofiled_step_ns` are the measured numbers when there are, else the estimate; `source` says which."""
+    `unprofiled_step_ns` are the measured numbers when there are, else the estimate; `source` says which;
+    `profiled_step_ns` is the collector's profiled CUDA-event step (with a manifest only)."""
     est = _overhead.estimate(trace, steps) if steps.height else {}
     out: dict[str, Any] = {"estimate": est, "source": "estimate",
                            "overhead_ns": 1000 * float(est.get("overhead_per_step_us") or 0.0),
@@ -239,7 +240,8 @@ def profiler_cost(trace: Trace, steps: pl.DataFrame) -> dict[str, Any]:
 
         unprof, prof, _ = rank_step_times(doc, Path(trace.meta.path).name, trace.meta.rank)
         if unprof and prof:
-            out.update(source="manifest", overhead_ns=max(0.0, (prof - unprof) * 1e6), unprofiled_step_ns=unprof * 1e6)
+            out.update(source="manifest", overhead_ns=max(0.0, (prof - unprof) * 1e6), unprofiled_step_ns=unprof * 1e6,
+                       profiled_step_ns=prof * 1e6)
     return out
 
 

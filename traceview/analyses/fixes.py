@@ -85,8 +85,9 @@ def pricing_transform(ctx) -> Transform:
     if floor is not None:
         return replace(profiler_transform(ctx.trace), floor_ns=floor)
     prof = ctx.profiler or {}
-    measured = prof.get("unprofiled_step_ns") if prof.get("source") == "manifest" else None
-    return measured_transform(ctx.trace, ctx.steps, measured)
+    manifest = prof.get("source") == "manifest"
+    measured = prof.get("unprofiled_step_ns") if manifest else None
+    return measured_transform(ctx.trace, ctx.steps, measured, prof.get("profiled_step_ns") if manifest else None)
 
 
 def input_floor_ns(ctx) -> float | None:

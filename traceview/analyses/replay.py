@@ -54,7 +54,11 @@ class Transform:
     - no_wait: host rows of blocking calls that no longer wait for the device (they keep their floor time);
     - cost_us: µs taken off every recorded host row of a kind ("op", "runtime", "python"): the profiler's cost;
     - host_share: the share of all host time (every gap between calls, every call's own time) taken off, before
-      cost_us: a slowdown of the whole host thread (the profiler's: its callbacks on every op and call).
+      cost_us: a slowdown of the whole host thread (the profiler's: its callbacks on every op and call); an
+      interval is scaled only up to HOST_SHARE_MAX_NS of it;
+    - long_share: the share taken off the part of each host interval beyond HOST_SHARE_MAX_NS (work of its own,
+      which host_share leaves whole): only where a measurement says the profiler slowed that work too
+      (`overhead.measured_transform`: a recompiling step's Dynamo/Inductor compilation).
     - host_spans: (tid, ts, end) spans whose host time leaves the host path, whatever rows or calls it holds (a
       DataLoader's `__next__`, a compilation); the profiler's cost of the rows inside is not taken twice."""
 
@@ -66,6 +70,7 @@ class Transform:
     no_wait: Sequence[int] = ()
     cost_us: Mapping[str, float] = field(default_factory=dict)
     host_share: float = 0.0
+    long_share: float = 0.0
     host_spans: Sequence[tuple[int, int, int]] = ()
     bound_us: float | None = None  # the most the fix saves per step (fixes.per_step_us), None: the replay's saving
     #: a pace from outside the graph (ns per step): the mean replayed period is at least this, unless a transform
@@ -325,10 +330,16 @@ def edges(
     d_gap = np.where((dur == 0) & (g.d_end > g.d_ts), 0, d_gap).astype(np.int64)
     # host time kept by the transforms' host shares together (a blocking call's wait edge still holds it)
     keep = float(np.prod([1.0 - min(max(t.host_share, 0.0), 1.0) for t in transforms])) if transforms else 1.0
+    keep_long = float(np.prod([1.0 - min(max(t.long_share, 0.0), 1.0) for t in transforms])) if transforms else 1.0
     # (an interval longer than HOST_SHARE_MAX_NS holds work of its own, a CPU kernel, a sleep, input loading, that
-    # the slowdown does not scale: only its first HOST_SHARE_MAX_NS are)
-    a_own, a_gap, a_jwake = (x - np.round(np.minimum(x, HOST_SHARE_MAX_NS) * (1 - keep)).astype(np.int64)
-                             for x in (g.a_own, g.a_gap, g.a_jwake)) if keep != 1.0 else (g.a_own, g.a_gap, g.a_jwake)
+    # the slowdown does not scale: only its first HOST_SHARE_MAX_NS are; the rest only by a long_share)
+    if keep != 1.0 or keep_long != 1.0:
+        a_own, a_gap, a_jwake = (
+            x - np.round(np.minimum(x, HOST_SHARE_MAX_NS) * (1 - keep)
+                         + np.maximum(x - HOST_SHARE_MAX_NS, 0) * (1 - keep_long)).astype(np.int64)
+            for x in (g.a_own, g.a_gap, g.a_jwake))
+    else:
+        a_own, a_gap, a_jwake = g.a_own, g.a_gap, g.a_jwake
     # a call's recorded cost beyond its own time was paid around it (the profiler's hooks): off the gap before it
     over = np.maximum(own_cut - a_own, 0)
     own = np.maximum(a_own - np.round(own_cut).astype(np.int64), 0)
@@ -533,7 +544,7 @@ def _transform_key(t: Transform) -> tuple:
     length), its parameters by value (`bound_us`, `floor_ns` and `input_ready` act after the replay)."""
     rows = tuple((id(x), len(x)) if len(x) else None
                  for x in (t.gpu_dur, t.gpu_gap, t.host_cut, t.host_removed, t.no_wait, t.host_spans))
-    return rows, tuple(sorted(t.cost_us.items())), float(t.host_share)
+    return rows, tuple(sorted(t.cost_us.items())), float(t.host_share), float(t.long_share)
 
 
 @per_trace
@@ -572,13 +583,13 @@ def _parametric_key(transforms: Sequence[Transform]) -> tuple | None:
     """A hashable key of transforms that name no rows (the profiler's cost: shares and per-kind costs), else None."""
     if any(t.gpu_dur or t.gpu_gap or t.host_cut or len(t.host_removed) or len(t.no_wait) or len(t.host_spans) for t in transforms):
         return None
-    return tuple((tuple(sorted(t.cost_us.items())), float(t.host_share)) for t in transforms)
+    return tuple((tuple(sorted(t.cost_us.items())), float(t.host_share), float(t.long_share)) for t in transforms)
 
 
 @per_trace
 def _parametric(trace: Trace, key: tuple[tuple, ...], tkey: tuple) -> np.ndarray:
     steps = pl.DataFrame(dict(zip(_STEP_COLS, map(list, key), strict=True)), schema={c: pl.Int64 for c in _STEP_COLS})
-    ts = [Transform("parametric", cost_us=dict(c), host_share=h) for c, h in tkey]
+    ts = [Transform("parametric", cost_us=dict(c), host_share=h, long_share=lg) for c, h, lg in tkey]
     g = build(trace)
     s, e = _boundaries(g, steps, simulate(g, ts))
     return _per_step(steps, e - s)
