@@ -362,9 +362,12 @@ def attention_mask(trace: Trace) -> dict[str, pl.Series]:
         return none
     h = trace.host
     # the outermost ops that take the mask and not the scores (a score op takes both: it is the attention's)
-    dims = pl.col("input_dims").cast(pl.String)
-    has = pl.any_horizontal(dims.str.contains(_shape_text(s), literal=True) for s in shapes)
-    cand = h.filter((pl.col("cat") == "cpu_op") & has.fill_null(False)).select(
+    # (the string test on the distinct shape lists only, not on every row)
+    dims = h.select(pl.col("input_dims").unique().drop_nulls())["input_dims"]
+    text = dims.cast(pl.String)
+    has = pl.any_horizontal(text.str.contains(_shape_text(s), literal=True) for s in shapes)
+    sel = dims.filter(pl.select(has).to_series())
+    cand = h.filter((pl.col("cat") == "cpu_op") & pl.col("input_dims").is_in(sel.implode())).select(
         "i", "tid", "ts", "end", "depth", "parent", "input_dims", "input_type"
     )
     combos = cand.select("input_dims", "input_type").unique()
