@@ -388,7 +388,7 @@ def attention_mask(trace: Trace) -> dict[str, pl.Series]:
     g = trace.gpu.filter(pl.col("kind") == "compute").select(
         pl.col("launch_tid").cast(pl.Int64).alias("tid"), pl.col("launch_ts").cast(pl.Int64).alias("t")
     ).drop_nulls().sort("tid", "t")
-    win = prod.select("tid", pl.col("ts").cast(pl.Int64), "depth", "i").sort("tid", "ts")
+    win = prod.select("tid", pl.col("ts").cast(pl.Int64), "depth", "parent", "i").sort("tid", "ts")
     win = win.join_asof(g.rename({"t": "lo"}), left_on="ts", right_on="lo", by="tid", strategy="backward",
                         allow_exact_matches=False, check_sortedness=False)
     # the blocking calls in a window: a sync, or a call that launched a copy and returned after it ended
@@ -400,16 +400,21 @@ def attention_mask(trace: Trace) -> dict[str, pl.Series]:
         pl.col("_ce").le(pl.col("end")).fill_null(False) | pl.col("name").str.contains(SYNC_RE).fill_null(False)
     )
     blk = rt.sort("tid", "ts").join_asof(
-        win.select("tid", pl.col("ts").alias("_pts"), "lo", pl.col("depth").alias("_d")).sort("tid", "_pts"),
+        win.select("tid", pl.col("ts").alias("_pts"), "lo", pl.col("depth").alias("_d"), pl.col("parent").alias("_pp"))
+        .sort("tid", "_pts"),
         left_on="ts", right_on="_pts", by="tid", strategy="forward", check_sortedness=False,
     ).filter((pl.col("lo").is_null() | (pl.col("ts") > pl.col("lo"))) & pl.col("_pts").is_not_null())
-    # each blocking call's op at the producer's depth (the `torch.tensor` call beside the producer)
+    # each blocking call's op at the producer's depth, under the producer's parent (the `torch.tensor` call beside
+    # the producer: a sync of the step before, or of another scope, is not the mask's)
     ops = prod["i"]
     if blk.height:
         is_op = (h["cat"] == "cpu_op").fill_null(False)
         for d in blk["_d"].unique().to_list():
-            at = ancestor_ids(h, blk.filter(pl.col("_d") == d)["i"], (is_op & (h["depth"] == d)).to_numpy())
-            ops = pl.concat([ops, pl.Series("i", at[at >= 0], pl.UInt32)])
+            sub = blk.filter(pl.col("_d") == d)
+            at = pl.Series("i", ancestor_ids(h, sub["i"], (is_op & (h["depth"] == d)).to_numpy()))
+            par = by_id(h, at.clip(0).cast(pl.UInt32), "parent")["parent"]
+            same = (at >= 0) & par.eq_missing(sub["_pp"]).fill_null(False)
+            ops = pl.concat([ops, at.filter(same).cast(pl.UInt32)])
     ops = ops.unique().sort()
     # every runtime call inside those ops
     is_mask = np.isin(h["i"].to_numpy(), ops.to_numpy())
