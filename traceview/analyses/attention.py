@@ -351,8 +351,9 @@ def attention_mask(trace: Trace) -> dict[str, pl.Series]:
     `torch.where(causal, torch.tensor(0.0, device=...), min_dtype)`. Its scalar operand is made on the host and
     copied to the device just before it (`torch.tensor(..., device=)`: a blocking copy from pageable memory, a
     stream synchronisation once per forward, which keeps the host from running ahead of the device across
-    steps). So the ops on the producer's thread after its last kernel launch before the producer that block
-    on the device (a sync call, or a copy the call waited for) are the mask's too."""
+    steps). So the ops beside the producer (on its thread, under its parent, at its depth) after the last
+    kernel launch before it that block on the device (a sync call, or a copy the call waited for) are the
+    mask's too."""
     none = {"ops": pl.Series("op", [], pl.UInt32), "calls": pl.Series("i", [], pl.UInt32)}
     so = score_ops(trace)
     if not bool(so["score"].any()):
