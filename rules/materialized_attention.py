@@ -30,11 +30,21 @@ and the predicted fused time. Savings are replayed (`fix_transform`): each run o
 kernel of the run's GEMM FLOPs (x1.25 for a backward run: flash recomputes Q·K^T) at `efficiency` of the
 device's Tensor-Core peak for the width of the attention's inputs (FP32 inputs: the FP32 peak; SDPA's math
 backend upcasts bf16/fp16 inputs to FP32 for its own GEMMs, and a fused backend runs on the inputs' width), on
-the run's first kernel; the other kernels take no time (nor the device's gap before each). On the host the fused
-call replaces the whole eager attention: the op of the run's first kernel stays, as the call, and its thread's
-time from that op's end to the end of the run's last op leaves the host path (the views, reshapes, the mask's
-scalars and autograd's view-backward nodes launch nothing but are the attention's), unless the launch of
-another kernel falls inside, in which case only the run's own ops leave.
+the run's first score GEMM; the other kernels take no time (nor the device's gap before each). The attention is
+more than the ops on the scores (traceview/analyses/attention.py, `attention_extension`): the copies
+`aten::matmul` makes of a transposed Q, K or V for the batched GEMM (a fused kernel reads them strided), and in
+the backward every autograd node of the attention's forward ops (found by their sequence numbers: the copy
+that makes the incoming gradient contiguous, the views' and expands' nodes) go too. On the host the fused call
+replaces the whole eager attention: the op of the run's first score GEMM stays, as the call (its dispatch,
+with its operand copies, costs about what SDPA's own call does), and its thread's time from the run's first op
+to the end of its last op leaves the host path (the views, reshapes, the mask's scalars and autograd's
+view-backward nodes launch nothing but are the attention's), unless the launch of another kernel falls inside,
+in which case only the run's own ops leave. The mask goes too (`attention_mask`): the outermost op that builds
+the float mask the scores are masked with (a [B, 1, N_q, N_kv] input of a score op, taken by no score op
+itself) and, between the last kernel launch before it and it, any op that blocks on the device (Hugging
+Face's eager mask is `torch.where(causal, torch.tensor(0.0, device=...), min)`: the scalar's pageable copy
+synchronises the stream once per forward, so the host cannot run ahead of the device across steps; its sdpa
+path with `is_causal` builds no mask). Those calls no longer wait (`no_wait`), their ops leave the host path.
 
 ## Options
 - `efficiency` (0.5): achieved share of the Tensor-Core peak of a fused attention kernel (FlashAttention-2
@@ -48,9 +58,13 @@ another kernel falls inside, in which case only the run's own ops leave.
 - PyTorch docs, `torch.nn.functional.scaled_dot_product_attention`, `torch.nn.attention.sdpa_kernel`,
   `torch.nn.attention.flex_attention`.
 - Measured on an H200 (unprofiled steps; replayed saving in brackets): HF GPT-2 (6 layers, seq 512, bf16) eager
-  35.6 ms, SDPA 23.6 ms (3.82 ms predicted: the eager run's host is slower outside attention too); seq 1024
-  32.7 -> 24.0 ms (6.02); synthetic 16 heads x 2048 eager 40.2 and math backend (bf16 inputs, FP32 GEMMs) 49.1
-  -> flash 6.9 ms (33.1 and 42.1 ms predicted): sample_traces/collected3, collected4, docs/predictions.md.
+  35.6 ms, SDPA 23.6 ms (4.48 ms predicted: the eager run's host is slower outside attention too; 6.82 against
+  8.11 measured in the trace's own process, sample_traces/ab_traced); seq 1024 32.7 -> 24.0 ms (9.09; 8.88
+  against 8.58 in one process); synthetic 16 heads x 2048 eager 40.2 and math backend (bf16 inputs, FP32
+  GEMMs) 49.1 -> flash 6.9 ms (33.7 and 42.7 ms predicted): sample_traces/collected3, collected4,
+  docs/predictions.md. Without the mask's construction the seq-1024 prediction reads 6.2 ms and the seq-512 one
+  in its own process 3.8: its stream sync holds the host to the device once per step, so the host time the
+  backward's device-bound stretch leaves idle cannot be spent on the next forward.
   cuDNN's and flash's fused kernels in the twins reach 22 % (512 tokens), 28 % (1024) and 35 % (2048) of the
   Tensor-Core peak on these FLOPs: the `efficiency` default is optimistic for short sequences.
 """
@@ -63,6 +77,7 @@ import msgspec
 import polars as pl
 
 from traceview.analyses.attention import (
+    attention_mask,
     exclusive_tops,
     fused_attention,
     math_sdpa_input_bytes,
@@ -71,6 +86,7 @@ from traceview.analyses.attention import (
 )
 from traceview.analyses.replay import Transform, spans
 from traceview.analyses.rowid import by_id
+from traceview.analyses.tree import ancestor_ids
 from traceview.evidence import Meta, OpTimePerStep
 from traceview.ruleapi import XPROF_SEVERITY, Finding, Option, RuleContext, min_savings
 
@@ -264,33 +280,47 @@ def check(ctx: RuleContext) -> list[Finding]:
 
 def fix_transform(ctx: RuleContext) -> Transform | None:
     """The fix as a replay transformation: each run of score kernels becomes one fused kernel (its GEMM FLOPs at
-    `efficiency` of the Tensor-Core peak) on the run's first kernel; the run's other kernels take no time. On the
-    host the fused call replaces the whole eager attention (`host_extents`): the first kernel's op stays, as the
-    fused call, and everything its thread does after it up to the end of the run's last op leaves the host path."""
+    `efficiency` of the Tensor-Core peak) on the run's first score GEMM; the run's other kernels take no time. On the
+    host the fused call replaces the whole eager attention (`host_extents`): the op of the run's first score GEMM
+    stays, as the fused call, and everything else its thread does from the run's first op to the end of its
+    last op leaves the host path. The mask's construction goes too (`attention.attention_mask`): its kernels
+    take no time, its ops leave the host path and its blocking calls no longer wait."""
     k = _kernels(ctx)
     if k.height == 0:
         return None
     runs = _runs(ctx).select("run", "fused_time")
+    # the fused kernel sits on the run's first score GEMM (the call that stays, `host_extents`), else its first
+    at = k.sort("run", pl.col("gemm").not_(), "pos").group_by("run", maintain_order=True).first()["i"]
     k = k.join(runs, on="run", how="left").with_columns(
-        new=pl.when(pl.col("pos") == 0).then(pl.col("fused_time")).otherwise(0).cast(pl.Int64)
+        new=pl.when(pl.col("i").is_in(at.implode())).then(pl.col("fused_time")).otherwise(0).cast(pl.Int64)
     )
+    gpu = dict(zip(k["i"].cast(pl.Int64).to_list(), k["new"].to_list(), strict=True))
+    mask = attention_mask(ctx.trace)
+    h = ctx.trace.host
+    if mask["ops"].len():  # the mask's construction goes with the eager attention (`attention_mask`)
+        g = ctx.trace.gpu.filter(pl.col("op").is_not_null()).select("i", "op")
+        under = ancestor_ids(h, g["op"], h["i"].is_in(mask["ops"].implode()).to_numpy(), include_self=True) >= 0
+        gpu.update(dict.fromkeys(g.filter(pl.Series(under))["i"].cast(pl.Int64).to_list(), 0))
     return Transform(
         NAME,
-        gpu_dur=dict(zip(k["i"].cast(pl.Int64).to_list(), k["new"].to_list(), strict=True)),
-        host_spans=host_extents(ctx, k),
+        gpu_dur=gpu,
+        host_spans=host_extents(ctx, k) + spans(by_id(h, mask["ops"], "tid", "ts", "end")),
+        no_wait=mask["calls"].cast(pl.Int64).to_list(),
     )
 
 
 def host_extents(ctx: RuleContext, k: pl.DataFrame) -> list[tuple[int, int, int]]:
     """The host time one fused attention call replaces, as `Transform.host_spans`: per run, on the thread of the
-    op that launched its first kernel, from that op's end to the end of the run's last op. Eager attention is
-    more than the ops that launch its kernels: the views and reshapes between them (`aten::expand`,
+    op that launched its first score GEMM (the call, which stays), from the start of the run's first op to the
+    start of the call and from the end of the call to the end of the run's last op. Eager attention is more
+    than the ops that launch its kernels: the views and reshapes between them (`aten::expand`,
     `aten::_unsafe_view`, the transposes), the mask's scalar `full`, the dtype bookkeeping of autocast, the
     Python between the calls, and in the backward every autograd node of those ops (`UnsafeViewBackward0`,
     `ExpandBackward0`, …) launch nothing, yet all of it is the attention's and SDPA runs none of it. Each op is
-    taken as its outermost op that launched only score kernels (`exclusive_tops`: `aten::matmul` around its
-    `aten::bmm`, the autograd node around a backward op). A run whose extent holds the launch of any other
-    kernel (other work interleaved with the attention) keeps that work: only its own ops after the first leave."""
+    taken as its outermost op that launched only attention kernels (`exclusive_tops`: `aten::matmul` around its
+    operand copy and `aten::bmm`, the autograd node around a backward op). A run whose extent holds the launch
+    of any other kernel (other work interleaved with the attention) keeps that work: only its own ops but the
+    call leave."""
     inside = score_ops(ctx.trace).filter(pl.col("score"))["op"]
     k = k.with_columns(top=exclusive_tops(ctx.trace, k["op"], inside))
     tops = by_id(ctx.trace.host, k["top"].clip(0).cast(pl.UInt32), "tid", "ts", "end")
@@ -298,15 +328,22 @@ def host_extents(ctx: RuleContext, k: pl.DataFrame) -> list[tuple[int, int, int]
         tops.select(pl.col("tid").alias("_tid"), pl.col("ts").alias("_ts"), pl.col("end").alias("_end"))
     )
     k = k.filter(pl.col("top") >= 0)
-    first = k.filter(pl.col("pos") == 0).select(
-        "run", pl.col("_tid").alias("tid"), pl.col("_end").alias("lo")
+    # the call: the top op of the run's first score GEMM (the first kernel's where the run has none)
+    call = (
+        k.sort("run", pl.col("gemm").not_(), "pos")
+        .group_by("run", maintain_order=True)
+        .first()
+        .select("run", pl.col("top").alias("call"), pl.col("_tid").alias("tid"), pl.col("_ts").alias("cts"),
+                pl.col("_end").alias("cend"))
     )
     ext = (
-        k.join(first, on="run")
+        k.join(call, on="run")
         .filter(pl.col("_tid") == pl.col("tid"))
         .group_by("run", maintain_order=True)
-        .agg(pl.col("tid").first(), pl.col("lo").first(), pl.col("_end").max().alias("hi"))
-        .filter(pl.col("hi") > pl.col("lo"))
+        .agg(
+            pl.col("tid").first(), pl.col("cts").first(), pl.col("cend").first(), pl.col("call").first(),
+            pl.col("_ts").min().alias("lo"), pl.col("_end").max().alias("hi"),
+        )
     )
     # the launches on that thread inside each extent: only of score ops (their kernels, cuBLAS's memsets), else
     # other work is interleaved with the attention
@@ -316,11 +353,15 @@ def host_extents(ctx: RuleContext, k: pl.DataFrame) -> list[tuple[int, int, int]
         held=_count_in(other.select(pl.col("launch_tid").alias("tid"), pl.col("launch_ts").alias("t")), ext)
     )
     clean = ext.filter(pl.col("held") == 0)
-    spans_out = [(int(t), int(a), int(b)) for t, a, b in clean.select("tid", "lo", "hi").iter_rows()]
-    # a shared extent: the run's own ops after the first, and only those that are not the first's
-    rest = k.filter(~pl.col("run").is_in(clean["run"].implode()))
-    kept = rest.filter(pl.col("pos") == 0)["top"]
-    gone = rest.filter((pl.col("pos") > 0) & ~pl.col("top").is_in(kept.implode()))["top"].unique()
+    spans_out = [
+        (int(t), int(a), int(b))
+        for t, lo, hi, cts, cend in clean.select("tid", "lo", "hi", "cts", "cend").iter_rows()
+        for a, b in ((lo, cts), (cend, hi))
+        if b > a
+    ]
+    # a shared extent: the run's own ops, but the call
+    rest = k.join(ext.filter(pl.col("held") > 0).select("run", "call"), on="run")
+    gone = rest.filter(pl.col("top") != pl.col("call"))["top"].unique()
     return spans_out + spans(by_id(ctx.trace.host, gone.cast(pl.UInt32), "tid", "ts", "end"))
 
 

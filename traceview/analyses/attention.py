@@ -7,6 +7,12 @@ touches the scores when one of its tensor inputs has exactly that many elements 
 scale, mask, softmax, dtype cast, dropout, the P·V matmul and their backward, in 4-D or batch-flattened 3-D
 form), or when it is a batched matmul whose output has that shape (Q·K^T). Scores count as materialized only
 when a GEMM produces or reads them: a softmax over channels alone is no attention.
+
+The attention is more than the ops on its scores (`attention_extension`): the operand copies the batched
+matmul makes (a transposed Q, K or V made contiguous under `aten::matmul`) and, in the backward, whatever the
+autograd nodes of the attention's forward ops launch (matched by sequence number). The float mask the scores
+are masked with is built outside it (`attention_mask`), with a blocking copy of its fill value in Hugging
+Face's eager path; a fused call with `is_causal=True` builds none of it.
 """
 
 from __future__ import annotations
@@ -17,9 +23,10 @@ import numpy as np
 import polars as pl
 
 from ..memo import per_trace
-from ..model import Trace
+from ..model import RUNTIME_CATS, Trace
 from .opshapes import decode
 from .rowid import by_id
+from .tree import ancestor_ids
 
 SOFTMAX_OPS = {
     "aten::_softmax",
@@ -30,6 +37,8 @@ SOFTMAX_OPS = {
     "aten::_masked_softmax_backward",
 }
 SCORE_GEMMS = {"aten::bmm", "aten::baddbmm", "aten::matmul", "aten::mm"}
+#: ops that reshape their operands for a batched GEMM (the copies they launch are the attention's)
+GEMM_WRAPPERS = {"aten::matmul", "aten::einsum"}
 #: SDPA's math fallback (its children are the eager ops)
 MATH_SDPA = "aten::_scaled_dot_product_attention_math"
 #: fused attention kernels (FlashAttention, memory-efficient/cutlass fmha, cuDNN SDPA, FlexAttention's Triton)
@@ -144,8 +153,72 @@ def score_ops(trace: Trace) -> pl.DataFrame:
     got = got.with_columns(pl.col("score").fill_null(False))
     # materialized only when a GEMM produces or reads the scores
     if not bool(got.filter(pl.col("score") & pl.col("gemm")).height):
-        got = got.with_columns(score=pl.lit(False))
+        return got.with_columns(score=pl.lit(False)).select(*_SCHEMA)
+    more = attention_extension(trace, got)
+    if more.len():
+        got = got.with_columns(score=pl.col("score") | pl.col("op").is_in(more.implode()))
     return got.select(*_SCHEMA)
+
+
+def attention_extension(trace: Trace, got: pl.DataFrame) -> pl.Series:
+    """The launching ops of the eager attention that touch no score tensor (op ids, from `got`: score_ops' rows
+    [op, score, gemm]): work a fused kernel does not run, found from the call tree rather than from shapes.
+
+    - The batched matmul's operand copies: `aten::matmul` (and `aten::einsum`) reshapes a 4-D operand to the
+      3-D batch bmm takes, and a Q, K or V left non-contiguous by the head split (`view(B, N, H, d)
+      .transpose(1, 2)`) or K^T is copied there (`aten::reshape` -> `aten::clone` -> `aten::copy_`). Every op
+      launched under the GEMM wrapper of a score GEMM is the attention's: a fused kernel reads the strided
+      Q/K/V itself.
+    - Their backward: the autograd node of each forward op of the attention (an op inside the outermost op
+      that launched only attention work, `exclusive_tops`) has the forward op's sequence number; every op
+      launched under such a node is the attention's backward (the copy that makes the incoming gradient
+      contiguous for the batched matmuls' backward, under `UnsafeViewBackward0`, and whatever the reshapes' and
+      expands' nodes launch), as the fused backward replaces them all."""
+    h = trace.host
+    if not {"seq", "fwd_tid", "parent"} <= set(h.columns):
+        return pl.Series("op", [], pl.UInt32)
+    launching = got["op"]
+    score = got.filter(pl.col("score"))["op"]
+    gemms = got.filter(pl.col("score") & pl.col("gemm"))["op"]
+    is_op = (h["cat"] == "cpu_op").fill_null(False)
+    # the GEMM wrappers of the score GEMMs, and every launching op under one of them
+    wrapper = (is_op & h["name"].is_in(list(GEMM_WRAPPERS))).to_numpy()
+    w = ancestor_ids(h, gemms, wrapper)
+    wrappers = np.unique(w[w >= 0])
+    lw = ancestor_ids(h, launching, wrapper)
+    under = launching.filter(pl.Series(np.isin(lw, wrappers) & (lw >= 0)))
+    inside = pl.concat([score, under]).unique()
+    # the forward ops of the attention: those with a sequence number in the subtree of an exclusive top
+    tops = exclusive_tops(trace, inside, inside)
+    tops = np.unique(tops.filter(tops >= 0).to_numpy())
+    is_top = np.isin(h["i"].to_numpy(), tops)
+    fwd_sel = is_op & h["seq"].is_not_null() & (h["fwd_tid"].fill_null(0) == 0)
+    fw = h.filter(fwd_sel).select("i", "pid", "tid", "seq", "ts")
+    in_top = ancestor_ids(h, fw["i"], is_top, include_self=True) >= 0
+    attn_fw = fw.filter(pl.Series(in_top)).select("pid", pl.col("tid").alias("ftid"), "seq").unique()
+    # their autograd nodes (the op of each backward node carries the forward op's sequence number and the
+    # forward thread's index), mapped to the forward thread through the fwdbwd flows (layers)
+    bsel = is_op & (h["fwd_tid"].fill_null(0) > 0) & h["seq"].is_not_null()
+    bn = h.filter(bsel).select("i", "pid", "tid", "ts", "seq", "fwd_tid")
+    nodes = np.zeros(0, np.int64)
+    if bn.height and attn_fw.height:
+        from .layers import _fwd_thread_map
+
+        pairs, single = _fwd_thread_map(
+            trace, h.filter(is_op).select("pid", "tid", "ts", "fwd_tid"), fw.rename({"tid": "ftid"})
+        )
+        m = (
+            bn.join(pairs, on=["pid", "fwd_tid"], how="left")
+            .join(single, on="pid", how="left")
+            .with_columns(ftid=pl.coalesce("ftid", "ftid1"))
+            .join(attn_fw, on=["pid", "ftid", "seq"], how="semi")
+        )
+        nodes = m["i"].to_numpy()
+    if nodes.size == 0:
+        return under
+    is_node = np.isin(h["i"].to_numpy(), nodes)
+    bwd = launching.filter(pl.Series(ancestor_ids(h, launching, is_node, include_self=True) >= 0))
+    return pl.concat([under, bwd]).unique()
 
 
 def score_kernels(trace: Trace, lo: int, hi: int) -> pl.DataFrame:
@@ -243,3 +316,109 @@ def exclusive_tops(trace: Trace, ops: pl.Series, inside: pl.Series) -> pl.Series
             break
         cur = np.where(ok, p, cur)
     return pl.Series("top", np.where(cur < n, ids[np.minimum(cur, max(n - 1, 0))], -1), pl.Int64)
+
+
+def _shape_text(s: tuple[int, ...]) -> str:
+    """A shape as the profiler writes it in `Input Dims`."""
+    return "[" + ", ".join(str(x) for x in s) + "]"
+
+
+def _masks(trace: Trace, so: pl.DataFrame) -> set[tuple[int, ...]]:
+    """The shapes of the masks the score ops take: an input ending in (N_q, N_kv) of a score op, with fewer
+    elements than the scores it is added to (broadcast over the heads or the batch: [B, 1, N_q, N_kv])."""
+    ops = so.filter(pl.col("score") & ~pl.col("gemm") & pl.col("n_q").is_not_null())
+    if ops.height == 0:
+        return set()
+    got = by_id(trace.host, ops["op"], "input_dims", "input_type").unique()
+    out: set[tuple[int, ...]] = set()
+    for d, t in got.iter_rows():
+        ts = [s for s, _ in decode(d, t) if len(s) >= 3]
+        for s in ts:
+            bigger = [u for u in ts if u[-2:] == s[-2:] and math.prod(u) > math.prod(s)]
+            if bigger and s[-2] >= 1 and s[-1] >= MIN_KEYS:
+                out.add(tuple(s))
+    return out
+
+
+@per_trace
+def attention_mask(trace: Trace) -> dict[str, pl.Series]:
+    """The construction of the float mask the eager scores are masked with, which the fused call does without
+    (`is_causal=True`: Hugging Face's sdpa path then builds no mask at all): {ops: host ids of the ops that build
+    it, calls: the runtime calls inside them}.
+
+    The mask's producer is an op outside the attention that takes a tensor of the mask's shape (`_masks`: an
+    input of a score op broadcast over the heads, [B, 1, N_q, N_kv]): Hugging Face's eager mask is
+    `torch.where(causal, torch.tensor(0.0, device=...), min_dtype)`. Its scalar operand is made on the host and
+    copied to the device just before it (`torch.tensor(..., device=)`: a blocking copy from pageable memory, a
+    stream synchronisation once per forward, which keeps the host from running ahead of the device across
+    steps). So the ops beside the producer (on its thread, under its parent, at its depth) after the last
+    kernel launch before it that block on the device (a sync call, or a copy the call waited for) are the
+    mask's too."""
+    none = {"ops": pl.Series("op", [], pl.UInt32), "calls": pl.Series("i", [], pl.UInt32)}
+    so = score_ops(trace)
+    if not bool(so["score"].any()):
+        return none
+    shapes = _masks(trace, so)
+    if not shapes:
+        return none
+    h = trace.host
+    # the outermost ops that take the mask and not the scores (a score op takes both: it is the attention's)
+    # (the string test on the distinct shape lists only, not on every row)
+    dims = h.select(pl.col("input_dims").unique().drop_nulls())["input_dims"]
+    text = dims.cast(pl.String)
+    has = pl.any_horizontal(text.str.contains(_shape_text(s), literal=True) for s in shapes)
+    sel = dims.filter(pl.select(has).to_series())
+    cand = h.filter((pl.col("cat") == "cpu_op") & pl.col("input_dims").is_in(sel.implode())).select(
+        "i", "tid", "ts", "end", "depth", "parent", "input_dims", "input_type"
+    )
+    combos = cand.select("input_dims", "input_type").unique()
+    keep = []
+    for d, t in combos.iter_rows():
+        ts = [tuple(x) for x, _ in decode(d, t)]
+        if any(x in shapes for x in ts) and not any(
+            len(x) >= 3 and any(x[-2:] == m[-2:] and math.prod(x) > math.prod(m) for m in shapes) for x in ts
+        ):
+            keep.append((d, t))
+    if not keep:
+        return none
+    ok = pl.DataFrame(keep, schema={"input_dims": cand["input_dims"].dtype, "input_type": cand["input_type"].dtype},
+                      orient="row")
+    cand = cand.join(ok, on=["input_dims", "input_type"], how="semi", nulls_equal=True)
+    prod = cand.filter(~pl.col("parent").is_in(cand["i"].implode()).fill_null(False))
+    # each producer's window: from the last compute launch before it on its thread to its start
+    g = trace.gpu.filter(pl.col("kind") == "compute").select(
+        pl.col("launch_tid").cast(pl.Int64).alias("tid"), pl.col("launch_ts").cast(pl.Int64).alias("t")
+    ).drop_nulls().sort("tid", "t")
+    win = prod.select("tid", pl.col("ts").cast(pl.Int64), "depth", "parent", "i").sort("tid", "ts")
+    win = win.join_asof(g.rename({"t": "lo"}), left_on="ts", right_on="lo", by="tid", strategy="backward",
+                        allow_exact_matches=False, check_sortedness=False)
+    # the blocking calls in a window: a sync, or a call that launched a copy and returned after it ended
+    from .replay_graph import SYNC_RE
+
+    rt = h.filter(pl.col("cat").is_in(RUNTIME_CATS)).select("i", "tid", "ts", "end", "name")
+    cp = trace.gpu.filter(pl.col("kind") == "memcpy").select(pl.col("launch").alias("i"), pl.col("end").alias("_ce"))
+    rt = rt.join(cp, on="i", how="left").filter(
+        pl.col("_ce").le(pl.col("end")).fill_null(False) | pl.col("name").str.contains(SYNC_RE).fill_null(False)
+    )
+    blk = rt.sort("tid", "ts").join_asof(
+        win.select("tid", pl.col("ts").alias("_pts"), "lo", pl.col("depth").alias("_d"), pl.col("parent").alias("_pp"))
+        .sort("tid", "_pts"),
+        left_on="ts", right_on="_pts", by="tid", strategy="forward", check_sortedness=False,
+    ).filter((pl.col("lo").is_null() | (pl.col("ts") > pl.col("lo"))) & pl.col("_pts").is_not_null())
+    # each blocking call's op at the producer's depth, under the producer's parent (the `torch.tensor` call beside
+    # the producer: a sync of the step before, or of another scope, is not the mask's)
+    ops = prod["i"]
+    if blk.height:
+        is_op = (h["cat"] == "cpu_op").fill_null(False)
+        for d in blk["_d"].unique().to_list():
+            sub = blk.filter(pl.col("_d") == d)
+            at = pl.Series("i", ancestor_ids(h, sub["i"], (is_op & (h["depth"] == d)).to_numpy()))
+            par = by_id(h, at.clip(0).cast(pl.UInt32), "parent")["parent"]
+            same = (at >= 0) & par.eq_missing(sub["_pp"]).fill_null(False)
+            ops = pl.concat([ops, at.filter(same).cast(pl.UInt32)])
+    ops = ops.unique().sort()
+    # every runtime call inside those ops
+    is_mask = np.isin(h["i"].to_numpy(), ops.to_numpy())
+    rows = h.filter(pl.col("cat").is_in(RUNTIME_CATS))["i"]
+    calls = rows.filter(pl.Series(ancestor_ids(h, rows, is_mask) >= 0))
+    return {"ops": ops.rename("op"), "calls": calls.rename("i")}
