@@ -200,7 +200,7 @@ def test_held_out_collected3_error(collected3):
     """Issue 25 on the held-out runs: median 7.3 %, worst 17.6 % (resnet18_bf16_cl, elementwise_32mib_eager). Before
     the share followed the trace's launch floor (overhead.host_share) the fixed share 0.45 left collected3's eager
     training steps 20-28 % high (tinygpt_b16_stack +27.5 %, tinygpt_b16_modules +26 %, train_syncs_item_b16 +25 %):
-    their processes' launch calls cost 7-8.5 µs under the profiler where collected2's cost 4-6 µs."""
+    their processes' launch floors are 6.7-8.5 µs under the profiler, the calibration runs' 4.2-6.9 µs."""
     est, _, _ = collected3
     assert statistics.median(est) <= 0.10 and max(est) <= 0.30
 
