@@ -12,11 +12,12 @@ to the floor of that time over the trace's ranges (`module_hook_cuts`), is the p
 The estimate is the traced step less the replayed saving, bounded by construction: never above the traced step
 (a transform only takes time off), never below the GPU's busy time per step.
 
-How much of the dispatch time is the profiler's differs between processes (TinyGPT's training step needs 0.45-0.52 in
-collected2's processes, 0.51-0.57 in collected3's); the trace says which through its kernel-launch calls: each recorded `cudaLaunchKernel` holds the
-driver's launch and the profiler's CUPTI callbacks around it, and the floor of their durations (`launch_floor_us`)
-runs from ~4 µs to ~8.5 µs over the bundled eager H200 runs. The share is HOST_SHARE at LAUNCH_REF_US and rises by
-LAUNCH_SLOPE per µs above it (`host_share`); a trace without enough such calls keeps HOST_SHARE.
+How much of the dispatch time is the profiler's differs between processes (one training step needs 0.45-0.52 in
+the processes of one recording session, 0.51-0.57 in another's); the trace says which through its kernel-launch
+calls: each recorded `cudaLaunchKernel` holds the driver's launch and the profiler's CUPTI callbacks around it, and
+the floor of their durations (`launch_floor_us`) runs from ~4 µs to ~8.5 µs over the bundled eager H200 runs. The
+share is HOST_SHARE at LAUNCH_REF_US and rises by LAUNCH_SLOPE per µs above it (`host_share`); a trace without
+enough such calls keeps HOST_SHARE.
 
 HOST_SHARE, LAUNCH_SLOPE and COST_US are fitted by tools/fit_overhead.py on the calibration runs named in
 tools/overhead_split.json (the collector's CUDA-event unprofiled step as ground truth; a later set of runs held out);
