@@ -61,7 +61,7 @@ import polars as pl
 
 from traceview.analyses.names import contains
 from traceview.analyses.opshapes import first_input
-from traceview.analyses.overhead import HOST_SHARE
+from traceview.analyses.overhead import host_share
 from traceview.analyses.replay import Transform
 from traceview.analyses.rowid import by_id
 from traceview.evidence import Meta
@@ -270,12 +270,13 @@ def check(ctx: RuleContext) -> list[Finding]:
 
 def _cast_host_ns(ctx: RuleContext) -> float:
     """Unprofiled host time of one cast autocast adds: the trace's median host time of an op that launches one
-    elementwise kernel (a cast is `aten::to` -> `_to_copy` -> one copy kernel), less the profiler's fitted share."""
+    elementwise kernel (a cast is `aten::to` -> `_to_copy` -> one copy kernel), less the profiler's share of it
+    (`overhead.host_share`: the fitted share at the trace's launch floor)."""
     kb = ctx.kb.filter(pl.col("op").is_not_null())
     one = kb.group_by("op").agg(pl.len().alias("n"), pl.col("category").first())
     one = one.filter((pl.col("n") == 1) & (pl.col("category") == "elementwise"))["op"]
     dur = by_id(ctx.trace.host, one.cast(pl.UInt32), "dur")["dur"]
-    return float(dur.median() or 0.0) * (1.0 - HOST_SHARE)
+    return float(dur.median() or 0.0) * (1.0 - host_share(ctx.trace))
 
 
 def fix_transform(ctx: RuleContext) -> Transform | None:
@@ -314,7 +315,7 @@ NATIVE_BN = {"aten::cudnn_batch_norm": (2, 1), "aten::cudnn_batch_norm_backward"
 def _native_bn_host_ns(ctx: RuleContext, op_ns: float) -> dict[int, int]:
     """cuDNN batch-norm op (host row) -> the unprofiled host time (ns) PyTorch's native batch norm adds in its
     place: its extra launches at the trace's median launch call, its zeroing ops at `op_ns` (an op launching one
-    elementwise kernel), each less the profiler's fitted share."""
+    elementwise kernel), each less the profiler's share (`overhead.host_share`)."""
     k = _kernels(ctx).filter(pl.col("op_name").is_in(list(NATIVE_BN)) & pl.col("op").is_not_null())
     if k.height == 0:
         return {}
@@ -322,7 +323,7 @@ def _native_bn_host_ns(ctx: RuleContext, op_ns: float) -> dict[int, int]:
         (pl.col("ts") >= ctx.lo) & (pl.col("ts") < ctx.hi) & pl.col("launch").is_not_null()
     )
     launch = by_id(ctx.trace.host, g["launch"].unique().cast(pl.UInt32), "dur")["dur"]
-    launch_ns = float(launch.median() or 0.0) * (1.0 - HOST_SHARE)
+    launch_ns = float(launch.median() or 0.0) * (1.0 - host_share(ctx.trace))
     ops = k.group_by("op").agg(pl.col("op_name").first())
     return {
         int(op): int(NATIVE_BN[name][0] * launch_ns + NATIVE_BN[name][1] * op_ns)

@@ -14,7 +14,13 @@ from conftest import SAMPLES
 
 import traceview
 from traceview.analyses import fixes
-from traceview.analyses.overhead import COST_US, HOST_SHARE, SHARE_MAX, TRACE_TOL, profiler_transform
+from traceview.analyses.overhead import (
+    COST_US,
+    SHARE_MAX,
+    TRACE_TOL,
+    host_share,
+    profiler_transform,
+)
 from traceview.analyses.replay import replay
 from traceview.report import analyze, select_steps
 from traceview.ruleapi import RuleContext
@@ -153,7 +159,8 @@ def test_no_saving_exceeds_its_step():
 def test_a_device_bound_measurement_keeps_the_fitted_host_share():
     # resnet18_fp32's measured unprofiled step (13.467 ms, manifest.json) is below what the replay reaches even with
     # the host all but stripped (the device chain: GPU busy 13.05 ms a step): the measurement does not fix the host
-    # share, and pricing keeps the fitted one instead of the largest (which let the fp32-conv fix save 7.66 ms)
+    # share, and pricing keeps the fitted one (at this trace's launch floor: overhead.host_share) instead of the
+    # largest (which let the fp32-conv fix save 7.66 ms)
     run = SAMPLES / "collected3" / "resnet18_fp32"
     measured_ns = json.loads((run / "manifest.json").read_text())["step_time"]["unprofiled_ms_median"] * 1e6
     t = traceview.load(str(next(run.glob("*.pt.trace.json*"))))
@@ -161,7 +168,7 @@ def test_a_device_bound_measurement_keeps_the_fitted_host_share():
     floor = replay(t, ctx.steps, [profiler_transform(t, {**COST_US, "host_share": SHARE_MAX})]).mean()
     assert measured_ns < floor
     priced = fixes.pricing_transform(ctx)
-    assert priced.host_share == HOST_SHARE
+    assert priced.host_share == host_share(t)
     assert replay(t, ctx.steps, [priced]).mean() <= floor * 1.01
 
 
@@ -180,7 +187,7 @@ def test_a_host_bound_measurement_beyond_the_dispatch_share_deflates_the_long_in
     floor = replay(t, ctx.steps, [profiler_transform(t, {**COST_US, "host_share": SHARE_MAX})]).mean()
     assert measured_ns < 0.9 * floor
     priced = fixes.pricing_transform(ctx)
-    assert priced.host_share == HOST_SHARE and 0 < priced.long_share < HOST_SHARE
+    assert priced.host_share == host_share(t) and 0 < priced.long_share < priced.host_share
     assert replay(t, ctx.steps, [priced]).mean() == pytest.approx(measured_ns, rel=0.01)
     # the fix's saving is below the measured step, and the step it leaves is the fixed twin's (labels.json: the
     # mark_dynamic run measured 63.4 ms unprofiled)

@@ -44,7 +44,8 @@ UNSTEADY = {
 #: |traced / profiled CUDA-event step - 1| above which a run's trace is not the steps the collector timed
 TRACE_TOL = overhead.TRACE_TOL
 GRID = {
-    "host_share": np.arange(0.0, 0.701, 0.05),
+    "host_share": np.arange(0.0, 0.701, 0.01),
+    "launch_slope": np.arange(0.0, 0.1001, 0.01),
     "op": np.arange(0.0, 4.01, 0.5),
     "runtime": np.arange(0.0, 4.01, 0.5),
     "python": np.arange(0.0, 8.01, 1.0),
@@ -55,8 +56,8 @@ EVENTS_GRID = {
     "runtime": np.arange(0.0, 8.01, 0.5),
     "python": np.arange(0.0, 16.01, 1.0),
 }
-#: the committed model: the per-event costs and the host share
-COMMITTED = {**overhead.COST_US, "host_share": overhead.HOST_SHARE}
+#: the committed model: the per-event costs, the host share and its slope in the trace's launch floor
+COMMITTED = {**overhead.COST_US, "host_share": overhead.HOST_SHARE, "launch_slope": overhead.LAUNCH_SLOPE}
 
 
 def group(run: str) -> str:
@@ -110,22 +111,31 @@ def loss(rs: list[dict], cost: dict[str, float]) -> float:
     return statistics.median(e) + 0.5 * statistics.mean(e)
 
 
+#: parameters searched together: each value of the first with the second re-fitted on its grid (the share's
+#: slope moves the share every trace needs; one at a time, the descent stops where neither moves alone)
+JOINT = ("launch_slope", "host_share")
+
+
 def fit(rs: list[dict], start: dict[str, float], grid_of: dict | None = None) -> dict[str, float]:
     """Coordinate descent over `grid_of` (GRID) from `start` (a few rounds; each step replays every calibration
-    run)."""
+    run), the JOINT pair searched together."""
+    grids = grid_of or GRID
     best = dict(start)
     cur = loss(rs, best)
     for _ in range(3):
         moved = False
-        for k, grid in (grid_of or GRID).items():
+        for k, grid in grids.items():
             for v in grid:
-                c = {**best, k: float(v)}
-                got = loss(rs, c)
-                if got < cur - 1e-9:
-                    best, cur, moved = c, got, True
+                cands = [{**best, k: float(v)}]
+                if k == JOINT[0] and JOINT[1] in grids:
+                    cands = [{**best, k: float(v), JOINT[1]: float(w)} for w in grids[JOINT[1]]]
+                for c in cands:
+                    got = loss(rs, c)
+                    if got < cur - 1e-9:
+                        best, cur, moved = c, got, True
         if not moved:
             break
-    return best
+    return {k: round(v, 6) for k, v in best.items()}
 
 
 def table(rs: list[dict], cost: dict[str, float]) -> dict[str, dict[str, float]]:
@@ -150,7 +160,13 @@ def table(rs: list[dict], cost: dict[str, float]) -> dict[str, dict[str, float]]
 def markdown(rs: list[dict], cost: dict[str, float]) -> str:
     """The error tables (summary per group, then each held-out run) as Markdown."""
     lines = [
-        f"Model: host share {cost['host_share']:.2f} of dispatch time, "
+        f"Model: host share {cost['host_share']:.2f} of dispatch time"
+        + (
+            f" ({cost['launch_slope']:+.2f} per µs of the trace's launch floor above {overhead.LAUNCH_REF_US:g} µs)"
+            if cost.get("launch_slope")
+            else ""
+        )
+        + ", "
         + ", ".join(f"{k} {cost[k]:g} µs" for k in ("op", "runtime", "python"))
         + " per recorded row"
         + ", and the collector's module hooks measured in the trace"
