@@ -31,7 +31,9 @@ launches of the least frequent per-parameter op), and each fix variant as the re
   deep, fill up); the per-parameter step counters (ops that launch nothing) stay on the host at their recorded
   cost; the kernels move the single-tensor kernels' bytes (each foreach op is one pass, as before);
 - fused: the fused op and, for Adam/AdamW, the step counters' one foreach add on the device, launched per
-  chunk set; the kernel reads parameter, gradient and states and writes parameter and states once
+  chunk set, each call at the loop's mean time per op, plus 0.18 of that per parameter (the C++ walk of the
+  tensor lists between the calls, measured on the bundled fused twins: 151-402 µs traced for 24-76 parameters);
+  the kernel reads parameter, gradient and states and writes parameter and states once
   (param bytes × (3 + 2 × states)).
 Device time is those bytes over the bandwidth the single-tensor kernels achieved on the same tensors (small
 tensors run far below the device's peak either way). Each variant's saving is a replay: the update loop's host
@@ -41,8 +43,10 @@ variant launches. (The replay only shortens an activity, so the variant's time p
 was cut to that kernel's few µs: both variants lost their device time, and a step the device holds — GPT-2's
 optimizer kernels run 2.1 ms behind the backward's — was priced as the host's, both variants at the same
 2.69 ms where the same-process rounds measure 0.80 (foreach) and 2.05 (fused).) The finding's saving is the
-advised variant's. Not modelled: the per-tensor host work inside a multi-tensor op (its
-list checks and metadata, ~1–2 µs per tensor traced), so the fused variant's host time is a floor.
+advised variant's. The foreach variant's host time already matches its twins' traced update loops (1.5-1.7 ms
+priced vs 1.0-1.1 traced for 48 parameters, 3.4-3.7 vs 2.9-3.4 for GPT-2's 76): it keeps the per-parameter
+step counters and a Python call per op. Not modelled: the grouping of the tensors by device and dtype before the
+loop (the fused and foreach twins' lead-in runs 70-320 µs longer traced than the single-tensor run's).
 
 ## Options
 - `min_kernels` (32): fewest single-tensor kernels per optimizer step worth a finding (4 parameters of AdamW).
@@ -95,6 +99,13 @@ CHUNK, MAX_BLOCKS, MAX_TENSORS = 65536, 320, (110, 64, 48, 36, 30)
 #: parameter): the fused kernel reads the parameter, its gradient and states and writes the parameter and states once
 FUSED = {"Adam": (2, True), "AdamW": (2, True), "SGD": (1, False)}
 VARIANTS = ("foreach", "fused")
+#: host time per parameter of the fused step's calls beyond their call and launches, in the single-tensor loop's
+#: own time per op (so it scales as that trace's host does): the fused op and the step counters' foreach add walk
+#: their tensor lists in C++ (checks, metadata into the kernel's arguments) between the Python calls. The bundled
+#: fused twins' update loops, first op to last, less two of their problem trace's mean op, per parameter: 0.18
+#: (collected2 adamw_fused, 48 parameters: 217 µs traced), 0.28 (collected3 adamw_l12_fused, 24: 151 µs), 0.18
+#: (collected3 gpt2_sdpa_fused, 76: 402 µs); the median
+FUSED_PER_PARAM_OPS = 0.18
 #: the integer columns `_loop` adds per optimizer step
 LOOP_COLS = (
     "loop_ts",
@@ -321,7 +332,7 @@ def variants(ctx: RuleContext, row: dict) -> dict[str, dict[str, float]]:
       `arith_ns` per op) plus a launch (the median launch call) per extra multi_tensor_apply launch; its kernels
       move the single-tensor kernels' bytes (each op is one pass over all parameters, as before).
     - fused (Adam, AdamW, SGD): one fused op (and, with a step counter, one foreach add on the device), launched
-      per multi_tensor_apply chunk set; its kernel reads the parameters, gradients and states and writes the
+      per multi_tensor_apply chunk set, plus FUSED_PER_PARAM_OPS of a loop op per parameter; its kernel reads the parameters, gradients and states and writes the
       parameters and states once: param_bytes x (3 + 2 states).
     Device time is bytes over the bandwidth the single-tensor kernels achieved on the same tensors (their bytes over
     their time, the device's peak at most; its peak where the kernels carry no byte counts), never more than the
@@ -352,7 +363,7 @@ def variants(ctx: RuleContext, row: dict) -> dict[str, dict[str, float]]:
         n_ops = 2 if counter else 1
         pb = float(row.get("param_bytes") or 0.0)
         out["fused"] = {
-            "host_ns": n_ops * c_op + (n_launch - n_ops) * launch,
+            "host_ns": (n_ops + FUSED_PER_PARAM_OPS * params) * c_op + (n_launch - n_ops) * launch,
             "gpu_ns": min(out["foreach"]["gpu_ns"], pb * (3 + 2 * states) / bw * 1e9)
             if pb
             else out["foreach"]["gpu_ns"],
