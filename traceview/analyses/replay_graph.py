@@ -306,6 +306,8 @@ def _program_threads(trace: Trace, a_tid: np.ndarray, code: np.ndarray) -> np.nd
     h = trace.host.select("tid", "cat", "name")
     ops = h.filter(pl.Series(code == _OP))["tid"].unique().implode()
     rest = h.filter(~pl.col("tid").is_in(ops))  # (the regex on the threads without ops only: a few rows)
+    if rest.height == 0:  # every thread records ops: no polling thread (no query more)
+        return np.ones(a_tid.size, bool)
     busy = rest.filter(~pl.col("name").str.contains(POLL_RE))["tid"].unique().implode()
     poll = rest.filter(~pl.col("tid").is_in(busy))["tid"].unique().drop_nulls()
     return ~np.isin(a_tid, _i64(poll)) if poll.len() else np.ones(a_tid.size, bool)
