@@ -27,6 +27,7 @@ from dataclasses import dataclass
 import numpy as np
 import polars as pl
 
+from ..engine import IN_MEMORY
 from ..memo import per_trace
 from ..model import RUNTIME_CATS, Trace
 from .intervals import open_at
@@ -157,7 +158,7 @@ def _node_events(trace: Trace) -> tuple[pl.DataFrame, str]:
     h = host.lazy().select("i", "cat", "name").filter(
         pl.col("name").str.starts_with(MODULE_PREFIX) | pl.col("name").str.starts_with(ATTR_PREFIX)
         | pl.col("name").str.starts_with("Optimizer.") | pl.col("name").str.starts_with("enumerate(")
-        | (pl.col("cat") == "user_annotation")).collect()
+        | (pl.col("cat") == "user_annotation")).collect(**IN_MEMORY)
     ann = pl.col("cat").is_in(["user_annotation", "cpu_op"])
     mods = h.filter((pl.col("cat") == "python_function") & pl.col("name").str.starts_with(MODULE_PREFIX)).select(
         "i", label=pl.col("name").str.strip_prefix(MODULE_PREFIX),
@@ -553,7 +554,7 @@ def _rowpos(frame: pl.DataFrame, ids: pl.Series) -> np.ndarray:
 def _attribute(trace: Trace) -> Attribution:
     host = trace.host
     rows = (host.lazy().filter(pl.col("cat").is_in(["cpu_op", *RUNTIME_CATS]))
-            .select("i", "pid", "tid", "ts", "seq", "fwd_tid", "op", _op=pl.col("cat") == "cpu_op").collect())
+            .select("i", "pid", "tid", "ts", "seq", "fwd_tid", "op", _op=pl.col("cat") == "cpu_op").collect(**IN_MEMORY))
     # a runtime call is in grad mode when the op that made it is (numpy on row positions: no join)
     opos = _rowpos(host, rows["op"])
     grad = rows["seq"].is_not_null().to_numpy() | ((opos >= 0) & host["seq"].is_not_null().to_numpy()[opos])
@@ -741,7 +742,7 @@ def _top_rows(trace: Trace) -> pl.Series:
     frame as long as the ops (a tiny-event trace: every op is top-level), would be held to the end of the
     analysis (10 M tiny events: 170 MB)."""
     cols = [c for c in ("i", "cat", "pid", "tid", "ts", "dur", "end", "ev_idx") if c in trace.host.columns]
-    ops = trace.host.lazy().with_row_index("_row").filter(pl.col("cat") == "cpu_op").select("_row", *cols).collect()
+    ops = trace.host.lazy().with_row_index("_row").filter(pl.col("cat") == "cpu_op").select("_row", *cols).collect(**IN_MEMORY)
     return ops["_row"].filter(roots(ops.drop("_row")))
 
 
@@ -993,7 +994,7 @@ def layer_table(trace: Trace, steps: pl.DataFrame | None = None, depth: int | No
     # (copies and fills as a flag, not the kind strings: a frame as long as the kernels)
     copy = pl.col("kind").is_in(["memcpy", "memset"])
     g = in_steps(trace.gpu.lazy().filter(pl.col("kind") != "sync").select(
-        "i", "ts", "dur", copy.alias("_copy"), pl.col("bytes").cast(pl.Float64).alias("_cbytes")).collect(), steps)
+        "i", "ts", "dur", copy.alias("_copy"), pl.col("bytes").cast(pl.Float64).alias("_cbytes")).collect(**IN_MEMORY), steps)
     g = join_by_id(g, "i", gpu_codes(trace), "lc", "ph")  # every GPU row has its layer row
     g = g.drop("lc").hstack([pl.Series("lid", lid_of[g["lc"].to_numpy()], pl.UInt32)])
     if kb is not None:

@@ -6,6 +6,7 @@ from __future__ import annotations
 import numpy as np
 import polars as pl
 
+from ..engine import IN_MEMORY
 from ..model import Trace
 from .intervals import open_at
 from .timeline import gpu_work
@@ -97,7 +98,7 @@ def host_step_of(df: pl.DataFrame, steps: pl.DataFrame, col: str, out: str = "st
                             pl.col("cpu_end").alias("_wend")).sort("_wts")
     res = df.lazy().sort(col).join_asof(w, left_on=col, right_on="_wts", strategy="backward")
     return res.with_columns(pl.when(pl.col(col) < pl.col("_wend")).then(pl.col(out)).alias(out)).drop(
-        "_wts", "_wend").collect()
+        "_wts", "_wend").collect(**IN_MEMORY)
 
 
 def recording_edges(trace: Trace, steps: pl.DataFrame) -> tuple[dict, list[str]]:
