@@ -160,34 +160,46 @@ def _node_events(trace: Trace) -> tuple[pl.DataFrame, str]:
         | pl.col("name").str.starts_with("Optimizer.") | pl.col("name").str.starts_with("enumerate(")
         | (pl.col("cat") == "user_annotation")).collect(**IN_MEMORY)
     ann = pl.col("cat").is_in(["user_annotation", "cpu_op"])
-    mods = h.filter((pl.col("cat") == "python_function") & pl.col("name").str.starts_with(MODULE_PREFIX)).select(
-        "i", label=pl.col("name").str.strip_prefix(MODULE_PREFIX),
-        cls=_strip_index(pl.col("name").str.strip_prefix(MODULE_PREFIX)), src=pl.lit("module"))
-    attrs = h.filter(ann & pl.col("name").str.starts_with(ATTR_PREFIX)).select(
-        "i", label=pl.col("name").str.strip_prefix(ATTR_PREFIX),
-        cls=pl.col("name").str.strip_prefix(ATTR_PREFIX).str.replace_all(r"(^|\.)\d+(\.|$)", "$1*$2"),
-        src=pl.lit("attr"))
-    if h.height and h["name"].str.starts_with("[pl]").any():  # Lightning's PyTorchProfiler ranges
+    name = pl.col("name")
+    # which rows each kind of node takes, in one query (`h` holds the few rows that can be nodes): most kinds have
+    # none in a trace, and take no filter and select then (a small trace's run is mostly each query's fixed cost)
+    take = h.select(
+        mods=(pl.col("cat") == "python_function") & name.str.starts_with(MODULE_PREFIX),
+        attrs=ann & name.str.starts_with(ATTR_PREFIX),
+        lightning=name.str.starts_with("[pl]"),
+        pseudo=ann & (name.str.starts_with("Optimizer.") | name.str.starts_with("enumerate("))
+        & name.str.contains(PSEUDO_RE),
+        other=(pl.col("cat") == "user_annotation") & ~name.str.contains(PSEUDO_RE)
+        & ~name.str.contains(NOT_LAYER_RE) & ~name.str.starts_with("[pl]"),
+    ).select(pl.all().fill_null(False))
+
+    def nodes_of(kind: str, label_dtype: pl.DataType, **cols: pl.Expr) -> pl.DataFrame:
+        """[i, label, cls, src] of the rows `kind` takes (no query when it takes none)."""
+        if not take[kind].any():
+            return pl.DataFrame(schema={"i": h.schema["i"], "label": label_dtype, "cls": pl.String, "src": pl.String})
+        return h.filter(take[kind]).select("i", **cols)
+
+    mods = nodes_of("mods", pl.String, label=pl.col("name").str.strip_prefix(MODULE_PREFIX),
+                    cls=_strip_index(pl.col("name").str.strip_prefix(MODULE_PREFIX)), src=pl.lit("module"))
+    attrs = nodes_of("attrs", pl.String, label=pl.col("name").str.strip_prefix(ATTR_PREFIX),
+                     cls=pl.col("name").str.strip_prefix(ATTR_PREFIX).str.replace_all(r"(^|\.)\d+(\.|$)", "$1*$2"),
+                     src=pl.lit("attr"))
+    if take["lightning"].any():  # Lightning's PyTorchProfiler ranges
         plm, plf = _lightning_nodes(h.filter(ann))
         attrs = pl.concat([attrs, plm], how="vertical_relaxed")
     else:
         plf = None
-    # the regex only on the few names that can match it
-    pseudo = h.filter(ann & (pl.col("name").str.starts_with("Optimizer.") | pl.col("name").str.starts_with("enumerate(")))
-    pseudo = pseudo.filter(ann & pl.col("name").str.contains(PSEUDO_RE)).select(
-        "i", label=pl.col("name"), cls=pl.col("name").str.extract(r"^([^#]+)#"),
-        src=pl.when(pl.col("name").str.starts_with("enumerate(")).then(pl.lit("dataloader"))
-        .otherwise(pl.lit("optimizer")))
+    pseudo = nodes_of("pseudo", h.schema["name"], label=pl.col("name"), cls=pl.col("name").str.extract(r"^([^#]+)#"),
+                      src=pl.when(pl.col("name").str.starts_with("enumerate(")).then(pl.lit("dataloader"))
+                      .otherwise(pl.lit("optimizer")))
     parts = [mods, attrs, pseudo] + ([plf] if plf is not None else [])
     if mods.height:
         source = "modules"
     elif attrs.height:
         source = "module_annotations"
     else:
-        other = h.filter((pl.col("cat") == "user_annotation") & ~pl.col("name").str.contains(PSEUDO_RE)
-                         & ~pl.col("name").str.contains(NOT_LAYER_RE)
-                         & ~pl.col("name").str.starts_with("[pl]")).select(
-            "i", label=pl.col("name"), cls=pl.col("name").str.replace(r"[#_ ]?\d+$", ""), src=pl.lit("annotation"))
+        other = nodes_of("other", h.schema["name"], label=pl.col("name"),
+                         cls=pl.col("name").str.replace(r"[#_ ]?\d+$", ""), src=pl.lit("annotation"))
         parts.append(other)
         source = "annotations" if other.height else "ops"
     nodes = pl.concat(parts, how="vertical_relaxed")
