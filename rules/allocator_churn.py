@@ -127,6 +127,11 @@ def _calls(ctx: RuleContext) -> pl.DataFrame:
 
     def build() -> pl.DataFrame:
         drv = M.driver_calls(ctx.trace, ctx.steps)
+        if drv.height == 0:  # no driver allocation call (most traces): the columns the joins below add, no rows
+            hs = ctx.trace.host.schema
+            return drv.hstack([pl.Series("parent", [], hs["parent"]), pl.Series("_pcat", [], hs["cat"]),
+                               pl.Series("op", [], hs["name"]), pl.Series("free", [], pl.Boolean),
+                               pl.Series("outside_op", [], pl.Boolean)])
         par = ctx.trace.host.select(
             pl.col("i").alias("parent"), pl.col("cat").alias("_pcat"), pl.col("name").alias("_pname")
         )

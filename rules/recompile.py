@@ -78,8 +78,8 @@ REGION_RE = r"^Torch-Compiled Region: (\d+)/(\d+)$"
 def compile_spans(ctx: RuleContext) -> pl.DataFrame:
     """Compile phases on the host inside the analysed steps: [i, name, tid, ts, end, step]."""
     h = ctx.trace.host[["i", "cat", "name", "tid", "ts", "end"]]
-    if not host_names(ctx.trace, "cpu_op").str.contains(COMPILE_RE).any():  # no compile phase: no row to scan
-        h = h.clear()
+    if not host_names(ctx.trace, "cpu_op").str.contains(COMPILE_RE).any():  # no compile phase: no row (no query)
+        return h[["i", "name", "tid", "ts", "end"]].clear().hstack([pl.Series("step", [], ctx.steps.schema["step"])])
     h = h.filter(pl.col("cat") == "cpu_op")
     h = h.filter(pl.col("name").str.contains(COMPILE_RE)).select("i", "name", "tid", "ts", "end")
     return host_step_of(h, ctx.steps, "ts").filter(pl.col("step").is_not_null())

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import polars as pl
 
+from ..engine import IN_MEMORY
 from ..memo import per_windows
 from ..model import RUNTIME_CATS, STEP_RE, Trace
 from .intervals import sweep_totals
@@ -28,7 +29,7 @@ COMM_OP_PREFIXES = ("nccl:", "gloo:")
 def role_ranks(trace: Trace) -> pl.DataFrame:
     """[k, ts, end] for every event that has a role, k its role's rank in ROLES (what the sweep reads: no
     string column of every event)."""
-    return _role_ranks(trace).collect()
+    return _role_ranks(trace).collect(**IN_MEMORY)
 
 
 def _role_ranks(trace: Trace) -> pl.LazyFrame:

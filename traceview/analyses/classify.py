@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import polars as pl
 
+from ..engine import IN_MEMORY
 from ..memo import per_trace, per_windows
 from ..model import Trace
 from ..units import us
@@ -158,7 +159,7 @@ def dataloader_spans(trace: Trace) -> pl.DataFrame:
     return (trace.host.lazy().select("i", "cat", "name", "ts", "end", "tid")
             .filter(pl.col("cat").is_in(["cpu_op", "user_annotation"]) & (pl.col("ts") >= lo) & (pl.col("ts") < hi)
                     & starts_with_any("name", DATALOADER_PREFIXES))
-            .drop("cat").collect())
+            .drop("cat").collect(**IN_MEMORY))
 
 
 def idle_gaps(trace: Trace, lo: int, hi: int) -> pl.DataFrame:

@@ -26,6 +26,9 @@ def decode_calls(ctx: Any) -> pl.DataFrame:
             & (pl.col("ts") < ctx.hi)
             & (pl.col("name").str.contains(SDPA_RE) | pl.col("name").is_in(list(BMM_OPS)))
         )
+        if h.height == 0:  # no attention call in the steps: no decode call (no query more)
+            return pl.DataFrame(schema={"op": h.schema["i"], "step": ctx.steps.schema["step"], "batch": pl.Int64,
+                                        "kv": pl.Int64})
         schema = {
             "name": pl.String,
             "input_dims": pl.Categorical,

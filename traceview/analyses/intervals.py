@@ -5,6 +5,8 @@ from __future__ import annotations
 import numpy as np
 import polars as pl
 
+from ..engine import IN_MEMORY
+
 
 def _runs(ts: np.ndarray, end: np.ndarray, group: np.ndarray | None = None) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """(start, end, group) of the union of [ts, end) intervals per group, sorted by (group, start): one stable sort
@@ -159,7 +161,7 @@ def _segment_arrays(intervals: pl.DataFrame | pl.LazyFrame, priorities: list[str
     rank = (pl.coalesce([pl.when(pl.col("label") == p).then(pl.lit(k, pl.Int32)) for k, p in enumerate(priorities)])
             if "label" in intervals.collect_schema().names() else pl.col("k"))
     iv = (intervals.lazy().select(rank.alias("k"), "ts", "end")
-          .filter(pl.col("k").is_not_null() & (pl.col("end") > pl.col("ts"))).collect())
+          .filter(pl.col("k").is_not_null() & (pl.col("end") > pl.col("ts"))).collect(**IN_MEMORY))
     s, e, k = _runs(iv["ts"].to_numpy(), iv["end"].to_numpy(), iv["k"].to_numpy())
     del iv
     wts, wend = windows["ts"].to_numpy(), windows["end"].to_numpy()

@@ -27,6 +27,7 @@ from dataclasses import dataclass
 import numpy as np
 import polars as pl
 
+from ..engine import IN_MEMORY
 from ..memo import per_trace
 from ..model import RUNTIME_CATS, Trace
 from .intervals import open_at
@@ -157,36 +158,48 @@ def _node_events(trace: Trace) -> tuple[pl.DataFrame, str]:
     h = host.lazy().select("i", "cat", "name").filter(
         pl.col("name").str.starts_with(MODULE_PREFIX) | pl.col("name").str.starts_with(ATTR_PREFIX)
         | pl.col("name").str.starts_with("Optimizer.") | pl.col("name").str.starts_with("enumerate(")
-        | (pl.col("cat") == "user_annotation")).collect()
+        | (pl.col("cat") == "user_annotation")).collect(**IN_MEMORY)
     ann = pl.col("cat").is_in(["user_annotation", "cpu_op"])
-    mods = h.filter((pl.col("cat") == "python_function") & pl.col("name").str.starts_with(MODULE_PREFIX)).select(
-        "i", label=pl.col("name").str.strip_prefix(MODULE_PREFIX),
-        cls=_strip_index(pl.col("name").str.strip_prefix(MODULE_PREFIX)), src=pl.lit("module"))
-    attrs = h.filter(ann & pl.col("name").str.starts_with(ATTR_PREFIX)).select(
-        "i", label=pl.col("name").str.strip_prefix(ATTR_PREFIX),
-        cls=pl.col("name").str.strip_prefix(ATTR_PREFIX).str.replace_all(r"(^|\.)\d+(\.|$)", "$1*$2"),
-        src=pl.lit("attr"))
-    if h.height and h["name"].str.starts_with("[pl]").any():  # Lightning's PyTorchProfiler ranges
+    name = pl.col("name")
+    # which rows each kind of node takes, in one query (`h` holds the few rows that can be nodes): most kinds have
+    # none in a trace, and take no filter and select then (a small trace's run is mostly each query's fixed cost)
+    take = h.select(
+        mods=(pl.col("cat") == "python_function") & name.str.starts_with(MODULE_PREFIX),
+        attrs=ann & name.str.starts_with(ATTR_PREFIX),
+        lightning=name.str.starts_with("[pl]"),
+        pseudo=ann & (name.str.starts_with("Optimizer.") | name.str.starts_with("enumerate("))
+        & name.str.contains(PSEUDO_RE),
+        other=(pl.col("cat") == "user_annotation") & ~name.str.contains(PSEUDO_RE)
+        & ~name.str.contains(NOT_LAYER_RE) & ~name.str.starts_with("[pl]"),
+    ).select(pl.all().fill_null(False))
+
+    def nodes_of(kind: str, label_dtype: pl.DataType, **cols: pl.Expr) -> pl.DataFrame:
+        """[i, label, cls, src] of the rows `kind` takes (no query when it takes none)."""
+        if not take[kind].any():
+            return pl.DataFrame(schema={"i": h.schema["i"], "label": label_dtype, "cls": pl.String, "src": pl.String})
+        return h.filter(take[kind]).select("i", **cols)
+
+    mods = nodes_of("mods", pl.String, label=pl.col("name").str.strip_prefix(MODULE_PREFIX),
+                    cls=_strip_index(pl.col("name").str.strip_prefix(MODULE_PREFIX)), src=pl.lit("module"))
+    attrs = nodes_of("attrs", pl.String, label=pl.col("name").str.strip_prefix(ATTR_PREFIX),
+                     cls=pl.col("name").str.strip_prefix(ATTR_PREFIX).str.replace_all(r"(^|\.)\d+(\.|$)", "$1*$2"),
+                     src=pl.lit("attr"))
+    if take["lightning"].any():  # Lightning's PyTorchProfiler ranges
         plm, plf = _lightning_nodes(h.filter(ann))
         attrs = pl.concat([attrs, plm], how="vertical_relaxed")
     else:
         plf = None
-    # the regex only on the few names that can match it
-    pseudo = h.filter(ann & (pl.col("name").str.starts_with("Optimizer.") | pl.col("name").str.starts_with("enumerate(")))
-    pseudo = pseudo.filter(ann & pl.col("name").str.contains(PSEUDO_RE)).select(
-        "i", label=pl.col("name"), cls=pl.col("name").str.extract(r"^([^#]+)#"),
-        src=pl.when(pl.col("name").str.starts_with("enumerate(")).then(pl.lit("dataloader"))
-        .otherwise(pl.lit("optimizer")))
+    pseudo = nodes_of("pseudo", h.schema["name"], label=pl.col("name"), cls=pl.col("name").str.extract(r"^([^#]+)#"),
+                      src=pl.when(pl.col("name").str.starts_with("enumerate(")).then(pl.lit("dataloader"))
+                      .otherwise(pl.lit("optimizer")))
     parts = [mods, attrs, pseudo] + ([plf] if plf is not None else [])
     if mods.height:
         source = "modules"
     elif attrs.height:
         source = "module_annotations"
     else:
-        other = h.filter((pl.col("cat") == "user_annotation") & ~pl.col("name").str.contains(PSEUDO_RE)
-                         & ~pl.col("name").str.contains(NOT_LAYER_RE)
-                         & ~pl.col("name").str.starts_with("[pl]")).select(
-            "i", label=pl.col("name"), cls=pl.col("name").str.replace(r"[#_ ]?\d+$", ""), src=pl.lit("annotation"))
+        other = nodes_of("other", h.schema["name"], label=pl.col("name"),
+                         cls=pl.col("name").str.replace(r"[#_ ]?\d+$", ""), src=pl.lit("annotation"))
         parts.append(other)
         source = "annotations" if other.height else "ops"
     nodes = pl.concat(parts, how="vertical_relaxed")
@@ -553,7 +566,7 @@ def _rowpos(frame: pl.DataFrame, ids: pl.Series) -> np.ndarray:
 def _attribute(trace: Trace) -> Attribution:
     host = trace.host
     rows = (host.lazy().filter(pl.col("cat").is_in(["cpu_op", *RUNTIME_CATS]))
-            .select("i", "pid", "tid", "ts", "seq", "fwd_tid", "op", _op=pl.col("cat") == "cpu_op").collect())
+            .select("i", "pid", "tid", "ts", "seq", "fwd_tid", "op", _op=pl.col("cat") == "cpu_op").collect(**IN_MEMORY))
     # a runtime call is in grad mode when the op that made it is (numpy on row positions: no join)
     opos = _rowpos(host, rows["op"])
     grad = rows["seq"].is_not_null().to_numpy() | ((opos >= 0) & host["seq"].is_not_null().to_numpy()[opos])
@@ -741,7 +754,7 @@ def _top_rows(trace: Trace) -> pl.Series:
     frame as long as the ops (a tiny-event trace: every op is top-level), would be held to the end of the
     analysis (10 M tiny events: 170 MB)."""
     cols = [c for c in ("i", "cat", "pid", "tid", "ts", "dur", "end", "ev_idx") if c in trace.host.columns]
-    ops = trace.host.lazy().with_row_index("_row").filter(pl.col("cat") == "cpu_op").select("_row", *cols).collect()
+    ops = trace.host.lazy().with_row_index("_row").filter(pl.col("cat") == "cpu_op").select("_row", *cols).collect(**IN_MEMORY)
     return ops["_row"].filter(roots(ops.drop("_row")))
 
 
@@ -993,7 +1006,7 @@ def layer_table(trace: Trace, steps: pl.DataFrame | None = None, depth: int | No
     # (copies and fills as a flag, not the kind strings: a frame as long as the kernels)
     copy = pl.col("kind").is_in(["memcpy", "memset"])
     g = in_steps(trace.gpu.lazy().filter(pl.col("kind") != "sync").select(
-        "i", "ts", "dur", copy.alias("_copy"), pl.col("bytes").cast(pl.Float64).alias("_cbytes")).collect(), steps)
+        "i", "ts", "dur", copy.alias("_copy"), pl.col("bytes").cast(pl.Float64).alias("_cbytes")).collect(**IN_MEMORY), steps)
     g = join_by_id(g, "i", gpu_codes(trace), "lc", "ph")  # every GPU row has its layer row
     g = g.drop("lc").hstack([pl.Series("lid", lid_of[g["lc"].to_numpy()], pl.UInt32)])
     if kb is not None:

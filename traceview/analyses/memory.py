@@ -92,8 +92,10 @@ def driver_calls(trace: Trace, steps: pl.DataFrame) -> pl.DataFrame:
     host spans), as `gpu_events`."""
     # the regex only on names with its prefixes (its alternation defeats the regex engine's own prefix search)
     h = (trace.host.select("i", "name", "ts", "end")  # the filters then copy these columns only
-         .filter(starts_with_any("name", DRIVER_ALLOC_PREFIXES))
-         .filter(pl.col("name").str.contains(DRIVER_ALLOC_RE)))
+         .filter(starts_with_any("name", DRIVER_ALLOC_PREFIXES)))
+    if h.height == 0:  # no call with a driver allocation's prefix (most traces): no regex, no step join
+        return h.hstack([pl.Series("step", [], steps.schema["step"])])
+    h = h.filter(pl.col("name").str.contains(DRIVER_ALLOC_RE))
     return host_step_of(h, steps, "ts").filter(pl.col("step").is_not_null())
 
 

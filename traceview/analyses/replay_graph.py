@@ -33,6 +33,7 @@ from typing import Any
 import numpy as np
 import polars as pl
 
+from ..engine import IN_MEMORY
 from ..ingest.categories import RUNTIME_CATS
 from ..memo import per_trace
 from ..model import STEP_RE, Trace
@@ -121,7 +122,7 @@ def _anchors(trace: Trace, code: np.ndarray) -> pl.DataFrame:
     h = trace.host
     rt = h.select("i", "tid", "ts", "end", "name").filter(pl.Series(code == _RUNTIME)).with_columns(marker=pl.lit(False))
     st = trace.steps.filter(pl.col("cpu_ts").is_not_null() & pl.col("host_idx").is_not_null())
-    tid = (h.lazy().filter(pl.col("i").is_in(st["host_idx"].implode())).select("i", "tid").collect())
+    tid = (h.lazy().filter(pl.col("i").is_in(st["host_idx"].implode())).select("i", "tid").collect(**IN_MEMORY))
     st = st.join(tid, left_on="host_idx", right_on="i", how="inner")
     marks = pl.concat([st.select(pl.col("host_idx").alias("i"), "tid", pl.col(c).alias("ts"), pl.col(c).alias("end"),
                                  "name", marker=pl.lit(True)) for c in ("cpu_ts", "cpu_end")])
@@ -167,7 +168,7 @@ def build(trace: Trace) -> Graph:
     real = ~a["marker"].to_numpy()
     if n_a and n_d:
         lh = (trace.host.lazy().filter(pl.col("i").is_in(g["launch"].drop_nulls().implode()))
-              .select(pl.col("i").cast(pl.Int64), "tid", "ts").collect())
+              .select(pl.col("i").cast(pl.Int64), "tid", "ts").collect(**IN_MEMORY))
         pos = pl.DataFrame({"i": launch_i, "_k": np.arange(n_d)}).join(lh, on="i", how="inner")
         # the anchor of the launch's thread that started last at or before the launch call
         ra = np.flatnonzero(real)
@@ -306,6 +307,8 @@ def _program_threads(trace: Trace, a_tid: np.ndarray, code: np.ndarray) -> np.nd
     h = trace.host.select("tid", "cat", "name")
     ops = h.filter(pl.Series(code == _OP))["tid"].unique().implode()
     rest = h.filter(~pl.col("tid").is_in(ops))  # (the regex on the threads without ops only: a few rows)
+    if rest.height == 0:  # every thread records ops: no polling thread (no query more)
+        return np.ones(a_tid.size, bool)
     busy = rest.filter(~pl.col("name").str.contains(POLL_RE))["tid"].unique().implode()
     poll = rest.filter(~pl.col("tid").is_in(busy))["tid"].unique().drop_nulls()
     return ~np.isin(a_tid, _i64(poll)) if poll.len() else np.ones(a_tid.size, bool)

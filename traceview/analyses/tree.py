@@ -11,6 +11,7 @@ from __future__ import annotations
 import numpy as np
 import polars as pl
 
+from ..engine import IN_MEMORY
 from ..errors import TraceError
 
 # outermost first on exact ties (TRACE_FORMAT §7.5)
@@ -273,7 +274,7 @@ def ancestor_ids(host: pl.DataFrame, q: pl.Series, cond: pl.Expr | np.ndarray, i
 
 def enclosing_op(host: pl.DataFrame, runtime_cats: list[str]) -> pl.DataFrame:
     """Add `op`: for runtime/driver calls, the innermost enclosing `cpu_op` (the op that launched)."""
-    rt = host.lazy().filter(pl.col("cat").is_in(runtime_cats)).select("i").collect()
+    rt = host.lazy().filter(pl.col("cat").is_in(runtime_cats)).select("i").collect(**IN_MEMORY)
     got = ancestor_where(host, rt, pl.col("cat") == "cpu_op", "op")
     if host.height < 4096:  # (fewer polars calls)
         return host.join(got, on="i", how="left")

@@ -6,6 +6,7 @@ from __future__ import annotations
 import numpy as np
 import polars as pl
 
+from ..engine import IN_MEMORY
 from ..model import Trace
 from .intervals import open_at
 from .timeline import gpu_work
@@ -52,8 +53,21 @@ def complete_steps(trace: Trace, steps: pl.DataFrame) -> tuple[pl.DataFrame, lis
     return steps.filter(pl.col("step").is_in(nums)), warns
 
 
+def _no_rows(df: pl.DataFrame, out: str) -> bool:
+    """`df` has no rows (and no column the step joins add): its step is known without a query (on a small trace
+    each query's fixed cost counts, and many callers pass the empty result of a filter)."""
+    return df.height == 0 and not {out, "_wts", "_wend"} & set(df.columns)
+
+
+def _with_no_step(df: pl.DataFrame, steps: pl.DataFrame, out: str) -> pl.DataFrame:
+    """What the step joins give on a frame without rows: its columns and an empty `out` of the steps' type."""
+    return df.hstack([pl.Series(out, [], steps["step"].dtype)])
+
+
 def step_of(df: pl.DataFrame, steps: pl.DataFrame, col: str = "ts", out: str = "step") -> pl.DataFrame:
     """Add `out`: the step whose device window [ts, end) contains `col` (null outside every step)."""
+    if _no_rows(df, out):
+        return _with_no_step(df, steps, out)
     w = steps.select(pl.col("step").alias(out), pl.col("ts").alias("_wts"), pl.col("end").alias("_wend")).sort("_wts")
     res = df.sort(col).join_asof(w, left_on=col, right_on="_wts", strategy="backward")
     return res.with_columns(pl.when(pl.col(col) < pl.col("_wend")).then(pl.col(out)).alias(out)).drop("_wts", "_wend")
@@ -77,12 +91,14 @@ def in_steps(df: pl.DataFrame, steps: pl.DataFrame, col: str = "ts") -> pl.DataF
 
 def host_step_of(df: pl.DataFrame, steps: pl.DataFrame, col: str, out: str = "step") -> pl.DataFrame:
     """Add `out`: the step whose host span [cpu_ts, cpu_end) contains `col` (e.g. a kernel's launch_ts)."""
+    if _no_rows(df, out):
+        return _with_no_step(df, steps, out)
     # one query (called by many rules: on a small trace each query's overhead counts)
     w = steps.lazy().select(pl.col("step").alias(out), pl.col("cpu_ts").alias("_wts"),
                             pl.col("cpu_end").alias("_wend")).sort("_wts")
     res = df.lazy().sort(col).join_asof(w, left_on=col, right_on="_wts", strategy="backward")
     return res.with_columns(pl.when(pl.col(col) < pl.col("_wend")).then(pl.col(out)).alias(out)).drop(
-        "_wts", "_wend").collect()
+        "_wts", "_wend").collect(**IN_MEMORY)
 
 
 def recording_edges(trace: Trace, steps: pl.DataFrame) -> tuple[dict, list[str]]:

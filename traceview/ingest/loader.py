@@ -3,14 +3,13 @@
 All per-event work is columnar: the decoder hands over typed structs, columns are pulled with
 C-level `map`, and everything after that is polars expressions and joins.
 
-Lazy chains are collected by the in-memory engine (`_IN_MEMORY`), which runs them as the eager API runs each
-step: polars' default for `LazyFrame.collect` is the streaming engine, slower on these frames, and it hands
-back columns in chunks (which later numpy conversions then copy).
+Lazy chains are collected by the in-memory engine (`_IN_MEMORY`: traceview/engine.py), which runs them as the
+eager API runs each step: polars' default for `LazyFrame.collect` is the streaming engine, slower on these
+frames, and it hands back columns in chunks (which later numpy conversions then copy).
 """
 
 from __future__ import annotations
 
-import inspect
 import stat
 from collections import Counter
 from collections.abc import Callable
@@ -26,6 +25,7 @@ import polars as pl
 from ..analyses.names import contains as name_matches
 from ..analyses.rowid import locate
 from ..analyses.tree import call_tree, enclosing_op
+from ..engine import IN_MEMORY
 from ..errors import TraceError
 from ..model import STEP_RE, Job, Trace, TraceMeta, conform
 from . import argtables as at
@@ -50,10 +50,7 @@ MAX_DUR_NS = 7 * 24 * 3600 * 10**9  # HTA drops corrupt events longer than a wee
 MAX_SPAN_US = 7 * 24 * 3600 * 1e6  # an event this far from the trace's median timestamp has a corrupt clock
 
 
-#: `LazyFrame.collect` keywords that pick the in-memory engine (see the module docstring): newer polars default to
-#: "auto" (the streaming engine in 2.x) and name it "in-memory"; older ones (default "cpu") run it by default
-_IN_MEMORY: dict[str, str] = ({} if getattr(inspect.signature(pl.LazyFrame.collect).parameters.get("engine"),
-                                            "default", "cpu") == "cpu" else {"engine": "in-memory"})
+_IN_MEMORY = IN_MEMORY  # (traceview/engine.py: lazy chains run in the in-memory engine)
 
 
 #: below this many rows (events, GPU rows, host rows) the fixed cost of polars calls outweighs the per-row work the
