@@ -591,6 +591,31 @@ def _unmodified(trace: Trace, steps: pl.DataFrame) -> np.ndarray:
     return _per_step(steps, e - s)
 
 
+def drains_every_step(trace: Trace, steps: pl.DataFrame, transforms: Sequence[Transform]) -> bool:
+    """Whether `transforms` take away a device drain that the loop makes in every step of `steps`: in each step's
+    host span [its start, the next step's start) at least one call they no longer let wait (`no_wait`) has a wait
+    edge in the graph (the host waited there for the device's work: `torch.cuda.empty_cache()`'s cudaFree, an
+    `.item()` every step). The loop then drained the device in the step before the recorded window too, and the
+    window's first step starts from that drain: its replay with the fix starts from a device the fixed loop
+    does not leave idle (its queue filled while the host ran ahead) and pays a start-up the fixed loop never
+    pays (`fixes.steady`)."""
+    ids = [t.no_wait for t in transforms if len(t.no_wait)]
+    if not ids or steps.height < 2:
+        return False
+    g = build(trace)
+    got = np.isin(g.a_i, _unique(np.concatenate([_ids(x) for x in ids]))) & (g.a_wait >= 0) & ~g.a_marker
+    if not got.any():
+        return False
+    start = np.sort(steps["cpu_ts"].drop_nulls().to_numpy().astype(np.int64))
+    if start.size != steps.height:
+        return False
+    end = np.append(start[1:], np.int64(steps["cpu_end"].max() or start[-1]))
+    t = np.sort(g.a_ts[got])
+    # a call in [start, end) of each step: the first call at or after its start is before its end
+    k = np.searchsorted(t, start, side="left")
+    return bool(np.all((k < t.size) & (t[np.minimum(k, t.size - 1)] < end)))
+
+
 #: the replay's fidelity bounds on the traced step periods (mean and worst relative error)
 FIDELITY_MEAN, FIDELITY_MAX = 0.03, 0.08
 
