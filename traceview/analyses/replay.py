@@ -603,7 +603,8 @@ def drains_every_step(trace: Trace, steps: pl.DataFrame, transforms: Sequence[Tr
     if not ids or steps.height < 2:
         return False
     g = build(trace)
-    got = np.isin(g.a_i, _unique(np.concatenate([_ids(x) for x in ids]))) & (g.a_wait >= 0) & ~g.a_marker
+    named = _part(g, "drains", tuple(ids), lambda *xs: np.isin(g.a_i, _unique(np.concatenate([_ids(x) for x in xs]))))
+    got = named & (g.a_wait >= 0) & ~g.a_marker
     if not got.any():
         return False
     start = np.sort(steps["cpu_ts"].drop_nulls().to_numpy().astype(np.int64))
