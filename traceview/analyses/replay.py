@@ -617,6 +617,32 @@ def drains_every_step(trace: Trace, steps: pl.DataFrame, transforms: Sequence[Tr
     return bool(np.all((k < t.size) & (t[np.minimum(k, t.size - 1)] < end)))
 
 
+def steady_mean(trace: Trace, steps: pl.DataFrame, transforms: Sequence[Transform]) -> float:
+    """Mean replayed period (ns) of the steps after the first, with `transforms` applied: the time from the second
+    step's start to the window's end over their number. The second step starts no earlier than the end of the
+    device work launched in the first (a host that runs ahead reaches the second step's marker while that work
+    still runs: the time up to its end is the first step's). `fixes.steady` prices a fix that removes a drain
+    every step on it; a pace from outside the graph (`floor_ns`) holds it as it holds the mean (`floored`)."""
+    g = build(trace)
+    plan = _plan(g, _steps_key(steps))
+    times = simulate(g, transforms)
+    start, end = _apply_plan(plan, times)
+    order = plan["order"]
+    if order.size < 2:
+        return float(np.mean(end - start)) if order.size else 0.0
+    second = int(order[1])
+    s2 = float(start[second])
+    cut = int(steps["cpu_ts"][second]) if steps["cpu_ts"][second] is not None else int(steps["ts"][second])
+    d_e = times[3]
+    launched = g.d_launch >= 0
+    first = np.where(launched, g.a_ts[np.maximum(g.d_launch, 0)] < cut, g.d_ts < int(steps["ts"][second]))
+    if first.any():
+        s2 = max(s2, float(d_e[first].max()))
+    mean = (float(end[int(order[-1])]) - s2) / (order.size - 1)
+    floors = [t.floor_ns for t in transforms if t.floor_ns and (t.input_ready or not any(x.input_ready for x in transforms))]
+    return max(mean, max(floors)) if floors else mean
+
+
 #: the replay's fidelity bounds on the traced step periods (mean and worst relative error)
 FIDELITY_MEAN, FIDELITY_MAX = 0.03, 0.08
 
