@@ -28,7 +28,10 @@ Per analysed step, the driver allocation calls (mallocs, frees, their host time)
 (`empty_cache`) and the ops that freed and retried, the fragmentation per device (peak reserved vs peak
 allocated), whether expandable segments are in use. Savings (per step, unprofiled) are replayed:
 `fix_transform` takes the driver calls inside the steps off the host path and no longer lets them wait for the
-device. Fragmentation alone is a risk, not a measured cost: `info`.
+device. Where they drain the device in every step (`empty_cache()`), the saving is priced on the steps after
+the first: the recorded window starts on the drain of the step before it, which the fixed loop does not make
+(docs/replay.md, "A fix that removes a drain every step"). Fragmentation alone is a risk, not a measured cost:
+`info`.
 
 ## Options
 - `fragmentation_ratio` (1.5): reserved / peak allocated at which the cache counts as fragmented.

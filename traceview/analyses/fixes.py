@@ -14,7 +14,7 @@ import polars as pl
 
 from ..ingest.manifest import rank_step_samples
 from .overhead import ERROR_BAND, measured_transform, profiler_transform
-from .replay import Transform, replay
+from .replay import Transform, drains_every_step, replay, steady_mean
 
 #: a fix saving less than this share of the step is "nothing the rules know to fix"
 FEW_PCT = 3.0
@@ -59,20 +59,41 @@ def mean_saving_us(base: np.ndarray, fixed: np.ndarray) -> float:
     return min(max(b - float(fixed.mean()), 0.0), b) / 1000
 
 
+def steady(trace, steps: pl.DataFrame, ts: Sequence[Transform]) -> bool:
+    """Whether fixes `ts` are priced on the steps after the first (`replay.steady_mean`): where they take away a
+    device drain the loop makes every step (`replay.drains_every_step`). The first step of the recorded window
+    then starts from the drain of the step before it, which the fixed loop does not make: replayed with the fix,
+    that step starts on an idle device and pays a start-up (the host launching with nothing queued ahead, the
+    lead before its first GPU work read from the drained trace) that the fixed loop's steps never pay, while the
+    problem's own first step is one like the others (its loop drains every step)."""
+    return drains_every_step(trace, steps, ts)
+
+
+def saving_us(trace, steps: pl.DataFrame, base: list[Transform], ts: Sequence[Transform],
+              b: np.ndarray | None = None, fixed: np.ndarray | None = None) -> float:
+    """Mean per-step saving (µs) of `ts` over `base` (`mean_saving_us` of their replayed periods; `b`, `fixed`
+    when already known), or of the means of the steps after the first where they (or fixes in `base`) take away a drain
+    every step (`steady`)."""
+    if steady(trace, steps, [*base, *ts]):
+        bm, fm = steady_mean(trace, steps, base), steady_mean(trace, steps, [*base, *ts])
+        return min(max(bm - fm, 0.0), bm) / 1000
+    b = replay(trace, steps, base) if b is None else b
+    return mean_saving_us(b, replay(trace, steps, [*base, *ts]) if fixed is None else fixed)
+
+
 def per_step_us(trace, steps: pl.DataFrame, t: Sequence[Transform] | Transform, base: list[Transform],
                 b: np.ndarray | None = None) -> float:
-    """Mean per-step saving (µs) of `t` over `base`, within [0, the base's mean replayed step]; `b`: the base's
-    replayed periods when already known."""
+    """Mean per-step saving (µs) of `t` over `base`, within [0, the base's mean replayed step], over the steps
+    that price it (`saving_us`); `b`: the base's replayed periods when already known."""
     ts = [t] if isinstance(t, Transform) else list(t)
-    b = replay(trace, steps, base) if b is None else b
-    got = mean_saving_us(b, replay(trace, steps, [*base, *ts]))
+    got = saving_us(trace, steps, base, ts, b)
     bounds = [x.bound_us for x in ts if x.bound_us is not None]
     if not bounds:
         return got
     # a bounded fix adds at most its bound to what the others save together (the host-sync ceiling holds in the
     # all-fixes projection and a what-if too, not only alone)
     free = [x for x in ts if x.bound_us is None]
-    rest = mean_saving_us(b, replay(trace, steps, [*base, *free])) if free else 0.0
+    rest = saving_us(trace, steps, base, free, b) if free else 0.0
     return min(got, rest + sum(bounds))
 
 

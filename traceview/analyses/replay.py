@@ -602,6 +602,58 @@ def _unmodified(trace: Trace, steps: pl.DataFrame) -> np.ndarray:
     return _per_step(steps, e - s)
 
 
+def drains_every_step(trace: Trace, steps: pl.DataFrame, transforms: Sequence[Transform]) -> bool:
+    """Whether `transforms` take away a device drain that the loop makes in every step of `steps`: in each step's
+    host span [its start, the next step's start) at least one call they no longer let wait (`no_wait`) has a wait
+    edge in the graph (the host waited there for the device's work: `torch.cuda.empty_cache()`'s cudaFree, an
+    `.item()` every step). The loop then drained the device in the step before the recorded window too, and the
+    window's first step starts from that drain: its replay with the fix starts from a device the fixed loop
+    does not leave idle (its queue filled while the host ran ahead) and pays a start-up the fixed loop never
+    pays (`fixes.steady`)."""
+    ids = [t.no_wait for t in transforms if len(t.no_wait)]
+    if not ids or steps.height < 2:
+        return False
+    g = build(trace)
+    named = _part(g, "drains", tuple(ids), lambda *xs: np.isin(g.a_i, _unique(np.concatenate([_ids(x) for x in xs]))))
+    got = named & (g.a_wait >= 0) & ~g.a_marker
+    if not got.any():
+        return False
+    start = np.sort(steps["cpu_ts"].drop_nulls().to_numpy().astype(np.int64))
+    if start.size != steps.height:
+        return False
+    end = np.append(start[1:], np.int64(steps["cpu_end"].max() or start[-1]))
+    t = np.sort(g.a_ts[got])
+    # a call in [start, end) of each step: the first call at or after its start is before its end
+    k = np.searchsorted(t, start, side="left")
+    return bool(np.all((k < t.size) & (t[np.minimum(k, t.size - 1)] < end)))
+
+
+def steady_mean(trace: Trace, steps: pl.DataFrame, transforms: Sequence[Transform]) -> float:
+    """Mean replayed period (ns) of the steps after the first, with `transforms` applied: the time from the second
+    step's start to the window's end over their number. The second step starts no earlier than the end of the
+    device work launched in the first (a host that runs ahead reaches the second step's marker while that work
+    still runs: the time up to its end is the first step's). `fixes.steady` prices a fix that removes a drain
+    every step on it; a pace from outside the graph (`floor_ns`) holds it as it holds the mean (`floored`)."""
+    g = build(trace)
+    plan = _plan(g, _steps_key(steps))
+    times = simulate(g, transforms)
+    start, end = _apply_plan(plan, times)
+    order = plan["order"]
+    if order.size < 2:
+        return float(np.mean(end - start)) if order.size else 0.0
+    second = int(order[1])
+    s2 = float(start[second])
+    cut = int(steps["cpu_ts"][second]) if steps["cpu_ts"][second] is not None else int(steps["ts"][second])
+    d_e = times[3]
+    launched = g.d_launch >= 0
+    first = np.where(launched, g.a_ts[np.maximum(g.d_launch, 0)] < cut, g.d_ts < int(steps["ts"][second]))
+    if first.any():
+        s2 = max(s2, float(d_e[first].max()))
+    mean = (float(end[int(order[-1])]) - s2) / (order.size - 1)
+    floors = [t.floor_ns for t in transforms if t.floor_ns and (t.input_ready or not any(x.input_ready for x in transforms))]
+    return max(mean, max(floors)) if floors else mean
+
+
 #: the replay's fidelity bounds on the traced step periods (mean and worst relative error)
 FIDELITY_MEAN, FIDELITY_MAX = 0.03, 0.08
 

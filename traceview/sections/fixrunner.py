@@ -20,7 +20,7 @@ import numpy as np
 
 from traceview.rules import BY_NAME, RULES
 
-from ..analyses.fixes import mean_saving_us, per_step_us, pricing_transform, rule_savings, transforms
+from ..analyses.fixes import per_step_us, pricing_transform, rule_savings, saving_us, transforms
 from ..analyses.replay import Transform, replay
 from ..evidence import AfterLargerFixes, ProfilerNote, to_builtins
 from ..finding_model import ranked, severity_for, severity_rank
@@ -114,7 +114,8 @@ def marginal_savings(ctx, tf: dict[str, Transform], sav: dict[str, dict[str, flo
     out = {}
     for i, r in enumerate(order[1:], start=1):
         cur = replay(ctx.trace, ctx.steps, [*base, *(tf[x] for x in order[: i + 1])])
-        us = mean_saving_us(prev, cur)
+        # (priced as fixes.per_step_us prices them: the steps after the first where they remove a drain every step)
+        us = saving_us(ctx.trace, ctx.steps, [*base, *(tf[x] for x in order[:i])], [tf[r]], prev, cur)
         bound = tf[r].bound_us
         out[r] = {"us": min(us, bound) if bound is not None else us, "after": order[:i]}
         prev = cur
