@@ -261,7 +261,7 @@ def _solve(trace: Trace, steps: pl.DataFrame, target_ns: float, timed: bool = Fa
         # share (the measurement does not say how the slowdown splits; the calibration's share is the host it
         # expects) and the long intervals take the share that reproduces the measurement. Only where the trace is
         # the steps the collector timed (`timed`: its profiled CUDA-event step within TRACE_TOL of the traced one):
-        # a capture whose steps stalled for input the timed ones did not (collected3/cnn_input_nw2: 134 ms traced,
+        # a capture whose steps stalled for input the timed ones did not (a DataLoader run: 134 ms traced,
         # 68 ms profiled) holds long waits for other processes that no profiler cost explains
         if timed and target_ns < floor * (1 - FLOOR_TOL) and mean(hi, hi) <= target_ns:
             if mean(fitted, hi) <= target_ns:
