@@ -153,16 +153,24 @@ def test_no_saving_exceeds_its_step():
         assert sum(f["savings_us"] for f in rep["findings"] if f["rule"] == "recompile") <= step
 
 
+def _run_at_floor(rel: str) -> tuple:
+    """(trace, its rule context, the manifest's step_time, the replay with SHARE_MAX of the host taken off: the
+    device's own chain, ns) of the collected run `rel`."""
+    run = SAMPLES / rel
+    step_time = json.loads((run / "manifest.json").read_text())["step_time"]
+    t = traceview.load(str(next(run.glob("*.pt.trace.json*"))))
+    ctx, _ = RuleContext.prepare(t, select_steps(t, None))
+    floor = replay(t, ctx.steps, [profiler_transform(t, {**COST_US, "host_share": SHARE_MAX})]).mean()
+    return t, ctx, step_time, floor
+
+
 def test_a_device_bound_measurement_keeps_the_fitted_host_share():
     # resnet18_fp32's measured unprofiled step (13.467 ms, manifest.json) is below what the replay reaches even with
     # the host all but stripped (the device chain: GPU busy 13.05 ms a step): the measurement does not fix the host
     # share, and pricing keeps the fitted one (at this trace's launch floor: overhead.host_share) instead of the
     # largest (which let the fp32-conv fix save 7.66 ms)
-    run = SAMPLES / "collected3" / "resnet18_fp32"
-    measured_ns = json.loads((run / "manifest.json").read_text())["step_time"]["unprofiled_ms_median"] * 1e6
-    t = traceview.load(str(next(run.glob("*.pt.trace.json*"))))
-    ctx, _ = RuleContext.prepare(t, select_steps(t, None))
-    floor = replay(t, ctx.steps, [profiler_transform(t, {**COST_US, "host_share": SHARE_MAX})]).mean()
+    t, ctx, step_time, floor = _run_at_floor("collected3/resnet18_fp32")
+    measured_ns = step_time["unprofiled_ms_median"] * 1e6
     assert measured_ns < floor
     priced = fixes.pricing_transform(ctx)
     assert priced.host_share == host_share(t)
@@ -177,11 +185,8 @@ def test_a_host_bound_measurement_beyond_the_dispatch_share_deflates_the_long_in
     # the profiler slowed the compilation too. Pricing keeps the fitted dispatch share and solves the long
     # intervals' share to the measurement, and reproduces it (before: the replay stayed at ~3360 ms, and the fix
     # saved more than the measured step)
-    run = SAMPLES / "collected5" / "gpt2c_recompile"
-    measured_ns = json.loads((run / "manifest.json").read_text())["step_time"]["unprofiled_ms_median"] * 1e6
-    t = traceview.load(str(next(run.glob("*.pt.trace.json*"))))
-    ctx, _ = RuleContext.prepare(t, select_steps(t, None))
-    floor = replay(t, ctx.steps, [profiler_transform(t, {**COST_US, "host_share": SHARE_MAX})]).mean()
+    t, ctx, step_time, floor = _run_at_floor("collected5/gpt2c_recompile")
+    measured_ns = step_time["unprofiled_ms_median"] * 1e6
     assert measured_ns < 0.9 * floor
     priced = fixes.pricing_transform(ctx)
     assert priced.host_share == host_share(t) and 0 < priced.long_share < priced.host_share
@@ -199,9 +204,7 @@ def test_a_trace_that_is_not_the_timed_steps_never_deflates_its_long_intervals()
     # the timed unprofiled steps (18-31 ms) still ran from the prefetch buffer: its long host intervals are waits for
     # the worker processes, which no profiler cost explains. Its traced step is 2x the collector's profiled median,
     # beyond TRACE_TOL, so the measurement sets no long-interval share (the dispatch share alone, as before)
-    run = SAMPLES / "collected3" / "cnn_input_nw2"
-    prof_ns = json.loads((run / "manifest.json").read_text())["step_time"]["profiled_ms_median"] * 1e6
-    t = traceview.load(str(next(run.glob("*.pt.trace.json*"))))
-    ctx, _ = RuleContext.prepare(t, select_steps(t, None))
+    _, ctx, step_time, _ = _run_at_floor("collected3/cnn_input_nw2")
+    prof_ns = step_time["profiled_ms_median"] * 1e6
     assert float((ctx.steps["end"] - ctx.steps["ts"]).mean()) > (1 + TRACE_TOL) * prof_ns
     assert fixes.pricing_transform(ctx).long_share == 0.0
