@@ -34,6 +34,9 @@ TWINS: dict[str, tuple[str, str, str | None, str]] = {
     "epilogue_bert_eager": ("epilogue_bert_fused", "gemm-epilogue", None, "collected5"),
     "h2d_resnet18_pageable": ("h2d_resnet18_pinned", "pageable-memcpy", None, "collected5"),
     "small_batch_c4_graph": ("small_batch_c128_graph", "small-grid", None, "collected4"),
+    # DataLoader twins: long-lived loaders alternating in one process (collectors/examples/loader_ab.py)
+    "input_workers_nw2": ("input_workers_nw10", "loader-workers", None, "collected4"),
+    "cnn_input_nw3": ("cnn_input_nw12", "loader-workers", None, "collected4"),
 }
 
 
@@ -80,7 +83,10 @@ def build() -> tuple[dict, str]:
             "collectors/examples/record_ab_traced.sh: one process per twin (collectors/examples/ab_twin.py under "
             "traceview collect --wait 8 --warmup 1 --active 3 --shapes): the problem traced once, then problem and fix "
             "timed unprofiled in ABBA rounds, each a fresh run of the example with its first step left out; saving = "
-            "median over rounds of (problem's median step - fix's median step)"
+            "median over rounds of (problem's median step - fix's median step). DataLoader twins "
+            "(collectors/examples/loader_ab.py, traceview collect --wait 24): both loaders alive for the whole "
+            "process (persistent workers), ABBA rounds each after the side's prefetch buffer drained, a side's step "
+            "the mean of its timed steps (a loader short of workers delivers in bursts)"
         ),
         "twins": twins,
     }

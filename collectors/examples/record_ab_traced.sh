@@ -3,17 +3,21 @@
 # problem and its fix timed unprofiled in ABBA rounds (collectors/examples/ab_twin.py). The prediction is made
 # from a trace whose process also measured the saving, so host speed differences between processes cancel.
 # Usage (repo root, on a CUDA machine): collectors/examples/record_ab_traced.sh OUT_DIR [GROUP...]
-#   GROUP: real | synth (default: both). Runs land in OUT_DIR/ab_traced/<problem>/, AB_RESULT lines on stdout.
+#   GROUP: real | synth | loader (default: all). Runs land in OUT_DIR/ab_traced/<problem>/, AB_RESULT lines on stdout.
 set -u
 OUTD=${1:-/tmp/tv_ab_traced}
 shift || true
-GROUPS_=${*:-real synth}
+GROUPS_=${*:-real synth loader}
 PY=${PY:-python3}
 mkdir -p "$OUTD"
 $PY -c 'import torch; print("torch", torch.__version__, "cuda", torch.version.cuda,
         torch.cuda.get_device_name(0) if torch.cuda.is_available() else "no GPU")'
 C="$PY -m collectors collect --out $OUTD/ab_traced --wait 8 --warmup 1 --active 3 --shapes"
 AB="$PY -m collectors.examples.ab_twin --rounds ${ROUNDS:-6}"
+# DataLoader twins: the capture after the first loader's prefetch buffer drained (wait 24), rounds on long-lived
+# loaders (collectors/examples/loader_ab.py: fresh-run rounds time the buffer, not the workers)
+CW="$PY -m collectors collect --out $OUTD/ab_traced --wait 24 --warmup 1 --active 3 --shapes"
+LAB="$PY -m collectors.examples.loader_ab --rounds ${ROUNDS:-6}"
 . "$(dirname "$0")/_run.sh"
 G2="real_models --model gpt2 --attn sdpa --amp"
 
@@ -43,6 +47,10 @@ synth)  # --- synthetic twins of collected3/5 ----------------------------------
     "h2d_copy --model resnet18 --pinned"
   run small_batch_c4_graph $C --name small_batch_c4_graph -- $AB "small_batch --rows 128 --per-call 4 --graph" \
     "small_batch --rows 128 --per-call 128 --graph"
+  ;;
+loader)  # --- DataLoader twins of collected4 (the same programs, both loaders alive in one process) -----------
+  run input_workers_nw2 $CW --name input_workers_nw2 -- $LAB --workload input_workers --workers-a 2 --workers-b 10
+  run cnn_input_nw3 $CW --name cnn_input_nw3 -- $LAB --workload cnn_input --workers-a 3 --workers-b 12
   ;;
 esac
 done
