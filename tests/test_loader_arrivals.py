@@ -92,12 +92,12 @@ def test_estimates_of_the_runs_with_workers():
     8.48 -> 11.06 ms (measured 15.61: -46 % -> -29 %; the window's last step runs free after the last arrival it
     shows: the workers' next batch, 32 ms after the one waited for, falls after the window), cnn_input_nw8
     (calibration) 14.07 -> 17.80 (17.27: -18.5 % -> +3 %), cnn_input_nw12 18.07 -> 20.31 (17.16: +5 % -> +18 %: its
-    workers delivered later under the profiler, which slowed them too); the 10-worker runs, which never waited,
-    are unchanged (8.35 vs 10.68, 8.00 vs 10.04)."""
-    want = {"collected4/input_workers_nw2": (-0.30, -0.25), "collected2/cnn_input_nw8": (0.0, 0.06),
-            "collected4/cnn_input_nw12": (0.15, 0.20), "collected4/input_workers_nw10": (-0.23, -0.20),
-            "collected5/input_workers_nw10": (-0.22, -0.19)}
-    for run, (lo, hi) in want.items():
+    profiled loop, 22.7 ms a step of its own, still waited 7.2 ms in three steps for 12 workers that keep a 17.2 ms
+    step unprofiled: they delivered later under the profiler); the 10-worker runs, which never waited, are
+    unchanged (8.35 vs 10.68, 8.00 vs 10.04)."""
+    # issue 25's 30 % on the run it missed most; the calibration run and the 12-worker twin within 5 % and 20 %
+    bound = {"collected4/input_workers_nw2": 0.30, "collected2/cnn_input_nw8": 0.05, "collected4/cnn_input_nw12": 0.20}
+    for run, b in bound.items():
         t, st = _steps(run)
         err = float(unprofiled_steps(t, st).mean()) / 1e6 / _measured_ms(run, t) - 1
-        assert lo <= err <= hi, (run, err)
+        assert abs(err) <= b, (run, err)
