@@ -38,7 +38,12 @@ without the waits c (unprofiled), the ratio T / c, the worker count N and where 
 long waits' period and their steps), the per-batch worker CPU time N x T and the workers needed when N is known,
 whether copies are pageable, the host's CPUs (null: not recorded), the loop's threads and the cores the fix
 needs. Savings (per step, unprofiled) are replayed: `fix_transform` takes the `__next__` spans off the training
-thread's path (batches ready when asked), at no less than the free cores' pace where the CPUs are recorded.
+thread's path (batches ready when asked), at no less than the free cores' pace where the CPUs are recorded. The
+problem's own replay holds the batches the traced loop blocked for at the times they arrived (docs/replay.md, the
+batch-arrival edge: the workers are other processes, which the profiler does not slow, so the unprofiled loop
+waits longer for them); the fix no longer waits for them. N' workers deliver at the current pace x N / N' (each
+batch's CPU time is a worker's): the advised N' is the count whose pace the loop's own step keeps up with, so the
+fixed step is the loop's, unless the free cores cap N' (their pace then holds it, `cores_floor_ns`).
 The loop without waits is priced at the speed the traced process ran it (the fitted profiler model on its own
 steps): with batches always ready nothing of the loader stays on its path (`__next__` takes 0.04–0.07 ms a step in
 a fixed run's trace), but a fix measured in another process runs the loop at that process's host speed, which
@@ -406,7 +411,8 @@ def _cores_text(ev: Evidence, per_batch: float, need: float, free: int | None) -
 
 def fix_transform(ctx: RuleContext) -> Transform | None:
     """The fix as a replay transformation: enough workers have every batch ready, so the DataLoader's `__next__`
-    time leaves the training thread's path (every host row inside the spans). The copy to the device stays.
+    time leaves the training thread's path (every host row inside the spans), and the arrivals of the batches the
+    traced loop waited for no longer hold it (`input_ready`). The copy to the device stays.
     Where the collector recorded the host's CPUs and the worker count is known, the workers run on at most the
     cores the loop's threads leave free (`cores_floor_ns`): the step is held to their pace at that count."""
     if not applies(ctx):

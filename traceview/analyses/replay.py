@@ -77,7 +77,9 @@ class Transform:
     #: given with it is `input_ready` (the DataLoader's worker processes: fixes.input_floor_ns); an `input_ready`
     #: transform's own floor is the pace of the workers its fix gives (rules/loader_workers.py: the free cores)
     floor_ns: float | None = None
-    input_ready: bool = False  # the fix keeps batches ready: the workers' pace (`floor_ns`) no longer holds the step
+    #: the fix keeps batches ready: the workers' pace (`floor_ns`) no longer holds the step, nor do the arrivals of
+    #: the batches the traced loop waited for (`replay_graph.Graph.a_arrive`)
+    input_ready: bool = False
 
 
 def _coverage(spans: np.ndarray, tids: np.ndarray):
@@ -349,6 +351,14 @@ def edges(
     base = np.full(2 * (n_a + n_d), NEG, np.int64)
     first = np.flatnonzero((g.a_prev < 0) & (g.a_join < 0))  # (a thread's first call joined to another thread follows it)
     base[2 * first] = g.a_ts[first]
+    if g.a_arrive is not None and not any(t.input_ready for t in transforms):
+        # a batch the DataLoader's workers delivered while the thread waited arrives when it did: the anchor after
+        # the wait starts no earlier than that, plus the host time from the arrival to it (scaled as host time)
+        pin = np.flatnonzero(g.a_arrive != NEG)
+        after = g.a_ts[pin] - g.a_arrive[pin]
+        after = after - np.round(np.minimum(after, HOST_SHARE_MAX_NS) * (1 - keep)
+                                 + np.maximum(after - HOST_SHARE_MAX_NS, 0) * (1 - keep_long)).astype(np.int64)
+        base[2 * pin] = np.maximum(base[2 * pin], g.a_arrive[pin] + after)
     unlaunched = np.flatnonzero(g.d_launch < 0)
     base[2 * n_a + 2 * unlaunched] = g.d_ts[unlaunched]  # work the trace does not say who launched starts when it did
     if pull and _pull_c is not None:  # the compiled kernel reads the graph's arrays: no edge list
@@ -541,10 +551,11 @@ def _replayed(trace: Trace, steps: pl.DataFrame, transforms: Sequence[Transform]
 
 def _transform_key(t: Transform) -> tuple:
     """What the graph's replay reads of a transform, as a key: its row mappings and sequences by identity (and
-    length), its parameters by value (`bound_us`, `floor_ns` and `input_ready` act after the replay)."""
+    length), its parameters by value (`bound_us` and `floor_ns` act after the replay; `input_ready` also drops the
+    DataLoader's batch arrivals, `Graph.a_arrive`)."""
     rows = tuple((id(x), len(x)) if len(x) else None
                  for x in (t.gpu_dur, t.gpu_gap, t.host_cut, t.host_removed, t.no_wait, t.host_spans))
-    return rows, tuple(sorted(t.cost_us.items())), float(t.host_share), float(t.long_share)
+    return rows, tuple(sorted(t.cost_us.items())), float(t.host_share), float(t.long_share), bool(t.input_ready)
 
 
 @per_trace
@@ -580,8 +591,10 @@ _STEP_COLS = ("step", "host_idx", "cpu_ts", "cpu_end", "gpu_ts", "gpu_end", "ts"
 
 
 def _parametric_key(transforms: Sequence[Transform]) -> tuple | None:
-    """A hashable key of transforms that name no rows (the profiler's cost: shares and per-kind costs), else None."""
-    if any(t.gpu_dur or t.gpu_gap or t.host_cut or len(t.host_removed) or len(t.no_wait) or len(t.host_spans) for t in transforms):
+    """A hashable key of transforms that name no rows (the profiler's cost: shares and per-kind costs), else None
+    (an `input_ready` transform, which drops the DataLoader's batch arrivals, is replayed as itself)."""
+    if any(t.gpu_dur or t.gpu_gap or t.host_cut or len(t.host_removed) or len(t.no_wait) or len(t.host_spans)
+           or t.input_ready for t in transforms):
         return None
     return tuple((tuple(sorted(t.cost_us.items())), float(t.host_share), float(t.long_share)) for t in transforms)
 
