@@ -55,8 +55,9 @@ LAUNCH_REF_US = 5.5
 #: the calls whose recorded duration is the launch floor: the CUDA runtime's kernel launch (an eager op's) and the
 #: driver's (Inductor's Triton kernels, cuBLAS), pooled: each holds one launch and the profiler's CUPTI callbacks
 #: around it. A compiled step launches mostly through the driver, and its few runtime launches (eager code between
-#: graph breaks, each after a stretch of Python) cost more than the floor: `collected5/gpt2c_hook_item`'s 21 read
-#: 12.0 µs, its 156 driver launches with them 8.1 µs (a CUDA graph's launch, `cudaGraphLaunch`, is no kernel's)
+#: graph breaks, each after a stretch of Python) cost more than the floor: a compiled GPT-2 with an `.item()` hook
+#: on each block read 12.0 µs from its 21, 8.1 µs with its 156 driver launches (docs/replay.md; a CUDA graph's
+#: launch, `cudaGraphLaunch`, is no kernel's)
 LAUNCH_CALLS = ("cudaLaunchKernel", "cuLaunchKernel", "cuLaunchKernelEx")
 #: quantile of those calls' recorded durations taken as the floor (the calls with no queueing or work beside them),
 #: and the fewest calls that make one
