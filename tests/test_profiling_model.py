@@ -242,9 +242,14 @@ def collected5() -> dict[str, tuple[float | None, float]]:
     return out
 
 
+#: collected5 runs whose measured unprofiled step is wait steps that had not settled (test_unsettled_wait_steps)
+UNSETTLED5 = {"epilogue_bert_eager"}
+
+
 def test_held_out_collected5(collected5):
-    """Held out (never fitted on): median 4.9 % against the collector's unprofiled step where doing nothing is off
-    by 33 %, every run at least as close as the traced step; the CPU-only runs (no GPU) get no estimate."""
+    """Held out (never fitted on): median 5.4 % against the collector's unprofiled step where doing nothing is off
+    by 33 %, every run but UNSETTLED5 at least as close as the traced step; the CPU-only runs (no GPU) get no
+    estimate."""
     assert sorted(n for n, (e, _) in collected5.items() if e is None) == [
         "cpu_adamw_foreach",
         "cpu_adamw_single",
@@ -255,7 +260,7 @@ def test_held_out_collected5(collected5):
     raw = [abs(r) for e, r in collected5.values() if e is not None]
     assert len(est) == 21
     assert statistics.median(est) <= 0.10 and statistics.median(raw) > 3 * statistics.median(est)
-    assert all(e <= r + 1e-6 for e, r in zip(est, raw, strict=True))
+    assert all(abs(e) <= abs(r) + 1e-6 for n, (e, r) in collected5.items() if e is not None and n not in UNSETTLED5)
     # with_stack on a real model (HF GPT-2, batch 1) and on a tiny-op loop: within issue 25's 30 %
     assert (
         abs(collected5["gpt2_b1_eager_stack"][0]) < 0.30
@@ -265,10 +270,21 @@ def test_held_out_collected5(collected5):
 
 @pytest.mark.xfail(
     strict=True,
-    reason="issue 25's worst-case 30 % is missed on collected5 (held out): worst 42.4 % (gpt2c_hook_item: 3.18 ms "
-    "estimated, 5.51 ms measured, 9.16 ms traced: its few eager launches, outside the compiled graph, cost 11-20 us "
-    "under the profiler, so the launch floor (12 us) asks a share of 0.67 where the measurement needs 0.40; "
-    "epilogue_bert_eager -32 %: its measurement needs 0.25, its ab_traced twin of one workload 0.68)",
+    reason="epilogue_bert_eager's wait steps had not settled (2.23-3.71 ms, median 3.41; traced 4.54 ms): its "
+    "estimate, 2.26 ms, is 33.7 % below them where the traced step is 32.9 % above, yet within 16 % of the pace the "
+    "workload settles at (the ab_traced process ran this problem at 1.77 ms in its ABBA rounds, ab_result.json, "
+    "and collected5's fused twin, which saves nothing there, at 1.94 ms)",
+)
+def test_unsettled_wait_steps(collected5):
+    e, r = collected5["epilogue_bert_eager"]
+    assert abs(e) <= abs(r)
+
+
+@pytest.mark.xfail(
+    strict=True,
+    reason="issue 25's worst-case 30 % is missed on collected5 (held out): worst 33.7 % (epilogue_bert_eager: 2.26 ms "
+    "estimated, 3.41 ms measured in wait steps that still warm up, 2.23-3.71 ms; the ab_traced process ran the same "
+    "problem at 1.77 ms in its ABBA rounds and collected5's fused twin, which saves nothing there, at 1.94 ms)",
 )
 def test_held_out_collected5_worst(collected5):
     assert max(abs(e) for e, _ in collected5.values() if e is not None) <= 0.30

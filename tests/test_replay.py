@@ -134,19 +134,26 @@ def _cuts_row_by_row(g, transforms) -> np.ndarray:
 def test_cuts_match_the_row_by_row_sums():
     (t,) = _traces("collected/train_tinygpt_modules")
     g = build(t)
-    prof = overhead.profiler_transform(t)  # 1 µs per Python row, the module hooks' measured host time
+    prof = overhead.profiler_transform(t)  # 1.5 µs per Python row, the module hooks' measured host time
     assert prof.host_cut and g.seg_rows.i.size > 10_000
     ids = g.seg_rows.i[g.seg_rows.kind == list(KINDS).index("op")]
     a = R.Transform("a", host_removed=ids[::3].tolist())
     b = R.Transform("b", host_removed=ids[::2].tolist())  # (rows removed by both leave the host once)
     cases = [[prof], [prof, a], [prof, a, b], [b, a]]
+    def total(ts):  # the cuts after the shares plus the per-row cost taken before them (`edges`)
+        c = R._cuts(g, ts)
+        return np.concatenate(c[:3]) + c[6]
+
     for ts in cases:  # whole ns: the same sums exactly
-        got = np.concatenate(R._cuts(g, ts)[:3])
+        got = total(ts)
         assert np.array_equal(got, _cuts_row_by_row(g, ts)) and got.sum() > 0
+    # the per-row cost is kept apart from the other cuts: it is the cost_us rows alone
+    only = R.Transform("rows", cost_us=prof.cost_us)
+    assert np.array_equal(R._cuts(g, [prof, a])[6], _cuts_row_by_row(g, [only]))
     # a cost of a fraction of a ns per row is added row by row: equal to rounding
     frac = R.Transform("frac", cost_us={"python": 0.3337}, host_cut={int(i): 0.5 for i in ids[:50]})
     for ts in ([frac], [frac, a], [prof, frac, b]):
-        np.testing.assert_allclose(np.concatenate(R._cuts(g, ts)[:3]), _cuts_row_by_row(g, ts), rtol=1e-12)
+        np.testing.assert_allclose(total(ts), _cuts_row_by_row(g, ts), rtol=1e-12)
 
 
 def test_a_set_of_fixes_is_replayed_once():

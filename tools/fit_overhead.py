@@ -48,7 +48,7 @@ GRID = {
     "launch_slope": np.arange(0.0, 0.1001, 0.01),
     "op": np.arange(0.0, 4.01, 0.5),
     "runtime": np.arange(0.0, 4.01, 0.5),
-    "python": np.arange(0.0, 8.01, 1.0),
+    "python": np.arange(0.0, 8.01, 0.5),
 }
 #: the pure per-event alternative (--events-only): no host share, a cost per recorded row of each kind
 EVENTS_GRID = {

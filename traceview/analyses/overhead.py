@@ -4,7 +4,8 @@ Under the profiler the whole dispatching host thread runs slower (RecordFunction
 callbacks on every runtime/driver call, Python under them), not only by the rows it keeps: host-bound steps run
 ~1.9x slower traced whether they record 45 rows (a compiled step) or 2 000 (eager TinyGPT). The transform takes
 HOST_SHARE off every host interval of the graph (up to replay.HOST_SHARE_MAX_NS of it: longer ones hold work of
-their own) and COST_US off each recorded row of a kind (Python events with stacks), and the graph is replayed
+their own) and COST_US off each recorded row of a kind (Python events with stacks: time the unprofiled host never
+spends, taken off before the share scales what is left), and the graph is replayed
 (analyses.replay): on a host-bound step the step shortens, on a GPU-bound step the device's own chain holds it.
 One cost is read from the trace itself rather than fitted: the collector's `module::` ranges (`traceview collect
 --modules`) are opened by Python hooks only while the profiler records, so the host time around each range, up
@@ -14,8 +15,9 @@ The estimate is the traced step less the replayed saving, bounded by constructio
 
 How much of the dispatch time is the profiler's differs between processes (one training step needs 0.45-0.52 in
 the processes of one recording session, 0.51-0.57 in another's); the trace says which through its kernel-launch
-calls: each recorded `cudaLaunchKernel` holds the driver's launch and the profiler's CUPTI callbacks around it, and
-the floor of their durations (`launch_floor_us`) runs from ~4 µs to ~8.5 µs over the bundled eager H200 runs. The
+calls: each recorded launch (`cudaLaunchKernel`, or the driver's `cuLaunchKernel`/`cuLaunchKernelEx` of Triton and
+cuBLAS) holds the driver's launch and the profiler's CUPTI callbacks around it, and the floor of their durations
+(`launch_floor_us`) runs from ~4 µs to ~8.5 µs over the bundled H200 runs. The
 share is HOST_SHARE at LAUNCH_REF_US and rises by LAUNCH_SLOPE per µs above it (`host_share`); a trace without
 enough such calls keeps HOST_SHARE.
 
@@ -38,11 +40,11 @@ from .replay import Transform, replay
 from .timeline import step_busy
 
 #: host cost of one recorded event (µs), fitted by tools/fit_overhead.py (calibration runs of tools/overhead_split.json)
-COST_US = {"op": 0.0, "runtime": 0.0, "python": 1.0}
+COST_US = {"op": 0.0, "runtime": 0.0, "python": 1.5}
 #: share of the host thread's dispatch time that is the profiler's (its callbacks on every op, call and Python
 #: frame slow the whole thread, not only the recorded rows) in a trace whose launch floor (`launch_floor_us`) is
 #: LAUNCH_REF_US, fitted with COST_US; intervals over replay.HOST_SHARE_MAX_NS are scaled only up to it
-HOST_SHARE = 0.47
+HOST_SHARE = 0.48
 #: how much the share rises per µs of the trace's launch floor above LAUNCH_REF_US, fitted with HOST_SHARE: a
 #: process whose profiled launch calls cost more (the profiler's CUPTI callbacks around each call) pays more of its
 #: dispatch time to the profiler (`host_share`)
@@ -50,9 +52,13 @@ LAUNCH_SLOPE = 0.03
 #: the launch floor (µs) at which the share is HOST_SHARE: about the calibration runs' median floor (a reference
 #: point, not fitted: moving it moves the fitted HOST_SHARE with it)
 LAUNCH_REF_US = 5.5
-#: the runtime calls whose recorded duration is the launch floor: the CUDA runtime's kernel launch, the call an eager
-#: op makes (Triton's driver launches `cuLaunchKernel` and CUDA graphs cost differently)
-LAUNCH_CALLS = ("cudaLaunchKernel",)
+#: the calls whose recorded duration is the launch floor: the CUDA runtime's kernel launch (an eager op's) and the
+#: driver's (Inductor's Triton kernels, cuBLAS), pooled: each holds one launch and the profiler's CUPTI callbacks
+#: around it. A compiled step launches mostly through the driver, and its few runtime launches (eager code between
+#: graph breaks, each after a stretch of Python) cost more than the floor: a compiled GPT-2 with an `.item()` hook
+#: on each block read 12.0 µs from its 21, 8.1 µs with its 156 driver launches (docs/replay.md; a CUDA graph's
+#: launch, `cudaGraphLaunch`, is no kernel's)
+LAUNCH_CALLS = ("cudaLaunchKernel", "cuLaunchKernel", "cuLaunchKernelEx")
 #: quantile of those calls' recorded durations taken as the floor (the calls with no queueing or work beside them),
 #: and the fewest calls that make one
 LAUNCH_FLOOR_Q, LAUNCH_MIN_CALLS = 0.1, 20

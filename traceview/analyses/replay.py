@@ -53,9 +53,9 @@ class Transform:
       sequence of ids or an int64 array (a fix that removes millions of rows: no Python int per row);
     - no_wait: host rows of blocking calls that no longer wait for the device (they keep their floor time);
     - cost_us: µs taken off every recorded host row of a kind ("op", "runtime", "python"): the profiler's cost;
-    - host_share: the share of all host time (every gap between calls, every call's own time) taken off, before
-      cost_us: a slowdown of the whole host thread (the profiler's: its callbacks on every op and call); an
-      interval is scaled only up to HOST_SHARE_MAX_NS of it;
+    - host_share: the share of all host time (every gap between calls, every call's own time) taken off once
+      cost_us is (the other cuts come off after it): a slowdown of the whole host thread (the profiler's: its
+      callbacks on every op and call); an interval is scaled only up to HOST_SHARE_MAX_NS of it;
     - long_share: the share taken off the part of each host interval beyond HOST_SHARE_MAX_NS (work of its own,
       which host_share leaves whole): only where a measurement says the profiler slowed that work too
       (`overhead.measured_transform`: a recompiling step's Dynamo/Inductor compilation).
@@ -206,10 +206,13 @@ def _part(g: Graph, field_: str, objs: tuple, make):
 
 def _cuts(g: Graph, transforms: Sequence[Transform]) -> tuple[np.ndarray, ...]:
     """(gap cut, join cut, own cut per anchor, new duration per activity, wait kept per anchor, device gap before
-    each activity) of the transforms together."""
+    each activity, the profiler's cost per recorded row per cuts slot) of the transforms together. The cost per row
+    (`cost_us`) is kept apart: it is time the unprofiled host never spends, taken off before the host shares scale
+    what is left (`edges`)."""
     n_a = g.a_ts.size
     rows = g.seg_rows
     cuts = np.zeros(3 * n_a, np.float64)
+    pre = np.zeros(3 * n_a, np.float64)
     dur = (g.d_end - g.d_ts).astype(np.int64)
     d_gap = g.d_gap
     keep_wait = g.a_wait >= 0
@@ -239,12 +242,11 @@ def _cuts(g: Graph, transforms: Sequence[Transform]) -> tuple[np.ndarray, ...]:
                 got = np.zeros(3 * n_a, np.float64)
                 for k in np.flatnonzero(per_kind).tolist():
                     got += _kind_count(g, k) * per_kind[k]
-                cuts += got
+                pre += got
             else:
                 # (an anchor's own runtime row is among its rows: `inside` its own time); rows in a removed span: once
                 w = per_kind[rows.kind] if in_span is None else np.where(in_span, 0.0, per_kind[rows.kind])
-                cuts += np.bincount(_flat(g), weights=w, minlength=3 * n_a)
-                exact = False
+                pre += np.bincount(_flat(g), weights=w, minlength=3 * n_a)
         if t.host_cut:
             p, v, whole = _part(g, "host_cut", (t.host_cut,), lambda m: _host_cut(g, m))
             exact &= whole
@@ -263,7 +265,7 @@ def _cuts(g: Graph, transforms: Sequence[Transform]) -> tuple[np.ndarray, ...]:
     removed = tuple(t.host_removed for t in transforms if len(t.host_removed))
     if removed:
         _add(cuts, *_part(g, "host_removed", removed, lambda *rs: _removed(g, rs)), exact)
-    return cuts[:n_a], cuts[n_a:2 * n_a], cuts[2 * n_a:], dur, keep_wait, d_gap
+    return cuts[:n_a], cuts[n_a:2 * n_a], cuts[2 * n_a:], dur, keep_wait, d_gap, pre
 
 
 def _add(cuts: np.ndarray, slots: np.ndarray, ns: np.ndarray, exact: bool) -> None:
@@ -326,7 +328,7 @@ def edges(
     joins several ranks' arrays). With `pull`, the compiled kernel replays the graph from its own arrays when it
     can (no edge list: a third of the memory) and the event times come back instead."""
     n_a, n_d = g.a_ts.size, g.d_ts.size
-    gap_cut, join_cut, own_cut, dur, keep_wait, d_gap = _cuts(g, transforms)
+    gap_cut, join_cut, own_cut, dur, keep_wait, d_gap, pre = _cuts(g, transforms)
     # an activity a transform removes (a kernel fused into another) no longer pays the device's gap before it: the
     # stream's per-activity overhead between queued kernels goes with the kernel, not only its duration
     d_gap = np.where((dur == 0) & (g.d_end > g.d_ts), 0, d_gap).astype(np.int64)
@@ -335,13 +337,23 @@ def edges(
     keep_long = float(np.prod([1.0 - min(max(t.long_share, 0.0), 1.0) for t in transforms])) if transforms else 1.0
     # (an interval longer than HOST_SHARE_MAX_NS holds work of its own, a CPU kernel, a sleep, input loading, that
     # the slowdown does not scale: only its first HOST_SHARE_MAX_NS are; the rest only by a long_share)
+    # the profiler's cost per recorded row first (time the unprofiled host never spends, so no share of it is
+    # taken again: a `with_stack` step's Python events), a call's cost beyond its own time off the gap before it;
+    # the shares then scale what is left
+    a_own, a_gap, a_jwake = g.a_own, g.a_gap, g.a_jwake
+    if pre.any():
+        p_gap, p_join, p_own = pre[:n_a], pre[n_a:2 * n_a], pre[2 * n_a:]
+        p_over = np.maximum(p_own - a_own, 0)
+        a_own = np.maximum(a_own - np.round(p_own).astype(np.int64), 0)
+        a_gap = np.maximum(a_gap - np.round(p_gap + p_over).astype(np.int64), 0)
+        a_jwake = np.maximum(a_jwake - np.round(p_join).astype(np.int64), 0)
+        del p_gap, p_join, p_own, p_over
+    del pre
     if keep != 1.0 or keep_long != 1.0:
         a_own, a_gap, a_jwake = (
             x - np.round(np.minimum(x, HOST_SHARE_MAX_NS) * (1 - keep)
                          + np.maximum(x - HOST_SHARE_MAX_NS, 0) * (1 - keep_long)).astype(np.int64)
-            for x in (g.a_own, g.a_gap, g.a_jwake))
-    else:
-        a_own, a_gap, a_jwake = g.a_own, g.a_gap, g.a_jwake
+            for x in (a_own, a_gap, a_jwake))
     # a call's recorded cost beyond its own time was paid around it (the profiler's hooks): off the gap before it
     over = np.maximum(own_cut - a_own, 0)
     own = np.maximum(a_own - np.round(own_cut).astype(np.int64), 0)
