@@ -24,11 +24,10 @@ anchor its host, so each step is one host interval of its ops' own work, and a l
 step (a DataLoader without workers, a compilation) is one too. There each recorded op that starts more than
 replay.HOST_SHARE_MAX_NS into its interval costs LONG_OP_FLOORS times the trace's row floor (`row_floor_us`: the
 floor of the host gaps the profiler's callbacks leave around each recorded op). The floor follows the host and the
-ops: 0.43 µs on cpu_collected's tiny-op loop, 0.82-1.08 µs on collected5's CPU-only training steps, and on a faster
-host (the same optimizer and tiny-op workloads rerun on a 16-core H200 host, not bundled) 0.38-0.51 µs where their
-measured cost per op was 0.46-1.1 µs, half of collected5's 1.4-1.6: a constant cost per op cannot serve both hosts.
-Without it collected5's CPU-only steps (11.5 ms traced, 7.0 measured, 2 800 ops a step) kept all but the share of
-their first millisecond (+56 %).
+ops (0.4-0.5 µs on a fast host, ~1 µs on a slower one recording the same kind of training step), as the cost per
+op does (0.5-1.1 µs on the fast host, 1.4-1.6 µs on the slower): a constant cost per op cannot serve both. Without
+it a CPU-only step kept all but the share of its first millisecond (11.5 ms traced, 11.0 estimated, 7.0 measured
+for an optimizer step of 2 800 recorded ops: docs/replay.md).
 
 HOST_SHARE, LAUNCH_SLOPE, LONG_OP_FLOORS and COST_US are fitted by tools/fit_overhead.py on the calibration runs
 named in tools/overhead_split.json (the collector's CUDA-event unprofiled step as ground truth; a later set of runs held out);
