@@ -1,7 +1,7 @@
-"""tools/fit_overhead.py: the committed profiler model (analyses.overhead.HOST_SHARE, LAUNCH_SLOPE and COST_US) is
-the fit's optimum on the calibration runs of tools/overhead_split.json — no single grid step of one parameter lowers
-the fitting loss — the split keeps calibration and held-out runs apart, and only a run whose trace is not the steps the
-collector timed is set aside from the scores."""
+"""tools/fit_overhead.py: the committed profiler model (analyses.overhead.HOST_SHARE, LAUNCH_SLOPE, COST_US and
+LONG_OP_FLOORS) is the fit's optimum on the calibration runs of tools/overhead_split.json — no single grid step of one
+parameter lowers the fitting loss — the split keeps calibration and held-out runs apart, and only a run whose trace is
+not the steps the collector timed is set aside from the scores."""
 
 from __future__ import annotations
 
@@ -51,7 +51,12 @@ def test_split_is_disjoint_and_complete(cal):
 
 
 def test_committed_costs_are_the_fit(cal):
-    committed = {**overhead.COST_US, "host_share": overhead.HOST_SHARE, "launch_slope": overhead.LAUNCH_SLOPE}
+    committed = {
+        **overhead.COST_US,
+        "host_share": overhead.HOST_SHARE,
+        "launch_slope": overhead.LAUNCH_SLOPE,
+        "long_op": overhead.LONG_OP_FLOORS,
+    }
     assert committed == fit.COMMITTED
     best = fit.loss(cal, committed)
     for k, grid in fit.GRID.items():

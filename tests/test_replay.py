@@ -120,9 +120,25 @@ def _cuts_row_by_row(g, transforms) -> np.ndarray:
     slot = rows.where.astype(np.int64) * n_a + rows.seg
     at = {int(i): p for p, i in enumerate(rows.i.tolist())}
     cuts = np.zeros(3 * n_a)
+    # a row more than HOST_SHARE_MAX_NS into its host interval: the gap from the previous call of its thread (its
+    # start where the calls overlap), the joined part from the other thread's call, or the call's own time
+    beyond = np.zeros(rows.i.size, bool)
+    for p, (a, w, ts) in enumerate(zip(rows.seg.tolist(), rows.where.tolist(), rows.ts.tolist(), strict=True)):
+        if w == 2:
+            start = g.a_ts[a]
+        elif w == 1:
+            start = g.a_ts[a] - g.a_jwake[a]
+        elif g.a_prev[a] >= 0:
+            start = g.a_ts[g.a_prev[a]] if g.a_overlap[a] else g.a_end[g.a_prev[a]]
+        else:
+            start = g.a_ts[a] - g.a_gap[a]
+        beyond[p] = ts - start > R.HOST_SHARE_MAX_NS
     for t in transforms:
         if t.cost_us:
             np.add.at(cuts, slot, np.array([1000 * t.cost_us.get(k, 0.0) for k in KINDS])[rows.kind])
+        if t.long_cost_us:
+            per = np.array([1000 * t.long_cost_us.get(k, 0.0) for k in KINDS])[rows.kind]
+            np.add.at(cuts, slot[beyond], per[beyond])
         for i, ns in t.host_cut.items():
             if int(i) in at:
                 cuts[slot[at[int(i)]]] += ns
@@ -134,8 +150,12 @@ def _cuts_row_by_row(g, transforms) -> np.ndarray:
 def test_cuts_match_the_row_by_row_sums():
     (t,) = _traces("collected/train_tinygpt_modules")
     g = build(t)
-    prof = overhead.profiler_transform(t)  # 1.5 µs per Python row, the module hooks' measured host time
-    assert prof.host_cut and g.seg_rows.i.size > 10_000
+    # 1.5 µs per Python row, the module hooks' measured host time, the recorded ops beyond the share's reach
+    prof = overhead.profiler_transform(t)
+    assert prof.host_cut and prof.long_cost_us["op"] > 0 and g.seg_rows.i.size > 10_000
+    # (and the trace holds such rows: its host intervals of more than 1 ms)
+    no_long = R.Transform("p", cost_us=prof.cost_us, host_cut=prof.host_cut)
+    assert np.concatenate(R._cuts(g, [prof])[:3]).sum() > np.concatenate(R._cuts(g, [no_long])[:3]).sum()
     ids = g.seg_rows.i[g.seg_rows.kind == list(KINDS).index("op")]
     a = R.Transform("a", host_removed=ids[::3].tolist())
     b = R.Transform("b", host_removed=ids[::2].tolist())  # (rows removed by both leave the host once)

@@ -28,7 +28,7 @@ import numpy as np
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from traceview.analyses import overhead  # noqa: E402
+from traceview.analyses import overhead, replay  # noqa: E402
 from traceview.analyses.windows import complete_steps  # noqa: E402
 from traceview.ingest.loader import load  # noqa: E402
 from traceview.ingest.manifest import rank_step_times, steady_unprofiled_ms  # noqa: E402
@@ -49,6 +49,7 @@ GRID = {
     "op": np.arange(0.0, 4.01, 0.5),
     "runtime": np.arange(0.0, 4.01, 0.5),
     "python": np.arange(0.0, 8.01, 0.5),
+    "long_op": np.arange(0.0, 3.01, 0.25),
 }
 #: the pure per-event alternative (--events-only): no host share, a cost per recorded row of each kind
 EVENTS_GRID = {
@@ -56,8 +57,14 @@ EVENTS_GRID = {
     "runtime": np.arange(0.0, 8.01, 0.5),
     "python": np.arange(0.0, 16.01, 1.0),
 }
-#: the committed model: the per-event costs, the host share and its slope in the trace's launch floor
-COMMITTED = {**overhead.COST_US, "host_share": overhead.HOST_SHARE, "launch_slope": overhead.LAUNCH_SLOPE}
+#: the committed model: the per-event costs, the host share and its slope in the trace's launch floor, the cost of
+#: a recorded op beyond the share's reach in row floors
+COMMITTED = {
+    **overhead.COST_US,
+    "host_share": overhead.HOST_SHARE,
+    "launch_slope": overhead.LAUNCH_SLOPE,
+    "long_op": overhead.LONG_OP_FLOORS,
+}
 
 
 def group(run: str) -> str:
@@ -169,6 +176,12 @@ def markdown(rs: list[dict], cost: dict[str, float]) -> str:
         + ", "
         + ", ".join(f"{k} {cost[k]:g} µs" for k in ("op", "runtime", "python"))
         + " per recorded row"
+        + (
+            f", {cost['long_op']:g} × the trace's row floor per recorded op more than"
+            f" {replay.HOST_SHARE_MAX_NS / 1e6:g} ms into its host interval"
+            if cost.get("long_op")
+            else ""
+        )
         + ", and the collector's module hooks measured in the trace"
         + " (`python tools/fit_overhead.py --check`).",
         "",
@@ -246,7 +259,9 @@ def main() -> None:
     if a.write_docs:
         write_docs(md)
     if a.events_only:
-        ev = fit(cal, {"op": 3.0, "runtime": 3.0, "python": 2.0, "host_share": 0.0}, EVENTS_GRID)
+        ev = fit(
+            cal, {"op": 3.0, "runtime": 3.0, "python": 2.0, "host_share": 0.0, "long_op": 0.0}, EVENTS_GRID
+        )
         print("pure per-event model refitted on the calibration runs:", json.dumps(ev))
         print("\n".join(markdown(rs, ev).splitlines()[:8]))
 

@@ -124,6 +124,7 @@ def _analyze_trace(trace: Trace, options: Options) -> tuple[dict, pl.DataFrame, 
     fixinfo: dict | None = None
     analysed = steps
     host: dict | None = None
+    hctx: RuleContext | None = None  # a CPU-only trace's context (its profiler estimate)
     if trace.has_gpu:
         ctx, warns = RuleContext.prepare(trace, steps)
         warnings.extend(warns)  # steps left out of the rules and the classification
@@ -135,7 +136,8 @@ def _analyze_trace(trace: Trace, options: Options) -> tuple[dict, pl.DataFrame, 
     else:
         warnings.append("no GPU activity in this trace (CPU-only): the report analyzes host (CPU) time (JSON `cpu`)")
         host = cpu.prepare(trace, steps)
-        findings, warns = run_rules(RuleContext.for_host(trace, steps, host), options)  # the rules with CPU = True
+        hctx = RuleContext.for_host(trace, steps, host)
+        findings, warns = run_rules(hctx, options)  # the rules with CPU = True
         warnings.extend(warns)
         # no device to replay: the rules' own estimate over the steps, per step like every saving
         findings = [{**{k: v for k, v in f.items() if k != RULE_SEVERITY},
@@ -150,7 +152,7 @@ def _analyze_trace(trace: Trace, options: Options) -> tuple[dict, pl.DataFrame, 
     entry["findings"] = findings
     entry["verdict_text"] = (verdict_text(classification, analysed.height, findings) if ctx
                              else cpu.verdict(trace, steps, host, findings) if host else None)
-    entry["profiling"] = profiling_section(trace, analysed, classification.get("dominant"), ctx,
+    entry["profiling"] = profiling_section(trace, analysed, classification.get("dominant"), ctx or hctx,
                                            classification.get("primary"))
     entry["replay"] = replay_fidelity(trace, analysed)
     if entry["replay"].get("confidence") == "low":

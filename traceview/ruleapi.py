@@ -141,12 +141,13 @@ class RuleContext:
     @classmethod
     def for_host(cls, trace: Trace, steps: pl.DataFrame, cpu: Mapping[str, Any]) -> RuleContext:
         """The context of a trace without GPU activity: no kernels, no classifier partition; `cpu` holds the
-        host-side analyses (step split, totals) the CPU rules read."""
+        host-side analyses (step split, totals) the CPU rules read. The profiler's cost is estimated as for any
+        trace (`profiler_cost`: on a CPU-only step, the cost of each recorded op, `overhead.LONG_OP_FLOORS`)."""
         part = pl.DataFrame(schema={"step": pl.Int64, "ts": pl.Int64, "end": pl.Int64, "cls": pl.String})
         window = int((steps["end"] - steps["ts"]).sum()) if steps.height else 0
         return cls(trace=trace, steps=steps, window_ns=window, spec=trace_spec(trace.meta),
                    kb=(kb := classify.kernel_bound(trace)), part=part, features=detect(trace, kb),
-                   cpu=MappingProxyType(dict(cpu)))
+                   profiler=profiler_cost(trace, complete_steps(trace, steps)[0]), cpu=MappingProxyType(dict(cpu)))
 
     @classmethod
     def prepare(cls, trace: Trace, steps: pl.DataFrame) -> tuple[RuleContext, list[str]]:

@@ -21,8 +21,18 @@ cuBLAS) holds the driver's launch and the profiler's CUPTI callbacks around it, 
 share is HOST_SHARE at LAUNCH_REF_US and rises by LAUNCH_SLOPE per µs above it (`host_share`); a trace without
 enough such calls keeps HOST_SHARE.
 
-HOST_SHARE, LAUNCH_SLOPE and COST_US are fitted by tools/fit_overhead.py on the calibration runs named in
-tools/overhead_split.json (the collector's CUDA-event unprofiled step as ground truth; a later set of runs held out);
+Host time the share does not scale still pays for the ops recorded in it: a CPU-only trace has no runtime call to
+anchor its host, so each step is one host interval of its ops' own work, and a long stretch of CPU work in a GPU
+step (a DataLoader without workers, a compilation) is one too. There each recorded op that starts more than
+replay.HOST_SHARE_MAX_NS into its interval costs LONG_OP_FLOORS times the trace's row floor (`row_floor_us`: the
+floor of the host gaps the profiler's callbacks leave around each recorded op). The floor follows the host and the
+ops (0.4-0.5 µs on a fast host, ~1 µs on a slower one recording the same kind of training step), as the cost per
+op does (0.5-1.1 µs on the fast host, 1.4-1.6 µs on the slower): a constant cost per op cannot serve both. Without
+it a CPU-only step kept all but the share of its first millisecond (11.5 ms traced, 11.0 estimated, 7.0 measured
+for an optimizer step of 2 800 recorded ops: docs/replay.md).
+
+HOST_SHARE, LAUNCH_SLOPE, LONG_OP_FLOORS and COST_US are fitted by tools/fit_overhead.py on the calibration runs
+named in tools/overhead_split.json (the collector's CUDA-event unprofiled step as ground truth; a later set of runs held out);
 ERROR_BAND is about the 90th-percentile relative error on the runs not fitted on (docs/replay.md has the tables).
 """
 
@@ -37,6 +47,7 @@ from ..memo import per_trace
 from ..model import RUNTIME_CATS, Trace
 from .layers import ATTR_PREFIX
 from .replay import Transform, replay
+from .replay_graph import KINDS
 from .timeline import step_busy
 
 #: host cost of one recorded event (µs), fitted by tools/fit_overhead.py (calibration runs of tools/overhead_split.json)
@@ -49,6 +60,14 @@ HOST_SHARE = 0.48
 #: process whose profiled launch calls cost more (the profiler's CUPTI callbacks around each call) pays more of its
 #: dispatch time to the profiler (`host_share`)
 LAUNCH_SLOPE = 0.03
+#: the profiler's cost of a recorded op that starts beyond the first replay.HOST_SHARE_MAX_NS of its host interval
+#: (host time the share does not scale: a CPU-only step, whose ops are its work; a long stretch of CPU work), in
+#: units of the trace's row floor (`row_floor_us`), fitted with HOST_SHARE: each op's enter and exit callbacks
+#: (RecordFunction, its input shapes) cost about this many times the gaps they leave around the recorded rows
+LONG_OP_FLOORS = 1.25
+#: quantile of the host gaps before and after the recorded ops taken as the floor (`row_floor_us`), and the fewest
+#: ops that make one
+ROW_FLOOR_Q, ROW_MIN_OPS = 0.1, 20
 #: the launch floor (µs) at which the share is HOST_SHARE: about the calibration runs' median floor (a reference
 #: point, not fitted: moving it moves the fitted HOST_SHARE with it)
 LAUNCH_REF_US = 5.5
@@ -83,11 +102,15 @@ def profiler_transform(trace: Trace | None = None, cost_us: dict[str, float] | N
     c = dict(cost_us or {**COST_US, "host_share": HOST_SHARE, "launch_slope": LAUNCH_SLOPE})
     share = float(c.pop("host_share", HOST_SHARE))
     long = float(c.pop("long_share", 0.0))
+    floors = float(c.pop("long_op", LONG_OP_FLOORS))
+    row = row_floor_us(trace) if trace is not None and floors else None
+    long_cost = {"op": round(floors * row, 3)} if row else {}  # (whole ns per row: the replay's sums are exact)
     if "launch_slope" in c:
         slope = float(c.pop("launch_slope"))
         share = host_share(trace, share, slope) if trace is not None else share
     cuts = module_hook_cuts(trace) if trace is not None else {}
-    return Transform("profiler cost", cost_us=c, host_share=share, long_share=long, host_cut=cuts)
+    return Transform("profiler cost", cost_us=c, host_share=share, long_share=long, long_cost_us=long_cost,
+                     host_cut=cuts)
 
 
 @per_trace
@@ -97,6 +120,37 @@ def launch_floor_us(trace: Trace) -> float | None:
     and the profiler's CUPTI callbacks around it; the floor (no queueing, no work beside it) is that cost alone."""
     d = trace.host.filter(pl.col("name").is_in(LAUNCH_CALLS) & pl.col("dur").is_not_null())["dur"]
     return float(d.quantile(LAUNCH_FLOOR_Q)) / 1000 if d.len() >= LAUNCH_MIN_CALLS else None
+
+
+@per_trace
+def row_floor_us(trace: Trace) -> float | None:
+    """The floor of the host gaps the profiler leaves around each recorded op (µs): the ROW_FLOOR_Q quantile of
+    the gap from the last recorded boundary (a row's start or end on its thread) before an op's start, plus that
+    of the gap from its end to the next boundary; None with fewer than ROW_MIN_OPS ops. The profiler's callbacks
+    run around each op's timestamps (entering it: the RecordFunction and its input shapes; leaving it), so on a
+    thread that records op after op the shortest gaps are those callbacks alone, which scale with the host's
+    speed: ~0.4 µs on a fast host, ~0.9 µs on a slower one, recording the same ops."""
+    h = trace.host.filter(pl.col("ts").is_not_null() & pl.col("end").is_not_null() & pl.col("tid").is_not_null())
+    op = h.select(pl.col("cat").is_in(KINDS["op"])).to_series().to_numpy()
+    if int(op.sum()) < ROW_MIN_OPS:
+        return None
+    code = h["tid"].rank("dense").cast(pl.Int64).to_numpy()
+    ts, end = h["ts"].to_numpy().astype(np.int64), h["end"].to_numpy().astype(np.int64)
+    base = int(ts.min())
+    key = lambda t: code * (1 << 42) + (t - base)  # noqa: E731 - (thread, time) as one sortable integer
+    kts, kend = key(ts), key(end)
+    bounds = np.sort(np.concatenate([kts, kend]))
+    ks, ke = kts[op], kend[op]
+    # the last boundary strictly before the start and the first strictly after the end, on the same thread
+    j = np.searchsorted(bounds, ks, side="left") - 1
+    prev = bounds[np.maximum(j, 0)]
+    pre = (ks - prev)[(j >= 0) & ((prev >> 42) == (ks >> 42))]
+    k = np.searchsorted(bounds, ke, side="right")
+    nxt = bounds[np.minimum(k, bounds.size - 1)]
+    post = (nxt - ke)[(k < bounds.size) & ((nxt >> 42) == (ke >> 42))]
+    if pre.size < ROW_MIN_OPS or post.size < ROW_MIN_OPS:
+        return None
+    return (float(np.quantile(pre, ROW_FLOOR_Q)) + float(np.quantile(post, ROW_FLOOR_Q))) / 1000
 
 
 def host_share(trace: Trace, share: float = HOST_SHARE, slope: float = LAUNCH_SLOPE) -> float:

@@ -59,6 +59,9 @@ class Transform:
     - long_share: the share taken off the part of each host interval beyond HOST_SHARE_MAX_NS (work of its own,
       which host_share leaves whole): only where a measurement says the profiler slowed that work too
       (`overhead.measured_transform`: a recompiling step's Dynamo/Inductor compilation).
+    - long_cost_us: µs taken off every recorded host row of a kind that starts more than HOST_SHARE_MAX_NS into
+      its host interval (the part host_share leaves whole): the profiler's recording of each op inside work of
+      its own (a CPU-only step, whose ops are its work; a long stretch of CPU work in a GPU step);
     - host_spans: (tid, ts, end) spans whose host time leaves the host path, whatever rows or calls it holds (a
       DataLoader's `__next__`, a compilation); the profiler's cost of the rows inside is not taken twice."""
 
@@ -71,6 +74,7 @@ class Transform:
     cost_us: Mapping[str, float] = field(default_factory=dict)
     host_share: float = 0.0
     long_share: float = 0.0
+    long_cost_us: Mapping[str, float] = field(default_factory=dict)
     host_spans: Sequence[tuple[int, int, int]] = ()
     bound_us: float | None = None  # the most the fix saves per step (fixes.per_step_us), None: the replay's saving
     #: a pace from outside the graph (ns per step): the mean replayed period is at least this, unless a transform
@@ -247,6 +251,14 @@ def _cuts(g: Graph, transforms: Sequence[Transform]) -> tuple[np.ndarray, ...]:
                 # (an anchor's own runtime row is among its rows: `inside` its own time); rows in a removed span: once
                 w = per_kind[rows.kind] if in_span is None else np.where(in_span, 0.0, per_kind[rows.kind])
                 pre += np.bincount(_flat(g), weights=w, minlength=3 * n_a)
+        if t.long_cost_us:
+            # (rows beyond the share's HOST_SHARE_MAX_NS: the share does not scale them, so the order is moot)
+            per_kind = np.array([float(t.long_cost_us.get(k, 0.0)) * 1000 for k in KINDS])
+            w = np.where(_beyond(g), per_kind[rows.kind], 0.0)
+            if in_span is not None:
+                w = np.where(in_span, 0.0, w)
+            cuts += np.bincount(_flat(g), weights=w, minlength=3 * n_a)
+            exact &= all(float(c).is_integer() for c in per_kind)  # (whole ns per row: exact sums)
         if t.host_cut:
             p, v, whole = _part(g, "host_cut", (t.host_cut,), lambda m: _host_cut(g, m))
             exact &= whole
@@ -266,6 +278,21 @@ def _cuts(g: Graph, transforms: Sequence[Transform]) -> tuple[np.ndarray, ...]:
     if removed:
         _add(cuts, *_part(g, "host_removed", removed, lambda *rs: _removed(g, rs)), exact)
     return cuts[:n_a], cuts[n_a:2 * n_a], cuts[2 * n_a:], dur, keep_wait, d_gap, pre
+
+
+@per_trace
+def _beyond(g: Graph) -> np.ndarray:
+    """Whether each recorded row (`Graph.seg_rows`) starts more than HOST_SHARE_MAX_NS into its host interval:
+    the gap before its anchor from the previous call's end (its start where the calls overlap), the joined
+    part of a gap from the other thread's call, or the call's own time."""
+    rows = g.seg_rows
+    if rows.i.size == 0:
+        return np.zeros(0, bool)
+    a = rows.seg
+    prev = np.maximum(g.a_prev, 0)
+    gap_from = np.where(g.a_prev >= 0, np.where(g.a_overlap, g.a_ts[prev], g.a_end[prev]), g.a_ts - g.a_gap)
+    start = np.where(rows.where == 2, g.a_ts[a], np.where(rows.where == 1, g.a_ts[a] - g.a_jwake[a], gap_from[a]))
+    return (rows.ts - start) > HOST_SHARE_MAX_NS
 
 
 def _add(cuts: np.ndarray, slots: np.ndarray, ns: np.ndarray, exact: bool) -> None:
@@ -567,7 +594,8 @@ def _transform_key(t: Transform) -> tuple:
     DataLoader's batch arrivals, `Graph.a_arrive`)."""
     rows = tuple((id(x), len(x)) if len(x) else None
                  for x in (t.gpu_dur, t.gpu_gap, t.host_cut, t.host_removed, t.no_wait, t.host_spans))
-    return rows, tuple(sorted(t.cost_us.items())), float(t.host_share), float(t.long_share), bool(t.input_ready)
+    return (rows, tuple(sorted(t.cost_us.items())), float(t.host_share), float(t.long_share),
+            tuple(sorted(t.long_cost_us.items())), bool(t.input_ready))
 
 
 @per_trace
@@ -608,13 +636,15 @@ def _parametric_key(transforms: Sequence[Transform]) -> tuple | None:
     if any(t.gpu_dur or t.gpu_gap or t.host_cut or len(t.host_removed) or len(t.no_wait) or len(t.host_spans)
            or t.input_ready for t in transforms):
         return None
-    return tuple((tuple(sorted(t.cost_us.items())), float(t.host_share), float(t.long_share)) for t in transforms)
+    return tuple((tuple(sorted(t.cost_us.items())), float(t.host_share), float(t.long_share),
+                  tuple(sorted(t.long_cost_us.items()))) for t in transforms)
 
 
 @per_trace
 def _parametric(trace: Trace, key: tuple[tuple, ...], tkey: tuple) -> np.ndarray:
     steps = pl.DataFrame(dict(zip(_STEP_COLS, map(list, key), strict=True)), schema={c: pl.Int64 for c in _STEP_COLS})
-    ts = [Transform("parametric", cost_us=dict(c), host_share=h, long_share=lg) for c, h, lg in tkey]
+    ts = [Transform("parametric", cost_us=dict(c), host_share=h, long_share=lg, long_cost_us=dict(lc))
+          for c, h, lg, lc in tkey]
     g = build(trace)
     s, e = _boundaries(g, steps, simulate(g, ts))
     return _per_step(steps, e - s)

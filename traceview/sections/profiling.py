@@ -15,7 +15,7 @@ from typing import Any
 
 import polars as pl
 
-from ..analyses.overhead import COST_US, host_share, launch_floor_us
+from ..analyses.overhead import COST_US, LONG_OP_FLOORS, host_share, launch_floor_us, row_floor_us
 from ..ingest.manifest import rank_step_times
 from ..model import Trace
 from ..ruleapi import RuleContext
@@ -24,7 +24,7 @@ from .section import Section
 SECTION = Section(
     keys=('profiling',), computes='what the profiler itself cost, estimated or measured by the collector',
     json_type='object', text='header', app_page='overview',
-    json_doc='for every trace: `estimated_unprofiled_step_us` (the replay with the profiler\'s cost removed, docs/replay.md), `estimated_unprofiled_step_band_us` [low, high], `estimated_overhead_per_step_us`, `events_per_step` {`op`, `runtime`, `python`}, `gpu_busy_per_step_us`, `model` (`host_share`: the share of this trace\'s host dispatch time taken off, the fitted share moved by its `launch_floor_us`, the floor of its recorded kernel launches (`cudaLaunchKernel`, `cuLaunchKernel`, `cuLaunchKernelEx`), null without enough; `cost_us_per_event`, `method`: `replay`), `confidence` (`low` when `replay.confidence` is), `traced_step_ms` (mean step period); for traces written by `traceview collect` (a `manifest.json` beside them) also `run`, `command`, `options`, `method` (`cuda_event`/`wall`), `unprofiled_step_ms`, `profiled_step_ms` (medians measured by the collector), `overhead_pct` (else null); `launch_bound_may_be_artifact` (the verdict is `cpu_launch` and the measured overhead is > 20 %, or without a manifest the estimate moved the primary off `cpu_launch`), `note`',
+    json_doc='for every trace: `estimated_unprofiled_step_us` (the replay with the profiler\'s cost removed, docs/replay.md), `estimated_unprofiled_step_band_us` [low, high], `estimated_overhead_per_step_us`, `events_per_step` {`op`, `runtime`, `python`}, `gpu_busy_per_step_us`, `model` (`host_share`: the share of this trace\'s host dispatch time taken off, the fitted share moved by its `launch_floor_us`, the floor of its recorded kernel launches (`cudaLaunchKernel`, `cuLaunchKernel`, `cuLaunchKernelEx`), null without enough; `row_floor_us`: the floor of the host gaps around its recorded ops, null without enough, and `long_op_floors`: the cost of a recorded op more than 1 ms into a host interval the share does not scale (a CPU-only step), in those floors; `cost_us_per_event`, `method`: `replay`), `confidence` (`low` when `replay.confidence` is), `traced_step_ms` (mean step period); for traces written by `traceview collect` (a `manifest.json` beside them) also `run`, `command`, `options`, `method` (`cuda_event`/`wall`), `unprofiled_step_ms`, `profiled_step_ms` (medians measured by the collector), `overhead_pct` (else null); `launch_bound_may_be_artifact` (the verdict is `cpu_launch` and the measured overhead is > 20 %, or without a manifest the estimate moved the primary off `cpu_launch`), `note`',
 )
 
 REPLAY = Section(
@@ -47,6 +47,7 @@ def profiling_section(trace: Trace, steps: pl.DataFrame, dominant: str | None,
         "events_per_step": est.get("events_per_step"),
         "gpu_busy_per_step_us": est.get("gpu_busy_per_step_us"),
         "model": {"host_share": round(host_share(trace), 4), "launch_floor_us": launch_floor_us(trace),
+                  "row_floor_us": row_floor_us(trace), "long_op_floors": LONG_OP_FLOORS,
                   "cost_us_per_event": dict(COST_US), "method": "replay",
                   "doc": "docs/replay.md"},
         "confidence": "high",
