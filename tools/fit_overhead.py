@@ -32,6 +32,7 @@ from traceview.analyses import overhead, replay  # noqa: E402
 from traceview.analyses.windows import complete_steps  # noqa: E402
 from traceview.ingest.loader import load  # noqa: E402
 from traceview.ingest.manifest import rank_step_times, steady_unprofiled_ms  # noqa: E402
+from traceview.sections import job_answer  # noqa: E402
 
 SAMPLES = ROOT / "sample_traces"
 SPLIT = json.loads((ROOT / "tools/overhead_split.json").read_text())
@@ -75,12 +76,20 @@ def group(run: str) -> str:
 
 
 def runs() -> list[dict]:
-    """Every bundled rank trace with a manifest: {run, group, trace, steps, unprof_ns, traced_ns}."""
+    """Every bundled rank trace with a manifest: {run, group, trace, steps, unprof_ns, traced_ns, job}. `job`: the
+    run's ranks when it has more than one (the analyzer estimates each from the job's replay, `estimate_ns`)."""
     out = []
     for m in sorted(SAMPLES.glob("*/*/manifest.json")):
         run = f"{m.parent.parent.name}/{m.parent.name}"
-        for f in sorted(m.parent.glob("*.pt.trace.json.gz")):
-            t = load(f)
+        files = sorted(m.parent.glob("*.pt.trace.json.gz"))
+        loaded = [load(f) for f in files]
+        # the job in the analyzer's rank order (report.py: by rank, then path)
+        order = sorted(range(len(loaded)), key=lambda k: (loaded[k].meta.rank is None, loaded[k].meta.rank or 0,
+                                                           loaded[k].meta.path))
+        job = {"traces": [loaded[k] for k in order],
+               "steps": [complete_steps(loaded[k], loaded[k].steps)[0] for k in order], "est": {}} \
+            if len(files) > 1 else None
+        for f, t in zip(files, loaded, strict=True):
             st, _ = complete_steps(t, t.steps)
             man = t.meta.manifest or json.loads(m.read_text())
             _, prof, _ = rank_step_times(man, f.name, t.meta.rank)
@@ -100,12 +109,24 @@ def runs() -> list[dict]:
                     "prof_ns": (prof or 0.0) * 1e6,
                     "traced_ns": traced,
                     "set_aside": bool(prof) and abs(traced / (prof * 1e6) - 1) > TRACE_TOL,
+                    "job": job,
+                    "pos": next(k for k, x in enumerate(job["traces"]) if x is t) if job else 0,
                 }
             )
     return out
 
 
 def estimate_ns(r: dict, cost: dict[str, float]) -> float:
+    """The rank's estimated unprofiled step as the analyzer makes it: from its job's replay where the run's ranks
+    form a job it replays (`job_answer.unprofiled_estimates`), else from the trace's own replay."""
+    job = r.get("job")
+    if job is not None:
+        key = tuple(sorted(cost.items()))
+        if key not in job["est"]:
+            job["est"][key] = job_answer.unprofiled_estimates(job["traces"], job["steps"], dict(cost))
+        got = job["est"][key]
+        if got is not None:
+            return float(got[r["pos"]].mean())
     return float(overhead.unprofiled_steps(r["trace"], r["steps"], cost).mean())
 
 

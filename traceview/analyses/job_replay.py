@@ -32,6 +32,7 @@ import numpy as np
 import polars as pl
 
 from ..model import Trace
+from .overhead import from_replays, gpu_busy_per_step, profiler_transform
 from .replay import NEG, Transform, activity_positions, edges, longest, split, step_periods
 from .replay_graph import Graph, build
 
@@ -244,6 +245,37 @@ def noise_ns(periods: np.ndarray) -> float:
     across the steps (0 with one step)."""
     per_step = np.nanmean(periods, axis=0) if periods.size else np.zeros(0)
     return float(np.std(per_step, ddof=1)) if per_step.size > 1 else 0.0
+
+
+def unprofiled_estimates(jg: JobGraph, traces: Sequence[Trace], steps: Sequence[pl.DataFrame],
+                         recorded: np.ndarray | None = None, cost_us: dict[str, float] | None = None
+                         ) -> list[np.ndarray]:
+    """Each rank's estimated unprofiled step durations (ns, over its `steps`) from the job replay: the joint graph
+    replayed as recorded (`recorded`: `job_periods(jg, steps, profiled=True)` when the caller has it) and with
+    every rank's fitted profiler cost taken off (`overhead.profiler_transform`, `cost_us` as there: never the
+    collector's measurement, which the estimate is checked against), taken to each rank's steps as a single
+    trace's estimate is (`overhead.from_replays`). A rank's wait for a peer at a collective is not its own host
+    time: in the joint graph it shrinks or grows with the peer's profiler cost, where a rank's own replay keeps it
+    as recorded. `jg` is the job with every rank (a sub-job freezes the dropped ranks' profiled arrivals)."""
+    rec = recorded if recorded is not None else job_periods(jg, steps, profiled=True)
+    est = job_periods(with_unprofiled(jg, {r: [profiler_transform(t, cost_us)]
+                                           for r, t in zip(jg.ranks, traces, strict=True)}), steps)
+    return [from_replays(t, st, rec[k, :st.height], est[k, :st.height], busy_per_step(t, st, jg.comm_dur[k]))
+            for k, (t, st) in enumerate(zip(traces, steps, strict=True))]
+
+
+def busy_per_step(trace: Trace, steps: pl.DataFrame, kept: Mapping[int, int]) -> np.ndarray | None:
+    """GPU busy ns of each step with each collective kernel held to its transfer after the last rank joined
+    (`kept`: gpu row -> ns, `JobGraph.comm_dur`): a kernel that waited for a later rank was not busy with work
+    of its own while it waited, so that wait is no floor under the rank's unprofiled step (None: no kernel)."""
+    if not kept or steps.height == 0:
+        return None
+    x = pl.DataFrame({"i": np.fromiter(kept.keys(), np.int64), "_x": np.fromiter(kept.values(), np.int64)})
+    gpu = (trace.gpu.with_columns(pl.col("i").cast(pl.Int64)).join(x, on="i", how="left", maintain_order="left")
+           .with_columns(ts=pl.when(pl.col("_x").is_null()).then(pl.col("ts"))
+                         .otherwise(pl.max_horizontal("ts", pl.col("end") - pl.col("_x"))))
+           .drop("_x"))
+    return gpu_busy_per_step(trace, steps, gpu)
 
 
 def fidelity(jg: JobGraph, steps: Sequence[pl.DataFrame], base: np.ndarray) -> dict:

@@ -48,7 +48,7 @@ from ..model import RUNTIME_CATS, Trace
 from .layers import ATTR_PREFIX
 from .replay import Transform, replay
 from .replay_graph import KINDS
-from .timeline import step_busy
+from .timeline import busy_per_window, step_busy
 
 #: host cost of one recorded event (µs), fitted by tools/fit_overhead.py (calibration runs of tools/overhead_split.json)
 COST_US = {"op": 0.0, "runtime": 0.0, "python": 1.5}
@@ -228,9 +228,10 @@ def events_per_step(trace: Trace, steps: pl.DataFrame) -> dict[str, float]:
     return {k: round(got[k] / n, 1) for k in COST_US}
 
 
-def gpu_busy_per_step(trace: Trace, steps: pl.DataFrame) -> np.ndarray:
-    """GPU busy ns of each step (the busiest device), in the order of `steps`."""
-    busy = step_busy(trace, steps)
+def gpu_busy_per_step(trace: Trace, steps: pl.DataFrame, gpu: pl.DataFrame | None = None) -> np.ndarray:
+    """GPU busy ns of each step (the busiest device), in the order of `steps`; of `gpu` (the trace's activity with
+    some durations changed: `job_replay.unprofiled_estimates`) when given."""
+    busy = step_busy(trace, steps) if gpu is None else busy_per_window(gpu, steps)
     if busy.height == 0:
         return np.zeros(steps.height)
     b = busy.group_by("step").agg(pl.col("busy").max())
@@ -246,13 +247,23 @@ def unprofiled_steps(
     transform, within [GPU busy time, traced period]. The saving is the means' difference, shared over the steps
     in proportion to their traced periods: a faster host shortens the first steps and lengthens the last (its
     device work still drains), so per-step differences clipped at zero would bias the mean low."""
-    traced = (steps["end"] - steps["ts"]).to_numpy().astype(np.float64)
     r0 = replay(trace, steps)
     r1 = replay(trace, steps, [profiler_transform(trace, cost_us)])
+    return from_replays(trace, steps, r0, r1)
+
+
+def from_replays(trace: Trace, steps: pl.DataFrame, r0: np.ndarray, r1: np.ndarray,
+                 busy: np.ndarray | None = None) -> np.ndarray:
+    """Estimated unprofiled duration (ns) of each step from its replayed periods as recorded (`r0`) and with the
+    profiler's cost taken off (`r1`): a single trace's own replay (`unprofiled_steps`) or its rank's in the job
+    replay (`job_replay.unprofiled_estimates`), the same arithmetic for both; at least the steps' GPU busy time
+    (`busy`, else `gpu_busy_per_step`)."""
+    traced = (steps["end"] - steps["ts"]).to_numpy().astype(np.float64)
     total = float(traced.sum())
-    saved = min(max(float(r0.mean() - r1.mean()), 0.0), float(traced.mean())) if traced.size else 0.0
+    saved = min(max(float(np.mean(r0) - np.mean(r1)), 0.0), float(traced.mean())) if traced.size else 0.0
     est = traced - (saved * traced.size * traced / total if total > 0 else 0.0)
-    return np.clip(est, np.minimum(gpu_busy_per_step(trace, steps), traced), traced)
+    floor = gpu_busy_per_step(trace, steps) if busy is None else busy
+    return np.clip(est, np.minimum(floor, traced), traced)
 
 
 #: bisection steps of `measured_transform` (each one replay; the share is found to ~0.1 % of [0, SHARE_MAX])
@@ -337,14 +348,22 @@ def _solve(trace: Trace, steps: pl.DataFrame, target_ns: float, timed: bool = Fa
     return at(bisect(mean, lo, hi))
 
 
-def estimate(trace: Trace, steps: pl.DataFrame) -> dict:
+def estimate(trace: Trace, steps: pl.DataFrame, unprofiled: np.ndarray | None = None,
+             method: str = "replay", busy: np.ndarray | None = None) -> dict:
     """{events_per_step, overhead_per_step_us, gpu_busy_per_step_us, traced_step_us,
-    estimated_unprofiled_step_us, error_band_us, method} for the given steps (periods)."""
+    estimated_unprofiled_step_us, error_band_us, method} for the given steps (periods). `unprofiled`: the
+    steps' estimated unprofiled durations (ns) when another replay gave them (`method`, `job_replay`: the rank's
+    in its job's replay, `busy` the GPU busy time per step it was bounded by), else its own
+    (`unprofiled_steps`)."""
     n = steps.height
     ev = events_per_step(trace, steps)
     traced = float((steps["end"] - steps["ts"]).sum()) / n / 1000 if n else 0.0
-    gpu = float(gpu_busy_per_step(trace, steps).mean()) / 1000 if n and trace.has_gpu else 0.0
-    est = float(unprofiled_steps(trace, steps).mean()) / 1000 if n else 0.0
+    if busy is None:
+        busy = gpu_busy_per_step(trace, steps) if n and trace.has_gpu else None
+    gpu = float(np.mean(busy)) / 1000 if n and trace.has_gpu and busy is not None else 0.0
+    if unprofiled is None:
+        unprofiled = unprofiled_steps(trace, steps) if n else np.zeros(0)
+    est = float(np.mean(unprofiled)) / 1000 if n else 0.0
     return {
         "events_per_step": ev,
         "overhead_per_step_us": round(traced - est, 3),
@@ -355,5 +374,5 @@ def estimate(trace: Trace, steps: pl.DataFrame) -> dict:
             round(max(gpu, est * (1 - ERROR_BAND)), 3),
             round(min(traced, est * (1 + ERROR_BAND)), 3),
         ],
-        "method": "replay",
+        "method": method,
     }

@@ -265,6 +265,8 @@ def build(trace: Trace) -> Graph:
     seg, keys, key_of = _segments(trace, a_tid, a_ts, a_end, code)
     a_join, a_jwake, a_gap = _joins(a_tid, a_ts, a_end, a_prev, a_gap, prev_end, keys, key_of,
                                     _long_rows(trace, code), _program_threads(trace, a_tid, code))
+    a_join, a_jwake, a_gap = _handoffs(trace, a_tid, a_ts, a_end, a["marker"].to_numpy(), a_prev, a_join, a_jwake,
+                                       a_gap, code)
     del code
     if (a_join >= 0).any():  # rows of a joined gap after the other thread's last call are the join edge's time
         jt = np.where(a_join >= 0, a_end[np.maximum(a_join, 0)], np.iinfo(np.int64).max)
@@ -329,6 +331,57 @@ def _long_rows(trace: Trace, code: np.ndarray) -> pl.DataFrame:
     return (long.filter(~pl.col("name").str.contains(STEP_RE))
             .select(pl.col("tid").cast(pl.Int64), pl.col("ts").cast(pl.Int64), pl.col("end").cast(pl.Int64))
             .drop_nulls())
+
+
+#: the host-side collectives a worker thread runs for the program (ProcessGroupGloo's `gloo:<op>` ranges) and the
+#: ops that enqueue them on the program's thread (`c10d::allreduce_`, ...)
+HANDOFF_RANGE, HANDOFF_ENQUEUE = "gloo:", "c10d::"
+
+
+def _handoffs(trace: Trace, a_tid: np.ndarray, a_ts: np.ndarray, a_end: np.ndarray, marker: np.ndarray,
+              a_prev: np.ndarray, a_join: np.ndarray, a_jwake: np.ndarray, a_gap: np.ndarray,
+              code: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """The hand-off of each host-side collective to its worker thread (`HANDOFF_RANGE` ranges): the worker's first
+    call inside the range (F) is joined to H, the last call ending by the range's start of the thread that
+    enqueued it (its latest `HANDOFF_ENQUEUE` op before the range began), and F's program-order gap keeps only the
+    worker's time since the range began (before it, the worker waited for work: idle). The worker picks the work up
+    when that thread hands it over, not when it was recorded to: without the join the worker's first call of a
+    trace has no edge at all and replays where it was recorded, and a later one follows its previous collective by
+    its recorded idle time, so a host made faster (the profiler's cost taken off) would still reach each exchange
+    when it did (`_joins` does not read it: the range's own row starts inside the idle span it would join).
+    Returns (a_join, a_jwake, a_gap)."""
+    ann = trace.host.filter(pl.Series(code == _OP))
+    rng = (ann.filter(pl.col("name").str.starts_with(HANDOFF_RANGE))
+           .select(pl.col("tid").cast(pl.Int64), pl.col("ts").cast(pl.Int64), pl.col("end").cast(pl.Int64))
+           .drop_nulls())
+    real = ~marker
+    if rng.height == 0 or not real.any():
+        return a_join, a_jwake, a_gap
+    enq = (ann.filter(pl.col("name").str.starts_with(HANDOFF_ENQUEUE) & ~pl.col("tid").is_in(rng["tid"].unique().implode()))
+           .select(pl.col("tid").cast(pl.Int64).alias("_etid"), pl.col("ts").cast(pl.Int64).alias("_ets"))
+           .drop_nulls().sort("_ets"))
+    if enq.height == 0:
+        return a_join, a_jwake, a_gap
+    a = pl.DataFrame({"_a": np.arange(a_ts.size), "tid": a_tid, "ts": a_ts, "end": a_end}).filter(pl.Series(real))
+    # F: the worker's first call at or after the range's start (inside it); the enqueue: the latest enqueueing op of
+    # another thread started before the range; H: that thread's last call ending by the range's start
+    got = (rng.sort("ts")
+           .join_asof(a.select("tid", "ts", pl.col("_a").alias("_f")).sort("ts"), on="ts", by="tid",
+                      strategy="forward", check_sortedness=False)
+           .join_asof(enq, left_on="ts", right_on="_ets", strategy="backward", check_sortedness=False)
+           .drop_nulls(["_f", "_etid"]))
+    if got.height == 0:
+        return a_join, a_jwake, a_gap
+    got = got.join_asof(a.select(pl.col("tid").alias("_etid"), pl.col("end").alias("_hend"), pl.col("_a").alias("_h"))
+                        .sort("_hend"), left_on="ts", right_on="_hend", by="_etid", strategy="backward",
+                        check_sortedness=False).drop_nulls(["_h"])
+    f, h, rts = _i64(got["_f"]), _i64(got["_h"]), _i64(got["ts"])
+    ok = a_ts[f] < _i64(got["end"])
+    f, h, rts = f[ok], h[ok], rts[ok]
+    join, jwake, gap = a_join.copy(), a_jwake.copy(), a_gap.copy()
+    join[f], jwake[f] = h, np.maximum(a_ts[f] - a_end[h], 0)
+    gap[f] = np.where(a_prev[f] >= 0, np.minimum(gap[f], np.maximum(a_ts[f] - rts, 0)), gap[f])
+    return join, jwake, gap
 
 
 def _busy_at(long_rows: pl.DataFrame, tid: np.ndarray, t: np.ndarray) -> np.ndarray:

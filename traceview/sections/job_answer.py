@@ -13,17 +13,18 @@ import polars as pl
 
 from traceview.rules import BY_NAME
 
-from ..analyses import busbw, job_replay
+from ..analyses import busbw, comm, job_replay
 from ..analyses.classify import CLASSES
 from ..analyses.comm import rank_id
 from ..analyses.fixes import pricing_transform, transforms
 from ..analyses.overhead import profiler_transform
 from ..analyses.replay import Transform
 from ..ingest.reduced import full
-from ..model import Trace
+from ..model import Job, Trace
 from ..registry import straggler_rules
 from ..ruleapi import RuleContext
 from . import rank_changes, straggler
+from .profiling import with_job_estimate
 from .straggler_fix import fix_transform
 
 #: jobs of up to this many ranks are replayed whole (every rank's graph; every rank's top fix, a rule context per
@@ -157,6 +158,35 @@ def replayed(m: pl.DataFrame, ranks: list[int], last: int | None) -> list[int]:
     return rank_changes.candidates(m, ranks, last)[1]
 
 
+def _replays(source: str | None, m: pl.DataFrame, traces: list[Trace]) -> bool:
+    """Whether the job is replayed: collectives matched on kernels, or on gloo ranges of ranks that all have a
+    GPU (a CPU tensor's range holds no call to join at)."""
+    host = source == "gloo_annotation"
+    return (source == "kernel" or host) and m.height > 0 and (not host or all(t.has_gpu for t in traces))
+
+
+def unprofiled_estimates(traces: list[Trace], steps: list[pl.DataFrame],
+                         cost_us: dict[str, float] | None = None) -> list[np.ndarray] | None:
+    """Each rank's estimated unprofiled step durations (ns, over `steps[k]`) from its job's replay as `answer`
+    makes them for the ranks' profiling sections (`job_replay.unprofiled_estimates`, `cost_us` as
+    `overhead.profiler_transform` takes it); None where the job is not replayed whole (no matched collectives
+    to join at, a gloo rank without a GPU, more than MAX_FIX_RANKS ranks, a cycle)."""
+    job = Job(path="", traces=list(traces))
+    sd = dict(enumerate(steps))
+    m, _ = comm.match(job, sd)
+    source = comm.job_source(job) if m.height else "none"
+    if len(traces) > MAX_FIX_RANKS or not _replays(source, m, list(traces)):
+        return None
+    jg = job_replay.build_job(traces, [rank_id(t, k) for k, t in enumerate(traces)], m,
+                              host=source == "gloo_annotation")
+    if jg is None:
+        return None
+    try:
+        return job_replay.unprofiled_estimates(jg, traces, steps, cost_us=cost_us)
+    except ValueError:  # a cycle: collectives matched in different orders on different ranks
+        return None
+
+
 def answer(traces: list[Trace], steps: dict[int, pl.DataFrame], m: pl.DataFrame, nccl: dict,
            entries: list[dict], options, parts: dict[int, pl.DataFrame | None] | None = None
            ) -> tuple[dict | None, dict | None]:
@@ -166,7 +196,7 @@ def answer(traces: list[Trace], steps: dict[int, pl.DataFrame], m: pl.DataFrame,
     whose change saves the job most: `rank_changes.py`) and sets its cause; `nccl.straggler.cause` is left to
     the caller when the job is not replayed."""
     host = nccl.get("source") == "gloo_annotation"
-    if (nccl.get("source") != "kernel" and not host) or m.height == 0 or (host and not all(t.has_gpu for t in traces)):
+    if not _replays(nccl.get("source"), m, traces):
         return None, None
     parts = parts or {}
     st = [steps.get(k, pl.DataFrame()) for k in range(len(traces))]
@@ -185,6 +215,11 @@ def answer(traces: list[Trace], steps: dict[int, pl.DataFrame], m: pl.DataFrame,
         recorded = job_replay.job_periods(jg, sst, profiled=True)
     except ValueError as e:  # a cycle: collectives matched in different orders on different ranks
         return {"note": f"the job is not replayed: {e}"}, None
+    if len(keep) == len(ranks):  # each rank's profiling estimate from the job's replay (the whole job only)
+        for k, u in enumerate(job_replay.unprofiled_estimates(jg, traces, st, recorded)):
+            if st[k].height and k < len(entries):
+                with_job_estimate(entries[k], traces[k], st[k], u,
+                                  job_replay.busy_per_step(traces[k], st[k], jg.comm_dur[k]))
     # every saving is priced unprofiled against unprofiled: each rank's profiler cost taken off (solved to its
     # measured unprofiled step where the collector measured one), as a single trace's fixes are priced
     jg = job_replay.with_unprofiled(jg, {kept[j]: [_pricing(traces[k], st[k])] for j, k in enumerate(keep)})

@@ -13,9 +13,10 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import polars as pl
 
-from ..analyses.overhead import COST_US, LONG_OP_FLOORS, host_share, launch_floor_us, row_floor_us
+from ..analyses.overhead import COST_US, LONG_OP_FLOORS, estimate, host_share, launch_floor_us, row_floor_us
 from ..ingest.manifest import rank_step_times
 from ..model import Trace
 from ..ruleapi import RuleContext
@@ -24,7 +25,7 @@ from .section import Section
 SECTION = Section(
     keys=('profiling',), computes='what the profiler itself cost, estimated or measured by the collector',
     json_type='object', text='header', app_page='overview',
-    json_doc='for every trace: `estimated_unprofiled_step_us` (the replay with the profiler\'s cost removed, docs/replay.md), `estimated_unprofiled_step_band_us` [low, high], `estimated_overhead_per_step_us`, `events_per_step` {`op`, `runtime`, `python`}, `gpu_busy_per_step_us`, `model` (`host_share`: the share of this trace\'s host dispatch time taken off, the fitted share moved by its `launch_floor_us`, the floor of its recorded kernel launches (`cudaLaunchKernel`, `cuLaunchKernel`, `cuLaunchKernelEx`), null without enough; `row_floor_us`: the floor of the host gaps around its recorded ops, null without enough, and `long_op_floors`: the cost of a recorded op more than 1 ms into a host interval the share does not scale (a CPU-only step), in those floors; `cost_us_per_event`, `method`: `replay`), `confidence` (`low` when `replay.confidence` is), `traced_step_ms` (mean step period); for traces written by `traceview collect` (a `manifest.json` beside them) also `run`, `command`, `options`, `method` (`cuda_event`/`wall`), `unprofiled_step_ms`, `profiled_step_ms` (medians measured by the collector), `overhead_pct` (else null); `launch_bound_may_be_artifact` (the verdict is `cpu_launch` and the measured overhead is > 20 %, or without a manifest the estimate moved the primary off `cpu_launch`), `note`',
+    json_doc='for every trace: `estimated_unprofiled_step_us` (the replay with the profiler\'s cost removed, docs/replay.md), `estimated_unprofiled_step_band_us` [low, high], `estimated_overhead_per_step_us`, `events_per_step` {`op`, `runtime`, `python`}, `gpu_busy_per_step_us` (a rank of a replayed job: its collective kernels counted only for their transfer after the last rank joined, not their wait), `model` (`host_share`: the share of this trace\'s host dispatch time taken off, the fitted share moved by its `launch_floor_us`, the floor of its recorded kernel launches (`cudaLaunchKernel`, `cuLaunchKernel`, `cuLaunchKernelEx`), null without enough; `row_floor_us`: the floor of the host gaps around its recorded ops, null without enough, and `long_op_floors`: the cost of a recorded op more than 1 ms into a host interval the share does not scale (a CPU-only step), in those floors; `cost_us_per_event`, `method`: `replay`, or `job_replay` for a rank estimated in its job\'s replay), `confidence` (`low` when `replay.confidence` is), `traced_step_ms` (mean step period); for traces written by `traceview collect` (a `manifest.json` beside them) also `run`, `command`, `options`, `method` (`cuda_event`/`wall`), `unprofiled_step_ms`, `profiled_step_ms` (medians measured by the collector), `overhead_pct` (else null); `launch_bound_may_be_artifact` (the verdict is `cpu_launch` and the measured overhead is > 20 %, or without a manifest the estimate moved the primary off `cpu_launch`), `note`',
 )
 
 REPLAY = Section(
@@ -38,8 +39,12 @@ ARTIFACT_OVERHEAD_PCT = 20.0
 
 
 def profiling_section(trace: Trace, steps: pl.DataFrame, dominant: str | None,
-                      ctx: RuleContext | None = None, primary: str | None = None) -> dict[str, Any]:
-    est = (ctx.profiler.get("estimate") if ctx is not None else None) or {}
+                      ctx: RuleContext | None = None, primary: str | None = None,
+                      est: dict | None = None) -> dict[str, Any]:
+    """The section from the trace's own estimate (`ctx.profiler`), or `est` where another replay made it (a
+    rank's in its job's replay: `with_job_estimate`)."""
+    if est is None:
+        est = (ctx.profiler.get("estimate") if ctx is not None else None) or {}
     out: dict[str, Any] = {
         "estimated_unprofiled_step_us": est.get("estimated_unprofiled_step_us"),
         "estimated_unprofiled_step_band_us": est.get("error_band_us"),
@@ -48,7 +53,7 @@ def profiling_section(trace: Trace, steps: pl.DataFrame, dominant: str | None,
         "gpu_busy_per_step_us": est.get("gpu_busy_per_step_us"),
         "model": {"host_share": round(host_share(trace), 4), "launch_floor_us": launch_floor_us(trace),
                   "row_floor_us": row_floor_us(trace), "long_op_floors": LONG_OP_FLOORS,
-                  "cost_us_per_event": dict(COST_US), "method": "replay",
+                  "cost_us_per_event": dict(COST_US), "method": est.get("method") or "replay",
                   "doc": "docs/replay.md"},
         "confidence": "high",
         "run": None, "command": None, "options": None, "method": None, "unprofiled_step_ms": None,
@@ -82,3 +87,21 @@ def profiling_section(trace: Trace, steps: pl.DataFrame, dominant: str | None,
         out["note"] = (f"profiled steps {prof:.2f} ms vs {unprof:.2f} ms unprofiled ({over:.0f} %: no measurable "
                        "profiler overhead; the difference is run-to-run noise)")
     return out
+
+
+def with_job_estimate(entry: dict[str, Any], trace: Trace, steps: pl.DataFrame, unprofiled: np.ndarray,
+                      busy: np.ndarray | None = None) -> None:
+    """A rank's entry (its `profiling` section, and its projection's `unprofiled_step_us` where that is the
+    estimate) from the estimated unprofiled steps of its job's replay (`job_replay.unprofiled_estimates`: the
+    ranks joined at their collectives, so a rank's wait for a peer shrinks or grows with the peer's profiler
+    cost), `model.method` `job_replay`; `busy`: the GPU busy time per step that bounded it (its collective
+    kernels held to their transfer after the last rank joined: `job_replay.busy_per_step`)."""
+    old = entry.get("profiling") or {}
+    cls = entry.get("classification") or {}
+    prof = profiling_section(trace, steps, cls.get("dominant"), primary=cls.get("primary"),
+                             est=estimate(trace, steps, unprofiled, method="job_replay", busy=busy))
+    prof["confidence"] = old.get("confidence", prof["confidence"])
+    entry["profiling"] = prof
+    proj = entry.get("projection")
+    if proj and proj.get("unprofiled_source") == "estimate":
+        proj["unprofiled_step_us"] = prof["estimated_unprofiled_step_us"]
