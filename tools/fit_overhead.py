@@ -31,7 +31,7 @@ sys.path.insert(0, str(ROOT))
 from traceview.analyses import overhead, replay  # noqa: E402
 from traceview.analyses.windows import complete_steps  # noqa: E402
 from traceview.ingest.loader import load  # noqa: E402
-from traceview.ingest.manifest import rank_step_times, steady_unprofiled_ms  # noqa: E402
+from traceview.ingest.manifest import rank_step_samples, rank_step_times, steady_unprofiled_ms  # noqa: E402
 from traceview.sections import job_answer  # noqa: E402
 
 SAMPLES = ROOT / "sample_traces"
@@ -108,12 +108,23 @@ def runs() -> list[dict]:
                     "unprof_ns": unprof * 1e6,
                     "prof_ns": (prof or 0.0) * 1e6,
                     "traced_ns": traced,
-                    "set_aside": bool(prof) and abs(traced / (prof * 1e6) - 1) > TRACE_TOL,
+                    "set_aside": aside_reason(traced, prof, len(rank_step_samples(man, f.name, t.meta.rank))),
                     "job": job,
                     "pos": next(k for k, x in enumerate(job["traces"]) if x is t) if job else 0,
                 }
             )
     return out
+
+
+def aside_reason(traced_ns: float, prof_ms: float | None, n_unprofiled: int) -> str | None:
+    """Why a run cannot be scored (None: it can): its trace is not the steps the collector timed (traced step vs the
+    profiled CUDA-event step off by more than TRACE_TOL), or it has no steady unprofiled step (one unprofiled step
+    recorded: the first, which still warms up — the ground truth's own rule, steady_unprofiled_ms)."""
+    if prof_ms and abs(traced_ns / (prof_ms * 1e6) - 1) > TRACE_TOL:
+        return f"traced step vs the collector's profiled CUDA-event step off by more than {100 * TRACE_TOL:.0f} %"
+    if n_unprofiled == 1:
+        return "one unprofiled step recorded, the first (still warming up): no steady measurement"
+    return None
 
 
 def estimate_ns(r: dict, cost: dict[str, float]) -> float:
@@ -231,13 +242,14 @@ def markdown(rs: list[dict], cost: dict[str, float]) -> str:
     if aside:
         lines += [
             "",
-            f"Set aside (traced step vs the collector's profiled CUDA-event step off by more than "
-            f"{100 * TRACE_TOL:.0f} %: the trace is not the steps it timed), not in the table:",
+            "Set aside, not in the tables: a run whose trace is not the steps the collector timed, or whose only "
+            "unprofiled step is the first:",
             "",
         ]
         lines += [
             f"- {r['run']} rank {r['rank']}: traced {r['traced_ns'] / 1e6:.2f} ms, profiled {r['prof_ns'] / 1e6:.2f} ms, "
-            f"measured unprofiled {r['unprof_ns'] / 1e6:.2f} ms, estimated {estimate_ns(r, cost) / 1e6:.2f} ms"
+            f"measured unprofiled {r['unprof_ns'] / 1e6:.2f} ms, estimated {estimate_ns(r, cost) / 1e6:.2f} ms "
+            f"({r['set_aside']})"
             for r in aside
         ]
     return "\n".join(lines) + "\n"

@@ -59,12 +59,12 @@ HOST_SHARE = 0.48
 #: how much the share rises per µs of the trace's launch floor above LAUNCH_REF_US, fitted with HOST_SHARE: a
 #: process whose profiled launch calls cost more (the profiler's CUPTI callbacks around each call) pays more of its
 #: dispatch time to the profiler (`host_share`)
-LAUNCH_SLOPE = 0.03
+LAUNCH_SLOPE = 0.02
 #: the profiler's cost of a recorded op that starts beyond the first replay.HOST_SHARE_MAX_NS of its host interval
 #: (host time the share does not scale: a CPU-only step, whose ops are its work; a long stretch of CPU work), in
 #: units of the trace's row floor (`row_floor_us`), fitted with HOST_SHARE: each op's enter and exit callbacks
 #: (RecordFunction, its input shapes) cost about this many times the gaps they leave around the recorded rows
-LONG_OP_FLOORS = 1.25
+LONG_OP_FLOORS = 1.0
 #: quantile of the host gaps before and after the recorded ops taken as the floor (`row_floor_us`), and the fewest
 #: ops that make one
 ROW_FLOOR_Q, ROW_MIN_OPS = 0.1, 20
