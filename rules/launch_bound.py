@@ -133,11 +133,15 @@ def check(ctx: RuleContext) -> list[Finding]:
                                 next_kernel=nxt[0]["name"] if nxt else None, next_op=nxt[0]["op_name"] if nxt else None)
                      if lg else None),
     )
+    # the finding reads only these: the per-kernel frames (every kernel of a host-bound step) go before the
+    # pricing and the layer lookup below, which would otherwise run on top of them
+    count, kernel_ids = gaps.height, after["i"]
+    del cl, gaps, per_step, k, ops, after, top_after, longest, nxt
     severity, surviving, note = _profiler_check(ctx, cost)
     if note:
         evidence.profiler = note
-    return [ctx.finding(cost_ns=cost, savings_ns=surviving, count=gaps.height, steps=fired, evidence=evidence,
-                        severity=severity, fix=fix_for(ctx.features), kernel_ids=after["i"])]
+    return [ctx.finding(cost_ns=cost, savings_ns=surviving, count=count, steps=fired, evidence=evidence,
+                        severity=severity, fix=fix_for(ctx.features), kernel_ids=kernel_ids)]
 
 
 def _profiler_check(ctx: RuleContext, cost: int) -> tuple[str | None, float, ProfilerNote | None]:

@@ -178,6 +178,14 @@ class RuleContext:
             self.memo[k] = fn()
         return self.memo[k]
 
+    def forget_rule(self, name: str) -> None:
+        """Drop what rule `name` shared through `once` (a later call computes it again): run_rules calls it for a
+        rule whose check found nothing, as no fix or projection then asks for that rule's results, which would
+        otherwise stay under every later step's peak (at 10 M tiny events small-grid's kernel table alone is
+        hundreds of MB)."""
+        for k in [k for k in self.memo if k[1] == name]:
+            del self.memo[k]
+
     @property
     def lo(self) -> int:
         return int(self.steps["ts"].min())
