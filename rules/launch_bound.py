@@ -51,6 +51,7 @@ from traceview.analyses.replay import Transform
 from traceview.analyses.replay_graph import KINDS
 from traceview.analyses.rowid import by_id, join_by_id
 from traceview.analyses.windows import step_of
+from traceview.engine import IN_MEMORY
 from traceview.evidence import UNSET, Meta, OpCount, ProfilerNote, Span, UnsetType
 from traceview.ruleapi import Finding, RuleContext, xprof_severity
 
@@ -112,9 +113,14 @@ def check(ctx: RuleContext) -> list[Finding]:
     # the launching ops' rows by id (not an is_in over every host event)
     ops = by_id(trace.host, k["op"].drop_nulls().unique(), pl.col("i").alias("_hit"), "dur")
     ops = ops.filter(pl.col("_hit").is_not_null()) if ops["_hit"].null_count() else ops
+    # (what the evidence reads of the kernels and their ops, before the next frame of every late kernel is built)
+    n_k, k_med = k.height, float(k["dur"].median()) if k.height else None
+    ops_med = float(ops["dur"].median()) if ops.height else None
+    del k, ops
     # the activities right after a late gap: which ops the CPU was late to launch
-    after = trace.gpu[["i", "kind", "name", "ts", "op", "stream"]].filter(
-        pl.col("ts").is_in(gaps["end"].implode()) & pl.col("kind").is_in(["compute", "comm", "memcpy", "memset"]))
+    after = trace.gpu.lazy().filter(
+        pl.col("ts").is_in(gaps["end"].implode()) & pl.col("kind").is_in(["compute", "comm", "memcpy", "memset"])
+    ).select("i", "name", "ts", "op", "stream").collect(**IN_MEMORY)
     after = join_by_id(after, "op", trace.host, pl.col("name").alias("op_name"))
     top_after = (after.group_by("op_name").len().sort(["len", "op_name"], descending=[True, False]).head(5))
     longest = gaps.sort("end", descending=False).with_columns(g=pl.col("end") - pl.col("ts")).sort("g", descending=True).head(1)
@@ -123,9 +129,9 @@ def check(ctx: RuleContext) -> list[Finding]:
     ms = window / 1e6
     evidence = Evidence(
         cpu_launch_us=round(cost / 1000, 3), cpu_launch_pct=round(pct, 2), late_gaps=gaps.height,
-        kernels=k.height, kernels_per_ms=round(k.height / ms, 2) if ms else None,
-        median_kernel_us=round(float(k["dur"].median()) / 1000, 3) if k.height else None,
-        median_launching_op_cpu_us=round(float(ops["dur"].median()) / 1000, 3) if ops.height else None,
+        kernels=n_k, kernels_per_ms=round(n_k / ms, 2) if ms else None,
+        median_kernel_us=round(k_med / 1000, 3) if k_med is not None else None,
+        median_launching_op_cpu_us=round(ops_med / 1000, 3) if ops_med is not None else None,
         ops_after_late_gaps=[OpCount(op=r["op_name"], count=r["len"]) for r in top_after.to_dicts()],
         per_step_us={str(s): round(t / 1000, 3) for s, t in per_step.rows()},
         longest_gap=(LongestGap(start_us=round(lg["ts"] / 1000, 3), end_us=round(lg["end"] / 1000, 3),
@@ -133,11 +139,15 @@ def check(ctx: RuleContext) -> list[Finding]:
                                 next_kernel=nxt[0]["name"] if nxt else None, next_op=nxt[0]["op_name"] if nxt else None)
                      if lg else None),
     )
+    # the finding reads only these: the per-kernel frames (every kernel of a host-bound step) go before the
+    # pricing and the layer lookup below, which would otherwise run on top of them
+    count, kernel_ids = gaps.height, after["i"]
+    del cl, gaps, per_step, after, top_after, longest, nxt
     severity, surviving, note = _profiler_check(ctx, cost)
     if note:
         evidence.profiler = note
-    return [ctx.finding(cost_ns=cost, savings_ns=surviving, count=gaps.height, steps=fired, evidence=evidence,
-                        severity=severity, fix=fix_for(ctx.features), kernel_ids=after["i"])]
+    return [ctx.finding(cost_ns=cost, savings_ns=surviving, count=count, steps=fired, evidence=evidence,
+                        severity=severity, fix=fix_for(ctx.features), kernel_ids=kernel_ids)]
 
 
 def _profiler_check(ctx: RuleContext, cost: int) -> tuple[str | None, float, ProfilerNote | None]:
@@ -191,16 +201,18 @@ def fix_transform(ctx: RuleContext) -> Transform | None:
     launching ops, their launches and their Python) leaves the host path inside the analysed steps; blocking
     calls, the DataLoader and the device work stay. The whole step is taken as the captured region, so this
     bounds what capture can save; on a decode loop, each token's model forward (analyses/decoding.py)."""
-    h = ctx.trace.host.select("i", "cat", "name", "ts", "op")
     launched = ctx.trace.gpu.select("op").filter(pl.col("op").is_not_null())["op"].unique()
     sync = sync_calls(ctx.trace)["i"]
     cats = [c for k in ("runtime", "op") for c in KINDS[k]]
-    rows = h.filter((pl.col("ts") >= ctx.lo) & (pl.col("ts") < ctx.hi) & pl.col("cat").is_in(cats)
-                    & (pl.col("i").is_in(launched.implode()) | pl.col("op").is_in(launched.implode()))
-                    & ~pl.col("i").is_in(sync.implode()) & ~pl.col("name").str.starts_with("ProfilerStep"))
-    if rows.height == 0:
+    keep = ((pl.col("ts") >= ctx.lo) & (pl.col("ts") < ctx.hi) & pl.col("cat").is_in(cats)
+            & (pl.col("i").is_in(launched.implode()) | pl.col("op").is_in(launched.implode()))
+            & ~pl.col("i").is_in(sync.implode()) & ~pl.col("name").str.starts_with("ProfilerStep"))
+    # only the ids leave the filter (a frame's filter copies every column it holds: on a host-bound trace nearly
+    # every host row, five columns of them)
+    rows = ctx.trace.host.select(pl.col("i").filter(keep).cast(pl.Int64))["i"]
+    if rows.len() == 0:
         return None
 
     # a decode loop's graph holds each token's model forward, not the loop's own work between forwards
     # (ids as an array: on 10 M tiny events millions of rows, ~40 bytes each as a list of Python ints)
-    return Transform(NAME, host_removed=forward_only(ctx, rows["i"].cast(pl.Int64).to_numpy()))
+    return Transform(NAME, host_removed=forward_only(ctx, rows.to_numpy()))

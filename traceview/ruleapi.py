@@ -11,6 +11,7 @@ from types import MappingProxyType, ModuleType
 from typing import Any, ClassVar, Protocol, TypeVar, runtime_checkable
 
 import msgspec
+import numpy as np
 import polars as pl
 
 from .analyses import classify
@@ -179,6 +180,14 @@ class RuleContext:
             self.memo[k] = fn()
         return self.memo[k]
 
+    def forget_rule(self, name: str) -> None:
+        """Drop what rule `name` shared through `once` (a later call computes it again): run_rules calls it for a
+        rule whose check found nothing, as no fix or projection then asks for that rule's results, which would
+        otherwise stay under every later step's peak (at 10 M tiny events small-grid's kernel table alone is
+        hundreds of MB)."""
+        for k in [k for k in self.memo if k[1] == name]:
+            del self.memo[k]
+
     @property
     def lo(self) -> int:
         return int(self.steps["ts"].min())
@@ -208,11 +217,17 @@ class RuleContext:
             parts.append(g.filter(pl.col("op").cast(pl.Int64).is_in(ops.implode()))["i"].cast(pl.Int64))
         if not parts:
             return None
-        # each kernel once, its layer by id (not a filter over every GPU activity per finding)
-        att = attribution(self.trace)
-        got = att.names["layer"].gather(by_id(gpu_codes(self.trace), pl.concat(parts).unique(), "lc")["lc"]).drop_nulls()
-        got = got.filter(~got.str.starts_with("("))
-        return str(got.mode().sort().first()) if got.len() else None
+        # each kernel once, its layer by id (not a filter over every GPU activity per finding); counted by layer
+        # code (no text per kernel: a host-bound trace's finding names millions of kernels), then the most common
+        # named layer, the first by name of those tied
+        names = attribution(self.trace).names["layer"]
+        lc = by_id(gpu_codes(self.trace), pl.concat(parts).unique(), "lc")["lc"].drop_nulls().to_numpy()
+        n = np.bincount(lc.astype(np.int64), minlength=names.len())[:names.len()]
+        n[(names.is_null() | names.str.starts_with("(").fill_null(True)).to_numpy()] = 0
+        if not n.any():
+            return None
+        by_name = pl.DataFrame({"layer": names, "n": n}).filter(pl.col("n") > 0).group_by("layer").agg(pl.col("n").sum())
+        return str(by_name.filter(pl.col("n") == pl.col("n").max())["layer"].sort().first())
 
     def finding(self, *, cost_ns: float, count: int, steps: list[int], evidence: msgspec.Struct,
                 savings_ns: float | None = None, severity_pct: float | None = None, severity: str | None = None,

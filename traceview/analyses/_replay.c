@@ -87,14 +87,20 @@ done:
  *     src/dst/offset arrays, no CSR: a third of the memory). Events as in replay.simulate: S(anchor j) = 2j,
  *     E(j) = 2j+1, S(activity k) = 2 n_a + 2k, E(k) = S(k) + 1; each event's value is pulled from its
  *     predecessors (at most three) once they are known, depth first with an explicit stack. a_overlap and
- *     keep_wait are uint8; every other array int64 (a_* of n_a, d_* of n_d, base/out of 2 (n_a + n_d)).
- *     Returns 0, or -1 when the graph has a cycle (the caller then runs `longest`, which says so). */
+ *     keep_wait are uint8; the six index arrays (a_join, a_prev, a_wait, d_prev, d_launch, d_x) all int32 or all
+ *     int64 (the module's INDEX_WIDTHS; the replay graph holds them as int32 while its events fit); every other
+ *     array int64 (a_* of n_a, d_* of n_d, base/out of 2 (n_a + n_d)). `out` may be `base` itself: an event's
+ *     base is read once, just before its time is written. Returns 0, or -1 when the graph has a cycle (the
+ *     caller then runs `longest`, which says so). */
 typedef struct {
     Py_ssize_t na, nd;
-    const int64_t *a_join, *a_prev, *a_wait, *d_prev, *d_launch, *d_x;
+    const void *a_join, *a_prev, *a_wait, *d_prev, *d_launch, *d_x;
+    int w4;  /* the index arrays are int32 */
     const uint8_t *a_overlap, *keep_wait;
     const int64_t *jwake, *gap, *own, *a_wake, *d_gap, *d_lat, *d_xgap, *dur;
 } RGraph;
+
+#define IX(g, arr, i) ((g)->w4 ? (int64_t)((const int32_t *)(g)->arr)[i] : ((const int64_t *)(g)->arr)[i])
 
 static int preds(const RGraph *g, int64_t v, int64_t *u, int64_t *o) {
     int c = 0;
@@ -102,18 +108,21 @@ static int preds(const RGraph *g, int64_t v, int64_t *u, int64_t *o) {
     if (v < A) {
         int64_t j = v >> 1;
         if ((v & 1) == 0) {
-            if (g->a_join[j] >= 0) { u[c] = 2 * g->a_join[j] + 1; o[c++] = g->jwake[j]; }
-            if (g->a_prev[j] >= 0) { u[c] = 2 * g->a_prev[j] + 1 - g->a_overlap[j]; o[c++] = g->gap[j]; }
+            int64_t x = IX(g, a_join, j), p = IX(g, a_prev, j);
+            if (x >= 0) { u[c] = 2 * x + 1; o[c++] = g->jwake[j]; }
+            if (p >= 0) { u[c] = 2 * p + 1 - g->a_overlap[j]; o[c++] = g->gap[j]; }
         } else {
             u[c] = 2 * j; o[c++] = g->own[j];
-            if (g->keep_wait[j] && g->a_wait[j] >= 0) { u[c] = A + 2 * g->a_wait[j] + 1; o[c++] = g->a_wake[j]; }
+            int64_t w = g->keep_wait[j] ? IX(g, a_wait, j) : -1;
+            if (w >= 0) { u[c] = A + 2 * w + 1; o[c++] = g->a_wake[j]; }
         }
     } else {
         int64_t k = (v - A) >> 1;
         if (((v - A) & 1) == 0) {
-            if (g->d_prev[k] >= 0) { u[c] = A + 2 * g->d_prev[k] + 1; o[c++] = g->d_gap[k]; }
-            if (g->d_launch[k] >= 0) { u[c] = 2 * g->d_launch[k]; o[c++] = g->d_lat[k]; }
-            if (g->d_x[k] >= 0) { u[c] = A + 2 * g->d_x[k] + 1; o[c++] = g->d_xgap[k]; }
+            int64_t p = IX(g, d_prev, k), l = IX(g, d_launch, k), x = IX(g, d_x, k);
+            if (p >= 0) { u[c] = A + 2 * p + 1; o[c++] = g->d_gap[k]; }
+            if (l >= 0) { u[c] = 2 * l; o[c++] = g->d_lat[k]; }
+            if (x >= 0) { u[c] = A + 2 * x + 1; o[c++] = g->d_xgap[k]; }
         } else {
             u[c] = v - 1; o[c++] = g->dur[k];
         }
@@ -133,21 +142,24 @@ static PyObject *pull(PyObject *self, PyObject *args) {
     for (; got < 18; got++)
         if (PyObject_GetBuffer(objs[got], &b[got], got == 17 ? PyBUF_WRITABLE | PyBUF_C_CONTIGUOUS : PyBUF_C_CONTIGUOUS) < 0)
             goto done;
-    Py_ssize_t n = b[0].len / 8, na = b[1].len / 8, nd = b[6].len / 8;
-    /* sizes: base/out n; a_* na (a_overlap, keep_wait: bytes); d_* nd; offsets by their side */
-    Py_ssize_t want[18] = {n * 8, na * 8, na * 8, na, na, na * 8, nd * 8, nd * 8, nd * 8,
+    /* n events; na from a_overlap (a byte per anchor); the index width from the index arrays' bytes */
+    Py_ssize_t n = b[0].len / 8, na = b[3].len, nd = n / 2 - na;
+    if (n % 2 || nd < 0) { PyErr_SetString(PyExc_ValueError, "pull: event count differs"); goto done; }
+    Py_ssize_t w = na ? b[1].len / na : nd ? b[6].len / nd : 8;
+    if (w != 4 && w != 8) { PyErr_SetString(PyExc_ValueError, "pull: index arrays are neither int32 nor int64"); goto done; }
+    /* sizes: base/out n; a_* na (a_overlap, keep_wait: bytes; indices w); d_* nd; offsets by their side */
+    Py_ssize_t want[18] = {n * 8, na * w, na * w, na, na, na * w, nd * w, nd * w, nd * w,
                            na * 8, na * 8, na * 8, na * 8, nd * 8, nd * 8, nd * 8, nd * 8, n * 8};
-    if (n != 2 * (na + nd)) { PyErr_SetString(PyExc_ValueError, "pull: event count differs"); goto done; }
     for (int i = 0; i < 18; i++)
         if (b[i].len != want[i]) { PyErr_Format(PyExc_ValueError, "pull: buffer %d has the wrong length", i); goto done; }
-    RGraph g = {na, nd, b[1].buf, b[2].buf, b[5].buf, b[6].buf, b[7].buf, b[8].buf, b[3].buf, b[4].buf,
+    RGraph g = {na, nd, b[1].buf, b[2].buf, b[5].buf, b[6].buf, b[7].buf, b[8].buf, w == 4, b[3].buf, b[4].buf,
                 b[9].buf, b[10].buf, b[11].buf, b[12].buf, b[13].buf, b[14].buf, b[15].buf, b[16].buf};
     for (Py_ssize_t j = 0; j < na; j++)  /* indices in range, once, before any is followed */
-        if (g.a_join[j] >= na || g.a_prev[j] >= na || (g.keep_wait[j] && g.a_wait[j] >= nd)) {
+        if (IX(&g, a_join, j) >= na || IX(&g, a_prev, j) >= na || (g.keep_wait[j] && IX(&g, a_wait, j) >= nd)) {
             PyErr_SetString(PyExc_ValueError, "pull: anchor index out of range"); goto done;
         }
     for (Py_ssize_t k = 0; k < nd; k++)
-        if (g.d_prev[k] >= nd || g.d_launch[k] >= na || g.d_x[k] >= nd) {
+        if (IX(&g, d_prev, k) >= nd || IX(&g, d_launch, k) >= na || IX(&g, d_x, k) >= nd) {
             PyErr_SetString(PyExc_ValueError, "pull: activity index out of range"); goto done;
         }
     const int64_t *base = b[0].buf;
@@ -197,4 +209,9 @@ static PyMethodDef methods[] = {
 
 static struct PyModuleDef module = {PyModuleDef_HEAD_INIT, "_replay", "replay simulator kernel", -1, methods};
 
-PyMODINIT_FUNC PyInit__replay(void) { return PyModule_Create(&module); }
+PyMODINIT_FUNC PyInit__replay(void) {
+    PyObject *m = PyModule_Create(&module);
+    /* the index widths `pull` reads (a build before int32 indices lacks it: the caller then passes int64) */
+    if (m && PyModule_AddObject(m, "INDEX_WIDTHS", Py_BuildValue("(ii)", 4, 8)) < 0) { Py_DECREF(m); return NULL; }
+    return m;
+}

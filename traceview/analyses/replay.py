@@ -34,6 +34,10 @@ try:  # the same longest path over the graph's own arrays (no edge list; an olde
     from ._replay import pull as _pull_c
 except ImportError:  # pragma: no cover - without a compiler, or a kernel built before it
     _pull_c = None
+try:  # the index widths `pull` reads (a kernel built before int32 indices reads int64 only)
+    from ._replay import INDEX_WIDTHS as _PULL_WIDTHS
+except ImportError:  # pragma: no cover
+    _PULL_WIDTHS = (8,)
 
 NEG = np.iinfo(np.int64).min
 #: the longest host interval a Transform's host_share scales whole (see simulate)
@@ -387,28 +391,39 @@ def edges(
     gap = np.maximum(a_gap - np.round(gap_cut + over).astype(np.int64), 0)
     jwake = np.maximum(a_jwake - np.round(join_cut).astype(np.int64), 0)
     del gap_cut, join_cut, own_cut, over, a_own, a_gap, a_jwake
-    base = np.full(2 * (n_a + n_d), NEG, np.int64)
-    first = np.flatnonzero((g.a_prev < 0) & (g.a_join < 0))  # (a thread's first call joined to another thread follows it)
-    base[2 * first] = g.a_ts[first]
-    if g.a_arrive is not None and not any(t.input_ready for t in transforms):
-        # a batch the DataLoader's workers delivered while the thread waited arrives when it did: the anchor after
-        # the wait starts no earlier than that, plus the host time from the arrival to it (scaled as host time)
-        pin = np.flatnonzero(g.a_arrive != NEG)
-        after = g.a_ts[pin] - g.a_arrive[pin]
-        after = after - np.round(np.minimum(after, HOST_SHARE_MAX_NS) * (1 - keep)
-                                 + np.maximum(after - HOST_SHARE_MAX_NS, 0) * (1 - keep_long)).astype(np.int64)
-        base[2 * pin] = np.maximum(base[2 * pin], g.a_arrive[pin] + after)
-    unlaunched = np.flatnonzero(g.d_launch < 0)
-    base[2 * n_a + 2 * unlaunched] = g.d_ts[unlaunched]  # work the trace does not say who launched starts when it did
+    def initial() -> np.ndarray:  # each event's own earliest time (NEG: none)
+        base = np.full(2 * (n_a + n_d), NEG, np.int64)
+        first = np.flatnonzero((g.a_prev < 0) & (g.a_join < 0))  # (a thread's first call joined to another follows it)
+        base[2 * first] = g.a_ts[first]
+        if g.a_arrive is not None and not any(t.input_ready for t in transforms):
+            # a batch the DataLoader's workers delivered while the thread waited arrives when it did: the anchor
+            # after the wait starts no earlier than that, plus the host time from the arrival to it (scaled as host
+            # time)
+            pin = np.flatnonzero(g.a_arrive != NEG)
+            after = g.a_ts[pin] - g.a_arrive[pin]
+            after = after - np.round(np.minimum(after, HOST_SHARE_MAX_NS) * (1 - keep)
+                                     + np.maximum(after - HOST_SHARE_MAX_NS, 0) * (1 - keep_long)).astype(np.int64)
+            base[2 * pin] = np.maximum(base[2 * pin], g.a_arrive[pin] + after)
+        unlaunched = np.flatnonzero(g.d_launch < 0)
+        base[2 * n_a + 2 * unlaunched] = g.d_ts[unlaunched]  # work the trace does not say who launched starts when it did
+        return base
+
+    base = initial()
     if pull and _pull_c is not None:  # the compiled kernel reads the graph's arrays: no edge list
-        t = np.empty(base.size, np.int64)
-        i64 = [np.ascontiguousarray(x, np.int64) for x in (g.a_wait, g.d_prev, g.d_launch, g.d_x)]
+        # the graph's index arrays as they are (int32 while its events fit) where the kernel reads their width
+        ix = (g.a_join, g.a_prev, g.a_wait, g.d_prev, g.d_launch, g.d_x)
+        w = {x.dtype.itemsize for x in ix}
+        it = next(iter(w)) if len(w) == 1 and next(iter(w)) in _PULL_WIDTHS else 8
+        aj, ap, aw, dp, dl, dx = (np.ascontiguousarray(x, np.int32 if it == 4 else np.int64) for x in ix)
         off = [np.ascontiguousarray(x, np.int64) for x in (jwake, gap, own, g.a_wake, d_gap, g.d_lat, g.d_xgap, dur)]
-        if _pull_c(base, np.ascontiguousarray(g.a_join, np.int64), np.ascontiguousarray(g.a_prev, np.int64),
-                   np.ascontiguousarray(g.a_overlap, np.uint8), np.ascontiguousarray(keep_wait, np.uint8),
-                   *i64, *off, t) == 0:
-            return t
-        del t, i64, off  # a cycle: the edge list's kernel below says so
+        # the times are written over `base`: the kernel reads an event's base once, just before it writes the event's
+        # time, and reads only the times of events already done (one array of every event less at a replay's peak)
+        if _pull_c(base, aj, ap, np.ascontiguousarray(g.a_overlap, np.uint8), np.ascontiguousarray(keep_wait, np.uint8),
+                   aw, dp, dl, dx, *off, base) == 0:
+            return base
+        del ix, aj, ap, aw, dp, dl, dx, off  # a cycle: the edge list's kernel below says so (on the base values,
+        # which the kernel overwrote)
+        base = initial()
     # the edges (src, dst, offset), kind by kind: each kind's arrays are written into the edge arrays and freed
     # before the next (no list of parts beside the whole: at 2 M events ~100 MB less at the peak)
     A = 2 * n_a  # noqa: N806 - anchor S(j) = 2j, E(j) = 2j + 1; activity S(k) = A + 2k, E(k) = A + 2k + 1

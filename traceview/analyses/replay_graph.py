@@ -67,7 +67,8 @@ LOADER_WAIT_FACTOR = 2.0
 @dataclass(frozen=True)
 class Graph:
     """The replay graph of one trace. Anchors `a_*` (n_a), activities `d_*` (n_d); indices are positions in these
-    arrays, -1 for none. Events: S(anchor j) = 2j, E(anchor j) = 2j+1, S(activity k) = 2n_a+2k, E = 2n_a+2k+1."""
+    arrays (int32 while they fit), -1 for none. Events: S(anchor j) = 2j, E(anchor j) = 2j+1, S(activity k) =
+    2n_a+2k, E = 2n_a+2k+1."""
 
     a_i: np.ndarray  # host row id (`i`) of the anchor, or the step's host_idx for a marker
     a_tid: np.ndarray
@@ -271,6 +272,11 @@ def build(trace: Trace) -> Graph:
     if (a_join >= 0).any():  # rows of a joined gap after the other thread's last call are the join edge's time
         jt = np.where(a_join >= 0, a_end[np.maximum(a_join, 0)], np.iinfo(np.int64).max)
         seg.where[(seg.where == 0) & (seg.ts >= jt[seg.seg])] = 1
+    # positions as int32 while every event's number fits (2 (n_a + n_d) < 2^31): half the bytes of the graph's six
+    # index arrays, which live from the rules to the projection (`_replay.pull` reads either width)
+    if 2 * (n_a + n_d) < 2**31 - 2:
+        a_prev, a_wait, a_join, d_prev, d_launch, d_x = (
+            x.astype(np.int32) for x in (a_prev, a_wait, a_join, d_prev, d_launch, d_x))
     return Graph(a_i=ai, a_tid=a_tid, a_ts=a_ts, a_end=a_end, a_prev=a_prev, a_gap=a_gap, a_own=a_own,
                  a_wait=a_wait, a_wake=a_wake, a_marker=a["marker"].to_numpy(), a_name=a["name"],
                  a_join=a_join, a_jwake=a_jwake, a_overlap=a_overlap,

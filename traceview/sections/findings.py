@@ -37,6 +37,9 @@ def run_rules(ctx: RuleContext, options: Options) -> tuple[list[dict], list[str]
             found = mod.check(ctx.for_rule(mod, options.options_for(mod)))
         except Exception as e:  # noqa: BLE001 - one broken rule must not end the run
             warns.append(f"internal error in rule {code} {mod.NAME}: {type(e).__name__}: {e}")
+            found = []
+        if not found:  # no finding, so no fix to build: what the rule shared with its fix would only hold memory
+            ctx.forget_rule(mod.NAME)
             continue
         # RULE_SEVERITY marks a severity the rule judged itself, so the replay (fixrunner) only lowers it
         out.extend({**f.to_dict(), RULE_SEVERITY: True} if f.explicit_severity else f.to_dict() for f in found)
