@@ -23,6 +23,7 @@ from .analyses.windows import complete_steps
 from .evidence import field_problems
 from .finding_model import Finding, severity_for
 from .ingest.manifest import rank_step_times, step_overhead_ms
+from .memo import once_in
 from .model import Job, Trace
 
 __all__ = ["XPROF_SEVERITY", "Finding", "JobContext", "Option", "Rule", "RuleContext", "min_savings",
@@ -174,9 +175,12 @@ class RuleContext:
             hash(k)
         except TypeError:  # an unhashable option value: no caching
             return fn()
-        if k not in self.memo:
-            self.memo[k] = fn()
-        return self.memo[k]
+        return once_in(self.memo, k, fn)
+
+    def shared(self, key: Hashable, fn: Callable[[], T]) -> T:
+        """`fn()`, computed once per analysed trace for every rule: a result that reads no rule's options (the
+        decode loop's attention calls, read by two rules)."""
+        return once_in(self.memo, ("shared", key), fn)
 
     @property
     def lo(self) -> int:
