@@ -137,3 +137,13 @@ def test_parts_asked_while_computing_a_memoised_result_run_in_that_thread(monkey
     got = once_in(store, "k", lambda: parallel.run_all([threading.get_ident, lambda: once_in(store, "k", lambda: -1)]))
     assert got[0] == me
     assert parallel.run_all([threading.get_ident, threading.get_ident]) != [me, me]  # (a pool otherwise)
+
+
+def test_the_default_is_one_thread_below_min_cores(monkeypatch):
+    monkeypatch.delenv("TRACEVIEW_THREADS", raising=False)
+    monkeypatch.setattr(parallel.os, "sched_getaffinity", lambda _pid: set(range(parallel.MIN_CORES - 1)))
+    assert parallel.workers() == 1
+    monkeypatch.setattr(parallel.os, "sched_getaffinity", lambda _pid: set(range(16)))
+    assert parallel.workers() == 16
+    monkeypatch.setenv("TRACEVIEW_THREADS", "3")
+    assert parallel.workers() == 3

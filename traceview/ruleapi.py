@@ -25,6 +25,7 @@ from .finding_model import Finding, severity_for
 from .ingest.manifest import rank_step_times, step_overhead_ms
 from .memo import once_in
 from .model import Job, Trace
+from .parallel import run_all
 
 __all__ = ["XPROF_SEVERITY", "Finding", "JobContext", "Option", "Rule", "RuleContext", "min_savings",
            "xprof_severity"]
@@ -158,11 +159,16 @@ class RuleContext:
         # temporaries, the analysis's largest, then stack on the loaded trace alone, not on the partition and
         # a rule's frames (10 M tiny events: -600 MB at the peak)
         gpu_codes(trace)
-        kb = classify.kernel_bound(trace)
-        part = classify.partition(trace, kept, kb)
+
+        def classified() -> tuple[pl.DataFrame, pl.DataFrame, Features]:
+            kb = classify.kernel_bound(trace)
+            return kb, classify.partition(trace, kept, kb), detect(trace, kb)
+
+        # the classification and the profiler's cost (its replay graph) read neither one another: concurrent
+        (kb, part, features), profiler = run_all([classified, lambda: profiler_cost(trace, kept)])
         window = int((kept["end"] - kept["ts"]).sum()) if kept.height else 0
         return cls(trace=trace, steps=kept, window_ns=window, spec=trace_spec(trace.meta), kb=kb, part=part,
-                   features=detect(trace, kb), profiler=profiler_cost(trace, kept)), warns
+                   features=features, profiler=profiler), warns
 
     def for_rule(self, rule: ModuleType, options: Mapping[str, Any]) -> RuleContext:
         return replace(self, rule=rule, options=MappingProxyType(dict(options)))
