@@ -42,6 +42,7 @@ from .memo import drop, forget
 from .model import Job, Trace
 from .notes import aggregate as aggregate_warnings
 from .options import Options
+from .parallel import start
 from .ruleapi import RuleContext
 from .sections import cpu, findings, job_entry, layers, memory, overview, profiling, projection, verdict
 from .sections.findings import RULE_SEVERITY, run_rules
@@ -98,26 +99,12 @@ def analyze_trace(trace: Trace, options: Options | None = None) -> dict:
 def _analyze_trace(trace: Trace, options: Options) -> tuple[dict, pl.DataFrame, pl.DataFrame | None]:
     """(the trace's entry, its analysed steps, the classifier's partition of them)."""
     steps = select_steps(trace, options.step)
-    lo, hi = int(steps["ts"].min()), int(steps["end"].max())
-    busy = timeline.step_busy(trace, steps)
-    step_rows, summary = steps_section(trace, steps, busy)
-    edges, edge_notes = recording_edges(trace, steps)
-    # what the periods leave out at the recording's edges is expected, not a problem with the input: a note
-    # beside the amount (summary.excluded.notes), not a warning
-    edges["excluded"]["notes"] = edge_notes
-    summary.update(edges)
+    # the overview (HTA/tb_plugin's numbers) reads none of the rules' context: built beside it (parallel)
+    over = start(functools.partial(_overview, trace, steps, options))
     warnings = list(trace.meta.warnings)
-    devices = device_section(trace, steps, busy) if trace.has_gpu else []
-    # the columns the top tables read (a filter copies every column: 40 on the GPU frame), held only while they
-    # are built (a copy of a whole-trace frame would otherwise sit under every later step's peak)
-    top_k, top_o = (kernels.top_tables(trace, options.top, trace.gpu.select("name", "kind", "op", "dur", "ts", "end")
-                                       .filter((pl.col("end") > lo) & (pl.col("ts") < hi)))
-                    if trace.has_gpu else (None, None))
     entry: dict[str, Any] = {
         "path": trace.meta.path, "rank": trace.meta.rank, "world_size": trace.meta.world_size,
-        "metadata": metadata(trace), "warnings": warnings, "summary": summary, "steps": step_rows,
-        "devices": devices, "top_kernels": kernel_rows(top_k) if top_k is not None else [],
-        "top_ops": op_rows(top_o) if top_o is not None else [],
+        "metadata": metadata(trace), "warnings": warnings,
     }
     ctx: RuleContext | None = None
     findings: list[dict] = []
@@ -142,6 +129,7 @@ def _analyze_trace(trace: Trace, options: Options) -> tuple[dict, pl.DataFrame, 
         # no device to replay: the rules' own estimate over the steps, per step like every saving
         findings = [{**{k: v for k, v in f.items() if k != RULE_SEVERITY},
                      "savings_us": round(f["savings_us"] / max(steps.height, 1), 3)} for f in findings]
+    entry.update(over.result())
     entry["layers"] = None  # (its place in the document; computed last, below)
     deep = layer_attr.attribution(trace).shortened
     if deep:
@@ -170,6 +158,27 @@ def _analyze_trace(trace: Trace, options: Options) -> tuple[dict, pl.DataFrame, 
                                      part=_part(trace, steps, ctx), depth=options.layers_depth)
     entry["warnings"] = aggregate_warnings(entry["warnings"])  # one line per kind, not one per step
     return entry, analysed, ctx.part if ctx else None
+
+
+def _overview(trace: Trace, steps: pl.DataFrame, options: Options) -> dict[str, Any]:
+    """The entry's summary, steps, devices, top_kernels and top_ops."""
+    lo, hi = int(steps["ts"].min()), int(steps["end"].max())
+    busy = timeline.step_busy(trace, steps)
+    step_rows, summary = steps_section(trace, steps, busy)
+    edges, edge_notes = recording_edges(trace, steps)
+    # what the periods leave out at the recording's edges is expected, not a problem with the input: a note
+    # beside the amount (summary.excluded.notes), not a warning
+    edges["excluded"]["notes"] = edge_notes
+    summary.update(edges)
+    devices = device_section(trace, steps, busy) if trace.has_gpu else []
+    # the columns the top tables read (a filter copies every column: 40 on the GPU frame), held only while they
+    # are built (a copy of a whole-trace frame would otherwise sit under every later step's peak)
+    top_k, top_o = (kernels.top_tables(trace, options.top, trace.gpu.select("name", "kind", "op", "dur", "ts", "end")
+                                       .filter((pl.col("end") > lo) & (pl.col("ts") < hi)))
+                    if trace.has_gpu else (None, None))
+    return {"summary": summary, "steps": step_rows, "devices": devices,
+            "top_kernels": kernel_rows(top_k) if top_k is not None else [],
+            "top_ops": op_rows(top_o) if top_o is not None else []}
 
 
 def _part(trace: Trace, steps: pl.DataFrame, ctx: RuleContext | None) -> pl.DataFrame | None:

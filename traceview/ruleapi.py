@@ -24,7 +24,9 @@ from .analyses.windows import complete_steps
 from .evidence import field_problems
 from .finding_model import Finding, severity_for
 from .ingest.manifest import rank_step_times, step_overhead_ms
+from .memo import once_in
 from .model import Job, Trace
+from .parallel import run_all
 
 __all__ = ["XPROF_SEVERITY", "Finding", "JobContext", "Option", "Rule", "RuleContext", "min_savings",
            "xprof_severity"]
@@ -159,11 +161,16 @@ class RuleContext:
         # temporaries, the analysis's largest, then stack on the loaded trace alone, not on the partition and
         # a rule's frames (10 M tiny events: -600 MB at the peak)
         gpu_codes(trace)
-        kb = classify.kernel_bound(trace)
-        part = classify.partition(trace, kept, kb)
+
+        def classified() -> tuple[pl.DataFrame, pl.DataFrame, Features]:
+            kb = classify.kernel_bound(trace)
+            return kb, classify.partition(trace, kept, kb), detect(trace, kb)
+
+        # the classification and the profiler's cost (its replay graph) read neither one another: concurrent
+        (kb, part, features), profiler = run_all([classified, lambda: profiler_cost(trace, kept)])
         window = int((kept["end"] - kept["ts"]).sum()) if kept.height else 0
         return cls(trace=trace, steps=kept, window_ns=window, spec=trace_spec(trace.meta), kb=kb, part=part,
-                   features=detect(trace, kb), profiler=profiler_cost(trace, kept)), warns
+                   features=features, profiler=profiler), warns
 
     def for_rule(self, rule: ModuleType, options: Mapping[str, Any]) -> RuleContext:
         return replace(self, rule=rule, options=MappingProxyType(dict(options)))
@@ -176,17 +183,20 @@ class RuleContext:
             hash(k)
         except TypeError:  # an unhashable option value: no caching
             return fn()
-        if k not in self.memo:
-            self.memo[k] = fn()
-        return self.memo[k]
+        return once_in(self.memo, k, fn)
+
+    def shared(self, key: Hashable, fn: Callable[[], T]) -> T:
+        """`fn()`, computed once per analysed trace for every rule: a result that reads no rule's options (the
+        decode loop's attention calls, read by two rules)."""
+        return once_in(self.memo, ("shared", key), fn)
 
     def forget_rule(self, name: str) -> None:
         """Drop what rule `name` shared through `once` (a later call computes it again): run_rules calls it for a
         rule whose check found nothing, as no fix or projection then asks for that rule's results, which would
         otherwise stay under every later step's peak (at 10 M tiny events small-grid's kernel table alone is
         hundreds of MB)."""
-        for k in [k for k in self.memo if k[1] == name]:
-            del self.memo[k]
+        for k in [k for k in list(self.memo) if k[1] == name]:  # (a snapshot: other rules' checks may run beside)
+            self.memo.pop(k, None)
 
     @property
     def lo(self) -> int:

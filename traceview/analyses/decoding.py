@@ -64,7 +64,7 @@ def decode_calls(ctx: Any) -> pl.DataFrame:
         got = h.join(tab, on=["name", "input_dims", "input_type"], how="inner", nulls_equal=True)
         return host_step_of(got, ctx.steps, "ts").select(pl.col("i").alias("op"), "step", "batch", "kv")
 
-    return ctx.once("decode_calls", build)
+    return ctx.shared("decode_calls", build)  # (the same for every rule: it reads no option)
 
 
 def forward_spans(ctx: Any) -> pl.DataFrame | None:

@@ -4,6 +4,7 @@ gives the findings these savings."""
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Sequence
 from dataclasses import replace
 from pathlib import Path
@@ -13,6 +14,7 @@ import numpy as np
 import polars as pl
 
 from ..ingest.manifest import rank_step_samples
+from ..parallel import run_all
 from .overhead import ERROR_BAND, measured_transform, profiler_transform
 from .replay import Transform, drains_every_step, replay, steady_mean
 
@@ -26,11 +28,10 @@ def transforms(ctx, options, rules: Sequence[ModuleType], errors: list[str] | No
     A rule may also declare `fix_bound_us(ctx) -> float | None`: the most its fix can save per step (what the
     fix removes, where the replay alone would let the host run further ahead than the fix allows); it is kept
     as the Transform's `bound_us`."""
-    out: dict[str, Transform] = {}
-    for mod in rules:
+    def build(mod: ModuleType) -> tuple[Transform | None, str | None]:
         fn = getattr(mod, "fix_transform", None)
         if fn is None:
-            continue
+            return None, None
         try:
             rctx = ctx.for_rule(mod, options.options_for(mod))
             t = fn(rctx)
@@ -39,10 +40,16 @@ def transforms(ctx, options, rules: Sequence[ModuleType], errors: list[str] | No
                 b = bound(rctx)
                 t = replace(t, bound_us=None if b is None else max(float(b), 0.0))
         except Exception as e:  # noqa: BLE001 - a fix that cannot be built saves nothing; the finding stays
-            t = None
-            if errors is not None:  # said, as a rule that fails is (report warnings), never silent
-                errors.append(f"internal error building the fix of rule {mod.CODE} {mod.NAME}: "
-                              f"{type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''}; its saving reads 0")
+            # said, as a rule that fails is (report warnings), never silent
+            return None, (f"internal error building the fix of rule {mod.CODE} {mod.NAME}: "
+                          f"{type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''}; its saving reads 0")
+        return t, None
+
+    # each rule's fix reads the shared context alone: built concurrently, kept in the rules' order
+    out: dict[str, Transform] = {}
+    for mod, (t, err) in zip(rules, run_all([functools.partial(build, m) for m in rules]), strict=True):
+        if err is not None and errors is not None:
+            errors.append(err)
         if t is not None:
             out[mod.NAME] = t
     return out
@@ -139,5 +146,7 @@ def rule_savings(ctx, tf: dict[str, Transform]) -> dict[str, dict[str, float]]:
         return {}
     base = [pricing_transform(ctx)]
     b_un, b_tr = replay(ctx.trace, ctx.steps, base), replay(ctx.trace, ctx.steps, [])
-    return {r: {"unprofiled_us": per_step_us(ctx.trace, ctx.steps, t, base, b_un),
-                "traced_us": per_step_us(ctx.trace, ctx.steps, t, [], b_tr)} for r, t in tf.items()}
+    # each fix's replays are its own (the graph and the bases are shared, computed once): concurrent
+    got = run_all([functools.partial(per_step_us, ctx.trace, ctx.steps, t, b, bb)
+                   for t in tf.values() for b, bb in ((base, b_un), ([], b_tr))])
+    return {r: {"unprofiled_us": got[2 * k], "traced_us": got[2 * k + 1]} for k, r in enumerate(tf)}

@@ -22,7 +22,7 @@ from dataclasses import dataclass, field
 import numpy as np
 import polars as pl
 
-from ..memo import per_trace, per_windows
+from ..memo import once_in, per_trace, per_windows
 from ..model import Trace
 from .replay_graph import KINDS, Graph, build
 
@@ -593,14 +593,14 @@ def _replayed(trace: Trace, steps: pl.DataFrame, transforms: Sequence[Transform]
     all-fixes projection twice), a set being the same objects in the same order (`_transform_key`)."""
     skey = _steps_key(steps)
     key = (skey, tuple(_transform_key(t) for t in transforms))
-    memo = _replays(trace)
-    hit = memo.get(key)
-    if hit is None:
+
+    def run() -> tuple[tuple[Transform, ...], np.ndarray]:
         g = build(trace)
         s, e = _apply_plan(_plan(g, skey), simulate(g, transforms))
         # (the transforms are held: the ids in the key stay theirs)
-        hit = memo[key] = (tuple(transforms), _per_step(steps, e - s))
-    return hit[1].copy()
+        return tuple(transforms), _per_step(steps, e - s)
+
+    return once_in(_replays(trace), key, run)[1].copy()  # (a concurrent caller of the same key waits for it)
 
 
 def _transform_key(t: Transform) -> tuple:

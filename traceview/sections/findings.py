@@ -5,10 +5,13 @@ One failing rule becomes a warning; the other rules still run.
 
 from __future__ import annotations
 
+import functools
+
 from traceview.rules import RULES
 
 from ..finding_model import ranked
 from ..options import Options
+from ..parallel import run_all
 from ..ruleapi import JobContext, RuleContext
 from .section import Section
 
@@ -27,22 +30,26 @@ def run_rules(ctx: RuleContext, options: Options) -> tuple[list[dict], list[str]
     """(findings ranked by savings, warnings) of the selected rules on one trace."""
     if ctx.steps.height == 0:
         return [], []
-    out: list[dict] = []
-    warns: list[str] = []
-    for code in options.selected():
+    def check(code: str) -> tuple[list[dict], str | None]:
         mod = RULES[code]
-        if ctx.cpu is not None and not getattr(mod, "CPU", False):  # no GPU activity: the host-side rules only
-            continue
         try:
             found = mod.check(ctx.for_rule(mod, options.options_for(mod)))
         except Exception as e:  # noqa: BLE001 - one broken rule must not end the run
-            warns.append(f"internal error in rule {code} {mod.NAME}: {type(e).__name__}: {e}")
-            found = []
+            ctx.forget_rule(mod.NAME)
+            return [], f"internal error in rule {code} {mod.NAME}: {type(e).__name__}: {e}"
         if not found:  # no finding, so no fix to build: what the rule shared with its fix would only hold memory
             ctx.forget_rule(mod.NAME)
-            continue
+            return [], None
         # RULE_SEVERITY marks a severity the rule judged itself, so the replay (fixrunner) only lowers it
-        out.extend({**f.to_dict(), RULE_SEVERITY: True} if f.explicit_severity else f.to_dict() for f in found)
+        return [{**f.to_dict(), RULE_SEVERITY: True} if f.explicit_severity else f.to_dict() for f in found], None
+
+    # no GPU activity: the host-side rules only
+    codes = [c for c in options.selected() if ctx.cpu is None or getattr(RULES[c], "CPU", False)]
+    # the checks are independent (each reads the shared context; per-trace analyses they share are computed
+    # once): concurrent, their findings and warnings in the rules' order
+    done = run_all([functools.partial(check, c) for c in codes])
+    out = [f for found, _ in done for f in found]
+    warns = [w for _, w in done if w is not None]
     return ranked(out), warns
 
 
