@@ -139,11 +139,10 @@ def test_parts_asked_while_computing_a_memoised_result_run_in_that_thread(monkey
     assert parallel.run_all([threading.get_ident, threading.get_ident]) != [me, me]  # (a pool otherwise)
 
 
-def test_the_default_is_one_thread_below_min_cores(monkeypatch):
+def test_the_default_is_one_thread(monkeypatch):
+    # threads only when asked: on 16 cores they saved 5 % of wall for +85 MB peak RSS (parallel.DEFAULT_WORKERS)
     monkeypatch.delenv("TRACEVIEW_THREADS", raising=False)
-    monkeypatch.setattr(parallel.os, "sched_getaffinity", lambda _pid: set(range(parallel.MIN_CORES - 1)))
-    assert parallel.workers() == 1
     monkeypatch.setattr(parallel.os, "sched_getaffinity", lambda _pid: set(range(16)))
-    assert parallel.workers() == 16
+    assert parallel.workers() == 1
     monkeypatch.setenv("TRACEVIEW_THREADS", "3")
     assert parallel.workers() == 3

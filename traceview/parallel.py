@@ -6,8 +6,8 @@ cores. Results come back in the order asked, so a document never depends on whic
 per-trace results shared by the parts are computed once (traceview.memo waits for a result another thread is
 computing).
 
-One pool per process, sized by the cores this process may use, from MIN_CORES of them (`TRACEVIEW_THREADS`
-overrides, as it does the scanner's threads; 1 runs everything in the calling thread, as before). A part running in the pool that asks for more parts runs them
+One pool per process of `TRACEVIEW_THREADS` threads (it sets the scanner's threads too); without it the parts run
+in the calling thread (DEFAULT_WORKERS: the threads cost memory for little wall time, measured below). A part running in the pool that asks for more parts runs them
 itself, in order: no part waits on a pool that its own waiting keeps full; so does a thread computing a memoised
 result (traceview.memo), as another thread may be waiting for that result.
 """
@@ -29,24 +29,21 @@ _pool_lock = threading.Lock()
 _inside = threading.local()
 
 
-#: below this many usable cores the default is one thread (as the scanner's, ingest/cores.py): on the busy
-#: 2-core development box (load 5-12) the parts in 2 threads took 9 % more CPU (0.72 vs 0.66 s of analysis on
-#: the 132 MB trace, medians of 7 interleaved runs: polars' own pool and the GIL shared by two callers) and no
-#: less wall time
-MIN_CORES = 4
+#: the analyses run in one thread unless TRACEVIEW_THREADS asks for more. Measured on the 16-core GPU host (132 MB
+#: trace, 3 interleaved runs each, TRACEVIEW_THREADS=1 vs 16, which sets the scanner's threads too): 1.86-2.03 s
+#: vs 1.77-1.92 s wall (-5 %) for +85 MB peak RSS (293-301 vs 379-384 MB: the parts hold their frames at once);
+#: at 10 M tiny events and on the 1 GB tiled trace the default with threads peaked at 3.64x and 1.64x the JSON
+#: (bench/RESULTS.md targets 1.5x and 1.2x). On the busy 2-core box two threads took 9 % more CPU (0.72 vs
+#: 0.66 s of analysis) and no less wall time. Memory bounded by the work is a target; 5 % of wall is not worth it
+DEFAULT_WORKERS = 1
 
 
 def workers() -> int:
-    """Threads for one trace's parts: TRACEVIEW_THREADS (a positive integer), else the cores this process may
-    use (fewer than MIN_CORES: 1)."""
+    """Threads for one trace's parts: TRACEVIEW_THREADS (a positive integer), else DEFAULT_WORKERS."""
     env = os.environ.get("TRACEVIEW_THREADS", "").strip()
     if env.isdigit() and int(env) > 0:
         return int(env)
-    try:
-        n = len(os.sched_getaffinity(0))
-    except (AttributeError, OSError):  # (not Linux)
-        n = os.cpu_count() or 1
-    return n if n >= MIN_CORES else 1
+    return DEFAULT_WORKERS
 
 
 def _get_pool() -> ThreadPoolExecutor | None:
