@@ -199,7 +199,7 @@ def test_steady_unprofiled_step_is_the_labels_rule():
 
 
 def test_held_out_collected3_error(collected3):
-    """Issue 25 on the held-out runs: median 6.3 %, worst 17.6 % (resnet18_bf16_cl, elementwise_32mib_eager). Before
+    """Issue 25 on the held-out runs: median 6.7 %, worst 17.7 % (elementwise_32mib_eager). Before
     the share followed the trace's launch floor (overhead.host_share) the fixed share 0.45 left collected3's eager
     training steps 20-28 % high (tinygpt_b16_stack +27.5 %, tinygpt_b16_modules +26 %, train_syncs_item_b16 +25 %):
     their processes' launch floors are 6.7-8.5 µs under the profiler, the calibration runs' 4.2-6.9 µs."""
