@@ -89,8 +89,10 @@ def edges(s: dict, con: Console, detail: bool) -> None:
         return
     ex = s.get("excluded") or {}
     where = ", ".join(f"{_ms(v)} {k}" for k, v in (("before", ex.get("before_us")), ("after", ex.get("after_us"))) if v)
-    con.print(Text(f"{_ms(excl)} ms at the recording's edges left out ({where}" + (")" if detail else "; --detail)"),
-                   style=_style(con, "dim")))
+    line = f"{_ms(excl)} ms at the recording's edges left out ({where}" + (")" if detail else "; --detail)")
+    if not detail and len(line) > con.width:  # one line: the split before/after is in --detail
+        line = f"{_ms(excl)} ms at the recording's edges left out (--detail)"
+    con.print(Text(line, style=_style(con, "dim")))
     if detail:
         for note in ex.get("notes") or []:
             con.print(Text(f"  {note}", style=_style(con, "dim")))
