@@ -134,20 +134,8 @@ def row_floor_us(trace: Trace) -> float | None:
     op = h.select(pl.col("cat").is_in(KINDS["op"])).to_series().to_numpy()
     if int(op.sum()) < ROW_MIN_OPS:
         return None
-    code = h["tid"].rank("dense").cast(pl.Int64).to_numpy()
-    ts, end = h["ts"].to_numpy().astype(np.int64), h["end"].to_numpy().astype(np.int64)
-    base = int(ts.min())
-    key = lambda t: code * (1 << 42) + (t - base)  # noqa: E731 - (thread, time) as one sortable integer
-    kts, kend = key(ts), key(end)
-    bounds = np.sort(np.concatenate([kts, kend]))
-    ks, ke = kts[op], kend[op]
-    # the last boundary strictly before the start and the first strictly after the end, on the same thread
-    j = np.searchsorted(bounds, ks, side="left") - 1
-    prev = bounds[np.maximum(j, 0)]
-    pre = (ks - prev)[(j >= 0) & ((prev >> 42) == (ks >> 42))]
-    k = np.searchsorted(bounds, ke, side="right")
-    nxt = bounds[np.minimum(k, bounds.size - 1)]
-    post = (nxt - ke)[(k < bounds.size) & ((nxt >> 42) == (ke >> 42))]
+    pre, has_pre, post, has_post = _gaps_around(h, op)
+    pre, post = pre[has_pre], post[has_post]
     if pre.size < ROW_MIN_OPS or post.size < ROW_MIN_OPS:
         return None
     return (float(np.quantile(pre, ROW_FLOOR_Q)) + float(np.quantile(post, ROW_FLOOR_Q))) / 1000
@@ -161,6 +149,25 @@ def host_share(trace: Trace, share: float = HOST_SHARE, slope: float = LAUNCH_SL
     if floor is None:
         return share
     return min(max(share + slope * (floor - LAUNCH_REF_US), 0.0), SHARE_MAX)
+
+
+def _gaps_around(h: pl.DataFrame, m: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    """(gap before, whether there is one, gap after, whether there is one), ns, of the host rows of `h` (rows with
+    ts, end and tid) that `m` selects: from the last row boundary (a row's start or end) strictly before the row's
+    start, and to the first strictly after its end, on the row's own thread."""
+    code = h["tid"].rank("dense").cast(pl.Int64).to_numpy()
+    ts, end = h["ts"].to_numpy().astype(np.int64), h["end"].to_numpy().astype(np.int64)
+    base = int(ts.min())
+    key = lambda t: code * (1 << 42) + (t - base)  # noqa: E731 - (thread, time) as one sortable integer
+    kts, kend = key(ts), key(end)
+    bounds = np.sort(np.concatenate([kts, kend]))
+    ks, ke = kts[m], kend[m]
+    j = np.searchsorted(bounds, ks, side="left") - 1
+    prev = bounds[np.maximum(j, 0)]
+    k = np.searchsorted(bounds, ke, side="right")
+    nxt = bounds[np.minimum(k, bounds.size - 1)]
+    return (ks - prev, (j >= 0) & ((prev >> 42) == (ks >> 42)),
+            nxt - ke, (k < bounds.size) & ((nxt >> 42) == (ke >> 42)))
 
 
 @per_trace
@@ -182,20 +189,9 @@ def module_hook_cuts(trace: Trace) -> dict[int, int]:
         pl.col("tid").is_in(tids.implode()) & pl.col("ts").is_not_null() & pl.col("end").is_not_null()
     )
     mod = pl.col("cat").eq("user_annotation") & pl.col("name").str.starts_with(ATTR_PREFIX)
-    code = h["tid"].rank("dense").cast(pl.Int64).to_numpy()
-    ts, end = h["ts"].to_numpy().astype(np.int64), h["end"].to_numpy().astype(np.int64)
-    base = int(ts.min())
-    key = lambda t: code * (1 << 42) + (t - base)  # noqa: E731 - (thread, time) as one sortable integer
-    bounds = np.sort(np.concatenate([key(ts), key(end)]))
     m = h.select(mod).to_series().to_numpy()
-    ks, ke = key(ts)[m], key(end)[m]
-    # the last boundary before the start and the first after the end, on the same thread (else no gap)
-    prev = bounds[np.maximum(np.searchsorted(bounds, ks, side="left") - 1, 0)]
-    j = np.searchsorted(bounds, ke, side="right")
-    nxt = bounds[np.minimum(j, bounds.size - 1)]
-    same = lambda a, b: (a >> 42) == (b >> 42)  # noqa: E731
-    pre = np.where((prev < ks) & same(prev, ks), ks - prev, 0)
-    post = np.where((j < bounds.size) & (nxt > ke) & same(nxt, ke), nxt - ke, 0)
+    pre, has_pre, post, has_post = _gaps_around(h, m)
+    pre, post = np.where(has_pre, pre, 0), np.where(has_post, post, 0)
     gaps = pre + post
     floor = float(np.quantile(gaps, MODULE_FLOOR_Q))
     cost = np.minimum(gaps, floor).astype(np.int64)
