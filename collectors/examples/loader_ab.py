@@ -43,6 +43,15 @@ PREFETCH = 2
 ENDLESS = 10_000_000
 
 
+def _loaders(ds: torch.utils.data.Dataset, batch: int, pin_memory: bool) -> Callable[[int], Iterator]:
+    """workers -> a long-lived iterator over `ds` (persistent workers), as the example's own loader but endless."""
+    def loader(workers: int) -> Iterator:
+        return iter(torch.utils.data.DataLoader(ds, batch_size=batch, num_workers=workers, pin_memory=pin_memory,
+                                                persistent_workers=True, prefetch_factor=PREFETCH))
+
+    return loader
+
+
 def _input_workers(args: argparse.Namespace, dev: torch.device) -> tuple[Callable, Callable[[int], Iterator]]:
     """input_workers.py's MLP and its CPU-costly samples: (step(batch), loader(workers))."""
     torch.manual_seed(0)
@@ -59,11 +68,7 @@ def _input_workers(args: argparse.Namespace, dev: torch.device) -> tuple[Callabl
             loss.backward()
         opt.step()
 
-    def loader(workers: int) -> Iterator:
-        return iter(torch.utils.data.DataLoader(ds, batch_size=args.batch, num_workers=workers, pin_memory=True,
-                                                persistent_workers=True, prefetch_factor=PREFETCH))
-
-    return step, loader
+    return step, _loaders(ds, args.batch, pin_memory=True)
 
 
 def _cnn_input(args: argparse.Namespace, dev: torch.device) -> tuple[Callable, Callable[[int], Iterator]]:
@@ -83,11 +88,7 @@ def _cnn_input(args: argparse.Namespace, dev: torch.device) -> tuple[Callable, C
         loss.backward()
         opt.step()
 
-    def loader(workers: int) -> Iterator:
-        return iter(torch.utils.data.DataLoader(ds, batch_size=args.batch, num_workers=workers, pin_memory=False,
-                                                persistent_workers=True, prefetch_factor=PREFETCH))
-
-    return step, loader
+    return step, _loaders(ds, args.batch, pin_memory=False)
 
 
 WORKLOADS = {"input_workers": (_input_workers, 16), "cnn_input": (_cnn_input, 32)}
