@@ -36,7 +36,8 @@ HTA = r"""
 import os, shutil, sys, tempfile, time, logging
 logging.disable(logging.CRITICAL)
 os.environ.setdefault("HTA_DISABLE_NS_ROUNDING", "1")
-d = tempfile.mkdtemp(); shutil.copy(sys.argv[1], os.path.join(d, "rank-0.json.gz"))
+d = tempfile.mkdtemp()
+shutil.copy(sys.argv[1], os.path.join(d, "rank-0.json" + (".gz" if sys.argv[1].endswith(".gz") else "")))
 from hta.trace_analysis import TraceAnalysis
 t = time.perf_counter(); ta = TraceAnalysis(trace_dir=d)
 ta.get_temporal_breakdown(visualize=False); ta.get_idle_time_breakdown(visualize=False)

@@ -39,6 +39,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from bench_load import DECODE, HTA, USER_ENV, run  # noqa: E402
 from bench_threads import scan_times  # noqa: E402
+from chart import scaling_svg  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[1]
 SHARED_BIG = ROOT.parent / "shared/traces/big/big_train_60steps.json.gz"
@@ -230,6 +231,24 @@ def startup(repeat: int) -> tuple[list[str], float]:
     return lines, med["tiny trace end to end"][0] - med[FLOOR][0]
 
 
+def hta_run(path: Path) -> tuple[float, float]:
+    """HTA's (seconds, peak RSS MiB) on one trace: load + temporal + idle breakdown (bench_load.HTA)."""
+    return run([sys.executable, "-c", HTA, str(path)], True)
+
+
+def chart_series(rows: list, hta_pts: list[tuple[float, float, float]]) -> dict[str, list]:
+    """The chart's lines from the cost-vs-size rows: traceview on the (tiled) benchmark trace and on tiny events,
+    the bare decoders on the same files, HTA where it ran."""
+    series: dict[str, list] = {"traceview": [], "traceview, tiny events": [], "orjson.loads": [], "json.loads": [],
+                               "HTA": list(hta_pts)}
+    for name, mb, r in rows:
+        series["traceview, tiny events" if "tiny events" in name else "traceview"].append((mb, *r["traceview"]))
+        for key, label in (("orjson", "orjson.loads"), ("json", "json.loads")):
+            if key in r:
+                series[label].append((mb, *r[key]))
+    return series
+
+
 def run_cpu(cmd: list[str]) -> tuple[float, float, float]:
     """(wall seconds, CPU seconds: user + sys, peak RSS MiB) of one child process."""
     import time
@@ -286,13 +305,14 @@ def main() -> None:
     ap.add_argument("--tiny-events", default="1,10", help="millions of tiny synthetic events (tools/tiny_events.py)")
     ap.add_argument("--big-repeat", type=int, default=1, help="runs per size above the benchmark trace")
     ap.add_argument("--no-peers", action="store_true")
+    ap.add_argument("--hta-max-mb", type=float, default=600,
+                    help="run HTA on the tiled sizes up to this many MB of JSON too (the chart's HTA line)")
     ap.add_argument("--no-scaling", action="store_true", help="skip the one-core run of the largest tiled trace")
     ap.add_argument("--out", default=str(ROOT / "bench/RESULTS.md"))
     ap.add_argument("--only", choices=("memory", "startup"), default=None,
                     help="run one entry and print it (RESULTS.md untouched): memory, the peak RSS / JSON of the "
                          "--tiny-events traces (and --trace, when given); startup, a tiny trace over the import floor")
     a = ap.parse_args()
-    py = sys.executable
     if a.only == "startup":
         print("\n".join(startup(max(a.repeat, 5))[0]))
         return
@@ -314,6 +334,8 @@ def main() -> None:
         rows, halves = [], []
         # the largest tiled trace on one core against all cores (taskset: Linux)
         scaling: tuple | None = () if not a.no_scaling and shutil.which("taskset") else None
+        peers = not a.no_peers and importable("hta")
+        hta_pts: list[tuple[float, float, float]] = []  # (MB, seconds, peak RSS MiB): the chart's HTA line
         base = median_runs(size_cases(big), a.repeat)
         rows.append((big.name, mb, base))
         share = replay_share(big, a.repeat)
@@ -324,6 +346,8 @@ def main() -> None:
             m = json_mb(p)
             rows.append((f"{big.name} x{copies}", m, median_runs(size_cases(p), a.big_repeat)))
             halves.append((rows[-1][0], read_halves(p), rows[-1][2]["traceview"][0]))
+            if peers and m <= a.hta_max_mb:
+                hta_pts.append((m, *hta_run(p)))
             if scaling is not None and (os.cpu_count() or 1) > 1:  # the last (largest) size wins
                 one = median_runs({"one core": (tv_cmd(p, ("taskset", "-c", "0")), False)}, a.big_repeat)["one core"]
                 cores = len(os.sched_getaffinity(0))  # the C scan alone, 1 thread vs one per core (in memory)
@@ -374,7 +398,8 @@ def main() -> None:
             lines.append("\nPeers: HTA is not importable in this Python (`pip install HolisticTraceAnalysis`): skipped.")
         else:
             try:
-                hs, hr = run([py, "-c", HTA, str(big)], True)
+                hs, hr = hta_run(big)
+                hta_pts.append((mb, hs, hr))
                 hta = hs / base["traceview"][0]
                 lines.append("\n## Peers (benchmark trace, one run)\n")
                 lines.append("| what | seconds | peak RSS MiB | traceview faster by |\n|---|---|---|---|")
@@ -400,6 +425,11 @@ def main() -> None:
             summary.append(f"| {scaling[0]}: C scan alone, {tn} threads vs {t1} | {w1 / wn:.2f}x | |")
         summary.append(f"| HTA / traceview ({big.name}) | {f'{hta:.1f}x' if hta else 'not run'} | >= 40x |")
         lines[2:2] = summary + [""]
+        # time and memory vs size, every row of this run (and HTA where it ran)
+        svg_path = Path(a.out).with_name("scaling.svg")
+        svg_path.write_text(scaling_svg(chart_series(rows, hta_pts), note=f"{cpu_model()}, {os.cpu_count()} cores; "
+                                        "medians of this run's rows (bench/RESULTS.md)"))
+        lines[2 + len(summary) + 1:2 + len(summary) + 1] = [f"![time and peak RSS vs size]({svg_path.name})\n"]
         doc = profile(big)
         if doc:
             lines.append(f"\n## Phases (inclusive time, pyinstrument, benchmark trace; {doc['duration']:.2f} s "
