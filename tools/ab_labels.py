@@ -18,8 +18,8 @@ from pathlib import Path
 SET = Path(__file__).resolve().parent.parent / "sample_traces" / "ab_traced"
 
 #: run → (fixed twin's name, the rule that prices the fix, the fix variant where the rule has several, the set
-#: holding the same twin measured in two processes)
-TWINS: dict[str, tuple[str, str, str | None, str]] = {
+#: holding the same twin measured in two processes, if any)
+TWINS: dict[str, tuple[str, str, str | None, str | None]] = {
     "gpt2_sdpa_item": ("gpt2_sdpa_noitem", "host-sync", None, "collected3"),
     "gpt2_eager_attn": ("gpt2_sdpa", "materialized-attention", None, "collected3"),
     "gpt2_sdpa_single": ("gpt2_sdpa", "unfused-optimizer", "foreach", "collected3"),
@@ -37,7 +37,17 @@ TWINS: dict[str, tuple[str, str, str | None, str]] = {
     # DataLoader twins: long-lived loaders alternating in one process (collectors/examples/loader_ab.py)
     "input_workers_nw2": ("input_workers_nw10", "loader-workers", None, "collected4"),
     "cnn_input_nw3": ("cnn_input_nw12", "loader-workers", None, "collected4"),
+    # held out: models no other set has, recorded on 2026-12-03 after the model's last fit (record_ab_traced.sh
+    # `heldout`); a fix that changes several things at once (autocast: GEMMs and convolutions) names every rule
+    # whose transform it applies ("a+b": replayed together); bert_small_item and effnet_fp32 are negative controls
+    "bert_fp32": ("bert_bf16", "fp32-gemm", None, None),
+    "vit_fp32": ("vit_bf16", "fp32-gemm+fp32-conv", None, None),
+    "convnext_fp32": ("convnext_bf16_cl", "fp32-gemm+fp32-conv", None, None),
+    "mobilenet_single": ("mobilenet_fused", "unfused-optimizer", "fused", None),
+    "bert_small_item": ("bert_small_noitem", "host-sync", None, None),
+    "effnet_fp32": ("effnet_bf16_cl", "fp32-conv", None, None),
 }
+HELD_OUT = {"bert_fp32", "vit_fp32", "convnext_fp32", "mobilenet_single", "bert_small_item", "effnet_fp32"}
 
 
 def build() -> tuple[dict, str]:
@@ -58,6 +68,7 @@ def build() -> tuple[dict, str]:
                 "rule": rule,
                 "fix_variant": variant,
                 "same_twin_in": other,
+                "held_out": run in HELD_OUT,
                 "problem_command": ab["problem"],
                 "fixed_command": ab["fixed"],
                 "problem_step_ms": ab["problem_step_ms"],
@@ -70,7 +81,7 @@ def build() -> tuple[dict, str]:
             }
         )
         lines.append(
-            f"| {run} → {fixed} | {rule}{f' ({variant})' if variant else ''} | {ab['problem_step_ms']:.3f} | "
+            f"| {run}{' (held out)' if run in HELD_OUT else ''} → {fixed} | {rule}{f' ({variant})' if variant else ''} | {ab['problem_step_ms']:.3f} | "
             f"{ab['fixed_step_ms']:.3f} | {ab['saving_ms']:.3f} | {min(spread):.3f} to {max(spread):.3f} |"
         )
     versions = {}
@@ -99,7 +110,9 @@ def build() -> tuple[dict, str]:
             + ". "
             + labels["how"]
             + ".",
-            "Written by `python tools/ab_labels.py`.",
+            "Written by `python tools/ab_labels.py`. Held out: models no other set has (HF BERT, torchvision ViT-B/16, "
+            "ConvNeXt-T, MobileNetV3-S, EfficientNet-B0), recorded on 2026-12-03 after the profiler-cost model's last "
+            "fit and the rules' last change, and scored as they came (`record_ab_traced.sh heldout`).",
             "",
             "| problem → fixed | rule | problem ms | fixed ms | saving ms | per-round saving ms |",
             "|---|---|---:|---:|---:|---|",

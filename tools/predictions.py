@@ -138,6 +138,11 @@ def predicted_ms(path: Path, rule: str, fix_variant: str | None = None) -> float
 
     trace = traceview.load(str(next(path.glob("*.pt.trace.json*"))))
     ctx, _ = RuleContext.prepare(trace, select_steps(trace, None))
+    if "+" in rule:  # one fix that applies several rules' transforms (autocast: GEMMs and convolutions), together
+        from traceview.sections.fixrunner import what_if
+
+        names = rule.split("+")
+        return what_if(ctx, fixes.transforms(ctx, Options(), [BY_NAME[n] for n in names]), names)["savings_us"] / 1000
     mod = BY_NAME[rule]
     tf = fixes.transforms(ctx, Options(), [mod])
     if fix_variant and hasattr(mod, "fix_variants"):

@@ -1,4 +1,4 @@
-"""Training steps of real-library models (Hugging Face GPT-2, torchvision ResNet) with the common mistakes as flags.
+"""Training steps of real-library models (Hugging Face GPT-2 and BERT, torchvision classifiers) with the common mistakes as flags.
 
 Each flag is one mistake or its fix, so two runs that differ in one flag are an eager/fixed twin whose
 unprofiled step times (the collector's CUDA events) measure what the fix saves:
@@ -45,6 +45,26 @@ def build_gpt2(args: argparse.Namespace, dev: torch.device) -> tuple[torch.nn.Mo
     return model, loss_fn
 
 
+def build_bert(args: argparse.Namespace, dev: torch.device) -> tuple[torch.nn.Module, callable]:
+    """HF BERT masked-LM training (random tokens, every position a target): an encoder, where GPT-2 decodes."""
+    from transformers import BertConfig, BertForMaskedLM
+
+    cfg = BertConfig(num_hidden_layers=args.layers, hidden_size=args.d, num_attention_heads=args.heads,
+                     intermediate_size=4 * args.d, max_position_embeddings=args.seq, vocab_size=30522)
+    model = BertForMaskedLM._from_config(cfg, attn_implementation=args.attn).to(dev)
+    tokens = torch.randint(0, 30522, (args.batch, args.seq), device=dev)
+
+    def loss_fn(m: torch.nn.Module) -> torch.Tensor:
+        logits = m(input_ids=tokens).logits
+        return F.cross_entropy(logits.reshape(-1, logits.shape[-1]).float(), tokens.reshape(-1))
+
+    return model, loss_fn
+
+
+#: torchvision classifiers `--model` takes (resnet: ResNet-18)
+TORCHVISION = ["resnet", "resnet50", "vit_b_16", "convnext_tiny", "mobilenet_v3_small", "efficientnet_b0"]
+
+
 def build_resnet(args: argparse.Namespace, dev: torch.device) -> tuple[torch.nn.Module, callable]:
     import torchvision
 
@@ -68,7 +88,7 @@ OPTIM_IMPL = {"single": {"foreach": False}, "foreach": {"foreach": True}, "fused
 
 def model_args(ap: argparse.ArgumentParser) -> None:
     """The model, its size and the training options (the ones ab_real_models.py shares)."""
-    ap.add_argument("--model", choices=["gpt2", "resnet", "resnet50"], default="gpt2")
+    ap.add_argument("--model", choices=["gpt2", "bert", *TORCHVISION], default="gpt2")
     ap.add_argument("--attn", choices=["eager", "sdpa"], default="sdpa")
     ap.add_argument("--amp", action="store_true", help="bf16 autocast")
     ap.add_argument("--optim", choices=list(OPTIM_IMPL), default="foreach")
@@ -94,7 +114,7 @@ def main() -> None:
     torch.set_float32_matmul_precision(args.precision)
     dev = device()
     torch.manual_seed(0)
-    model, loss_fn = (build_gpt2 if args.model == "gpt2" else build_resnet)(args, dev)
+    model, loss_fn = {"gpt2": build_gpt2, "bert": build_bert}.get(args.model, build_resnet)(args, dev)
     opt = torch.optim.AdamW(model.parameters(), lr=1e-4, **OPTIM_IMPL[args.optim])  # its step() marks the collector's steps
     run = torch.compile(model) if args.compile else model
 
@@ -114,7 +134,7 @@ def main() -> None:
         if args.empty_cache and dev.type == "cuda":
             torch.cuda.empty_cache()
         timer.mark()
-    name = f"{args.model}_{args.attn if args.model == 'gpt2' else 'conv'}"
+    name = f"{args.model}_{args.attn if args.model in ('gpt2', 'bert') else 'conv'}"
     timer.report(name)
     print(f"loss {float(logged[-1]):.3f}")
 

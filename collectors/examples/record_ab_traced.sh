@@ -3,11 +3,11 @@
 # problem and its fix timed unprofiled in ABBA rounds (collectors/examples/ab_twin.py). The prediction is made
 # from a trace whose process also measured the saving, so host speed differences between processes cancel.
 # Usage (repo root, on a CUDA machine): collectors/examples/record_ab_traced.sh OUT_DIR [GROUP...]
-#   GROUP: real | synth | loader (default: all). Runs land in OUT_DIR/ab_traced/<problem>/, AB_RESULT lines on stdout.
+#   GROUP: real | synth | loader | heldout (default: all). Runs land in OUT_DIR/ab_traced/<problem>/, AB_RESULT lines on stdout.
 set -u
 OUTD=${1:-/tmp/tv_ab_traced}
 shift || true
-GROUPS_=${*:-real synth loader}
+GROUPS_=${*:-real synth loader heldout}
 PY=${PY:-python3}
 mkdir -p "$OUTD"
 $PY -c 'import torch; print("torch", torch.__version__, "cuda", torch.version.cuda,
@@ -51,6 +51,20 @@ synth)  # --- synthetic twins of collected3/5 ----------------------------------
 loader)  # --- DataLoader twins of collected4 (the same programs, both loaders alive in one process) -----------
   run input_workers_nw2 $CW --name input_workers_nw2 -- $LAB --workload input_workers --workers-a 2 --workers-b 10
   run cnn_input_nw3 $CW --name cnn_input_nw3 -- $LAB --workload cnn_input --workers-a 3 --workers-b 12
+  ;;
+heldout)  # --- models no other set has, recorded after the model's last fit (tools/ab_labels.py HELD_OUT) ------
+  BERT="real_models --model bert --layers 12 --d 768 --heads 12 --seq 128 --batch 32"
+  run bert_fp32 $C --name bert_fp32 -- $AB "$BERT" "$BERT --amp"
+  run vit_fp32 $C --name vit_fp32 -- $AB "real_models --model vit_b_16 --batch 64" \
+    "real_models --model vit_b_16 --batch 64 --amp"
+  run convnext_fp32 $C --name convnext_fp32 -- $AB "real_models --model convnext_tiny --batch 64" \
+    "real_models --model convnext_tiny --batch 64 --amp --channels-last"
+  run mobilenet_single $C --name mobilenet_single -- $AB "real_models --model mobilenet_v3_small --batch 8 --optim single" \
+    "real_models --model mobilenet_v3_small --batch 8 --optim fused"
+  BS="real_models --model bert --layers 4 --d 512 --heads 8 --seq 128 --batch 4 --amp"
+  run bert_small_item $C --name bert_small_item -- $AB "$BS --sync-item" "$BS"
+  run effnet_fp32 $C --name effnet_fp32 -- $AB "real_models --model efficientnet_b0 --batch 64" \
+    "real_models --model efficientnet_b0 --batch 64 --amp --channels-last"
   ;;
 esac
 done
