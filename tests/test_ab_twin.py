@@ -45,3 +45,29 @@ def test_only_the_first_problem_run_is_traced_and_the_result_is_saved(tmp_path: 
     diffs = [a - b for a, b in zip(med["train_syncs_item"], med["train_syncs_deferred"], strict=True)]
     assert ab["per_round_saving_ms"] == [round(d, 3) for d in diffs]
     assert ab["saving_ms"] == pytest.approx(statistics.median(diffs), abs=1e-3)
+
+
+def test_ddp_accumulation_rounds_on_the_traced_model(tmp_path: Path) -> None:
+    """collectors/examples/ddp_accum.py --ab-rounds under `traceview collect` (gloo, one CPU rank): the loop the
+    collector traced, then ABBA rounds of all-reduce vs no_sync() on the same DDP model, written next to the trace."""
+    small = ["--backend", "gloo", "--layers", "1", "--dim", "32", "--seq", "8", "--batch", "2", "--accum", "2"]
+    r = collect(
+        tmp_path, "ddp", ["--wait", "1", "--warmup", "1", "--active", "1"],
+        [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node", "1", "-m",
+         "collectors.examples.ddp_accum", *small, "--steps", "4", "--ab-rounds", "2", "--ab-steps", "2"],
+    )  # fmt: skip
+    assert r.returncode == 0, r.stderr
+    run = tmp_path / "ddp"
+    assert len(traces_of(run, 0)) == 1
+    ab = json.loads((run / "ab_result.json").read_text())
+    assert ab["problem"].startswith("ddp_accum ") and "--no-sync" not in ab["problem"]
+    assert ab["fixed"].endswith(" --no-sync") and ab["rounds"] == 2 and len(ab["traced_run_step_ms"]) == 3
+    # each side of a round: its median over --ab-steps timed steps, after one left out (fixed first, then ABBA)
+    sides = [json.loads(x.removeprefix("STEP_TIME ")) for x in r.stdout.splitlines() if x.startswith("STEP_TIME ")]
+    sides = [x for x in sides if x["name"].startswith("ab_")]
+    assert [x["name"] for x in sides] == ["ab_fixed", "ab_problem", "ab_problem", "ab_fixed"]
+    assert all(x["steps"] == 2 for x in sides)
+    med = [statistics.median(x["step_ms"]) for x in sides]
+    diffs = [med[1] - med[0], med[2] - med[3]]  # (from step times printed to 3 decimals)
+    assert ab["per_round_saving_ms"] == pytest.approx(diffs, abs=2e-3)
+    assert ab["saving_ms"] == pytest.approx(statistics.median(diffs), abs=2e-3)

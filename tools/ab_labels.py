@@ -46,8 +46,12 @@ TWINS: dict[str, tuple[str, str, str | None, str | None]] = {
     "mobilenet_single": ("mobilenet_fused", "unfused-optimizer", "fused", None),
     "bert_small_item": ("bert_small_noitem", "host-sync", None, None),
     "effnet_fp32": ("effnet_bf16_cl", "fp32-conv", None, None),
+    # DDP accumulation on HF GPT-2 (NCCL, 1 rank): the example times its own ABBA rounds on one DDP model
+    # (collectors/examples/ddp_accum.py --ab-rounds; record_ab_traced.sh `ddp`)
+    "ddp_accum4_gpt2": ("ddp_accum4_gpt2_nosync", "accumulation-sync", None, None),
 }
-HELD_OUT = {"bert_fp32", "vit_fp32", "convnext_fp32", "mobilenet_single", "bert_small_item", "effnet_fp32"}
+HELD_OUT = {"bert_fp32", "vit_fp32", "convnext_fp32", "mobilenet_single", "bert_small_item", "effnet_fp32",
+            "ddp_accum4_gpt2"}
 
 
 def build() -> tuple[dict, str]:
@@ -97,7 +101,9 @@ def build() -> tuple[dict, str]:
             "median over rounds of (problem's median step - fix's median step). DataLoader twins "
             "(collectors/examples/loader_ab.py, traceview collect --wait 24): both loaders alive for the whole "
             "process (persistent workers), ABBA rounds each after the side's prefetch buffer drained, a side's step "
-            "the mean of its timed steps (a loader short of workers delivers in bursts)"
+            "the mean of its timed steps (a loader short of workers delivers in bursts). DDP accumulation "
+            "(collectors/examples/ddp_accum.py --ab-rounds): ABBA rounds of all-reduce vs no_sync() steps on the "
+            "traced DDP model, in the traced process"
         ),
         "twins": twins,
     }
@@ -111,7 +117,7 @@ def build() -> tuple[dict, str]:
             + labels["how"]
             + ".",
             "Written by `python tools/ab_labels.py`. Held out: models no other set has (HF BERT, torchvision ViT-B/16, "
-            "ConvNeXt-T, MobileNetV3-S, EfficientNet-B0), recorded on 2026-12-03 after the profiler-cost model's last "
+            "ConvNeXt-T, MobileNetV3-S, EfficientNet-B0, DDP accumulation on GPT-2), recorded on 2026-12-03 after the profiler-cost model's last "
             "fit and the rules' last change, and scored as they came (`record_ab_traced.sh heldout`).",
             "",
             "| problem → fixed | rule | problem ms | fixed ms | saving ms | per-round saving ms |",

@@ -3,11 +3,11 @@
 # problem and its fix timed unprofiled in ABBA rounds (collectors/examples/ab_twin.py). The prediction is made
 # from a trace whose process also measured the saving, so host speed differences between processes cancel.
 # Usage (repo root, on a CUDA machine): collectors/examples/record_ab_traced.sh OUT_DIR [GROUP...]
-#   GROUP: real | synth | loader | heldout (default: all). Runs land in OUT_DIR/ab_traced/<problem>/, AB_RESULT lines on stdout.
+#   GROUP: real | synth | loader | heldout | ddp (default: all). Runs land in OUT_DIR/ab_traced/<problem>/, AB_RESULT lines on stdout.
 set -u
 OUTD=${1:-/tmp/tv_ab_traced}
 shift || true
-GROUPS_=${*:-real synth loader heldout}
+GROUPS_=${*:-real synth loader heldout ddp}
 PY=${PY:-python3}
 mkdir -p "$OUTD"
 $PY -c 'import torch; print("torch", torch.__version__, "cuda", torch.version.cuda,
@@ -65,6 +65,11 @@ heldout)  # --- models no other set has, recorded after the model's last fit (to
   run bert_small_item $C --name bert_small_item -- $AB "$BS --sync-item" "$BS"
   run effnet_fp32 $C --name effnet_fp32 -- $AB "real_models --model efficientnet_b0 --batch 64" \
     "real_models --model efficientnet_b0 --batch 64 --amp --channels-last"
+  ;;
+ddp)  # DDP accumulation on HF GPT-2 (NCCL, 1 rank): the example times its own ABBA rounds on the same DDP model
+  run ddp_accum4_gpt2 $C --name ddp_accum4_gpt2 -- torchrun --standalone --nproc-per-node 1 \
+    -m collectors.examples.ddp_accum --model gpt2 --layers 6 --batch 32 --seq 512 --accum 4 --steps 16 \
+    --ab-rounds ${ROUNDS:-6} --ab-steps 8
   ;;
 esac
 done
