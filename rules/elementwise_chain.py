@@ -13,6 +13,7 @@ that launched it (`traceview/analyses/fusible.py`):
 | scatter | accumulating scatters and their helpers (`embedding_dense_backward`, `index_put_`, `index_add_`, `scatter_add_`) | no |
 | multi-tensor | `multi_tensor_apply_kernel`, foreach and fused optimizers (`_foreach_*`, `_fused_*`): one launch over many tensors already, the unfused-optimizer rule's business | no |
 | optimizer step | any kernel launched inside an `Optimizer.step#…` span, single-tensor updates included: the unfused-optimizer rule's (its fix is a fused or foreach optimizer, not a compiled chain) | no |
+| DDP reducer | kernels launched inside DDP's reducer ops (`torch::distributed::reducer::mul_out`, `…ddp.reducer::copy_bucket_to_grad`: the gradient bucket copies and the division by the world size), launched from C++ in DDP's autograd hooks: no compiler fuses them with the model's kernels (accumulation-sync's, when they repeat per micro-batch) | no |
 | library compute | GEMM / convolution / attention (cuBLAS incl. its split-K reduce, cuDNN, CUTLASS, flash), collectives (NCCL), memcpy / memset | no |
 | unknown | a kernel of no known family launched by no ATen op (a custom extension: opaque to a fuser) | no |
 
@@ -85,6 +86,7 @@ from traceview.analyses.windows import host_step_of, step_of
 from traceview.evidence import Meta, StepSpan
 from traceview.ruleapi import XPROF_SEVERITY, Finding, Option, RuleContext
 
+from .accumulation_sync import REDUCER_RE
 from .unfused_optimizer import OPT_RE
 
 CODE = "TV201"
@@ -157,7 +159,8 @@ def chains(trace, steps: pl.DataFrame, kb: pl.DataFrame, min_kernels: int = 2) -
     """One row per kernel that belongs to a chain: [chain, step, stream, i, name, op_name, ts, end, dur, bytes,
     in0_bytes, extra_bytes, out_bytes, pos, k]."""
     lo, hi = int(steps["ts"].min()), int(steps["end"].max())
-    g = trace.gpu[["i", "name", "kind", "ts", "end", "dur", "launch_ts", "device", "stream", "bytes"]].filter(
+    g = trace.gpu[["i", "name", "kind", "ts", "end", "dur", "launch_ts", "launch_tid", "device", "stream",
+                   "bytes"]].filter(
         pl.col("kind").is_in(["compute", "comm", "memcpy", "memset"]) & (pl.col("ts") >= lo) & (pl.col("ts") < hi))
     # `bytes` of the gpu frame is the memcpy size: take the roofline's bytes instead
     g = g.drop("bytes").join(kb.select("i", "op", "op_name", "category", "bytes", "in0_bytes", "extra_bytes",
@@ -192,17 +195,31 @@ def chains(trace, steps: pl.DataFrame, kb: pl.DataFrame, min_kernels: int = 2) -
 
 def _in_optimizer_step(trace, g: pl.DataFrame) -> pl.Series:
     """Per row of `g`: whether its kernel was launched inside an `Optimizer.step#…` span (torch.optim records one
-    per step). The update's kernels are the unfused-optimizer rule's (a fused or foreach optimizer, not a chain
-    fused by torch.compile), so they are never in a chain."""
-    if not host_names(trace, "user_annotation").str.contains(OPT_RE).any():
-        return pl.Series("_opt", [False] * g.height, pl.Boolean)
-    spans = trace.host.select("cat", "name", "ts", "end").filter(
-        (pl.col("cat") == "user_annotation") & pl.col("name").str.contains(OPT_RE))
-    at = g.select(pl.int_range(pl.len()).alias("_row"), "launch_ts").filter(pl.col("launch_ts").is_not_null())
-    hit = at.sort("launch_ts").join_asof(spans.select(pl.col("ts").alias("_sts"), pl.col("end").alias("_send"))
-                                         .sort("_sts"), left_on="launch_ts", right_on="_sts", strategy="backward")
-    rows = hit.filter(pl.col("launch_ts") < pl.col("_send"))["_row"]
-    return pl.Series("_opt", np.isin(np.arange(g.height), rows.to_numpy()), pl.Boolean)
+    per step), or inside one of DDP's reducer ops on the launching thread (its bucket copies and the division by
+    the world size, launched from C++ in its autograd hooks). The update's kernels are the unfused-optimizer
+    rule's (a fused or foreach optimizer, not a chain fused by torch.compile) and the reducer's are DDP's own
+    (accumulation-sync's, when they repeat per micro-batch): no compiler fuses either with the model's kernels,
+    so they are never in a chain."""
+    hit = np.zeros(g.height, dtype=bool)
+    at = g.select(pl.int_range(pl.len()).alias("_row"), "launch_ts", "launch_tid").filter(
+        pl.col("launch_ts").is_not_null()).sort("launch_ts")
+    ann = trace.host.select("cat", "name", "ts", "end").filter(pl.col("cat") == "user_annotation")
+    opt = ann.filter(pl.col("name").str.contains(OPT_RE))  # (the regex on the annotations only)
+    if opt.height:
+        j = at.join_asof(opt.select(pl.col("ts").alias("_sts"), pl.col("end").alias("_send")).sort("_sts"),
+                         left_on="launch_ts", right_on="_sts", strategy="backward")
+        hit[j.filter(pl.col("launch_ts") < pl.col("_send"))["_row"].to_numpy()] = True
+    names = host_names(trace, "cpu_op")
+    names = names.filter(names.str.contains(REDUCER_RE))  # (the regex on the distinct names only)
+    if names.len():
+        red = trace.host.select("cat", "name", "ts", "end", "tid").filter(
+            (pl.col("cat") == "cpu_op") & pl.col("name").is_in(names.implode()))
+        j = at.filter(pl.col("launch_tid").is_not_null()).join_asof(
+            red.select(pl.col("tid").alias("launch_tid"), pl.col("ts").alias("_sts"), pl.col("end").alias("_send"))
+            .sort("_sts"), left_on="launch_ts", right_on="_sts", by="launch_tid", strategy="backward",
+            check_sortedness=False)  # (sorted by launch_ts above; polars cannot check it within groups)
+        hit[j.filter(pl.col("launch_ts") < pl.col("_send"))["_row"].to_numpy()] = True
+    return pl.Series("_opt", hit, pl.Boolean)
 
 
 def _run_lengths_positions(run: np.ndarray) -> list[pl.Series]:

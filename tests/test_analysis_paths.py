@@ -7,7 +7,7 @@ from __future__ import annotations
 import polars as pl
 import pytest
 from conftest import load
-from traceview.rules.elementwise_chain import chains
+from traceview.rules.elementwise_chain import _in_optimizer_step, chains
 
 from traceview.analyses import classify, memory
 from traceview.analyses.fusible import OTHER, REDUCTION, kernel_class
@@ -56,12 +56,13 @@ def _chains_by_stream_windows(trace, steps, kb, min_kernels=2):
     keys, chains ranked by a struct): the reference for `elementwise_chain.chains`."""
     lo, hi = int(steps["ts"].min()), int(steps["end"].max())
     g = trace.gpu.filter(pl.col("kind").is_in(["compute", "comm", "memcpy", "memset"]) & (pl.col("ts") >= lo)
-                         & (pl.col("ts") < hi)).select("i", "name", "kind", "ts", "end", "dur", "launch_ts", "device",
-                                                       "stream")
+                         & (pl.col("ts") < hi)).select("i", "name", "kind", "ts", "end", "dur", "launch_ts", "launch_tid",
+                                                       "device", "stream")
     g = g.join(kb.select("i", "op_name", "category", "bytes", "in0_bytes", "extra_bytes", "out_bytes"), on="i",
                how="left")
     cls = kernel_class(g)
-    g = g.with_columns(_elem=cls != OTHER, _red=cls == REDUCTION)
+    # the kernels the rule never chains (an optimizer step's, DDP's reducer's) leave both numberings alike
+    g = g.with_columns(_elem=(cls != OTHER) & ~_in_optimizer_step(trace, g), _red=cls == REDUCTION)
     g = pl.concat([host_step_of(g.filter(pl.col("launch_ts").is_not_null()), steps, "launch_ts"),
                    step_of(g.filter(pl.col("launch_ts").is_null()), steps)], how="diagonal_relaxed")
     g = g.filter(pl.col("step").is_not_null()).sort("device", "stream", "ts", maintain_order=True)
