@@ -37,7 +37,6 @@ from .analyses.windows import recording_edges
 from .errors import TraceError
 from .ingest import heap_trim
 from .ingest.loader import input_files, load_file
-from .ingest.reduced import reduce as reduce_rank
 from .memo import drop, forget
 from .model import Job, Trace
 from .notes import aggregate as aggregate_warnings
@@ -258,6 +257,8 @@ def _analyze_file(path: Path, options: Options, reduce: bool = False) -> tuple[d
     rank of a large job, reduced to what the job reads (`ingest.reduced`)."""
     from .sections.job import RankResult
 
+    if reduce:
+        from .ingest.reduced import reduce as reduce_rank
     try:
         t = _default_load(path, options)
         entry, analysed, part = _analyze_trace(t, options)
@@ -334,7 +335,9 @@ def analyze(paths: list[str | Path], options: Options | None = None, *,
             if job_dir:
                 forget(t)  # a rank kept for the job: only its frames, not every analysis's (memory per rank)
                 n_rows = t.gpu.height + t.host.height
-                if reduce:
+                if reduce:  # (imported only for a large job's ranks, not for one file: issue 32, start-up)
+                    from .ingest.reduced import reduce as reduce_rank
+
                     t = reduce_rank(t, options.max_bytes)
                 heap_trim.release(n_rows)
                 ranks.append(RankResult(trace=t, steps=analysed, entry=entry, part=part))

@@ -62,23 +62,25 @@ def text_safe(obj: Any) -> Any:
 
 # ---- GitHub Markdown ----------------------------------------------------------------------------
 
-_MD_PUNCT = re.compile(r"([\\`*_\[\]()!|#~{}])")
-_AUTOLINK = re.compile(r"(?i)(://|www\.)")  # GitHub autolinks these even without <>
-_MENTION = re.compile(r"@(?=[A-Za-z0-9])")
+# (the patterns below are compiled on first use, and `re` caches them: the text and JSON reports read none of
+# them, and compiling them at import cost ~1 ms of every text report's start-up; issue 32)
+_MD_PUNCT = r"([\\`*_\[\]()!|#~{}])"
+_AUTOLINK = r"(?i)(://|www\.)"  # GitHub autolinks these even without <>
+_MENTION = r"@(?=[A-Za-z0-9])"
 
 
 def _defuse(s: str) -> str:
     """Break what GitHub turns into links or notifications even in plain text or raw HTML: `scheme://` and
     `www.` autolinks, @mentions. A zero-width space goes in: the text reads the same, nothing matches."""
-    s = _AUTOLINK.sub(lambda m: ":\u200b//" if m.group(1) == "://" else m.group(1)[:3] + "\u200b.", s)
-    return _MENTION.sub("@\u200b", s)
+    s = re.sub(_AUTOLINK, lambda m: ":\u200b//" if m.group(1) == "://" else m.group(1)[:3] + "\u200b.", s)
+    return re.sub(_MENTION, "@\u200b", s)
 
 
 def md_text(s: Any) -> str:
     """Inline Markdown text that renders as the literal string: HTML as entities, Markdown punctuation
     backslash-escaped (no links, images, emphasis, table breaks), autolinks and mentions defused, one line."""
     s = printable(re.sub(r"[\r\n\t]", " ", str(s)), one_line=True)
-    s = _MD_PUNCT.sub(r"\\\1", s)
+    s = re.sub(_MD_PUNCT, r"\\\1", s)
     import html  # (html.entities' tables: ~2 ms of a text report's start-up, which needs no entity)
 
     s = html.escape(s, quote=False)
@@ -108,17 +110,17 @@ def html_text(s: Any) -> str:
 
 # ---- Streamlit ----------------------------------------------------------------------------------
 
-_ASCII_PUNCT = re.compile(r"([!-/:-@\[-`{-~])")
+_ASCII_PUNCT = r"([!-/:-@\[-`{-~])"
 
 
 def md_literal(s: Any) -> str:
     """Text for a Streamlit markdown element (st.markdown, captions, labels, st.error...) that renders as
     the literal string: every ASCII punctuation character backslash-escaped, which CommonMark allows,
     so no link, image, emphasis, HTML, `:color[...]` directive, emoji code or `$math$` forms."""
-    return _ASCII_PUNCT.sub(r"\\\1", printable(re.sub(r"[\r\n\t]", " ", str(s)), one_line=True))
+    return re.sub(_ASCII_PUNCT, r"\\\1", printable(re.sub(r"[\r\n\t]", " ", str(s)), one_line=True))
 
 
-_ABS_PATH = re.compile(r"(?<![\w.~])/(?:[^\s/:'\"]+/)+([^\s/:'\"]*)")
+_ABS_PATH = r"(?<![\w.~])/(?:[^\s/:'\"]+/)+([^\s/:'\"]*)"
 
 
 def hide_paths(msg: str, prefixes: tuple[str, ...] = ()) -> str:
@@ -126,14 +128,14 @@ def hide_paths(msg: str, prefixes: tuple[str, ...] = ()) -> str:
     last component (a web user must not learn where files live on the server)."""
     for p in sorted(filter(None, prefixes), key=len, reverse=True):
         msg = msg.replace(p.rstrip("/") + "/", "").replace(p, "")
-    return _ABS_PATH.sub(lambda m: m.group(1) or "/", msg)
+    return re.sub(_ABS_PATH, lambda m: m.group(1) or "/", msg)
 
 
 # ---- XML ----------------------------------------------------------------------------------------
 
-_XML_BAD = re.compile("[\x00-\x08\x0b\x0c\x0e-\x1f\ufffe\uffff\ud800-\udfff]")
+_XML_BAD = "[\x00-\x08\x0b\x0c\x0e-\x1f\ufffe\uffff\ud800-\udfff]"
 
 
 def xml_chars(s: Any) -> str:
     """Characters XML 1.0 cannot hold at all (not even as references) shown as \\xNN text."""
-    return _XML_BAD.sub(_show, str(s))
+    return re.sub(_XML_BAD, _show, str(s))

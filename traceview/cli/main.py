@@ -25,12 +25,16 @@ class ExitCode(enum.IntEnum):
     ERROR = 2  # usage, input or internal error
 
 
-def _analyze_paths(args: argparse.Namespace, options: Options) -> Report:
+def _analyze_paths(args: argparse.Namespace, options: Options, renderer: str | None = None) -> Report:
+    """The report of the command's inputs; `renderer`: the module that will render it, imported beside the
+    analysis (`_import_beside`)."""
     from ..report import analyze
     from .lazy_stdlib import defer_numpy_ma
     from .progress import for_analyze
 
     defer_numpy_ma()  # (the CLI's own run; numpy is imported by now: the options imported the rules)
+    if renderer:
+        _import_beside(renderer)
 
     if args.paths.count("-") > 1:
         raise TraceError("'-' (standard input) can be given only once")
@@ -53,6 +57,23 @@ def _analyze_paths(args: argparse.Namespace, options: Options) -> Report:
             prog.stop()
     rep.traces, rep.jobs, rep.errors = restore(rep.traces, back), restore(rep.jobs, back), restore(rep.errors, back)
     return rep
+
+
+def _import_beside(module: str) -> None:
+    """Import `module` in a thread of its own, beside the analysis. The text renderers import rich (~25 ms of a
+    small trace's start-up on the 2-core machine) and the analysis spends most of a small trace's run in polars,
+    which releases the GIL: on a second core the import is done before the renderer is needed (issue 32,
+    start-up). Nothing else changes: a failed import is left to the renderer's own import, which reports it."""
+    import importlib
+    import threading
+
+    def run() -> None:
+        try:
+            importlib.import_module(module)
+        except BaseException:  # noqa: BLE001 - imported again where it is used, which raises the same error
+            pass
+
+    threading.Thread(target=run, name="traceview-import", daemon=True).start()
 
 
 def _sections(value: str) -> list[str]:
@@ -87,7 +108,8 @@ def cmd_analyze(args: argparse.Namespace) -> int:
     from ..formatters import write
     from .rules import build_options, exit_code
 
-    rep = _analyze_paths(args, build_options(args))
+    text = args.format == "text"
+    rep = _analyze_paths(args, build_options(args), renderer="traceview.formatters.text" if text else None)
     doc = rep.to_dict()
     write(doc, args.format, args.output, show=text_sections(args), width=args.width)
     _report_errors(rep)
@@ -112,7 +134,8 @@ def cmd_layers(args: argparse.Namespace) -> int:
     from ..formatters import write
     from ..report import SCHEMA_VERSION
 
-    rep = _analyze_paths(args, Options(step=args.step, layers_depth=args.depth, max_bytes=args.max_bytes))
+    rep = _analyze_paths(args, Options(step=args.step, layers_depth=args.depth, max_bytes=args.max_bytes),
+                         renderer="traceview.formatters.layers" if args.format == "text" else None)
     doc = {"schema_version": SCHEMA_VERSION, "traces": [_layers_entry(t, args.depth) for t in rep.traces],
            "errors": rep.errors}
     if args.format == "json":

@@ -29,7 +29,7 @@ _DEC_LEGACY = msgspec.json.Decoder(list[Ev])
 
 TRACE_SUFFIXES = (".json", ".json.gz", ".gz")
 _PREFETCH: dict[tuple[str, int], Any] = {}
-_NOT_TRACES = re.compile(r"^(manifest\.json|control.*|.*\.collect\.json|.*\.traceview\.json)$")  # .traceview.json: integrations.torchtitan
+_NOT_TRACES = r"^(manifest\.json|control.*|.*\.collect\.json|.*\.traceview\.json)$"  # .traceview.json: integrations.torchtitan
 
 
 def trace_files(directory: Path) -> list[Path]:
@@ -41,7 +41,7 @@ def trace_files(directory: Path) -> list[Path]:
     except OSError as e:
         raise inputs.os_error(directory, e) from None
     pt = [p for p in files if ".pt.trace.json" in p.name]
-    return pt or [p for p in files if not _NOT_TRACES.match(p.name)]
+    return pt or [p for p in files if not re.match(_NOT_TRACES, p.name)]
 
 
 def prefetch(path: Path, max_bytes: int = inputs.DEFAULT_MAX_BYTES) -> None:
@@ -92,16 +92,18 @@ def read_bytes(path: Path, max_bytes: int = inputs.DEFAULT_MAX_BYTES) -> tuple[b
     return inputs.read_input(path, max_bytes)
 
 
-_BARE = re.compile(rb"(?<=[:\[,])\s*(-?inf|-?Infinity|nan|NaN|N/A)\s*(?=[,}\]])")
+# the repairs' patterns, compiled on first use (`re` caches them): only an input that fails to decode reads them,
+# and compiling them costs ~1 ms of every run's start-up (issue 32)
+_BARE = rb"(?<=[:\[,])\s*(-?inf|-?Infinity|nan|NaN|N/A)\s*(?=[,}\]])"
 # a number with a 3-digit exponent: msgspec rejects those that overflow a double (1e999)
 # or an integer literal of 309 digits or more (1e400 written out: beyond a double, or beyond what msgspec
 # decodes as an integer)
-_HUGE = re.compile(rb"(?<=[:\[,])(\s*)(-?\d+(?:\.\d+)?[eE][+-]?\d{3,}|-?\d{309,}(?:\.\d+)?)(?=\s*[,}\]])")
-_LONE_SURROGATE = re.compile(rb"\\u[dD][89abAB][0-9a-fA-F]{2}(?!\\u[dD][c-fC-F][0-9a-fA-F]{2})"
-                             rb"|(?<![0-9a-fA-F]{2}\\u[dD][89abAB][0-9a-fA-F]{2})(?<!\\)\\u[dD][c-fC-F][0-9a-fA-F]{2}")
-_CTRL = re.compile(rb"[\x00-\x08\x0b\x0c\x0e-\x1f]")  # never valid raw in JSON text, in strings or out
-_EVENT_END = re.compile(rb"\}\s*,\s*\{")
-_AT_BYTE = re.compile(r"\(byte (\d+)\)")
+_HUGE = rb"(?<=[:\[,])(\s*)(-?\d+(?:\.\d+)?[eE][+-]?\d{3,}|-?\d{309,}(?:\.\d+)?)(?=\s*[,}\]])"
+_LONE_SURROGATE = (rb"\\u[dD][89abAB][0-9a-fA-F]{2}(?!\\u[dD][c-fC-F][0-9a-fA-F]{2})"
+                   rb"|(?<![0-9a-fA-F]{2}\\u[dD][89abAB][0-9a-fA-F]{2})(?<!\\)\\u[dD][c-fC-F][0-9a-fA-F]{2}")
+_CTRL = rb"[\x00-\x08\x0b\x0c\x0e-\x1f]"  # never valid raw in JSON text, in strings or out
+_EVENT_END = rb"\}\s*,\s*\{"
+_AT_BYTE = r"\(byte (\d+)\)"
 
 
 def _repair(data: bytes) -> tuple[bytes, list[str]]:
@@ -110,9 +112,9 @@ def _repair(data: bytes) -> tuple[bytes, list[str]]:
     characters and invalid UTF-8 (replaced). Returns the bytes and what was repaired."""
     done: list[str] = []
 
-    def sub(rx: re.Pattern, repl: Any, what: str) -> None:
+    def sub(rx: bytes, repl: Any, what: str) -> None:
         nonlocal data
-        new, n = rx.subn(repl, data)
+        new, n = re.subn(rx, repl, data)
         if new != data:  # the names pattern matches every name; count only real changes
             data = new
             done.append(f"{n:,} {what}" if what != "names" else "unescaped quotes in names")
@@ -128,7 +130,7 @@ def _repair(data: bytes) -> tuple[bytes, list[str]]:
     sub(_LONE_SURROGATE, rb"\\ufffd", "lone surrogate escapes")
     sub(_CTRL, lambda m: b"\\u%04x" % m.group(0)[0], "raw control characters")
     # a '"' inside a "name" value that is not followed by , } ] : is literal: escape it
-    sub(re.compile(rb'("name"\s*:\s*")(.*?)("\s*[,}\]])'),
+    sub(rb'("name"\s*:\s*")(.*?)("\s*[,}\]])',
         lambda m: m.group(1) + re.sub(rb'(?<!\\)"', rb'\\"', m.group(2)) + m.group(3), "names")
     return data, done
 
@@ -144,7 +146,7 @@ def _salvage(data: bytes, at: int, warnings: list[str]) -> tuple[Doc, int] | Non
     if start < 0:
         return None
     at = min(max(at, 0), len(data))
-    ends = [m.start() for m in _EVENT_END.finditer(data, max(start, at - 4_000_000), at)]
+    ends = [m.start() for m in re.compile(_EVENT_END).finditer(data, max(start, at - 4_000_000), at)]
     for cut in reversed(ends[-50:]):
         cand = data[: cut + 1] + b"]}"
         try:
@@ -155,7 +157,7 @@ def _salvage(data: bytes, at: int, warnings: list[str]) -> tuple[Doc, int] | Non
 
 
 def _error_at(err: Exception, size: int) -> int:
-    m = _AT_BYTE.search(str(err))
+    m = re.search(_AT_BYTE, str(err))
     return int(m.group(1)) if m else size
 
 

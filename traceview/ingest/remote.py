@@ -6,12 +6,14 @@ A missing or denied object is one error line naming the URL."""
 from __future__ import annotations
 
 import re
-import tempfile
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from ..errors import TraceError
 from .inputs import DEFAULT_MAX_BYTES, human
+
+if TYPE_CHECKING:
+    import tempfile
 
 URL = re.compile(r"^[A-Za-z][A-Za-z0-9+.-]*://")
 #: files of a folder worth reading: traces and the collector's manifests
@@ -94,6 +96,8 @@ def stage(
     given (batch: one bad input never aborts the others), is left out and added there as {path, error}."""
     if not any(is_url(p) for p in paths):
         return list(paths), {}
+    import tempfile  # (here: tempfile imports random and hashlib, ~2 ms of a run of local files; issue 32)
+
     tmp = tempfile.TemporaryDirectory(prefix="traceview-remote-")
     _TEMP.append(tmp)
     out: list[str] = []
