@@ -356,7 +356,7 @@ def _handoffs(trace: Trace, a_tid: np.ndarray, a_ts: np.ndarray, a_end: np.ndarr
     its recorded idle time, so a host made faster (the profiler's cost taken off) would still reach each exchange
     when it did (`_joins` does not read it: the range's own row starts inside the idle span it would join).
     Returns (a_join, a_jwake, a_gap)."""
-    ann = trace.host.filter(pl.Series(code == _OP))
+    ann = trace.host.select("name", "tid", "ts", "end").filter(pl.Series(code == _OP))  # (a filter copies every column)
     rng = (ann.filter(pl.col("name").str.starts_with(HANDOFF_RANGE))
            .select(pl.col("tid").cast(pl.Int64), pl.col("ts").cast(pl.Int64), pl.col("end").cast(pl.Int64))
            .drop_nulls())
@@ -493,7 +493,7 @@ def _waits(trace: Trace, a: pl.DataFrame, a_ts: np.ndarray, a_end: np.ndarray, r
     blocking = real & a["name"].str.contains(SYNC_RE).fill_null(False).to_numpy()
     # `cuda_sync` records (Kineto >= 2.3) name the blocking call by correlation even where the call's name is
     # not a sync (a cudaMemcpyAsync of a pageable DtoH copy)
-    ev = trace.gpu.filter((pl.col("kind") == "sync") & pl.col("launch").is_not_null())
+    ev = trace.gpu.select("kind", "launch").filter((pl.col("kind") == "sync") & pl.col("launch").is_not_null())
     if ev.height:
         blocking |= np.isin(_i64(a["i"]), _i64(ev["launch"].cast(pl.Int64)))
     # a call that launched a copy and returned after that copy ended was a blocking copy
