@@ -162,8 +162,11 @@ def _longest_py(base, src, dst, off, out) -> int:
 
 def _unique(x: np.ndarray) -> np.ndarray:
     """np.unique of integers by a sort (numpy's hash unique takes seconds on a million ids)."""
-    x = np.sort(x.ravel())
-    return x[np.concatenate([[True], x[1:] != x[:-1]])] if x.size else x
+    x = x.ravel()
+    if x.size < 2 or bool((x[1:] > x[:-1]).all()):  # (unique and in order already: a fix's own array, no copy)
+        return x
+    x = np.sort(x)
+    return x[np.concatenate([[True], x[1:] != x[:-1]])]
 
 
 def activity_positions(d_i: np.ndarray, ids: np.ndarray) -> np.ndarray:
