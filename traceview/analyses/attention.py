@@ -386,7 +386,7 @@ def attention_mask(trace: Trace) -> dict[str, pl.Series]:
     cand = cand.join(ok, on=["input_dims", "input_type"], how="semi", nulls_equal=True)
     prod = cand.filter(~pl.col("parent").is_in(cand["i"].implode()).fill_null(False))
     # each producer's window: from the last compute launch before it on its thread to its start
-    g = trace.gpu.filter(pl.col("kind") == "compute").select(
+    g = trace.gpu.select("kind", "launch_tid", "launch_ts").filter(pl.col("kind") == "compute").select(
         pl.col("launch_tid").cast(pl.Int64).alias("tid"), pl.col("launch_ts").cast(pl.Int64).alias("t")
     ).drop_nulls().sort("tid", "t")
     win = prod.select("tid", pl.col("ts").cast(pl.Int64), "depth", "parent", "i").sort("tid", "ts")
@@ -395,8 +395,8 @@ def attention_mask(trace: Trace) -> dict[str, pl.Series]:
     # the blocking calls in a window: a sync, or a call that launched a copy and returned after it ended
     from .replay_graph import SYNC_RE
 
-    rt = h.filter(pl.col("cat").is_in(RUNTIME_CATS)).select("i", "tid", "ts", "end", "name")
-    cp = trace.gpu.filter(pl.col("kind") == "memcpy").select(pl.col("launch").alias("i"), pl.col("end").alias("_ce"))
+    rt = h.select("i", "cat", "tid", "ts", "end", "name").filter(pl.col("cat").is_in(RUNTIME_CATS)).drop("cat")
+    cp = trace.gpu.select("kind", "launch", "end").filter(pl.col("kind") == "memcpy").select(pl.col("launch").alias("i"), pl.col("end").alias("_ce"))
     rt = rt.join(cp, on="i", how="left").filter(
         pl.col("_ce").le(pl.col("end")).fill_null(False) | pl.col("name").str.contains(SYNC_RE).fill_null(False)
     )

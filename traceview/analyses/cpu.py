@@ -51,7 +51,8 @@ def step_split(trace: Trace, steps: pl.DataFrame) -> pl.DataFrame:
     if steps.height == 0:
         return pl.DataFrame(schema={"step": pl.Int64, "dur": pl.Int64, **{c: pl.Int64 for c in SPLIT}})
     lo, hi = int(steps["ts"].min()), int(steps["end"].max())
-    h = trace.host.filter(pl.col("cat").is_in(["cpu_op", "user_annotation"]))
+    # (the columns read, then the filter: a filter copies every column of its frame)
+    h = trace.host.select("i", "cat", "name", "ts", "end").filter(pl.col("cat").is_in(["cpu_op", "user_annotation"]))
     top = top_level_ops(trace)
     coll = h.filter(pl.col("name").str.contains(COLLECTIVE_RE))
     iv = pl.concat([

@@ -118,7 +118,8 @@ def launch_floor_us(trace: Trace) -> float | None:
     """The floor of the trace's recorded kernel-launch calls (µs): the LAUNCH_FLOOR_Q quantile of the durations of
     its LAUNCH_CALLS, None with fewer than LAUNCH_MIN_CALLS. Under the profiler each call holds the driver's launch
     and the profiler's CUPTI callbacks around it; the floor (no queueing, no work beside it) is that cost alone."""
-    d = trace.host.filter(pl.col("name").is_in(LAUNCH_CALLS) & pl.col("dur").is_not_null())["dur"]
+    # (the two columns read, then the filter: a filter copies every column of the frame it is given)
+    d = trace.host.select("name", "dur").filter(pl.col("name").is_in(LAUNCH_CALLS) & pl.col("dur").is_not_null())["dur"]
     return float(d.quantile(LAUNCH_FLOOR_Q)) / 1000 if d.len() >= LAUNCH_MIN_CALLS else None
 
 
@@ -130,8 +131,10 @@ def row_floor_us(trace: Trace) -> float | None:
     run around each op's timestamps (entering it: the RecordFunction and its input shapes; leaving it), so on a
     thread that records op after op the shortest gaps are those callbacks alone, which scale with the host's
     speed: ~0.4 µs on a fast host, ~0.9 µs on a slower one, recording the same ops."""
-    h = trace.host.filter(pl.col("ts").is_not_null() & pl.col("end").is_not_null() & pl.col("tid").is_not_null())
+    h = trace.host.select("cat", "tid", "ts", "end").filter(
+        pl.col("ts").is_not_null() & pl.col("end").is_not_null() & pl.col("tid").is_not_null())
     op = h.select(pl.col("cat").is_in(KINDS["op"])).to_series().to_numpy()
+    h = h.drop("cat")
     if int(op.sum()) < ROW_MIN_OPS:
         return None
     pre, has_pre, post, has_post = _gaps_around(h, op)
@@ -155,13 +158,27 @@ def _gaps_around(h: pl.DataFrame, m: np.ndarray) -> tuple[np.ndarray, np.ndarray
     """(gap before, whether there is one, gap after, whether there is one), ns, of the host rows of `h` (rows with
     ts, end and tid) that `m` selects: from the last row boundary (a row's start or end) strictly before the row's
     start, and to the first strictly after its end, on the row's own thread."""
-    code = h["tid"].rank("dense").cast(pl.Int64).to_numpy()
-    ts, end = h["ts"].to_numpy().astype(np.int64), h["end"].to_numpy().astype(np.int64)
-    base = int(ts.min())
-    key = lambda t: code * (1 << 42) + (t - base)  # noqa: E731 - (thread, time) as one sortable integer
-    kts, kend = key(ts), key(end)
-    bounds = np.sort(np.concatenate([kts, kend]))
-    ks, ke = kts[m], kend[m]
+    # (thread, time) as one sortable integer, each key built in place (a whole-trace int64 array is 8 B a row)
+    code = h["tid"].rank("dense").cast(pl.Int64).to_numpy() << 42
+    base = int(h["ts"].min())
+
+    def key(col: str, code: np.ndarray) -> np.ndarray:
+        k = h[col].to_numpy().astype(np.int64)  # (a copy: written below)
+        k -= base
+        k += code
+        return k
+
+    kts = key("ts", code)
+    bounds = np.empty(2 * kts.size, np.int64)
+    bounds[:kts.size] = kts
+    ks = kts[m]
+    del kts
+    kend = key("end", code)
+    del code
+    bounds[bounds.size - kend.size:] = kend
+    ke = kend[m]
+    del kend
+    bounds.sort()
     j = np.searchsorted(bounds, ks, side="left") - 1
     prev = bounds[np.maximum(j, 0)]
     k = np.searchsorted(bounds, ke, side="right")
@@ -181,11 +198,11 @@ def module_hook_cuts(trace: Trace) -> dict[int, int]:
     (on its thread), less whatever model code runs there; the floor of those gaps over the trace's ranges
     (MODULE_FLOOR_Q) is the hooks alone, so each range is charged min(its gaps, the floor)."""
     # the annotations first (a string test on every host row of a large trace costs more than the rest)
-    ann = trace.host.filter(pl.col("cat") == "user_annotation")
+    ann = trace.host.select("cat", "name", "tid").filter(pl.col("cat") == "user_annotation")
     tids = ann.filter(pl.col("name").str.starts_with(ATTR_PREFIX))["tid"].drop_nulls().unique()
     if tids.len() == 0:
         return {}
-    h = trace.host.filter(
+    h = trace.host.select("i", "cat", "name", "tid", "ts", "end").filter(
         pl.col("tid").is_in(tids.implode()) & pl.col("ts").is_not_null() & pl.col("end").is_not_null()
     )
     mod = pl.col("cat").eq("user_annotation") & pl.col("name").str.starts_with(ATTR_PREFIX)

@@ -162,8 +162,11 @@ def _longest_py(base, src, dst, off, out) -> int:
 
 def _unique(x: np.ndarray) -> np.ndarray:
     """np.unique of integers by a sort (numpy's hash unique takes seconds on a million ids)."""
-    x = np.sort(x.ravel())
-    return x[np.concatenate([[True], x[1:] != x[:-1]])] if x.size else x
+    x = x.ravel()
+    if x.size < 2 or bool((x[1:] > x[:-1]).all()):  # (unique and in order already: a fix's own array, no copy)
+        return x
+    x = np.sort(x)
+    return x[np.concatenate([[True], x[1:] != x[:-1]])]
 
 
 def activity_positions(d_i: np.ndarray, ids: np.ndarray) -> np.ndarray:
@@ -448,6 +451,21 @@ def edges(
     return base, src, dst, off
 
 
+def _first_equal(a: np.ndarray, t: np.ndarray) -> tuple[np.ndarray, np.ndarray | None]:
+    """(whether `a` holds each value of `t`, the first position of it in `a`; 0 where absent), None for an empty
+    `a`: for the few values of the steps' boundaries, one hash lookup over `a` (no sorted copy of a whole-trace
+    array kept for them)."""
+    if a.size == 0:
+        return np.zeros(t.size, bool), None
+    pos = np.flatnonzero(pl.Series(a).is_in(pl.Series(np.asarray(t, a.dtype)).implode()).to_numpy())
+    vals, first = np.unique(a[pos], return_index=True)  # (positions ascend: each value's first)
+    if vals.size == 0:
+        return np.zeros(t.size, bool), np.zeros(t.size, np.int64)
+    p = np.minimum(np.searchsorted(vals, t), vals.size - 1)
+    ok = vals[p] == t
+    return ok, np.where(ok, pos[first[p]], 0)
+
+
 @per_trace
 def _sorted(g: Graph, name: str) -> tuple[np.ndarray, np.ndarray]:
     """(stable order of the graph's array `name`, the array in that order): once per graph, for every replay."""
@@ -493,11 +511,9 @@ def _plan(g: Graph, key: tuple[tuple, ...]) -> dict:
         return _marker_at(g, tuple(hi.tolist()), tuple(t.tolist()))
 
     def activity(t: np.ndarray, col_ts: bool) -> tuple[bool, np.ndarray, np.ndarray | None]:
-        # (by start, found, position) of the activity starting (ending) at t
-        o, so = _sorted(g, "d_ts") if col_ts else _sorted(g, "d_end")
-        p = np.searchsorted(so, t)
-        ok = (p < o.size) & (so[np.minimum(p, o.size - 1)] == t) if o.size else np.zeros(t.size, bool)
-        return col_ts, ok, o[np.minimum(p, max(o.size - 1, 0))] if o.size else None
+        # (by start, found, position) of the activity starting (ending) at t: the first one, by position
+        ok, at = _first_equal(g.d_ts if col_ts else g.d_end, t)
+        return col_ts, ok, at
 
     cpu_ts = st["cpu_ts"].fill_null(-1).to_numpy().astype(np.int64)
     has_g = ~st["gpu_ts"].is_null().to_numpy()
@@ -510,10 +526,15 @@ def _plan(g: Graph, key: tuple[tuple, ...]) -> dict:
         plan["ce"] = marker("cpu_end")[last]
         cpu_end = st["cpu_end"][last]
         plan["cpu_end"] = None if cpu_end is None else np.asarray([int(cpu_end)])
-        if cpu_end is not None:  # without a marker: t moved as the last call that ended by t
-            o, so = _sorted(g, "a_end")
-            j = np.searchsorted(so, plan["cpu_end"], side="right") - 1
-            plan["host"] = (j, o[np.maximum(j, 0)], g.a_end[o[np.maximum(j, 0)]]) if o.size else None
+        if cpu_end is not None and g.a_end.size:  # without a marker: t moved as the last call that ended by t
+            t = int(plan["cpu_end"][0])
+            by = g.a_end <= t
+            j = np.asarray([np.count_nonzero(by) - 1])  # (what a search of the sorted ends gives: its sign is read)
+            k = int(np.flatnonzero(g.a_end == g.a_end[by].max())[-1]) if j[0] >= 0 else 0  # the last of the latest
+            del by
+            plan["host"] = (j, np.asarray([k]), g.a_end[[k]])
+        elif cpu_end is not None:
+            plan["host"] = None
         gpu_end = st["gpu_end"][last]
         plan["ge"] = activity(np.asarray([int(gpu_end) if gpu_end is not None else -1]), False)
     return plan

@@ -83,7 +83,7 @@ class Graph:
     a_overlap: np.ndarray  # bool: it started before the previous call of its thread ended (start-to-start edge)
     a_join: np.ndarray  # the anchor of another thread whose end this thread waited for (backward's autograd thread)
     a_jwake: np.ndarray  # from that end to this start (ns)
-    a_name: pl.Series  # the anchor's call name (markers: the step span's name)
+    a_name: pl.Series  # the anchor's call name (markers: the step span's name), Categorical
     d_i: np.ndarray  # gpu row id
     d_ts: np.ndarray
     d_end: np.ndarray
@@ -278,7 +278,8 @@ def build(trace: Trace) -> Graph:
         a_prev, a_wait, a_join, d_prev, d_launch, d_x = (
             x.astype(np.int32) for x in (a_prev, a_wait, a_join, d_prev, d_launch, d_x))
     return Graph(a_i=ai, a_tid=a_tid, a_ts=a_ts, a_end=a_end, a_prev=a_prev, a_gap=a_gap, a_own=a_own,
-                 a_wait=a_wait, a_wake=a_wake, a_marker=a["marker"].to_numpy(), a_name=a["name"],
+                 a_wait=a_wait, a_wake=a_wake, a_marker=a["marker"].to_numpy(),
+                 a_name=a["name"].cast(pl.Categorical),  # (compared and grouped only: 4 B an anchor, not 16)
                  a_join=a_join, a_jwake=a_jwake, a_overlap=a_overlap,
                  d_i=_i64(g["i"]), d_ts=d_ts, d_end=d_end, d_prev=d_prev, d_gap=d_gap, d_launch=d_launch,
                  d_lat=d_lat, d_x=d_x, d_xgap=d_xgap, d_explained=explained, seg_rows=seg,
@@ -356,7 +357,7 @@ def _handoffs(trace: Trace, a_tid: np.ndarray, a_ts: np.ndarray, a_end: np.ndarr
     its recorded idle time, so a host made faster (the profiler's cost taken off) would still reach each exchange
     when it did (`_joins` does not read it: the range's own row starts inside the idle span it would join).
     Returns (a_join, a_jwake, a_gap)."""
-    ann = trace.host.filter(pl.Series(code == _OP))
+    ann = trace.host.select("name", "tid", "ts", "end").filter(pl.Series(code == _OP))  # (a filter copies every column)
     rng = (ann.filter(pl.col("name").str.starts_with(HANDOFF_RANGE))
            .select(pl.col("tid").cast(pl.Int64), pl.col("ts").cast(pl.Int64), pl.col("end").cast(pl.Int64))
            .drop_nulls())
@@ -493,7 +494,7 @@ def _waits(trace: Trace, a: pl.DataFrame, a_ts: np.ndarray, a_end: np.ndarray, r
     blocking = real & a["name"].str.contains(SYNC_RE).fill_null(False).to_numpy()
     # `cuda_sync` records (Kineto >= 2.3) name the blocking call by correlation even where the call's name is
     # not a sync (a cudaMemcpyAsync of a pageable DtoH copy)
-    ev = trace.gpu.filter((pl.col("kind") == "sync") & pl.col("launch").is_not_null())
+    ev = trace.gpu.select("kind", "launch").filter((pl.col("kind") == "sync") & pl.col("launch").is_not_null())
     if ev.height:
         blocking |= np.isin(_i64(a["i"]), _i64(ev["launch"].cast(pl.Int64)))
     # a call that launched a copy and returned after that copy ended was a blocking copy
@@ -559,8 +560,8 @@ class Rows:
     """The recorded host rows that sit in the graph's host time, as arrays: row id, kind (KIND_CODES), the anchor
     whose time holds it (`seg`), where in that anchor's time (0: the gap before it; 1: the part of a joined gap
     after the other thread's last call; 2: the call's own time), duration and start (ns). Ids and anchor positions
-    are 32-bit (the host frame's `i` is UInt32; a graph holds fewer than 2**31 anchors): a host row costs 26 bytes
-    here, not 34."""
+    are 32-bit (the host frame's `i` is UInt32; a graph holds fewer than 2**31 anchors), durations too while every
+    one fits (`_narrow`: rows under 2.1 s): a host row costs 22 bytes here, not 34."""
 
     i: np.ndarray
     kind: np.ndarray
@@ -590,6 +591,14 @@ class Rows:
         p = np.searchsorted(si, ids)
         ok = (p < si.size) & (si[np.minimum(p, si.size - 1)] == ids)
         return p[ok] if o is None else o[p[ok]].astype(np.int64)
+
+
+def _narrow(x: np.ndarray) -> np.ndarray:
+    """Whole ns as int32 where every value fits (exact; readers widen them in their arithmetic), else int64."""
+    i32 = np.iinfo(np.int32)
+    if x.size == 0 or (int(x.min()) >= i32.min and int(x.max()) <= i32.max):
+        return x.astype(np.int32)
+    return x.astype(np.int64)
 
 
 def _segments(trace: Trace, a_tid: np.ndarray, a_ts: np.ndarray, a_end: np.ndarray,
@@ -633,7 +642,7 @@ def _segments(trace: Trace, a_tid: np.ndarray, a_ts: np.ndarray, a_end: np.ndarr
     del pos
     rows = Rows(i=h["i"].to_numpy()[sel].astype(np.uint32, copy=False), kind=code[sel], seg=seg[ok].astype(np.int32),
                 where=np.where(inside[ok], 2, 0).astype(np.int8),
-                dur=h["dur"].fill_null(0).to_numpy()[sel].astype(np.int64), ts=r_ts[ok])
+                dur=_narrow(h["dur"].fill_null(0).to_numpy()[sel]), ts=r_ts[ok])
 
     def key_of(tid: np.ndarray, t: np.ndarray) -> np.ndarray:  # (thread code << 42) + (t - base), as kh
         return np.searchsorted(tids, tid).astype(np.int64) * (1 << 42) + (t - base)
