@@ -160,7 +160,7 @@ def _gaps_around(h: pl.DataFrame, m: np.ndarray) -> tuple[np.ndarray, np.ndarray
     base = int(ts.min())
     key = lambda t: code * (1 << 42) + (t - base)  # noqa: E731 - (thread, time) as one sortable integer
     kts, kend = key(ts), key(end)
-    bounds = np.sort(np.concatenate([kts, kend]))
+    bounds = np.sort(np.concatenate([kts, kend]), kind="stable")  # (two sorted-by-thread runs: timsort merges them)
     ks, ke = kts[m], kend[m]
     j = np.searchsorted(bounds, ks, side="left") - 1
     prev = bounds[np.maximum(j, 0)]

@@ -356,7 +356,7 @@ def _handoffs(trace: Trace, a_tid: np.ndarray, a_ts: np.ndarray, a_end: np.ndarr
     its recorded idle time, so a host made faster (the profiler's cost taken off) would still reach each exchange
     when it did (`_joins` does not read it: the range's own row starts inside the idle span it would join).
     Returns (a_join, a_jwake, a_gap)."""
-    ann = trace.host.filter(pl.Series(code == _OP))
+    ann = trace.host.select("name", "tid", "ts", "end").filter(pl.Series(code == _OP))  # (not every column)
     rng = (ann.filter(pl.col("name").str.starts_with(HANDOFF_RANGE))
            .select(pl.col("tid").cast(pl.Int64), pl.col("ts").cast(pl.Int64), pl.col("end").cast(pl.Int64))
            .drop_nulls())
