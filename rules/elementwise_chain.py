@@ -196,8 +196,8 @@ def _in_optimizer_step(trace, g: pl.DataFrame) -> pl.Series:
     fused by torch.compile), so they are never in a chain."""
     if not host_names(trace, "user_annotation").str.contains(OPT_RE).any():
         return pl.Series("_opt", [False] * g.height, pl.Boolean)
-    spans = trace.host.select("cat", "name", "ts", "end").filter(
-        (pl.col("cat") == "user_annotation") & pl.col("name").str.contains(OPT_RE))
+    spans = trace.host.select("cat", "name", "ts", "end").filter(pl.col("cat") == "user_annotation").filter(
+        pl.col("name").str.contains(OPT_RE))  # (the regex on the annotations only, not on every host row)
     at = g.select(pl.int_range(pl.len()).alias("_row"), "launch_ts").filter(pl.col("launch_ts").is_not_null())
     hit = at.sort("launch_ts").join_asof(spans.select(pl.col("ts").alias("_sts"), pl.col("end").alias("_send"))
                                          .sort("_sts"), left_on="launch_ts", right_on="_sts", strategy="backward")

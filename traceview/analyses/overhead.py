@@ -118,7 +118,7 @@ def launch_floor_us(trace: Trace) -> float | None:
     """The floor of the trace's recorded kernel-launch calls (µs): the LAUNCH_FLOOR_Q quantile of the durations of
     its LAUNCH_CALLS, None with fewer than LAUNCH_MIN_CALLS. Under the profiler each call holds the driver's launch
     and the profiler's CUPTI callbacks around it; the floor (no queueing, no work beside it) is that cost alone."""
-    d = trace.host.filter(pl.col("name").is_in(LAUNCH_CALLS) & pl.col("dur").is_not_null())["dur"]
+    d = trace.host.select("name", "dur").filter(pl.col("name").is_in(LAUNCH_CALLS) & pl.col("dur").is_not_null())["dur"]
     return float(d.quantile(LAUNCH_FLOOR_Q)) / 1000 if d.len() >= LAUNCH_MIN_CALLS else None
 
 
