@@ -263,17 +263,11 @@ def ancestor_ids(host: pl.DataFrame, q: pl.Series, cond: pl.Expr | np.ndarray, i
         ok[on] = val.fill_null(False).to_numpy()
         stop[on] = val.is_null().to_numpy()
     nxt = np.where(ok, np.arange(n + 1, dtype=idx), np.where(stop, n, par))
-    # pointer doubling on the climbs still under way only: a node whose pointer reaches an end (a row satisfying
-    # `cond`, a stop, the sentinel) is done, and most are after a pass or two (the nearest match is close), so
-    # later passes touch a shrinking set instead of the whole tree (same answers: the path from a node to its
-    # pointer holds no end, whatever the order of the updates)
-    end = ok | stop
-    end[n] = True
-    act = np.flatnonzero(~end[nxt])
-    while act.size:
-        to = nxt[nxt[act]]
-        nxt[act] = to
-        act = act[~end[to]]
+    while True:
+        nn = nxt[nxt]
+        if np.array_equal(nn, nxt):
+            break
+        nxt = nn
     hit = nxt[start]
     return np.where(ok[hit], ids[np.minimum(hit, n - 1)].astype(np.int64), -1)
 
