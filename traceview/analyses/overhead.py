@@ -189,7 +189,7 @@ def module_hook_cuts(trace: Trace) -> dict[int, int]:
     tids = ann.filter(pl.col("name").str.starts_with(ATTR_PREFIX))["tid"].drop_nulls().unique()
     if tids.len() == 0:
         return {}
-    h = trace.host.filter(
+    h = trace.host.select("i", "cat", "name", "tid", "ts", "end").filter(  # (the columns read, not every one)
         pl.col("tid").is_in(tids.implode()) & pl.col("ts").is_not_null() & pl.col("end").is_not_null()
     )
     mod = pl.col("cat").eq("user_annotation") & pl.col("name").str.starts_with(ATTR_PREFIX)
