@@ -258,11 +258,10 @@ def _cuts(g: Graph, transforms: Sequence[Transform]) -> tuple[np.ndarray, ...]:
         if t.long_cost_us:
             # (rows beyond the share's HOST_SHARE_MAX_NS: the share does not scale them, so the order is moot)
             per_kind = np.array([float(t.long_cost_us.get(k, 0.0)) * 1000 for k in KINDS])
-            if in_span is None:  # (every replay with the profiler's cost removed: once per graph and costs)
-                cuts += _long_cost(g, tuple(per_kind.tolist()))
-            else:
-                w = np.where(in_span, 0.0, np.where(_beyond(g), per_kind[rows.kind], 0.0))
-                cuts += np.bincount(_flat(g), weights=w, minlength=3 * n_a)
+            w = np.where(_beyond(g), per_kind[rows.kind], 0.0)
+            if in_span is not None:
+                w = np.where(in_span, 0.0, w)
+            cuts += np.bincount(_flat(g), weights=w, minlength=3 * n_a)
             exact &= all(float(c).is_integer() for c in per_kind)  # (whole ns per row: exact sums)
         if t.host_cut:
             p, v, whole = _part(g, "host_cut", (t.host_cut,), lambda m: _host_cut(g, m))
@@ -283,17 +282,6 @@ def _cuts(g: Graph, transforms: Sequence[Transform]) -> tuple[np.ndarray, ...]:
     if removed:
         _add(cuts, *_part(g, "host_removed", removed, lambda *rs: _removed(g, rs)), exact)
     return cuts[:n_a], cuts[n_a:2 * n_a], cuts[2 * n_a:], dur, keep_wait, d_gap, pre
-
-
-@per_trace
-def _long_cost(g: Graph, per_kind: tuple[float, ...]) -> np.ndarray:
-    """The cost per row beyond HOST_SHARE_MAX_NS (`per_kind`: ns per row of each kind) summed per cuts slot, no
-    row in a removed span (read-only: callers add it)."""
-    rows = g.seg_rows
-    w = np.where(_beyond(g), np.asarray(per_kind)[rows.kind], 0.0)
-    out = np.bincount(_flat(g), weights=w, minlength=3 * g.a_ts.size)
-    out.flags.writeable = False
-    return out
 
 
 @per_trace
