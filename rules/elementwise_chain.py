@@ -203,9 +203,9 @@ def _in_optimizer_step(trace, g: pl.DataFrame) -> pl.Series:
     hit = np.zeros(g.height, dtype=bool)
     at = g.select(pl.int_range(pl.len()).alias("_row"), "launch_ts", "launch_tid").filter(
         pl.col("launch_ts").is_not_null()).sort("launch_ts")
-    ann = trace.host.select("cat", "name", "ts", "end").filter(pl.col("cat") == "user_annotation")
-    opt = ann.filter(pl.col("name").str.contains(OPT_RE))  # (the regex on the annotations only)
-    if opt.height:
+    if host_names(trace, "user_annotation").str.contains(OPT_RE).any():  # (the regex on the distinct names)
+        opt = trace.host.select("cat", "name", "ts", "end").filter(pl.col("cat") == "user_annotation").filter(
+            pl.col("name").str.contains(OPT_RE))  # (the regex on the annotations only, not on every host row)
         j = at.join_asof(opt.select(pl.col("ts").alias("_sts"), pl.col("end").alias("_send")).sort("_sts"),
                          left_on="launch_ts", right_on="_sts", strategy="backward")
         hit[j.filter(pl.col("launch_ts") < pl.col("_send"))["_row"].to_numpy()] = True

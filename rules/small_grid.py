@@ -160,9 +160,9 @@ def repeats(ctx: RuleContext) -> int:
     repeat their work (a training step at its batch)."""
 
     def build() -> int:
-        g = ctx.trace.gpu.filter(
-            (pl.col("kind") == "compute") & (pl.col("ts") >= ctx.lo) & (pl.col("ts") < ctx.hi)
-        )
+        g = ctx.trace.gpu.select(
+            "kind", "ts", "name", "grid_x", "grid_y", "grid_z", "block_x", "block_y", "block_z"
+        ).filter((pl.col("kind") == "compute") & (pl.col("ts") >= ctx.lo) & (pl.col("ts") < ctx.hi))
         st = ctx.steps.select(pl.col("ts").cast(pl.Int64).alias("_s"), pl.col("step")).sort("_s")
         if g.height == 0 or st.height == 0:
             return 1

@@ -8,6 +8,8 @@ gives null).
 
 from __future__ import annotations
 
+import weakref
+
 import polars as pl
 
 
@@ -22,13 +24,28 @@ def matching(names: pl.Series, pattern: str, unless: str | None = None) -> pl.Se
 _MIN_ROWS = 4096
 
 
+#: the distinct names of a frame's column, kept while the frame lives: the rules test a few dozen patterns on the
+#: same kernel frame, and each `unique` over its rows costs more than the regex over the distinct names
+_distinct: dict[tuple[int, str], tuple[weakref.ref, pl.Series]] = {}
+
+
+def _distinct_names(frame: pl.DataFrame, col: str) -> pl.Series:
+    key = (id(frame), col)
+    got = _distinct.get(key)
+    if got is not None and got[0]() is frame:
+        return got[1]
+    u = frame[col].drop_nulls().unique()
+    _distinct[key] = (weakref.ref(frame, lambda _r, k=key: _distinct.pop(k, None)), u)
+    return u
+
+
 def contains(frame: pl.DataFrame, pattern: str, col: str = "name", unless: str | None = None) -> pl.Expr:
     """`pl.col(col).str.contains(pattern)` (`& ~pl.col(col).str.contains(unless)`: one pass over the distinct
     names for both) for rows of `frame`, as a lookup of the distinct names that match."""
     if frame.height < _MIN_ROWS:
         hit = pl.col(col).str.contains(pattern)
         return hit if unless is None else hit & ~pl.col(col).str.contains(unless)
-    return pl.col(col).is_in(matching(frame[col], pattern, unless).implode())
+    return pl.col(col).is_in(matching(_distinct_names(frame, col), pattern, unless).implode())
 
 
 def starts_with_any(col: str, prefixes: tuple[str, ...]) -> pl.Expr:

@@ -243,14 +243,15 @@ def ancestor_ids(host: pl.DataFrame, q: pl.Series, cond: pl.Expr | np.ndarray, i
         start = par[start]
     ok = np.zeros(n + 1, bool)  # the sentinel n satisfies nothing
     stop = np.zeros(n + 1, bool)  # a row where `cond` is null ends the climb unanswered
+    few = q.len() * 64 <= n  # a few climbs (syncs, say): along their own paths, not over the whole tree
     if isinstance(cond, np.ndarray):
         ok[:n] = cond
     else:
         cols = list(dict.fromkeys(cond.meta.root_names())) or ["i"]
-        if q.len() * 64 > n:  # many climbs: they cover most of the tree anyway
+        if not few:  # many climbs: they cover most of the tree anyway
             on = np.arange(n)
             val = host.select(cols).with_columns(cond.alias("_ok"))["_ok"]
-        else:  # a few climbs (syncs, say): `cond` only on the rows they pass through, the starts and their ancestors
+        else:  # `cond` only on the rows the climbs pass through, the starts and their ancestors
             seen = np.zeros(n + 1, bool)
             f = np.unique(start)
             while f.size:
@@ -262,6 +263,17 @@ def ancestor_ids(host: pl.DataFrame, q: pl.Series, cond: pl.Expr | np.ndarray, i
             val = host.select(cols)[on].with_columns(cond.alias("_ok"))["_ok"]
         ok[on] = val.fill_null(False).to_numpy()
         stop[on] = val.is_null().to_numpy()
+    if few:  # one step up per level for the climbs still going: the first row satisfying `cond`, else n
+        hit = np.full(start.size, n, idx)
+        act, cur = np.arange(start.size), start
+        for _ in range(n + 1):  # (a path is at most n rows long)
+            if not act.size:
+                break
+            yes = ok[cur]
+            hit[act[yes]] = cur[yes]
+            go = ~yes & ~stop[cur] & (cur != n)
+            act, cur = act[go], par[cur[go]]
+        return np.where(ok[hit], ids[np.minimum(hit, n - 1)].astype(np.int64), -1)
     nxt = np.where(ok, np.arange(n + 1, dtype=idx), np.where(stop, n, par))
     while True:
         nn = nxt[nxt]
