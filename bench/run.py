@@ -34,6 +34,7 @@ import statistics
 import subprocess
 import sys
 import tempfile
+import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
@@ -320,6 +321,12 @@ def main() -> None:
         print("\n".join(memory([float(x) for x in a.tiny_events.split(",") if x.strip()], a.big_repeat,
                                [Path(a.trace)] if a.trace else [])))
         return
+    t0 = time.monotonic()
+
+    def stage(what: str) -> None:
+        """A progress line on stderr, with the time so far: a run cut short by a time limit shows where it was."""
+        print(f"[bench +{time.monotonic() - t0:.0f} s] {what}", file=sys.stderr, flush=True)
+
     with tempfile.TemporaryDirectory(prefix="tv-bench-") as tmp:
         tmpd = Path(tmp)
         big = Path(a.trace) if a.trace else SHARED_BIG if SHARED_BIG.is_file() else None
@@ -336,25 +343,31 @@ def main() -> None:
         scaling: tuple | None = () if not a.no_scaling and shutil.which("taskset") else None
         peers = not a.no_peers and importable("hta")
         hta_pts: list[tuple[float, float, float]] = []  # (MB, seconds, peak RSS MiB): the chart's HTA line
+        stage(f"{big.name} ({mb:.0f} MB): traceview, orjson, json x{a.repeat}")
         base = median_runs(size_cases(big), a.repeat)
+        stage("replay share")
         rows.append((big.name, mb, base))
         share = replay_share(big, a.repeat)
         halves.append((big.name, read_halves(big), base["traceview"][0]))
         for gb in [float(x) for x in a.sizes.split(",") if x.strip()]:
             copies = max(2, round(gb * 1000 / mb))
+            stage(f"x{copies}: tile, then traceview, orjson, json x{a.big_repeat}")
             p = inflate(big, tmpd / f"x{copies}.json", copies)
             m = json_mb(p)
             rows.append((f"{big.name} x{copies}", m, median_runs(size_cases(p), a.big_repeat)))
             halves.append((rows[-1][0], read_halves(p), rows[-1][2]["traceview"][0]))
             if peers and m <= a.hta_max_mb:
+                stage(f"x{copies}: HTA")
                 hta_pts.append((m, *hta_run(p)))
             if scaling is not None and (os.cpu_count() or 1) > 1:  # the last (largest) size wins
+                stage(f"x{copies}: one core, then the C scan alone")
                 one = median_runs({"one core": (tv_cmd(p, ("taskset", "-c", "0")), False)}, a.big_repeat)["one core"]
                 cores = len(os.sched_getaffinity(0))  # the C scan alone, 1 thread vs one per core (in memory)
                 scans = scan_times(p.read_bytes(), sorted({1, cores}), max(a.big_repeat, 3))
                 scaling = (rows[-1][0], m, one, rows[-1][2]["traceview"], scans)
             p.unlink()
         for millions in [float(x) for x in a.tiny_events.split(",") if x.strip()]:
+            stage(f"{millions:g} M tiny events")
             rows.append(tiny_events(millions, tmpd, a.big_repeat))
         lines.append("## Cost vs size (`traceview analyze --format json` end to end)\n")
         lines.append("| trace | MB JSON | traceview s | MB/s | vs orjson.loads | peak RSS MiB | RSS / JSON | orjson s | json s |")
@@ -372,6 +385,7 @@ def main() -> None:
             lines.append(f"| {name} | {h['mb']:.0f} | {h['gunzip_cpu_s']:.2f} ({h['inflate']}) | "
                          f"{h['scan_cpu_s']:.2f} | {h['mb'] / max(h['scan_cpu_s'], 1e-9):.0f} | {wall:.2f} |")
         # start-up
+        stage("start-up")
         st_lines, over_floor = startup(max(a.repeat, 5))
         lines += st_lines
         # the replay model
@@ -398,6 +412,7 @@ def main() -> None:
             lines.append("\nPeers: HTA is not importable in this Python (`pip install HolisticTraceAnalysis`): skipped.")
         else:
             try:
+                stage(f"{big.name}: HTA")
                 hs, hr = hta_run(big)
                 hta_pts.append((mb, hs, hr))
                 hta = hs / base["traceview"][0]
@@ -430,6 +445,7 @@ def main() -> None:
         svg_path.write_text(scaling_svg(chart_series(rows, hta_pts), note=f"{cpu_model()}, {os.cpu_count()} cores; "
                                         "medians of this run's rows (bench/RESULTS.md)"))
         lines[2 + len(summary) + 1:2 + len(summary) + 1] = [f"![time and peak RSS vs size]({svg_path.name})\n"]
+        stage("pyinstrument phases")
         doc = profile(big)
         if doc:
             lines.append(f"\n## Phases (inclusive time, pyinstrument, benchmark trace; {doc['duration']:.2f} s "
