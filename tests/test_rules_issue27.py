@@ -29,7 +29,7 @@ from traceview.ruleapi import RuleContext
 
 CODES = {"TV105", "TV205", "TV206", "TV207"}
 BAND = 0.20
-SETS = {s: ROOT / "sample_traces" / s for s in ("collected3", "collected4")}
+SETS = {s: ROOT / "sample_traces" / s for s in ("collected3", "collected4", "ab_traced")}
 
 
 def _labels(s: str) -> dict:
@@ -341,6 +341,22 @@ def test_conv_evidence_against_the_raw_trace():
     assert "torch.autocast" in f["fix"] and "channels_last" in f["fix"]
     # the fixed twin's convolutions are bf16 and NHWC: no transposes left to advise
     assert ours("collected3", "resnet18_bf16_cl", "TV206") == []
+
+
+@pytest.mark.parametrize("run", ["vit_fp32", "mobilenet_single"])
+def test_conv_finding_points_at_the_convolutions(run):
+    """TV206's place is the convolutions' layer, not the most common one of every kernel its fix changes: ViT-B/16's
+    patch embedding is one convolution beside its FP32 attention kernels, MobileNet's single-tensor AdamW launches
+    more kernels than its convolutions. The raw trace: forward convolution kernels launched under aten::conv2d."""
+    ev = load_events(_trace("ab_traced", run))
+    convs = [e for e in ev if e.get("cat") == "cpu_op" and e["name"] == "aten::conv2d"]
+    launch = {e["args"]["correlation"]: e for e in ev if e.get("cat") == "cuda_runtime" and "correlation" in e.get("args", {})}
+    under = [e for e in ev if e.get("cat") == "kernel" and (r := launch.get(e["args"].get("correlation")))
+             and any(c["tid"] == r["tid"] and c["ts"] <= r["ts"] < c["ts"] + c["dur"] for c in convs)]
+    assert under, "no kernel launched under aten::conv2d"
+    f = ours("ab_traced", run, "TV206")
+    assert [x["layer"] for x in f] == ["aten::conv2d"]
+    assert f[0]["evidence"]["fp32_conv_kernels_per_step"] > 0
 
 
 def test_small_grid_evidence_against_the_raw_trace():
