@@ -41,6 +41,7 @@ from typing import Annotated
 import msgspec
 import polars as pl
 
+from traceview.analyses.param_work import REDUCER_RE  # the reducer's per-bucket work no_sync() skips too
 from traceview.analyses.replay import Transform, spans
 from traceview.analyses.windows import host_step_of
 from traceview.evidence import Meta
@@ -59,8 +60,6 @@ FIX = (
 FORWARD = "DistributedDataParallel.forward"
 ALLREDUCE = ("nccl:all_reduce", "gloo:all_reduce")
 ALLREDUCE_OP = "c10d::allreduce_"
-#: the reducer's per-bucket work that no_sync() skips with the all-reduce
-REDUCER_RE = r"^(torch::distributed::reducer::|torch\.distributed\.ddp\.reducer::)"
 
 
 def _micro(ctx: RuleContext, df: pl.DataFrame, fwd: pl.DataFrame) -> pl.DataFrame:

@@ -76,18 +76,16 @@ import polars as pl
 
 from traceview.analyses.attention import score_op_ids
 from traceview.analyses.classify import sync_calls
-from traceview.analyses.features import Features, host_names
+from traceview.analyses.features import Features
 from traceview.analyses.fusible import MULTI_TENSOR_RE, OTHER, REDUCTION, kernel_class
 from traceview.analyses.intervals import merge
+from traceview.analyses.param_work import param_sized
 from traceview.analyses.replay import Transform
 from traceview.analyses.rowid import join_by_id
 from traceview.analyses.whatif import EMPTY, shrink_kernels
 from traceview.analyses.windows import host_step_of, step_of
 from traceview.evidence import Meta, StepSpan
 from traceview.ruleapi import XPROF_SEVERITY, Finding, Option, RuleContext
-
-from .accumulation_sync import REDUCER_RE
-from .unfused_optimizer import OPT_RE
 
 CODE = "TV201"
 NAME = "elementwise-chain"
@@ -168,7 +166,7 @@ def chains(trace, steps: pl.DataFrame, kb: pl.DataFrame, min_kernels: int = 2) -
     # the kernels of a materialized attention are the attention rule's: one fused attention kernel replaces
     # them, not a fused elementwise kernel (they break a chain like a GEMM)
     scores = score_op_ids(trace)
-    g = g.with_columns(_cls=kernel_class(g), _opt=_in_optimizer_step(trace, g))
+    g = g.with_columns(_cls=kernel_class(g), _opt=param_sized(trace, g))
     elem = (pl.col("_cls") != OTHER) & ~pl.col("op").is_in(scores.implode()).fill_null(False) & ~pl.col("_opt")
     g = g.with_columns(_elem=elem.fill_null(False), _red=pl.col("_cls") == REDUCTION)
     if int(g["_elem"].sum()) < min_kernels:  # fewer fusible kernels than one chain needs: no chain
@@ -191,35 +189,6 @@ def chains(trace, steps: pl.DataFrame, kb: pl.DataFrame, min_kernels: int = 2) -
     g = g.with_columns(chain=pl.col("_run").rank("dense"))
     return g.select("chain", "step", "device", "stream", "i", "name", "op_name", "ts", "end", "dur", "bytes",
                     "in0_bytes", "extra_bytes", "out_bytes", "pos", "k")
-
-
-def _in_optimizer_step(trace, g: pl.DataFrame) -> pl.Series:
-    """Per row of `g`: whether its kernel was launched inside an `Optimizer.step#…` span (torch.optim records one
-    per step), or inside one of DDP's reducer ops on the launching thread (its bucket copies and the division by
-    the world size, launched from C++ in its autograd hooks). The update's kernels are the unfused-optimizer
-    rule's (a fused or foreach optimizer, not a chain fused by torch.compile) and the reducer's are DDP's own
-    (accumulation-sync's, when they repeat per micro-batch): no compiler fuses either with the model's kernels,
-    so they are never in a chain."""
-    hit = np.zeros(g.height, dtype=bool)
-    at = g.select(pl.int_range(pl.len()).alias("_row"), "launch_ts", "launch_tid").filter(
-        pl.col("launch_ts").is_not_null()).sort("launch_ts")
-    if host_names(trace, "user_annotation").str.contains(OPT_RE).any():  # (the regex on the distinct names)
-        opt = trace.host.select("cat", "name", "ts", "end").filter(pl.col("cat") == "user_annotation").filter(
-            pl.col("name").str.contains(OPT_RE))  # (the regex on the annotations only, not on every host row)
-        j = at.join_asof(opt.select(pl.col("ts").alias("_sts"), pl.col("end").alias("_send")).sort("_sts"),
-                         left_on="launch_ts", right_on="_sts", strategy="backward")
-        hit[j.filter(pl.col("launch_ts") < pl.col("_send"))["_row"].to_numpy()] = True
-    names = host_names(trace, "cpu_op")
-    names = names.filter(names.str.contains(REDUCER_RE))  # (the regex on the distinct names only)
-    if names.len():
-        red = trace.host.select("cat", "name", "ts", "end", "tid").filter(
-            (pl.col("cat") == "cpu_op") & pl.col("name").is_in(names.implode()))
-        j = at.filter(pl.col("launch_tid").is_not_null()).join_asof(
-            red.select(pl.col("tid").alias("launch_tid"), pl.col("ts").alias("_sts"), pl.col("end").alias("_send"))
-            .sort("_sts"), left_on="launch_ts", right_on="_sts", by="launch_tid", strategy="backward",
-            check_sortedness=False)  # (sorted by launch_ts above; polars cannot check it within groups)
-        hit[j.filter(pl.col("launch_ts") < pl.col("_send"))["_row"].to_numpy()] = True
-    return pl.Series("_opt", hit, pl.Boolean)
 
 
 def _run_lengths_positions(run: np.ndarray) -> list[pl.Series]:

@@ -5,7 +5,9 @@ Compute kernels in the analysed steps whose grid (`grid` x·y·z from Kineto's k
 SM` < 1) is smaller than the device's SM count (`deviceProperties.numSms`) and that are short (under
 `max_kernel_us`): at least one SM, usually most, has no block to run while the kernel is on the timeline. A
 longer kernel with few blocks loops inside each block (cuDNN batch norm's one block per channel, a split-K
-GEMM's tail) and a larger batch makes it longer, not wider: it is left out. Reported when the *batchable* ones
+GEMM's tail) and a larger batch makes it longer, not wider: it is left out. So are the kernels launched inside an
+optimizer step, a `zero_grad` or DDP's reducer ops: they are sized by the parameters, and a larger batch leaves
+them as they are (a fused or foreach optimizer is unfused-optimizer's fix, DDP's buckets accumulation-sync's). Reported when the *batchable* ones
 (below: small grids that still fit one wave at twice the batch) hold at least `min_share_pct` of the GPU-busy
 time and the point estimate (below) reaches `min_savings_pct` of the step.
 
@@ -86,6 +88,7 @@ import numpy as np
 import polars as pl
 
 from traceview.analyses.names import contains
+from traceview.analyses.param_work import param_sized
 from traceview.analyses.replay import Transform
 from traceview.analyses.roofline import COMPUTE_KERNEL_RE
 from traceview.analyses.rowid import by_id, join_by_id
@@ -202,7 +205,12 @@ def _kernels(ctx: RuleContext) -> pl.DataFrame:
             "shmem",
             "blocks_per_sm",
             "occupancy",
+            "launch_ts",
+            "launch_tid",
         ).filter((pl.col("kind") == "compute") & (pl.col("ts") >= ctx.lo) & (pl.col("ts") < ctx.hi))
+        # an optimizer step's, a zero_grad's and DDP's reducer kernels are sized by the parameters: a larger batch
+        # leaves them as they are (their fixes are unfused-optimizer's and accumulation-sync's)
+        g = g.filter(~param_sized(ctx.trace, g, zero_grad=True)).drop("launch_ts", "launch_tid")
         blocks = pl.col("grid_x") * pl.col("grid_y").fill_null(1) * pl.col("grid_z").fill_null(1)
         g = g.with_columns(blocks=blocks)
         used = (pl.col("blocks") / sms) if sms else pl.col("blocks_per_sm")

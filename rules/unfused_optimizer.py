@@ -72,6 +72,7 @@ from traceview.analyses.features import host_names
 from traceview.analyses.fixes import per_step_us, pricing_transform
 from traceview.analyses.fusible import MULTI_TENSOR_RE as MULTI_TENSOR_KERNEL_RE
 from traceview.analyses.opshapes import decode
+from traceview.analyses.param_work import OPT_STEP_RE
 from traceview.analyses.replay import Transform, spans
 from traceview.analyses.roofline import DTYPE_BYTES
 from traceview.analyses.rowid import join_by_id
@@ -89,7 +90,7 @@ OPTIONS = {
     **min_savings(2.0),
     **XPROF_SEVERITY,
 }
-OPT_RE = r"^Optimizer\.step#(.+)\.step$"
+OPT_RE = OPT_STEP_RE  # torch.optim's annotation of a step (traceview/analyses/param_work.py)
 MULTI_TENSOR_RE = r"^aten::_(foreach|fused)_"
 #: PyTorch's multi_tensor_apply (ATen/native/cuda/MultiTensorApply.cuh), which runs both the foreach ops and the
 #: fused optimizers: one block per chunk of CHUNK elements, at most MAX_BLOCKS blocks and MAX_TENSORS[depth - 1]

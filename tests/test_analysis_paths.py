@@ -7,11 +7,12 @@ from __future__ import annotations
 import polars as pl
 import pytest
 from conftest import load
-from traceview.rules.elementwise_chain import _in_optimizer_step, chains
+from traceview.rules.elementwise_chain import chains
 
 from traceview.analyses import classify, memory
 from traceview.analyses.fusible import OTHER, REDUCTION, kernel_class
 from traceview.analyses.intervals import clip, merge, per_window
+from traceview.analyses.param_work import param_sized
 from traceview.analyses.timeline import busy_per_window, gpu_work, step_busy
 from traceview.analyses.windows import host_step_of, in_steps, step_of
 
@@ -62,7 +63,7 @@ def _chains_by_stream_windows(trace, steps, kb, min_kernels=2):
                how="left")
     cls = kernel_class(g)
     # the kernels the rule never chains (an optimizer step's, DDP's reducer's) leave both numberings alike
-    g = g.with_columns(_elem=(cls != OTHER) & ~_in_optimizer_step(trace, g), _red=cls == REDUCTION)
+    g = g.with_columns(_elem=(cls != OTHER) & ~param_sized(trace, g), _red=cls == REDUCTION)
     g = pl.concat([host_step_of(g.filter(pl.col("launch_ts").is_not_null()), steps, "launch_ts"),
                    step_of(g.filter(pl.col("launch_ts").is_null()), steps)], how="diagonal_relaxed")
     g = g.filter(pl.col("step").is_not_null()).sort("device", "stream", "ts", maintain_order=True)
