@@ -398,8 +398,11 @@ def check(ctx: RuleContext) -> list[Finding]:
         f"{s.height / n:.0f} kernels per step ({share:.0f} % of the GPU-busy time) launch fewer blocks than the "
         f"{sms or 'available'} SMs (median {evidence.median_blocks:.0f} blocks; {pct_sm} of the SMs in use, "
         "time-weighted): the GPU is busy but mostly idle. Give each kernel more work: raise the batch size (or "
-        "batch concurrent requests), fuse small per-sample ops into one kernel over the batch (torch.compile, "
-        "torch.vmap, foreach ops); at batch 1, split-K / flash-decoding kernels spread the reduction over the SMs. "
+        "batch concurrent requests), fuse small per-sample ops into one kernel over the batch "
+        + ("(torch.vmap, foreach ops; the step runs compiled already: Inductor's kernels are small here because "
+           "their tensors are, so more rows per call is what widens them)"
+           if ctx.features.compiled else "(torch.compile, torch.vmap, foreach ops)")
+        + "; at batch 1, split-K / flash-decoding kernels spread the reduction over the SMs. "
         + (
             f"The step runs the same kernels {repeats(ctx)} times: one call over all its rows does that work in "
             f"1/{repeats(ctx)} of the kernels. "

@@ -535,3 +535,17 @@ def test_resident_blocks_per_sm_match_kinetos_occupancy_calculator(s, run):
     kineto = g["occupancy"] / 100 * sm_threads / g.select(threads).to_series()
     assert g.height > 100
     assert (g["r"] - kineto).abs().max() < 0.5
+
+
+@pytest.mark.parametrize("s, run", [("collected2", "tiny_ops_n64_reduce_overhead"), ("collected3",
+                                    "tiny_ops_n128_reduce_overhead"), ("collected2", "tiny_ops_n64_cudagraph"),
+                                    ("collected2", "tiny_ops_n64_eager"), ("collected5", "resnet18_serve_c1_graph")])
+def test_small_grid_advises_torch_compile_only_to_uncompiled_steps(s, run):
+    """The fix never advises what the trace already does: a step whose raw trace runs Inductor's compiled graphs
+    (`CompiledFxGraph` / `Torch-Compiled Region` spans) is not told to use torch.compile."""
+    p = next((ROOT / "sample_traces" / s / run).glob("*.pt.trace.json*"))
+    compiled = any(re.search(r"CompiledFxGraph|Torch-Compiled Region", e.get("name", "")) for e in load_events(p))
+    fix = [f["fix"] for f in analyze([str(p)]).to_dict()["traces"][0]["findings"] if f["code"] == "TV207"]
+    assert len(fix) == 1
+    assert ("torch.compile" in fix[0]) is not compiled
+    assert compiled is run.endswith("reduce_overhead")  # the recordings' own labels: mode="reduce-overhead"
