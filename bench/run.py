@@ -38,7 +38,7 @@ import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from bench_load import DECODE, HTA, USER_ENV, run  # noqa: E402
+from bench_load import DECODE, HTA, measure, run  # noqa: E402
 from bench_threads import scan_times  # noqa: E402
 from chart import scaling_svg  # noqa: E402
 
@@ -251,16 +251,9 @@ def chart_series(rows: list, hta_pts: list[tuple[float, float, float]]) -> dict[
 
 
 def run_cpu(cmd: list[str]) -> tuple[float, float, float]:
-    """(wall seconds, CPU seconds: user + sys, peak RSS MiB) of one child process."""
-    import time
-
-    t = time.perf_counter()
-    p = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, env=USER_ENV)
-    _, status, ru = os.wait4(p.pid, 0)
-    wall = time.perf_counter() - t
-    if os.waitstatus_to_exitcode(status) != 0:
-        raise SystemExit(f"failed: {' '.join(cmd)}")
-    return wall, ru.ru_utime + ru.ru_stime, ru.ru_maxrss / 1024
+    """(wall seconds, CPU seconds: user + sys, peak RSS MiB) of one child process (`bench_load.measure`)."""
+    _, wall, cpu, rss = measure(cmd)
+    return wall, cpu, rss
 
 
 def tiny_events(millions: float, tmpd: Path, repeat: int,
@@ -349,7 +342,8 @@ def main() -> None:
         rows.append((big.name, mb, base))
         share = replay_share(big, a.repeat)
         halves.append((big.name, read_halves(big), base["traceview"][0]))
-        for gb in [float(x) for x in a.sizes.split(",") if x.strip()]:
+        sizes = [float(x) for x in a.sizes.split(",") if x.strip()]
+        for gb in sizes:
             copies = max(2, round(gb * 1000 / mb))
             stage(f"x{copies}: tile, then traceview, orjson, json x{a.big_repeat}")
             p = inflate(big, tmpd / f"x{copies}.json", copies)
@@ -359,7 +353,7 @@ def main() -> None:
             if peers and m <= a.hta_max_mb:
                 stage(f"x{copies}: HTA")
                 hta_pts.append((m, *hta_run(p)))
-            if scaling is not None and (os.cpu_count() or 1) > 1:  # the last (largest) size wins
+            if scaling is not None and (os.cpu_count() or 1) > 1 and gb == max(sizes):  # the largest size only
                 stage(f"x{copies}: one core, then the C scan alone")
                 one = median_runs({"one core": (tv_cmd(p, ("taskset", "-c", "0")), False)}, a.big_repeat)["one core"]
                 cores = len(os.sched_getaffinity(0))  # the C scan alone, 1 thread vs one per core (in memory)
