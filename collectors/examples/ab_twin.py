@@ -85,20 +85,32 @@ def main() -> None:
         for side in order:
             runs[side].append(run_once(getattr(args, side), args.steps))
     med = {k: [statistics.median(v) for v in runs[k]] for k in runs}
-    per_round = [a - b for a, b in zip(med["problem"], med["fixed"], strict=True)]
-    out = {
-        "problem": args.problem,
-        "fixed": args.fixed,
-        "problem_step_ms": round(statistics.median(med["problem"]), 4),
-        "fixed_step_ms": round(statistics.median(med["fixed"]), 4),
+    write_result(ab_result(args.problem, args.fixed, med, traced))  # (traced: its profiled steps among them)
+
+
+def ab_result(problem: str, fixed: str, rounds: dict[str, list[float]], traced: list[float], **extra) -> dict:
+    """The A/B record tools/ab_labels.py reads: each side's step (ms) per round in `rounds` ("problem", "fixed",
+    in round order), the traced run's steps, and `extra` fields after them."""
+    per_round = [a - b for a, b in zip(rounds["problem"], rounds["fixed"], strict=True)]
+    return {
+        "problem": problem,
+        "fixed": fixed,
+        "problem_step_ms": round(statistics.median(rounds["problem"]), 4),
+        "fixed_step_ms": round(statistics.median(rounds["fixed"]), 4),
         "saving_ms": round(statistics.median(per_round), 4),
         "per_round_saving_ms": [round(x, 3) for x in per_round],
-        "traced_run_step_ms": [round(x, 3) for x in traced],  # its profiled steps among them
-        "rounds": args.rounds,
+        "traced_run_step_ms": [round(x, 3) for x in traced],
+        "rounds": len(per_round),
+        **extra,
     }
+
+
+def write_result(out: dict) -> None:
+    """Print the record as one `AB_RESULT {json}` line, and write it next to the trace (`ab_result.json` in the
+    collector's run folder) when this process runs under `traceview collect`."""
     print("AB_RESULT " + json.dumps(out), flush=True)
     session = _collector()
-    if session is not None:  # next to the trace, for tools/ab_labels.py
+    if session is not None:
         (session.run_dir / "ab_result.json").write_text(json.dumps(out, indent=1) + "\n")
 
 

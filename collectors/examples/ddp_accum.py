@@ -21,7 +21,6 @@ from __future__ import annotations
 
 import argparse
 import contextlib
-import json
 import os
 import statistics
 import sys
@@ -32,6 +31,7 @@ from torch.nn import functional as F
 from torch.nn.parallel import DistributedDataParallel as DDP
 
 from collectors.examples._common import StepTimer
+from collectors.examples.ab_twin import ab_result, write_result
 from collectors.examples.tinygpt import TinyGPT
 
 
@@ -112,27 +112,9 @@ def ab_rounds(step, args: argparse.Namespace, dev: torch.device, traced: list[fl
                 step(sides[side])
                 timer.mark()
             med[side].append(statistics.median(timer.report(f"ab_{side}", skip=0)["step_ms"]))
-    per_round = [a - b for a, b in zip(med["problem"], med["fixed"], strict=True)]
     flag = " --no-sync"
     base = "ddp_accum " + " ".join(sys.argv[1:]).replace(flag, "")
-    out = {
-        "problem": base + (flag if args.no_sync else ""),
-        "fixed": base + ("" if args.no_sync else flag),
-        "problem_step_ms": round(statistics.median(med["problem"]), 4),
-        "fixed_step_ms": round(statistics.median(med["fixed"]), 4),
-        "saving_ms": round(statistics.median(per_round), 4),
-        "per_round_saving_ms": [round(x, 3) for x in per_round],
-        "traced_run_step_ms": [round(x, 3) for x in traced],
-        "rounds": args.ab_rounds,
-    }
-    print("AB_RESULT " + json.dumps(out), flush=True)
-    try:
-        from collectors import runtime
-    except ImportError:
-        return
-    session = runtime.current()
-    if session is not None:  # next to the trace, for tools/ab_labels.py
-        (session.run_dir / "ab_result.json").write_text(json.dumps(out, indent=1) + "\n")
+    write_result(ab_result(base + (flag if args.no_sync else ""), base + ("" if args.no_sync else flag), med, traced))
 
 
 if __name__ == "__main__":

@@ -26,7 +26,6 @@ difference. The saving is the median over rounds of (A's mean step − B's mean 
 from __future__ import annotations
 
 import argparse
-import json
 import statistics
 from collections.abc import Callable, Iterator
 
@@ -35,7 +34,7 @@ from torch import nn
 from torch.nn import functional as F
 
 from collectors.examples import _common, cnn_input, input_workers
-from collectors.examples.ab_twin import _collector
+from collectors.examples.ab_twin import ab_result, write_result
 
 #: batches each worker keeps ready (DataLoader's default prefetch_factor)
 PREFETCH = 2
@@ -135,25 +134,13 @@ def main() -> None:
             for _ in range(settle_steps(workers[side])):
                 step(next(it[side]))
             runs[side].append(statistics.fmean(timed(step, it[side], args.steps, dev, side)))
-    per_round = [a - b for a, b in zip(runs["problem"], runs["fixed"], strict=True)]
     name = f"{args.workload} --workers {{}}" + (f" --cpu-ms {args.cpu_ms:g}" if args.workload == "input_workers"
                                                  else "")
-    out = {
-        "problem": name.format(args.workers_a),
-        "fixed": name.format(args.workers_b),
-        "problem_step_ms": round(statistics.median(runs["problem"]), 4),
-        "fixed_step_ms": round(statistics.median(runs["fixed"]), 4),
-        "saving_ms": round(statistics.median(per_round), 4),
-        "per_round_saving_ms": [round(x, 3) for x in per_round],
-        "traced_run_step_ms": [round(x, 3) for x in traced],
-        "rounds": args.rounds,
-        "settle_steps": {k: settle_steps(v) for k, v in workers.items()},
-        "method": "long-lived loaders alternating in one process, mean step of each side (collectors/examples/loader_ab.py)",
-    }
-    print("AB_RESULT " + json.dumps(out), flush=True)
-    session = _collector()
-    if session is not None:
-        (session.run_dir / "ab_result.json").write_text(json.dumps(out, indent=1) + "\n")
+    write_result(ab_result(
+        name.format(args.workers_a), name.format(args.workers_b), runs, traced,
+        settle_steps={k: settle_steps(v) for k, v in workers.items()},
+        method="long-lived loaders alternating in one process, mean step of each side (collectors/examples/loader_ab.py)",
+    ))
 
 
 if __name__ == "__main__":

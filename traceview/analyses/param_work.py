@@ -33,17 +33,20 @@ def param_sized(trace: Trace, g: pl.DataFrame, *, zero_grad: bool = False) -> pl
     if host_names(trace, "user_annotation").str.contains(span_re).any():  # (the regex on the distinct names)
         opt = trace.host.select("cat", "name", "ts", "end").filter(pl.col("cat") == "user_annotation").filter(
             pl.col("name").str.contains(span_re))  # (the regex on the annotations only, not on every host row)
-        j = at.join_asof(opt.select(pl.col("ts").alias("_sts"), pl.col("end").alias("_send")).sort("_sts"),
-                         left_on="launch_ts", right_on="_sts", strategy="backward")
-        hit[j.filter(pl.col("launch_ts") < pl.col("_send"))["_row"].to_numpy()] = True
+        hit[_inside(at, opt)] = True
     names = host_names(trace, "cpu_op")
     names = names.filter(names.str.contains(REDUCER_RE))  # (the regex on the distinct names only)
     if names.len():
-        red = trace.host.select("cat", "name", "ts", "end", "tid").filter(
+        red = trace.host.select("cat", "name", "ts", "end", pl.col("tid").alias("launch_tid")).filter(
             (pl.col("cat") == "cpu_op") & pl.col("name").is_in(names.implode()))
-        j = at.filter(pl.col("launch_tid").is_not_null()).join_asof(
-            red.select(pl.col("tid").alias("launch_tid"), pl.col("ts").alias("_sts"), pl.col("end").alias("_send"))
-            .sort("_sts"), left_on="launch_ts", right_on="_sts", by="launch_tid", strategy="backward",
-            check_sortedness=False)  # (sorted by launch_ts above; polars cannot check it within groups)
-        hit[j.filter(pl.col("launch_ts") < pl.col("_send"))["_row"].to_numpy()] = True
+        hit[_inside(at.filter(pl.col("launch_tid").is_not_null()), red, by="launch_tid")] = True
     return pl.Series("_param", hit, pl.Boolean)
+
+
+def _inside(at: pl.DataFrame, spans: pl.DataFrame, by: str | None = None) -> np.ndarray:
+    """The `_row`s of `at` (sorted by `launch_ts`) launched inside one of `spans` [ts, end) — the last one started
+    at or before the launch, on the same `by` value when given."""
+    w = spans.select(*([by] if by else []), pl.col("ts").alias("_sts"), pl.col("end").alias("_send")).sort("_sts")
+    # (at is sorted by launch_ts; polars cannot check that within the `by` groups)
+    j = at.join_asof(w, left_on="launch_ts", right_on="_sts", by=by, strategy="backward", check_sortedness=False)
+    return j.filter(pl.col("launch_ts") < pl.col("_send"))["_row"].to_numpy()
