@@ -56,8 +56,10 @@ MISSES_SAME_PROCESS = {  # fmt: skip
     ("ab_traced", "gpt2_sdpa_single", "gpt2_sdpa"): "0.605 predicted vs 0.798 ms measured (-24%); the rounds in one process measured 0.780 to 0.804 ms; a device-bound step: the foreach kernels are priced at the single-tensor kernels' 2.12 ms, the foreach twin's trace (collected3/gpt2_sdpa) runs them in 1.87",
     ("ab_traced", "resnet18_fp32", "resnet18_bf16_cl"): "6.069 predicted vs 4.787 ms measured (+27%); the rounds in one process measured 3.624 to 5.386 ms",
     ("ab_traced", "adamw_l12_single", "adamw_l12_fused"): "2.212 predicted vs 1.652 ms measured (+34%); the rounds in one process measured 1.556 to 2.255 ms; a host-bound step (0.5 ms of kernels per 3.9 ms): the single-tensor loop's unprofiled host time is what the fix removes",
-    ("ab_traced", "elementwise_32mib_eager", "elementwise_32mib_compiled"): "0.082 predicted vs 0.034 ms measured (+141%); the rounds in one process measured 0.019 to 0.043 ms",
+    ("ab_traced", "elementwise_32mib_eager", "elementwise_32mib_compiled"): "0.080 predicted vs 0.034 ms measured (+135%); the rounds in one process measured 0.019 to 0.043 ms",
     ("ab_traced", "epilogue_bert_eager", "epilogue_bert_fused"): "0.060 predicted vs 0.007 ms measured (+753%); the rounds in one process measured -0.038 to 0.038 ms",
+    ("ab_traced", "mobilenet_graph", "mobilenet_cuda_graph"): "9.614 predicted vs 13.594 ms measured (-29%): the fixed step is right (3.15 replayed, 3.20 measured), the problem's rounds ran 16.79 ms where the traced run's unprofiled wait steps ran 12.76 in the same process",
+    ("ab_traced", "effnet_graph", "effnet_cuda_graph"): "1.649 predicted vs 0.329 ms measured (+402%), at info (2.8 % of the step); a device-bound step (33.5 ms of kernels in a CUDA graph, 33.9 eager) whose host time the measurement does not fix",
 }
 
 
@@ -91,7 +93,7 @@ def test_same_process_labels_are_current():
     for t in labels["twins"]:  # the saving is the median of the rounds' differences, as ab_twin.py measures it
         r = sorted(t["per_round_saving_ms"])
         assert min(r) <= t["measured_fix_saving_ms"] <= max(r)
-    assert len(SAME_PROCESS) == 21 and set(MISSES_SAME_PROCESS) <= {(t["set"], t["problem"], t["fixed"]) for t in SAME_PROCESS}
+    assert len(SAME_PROCESS) == 23 and set(MISSES_SAME_PROCESS) <= {(t["set"], t["problem"], t["fixed"]) for t in SAME_PROCESS}
 
 
 def test_the_issue_bar():
@@ -101,7 +103,7 @@ def test_the_issue_bar():
     once = [t for t in COVERED if (t["set"], t["problem"], t["fixed"]) not in gone] + SAME_PROCESS
     scored = [(predicted(t["set"], t["problem"], t["rule"], t.get("variant")), t["measured_ms"]) for t in once]
     hits = [abs(p / m - 1) <= P.BAND for p, m in scored if p is not None]
-    assert len(hits) == 51
+    assert len(hits) == 53
     assert sum(hits) >= 0.8 * len(hits)
 
 
@@ -144,6 +146,8 @@ def _findings(rel: str) -> list[dict]:
     # EfficientNet-B0 in bf16 + channels_last (-1.90 ms: depthwise convolutions, a host-bound step)
     ("ab_traced/bert_small_item", "host-sync"),
     ("ab_traced/effnet_fp32", "fp32-conv"),
+    # EfficientNet-B0 torch.compile'd: 2.77 ms slower (its chains end in training batch norms, two passes fused)
+    ("ab_traced/effnet_compile", "elementwise-chain"),
 ])
 def test_negative_control_fix_is_at_most_info(rel, rule):
     assert [f["severity"] for f in _findings(rel) if f["rule"] == rule and f["severity"] != "info"] == []
@@ -154,9 +158,9 @@ def test_negative_control_fix_is_at_most_info(rel, rule):
     # its loss (log_softmax → nll_loss → argmax → …) and grad-norm (norm → clamp → _foreach_mul_ …) runs split at
     # their reductions and multi-tensor kernels: no chain left worth a finding (elementwise-chain warned before)
     "collected2/train_gradnorm_deferred_b64",
-    pytest.param("collected2/cnn_input_nw8", marks=pytest.mark.xfail(strict=True, reason=(
-        "launch-bound error at 5.31 ms/step and elementwise-chain at 3.09 ms replayed against the measured 17.9 ms "
-        "unprofiled step (~10 ms of GPU work: labels allow launch-bound); no twin measures either fix"))),
+    # eight DataLoader workers: the input sets the step; its batch-norm chains (add_ → cudnn_batch_norm,
+    # silu/relu backward → its backward) read their inputs twice fused: no saving (elementwise-chain warned before)
+    "collected2/cnn_input_nw8",
 ])
 def test_expected_none_raises_nothing_above_info(rel):
     assert [(f["rule"], f["severity"]) for f in _findings(rel) if f["severity"] != "info"] == []

@@ -49,6 +49,12 @@ TWINS: dict[str, tuple[str, str, str | None, str | None]] = {
     # DDP accumulation on HF GPT-2 (NCCL, 1 rank): the example times its own ABBA rounds on one DDP model
     # (collectors/examples/ddp_accum.py --ab-rounds; record_ab_traced.sh `ddp`)
     "ddp_accum4_gpt2": ("ddp_accum4_gpt2_nosync", "accumulation-sync", None, None),
+    # real-library twins of launch-bound (the whole step captured in one CUDA graph) and elementwise-chain
+    # (torch.compile), recorded on 2026-12-03 (`record_ab_traced.sh fixes`); effnet_compile is a negative control
+    # (compiled, the step is slower: batch norm's statistics keep two passes over its inputs fused or not)
+    "mobilenet_graph": ("mobilenet_cuda_graph", "launch-bound", None, None),
+    "effnet_graph": ("effnet_cuda_graph", "launch-bound", None, None),
+    "effnet_compile": ("effnet_compiled", "elementwise-chain", None, None),
 }
 HELD_OUT = {"bert_fp32", "vit_fp32", "convnext_fp32", "mobilenet_single", "bert_small_item", "effnet_fp32",
             "ddp_accum4_gpt2"}

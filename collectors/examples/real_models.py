@@ -9,6 +9,8 @@ unprofiled step times (the collector's CUDA events) measure what the fix saves:
 - `--optim single|foreach|fused` (AdamW implementation);
 - `--sync-item`: read the loss back with `.item()` every step (a host sync), as a logging loop does;
 - `--compile`: torch.compile the model; `--channels-last` (ResNet);
+- `--cuda-graph`: the whole step (forward, backward, AdamW with `capturable=True`) captured once in a CUDA graph
+  and replayed (the PyTorch docs' whole-network capture): one launch per step, the launch-bound fix;
 - `--empty-cache`: torch.cuda.empty_cache() after every step (the allocator re-reserves its blocks each step).
 
 Models are built from their configs with random weights (no download).
@@ -110,13 +112,18 @@ def main() -> None:
     ap.add_argument("--sync-item", action="store_true", help="loss.item() every step")
     ap.add_argument("--compile", action="store_true")
     ap.add_argument("--empty-cache", action="store_true", help="torch.cuda.empty_cache() every step")
+    ap.add_argument("--cuda-graph", action="store_true", help="capture the whole step in one CUDA graph")
     args = ap.parse_args()
     torch.set_float32_matmul_precision(args.precision)
     dev = device()
     torch.manual_seed(0)
     model, loss_fn = {"gpt2": build_gpt2, "bert": build_bert}.get(args.model, build_resnet)(args, dev)
-    opt = torch.optim.AdamW(model.parameters(), lr=1e-4, **OPTIM_IMPL[args.optim])  # its step() marks the collector's steps
+    capturable = {"capturable": True} if args.cuda_graph else {}
+    opt = torch.optim.AdamW(model.parameters(), lr=1e-4, **OPTIM_IMPL[args.optim], **capturable)  # its step() marks the collector's steps
     run = torch.compile(model) if args.compile else model
+    if args.cuda_graph:
+        graphed_steps(args, dev, run, loss_fn, opt)
+        return
 
     timer = StepTimer(dev)
     timer.mark()
@@ -137,6 +144,38 @@ def main() -> None:
     name = f"{args.model}_{args.attn if args.model in ('gpt2', 'bert') else 'conv'}"
     timer.report(name)
     print(f"loss {float(logged[-1]):.3f}")
+
+
+def graphed_steps(args: argparse.Namespace, dev: torch.device, model: torch.nn.Module, loss_fn: callable,
+                  opt: torch.optim.Optimizer) -> None:
+    """The training loop as one CUDA graph per step: warm-up on a side stream, capture forward, backward and
+    the optimizer step once (inputs are static tensors already), then replay it `--steps` times."""
+    def step() -> torch.Tensor:
+        # autocast's weight cache would hold tensors made during capture: off, as the CUDA-graph docs ask
+        with torch.autocast(dev.type, dtype=torch.bfloat16, enabled=args.amp, cache_enabled=False):
+            loss = loss_fn(model)
+        loss.backward()
+        opt.step()
+        return loss
+
+    side = torch.cuda.Stream()
+    side.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(side):
+        for _ in range(3):
+            opt.zero_grad(set_to_none=True)
+            step()
+    torch.cuda.current_stream().wait_stream(side)
+    graph = torch.cuda.CUDAGraph()
+    opt.zero_grad(set_to_none=True)  # backward inside the capture allocates .grad from the graph's pool
+    with torch.cuda.graph(graph):
+        static_loss = step()
+    timer = StepTimer(dev)
+    timer.mark()
+    for _ in range(args.steps):
+        graph.replay()
+        timer.mark()
+    timer.report(f"{args.model}_cuda_graph")
+    print(f"loss {float(static_loss):.3f}")
 
 
 if __name__ == "__main__":

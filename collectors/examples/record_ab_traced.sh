@@ -3,11 +3,11 @@
 # problem and its fix timed unprofiled in ABBA rounds (collectors/examples/ab_twin.py). The prediction is made
 # from a trace whose process also measured the saving, so host speed differences between processes cancel.
 # Usage (repo root, on a CUDA machine): collectors/examples/record_ab_traced.sh OUT_DIR [GROUP...]
-#   GROUP: real | synth | loader | heldout | ddp (default: all). Runs land in OUT_DIR/ab_traced/<problem>/, AB_RESULT lines on stdout.
+#   GROUP: real | synth | loader | heldout | ddp | fixes (default: all). Runs land in OUT_DIR/ab_traced/<problem>/, AB_RESULT lines on stdout.
 set -u
 OUTD=${1:-/tmp/tv_ab_traced}
 shift || true
-GROUPS_=${*:-real synth loader heldout ddp}
+GROUPS_=${*:-real synth loader heldout ddp fixes}
 PY=${PY:-python3}
 mkdir -p "$OUTD"
 $PY -c 'import torch; print("torch", torch.__version__, "cuda", torch.version.cuda,
@@ -70,6 +70,17 @@ ddp)  # DDP accumulation on HF GPT-2 (NCCL, 1 rank): the example times its own A
   run ddp_accum4_gpt2 $C --name ddp_accum4_gpt2 -- torchrun --standalone --nproc-per-node 1 \
     -m collectors.examples.ddp_accum --model gpt2 --layers 6 --batch 32 --seq 512 --accum 4 --steps 16 \
     --ab-rounds ${ROUNDS:-6} --ab-steps 8
+  ;;
+fixes)  # real-library twins of the launch-bound fix (a whole-step CUDA graph) and the elementwise-chain fix
+  # (torch.compile fuses the chains), on torchvision models no other twin of those rules uses
+  run mobilenet_graph $C --name mobilenet_graph -- $AB "real_models --model mobilenet_v3_small --batch 8" \
+    "real_models --model mobilenet_v3_small --batch 8 --cuda-graph"
+  run effnet_graph $C --name effnet_graph -- $AB "real_models --model efficientnet_b0 --batch 64" \
+    "real_models --model efficientnet_b0 --batch 64 --cuda-graph"
+  # each round compiles the fixed twin afresh (Inductor's caches make the later ones quicker): fewer rounds
+  RUN_TIMEOUT=${RUN_TIMEOUT_COMPILE:-420} run effnet_compile $C --name effnet_compile -- \
+    $PY -m collectors.examples.ab_twin --rounds ${ROUNDS_COMPILE:-4} "real_models --model efficientnet_b0 --batch 64" \
+    "real_models --model efficientnet_b0 --batch 64 --compile --steps 20"
   ;;
 esac
 done

@@ -9,8 +9,10 @@ def test_eager_chain_of_8():
     assert ev["ops"] == ["aten::mul", "aten::add", "aten::clamp_min", "aten::mul", "aten::sigmoid", "aten::sub",
                          "aten::tanh", "aten::mul"]
     # 7 kernels x (128 MiB in + 128 MiB out) + one binary mul (2 x 128 MiB in + 128 MiB out) = 2.125 GiB
-    assert ev["bytes_per_chain"] == 17 * 2**27 and 1.9 < ev["gib_per_chain"] < 2.2
-    assert ev["fused_bytes_per_chain"] == 3 * 2**27  # first input + the extra mul operand + last output
+    # (plus the 0-dim tensors some ops take, one element each: a few bytes)
+    assert 0 <= ev["bytes_per_chain"] - 17 * 2**27 <= 64 and 1.9 < ev["gib_per_chain"] < 2.2
+    # first input + the extra mul operand (+ 0-dim operands) + last output
+    assert 0 <= ev["fused_bytes_per_chain"] - 3 * 2**27 <= 64
     assert x["savings_pct"] > 70 and x["severity"] == "error"
     assert 80 < ev["savings_of_chain_pct"] < 85  # labels: eager 0.538 ms vs compiled 0.103 ms (81 %)
     assert 3500 < ev["achieved_bandwidth_gbps"] < 4800  # DOMAIN.md: D2D copy ~4.3 TB/s on H200

@@ -44,6 +44,12 @@ REDUCTION_KERNEL_RE = (
     r"(?i)reduce_kernel|ReduceOp|triton_red_|triton_per_|softmax|layer_?norm|GammaBeta|batch_?norm|"
     r"bn_fw|bn_bw|group_?norm|rms_?norm|nll_loss|welford|_pool_|pool2d|pool3d"
 )
+#: normalizations whose statistics span the batch (and the spatial extent) of each channel or group — batch, group
+#: and instance norm in training, forward and backward: more elements than one block holds, so a fused kernel
+#: reads its inputs twice (Inductor: a reduction kernel for the statistics, then a pointwise one); their inference
+#: kernels (running statistics: pointwise) are not
+TWO_PASS_NORM_OP_RE = r"(?i)batch_norm|group_norm|instance_norm"
+TWO_PASS_NORM_INFERENCE_RE = r"(?i)_inf_|_infer|inference|no_training|bn_fw_inf"
 #: pointwise kernel families (ATen TensorIterator kernels, cat, gathers, RNG, Inductor's pointwise kernels)
 POINTWISE_KERNEL_RE = (
     r"(?i)elementwise|vectorized_|unrolled_|triton_poi_|pointwise|fill|copy_kernel|CatArrayBatched|"

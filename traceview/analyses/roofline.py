@@ -100,7 +100,8 @@ def _prod(xs) -> int:
 
 
 def _is_tensor(d, t) -> bool:
-    return isinstance(d, list) and len(d) > 0 and all(isinstance(x, int) for x in d) and t in DTYPE_BYTES
+    # a 0-dim tensor (a step counter, BatchNorm's num_batches_tracked) is `[]` with a dtype: one element
+    return isinstance(d, list) and all(isinstance(x, int) for x in d) and t in DTYPE_BYTES
 
 
 def index_io(name: str, dims: list, types: list, concrete: list | None = None,
