@@ -31,6 +31,7 @@ import polars as pl
 
 from .analyses import kernels, timeline
 from .analyses import layers as layer_attr
+from .analyses.classify import string_classes
 from .analyses.replay import CACHES as REPLAY_CACHES
 from .analyses.replay import fidelity as replay_fidelity
 from .analyses.windows import recording_edges
@@ -96,7 +97,8 @@ def analyze_trace(trace: Trace, options: Options | None = None) -> dict:
 
 
 def _analyze_trace(trace: Trace, options: Options) -> tuple[dict, pl.DataFrame, pl.DataFrame | None]:
-    """(the trace's entry, its analysed steps, the classifier's partition of them)."""
+    """(the trace's entry, its analysed steps, the classifier's partition of them: `cls` an Enum, as the rules
+    read it; `string_classes` for other readers)."""
     steps = select_steps(trace, options.step)
     # the overview (HTA/tb_plugin's numbers) reads none of the rules' context: built beside it (parallel)
     over = start(functools.partial(_overview, trace, steps, options))
@@ -214,7 +216,7 @@ def analyze_job_traces(job: Job, options: Options | None = None) -> tuple[dict, 
     ranks = []
     for t in job.traces:
         entry, analysed, part = _analyze_trace(t, options)
-        ranks.append(RankResult(trace=t, steps=analysed, entry=entry, part=part))
+        ranks.append(RankResult(trace=t, steps=analysed, entry=entry, part=string_classes(part)))
     entry, warns = analyze_job(job.path, ranks, options)
     if warns:
         entry["warnings"] = warns
@@ -265,7 +267,7 @@ def _analyze_file(path: Path, options: Options, reduce: bool = False) -> tuple[d
     except Exception as e:  # noqa: BLE001 - isolate every input
         return _error(path, e), None
     return entry, RankResult(trace=reduce_rank(t, options.max_bytes) if reduce else t, steps=analysed, entry=entry,
-                             part=part)
+                             part=string_classes(part))
 
 
 def _analyze_files(files: list[Path], options: Options, workers: int, on_trace: Callable[[str], None] | None,
@@ -340,7 +342,7 @@ def analyze(paths: list[str | Path], options: Options | None = None, *,
 
                     t = reduce_rank(t, options.max_bytes)
                 heap_trim.release(n_rows)
-                ranks.append(RankResult(trace=t, steps=analysed, entry=entry, part=part))
+                ranks.append(RankResult(trace=t, steps=analysed, entry=entry, part=string_classes(part)))
         if job_dir and len(ranks) > 1:
             ranks.sort(key=lambda r: (r.trace.meta.rank is None, r.trace.meta.rank or 0, r.trace.meta.path))
             try:
@@ -360,4 +362,5 @@ def analyze(paths: list[str | Path], options: Options | None = None, *,
 
 def analyze_trace_parts(trace: Trace, options: Options) -> tuple[dict, pl.DataFrame, pl.DataFrame | None]:
     """One loaded trace's document entry, with the classifier's partition (for views that draw it)."""
-    return _analyze_trace(trace, options)
+    entry, analysed, part = _analyze_trace(trace, options)
+    return entry, analysed, string_classes(part)

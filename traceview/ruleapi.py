@@ -131,7 +131,7 @@ class RuleContext:
     window_ns: int  # their summed length
     spec: Spec  # the device's datasheet peaks
     kb: pl.DataFrame  # per compute kernel: [i, op, flops, bytes, bound, ...] (classify.kernel_bound)
-    part: pl.DataFrame  # [step, ts, end, cls]: the classifier's segments, tiling every step
+    part: pl.DataFrame  # [step, ts, end, cls (classify.CLASS_ENUM)]: the classifier's segments, tiling every step
     rule: ModuleType | None = None  # the rule being run (set by the runner)
     options: Mapping[str, Any] = field(default_factory=dict)  # that rule's thresholds
     features: Features = field(default_factory=Features)  # what the trace already does (CUDA graphs, compile, ...)
@@ -164,7 +164,7 @@ class RuleContext:
 
         def classified() -> tuple[pl.DataFrame, pl.DataFrame, Features]:
             kb = classify.kernel_bound(trace)
-            return kb, classify.partition(trace, kept, kb), detect(trace, kb)
+            return kb, classify.partition(trace, kept, kb, enum=True), detect(trace, kb)
 
         # the classification and the profiler's cost (its replay graph) read neither one another: concurrent
         (kb, part, features), profiler = run_all([classified, lambda: profiler_cost(trace, kept)])

@@ -273,17 +273,26 @@ def partition(trace: Trace, steps: pl.DataFrame, kb: pl.DataFrame | None = None,
     """[step, ts, end, cls]: the elementary segments of every step window (ns); they tile each step.
 
     Cached per (trace, step windows) when `kb` is the trace's own (the default) and `keep` (False: a caller that
-    is its only reader, so it is freed with the caller's copy). `enum` (uncached only): `cls` as `CLASS_ENUM`, a
-    byte per segment instead of a string, for a reader that only compares and groups the classes."""
-    if keep and not enum and (kb is None or kb is kernel_bound(trace)):
-        return _partition(trace, steps)
+    is its only reader, so it is freed with the caller's copy). `enum`: `cls` as `CLASS_ENUM`, a byte per segment
+    instead of a string (16 bytes: at 10 M tiny events ~100 MB of the rules' context), for a reader that only
+    compares and groups the classes (the cached partition is held so; others get a copy as strings)."""
+    if keep and (kb is None or kb is kernel_bound(trace)):
+        part = _partition(trace, steps)
+        return part if enum else string_classes(part)
     return _partition_uncached(trace, steps, kernel_bound(trace) if kb is None else kb,
                                CLASS_ENUM if enum else pl.String)
 
 
+def string_classes(part: pl.DataFrame | None) -> pl.DataFrame | None:
+    """`part` with `cls` as strings (a partition handed to readers outside the trace's own analysis)."""
+    if part is None or part.schema.get("cls") != CLASS_ENUM:
+        return part
+    return part.with_columns(pl.col("cls").cast(pl.String))
+
+
 @per_windows("step", "ts", "end")
 def _partition(trace: Trace, steps: pl.DataFrame) -> pl.DataFrame:
-    return _partition_uncached(trace, steps, kernel_bound(trace))
+    return _partition_uncached(trace, steps, kernel_bound(trace), CLASS_ENUM)
 
 
 def _partition_uncached(trace: Trace, steps: pl.DataFrame, kb: pl.DataFrame,
@@ -301,7 +310,9 @@ def _partition_uncached(trace: Trace, steps: pl.DataFrame, kb: pl.DataFrame,
 def shares(part: pl.DataFrame, by: str | None = "step") -> pl.DataFrame:
     """Time per class [by?, cls, dur] of a partition."""
     keys = [by, "cls"] if by else ["cls"]
-    return part.group_by(keys).agg((pl.col("end") - pl.col("ts")).sum().alias("dur")).sort(keys)
+    # (by the classes' names, whatever the partition's type: an Enum sorts by its categories' order)
+    return (part.group_by(keys).agg((pl.col("end") - pl.col("ts")).sum().alias("dur"))
+            .with_columns(pl.col("cls").cast(pl.String)).sort(keys))
 
 
 def _entry(rows: dict[str, int]) -> dict:

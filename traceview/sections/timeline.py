@@ -23,7 +23,7 @@ from traceview.rules import (
     pageable_memcpy,
 )
 
-from ..analyses.classify import IDLE_CLASSES, partition
+from ..analyses.classify import IDLE_CLASSES, partition, string_classes
 from ..errors import TraceError
 from ..model import RUNTIME_CATS, STEP_RE, Trace
 from ..ruleapi import RuleContext
@@ -51,7 +51,7 @@ def _part(trace: Trace, steps: pl.DataFrame) -> tuple[pl.DataFrame, pl.DataFrame
     step cut off by the recording, which the rules leave out, is partitioned the same way (as the layers do)."""
     ctx, _ = RuleContext.prepare(trace, steps)
     if ctx.steps.height == steps.height:
-        return ctx.part, ctx.kb
+        return string_classes(ctx.part), ctx.kb
     return partition(trace, steps, ctx.kb), ctx.kb
 
 
