@@ -74,7 +74,9 @@ TWINS = [
         "resnet18_fp32",
         "resnet18_bf16_cl",
         "TV206",
-        None,
+        "measured in two processes: 2.43 ms, predicted 1.64 (-33 %) once autocast's second dispatch of each "
+        "convolution and the native batch norm's host time are priced; in the process that took its trace "
+        "(sample_traces/ab_traced) 4.79 ms measured, 4.83 predicted",
     ),
     ("collected4", "attn_eager_s2048", "attn_flash_s2048", "TV205", None),
     ("collected4", "attn_math_s2048", "attn_flash_s2048", "TV205", None),
@@ -150,15 +152,16 @@ QUIET: dict[str, str] = {}
 )
 def test_problem_fires_its_rule_and_fixed_twin_is_silent(s, problem, fixed, code, why):
     got = ours(s, problem, code)
-    # a twin whose fix measured no saving (resnet50: bf16 + channels_last ran slower) may be priced small: it
-    # fires, and above info only where its measured fix saves
+    # a twin whose fix measured no saving (resnet50: bf16 + channels_last ran slower) may be priced small or at
+    # nothing: it fires, and above info only where its measured fix saves
     twins = json.loads((SETS[s] / "labels.json").read_text())["twins"]
     measured = next(
         (t["measured_fix_saving_ms"] for t in twins if (t["problem"], t["fixed"]) == (problem, fixed)), None
     )
     loud = ("warning", "error") if measured is None or measured > 0 else ("info", "warning", "error")
     assert len(got) == 1 and got[0]["severity"] in loud, got
-    assert got[0]["savings_us"] > 0
+    # priced above zero wherever its measured fix saves (resnet50's slower twin may be priced at nothing)
+    assert got[0]["savings_us"] > 0 or (measured is not None and measured <= 0)
     also = FIXED_ALSO.get(fixed, set())
     assert [
         (f["code"], f["severity"])
