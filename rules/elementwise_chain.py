@@ -243,7 +243,8 @@ def per_chain(ch: pl.DataFrame) -> pl.DataFrame:
         used, on=["chain", "pos"], how="left", maintain_order="left")
     nxt_chk = pl.col("_chk").shift(-1).fill_null(False) & (pl.col("pos") < pl.col("k") - 1)
     op, name = pl.col("op_name").cast(pl.String).fill_null(""), pl.col("name").cast(pl.String)
-    two_pass = op.str.contains(TWO_PASS_NORM_OP_RE) & ~name.str.contains(TWO_PASS_NORM_INFERENCE_RE)
+    two_pass = (op.str.contains(TWO_PASS_NORM_OP_RE) & ~name.str.contains(TWO_PASS_NORM_INFERENCE_RE)
+                & ~op.str.contains(TWO_PASS_NORM_INFERENCE_RE))
     ch = ch.with_columns(
         # a kernel that reads no earlier kernel's output reads its input from HBM fused too; an output no later
         # kernel reads is written (consecutive kernels, not producer and consumer: only the launch is saved)

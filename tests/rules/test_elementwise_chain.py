@@ -107,3 +107,31 @@ def test_single_tensor_optimizer_step_is_not_a_chain():
     _, f, _ = k.run(rel, "TV201")
     assert all(x["evidence"]["kernels_per_chain"] < 100 for x in f)
     assert not any(o in ("aten::lerp_", "aten::addcdiv_", "aten::addcmul_") for x in f for o in x["evidence"]["ops"])
+
+
+EFFNET = "ab_traced/effnet_compile/rank0.1796288359499171271.pt.trace.json.gz"
+
+
+def test_batch_norm_chains_read_their_inputs_twice_fused():
+    """EfficientNet-B0 training, eager (its torch.compile'd twin measured 2.77 ms a step SLOWER in the same process:
+    sample_traces/ab_traced/effnet_compile): a chain that ends in a training batch norm saves nothing fused (its
+    statistics span the batch of each channel: a fused kernel reads the inputs twice), and BatchNorm's
+    `num_batches_tracked += 1` (a 0-dim long tensor) is not the producer of the normalization after it."""
+    import polars as pl
+    from traceview.rules.elementwise_chain import chains, per_chain
+
+    from traceview.analyses.classify import kernel_bound
+
+    t = k.trace(EFFNET)
+    kb = kernel_bound(t)
+    per = per_chain(chains(t, t.steps, kb))
+    silu = per.filter(pl.col("ops") == "aten::silu_backward → aten::cudnn_batch_norm_backward")
+    assert silu.height == 48 and silu["savings"].max() == 0  # 16 a step, one per MBConv block's expansion
+    scalar = per.filter(pl.col("ops") == "aten::add_ → aten::cudnn_batch_norm")
+    assert scalar.height == 147 and scalar["savings"].max() == 0  # 49 batch norms a step
+    # the add_ really is the 0-dim counter: 8-byte operands, beside a normalization of megabytes
+    ch = chains(t, t.steps, kb)
+    first = ch.filter(pl.col("op_name") == "aten::add_").join(scalar.select("chain"), on="chain")
+    assert first["bytes"].max() < 64 and first["in0_bytes"].max() == 8
+    _, f, _ = k.run(EFFNET, "TV201")
+    assert [x["severity"] for x in f if x["severity"] != "info"] == []

@@ -49,7 +49,7 @@ REDUCTION_KERNEL_RE = (
 #: reads its inputs twice (Inductor: a reduction kernel for the statistics, then a pointwise one); their inference
 #: kernels (running statistics: pointwise) are not
 TWO_PASS_NORM_OP_RE = r"(?i)batch_norm|group_norm|instance_norm"
-TWO_PASS_NORM_INFERENCE_RE = r"(?i)_inf_|_infer|inference|no_training|bn_fw_inf"
+TWO_PASS_NORM_INFERENCE_RE = r"(?i)infer|_inf_|no_training"
 #: pointwise kernel families (ATen TensorIterator kernels, cat, gathers, RNG, Inductor's pointwise kernels)
 POINTWISE_KERNEL_RE = (
     r"(?i)elementwise|vectorized_|unrolled_|triton_poi_|pointwise|fill|copy_kernel|CatArrayBatched|"
