@@ -58,7 +58,7 @@ MISSES_SAME_PROCESS = {  # fmt: skip
     ("ab_traced", "adamw_l12_single", "adamw_l12_fused"): "2.212 predicted vs 1.652 ms measured (+34%); the rounds in one process measured 1.556 to 2.255 ms; a host-bound step (0.5 ms of kernels per 3.9 ms): the single-tensor loop's unprofiled host time is what the fix removes",
     ("ab_traced", "elementwise_32mib_eager", "elementwise_32mib_compiled"): "0.080 predicted vs 0.034 ms measured (+135%); the rounds in one process measured 0.019 to 0.043 ms",
     ("ab_traced", "epilogue_bert_eager", "epilogue_bert_fused"): "0.060 predicted vs 0.007 ms measured (+753%); the rounds in one process measured -0.038 to 0.038 ms",
-    ("ab_traced", "mobilenet_graph", "mobilenet_cuda_graph"): "9.614 predicted vs 13.594 ms measured (-29%): the fixed step is right (3.15 replayed, 3.20 measured), the problem's rounds ran 16.79 ms where the traced run's unprofiled wait steps ran 12.76 in the same process",
+    ("ab_traced", "mobilenet_graph", "mobilenet_cuda_graph"): "9.614 predicted vs 13.594 ms measured (-29%): the fixed step is right (3.15 replayed, 3.20 measured), the problem's rounds ran 16.79 ms where the traced run's unprofiled wait steps ran 12.76 in the same process (the host's speed drifts: the same loop against itself ran 24.4 vs 25.1 ms in rounds, 13.2-19.6 ms in fresh processes)",
     ("ab_traced", "effnet_graph", "effnet_cuda_graph"): "1.649 predicted vs 0.329 ms measured (+402%), at info (2.8 % of the step); a device-bound step (33.5 ms of kernels in a CUDA graph, 33.9 eager) whose host time the measurement does not fix",
 }
 
