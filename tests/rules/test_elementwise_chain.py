@@ -135,3 +135,51 @@ def test_batch_norm_chains_read_their_inputs_twice_fused():
     assert first["bytes"].max() < 64 and first["in0_bytes"].max() == 8
     _, f, _ = k.run(EFFNET, "TV201")
     assert [x["severity"] for x in f if x["severity"] != "info"] == []
+
+
+def _chain(rows: list[tuple]):
+    """A one-chain frame as `chains` gives it: rows of (name, op_name, dur, in0, extra, out, sole)."""
+    import polars as pl
+
+    k = len(rows)
+    return pl.DataFrame(
+        [(1, 0, 0, 7, i, name, op, 1000 * i, 1000 * i + dur, dur, (in0 + ex + out) if in0 is not None else None,
+          in0, ex, out, sole, i, k) for i, (name, op, dur, in0, ex, out, sole) in enumerate(rows)],
+        schema={"chain": pl.UInt32, "step": pl.Int64, "device": pl.Int64, "stream": pl.Int64, "i": pl.UInt32,
+                "name": pl.String, "op_name": pl.String, "ts": pl.Int64, "end": pl.Int64, "dur": pl.Int64,
+                "bytes": pl.Float64, "in0_bytes": pl.Float64, "extra_bytes": pl.Float64, "out_bytes": pl.Float64,
+                "sole": pl.Boolean, "pos": pl.Int64, "k": pl.UInt32}, orient="row")
+
+
+def test_fused_bytes_follow_producers_and_consumers():
+    """The fused-byte accounting on hand-built chains (B = 1 MB): a producer -> consumer pair reads B and writes B;
+    a kernel that reads no earlier output reads its own input, and an output no later kernel reads is written; a
+    training batch norm at the end reads the inputs twice; its inference kernel once; no shapes: the longest
+    kernel stays."""
+    from traceview.rules.elementwise_chain import per_chain
+
+    b = 1e6
+    ew = "void at::native::vectorized_elementwise_kernel<4>"
+    # x -> relu -> mul(., y): first input + extra + last output
+    linked = per_chain(_chain([(ew, "aten::relu", 10, b, 0.0, b, True), (ew, "aten::mul", 10, b, b, b, True)]))
+    assert linked["fused_bytes"].to_list() == [3 * b]
+    # a 0-dim counter (8 bytes) before an unrelated elementwise op on B: nothing links them
+    scalar = per_chain(_chain([(ew, "aten::add_", 2, 8.0, 8.0, 8.0, True), (ew, "aten::silu", 10, b, 0.0, b, True)]))
+    assert scalar["fused_bytes"].to_list() == [8 + 8 + 8 + b + b]
+    # ... the same pair where the kernels are not their ops' only ones: bytes are shares, no check (linked)
+    shared = per_chain(_chain([(ew, "aten::add_", 2, 8.0, 8.0, 8.0, False), (ew, "aten::silu", 10, b, 0.0, b, False)]))
+    assert shared["fused_bytes"].to_list() == [8 + 8 + b]
+    # a consumer of the first kernel's output after an unrelated small kernel: still linked to its producer
+    skip = per_chain(_chain([(ew, "aten::copy_", 10, b, b, 2 * b, True), (ew, "aten::copy_", 1, 8.0, 8.0, 8.0, True),
+                             ("softmax_warp_forward", "aten::_log_softmax", 10, 2 * b, 0.0, 2 * b, True)]))
+    assert skip["fused_bytes"].to_list() == [b + b + 8 + 8 + 8 + 2 * b]
+    # silu_backward -> training batch norm backward: two passes over the inputs (dy, x of silu, x of the norm)
+    bn = per_chain(_chain([(ew, "aten::silu_backward", 10, b, b, b, True),
+                           ("cudnn::bn_bw_1C11_singleread", "aten::cudnn_batch_norm_backward", 10, b, b, b, True)]))
+    assert bn["fused_bytes"].to_list() == [2 * (b + b + b) + b] and bn["savings"].to_list() == [0.0]
+    inf = per_chain(_chain([(ew, "aten::add", 10, b, b, b, True),
+                            ("cudnn::bn_fw_inf_1C11_kernel_NCHW", "aten::cudnn_batch_norm", 10, b, 0.0, b, True)]))
+    assert inf["fused_bytes"].to_list() == [3 * b]
+    # no shapes: the chain keeps its longest kernel
+    none = per_chain(_chain([(ew, "aten::add", 3, None, None, None, True), (ew, "aten::mul", 9, None, None, None, True)]))
+    assert none["fused_time"].to_list() == [9.0] and none["savings"].to_list() == [3.0]
