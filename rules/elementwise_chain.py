@@ -44,11 +44,11 @@ bytes (first input + distinct extra inputs + last output; for a chain that ends 
 counted at its input's size, an upper bound: the saving is a lower one), the achieved bandwidth vs the device's peak
 (spec table by `deviceProperties` name), the costliest occurrence's time window and stream. Savings =
 chain time − fused time, where fused time = chain time × fused bytes / chain bytes, but at least the
-shortest kernel of the chain (a fused kernel still costs one launch). Two kernels are producer and consumer only
-where the second one's first input and the first one's output are within a dtype change of each other in bytes
-(`LINK_BYTES_RATIO`, 8: one to eight bytes an element; checked where each kernel is its op's only one, so the bytes
-are its own tensors'): otherwise (BatchNorm's `num_batches_tracked += 1`, a 0-dim tensor, before its
-normalization) the fused kernel still writes the one and reads the other. A chain that ends in a batch, group or
+shortest kernel of the chain (a fused kernel still costs one launch). A kernel reads an earlier kernel's output
+(one of the `LINK_WINDOW`, 16, before it) only where its first input and that output are within a dtype change of
+each other in bytes (`LINK_BYTES_RATIO`, 8: one to eight bytes an element; checked where the kernels are their ops'
+only ones, so the bytes are their own tensors'): otherwise (BatchNorm's `num_batches_tracked += 1`, a 0-dim tensor,
+before its normalization) the fused kernel still reads that input, and writes an output no later kernel reads. A chain that ends in a batch, group or
 instance norm in training reads its inputs twice fused (the statistics span the whole batch of each channel, more
 than one block holds: Inductor emits a reduction kernel, then a pointwise one), so its fused bytes are
 2 × (inputs) + output: `silu_backward → cudnn_batch_norm_backward` saves nothing (EfficientNet-B0, batch 64,
@@ -221,6 +221,8 @@ def _run_lengths_positions(run: np.ndarray) -> list[pl.Series]:
 #: how far apart (in bytes) a kernel's first input and the previous kernel's output can be and still be one tensor:
 #: a dtype change (1 to 8 bytes an element) at most; further apart, they are different tensors
 LINK_BYTES_RATIO = 8.0
+#: how many kernels back a consumer's producer is looked for
+LINK_WINDOW = 16
 
 
 def per_chain(ch: pl.DataFrame) -> pl.DataFrame:
@@ -232,15 +234,16 @@ def per_chain(ch: pl.DataFrame) -> pl.DataFrame:
     # checkable: this kernel and the one before it each their op's only one (their bytes their own tensors')
     ch = ch.with_columns(_chk=(own & own.shift().fill_null(False) & (pl.col("pos") > 0)))
     # a kernel reads an earlier kernel's output where its first input is within a dtype change of that output in
-    # bytes (any earlier kernel of the chain: an unrelated small kernel may run between producer and consumer)
-    x = ch.filter(own).select("chain", "pos", "in0_bytes", "out_bytes")
-    pairs = x.join(x, on="chain", suffix="_b").filter(
-        (pl.col("pos") < pl.col("pos_b"))
-        & (pl.max_horizontal("out_bytes", "in0_bytes_b") <= LINK_BYTES_RATIO * pl.min_horizontal("out_bytes", "in0_bytes_b")))
-    read = pairs.select("chain", pl.col("pos_b").alias("pos")).unique().with_columns(_read=pl.lit(True))
-    used = pairs.select("chain", "pos").unique().with_columns(_used=pl.lit(True))
-    ch = ch.join(read, on=["chain", "pos"], how="left", maintain_order="left").join(
-        used, on=["chain", "pos"], how="left", maintain_order="left")
+    # bytes: any of the LINK_WINDOW kernels before it (an unrelated small kernel may run between producer and
+    # consumer; a window, not every pair: a chain of k kernels costs k x LINK_WINDOW comparisons, never k^2)
+    read, used = pl.lit(False), pl.lit(False)
+    for d in range(1, LINK_WINDOW + 1):
+        prev = pl.col("out_bytes").shift(d)
+        hit = ((pl.col("pos") >= d) & own & own.shift(d).fill_null(False)
+               & (pl.max_horizontal(prev, "in0_bytes") <= LINK_BYTES_RATIO * pl.min_horizontal(prev, "in0_bytes"))
+               ).fill_null(False)
+        read, used = read | hit, used | hit.shift(-d).fill_null(False)  # (the producer: d rows up)
+    ch = ch.with_columns(_read=read, _used=used)
     nxt_chk = pl.col("_chk").shift(-1).fill_null(False) & (pl.col("pos") < pl.col("k") - 1)
     op, name = pl.col("op_name").cast(pl.String).fill_null(""), pl.col("name").cast(pl.String)
     two_pass = (op.str.contains(TWO_PASS_NORM_OP_RE) & ~name.str.contains(TWO_PASS_NORM_INFERENCE_RE)
@@ -248,8 +251,8 @@ def per_chain(ch: pl.DataFrame) -> pl.DataFrame:
     ch = ch.with_columns(
         # a kernel that reads no earlier kernel's output reads its input from HBM fused too; an output no later
         # kernel reads is written (consecutive kernels, not producer and consumer: only the launch is saved)
-        _unlinked=(pl.when(pl.col("_chk") & pl.col("_read").is_null()).then(pl.col("in0_bytes")).otherwise(0.0)
-                   + pl.when(nxt_chk & pl.col("_used").is_null()).then(pl.col("out_bytes")).otherwise(0.0)),
+        _unlinked=(pl.when(pl.col("_chk") & ~pl.col("_read")).then(pl.col("in0_bytes")).otherwise(0.0)
+                   + pl.when(nxt_chk & ~pl.col("_used")).then(pl.col("out_bytes")).otherwise(0.0)),
         _two_pass=two_pass)
     per = ch.group_by("chain", maintain_order=True).agg(
         pl.col("step").first(), pl.col("device").first(), pl.col("stream").first(), pl.col("k").first(),
