@@ -48,8 +48,9 @@ HOST_SHARE_MAX_NS = 1_000_000
 class Transform:
     """A change to the trace, on its own rows.
 
-    - gpu_dur: gpu row `i` -> new duration (ns); 0 removes the activity's time (a fused chain: the first kernel
-      gets the fused time, the others 0);
+    - gpu_dur: gpu row `i` -> new duration (ns), never above the activity's own (transforms compose by the
+      minimum: a longer value is clipped); 0 removes the activity's time (a fused chain: its longest kernel gets
+      the fused time, the others 0);
     - gpu_gap: gpu row `i` -> new gap (ns) between the activity before it on its stream and it (a batch of k calls
       in one: k times fewer kernels, so k times fewer gaps, a CUDA graph's node-to-node latency among them);
     - host_cut: host row `i` -> ns taken off the host time around it (its self time made shorter);
