@@ -38,6 +38,7 @@ from . import (
     pageable_memcpy,
     recompile,
     small_grid,
+    unaligned_gemm,
     unfused_optimizer,
 )
 
@@ -57,6 +58,7 @@ RULES: dict[str, ModuleType] = {
     "TV205": materialized_attention,
     "TV206": fp32_conv,
     "TV207": small_grid,
+    "TV208": unaligned_gemm,
     "TV301": pageable_memcpy,
     "TV302": memory_pressure,
     "TV303": allocator_churn,

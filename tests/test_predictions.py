@@ -47,7 +47,7 @@ MISSES = {  # fmt: skip
 
 COVERED = [t for t in P.twins() if t["rule"] and t["measured_ms"] > 0 and t["set"] != "ab_traced"]
 #: the same twins measured in the process that took the problem's trace (sample_traces/ab_traced), scored apart
-SAME_PROCESS = [t for t in P.twins() if t["set"] == "ab_traced" and t["measured_ms"] > 0]
+SAME_PROCESS = [t for t in P.twins() if t["set"] == "ab_traced" and t["measured_ms"] > 0 and not t.get("control")]
 
 #: same-process twins (ab_traced) that miss: xfail(strict), with the spread of their rounds. The rounds run after
 #: the capture with CUPTI torn down (TEARDOWN_CUPTI=1), at the pace of the wait steps the pricing is solved to;
@@ -59,6 +59,7 @@ MISSES_SAME_PROCESS = {  # fmt: skip
     ("ab_traced", "elementwise_32mib_eager", "elementwise_32mib_compiled"): "0.080 predicted vs 0.034 ms measured (+135%); the rounds in one process measured 0.019 to 0.043 ms",
     ("ab_traced", "epilogue_bert_eager", "epilogue_bert_fused"): "0.060 predicted vs 0.007 ms measured (+753%); the rounds in one process measured -0.038 to 0.038 ms",
     ("ab_traced", "mobilenet_graph", "mobilenet_cuda_graph"): "9.614 predicted vs 13.594 ms measured (-29%): the fixed step is right (3.15 replayed, 3.20 measured), the problem's rounds ran 16.79 ms where the traced run's unprofiled wait steps ran 12.76 in the same process (the host's speed drifts: the same loop against itself ran 24.4 vs 25.1 ms in rounds, 13.2-19.6 ms in fresh processes)",
+    ("ab_traced", "bertp_compile", "bertp_compiled"): "7.266 predicted vs 10.710 ms measured (-32%); the rounds in one process measured 9.735 to 16.663 ms; a host-bound step (BERT at sequence 512, its GEMMs padded): Inductor also drops the host work of ops it does not fuse (views, transposes and the dispatch of the GEMMs it calls from its wrapper), which the chain fusion does not price",
     ("ab_traced", "effnet_graph", "effnet_cuda_graph"): "1.649 predicted vs 0.329 ms measured (+402%), at info (2.8 % of the step); a device-bound step (33.5 ms of kernels in a CUDA graph, 33.9 eager) whose host time the measurement does not fix",
 }
 
@@ -93,7 +94,7 @@ def test_same_process_labels_are_current():
     for t in labels["twins"]:  # the saving is the median of the rounds' differences, as ab_twin.py measures it
         r = sorted(t["per_round_saving_ms"])
         assert min(r) <= t["measured_fix_saving_ms"] <= max(r)
-    assert len(SAME_PROCESS) == 23 and set(MISSES_SAME_PROCESS) <= {(t["set"], t["problem"], t["fixed"]) for t in SAME_PROCESS}
+    assert len(SAME_PROCESS) == 30 and set(MISSES_SAME_PROCESS) <= {(t["set"], t["problem"], t["fixed"]) for t in SAME_PROCESS}
 
 
 def test_the_issue_bar():
@@ -103,7 +104,7 @@ def test_the_issue_bar():
     once = [t for t in COVERED if (t["set"], t["problem"], t["fixed"]) not in gone] + SAME_PROCESS
     scored = [(predicted(t["set"], t["problem"], t["rule"], t.get("variant")), t["measured_ms"]) for t in once]
     hits = [abs(p / m - 1) <= P.BAND for p, m in scored if p is not None]
-    assert len(hits) == 53
+    assert len(hits) == 60
     assert sum(hits) >= 0.8 * len(hits)
 
 
@@ -111,10 +112,11 @@ def test_held_out_twins():
     """The twins recorded after the model's last fit, on models no other set has (tools/ab_labels.py HELD_OUT),
     each within the band of its in-process measurement: BERT and ViT (GEMMs), ConvNeXt (GEMMs and convolutions
     replayed together, as autocast changes both), MobileNetV3's single-tensor AdamW, DDP accumulation on GPT-2
-    without no_sync() (the reducer's bucket copies of three micro-batches in four)."""
+    without no_sync() (the reducer's bucket copies of three micro-batches in four); and, recorded after unaligned-gemm's
+    model was set, BERT's 30522-token head at sequence 512 and GPT-2's 50257 in TF32."""
     held = [t for t in SAME_PROCESS if t["problem"] in {"bert_fp32", "vit_fp32", "convnext_fp32", "mobilenet_single",
-                                                        "ddp_accum4_gpt2"}]
-    assert len(held) == 5
+                                                        "ddp_accum4_gpt2", "bert_vocab_s512", "gpt2_tf32_vocab"}]
+    assert len(held) == 7
     for t in held:
         p = predicted(t["set"], t["problem"], t["rule"], t.get("variant"))
         assert abs(p / t["measured_ms"] - 1) <= P.BAND, (t["problem"], p, t["measured_ms"])
@@ -124,7 +126,7 @@ def test_every_twin_with_a_rule_is_scored_and_the_misses_are_real():
     # the misses named above are twins of the labels (no stale entry), and the covered set is what the labels say
     keys = {(t["set"], t["problem"], t["fixed"]) for t in COVERED}
     assert set(MISSES) <= keys
-    assert len(COVERED) == 47
+    assert len(COVERED) == 48
 
 
 def test_docs_table_is_current():

@@ -55,9 +55,29 @@ TWINS: dict[str, tuple[str, str, str | None, str | None]] = {
     "mobilenet_graph": ("mobilenet_cuda_graph", "launch-bound", None, None),
     "effnet_graph": ("effnet_cuda_graph", "launch-bound", None, None),
     "effnet_compile": ("effnet_compiled", "elementwise-chain", None, None),
+    # GEMM rows not a multiple of 16 bytes (`record_ab_traced.sh aligned`, 2026-12-03): the LM head alone and HF
+    # GPT-2 with vocabulary 50257 -> 50304; HF BERT 30522 -> 30528 is a negative control (its step is host-bound:
+    # the GEMMs' 2.4 ms a step is not on the critical path), the padded GPT-2 timed against itself a control by
+    # construction; GPT-2 compiled whole (Inductor pads the LM head and fuses the elementwise chains: both rules'
+    # transforms replayed together)
+    "unaligned_gemm": ("unaligned_gemm_v50304", "unaligned-gemm", None, None),
+    "gpt2_vocab": ("gpt2_vocab50304", "unaligned-gemm", None, None),
+    "bert_vocab": ("bert_vocab30528", "unaligned-gemm", None, None),
+    "gpt2_vocab_padded": ("gpt2_vocab_padded", "unaligned-gemm", None, None),
+    "gpt2_compile": ("gpt2_sdpa_compiled", "elementwise-chain+unaligned-gemm", None, "collected3"),
+    # held out: recorded after unaligned-gemm's model was set (`record_ab_traced.sh aligned_heldout`): BERT's head
+    # on a device-bound step (sequence 512), GPT-2 in FP32 with TF32 (rows of 4 elements)
+    "bert_vocab_s512": ("bert_vocab30528_s512", "unaligned-gemm", None, None),
+    "gpt2_tf32_vocab": ("gpt2_tf32_vocab50304", "unaligned-gemm", None, None),
+    # torch.compile on real models whose GEMMs are aligned (`record_ab_traced.sh fused`): what Inductor's default
+    # mode saves there is the elementwise chains it fuses (and their launches)
+    "gpt2p_compile": ("gpt2p_compiled", "elementwise-chain", None, None),
+    "bertp_compile": ("bertp_compiled", "elementwise-chain", None, None),
 }
+#: twins whose fix changes nothing by construction (the same program on both sides): a control, never scored
+CONTROLS = {"gpt2_vocab_padded"}
 HELD_OUT = {"bert_fp32", "vit_fp32", "convnext_fp32", "mobilenet_single", "bert_small_item", "effnet_fp32",
-            "ddp_accum4_gpt2"}
+            "ddp_accum4_gpt2", "bert_vocab_s512", "gpt2_tf32_vocab"}
 
 
 def build() -> tuple[dict, str]:
@@ -79,6 +99,7 @@ def build() -> tuple[dict, str]:
                 "fix_variant": variant,
                 "same_twin_in": other,
                 "held_out": run in HELD_OUT,
+                "control": run in CONTROLS,
                 "problem_command": ab["problem"],
                 "fixed_command": ab["fixed"],
                 "problem_step_ms": ab["problem_step_ms"],
@@ -124,7 +145,8 @@ def build() -> tuple[dict, str]:
             + ".",
             "Written by `python tools/ab_labels.py`. Held out: models no other set has (HF BERT, torchvision ViT-B/16, "
             "ConvNeXt-T, MobileNetV3-S, EfficientNet-B0, DDP accumulation on GPT-2), recorded on 2026-12-03 after the profiler-cost model's last "
-            "fit and the rules' last change, and scored as they came (`record_ab_traced.sh heldout`).",
+            "fit and the rules' last change, and scored as they came (`record_ab_traced.sh heldout`); BERT's 30522-token head at "
+            "sequence 512 and GPT-2 in TF32, recorded after unaligned-gemm's model was set (`record_ab_traced.sh aligned_heldout`).",
             "",
             "| problem → fixed | rule | problem ms | fixed ms | saving ms | per-round saving ms |",
             "|---|---|---:|---:|---:|---|",

@@ -98,6 +98,7 @@ def twins() -> list[dict]:
                     "measured_ms": t["measured_fix_saving_ms"],
                     "variant": t.get("fix_variant"),
                     "same_twin_in": t["same_twin_in"],
+                    "control": t.get("control", False),
                 }
             )
     return out
@@ -106,7 +107,8 @@ def twins() -> list[dict]:
 def superseded(rs: list[dict]) -> set[tuple[str, str, str]]:
     """(set, problem, fixed) of the two-process twins also recorded in one process with their trace (ab_traced):
     scored there instead, where host speed differences between processes cannot enter the measured saving."""
-    base = {"gpt2_sdpa_single_f": "gpt2_sdpa_single"}  # the same problem traced twice, once per fix variant
+    # the same problem traced twice, once per fix variant; the problem under another name
+    base = {"gpt2_sdpa_single_f": "gpt2_sdpa_single", "gpt2_compile": "gpt2_sdpa"}
     return {
         (r["same_twin_in"], base.get(r["problem"], r["problem"]), r["fixed"])
         for r in rs
@@ -164,7 +166,8 @@ def rows() -> list[dict]:
         path = ROOT / "sample_traces" / t["set"] / t["problem"]
         p = predicted_ms(path, t["rule"], t.get("variant")) if t["rule"] else None
         m = t["measured_ms"]
-        hit = None if p is None or m <= 0 else abs(p / m - 1) <= BAND
+        # a negative control (measured <= 0, or the same program on both sides) is listed, never scored
+        hit = None if p is None or m <= 0 or t.get("control") else abs(p / m - 1) <= BAND
         a = ab.get((t["set"], t["problem"], t["fixed"]))
         ab_hit = None if p is None or a is None or a <= 0 else abs(p / a - 1) <= BAND
         out.append(
@@ -186,9 +189,10 @@ def table(rs: list[dict]) -> str:
     ]
     for r in rs:
         p, m = r["predicted_ms"], r["measured_ms"]
-        err = f"{100 * (p / m - 1):+.0f} %" if p is not None and m > 0 else "–"
+        err = f"{100 * (p / m - 1):+.0f} %" if p is not None and m > 0 and not r.get("control") else "–"
         hit = {True: "yes", False: "**no**", None: "–"}[r["hit"]]
         rule = (r["rule"] or "(no rule)") + (f" ({r['variant']})" if r["rule"] and r.get("variant") else "")
+        rule += " (control)" if r.get("control") else ""
         lines.append(
             f"| {r['set']} | {r['problem']} → {r['fixed']} | {rule} | {m:.3f} | "
             f"{'–' if p is None else f'{p:.3f}'} | {err} | {hit} | {_ab_cell(r)} |"

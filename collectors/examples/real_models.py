@@ -33,10 +33,10 @@ def build_gpt2(args: argparse.Namespace, dev: torch.device) -> tuple[torch.nn.Mo
     from transformers import AutoModelForCausalLM, GPT2Config
 
     cfg = GPT2Config(
-        n_layer=args.layers, n_embd=args.d, n_head=args.heads, n_positions=args.seq, vocab_size=args.vocab
+        n_layer=args.layers, n_embd=args.d, n_head=args.heads, n_positions=args.seq, vocab_size=args.vocab or 50257
     )
     model = AutoModelForCausalLM.from_config(cfg, attn_implementation=args.attn).to(dev)
-    tokens = torch.randint(0, args.vocab, (args.batch, args.seq), device=dev)
+    tokens = torch.randint(0, min(args.vocab or 50257, 50257), (args.batch, args.seq), device=dev)
 
     def loss_fn(m: torch.nn.Module) -> torch.Tensor:
         logits = m(input_ids=tokens).logits
@@ -52,9 +52,9 @@ def build_bert(args: argparse.Namespace, dev: torch.device) -> tuple[torch.nn.Mo
     from transformers import BertConfig, BertForMaskedLM
 
     cfg = BertConfig(num_hidden_layers=args.layers, hidden_size=args.d, num_attention_heads=args.heads,
-                     intermediate_size=4 * args.d, max_position_embeddings=args.seq, vocab_size=30522)
+                     intermediate_size=4 * args.d, max_position_embeddings=args.seq, vocab_size=args.vocab or 30522)
     model = BertForMaskedLM._from_config(cfg, attn_implementation=args.attn).to(dev)
-    tokens = torch.randint(0, 30522, (args.batch, args.seq), device=dev)
+    tokens = torch.randint(0, 30522, (args.batch, args.seq), device=dev)  # (a padded vocabulary's extra rows unused)
 
     def loss_fn(m: torch.nn.Module) -> torch.Tensor:
         logits = m(input_ids=tokens).logits
@@ -99,7 +99,7 @@ def model_args(ap: argparse.ArgumentParser) -> None:
     ap.add_argument("--d", type=int, default=768)
     ap.add_argument("--heads", type=int, default=12)
     ap.add_argument("--seq", type=int, default=512)
-    ap.add_argument("--vocab", type=int, default=50257)
+    ap.add_argument("--vocab", type=int, default=None, help="vocabulary (default: GPT-2's 50257, BERT's 30522)")
     ap.add_argument("--batch", type=int, default=8)
     ap.add_argument("--size", type=int, default=224, help="ResNet image side")
 

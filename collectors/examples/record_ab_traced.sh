@@ -3,11 +3,11 @@
 # problem and its fix timed unprofiled in ABBA rounds (collectors/examples/ab_twin.py). The prediction is made
 # from a trace whose process also measured the saving, so host speed differences between processes cancel.
 # Usage (repo root, on a CUDA machine): collectors/examples/record_ab_traced.sh OUT_DIR [GROUP...]
-#   GROUP: real | synth | loader | heldout | ddp | fixes (default: all). Runs land in OUT_DIR/ab_traced/<problem>/, AB_RESULT lines on stdout.
+#   GROUP: real | synth | loader | heldout | ddp | fixes | aligned | aligned_heldout | fused (default: all). Runs land in OUT_DIR/ab_traced/<problem>/, AB_RESULT lines on stdout.
 set -u
 OUTD=${1:-/tmp/tv_ab_traced}
 shift || true
-GROUPS_=${*:-real synth loader heldout ddp fixes}
+GROUPS_=${*:-real synth loader heldout ddp fixes aligned aligned_heldout fused}
 PY=${PY:-python3}
 mkdir -p "$OUTD"
 $PY -c 'import torch; print("torch", torch.__version__, "cuda", torch.version.cuda,
@@ -81,6 +81,30 @@ fixes)  # real-library twins of the launch-bound fix (a whole-step CUDA graph) a
   RUN_TIMEOUT=${RUN_TIMEOUT_COMPILE:-420} run effnet_compile $C --name effnet_compile -- \
     $PY -m collectors.examples.ab_twin --rounds ${ROUNDS_COMPILE:-4} "real_models --model efficientnet_b0 --batch 64" \
     "real_models --model efficientnet_b0 --batch 64 --compile --steps 20"
+  ;;
+aligned)  # GEMMs whose vocabulary is not a multiple of 8 (bf16 rows not 16-byte aligned) vs padded to 64
+  run unaligned_gemm $C --name unaligned_gemm -- $AB "unaligned_gemm" "unaligned_gemm --vocab 50304"
+  run gpt2_vocab $C --name gpt2_vocab -- $AB "$G2" "$G2 --vocab 50304"
+  BA="real_models --model bert --layers 12 --d 768 --heads 12 --seq 128 --batch 32 --amp"
+  run bert_vocab $C --name bert_vocab -- $AB "$BA" "$BA --vocab 30528"
+  # negative control: the padded GPT-2 timed against itself (its trace has nothing to pad)
+  run gpt2_vocab_padded $C --name gpt2_vocab_padded -- $AB "$G2 --vocab 50304" "$G2 --vocab 50304"
+  # the whole model compiled (Inductor pads these GEMMs and fuses the elementwise chains): both rules' fixes
+  RUN_TIMEOUT=${RUN_TIMEOUT_COMPILE:-420} run gpt2_compile $C --name gpt2_compile -- \
+    $PY -m collectors.examples.ab_twin --rounds ${ROUNDS_COMPILE:-4} "$G2" "$G2 --compile --steps 20"
+  ;;
+aligned_heldout)  # recorded after unaligned-gemm's model was set: BERT's head on a device-bound step, GPT-2 in TF32
+  BL="real_models --model bert --layers 12 --d 768 --heads 12 --seq 512 --batch 16 --amp"
+  run bert_vocab_s512 $C --name bert_vocab_s512 -- $AB "$BL" "$BL --vocab 30528"
+  GT="real_models --model gpt2 --attn sdpa --precision high"
+  run gpt2_tf32_vocab $C --name gpt2_tf32_vocab -- $AB "$GT" "$GT --vocab 50304"
+  ;;
+fused)  # torch.compile on real models whose GEMMs are already aligned: what it saves is elementwise-chain's fusion
+  RUN_TIMEOUT=${RUN_TIMEOUT_COMPILE:-420} run gpt2p_compile $C --name gpt2p_compile -- \
+    $PY -m collectors.examples.ab_twin --rounds ${ROUNDS_COMPILE:-4} "$G2 --vocab 50304" "$G2 --vocab 50304 --compile --steps 20"
+  BP="real_models --model bert --layers 12 --d 768 --heads 12 --seq 512 --batch 16 --amp --vocab 30528"
+  RUN_TIMEOUT=${RUN_TIMEOUT_COMPILE:-420} run bertp_compile $C --name bertp_compile -- \
+    $PY -m collectors.examples.ab_twin --rounds ${ROUNDS_COMPILE:-4} "$BP" "$BP --compile --steps 20"
   ;;
 esac
 done

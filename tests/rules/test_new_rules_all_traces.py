@@ -78,7 +78,8 @@ EXPECTED.add(("gpu_h200_memory/memory_pressure_empty_cache.json.gz", "gemm-epilo
 # ab_traced: the same programs as their twins' problem runs in collected3-5, recorded again in another session
 # (tools/ab_labels.py): each fires exactly what its counterpart's recording fires
 AB = json.loads((k.SAMPLES / "ab_traced/labels.json").read_text())
-_BASE = {"gpt2_sdpa_single_f": "gpt2_sdpa_single"}  # the same problem traced twice, once per fix variant
+_BASE = {"gpt2_sdpa_single_f": "gpt2_sdpa_single",  # the same problem traced twice, once per fix variant
+         "gpt2_compile": "gpt2_sdpa"}  # (the problem under another name)
 EXPECTED |= {(f"ab_traced/{t['problem']}", r) for t in AB["twins"] for rel, r in set(EXPECTED)
              if rel.split("/")[:2] == [t["same_twin_in"], _BASE.get(t["problem"], t["problem"])]}
 # the held-out twins (models no other set has) fire their labelled rule; ConvNeXt's MLP blocks run Linear -> GELU as
