@@ -16,7 +16,7 @@ reductions add up but never take a gap or call below zero): savings are never su
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -273,15 +273,18 @@ def _cuts(g: Graph, transforms: Sequence[Transform]) -> tuple[np.ndarray, ...]:
                 del counts
             else:
                 # (an anchor's own runtime row is among its rows: `inside` its own time); rows in a removed span: once
-                w = per_kind[rows.kind] if in_span is None else np.where(in_span, 0.0, per_kind[rows.kind])
-                pre += np.bincount(_flat(g), weights=w, minlength=3 * n_a)
+                _slot_sums(g, lambda p, c=per_kind: c[rows.kind[p]] if in_span is None
+                           else np.where(in_span[p], 0.0, c[rows.kind[p]]), pre)
         if t.long_cost_us:
             # (rows beyond the share's HOST_SHARE_MAX_NS: the share does not scale them, so the order is moot)
             per_kind = np.array([float(t.long_cost_us.get(k, 0.0)) * 1000 for k in KINDS])
-            w = np.where(_beyond(g), per_kind[rows.kind], 0.0)
-            if in_span is not None:
-                w = np.where(in_span, 0.0, w)
-            cuts += np.bincount(_flat(g), weights=w, minlength=3 * n_a)
+            far = _beyond(g)
+
+            def beyond_cost(p: slice, c: np.ndarray = per_kind, far: np.ndarray = far) -> np.ndarray:
+                return np.where(far[p] if in_span is None else far[p] & ~in_span[p], c[rows.kind[p]], 0.0)
+
+            _slot_sums(g, beyond_cost, cuts)
+            del far
         if t.host_cut:
             p, v, _ = _part(g, "host_cut", (t.host_cut,), lambda m: _host_cut(g, m))
             _add(cuts, p, v)
@@ -315,6 +318,22 @@ def _beyond(g: Graph) -> np.ndarray:
     gap_from = np.where(g.a_prev >= 0, np.where(g.a_overlap, g.a_ts[prev], g.a_end[prev]), g.a_ts - g.a_gap)
     start = np.where(rows.where == 2, g.a_ts[a], np.where(rows.where == 1, g.a_ts[a] - g.a_jwake[a], gap_from[a]))
     return (rows.ts - start) > HOST_SHARE_MAX_NS
+
+
+def _slot_sums(g: Graph, weights: Callable[[slice], np.ndarray], into: np.ndarray) -> None:
+    """into += per cuts slot, the sum of `weights(rows)` over the recorded rows, as `np.bincount(_flat(g),
+    weights=...)` sums them (row by row, in the rows' order, from 0: the same float64 sums), a block of rows at a
+    time: no slot array or weight array of every row. Where `into` is all zeros the rows are added into it directly
+    (0 + a sum is that sum: no array of every slot more)."""
+    if into.any():
+        out = np.zeros(into.size, np.float64)
+        _slot_sums(g, weights, out)
+        into += out
+        return
+    out = into
+    for b in range(0, g.seg_rows.i.size, BLOCK):
+        p = slice(b, b + BLOCK)
+        np.add.at(out, _flat(g, p), np.asarray(weights(p), np.float64))
 
 
 def _add(cuts: np.ndarray, slots: np.ndarray, ns: np.ndarray) -> None:
