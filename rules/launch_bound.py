@@ -104,10 +104,14 @@ def check(ctx: RuleContext) -> list[Finding]:
     if cost == 0 or pct < ctx.options["moderate_pct"]:
         return []
     lo, hi = ctx.lo, ctx.hi
-    gaps = step_of(idle_gaps(trace, lo, hi).filter(pl.col("late")), steps)
+    # (the late gaps' times alone: what the evidence reads of them; a filter copies every column it has)
+    late = idle_gaps(trace, lo, hi).lazy().filter(pl.col("late")).select("ts", "end").collect(**IN_MEMORY)
+    gaps = step_of(late, steps)
+    del late
     gaps = gaps.filter(pl.col("step").is_not_null())
     per_step = cl.group_by("step").agg((pl.col("end") - pl.col("ts")).sum().alias("t")).sort("step")
     fired = per_step.filter(pl.col("t") > 0)["step"].to_list()
+    del cl  # (the class's segments: every late gap's, read by the lines above only)
     k = trace.gpu[["kind", "ts", "dur", "op"]].filter(
         (pl.col("kind") == "compute") & (pl.col("ts") >= lo) & (pl.col("ts") < hi))
     # the launching ops' rows by id (not an is_in over every host event)
@@ -118,17 +122,20 @@ def check(ctx: RuleContext) -> list[Finding]:
     ops_med = float(ops["dur"].median()) if ops.height else None
     del k, ops
     # the activities right after a late gap: which ops the CPU was late to launch
-    after = trace.gpu.lazy().filter(
-        pl.col("ts").is_in(gaps["end"].implode()) & pl.col("kind").is_in(["compute", "comm", "memcpy", "memset"])
-    ).select("i", "name", "ts", "op", "stream").collect(**IN_MEMORY)
-    after = join_by_id(after, "op", trace.host, pl.col("name").alias("op_name"))
-    top_after = (after.group_by("op_name").len().sort(["len", "op_name"], descending=[True, False]).head(5))
+    count = gaps.height
     longest = gaps.sort("end", descending=False).with_columns(g=pl.col("end") - pl.col("ts")).sort("g", descending=True).head(1)
     lg = longest.to_dicts()[0] if longest.height else {}
-    nxt = after.filter(pl.col("ts") == lg.get("end")).head(1).to_dicts() if lg else []
+    after = trace.gpu.lazy().filter(
+        pl.col("ts").is_in(gaps["end"].implode()) & pl.col("kind").is_in(["compute", "comm", "memcpy", "memset"])
+    ).select("i", "ts", "op").collect(**IN_MEMORY)  # (the next kernel's name and stream: its row alone, below)
+    del gaps  # (every late gap's row: read above only)
+    after = join_by_id(after, "op", trace.host, pl.col("name").alias("op_name"))
+    top_after = (after.group_by("op_name").len().sort(["len", "op_name"], descending=[True, False]).head(5))
+    nxt = (join_by_id(after.filter(pl.col("ts") == lg.get("end")).head(1), "i", trace.gpu, "name", "stream").to_dicts()
+           if lg else [])
     ms = window / 1e6
     evidence = Evidence(
-        cpu_launch_us=round(cost / 1000, 3), cpu_launch_pct=round(pct, 2), late_gaps=gaps.height,
+        cpu_launch_us=round(cost / 1000, 3), cpu_launch_pct=round(pct, 2), late_gaps=count,
         kernels=n_k, kernels_per_ms=round(n_k / ms, 2) if ms else None,
         median_kernel_us=round(k_med / 1000, 3) if k_med is not None else None,
         median_launching_op_cpu_us=round(ops_med / 1000, 3) if ops_med is not None else None,
@@ -141,8 +148,8 @@ def check(ctx: RuleContext) -> list[Finding]:
     )
     # the finding reads only these: the per-kernel frames (every kernel of a host-bound step) go before the
     # pricing and the layer lookup below, which would otherwise run on top of them
-    count, kernel_ids = gaps.height, after["i"]
-    del cl, gaps, per_step, after, top_after, longest, nxt
+    kernel_ids = after["i"]
+    del per_step, after, top_after, longest, nxt
     severity, surviving, note = _profiler_check(ctx, cost)
     if note:
         evidence.profiler = note

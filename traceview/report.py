@@ -115,6 +115,9 @@ def _analyze_trace(trace: Trace, options: Options) -> tuple[dict, pl.DataFrame, 
     hctx: RuleContext | None = None  # a CPU-only trace's context (its profiler estimate)
     if trace.has_gpu:
         ctx, warns = RuleContext.prepare(trace, steps)
+        # the replay graph's build leaves numpy's freed temporaries as holes in the C heap between the graph's
+        # arrays; the rules' frames are polars' (another allocator), which cannot reuse them: given back first
+        heap_trim.release(trace.gpu.height + trace.host.height)
         warnings.extend(warns)  # steps left out of the rules and the classification
         analysed = ctx.steps
         findings, warns = run_rules(ctx, options)

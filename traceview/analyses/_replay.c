@@ -88,19 +88,24 @@ done:
  *     E(j) = 2j+1, S(activity k) = 2 n_a + 2k, E(k) = S(k) + 1; each event's value is pulled from its
  *     predecessors (at most three) once they are known, depth first with an explicit stack. a_overlap and
  *     keep_wait are uint8; the six index arrays (a_join, a_prev, a_wait, d_prev, d_launch, d_x) all int32 or all
- *     int64 (the module's INDEX_WIDTHS; the replay graph holds them as int32 while its events fit); every other
- *     array int64 (a_* of n_a, d_* of n_d, base/out of 2 (n_a + n_d)). `out` may be `base` itself: an event's
- *     base is read once, just before its time is written. Returns 0, or -1 when the graph has a cycle (the
- *     caller then runs `longest`, which says so). */
+ *     int64 (the module's INDEX_WIDTHS; the replay graph holds them as int32 while its events fit); each of the
+ *     eight offset arrays (jwake .. dur) int32 or int64 on its own (OFFSET_WIDTHS; the graph holds an offset as
+ *     int32 while every value fits), its width read from its length; base/out int64 (a_* of n_a, d_* of n_d,
+ *     base/out of 2 (n_a + n_d)). `out` may be `base` itself: an event's base is read once, just before its
+ *     time is written. Returns 0, or -1 when the graph has a cycle (the caller then runs `longest`, which says
+ *     so). */
 typedef struct {
     Py_ssize_t na, nd;
     const void *a_join, *a_prev, *a_wait, *d_prev, *d_launch, *d_x;
     int w4;  /* the index arrays are int32 */
     const uint8_t *a_overlap, *keep_wait;
-    const int64_t *jwake, *gap, *own, *a_wake, *d_gap, *d_lat, *d_xgap, *dur;
+    const void *off[8];  /* jwake, gap, own, a_wake, d_gap, d_lat, d_xgap, dur */
+    int off4[8];         /* that offset array is int32 */
 } RGraph;
 
 #define IX(g, arr, i) ((g)->w4 ? (int64_t)((const int32_t *)(g)->arr)[i] : ((const int64_t *)(g)->arr)[i])
+enum { O_JWAKE, O_GAP, O_OWN, O_AWAKE, O_DGAP, O_DLAT, O_DXGAP, O_DUR };
+#define OF(g, k, i) ((g)->off4[k] ? (int64_t)((const int32_t *)(g)->off[k])[i] : ((const int64_t *)(g)->off[k])[i])
 
 static int preds(const RGraph *g, int64_t v, int64_t *u, int64_t *o) {
     int c = 0;
@@ -109,22 +114,22 @@ static int preds(const RGraph *g, int64_t v, int64_t *u, int64_t *o) {
         int64_t j = v >> 1;
         if ((v & 1) == 0) {
             int64_t x = IX(g, a_join, j), p = IX(g, a_prev, j);
-            if (x >= 0) { u[c] = 2 * x + 1; o[c++] = g->jwake[j]; }
-            if (p >= 0) { u[c] = 2 * p + 1 - g->a_overlap[j]; o[c++] = g->gap[j]; }
+            if (x >= 0) { u[c] = 2 * x + 1; o[c++] = OF(g, O_JWAKE, j); }
+            if (p >= 0) { u[c] = 2 * p + 1 - g->a_overlap[j]; o[c++] = OF(g, O_GAP, j); }
         } else {
-            u[c] = 2 * j; o[c++] = g->own[j];
+            u[c] = 2 * j; o[c++] = OF(g, O_OWN, j);
             int64_t w = g->keep_wait[j] ? IX(g, a_wait, j) : -1;
-            if (w >= 0) { u[c] = A + 2 * w + 1; o[c++] = g->a_wake[j]; }
+            if (w >= 0) { u[c] = A + 2 * w + 1; o[c++] = OF(g, O_AWAKE, j); }
         }
     } else {
         int64_t k = (v - A) >> 1;
         if (((v - A) & 1) == 0) {
             int64_t p = IX(g, d_prev, k), l = IX(g, d_launch, k), x = IX(g, d_x, k);
-            if (p >= 0) { u[c] = A + 2 * p + 1; o[c++] = g->d_gap[k]; }
-            if (l >= 0) { u[c] = 2 * l; o[c++] = g->d_lat[k]; }
-            if (x >= 0) { u[c] = A + 2 * x + 1; o[c++] = g->d_xgap[k]; }
+            if (p >= 0) { u[c] = A + 2 * p + 1; o[c++] = OF(g, O_DGAP, k); }
+            if (l >= 0) { u[c] = 2 * l; o[c++] = OF(g, O_DLAT, k); }
+            if (x >= 0) { u[c] = A + 2 * x + 1; o[c++] = OF(g, O_DXGAP, k); }
         } else {
-            u[c] = v - 1; o[c++] = g->dur[k];
+            u[c] = v - 1; o[c++] = OF(g, O_DUR, k);
         }
     }
     return c;
@@ -147,13 +152,20 @@ static PyObject *pull(PyObject *self, PyObject *args) {
     if (n % 2 || nd < 0) { PyErr_SetString(PyExc_ValueError, "pull: event count differs"); goto done; }
     Py_ssize_t w = na ? b[1].len / na : nd ? b[6].len / nd : 8;
     if (w != 4 && w != 8) { PyErr_SetString(PyExc_ValueError, "pull: index arrays are neither int32 nor int64"); goto done; }
-    /* sizes: base/out n; a_* na (a_overlap, keep_wait: bytes; indices w); d_* nd; offsets by their side */
+    /* sizes: base/out n; a_* na (a_overlap, keep_wait: bytes; indices w); d_* nd; offsets by their side, 4 or 8
+     * bytes each (an empty side: either) */
     Py_ssize_t want[18] = {n * 8, na * w, na * w, na, na, na * w, nd * w, nd * w, nd * w,
                            na * 8, na * 8, na * 8, na * 8, nd * 8, nd * 8, nd * 8, nd * 8, n * 8};
-    for (int i = 0; i < 18; i++)
+    int off4[8];
+    for (int i = 0; i < 18; i++) {
+        int is_off = i >= 9 && i < 17;
+        if (is_off && b[i].len * 2 == want[i]) { off4[i - 9] = 1; continue; }
+        if (is_off) off4[i - 9] = 0;
         if (b[i].len != want[i]) { PyErr_Format(PyExc_ValueError, "pull: buffer %d has the wrong length", i); goto done; }
+    }
     RGraph g = {na, nd, b[1].buf, b[2].buf, b[5].buf, b[6].buf, b[7].buf, b[8].buf, w == 4, b[3].buf, b[4].buf,
-                b[9].buf, b[10].buf, b[11].buf, b[12].buf, b[13].buf, b[14].buf, b[15].buf, b[16].buf};
+                {b[9].buf, b[10].buf, b[11].buf, b[12].buf, b[13].buf, b[14].buf, b[15].buf, b[16].buf},
+                {off4[0], off4[1], off4[2], off4[3], off4[4], off4[5], off4[6], off4[7]}};
     for (Py_ssize_t j = 0; j < na; j++)  /* indices in range, once, before any is followed */
         if (IX(&g, a_join, j) >= na || IX(&g, a_prev, j) >= na || (g.keep_wait[j] && IX(&g, a_wait, j) >= nd)) {
             PyErr_SetString(PyExc_ValueError, "pull: anchor index out of range"); goto done;
@@ -164,21 +176,25 @@ static PyObject *pull(PyObject *self, PyObject *args) {
         }
     const int64_t *base = b[0].buf;
     int64_t *out = b[17].buf;
+    /* the stack holds event numbers: 4 bytes each while they fit (half its memory) */
+    int s4 = n < INT32_MAX;
     uint8_t *state = calloc((size_t)(n ? n : 1), 1);
-    int64_t *stack = malloc((size_t)(n ? n : 1) * 8);
+    void *stack = malloc((size_t)(n ? n : 1) * (s4 ? 4 : 8));
     if (!state || !stack) { free(state); free(stack); PyErr_NoMemory(); goto done; }
+#define SGET(i) (s4 ? (int64_t)((int32_t *)stack)[i] : ((int64_t *)stack)[i])
+#define SPUSH(x) do { if (s4) ((int32_t *)stack)[top++] = (int32_t)(x); else ((int64_t *)stack)[top++] = (x); } while (0)
     int cycle = 0;
     Py_BEGIN_ALLOW_THREADS
     for (Py_ssize_t root = 0; root < n && !cycle; root++) {
         if (state[root]) continue;
         Py_ssize_t top = 0;
-        stack[top++] = root;
+        SPUSH(root);
         state[root] = 1;
         while (top > 0) {
-            int64_t v = stack[top - 1], u[3], o[3];
+            int64_t v = SGET(top - 1), u[3], o[3];
             int c = preds(&g, v, u, o), pending = 0;
             for (int i = 0; i < c; i++) {
-                if (state[u[i]] == 0) { state[u[i]] = 1; stack[top++] = u[i]; pending = 1; break; }
+                if (state[u[i]] == 0) { state[u[i]] = 1; SPUSH(u[i]); pending = 1; break; }
                 if (state[u[i]] == 1) { cycle = 1; break; }
             }
             if (cycle) break;
@@ -213,5 +229,7 @@ PyMODINIT_FUNC PyInit__replay(void) {
     PyObject *m = PyModule_Create(&module);
     /* the index widths `pull` reads (a build before int32 indices lacks it: the caller then passes int64) */
     if (m && PyModule_AddObject(m, "INDEX_WIDTHS", Py_BuildValue("(ii)", 4, 8)) < 0) { Py_DECREF(m); return NULL; }
+    /* the offset widths `pull` reads, array by array (a build before int32 offsets lacks it: int64 then) */
+    if (m && PyModule_AddObject(m, "OFFSET_WIDTHS", Py_BuildValue("(ii)", 4, 8)) < 0) { Py_DECREF(m); return NULL; }
     return m;
 }

@@ -159,7 +159,7 @@ def _build_host(traces: Sequence[Trace], ranks: Sequence[int], m: pl.DataFrame, 
     for k, g in enumerate(graphs):
         e = ex.filter(pl.col("_k") == k)
         j, p, pre, off, x = (e[c].to_numpy() for c in ("_j", "_p", "_pre", "_off", "_x"))
-        gap, join, jwake = g.a_gap.copy(), g.a_join.copy(), g.a_jwake.copy()
+        gap, join, jwake = g.a_gap.astype(np.int64), g.a_join.copy(), g.a_jwake.astype(np.int64)  # (copies, int64)
         gap[p] = np.minimum(g.a_ts[p] - g.a_end[pre], off + x)
         join[p], jwake[p] = -1, 0
         out.append(replace(g, a_gap=gap, a_join=join, a_jwake=jwake))

@@ -16,7 +16,7 @@ reductions add up but never take a gap or call below zero): savings are never su
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -24,7 +24,7 @@ import polars as pl
 
 from ..memo import once_in, per_trace, per_windows
 from ..model import Trace
-from .replay_graph import KINDS, Graph, build
+from .replay_graph import KINDS, Graph, _narrow, build
 
 try:  # the compiled kernel (setup.py); the pure-Python loop below is its reference
     from ._replay import longest as _longest_c
@@ -38,8 +38,14 @@ try:  # the index widths `pull` reads (a kernel built before int32 indices reads
     from ._replay import INDEX_WIDTHS as _PULL_WIDTHS
 except ImportError:  # pragma: no cover
     _PULL_WIDTHS = (8,)
+try:  # the offset widths `pull` reads, array by array (a kernel built before int32 offsets reads int64 only)
+    from ._replay import OFFSET_WIDTHS as _OFFSET_WIDTHS
+except ImportError:  # pragma: no cover
+    _OFFSET_WIDTHS = (8,)
 
 NEG = np.iinfo(np.int64).min
+#: rows (or slots) per block of a replay's sums over every recorded row: a block's temporaries, not every row's
+BLOCK = 1 << 20
 #: the longest host interval a Transform's host_share scales whole (see simulate)
 HOST_SHARE_MAX_NS = 1_000_000
 
@@ -177,11 +183,12 @@ def activity_positions(d_i: np.ndarray, ids: np.ndarray) -> np.ndarray:
 
 
 def _positions_in(o: np.ndarray, so: np.ndarray, ids: np.ndarray) -> np.ndarray:
-    """Positions of `ids` in an array whose stable order is `o` and sorted values `so` (-1 where absent)."""
+    """Positions of `ids` in an array whose stable order is `o` (None: the array is in order) and sorted values
+    `so` (-1 where absent)."""
     p = np.searchsorted(so, ids)
-    pc = np.minimum(p, max(o.size - 1, 0))
-    ok = (p < o.size) & (so[pc] == ids) if o.size else np.zeros(ids.size, bool)
-    return np.where(ok, o[pc] if o.size else -1, -1)
+    pc = np.minimum(p, max(so.size - 1, 0))
+    ok = (p < so.size) & (so[pc] == ids) if so.size else np.zeros(ids.size, bool)
+    return np.where(ok, (pc if o is None else o[pc].astype(np.int64)) if so.size else -1, -1)
 
 
 def _flat(g: Graph, p: np.ndarray | slice = slice(None)) -> np.ndarray:
@@ -192,9 +199,12 @@ def _flat(g: Graph, p: np.ndarray | slice = slice(None)) -> np.ndarray:
 
 @per_trace
 def _kind_count(g: Graph, k: int) -> np.ndarray:
-    """The recorded rows of kind `k` (a position in KINDS) per cuts slot (int32, 3 * n_a): once per graph and
-    kind, for every replay that takes a cost per row of that kind off."""
-    return np.bincount(_flat(g)[g.seg_rows.kind == k], minlength=3 * g.a_ts.size).astype(np.int32)
+    """The recorded rows of kind `k` (a position in KINDS) per cuts slot (3 * n_a; the narrowest unsigned type that
+    holds the largest count: a byte a slot where no slot holds 256 rows): once per graph and kind, for every replay
+    that takes a cost per row of that kind off."""
+    n = np.bincount(_flat(g)[g.seg_rows.kind == k], minlength=3 * g.a_ts.size)
+    top = int(n.max()) if n.size else 0
+    return n.astype(next(t for t in (np.uint8, np.uint16, np.uint32, np.int64) if top <= np.iinfo(t).max))
 
 
 @per_trace
@@ -230,7 +240,6 @@ def _cuts(g: Graph, transforms: Sequence[Transform]) -> tuple[np.ndarray, ...]:
     keep_wait = g.a_wait >= 0
     sp = [s for t in transforms for s in t.host_spans]
     in_span = None  # rows inside a removed span (none without spans)
-    exact = True  # every cut so far a whole number of ns
     if sp and n_a:
         covered = _coverage(np.asarray(sp, np.int64).reshape(-1, 3), g.a_tid)
         # a joined anchor's gap runs from the previous call's end to the handoff; the rest, up to its start, is
@@ -244,39 +253,47 @@ def _cuts(g: Graph, transforms: Sequence[Transform]) -> tuple[np.ndarray, ...]:
         cuts[2 * n_a:] += covered(g.a_tid, g.a_ts + g.a_own) - covered(g.a_tid, g.a_ts)
         if rows.i.size:
             rt = g.a_tid[rows.seg]
-            in_span = covered(rt, rows.ts + 1) > covered(rt, rows.ts)
+            rts = rows.ts
+            in_span = covered(rt, rts + 1) > covered(rt, rts)
+            del rts
     for t in transforms:
         if t.cost_us:
             per_kind = np.array([float(t.cost_us.get(k, 0.0)) * 1000 for k in KINDS])
             if in_span is None and all(float(c).is_integer() for c in per_kind):
                 # whole ns per row: the rows counted per slot give the same sums as adding row by row (exact
                 # integers in float64), without a pass over every row
-                got = np.zeros(3 * n_a, np.float64)
-                for k in np.flatnonzero(per_kind).tolist():
-                    got += _kind_count(g, k) * per_kind[k]
-                pre += got
+                # (block by block: each slot's sum is the same, with a block's temporaries instead of two arrays of
+                # every slot)
+                counts = [(_kind_count(g, k), per_kind[k]) for k in np.flatnonzero(per_kind).tolist()]
+                for b in range(0, pre.size, BLOCK):
+                    got = np.zeros(min(BLOCK, pre.size - b), np.float64)
+                    for kc, c in counts:
+                        got += kc[b:b + BLOCK] * c
+                    pre[b:b + BLOCK] += got
+                del counts
             else:
                 # (an anchor's own runtime row is among its rows: `inside` its own time); rows in a removed span: once
-                w = per_kind[rows.kind] if in_span is None else np.where(in_span, 0.0, per_kind[rows.kind])
-                pre += np.bincount(_flat(g), weights=w, minlength=3 * n_a)
+                _slot_sums(g, lambda p, c=per_kind: c[rows.kind[p]] if in_span is None
+                           else np.where(in_span[p], 0.0, c[rows.kind[p]]), pre)
         if t.long_cost_us:
             # (rows beyond the share's HOST_SHARE_MAX_NS: the share does not scale them, so the order is moot)
             per_kind = np.array([float(t.long_cost_us.get(k, 0.0)) * 1000 for k in KINDS])
-            w = np.where(_beyond(g), per_kind[rows.kind], 0.0)
-            if in_span is not None:
-                w = np.where(in_span, 0.0, w)
-            cuts += np.bincount(_flat(g), weights=w, minlength=3 * n_a)
-            exact &= all(float(c).is_integer() for c in per_kind)  # (whole ns per row: exact sums)
+            far = _beyond(g)
+
+            def beyond_cost(p: slice, c: np.ndarray = per_kind, far: np.ndarray = far) -> np.ndarray:
+                return np.where(far[p] if in_span is None else far[p] & ~in_span[p], c[rows.kind[p]], 0.0)
+
+            _slot_sums(g, beyond_cost, cuts)
+            del far
         if t.host_cut:
-            p, v, whole = _part(g, "host_cut", (t.host_cut,), lambda m: _host_cut(g, m))
-            exact &= whole
-            _add(cuts, p, v, exact)
+            p, v, _ = _part(g, "host_cut", (t.host_cut,), lambda m: _host_cut(g, m))
+            _add(cuts, p, v)
         if t.gpu_dur:
             k, new = _part(g, "gpu_dur", (t.gpu_dur,), lambda m: _by_activity(g, m))
             np.minimum.at(dur, k, new)
         if t.gpu_gap:
             k, new = _part(g, "gpu_gap", (t.gpu_gap,), lambda m: _by_activity(g, m))
-            d_gap = d_gap.copy() if d_gap is g.d_gap else d_gap
+            d_gap = d_gap.astype(np.int64) if d_gap is g.d_gap else d_gap  # (a copy, int64 whatever the graph's width)
             np.minimum.at(d_gap, k, new)
         if len(t.no_wait):
             keep_wait &= _part(g, "no_wait", (t.no_wait,),
@@ -284,8 +301,8 @@ def _cuts(g: Graph, transforms: Sequence[Transform]) -> tuple[np.ndarray, ...]:
     # a row that several fixes take off the host path (decode-loop's CUDA graph is launch-bound's) leaves it once
     removed = tuple(t.host_removed for t in transforms if len(t.host_removed))
     if removed:
-        _add(cuts, *_part(g, "host_removed", removed, lambda *rs: _removed(g, rs)), exact)
-    return cuts[:n_a], cuts[n_a:2 * n_a], cuts[2 * n_a:], dur, keep_wait, d_gap, pre
+        _add(cuts, *_part(g, "host_removed", removed, lambda *rs: _removed(g, rs)))
+    return cuts[:n_a], cuts[n_a:2 * n_a], cuts[2 * n_a:], _narrow(dur), keep_wait, d_gap, pre
 
 
 @per_trace
@@ -303,13 +320,28 @@ def _beyond(g: Graph) -> np.ndarray:
     return (rows.ts - start) > HOST_SHARE_MAX_NS
 
 
-def _add(cuts: np.ndarray, slots: np.ndarray, ns: np.ndarray, exact: bool) -> None:
-    """cuts[slots] += ns, row by row; where every value so far is a whole number of ns (exact in float64, so the
-    order of the additions cannot show), as one sum per slot."""
-    if exact:
-        cuts += np.bincount(slots, weights=ns, minlength=cuts.size)
-    else:
-        np.add.at(cuts, slots, ns)
+def _slot_sums(g: Graph, weights: Callable[[slice], np.ndarray], into: np.ndarray) -> None:
+    """into += per cuts slot, the sum of `weights(rows)` over the recorded rows, as `np.bincount(_flat(g),
+    weights=...)` sums them (row by row, in the rows' order, from 0: the same float64 sums), a block of rows at a
+    time: no slot array or weight array of every row. Where `into` is all zeros the rows are added into it directly
+    (0 + a sum is that sum: no array of every slot more)."""
+    if into.any():
+        out = np.zeros(into.size, np.float64)
+        _slot_sums(g, weights, out)
+        into += out
+        return
+    out = into
+    for b in range(0, g.seg_rows.i.size, BLOCK):
+        p = slice(b, b + BLOCK)
+        np.add.at(out, _flat(g, p), np.asarray(weights(p), np.float64))
+
+
+def _add(cuts: np.ndarray, slots: np.ndarray, ns: np.ndarray) -> None:
+    """cuts[slots] += ns, row by row in the rows' order, block by block (a block's values as float64: no float copy
+    of every row's, nor a sum array of every slot as `np.bincount` makes; float64 adds are `np.add.at`'s fast
+    path)."""
+    for b in range(0, slots.size, BLOCK):
+        np.add.at(cuts, slots[b:b + BLOCK], np.asarray(ns[b:b + BLOCK], np.float64))
 
 
 def _removed(g: Graph, removed: tuple) -> tuple[np.ndarray, np.ndarray]:
@@ -317,7 +349,10 @@ def _removed(g: Graph, removed: tuple) -> tuple[np.ndarray, np.ndarray]:
     rows = g.seg_rows
     ids = [_part(g, "ids", (r,), lambda x: _unique(_ids(x))) for r in removed]  # (each fix's, once)
     p = rows.positions(ids[0] if len(ids) == 1 else _unique(np.concatenate(ids)))
-    return _flat(g, p), rows.dur[p].astype(np.float64)
+    # (kept per graph while the fixes replay: slots as int32 while 3 * n_a fits, durations in the rows' own integer
+    # width; `_add` sums them as float64, exactly: whole ns)
+    slots = _flat(g, p)
+    return slots.astype(np.int32) if 3 * g.a_ts.size < 2**31 else slots, rows.dur[p]
 
 
 def _ids(ids) -> np.ndarray:
@@ -366,7 +401,7 @@ def edges(
     gap_cut, join_cut, own_cut, dur, keep_wait, d_gap, pre = _cuts(g, transforms)
     # an activity a transform removes (a kernel fused into another) no longer pays the device's gap before it: the
     # stream's per-activity overhead between queued kernels goes with the kernel, not only its duration
-    d_gap = np.where((dur == 0) & (g.d_end > g.d_ts), 0, d_gap).astype(np.int64)
+    d_gap = np.where((dur == 0) & (g.d_end > g.d_ts), 0, d_gap)  # (the graph's width: `pull` reads int32 or int64)
     # host time kept by the transforms' host shares together (a blocking call's wait edge still holds it)
     keep = float(np.prod([1.0 - min(max(t.host_share, 0.0), 1.0) for t in transforms])) if transforms else 1.0
     keep_long = float(np.prod([1.0 - min(max(t.long_share, 0.0), 1.0) for t in transforms])) if transforms else 1.0
@@ -375,6 +410,7 @@ def edges(
     # the profiler's cost per recorded row first (time the unprofiled host never spends, so no share of it is
     # taken again: a `with_stack` step's Python events), a call's cost beyond its own time off the gap before it;
     # the shares then scale what is left
+    # (the graph holds them as int32 while every value fits: each step below yields int64, from an int64 operand)
     a_own, a_gap, a_jwake = g.a_own, g.a_gap, g.a_jwake
     if pre.any():
         p_gap, p_join, p_own = pre[:n_a], pre[n_a:2 * n_a], pre[2 * n_a:]
@@ -388,12 +424,14 @@ def edges(
         a_own, a_gap, a_jwake = (
             x - np.round(np.minimum(x, HOST_SHARE_MAX_NS) * (1 - keep)
                          + np.maximum(x - HOST_SHARE_MAX_NS, 0) * (1 - keep_long)).astype(np.int64)
-            for x in (a_own, a_gap, a_jwake))
+            for x in (y.astype(np.int64, copy=False) for y in (a_own, a_gap, a_jwake)))
     # a call's recorded cost beyond its own time was paid around it (the profiler's hooks): off the gap before it
     over = np.maximum(own_cut - a_own, 0)
-    own = np.maximum(a_own - np.round(own_cut).astype(np.int64), 0)
-    gap = np.maximum(a_gap - np.round(gap_cut + over).astype(np.int64), 0)
-    jwake = np.maximum(a_jwake - np.round(join_cut).astype(np.int64), 0)
+    # (each as int32 where its values fit, as the graph's: the kernel reads either width, and these three live
+    # through the kernel's run beside the event times and its stack)
+    own = _narrow(np.maximum(a_own - np.round(own_cut).astype(np.int64), 0))
+    gap = _narrow(np.maximum(a_gap - np.round(gap_cut + over).astype(np.int64), 0))
+    jwake = _narrow(np.maximum(a_jwake - np.round(join_cut).astype(np.int64), 0))
     del gap_cut, join_cut, own_cut, over, a_own, a_gap, a_jwake
     def initial() -> np.ndarray:  # each event's own earliest time (NEG: none)
         base = np.full(2 * (n_a + n_d), NEG, np.int64)
@@ -419,7 +457,9 @@ def edges(
         w = {x.dtype.itemsize for x in ix}
         it = next(iter(w)) if len(w) == 1 and next(iter(w)) in _PULL_WIDTHS else 8
         aj, ap, aw, dp, dl, dx = (np.ascontiguousarray(x, np.int32 if it == 4 else np.int64) for x in ix)
-        off = [np.ascontiguousarray(x, np.int64) for x in (jwake, gap, own, g.a_wake, d_gap, g.d_lat, g.d_xgap, dur)]
+        # the offsets as they are where the kernel reads their width (the graph's int32 ones: no widened copy)
+        off = [np.ascontiguousarray(x) if x.dtype in (np.int32, np.int64) and x.dtype.itemsize in _OFFSET_WIDTHS
+               else np.ascontiguousarray(x, np.int64) for x in (jwake, gap, own, g.a_wake, d_gap, g.d_lat, g.d_xgap, dur)]
         # the times are written over `base`: the kernel reads an event's base once, just before it writes the event's
         # time, and reads only the times of events already done (one array of every event less at a replay's peak)
         if _pull_c(base, aj, ap, np.ascontiguousarray(g.a_overlap, np.uint8), np.ascontiguousarray(keep_wait, np.uint8),
@@ -469,10 +509,13 @@ def _first_equal(a: np.ndarray, t: np.ndarray) -> tuple[np.ndarray, np.ndarray |
 
 @per_trace
 def _sorted(g: Graph, name: str) -> tuple[np.ndarray, np.ndarray]:
-    """(stable order of the graph's array `name`, the array in that order): once per graph, for every replay."""
+    """(stable order of the graph's array `name`, the array in that order): once per graph, for every replay;
+    (None, the array) when it is in order already (a single stream's activities: no order and no sorted copy kept)."""
     a = getattr(g, name)
+    if a.size < 2 or bool((a[1:] >= a[:-1]).all()):
+        return None, a
     o = np.argsort(a, kind="stable")
-    return o, a[o]
+    return o.astype(np.int32) if a.size < 2**31 else o, a[o]
 
 
 @per_trace
@@ -480,7 +523,7 @@ def _marker_at(g: Graph, hi: tuple[int, ...], t: tuple[int, ...]) -> np.ndarray:
     """Anchor position of the step marker of host row `hi` at time `t`, per step (-1: none); once per graph and
     steps, for every replay."""
     mk = np.flatnonzero(g.a_marker)
-    key = pl.DataFrame({"i": g.a_i[mk], "t": g.a_ts[mk], "_p": mk.astype(np.int64)})
+    key = pl.DataFrame({"i": g.a_i[mk].astype(np.int64), "t": g.a_ts[mk], "_p": mk.astype(np.int64)})
     key = key.unique(["i", "t"], keep="first", maintain_order=True)  # (a zero-length marker: one row per step)
     got = pl.DataFrame({"i": np.asarray(hi, np.int64), "t": np.asarray(t, np.int64)}).join(
         key, on=["i", "t"], how="left", maintain_order="left")

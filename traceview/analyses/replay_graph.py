@@ -26,6 +26,7 @@ fidelity measures it.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 from functools import cached_property
 from typing import Any
@@ -38,6 +39,7 @@ from ..ingest.categories import RUNTIME_CATS
 from ..memo import per_trace
 from ..model import STEP_RE, Trace
 from .breakdown import DATALOADER_PREFIXES
+from .rowid import positions
 from .timeline import gpu_work
 
 #: a call that blocks until the device is done with (some of) its queue, by name; device memory allocation and
@@ -67,10 +69,11 @@ LOADER_WAIT_FACTOR = 2.0
 @dataclass(frozen=True)
 class Graph:
     """The replay graph of one trace. Anchors `a_*` (n_a), activities `d_*` (n_d); indices are positions in these
-    arrays (int32 while they fit), -1 for none. Events: S(anchor j) = 2j, E(anchor j) = 2j+1, S(activity k) =
+    arrays (int32 while they fit), -1 for none; the offsets (ns: gaps, own times, wake-ups, latencies) are int32
+    where every value of the array fits, else int64 (readers widen them in their arithmetic). Events: S(anchor j) = 2j, E(anchor j) = 2j+1, S(activity k) =
     2n_a+2k, E = 2n_a+2k+1."""
 
-    a_i: np.ndarray  # host row id (`i`) of the anchor, or the step's host_idx for a marker
+    a_i: np.ndarray  # host row id (`i`) of the anchor, or the step's host_idx for a marker (uint32 ids)
     a_tid: np.ndarray
     a_ts: np.ndarray
     a_end: np.ndarray
@@ -84,7 +87,7 @@ class Graph:
     a_join: np.ndarray  # the anchor of another thread whose end this thread waited for (backward's autograd thread)
     a_jwake: np.ndarray  # from that end to this start (ns)
     a_name: pl.Series  # the anchor's call name (markers: the step span's name), Categorical
-    d_i: np.ndarray  # gpu row id
+    d_i: np.ndarray  # gpu row id (uint32 ids)
     d_ts: np.ndarray
     d_end: np.ndarray
     d_prev: np.ndarray  # previous activity on its (device, stream)
@@ -110,10 +113,15 @@ def _i64(s: pl.Series | np.ndarray) -> np.ndarray:
     return np.asarray(s.to_numpy() if isinstance(s, pl.Series) else s).astype(np.int64, copy=False)
 
 
-def _prev_in_group(group: np.ndarray, order: np.ndarray) -> np.ndarray:
-    """For positions sorted by `order` (already in group-then-time order), the previous position of the same group."""
-    prev = np.full(order.size, -1, np.int64)
-    if order.size > 1:
+def _prev_in_group(group: np.ndarray, order: np.ndarray | None = None) -> np.ndarray:
+    """For positions sorted by `order` (already in group-then-time order; None: the positions' own order), the
+    previous position of the same group (int32 while the positions fit)."""
+    n = group.size if order is None else order.size
+    prev = np.full(n, -1, np.int32 if n < 2**31 else np.int64)
+    if n > 1 and order is None:
+        k = np.flatnonzero(group[1:] == group[:-1])
+        prev[k + 1] = k
+    elif n > 1:
         same = group[order[1:]] == group[order[:-1]]
         prev[order[1:][same]] = order[:-1][same]
     return prev
@@ -138,11 +146,22 @@ def _anchors(trace: Trace, code: np.ndarray) -> pl.DataFrame:
     st = st.join(tid, left_on="host_idx", right_on="i", how="inner")
     marks = pl.concat([st.select(pl.col("host_idx").alias("i"), "tid", pl.col(c).alias("ts"), pl.col(c).alias("end"),
                                  "name", marker=pl.lit(True)) for c in ("cpu_ts", "cpu_end")])
-    a = pl.concat([rt, marks.cast(rt.schema)]).filter(pl.col("ts").is_not_null() & pl.col("end").is_not_null())
-    a = a.sort("tid", "ts", "marker", descending=[False, False, True])
+    a = pl.concat([rt, marks.cast(rt.schema)])
+    del rt, marks
+    ok = a["ts"].is_not_null() & a["end"].is_not_null()
+    if not ok.all():
+        a = a.filter(ok)
+    del ok
+    # the rows' order by (tid, ts, marker first) and the kept rows' positions in it, then one gather of the kept rows
+    # (not a sorted copy of every runtime call and a filtered copy of that: at 10 M tiny events ~150 MB each, which
+    # polars' allocator then held under the rest of the build)
+    order = a.select(pl.arg_sort_by(["tid", "ts", "marker"], descending=[False, False, True]))[:, 0]
+    s = a.select("tid", "end", "marker")[order]
     # a call nested in an earlier one (a driver call inside a runtime call) is that call's time, not an anchor
-    run_end = a.select(pl.col("end").cum_max().shift(1).over("tid"))["end"]
-    return a.filter(pl.col("marker") | run_end.is_null() | (pl.col("end") > run_end))
+    run_end = s.select(pl.col("end").cum_max().shift(1).over("tid"))["end"]
+    keep = s["marker"] | run_end.is_null() | (s["end"] > run_end)
+    del s, run_end
+    return a[order.filter(keep)]
 
 
 @per_trace
@@ -152,7 +171,7 @@ def build(trace: Trace) -> Graph:
     a = _anchors(trace, code)
     n_a = a.height
     a_tid, a_ts, a_end = _i64(a["tid"].fill_null(-1)), _i64(a["ts"]), _i64(a["end"])
-    a_prev = _prev_in_group(a_tid, np.arange(n_a))
+    a_prev = _prev_in_group(a_tid)
     prev_end = np.where(a_prev >= 0, a_end[np.maximum(a_prev, 0)], a_ts)
     # a call that starts before the previous one ended (asynchronous runtimes: MTIA's remote calls) follows its
     # start, not its end: the program-order edge then runs start to start (a_gap is that offset)
@@ -168,7 +187,7 @@ def build(trace: Trace) -> Graph:
     d_ts, d_end = _i64(g["ts"]), _i64(g["end"])
     d_end = np.maximum(d_end, d_ts)
     key = _i64(g["device"].fill_null(-1)) * (1 << 32) + _i64(g["stream"].fill_null(-1))
-    d_prev = _prev_in_group(key, np.arange(n_d))
+    d_prev = _prev_in_group(key)
     has_prev = d_prev >= 0
     pe = np.where(has_prev, d_end[np.maximum(d_prev, 0)], d_ts)
     gap = d_ts - pe
@@ -179,21 +198,39 @@ def build(trace: Trace) -> Graph:
     d_launch = np.full(n_d, -1, np.int64)
     real = ~a["marker"].to_numpy()
     if n_a and n_d:
-        lh = (trace.host.lazy().filter(pl.col("i").is_in(g["launch"].drop_nulls().implode()))
-              .select(pl.col("i").cast(pl.Int64), "tid", "ts").collect(**IN_MEMORY))
-        pos = pl.DataFrame({"i": launch_i, "_k": np.arange(n_d)}).join(lh, on="i", how="inner")
+        # each activity's launch call among the host rows: by position (`rowid.positions`: the host frame's id
+        # table), not a hash join of every activity onto the host rows (at 10 M tiny events a join and its copies
+        # of ~3 M rows were the build's peak, held by polars' allocator after it)
+        at = positions(trace.host, g["launch"])
+        if at is None:  # (host ids with nulls: the join)
+            lh = (trace.host.lazy().filter(pl.col("i").is_in(g["launch"].drop_nulls().implode()))
+                  .select(pl.col("i").cast(pl.Int64), "tid", "ts").collect(**IN_MEMORY))
+            pos = pl.DataFrame({"i": launch_i, "_k": np.arange(n_d)}).join(lh, on="i", how="inner")
+            del lh
+        else:
+            found = at.is_not_null()
+            at = at.filter(found)
+            pos = pl.DataFrame({"_k": np.flatnonzero(found.to_numpy()), "tid": trace.host["tid"].gather(at),
+                                "ts": trace.host["ts"].gather(at)})
+            del found
+        del at
         # the anchor of the launch's thread that started last at or before the launch call
         ra = np.flatnonzero(real)
         q_tid, q_ts = _i64(pos["tid"].fill_null(-1)), _i64(pos["ts"])
         # anchors are sorted by (tid, ts): search a composite key
-        tid_codes, inv = np.unique(np.concatenate([a_tid[ra], q_tid]), return_inverse=True)
+        # (thread codes: a handful of threads, so a hash unique then a search in the few, as `_segments` does: no
+        # sort of every anchor and launch, which was the build's peak at 10 M tiny events)
+        both = np.concatenate([a_tid[ra], q_tid])
+        tid_codes = np.sort(pl.Series(both).unique().to_numpy())
+        inv = np.searchsorted(tid_codes, both)
+        del both
         ka = inv[:ra.size].astype(np.int64) * (1 << 40) + (a_ts[ra] - a_ts.min())
         kq = inv[ra.size:].astype(np.int64) * (1 << 40) + (q_ts - a_ts.min())
         j = np.searchsorted(ka, kq, side="right") - 1
         ok = (j >= 0) & (inv[ra.size:] == inv[:ra.size][np.maximum(j, 0)])
         kk = _i64(pos["_k"])
         d_launch[kk[ok]] = ra[j[ok]]
-        del lh, pos, ra, q_tid, q_ts, tid_codes, inv, ka, kq, j, ok, kk  # (the build's peak is later: free them)
+        del pos, ra, q_tid, q_ts, tid_codes, inv, ka, kq, j, ok, kk  # (the build's peak is later: free them)
     launched = d_launch >= 0
     lts = np.where(launched, a_ts[np.maximum(d_launch, 0)], d_ts) if n_a else d_ts
     lat = d_ts - lts
@@ -277,11 +314,15 @@ def build(trace: Trace) -> Graph:
     if 2 * (n_a + n_d) < 2**31 - 2:
         a_prev, a_wait, a_join, d_prev, d_launch, d_x = (
             x.astype(np.int32) for x in (a_prev, a_wait, a_join, d_prev, d_launch, d_x))
-    return Graph(a_i=ai, a_tid=a_tid, a_ts=a_ts, a_end=a_end, a_prev=a_prev, a_gap=a_gap, a_own=a_own,
+    # the offsets (ns) as int32 where every value of one fits (`_narrow`; `_replay.pull` reads either width, array by
+    # array, and the replay's arithmetic widens them): 4 B an anchor or activity each, held to the projection
+    a_gap, a_own, a_wake, a_jwake, d_gap, d_lat, d_xgap = (
+        _narrow(x) for x in (a_gap, a_own, a_wake, a_jwake, d_gap, d_lat, d_xgap))
+    return Graph(a_i=_ids32(ai), a_tid=a_tid, a_ts=a_ts, a_end=a_end, a_prev=a_prev, a_gap=a_gap, a_own=a_own,
                  a_wait=a_wait, a_wake=a_wake, a_marker=a["marker"].to_numpy(),
                  a_name=a["name"].cast(pl.Categorical),  # (compared and grouped only: 4 B an anchor, not 16)
                  a_join=a_join, a_jwake=a_jwake, a_overlap=a_overlap,
-                 d_i=_i64(g["i"]), d_ts=d_ts, d_end=d_end, d_prev=d_prev, d_gap=d_gap, d_launch=d_launch,
+                 d_i=_ids32(_i64(g["i"])), d_ts=d_ts, d_end=d_end, d_prev=d_prev, d_gap=d_gap, d_launch=d_launch,
                  d_lat=d_lat, d_x=d_x, d_xgap=d_xgap, d_explained=explained, seg_rows=seg,
                  latency_ns=lat_med, device_gap_ns=gap_med, a_arrive=_arrivals(trace, a_tid, a_ts))
 
@@ -428,7 +469,7 @@ def _program_threads(trace: Trace, a_tid: np.ndarray, code: np.ndarray) -> np.nd
 
 
 def _joins(a_tid: np.ndarray, a_ts: np.ndarray, a_end: np.ndarray, a_prev: np.ndarray, a_gap: np.ndarray,
-           prev_end: np.ndarray, keys: np.ndarray, key_of, long_rows: pl.DataFrame | None = None,
+           prev_end: np.ndarray, keys: Callable[[], np.ndarray], key_of, long_rows: pl.DataFrame | None = None,
            program: np.ndarray | None = None) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """Host-thread joins: a thread idle through a long gap (>= JOIN_GAP_NS) while another thread works, from
     that thread's first call after the gap opened to its last call before the gap closed, waited for it
@@ -470,7 +511,7 @@ def _joins(a_tid: np.ndarray, a_ts: np.ndarray, a_end: np.ndarray, a_prev: np.nd
         handoff = np.where(_busy_at(long_rows, a_tid[x], prev_end[c]), prev_end[c], handoff)
     ok = (handoff >= prev_end[c]) & (handoff < a_end[x])
     # idle: no recorded row of this thread starts between the handoff and the other thread's last end
-    if keys.size and ok.any():
+    if ok.any() and (keys := keys()).size:
         keys = np.sort(keys)  # (only here: most traces have no candidate join)
         lo = np.searchsorted(keys, key_of(a_tid[c], handoff), side="left")
         hi = np.searchsorted(keys, key_of(a_tid[c], a_end[x]), side="left")
@@ -561,14 +602,22 @@ class Rows:
     whose time holds it (`seg`), where in that anchor's time (0: the gap before it; 1: the part of a joined gap
     after the other thread's last call; 2: the call's own time), duration and start (ns). Ids and anchor positions
     are 32-bit (the host frame's `i` is UInt32; a graph holds fewer than 2**31 anchors), durations too while every
-    one fits (`_narrow`: rows under 2.1 s): a host row costs 22 bytes here, not 34."""
+    one fits (`_narrow`: rows under 2.1 s), and the start is held as its offset from its anchor's start (`rel`,
+    int32 likewise; `ts` rebuilds it, exactly, from the anchors' starts `base`): a host row costs 18 bytes here,
+    not 34."""
 
     i: np.ndarray
     kind: np.ndarray
     seg: np.ndarray
     where: np.ndarray
     dur: np.ndarray
-    ts: np.ndarray
+    rel: np.ndarray
+    base: np.ndarray  # the anchors' starts (the graph's `a_ts` itself: no copy)
+
+    @property
+    def ts(self) -> np.ndarray:
+        """Each row's start (ns, int64; computed on each call: its few readers read it once)."""
+        return self.base[self.seg] + self.rel
 
     @cached_property
     def _by_id(self) -> tuple[np.ndarray | None, np.ndarray]:
@@ -593,58 +642,86 @@ class Rows:
         return p[ok] if o is None else o[p[ok]].astype(np.int64)
 
 
+def _ids32(x: np.ndarray) -> np.ndarray:
+    """Row ids as uint32 where every one fits (the frames' `i` is UInt32; readers compare and search them as int64
+    ids, which numpy widens), else as they are."""
+    if x.size == 0 or (int(x.min()) >= 0 and int(x.max()) <= np.iinfo(np.uint32).max):
+        return x.astype(np.uint32)
+    return x
+
+
 def _narrow(x: np.ndarray) -> np.ndarray:
     """Whole ns as int32 where every value fits (exact; readers widen them in their arithmetic), else int64."""
     i32 = np.iinfo(np.int32)
     if x.size == 0 or (int(x.min()) >= i32.min and int(x.max()) <= i32.max):
         return x.astype(np.int32)
-    return x.astype(np.int64)
+    return x.astype(np.int64, copy=False)
+
+
+#: host rows per block of `_segments`' search: its temporaries are a few arrays of a block, not of every host row
+SEGMENT_BLOCK = 1 << 20
 
 
 def _segments(trace: Trace, a_tid: np.ndarray, a_ts: np.ndarray, a_end: np.ndarray,
-              code: np.ndarray) -> tuple[Rows, np.ndarray, Any]:
-    """(the recorded host rows in an anchor's gap or own time, the (thread, start) keys of every recorded
-    row, unsorted, the key function (thread ids, times) -> keys: `_joins` searches them)."""
+              code: np.ndarray) -> tuple[Rows, Callable[[], np.ndarray], Any]:
+    """(the recorded host rows in an anchor's gap or own time, a function that returns the (thread, start) keys of
+    every recorded row, unsorted, the key function (thread ids, times) -> keys: `_joins` searches them, and asks
+    for the keys only when a thread may join another: most traces never)."""
     h = trace.host
-    ts = h["ts"].fill_null(-1).to_numpy().astype(np.int64, copy=False)
-    keep = (code >= 0) & h["ts"].is_not_null().to_numpy()
     n_a = a_ts.size
+    keep = (code >= 0) & h["ts"].is_not_null().to_numpy()
     if n_a == 0 or not keep.any():
         z = np.zeros(0, np.int64)
-        return Rows(z.astype(np.uint32), z.astype(np.int8), z.astype(np.int32), z.astype(np.int8), z, z), z, None
-    pos = np.flatnonzero(keep)
+        return (Rows(z.astype(np.uint32), z.astype(np.int8), z.astype(np.int32), z.astype(np.int8), z, z, a_ts),
+                lambda: z, None)
+    pos = np.flatnonzero(keep).astype(np.uint32 if keep.size < 2**32 else np.int64)
     del keep
-    r_tid = h["tid"].fill_null(-1).to_numpy()[pos].astype(np.int64, copy=False)
-    r_ts = ts[pos]
-    del ts
+    ts = h["ts"].fill_null(-1).to_numpy().astype(np.int64, copy=False)
+    tid = h["tid"].fill_null(-1).to_numpy().astype(np.int64, copy=False)
+    blocks = [pos[b:b + SEGMENT_BLOCK] for b in range(0, pos.size, SEGMENT_BLOCK)]
     # thread codes: a handful of threads, so a hash unique then a search in the few (no sort of every row)
-    tids = np.sort(pl.Series(np.concatenate([np.unique(a_tid), r_tid])).unique().to_numpy())
-    base = min(int(a_ts.min()), int(r_ts.min()))
-    ta, th = np.searchsorted(tids, a_tid).astype(np.int64), np.searchsorted(tids, r_tid).astype(np.int64)
-    del r_tid
+    tids = np.sort(pl.concat([pl.Series(np.unique(a_tid))] + [pl.Series(tid[p]).unique() for p in blocks])
+                   .unique().to_numpy())
+    base = min(int(a_ts.min()), *(int(ts[p].min()) for p in blocks))
+    ta = np.searchsorted(tids, a_tid).astype(np.int64)
     ka = ta * (1 << 42) + (a_ts - base)
-    kh = th * (1 << 42) + (r_ts - base)
-    # the first anchor of the thread starting after the row (its gap), or the anchor whose span holds it
-    # (temporaries freed as soon as read: this search over every host row is the graph build's peak)
-    nxt = np.searchsorted(ka, kh, side="right")
+
+    def key_of(t_id: np.ndarray, t: np.ndarray) -> np.ndarray:  # (thread code << 42) + (t - base)
+        return np.searchsorted(tids, t_id).astype(np.int64) * (1 << 42) + (t - base)
+
+    # the first anchor of the thread starting after the row (its gap), or the anchor whose span holds it; block by
+    # block (this search over every host row was the graph build's peak: ten arrays of every host row at once)
+    got_sel, got_seg, got_in, got_rel = [], [], [], []
+    for p in blocks:
+        r_ts = ts[p]
+        th = np.searchsorted(tids, tid[p]).astype(np.int64)
+        nxt = np.searchsorted(ka, th * (1 << 42) + (r_ts - base), side="right")
+        cur = nxt - 1
+        cc = np.maximum(cur, 0)
+        inside = (cur >= 0) & (ta[cc] == th) & (r_ts < a_end[cc])
+        nn = np.minimum(nxt, n_a - 1)
+        same_nxt = (nxt < n_a) & (ta[nn] == th)
+        seg = np.where(inside, cur, np.where(same_nxt, nxt, -1))
+        ok = seg >= 0
+        seg = seg[ok]
+        got_sel.append(p[ok])
+        got_seg.append(seg.astype(np.int32))
+        got_in.append(inside[ok])
+        got_rel.append(r_ts[ok] - a_ts[seg])
+        del r_ts, th, nxt, cur, cc, inside, nn, same_nxt, seg, ok
     del ka
-    cur = nxt - 1
-    cc = np.maximum(cur, 0)
-    inside = (cur >= 0) & (ta[cc] == th) & (r_ts < a_end[cc])
-    del cc
-    nn = np.minimum(nxt, n_a - 1)
-    same_nxt = (nxt < n_a) & (ta[nn] == th)
-    del nn, th
-    seg = np.where(inside, cur, np.where(same_nxt, nxt, -1))
-    del cur, nxt, same_nxt
-    ok = seg >= 0
-    sel = pos[ok]
-    del pos
-    rows = Rows(i=h["i"].to_numpy()[sel].astype(np.uint32, copy=False), kind=code[sel], seg=seg[ok].astype(np.int32),
-                where=np.where(inside[ok], 2, 0).astype(np.int8),
-                dur=_narrow(h["dur"].fill_null(0).to_numpy()[sel]), ts=r_ts[ok])
+    sel, seg = np.concatenate(got_sel), np.concatenate(got_seg)
+    del got_sel, got_seg
+    inside = np.concatenate(got_in)
+    del got_in
+    rel = np.concatenate(got_rel)
+    del got_rel
+    rows = Rows(i=h["i"].to_numpy()[sel].astype(np.uint32, copy=False), kind=code[sel], seg=seg,
+                where=np.where(inside, 2, 0).astype(np.int8),
+                dur=_narrow(h["dur"].fill_null(0).to_numpy()[sel]), rel=_narrow(rel), base=a_ts)
+    del sel, inside, rel
 
-    def key_of(tid: np.ndarray, t: np.ndarray) -> np.ndarray:  # (thread code << 42) + (t - base), as kh
-        return np.searchsorted(tids, tid).astype(np.int64) * (1 << 42) + (t - base)
+    def keys() -> np.ndarray:  # every recorded row's key (`pos`'s rows, in their order), as `key_of` gives
+        return np.concatenate([key_of(tid[p], ts[p]) for p in blocks])
 
-    return rows, kh, key_of
+    return rows, keys, key_of
