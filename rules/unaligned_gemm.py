@@ -123,7 +123,7 @@ def misaligned(name: str, dims: list, types: list, strides: list | None) -> tupl
             rows.update(int(s) for s, n in zip(st, d, strict=True) if isinstance(s, int) and s != 1 and n > 1)
         else:
             rows.add(int(d[-1]))
-    (_, _, _), (w, _, _) = mats[0], mats[1]
+    w = mats[1][0]
     rows.add(int(w[0]) if name == "aten::linear" else int(w[-1]))
     bad = sorted(r for r in rows if r % align)
     return (bpe, bad) if bad else None
@@ -158,9 +158,14 @@ def _calls(ctx: RuleContext) -> pl.DataFrame:
     return ctx.once("unaligned_calls", build)
 
 
+def _peak(spec, bpe: int) -> float:
+    """The Tensor-Core peak (TFLOP/s) of a GEMM whose elements are `bpe` bytes: 16-/8-bit, else TF32."""
+    return spec.tc_tflops if bpe <= 2 else spec.tf32_tflops
+
+
 def unaligned_kernels(ctx: RuleContext) -> pl.DataFrame:
     """The misaligned GEMM kernels of the analysed steps with their aligned time:
-    [i, ts, dur, op, op_name, flops, bytes, bpe_row, rows, new_dur]."""
+    [i, name, ts, dur, op, op_name, flops, bytes, bpe_row, rows, new_dur]."""
     def build() -> pl.DataFrame:
         calls = _calls(ctx)
         if calls.height == 0:
@@ -176,12 +181,12 @@ def unaligned_kernels(ctx: RuleContext) -> pl.DataFrame:
         k = k.filter(pl.col("dur") >= o["short_kernel_us"] * 1000)
         k = (k.join(ctx.kb.select("i", "op_name", "flops", "bytes"), on="i", how="left")
              .join(calls, on="op", how="left").filter(pl.col("flops").is_not_null()))
-        peak = pl.when(pl.col("bpe_row") <= 2).then(pl.lit(spec.tc_tflops)).otherwise(pl.lit(spec.tf32_tflops))
+        peak = pl.when(pl.col("bpe_row") <= 2).then(pl.lit(_peak(spec, 2))).otherwise(pl.lit(_peak(spec, 4)))
         t_c = pl.col("flops") / (peak * 1e12 * o["compute_share"]) * 1e9
         t_m = pl.col("bytes").fill_null(0) / (spec.bw * o["bandwidth_share"]) * 1e9
         new = pl.min_horizontal(pl.max_horizontal(t_c, t_m), pl.col("dur").cast(pl.Float64)).cast(pl.Int64)
-        return k.with_columns(new_dur=new).select("i", "ts", "dur", "op", "op_name", "flops", "bytes", "bpe_row",
-                                                   "rows", "new_dur")
+        return k.with_columns(new_dur=new).select("i", "name", "ts", "dur", "op", "op_name", "flops", "bytes",
+                                                   "bpe_row", "rows", "new_dur")
     return ctx.once("unaligned_kernels", build)
 
 
@@ -218,15 +223,14 @@ def check(ctx: RuleContext) -> list[Finding]:
     ops = (k.group_by("op_name").agg(pl.len().alias("count"), pl.col("dur").sum())
            .sort(["dur", "op_name"], descending=[True, False], nulls_last=True).head(5))
     bpe = int(top["bpe_row"])
-    names = ctx.trace.gpu.select("i", "name").filter(pl.col("i") == top["i"])["name"]
     evidence = Evidence(
         kernels=k.height, kernel_time_us=round(cost / 1000, 3),
         predicted_aligned_time_us=round(float(k["new_dur"].sum()) / 1000, 3),
         dims=[int(d) for d in dims], padded_dims=[-(-int(d) // 64) * 64 for d in dims], bytes_per_element=bpe,
-        top_kernel=str(names[0])[:160] if names.len() else "",
+        top_kernel=str(top["name"])[:160],
         ops=[OpTime(op=r["op_name"], count=r["count"], time_us=round(r["dur"] / 1000, 3)) for r in ops.to_dicts()],
         achieved_tflops=round(float(k["flops"].sum()) / (cost / 1e9) / 1e12, 1) if cost else 0.0,
-        peak_tflops=spec.tc_tflops if bpe <= 2 else spec.tf32_tflops, device=spec.name,
+        peak_tflops=_peak(spec, bpe), device=spec.name,
         savings_per_step_us={str(s): round(c / 1000, 3) for s, c in per.rows()},
     )
     compiled = ctx.features.compiled or bool(ctx.features.triton_kernels)

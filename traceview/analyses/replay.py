@@ -286,8 +286,7 @@ def _cuts(g: Graph, transforms: Sequence[Transform]) -> tuple[np.ndarray, ...]:
             _slot_sums(g, beyond_cost, cuts)
             del far
         if t.host_cut:
-            p, v, _ = _part(g, "host_cut", (t.host_cut,), lambda m: _host_cut(g, m))
-            _add(cuts, p, v)
+            _add(cuts, *_part(g, "host_cut", (t.host_cut,), lambda m: _host_cut(g, m)))
         if t.gpu_dur:
             k, new = _part(g, "gpu_dur", (t.gpu_dur,), lambda m: _by_activity(g, m))
             np.minimum.at(dur, k, new)
@@ -360,14 +359,14 @@ def _ids(ids) -> np.ndarray:
     return np.asarray(ids if isinstance(ids, np.ndarray) else list(ids), np.int64)
 
 
-def _host_cut(g: Graph, cut: Mapping[int, int]) -> tuple[np.ndarray, np.ndarray, bool]:
-    """(slots, ns, whether every ns is whole) of a transform's `host_cut`, in the order of the rows found."""
+def _host_cut(g: Graph, cut: Mapping[int, int]) -> tuple[np.ndarray, np.ndarray]:
+    """(slots, ns) of a transform's `host_cut`, in the order of the rows found."""
     rows = g.seg_rows
     p = rows.positions(np.fromiter(cut.keys(), np.int64))
     v = np.fromiter(cut.values(), np.float64)
     got = dict(zip(cut.keys(), v, strict=True))
     ns = np.array([got[int(i)] for i in rows.i[p]], np.float64)
-    return _flat(g, p), ns, bool(np.all(np.isfinite(ns) & (ns == np.trunc(ns))))
+    return _flat(g, p), ns
 
 
 def _by_activity(g: Graph, new: Mapping[int, int]) -> tuple[np.ndarray, np.ndarray]:
