@@ -57,10 +57,14 @@ the fallback keeps the chain's longest kernel (k equal kernels: (k − 1)/k of t
 The eager kernels' bandwidth is their own, not an L2 effect a fused kernel would lose: on an H200 ATen's kernels
 ran at 4.1 TB/s with 32 MiB intermediates (which fit its L2) as with 128 MiB ones; Inductor's fused kernel ran at
 3.0–3.3 TB/s, so the fused time is a low estimate by up to a quarter. `fix_transform` also takes the launches of
-the 2nd..kth ops off the host and keeps the first op as the fused call: where the step is host-bound that host
-time is the saving, and torch.compile's own call (Dynamo's guards, the compiled region's wrappers, a launcher in
-Python) costs more than one eager op, which no eager trace shows: the saving is then an upper bound (8 ops on
-32 MiB: 0.100 ms replayed, 0.067 ms measured in one process).
+the 2nd..kth ops off the host and keeps the first op as the fused kernel's launch, and pays torch.compile's own
+call, which no eager trace shows (`COMPILED_CALL_OPS`, measured on an H200 host by
+`collectors/examples/compile_call_cost.py`: Dynamo's guards, the AOT and Inductor wrappers and a launch cost 5.3
+eager pointwise ops a forward call, 38.8 µs against 7.3; a training graph's backward call 40 more): once a step
+on the step's thread (the forward graph) and once on another thread holding chains (autograd's backward), in
+units of the trace's own eager op (`overhead.eager_op_host_ns`). On a host-bound step that call decides the
+saving: the 8-op chain on 8 MiB saves 0.011 ms compiled (0.033 replayed), on 32 MiB 0.034 (0.063); on 128 MiB,
+device-bound, 0.376 (0.395). Nothing is added where the trace already runs compiled regions.
 
 ## Options
 - `min_kernels` (2): shortest run reported (two consecutive kernels are already one round trip too many).
@@ -94,6 +98,7 @@ from traceview.analyses.fusible import (
     kernel_class,
 )
 from traceview.analyses.intervals import merge
+from traceview.analyses.overhead import eager_op_host_ns
 from traceview.analyses.param_work import param_sized
 from traceview.analyses.replay import Transform
 from traceview.analyses.rowid import join_by_id
@@ -399,4 +404,36 @@ def fix_transform(ctx: RuleContext) -> Transform | None:
                        .otherwise(pl.col("dur") * pl.col("fused_time") / pl.col("time")).cast(pl.Int64))
     rest = join_by_id(k.filter(pl.col("pos") > 0), "i", ctx.trace.gpu, pl.col("op").alias("_op"))["_op"].drop_nulls()
     return Transform(NAME, gpu_dur=dict(zip(k["i"].cast(pl.Int64).to_list(), k["new"].to_list(), strict=True)),
-                     host_removed=rest.cast(pl.Int64).unique().to_list())
+                     host_removed=rest.cast(pl.Int64).unique().to_list(), host_cut=compiled_call_cut(ctx, ch))
+
+
+#: host time of one call of a torch.compile'd graph, in units of one eager pointwise op's (both are Python and
+#: dispatcher work on the same CPU, so the ratio carries from host to host): the forward graph's call — Dynamo's
+#: cache lookup and guards, the AOT and Inductor wrappers, a launch — 5.3 ops (38.8 µs against 7.3 µs per eager
+#: op, H200 host, torch 2.11); a training graph's backward call — AOT autograd's compiled backward and its
+#: wrappers — 40 ops more (fwd + bwd 396 µs a call against the eager loop's 65 µs base:
+#: collectors/examples/compile_call_cost.py, sample_traces/ab_traced/compile_call_cost_h200.ndjson)
+COMPILED_CALL_OPS = {"forward": 5.3, "backward": 40.0}
+
+
+def compiled_call_cut(ctx: RuleContext, ch: pl.DataFrame) -> dict[int, int]:
+    """The host time the compiled call adds (a negative `host_cut`): once per step and thread holding chains —
+    the step's own thread runs the forward graph, another (autograd's device thread) the backward one — on the
+    op launching that thread's first chain kernel of the step, COMPILED_CALL_OPS of an eager op's unprofiled host
+    time less the op itself (the op stays as the fused kernel's launch, which the call includes). None where the
+    trace already runs compiled regions (their calls are paid already) or shows no eager op to scale by."""
+    if ctx.features.compiled or ch.height == 0:
+        return {}
+    one = eager_op_host_ns(ctx.trace, ctx.kb)
+    if one <= 0:
+        return {}
+    first = join_by_id(ch.filter(pl.col("pos") == 0), "i", ctx.trace.gpu, pl.col("op").alias("_op"))
+    first = join_by_id(first.drop_nulls("_op"), "_op", ctx.trace.host, pl.col("tid").alias("_tid"),
+                       pl.col("ts").alias("_hts"))
+    main = join_by_id(ctx.steps.select("step", "host_idx"), "host_idx", ctx.trace.host, pl.col("tid").alias("_main"))
+    first = first.join(main.select("step", "_main"), on="step", how="left")
+    first = first.sort("_hts").group_by("step", "_tid", maintain_order=True).first()
+    ops = first.with_columns(
+        _n=pl.when(pl.col("_tid") == pl.col("_main")).then(COMPILED_CALL_OPS["forward"])
+        .otherwise(COMPILED_CALL_OPS["backward"]))
+    return {int(op): -int((n - 1.0) * one) for op, n in zip(ops["_op"].to_list(), ops["_n"].to_list(), strict=True)}

@@ -71,7 +71,7 @@ import polars as pl
 
 from traceview.analyses.names import contains
 from traceview.analyses.opshapes import first_input
-from traceview.analyses.overhead import host_share
+from traceview.analyses.overhead import eager_op_host_ns, host_share
 from traceview.analyses.replay import Transform
 from traceview.analyses.rowid import by_id
 from traceview.evidence import Meta
@@ -289,17 +289,6 @@ def check(ctx: RuleContext) -> list[Finding]:
 CASTS_PER_CONV = 3
 
 
-def _cast_host_ns(ctx: RuleContext) -> float:
-    """Unprofiled host time of one cast autocast adds: the trace's median host time of an op that launches one
-    elementwise kernel (a cast is `aten::to` -> `_to_copy` -> one copy kernel), less the profiler's share of it
-    (`overhead.host_share`: the fitted share at the trace's launch floor)."""
-    kb = ctx.kb.filter(pl.col("op").is_not_null())
-    one = kb.group_by("op").agg(pl.len().alias("n"), pl.col("category").first())
-    one = one.filter((pl.col("n") == 1) & (pl.col("category") == "elementwise"))["op"]
-    dur = by_id(ctx.trace.host, one.cast(pl.UInt32), "dur")["dur"]
-    return float(dur.median() or 0.0) * (1.0 - host_share(ctx.trace))
-
-
 def fix_transform(ctx: RuleContext) -> Transform | None:
     """The fix as a replay transformation: each changed kernel takes its predicted time (see the module doc); each
     FP32 forward convolution pays the host time of the casts autocast adds (`CASTS_PER_CONV`) and its own host time
@@ -311,7 +300,8 @@ def fix_transform(ctx: RuleContext) -> Transform | None:
     if c.height == 0:
         return None
     share = host_share(ctx.trace)
-    one = _cast_host_ns(ctx)
+    # one cast autocast adds: an eager op launching one elementwise kernel (`aten::to` -> `_to_copy` -> a copy)
+    one = eager_op_host_ns(ctx.trace, ctx.kb)
     cut: dict[int, int] = {}
     if c.filter(pl.col("kind").is_in(["conv_tf32", "conv_fp32"])).height:  # autocast's work, where it casts
         # every FP32 forward convolution, whatever its kernel (a 1x1 one runs as a cuDNN GEMM)

@@ -37,7 +37,8 @@ MISSES = {  # fmt: skip
     ("collected3", "gpt2_sdpa_single", "gpt2_sdpa"): "4.791 predicted vs 8.895 ms measured (-46%): the foreach twin's untouched forward/backward ops ran 27% faster (another process); one process (A/B) measures 3.92 ms",
     ("collected3", "gpt2_sdpa_item", "gpt2_sdpa_noitem"): "0.279 predicted vs 3.040 ms measured (-91%): the item run's host ran slower everywhere (metadata ops 1.36x); its syncs' waits replay at < 1 ms at any host speed (test_host_sync_twins.py)",
     ("collected3", "adamw_l12_single", "adamw_l12_fused"): "2.548 predicted vs 3.698 ms measured (-31%): the fused twin's untouched forward/backward ops ran 21% faster (another process)",
-    ("collected3", "elementwise_32mib_eager", "elementwise_32mib_compiled"): "0.129 predicted vs 0.059 ms measured (+117%): host-bound twins; the compiled call (Dynamo guards, wrapper, Triton launcher) traced 246 µs/step here against 127 µs for the same program in collected2 (measured 270 vs 229 µs), and the fix prices it as one eager op (docs/predictions.md)",
+    ("collected2", "elementwise_chain_eager", "elementwise_chain_compiled"): "0.386 predicted vs 0.305 ms measured (+27%): two processes; the compiled twin's loop ran 0.229 ms a step there against 0.158 in the trace's own process (ab_traced elementwise_128mib_eager, the same programs: 0.395 vs 0.376, +5%)",
+    ("collected3", "elementwise_32mib_eager", "elementwise_32mib_compiled"): "0.099 predicted vs 0.059 ms measured (+66%): host-bound twins; the compiled call (Dynamo guards, wrapper, Triton launcher) traced 246 µs/step here against 127 µs for the same program in collected2 (measured 270 vs 229 µs), and the fix prices it as one eager op (docs/predictions.md)",
     ("collected3", "train_syncs_item_b16", "train_syncs_deferred_b16"): "0.040 predicted vs 2.418 ms measured (-98%): the item run's host ran slower everywhere (metadata ops 1.10x; at batch 32 0.62x, and the deferred twin measured 2.1 ms slower); the waits replay at < 0.2 ms at any host speed",
     ("collected4", "input_workers_nw2", "input_workers_nw10"): "8.448 predicted vs 5.616 ms measured (+50%): the problem run's main thread ran its forward ops ~35% faster than every other run of the program (aten::linear median 32 vs 48-58 us, incl. collected5's nw0 with no worker processes); the priced loop is that fast host's",
     ("collected5", "epilogue_bert_eager", "epilogue_bert_fused"): "0.086 predicted vs 1.476 ms measured (-94%): the fused twin's host ran 27% faster on every op the fix does not touch",
@@ -47,19 +48,21 @@ MISSES = {  # fmt: skip
 
 COVERED = [t for t in P.twins() if t["rule"] and t["measured_ms"] > 0 and t["set"] != "ab_traced"]
 #: the same twins measured in the process that took the problem's trace (sample_traces/ab_traced), scored apart
-SAME_PROCESS = [t for t in P.twins() if t["set"] == "ab_traced" and t["measured_ms"] > 0 and not t.get("control")]
+SAME_PROCESS = [t for t in P.twins() if t["set"] == "ab_traced" and t["measured_ms"] > 0 and not t.get("control")
+                and not P.unresolved(t["rounds"], t["measured_ms"])]
+#: same-process twins whose rounds spread wider than the saving they measure: listed, not scored
+UNRESOLVED = [t for t in P.twins() if t["set"] == "ab_traced" and P.unresolved(t["rounds"], t["measured_ms"])]
 
 #: same-process twins (ab_traced) that miss: xfail(strict), with the spread of their rounds. The rounds run after
 #: the capture with CUPTI torn down (TEARDOWN_CUPTI=1), at the pace of the wait steps the pricing is solved to;
 #: where the rounds agree (the optimizer, attention s1024, small_batch, elementwise) the miss is the model's
 MISSES_SAME_PROCESS = {  # fmt: skip
-    ("ab_traced", "gpt2_sdpa_item", "gpt2_sdpa_noitem"): "0.365 predicted vs 0.777 ms measured (-53%); the rounds in one process measured -0.728 to 5.043 ms",
     ("ab_traced", "gpt2_sdpa_single", "gpt2_sdpa"): "0.605 predicted vs 0.798 ms measured (-24%); the rounds in one process measured 0.780 to 0.804 ms; a device-bound step: the foreach kernels are priced at the single-tensor kernels' 2.12 ms, the foreach twin's trace (collected3/gpt2_sdpa) runs them in 1.87",
     ("ab_traced", "adamw_l12_single", "adamw_l12_fused"): "2.212 predicted vs 1.652 ms measured (+34%); the rounds in one process measured 1.556 to 2.255 ms; a host-bound step (0.5 ms of kernels per 3.9 ms): the single-tensor loop's unprofiled host time is what the fix removes",
-    ("ab_traced", "elementwise_32mib_eager", "elementwise_32mib_compiled"): "0.080 predicted vs 0.034 ms measured (+135%); the rounds in one process measured 0.019 to 0.043 ms",
-    ("ab_traced", "epilogue_bert_eager", "epilogue_bert_fused"): "0.060 predicted vs 0.007 ms measured (+753%); the rounds in one process measured -0.038 to 0.038 ms",
+    ("ab_traced", "elementwise_32mib_eager", "elementwise_32mib_compiled"): "0.063 predicted vs 0.034 ms measured (+85%); the rounds in one process measured 0.019 to 0.043 ms; host-bound fixed twins: the compiled loop's step replays at 0.090 ms against 0.113 measured (the compiled call priced at 5.3 eager ops, 32 us here), and a saving of a quarter of the step inherits four times the step's error",
+    ("ab_traced", "elementwise_8mib_eager", "elementwise_8mib_compiled"): "0.033 predicted vs 0.011 ms measured (+187%); the rounds in one process measured 0.000 to 0.019 ms; the fixed step replays at 0.097 ms against 0.114 measured: a saving of a tenth of the step",
     ("ab_traced", "mobilenet_graph", "mobilenet_cuda_graph"): "9.614 predicted vs 13.594 ms measured (-29%): the fixed step is right (3.15 replayed, 3.20 measured), the problem's rounds ran 16.79 ms where the traced run's unprofiled wait steps ran 12.76 in the same process (the host's speed drifts: the same loop against itself ran 24.4 vs 25.1 ms in rounds, 13.2-19.6 ms in fresh processes)",
-    ("ab_traced", "bertp_compile", "bertp_compiled"): "7.266 predicted vs 10.710 ms measured (-32%); the rounds in one process measured 9.735 to 16.663 ms; a host-bound step (BERT at sequence 512, its GEMMs padded): Inductor also drops the host work of ops it does not fuse (views, transposes and the dispatch of the GEMMs it calls from its wrapper), which the chain fusion does not price",
+    ("ab_traced", "bertp_compile", "bertp_compiled"): "6.917 predicted vs 10.710 ms measured (-35%); the rounds in one process measured 9.735 to 16.663 ms; a host-bound step (BERT at sequence 512, its GEMMs padded): Inductor also drops the host work of ops it does not fuse (views, transposes and the dispatch of the GEMMs it calls from its wrapper), which the chain fusion does not price",
     ("ab_traced", "effnet_graph", "effnet_cuda_graph"): "1.649 predicted vs 0.329 ms measured (+402%), at info (2.8 % of the step); a device-bound step (33.5 ms of kernels in a CUDA graph, 33.9 eager) whose host time the measurement does not fix",
 }
 
@@ -94,18 +97,36 @@ def test_same_process_labels_are_current():
     for t in labels["twins"]:  # the saving is the median of the rounds' differences, as ab_twin.py measures it
         r = sorted(t["per_round_saving_ms"])
         assert min(r) <= t["measured_fix_saving_ms"] <= max(r)
-    assert len(SAME_PROCESS) == 30 and set(MISSES_SAME_PROCESS) <= {(t["set"], t["problem"], t["fixed"]) for t in SAME_PROCESS}
+    assert len(SAME_PROCESS) == 29 and set(MISSES_SAME_PROCESS) <= {(t["set"], t["problem"], t["fixed"]) for t in SAME_PROCESS}
 
 
 def test_the_issue_bar():
     # each twin scored once: measured in the process that took its trace (ab_traced, CUPTI torn down before the
-    # rounds) where recorded, else in its two processes
-    gone = P.superseded(SAME_PROCESS)
+    # rounds) where recorded, else in its two processes; a twin whose rounds there cannot resolve its saving is
+    # not scored in either (the same-process rounds show the two processes' difference was not the fix's)
+    gone = P.superseded(SAME_PROCESS + UNRESOLVED)
     once = [t for t in COVERED if (t["set"], t["problem"], t["fixed"]) not in gone] + SAME_PROCESS
     scored = [(predicted(t["set"], t["problem"], t["rule"], t.get("variant")), t["measured_ms"]) for t in once]
     hits = [abs(p / m - 1) <= P.BAND for p, m in scored if p is not None]
-    assert len(hits) == 60
+    assert len(hits) == 58
     assert sum(hits) >= 0.8 * len(hits)
+
+
+def test_unresolved_twins_are_the_ones_their_rounds_cannot_resolve():
+    # listed, not scored: the interquartile range of the rounds' savings exceeds the median saving (numpy's
+    # percentiles, an independent computation of the quartiles); every other same-process twin's rounds resolve it
+    import numpy as np
+
+    def iqr(r: list[float]) -> float:
+        q1, q3 = np.percentile(r, [25, 75])
+        return float(q3 - q1)
+
+    assert {t["problem"] for t in UNRESOLVED} == {"gpt2_sdpa_item", "train_syncs_item_b16", "epilogue_bert_eager",
+                                                   "gpt2_vocab_padded"}
+    for t in UNRESOLVED:
+        assert iqr(t["rounds"]) > t["measured_ms"] > 0
+    for t in SAME_PROCESS:
+        assert iqr(t["rounds"]) <= t["measured_ms"], t["problem"]
 
 
 def test_held_out_twins():

@@ -73,6 +73,10 @@ TWINS: dict[str, tuple[str, str, str | None, str | None]] = {
     # mode saves there is the elementwise chains it fuses (and their launches)
     "gpt2p_compile": ("gpt2p_compiled", "elementwise-chain", None, None),
     "bertp_compile": ("bertp_compiled", "elementwise-chain", None, None),
+    # the compiled call's own host cost (`record_ab_traced.sh compile_call`, 2026-12-03): the 8-op chain on 8 MiB
+    # (host-bound both ways: compiled saves 0.01 ms) and on 128 MiB (the collected2 twin, in one process)
+    "elementwise_8mib_eager": ("elementwise_8mib_compiled", "elementwise-chain", None, None),
+    "elementwise_128mib_eager": ("elementwise_chain_compiled", "elementwise-chain", None, "collected2"),
 }
 #: twins whose fix changes nothing by construction (the same program on both sides): a control, never scored
 CONTROLS = {"gpt2_vocab_padded"}

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import re
+import statistics
 import sys
 from pathlib import Path
 
@@ -99,6 +100,7 @@ def twins() -> list[dict]:
                     "variant": t.get("fix_variant"),
                     "same_twin_in": t["same_twin_in"],
                     "control": t.get("control", False),
+                    "rounds": t.get("per_round_saving_ms") or [],
                 }
             )
     return out
@@ -108,7 +110,8 @@ def superseded(rs: list[dict]) -> set[tuple[str, str, str]]:
     """(set, problem, fixed) of the two-process twins also recorded in one process with their trace (ab_traced):
     scored there instead, where host speed differences between processes cannot enter the measured saving."""
     # the same problem traced twice, once per fix variant; the problem under another name
-    base = {"gpt2_sdpa_single_f": "gpt2_sdpa_single", "gpt2_compile": "gpt2_sdpa"}
+    base = {"gpt2_sdpa_single_f": "gpt2_sdpa_single", "gpt2_compile": "gpt2_sdpa",
+            "elementwise_128mib_eager": "elementwise_chain_eager"}
     return {
         (r["same_twin_in"], base.get(r["problem"], r["problem"]), r["fixed"])
         for r in rs
@@ -166,8 +169,10 @@ def rows() -> list[dict]:
         path = ROOT / "sample_traces" / t["set"] / t["problem"]
         p = predicted_ms(path, t["rule"], t.get("variant")) if t["rule"] else None
         m = t["measured_ms"]
-        # a negative control (measured <= 0, or the same program on both sides) is listed, never scored
-        hit = None if p is None or m <= 0 or t.get("control") else abs(p / m - 1) <= BAND
+        # a negative control (measured <= 0, or the same program on both sides) is listed, never scored; so is a
+        # saving its own rounds cannot resolve (`unresolved`)
+        spread = unresolved(t.get("rounds") or [], m)
+        hit = None if p is None or m <= 0 or t.get("control") or spread else abs(p / m - 1) <= BAND
         a = ab.get((t["set"], t["problem"], t["fixed"]))
         ab_hit = None if p is None or a is None or a <= 0 else abs(p / a - 1) <= BAND
         out.append(
@@ -177,9 +182,20 @@ def rows() -> list[dict]:
                 "hit": hit,
                 "ab_ms": a,
                 "ab_hit": ab_hit,
+                "spread": spread,
             }
         )
     return out
+
+
+def unresolved(rounds: list[float], measured: float) -> float | None:
+    """The rounds' interquartile range (ms) where it exceeds the measured saving itself (the median of the
+    rounds), else None: the measurement cannot tell that saving from nothing, so a band of ±20 % around it is
+    narrower than its own uncertainty and the twin is listed, not scored (four rounds at least)."""
+    if len(rounds) < 4 or measured <= 0:
+        return None
+    q = statistics.quantiles(rounds, n=4, method="inclusive")
+    return q[2] - q[0] if q[2] - q[0] > measured else None
 
 
 def table(rs: list[dict]) -> str:
@@ -190,9 +206,11 @@ def table(rs: list[dict]) -> str:
     for r in rs:
         p, m = r["predicted_ms"], r["measured_ms"]
         err = f"{100 * (p / m - 1):+.0f} %" if p is not None and m > 0 and not r.get("control") else "–"
+        err = f"({err})" if r.get("spread") and err != "–" else err
         hit = {True: "yes", False: "**no**", None: "–"}[r["hit"]]
         rule = (r["rule"] or "(no rule)") + (f" ({r['variant']})" if r["rule"] and r.get("variant") else "")
         rule += " (control)" if r.get("control") else ""
+        rule += f" (unresolved: rounds' IQR {r['spread']:.3f} ms)" if r.get("spread") else ""
         lines.append(
             f"| {r['set']} | {r['problem']} → {r['fixed']} | {rule} | {m:.3f} | "
             f"{'–' if p is None else f'{p:.3f}'} | {err} | {hit} | {_ab_cell(r)} |"
@@ -207,6 +225,13 @@ def table(rs: list[dict]) -> str:
             f"Within ±20 %: **{n} of {total}** twins covered by a rule with a positive measured saving, each scored "
             f"once — in the process that took its trace (`sample_traces/ab_traced`, {k} twins, CUPTI torn down before "
             "the rounds) where recorded, else in its two processes."
+        )
+    spread = [r for r in rs if r.get("spread")]
+    if spread:
+        lines.append("")
+        lines.append(
+            f"Unresolved, listed and not scored: {len(spread)} twin(s) whose rounds spread wider than the saving they "
+            f"measure (interquartile range above the median: {', '.join(r['problem'] for r in spread)})."
         )
     lines.append("")
     lines.append(

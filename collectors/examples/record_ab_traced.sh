@@ -3,11 +3,12 @@
 # problem and its fix timed unprofiled in ABBA rounds (collectors/examples/ab_twin.py). The prediction is made
 # from a trace whose process also measured the saving, so host speed differences between processes cancel.
 # Usage (repo root, on a CUDA machine): collectors/examples/record_ab_traced.sh OUT_DIR [GROUP...]
-#   GROUP: real | synth | loader | heldout | ddp | fixes | aligned | aligned_heldout | fused (default: all). Runs land in OUT_DIR/ab_traced/<problem>/, AB_RESULT lines on stdout.
+#   GROUP: real | synth | loader | heldout | ddp | fixes | aligned | aligned_heldout | fused | compile_call | item
+#   (default: all but item, which re-records real's gpt2_sdpa_item). Runs land in OUT_DIR/ab_traced/<problem>/, AB_RESULT lines on stdout.
 set -u
 OUTD=${1:-/tmp/tv_ab_traced}
 shift || true
-GROUPS_=${*:-real synth loader heldout ddp fixes aligned aligned_heldout fused}
+GROUPS_=${*:-real synth loader heldout ddp fixes aligned aligned_heldout fused compile_call}
 PY=${PY:-python3}
 mkdir -p "$OUTD"
 $PY -c 'import torch; print("torch", torch.__version__, "cuda", torch.version.cuda,
@@ -105,6 +106,15 @@ fused)  # torch.compile on real models whose GEMMs are already aligned: what it 
   BP="real_models --model bert --layers 12 --d 768 --heads 12 --seq 512 --batch 16 --amp --vocab 30528"
   RUN_TIMEOUT=${RUN_TIMEOUT_COMPILE:-420} run bertp_compile $C --name bertp_compile -- \
     $PY -m collectors.examples.ab_twin --rounds ${ROUNDS_COMPILE:-4} "$BP" "$BP --compile --steps 20"
+  ;;
+compile_call)  # the compiled call's own host cost: elementwise chains small enough that it decides the step
+  run elementwise_8mib_eager $C --name elementwise_8mib_eager -- $AB "elementwise_chain --mib 8" \
+    "elementwise_chain --mib 8 --compile"
+  run elementwise_128mib_eager $C --name elementwise_128mib_eager -- $AB "elementwise_chain --mib 128" \
+    "elementwise_chain --mib 128 --compile"
+  ;;
+item)  # the host-sync twin again, more rounds (its first recording's four rounds spread -0.7 to 5.0 ms)
+  run gpt2_sdpa_item $C --name gpt2_sdpa_item -- $AB "$G2 --sync-item --batch 2 --seq 256" "$G2 --batch 2 --seq 256"
   ;;
 esac
 done

@@ -183,3 +183,65 @@ def test_fused_bytes_follow_producers_and_consumers():
     # no shapes: the chain keeps its longest kernel
     none = per_chain(_chain([(ew, "aten::add", 3, None, None, None, True), (ew, "aten::mul", 9, None, None, None, True)]))
     assert none["fused_time"].to_list() == [9.0] and none["savings"].to_list() == [3.0]
+
+
+def _context(rel: str):
+    import dataclasses
+
+    from traceview.ruleapi import RuleContext
+
+    t = k.trace(str(next((k.SAMPLES / rel).glob("*.pt.trace.json*")).relative_to(k.SAMPLES)))
+    ctx, _ = RuleContext.prepare(t, t.steps)
+    return dataclasses.replace(ctx, options={"min_kernels": 2})
+
+
+def test_the_compiled_call_cost_is_the_h200_measurement():
+    # COMPILED_CALL_OPS against collectors/examples/compile_call_cost.py's rows, recomputed here: one eager
+    # pointwise op is the eager loop's slope over the chain length (a median of pairwise slopes: the rows are
+    # noisy), a forward call the compiled rows' median; the backward call what a compiled forward + backward costs
+    # beyond the eager loop's base (its intercept: the sum and the autograd engine) and the forward call
+    import json
+    import statistics
+
+    from traceview.rules.elementwise_chain import COMPILED_CALL_OPS
+
+    rows = [json.loads(x[5:]) for x in (k.SAMPLES / "ab_traced/compile_call_cost_h200.ndjson").read_text()
+            .splitlines() if x.startswith("CALL ")]
+
+    def fit(back: bool) -> tuple[float, float, float]:
+        r = [x for x in rows if x["backward"] is back]
+        slope = statistics.median((b["eager_us"] - a["eager_us"]) / (b["k"] - a["k"])
+                                  for i, a in enumerate(r) for b in r[i + 1:])
+        base = statistics.median(x["eager_us"] - slope * x["k"] for x in r)
+        return slope, base, statistics.median(x["default_us"] for x in r)
+
+    op, _, fwd = fit(False)
+    _, base, both = fit(True)
+    assert 7.0 < op < 7.6 and 35 < fwd < 45  # µs: an eager op, a compiled call
+    assert round(fwd / op, 1) == COMPILED_CALL_OPS["forward"]
+    assert round((both - base - fwd) / op) == COMPILED_CALL_OPS["backward"]
+
+
+def test_the_fix_pays_one_compiled_call_per_step_and_direction():
+    from traceview.rules.elementwise_chain import COMPILED_CALL_OPS, _chains, compiled_call_cut
+
+    from traceview.analyses.overhead import eager_op_host_ns
+
+    # inference, one chain a step: one forward call on each of the 3 steps, on the chain's first op
+    ctx = _context("ab_traced/elementwise_32mib_eager")
+    ch = _chains(ctx)
+    cut = compiled_call_cut(ctx, ch)
+    one = eager_op_host_ns(ctx.trace, ctx.kb)
+    assert 4000 < one < 9000  # ns: one eager op unprofiled on the H200 host (the sweep: 7.3 µs)
+    assert len(cut) == 3 and set(cut.values()) == {-int((COMPILED_CALL_OPS["forward"] - 1) * one)}
+    firsts = set(k.traceview.analyses.rowid.by_id(ctx.trace.gpu, ch.filter(ch["pos"] == 0)["i"], "op")["op"].to_list())
+    assert set(cut) <= firsts
+    # training (HF GPT-2, chains in the forward and in autograd's backward thread): a forward and a backward call
+    # a step
+    ctx = _context("ab_traced/gpt2p_compile")
+    got = sorted(compiled_call_cut(ctx, _chains(ctx)).values())
+    one = eager_op_host_ns(ctx.trace, ctx.kb)
+    assert got == [-int((COMPILED_CALL_OPS["backward"] - 1) * one)] * 3 + [-int((COMPILED_CALL_OPS["forward"] - 1) * one)] * 3
+    # a trace that runs compiled regions already pays its calls: nothing added
+    ctx = _context("collected3/gpt2_sdpa_compiled")
+    assert ctx.features.compiled and compiled_call_cut(ctx, _chains(ctx)) == {}

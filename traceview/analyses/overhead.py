@@ -48,6 +48,7 @@ from ..model import RUNTIME_CATS, Trace
 from .layers import ATTR_PREFIX
 from .replay import Transform, replay
 from .replay_graph import KINDS
+from .rowid import by_id
 from .timeline import busy_per_window, step_busy
 
 #: host cost of one recorded event (µs), fitted by tools/fit_overhead.py (calibration runs of tools/overhead_split.json)
@@ -152,6 +153,17 @@ def host_share(trace: Trace, share: float = HOST_SHARE, slope: float = LAUNCH_SL
     if floor is None:
         return share
     return min(max(share + slope * (floor - LAUNCH_REF_US), 0.0), SHARE_MAX)
+
+
+def eager_op_host_ns(trace: Trace, kb: pl.DataFrame) -> float:
+    """Unprofiled host time of one eager op that launches one elementwise kernel (a cast, a `mul`): the trace's
+    median host time of such ops (`kb`: `classify.kernel_bound`'s kernels), less the profiler's share of it
+    (`host_share`: the fitted share at the trace's launch floor). The unit a fix's added host work is priced in."""
+    k = kb.filter(pl.col("op").is_not_null())
+    one = k.group_by("op").agg(pl.len().alias("n"), pl.col("category").first())
+    one = one.filter((pl.col("n") == 1) & (pl.col("category") == "elementwise"))["op"]
+    dur = by_id(trace.host, one.cast(pl.UInt32), "dur")["dur"]
+    return float(dur.median() or 0.0) * (1.0 - host_share(trace))
 
 
 def _gaps_around(h: pl.DataFrame, m: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
@@ -341,8 +353,14 @@ def _solve(trace: Trace, steps: pl.DataFrame, target_ns: float, timed: bool = Fa
         return (lo + hi) / 2
 
     lo, hi = 0.0, SHARE_MAX  # the replayed step shrinks as the share grows
-    if mean(lo) <= target_ns:
-        return at(lo)
+    none = mean(lo)
+    if none <= target_ns:
+        # the measurement is at or above the replay with no share at all. Where that replay is already the
+        # device's own chain (no share moves it), every share reproduces the measurement and it says nothing of the
+        # host: the fitted share, as at the floor below (a device-bound step's host is what a fix of device time
+        # bares: kept as traced, a fused 128 MiB elementwise chain was priced host-bound at 0.23 ms a step where the
+        # fixed twin ran 0.16); else no share (the measured step has the most host the replay can give it)
+        return at(fitted) if none <= mean(hi) * (1 + FLOOR_TOL) else at(lo)
     floor = mean(hi)
     if floor >= target_ns:
         # even SHARE_MAX of every host interval up to HOST_SHARE_MAX_NS leaves the replay above the measurement.
