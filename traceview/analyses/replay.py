@@ -312,11 +312,18 @@ def _beyond(g: Graph) -> np.ndarray:
     rows = g.seg_rows
     if rows.i.size == 0:
         return np.zeros(0, bool)
-    a = rows.seg
     prev = np.maximum(g.a_prev, 0)
     gap_from = np.where(g.a_prev >= 0, np.where(g.a_overlap, g.a_ts[prev], g.a_end[prev]), g.a_ts - g.a_gap)
-    start = np.where(rows.where == 2, g.a_ts[a], np.where(rows.where == 1, g.a_ts[a] - g.a_jwake[a], gap_from[a]))
-    return (rows.ts - start) > HOST_SHARE_MAX_NS
+    del prev
+    # a block of rows at a time (each row's start and its interval's: int64 arrays of a block, not of every row)
+    out = np.empty(rows.i.size, bool)
+    for b in range(0, rows.i.size, BLOCK):
+        p = slice(b, b + BLOCK)
+        a, where = rows.seg[p], rows.where[p]
+        at = g.a_ts[a]
+        start = np.where(where == 2, at, np.where(where == 1, at - g.a_jwake[a], gap_from[a]))
+        out[p] = (at + rows.rel[p] - start) > HOST_SHARE_MAX_NS  # (a row's start: its anchor's plus `rel`)
+    return out
 
 
 def _slot_sums(g: Graph, weights: Callable[[slice], np.ndarray], into: np.ndarray) -> None:
