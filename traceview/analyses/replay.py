@@ -354,11 +354,19 @@ def _removed(g: Graph, removed: tuple) -> tuple[np.ndarray, np.ndarray]:
     """(slots, ns) of the host rows that transforms' `host_removed` take off the host path, each row once."""
     rows = g.seg_rows
     ids = [_part(g, "ids", (r,), lambda x: _unique(_ids(x))) for r in removed]  # (each fix's, once)
-    p = rows.positions(ids[0] if len(ids) == 1 else _unique(np.concatenate(ids)))
+    ids = ids[0] if len(ids) == 1 else _unique(np.concatenate(ids))
     # (kept per graph while the fixes replay: slots as int32 while 3 * n_a fits, durations in the rows' own integer
-    # width; `_add` sums them as float64, exactly: whole ns)
-    slots = _flat(g, p)
-    return slots.astype(np.int32) if 3 * g.a_ts.size < 2**31 else slots, rows.dur[p]
+    # width; `_add` sums them as float64, exactly: whole ns). A block of ids at a time, in their order: the search's
+    # and the slots' int64 temporaries are a block's (a launch-bound fix removes nearly every host row)
+    narrow = 3 * g.a_ts.size < 2**31
+    slots, ns = [], []
+    for b in range(0, max(ids.size, 1), BLOCK):
+        p = rows.positions(ids[b:b + BLOCK])
+        s = _flat(g, p)
+        slots.append(s.astype(np.int32) if narrow else s)
+        ns.append(rows.dur[p])
+        del p, s
+    return (slots[0], ns[0]) if len(slots) == 1 else (np.concatenate(slots), np.concatenate(ns))
 
 
 def _ids(ids) -> np.ndarray:
