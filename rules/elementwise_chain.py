@@ -173,10 +173,28 @@ def info_only(ops: str, kernels: list[str]) -> bool:
     return not kernel_kinds(op_list, kernels)["eager"]
 
 
+#: GPU rows from which `chains` counts the fusible kernels first, from a few columns (below, the frame of every
+#: kernel is small, and the count would be a second pass over it)
+PRECOUNT_ROWS = 1 << 18
+
+
+def _fusible(trace, kb: pl.DataFrame, scores: pl.Series, lo: int, hi: int) -> int:
+    """How many kernels in [lo, hi) `chains` takes as fusible (its `_elem`), from the columns that decide it alone
+    (a host-bound trace's millions of kernels, none of them fusible, build no frame of every kernel's columns)."""
+    g = trace.gpu[["i", "name", "kind", "ts", "launch_ts", "launch_tid"]].filter(
+        pl.col("kind").is_in(["compute", "comm", "memcpy", "memset"]) & (pl.col("ts") >= lo) & (pl.col("ts") < hi))
+    g = g.join(kb.select("i", "op", "op_name", "category"), on="i", how="left")
+    elem = (kernel_class(g) != OTHER) & ~pl.col("op").is_in(scores.implode()).fill_null(False) & ~param_sized(trace, g)
+    return int(g.select(elem.fill_null(False).sum()).item())
+
+
 def chains(trace, steps: pl.DataFrame, kb: pl.DataFrame, min_kernels: int = 2) -> pl.DataFrame:
     """One row per kernel that belongs to a chain: [chain, step, stream, i, name, op_name, ts, end, dur, bytes,
     in0_bytes, extra_bytes, out_bytes, sole, pos, k]."""
     lo, hi = int(steps["ts"].min()), int(steps["end"].max())
+    scores = score_op_ids(trace)
+    if trace.gpu.height >= PRECOUNT_ROWS and _fusible(trace, kb, scores, lo, hi) < min_kernels:
+        hi = lo  # fewer fusible kernels than one chain needs: no chain (the frame below of no kernel: its columns)
     g = trace.gpu[["i", "name", "kind", "ts", "end", "dur", "launch_ts", "launch_tid", "device", "stream",
                    "bytes"]].filter(
         pl.col("kind").is_in(["compute", "comm", "memcpy", "memset"]) & (pl.col("ts") >= lo) & (pl.col("ts") < hi))
@@ -187,7 +205,6 @@ def chains(trace, steps: pl.DataFrame, kb: pl.DataFrame, min_kernels: int = 2) -
                                        "out_bytes", sole=pl.len().over("op") == 1), on="i", how="left")
     # the kernels of a materialized attention are the attention rule's: one fused attention kernel replaces
     # them, not a fused elementwise kernel (they break a chain like a GEMM)
-    scores = score_op_ids(trace)
     g = g.with_columns(_cls=kernel_class(g), _opt=param_sized(trace, g))
     elem = (pl.col("_cls") != OTHER) & ~pl.col("op").is_in(scores.implode()).fill_null(False) & ~pl.col("_opt")
     g = g.with_columns(_elem=elem.fill_null(False), _red=pl.col("_cls") == REDUCTION)

@@ -112,8 +112,9 @@ def check(ctx: RuleContext) -> list[Finding]:
     per_step = cl.group_by("step").agg((pl.col("end") - pl.col("ts")).sum().alias("t")).sort("step")
     fired = per_step.filter(pl.col("t") > 0)["step"].to_list()
     del cl  # (the class's segments: every late gap's, read by the lines above only)
-    k = trace.gpu[["kind", "ts", "dur", "op"]].filter(
-        (pl.col("kind") == "compute") & (pl.col("ts") >= lo) & (pl.col("ts") < hi))
+    # (the kernels' time and op alone: the mask reads the kind and start, the filter copies the two columns read)
+    k = trace.gpu.select("dur", "op").filter(
+        trace.gpu.select((pl.col("kind") == "compute") & (pl.col("ts") >= lo) & (pl.col("ts") < hi)).to_series())
     # the launching ops' rows by id (not an is_in over every host event)
     ops = by_id(trace.host, k["op"].drop_nulls().unique(), pl.col("i").alias("_hit"), "dur")
     ops = ops.filter(pl.col("_hit").is_not_null()) if ops["_hit"].null_count() else ops

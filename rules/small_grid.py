@@ -92,6 +92,7 @@ from traceview.analyses.param_work import param_sized
 from traceview.analyses.replay import Transform
 from traceview.analyses.roofline import COMPUTE_KERNEL_RE
 from traceview.analyses.rowid import by_id, join_by_id
+from traceview.engine import for_rows
 from traceview.evidence import Meta
 from traceview.ruleapi import XPROF_SEVERITY, Finding, Option, RuleContext, min_savings
 
@@ -163,22 +164,42 @@ def repeats(ctx: RuleContext) -> int:
     repeat their work (a training step at its batch)."""
 
     def build() -> int:
-        g = ctx.trace.gpu.select(
-            "kind", "ts", "name", "grid_x", "grid_y", "grid_z", "block_x", "block_y", "block_z"
-        ).filter((pl.col("kind") == "compute") & (pl.col("ts") >= ctx.lo) & (pl.col("ts") < ctx.hi))
+        keys = ("name", "grid_x", "grid_y", "grid_z", "block_x", "block_y", "block_z")
         st = ctx.steps.select(pl.col("ts").cast(pl.Int64).alias("_s"), pl.col("step")).sort("_s")
-        if g.height == 0 or st.height == 0:
+        if st.height == 0:
             return 1
-        g = g.select(
-            pl.col("ts").cast(pl.Int64), "name", "grid_x", "grid_y", "grid_z", "block_x", "block_y", "block_z"
+        if st["_s"].null_count():  # (no search of the starts: the as-of join, which skips the steps without one)
+            return _repeats_joined(ctx, st, keys)
+        # each kernel's step: the last step starting at or before it (a backward as-of match, by a search of the
+        # steps' starts); the launches counted per step and kernel in one query that reads the rows a part at a
+        # time (`engine.for_rows`: no sorted and joined copy of every kernel's key columns, nor their row keys)
+        step = pl.lit(st["step"]).gather(
+            pl.lit(st["_s"]).search_sorted(pl.col("ts").cast(pl.Int64), side="right").cast(pl.Int64) - 1)
+        counts = (
+            ctx.trace.gpu.lazy()
+            .filter((pl.col("kind") == "compute") & (pl.col("ts") >= ctx.lo) & (pl.col("ts") < ctx.hi))
+            .select(step.alias("step"), *keys)
+            .group_by("step", *keys)
+            .len()
+            .collect(**for_rows(ctx.trace.gpu.height))
         )
-        g = g.sort("ts").join_asof(st, left_on="ts", right_on="_s", strategy="backward")
-        counts = g.group_by(
-            "step", "name", "grid_x", "grid_y", "grid_z", "block_x", "block_y", "block_z"
-        ).len()
+        if counts.height == 0:
+            return 1
         return max(int(np.gcd.reduce(counts["len"].to_numpy().astype(np.int64))), 1)
 
     return ctx.once("grid_repeats", build)
+
+
+def _repeats_joined(ctx: RuleContext, st: pl.DataFrame, keys: tuple[str, ...]) -> int:
+    """`repeats` by an as-of join of every kernel onto the steps' starts `st` [_s, step] (sorted)."""
+    g = ctx.trace.gpu.select("kind", "ts", *keys).filter(
+        (pl.col("kind") == "compute") & (pl.col("ts") >= ctx.lo) & (pl.col("ts") < ctx.hi))
+    if g.height == 0:
+        return 1
+    g = g.select(pl.col("ts").cast(pl.Int64), *keys)
+    g = g.sort("ts").join_asof(st, left_on="ts", right_on="_s", strategy="backward")
+    counts = g.group_by("step", *keys).len()
+    return max(int(np.gcd.reduce(counts["len"].to_numpy().astype(np.int64))), 1)
 
 
 def _kernels(ctx: RuleContext) -> pl.DataFrame:

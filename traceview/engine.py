@@ -16,3 +16,16 @@ import polars as pl
 #: "in-memory"; older ones (default "cpu") run it by default
 IN_MEMORY: dict[str, str] = ({} if getattr(inspect.signature(pl.LazyFrame.collect).parameters.get("engine"),
                                            "default", "cpu") == "cpu" else {"engine": "in-memory"})
+
+#: `LazyFrame.collect` keywords for the streaming engine where the in-memory one is named (newer polars), else the
+#: default engine: a query that reduces a whole-trace frame to a few rows (a count per group) runs over a part of
+#: the rows at a time instead of materializing each step's columns for every row
+STREAMING: dict[str, str] = {"engine": "streaming"} if IN_MEMORY else {}
+#: rows from which `for_rows` picks the streaming engine (below it the in-memory engine's lower cost per query wins)
+STREAM_ROWS = 1 << 20
+
+
+def for_rows(n: int) -> dict[str, str]:
+    """The `collect` keywords for a reducing query over a frame of `n` rows (`STREAMING` from STREAM_ROWS rows):
+    only for results that do not depend on the engine's row order (counts, sums of integers, sets)."""
+    return STREAMING if n >= STREAM_ROWS else IN_MEMORY

@@ -312,11 +312,18 @@ def _beyond(g: Graph) -> np.ndarray:
     rows = g.seg_rows
     if rows.i.size == 0:
         return np.zeros(0, bool)
-    a = rows.seg
     prev = np.maximum(g.a_prev, 0)
     gap_from = np.where(g.a_prev >= 0, np.where(g.a_overlap, g.a_ts[prev], g.a_end[prev]), g.a_ts - g.a_gap)
-    start = np.where(rows.where == 2, g.a_ts[a], np.where(rows.where == 1, g.a_ts[a] - g.a_jwake[a], gap_from[a]))
-    return (rows.ts - start) > HOST_SHARE_MAX_NS
+    del prev
+    # a block of rows at a time (each row's start and its interval's: int64 arrays of a block, not of every row)
+    out = np.empty(rows.i.size, bool)
+    for b in range(0, rows.i.size, BLOCK):
+        p = slice(b, b + BLOCK)
+        a, where = rows.seg[p], rows.where[p]
+        at = g.a_ts[a]
+        start = np.where(where == 2, at, np.where(where == 1, at - g.a_jwake[a], gap_from[a]))
+        out[p] = (at + rows.rel[p] - start) > HOST_SHARE_MAX_NS  # (a row's start: its anchor's plus `rel`)
+    return out
 
 
 def _slot_sums(g: Graph, weights: Callable[[slice], np.ndarray], into: np.ndarray) -> None:
@@ -347,11 +354,19 @@ def _removed(g: Graph, removed: tuple) -> tuple[np.ndarray, np.ndarray]:
     """(slots, ns) of the host rows that transforms' `host_removed` take off the host path, each row once."""
     rows = g.seg_rows
     ids = [_part(g, "ids", (r,), lambda x: _unique(_ids(x))) for r in removed]  # (each fix's, once)
-    p = rows.positions(ids[0] if len(ids) == 1 else _unique(np.concatenate(ids)))
+    ids = ids[0] if len(ids) == 1 else _unique(np.concatenate(ids))
     # (kept per graph while the fixes replay: slots as int32 while 3 * n_a fits, durations in the rows' own integer
-    # width; `_add` sums them as float64, exactly: whole ns)
-    slots = _flat(g, p)
-    return slots.astype(np.int32) if 3 * g.a_ts.size < 2**31 else slots, rows.dur[p]
+    # width; `_add` sums them as float64, exactly: whole ns). A block of ids at a time, in their order: the search's
+    # and the slots' int64 temporaries are a block's (a launch-bound fix removes nearly every host row)
+    narrow = 3 * g.a_ts.size < 2**31
+    slots, ns = [], []
+    for b in range(0, max(ids.size, 1), BLOCK):
+        p = rows.positions(ids[b:b + BLOCK])
+        s = _flat(g, p)
+        slots.append(s.astype(np.int32) if narrow else s)
+        ns.append(rows.dur[p])
+        del p, s
+    return (slots[0], ns[0]) if len(slots) == 1 else (np.concatenate(slots), np.concatenate(ns))
 
 
 def _ids(ids) -> np.ndarray:

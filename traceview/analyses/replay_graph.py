@@ -35,6 +35,7 @@ import numpy as np
 import polars as pl
 
 from ..engine import IN_MEMORY
+from ..ingest import heap_trim
 from ..ingest.categories import RUNTIME_CATS
 from ..memo import per_trace
 from ..model import STEP_RE, Trace
@@ -167,6 +168,14 @@ def _anchors(trace: Trace, code: np.ndarray) -> pl.DataFrame:
 @per_trace
 def build(trace: Trace) -> Graph:
     """The replay graph of `trace` (once per trace)."""
+    graph = _build(trace)
+    # the build's numpy temporaries are left as free space between the graph's arrays in the C heap (2 M tiny
+    # events: ~80 MB, glibc's `mallinfo2`), where the replays' arrays do not all fit: given back before them
+    heap_trim.release(trace.host.height + trace.gpu.height)
+    return graph
+
+
+def _build(trace: Trace) -> Graph:
     code = _kind_code(trace)
     a = _anchors(trace, code)
     n_a = a.height
@@ -182,11 +191,18 @@ def build(trace: Trace) -> Graph:
 
     g = gpu_work(trace.gpu.select("i", "kind", "device", "stream", "ts", "end", "launch")).filter(
         pl.col("ts").is_not_null() & pl.col("end").is_not_null())
-    g = g.sort(pl.col("device").fill_null(-1), pl.col("stream").fill_null(-1), "ts")
+    # the copies `_waits` reads (launches of a copy, by their end: order-free) before the sort, which then leaves
+    # the kinds out (text: 16 B an activity)
+    copies = g.filter(pl.col("kind") == "memcpy").select(pl.col("launch").cast(pl.Int64), "end").drop_nulls()
+    g = g.drop("kind").sort(pl.col("device").fill_null(-1), pl.col("stream").fill_null(-1), "ts")
     n_d = g.height
     d_ts, d_end = _i64(g["ts"]), _i64(g["end"])
     d_end = np.maximum(d_end, d_ts)
-    key = _i64(g["device"].fill_null(-1)) * (1 << 32) + _i64(g["stream"].fill_null(-1))
+    dev = _i64(g["device"].fill_null(-1))
+    key = dev * (1 << 32) + _i64(g["stream"].fill_null(-1))
+    d_i, launch = _ids32(_i64(g["i"])), g["launch"]
+    # (the activities' columns are read: the rest of the build holds numpy arrays of them, not the sorted frame)
+    del g
     d_prev = _prev_in_group(key)
     has_prev = d_prev >= 0
     pe = np.where(has_prev, d_end[np.maximum(d_prev, 0)], d_ts)
@@ -194,16 +210,16 @@ def build(trace: Trace) -> Graph:
 
     # launch: the anchor that holds the launch call (the call itself, or the top-level call it is nested in)
     ai = _i64(a["i"])
-    launch_i = g["launch"].cast(pl.Int64).fill_null(-1).to_numpy()
+    launch_i = launch.cast(pl.Int64).fill_null(-1).to_numpy()
     d_launch = np.full(n_d, -1, np.int64)
     real = ~a["marker"].to_numpy()
     if n_a and n_d:
         # each activity's launch call among the host rows: by position (`rowid.positions`: the host frame's id
         # table), not a hash join of every activity onto the host rows (at 10 M tiny events a join and its copies
         # of ~3 M rows were the build's peak, held by polars' allocator after it)
-        at = positions(trace.host, g["launch"])
+        at = positions(trace.host, launch)
         if at is None:  # (host ids with nulls: the join)
-            lh = (trace.host.lazy().filter(pl.col("i").is_in(g["launch"].drop_nulls().implode()))
+            lh = (trace.host.lazy().filter(pl.col("i").is_in(launch.drop_nulls().implode()))
                   .select(pl.col("i").cast(pl.Int64), "tid", "ts").collect(**IN_MEMORY))
             pos = pl.DataFrame({"i": launch_i, "_k": np.arange(n_d)}).join(lh, on="i", how="inner")
             del lh
@@ -274,7 +290,6 @@ def build(trace: Trace) -> Graph:
     d_x = np.full(n_d, -1, np.int64)
     d_xgap = np.zeros(n_d, np.int64)
     need = ~by_stream & ~by_launch
-    dev = _i64(g["device"].fill_null(-1))
     if need.any():
         eo = np.lexsort((d_end, dev))
         ke = dev[eo] * (1 << 42) + d_end[eo]
@@ -288,7 +303,8 @@ def build(trace: Trace) -> Graph:
         del eo, ke, kq, j, jj, ok, idx
     explained = by_stream | by_launch | (d_x >= 0) | (~has_prev & ~launched)
     # no edge at all (first on its stream, not launched in the trace): it starts when it started
-    a_wait, a_wake, blocking = _waits(trace, a, a_ts, a_end, real, d_end, g)
+    a_wait, a_wake, blocking = _waits(trace, a, a_ts, a_end, real, d_end, copies)
+    del copies
     # a call that waited keeps only its floor: the shortest call of its name in the trace
     waited = a_wait >= 0
     if waited.any():
@@ -298,7 +314,7 @@ def build(trace: Trace) -> Graph:
         a_own = np.where(waited, np.minimum(a_own, fl), a_own)
     a_wait, a_wake = _latent_waits(a_ts, a_end, blocking, a_wait, a_wake, d_launch, d_end)
     # the rows' search below is the build's peak: the statistics' temporaries go first (kept: the graph's arrays)
-    del (prev_ts, key, has_prev, pe, gap, launch_i, real, launched, lts, lat, idle_at_launch, queued, same_launch,
+    del (prev_ts, key, has_prev, pe, gap, launch, launch_i, real, launched, lts, lat, idle_at_launch, queued, same_launch,
          by_stream, graph_call, by_graph, in_call, by_launch, need, dev, blocking, waited)
     seg, keys, key_of = _segments(trace, a_tid, a_ts, a_end, code)
     a_join, a_jwake, a_gap = _joins(a_tid, a_ts, a_end, a_prev, a_gap, prev_end, keys, key_of,
@@ -322,7 +338,7 @@ def build(trace: Trace) -> Graph:
                  a_wait=a_wait, a_wake=a_wake, a_marker=a["marker"].to_numpy(),
                  a_name=a["name"].cast(pl.Categorical),  # (compared and grouped only: 4 B an anchor, not 16)
                  a_join=a_join, a_jwake=a_jwake, a_overlap=a_overlap,
-                 d_i=_ids32(_i64(g["i"])), d_ts=d_ts, d_end=d_end, d_prev=d_prev, d_gap=d_gap, d_launch=d_launch,
+                 d_i=d_i, d_ts=d_ts, d_end=d_end, d_prev=d_prev, d_gap=d_gap, d_launch=d_launch,
                  d_lat=d_lat, d_x=d_x, d_xgap=d_xgap, d_explained=explained, seg_rows=seg,
                  latency_ns=lat_med, device_gap_ns=gap_med, a_arrive=_arrivals(trace, a_tid, a_ts))
 
@@ -398,14 +414,17 @@ def _handoffs(trace: Trace, a_tid: np.ndarray, a_ts: np.ndarray, a_end: np.ndarr
     its recorded idle time, so a host made faster (the profiler's cost taken off) would still reach each exchange
     when it did (`_joins` does not read it: the range's own row starts inside the idle span it would join).
     Returns (a_join, a_jwake, a_gap)."""
-    ann = trace.host.select("name", "tid", "ts", "end").filter(pl.Series(code == _OP))  # (a filter copies every column)
-    rng = (ann.filter(pl.col("name").str.starts_with(HANDOFF_RANGE))
+    # (the ops' mask and the name test in one filter: a filter copies every column it keeps, and the ops are half
+    # the host rows; the ranges and the enqueueing ops are a few)
+    ann, op = trace.host.select("name", "tid", "ts", "end"), pl.Series(code == _OP)
+    rng = (ann.filter(op, pl.col("name").str.starts_with(HANDOFF_RANGE))
            .select(pl.col("tid").cast(pl.Int64), pl.col("ts").cast(pl.Int64), pl.col("end").cast(pl.Int64))
            .drop_nulls())
     real = ~marker
     if rng.height == 0 or not real.any():
         return a_join, a_jwake, a_gap
-    enq = (ann.filter(pl.col("name").str.starts_with(HANDOFF_ENQUEUE) & ~pl.col("tid").is_in(rng["tid"].unique().implode()))
+    enq = (ann.filter(op, pl.col("name").str.starts_with(HANDOFF_ENQUEUE)
+                      & ~pl.col("tid").is_in(rng["tid"].unique().implode()))
            .select(pl.col("tid").cast(pl.Int64).alias("_etid"), pl.col("ts").cast(pl.Int64).alias("_ets"))
            .drop_nulls().sort("_ets"))
     if enq.height == 0:
@@ -459,7 +478,7 @@ def _program_threads(trace: Trace, a_tid: np.ndarray, code: np.ndarray) -> np.nd
     its collectives' events, then ~100 ms of sleep). A polling thread neither waits for the program nor is waited
     for: its polls say when it woke, not when anything could go on."""
     h = trace.host.select("tid", "cat", "name")
-    ops = h.filter(pl.Series(code == _OP))["tid"].unique().implode()
+    ops = h["tid"].filter(pl.Series(code == _OP)).unique().implode()  # (the threads alone: not a copy of every op's row)
     rest = h.filter(~pl.col("tid").is_in(ops))  # (the regex on the threads without ops only: a few rows)
     if rest.height == 0:  # every thread records ops: no polling thread (no query more)
         return np.ones(a_tid.size, bool)
@@ -524,10 +543,10 @@ def _joins(a_tid: np.ndarray, a_ts: np.ndarray, a_end: np.ndarray, a_prev: np.nd
 
 
 def _waits(trace: Trace, a: pl.DataFrame, a_ts: np.ndarray, a_end: np.ndarray, real: np.ndarray,
-           d_end: np.ndarray, g: pl.DataFrame) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+           d_end: np.ndarray, copies: pl.DataFrame) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """(a_wait, a_wake, blocking): for each blocking call that returned after device work had finished while it
     ran, the activity that finished last before it returned and the time from that end to the return; which
-    calls block."""
+    calls block (`copies`: [launch, end] of the memcpy activities)."""
     n_a = a_ts.size
     wait, wake = np.full(n_a, -1, np.int64), np.zeros(n_a, np.int64)
     if n_a == 0 or d_end.size == 0:
@@ -539,7 +558,7 @@ def _waits(trace: Trace, a: pl.DataFrame, a_ts: np.ndarray, a_end: np.ndarray, r
     if ev.height:
         blocking |= np.isin(_i64(a["i"]), _i64(ev["launch"].cast(pl.Int64)))
     # a call that launched a copy and returned after that copy ended was a blocking copy
-    lc = g.filter(pl.col("kind") == "memcpy").select(pl.col("launch").cast(pl.Int64), "end").drop_nulls()
+    lc = copies
     if lc.height:
         ai = pl.DataFrame({"i": _i64(a["i"]), "_end": a_end, "_j": np.arange(n_a)})
         hit = ai.join(lc, left_on="i", right_on="launch", how="inner").filter(pl.col("end") <= pl.col("_end"))
@@ -659,7 +678,7 @@ def _narrow(x: np.ndarray) -> np.ndarray:
 
 
 #: host rows per block of `_segments`' search: its temporaries are a few arrays of a block, not of every host row
-SEGMENT_BLOCK = 1 << 20
+SEGMENT_BLOCK = 1 << 18
 
 
 def _segments(trace: Trace, a_tid: np.ndarray, a_ts: np.ndarray, a_end: np.ndarray,
@@ -691,7 +710,10 @@ def _segments(trace: Trace, a_tid: np.ndarray, a_ts: np.ndarray, a_end: np.ndarr
 
     # the first anchor of the thread starting after the row (its gap), or the anchor whose span holds it; block by
     # block (this search over every host row was the graph build's peak: ten arrays of every host row at once)
-    got_sel, got_seg, got_in, got_rel = [], [], [], []
+    # (each block's part of the rows' arrays in its final width: int32 where the block's values fit, and numpy's
+    # concatenation of int32 and int64 blocks is what `_narrow` of the whole gives; no int64 array of every row)
+    dur_all = h["dur"].fill_null(0).to_numpy()
+    got_sel, got_seg, got_in, got_rel, got_dur = [], [], [], [], []
     for p in blocks:
         r_ts = ts[p]
         th = np.searchsorted(tids, tid[p]).astype(np.int64)
@@ -706,20 +728,22 @@ def _segments(trace: Trace, a_tid: np.ndarray, a_ts: np.ndarray, a_end: np.ndarr
         seg = seg[ok]
         got_sel.append(p[ok])
         got_seg.append(seg.astype(np.int32))
-        got_in.append(inside[ok])
-        got_rel.append(r_ts[ok] - a_ts[seg])
+        got_in.append(np.where(inside[ok], 2, 0).astype(np.int8))
+        got_rel.append(_narrow(r_ts[ok] - a_ts[seg]))
+        got_dur.append(_narrow(dur_all[p[ok]]))
         del r_ts, th, nxt, cur, cc, inside, nn, same_nxt, seg, ok
-    del ka
+    del ka, dur_all
     sel, seg = np.concatenate(got_sel), np.concatenate(got_seg)
     del got_sel, got_seg
-    inside = np.concatenate(got_in)
+    where = np.concatenate(got_in)
     del got_in
     rel = np.concatenate(got_rel)
     del got_rel
-    rows = Rows(i=h["i"].to_numpy()[sel].astype(np.uint32, copy=False), kind=code[sel], seg=seg,
-                where=np.where(inside, 2, 0).astype(np.int8),
-                dur=_narrow(h["dur"].fill_null(0).to_numpy()[sel]), rel=_narrow(rel), base=a_ts)
-    del sel, inside, rel
+    dur = np.concatenate(got_dur)
+    del got_dur
+    rows = Rows(i=h["i"].to_numpy()[sel].astype(np.uint32, copy=False), kind=code[sel], seg=seg, where=where,
+                dur=dur, rel=rel, base=a_ts)
+    del sel, where, rel, dur
 
     def keys() -> np.ndarray:  # every recorded row's key (`pos`'s rows, in their order), as `key_of` gives
         return np.concatenate([key_of(tid[p], ts[p]) for p in blocks])
