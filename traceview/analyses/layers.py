@@ -974,9 +974,11 @@ def layer_table(trace: Trace, steps: pl.DataFrame | None = None, depth: int | No
     def incl(own: pl.DataFrame, cols: list[str]) -> pl.DataFrame:
         """[lid, cols...] of the layers (lid < nt) with rows in their subtree: the per-layer sums `own` [lid, cols...,
         _n (rows)] added up the tree (integer columns exactly, float ones in float64)."""
-        own = own.filter(pl.col("lid") < nt)
+        ids = own["lid"]
+        if ids.null_count() or (own.height and ids.max() >= nt):  # (a query only when there is a row to drop)
+            own = own.filter(pl.col("lid") < nt)
         lid = own["lid"].to_numpy()
-        out: dict[str, pl.Series] = {}
+        sums: dict[str, np.ndarray] = {}
         # one climb per kind of column: the integer ones together (exact), the float ones together
         for kind in (False, True):
             cs = [c for c in [*cols, "_n"] if own.schema[c].is_float() == kind]
@@ -984,9 +986,10 @@ def layer_table(trace: Trace, steps: pl.DataFrame | None = None, depth: int | No
                 a = np.zeros((nt, len(cs)), np.float64 if kind else np.int64)
                 a[lid] = own.select(pl.col(cs).fill_null(0)).to_numpy()
                 a = subtree_sums(tree, a)
-                out.update({c: pl.Series(c, a[:, k]).cast(own.schema[c]) for k, c in enumerate(cs)})
-        res = pl.DataFrame([pl.Series("lid", np.arange(nt), pl.UInt32), *(out[c] for c in [*cols, "_n"])])
-        return res.filter(pl.col("_n") > 0).drop("_n")
+                sums.update({c: a[:, k] for k, c in enumerate(cs)})
+        keep = sums["_n"] > 0  # the layers with rows in their subtree (numpy masks: no filter and drop queries)
+        return pl.DataFrame([pl.Series("lid", np.arange(nt)[keep], pl.UInt32),
+                             *(pl.Series(c, sums[c][keep]).cast(own.schema[c]) for c in cols)])
 
     # classifier shares: the step time each layer is responsible for, split by class (first: the segments' search
     # runs before the per-kernel frames below are built, not beside them)

@@ -290,6 +290,71 @@ def allocator_settings() -> bool:
     return True
 
 
+#: polars' thread pool (`POLARS_MAX_THREADS`, read when polars is imported: fixed for the process). A small
+#: trace's run is ~640 polars queries of a few hundred rows each, ~0.1 ms apiece: on many cores every one of them
+#: wakes the pool's idle threads (each then spins before it sleeps again: on the 16-core host a tiny trace's run
+#: took 0.97 CPU s against 0.52 on 2 cores), and none has the rows to share out. An analyzer run whose inputs are
+#: all files with at most SMALL_INPUT_BYTES of JSON together runs polars with SMALL_INPUT_THREADS (issue 32,
+#: start-up; bench/README.md, fourth pass).
+POLARS_THREADS = "POLARS_MAX_THREADS"
+SMALL_INPUT_BYTES = 4 << 20
+SMALL_INPUT_THREADS = "1"
+
+
+def _json_bytes(path: str, size: int) -> int | None:
+    """The JSON text's size of a trace file of `size` bytes on disk (a gzip file's from its trailer), or None when
+    it cannot be told cheaply."""
+    try:
+        with open(path, "rb") as f:
+            if f.read(2) != b"\x1f\x8b":
+                return size
+            # ISIZE: the last member's length mod 2**32; with at most SMALL_INPUT_BYTES compressed the text is
+            # under 4 GiB (deflate packs at most ~1032:1), so it is the length (a file of several members is
+            # counted by its last, which may be less than the whole: such traces are not written by the profiler)
+            f.seek(-4, os.SEEK_END)
+            tail = f.read(4)
+    except OSError:
+        return None
+    return max(int.from_bytes(tail, "little"), size) if len(tail) == 4 else None
+
+
+def small_input_settings(argv: list[str]) -> bool:
+    """An analyzer run (`argv`: its command and arguments) whose inputs are small files: polars gets
+    SMALL_INPUT_THREADS threads, unless the user set POLARS_MAX_THREADS or polars is loaded already. Every
+    argument that names an existing file counts (an option's value, e.g. an old `-o` report, only makes the
+    total larger); standard input, a URL or a directory (a job: its ranks, its worker processes) leave polars'
+    default, as does a total over SMALL_INPUT_BYTES — the pool serves the whole run. Whether it was set."""
+    import stat
+
+    if POLARS_THREADS in os.environ or "polars" in sys.modules:
+        return False
+    total, files = 0, 0
+    for a in argv[1:]:
+        if a == "-" or "://" in a:  # standard input, object storage: the size is not known here
+            return False
+        if a.startswith("-"):
+            continue
+        try:
+            st = os.stat(a)
+        except (OSError, ValueError):  # an option's value, or a missing input (reported by the loader)
+            continue
+        if stat.S_ISCHR(st.st_mode):  # an output such as /dev/null
+            continue
+        if not stat.S_ISREG(st.st_mode) or st.st_size > SMALL_INPUT_BYTES:
+            return False
+        n = _json_bytes(a, st.st_size)
+        if n is None:
+            return False
+        total += n
+        files += 1
+        if total > SMALL_INPUT_BYTES:
+            return False
+    if not files:
+        return False
+    os.environ[POLARS_THREADS] = SMALL_INPUT_THREADS
+    return True
+
+
 def main(argv: list[str] | None = None) -> int:
     """The CLI. Called without `argv` it is the process's own run (`traceview ...`, `python -m traceview`):
     an `analyze` or `layers` run then ends the process itself once its output is flushed (see `_exit`)."""
@@ -302,6 +367,7 @@ def main(argv: list[str] | None = None) -> int:
     # numpy's BLAS threads are never used here (no linear algebra), and started with numpy they spin on the
     # cores polars needs: one thread, unless the user says otherwise
     os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
+    small_input_settings(argv)
     from .lazy_stdlib import defer
 
     defer()  # stdlib modules polars and numpy import but an analysis never uses: loaded on first use
