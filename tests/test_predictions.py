@@ -252,3 +252,19 @@ def test_a_trace_that_is_not_the_timed_steps_never_deflates_its_long_intervals()
     prof_ns = step_time["profiled_ms_median"] * 1e6
     assert float((ctx.steps["end"] - ctx.steps["ts"]).mean()) > (1 + TRACE_TOL) * prof_ns
     assert fixes.pricing_transform(ctx).long_share == 0.0
+
+
+@pytest.mark.parametrize("problem", ["mobilenet_graph", "vit_fp32", "elementwise_128mib_eager"])
+def test_the_step_after_the_fix_is_the_reports_replayed_step_less_the_saving(problem):
+    # the scoreboard's second lens (tools/predictions.py `fixed_step_table`), against the report a user reads:
+    # its projection's replayed unprofiled step (an independent path: analyze, not the tool's own replay) less the
+    # tool's saving, and against the fixed twin's rounds in labels.json; the errors documented in
+    # docs/predictions.md (MobileNet's graph right on the step though its saving misses, ViT-B/16 the other way)
+    (t,) = [t for t in P.twins() if t["set"] == "ab_traced" and t["problem"] == problem]
+    p, base = P.predicted(SAMPLES / "ab_traced" / problem, t["rule"], t.get("variant"))
+    proj = analyze([SAMPLES / "ab_traced" / problem]).traces[0]["projection"]
+    assert base * 1000 == pytest.approx(proj["replayed_unprofiled_step_us"], rel=1e-3)
+    err = (base - p) / t["fixed_step_ms"] - 1
+    bounds = {"mobilenet_graph": (-0.05, 0.05), "vit_fp32": (0.5, 0.8), "elementwise_128mib_eager": (-0.2, 0.0)}
+    lo, hi = bounds[problem]
+    assert lo < err < hi, err
