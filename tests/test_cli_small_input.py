@@ -16,7 +16,9 @@ TINY = "sample_traces/gpu_h200/seed_single_gemm_eager.json.gz"
 
 
 def _settings(monkeypatch, argv: list[str]) -> str | None:
-    monkeypatch.delenv(KEY, raising=False)
+    # (set, then deleted through monkeypatch: whatever the call sets is undone after the test, as is a user's value)
+    monkeypatch.setenv(KEY, "")
+    monkeypatch.delenv(KEY)
     monkeypatch.delitem(sys.modules, "polars", raising=False)  # (restored after the test)
     set_ = cli.small_input_settings(argv)
     got = os.environ.get(KEY)
