@@ -178,14 +178,19 @@ def info_only(ops: str, kernels: list[str]) -> bool:
 PRECOUNT_ROWS = 1 << 18
 
 
+def _fusible_expr(cls: pl.Expr, opt: pl.Expr | pl.Series, scores: pl.Series) -> pl.Expr:
+    """Whether a kernel is fusible into a chain: of a chain class (`cls`, `fusible.kernel_class`), not a
+    materialized attention's (its op among `scores`), not an optimizer's per-parameter update (`opt`)."""
+    return ((cls != OTHER) & ~pl.col("op").is_in(scores.implode()).fill_null(False) & ~opt).fill_null(False)
+
+
 def _fusible(trace, kb: pl.DataFrame, scores: pl.Series, lo: int, hi: int) -> int:
     """How many kernels in [lo, hi) `chains` takes as fusible (its `_elem`), from the columns that decide it alone
     (a host-bound trace's millions of kernels, none of them fusible, build no frame of every kernel's columns)."""
     g = trace.gpu[["i", "name", "kind", "ts", "launch_ts", "launch_tid"]].filter(
         pl.col("kind").is_in(["compute", "comm", "memcpy", "memset"]) & (pl.col("ts") >= lo) & (pl.col("ts") < hi))
     g = g.join(kb.select("i", "op", "op_name", "category"), on="i", how="left")
-    elem = (kernel_class(g) != OTHER) & ~pl.col("op").is_in(scores.implode()).fill_null(False) & ~param_sized(trace, g)
-    return int(g.select(elem.fill_null(False).sum()).item())
+    return int(g.select(_fusible_expr(kernel_class(g), param_sized(trace, g), scores).sum()).item())
 
 
 def chains(trace, steps: pl.DataFrame, kb: pl.DataFrame, min_kernels: int = 2) -> pl.DataFrame:
@@ -206,8 +211,7 @@ def chains(trace, steps: pl.DataFrame, kb: pl.DataFrame, min_kernels: int = 2) -
     # the kernels of a materialized attention are the attention rule's: one fused attention kernel replaces
     # them, not a fused elementwise kernel (they break a chain like a GEMM)
     g = g.with_columns(_cls=kernel_class(g), _opt=param_sized(trace, g))
-    elem = (pl.col("_cls") != OTHER) & ~pl.col("op").is_in(scores.implode()).fill_null(False) & ~pl.col("_opt")
-    g = g.with_columns(_elem=elem.fill_null(False), _red=pl.col("_cls") == REDUCTION)
+    g = g.with_columns(_elem=_fusible_expr(pl.col("_cls"), pl.col("_opt"), scores), _red=pl.col("_cls") == REDUCTION)
     if int(g["_elem"].sum()) < min_kernels:  # fewer fusible kernels than one chain needs: no chain
         return g.head(0).select(
             pl.lit(None, pl.UInt32).alias("chain"), pl.lit(None, pl.Int64).alias("step"), "device", "stream", "i",
@@ -441,7 +445,7 @@ def compiled_call_cut(ctx: RuleContext, ch: pl.DataFrame) -> dict[int, int]:
     trace already runs compiled regions (their calls are paid already) or shows no eager op to scale by."""
     if ctx.features.compiled or ch.height == 0:
         return {}
-    one = eager_op_host_ns(ctx.trace, ctx.kb)
+    one = eager_op_host_ns(ctx.trace)
     if one <= 0:
         return {}
     first = join_by_id(ch.filter(pl.col("pos") == 0), "i", ctx.trace.gpu, pl.col("op").alias("_op"))

@@ -301,7 +301,7 @@ def fix_transform(ctx: RuleContext) -> Transform | None:
         return None
     share = host_share(ctx.trace)
     # one cast autocast adds: an eager op launching one elementwise kernel (`aten::to` -> `_to_copy` -> a copy)
-    one = eager_op_host_ns(ctx.trace, ctx.kb)
+    one = eager_op_host_ns(ctx.trace)
     cut: dict[int, int] = {}
     if c.filter(pl.col("kind").is_in(["conv_tf32", "conv_fp32"])).height:  # autocast's work, where it casts
         # every FP32 forward convolution, whatever its kernel (a 1x1 one runs as a cuDNN GEMM)

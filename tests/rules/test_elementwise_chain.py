@@ -231,7 +231,7 @@ def test_the_fix_pays_one_compiled_call_per_step_and_direction():
     ctx = _context("ab_traced/elementwise_32mib_eager")
     ch = _chains(ctx)
     cut = compiled_call_cut(ctx, ch)
-    one = eager_op_host_ns(ctx.trace, ctx.kb)
+    one = eager_op_host_ns(ctx.trace)
     assert 4000 < one < 9000  # ns: one eager op unprofiled on the H200 host (the sweep: 7.3 µs)
     assert len(cut) == 3 and set(cut.values()) == {-int((COMPILED_CALL_OPS["forward"] - 1) * one)}
     firsts = set(k.traceview.analyses.rowid.by_id(ctx.trace.gpu, ch.filter(ch["pos"] == 0)["i"], "op")["op"].to_list())
@@ -240,7 +240,7 @@ def test_the_fix_pays_one_compiled_call_per_step_and_direction():
     # a step
     ctx = _context("ab_traced/gpt2p_compile")
     got = sorted(compiled_call_cut(ctx, _chains(ctx)).values())
-    one = eager_op_host_ns(ctx.trace, ctx.kb)
+    one = eager_op_host_ns(ctx.trace)
     assert got == [-int((COMPILED_CALL_OPS["backward"] - 1) * one)] * 3 + [-int((COMPILED_CALL_OPS["forward"] - 1) * one)] * 3
     # a trace that runs compiled regions already pays its calls: nothing added
     ctx = _context("collected3/gpt2_sdpa_compiled")

@@ -45,6 +45,7 @@ import polars as pl
 
 from ..memo import per_trace
 from ..model import RUNTIME_CATS, Trace
+from .classify import kernel_bound
 from .layers import ATTR_PREFIX
 from .replay import Transform, replay
 from .replay_graph import KINDS
@@ -155,11 +156,13 @@ def host_share(trace: Trace, share: float = HOST_SHARE, slope: float = LAUNCH_SL
     return min(max(share + slope * (floor - LAUNCH_REF_US), 0.0), SHARE_MAX)
 
 
-def eager_op_host_ns(trace: Trace, kb: pl.DataFrame) -> float:
+@per_trace
+def eager_op_host_ns(trace: Trace) -> float:
     """Unprofiled host time of one eager op that launches one elementwise kernel (a cast, a `mul`): the trace's
-    median host time of such ops (`kb`: `classify.kernel_bound`'s kernels), less the profiler's share of it
-    (`host_share`: the fitted share at the trace's launch floor). The unit a fix's added host work is priced in."""
-    k = kb.filter(pl.col("op").is_not_null())
+    median host time of such ops (`classify.kernel_bound`'s kernels), less the profiler's share of it
+    (`host_share`: the fitted share at the trace's launch floor). The unit a fix's added host work is priced in;
+    once per trace (the rules that price with it share it)."""
+    k = kernel_bound(trace).filter(pl.col("op").is_not_null())
     one = k.group_by("op").agg(pl.len().alias("n"), pl.col("category").first())
     one = one.filter((pl.col("n") == 1) & (pl.col("category") == "elementwise"))["op"]
     dur = by_id(trace.host, one.cast(pl.UInt32), "dur")["dur"]
