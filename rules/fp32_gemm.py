@@ -29,6 +29,24 @@ path: a busy run of kernels passes its savings on only when the work after it wa
 host was blocked waiting for the GPU (a sync); when the host was late anyway (waiting for input, launching
 slowly), a shorter kernel only lengthens the idle gap after it.
 
+The replayed saving prices the fix the finding advises, and both ways to fix are priced (`fix_variants`): TF32
+(the GEMMs at their TF32 time) and autocast, which changes more than the GEMMs: they run in BF16 (the same share
+of the 16-bit peak, never below half their bytes over the bandwidth), except a GEMM whose rows are not a multiple
+of 16 bytes in BF16 (a vocabulary of 50257 or 30522: aligned enough for the FP32 CUDA-core kernel), which cuBLAS
+runs on a fallback kernel at about a ninth of the peak (unaligned-gemm's measurements); SDPA's FP32
+memory-efficient or cuDNN attention kernels become the 16-bit flash kernel autocast's inputs select (their FLOPs
+at half the 16-bit peak: ViT-B/16's 15.5 ms a step of FP32 `fmha_cutlass` kernels, 0.6 ms predicted); and the
+host casts each GEMM's weight and bias on every call and their gradients back in the backward (one eager op each:
+HF GPT-2 runs 66 casts and 75 `ToCopyBackward0` a step under autocast). Measured on the H200
+(`sample_traces/ab_traced`: the problem traced and both sides timed in one process), saving predicted against
+measured: ViT-B/16 136.9 / 142.9 ms (121.9 when priced as TF32, which left the fixed step at 56 ms against 34);
+ConvNeXt-T 67.7 / 65.5; HF BERT-base 35.6 / 39.8; HF GPT-2 34.2 / 32.2 (the LM head's three BF16 GEMMs on the
+fallback kernel: 8 ms of the fixed step). Recorded after this model was set: GPT-2 at batch 32 130.7 / 127.0,
+BERT at sequence 512 102.9 / 103.3, and ViT-B/16 at batch 16 21.4 / 14.7, a miss: its BF16 step is host-bound
+(37.2 ms measured, 30.8 replayed), and a trace whose step sits at the device's floor bounds its host time only
+from above. Not modelled: the cast kernels, casts of activations an FP32 op produced, and the memory-bound
+kernels that then run on 16-bit activations.
+
 ## Options
 - `short_kernel_us` (10.0): a kernel without recorded shapes that is shorter than this is taken as latency-bound
   (no gain); TraceLens's short-kernel threshold.
@@ -46,12 +64,17 @@ from __future__ import annotations
 from typing import Annotated
 
 import msgspec
+import numpy as np
 import polars as pl
 
-from traceview.analyses.attention import score_op_ids
+from traceview.analyses.attention import FUSED_ATTN_KERNEL_RE, score_op_ids
 from traceview.analyses.classify import sync_calls
 from traceview.analyses.names import contains
+from traceview.analyses.opshapes import decode
+from traceview.analyses.overhead import eager_op_host_ns
 from traceview.analyses.replay import Transform
+from traceview.analyses.rowid import by_id
+from traceview.analyses.tree import ancestor_ids
 from traceview.analyses.whatif import removed_per_step, shrink_kernels
 from traceview.evidence import Meta, OpTime
 from traceview.ruleapi import XPROF_SEVERITY, Finding, Option, RuleContext, min_savings
@@ -81,6 +104,22 @@ TC_KERNEL_RE = r"(?i)tf32|bf16|f16|fp16|hmma|wgmma|imma|i8i8|e4m3|e5m2|s1688|s16
 #: compute-bound shapes reach 0.5-0.8 of it on H100/H200); below, the rest of its time is latency or memory
 FULL_SHARE = 0.5
 LOW_PRECISION_RE = r"(?i)bf16|f16|fp16|hmma|h1688|h16816|e4m3|e5m2"
+#: ops autocast runs in 16-bit that launch GEMM or attention kernels (CUDA's lower-precision list; convolutions
+#: are fp32-conv's): it casts each FP32 floating input once, at the outermost such op (nested ones get 16-bit)
+AUTOCAST_OPS = ["aten::linear", "aten::addmm", "aten::mm", "aten::bmm", "aten::baddbmm", "aten::addbmm",
+                "aten::matmul", "aten::addmv", "aten::mv", "aten::einsum", "aten::scaled_dot_product_attention"]
+#: the inputs of an outermost autocast op that are a module's parameters (its weight and bias), by position: autocast
+#: casts these on every call and, in training, their gradients back (`_casts`); `linear(input, weight, bias)`,
+#: `addmm(bias, input, weight)` (Hugging Face's Conv1D). An activation input is cast too when an FP32 op produced it
+#: (a layer norm's output), not when a 16-bit GEMM did, which the trace does not say: not counted
+PARAM_INPUTS = {"aten::linear": (1, 2), "aten::addmm": (0, 2)}
+#: achieved share of the 16-bit Tensor-Core peak of the fused (flash) attention kernel autocast's 16-bit inputs
+#: select (materialized-attention's `efficiency`: FlashAttention-2 reports 50-73 % of A100 peak forward)
+ATTN_EFFICIENCY = 0.5
+#: share of the 16-bit peak a GEMM reaches on the fallback kernel that rows misaligned in 16-bit select (H200,
+#: unaligned-gemm's measurements: [4096, 768] x [768, 50257] in BF16 2.5-3.3 ms, 96-126 TFLOP/s, against 0.44 ms
+#: padded)
+MISALIGNED_SHARE = 0.11
 
 
 def tensor_core_gpu(ctx: RuleContext) -> bool:
@@ -187,10 +226,136 @@ def check(ctx: RuleContext) -> list[Finding]:
 
 
 def fix_transform(ctx: RuleContext) -> Transform | None:
-    """The fix as a replay transformation: each FP32 GEMM/conv kernel takes its TF32 time from the device's
-    throughput table (`fp32_kernels`' new_dur: the FP32-explained share scaled by FP32 / TF32 peak, never below
-    its bytes over the bandwidth)."""
+    """The fix as a replay transformation, the one the finding advises: where the trace already runs 16-bit GEMMs
+    (the advice is autocast: `FIX_AUTOCAST`) the autocast variant, else TF32 (`fix_variants`)."""
+    if not tensor_core_gpu(ctx):
+        return None
+    if _count_low_precision_gemms(ctx.trace.gpu):
+        return _autocast(ctx)
+    return _tf32(ctx)
+
+
+def fix_variants(ctx: RuleContext) -> dict[str, Transform]:
+    """Both ways to fix, as replay transformations.
+
+    - tf32: each FP32 GEMM/conv kernel takes its TF32 time from the device's throughput table (`fp32_kernels`'
+      new_dur: the FP32-explained share scaled by FP32 / TF32 peak, never below its bytes over the bandwidth).
+    - autocast: each takes its BF16 time instead (bf16_dur: the same share at the 16-bit peak, never below half
+      its bytes over the bandwidth); each FP32 fused attention kernel (SDPA's memory-efficient or cuDNN backend
+      on FP32 inputs) runs as the 16-bit flash kernel autocast's inputs select: its FLOPs at `ATTN_EFFICIENCY` of
+      the 16-bit peak, never below half its bytes over the bandwidth; and the host pays autocast's casts (`_casts`).
+      Not modelled: the cast kernels themselves (a transform only shortens device work) and the memory-bound
+      kernels that run on 16-bit activations afterwards (fp32-conv prices those of convolutional networks)."""
+    if not tensor_core_gpu(ctx):
+        return {}
+    out = {v: t for v, t in (("tf32", _tf32(ctx)), ("autocast", _autocast(ctx))) if t is not None}
+    return out
+
+
+def _tf32(ctx: RuleContext) -> Transform | None:
     k = _kernels(ctx)
     if k.height == 0:
         return None
     return Transform(NAME, gpu_dur=dict(zip(k["i"].cast(pl.Int64).to_list(), k["new_dur"].to_list(), strict=True)))
+
+
+def _fp32_attention(ctx: RuleContext) -> pl.DataFrame:
+    """FP32 fused attention kernels of the analysed steps with their 16-bit flash time: [i, op, new_dur]."""
+    spec = ctx.spec
+    g = ctx.trace.gpu.select("i", "name", "kind", "ts", "dur")
+    a = g.filter((pl.col("kind") == "compute") & (pl.col("ts") >= ctx.lo) & (pl.col("ts") < ctx.hi)
+                 & pl.col("name").str.contains(FUSED_ATTN_KERNEL_RE))
+    a = a.join(ctx.kb.select("i", "op", "flops", "bytes", "bpe"), on="i", how="left")
+    a = a.filter((pl.col("bpe") >= 4) & pl.col("flops").is_not_null())
+    fused = pl.max_horizontal(pl.col("flops") / (ATTN_EFFICIENCY * spec.tc_tflops * 1e12) * 1e9,
+                              pl.col("bytes").fill_null(0) / 2 / spec.bw * 1e9)
+    return a.select("i", "op", new_dur=fused.clip(0, pl.col("dur")).cast(pl.Int64))
+
+
+def _casts(ctx: RuleContext, ops: pl.Series) -> dict[int, int]:
+    """The host time autocast's casts add, as `Transform.host_cut` (negative: time added), for the ops (host row
+    ids) that launched the FP32 GEMM and attention kernels it changes. In the forward, the outermost
+    `AUTOCAST_OPS` op above each casts its FP32 parameters (`PARAM_INPUTS`, by its `Input type`: `aten::to` ->
+    `_to_copy` -> a copy kernel each); in a training step each cast's gradient is cast back in the backward
+    (`ToCopyBackward0`), spread over the backward's GEMM ops. Each cast costs one eager op that launches one
+    elementwise kernel (`overhead.eager_op_host_ns`). Measured on HF GPT-2 (6 layers, bf16 autocast): 66 casts a
+    step under its 24 forward `addmm`s (48 of them parameters: the rest are activations from layer norms) and 75
+    `ToCopyBackward0`."""
+    h = ctx.trace.host
+    if ops.len() == 0 or "input_type" not in h.columns:
+        return {}
+    ops = ops.drop_nulls().unique().cast(pl.UInt32)
+    back = h["name"].str.starts_with("autograd::engine::evaluate_function") | h["name"].str.ends_with("Backward0")
+    is_back = ancestor_ids(h, ops, back.fill_null(False).to_numpy(), include_self=True) >= 0
+    fwd, bwd = ops.filter(pl.Series(~is_back)), ops.filter(pl.Series(is_back))
+    ac = h["name"].is_in(AUTOCAST_OPS).fill_null(False).to_numpy()
+    top = ancestor_ids(h, fwd, ac, include_self=True)
+    for _ in range(3):  # climb to the outermost (linear -> matmul -> mm)
+        up = ancestor_ids(h, pl.Series(np.where(top >= 0, top, fwd.to_numpy()), dtype=pl.UInt32), ac)
+        if not (up >= 0).any():
+            break
+        top = np.where((top >= 0) & (up >= 0), up, top)
+    outer = pl.Series(np.unique(top[top >= 0]), dtype=pl.UInt32)
+    if outer.len() == 0:
+        return {}
+    rows = by_id(h, outer, "name", "input_dims", "input_type")
+    n = [sum(1 for j, (d, t) in enumerate(decode(dims, types)) if t == "float" and d and j in PARAM_INPUTS.get(op, ()))
+         for op, dims, types in rows.select("name", "input_dims", "input_type").iter_rows()]
+    one = eager_op_host_ns(ctx.trace)
+    cut = {int(op): -int(c * one) for op, c in zip(outer.to_list(), n, strict=True) if c}
+    if bwd.len() and sum(n):
+        each = -int(sum(n) * one / bwd.len())
+        for op in bwd.to_list():
+            cut[int(op)] = cut.get(int(op), 0) + each
+    return cut
+
+
+def _misaligned_in_16bit(ctx: RuleContext, ops: pl.Series) -> pl.Series:
+    """The ops (host row ids) of `ops` whose GEMM rows, cast to 16-bit, are not a multiple of 16 bytes
+    (unaligned-gemm's test on the op's recorded dims and strides, its FP32 inputs read as BF16): a vocabulary of
+    50257 is aligned in FP32 on the CUDA cores and misaligned in BF16 (per distinct shape, never per event)."""
+    from .unaligned_gemm import misaligned  # (it imports this module)
+
+    h = ctx.trace.host
+    if ops.len() == 0 or "input_dims" not in h.columns:
+        return pl.Series("op", [], pl.UInt32)
+    strides = pl.col("strides") if "strides" in h.columns else pl.lit(None, pl.Categorical)
+    calls = by_id(h, ops.drop_nulls().unique().sort(), pl.col("i").alias("op"), "name", "input_dims", "input_type",
+                  strides.alias("strides"))
+    key = ["name", "input_dims", "input_type", "strides"]
+    bad = []
+    for name, d, t, st in calls.select(key).unique().iter_rows():
+        ts = decode(d, t)
+        if not ts:
+            continue
+        dims = [x for x, _ in ts]
+        types = ["c10::BFloat16" if y == "float" else y for _, y in ts]
+        try:
+            got = misaligned(name, dims, types, msgspec.json.decode(st) if st else None)
+        except (msgspec.DecodeError, TypeError, ValueError):
+            got = None
+        if got is not None:
+            bad.append((name, d, t, st))
+    if not bad:
+        return pl.Series("op", [], pl.UInt32)
+    raw = pl.Categorical
+    b = pl.DataFrame(bad, schema={"name": pl.String, "input_dims": raw, "input_type": raw, "strides": raw},
+                     orient="row")
+    return calls.join(b, on=key, how="inner", nulls_equal=True)["op"]
+
+
+def _autocast(ctx: RuleContext) -> Transform | None:
+    k, a = _kernels(ctx), _fp32_attention(ctx)
+    if k.height == 0 and a.height == 0:
+        return None
+    # a GEMM whose rows are misaligned in 16-bit runs on cuBLAS's fallback kernel (`MISALIGNED_SHARE` of the peak)
+    k = k.join(ctx.kb.select("i", "op"), on="i", how="left")
+    bad = _misaligned_in_16bit(ctx, k["op"])
+    slow = (pl.col("flops") / (MISALIGNED_SHARE * ctx.spec.tc_tflops * 1e12) * 1e9).fill_null(0)
+    k = k.with_columns(bf16_dur=pl.when(pl.col("op").is_in(bad.implode()))
+                       .then(pl.min_horizontal(pl.max_horizontal(pl.col("bf16_dur"), slow), pl.col("dur")))
+                       .otherwise(pl.col("bf16_dur")).cast(pl.Int64))
+    gpu = dict(zip(k["i"].cast(pl.Int64).to_list(), k["bf16_dur"].to_list(), strict=True))
+    gpu.update(zip(a["i"].cast(pl.Int64).to_list(), a["new_dur"].to_list(), strict=True))
+    ops = pl.concat([k["op"].cast(pl.UInt32), a["op"].cast(pl.UInt32)])
+    return Transform(NAME, gpu_dur=gpu, host_cut=_casts(ctx, ops))

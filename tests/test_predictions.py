@@ -63,6 +63,7 @@ MISSES_SAME_PROCESS = {  # fmt: skip
     ("ab_traced", "elementwise_8mib_eager", "elementwise_8mib_compiled"): "0.033 predicted vs 0.011 ms measured (+187%); the rounds in one process measured 0.000 to 0.019 ms; the fixed step replays at 0.097 ms against 0.114 measured: a saving of a tenth of the step",
     ("ab_traced", "mobilenet_graph", "mobilenet_cuda_graph"): "9.614 predicted vs 13.594 ms measured (-29%): the fixed step is right (3.15 replayed, 3.20 measured), the problem's rounds ran 16.79 ms where the traced run's unprofiled wait steps ran 12.76 in the same process (the host's speed drifts: the same loop against itself ran 24.4 vs 25.1 ms in rounds, 13.2-19.6 ms in fresh processes)",
     ("ab_traced", "bertp_compile", "bertp_compiled"): "6.917 predicted vs 10.710 ms measured (-35%); the rounds in one process measured 9.735 to 16.663 ms; a host-bound step (BERT at sequence 512, its GEMMs padded): Inductor also drops the host work of ops it does not fuse (views, transposes and the dispatch of the GEMMs it calls from its wrapper), which the chain fusion does not price",
+    ("ab_traced", "vit_fp32_b16", "vit_bf16_b16"): "21.357 predicted vs 14.724 ms measured (+45%); the rounds in one process measured 11.905 to 16.739 ms; held out (recorded after fp32-gemm's autocast variant was set): the BF16 step is host-bound (37.2 ms measured, its rounds 25.9-48.2 ms a step; 30.8 replayed) and the FP32 trace sits at the device's floor (52 ms unprofiled), which bounds its host time only from above",
     ("ab_traced", "effnet_graph", "effnet_cuda_graph"): "1.649 predicted vs 0.329 ms measured (+402%), at info (2.8 % of the step); a device-bound step (33.5 ms of kernels in a CUDA graph, 33.9 eager) whose host time the measurement does not fix",
 }
 
@@ -97,7 +98,7 @@ def test_same_process_labels_are_current():
     for t in labels["twins"]:  # the saving is the median of the rounds' differences, as ab_twin.py measures it
         r = sorted(t["per_round_saving_ms"])
         assert min(r) <= t["measured_fix_saving_ms"] <= max(r)
-    assert len(SAME_PROCESS) == 29 and set(MISSES_SAME_PROCESS) <= {(t["set"], t["problem"], t["fixed"]) for t in SAME_PROCESS}
+    assert len(SAME_PROCESS) == 32 and set(MISSES_SAME_PROCESS) <= {(t["set"], t["problem"], t["fixed"]) for t in SAME_PROCESS}
 
 
 def test_the_issue_bar():
@@ -108,7 +109,7 @@ def test_the_issue_bar():
     once = [t for t in COVERED if (t["set"], t["problem"], t["fixed"]) not in gone] + SAME_PROCESS
     scored = [(predicted(t["set"], t["problem"], t["rule"], t.get("variant")), t["measured_ms"]) for t in once]
     hits = [abs(p / m - 1) <= P.BAND for p, m in scored if p is not None]
-    assert len(hits) == 58
+    assert len(hits) == 61
     assert sum(hits) >= 0.8 * len(hits)
 
 
@@ -134,10 +135,13 @@ def test_held_out_twins():
     each within the band of its in-process measurement: BERT and ViT (GEMMs), ConvNeXt (GEMMs and convolutions
     replayed together, as autocast changes both), MobileNetV3's single-tensor AdamW, DDP accumulation on GPT-2
     without no_sync() (the reducer's bucket copies of three micro-batches in four); and, recorded after unaligned-gemm's
-    model was set, BERT's 30522-token head at sequence 512 and GPT-2's 50257 in TF32."""
+    model was set, BERT's 30522-token head at sequence 512 and GPT-2's 50257 in TF32; and, recorded after fp32-gemm's
+    autocast variant was set, FP32 -> BF16 autocast on GPT-2 at batch 32 and BERT at sequence 512 (ViT-B/16 at batch
+    16, the third, is a miss: MISSES_SAME_PROCESS)."""
     held = [t for t in SAME_PROCESS if t["problem"] in {"bert_fp32", "vit_fp32", "convnext_fp32", "mobilenet_single",
-                                                        "ddp_accum4_gpt2", "bert_vocab_s512", "gpt2_tf32_vocab"}]
-    assert len(held) == 7
+                                                        "ddp_accum4_gpt2", "bert_vocab_s512", "gpt2_tf32_vocab",
+                                                        "gpt2_fp32_b32", "bert_fp32_s512"}]
+    assert len(held) == 9
     for t in held:
         p = predicted(t["set"], t["problem"], t["rule"], t.get("variant"))
         assert abs(p / t["measured_ms"] - 1) <= P.BAND, (t["problem"], p, t["measured_ms"])
@@ -259,12 +263,13 @@ def test_the_step_after_the_fix_is_the_reports_replayed_step_less_the_saving(pro
     # the scoreboard's second lens (tools/predictions.py `fixed_step_table`), against the report a user reads:
     # its projection's replayed unprofiled step (an independent path: analyze, not the tool's own replay) less the
     # tool's saving, and against the fixed twin's rounds in labels.json; the errors documented in
-    # docs/predictions.md (MobileNet's graph right on the step though its saving misses, ViT-B/16 the other way)
+    # docs/predictions.md (MobileNet's graph right on the step though its saving misses; ViT-B/16's BF16 step, +20 %:
+    # autocast's GEMMs and attention priced, its host replayed from an FP32 trace at the device's floor)
     (t,) = [t for t in P.twins() if t["set"] == "ab_traced" and t["problem"] == problem]
     p, base = P.predicted(SAMPLES / "ab_traced" / problem, t["rule"], t.get("variant"))
     proj = analyze([SAMPLES / "ab_traced" / problem]).traces[0]["projection"]
     assert base * 1000 == pytest.approx(proj["replayed_unprofiled_step_us"], rel=1e-3)
     err = (base - p) / t["fixed_step_ms"] - 1
-    bounds = {"mobilenet_graph": (-0.05, 0.05), "vit_fp32": (0.5, 0.8), "elementwise_128mib_eager": (-0.2, 0.0)}
+    bounds = {"mobilenet_graph": (-0.05, 0.05), "vit_fp32": (0.1, 0.3), "elementwise_128mib_eager": (-0.2, 0.0)}
     lo, hi = bounds[problem]
     assert lo < err < hi, err

@@ -25,7 +25,7 @@ TWINS: dict[str, tuple[str, str, str | None, str | None]] = {
     "gpt2_sdpa_single": ("gpt2_sdpa", "unfused-optimizer", "foreach", "collected3"),
     "gpt2_sdpa_single_f": ("gpt2_sdpa_fused", "unfused-optimizer", "fused", "collected3"),
     "gpt2_sdpa_empty_cache": ("gpt2_sdpa_ref", "allocator-churn", None, "collected4"),
-    "gpt2_fp32": ("gpt2_sdpa", "fp32-gemm", None, "collected3"),
+    "gpt2_fp32": ("gpt2_sdpa", "fp32-gemm", "autocast", "collected3"),
     "gpt2_eager_attn_s1024": ("gpt2_sdpa_s1024", "materialized-attention", None, "collected4"),
     "resnet18_fp32": ("resnet18_bf16_cl", "fp32-conv", None, "collected3"),
     "train_syncs_item_b16": ("train_syncs_deferred_b16", "host-sync", None, "collected3"),
@@ -40,9 +40,9 @@ TWINS: dict[str, tuple[str, str, str | None, str | None]] = {
     # held out: models no other set has, recorded on 2026-12-03 after the model's last fit (record_ab_traced.sh
     # `heldout`); a fix that changes several things at once (autocast: GEMMs and convolutions) names every rule
     # whose transform it applies ("a+b": replayed together); bert_small_item and effnet_fp32 are negative controls
-    "bert_fp32": ("bert_bf16", "fp32-gemm", None, None),
-    "vit_fp32": ("vit_bf16", "fp32-gemm+fp32-conv", None, None),
-    "convnext_fp32": ("convnext_bf16_cl", "fp32-gemm+fp32-conv", None, None),
+    "bert_fp32": ("bert_bf16", "fp32-gemm", "autocast", None),
+    "vit_fp32": ("vit_bf16", "fp32-gemm+fp32-conv", "autocast", None),
+    "convnext_fp32": ("convnext_bf16_cl", "fp32-gemm+fp32-conv", "autocast", None),
     "mobilenet_single": ("mobilenet_fused", "unfused-optimizer", "fused", None),
     "bert_small_item": ("bert_small_noitem", "host-sync", None, None),
     "effnet_fp32": ("effnet_bf16_cl", "fp32-conv", None, None),
@@ -77,11 +77,17 @@ TWINS: dict[str, tuple[str, str, str | None, str | None]] = {
     # (host-bound both ways: compiled saves 0.01 ms) and on 128 MiB (the collected2 twin, in one process)
     "elementwise_8mib_eager": ("elementwise_8mib_compiled", "elementwise-chain", None, None),
     "elementwise_128mib_eager": ("elementwise_chain_compiled", "elementwise-chain", None, "collected2"),
+    # held out: FP32 -> bf16 autocast, recorded after fp32-gemm's autocast variant was set (2026-12-04,
+    # `record_ab_traced.sh autocast_heldout`): sizes whose fixed step stays GPU-bound (GPT-2 batch 32, BERT at
+    # sequence 512) and one whose fixed step is host-bound (ViT-B/16 batch 16)
+    "gpt2_fp32_b32": ("gpt2_bf16_b32", "fp32-gemm", "autocast", None),
+    "bert_fp32_s512": ("bert_bf16_s512", "fp32-gemm", "autocast", None),
+    "vit_fp32_b16": ("vit_bf16_b16", "fp32-gemm+fp32-conv", "autocast", None),
 }
 #: twins whose fix changes nothing by construction (the same program on both sides): a control, never scored
 CONTROLS = {"gpt2_vocab_padded"}
 HELD_OUT = {"bert_fp32", "vit_fp32", "convnext_fp32", "mobilenet_single", "bert_small_item", "effnet_fp32",
-            "ddp_accum4_gpt2", "bert_vocab_s512", "gpt2_tf32_vocab"}
+            "ddp_accum4_gpt2", "bert_vocab_s512", "gpt2_tf32_vocab", "gpt2_fp32_b32", "bert_fp32_s512", "vit_fp32_b16"}
 
 
 def build() -> tuple[dict, str]:

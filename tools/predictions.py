@@ -27,6 +27,7 @@ BEGIN, END = "<!-- predictions:begin -->", "<!-- predictions:end -->"
 VARIANT_RE = {
     "fused": r"fused=True|--impl fused|--optim fused",
     "foreach": r"foreach=True|--impl foreach|--optim foreach",
+    "autocast": r"--amp\b|autocast",  # (after the optimizer's: a fused-AdamW twin may run under autocast too)
 }
 
 
@@ -156,7 +157,14 @@ def predicted(path: Path, rule: str, fix_variant: str | None = None) -> tuple[fl
         from traceview.sections.fixrunner import what_if
 
         names = rule.split("+")
-        return what_if(ctx, fixes.transforms(ctx, Options(), [BY_NAME[n] for n in names]), names)["savings_us"] / 1000, base
+        tf = fixes.transforms(ctx, Options(), [BY_NAME[n] for n in names])
+        for n in names:  # the variant the twin applies, in each rule that prices several
+            m = BY_NAME[n]
+            if fix_variant and hasattr(m, "fix_variants"):
+                got = m.fix_variants(ctx.for_rule(m, Options().options_for(m)))
+                if fix_variant in got:
+                    tf[n] = got[fix_variant]
+        return what_if(ctx, tf, names)["savings_us"] / 1000, base
     mod = BY_NAME[rule]
     tf = fixes.transforms(ctx, Options(), [mod])
     if fix_variant and hasattr(mod, "fix_variants"):
@@ -173,7 +181,7 @@ def rows() -> list[dict]:
     out = []
     ab = one_process()
     for t in twins():
-        if not hasattr(BY_NAME.get(t["rule"] or ""), "fix_variants"):  # one way to fix: nothing to choose
+        if not any(hasattr(BY_NAME.get(r), "fix_variants") for r in (t["rule"] or "").split("+")):  # one way to fix
             t = {**t, "variant": None}
         path = ROOT / "sample_traces" / t["set"] / t["problem"]
         p, base = predicted(path, t["rule"], t.get("variant")) if t["rule"] else (None, None)

@@ -8,7 +8,7 @@
 set -u
 OUTD=${1:-/tmp/tv_ab_traced}
 shift || true
-GROUPS_=${*:-real synth loader heldout ddp fixes aligned aligned_heldout fused compile_call}
+GROUPS_=${*:-real synth loader heldout ddp fixes aligned aligned_heldout fused compile_call autocast_heldout}
 PY=${PY:-python3}
 mkdir -p "$OUTD"
 $PY -c 'import torch; print("torch", torch.__version__, "cuda", torch.version.cuda,
@@ -106,6 +106,14 @@ fused)  # torch.compile on real models whose GEMMs are already aligned: what it 
   BP="real_models --model bert --layers 12 --d 768 --heads 12 --seq 512 --batch 16 --amp --vocab 30528"
   RUN_TIMEOUT=${RUN_TIMEOUT_COMPILE:-420} run bertp_compile $C --name bertp_compile -- \
     $PY -m collectors.examples.ab_twin --rounds ${ROUNDS_COMPILE:-4} "$BP" "$BP --compile --steps 20"
+  ;;
+autocast_heldout)  # recorded after fp32-gemm's autocast variant was set (2026-12-04): other sizes, fixed steps GPU-bound
+  GB="real_models --model gpt2 --attn sdpa --batch 32"
+  run gpt2_fp32_b32 $C --name gpt2_fp32_b32 -- $AB "$GB" "$GB --amp"
+  BB="real_models --model bert --layers 12 --d 768 --heads 12 --seq 512 --batch 16"
+  run bert_fp32_s512 $C --name bert_fp32_s512 -- $AB "$BB" "$BB --amp"
+  run vit_fp32_b16 $C --name vit_fp32_b16 -- $AB "real_models --model vit_b_16 --batch 16" \
+    "real_models --model vit_b_16 --batch 16 --amp"
   ;;
 compile_call)  # the compiled call's own host cost: elementwise chains small enough that it decides the step
   run elementwise_8mib_eager $C --name elementwise_8mib_eager -- $AB "elementwise_chain --mib 8" \

@@ -33,3 +33,55 @@ def test_tiny_latency_bound_fp32_gemms_save_nothing():
     # host launches late: TF32 would not shorten the step
     for n in ("optimizer_single_tensor", "optimizer_fused"):
         assert k.findings(f"gpu_h200_compile/{n}.json.gz", "TV202") == []
+
+
+def _ctx(rel: str):
+    from traceview.rules import BY_NAME
+
+    from traceview.options import Options
+    from traceview.report import select_steps
+    from traceview.ruleapi import RuleContext
+
+    t = k.trace(next(str(p.relative_to(k.SAMPLES)) for p in (k.SAMPLES / rel).glob("*.pt.trace.json*")))
+    ctx, _ = RuleContext.prepare(t, select_steps(t, None))
+    mod = BY_NAME["fp32-gemm"]
+    return t, ctx, mod, ctx.for_rule(mod, Options().options_for(mod))
+
+
+def test_autocast_variant_prices_what_bf16_changes_on_gpt2():
+    # HF GPT-2 (6 layers, batch 8 x 512) in FP32 with SDPA: autocast runs its GEMMs in BF16, its FP32
+    # memory-efficient attention as 16-bit flash, and the LM head's [4096, 768] x [768, 50257] GEMMs on cuBLAS's
+    # fallback kernel (a BF16 row of 50257 elements is not a multiple of 16 bytes; in FP32 the CUDA-core kernel
+    # does not care)
+    t, ctx, mod, rc = _ctx("ab_traced/gpt2_fp32")
+    v = mod.fix_variants(rc)
+    assert set(v) == {"tf32", "autocast"}
+    tf32, ac = v["tf32"], v["autocast"]
+    g = t.gpu.select("i", "name", "dur", "op")
+    attn = g.filter(pl.col("name").str.contains("fmha_cutlass") & pl.col("i").is_in(list(ac.gpu_dur)))
+    assert attn.height == 12 * ctx.steps.height  # 6 layers, forward and backward
+    assert sum(ac.gpu_dur[i] for i in attn["i"]) < 0.05 * attn["dur"].sum()
+    assert not set(attn["i"]) & set(tf32.gpu_dur)  # TF32 leaves the attention kernels alone
+    # the LM head's GEMMs (the ops with a 50257-long dimension): slower than an aligned BF16 GEMM in the autocast
+    # variant, never longer than they took in FP32
+    head_ops = t.host.filter(pl.col("input_dims").cast(pl.String).str.contains("50257"))["i"]
+    head = g.filter(pl.col("op").is_in(head_ops.implode()) & pl.col("i").is_in(list(ac.gpu_dur)))
+    assert head.height == 3 * ctx.steps.height  # the forward and its two gradients
+    fp32 = mod._kernels(rc).filter(pl.col("i").is_in(head["i"].implode()))
+    for i, d, b in fp32.select("i", "dur", "bf16_dur").iter_rows():
+        assert b < ac.gpu_dur[i] <= d
+        assert ac.gpu_dur[i] >= 5 * b  # the fallback kernel: 5.7-7.6x an aligned one on the H200
+    # the host casts: each forward GEMM op's weight and bias (24 addmm x 2, the tied LM head's weight), and each
+    # cast's gradient back in the backward, at the trace's eager-op time; the BF16 twin's trace casts at least that
+    # many under its GEMMs (66 under addmm and 2 under linear a step: activations from layer norms too)
+    from traceview.analyses.overhead import eager_op_host_ns
+
+    casts = -sum(ac.host_cut.values()) / eager_op_host_ns(t) / ctx.steps.height
+    assert casts == pytest.approx(2 * (24 * 2 + 1), abs=0.5)
+    assert tf32.host_cut == {}
+
+
+def test_the_finding_saves_what_its_advice_gives():
+    # no 16-bit GEMM in the trace: the advice is TF32 first, and the finding's saving is TF32's
+    _, _, mod, rc = _ctx("ab_traced/gpt2_fp32")
+    assert mod.fix_transform(rc).gpu_dur == mod.fix_variants(rc)["tf32"].gpu_dur
