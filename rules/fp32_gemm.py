@@ -29,11 +29,13 @@ path: a busy run of kernels passes its savings on only when the work after it wa
 host was blocked waiting for the GPU (a sync); when the host was late anyway (waiting for input, launching
 slowly), a shorter kernel only lengthens the idle gap after it.
 
-The replayed saving prices the fix the finding advises, and both ways to fix are priced (`fix_variants`): TF32
-(the GEMMs at their TF32 time) and autocast, which changes more than the GEMMs: they run in BF16 (the same share
-of the 16-bit peak, never below half their bytes over the bandwidth), except a GEMM whose rows are not a multiple
-of 16 bytes in BF16 (a vocabulary of 50257 or 30522: aligned enough for the FP32 CUDA-core kernel), which cuBLAS
-runs on a fallback kernel at about a ninth of the peak (unaligned-gemm's measurements); SDPA's FP32
+The replayed saving prices the fix the finding advises, and both ways to fix are priced (`fix_variants`). In
+both, a GEMM whose rows are not a multiple of 16 bytes at the fix's width (a vocabulary of 50257 or 30522: 4
+elements in TF32, 8 in BF16; the FP32 CUDA-core kernel does not care) runs on cuBLAS's fallback kernel, at
+`MISALIGNED_SHARE` of the 16-bit peak in either width (unaligned-gemm's measurements): GPT-2's LM head is
+predicted at 8.0 ms a step from its FP32 trace, and the same program ran it in 7.6 ms in TF32 and 7.9 in BF16
+(their own traces). TF32: the GEMMs at their TF32 time. Autocast changes more than the GEMMs: they run in BF16
+(the same share of the 16-bit peak, never below half their bytes over the bandwidth); SDPA's FP32
 memory-efficient or cuDNN attention kernels become the 16-bit flash kernel autocast's inputs select (their FLOPs
 at half the 16-bit peak: ViT-B/16's 15.5 ms a step of FP32 `fmha_cutlass` kernels, 0.6 ms predicted); and the
 host casts each GEMM's weight and bias on every call and their gradients back in the backward (one eager op each:
@@ -44,7 +46,8 @@ ConvNeXt-T 67.7 / 65.5; HF BERT-base 35.6 / 39.8; HF GPT-2 34.2 / 32.2 (the LM h
 fallback kernel: 8 ms of the fixed step). Recorded after this model was set: GPT-2 at batch 32 130.7 / 127.0,
 BERT at sequence 512 102.9 / 103.3, and ViT-B/16 at batch 16 21.4 / 14.7, a miss: its BF16 step is host-bound
 (37.2 ms measured, 30.8 replayed), and a trace whose step sits at the device's floor bounds its host time only
-from above. Not modelled: the cast kernels, casts of activations an FP32 op produced, and the memory-bound
+from above. FP32 -> TF32, recorded after the TF32 variant priced misaligned GEMMs: GPT-2 29.8 / 28.9, ConvNeXt-T
+32.6 / 29.6, BERT-base 46.3 / 37.3 (a miss of the same kind: its TF32 step is host-bound). Not modelled: the cast kernels, casts of activations an FP32 op produced, and the memory-bound
 kernels that then run on 16-bit activations.
 
 ## Options
@@ -67,6 +70,7 @@ import msgspec
 import numpy as np
 import polars as pl
 
+from traceview.analyses.alignment import misaligned
 from traceview.analyses.attention import FUSED_ATTN_KERNEL_RE, score_op_ids
 from traceview.analyses.classify import sync_calls
 from traceview.analyses.names import contains
@@ -97,6 +101,9 @@ FIX_AUTOCAST = ("These matrix multiplies run in full FP32 on the CUDA cores whil
                 "use 16-bit Tensor-Core kernels: they run outside the autocast region or on tensors it does not "
                 "cast. Move them under torch.autocast, cast their inputs, or allow TF32 for what must stay FP32 "
                 "with torch.set_float32_matmul_precision(\"high\").")
+FIX_PAD = (" Some of them have rows of {dims} elements, not a multiple of 16 bytes in TF32 or BF16: on the Tensor "
+           "Cores those run on a fallback kernel several times slower (the saving counts it); pad to {pads} (a "
+           "multiple of 64, e.g. the vocabulary) to get the rest.")
 #: FP32 SIMT/FFMA GEMM and convolution kernels (cuBLAS, CUTLASS, cuDNN); never a Tensor-Core kernel
 FP32_KERNEL_RE = r"(?i)sgemm|simt|_ffma|f32f32_f32f32"
 TC_KERNEL_RE = r"(?i)tf32|bf16|f16|fp16|hmma|wgmma|imma|i8i8|e4m3|e5m2|s1688|s16816|_h\d{3,5}"
@@ -116,10 +123,11 @@ PARAM_INPUTS = {"aten::linear": (1, 2), "aten::addmm": (0, 2)}
 #: achieved share of the 16-bit Tensor-Core peak of the fused (flash) attention kernel autocast's 16-bit inputs
 #: select (materialized-attention's `efficiency`: FlashAttention-2 reports 50-73 % of A100 peak forward)
 ATTN_EFFICIENCY = 0.5
-#: share of the 16-bit peak a GEMM reaches on the fallback kernel that rows misaligned in 16-bit select (H200,
-#: unaligned-gemm's measurements: [4096, 768] x [768, 50257] in BF16 2.5-3.3 ms, 96-126 TFLOP/s, against 0.44 ms
-#: padded)
-MISALIGNED_SHARE = 0.11
+#: share of the 16-bit peak a GEMM reaches on the fallback kernel that misaligned rows select, in BF16 and TF32
+#: alike (H200, unaligned-gemm's measurements: GPT-2's LM head, [4096, 768] x [768, 50257] and its two gradients,
+#: 949 GFLOP in 7.85 ms a step in BF16, 121 TFLOP/s; the micro-benchmark's LM-head shapes 95-154 TFLOP/s in BF16
+#: and 104-123 in TF32, against 700+ and 200-365 padded)
+MISALIGNED_SHARE = 0.12
 
 
 def tensor_core_gpu(ctx: RuleContext) -> bool:
@@ -221,8 +229,13 @@ def check(ctx: RuleContext) -> list[Finding]:
         bf16_gemms_in_trace=low,
     )
     steps = per.filter(pl.col("removed") > 0)["step"].to_list()
+    fix = FIX_AUTOCAST if low else FIX
+    rows = _misaligned(ctx, k.join(ctx.kb.select("i", "op"), on="i", how="left")["op"], as_bf16=False)["rows"]
+    if rows.len():  # the fix's kernels would fall back on these: say so, with the padding unaligned-gemm advises
+        dims = sorted({int(r) for rs in rows.to_list() for r in rs})[:3]
+        fix += FIX_PAD.format(dims=", ".join(map(str, dims)), pads=", ".join(str(-(-d // 64) * 64) for d in dims))
     return [ctx.finding(cost_ns=cost, savings_ns=savings, count=k.height, steps=steps, evidence=evidence,
-                        fix=FIX_AUTOCAST if low else FIX, kernel_ids=k["i"])]
+                        fix=fix, kernel_ids=k["i"])]
 
 
 def fix_transform(ctx: RuleContext) -> Transform | None:
@@ -256,7 +269,20 @@ def _tf32(ctx: RuleContext) -> Transform | None:
     k = _kernels(ctx)
     if k.height == 0:
         return None
+    k = _on_fallback(ctx, k, "new_dur", as_bf16=False)
     return Transform(NAME, gpu_dur=dict(zip(k["i"].cast(pl.Int64).to_list(), k["new_dur"].to_list(), strict=True)))
+
+
+def _on_fallback(ctx: RuleContext, k: pl.DataFrame, col: str, as_bf16: bool) -> pl.DataFrame:
+    """`k` (fp32_kernels) with `col` raised, for each GEMM whose rows are misaligned at the fix's width
+    (`_misaligned`), to its FLOPs at `MISALIGNED_SHARE` of the 16-bit peak (cuBLAS's fallback kernel), never above
+    the time it took; `k` gains the kernels' op."""
+    k = k.join(ctx.kb.select("i", "op"), on="i", how="left") if "op" not in k.columns else k
+    bad = _misaligned(ctx, k["op"], as_bf16)["op"]
+    slow = (pl.col("flops") / (MISALIGNED_SHARE * ctx.spec.tc_tflops * 1e12) * 1e9).fill_null(0)
+    return k.with_columns(pl.when(pl.col("op").is_in(bad.implode()))
+                          .then(pl.min_horizontal(pl.max_horizontal(pl.col(col), slow), pl.col("dur")))
+                          .otherwise(pl.col(col)).cast(pl.Int64).alias(col))
 
 
 def _fp32_attention(ctx: RuleContext) -> pl.DataFrame:
@@ -310,15 +336,15 @@ def _casts(ctx: RuleContext, ops: pl.Series) -> dict[int, int]:
     return cut
 
 
-def _misaligned_in_16bit(ctx: RuleContext, ops: pl.Series) -> pl.Series:
-    """The ops (host row ids) of `ops` whose GEMM rows, cast to 16-bit, are not a multiple of 16 bytes
-    (unaligned-gemm's test on the op's recorded dims and strides, its FP32 inputs read as BF16): a vocabulary of
-    50257 is aligned in FP32 on the CUDA cores and misaligned in BF16 (per distinct shape, never per event)."""
-    from .unaligned_gemm import misaligned  # (it imports this module)
-
+def _misaligned(ctx: RuleContext, ops: pl.Series, as_bf16: bool) -> pl.DataFrame:
+    """[op, rows]: the ops (host row ids) of `ops` whose GEMM rows are not a multiple of 16 bytes at the fix's width
+    (unaligned-gemm's test on the op's recorded dims and strides; `as_bf16`: its FP32 inputs read as BF16, as
+    autocast casts them, else as TF32 reads them, 4 bytes): the FP32 CUDA-core kernel does not care, the
+    Tensor-Core kernels do (a vocabulary of 50257: 4 or 8 elements per 16 bytes; per distinct shape)."""
     h = ctx.trace.host
+    empty = pl.DataFrame(schema={"op": pl.UInt32, "rows": pl.List(pl.Int64)})
     if ops.len() == 0 or "input_dims" not in h.columns:
-        return pl.Series("op", [], pl.UInt32)
+        return empty
     strides = pl.col("strides") if "strides" in h.columns else pl.lit(None, pl.Categorical)
     calls = by_id(h, ops.drop_nulls().unique().sort(), pl.col("i").alias("op"), "name", "input_dims", "input_type",
                   strides.alias("strides"))
@@ -329,32 +355,26 @@ def _misaligned_in_16bit(ctx: RuleContext, ops: pl.Series) -> pl.Series:
         if not ts:
             continue
         dims = [x for x, _ in ts]
-        types = ["c10::BFloat16" if y == "float" else y for _, y in ts]
+        types = ["c10::BFloat16" if y == "float" and as_bf16 else y for _, y in ts]
         try:
             got = misaligned(name, dims, types, msgspec.json.decode(st) if st else None)
         except (msgspec.DecodeError, TypeError, ValueError):
             got = None
         if got is not None:
-            bad.append((name, d, t, st))
+            bad.append((name, d, t, st, got[1]))
     if not bad:
-        return pl.Series("op", [], pl.UInt32)
+        return empty
     raw = pl.Categorical
-    b = pl.DataFrame(bad, schema={"name": pl.String, "input_dims": raw, "input_type": raw, "strides": raw},
-                     orient="row")
-    return calls.join(b, on=key, how="inner", nulls_equal=True)["op"]
+    b = pl.DataFrame(bad, schema={"name": pl.String, "input_dims": raw, "input_type": raw, "strides": raw,
+                                  "rows": pl.List(pl.Int64)}, orient="row")
+    return calls.join(b, on=key, how="inner", nulls_equal=True).select("op", "rows")
 
 
 def _autocast(ctx: RuleContext) -> Transform | None:
     k, a = _kernels(ctx), _fp32_attention(ctx)
     if k.height == 0 and a.height == 0:
         return None
-    # a GEMM whose rows are misaligned in 16-bit runs on cuBLAS's fallback kernel (`MISALIGNED_SHARE` of the peak)
-    k = k.join(ctx.kb.select("i", "op"), on="i", how="left")
-    bad = _misaligned_in_16bit(ctx, k["op"])
-    slow = (pl.col("flops") / (MISALIGNED_SHARE * ctx.spec.tc_tflops * 1e12) * 1e9).fill_null(0)
-    k = k.with_columns(bf16_dur=pl.when(pl.col("op").is_in(bad.implode()))
-                       .then(pl.min_horizontal(pl.max_horizontal(pl.col("bf16_dur"), slow), pl.col("dur")))
-                       .otherwise(pl.col("bf16_dur")).cast(pl.Int64))
+    k = _on_fallback(ctx, k, "bf16_dur", as_bf16=True)
     gpu = dict(zip(k["i"].cast(pl.Int64).to_list(), k["bf16_dur"].to_list(), strict=True))
     gpu.update(zip(a["i"].cast(pl.Int64).to_list(), a["new_dur"].to_list(), strict=True))
     ops = pl.concat([k["op"].cast(pl.UInt32), a["op"].cast(pl.UInt32)])

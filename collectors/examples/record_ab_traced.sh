@@ -8,7 +8,7 @@
 set -u
 OUTD=${1:-/tmp/tv_ab_traced}
 shift || true
-GROUPS_=${*:-real synth loader heldout ddp fixes aligned aligned_heldout fused compile_call autocast_heldout}
+GROUPS_=${*:-real synth loader heldout ddp fixes aligned aligned_heldout fused compile_call autocast_heldout tf32_heldout}
 PY=${PY:-python3}
 mkdir -p "$OUTD"
 $PY -c 'import torch; print("torch", torch.__version__, "cuda", torch.version.cuda,
@@ -114,6 +114,15 @@ autocast_heldout)  # recorded after fp32-gemm's autocast variant was set (2026-1
   run bert_fp32_s512 $C --name bert_fp32_s512 -- $AB "$BB" "$BB --amp"
   run vit_fp32_b16 $C --name vit_fp32_b16 -- $AB "real_models --model vit_b_16 --batch 16" \
     "real_models --model vit_b_16 --batch 16 --amp"
+  ;;
+tf32_heldout)  # FP32 -> TF32 (float32 matmul precision "high"), recorded after fp32-gemm's TF32 variant priced GEMMs
+  # misaligned at 4 bytes (GPT-2's 50257, BERT's 30522) on the fallback kernel (2026-12-04)
+  run gpt2_fp32_tf32 $C --name gpt2_fp32_tf32 -- $AB "real_models --model gpt2 --attn sdpa" \
+    "real_models --model gpt2 --attn sdpa --precision high"
+  BT="real_models --model bert --layers 12 --d 768 --heads 12 --seq 128 --batch 32"
+  run bert_fp32_tf32 $C --name bert_fp32_tf32 -- $AB "$BT" "$BT --precision high"
+  run convnext_fp32_tf32 $C --name convnext_fp32_tf32 -- $AB "real_models --model convnext_tiny --batch 64" \
+    "real_models --model convnext_tiny --batch 64 --precision high"
   ;;
 compile_call)  # the compiled call's own host cost: elementwise chains small enough that it decides the step
   run elementwise_8mib_eager $C --name elementwise_8mib_eager -- $AB "elementwise_chain --mib 8" \

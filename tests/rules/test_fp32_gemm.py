@@ -85,3 +85,36 @@ def test_the_finding_saves_what_its_advice_gives():
     # no 16-bit GEMM in the trace: the advice is TF32 first, and the finding's saving is TF32's
     _, _, mod, rc = _ctx("ab_traced/gpt2_fp32")
     assert mod.fix_transform(rc).gpu_dur == mod.fix_variants(rc)["tf32"].gpu_dur
+    # ... and its text says the LM head would then fall back, and to what to pad it
+    rel = next(str(p.relative_to(k.SAMPLES)) for p in (k.SAMPLES / "ab_traced/gpt2_fp32").glob("*.pt.trace.json*"))
+    (f,) = k.findings(rel, "TV202")
+    assert "rows of 50257 elements" in f["fix"] and "pad to 50304" in f["fix"]
+    # a GEMM-only trace with aligned shapes says nothing of it
+    (g,) = k.findings("gpu_h200_compile/fp32_gemm_no_tf32.json.gz", "TV202")
+    assert "pad to" not in g["fix"]
+
+
+def _lm_head(t, ctx) -> pl.DataFrame:
+    # the LM head's GEMM kernels in the analysed steps: [4096, 768] x [768, 50257] and its two gradients
+    ops = t.host.filter(pl.col("input_dims").cast(pl.String).str.contains("50257")
+                        & pl.col("name").is_in(["aten::mm", "aten::addmm", "aten::linear", "aten::matmul"]))["i"]
+    return t.gpu.filter(pl.col("op").is_in(ops.implode()) & (pl.col("kind") == "compute")
+                        & (pl.col("ts") >= ctx.lo) & (pl.col("ts") < ctx.hi))
+
+
+def test_a_gemm_misaligned_at_the_fixs_width_is_priced_on_the_fallback_kernel():
+    # GPT-2's LM head in FP32 runs on the CUDA cores, where 50257 columns cost nothing; TF32 (4 elements per 16
+    # bytes) and BF16 (8) both put it on cuBLAS's fallback kernel. The prediction from the FP32 trace against the
+    # head's kernels as the same program ran them in TF32 and in BF16 (their own traces, another process each)
+    t, ctx, mod, rc = _ctx("ab_traced/gpt2_fp32")
+    v = mod.fix_variants(rc)
+    head = _lm_head(t, ctx)
+    assert head.height == 3 * ctx.steps.height
+    for variant, twin, kernel in (("tf32", "gpt2_tf32_vocab", "s1688gemm"), ("autocast", "gpt2_vocab", "bf16_s1688gemm")):
+        predicted = sum(v[variant].gpu_dur[i] for i in head["i"]) / ctx.steps.height
+        t2, c2, _, _ = _ctx(f"ab_traced/{twin}")
+        h2 = _lm_head(t2, c2)
+        assert h2["name"].str.contains(kernel).all()  # the fallback kernels (`align1`, sm75/sm80 cutlass)
+        measured = h2["dur"].sum() / c2.steps.height
+        assert predicted == pytest.approx(measured, rel=0.1), (variant, predicted, measured)
+        assert predicted < 0.5 * head["dur"].sum() / ctx.steps.height  # still faster than the FP32 CUDA cores
