@@ -8,7 +8,7 @@
 set -u
 OUTD=${1:-/tmp/tv_ab_traced}
 shift || true
-GROUPS_=${*:-real synth loader heldout ddp fixes aligned aligned_heldout fused compile_call autocast_heldout tf32_heldout}
+GROUPS_=${*:-real synth loader heldout ddp fixes aligned aligned_heldout fused compile_call autocast_heldout tf32_heldout attn_heldout}
 PY=${PY:-python3}
 mkdir -p "$OUTD"
 $PY -c 'import torch; print("torch", torch.__version__, "cuda", torch.version.cuda,
@@ -123,6 +123,13 @@ tf32_heldout)  # FP32 -> TF32 (float32 matmul precision "high"), recorded after 
   run bert_fp32_tf32 $C --name bert_fp32_tf32 -- $AB "$BT" "$BT --precision high"
   run convnext_fp32_tf32 $C --name convnext_fp32_tf32 -- $AB "real_models --model convnext_tiny --batch 64" \
     "real_models --model convnext_tiny --batch 64 --precision high"
+  ;;
+attn_heldout)  # materialized-attention on a model it was not developed on: HF BERT eager -> SDPA (2026-12-04)
+  BA="real_models --model bert --layers 12 --d 768 --heads 12 --amp --vocab 30528"
+  run bert_eager_attn_s512 $C --name bert_eager_attn_s512 -- $AB "$BA --seq 512 --batch 16 --attn eager" \
+    "$BA --seq 512 --batch 16"
+  run bert_eager_attn_s128 $C --name bert_eager_attn_s128 -- $AB "$BA --seq 128 --batch 32 --attn eager" \
+    "$BA --seq 128 --batch 32"
   ;;
 compile_call)  # the compiled call's own host cost: elementwise chains small enough that it decides the step
   run elementwise_8mib_eager $C --name elementwise_8mib_eager -- $AB "elementwise_chain --mib 8" \
