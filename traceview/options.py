@@ -20,7 +20,7 @@ class Options:
     top: int = 10  # rows of the top-kernel / top-op tables
     fail_on: str | None = None  # exit 1 at or above this severity (CLI, batch)
     max_bytes: int | None = None  # largest (decompressed) JSON held per input (None: the loader's default, 8 GiB)
-    what_if: tuple[str, ...] | None = None  # projection: the step with only these fixes (rule names or codes)
+    what_if: tuple[str, ...] | None = None  # projection: the step with only these fixes (codes, `CODE:variant`)
     jobs: int | None = None  # worker processes for a directory's files (None: one per core from 8 files on 4+ cores; 1: serial)
 
     def selected(self) -> list[str]:
@@ -45,4 +45,17 @@ class Options:
         codes = registry.selected(select or cfg["select"], (ignore or []) + list(cfg["ignore"]))
         return cls(step=step, codes=tuple(codes), rule_options=cfg["options"], layers_depth=layers_depth,
                    fail_on=fail_on or cfg["fail_on"], top=top, jobs=jobs,
-                   max_bytes=max_bytes, what_if=tuple(registry.selected(what_if)) if what_if else None)
+                   max_bytes=max_bytes, what_if=_what_if(what_if) if what_if else None)
+
+
+def _what_if(items: list[str]) -> tuple[str, ...]:
+    """The what-if's fixes as rule codes in code order, each with the fix variant it names (`fp32-gemm:autocast` ->
+    `TV202:autocast`: a rule that prices several ways to fix, `fix_variants`); a bad selector raises TraceError."""
+    from . import registry
+
+    out: dict[str, None] = {}
+    for item in items:
+        sel, _, variant = item.partition(":")
+        for code in registry.selected([sel]):
+            out[f"{code}:{variant.strip()}" if variant.strip() else code] = None
+    return tuple(sorted(out))

@@ -118,3 +118,30 @@ def test_a_gemm_misaligned_at_the_fixs_width_is_priced_on_the_fallback_kernel():
         measured = h2["dur"].sum() / c2.steps.height
         assert predicted == pytest.approx(measured, rel=0.1), (variant, predicted, measured)
         assert predicted < 0.5 * head["dur"].sum() / ctx.steps.height  # still faster than the FP32 CUDA cores
+
+
+def test_what_if_prices_the_variant_the_user_names():
+    # `--what-if fp32-gemm:autocast` replays the autocast variant (the same number tools/predictions.py scores
+    # against the measured BF16 twin), `fp32-gemm` the advised TF32 one, and a variant the rule does not price is
+    # listed as not applied, with the ones it does
+    import subprocess
+    import sys
+
+    d = k.SAMPLES / "ab_traced/vit_fp32"
+
+    def what_if(spec: str) -> dict:
+        out = subprocess.run([sys.executable, "-m", "traceview", "analyze", str(d), "--format", "json", "--what-if",
+                              spec], capture_output=True, text=True, check=True)
+        return json.loads(out.stdout)["traces"][0]["projection"]["what_if"]
+
+    tf32, ac, both, bad = (what_if(s) for s in ("fp32-gemm", "fp32-gemm:autocast", "fp32-gemm:autocast,fp32-conv",
+                                                  "fp32-gemm:bogus"))
+    _, _, mod, rc = _ctx("ab_traced/vit_fp32")
+    assert tf32["fixes"] == ["fp32-gemm"] and ac["fixes"] == ["fp32-gemm:autocast"]
+    assert ac["savings_us"] > tf32["savings_us"] + 10_000  # BF16 GEMMs and flash attention: ~19 ms a step more
+    labels = json.loads((k.SAMPLES / "ab_traced/labels.json").read_text())
+    (t,) = [t for t in labels["twins"] if t["problem"] == "vit_fp32"]
+    assert t["fix_variant"] == "autocast"
+    assert both["savings_us"] / 1000 == pytest.approx(t["measured_fix_saving_ms"], rel=0.2)
+    assert bad["fixes"] == [] and bad["unknown"] == ["fp32-gemm:bogus (priced here: autocast, tf32)"]
+    assert set(mod.fix_variants(rc)) == {"autocast", "tf32"}

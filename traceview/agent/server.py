@@ -558,9 +558,9 @@ class Server:
 
     def what_if(self, analysis: str, fixes: list[str], trace: int = 0) -> dict:
         """The replay model's step with only the chosen fixes applied together (rule slugs or codes, e.g.
-        ["host-sync", "fp32-gemm"]): the unprofiled step replayed without and with them and the saving per step,
-        never a sum of the fixes' own savings. The same numbers as `traceview analyze PATH --what-if RULES`
-        (JSON projection.what_if)."""
+        ["host-sync", "fp32-gemm"]; "fp32-gemm:autocast" for one way to fix where a rule prices several): the
+        unprofiled step replayed without and with them and the saving per step, never a sum of the fixes' own
+        savings. The same numbers as `traceview analyze PATH --what-if RULES` (JSON projection.what_if)."""
         from ..report import analyze
 
         a = self._get(analysis)

@@ -189,7 +189,9 @@ def make_parser(command: str | None = None) -> argparse.ArgumentParser:
                    help="worker processes for the rank files of a directory (default: one per core from 8 files on 4+ cores; 1: serial)")
     a.add_argument("--what-if", default=None, metavar="RULES",
                    help="print the step replayed with only these fixes applied together, comma separated rule "
-                        "names or codes (e.g. host-sync,fp32-gemm); JSON projection.what_if")
+                        "names or codes (e.g. host-sync,fp32-gemm); NAME:VARIANT prices one way to fix where a "
+                        "rule has several (fp32-gemm:autocast, fp32-gemm:tf32, unfused-optimizer:foreach, "
+                        "unfused-optimizer:fused, gemm-epilogue:compile); JSON projection.what_if")
     add_rule_options(a)
     a.set_defaults(func=cmd_analyze)
 

@@ -128,6 +128,8 @@ def what_if(p: dict | None, con: Console) -> None:
         line += f"; no replay model for {', '.join(w['without_model'])}"
     if w.get("nothing_to_fix"):
         line += f"; nothing to change in this trace for {', '.join(w['nothing_to_fix'])}"
+    if w.get("unknown"):
+        line += f"; not applied: {', '.join(w['unknown'])}"
     con.print(Text(line))
 
 

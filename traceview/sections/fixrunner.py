@@ -141,23 +141,42 @@ def _profiler_note(ctx, us: float, traced_pct: float, pct: float, most: bool = T
         traced_savings_pct=round(traced_pct, 2), unprofiled_savings_pct=round(pct, 2), note=note))
 
 
-def what_if(ctx, tf: dict[str, Transform], names: Sequence[str]) -> dict[str, Any]:
+def what_if(ctx, tf: dict[str, Transform], names: Sequence[str], options: Any = None) -> dict[str, Any]:
     """{fixes, unknown, step_us, fixed_step_us, savings_us}: the replayed unprofiled step with the named rules'
-    fixes applied together (names are rule slugs or codes)."""
-    chosen, unknown = [], []
+    fixes applied together (names are rule slugs or codes; `name:variant` is the fix made that way, where the rule
+    prices several, `fix_variants`: `fp32-gemm:autocast`, `unfused-optimizer:foreach`, `gemm-epilogue:compile`; a
+    variant the rule does not price for this trace is listed in `unknown` with the ones it does)."""
+    from traceview.options import Options
+
+    chosen, unknown, made = [], [], dict(tf)
     for n in names:
-        mod = RULES.get(n.upper()) or BY_NAME.get(n)
+        key, _, variant = n.partition(":")
+        mod = RULES.get(key.upper()) or BY_NAME.get(key)
         if mod is None:
             unknown.append(n)
-        elif mod.NAME not in chosen:
-            chosen.append(mod.NAME)
+            continue
+        label = f"{mod.NAME}:{variant}" if variant else mod.NAME
+        if label in chosen or (variant and mod.NAME in chosen) or (not variant and any(
+                c.startswith(f"{mod.NAME}:") for c in chosen)):
+            continue  # one way to fix per rule: the first named
+        if variant:
+            got = mod.fix_variants(ctx.for_rule(mod, (options or Options()).options_for(mod))) \
+                if hasattr(mod, "fix_variants") else {}
+            if variant not in got:
+                unknown.append(f"{label} (priced here: {', '.join(sorted(got)) or 'none'})")
+                continue
+            made[label] = got[variant]
+        chosen.append(label)
     base = [pricing_transform(ctx)]
     b = replay(ctx.trace, ctx.steps, base)
-    have = [tf[r] for r in chosen if r in tf]
+    have = [made[r] for r in chosen if r in made]
     # the same pricing as the findings' (fixes.per_step_us: mean periods, the fixes' own bounds)
     saved = per_step_us(ctx.trace, ctx.steps, have, base, b) if have else 0.0
     step = float(b.mean()) / 1000 if b.size else 0.0
-    return {"fixes": chosen, "without_model": [r for r in chosen if not hasattr(BY_NAME[r], "fix_transform")],
-            "nothing_to_fix": [r for r in chosen if r not in tf and hasattr(BY_NAME[r], "fix_transform")],
+    def mod_of(r: str):
+        return BY_NAME[r.partition(":")[0]]
+
+    return {"fixes": chosen, "without_model": [r for r in chosen if not hasattr(mod_of(r), "fix_transform")],
+            "nothing_to_fix": [r for r in chosen if r not in made and hasattr(mod_of(r), "fix_transform")],
             "unknown": unknown,
             "step_us": round(step, 3), "fixed_step_us": round(step - saved, 3), "savings_us": round(saved, 3)}
