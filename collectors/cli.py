@@ -127,6 +127,7 @@ def build_config(args: argparse.Namespace, run_dir: Path) -> dict[str, Any]:
     return {
         "run": run_dir.name,
         "run_dir": str(run_dir),
+        "launcher_pid": os.getpid(),  # rank 0 asks whether it still lives when a signal ends the job
         "wait": args.wait,
         "warmup": args.warmup,
         "active": args.active,

@@ -224,9 +224,13 @@ def release_launcher_lock(run_dir: Path, fd: int | None) -> None:
     os.close(fd)
 
 
-def launcher_lost(run_dir: Path) -> bool:
-    """True when the run had a launcher and it is gone (its lock is free): then no one else will write the
-    job's end into the manifest."""
+def launcher_lost(run_dir: Path, pid: int | None = None) -> bool:
+    """True when the run had a launcher and it is gone (its process, `pid`, has exited, or its lock is free): then
+    no one else will write the job's end into the manifest. The process is asked first: the SIGTERM that
+    PR_SET_PDEATHSIG sends when the launcher dies can arrive before the kernel has released the dead launcher's
+    lock."""
+    if isinstance(pid, int) and pid > 0 and _exited(pid):
+        return True
     try:
         import fcntl
 
@@ -240,6 +244,23 @@ def launcher_lost(run_dir: Path) -> bool:
     finally:
         os.close(fd)
     return True
+
+
+def _exited(pid: int) -> bool:
+    """The process has exited (gone, or a zombie its parent has not reaped yet); False when it cannot tell."""
+    try:
+        state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+    except FileNotFoundError:
+        return True
+    except (OSError, IndexError):
+        try:
+            os.kill(pid, 0)
+        except ProcessLookupError:
+            return True
+        except OSError:
+            return False
+        return False
+    return state in ("Z", "X")
 
 
 # ---------------------------------------------------------------- pid registry (for `trigger <pid>`)

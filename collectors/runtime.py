@@ -184,7 +184,7 @@ class Session:
             _warn(msg)
             try:
                 self.finish()
-                if self.rank == 0 and mf.launcher_lost(self.run_dir):
+                if self.rank == 0 and mf.launcher_lost(self.run_dir, self.cfg.get("launcher_pid")):
                     # the launcher died (killed): nobody else will say how the job ended
                     mf.merge(self.run_dir, exit_code=128 + signum, signal=name, launcher_lost=True,
                              finished=time.strftime("%Y-%m-%dT%H:%M:%S%z"))
