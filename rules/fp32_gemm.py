@@ -41,10 +41,10 @@ at half the 16-bit peak: ViT-B/16's 15.5 ms a step of FP32 `fmha_cutlass` kernel
 host casts each GEMM's weight and bias on every call and their gradients back in the backward (one eager op each:
 HF GPT-2 runs 66 casts and 75 `ToCopyBackward0` a step under autocast). Measured on the H200
 (`sample_traces/ab_traced`: the problem traced and both sides timed in one process), saving predicted against
-measured: ViT-B/16 136.9 / 142.9 ms (121.9 when priced as TF32, which left the fixed step at 56 ms against 34);
+measured: ViT-B/16 146.0 / 142.9 ms (121.9 when priced as TF32, which left the fixed step at 56 ms against 34);
 ConvNeXt-T 67.7 / 65.5; HF BERT-base 35.6 / 39.8; HF GPT-2 34.2 / 32.2 (the LM head's three BF16 GEMMs on the
-fallback kernel: 8 ms of the fixed step). Recorded after this model was set: GPT-2 at batch 32 130.7 / 127.0,
-BERT at sequence 512 102.9 / 103.3, and ViT-B/16 at batch 16 21.4 / 14.7, a miss: its BF16 step is host-bound
+fallback kernel: 8 ms of the fixed step). Recorded after this model was set: GPT-2 at batch 32 133.6 / 127.0,
+BERT at sequence 512 115.2 / 103.3, and ViT-B/16 at batch 16 21.4 / 14.7, a miss: its BF16 step is host-bound
 (37.2 ms measured, 30.8 replayed), and a trace whose step sits at the device's floor bounds its host time only
 from above. FP32 -> TF32, recorded after the TF32 variant priced misaligned GEMMs: GPT-2 29.8 / 28.9, ConvNeXt-T
 32.6 / 29.6, BERT-base 46.3 / 37.3 (a miss of the same kind: its TF32 step is host-bound). Not modelled: the cast kernels, casts of activations an FP32 op produced, and the memory-bound
