@@ -8,7 +8,7 @@
 set -u
 OUTD=${1:-/tmp/tv_ab_traced}
 shift || true
-GROUPS_=${*:-real synth loader heldout ddp fixes aligned aligned_heldout fused compile_call autocast_heldout tf32_heldout attn_heldout}
+GROUPS_=${*:-real synth loader heldout ddp fixes aligned aligned_heldout fused compile_call autocast_heldout tf32_heldout attn_heldout queue_heldout}
 PY=${PY:-python3}
 mkdir -p "$OUTD"
 $PY -c 'import torch; print("torch", torch.__version__, "cuda", torch.version.cuda,
@@ -130,6 +130,13 @@ attn_heldout)  # materialized-attention on a model it was not developed on: HF B
     "$BA --seq 512 --batch 16"
   run bert_eager_attn_s128 $C --name bert_eager_attn_s128 -- $AB "$BA --seq 128 --batch 32 --attn eager" \
     "$BA --seq 128 --batch 32"
+  ;;
+queue_heldout)  # recorded after the replay read launches that waited for a queue slot as waits (2026-12-04): FP32
+  # device-bound steps with a full launch queue whose BF16 fix may leave the host in charge
+  run vit_fp32_b32 $C --name vit_fp32_b32 -- $AB "real_models --model vit_b_16 --batch 32" \
+    "real_models --model vit_b_16 --batch 32 --amp"
+  run resnet50_fp32_b64 $C --name resnet50_fp32_b64 -- $AB "real_models --model resnet50 --batch 64" \
+    "real_models --model resnet50 --batch 64 --amp --channels-last"
   ;;
 compile_call)  # the compiled call's own host cost: elementwise chains small enough that it decides the step
   run elementwise_8mib_eager $C --name elementwise_8mib_eager -- $AB "elementwise_chain --mib 8" \
