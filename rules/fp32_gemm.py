@@ -37,7 +37,8 @@ predicted at 8.0 ms a step from its FP32 trace, and the same program ran it in 7
 (their own traces). TF32: the GEMMs at their TF32 time. Autocast changes more than the GEMMs: they run in BF16
 (the same share of the 16-bit peak, never below half their bytes over the bandwidth); SDPA's FP32
 memory-efficient or cuDNN attention kernels become the 16-bit flash kernel autocast's inputs select (their FLOPs
-at half the 16-bit peak: ViT-B/16's 15.5 ms a step of FP32 `fmha_cutlass` kernels, 0.6 ms predicted); and the
+at `ATTN_EFFICIENCY` of the 16-bit peak, as measured in BF16 traces: ViT-B/16's 15.5 ms a step of FP32
+`fmha_cutlass` kernels, 1.7 ms predicted, 2.4 measured in its BF16 trace); and the
 host casts each GEMM's weight and bias on every call and their gradients back in the backward (one eager op each:
 HF GPT-2 runs 66 casts and 75 `ToCopyBackward0` a step under autocast). Measured on the H200
 (`sample_traces/ab_traced`: the problem traced and both sides timed in one process), saving predicted against
@@ -120,9 +121,11 @@ AUTOCAST_OPS = ["aten::linear", "aten::addmm", "aten::mm", "aten::bmm", "aten::b
 #: `addmm(bias, input, weight)` (Hugging Face's Conv1D). An activation input is cast too when an FP32 op produced it
 #: (a layer norm's output), not when a 16-bit GEMM did, which the trace does not say: not counted
 PARAM_INPUTS = {"aten::linear": (1, 2), "aten::addmm": (0, 2)}
-#: achieved share of the 16-bit Tensor-Core peak of the fused (flash) attention kernel autocast's 16-bit inputs
-#: select (materialized-attention's `efficiency`: FlashAttention-2 reports 50-73 % of A100 peak forward)
-ATTN_EFFICIENCY = 0.5
+#: achieved share of the 16-bit Tensor-Core peak of the fused attention kernels autocast's 16-bit inputs select,
+#: forward and backward together, measured in the BF16 programs' own traces on the H200 (torch 2.11 picks cuDNN's
+#: SDPA there): ViT-B/16 (N = 197) 131 TFLOP/s, 0.13; BERT (N = 512) 195 TFLOP/s, 0.20. (Published FlashAttention
+#: figures, 50-73 % of peak forward, are long sequences and large heads; materialized-attention's `efficiency`.)
+ATTN_EFFICIENCY = 0.17
 #: share of the 16-bit peak a GEMM reaches on the fallback kernel that misaligned rows select, in BF16 and TF32
 #: alike (H200, unaligned-gemm's measurements: GPT-2's LM head, [4096, 768] x [768, 50257] and its two gradients,
 #: 949 GFLOP in 7.85 ms a step in BF16, 121 TFLOP/s; the micro-benchmark's LM-head shapes 95-154 TFLOP/s in BF16

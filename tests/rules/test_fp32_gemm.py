@@ -60,7 +60,8 @@ def test_autocast_variant_prices_what_bf16_changes_on_gpt2():
     g = t.gpu.select("i", "name", "dur", "op")
     attn = g.filter(pl.col("name").str.contains("fmha_cutlass") & pl.col("i").is_in(list(ac.gpu_dur)))
     assert attn.height == 12 * ctx.steps.height  # 6 layers, forward and backward
-    assert sum(ac.gpu_dur[i] for i in attn["i"]) < 0.05 * attn["dur"].sum()
+    # (at ATTN_EFFICIENCY of the 16-bit peak: ~8 % of the FP32 kernels' time here)
+    assert sum(ac.gpu_dur[i] for i in attn["i"]) < 0.15 * attn["dur"].sum()
     assert not set(attn["i"]) & set(tf32.gpu_dur)  # TF32 leaves the attention kernels alone
     # the LM head's GEMMs (the ops with a 50257-long dimension): slower than an aligned BF16 GEMM in the autocast
     # variant, never longer than they took in FP32
