@@ -96,13 +96,15 @@ TWINS: dict[str, tuple[str, str, str | None, str | None]] = {
     # (`record_ab_traced.sh queue_heldout`, 2026-12-04); ResNet-50 in BF16 + channels_last is slower (a control)
     "vit_fp32_b32": ("vit_bf16_b32", "fp32-gemm+fp32-conv", "autocast", None),
     "resnet50_fp32_b64": ("resnet50_bf16_cl_b64", "fp32-conv", None, None),
+    "gpt2_fp32_tf32_b16": ("gpt2_tf32_b16", "fp32-gemm", "tf32", None),
+    "convnext_fp32_b32": ("convnext_bf16_cl_b32", "fp32-gemm+fp32-conv", "autocast", None),
 }
 #: twins whose fix changes nothing by construction (the same program on both sides): a control, never scored
 CONTROLS = {"gpt2_vocab_padded"}
 HELD_OUT = {"bert_fp32", "vit_fp32", "convnext_fp32", "mobilenet_single", "bert_small_item", "effnet_fp32",
             "ddp_accum4_gpt2", "bert_vocab_s512", "gpt2_tf32_vocab", "gpt2_fp32_b32", "bert_fp32_s512", "vit_fp32_b16",
             "gpt2_fp32_tf32", "bert_fp32_tf32", "convnext_fp32_tf32", "bert_eager_attn_s512", "bert_eager_attn_s128",
-            "vit_fp32_b32", "resnet50_fp32_b64"}
+            "vit_fp32_b32", "resnet50_fp32_b64", "gpt2_fp32_tf32_b16", "convnext_fp32_b32"}
 
 
 def build() -> tuple[dict, str]:

@@ -137,6 +137,10 @@ queue_heldout)  # recorded after the replay read launches that waited for a queu
     "real_models --model vit_b_16 --batch 32 --amp"
   run resnet50_fp32_b64 $C --name resnet50_fp32_b64 -- $AB "real_models --model resnet50 --batch 64" \
     "real_models --model resnet50 --batch 64 --amp --channels-last"
+  run gpt2_fp32_tf32_b16 $C --name gpt2_fp32_tf32_b16 -- $AB "real_models --model gpt2 --attn sdpa --batch 16" \
+    "real_models --model gpt2 --attn sdpa --batch 16 --precision high"
+  run convnext_fp32_b32 $C --name convnext_fp32_b32 -- $AB "real_models --model convnext_tiny --batch 32" \
+    "real_models --model convnext_tiny --batch 32 --amp --channels-last"
   ;;
 compile_call)  # the compiled call's own host cost: elementwise chains small enough that it decides the step
   run elementwise_8mib_eager $C --name elementwise_8mib_eager -- $AB "elementwise_chain --mib 8" \

@@ -87,7 +87,7 @@ EXPECTED |= {(f"ab_traced/{t['problem']}", r) for t in AB["twins"] for rel, r in
 EXPECTED |= {(f"ab_traced/{t['problem']}", r) for t in AB["twins"] if t.get("held_out")
              for r in t["rule"].split("+") if r in ("graph-break", "recompile", "fp32-gemm", "unfused-optimizer",
                                                     "gemm-epilogue", "memory-pressure")}
-EXPECTED |= {("ab_traced/convnext_fp32", "gemm-epilogue"), ("ab_traced/convnext_fp32_tf32", "gemm-epilogue")}
+EXPECTED |= {(f"ab_traced/{r}", "gemm-epilogue") for r in ("convnext_fp32", "convnext_fp32_tf32", "convnext_fp32_b32")}
 
 
 def _traces() -> list[str]:
