@@ -71,7 +71,7 @@ import msgspec
 import numpy as np
 import polars as pl
 
-from traceview.analyses.alignment import misaligned
+from traceview.analyses.alignment import misaligned_calls
 from traceview.analyses.attention import FUSED_ATTN_KERNEL_RE, score_op_ids
 from traceview.analyses.classify import sync_calls
 from traceview.analyses.names import contains
@@ -233,7 +233,7 @@ def check(ctx: RuleContext) -> list[Finding]:
     )
     steps = per.filter(pl.col("removed") > 0)["step"].to_list()
     fix = FIX_AUTOCAST if low else FIX
-    rows = _misaligned(ctx, k.join(ctx.kb.select("i", "op"), on="i", how="left")["op"], as_bf16=False)["rows"]
+    rows = _fallback(ctx, as_bf16=False)["rows"]
     if rows.len():  # the fix's kernels would fall back on these: say so, with the padding unaligned-gemm advises
         dims = sorted({int(r) for rs in rows.to_list() for r in rs})[:3]
         fix += FIX_PAD.format(dims=", ".join(map(str, dims)), pads=", ".join(str(-(-d // 64) * 64) for d in dims))
@@ -264,8 +264,7 @@ def fix_variants(ctx: RuleContext) -> dict[str, Transform]:
       kernels that run on 16-bit activations afterwards (fp32-conv prices those of convolutional networks)."""
     if not tensor_core_gpu(ctx):
         return {}
-    out = {v: t for v, t in (("tf32", _tf32(ctx)), ("autocast", _autocast(ctx))) if t is not None}
-    return out
+    return {v: t for v, t in (("tf32", _tf32(ctx)), ("autocast", _autocast(ctx))) if t is not None}
 
 
 def _tf32(ctx: RuleContext) -> Transform | None:
@@ -278,10 +277,10 @@ def _tf32(ctx: RuleContext) -> Transform | None:
 
 def _on_fallback(ctx: RuleContext, k: pl.DataFrame, col: str, as_bf16: bool) -> pl.DataFrame:
     """`k` (fp32_kernels) with `col` raised, for each GEMM whose rows are misaligned at the fix's width
-    (`_misaligned`), to its FLOPs at `MISALIGNED_SHARE` of the 16-bit peak (cuBLAS's fallback kernel), never above
+    (`_fallback`), to its FLOPs at `MISALIGNED_SHARE` of the 16-bit peak (cuBLAS's fallback kernel), never above
     the time it took; `k` gains the kernels' op."""
-    k = k.join(ctx.kb.select("i", "op"), on="i", how="left") if "op" not in k.columns else k
-    bad = _misaligned(ctx, k["op"], as_bf16)["op"]
+    k = k.join(ctx.kb.select("i", "op"), on="i", how="left")
+    bad = _fallback(ctx, as_bf16)["op"]
     slow = (pl.col("flops") / (MISALIGNED_SHARE * ctx.spec.tc_tflops * 1e12) * 1e9).fill_null(0)
     return k.with_columns(pl.when(pl.col("op").is_in(bad.implode()))
                           .then(pl.min_horizontal(pl.max_horizontal(pl.col(col), slow), pl.col("dur")))
@@ -339,38 +338,14 @@ def _casts(ctx: RuleContext, ops: pl.Series) -> dict[int, int]:
     return cut
 
 
-def _misaligned(ctx: RuleContext, ops: pl.Series, as_bf16: bool) -> pl.DataFrame:
-    """[op, rows]: the ops (host row ids) of `ops` whose GEMM rows are not a multiple of 16 bytes at the fix's width
-    (unaligned-gemm's test on the op's recorded dims and strides; `as_bf16`: its FP32 inputs read as BF16, as
-    autocast casts them, else as TF32 reads them, 4 bytes): the FP32 CUDA-core kernel does not care, the
-    Tensor-Core kernels do (a vocabulary of 50257: 4 or 8 elements per 16 bytes; per distinct shape)."""
-    h = ctx.trace.host
-    empty = pl.DataFrame(schema={"op": pl.UInt32, "rows": pl.List(pl.Int64)})
-    if ops.len() == 0 or "input_dims" not in h.columns:
-        return empty
-    strides = pl.col("strides") if "strides" in h.columns else pl.lit(None, pl.Categorical)
-    calls = by_id(h, ops.drop_nulls().unique().sort(), pl.col("i").alias("op"), "name", "input_dims", "input_type",
-                  strides.alias("strides"))
-    key = ["name", "input_dims", "input_type", "strides"]
-    bad = []
-    for name, d, t, st in calls.select(key).unique().iter_rows():
-        ts = decode(d, t)
-        if not ts:
-            continue
-        dims = [x for x, _ in ts]
-        types = ["c10::BFloat16" if y == "float" and as_bf16 else y for _, y in ts]
-        try:
-            got = misaligned(name, dims, types, msgspec.json.decode(st) if st else None)
-        except (msgspec.DecodeError, TypeError, ValueError):
-            got = None
-        if got is not None:
-            bad.append((name, d, t, st, got[1]))
-    if not bad:
-        return empty
-    raw = pl.Categorical
-    b = pl.DataFrame(bad, schema={"name": pl.String, "input_dims": raw, "input_type": raw, "strides": raw,
-                                  "rows": pl.List(pl.Int64)}, orient="row")
-    return calls.join(b, on=key, how="inner", nulls_equal=True).select("op", "rows")
+def _fallback(ctx: RuleContext, as_bf16: bool) -> pl.DataFrame:
+    """[op, bpe_row, rows] of the FP32 GEMMs (`_kernels`' ops) whose rows are not a multiple of 16 bytes at the
+    fix's width (`alignment.misaligned_calls`; `as_bf16`: their FP32 inputs read as BF16, as autocast casts them,
+    else as TF32 reads them, 4 bytes): the FP32 CUDA-core kernel does not care, the Tensor-Core kernels do (a
+    vocabulary of 50257: 4 or 8 elements per 16 bytes). Once per width (the check and both variants)."""
+    return ctx.once(f"fallback_{as_bf16}", lambda: misaligned_calls(
+        ctx.trace.host, _kernels(ctx).join(ctx.kb.select("i", "op"), on="i", how="left")["op"],
+        "c10::BFloat16" if as_bf16 else None))
 
 
 def _autocast(ctx: RuleContext) -> Transform | None:

@@ -63,12 +63,10 @@ from typing import Annotated
 import msgspec
 import polars as pl
 
-from traceview.analyses.alignment import misaligned
+from traceview.analyses.alignment import misaligned_calls
 from traceview.analyses.attention import score_op_ids
 from traceview.analyses.names import contains
 from traceview.analyses.replay import Transform
-from traceview.analyses.roofline import GEMM_OPS
-from traceview.analyses.rowid import by_id
 from traceview.analyses.windows import step_of
 from traceview.evidence import Meta, OpTime
 from traceview.ruleapi import XPROF_SEVERITY, Finding, Option, RuleContext, min_savings
@@ -99,36 +97,12 @@ FIX_COMPILED = ("These GEMMs' rows are not a multiple of 16 bytes, so cuBLAS fal
                 "pad_to_multiple_of=64)), or compile the code that runs them.")
 #: the finding's own fix: what to pad here, then the mechanism and the APIs
 FIX_HERE = "Pad {pads} (a multiple of 64). "
-_dec = msgspec.json.Decoder()
 
 
 def _calls(ctx: RuleContext) -> pl.DataFrame:
-    """[op, bpe, rows] of the GEMM ops with misaligned rows (per distinct shape, never per event)."""
-    def build() -> pl.DataFrame:
-        ops = ctx.kb.filter(pl.col("category") == "gemm")["op"].drop_nulls().unique()
-        empty = pl.DataFrame(schema={"op": pl.UInt32, "bpe_row": pl.Int64, "rows": pl.List(pl.Int64)})
-        if ops.len() == 0:
-            return empty
-        strides = pl.col("strides") if "strides" in ctx.trace.host.columns else pl.lit(None, pl.Categorical)
-        h = by_id(ctx.trace.host, ops.sort(), pl.col("i").alias("op"), "name", "input_dims", "input_type",
-                  strides.alias("strides")).filter(pl.col("name").is_in(list(GEMM_OPS)))
-        key = ["name", "input_dims", "input_type", "strides"]
-        rows = []
-        for name, d, t, s in h.select(key).unique().iter_rows():  # distinct shapes
-            try:
-                got = misaligned(name, _dec.decode(d) if d else [], _dec.decode(t) if t else [],
-                                 _dec.decode(s) if s else None)
-            except (msgspec.DecodeError, TypeError, ValueError):
-                got = None
-            if got is not None:
-                rows.append((name, d, t, s, got[0], got[1]))
-        if not rows:
-            return empty
-        raw = pl.Categorical
-        bad = pl.DataFrame(rows, schema={"name": pl.String, "input_dims": raw, "input_type": raw, "strides": raw,
-                                         "bpe_row": pl.Int64, "rows": pl.List(pl.Int64)}, orient="row")
-        return h.join(bad, on=key, how="inner", nulls_equal=True).select("op", "bpe_row", "rows")
-    return ctx.once("unaligned_calls", build)
+    """[op, bpe_row, rows] of the GEMM ops with misaligned rows (per distinct shape, never per event)."""
+    return ctx.once("unaligned_calls", lambda: misaligned_calls(
+        ctx.trace.host, ctx.kb.filter(pl.col("category") == "gemm")["op"]))
 
 
 def _peak(spec, bpe: int) -> float:

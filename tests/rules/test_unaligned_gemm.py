@@ -7,7 +7,7 @@ import json
 import pytest
 import rulekit as k
 
-from rules.unaligned_gemm import misaligned
+from traceview.analyses.alignment import misaligned
 from traceview.report import analyze
 
 AB = json.loads((k.SAMPLES / "ab_traced/labels.json").read_text())

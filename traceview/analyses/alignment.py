@@ -3,7 +3,13 @@ widths its fixes would run at)."""
 
 from __future__ import annotations
 
-from .roofline import DTYPE_BYTES
+import msgspec
+import polars as pl
+
+from .roofline import DTYPE_BYTES, GEMM_OPS
+from .rowid import by_id
+
+_dec = msgspec.json.Decoder()
 
 
 def misaligned(name: str, dims: list, types: list, strides: list | None) -> tuple[int, list[int]] | None:
@@ -32,3 +38,34 @@ def misaligned(name: str, dims: list, types: list, strides: list | None) -> tupl
     rows.add(int(w[0]) if name == "aten::linear" else int(w[-1]))
     bad = sorted(r for r in rows if r % align)
     return (bpe, bad) if bad else None
+
+
+def misaligned_calls(host: pl.DataFrame, ops: pl.Series, fp32_as: str | None = None) -> pl.DataFrame:
+    """[op, bpe_row, rows] of the GEMM calls (`GEMM_OPS`) among `ops` (host row ids) whose rows are misaligned
+    (`misaligned`, on the op's recorded Input Dims / Input type / Input Strides), per distinct shape, never per
+    event; `fp32_as`: read the FP32 inputs as this type (autocast's "c10::BFloat16": the width a fix would run at)."""
+    empty = pl.DataFrame(schema={"op": pl.UInt32, "bpe_row": pl.Int64, "rows": pl.List(pl.Int64)})
+    ops = ops.drop_nulls().unique()
+    if ops.len() == 0 or "input_dims" not in host.columns:
+        return empty
+    strides = pl.col("strides") if "strides" in host.columns else pl.lit(None, pl.Categorical)
+    h = by_id(host, ops.sort(), pl.col("i").alias("op"), "name", "input_dims", "input_type",
+              strides.alias("strides")).filter(pl.col("name").is_in(list(GEMM_OPS)))
+    key = ["name", "input_dims", "input_type", "strides"]
+    rows = []
+    for name, d, t, s in h.select(key).unique().iter_rows():  # distinct shapes
+        try:
+            types = _dec.decode(t) if t else []
+            if fp32_as:
+                types = [fp32_as if x == "float" else x for x in types]
+            got = misaligned(name, _dec.decode(d) if d else [], types, _dec.decode(s) if s else None)
+        except (msgspec.DecodeError, TypeError, ValueError):
+            got = None
+        if got is not None:
+            rows.append((name, d, t, s, got[0], got[1]))
+    if not rows:
+        return empty
+    raw = pl.Categorical
+    bad = pl.DataFrame(rows, schema={"name": pl.String, "input_dims": raw, "input_type": raw, "strides": raw,
+                                     "bpe_row": pl.Int64, "rows": pl.List(pl.Int64)}, orient="row")
+    return h.join(bad, on=key, how="inner", nulls_equal=True).select("op", "bpe_row", "rows")

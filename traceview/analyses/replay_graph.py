@@ -303,8 +303,10 @@ def _build(trace: Trace) -> Graph:
         del eo, ke, kq, j, jj, ok, idx
     explained = by_stream | by_launch | (d_x >= 0) | (~has_prev & ~launched)
     # no edge at all (first on its stream, not launched in the trace): it starts when it started
-    a_wait, a_wake, blocking = _waits(trace, a, a_ts, a_end, real, d_end, copies)
-    a_wait, a_wake, blocking = _queue_full(a, a_ts, a_end, real, d_launch, d_end, a_wait, a_wake, blocking)
+    by_end = np.argsort(d_end, kind="stable")
+    a_wait, a_wake, blocking = _waits(trace, a, a_ts, a_end, real, d_end, by_end, copies)
+    a_wait, a_wake, blocking = _queue_full(a, a_ts, a_end, real, d_launch, d_end, by_end, a_wait, a_wake, blocking)
+    del by_end
     del copies
     # a call that waited keeps only its floor: the shortest call of its name in the trace
     waited = a_wait >= 0
@@ -544,10 +546,10 @@ def _joins(a_tid: np.ndarray, a_ts: np.ndarray, a_end: np.ndarray, a_prev: np.nd
 
 
 def _waits(trace: Trace, a: pl.DataFrame, a_ts: np.ndarray, a_end: np.ndarray, real: np.ndarray,
-           d_end: np.ndarray, copies: pl.DataFrame) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+           d_end: np.ndarray, by_end: np.ndarray, copies: pl.DataFrame) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """(a_wait, a_wake, blocking): for each blocking call that returned after device work had finished while it
     ran, the activity that finished last before it returned and the time from that end to the return; which
-    calls block (`copies`: [launch, end] of the memcpy activities)."""
+    calls block (`copies`: [launch, end] of the memcpy activities; `by_end`: the activities in order of end)."""
     n_a = a_ts.size
     wait, wake = np.full(n_a, -1, np.int64), np.zeros(n_a, np.int64)
     if n_a == 0 or d_end.size == 0:
@@ -565,16 +567,20 @@ def _waits(trace: Trace, a: pl.DataFrame, a_ts: np.ndarray, a_end: np.ndarray, r
         hit = ai.join(lc, left_on="i", right_on="launch", how="inner").filter(pl.col("end") <= pl.col("_end"))
         blocking[_i64(hit["_j"])] = True
     blocking &= real
-    eo = np.argsort(d_end, kind="stable")
-    se = d_end[eo]
-    j = np.searchsorted(se, a_end[blocking], side="right") - 1
-    ok = (j >= 0)
-    jj = eo[np.maximum(j, 0)]
-    ok &= se[np.maximum(j, 0)] > a_ts[blocking]  # it finished while the call ran: the call waited for it
-    idx = np.flatnonzero(blocking)[ok]
-    wait[idx] = jj[ok]
-    wake[idx] = a_end[idx] - d_end[jj[ok]]
+    idx, act = _ended_during(by_end, d_end, a_ts, a_end, blocking)
+    wait[idx] = act
+    wake[idx] = a_end[idx] - d_end[act]
     return wait, wake, blocking
+
+
+def _ended_during(eo: np.ndarray, d_end: np.ndarray, a_ts: np.ndarray, a_end: np.ndarray,
+                  calls: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """(the calls of `calls`, a mask, during which some activity ended; for each, the activity that ended last
+    before it returned: what a call that waited on the device waited for). `eo`: the activities by end."""
+    se = d_end[eo]
+    j = np.searchsorted(se, a_end[calls], side="right") - 1
+    ok = (j >= 0) & (se[np.maximum(j, 0)] > a_ts[calls])  # it finished while the call ran
+    return np.flatnonzero(calls)[ok], eo[np.maximum(j, 0)][ok]
 
 
 #: launch calls that enqueue device work (a full queue blocks them until a slot frees)
@@ -589,7 +595,7 @@ QUEUE_MIN_DEPTH = 64
 
 
 def _queue_full(a: pl.DataFrame, a_ts: np.ndarray, a_end: np.ndarray, real: np.ndarray, d_launch: np.ndarray,
-                d_end: np.ndarray, wait: np.ndarray, wake: np.ndarray,
+                d_end: np.ndarray, by_end: np.ndarray, wait: np.ndarray, wake: np.ndarray,
                 blocking: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """Launches that waited for a slot in the device's launch queue: on a device-bound step the host runs ahead
     until the queue is full (a plateau of launched-and-unfinished activities: 267-643 on the bundled H200 traces),
@@ -608,22 +614,20 @@ def _queue_full(a: pl.DataFrame, a_ts: np.ndarray, a_end: np.ndarray, real: np.n
         return wait, wake, blocking
     dur = a_end - a_ts
     thr = max(QUEUE_WAIT_MIN_NS, QUEUE_WAIT_FACTOR * float(np.median(dur[q])))
-    lts = np.sort(a_ts[d_launch[launched]])
-    se = np.sort(d_end[launched])
-    depth = np.searchsorted(lts, a_ts, side="left") - np.searchsorted(se, a_ts, side="right")
-    deepest = int(depth[q].max())
-    cand = q & (dur > thr) & (depth >= max(QUEUE_MIN_DEPTH, QUEUE_FULL_SHARE * deepest))
-    if not cand.any():
+    # the queue's depth when each launch began: activities launched before it less those ended by then
+    qi = np.flatnonzero(q)
+    depth = (np.searchsorted(np.sort(a_ts[d_launch[launched]]), a_ts[qi], side="left")
+             - np.searchsorted(np.sort(d_end[launched]), a_ts[qi], side="right"))
+    full = (dur[qi] > thr) & (depth >= max(QUEUE_MIN_DEPTH, QUEUE_FULL_SHARE * int(depth.max())))
+    if not full.any():
         return wait, wake, blocking
-    eo = np.argsort(d_end, kind="stable")
-    sd = d_end[eo]
-    j = np.searchsorted(sd, a_end[cand], side="right") - 1
-    ok = (j >= 0)
-    ok &= sd[np.maximum(j, 0)] > a_ts[cand]  # an activity ended while it ran: the slot it waited for
-    idx = np.flatnonzero(cand)[ok]
+    cand = np.zeros(n_a, bool)
+    cand[qi[full]] = True
+    # the activity that ended while it ran, last before it returned: the slot it waited for
+    idx, act = _ended_during(by_end, d_end, a_ts, a_end, cand)
     wait, wake, blocking = wait.copy(), wake.copy(), blocking.copy()
-    wait[idx] = eo[np.maximum(j, 0)][ok]
-    wake[idx] = a_end[idx] - sd[np.maximum(j, 0)][ok]
+    wait[idx] = act
+    wake[idx] = a_end[idx] - d_end[act]
     blocking[idx] = True
     return wait, wake, blocking
 

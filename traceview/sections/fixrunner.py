@@ -148,17 +148,16 @@ def what_if(ctx, tf: dict[str, Transform], names: Sequence[str], options: Any = 
     variant the rule does not price for this trace is listed in `unknown` with the ones it does)."""
     from traceview.options import Options
 
-    chosen, unknown, made = [], [], dict(tf)
+    chosen, unknown, made, rules = [], [], dict(tf), set()
     for n in names:
         key, _, variant = n.partition(":")
         mod = RULES.get(key.upper()) or BY_NAME.get(key)
         if mod is None:
             unknown.append(n)
             continue
+        if mod.NAME in rules:
+            continue  # one way to fix per rule: the first (the options list them in code order)
         label = f"{mod.NAME}:{variant}" if variant else mod.NAME
-        if label in chosen or (variant and mod.NAME in chosen) or (not variant and any(
-                c.startswith(f"{mod.NAME}:") for c in chosen)):
-            continue  # one way to fix per rule: the first named
         if variant:
             got = mod.fix_variants(ctx.for_rule(mod, (options or Options()).options_for(mod))) \
                 if hasattr(mod, "fix_variants") else {}
@@ -167,6 +166,7 @@ def what_if(ctx, tf: dict[str, Transform], names: Sequence[str], options: Any = 
                 continue
             made[label] = got[variant]
         chosen.append(label)
+        rules.add(mod.NAME)
     base = [pricing_transform(ctx)]
     b = replay(ctx.trace, ctx.steps, base)
     have = [made[r] for r in chosen if r in made]
