@@ -52,10 +52,13 @@ def _what_if(items: list[str]) -> tuple[str, ...]:
     """The what-if's fixes as rule codes in code order, each with the fix variant it names (`fp32-gemm:autocast` ->
     `TV202:autocast`: a rule that prices several ways to fix, `fix_variants`); a bad selector raises TraceError."""
     from . import registry
+    from .errors import TraceError
 
     out: dict[str, None] = {}
     for item in items:
         sel, _, variant = item.partition(":")
+        if not sel.strip():  # (an empty selector is a prefix of every code: it would select all the rules)
+            raise TraceError(f"--what-if: {item!r} names no rule (a rule name or code, e.g. fp32-gemm:autocast)")
         for code in registry.selected([sel]):
             out[f"{code}:{variant.strip()}" if variant.strip() else code] = None
     return tuple(sorted(out))

@@ -146,3 +146,16 @@ def test_what_if_prices_the_variant_the_user_names():
     assert both["savings_us"] / 1000 == pytest.approx(t["measured_fix_saving_ms"], rel=0.2)
     assert bad["fixes"] == [] and bad["unknown"] == ["fp32-gemm:bogus (priced here: autocast, tf32)"]
     assert set(mod.fix_variants(rc)) == {"autocast", "tf32"}
+
+
+def test_what_if_without_a_rule_name_is_one_error_line():
+    # ":autocast" would otherwise select every rule (an empty selector prefixes every code)
+    import subprocess
+    import sys
+
+    r = subprocess.run([sys.executable, "-m", "traceview", "analyze",
+                        str(k.SAMPLES / "gpu_h200/seed_single_gemm_eager.json.gz"), "--what-if", ":autocast"],
+                       capture_output=True, text=True)
+    assert r.returncode == 2 and r.stdout == ""
+    assert r.stderr.strip().splitlines() == ["traceview: error: --what-if: ':autocast' names no rule (a rule name "
+                                             "or code, e.g. fp32-gemm:autocast)"]
