@@ -36,16 +36,17 @@ elements in TF32, 8 in BF16; the FP32 CUDA-core kernel does not care) runs on cu
 predicted at 8.0 ms a step from its FP32 trace, and the same program ran it in 7.6 ms in TF32 and 7.9 in BF16
 (their own traces). TF32: the GEMMs at their TF32 time. Autocast changes more than the GEMMs: they run in BF16
 (the same share of the 16-bit peak, never below half their bytes over the bandwidth); SDPA's FP32
-memory-efficient or cuDNN attention kernels become the 16-bit flash kernel autocast's inputs select (their FLOPs
-at `ATTN_EFFICIENCY` of the 16-bit peak, as measured in BF16 traces: ViT-B/16's 15.5 ms a step of FP32
-`fmha_cutlass` kernels, 1.7 ms predicted, 2.4 measured in its BF16 trace); and the
+memory-efficient or cuDNN attention kernels become the 16-bit fused kernel autocast's inputs select (their FLOPs
+at the share of the 16-bit peak fused attention reaches in the bundled H200 training programs, their median 0.22:
+materialized-attention's `efficiency`; ViT-B/16's 15.5 ms a step of FP32 `fmha_cutlass` kernels, 1.5 ms
+predicted, 2.4 measured in its BF16 trace, whose cuDNN kernels reach 0.13 at 197 tokens); and the
 host casts each GEMM's weight and bias on every call and their gradients back in the backward (one eager op each:
 HF GPT-2 runs 66 casts and 75 `ToCopyBackward0` a step under autocast). Measured on the H200
 (`sample_traces/ab_traced`: the problem traced and both sides timed in one process), saving predicted against
-measured: ViT-B/16 146.0 / 142.9 ms (121.9 when priced as TF32, which left the fixed step at 56 ms against 34);
-ConvNeXt-T 67.7 / 65.5; HF BERT-base 35.6 / 39.8; HF GPT-2 34.2 / 32.2 (the LM head's three BF16 GEMMs on the
-fallback kernel: 8 ms of the fixed step). Recorded after this model was set: GPT-2 at batch 32 133.6 / 127.0,
-BERT at sequence 512 115.2 / 103.3, and ViT-B/16 at batch 16 21.4 / 14.7, a miss: its BF16 step is host-bound
+measured: ViT-B/16 145.1 / 142.9 ms (121.9 when priced as TF32, which left the fixed step at 56 ms against 34);
+ConvNeXt-T 67.7 / 65.5; HF BERT-base 35.6 / 39.8; HF GPT-2 34.4 / 32.2 (the LM head's three BF16 GEMMs on the
+fallback kernel: 8 ms of the fixed step). Recorded after this model was set: GPT-2 at batch 32 131.5 / 127.0,
+BERT at sequence 512 113.1 / 103.3, and ViT-B/16 at batch 16 21.4 / 14.7, a miss: its BF16 step is host-bound
 (37.2 ms measured, 30.8 replayed), and a trace whose step sits at the device's floor bounds its host time only
 from above. FP32 -> TF32, recorded after the TF32 variant priced misaligned GEMMs: GPT-2 29.8 / 28.9, ConvNeXt-T
 32.6 / 29.6, BERT-base 46.3 / 37.3 (a miss of the same kind: its TF32 step is host-bound). Not modelled: the cast kernels, casts of activations an FP32 op produced, and the memory-bound
@@ -72,7 +73,7 @@ import numpy as np
 import polars as pl
 
 from traceview.analyses.alignment import misaligned_calls
-from traceview.analyses.attention import FUSED_ATTN_KERNEL_RE, score_op_ids
+from traceview.analyses.attention import FUSED_ATTN_KERNEL_RE, fused_attention_ns, score_op_ids
 from traceview.analyses.classify import sync_calls
 from traceview.analyses.names import contains
 from traceview.analyses.opshapes import decode
@@ -121,11 +122,6 @@ AUTOCAST_OPS = ["aten::linear", "aten::addmm", "aten::mm", "aten::bmm", "aten::b
 #: `addmm(bias, input, weight)` (Hugging Face's Conv1D). An activation input is cast too when an FP32 op produced it
 #: (a layer norm's output), not when a 16-bit GEMM did, which the trace does not say: not counted
 PARAM_INPUTS = {"aten::linear": (1, 2), "aten::addmm": (0, 2)}
-#: achieved share of the 16-bit Tensor-Core peak of the fused attention kernels autocast's 16-bit inputs select,
-#: forward and backward together, measured in the BF16 programs' own traces on the H200 (torch 2.11 picks cuDNN's
-#: SDPA there): ViT-B/16 (N = 197) 131 TFLOP/s, 0.13; BERT (N = 512) 195 TFLOP/s, 0.20. (Published FlashAttention
-#: figures, 50-73 % of peak forward, are long sequences and large heads; materialized-attention's `efficiency`.)
-ATTN_EFFICIENCY = 0.17
 #: share of the 16-bit peak a GEMM reaches on the fallback kernel that misaligned rows select, in BF16 and TF32
 #: alike (H200, unaligned-gemm's measurements: GPT-2's LM head, [4096, 768] x [768, 50257] and its two gradients,
 #: 949 GFLOP in 7.85 ms a step in BF16, 121 TFLOP/s; the micro-benchmark's LM-head shapes 95-154 TFLOP/s in BF16
@@ -258,8 +254,9 @@ def fix_variants(ctx: RuleContext) -> dict[str, Transform]:
       new_dur: the FP32-explained share scaled by FP32 / TF32 peak, never below its bytes over the bandwidth).
     - autocast: each takes its BF16 time instead (bf16_dur: the same share at the 16-bit peak, never below half
       its bytes over the bandwidth); each FP32 fused attention kernel (SDPA's memory-efficient or cuDNN backend
-      on FP32 inputs) runs as the 16-bit flash kernel autocast's inputs select: its FLOPs at `ATTN_EFFICIENCY` of
-      the 16-bit peak, never below half its bytes over the bandwidth; and the host pays autocast's casts (`_casts`).
+      on FP32 inputs) runs as the 16-bit fused kernel autocast's inputs select: its FLOPs at
+      `attention.FUSED_EFFICIENCY` of the 16-bit peak (`fused_attention_ns`), never below half its bytes over the
+      bandwidth; and the host pays autocast's casts (`_casts`).
       Not modelled: the cast kernels themselves (a transform only shortens device work) and the memory-bound
       kernels that run on 16-bit activations afterwards (fp32-conv prices those of convolutional networks)."""
     if not tensor_core_gpu(ctx):
@@ -293,9 +290,10 @@ def _fp32_attention(ctx: RuleContext) -> pl.DataFrame:
     g = ctx.trace.gpu.select("i", "name", "kind", "ts", "dur")
     a = g.filter((pl.col("kind") == "compute") & (pl.col("ts") >= ctx.lo) & (pl.col("ts") < ctx.hi)
                  & pl.col("name").str.contains(FUSED_ATTN_KERNEL_RE))
-    a = a.join(ctx.kb.select("i", "op", "flops", "bytes", "bpe"), on="i", how="left")
+    a = a.join(ctx.kb.select("i", "op", "op_name", "flops", "bytes", "bpe"), on="i", how="left")
     a = a.filter((pl.col("bpe") >= 4) & pl.col("flops").is_not_null())
-    fused = pl.max_horizontal(pl.col("flops") / (ATTN_EFFICIENCY * spec.tc_tflops * 1e12) * 1e9,
+    back = pl.col("op_name").str.contains("backward")
+    fused = pl.max_horizontal(fused_attention_ns(pl.col("flops"), back, spec.tc_tflops * 1e12),
                               pl.col("bytes").fill_null(0) / 2 / spec.bw * 1e9)
     return a.select("i", "op", new_dur=fused.clip(0, pl.col("dur")).cast(pl.Int64))
 

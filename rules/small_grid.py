@@ -90,7 +90,7 @@ import polars as pl
 from traceview.analyses.names import contains
 from traceview.analyses.param_work import param_sized
 from traceview.analyses.replay import Transform
-from traceview.analyses.roofline import COMPUTE_KERNEL_RE
+from traceview.analyses.roofline import COMPUTE_KERNEL_RE, peak_expr
 from traceview.analyses.rowid import by_id, join_by_id
 from traceview.engine import for_rows
 from traceview.evidence import Meta
@@ -257,10 +257,9 @@ def _kernels(ctx: RuleContext) -> pl.DataFrame:
         # call's time (the op's shapes; 0 without them, as for a CUDA graph's kernels: nothing bounds it there
         # but the call's own time)
         spec = ctx.spec
-        g = g.join(ctx.kb.select("i", "flops", "bpe"), on="i", how="left")
-        peak = pl.when(pl.col("bpe") > 2).then(pl.lit(spec.peak_flops(4))).otherwise(pl.lit(spec.peak_flops(2)))
-        g = g.with_columns(_peak=(pl.col("flops") / peak * 1e9 / pl.col("dur").cast(pl.Float64).clip(1.0))
-                           .fill_null(0.0).fill_nan(0.0)).drop("flops", "bpe")
+        g = g.join(ctx.kb.select("i", "flops", "bpe", "tf32"), on="i", how="left")
+        g = g.with_columns(_peak=(pl.col("flops") / peak_expr(spec) * 1e9 / pl.col("dur").cast(pl.Float64).clip(1.0))
+                           .fill_null(0.0).fill_nan(0.0)).drop("flops", "bpe", "tf32")
 
         def per_sample(k: float) -> pl.Expr:
             # k times the work in waves of `slots` blocks, each wave the kernel's own time (a short kernel's blocks

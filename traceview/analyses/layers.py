@@ -31,6 +31,7 @@ from ..engine import IN_MEMORY
 from ..memo import per_trace
 from ..model import RUNTIME_CATS, Trace
 from .intervals import open_at
+from .roofline import peak_expr
 from .rowid import by_id, join_by_id, positions
 from .specs import Spec, trace_spec
 from .tree import ancestor_ids, call_tree, roots, thread_ids
@@ -1013,8 +1014,9 @@ def layer_table(trace: Trace, steps: pl.DataFrame | None = None, depth: int | No
     g = join_by_id(g, "i", gpu_codes(trace), "lc", "ph")  # every GPU row has its layer row
     g = g.drop("lc").hstack([pl.Series("lid", lid_of[g["lc"].to_numpy()], pl.UInt32)])
     if kb is not None:
-        g = join_by_id(g, "i", kb, *[c for c in ("flops", "bytes", "bpe", "bound") if c in kb.columns])
-    for c, dt in (("flops", pl.Float64), ("bytes", pl.Float64), ("bpe", pl.Float64), ("bound", pl.String)):
+        g = join_by_id(g, "i", kb, *[c for c in ("flops", "bytes", "bpe", "bound", "tf32") if c in kb.columns])
+    for c, dt in (("flops", pl.Float64), ("bytes", pl.Float64), ("bpe", pl.Float64), ("bound", pl.String),
+                  ("tf32", pl.Boolean)):
         if c not in g.columns:
             g = g.with_columns(pl.lit(None, dt).alias(c))
     # copies and fills move their own byte count
@@ -1022,10 +1024,10 @@ def layer_table(trace: Trace, steps: pl.DataFrame | None = None, depth: int | No
                        bound=pl.when("_copy").then(pl.lit("memory")).otherwise(pl.col("bound"))).drop("_cbytes", "_copy")
     spec = device_peaks(trace)
     if spec is not None:  # always known (an unknown GPU falls back to a default row that says so)
-        # the shortest time the device could do this work in (roofline): FLOPs at the peak for the operand
-        # width (tensor cores for <= 2-byte operands), bytes at the HBM bandwidth
-        peak = pl.when(pl.col("bpe") <= 2).then(spec.tc_tflops * 1e12).otherwise(spec.fp32_tflops * 1e12)
-        g = g.with_columns(_tf=pl.col("flops") / peak, _tb=pl.col("bytes") / (spec.hbm_tbps * 1e12))
+        # the shortest time the device could do this work in (roofline): FLOPs at the peak of the math unit they
+        # ran on (tensor cores for <= 2-byte operands and for TF32 kernels, `roofline.peak_expr`), bytes at the
+        # HBM bandwidth
+        g = g.with_columns(_tf=pl.col("flops") / peak_expr(spec), _tb=pl.col("bytes") / (spec.hbm_tbps * 1e12))
     else:
         g = g.with_columns(_tf=pl.lit(None, pl.Float64), _tb=pl.lit(None, pl.Float64))
     # the columns the sums read: each row is repeated per enclosing layer below (on a tiny-event trace the

@@ -7,7 +7,7 @@ launching op's `Input Dims` / `Input type` (record_shapes). bpe = bytes per elem
 |---|---|---|---|
 | gemm | mm, addmm, _addmm_activation, bmm, baddbmm, matmul, linear, _scaled_mm | 2·M·N·K·batch (+M·N bias) | M·K·bpe_A + K·N·bpe_B + M·N·bpe_out (+bias) |
 | conv | convolution, _convolution, cudnn_convolution, conv*d (+_backward ×2) | 2·N·C_out·H_out·W_out·C_in/g·k_h·k_w | (∏x + ∏w + ∏out)·bpe |
-| attention | scaled_dot_product_*, _flash_attention_*, _efficient_attention_* | 4·B·H·N_q·N_kv·d (×2.5 backward) | (Q + K + V + O)·bpe |
+| attention | scaled_dot_product_*, _flash_attention_*, _efficient_attention_* (Q, K, V: [B, H, N, d]; [B, N, H, d] for `_flash_attention_*` and `_efficient_attention_*`; a backward op's after the gradient) | 4·B·H·N_q·N_kv·d (×2.5 backward) | (Q + K + V + O)·bpe |
 | reduction | sum, mean, amax, norm, softmax, layer/rms/batch/group norm, … | elements read | inputs + outputs (norm/softmax: out = in) |
 | elementwise | everything else with tensor inputs | elements of the (broadcast) output | Σ inputs·bpe + out·bpe_out |
 
@@ -25,12 +25,16 @@ Attention ignores causal masking (TraceLens halves it when known). Inputs with d
 Kernel-name fallback (no shapes, e.g. `record_shapes=False` or an op-less CUDA-graph kernel): a kernel
 whose name looks like a GEMM/convolution/attention library kernel (gemm, nvjet, cutlass, xmma, cudnn,
 conv, flash, fmha, Cijk_, …) is `compute`; every other kernel (elementwise, reduce, copies, triton
-pointwise) is `memory`. The roofline bound is `compute` when FLOPs/peak ≥ bytes/bandwidth, else `memory`.
+pointwise) is `memory`. The roofline bound is `compute` when FLOPs/peak ≥ bytes/bandwidth, else `memory`;
+the peak is the math unit's the op ran on (`peak_expr`): the 16-bit Tensor Cores for <= 2-byte operands, TF32
+for FP32 operands of an op whose kernels are TF32 Tensor-Core kernels (cuDNN runs FP32 convolutions so by
+default), FP32 otherwise.
 """
 
 from __future__ import annotations
 
 import math
+import re
 
 import msgspec
 import polars as pl
@@ -49,6 +53,9 @@ DTYPE_BYTES = {
 GEMM_OPS = {"aten::mm", "aten::addmm", "aten::_addmm_activation", "aten::bmm", "aten::baddbmm", "aten::matmul",
             "aten::linear", "aten::_scaled_mm", "aten::addbmm"}
 ATTN_KEYS = ("scaled_dot_product", "flash_attention", "efficient_attention", "cudnn_attention")
+#: attention ops whose Q, K, V are [batch, sequence, heads, head dim] (the flash and memory-efficient kernels'
+#: ATen ops, under SDPA's [batch, heads, sequence, head dim] `_scaled_dot_product_*` ops)
+SEQ_FIRST_ATTN_RE = re.compile(r"^aten::_(flash|efficient)_attention_(forward|backward)$")
 REDUCE_OPS = {"sum", "mean", "amax", "amin", "max", "min", "norm", "prod", "var", "std", "argmax", "argmin",
               "logsumexp", "cumsum", "any", "all", "topk", "sort", "linalg_vector_norm", "var_mean", "std_mean"}
 REDUCE_KEYS = ("norm", "softmax", "_loss", "nll_loss", "cross_entropy")  # substrings of the base name
@@ -58,6 +65,11 @@ COMPUTE_KERNEL_RE = (r"(?i)gemm|nvjet|cutlass|xmma|wgmma|hmma|cublas|cudnn|conv|
 ELEMENTWISE_KERNEL_RE = (r"(?i)elementwise|reduce_kernel|reduction|triton_poi|triton_red|triton_per|"
                          r"unrolled_|vectorized_|pointwise|softmax|layer_norm|batch_norm|fill|copy_kernel|"
                          r"index_elementwise|CatArrayBatched|multi_tensor_apply")
+
+#: Tensor-Core kernels on FP32 data (TF32: cuBLAS/cuDNN/CUTLASS names carry `tf32`, Ampere CUTLASS's `s1688`/`s16816`
+#: tensorop GEMMs). PyTorch lets cuDNN run FP32 convolutions so by default (`torch.backends.cudnn.allow_tf32`), and
+#: GEMMs under `set_float32_matmul_precision("high")`: their FLOPs are measured against the TF32 peak, not FP32's
+TF32_KERNEL_RE = r"(?i)tf32|tensorop_s\d{4}|_s1688|_s16816"
 
 INDEX_OPS = {"aten::embedding", "aten::gather", "aten::index_select", "aten::take"}
 WRITE_ONLY_OPS = {"aten::fill_", "aten::zero_"}
@@ -197,12 +209,17 @@ def op_cost(name: str, dims: list, types: list, concrete: list | None = None,
                 byts = (_prod(x) + _prod(w) + out_elems) * bpe
             return ("conv", flops, float(byts), bpe)
         if any(k in low for k in ATTN_KEYS) and len(ts) >= 3:
-            (q, _), (k_, _), (v, _) = ts[0], ts[1], ts[2]
-            b_h = _prod(q[:-2])
-            nq, d, nkv, dv = q[-2], q[-1], k_[-2], v[-1]
+            back = "backward" in low
+            # a backward op's first tensor is the output's gradient: Q, K, V follow it
+            (q, _), (k_, _), (v, _) = ts[1:4] if back and len(ts) >= 4 else ts[:3]
+            if SEQ_FIRST_ATTN_RE.search(name):  # [B, S, H, D]: the flash / memory-efficient kernels' own ops
+                b_h, nq, nkv = _prod(q[:-3]) * q[-2], q[-3], k_[-3]
+            else:  # [B, H, S, D]: SDPA and cuDNN's ops
+                b_h, nq, nkv = _prod(q[:-2]), q[-2], k_[-2]
+            d, dv = q[-1], v[-1]
             flops = 2.0 * b_h * nq * nkv * (d + dv)
             byts = (_prod(q) + _prod(k_) + _prod(v) + b_h * nq * dv) * bpe
-            if "backward" in low:
+            if back:
                 flops, byts = 2.5 * flops, 2.0 * byts
             return ("attention", flops, float(byts), bpe)
     except (IndexError, TypeError, ValueError):
@@ -283,12 +300,21 @@ def op_costs(trace: Trace, op_ids: pl.Series | None = None) -> pl.DataFrame:
         "out_bytes")
 
 
+def peak_expr(spec: Spec) -> pl.Expr:
+    """FLOP/s of the math unit a `kernel_bound` row's FLOPs ran on: the 16-bit Tensor-Core peak for <= 2-byte
+    operands, TF32's for FP32 operands of an op that launched a TF32 kernel (`tf32`), else FP32's."""
+    return (pl.when(pl.col("bpe") <= 2).then(pl.lit(spec.peak_flops(2))).when(pl.col("tf32").fill_null(False))
+            .then(pl.lit(spec.tf32_tflops * 1e12)).otherwise(pl.lit(spec.peak_flops(4))))
+
+
 def kernel_bound(trace: Trace, spec: Spec | None = None) -> pl.DataFrame:
     """One row per compute kernel: [i, op, op_name, category, flops, bytes, bpe, intensity, bound, source,
-    in0_bytes, extra_bytes, out_bytes].
+    in0_bytes, extra_bytes, out_bytes, tf32].
 
     An op's FLOPs and bytes are split over the kernels it launched by duration. `bound` is 'compute' or
     'memory' (roofline when shapes exist, `source = 'shapes'`; kernel name otherwise, `source = 'name'`).
+    `tf32`: the op launched a TF32 Tensor-Core kernel (`TF32_KERNEL_RE`; every kernel of the op, its layout
+    transforms included), so its FP32 FLOPs ran at the TF32 peak (`peak_expr`).
     """
     spec = spec or trace_spec(trace.meta)
     k = trace.gpu.select("i", "name", "op", "dur", "kind").filter(pl.col("kind") == "compute").drop("kind")
@@ -296,7 +322,8 @@ def kernel_bound(trace: Trace, spec: Spec | None = None) -> pl.DataFrame:
         return pl.DataFrame(schema={"i": pl.UInt32, "op": pl.UInt32, "op_name": pl.String, "category": pl.String,
                                     "flops": pl.Float64, "bytes": pl.Float64, "bpe": pl.Float64,
                                     "intensity": pl.Float64, "bound": pl.String, "source": pl.String,
-                                    "in0_bytes": pl.Float64, "extra_bytes": pl.Float64, "out_bytes": pl.Float64})
+                                    "in0_bytes": pl.Float64, "extra_bytes": pl.Float64, "out_bytes": pl.Float64,
+                                    "tf32": pl.Boolean})
     costs = op_costs(trace, k["op"].drop_nulls().unique())
     nums = ("flops", "bytes", "bpe", "in0_bytes", "extra_bytes", "out_bytes")
     if all(costs[c].null_count() == costs.height for c in nums):
@@ -310,8 +337,10 @@ def kernel_bound(trace: Trace, spec: Spec | None = None) -> pl.DataFrame:
         share = pl.when(pl.col("op").is_null()).then(None).otherwise(share.fill_null(1.0 / nker))
         k = k.join(costs, on="op", how="left").with_columns(_share=share).with_columns(
             *[pl.col(c) * pl.col("_share") for c in ("flops", "bytes", "in0_bytes", "extra_bytes", "out_bytes")])
-    peak_tc, peak_32, bw = spec.peak_flops(2), spec.peak_flops(4), spec.bw
-    peak = pl.when(pl.col("bpe") <= 2).then(pl.lit(peak_tc)).otherwise(pl.lit(peak_32))
+    bw = spec.bw
+    tf32 = contains(k, TF32_KERNEL_RE).fill_null(False)
+    k = k.with_columns(tf32=pl.when(pl.col("op").is_null()).then(tf32).otherwise(tf32.any().over("op")))
+    peak = peak_expr(spec)
     by_shape = pl.when(pl.col("flops") / peak >= pl.col("bytes") / bw).then(pl.lit("compute")).otherwise(pl.lit("memory"))
     by_name = pl.when(contains(k, COMPUTE_KERNEL_RE)).then(pl.lit("compute")).otherwise(pl.lit("memory"))
     has = pl.col("flops").is_not_null() & pl.col("bytes").is_not_null() & (pl.col("bytes") > 0)
@@ -320,4 +349,4 @@ def kernel_bound(trace: Trace, spec: Spec | None = None) -> pl.DataFrame:
         bound=pl.when(has).then(by_shape).otherwise(by_name),
         source=pl.when(has).then(pl.lit("shapes")).otherwise(pl.lit("name")),
     ).select("i", "op", "op_name", "category", "flops", "bytes", "bpe", "intensity", "bound", "source",
-             "in0_bytes", "extra_bytes", "out_bytes")
+             "in0_bytes", "extra_bytes", "out_bytes", "tf32")

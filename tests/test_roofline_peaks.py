@@ -1,0 +1,39 @@
+"""No op runs faster than its math unit's peak: FP32 convolutions that cuDNN runs on TF32 Tensor Cores (PyTorch's
+default, `torch.backends.cudnn.allow_tf32`) and FP32 GEMMs under `set_float32_matmul_precision("high")` are measured
+against the TF32 peak. Against the FP32 peak, ResNet-18's convolutions read 149 % of peak and a conv stack's 255 %."""
+
+import sys
+from pathlib import Path
+
+import polars as pl
+import pytest
+
+sys.path.insert(0, str(Path(__file__).parent / "rules"))
+import rulekit as k  # noqa: E402
+
+from traceview.analyses.roofline import kernel_bound, peak_expr  # noqa: E402
+from traceview.analyses.specs import trace_spec  # noqa: E402
+
+
+@pytest.mark.parametrize("rel", ["collected4/conv_fp32", "ab_traced/resnet18_fp32", "ab_traced/gpt2_tf32_vocab",
+                                 "ab_traced/gpt2_fp32"])
+def test_gemm_and_conv_ops_stay_under_their_peak(rel):
+    t = k.trace(next(str(p.relative_to(k.SAMPLES)) for p in (k.SAMPLES / rel).glob("*.pt.trace.json*")))
+    spec = trace_spec(t.meta)
+    kb = kernel_bound(t, spec).filter(pl.col("category").is_in(["gemm", "conv"]) & pl.col("flops").is_not_null())
+    kb = kb.join(t.gpu.select("i", "dur", "name"), on="i").with_columns(peak=peak_expr(spec))
+    per = kb.group_by("op").agg(pl.col("flops").sum(), pl.col("dur").sum(), pl.col("peak").first(),
+                                pl.col("tf32").first(), pl.col("bpe").first())
+    per = per.with_columns(share=pl.col("flops") / (pl.col("dur") * 1e-9) / pl.col("peak"))
+    assert per.height > 0
+    assert per["share"].max() <= 1.0
+    fp32 = per.filter(pl.col("bpe") == 4)
+    # FP32 operands on TF32 kernels are the ones the FP32 peak could not explain; FP32 SIMT GEMMs (gpt2_fp32)
+    # keep the FP32 peak
+    tf32_named = kb.filter(pl.col("name").str.contains("(?i)tf32|s1688"))["op"].unique()
+    assert fp32.filter(pl.col("op").is_in(tf32_named.implode()))["tf32"].all()
+    assert not fp32.filter(~pl.col("op").is_in(tf32_named.implode()))["tf32"].any()
+    if rel == "ab_traced/gpt2_fp32":
+        assert not fp32["tf32"].any() and fp32.height > 0
+    else:
+        assert fp32["tf32"].sum() > 0
