@@ -37,3 +37,17 @@ def test_gemm_and_conv_ops_stay_under_their_peak(rel):
         assert not fp32["tf32"].any() and fp32.height > 0
     else:
         assert fp32["tf32"].sum() > 0
+
+
+@pytest.mark.parametrize("rel", ["ab_traced/bert_eager_attn_s128", "collected3/gpt2_sdpa"])
+def test_nll_loss_kernels_move_no_more_than_the_bandwidth(rel):
+    # the loss reads one logit per target: counted as the whole [N, vocab] logits, BERT's loss kernels moved
+    # 6x the H200's HBM bandwidth in their measured time
+    t = k.trace(next(str(p.relative_to(k.SAMPLES)) for p in (k.SAMPLES / rel).glob("*.pt.trace.json*")))
+    spec = trace_spec(t.meta)
+    kb = kernel_bound(t, spec).filter(pl.col("op_name").str.starts_with("aten::nll_loss"))
+    kb = kb.join(t.gpu.select("i", "dur"), on="i")
+    assert set(kb["op_name"]) == {"aten::nll_loss_forward", "aten::nll_loss_backward"}
+    assert (kb["bytes"] / (kb["dur"] * 1e-9)).max() <= spec.bw
+    # one per target: BERT's 32 x 128 tokens, GPT-2's 8 x 511 (its labels shifted by one token)
+    assert kb["flops"].max() == (32 * 128.0 if "bert" in rel else 8 * 511.0)

@@ -12,7 +12,8 @@ launching op's `Input Dims` / `Input type` (record_shapes). bpe = bytes per elem
 | elementwise | everything else with tensor inputs | elements of the (broadcast) output | Σ inputs·bpe + out·bpe_out |
 
 Indexing ops read only what they select, not the whole source tensor: `embedding` reads one row per index,
-`gather`/`take` one element per index, `index_select` one slice per index (the dim from `Concrete Inputs`).
+`gather`/`take` one element per index, `index_select` one slice per index (the dim from `Concrete Inputs`),
+`nll_loss_forward`/`_backward` one logit per target (`NLL_OPS`).
 bytes = rows read + indices + output; an index expanded along a dim (stride 0 in `Input Strides`, as
 `embedding` builds for `gather`) counts its distinct values only. `fill_`/`zero_` write their output and
 read nothing.
@@ -72,6 +73,11 @@ ELEMENTWISE_KERNEL_RE = (r"(?i)elementwise|reduce_kernel|reduction|triton_poi|tr
 TF32_KERNEL_RE = r"(?i)tf32|tensorop_s\d{4}|_s1688|_s16816"
 
 INDEX_OPS = {"aten::embedding", "aten::gather", "aten::index_select", "aten::take"}
+#: the negative log-likelihood's own kernels touch one logit per target, not the [N, C] logits (a language model's
+#: 50257-wide rows read whole would be 6x the bandwidth in the kernel's measured time); the backward's zeroed
+#: gradient is a memset of its own. Position of (logits, target) among the op's tensors
+NLL_OPS = {"aten::nll_loss_forward": (0, 1), "aten::nll_loss2d_forward": (0, 1),
+           "aten::nll_loss_backward": (1, 2), "aten::nll_loss2d_backward": (1, 2)}
 WRITE_ONLY_OPS = {"aten::fill_", "aten::zero_"}
 
 _dims_dec = msgspec.json.Decoder()
@@ -167,6 +173,10 @@ def op_cost(name: str, dims: list, types: list, concrete: list | None = None,
         return ("elementwise", elems, read + ind + out, bpe)
     if name in WRITE_ONLY_OPS:
         return ("elementwise", float(_prod(ts[0][0])), float(_prod(ts[0][0]) * bpe), bpe)
+    if name in NLL_OPS and len(ts) > max(NLL_OPS[name]):
+        (_, b_x), (tgt, b_t) = ts[NLL_OPS[name][0]], ts[NLL_OPS[name][1]]
+        n = _prod(tgt)  # one logit read (forward) or gradient written (backward) per target, plus the target
+        return ("reduction", float(n), float(n * (2 * b_x + b_t)), b_x)
     try:
         if name in GEMM_OPS:
             bias = None
