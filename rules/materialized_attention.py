@@ -28,9 +28,11 @@ The score shape, bytes per materialized score tensor, score kernels per step and
 the runs of consecutive score kernels (one per attention call forward and one backward), their GEMM FLOPs,
 and the predicted fused time. Savings are replayed (`fix_transform`): each run of score kernels becomes one
 kernel of the run's GEMM FLOPs (x1.25 for a backward run: flash recomputes Q·K^T) at `efficiency` of the
-device's Tensor-Core peak (never below `FUSED_FLOOR_NS`) for the width of the attention's inputs (FP32 inputs: the FP32 peak; SDPA's math
-backend upcasts bf16/fp16 inputs to FP32 for its own GEMMs, and a fused backend runs on the inputs' width), on
-the run's first score GEMM; the other kernels take no time (nor the device's gap before each). The attention is
+device's Tensor-Core peak for the width of the attention's inputs (FP32 inputs: `fp32_efficiency` of the FP32
+peak; SDPA's math backend upcasts bf16/fp16 inputs to FP32 for its own GEMMs, and a fused backend runs on the
+inputs' width), never below `FUSED_FLOOR_NS`, on the run's first score GEMM (filling the run's next longest kernels
+where it outlasts that one: a transform never lengthens a kernel); the other kernels take no time (nor the
+device's gap before each). The attention is
 more than the ops on the scores (traceview/analyses/attention.py, `attention_extension`): the copies
 `aten::matmul` makes of a transposed Q, K or V for the batched GEMM (a fused kernel reads them strided), and in
 the backward every autograd node of the attention's forward ops (found by their sequence numbers: the copy
@@ -51,6 +53,10 @@ path with `is_causal` builds no mask). Those calls no longer wait (`no_wait`), t
   together: the median of 15 distinct training programs on an H200 (0.10 for BERT at 128 tokens, 0.22 for GPT-2
   at 512, 0.35 for flash at 2048, 0.54 for 16 heads x 1024 without dropout; traceview/analyses/attention.py,
   `FUSED_EFFICIENCY`). FlashAttention-2 reports 50-73 % of A100 peak forward on long sequences without dropout.
+- `fp32_efficiency` (0.48): the same for FP32 inputs, of the FP32 peak: the memory-efficient kernel SDPA runs
+  them on (CUDA cores) gets nearer its peak, 0.27-0.73 over 12 FP32 shapes (ViT-B/16 0.30, BERT 0.32-0.42, GPT-2
+  0.56-0.70; `FUSED_EFFICIENCY_FP32`). At 0.22 an FP32 GPT-2's eager attention at 1024 tokens priced its fused
+  call at what the eager one took, where SDPA saved 7.0 of 66.0 ms.
   A call never takes less than 4.5 µs forward or 13 µs backward (`FUSED_FLOOR_NS`: a decode step's, BERT's
   smallest).
 - `min_savings_pct` (2.0): smallest savings (% of step time) worth a finding.
@@ -82,6 +88,7 @@ import polars as pl
 
 from traceview.analyses.attention import (
     FUSED_EFFICIENCY,
+    FUSED_EFFICIENCY_FP32,
     attention_mask,
     exclusive_tops,
     fused_attention,
@@ -105,7 +112,11 @@ TITLE = "Attention materializes its scores in HBM instead of one fused kernel"
 OPTIONS = {
     "efficiency": Option(
         FUSED_EFFICIENCY,
-        "achieved share of the Tensor-Core peak of a fused attention call (H200 training programs' median)",
+        "achieved share of the Tensor-Core peak of a fused attention call on 16-bit inputs (H200 programs' median)",
+    ),
+    "fp32_efficiency": Option(
+        FUSED_EFFICIENCY_FP32,
+        "achieved share of the FP32 peak of the memory-efficient kernel on FP32 inputs (H200 programs' median)",
     ),
     **min_savings(2.0),
     **XPROF_SEVERITY,
@@ -152,7 +163,9 @@ def _runs(ctx: RuleContext) -> pl.DataFrame:
         spec = ctx.spec
         peak = pl.when(pl.col("bpe") <= 2).then(pl.lit(spec.tc_tflops)).otherwise(pl.lit(spec.fp32_tflops)) * 1e12
         flops = pl.col("gemm_flops") * pl.when(pl.col("backward")).then(BACKWARD_RECOMPUTE).otherwise(1.0)
-        fused = fused_attention_ns(flops, pl.col("backward"), peak, float(ctx.options["efficiency"]))
+        eff = pl.when(pl.col("bpe") <= 2).then(pl.lit(float(ctx.options["efficiency"]))).otherwise(
+            pl.lit(float(ctx.options["fp32_efficiency"])))
+        fused = fused_attention_ns(flops, pl.col("backward"), peak, eff)
         return per.with_columns(
             fused_time=pl.when(pl.col("gemm_flops") > 0).then(fused).otherwise(0).cast(pl.Int64)
             .clip(0, pl.col("time"))
@@ -291,7 +304,8 @@ def check(ctx: RuleContext) -> list[Finding]:
 
 def fix_transform(ctx: RuleContext) -> Transform | None:
     """The fix as a replay transformation: each run of score kernels becomes one fused kernel (its GEMM FLOPs at
-    `efficiency` of the Tensor-Core peak) on the run's first score GEMM; the run's other kernels take no time. On the
+    `efficiency` of the Tensor-Core peak) on the run's first score GEMM (and, where it outlasts that kernel, on the
+    run's next longest ones in turn); the run's other kernels take no time. On the
     host the fused call replaces the whole eager attention (`host_extents`): the op of the run's first score GEMM
     stays, as the fused call, and everything else its thread does from the run's first op to the end of its
     last op leaves the host path. The mask's construction goes too (`attention.attention_mask`): its kernels
@@ -300,11 +314,16 @@ def fix_transform(ctx: RuleContext) -> Transform | None:
     if k.height == 0:
         return None
     runs = _runs(ctx).select("run", "fused_time")
-    # the fused kernel sits on the run's first score GEMM (the call that stays, `host_extents`), else its first
-    at = k.sort("run", pl.col("gemm").not_(), "pos").group_by("run", maintain_order=True).first()["i"]
-    k = k.join(runs, on="run", how="left").with_columns(
-        new=pl.when(pl.col("i").is_in(at.implode())).then(pl.col("fused_time")).otherwise(0).cast(pl.Int64)
-    )
+    # the fused kernel sits on the run's first score GEMM (the call that stays, `host_extents`), else its first;
+    # a transform never lengthens a kernel, so a fused time longer than that kernel fills the run's next longest
+    # ones in turn (an FP32 run's fused call can outlast its first GEMM: GPT-2 at 1024 tokens, 400 against 212 µs)
+    first = k.sort("run", pl.col("gemm").not_(), "pos").group_by("run", maintain_order=True).first()["i"]
+    fill = (k.join(runs, on="run", how="left")
+            .sort("run", pl.col("i").is_in(first.implode()).not_(), pl.col("dur"), "pos",
+                  descending=[False, False, True, False])
+            .with_columns(before=pl.col("dur").cum_sum().over("run") - pl.col("dur"))
+            .select("i", new=(pl.col("fused_time") - pl.col("before")).clip(0, pl.col("dur")).cast(pl.Int64)))
+    k = k.join(fill, on="i", how="left")
     gpu = dict(zip(k["i"].cast(pl.Int64).to_list(), k["new"].to_list(), strict=True))
     mask = attention_mask(ctx.trace)
     h = ctx.trace.host

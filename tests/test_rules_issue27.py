@@ -253,18 +253,22 @@ def _fix(s: str, run: str):
 
 
 def test_attention_fix_puts_one_fused_kernel_per_run():
-    """Each run of score kernels keeps one kernel, its first, with the run's fused time; the others take none. On
-    GPT-2 the forward run starts at Q·K^T's batched matmul (the raw trace's first aten::bmm after each layer's
-    QKV projection) and the predicted fused time per step is the evidence's."""
+    """Each run of score kernels keeps its fused time on its first kernel and, where the fused call outlasts that
+    kernel (a transform never lengthens one), on the run's next longest kernels in turn; the others take none. On
+    GPT-2 the forward run starts at Q·K^T's batched matmul (the raw trace's first aten::bmm after each layer's QKV
+    projection), and the kept time per step is the evidence's predicted fused time."""
     trace, n, t = _fix("collected3", "gpt2_eager_attn")
     f = ours("collected3", "gpt2_eager_attn", "TV205")[0]["evidence"]
     kept = {i: d for i, d in t.gpu_dur.items() if d > 0}
-    assert len(kept) == f["attention_runs_per_step"] * n == 36
+    assert f["attention_runs_per_step"] * n == 36
     assert sum(kept.values()) / n / 1000 == pytest.approx(f["predicted_fused_time_per_step_us"], abs=0.01)
     ops = trace.gpu.filter(pl.col("i").cast(pl.Int64).is_in(list(kept))).join(
         trace.host.select(pl.col("i").alias("op"), pl.col("name").alias("op_name")), on="op", how="left"
-    )
-    assert set(ops["op_name"]) == {"aten::bmm"}
+    ).with_columns(new=pl.col("i").cast(pl.Int64).replace_strict(kept))
+    # every run keeps its first GEMM, and at most one kernel per run keeps less than its own time (the last filled)
+    assert ops.filter(pl.col("op_name") == "aten::bmm").height >= 36
+    assert ops.filter(pl.col("new") < pl.col("dur")).height <= 36
+    assert len(kept) < 3 * 36  # a few kernels per run, never the run's whole chain
 
 
 def test_attention_fix_removes_the_eager_attention_host_work():

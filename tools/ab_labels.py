@@ -98,13 +98,19 @@ TWINS: dict[str, tuple[str, str, str | None, str | None]] = {
     "resnet50_fp32_b64": ("resnet50_bf16_cl_b64", "fp32-conv", None, None),
     "gpt2_fp32_tf32_b16": ("gpt2_tf32_b16", "fp32-gemm", "tf32", None),
     "convnext_fp32_b32": ("convnext_bf16_cl_b32", "fp32-gemm+fp32-conv", "autocast", None),
+    # held out: recorded after attention's FLOPs were read in the flash / memory-efficient ops' own layout and one
+    # fused-attention efficiency priced both rules (`record_ab_traced.sh attn_flops_heldout`, 2026-12-04): GPT-2
+    # at 1024 tokens, FP32 -> BF16 autocast, and FP32 eager attention -> SDPA (FP32: the memory-efficient kernel)
+    "gpt2_fp32_s1024": ("gpt2_bf16_s1024", "fp32-gemm", "autocast", None),
+    "gpt2_eager_fp32_s1024": ("gpt2_sdpa_fp32_s1024", "materialized-attention", None, None),
 }
 #: twins whose fix changes nothing by construction (the same program on both sides): a control, never scored
 CONTROLS = {"gpt2_vocab_padded"}
 HELD_OUT = {"bert_fp32", "vit_fp32", "convnext_fp32", "mobilenet_single", "bert_small_item", "effnet_fp32",
             "ddp_accum4_gpt2", "bert_vocab_s512", "gpt2_tf32_vocab", "gpt2_fp32_b32", "bert_fp32_s512", "vit_fp32_b16",
             "gpt2_fp32_tf32", "bert_fp32_tf32", "convnext_fp32_tf32", "bert_eager_attn_s512", "bert_eager_attn_s128",
-            "vit_fp32_b32", "resnet50_fp32_b64", "gpt2_fp32_tf32_b16", "convnext_fp32_b32"}
+            "vit_fp32_b32", "resnet50_fp32_b64", "gpt2_fp32_tf32_b16", "convnext_fp32_b32", "gpt2_fp32_s1024",
+            "gpt2_eager_fp32_s1024"}
 
 
 def build() -> tuple[dict, str]:

@@ -127,7 +127,7 @@ def problems(mod) -> list[str]:
         out.append(f"{mod.CODE}: docstring sections out of order")
     if "## Options" in doc:
         body = doc.split("## Options", 1)[1].split("## ", 1)[0]
-        named = set(re.findall(r"^- `([a-z_]+)`", body, re.M))
+        named = set(re.findall(r"^- `([a-z0-9_]+)`", body, re.M))
         real = set(mod.OPTIONS)
         for n in sorted(named - real):
             out.append(f"{mod.CODE}: ## Options names {n!r}, which is not a setting of the rule")

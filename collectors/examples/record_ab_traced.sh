@@ -142,6 +142,12 @@ queue_heldout)  # recorded after the replay read launches that waited for a queu
   run convnext_fp32_b32 $C --name convnext_fp32_b32 -- $AB "real_models --model convnext_tiny --batch 32" \
     "real_models --model convnext_tiny --batch 32 --amp --channels-last"
   ;;
+attn_flops_heldout)  # recorded after attention's FLOPs were read in the flash / memory-efficient ops' own layout and
+  # one fused-attention efficiency priced both rules (2026-12-04): long sequences, where attention is a large share
+  G1="real_models --model gpt2 --seq 1024 --batch 4"
+  run gpt2_fp32_s1024 $C --name gpt2_fp32_s1024 -- $AB "$G1 --attn sdpa" "$G1 --attn sdpa --amp"
+  run gpt2_eager_fp32_s1024 $C --name gpt2_eager_fp32_s1024 -- $AB "$G1 --attn eager" "$G1 --attn sdpa"
+  ;;
 compile_call)  # the compiled call's own host cost: elementwise chains small enough that it decides the step
   run elementwise_8mib_eager $C --name elementwise_8mib_eager -- $AB "elementwise_chain --mib 8" \
     "elementwise_chain --mib 8 --compile"

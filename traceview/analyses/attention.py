@@ -51,22 +51,27 @@ FUSED_ATTN_OP_RE = (
 )
 #: shortest key length worth a fused kernel (shorter scores are small tiles either way)
 MIN_KEYS = 64
-#: achieved share of the Tensor-Core peak (of the inputs' width) of one fused attention call, its FLOPs
+#: achieved share of the 16-bit Tensor-Core peak of one fused attention call on 16-bit inputs, its FLOPs
 #: (4·B·H·N_q·N_kv·d forward, 2.5x backward; causal masking not halved) over its kernels' time, forward and backward
 #: together: the median of the 15 distinct training programs in the bundled H200 traces (torch 2.11, cuDNN's SDPA
 #: unless named), which range from 0.02 (BERT, batch 2 x 128 tokens) and 0.10 (BERT at 128) through ViT-B/16 at 197
 #: 0.13, BERT at 512 0.20, Hugging Face GPT-2 at 512 0.22 and at 1024 0.29, flash at 16 heads x 2048 0.35, to
-#: 0.44-0.54 for 4-16 heads x 1024 without dropout (ViT-B/16's FP32 memory-efficient kernels: 0.29 of the FP32
-#: peak). Small calls leave SMs idle, and dropout inside the kernel (every Hugging Face model in training) costs
-#: it about half; published FlashAttention figures (50-73 % forward on A100) are long sequences without either.
+#: 0.44-0.54 for 4-16 heads x 1024 without dropout. Small calls leave SMs idle, and dropout inside the kernel
+#: (every Hugging Face model in training) costs it about half; published FlashAttention figures (50-73 % forward on
+#: A100) are long sequences without either.
 FUSED_EFFICIENCY = 0.22
+#: the same for FP32 inputs, of the FP32 peak: SDPA runs them on the memory-efficient (CUTLASS) kernel on the CUDA
+#: cores, which gets nearer its own peak — the median of the 12 distinct FP32 attention shapes in the bundled H200
+#: traces, 0.27 (4 heads x 256, batch 8) to 0.73 (16 x 256, batch 64): ViT-B/16 0.30, BERT 0.32-0.42, GPT-2 0.56-0.70
+#: (causal: the kernel skips the masked half these FLOPs count)
+FUSED_EFFICIENCY_FP32 = 0.48
 #: the least one fused attention call takes, forward / backward (its kernels together): an H200 decode step's
 #: forward 4.2-4.6 µs, BERT's smallest backward (three cuDNN kernels) 13.4 µs
 FUSED_FLOOR_NS = (4_500, 13_000)
 
 
 def fused_attention_ns(flops: pl.Expr, backward: pl.Expr, peak_flops: pl.Expr | float,
-                       efficiency: float = FUSED_EFFICIENCY) -> pl.Expr:
+                       efficiency: pl.Expr | float = FUSED_EFFICIENCY) -> pl.Expr:
     """Predicted time (ns) of one fused attention call (or of one of its kernels) of `flops` at `efficiency` of
     `peak_flops` (FLOP/s), never below the floor of its direction (`FUSED_FLOOR_NS`)."""
     floor = pl.when(backward).then(FUSED_FLOOR_NS[1]).otherwise(FUSED_FLOOR_NS[0])
