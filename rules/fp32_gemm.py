@@ -37,8 +37,9 @@ predicted at 8.0 ms a step from its FP32 trace, and the same program ran it in 7
 (their own traces). TF32: the GEMMs at their TF32 time. Autocast changes more than the GEMMs: they run in BF16
 (the same share of the 16-bit peak, never below half their bytes over the bandwidth); SDPA's FP32
 memory-efficient or cuDNN attention kernels become the 16-bit fused kernel autocast's inputs select (their FLOPs
-at the share of the 16-bit peak fused attention reaches in the bundled H200 training programs, their median 0.22:
-materialized-attention's `efficiency`; ViT-B/16's 15.5 ms a step of FP32 `fmha_cutlass` kernels, 1.5 ms
+at the share of the 16-bit peak fused attention reaches in the bundled H200 training programs, their median 0.15
+on the FLOPs it computes (a causal call, SDPA's `is_causal`, skips the blocks above the diagonal): materialized-
+attention's `efficiency`; ViT-B/16's 15.5 ms a step of FP32 `fmha_cutlass` kernels, 1.5 ms
 predicted, 2.4 measured in its BF16 trace, whose cuDNN kernels reach 0.13 at 197 tokens); and the
 host casts each GEMM's weight and bias on every call and their gradients back in the backward (one eager op each:
 HF GPT-2 runs 66 casts and 75 `ToCopyBackward0` a step under autocast). Measured on the H200
@@ -73,7 +74,7 @@ import numpy as np
 import polars as pl
 
 from traceview.analyses.alignment import misaligned_calls
-from traceview.analyses.attention import FUSED_ATTN_KERNEL_RE, fused_attention_ns, score_op_ids
+from traceview.analyses.attention import FUSED_ATTN_KERNEL_RE, fused_attention_ns, score_op_ids, sdpa_causal
 from traceview.analyses.classify import sync_calls
 from traceview.analyses.names import contains
 from traceview.analyses.opshapes import decode
@@ -293,7 +294,9 @@ def _fp32_attention(ctx: RuleContext) -> pl.DataFrame:
     a = a.join(ctx.kb.select("i", "op", "op_name", "flops", "bytes", "bpe"), on="i", how="left")
     a = a.filter((pl.col("bpe") >= 4) & pl.col("flops").is_not_null())
     back = pl.col("op_name").str.contains("backward")
-    fused = pl.max_horizontal(fused_attention_ns(pl.col("flops"), back, spec.tc_tflops * 1e12),
+    # a causal call's 16-bit kernel skips the blocks above the diagonal, as the FP32 one did (`sdpa_causal`)
+    flops = pl.col("flops") * sdpa_causal(ctx.trace)
+    fused = pl.max_horizontal(fused_attention_ns(flops, back, spec.tc_tflops * 1e12),
                               pl.col("bytes").fill_null(0) / 2 / spec.bw * 1e9)
     return a.select("i", "op", new_dur=fused.clip(0, pl.col("dur")).cast(pl.Int64))
 

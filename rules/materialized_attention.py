@@ -49,16 +49,19 @@ synchronises the stream once per forward, so the host cannot run ahead of the de
 path with `is_causal` builds no mask). Those calls no longer wait (`no_wait`), their ops leave the host path.
 
 ## Options
-- `efficiency` (0.22): achieved share of the Tensor-Core peak of a fused attention call, forward and backward
-  together: the median of 15 distinct training programs on an H200 (0.10 for BERT at 128 tokens, 0.22 for GPT-2
-  at 512, 0.35 for flash at 2048, 0.54 for 16 heads x 1024 without dropout; traceview/analyses/attention.py,
+- `efficiency` (0.15): achieved share of the Tensor-Core peak of a fused attention call on 16-bit inputs, forward
+  and backward together, on the FLOPs it computes (a causal call skips the blocks above the diagonal,
+  `causal_share`): the median of 14 distinct training programs on an H200 (0.10 for BERT at 128 tokens, 0.14 for
+  GPT-2 at 512, 0.20 for BERT at 512, 0.31 for 16 heads x 1024 without dropout; traceview/analyses/attention.py,
   `FUSED_EFFICIENCY`). FlashAttention-2 reports 50-73 % of A100 peak forward on long sequences without dropout.
-- `fp32_efficiency` (0.48): the same for FP32 inputs, of the FP32 peak: the memory-efficient kernel SDPA runs
-  them on (CUDA cores) gets nearer its peak, 0.27-0.73 over 12 FP32 shapes (ViT-B/16 0.30, BERT 0.32-0.42, GPT-2
-  0.56-0.70; `FUSED_EFFICIENCY_FP32`). At 0.22 an FP32 GPT-2's eager attention at 1024 tokens priced its fused
-  call at what the eager one took, where SDPA saved 7.0 of 66.0 ms.
+- `fp32_efficiency` (0.34): the same for FP32 inputs, of the FP32 peak: the memory-efficient kernel SDPA runs
+  them on (CUDA cores) gets nearer its peak, 0.20-0.55 over 12 FP32 shapes (ViT-B/16 0.30, BERT 0.32-0.41, GPT-2
+  0.35-0.44; `FUSED_EFFICIENCY_FP32`).
   A call never takes less than 4.5 µs forward or 13 µs backward (`FUSED_FLOOR_NS`: a decode step's, BERT's
-  smallest).
+  smallest). Where a score op takes a mask over queries x keys (Hugging Face's [B, 1, N, N] causal mask, a [N, N]
+  `masked_fill` mask) or SDPA's math backend runs `is_causal`, the fused call computes only the blocks on and below
+  the diagonal, (nb + 1) / 2nb of them in tiles of 128 queries (`eager_causal`): an FP32 GPT-2's eager attention at
+  1024 tokens was priced 4.8 ms against 7.0 measured without it, 6.6 with it.
 - `min_savings_pct` (2.0): smallest savings (% of step time) worth a finding.
 - `moderate_pct` (3.0): savings share at which a finding is a warning (XProf's moderate threshold).
 - `high_pct` (15.0): savings share at which it is an error (XProf's high threshold).
@@ -90,6 +93,7 @@ from traceview.analyses.attention import (
     FUSED_EFFICIENCY,
     FUSED_EFFICIENCY_FP32,
     attention_mask,
+    eager_causal,
     exclusive_tops,
     fused_attention,
     fused_attention_ns,
@@ -162,7 +166,9 @@ def _runs(ctx: RuleContext) -> pl.DataFrame:
         )
         spec = ctx.spec
         peak = pl.when(pl.col("bpe") <= 2).then(pl.lit(spec.tc_tflops)).otherwise(pl.lit(spec.fp32_tflops)) * 1e12
-        flops = pl.col("gemm_flops") * pl.when(pl.col("backward")).then(BACKWARD_RECOMPUTE).otherwise(1.0)
+        # a causal mask: the fused call skips the blocks above the diagonal (`eager_causal`)
+        flops = (pl.col("gemm_flops") * pl.when(pl.col("backward")).then(BACKWARD_RECOMPUTE).otherwise(1.0)
+                 * eager_causal(ctx.trace))
         eff = pl.when(pl.col("bpe") <= 2).then(pl.lit(float(ctx.options["efficiency"]))).otherwise(
             pl.lit(float(ctx.options["fp32_efficiency"])))
         fused = fused_attention_ns(flops, pl.col("backward"), peak, eff)

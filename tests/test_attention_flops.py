@@ -35,3 +35,20 @@ def test_inner_and_outer_attention_ops_agree(rel, b, h, n, d):
         want = forward * (2.5 if "backward" in name else 1.0)
         assert cost[i] == pytest.approx(want)
         assert cost[p] == pytest.approx(want)  # the SDPA op above it, in its own layout
+
+
+@pytest.mark.parametrize(
+    ("rel", "sdpa", "eager"),
+    [("ab_traced/gpt2_fp32", 0.625, 1.0),  # GPT-2 (a causal LM) on SDPA, is_causal=True, 512 tokens: 5 of 8 tiles
+     ("ab_traced/bert_fp32_s512", 1.0, 1.0),  # BERT (bidirectional) on SDPA
+     ("ab_traced/gpt2_eager_fp32_s1024", 1.0, 0.5625),  # eager GPT-2: its [B, 1, N, N] causal mask added to the scores
+     ("ab_traced/bert_eager_attn_s512", 1.0, 1.0),  # eager BERT: no mask over queries x keys
+     ("collected4/attn_eager_s2048", 1.0, 0.53125),  # a [N, N] masked_fill mask, 2048 tokens: 17 of 32 tiles
+     ("collected4/attn_math_s2048", 0.53125, 0.53125)],  # SDPA's math backend with is_causal=True
+)
+def test_causal_share(rel, sdpa, eager):
+    from traceview.analyses.attention import eager_causal, sdpa_causal
+
+    t = k.trace(next(str(p.relative_to(k.SAMPLES)) for p in (k.SAMPLES / rel).glob("*.pt.trace.json*")))
+    assert sdpa_causal(t) == sdpa
+    assert eager_causal(t) == eager

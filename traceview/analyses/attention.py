@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import math
 
+import msgspec
 import numpy as np
 import polars as pl
 
@@ -27,6 +28,8 @@ from ..model import RUNTIME_CATS, Trace
 from .opshapes import decode
 from .rowid import by_id
 from .tree import ancestor_ids
+
+_dec = msgspec.json.Decoder()
 
 SOFTMAX_OPS = {
     "aten::_softmax",
@@ -51,23 +54,79 @@ FUSED_ATTN_OP_RE = (
 )
 #: shortest key length worth a fused kernel (shorter scores are small tiles either way)
 MIN_KEYS = 64
-#: achieved share of the 16-bit Tensor-Core peak of one fused attention call on 16-bit inputs, its FLOPs
-#: (4·B·H·N_q·N_kv·d forward, 2.5x backward; causal masking not halved) over its kernels' time, forward and backward
-#: together: the median of the 15 distinct training programs in the bundled H200 traces (torch 2.11, cuDNN's SDPA
-#: unless named), which range from 0.02 (BERT, batch 2 x 128 tokens) and 0.10 (BERT at 128) through ViT-B/16 at 197
-#: 0.13, BERT at 512 0.20, Hugging Face GPT-2 at 512 0.22 and at 1024 0.29, flash at 16 heads x 2048 0.35, to
-#: 0.44-0.54 for 4-16 heads x 1024 without dropout. Small calls leave SMs idle, and dropout inside the kernel
-#: (every Hugging Face model in training) costs it about half; published FlashAttention figures (50-73 % forward on
-#: A100) are long sequences without either.
-FUSED_EFFICIENCY = 0.22
+#: achieved share of the 16-bit Tensor-Core peak of one fused attention call on 16-bit inputs: the FLOPs it computes
+#: (4·B·H·N_q·N_kv·d forward, 2.5x backward, times `causal_share` for a causal call: it skips the blocks above the
+#: diagonal) over its kernels' time, forward and backward together; the median of the 14 distinct training programs
+#: in the bundled H200 traces (torch 2.11, cuDNN's SDPA unless named), which range from 0.02 (BERT, batch 4 x 128
+#: tokens) and 0.10 (BERT at 128) through GPT-2 at 512 0.14 and at 1024 0.16, flash at 16 heads x 2048 0.18 and BERT
+#: at 512 0.20 to 0.25-0.31 for 4-16 heads x 1024 without dropout. Small calls leave SMs idle, and dropout inside
+#: the kernel (every Hugging Face model in training) costs it about half; published FlashAttention figures (50-73 %
+#: forward on A100) are long sequences without either.
+FUSED_EFFICIENCY = 0.15
 #: the same for FP32 inputs, of the FP32 peak: SDPA runs them on the memory-efficient (CUTLASS) kernel on the CUDA
 #: cores, which gets nearer its own peak — the median of the 12 distinct FP32 attention shapes in the bundled H200
-#: traces, 0.27 (4 heads x 256, batch 8) to 0.73 (16 x 256, batch 64): ViT-B/16 0.30, BERT 0.32-0.42, GPT-2 0.56-0.70
-#: (causal: the kernel skips the masked half these FLOPs count)
-FUSED_EFFICIENCY_FP32 = 0.48
+#: traces, 0.20 (4 heads x 256, batch 8) to 0.55 (16 x 256, batch 64): ViT-B/16 0.30, BERT 0.32-0.41, GPT-2
+#: 0.35-0.44. (Counted without the causal share, the causal ones read 0.44-0.73 and the rest 0.30-0.41.)
+FUSED_EFFICIENCY_FP32 = 0.34
 #: the least one fused attention call takes, forward / backward (its kernels together): an H200 decode step's
 #: forward 4.2-4.6 µs, BERT's smallest backward (three cuDNN kernels) 13.4 µs
 FUSED_FLOOR_NS = (4_500, 13_000)
+
+
+#: the rows of query tiles a fused kernel skips blocks of keys by: a causal call computes the blocks on and below the
+#: diagonal, (nb + 1) / 2nb of them for nb tiles of 128 queries (flash, memory-efficient and cuDNN alike)
+CAUSAL_TILE = 128
+
+
+def causal_share(n: int) -> float:
+    """Share of the N x N scores a causal fused kernel computes (`CAUSAL_TILE`): 0.5625 at 1024 tokens."""
+    nb = max(math.ceil(n / CAUSAL_TILE), 1)
+    return (nb + 1) / (2 * nb)
+
+
+@per_trace
+def sdpa_causal(trace: Trace) -> float:
+    """Share of the counted FLOPs the trace's SDPA calls compute: `causal_share` of their key length where every
+    call that records it says `is_causal=True` (`aten::scaled_dot_product_attention`'s Concrete Inputs, position
+    5), else 1.0 (not causal, mixed, or not recorded)."""
+    if "concrete" not in trace.host.columns:
+        return 1.0
+    calls = trace.host.filter(pl.col("name") == "aten::scaled_dot_product_attention").select(
+        "input_dims", "input_type", "concrete").unique()
+    flags, keys = set(), []
+    for d, t, c in calls.iter_rows():
+        try:
+            conc = _dec.decode(c) if c else []
+        except (msgspec.DecodeError, TypeError):
+            conc = []
+        flags.add(conc[5] if isinstance(conc, list) and len(conc) > 5 else None)
+        ts = decode(d, t)
+        if len(ts) >= 2 and len(ts[1][0]) >= 2:
+            keys.append(ts[1][0][-2])
+    return causal_share(max(keys)) if flags == {"True"} and keys else 1.0
+
+
+@per_trace
+def eager_causal(trace: Trace) -> float:
+    """Share of the counted FLOPs a fused kernel would compute for the trace's materialized attention: where a
+    score op takes a mask over queries x keys (its last two dims the scores', more than one query, no head dim:
+    Hugging Face's [B, 1, N, N] causal mask, a [N, N] `masked_fill` mask; a padding mask is [B, 1, 1, N], an ALiBi
+    or relative-position bias [1, H, N, N]) or SDPA's math backend runs `is_causal`, a fused call with
+    `is_causal=True` (or FlexAttention's block mask) skips the blocks above the diagonal: `causal_share`."""
+    so = score_ops(trace).filter(pl.col("score"))
+    if so.height == 0:
+        return 1.0
+    ops = by_id(trace.host, so["op"].unique().sort(), pl.col("i").alias("op"), "input_dims", "input_type")
+    shapes = ops.select("input_dims", "input_type").unique()
+    nq, nkv = int(so["n_q"].max()), int(so["n_kv"].max())
+    for d, t in shapes.iter_rows():
+        for dims, _ in decode(d, t)[1:]:
+            if (len(dims) >= 2 and dims[-2:] == [nq, nkv] and nq > 1
+                    and (len(dims) == 2 or dims[-3] == 1)):
+                return causal_share(nkv)
+    if (trace.host["name"] == MATH_SDPA).any():
+        return sdpa_causal(trace)
+    return 1.0
 
 
 def fused_attention_ns(flops: pl.Expr, backward: pl.Expr, peak_flops: pl.Expr | float,

@@ -17,11 +17,13 @@ OLD_CATS = {"Operator": "cpu_op", "Runtime": "cuda_runtime", "Kernel": "kernel",
 # ops whose rarely used args (Concrete Inputs, collective fields) are read: collectives, sync copies, and the
 # convolution forward ops (their Concrete Inputs hold stride/padding/dilation for the FLOPs model) and the
 # indexing ops (the dim they index, and Input Strides: an expanded index reads one value per row), and the GEMMs
-# (Input Strides: a row not a multiple of 16 bytes runs a fallback kernel, rules/unaligned_gemm.py)
+# (Input Strides: a row not a multiple of 16 bytes runs a fallback kernel, rules/unaligned_gemm.py), and SDPA
+# (its is_causal: a causal fused kernel skips the masked half of the scores, analyses/attention.py)
 RARE_NAMES = (r"^(record_param_comms|nccl:|gloo:|hipMemcpy|cudaMemcpy|c10d::|"
               r"aten::(_?convolution|conv[123]d|cudnn_convolution|miopen_convolution|mkldnn_convolution|"
               r"gather|index_select|embedding|take|"
-              r"mm|addmm|_addmm_activation|bmm|baddbmm|addbmm|matmul|linear|_scaled_mm)$)")
+              r"mm|addmm|_addmm_activation|bmm|baddbmm|addbmm|matmul|linear|_scaled_mm|"
+              r"scaled_dot_product_attention)$)")
 META_NAMES = ("thread_name", "process_name", "process_labels")
 # categories Kineto writes that the analysis reads through other fields or leaves out on purpose (flows, the
 # profiler's own overhead and ranges, instant and counter events): any other is unknown, and said
