@@ -3,12 +3,13 @@
 # problem and its fix timed unprofiled in ABBA rounds (collectors/examples/ab_twin.py). The prediction is made
 # from a trace whose process also measured the saving, so host speed differences between processes cancel.
 # Usage (repo root, on a CUDA machine): collectors/examples/record_ab_traced.sh OUT_DIR [GROUP...]
-#   GROUP: real | synth | loader | heldout | ddp | fixes | aligned | aligned_heldout | fused | compile_call | item
+#   GROUP: real | synth | loader | heldout | ddp | fixes | aligned | aligned_heldout | fused | compile_call | item |
+#   autocast_heldout | tf32_heldout | attn_heldout | queue_heldout | attn_flops_heldout | causal_heldout
 #   (default: all but item, which re-records real's gpt2_sdpa_item). Runs land in OUT_DIR/ab_traced/<problem>/, AB_RESULT lines on stdout.
 set -u
 OUTD=${1:-/tmp/tv_ab_traced}
 shift || true
-GROUPS_=${*:-real synth loader heldout ddp fixes aligned aligned_heldout fused compile_call autocast_heldout tf32_heldout attn_heldout queue_heldout}
+GROUPS_=${*:-real synth loader heldout ddp fixes aligned aligned_heldout fused compile_call autocast_heldout tf32_heldout attn_heldout queue_heldout attn_flops_heldout causal_heldout}
 PY=${PY:-python3}
 mkdir -p "$OUTD"
 $PY -c 'import torch; print("torch", torch.__version__, "cuda", torch.version.cuda,
@@ -147,6 +148,15 @@ attn_flops_heldout)  # recorded after attention's FLOPs were read in the flash /
   G1="real_models --model gpt2 --seq 1024 --batch 4"
   run gpt2_fp32_s1024 $C --name gpt2_fp32_s1024 -- $AB "$G1 --attn sdpa" "$G1 --attn sdpa --amp"
   run gpt2_eager_fp32_s1024 $C --name gpt2_eager_fp32_s1024 -- $AB "$G1 --attn eager" "$G1 --attn sdpa"
+  ;;
+causal_heldout)  # to record (no device was lent after the causal share was set, 2026-12-04): held-out twins for it. FP32
+  # eager attention -> SDPA, causal (GPT-2) and not (BERT), and FP32 -> BF16 autocast at another size
+  run gpt2_eager_fp32_s512 $C --name gpt2_eager_fp32_s512 -- $AB "real_models --model gpt2 --attn eager" \
+    "real_models --model gpt2 --attn sdpa"
+  BE="real_models --model bert --layers 12 --d 768 --heads 12 --seq 512 --batch 8 --vocab 30528"
+  run bert_eager_fp32_s512 $C --name bert_eager_fp32_s512 -- $AB "$BE --attn eager" "$BE"
+  G3="real_models --model gpt2 --attn sdpa --seq 256 --batch 32"
+  run gpt2_fp32_s256 $C --name gpt2_fp32_s256 -- $AB "$G3" "$G3 --amp"
   ;;
 compile_call)  # the compiled call's own host cost: elementwise chains small enough that it decides the step
   run elementwise_8mib_eager $C --name elementwise_8mib_eager -- $AB "elementwise_chain --mib 8" \
