@@ -74,7 +74,7 @@ import numpy as np
 import polars as pl
 
 from traceview.analyses.alignment import misaligned_calls
-from traceview.analyses.attention import FUSED_ATTN_KERNEL_RE, fused_attention_ns, score_op_ids, sdpa_causal
+from traceview.analyses.attention import FUSED_ATTN_KERNEL_RE, fused_attention_ns, score_op_ids
 from traceview.analyses.classify import sync_calls
 from traceview.analyses.names import contains
 from traceview.analyses.opshapes import decode
@@ -294,9 +294,8 @@ def _fp32_attention(ctx: RuleContext) -> pl.DataFrame:
     a = a.join(ctx.kb.select("i", "op", "op_name", "flops", "bytes", "bpe"), on="i", how="left")
     a = a.filter((pl.col("bpe") >= 4) & pl.col("flops").is_not_null())
     back = pl.col("op_name").str.contains("backward")
-    # a causal call's 16-bit kernel skips the blocks above the diagonal, as the FP32 one did (`sdpa_causal`)
-    flops = pl.col("flops") * sdpa_causal(ctx.trace)
-    fused = pl.max_horizontal(fused_attention_ns(flops, back, spec.tc_tflops * 1e12),
+    # (a causal call's FLOPs are the blocks it computes, in 16 bits as in FP32: `roofline.kernel_bound`)
+    fused = pl.max_horizontal(fused_attention_ns(pl.col("flops"), back, spec.tc_tflops * 1e12),
                               pl.col("bytes").fill_null(0) / 2 / spec.bw * 1e9)
     return a.select("i", "op", new_dur=fused.clip(0, pl.col("dur")).cast(pl.Int64))
 

@@ -7,7 +7,7 @@ launching op's `Input Dims` / `Input type` (record_shapes). bpe = bytes per elem
 |---|---|---|---|
 | gemm | mm, addmm, _addmm_activation, bmm, baddbmm, matmul, linear, _scaled_mm | 2·M·N·K·batch (+M·N bias) | M·K·bpe_A + K·N·bpe_B + M·N·bpe_out (+bias) |
 | conv | convolution, _convolution, cudnn_convolution, conv*d (+_backward ×2) | 2·N·C_out·H_out·W_out·C_in/g·k_h·k_w | (∏x + ∏w + ∏out)·bpe |
-| attention | scaled_dot_product_*, _flash_attention_*, _efficient_attention_* (Q, K, V: [B, H, N, d]; [B, N, H, d] for `_flash_attention_*` and `_efficient_attention_*`; a backward op's after the gradient) | 4·B·H·N_q·N_kv·d (×2.5 backward) | (Q + K + V + O)·bpe |
+| attention | scaled_dot_product_*, _flash_attention_*, _efficient_attention_* (Q, K, V: [B, H, N, d]; [B, N, H, d] for `_flash_attention_*` and `_efficient_attention_*`; a backward op's after the gradient) | 4·B·H·N_q·N_kv·d (×2.5 backward; × the causal share of a causal call) | (Q + K + V + O)·bpe |
 | reduction | sum, mean, amax, norm, softmax, layer/rms/batch/group norm, … | elements read | inputs + outputs (norm/softmax: out = in) |
 | elementwise | everything else with tensor inputs | elements of the (broadcast) output | Σ inputs·bpe + out·bpe_out |
 
@@ -21,7 +21,8 @@ read nothing.
 Convolution forward takes stride, padding and dilation from the op's `Concrete Inputs` (recorded by current
 PyTorch with record_shapes; argument positions per op in `CONV_ARGS`): H_out = ⌊(H + 2p − d(k − 1) − 1)/s⌋ + 1.
 Without them (older traces) it assumes a stride-1 "same" output (Kineto records no output shape).
-Attention ignores causal masking (TraceLens halves it when known). Inputs with dims `[]` are scalars.
+Attention counts a causal call's FLOPs as the blocks it computes (`attention.causal_share`, from SDPA's recorded
+`is_causal`; TraceLens halves them when known). Inputs with dims `[]` are scalars.
 
 Kernel-name fallback (no shapes, e.g. `record_shapes=False` or an op-less CUDA-graph kernel): a kernel
 whose name looks like a GEMM/convolution/attention library kernel (gemm, nvjet, cutlass, xmma, cudnn,
@@ -41,6 +42,7 @@ import msgspec
 import polars as pl
 
 from ..model import Trace
+from .attention import sdpa_causal
 from .names import contains
 from .rowid import by_id
 from .specs import Spec, trace_spec
@@ -335,6 +337,10 @@ def kernel_bound(trace: Trace, spec: Spec | None = None) -> pl.DataFrame:
                                     "in0_bytes": pl.Float64, "extra_bytes": pl.Float64, "out_bytes": pl.Float64,
                                     "tf32": pl.Boolean})
     costs = op_costs(trace, k["op"].drop_nulls().unique())
+    share = sdpa_causal(trace)
+    if share != 1.0:  # a causal SDPA call computes only the blocks on and below the diagonal
+        costs = costs.with_columns(flops=pl.when(pl.col("category") == "attention").then(pl.col("flops") * share)
+                                   .otherwise(pl.col("flops")))
     nums = ("flops", "bytes", "bpe", "in0_bytes", "extra_bytes", "out_bytes")
     if all(costs[c].null_count() == costs.height for c in nums):
         # no op with shapes (record_shapes off): the costs are null literals, not a column of nulls per kernel
