@@ -51,3 +51,15 @@ def test_nll_loss_kernels_move_no_more_than_the_bandwidth(rel):
     assert (kb["bytes"] / (kb["dur"] * 1e-9)).max() <= spec.bw
     # one per target: BERT's 32 x 128 tokens, GPT-2's 8 x 511 (its labels shifted by one token)
     assert kb["flops"].max() == (32 * 128.0 if "bert" in rel else 8 * 511.0)
+
+
+@pytest.mark.parametrize("rel", ["ab_traced/bert_eager_attn_s128", "ab_traced/ddp_accum4_gpt2"])
+def test_copy_kernels_move_no_more_than_the_bandwidth(rel):
+    # copy_(self, src) reads src and writes self: counted as an elementwise op that also reads self, BERT's and
+    # GPT-2's copies moved 1.35x the HBM bandwidth in their measured time
+    t = k.trace(next(str(p.relative_to(k.SAMPLES)) for p in (k.SAMPLES / rel).glob("*.pt.trace.json*")))
+    spec = trace_spec(t.meta)
+    kb = kernel_bound(t, spec).filter(pl.col("op_name") == "aten::copy_").join(t.gpu.select("i", "dur"), on="i")
+    kb = kb.filter(pl.col("dur") > 5000)  # (a few µs: launch latency, not bandwidth)
+    assert kb.height > 100
+    assert (kb["bytes"] / (kb["dur"] * 1e-9)).max() <= spec.bw

@@ -239,6 +239,8 @@ def op_cost(name: str, dims: list, types: list, concrete: list | None = None,
     sizes = [_prod(d) for d, _ in ts]
     in_bytes = sum(_prod(d) * b for d, b in ts)
     big = max(sizes)
+    if name == "aten::copy_" and len(ts) >= 2:  # copy_(self, src): src read, self written, never read
+        return ("elementwise", float(big), float(_prod(ts[1][0]) * ts[1][1] + _prod(ts[0][0]) * bpe), bpe)
     base = low.split("::")[-1].strip("_")
     if base in REDUCE_OPS or any(k in base for k in REDUCE_KEYS):
         out = big if any(k in low for k in SAME_OUT_KEYS) else 0
@@ -258,6 +260,8 @@ def io_bytes(dims: list, types: list, name: str = "", concrete: list | None = No
     ts = [(_prod(d), DTYPE_BYTES[t]) for d, t in zip(dims, types, strict=False) if _is_tensor(d, t)]
     if not ts:
         return (None, None, None)
+    if name == "aten::copy_" and len(ts) >= 2:  # copy_(self, src): the input is src, self the output
+        return (float(ts[1][0] * ts[1][1]), 0.0, float(ts[0][0] * ts[0][1]))
     first = float(ts[0][0] * ts[0][1])
     extra = float(sum(n * b for n, b in ts[1:]))
     out = float(max(n for n, _ in ts) * ts[0][1])
