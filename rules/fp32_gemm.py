@@ -41,8 +41,10 @@ at the share of the 16-bit peak fused attention reaches in the bundled H200 trai
 on the FLOPs it computes (a causal call, SDPA's `is_causal`, skips the blocks above the diagonal): materialized-
 attention's `efficiency`; ViT-B/16's 15.5 ms a step of FP32 `fmha_cutlass` kernels, 1.5 ms
 predicted, 2.4 measured in its BF16 trace, whose cuDNN kernels reach 0.13 at 197 tokens); and the
-host casts each GEMM's weight and bias on every call and their gradients back in the backward (one eager op each:
-HF GPT-2 runs 66 casts and 75 `ToCopyBackward0` a step under autocast). Measured on the H200
+host casts each GEMM's weight and bias on every call, each FP32 activation a GEMM reads (a layer norm's output: the
+latest FP32 producer of that many elements on the thread, `FP32_PRODUCERS`; 19 a step on GPT-2, 24 on ViT-B/16, 50
+on BERT, as their BF16 traces count), and their gradients back in the backward (one eager op each: HF GPT-2 runs 66
+casts and 75 `ToCopyBackward0` a step under autocast). Measured on the H200
 (`sample_traces/ab_traced`: the problem traced and both sides timed in one process), saving predicted against
 measured: ViT-B/16 145.1 / 142.9 ms (121.9 when priced as TF32, which left the fixed step at 56 ms against 34);
 ConvNeXt-T 67.7 / 65.5; HF BERT-base 35.6 / 39.8; HF GPT-2 34.4 / 32.2 (the LM head's three BF16 GEMMs on the
@@ -67,6 +69,7 @@ kernels that then run on 16-bit activations.
 
 from __future__ import annotations
 
+import math
 from typing import Annotated
 
 import msgspec
@@ -123,6 +126,16 @@ AUTOCAST_OPS = ["aten::linear", "aten::addmm", "aten::mm", "aten::bmm", "aten::b
 #: `addmm(bias, input, weight)` (Hugging Face's Conv1D). An activation input is cast too when an FP32 op produced it
 #: (a layer norm's output), not when a 16-bit GEMM did, which the trace does not say: not counted
 PARAM_INPUTS = {"aten::linear": (1, 2), "aten::addmm": (0, 2)}
+#: the activation inputs of an outermost autocast op, by position (the rest are parameters or not tensors)
+ACTIVATION_INPUTS = {"aten::linear": (0,), "aten::addmm": (1,), "aten::mm": (0, 1), "aten::bmm": (0, 1),
+                     "aten::baddbmm": (1, 2), "aten::addbmm": (1, 2), "aten::matmul": (0, 1), "aten::addmv": (1, 2),
+                     "aten::mv": (0, 1)}  # (SDPA's Q, K, V are projections' outputs, split: 16-bit already)
+#: forward ops whose output stays FP32 under autocast (its float32 list: norms, softmax, pow, exp, … — Hugging Face
+#: GPT-2's tanh GELU calls pow — and ops outside its lists on FP32 inputs, such as an embedding's FP32 table): an
+#: autocast op that reads their output casts it, on every call
+FP32_PRODUCERS = {"aten::layer_norm", "aten::group_norm", "aten::rms_norm", "aten::embedding", "aten::softmax",
+                  "aten::log_softmax", "aten::pow", "aten::exp", "aten::log", "aten::rsqrt", "aten::reciprocal",
+                  "aten::softplus", "aten::log1p", "aten::expm1", "aten::erfinv"}
 #: share of the 16-bit peak a GEMM reaches on the fallback kernel that misaligned rows select, in BF16 and TF32
 #: alike (H200, unaligned-gemm's measurements: GPT-2's LM head, [4096, 768] x [768, 50257] and its two gradients,
 #: 949 GFLOP in 7.85 ms a step in BF16, 121 TFLOP/s; the micro-benchmark's LM-head shapes 95-154 TFLOP/s in BF16
@@ -304,7 +317,8 @@ def _casts(ctx: RuleContext, ops: pl.Series) -> dict[int, int]:
     """The host time autocast's casts add, as `Transform.host_cut` (negative: time added), for the ops (host row
     ids) that launched the FP32 GEMM and attention kernels it changes. In the forward, the outermost
     `AUTOCAST_OPS` op above each casts its FP32 parameters (`PARAM_INPUTS`, by its `Input type`: `aten::to` ->
-    `_to_copy` -> a copy kernel each); in a training step each cast's gradient is cast back in the backward
+    `_to_copy` -> a copy kernel each) and each FP32 activation it reads (`_activation_casts`: a layer norm's
+    output, not the previous linear's); in a training step each cast's gradient is cast back in the backward
     (`ToCopyBackward0`), spread over the backward's GEMM ops. Each cast costs one eager op that launches one
     elementwise kernel (`overhead.eager_op_host_ns`). Measured on HF GPT-2 (6 layers, bf16 autocast): 66 casts a
     step under its 24 forward `addmm`s (48 of them parameters: the rest are activations from layer norms) and 75
@@ -329,6 +343,8 @@ def _casts(ctx: RuleContext, ops: pl.Series) -> dict[int, int]:
     rows = by_id(h, outer, "name", "input_dims", "input_type")
     n = [sum(1 for j, (d, t) in enumerate(decode(dims, types)) if t == "float" and d and j in PARAM_INPUTS.get(op, ()))
          for op, dims, types in rows.select("name", "input_dims", "input_type").iter_rows()]
+    act = _activation_casts(ctx, outer)
+    n = [c + act.get(int(op), 0) for op, c in zip(outer.to_list(), n, strict=True)]
     one = eager_op_host_ns(ctx.trace)
     cut = {int(op): -int(c * one) for op, c in zip(outer.to_list(), n, strict=True) if c}
     if bwd.len() and sum(n):
@@ -336,6 +352,76 @@ def _casts(ctx: RuleContext, ops: pl.Series) -> dict[int, int]:
         for op in bwd.to_list():
             cut[int(op)] = cut.get(int(op), 0) + each
     return cut
+
+
+def _out_elements(name: str, ts: list[tuple[list[int], str]]) -> int | None:
+    """Elements of the output of an autocast op (its 16-bit result) or an FP32 producer, from its inputs' dims."""
+    d = [x for x, _ in ts]
+    try:
+        if name == "aten::linear":
+            return math.prod(d[0][:-1]) * d[1][0]
+        if name in ("aten::addmm", "aten::baddbmm", "aten::addbmm"):
+            return math.prod(d[1][:-1]) * d[2][-1] // (d[1][0] if name == "aten::addbmm" else 1)
+        if name in ("aten::mm", "aten::bmm", "aten::matmul"):
+            return math.prod(d[0][:-1]) * d[1][-1]
+        if name == "aten::scaled_dot_product_attention":
+            return math.prod(d[0][:-1]) * d[2][-1]
+        if name == "aten::embedding":
+            return math.prod(d[1]) * d[0][-1]
+        if name in FP32_PRODUCERS:
+            return math.prod(d[0])
+    except (IndexError, TypeError):
+        return None
+    return None
+
+
+def _activation_casts(ctx: RuleContext, outer: pl.Series) -> dict[int, int]:
+    """Activation inputs autocast casts, per outermost autocast op (host row id -> casts): an FP32 input is cast
+    when the latest forward op on its thread that produced that many elements stays FP32 under autocast
+    (`FP32_PRODUCERS`: a layer norm's output, an embedding's) rather than an autocast op (a 16-bit result, as the
+    previous linear's for the next one in an MLP). Consecutive autocast ops reading inputs of the same dims read the
+    same tensor (Q, K and V after one layer norm: three casts). Kineto records no tensor identity; the element count
+    and the order stand in for it. Measured: ViT-B/16 casts 24 activations a step under autocast (a layer norm
+    before each of its 2 x 12 blocks' first linear), BERT 50 (Q, K, V and the MLP's first linear per layer)."""
+    h = ctx.trace.host
+    prod_ids = h.filter(pl.col("name").is_in(list(FP32_PRODUCERS)))["i"]  # (host time: not the device's window)
+    rows = by_id(h, pl.concat([outer, prod_ids.cast(pl.UInt32)]).unique().sort(), "i", "name", "tid", "ts", "end",
+                 "input_dims", "input_type")
+    rows = rows.filter(pl.col("i").is_in(outer.implode()) | pl.col("i").is_in(prod_ids.implode()))
+    combos = {}
+    for name, d, t in rows.select("name", "input_dims", "input_type").unique().iter_rows():  # distinct shapes
+        ts = decode(d, t)
+        ins = [(j, math.prod(x), str(x)) for j, (x, ty) in enumerate(ts)
+               if ty == "float" and x and j in ACTIVATION_INPUTS.get(name, ())]
+        combos[(name, d, t)] = (_out_elements(name, ts), ins)
+    out, consumer_rows = [], []
+    for i, name, tid, ts_, end, d, t in rows.iter_rows():
+        e, ins = combos[(name, d, t)]
+        if e is not None:
+            out.append((tid, end, e, name in FP32_PRODUCERS))
+        if name not in FP32_PRODUCERS:
+            consumer_rows.extend((i, tid, ts_, n, key) for _, n, key in ins)
+    if not consumer_rows or not out:
+        return {}
+    prod = pl.DataFrame(out, schema={"tid": pl.Int64, "end": pl.Int64, "e": pl.Int64, "fp32": pl.Boolean},
+                        orient="row").sort("end")
+    cons = pl.DataFrame(consumer_rows, schema={"i": pl.Int64, "tid": pl.Int64, "ts": pl.Int64, "e": pl.Int64,
+                                               "dims": pl.String}, orient="row").sort("ts")
+    # (both sides sorted on the key above: polars cannot check it within the by groups)
+    got = cons.join_asof(prod, left_on="ts", right_on="end", by=["tid", "e"], strategy="backward",
+                         check_sortedness=False)
+    # the outputs produced before each op, counted: siblings (Q, K, V) see only each other's in between
+    seen = prod.select("tid", "end").with_columns(k=pl.int_range(pl.len()).over("tid"))
+    got = got.sort("ts").join_asof(seen, left_on="ts", right_on="end", by="tid", strategy="backward",
+                                   check_sortedness=False)
+    # siblings: an op whose input dims are the previous autocast op's on the thread, with no output produced
+    # between but that op's own, reads that op's input
+    new = ((pl.col("dims") != pl.col("dims").shift(1).over("tid"))
+           | (pl.col("k").fill_null(-1) - pl.col("k").shift(1).over("tid").fill_null(-1) > 1))
+    got = got.sort("tid", "ts").with_columns(run=new.fill_null(True).cum_sum().over("tid"))
+    got = got.with_columns(cast=pl.col("fp32").first().over("tid", "run").fill_null(False))
+    per = got.filter("cast").group_by("i").agg(pl.len())
+    return {int(i): int(c) for i, c in per.iter_rows()}
 
 
 def _fallback(ctx: RuleContext, as_bf16: bool) -> pl.DataFrame:

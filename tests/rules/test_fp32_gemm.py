@@ -86,7 +86,8 @@ def test_autocast_variant_prices_what_bf16_changes_on_gpt2():
     from traceview.analyses.overhead import eager_op_host_ns
 
     casts = -sum(ac.host_cut.values()) / eager_op_host_ns(t) / ctx.steps.height
-    assert casts == pytest.approx(2 * (24 * 2 + 1), abs=0.5)
+    # (and 19 activations a step: test_autocast_activation_casts_match_the_bf16_programs_trace)
+    assert casts == pytest.approx(2 * (24 * 2 + 1 + 19), abs=0.5)
     assert tf32.host_cut == {}
 
 
@@ -167,3 +168,38 @@ def test_what_if_without_a_rule_name_is_one_error_line():
     assert r.returncode == 2 and r.stdout == ""
     assert r.stderr.strip().splitlines() == ["traceview: error: --what-if: ':autocast' names no rule (a rule name "
                                              "or code, e.g. fp32-gemm:autocast)"]
+
+
+def test_autocast_activation_casts_match_the_bf16_programs_trace():
+    """The autocast variant prices a cast for each FP32 activation an autocast op reads (a layer norm's output, the
+    FP32 result of GPT-2's pow-based GELU); counted from the FP32 trace, they equal the casts the same program's
+    BF16 trace records: `aten::to` under an autocast op, on that op's activation input."""
+    import numpy as np
+
+    from traceview.analyses.opshapes import decode
+    from traceview.analyses.tree import ancestor_ids
+
+    t, ctx, mod, rc = _ctx("ab_traced/gpt2_fp32")
+    h = t.host
+    back = (h["name"].str.starts_with("autograd::engine::evaluate_function") | h["name"].str.ends_with("Backward0"))
+    outer = h.filter(pl.col("name").is_in(mod.AUTOCAST_OPS) & (pl.col("ts") >= ctx.steps["cpu_ts"].min())
+                     & (pl.col("ts") < ctx.steps["cpu_end"].max()))
+    up = h.select(pl.col("i").alias("parent"), pl.col("name").alias("pn"))
+    outer = outer.join(up, on="parent", how="left").filter(~pl.col("pn").is_in(mod.AUTOCAST_OPS).fill_null(False))
+    fwd = outer.filter(pl.Series(ancestor_ids(h, outer["i"], back.fill_null(False).to_numpy(),
+                                              include_self=True) < 0))["i"].cast(pl.UInt32)
+    predicted = sum(mod._activation_casts(rc, fwd).values()) / ctx.steps.height
+
+    t2, ctx2, _, _ = _ctx("collected3/gpt2_sdpa")  # the same program under autocast
+    h2 = t2.host.filter((pl.col("ts") >= ctx2.steps["cpu_ts"].min()) & (pl.col("ts") < ctx2.steps["cpu_end"].max()))
+    casts = h2.filter(pl.col("name") == "aten::to").join(
+        t2.host.select(pl.col("i").alias("parent"), pl.col("name").alias("pn"), pl.col("input_dims").alias("pd"),
+                       pl.col("input_type").alias("pt")), on="parent")
+    casts = casts.filter(pl.col("pn").is_in(list(mod.ACTIVATION_INPUTS)))
+    n = 0
+    for d, ty, pn, pd, pt in casts.select("input_dims", "input_type", "pn", "pd", "pt").iter_rows():
+        mine, parent = decode(d, ty), decode(pd, pt)
+        acts = [parent[j][0] for j in mod.ACTIVATION_INPUTS[pn] if j < len(parent)]
+        n += bool(mine) and mine[0][0] in acts
+    measured = n / ctx2.steps.height
+    assert measured == 19 and np.isclose(predicted, measured)  # 6 layers x 3 (ln_1, ln_2, GELU) + the LM head
