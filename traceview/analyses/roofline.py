@@ -359,7 +359,9 @@ def kernel_bound(trace: Trace, spec: Spec | None = None) -> pl.DataFrame:
             *[pl.col(c) * pl.col("_share") for c in ("flops", "bytes", "in0_bytes", "extra_bytes", "out_bytes")])
     bw = spec.bw
     tf32 = contains(k, TF32_KERNEL_RE).fill_null(False)
-    k = k.with_columns(tf32=pl.when(pl.col("op").is_null()).then(tf32).otherwise(tf32.any().over("op")))
+    # (the ops that launched one, looked up: no window over every kernel)
+    ops = k.filter(tf32 & pl.col("op").is_not_null())["op"].unique()
+    k = k.with_columns(tf32=tf32 | pl.col("op").is_in(ops.implode()).fill_null(False))
     peak = peak_expr(spec)
     by_shape = pl.when(pl.col("flops") / peak >= pl.col("bytes") / bw).then(pl.lit("compute")).otherwise(pl.lit("memory"))
     by_name = pl.when(contains(k, COMPUTE_KERNEL_RE)).then(pl.lit("compute")).otherwise(pl.lit("memory"))
