@@ -388,25 +388,29 @@ def _activation_casts(ctx: RuleContext, outer: pl.Series) -> dict[int, int]:
     rows = by_id(h, pl.concat([outer, prod_ids.cast(pl.UInt32)]).unique().sort(), "i", "name", "tid", "ts", "end",
                  "input_dims", "input_type")
     rows = rows.filter(pl.col("i").is_in(outer.implode()) | pl.col("i").is_in(prod_ids.implode()))
-    combos = {}
-    for name, d, t in rows.select("name", "input_dims", "input_type").unique().iter_rows():  # distinct shapes
+    key = ["name", "input_dims", "input_type"]
+    u = rows.select(key).unique()
+    e_out, e_in, dims = [], [], []
+    for name, d, t in u.iter_rows():  # distinct (name, shapes), not events
         ts = decode(d, t)
-        ins = [(j, math.prod(x), str(x)) for j, (x, ty) in enumerate(ts)
-               if ty == "float" and x and j in ACTIVATION_INPUTS.get(name, ())]
-        combos[(name, d, t)] = (_out_elements(name, ts), ins)
-    out, consumer_rows = [], []
-    for i, name, tid, ts_, end, d, t in rows.iter_rows():
-        e, ins = combos[(name, d, t)]
-        if e is not None:
-            out.append((tid, end, e, name in FP32_PRODUCERS))
-        if name not in FP32_PRODUCERS:
-            consumer_rows.extend((i, tid, ts_, n, key) for _, n, key in ins)
-    if not consumer_rows or not out:
+        ins = [] if name in FP32_PRODUCERS else [
+            (math.prod(x), str(x)) for j, (x, ty) in enumerate(ts)
+            if ty == "float" and x and j in ACTIVATION_INPUTS.get(name, ())]
+        e_out.append(_out_elements(name, ts))
+        e_in.append([n for n, _ in ins])
+        dims.append([x for _, x in ins])
+    u = u.with_columns(pl.Series("e_out", e_out, pl.Int64), pl.Series("e_in", e_in, pl.List(pl.Int64)),
+                       pl.Series("dims", dims, pl.List(pl.String)))
+    r = rows.join(u, on=key, how="left", nulls_equal=True)
+    prod = r.filter(pl.col("e_out").is_not_null()).select(
+        pl.col("tid").cast(pl.Int64), pl.col("end").cast(pl.Int64), e="e_out",
+        fp32=pl.col("name").is_in(list(FP32_PRODUCERS))).sort("end")
+    cons = (r.filter(pl.col("e_in").list.len() > 0)
+            .select(pl.col("i").cast(pl.Int64), pl.col("tid").cast(pl.Int64), pl.col("ts").cast(pl.Int64),
+                    e="e_in", dims="dims")
+            .explode("e", "dims").sort("ts"))
+    if cons.height == 0 or prod.height == 0:
         return {}
-    prod = pl.DataFrame(out, schema={"tid": pl.Int64, "end": pl.Int64, "e": pl.Int64, "fp32": pl.Boolean},
-                        orient="row").sort("end")
-    cons = pl.DataFrame(consumer_rows, schema={"i": pl.Int64, "tid": pl.Int64, "ts": pl.Int64, "e": pl.Int64,
-                                               "dims": pl.String}, orient="row").sort("ts")
     # (both sides sorted on the key above: polars cannot check it within the by groups)
     got = cons.join_asof(prod, left_on="ts", right_on="end", by=["tid", "e"], strategy="backward",
                          check_sortedness=False)
