@@ -47,7 +47,8 @@ def test_inner_and_outer_attention_ops_agree(rel, b, h, n, d):
      ("collected4/attn_math_s2048", 0.53125, 0.53125)],  # SDPA's math backend with is_causal=True
 )
 def test_causal_share(rel, sdpa, eager):
-    from traceview.analyses.attention import eager_causal, sdpa_causal
+    from traceview.analyses.attention import eager_causal
+    from traceview.analyses.causal import sdpa_causal
 
     t = k.trace(next(str(p.relative_to(k.SAMPLES)) for p in (k.SAMPLES / rel).glob("*.pt.trace.json*")))
     assert sdpa_causal(t) == sdpa

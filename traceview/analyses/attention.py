@@ -19,17 +19,15 @@ from __future__ import annotations
 
 import math
 
-import msgspec
 import numpy as np
 import polars as pl
 
 from ..memo import per_trace
 from ..model import RUNTIME_CATS, Trace
+from .causal import causal_share, sdpa_causal
 from .opshapes import decode
 from .rowid import by_id
 from .tree import ancestor_ids
-
-_dec = msgspec.json.Decoder()
 
 SOFTMAX_OPS = {
     "aten::_softmax",
@@ -71,39 +69,6 @@ FUSED_EFFICIENCY_FP32 = 0.34
 #: the least one fused attention call takes, forward / backward (its kernels together): an H200 decode step's
 #: forward 4.2-4.6 µs, BERT's smallest backward (three cuDNN kernels) 13.4 µs
 FUSED_FLOOR_NS = (4_500, 13_000)
-
-
-#: the rows of query tiles a fused kernel skips blocks of keys by: a causal call computes the blocks on and below the
-#: diagonal, (nb + 1) / 2nb of them for nb tiles of 128 queries (flash, memory-efficient and cuDNN alike)
-CAUSAL_TILE = 128
-
-
-def causal_share(n: int) -> float:
-    """Share of the N x N scores a causal fused kernel computes (`CAUSAL_TILE`): 0.5625 at 1024 tokens."""
-    nb = max(math.ceil(n / CAUSAL_TILE), 1)
-    return (nb + 1) / (2 * nb)
-
-
-@per_trace
-def sdpa_causal(trace: Trace) -> float:
-    """Share of the counted FLOPs the trace's SDPA calls compute: `causal_share` of their key length where every
-    call that records it says `is_causal=True` (`aten::scaled_dot_product_attention`'s Concrete Inputs, position
-    5), else 1.0 (not causal, mixed, or not recorded)."""
-    if "concrete" not in trace.host.columns:
-        return 1.0
-    calls = trace.host.filter(pl.col("name") == "aten::scaled_dot_product_attention").select(
-        "input_dims", "input_type", "concrete").unique()
-    flags, keys = set(), []
-    for d, t, c in calls.iter_rows():
-        try:
-            conc = _dec.decode(c) if c else []
-        except (msgspec.DecodeError, TypeError):
-            conc = []
-        flags.add(conc[5] if isinstance(conc, list) and len(conc) > 5 else None)
-        ts = decode(d, t)
-        if len(ts) >= 2 and len(ts[1][0]) >= 2:
-            keys.append(ts[1][0][-2])
-    return causal_share(max(keys)) if flags == {"True"} and keys else 1.0
 
 
 @per_trace

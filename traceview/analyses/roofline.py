@@ -21,7 +21,7 @@ read nothing.
 Convolution forward takes stride, padding and dilation from the op's `Concrete Inputs` (recorded by current
 PyTorch with record_shapes; argument positions per op in `CONV_ARGS`): H_out = ⌊(H + 2p − d(k − 1) − 1)/s⌋ + 1.
 Without them (older traces) it assumes a stride-1 "same" output (Kineto records no output shape).
-Attention counts a causal call's FLOPs as the blocks it computes (`attention.causal_share`, from SDPA's recorded
+Attention counts a causal call's FLOPs as the blocks it computes (`causal.causal_share`, from SDPA's recorded
 `is_causal`; TraceLens halves them when known). Inputs with dims `[]` are scalars.
 
 Kernel-name fallback (no shapes, e.g. `record_shapes=False` or an op-less CUDA-graph kernel): a kernel
@@ -42,7 +42,7 @@ import msgspec
 import polars as pl
 
 from ..model import Trace
-from .attention import sdpa_causal
+from .causal import sdpa_causal
 from .names import contains
 from .rowid import by_id
 from .specs import Spec, trace_spec
