@@ -55,3 +55,15 @@ def test_tiny_events_trace_is_what_it_says(tmp_path) -> None:
     assert [(o["op"], o["calls"], o["kernels"]) for o in t["top_ops"]] == [("aten::add", 1000, 1000)]
     # 1 µs kernels every 4 µs: the GPU is busy a quarter of each full step
     assert all(s["gpu_busy_us"] == pytest.approx(100.0, abs=0.01) for s in t["steps"][:-1])
+
+
+@pytest.mark.parametrize("rel", ["ab_traced/resnet18_fp32", "collected4/conv_fp32", "ab_traced/bert_eager_attn_s128",
+                                 "collected4/attn_flash_s2048"])
+def test_no_op_beats_its_device(rel) -> None:
+    # tools/limits.py: FP32 convolutions on TF32 kernels (149-255 % of the FP32 peak), the loss's and copy_'s bytes
+    # (6x and 1.35x the bandwidth) and flash attention's layout were each a row here before the model was fixed
+    sys.path.insert(0, str(ROOT / "tools"))
+    import limits
+
+    path = next((SAMPLES / rel).glob("*.pt.trace.json*"))
+    assert limits.over(path).height == 0
