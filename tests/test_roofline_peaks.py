@@ -5,6 +5,7 @@ against the TF32 peak. Against the FP32 peak, ResNet-18's convolutions read 149 
 import sys
 from pathlib import Path
 
+import numpy as np
 import polars as pl
 import pytest
 
@@ -63,3 +64,26 @@ def test_copy_kernels_move_no_more_than_the_bandwidth(rel):
     kb = kb.filter(pl.col("dur") > 5000)  # (a few µs: launch latency, not bandwidth)
     assert kb.height > 100
     assert (kb["bytes"] / (kb["dur"] * 1e-9)).max() <= spec.bw
+
+
+def test_old_split_convolution_backward_ops():
+    # PyTorch 1.8's cudnn_convolution_backward_weight(weight_size, grad_output, input, ...): the weight's size is an
+    # int list the trace does not record, so its FLOPs are unknown (read as a forward convolution of grad_output by
+    # input they came out 500x the V100's peak); backward_input(input_size, grad_output, weight, ...) is dgrad only
+    import msgspec
+
+    from traceview.analyses.opshapes import decode
+    from traceview.analyses.roofline import op_cost
+
+    t = k.trace("kineto_resnet50/resnet50_num_workers_0/worker0.1623143089861.pt.trace.json.gz")
+    ops = t.host.filter(pl.col("name").str.starts_with("aten::cudnn_convolution_backward_"))
+    ops = ops.select("name", "input_dims", "input_type").unique()
+    assert set(ops["name"]) == {"aten::cudnn_convolution_backward_weight", "aten::cudnn_convolution_backward_input"}
+    for name, d, ty in ops.iter_rows():
+        cat, flops, byts, _ = op_cost(name, msgspec.json.decode(d), msgspec.json.decode(ty))
+        (go, _), (second, _) = decode(d, ty)[:2]
+        assert cat == "conv" and byts > 0
+        if name.endswith("_weight"):
+            assert flops is None
+        else:
+            assert flops == 2.0 * np.prod(go) * np.prod(second[1:])

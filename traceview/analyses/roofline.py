@@ -208,6 +208,15 @@ def op_cost(name: str, dims: list, types: list, concrete: list | None = None,
                     flops += m * n * (batch if name != "aten::addmm" else 1)
             return ("gemm", float(flops), float(byts), bpe)
         if "convolution" in low or low.startswith("aten::conv") or "cudnn_conv" in low:
+            if low.endswith("_backward_weight"):
+                # PyTorch <= 1.x's split op (weight_size, grad_output, input, …): the weight's size is an int list
+                # the trace does not record, so neither is its kernel's size nor its FLOPs (read as a forward
+                # convolution of grad_output by input, ResNet-50's weight gradients came out 500x the V100's peak)
+                (go, _), (x, _) = ts[0], ts[1]
+                return ("conv", None, float((_prod(go) + _prod(x)) * bpe), bpe)
+            if low.endswith("_backward_input") and len(ts) >= 2:  # (input_size, grad_output, weight, …): dgrad only
+                (go, _), (w, _) = ts[0], ts[1]
+                return ("conv", 2.0 * _prod(go) * _prod(w[1:]), float((2 * _prod(go) + _prod(w)) * bpe), bpe)
             if "backward" in low and len(ts) >= 3:
                 (go, _), (x, _), (w, _) = ts[0], ts[1], ts[2]
                 out_elems = _prod(go)
