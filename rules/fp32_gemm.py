@@ -52,7 +52,7 @@ fallback kernel: 8 ms of the fixed step). Recorded after this model was set: GPT
 BERT at sequence 512 113.1 / 103.3, and ViT-B/16 at batch 16 21.4 / 14.7, a miss: its BF16 step is host-bound
 (37.2 ms measured, 30.8 replayed), and a trace whose step sits at the device's floor bounds its host time only
 from above. FP32 -> TF32, recorded after the TF32 variant priced misaligned GEMMs: GPT-2 29.8 / 28.9, ConvNeXt-T
-32.6 / 29.6, BERT-base 46.3 / 37.3 (a miss of the same kind: its TF32 step is host-bound). Not modelled: the cast kernels, casts of activations an FP32 op produced, and the memory-bound
+32.6 / 29.6, BERT-base 46.3 / 37.3 (a miss of the same kind: its TF32 step is host-bound). Not modelled: the cast kernels, and the memory-bound
 kernels that then run on 16-bit activations.
 
 ## Options
@@ -124,7 +124,7 @@ AUTOCAST_OPS = ["aten::linear", "aten::addmm", "aten::mm", "aten::bmm", "aten::b
 #: the inputs of an outermost autocast op that are a module's parameters (its weight and bias), by position: autocast
 #: casts these on every call and, in training, their gradients back (`_casts`); `linear(input, weight, bias)`,
 #: `addmm(bias, input, weight)` (Hugging Face's Conv1D). An activation input is cast too when an FP32 op produced it
-#: (a layer norm's output), not when a 16-bit GEMM did, which the trace does not say: not counted
+#: (a layer norm's output), not when a 16-bit GEMM did: `_activation_casts`
 PARAM_INPUTS = {"aten::linear": (1, 2), "aten::addmm": (0, 2)}
 #: the activation inputs of an outermost autocast op, by position (the rest are parameters or not tensors)
 ACTIVATION_INPUTS = {"aten::linear": (0,), "aten::addmm": (1,), "aten::mm": (0, 1), "aten::bmm": (0, 1),
@@ -387,7 +387,6 @@ def _activation_casts(ctx: RuleContext, outer: pl.Series) -> dict[int, int]:
     prod_ids = h.filter(pl.col("name").is_in(list(FP32_PRODUCERS)))["i"]  # (host time: not the device's window)
     rows = by_id(h, pl.concat([outer, prod_ids.cast(pl.UInt32)]).unique().sort(), "i", "name", "tid", "ts", "end",
                  "input_dims", "input_type")
-    rows = rows.filter(pl.col("i").is_in(outer.implode()) | pl.col("i").is_in(prod_ids.implode()))
     key = ["name", "input_dims", "input_type"]
     u = rows.select(key).unique()
     e_out, e_in, dims = [], [], []

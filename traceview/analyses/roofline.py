@@ -350,9 +350,9 @@ def kernel_bound(trace: Trace, spec: Spec | None = None) -> pl.DataFrame:
                                     "in0_bytes": pl.Float64, "extra_bytes": pl.Float64, "out_bytes": pl.Float64,
                                     "tf32": pl.Boolean})
     costs = op_costs(trace, k["op"].drop_nulls().unique())
-    share = sdpa_causal(trace)
-    if share != 1.0:  # a causal SDPA call computes only the blocks on and below the diagonal
-        costs = costs.with_columns(flops=pl.when(pl.col("category") == "attention").then(pl.col("flops") * share)
+    causal = sdpa_causal(trace)
+    if causal != 1.0:  # a causal SDPA call computes only the blocks on and below the diagonal
+        costs = costs.with_columns(flops=pl.when(pl.col("category") == "attention").then(pl.col("flops") * causal)
                                    .otherwise(pl.col("flops")))
     nums = ("flops", "bytes", "bpe", "in0_bytes", "extra_bytes", "out_bytes")
     if all(costs[c].null_count() == costs.height for c in nums):

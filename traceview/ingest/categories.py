@@ -18,7 +18,7 @@ OLD_CATS = {"Operator": "cpu_op", "Runtime": "cuda_runtime", "Kernel": "kernel",
 # convolution forward ops (their Concrete Inputs hold stride/padding/dilation for the FLOPs model) and the
 # indexing ops (the dim they index, and Input Strides: an expanded index reads one value per row), and the GEMMs
 # (Input Strides: a row not a multiple of 16 bytes runs a fallback kernel, rules/unaligned_gemm.py), and SDPA
-# (its is_causal: a causal fused kernel skips the masked half of the scores, analyses/attention.py)
+# (its is_causal: a causal fused kernel skips the masked half of the scores, analyses/causal.py)
 RARE_NAMES = (r"^(record_param_comms|nccl:|gloo:|hipMemcpy|cudaMemcpy|c10d::|"
               r"aten::(_?convolution|conv[123]d|cudnn_convolution|miopen_convolution|mkldnn_convolution|"
               r"gather|index_select|embedding|take|"
