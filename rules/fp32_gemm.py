@@ -209,7 +209,10 @@ class Evidence(msgspec.Struct, kw_only=True):
     device: Annotated[str, Meta(description="the device the peaks are of")]
     predicted_tf32_time_us: Annotated[float, Meta(description="the same GEMMs on TF32 Tensor Cores, predicted (µs)")]
     predicted_bf16_time_us: Annotated[float, Meta(description="the same GEMMs in BF16, predicted (µs)")]
-    savings_per_step_us: Annotated[dict[str, float], Meta(description="the fix's saving per step (µs), by step number")]
+    savings_per_step_us: Annotated[dict[str, float], Meta(
+        description="GEMM time the fix removes per step (µs, kernels at their TF32 time), by step number: the "
+                    "finding's saving is what that gives the step when replayed (nothing where the GEMMs are off the "
+                    "critical path)")]
     bf16_gemms_in_trace: Annotated[int, Meta(description="GEMM kernels already in 16-bit in the trace")]
 
 

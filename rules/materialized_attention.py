@@ -22,6 +22,10 @@ for a custom mask or score modification. When SDPA already runs but falls back t
 fused backends refused the inputs (FP32 inputs: flash needs fp16/bf16; an explicit float mask with
 requires_grad; a head dim they do not support): `with torch.nn.attention.sdpa_kernel([SDPBackend.FLASH_ATTENTION,
 SDPBackend.EFFICIENT_ATTENTION, SDPBackend.CUDNN_ATTENTION]):` turns the fallback into an error that says why.
+Grouped-query attention (fewer key/value heads than query heads, `enable_gqa=True`: Llama, Mistral, Qwen) runs
+fused on flash, which needs 16-bit inputs; in FP32 torch 2.11 ran it on the math backend (HF Llama: 16 query heads
+on 4): run under `torch.autocast`, or expand K and V to the query heads (`repeat_interleave`) for the
+memory-efficient backend — the fix names the heads it read from the math calls' shapes (`math_sdpa_gqa`).
 
 ## Evidence
 The score shape, bytes per materialized score tensor, score kernels per step and their time, what the ops are,
@@ -97,6 +101,7 @@ from traceview.analyses.attention import (
     exclusive_tops,
     fused_attention,
     fused_attention_ns,
+    math_sdpa_gqa,
     math_sdpa_input_bytes,
     score_kernels,
     score_op_ids,
@@ -198,6 +203,15 @@ def fix_for(ctx: RuleContext, shape: str, mib: float, fp32: bool, cost: str) -> 
         " Its inputs are already 16-bit (the FP32 GEMMs are the math backend's own upcast), so the dtype is not "
         "why: check for a mask, the head dim, or a context that pins the math backend (sdpa_kernel(SDPBackend.MATH))."
     )
+    gqa = math_sdpa_gqa(ctx.trace) if have["math_sdpa"] else None
+    if gqa and fp32:  # grouped queries run fused only on flash, which needs 16-bit inputs
+        lowp = (
+            f" Its queries are grouped ({gqa[0]} query heads share {gqa[1]} key/value heads, enable_gqa=True) and "
+            "its inputs are FP32: flash runs grouped queries fused but needs fp16/bf16 (run under "
+            'torch.autocast("cuda", dtype=torch.bfloat16)), and this PyTorch\'s FP32 backends refused the grouped '
+            f"call; to stay in FP32, expand K and V to the query heads (k.repeat_interleave({gqa[0] // gqa[1]}, "
+            "dim=1), the same for v) so the memory-efficient backend takes them."
+        )
     if have["math_sdpa"]:
         return (
             f"scaled_dot_product_attention runs its math backend: {scores}. The fused backends refused these "

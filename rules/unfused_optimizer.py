@@ -161,6 +161,14 @@ def optimizer_spans(ctx: RuleContext, min_kernels: int) -> pl.DataFrame:
     )
     if spans.height == 0:
         return pl.DataFrame()
+    if ctx.steps.height:
+        # a span ends no later than the step it starts in: a profiler that steps from the optimizer's post-hook (a
+        # collector's `on_trace_ready` after the last step) records its own teardown inside the last span (50-140
+        # ms after the update loop's last op on every bundled collector trace), which is no optimizer time
+        st = ctx.steps.select(pl.col("ts").alias("_st"), pl.col("end").alias("_se")).sort("_st")
+        spans = (spans.sort("ts").join_asof(st, left_on="ts", right_on="_st", strategy="backward")
+                 .with_columns(end=pl.min_horizontal("end", pl.col("_se").fill_null(pl.col("end"))))
+                 .drop("_st", "_se"))
     k = ctx.trace.gpu[["i", "name", "kind", "dur", "op", "launch_ts", "launch_end"]].filter(
         (pl.col("kind") == "compute") & pl.col("launch_ts").is_not_null()
     )

@@ -68,6 +68,8 @@ MISSES_SAME_PROCESS = {  # fmt: skip
     ("ab_traced", "bert_eager_attn_s512", "bert_sdpa_s512"): "6.22 predicted vs 16.29 ms measured (-62%); the rounds in one process measured 14.79 to 16.31 ms; held out (HF BERT, a model the rule was not developed on): the trace was taken while the host ran slow — its wait steps drifted from 43.9 to 49.7-57.3 ms just before the capture (43.9 again after it and in the rounds), every host call took about 1.6x what the same model's SDPA trace shows (cudaLaunchKernel 9.0 vs 5.7 us), and the profiled step is 106 ms: the pricing, solved to that 49.7 ms, leaves a host of about 44 ms where the fixed step ran 27.7",
     ("ab_traced", "vit_fp32_b32", "vit_bf16_b32"): "68.49 predicted vs 49.85 ms measured (+37%); the rounds in one process measured 46.95 to 52.60 ms; held out (recorded after the queue-slot waits): the BF16 step is host-bound in its rounds at 45.7 ms, where the same program ran 33.2 ms a step unprofiled in another process that day (a BF16 trace, 32.3 replayed from it) and the FP32 trace predicts 27.6; at batch 16 and 64 the rounds ran 37.2 and 34.4",
     ("ab_traced", "convnext_fp32_b32", "convnext_bf16_cl_b32"): "26.56 predicted vs 17.82 ms measured (+49%); the rounds in one process measured 15.19 to 27.20 ms; held out: the BF16 + channels_last step is host-bound in its rounds at 34.7 ms, where the same program at batch 64 (the same host work) ran 31.5 in its own process; the FP32 trace predicts 26.3",
+    ("ab_traced", "bert_eager_fp32_s512", "bert_sdpa_fp32_s512"): "1.538 predicted vs 3.191 ms measured (-52%); the rounds in one process measured 3.134 to 3.215 ms; held out (recorded after the causal share): the saving is the eager score kernels' 12.5 ms a step less the fused call's, priced at 11.0 ms (the FP32 median, 0.34 of peak, on 8 x 12 heads x 512 tokens, not causal); the measurement puts the fused call at ~9.3 ms (0.40), as the same program at batch 16 runs it (bert_fp32_s512's trace: 0.37 forward, 0.44 backward). A 15 % error in the fused time is a 50 % one in a saving of an eighth of it",
+    ("ab_traced", "llama_single", "llama_fused"): "7.490 predicted vs 12.720 ms measured (-41%); the rounds in one process measured 6.482 to 18.282 ms; held out (HF Llama, a model no earlier twin ran): the captured steps ran on a slow, noisy host (67.9-99.1 ms a step traced); outside the optimizer's update loop they took 67.3 ms a step against 53.5 in the capture of the fixed program itself (llama_ctl), so the pricing, solved to the measured 45.35 ms, leaves a fixed step of 37.8 where that program replays at 31.5 and measured 30.2",
     ("ab_traced", "effnet_graph", "effnet_cuda_graph"): "1.649 predicted vs 0.329 ms measured (+402%), at info (2.8 % of the step); a device-bound step (33.5 ms of kernels in a CUDA graph, 33.9 eager) whose host time the measurement does not fix",
 }
 
@@ -102,7 +104,7 @@ def test_same_process_labels_are_current():
     for t in labels["twins"]:  # the saving is the median of the rounds' differences, as ab_twin.py measures it
         r = sorted(t["per_round_saving_ms"])
         assert min(r) <= t["measured_fix_saving_ms"] <= max(r)
-    assert len(SAME_PROCESS) == 41 and set(MISSES_SAME_PROCESS) <= {(t["set"], t["problem"], t["fixed"]) for t in SAME_PROCESS}
+    assert len(SAME_PROCESS) == 46 and set(MISSES_SAME_PROCESS) <= {(t["set"], t["problem"], t["fixed"]) for t in SAME_PROCESS}
 
 
 def test_the_issue_bar():
@@ -113,7 +115,7 @@ def test_the_issue_bar():
     once = [t for t in COVERED if (t["set"], t["problem"], t["fixed"]) not in gone] + SAME_PROCESS
     scored = [(predicted(t["set"], t["problem"], t["rule"], t.get("variant")), t["measured_ms"]) for t in once]
     hits = [abs(p / m - 1) <= P.BAND for p, m in scored if p is not None]
-    assert len(hits) == 70
+    assert len(hits) == 75
     assert sum(hits) >= 0.8 * len(hits)
 
 
@@ -127,7 +129,8 @@ def test_unresolved_twins_are_the_ones_their_rounds_cannot_resolve():
         return float(q3 - q1)
 
     assert {t["problem"] for t in UNRESOLVED} == {"gpt2_sdpa_item", "train_syncs_item_b16", "epilogue_bert_eager",
-                                                   "gpt2_vocab_padded", "bert_eager_attn_s128"}
+                                                   "gpt2_vocab_padded", "bert_eager_attn_s128", "llama_eager_attn",
+                                                   "llama_ctl"}
     for t in UNRESOLVED:
         assert iqr(t["rounds"]) > t["measured_ms"] > 0
     for t in SAME_PROCESS:
@@ -144,12 +147,17 @@ def test_held_out_twins():
     16, the third, is a miss: MISSES_SAME_PROCESS); and FP32 -> TF32 on GPT-2 and ConvNeXt-T, recorded after the TF32
     variant priced misaligned GEMMs on the fallback kernel (BERT, the third, a miss); and FP32 -> BF16 on GPT-2 at 1024
     tokens, recorded after attention's FLOPs were read in the flash / memory-efficient ops' own layout (its FP32 eager
-    attention -> SDPA twin, recorded with it, is a miss)."""
+    attention -> SDPA twin, recorded with it, is a miss); and, recorded after the fused-attention model counted a causal
+    call's blocks, FP32 eager attention -> SDPA on GPT-2 at 512 tokens and FP32 -> BF16 on GPT-2 at 256 tokens x 32
+    (BERT's non-causal FP32 attention, the third, a miss); and HF Llama FP32 -> BF16 (grouped-query attention on the
+    math backend in FP32, flash in BF16: fp32-gemm's and materialized-attention's transforms together), a model no
+    earlier twin ran (its single-tensor -> fused AdamW twin is a miss)."""
     held = [t for t in SAME_PROCESS if t["problem"] in {"bert_fp32", "vit_fp32", "convnext_fp32", "mobilenet_single",
                                                         "ddp_accum4_gpt2", "bert_vocab_s512", "gpt2_tf32_vocab",
                                                         "gpt2_fp32_b32", "bert_fp32_s512", "gpt2_fp32_tf32",
-                                                        "convnext_fp32_tf32", "gpt2_fp32_s1024"}]
-    assert len(held) == 12
+                                                        "convnext_fp32_tf32", "gpt2_fp32_s1024",
+                                                        "gpt2_eager_fp32_s512", "gpt2_fp32_s256", "llama_fp32"}]
+    assert len(held) == 15
     for t in held:
         p = predicted(t["set"], t["problem"], t["rule"], t.get("variant"))
         assert abs(p / t["measured_ms"] - 1) <= P.BAND, (t["problem"], p, t["measured_ms"])
@@ -183,6 +191,15 @@ def _findings(rel: str) -> list[dict]:
     ("ab_traced/effnet_fp32", "fp32-conv"),
     # EfficientNet-B0 torch.compile'd: 2.77 ms slower (its chains end in training batch norms, two passes fused)
     ("ab_traced/effnet_compile", "elementwise-chain"),
+    # held out: FP32 -> BF16 autocast on batch-1 steps, host-bound both ways (-3.2, -0.4, -4.9 ms: the casts)
+    ("ab_traced/bert_fp32_tiny", "fp32-gemm"),
+    ("ab_traced/gpt2_fp32_tiny", "fp32-gemm"),
+    ("ab_traced/vit_fp32_tiny", "fp32-gemm"),
+    ("ab_traced/vit_fp32_tiny", "fp32-conv"),
+    # held out: Swin-T FP32 -> BF16 autocast measured 7.7 ms slower (a host-bound step); HF Llama's fused AdamW
+    ("ab_traced/swin_fp32", "fp32-gemm"),
+    ("ab_traced/swin_fp32", "fp32-conv"),
+    ("ab_traced/llama_ctl", "unfused-optimizer"),
 ])
 def test_negative_control_fix_is_at_most_info(rel, rule):
     assert [f["severity"] for f in _findings(rel) if f["rule"] == rule and f["severity"] != "info"] == []

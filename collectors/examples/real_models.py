@@ -1,4 +1,4 @@
-"""Training steps of real-library models (Hugging Face GPT-2 and BERT, torchvision classifiers) with the common mistakes as flags.
+"""Training steps of real-library models (Hugging Face GPT-2, BERT and Llama, torchvision classifiers) with the common mistakes as flags.
 
 Each flag is one mistake or its fix, so two runs that differ in one flag are an eager/fixed twin whose
 unprofiled step times (the collector's CUDA events) measure what the fix saves:
@@ -63,8 +63,29 @@ def build_bert(args: argparse.Namespace, dev: torch.device) -> tuple[torch.nn.Mo
     return model, loss_fn
 
 
+def build_llama(args: argparse.Namespace, dev: torch.device) -> tuple[torch.nn.Module, callable]:
+    """HF Llama causal-LM training: RMSNorm, rotary embeddings, SwiGLU MLP and grouped-query attention (`--kv-heads`
+    key/value heads shared by `--heads` query heads), untied 32000-token head."""
+    from transformers import LlamaConfig, LlamaForCausalLM
+
+    cfg = LlamaConfig(hidden_size=args.d, intermediate_size=args.ffn or -(-8 * args.d // (3 * 256)) * 256,
+                      num_hidden_layers=args.layers, num_attention_heads=args.heads,
+                      num_key_value_heads=args.kv_heads or args.heads, max_position_embeddings=args.seq,
+                      vocab_size=args.vocab or 32000)
+    model = LlamaForCausalLM._from_config(cfg, attn_implementation=args.attn).to(dev)
+    tokens = torch.randint(0, args.vocab or 32000, (args.batch, args.seq), device=dev)
+
+    def loss_fn(m: torch.nn.Module) -> torch.Tensor:
+        logits = m(input_ids=tokens).logits
+        return F.cross_entropy(
+            logits[:, :-1].reshape(-1, logits.shape[-1]).float(), tokens[:, 1:].reshape(-1)
+        )
+
+    return model, loss_fn
+
+
 #: torchvision classifiers `--model` takes (resnet: ResNet-18)
-TORCHVISION = ["resnet", "resnet50", "vit_b_16", "convnext_tiny", "mobilenet_v3_small", "efficientnet_b0"]
+TORCHVISION = ["resnet", "resnet50", "vit_b_16", "convnext_tiny", "mobilenet_v3_small", "efficientnet_b0", "swin_t"]
 
 
 def build_resnet(args: argparse.Namespace, dev: torch.device) -> tuple[torch.nn.Module, callable]:
@@ -90,7 +111,7 @@ OPTIM_IMPL = {"single": {"foreach": False}, "foreach": {"foreach": True}, "fused
 
 def model_args(ap: argparse.ArgumentParser) -> None:
     """The model, its size and the training options (the ones ab_real_models.py shares)."""
-    ap.add_argument("--model", choices=["gpt2", "bert", *TORCHVISION], default="gpt2")
+    ap.add_argument("--model", choices=["gpt2", "bert", "llama", *TORCHVISION], default="gpt2")
     ap.add_argument("--attn", choices=["eager", "sdpa"], default="sdpa")
     ap.add_argument("--amp", action="store_true", help="bf16 autocast")
     ap.add_argument("--optim", choices=list(OPTIM_IMPL), default="foreach")
@@ -98,6 +119,8 @@ def model_args(ap: argparse.ArgumentParser) -> None:
     ap.add_argument("--layers", type=int, default=6)
     ap.add_argument("--d", type=int, default=768)
     ap.add_argument("--heads", type=int, default=12)
+    ap.add_argument("--kv-heads", type=int, default=None, help="Llama's key/value heads (default: --heads)")
+    ap.add_argument("--ffn", type=int, default=None, help="Llama's MLP width (default: 8/3 d rounded up to 256)")
     ap.add_argument("--seq", type=int, default=512)
     ap.add_argument("--vocab", type=int, default=None, help="vocabulary (default: GPT-2's 50257, BERT's 30522)")
     ap.add_argument("--batch", type=int, default=8)
@@ -117,7 +140,7 @@ def main() -> None:
     torch.set_float32_matmul_precision(args.precision)
     dev = device()
     torch.manual_seed(0)
-    model, loss_fn = {"gpt2": build_gpt2, "bert": build_bert}.get(args.model, build_resnet)(args, dev)
+    model, loss_fn = {"gpt2": build_gpt2, "bert": build_bert, "llama": build_llama}.get(args.model, build_resnet)(args, dev)
     capturable = {"capturable": True} if args.cuda_graph else {}
     opt = torch.optim.AdamW(model.parameters(), lr=1e-4, **OPTIM_IMPL[args.optim], **capturable)  # its step() marks the collector's steps
     run = torch.compile(model) if args.compile else model
@@ -141,7 +164,7 @@ def main() -> None:
         if args.empty_cache and dev.type == "cuda":
             torch.cuda.empty_cache()
         timer.mark()
-    name = f"{args.model}_{args.attn if args.model in ('gpt2', 'bert') else 'conv'}"
+    name = f"{args.model}_{args.attn if args.model in ('gpt2', 'bert', 'llama') else 'conv'}"
     timer.report(name)
     print(f"loss {float(logged[-1]):.3f}")
 

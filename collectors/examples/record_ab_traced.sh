@@ -4,12 +4,13 @@
 # from a trace whose process also measured the saving, so host speed differences between processes cancel.
 # Usage (repo root, on a CUDA machine): collectors/examples/record_ab_traced.sh OUT_DIR [GROUP...]
 #   GROUP: real | synth | loader | heldout | ddp | fixes | aligned | aligned_heldout | fused | compile_call | item |
-#   autocast_heldout | tf32_heldout | attn_heldout | queue_heldout | attn_flops_heldout | causal_heldout
+#   autocast_heldout | tf32_heldout | attn_heldout | queue_heldout | attn_flops_heldout | causal_heldout |
+#   autocast_host | unseen | unseen_more
 #   (default: all but item, which re-records real's gpt2_sdpa_item). Runs land in OUT_DIR/ab_traced/<problem>/, AB_RESULT lines on stdout.
 set -u
 OUTD=${1:-/tmp/tv_ab_traced}
 shift || true
-GROUPS_=${*:-real synth loader heldout ddp fixes aligned aligned_heldout fused compile_call autocast_heldout tf32_heldout attn_heldout queue_heldout attn_flops_heldout causal_heldout}
+GROUPS_=${*:-real synth loader heldout ddp fixes aligned aligned_heldout fused compile_call autocast_heldout tf32_heldout attn_heldout queue_heldout attn_flops_heldout causal_heldout autocast_host unseen unseen_more}
 PY=${PY:-python3}
 mkdir -p "$OUTD"
 $PY -c 'import torch; print("torch", torch.__version__, "cuda", torch.version.cuda,
@@ -157,6 +158,37 @@ causal_heldout)  # to record (no device was lent after the causal share was set,
   run bert_eager_fp32_s512 $C --name bert_eager_fp32_s512 -- $AB "$BE --attn eager" "$BE"
   G3="real_models --model gpt2 --attn sdpa --seq 256 --batch 32"
   run gpt2_fp32_s256 $C --name gpt2_fp32_s256 -- $AB "$G3" "$G3 --amp"
+  ;;
+autocast_host)  # autocast's host cost: FP32 -> BF16 autocast on steps too small for the GPU to matter (batch 1,
+  # 32 tokens / one image), so the measured difference is what autocast adds to the host (casts, their backward,
+  # its dispatch) — the fp32-gemm autocast variant's host side against a measurement
+  BT="real_models --model bert --layers 12 --d 768 --heads 12 --seq 32 --batch 1 --vocab 30528"
+  run bert_fp32_tiny $C --name bert_fp32_tiny -- $AB "$BT" "$BT --amp"
+  GT="real_models --model gpt2 --attn sdpa --seq 32 --batch 1"
+  run gpt2_fp32_tiny $C --name gpt2_fp32_tiny -- $AB "$GT" "$GT --amp"
+  VT="real_models --model vit_b_16 --batch 1"
+  run vit_fp32_tiny $C --name vit_fp32_tiny -- $AB "$VT" "$VT --amp"
+  ;;
+unseen)  # held out, models no earlier group ran (2026-12-04): HF Llama (RMSNorm, rotary embeddings, SwiGLU,
+  # grouped-query attention: 16 query heads on 4 key/value heads) and torchvision's Swin-T, each fix as a user would
+  # make it; llama_ctl runs the well-configured program against itself (a control by construction)
+  L="real_models --model llama --layers 8 --d 1024 --heads 16 --kv-heads 4 --seq 1024 --batch 4"
+  run llama_fp32 $C --name llama_fp32 -- $AB "$L" "$L --amp"
+  run llama_eager_attn $C --name llama_eager_attn -- $AB "$L --amp --attn eager" "$L --amp"
+  run llama_single $C --name llama_single -- $AB "$L --amp --optim single" "$L --amp --optim fused"
+  run llama_ctl $C --name llama_ctl -- $AB "$L --amp --optim fused" "$L --amp --optim fused"
+  run swin_fp32 $C --name swin_fp32 -- $AB "real_models --model swin_t --batch 32" "real_models --model swin_t --batch 32 --amp"
+  ;;
+unseen_more)  # the same day: unseen's single-tensor and eager-attention twins again with 8 rounds (their first
+  # rounds spread 6.5-18.3 and -3.2-7.2 ms on a noisy host), the optimizer fix on a 4x larger batch (the device
+  # holds the step), and Swin-T FP32 -> TF32
+  L="real_models --model llama --layers 8 --d 1024 --heads 16 --kv-heads 4 --seq 1024"
+  AB8="$PY -m collectors.examples.ab_twin --rounds 8"
+  run llama_single_r8 $C --name llama_single_r8 -- $AB8 "$L --batch 4 --amp --optim single" "$L --batch 4 --amp --optim fused"
+  run llama_eager_attn_r8 $C --name llama_eager_attn_r8 -- $AB8 "$L --batch 4 --amp --attn eager" "$L --batch 4 --amp"
+  run llama_single_b16 $C --name llama_single_b16 -- $AB "$L --batch 16 --amp --optim single" "$L --batch 16 --amp --optim fused"
+  run swin_fp32_tf32 $C --name swin_fp32_tf32 -- $AB "real_models --model swin_t --batch 32" \
+    "real_models --model swin_t --batch 32 --precision high"
   ;;
 compile_call)  # the compiled call's own host cost: elementwise chains small enough that it decides the step
   run elementwise_8mib_eager $C --name elementwise_8mib_eager -- $AB "elementwise_chain --mib 8" \

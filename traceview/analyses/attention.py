@@ -330,6 +330,25 @@ def math_sdpa_input_bytes(trace: Trace) -> int | None:
     return min(widths) if widths else None
 
 
+@per_trace
+def math_sdpa_gqa(trace: Trace) -> tuple[int, int] | None:
+    """(query heads, key/value heads) of SDPA's math-backend calls that group their queries (grouped-query
+    attention: K and V [B, H_kv, N, d] with fewer heads than Q's [B, H_q, N, d], `enable_gqa=True`), the first such
+    shape; None without one or without shapes. The flash backend runs grouped queries fused on 16-bit inputs; the
+    memory-efficient one refuses them in the PyTorch releases before it learned them (2.11 ran HF Llama's FP32
+    grouped-query calls on the math backend), so an FP32 grouped-query call can fall back to the math one."""
+    if "input_dims" not in trace.host.columns:
+        return None
+    calls = trace.host.filter(pl.col("name") == MATH_SDPA).select("input_dims", "input_type").unique()
+    for d, t in calls.sort(pl.all()).iter_rows():
+        ts = decode(d, t)
+        if len(ts) >= 3 and len(ts[0][0]) == 4 and len(ts[1][0]) == 4:
+            hq, hkv = int(ts[0][0][1]), int(ts[1][0][1])
+            if 0 < hkv < hq and hq % hkv == 0:
+                return hq, hkv
+    return None
+
+
 def exclusive_tops(trace: Trace, ops: pl.Series, inside: pl.Series) -> pl.Series:
     """For each op id of `ops`, its outermost enclosing cpu_op whose subtree launched only kernels whose op is in
     `inside` (the host work a fused replacement removes whole: `aten::matmul` around `aten::bmm`, an autograd
