@@ -87,3 +87,23 @@ def test_old_split_convolution_backward_ops():
             assert flops is None
         else:
             assert flops == 2.0 * np.prod(go) * np.prod(second[1:])
+
+
+def test_predicates_write_one_byte_an_element():
+    # SDPA's math backend on HF Llama's FP32 grouped-query attention runs isneginf over its [4, 16, 1024, 1024] FP32
+    # scores (torch >= 2.5 zeroes fully masked rows): counted as writing FP32, its kernels moved 1.4x the H200's
+    # bandwidth; a bool is one byte. where(cond, a, b) writes its values' width, not the condition's
+    t = k.trace(next(str(p.relative_to(k.SAMPLES)) for p in (k.SAMPLES / "ab_traced/llama_fp32").glob("*.pt.trace.json*")))
+    spec = trace_spec(t.meta)
+    kb = kernel_bound(t, spec).join(t.gpu.select("i", "dur"), on="i")
+    neg = kb.filter(pl.col("op_name") == "aten::isneginf")
+    assert neg.height == 8 * 3  # one a layer (8), forward, in 3 steps
+    elems = 4 * 16 * 1024 * 1024
+    assert neg["bytes"].to_list() == [elems * (4 + 1)] * neg.height
+    assert (neg["bytes"] / (neg["dur"] * 1e-9)).max() <= spec.bw
+    from traceview.analyses.roofline import io_bytes, op_cost
+
+    cond, vals = [4, 1, 1024, 1024], [4, 16, 1024, 1024]
+    assert op_cost("aten::where", [cond, vals, []], ["bool", "float", "Scalar"])[2] == elems * 1 / 16 + elems * 4 + elems * 4
+    assert io_bytes([vals], ["float"], "aten::isneginf") == (elems * 4.0, 0.0, elems * 1.0)
+    assert io_bytes([vals], ["float"], "aten::neg")[2] == elems * 4.0

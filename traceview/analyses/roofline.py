@@ -81,6 +81,21 @@ INDEX_OPS = {"aten::embedding", "aten::gather", "aten::index_select", "aten::tak
 NLL_OPS = {"aten::nll_loss_forward": (0, 1), "aten::nll_loss2d_forward": (0, 1),
            "aten::nll_loss_backward": (1, 2), "aten::nll_loss2d_backward": (1, 2)}
 WRITE_ONLY_OPS = {"aten::fill_", "aten::zero_"}
+#: elementwise ops whose output is bool (one byte an element) whatever their inputs' width: comparisons and
+#: predicates (out of place; an in-place `eq_` writes its own dtype)
+BOOL_OUT_OPS = {f"aten::{n}" for n in ("eq", "ne", "lt", "le", "gt", "ge", "isnan", "isinf", "isneginf", "isposinf",
+                                       "isfinite", "signbit", "logical_and", "logical_or", "logical_xor",
+                                       "logical_not")}
+
+
+def _out_bpe(name: str, ts: list) -> int:
+    """Bytes per element of an elementwise op's output: bool for `BOOL_OUT_OPS`; `where(condition, a, b)` writes
+    its values' width (the condition is bool); else the first tensor input's."""
+    if name in BOOL_OUT_OPS:
+        return 1
+    if name == "aten::where" and len(ts) >= 2:
+        return max(b for _, b in ts[1:])
+    return ts[0][1]
 
 _dims_dec = msgspec.json.Decoder()
 
@@ -254,15 +269,15 @@ def op_cost(name: str, dims: list, types: list, concrete: list | None = None,
     if base in REDUCE_OPS or any(k in base for k in REDUCE_KEYS):
         out = big if any(k in low for k in SAME_OUT_KEYS) else 0
         return ("reduction", float(big), float(in_bytes + out * bpe), bpe)
-    return ("elementwise", float(big), float(in_bytes + big * bpe), bpe)
+    return ("elementwise", float(big), float(in_bytes + big * _out_bpe(name, ts)), bpe)
 
 
 def io_bytes(dims: list, types: list, name: str = "", concrete: list | None = None,
              strides: list | None = None) -> tuple[float | None, float | None, float | None]:
     """(first tensor input, other tensor inputs, output) bytes: the elementwise-chain fusion accounting.
 
-    The output has the first input's dtype and the largest input's element count (broadcast); an indexing
-    op's first input is the part of its source it reads."""
+    The output has the first input's dtype (`_out_bpe`: bool for a comparison, the values' for `where`) and the
+    largest input's element count (broadcast); an indexing op's first input is the part of its source it reads."""
     idx = index_io(name, dims, types, concrete, strides)
     if idx is not None:
         return (idx[1], idx[2], idx[3])
@@ -273,7 +288,7 @@ def io_bytes(dims: list, types: list, name: str = "", concrete: list | None = No
         return (float(ts[1][0] * ts[1][1]), 0.0, float(ts[0][0] * ts[0][1]))
     first = float(ts[0][0] * ts[0][1])
     extra = float(sum(n * b for n, b in ts[1:]))
-    out = float(max(n for n, _ in ts) * ts[0][1])
+    out = float(max(n for n, _ in ts) * _out_bpe(name, ts))
     return (first, extra, out)
 
 
