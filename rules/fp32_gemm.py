@@ -17,6 +17,10 @@ Allow TF32 for FP32 matmuls with `torch.set_float32_matmul_precision("high")` (o
 `torch.backends.cuda.matmul.allow_tf32 = True`; convolutions follow `torch.backends.cudnn.allow_tf32`), or
 run the model under `torch.autocast("cuda", dtype=torch.bfloat16)` so the GEMMs run in BF16 at twice the
 TF32 rate. Where autocast is already on, these GEMMs run outside its region or on tensors it does not cast.
+Autocast is not free: each cast is an eager op, so on a step the host sets the pace of it can make the step slower.
+Where its replay lengthens the step by 1 % or more (`autocast_slower_us`), the fix says so and by how much: of the
+19 bundled precision twins, the six that ran slower in BF16 (batch-1 BERT, GPT-2 and ViT, Swin-T, EfficientNet-B0,
+ResNet-50) replay slower, and none of the 13 that saved does (tests/test_predictions.py).
 
 ## Evidence
 The FP32 kernels (count, time, their ops), the achieved FP32 TFLOP/s against the device's FP32 peak when the
@@ -79,6 +83,7 @@ import polars as pl
 from traceview.analyses.alignment import misaligned_calls
 from traceview.analyses.attention import FUSED_ATTN_KERNEL_RE, fused_attention_ns, score_op_ids
 from traceview.analyses.classify import sync_calls
+from traceview.analyses.fixes import slower_by_us
 from traceview.analyses.names import contains
 from traceview.analyses.opshapes import decode
 from traceview.analyses.overhead import eager_op_host_ns
@@ -110,6 +115,11 @@ FIX_AUTOCAST = ("These matrix multiplies run in full FP32 on the CUDA cores whil
 FIX_PAD = (" Some of them have rows of {dims} elements, not a multiple of 16 bytes in TF32 or BF16: on the Tensor "
            "Cores those run on a fallback kernel several times slower (the saving counts it); pad to {pads} (a "
            "multiple of 64, e.g. the vocabulary) to get the rest.")
+FIX_SLOWER = (" On this step autocast would cost time: replayed, it adds about {ms:.1f} ms a step, its casts (an eager "
+              "op each, on a host that sets the step's pace) outweighing faster GEMMs that are not on the critical "
+              "path; TF32 adds no casts.")
+#: a replayed slowdown worth saying (% of the traced step): below it, the fix costs about nothing either way
+SLOWER_PCT = 1.0
 #: FP32 SIMT/FFMA GEMM and convolution kernels (cuBLAS, CUTLASS, cuDNN); never a Tensor-Core kernel
 FP32_KERNEL_RE = r"(?i)sgemm|simt|_ffma|f32f32_f32f32"
 TC_KERNEL_RE = r"(?i)tf32|bf16|f16|fp16|hmma|wgmma|imma|i8i8|e4m3|e5m2|s1688|s16816|_h\d{3,5}"
@@ -214,6 +224,9 @@ class Evidence(msgspec.Struct, kw_only=True):
                     "finding's saving is what that gives the step when replayed (nothing where the GEMMs are off the "
                     "critical path)")]
     bf16_gemms_in_trace: Annotated[int, Meta(description="GEMM kernels already in 16-bit in the trace")]
+    autocast_slower_us: Annotated[float, Meta(
+        description="how much the autocast variant lengthens the replayed step (µs per step, unprofiled; 0 where it "
+                    "does not): its casts on a host-bound step")]
 
 
 def check(ctx: RuleContext) -> list[Finding]:
@@ -243,6 +256,7 @@ def check(ctx: RuleContext) -> list[Finding]:
         predicted_bf16_time_us=round(float(k["bf16_dur"].sum()) / 1000, 3),
         savings_per_step_us={str(s): round(r / 1000, 3) for s, r in per.rows()},
         bf16_gemms_in_trace=low,
+        autocast_slower_us=round(_autocast_slower_us(ctx), 3),
     )
     steps = per.filter(pl.col("removed") > 0)["step"].to_list()
     fix = FIX_AUTOCAST if low else FIX
@@ -250,8 +264,16 @@ def check(ctx: RuleContext) -> list[Finding]:
     if rows.len():  # the fix's kernels would fall back on these: say so, with the padding unaligned-gemm advises
         dims = sorted({int(r) for rs in rows.to_list() for r in rs})[:3]
         fix += FIX_PAD.format(dims=", ".join(map(str, dims)), pads=", ".join(str(-(-d // 64) * 64) for d in dims))
+    if ctx.pct(evidence.autocast_slower_us * 1000 * max(ctx.steps.height, 1)) >= SLOWER_PCT:  # (per step)
+        fix += FIX_SLOWER.format(ms=evidence.autocast_slower_us / 1000)
     return [ctx.finding(cost_ns=cost, savings_ns=savings, count=k.height, steps=steps, evidence=evidence,
                         fix=fix, kernel_ids=k["i"])]
+
+
+def _autocast_slower_us(ctx: RuleContext) -> float:
+    """`fixes.slower_by_us` of the autocast variant (once per trace: the check and the fix variants share it)."""
+    t = ctx.once("autocast", lambda: _autocast(ctx))
+    return slower_by_us(ctx, [t]) if t is not None else 0.0
 
 
 def fix_transform(ctx: RuleContext) -> Transform | None:
@@ -260,7 +282,7 @@ def fix_transform(ctx: RuleContext) -> Transform | None:
     if not tensor_core_gpu(ctx):
         return None
     if _count_low_precision_gemms(ctx.trace.gpu):
-        return _autocast(ctx)
+        return ctx.once("autocast", lambda: _autocast(ctx))
     return _tf32(ctx)
 
 
@@ -278,7 +300,8 @@ def fix_variants(ctx: RuleContext) -> dict[str, Transform]:
       kernels that run on 16-bit activations afterwards (fp32-conv prices those of convolutional networks)."""
     if not tensor_core_gpu(ctx):
         return {}
-    return {v: t for v, t in (("tf32", _tf32(ctx)), ("autocast", _autocast(ctx))) if t is not None}
+    return {v: t for v, t in (("tf32", _tf32(ctx)), ("autocast", ctx.once("autocast", lambda: _autocast(ctx))))
+            if t is not None}
 
 
 def _tf32(ctx: RuleContext) -> Transform | None:

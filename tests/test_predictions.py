@@ -298,3 +298,50 @@ def test_the_step_after_the_fix_is_the_reports_replayed_step_less_the_saving(pro
     bounds = {"mobilenet_graph": (-0.05, 0.05), "vit_fp32": (-0.15, 0.0), "elementwise_128mib_eager": (-0.2, 0.0)}
     lo, hi = bounds[problem]
     assert lo < err < hi, err
+
+
+#: the precision twins (fp32-gemm's autocast variant, fp32-conv's BF16 + channels_last), their rounds' sign
+PRECISION = [t for t in P.twins() if t["set"] == "ab_traced" and (
+    ("fp32-gemm" in t["rule"] and t["variant"] == "autocast") or "fp32-conv" in t["rule"])]
+
+
+@pytest.mark.parametrize("t", PRECISION, ids=[t["problem"] for t in PRECISION])
+def test_a_precision_fix_measured_slower_is_replayed_slower(t):
+    """Autocast adds casts (an eager op each): on a step the host sets, the BF16 program runs slower. The replay of
+    the twin's fix lengthens the step exactly where the rounds measured it slower (BERT, GPT-2 and ViT at batch 1,
+    Swin-T, EfficientNet-B0, ResNet-50: `fixes.slower_by_us`, which the rules' evidence and fix text report), and
+    never where every round measured a saving; the savings clip that at zero, so a slower fix is never a saving."""
+    from traceview.rules import BY_NAME
+
+    from traceview.options import Options
+
+    trace = traceview.load(str(next((SAMPLES / "ab_traced" / t["problem"]).glob("*.pt.trace.json*"))))
+    ctx, _ = RuleContext.prepare(trace, select_steps(trace, None))
+    tfs = []
+    for name in t["rule"].split("+"):
+        mod = BY_NAME[name]
+        rc = ctx.for_rule(mod, Options().options_for(mod))
+        got = mod.fix_variants(rc) if t["variant"] and hasattr(mod, "fix_variants") else {}
+        tf = got[t["variant"]] if t["variant"] in got else mod.fix_transform(rc)
+        if tf is not None:
+            tfs.append(tf)
+    slower = fixes.slower_by_us(ctx, tfs)
+    if min(t["rounds"]) > 0:
+        assert slower == 0.0
+    if t["measured_ms"] < 0:  # the median round slower (a round or two may straddle zero on a host-bound step)
+        assert slower > 0.0
+    assert len(PRECISION) == 19 and sum(x["measured_ms"] < 0 for x in PRECISION) == 6
+
+
+def test_the_rules_say_when_their_fix_would_cost_time():
+    # Swin-T FP32 -> BF16 measured 7.7 ms slower: fp32-gemm (info, TF32 advised) says autocast would add 2.5 ms;
+    # EfficientNet-B0 in BF16 + channels_last 1.9 ms slower: fp32-conv says its change adds 4.0 ms
+    (g,) = [f for f in _findings("ab_traced/swin_fp32") if f["rule"] == "fp32-gemm"]
+    assert g["severity"] == "info" and g["evidence"]["autocast_slower_us"] > 1000
+    assert "autocast would cost time" in g["fix"]
+    (c,) = [f for f in _findings("ab_traced/effnet_fp32") if f["rule"] == "fp32-conv"]
+    assert c["severity"] == "info" and c["savings_us"] == 0 and c["evidence"]["fix_slower_us"] > 1000
+    assert "would cost time" in c["fix"]
+    # a fix measured to save: nothing of the kind
+    (h,) = [f for f in _findings("ab_traced/gpt2_fp32_s256") if f["rule"] == "fp32-gemm"]
+    assert h["evidence"]["autocast_slower_us"] == 0 and "cost time" not in h["fix"]

