@@ -77,3 +77,13 @@ def test_committed_costs_are_the_fit(cal):
     # the fitted model beats doing nothing (the traced step as the guess) on the calibration runs
     t = fit.table(cal, committed)["calibration"]
     assert t["median"] < 0.1 < t["baseline_median"]
+
+
+def test_docs_tables_are_the_committed_model_on_every_run(every_run):
+    """docs/replay.md and docs/profiling-overhead.md hold the tables `python tools/fit_overhead.py --check
+    --write-docs` writes from the committed model over every bundled run: a run added to sample_traces (the
+    evaluation row's count and errors) makes them stale (the evaluation row read 98 runs with 137 bundled)."""
+    md = fit.markdown(every_run, dict(fit.COMMITTED))
+    for p in fit.DOCS:
+        text = p.read_text()
+        assert text[text.index(fit.BEGIN) + len(fit.BEGIN):text.index(fit.END)] == "\n" + md, p.name
