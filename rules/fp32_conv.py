@@ -71,7 +71,7 @@ from typing import Annotated
 import msgspec
 import polars as pl
 
-from traceview.analyses.fixes import slower_by_us
+from traceview.analyses.fixes import SLOWER_PCT, slower_by_us
 from traceview.analyses.names import contains
 from traceview.analyses.opshapes import first_input
 from traceview.analyses.overhead import eager_op_host_ns, host_share
@@ -204,8 +204,6 @@ class Evidence(msgspec.Struct, kw_only=True):
                     "its casts and batch norms' host time on a host-bound step")]
 
 
-#: a replayed slowdown worth saying (% of the traced step): below it, the fix costs about nothing either way
-SLOWER_PCT = 1.0
 FIX_SLOWER = (" On this step the change would cost time: replayed, it adds about {ms:.1f} ms a step, its casts and "
               "batch norms' host work (on a host that sets the step's pace) outweighing faster convolutions that are "
               "not on the critical path.")

@@ -83,7 +83,7 @@ import polars as pl
 from traceview.analyses.alignment import misaligned_calls
 from traceview.analyses.attention import FUSED_ATTN_KERNEL_RE, fused_attention_ns, score_op_ids
 from traceview.analyses.classify import sync_calls
-from traceview.analyses.fixes import slower_by_us
+from traceview.analyses.fixes import SLOWER_PCT, slower_by_us
 from traceview.analyses.names import contains
 from traceview.analyses.opshapes import decode
 from traceview.analyses.overhead import eager_op_host_ns
@@ -118,8 +118,6 @@ FIX_PAD = (" Some of them have rows of {dims} elements, not a multiple of 16 byt
 FIX_SLOWER = (" On this step autocast would cost time: replayed, it adds about {ms:.1f} ms a step, its casts (an eager "
               "op each, on a host that sets the step's pace) outweighing faster GEMMs that are not on the critical "
               "path; TF32 adds no casts.")
-#: a replayed slowdown worth saying (% of the traced step): below it, the fix costs about nothing either way
-SLOWER_PCT = 1.0
 #: FP32 SIMT/FFMA GEMM and convolution kernels (cuBLAS, CUTLASS, cuDNN); never a Tensor-Core kernel
 FP32_KERNEL_RE = r"(?i)sgemm|simt|_ffma|f32f32_f32f32"
 TC_KERNEL_RE = r"(?i)tf32|bf16|f16|fp16|hmma|wgmma|imma|i8i8|e4m3|e5m2|s1688|s16816|_h\d{3,5}"

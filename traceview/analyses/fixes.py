@@ -104,6 +104,10 @@ def per_step_us(trace, steps: pl.DataFrame, t: Sequence[Transform] | Transform, 
     return min(got, rest + sum(bounds))
 
 
+#: a replayed slowdown worth telling the user (% of the traced step): below it, a fix costs about nothing either way
+SLOWER_PCT = 1.0
+
+
 def slower_by_us(ctx, ts: Sequence[Transform]) -> float:
     """How much a fix lengthens the mean replayed step (µs, unprofiled terms; 0 where it does not): the host work it
     adds (autocast's casts: an eager op each) on a step the host sets the pace of, which the savings clip at zero.
