@@ -25,7 +25,9 @@ SDPBackend.EFFICIENT_ATTENTION, SDPBackend.CUDNN_ATTENTION]):` turns the fallbac
 Grouped-query attention (fewer key/value heads than query heads, `enable_gqa=True`: Llama, Mistral, Qwen) runs
 fused on flash, which needs 16-bit inputs; in FP32 torch 2.11 ran it on the math backend (HF Llama: 16 query heads
 on 4): run under `torch.autocast`, or expand K and V to the query heads (`repeat_interleave`) for the
-memory-efficient backend — the fix names the heads it read from the math calls' shapes (`math_sdpa_gqa`).
+memory-efficient backend — the fix names the heads it read from the math calls' shapes (`math_sdpa_gqa`). An eager
+attention that repeats K and V to the query heads first (Hugging Face's `repeat_kv`, `repeated_kv_heads`) is told
+that SDPA takes the grouped heads without those copies (`enable_gqa=True`).
 
 ## Evidence
 The score shape, bytes per materialized score tensor, score kernels per step and their time, what the ops are,
@@ -103,6 +105,7 @@ from traceview.analyses.attention import (
     fused_attention_ns,
     math_sdpa_gqa,
     math_sdpa_input_bytes,
+    repeated_kv_heads,
     score_kernels,
     score_op_ids,
     score_ops,
@@ -185,8 +188,9 @@ def _runs(ctx: RuleContext) -> pl.DataFrame:
     return ctx.once("score_runs", build)
 
 
-def fix_for(ctx: RuleContext, shape: str, mib: float, fp32: bool, cost: str) -> str:
-    """The fix, conditioned on what the trace already runs (SDPA's math backend, fused kernels elsewhere)."""
+def fix_for(ctx: RuleContext, shape: str, mib: float, fp32: bool, cost: str, heads: int = 0, n_kv: int = 0) -> str:
+    """The fix, conditioned on what the trace already runs (SDPA's math backend, fused kernels elsewhere, key/value
+    heads repeated to the query heads)."""
     have = fused_attention(ctx.trace)
     scores = (
         f"each attention call writes a {shape} score tensor ({mib:.0f} MiB) to HBM and reads it back in every "
@@ -226,8 +230,16 @@ def fix_for(ctx: RuleContext, shape: str, mib: float, fp32: bool, cost: str) -> 
         if have["kernels"]
         else ""
     )
+    kv = repeated_kv_heads(ctx.trace, heads, n_kv) if heads and n_kv else None
+    grouped = (
+        f" Its keys and values are repeated from {kv} heads to {heads} before the scores (grouped-query attention "
+        "the eager way, Hugging Face's repeat_kv: a copy of each per layer); SDPA takes them grouped, without the "
+        "copies (enable_gqa=True; Hugging Face's sdpa path passes it where it can)."
+        if kv
+        else ""
+    )
     return (
-        f"Attention computed op by op: {scores}, and every op is a launch.{where} Call "
+        f"Attention computed op by op: {scores}, and every op is a launch.{where}{grouped} Call "
         "torch.nn.functional.scaled_dot_product_attention(q, k, v, dropout_p=p, is_causal=True for a causal mask, "
         "attn_mask= otherwise) (Hugging Face: "
         'attn_implementation="sdpa" or "flash_attention_2"), which picks the flash / memory-efficient / '
@@ -316,7 +328,7 @@ def check(ctx: RuleContext) -> list[Finding]:
             count=runs.height,
             steps=steps,
             evidence=evidence,
-            fix=fix_for(ctx, shape, mib, fp32, cost_text),
+            fix=fix_for(ctx, shape, mib, fp32, cost_text, top["heads"], top["n_kv"]),
             kernel_ids=k["i"],
         )
     ]

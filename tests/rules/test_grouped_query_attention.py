@@ -32,3 +32,16 @@ def test_the_fix_names_the_grouping_and_both_ways_out():
     assert "torch.autocast" in f["fix"] and "repeat_interleave(4, dim=1)" in f["fix"]
     # its BF16 twin's fix (autocast) was measured: 58.2 ms a step saved, GEMMs and attention together
     assert AB["llama_fp32"]["rule"] == "fp32-gemm+materialized-attention"
+
+
+def test_eager_grouped_queries_are_named_in_the_eager_fix():
+    # HF Llama's eager attention repeats K and V from 4 heads to 16 (repeat_kv: expand of [B, 4, 1, N, d], then a copy)
+    from traceview.analyses.attention import repeated_kv_heads
+
+    assert repeated_kv_heads(k.trace(_rel("llama_eager_attn")), 16, 1024) == 4
+    assert repeated_kv_heads(k.trace(_rel("gpt2_eager_attn")), 12, 512) is None  # GPT-2: one K/V head per query head
+    (f,) = k.findings(_rel("llama_eager_attn"), "TV205")
+    assert f["evidence"]["score_shape"] == {"heads": 16, "n_q": 1024, "n_kv": 1024}
+    assert "repeated from 4 heads to 16" in f["fix"] and "enable_gqa=True" in f["fix"]
+    (g,) = k.findings(_rel("gpt2_eager_attn"), "TV205")
+    assert "repeated from" not in g["fix"]

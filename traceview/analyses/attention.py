@@ -349,6 +349,24 @@ def math_sdpa_gqa(trace: Trace) -> tuple[int, int] | None:
     return None
 
 
+@per_trace
+def repeated_kv_heads(trace: Trace, heads: int, n_kv: int) -> int | None:
+    """Key/value heads that an eager attention repeats to its `heads` score heads before the scores (grouped-query
+    attention the eager way, Hugging Face's `repeat_kv`: `kv[:, :, None].expand(B, H_kv, n_rep, N, d)` and a reshape
+    that copies), read from an `aten::expand` of a [B, H_kv, 1, n_kv, d] input with H_kv dividing `heads`; None
+    without one. SDPA takes the grouped heads as they are (`enable_gqa=True`), without those copies."""
+    if "input_dims" not in trace.host.columns:
+        return None
+    calls = trace.host.filter(pl.col("name") == "aten::expand").select("input_dims", "input_type").unique()
+    for d, t in calls.sort(pl.all()).iter_rows():
+        ts = decode(d, t)
+        if ts and len(ts[0][0]) == 5:
+            _, hkv, one, n, _ = ts[0][0]
+            if one == 1 and n == n_kv and 0 < hkv < heads and heads % hkv == 0:
+                return int(hkv)
+    return None
+
+
 def exclusive_tops(trace: Trace, ops: pl.Series, inside: pl.Series) -> pl.Series:
     """For each op id of `ops`, its outermost enclosing cpu_op whose subtree launched only kernels whose op is in
     `inside` (the host work a fused replacement removes whole: `aten::matmul` around `aten::bmm`, an autograd
