@@ -268,9 +268,14 @@ def check(ctx: RuleContext) -> list[Finding]:
                         fix=fix, kernel_ids=k["i"])]
 
 
+def _autocast_variant(ctx: RuleContext) -> Transform | None:
+    """`_autocast`, once per trace: the check (`_autocast_slower_us`), the fix and the fix variants share it."""
+    return ctx.once("autocast", lambda: _autocast(ctx))
+
+
 def _autocast_slower_us(ctx: RuleContext) -> float:
-    """`fixes.slower_by_us` of the autocast variant (once per trace: the check and the fix variants share it)."""
-    t = ctx.once("autocast", lambda: _autocast(ctx))
+    """`fixes.slower_by_us` of the autocast variant."""
+    t = _autocast_variant(ctx)
     return slower_by_us(ctx, [t]) if t is not None else 0.0
 
 
@@ -280,7 +285,7 @@ def fix_transform(ctx: RuleContext) -> Transform | None:
     if not tensor_core_gpu(ctx):
         return None
     if _count_low_precision_gemms(ctx.trace.gpu):
-        return ctx.once("autocast", lambda: _autocast(ctx))
+        return _autocast_variant(ctx)
     return _tf32(ctx)
 
 
@@ -298,7 +303,7 @@ def fix_variants(ctx: RuleContext) -> dict[str, Transform]:
       kernels that run on 16-bit activations afterwards (fp32-conv prices those of convolutional networks)."""
     if not tensor_core_gpu(ctx):
         return {}
-    return {v: t for v, t in (("tf32", _tf32(ctx)), ("autocast", ctx.once("autocast", lambda: _autocast(ctx))))
+    return {v: t for v, t in (("tf32", _tf32(ctx)), ("autocast", _autocast_variant(ctx)))
             if t is not None}
 
 

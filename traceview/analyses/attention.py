@@ -25,7 +25,7 @@ import polars as pl
 from ..memo import per_trace
 from ..model import RUNTIME_CATS, Trace
 from .causal import causal_share, sdpa_causal
-from .opshapes import decode
+from .opshapes import call_shapes, decode
 from .rowid import by_id
 from .tree import ancestor_ids
 
@@ -323,10 +323,7 @@ def math_sdpa_input_bytes(trace: Trace) -> int | None:
     """Bytes per element of the query that SDPA's math backend was called with (the narrowest over its calls),
     None without a math-backend call or shapes. The math backend upcasts fp16/bf16 inputs to FP32 for its own
     kernels (PyTorch >= 2.5), so its GEMMs read FP32 while a fused backend would run on the inputs' width."""
-    if "input_dims" not in trace.host.columns:
-        return None
-    calls = trace.host.filter(pl.col("name") == MATH_SDPA).select("input_dims", "input_type").unique()
-    widths = [_bpe(ts[0][1]) for d, t in calls.iter_rows() if (ts := decode(d, t))]
+    widths = [_bpe(ts[0][1]) for ts in call_shapes(trace, MATH_SDPA) if ts]
     return min(widths) if widths else None
 
 
@@ -337,11 +334,7 @@ def math_sdpa_gqa(trace: Trace) -> tuple[int, int] | None:
     shape; None without one or without shapes. The flash backend runs grouped queries fused on 16-bit inputs; the
     memory-efficient one refuses them in the PyTorch releases before it learned them (2.11 ran HF Llama's FP32
     grouped-query calls on the math backend), so an FP32 grouped-query call can fall back to the math one."""
-    if "input_dims" not in trace.host.columns:
-        return None
-    calls = trace.host.filter(pl.col("name") == MATH_SDPA).select("input_dims", "input_type").unique()
-    for d, t in calls.sort(pl.all()).iter_rows():
-        ts = decode(d, t)
+    for ts in call_shapes(trace, MATH_SDPA):
         if len(ts) >= 3 and len(ts[0][0]) == 4 and len(ts[1][0]) == 4:
             hq, hkv = int(ts[0][0][1]), int(ts[1][0][1])
             if 0 < hkv < hq and hq % hkv == 0:
@@ -355,11 +348,7 @@ def repeated_kv_heads(trace: Trace, heads: int, n_kv: int) -> int | None:
     attention the eager way, Hugging Face's `repeat_kv`: `kv[:, :, None].expand(B, H_kv, n_rep, N, d)` and a reshape
     that copies), read from an `aten::expand` of a [B, H_kv, 1, n_kv, d] input with H_kv dividing `heads`; None
     without one. SDPA takes the grouped heads as they are (`enable_gqa=True`), without those copies."""
-    if "input_dims" not in trace.host.columns:
-        return None
-    calls = trace.host.filter(pl.col("name") == "aten::expand").select("input_dims", "input_type").unique()
-    for d, t in calls.sort(pl.all()).iter_rows():
-        ts = decode(d, t)
+    for ts in call_shapes(trace, "aten::expand"):
         if ts and len(ts[0][0]) == 5:
             _, hkv, one, n, _ = ts[0][0]
             if one == 1 and n == n_kv and 0 < hkv < heads and heads % hkv == 0:

@@ -32,6 +32,16 @@ def decode(dims: str | None, types: str | None) -> list[tuple[list[int], str]]:
 
 
 @per_trace
+def call_shapes(trace: Trace, name: str) -> list[list[tuple[list[int], str]]]:
+    """`decode` of each distinct (Input Dims, Input type) the op `name` was called with, in a fixed order (sorted
+    by the raw text); empty without shapes or calls."""
+    if "input_dims" not in trace.host.columns:
+        return []
+    calls = trace.host.filter(pl.col("name") == name).select("input_dims", "input_type").unique()
+    return [decode(d, t) for d, t in calls.sort(pl.all()).iter_rows()]
+
+
+@per_trace
 def first_input(trace: Trace) -> pl.DataFrame:
     """[op, rank, dtype] of the first tensor argument of every op that launched GPU work (null without shapes)."""
     ids = trace.gpu["op"].drop_nulls().unique().sort()
