@@ -467,9 +467,7 @@ def fix_transform(ctx: RuleContext) -> Transform | None:
     gaps = _gaps(ctx, k)
     # a CUDA graph's launch call does host work per node (each kernel node is set up and submitted): a graph of
     # 1/f the nodes takes 1/f of that call's time
-    g = ctx.trace.gpu.filter(
-        pl.col("i").is_in(k["i"].implode()) & pl.col("launch_name").str.contains("GraphLaunch")
-    )
+    g = ctx.trace.gpu.filter(pl.col("i").is_in(k["i"].implode()) & pl.col("graph"))
     launches = g["launch"].drop_nulls().unique().cast(pl.UInt32)
     dur = by_id(ctx.trace.host, launches, "dur")["dur"].cast(pl.Int64).to_list() if launches.len() else []
     return Transform(

@@ -42,20 +42,23 @@ _I, _U, _S, _F = pl.Int64, pl.UInt32, pl.String, pl.Float64
 #: the raw JSON text of an op's Input Dims / Input type / Concrete Inputs / Input Strides: a few hundred distinct
 #: values over a whole trace, so held as codes (4 bytes a row; text, even null, costs 16: ~20 MB on a 132 MB trace)
 _RAW = pl.Categorical
+#: a column of few distinct names (a row's category, a GPU row's kind): codes, 4 bytes a row instead of a 16-byte
+#: text view
+_C = pl.Categorical
 #: The trace model's columns, declared once: every reader (trace format) produces exactly these frames, with
 #: these columns and types (`conform` fills an absent column with nulls; tests validate every bundled trace).
 SCHEMA: dict[str, dict[str, pl.DataType]] = {
-    "host": {"i": _U, "cat": _S, "name": _S, "pid": _I, "tid": _I, "ts": _I, "dur": _I, "end": _I, "py_id": _I,
+    "host": {"i": _U, "cat": _C, "name": _S, "pid": _I, "tid": _I, "ts": _I, "dur": _I, "end": _I, "py_id": _I,
              "py_parent": _I, "py_module": _I, "ev_idx": _I, "external_id": _I, "seq": _I, "fwd_tid": _I,
              "input_dims": _RAW, "input_type": _RAW, "correlation": _I, "concrete": _RAW, "strides": _RAW, "collective": _S,
              "in_nelems": _I, "dtype": _S, "group_size": _I, "pg_name": _S, "seq_comm": _I, "kind": _S, "size": _S,
              "depth": pl.Int32, "parent": _U, "op": _U},
-    "gpu": {"i": _U, "cat": _S, "name": _S, "pid": _I, "tid": _I, "ts": _I, "dur": _I, "end": _I, "external_id": _I,
+    "gpu": {"i": _U, "cat": _C, "name": _S, "pid": _I, "tid": _I, "ts": _I, "dur": _I, "end": _I, "external_id": _I,
             "correlation": _I, "grid_x": _I, "grid_y": _I, "grid_z": _I, "block_x": _I, "block_y": _I, "block_z": _I,
             "regs": _I, "shmem": _I, "blocks_per_sm": _F, "occupancy": _F, "bytes": _I, "collective": _S,
             "in_nelems": _I, "out_nelems": _I, "group_size": _I, "dtype": _S, "pg_name": _S, "pg_ranks": _S,
-            "seq_comm": _I, "graph_id": _I, "device": _I, "stream": _I, "launch": _U, "op": _U, "launch_name": _S,
-            "launch_ts": _I, "launch_end": _I, "launch_tid": _I, "graph": pl.Boolean, "kind": _S},
+            "seq_comm": _I, "graph_id": _I, "device": _I, "stream": _I, "launch": _U, "op": _U,
+            "launch_ts": _I, "launch_end": _I, "launch_tid": _I, "graph": pl.Boolean, "kind": _C},
     "gpu_annotations": {"name": _S, "device": _I, "stream": _I, "ts": _I, "dur": _I, "end": _I, "external_id": _I},
     "memory": {"ts": _I, "pid": _I, "tid": _I, "bytes": _I, "total_allocated": _I, "total_reserved": _I,
                "device_id": _I, "device_type": _I, "addr": _I},

@@ -158,8 +158,12 @@ def _analyze_trace(trace: Trace, options: Options) -> tuple[dict, pl.DataFrame, 
         ctx.memo.clear()
     drop(trace, *REPLAY_CACHES)
     heap_trim.release(trace.gpu.height + trace.host.height)
+    part = _part(trace, steps, ctx)
+    # (after the partition: its search's numpy temporaries, freed into the C heap, cannot hold the layer table's
+    # polars frames, which come from another allocator)
+    heap_trim.release(trace.gpu.height + trace.host.height)
     entry["layers"] = layers_section(trace, steps, findings=findings, kb=ctx.kb if ctx else None,
-                                     part=_part(trace, steps, ctx), depth=options.layers_depth)
+                                     part=part, depth=options.layers_depth)
     entry["warnings"] = aggregate_warnings(entry["warnings"])  # one line per kind, not one per step
     return entry, analysed, ctx.part if ctx else None
 

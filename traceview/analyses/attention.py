@@ -281,6 +281,8 @@ def score_kernels(trace: Trace, lo: int, hi: int) -> pl.DataFrame:
         .drop("kind")
     )
     so = score_ops(trace)
+    if g.height == 0:  # (no kernel to look up: not the name of every op that launched work)
+        so = so.clear()
     g = g.join(so, on="op", how="left").with_columns(pl.col("score").fill_null(False))
     g = g.join(
         by_id(trace.host, so["op"], pl.col("i").alias("op"), pl.col("name").alias("op_name")).unique("op"),

@@ -41,7 +41,7 @@ from .layouts import path_rank
 from .manifest import read_manifest
 
 COMM_KERNEL_RE = r"^(nccl|rccl)|ncclKernel|ncclDevKernel|ncclSymDevKernel"
-GRAPH_LAUNCH = ["cudaGraphLaunch", "hipGraphLaunch", "cudaGraphLaunch_v10000"]
+GRAPH_LAUNCH = ["cudaGraphLaunch", "hipGraphLaunch", "cudaGraphLaunch_v10000", "cuGraphLaunch"]
 _KNOWN_CATS = {*HOST_CATS, *GPU_CATS, *OLD_CATS, *OLD_CATS.values(), *OTHER_KINETO_CATS}
 #: the phases of the Trace Event Format (Chrome's; Kineto writes X, i, s, f, M, C and b/e): any other is no event
 _PHASES = ["X", "B", "E", "i", "I", "C", "b", "n", "e", "s", "t", "f", "P", "O", "N", "D", "M", "V", "v", "R", "c",
@@ -550,12 +550,17 @@ def _slices(path: Path, base: pl.DataFrame, legacy: bool, warnings: list[str],
         raise TraceError(f"{path}: no PyTorch profiler events (CPU ops, runtime calls or GPU kernels) among its "
                          f"{sum(counts.values()):,} events: not a PyTorch profiler trace (categories: {cats or 'none'})")
     cols: dict[str, dict[str, pl.Series]] = {k: {} for k in _SLICE_COLS}
+    # the host and GPU rows' category as the model holds it (Categorical): the dictionary coded once, then gathered
+    # (4-byte codes, not a 16-byte text view a row hashed again)
+    coded = {"cat": dicts["cat"].values.cast(pl.Categorical)} if dicts is not None else {}
     for c in base.columns:  # column by column, each freed once cut
         col = base.drop_in_place(c)
         for k, want in _SLICE_COLS.items():
             if c in want:
                 got = col.filter(masks[k])
-                cols[k][c] = got if dicts is None or c not in dicts else dicts[c].values.gather(got).alias(c)
+                if dicts is not None and c in dicts:
+                    got = (coded[c] if c in coded and k in ("host", "gpu") else dicts[c].values).gather(got).alias(c)
+                cols[k][c] = got
         del col
     del masks
     ts_ns = ((ts - t0_us) * 1000).round().cast(pl.Int64)
@@ -763,14 +768,15 @@ def _kinds(gpu: pl.DataFrame, host: pl.DataFrame) -> pl.DataFrame:
             op=pl.coalesce("op", pl.when(pl.col("external_id") != pl.col("correlation")).then(pl.col("op_x")))
         ).drop("op_x")
     comm = name_matches(gpu, COMM_KERNEL_RE)  # the regex on the few distinct kernel names, not on every row
+    # (the kind as Categorical literals: codes without a hash a row; the launching call's name only makes `graph`)
     return gpu.with_columns(
         graph=pl.col("launch_name").is_in(GRAPH_LAUNCH).fill_null(False),
-        kind=pl.when(pl.col("cat") == "gpu_memcpy").then(pl.lit("memcpy"))
-        .when(pl.col("cat") == "gpu_memset").then(pl.lit("memset"))
-        .when(pl.col("cat") == "cuda_sync").then(pl.lit("sync"))
-        .when(comm).then(pl.lit("comm"))
-        .otherwise(pl.lit("compute")),
-    )
+        kind=pl.when(pl.col("cat") == "gpu_memcpy").then(pl.lit("memcpy", pl.Categorical))
+        .when(pl.col("cat") == "gpu_memset").then(pl.lit("memset", pl.Categorical))
+        .when(pl.col("cat") == "cuda_sync").then(pl.lit("sync", pl.Categorical))
+        .when(comm).then(pl.lit("comm", pl.Categorical))
+        .otherwise(pl.lit("compute", pl.Categorical)),
+    ).drop("launch_name")
     if gpu.select((pl.col("ts").diff() > 0).all()).item():  # strictly in time order already (one stream, say):
         return gpu.with_columns(pl.col("ts").set_sorted())  # the sort would move nothing but copy every column
     return gpu.sort("ts")
