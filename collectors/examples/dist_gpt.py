@@ -8,8 +8,9 @@ its gradients). No profiler code: traceview's collector finds the steps through 
 
 ``--cause`` picks what makes the slow rank late (ground truth for the job answer's cause): ``delay`` (the CPU
 spin above), ``syncs`` (a forward hook on every block reads a scalar back, ``.item()``: the host waits for the
-GPU each block), ``copy`` (``--copy-mb`` MiB copied from pageable host memory to the GPU every step) or
-``kernels`` (``--extra-gemms`` extra bf16 4096² GEMMs on the GPU every step). ``--backend gloo`` lets several
+GPU each block), ``copy`` (``--copy-mb`` MiB copied from pageable host memory to the GPU every step),
+``kernels`` (``--extra-gemms`` extra bf16 4096² GEMMs on the GPU every step) or ``fp32`` (the slow rank runs
+without autocast: the same kernels, slower, in FP32). ``--backend gloo`` lets several
 ranks share one GPU (NCCL refuses two ranks on one device).
 
     traceview collect --modules -- torchrun --nproc-per-node 2 -m collectors.examples.dist_gpt --slow-rank 1
@@ -43,7 +44,7 @@ def main() -> None:
     ap.add_argument("--fsdp", action="store_true", help="FSDP2 fully_shard per block instead of DDP")
     ap.add_argument("--slow-rank", type=int, default=-1, help="rank that spins --delay-ms before backward")
     ap.add_argument("--delay-ms", type=float, default=100.0)
-    ap.add_argument("--cause", choices=["delay", "syncs", "copy", "kernels"], default="delay",
+    ap.add_argument("--cause", choices=["delay", "syncs", "copy", "kernels", "fp32"], default="delay",
                     help="what makes --slow-rank late (see the module docstring)")
     ap.add_argument("--copy-mb", type=int, default=128, help="cause copy: pageable MiB copied per step")
     ap.add_argument("--extra-gemms", type=int, default=40, help="cause kernels: extra 4096x4096 GEMMs per step")
@@ -96,6 +97,7 @@ def main() -> None:
     gemm = (torch.randn(4096, 4096, device=dev, dtype=torch.bfloat16)
             if slow and args.cause == "kernels" and cuda else None)
 
+    fp32 = slow and args.cause == "fp32"  # the same model and data, its GEMMs in FP32 instead of BF16
     timer = StepTimer(dev)
     timer.mark()
     for _ in range(args.steps):
@@ -105,7 +107,7 @@ def main() -> None:
         if gemm is not None:
             for _k in range(args.extra_gemms):
                 gemm = (gemm @ gemm).clamp_(-1, 1)
-        with torch.autocast(dev.type, dtype=torch.bfloat16, enabled=cuda):
+        with torch.autocast(dev.type, dtype=torch.bfloat16, enabled=cuda and not fp32):
             logits = model(x)
             loss = F.cross_entropy(logits.reshape(-1, logits.shape[-1]).float(), y.reshape(-1))
         opt.zero_grad(set_to_none=True)
