@@ -8,10 +8,10 @@ from dataclasses import dataclass
 
 import polars as pl
 
+from ..ingest.categories import GRAPH_LAUNCH_RE
 from ..memo import per_trace
 from ..model import RUNTIME_CATS, Trace
 
-GRAPH_LAUNCH_RE = r"^(cuda|hip)GraphLaunch(_v\d+)?$|^cuGraphLaunch(_v\d+)?$"
 COMPILED_REGION_RE = r"^Torch-Compiled Region|^## Call CompiledFxGraph|^CompiledFunction$"
 TRITON_RE = r"^triton_"
 #: Dynamo/Inductor compilation and autotuning spans (torch._dynamo.utils.dynamo_timed and friends)

@@ -24,6 +24,10 @@ RARE_NAMES = (r"^(record_param_comms|nccl:|gloo:|hipMemcpy|cudaMemcpy|c10d::|"
               r"gather|index_select|embedding|take|"
               r"mm|addmm|_addmm_activation|bmm|baddbmm|addbmm|matmul|linear|_scaled_mm|"
               r"scaled_dot_product_attention)$)")
+# a CUDA / HIP graph's launch, runtime or driver API, any version or per-thread-stream variant (cudaGraphLaunch,
+# cudaGraphLaunch_v10000, cudaGraphLaunch_ptsz, cuGraphLaunch, hipGraphLaunch, hipGraphLaunch_spt): the kernels
+# it launches are one graph's nodes (the GPU frame's `graph`)
+GRAPH_LAUNCH_RE = r"^(cuda|cu|hip)GraphLaunch(_v\d+|_ptsz|_spt)?$"
 META_NAMES = ("thread_name", "process_name", "process_labels")
 # categories Kineto writes that the analysis reads through other fields or leaves out on purpose (flows, the
 # profiler's own overhead and ranges, instant and counter events): any other is unknown, and said

@@ -35,13 +35,21 @@ from .argtables import GPU_FIELDS as _GPU_FIELDS
 from .argtables import INT_ATTRS as _INT_ATTRS
 from .argtables import MEM_FIELDS as _MEM_FIELDS
 from .argtables import RAW_ATTRS as _RAW_ATTRS
-from .categories import GPU_CATS, HOST_CATS, META_NAMES, OLD_CATS, OTHER_KINETO_CATS, RARE_NAMES, RUNTIME_CATS
+from .categories import (
+    GPU_CATS,
+    GRAPH_LAUNCH_RE,
+    HOST_CATS,
+    META_NAMES,
+    OLD_CATS,
+    OTHER_KINETO_CATS,
+    RARE_NAMES,
+    RUNTIME_CATS,
+)
 from .inputs import DEFAULT_MAX_BYTES, STDIN, check_path
 from .layouts import path_rank
 from .manifest import read_manifest
 
 COMM_KERNEL_RE = r"^(nccl|rccl)|ncclKernel|ncclDevKernel|ncclSymDevKernel"
-GRAPH_LAUNCH = ["cudaGraphLaunch", "hipGraphLaunch", "cudaGraphLaunch_v10000", "cuGraphLaunch"]
 _KNOWN_CATS = {*HOST_CATS, *GPU_CATS, *OLD_CATS, *OLD_CATS.values(), *OTHER_KINETO_CATS}
 #: the phases of the Trace Event Format (Chrome's; Kineto writes X, i, s, f, M, C and b/e): any other is no event
 _PHASES = ["X", "B", "E", "i", "I", "C", "b", "n", "e", "s", "t", "f", "P", "O", "N", "D", "M", "V", "v", "R", "c",
@@ -770,7 +778,7 @@ def _kinds(gpu: pl.DataFrame, host: pl.DataFrame) -> pl.DataFrame:
     comm = name_matches(gpu, COMM_KERNEL_RE)  # the regex on the few distinct kernel names, not on every row
     # (the kind as Categorical literals: codes without a hash a row; the launching call's name only makes `graph`)
     return gpu.with_columns(
-        graph=pl.col("launch_name").is_in(GRAPH_LAUNCH).fill_null(False),
+        graph=name_matches(gpu, GRAPH_LAUNCH_RE, "launch_name").fill_null(False),
         kind=pl.when(pl.col("cat") == "gpu_memcpy").then(pl.lit("memcpy", pl.Categorical))
         .when(pl.col("cat") == "gpu_memset").then(pl.lit("memset", pl.Categorical))
         .when(pl.col("cat") == "cuda_sync").then(pl.lit("sync", pl.Categorical))
