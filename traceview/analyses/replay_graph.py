@@ -40,6 +40,7 @@ from ..ingest.categories import GRAPH_LAUNCH_RE, RUNTIME_CATS
 from ..memo import per_trace
 from ..model import STEP_RE, Trace
 from .breakdown import DATALOADER_PREFIXES
+from .names import contains as name_contains
 from .rowid import positions
 from .timeline import gpu_work
 
@@ -270,7 +271,8 @@ def _build(trace: Trace) -> Graph:
     # busy for longer than any launch latency after the launch call returned (a host running steps ahead of the
     # device): the node then waited for the stream, and its observed gap after the work before it is the graph's
     # own start; the recorded latency is the queue's, which a shorter queue does not keep
-    graph_call = a["name"].str.contains(GRAPH_LAUNCH_RE).fill_null(False).to_numpy() if n_a else np.zeros(0, bool)
+    graph_call = (a.select(name_contains(a, GRAPH_LAUNCH_RE).fill_null(False)).to_series().to_numpy() if n_a
+                  else np.zeros(0, bool))  # (the regex on the distinct call names, as the loader's `graph`)
     graph = launched & graph_call[np.maximum(d_launch, 0)] if n_a else np.zeros(n_d, bool)
     l_end = a_end[np.maximum(d_launch, 0)] if n_a else d_ts
     behind = graph & has_prev & ~same_launch & (l_end + lat_cap < pe)

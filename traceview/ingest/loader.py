@@ -560,14 +560,15 @@ def _slices(path: Path, base: pl.DataFrame, legacy: bool, warnings: list[str],
     cols: dict[str, dict[str, pl.Series]] = {k: {} for k in _SLICE_COLS}
     # the host and GPU rows' category as the model holds it (Categorical): the dictionary coded once, then gathered
     # (4-byte codes, not a 16-byte text view a row hashed again)
-    coded = {"cat": dicts["cat"].values.cast(pl.Categorical)} if dicts is not None else {}
+    coded = dicts["cat"].values.cast(pl.Categorical) if dicts is not None else None
     for c in base.columns:  # column by column, each freed once cut
         col = base.drop_in_place(c)
         for k, want in _SLICE_COLS.items():
             if c in want:
                 got = col.filter(masks[k])
                 if dicts is not None and c in dicts:
-                    got = (coded[c] if c in coded and k in ("host", "gpu") else dicts[c].values).gather(got).alias(c)
+                    codes = coded if c == "cat" and k in ("host", "gpu") else dicts[c].values
+                    got = codes.gather(got).alias(c)
                 cols[k][c] = got
         del col
     del masks
