@@ -53,7 +53,7 @@ from traceview.analyses.rowid import by_id, join_by_id
 from traceview.analyses.windows import step_of
 from traceview.engine import IN_MEMORY
 from traceview.evidence import UNSET, Meta, OpCount, ProfilerNote, Span, UnsetType
-from traceview.ruleapi import Finding, RuleContext, xprof_severity
+from traceview.ruleapi import Finding, RuleContext, profiler_source_text, xprof_severity
 
 CODE = "TV101"
 NAME = "launch-bound"
@@ -173,7 +173,7 @@ def _profiler_check(ctx: RuleContext, cost: int) -> tuple[str | None, float, Pro
     gpu = 1000 * float((prof.get("estimate") or {}).get("gpu_busy_per_step_us") or 0.0) * n
     left = max(0.0, min(cost - over, unprof - gpu))
     left_pct = 100.0 * left / unprof
-    how = "measured by the collector" if prof.get("source") == "manifest" else "estimated from the recorded events"
+    how = profiler_source_text(prof)
     note = ProfilerNote(source=prof.get("source"), overhead_per_step_us=round(over / n / 1000, 3),
                         unprofiled_step_us=round(unprof / n / 1000, 3), unprofiled_savings_pct=round(left_pct, 2))
     if left >= cost:

@@ -124,6 +124,22 @@ TWINS: dict[str, tuple[str, str, str | None, str | None]] = {
     "llama_single": ("llama_fused", "unfused-optimizer", "fused", None),
     "llama_ctl": ("llama_ctl", "unfused-optimizer", "fused", None),
     "swin_fp32": ("swin_bf16", "fp32-gemm+fp32-conv", "autocast", None),
+    # `unseen_more` (2026-12-05): unseen's single-tensor and eager-attention Llama twins again with 8 rounds, the
+    # optimizer fix on a 4x larger batch, Swin-T FP32 -> TF32
+    "llama_single_r8": ("llama_fused", "unfused-optimizer", "fused", None),
+    "llama_eager_attn_r8": ("llama_sdpa", "materialized-attention", None, None),
+    "llama_single_b16": ("llama_fused_b16", "unfused-optimizer", "fused", None),
+    "swin_fp32_tf32": ("swin_tf32", "fp32-gemm", "tf32", None),
+    # held out: `unseen2` (2026-12-05), models and mistakes no earlier group ran, scored as they came (before any
+    # change they could inform): DenseNet-121 FP32 -> BF16 + channels_last (measured slower: a negative control),
+    # RegNetY-800MF and Swin-T single-tensor -> fused AdamW, loss.item() per step on HF Llama, empty_cache() per
+    # step on ResNet-50, HF BERT's eager attention at 256 tokens -> SDPA
+    "densenet_fp32": ("densenet_bf16_cl", "fp32-conv", None, None),
+    "regnet_single": ("regnet_fused", "unfused-optimizer", "fused", None),
+    "llama_item": ("llama_noitem", "host-sync", None, None),
+    "resnet50_empty_cache": ("resnet50_ref", "allocator-churn", None, None),
+    "swin_single": ("swin_fused", "unfused-optimizer", "fused", None),
+    "bert_eager_attn_s256": ("bert_sdpa_s256", "materialized-attention", None, None),
 }
 #: twins whose fix changes nothing by construction (the same program on both sides): a control, never scored
 CONTROLS = {"gpt2_vocab_padded", "llama_ctl"}
@@ -133,7 +149,8 @@ HELD_OUT = {"bert_fp32", "vit_fp32", "convnext_fp32", "mobilenet_single", "bert_
             "vit_fp32_b32", "resnet50_fp32_b64", "gpt2_fp32_tf32_b16", "convnext_fp32_b32", "gpt2_fp32_s1024",
             "gpt2_eager_fp32_s1024", "gpt2_eager_fp32_s512", "bert_eager_fp32_s512", "gpt2_fp32_s256",
             "bert_fp32_tiny", "gpt2_fp32_tiny", "vit_fp32_tiny", "llama_fp32", "llama_eager_attn", "llama_single",
-            "llama_ctl", "swin_fp32"}
+            "llama_ctl", "swin_fp32", "llama_single_r8", "llama_eager_attn_r8", "llama_single_b16", "swin_fp32_tf32",
+            "densenet_fp32", "regnet_single", "llama_item", "resnet50_empty_cache", "swin_single", "bert_eager_attn_s256"}
 
 
 def build() -> tuple[dict, str]:

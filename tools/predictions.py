@@ -103,6 +103,8 @@ def twins() -> list[dict]:
                     "control": t.get("control", False),
                     "rounds": t.get("per_round_saving_ms") or [],
                     "fixed_step_ms": t.get("fixed_step_ms"),
+                    "problem_step_ms": t.get("problem_step_ms"),
+                    "wait_ms": t.get("traced_run_wait_steps_median_ms"),
                 }
             )
     return out
@@ -138,9 +140,11 @@ def predicted_ms(path: Path, rule: str, fix_variant: str | None = None) -> float
     return predicted(path, rule, fix_variant)[0]
 
 
-def predicted(path: Path, rule: str, fix_variant: str | None = None) -> tuple[float | None, float]:
+def predicted(path: Path, rule: str, fix_variant: str | None = None,
+              unprofiled_ms: float | None = None) -> tuple[float | None, float]:
     """(`predicted_ms`'s saving, the replayed unprofiled step it is taken from, ms): the step after the fix is
-    their difference."""
+    their difference. `unprofiled_ms`: the problem's unprofiled step as `traceview analyze --unprofiled-ms` takes
+    it (the profiler's cost solved to it instead of to the collector's wait steps)."""
     from traceview.rules import BY_NAME
 
     import traceview
@@ -151,7 +155,7 @@ def predicted(path: Path, rule: str, fix_variant: str | None = None) -> tuple[fl
     from traceview.ruleapi import RuleContext
 
     trace = traceview.load(str(next(path.glob("*.pt.trace.json*"))))
-    ctx, _ = RuleContext.prepare(trace, select_steps(trace, None))
+    ctx, _ = RuleContext.prepare(trace, select_steps(trace, None), unprofiled_ms)
     base = float(replay(ctx.trace, ctx.steps, [fixes.pricing_transform(ctx)]).mean()) / 1e6
     if "+" in rule:  # one fix that applies several rules' transforms (autocast: GEMMs and convolutions), together
         from traceview.sections.fixrunner import what_if
@@ -186,6 +190,10 @@ def rows() -> list[dict]:
         path = ROOT / "sample_traces" / t["set"] / t["problem"]
         p, base = predicted(path, t["rule"], t.get("variant")) if t["rule"] else (None, None)
         m = t["measured_ms"]
+        # the same prediction anchored to the problem's step as its rounds measured it (ab_traced: what a user
+        # passes with --unprofiled-ms), where the host ran at another speed than in the traced run's wait steps
+        anchored = (predicted(path, t["rule"], t.get("variant"), t["problem_step_ms"])[0]
+                    if t["rule"] and t.get("problem_step_ms") and p is not None else None)
         # a negative control (measured <= 0, or the same program on both sides) is listed, never scored; so is a
         # saving its own rounds cannot resolve (`unresolved`)
         spread = unresolved(t.get("rounds") or [], m)
@@ -203,6 +211,7 @@ def rows() -> list[dict]:
                 # the step after the fix: the replayed unprofiled step less the saving, against the fixed twin's
                 # rounds (ab_traced only: the collected sets time the fix in another process)
                 "fixed_pred_ms": None if p is None or not t.get("fixed_step_ms") else round(base - p, 3),
+                "anchored_ms": None if anchored is None else round(anchored, 3),
             }
         )
     return out
@@ -268,7 +277,40 @@ def table(rs: list[dict]) -> str:
             f"processes: **{n_ab} of {len(both)}** within ±20 %."
         )
     lines += fixed_step_table(rs)
+    lines += anchored_table(rs)
     return "\n".join(lines) + "\n"
+
+
+#: how far the traced run's unprofiled wait steps and the rounds may differ before the twin is called drifted
+DRIFT = 0.05
+
+
+def anchored_table(rs: list[dict]) -> list[str]:
+    """The `ab_traced` savings predicted twice: from the trace with the profiler's cost solved to the traced run's
+    own unprofiled wait steps (the table above), and solved to the problem's step as the rounds measured it
+    (`--unprofiled-ms`). The rounds run later in the same process; where the host ran at another speed there
+    (drift: the wait steps' median against the rounds' problem median), the first prediction is of a faster or
+    slower host than the one the saving was measured on."""
+    ab = [r for r in rs if r.get("anchored_ms") is not None and r["hit"] is not None]
+    if not ab:
+        return []
+    out = ["", "The same savings anchored to the rounds (`ab_traced`, scored twins: the profiler's cost solved to the "
+               "problem's median step in the rounds, as `traceview analyze --unprofiled-ms` takes a step the user "
+               "measured; drift: the traced run's unprofiled wait steps against that step):", "",
+           "| problem → fixed | rule | drift | measured ms | predicted ms (error) | anchored ms (error) |",
+           "|---|---|---:|---:|---:|---:|"]
+    hits = 0
+    for r in ab:
+        m, p, a = r["measured_ms"], r["predicted_ms"], r["anchored_ms"]
+        drift = r["wait_ms"] / r["problem_step_ms"] - 1 if r.get("wait_ms") else 0.0
+        hits += abs(a / m - 1) <= BAND
+        out.append(f"| {r['problem']} → {r['fixed']} | {r['rule']} | {100 * drift:+.1f} % | {m:.3f} | "
+                   f"{p:.3f} ({100 * (p / m - 1):+.0f} %) | {a:.3f} ({100 * (a / m - 1):+.0f} %) |")
+    drifted = [r for r in ab if r.get("wait_ms") and abs(r["wait_ms"] / r["problem_step_ms"] - 1) > DRIFT]
+    out += ["", f"Anchored to the rounds, within ±20 %: **{hits} of {len(ab)}** (from the wait steps: "
+                f"{sum(r['hit'] for r in ab)} of {len(ab)}); {len(drifted)} of them drifted more than "
+                f"{100 * DRIFT:.0f} % between the traced run's wait steps and the rounds."]
+    return out
 
 
 #: the band the step after the fix is scored in (a step, not a saving: a tighter bar than the saving's)

@@ -69,7 +69,7 @@ class OpTimePerStep(OpCount, kw_only=True):
 class ProfilerNote(msgspec.Struct, kw_only=True):
     """What the profiler's own cost does to a finding's saving (its replay with the profiler's cost taken off)."""
 
-    source: Annotated[str | None, Meta(description="`manifest` (measured by the collector) or `estimate`")]
+    source: Annotated[str | None, Meta(description="`manifest` (measured by the collector), `user` (`--unprofiled-ms`) or `estimate`")]
     overhead_per_step_us: Annotated[float, Meta(description="the profiler's cost per step (µs)")]
     unprofiled_step_us: Annotated[float, Meta(description="the step without the profiler (µs)")]
     traced_savings_pct: Annotated[

@@ -22,6 +22,9 @@ class Options:
     max_bytes: int | None = None  # largest (decompressed) JSON held per input (None: the loader's default, 8 GiB)
     what_if: tuple[str, ...] | None = None  # projection: the step with only these fixes (codes, `CODE:variant`)
     jobs: int | None = None  # worker processes for a directory's files (None: one per core from 8 files on 4+ cores; 1: serial)
+    #: the step time the user measured without the profiler (ms: CUDA events or the training log's steps/s): the
+    #: profiler's cost is solved to it, as to a `traceview collect` measurement, and every saving priced against it
+    unprofiled_ms: float | None = None
 
     def selected(self) -> list[str]:
         from .registry import selected
@@ -36,7 +39,8 @@ class Options:
     def build(cls, *, step: int | None = None, select: list[str] | None = None, ignore: list[str] | None = None,
               config: str | None = None, sets: list[str] | None = None, layers_depth: int | None = None,
               fail_on: str | None = None, top: int = 10, jobs: int | None = None,
-              max_bytes: int | None = None, what_if: list[str] | None = None) -> Options:
+              max_bytes: int | None = None, what_if: list[str] | None = None,
+              unprofiled_ms: float | None = None) -> Options:
         """Options from CLI-style inputs; a bad selector, option or config file raises TraceError."""
         from . import config as cfgmod
         from . import registry
@@ -45,7 +49,21 @@ class Options:
         codes = registry.selected(select or cfg["select"], (ignore or []) + list(cfg["ignore"]))
         return cls(step=step, codes=tuple(codes), rule_options=cfg["options"], layers_depth=layers_depth,
                    fail_on=fail_on or cfg["fail_on"], top=top, jobs=jobs,
-                   max_bytes=max_bytes, what_if=_what_if(what_if) if what_if else None)
+                   max_bytes=max_bytes, what_if=_what_if(what_if) if what_if else None,
+                   unprofiled_ms=_unprofiled(unprofiled_ms))
+
+
+def _unprofiled(ms: float | None) -> float | None:
+    """A measured unprofiled step (ms): a positive, finite number, else TraceError."""
+    import math
+
+    from .errors import TraceError
+
+    if ms is None:
+        return None
+    if not math.isfinite(ms) or ms <= 0:
+        raise TraceError(f"--unprofiled-ms: {ms!r} is not a step time (a positive number of milliseconds)")
+    return float(ms)
 
 
 def _what_if(items: list[str]) -> tuple[str, ...]:

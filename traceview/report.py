@@ -114,7 +114,7 @@ def _analyze_trace(trace: Trace, options: Options) -> tuple[dict, pl.DataFrame, 
     host: dict | None = None
     hctx: RuleContext | None = None  # a CPU-only trace's context (its profiler estimate)
     if trace.has_gpu:
-        ctx, warns = RuleContext.prepare(trace, steps)
+        ctx, warns = RuleContext.prepare(trace, steps, options.unprofiled_ms)
         # the replay graph's build leaves numpy's freed temporaries as holes in the C heap between the graph's
         # arrays; the rules' frames are polars' (another allocator), which cannot reuse them: given back first
         heap_trim.release(trace.gpu.height + trace.host.height)
@@ -127,7 +127,7 @@ def _analyze_trace(trace: Trace, options: Options) -> tuple[dict, pl.DataFrame, 
     else:
         warnings.append("no GPU activity in this trace (CPU-only): the report analyzes host (CPU) time (JSON `cpu`)")
         host = cpu.prepare(trace, steps)
-        hctx = RuleContext.for_host(trace, steps, host)
+        hctx = RuleContext.for_host(trace, steps, host, options.unprofiled_ms)
         findings, warns = run_rules(hctx, options)  # the rules with CPU = True
         warnings.extend(warns)
         # no device to replay: the rules' own estimate over the steps, per step like every saving
@@ -151,6 +151,7 @@ def _analyze_trace(trace: Trace, options: Options) -> tuple[dict, pl.DataFrame, 
         entry["profiling"]["confidence"] = "low"
     entry["memory"] = memory_section(trace, analysed) if trace.has_gpu else None
     entry["projection"] = projection_section(ctx, findings, entry["profiling"], options, fixinfo)
+    warnings.extend(_unreached(options, entry["projection"], entry["profiling"]))
     entry["cpu"] = cpu.section(trace, steps, host) if host else None
     # the layer table last, the analysis's largest step: the whole-trace results only the rules, the fixes and
     # the projection read (the replay graph, the rules' own) go first, so its temporaries do not stack on them
@@ -166,6 +167,26 @@ def _analyze_trace(trace: Trace, options: Options) -> tuple[dict, pl.DataFrame, 
                                      part=part, depth=options.layers_depth)
     entry["warnings"] = aggregate_warnings(entry["warnings"])  # one line per kind, not one per step
     return entry, analysed, ctx.part if ctx else None
+
+
+#: how far the replay may stay from a step the user measured (`--unprofiled-ms`) before the report says so
+UNREACHED_TOL = 0.05
+
+
+def _unreached(options: Options, proj: dict | None, prof: dict) -> list[str]:
+    """A warning where the replay cannot reproduce the unprofiled step the user measured (`--unprofiled-ms`): below
+    the time the trace's GPU work alone takes a step, or above the traced step (the profiler does not make a step
+    faster), the measurement is not of the traced steps' program, and the savings are priced at the nearest step
+    the replay reaches."""
+    if not options.unprofiled_ms or not proj or prof.get("method") != "user":
+        return []
+    got = float(proj["replayed_unprofiled_step_us"]) / 1000
+    if abs(got / options.unprofiled_ms - 1) <= UNREACHED_TOL:
+        return []
+    why = ("more than the traced step takes (the profiler does not make a step faster)"
+           if options.unprofiled_ms > got else "less than the trace's device work and launches take without it")
+    return [f"--unprofiled-ms {options.unprofiled_ms:g}: {why}; the replay reaches {got:.3f} ms at the nearest, and "
+            "prices the savings there: is the measurement of the same program, steps and batch as the trace?"]
 
 
 def _overview(trace: Trace, steps: pl.DataFrame, options: Options) -> dict[str, Any]:

@@ -142,7 +142,8 @@ class RuleContext:
     memo: dict = field(default_factory=dict, compare=False, repr=False)
 
     @classmethod
-    def for_host(cls, trace: Trace, steps: pl.DataFrame, cpu: Mapping[str, Any]) -> RuleContext:
+    def for_host(cls, trace: Trace, steps: pl.DataFrame, cpu: Mapping[str, Any],
+                 unprofiled_ms: float | None = None) -> RuleContext:
         """The context of a trace without GPU activity: no kernels, no classifier partition; `cpu` holds the
         host-side analyses (step split, totals) the CPU rules read. The profiler's cost is estimated as for any
         trace (`profiler_cost`: on a CPU-only step, the cost of each recorded op, `overhead.LONG_OP_FLOORS`)."""
@@ -150,12 +151,15 @@ class RuleContext:
         window = int((steps["end"] - steps["ts"]).sum()) if steps.height else 0
         return cls(trace=trace, steps=steps, window_ns=window, spec=trace_spec(trace.meta),
                    kb=(kb := classify.kernel_bound(trace)), part=part, features=detect(trace, kb),
-                   profiler=profiler_cost(trace, complete_steps(trace, steps)[0]), cpu=MappingProxyType(dict(cpu)))
+                   profiler=profiler_cost(trace, complete_steps(trace, steps)[0], unprofiled_ms),
+                   cpu=MappingProxyType(dict(cpu)))
 
     @classmethod
-    def prepare(cls, trace: Trace, steps: pl.DataFrame) -> tuple[RuleContext, list[str]]:
+    def prepare(cls, trace: Trace, steps: pl.DataFrame,
+                unprofiled_ms: float | None = None) -> tuple[RuleContext, list[str]]:
         """The context of the given steps; a last step cut off by the end of the recording is left out
-        (tb_plugin's rule) and the returned warnings say so."""
+        (tb_plugin's rule) and the returned warnings say so. `unprofiled_ms`: the step the user measured without
+        the profiler (`profiler_cost`)."""
         kept, warns = complete_steps(trace, steps)
         # the layer attribution first (every report reads it: the findings' layers, the layer table): its
         # temporaries, the analysis's largest, then stack on the loaded trace alone, not on the partition and
@@ -167,7 +171,7 @@ class RuleContext:
             return kb, classify.partition(trace, kept, kb, enum=True), detect(trace, kb)
 
         # the classification and the profiler's cost (its replay graph) read neither one another: concurrent
-        (kb, part, features), profiler = run_all([classified, lambda: profiler_cost(trace, kept)])
+        (kb, part, features), profiler = run_all([classified, lambda: profiler_cost(trace, kept, unprofiled_ms)])
         window = int((kept["end"] - kept["ts"]).sum()) if kept.height else 0
         return cls(trace=trace, steps=kept, window_ns=window, spec=trace_spec(trace.meta), kb=kb, part=part,
                    features=features, profiler=profiler), warns
@@ -251,11 +255,13 @@ class RuleContext:
                         title=title, fix=fix, layer=self.layer_of(kernel_ids, op_ids))
 
 
-def profiler_cost(trace: Trace, steps: pl.DataFrame) -> dict[str, Any]:
+def profiler_cost(trace: Trace, steps: pl.DataFrame, unprofiled_ms: float | None = None) -> dict[str, Any]:
     """The profiler's cost per step: the model's estimate from the recorded events (analyses.overhead) and, for a
     `traceview collect` run, the measured one (profiled − unprofiled CUDA-event step). `overhead_ns` and
     `unprofiled_step_ns` are the measured numbers when there are, else the estimate; `source` says which;
-    `profiled_step_ns` is the collector's profiled CUDA-event step (with a manifest only)."""
+    `profiled_step_ns` is the collector's profiled CUDA-event step (with a manifest only). `unprofiled_ms`, the
+    step the user measured without the profiler (`--unprofiled-ms`), wins over both (`source` `user`): it is what
+    the user's own loop does, and the overhead is the traced step less it."""
     est = _overhead.estimate(trace, steps) if steps.height else {}
     out: dict[str, Any] = {"estimate": est, "source": "estimate",
                            "overhead_ns": 1000 * float(est.get("overhead_per_step_us") or 0.0),
@@ -268,7 +274,21 @@ def profiler_cost(trace: Trace, steps: pl.DataFrame) -> dict[str, Any]:
         if unprof and prof:
             out.update(source="manifest", overhead_ns=max(0.0, (prof - unprof) * 1e6), unprofiled_step_ns=unprof * 1e6,
                        profiled_step_ns=prof * 1e6)
+    if unprofiled_ms and steps.height:
+        traced = float((steps["end"] - steps["ts"]).mean())
+        out.update(source="user", overhead_ns=max(0.0, traced - unprofiled_ms * 1e6),
+                   unprofiled_step_ns=unprofiled_ms * 1e6)
+        out.pop("profiled_step_ns", None)
     return out
+
+
+#: where `profiler_cost`'s measured numbers come from, in words (findings' profiler notes)
+PROFILER_SOURCE_TEXT = {"manifest": "measured by the collector", "user": "measured by you (--unprofiled-ms)"}
+
+
+def profiler_source_text(prof: Mapping[str, Any]) -> str:
+    """How the profiler's cost of `profiler_cost` was found, for a finding's note."""
+    return PROFILER_SOURCE_TEXT.get(prof.get("source") or "", "estimated from the recorded events")
 
 
 @dataclass(frozen=True)

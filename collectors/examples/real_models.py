@@ -85,7 +85,8 @@ def build_llama(args: argparse.Namespace, dev: torch.device) -> tuple[torch.nn.M
 
 
 #: torchvision classifiers `--model` takes (resnet: ResNet-18)
-TORCHVISION = ["resnet", "resnet50", "vit_b_16", "convnext_tiny", "mobilenet_v3_small", "efficientnet_b0", "swin_t"]
+TORCHVISION = ["resnet", "resnet50", "vit_b_16", "convnext_tiny", "mobilenet_v3_small", "efficientnet_b0", "swin_t",
+               "densenet121", "regnet_y_800mf"]
 
 
 def build_resnet(args: argparse.Namespace, dev: torch.device) -> tuple[torch.nn.Module, callable]:

@@ -5,12 +5,12 @@
 # Usage (repo root, on a CUDA machine): collectors/examples/record_ab_traced.sh OUT_DIR [GROUP...]
 #   GROUP: real | synth | loader | heldout | ddp | fixes | aligned | aligned_heldout | fused | compile_call | item |
 #   autocast_heldout | tf32_heldout | attn_heldout | queue_heldout | attn_flops_heldout | causal_heldout |
-#   autocast_host | unseen | unseen_more
+#   autocast_host | unseen | unseen_more | unseen2
 #   (default: all but item, which re-records real's gpt2_sdpa_item). Runs land in OUT_DIR/ab_traced/<problem>/, AB_RESULT lines on stdout.
 set -u
 OUTD=${1:-/tmp/tv_ab_traced}
 shift || true
-GROUPS_=${*:-real synth loader heldout ddp fixes aligned aligned_heldout fused compile_call autocast_heldout tf32_heldout attn_heldout queue_heldout attn_flops_heldout causal_heldout autocast_host unseen unseen_more}
+GROUPS_=${*:-real synth loader heldout ddp fixes aligned aligned_heldout fused compile_call autocast_heldout tf32_heldout attn_heldout queue_heldout attn_flops_heldout causal_heldout autocast_host unseen unseen_more unseen2}
 PY=${PY:-python3}
 mkdir -p "$OUTD"
 $PY -c 'import torch; print("torch", torch.__version__, "cuda", torch.version.cuda,
@@ -189,6 +189,23 @@ unseen_more)  # the same day: unseen's single-tensor and eager-attention twins a
   run llama_single_b16 $C --name llama_single_b16 -- $AB "$L --batch 16 --amp --optim single" "$L --batch 16 --amp --optim fused"
   run swin_fp32_tf32 $C --name swin_fp32_tf32 -- $AB "real_models --model swin_t --batch 32" \
     "real_models --model swin_t --batch 32 --precision high"
+  ;;
+unseen2)  # held out (2026-12-05): models and mistakes no earlier group ran, recorded before any change they could
+  # inform: torchvision DenseNet-121 FP32 -> BF16 + channels_last, RegNetY-800MF and Swin-T single-tensor -> fused
+  # AdamW, a per-step loss.item() on HF Llama, torch.cuda.empty_cache() every step on ResNet-50, HF BERT's eager
+  # attention at 256 tokens in BF16 -> SDPA
+  L="real_models --model llama --layers 8 --d 1024 --heads 16 --kv-heads 4 --seq 1024"
+  R50="real_models --model resnet50 --batch 32 --amp --channels-last"
+  B6="real_models --model bert --layers 6 --d 768 --heads 12 --seq 256 --batch 16 --amp"
+  run densenet_fp32 $C --name densenet_fp32 -- $AB "real_models --model densenet121 --batch 32" \
+    "real_models --model densenet121 --batch 32 --amp --channels-last"
+  run regnet_single $C --name regnet_single -- $AB "real_models --model regnet_y_800mf --batch 32 --optim single" \
+    "real_models --model regnet_y_800mf --batch 32 --optim fused"
+  run llama_item $C --name llama_item -- $AB "$L --batch 2 --amp --sync-item" "$L --batch 2 --amp"
+  run resnet50_empty_cache $C --name resnet50_empty_cache -- $AB "$R50 --empty-cache" "$R50"
+  run swin_single $C --name swin_single -- $AB "real_models --model swin_t --batch 32 --amp --optim single" \
+    "real_models --model swin_t --batch 32 --amp --optim fused"
+  run bert_eager_attn_s256 $C --name bert_eager_attn_s256 -- $AB "$B6 --attn eager" "$B6"
   ;;
 compile_call)  # the compiled call's own host cost: elementwise chains small enough that it decides the step
   run elementwise_8mib_eager $C --name elementwise_8mib_eager -- $AB "elementwise_chain --mib 8" \

@@ -120,7 +120,8 @@ def slower_by_us(ctx, ts: Sequence[Transform]) -> float:
 
 def pricing_transform(ctx) -> Transform:
     """The profiler-cost transform every saving is priced against: solved to the collector's measured unprofiled
-    step where there is one (`ctx.profiler` source `manifest`), else the fitted model (analyses.overhead). Where
+    step where there is one (`ctx.profiler` source `manifest`, or `user`: `--unprofiled-ms`), else the fitted model
+    (analyses.overhead). Where
     the DataLoader's worker processes hold the measured step (`input_floor_ns`), the fitted model with that pace
     as its floor: the loop's host share cannot be solved to a step the workers set."""
     floor = input_floor_ns(ctx)
@@ -128,7 +129,7 @@ def pricing_transform(ctx) -> Transform:
         return replace(profiler_transform(ctx.trace), floor_ns=floor)
     prof = ctx.profiler or {}
     manifest = prof.get("source") == "manifest"
-    measured = prof.get("unprofiled_step_ns") if manifest else None
+    measured = prof.get("unprofiled_step_ns") if prof.get("source") in ("manifest", "user") else None
     return measured_transform(ctx.trace, ctx.steps, measured, prof.get("profiled_step_ns") if manifest else None)
 
 

@@ -192,6 +192,11 @@ def make_parser(command: str | None = None) -> argparse.ArgumentParser:
                         "names or codes (e.g. host-sync,fp32-gemm); NAME:VARIANT prices one way to fix where a "
                         "rule has several (fp32-gemm:autocast, fp32-gemm:tf32, unfused-optimizer:foreach, "
                         "unfused-optimizer:fused, gemm-epilogue:compile); JSON projection.what_if")
+    a.add_argument("--unprofiled-ms", type=float, default=None, metavar="MS",
+                   help="the step time you measured without the profiler (ms per step: CUDA events around the "
+                        "loop's steps, or 1000 / your training log's steps per second): the profiler's cost is "
+                        "solved to it and every saving and the projection are priced against it (a traceview "
+                        "collect run measures it itself)")
     add_rule_options(a)
     a.set_defaults(func=cmd_analyze)
 

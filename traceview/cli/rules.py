@@ -48,7 +48,8 @@ def build_options(args: argparse.Namespace) -> Options:
                          ignore=_csv(getattr(args, "ignore", None)), config=getattr(args, "config", None),
                          sets=getattr(args, "set_options", None), fail_on=getattr(args, "fail_on", None),
                          max_bytes=getattr(args, "max_bytes", None),
-                         jobs=getattr(args, "jobs", None), what_if=_csv([args.what_if] if getattr(args, "what_if", None) else None))
+                         jobs=getattr(args, "jobs", None), what_if=_csv([args.what_if] if getattr(args, "what_if", None) else None),
+                         unprofiled_ms=getattr(args, "unprofiled_ms", None))
     args.fail_on = opts.fail_on
     return opts
 

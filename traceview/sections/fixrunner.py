@@ -24,6 +24,7 @@ from ..analyses.fixes import per_step_us, pricing_transform, rule_savings, savin
 from ..analyses.replay import Transform, replay
 from ..evidence import AfterLargerFixes, ProfilerNote, to_builtins
 from ..finding_model import ranked, severity_for, severity_rank
+from ..ruleapi import profiler_source_text
 from .findings import RULE_SEVERITY
 
 
@@ -127,7 +128,7 @@ def _profiler_note(ctx, us: float, traced_pct: float, pct: float, most: bool = T
     not once the replay takes the profiler's cost off (analyses.overhead): the profiler explains most of what the
     rule saw (`most`), else the replayed saving with and without the profiler's cost."""
     prof = ctx.profiler
-    how = "measured by the collector" if prof.get("source") == "manifest" else "estimated from the recorded events"
+    how = profiler_source_text(prof)
     over = float(prof.get("overhead_ns") or 0.0) / 1000
     note = (f"the profiler's own cost ({how}: {over:,.1f} µs per step) accounts for most of this: replayed "
             f"without it the fix saves {us:,.1f} µs a step ({pct:.1f} %, against {traced_pct:.1f} % of the "

@@ -25,7 +25,7 @@ from .section import Section
 SECTION = Section(
     keys=('profiling',), computes='what the profiler itself cost, estimated or measured by the collector',
     json_type='object', text='header', app_page='overview',
-    json_doc='for every trace: `estimated_unprofiled_step_us` (the replay with the profiler\'s cost removed, docs/replay.md), `estimated_unprofiled_step_band_us` [low, high], `estimated_overhead_per_step_us`, `events_per_step` {`op`, `runtime`, `python`}, `gpu_busy_per_step_us` (a rank of a replayed job: its collective kernels counted only for their transfer after the last rank joined, not their wait), `model` (`host_share`: the share of this trace\'s host dispatch time taken off, the fitted share moved by its `launch_floor_us`, the floor of its recorded kernel launches (`cudaLaunchKernel`, `cuLaunchKernel`, `cuLaunchKernelEx`), null without enough; `row_floor_us`: the floor of the host gaps around its recorded ops, null without enough, and `long_op_floors`: the cost of a recorded op more than 1 ms into a host interval the share does not scale (a CPU-only step), in those floors; `cost_us_per_event`, `method`: `replay`, or `job_replay` for a rank estimated in its job\'s replay), `confidence` (`low` when `replay.confidence` is), `traced_step_ms` (mean step period); for traces written by `traceview collect` (a `manifest.json` beside them) also `run`, `command`, `options`, `method` (`cuda_event`/`wall`), `unprofiled_step_ms`, `profiled_step_ms` (medians measured by the collector), `overhead_pct` (else null); `launch_bound_may_be_artifact` (the verdict is `cpu_launch` and the measured overhead is > 20 %, or without a manifest the estimate moved the primary off `cpu_launch`), `note`',
+    json_doc='for every trace: `estimated_unprofiled_step_us` (the replay with the profiler\'s cost removed, docs/replay.md), `estimated_unprofiled_step_band_us` [low, high], `estimated_overhead_per_step_us`, `events_per_step` {`op`, `runtime`, `python`}, `gpu_busy_per_step_us` (a rank of a replayed job: its collective kernels counted only for their transfer after the last rank joined, not their wait), `model` (`host_share`: the share of this trace\'s host dispatch time taken off, the fitted share moved by its `launch_floor_us`, the floor of its recorded kernel launches (`cudaLaunchKernel`, `cuLaunchKernel`, `cuLaunchKernelEx`), null without enough; `row_floor_us`: the floor of the host gaps around its recorded ops, null without enough, and `long_op_floors`: the cost of a recorded op more than 1 ms into a host interval the share does not scale (a CPU-only step), in those floors; `cost_us_per_event`, `method`: `replay`, or `job_replay` for a rank estimated in its job\'s replay), `confidence` (`low` when `replay.confidence` is), `traced_step_ms` (mean step period); for traces written by `traceview collect` (a `manifest.json` beside them) also `run`, `command`, `options`, `method` (`cuda_event`/`wall`; `user` where `--unprofiled-ms` gave the step measured without the profiler, which then fills `unprofiled_step_ms` and `overhead_pct` against the traced step), `unprofiled_step_ms`, `profiled_step_ms` (medians measured by the collector), `overhead_pct` (else null); `launch_bound_may_be_artifact` (the verdict is `cpu_launch` and the measured overhead is > 20 %, or without a manifest the estimate moved the primary off `cpu_launch`), `note`',
 )
 
 REPLAY = Section(
@@ -65,6 +65,17 @@ def profiling_section(trace: Trace, steps: pl.DataFrame, dominant: str | None,
     est_unprof = est.get("estimated_unprofiled_step_us")
     launch_bound = "cpu_launch" in (dominant, primary)
     doc = trace.meta.manifest
+    user = (ctx.profiler if ctx is not None else {}).get("source") == "user"
+    if user and traced:  # the step the user measured without the profiler (--unprofiled-ms) wins over the rest
+        unprof = float(ctx.profiler["unprofiled_step_ns"]) / 1e6
+        over = round(100.0 * (traced - unprof) / unprof, 1)
+        out.update(method="user", unprofiled_step_ms=round(unprof, 6), overhead_pct=over)
+        out["note"] = (f"traced steps {traced:.2f} ms vs {unprof:.2f} ms unprofiled as you measured it "
+                       f"(--unprofiled-ms; {over:+.0f} %): every saving is priced against your measurement")
+        if over > ARTIFACT_OVERHEAD_PCT and launch_bound:
+            out["launch_bound_may_be_artifact"] = True
+            out["note"] += "; the launch-bound verdict may be partly an artifact of profiling"
+        return out
     if doc is None:
         if launch_bound and est_unprof and traced and primary != "cpu_launch":
             out["launch_bound_may_be_artifact"] = True

@@ -22,7 +22,7 @@ from .section import Section
 SECTION = Section(
     keys=('projection',), computes="the average step projected with each rule's findings fixed, and with all",
     json_type='object\\|null', text='header', app_page='overview',
-    json_doc="the step replayed with each rule's fix, with all of them together and with a chosen set (docs/replay.md; nothing is added up): `step_us` (measured average analysed step), `unprofiled_step_us` (the profiling estimate, else the collector's measured step; null otherwise), `unprofiled_source` (`estimate`/`measured`/null), `replayed_unprofiled_step_us` (the replay with the profiler's cost removed, solved to the collector's measured unprofiled step where there is one), `fixes` [{`rule`, `code`, `model` (`replay`, or null when the rule's fix cannot be replayed), `savings_us` (per step, unprofiled terms: the same number as its findings' savings together; a fix whose time a larger fix saves too reports what is left after it, with `alone_savings_us` and `after`), `traced_savings_us`, `step_us`}] sorted by savings, `all_fixed_step_us`, `all_fixed_unprofiled_step_us` (one replay with every fix), `what_if` (`--what-if RULES`, a rule's fix variant as `NAME:VARIANT`: {`fixes`, `step_us`, `fixed_step_us`, `savings_us`, `unknown`, `without_model`, `nothing_to_fix`}, else null). Ready for a waterfall chart",
+    json_doc="the step replayed with each rule's fix, with all of them together and with a chosen set (docs/replay.md; nothing is added up): `step_us` (measured average analysed step), `unprofiled_step_us` (the profiling estimate, else the collector's measured step; null otherwise), `unprofiled_source` (`estimate`/`measured`/`user` (`--unprofiled-ms`)/null), `replayed_unprofiled_step_us` (the replay with the profiler's cost removed, solved to the collector's measured unprofiled step where there is one), `fixes` [{`rule`, `code`, `model` (`replay`, or null when the rule's fix cannot be replayed), `savings_us` (per step, unprofiled terms: the same number as its findings' savings together; a fix whose time a larger fix saves too reports what is left after it, with `alone_savings_us` and `after`), `traced_savings_us`, `step_us`}] sorted by savings, `all_fixed_step_us`, `all_fixed_unprofiled_step_us` (one replay with every fix), `what_if` (`--what-if RULES`, a rule's fix variant as `NAME:VARIANT`: {`fixes`, `step_us`, `fixed_step_us`, `savings_us`, `unknown`, `without_model`, `nothing_to_fix`}, else null). Ready for a waterfall chart",
 )
 
 
@@ -35,7 +35,8 @@ def unprofiled_step_us(profiling: dict | None) -> tuple[float | None, str | None
         return None, None, None
     ms, prof = profiling.get("unprofiled_step_ms"), profiling.get("profiled_step_ms")
     if ms is not None:
-        return float(ms) * 1000, "measured", (float(prof) * 1000 if prof else None)
+        how = "user" if profiling.get("method") == "user" else "measured"
+        return float(ms) * 1000, how, (float(prof) * 1000 if prof else None)
     est = profiling.get("estimated_unprofiled_step_us")
     if est is not None:
         return float(est), "estimate", None
