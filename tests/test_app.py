@@ -16,6 +16,7 @@ from streamlit.testing.v1 import AppTest  # noqa: E402
 
 import traceview.cli.main as cli  # noqa: E402
 from traceview import report
+from traceview.app.pages.overview import waterfall_rows  # noqa: E402
 from traceview.cli.rules import build_options  # noqa: E402
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -185,6 +186,26 @@ def test_step_selector_reanalyzes(sync_doc: dict, monkeypatch: pytest.MonkeyPatc
     assert ms_value(after) == pytest.approx(want["summary"]["avg_step_us"], abs=5) and after != before
     assert [plain(i.value) for i in at.info] == [want["verdict_text"]]
     assert chart(at, "Classifier")["data"][0]["x"] == ["2"]
+
+
+def test_measured_unprofiled_step_reprices(sync_doc: dict) -> None:
+    """The sidebar's "Step without the profiler" is `--unprofiled-ms`: the overview's note and the projection's
+    waterfall become the CLI's with that step; a new input goes back to the estimate."""
+    at = upload(new_app(), SYNC)
+    at = at.number_input(key="unprofiled_ms").set_value(2.0).run()
+    assert not at.exception and not at.error
+    argv = ["analyze", str(SYNC), "--unprofiled-ms", "2.0"]
+    want = report.analyze([SYNC], build_options(cli.make_parser().parse_args(argv))).to_dict()["traces"][0]
+    assert want["projection"]["unprofiled_source"] == "user"
+    assert any("as you measured it" in plain(c.value) for c in at.caption)
+    rows = waterfall_rows(want["projection"])
+    assert chart(at, "Replayed step time")["data"][0]["y"] == [
+        r["change_us"] / 1000 if r["measure"] != "total" else 0 for r in rows]
+    assert rows[0]["change_us"] != waterfall_rows(sync_doc["traces"][0]["projection"])[0]["change_us"]
+    at = new_app().selectbox(key="sample").select("gpu_h200/elementwise_chain_eager.json.gz").run()
+    at = at.number_input(key="unprofiled_ms").set_value(0.3).run()
+    at = at.selectbox(key="sample").select("gpu_h200/elementwise_chain_compiled.json.gz").run()
+    assert at.number_input(key="unprofiled_ms").value == 0.0 and not at.exception
 
 
 def test_rank_files_show_the_job() -> None:

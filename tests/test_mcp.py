@@ -496,3 +496,23 @@ def test_what_if_is_the_cli_replay(app):
     assert 0 < got["savings_us"] <= got["step_us"] and got["fixed_step_us"] == pytest.approx(
         got["step_us"] - got["savings_us"], abs=0.01)
     assert bad.is_error and "\n" not in bad.content[0].text and "no-such-rule" in bad.content[0].text
+
+
+def test_the_users_unprofiled_step_reaches_every_tool(app):
+    """analyze(path, unprofiled_ms=...) prices as the CLI's `--unprofiled-ms`: the same projection, and what_if on
+    that analysis the CLI's `--what-if` with the same measured step; a bad step is one line, an error."""
+    (a, bad) = calls(app, ("analyze", {"path": str(SAMPLES / SYNC), "unprofiled_ms": 2.5}),
+                     ("analyze", {"path": str(SAMPLES / SYNC), "unprofiled_ms": -1}))
+    got = ok(a)
+    (w,) = calls(app, ("what_if", {"analysis": got["analysis"], "fixes": ["host-sync"]}))
+    out = subprocess.run([sys.executable, "-m", "traceview", "analyze", str(SAMPLES / SYNC), "--what-if", "host-sync",
+                          "--unprofiled-ms", "2.5", "--format", "json"], capture_output=True, text=True, check=True,
+                         cwd=ROOT)
+    want = json.loads(out.stdout)["traces"][0]["projection"]
+    assert got["traces"][0]["projection"]["unprofiled_source"] == "user"
+    assert {k: v for k, v in got["traces"][0]["projection"].items() if k != "what_if"} == \
+        {k: v for k, v in want.items() if k != "what_if"}
+    assert ok(w)["what_if"] == want["what_if"]
+    (plain,) = calls(app, ("analyze", {"path": str(SAMPLES / SYNC)}))
+    assert ok(plain)["analysis"] != got["analysis"]  # another measured step, another analysis
+    assert bad.is_error and "\n" not in bad.content[0].text and "--unprofiled-ms" in bad.content[0].text

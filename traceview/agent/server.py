@@ -59,6 +59,7 @@ class Analysis:
     step: int | None
     doc: dict
     files: list[str] = field(default_factory=list)  # the trace path of each entry of doc["traces"]
+    unprofiled_ms: float | None = None  # the step the user timed without the profiler (`--unprofiled-ms`)
 
 
 def _n_steps(entry: dict) -> int:
@@ -88,8 +89,8 @@ class Server:
         self.lock = threading.RLock()  # the SDK runs sync tools in threads: one analysis at a time
 
     # ---- state ----------------------------------------------------------------------------------------------
-    def _options(self, step: int | None) -> Options:
-        return Options(step=step, max_bytes=self.max_bytes)
+    def _options(self, step: int | None, unprofiled_ms: float | None = None) -> Options:
+        return Options(step=step, max_bytes=self.max_bytes, unprofiled_ms=unprofiled_ms)
 
     def _load(self, f: Path) -> Trace:
         from ..ingest.loader import load_file
@@ -104,14 +105,15 @@ class Server:
             self.traces.popitem(last=False)
         return t
 
-    def _run(self, kind: str, path: str, step: int | None) -> Analysis:
+    def _run(self, kind: str, path: str, step: int | None, unprofiled_ms: float | None = None) -> Analysis:
         from ..report import analyze
 
         p = self.roots.resolve(path)
         with self.lock:
             try:
+                unprofiled_ms = Options.build(unprofiled_ms=unprofiled_ms).unprofiled_ms  # (validated)
                 self.roots.check_files(p)
-                aid = input_id(kind, [p], f"step={step}")
+                aid = input_id(kind, [p], f"step={step}" + (f",unprofiled_ms={unprofiled_ms!r}" if unprofiled_ms else ""))
             except TraceError as e:
                 raise Refused(str(e)) from None
             if aid in self.analyses:
@@ -122,12 +124,13 @@ class Server:
             def seen(f: str) -> None:
                 files.append(f)
 
-            rep = analyze([p], self._options(step), on_trace=seen, load=self._load)
+            rep = analyze([p], self._options(step, unprofiled_ms), on_trace=seen, load=self._load)
             doc = rep.to_dict()
             if not doc["traces"]:
                 raise Refused(doc["errors"][0]["error"] if doc["errors"] else f"{path}: nothing analysed")
             done = {e["path"] for e in doc["errors"]}
-            a = Analysis(id=aid, paths=[p], step=step, doc=doc, files=[f for f in files if f not in done])
+            a = Analysis(id=aid, paths=[p], step=step, doc=doc, files=[f for f in files if f not in done],
+                         unprofiled_ms=unprofiled_ms)
             self.analyses[aid] = a
             while len(self.analyses) > MAX_ANALYSES:
                 self.analyses.popitem(last=False)
@@ -160,11 +163,13 @@ class Server:
             raise Refused(str(e)) from None
 
     # ---- tools ----------------------------------------------------------------------------------------------
-    def analyze(self, path: str, step: int | None = None) -> dict:
+    def analyze(self, path: str, step: int | None = None, unprofiled_ms: float | None = None) -> dict:
         """Analyze a trace file (.json / .json.gz) or a folder of rank traces: per trace the verdict, what to fix
         first, the top findings with savings per step, the projected step time and warnings; an `analysis` id for
-        the other tools. `step`: only ProfilerStep#N. Paths are relative to the server's first root."""
-        a = self._run("a", path, step)
+        the other tools. `step`: only ProfilerStep#N. `unprofiled_ms`: the step time the user measured without the
+        profiler (ms; every saving is priced against it, as `traceview analyze --unprofiled-ms`). Paths are
+        relative to the server's first root."""
+        a = self._run("a", path, step, unprofiled_ms)
         doc = a.doc
         traces = [self._first_screen(a, i, t) for i, t in enumerate(doc["traces"])]
         return self._answer(
@@ -568,7 +573,8 @@ class Server:
         if not fixes:
             raise Refused("fixes: name at least one rule (a slug such as host-sync or a code such as TV102)")
         try:
-            opts = Options.build(step=a.step, max_bytes=self.max_bytes, what_if=[str(f) for f in fixes])
+            opts = Options.build(step=a.step, max_bytes=self.max_bytes, what_if=[str(f) for f in fixes],
+                                 unprofiled_ms=a.unprofiled_ms)
         except TraceError as e:
             raise Refused(str(e)) from None
         with self.lock:

@@ -55,10 +55,17 @@ def main() -> None:
         if st.session_state.get("_step_for") != key:  # new input: back to all steps
             st.session_state["_step_for"] = key
             st.session_state["step"] = "all"
+            st.session_state["unprofiled_ms"] = 0.0
             st.session_state.pop("trace", None)
         step = st.selectbox("Step", ["all", *map(str, steps)], key="step")
-        if step != "all":
-            doc = analyze_doc(key, int(step), paths)
+        unprofiled = st.number_input(
+            "Step without the profiler (ms)", min_value=0.0, step=0.1, format="%.3f", key="unprofiled_ms",
+            help="The step time you measured without the profiler (CUDA events, or 1000 / steps per second from "
+                 "your training log), as `traceview analyze --unprofiled-ms`: every saving is priced against it. "
+                 "0: the collector's measurement, else the estimate from the trace.",
+        ) or None
+        if step != "all" or unprofiled:
+            doc = analyze_doc(key, None if step == "all" else int(step), paths, unprofiled)
         trace = None
         if len(doc["traces"]) > 1:
             names = [View(doc, None, strip).name(t["path"]) for t in doc["traces"]]

@@ -67,9 +67,10 @@ def staged(digest: str, _data: tuple[tuple[str, bytes], ...]) -> tempfile.Tempor
     return tmp
 
 
-def default_options(step: int | None) -> Options:
-    """What `traceview analyze PATHS [--step N]` runs with: [tool.traceview] of the working directory, if any."""
-    return Options.build(step=step)
+def default_options(step: int | None, unprofiled_ms: float | None = None) -> Options:
+    """What `traceview analyze PATHS [--step N] [--unprofiled-ms MS]` runs with: [tool.traceview] of the working
+    directory, if any."""
+    return Options.build(step=step, unprofiled_ms=unprofiled_ms)
 
 
 def load_cached(path: Path) -> Trace:
@@ -86,10 +87,10 @@ def load_cached(path: Path) -> Trace:
 
 
 @st.cache_data(max_entries=32, show_spinner="Analyzing…")
-def analyze_doc(key: str, step: int | None, _paths: tuple[str, ...]) -> dict:
+def analyze_doc(key: str, step: int | None, _paths: tuple[str, ...], unprofiled_ms: float | None = None) -> dict:
     """The `--format json` document for these inputs (`key` identifies their content)."""
     try:
-        return report.analyze(list(_paths), default_options(step), load=load_cached).to_dict()
+        return report.analyze(list(_paths), default_options(step, unprofiled_ms), load=load_cached).to_dict()
     except Exception as e:  # noqa: BLE001 - as the CLI: one line, never a traceback
         first = (str(e).strip().splitlines() or [""])[0]
         return report.Report(
