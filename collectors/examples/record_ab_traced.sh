@@ -5,8 +5,8 @@
 # Usage (repo root, on a CUDA machine): collectors/examples/record_ab_traced.sh OUT_DIR [GROUP...]
 #   GROUP: real | synth | loader | heldout | ddp | fixes | aligned | aligned_heldout | fused | compile_call | item |
 #   autocast_heldout | tf32_heldout | attn_heldout | queue_heldout | attn_flops_heldout | causal_heldout |
-#   autocast_host | unseen | unseen_more | unseen2
-#   (default: all but item, which re-records real's gpt2_sdpa_item). Runs land in OUT_DIR/ab_traced/<problem>/, AB_RESULT lines on stdout.
+#   autocast_host | unseen | unseen_more | unseen2 | repeat2
+#   (default: all but item and repeat2, which re-record earlier runs). Runs land in OUT_DIR/ab_traced/<problem>/, AB_RESULT lines on stdout.
 set -u
 OUTD=${1:-/tmp/tv_ab_traced}
 shift || true
@@ -206,6 +206,14 @@ unseen2)  # held out (2026-12-05): models and mistakes no earlier group ran, rec
   run swin_single $C --name swin_single -- $AB "real_models --model swin_t --batch 32 --amp --optim single" \
     "real_models --model swin_t --batch 32 --amp --optim fused"
   run bert_eager_attn_s256 $C --name bert_eager_attn_s256 -- $AB "$B6 --attn eager" "$B6"
+  ;;
+repeat2)  # (2026-12-05) two misses recorded again, to tell the host's noise from the model's error: HF BERT's eager
+  # attention at 512 tokens (attn_heldout's, -62 %) and empty_cache() per step on ResNet-50 (unseen2's, -56 %)
+  BA="real_models --model bert --layers 12 --d 768 --heads 12 --amp --vocab 30528"
+  R50="real_models --model resnet50 --batch 32 --amp --channels-last"
+  run bert_eager_attn_s512_r2 $C --name bert_eager_attn_s512_r2 -- $AB "$BA --seq 512 --batch 16 --attn eager" \
+    "$BA --seq 512 --batch 16"
+  run resnet50_empty_cache_r2 $C --name resnet50_empty_cache_r2 -- $AB "$R50 --empty-cache" "$R50"
   ;;
 compile_call)  # the compiled call's own host cost: elementwise chains small enough that it decides the step
   run elementwise_8mib_eager $C --name elementwise_8mib_eager -- $AB "elementwise_chain --mib 8" \
