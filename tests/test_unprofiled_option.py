@@ -89,3 +89,15 @@ def test_cli_flag_and_bad_value():
     t = json.loads(r.stdout)["traces"][0]
     assert t["profiling"]["method"] == "user" and t["projection"]["unprofiled_source"] == "user"
     assert t["projection"]["replayed_unprofiled_step_us"] == pytest.approx(3174.9, rel=0.05)
+
+
+def test_every_rank_of_a_job_keeps_the_users_step():
+    """A job folder: each rank's profiling section is rebuilt from the job's replay, and still says the step the
+    user measured (2 x H200 DDP, 38.98 / 38.71 ms measured by the collector; the user's 38 ms wins)."""
+    doc = report.analyze([str(SAMPLES / "nccl_h200x2/ddp_balanced")], Options(unprofiled_ms=38.0)).to_dict()
+    assert len(doc["traces"]) == 2 and doc["jobs"]
+    for t in doc["traces"]:
+        assert t["profiling"]["method"] == "user" and t["profiling"]["unprofiled_step_ms"] == 38.0
+        assert t["profiling"]["model"]["method"] == "job_replay"
+        assert t["projection"]["unprofiled_source"] == "user"
+        assert t["projection"]["replayed_unprofiled_step_us"] == pytest.approx(38000, rel=0.05)

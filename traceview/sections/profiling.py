@@ -112,6 +112,9 @@ def with_job_estimate(entry: dict[str, Any], trace: Trace, steps: pl.DataFrame, 
     prof = profiling_section(trace, steps, cls.get("dominant"), primary=cls.get("primary"),
                              est=estimate(trace, steps, unprofiled, method="job_replay", busy=busy))
     prof["confidence"] = old.get("confidence", prof["confidence"])
+    if old.get("method") == "user":  # the step the user measured (--unprofiled-ms) stays what the section reports
+        prof.update({k: old.get(k) for k in ("method", "unprofiled_step_ms", "profiled_step_ms", "overhead_pct",
+                                              "launch_bound_may_be_artifact", "note")})
     entry["profiling"] = prof
     proj = entry.get("projection")
     if proj and proj.get("unprofiled_source") == "estimate":
