@@ -47,6 +47,7 @@ def test_the_users_step_wins_over_the_collectors():
         plain["profiling"]["unprofiled_step_ms"] * 1000, rel=0.01)
     prof, proj = anchored["profiling"], anchored["projection"]
     assert prof["method"] == "user" and prof["unprofiled_step_ms"] == pytest.approx(lab["problem_step_ms"])
+    assert prof["command"] == plain["profiling"]["command"] and prof["command"]  # the collector's run, still named
     assert prof["overhead_pct"] == pytest.approx(100 * (prof["traced_step_ms"] / lab["problem_step_ms"] - 1), abs=0.1)
     assert proj["unprofiled_source"] == "user"
     assert proj["replayed_unprofiled_step_us"] == pytest.approx(lab["problem_step_ms"] * 1000, rel=0.05)

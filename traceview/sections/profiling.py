@@ -70,6 +70,8 @@ def profiling_section(trace: Trace, steps: pl.DataFrame, dominant: str | None,
         unprof = float(ctx.profiler["unprofiled_step_ns"]) / 1e6
         over = round(100.0 * (traced - unprof) / unprof, 1)
         out.update(method="user", unprofiled_step_ms=round(unprof, 6), overhead_pct=over)
+        if doc is not None:  # (the collector's run stays named; its own measurement gives way to the user's)
+            out.update(run=doc.get("run"), command=doc.get("command"), options=doc.get("options"))
         out["note"] = (f"traced steps {traced:.2f} ms vs {unprof:.2f} ms unprofiled as you measured it "
                        f"(--unprofiled-ms; {over:+.0f} %): every saving is priced against your measurement")
         if over > ARTIFACT_OVERHEAD_PCT and launch_bound:
