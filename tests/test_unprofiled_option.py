@@ -78,6 +78,8 @@ def test_a_step_the_replay_cannot_reach_is_said():
 def test_a_bad_step_is_refused(bad):
     with pytest.raises(TraceError, match="--unprofiled-ms"):
         Options.build(unprofiled_ms=bad)
+    with pytest.raises(TraceError, match="--unprofiled-ms"):  # the Python API's own Options too
+        Options(unprofiled_ms=bad)
 
 
 def test_cli_flag_and_bad_value():

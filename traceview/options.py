@@ -26,6 +26,10 @@ class Options:
     #: profiler's cost is solved to it, as to a `traceview collect` measurement, and every saving priced against it
     unprofiled_ms: float | None = None
 
+    def __post_init__(self) -> None:
+        # refused however the options are made (CLI, app, MCP server, the Python API), not only by `build`
+        object.__setattr__(self, "unprofiled_ms", _unprofiled(self.unprofiled_ms))
+
     def selected(self) -> list[str]:
         from .registry import selected
 
@@ -50,7 +54,7 @@ class Options:
         return cls(step=step, codes=tuple(codes), rule_options=cfg["options"], layers_depth=layers_depth,
                    fail_on=fail_on or cfg["fail_on"], top=top, jobs=jobs,
                    max_bytes=max_bytes, what_if=_what_if(what_if) if what_if else None,
-                   unprofiled_ms=_unprofiled(unprofiled_ms))
+                   unprofiled_ms=unprofiled_ms)
 
 
 def _unprofiled(ms: float | None) -> float | None:

@@ -111,9 +111,10 @@ class Server:
         p = self.roots.resolve(path)
         with self.lock:
             try:
-                unprofiled_ms = Options.build(unprofiled_ms=unprofiled_ms).unprofiled_ms  # (validated)
+                opts = self._options(step, unprofiled_ms)  # (a bad measured step is refused here)
                 self.roots.check_files(p)
-                aid = input_id(kind, [p], f"step={step}" + (f",unprofiled_ms={unprofiled_ms!r}" if unprofiled_ms else ""))
+                aid = input_id(kind, [p], f"step={step}" + (f",unprofiled_ms={opts.unprofiled_ms!r}"
+                                                             if opts.unprofiled_ms else ""))
             except TraceError as e:
                 raise Refused(str(e)) from None
             if aid in self.analyses:
@@ -124,13 +125,13 @@ class Server:
             def seen(f: str) -> None:
                 files.append(f)
 
-            rep = analyze([p], self._options(step, unprofiled_ms), on_trace=seen, load=self._load)
+            rep = analyze([p], opts, on_trace=seen, load=self._load)
             doc = rep.to_dict()
             if not doc["traces"]:
                 raise Refused(doc["errors"][0]["error"] if doc["errors"] else f"{path}: nothing analysed")
             done = {e["path"] for e in doc["errors"]}
             a = Analysis(id=aid, paths=[p], step=step, doc=doc, files=[f for f in files if f not in done],
-                         unprofiled_ms=unprofiled_ms)
+                         unprofiled_ms=opts.unprofiled_ms)
             self.analyses[aid] = a
             while len(self.analyses) > MAX_ANALYSES:
                 self.analyses.popitem(last=False)
