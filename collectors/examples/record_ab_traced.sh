@@ -5,8 +5,8 @@
 # Usage (repo root, on a CUDA machine): collectors/examples/record_ab_traced.sh OUT_DIR [GROUP...]
 #   GROUP: real | synth | loader | heldout | ddp | fixes | aligned | aligned_heldout | fused | compile_call | item |
 #   autocast_heldout | tf32_heldout | attn_heldout | queue_heldout | attn_flops_heldout | causal_heldout |
-#   autocast_host | unseen | unseen_more | unseen2 | repeat2
-#   (default: all but item and repeat2, which re-record earlier runs). Runs land in OUT_DIR/ab_traced/<problem>/, AB_RESULT lines on stdout.
+#   autocast_host | unseen | unseen_more | unseen2 | repeat2 | h100_a | h100_b
+#   (default: all but item, repeat2 and the h100 groups, which re-record earlier runs). Runs land in OUT_DIR/ab_traced/<problem>/, AB_RESULT lines on stdout.
 set -u
 OUTD=${1:-/tmp/tv_ab_traced}
 shift || true
@@ -214,6 +214,35 @@ repeat2)  # (2026-12-05) two misses recorded again, to tell the host's noise fro
   run bert_eager_attn_s512_r2 $C --name bert_eager_attn_s512_r2 -- $AB "$BA --seq 512 --batch 16 --attn eager" \
     "$BA --seq 512 --batch 16"
   run resnet50_empty_cache_r2 $C --name resnet50_empty_cache_r2 -- $AB "$R50 --empty-cache" "$R50"
+  ;;
+h100_a|h100_b)  # held out on another GPU (2026-12-05, an H100 SXM: 3.35 TB/s of HBM against the H200's 4.8, the same
+  # Tensor-Core peak): twins of earlier H200 groups, each rule once, scored as they came. h100_a: GPU-bound fixes
+  # (precision, attention, an elementwise chain, the fused optimizer); h100_b: host-side and memory fixes
+  if [ "$group" = h100_a ]; then
+    run gpt2_fp32_h100 $C --name gpt2_fp32_h100 -- $AB "real_models --model gpt2 --attn sdpa" "$G2"
+    run gpt2_eager_attn_s1024_h100 $C --name gpt2_eager_attn_s1024_h100 -- $AB \
+      "real_models --model gpt2 --attn eager --amp --seq 1024 --batch 4" "$G2 --seq 1024 --batch 4"
+    run resnet18_fp32_h100 $C --name resnet18_fp32_h100 -- $AB "real_models --model resnet --batch 64" \
+      "real_models --model resnet --batch 64 --amp --channels-last"
+    run gpt2_sdpa_single_f_h100 $C --name gpt2_sdpa_single_f_h100 -- $AB "$G2 --optim single" "$G2 --optim fused"
+    BA="real_models --model bert --layers 12 --d 768 --heads 12 --amp --vocab 30528"
+    run bert_eager_attn_s512_h100 $C --name bert_eager_attn_s512_h100 -- $AB "$BA --seq 512 --batch 16 --attn eager" \
+      "$BA --seq 512 --batch 16"
+    run elementwise_128mib_h100 $C --name elementwise_128mib_h100 -- $AB "elementwise_chain --mib 128" \
+      "elementwise_chain --mib 128 --compile"
+  else
+    L="real_models --model llama --layers 8 --d 1024 --heads 16 --kv-heads 4 --seq 1024"
+    run llama_single_b16_h100 $C --name llama_single_b16_h100 -- $AB "$L --batch 16 --amp --optim single" \
+      "$L --batch 16 --amp --optim fused"
+    run gpt2_vocab_h100 $C --name gpt2_vocab_h100 -- $AB "$G2" "$G2 --vocab 50304"
+    run gpt2_sdpa_empty_cache_h100 $C --name gpt2_sdpa_empty_cache_h100 -- $AB "$G2 --empty-cache" "$G2"
+    run h2d_resnet18_pageable_h100 $C --name h2d_resnet18_pageable_h100 -- $AB "h2d_copy --model resnet18" \
+      "h2d_copy --model resnet18 --pinned"
+    run small_batch_c4_graph_h100 $C --name small_batch_c4_graph_h100 -- $AB \
+      "small_batch --rows 128 --per-call 4 --graph" "small_batch --rows 128 --per-call 128 --graph"
+    run mobilenet_graph_h100 $C --name mobilenet_graph_h100 -- $AB "real_models --model mobilenet_v3_small --batch 8" \
+      "real_models --model mobilenet_v3_small --batch 8 --cuda-graph"
+  fi
   ;;
 compile_call)  # the compiled call's own host cost: elementwise chains small enough that it decides the step
   run elementwise_8mib_eager $C --name elementwise_8mib_eager -- $AB "elementwise_chain --mib 8" \
