@@ -144,6 +144,21 @@ TWINS: dict[str, tuple[str, str, str | None, str | None]] = {
     # error: BERT's eager attention at 512 tokens and empty_cache() per step on ResNet-50
     "bert_eager_attn_s512_r2": ("bert_sdpa_s512", "materialized-attention", None, None),
     "resnet50_empty_cache_r2": ("resnet50_ref", "allocator-churn", None, None),
+    # held out on another GPU: `h100_a` / `h100_b` (record_ab_traced.sh), twins of earlier H200 groups on an H100 SXM
+    # (the same Tensor-Core peak, 3.35 TB/s of HBM against 4.8), each rule once; listed here before they are recorded
+    # (a run without its folder is skipped), so they are scored as they come
+    "gpt2_fp32_h100": ("gpt2_sdpa_h100", "fp32-gemm", "autocast", None),
+    "gpt2_eager_attn_s1024_h100": ("gpt2_sdpa_s1024_h100", "materialized-attention", None, None),
+    "resnet18_fp32_h100": ("resnet18_bf16_cl_h100", "fp32-conv", None, None),
+    "gpt2_sdpa_single_f_h100": ("gpt2_sdpa_fused_h100", "unfused-optimizer", "fused", None),
+    "bert_eager_attn_s512_h100": ("bert_sdpa_s512_h100", "materialized-attention", None, None),
+    "elementwise_128mib_h100": ("elementwise_128mib_compiled_h100", "elementwise-chain", None, None),
+    "llama_single_b16_h100": ("llama_fused_b16_h100", "unfused-optimizer", "fused", None),
+    "gpt2_vocab_h100": ("gpt2_vocab50304_h100", "unaligned-gemm", None, None),
+    "gpt2_sdpa_empty_cache_h100": ("gpt2_sdpa_ref_h100", "allocator-churn", None, None),
+    "h2d_resnet18_pageable_h100": ("h2d_resnet18_pinned_h100", "pageable-memcpy", None, None),
+    "small_batch_c4_graph_h100": ("small_batch_c128_graph_h100", "small-grid", None, None),
+    "mobilenet_graph_h100": ("mobilenet_cuda_graph_h100", "launch-bound", None, None),
 }
 #: twins whose fix changes nothing by construction (the same program on both sides): a control, never scored
 CONTROLS = {"gpt2_vocab_padded", "llama_ctl"}
@@ -155,7 +170,7 @@ HELD_OUT = {"bert_fp32", "vit_fp32", "convnext_fp32", "mobilenet_single", "bert_
             "bert_fp32_tiny", "gpt2_fp32_tiny", "vit_fp32_tiny", "llama_fp32", "llama_eager_attn", "llama_single",
             "llama_ctl", "swin_fp32", "llama_single_r8", "llama_eager_attn_r8", "llama_single_b16", "swin_fp32_tf32",
             "densenet_fp32", "regnet_single", "llama_item", "resnet50_empty_cache", "swin_single", "bert_eager_attn_s256",
-            "bert_eager_attn_s512_r2", "resnet50_empty_cache_r2"}
+            "bert_eager_attn_s512_r2", "resnet50_empty_cache_r2", *(r for r in TWINS if r.endswith("_h100"))}
 
 
 def build() -> tuple[dict, str]:
@@ -187,6 +202,7 @@ def build() -> tuple[dict, str]:
                 "rounds": ab["rounds"],
                 "traced_run_wait_steps_median_ms": round(statistics.median(wait[1:]), 4),
                 "collect_command": man["command"],
+                "gpu": man.get("gpu_name"),
             }
         )
         lines.append(

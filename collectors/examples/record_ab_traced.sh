@@ -23,6 +23,15 @@ CW="$PY -m collectors collect --out $OUTD/ab_traced --wait 24 --warmup 1 --activ
 LAB="$PY -m collectors.examples.loader_ab --rounds ${ROUNDS:-6}"
 . "$(dirname "$0")/_run.sh"
 G2="real_models --model gpt2 --attn sdpa --amp"
+# `ab NAME A B`: the twin in one process (the problem traced, then ABBA rounds of A and B); with TRACE_FIXED=1 also
+# B alone under the collector (NAME_fixed/), a trace of the fixed program to check the fix's transform against
+ab() {
+  local name=$1 a=$2 b=$3
+  run "$name" $C --name "$name" -- $AB "$a" "$b"
+  if [ "${TRACE_FIXED:-0}" = 1 ]; then
+    run "${name}_fixed" $C --name "${name}_fixed" -- $PY -m collectors.examples.$b
+  fi
+}
 
 for group in $GROUPS_; do
 case $group in
@@ -217,30 +226,26 @@ repeat2)  # (2026-12-05) two misses recorded again, to tell the host's noise fro
   ;;
 h100_a|h100_b)  # held out on another GPU (2026-12-05, an H100 SXM: 3.35 TB/s of HBM against the H200's 4.8, the same
   # Tensor-Core peak): twins of earlier H200 groups, each rule once, scored as they came. h100_a: GPU-bound fixes
-  # (precision, attention, an elementwise chain, the fused optimizer); h100_b: host-side and memory fixes
+  # (precision, attention, an elementwise chain, the fused optimizer); h100_b: host-side and memory fixes. With
+  # TRACE_FIXED=1 each fixed program is also traced in a process of its own (<name>_fixed/): not for its timing,
+  # for checking a fix's transform against the program it predicts (its kernels, its casts, its host ops)
   if [ "$group" = h100_a ]; then
-    run gpt2_fp32_h100 $C --name gpt2_fp32_h100 -- $AB "real_models --model gpt2 --attn sdpa" "$G2"
-    run gpt2_eager_attn_s1024_h100 $C --name gpt2_eager_attn_s1024_h100 -- $AB \
-      "real_models --model gpt2 --attn eager --amp --seq 1024 --batch 4" "$G2 --seq 1024 --batch 4"
-    run resnet18_fp32_h100 $C --name resnet18_fp32_h100 -- $AB "real_models --model resnet --batch 64" \
-      "real_models --model resnet --batch 64 --amp --channels-last"
-    run gpt2_sdpa_single_f_h100 $C --name gpt2_sdpa_single_f_h100 -- $AB "$G2 --optim single" "$G2 --optim fused"
+    ab gpt2_fp32_h100 "real_models --model gpt2 --attn sdpa" "$G2"
+    ab gpt2_eager_attn_s1024_h100 "real_models --model gpt2 --attn eager --amp --seq 1024 --batch 4" \
+      "$G2 --seq 1024 --batch 4"
+    ab resnet18_fp32_h100 "real_models --model resnet --batch 64" "real_models --model resnet --batch 64 --amp --channels-last"
+    ab gpt2_sdpa_single_f_h100 "$G2 --optim single" "$G2 --optim fused"
     BA="real_models --model bert --layers 12 --d 768 --heads 12 --amp --vocab 30528"
-    run bert_eager_attn_s512_h100 $C --name bert_eager_attn_s512_h100 -- $AB "$BA --seq 512 --batch 16 --attn eager" \
-      "$BA --seq 512 --batch 16"
-    run elementwise_128mib_h100 $C --name elementwise_128mib_h100 -- $AB "elementwise_chain --mib 128" \
-      "elementwise_chain --mib 128 --compile"
+    ab bert_eager_attn_s512_h100 "$BA --seq 512 --batch 16 --attn eager" "$BA --seq 512 --batch 16"
+    ab elementwise_128mib_h100 "elementwise_chain --mib 128" "elementwise_chain --mib 128 --compile"
   else
     L="real_models --model llama --layers 8 --d 1024 --heads 16 --kv-heads 4 --seq 1024"
-    run llama_single_b16_h100 $C --name llama_single_b16_h100 -- $AB "$L --batch 16 --amp --optim single" \
-      "$L --batch 16 --amp --optim fused"
-    run gpt2_vocab_h100 $C --name gpt2_vocab_h100 -- $AB "$G2" "$G2 --vocab 50304"
-    run gpt2_sdpa_empty_cache_h100 $C --name gpt2_sdpa_empty_cache_h100 -- $AB "$G2 --empty-cache" "$G2"
-    run h2d_resnet18_pageable_h100 $C --name h2d_resnet18_pageable_h100 -- $AB "h2d_copy --model resnet18" \
-      "h2d_copy --model resnet18 --pinned"
-    run small_batch_c4_graph_h100 $C --name small_batch_c4_graph_h100 -- $AB \
-      "small_batch --rows 128 --per-call 4 --graph" "small_batch --rows 128 --per-call 128 --graph"
-    run mobilenet_graph_h100 $C --name mobilenet_graph_h100 -- $AB "real_models --model mobilenet_v3_small --batch 8" \
+    ab llama_single_b16_h100 "$L --batch 16 --amp --optim single" "$L --batch 16 --amp --optim fused"
+    ab gpt2_vocab_h100 "$G2" "$G2 --vocab 50304"
+    ab gpt2_sdpa_empty_cache_h100 "$G2 --empty-cache" "$G2"
+    ab h2d_resnet18_pageable_h100 "h2d_copy --model resnet18" "h2d_copy --model resnet18 --pinned"
+    ab small_batch_c4_graph_h100 "small_batch --rows 128 --per-call 4 --graph" "small_batch --rows 128 --per-call 128 --graph"
+    ab mobilenet_graph_h100 "real_models --model mobilenet_v3_small --batch 8" \
       "real_models --model mobilenet_v3_small --batch 8 --cuda-graph"
   fi
   ;;
