@@ -153,6 +153,7 @@ TWINS: dict[str, tuple[str, str, str | None, str | None]] = {
     "gpt2_sdpa_single_f_h100": ("gpt2_sdpa_fused_h100", "unfused-optimizer", "fused", None),
     "bert_eager_attn_s512_h100": ("bert_sdpa_s512_h100", "materialized-attention", None, None),
     "elementwise_128mib_h100": ("elementwise_128mib_compiled_h100", "elementwise-chain", None, None),
+    "vit_fp32_b16_h100": ("vit_bf16_b16_h100", "fp32-gemm+fp32-conv", "autocast", None),
     "llama_single_b16_h100": ("llama_fused_b16_h100", "unfused-optimizer", "fused", None),
     "gpt2_vocab_h100": ("gpt2_vocab50304_h100", "unaligned-gemm", None, None),
     "gpt2_sdpa_empty_cache_h100": ("gpt2_sdpa_ref_h100", "allocator-churn", None, None),

@@ -238,6 +238,9 @@ h100_a|h100_b)  # held out on another GPU (2026-12-05, an H100 SXM: 3.35 TB/s of
     BA="real_models --model bert --layers 12 --d 768 --heads 12 --amp --vocab 30528"
     ab bert_eager_attn_s512_h100 "$BA --seq 512 --batch 16 --attn eager" "$BA --seq 512 --batch 16"
     ab elementwise_128mib_h100 "elementwise_chain --mib 128" "elementwise_chain --mib 128 --compile"
+    # the largest autocast misses on the H200 (ViT-B/16's BF16 step ran its host 5-8 ms slower than priced): with
+    # TRACE_FIXED=1 the BF16 program's own trace shows where autocast's host time goes
+    ab vit_fp32_b16_h100 "real_models --model vit_b_16 --batch 16" "real_models --model vit_b_16 --batch 16 --amp"
   else
     L="real_models --model llama --layers 8 --d 1024 --heads 16 --kv-heads 4 --seq 1024"
     ab llama_single_b16_h100 "$L --batch 16 --amp --optim single" "$L --batch 16 --amp --optim fused"
