@@ -74,7 +74,7 @@ import polars as pl
 from traceview.analyses.fixes import SLOWER_PCT, slower_by_us
 from traceview.analyses.names import contains
 from traceview.analyses.opshapes import first_input
-from traceview.analyses.overhead import eager_op_host_ns, host_share
+from traceview.analyses.overhead import backward_node_host_ns, eager_op_host_ns, host_share
 from traceview.analyses.replay import Transform
 from traceview.analyses.rowid import by_id
 from traceview.evidence import Meta
@@ -299,7 +299,8 @@ def check(ctx: RuleContext) -> list[Finding]:
 #: the casts autocast adds per FP32 convolution: its weight to BF16 (forward), `ToCopyBackward0` (the weight's
 #: gradient back to FP32) and an `aten::to` in `convolution_backward` — counted in the BF16 twins' traces (ResNet-18:
 #: 21, 23 and 20 a step for 20 convolutions; EfficientNet-B0: 82, 81 + 32 and 81 for 81, its 32 biases adding one
-#: each way)
+#: each way); on the host two are eager ops (`overhead.eager_op_host_ns`) and the gradient's `ToCopyBackward0` an autograd
+#: node (`overhead.backward_node_host_ns`: 41-46 µs traced in the BF16 twins, twice a forward cast)
 CASTS_PER_CONV = 3
 
 
@@ -329,7 +330,9 @@ def fix_transform(ctx: RuleContext) -> Transform | None:
                                    & pl.col("op_name").is_in(FORWARD_OPS) & pl.col("op").is_not_null())
         ops = fwd["op"].unique().cast(pl.UInt32)
         own = by_id(ctx.trace.host, ops, "dur")["dur"].fill_null(0).to_numpy() * (1.0 - share)
-        cut = {int(op): -int(CASTS_PER_CONV * one + d) for op, d in zip(ops.to_list(), own.tolist(), strict=True)}
+        # (the weight gradient's `ToCopyBackward0` is an autograd node: at the trace's own nodes' cost)
+        casts = (CASTS_PER_CONV - 1) * one + backward_node_host_ns(ctx.trace)
+        cut = {int(op): -int(casts + d) for op, d in zip(ops.to_list(), own.tolist(), strict=True)}
         for op, extra in _native_bn_host_ns(ctx, share).items():
             cut[op] = cut.get(op, 0) - extra
     # channels_last removes the transposes, their launches with them: each one's launch call leaves the host

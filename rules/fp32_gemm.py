@@ -17,7 +17,8 @@ Allow TF32 for FP32 matmuls with `torch.set_float32_matmul_precision("high")` (o
 `torch.backends.cuda.matmul.allow_tf32 = True`; convolutions follow `torch.backends.cudnn.allow_tf32`), or
 run the model under `torch.autocast("cuda", dtype=torch.bfloat16)` so the GEMMs run in BF16 at twice the
 TF32 rate. Where autocast is already on, these GEMMs run outside its region or on tensors it does not cast.
-Autocast is not free: each cast is an eager op, so on a step the host sets the pace of it can make the step slower.
+Autocast is not free: each cast is an eager op (and its gradient's cast back an autograd node), so on a step the
+host sets the pace of it can make the step slower.
 Where its replay lengthens the step by 1 % or more (`autocast_slower_us`), the fix says so and by how much: of the
 19 bundled precision twins, the six that ran slower in BF16 (batch-1 BERT, GPT-2 and ViT, Swin-T, EfficientNet-B0,
 ResNet-50) replay slower, and none of the 13 that saved does (tests/test_predictions.py).
@@ -47,8 +48,13 @@ attention's `efficiency`; ViT-B/16's 15.5 ms a step of FP32 `fmha_cutlass` kerne
 predicted, 2.4 measured in its BF16 trace, whose cuDNN kernels reach 0.13 at 197 tokens); and the
 host casts each GEMM's weight and bias on every call, each FP32 activation a GEMM reads (a layer norm's output: the
 latest FP32 producer of that many elements on the thread, `FP32_PRODUCERS`; 19 a step on GPT-2, 24 on ViT-B/16, 50
-on BERT, as their BF16 traces count), and their gradients back in the backward (one eager op each: HF GPT-2 runs 66
-casts and 75 `ToCopyBackward0` a step under autocast). Measured on the H200
+on BERT, as their BF16 traces count), and their gradients back in the backward (an eager op each in the forward, an
+autograd node each in the backward, at the trace's own one-kernel nodes' cost: HF GPT-2 runs 66 casts and 75
+`ToCopyBackward0` a step under autocast); each cast is also a copy kernel on the device (6 bytes an
+element at `CAST_SHARE` of the memory bandwidth, beside the GEMM that reads the cast tensor; the gradients' beside
+the backward's GEMMs): 1.00 ms a step priced for GPT-2, where its BF16 trace runs those casts in 0.99 ms, and the
+fixed step's device time then within 4 % of that trace's (8 % short when the casts cost the device nothing). Measured
+on the H200
 (`sample_traces/ab_traced`: the problem traced and both sides timed in one process), saving predicted against
 measured: ViT-B/16 145.1 / 142.9 ms (121.9 when priced as TF32, which left the fixed step at 56 ms against 34);
 ConvNeXt-T 67.7 / 65.5; HF BERT-base 35.6 / 39.8; HF GPT-2 34.4 / 32.2 (the LM head's three BF16 GEMMs on the
@@ -56,8 +62,11 @@ fallback kernel: 8 ms of the fixed step). Recorded after this model was set: GPT
 BERT at sequence 512 113.1 / 103.3, and ViT-B/16 at batch 16 21.4 / 14.7, a miss: its BF16 step is host-bound
 (37.2 ms measured, 30.8 replayed), and a trace whose step sits at the device's floor bounds its host time only
 from above. FP32 -> TF32, recorded after the TF32 variant priced misaligned GEMMs: GPT-2 29.8 / 28.9, ConvNeXt-T
-32.6 / 29.6, BERT-base 46.3 / 37.3 (a miss of the same kind: its TF32 step is host-bound). Not modelled: the cast kernels, and the memory-bound
-kernels that then run on 16-bit activations.
+32.6 / 29.6, BERT-base 46.3 / 37.3 (a miss of the same kind: its TF32 step is host-bound). (Those autocast figures
+predate the casts' copy kernels, which took 1-3 % off each saving: docs/predictions.md has the current ones.) Not
+modelled: the casts of ops autocast runs in FP32 on 16-bit inputs (GPT-2's `pow` in its tanh GELU, a `.float()` on
+the logits: ~1 ms a step more in GPT-2's BF16 trace), and the memory-bound kernels that then run on 16-bit
+activations (~1.3 ms a step less there).
 
 ## Options
 - `short_kernel_us` (10.0): a kernel without recorded shapes that is shorter than this is taken as latency-bound
@@ -86,7 +95,7 @@ from traceview.analyses.classify import sync_calls
 from traceview.analyses.fixes import SLOWER_PCT, slower_by_us
 from traceview.analyses.names import contains
 from traceview.analyses.opshapes import decode
-from traceview.analyses.overhead import eager_op_host_ns
+from traceview.analyses.overhead import backward_node_host_ns, eager_op_host_ns
 from traceview.analyses.replay import Transform
 from traceview.analyses.rowid import by_id
 from traceview.analyses.tree import ancestor_ids
@@ -116,8 +125,8 @@ FIX_PAD = (" Some of them have rows of {dims} elements, not a multiple of 16 byt
            "Cores those run on a fallback kernel several times slower (the saving counts it); pad to {pads} (a "
            "multiple of 64, e.g. the vocabulary) to get the rest.")
 FIX_SLOWER = (" On this step autocast would cost time: replayed, it adds about {ms:.1f} ms a step, its casts (an eager "
-              "op each, on a host that sets the step's pace) outweighing faster GEMMs that are not on the critical "
-              "path; TF32 adds no casts.")
+              "op each, and an autograd node for each gradient cast back, on a host that sets the step's pace) "
+              "outweighing faster GEMMs that are not on the critical path; TF32 adds no casts.")
 #: FP32 SIMT/FFMA GEMM and convolution kernels (cuBLAS, CUTLASS, cuDNN); never a Tensor-Core kernel
 FP32_KERNEL_RE = r"(?i)sgemm|simt|_ffma|f32f32_f32f32"
 TC_KERNEL_RE = r"(?i)tf32|bf16|f16|fp16|hmma|wgmma|imma|i8i8|e4m3|e5m2|s1688|s16816|_h\d{3,5}"
@@ -144,6 +153,13 @@ ACTIVATION_INPUTS = {"aten::linear": (0,), "aten::addmm": (1,), "aten::mm": (0, 
 FP32_PRODUCERS = {"aten::layer_norm", "aten::group_norm", "aten::rms_norm", "aten::embedding", "aten::softmax",
                   "aten::log_softmax", "aten::pow", "aten::exp", "aten::log", "aten::rsqrt", "aten::reciprocal",
                   "aten::softplus", "aten::log1p", "aten::expm1", "aten::erfinv"}
+#: the cast kernels autocast adds (`aten::_to_copy`, 6 bytes an element: FP32 read and BF16 written, or the reverse):
+#: their share of the device's memory bandwidth, and the floor (ns) of the smallest. Measured in the BF16 twins' own
+#: traces (H200, 4.8 TB/s): the casts of HF GPT-2's parameters and activations ran 1.5-4.6 TB/s (contiguous tensors on
+#: the vectorised path; a transposed weight gradient, a channels_last weight on the strided one), together 0.94 ms a
+#: step (collected3 gpt2_sdpa), ~0.55 of the peak; the smallest 1.2-2.9 µs (also resnet18_bf16_cl, resnet50_bf16_cl)
+CAST_SHARE = 0.55
+CAST_FLOOR_NS = 2000
 #: share of the 16-bit peak a GEMM reaches on the fallback kernel that misaligned rows select, in BF16 and TF32
 #: alike (H200, unaligned-gemm's measurements: GPT-2's LM head, [4096, 768] x [768, 50257] and its two gradients,
 #: 949 GFLOP in 7.85 ms a step in BF16, 121 TFLOP/s; the micro-benchmark's LM-head shapes 95-154 TFLOP/s in BF16
@@ -298,9 +314,10 @@ def fix_variants(ctx: RuleContext) -> dict[str, Transform]:
       its bytes over the bandwidth); each FP32 fused attention kernel (SDPA's memory-efficient or cuDNN backend
       on FP32 inputs) runs as the 16-bit fused kernel autocast's inputs select: its FLOPs at
       `attention.FUSED_EFFICIENCY` of the 16-bit peak (`fused_attention_ns`), never below half its bytes over the
-      bandwidth; and the host pays autocast's casts (`_casts`).
-      Not modelled: the cast kernels themselves (a transform only shortens device work) and the memory-bound
-      kernels that run on 16-bit activations afterwards (fp32-conv prices those of convolutional networks)."""
+      bandwidth; and autocast's casts are paid, on the host and, as copy kernels, on the device (`_casts`).
+      Not modelled: the casts of ops autocast runs in FP32 on 16-bit inputs (Hugging Face GPT-2's `pow` in its
+      tanh GELU, a `.float()` on the logits), and the memory-bound kernels that run on 16-bit activations afterwards
+      (fp32-conv prices those of convolutional networks)."""
     if not tensor_core_gpu(ctx):
         return {}
     return {v: t for v, t in (("tf32", _tf32(ctx)), ("autocast", _autocast_variant(ctx)))
@@ -342,19 +359,23 @@ def _fp32_attention(ctx: RuleContext) -> pl.DataFrame:
     return a.select("i", "op", new_dur=fused.clip(0, pl.col("dur")).cast(pl.Int64))
 
 
-def _casts(ctx: RuleContext, ops: pl.Series) -> dict[int, int]:
-    """The host time autocast's casts add, as `Transform.host_cut` (negative: time added), for the ops (host row
-    ids) that launched the FP32 GEMM and attention kernels it changes. In the forward, the outermost
-    `AUTOCAST_OPS` op above each casts its FP32 parameters (`PARAM_INPUTS`, by its `Input type`: `aten::to` ->
-    `_to_copy` -> a copy kernel each) and each FP32 activation it reads (`_activation_casts`: a layer norm's
-    output, not the previous linear's); in a training step each cast's gradient is cast back in the backward
-    (`ToCopyBackward0`), spread over the backward's GEMM ops. Each cast costs one eager op that launches one
-    elementwise kernel (`overhead.eager_op_host_ns`). Measured on HF GPT-2 (6 layers, bf16 autocast): 66 casts a
-    step under its 24 forward `addmm`s (48 of them parameters: the rest are activations from layer norms) and 75
-    `ToCopyBackward0`."""
+def _casts(ctx: RuleContext, ops: pl.Series, kernels: pl.DataFrame) -> tuple[dict[int, int], dict[int, int]]:
+    """What autocast's casts add, for the ops (host row ids) that launched the FP32 GEMM and attention kernels it
+    changes (`kernels`: [i, op] of those kernels): (host time as `Transform.host_cut`, negative: time added; device
+    time as `Transform.gpu_add`). In the forward, the outermost `AUTOCAST_OPS` op above each casts its FP32
+    parameters (`PARAM_INPUTS`, by its `Input type`: `aten::to` -> `_to_copy` -> a copy kernel each) and each FP32
+    activation it reads (`_activation_casts`: a layer norm's output, not the previous linear's); in a training step
+    each cast's gradient is cast back in the backward (`ToCopyBackward0`), spread over the backward's GEMM ops. On
+    the host each forward cast costs one eager op that launches one elementwise kernel (`overhead.eager_op_host_ns`)
+    and each gradient cast one autograd node that does (`overhead.backward_node_host_ns`: 38 µs traced in GPT-2's
+    BF16 trace, where a forward cast took 18-27); on the
+    device its copy of the tensor's elements (`_cast_ns`), beside the first kernel of the op that casts it (the
+    backward's gradient casts spread over the backward GEMM ops' first kernels, as on the host). Measured on HF
+    GPT-2 (6 layers, bf16 autocast): 66 casts a step under its 24 forward `addmm`s (48 of them parameters: the rest
+    are activations from layer norms) and 75 `ToCopyBackward0`; their copy kernels ~0.75 ms a step on the H200."""
     h = ctx.trace.host
     if ops.len() == 0 or "input_type" not in h.columns:
-        return {}
+        return {}, {}
     ops = ops.drop_nulls().unique().cast(pl.UInt32)
     back = h["name"].str.starts_with("autograd::engine::evaluate_function") | h["name"].str.ends_with("Backward0")
     is_back = ancestor_ids(h, ops, back.fill_null(False).to_numpy(), include_self=True) >= 0
@@ -368,19 +389,47 @@ def _casts(ctx: RuleContext, ops: pl.Series) -> dict[int, int]:
         top = np.where((top >= 0) & (up >= 0), up, top)
     outer = pl.Series(np.unique(top[top >= 0]), dtype=pl.UInt32)
     if outer.len() == 0:
-        return {}
+        return {}, {}
     rows = by_id(h, outer, "name", "input_dims", "input_type")
-    n = [sum(1 for j, (d, t) in enumerate(decode(dims, types)) if t == "float" and d and j in PARAM_INPUTS.get(op, ()))
-         for op, dims, types in rows.select("name", "input_dims", "input_type").iter_rows()]
+    elems = [[math.prod(d) for j, (d, t) in enumerate(decode(dims, types))
+              if t == "float" and d and j in PARAM_INPUTS.get(op, ())]
+             for op, dims, types in rows.select("name", "input_dims", "input_type").iter_rows()]
     act = _activation_casts(ctx, outer)
-    n = [c + act.get(int(op), 0) for op, c in zip(outer.to_list(), n, strict=True)]
+    elems = [e + act.get(int(op), []) for op, e in zip(outer.to_list(), elems, strict=True)]
     one = eager_op_host_ns(ctx.trace)
-    cut = {int(op): -int(c * one) for op, c in zip(outer.to_list(), n, strict=True) if c}
-    if bwd.len() and sum(n):
-        each = -int(sum(n) * one / bwd.len())
-        for op in bwd.to_list():
+    cut = {int(op): -int(len(e) * one) for op, e in zip(outer.to_list(), elems, strict=True) if e}
+    bwd_ids = bwd.to_list()
+    if bwd_ids and cut:  # each gradient cast is an autograd node (`ToCopyBackward0`), at the trace's own nodes' cost
+        each = -int(sum(len(e) for e in elems) * backward_node_host_ns(ctx.trace) / len(bwd_ids))
+        for op in bwd_ids:
             cut[int(op)] = cut.get(int(op), 0) + each
-    return cut
+    # the device: each outer op's casts beside the first kernel it launches; the gradients' beside the backward's
+    first = (kernels.select(pl.col("i").cast(pl.Int64), pl.col("op").cast(pl.Int64)).drop_nulls()
+             .group_by("op").agg(pl.col("i").min()))
+    first = dict(zip(first["op"].to_list(), first["i"].to_list(), strict=True))
+    owner = dict(zip(fwd.cast(pl.Int64).to_list(), top.tolist(), strict=True))
+    at: dict[int, int] = {}
+    for op, k in first.items():  # (the outer op's earliest kernel: its own launch order)
+        o = owner.get(op, -1)
+        if o >= 0 and (o not in at or k < at[o]):
+            at[o] = k
+    bw = ctx.spec.bw
+    add: dict[int, int] = {}
+    for op, e in zip(outer.to_list(), elems, strict=True):
+        if e and int(op) in at:
+            add[at[int(op)]] = add.get(at[int(op)], 0) + sum(_cast_ns(x, bw) for x in e)
+    ks = [first[int(op)] for op in bwd_ids if int(op) in first]
+    if ks:
+        total = sum(_cast_ns(x, bw) for e in elems for x in e)
+        for k in ks:
+            add[k] = add.get(k, 0) + int(total / len(ks))
+    return cut, add
+
+
+def _cast_ns(elements: int, bw: float) -> int:
+    """Device time (ns) of one autocast cast of `elements`: 6 bytes an element at `CAST_SHARE` of the memory
+    bandwidth `bw` (bytes/s), never below `CAST_FLOOR_NS`."""
+    return int(max(CAST_FLOOR_NS, elements * 6 / (bw * CAST_SHARE) * 1e9))
 
 
 def _out_elements(name: str, ts: list[tuple[list[int], str]]) -> int | None:
@@ -404,8 +453,9 @@ def _out_elements(name: str, ts: list[tuple[list[int], str]]) -> int | None:
     return None
 
 
-def _activation_casts(ctx: RuleContext, outer: pl.Series) -> dict[int, int]:
-    """Activation inputs autocast casts, per outermost autocast op (host row id -> casts): an FP32 input is cast
+def _activation_casts(ctx: RuleContext, outer: pl.Series) -> dict[int, list[int]]:
+    """Activation inputs autocast casts, per outermost autocast op (host row id -> each cast's elements): an FP32
+    input is cast
     when the latest forward op on its thread that produced that many elements stays FP32 under autocast
     (`FP32_PRODUCERS`: a layer norm's output, an embedding's) rather than an autocast op (a 16-bit result, as the
     previous linear's for the next one in an MLP). Consecutive autocast ops reading inputs of the same dims read the
@@ -452,8 +502,8 @@ def _activation_casts(ctx: RuleContext, outer: pl.Series) -> dict[int, int]:
            | (pl.col("k").fill_null(-1) - pl.col("k").shift(1).over("tid").fill_null(-1) > 1))
     got = got.sort("tid", "ts").with_columns(run=new.fill_null(True).cum_sum().over("tid"))
     got = got.with_columns(cast=pl.col("fp32").first().over("tid", "run").fill_null(False))
-    per = got.filter("cast").group_by("i").agg(pl.len())
-    return {int(i): int(c) for i, c in per.iter_rows()}
+    per = got.filter("cast").group_by("i", maintain_order=True).agg(pl.col("e"))
+    return {int(i): [int(x) for x in e] for i, e in per.iter_rows()}
 
 
 def _fallback(ctx: RuleContext, as_bf16: bool) -> pl.DataFrame:
@@ -474,4 +524,7 @@ def _autocast(ctx: RuleContext) -> Transform | None:
     gpu = dict(zip(k["i"].cast(pl.Int64).to_list(), k["bf16_dur"].to_list(), strict=True))
     gpu.update(zip(a["i"].cast(pl.Int64).to_list(), a["new_dur"].to_list(), strict=True))
     ops = pl.concat([k["op"].cast(pl.UInt32), a["op"].cast(pl.UInt32)])
-    return Transform(NAME, gpu_dur=gpu, host_cut=_casts(ctx, ops))
+    both = pl.concat([k.select(pl.col("i").cast(pl.Int64), pl.col("op").cast(pl.Int64)),
+                      a.select(pl.col("i").cast(pl.Int64), pl.col("op").cast(pl.Int64))])
+    cut, add = _casts(ctx, ops, both)
+    return Transform(NAME, gpu_dur=gpu, gpu_add=add, host_cut=cut)

@@ -312,14 +312,15 @@ def test_the_step_after_the_fix_is_the_reports_replayed_step_less_the_saving(pro
     # the scoreboard's second lens (tools/predictions.py `fixed_step_table`), against the report a user reads:
     # its projection's replayed unprofiled step (an independent path: analyze, not the tool's own replay) less the
     # tool's saving, and against the fixed twin's rounds in labels.json; the errors documented in
-    # docs/predictions.md (MobileNet's graph right on the step though its saving misses; ViT-B/16's BF16 step, -7 %:
-    # autocast's GEMMs and attention priced, the FP32 trace's launches that waited for a queue slot not host work)
+    # docs/predictions.md (MobileNet's graph right on the step though its saving misses; ViT-B/16's BF16 step, +3 %:
+    # autocast's GEMMs, attention and cast kernels priced, the FP32 trace's launches that waited for a queue slot not
+    # host work; -2 % before the casts' copy kernels were priced on the device)
     (t,) = [t for t in P.twins() if t["set"] == "ab_traced" and t["problem"] == problem]
     p, base = P.predicted(SAMPLES / "ab_traced" / problem, t["rule"], t.get("variant"))
     proj = analyze([SAMPLES / "ab_traced" / problem]).traces[0]["projection"]
     assert base * 1000 == pytest.approx(proj["replayed_unprofiled_step_us"], rel=1e-3)
     err = (base - p) / t["fixed_step_ms"] - 1
-    bounds = {"mobilenet_graph": (-0.05, 0.05), "vit_fp32": (-0.15, 0.0), "elementwise_128mib_eager": (-0.2, 0.0)}
+    bounds = {"mobilenet_graph": (-0.05, 0.05), "vit_fp32": (-0.05, 0.05), "elementwise_128mib_eager": (-0.2, 0.0)}
     lo, hi = bounds[problem]
     assert lo < err < hi, err
 
@@ -331,7 +332,7 @@ PRECISION = [t for t in P.twins() if t["set"] == "ab_traced" and (
 
 @pytest.mark.parametrize("t", PRECISION, ids=[t["problem"] for t in PRECISION])
 def test_a_precision_fix_measured_slower_is_replayed_slower(t):
-    """Autocast adds casts (an eager op each): on a step the host sets, the BF16 program runs slower. The replay of
+    """Autocast adds casts (an eager op each, an autograd node each gradient's): on a step the host sets, the BF16 program runs slower. The replay of
     the twin's fix lengthens the step exactly where the rounds measured it slower (BERT, GPT-2 and ViT at batch 1,
     Swin-T, EfficientNet-B0, ResNet-50, DenseNet-121: `fixes.slower_by_us`, which the rules' evidence and fix text report), and
     never where every round measured a saving; the savings clip that at zero, so a slower fix is never a saving."""

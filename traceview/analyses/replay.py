@@ -59,6 +59,9 @@ class Transform:
       the fused time, the others 0);
     - gpu_gap: gpu row `i` -> new gap (ns) between the activity before it on its stream and it (a batch of k calls
       in one: k times fewer kernels, so k times fewer gaps, a CUDA graph's node-to-node latency among them);
+    - gpu_add: gpu row `i` -> ns of device work the fix adds on its stream with it (autocast's cast kernels, each
+      run beside the GEMM whose input it casts): added to the activity's duration after gpu_dur's minimum, and
+      summed over transforms (each fix's own work);
     - host_cut: host row `i` -> ns taken off the host time around it (its self time made shorter);
     - host_removed: host rows whose whole duration leaves the host path (DataLoader time off the critical path): a
       sequence of ids or an int64 array (a fix that removes millions of rows: no Python int per row);
@@ -79,6 +82,7 @@ class Transform:
     name: str
     gpu_dur: Mapping[int, int] = field(default_factory=dict)
     gpu_gap: Mapping[int, int] = field(default_factory=dict)
+    gpu_add: Mapping[int, int] = field(default_factory=dict)
     host_cut: Mapping[int, int] = field(default_factory=dict)
     host_removed: Sequence[int] = ()
     no_wait: Sequence[int] = ()
@@ -297,6 +301,11 @@ def _cuts(g: Graph, transforms: Sequence[Transform]) -> tuple[np.ndarray, ...]:
         if len(t.no_wait):
             keep_wait &= _part(g, "no_wait", (t.no_wait,),
                                lambda ids: ~np.isin(g.a_i, np.asarray(list(ids), np.int64)) | g.a_marker)
+    # device work a fix adds (after every transform's minimum: a shortened kernel keeps the work added beside it)
+    for t in transforms:
+        if t.gpu_add:
+            k, add = _part(g, "gpu_add", (t.gpu_add,), lambda m: _by_activity(g, m))
+            np.add.at(dur, k, add)
     # a row that several fixes take off the host path (decode-loop's CUDA graph is launch-bound's) leaves it once
     removed = tuple(t.host_removed for t in transforms if len(t.host_removed))
     if removed:
@@ -687,7 +696,7 @@ def _transform_key(t: Transform) -> tuple:
     length), its parameters by value (`bound_us` and `floor_ns` act after the replay; `input_ready` also drops the
     DataLoader's batch arrivals, `Graph.a_arrive`)."""
     rows = tuple((id(x), len(x)) if len(x) else None
-                 for x in (t.gpu_dur, t.gpu_gap, t.host_cut, t.host_removed, t.no_wait, t.host_spans))
+                 for x in (t.gpu_dur, t.gpu_gap, t.gpu_add, t.host_cut, t.host_removed, t.no_wait, t.host_spans))
     return (rows, tuple(sorted(t.cost_us.items())), float(t.host_share), float(t.long_share),
             tuple(sorted(t.long_cost_us.items())), bool(t.input_ready))
 
@@ -727,7 +736,7 @@ _STEP_COLS = ("step", "host_idx", "cpu_ts", "cpu_end", "gpu_ts", "gpu_end", "ts"
 def _parametric_key(transforms: Sequence[Transform]) -> tuple | None:
     """A hashable key of transforms that name no rows (the profiler's cost: shares and per-kind costs), else None
     (an `input_ready` transform, which drops the DataLoader's batch arrivals, is replayed as itself)."""
-    if any(t.gpu_dur or t.gpu_gap or t.host_cut or len(t.host_removed) or len(t.no_wait) or len(t.host_spans)
+    if any(t.gpu_dur or t.gpu_gap or t.gpu_add or t.host_cut or len(t.host_removed) or len(t.no_wait) or len(t.host_spans)
            or t.input_ready for t in transforms):
         return None
     return tuple((tuple(sorted(t.cost_us.items())), float(t.host_share), float(t.long_share),
