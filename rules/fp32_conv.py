@@ -66,6 +66,7 @@ other ops.
 
 from __future__ import annotations
 
+import math
 from typing import Annotated
 
 import msgspec
@@ -73,14 +74,14 @@ import polars as pl
 
 from traceview.analyses.fixes import SLOWER_PCT, slower_by_us
 from traceview.analyses.names import contains
-from traceview.analyses.opshapes import first_input
+from traceview.analyses.opshapes import decode, first_input
 from traceview.analyses.overhead import backward_node_host_ns, eager_op_host_ns, host_share
 from traceview.analyses.replay import Transform
 from traceview.analyses.rowid import by_id
 from traceview.evidence import Meta
 from traceview.ruleapi import XPROF_SEVERITY, Finding, RuleContext, min_savings
 
-from .fp32_gemm import tensor_core_gpu
+from .fp32_gemm import _cast_ns, tensor_core_gpu
 
 CODE = "TV206"
 NAME = "fp32-conv"
@@ -312,7 +313,8 @@ def _slower_us(ctx: RuleContext) -> float:
 
 def fix_transform(ctx: RuleContext) -> Transform | None:
     """The fix as a replay transformation: each changed kernel takes its predicted time (see the module doc); each
-    FP32 forward convolution pays the host time of the casts autocast adds (`CASTS_PER_CONV`) and its own host time
+    FP32 forward convolution pays the host time of the casts autocast adds (`CASTS_PER_CONV`; their copy kernels on
+    the device, `_cast_kernels_ns`) and its own host time
     once more (autocast's second dispatch into cuDNN's BF16 NHWC engine), before the convolution's launch; each
     cuDNN batch norm pays what the native one adds (`NATIVE_BN`); each transpose's launch call leaves the host."""
     if not tensor_core_gpu(ctx):
@@ -324,6 +326,7 @@ def fix_transform(ctx: RuleContext) -> Transform | None:
     # one cast autocast adds: an eager op launching one elementwise kernel (`aten::to` -> `_to_copy` -> a copy)
     one = eager_op_host_ns(ctx.trace)
     cut: dict[int, int] = {}
+    add: dict[int, int] = {}
     if c.filter(pl.col("kind").is_in(["conv_tf32", "conv_fp32"])).height:  # autocast's work, where it casts
         # every FP32 forward convolution, whatever its kernel (a 1x1 one runs as a cuDNN GEMM)
         fwd = _kernels(ctx).filter(pl.col("kind").is_in(["conv_tf32", "conv_fp32", "conv_other"])
@@ -335,15 +338,36 @@ def fix_transform(ctx: RuleContext) -> Transform | None:
         cut = {int(op): -int(casts + d) for op, d in zip(ops.to_list(), own.tolist(), strict=True)}
         for op, extra in _native_bn_host_ns(ctx, share).items():
             cut[op] = cut.get(op, 0) - extra
+        add = _cast_kernels_ns(ctx, fwd)
     # channels_last removes the transposes, their launches with them: each one's launch call leaves the host
     layout = c.filter(pl.col("kind") == "layout")["i"].cast(pl.UInt32)
     launches = by_id(ctx.trace.gpu, layout, "launch")["launch"].drop_nulls().unique()
     return Transform(
         NAME,
         gpu_dur=dict(zip(c["i"].cast(pl.Int64).to_list(), c["new_dur"].to_list(), strict=True)),
+        gpu_add=add,
         host_cut=cut,
         host_removed=launches.cast(pl.Int64).to_list(),
     )
+
+
+def _cast_kernels_ns(ctx: RuleContext, fwd: pl.DataFrame) -> dict[int, int]:
+    """The device time of autocast's casts per FP32 forward convolution (`fwd`: its kernels, [i, op]), as
+    `Transform.gpu_add` on its first kernel: `CASTS_PER_CONV` copies of its weight's elements (the op's second
+    input), each at fp32-gemm's cast pricing (`fp32_gemm._cast_ns`); the BF16 twins' traces run them in 144 µs a step
+    (ResNet-18: 21 forward casts, 23 gradient casts, the strided backward ones slower) and 302 (ResNet-50), priced
+    152 and 362. Where they run (the weight's gradient cast in the backward) is not placed: the casts' host time is
+    charged to the forward convolution too."""
+    ops = fwd["op"].unique().cast(pl.UInt32)
+    rows = by_id(ctx.trace.host, ops, "input_dims", "input_type")
+    first = dict(fwd.group_by("op").agg(pl.col("i").min()).select(pl.col("op").cast(pl.Int64), pl.col("i").cast(pl.Int64))
+                 .iter_rows())
+    out: dict[int, int] = {}
+    for op, dims, types in zip(ops.to_list(), rows["input_dims"].to_list(), rows["input_type"].to_list(), strict=True):
+        ins = decode(dims, types)
+        if len(ins) > 1 and ins[1][0] and ins[1][1] == "float" and int(op) in first:
+            out[first[int(op)]] = CASTS_PER_CONV * _cast_ns(math.prod(ins[1][0]), ctx.spec.bw)
+    return out
 
 
 #: what PyTorch's native batch norm adds per layer where a channels_last BF16 input leaves cuDNN's, by the cuDNN op it

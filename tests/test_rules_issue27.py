@@ -556,3 +556,27 @@ def test_small_grid_advises_torch_compile_only_to_uncompiled_steps(s, run):
     assert len(fix) == 1
     assert ("torch.compile" in fix[0]) is not compiled
     assert compiled is run.endswith("reduce_overhead")  # the recordings' own labels: mode="reduce-overhead"
+
+
+@pytest.mark.parametrize("problem, bf16", [("resnet18_fp32", "resnet18_bf16_cl"), ("resnet50_fp32", "resnet50_bf16_cl")])
+def test_conv_casts_are_priced_on_the_device_as_the_bf16_programs_trace_runs_them(problem, bf16):
+    """fp32-conv's fix adds autocast's weight casts as copy kernels (`gpu_add`, `CASTS_PER_CONV` copies of each
+    FP32 convolution's weight): within 25 % of what the same program's BF16 trace runs its casts in (every copy
+    kernel under an `aten::_to_copy`: 144 µs a step on ResNet-18, 302 on ResNet-50)."""
+    from traceview.rules import BY_NAME
+
+    s = "collected3" if problem == "resnet18_fp32" else "collected4"
+    trace = traceview.load(str(_trace(s, problem)))
+    ctx, _ = RuleContext.prepare(trace, select_steps(trace, None))
+    mod = BY_NAME["fp32-conv"]
+    t = mod.fix_transform(ctx.for_rule(mod, Options().options_for(mod)))
+    g = trace.gpu.filter((pl.col("ts") >= ctx.steps["ts"].min()) & (pl.col("ts") < ctx.steps["end"].max()))
+    priced = sum(v for i, v in t.gpu_add.items() if i in set(g["i"].to_list())) / ctx.steps.height
+    b = traceview.load(str(_trace(s, bf16)))
+    steps = select_steps(b, None)
+    k = b.gpu.filter((pl.col("ts") >= steps["ts"].min()) & (pl.col("ts") < steps["end"].max()))
+    host = b.host.select("i", "name", "parent")
+    k = k.join(host.rename({"i": "op", "name": "n0", "parent": "p"}), on="op").join(
+        host.select(pl.col("i").alias("p"), pl.col("name").alias("n1")), on="p")
+    measured = float(k.filter(pl.col("n1") == "aten::_to_copy")["dur"].sum()) / steps.height
+    assert measured > 100_000 and priced == pytest.approx(measured, rel=0.25), (priced, measured)
