@@ -81,7 +81,7 @@ from traceview.analyses.rowid import by_id
 from traceview.evidence import Meta
 from traceview.ruleapi import XPROF_SEVERITY, Finding, RuleContext, min_savings
 
-from .fp32_gemm import _cast_ns, tensor_core_gpu
+from .fp32_gemm import cast_ns, tensor_core_gpu
 
 CODE = "TV206"
 NAME = "fp32-conv"
@@ -354,7 +354,7 @@ def fix_transform(ctx: RuleContext) -> Transform | None:
 def _cast_kernels_ns(ctx: RuleContext, fwd: pl.DataFrame) -> dict[int, int]:
     """The device time of autocast's casts per FP32 forward convolution (`fwd`: its kernels, [i, op]), as
     `Transform.gpu_add` on its first kernel: `CASTS_PER_CONV` copies of its weight's elements (the op's second
-    input), each at fp32-gemm's cast pricing (`fp32_gemm._cast_ns`); the BF16 twins' traces run them in 144 µs a step
+    input), each at fp32-gemm's cast pricing (`fp32_gemm.cast_ns`); the BF16 twins' traces run them in 144 µs a step
     (ResNet-18: 21 forward casts, 23 gradient casts, the strided backward ones slower) and 302 (ResNet-50), priced
     152 and 362. Where they run (the weight's gradient cast in the backward) is not placed: the casts' host time is
     charged to the forward convolution too."""
@@ -366,7 +366,7 @@ def _cast_kernels_ns(ctx: RuleContext, fwd: pl.DataFrame) -> dict[int, int]:
     for op, dims, types in zip(ops.to_list(), rows["input_dims"].to_list(), rows["input_type"].to_list(), strict=True):
         ins = decode(dims, types)
         if len(ins) > 1 and ins[1][0] and ins[1][1] == "float" and int(op) in first:
-            out[first[int(op)]] = CASTS_PER_CONV * _cast_ns(math.prod(ins[1][0]), ctx.spec.bw)
+            out[first[int(op)]] = CASTS_PER_CONV * cast_ns(math.prod(ins[1][0]), ctx.spec.bw)
     return out
 
 

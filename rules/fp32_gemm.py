@@ -369,10 +369,11 @@ def _casts(ctx: RuleContext, ops: pl.Series, kernels: pl.DataFrame) -> tuple[dic
     the host each forward cast costs one eager op that launches one elementwise kernel (`overhead.eager_op_host_ns`)
     and each gradient cast one autograd node that does (`overhead.backward_node_host_ns`: 38 µs traced in GPT-2's
     BF16 trace, where a forward cast took 18-27); on the
-    device its copy of the tensor's elements (`_cast_ns`), beside the first kernel of the op that casts it (the
+    device its copy of the tensor's elements (`cast_ns`), beside the first kernel of the op that casts it (the
     backward's gradient casts spread over the backward GEMM ops' first kernels, as on the host). Measured on HF
     GPT-2 (6 layers, bf16 autocast): 66 casts a step under its 24 forward `addmm`s (48 of them parameters: the rest
-    are activations from layer norms) and 75 `ToCopyBackward0`; their copy kernels ~0.75 ms a step on the H200."""
+    are activations from layer norms) and 75 `ToCopyBackward0`; their copy kernels priced 1.00 ms a step, 0.99 in the
+    same program's BF16 trace (H200)."""
     h = ctx.trace.host
     if ops.len() == 0 or "input_type" not in h.columns:
         return {}, {}
@@ -403,30 +404,28 @@ def _casts(ctx: RuleContext, ops: pl.Series, kernels: pl.DataFrame) -> tuple[dic
         each = -int(sum(len(e) for e in elems) * backward_node_host_ns(ctx.trace) / len(bwd_ids))
         for op in bwd_ids:
             cut[int(op)] = cut.get(int(op), 0) + each
-    # the device: each outer op's casts beside the first kernel it launches; the gradients' beside the backward's
+    # the device: each outer op's casts beside the first kernel it launches (the earliest of its launching ops'); the
+    # gradients' beside the backward's
     first = (kernels.select(pl.col("i").cast(pl.Int64), pl.col("op").cast(pl.Int64)).drop_nulls()
              .group_by("op").agg(pl.col("i").min()))
+    owner = pl.DataFrame({"op": fwd.cast(pl.Int64), "outer": pl.Series(top, dtype=pl.Int64)})
+    at = first.join(owner.filter(pl.col("outer") >= 0), on="op").group_by("outer").agg(pl.col("i").min())
+    at = dict(zip(at["outer"].to_list(), at["i"].to_list(), strict=True))
     first = dict(zip(first["op"].to_list(), first["i"].to_list(), strict=True))
-    owner = dict(zip(fwd.cast(pl.Int64).to_list(), top.tolist(), strict=True))
-    at: dict[int, int] = {}
-    for op, k in first.items():  # (the outer op's earliest kernel: its own launch order)
-        o = owner.get(op, -1)
-        if o >= 0 and (o not in at or k < at[o]):
-            at[o] = k
     bw = ctx.spec.bw
     add: dict[int, int] = {}
     for op, e in zip(outer.to_list(), elems, strict=True):
         if e and int(op) in at:
-            add[at[int(op)]] = add.get(at[int(op)], 0) + sum(_cast_ns(x, bw) for x in e)
+            add[at[int(op)]] = add.get(at[int(op)], 0) + sum(cast_ns(x, bw) for x in e)
     ks = [first[int(op)] for op in bwd_ids if int(op) in first]
     if ks:
-        total = sum(_cast_ns(x, bw) for e in elems for x in e)
+        total = sum(cast_ns(x, bw) for e in elems for x in e)
         for k in ks:
             add[k] = add.get(k, 0) + int(total / len(ks))
     return cut, add
 
 
-def _cast_ns(elements: int, bw: float) -> int:
+def cast_ns(elements: int, bw: float) -> int:
     """Device time (ns) of one autocast cast of `elements`: 6 bytes an element at `CAST_SHARE` of the memory
     bandwidth `bw` (bytes/s), never below `CAST_FLOOR_NS`."""
     return int(max(CAST_FLOOR_NS, elements * 6 / (bw * CAST_SHARE) * 1e9))

@@ -212,7 +212,7 @@ def _in_steps(t, ctx, frame: pl.DataFrame) -> pl.DataFrame:
 
 
 def test_autocast_casts_are_priced_on_the_device_as_the_bf16_programs_trace_runs_them():
-    """autocast's casts are copy kernels: the autocast variant adds each one's device time (`_cast_ns`) beside the
+    """autocast's casts are copy kernels: the autocast variant adds each one's device time (`cast_ns`) beside the
     GEMM that reads it (`Transform.gpu_add`). Checked against the same program's BF16 trace (collected3/gpt2_sdpa,
     another recording): its copy kernels of the same casts — the forward ones under an autocast op, and for each
     of them the gradient's `ToCopyBackward0` of as many elements — and its device time per step, which the fixed

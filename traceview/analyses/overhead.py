@@ -172,13 +172,8 @@ def backward_node_host_ns(trace: Trace) -> float:
         return eager_op_host_ns(trace)
     k = kernel_bound(trace).filter(pl.col("op").is_not_null())
     top = ancestor_ids(h, k["op"].cast(pl.UInt32), node, include_self=True)
-    k = k.select("category").with_columns(node=pl.Series(top)).filter(pl.col("node") >= 0)
-    one = k.group_by("node").agg(pl.len().alias("n"), pl.col("category").first())
-    one = one.filter((pl.col("n") == 1) & (pl.col("category") == "elementwise"))["node"]
-    if one.len() == 0:
-        return eager_op_host_ns(trace)
-    dur = by_id(h, one.cast(pl.UInt32), "dur")["dur"]
-    return float(dur.median() or 0.0) * (1.0 - host_share(trace))
+    got = _one_kernel_host_ns(trace, k.select("category", op=pl.Series(top)).filter(pl.col("op") >= 0))
+    return eager_op_host_ns(trace) if got is None else got
 
 
 @per_trace
@@ -187,9 +182,18 @@ def eager_op_host_ns(trace: Trace) -> float:
     median host time of such ops (`classify.kernel_bound`'s kernels), less the profiler's share of it
     (`host_share`: the fitted share at the trace's launch floor). The unit a fix's added host work is priced in;
     once per trace (the rules that price with it share it)."""
-    k = kernel_bound(trace).filter(pl.col("op").is_not_null())
+    got = _one_kernel_host_ns(trace, kernel_bound(trace).filter(pl.col("op").is_not_null()))
+    return got or 0.0
+
+
+def _one_kernel_host_ns(trace: Trace, k: pl.DataFrame) -> float | None:
+    """The median unprofiled host time of the host rows that launch exactly one kernel, an elementwise one: `k` is
+    the kernels' [op, category], `op` the host row each is charged to (the launching op, or the autograd node above
+    it); the rows' recorded durations less the profiler's share (`host_share`). None: no such row."""
     one = k.group_by("op").agg(pl.len().alias("n"), pl.col("category").first())
     one = one.filter((pl.col("n") == 1) & (pl.col("category") == "elementwise"))["op"]
+    if one.len() == 0:
+        return None
     dur = by_id(trace.host, one.cast(pl.UInt32), "dur")["dur"]
     return float(dur.median() or 0.0) * (1.0 - host_share(trace))
 
