@@ -40,8 +40,11 @@ inputs' width), never below `FUSED_FLOOR_NS`, on the run's first score GEMM (fil
 where it outlasts that one: a transform never lengthens a kernel); the other kernels take no time (nor the
 device's gap before each). The attention is
 more than the ops on the scores (traceview/analyses/attention.py, `attention_extension`): the copies
-`aten::matmul` makes of a transposed Q, K or V for the batched GEMM (a fused kernel reads them strided), and in
-the backward every autograd node of the attention's forward ops (found by their sequence numbers: the copy
+`aten::matmul` makes of a transposed Q, K or V for the batched GEMM (a fused kernel reads them strided), the
+forward's copies of the attention's own tensors around it (`relayout_copies`: the output put back in [B, N, H, d]
+for the heads' merge, `.transpose(1, 2).contiguous()`, which a fused kernel's output layout makes a view; K and V
+repeated to the query heads, `repeat_kv`, which `enable_gqa=True` does without — the fixed programs' own traces of
+HF BERT, GPT-2 and Llama on an H100 run none of them), and in the backward every autograd node of the attention's forward ops (found by their sequence numbers: the copy
 that makes the incoming gradient contiguous, the views' and expands' nodes) go too. On the host the fused call
 replaces the whole eager attention: the op of the run's first score GEMM stays, as the call (its dispatch,
 with its operand copies, costs about what SDPA's own call does), and its thread's time from the run's first op

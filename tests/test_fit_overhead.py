@@ -32,7 +32,8 @@ def test_only_a_trace_of_other_steps_or_no_steady_step_is_set_aside(every_run):
     """collected4/cnn_input_nw3's captured steps waited on input (traced 54 ms) where the steps the collector timed
     under the profiler took 19.6 ms (manifest.json): no profiler-cost model bridges that. gloo_straggler's ranks
     recorded one unprofiled step each, the first, which still warms up (steady_unprofiled_ms leaves it out
-    wherever there are more): no steady measurement to score against. Those are listed, not scored; every other
+    wherever there are more): no steady measurement to score against. ab_traced/train_syncs_item_b16_h100's capture
+    holds a stalled step (58.6 ms profiled, the others ~21). Those are listed, not scored; every other
     run's traced step is within the host-speed noise of its profiled CUDA-event step and has a step after the
     first."""
     aside = {(r["run"], r["rank"]): r["set_aside"] for r in every_run if r["set_aside"]}
@@ -42,7 +43,9 @@ def test_only_a_trace_of_other_steps_or_no_steady_step_is_set_aside(every_run):
         if p.parent.parent.name == "gloo_straggler" and len(json.loads(p.read_text())["unprofiled_step_ms"]) == 1
     }
     assert len(one_step) == 6
-    assert set(aside) == {("collected4/cnn_input_nw3", 0)} | one_step
+    # the H100 recording of the synthetic host-sync loop: one of its three profiled steps stalled (58.6 ms, the
+    # others 19.8 and 22.4), so its traced mean is not the steps the collector's median timed
+    assert set(aside) == {("collected4/cnn_input_nw3", 0), ("ab_traced/train_syncs_item_b16_h100", 0)} | one_step
     assert all("one unprofiled step" in aside[k] for k in one_step)
     man = json.loads((SAMPLES / "collected4/cnn_input_nw3/manifest.json").read_text())
     (r,) = [r for r in every_run if (r["run"], r["rank"]) == ("collected4/cnn_input_nw3", 0)]

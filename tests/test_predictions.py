@@ -32,17 +32,17 @@ _spec.loader.exec_module(P)
 
 #: (set, problem, fixed) -> the measured miss (predicted vs measured ms): xfail(strict); docs/predictions.md says why
 MISSES = {  # fmt: skip
-    ("collected3", "gpt2_eager_attn", "gpt2_sdpa"): "4.479 predicted vs 11.995 ms measured (-63%): the eager recording's host is slower on ops the fix does not touch; one process (A/B) measures 7.41 ms, the trace's own process (ab_traced) 8.11 ms, predicted 6.82 there",
-    ("collected3", "resnet18_fp32", "resnet18_bf16_cl"): "1.640 predicted vs 2.430 ms measured (-33%): two processes; one process (A/B) measures 7.18 ms, the trace's own process (ab_traced) 4.79 ms, predicted 4.83 there",
+    ("collected3", "gpt2_eager_attn", "gpt2_sdpa"): "4.923 predicted vs 11.995 ms measured (-59%): the eager recording's host is slower on ops the fix does not touch; one process (A/B) measures 7.41 ms, the trace's own process (ab_traced) 8.11 ms, predicted 6.82 there",
+    ("collected3", "resnet18_fp32", "resnet18_bf16_cl"): "1.379 predicted vs 2.430 ms measured (-43%): two processes; one process (A/B) measures 7.18 ms, the trace's own process (ab_traced) 4.79 ms, predicted 4.83 there",
     ("collected3", "gpt2_sdpa_single", "gpt2_sdpa"): "4.791 predicted vs 8.895 ms measured (-46%): the foreach twin's untouched forward/backward ops ran 27% faster (another process); one process (A/B) measures 3.92 ms",
-    ("collected3", "gpt2_sdpa_item", "gpt2_sdpa_noitem"): "0.279 predicted vs 3.040 ms measured (-91%): the item run's host ran slower everywhere (metadata ops 1.36x); its syncs' waits replay at < 1 ms at any host speed (test_host_sync_twins.py)",
+    ("collected3", "gpt2_sdpa_item", "gpt2_sdpa_noitem"): "0.406 predicted vs 3.040 ms measured (-87%): the item run's host ran slower everywhere (metadata ops 1.36x); its syncs' waits replay at < 1 ms at any host speed (test_host_sync_twins.py)",
     ("collected3", "adamw_l12_single", "adamw_l12_fused"): "2.548 predicted vs 3.698 ms measured (-31%): the fused twin's untouched forward/backward ops ran 21% faster (another process)",
     ("collected2", "elementwise_chain_eager", "elementwise_chain_compiled"): "0.386 predicted vs 0.305 ms measured (+27%): two processes; the compiled twin's loop ran 0.229 ms a step there against 0.158 in the trace's own process (ab_traced elementwise_128mib_eager, the same programs: 0.395 vs 0.376, +5%)",
     ("collected3", "elementwise_32mib_eager", "elementwise_32mib_compiled"): "0.099 predicted vs 0.059 ms measured (+66%): host-bound twins; the compiled call (Dynamo guards, wrapper, Triton launcher) traced 246 µs/step here against 127 µs for the same program in collected2 (measured 270 vs 229 µs), and the fix prices it as one eager op (docs/predictions.md)",
-    ("collected3", "train_syncs_item_b16", "train_syncs_deferred_b16"): "0.040 predicted vs 2.418 ms measured (-98%): the item run's host ran slower everywhere (metadata ops 1.10x; at batch 32 0.62x, and the deferred twin measured 2.1 ms slower); the waits replay at < 0.2 ms at any host speed",
-    ("collected4", "input_workers_nw2", "input_workers_nw10"): "8.448 predicted vs 5.616 ms measured (+50%): the problem run's main thread ran its forward ops ~35% faster than every other run of the program (aten::linear median 32 vs 48-58 us, incl. collected5's nw0 with no worker processes); the priced loop is that fast host's",
+    ("collected3", "train_syncs_item_b16", "train_syncs_deferred_b16"): "0.043 predicted vs 2.418 ms measured (-98%): the item run's host ran slower everywhere (metadata ops 1.10x; at batch 32 0.62x, and the deferred twin measured 2.1 ms slower); the waits replay at < 0.2 ms at any host speed",
+    ("collected4", "input_workers_nw2", "input_workers_nw10"): "8.869 predicted vs 5.616 ms measured (+58%): the problem run's main thread ran its forward ops ~35% faster than every other run of the program (aten::linear median 32 vs 48-58 us, incl. collected5's nw0 with no worker processes); the priced loop is that fast host's",
     ("collected5", "epilogue_bert_eager", "epilogue_bert_fused"): "0.086 predicted vs 1.476 ms measured (-94%): the fused twin's host ran 27% faster on every op the fix does not touch",
-    ("collected5", "h2d_resnet18_pageable", "h2d_resnet18_pinned"): "6.083 predicted vs 4.508 ms measured (+35%): the profiler slowed the pageable copy's host staging (6.3-6.8 GB/s traced vs the MLP twin's 8.2-8.6); at that rate the copy is 4.6 ms unprofiled and the rest 12.4 ms, the pinned twin's 12.45",
+    ("collected5", "h2d_resnet18_pageable", "h2d_resnet18_pinned"): "5.952 predicted vs 4.508 ms measured (+32%): the profiler slowed the pageable copy's host staging (6.3-6.8 GB/s traced vs the MLP twin's 8.2-8.6); at that rate the copy is 4.6 ms unprofiled and the rest 12.4 ms, the pinned twin's 12.45",
     ("collected5", "cpu_adamw_single", "cpu_adamw_foreach"): "cpu-op-overhead has no replay model (a CPU-only trace); 0.214 ms measured",
 }
 
@@ -63,19 +63,30 @@ MISSES_SAME_PROCESS = {  # fmt: skip
     ("ab_traced", "elementwise_8mib_eager", "elementwise_8mib_compiled"): "0.033 predicted vs 0.011 ms measured (+187%); the rounds in one process measured 0.000 to 0.019 ms; the fixed step replays at 0.097 ms against 0.114 measured: a saving of a tenth of the step",
     ("ab_traced", "mobilenet_graph", "mobilenet_cuda_graph"): "9.614 predicted vs 13.594 ms measured (-29%): the fixed step is right (3.15 replayed, 3.20 measured), the problem's rounds ran 16.79 ms where the traced run's unprofiled wait steps ran 12.76 in the same process (the host's speed drifts: the same loop against itself ran 24.4 vs 25.1 ms in rounds, 13.2-19.6 ms in fresh processes)",
     ("ab_traced", "bertp_compile", "bertp_compiled"): "6.917 predicted vs 10.710 ms measured (-35%); the rounds in one process measured 9.735 to 16.663 ms; a host-bound step (BERT at sequence 512, its GEMMs padded): Inductor also drops the host work of ops it does not fuse (views, transposes and the dispatch of the GEMMs it calls from its wrapper), which the chain fusion does not price",
-    ("ab_traced", "vit_fp32_b16", "vit_bf16_b16"): "21.357 predicted vs 14.724 ms measured (+45%); the rounds in one process measured 11.905 to 16.739 ms; held out (recorded after fp32-gemm's autocast variant was set): the BF16 step is host-bound (37.2 ms measured, its rounds 25.9-48.2 ms a step; 30.8 replayed) and the FP32 trace sits at the device's floor (52 ms unprofiled), which bounds its host time only from above",
-    ("ab_traced", "bert_fp32_tf32", "bert_tf32"): "46.253 predicted vs 37.277 ms measured (+24%); the rounds in one process measured 33.269 to 42.273 ms; held out (recorded after the TF32 variant priced misaligned GEMMs): the TF32 step is host-bound (33.9 ms measured, 25.2 replayed) and the FP32 trace, GPU-bound, bounds its host only from above: the same program's other recording (bert_fp32) replays its TF32 step at 31.6 ms",
-    ("ab_traced", "bert_eager_attn_s512", "bert_sdpa_s512"): "6.22 predicted vs 16.29 ms measured (-62%); the rounds in one process measured 14.79 to 16.31 ms; held out (HF BERT, a model the rule was not developed on): the trace was taken while the host ran slow — its wait steps drifted from 43.9 to 49.7-57.3 ms just before the capture (43.9 again after it and in the rounds), every host call took about 1.6x what the same model's SDPA trace shows (cudaLaunchKernel 9.0 vs 5.7 us), and the profiled step is 106 ms: the pricing, solved to that 49.7 ms, leaves a host of about 44 ms where the fixed step ran 27.7",
-    ("ab_traced", "vit_fp32_b32", "vit_bf16_b32"): "68.49 predicted vs 49.85 ms measured (+37%); the rounds in one process measured 46.95 to 52.60 ms; held out (recorded after the queue-slot waits): the BF16 step is host-bound in its rounds at 45.7 ms, where the same program ran 33.2 ms a step unprofiled in another process that day (a BF16 trace, 32.3 replayed from it) and the FP32 trace predicts 27.6; at batch 16 and 64 the rounds ran 37.2 and 34.4",
-    ("ab_traced", "convnext_fp32_b32", "convnext_bf16_cl_b32"): "26.56 predicted vs 17.82 ms measured (+49%); the rounds in one process measured 15.19 to 27.20 ms; held out: the BF16 + channels_last step is host-bound in its rounds at 34.7 ms, where the same program at batch 64 (the same host work) ran 31.5 in its own process; the FP32 trace predicts 26.3",
-    ("ab_traced", "bert_eager_fp32_s512", "bert_sdpa_fp32_s512"): "1.538 predicted vs 3.191 ms measured (-52%); the rounds in one process measured 3.134 to 3.215 ms; held out (recorded after the causal share): the saving is the eager score kernels' 12.5 ms a step less the fused call's, priced at 11.0 ms (the FP32 median, 0.34 of peak, on 8 x 12 heads x 512 tokens, not causal); the measurement puts the fused call at ~9.3 ms (0.40), as the same program at batch 16 runs it (bert_fp32_s512's trace: 0.37 forward, 0.44 backward). A 15 % error in the fused time is a 50 % one in a saving of an eighth of it",
+    ("ab_traced", "vit_fp32_b16", "vit_bf16_b16"): "19.012 predicted vs 14.724 ms measured (+29%); the rounds in one process measured 11.905 to 16.739 ms; held out (recorded after fp32-gemm's autocast variant was set): the BF16 step is host-bound (37.2 ms measured, its rounds 25.9-48.2 ms a step; 30.8 replayed) and the FP32 trace sits at the device's floor (52 ms unprofiled), which bounds its host time only from above",
+    ("ab_traced", "bert_fp32_tf32", "bert_tf32"): "46.255 predicted vs 37.277 ms measured (+24%); the rounds in one process measured 33.269 to 42.273 ms; held out (recorded after the TF32 variant priced misaligned GEMMs): the TF32 step is host-bound (33.9 ms measured, 25.2 replayed) and the FP32 trace, GPU-bound, bounds its host only from above: the same program's other recording (bert_fp32) replays its TF32 step at 31.6 ms",
+    ("ab_traced", "bert_eager_attn_s512", "bert_sdpa_s512"): "6.570 predicted vs 16.291 ms measured (-60%); the rounds in one process measured 14.79 to 16.31 ms; held out (HF BERT, a model the rule was not developed on): the trace was taken while the host ran slow — its wait steps drifted from 43.9 to 49.7-57.3 ms just before the capture (43.9 again after it and in the rounds), every host call took about 1.6x what the same model's SDPA trace shows (cudaLaunchKernel 9.0 vs 5.7 us), and the profiled step is 106 ms: the pricing, solved to that 49.7 ms, leaves a host of about 44 ms where the fixed step ran 27.7",
+    ("ab_traced", "vit_fp32_b32", "vit_bf16_b32"): "65.950 predicted vs 49.854 ms measured (+32%); the rounds in one process measured 46.95 to 52.60 ms; held out (recorded after the queue-slot waits): the BF16 step is host-bound in its rounds at 45.7 ms, where the same program ran 33.2 ms a step unprofiled in another process that day (a BF16 trace, 32.3 replayed from it) and the FP32 trace predicts 27.6; at batch 16 and 64 the rounds ran 37.2 and 34.4",
+    ("ab_traced", "convnext_fp32_b32", "convnext_bf16_cl_b32"): "25.412 predicted vs 17.823 ms measured (+43%); the rounds in one process measured 15.19 to 27.20 ms; held out: the BF16 + channels_last step is host-bound in its rounds at 34.7 ms, where the same program at batch 64 (the same host work) ran 31.5 in its own process; the FP32 trace predicts 26.3",
+    ("ab_traced", "bert_eager_fp32_s512", "bert_sdpa_fp32_s512"): "1.684 predicted vs 3.191 ms measured (-47%); the rounds in one process measured 3.134 to 3.215 ms; held out (recorded after the causal share): the saving is the eager score kernels' 12.5 ms a step less the fused call's, priced at 11.0 ms (the FP32 median, 0.34 of peak, on 8 x 12 heads x 512 tokens, not causal); the measurement puts the fused call at ~9.3 ms (0.40), as the same program at batch 16 runs it (bert_fp32_s512's trace: 0.37 forward, 0.44 backward). A 15 % error in the fused time is a 50 % one in a saving of an eighth of it",
     ("ab_traced", "llama_single", "llama_fused"): "7.490 predicted vs 12.720 ms measured (-41%); the rounds in one process measured 6.482 to 18.282 ms; held out (HF Llama, a model no earlier twin ran): the captured steps ran on a slow, noisy host (67.9-99.1 ms a step traced); outside the optimizer's update loop they took 67.3 ms a step against 53.5 in the capture of the fixed program itself (llama_ctl), so the pricing, solved to the measured 45.35 ms, leaves a fixed step of 37.8 where that program replays at 31.5 and measured 30.2",
     ("ab_traced", "llama_single_r8", "llama_fused"): "7.395 predicted vs 10.342 ms measured (-28%); the rounds in one process measured 2.5 to 13.9 ms; held out (unseen_more, 2026-12-05): the problem's rounds ran 48.97 ms a step where the traced run's wait steps ran 41.49 (-15 %), and the fix brought the step to 41.87: anchored to the rounds' step (--unprofiled-ms) it predicts 8.70 (-16 %)",
-    ("ab_traced", "llama_eager_attn_r8", "llama_sdpa"): "4.194 predicted vs 6.546 ms measured (-36%); the rounds in one process measured 2.7 to 20.4 ms; held out (unseen_more, 2026-12-05): eight rounds, their median 6.5 with one round at 20.4; anchored to the rounds' step the same 4.20",
+    ("ab_traced", "llama_eager_attn_r8", "llama_sdpa"): "5.071 predicted vs 6.546 ms measured (-23%); the rounds in one process measured 2.7 to 20.4 ms; held out (unseen_more, 2026-12-05): eight rounds, their median 6.5 with one round at 20.4; anchored to the rounds' step the same 4.20",
     ("ab_traced", "resnet50_empty_cache", "resnet50_ref"): "9.105 predicted vs 20.795 ms measured (-56%); the rounds in one process measured 17.2 to 22.0 ms; held out (unseen2, 2026-12-05): the trace's cudaMalloc / cudaFree take 14.2 ms a step as recorded (64 and 60 calls), the replay removes them scaled by the profiler's host share, and the fix saves more than the calls' whole recorded time in the rounds: the re-reservation costs more than its driver calls show",
-    ("ab_traced", "bert_eager_attn_s256", "bert_sdpa_s256"): "3.846 predicted vs 6.765 ms measured (-43%); the rounds in one process measured 2.9 to 10.9 ms; held out (unseen2, 2026-12-05): HF BERT's eager attention again (as at 512 tokens): the replay keeps the step host-bound after the fix at 27.5 ms where the fixed step ran 26.6; anchored to the rounds' step 3.99 (-41 %)",
-    ("ab_traced", "bert_eager_attn_s512_r2", "bert_sdpa_s512"): "6.356 predicted vs 8.153 ms measured (-22%); the rounds in one process measured 6.4 to 15.4 ms; the same program as bert_eager_attn_s512 recorded again in a new process (repeat2): its fix measured 8.15 ms where the first process measured 16.29 (fixed step 39.6 against 27.7 ms), predicted 6.36 and 6.22 from the two traces: the host's speed, not the model, moved that twin; the step after the fix is predicted within 5.2 %",
+    ("ab_traced", "bert_eager_attn_s256", "bert_sdpa_s256"): "4.024 predicted vs 6.765 ms measured (-41%); the rounds in one process measured 2.9 to 10.9 ms; held out (unseen2, 2026-12-05): HF BERT's eager attention again (as at 512 tokens): the replay keeps the step host-bound after the fix at 27.5 ms where the fixed step ran 26.6; anchored to the rounds' step 3.99 (-41 %)",
     ("ab_traced", "resnet50_empty_cache_r2", "resnet50_ref"): "8.078 predicted vs 19.871 ms measured (-59%); the rounds in one process measured 8.6 to 24.9 ms; resnet50_empty_cache recorded again (repeat2): the miss reproduces, so it is the model's: the problem's trace runs every host op about 2.3x slower than the fixed program's own trace in a clean process (cudaLaunchKernel 10.4 against 6.0 us a call, aten::empty 6.8 against 3.2 us), and the fixed program timed in the twin's rounds ran 28.7 ms a step against 19.2 in its own process: the churn slows the whole process's host, which the replay, removing only the driver calls, does not price",
+    # Held out on an H100 (2026-12-05, scored as it came): the H200 misses' causes again, and two new ones
+    ("ab_traced", "resnet18_fp32_h100", "resnet18_bf16_cl_h100"): "0.000 predicted vs 2.264 ms measured (-100%); the rounds in one process measured 1.4 to 2.8 ms; held out on an H100 (2026-12-05, scored as it came): the FP32 step sits at the device's own chain (14.25 ms of kernels, 14.77 unprofiled), which bounds its unprofiled host only from above; at the fitted share the BF16 + channels_last step replays host-bound at 14.95 ms where it ran 12.52 (the same twin on the H200: 4.83 predicted, 4.79 measured)",
+    ("ab_traced", "gpt2_sdpa_single_f_h100", "gpt2_sdpa_fused_h100"): "3.896 predicted vs 5.662 ms measured (-31%); the rounds in one process measured 2.5 to 7.7 ms; held out on an H100 (2026-12-05, scored as it came): a host-bound optimizer step whose rounds spread by 5 ms",
+    ("ab_traced", "bert_eager_attn_s512_h100", "bert_sdpa_s512_h100"): "15.222 predicted vs 9.942 ms measured (+53%); the rounds in one process measured 6.6 to 18.2 ms; held out on an H100 (2026-12-05, scored as it came): over where the H200's two recordings of this twin were under (-62 %, -22 %): the host's speed between the trace and the rounds",
+    ("ab_traced", "gpt2_sdpa_empty_cache_h100", "gpt2_sdpa_ref_h100"): "6.094 predicted vs 12.297 ms measured (-50%); the rounds in one process measured 12.0 to 13.8 ms; held out on an H100 (2026-12-05, scored as it came): as ResNet-50's empty_cache twins: the churn slows the whole process's host, the replay removes only the allocator's driver calls",
+    ("ab_traced", "mobilenet_graph_h100", "mobilenet_cuda_graph_h100"): "17.363 predicted vs 22.078 ms measured (-21%); the rounds in one process measured 19.3 to 24.0 ms; held out on an H100 (2026-12-05, scored as it came): the problem's rounds ran 25.3 ms a step against 20.9 in the traced run's wait steps (the host's drift; anchored to the rounds' step: -9 %), the step after the fix within 2 %",
+    ("ab_traced", "gpt2_eager_attn_h100", "gpt2_sdpa_h100"): "5.678 predicted vs 7.141 ms measured (-20%); the rounds in one process measured 6.1 to 8.4 ms; held out on an H100 (2026-12-05, scored as it came): the step after the fix within 4 %",
+    ("ab_traced", "llama_eager_attn_h100", "llama_sdpa_h100"): "6.939 predicted vs 21.971 ms measured (-68%); the rounds in one process measured 18.1 to 26.9 ms; held out on an H100 (2026-12-05, scored as it came): the fixed program's own trace (llama_eager_attn_h100_fixed) runs 23.0 ms of kernels a step and the step ran 25.6 in the rounds; the problem's unprofiled step, 42.8 ms, sits 3 % above the device's own chain (41.6), the solve takes that excess as host time, and the replay keeps the fixed step host-bound at 36.4",
+    ("ab_traced", "bert_fp32_h100", "bert_bf16_h100"): "49.044 predicted vs 28.688 ms measured (+71%); the rounds in one process measured 25.9 to 30.0 ms; held out on an H100 (2026-12-05, scored as it came): the FP32 step is at the device's own chain (73.6 ms), which bounds its host only from above; the BF16 step ran host-bound at 44.5 ms in the rounds (31.3 in the H200's twin), replayed at 24.9",
+    ("ab_traced", "convnext_fp32_b32_h100", "convnext_bf16_cl_b32_h100"): "19.610 predicted vs 15.897 ms measured (+23%); the rounds in one process measured 8.2 to 28.0 ms; held out on an H100 (2026-12-05, scored as it came): as on the H200 (+43 %), the BF16 + channels_last step ran host-bound in the rounds (38.5 ms) above what the FP32 trace at the device's floor prices",
+    ("ab_traced", "resnet50_empty_cache_h100", "resnet50_ref_h100"): "5.322 predicted vs 12.138 ms measured (-56%); the rounds in one process measured 6.7 to 22.3 ms; held out on an H100 (2026-12-05, scored as it came): the H200's miss reproduces on another GPU (-56 %, -59 % there): the churn slows the whole process's host, the replay removes only the allocator's driver calls",
+    ("ab_traced", "gpt2_sdpa_item_h100", "gpt2_sdpa_noitem_h100"): "0.829 predicted vs 3.280 ms measured (-75%); the rounds in one process measured 1.7 to 4.6 ms; held out on an H100 (2026-12-05, scored as it came): the H200's twin of it is unresolved by its rounds (-0.7 to 5.0 ms) and its two-process twin a miss (-87 %); the replay's bound at any host speed is below 1 ms",
     ("ab_traced", "effnet_graph", "effnet_cuda_graph"): "1.649 predicted vs 0.329 ms measured (+402%), at info (2.8 % of the step); a device-bound step (33.5 ms of kernels in a CUDA graph, 33.9 eager) whose host time the measurement does not fix",
 }
 
@@ -110,7 +121,7 @@ def test_same_process_labels_are_current():
     for t in labels["twins"]:  # the saving is the median of the rounds' differences, as ab_twin.py measures it
         r = sorted(t["per_round_saving_ms"])
         assert min(r) <= t["measured_fix_saving_ms"] <= max(r)
-    assert len(SAME_PROCESS) == 55 and set(MISSES_SAME_PROCESS) <= {(t["set"], t["problem"], t["fixed"]) for t in SAME_PROCESS}
+    assert len(SAME_PROCESS) == 75 and set(MISSES_SAME_PROCESS) <= {(t["set"], t["problem"], t["fixed"]) for t in SAME_PROCESS}
 
 
 def _bar(anchored: bool) -> list[bool]:
@@ -125,17 +136,21 @@ def _bar(anchored: bool) -> list[bool]:
                if anchored and t["set"] == "ab_traced" else predicted(t["set"], t["problem"], t["rule"], t.get("variant")),
                t["measured_ms"]) for t in once]
     hits = [abs(p / m - 1) <= P.BAND for p, m in scored if p is not None]
-    assert len(hits) == 84
+    assert len(hits) == 104
     return hits
 
 
-@pytest.mark.xfail(strict=True, reason="64 of 84 (76 %) since the held-out twins of 2026-12-05 (unseen2, unseen_more, "
-                   "repeat2), scored as they came: 3 of their 9 resolved savings within ±20 %; docs/predictions.md")
+@pytest.mark.xfail(strict=True, reason="74 of 104 (71 %) since the H100 twins of 2026-12-05 (h100_a, h100_b, h100_c), "
+                   "held out on another GPU and scored as they came: 9 of their 20 resolved savings within ±20 %; "
+                   "docs/predictions.md")
 def test_the_issue_bar():
     hits = _bar(anchored=False)
     assert sum(hits) >= 0.8 * len(hits)
 
 
+@pytest.mark.xfail(strict=True, reason="79 of 104 (76 %) since the H100 twins of 2026-12-05: anchored to the rounds' "
+                   "problem step, the H100 misses that remain are device-bound problem steps whose host speed the "
+                   "measurement does not fix, and the allocator churn (docs/predictions.md)")
 def test_the_issue_bar_anchored_to_the_rounds():
     # the saving is measured on the rounds' host; the traced run's wait steps ran up to 24 % apart from it on
     # host-bound steps (tools/predictions.py, anchored_table): solved to the rounds' own problem step, the bar holds
@@ -154,7 +169,9 @@ def test_unresolved_twins_are_the_ones_their_rounds_cannot_resolve():
 
     assert {t["problem"] for t in UNRESOLVED} == {"gpt2_sdpa_item", "train_syncs_item_b16", "epilogue_bert_eager",
                                                    "gpt2_vocab_padded", "bert_eager_attn_s128", "llama_eager_attn",
-                                                   "llama_ctl", "llama_item"}
+                                                   "llama_ctl", "llama_item", "gpt2_vocab_h100",
+                                                   "train_syncs_item_b16_h100", "epilogue_bert_eager_h100",
+                                                   "effnet_graph_h100"}
     for t in UNRESOLVED:
         assert iqr(t["rounds"]) > t["measured_ms"] > 0
     for t in SAME_PROCESS:
@@ -330,7 +347,15 @@ PRECISION = [t for t in P.twins() if t["set"] == "ab_traced" and (
     ("fp32-gemm" in t["rule"] and t["variant"] == "autocast") or "fp32-conv" in t["rule"])]
 
 
-@pytest.mark.parametrize("t", PRECISION, ids=[t["problem"] for t in PRECISION])
+#: held out on an H100: the FP32 step at the device's own chain leaves the host's unprofiled speed open; at the fitted
+#: share the fix replays 0.1 ms slower where every round measured it 1.4-2.8 ms faster (MISSES_SAME_PROCESS)
+SLOWER_MISSES = {"resnet18_fp32_h100": "replayed 0.097 ms slower, measured 1.4 to 2.8 ms faster in every round: the host "
+                                       "speed a device-bound FP32 step leaves open"}
+
+
+@pytest.mark.parametrize("t", [pytest.param(t, marks=[pytest.mark.xfail(strict=True, reason=SLOWER_MISSES[t["problem"]])]
+                                            if t["problem"] in SLOWER_MISSES else []) for t in PRECISION],
+                         ids=[t["problem"] for t in PRECISION])
 def test_a_precision_fix_measured_slower_is_replayed_slower(t):
     """Autocast adds casts (an eager op each, an autograd node each gradient's): on a step the host sets, the BF16 program runs slower. The replay of
     the twin's fix lengthens the step exactly where the rounds measured it slower (BERT, GPT-2 and ViT at batch 1,
@@ -355,7 +380,7 @@ def test_a_precision_fix_measured_slower_is_replayed_slower(t):
         assert slower == 0.0
     if t["measured_ms"] < 0:  # the median round slower (a round or two may straddle zero on a host-bound step)
         assert slower > 0.0
-    assert len(PRECISION) == 20 and sum(x["measured_ms"] < 0 for x in PRECISION) == 7
+    assert len(PRECISION) == 26 and sum(x["measured_ms"] < 0 for x in PRECISION) == 7
 
 
 def test_the_rules_say_when_their_fix_would_cost_time():

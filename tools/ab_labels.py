@@ -160,6 +160,20 @@ TWINS: dict[str, tuple[str, str, str | None, str | None]] = {
     "h2d_resnet18_pageable_h100": ("h2d_resnet18_pinned_h100", "pageable-memcpy", None, None),
     "small_batch_c4_graph_h100": ("small_batch_c128_graph_h100", "small-grid", None, None),
     "mobilenet_graph_h100": ("mobilenet_cuda_graph_h100", "launch-bound", None, None),
+    # `h100_c` (recorded in the same H100 session, after h100_a/b): the other twins the H200 sets missed or barely
+    # resolved, each on the H100 once, scored as they came (every rule's real-model misses, and their neighbours)
+    "gpt2_eager_attn_h100": ("gpt2_sdpa_h100", "materialized-attention", None, None),
+    "bert_eager_attn_s256_h100": ("bert_sdpa_s256_h100", "materialized-attention", None, None),
+    "llama_eager_attn_h100": ("llama_sdpa_h100", "materialized-attention", None, None),
+    "bert_fp32_h100": ("bert_bf16_h100", "fp32-gemm", "autocast", None),
+    "vit_fp32_b32_h100": ("vit_bf16_b32_h100", "fp32-gemm+fp32-conv", "autocast", None),
+    "convnext_fp32_b32_h100": ("convnext_bf16_cl_b32_h100", "fp32-gemm+fp32-conv", "autocast", None),
+    "resnet50_empty_cache_h100": ("resnet50_ref_h100", "allocator-churn", None, None),
+    "adamw_l12_single_h100": ("adamw_l12_fused_h100", "unfused-optimizer", "fused", None),
+    "train_syncs_item_b16_h100": ("train_syncs_deferred_b16_h100", "host-sync", None, None),
+    "gpt2_sdpa_item_h100": ("gpt2_sdpa_noitem_h100", "host-sync", None, None),
+    "epilogue_bert_eager_h100": ("epilogue_bert_fused_h100", "gemm-epilogue", None, None),
+    "effnet_graph_h100": ("effnet_cuda_graph_h100", "launch-bound", None, None),
 }
 #: twins whose fix changes nothing by construction (the same program on both sides): a control, never scored
 CONTROLS = {"gpt2_vocab_padded", "llama_ctl"}
@@ -245,7 +259,10 @@ def build() -> tuple[dict, str]:
             "later groups as their comments in tools/ab_labels.py say (each recorded after the model change it tests): FP32 "
             "eager attention -> SDPA on GPT-2 and BERT at 512 tokens and FP32 -> BF16 on GPT-2 at 256 x 32 after the causal "
             "share (`causal_heldout`); FP32 -> BF16 on batch-1 steps, host-bound both ways, negative controls (`autocast_host`); HF Llama and "
-            "torchvision's Swin-T, models no earlier group ran (`unseen`).",
+            "torchvision's Swin-T, models no earlier group ran (`unseen`). Runs named `*_h100` were recorded on an H100 SXM "
+            "(`h100_a`, `h100_b`, `h100_c`: twins of the H200 groups on another GPU, held out, scored as they came); "
+            "`*_h100_fixed` folders hold the fixed program of that twin traced alone in a process of its own "
+            "(`h100_fixed`): no rounds, not scored, a trace of what the fix's transform predicts.",
             "",
             "| problem → fixed | rule | problem ms | fixed ms | saving ms | per-round saving ms |",
             "|---|---|---:|---:|---:|---|",

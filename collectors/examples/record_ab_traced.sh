@@ -5,7 +5,7 @@
 # Usage (repo root, on a CUDA machine): collectors/examples/record_ab_traced.sh OUT_DIR [GROUP...]
 #   GROUP: real | synth | loader | heldout | ddp | fixes | aligned | aligned_heldout | fused | compile_call | item |
 #   autocast_heldout | tf32_heldout | attn_heldout | queue_heldout | attn_flops_heldout | causal_heldout |
-#   autocast_host | unseen | unseen_more | unseen2 | repeat2 | h100_a | h100_b
+#   autocast_host | unseen | unseen_more | unseen2 | repeat2 | h100_a | h100_b | h100_c | h100_fixed
 #   (default: all but item, repeat2 and the h100 groups, which re-record earlier runs). Runs land in OUT_DIR/ab_traced/<problem>/, AB_RESULT lines on stdout.
 set -u
 OUTD=${1:-/tmp/tv_ab_traced}
@@ -251,6 +251,45 @@ h100_a|h100_b)  # held out on another GPU (2026-12-05, an H100 SXM: 3.35 TB/s of
     ab mobilenet_graph_h100 "real_models --model mobilenet_v3_small --batch 8" \
       "real_models --model mobilenet_v3_small --batch 8 --cuda-graph"
   fi
+  ;;
+h100_c)  # the same H100 session after h100_a/b (2026-12-05): the other twins the H200 sets missed or barely resolved,
+  # each once on the H100, scored as they came
+  ab gpt2_eager_attn_h100 "real_models --model gpt2 --attn eager --amp" "$G2"
+  BA6="real_models --model bert --layers 6 --d 768 --heads 12 --seq 256 --batch 16 --amp"
+  ab bert_eager_attn_s256_h100 "$BA6 --attn eager" "$BA6"
+  L="real_models --model llama --layers 8 --d 1024 --heads 16 --kv-heads 4 --seq 1024 --batch 4 --amp"
+  ab llama_eager_attn_h100 "$L --attn eager" "$L"
+  BERT="real_models --model bert --layers 12 --d 768 --heads 12 --seq 128 --batch 32"
+  ab bert_fp32_h100 "$BERT" "$BERT --amp"
+  ab vit_fp32_b32_h100 "real_models --model vit_b_16 --batch 32" "real_models --model vit_b_16 --batch 32 --amp"
+  ab convnext_fp32_b32_h100 "real_models --model convnext_tiny --batch 32" \
+    "real_models --model convnext_tiny --batch 32 --amp --channels-last"
+  R50="real_models --model resnet50 --batch 32 --amp --channels-last"
+  ab resnet50_empty_cache_h100 "$R50 --empty-cache" "$R50"
+  ab adamw_l12_single_h100 "optimizer_step --impl single --layers 12 --d 512" "optimizer_step --impl fused --layers 12 --d 512"
+  ab train_syncs_item_b16_h100 "train_syncs --batch 16" "train_syncs --deferred --batch 16"
+  ab gpt2_sdpa_item_h100 "$G2 --sync-item --batch 2 --seq 256" "$G2 --batch 2 --seq 256"
+  ab epilogue_bert_eager_h100 "gemm_epilogue --model bert --fix none" "gemm_epilogue --model bert --fix fused"
+  ab effnet_graph_h100 "real_models --model efficientnet_b0 --batch 64" \
+    "real_models --model efficientnet_b0 --batch 64 --cuda-graph"
+  ;;
+h100_fixed)  # the fixed programs of eight H100 twins traced alone, each in a process of its own (<twin>_fixed/; what
+  # TRACE_FIXED=1 records beside a twin): not for their timing, to check a fix's transform against the program it
+  # predicts
+  F="$PY -m collectors.examples.real_models"
+  run gpt2_fp32_h100_fixed $C --name gpt2_fp32_h100_fixed -- $F --model gpt2 --attn sdpa --amp
+  run vit_fp32_b16_h100_fixed $C --name vit_fp32_b16_h100_fixed -- $F --model vit_b_16 --batch 16 --amp
+  run vit_fp32_b32_h100_fixed $C --name vit_fp32_b32_h100_fixed -- $F --model vit_b_16 --batch 32 --amp
+  run convnext_fp32_b32_h100_fixed $C --name convnext_fp32_b32_h100_fixed -- $F --model convnext_tiny --batch 32 --amp \
+    --channels-last
+  run bert_eager_attn_s512_h100_fixed $C --name bert_eager_attn_s512_h100_fixed -- $F --model bert --layers 12 --d 768 \
+    --heads 12 --amp --vocab 30528 --seq 512 --batch 16
+  run bert_eager_attn_s256_h100_fixed $C --name bert_eager_attn_s256_h100_fixed -- $F --model bert --layers 6 --d 768 \
+    --heads 12 --seq 256 --batch 16 --amp
+  run llama_eager_attn_h100_fixed $C --name llama_eager_attn_h100_fixed -- $F --model llama --layers 8 --d 1024 \
+    --heads 16 --kv-heads 4 --seq 1024 --batch 4 --amp
+  run resnet50_empty_cache_h100_fixed $C --name resnet50_empty_cache_h100_fixed -- $F --model resnet50 --batch 32 --amp \
+    --channels-last
   ;;
 compile_call)  # the compiled call's own host cost: elementwise chains small enough that it decides the step
   run elementwise_8mib_eager $C --name elementwise_8mib_eager -- $AB "elementwise_chain --mib 8" \

@@ -95,6 +95,11 @@ EXPECTED |= {(f"ab_traced/{r}", "fp32-gemm") for r in ("gpt2_eager_fp32_s1024", 
 # FP32 GEMMs are reported at info (nothing saved on a host-bound step); BERT's and GPT-2's too short to report at all
 EXPECTED |= {("ab_traced/vit_fp32_tiny", "fp32-gemm"), ("ab_traced/swin_fp32", "fp32-gemm"),
              ("ab_traced/swin_fp32_tf32", "fp32-gemm")}  # (Swin-T FP32 again: TF32 measured slower too)
+# the H100 twins (`*_h100`) fire what their H200 recordings fire: the 12-layer ReLU MLP's and ConvNeXt's activation
+# epilogues (as adamw_l12_single and convnext_fp32_b32 above), and ConvNeXt's in its BF16 program too (Linear -> GELU
+# still two kernels in eager BF16); Llama's SiLU epilogue (its MLP's gate projection) at info, 1.9 % of the step
+EXPECTED |= {(f"ab_traced/{r}", "gemm-epilogue") for r in ("adamw_l12_single_h100", "convnext_fp32_b32_h100",
+                                                         "convnext_fp32_b32_h100_fixed", "llama_single_b16_h100")}
 
 
 def _traces() -> list[str]:

@@ -209,6 +209,50 @@ def score_ops(trace: Trace) -> pl.DataFrame:
     return got.select(*_SCHEMA)
 
 
+def relayout_copies(trace: Trace, got: pl.DataFrame) -> pl.Series:
+    """The launching ops of the copies an eager attention makes of its own tensors in the forward, outside its
+    batched matmuls (op ids, from `got`: score_ops' rows [op, score, softmax]): its output put back in [B, N, H, d]
+    for the heads' merge (`.transpose(1, 2).contiguous()`, or a `reshape` that copies: Hugging Face's BERT, GPT-2
+    and Llama), and K and V repeated from H_kv to the H query heads ([B, H_kv, n_rep, N, d], Hugging Face's
+    `repeat_kv`). A fused kernel writes its output in the layout that transpose makes contiguous and takes the
+    grouped heads as they are (`enable_gqa=True`): neither copy runs (the fixed programs' own traces of BERT, GPT-2
+    and Llama run none of them). Read from the score shapes [B, H, N_q, N_kv] of the softmax ops; a copy inside an
+    autograd node (the backward's, which depends on how the projections laid Q, K and V out) is not counted."""
+    h = trace.host
+    empty = pl.Series("op", [], pl.UInt32)
+    sm = got.filter(pl.col("score") & pl.col("softmax"))
+    if sm.height == 0 or not {"input_dims", "input_type", "fwd_tid"} <= set(h.columns):
+        return empty
+    scores = set()
+    for d, t in by_id(h, sm["op"], "input_dims", "input_type").unique().iter_rows():
+        ts = decode(d, t)
+        if ts and len(ts[0][0]) == 4:
+            scores.add(tuple(ts[0][0]))
+    cand = by_id(h, got.filter(~pl.col("score"))["op"], pl.col("i").alias("op"), "name", "input_dims", "input_type")
+    cand = cand.filter(pl.col("name") == "aten::copy_")
+    if not scores or cand.height == 0:
+        return empty
+
+    def relayout(shape: list[int]) -> bool:
+        for b, heads, nq, nkv in scores:
+            if len(shape) == 4 and shape[:3] == [b, nq, heads]:  # the output, [B, N_q, H, d]
+                return True
+            if (len(shape) == 5 and shape[0] == b and shape[3] == nkv and 1 < shape[2]
+                    and shape[1] * shape[2] == heads):  # K or V repeated to the query heads
+                return True
+        return False
+
+    hit = [(d, t) for d, t in cand.select("input_dims", "input_type").unique().iter_rows()
+           if (ts := decode(d, t)) and relayout(list(ts[0][0]))]  # distinct shapes: a few dozen
+    if not hit:
+        return empty
+    keys = pl.DataFrame(hit, schema={"input_dims": cand["input_dims"].dtype, "input_type": cand["input_type"].dtype},
+                        orient="row")
+    ops = cand.join(keys, on=["input_dims", "input_type"], how="semi", nulls_equal=True)["op"]
+    backward = ancestor_ids(h, ops, (h["fwd_tid"].fill_null(0) > 0).to_numpy(), include_self=True) >= 0
+    return ops.filter(pl.Series(~backward)).cast(pl.UInt32)
+
+
 def attention_extension(trace: Trace, got: pl.DataFrame) -> pl.Series:
     """The launching ops of the eager attention that touch no score tensor (op ids, from `got`: score_ops' rows
     [op, score, gemm]): work a fused kernel does not run, found from the call tree rather than from shapes.
@@ -235,7 +279,7 @@ def attention_extension(trace: Trace, got: pl.DataFrame) -> pl.Series:
     w = ancestor_ids(h, gemms, wrapper)
     wrappers = np.unique(w[w >= 0])
     lw = ancestor_ids(h, launching, wrapper)
-    under = launching.filter(pl.Series(np.isin(lw, wrappers) & (lw >= 0)))
+    under = pl.concat([launching.filter(pl.Series(np.isin(lw, wrappers) & (lw >= 0))), relayout_copies(trace, got)])
     inside = pl.concat([score, under]).unique()
     # the forward ops of the attention: those with a sequence number in the subtree of an exclusive top
     tops = exclusive_tops(trace, inside, inside)
