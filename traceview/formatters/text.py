@@ -110,8 +110,10 @@ def projection(p: dict | None, con: Console) -> None:
         line += f", {_ms(unp)} ms unprofiled (replayed)"
     if allf is not None:
         line += f" → {_ms(allf)} ms with every fix"
-    parts = [f"{f.get('code') or f.get('rule')} −{_ms(f.get('savings_us'))} ms/step" for f in p["fixes"][:4]
-             if f.get("savings_us")]
+    parts = [f"{f.get('code') or f.get('rule')} −{_ms(f.get('savings_us'))} ms/step"
+             + (f" (host-bound after it: up to −{_ms(f['if_host_keeps_up_us'])} if the host keeps up, less on a slower "
+                "one)" if f.get("if_host_keeps_up_us") else "")
+             for f in p["fixes"][:4] if f.get("savings_us")]
     if parts:
         line += " (save, each alone: " + ", ".join(parts) + ")"
     con.print(Text(line))

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from ..analyses.fixes import per_step_us, pricing_transform, transforms
+from ..analyses.fixes import if_host_keeps_up_us, per_step_us, pricing_transform, transforms
 from ..analyses.replay import replay
 from ..options import Options
 from ..ruleapi import RuleContext
@@ -22,7 +22,7 @@ from .section import Section
 SECTION = Section(
     keys=('projection',), computes="the average step projected with each rule's findings fixed, and with all",
     json_type='object\\|null', text='header', app_page='overview',
-    json_doc="the step replayed with each rule's fix, with all of them together and with a chosen set (docs/replay.md; nothing is added up): `step_us` (measured average analysed step), `unprofiled_step_us` (the profiling estimate, else the collector's measured step; null otherwise), `unprofiled_source` (`estimate`/`measured`/`user` (`--unprofiled-ms`)/null), `replayed_unprofiled_step_us` (the replay with the profiler's cost removed, solved to the collector's measured unprofiled step where there is one), `fixes` [{`rule`, `code`, `model` (`replay`, or null when the rule's fix cannot be replayed), `savings_us` (per step, unprofiled terms: the same number as its findings' savings together; a fix whose time a larger fix saves too reports what is left after it, with `alone_savings_us` and `after`), `traced_savings_us`, `step_us`}] sorted by savings, `all_fixed_step_us`, `all_fixed_unprofiled_step_us` (one replay with every fix), `what_if` (`--what-if RULES`, a rule's fix variant as `NAME:VARIANT`: {`fixes`, `step_us`, `fixed_step_us`, `savings_us`, `unknown`, `without_model`, `nothing_to_fix`}, else null). Ready for a waterfall chart",
+    json_doc="the step replayed with each rule's fix, with all of them together and with a chosen set (docs/replay.md; nothing is added up): `step_us` (measured average analysed step), `unprofiled_step_us` (the profiling estimate, else the collector's measured step; null otherwise), `unprofiled_source` (`estimate`/`measured`/`user` (`--unprofiled-ms`)/null), `replayed_unprofiled_step_us` (the replay with the profiler's cost removed, solved to the collector's measured unprofiled step where there is one), `fixes` [{`rule`, `code`, `model` (`replay`, or null when the rule's fix cannot be replayed), `savings_us` (per step, unprofiled terms: the same number as its findings' savings together; a fix whose time a larger fix saves too reports what is left after it, with `alone_savings_us` and `after`), `traced_savings_us`, `step_us`, and on a step the device holds (GPU busy >= 90 % of it) where the fix leaves the replay host-bound, `if_host_keeps_up_us` (the fix's saving with the host as fast as the profiler model allows: the trace does not show the host's unprofiled speed, so `savings_us` is the fitted profiler cost's host; a faster host saves up to this, a slower one less)}] sorted by savings, `all_fixed_step_us`, `all_fixed_unprofiled_step_us` (one replay with every fix), `what_if` (`--what-if RULES`, a rule's fix variant as `NAME:VARIANT`: {`fixes`, `step_us`, `fixed_step_us`, `savings_us`, `unknown`, `without_model`, `nothing_to_fix`}, else null). Ready for a waterfall chart",
 )
 
 
@@ -69,6 +69,14 @@ def projection_section(ctx: RuleContext | None, findings: list[dict], profiling:
                       "step_us": round(b_us - us, 3)})
         if rule in rest:
             fixes[-1].update(alone_savings_us=round(s["unprofiled_us"], 3), after=rest[rule]["after"])
+    # on a step the device holds, a fix the replay leaves host-bound is priced at the fitted profiler cost's host:
+    # what it saves if the host keeps up (fixes.if_host_keeps_up_us)
+    busy = (profiling or {}).get("gpu_busy_per_step_us")
+    up = if_host_keeps_up_us(ctx, {f["rule"]: tf[f["rule"]] for f in fixes if f["rule"] in tf and sav.get(f["rule"])},
+                             b_us, busy, {r: s["unprofiled_us"] for r, s in sav.items()})
+    for f in fixes:
+        if f["rule"] in up:
+            f["if_host_keeps_up_us"] = round(up[f["rule"]], 3)
     fixes.sort(key=lambda x: (-x["savings_us"], x["code"]))
     every = [tf[f["rule"]] for f in fixes if f["rule"] in tf]
     # every fix together, each bounded fix held to its bound (fixes.per_step_us: host-sync's ceiling)
