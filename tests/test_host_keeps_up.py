@@ -52,3 +52,16 @@ def test_no_bound_where_the_host_is_measured_or_the_fix_stays_device_bound(run):
     # device-bound after autocast
     t = analyze([SAMPLES / "ab_traced" / run]).traces[0]
     assert all("if_host_keeps_up_us" not in f for f in t["projection"]["fixes"])
+
+
+def test_the_terminal_says_so():
+    import subprocess
+    import sys
+
+    run = next((SAMPLES / "ab_traced/llama_eager_attn_h100").glob("*.pt.trace.json*"))
+    out = subprocess.run([sys.executable, "-m", "traceview", "analyze", str(run), "--width", "1000"],
+                         capture_output=True, text=True, check=True).stdout
+    t, f = _fix("llama_eager_attn_h100", "materialized-attention")
+    line = next(x for x in out.splitlines() if x.startswith("Projected step"))
+    assert (f"TV205 −{f['savings_us'] / 1000:.2f} ms/step (host-bound after it: up to "
+            f"−{f['if_host_keeps_up_us'] / 1000:.2f} if the host keeps up, less on a slower one)") in line
