@@ -85,7 +85,7 @@ def _ctx(rel: str) -> RuleContext:
 
 
 def _at(trace, share: float) -> list:
-    return [overhead.profiler_transform(trace, {**overhead.COST_US, "host_share": share})]
+    return [overhead.share_transform(trace, share)]
 
 
 @pytest.mark.parametrize(("set_", "problem", "fixed"), LAUNCH_BOUND, ids=[t[1] for t in LAUNCH_BOUND])

@@ -15,11 +15,10 @@ from conftest import SAMPLES
 import traceview
 from traceview.analyses import fixes
 from traceview.analyses.overhead import (
-    COST_US,
     SHARE_MAX,
     TRACE_TOL,
     host_share,
-    profiler_transform,
+    share_transform,
 )
 from traceview.analyses.replay import replay
 from traceview.report import analyze, select_steps
@@ -274,7 +273,7 @@ def _run_at_floor(rel: str) -> tuple:
     step_time = json.loads((run / "manifest.json").read_text())["step_time"]
     t = traceview.load(str(next(run.glob("*.pt.trace.json*"))))
     ctx, _ = RuleContext.prepare(t, select_steps(t, None))
-    floor = replay(t, ctx.steps, [profiler_transform(t, {**COST_US, "host_share": SHARE_MAX})]).mean()
+    floor = replay(t, ctx.steps, [share_transform(t, SHARE_MAX)]).mean()
     return t, ctx, step_time, floor
 
 

@@ -15,7 +15,7 @@ import polars as pl
 
 from ..ingest.manifest import rank_step_samples
 from ..parallel import run_all
-from .overhead import COST_US, ERROR_BAND, SHARE_MAX, measured_transform, profiler_transform
+from .overhead import ERROR_BAND, SHARE_MAX, measured_transform, profiler_transform, share_transform
 from .replay import Transform, drains_every_step, replay, steady_mean
 
 #: a fix saving less than this share of the step is "nothing the rules know to fix"
@@ -188,7 +188,7 @@ def if_host_keeps_up_us(ctx, tf: dict[str, Transform], base_us: float, busy_us: 
     not hold the step."""
     if not tf or not busy_us or base_us <= 0 or busy_us < DEVICE_HELD * base_us:
         return {}
-    fast = [profiler_transform(ctx.trace, {**COST_US, "host_share": SHARE_MAX})]
+    fast = [share_transform(ctx.trace, SHARE_MAX)]
     f0 = replay(ctx.trace, ctx.steps, fast)
     f0_us = float(f0.mean()) / 1000 if f0.size else 0.0
     out = {}

@@ -116,6 +116,13 @@ def profiler_transform(trace: Trace | None = None, cost_us: dict[str, float] | N
                      host_cut=cuts)
 
 
+def share_transform(trace: Trace, share: float, long_share: float = 0.0) -> Transform:
+    """The profiler-cost transform with a fixed host share (and long share) in place of the fitted one, the per-row
+    costs as fitted: what the solve searches over (`_solve`), and at SHARE_MAX the host as fast as the model allows
+    (the device's own chain: `fixes.if_host_keeps_up_us`)."""
+    return profiler_transform(trace, {**COST_US, "host_share": share, "long_share": long_share})
+
+
 @per_trace
 def launch_floor_us(trace: Trace) -> float | None:
     """The floor of the trace's recorded kernel-launch calls (µs): the LAUNCH_FLOOR_Q quantile of the durations of
@@ -371,7 +378,7 @@ def _solved(trace: Trace) -> dict:
 
 def _solve(trace: Trace, steps: pl.DataFrame, target_ns: float, timed: bool = False) -> Transform:
     def at(share: float, long: float = 0.0) -> Transform:
-        return profiler_transform(trace, {**COST_US, "host_share": share, "long_share": long})
+        return share_transform(trace, share, long)
 
     fitted = host_share(trace)
 
