@@ -57,6 +57,7 @@ from traceview.analyses.replay import Transform
 from traceview.analyses.whatif import EMPTY, gpu_idle_within, removed_per_step
 from traceview.evidence import Meta
 from traceview.ruleapi import XPROF_SEVERITY, Finding, Option, RuleContext
+from traceview.units import per_step
 
 CODE = "TV303"
 NAME = "allocator-churn"
@@ -244,7 +245,7 @@ def check(ctx: RuleContext) -> list[Finding]:
     fix = []
     if empty.height:
         fix.append(
-            f"Remove torch.cuda.empty_cache() from the loop: {empty.height / n_steps:g} cudaFree call(s) per "
+            f"Remove torch.cuda.empty_cache() from the loop: {per_step(empty.height / n_steps)} cudaFree call(s) per "
             "step run outside any op, each waiting for the GPU, and the next step reserves the blocks again "
             f"with cudaMalloc ({host_ms:.2f} ms of host time per step in the driver calls)."
         )
@@ -261,7 +262,7 @@ def check(ctx: RuleContext) -> list[Finding]:
     mallocs = calls.filter(~pl.col("free")).height
     if mallocs and not empty.height and not retries.height:
         fix.append(
-            f"{mallocs / n_steps:g} cudaMalloc call(s) per step after warm-up: the cache misses every step "
+            f"{per_step(mallocs / n_steps)} cudaMalloc call(s) per step after warm-up: the cache misses every step "
             "because tensor shapes change (pad or bucket variable lengths, drop_last=True)"
             + (
                 ": expandable segments are already on (cuMem* calls)."

@@ -174,6 +174,15 @@ TWINS: dict[str, tuple[str, str, str | None, str | None]] = {
     "gpt2_sdpa_item_h100": ("gpt2_sdpa_noitem_h100", "host-sync", None, None),
     "epilogue_bert_eager_h100": ("epilogue_bert_fused_h100", "gemm-epilogue", None, None),
     "effnet_graph_h100": ("effnet_cuda_graph_h100", "launch-bound", None, None),
+    # torch.cuda.empty_cache() every step on models no allocator twin ran, and the synthetic transformer's twin in
+    # one process (`record_ab_traced.sh churn_heldout`, H100, 2026-12-05: after the driver's memory calls were
+    # replayed whole; scored as they came)
+    "bert_empty_cache_h100": ("bert_ref_h100", "allocator-churn", None, None),
+    "vit_empty_cache_h100": ("vit_ref_h100", "allocator-churn", None, None),
+    "llama_empty_cache_h100": ("llama_ref_h100", "allocator-churn", None, None),
+    "mobilenet_empty_cache_h100": ("mobilenet_ref_h100", "allocator-churn", None, None),
+    "densenet_empty_cache_h100": ("densenet_ref_h100", "allocator-churn", None, None),
+    "alloc_churn_h100": ("alloc_churn_ref_h100", "allocator-churn", None, None),
 }
 #: twins whose fix changes nothing by construction (the same program on both sides): a control, never scored
 CONTROLS = {"gpt2_vocab_padded", "llama_ctl"}

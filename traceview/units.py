@@ -17,3 +17,8 @@ def pct(part: float | int | None, whole: float | int | None) -> float | None:
 def num(v: float | None, nd: int = 1) -> str:
     """A number for a terminal/Markdown table cell: thousands separators, `-` for missing."""
     return "-" if v is None else f"{v:,.{nd}f}"
+
+
+def per_step(v: float) -> str:
+    """A count per step for prose: whole where it is (19), else one decimal (63.3), never `63.3333`."""
+    return f"{round(v)}" if abs(v - round(v)) < 0.05 else f"{v:.1f}"

@@ -5,8 +5,8 @@
 # Usage (repo root, on a CUDA machine): collectors/examples/record_ab_traced.sh OUT_DIR [GROUP...]
 #   GROUP: real | synth | loader | heldout | ddp | fixes | aligned | aligned_heldout | fused | compile_call | item |
 #   autocast_heldout | tf32_heldout | attn_heldout | queue_heldout | attn_flops_heldout | causal_heldout |
-#   autocast_host | unseen | unseen_more | unseen2 | repeat2 | h100_a | h100_b | h100_c | h100_fixed
-#   (default: all but item, repeat2 and the h100 groups, which re-record earlier runs). Runs land in OUT_DIR/ab_traced/<problem>/, AB_RESULT lines on stdout.
+#   autocast_host | unseen | unseen_more | unseen2 | repeat2 | h100_a | h100_b | h100_c | h100_fixed | churn_heldout
+#   (default: all but item, repeat2, churn_heldout and the h100 groups, which re-record earlier runs). Runs land in OUT_DIR/ab_traced/<problem>/, AB_RESULT lines on stdout.
 set -u
 OUTD=${1:-/tmp/tv_ab_traced}
 shift || true
@@ -272,6 +272,22 @@ h100_c)  # the same H100 session after h100_a/b (2026-12-05): the other twins th
   ab epilogue_bert_eager_h100 "gemm_epilogue --model bert --fix none" "gemm_epilogue --model bert --fix fused"
   ab effnet_graph_h100 "real_models --model efficientnet_b0 --batch 64" \
     "real_models --model efficientnet_b0 --batch 64 --cuda-graph"
+  ;;
+churn_heldout)  # held out (2026-12-05, after the driver's memory calls were replayed whole): torch.cuda.empty_cache()
+  # every step on models no allocator twin ran (HF BERT and Llama, ViT-B/16, MobileNetV3, DenseNet-121) and the
+  # synthetic transformer's twin in one process (its two-process twin saved less than its driver calls), scored as
+  # they came
+  BA6="real_models --model bert --layers 6 --d 768 --heads 12 --seq 256 --batch 16 --amp"
+  ab bert_empty_cache_h100 "$BA6 --empty-cache" "$BA6"
+  V="real_models --model vit_b_16 --batch 16 --amp"
+  ab vit_empty_cache_h100 "$V --empty-cache" "$V"
+  L5="real_models --model llama --layers 8 --d 1024 --heads 16 --kv-heads 4 --seq 512 --batch 2 --amp"
+  ab llama_empty_cache_h100 "$L5 --empty-cache" "$L5"
+  M="real_models --model mobilenet_v3_small --batch 64 --amp"
+  ab mobilenet_empty_cache_h100 "$M --empty-cache" "$M"
+  D="real_models --model densenet121 --batch 32 --amp --channels-last"
+  ab densenet_empty_cache_h100 "$D --empty-cache" "$D"
+  ab alloc_churn_h100 "alloc_churn --empty-cache" "alloc_churn"
   ;;
 h100_fixed)  # the fixed programs of eight H100 twins traced alone, each in a process of its own (<twin>_fixed/; what
   # TRACE_FIXED=1 records beside a twin): not for their timing, to check a fix's transform against the program it
