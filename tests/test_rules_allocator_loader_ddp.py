@@ -501,6 +501,8 @@ def test_a_host_bound_loops_empty_cache_is_priced_at_its_recorded_driver_time():
     (label,) = [t for t in json.loads((SAMPLES / "ab_traced/labels.json").read_text())["twins"]
                 if t["problem"] == "resnet50_empty_cache_h100"]
     assert abs(saved_ms / label["measured_fix_saving_ms"] - 1) <= 0.20
+    # what the churn costs beyond its driver calls is not in the trace: the text calls the saving a floor
+    assert "a floor" in f["fix"] and "other host work" in f["fix"]
 
 
 def test_the_profiler_stretches_dispatch_not_the_drivers_memory_calls():
