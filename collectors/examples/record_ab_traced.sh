@@ -5,8 +5,9 @@
 # Usage (repo root, on a CUDA machine): collectors/examples/record_ab_traced.sh OUT_DIR [GROUP...]
 #   GROUP: real | synth | loader | heldout | ddp | fixes | aligned | aligned_heldout | fused | compile_call | item |
 #   autocast_heldout | tf32_heldout | attn_heldout | queue_heldout | attn_flops_heldout | causal_heldout |
-#   autocast_host | unseen | unseen_more | unseen2 | repeat2 | h100_a | h100_b | h100_c | h100_fixed | churn_heldout
-#   (default: all but item, repeat2, churn_heldout and the h100 groups, which re-record earlier runs). Runs land in OUT_DIR/ab_traced/<problem>/, AB_RESULT lines on stdout.
+#   autocast_host | unseen | unseen_more | unseen2 | repeat2 | h100_a | h100_b | h100_c | h100_fixed | churn_heldout |
+#   rules_heldout
+#   (default: all but item, repeat2, churn_heldout, rules_heldout and the h100 groups, which re-record earlier runs). Runs land in OUT_DIR/ab_traced/<problem>/, AB_RESULT lines on stdout.
 set -u
 OUTD=${1:-/tmp/tv_ab_traced}
 shift || true
@@ -288,6 +289,18 @@ churn_heldout)  # held out (2026-12-05, after the driver's memory calls were rep
   D="real_models --model densenet121 --batch 32 --amp --channels-last"
   ab densenet_empty_cache_h100 "$D --empty-cache" "$D"
   ab alloc_churn_h100 "alloc_churn --empty-cache" "alloc_churn"
+  ;;
+rules_heldout)  # held out (2026-12-05, H100): rules whose one-process twins ran one program each, now on another
+  # (pageable copies and the fused epilogue on the MLP, small grids on ResNet-18, the decode loop at width 1024, a
+  # per-step loss.item() on ResNet-50), scored as they came
+  ab h2d_mlp_pageable_h100 "h2d_copy --model mlp" "h2d_copy --model mlp --pinned"
+  ab epilogue_mlp_h100 "gemm_epilogue --model mlp --fix none" "gemm_epilogue --model mlp --fix fused"
+  ab small_batch_resnet_h100 "small_batch --model resnet18 --rows 64 --per-call 4 --graph" \
+    "small_batch --model resnet18 --rows 64 --per-call 64 --graph"
+  DEC="decode --d 1024 --layers 8 --heads 16 --tokens 64"
+  ab decode_d1024_h100 "$DEC --cache dynamic" "$DEC --cache static"
+  R50="real_models --model resnet50 --batch 32 --amp --channels-last"
+  ab resnet50_item_h100 "$R50 --sync-item" "$R50"
   ;;
 h100_fixed)  # the fixed programs of eight H100 twins traced alone, each in a process of its own (<twin>_fixed/; what
   # TRACE_FIXED=1 records beside a twin): not for their timing, to check a fix's transform against the program it
