@@ -18,6 +18,9 @@ GPU_DEVICE_TYPE = 1  # Kineto's `Device Type` of CUDA/HIP memory events (0 = CPU
 #: host calls that reach the driver: the caching allocator grew or released memory
 DRIVER_ALLOC_RE = r"^(cudaMalloc|cudaFree|cudaMallocAsync|cudaFreeAsync|cuMemAlloc|cuMemFree|cuMemCreate|cuMemRelease|cuMemMap|cuMemUnmap|hipMalloc|hipFree)(_v\d+)?$"
 DRIVER_ALLOC_PREFIXES = ("cu", "hip")  # every name DRIVER_ALLOC_RE matches starts with one (tests check)
+#: those whose own time is the driver's work on the host (page tables, the device's implicit synchronisation): not
+#: the stream-ordered cudaMallocAsync/cudaFreeAsync, a few µs each served from the driver's pool
+DRIVER_WORK_RE = r"^(cudaMalloc|cudaFree|cuMemAlloc|cuMemFree|cuMemCreate|cuMemRelease|cuMemMap|cuMemUnmap|hipMalloc|hipFree)(_v\d+)?$"
 
 
 @per_windows("step", "cpu_ts", "cpu_end")

@@ -24,7 +24,7 @@ import polars as pl
 
 from ..memo import once_in, per_trace, per_windows
 from ..model import Trace
-from .memory import DRIVER_ALLOC_RE
+from .memory import DRIVER_WORK_RE
 from .replay_graph import KINDS, Graph, _narrow, build
 
 try:  # the compiled kernel (setup.py); the pure-Python loop below is its reference
@@ -316,13 +316,13 @@ def _cuts(g: Graph, transforms: Sequence[Transform]) -> tuple[np.ndarray, ...]:
 
 @per_trace
 def _driver_work(g: Graph) -> np.ndarray:
-    """Whether each anchor is a driver memory call (`memory.DRIVER_ALLOC_RE`: cudaMalloc/cudaFree, the `cuMem*` of
-    expandable segments): its own time is the driver's work — page tables, the device's implicit synchronisation
+    """Whether each anchor is a driver memory call (`memory.DRIVER_WORK_RE`: cudaMalloc/cudaFree, the `cuMem*` of
+    expandable segments; not the stream-ordered allocator's few-µs calls): its own time is the driver's work — page tables, the device's implicit synchronisation
     — which the profiler's callbacks around the call do not stretch, so the host share leaves it whole (the
     profiler's cost of the call is its per-row cost). Scaled like dispatch, `torch.cuda.empty_cache()` in a
     host-bound loop was priced at half its measured saving (ResNet-50 on two GPUs, HF GPT-2: docs/replay.md)."""
     names = g.a_name.unique().cast(pl.String)
-    hit = names.filter(names.str.contains(DRIVER_ALLOC_RE)).to_list()
+    hit = names.filter(names.str.contains(DRIVER_WORK_RE)).to_list()
     return g.a_name.is_in(hit).fill_null(False).to_numpy() if hit else np.zeros(g.a_ts.size, bool)
 
 
