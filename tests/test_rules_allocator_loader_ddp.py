@@ -526,3 +526,25 @@ def test_the_profiler_stretches_dispatch_not_the_drivers_memory_calls():
     assert ratio("free_us") <= 1.15 and ratio("malloc_us") <= 1.35
     assert ratio("small_op_us") >= 1.15 and ratio("small_op_us") > ratio("free_us")
     assert max(ratio("free_us"), ratio("malloc_us")) < 0.75 * stretch
+
+
+def test_the_replay_keeps_whole_exactly_the_synchronous_driver_memory_calls():
+    """replay._driver_work marks the graph's anchors that are cudaMalloc/cudaFree (the trace's own runtime rows, an
+    independent count) and nothing else; the stream-ordered allocator's calls are not among them."""
+    import re
+
+    import numpy as np
+
+    from traceview.analyses import replay_graph
+    from traceview.analyses.memory import DRIVER_ALLOC_RE, DRIVER_WORK_RE
+    from traceview.analyses.replay import _driver_work
+
+    (path,) = (SAMPLES / "ab_traced/resnet50_empty_cache_h100").glob("*.pt.trace.json.gz")
+    trace = traceview.load(str(path))
+    g = replay_graph.build(trace)
+    mask = _driver_work(g)
+    ids = set(np.asarray(g.a_i)[mask].astype(np.int64).tolist())
+    rows = trace.host.filter(pl.col("name").is_in(["cudaMalloc", "cudaFree"]))
+    assert len(ids) > 100 and ids == set(rows["i"].cast(pl.Int64).to_list())
+    assert re.match(DRIVER_ALLOC_RE, "cudaMallocAsync") and not re.match(DRIVER_WORK_RE, "cudaMallocAsync")
+    assert not re.match(DRIVER_WORK_RE, "cudaFreeAsync") and re.match(DRIVER_WORK_RE, "cuMemCreate")
