@@ -182,7 +182,7 @@ def test_rank_files_show_the_job(server: str, browser, shots: Path) -> None:  # 
     upload(page, *ranks)
     # a job lands on its Job page: the straggler first, before any rank's charts
     page.locator("h1, h2").filter(has_text="Job").first.wait_for()
-    page.get_by_text("Straggler rank").wait_for()
+    page.get_by_text("Straggler rank", exact=True).wait_for()  # (not the grid cell "Ranks wait for straggler rank …")
     metric = page.locator('[data-testid="stMetric"]').filter(has_text="Straggler rank")
     assert metric.locator('[data-testid="stMetricValue"]').inner_text().strip() == "1"
     assert any(t.startswith("Wait per step in NCCL kernels") for t in plots(page, 1))
