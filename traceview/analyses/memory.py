@@ -15,12 +15,16 @@ from .names import starts_with_any
 from .windows import host_step_of
 
 GPU_DEVICE_TYPE = 1  # Kineto's `Device Type` of CUDA/HIP memory events (0 = CPU)
-#: host calls that reach the driver: the caching allocator grew or released memory
-DRIVER_ALLOC_RE = r"^(cudaMalloc|cudaFree|cudaMallocAsync|cudaFreeAsync|cuMemAlloc|cuMemFree|cuMemCreate|cuMemRelease|cuMemMap|cuMemUnmap|hipMalloc|hipFree)(_v\d+)?$"
+#: driver memory calls whose own time is the driver's work on the host (page tables, the device's implicit
+#: synchronisation)
+_DRIVER_WORK = ("cudaMalloc", "cudaFree", "cuMemAlloc", "cuMemFree", "cuMemCreate", "cuMemRelease", "cuMemMap",
+                "cuMemUnmap", "hipMalloc", "hipFree")
+#: host calls that reach the driver: the caching allocator grew or released memory (with the stream-ordered
+#: allocator's cudaMallocAsync/cudaFreeAsync)
+DRIVER_ALLOC_RE = rf"^({'|'.join((*_DRIVER_WORK, 'cudaMallocAsync', 'cudaFreeAsync'))})(_v\d+)?$"
 DRIVER_ALLOC_PREFIXES = ("cu", "hip")  # every name DRIVER_ALLOC_RE matches starts with one (tests check)
-#: those whose own time is the driver's work on the host (page tables, the device's implicit synchronisation): not
-#: the stream-ordered cudaMallocAsync/cudaFreeAsync, a few µs each served from the driver's pool
-DRIVER_WORK_RE = r"^(cudaMalloc|cudaFree|cuMemAlloc|cuMemFree|cuMemCreate|cuMemRelease|cuMemMap|cuMemUnmap|hipMalloc|hipFree)(_v\d+)?$"
+#: those whose own time is the driver's work: not the stream-ordered calls, a few µs each served from the pool
+DRIVER_WORK_RE = rf"^({'|'.join(_DRIVER_WORK)})(_v\d+)?$"
 
 
 @per_windows("step", "cpu_ts", "cpu_end")
