@@ -22,7 +22,8 @@ In production, `torch.compiler.set_stance("fail_on_recompile")` turns a recompil
 ## Evidence
 The compiles in the analysed steps (count, steps, host time per step), the recompiled regions, the longest
 compile phases, and the GPU time the autotuning benchmarks ran. Savings = the compile spans' time during
-which the GPU ran nothing but the compile's own autotuning benchmarks: without the compile that time goes.
+which the GPU ran nothing but the compile's own autotuning benchmarks: without the compile that time goes. On
+a trace without GPU activity (a model compiled for the CPU) the compile spans' host time itself.
 The replayed saving (what-if, projection) is in unprofiled terms, and the profiler slows a compilation too
 (Dynamo and Inductor dispatch ops it records, and their Python runs under its callbacks), though not like
 dispatch: where the collector measured the unprofiled step, the compile spans' time beyond 1 ms per host
@@ -47,7 +48,7 @@ import msgspec
 import polars as pl
 
 from traceview.analyses.features import host_names
-from traceview.analyses.intervals import merge
+from traceview.analyses.intervals import clip, merge
 from traceview.analyses.replay import Transform, spans
 from traceview.analyses.whatif import EMPTY, gpu_idle_within, removed_per_step
 from traceview.analyses.windows import host_step_of
@@ -58,16 +59,20 @@ CODE = "TV104"
 NAME = "recompile"
 SEVERITY = "warning"
 CLASS = "cpu_launch"  # the classifier class whose time a fix of these findings removes
+CPU = True  # also runs on traces without GPU activity: there the compile's host time is the step's own
 TITLE = "torch.compile recompiles inside the steps"
 OPTIONS = {
     **min_savings(1.0),
     **XPROF_SEVERITY,
 }
-FIX = ("torch.compile compiled again inside these steps: a guard of the compiled function failed (a new shape, "
-       "dtype, Python number or global) and Dynamo traced, lowered and autotuned the frame again while the GPU "
-       "waited. Run with TORCH_LOGS=recompiles to see the failing guard; for changing shapes use "
+_FIX = ("torch.compile compiled again inside these steps: a guard of the compiled function failed (a new shape, "
+       "dtype, Python number or global) and Dynamo traced, lowered and autotuned the frame again while {waited}. "
+       "Run with TORCH_LOGS=recompiles to see the failing guard; for changing shapes use "
        "torch.compile(dynamic=True) or torch._dynamo.mark_dynamic, or pad/bucket them to a few sizes; pass "
        "changing numbers as tensors; use torch.compiler.set_stance(\"fail_on_recompile\") to catch it.")
+FIX = _FIX.format(waited="the GPU waited")
+#: a trace without GPU activity: the compile holds up the host's own work
+FIX_CPU = _FIX.format(waited="the step's own work waited (the compile runs on the CPU the step needs)")
 #: compile phases (with or without the " (dynamo_timed)" suffix of newer releases)
 COMPILE_RE = (r"^(dynamo|entire_frame_compile|_compile\.compile_inner|compile_fx_inner|inductor_compile|"
               r"backend_compile|CachingAutotuner\.benchmark_all_configs|async_compile\.precompile)( \(dynamo_timed\))?$")
@@ -99,7 +104,11 @@ def removes(ctx: RuleContext, finding: dict | None = None) -> pl.DataFrame:
 
 def _removes(ctx: RuleContext) -> pl.DataFrame:
     c = _spans(ctx)
-    return gpu_idle_within(ctx.trace, c, ctx.lo, ctx.hi, keep_launched_inside=True) if c.height else EMPTY
+    if c.height == 0:
+        return EMPTY
+    if not ctx.trace.has_gpu:  # a CPU-only step: the compile's host time is what the step spends on it
+        return merge(clip(c.select("ts", "end"), ctx.lo, ctx.hi))
+    return gpu_idle_within(ctx.trace, c, ctx.lo, ctx.hi, keep_launched_inside=True)
 
 
 class Phase(msgspec.Struct, kw_only=True):
@@ -156,7 +165,8 @@ def check(ctx: RuleContext) -> list[Finding]:
     )
     steps = sorted(c["step"].unique().to_list())
     return [ctx.finding(cost_ns=int(host["end"].sum()), savings_ns=savings, count=n, steps=steps, evidence=evidence,
-                        title=f"torch.compile compiled {n} times inside the analysed steps")]
+                        title=f"torch.compile compiled {n} times inside the analysed steps",
+                        fix=FIX if ctx.trace.has_gpu else FIX_CPU)]
 
 
 def fix_transform(ctx: RuleContext) -> Transform | None:

@@ -87,3 +87,20 @@ def kernels(path: Path) -> list[dict]:
     """The kernel events of a raw rank file, by start."""
     doc = json.loads(gzip.decompress(path.read_bytes()))
     return sorted((e for e in doc["traceEvents"] if e.get("cat") == "kernel"), key=lambda e: e["ts"])
+
+
+def unranked_job(out: Path) -> Path:
+    """A folder of the two ranks of a real job (gloo_straggler/slowed, recorded at the same time) as dynolog lays them
+    out (`libkineto_trace_<pid>.json.gz`), with every rank mark taken off (distributedInfo, the collector's block):
+    a job whose ranks are unknown."""
+    src = Path(__file__).resolve().parent.parent / "sample_traces/gloo_straggler/slowed"
+    out.mkdir(parents=True, exist_ok=True)
+    for f in sorted(src.glob("rank*.pt.trace.json.gz")):
+        with gzip.open(f, "rt") as fh:
+            doc = json.load(fh)
+        doc.pop("distributedInfo")
+        doc.pop("traceview_collect", None)
+        pid = next(e["pid"] for e in doc["traceEvents"] if e.get("cat") == "cpu_op")
+        with gzip.open(out / f"libkineto_trace_{pid}.json.gz", "wt") as fh:
+            json.dump(doc, fh)
+    return out

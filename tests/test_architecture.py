@@ -13,7 +13,7 @@ import sys
 from pathlib import Path
 
 import pytest
-from conftest import SAMPLES, load
+from conftest import SAMPLES, bundled, load
 
 ROOT = Path(__file__).resolve().parent.parent
 PKG_DIRS = {"traceview": ROOT / "traceview", "traceview.rules": ROOT / "rules"}
@@ -227,7 +227,7 @@ def test_imports_point_downstream_only() -> None:
 def test_every_bundled_trace_conforms_to_the_model() -> None:
     from traceview.model import schema_problems
 
-    files = sorted(p.relative_to(SAMPLES).as_posix() for p in SAMPLES.rglob("*.json.gz"))
+    files = [p.relative_to(SAMPLES).as_posix() for p in bundled()]
     assert len(files) >= 40
     bad = {rel: p for rel in files if (p := schema_problems(load(rel)))}
     assert bad == {}

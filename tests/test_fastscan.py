@@ -12,7 +12,7 @@ import textwrap
 import msgspec
 import polars as pl
 import pytest
-from conftest import SAMPLES
+from conftest import SAMPLES, bundled
 from polars.testing import assert_frame_equal
 
 from traceview.ingest import argtables as at
@@ -23,7 +23,7 @@ from traceview.ingest.categories import GPU_CATS, HOST_CATS, OLD_CATS, RARE_NAME
 pytestmark = pytest.mark.skipif(fastscan._scan is None, reason="C extension traceview.ingest._scan not built")
 
 FRAMES = ("host", "gpu", "gpu_annotations", "memory", "flows", "steps", "threads")
-TRACES = sorted(SAMPLES.rglob("*.json.gz"))
+TRACES = bundled()
 
 
 def _load(path, monkeypatch, c: bool):

@@ -9,7 +9,7 @@ import io
 import re
 
 import pytest
-from conftest import SAMPLES
+from conftest import SAMPLES, bundled
 
 from traceview.formatters import text
 from traceview.report import analyze
@@ -19,7 +19,7 @@ def inputs() -> list[str]:
     """Every bundled trace: a run folder (collector manifest, or rank files of one job) as one input, else each
     trace file."""
     out: set[str] = set()
-    for p in sorted(SAMPLES.rglob("*.json*")):
+    for p in bundled("*.json*"):
         if p.name in ("labels.json", "manifest.json") or p.name.endswith(".collect.json"):
             continue
         run = p.parent

@@ -11,6 +11,7 @@ import shutil
 from pathlib import Path
 
 from conftest import SAMPLES
+from jobkit import unranked_job
 
 from traceview.ci.discover import discover, sniff
 from traceview.cli.main import main
@@ -107,11 +108,22 @@ def test_analyze_torchtitan_root_is_one_job_per_iteration(tmp_path, capsys):
 
 def test_analyze_folder_of_unranked_traces_warns(tmp_path):
     out = tmp_path / "a.json"
-    main(["analyze", str(LAYOUTS / "dynolog"), "--format", "json", "-o", str(out)])
-    job = json.loads(out.read_text())["jobs"][0]
+    main(["analyze", str(unranked_job(tmp_path / "job")), "--format", "json", "-o", str(out)])
+    (job,) = json.loads(out.read_text())["jobs"]
     assert any(
         "ranks unknown for 2 traces (dynolog)" in w and "file-name order" in w for w in job["warnings"]
     )
+    assert job["nccl"]["straggler"]["rank"] == 1  # the same job, its ranks by file order (pids 5xxx in order)
+
+
+def test_unranked_traces_recorded_one_after_the_other_are_not_a_job(tmp_path):
+    """The bundled dynolog layout holds two processes traced at different times (cpu_collected's gemm and tiny-op
+    runs): no job; each trace says why."""
+    out = tmp_path / "a.json"
+    main(["analyze", str(LAYOUTS / "dynolog"), "--format", "json", "-o", str(out)])
+    doc = json.loads(out.read_text())
+    assert doc["jobs"] == [] and len(doc["traces"]) == 2
+    assert all(any("recorded one after the other" in w for w in t["warnings"]) for t in doc["traces"])
 
 
 def test_batch_compares_iterations_of_one_job(tmp_path, capsys):

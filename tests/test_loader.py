@@ -108,9 +108,21 @@ def test_nccl_kernels_and_collective_args():
 
 
 def test_no_profiler_step_is_one_step():
-    t = load("hta/mtia_inference_trace/mtia_inference_rank_0.json.gz")
+    t = load("hta/critical_path/cuda_event_sync_multi_stream/event_sync_trace.json.gz")  # no annotation at all
     assert not t.meta.has_steps and t.steps.height == 1
-    assert any("ProfilerStep" in w for w in t.meta.warnings)
+    assert any("the whole trace is analyzed as one step" in w for w in t.meta.warnings)
+
+
+def test_no_profiler_step_and_a_task_on_a_pool_of_threads_is_one_step():
+    """HTA's MTIA inference trace has no ProfilerStep; its repeated top-level `Stage::PyTorchMRSGIFTask::run` spans
+    run on five threads at once (a pool serving requests): no loop's steps, so the whole trace is one step."""
+    rel = "hta/mtia_inference_trace/mtia_inference_rank_0.json.gz"
+    tids = {e["tid"] for e in raw_events(rel)
+            if e.get("cat") == "user_annotation" and e.get("name") == "Stage::PyTorchMRSGIFTask::run"}
+    assert len(tids) == 5
+    t = load(rel)
+    assert not t.meta.has_steps and t.steps.height == 1
+    assert any("the whole trace is analyzed as one step" in w for w in t.meta.warnings)
 
 
 def test_directory_of_ranks(samples):

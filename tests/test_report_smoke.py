@@ -5,11 +5,11 @@ from __future__ import annotations
 import json
 
 import pytest
-from conftest import SAMPLES
+from conftest import SAMPLES, bundled
 
 from traceview import report
 
-FILES = sorted(p.relative_to(SAMPLES).as_posix() for p in SAMPLES.rglob("*.json.gz"))
+FILES = [p.relative_to(SAMPLES).as_posix() for p in bundled()]
 
 
 def test_found_the_samples():

@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 
 import pytest
-from conftest import SAMPLES, load
+from conftest import SAMPLES, bundled, load
 
 from traceview.finding_model import SEVERITIES
 from traceview.options import Options
@@ -13,7 +13,7 @@ from traceview.ruleapi import RuleContext
 from traceview.sections.findings import run_rules
 from traceview.sections.verdict import classification_section
 
-ALL = sorted(str(p.relative_to(SAMPLES)) for p in SAMPLES.rglob("*.json.gz"))
+ALL = [str(p.relative_to(SAMPLES)) for p in bundled()]
 
 
 @pytest.mark.parametrize("rel", ALL)

@@ -12,6 +12,7 @@ from dataclasses import replace
 
 import pytest
 from conftest import ROOT, SAMPLES
+from jobkit import unranked_job
 
 from traceview import docs
 from traceview.formatters.sections import TEXT_SECTIONS
@@ -85,10 +86,8 @@ JOB_DECLARED = [k for s in JOB_SECTIONS for k in s.keys]
 @pytest.mark.parametrize("rel", ["nccl_h200x2/ddp_rank1_slowed", "gloo_straggler/slowed", "no-rank names"])
 def test_every_job_entry_holds_the_declared_parts_in_order(rel: str, tmp_path) -> None:
     path = SAMPLES / rel
-    if rel == "no-rank names":  # two traces whose names and metadata carry no rank: the job warns
-        for name, src in (("a", "elementwise_chain_eager"), ("b", "elementwise_chain_compiled")):
-            (tmp_path / f"{name}.json.gz").write_bytes((SAMPLES / f"gpu_h200/{src}.json.gz").read_bytes())
-        path = tmp_path
+    if rel == "no-rank names":  # two ranks' traces whose names and metadata carry no rank: the job warns
+        path = unranked_job(tmp_path / "job")
     doc = json.loads(json.dumps(analyze([path], Options()).to_dict()))
     (job,) = doc["jobs"]
     assert list(job) == [k for k in JOB_DECLARED if k != "warnings" or "warnings" in job]

@@ -4,12 +4,11 @@ from __future__ import annotations
 
 import polars as pl
 import pytest
-from conftest import SAMPLES, load
+from conftest import SAMPLES, bundled, load
 
 from traceview.report import analyze
 
-BUNDLED = sorted(p.relative_to(SAMPLES).as_posix() for p in SAMPLES.rglob("*.json.gz")
-                 if "hta/" not in p.relative_to(SAMPLES).as_posix())
+BUNDLED = [p.relative_to(SAMPLES).as_posix() for p in bundled() if "hta/" not in p.relative_to(SAMPLES).as_posix()]
 
 
 @pytest.mark.parametrize("rel", BUNDLED)

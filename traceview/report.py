@@ -371,6 +371,12 @@ def analyze(paths: list[str | Path], options: Options | None = None, *,
                     t = reduce_rank(t, options.max_bytes)
                 heap_trim.release(n_rows)
                 ranks.append(RankResult(trace=t, steps=analysed, entry=entry, part=string_classes(part)))
+        if job_dir and len(ranks) > 1 and _one_after_another(ranks):
+            for r in ranks:  # successive captures (a schedule's cycles), not the ranks of a job
+                r.entry["warnings"].append(f"{p}: one of {len(ranks)} traces recorded one after the other, no ranks "
+                                           "named (the ranks of a job record at the same time): each is analyzed on "
+                                           "its own, with no cross-rank analysis")
+            continue
         if job_dir and len(ranks) > 1:
             ranks.sort(key=lambda r: (r.trace.meta.rank is None, r.trace.meta.rank or 0, r.trace.meta.path))
             try:
@@ -386,6 +392,17 @@ def analyze(paths: list[str | Path], options: Options | None = None, *,
                 job["warnings"] = warns
             rep.jobs.append(job)
     return rep
+
+
+def _one_after_another(ranks: list) -> bool:
+    """True when the traces of a folder name no rank and were recorded one after the other (no two recording windows
+    overlap: one process's captures of successive schedule cycles, `repeat=N`, or runs of one script in sequence):
+    the ranks of a job record at the same time, so these are not one."""
+    if any(r.trace.meta.rank is not None or r.trace.host.height == 0 for r in ranks):
+        return False
+    spans = sorted((r.trace.meta.epoch_offset_ns + int(r.trace.host["ts"].min()),
+                    r.trace.meta.epoch_offset_ns + int(r.trace.host["end"].max())) for r in ranks)
+    return all(b[0] >= a[1] for a, b in zip(spans, spans[1:], strict=False))
 
 
 def analyze_trace_parts(trace: Trace, options: Options) -> tuple[dict, pl.DataFrame, pl.DataFrame | None]:

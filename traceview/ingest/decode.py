@@ -161,9 +161,18 @@ def _error_at(err: Exception, size: int) -> int:
     return int(m.group(1)) if m else size
 
 
-def _not_a_trace(path: Path, e: msgspec.ValidationError) -> TraceError | None:
+#: the start of an execution trace (`torch.profiler.ExecutionTraceObserver`, Chakra's schema): a graph of ops without
+#: their times, often saved beside the Kineto trace and uploaded in its place
+_ET_HEAD = re.compile(rb'^\s*\{\s*"schema"\s*:\s*"[^"]*"\s*,\s*"pid"')
+
+
+def _not_a_trace(path: Path, e: msgspec.ValidationError, head: bytes = b"") -> TraceError | None:
     msg = str(e)
     if "traceEvents" in msg and "missing required field" in msg:
+        if _ET_HEAD.match(head):
+            return TraceError(f"{path}: an execution trace (ExecutionTraceObserver's graph of ops, no timings), not "
+                              "the profiler's timed trace: analyze the Kineto trace of the same run "
+                              "(`prof.export_chrome_trace(...)` or `tensorboard_trace_handler`)")
         return TraceError(f"{path}: JSON has no 'traceEvents' array: not a PyTorch profiler trace")
     if msg.endswith("at `$.traceEvents`") or msg.startswith("Expected `object`"):
         return TraceError(f"{path}: 'traceEvents' is not an array of events: not a PyTorch profiler trace")
@@ -195,7 +204,7 @@ def decode(data: bytes, path: Path) -> tuple[Doc, list[str]]:
             return _typed_or_lax(data, warnings, legacy), warnings
         except msgspec.ValidationError as e:
             if "out of range" not in str(e):  # 1e999, 400 digits: the repairs below quote it
-                raise _not_a_trace(path, e) or TraceError(f"{path}: not a valid trace: {e}") from None
+                raise _not_a_trace(path, e, data[:256]) or TraceError(f"{path}: not a valid trace: {e}") from None
             err: Exception = e
         except msgspec.DecodeError as e:
             err = e
@@ -212,7 +221,7 @@ def decode(data: bytes, path: Path) -> tuple[Doc, list[str]]:
         raise TraceError(f"{path}: JSON nested too deeply (over {sys.getrecursionlimit()} levels): not a "
                          "profiler trace") from None
     except msgspec.ValidationError as e:
-        raise _not_a_trace(path, e) or TraceError(f"{path}: not a valid trace: {e}") from None
+        raise _not_a_trace(path, e, data[:256]) or TraceError(f"{path}: not a valid trace: {e}") from None
     if got is None:
         raise TraceError(f"{path}: invalid JSON: {err}") from None
     doc, dropped = got

@@ -439,6 +439,30 @@ def _is(col: str, values: str | list[str], dicts: dict[str, _Dict] | None) -> pl
     return pl.col(col) == pl.lit(codes[0], pl.UInt32) if codes.len() == 1 else pl.col(col).is_in(codes.implode())
 
 
+#: what a trace exported after the profiler's schedule had handed its recorded steps on holds, and why
+_NOTHING_RECORDED = ("the profiler recorded none of the program's work. Common causes: nothing ran on a thread it "
+                     "records between its start and stop; the trace was exported after the `with` block, once a "
+                     "`schedule` had handed its active steps to `on_trace_ready`; or that handler ran again when the "
+                     "block ended mid-cycle and wrote this near-empty trace over the full one (write each call to "
+                     "its own file, as `torch.profiler.tensorboard_trace_handler(dir)` does)")
+
+
+def _program_work(path: Path, base: pl.DataFrame, host: pl.Series, work: pl.Expr, counts: dict[str, int]) -> None:
+    """Raise the error that says why when a trace without GPU activity holds no op or runtime call: a file that is
+    not a profiler trace, or a profiler trace that recorded nothing of the program (only Kineto's own window span,
+    the step annotations, or the Python of the profiler's own `stop`): analyzed, it would be a step of nothing."""
+    if host.any() and base.select(work.any()).item():
+        return
+    cats = ", ".join(f"{c or repr(c)} ({m:,})" for c, m in list(counts.items())[:6])
+    if "Trace" not in counts and not host.any():
+        raise TraceError(f"{path}: no PyTorch profiler events (CPU ops, runtime calls or GPU kernels) among its "
+                         f"{sum(counts.values()):,} events: not a PyTorch profiler trace (categories: {cats or 'none'})")
+    n = int(host.sum())
+    what = (f"only {n:,} Python-function or annotation event{'s' * (n != 1)}" if n
+            else "only the profiler's own window span and metadata")
+    raise TraceError(f"{path}: no op, runtime call or GPU activity ({what}; categories: {cats}): {_NOTHING_RECORDED}")
+
+
 def _slices(path: Path, base: pl.DataFrame, legacy: bool, warnings: list[str],
             dicts: dict[str, _Dict] | None = None) -> tuple[dict[str, pl.DataFrame], float, dict, str]:
     """Cut `base` into the rows each frame is built from ({_SLICE_COLS key: frame}), with ts / dur validated
@@ -553,10 +577,9 @@ def _slices(path: Path, base: pl.DataFrame, legacy: bool, warnings: list[str],
              "mem": _is("ph", "i", dicts) & _is("name", "[memory]", dicts),
              "flows": _is("ph", ["s", "f"], dicts), "meta": _is("ph", "M", dicts) & _is("name", list(META_NAMES), dicts)}
     masks = base.select(**{k: c if keep is None else c & keep for k, c in conds.items()})
-    if not masks["host"].any() and not masks["gpu"].any():
-        cats = ", ".join(f"{c or repr(c)} ({m:,})" for c, m in list(counts.items())[:6])
-        raise TraceError(f"{path}: no PyTorch profiler events (CPU ops, runtime calls or GPU kernels) among its "
-                         f"{sum(counts.values()):,} events: not a PyTorch profiler trace (categories: {cats or 'none'})")
+    if not masks["gpu"].any():
+        work = x & _is("cat", ["cpu_op", *RUNTIME_CATS], dicts)
+        _program_work(path, base, masks["host"], work if keep is None else work & keep, counts)
     cols: dict[str, dict[str, pl.Series]] = {k: {} for k in _SLICE_COLS}
     # the host and GPU rows' category as the model holds it (Categorical): the dictionary coded once, then gathered
     # (4-byte codes, not a 16-byte text view a row hashed again)
@@ -820,14 +843,17 @@ def _steps(host: pl.DataFrame, gpu: pl.DataFrame, warnings: list[str]) -> pl.Dat
         warnings.append(f"{apart.height:,} ProfilerStep numbers name more than one step at different times (e.g. "
                         f"{apart['name'][0][:40]!r}): each is analyzed as one step from its first start to its "
                         "last end")
-    cpu = stepcheck.drop_displaced(cpu.drop("_apart"), host, warnings)
+    cpu = stepcheck.drop_trailing_empty(stepcheck.drop_displaced(cpu.drop("_apart"), host, warnings), host, warnings)
     stepcheck.warn_overlaps(cpu, warnings)
     synthetic = cpu.height == 0
     if synthetic:
         lo = min(v for v in (host["ts"].min(), gpu["ts"].min() if gpu.height else None) if v is not None)
         hi = max(v for v in (host["end"].max(), gpu["end"].max() if gpu.height else None) if v is not None)
-        cpu = pl.DataFrame({"step": [0], "name": ["(whole trace)"], "host_idx": [None], "cpu_ts": [lo],
-                            "cpu_end": [hi]}, schema_overrides={"host_idx": pl.UInt32})
+        cpu = stepcheck.inferred_steps(host, lo, warnings)
+        if cpu is None:
+            warnings.append("no ProfilerStep#N annotations: the whole trace is analyzed as one step")
+            cpu = pl.DataFrame({"step": [0], "name": ["(whole trace)"], "host_idx": [None], "cpu_ts": [lo],
+                                "cpu_end": [hi]}, schema_overrides={"host_idx": pl.UInt32})
     elif not cpu["cpu_ts"].is_sorted():
         warnings.append("ProfilerStep numbers are not in time order: step windows follow the time order")
     cpu = cpu.sort("cpu_ts", "step")
@@ -929,8 +955,6 @@ def _meta(path: Path, doc: d.Doc, fmt: str, t0_us: float, counts: dict, warnings
     backend = "rocm" if rocm else ("mtia" if counts.get("mtia_ccp_events") or counts.get("mtia_runtime")
                                    else ("cuda" if gpu.height else "cpu"))
     has_steps = not bool(steps["synthetic"][0])
-    if not has_steps:
-        warnings.append("no ProfilerStep#N annotations: the whole trace is analyzed as one step")
     return TraceMeta(
         path=str(path), format=fmt, schema_version=doc.schemaVersion, trace_name=doc.traceName,
         base_time_ns=doc.baseTimeNanoseconds, t0_us=t0_us, device_properties=props, distributed=dist,

@@ -10,6 +10,8 @@ from __future__ import annotations
 import numpy as np
 import polars as pl
 
+from ..engine import IN_MEMORY as _IN_MEMORY
+
 
 def _us(ns: int | float) -> str:
     return f"{ns / 1000:,.1f} µs"
@@ -70,6 +72,83 @@ def drop_displaced(steps: pl.DataFrame, host: pl.DataFrame, warnings: list[str])
                     f"their work (e.g. {st['name'][k][:40]!r} at {_us(int(st['cpu_ts'][k]) - t0)} into the trace: a "
                     "corrupt or zero 'ts' or 'dur'): its time belongs to the steps around it")
     return st.filter(pl.Series(~empty))
+
+
+def drop_trailing_empty(steps: pl.DataFrame, host: pl.DataFrame, warnings: list[str]) -> pl.DataFrame:
+    """`steps` (as `drop_displaced` takes them, two or more) without the last step in time when its span encloses no
+    other event on any thread: the loop ended after the `step()` that opened it (it left
+    `with profile(schedule=...)` inside an active cycle), so it ran nothing of the loop, and as a step it would
+    average a period of no work into the loop's: a near-zero one (a 2.4 ms CPU step read as 1.2 ms), or the
+    teardown after the loop (a DataLoader's workers shutting down: 12.5 ms of nothing, which made an input-bound
+    CPU loop read as bound outside its ops)."""
+    if steps.height < 2 or steps["host_idx"].null_count() or "parent" not in host.columns:
+        return steps
+    st = steps.sort("cpu_ts", "step")
+    last = st.tail(1)
+    if last["host_idx"].is_in(host["parent"].drop_nulls().unique().implode()).item():
+        return steps
+    lo, hi = last["cpu_ts"].to_numpy(), last["cpu_end"].to_numpy()
+    if _starting_in(host, lo, hi)[0] > 1:  # (its own start counts 1)
+        return steps
+    warnings.append(f"ignored the last step, {last['name'][0][:40]!r} ({_us(int(hi[0] - lo[0]))}): it encloses no "
+                    "op or call on any thread: the loop ended after the `step()` that opened it, and the profiler "
+                    "stopped, so it is not a step of the loop")
+    return st.head(st.height - 1)
+
+
+#: the span PyTorch records around every `optimizer.step()` (`Optimizer.step#SGD.step`, `#AdamW.step`, …)
+OPTIMIZER_STEP = "Optimizer.step#"
+#: a repeated annotation's key: its name less a trailing number (`step_3`, `batch 12`, `iter#7` -> one key)
+_NUMBERED = r"[_#\s-]?\d+$"
+#: the share of the traced host time a repeated annotation's spans must cover to be taken as the loop's steps
+ANNOTATED_COVER = 0.5
+
+
+def inferred_steps(host: pl.DataFrame, lo: int, warnings: list[str]) -> pl.DataFrame | None:
+    """Step windows [step, name, host_idx, cpu_ts, cpu_end] of a trace without ProfilerStep annotations (a profiler
+    used without a `schedule`), or None (the whole trace is then one step). A training loop calls
+    `optimizer.step()` once per step and PyTorch records it (`Optimizer.step#…`): with two or more on one thread,
+    step k runs from the end of the (k-1)-th to the end of the k-th, k >= 1 (before the first end: the loop's start
+    or setup, and its first step's lazy work, from no observed boundary; after the last: its teardown). Else a `record_function` the loop wraps each step in: the most
+    frequent top-level annotation, its trailing number ignored (`step_0`, `step_1`, … or every `train_step`), two or
+    more spans, all on one thread (the same task on a pool of threads is no loop), that do not overlap and together
+    cover at least `ANNOTATED_COVER` of the trace's host time. Said in a warning either way."""
+    ann = host.lazy().filter(pl.col("cat") == "user_annotation").select("i", "name", "tid", "ts", "end", "parent")
+    opt = (ann.filter(pl.col("name").str.starts_with(OPTIMIZER_STEP)).collect(**_IN_MEMORY))
+    if opt.height >= 2:
+        tid = opt["tid"].mode().sort()[0]
+        opt = opt.filter(pl.col("tid") == tid).sort("ts")
+        if opt.height >= 2 and (opt["ts"].slice(1) >= opt["end"].slice(0, opt.height - 1)).all():
+            n, ends = opt.height - 1, opt["end"]
+            warnings.append(f"no ProfilerStep#N annotations: the {n:,} periods between the ends of the {n + 1:,} "
+                            f"optimizer steps ({opt['name'][0][:40]!r}) are taken as the steps (before the first "
+                            "one's end: the loop's start or its first step, from no observed boundary, left out)")
+            return pl.DataFrame({"step": range(1, n + 1), "name": opt["name"].slice(1), "host_idx": opt["i"].slice(1),
+                                 "cpu_ts": ends.slice(0, n), "cpu_end": ends.slice(1)},
+                                schema_overrides={"step": pl.Int64, "host_idx": pl.UInt32})
+    # top level: no enclosing op or annotation (a Python frame of with_stack may enclose it)
+    framed = host.filter(pl.col("cat").is_in(["cpu_op", "user_annotation"]))["i"].implode()
+    top = (ann.filter(~pl.col("parent").is_in(framed).fill_null(False))
+           .with_columns(key=pl.col("name").str.replace(_NUMBERED, "")).collect(**_IN_MEMORY))
+    if top.height < 2:
+        return None
+    busy = int((host["end"].max() or 0) - lo)
+    groups = (top.lazy().sort("key", "ts").with_columns(_apart=(pl.col("ts") >= pl.col("end").shift(1).over("key"))
+                                                         .fill_null(True))
+              .group_by("key").agg(pl.len().alias("n"), (pl.col("end") - pl.col("ts")).sum().alias("cover"),
+                                   pl.col("_apart").all().alias("apart"), pl.col("tid").n_unique().alias("threads"),
+                                   pl.col("ts").min().alias("first"))
+              # one thread's (a pool of workers running the same task is not a loop of steps)
+              .filter((pl.col("n") >= 2) & (pl.col("threads") == 1) & pl.col("apart")
+                      & (pl.col("cover") >= ANNOTATED_COVER * busy))
+              .sort(["n", "first"], descending=[True, False]).head(1).collect(**_IN_MEMORY))
+    if groups.height == 0:
+        return None
+    best = top.join(groups.select("key"), on="key").sort("ts")
+    warnings.append(f"no ProfilerStep#N annotations: the {best.height:,} spans of the annotation "
+                    f"{best['key'][0][:40]!r} (record_function) are taken as the steps")
+    return best.select(pl.int_range(pl.len(), dtype=pl.Int64).alias("step"), "name", pl.col("i").alias("host_idx"),
+                       pl.col("ts").alias("cpu_ts"), pl.col("end").alias("cpu_end"))
 
 
 def warn_overlaps(steps: pl.DataFrame, warnings: list[str]) -> None:

@@ -67,6 +67,11 @@ def section(trace: Trace, steps: pl.DataFrame, prep: dict[str, Any]) -> dict[str
     }
 
 
+#: the share of the step (%) from which the compiles inside the steps are the verdict: time that only a failing
+#: guard costs, more than any one op takes in a model worth compiling
+RECOMPILE_FIRST_PCT = 25.0
+
+
 def verdict(trace: Trace, steps: pl.DataFrame, prep: dict[str, Any], findings: list[dict]) -> str | None:
     """The verdict line of a trace without GPU activity, like the classifier's for GPU traces; it names per-op
     overhead when most of the op time is in ops the `cpu-op-overhead` finding counts."""
@@ -75,10 +80,14 @@ def verdict(trace: Trace, steps: pl.DataFrame, prep: dict[str, Any], findings: l
     tot, window = prep["totals"], prep["window_ns"]
     parts = ", ".join(f"{c} {100 * tot[c] / window:.1f} %" for c in sorted(cpu.SPLIT, key=lambda c: -tot[c]) if tot[c])
     text = VERDICT[prep["dominant"]]
-    from traceview.rules import cpu_op_overhead
+    from traceview.rules import cpu_op_overhead, recompile
 
     tiny = next((f for f in findings if f["rule"] == cpu_op_overhead.NAME), None)
-    if prep["dominant"] == "cpu_ops" and tiny and tiny["cost_us"] * 1000 >= 0.5 * tot["cpu_ops"]:
+    comp = next((f for f in findings if f["rule"] == recompile.NAME), None)
+    if comp and comp["savings_pct"] >= RECOMPILE_FIRST_PCT:  # compiling, not any op of the model, to fix first
+        text = (f"torch.compile recompiles inside the steps: {comp['count']} compiles take {comp['savings_pct']:.1f} % "
+                "of the step; fix the failing guard (TV104) before any op")
+    elif prep["dominant"] == "cpu_ops" and tiny and tiny["cost_us"] * 1000 >= 0.5 * tot["cpu_ops"]:
         # most of the op time is in ops dominated by their fixed cost: that, not any one op, is what to fix
         text = (f"CPU-bound by per-op overhead: {tiny['evidence']['tiny_ops_per_step']:g} ops per step run under "
                 f"{tiny['evidence']['tiny_op_us']:g} µs each ({tiny['savings_pct']:.1f} % of the step), each paying "
