@@ -217,3 +217,22 @@ def test_cli_formats_and_errors(tmp_path):
     (tmp_path / "cut.json.gz").write_bytes(b.read_bytes()[:300])
     r = run("diff", a, tmp_path / "cut.json.gz")
     assert r.returncode == 2 and "Traceback" not in r.stderr and r.stderr.startswith("traceview: error:")
+
+
+def test_cpu_only_traces_compare_their_host_split():
+    """Two traces without GPU activity (torch.compile on the CPU, stable vs recompiling every step) compare by the
+    host's split (`cpu`): each class's time per step is its share of each step, as the analyze documents hold it."""
+    from traceview.report import analyze
+
+    a, b = "cpu_compile/compiled_stable.json.gz", "cpu_compile/recompile_every_step.json.gz"
+    p = _one(a, b)
+    docs = [analyze([str(SAMPLES / r)]).to_dict()["traces"][0]["cpu"] for r in (a, b)]
+    got = _cls(p)
+    assert set(got) == {"input", "cpu_ops", "communication", "outside_ops"}
+    for side, cpu in zip(("a_us", "b_us"), docs, strict=True):
+        per_step = [r["dur_us"] * r["cpu_ops_pct"] / 100 for r in cpu["split_by_step"]]
+        assert got["cpu_ops"][side] == pytest.approx(sum(per_step) / len(per_step), rel=1e-3)
+    assert p["primary"] == {"a": docs[0]["dominant"], "b": docs[1]["dominant"]} == {"a": "cpu_ops", "b": "cpu_ops"}
+    assert abs(sum(c["delta_us"] for c in got.values()) - p["step"]["delta_us"]) < 0.01 * p["step"]["b_us"]
+    assert not [w for w in p["warnings"] if "no bottleneck classes" in w]
+    assert [f["rule"] for f in p["findings"]["appeared"]] == ["recompile"]

@@ -19,7 +19,7 @@ from __future__ import annotations
 import math
 from typing import Any
 
-from .digest import digest, finding_key, primary
+from .digest import digest, finding_key
 
 SCHEMA_VERSION = 2  # 2: a/b_savings_us are the replayed savings per step (issue 25)
 SAME_PCT = 2.0  # a layer/kernel whose per-step time moved less than this (% of before) is "same"
@@ -101,13 +101,19 @@ def _shift_warnings(da: dict, db: dict, classes: list[dict]) -> list[str]:
     a, b = da["step_us"], db["step_us"]
     if a is None or b is None:
         return []
+    if da.get("host_split") != db.get("host_split") and da["classes"] and db["classes"]:
+        host, gpu = ("A", "B") if da.get("host_split") else ("B", "A")
+        return [f"{gpu}'s classes are the GPU classifier's and {host}'s the host split of a trace without GPU activity "
+                "(input, cpu_ops, communication, outside_ops): they do not compare; compare classes only between "
+                "traces of the same kind"]
     total = sum(c["delta_us"] or 0.0 for c in classes)
     # (each class rounded to the ns and its mean over steps: a few ns per class apart at most)
     if abs(total - (b - a)) <= max(1.0, 0.01 * max(a, b)):
         return []
     bare = [side for side, d in (("A", da), ("B", db)) if not d["classes"] and d["step_us"]]
-    why = (f"{' and '.join(bare)} has no bottleneck classes (no GPU activity classified: a CPU-only trace?), so "
-           "its classes read 0" if bare else "the two sides' classes cover different time")
+    why = (f"{' and '.join(bare)} {'have' if len(bare) > 1 else 'has'} no bottleneck classes (no GPU activity "
+           f"classified: a CPU-only trace?), so {'their' if len(bare) > 1 else 'its'} classes read 0" if bare
+           else "the two sides' classes cover different time")
     return [f"the class shifts add up to {fmt_us(total)} per step but the step time changed by {fmt_us(b - a)}: "
             f"{why}; compare classes only between traces of the same kind"]
 
@@ -178,7 +184,7 @@ def diff_entries(ta: dict, tb: dict, key: str, kernels_a: list[dict] | None = No
     kb = kernels_b if full else kernels_from_doc(tb)
     return {
         "key": key, "a": ta["path"], "b": tb["path"], "rank": ta.get("rank"),
-        "step": _step(da, db), "primary": {"a": primary(ta.get("classification")), "b": primary(tb.get("classification"))},
+        "step": _step(da, db), "primary": {"a": da["primary"], "b": db["primary"]},
         "classes": classes, "shift_text": shift_text(classes, da["step_us"]),
         "layers": _layers(da, db), "kernels": _kernels(ka, kb), "kernels_source": "all" if full else "top_kernels",
         "findings": _findings(ta.get("findings") or [], tb.get("findings") or []),

@@ -23,7 +23,8 @@ def _step_line(p: dict) -> str:
         return "step time: -"
     noise = "beyond" if s["beyond_noise"] else "within"
     return (f"step {_ms(s['a_us'])} → {_ms(s['b_us'])} ms ({fmt_us(s['delta_us'])}, {s['delta_pct']:+.1f} %; "
-            f"{noise} the per-step noise of ±{_ms(s['noise_us'])} ms) · primary {p['primary']['a']} → {p['primary']['b']}")
+            f"{noise} the per-step noise of ±{_ms(s['noise_us'])} ms) · primary {p['primary']['a'] or '-'} → "
+            f"{p['primary']['b'] or '-'}")
 
 
 def _moved(rows: list[dict]) -> list[dict]:

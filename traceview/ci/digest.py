@@ -54,10 +54,21 @@ def step_values(entry: dict) -> list[float]:
 
 
 def class_values(entry: dict) -> dict[str, list[float]]:
-    """Per class: its time (µs) in each analyzed step."""
+    """Per class: its time (µs) in each analyzed step. A trace without GPU activity has the host's split instead
+    (`cpu`: input, cpu_ops, communication, outside_ops), its classes for diffs, rows and trends."""
     rows = (entry.get("classification") or {}).get("steps") or []
+    if not rows:
+        split = (entry.get("cpu") or {}).get("split_by_step") or []
+        names = [k.removesuffix("_pct") for k in (split[0] if split else {}) if k.endswith("_pct")]
+        return {c: [float(r["dur_us"]) * float(r[f"{c}_pct"]) / 100 for r in split] for c in sorted(names)}
     classes = sorted({c for r in rows for c in r["time_us"]})
     return {c: [float(r["time_us"].get(c, 0.0)) for r in rows] for c in classes}
+
+
+def _host_split(entry: dict) -> tuple[str | None, dict[str, float]]:
+    """(dominant, shares %) of a trace without GPU activity: its host split (`cpu`), else (None, {})."""
+    cpu = entry.get("cpu") or {}
+    return cpu.get("dominant"), dict(cpu.get("split_pct") or {})
 
 
 def finding_key(f: dict) -> str:
@@ -111,7 +122,8 @@ def digest(entry: dict, key: str, layers_limit: int | None = 30) -> dict[str, An
     return {
         "key": key, "path": entry["path"], "rank": entry.get("rank"),
         "steps": len(steps), "step_us": _r(mean), "step_sd_us": _r(sd),
-        "primary": primary(cls), "shares": dict(cls.get("shares") or {}), "classes": classes,
+        "primary": primary(cls) or _host_split(entry)[0], "shares": dict(cls.get("shares") or {}) or _host_split(entry)[1],
+        "classes": classes, "host_split": not (cls.get("steps") or []) and bool(classes),
         "findings": findings, "layers": layer_times(entry, layers_limit),
     }
 
