@@ -19,10 +19,16 @@ def _spans_us(rel: str) -> dict[int, float]:
     return {int(e["name"].split("#")[1]): e["dur"] for e in raw_events(rel) if e.get("name", "").startswith("ProfilerStep#")}
 
 
-def test_step_the_profiler_stopped_in_is_not_a_step(capsys):
-    rel = MISUSE + "schedule_exit_midcycle.json.gz"
+@pytest.mark.parametrize("name", ["schedule_exit_midcycle", "schedule_exit_midcycle_stack"])
+def test_step_the_profiler_stopped_in_is_not_a_step(capsys, name):
+    rel = MISUSE + name + ".json.gz"
     spans = _spans_us(rel)
     assert sorted(spans) == [7, 8, 9] and spans[9] < 0.1 * min(spans[7], spans[8])  # #9: opened by the last step()
+    (last,) = [e for e in raw_events(rel) if e.get("name") == "ProfilerStep#9"]
+    inside = {e.get("cat") for e in raw_events(rel) if e.get("ph") == "X" and e is not last
+              and last["ts"] <= e["ts"] < last["ts"] + last["dur"]}
+    # nothing of the loop inside #9; with stacks, the Python frames of the profiler's own stop
+    assert inside == ({"python_function"} if name.endswith("stack") else set())
     t = load(rel)
     assert t.steps["step"].to_list() == [7, 8]
     assert any("ignored the last step, 'ProfilerStep#9'" in w for w in t.meta.warnings)

@@ -6,6 +6,8 @@ Each trace is what a real `torch.profiler` run writes when the training loop and
 (sample_traces/profiler_misuse/MANIFEST.md says what each holds):
 - `schedule_exit_midcycle.json.gz`: the loop leaves `with profile(schedule=...)` inside a recording cycle and the
   trace is exported after the block: the last `ProfilerStep#N` (opened by the last `step()`) encloses nothing.
+- `schedule_exit_midcycle_stack.json.gz`: the same with `with_stack=True`: the last step holds the Python frames of
+  the profiler's own `stop`, and no op.
 - `handler_overwritten.json.gz`: `on_trace_ready` writes one fixed file name; the loop ends one step into a new
   cycle, so the handler runs again at the block's end and writes a trace of one empty step over the full one.
 - `exported_after_schedule.json.gz`: `export_chrome_trace` after the block, with `with_stack=True`, once the
@@ -76,6 +78,10 @@ def main(out: str) -> None:
         _loop(p, 9)  # the second cycle records steps 7 and 8 and opens #9, which the block's end closes at once
     p.export_chrome_trace(tmp)
     _gz(tmp, os.path.join(out, "schedule_exit_midcycle.json.gz"))
+    with profile(activities=CPU, schedule=schedule(wait=1, warmup=1, active=3), with_stack=True) as p:
+        _loop(p, 9)  # the same with Python stacks: #9 then holds the profiler's own `stop` frames, no op
+    p.export_chrome_trace(tmp)
+    _gz(tmp, os.path.join(out, "schedule_exit_midcycle_stack.json.gz"))
 
     with profile(activities=CPU, schedule=schedule(wait=0, warmup=1, active=3),
                  on_trace_ready=lambda q: q.export_chrome_trace(tmp)) as p:

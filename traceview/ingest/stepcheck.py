@@ -85,12 +85,14 @@ def drop_trailing_empty(steps: pl.DataFrame, host: pl.DataFrame, warnings: list[
         return steps
     st = steps.sort("cpu_ts", "step")
     last = st.tail(1)
-    if last["host_idx"].is_in(host["parent"].drop_nulls().unique().implode()).item():
+    idx, lo, hi = int(last["host_idx"][0]), int(last["cpu_ts"][0]), int(last["cpu_end"][0])
+    # an op, call or annotation inside it, on any thread (the Python frames of the profiler's own stop, which
+    # `with_stack` records there, are not the loop's)
+    inside = ((pl.col("cat") != "python_function") & (pl.col("i") != idx)
+              & ((pl.col("parent") == idx).fill_null(False) | ((pl.col("ts") >= lo) & (pl.col("ts") < hi))))
+    if host.select(inside.any()).item():
         return steps
-    lo, hi = last["cpu_ts"].to_numpy(), last["cpu_end"].to_numpy()
-    if _starting_in(host, lo, hi)[0] > 1:  # (its own start counts 1)
-        return steps
-    warnings.append(f"ignored the last step, {last['name'][0][:40]!r} ({_us(int(hi[0] - lo[0]))}): it encloses no "
+    warnings.append(f"ignored the last step, {last['name'][0][:40]!r} ({_us(hi - lo)}): it encloses no "
                     "op or call on any thread: the loop ended after the `step()` that opened it, and the profiler "
                     "stopped, so it is not a step of the loop")
     return st.head(st.height - 1)
