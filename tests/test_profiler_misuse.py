@@ -165,3 +165,22 @@ def test_successive_captures_of_one_process_are_not_a_job(capsys):
     for tr in doc["traces"]:
         assert any("one of 2 traces recorded one after the other, no ranks named" in w for w in tr["warnings"])
     assert sorted(tr["summary"]["step_numbers"] for tr in doc["traces"]) == [[2, 3], [6, 7]]
+
+
+@pytest.mark.parametrize("path_kind", PATHS)
+def test_two_optimizers_a_step_bound_it_by_the_last(tmp_path, capsys, monkeypatch, path_kind):
+    """A GAN-like loop steps two optimizers per step (`Optimizer.step#Adam.step`, then `#SGD.step`), no schedule:
+    its steps end with the second, one step per pair, not two."""
+    use_path(path_kind, monkeypatch)
+    evs = []
+    for k in range(5):
+        t = 1000 + 1000 * k
+        evs += [ev(name="aten::mm", ts=t, dur=400),
+                ev(name="Optimizer.step#Adam.step", cat="user_annotation", ts=t + 450, dur=100),
+                ev(name="aten::mm", ts=t + 600, dur=200),
+                ev(name="Optimizer.step#SGD.step", cat="user_annotation", ts=t + 850, dur=100)]
+    rc, got, _ = analyze_json(capsys, write(tmp_path / "gan.json", {"traceEvents": evs}))
+    tr = got["traces"][0]
+    assert rc == 0 and tr["summary"]["steps"] == 4 and tr["summary"]["step_numbers"] == [1, 2, 3, 4]
+    assert tr["summary"]["avg_step_us"] == pytest.approx(1000, abs=1)
+    assert any("'Optimizer.step#SGD.step'" in w for w in tr["warnings"])

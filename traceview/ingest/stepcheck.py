@@ -109,7 +109,8 @@ ANNOTATED_COVER = 0.5
 def inferred_steps(host: pl.DataFrame, lo: int, warnings: list[str]) -> pl.DataFrame | None:
     """Step windows [step, name, host_idx, cpu_ts, cpu_end] of a trace without ProfilerStep annotations (a profiler
     used without a `schedule`), or None (the whole trace is then one step). A training loop calls
-    `optimizer.step()` once per step and PyTorch records it (`Optimizer.step#…`): with two or more on one thread,
+    `optimizer.step()` once per step and PyTorch records it (`Optimizer.step#…`; of several optimizers, the one
+    that runs last): with two or more on one thread,
     step k runs from the end of the (k-1)-th to the end of the k-th, k >= 1 (before the first end: the loop's start
     or setup, and its first step's lazy work, from no observed boundary; after the last: its teardown). Else a `record_function` the loop wraps each step in: the most
     frequent top-level annotation, its trailing number ignored (`step_0`, `step_1`, … or every `train_step`), two or
@@ -120,6 +121,8 @@ def inferred_steps(host: pl.DataFrame, lo: int, warnings: list[str]) -> pl.DataF
     if opt.height >= 2:
         tid = opt["tid"].mode().sort()[0]
         opt = opt.filter(pl.col("tid") == tid).sort("ts")
+        # several optimizers a step (a GAN's generator and discriminator): the step ends with the last one's
+        opt = opt.filter(pl.col("name") == opt["name"][-1])
         if opt.height >= 2 and (opt["ts"].slice(1) >= opt["end"].slice(0, opt.height - 1)).all():
             n, ends = opt.height - 1, opt["end"]
             warnings.append(f"no ProfilerStep#N annotations: the {n:,} periods between the ends of the {n + 1:,} "
