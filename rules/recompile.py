@@ -48,7 +48,7 @@ import msgspec
 import polars as pl
 
 from traceview.analyses.features import host_names
-from traceview.analyses.intervals import clip, merge
+from traceview.analyses.intervals import merge
 from traceview.analyses.replay import Transform, spans
 from traceview.analyses.whatif import EMPTY, gpu_idle_within, removed_per_step
 from traceview.analyses.windows import host_step_of
@@ -104,11 +104,8 @@ def removes(ctx: RuleContext, finding: dict | None = None) -> pl.DataFrame:
 
 def _removes(ctx: RuleContext) -> pl.DataFrame:
     c = _spans(ctx)
-    if c.height == 0:
-        return EMPTY
-    if not ctx.trace.has_gpu:  # a CPU-only step: the compile's host time is what the step spends on it
-        return merge(clip(c.select("ts", "end"), ctx.lo, ctx.hi))
-    return gpu_idle_within(ctx.trace, c, ctx.lo, ctx.hi, keep_launched_inside=True)
+    # (on a trace without GPU activity no device work is subtracted: the compile spans' host time, merged)
+    return gpu_idle_within(ctx.trace, c, ctx.lo, ctx.hi, keep_launched_inside=True) if c.height else EMPTY
 
 
 class Phase(msgspec.Struct, kw_only=True):

@@ -119,10 +119,11 @@ def digest(entry: dict, key: str, layers_limit: int | None = 30) -> dict[str, An
     findings = [{"key": finding_key(f), "rule": f["rule"], "code": f["code"], "severity": f["severity"],
                  "title": f["title"], "savings_us": f["savings_us"], "savings_pct": f.get("savings_pct")}
                 for f in entry.get("findings") or []]
+    host_dominant, host_shares = _host_split(entry)
     return {
         "key": key, "path": entry["path"], "rank": entry.get("rank"),
         "steps": len(steps), "step_us": _r(mean), "step_sd_us": _r(sd),
-        "primary": primary(cls) or _host_split(entry)[0], "shares": dict(cls.get("shares") or {}) or _host_split(entry)[1],
+        "primary": primary(cls) or host_dominant, "shares": dict(cls.get("shares") or {}) or host_shares,
         "classes": classes, "host_split": not (cls.get("steps") or []) and bool(classes),
         "findings": findings, "layers": layer_times(entry, layers_limit),
     }

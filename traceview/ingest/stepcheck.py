@@ -110,9 +110,9 @@ def inferred_steps(host: pl.DataFrame, lo: int, warnings: list[str]) -> pl.DataF
     """Step windows [step, name, host_idx, cpu_ts, cpu_end] of a trace without ProfilerStep annotations (a profiler
     used without a `schedule`), or None (the whole trace is then one step). A training loop calls
     `optimizer.step()` once per step and PyTorch records it (`Optimizer.step#…`; of several optimizers, the one
-    that runs last): with two or more on one thread,
-    step k runs from the end of the (k-1)-th to the end of the k-th, k >= 1 (before the first end: the loop's start
-    or setup, and its first step's lazy work, from no observed boundary; after the last: its teardown). Else a `record_function` the loop wraps each step in: the most
+    that runs last): with two or more on one thread, step k runs from the end of the (k-1)-th to the end of the
+    k-th, k >= 1 (before the first end: the loop's start or setup, and its first step's lazy work, from no observed
+    boundary; after the last: its teardown). Else a `record_function` the loop wraps each step in: the most
     frequent top-level annotation, its trailing number ignored (`step_0`, `step_1`, … or every `train_step`), two or
     more spans, all on one thread (the same task on a pool of threads is no loop), that do not overlap and together
     cover at least `ANNOTATED_COVER` of the trace's host time. Said in a warning either way."""
@@ -132,7 +132,7 @@ def inferred_steps(host: pl.DataFrame, lo: int, warnings: list[str]) -> pl.DataF
                                  "cpu_ts": ends.slice(0, n), "cpu_end": ends.slice(1)},
                                 schema_overrides={"step": pl.Int64, "host_idx": pl.UInt32})
     # top level: no enclosing op or annotation (a Python frame of with_stack may enclose it)
-    framed = host.filter(pl.col("cat").is_in(["cpu_op", "user_annotation"]))["i"].implode()
+    framed = host.select(pl.col("i").filter(pl.col("cat").is_in(["cpu_op", "user_annotation"]))).to_series().implode()
     top = (ann.filter(~pl.col("parent").is_in(framed).fill_null(False))
            .with_columns(key=pl.col("name").str.replace(_NUMBERED, "")).collect(**_IN_MEMORY))
     if top.height < 2:
