@@ -183,6 +183,14 @@ TWINS: dict[str, tuple[str, str, str | None, str | None]] = {
     "mobilenet_empty_cache_h100": ("mobilenet_ref_h100", "allocator-churn", None, None),
     "densenet_empty_cache_h100": ("densenet_ref_h100", "allocator-churn", None, None),
     "alloc_churn_h100": ("alloc_churn_ref_h100", "allocator-churn", None, None),
+    # held out (`record_ab_traced.sh rules_heldout`, H100, 2026-12-06): rules whose one-process twins ran one program
+    # each, now on another (pageable copies and the fused epilogue on the MLP, small grids on ResNet-18, the decode
+    # loop at width 1024, loss.item() per step on ResNet-50), scored as they came
+    "h2d_mlp_pageable_h100": ("h2d_mlp_pinned_h100", "pageable-memcpy", None, None),
+    "epilogue_mlp_h100": ("epilogue_mlp_fused_h100", "gemm-epilogue", None, None),
+    "small_batch_resnet_h100": ("small_batch_resnet_c64_h100", "small-grid", None, None),
+    "decode_d1024_h100": ("decode_d1024_static_h100", "decode-loop", None, None),
+    "resnet50_item_h100": ("resnet50_noitem_h100", "host-sync", None, None),
 }
 #: twins whose fix changes nothing by construction (the same program on both sides): a control, never scored
 CONTROLS = {"gpt2_vocab_padded", "llama_ctl"}
