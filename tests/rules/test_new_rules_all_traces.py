@@ -59,6 +59,7 @@ EXPECTED |= {(t, "gemm-epilogue") for t in (
     "collected/sync_item_nonzero_cpu", "gpu_h200/sync_item_nonzero_cpu.json.gz", "gpu_h200/seed_relu_linear_m8.json.gz",
     "collected3/adamw_l12_fused", "collected3/adamw_l12_single",
     "collected4/decode_dynamic/rank0.1796185675415732398.pt.trace.json.gz",
+    "ab_traced/decode_d1024_h100",  # (the same decode program at width 1024: its MLP's Linear -> GELU, info)
     "collected4/input_workers_nw10/rank0.1796185834974983700.pt.trace.json.gz",
     "collected4/input_workers_nw2/rank0.1796185823655122720.pt.trace.json.gz",
     "collected5/epilogue_bert_eager/rank0.1796199133200825241.pt.trace.json.gz",
