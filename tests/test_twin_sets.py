@@ -113,11 +113,6 @@ def test_held_out_runs_are_not_calibration_inputs():
 VERDICT_MISSES = {
     ("gpt2_b1_eager", "gpt2_b1_reduce_overhead"): "the reduce-overhead twin (already CUDA graphs) still gets "
     "launch-bound at error, 0.45 ms a step on a 0.82 ms measured step (GPU busy 0.31 ms)",
-    (
-        "cpu_adamw_single",
-        "cpu_adamw_foreach",
-    ): "cpu-op-overhead warns on the foreach twin (1.18 ms a step) and "
-    "claims 4.82 ms on the problem where foreach measured 0.21 ms",
 }
 C5 = _labels("collected5")["twins"] if "collected5" in SETS else []
 

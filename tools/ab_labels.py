@@ -191,6 +191,12 @@ TWINS: dict[str, tuple[str, str, str | None, str | None]] = {
     "small_batch_resnet_h100": ("small_batch_resnet_c64_h100", "small-grid", None, None),
     "decode_d1024_h100": ("decode_d1024_static_h100", "decode-loop", None, None),
     "resnet50_item_h100": ("resnet50_noitem_h100", "host-sync", None, None),
+    # CPU only (collectors/examples/record_cpu_twins.sh, this project's 2-core box, torch 2.13 CPU, one OMP thread,
+    # 2026-12-06): single-tensor AdamW -> fused=True on HF GPT-2 and a 24-layer MLP, the model's development twins
+    # (not held out); -> foreach=True on GPT-2, which cpu-op-overhead does not advise on CPU
+    "cpu_gpt2_single_fused": ("cpu_gpt2_fused", "cpu-op-overhead", "fused", None),
+    "cpu_adamw_single_fused": ("cpu_adamw_fused", "cpu-op-overhead", "fused", None),
+    "cpu_gpt2_single_foreach": ("cpu_gpt2_foreach", "cpu-op-overhead", "foreach", None),
 }
 #: twins whose fix changes nothing by construction (the same program on both sides): a control, never scored
 CONTROLS = {"gpt2_vocab_padded", "llama_ctl"}
@@ -279,7 +285,9 @@ def build() -> tuple[dict, str]:
             "torchvision's Swin-T, models no earlier group ran (`unseen`). Runs named `*_h100` were recorded on an H100 SXM "
             "(`h100_a`, `h100_b`, `h100_c`: twins of the H200 groups on another GPU, held out, scored as they came); "
             "`*_h100_fixed` folders hold the fixed program of that twin traced alone in a process of its own "
-            "(`h100_fixed`): no rounds, not scored, a trace of what the fix's transform predicts.",
+            "(`h100_fixed`): no rounds, not scored, a trace of what the fix's transform predicts. Runs named `cpu_*` "
+            "ran on a CPU only (`collectors/examples/record_cpu_twins.sh`: torch 2.13's CPU build, one OMP thread, "
+            "a 2-core box), timed by wall clock.",
             "",
             "| problem → fixed | rule | problem ms | fixed ms | saving ms | per-round saving ms |",
             "|---|---|---:|---:|---:|---|",

@@ -155,7 +155,13 @@ def predicted(path: Path, rule: str, fix_variant: str | None = None,
     from traceview.ruleapi import RuleContext
 
     trace = traceview.load(str(next(path.glob("*.pt.trace.json*"))))
-    ctx, _ = RuleContext.prepare(trace, select_steps(trace, None), unprofiled_ms)
+    if trace.has_gpu:
+        ctx, _ = RuleContext.prepare(trace, select_steps(trace, None), unprofiled_ms)
+    else:  # a CPU-only trace: the host context the report's CPU rules run in
+        from traceview.sections import cpu
+
+        steps = select_steps(trace, None)
+        ctx = RuleContext.for_host(trace, steps, cpu.prepare(trace, steps), unprofiled_ms)
     base = float(replay(ctx.trace, ctx.steps, [fixes.pricing_transform(ctx)]).mean()) / 1e6
     if "+" in rule:  # one fix that applies several rules' transforms (autocast: GEMMs and convolutions), together
         from traceview.sections.fixrunner import what_if

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 import statistics
 import time
 
@@ -40,6 +41,7 @@ class StepTimer:
             "step_ms_median": round(statistics.median(ms), 4) if ms else None,
             "steps": len(ms),
         }
-        out["step_ms"] = [round(x, 3) for x in ms[:200]]
+        # (the first 200 steps; STEP_TIME_MAX=N prints N: a warm-up curve, tools/warmup_curve.py)
+        out["step_ms"] = [round(x, 3) for x in ms[: int(os.environ.get("STEP_TIME_MAX", "200"))]]
         print("STEP_TIME " + json.dumps(out), flush=True)
         return out

@@ -31,7 +31,10 @@ def main() -> None:
     model = model.to(dev)
     kw = {"single": {"foreach": False}, "foreach": {"foreach": True}, "fused": {"fused": True}}[args.impl]
     if args.impl == "fused" and dev.type != "cuda":
-        kw = {"foreach": True}  # fused AdamW needs a GPU (or a recent CPU kernel); smoke runs only
+        try:  # torch >= 2.4 has a fused CPU AdamW; older ones only a GPU kernel (smoke runs: foreach)
+            torch.optim.AdamW([torch.zeros(1, requires_grad=True)], fused=True)
+        except (RuntimeError, ValueError):
+            kw = {"foreach": True}
     opt = torch.optim.AdamW(model.parameters(), lr=1e-3, **kw)  # its step() marks the collector's boundaries
     x = torch.randn(args.batch, args.d, device=dev)
     y = torch.randn(args.batch, args.d, device=dev)
