@@ -157,7 +157,8 @@ def test_in_process_dataloader_is_input_bound_on_cpu() -> None:
         assert s["dataloader_us"] == pytest.approx(dl[s["step"]], abs=0.01)
     window = sum(b - a for a, b, _ in steps)
     assert t["cpu"]["split_pct"]["input"] == pytest.approx(100 * sum(dl.values()) / window, abs=0.01)
-    assert f["savings_us"] == pytest.approx(sum(dl.values()) / len(dl), abs=0.01)  # per step, as every saving
+    # per step, replayed in unprofiled terms as every saving: the loader's time less the profiler's cost inside it
+    assert 0.99 * sum(dl.values()) / len(dl) <= f["savings_us"] <= sum(dl.values()) / len(dl)
 
 
 def test_cpu_time_per_layer_is_conserved_and_nested() -> None:

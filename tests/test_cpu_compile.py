@@ -47,7 +47,9 @@ def test_recompile_every_step_on_cpu(capsys):
     (f,) = [f for f in t["findings"] if f["code"] == "TV104"]
     assert f["steps"] == [2, 3, 4] and f["count"] == frames == 3
     assert {int(k): v for k, v in f["evidence"]["savings_per_step_us"].items()} == pytest.approx(per_step, rel=1e-3)
-    assert f["savings_us"] == pytest.approx(sum(per_step.values()) / 3, rel=1e-3)
+    # replayed on the host in unprofiled terms (every saving is): the compile time less the profiler's cost of the
+    # ops recorded inside it, never more than the traced compile time
+    assert 0.99 * sum(per_step.values()) / 3 <= f["savings_us"] <= sum(per_step.values()) / 3
     window = sum(b - a for a, b in steps.values())
     assert f["savings_pct"] == pytest.approx(100 * sum(per_step.values()) / window, abs=2)
     assert f["severity"] == "error" and "the GPU waited" not in f["fix"] and "CPU" in f["fix"]

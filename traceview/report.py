@@ -45,7 +45,7 @@ from .options import Options
 from .parallel import start
 from .ruleapi import RuleContext
 from .sections import cpu, findings, job_entry, layers, memory, overview, profiling, projection, verdict
-from .sections.findings import RULE_SEVERITY, run_rules
+from .sections.findings import run_rules
 from .sections.fixrunner import apply as replayed_fixes
 from .sections.layers import section as layers_section
 from .sections.memory import memory_section
@@ -130,9 +130,9 @@ def _analyze_trace(trace: Trace, options: Options) -> tuple[dict, pl.DataFrame, 
         hctx = RuleContext.for_host(trace, steps, host, options.unprofiled_ms)
         findings, warns = run_rules(hctx, options)  # the rules with CPU = True
         warnings.extend(warns)
-        # no device to replay: the rules' own estimate over the steps, per step like every saving
-        findings = [{**{k: v for k, v in f.items() if k != RULE_SEVERITY},
-                     "savings_us": round(f["savings_us"] / max(steps.height, 1), 3)} for f in findings]
+        # no device, but a host to replay: each fix a transform of the CPU step's graph, as on a GPU trace
+        findings, fixinfo = replayed_fixes(hctx, options, findings)
+        warnings.extend(fixinfo["errors"])
     entry.update(over.result())
     entry["layers"] = None  # (its place in the document; computed last, below)
     deep = layer_attr.attribution(trace).shortened
@@ -150,7 +150,7 @@ def _analyze_trace(trace: Trace, options: Options) -> tuple[dict, pl.DataFrame, 
     if entry["replay"].get("confidence") == "low":
         entry["profiling"]["confidence"] = "low"
     entry["memory"] = memory_section(trace, analysed) if trace.has_gpu else None
-    entry["projection"] = projection_section(ctx, findings, entry["profiling"], options, fixinfo)
+    entry["projection"] = projection_section(ctx or hctx, findings, entry["profiling"], options, fixinfo)
     warnings.extend(_unreached(options, entry["projection"], entry["profiling"]))
     entry["cpu"] = cpu.section(trace, steps, host) if host else None
     # the layer table last, the analysis's largest step: the whole-trace results only the rules, the fixes and

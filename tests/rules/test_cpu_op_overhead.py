@@ -107,3 +107,20 @@ def test_without_shapes_the_optimizer_is_priced_as_any_tiny_op(tmp_path):
     bare, full = finding(out), finding(src)
     assert "optimizer" not in bare["evidence"] and "optimizer" in full["evidence"]
     assert 0 < bare["savings_us"] < 0.5 * full["savings_us"]
+
+
+def test_a_cpu_trace_gets_the_projection_and_what_if():
+    """A trace without GPU activity is replayed like any other: the projection's every-fix step is one replay (one
+    rule here: the unprofiled step less its saving), and `--what-if cpu-op-overhead:fused` replays the optimizer's
+    fix alone, what the fused twin changes (measured 2.17 ms in its rounds, labels.json)."""
+    from traceview.options import Options
+
+    path = SAMPLES / rel("cpu_adamw_single_fused")
+    (t,) = analyze([path], Options.build(what_if=["cpu-op-overhead:fused"])).to_dict()["traces"]
+    p = t["projection"]
+    (f,) = t["findings"]
+    assert p["all_fixed_unprofiled_step_us"] == pytest.approx(p["replayed_unprofiled_step_us"] - f["savings_us"],
+                                                                abs=1.0)
+    fused = p["what_if"]["savings_us"]
+    lab = next(x for x in json.loads((AB / "labels.json").read_text())["twins"] if x["problem"] == "cpu_adamw_single_fused")
+    assert 0 < fused < f["savings_us"] and abs(fused / (1000 * lab["measured_fix_saving_ms"]) - 1) <= 0.2
