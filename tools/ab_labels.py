@@ -197,6 +197,10 @@ TWINS: dict[str, tuple[str, str, str | None, str | None]] = {
     "cpu_gpt2_single_fused": ("cpu_gpt2_fused", "cpu-op-overhead", "fused", None),
     "cpu_adamw_single_fused": ("cpu_adamw_fused", "cpu-op-overhead", "fused", None),
     "cpu_gpt2_single_foreach": ("cpu_gpt2_foreach", "cpu-op-overhead", "foreach", None),
+    # held out (`record_cpu_twins.sh heldout`, listed before they were recorded, scored as they came): other sizes
+    # of both programs, GPT-2 at width 256 with 4 layers and the MLP at width 512
+    "cpu_gpt2w256_single_fused": ("cpu_gpt2w256_fused", "cpu-op-overhead", "fused", None),
+    "cpu_adamw_d512_single_fused": ("cpu_adamw_d512_fused", "cpu-op-overhead", "fused", None),
 }
 #: twins whose fix changes nothing by construction (the same program on both sides): a control, never scored
 CONTROLS = {"gpt2_vocab_padded", "llama_ctl"}
@@ -208,7 +212,8 @@ HELD_OUT = {"bert_fp32", "vit_fp32", "convnext_fp32", "mobilenet_single", "bert_
             "bert_fp32_tiny", "gpt2_fp32_tiny", "vit_fp32_tiny", "llama_fp32", "llama_eager_attn", "llama_single",
             "llama_ctl", "swin_fp32", "llama_single_r8", "llama_eager_attn_r8", "llama_single_b16", "swin_fp32_tf32",
             "densenet_fp32", "regnet_single", "llama_item", "resnet50_empty_cache", "swin_single", "bert_eager_attn_s256",
-            "bert_eager_attn_s512_r2", "resnet50_empty_cache_r2", *(r for r in TWINS if r.endswith("_h100"))}
+            "bert_eager_attn_s512_r2", "resnet50_empty_cache_r2", "cpu_gpt2w256_single_fused",
+            "cpu_adamw_d512_single_fused", *(r for r in TWINS if r.endswith("_h100"))}
 
 
 def build() -> tuple[dict, str]:
