@@ -150,7 +150,7 @@ def test_the_issue_bar():
     assert sum(hits) >= 0.8 * len(hits)
 
 
-@pytest.mark.xfail(strict=True, reason="85 of 113 (75 %) since the H100 twins of 2026-12-05/06: anchored to the rounds' "
+@pytest.mark.xfail(strict=True, reason="86 of 118 (73 %) since the H100 twins of 2026-12-05/06: anchored to the rounds' "
                    "problem step, the H100 misses that remain are device-bound problem steps whose host speed the "
                    "measurement does not fix, and ResNet-50's allocator churn (docs/predictions.md)")
 def test_the_issue_bar_anchored_to_the_rounds():
