@@ -59,7 +59,7 @@ import polars as pl
 from traceview.analyses import opshapes
 from traceview.analyses.cpu import COLLECTIVE_RE, top_level_ops
 from traceview.analyses.features import Features
-from traceview.analyses.fixes import per_step_us, pricing_transform
+from traceview.analyses.fixes import pricing_transform
 from traceview.analyses.layers import UNATTRIBUTED, host_layers
 from traceview.analyses.param_work import OPT_STEP_RE
 from traceview.analyses.replay import Transform, replay
@@ -237,7 +237,7 @@ def _fused_loops(opt: pl.DataFrame, ratio: float, floor: float) -> pl.DataFrame 
 
 
 def _model(ctx: RuleContext) -> dict:
-    """The fix's replay model: {transform, fused (the optimizer's part alone), base, ratio, floor_ns, cls, opt_ns,
+    """The fix's replay model: {transform, fused (the optimizer's part alone), ratio, floor_ns, cls, opt_ns,
     fused_ns, opt_ids, params} (totals over the analysed steps; `cls` None when no single-tensor optimizer is priced
     as a fused step)."""
     top = _in_optimizer(ctx, _tops(ctx))
@@ -263,8 +263,7 @@ def _model(ctx: RuleContext) -> dict:
     cut = pl.when(~in_opt & tiny).then(pl.min_horizontal(pl.col("dur"), pl.lit(floor)) * ratio).otherwise(0.0)
     cuts = top.select("i", cut.round().cast(pl.Int64).alias("c")).filter(pl.col("c") > 0)
     t = Transform(NAME, host_cut={**dict(zip(cuts["i"].to_list(), cuts["c"].to_list(), strict=True)), **loop_cut})
-    return {"transform": t, "fused": Transform(NAME, host_cut=loop_cut) if loop_cut else None, "base": base,
-            "ratio": ratio, "floor_ns": floor, "cls": cls,
+    return {"transform": t, "fused": Transform(NAME, host_cut=loop_cut) if loop_cut else None, "ratio": ratio, "floor_ns": floor, "cls": cls,
             "opt_ns": float((loops["loop_end"] - loops["loop_ts"]).sum()) if cls else 0.0,
             "fused_ns": float(loops["fused_ns"].sum()) if cls else 0.0, "opt_ids": top.filter(in_opt)["i"],
             "params": int(loops["params"].max()) if cls else 0}
@@ -302,10 +301,9 @@ def check(ctx: RuleContext) -> list[Finding]:
     cost = int(tiny["dur"].sum())
     if ctx.pct(cost) < opts["moderate_pct"]:
         return []
+    # (its saving is the fix runner's replay of `fix_transform`, as every rule's: not priced twice here)
     m = ctx.once("model", lambda: _model(ctx))
     n = steps.height
-    t = m["transform"]
-    saved = per_step_us(trace, steps, t, [m["base"]]) * 1000 * n if t.host_cut else 0.0
     names = (tiny.group_by("name").agg(pl.len().alias("calls"), pl.col("dur").median().alias("med"))
              .sort("calls", "name", descending=[True, False]).head(5))
     split = ctx.cpu.get("totals") or {}
@@ -335,7 +333,7 @@ def check(ctx: RuleContext) -> list[Finding]:
     lay = host_layers(trace).join(tiny.select("i"), on="i").filter(pl.col("layer") != UNATTRIBUTED)
     opt_tiny = float(tiny.filter(pl.col("i").is_in(m["opt_ids"].implode()))["dur"].sum()) if m["cls"] else 0.0
     pct_opt = 100.0 * opt_tiny / cost if cost else 0.0
-    f = ctx.finding(cost_ns=cost, savings_ns=saved, count=tiny.height, steps=sorted(tiny["step"].unique().to_list()),
+    f = ctx.finding(cost_ns=cost, count=tiny.height, steps=sorted(tiny["step"].unique().to_list()),
                     evidence=ev, fix=fix_for(ctx.features, m["cls"], pct_opt),
                     title=f"{ev.tiny_ops_per_step:g} ops per step run under {opts['tiny_op_us']:g} µs each, "
                           f"dominated by their fixed per-op cost ({share:.1f} % of the step)")

@@ -41,7 +41,7 @@ class StepTimer:
             "step_ms_median": round(statistics.median(ms), 4) if ms else None,
             "steps": len(ms),
         }
-        # (the first 200 steps; STEP_TIME_MAX=N prints N: a warm-up curve, tools/warmup_curve.py)
+        # (the first 200 steps; STEP_TIME_MAX=N prints N: a warm-up curve over a long run)
         out["step_ms"] = [round(x, 3) for x in ms[: int(os.environ.get("STEP_TIME_MAX", "200"))]]
         print("STEP_TIME " + json.dumps(out), flush=True)
         return out
