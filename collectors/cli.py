@@ -19,7 +19,7 @@ from pathlib import Path
 from typing import Any
 
 from collectors import manifest as mf
-from collectors import outfilter
+from collectors import outfilter, settle
 
 _PKG_DIR = Path(__file__).resolve().parent
 _BOOT_DIR = _PKG_DIR / "_boot"
@@ -40,6 +40,17 @@ def add_parsers(subparsers: Any) -> None:
     )
     c.add_argument(
         "--wait", type=int, default=5, help="unprofiled steps first, timed for the overhead (default 5)"
+    )
+    c.add_argument(
+        "--settle",
+        action=argparse.BooleanOptionalAction,
+        default=None,
+        help="keep waiting past --wait until the step time stops moving (GPU clocks, autotuning, a prefetch "
+        "buffer draining): the reference and the capture are the steady state (default on; "
+        "$TRACEVIEW_SETTLE=0 turns the default off)",
+    )
+    c.add_argument(
+        "--settle-max-s", type=float, default=30.0, help="record after this many seconds even if unsettled (30)"
     )
     c.add_argument(
         "--warmup", type=int, default=1, help="traced-but-discarded steps before recording (default 1)"
@@ -113,6 +124,8 @@ def usage_error(args: argparse.Namespace) -> str | None:
         return "--on-demand-steps must be >= 1"
     if args.window_s is not None and args.window_s <= 0:
         return "--window-s must be > 0"
+    if args.settle_max_s <= 0:
+        return "--settle-max-s must be > 0"
     if args.delay_s < 0:
         return "--delay-s must be >= 0"
     if args.window_s is not None and args.on_demand:
@@ -132,6 +145,7 @@ def build_config(args: argparse.Namespace, run_dir: Path) -> dict[str, Any]:
         "warmup": args.warmup,
         "active": args.active,
         "repeat": args.repeat,
+        "settle": settle.config(args.settle, args.settle_max_s),
         "stack": args.stack,
         "memory": args.memory,
         "shapes": args.shapes,

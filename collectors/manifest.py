@@ -97,6 +97,20 @@ def spread_summary(ranks: list[dict[str, Any]], unprofiled_key: str) -> dict[str
     return out
 
 
+def settle_summary(ranks: list[dict[str, Any]]) -> dict[str, Any]:
+    """Where the wait phase ran until the step time settled (--settle): the steps it took (the slowest rank),
+    whether every rank settled before `max_s`, and the settling steps' median beside the reference's."""
+    got = [r["settle"] for r in ranks if r.get("settle")]
+    if not got:
+        return {}
+    before = [m for m in (_median(r.get("settle_step_ms", [])) for r in ranks) if m is not None]
+    return {
+        "settle_steps": max(g.get("steps", 0) for g in got),
+        "settled": all(g.get("settled", True) for g in got),
+        "settle_ms_median": max(before) if before else None,
+    }
+
+
 def step_time_summary(ranks: list[dict[str, Any]]) -> dict[str, Any]:
     """Profiled vs unprofiled step time over ranks (the slowest rank's median sets the job's pace)."""
     key = "unprofiled_step_ms"
@@ -115,6 +129,7 @@ def step_time_summary(ranks: list[dict[str, Any]]) -> dict[str, Any]:
         "unprofiled_source": key,
         "unprofiled_samples": sum(len(r.get(key, [])) for r in ranks),
         "profiled_samples": sum(len(r.get("profiled_step_ms", [])) for r in ranks),
+        **settle_summary(ranks),
         **spread_summary(ranks, key),
     }
 
@@ -179,6 +194,7 @@ def base_manifest(run_dir: Path, cfg: dict[str, Any], argv: list[str], launcher:
             "profile_memory": bool(cfg.get("memory")),
             "with_stack": bool(cfg.get("stack")),
             "modules": bool(cfg.get("modules")),
+            "settle": cfg.get("settle") if schedule else None,  # {"tol", "max_s"}: collectors/settle.py
             "module_prefix": "module::",
             "on_demand": bool(cfg.get("on_demand")),
             "ondemand_steps": cfg.get("ondemand_steps"),

@@ -28,6 +28,7 @@ import torch
 from torch.profiler import ProfilerAction, ProfilerActivity
 
 from collectors import manifest as mf
+from collectors import settle as st
 
 
 def teardown_cupti() -> None:
@@ -128,6 +129,11 @@ class Session:
         self._meta_path = self.run_dir / f"rank{self.rank}.collect.json"
         self._annotator: _ModuleAnnotator | None = None
         self._terminated: str | None = None  # name of the signal that ended the job, if one did
+        # settle state (schedule mode): no profiler until the step time stops moving (collectors/settle.py)
+        self._settling = False
+        self._settle_t0: float | None = None
+        self._settle_start: int | None = None  # the step the profiler starts at, agreed on by all ranks
+        self._settle_info: dict[str, Any] | None = None
 
     # ---------------------------------------------------------------- setup
     def start(self) -> None:
@@ -144,14 +150,10 @@ class Session:
             if threading.current_thread() is threading.main_thread() and hasattr(signal, "SIGUSR2"):
                 if signal.getsignal(signal.SIGUSR2) in (signal.SIG_DFL, None):
                     signal.signal(signal.SIGUSR2, self._on_usr2)
+        elif self.cfg.get("settle") and self.cfg["wait"] > 0:
+            self._settling = True  # the profiler starts once the step time has settled (_poll_settle)
         else:
-            sched = torch.profiler.schedule(
-                wait=self.cfg["wait"],
-                warmup=self.cfg["warmup"],
-                active=self.cfg["active"],
-                repeat=self.cfg["repeat"],
-            )
-            self._start_profiler(sched, first_step=0)
+            self._start_profiler(self._schedule(skip_first=0), first_step=0)
         atexit.register(self.finish)
         self._install_term_handler()
         self._write_meta()
@@ -192,6 +194,15 @@ class Session:
                 _warn(f"flushing on {name} failed: {exc!r}")
         signal.signal(signum, signal.SIG_DFL)
         os.kill(os.getpid(), signum)  # end as the signal would have: the exit status says so
+
+    def _schedule(self, skip_first: int) -> Any:
+        return torch.profiler.schedule(
+            skip_first=skip_first,
+            wait=self.cfg["wait"],
+            warmup=self.cfg["warmup"],
+            active=self.cfg["active"],
+            repeat=self.cfg["repeat"],
+        )
 
     def _new_profiler(self, schedule: Any) -> torch.profiler.profile:
         teardown_cupti()
@@ -266,6 +277,8 @@ class Session:
         exported = self._capture
         if self.cfg.get("on_demand"):
             self._poll_on_demand()
+        elif self._settling:
+            self._poll_settle()
         elif self.prof is not None and self.prof_running:
             self.prof.step()
         after = self._state()
@@ -393,7 +406,7 @@ class Session:
             if int(ctl.get("seq", 0)) > self._handled_seq:
                 self._handled_seq = int(ctl["seq"])
                 request = (
-                    self._agree_start(self._handled_seq, s + 1),
+                    self._agree_start(self.run_dir / f"control.{self._handled_seq}.start", s + 1),
                     int(ctl.get("steps") or self.cfg["active"]),
                 )
         if request is None and self._usr2:
@@ -407,9 +420,49 @@ class Session:
             self._capture_first_step = s + 1
             self._start_profiler(sched, first_step=s)
 
-    def _agree_start(self, seq: int, proposal: int) -> int:
-        """First active step of request `seq`, agreed on by all ranks: the first rank to see it decides."""
-        claim = self.run_dir / f"control.{seq}.start"
+    # ------------------------------------------------------------------ settle
+    def _poll_settle(self) -> None:
+        """Start the schedule once the unprofiled step time has settled (or after `max_s` seconds); on several
+        ranks the first rank to get there picks the step, so that every rank records the same steps."""
+        s = self.steps  # index of the step that starts now
+        cfg, wait = self.cfg["settle"], self.cfg["wait"]
+        now = time.monotonic()
+        if self._settle_t0 is None:
+            self._settle_t0 = now  # step 0 runs from start-up (imports, model build): not counted
+        claim = self.run_dir / "settle.start"
+        if self._settle_start is None and self.world_size > 1 and claim.exists():
+            self._settle_start = self._agree_start(claim, s)
+        if self._settle_start is None and s > wait:
+            samples = list(self._samples.get("unprofiled", ()))
+            done = st.settled(samples, wait, cfg["tol"])
+            if done or now - self._settle_t0 >= cfg["max_s"]:
+                self._settle_start = self._agree_start(claim, s) if self.world_size > 1 else s
+                if not done:
+                    self._settle_info = {"settled": False}
+                    r = st.trend(samples, wait)
+                    msg = (f"the step time had not settled after {now - self._settle_t0:.0f} s ({s} steps"
+                           + (f"; the last steps ran at {r:.2f}x the ones before" if r else "")
+                           + "): recording now; its unprofiled reference is the last steps before the capture")
+                    self._warnings.append(msg)
+                    if self.rank == 0:
+                        _warn(msg)
+        if self._settle_start is None or s < self._settle_start:
+            return
+        self._settling = False
+        # the reference is the two windows compared (and the steps until now, still pending); before them, warm-up
+        keep = 2 * st.half(wait)
+        for store in (self._samples, self._wall_samples):
+            u = list(store.get("unprofiled", ()))
+            if len(u) > keep:
+                store.setdefault("settle", deque(maxlen=_MAX_SAMPLES)).extend(u[:-keep])
+                store["unprofiled"] = deque(u[-keep:], maxlen=_MAX_SAMPLES)
+        self._settle_info = {"steps": s, "seconds": round(now - self._settle_t0, 3),
+                             "settled": (self._settle_info or {}).get("settled", True)}
+        # the schedule as if its wait steps had ended now: the step that starts now is its first warm-up step
+        self._start_profiler(self._schedule(skip_first=max(0, self._settle_start - wait)), first_step=s)
+
+    def _agree_start(self, claim: Path, proposal: int) -> int:
+        """A step agreed on by all ranks through the file `claim`: the first rank to write it decides."""
         try:
             fd = os.open(claim, os.O_CREAT | os.O_EXCL | os.O_WRONLY)
         except FileExistsError:
@@ -551,6 +604,9 @@ class Session:
             # "1": CUPTI was finalized after each capture, so the post-capture steps run at the unprofiled pace
             "teardown_cupti": os.environ.get("TEARDOWN_CUPTI"),
             "warmup_step_ms": samples.get("warmup", []),
+            # the unprofiled steps before the step time settled (--settle), and when it did
+            "settle_step_ms": samples.get("settle", []),
+            "settle": self._settle_info,
             "unprofiled_step_wall_ms": walls.get("unprofiled", []),
             "profiled_step_wall_ms": walls.get("profiled", []),
             "unprofiled_step_ms_median": med(samples.get("unprofiled")),

@@ -3,9 +3,15 @@ from __future__ import annotations
 import functools
 import gzip
 import json
+import os
 from pathlib import Path
 
 import pytest
+
+# The collector's capture starts once the step time settles (collectors/settle.py): a time-dependent step on a busy
+# box. Tests that assert which steps were recorded run with the fixed schedule; tests/test_collect_settle.py
+# turns it on.
+os.environ.setdefault("TRACEVIEW_SETTLE", "0")
 
 ROOT = Path(__file__).resolve().parent.parent
 SAMPLES = ROOT / "sample_traces"

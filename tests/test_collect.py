@@ -32,7 +32,7 @@ MANIFEST_KEYS = {
 RANK_KEYS = {
     "rank", "local_rank", "world_size", "pid", "device", "gpu_name", "activities", "versions",
     "step_source", "steps_seen", "step_time_method", "unprofiled_step_ms", "profiled_step_ms",
-    "post_capture_step_ms", "warmup_step_ms",
+    "post_capture_step_ms", "warmup_step_ms", "settle_step_ms", "settle",
     "unprofiled_step_ms_median", "profiled_step_ms_median", "traces", "warnings", "terminated_by",
     "cpu_count", "cpu_affinity", "teardown_cupti",
 }  # fmt: skip

@@ -76,7 +76,10 @@ def main() -> None:
     ap.add_argument(
         "--steps", type=int, default=None, help="steps of each timed run (default: the example's)"
     )
-    ap.add_argument("--trace-steps", type=int, default=16, help="steps of the first (captured) problem run")
+    ap.add_argument(
+        "--trace-steps", type=int, default=64,
+        help="steps of the first (captured) problem run; the collector waits until its step time settles (64)",
+    )
     args = ap.parse_args()
     traced = run_once(args.problem, args.trace_steps)
     runs: dict[str, list[list[float]]] = {"problem": [], "fixed": []}

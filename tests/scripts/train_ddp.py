@@ -1,6 +1,8 @@
-"""Two-process DDP training on CPU with gloo (launched by torchrun); no profiler code."""
+"""Two-process DDP training on CPU with gloo (launched by torchrun); no profiler code. RAMP=1: each step sleeps
+max(3 ms, 40 ms x 0.8^i) first, a warm-up that settles after ~12 steps."""
 
 import os
+import time
 
 import torch
 import torch.distributed as dist
@@ -15,7 +17,9 @@ def main() -> None:
     model = DDP(nn.Sequential(nn.Linear(32, 32), nn.ReLU(), nn.Linear(32, 1)))
     opt = torch.optim.SGD(model.parameters(), lr=0.01)
     x, y = torch.randn(16, 32), torch.randn(16, 1)
-    for _ in range(int(os.environ.get("STEPS", "10"))):
+    for i in range(int(os.environ.get("STEPS", "10"))):
+        if os.environ.get("RAMP"):
+            time.sleep(max(0.003, 0.04 * 0.8**i))
         loss = nn.functional.mse_loss(model(x), y)
         opt.zero_grad()
         loss.backward()

@@ -23,12 +23,15 @@ def start(
     memory: bool = False,
     shapes: bool = False,
     modules: bool = False,
+    settle: bool | None = None,
     launcher: str = "integration",
 ) -> Any:
     """Start profiling this process into `out/name/` (name: a time stamp when None); the caller marks each
-    step's end with `.boundary("explicit")` and calls `.finish()` at the end. Returns the Session."""
+    step's end with `.boundary("explicit")` and calls `.finish()` at the end. `settle`: as `traceview collect
+    --settle` (None: on unless $TRACEVIEW_SETTLE=0). Returns the Session."""
     from collectors import manifest as mf
     from collectors import runtime
+    from collectors import settle as settle_mod
 
     run_dir = Path(out) / (name or time.strftime("%Y%m%d-%H%M%S"))
     run_dir.mkdir(parents=True, exist_ok=True)
@@ -39,6 +42,7 @@ def start(
         "warmup": warmup,
         "active": active,
         "repeat": repeat,
+        "settle": settle_mod.config(settle),
         "stack": stack,
         "memory": memory,
         "shapes": shapes,
@@ -86,7 +90,7 @@ class Window:
     ) -> None:
         self.out, self.name = out, name
         self.schedule = (wait, warmup, active, repeat)
-        self.options = options  # stack, memory, shapes, modules: as `traceview collect`'s flags
+        self.options = options  # stack, memory, shapes, modules, settle: as `traceview collect`'s flags
         self.session: Any = None
         self.run_dir: Path | None = None
 

@@ -1,0 +1,29 @@
+"""A training loop whose step time moves at first, as a real job's does while it warms up (no profiler code).
+
+PATTERN=ramp: step i sleeps max(FLOOR, 40 ms x 0.8^i) — a warm-up that settles after ~12 steps;
+PATTERN=alternate: 5 ms and 30 ms steps in turn — a step time that never settles. STEPS steps in all.
+"""
+
+import os
+import time
+
+import torch
+from torch import nn
+
+
+def main() -> None:
+    pattern, steps = os.environ.get("PATTERN", "ramp"), int(os.environ.get("STEPS", "40"))
+    floor = float(os.environ.get("FLOOR", "0.003"))
+    model = nn.Linear(16, 16)
+    opt = torch.optim.SGD(model.parameters(), lr=0.01)
+    x = torch.randn(4, 16)
+    for i in range(steps):
+        model(x).sum().backward()
+        time.sleep(max(floor, 0.04 * 0.8**i) if pattern == "ramp" else (0.005, 0.03)[i % 2])
+        opt.step()
+        opt.zero_grad()
+    print(f"warming_loop done after {steps} steps")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,108 @@
+"""`traceview collect --settle`: the wait phase lasts until the step time stops moving (collectors/settle.py).
+
+The rule on given step times (no process), then real CPU jobs under the CLI whose steps sleep: a warm-up ramp
+(40 ms falling 20 % a step to a 3 ms floor) must be left out of the unprofiled reference and out of the capture,
+on one rank and on two (which must record the same steps); a step time that never settles is captured after
+--settle-max-s with a warning. The assertions hold whatever the machine's load adds to a sleep: they compare the
+ramp's steps (>= 13 ms until step 5) with the floor's, never a duration with a bound.
+"""
+
+from __future__ import annotations
+
+import gzip
+import json
+import statistics
+import sys
+from pathlib import Path
+
+import pytest
+from torchrun_util import collect_env, run_collect, torchrun
+
+from collectors import settle
+
+REPO = Path(__file__).resolve().parents[1]
+SCRIPTS = REPO / "tests" / "scripts"
+
+
+def test_windows_and_trend() -> None:
+    assert [settle.half(w) for w in (0, 1, 5, 6, 8, 9)] == [3, 3, 3, 3, 4, 5]
+    assert settle.trend([10.0] * 5, wait=5) is None  # fewer than 2 x 3 steps
+    assert settle.trend([10, 10, 10, 5, 5, 5], wait=1) == 0.5
+    ramp = [40 * 0.8**i for i in range(12)]
+    assert not any(settle.settled(ramp[: n + 1], wait=5) for n in range(len(ramp)))
+    # a prefetch buffer draining: the first steps are fast, later ones wait for the workers
+    assert not settle.settled([2, 2, 2, 3, 3, 3], wait=5)
+    # one slow step in a window moves neither median
+    assert settle.settled([10, 10.2, 30, 10.1, 9.9, 10], wait=5)
+    assert settle.settled([10, 10, 10, 10.4, 10.4, 10.4], wait=5, tol=0.05)
+    assert not settle.settled([10, 10, 10, 10.6, 10.6, 10.6], wait=5, tol=0.05)
+
+
+def test_config_from_flag_and_environment(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delenv(settle.ENV, raising=False)
+    assert settle.config(None) == {"tol": settle.TOL, "max_s": settle.MAX_S}  # on by default
+    assert settle.config(False) is None
+    monkeypatch.setenv(settle.ENV, "0")
+    assert settle.config(None) is None
+    assert settle.config(True, max_s=5) == {"tol": settle.TOL, "max_s": 5}
+
+
+def _collect(tmp_path: Path, name: str, opts: list[str], cmd: list[str], env: dict) -> dict:
+    argv = [sys.executable, "-m", "traceview", "collect", "--out", str(tmp_path), "--name", name, *opts, "--", *cmd]
+    r = run_collect(argv, tmp_path / name, cwd=REPO, env={**collect_env(), **env}, timeout=180)
+    assert r.returncode == 0, r.stderr
+    return json.loads((tmp_path / name / "manifest.json").read_text())
+
+
+def _steps(run: Path, rank: int) -> list[int]:
+    (path,) = run.glob(f"rank{rank}.*.pt.trace.json.gz")
+    with gzip.open(path, "rt") as f:
+        ev = json.load(f)["traceEvents"]
+    return sorted(int(e["name"].split("#")[1]) for e in ev if e.get("name", "").startswith("ProfilerStep#"))
+
+
+def test_ramp_is_left_out_of_reference_and_capture(tmp_path: Path) -> None:
+    man = _collect(tmp_path, "ramp", ["--settle", "--wait", "3", "--warmup", "1", "--active", "2"],
+                   [sys.executable, str(SCRIPTS / "warming_loop.py")], {"PATTERN": "ramp", "STEPS": "40"})
+    (rank,) = man["ranks"]
+    ref, before = rank["unprofiled_step_ms"], rank["settle_step_ms"]
+    # without --settle steps 1-3 would be the reference and steps 5-6 recorded, all on the ramp
+    assert rank["settle"]["settled"] and rank["settle"]["steps"] >= 9, rank["settle"]
+    assert len(ref) >= 6 and len(before) >= rank["settle"]["steps"] - 1 - len(ref)
+    assert statistics.median(ref) < 0.5 * statistics.median(before), (ref, before)
+    first = _steps(tmp_path / "ramp", 0)
+    assert first == [rank["settle"]["steps"] + 1, rank["settle"]["steps"] + 2]
+    assert man["options"]["settle"] == {"tol": settle.TOL, "max_s": settle.MAX_S}
+    st = man["step_time"]
+    assert st["settled"] is True and st["settle_steps"] == rank["settle"]["steps"]
+    assert st["unprofiled_ms_median"] == pytest.approx(statistics.median(ref), abs=1e-3)
+
+
+def test_unsettled_job_is_captured_after_max_s(tmp_path: Path) -> None:
+    man = _collect(tmp_path, "alt", ["--settle", "--settle-max-s", "0.5", "--wait", "3", "--warmup", "1",
+                                     "--active", "2"],
+                   [sys.executable, str(SCRIPTS / "warming_loop.py")], {"PATTERN": "alternate", "STEPS": "120"})
+    (rank,) = man["ranks"]
+    assert rank["settle"]["settled"] is False and rank["settle"]["seconds"] >= 0.5
+    assert any("not settled" in w for w in rank["warnings"])
+    assert man["step_time"]["settled"] is False
+    assert len(_steps(tmp_path / "alt", 0)) == 2
+
+
+def test_no_settle_keeps_the_fixed_schedule(tmp_path: Path) -> None:
+    man = _collect(tmp_path, "fixed", ["--no-settle", "--wait", "3", "--warmup", "1", "--active", "2"],
+                   [sys.executable, str(SCRIPTS / "warming_loop.py")], {"PATTERN": "ramp", "STEPS": "12"})
+    assert _steps(tmp_path / "fixed", 0) == [4, 5]
+    (rank,) = man["ranks"]
+    assert rank["settle"] is None and rank["settle_step_ms"] == [] and len(rank["unprofiled_step_ms"]) == 2
+    assert man["options"]["settle"] is None and "settled" not in man["step_time"]
+
+
+def test_two_ranks_agree_on_the_steps(tmp_path: Path) -> None:
+    cmd = [*torchrun(), "--nproc-per-node", "2", "--standalone", str(SCRIPTS / "train_ddp.py")]
+    man = _collect(tmp_path, "ddp", ["--settle", "--wait", "3", "--warmup", "1", "--active", "2"], cmd,
+                   {"RAMP": "1", "STEPS": "40"})
+    s0, s1 = _steps(tmp_path / "ddp", 0), _steps(tmp_path / "ddp", 1)
+    assert s0 == s1 and len(s0) == 2 and s0[0] >= 10, (s0, s1)
+    assert (tmp_path / "ddp" / "settle.start").exists()
+    assert [r["rank"] for r in man["ranks"]] == [0, 1]
