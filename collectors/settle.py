@@ -18,29 +18,24 @@ A job whose step time never settles within `max_s` seconds is captured then, wit
 
 from __future__ import annotations
 
-import math
 import os
-import statistics
 from collections.abc import Sequence
 from typing import Any
 
-TOL = 0.05
+from traceview.ingest.manifest import SETTLE_TOL as TOL
+from traceview.ingest.manifest import settle_half as half
+from traceview.ingest.manifest import step_trend
+
 MAX_S = 30.0
 ENV = "TRACEVIEW_SETTLE"  # "0": off unless --settle is given (deterministic capture steps, e.g. in a test suite)
 
-
-def half(wait: int) -> int:
-    """Steps in each of the two windows compared."""
-    return max(3, math.ceil(wait / 2))
+__all__ = ["ENV", "MAX_S", "TOL", "config", "half", "settled", "trend"]
 
 
 def trend(samples: Sequence[float], wait: int) -> float | None:
-    """Median of the last window over the median of the one before it, or None with too few steps yet."""
-    h = half(wait)
-    if len(samples) < max(wait, 2 * h):
-        return None
-    before = statistics.median(samples[-2 * h : -h])
-    return statistics.median(samples[-h:]) / before if before > 0 else None
+    """Median of the last window over the median of the one before it, or None with too few steps yet (the rule
+    lives beside the manifest's schema: the analyzer applies it to runs recorded without --settle)."""
+    return step_trend(list(samples), wait)
 
 
 def settled(samples: Sequence[float], wait: int, tol: float = TOL) -> bool:

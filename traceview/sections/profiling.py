@@ -17,7 +17,7 @@ import numpy as np
 import polars as pl
 
 from ..analyses.overhead import COST_US, LONG_OP_FLOORS, estimate, host_share, launch_floor_us, row_floor_us
-from ..ingest.manifest import rank_step_times
+from ..ingest.manifest import rank_step_times, unsettled_reference
 from ..model import Trace
 from ..ruleapi import RuleContext
 from .section import Section
@@ -25,7 +25,7 @@ from .section import Section
 SECTION = Section(
     keys=('profiling',), computes='what the profiler itself cost, estimated or measured by the collector',
     json_type='object', text='header', app_page='overview',
-    json_doc='for every trace: `estimated_unprofiled_step_us` (the replay with the profiler\'s cost removed, docs/replay.md), `estimated_unprofiled_step_band_us` [low, high], `estimated_overhead_per_step_us`, `events_per_step` {`op`, `runtime`, `python`}, `gpu_busy_per_step_us` (a rank of a replayed job: its collective kernels counted only for their transfer after the last rank joined, not their wait), `model` (`host_share`: the share of this trace\'s host dispatch time taken off, the fitted share moved by its `launch_floor_us`, the floor of its recorded kernel launches (`cudaLaunchKernel`, `cuLaunchKernel`, `cuLaunchKernelEx`), null without enough; `row_floor_us`: the floor of the host gaps around its recorded ops, null without enough, and `long_op_floors`: the cost of a recorded op more than 1 ms into a host interval the share does not scale (a CPU-only step), in those floors; `cost_us_per_event`, `method`: `replay`, or `job_replay` for a rank estimated in its job\'s replay), `confidence` (`low` when `replay.confidence` is), `traced_step_ms` (mean step period); for traces written by `traceview collect` (a `manifest.json` beside them) also `run`, `command`, `options`, `method` (`cuda_event`/`wall`; `user` where `--unprofiled-ms` gave the step measured without the profiler, which then fills `unprofiled_step_ms` and `overhead_pct` against the traced step), `unprofiled_step_ms`, `profiled_step_ms` (medians measured by the collector), `overhead_pct` (else null); `launch_bound_may_be_artifact` (the verdict is `cpu_launch` and the measured overhead is > 20 %, or without a manifest the estimate moved the primary off `cpu_launch`), `note`',
+    json_doc='for every trace: `estimated_unprofiled_step_us` (the replay with the profiler\'s cost removed, docs/replay.md), `estimated_unprofiled_step_band_us` [low, high], `estimated_overhead_per_step_us`, `events_per_step` {`op`, `runtime`, `python`}, `gpu_busy_per_step_us` (a rank of a replayed job: its collective kernels counted only for their transfer after the last rank joined, not their wait), `model` (`host_share`: the share of this trace\'s host dispatch time taken off, the fitted share moved by its `launch_floor_us`, the floor of its recorded kernel launches (`cudaLaunchKernel`, `cuLaunchKernel`, `cuLaunchKernelEx`), null without enough; `row_floor_us`: the floor of the host gaps around its recorded ops, null without enough, and `long_op_floors`: the cost of a recorded op more than 1 ms into a host interval the share does not scale (a CPU-only step), in those floors; `cost_us_per_event`, `method`: `replay`, or `job_replay` for a rank estimated in its job\'s replay), `confidence` (`low` when `replay.confidence` is), `traced_step_ms` (mean step period); for traces written by `traceview collect` (a `manifest.json` beside them) also `run`, `command`, `options`, `method` (`cuda_event`/`wall`; `user` where `--unprofiled-ms` gave the step measured without the profiler, which then fills `unprofiled_step_ms` and `overhead_pct` against the traced step), `unprofiled_step_ms`, `profiled_step_ms` (medians measured by the collector), `overhead_pct` (else null); `launch_bound_may_be_artifact` (the verdict is `cpu_launch` and the measured overhead is > 20 %, or without a manifest the estimate moved the primary off `cpu_launch`), `reference_unsettled` (the collector\'s `--settle` gave up waiting for the step time to settle: its unprofiled steps may not be the steady state; the note says so), `note`',
 )
 
 REPLAY = Section(
@@ -58,7 +58,7 @@ def profiling_section(trace: Trace, steps: pl.DataFrame, dominant: str | None,
         "confidence": "high",
         "run": None, "command": None, "options": None, "method": None, "unprofiled_step_ms": None,
         "profiled_step_ms": None, "traced_step_ms": None, "overhead_pct": None,
-        "launch_bound_may_be_artifact": False, "note": None,
+        "launch_bound_may_be_artifact": False, "reference_unsettled": False, "note": None,
     }
     traced = float((steps["end"] - steps["ts"]).mean()) / 1e6 if steps.height else None
     out["traced_step_ms"] = round(traced, 3) if traced is not None else None
@@ -99,6 +99,15 @@ def profiling_section(trace: Trace, steps: pl.DataFrame, dominant: str | None,
     elif over is not None:  # faster while profiled: the overhead is below the run-to-run noise
         out["note"] = (f"profiled steps {prof:.2f} ms vs {unprof:.2f} ms unprofiled ({over:.0f} %: no measurable "
                        "profiler overhead; the difference is run-to-run noise)")
+    moving = unsettled_reference(doc, Path(trace.meta.path).name, trace.meta.rank) if unprof else None
+    if moving is not None:
+        how = "" if moving == 1.0 else (" (its last wait steps ran at "
+                                        f"{moving:.2f}x the ones before)")
+        out["reference_unsettled"] = True
+        out["note"] = ((out["note"] + "; ") if out["note"] else "") + (
+            f"the collector recorded before the step time settled (--settle-max-s){how}: the {unprof:.2f} ms "
+            "unprofiled reference every saving is priced against may not be the job's steady state (a warm-up, "
+            "or a prefetch buffer draining); measure the step yourself (--unprofiled-ms) or record a longer run")
     return out
 
 
