@@ -151,17 +151,10 @@ def predicted(path: Path, rule: str, fix_variant: str | None = None,
     from traceview.analyses import fixes
     from traceview.analyses.replay import replay
     from traceview.options import Options
-    from traceview.report import select_steps
-    from traceview.ruleapi import RuleContext
+    from traceview.report import rule_context, select_steps
 
     trace = traceview.load(str(next(path.glob("*.pt.trace.json*"))))
-    if trace.has_gpu:
-        ctx, _ = RuleContext.prepare(trace, select_steps(trace, None), unprofiled_ms)
-    else:  # a CPU-only trace: the host context the report's CPU rules run in
-        from traceview.sections import cpu
-
-        steps = select_steps(trace, None)
-        ctx = RuleContext.for_host(trace, steps, cpu.prepare(trace, steps), unprofiled_ms)
+    ctx, _, _ = rule_context(trace, select_steps(trace, None), unprofiled_ms)  # as the report builds it
     base = float(replay(ctx.trace, ctx.steps, [fixes.pricing_transform(ctx)]).mean()) / 1e6
     if "+" in rule:  # one fix that applies several rules' transforms (autocast: GEMMs and convolutions), together
         from traceview.sections.fixrunner import what_if

@@ -96,6 +96,18 @@ def analyze_trace(trace: Trace, options: Options | None = None) -> dict:
     return _analyze_trace(trace, options or Options())[0]
 
 
+def rule_context(trace: Trace, steps: pl.DataFrame,
+                 unprofiled_ms: float | None = None) -> tuple[RuleContext, list[str], dict | None]:
+    """The context the rules, fixes and projection of one trace run in: (context, warnings on the steps left
+    out, the CPU step split of a trace without GPU activity, else None). A GPU trace's context holds the replay
+    graph and the classification; a CPU-only trace's the host-only replay (the rules with `CPU = True`)."""
+    if trace.has_gpu:
+        ctx, warns = RuleContext.prepare(trace, steps, unprofiled_ms)
+        return ctx, warns, None
+    host = cpu.prepare(trace, steps)
+    return RuleContext.for_host(trace, steps, host, unprofiled_ms), [], host
+
+
 def _analyze_trace(trace: Trace, options: Options) -> tuple[dict, pl.DataFrame, pl.DataFrame | None]:
     """(the trace's entry, its analysed steps, the classifier's partition of them: `cls` an Enum, as the rules
     read it; `string_classes` for other readers)."""
@@ -114,7 +126,7 @@ def _analyze_trace(trace: Trace, options: Options) -> tuple[dict, pl.DataFrame, 
     host: dict | None = None
     hctx: RuleContext | None = None  # a CPU-only trace's context (its profiler estimate)
     if trace.has_gpu:
-        ctx, warns = RuleContext.prepare(trace, steps, options.unprofiled_ms)
+        ctx, warns, _ = rule_context(trace, steps, options.unprofiled_ms)
         # the replay graph's build leaves numpy's freed temporaries as holes in the C heap between the graph's
         # arrays; the rules' frames are polars' (another allocator), which cannot reuse them: given back first
         heap_trim.release(trace.gpu.height + trace.host.height)
@@ -126,8 +138,7 @@ def _analyze_trace(trace: Trace, options: Options) -> tuple[dict, pl.DataFrame, 
         warnings.extend(fixinfo["errors"])  # fixes that could not be built
     else:
         warnings.append("no GPU activity in this trace (CPU-only): the report analyzes host (CPU) time (JSON `cpu`)")
-        host = cpu.prepare(trace, steps)
-        hctx = RuleContext.for_host(trace, steps, host, options.unprofiled_ms)
+        hctx, _, host = rule_context(trace, steps, options.unprofiled_ms)
         findings, warns = run_rules(hctx, options)  # the rules with CPU = True
         warnings.extend(warns)
         # no device, but a host to replay: each fix a transform of the CPU step's graph, as on a GPU trace
