@@ -307,6 +307,11 @@ def _report(run_dir: Path, man: dict[str, Any]) -> None:
             f"; step {st['unprofiled_ms_median']:.2f} ms unprofiled vs {st['profiled_ms_median']:.2f} ms profiled"
             f" ({st['overhead_pct']:+.0f}%)"
         )
+    if st.get("settle_steps") is not None:  # --settle: where the warm-up ended (or did not)
+        before = st.get("settle_ms_median")
+        line += (f"; the capture started at step {st['settle_steps']}" + (" (the step time had not settled)"
+                 if st.get("settled") is False else " once the step time settled")
+                 + (f", {before:.2f} ms a step before" if before else ""))
     print(line, file=sys.stderr)
     if st.get("spread_warning"):
         print(f"traceview collect: warning: {st['spread_warning']}", file=sys.stderr)

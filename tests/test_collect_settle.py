@@ -51,7 +51,12 @@ def _collect(tmp_path: Path, name: str, opts: list[str], cmd: list[str], env: di
     argv = [sys.executable, "-m", "traceview", "collect", "--out", str(tmp_path), "--name", name, *opts, "--", *cmd]
     r = run_collect(argv, tmp_path / name, cwd=REPO, env={**collect_env(), **env}, timeout=180)
     assert r.returncode == 0, r.stderr
-    return json.loads((tmp_path / name / "manifest.json").read_text())
+    man = json.loads((tmp_path / name / "manifest.json").read_text())
+    st = man["step_time"]
+    if "settle_steps" in st:  # the run's closing line says where the recording started, and why there
+        said = "once the step time settled" if st["settled"] else "(the step time had not settled)"
+        assert f"the capture started at step {st['settle_steps']} {said}" in r.stderr, r.stderr
+    return man
 
 
 def _steps(run: Path, rank: int) -> list[int]:
