@@ -441,8 +441,10 @@ class Session:
                     self._settle_info = {"settled": False}
                     r = st.trend(samples, wait)
                     msg = (f"the step time had not settled after {now - self._settle_t0:.0f} s ({s} steps"
-                           + (f"; the last steps ran at {r:.2f}x the ones before" if r else "")
-                           + "): recording now; its unprofiled reference is the last steps before the capture")
+                           + (f"; the last steps ran at {r:.2f}x the ones before" if r else
+                              f"; too few to compare two windows of {st.half(wait)}")
+                           + "): recording now (--settle-max-s); its unprofiled reference is the last steps before "
+                           "the capture")
                     self._warnings.append(msg)
                     if self.rank == 0:
                         _warn(msg)
