@@ -538,6 +538,14 @@ class Session:
                 self._warnings.append(msg)
                 if self.rank == 0:
                     _warn(msg)
+            elif self._settling:  # the job ended before its step time settled (and before --settle-max-s)
+                r = st.trend(list(self._samples.get("unprofiled", ())), self.cfg["wait"])
+                msg = (f"the job ended after {self.steps} steps while its step time was still settling (--settle"
+                       + (f"; the last steps ran at {r:.2f}x the ones before" if r else "") + "): nothing was "
+                       "captured; run more steps, or --no-settle to record after --wait steps regardless")
+                self._warnings.append(msg)
+                if self.rank == 0:
+                    _warn(msg)
             self._write_meta(final=True)
             if self.cfg.get("on_demand"):
                 mf.unregister_pid(os.getpid())

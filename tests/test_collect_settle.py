@@ -125,3 +125,12 @@ def test_two_ranks_agree_on_the_steps(tmp_path: Path) -> None:
     assert s0 == s1 and len(s0) == 2 and s0[0] >= 10, (s0, s1)
     assert (tmp_path / "ddp" / "settle.start").exists()
     assert [r["rank"] for r in man["ranks"]] == [0, 1]
+
+
+def test_job_ending_while_settling_says_nothing_was_captured(tmp_path: Path) -> None:
+    # 12 steps of the ramp: still falling when the job ends, long before --settle-max-s
+    man = _collect(tmp_path, "short", ["--settle", "--wait", "3", "--warmup", "1", "--active", "2"],
+                   [sys.executable, str(SCRIPTS / "warming_loop.py")], {"PATTERN": "ramp", "STEPS": "12"})
+    (rank,) = man["ranks"]
+    assert man["traces"] == [] and rank["settle"] is None
+    assert any("still settling" in w and "nothing was captured" in w for w in rank["warnings"]), rank["warnings"]
