@@ -89,6 +89,7 @@ MISSES_SAME_PROCESS = {  # fmt: skip
     ("ab_traced", "bert_fp32_h100", "bert_bf16_h100"): "49.044 predicted vs 28.688 ms measured (+71%); the rounds in one process measured 25.9 to 30.0 ms; held out on an H100 (2026-12-05, scored as it came): the FP32 step is at the device's own chain (73.6 ms), which bounds its host only from above; the BF16 step ran host-bound at 44.5 ms in the rounds (31.3 in the H200's twin), replayed at 24.9",
     ("ab_traced", "convnext_fp32_b32_h100", "convnext_bf16_cl_b32_h100"): "19.610 predicted vs 15.897 ms measured (+23%); the rounds in one process measured 8.2 to 28.0 ms; held out on an H100 (2026-12-05, scored as it came): as on the H200 (+43 %), the BF16 + channels_last step ran host-bound in the rounds (38.5 ms) above what the FP32 trace at the device's floor prices",
     ("ab_traced", "gpt2_sdpa_item_h100", "gpt2_sdpa_noitem_h100"): "0.829 predicted vs 3.280 ms measured (-75%); the rounds in one process measured 1.7 to 4.6 ms; held out on an H100 (2026-12-05, scored as it came): the H200's twin of it is unresolved by its rounds (-0.7 to 5.0 ms) and its two-process twin a miss (-87 %); the replay's bound at any host speed is below 1 ms",
+    ("ab_traced", "cpu_gpt2w256_single_fused_x16", "cpu_gpt2w256_fused_x16"): "4.354 predicted vs 3.212 ms measured (+36%); the rounds in one process measured 2.45 to 3.59 ms; held out on a 16-core CPU (torch 2.11, 16 OpenMP threads, 2026-12-06, scored as it came): the step after the fix within 4 %, the loop's unprofiled time over-priced; the fused CPU kernel's per-tensor fork and join over GPT-2's ~50 tensors is not modelled",
     ("ab_traced", "effnet_graph", "effnet_cuda_graph"): "1.649 predicted vs 0.329 ms measured (+402%), at info (2.8 % of the step); a device-bound step (33.5 ms of kernels in a CUDA graph, 33.9 eager) whose host time the measurement does not fix",
 }
 
@@ -123,7 +124,7 @@ def test_same_process_labels_are_current():
     for t in labels["twins"]:  # the saving is the median of the rounds' differences, as ab_twin.py measures it
         r = sorted(t["per_round_saving_ms"])
         assert min(r) <= t["measured_fix_saving_ms"] <= max(r)
-    assert len(SAME_PROCESS) == 88 and set(MISSES_SAME_PROCESS) <= {(t["set"], t["problem"], t["fixed"]) for t in SAME_PROCESS}
+    assert len(SAME_PROCESS) == 90 and set(MISSES_SAME_PROCESS) <= {(t["set"], t["problem"], t["fixed"]) for t in SAME_PROCESS}
 
 
 def _bar(anchored: bool) -> list[bool]:
@@ -138,19 +139,19 @@ def _bar(anchored: bool) -> list[bool]:
                if anchored and t["set"] == "ab_traced" else predicted(t["set"], t["problem"], t["rule"], t.get("variant")),
                t["measured_ms"]) for t in once]
     hits = [abs(p / m - 1) <= P.BAND for p, m in scored if p is not None]
-    assert len(hits) == 118
+    assert len(hits) == 120
     return hits
 
 
-@pytest.mark.xfail(strict=True, reason="84 of 118 (71 %) since the H100 twins of 2026-12-05/06 (h100_a, h100_b, h100_c, churn_heldout, "
+@pytest.mark.xfail(strict=True, reason="85 of 120 (71 %) since the H100 twins of 2026-12-05/06 (h100_a, h100_b, h100_c, churn_heldout, "
                    "rules_heldout), held out on another GPU and scored as they came: 13 of their 24 resolved savings "
-                   "within ±20 %; docs/predictions.md")
+                   "within ±20 %, and the CPU twins on a 16-core host (one of two); docs/predictions.md")
 def test_the_issue_bar():
     hits = _bar(anchored=False)
     assert sum(hits) >= 0.8 * len(hits)
 
 
-@pytest.mark.xfail(strict=True, reason="86 of 118 (73 %) since the H100 twins of 2026-12-05/06: anchored to the rounds' "
+@pytest.mark.xfail(strict=True, reason="87 of 120 (73 %) since the H100 twins of 2026-12-05/06: anchored to the rounds' "
                    "problem step, the H100 misses that remain are device-bound problem steps whose host speed the "
                    "measurement does not fix, and ResNet-50's allocator churn (docs/predictions.md)")
 def test_the_issue_bar_anchored_to_the_rounds():

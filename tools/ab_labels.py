@@ -201,6 +201,10 @@ TWINS: dict[str, tuple[str, str, str | None, str | None]] = {
     # of both programs, GPT-2 at width 256 with 4 layers and the MLP at width 512
     "cpu_gpt2w256_single_fused": ("cpu_gpt2w256_fused", "cpu-op-overhead", "fused", None),
     "cpu_adamw_d512_single_fused": ("cpu_adamw_d512_fused", "cpu-op-overhead", "fused", None),
+    # held out on another CPU (`record_cpu_twins.sh heldout` on the GPU host's 16-core Xeon, torch 2.11, OMP_NUM_THREADS
+    # 16, 2026-12-06, after the fused pass's bandwidth was read from the first op on the moments; scored as they came)
+    "cpu_gpt2w256_single_fused_x16": ("cpu_gpt2w256_fused_x16", "cpu-op-overhead", "fused", None),
+    "cpu_adamw_d512_single_fused_x16": ("cpu_adamw_d512_fused_x16", "cpu-op-overhead", "fused", None),
 }
 #: twins whose fix changes nothing by construction (the same program on both sides): a control, never scored
 CONTROLS = {"gpt2_vocab_padded", "llama_ctl"}
@@ -213,7 +217,8 @@ HELD_OUT = {"bert_fp32", "vit_fp32", "convnext_fp32", "mobilenet_single", "bert_
             "llama_ctl", "swin_fp32", "llama_single_r8", "llama_eager_attn_r8", "llama_single_b16", "swin_fp32_tf32",
             "densenet_fp32", "regnet_single", "llama_item", "resnet50_empty_cache", "swin_single", "bert_eager_attn_s256",
             "bert_eager_attn_s512_r2", "resnet50_empty_cache_r2", "cpu_gpt2w256_single_fused",
-            "cpu_adamw_d512_single_fused", *(r for r in TWINS if r.endswith("_h100"))}
+            "cpu_adamw_d512_single_fused", "cpu_gpt2w256_single_fused_x16", "cpu_adamw_d512_single_fused_x16",
+            *(r for r in TWINS if r.endswith("_h100"))}
 
 
 def build() -> tuple[dict, str]:
@@ -292,7 +297,7 @@ def build() -> tuple[dict, str]:
             "`*_h100_fixed` folders hold the fixed program of that twin traced alone in a process of its own "
             "(`h100_fixed`): no rounds, not scored, a trace of what the fix's transform predicts. Runs named `cpu_*` "
             "ran on a CPU only (`collectors/examples/record_cpu_twins.sh`: torch 2.13's CPU build, one OMP thread, "
-            "a 2-core box), timed by wall clock.",
+            "a 2-core box), timed by wall clock; `cpu_*_x16` on the GPU host's 16-core Xeon (torch 2.11, 16 OMP threads).",
             "",
             "| problem → fixed | rule | problem ms | fixed ms | saving ms | per-round saving ms |",
             "|---|---|---:|---:|---:|---|",
