@@ -150,7 +150,8 @@ class Session:
             if threading.current_thread() is threading.main_thread() and hasattr(signal, "SIGUSR2"):
                 if signal.getsignal(signal.SIGUSR2) in (signal.SIG_DFL, None):
                     signal.signal(signal.SIGUSR2, self._on_usr2)
-        elif self.cfg.get("settle") and self.cfg["wait"] > 0:
+        elif self.cfg["wait"] > 0 and st.applies(self.cfg.get("settle"), self.world_size,
+                                                 int(os.environ.get("LOCAL_WORLD_SIZE", self.world_size))):
             self._settling = True  # the profiler starts once the step time has settled (_poll_settle)
         else:
             self._start_profiler(self._schedule(skip_first=0), first_step=0)

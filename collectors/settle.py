@@ -29,7 +29,7 @@ from traceview.ingest.manifest import step_trend
 MAX_S = 30.0
 ENV = "TRACEVIEW_SETTLE"  # "0": off unless --settle is given (deterministic capture steps, e.g. in a test suite)
 
-__all__ = ["ENV", "MAX_S", "TOL", "config", "half", "settled", "trend"]
+__all__ = ["ENV", "MAX_S", "TOL", "applies", "config", "half", "settled", "trend"]
 
 
 def trend(samples: Sequence[float], wait: int) -> float | None:
@@ -45,7 +45,16 @@ def settled(samples: Sequence[float], wait: int, tol: float = TOL) -> bool:
 
 
 def config(flag: bool | None, max_s: float = MAX_S, tol: float = TOL) -> dict[str, Any] | None:
-    """The collector's `settle` setting: on unless `flag` is False, or None with $TRACEVIEW_SETTLE=0."""
+    """The collector's `settle` setting: on unless `flag` is False, or None with $TRACEVIEW_SETTLE=0. `explicit`:
+    the user asked for it (a default does not hold on several hosts: `applies`)."""
+    explicit = flag is not None
     if flag is None:
         flag = os.environ.get(ENV, "1").strip().lower() not in ("0", "false", "no", "off")
-    return {"tol": tol, "max_s": max_s} if flag else None
+    return {"tol": tol, "max_s": max_s, "explicit": explicit} if flag else None
+
+
+def applies(cfg: dict[str, Any] | None, world_size: int, local_world_size: int) -> bool:
+    """Whether a rank settles: asked for, and either on one host or asked for explicitly. Ranks agree on the
+    capture's step through a file in the run folder, which ranks on several hosts share only on a shared file
+    system: by default a job on several hosts keeps the fixed count, so that its ranks record the same steps."""
+    return bool(cfg) and (world_size <= local_world_size or bool(cfg.get("explicit")))

@@ -40,11 +40,16 @@ def test_windows_and_trend() -> None:
 
 def test_config_from_flag_and_environment(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.delenv(settle.ENV, raising=False)
-    assert settle.config(None) == {"tol": settle.TOL, "max_s": settle.MAX_S}  # on by default
+    default = settle.config(None)
+    assert default == {"tol": settle.TOL, "max_s": settle.MAX_S, "explicit": False}  # on by default
     assert settle.config(False) is None
     monkeypatch.setenv(settle.ENV, "0")
     assert settle.config(None) is None
-    assert settle.config(True, max_s=5) == {"tol": settle.TOL, "max_s": 5}
+    asked = settle.config(True, max_s=5)
+    assert asked == {"tol": settle.TOL, "max_s": 5, "explicit": True}
+    # one host (torchrun's LOCAL_WORLD_SIZE = WORLD_SIZE): on; several hosts: only when asked for
+    assert settle.applies(default, 2, 2) and settle.applies(asked, 16, 8)
+    assert not settle.applies(default, 16, 8) and not settle.applies(None, 1, 1)
 
 
 def _collect(tmp_path: Path, name: str, opts: list[str], cmd: list[str], env: dict) -> dict:
@@ -77,7 +82,7 @@ def test_ramp_is_left_out_of_reference_and_capture(tmp_path: Path) -> None:
     assert statistics.median(ref) < 0.5 * statistics.median(before), (ref, before)
     first = _steps(tmp_path / "ramp", 0)
     assert first == [rank["settle"]["steps"] + 1, rank["settle"]["steps"] + 2]
-    assert man["options"]["settle"] == {"tol": settle.TOL, "max_s": settle.MAX_S}
+    assert man["options"]["settle"] == {"tol": settle.TOL, "max_s": settle.MAX_S, "explicit": True}
     st = man["step_time"]
     assert st["settled"] is True and st["settle_steps"] == rank["settle"]["steps"]
     assert st["unprofiled_ms_median"] == pytest.approx(statistics.median(ref), abs=1e-3)
