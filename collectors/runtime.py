@@ -133,6 +133,7 @@ class Session:
         self._settling = False
         self._settle_t0: float | None = None
         self._settle_start: int | None = None  # the step the profiler starts at, agreed on by all ranks
+        self._settle_timed_out = False  # this rank gave up waiting (--settle-max-s)
         self._settle_info: dict[str, Any] | None = None
 
     # ---------------------------------------------------------------- setup
@@ -158,6 +159,12 @@ class Session:
         atexit.register(self.finish)
         self._install_term_handler()
         self._write_meta()
+
+    def _note(self, msg: str) -> None:
+        """A warning for the manifest (`warnings`), printed once for the job (by rank 0)."""
+        self._warnings.append(msg)
+        if self.rank == 0:
+            _warn(msg)
 
     def _install_term_handler(self) -> None:
         """SIGTERM (a scheduler, torchrun stopping its workers, the launcher dying) kills a process without
@@ -438,17 +445,15 @@ class Session:
             done = st.settled(samples, wait, cfg["tol"])
             if done or now - self._settle_t0 >= cfg["max_s"]:
                 self._settle_start = self._agree_start(claim, s) if self.world_size > 1 else s
+                self._settle_timed_out = not done
                 if not done:
-                    self._settle_info = {"settled": False}
                     r = st.trend(samples, wait)
                     msg = (f"the step time had not settled after {now - self._settle_t0:.0f} s ({s} steps"
                            + (f"; the last steps ran at {r:.2f}x the ones before" if r else
                               f"; too few to compare two windows of {st.half(wait)}")
                            + "): recording now (--settle-max-s); its unprofiled reference is the last steps before "
                            "the capture")
-                    self._warnings.append(msg)
-                    if self.rank == 0:
-                        _warn(msg)
+                    self._note(msg)
         if self._settle_start is None or s < self._settle_start:
             return
         self._settling = False
@@ -460,7 +465,7 @@ class Session:
                 store.setdefault("settle", deque(maxlen=_MAX_SAMPLES)).extend(u[:-keep])
                 store["unprofiled"] = deque(u[-keep:], maxlen=_MAX_SAMPLES)
         self._settle_info = {"steps": s, "seconds": round(now - self._settle_t0, 3),
-                             "settled": (self._settle_info or {}).get("settled", True)}
+                             "settled": not self._settle_timed_out}
         # the schedule as if its wait steps had ended now: the step that starts now is its first warm-up step
         self._start_profiler(self._schedule(skip_first=max(0, self._settle_start - wait)), first_step=s)
 
@@ -536,17 +541,13 @@ class Session:
                     "no step boundary seen (no optimizer.step() and no collectors.step()): "
                     "nothing was captured; use collectors.step() or --window-s"
                 )
-                self._warnings.append(msg)
-                if self.rank == 0:
-                    _warn(msg)
+                self._note(msg)
             elif self._settling:  # the job ended before its step time settled (and before --settle-max-s)
                 r = st.trend(list(self._samples.get("unprofiled", ())), self.cfg["wait"])
                 msg = (f"the job ended after {self.steps} steps while its step time was still settling (--settle"
                        + (f"; the last steps ran at {r:.2f}x the ones before" if r else "") + "): nothing was "
                        "captured; run more steps, or --no-settle to record after --wait steps regardless")
-                self._warnings.append(msg)
-                if self.rank == 0:
-                    _warn(msg)
+                self._note(msg)
             self._write_meta(final=True)
             if self.cfg.get("on_demand"):
                 mf.unregister_pid(os.getpid())
