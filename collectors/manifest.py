@@ -19,6 +19,7 @@ from typing import Any
 from traceview.ingest.manifest import (  # one schema: the analyzer reads what this writes
     MANIFEST_NAME,
     MANIFEST_VERSION,
+    step_reference,
 )
 
 __all__ = ["MANIFEST_NAME", "MANIFEST_VERSION"]
@@ -66,6 +67,19 @@ def _median(xs: list[float]) -> float | None:
     return round(statistics.median(xs), 4) if xs else None
 
 
+def _period(rank: dict[str, Any]) -> int:
+    """The DataLoader workers whose batches a rank's steps took in turn (`settle.loader_period`), 1 without."""
+    return int((rank.get("settle") or {}).get("loader_period") or 1)
+
+
+def reference_ms(rank: dict[str, Any], key: str = "unprofiled_step_ms") -> float | None:
+    """A rank's step time (ms) from its steps `key`: their median, the mean over whole periods where its batches
+    came from several DataLoader workers in turn (`settle.loader_period`)."""
+    xs = rank.get(key) or []
+    v = step_reference(xs, _period(rank)) if xs else None
+    return round(v, 4) if v is not None else None
+
+
 #: recorded step times whose slowest is more than this many times the fastest are not one steady state
 SPREAD_WARN = 2.0
 
@@ -76,6 +90,9 @@ def _spread(ranks: list[dict[str, Any]], key: str) -> tuple[float | None, float 
     best = (None, None, None)
     for r in ranks:
         xs = [x for x in r.get(key) or [] if x and x > 0]
+        k = _period(r)
+        if k > 1:  # steps fed by k DataLoader workers in turn alternate by design: compare whole periods
+            xs = [sum(xs[i:i + k]) / k for i in range(0, len(xs) - k + 1, k)]
         if len(xs) >= 2 and (best[0] is None or max(xs) / min(xs) > best[0]):
             best = (round(max(xs) / min(xs), 2), round(min(xs), 3), round(max(xs), 3))
     return best
@@ -116,8 +133,8 @@ def step_time_summary(ranks: list[dict[str, Any]]) -> dict[str, Any]:
     key = "unprofiled_step_ms"
     if not any(r.get(key) for r in ranks):  # --wait 0 or on-demand after a capture: the next best thing
         key = "post_capture_step_ms"
-    unprof = [m for m in (_median(r.get(key, [])) for r in ranks) if m is not None]
-    prof = [m for m in (_median(r.get("profiled_step_ms", [])) for r in ranks) if m is not None]
+    unprof = [m for m in (reference_ms(r, key) for r in ranks) if m is not None]
+    prof = [m for m in (reference_ms(r, "profiled_step_ms") for r in ranks) if m is not None]
     u = max(unprof) if unprof else None
     p = max(prof) if prof else None
     methods = {r.get("step_time_method") for r in ranks if r.get("step_time_method")}

@@ -14,7 +14,6 @@ import json
 import os
 import signal
 import socket
-import statistics
 import sys
 import threading
 import time
@@ -135,6 +134,9 @@ class Session:
         self._settle_start: int | None = None  # the step the profiler starts at, agreed on by all ranks
         self._settle_timed_out = False  # this rank gave up waiting (--settle-max-s)
         self._settle_info: dict[str, Any] | None = None
+        self._loaders: st.LoaderWatch | None = None  # the DataLoaders' prefetch buffers, watched while settling
+        self._ready: list[int] = []  # batches they held ready at each step boundary while settling
+        self._period = 1  # their workers: a loader-fed step alternates with this period
 
     # ---------------------------------------------------------------- setup
     def start(self) -> None:
@@ -154,6 +156,8 @@ class Session:
         elif self.cfg["wait"] > 0 and st.applies(self.cfg.get("settle"), self.world_size,
                                                  int(os.environ.get("LOCAL_WORLD_SIZE", self.world_size))):
             self._settling = True  # the profiler starts once the step time has settled (_poll_settle)
+            self._loaders = st.LoaderWatch()
+            self._loaders.install()
         else:
             self._start_profiler(self._schedule(skip_first=0), first_step=0)
         atexit.register(self.finish)
@@ -440,17 +444,25 @@ class Session:
         claim = self.run_dir / "settle.start"
         if self._settle_start is None and self.world_size > 1 and claim.exists():
             self._settle_start = self._agree_start(claim, s)
+        ready = self._loaders.ready() if self._loaders is not None else None
+        if ready is not None:
+            self._ready.append(ready)
+            self._period = max(self._period, self._loaders.workers())
+        k = self._period
         if self._settle_start is None and s > wait:
             samples = list(self._samples.get("unprofiled", ()))
-            done = st.settled(samples, wait, cfg["tol"])
+            drains = st.draining(self._ready, wait, k)  # a flat step time that only lasts while the buffer holds
+            done = st.settled(samples, wait, cfg["tol"], k) and not drains
             if done or now - self._settle_t0 >= cfg["max_s"]:
                 self._settle_start = self._agree_start(claim, s) if self.world_size > 1 else s
                 self._settle_timed_out = not done
                 if not done:
-                    r = st.trend(samples, wait)
+                    r = st.trend(samples, wait, k)
                     msg = (f"the step time had not settled after {now - self._settle_t0:.0f} s ({s} steps"
-                           + (f"; the last steps ran at {r:.2f}x the ones before" if r else
-                              f"; too few to compare two windows of {st.half(wait)}")
+                           + ("; the DataLoader's prefetch buffer was still draining (the workers are slower "
+                              "than the loop)" if drains else
+                              f"; the last steps ran at {r:.2f}x the ones before" if r else
+                              f"; too few to compare two windows of {st.window(wait, k)}")
                            + "): recording now (--settle-max-s); its unprofiled reference is the last steps before "
                            "the capture")
                     self._note(msg)
@@ -458,7 +470,7 @@ class Session:
             return
         self._settling = False
         # the reference is the two windows compared (and the steps until now, still pending); before them, warm-up
-        keep = 2 * st.half(wait)
+        keep = 2 * st.window(wait, k)
         for store in (self._samples, self._wall_samples):
             u = list(store.get("unprofiled", ()))
             if len(u) > keep:
@@ -466,6 +478,12 @@ class Session:
                 store["unprofiled"] = deque(u[-keep:], maxlen=_MAX_SAMPLES)
         self._settle_info = {"steps": s, "seconds": round(now - self._settle_t0, 3),
                              "settled": not self._settle_timed_out}
+        if self._ready:  # the DataLoaders' buffers at each boundary (batches ready), the two windows compared
+            self._settle_info["loader_ready"] = self._ready[-keep:]
+            self._settle_info["loader_period"] = k
+        if self._loaders is not None:
+            self._loaders.uninstall()
+            self._loaders = None
         # the schedule as if its wait steps had ended now: the step that starts now is its first warm-up step
         self._start_profiler(self._schedule(skip_first=max(0, self._settle_start - wait)), first_step=s)
 
@@ -543,7 +561,7 @@ class Session:
                 )
                 self._note(msg)
             elif self._settling:  # the job ended before its step time settled (and before --settle-max-s)
-                r = st.trend(list(self._samples.get("unprofiled", ())), self.cfg["wait"])
+                r = st.trend(list(self._samples.get("unprofiled", ())), self.cfg["wait"], self._period)
                 msg = (f"the job ended after {self.steps} steps while its step time was still settling (--settle"
                        + (f"; the last steps ran at {r:.2f}x the ones before" if r else "") + "): nothing was "
                        "captured; run more steps, or --no-settle to record after --wait steps regardless")
@@ -590,9 +608,6 @@ class Session:
         return v
 
     def _write_meta(self, final: bool = False) -> None:
-        def med(xs: Any) -> float | None:
-            return round(statistics.median(xs), 4) if xs else None
-
         samples = {k: list(v) for k, v in self._samples.items()}
         walls = {k: list(v) for k, v in self._wall_samples.items()}
         meta = {
@@ -621,8 +636,11 @@ class Session:
             "settle": self._settle_info,
             "unprofiled_step_wall_ms": walls.get("unprofiled", []),
             "profiled_step_wall_ms": walls.get("profiled", []),
-            "unprofiled_step_ms_median": med(samples.get("unprofiled")),
-            "profiled_step_ms_median": med(samples.get("profiled")),
+            # (a loader-fed loop's: the mean over whole periods of its workers, manifest.reference_ms)
+            "unprofiled_step_ms_median": mf.reference_ms({"unprofiled_step_ms": samples.get("unprofiled"),
+                                                          "settle": self._settle_info}),
+            "profiled_step_ms_median": mf.reference_ms({"profiled_step_ms": samples.get("profiled"),
+                                                        "settle": self._settle_info}, "profiled_step_ms"),
             "traces": self._traces,
             "warnings": self._warnings,
             "terminated_by": self._terminated,

@@ -9,7 +9,9 @@ workers' pace, so N workers deliver one batch per step period T, and each batch 
 CPU; the loop itself needs c per step (the replayed unprofiled step with the waits taken off the host path).
 The workers needed are N x T / c. Waits in a minority of the analysed steps below `high_pct` are `info`: they
 fit a loader that keeps pace on average (its prefetch buffer absorbing one late batch) as well as too few
-workers. Kineto records no worker count (no trace metadata, no event of the worker processes), but N workers
+workers. Kineto records no worker count (no trace metadata, no event of the worker processes); `traceview
+collect` counts them while it waits for the step time to settle (the manifest's `settle.loader_period`: the most
+workers of a live multi-process iterator), and that count is used where present. Otherwise N workers
 that stay in phase deliver in bursts of N: the loop waits long once every N steps and takes the other batches at
 once. N is that period, read from the trace's own steps when it has enough (at least 7, three long waits), else
 from the collector's unprofiled steps (its manifest beside the trace). Out of phase every step waits alike and N
@@ -77,7 +79,7 @@ from traceview.analyses.fixes import input_floor_ns
 from traceview.analyses.overhead import profiler_transform
 from traceview.analyses.replay import Transform, replay, spans
 from traceview.evidence import UNSET, Meta, UnsetType
-from traceview.ingest.manifest import rank_cpus, rank_step_samples
+from traceview.ingest.manifest import loader_period, rank_cpus, rank_step_samples
 from traceview.ruleapi import Finding, Option, RuleContext
 
 from . import input_bound
@@ -145,11 +147,13 @@ def current_workers(ctx: RuleContext) -> tuple[int, str, list[int]] | None:
     nw = int(ctx.options["num_workers"] or 0)
     if nw:
         return nw, "option", []
+    doc = ctx.trace.meta.manifest
+    if doc is not None and (k := loader_period(doc, Path(ctx.trace.meta.path or "").name, ctx.trace.meta.rank)) > 1:
+        return k, "counted", []
     periods = (ctx.steps["end"] - ctx.steps["ts"]).to_list()
     got = burst_period(periods)
     if got is not None:
         return got[0], "trace", [int(ctx.steps["step"][i]) for i in got[1]]
-    doc = ctx.trace.meta.manifest
     if doc is None:
         return None
     got = burst_period(rank_step_samples(doc, Path(ctx.trace.meta.path or "").name, ctx.trace.meta.rank))
@@ -227,8 +231,9 @@ class Evidence(input_bound.Evidence, kw_only=True):
         description="the DataLoader's workers: the `num_workers` option, else the period of its long waits (null: "
                     "not known)")]
     num_workers_from: Annotated[str | None, Meta(
-        description="where `num_workers` comes from: `option`, `trace` (its steps' long waits recur every N "
-                    "steps), `collector` (the same in the collector's unprofiled steps); null: not known")] = None
+        description="where `num_workers` comes from: `option`, `counted` (the collector counted the job's "
+                    "DataLoader workers), `trace` (its steps' long waits recur every N steps), `collector` (the "
+                    "same in the collector's unprofiled steps); null: not known")] = None
     long_wait_steps: Annotated[list[int], Meta(
         description="the long steps that give that period (step numbers, or positions 1.. in the collector's "
                     "unprofiled steps)")] = msgspec.field(default_factory=list)
@@ -331,6 +336,7 @@ def check(ctx: RuleContext) -> list[Finding]:
         if free is not None and want > free:  # the host cannot run that many at once: at most its free cores
             want = ev.workers_needed = max(free, nw)
         now = {"option": f"now {nw}",
+               "counted": f"now {nw}, counted by the collector",
                "trace": f"now {nw}: the trace's steps wait long every {nw} steps, {_steps(long_steps)}",
                "collector": f"now {nw}: the collector's unprofiled steps wait long every {nw} steps, its "
                             f"{_steps(long_steps)}"}[nw_from]

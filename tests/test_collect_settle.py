@@ -19,6 +19,7 @@ import pytest
 from torchrun_util import collect_env, run_collect, torchrun
 
 from collectors import settle
+from traceview.ingest import manifest
 
 REPO = Path(__file__).resolve().parents[1]
 SCRIPTS = REPO / "tests" / "scripts"
@@ -139,3 +140,41 @@ def test_job_ending_while_settling_says_nothing_was_captured(tmp_path: Path) -> 
     (rank,) = man["ranks"]
     assert man["traces"] == [] and rank["settle"] is None
     assert any("still settling" in w and "nothing was captured" in w for w in rank["warnings"]), rank["warnings"]
+
+
+def test_draining_buffer_rule() -> None:
+    # a buffer stepping down (12 batches to 0) drains; a full one, an empty one and one wobbling do not
+    assert settle.draining([12, 11, 10, 9, 8, 7], wait=5)
+    assert settle.draining([6, 6, 5, 5, 5, 4], wait=5)  # one batch fewer on average
+    assert not settle.draining([12, 12, 12, 12, 12, 12], wait=5)
+    assert not settle.draining([0, 0, 0, 0, 0, 0], wait=5)
+    assert not settle.draining([3, 4, 3, 4, 3, 4], wait=5)
+    assert not settle.draining([9, 8, 7], wait=5)  # fewer than two windows
+    # two workers' batches in turn: windows of whole periods, compared by their means
+    assert settle.window(5, 2) == 4 and settle.window(8, 3) == 6 and settle.window(5, 1) == 3
+    alternating = [4, 20, 4, 20, 4, 20, 4, 20]
+    assert not settle.settled(alternating[:6], wait=5)  # medians of three swing 4 <-> 20
+    assert settle.settled(alternating, wait=5, period=2)
+    assert manifest.step_reference(alternating[:7], 2) == 12.0 and manifest.step_reference([4, 4, 20], 1) == 4
+
+
+def test_loader_buffer_draining_is_waited_out(tmp_path: Path) -> None:
+    """The loop's own 3 ms steps while the prefetch buffer drains are flat: the step time alone would settle on
+    them. The reference must be the workers' pace (a batch every 12 ms at best, two workers of two 12 ms items),
+    whatever the machine adds: the assertion is one-sided (a slower machine only makes the steps longer)."""
+    man = _collect(tmp_path, "drain", ["--settle", "--wait", "4", "--warmup", "1", "--active", "2"],
+                   [sys.executable, str(SCRIPTS / "loader_drain.py")], {"STEPS": "70"})
+    (rank,) = man["ranks"]
+    info = rank["settle"]
+    assert info["settled"] and info["loader_period"] == 2, info
+    levels = info["loader_ready"]  # the buffers were watched, and were empty (or level) when the capture began
+    assert len(levels) == 2 * settle.window(4, 2) and not settle.draining(levels, 4, 2), levels
+    # the steps before were the buffer's: the loop's own pace, not the reference's
+    assert statistics.median(rank["settle_step_ms"]) < rank["unprofiled_step_ms_median"] / 2, rank
+    # once drained the steps alternate (two workers' batches in turn): the reference is their mean over whole
+    # periods, the pace of a batch every 12 ms at best, and the analyzer reads the same
+    ref = rank["unprofiled_step_ms_median"]
+    assert ref >= 9.0 and ref == pytest.approx(statistics.mean(rank["unprofiled_step_ms"]), rel=1e-3), rank
+    assert man["step_time"]["unprofiled_ms_median"] == pytest.approx(ref, rel=1e-3)
+    (trace,) = (tmp_path / "drain").glob("rank0.*.pt.trace.json.gz")
+    assert manifest.rank_step_times(man, trace.name, 0)[0] == pytest.approx(ref, rel=1e-3)

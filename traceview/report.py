@@ -151,7 +151,8 @@ def _analyze_trace(trace: Trace, options: Options) -> tuple[dict, pl.DataFrame, 
         warnings.append(f"{deep:,} layers (nn.Module, module:: or annotation) nested {layer_attr.PATH_LEVELS} levels "
                         "deep or deeper: their paths are shortened to '<first two levels>/…N levels…/"
                         "<parent>/<name>' (each keeps its own depth and times)")
-    entry["classification"] = classification = classification_section(ctx, findings)
+    entry["classification"] = classification = classification_section(
+        ctx, findings, fixinfo.get("base_step_us") if fixinfo else None)
     entry["findings"] = findings
     entry["verdict_text"] = (verdict_text(classification, analysed.height, findings) if ctx
                              else cpu.verdict(trace, steps, host, findings) if host else None)

@@ -323,7 +323,7 @@ def _build(trace: Trace) -> Graph:
          by_stream, graph_call, by_graph, in_call, by_launch, need, dev, blocking, waited)
     seg, keys, key_of = _segments(trace, a_tid, a_ts, a_end, code)
     a_join, a_jwake, a_gap = _joins(a_tid, a_ts, a_end, a_prev, a_gap, prev_end, keys, key_of,
-                                    _long_rows(trace, code), _program_threads(trace, a_tid, code))
+                                    _long_rows(trace, code), _program_threads(trace, a_tid, code), seg)
     a_join, a_jwake, a_gap = _handoffs(trace, a_tid, a_ts, a_end, a["marker"].to_numpy(), a_prev, a_join, a_jwake,
                                        a_gap, code)
     del code
@@ -456,9 +456,10 @@ def _handoffs(trace: Trace, a_tid: np.ndarray, a_ts: np.ndarray, a_end: np.ndarr
     return join, jwake, gap
 
 
-def _busy_at(long_rows: pl.DataFrame, tid: np.ndarray, t: np.ndarray) -> np.ndarray:
-    """Whether thread `tid` is inside one of `long_rows` at time `t` (started at or before it, ending after)."""
-    out = np.zeros(t.size, bool)
+def _busy_until(long_rows: pl.DataFrame, tid: np.ndarray, t: np.ndarray) -> np.ndarray:
+    """The end of the one of `long_rows` thread `tid` is inside at time `t` (started at or before it, ending
+    after), else -1."""
+    out = np.full(t.size, -1, np.int64)
     for th in np.unique(tid).tolist():  # the joined threads: a handful
         r = long_rows.filter(pl.col("tid") == th).sort("ts")
         if r.height == 0:
@@ -466,8 +467,24 @@ def _busy_at(long_rows: pl.DataFrame, tid: np.ndarray, t: np.ndarray) -> np.ndar
         m = tid == th
         rts, rend = _i64(r["ts"]), np.maximum.accumulate(_i64(r["end"]))
         j = np.searchsorted(rts, t[m], side="right") - 1
-        out[m] = (j >= 0) & (rend[np.maximum(j, 0)] > t[m])
+        until = rend[np.maximum(j, 0)]
+        out[m] = np.where((j >= 0) & (until > t[m]), until, -1)
     return out
+
+
+def _own_tail(rows: Rows, a_ts: np.ndarray, cands: np.ndarray, before: np.ndarray) -> np.ndarray:
+    """Per candidate anchor: the latest end of the recorded rows in its gap (`Rows.where` 0) that started before
+    `before` (its own work after its previous call), NEG_TIME for none. Only the candidates' rows are read."""
+    out = np.full(a_ts.size, NEG_TIME, np.int64)
+    m = np.isin(rows.seg, cands) & (rows.where == 0)
+    if m.any():
+        s = rows.seg[m].astype(np.int64)
+        st = a_ts[s] + rows.rel[m].astype(np.int64)
+        lim = np.full(a_ts.size, NEG_TIME, np.int64)
+        lim[cands] = before
+        keep = st < lim[s]
+        np.maximum.at(out, s[keep], st[keep] + rows.dur[m][keep].astype(np.int64))
+    return out[cands]
 
 
 #: calls that only look at the device (a completion poll, the capture-mode switch around it, device queries): a
@@ -494,7 +511,7 @@ def _program_threads(trace: Trace, a_tid: np.ndarray, code: np.ndarray) -> np.nd
 
 def _joins(a_tid: np.ndarray, a_ts: np.ndarray, a_end: np.ndarray, a_prev: np.ndarray, a_gap: np.ndarray,
            prev_end: np.ndarray, keys: Callable[[], np.ndarray], key_of, long_rows: pl.DataFrame | None = None,
-           program: np.ndarray | None = None) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+           program: np.ndarray | None = None, rows: Rows | None = None) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """Host-thread joins: a thread idle through a long gap (>= JOIN_GAP_NS) while another thread works, from
     that thread's first call after the gap opened to its last call before the gap closed, waited for it
     (`loss.backward()` on the main thread while the autograd thread launches the backward). Idle: none of its
@@ -532,7 +549,18 @@ def _joins(a_tid: np.ndarray, a_ts: np.ndarray, a_end: np.ndarray, a_prev: np.nd
         k = np.searchsorted(ts_t, prev_end[c[m]], side="left")
         handoff[m] = ts_t[np.minimum(k, ts_t.size - 1)]
     if long_rows is not None and long_rows.height:
-        handoff = np.where(_busy_at(long_rows, a_tid[x], prev_end[c]), prev_end[c], handoff)
+        busy = _busy_until(long_rows, a_tid[x], prev_end[c]) >= 0
+        if busy.any() and rows is not None:
+            # the other thread took over when the gap opened; this thread's own rows in its gap that began before
+            # the other thread's last call (the autograd thread's trailing AccumulateGrad ops after its last launch)
+            # were its own work until they ended: it waited from then on (else those rows, started after the
+            # hand-off, would say the thread was not idle, and no join: Lightning's autograd thread kept its 16 ms
+            # idle gap between steps as work — its main thread, inside Lightning's long `record_function` ranges,
+            # reads as busy in a long op, the rule written for DDP's reducer waiting on gloo's all-reduce span)
+            own = _own_tail(rows, a_ts, c[busy], a_end[x[busy]])
+            handoff[busy] = np.maximum(prev_end[c[busy]], own)
+        else:
+            handoff = np.where(busy, prev_end[c], handoff)
     ok = (handoff >= prev_end[c]) & (handoff < a_end[x])
     # idle: no recorded row of this thread starts between the handoff and the other thread's last end
     if ok.any() and (keys := keys()).size:

@@ -49,6 +49,9 @@ def parse_manifest(doc: Any) -> tuple[dict | None, str | None]:
         got = r.get("settle")
         entry["settled"] = got.get("settled") if isinstance(got, dict) and isinstance(got.get("settled"), bool) \
             else None
+        # ... and the DataLoader workers whose batches its steps took in turn (counted while it settled)
+        k_ = got.get("loader_period") if isinstance(got, dict) else None
+        entry["loader_period"] = k_ if isinstance(k_, int) and not isinstance(k_, bool) and k_ >= 1 else None
         for key, test in (("unprofiled_step_ms", _is_num), ("profiled_step_ms", _is_num),
                           ("traces", lambda t: isinstance(t, dict))):
             v = r.get(key)
@@ -162,15 +165,38 @@ def settle_half(wait: int) -> int:
     return max(3, -(-wait // 2))
 
 
-def step_trend(samples: list[float], wait: int) -> float | None:
-    """The median of the last `settle_half(wait)` step times over the median of as many before them; None with
-    fewer than `wait` or two windows of steps. Below 1 the steps were still getting faster (a warm-up), above it
-    slower (a prefetch buffer draining)."""
-    h = settle_half(wait)
+def settle_window(wait: int, period: int = 1) -> int:
+    """Steps in each window the settle rule compares: `settle_half(wait)`, rounded up to whole periods of a loop fed
+    by `period` DataLoader workers (their batches arrive in turn: a slow step every `period` steps)."""
+    h, k = settle_half(wait), max(1, int(period))
+    return -(-h // k) * k
+
+
+def period_mean(xs: list[float], period: int) -> float | None:
+    """The mean of the last whole periods of `xs` (all of them when shorter than a period)."""
+    k = max(1, int(period))
+    n = len(xs) // k * k or len(xs)
+    return sum(xs[-n:]) / n if n else None
+
+
+def step_reference(xs: list[float], period: int = 1) -> float | None:
+    """The unprofiled reference of step times `xs`: their median, or for a loop fed by `period` > 1 DataLoader
+    workers in turn the mean over whole periods (the pace it keeps: a fast, fast, slow pattern's median is the fast
+    step)."""
+    return period_mean(xs, period) if period > 1 and len(xs) >= period else median(xs)
+
+
+def step_trend(samples: list[float], wait: int, period: int = 1) -> float | None:
+    """The median of the last window of step times (`settle_window`) over the median of as many before them; None
+    with fewer than `wait` or two windows of steps. Below 1 the steps were still getting faster (a warm-up), above
+    it slower (a prefetch buffer draining). A loop fed by `period` > 1 DataLoader workers compares the windows'
+    means (each a whole number of periods: its steps alternate between the loop's pace and the workers')."""
+    h = settle_window(wait, period)
     if len(samples) < max(wait, 2 * h):
         return None
-    before = median(samples[-2 * h : -h])
-    last = median(samples[-h:])
+    stat = median if period <= 1 else (lambda xs: period_mean(list(xs), period))
+    before = stat(samples[-2 * h : -h])
+    last = stat(samples[-h:])
     return last / before if before and last is not None and before > 0 else None
 
 
@@ -182,7 +208,7 @@ def unsettled_reference(manifest: dict, file_name: str, rank: int | None) -> flo
     if rank_entry(manifest, file_name, rank).get("settled") is not False:
         return None
     xs = rank_step_samples(manifest, file_name, rank)
-    t = step_trend(xs, len(xs) - 1) if len(xs) > 1 else None
+    t = step_trend(xs, len(xs) - 1, loader_period(manifest, file_name, rank)) if len(xs) > 1 else None
     return t if t is not None else 1.0
 
 
@@ -192,14 +218,31 @@ def steady_unprofiled_ms(manifest: dict, file_name: str, rank: int | None) -> fl
     median of all of them when fewer than three were recorded, else rank_step_times' unprofiled median. The rule of
     tools/labels.py (`steady_tail`) for the twin sets' labels."""
     xs = rank_step_samples(manifest, file_name, rank)
+    k = loader_period(manifest, file_name, rank)
+    if k > 1 and len(xs) >= k:  # batches from k workers in turn: the steps' mean over whole periods is the pace
+        return period_mean(xs, k)
     if len(xs) >= 3:
         return median(xs[1:])
     return median(xs) if xs else rank_step_times(manifest, file_name, rank)[0]
 
 
+def loader_period(manifest: dict, file_name: str, rank: int | None) -> int:
+    """The DataLoader workers whose batches this rank's steps took in turn while the collector settled (its
+    `settle.loader_period`), 1 without."""
+    r = rank_entry(manifest, file_name, rank)
+    info = r.get("settle")  # (a manifest as written; parse_manifest keeps the count as `loader_period`)
+    k = _num(r.get("loader_period")) or (_num(info.get("loader_period")) if isinstance(info, dict) else None)
+    return int(k) if k and k > 1 else 1
+
+
 def rank_step_times(manifest: dict, file_name: str, rank: int | None) -> tuple[float | None, float | None, Any]:
     """(unprofiled, profiled) median step ms of this rank, and how they were measured."""
     r = rank_entry(manifest, file_name, rank)
-    unprof = _num(r.get("unprofiled_step_ms_median")) or median(r.get("unprofiled_step_ms"))
-    prof = _num(r.get("profiled_step_ms_median")) or median(r.get("profiled_step_ms"))
+    k = loader_period(manifest, file_name, rank)
+    samples = rank_step_samples(manifest, file_name, rank)
+    unprof = (step_reference(samples, k) if k > 1 and samples else None) or _num(r.get("unprofiled_step_ms_median")) \
+        or median(r.get("unprofiled_step_ms"))
+    prof_xs = [float(x) for x in r.get("profiled_step_ms") or [] if _is_num(x)]
+    prof = (step_reference(prof_xs, k) if k > 1 and prof_xs else None) or _num(r.get("profiled_step_ms_median")) \
+        or median(r.get("profiled_step_ms"))
     return unprof, prof, r.get("step_time_method")

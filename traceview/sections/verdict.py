@@ -23,7 +23,7 @@ from .section import Section
 CLASSIFICATION = Section(
     keys=('classification',), computes="what to fix first: the classifier's shares and each class's savings, per trace and step",
     json_type='object', text='header', app_page='overview',
-    json_doc="`primary` (what to fix first: the class of the fix with the largest replayed saving — a class is worth its best rule's fix, never a sum —; when no fix saves more than 3 % of the step, the largest class once the profiler's cost is taken out of `cpu_launch`, and the verdict says nothing the rules know to fix saves more), `primary_basis` (`savings`, `share`, `share_unprofiled`), `savings_pct` (per class, % of the traced step), `dominant` (the largest share), `shares` (% per class), `time_us`, `window_us`, per-step `steps` [{`step`, `primary`, `primary_basis`, `dominant`, `shares`, `time_us`}] (a finding's savings spread over its steps by its class's time in each), `roofline`, `analyzed_steps` — classes: `gpu_compute`, `gpu_memory`, `communication`, `input`, `host_sync`, `cpu_launch`, `other_idle`",
+    json_doc="`primary` (what to fix first: the class of the fix with the largest replayed saving — a class is worth its best rule's fix, never a sum —; when no fix saves more than 3 % of the step, the largest class once the profiler's cost is taken out of `cpu_launch`, and the verdict says nothing the rules know to fix saves more), `primary_basis` (`savings`, `share`, `share_unprofiled`), `savings_pct` (per class, % of the unprofiled step: the savings' own terms), `dominant` (the largest share), `shares` (% per class), `time_us`, `window_us`, per-step `steps` [{`step`, `primary`, `primary_basis`, `dominant`, `shares`, `time_us`}] (a finding's savings spread over its steps by its class's time in each), `roofline`, `analyzed_steps` — classes: `gpu_compute`, `gpu_memory`, `communication`, `input`, `host_sync`, `cpu_launch`, `other_idle`",
 )
 VERDICT_LINE = Section(
     keys=('verdict_text',), computes='the verdict: one line that leads with what to fix first',
@@ -101,9 +101,11 @@ def _step_savings(findings: list[dict], by_step: pl.DataFrame, n: int = 1) -> di
     return out
 
 
-def classification_section(ctx: RuleContext | None, findings: list[dict] | None = None) -> dict:
+def classification_section(ctx: RuleContext | None, findings: list[dict] | None = None,
+                           unprofiled_step_us: float | None = None) -> dict:
     """{dominant, primary, primary_basis, savings_pct, shares, time_us, window_us, steps, device, roofline,
-    analyzed_steps}; `ctx` None: no GPU."""
+    analyzed_steps}; `ctx` None: no GPU. `unprofiled_step_us`: the replayed unprofiled step the savings are in
+    (the fix runner's); without it, the traced step less the profiler's estimated cost."""
     if ctx is None:
         return dict(NO_GPU)
     findings = findings or []
@@ -113,15 +115,19 @@ def classification_section(ctx: RuleContext | None, findings: list[dict] | None 
     window = out.get("window_us") or 0.0
     over_us = float(ctx.profiler.get("overhead_ns") or 0.0) / 1000  # per step
     n = max(1, ctx.steps.height)
-    step_us = window / n  # savings are per step
+    step_us = window / n
+    # savings are per step in unprofiled terms: shares of the unprofiled step, as the findings' and the projection's
+    unprof_us = unprofiled_step_us if unprofiled_step_us and unprofiled_step_us > 0 else max(step_us - over_us, 0.0)
+    unprof_us = unprof_us or step_us
+    ratio = unprof_us / step_us if step_us else 1.0
     out["primary"], out["primary_basis"] = _primary(sav, out["dominant"], out["time_us"], over_us * n,
-                                                    FEW_PCT / 100 * step_us)
-    out["savings_pct"] = {c: round(100.0 * v / step_us, 2) if step_us else 0.0 for c, v in sav.items()}
+                                                    FEW_PCT / 100 * unprof_us)
+    out["savings_pct"] = {c: round(100.0 * v / unprof_us, 2) if unprof_us else 0.0 for c, v in sav.items()}
     per_step = _step_savings(findings, by_step, n)
     for row in out["steps"]:
         ss = dict(sorted(per_step.get(row["step"], {}).items(), key=lambda kv: (-kv[1], classify.CLASSES.index(kv[0]))))
         row["primary"], row["primary_basis"] = _primary(ss, row["dominant"], row["time_us"], over_us,
-                                                        FEW_PCT / 100 * float(row.get("window_us") or step_us))
+                                                        FEW_PCT / 100 * ratio * float(row.get("window_us") or step_us))
     out["analyzed_steps"] = ctx.steps["step"].to_list()
     return out
 
