@@ -309,8 +309,11 @@ def _report(run_dir: Path, man: dict[str, Any]) -> None:
         )
     if st.get("settle_steps") is not None:  # --settle: where the warm-up ended (or did not)
         before = st.get("settle_ms_median")
+        k = max((int((r.get("settle") or {}).get("loader_period") or 1) for r in ranks), default=1)
         line += (f"; the capture started at step {st['settle_steps']}" + (" (the step time had not settled)"
                  if st.get("settled") is False else " once the step time settled")
+                 + (f" and the prefetch buffer of its {k} DataLoader workers no longer drained (the reference is "
+                    f"the mean over whole periods of {k} steps)" if k > 1 and st.get("settled") is not False else "")
                  + (f", {before:.2f} ms a step before" if before else ""))
     print(line, file=sys.stderr)
     if st.get("spread_warning"):

@@ -58,6 +58,7 @@ def _collect(tmp_path: Path, name: str, opts: list[str], cmd: list[str], env: di
     r = run_collect(argv, tmp_path / name, cwd=REPO, env={**collect_env(), **env}, timeout=180)
     assert r.returncode == 0, r.stderr
     man = json.loads((tmp_path / name / "manifest.json").read_text())
+    man["_stderr"] = r.stderr  # (the run's closing lines, for the tests that read them)
     st = man["step_time"]
     if "settle_steps" in st:  # the run's closing line says where the recording started, and why there
         said = "once the step time settled" if st["settled"] else "(the step time had not settled)"
@@ -167,6 +168,7 @@ def test_loader_buffer_draining_is_waited_out(tmp_path: Path) -> None:
     (rank,) = man["ranks"]
     info = rank["settle"]
     assert info["settled"] and info["loader_period"] == 2, info
+    assert "the prefetch buffer of its 2 DataLoader workers no longer drained" in man["_stderr"]
     levels = info["loader_ready"]  # the buffers were watched, and were empty (or level) when the capture began
     assert len(levels) == 2 * settle.window(4, 2) and not settle.draining(levels, 4, 2), levels
     # the steps before were the buffer's: the loop's own pace, not the reference's
