@@ -309,7 +309,7 @@ def _report(run_dir: Path, man: dict[str, Any]) -> None:
         )
     if st.get("settle_steps") is not None:  # --settle: where the warm-up ended (or did not)
         before = st.get("settle_ms_median")
-        k = max((int((r.get("settle") or {}).get("loader_period") or 1) for r in ranks), default=1)
+        k = max((mf.rank_loader_period(r) for r in ranks), default=1)
         line += (f"; the capture started at step {st['settle_steps']}" + (" (the step time had not settled)"
                  if st.get("settled") is False else " once the step time settled")
                  + (f" and the prefetch buffer of its {k} DataLoader workers no longer drained (the reference is "

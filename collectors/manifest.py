@@ -19,10 +19,11 @@ from typing import Any
 from traceview.ingest.manifest import (  # one schema: the analyzer reads what this writes
     MANIFEST_NAME,
     MANIFEST_VERSION,
+    rank_loader_period,
     step_reference,
 )
 
-__all__ = ["MANIFEST_NAME", "MANIFEST_VERSION"]
+__all__ = ["MANIFEST_NAME", "MANIFEST_VERSION", "rank_loader_period"]
 _RANK_META = re.compile(r"^rank(\d+)\.collect\.json$")
 
 
@@ -67,16 +68,11 @@ def _median(xs: list[float]) -> float | None:
     return round(statistics.median(xs), 4) if xs else None
 
 
-def _period(rank: dict[str, Any]) -> int:
-    """The DataLoader workers whose batches a rank's steps took in turn (`settle.loader_period`), 1 without."""
-    return int((rank.get("settle") or {}).get("loader_period") or 1)
-
-
 def reference_ms(rank: dict[str, Any], key: str = "unprofiled_step_ms") -> float | None:
     """A rank's step time (ms) from its steps `key`: their median, the mean over whole periods where its batches
     came from several DataLoader workers in turn (`settle.loader_period`)."""
     xs = rank.get(key) or []
-    v = step_reference(xs, _period(rank)) if xs else None
+    v = step_reference(xs, rank_loader_period(rank)) if xs else None
     return round(v, 4) if v is not None else None
 
 
@@ -90,7 +86,7 @@ def _spread(ranks: list[dict[str, Any]], key: str) -> tuple[float | None, float 
     best = (None, None, None)
     for r in ranks:
         xs = [x for x in r.get(key) or [] if x and x > 0]
-        k = _period(r)
+        k = rank_loader_period(r)
         if k > 1:  # steps fed by k DataLoader workers in turn alternate by design: compare whole periods
             xs = [sum(xs[i:i + k]) / k for i in range(0, len(xs) - k + 1, k)]
         if len(xs) >= 2 and (best[0] is None or max(xs) / min(xs) > best[0]):

@@ -322,8 +322,8 @@ def _build(trace: Trace) -> Graph:
     del (prev_ts, key, has_prev, pe, gap, launch, launch_i, real, launched, lts, lat, idle_at_launch, queued, same_launch,
          by_stream, graph_call, by_graph, in_call, by_launch, need, dev, blocking, waited)
     seg, keys, key_of = _segments(trace, a_tid, a_ts, a_end, code)
-    a_join, a_jwake, a_gap = _joins(a_tid, a_ts, a_end, a_prev, a_gap, prev_end, keys, key_of,
-                                    _long_rows(trace, code), _program_threads(trace, a_tid, code), seg)
+    a_join, a_jwake, a_gap = _joins(a_tid, a_ts, a_end, a_prev, a_gap, prev_end, keys, key_of, seg,
+                                    _long_rows(trace, code), _program_threads(trace, a_tid, code))
     a_join, a_jwake, a_gap = _handoffs(trace, a_tid, a_ts, a_end, a["marker"].to_numpy(), a_prev, a_join, a_jwake,
                                        a_gap, code)
     del code
@@ -456,10 +456,9 @@ def _handoffs(trace: Trace, a_tid: np.ndarray, a_ts: np.ndarray, a_end: np.ndarr
     return join, jwake, gap
 
 
-def _busy_until(long_rows: pl.DataFrame, tid: np.ndarray, t: np.ndarray) -> np.ndarray:
-    """The end of the one of `long_rows` thread `tid` is inside at time `t` (started at or before it, ending
-    after), else -1."""
-    out = np.full(t.size, -1, np.int64)
+def _busy_at(long_rows: pl.DataFrame, tid: np.ndarray, t: np.ndarray) -> np.ndarray:
+    """Whether thread `tid` is inside one of `long_rows` at time `t` (started at or before it, ending after)."""
+    out = np.zeros(t.size, bool)
     for th in np.unique(tid).tolist():  # the joined threads: a handful
         r = long_rows.filter(pl.col("tid") == th).sort("ts")
         if r.height == 0:
@@ -467,8 +466,7 @@ def _busy_until(long_rows: pl.DataFrame, tid: np.ndarray, t: np.ndarray) -> np.n
         m = tid == th
         rts, rend = _i64(r["ts"]), np.maximum.accumulate(_i64(r["end"]))
         j = np.searchsorted(rts, t[m], side="right") - 1
-        until = rend[np.maximum(j, 0)]
-        out[m] = np.where((j >= 0) & (until > t[m]), until, -1)
+        out[m] = (j >= 0) & (rend[np.maximum(j, 0)] > t[m])
     return out
 
 
@@ -510,8 +508,9 @@ def _program_threads(trace: Trace, a_tid: np.ndarray, code: np.ndarray) -> np.nd
 
 
 def _joins(a_tid: np.ndarray, a_ts: np.ndarray, a_end: np.ndarray, a_prev: np.ndarray, a_gap: np.ndarray,
-           prev_end: np.ndarray, keys: Callable[[], np.ndarray], key_of, long_rows: pl.DataFrame | None = None,
-           program: np.ndarray | None = None, rows: Rows | None = None) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+           prev_end: np.ndarray, keys: Callable[[], np.ndarray], key_of,
+           rows: Rows, long_rows: pl.DataFrame | None = None,
+           program: np.ndarray | None = None) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """Host-thread joins: a thread idle through a long gap (>= JOIN_GAP_NS) while another thread works, from
     that thread's first call after the gap opened to its last call before the gap closed, waited for it
     (`loss.backward()` on the main thread while the autograd thread launches the backward). Idle: none of its
@@ -519,8 +518,9 @@ def _joins(a_tid: np.ndarray, a_ts: np.ndarray, a_end: np.ndarray, a_prev: np.nd
     took over; the join edge the time after that thread's last call. The other thread took over when its first
     call after the gap opened started, or when the gap opened if it was then inside a long recorded op of its own
     (`long_rows`: DDP's reducer waiting for a gloo all-reduce that its worker thread had started before). Only
-    the program's threads (`program`, per anchor: `_program_threads`) join or are joined. Returns
-    (a_join, a_jwake, a_gap)."""
+    the program's threads (`program`, per anchor: `_program_threads`) join or are joined; `rows` (`_segments`)
+    says what the waiting thread itself did in its gap before such a hand-off (`_own_tail`). Returns (a_join,
+    a_jwake, a_gap)."""
     n = a_ts.size
     join, jwake = np.full(n, -1, np.int64), np.zeros(n, np.int64)
     if n == 0 or np.unique(a_tid).size < 2:
@@ -549,8 +549,8 @@ def _joins(a_tid: np.ndarray, a_ts: np.ndarray, a_end: np.ndarray, a_prev: np.nd
         k = np.searchsorted(ts_t, prev_end[c[m]], side="left")
         handoff[m] = ts_t[np.minimum(k, ts_t.size - 1)]
     if long_rows is not None and long_rows.height:
-        busy = _busy_until(long_rows, a_tid[x], prev_end[c]) >= 0
-        if busy.any() and rows is not None:
+        busy = _busy_at(long_rows, a_tid[x], prev_end[c])
+        if busy.any():
             # the other thread took over when the gap opened; this thread's own rows in its gap that began before
             # the other thread's last call (the autograd thread's trailing AccumulateGrad ops after its last launch)
             # were its own work until they ended: it waited from then on (else those rows, started after the
@@ -559,8 +559,6 @@ def _joins(a_tid: np.ndarray, a_ts: np.ndarray, a_end: np.ndarray, a_prev: np.nd
             # reads as busy in a long op, the rule written for DDP's reducer waiting on gloo's all-reduce span)
             own = _own_tail(rows, a_ts, c[busy], a_end[x[busy]])
             handoff[busy] = np.maximum(prev_end[c[busy]], own)
-        else:
-            handoff = np.where(busy, prev_end[c], handoff)
     ok = (handoff >= prev_end[c]) & (handoff < a_end[x])
     # idle: no recorded row of this thread starts between the handoff and the other thread's last end
     if ok.any() and (keys := keys()).size:

@@ -227,22 +227,23 @@ def steady_unprofiled_ms(manifest: dict, file_name: str, rank: int | None) -> fl
 
 
 def loader_period(manifest: dict, file_name: str, rank: int | None) -> int:
-    """The DataLoader workers whose batches this rank's steps took in turn while the collector settled (its
-    `settle.loader_period`), 1 without."""
-    r = rank_entry(manifest, file_name, rank)
-    info = r.get("settle")  # (a manifest as written; parse_manifest keeps the count as `loader_period`)
-    k = _num(r.get("loader_period")) or (_num(info.get("loader_period")) if isinstance(info, dict) else None)
+    """The DataLoader workers whose batches this rank's steps took in turn while the collector settled, 1 without."""
+    return rank_loader_period(rank_entry(manifest, file_name, rank))
+
+
+def rank_loader_period(entry: dict) -> int:
+    """`loader_period` of one rank's entry: its `settle.loader_period` as the collector wrote it (parse_manifest keeps
+    it as the entry's `loader_period`), 1 without."""
+    info = entry.get("settle")
+    k = _num(entry.get("loader_period")) or (_num(info.get("loader_period")) if isinstance(info, dict) else None)
     return int(k) if k and k > 1 else 1
 
 
 def rank_step_times(manifest: dict, file_name: str, rank: int | None) -> tuple[float | None, float | None, Any]:
     """(unprofiled, profiled) median step ms of this rank, and how they were measured."""
     r = rank_entry(manifest, file_name, rank)
-    k = loader_period(manifest, file_name, rank)
-    samples = rank_step_samples(manifest, file_name, rank)
-    unprof = (step_reference(samples, k) if k > 1 and samples else None) or _num(r.get("unprofiled_step_ms_median")) \
-        or median(r.get("unprofiled_step_ms"))
+    k = rank_loader_period(r)  # (the collector wrote its medians so: a loader-fed rank's are period means)
     prof_xs = [float(x) for x in r.get("profiled_step_ms") or [] if _is_num(x)]
-    prof = (step_reference(prof_xs, k) if k > 1 and prof_xs else None) or _num(r.get("profiled_step_ms_median")) \
-        or median(r.get("profiled_step_ms"))
+    unprof = _num(r.get("unprofiled_step_ms_median")) or step_reference(rank_step_samples(manifest, file_name, rank), k)
+    prof = _num(r.get("profiled_step_ms_median")) or step_reference(prof_xs, k)
     return unprof, prof, r.get("step_time_method")
