@@ -32,7 +32,7 @@ def test_every_rule_module_registered_once():
 
 def test_select_ignore_prefixes():
     assert registry.selected() == sorted(RULES)
-    assert registry.selected(["TV1"]) == ["TV101", "TV102", "TV103", "TV104", "TV105", "TV110"]
+    assert registry.selected(["TV1"]) == ["TV101", "TV102", "TV103", "TV104", "TV105", "TV106", "TV110"]
     assert registry.selected(["ALL"], ["TV1", "nccl-wait"]) == [
         "TV201", "TV202", "TV203", "TV204", "TV205", "TV206", "TV207", "TV208", "TV301", "TV302", "TV303", "TV401",
         "TV402",

@@ -20,7 +20,7 @@ from traceview.ruleapi import XPROF_SEVERITY, Rule, contract_problems, min_savin
 
 
 def test_every_rule_fulfils_the_contract() -> None:
-    assert len(RULES) == 21
+    assert len(RULES) == 22
     for m in RULES.values():
         assert isinstance(m, Rule), m.__name__
         assert contract_problems(m) == [], m.__name__

@@ -16,6 +16,21 @@ against the collector's unprofiled step, and whether the verdict and findings ar
   Lightning each step;
 - `mixer_compile`: an MLP-Mixer trained under `torch.compile` (default mode).
 
+A second set (2026-12-06), each with the fixed twin `--fixed` runs where the program has one:
+
+- `resnet_fp16_scaler`: torchvision ResNet-50, fp16 autocast with a `GradScaler`, gradients unscaled and clipped
+  (`--fixed`: bf16 autocast, no scaler);
+- `hf_trainer`: a Hugging Face `Trainer` fine-tuning a 6-layer BERT classifier, `bf16=True`, the library's
+  defaults otherwise (`--fixed`: `logging_nan_inf_filter=False`);
+- `gpt2_accum_item`: HF GPT-2 (6 layers) with 4-step gradient accumulation that logs `loss.item()` every
+  micro-batch (`--fixed`: accumulates `loss.detach()` and reads it once per optimizer step);
+- `gpt2_ckpt`: HF GPT-2 (6 layers) trained with gradient checkpointing (`--fixed`: without it, for reference);
+- `bert_dynpad`: HF BERT (6 layers) fed batches padded to their own longest sequence (lengths 32-256;
+  `--fixed`: padded to a multiple of 64, four shapes);
+- `compile_varlen`: a compiled transformer encoder fed four sequence lengths in turn (dynamic shapes);
+- `resnet_varsize`: torchvision ResNet-50 with `cudnn.benchmark = True` fed images of a random size (160-288
+  pixels) each batch (`--fixed`: every batch resized to 224).
+
     traceview collect -- python -m collectors.examples.user_programs --prog t5
 """
 
@@ -42,10 +57,11 @@ def mark() -> None:
 TIMING = False
 #: the fixes the analyzer priced, as options: `--precision high` (TF32) and `--amp` (bf16 autocast) for the FP32
 #: programs, `--workers N` for the DataLoader-fed one (each run alone with `--time`: a fixed twin)
-OPTS: dict = {"amp": False, "workers": 2}
+OPTS: dict = {"amp": False, "workers": 2, "fixed": False}
 
 PROGS = ("t5", "distilbert_fp32", "swin_bf16", "regnet_loader", "lstm", "opt_generate", "lightning",
-         "mixer_compile")
+         "mixer_compile", "resnet_fp16_scaler", "hf_trainer", "gpt2_accum_item", "gpt2_ckpt", "bert_dynpad",
+         "compile_varlen", "resnet_varsize")
 
 
 def train(model: nn.Module, opt: torch.optim.Optimizer, loss_of, steps: int, amp: bool) -> None:
@@ -216,6 +232,151 @@ def mixer_compile(steps: int) -> None:
     train(model, opt, lambda m: F.cross_entropy(m(x), y), steps, amp=True)
 
 
+def resnet_fp16_scaler(steps: int) -> None:
+    import torchvision
+
+    model = torchvision.models.resnet50().cuda()
+    x = torch.randn(64, 3, 224, 224, device="cuda")
+    y = torch.randint(0, 1000, (64,), device="cuda")
+    opt = torch.optim.SGD(model.parameters(), lr=0.1, momentum=0.9)
+    bf16 = OPTS["fixed"]
+    scaler = torch.amp.GradScaler("cuda", enabled=not bf16)
+    for _ in range(steps):
+        with torch.autocast("cuda", dtype=torch.bfloat16 if bf16 else torch.float16):
+            loss = F.cross_entropy(model(x), y)
+        opt.zero_grad(set_to_none=True)
+        scaler.scale(loss).backward()
+        scaler.unscale_(opt)
+        nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+        scaler.step(opt)
+        scaler.update()
+        mark()
+
+
+class _Tokens(torch.utils.data.Dataset):
+    def __init__(self, n: int, seq: int, labels: int) -> None:
+        self.n, self.seq, self.labels = n, seq, labels
+
+    def __len__(self) -> int:
+        return self.n
+
+    def __getitem__(self, i: int) -> dict:
+        g = torch.Generator().manual_seed(i)
+        return {"input_ids": torch.randint(0, 30522, (self.seq,), generator=g),
+                "attention_mask": torch.ones(self.seq, dtype=torch.long), "labels": i % self.labels}
+
+
+def hf_trainer(steps: int) -> None:
+    from transformers import (
+        BertConfig,
+        BertForSequenceClassification,
+        Trainer,
+        TrainerCallback,
+        TrainingArguments,
+    )
+
+    class Mark(TrainerCallback):
+        def on_step_end(self, *_: object, **__: object) -> None:
+            mark()
+
+    model = BertForSequenceClassification(BertConfig(num_hidden_layers=6, num_labels=4))
+    args = TrainingArguments(output_dir="/tmp/tv_hf_trainer", per_device_train_batch_size=32, max_steps=steps,
+                             bf16=True, logging_steps=10, report_to=[], save_strategy="no", disable_tqdm=True,
+                             logging_nan_inf_filter=not OPTS["fixed"])
+    Trainer(model=model, args=args, train_dataset=_Tokens(32 * (steps + 2), 128, 4), callbacks=[Mark()]).train()
+
+
+def _gpt2(layers: int = 6):
+    from transformers import GPT2Config, GPT2LMHeadModel
+
+    return GPT2LMHeadModel(GPT2Config(n_layer=layers, n_positions=1024)).cuda()
+
+
+def gpt2_accum_item(steps: int) -> None:
+    model = _gpt2()
+    ids = torch.randint(0, 50257, (4, 512), device="cuda")
+    opt = torch.optim.AdamW(model.parameters(), lr=1e-4, fused=True)
+    logged = []
+    for _ in range(steps):
+        running = torch.zeros((), device="cuda") if OPTS["fixed"] else 0.0
+        for _micro in range(4):
+            with torch.autocast("cuda", dtype=torch.bfloat16):
+                loss = model(input_ids=ids, labels=ids).loss / 4
+            loss.backward()
+            running += loss.detach() if OPTS["fixed"] else loss.item()
+        opt.step()
+        opt.zero_grad(set_to_none=True)
+        logged.append(running)
+        mark()
+    if OPTS["fixed"]:
+        logged = [float(v) for v in logged]
+
+
+def gpt2_ckpt(steps: int) -> None:
+    model = _gpt2()
+    if not OPTS["fixed"]:
+        model.gradient_checkpointing_enable()
+    model.config.use_cache = False
+    ids = torch.randint(0, 50257, (16, 512), device="cuda")
+    opt = torch.optim.AdamW(model.parameters(), lr=1e-4, fused=True)
+    train(model, opt, lambda m: m(input_ids=ids, labels=ids).loss, steps, amp=True)
+
+
+def bert_dynpad(steps: int) -> None:
+    from transformers import BertConfig, BertForSequenceClassification
+
+    model = BertForSequenceClassification(BertConfig(num_hidden_layers=6, num_labels=4)).cuda()
+    opt = torch.optim.AdamW(model.parameters(), lr=2e-5, fused=True)
+    g = torch.Generator().manual_seed(0)
+    for _ in range(steps):
+        lens = torch.randint(32, 257, (32,), generator=g)
+        n = -(-int(lens.max()) // 64) * 64 if OPTS["fixed"] else int(lens.max())
+        ids = torch.randint(0, 30522, (32, n), generator=g)
+        mask = (torch.arange(n)[None, :] < lens[:, None]).long()
+        batch = {"input_ids": ids.cuda(), "attention_mask": mask.cuda(), "labels": torch.randint(0, 4, (32,)).cuda()}
+        with torch.autocast("cuda", dtype=torch.bfloat16):
+            loss = model(**batch).loss
+        opt.zero_grad(set_to_none=True)
+        loss.backward()
+        opt.step()
+        mark()
+
+
+def compile_varlen(steps: int) -> None:
+    layer = nn.TransformerEncoderLayer(512, 8, 2048, batch_first=True)
+    model = nn.Sequential(nn.Embedding(8000, 512), nn.TransformerEncoder(layer, 6), nn.Linear(512, 8000)).cuda()
+    cmodel = torch.compile(model)
+    opt = torch.optim.AdamW(model.parameters(), lr=3e-4, fused=True)
+    batches = [torch.randint(0, 8000, (32, n), device="cuda") for n in (128, 192, 256, 160)]
+    for s in range(steps):
+        ids = batches[s % 4]
+        with torch.autocast("cuda", dtype=torch.bfloat16):
+            loss = F.cross_entropy(cmodel(ids[:, :-1]).flatten(0, 1), ids[:, 1:].flatten())
+        opt.zero_grad(set_to_none=True)
+        loss.backward()
+        opt.step()
+        mark()
+
+
+def resnet_varsize(steps: int) -> None:
+    import torchvision
+
+    torch.backends.cudnn.benchmark = True
+    model = torchvision.models.resnet50().cuda().to(memory_format=torch.channels_last)
+    opt = torch.optim.SGD(model.parameters(), lr=0.1, momentum=0.9)
+    g = torch.Generator().manual_seed(0)
+    for _ in range(steps):
+        size = 224 if OPTS["fixed"] else int(torch.randint(20, 37, (1,), generator=g)) * 8
+        x = torch.randn(32, 3, size, size, device="cuda").to(memory_format=torch.channels_last)
+        y = torch.randint(0, 1000, (32,), device="cuda")
+        with torch.autocast("cuda", dtype=torch.bfloat16):
+            loss = F.cross_entropy(model(x), y)
+        opt.zero_grad(set_to_none=True)
+        loss.backward()
+        opt.step()
+        mark()
+
+
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--prog", choices=PROGS, required=True)
@@ -224,9 +385,13 @@ def main() -> None:
     ap.add_argument("--precision", choices=["highest", "high"], default="highest", help="float32 matmul precision")
     ap.add_argument("--amp", action="store_true", help="bf16 autocast for the FP32 programs (distilbert_fp32, lstm)")
     ap.add_argument("--workers", type=int, default=2, help="regnet_loader's DataLoader workers")
+    ap.add_argument("--fixed", action="store_true", help="the second set's fixed twin (see each program)")
+    ap.add_argument("--no-cudnn-sdpa", action="store_true", help="SDPA without its cuDNN backend")
     args = ap.parse_args()
     torch.set_float32_matmul_precision(args.precision)
-    OPTS.update(amp=args.amp, workers=args.workers)
+    if args.no_cudnn_sdpa:
+        torch.backends.cuda.enable_cudnn_sdp(False)
+    OPTS.update(amp=args.amp, workers=args.workers, fixed=args.fixed)
     global TIMING
     TIMING = args.time
     torch.manual_seed(0)

@@ -20,7 +20,7 @@ from traceview.options import Options
 from traceview.ruleapi import RuleContext
 from traceview.sections.findings import run_rules
 
-NEW = ("TV103", "TV104", "TV202", "TV203", "TV204", "TV302")
+NEW = ("TV103", "TV104", "TV106", "TV202", "TV203", "TV204", "TV302")
 FP32_TRUE = {  # fp32 GEMMs on an H200 without TF32 (labels: 'fp32' tensors / Linear layers in fp32)
     "gpu_h200/seed_single_gemm_eager.json.gz", "gpu_h200/seed_fragmented_eager.json.gz",
     "gpu_h200/seed_fragmented_compiled.json.gz", "gpu_h200/nccl_world1_allreduce.json.gz",
@@ -107,6 +107,14 @@ EXPECTED |= {(f"ab_traced/{r}", "gemm-epilogue") for r in ("adamw_l12_single_h10
 # positives; the bf16 programs (T5, Swin-T, RegNetY, Lightning, the compiled Mixer) fire none of these rules
 EXPECTED |= {(f"user_programs_h100/{r}", "fp32-gemm") for r in (
     "distilbert_fp32/rank0.1796541092544970639.pt.trace.json.gz", "lstm/rank0.1796541145129046338.pt.trace.json.gz")}
+# TV106 shape-setup (the second held-out set): the captured step where BERT's SDPA met a new length and cuDNN built
+# its plans; the steps where ResNet-50 met new image sizes under cudnn.benchmark; and the compiled GPT-2 marked
+# dynamic, whose extern addmm calls paid 5 ms on a sequence length the recording had not shown before (info: the
+# launch-bound fix owns the time)
+EXPECTED |= {(f"user_programs2_h100/{r}", "shape-setup") for r in (
+    "bert_dynpad_a10/rank0.1796554515336027874.pt.trace.json.gz",
+    "resnet_varsize_a10/rank0.1796554617258547860.pt.trace.json.gz")}
+EXPECTED.add(("collected5/gpt2c_mark_dynamic/rank0.1796199680179609358.pt.trace.json.gz", "shape-setup"))
 
 
 def _traces() -> list[str]:

@@ -1,0 +1,249 @@
+"""TV106 shape-setup: ops that pay a one-time setup for each new input shape, inside the steps.
+
+## What it detects
+An op that runs fast in most of the analysed steps but takes `ratio` (20) times its median own time, and at least
+`min_excess_ms` (5 ms) more, the first time the recording shows it with a new set of input shapes (the trace's
+`Input Dims`: record with `record_shapes=True`, which `traceview collect` does with `--shapes`), where the op sees
+more than one shape in the recording. Its own time (not its children's) is the setup: cuDNN building an
+execution plan for SDPA's cuDNN attention backend, cuDNN timing every convolution algorithm when
+`torch.backends.cudnn.benchmark = True`, a library's per-shape heuristics or JIT. Compilation by `torch.compile`
+is TV104 recompile (ops inside its compile spans are left to it), and a collective's own time is its wait for
+the peers (TV501). Without recorded shapes (or for ops whose inputs have none: tensor lists) the rule cannot tell
+a setup from a stall and says nothing.
+
+## Why it is slow
+These libraries cache their plan per shape, so a job that feeds a few fixed shapes pays once, at warm-up. A job
+whose shapes keep changing — batches padded to their own longest sequence, multi-scale or variable-size images —
+meets new shapes for as long as it runs: each one stops the host for tens of milliseconds to seconds while the GPU
+has nothing queued. The steps that pay it are a few in ten, so a short capture and a median step time can miss
+them: the collector's unprofiled steps then show rare steps many times the median.
+
+## How to fix
+Feed a few fixed shapes: pad sequences to a multiple (`DataCollatorWithPadding(pad_to_multiple_of=64)`,
+`tokenizer(..., pad_to_multiple_of=64)`) or bucket them by length; resize images to a few scales. Or use a path
+without a per-shape setup: for attention, keep SDPA off the cuDNN backend while lengths vary
+(`torch.backends.cuda.enable_cudnn_sdp(False)`, or `with torch.nn.attention.sdpa_kernel([SDPBackend.FLASH_ATTENTION,
+SDPBackend.EFFICIENT_ATTENTION])`); for convolutions, `torch.backends.cudnn.benchmark = False` when input sizes
+keep changing (the default algorithm choice needs no timing run).
+
+## Evidence
+Each setup (op, step, its input shapes, its own time and the op's median), the ops' shapes seen in the recording,
+and where the collector timed the unprofiled steps (its manifest beside the trace), how many of them took more
+than three times their median. Savings (per step, unprofiled) are replayed: `fix_transform` takes each setup's
+host time off the host path (the op's median own time stays) and, where the setup timed candidate kernels
+(blocking calls inside it), the kernels it launched before its last blocking call take no device time. The
+saving is what the recorded steps paid; a longer job pays it as often as new shapes come, so the collector's
+count of slow unprofiled steps says how representative the recording is.
+
+## Options
+- `ratio` (20.0): own time over the op's median at which an instance counts as a setup.
+- `min_excess_ms` (5.0): smallest own time above the median (ms) that counts as a setup (a plan build or an
+  autotuning run takes tens of ms to seconds; a millisecond stall of one op is more often a page fault or the
+  garbage collector).
+- `moderate_pct` (3.0): savings share at which a finding is a warning (XProf's moderate threshold).
+- `high_pct` (15.0): savings share at which it is an error (XProf's high threshold).
+
+## References
+- PyTorch docs, `torch.nn.functional.scaled_dot_product_attention` and `torch.nn.attention.sdpa_kernel` (backends).
+- PyTorch docs, "Reproducibility" / `torch.backends.cudnn.benchmark` (cuDNN autotuning per input size).
+- Hugging Face docs, `DataCollatorWithPadding(pad_to_multiple_of=...)`.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Annotated
+
+import msgspec
+import polars as pl
+
+from traceview.analyses.replay import Transform, spans
+from traceview.analyses.windows import host_step_of
+from traceview.evidence import Meta
+from traceview.ingest.manifest import rank_step_samples
+from traceview.ruleapi import XPROF_SEVERITY, Finding, Option, RuleContext
+
+from .recompile import COMPILE_RE, compile_spans
+
+CODE = "TV106"
+NAME = "shape-setup"
+SEVERITY = "warning"
+CLASS = "cpu_launch"  # the host stops in the setup while the GPU has nothing queued
+TITLE = "Ops pay a per-shape setup (cuDNN plans, autotuning) inside the steps"
+OPTIONS = {
+    "ratio": Option(20.0, "own time over the op's median at which an instance counts as a setup"),
+    "min_excess_ms": Option(5.0, "smallest own time above the median (ms) counted as a setup"),
+    **XPROF_SEVERITY,
+}
+#: the collector's unprofiled steps above this many times their median are "slow" (evidence only)
+SLOW_X = 3.0
+ATTN_RE = r"cudnn_attention"
+#: communication ops: their own time is the wait for the peers
+COMM_RE = r"^(record_param_comms|nccl:|gloo:|c10d::|c10d_functional::|_c10d_functional::)"
+CONV_RE = r"(?i)conv|cudnn_convolution"
+_FEED = ("Feed a few fixed shapes: pad sequences to a multiple (DataCollatorWithPadding(pad_to_multiple_of=64) or "
+         "tokenizer(..., pad_to_multiple_of=64)) or bucket them by length; resize images to a few scales.")
+FIX = ("These ops build and cache a plan for each input shape; the shapes change from step to step, so steps that "
+       "bring a new shape stop the host in the setup while the GPU has nothing queued. " + _FEED)
+FIX_ATTN = ("SDPA runs on its cuDNN backend, which builds an execution plan for every new sequence length "
+            "({ms}); batches padded to their own longest sequence bring new lengths for as long as the job runs. "
+            + _FEED + " Or keep SDPA off the cuDNN backend while lengths vary: "
+            "torch.backends.cuda.enable_cudnn_sdp(False), or with torch.nn.attention.sdpa_kernel("
+            "[SDPBackend.FLASH_ATTENTION, SDPBackend.EFFICIENT_ATTENTION]) (no per-shape plan).")
+FIX_CONV = ("cuDNN times every convolution algorithm for each new input size ({ms}): "
+            "torch.backends.cudnn.benchmark = True with sizes that keep changing. Resize or pad the inputs to a few "
+            "sizes, or set torch.backends.cudnn.benchmark = False while sizes vary (the default algorithm choice "
+            "needs no timing run).")
+
+
+class Setup(msgspec.Struct, kw_only=True):
+    """One op instance that paid a per-shape setup."""
+
+    op: Annotated[str, Meta(description="the op")]
+    step: Annotated[int, Meta(description="its step")]
+    input_dims: Annotated[str, Meta(description="its input shapes, first seen in the recording here")]
+    own_us: Annotated[float, Meta(description="its own time (µs: its duration less its children's)")]
+    median_own_us: Annotated[float, Meta(description="the op's median own time over the analysed steps (µs)")]
+
+
+class SlowSteps(msgspec.Struct, kw_only=True):
+    """The collector's unprofiled steps of this rank (its manifest)."""
+
+    steps: Annotated[int, Meta(description="unprofiled steps timed")]
+    slow: Annotated[int, Meta(description="those above 3x their median")]
+    median_ms: Annotated[float, Meta(description="their median (ms)")]
+    mean_ms: Annotated[float, Meta(description="their mean (ms)")]
+    slowest_ms: Annotated[float, Meta(description="the slowest (ms)")]
+
+
+class Evidence(msgspec.Struct, kw_only=True):
+    setups: Annotated[int, Meta(description="op instances that paid a setup in the analysed steps")]
+    setup_us: Annotated[float, Meta(description="their own time above the ops' medians (µs, traced)")]
+    steps_with_setups: Annotated[list[int], Meta(description="the steps they ran in")]
+    ops: Annotated[dict[str, int], Meta(description="setups by op")]
+    shapes_seen: Annotated[dict[str, int], Meta(description="distinct input shapes of each such op in the recording")]
+    longest: Annotated[list[Setup], Meta(description="the 6 longest setups")]
+    kind: Annotated[str, Meta(description="`cudnn_attention`, `cudnn_autotune` (convolutions) or `other`")]
+    unprofiled: Annotated[SlowSteps | None, Meta(
+        description="the collector's unprofiled steps (null: no manifest)")] = None
+
+
+def _setups(ctx: RuleContext) -> pl.DataFrame:
+    """The op instances that paid a setup: [i, name, tid, ts, end, step, input_dims, own, med]; computed once."""
+    return ctx.once("setups", lambda: _find(ctx))
+
+
+def _find(ctx: RuleContext) -> pl.DataFrame:
+    h = ctx.trace.host
+    empty = pl.DataFrame(schema={"i": pl.Int64, "name": pl.String, "tid": pl.Int64, "ts": pl.Int64,
+                                 "end": pl.Int64, "step": pl.Int64, "input_dims": pl.String, "own": pl.Int64,
+                                 "med": pl.Float64})
+    if "input_dims" not in h.columns or h.height == 0:
+        return empty
+    h = h.select("i", "cat", "name", "tid", "ts", "end", "parent", "input_dims")
+    ops = h.filter((pl.col("cat") == "cpu_op") & (pl.col("ts") >= ctx.lo) & (pl.col("ts") < ctx.hi))
+    ops = ops.filter(~pl.col("name").str.contains(COMPILE_RE) & ~pl.col("name").str.contains(COMM_RE))
+    if ops.height == 0:
+        return empty
+    child = (h.filter(pl.col("parent").is_in(ops["i"].implode())).group_by("parent")
+             .agg((pl.col("end") - pl.col("ts")).sum().alias("_c")))
+    o = (ops.join(child, left_on="i", right_on="parent", how="left")
+         .with_columns(own=(pl.col("end") - pl.col("ts") - pl.col("_c").fill_null(0)).cast(pl.Int64),
+                       input_dims=pl.col("input_dims").cast(pl.String)))
+    o = o.with_columns(med=pl.col("own").median().over("name"), n=pl.len().over("name"),
+                       shapes=pl.col("input_dims").n_unique().over("name"),
+                       first=pl.col("ts").rank("ordinal").over("name", "input_dims") == 1)
+    opt = ctx.options
+    hit = o.filter(pl.col("input_dims").str.contains(r"\d") & pl.col("first")
+                   & (pl.col("shapes") >= 2) & (pl.col("n") >= 3)
+                   & (pl.col("own") >= opt["ratio"] * pl.col("med"))
+                   & (pl.col("own") - pl.col("med") >= opt["min_excess_ms"] * 1e6))
+    if hit.height == 0:
+        return empty
+    comp = compile_spans(ctx)
+    if comp.height:  # work inside a compilation (its tracing, its autotuning) is TV104's
+        w = comp.select(pl.col("tid").alias("_t"), pl.col("ts").alias("_s"), pl.col("end").alias("_e")).sort("_s")
+        inside = (hit.select("i", "tid", "ts").sort("ts").join_asof(w, left_on="ts", right_on="_s", by_left="tid",
+                                                                  by_right="_t", strategy="backward")
+                  .filter(pl.col("ts") < pl.col("_e"))["i"])
+        hit = hit.filter(~pl.col("i").is_in(inside.implode()))
+    hit = host_step_of(hit.select("i", "name", "tid", "ts", "end", "input_dims", "own", "med"), ctx.steps, "ts")
+    return hit.filter(pl.col("step").is_not_null()).select(
+        pl.col("i").cast(pl.Int64), "name", pl.col("tid").cast(pl.Int64), "ts", "end", pl.col("step").cast(pl.Int64),
+        "input_dims", "own", pl.col("med").cast(pl.Float64)).sort("ts")
+
+
+def _kind(s: pl.DataFrame) -> str:
+    if s["name"].str.contains(ATTN_RE).any():
+        return "cudnn_attention"
+    if s["name"].str.contains(CONV_RE).any():
+        return "cudnn_autotune"
+    return "other"
+
+
+def _slow_steps(ctx: RuleContext) -> SlowSteps | None:
+    doc = ctx.trace.meta.manifest
+    if not doc:
+        return None
+    xs = rank_step_samples(doc, Path(ctx.trace.meta.path or "").name, ctx.trace.meta.rank)
+    if len(xs) < 3:
+        return None
+    s = pl.Series(xs)
+    med = float(s.median())
+    return SlowSteps(steps=len(xs), slow=int((s > SLOW_X * med).sum()), median_ms=round(med, 3),
+                     mean_ms=round(float(s.mean()), 3), slowest_ms=round(float(s.max()), 3))
+
+
+def check(ctx: RuleContext) -> list[Finding]:
+    s = _setups(ctx)
+    if s.height == 0:
+        return []
+    excess = (s["own"] - s["med"]).clip(0)
+    kind = _kind(s)
+    ms = f"{float(excess.max()) / 1e6:.0f} ms for the longest here"
+    fix = {"cudnn_attention": FIX_ATTN, "cudnn_autotune": FIX_CONV}.get(kind, FIX).format(ms=ms)
+    names = s["name"].unique().to_list()
+    shapes = (ctx.trace.host.select("name", "input_dims", "cat", "ts")
+              .filter((pl.col("cat") == "cpu_op") & pl.col("name").is_in(names)
+                      & (pl.col("ts") >= ctx.lo) & (pl.col("ts") < ctx.hi))
+              .group_by("name").agg(pl.col("input_dims").n_unique().alias("k")))
+    top = s.with_columns(x=pl.col("own") - pl.col("med")).sort("x", descending=True).head(6)
+    ev = Evidence(
+        setups=s.height, setup_us=round(float(excess.sum()) / 1000, 3),
+        steps_with_setups=sorted(s["step"].unique().to_list()),
+        ops=dict(sorted(s.group_by("name").len().rows())),
+        shapes_seen=dict(sorted(shapes.rows())),
+        longest=[Setup(op=r["name"], step=r["step"], input_dims=r["input_dims"], own_us=round(r["own"] / 1000, 3),
+                       median_own_us=round(r["med"] / 1000, 3)) for r in top.to_dicts()],
+        kind=kind, unprofiled=_slow_steps(ctx))
+    steps = ev.steps_with_setups
+    title = (f"{s.height} op call(s) paid a per-shape setup ({float(excess.sum()) / 1e6:.1f} ms) in "
+             f"{len(steps)} of {ctx.steps.height} step(s): new input shapes")
+    return [ctx.finding(cost_ns=float(excess.sum()), count=s.height, steps=steps, evidence=ev, title=title, fix=fix,
+                        op_ids=s["i"])]
+
+
+def fix_transform(ctx: RuleContext) -> Transform | None:
+    """The fix as a replay transformation: each setup's own time above the op's median leaves the host path (a
+    span from the op's start, so its last, real launches stay at its end), and the kernels it launched before its
+    last blocking call (candidates timed by an autotuning setup) take no device time."""
+    s = _setups(ctx)
+    if s.height == 0:
+        return None
+    cut = s.select("tid", "ts", end=pl.col("ts") + (pl.col("own") - pl.col("med")).clip(0).cast(pl.Int64))
+    h = ctx.trace.host.select("i", "cat", "name", "tid", "ts", "end")
+    blocking = h.filter(pl.col("cat").is_in(["cuda_runtime", "cuda_driver"])
+                        & pl.col("name").str.contains("Synchronize"))
+    win = s.select(pl.col("i").alias("_op"), pl.col("tid").alias("_tid"), pl.col("ts").alias("_s"),
+                   pl.col("end").alias("_e")).sort("_s")
+    last_sync = (blocking.sort("ts").join_asof(win, left_on="ts", right_on="_s", strategy="backward")
+                 .filter((pl.col("ts") < pl.col("_e")) & (pl.col("tid") == pl.col("_tid")))
+                 .group_by("_op").agg(pl.col("ts").max().alias("_last")))
+    gpu: dict[int, int] = {}
+    if last_sync.height:
+        g = ctx.trace.gpu.select("i", "launch_ts").filter(pl.col("launch_ts").is_not_null()).sort("launch_ts")
+        w = win.join(last_sync, on="_op").sort("_s")
+        trial = (g.join_asof(w, left_on="launch_ts", right_on="_s", strategy="backward")
+                 .filter(pl.col("launch_ts") < pl.col("_last")))
+        gpu = dict.fromkeys(trial["i"].cast(pl.Int64).to_list(), 0)
+    return Transform(NAME, host_spans=spans(cut), gpu_dur=gpu)
