@@ -316,7 +316,9 @@ def _report(run_dir: Path, man: dict[str, Any]) -> None:
                     f"the mean over whole periods of {k} steps)" if k > 1 and st.get("settled") is not False else "")
                  + (f", {before:.2f} ms a step before" if before else ""))
     print(line, file=sys.stderr)
-    if st.get("spread_warning"):
+    if st.get("slow_steps_warning"):  # (says more than the spread does: which steps, and whether one was captured)
+        print(f"traceview collect: warning: {st['slow_steps_warning']}", file=sys.stderr)
+    elif st.get("spread_warning"):
         print(f"traceview collect: warning: {st['spread_warning']}", file=sys.stderr)
 
 

@@ -20,6 +20,7 @@ from traceview.ingest.manifest import (  # one schema: the analyzer reads what t
     MANIFEST_NAME,
     MANIFEST_VERSION,
     rank_loader_period,
+    recurring_slow,
     step_reference,
 )
 
@@ -110,6 +111,23 @@ def spread_summary(ranks: list[dict[str, Any]], unprofiled_key: str) -> dict[str
     return out
 
 
+def slow_summary(ranks: list[dict[str, Any]]) -> dict[str, Any]:
+    """Slow steps that recur after the warm-up (`recurring_slow`), on the rank with the most, and the line that
+    says so: a median reference and a short capture both miss them."""
+    got = [(r.get("rank", 0), s) for r in ranks if (s := recurring_slow(r))]
+    if not got:
+        return {"slow_steps": None, "slow_steps_warning": None}
+    rank, s = max(got, key=lambda x: x[1]["slow"] / x[1]["of"])
+    cap = (f"the capture holds {s['captured_slow']} of them" if s["captured_slow"]
+           else f"none of the {s['captured']} captured steps is one: record more (--active 10) so the trace shows "
+                "what a slow step runs")
+    return {"slow_steps": {"rank": rank, **s}, "slow_steps_warning": (
+        f"{s['slow']} of {s['of']} unprofiled steps after the warm-up took more than 3x the fastest "
+        f"({s['fastest_ms']:.2f} ms; up to {s['slowest_ms']:.2f}; mean {s['mean_ms']:.2f} against a median of "
+        f"{s['median_ms']:.2f}): slow steps recur — a setup that new input shapes trigger (cuDNN plans or "
+        f"autotuning, recompiles), a data stall, or periodic work (logging, checkpoints); {cap}")}
+
+
 def settle_summary(ranks: list[dict[str, Any]]) -> dict[str, Any]:
     """Where the wait phase ran until the step time settled (--settle): the steps it took (the slowest rank),
     whether every rank settled before `max_s`, and the settling steps' median beside the reference's."""
@@ -144,6 +162,7 @@ def step_time_summary(ranks: list[dict[str, Any]]) -> dict[str, Any]:
         "profiled_samples": sum(len(r.get("profiled_step_ms", [])) for r in ranks),
         **settle_summary(ranks),
         **spread_summary(ranks, key),
+        **slow_summary(ranks),
     }
 
 

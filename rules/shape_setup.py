@@ -11,6 +11,12 @@ is TV104 recompile (ops inside its compile spans are left to it), and a collecti
 the peers (TV501). Without recorded shapes (or for ops whose inputs have none: tensor lists) the rule cannot tell
 a setup from a stall and says nothing.
 
+A capture can miss them: the steps that meet a new shape are a few in ten. Where the capture holds no setup but
+the collector's unprofiled steps (its manifest beside the trace) show slow steps that recur after the warm-up (two
+or more above three times the fastest, after the first that was not slow) and the captured steps' input shapes
+change from step to step (an op in every step with a shape one step has and another lacks), the rule says so at
+`info`, with no saving (nothing in the capture to price), and asks for a longer capture.
+
 ## Why it is slow
 These libraries cache their plan per shape, so a job that feeds a few fixed shapes pays once, at warm-up. A job
 whose shapes keep changing — batches padded to their own longest sequence, multi-scale or variable-size images —
@@ -60,7 +66,7 @@ import polars as pl
 from traceview.analyses.replay import Transform, spans
 from traceview.analyses.windows import host_step_of
 from traceview.evidence import Meta
-from traceview.ingest.manifest import rank_step_samples
+from traceview.ingest.manifest import rank_entry, recurring_slow
 from traceview.ruleapi import XPROF_SEVERITY, Finding, Option, RuleContext
 
 from .recompile import COMPILE_RE, compile_spans
@@ -75,8 +81,6 @@ OPTIONS = {
     "min_excess_ms": Option(5.0, "smallest own time above the median (ms) counted as a setup"),
     **XPROF_SEVERITY,
 }
-#: the collector's unprofiled steps above this many times their median are "slow" (evidence only)
-SLOW_X = 3.0
 ATTN_RE = r"cudnn_attention"
 #: communication ops: their own time is the wait for the peers
 COMM_RE = r"^(record_param_comms|nccl:|gloo:|c10d::|c10d_functional::|_c10d_functional::)"
@@ -107,13 +111,16 @@ class Setup(msgspec.Struct, kw_only=True):
 
 
 class SlowSteps(msgspec.Struct, kw_only=True):
-    """The collector's unprofiled steps of this rank (its manifest)."""
+    """Slow steps that recur among the collector's unprofiled steps of this rank (its manifest)."""
 
-    steps: Annotated[int, Meta(description="unprofiled steps timed")]
-    slow: Annotated[int, Meta(description="those above 3x their median")]
+    slow: Annotated[int, Meta(description="steps after the warm-up above 3x the fastest")]
+    of: Annotated[int, Meta(description="steps after the warm-up")]
+    fastest_ms: Annotated[float, Meta(description="the fastest (ms)")]
     median_ms: Annotated[float, Meta(description="their median (ms)")]
     mean_ms: Annotated[float, Meta(description="their mean (ms)")]
     slowest_ms: Annotated[float, Meta(description="the slowest (ms)")]
+    captured_slow: Annotated[int, Meta(description="captured steps above 3x the fastest captured one")]
+    captured: Annotated[int, Meta(description="captured steps")]
 
 
 class Evidence(msgspec.Struct, kw_only=True):
@@ -123,9 +130,13 @@ class Evidence(msgspec.Struct, kw_only=True):
     ops: Annotated[dict[str, int], Meta(description="setups by op")]
     shapes_seen: Annotated[dict[str, int], Meta(description="distinct input shapes of each such op in the recording")]
     longest: Annotated[list[Setup], Meta(description="the 6 longest setups")]
-    kind: Annotated[str, Meta(description="`cudnn_attention`, `cudnn_autotune` (convolutions) or `other`")]
+    kind: Annotated[str, Meta(description="`cudnn_attention`, `cudnn_autotune` (convolutions), `other`, or "
+                                          "`not_captured` (slow steps recur, none in the capture)")]
     unprofiled: Annotated[SlowSteps | None, Meta(
-        description="the collector's unprofiled steps (null: no manifest)")] = None
+        description="slow steps recurring among the collector's unprofiled steps (null: none, or no manifest)")] = None
+    changing_shapes: Annotated[list[str], Meta(
+        description="an op whose input shapes differ between the analysed steps, with its shapes in each")] = \
+        msgspec.field(default_factory=list)
 
 
 def _setups(ctx: RuleContext) -> pl.DataFrame:
@@ -183,21 +194,61 @@ def _kind(s: pl.DataFrame) -> str:
 
 def _slow_steps(ctx: RuleContext) -> SlowSteps | None:
     doc = ctx.trace.meta.manifest
-    if not doc:
-        return None
-    xs = rank_step_samples(doc, Path(ctx.trace.meta.path or "").name, ctx.trace.meta.rank)
-    if len(xs) < 3:
-        return None
-    s = pl.Series(xs)
-    med = float(s.median())
-    return SlowSteps(steps=len(xs), slow=int((s > SLOW_X * med).sum()), median_ms=round(med, 3),
-                     mean_ms=round(float(s.mean()), 3), slowest_ms=round(float(s.max()), 3))
+    got = recurring_slow(rank_entry(doc, Path(ctx.trace.meta.path or "").name, ctx.trace.meta.rank)) if doc else None
+    return SlowSteps(**got) if got else None
+
+
+def _changing_shapes(ctx: RuleContext) -> list[str]:
+    """An op in every analysed step whose input shapes differ between them (a shape one step has and another
+    lacks), with its shapes per step: ["name", "step: dims", ...]; empty when the shapes repeat or are not
+    recorded."""
+    h = ctx.trace.host
+    if "input_dims" not in h.columns or ctx.steps.height < 2:
+        return []
+    ops = h.select("cat", "name", "ts", "input_dims").filter(
+        (pl.col("cat") == "cpu_op") & (pl.col("ts") >= ctx.lo) & (pl.col("ts") < ctx.hi))
+    ops = ops.with_columns(pl.col("input_dims").cast(pl.String)).filter(pl.col("input_dims").str.contains(r"\d"))
+    ops = host_step_of(ops.select("name", "ts", "input_dims"), ctx.steps, "ts").filter(pl.col("step").is_not_null())
+    per = ops.group_by("name", "step").agg(pl.col("input_dims").n_unique().alias("k"))
+    per = per.group_by("name").agg(pl.col("k").max(), pl.len().alias("steps"))
+    tot = ops.group_by("name").agg(pl.col("input_dims").n_unique().alias("total"), pl.col("ts").min())
+    ch = (per.join(tot, on="name").filter((pl.col("steps") == ctx.steps.height) & (pl.col("total") > pl.col("k")))
+          .sort("ts"))
+    if ch.height == 0:
+        return []
+    name = ch["name"][0]
+    first = (ops.filter(pl.col("name") == name).sort("ts").group_by("step", maintain_order=True)
+             .agg(pl.col("input_dims").first()).head(4))
+    return [name, *(f"{st}: {d}" for st, d in first.rows())]
+
+
+def _not_captured(ctx: RuleContext) -> list[Finding]:
+    """No setup in the capture, but the collector saw slow steps recur and the captured steps change shapes: say
+    so (info: the capture holds nothing to price)."""
+    slow = _slow_steps(ctx)
+    if slow is None or slow.captured_slow:
+        return []
+    changing = _changing_shapes(ctx)
+    if not changing:
+        return []
+    ev = Evidence(setups=0, setup_us=0.0, steps_with_setups=[], ops={}, shapes_seen={}, longest=[],
+                  kind="not_captured", unprofiled=slow, changing_shapes=changing)
+    attn = ctx.trace.host["name"].str.contains(ATTN_RE).any()
+    fix = ("Record more steps (traceview collect --active 10) so that a slow step is captured and this rule can "
+           "name what it runs. If the slow steps are the ones that bring a new shape: " + (
+               FIX_ATTN.format(ms="tens of ms to seconds each") if attn else FIX))
+    title = (f"Slow steps recur ({slow.slow} of {slow.of} unprofiled steps above 3x the fastest, up to "
+             f"{slow.slowest_ms:.0f} ms) and the input shapes change between steps: a per-shape setup may run in "
+             "steps this capture does not hold")
+    excess_ns = max(slow.mean_ms - slow.median_ms, 0.0) * 1e6 * ctx.steps.height
+    return [ctx.finding(cost_ns=excess_ns, savings_ns=0, count=slow.slow, steps=[], evidence=ev, title=title,
+                        fix=fix, severity="info")]
 
 
 def check(ctx: RuleContext) -> list[Finding]:
     s = _setups(ctx)
     if s.height == 0:
-        return []
+        return _not_captured(ctx)
     excess = (s["own"] - s["med"]).clip(0)
     kind = _kind(s)
     ms = f"{float(excess.max()) / 1e6:.0f} ms for the longest here"
@@ -215,7 +266,7 @@ def check(ctx: RuleContext) -> list[Finding]:
         shapes_seen=dict(sorted(shapes.rows())),
         longest=[Setup(op=r["name"], step=r["step"], input_dims=r["input_dims"], own_us=round(r["own"] / 1000, 3),
                        median_own_us=round(r["med"] / 1000, 3)) for r in top.to_dicts()],
-        kind=kind, unprofiled=_slow_steps(ctx))
+        kind=kind, unprofiled=_slow_steps(ctx), changing_shapes=_changing_shapes(ctx))
     steps = ev.steps_with_setups
     title = (f"{s.height} op call(s) paid a per-shape setup ({float(excess.sum()) / 1e6:.1f} ms) in "
              f"{len(steps)} of {ctx.steps.height} step(s): new input shapes")

@@ -110,11 +110,41 @@ def test_cudnn_autotuning_found_in_the_slow_captured_steps() -> None:
     assert all(np.mean(r[8:18]) > 20 * np.mean(x[8:18]) for r, x in zip(slow, fixed, strict=True))
 
 
-@pytest.mark.parametrize("run", [r for r in RUNS if r not in ("bert_dynpad_a10", "resnet_varsize_a10")])
+@pytest.mark.parametrize("run", [r for r in RUNS if r not in ("bert_dynpad_a10", "resnet_varsize_a10", "bert_dynpad")])
 def test_no_shape_setup_elsewhere(run: str) -> None:
-    """The fixed twins (four padded lengths; one image size), the default three-step capture of the padded BERT
-    (its captured steps met no new length) and the other programs: nothing from the rule."""
+    """The fixed twins (four padded lengths; one image size) and the other programs: nothing from the rule."""
     assert not [f for f in _doc(run)["findings"] if f["rule"] == "shape-setup"]
+
+
+def test_slow_steps_outside_the_capture_are_said() -> None:
+    """The padded BERT's default three-step capture met no new length, so its trace holds no setup; the collector's
+    unprofiled steps (CUDA events) hold two at 8x the fastest, and the captured steps' shapes change from step to
+    step. The rule says so at `info` with no saving (nothing in the capture to price), and asks for a longer
+    capture — which `bert_dynpad_a10` is, where it then names and prices the setup."""
+    (f,) = [f for f in _doc("bert_dynpad")["findings"] if f["rule"] == "shape-setup"]
+    ev = f["evidence"]
+    assert (f["severity"], f["savings_us"], ev["kind"]) == ("info", 0.0, "not_captured")
+    xs = _rank("bert_dynpad")["unprofiled_step_ms"]
+    assert ev["unprofiled"]["slow"] == sum(x > 3 * min(xs) for x in xs) == 2
+    assert ev["unprofiled"]["captured_slow"] == 0 and ev["unprofiled"]["captured"] == 3
+    name, *per_step = ev["changing_shapes"]
+    assert len(per_step) == 3 and len({p.split(": ", 1)[1] for p in per_step}) == 3, per_step
+    assert "--active 10" in f["fix"] and "enable_cudnn_sdp(False)" in f["fix"]
+
+
+@pytest.mark.parametrize(("run", "captured"), [("bert_dynpad", 0), ("bert_dynpad_a10", 1), ("compile_varlen", None),
+                                               ("resnet_varsize_fixed_a10", None), ("gpt2_ckpt", None)])
+def test_collector_says_when_slow_steps_recur(run: str, captured: int | None) -> None:
+    """The collector's closing warning: slow steps that recur after the warm-up (not the compiled encoder's first
+    steps, which only compile and recompile), and whether the capture holds one."""
+    from collectors.manifest import step_time_summary
+
+    st = step_time_summary(json.loads((SET / run / "manifest.json").read_text())["ranks"])
+    if captured is None:
+        assert st["slow_steps"] is None and st["slow_steps_warning"] is None
+        return
+    assert st["slow_steps"]["captured_slow"] == captured
+    assert ("none of the 3 captured steps is one" in st["slow_steps_warning"]) == (captured == 0)
 
 
 @pytest.mark.parametrize(("run", "prog"), [("resnet_fp16_scaler", "resnet_fp16_scaler"),

@@ -156,6 +156,36 @@ def rank_step_samples(manifest: dict, file_name: str, rank: int | None) -> list[
     return [float(x) for x in xs if _is_num(x)] if isinstance(xs, list) else []
 
 
+#: an unprofiled step more than this many times the rank's fastest is slow (`recurring_slow`)
+SLOW_X = 3.0
+
+
+def recurring_slow(entry: dict) -> dict | None:
+    """Slow steps that recur on one rank (its manifest entry), or None: {slow, of, fastest_ms, median_ms, mean_ms,
+    slowest_ms, captured_slow, captured}. The unprofiled steps the collector timed (settling, then waiting; the very
+    first step is the warm-up's) more than `SLOW_X` times the fastest of them, counted from the first step that was
+    not slow: slow steps only before it are a warm-up (compiles, the first shapes), slow steps after it recur (a
+    per-shape setup, a data stall, periodic work). Two or more recurring ones make the result; `captured_slow` of
+    the `captured` profiled steps are slow against the fastest of those."""
+    xs = [float(x) for x in (entry.get("settle_step_ms") or []) + (entry.get("unprofiled_step_ms") or [])
+          if _is_num(x) and x > 0]
+    if len(xs) < 4:
+        return None
+    fast = min(xs)
+    first = next(i for i, x in enumerate(xs) if x <= SLOW_X * fast)
+    later = [x for x in xs[first:] if x > SLOW_X * fast]
+    if len(later) < 2:
+        return None
+    prof = [float(x) for x in entry.get("profiled_step_ms") or [] if _is_num(x) and x > 0]
+    cap = sum(x > SLOW_X * min(prof) for x in prof) if prof else 0
+    rest = sorted(xs[first:])
+    n = len(rest)
+    median = rest[n // 2] if n % 2 else (rest[n // 2 - 1] + rest[n // 2]) / 2
+    return {"slow": len(later), "of": n, "fastest_ms": round(fast, 3),
+            "median_ms": round(median, 3), "mean_ms": round(sum(rest) / n, 3),
+            "slowest_ms": round(max(later), 3), "captured_slow": int(cap), "captured": len(prof)}
+
+
 #: the step time has settled when two windows' medians differ by at most this share (collectors/settle.py)
 SETTLE_TOL = 0.05
 
