@@ -439,8 +439,11 @@ class Session:
         s = self.steps  # index of the step that starts now
         cfg, wait = self.cfg["settle"], self.cfg["wait"]
         now = time.monotonic()
-        if self._settle_t0 is None:
-            self._settle_t0 = now  # step 0 runs from start-up (imports, model build): not counted
+        if self._settle_t0 is None and s >= 2:
+            # step 0 runs from start-up (imports, model build), step 1 compiles, autotunes and loads kernels (a
+            # torch.compile'd step can take minutes): neither counts against --settle-max-s
+            self._settle_t0 = now
+        elapsed = now - self._settle_t0 if self._settle_t0 is not None else 0.0
         claim = self.run_dir / "settle.start"
         if self._settle_start is None and self.world_size > 1 and claim.exists():
             self._settle_start = self._agree_start(claim, s)
@@ -453,12 +456,12 @@ class Session:
             samples = list(self._samples.get("unprofiled", ()))
             drains = st.draining(self._ready, wait, k)  # a flat step time that only lasts while the buffer holds
             done = st.settled(samples, wait, cfg["tol"], k) and not drains
-            if done or now - self._settle_t0 >= cfg["max_s"]:
+            if done or (self._settle_t0 is not None and elapsed >= cfg["max_s"]):
                 self._settle_start = self._agree_start(claim, s) if self.world_size > 1 else s
                 self._settle_timed_out = not done
                 if not done:
                     r = st.trend(samples, wait, k)
-                    msg = (f"the step time had not settled after {now - self._settle_t0:.0f} s ({s} steps"
+                    msg = (f"the step time had not settled after {elapsed:.0f} s ({s} steps"
                            + ("; the DataLoader's prefetch buffer was still draining (the workers are slower "
                               "than the loop)" if drains else
                               f"; the last steps ran at {r:.2f}x the ones before" if r else
@@ -476,7 +479,7 @@ class Session:
             if len(u) > keep:
                 store.setdefault("settle", deque(maxlen=_MAX_SAMPLES)).extend(u[:-keep])
                 store["unprofiled"] = deque(u[-keep:], maxlen=_MAX_SAMPLES)
-        self._settle_info = {"steps": s, "seconds": round(now - self._settle_t0, 3),
+        self._settle_info = {"steps": s, "seconds": round(elapsed, 3),
                              "settled": not self._settle_timed_out}
         if self._ready:  # the DataLoaders' buffers at each boundary (batches ready), the two windows compared
             self._settle_info["loader_ready"] = self._ready[-keep:]

@@ -1,7 +1,10 @@
 """A training loop whose step time moves at first, as a real job's does while it warms up (no profiler code).
 
 PATTERN=ramp: step i sleeps max(FLOOR, 40 ms x 0.8^i) — a warm-up that settles after ~12 steps;
-PATTERN=alternate: 5 ms and 30 ms steps in turn — a step time that never settles. STEPS steps in all.
+PATTERN=alternate: 5 ms and 30 ms steps in turn — a step time that never settles;
+PATTERN=compile: flat FLOOR steps but the second, which takes FIRST seconds (a torch.compile'd job compiling again
+for the second shape it meets; the collector's step 1: its step 0 runs from start-up to the first optimizer step).
+STEPS steps in all.
 """
 
 import os
@@ -19,7 +22,10 @@ def main() -> None:
     x = torch.randn(4, 16)
     for i in range(steps):
         model(x).sum().backward()
-        time.sleep(max(floor, 0.04 * 0.8**i) if pattern == "ramp" else (0.005, 0.03)[i % 2])
+        if pattern == "compile":
+            time.sleep(float(os.environ.get("FIRST", "2.5")) if i == 1 else floor)
+        else:
+            time.sleep(max(floor, 0.04 * 0.8**i) if pattern == "ramp" else (0.005, 0.03)[i % 2])
         opt.step()
         opt.zero_grad()
     print(f"warming_loop done after {steps} steps")
