@@ -1,10 +1,13 @@
 """TV106 shape-setup: ops that pay a one-time setup for each new input shape, inside the steps.
 
 ## What it detects
-An op that runs fast in most of the analysed steps but takes `ratio` (20) times its median own time, and at least
-`min_excess_ms` (5 ms) more, the first time the recording shows it with a new set of input shapes (the trace's
+An op that takes `ratio` (20) times its own time once cached, and at least `min_excess_ms` (5 ms) more, the first
+time the recording shows it with a new set of input shapes (the trace's
 `Input Dims`: record with `record_shapes=True`, which `traceview collect` does with `--shapes`), where the op sees
-more than one shape in the recording. Its own time (not its children's) is the setup: cuDNN building an
+more than one shape in the recording. The cached own time is the op's median on shapes it met before; where every
+call brought a new shape (a new length every step), the median own time of the trace's ops that launch kernels
+(their dispatch), for an op that launches kernels itself (a CPU op's own time may grow with its data). Its own time
+(not its children's) is the setup: cuDNN building an
 execution plan for SDPA's cuDNN attention backend, cuDNN timing every convolution algorithm when
 `torch.backends.cudnn.benchmark = True`, a library's per-shape heuristics or JIT. Compilation by `torch.compile`
 is TV104 recompile (ops inside its compile spans are left to it), and a collective's own time is its wait for
@@ -107,7 +110,9 @@ class Setup(msgspec.Struct, kw_only=True):
     step: Annotated[int, Meta(description="its step")]
     input_dims: Annotated[str, Meta(description="its input shapes, first seen in the recording here")]
     own_us: Annotated[float, Meta(description="its own time (µs: its duration less its children's)")]
-    median_own_us: Annotated[float, Meta(description="the op's median own time over the analysed steps (µs)")]
+    median_own_us: Annotated[float, Meta(
+        description="the op's own time once cached (µs): its median on shapes seen before, else (every call a new "
+                    "shape) the median dispatch of the trace's launching ops")]
 
 
 class SlowSteps(msgspec.Struct, kw_only=True):
@@ -158,14 +163,24 @@ def _find(ctx: RuleContext) -> pl.DataFrame:
         return empty
     child = (h.filter(pl.col("parent").is_in(ops["i"].implode())).group_by("parent")
              .agg((pl.col("end") - pl.col("ts")).sum().alias("_c")))
+    launchers = h.filter(pl.col("cat").is_in(["cuda_runtime", "cuda_driver"])
+                         & pl.col("name").str.contains("Launch"))["parent"].unique()
     o = (ops.join(child, left_on="i", right_on="parent", how="left")
          .with_columns(own=(pl.col("end") - pl.col("ts") - pl.col("_c").fill_null(0)).cast(pl.Int64),
-                       input_dims=pl.col("input_dims").cast(pl.String)))
-    o = o.with_columns(med=pl.col("own").median().over("name"), n=pl.len().over("name"),
-                       shapes=pl.col("input_dims").n_unique().over("name"),
+                       input_dims=pl.col("input_dims").cast(pl.String),
+                       launches=pl.col("i").is_in(launchers.implode())))
+    o = o.with_columns(n=pl.len().over("name"), shapes=pl.col("input_dims").n_unique().over("name"),
                        first=pl.col("ts").rank("ordinal").over("name", "input_dims") == 1)
+    # the op's own time once its plan is cached: the median over its calls on a shape seen before; where every
+    # call brought a new shape (a new length every step), an op that launches kernels is held to the dispatch of
+    # the trace's launching ops (a CPU op's own time may grow with its data; a GPU op's dispatch does not)
+    dispatch = o.filter(pl.col("launches"))["own"].median()
+    o = o.with_columns(med=pl.col("own").filter(~pl.col("first")).median().over("name"))
+    o = o.with_columns(med=pl.when(pl.col("med").is_not_null()).then(pl.col("med"))
+                       .when(pl.col("launches").any().over("name")).then(pl.lit(dispatch, pl.Float64))
+                       .otherwise(None))
     opt = ctx.options
-    hit = o.filter(pl.col("input_dims").str.contains(r"\d") & pl.col("first")
+    hit = o.filter(pl.col("input_dims").str.contains(r"\d") & pl.col("first") & pl.col("med").is_not_null()
                    & (pl.col("shapes") >= 2) & (pl.col("n") >= 3)
                    & (pl.col("own") >= opt["ratio"] * pl.col("med"))
                    & (pl.col("own") - pl.col("med") >= opt["min_excess_ms"] * 1e6))
@@ -175,7 +190,8 @@ def _find(ctx: RuleContext) -> pl.DataFrame:
     if comp.height:  # work inside a compilation (its tracing, its autotuning) is TV104's
         w = comp.select(pl.col("tid").alias("_t"), pl.col("ts").alias("_s"), pl.col("end").alias("_e")).sort("_s")
         inside = (hit.select("i", "tid", "ts").sort("ts").join_asof(w, left_on="ts", right_on="_s", by_left="tid",
-                                                                  by_right="_t", strategy="backward")
+                                                                  by_right="_t", strategy="backward",
+                                                                  check_sortedness=False)  # (sorted by time)
                   .filter(pl.col("ts") < pl.col("_e"))["i"])
         hit = hit.filter(~pl.col("i").is_in(inside.implode()))
     hit = host_step_of(hit.select("i", "name", "tid", "ts", "end", "input_dims", "own", "med"), ctx.steps, "ts")

@@ -29,7 +29,9 @@ A second set (2026-12-06), each with the fixed twin `--fixed` runs where the pro
   `--fixed`: padded to a multiple of 64, four shapes);
 - `compile_varlen`: a compiled transformer encoder fed four sequence lengths in turn (dynamic shapes);
 - `resnet_varsize`: torchvision ResNet-50 with `cudnn.benchmark = True` fed images of a random size (160-288
-  pixels) each batch (`--fixed`: every batch resized to 224).
+  pixels) each batch (`--fixed`: every batch resized to 224);
+- `sdpa_varlen` (synthetic): one bf16 QKV projection and causal SDPA, a random sequence length (64-512) each step
+  (`--fixed`: padded to a multiple of 128).
 
     traceview collect -- python -m collectors.examples.user_programs --prog t5
 """
@@ -61,7 +63,7 @@ OPTS: dict = {"amp": False, "workers": 2, "fixed": False}
 
 PROGS = ("t5", "distilbert_fp32", "swin_bf16", "regnet_loader", "lstm", "opt_generate", "lightning",
          "mixer_compile", "resnet_fp16_scaler", "hf_trainer", "gpt2_accum_item", "gpt2_ckpt", "bert_dynpad",
-         "compile_varlen", "resnet_varsize")
+         "compile_varlen", "resnet_varsize", "sdpa_varlen")
 
 
 def train(model: nn.Module, opt: torch.optim.Optimizer, loss_of, steps: int, amp: bool) -> None:
@@ -374,6 +376,21 @@ def resnet_varsize(steps: int) -> None:
         opt.zero_grad(set_to_none=True)
         loss.backward()
         opt.step()
+        mark()
+
+
+def sdpa_varlen(steps: int) -> None:
+    proj = nn.Linear(512, 3 * 512).cuda().to(torch.bfloat16)
+    opt = torch.optim.SGD(proj.parameters(), lr=1e-3)
+    g = torch.Generator().manual_seed(0)
+    for _ in range(steps):
+        n = int(torch.randint(64, 513, (1,), generator=g))
+        n = -(-n // 128) * 128 if OPTS["fixed"] else n
+        x = torch.randn(16, n, 512, device="cuda", dtype=torch.bfloat16)
+        q, k, v = proj(x).view(16, n, 3, 8, 64).permute(2, 0, 3, 1, 4)
+        F.scaled_dot_product_attention(q, k, v, is_causal=True).float().pow(2).mean().backward()
+        opt.step()
+        opt.zero_grad(set_to_none=True)
         mark()
 
 

@@ -108,13 +108,17 @@ EXPECTED |= {(f"ab_traced/{r}", "gemm-epilogue") for r in ("adamw_l12_single_h10
 EXPECTED |= {(f"user_programs_h100/{r}", "fp32-gemm") for r in (
     "distilbert_fp32/rank0.1796541092544970639.pt.trace.json.gz", "lstm/rank0.1796541145129046338.pt.trace.json.gz")}
 # TV106 shape-setup (the second held-out set): the captured step where BERT's SDPA met a new length and cuDNN built
-# its plans; the steps where ResNet-50 met new image sizes under cudnn.benchmark; and the compiled GPT-2 marked
-# dynamic, whose extern addmm calls paid 5 ms on a sequence length the recording had not shown before (info: the
-# launch-bound fix owns the time)
+# its plans; the steps where ResNet-50 met new image sizes under cudnn.benchmark; the synthetic SDPA fed a new length
+# every step; and collected5's compiled GPT-2 pair, whose sequence length grows every step (184, 192, 200): its
+# compiled graph's SDPA runs on cuDNN and builds a plan for each new length (54-67 ms of a 63 ms step under
+# mark_dynamic; info beside the recompiles of the other)
 EXPECTED |= {(f"user_programs2_h100/{r}", "shape-setup") for r in (
     "bert_dynpad_a10/rank0.1796554515336027874.pt.trace.json.gz",
-    "resnet_varsize_a10/rank0.1796554617258547860.pt.trace.json.gz")}
-EXPECTED.add(("collected5/gpt2c_mark_dynamic/rank0.1796199680179609358.pt.trace.json.gz", "shape-setup"))
+    "resnet_varsize_a10/rank0.1796554617258547860.pt.trace.json.gz",
+    "sdpa_varlen_a10/rank0.1796556556892386347.pt.trace.json.gz")}
+EXPECTED |= {(f"collected5/{r}", "shape-setup") for r in (
+    "gpt2c_mark_dynamic/rank0.1796199680179609358.pt.trace.json.gz",
+    "gpt2c_recompile/rank0.1796199641146105992.pt.trace.json.gz")}
 # ... and the padded BERT's default three-step capture (no setup in it): info, its slow steps recur outside it
 EXPECTED.add(("user_programs2_h100/bert_dynpad/rank0.1796553757273297747.pt.trace.json.gz", "shape-setup"))
 
