@@ -5,7 +5,9 @@ Host calls that wait for the GPU — `cudaStreamSynchronize`, `cudaDeviceSynchro
 synchronous `cudaMemcpy`/`cudaMemset`, Kineto `cuda_sync` events (Stream/Event/Context Sync) and their HIP
 twins — each attributed to the op that caused it (the outermost ATen op around the call:
 `aten::item`/`_local_scalar_dense` = `.item()`, `aten::nonzero`, boolean-mask indexing (`aten::index`,
-`masked_select`), `aten::to`/`copy_` device→host = `.cpu()`/`.tolist()`/`.numpy()`) and to the Python source
+`masked_select`), `aten::to`/`copy_` device→host = `.cpu()`/`.tolist()`/`.numpy()`, `aten::is_nonzero` = a GPU
+tensor used as a Python bool, and the `.item()` between a `GradScaler`'s unscale (`_amp_foreach_non_finite_check_
+and_unscale_`) and its scale update = `GradScaler.step()` reading `found_inf`) and to the Python source
 line when the trace has stacks (`with_stack=True`: the nearest Python frame outside `torch/`). Findings are
 grouped by (cause, source line). An `.item()` on a CPU tensor makes no sync call, so it is not a finding.
 
@@ -21,7 +23,9 @@ Keep values on the GPU: accumulate metrics as tensors and call `.item()`/`.cpu()
 at the end; replace `nonzero`/boolean masks by fixed-shape ops (`torch.where`, masking by multiplication,
 `nonzero_static`); pass tensors rather than Python numbers to the next op; drop debugging `print`s and
 explicit `torch.cuda.synchronize()` calls from the training loop; use `non_blocking=True` copies into pinned
-memory plus a CUDA event when a host value is truly needed.
+memory plus a CUDA event when a host value is truly needed. A GPU tensor in an `if`/`or` is a sync too (Hugging
+Face's `Trainer` checks `isnan(loss) or isinf(loss)` every step unless `logging_nan_inf_filter=False`).
+`GradScaler.step()`'s sync is fp16 loss scaling's own: bf16 autocast needs no scaler.
 
 ## Evidence
 Per (cause, source line): the number of blocking calls, their call names, the ATen op and the Python API
@@ -92,6 +96,21 @@ FIXES = {
                                          "stream sync. Pin the source (DataLoader(pin_memory=True)) and copy with "
                                          "non_blocking=True so the copy overlaps compute."),
 }
+SCALER = "GradScaler.step() (found_inf.item())"
+FIXES[SCALER] = (
+    "GradScaler.step() reads found_inf with .item() to decide whether to skip the optimizer step (fp16 loss "
+    "scaling): one sync per step, inherent while the model trains in fp16 with a GradScaler; it costs little when "
+    "the host is already behind the GPU. To remove it, train in bf16 (torch.autocast(\"cuda\", "
+    "dtype=torch.bfloat16)): FP32's exponent range, so no loss scaling and no GradScaler (Ampere GPUs and later).")
+BOOL = "a GPU tensor used as a Python bool"
+FIXES[BOOL] = (
+    "`if t:`, `t or u`, `while t` or `assert t` on a GPU tensor (aten::is_nonzero) reads its value on the host: the "
+    "host waits for every queued kernel first. Hugging Face's Trainer does this every step with its default "
+    "logging_nan_inf_filter=True (torch.isnan(loss) or torch.isinf(loss)): TrainingArguments("
+    "logging_nan_inf_filter=False) removes it. In your own loop keep such checks on the GPU (torch.where, a flag "
+    "tensor read every N steps).")
+#: GradScaler's ops: the unscale (found_inf computed) before its step's `.item()`, the scale update after it
+AMP_UNSCALE, AMP_UPDATE = "aten::_amp_foreach_non_finite_check_and_unscale_", "aten::_amp_update_scale_"
 GENERIC_FIX = ("This call makes the CPU wait until the GPU has drained its queue, after which the GPU idles while "
                "the CPU launches new work. Remove the synchronisation from the hot loop (explicit "
                "torch.cuda.synchronize(), host reads of GPU values) or move it off the critical path.")
@@ -104,6 +123,7 @@ def _cause(root: pl.Expr, sync_name: pl.Expr, direction: pl.Expr) -> pl.Expr:
             .when(root.is_in(COPY) & (direction == "DtoH")).then(pl.lit(".cpu() / .tolist() / .numpy()"))
             .when(root.is_in(COPY) & (direction == "HtoD")).then(pl.lit(".to(device) from pageable memory"))
             .when(root.is_in(COPY)).then(pl.lit("tensor copy"))
+            .when(root == "aten::is_nonzero").then(pl.lit(BOOL))
             .when(root.is_not_null()).then(pl.lit("sync inside ") + root)
             .when(sync_name.str.contains("DeviceSynchronize|CtxSynchronize|Context Sync"))
             .then(pl.lit("torch.cuda.synchronize()"))
@@ -141,6 +161,7 @@ def attributed_syncs(trace, steps: pl.DataFrame, part: pl.DataFrame) -> pl.DataF
          .join(names.rename({"i": "api", "name": "api_name"}), on="api", how="left")
          .join(mc, on="op", how="left"))
     s = s.with_columns(cause=_cause(pl.col("root_name"), pl.col("name"), pl.col("direction")))
+    s = _scaler(h, steps, s)
     # cost: host_sync segments of the partition, each given to the sync window (or the ramp after it until the
     # queue is refilled) it starts in
     win = sync_windows(trace, syncs.select("i", "name", "ts", "end", "op", "tid")).sort("ts")
@@ -153,6 +174,27 @@ def attributed_syncs(trace, steps: pl.DataFrame, part: pl.DataFrame) -> pl.DataF
            .filter(pl.col("ts") < pl.col("_wend")).group_by("_sync").agg(pl.col("d").sum().alias("cost")))
     s = s.join(got.rename({"_sync": "i"}), on="i", how="left").with_columns(pl.col("cost").fill_null(0))
     return s.join(win.select("i", "next_ts"), on="i", how="left")
+
+
+def _scaler(h: pl.DataFrame, steps: pl.DataFrame, s: pl.DataFrame) -> pl.DataFrame:
+    """`s` with the `.item()` syncs GradScaler.step() makes named so: those after the unscale op of their step and
+    before the scale update that follows it (the step reads found_inf between the two; the update may fall in the
+    next step, where the step boundary is the optimizer's step)."""
+    amp = h.select("name", "ts").filter(pl.col("name").is_in([AMP_UNSCALE, AMP_UPDATE]))
+    if amp.height == 0 or not s["cause"].eq(".item()").any():
+        return s
+    amp = host_step_of(amp, steps, "ts").filter(pl.col("step").is_not_null())
+    un = amp.filter(pl.col("name") == AMP_UNSCALE).select(pl.col("ts").alias("_u"), pl.col("step").alias("_us"))
+    up = h.select("name", "ts").filter(pl.col("name") == AMP_UPDATE).select(pl.col("ts").alias("_p"))
+    nxt = un.select(pl.col("_u").alias("_n"))
+    x = (s.select("i", "ts", "step").sort("ts")
+         .join_asof(un.sort("_u"), left_on="ts", right_on="_u", strategy="backward")
+         .join_asof(up.sort("_p"), left_on="ts", right_on="_p", strategy="forward")
+         .join_asof(nxt.sort("_n"), left_on="ts", right_on="_n", strategy="forward")
+         .filter((pl.col("_us") == pl.col("step"))  # (the recording may end before the last update)
+                 & (pl.col("_n").is_null() | (pl.col("_p").is_not_null() & (pl.col("_n") > pl.col("_p"))))))
+    return s.with_columns(cause=pl.when(pl.col("i").is_in(x["i"].implode()) & (pl.col("cause") == ".item()"))
+                          .then(pl.lit(SCALER)).otherwise(pl.col("cause")))
 
 
 COMPILE_FIX = ("These syncs are made by torch.compile itself — Dynamo/Inductor compiling a new graph and Triton "

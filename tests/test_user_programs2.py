@@ -185,6 +185,14 @@ def test_syncs_whose_removal_measured_nothing_stay_info(run: str, prog: str) -> 
     the host-sync findings are at most `info`."""
     syncs = [f for f in _doc(run)["findings"] if f["rule"] == "host-sync"]
     assert syncs and all(f["severity"] == "info" for f in syncs)
+    # each named for what made it, with the fix for that (not "keep the value on the GPU" for the scaler's own)
+    cause = {"resnet_fp16_scaler": "GradScaler.step() (found_inf.item())", "hf_trainer": "a GPU tensor used as a "
+             "Python bool", "gpt2_accum_item": ".item()"}[run]
+    (top,) = [f for f in syncs if f["evidence"]["cause"] == cause]
+    # one found_inf read a step; isnan(loss) or isinf(loss) and the rest of the Trainer's step, 3; one per micro-batch
+    assert top["evidence"]["syncs_per_step"] == {"resnet_fp16_scaler": 1.0, "hf_trainer": 3.0, "gpt2_accum_item": 4.0}[run]
+    assert {"resnet_fp16_scaler": "bfloat16", "hf_trainer": "logging_nan_inf_filter=False",
+            "gpt2_accum_item": "accumulate loss"}[run] in top["fix"]
     problem = [float(np.median(r[9:])) for r in _timed(prog)]
     fixed = [float(np.median(r[9:])) for r in _timed(prog, "--fixed")]
     assert min(fixed) > 0.9 * min(problem), (problem, fixed)
