@@ -5,8 +5,9 @@ default severity of a finding at or above the moderate threshold), `TITLE`, `FIX
 `Option` with the default and its source), `Evidence` (the msgspec struct its findings' evidence is) and
 `check(ctx: RuleContext) -> list[Finding]`; a rule that judges
 a whole job (the ranks of one run) also has `check_job(ctx: JobContext) -> list[Finding]`; `CPU = True` when
-it also runs on traces without GPU activity (then `ctx.cpu` holds the host analyses). The rule API is
-`traceview.ruleapi`. Its docstring (sections What it detects / Why it is slow / How to fix / Evidence /
+it also runs on traces without GPU activity (then `ctx.cpu` holds the host analyses). A rule whose class's
+verdict words would misname its mechanism may set `VERDICT` (the verdict line's words when its fix leads). The
+rule API is `traceview.ruleapi`. Its docstring (sections What it detects / Why it is slow / How to fix / Evidence /
 Options / References) is the user documentation (`traceview rule CODE`, docs/rules.md). Adding a rule = one
 file here + one line below + its test. Codes are never reused: TV1 host and launch, TV2 kernels, TV3 data
 movement, TV4 input pipeline, TV5 distributed.

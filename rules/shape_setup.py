@@ -79,6 +79,9 @@ NAME = "shape-setup"
 SEVERITY = "warning"
 CLASS = "cpu_launch"  # the host stops in the setup while the GPU has nothing queued
 TITLE = "Ops pay a per-shape setup (cuDNN plans, autotuning) inside the steps"
+#: the verdict's words when this rule's fix leads (its class's, "the CPU launches kernels too slowly", misname it)
+VERDICT = ("setup-bound: the GPU idles while the host builds per-shape plans (cuDNN attention plans, cuDNN "
+           "autotuning) for input shapes it meets for the first time")
 OPTIONS = {
     "ratio": Option(20.0, "own time over the op's median at which an instance counts as a setup"),
     "min_excess_ms": Option(5.0, "smallest own time above the median (ms) counted as a setup"),

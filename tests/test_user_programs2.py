@@ -73,6 +73,8 @@ def test_cudnn_attention_plans_found_in_the_slow_captured_step() -> None:
     assert {"aten::_cudnn_attention_forward", "aten::_cudnn_attention_backward"} == set(ev["ops"])
     assert "enable_cudnn_sdp(False)" in f["fix"] and "pad_to_multiple_of" in f["fix"]
     assert tr["findings"][0]["rule"] == "shape-setup" and f["severity"] == "error"
+    # the verdict names the setup, not "the CPU launches kernels too slowly" (the class both share)
+    assert tr["verdict_text"].startswith("Verdict: setup-bound") and tr["classification"]["primary"] == "cpu_launch"
 
 
 def test_cudnn_attention_saving_against_the_programs_timed_alone() -> None:
