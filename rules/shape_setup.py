@@ -66,6 +66,7 @@ from typing import Annotated
 import msgspec
 import polars as pl
 
+from traceview.analyses.classify import sync_calls
 from traceview.analyses.replay import Transform, spans
 from traceview.analyses.windows import host_step_of
 from traceview.evidence import Meta
@@ -148,7 +149,8 @@ class Evidence(msgspec.Struct, kw_only=True):
 
 
 def _setups(ctx: RuleContext) -> pl.DataFrame:
-    """The op instances that paid a setup: [i, name, tid, ts, end, step, input_dims, own, med]; computed once."""
+    """The op instances that paid a setup: [i, name, tid, ts, end, step, input_dims, own, med, shapes (the op's
+    distinct input shapes in the analysed steps)]; computed once."""
     return ctx.once("setups", lambda: _find(ctx))
 
 
@@ -156,7 +158,7 @@ def _find(ctx: RuleContext) -> pl.DataFrame:
     h = ctx.trace.host
     empty = pl.DataFrame(schema={"i": pl.Int64, "name": pl.String, "tid": pl.Int64, "ts": pl.Int64,
                                  "end": pl.Int64, "step": pl.Int64, "input_dims": pl.String, "own": pl.Int64,
-                                 "med": pl.Float64})
+                                 "med": pl.Float64, "shapes": pl.Int64})
     if "input_dims" not in h.columns or h.height == 0:
         return empty
     h = h.select("i", "cat", "name", "tid", "ts", "end", "parent", "input_dims")
@@ -197,10 +199,11 @@ def _find(ctx: RuleContext) -> pl.DataFrame:
                                                                   check_sortedness=False)  # (sorted by time)
                   .filter(pl.col("ts") < pl.col("_e"))["i"])
         hit = hit.filter(~pl.col("i").is_in(inside.implode()))
-    hit = host_step_of(hit.select("i", "name", "tid", "ts", "end", "input_dims", "own", "med"), ctx.steps, "ts")
+    hit = host_step_of(hit.select("i", "name", "tid", "ts", "end", "input_dims", "own", "med", "shapes"), ctx.steps,
+                       "ts")
     return hit.filter(pl.col("step").is_not_null()).select(
         pl.col("i").cast(pl.Int64), "name", pl.col("tid").cast(pl.Int64), "ts", "end", pl.col("step").cast(pl.Int64),
-        "input_dims", "own", pl.col("med").cast(pl.Float64)).sort("ts")
+        "input_dims", "own", pl.col("med").cast(pl.Float64), pl.col("shapes").cast(pl.Int64)).sort("ts")
 
 
 def _kind(s: pl.DataFrame) -> str:
@@ -272,17 +275,12 @@ def check(ctx: RuleContext) -> list[Finding]:
     kind = _kind(s)
     ms = f"{float(excess.max()) / 1e6:.0f} ms for the longest here"
     fix = {"cudnn_attention": FIX_ATTN, "cudnn_autotune": FIX_CONV}.get(kind, FIX).format(ms=ms)
-    names = s["name"].unique().to_list()
-    shapes = (ctx.trace.host.select("name", "input_dims", "cat", "ts")
-              .filter((pl.col("cat") == "cpu_op") & pl.col("name").is_in(names)
-                      & (pl.col("ts") >= ctx.lo) & (pl.col("ts") < ctx.hi))
-              .group_by("name").agg(pl.col("input_dims").n_unique().alias("k")))
     top = s.with_columns(x=pl.col("own") - pl.col("med")).sort("x", descending=True).head(6)
     ev = Evidence(
         setups=s.height, setup_us=round(float(excess.sum()) / 1000, 3),
         steps_with_setups=sorted(s["step"].unique().to_list()),
         ops=dict(sorted(s.group_by("name").len().rows())),
-        shapes_seen=dict(sorted(shapes.rows())),
+        shapes_seen=dict(sorted(s.group_by("name").agg(pl.col("shapes").first()).rows())),
         longest=[Setup(op=r["name"], step=r["step"], input_dims=r["input_dims"], own_us=round(r["own"] / 1000, 3),
                        median_own_us=round(r["med"] / 1000, 3)) for r in top.to_dicts()],
         kind=kind, unprofiled=_slow_steps(ctx), changing_shapes=_changing_shapes(ctx))
@@ -301,9 +299,7 @@ def fix_transform(ctx: RuleContext) -> Transform | None:
     if s.height == 0:
         return None
     cut = s.select("tid", "ts", end=pl.col("ts") + (pl.col("own") - pl.col("med")).clip(0).cast(pl.Int64))
-    h = ctx.trace.host.select("i", "cat", "name", "tid", "ts", "end")
-    blocking = h.filter(pl.col("cat").is_in(["cuda_runtime", "cuda_driver"])
-                        & pl.col("name").str.contains("Synchronize"))
+    blocking = sync_calls(ctx.trace).select("ts", "tid")
     win = s.select(pl.col("i").alias("_op"), pl.col("tid").alias("_tid"), pl.col("ts").alias("_s"),
                    pl.col("end").alias("_e")).sort("_s")
     last_sync = (blocking.sort("ts").join_asof(win, left_on="ts", right_on="_s", strategy="backward")

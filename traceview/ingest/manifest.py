@@ -178,11 +178,10 @@ def recurring_slow(entry: dict) -> dict | None:
         return None
     prof = [float(x) for x in entry.get("profiled_step_ms") or [] if _is_num(x) and x > 0]
     cap = sum(x > SLOW_X * min(prof) for x in prof) if prof else 0
-    rest = sorted(xs[first:])
+    rest = xs[first:]
     n = len(rest)
-    median = rest[n // 2] if n % 2 else (rest[n // 2 - 1] + rest[n // 2]) / 2
     return {"slow": len(later), "of": n, "fastest_ms": round(fast, 3),
-            "median_ms": round(median, 3), "mean_ms": round(sum(rest) / n, 3),
+            "median_ms": round(median(rest), 3), "mean_ms": round(sum(rest) / n, 3),
             "slowest_ms": round(max(later), 3), "captured_slow": int(cap), "captured": len(prof)}
 
 
