@@ -73,7 +73,8 @@ OPTIONS = {
     **XPROF_SEVERITY,
 }
 ITEM = ["aten::item", "aten::_local_scalar_dense"]
-NONZERO = ["aten::nonzero", "aten::nonzero_static", "aten::argwhere", "aten::nonzero_numpy"]
+# (`torch.where(cond)`, the one-argument form, is `nonzero(as_tuple=True)`: the three-argument select never syncs)
+NONZERO = ["aten::nonzero", "aten::nonzero_static", "aten::argwhere", "aten::nonzero_numpy", "aten::where"]
 MASK = ["aten::index", "aten::masked_select", "aten::index_put_", "aten::_index_put_impl_", "aten::masked_scatter_"]
 COPY = ["aten::to", "aten::_to_copy", "aten::copy_", "aten::cpu", "aten::contiguous", "aten::clone"]
 SRC_RE = r"\.py\(\d+\)"

@@ -19,6 +19,15 @@ or `torch.cuda.graphs` — so one `cudaGraphLaunch` replays hundreds of kernels;
 chains of tiny ops; raise the batch size so each kernel does more work per launch; replace Python loops of
 tiny ops by batched/vectorised ops (`torch._foreach_*`, fused optimizers).
 
+The fix text is conditioned on what the steps show. A Python loop over items (`traceview/analyses/loops.py`: a
+short sequence of top-level ops repeated back to back at least 16 times, either starting with a slice of one
+tensor — the rows of a batch — or all elementwise on tensors whose shapes change — a list of parameters) that
+takes at least 10 % of the window is named first, with its batched form (one call over the batch, `torch.vmap`;
+`torch._foreach_lerp_` / `_foreach_mul_` for an EMA or a manual update). Steps that block on the GPU (`.item()`,
+`torch.where(cond)`, boolean indexing) are said next: a CUDA graph cannot hold a sync, so capture covers only the
+stretches between them, and a data-dependent shape has to become static (a fixed capacity, masking,
+`nonzero_static`) first.
+
 ## Evidence
 Per step: the `cpu_launch` time (GPU idle gaps whose next activity was launched after the gap began), the
 number of such gaps, kernels per ms, the median kernel time against the median CPU time of the ops that
@@ -47,6 +56,7 @@ import polars as pl
 from traceview.analyses.classify import idle_gaps, sync_calls
 from traceview.analyses.decoding import forward_only
 from traceview.analyses.features import Features
+from traceview.analyses.loops import item_loops
 from traceview.analyses.replay import Transform
 from traceview.analyses.replay_graph import KINDS
 from traceview.analyses.rowid import by_id, join_by_id
@@ -75,6 +85,15 @@ class LongestGap(Span, kw_only=True):
     next_op: Annotated[str | None, Meta(description="the host op that launched it")]
 
 
+class ItemLoop(msgspec.Struct, kw_only=True):
+    """The largest loop over items (analyses/loops.py) in the analysed steps."""
+
+    kind: Annotated[str, Meta(description="`rows`: over the rows of one tensor; `tensors`: over a list of tensors")]
+    ops: Annotated[list[str], Meta(description="one iteration's top-level ops")]
+    iterations_per_step: Annotated[float, Meta(description="iterations per analysed step")]
+    host_us_per_step: Annotated[float, Meta(description="the loop's traced host time per step (µs)")]
+
+
 class Evidence(msgspec.Struct, kw_only=True):
     cpu_launch_us: Annotated[float, Meta(description="the classifier's `cpu_launch` time in the analysed steps (µs)")]
     cpu_launch_pct: Annotated[float, Meta(description="that as % of the analysed window")]
@@ -89,6 +108,12 @@ class Evidence(msgspec.Struct, kw_only=True):
     longest_gap: Annotated[LongestGap | None, Meta(description="the longest late gap")]
     profiler: Annotated[ProfilerNote | UnsetType, Meta(
         description="the profiler's share of the idle, when it lowers what a fix saves")] = UNSET
+    syncs_per_step: Annotated[float | UnsetType, Meta(
+        description="blocking calls per analysed step (a CUDA graph cannot hold one), when there are any")] = UNSET
+    loop: Annotated[ItemLoop | UnsetType, Meta(
+        description="a Python loop over items that launches much of the step, when there is one")] = UNSET
+    sync_op: Annotated[str | None | UnsetType, Meta(
+        description="the op most of them are made in (aten::nonzero: a data-dependent shape), when known")] = UNSET
 FIX = ("The CPU is the bottleneck: each eager op costs several µs of Python, dispatcher and launch work, and "
        "these kernels finish faster than the next one is launched, so the GPU queue runs dry. Launch fewer, "
        "larger pieces of work: capture the step with CUDA Graphs (torch.compile(mode=\"reduce-overhead\") or "
@@ -154,8 +179,80 @@ def check(ctx: RuleContext) -> list[Finding]:
     severity, surviving, note = _profiler_check(ctx, cost)
     if note:
         evidence.profiler = note
+    n_sync, sync_op = step_syncs(ctx)
+    if n_sync:
+        evidence.syncs_per_step, evidence.sync_op = round(n_sync / max(ctx.steps.height, 1), 2), sync_op
+    loop = item_loop(ctx)
+    if loop is not None:
+        evidence.loop = loop
     return [ctx.finding(cost_ns=cost, savings_ns=surviving, count=count, steps=fired, evidence=evidence,
-                        severity=severity, fix=fix_for(ctx.features), kernel_ids=kernel_ids)]
+                        severity=severity, fix=loop_text(loop) + fix_for(ctx.features) + sync_text(evidence),
+                        kernel_ids=kernel_ids)]
+
+
+def item_loop(ctx: RuleContext) -> ItemLoop | None:
+    """The largest loop over items whose host time is at least LOOP_SHARE of the analysed window, else None."""
+    loops = item_loops(ctx.trace, ctx.lo, ctx.hi)
+    if loops.height == 0 or loops["host_ns"][0] < LOOP_SHARE * ctx.window_ns:
+        return None
+    top, n = loops.row(0, named=True), max(ctx.steps.height, 1)
+    return ItemLoop(kind=top["kind"], ops=top["ops"], iterations_per_step=round(top["iterations"] / n, 2),
+                    host_us_per_step=round(top["host_ns"] / n / 1000, 3))
+
+
+#: a loop over items is named when its host time is at least this share of the analysed window
+LOOP_SHARE = 0.1
+
+
+def loop_text(loop: ItemLoop | None) -> str:
+    """The loop the launches come from and its batched form, before the general advice."""
+    if loop is None:
+        return ""
+    ops, k, ms = " → ".join(loop.ops), f"{loop.iterations_per_step:g}", loop.host_us_per_step / 1000
+    if loop.kind == "rows":
+        return (f"Many of the launches come from a Python loop over the rows of one tensor: {ops} runs {k} times a "
+                f"step ({ms:.1f} ms of host time a step, traced), each iteration on its own slice. One batched call "
+                "over the whole tensor (the loss with its reduction over the batch, torch.vmap for a per-sample "
+                f"function) launches once where the loop launches {k} times, forward and backward. Otherwise: ")
+    return (f"Many of the launches come from a Python loop over a list of tensors: {ops} runs {k} times a step on "
+            f"tensors of changing shapes ({ms:.1f} ms of host time a step, traced), e.g. an EMA or a manual update "
+            "written tensor by tensor. The torch._foreach_* ops run it as a few multi-tensor kernels (an EMA: "
+            "torch._foreach_lerp_(ema_tensors, model_tensors, 1 - decay); _foreach_mul_ / _foreach_add_ otherwise). "
+            "Otherwise: ")
+
+
+def step_syncs(ctx: RuleContext) -> tuple[int, str | None]:
+    """(blocking calls inside the analysed steps, the innermost op most of them are made in)."""
+    s = sync_calls(ctx.trace).filter((pl.col("ts") >= ctx.lo) & (pl.col("ts") < ctx.hi))
+    if s.height == 0:
+        return 0, None
+    ops = join_by_id(s.select("op").filter(pl.col("op").is_not_null()), "op", ctx.trace.host, "name")
+    top = ops.group_by("name").len().sort(["len", "name"], descending=[True, False]).head(1)
+    return s.height, (top["name"][0] if top.height else None)
+
+
+#: ops whose sync reads a data-dependent output size (torch.where(cond), boolean-mask indexing, nonzero, unique)
+DATA_DEPENDENT = ("aten::nonzero", "aten::argwhere", "aten::masked_select", "aten::unique", "aten::_unique",
+                  "aten::repeat_interleave")
+
+
+def sync_text(ev: Evidence) -> str:
+    """What the fix must do first when the steps block on the GPU: a CUDA graph cannot hold a sync, so capture
+    (what the fix text names) covers only the stretches between them; a data-dependent shape is why most are made."""
+    if not isinstance(ev.syncs_per_step, float) or ev.syncs_per_step < 1:
+        return ""
+    op = ev.sync_op if isinstance(ev.sync_op, str) else None
+    shape = op is not None and op.startswith(DATA_DEPENDENT)
+    what = (f" inside {op}: an output whose size depends on the data (torch.where(cond), boolean-mask indexing, "
+            "nonzero), which the host must read before it can launch what follows" if shape
+            else f" inside {op}" if op else "")
+    return (f" The steps also block on the GPU {ev.syncs_per_step:g} times each{what}. A CUDA graph cannot hold a "
+            "sync, so capture covers only the stretches between them (torch.compile breaks its graph there, and "
+            "mode=\"reduce-overhead\" captures each stretch): make "
+            + ("those shapes static first (a fixed capacity per group, masking by multiplication, "
+               "nonzero_static(size=...)), then capture." if shape else
+               "them rarer to lengthen those stretches: read values on the host (.item(), .cpu(), a GPU tensor used "
+               "as a Python bool) once every few steps, or not inside the step."))
 
 
 def _profiler_check(ctx: RuleContext, cost: int) -> tuple[str | None, float, ProfilerNote | None]:

@@ -33,6 +33,19 @@ A second set (2026-12-06), each with the fixed twin `--fixed` runs where the pro
 - `sdpa_varlen` (synthetic): one bf16 QKV projection and causal SDPA, a random sequence length (64-512) each step
   (`--fixed`: padded to a multiple of 128).
 
+A third set (2026-12-06), each with its fixed twin `--fixed` where it has one:
+
+- `llama_eager`: HF Llama (4 layers, GQA) trained with `attn_implementation="eager"`, bf16 autocast, batch 8 x
+  1024 (`--fixed`: `"sdpa"`);
+- `ema_loop`: torchvision ResNet-50 with a timm-style EMA of its weights, updated tensor by tensor in a Python
+  loop over the state dict (`--fixed`: `torch._foreach_lerp_` over the float tensors);
+- `loader_pil`: torchvision ResNet-18 fed by a DataLoader whose workers (`--workers`, default 2) run torchvision's
+  PIL transforms (random resized crop, flip, to-tensor, normalise) on 256 x 256 images;
+- `per_sample_loss`: torchvision ResNet-18 whose loss is summed sample by sample in a Python loop (`--fixed`:
+  one batched `cross_entropy`);
+- `moe_naive`: a 4-layer transformer whose mixture-of-experts FFN dispatches tokens expert by expert with boolean
+  indexing (`--fixed`: a fixed capacity per expert, scattered with one-hot positions and run as one `bmm`).
+
     traceview collect -- python -m collectors.examples.user_programs --prog t5
 """
 
@@ -63,7 +76,8 @@ OPTS: dict = {"amp": False, "workers": 2, "fixed": False}
 
 PROGS = ("t5", "distilbert_fp32", "swin_bf16", "regnet_loader", "lstm", "opt_generate", "lightning",
          "mixer_compile", "resnet_fp16_scaler", "hf_trainer", "gpt2_accum_item", "gpt2_ckpt", "bert_dynpad",
-         "compile_varlen", "resnet_varsize", "sdpa_varlen")
+         "compile_varlen", "resnet_varsize", "sdpa_varlen", "llama_eager", "ema_loop", "loader_pil",
+         "per_sample_loss", "moe_naive")
 
 
 def train(model: nn.Module, opt: torch.optim.Optimizer, loss_of, steps: int, amp: bool) -> None:
@@ -392,6 +406,170 @@ def sdpa_varlen(steps: int) -> None:
         opt.step()
         opt.zero_grad(set_to_none=True)
         mark()
+
+
+def llama_eager(steps: int) -> None:
+    from transformers import LlamaConfig, LlamaForCausalLM
+
+    impl = "sdpa" if OPTS["fixed"] else "eager"
+    cfg = LlamaConfig(vocab_size=32000, hidden_size=1024, intermediate_size=2816, num_hidden_layers=4,
+                      num_attention_heads=16, num_key_value_heads=4, max_position_embeddings=2048,
+                      attn_implementation=impl)
+    model = LlamaForCausalLM(cfg).cuda()
+    print("attention:", model.config._attn_implementation)
+    ids = torch.randint(0, 32000, (8, 1024), device="cuda")
+    opt = torch.optim.AdamW(model.parameters(), lr=1e-4, fused=True)
+    train(model, opt, lambda m: m(input_ids=ids, labels=ids).loss, steps, amp=True)
+
+
+def ema_loop(steps: int) -> None:
+    import copy
+
+    import torchvision
+
+    model = torchvision.models.resnet50().cuda().to(memory_format=torch.channels_last)
+    ema = copy.deepcopy(model).eval().requires_grad_(False)
+    x = torch.randn(32, 3, 224, 224, device="cuda").to(memory_format=torch.channels_last)
+    y = torch.randint(0, 1000, (32,), device="cuda")
+    opt = torch.optim.SGD(model.parameters(), lr=0.1, momentum=0.9)
+    decay = 0.999
+    pairs = [(e, m) for e, m in zip(ema.state_dict().values(), model.state_dict().values(), strict=True)
+             if e.dtype.is_floating_point]
+    for _ in range(steps):
+        with torch.autocast("cuda", dtype=torch.bfloat16):
+            loss = F.cross_entropy(model(x), y)
+        opt.zero_grad(set_to_none=True)
+        loss.backward()
+        opt.step()
+        with torch.no_grad():
+            if OPTS["fixed"]:
+                torch._foreach_lerp_([e for e, _ in pairs], [m for _, m in pairs], 1.0 - decay)
+            else:  # timm's ModelEmaV2 before its foreach version
+                for e, m in pairs:
+                    e.copy_(e * decay + (1.0 - decay) * m)
+        mark()
+
+
+class _Images(torch.utils.data.Dataset):
+    """256 x 256 RGB images made in the worker (the decode's stand-in) and augmented with torchvision's PIL
+    transforms, as an ImageNet recipe does."""
+
+    def __init__(self, n: int) -> None:
+        import torchvision.transforms as T
+
+        self.n = n
+        self.tf = T.Compose([T.RandomResizedCrop(224), T.RandomHorizontalFlip(), T.ToTensor(),
+                             T.Normalize([0.485, 0.456, 0.406], [0.229, 0.224, 0.225])])
+
+    def __len__(self) -> int:
+        return self.n
+
+    def __getitem__(self, i: int):
+        import numpy as np
+        from PIL import Image
+
+        img = Image.fromarray(np.random.default_rng(i).integers(0, 256, (256, 256, 3), dtype=np.uint8))
+        return self.tf(img), i % 1000
+
+
+def loader_pil(steps: int) -> None:
+    import torchvision
+
+    model = torchvision.models.resnet18().cuda().to(memory_format=torch.channels_last)
+    opt = torch.optim.SGD(model.parameters(), lr=0.1, momentum=0.9)
+    loader = torch.utils.data.DataLoader(_Images(64 * (steps + 4)), batch_size=64, shuffle=True,
+                                         num_workers=OPTS["workers"], pin_memory=True, persistent_workers=True)
+    for x, y in loader:
+        x = x.cuda(non_blocking=True).to(memory_format=torch.channels_last)
+        y = y.cuda(non_blocking=True)
+        with torch.autocast("cuda", dtype=torch.bfloat16):
+            loss = F.cross_entropy(model(x), y)
+        opt.zero_grad(set_to_none=True)
+        loss.backward()
+        opt.step()
+        mark()
+        steps -= 1
+        if steps == 0:
+            break
+
+
+def per_sample_loss(steps: int) -> None:
+    import torchvision
+
+    model = torchvision.models.resnet18().cuda().to(memory_format=torch.channels_last)
+    x = torch.randn(64, 3, 224, 224, device="cuda").to(memory_format=torch.channels_last)
+    y = torch.randint(0, 1000, (64,), device="cuda")
+    opt = torch.optim.SGD(model.parameters(), lr=0.1, momentum=0.9)
+    for _ in range(steps):
+        with torch.autocast("cuda", dtype=torch.bfloat16):
+            logits = model(x)
+        if OPTS["fixed"]:
+            loss = F.cross_entropy(logits.float(), y)
+        else:  # a per-sample loss, as a detection or metric-learning loss is often first written
+            loss = sum(F.cross_entropy(logits[i:i + 1].float(), y[i:i + 1]) for i in range(len(y))) / len(y)
+        opt.zero_grad(set_to_none=True)
+        loss.backward()
+        opt.step()
+        mark()
+
+
+class _MoE(nn.Module):
+    def __init__(self, d: int, experts: int = 8, hidden: int = 1024) -> None:
+        super().__init__()
+        self.gate = nn.Linear(d, experts)
+        self.w1 = nn.Parameter(torch.randn(experts, d, hidden) * d ** -0.5)
+        self.w2 = nn.Parameter(torch.randn(experts, hidden, d) * hidden ** -0.5)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        shape, x = x.shape, x.reshape(-1, x.shape[-1])
+        probs = self.gate(x).softmax(-1)
+        weight, expert = probs.topk(2, dim=-1)
+        out = torch.zeros_like(x)
+        e_count = self.w1.shape[0]
+        if not OPTS["fixed"]:
+            for e in range(e_count):  # tokens routed to expert e: a data-dependent shape
+                tok, slot = torch.where(expert == e)
+                h = F.gelu(x[tok] @ self.w1[e]) @ self.w2[e]
+                out.index_add_(0, tok, h * weight[tok, slot, None])
+            return out.reshape(shape)
+        cap = 2 * x.shape[0] // e_count  # a fixed capacity per expert (overflowing tokens dropped)
+        onehot = F.one_hot(expert.reshape(-1), e_count)
+        pos = (onehot.cumsum(0) - 1) * onehot
+        keep = (pos < cap) & (onehot > 0)
+        slot_of = (expert.reshape(-1) * cap + pos.sum(-1)).masked_fill(~keep.any(-1), e_count * cap)
+        tok = torch.arange(x.shape[0], device=x.device).repeat_interleave(2)
+        buf = x.new_zeros(e_count * cap + 1, x.shape[-1]).index_copy(0, slot_of, x[tok])
+        h = torch.bmm(F.gelu(torch.bmm(buf[:-1].view(e_count, cap, -1), self.w1)), self.w2)
+        h = torch.cat([h.reshape(e_count * cap, -1), h.new_zeros(1, h.shape[-1])])
+        out.index_add_(0, tok, h[slot_of] * weight.reshape(-1, 1))
+        return out.reshape(shape)
+
+
+def moe_naive(steps: int) -> None:
+    d = 512
+    blocks = []
+    for _ in range(4):
+        blocks += [nn.LayerNorm(d), nn.MultiheadAttention(d, 8, batch_first=True), nn.LayerNorm(d), _MoE(d)]
+
+    class Net(nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.emb, self.blocks, self.head = nn.Embedding(8000, d), nn.ModuleList(blocks), nn.Linear(d, 8000)
+
+        def forward(self, ids: torch.Tensor) -> torch.Tensor:
+            h = self.emb(ids)
+            for i in range(0, len(self.blocks), 4):
+                n1, att, n2, moe = self.blocks[i:i + 4]
+                a = n1(h)
+                h = h + att(a, a, a, need_weights=False)[0]
+                h = h + moe(n2(h))
+            return self.head(h)
+
+    model = Net().cuda()
+    ids = torch.randint(0, 8000, (16, 256), device="cuda")
+    opt = torch.optim.AdamW(model.parameters(), lr=3e-4, fused=True)
+    train(model, opt, lambda m: F.cross_entropy(m(ids[:, :-1]).flatten(0, 1), ids[:, 1:].flatten()), steps,
+          amp=True)
 
 
 def main() -> None:

@@ -17,7 +17,7 @@ reductions add up but never take a gap or call below zero): savings are never su
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 import numpy as np
 import polars as pl
@@ -435,6 +435,8 @@ def edges(
     joins several ranks' arrays). With `pull`, the compiled kernel replays the graph from its own arrays when it
     can (no edge list: a third of the memory) and the event times come back instead."""
     n_a, n_d = g.a_ts.size, g.d_ts.size
+    if any(t.input_ready for t in transforms):
+        g = _unjoined_arrivals(g)
     gap_cut, join_cut, own_cut, dur, keep_wait, d_gap, pre = _cuts(g, transforms)
     # an activity a transform removes (a kernel fused into another) no longer pays the device's gap before it: the
     # stream's per-activity overhead between queued kernels goes with the kernel, not only its duration
@@ -532,6 +534,24 @@ def edges(
         at += r.size
     del kinds, r
     return base, src, dst, off
+
+
+def _unjoined_arrivals(g: Graph) -> Graph:
+    """`g` with no join into an anchor that a DataLoader batch's arrival holds (`Graph.a_arrive`): each such anchor
+    follows its own thread's previous call by the whole gap, as an anchor no other thread handed work to. The
+    thread that handed it over while the loop waited is the input pipeline's (the pin-memory thread, which pins
+    each batch as the workers deliver it and records a runtime call or two when it does): with batches ready
+    (`Transform.input_ready`) that hand-off holds the loop no more than the arrival it follows."""
+    if g.a_arrive is None:
+        return g
+    cut = np.flatnonzero((g.a_arrive != NEG) & (g.a_join >= 0) & (g.a_prev >= 0))
+    if cut.size == 0:
+        return g
+    join, gap, jwake = g.a_join.copy(), g.a_gap.astype(np.int64), g.a_jwake.copy()
+    prev = g.a_prev[cut]
+    join[cut], jwake[cut] = -1, 0
+    gap[cut] = g.a_ts[cut] - np.where(g.a_overlap[cut], g.a_ts[prev], g.a_end[prev])
+    return replace(g, a_join=join, a_gap=gap, a_jwake=jwake)
 
 
 def _first_equal(a: np.ndarray, t: np.ndarray) -> tuple[np.ndarray, np.ndarray | None]:
