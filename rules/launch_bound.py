@@ -28,6 +28,11 @@ takes at least 10 % of the window is named first, with its batched form (one cal
 stretches between them, and a data-dependent shape has to become static (a fixed capacity, masking,
 `nonzero_static`) first.
 
+Where a loop is named first, the finding's saving is that loop batched (the `batch` variant: every iteration
+after the first leaves the host path, with the backward's matching run of autograd nodes for a loop over rows, and
+each kernel it launched keeps only its time beyond the shortest of its name); `--what-if launch-bound:graphs`
+prices CUDA-graph capture instead, the saving everywhere else.
+
 ## Evidence
 Per step: the `cpu_launch` time (GPU idle gaps whose next activity was launched after the gap began), the
 number of such gaps, kernels per ms, the median kernel time against the median CPU time of the ops that
@@ -56,7 +61,7 @@ import polars as pl
 from traceview.analyses.classify import idle_gaps, sync_calls
 from traceview.analyses.decoding import forward_only
 from traceview.analyses.features import Features
-from traceview.analyses.loops import item_loops
+from traceview.analyses.loops import batched_spans, item_loops
 from traceview.analyses.replay import Transform
 from traceview.analyses.replay_graph import KINDS
 from traceview.analyses.rowid import by_id, join_by_id
@@ -190,9 +195,15 @@ def check(ctx: RuleContext) -> list[Finding]:
                         kernel_ids=kernel_ids)]
 
 
+def step_starts(ctx: RuleContext) -> tuple[int, ...]:
+    """The analysed steps' host starts: a loop over items runs inside one step."""
+    col = "cpu_ts" if "cpu_ts" in ctx.steps.columns else "ts"
+    return tuple(int(x) for x in ctx.steps[col].drop_nulls().sort().to_list())
+
+
 def item_loop(ctx: RuleContext) -> ItemLoop | None:
     """The largest loop over items whose host time is at least LOOP_SHARE of the analysed window, else None."""
-    loops = item_loops(ctx.trace, ctx.lo, ctx.hi)
+    loops = item_loops(ctx.trace, ctx.lo, ctx.hi, step_starts(ctx))
     if loops.height == 0 or loops["host_ns"][0] < LOOP_SHARE * ctx.window_ns:
         return None
     top, n = loops.row(0, named=True), max(ctx.steps.height, 1)
@@ -302,7 +313,44 @@ def fix_for(f: Features) -> str:
 
 
 def fix_transform(ctx: RuleContext) -> Transform | None:
-    """The fix as a replay transformation: CUDA-graph replay of the steps — the per-launch host cost (the
+    """The fix as the finding advises it: the loop over items batched where the fix text names one first
+    (`batched`), else CUDA-graph capture of the steps (`captured`)."""
+    if item_loop(ctx) is not None:
+        t = batched(ctx)
+        if t is not None:
+            return t
+    return captured(ctx)
+
+
+def fix_variants(ctx: RuleContext) -> dict[str, Transform]:
+    """{variant: the fix made that way}: `graphs` (CUDA-graph capture of the steps) and, where the steps hold a loop
+    over items, `batch` (that loop batched)."""
+    out = {k: t for k, t in (("batch", batched(ctx) if item_loop(ctx) is not None else None),
+                             ("graphs", captured(ctx))) if t is not None}
+    return out
+
+
+def batched(ctx: RuleContext) -> Transform | None:
+    """The loop over items batched, as a replay transformation: every iteration after the first leaves the host
+    path with its launches and the Python between them (`loops.batched_spans`), and each kernel those iterations
+    launched keeps only its time beyond the shortest of its name in the trace: the data it moves or computes
+    stays (in the batched call's kernels), the fixed cost of one more small kernel goes."""
+    spans = batched_spans(ctx.trace, ctx.lo, ctx.hi, step_starts(ctx))
+    if not spans:
+        return None
+    g = ctx.trace.gpu.select("i", "name", "dur", "launch", "kind").filter(pl.col("launch").is_not_null())
+    g = join_by_id(g, "launch", ctx.trace.host, pl.col("tid").alias("_tid"), pl.col("ts").alias("_lts"))
+    inside = pl.lit(False)
+    for tid, a, b in spans:  # (a few runs a step)
+        inside = inside | ((pl.col("_tid") == tid) & (pl.col("_lts") >= a) & (pl.col("_lts") < b))
+    floor = ctx.trace.gpu.group_by("name").agg(pl.col("dur").min().alias("_floor"))
+    k = g.filter(inside & (pl.col("kind") == "compute")).join(floor, on="name", how="left")
+    dur = dict(zip(k["i"].to_list(), (k["dur"] - k["_floor"]).clip(lower_bound=0).to_list(), strict=True))
+    return Transform(NAME, host_spans=tuple(spans), gpu_dur=dur)
+
+
+def captured(ctx: RuleContext) -> Transform | None:
+    """CUDA-graph replay of the steps — the per-launch host cost (the
     launching ops, their launches and their Python) leaves the host path inside the analysed steps; blocking
     calls, the DataLoader and the device work stay. The whole step is taken as the captured region, so this
     bounds what capture can save; on a decode loop, each token's model forward (analyses/decoding.py)."""

@@ -14,11 +14,16 @@ from __future__ import annotations
 import numpy as np
 import polars as pl
 
+from ..memo import per_trace
 from ..model import Trace
 
-#: the fewest back-to-back iterations reported, and the longest iteration (in top-level ops) looked for
+#: the fewest back-to-back iterations reported (inside one step), and the longest iteration (in top-level ops)
+#: looked for
 MIN_ITERATIONS = 16
 MAX_PERIOD = 8
+#: the longest median host time of a loop's ops: an eager op that launches a kernel costs tens of µs on the host; one
+#: that takes longer does work of its own (a blocking copy, a collective) that batching the loop does not remove
+MAX_OP_NS = 200_000
 SLICING = ("aten::slice", "aten::select", "aten::narrow", "aten::unbind")
 ELEMENTWISE = frozenset({
     "aten::mul", "aten::mul_", "aten::add", "aten::add_", "aten::sub", "aten::sub_", "aten::div", "aten::div_",
@@ -27,9 +32,40 @@ ELEMENTWISE = frozenset({
 })
 
 
-def item_loops(trace: Trace, lo: int, hi: int) -> pl.DataFrame:
+def item_loops(trace: Trace, lo: int, hi: int, bounds: tuple[int, ...] = ()) -> pl.DataFrame:
     """[tid, kind, ops, iterations, host_ns] of the `rows`/`tensors` loops whose iterations start in [lo, hi),
     one row per loop (its runs in every step together), longest host time first."""
+    out = loop_runs(trace, lo, hi, bounds).filter(pl.col("kind").is_not_null())
+    return (out.group_by("tid", "kind", "ops", maintain_order=True)
+            .agg(pl.col("iterations").sum(), (pl.col("end") - pl.col("ts")).sum().alias("host_ns"))
+            .sort("host_ns", descending=True))
+
+
+def batched_spans(trace: Trace, lo: int, hi: int, bounds: tuple[int, ...] = ()) -> list[tuple[int, int, int]]:
+    """(tid, ts, end) of what batching each `rows`/`tensors` loop in [lo, hi) takes off the host: every iteration
+    after the first (their ops, launches and the Python between them), and for a loop over rows the backward's run
+    of autograd nodes with as many iterations that follows it on another thread (the per-row backward)."""
+    runs = loop_runs(trace, lo, hi, bounds)
+    if runs.height == 0:
+        return []
+    out = []
+    fwd = runs.filter(pl.col("kind").is_not_null())
+    bwd = runs.filter(pl.col("kind").is_null() & pl.col("ops").list.eval(
+        pl.element().str.starts_with("autograd::engine::evaluate_function:")).list.all())
+    for r in fwd.iter_rows(named=True):  # (one per run of a loop: a few a step)
+        out.append((r["tid"], r["second"], r["end"]))
+        if r["kind"] == "rows":
+            b = bwd.filter((pl.col("tid") != r["tid"]) & (pl.col("iterations") == r["iterations"])
+                           & (pl.col("ts") >= r["end"])).head(1)
+            out += [(int(b["tid"][0]), int(b["second"][0]), int(b["end"][0]))] if b.height else []
+    return out
+
+
+@per_trace
+def loop_runs(trace: Trace, lo: int, hi: int, bounds: tuple[int, ...] = ()) -> pl.DataFrame:
+    """[tid, kind, ops, iterations, ts, second, end] of every back-to-back repeat in [lo, hi) that no step boundary
+    (`bounds`: the steps' starts) cuts (`second`: the second iteration's start), by thread and start; kind null for a
+    repeat that may be a chain (a stack of layers) or whose ops do work of their own (`MAX_OP_NS`)."""
     h = trace.host
     parents = h.select(pl.col("i").alias("parent"), pl.col("cat").alias("_pcat"))
     top = (h.lazy().filter((pl.col("cat") == "cpu_op") & (pl.col("ts") >= lo) & (pl.col("ts") < hi))
@@ -40,15 +76,15 @@ def item_loops(trace: Trace, lo: int, hi: int) -> pl.DataFrame:
            .sort("tid", "ts").collect())
     rows = []
     for (tid,), g in top.group_by("tid", maintain_order=True):  # (one per thread: a handful)
-        rows += _runs(int(tid), g)
-    out = pl.DataFrame(rows, schema={"tid": pl.Int64, "kind": pl.String, "ops": pl.List(pl.String),
-                                     "iterations": pl.Int64, "host_ns": pl.Int64}, orient="row")
-    return (out.group_by("tid", "kind", "ops", maintain_order=True)
-            .agg(pl.col("iterations").sum(), pl.col("host_ns").sum()).sort("host_ns", descending=True))
+        rows += _runs(int(tid), g, np.searchsorted(np.asarray(bounds, np.int64), g["ts"].to_numpy(), side="right"))
+    return pl.DataFrame(rows, schema={"tid": pl.Int64, "kind": pl.String, "ops": pl.List(pl.String),
+                                      "iterations": pl.Int64, "ts": pl.Int64, "second": pl.Int64, "end": pl.Int64},
+                        orient="row").sort("tid", "ts")
 
 
-def _runs(tid: int, g: pl.DataFrame) -> list[tuple]:
-    """The thread's back-to-back repeats of a sequence of 1..MAX_PERIOD ops, each kept once (its shortest period)."""
+def _runs(tid: int, g: pl.DataFrame, step: np.ndarray) -> list[tuple]:
+    """The thread's back-to-back repeats of a sequence of 1..MAX_PERIOD ops inside one step (`step`: each op's),
+    each kept once (its shortest period)."""
     names = g["name"].to_numpy()
     codes = g["name"].cast(pl.Categorical).to_physical().to_numpy()
     dims = g["input_dims"].cast(pl.String).fill_null("").to_numpy() if "input_dims" in g.columns else None
@@ -57,7 +93,7 @@ def _runs(tid: int, g: pl.DataFrame) -> list[tuple]:
     for p in range(1, MAX_PERIOD + 1):
         if n <= p * MIN_ITERATIONS:
             break
-        same = np.r_[codes[p:] == codes[:-p], False]
+        same = np.r_[(codes[p:] == codes[:-p]) & (step[p:] == step[:-p]), False]
         edge = np.diff(np.r_[0, same.astype(np.int8), 0])
         for s, e in zip(np.flatnonzero(edge == 1).tolist(), np.flatnonzero(edge == -1).tolist(), strict=True):
             k = (e - s) // p + 1  # iterations: the run of equal ops p apart spans k - 1 of them
@@ -66,9 +102,9 @@ def _runs(tid: int, g: pl.DataFrame) -> list[tuple]:
             last = s + k * p - 1
             used[s:last + 1] = True
             ops = names[s:s + p].tolist()
-            kind = _kind(ops, dims[s:last + 1:p] if dims is not None else None)
-            if kind:
-                out.append((tid, kind, ops, k, int(end[last] - ts[s])))
+            short = float(np.median(end[s:last + 1] - ts[s:last + 1])) <= MAX_OP_NS
+            kind = _kind(ops, dims[s:last + 1:p] if dims is not None else None) if short else None
+            out.append((tid, kind, ops, k, int(ts[s]), int(ts[s + p]), int(end[last])))
     return out
 
 
