@@ -79,6 +79,7 @@ from traceview.analyses.overhead import backward_node_host_ns, eager_op_host_ns,
 from traceview.analyses.replay import Transform
 from traceview.analyses.rowid import by_id
 from traceview.evidence import Meta
+from traceview.frames import pick
 from traceview.ruleapi import XPROF_SEVERITY, Finding, RuleContext, min_savings
 
 from .fp32_gemm import cast_ns, tensor_core_gpu
@@ -119,11 +120,11 @@ def _kernels(ctx: RuleContext) -> pl.DataFrame:
 
     def build() -> pl.DataFrame:
         g = (
-            ctx.trace.gpu.select("i", "name", "kind", "ts", "dur")
+            pick(ctx.trace.gpu, "i", "name", "kind", "ts", "dur")
             .filter((pl.col("kind") == "compute") & (pl.col("ts") >= ctx.lo) & (pl.col("ts") < ctx.hi))
             .drop("kind", "ts")
         )
-        g = g.join(ctx.kb.select("i", "op", "op_name", "category", "bpe", "bytes"), on="i", how="left")
+        g = g.join(pick(ctx.kb, "i", "op", "op_name", "category", "bpe", "bytes"), on="i", how="left")
         g = g.join(first_input(ctx.trace).rename({"rank": "_rank", "dtype": "_dtype"}), on="op", how="left")
         conv = (pl.col("category") == "conv") | (pl.col("category").is_null() & contains(g, CONV_KERNEL_RE))
         low = contains(g, LOW_RE) | (pl.col("bpe") <= 2).fill_null(False)

@@ -101,6 +101,7 @@ from traceview.analyses.rowid import by_id
 from traceview.analyses.tree import ancestor_ids
 from traceview.analyses.whatif import removed_per_step, shrink_kernels
 from traceview.evidence import Meta, OpTime
+from traceview.frames import dropnull, filled, members, omit, pick
 from traceview.ruleapi import XPROF_SEVERITY, Finding, Option, RuleContext, min_savings
 
 CODE = "TV202"
@@ -178,13 +179,13 @@ def fp32_kernels(ctx: RuleContext, short_us: float = 10.0) -> pl.DataFrame:
     """The FP32 GEMM/conv kernels in the analysed steps with their predicted TF32 / BF16 times:
     [i, name, op_name, ts, end, dur, flops, new_dur, bf16_dur]."""
     spec = ctx.spec
-    g = ctx.trace.gpu.select("i", "name", "kind", "ts", "end", "dur")  # (a filter copies every column it has)
+    g = pick(ctx.trace.gpu, "i", "name", "kind", "ts", "end", "dur")  # (a filter copies every column it has)
     k = g.filter((pl.col("kind") == "compute") & (pl.col("ts") >= ctx.lo) & (pl.col("ts") < ctx.hi)
                  & contains(g, FP32_KERNEL_RE, unless=TC_KERNEL_RE))
-    k = k.select("i", "name", "ts", "end", "dur").join(ctx.kb.select("i", "op", "op_name", "flops", "bytes", "bpe"),
+    k = pick(k, "i", "name", "ts", "end", "dur").join(pick(ctx.kb, "i", "op", "op_name", "flops", "bytes", "bpe"),
                                                         on="i", how="left")
     # the Q·K^T and P·V matmuls of a materialized attention are the attention rule's (a fused kernel replaces them)
-    k = k.filter(~pl.col("op").is_in(score_op_ids(ctx.trace).implode()).fill_null(False)).drop("op")
+    k = omit(k.filter(~pl.col("op").is_in(members(score_op_ids(ctx.trace))).fill_null(False)), "op")
     # an op whose inputs are recorded as 16-bit is not an FP32 GEMM, whatever its kernel is called
     k = k.filter(pl.col("bpe").is_null() | (pl.col("bpe") >= 4))
     floor = (pl.col("bytes").fill_null(0) / spec.bw * 1e9)
@@ -206,7 +207,7 @@ def fp32_kernels(ctx: RuleContext, short_us: float = 10.0) -> pl.DataFrame:
 def _count_low_precision_gemms(gpu: pl.DataFrame) -> int:
     """The compute kernels of `gpu` that are 16-bit/FP8 GEMMs or convolutions (the regexes on each distinct name
     once, with its count)."""
-    names = gpu.select("kind", "name").filter(pl.col("kind") == "compute")["name"].value_counts()
+    names = pick(gpu, "kind", "name").filter(pl.col("kind") == "compute")["name"].value_counts()
     hit = pl.col("name").str.contains(LOW_PRECISION_RE) & pl.col("name").str.contains(r"(?i)gemm|xmma|cutlass|nvjet|conv")
     return int(names.filter(hit)["count"].sum())
 
@@ -336,10 +337,10 @@ def _on_fallback(ctx: RuleContext, k: pl.DataFrame, col: str, as_bf16: bool) -> 
     """`k` (fp32_kernels) with `col` raised, for each GEMM whose rows are misaligned at the fix's width
     (`_fallback`), to its FLOPs at `MISALIGNED_SHARE` of the 16-bit peak (cuBLAS's fallback kernel), never above
     the time it took; `k` gains the kernels' op."""
-    k = k.join(ctx.kb.select("i", "op"), on="i", how="left")
+    k = k.join(pick(ctx.kb, "i", "op"), on="i", how="left")
     bad = _fallback(ctx, as_bf16)["op"]
     slow = (pl.col("flops") / (MISALIGNED_SHARE * ctx.spec.tc_tflops * 1e12) * 1e9).fill_null(0)
-    return k.with_columns(pl.when(pl.col("op").is_in(bad.implode()))
+    return k.with_columns(pl.when(pl.col("op").is_in(members(bad)))
                           .then(pl.min_horizontal(pl.max_horizontal(pl.col(col), slow), pl.col("dur")))
                           .otherwise(pl.col(col)).cast(pl.Int64).alias(col))
 
@@ -347,10 +348,10 @@ def _on_fallback(ctx: RuleContext, k: pl.DataFrame, col: str, as_bf16: bool) -> 
 def _fp32_attention(ctx: RuleContext) -> pl.DataFrame:
     """FP32 fused attention kernels of the analysed steps with their 16-bit flash time: [i, op, new_dur]."""
     spec = ctx.spec
-    g = ctx.trace.gpu.select("i", "name", "kind", "ts", "dur")
+    g = pick(ctx.trace.gpu, "i", "name", "kind", "ts", "dur")
     a = g.filter((pl.col("kind") == "compute") & (pl.col("ts") >= ctx.lo) & (pl.col("ts") < ctx.hi)
                  & pl.col("name").str.contains(FUSED_ATTN_KERNEL_RE))
-    a = a.join(ctx.kb.select("i", "op", "op_name", "flops", "bytes", "bpe"), on="i", how="left")
+    a = a.join(pick(ctx.kb, "i", "op", "op_name", "flops", "bytes", "bpe"), on="i", how="left")
     a = a.filter((pl.col("bpe") >= 4) & pl.col("flops").is_not_null())
     back = pl.col("op_name").str.contains("backward")
     # (a causal call's FLOPs are the blocks it computes, in 16 bits as in FP32: `roofline.kernel_bound`)
@@ -377,11 +378,11 @@ def _casts(ctx: RuleContext, ops: pl.Series, kernels: pl.DataFrame) -> tuple[dic
     h = ctx.trace.host
     if ops.len() == 0 or "input_type" not in h.columns:
         return {}, {}
-    ops = ops.drop_nulls().unique().cast(pl.UInt32)
+    ops = dropnull(ops).unique().cast(pl.UInt32)
     back = h["name"].str.starts_with("autograd::engine::evaluate_function") | h["name"].str.ends_with("Backward0")
-    is_back = ancestor_ids(h, ops, back.fill_null(False).to_numpy(), include_self=True) >= 0
+    is_back = ancestor_ids(h, ops, filled(back, False).to_numpy(), include_self=True) >= 0
     fwd, bwd = ops.filter(pl.Series(~is_back)), ops.filter(pl.Series(is_back))
-    ac = h["name"].is_in(AUTOCAST_OPS).fill_null(False).to_numpy()
+    ac = filled(h["name"].is_in(AUTOCAST_OPS), False).to_numpy()
     top = ancestor_ids(h, fwd, ac, include_self=True)
     for _ in range(3):  # climb to the outermost (linear -> matmul -> mm)
         up = ancestor_ids(h, pl.Series(np.where(top >= 0, top, fwd.to_numpy()), dtype=pl.UInt32), ac)
@@ -394,7 +395,7 @@ def _casts(ctx: RuleContext, ops: pl.Series, kernels: pl.DataFrame) -> tuple[dic
     rows = by_id(h, outer, "name", "input_dims", "input_type")
     elems = [[math.prod(d) for j, (d, t) in enumerate(decode(dims, types))
               if t == "float" and d and j in PARAM_INPUTS.get(op, ())]
-             for op, dims, types in rows.select("name", "input_dims", "input_type").iter_rows()]
+             for op, dims, types in pick(rows, "name", "input_dims", "input_type").iter_rows()]
     act = _activation_casts(ctx, outer)
     elems = [e + act.get(int(op), []) for op, e in zip(outer.to_list(), elems, strict=True)]
     one = eager_op_host_ns(ctx.trace)
@@ -463,10 +464,12 @@ def _activation_casts(ctx: RuleContext, outer: pl.Series) -> dict[int, list[int]
     before each of its 2 x 12 blocks' first linear), BERT 50 (Q, K, V and the MLP's first linear per layer)."""
     h = ctx.trace.host
     prod_ids = h.filter(pl.col("name").is_in(list(FP32_PRODUCERS)))["i"]  # (host time: not the device's window)
+    if prod_ids.len() == 0:  # no op that produces an FP32 activation: nothing is cast (no query more)
+        return {}
     rows = by_id(h, pl.concat([outer, prod_ids.cast(pl.UInt32)]).unique().sort(), "i", "name", "tid", "ts", "end",
                  "input_dims", "input_type")
     key = ["name", "input_dims", "input_type"]
-    u = rows.select(key).unique()
+    u = pick(rows, *key).unique()
     e_out, e_in, dims = [], [], []
     for name, d, t in u.iter_rows():  # distinct (name, shapes), not events
         ts = decode(d, t)
@@ -476,6 +479,8 @@ def _activation_casts(ctx: RuleContext, outer: pl.Series) -> dict[int, list[int]
         e_out.append(_out_elements(name, ts))
         e_in.append([n for n, _ in ins])
         dims.append([x for _, x in ins])
+    if not any(e_in):  # no FP32 activation input: no consumer
+        return {}
     u = u.with_columns(pl.Series("e_out", e_out, pl.Int64), pl.Series("e_in", e_in, pl.List(pl.Int64)),
                        pl.Series("dims", dims, pl.List(pl.String)))
     r = rows.join(u, on=key, how="left", nulls_equal=True)
@@ -492,7 +497,7 @@ def _activation_casts(ctx: RuleContext, outer: pl.Series) -> dict[int, list[int]
     got = cons.join_asof(prod, left_on="ts", right_on="end", by=["tid", "e"], strategy="backward",
                          check_sortedness=False)
     # the outputs produced before each op, counted: siblings (Q, K, V) see only each other's in between
-    seen = prod.select("tid", "end").with_columns(k=pl.int_range(pl.len()).over("tid"))
+    seen = pick(prod, "tid", "end").with_columns(k=pl.int_range(pl.len()).over("tid"))
     got = got.sort("ts").join_asof(seen, left_on="ts", right_on="end", by="tid", strategy="backward",
                                    check_sortedness=False)
     # siblings: an op whose input dims are the previous autocast op's on the thread, with no output produced
@@ -511,7 +516,7 @@ def _fallback(ctx: RuleContext, as_bf16: bool) -> pl.DataFrame:
     else as TF32 reads them, 4 bytes): the FP32 CUDA-core kernel does not care, the Tensor-Core kernels do (a
     vocabulary of 50257: 4 or 8 elements per 16 bytes). Once per width (the check and both variants)."""
     return ctx.once(f"fallback_{as_bf16}", lambda: misaligned_calls(
-        ctx.trace.host, _kernels(ctx).join(ctx.kb.select("i", "op"), on="i", how="left")["op"],
+        ctx.trace.host, _kernels(ctx).join(pick(ctx.kb, "i", "op"), on="i", how="left")["op"],
         "c10::BFloat16" if as_bf16 else None))
 
 

@@ -70,6 +70,7 @@ from traceview.analyses.classify import sync_calls
 from traceview.analyses.replay import Transform, spans
 from traceview.analyses.windows import host_step_of
 from traceview.evidence import Meta
+from traceview.frames import members, pick
 from traceview.ingest.manifest import rank_entry, recurring_slow
 from traceview.ruleapi import XPROF_SEVERITY, Finding, Option, RuleContext
 
@@ -161,19 +162,19 @@ def _find(ctx: RuleContext) -> pl.DataFrame:
                                  "med": pl.Float64, "shapes": pl.Int64})
     if "input_dims" not in h.columns or h.height == 0:
         return empty
-    h = h.select("i", "cat", "name", "tid", "ts", "end", "parent", "input_dims")
+    h = pick(h, "i", "cat", "name", "tid", "ts", "end", "parent", "input_dims")
     ops = h.filter((pl.col("cat") == "cpu_op") & (pl.col("ts") >= ctx.lo) & (pl.col("ts") < ctx.hi))
     ops = ops.filter(~pl.col("name").str.contains(COMPILE_RE) & ~pl.col("name").str.contains(COMM_RE))
     if ops.height == 0:
         return empty
-    child = (h.filter(pl.col("parent").is_in(ops["i"].implode())).group_by("parent")
+    child = (h.filter(pl.col("parent").is_in(members(ops["i"]))).group_by("parent")
              .agg((pl.col("end") - pl.col("ts")).sum().alias("_c")))
     launchers = h.filter(pl.col("cat").is_in(["cuda_runtime", "cuda_driver"])
                          & pl.col("name").str.contains("Launch"))["parent"].unique()
     o = (ops.join(child, left_on="i", right_on="parent", how="left")
          .with_columns(own=(pl.col("end") - pl.col("ts") - pl.col("_c").fill_null(0)).cast(pl.Int64),
                        input_dims=pl.col("input_dims").cast(pl.String),
-                       launches=pl.col("i").is_in(launchers.implode())))
+                       launches=pl.col("i").is_in(members(launchers))))
     o = o.with_columns(n=pl.len().over("name"), shapes=pl.col("input_dims").n_unique().over("name"),
                        first=pl.col("ts").rank("ordinal").over("name", "input_dims") == 1)
     # the op's own time once its plan is cached: the median over its calls on a shape seen before; where every

@@ -22,6 +22,7 @@ import math
 import numpy as np
 import polars as pl
 
+from ..frames import dropnull, pick
 from ..memo import per_trace
 from ..model import RUNTIME_CATS, Trace
 from .causal import causal_share, sdpa_causal
@@ -138,7 +139,7 @@ def _gemm_out(ts: list[tuple[list[int], str]]) -> list[int] | None:
 def score_ops(trace: Trace) -> pl.DataFrame:
     """One row per cpu_op that launched GPU work: [op, score, gemm, softmax, backward, heads, n_q, n_kv,
     score_bytes] (score: it touches materialized attention scores; the shape columns are the scores')."""
-    ids = trace.gpu["op"].drop_nulls().unique().sort()
+    ids = dropnull(trace.gpu["op"]).unique().sort()
     if ids.len() == 0 or "input_dims" not in trace.host.columns:
         return pl.DataFrame(schema=_SCHEMA)
     ops = by_id(trace.host, ids, pl.col("i").alias("op"), "name", "input_dims", "input_type")
@@ -320,7 +321,7 @@ def score_kernels(trace: Trace, lo: int, hi: int) -> pl.DataFrame:
     [i, name, device, stream, ts, end, dur, op, launch, op_name, score, gemm, softmax, backward, heads, n_q,
     n_kv, score_bytes, run, pos]."""
     g = (
-        trace.gpu.select("i", "name", "kind", "device", "stream", "ts", "end", "dur", "op", "launch")
+        pick(trace.gpu, "i", "name", "kind", "device", "stream", "ts", "end", "dur", "op", "launch")
         .filter((pl.col("kind") == "compute") & (pl.col("ts") >= lo) & (pl.col("ts") < hi))
         .drop("kind")
     )

@@ -28,6 +28,7 @@ from __future__ import annotations
 import polars as pl
 
 from ..engine import IN_MEMORY
+from ..frames import members, pick
 from ..memo import per_trace, per_windows
 from ..model import Trace
 from ..units import us
@@ -98,7 +99,7 @@ def _all_syncs(trace: Trace) -> tuple[pl.DataFrame, pl.Series]:
         (pl.col("kind") == "sync") & pl.col("name").is_in(SYNC_EVENT_NAMES))
     if rt.height == 0 and ev.height == 0:  # no sync call (a common case): nothing to join, merge or search
         return rt, pl.Series("i", [], pl.Boolean)
-    ev = ev.filter(pl.col("launch").is_null() | ~pl.col("launch").is_in(rt["i"].implode()))
+    ev = ev.filter(pl.col("launch").is_null() | ~pl.col("launch").is_in(members(rt["i"])))
     ev = join_by_id(ev, "launch", h, pl.col("op").alias("_hop"), pl.col("tid").alias("_htid"))
     ev = ev.select(pl.coalesce("launch", "i").alias("i"), "name",
                    pl.coalesce("launch_ts", "ts").alias("ts"), pl.coalesce("launch_end", "end").alias("end"),
@@ -107,7 +108,7 @@ def _all_syncs(trace: Trace) -> tuple[pl.DataFrame, pl.Series]:
     out = pl.concat([rt, ev], how="vertical_relaxed").unique("i")
     out = out.filter((pl.col("ts") >= lo) & (pl.col("ts") < hi)).sort("ts")
     inside = compile_syncs(trace, out)
-    return out, out["i"].is_in(inside.implode())
+    return out, out["i"].is_in(members(inside))
 
 
 def compile_syncs(trace: Trace, syncs: pl.DataFrame) -> pl.Series:
@@ -136,7 +137,7 @@ def _all_sync_windows(trace: Trace) -> pl.DataFrame:
 
 @per_trace
 def _gpu_starts(trace: Trace) -> pl.DataFrame:
-    return gpu_work(trace.gpu.select("kind", "ts")).select(pl.col("ts").alias("next_ts")).unique().sort("next_ts")
+    return gpu_work(pick(trace.gpu, "kind", "ts")).select(pl.col("ts").alias("next_ts")).unique().sort("next_ts")
 
 
 def _sync_windows(trace: Trace, syncs: pl.DataFrame) -> pl.DataFrame:
@@ -188,7 +189,7 @@ def _gpu_gaps(trace: Trace) -> tuple[pl.DataFrame, int] | None:
     """The gaps between the merged GPU activity [gts (null before the first), gend, launch_ts, tail] and the
     end of the last activity (None without GPU activity): the window-independent part of `idle_gaps`,
     computed once per trace."""
-    work = gpu_work(trace.gpu.select("kind", "ts", "end", "launch_ts"))  # (a filter copies every column it has)
+    work = gpu_work(pick(trace.gpu, "kind", "ts", "end", "launch_ts"))  # (a filter copies every column it has)
     if work.height == 0:
         return None
     m = merge(work).sort("ts")
@@ -237,14 +238,14 @@ def labelled_intervals(trace: Trace, lo: int, hi: int, kb: pl.DataFrame | None =
     its rows (each part's filtered to [lo, hi) as it is built) and frees them once merged."""
     kb = kernel_bound(trace) if kb is None else kb
     inside = (pl.col("end") > lo) & (pl.col("ts") < hi)
-    compute = kb.filter(pl.col("bound") == "compute")["i"].implode()  # a kernel kb has not is memory-bound
+    compute = members(kb.filter(pl.col("bound") == "compute")["i"])  # a kernel kb has not is memory-bound
     kind = pl.col("kind")
     gpu = gpu_work(trace.gpu.lazy().select("i", "kind", "ts", "end")).filter(inside).select(
         pl.when(kind == "comm").then(_rank("communication"))
         .when((kind == "compute") & pl.col("i").is_in(compute)).then(_rank("gpu_compute"))
         .otherwise(_rank("gpu_memory")).alias("k"), "ts", "end")
     idle = idle_gaps(trace, lo, hi)
-    sync = pl.concat([sync_windows(trace).select("ts", "end"), sync_ramps(trace, idle).select("ts", "end")])
+    sync = pl.concat([pick(sync_windows(trace), "ts", "end"), pick(sync_ramps(trace, idle), "ts", "end")])
     sync = sync.lazy().select(_rank("host_sync").alias("k"), "ts", "end")
     inp = dataloader_spans(trace).lazy().select(_rank("input").alias("k"), "ts", "end")
     gaps = idle.lazy().select(
@@ -297,7 +298,7 @@ def _partition(trace: Trace, steps: pl.DataFrame) -> pl.DataFrame:
 
 def _partition_uncached(trace: Trace, steps: pl.DataFrame, kb: pl.DataFrame,
                         cls_dtype: pl.DataType = pl.String) -> pl.DataFrame:
-    windows = steps.select("step", "ts", "end")
+    windows = pick(steps, "step", "ts", "end")
     if windows.height == 0:
         return pl.DataFrame(schema={"step": pl.Int64, "ts": pl.Int64, "end": pl.Int64, "cls": cls_dtype})
     lo, hi = int(windows["ts"].min()), int(windows["end"].max())

@@ -41,6 +41,7 @@ import re
 import msgspec
 import polars as pl
 
+from ..frames import dropnull, members, omit, pick
 from ..model import Trace
 from .causal import sdpa_causal
 from .names import contains
@@ -308,7 +309,7 @@ def op_costs(trace: Trace, op_ids: pl.Series | None = None) -> pl.DataFrame:
     ops = ops.with_columns(concrete=pl.when(pl.col("name").is_in([*CONV_ARGS, *INDEX_OPS])).then("concrete"),
                            strides=pl.when(pl.col("name").is_in(list(INDEX_OPS))).then("strides"))
     key = ["name", "input_dims", "input_type", "concrete", "strides"]
-    combos = ops.select(key).unique()
+    combos = pick(ops, *key).unique()
     rows = []
     for name, dims_b, types_b, conc_b, str_b in combos.iter_rows():  # distinct shapes, not events
         try:
@@ -357,14 +358,14 @@ def kernel_bound(trace: Trace, spec: Spec | None = None) -> pl.DataFrame:
     transforms included), so its FP32 FLOPs ran at the TF32 peak (`peak_expr`).
     """
     spec = spec or trace_spec(trace.meta)
-    k = trace.gpu.select("i", "name", "op", "dur", "kind").filter(pl.col("kind") == "compute").drop("kind")
+    k = omit(pick(trace.gpu, "i", "name", "op", "dur", "kind").filter(pl.col("kind") == "compute"), "kind")
     if k.height == 0:
         return pl.DataFrame(schema={"i": pl.UInt32, "op": pl.UInt32, "op_name": pl.String, "category": pl.String,
                                     "flops": pl.Float64, "bytes": pl.Float64, "bpe": pl.Float64,
                                     "intensity": pl.Float64, "bound": pl.String, "source": pl.String,
                                     "in0_bytes": pl.Float64, "extra_bytes": pl.Float64, "out_bytes": pl.Float64,
                                     "tf32": pl.Boolean})
-    costs = op_costs(trace, k["op"].drop_nulls().unique())
+    costs = op_costs(trace, dropnull(k["op"]).unique())
     causal = sdpa_causal(trace)
     if causal != 1.0:  # a causal SDPA call computes only the blocks on and below the diagonal
         costs = costs.with_columns(flops=pl.when(pl.col("category") == "attention").then(pl.col("flops") * causal)
@@ -385,7 +386,7 @@ def kernel_bound(trace: Trace, spec: Spec | None = None) -> pl.DataFrame:
     tf32 = contains(k, TF32_KERNEL_RE).fill_null(False)
     # (the ops that launched one, looked up: no window over every kernel)
     ops = k.filter(tf32 & pl.col("op").is_not_null())["op"].unique()
-    k = k.with_columns(tf32=tf32 | pl.col("op").is_in(ops.implode()).fill_null(False))
+    k = k.with_columns(tf32=tf32 | pl.col("op").is_in(members(ops)).fill_null(False))
     peak = peak_expr(spec)
     by_shape = pl.when(pl.col("flops") / peak >= pl.col("bytes") / bw).then(pl.lit("compute")).otherwise(pl.lit("memory"))
     by_name = pl.when(contains(k, COMPUTE_KERNEL_RE)).then(pl.lit("compute")).otherwise(pl.lit("memory"))

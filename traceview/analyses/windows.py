@@ -7,6 +7,7 @@ import numpy as np
 import polars as pl
 
 from ..engine import IN_MEMORY
+from ..frames import pick, take
 from ..model import Trace
 from .intervals import open_at
 from .timeline import gpu_work
@@ -16,12 +17,12 @@ CUT_OFF_RATIO = 0.8  # tb_plugin: a last step with < 80 % of the previous step's
 
 def gpu_ops_per_step(trace: Trace, steps: pl.DataFrame) -> pl.DataFrame:
     """[step, gpu_ops]: GPU activities whose launch call lies in the step's host span (tb_plugin's count)."""
-    w = steps.select("step", "cpu_ts", "cpu_end").sort("cpu_ts")
-    g = gpu_work(trace.gpu.select("kind", "launch_ts")).filter(pl.col("launch_ts").is_not_null()).select("launch_ts")
+    w = pick(steps, "step", "cpu_ts", "cpu_end").sort("cpu_ts")
+    g = gpu_work(pick(trace.gpu, "kind", "launch_ts")).filter(pl.col("launch_ts").is_not_null()).select("launch_ts")
     g = g.sort("launch_ts")
     got = (g.join_asof(w, left_on="launch_ts", right_on="cpu_ts", strategy="backward")
            .filter(pl.col("launch_ts") < pl.col("cpu_end")).group_by("step").len())
-    return steps.select("step").join(got, on="step", how="left").select(
+    return pick(steps, "step").join(got, on="step", how="left").select(
         "step", pl.col("len").fill_null(0).cast(pl.Int64).alias("gpu_ops")).sort("step")
 
 
@@ -85,8 +86,8 @@ def in_steps(df: pl.DataFrame, steps: pl.DataFrame, col: str = "ts") -> pl.DataF
     j = open_at(wts[o], steps["end"].to_numpy()[o], df[col].to_numpy())
     ok = j >= 0
     if ok.all():  # every row in a step (the usual case): no copy of the rows by a filter
-        return df.hstack([steps["step"].gather(pl.Series(o[j]))])
-    return df.filter(pl.Series(ok)).hstack([steps["step"].gather(pl.Series(o[j[ok]]))])
+        return df.hstack([take(steps["step"], pl.Series(o[j]))])
+    return df.filter(pl.Series(ok)).hstack([take(steps["step"], pl.Series(o[j[ok]]))])
 
 
 def host_step_of(df: pl.DataFrame, steps: pl.DataFrame, col: str, out: str = "step") -> pl.DataFrame:

@@ -27,6 +27,7 @@ from ..analyses.rowid import locate
 from ..analyses.tree import call_tree, enclosing_op
 from ..engine import IN_MEMORY
 from ..errors import TraceError
+from ..frames import dropnull, filled, isnull, notnull, omit, pick, take
 from ..model import STEP_RE, Job, Trace, TraceMeta, conform
 from . import argtables as at
 from . import decode as d
@@ -312,7 +313,7 @@ def _load_file(path: Path, max_bytes: int, on_stage: Callable[[str], None] | Non
         # strings (fewer polars calls: the codes are decoded per slice)
         dicts = {k: _Dict(v) for k, v in fast.dicts.items()} if fast.n >= _SMALL_ROWS else None
         if dicts is None:
-            cols.update({k: fast.dicts[k].gather(cols[k]).alias(k) for k in fast.dicts})
+            cols.update({k: take(fast.dicts[k], cols[k]).alias(k) for k in fast.dicts})
         base = pl.DataFrame({
             "ph": cols["ph"], "cat": cols["cat"], "name": cols["name"],
             "pid": _fast_ids(cols["pid"], fast.pid_strs), "tid": _fast_ids(cols["tid"], fast.tid_strs),
@@ -393,7 +394,7 @@ def _load_file(path: Path, max_bytes: int, on_stage: Callable[[str], None] | Non
     meta = replace(_meta(path, doc, fmt, t0_us, counts, warnings, steps, rocm, host, gpu), manifest=manifest)
     return Trace(meta=meta, host=_null_constants(conform("host", host)), gpu=_null_constants(conform("gpu", gpu)),
                  gpu_annotations=conform("gpu_annotations", gann), memory=conform("memory", mem),
-                 flows=conform("flows", flows), steps=conform("steps", steps.drop("synthetic")),
+                 flows=conform("flows", flows), steps=conform("steps", omit(steps, "synthetic")),
                  threads=conform("threads", threads))
 
 
@@ -743,7 +744,7 @@ def _unusable_gpu_args(gpu: pl.DataFrame, warnings: list[str]) -> None:
         if col not in gpu.columns or gpu[col].null_count() == gpu.height:
             continue
         v = _to_int(gpu[col])
-        n = int((gpu[col].is_not_null() & (v.is_null() | _out(v, lo, hi)).fill_null(True)).sum())
+        n = int((notnull(gpu[col]) & filled(isnull(v) | _out(v, lo, hi), True)).sum())
         if n:
             found.append(f"{key} x{n:,} ({instead})")
     if found:
@@ -773,7 +774,7 @@ def _finish_gpu(gpu: pl.DataFrame, host: pl.DataFrame, warnings: list[str]) -> p
                   pl.col("end").alias("launch_end"), pl.col("tid").alias("launch_tid")).collect(**_IN_MEMORY))
     if gpu.height < _SMALL_ROWS:  # a join costs fewer polars calls than the lookup below
         rt = rt.filter(pl.col("correlation").is_first_distinct())
-        return _kinds(gpu.hstack(gpu.select("correlation").join(rt, on="correlation", how="left", maintain_order="left")
+        return _kinds(gpu.hstack(pick(gpu, "correlation").join(rt, on="correlation", how="left", maintain_order="left")
                                  .drop("correlation")), host)
     corr = rt["correlation"].to_numpy()
     if corr.size > 1 and not bool((corr[1:] > corr[:-1]).all()):  # (increasing: unique already, the common case)
@@ -843,7 +844,7 @@ def _steps(host: pl.DataFrame, gpu: pl.DataFrame, warnings: list[str]) -> pl.Dat
         warnings.append(f"{apart.height:,} ProfilerStep numbers name more than one step at different times (e.g. "
                         f"{apart['name'][0][:40]!r}): each is analyzed as one step from its first start to its "
                         "last end")
-    cpu = stepcheck.drop_trailing_empty(stepcheck.drop_displaced(cpu.drop("_apart"), host, warnings), host, warnings)
+    cpu = stepcheck.drop_trailing_empty(stepcheck.drop_displaced(omit(cpu, "_apart"), host, warnings), host, warnings)
     stepcheck.warn_overlaps(cpu, warnings)
     synthetic = cpu.height == 0
     if synthetic:
@@ -900,7 +901,7 @@ def _periods(cpu: pl.DataFrame, gpu: pl.DataFrame) -> pl.DataFrame:
     queued): it keeps only the median idle the other steps have before their first GPU work. So no period holds
     GPU work queued before the recording, and on a GPU-bound loop the period is the GPU's step period. The last
     step ends at the end of its host span or of its GPU work, whichever is later."""
-    if "gpu_ts" not in cpu.columns or cpu["gpu_ts"].is_null().all() or gpu.height == 0:
+    if "gpu_ts" not in cpu.columns or isnull(cpu["gpu_ts"]).all() or gpu.height == 0:
         return cpu.with_columns(ts=pl.col("tb_ts"), end=pl.col("tb_end")).drop("_first_launch")
     work = (gpu.lazy().filter(pl.col("kind") != "sync").select("ts", "end", "launch_end").sort("ts")
             .with_columns(_busy_to=pl.col("end").cum_max()).collect(**_IN_MEMORY))
@@ -921,7 +922,7 @@ def _periods(cpu: pl.DataFrame, gpu: pl.DataFrame) -> pl.DataFrame:
            .with_columns(ts=start).collect(**_IN_MEMORY))
     # the first recorded step opens on an idle GPU (the profiler's start-up, the host's preamble with nothing
     # queued): it keeps only as much idle before its first GPU work as the other steps have at their start
-    lead = (cpu["gpu_ts"] - cpu["ts"]).slice(1).drop_nulls()
+    lead = dropnull((cpu["gpu_ts"] - cpu["ts"]).slice(1))
     if lead.len() and cpu["gpu_ts"][0] is not None:
         first = max(int(cpu["ts"][0]), int(cpu["gpu_ts"][0]) - max(0, int(lead.median())))
         cpu = cpu.with_columns(ts=pl.when(pl.int_range(pl.len()) == 0).then(first).otherwise(pl.col("ts")))

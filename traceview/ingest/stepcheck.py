@@ -11,6 +11,7 @@ import numpy as np
 import polars as pl
 
 from ..engine import IN_MEMORY as _IN_MEMORY
+from ..frames import dropnull, filled, members
 
 
 def _us(ns: int | float) -> str:
@@ -53,7 +54,7 @@ def drop_displaced(steps: pl.DataFrame, host: pl.DataFrame, warnings: list[str])
     st = steps.sort("cpu_ts", "step")
     # a span encloses an event when some host row has it as its parent (the call tree: one pass, no sort); the
     # others (overlapping spans do not nest) are checked by time, on every thread
-    empty = ~st["host_idx"].is_in(host["parent"].drop_nulls().unique().implode()).to_numpy()
+    empty = ~st["host_idx"].is_in(members(dropnull(host["parent"]).unique())).to_numpy()
     if not empty.any():
         return steps
     lo, hi = st["cpu_ts"].to_numpy(), st["cpu_end"].to_numpy()
@@ -160,7 +161,7 @@ def warn_overlaps(steps: pl.DataFrame, warnings: list[str]) -> None:
     """Say when a step span starts before the previous one (in time) ends: the step periods still partition time
     (each runs from its start to the next step's start), so no instant counts in two steps."""
     st = steps.sort("cpu_ts", "step")
-    over = (st["cpu_ts"] < st["cpu_end"].shift(1)).fill_null(False)
+    over = filled(st["cpu_ts"] < st["cpu_end"].shift(1), False)
     n = int(over.sum())
     if n:
         k = int(np.argmax(over.to_numpy()))
