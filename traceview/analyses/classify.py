@@ -27,7 +27,7 @@ from __future__ import annotations
 
 import polars as pl
 
-from ..engine import IN_MEMORY
+from ..engine import CHAIN, IN_MEMORY
 from ..frames import members, pick
 from ..memo import per_trace, per_windows
 from ..model import Trace
@@ -93,20 +93,20 @@ def _all_syncs(trace: Trace) -> tuple[pl.DataFrame, pl.Series]:
     variants read them: one search for the compiler's spans)."""
     h = trace.host
     # the regex only on the runtime calls
-    rt = (h[["i", "cat", "name", "ts", "end", "op", "tid"]].filter(pl.col("cat").is_in(["cuda_runtime", "cuda_driver"]))
-          .filter(pl.col("name").str.contains(SYNC_RUNTIME_RE)).drop("cat"))
+    rt = (h[["i", "cat", "name", "ts", "end", "op", "tid"]].lazy().filter(pl.col("cat").is_in(["cuda_runtime", "cuda_driver"]))
+          .filter(pl.col("name").str.contains(SYNC_RUNTIME_RE)).drop("cat").collect(**CHAIN))
     ev = trace.gpu[["i", "kind", "name", "launch", "launch_ts", "launch_end", "ts", "end"]].filter(
         (pl.col("kind") == "sync") & pl.col("name").is_in(SYNC_EVENT_NAMES))
     if rt.height == 0 and ev.height == 0:  # no sync call (a common case): nothing to join, merge or search
         return rt, pl.Series("i", [], pl.Boolean)
     ev = ev.filter(pl.col("launch").is_null() | ~pl.col("launch").is_in(members(rt["i"])))
     ev = join_by_id(ev, "launch", h, pl.col("op").alias("_hop"), pl.col("tid").alias("_htid"))
-    ev = ev.select(pl.coalesce("launch", "i").alias("i"), "name",
-                   pl.coalesce("launch_ts", "ts").alias("ts"), pl.coalesce("launch_end", "end").alias("end"),
-                   pl.col("_hop").alias("op"), pl.col("_htid").alias("tid"))
+    ev = ev.lazy().select(pl.coalesce("launch", "i").alias("i"), "name",
+                          pl.coalesce("launch_ts", "ts").alias("ts"), pl.coalesce("launch_end", "end").alias("end"),
+                          pl.col("_hop").alias("op"), pl.col("_htid").alias("tid"))
     lo, hi = host_span(trace)
-    out = pl.concat([rt, ev], how="vertical_relaxed").unique("i")
-    out = out.filter((pl.col("ts") >= lo) & (pl.col("ts") < hi)).sort("ts")
+    out = pl.concat([rt.lazy(), ev], how="vertical_relaxed").unique("i")
+    out = out.filter((pl.col("ts") >= lo) & (pl.col("ts") < hi)).sort("ts").collect(**CHAIN)
     inside = compile_syncs(trace, out)
     return out, out["i"].is_in(members(inside))
 

@@ -1000,8 +1000,9 @@ def layer_table(trace: Trace, steps: pl.DataFrame | None = None, depth: int | No
         sl = _class_time(part, lid_of.astype(np.uint32)[_segment_codes(trace, part).to_numpy()])  # per layer first
         wide = sl.group_by("lid").agg(*[pl.col("dur").filter(pl.col("cls") == c).sum().alias(c) for c in CLASSES],
                                       pl.len().alias("_n"))
-        rolled = incl(wide, list(CLASSES)).unpivot(index="lid", variable_name="cls", value_name="dur")
-        sh = pl.concat([rolled, sl.filter(pl.Series(unl[sl["lid"].to_numpy()]))], how="diagonal_relaxed")
+        # (lazy: the shares are computed in the table's query below)
+        rolled = incl(wide, list(CLASSES)).lazy().unpivot(index="lid", variable_name="cls", value_name="dur")
+        sh = pl.concat([rolled, sl.lazy().filter(pl.Series(unl[sl["lid"].to_numpy()]))], how="diagonal_relaxed")
         sh = sh.group_by("lid").agg(pl.col("dur").sum().alias("time_ns"),
                                     *[pl.col("dur").filter(pl.col("cls") == c).sum().alias(f"share_{c}")
                                       for c in CLASSES])
@@ -1056,7 +1057,8 @@ def layer_table(trace: Trace, steps: pl.DataFrame | None = None, depth: int | No
     del gk, own
     self_ = g.group_by("lid").agg(pl.col("dur").sum().alias("self_gpu_ns"), pl.len().alias("self_kernels"))
     # the bound holding most of a layer's GPU time (its sub-layers' included); ties to the first name
-    bk = g.filter(pl.col("bound").is_not_null()).group_by("lid", "bound").agg(pl.col("dur").sum(), pl.len().alias("_n"))
+    bk = (g.lazy().filter(pl.col("bound").is_not_null()).group_by("lid", "bound").agg(pl.col("dur").sum(), pl.len().alias("_n"))
+          .collect(**CHAIN))
     bound = pl.DataFrame(schema={"lid": pl.UInt32, "bound": pl.String})
     if bk.height:
         kinds = sorted(bk["bound"].unique().to_list())

@@ -34,7 +34,7 @@ from typing import Any
 import numpy as np
 import polars as pl
 
-from ..engine import IN_MEMORY
+from ..engine import CHAIN, IN_MEMORY
 from ..frames import dropnull, filled, isnull, members, notnull, omit, pick, take
 from ..ingest import heap_trim
 from ..ingest.categories import GRAPH_LAUNCH_RE, RUNTIME_CATS
@@ -143,13 +143,15 @@ def _anchors(trace: Trace, code: np.ndarray) -> pl.DataFrame:
     """[i, tid, ts, end, name, marker] of the host anchors, by (tid, ts): top-level runtime calls and step markers
     (`code`: the host rows' `_kind_code`)."""
     h = trace.host
-    rt = pick(h, "i", "tid", "ts", "end", "name").filter(pl.Series(code == _RUNTIME)).with_columns(marker=pl.lit(False))
+    # (the anchors in three queries: a small trace's run is mostly polars' fixed cost per query)
+    rt = pick(h, "i", "tid", "ts", "end", "name").lazy().filter(pl.Series(code == _RUNTIME)).with_columns(
+        marker=pl.lit(False))
     st = trace.steps.filter(pl.col("cpu_ts").is_not_null() & pl.col("host_idx").is_not_null())
     tid = (h.lazy().filter(pl.col("i").is_in(members(st["host_idx"]))).select("i", "tid").collect(**IN_MEMORY))
-    st = st.join(tid, left_on="host_idx", right_on="i", how="inner")
+    st = st.lazy().join(tid.lazy(), left_on="host_idx", right_on="i", how="inner")
     marks = pl.concat([st.select(pl.col("host_idx").alias("i"), "tid", pl.col(c).alias("ts"), pl.col(c).alias("end"),
                                  "name", marker=pl.lit(True)) for c in ("cpu_ts", "cpu_end")])
-    a = pl.concat([rt, marks.cast(rt.schema)])
+    a = pl.concat([rt, marks.cast(rt.collect_schema())]).collect(**CHAIN)
     del rt, marks
     ok = notnull(a["ts"]) & notnull(a["end"])
     if not ok.all():
@@ -191,11 +193,12 @@ def _build(trace: Trace) -> Graph:
     a_gap = np.where(a_overlap, a_ts - prev_ts, np.maximum(a_ts - prev_end, 0))
     a_own = a_end - a_ts
 
-    g = gpu_work(pick(trace.gpu, "i", "kind", "device", "stream", "ts", "end", "launch")).filter(
-        pl.col("ts").is_not_null() & pl.col("end").is_not_null())
+    g = gpu_work(pick(trace.gpu, "i", "kind", "device", "stream", "ts", "end", "launch").lazy()).filter(
+        pl.col("ts").is_not_null() & pl.col("end").is_not_null()).collect(**CHAIN)
     # the copies `_waits` reads (launches of a copy, by their end: order-free) before the sort, which then leaves
     # the kinds out (text: 16 B an activity)
-    copies = g.filter(pl.col("kind") == "memcpy").select(pl.col("launch").cast(pl.Int64), "end").drop_nulls()
+    copies = g.lazy().filter(pl.col("kind") == "memcpy").select(pl.col("launch").cast(pl.Int64), "end").drop_nulls(
+    ).collect(**CHAIN)
     g = omit(g, "kind").sort(pl.col("device").fill_null(-1), pl.col("stream").fill_null(-1), "ts")
     n_d = g.height
     d_ts, d_end = _i64(g["ts"]), _i64(g["end"])
@@ -314,9 +317,9 @@ def _build(trace: Trace) -> Graph:
     # a call that waited keeps only its floor: the shortest call of its name in the trace
     waited = a_wait >= 0
     if waited.any():
-        floor = (a.with_columns(_own=pl.Series(a_own)).filter(~pl.col("marker"))
+        floor = (a.lazy().with_columns(_own=pl.Series(a_own)).filter(~pl.col("marker"))
                  .group_by("name").agg(pl.col("_own").min().alias("_floor")))
-        fl = filled(pick(a, "name").join(floor, on="name", how="left")["_floor"], 0).to_numpy()
+        fl = filled(pick(a, "name").lazy().join(floor, on="name", how="left").collect(**CHAIN)["_floor"], 0).to_numpy()
         a_own = np.where(waited, np.minimum(a_own, fl), a_own)
     a_wait, a_wake = _latent_waits(a_ts, a_end, blocking, a_wait, a_wake, d_launch, d_end)
     # the rows' search below is the build's peak: the statistics' temporaries go first (kept: the graph's arrays)
@@ -395,12 +398,12 @@ def _long_rows(trace: Trace, code: np.ndarray) -> pl.DataFrame:
     """[tid, ts, end] of the recorded ops and annotations that last at least JOIN_GAP_NS, step spans left out (a
     thread inside one is busy in it: a gloo collective on its worker thread, a CPU kernel); `code`: the host rows'
     `_kind_code`."""
-    long = pick(trace.host, "tid", "ts", "end", "name").filter(
+    long = pick(trace.host, "tid", "ts", "end", "name").lazy().filter(
         ((pl.col("end") - pl.col("ts")) >= JOIN_GAP_NS) & pl.Series(code == _OP))
     # (the name is matched on the few long rows only: a regex over every host row costs)
     return (long.filter(~pl.col("name").str.contains(STEP_RE))
             .select(pl.col("tid").cast(pl.Int64), pl.col("ts").cast(pl.Int64), pl.col("end").cast(pl.Int64))
-            .drop_nulls())
+            .drop_nulls().collect(**CHAIN))
 
 
 #: the host-side collectives a worker thread runs for the program (ProcessGroupGloo's `gloo:<op>` ranges) and the
@@ -423,9 +426,9 @@ def _handoffs(trace: Trace, a_tid: np.ndarray, a_ts: np.ndarray, a_end: np.ndarr
     # (the ops' mask and the name test in one filter: a filter copies every column it keeps, and the ops are half
     # the host rows; the ranges and the enqueueing ops are a few)
     ann, op = pick(trace.host, "name", "tid", "ts", "end"), pl.Series(code == _OP)
-    rng = (ann.filter(op, pl.col("name").str.starts_with(HANDOFF_RANGE))
+    rng = (ann.lazy().filter(op, pl.col("name").str.starts_with(HANDOFF_RANGE))
            .select(pl.col("tid").cast(pl.Int64), pl.col("ts").cast(pl.Int64), pl.col("end").cast(pl.Int64))
-           .drop_nulls())
+           .drop_nulls().collect(**CHAIN))
     real = ~marker
     if rng.height == 0 or not real.any():
         return a_join, a_jwake, a_gap

@@ -41,6 +41,7 @@ import re
 import msgspec
 import polars as pl
 
+from ..engine import CHAIN
 from ..frames import dropnull, members, omit, pick
 from ..model import Trace
 from .causal import sdpa_causal
@@ -380,20 +381,20 @@ def kernel_bound(trace: Trace, spec: Spec | None = None) -> pl.DataFrame:
         share = (pl.col("dur").cast(pl.Float64) / pl.col("dur").sum().over("op").cast(pl.Float64)).fill_nan(None)
         nker = pl.len().over("op").cast(pl.Float64)
         share = pl.when(pl.col("op").is_null()).then(None).otherwise(share.fill_null(1.0 / nker))
-        k = k.join(costs, on="op", how="left").with_columns(_share=share).with_columns(
-            *[pl.col(c) * pl.col("_share") for c in ("flops", "bytes", "in0_bytes", "extra_bytes", "out_bytes")])
+        k = k.lazy().join(costs.lazy(), on="op", how="left").with_columns(_share=share).with_columns(
+            *[pl.col(c) * pl.col("_share") for c in ("flops", "bytes", "in0_bytes", "extra_bytes", "out_bytes")]
+        ).collect(**CHAIN)
     bw = spec.bw
     tf32 = contains(k, TF32_KERNEL_RE).fill_null(False)
     # (the ops that launched one, looked up: no window over every kernel)
-    ops = k.filter(tf32 & pl.col("op").is_not_null())["op"].unique()
-    k = k.with_columns(tf32=tf32 | pl.col("op").is_in(members(ops)).fill_null(False))
+    ops = k.lazy().filter(tf32 & pl.col("op").is_not_null()).select(pl.col("op").unique()).collect(**CHAIN)["op"]
     peak = peak_expr(spec)
     by_shape = pl.when(pl.col("flops") / peak >= pl.col("bytes") / bw).then(pl.lit("compute")).otherwise(pl.lit("memory"))
     by_name = pl.when(contains(k, COMPUTE_KERNEL_RE)).then(pl.lit("compute")).otherwise(pl.lit("memory"))
     has = pl.col("flops").is_not_null() & pl.col("bytes").is_not_null() & (pl.col("bytes") > 0)
-    return k.with_columns(
+    return k.lazy().with_columns(tf32=tf32 | pl.col("op").is_in(members(ops)).fill_null(False)).with_columns(
         intensity=pl.when(has).then(pl.col("flops") / pl.col("bytes")),
         bound=pl.when(has).then(by_shape).otherwise(by_name),
         source=pl.when(has).then(pl.lit("shapes")).otherwise(pl.lit("name")),
     ).select("i", "op", "op_name", "category", "flops", "bytes", "bpe", "intensity", "bound", "source",
-             "in0_bytes", "extra_bytes", "out_bytes", "tf32")
+             "in0_bytes", "extra_bytes", "out_bytes", "tf32").collect(**CHAIN)

@@ -14,8 +14,8 @@ KERNEL_WAIT_NS = 30_000  # HTA's consecutive_kernel_delay (30 µs)
 BUSY_KINDS = ["compute", "comm", "memcpy", "memset"]
 
 
-def gpu_work(gpu: pl.DataFrame) -> pl.DataFrame:
-    """GPU activities that occupy the device (not sync records)."""
+def gpu_work(gpu: pl.DataFrame | pl.LazyFrame) -> pl.DataFrame | pl.LazyFrame:
+    """GPU activities that occupy the device (not sync records); lazy for a lazy frame."""
     return gpu.filter(pl.col("kind").is_in(BUSY_KINDS))
 
 

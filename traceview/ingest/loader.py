@@ -25,7 +25,7 @@ import polars as pl
 from ..analyses.names import contains as name_matches
 from ..analyses.rowid import locate
 from ..analyses.tree import call_tree, enclosing_op
-from ..engine import IN_MEMORY
+from ..engine import CHAIN, IN_MEMORY
 from ..errors import TraceError
 from ..frames import dropnull, filled, isnull, notnull, omit, pick, take
 from ..model import STEP_RE, Job, Trace, TraceMeta, conform
@@ -562,7 +562,7 @@ def _slices(path: Path, base: pl.DataFrame, legacy: bool, warnings: list[str],
                           minlength=dicts["cat"].values.len())
         used = np.flatnonzero(per)
         got: dict[str, int] = {}
-        for c, m in zip(dicts["cat"].values.gather(used).to_list(), per[used].tolist(), strict=True):
+        for c, m in zip(take(dicts["cat"].values, used).to_list(), per[used].tolist(), strict=True):
             got[c] = got.get(c, 0) + m
         counts = dict(sorted(got.items(), key=lambda cm: (-cm[1], cm[0])))  # (no null: "" for none)
     else:
@@ -592,7 +592,7 @@ def _slices(path: Path, base: pl.DataFrame, legacy: bool, warnings: list[str],
                 got = col.filter(masks[k])
                 if dicts is not None and c in dicts:
                     codes = coded if c == "cat" and k in ("host", "gpu") else dicts[c].values
-                    got = codes.gather(got).alias(c)
+                    got = take(codes, got).alias(c)
                 cols[k][c] = got
         del col
     del masks
@@ -601,14 +601,15 @@ def _slices(path: Path, base: pl.DataFrame, legacy: bool, warnings: list[str],
     out = {}
     for k in list(cols):  # each slice's µs columns freed once its ns columns are made
         f = pl.DataFrame(cols.pop(k))
+        lf = None  # (each slice's columns in one query)
         if "dur_us" in f.columns:
-            f = f.lazy().with_columns(ts=ts_ns, dur=dur_ns).drop("ts_us", "dur_us").with_columns(
-                end=pl.col("ts") + pl.col("dur")).collect(**_IN_MEMORY)
+            lf = f.lazy().with_columns(ts=ts_ns, dur=dur_ns).drop("ts_us", "dur_us").with_columns(
+                end=pl.col("ts") + pl.col("dur"))
         elif "ts_us" in f.columns:
-            f = f.lazy().with_columns(ts=ts_ns).drop("ts_us").collect(**_IN_MEMORY)
-        out[k] = f
-    for k in ("host", "gpu"):
-        out[k] = out[k].with_columns(ph=pl.lit("X"))  # a constant: never materialized
+            lf = f.lazy().with_columns(ts=ts_ns).drop("ts_us")
+        if k in ("host", "gpu"):
+            lf = (f.lazy() if lf is None else lf).with_columns(ph=pl.lit("X"))  # a constant: never materialized
+        out[k] = f if lf is None else lf.collect(**_IN_MEMORY)
     return out, t0_us, counts, fmt
 
 
@@ -773,9 +774,9 @@ def _finish_gpu(gpu: pl.DataFrame, host: pl.DataFrame, warnings: list[str]) -> p
                   pl.col("name").alias("launch_name"), pl.col("ts").alias("launch_ts"),
                   pl.col("end").alias("launch_end"), pl.col("tid").alias("launch_tid")).collect(**_IN_MEMORY))
     if gpu.height < _SMALL_ROWS:  # a join costs fewer polars calls than the lookup below
-        rt = rt.filter(pl.col("correlation").is_first_distinct())
-        return _kinds(gpu.hstack(pick(gpu, "correlation").join(rt, on="correlation", how="left", maintain_order="left")
-                                 .drop("correlation")), host)
+        rt = rt.lazy().filter(pl.col("correlation").is_first_distinct())
+        return _kinds(gpu.hstack(pick(gpu, "correlation").lazy().join(rt, on="correlation", how="left", maintain_order="left")
+                                 .drop("correlation").collect(**CHAIN)), host)
     corr = rt["correlation"].to_numpy()
     if corr.size > 1 and not bool((corr[1:] > corr[:-1]).all()):  # (increasing: unique already, the common case)
         rt = rt.filter(pl.col("correlation").is_first_distinct())
@@ -802,14 +803,14 @@ def _kinds(gpu: pl.DataFrame, host: pl.DataFrame) -> pl.DataFrame:
         ).drop("op_x")
     comm = name_matches(gpu, COMM_KERNEL_RE)  # the regex on the few distinct kernel names, not on every row
     # (the kind as Categorical literals: codes without a hash a row; the launching call's name only makes `graph`)
-    return gpu.with_columns(
+    return gpu.lazy().with_columns(
         graph=name_matches(gpu, GRAPH_LAUNCH_RE, "launch_name").fill_null(False),
         kind=pl.when(pl.col("cat") == "gpu_memcpy").then(pl.lit("memcpy", pl.Categorical))
         .when(pl.col("cat") == "gpu_memset").then(pl.lit("memset", pl.Categorical))
         .when(pl.col("cat") == "cuda_sync").then(pl.lit("sync", pl.Categorical))
         .when(comm).then(pl.lit("comm", pl.Categorical))
         .otherwise(pl.lit("compute", pl.Categorical)),
-    ).drop("launch_name")
+    ).drop("launch_name").collect(**CHAIN)
     if gpu.select((pl.col("ts").diff() > 0).all()).item():  # strictly in time order already (one stream, say):
         return gpu.with_columns(pl.col("ts").set_sorted())  # the sort would move nothing but copy every column
     return gpu.sort("ts")
@@ -839,8 +840,8 @@ def _steps(host: pl.DataFrame, gpu: pl.DataFrame, warnings: list[str]) -> pl.Dat
                                            pl.col("ts").min().alias("cpu_ts"), pl.col("end").max().alias("cpu_end"),
                                            ((pl.len() > 1) & (pl.col("ts").max() >= pl.col("end").min())).alias("_apart"))
            .sort("step").collect(**_IN_MEMORY))
-    apart = cpu.filter("_apart")
-    if apart.height:  # one number on spans that do not overlap (a step annotated on two threads overlaps itself)
+    if cpu["_apart"].any():  # one number on spans that do not overlap (a step annotated on two threads overlaps itself)
+        apart = cpu.filter("_apart")
         warnings.append(f"{apart.height:,} ProfilerStep numbers name more than one step at different times (e.g. "
                         f"{apart['name'][0][:40]!r}): each is analyzed as one step from its first start to its "
                         "last end")
