@@ -100,8 +100,9 @@ from traceview.analyses.replay import Transform
 from traceview.analyses.rowid import by_id
 from traceview.analyses.tree import ancestor_ids
 from traceview.analyses.whatif import removed_per_step, shrink_kernels
+from traceview.engine import CHAIN
 from traceview.evidence import Meta, OpTime
-from traceview.frames import dropnull, filled, members, omit, pick
+from traceview.frames import dropnull, filled, members, pick
 from traceview.ruleapi import XPROF_SEVERITY, Finding, Option, RuleContext, min_savings
 
 CODE = "TV202"
@@ -180,12 +181,13 @@ def fp32_kernels(ctx: RuleContext, short_us: float = 10.0) -> pl.DataFrame:
     [i, name, op_name, ts, end, dur, flops, new_dur, bf16_dur]."""
     spec = ctx.spec
     g = pick(ctx.trace.gpu, "i", "name", "kind", "ts", "end", "dur")  # (a filter copies every column it has)
-    k = g.filter((pl.col("kind") == "compute") & (pl.col("ts") >= ctx.lo) & (pl.col("ts") < ctx.hi)
-                 & contains(g, FP32_KERNEL_RE, unless=TC_KERNEL_RE))
-    k = pick(k, "i", "name", "ts", "end", "dur").join(pick(ctx.kb, "i", "op", "op_name", "flops", "bytes", "bpe"),
-                                                        on="i", how="left")
+    # one query (a small trace's run is mostly polars' fixed cost per query)
+    k = g.lazy().filter((pl.col("kind") == "compute") & (pl.col("ts") >= ctx.lo) & (pl.col("ts") < ctx.hi)
+                        & contains(g, FP32_KERNEL_RE, unless=TC_KERNEL_RE))
+    k = k.select("i", "name", "ts", "end", "dur").join(
+        pick(ctx.kb, "i", "op", "op_name", "flops", "bytes", "bpe").lazy(), on="i", how="left")
     # the Q·K^T and P·V matmuls of a materialized attention are the attention rule's (a fused kernel replaces them)
-    k = omit(k.filter(~pl.col("op").is_in(members(score_op_ids(ctx.trace))).fill_null(False)), "op")
+    k = k.filter(~pl.col("op").is_in(members(score_op_ids(ctx.trace))).fill_null(False)).drop("op")
     # an op whose inputs are recorded as 16-bit is not an FP32 GEMM, whatever its kernel is called
     k = k.filter(pl.col("bpe").is_null() | (pl.col("bpe") >= 4))
     floor = (pl.col("bytes").fill_null(0) / spec.bw * 1e9)
@@ -201,15 +203,15 @@ def fp32_kernels(ctx: RuleContext, short_us: float = 10.0) -> pl.DataFrame:
         return pl.max_horizontal(t, fl).cast(pl.Int64)
 
     return k.with_columns(new_dur=scaled(spec.fp32_tflops / spec.tf32_tflops, floor),
-                          bf16_dur=scaled(spec.fp32_tflops / spec.tc_tflops, floor / 2)).drop("_c")
+                          bf16_dur=scaled(spec.fp32_tflops / spec.tc_tflops, floor / 2)).drop("_c").collect(**CHAIN)
 
 
 def _count_low_precision_gemms(gpu: pl.DataFrame) -> int:
     """The compute kernels of `gpu` that are 16-bit/FP8 GEMMs or convolutions (the regexes on each distinct name
     once, with its count)."""
-    names = pick(gpu, "kind", "name").filter(pl.col("kind") == "compute")["name"].value_counts()
     hit = pl.col("name").str.contains(LOW_PRECISION_RE) & pl.col("name").str.contains(r"(?i)gemm|xmma|cutlass|nvjet|conv")
-    return int(names.filter(hit)["count"].sum())
+    return int(pick(gpu, "kind", "name").lazy().filter(pl.col("kind") == "compute").group_by("name").len()
+               .filter(hit).select(pl.col("len").sum()).collect(**CHAIN).item())
 
 
 def removes(ctx: RuleContext, finding: dict | None = None) -> pl.DataFrame:
@@ -349,15 +351,15 @@ def _fp32_attention(ctx: RuleContext) -> pl.DataFrame:
     """FP32 fused attention kernels of the analysed steps with their 16-bit flash time: [i, op, new_dur]."""
     spec = ctx.spec
     g = pick(ctx.trace.gpu, "i", "name", "kind", "ts", "dur")
-    a = g.filter((pl.col("kind") == "compute") & (pl.col("ts") >= ctx.lo) & (pl.col("ts") < ctx.hi)
-                 & pl.col("name").str.contains(FUSED_ATTN_KERNEL_RE))
-    a = a.join(pick(ctx.kb, "i", "op", "op_name", "flops", "bytes", "bpe"), on="i", how="left")
+    a = g.lazy().filter((pl.col("kind") == "compute") & (pl.col("ts") >= ctx.lo) & (pl.col("ts") < ctx.hi)
+                        & pl.col("name").str.contains(FUSED_ATTN_KERNEL_RE))
+    a = a.join(pick(ctx.kb, "i", "op", "op_name", "flops", "bytes", "bpe").lazy(), on="i", how="left")
     a = a.filter((pl.col("bpe") >= 4) & pl.col("flops").is_not_null())
     back = pl.col("op_name").str.contains("backward")
     # (a causal call's FLOPs are the blocks it computes, in 16 bits as in FP32: `roofline.kernel_bound`)
     fused = pl.max_horizontal(fused_attention_ns(pl.col("flops"), back, spec.tc_tflops * 1e12),
                               pl.col("bytes").fill_null(0) / 2 / spec.bw * 1e9)
-    return a.select("i", "op", new_dur=fused.clip(0, pl.col("dur")).cast(pl.Int64))
+    return a.select("i", "op", new_dur=fused.clip(0, pl.col("dur")).cast(pl.Int64)).collect(**CHAIN)
 
 
 def _casts(ctx: RuleContext, ops: pl.Series, kernels: pl.DataFrame) -> tuple[dict[int, int], dict[int, int]]:
@@ -407,10 +409,12 @@ def _casts(ctx: RuleContext, ops: pl.Series, kernels: pl.DataFrame) -> tuple[dic
             cut[int(op)] = cut.get(int(op), 0) + each
     # the device: each outer op's casts beside the first kernel it launches (the earliest of its launching ops'); the
     # gradients' beside the backward's
-    first = (kernels.select(pl.col("i").cast(pl.Int64), pl.col("op").cast(pl.Int64)).drop_nulls()
-             .group_by("op").agg(pl.col("i").min()))
+    lfirst = (kernels.lazy().select(pl.col("i").cast(pl.Int64), pl.col("op").cast(pl.Int64)).drop_nulls()
+              .group_by("op").agg(pl.col("i").min()))
     owner = pl.DataFrame({"op": fwd.cast(pl.Int64), "outer": pl.Series(top, dtype=pl.Int64)})
-    at = first.join(owner.filter(pl.col("outer") >= 0), on="op").group_by("outer").agg(pl.col("i").min())
+    first = lfirst.collect(**CHAIN)
+    at = (lfirst.join(owner.lazy().filter(pl.col("outer") >= 0), on="op").group_by("outer").agg(pl.col("i").min())
+          .collect(**CHAIN))
     at = dict(zip(at["outer"].to_list(), at["i"].to_list(), strict=True))
     first = dict(zip(first["op"].to_list(), first["i"].to_list(), strict=True))
     bw = ctx.spec.bw

@@ -192,11 +192,12 @@ def _gpu_gaps(trace: Trace) -> tuple[pl.DataFrame, int] | None:
     work = gpu_work(pick(trace.gpu, "kind", "ts", "end", "launch_ts"))  # (a filter copies every column it has)
     if work.height == 0:
         return None
-    m = merge(work).sort("ts")
-    first_launch = work.group_by("ts").agg(pl.col("launch_ts").min())
-    gaps = m.select(pl.col("end").shift().alias("gts"), pl.col("ts").alias("gend"))
+    m = merge(work)
+    # one query (a small trace's run is mostly polars' fixed cost per query)
+    first_launch = work.lazy().group_by("ts").agg(pl.col("launch_ts").min())
+    gaps = m.lazy().sort("ts").select(pl.col("end").shift().alias("gts"), pl.col("ts").alias("gend"))
     gaps = gaps.join(first_launch.rename({"ts": "gend"}), on="gend", how="left")
-    return gaps.with_columns(tail=pl.lit(False)), int(m["end"].max())
+    return gaps.with_columns(tail=pl.lit(False)).collect(**CHAIN), int(m["end"].max())
 
 
 def sync_ramps(trace: Trace, gaps: pl.DataFrame) -> pl.DataFrame:
@@ -211,8 +212,11 @@ def sync_ramps(trace: Trace, gaps: pl.DataFrame) -> pl.DataFrame:
     empty = pl.DataFrame(schema={"i": pl.UInt32, "ts": pl.Int64, "end": pl.Int64})
     if win.height == 0 or gaps.height == 0:
         return empty
-    g = gaps.sort("ts").with_columns(_queued=(~pl.col("late") & ~pl.col("tail")).cast(pl.Int64).cum_sum())
-    w = (win.select("i", pl.col("end").alias("_wend"), (pl.col("sync_end") - pl.col("ts")).alias("_lead")).sort("_wend")
+    # two queries (a small trace's run is mostly polars' fixed cost per query; the gaps, read twice, once)
+    g = gaps.lazy().sort("ts").with_columns(_queued=(~pl.col("late") & ~pl.col("tail")).cast(pl.Int64).cum_sum())
+    g = g.collect(**CHAIN).lazy()
+    w = (win.lazy().select("i", pl.col("end").alias("_wend"), (pl.col("sync_end") - pl.col("ts")).alias("_lead"))
+         .sort("_wend")
          .join_asof(g.select(pl.col("ts").alias("_gts"), pl.col("_queued").alias("_q0")), left_on="_wend",
                     right_on="_gts", strategy="backward").with_columns(pl.col("_q0").fill_null(0)).drop("_gts"))
     late = g.filter(pl.col("late")).join_asof(w, left_on="ts", right_on="_wend", strategy="backward")
@@ -220,7 +224,7 @@ def sync_ramps(trace: Trace, gaps: pl.DataFrame) -> pl.DataFrame:
     late = late.with_columns(_d=pl.col("end") - pl.col("ts")).with_columns(_before=pl.col("_d").cum_sum().over("i") - pl.col("_d"))
     late = late.with_columns(_take=(pl.col("_lead") - pl.col("_before")).clip(0, None))
     late = late.with_columns(_take=pl.min_horizontal("_take", "_d")).filter(pl.col("_take") > 0)
-    return late.select(pl.col("i").cast(pl.UInt32), "ts", (pl.col("ts") + pl.col("_take")).alias("end"))
+    return late.select(pl.col("i").cast(pl.UInt32), "ts", (pl.col("ts") + pl.col("_take")).alias("end")).collect(**CHAIN)
 
 
 #: the labels the sweep ranks, highest priority first: the classes but `other_idle` (where none is), with a long

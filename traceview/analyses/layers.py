@@ -165,7 +165,7 @@ def _node_events(trace: Trace) -> tuple[pl.DataFrame, str]:
     name = pl.col("name")
     # which rows each kind of node takes, in one query (`h` holds the few rows that can be nodes): most kinds have
     # none in a trace, and take no filter and select then (a small trace's run is mostly each query's fixed cost)
-    take = h.select(
+    take = h.lazy().select(
         mods=(pl.col("cat") == "python_function") & name.str.starts_with(MODULE_PREFIX),
         attrs=ann & name.str.starts_with(ATTR_PREFIX),
         lightning=name.str.starts_with("[pl]"),
@@ -173,7 +173,7 @@ def _node_events(trace: Trace) -> tuple[pl.DataFrame, str]:
         & name.str.contains(PSEUDO_RE),
         other=(pl.col("cat") == "user_annotation") & ~name.str.contains(PSEUDO_RE)
         & ~name.str.contains(NOT_LAYER_RE) & ~name.str.starts_with("[pl]"),
-    ).select(pl.all().fill_null(False))
+    ).select(pl.all().fill_null(False)).collect(**CHAIN)
 
     def nodes_of(kind: str, label_dtype: pl.DataType, **cols: pl.Expr) -> pl.DataFrame:
         """[i, label, cls, src] of the rows `kind` takes (no query when it takes none)."""
@@ -204,7 +204,7 @@ def _node_events(trace: Trace) -> tuple[pl.DataFrame, str]:
                          cls=pl.col("name").str.replace(r"[#_ ]?\d+$", ""), src=pl.lit("annotation"))
         parts.append(other)
         source = "annotations" if other.height else "ops"
-    nodes = pl.concat(parts, how="vertical_relaxed")
+    nodes = pl.concat([p.lazy() for p in parts], how="vertical_relaxed")  # (collected once, below)
     if source == "ops":
         # top-level forward ops (backward ones follow their forward op through the sequence number),
         # outside the pseudo-layers
@@ -212,8 +212,9 @@ def _node_events(trace: Trace) -> tuple[pl.DataFrame, str]:
         # (the kept rows' ids and names only: on a tiny-event trace every op is one)
         at = _top_rows(trace)
         cand = pick(host, "name", "fwd_tid")[at]
-        at = at.filter(~(filled(cand["fwd_tid"], 0) > 0) & ~cand["name"].str.contains(NOT_LAYER_RE)
-                       & ~cand["name"].str.contains(PSEUDO_RE))
+        name = pl.col("name")
+        at = at.filter(cand.select(~(pl.col("fwd_tid").fill_null(0) > 0) & ~name.str.contains(NOT_LAYER_RE)
+                                   & ~name.str.contains(PSEUDO_RE)).to_series())
         del cand
         top = pick(host, "i", "name")[at]
         if pseudo.height and top.height:
@@ -221,11 +222,11 @@ def _node_events(trace: Trace) -> tuple[pl.DataFrame, str]:
                                 by_id(host, pseudo["i"].sort(), "i", "pid", "tid", "ts", "end").with_columns(
                                     parent=pl.lit(None, pl.UInt32), depth=pl.lit(0, pl.Int32)))
             top = top.join(inside, on="i", how="anti")
-        nodes = pl.concat([nodes, top.select("i", label=pl.col("name"), cls=pl.col("name"), src=pl.lit("op"))],
+        nodes = pl.concat([nodes, top.lazy().select("i", label=pl.col("name"), cls=pl.col("name"), src=pl.lit("op"))],
                           how="vertical_relaxed")
         if top.height == 0:
             source = "none"
-    return nodes, source
+    return nodes.collect(**CHAIN), source
 
 
 def _lightning_nodes(h: pl.DataFrame) -> tuple[pl.DataFrame, pl.DataFrame]:
