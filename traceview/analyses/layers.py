@@ -581,8 +581,8 @@ def _attribute(trace: Trace) -> Attribution:
     nodes, tree = _build_tree(host, events)
     phase_of = pl.col("src").replace_strict({p: _PHASE_CODE[p] for p in ("optimizer", "dataloader")},
                                             default=_PHASE_CODE["forward"], return_dtype=pl.Int8)
-    nl = nodes.select(pl.col("i").alias("node"), "layer", pl.col("cls").alias("layer_class"),
-                      pl.col("ndepth").alias("depth"), phase_of.alias("nphase"))
+    nl = nodes.lazy().select("i", "layer", pl.col("cls").alias("layer_class"), pl.col("ndepth").alias("depth"),
+                             phase_of.alias("nphase")).sort("i").collect(**CHAIN)  # (by node id, for the search below)
     # forward: innermost enclosing node (or the op itself when ops are the nodes)
     # ops made nodes (the "ops" fallback) are their own layer; everything else by time containment
     # (op nodes too: an op's children and its runtime calls belong to it)
@@ -612,7 +612,6 @@ def _attribute(trace: Trace) -> Attribution:
     # in `nl` (its height: no node, `(unattributed)`) and the code of its layer
     lnode = np.where(fnode >= 0, fnode, node)
     del fnode, node, bnode  # (each array one int64 per cpu_op and runtime row, as those below: freed early)
-    nl = nl.lazy().rename({"node": "i"}).sort("i").collect(**CHAIN)
     nid = nl["i"].to_numpy()
     pos = np.minimum(np.searchsorted(nid, lnode), max(nid.size - 1, 0))
     found = (lnode >= 0) & (nid[pos] == lnode) if nid.size else np.zeros(rows.height, bool)
@@ -1054,9 +1053,9 @@ def layer_table(trace: Trace, steps: pl.DataFrame | None = None, depth: int | No
            .with_columns(pl.col("_hasf").cast(pl.Int64)))
     own = omit(own, "layer").hstack([pl.Series("lid", [row[x] for x in own["layer"].to_list()], dtype=pl.UInt32)])
     gcols = ["gpu_ns", "fwd_gpu_ns", "bwd_gpu_ns", "other_gpu_ns", "kernels", "flops", "bytes", "_tf", "_tb", "_hasf"]
-    per = incl(own, gcols).with_columns(pl.col("_hasf") > 0)
+    per = incl(own, gcols).lazy().with_columns(pl.col("_hasf") > 0)  # (lazy: computed in the table's query)
     del gk, own
-    self_ = g.group_by("lid").agg(pl.col("dur").sum().alias("self_gpu_ns"), pl.len().alias("self_kernels"))
+    self_ = g.lazy().group_by("lid").agg(pl.col("dur").sum().alias("self_gpu_ns"), pl.len().alias("self_kernels"))
     # the bound holding most of a layer's GPU time (its sub-layers' included); ties to the first name
     bk = (g.lazy().filter(pl.col("bound").is_not_null()).group_by("lid", "bound").agg(pl.col("dur").sum(), pl.len().alias("_n"))
           .collect(**CHAIN))

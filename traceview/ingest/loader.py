@@ -858,7 +858,7 @@ def _steps(host: pl.DataFrame, gpu: pl.DataFrame, warnings: list[str]) -> pl.Dat
                                 "cpu_end": [hi]}, schema_overrides={"host_idx": pl.UInt32})
     elif not cpu["cpu_ts"].is_sorted():
         warnings.append("ProfilerStep numbers are not in time order: step windows follow the time order")
-    cpu = cpu.sort("cpu_ts", "step")
+    cpu = stepcheck.by_start(cpu)
     gpu = stepcheck.bounding(gpu, warnings)
     if gpu.height and "launch_ts" in gpu.columns:
         launched = (gpu.lazy().select("launch_ts", "launch_end", "ts", "end").filter(pl.col("launch_ts").is_not_null())
