@@ -1061,10 +1061,12 @@ def layer_table(trace: Trace, steps: pl.DataFrame | None = None, depth: int | No
           .collect(**CHAIN))
     bound = pl.DataFrame(schema={"lid": pl.UInt32, "bound": pl.String})
     if bk.height:
-        kinds = sorted(bk["bound"].unique().to_list())
-        wide = bk.pivot(on="bound", index="lid", values=["dur", "_n"], aggregate_function="sum").fill_null(0)
-        wide = wide.select("lid", *[pl.col(f"dur_{b}") for b in kinds], *[pl.col(f"_n_{b}") for b in kinds],
-                           _n=pl.sum_horizontal(*[pl.col(f"_n_{b}") for b in kinds]))
+        kinds = sorted(set(bk["bound"].to_list()))  # (a few rows per layer: no query)
+        # per layer, each bound's sums side by side (a pivot with 0 for none), in one query
+        b = pl.col("bound")
+        wide = bk.lazy().group_by("lid").agg(*[pl.col("dur").filter(b == k).sum().alias(f"dur_{k}") for k in kinds],
+                                             *[pl.col("_n").filter(b == k).sum().alias(f"_n_{k}") for k in kinds])
+        wide = wide.with_columns(_n=pl.sum_horizontal(*[pl.col(f"_n_{k}") for k in kinds])).collect(**CHAIN)
         up = incl(wide, [c for c in wide.columns if c not in ("lid", "_n")])
         d = np.stack([np.where(up[f"_n_{b}"].to_numpy() > 0, up[f"dur_{b}"].to_numpy(), -1) for b in kinds], axis=1)
         bound = pl.DataFrame([up["lid"], take(pl.Series("bound", kinds, pl.String), d.argmax(axis=1))])
