@@ -31,8 +31,7 @@ def for_rows(n: int) -> dict[str, str]:
     return STREAMING if n >= STREAM_ROWS else IN_MEMORY
 
 #: `LazyFrame.collect` keywords for a chain of eager steps run as one query (one query's fixed cost instead of one
-#: per step: most of a small trace's run): the in-memory engine without the optimizer's passes, so the chain runs
-#: each step as its eager call does (the optimizer costs more than it saves on small frames: ~2 ms for a dozen
-#: joins and column steps)
+#: per step: most of a small trace's run): the in-memory engine without the optimizer's passes, as the eager calls
+#: run (no pass moves a filter or merges steps), so the chain computes what those calls did, step by step
 CHAIN: dict = ({**IN_MEMORY, "optimizations": pl.QueryOptFlags.none(simplify_expression=True)}
                if "optimizations" in inspect.signature(pl.LazyFrame.collect).parameters else IN_MEMORY)
