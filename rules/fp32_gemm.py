@@ -259,8 +259,8 @@ def check(ctx: RuleContext) -> list[Finding]:
     spec, cost = ctx.spec, int(k["dur"].sum())
     flops = k.filter(pl.col("flops").is_not_null())
     achieved = float(flops["flops"].sum()) / (float(flops["dur"].sum()) / 1e9) if flops.height else None
-    ops = (k.group_by("op_name").agg(pl.len().alias("count"), pl.col("dur").sum())
-           .sort(["dur", "op_name"], descending=[True, False], nulls_last=True).head(5))
+    ops = (k.lazy().group_by("op_name").agg(pl.len().alias("count"), pl.col("dur").sum())
+           .sort(["dur", "op_name"], descending=[True, False], nulls_last=True).head(5).collect(**CHAIN))
     low = _count_low_precision_gemms(ctx.trace.gpu)
     evidence = Evidence(
         kernels=k.height, kernel_time_us=round(cost / 1000, 3),
@@ -412,8 +412,8 @@ def _casts(ctx: RuleContext, ops: pl.Series, kernels: pl.DataFrame) -> tuple[dic
     lfirst = (kernels.lazy().select(pl.col("i").cast(pl.Int64), pl.col("op").cast(pl.Int64)).drop_nulls()
               .group_by("op").agg(pl.col("i").min()))
     owner = pl.DataFrame({"op": fwd.cast(pl.Int64), "outer": pl.Series(top, dtype=pl.Int64)})
-    first = lfirst.collect(**CHAIN)
-    at = (lfirst.join(owner.lazy().filter(pl.col("outer") >= 0), on="op").group_by("outer").agg(pl.col("i").min())
+    first = lfirst.collect(**CHAIN)  # (collected once: the query below reads it too)
+    at = (first.lazy().join(owner.lazy().filter(pl.col("outer") >= 0), on="op").group_by("outer").agg(pl.col("i").min())
           .collect(**CHAIN))
     at = dict(zip(at["outer"].to_list(), at["i"].to_list(), strict=True))
     first = dict(zip(first["op"].to_list(), first["i"].to_list(), strict=True))

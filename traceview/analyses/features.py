@@ -8,6 +8,7 @@ from dataclasses import dataclass
 
 import polars as pl
 
+from ..engine import CHAIN
 from ..frames import filled, pick
 from ..ingest.categories import GRAPH_LAUNCH_RE
 from ..memo import per_trace
@@ -63,7 +64,8 @@ def detect(trace: Trace, kb: pl.DataFrame | None = None) -> Features:
     kernel with <= 2-byte operands is low precision even when its name does not say so."""
     # distinct names: every test below asks whether any name matches
     ops = pl.concat([host_names(trace, "cpu_op"), host_names(trace, "user_annotation")])
-    rt = pick(trace.host, "cat", "name").filter(pl.col("cat").is_in(RUNTIME_CATS))["name"].unique()
+    rt = (pick(trace.host, "cat", "name").lazy().filter(pl.col("cat").is_in(RUNTIME_CATS)).select(pl.col("name").unique())
+          .collect(**CHAIN)["name"])
     k = trace.gpu[["kind", "name"]].filter(pl.col("kind") == "compute")
     # kernel names: each distinct name once with its count (a few dozen names over every kernel)
     if k.height >= _DISTINCT_MIN:

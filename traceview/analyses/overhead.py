@@ -43,6 +43,7 @@ from collections.abc import Sequence
 import numpy as np
 import polars as pl
 
+from ..engine import CHAIN
 from ..frames import dropnull, filled, omit, pick
 from ..memo import per_trace
 from ..model import RUNTIME_CATS, Trace
@@ -306,10 +307,9 @@ def gpu_busy_per_step(trace: Trace, steps: pl.DataFrame, gpu: pl.DataFrame | Non
     busy = step_busy(trace, steps) if gpu is None else busy_per_window(gpu, steps)
     if busy.height == 0:
         return np.zeros(steps.height)
-    b = busy.group_by("step").agg(pl.col("busy").max())
-    return (
-        filled(pick(steps, "step").join(b, on="step", how="left")["busy"], 0).to_numpy().astype(np.float64)
-    )
+    b = busy.lazy().group_by("step").agg(pl.col("busy").max())
+    got = pick(steps, "step").lazy().join(b, on="step", how="left").collect(**CHAIN)["busy"]  # (one query)
+    return filled(got, 0).to_numpy().astype(np.float64)
 
 
 def unprofiled_steps(
