@@ -45,6 +45,7 @@ from traceview.analyses.param_work import REDUCER_RE  # the reducer's per-bucket
 from traceview.analyses.replay import Transform, spans
 from traceview.analyses.windows import host_step_of
 from traceview.evidence import Meta
+from traceview.frames import pick
 from traceview.ruleapi import Finding, RuleContext, xprof_severity
 
 CODE = "TV502"
@@ -76,7 +77,7 @@ def _sets(ctx: RuleContext) -> dict | None:
     """The micro-batches and all-reduces of each step, or None when the trace shows no DDP accumulation."""
 
     def build() -> dict | None:
-        h = ctx.trace.host.select("i", "cat", "name", "ts", "end", "tid")
+        h = pick(ctx.trace.host, "i", "cat", "name", "ts", "end", "tid")
         fwd = h.filter((pl.col("name") == FORWARD) & (pl.col("cat") == "user_annotation"))
         if fwd.height < 2:
             return None

@@ -60,6 +60,7 @@ from traceview.analyses import memory as M
 from traceview.analyses.replay import Transform
 from traceview.analyses.whatif import EMPTY, gpu_idle_within, removed_per_step
 from traceview.evidence import Meta
+from traceview.frames import pick
 from traceview.ruleapi import XPROF_SEVERITY, Finding, Option, RuleContext
 from traceview.units import per_step
 
@@ -143,7 +144,7 @@ def _calls(ctx: RuleContext) -> pl.DataFrame:
         par = ctx.trace.host.select(
             pl.col("i").alias("parent"), pl.col("cat").alias("_pcat"), pl.col("name").alias("_pname")
         )
-        h = ctx.trace.host.select("i", "parent")
+        h = pick(ctx.trace.host, "i", "parent")
         d = drv.join(h, on="i", how="left").join(par, on="parent", how="left")
         return d.with_columns(
             free=pl.col("name").str.contains(FREE_RE), outside_op=pl.col("_pcat").fill_null("") != "cpu_op"
@@ -161,7 +162,7 @@ def _steady(ctx: RuleContext, calls: pl.DataFrame) -> pl.DataFrame:
 def removes(ctx: RuleContext, finding: dict | None = None) -> pl.DataFrame:
     """The GPU idle time during the steady-state driver allocation calls."""
     drv = _steady(ctx, _calls(ctx))
-    return gpu_idle_within(ctx.trace, drv.select("ts", "end"), ctx.lo, ctx.hi) if drv.height else EMPTY
+    return gpu_idle_within(ctx.trace, pick(drv, "ts", "end"), ctx.lo, ctx.hi) if drv.height else EMPTY
 
 
 def _fragmentation(ctx: RuleContext) -> list[Fragmented]:
@@ -241,7 +242,7 @@ def check(ctx: RuleContext) -> list[Finding]:
         per_step=[StepAllocs(**r) for r in per.to_dicts()],
         empty_cache_frees=empty.height,
         empty_cache_steps=sorted(empty["step"].unique().to_list()),
-        retry_ops=[RetryOp(**r) for r in retries.select("op", "step", "frees").to_dicts()],
+        retry_ops=[RetryOp(**r) for r in pick(retries, "op", "step", "frees").to_dicts()],
         expandable_segments=expandable,
         fragmented_devices=frag,
     )

@@ -105,6 +105,7 @@ from traceview.analyses.rowid import join_by_id
 from traceview.analyses.whatif import EMPTY, shrink_kernels
 from traceview.analyses.windows import host_step_of, step_of
 from traceview.evidence import Meta, StepSpan
+from traceview.frames import dropnull, members, omit, pick
 from traceview.ruleapi import XPROF_SEVERITY, Finding, Option, RuleContext
 
 CODE = "TV201"
@@ -181,7 +182,7 @@ PRECOUNT_ROWS = 1 << 18
 def _fusible_expr(cls: pl.Expr, opt: pl.Expr | pl.Series, scores: pl.Series) -> pl.Expr:
     """Whether a kernel is fusible into a chain: of a chain class (`cls`, `fusible.kernel_class`), not a
     materialized attention's (its op among `scores`), not an optimizer's per-parameter update (`opt`)."""
-    return ((cls != OTHER) & ~pl.col("op").is_in(scores.implode()).fill_null(False) & ~opt).fill_null(False)
+    return ((cls != OTHER) & ~pl.col("op").is_in(members(scores)).fill_null(False) & ~opt).fill_null(False)
 
 
 def _fusible(trace, kb: pl.DataFrame, scores: pl.Series, lo: int, hi: int) -> int:
@@ -206,7 +207,7 @@ def chains(trace, steps: pl.DataFrame, kb: pl.DataFrame, min_kernels: int = 2) -
     # `bytes` of the gpu frame is the memcpy size: take the roofline's bytes instead
     # `sole`: the kernel is its op's only one, so its in/out bytes are its own tensors' (an op's bytes are shared
     # over its kernels by duration otherwise)
-    g = g.drop("bytes").join(kb.select("i", "op", "op_name", "category", "bytes", "in0_bytes", "extra_bytes",
+    g = omit(g, "bytes").join(kb.select("i", "op", "op_name", "category", "bytes", "in0_bytes", "extra_bytes",
                                        "out_bytes", sole=pl.len().over("op") == 1), on="i", how="left")
     # the kernels of a materialized attention are the attention rule's: one fused attention kernel replaces
     # them, not a fused elementwise kernel (they break a chain like a GEMM)
@@ -302,7 +303,7 @@ def per_chain(ch: pl.DataFrame) -> pl.DataFrame:
     fused_time = fused_time.otherwise(pl.col("max_dur").cast(pl.Float64))
     per = per.with_columns(fused_time=pl.min_horizontal(fused_time, pl.col("time").cast(pl.Float64)), _known=known)
     per = per.with_columns(savings=pl.col("time") - pl.col("fused_time"))
-    return per.drop("_out", "_two_pass", "max_dur")
+    return omit(per, "_out", "_two_pass", "max_dur")
 
 
 def _chains(ctx: RuleContext) -> pl.DataFrame:
@@ -423,7 +424,7 @@ def fix_transform(ctx: RuleContext) -> Transform | None:
     k = k.with_columns(new=pl.when(pl.col("_fits"))
                        .then(pl.when(pl.col("_top")).then(pl.col("fused_time")).otherwise(0.0))
                        .otherwise(pl.col("dur") * pl.col("fused_time") / pl.col("time")).cast(pl.Int64))
-    rest = join_by_id(k.filter(pl.col("pos") > 0), "i", ctx.trace.gpu, pl.col("op").alias("_op"))["_op"].drop_nulls()
+    rest = dropnull(join_by_id(k.filter(pl.col("pos") > 0), "i", ctx.trace.gpu, pl.col("op").alias("_op"))["_op"])
     return Transform(NAME, gpu_dur=dict(zip(k["i"].cast(pl.Int64).to_list(), k["new"].to_list(), strict=True)),
                      host_removed=rest.cast(pl.Int64).unique().to_list(), host_cut=compiled_call_cut(ctx, ch))
 
@@ -451,8 +452,8 @@ def compiled_call_cut(ctx: RuleContext, ch: pl.DataFrame) -> dict[int, int]:
     first = join_by_id(ch.filter(pl.col("pos") == 0), "i", ctx.trace.gpu, pl.col("op").alias("_op"))
     first = join_by_id(first.drop_nulls("_op"), "_op", ctx.trace.host, pl.col("tid").alias("_tid"),
                        pl.col("ts").alias("_hts"))
-    main = join_by_id(ctx.steps.select("step", "host_idx"), "host_idx", ctx.trace.host, pl.col("tid").alias("_main"))
-    first = first.join(main.select("step", "_main"), on="step", how="left")
+    main = join_by_id(pick(ctx.steps, "step", "host_idx"), "host_idx", ctx.trace.host, pl.col("tid").alias("_main"))
+    first = first.join(pick(main, "step", "_main"), on="step", how="left")
     first = first.sort("_hts").group_by("step", "_tid", maintain_order=True).first()
     ops = first.with_columns(
         _n=pl.when(pl.col("_tid") == pl.col("_main")).then(COMPILED_CALL_OPS["forward"])

@@ -78,7 +78,9 @@ from traceview.analyses.opshapes import decode, first_input
 from traceview.analyses.overhead import backward_node_host_ns, eager_op_host_ns, host_share
 from traceview.analyses.replay import Transform
 from traceview.analyses.rowid import by_id
+from traceview.engine import CHAIN
 from traceview.evidence import Meta
+from traceview.frames import omit, pick
 from traceview.ruleapi import XPROF_SEVERITY, Finding, RuleContext, min_savings
 
 from .fp32_gemm import cast_ns, tensor_core_gpu
@@ -118,13 +120,15 @@ def _kernels(ctx: RuleContext) -> pl.DataFrame:
     kind is conv_tf32 | conv_fp32 | conv_low | layout | conv_other | act_fp32 | other."""
 
     def build() -> pl.DataFrame:
-        g = (
-            ctx.trace.gpu.select("i", "name", "kind", "ts", "dur")
-            .filter((pl.col("kind") == "compute") & (pl.col("ts") >= ctx.lo) & (pl.col("ts") < ctx.hi))
-            .drop("kind", "ts")
+        k = omit(
+            pick(ctx.trace.gpu, "i", "name", "kind", "ts", "dur")
+            .filter((pl.col("kind") == "compute") & (pl.col("ts") >= ctx.lo) & (pl.col("ts") < ctx.hi)),
+            "kind", "ts",
         )
-        g = g.join(ctx.kb.select("i", "op", "op_name", "category", "bpe", "bytes"), on="i", how="left")
-        g = g.join(first_input(ctx.trace).rename({"rank": "_rank", "dtype": "_dtype"}), on="op", how="left")
+        g = k  # (the name tests below read the kernels' names: the joins keep the rows)
+        # the rest in one query (a small trace's run is mostly polars' fixed cost per query)
+        lg = k.lazy().join(pick(ctx.kb, "i", "op", "op_name", "category", "bpe", "bytes").lazy(), on="i", how="left")
+        lg = lg.join(first_input(ctx.trace).lazy().rename({"rank": "_rank", "dtype": "_dtype"}), on="op", how="left")
         conv = (pl.col("category") == "conv") | (pl.col("category").is_null() & contains(g, CONV_KERNEL_RE))
         low = contains(g, LOW_RE) | (pl.col("bpe") <= 2).fill_null(False)
         work = contains(g, CONV_WORK_RE)
@@ -149,7 +153,7 @@ def _kernels(ctx: RuleContext) -> pl.DataFrame:
             .then(pl.lit("act_fp32"))
             .otherwise(pl.lit("other"))
         )
-        g = g.with_columns(kind=kind)
+        lg = lg.with_columns(kind=kind)
         spec = ctx.spec
         floor = pl.col("bytes").fill_null(0) / 2 / spec.bw * 1e9
         new = (
@@ -163,9 +167,9 @@ def _kernels(ctx: RuleContext) -> pl.DataFrame:
             .then(pl.col("dur") * 0.5)
             .otherwise(pl.col("dur"))
         )
-        return g.with_columns(new_dur=pl.min_horizontal(new, pl.col("dur")).cast(pl.Int64)).drop(
+        return lg.with_columns(new_dur=pl.min_horizontal(new, pl.col("dur")).cast(pl.Int64)).drop(
             "_rank", "_dtype"
-        )
+        ).collect(**CHAIN)
 
     return ctx.once("conv_kernels", build)
 

@@ -100,7 +100,9 @@ from traceview.analyses.replay import Transform
 from traceview.analyses.rowid import by_id
 from traceview.analyses.tree import ancestor_ids
 from traceview.analyses.whatif import removed_per_step, shrink_kernels
+from traceview.engine import CHAIN
 from traceview.evidence import Meta, OpTime
+from traceview.frames import dropnull, filled, members, pick
 from traceview.ruleapi import XPROF_SEVERITY, Finding, Option, RuleContext, min_savings
 
 CODE = "TV202"
@@ -178,13 +180,14 @@ def fp32_kernels(ctx: RuleContext, short_us: float = 10.0) -> pl.DataFrame:
     """The FP32 GEMM/conv kernels in the analysed steps with their predicted TF32 / BF16 times:
     [i, name, op_name, ts, end, dur, flops, new_dur, bf16_dur]."""
     spec = ctx.spec
-    g = ctx.trace.gpu.select("i", "name", "kind", "ts", "end", "dur")  # (a filter copies every column it has)
-    k = g.filter((pl.col("kind") == "compute") & (pl.col("ts") >= ctx.lo) & (pl.col("ts") < ctx.hi)
-                 & contains(g, FP32_KERNEL_RE, unless=TC_KERNEL_RE))
-    k = k.select("i", "name", "ts", "end", "dur").join(ctx.kb.select("i", "op", "op_name", "flops", "bytes", "bpe"),
-                                                        on="i", how="left")
+    g = pick(ctx.trace.gpu, "i", "name", "kind", "ts", "end", "dur")  # (a filter copies every column it has)
+    # one query (a small trace's run is mostly polars' fixed cost per query)
+    k = g.lazy().filter((pl.col("kind") == "compute") & (pl.col("ts") >= ctx.lo) & (pl.col("ts") < ctx.hi)
+                        & contains(g, FP32_KERNEL_RE, unless=TC_KERNEL_RE))
+    k = k.select("i", "name", "ts", "end", "dur").join(
+        pick(ctx.kb, "i", "op", "op_name", "flops", "bytes", "bpe").lazy(), on="i", how="left")
     # the Q·K^T and P·V matmuls of a materialized attention are the attention rule's (a fused kernel replaces them)
-    k = k.filter(~pl.col("op").is_in(score_op_ids(ctx.trace).implode()).fill_null(False)).drop("op")
+    k = k.filter(~pl.col("op").is_in(members(score_op_ids(ctx.trace))).fill_null(False)).drop("op")
     # an op whose inputs are recorded as 16-bit is not an FP32 GEMM, whatever its kernel is called
     k = k.filter(pl.col("bpe").is_null() | (pl.col("bpe") >= 4))
     floor = (pl.col("bytes").fill_null(0) / spec.bw * 1e9)
@@ -200,15 +203,15 @@ def fp32_kernels(ctx: RuleContext, short_us: float = 10.0) -> pl.DataFrame:
         return pl.max_horizontal(t, fl).cast(pl.Int64)
 
     return k.with_columns(new_dur=scaled(spec.fp32_tflops / spec.tf32_tflops, floor),
-                          bf16_dur=scaled(spec.fp32_tflops / spec.tc_tflops, floor / 2)).drop("_c")
+                          bf16_dur=scaled(spec.fp32_tflops / spec.tc_tflops, floor / 2)).drop("_c").collect(**CHAIN)
 
 
 def _count_low_precision_gemms(gpu: pl.DataFrame) -> int:
     """The compute kernels of `gpu` that are 16-bit/FP8 GEMMs or convolutions (the regexes on each distinct name
     once, with its count)."""
-    names = gpu.select("kind", "name").filter(pl.col("kind") == "compute")["name"].value_counts()
     hit = pl.col("name").str.contains(LOW_PRECISION_RE) & pl.col("name").str.contains(r"(?i)gemm|xmma|cutlass|nvjet|conv")
-    return int(names.filter(hit)["count"].sum())
+    return int(pick(gpu, "kind", "name").lazy().filter(pl.col("kind") == "compute").group_by("name").len()
+               .filter(hit).select(pl.col("len").sum()).collect(**CHAIN).item())
 
 
 def removes(ctx: RuleContext, finding: dict | None = None) -> pl.DataFrame:
@@ -256,8 +259,8 @@ def check(ctx: RuleContext) -> list[Finding]:
     spec, cost = ctx.spec, int(k["dur"].sum())
     flops = k.filter(pl.col("flops").is_not_null())
     achieved = float(flops["flops"].sum()) / (float(flops["dur"].sum()) / 1e9) if flops.height else None
-    ops = (k.group_by("op_name").agg(pl.len().alias("count"), pl.col("dur").sum())
-           .sort(["dur", "op_name"], descending=[True, False], nulls_last=True).head(5))
+    ops = (k.lazy().group_by("op_name").agg(pl.len().alias("count"), pl.col("dur").sum())
+           .sort(["dur", "op_name"], descending=[True, False], nulls_last=True).head(5).collect(**CHAIN))
     low = _count_low_precision_gemms(ctx.trace.gpu)
     evidence = Evidence(
         kernels=k.height, kernel_time_us=round(cost / 1000, 3),
@@ -336,10 +339,10 @@ def _on_fallback(ctx: RuleContext, k: pl.DataFrame, col: str, as_bf16: bool) -> 
     """`k` (fp32_kernels) with `col` raised, for each GEMM whose rows are misaligned at the fix's width
     (`_fallback`), to its FLOPs at `MISALIGNED_SHARE` of the 16-bit peak (cuBLAS's fallback kernel), never above
     the time it took; `k` gains the kernels' op."""
-    k = k.join(ctx.kb.select("i", "op"), on="i", how="left")
+    k = k.join(pick(ctx.kb, "i", "op"), on="i", how="left")
     bad = _fallback(ctx, as_bf16)["op"]
     slow = (pl.col("flops") / (MISALIGNED_SHARE * ctx.spec.tc_tflops * 1e12) * 1e9).fill_null(0)
-    return k.with_columns(pl.when(pl.col("op").is_in(bad.implode()))
+    return k.with_columns(pl.when(pl.col("op").is_in(members(bad)))
                           .then(pl.min_horizontal(pl.max_horizontal(pl.col(col), slow), pl.col("dur")))
                           .otherwise(pl.col(col)).cast(pl.Int64).alias(col))
 
@@ -347,16 +350,16 @@ def _on_fallback(ctx: RuleContext, k: pl.DataFrame, col: str, as_bf16: bool) -> 
 def _fp32_attention(ctx: RuleContext) -> pl.DataFrame:
     """FP32 fused attention kernels of the analysed steps with their 16-bit flash time: [i, op, new_dur]."""
     spec = ctx.spec
-    g = ctx.trace.gpu.select("i", "name", "kind", "ts", "dur")
-    a = g.filter((pl.col("kind") == "compute") & (pl.col("ts") >= ctx.lo) & (pl.col("ts") < ctx.hi)
-                 & pl.col("name").str.contains(FUSED_ATTN_KERNEL_RE))
-    a = a.join(ctx.kb.select("i", "op", "op_name", "flops", "bytes", "bpe"), on="i", how="left")
+    g = pick(ctx.trace.gpu, "i", "name", "kind", "ts", "dur")
+    a = g.lazy().filter((pl.col("kind") == "compute") & (pl.col("ts") >= ctx.lo) & (pl.col("ts") < ctx.hi)
+                        & pl.col("name").str.contains(FUSED_ATTN_KERNEL_RE))
+    a = a.join(pick(ctx.kb, "i", "op", "op_name", "flops", "bytes", "bpe").lazy(), on="i", how="left")
     a = a.filter((pl.col("bpe") >= 4) & pl.col("flops").is_not_null())
     back = pl.col("op_name").str.contains("backward")
     # (a causal call's FLOPs are the blocks it computes, in 16 bits as in FP32: `roofline.kernel_bound`)
     fused = pl.max_horizontal(fused_attention_ns(pl.col("flops"), back, spec.tc_tflops * 1e12),
                               pl.col("bytes").fill_null(0) / 2 / spec.bw * 1e9)
-    return a.select("i", "op", new_dur=fused.clip(0, pl.col("dur")).cast(pl.Int64))
+    return a.select("i", "op", new_dur=fused.clip(0, pl.col("dur")).cast(pl.Int64)).collect(**CHAIN)
 
 
 def _casts(ctx: RuleContext, ops: pl.Series, kernels: pl.DataFrame) -> tuple[dict[int, int], dict[int, int]]:
@@ -377,11 +380,11 @@ def _casts(ctx: RuleContext, ops: pl.Series, kernels: pl.DataFrame) -> tuple[dic
     h = ctx.trace.host
     if ops.len() == 0 or "input_type" not in h.columns:
         return {}, {}
-    ops = ops.drop_nulls().unique().cast(pl.UInt32)
+    ops = dropnull(ops).unique().cast(pl.UInt32)
     back = h["name"].str.starts_with("autograd::engine::evaluate_function") | h["name"].str.ends_with("Backward0")
-    is_back = ancestor_ids(h, ops, back.fill_null(False).to_numpy(), include_self=True) >= 0
+    is_back = ancestor_ids(h, ops, filled(back, False).to_numpy(), include_self=True) >= 0
     fwd, bwd = ops.filter(pl.Series(~is_back)), ops.filter(pl.Series(is_back))
-    ac = h["name"].is_in(AUTOCAST_OPS).fill_null(False).to_numpy()
+    ac = filled(h["name"].is_in(AUTOCAST_OPS), False).to_numpy()
     top = ancestor_ids(h, fwd, ac, include_self=True)
     for _ in range(3):  # climb to the outermost (linear -> matmul -> mm)
         up = ancestor_ids(h, pl.Series(np.where(top >= 0, top, fwd.to_numpy()), dtype=pl.UInt32), ac)
@@ -394,7 +397,7 @@ def _casts(ctx: RuleContext, ops: pl.Series, kernels: pl.DataFrame) -> tuple[dic
     rows = by_id(h, outer, "name", "input_dims", "input_type")
     elems = [[math.prod(d) for j, (d, t) in enumerate(decode(dims, types))
               if t == "float" and d and j in PARAM_INPUTS.get(op, ())]
-             for op, dims, types in rows.select("name", "input_dims", "input_type").iter_rows()]
+             for op, dims, types in pick(rows, "name", "input_dims", "input_type").iter_rows()]
     act = _activation_casts(ctx, outer)
     elems = [e + act.get(int(op), []) for op, e in zip(outer.to_list(), elems, strict=True)]
     one = eager_op_host_ns(ctx.trace)
@@ -406,10 +409,12 @@ def _casts(ctx: RuleContext, ops: pl.Series, kernels: pl.DataFrame) -> tuple[dic
             cut[int(op)] = cut.get(int(op), 0) + each
     # the device: each outer op's casts beside the first kernel it launches (the earliest of its launching ops'); the
     # gradients' beside the backward's
-    first = (kernels.select(pl.col("i").cast(pl.Int64), pl.col("op").cast(pl.Int64)).drop_nulls()
-             .group_by("op").agg(pl.col("i").min()))
+    lfirst = (kernels.lazy().select(pl.col("i").cast(pl.Int64), pl.col("op").cast(pl.Int64)).drop_nulls()
+              .group_by("op").agg(pl.col("i").min()))
     owner = pl.DataFrame({"op": fwd.cast(pl.Int64), "outer": pl.Series(top, dtype=pl.Int64)})
-    at = first.join(owner.filter(pl.col("outer") >= 0), on="op").group_by("outer").agg(pl.col("i").min())
+    first = lfirst.collect(**CHAIN)  # (collected once: the query below reads it too)
+    at = (first.lazy().join(owner.lazy().filter(pl.col("outer") >= 0), on="op").group_by("outer").agg(pl.col("i").min())
+          .collect(**CHAIN))
     at = dict(zip(at["outer"].to_list(), at["i"].to_list(), strict=True))
     first = dict(zip(first["op"].to_list(), first["i"].to_list(), strict=True))
     bw = ctx.spec.bw
@@ -463,10 +468,12 @@ def _activation_casts(ctx: RuleContext, outer: pl.Series) -> dict[int, list[int]
     before each of its 2 x 12 blocks' first linear), BERT 50 (Q, K, V and the MLP's first linear per layer)."""
     h = ctx.trace.host
     prod_ids = h.filter(pl.col("name").is_in(list(FP32_PRODUCERS)))["i"]  # (host time: not the device's window)
+    if prod_ids.len() == 0:  # no op that produces an FP32 activation: nothing is cast (no query more)
+        return {}
     rows = by_id(h, pl.concat([outer, prod_ids.cast(pl.UInt32)]).unique().sort(), "i", "name", "tid", "ts", "end",
                  "input_dims", "input_type")
     key = ["name", "input_dims", "input_type"]
-    u = rows.select(key).unique()
+    u = pick(rows, *key).unique()
     e_out, e_in, dims = [], [], []
     for name, d, t in u.iter_rows():  # distinct (name, shapes), not events
         ts = decode(d, t)
@@ -476,6 +483,8 @@ def _activation_casts(ctx: RuleContext, outer: pl.Series) -> dict[int, list[int]
         e_out.append(_out_elements(name, ts))
         e_in.append([n for n, _ in ins])
         dims.append([x for _, x in ins])
+    if not any(e_in):  # no FP32 activation input: no consumer
+        return {}
     u = u.with_columns(pl.Series("e_out", e_out, pl.Int64), pl.Series("e_in", e_in, pl.List(pl.Int64)),
                        pl.Series("dims", dims, pl.List(pl.String)))
     r = rows.join(u, on=key, how="left", nulls_equal=True)
@@ -492,7 +501,7 @@ def _activation_casts(ctx: RuleContext, outer: pl.Series) -> dict[int, list[int]
     got = cons.join_asof(prod, left_on="ts", right_on="end", by=["tid", "e"], strategy="backward",
                          check_sortedness=False)
     # the outputs produced before each op, counted: siblings (Q, K, V) see only each other's in between
-    seen = prod.select("tid", "end").with_columns(k=pl.int_range(pl.len()).over("tid"))
+    seen = pick(prod, "tid", "end").with_columns(k=pl.int_range(pl.len()).over("tid"))
     got = got.sort("ts").join_asof(seen, left_on="ts", right_on="end", by="tid", strategy="backward",
                                    check_sortedness=False)
     # siblings: an op whose input dims are the previous autocast op's on the thread, with no output produced
@@ -511,7 +520,7 @@ def _fallback(ctx: RuleContext, as_bf16: bool) -> pl.DataFrame:
     else as TF32 reads them, 4 bytes): the FP32 CUDA-core kernel does not care, the Tensor-Core kernels do (a
     vocabulary of 50257: 4 or 8 elements per 16 bytes). Once per width (the check and both variants)."""
     return ctx.once(f"fallback_{as_bf16}", lambda: misaligned_calls(
-        ctx.trace.host, _kernels(ctx).join(ctx.kb.select("i", "op"), on="i", how="left")["op"],
+        ctx.trace.host, _kernels(ctx).join(pick(ctx.kb, "i", "op"), on="i", how="left")["op"],
         "c10::BFloat16" if as_bf16 else None))
 
 

@@ -59,6 +59,7 @@ from traceview.analyses.replay_graph import build
 from traceview.analyses.tree import ancestor_where
 from traceview.analyses.windows import host_step_of
 from traceview.evidence import UNSET, Meta, UnsetType
+from traceview.frames import pick
 from traceview.ingest.categories import RUNTIME_CATS
 from traceview.model import STEP_RE
 from traceview.ruleapi import XPROF_SEVERITY, Finding, RuleContext
@@ -151,9 +152,9 @@ def attributed_syncs(trace, steps: pl.DataFrame, part: pl.DataFrame) -> pl.DataF
                          & ~pl.col("name").str.contains(TORCH_RE), "src")
     api = ancestor_where(h, syncs, (pl.col("cat") == "python_function")
                          & pl.col("name").str.starts_with("<built-in method"), "api")
-    names = h.select("i", "name")
+    names = pick(h, "i", "name")
     # direction of the copy made by the same op (memcpy launched by the sync's innermost op)
-    mc = (trace.gpu.select("op", "name", "kind").filter(pl.col("kind") == "memcpy").drop("kind")
+    mc = (pick(trace.gpu, "op", "name", "kind").filter(pl.col("kind") == "memcpy").drop("kind")
           .with_columns(direction=pl.col("name").str.extract(r"(HtoD|DtoH|DtoD|HtoH)"))
           .group_by("op").agg(pl.col("direction").first()))
     s = (syncs.join(root, on="i", how="left").join(src, on="i", how="left").join(api, on="i", how="left")
@@ -165,8 +166,8 @@ def attributed_syncs(trace, steps: pl.DataFrame, part: pl.DataFrame) -> pl.DataF
     s = _scaler(h, steps, s)
     # cost: host_sync segments of the partition, each given to the sync window (or the ramp after it until the
     # queue is refilled) it starts in
-    win = sync_windows(trace, syncs.select("i", "name", "ts", "end", "op", "tid")).sort("ts")
-    claims = pl.concat([win.select("i", "ts", "end"), sync_ramps(trace, idle_gaps(trace, int(part["ts"].min()),
+    win = sync_windows(trace, pick(syncs, "i", "name", "ts", "end", "op", "tid")).sort("ts")
+    claims = pl.concat([pick(win, "i", "ts", "end"), sync_ramps(trace, idle_gaps(trace, int(part["ts"].min()),
                                                                              int(part["end"].max())))])
     claims = claims.filter(pl.col("i").is_in(syncs["i"].implode())).sort("ts")
     hs = part.filter(pl.col("cls") == "host_sync").select("ts", (pl.col("end") - pl.col("ts")).alias("d")).sort("ts")
@@ -174,14 +175,14 @@ def attributed_syncs(trace, steps: pl.DataFrame, part: pl.DataFrame) -> pl.DataF
                         left_on="ts", right_on="_wts", strategy="backward")
            .filter(pl.col("ts") < pl.col("_wend")).group_by("_sync").agg(pl.col("d").sum().alias("cost")))
     s = s.join(got.rename({"_sync": "i"}), on="i", how="left").with_columns(pl.col("cost").fill_null(0))
-    return s.join(win.select("i", "next_ts"), on="i", how="left")
+    return s.join(pick(win, "i", "next_ts"), on="i", how="left")
 
 
 def _scaler(h: pl.DataFrame, steps: pl.DataFrame, s: pl.DataFrame) -> pl.DataFrame:
     """`s` with the `.item()` syncs GradScaler.step() makes named so: those after the unscale op of their step and
     before the scale update that follows it (the step reads found_inf between the two; the update may fall in the
     next step, where the step boundary is the optimizer's step)."""
-    amp = h.select("name", "ts").filter(pl.col("name").is_in([AMP_UNSCALE, AMP_UPDATE]))
+    amp = pick(h, "name", "ts").filter(pl.col("name").is_in([AMP_UNSCALE, AMP_UPDATE]))
     if amp.height == 0 or not s["cause"].eq(".item()").any():
         return s
     amp = host_step_of(amp, steps, "ts").filter(pl.col("step").is_not_null())

@@ -68,6 +68,7 @@ from traceview.analyses.rowid import by_id, join_by_id
 from traceview.analyses.windows import step_of
 from traceview.engine import IN_MEMORY
 from traceview.evidence import UNSET, Meta, OpCount, ProfilerNote, Span, UnsetType
+from traceview.frames import dropnull, members, pick
 from traceview.ruleapi import Finding, RuleContext, profiler_source_text, xprof_severity
 
 CODE = "TV101"
@@ -143,10 +144,10 @@ def check(ctx: RuleContext) -> list[Finding]:
     fired = per_step.filter(pl.col("t") > 0)["step"].to_list()
     del cl  # (the class's segments: every late gap's, read by the lines above only)
     # (the kernels' time and op alone: the mask reads the kind and start, the filter copies the two columns read)
-    k = trace.gpu.select("dur", "op").filter(
+    k = pick(trace.gpu, "dur", "op").filter(
         trace.gpu.select((pl.col("kind") == "compute") & (pl.col("ts") >= lo) & (pl.col("ts") < hi)).to_series())
     # the launching ops' rows by id (not an is_in over every host event)
-    ops = by_id(trace.host, k["op"].drop_nulls().unique(), pl.col("i").alias("_hit"), "dur")
+    ops = by_id(trace.host, dropnull(k["op"]).unique(), pl.col("i").alias("_hit"), "dur")
     ops = ops.filter(pl.col("_hit").is_not_null()) if ops["_hit"].null_count() else ops
     # (what the evidence reads of the kernels and their ops, before the next frame of every late kernel is built)
     n_k, k_med = k.height, float(k["dur"].median()) if k.height else None
@@ -157,7 +158,7 @@ def check(ctx: RuleContext) -> list[Finding]:
     longest = gaps.sort("end", descending=False).with_columns(g=pl.col("end") - pl.col("ts")).sort("g", descending=True).head(1)
     lg = longest.to_dicts()[0] if longest.height else {}
     after = trace.gpu.lazy().filter(
-        pl.col("ts").is_in(gaps["end"].implode()) & pl.col("kind").is_in(["compute", "comm", "memcpy", "memset"])
+        pl.col("ts").is_in(members(gaps["end"])) & pl.col("kind").is_in(["compute", "comm", "memcpy", "memset"])
     ).select("i", "ts", "op").collect(**IN_MEMORY)  # (the next kernel's name and stream: its row alone, below)
     del gaps  # (every late gap's row: read above only)
     after = join_by_id(after, "op", trace.host, pl.col("name").alias("op_name"))
@@ -354,12 +355,12 @@ def captured(ctx: RuleContext) -> Transform | None:
     launching ops, their launches and their Python) leaves the host path inside the analysed steps; blocking
     calls, the DataLoader and the device work stay. The whole step is taken as the captured region, so this
     bounds what capture can save; on a decode loop, each token's model forward (analyses/decoding.py)."""
-    launched = ctx.trace.gpu.select("op").filter(pl.col("op").is_not_null())["op"].unique()
+    launched = pick(ctx.trace.gpu, "op").filter(pl.col("op").is_not_null())["op"].unique()
     sync = sync_calls(ctx.trace)["i"]
     cats = [c for k in ("runtime", "op") for c in KINDS[k]]
     keep = ((pl.col("ts") >= ctx.lo) & (pl.col("ts") < ctx.hi) & pl.col("cat").is_in(cats)
-            & (pl.col("i").is_in(launched.implode()) | pl.col("op").is_in(launched.implode()))
-            & ~pl.col("i").is_in(sync.implode()) & ~pl.col("name").str.starts_with("ProfilerStep"))
+            & (pl.col("i").is_in(members(launched)) | pl.col("op").is_in(members(launched)))
+            & ~pl.col("i").is_in(members(sync)) & ~pl.col("name").str.starts_with("ProfilerStep"))
     # only the ids leave the filter (a frame's filter copies every column it holds: on a host-bound trace nearly
     # every host row, five columns of them)
     rows = ctx.trace.host.select(pl.col("i").filter(keep).cast(pl.Int64))["i"]

@@ -69,7 +69,9 @@ import polars as pl
 from traceview.analyses.classify import sync_calls
 from traceview.analyses.replay import Transform, spans
 from traceview.analyses.windows import host_step_of
+from traceview.engine import CHAIN
 from traceview.evidence import Meta
+from traceview.frames import members, pick
 from traceview.ingest.manifest import rank_entry, recurring_slow
 from traceview.ruleapi import XPROF_SEVERITY, Finding, Option, RuleContext
 
@@ -161,26 +163,28 @@ def _find(ctx: RuleContext) -> pl.DataFrame:
                                  "med": pl.Float64, "shapes": pl.Int64})
     if "input_dims" not in h.columns or h.height == 0:
         return empty
-    h = h.select("i", "cat", "name", "tid", "ts", "end", "parent", "input_dims")
-    ops = h.filter((pl.col("cat") == "cpu_op") & (pl.col("ts") >= ctx.lo) & (pl.col("ts") < ctx.hi))
-    ops = ops.filter(~pl.col("name").str.contains(COMPILE_RE) & ~pl.col("name").str.contains(COMM_RE))
+    h = pick(h, "i", "cat", "name", "tid", "ts", "end", "parent", "input_dims")
+    # (a few queries, each a lazy chain: a small trace's run is mostly polars' fixed cost per query)
+    ops = (h.lazy().filter((pl.col("cat") == "cpu_op") & (pl.col("ts") >= ctx.lo) & (pl.col("ts") < ctx.hi))
+           .filter(~pl.col("name").str.contains(COMPILE_RE) & ~pl.col("name").str.contains(COMM_RE)).collect(**CHAIN))
     if ops.height == 0:
         return empty
-    child = (h.filter(pl.col("parent").is_in(ops["i"].implode())).group_by("parent")
+    child = (h.lazy().filter(pl.col("parent").is_in(members(ops["i"]))).group_by("parent")
              .agg((pl.col("end") - pl.col("ts")).sum().alias("_c")))
-    launchers = h.filter(pl.col("cat").is_in(["cuda_runtime", "cuda_driver"])
-                         & pl.col("name").str.contains("Launch"))["parent"].unique()
-    o = (ops.join(child, left_on="i", right_on="parent", how="left")
+    launchers = h.lazy().filter(pl.col("cat").is_in(["cuda_runtime", "cuda_driver"])
+                                & pl.col("name").str.contains("Launch")).select(pl.col("parent").unique())
+    launchers = launchers.collect(**CHAIN)["parent"]
+    o = (ops.lazy().join(child, left_on="i", right_on="parent", how="left")
          .with_columns(own=(pl.col("end") - pl.col("ts") - pl.col("_c").fill_null(0)).cast(pl.Int64),
                        input_dims=pl.col("input_dims").cast(pl.String),
-                       launches=pl.col("i").is_in(launchers.implode())))
+                       launches=pl.col("i").is_in(members(launchers))))
     o = o.with_columns(n=pl.len().over("name"), shapes=pl.col("input_dims").n_unique().over("name"),
-                       first=pl.col("ts").rank("ordinal").over("name", "input_dims") == 1)
+                       first=pl.col("ts").rank("ordinal").over("name", "input_dims") == 1).collect(**CHAIN)
     # the op's own time once its plan is cached: the median over its calls on a shape seen before; where every
     # call brought a new shape (a new length every step), an op that launches kernels is held to the dispatch of
     # the trace's launching ops (a CPU op's own time may grow with its data; a GPU op's dispatch does not)
     dispatch = o.filter(pl.col("launches"))["own"].median()
-    o = o.with_columns(med=pl.col("own").filter(~pl.col("first")).median().over("name"))
+    o = o.lazy().with_columns(med=pl.col("own").filter(~pl.col("first")).median().over("name"))
     o = o.with_columns(med=pl.when(pl.col("med").is_not_null()).then(pl.col("med"))
                        .when(pl.col("launches").any().over("name")).then(pl.lit(dispatch, pl.Float64))
                        .otherwise(None))
@@ -188,7 +192,7 @@ def _find(ctx: RuleContext) -> pl.DataFrame:
     hit = o.filter(pl.col("input_dims").str.contains(r"\d") & pl.col("first") & pl.col("med").is_not_null()
                    & (pl.col("shapes") >= 2) & (pl.col("n") >= 3)
                    & (pl.col("own") >= opt["ratio"] * pl.col("med"))
-                   & (pl.col("own") - pl.col("med") >= opt["min_excess_ms"] * 1e6))
+                   & (pl.col("own") - pl.col("med") >= opt["min_excess_ms"] * 1e6)).collect(**CHAIN)
     if hit.height == 0:
         return empty
     comp = compile_spans(ctx)

@@ -92,8 +92,9 @@ from traceview.analyses.param_work import param_sized
 from traceview.analyses.replay import Transform
 from traceview.analyses.roofline import COMPUTE_KERNEL_RE, peak_expr
 from traceview.analyses.rowid import by_id, join_by_id
-from traceview.engine import for_rows
+from traceview.engine import CHAIN, for_rows
 from traceview.evidence import Meta
+from traceview.frames import dropnull, members, omit, pick
 from traceview.ruleapi import XPROF_SEVERITY, Finding, Option, RuleContext, min_savings
 
 CODE = "TV207"
@@ -231,7 +232,10 @@ def _kernels(ctx: RuleContext) -> pl.DataFrame:
         ).filter((pl.col("kind") == "compute") & (pl.col("ts") >= ctx.lo) & (pl.col("ts") < ctx.hi))
         # an optimizer step's, a zero_grad's and DDP's reducer kernels are sized by the parameters: a larger batch
         # leaves them as they are (their fixes are unfused-optimizer's and accumulation-sync's)
-        g = g.filter(~param_sized(ctx.trace, g, zero_grad=True)).drop("launch_ts", "launch_tid")
+        g = omit(g.filter(~param_sized(ctx.trace, g, zero_grad=True)), "launch_ts", "launch_tid")
+        weights = contains(g, COMPUTE_KERNEL_RE, unless=ATTENTION_KERNEL_RE)  # (read on `g`'s rows: kept below)
+        # the columns below in one query (a small trace's run is mostly polars' fixed cost per query)
+        g = g.lazy()
         blocks = pl.col("grid_x") * pl.col("grid_y").fill_null(1) * pl.col("grid_z").fill_null(1)
         g = g.with_columns(blocks=blocks)
         used = (pl.col("blocks") / sms) if sms else pl.col("blocks_per_sm")
@@ -251,13 +255,13 @@ def _kernels(ctx: RuleContext) -> pl.DataFrame:
             # a GEMM or convolution: its blocks are output tiles that each stream a slice of the weights, which
             # every row shares: more rows fill the tiles it runs (or a larger tile the library picks for the
             # larger shape) before they add blocks
-            weights=contains(g, COMPUTE_KERNEL_RE, unless=ATTENTION_KERNEL_RE).fill_null(False),
+            weights=weights.fill_null(False),
         )
         # the roofline's floor on the larger call: its k times the FLOPs at the device's peak, as a share of the
         # call's time (the op's shapes; 0 without them, as for a CUDA graph's kernels: nothing bounds it there
         # but the call's own time)
         spec = ctx.spec
-        g = g.join(ctx.kb.select("i", "flops", "bpe", "tf32"), on="i", how="left")
+        g = g.join(pick(ctx.kb, "i", "flops", "bpe", "tf32").lazy(), on="i", how="left")
         g = g.with_columns(_peak=(pl.col("flops") / peak_expr(spec) * 1e9 / pl.col("dur").cast(pl.Float64).clip(1.0))
                            .fill_null(0.0).fill_nan(0.0)).drop("flops", "bpe", "tf32")
 
@@ -280,7 +284,7 @@ def _kernels(ctx: RuleContext) -> pl.DataFrame:
         k = float(batch_factor(ctx))
         return g.with_columns(
             per_sample_k=per_sample(k), per_sample_2=per_sample(2.0), waves=(pl.col("_b") / pl.col("slots"))
-        ).drop("_b", "_peak")
+        ).drop("_b", "_peak").collect(**CHAIN)
 
     return ctx.once("grid_kernels", build)
 
@@ -467,8 +471,8 @@ def fix_transform(ctx: RuleContext) -> Transform | None:
     gaps = _gaps(ctx, k)
     # a CUDA graph's launch call does host work per node (each kernel node is set up and submitted): a graph of
     # 1/f the nodes takes 1/f of that call's time
-    g = ctx.trace.gpu.filter(pl.col("i").is_in(k["i"].implode()) & pl.col("graph"))
-    launches = g["launch"].drop_nulls().unique().cast(pl.UInt32)
+    g = ctx.trace.gpu.filter(pl.col("i").is_in(members(k["i"])) & pl.col("graph"))
+    launches = dropnull(g["launch"]).unique().cast(pl.UInt32)
     dur = by_id(ctx.trace.host, launches, "dur")["dur"].cast(pl.Int64).to_list() if launches.len() else []
     return Transform(
         NAME,
@@ -482,11 +486,11 @@ def fix_transform(ctx: RuleContext) -> Transform | None:
 
 def _gaps(ctx: RuleContext, k: pl.DataFrame) -> list[int]:
     """Each kernel's idle gap (ns) after the activity before it on its stream, in the order of `k`."""
-    g = ctx.trace.gpu.select("i", "stream", "ts", "end").sort("ts")
+    g = pick(ctx.trace.gpu, "i", "stream", "ts", "end").sort("ts")
     g = g.with_columns(gap=(pl.col("ts") - pl.col("end").shift(1).over("stream")).clip(0).fill_null(0))
     return (
-        k.select("i")
-        .join(g.select("i", "gap"), on="i", how="left")["gap"]
+        pick(k, "i")
+        .join(pick(g, "i", "gap"), on="i", how="left")["gap"]
         .fill_null(0)
         .cast(pl.Int64)
         .to_list()

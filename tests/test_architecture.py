@@ -130,7 +130,7 @@ def test_the_cycle_finder_finds_one() -> None:
 # layer or the layers above it in this list (the model is the vocabulary ingest builds, so it comes first).
 LAYERS = [
     {"traceview.errors", "traceview.units", "traceview.memo", "traceview.parallel", "traceview.procpool", "traceview.engine",
-     "traceview.notes", "traceview.ingest.manifest", "traceview.ingest.categories", "traceview.ingest.heap_trim"},
+     "traceview.notes", "traceview.frames", "traceview.ingest.manifest", "traceview.ingest.categories", "traceview.ingest.heap_trim"},
     # the call tree, the distinct-names regex and row-id lookups are part of building the model
     {"traceview.model", "traceview.analyses.tree", "traceview.analyses.names", "traceview.analyses.rowid"},
     {"traceview.ingest"},  # and its modules

@@ -29,3 +29,9 @@ def for_rows(n: int) -> dict[str, str]:
     """The `collect` keywords for a reducing query over a frame of `n` rows (`STREAMING` from STREAM_ROWS rows):
     only for results that do not depend on the engine's row order (counts, sums of integers, sets)."""
     return STREAMING if n >= STREAM_ROWS else IN_MEMORY
+
+#: `LazyFrame.collect` keywords for a chain of eager steps run as one query (one query's fixed cost instead of one
+#: per step: most of a small trace's run): the in-memory engine without the optimizer's passes, as the eager calls
+#: run (no pass moves a filter or merges steps), so the chain computes what those calls did, step by step
+CHAIN: dict = ({**IN_MEMORY, "optimizations": pl.QueryOptFlags.none(simplify_expression=True)}
+               if "optimizations" in inspect.signature(pl.LazyFrame.collect).parameters else IN_MEMORY)

@@ -34,6 +34,7 @@ from typing import Any
 
 import polars as pl
 
+from .frames import pick
 from .ingest.categories import RUNTIME_CATS
 
 STEP_RE = r"^ProfilerStep#(\d+)$"  # group 1: the step number
@@ -78,7 +79,8 @@ def conform(name: str, df: pl.DataFrame) -> pl.DataFrame:
         return df
     cols = [(c if have[c] == t else pl.col(c).cast(t)) if c in have else pl.lit(None, t).alias(c)
             for c, t in decl.items()]  # (a name costs less than an expression: hundreds of columns per trace)
-    return df.select(*cols, *[c for c in have if c not in decl])
+    rest = [c for c in have if c not in decl]
+    return pick(df, *cols, *rest) if all(isinstance(c, str) for c in cols) else df.select(*cols, *rest)
 
 
 def schema_problems(trace: Trace) -> list[str]:

@@ -36,6 +36,7 @@ from .analyses.replay import CACHES as REPLAY_CACHES
 from .analyses.replay import fidelity as replay_fidelity
 from .analyses.windows import recording_edges
 from .errors import TraceError
+from .frames import pick
 from .ingest import heap_trim
 from .ingest.loader import input_files, load_file
 from .memo import drop, forget
@@ -214,7 +215,7 @@ def _overview(trace: Trace, steps: pl.DataFrame, options: Options) -> dict[str, 
     devices = device_section(trace, steps, busy) if trace.has_gpu else []
     # the columns the top tables read (a filter copies every column: 40 on the GPU frame), held only while they
     # are built (a copy of a whole-trace frame would otherwise sit under every later step's peak)
-    top_k, top_o = (kernels.top_tables(trace, options.top, trace.gpu.select("name", "kind", "op", "dur", "ts", "end")
+    top_k, top_o = (kernels.top_tables(trace, options.top, pick(trace.gpu, "name", "kind", "op", "dur", "ts", "end")
                                        .filter((pl.col("end") > lo) & (pl.col("ts") < hi)))
                     if trace.has_gpu else (None, None))
     return {"summary": summary, "steps": step_rows, "devices": devices,

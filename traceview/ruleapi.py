@@ -21,8 +21,10 @@ from .analyses.layers import attribution, gpu_codes
 from .analyses.rowid import by_id
 from .analyses.specs import Spec, trace_spec
 from .analyses.windows import complete_steps
+from .engine import CHAIN
 from .evidence import field_problems
 from .finding_model import Finding, severity_for
+from .frames import dropnull, filled, isnull, members, pick
 from .ingest.manifest import rank_step_times, step_overhead_ms
 from .memo import once_in
 from .model import Job, Trace
@@ -227,21 +229,23 @@ class RuleContext:
             parts.append(pl.Series("i", kernel_ids).cast(pl.Int64))
         if op_ids is not None and len(op_ids):
             ops = pl.Series("op", op_ids).cast(pl.Int64)
-            g = self.trace.gpu.select("i", "op")
-            parts.append(g.filter(pl.col("op").cast(pl.Int64).is_in(ops.implode()))["i"].cast(pl.Int64))
+            g = pick(self.trace.gpu, "i", "op")
+            parts.append(g.filter(pl.col("op").cast(pl.Int64).is_in(members(ops)))["i"].cast(pl.Int64))
         if not parts:
             return None
         # each kernel once, its layer by id (not a filter over every GPU activity per finding); counted by layer
         # code (no text per kernel: a host-bound trace's finding names millions of kernels), then the most common
         # named layer, the first by name of those tied
         names = attribution(self.trace).names["layer"]
-        lc = by_id(gpu_codes(self.trace), pl.concat(parts).unique(), "lc")["lc"].drop_nulls().to_numpy()
+        lc = dropnull(by_id(gpu_codes(self.trace), pl.concat(parts).unique(), "lc")["lc"]).to_numpy()
         n = np.bincount(lc.astype(np.int64), minlength=names.len())[:names.len()]
-        n[(names.is_null() | names.str.starts_with("(").fill_null(True)).to_numpy()] = 0
+        n[(isnull(names) | filled(names.str.starts_with("("), True)).to_numpy()] = 0
         if not n.any():
             return None
-        by_name = pl.DataFrame({"layer": names, "n": n}).filter(pl.col("n") > 0).group_by("layer").agg(pl.col("n").sum())
-        return str(by_name.filter(pl.col("n") == pl.col("n").max())["layer"].sort().first())
+        by_name = pl.DataFrame({"layer": names, "n": n}).lazy().filter(pl.col("n") > 0).group_by("layer").agg(
+            pl.col("n").sum())  # (one query)
+        return str(by_name.filter(pl.col("n") == pl.col("n").max()).select(pl.col("layer").sort().first())
+                   .collect(**CHAIN).item())
 
     def finding(self, *, cost_ns: float, count: int, steps: list[int], evidence: msgspec.Struct,
                 savings_ns: float | None = None, severity_pct: float | None = None, severity: str | None = None,

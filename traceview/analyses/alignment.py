@@ -6,6 +6,7 @@ from __future__ import annotations
 import msgspec
 import polars as pl
 
+from ..frames import dropnull, pick
 from .roofline import DTYPE_BYTES, GEMM_OPS
 from .rowid import by_id
 
@@ -45,7 +46,7 @@ def misaligned_calls(host: pl.DataFrame, ops: pl.Series, fp32_as: str | None = N
     (`misaligned`, on the op's recorded Input Dims / Input type / Input Strides), per distinct shape, never per
     event; `fp32_as`: read the FP32 inputs as this type (autocast's "c10::BFloat16": the width a fix would run at)."""
     empty = pl.DataFrame(schema={"op": pl.UInt32, "bpe_row": pl.Int64, "rows": pl.List(pl.Int64)})
-    ops = ops.drop_nulls().unique()
+    ops = dropnull(ops).unique()
     if ops.len() == 0 or "input_dims" not in host.columns:
         return empty
     strides = pl.col("strides") if "strides" in host.columns else pl.lit(None, pl.Categorical)
@@ -53,7 +54,7 @@ def misaligned_calls(host: pl.DataFrame, ops: pl.Series, fp32_as: str | None = N
               strides.alias("strides")).filter(pl.col("name").is_in(list(GEMM_OPS)))
     key = ["name", "input_dims", "input_type", "strides"]
     rows = []
-    for name, d, t, s in h.select(key).unique().iter_rows():  # distinct shapes
+    for name, d, t, s in pick(h, *key).unique().iter_rows():  # distinct shapes
         try:
             types = _dec.decode(t) if t else []
             if fp32_as:

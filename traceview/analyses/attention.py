@@ -22,6 +22,8 @@ import math
 import numpy as np
 import polars as pl
 
+from ..engine import CHAIN
+from ..frames import dropnull, omit, pick
 from ..memo import per_trace
 from ..model import RUNTIME_CATS, Trace
 from .causal import causal_share, sdpa_causal
@@ -138,7 +140,7 @@ def _gemm_out(ts: list[tuple[list[int], str]]) -> list[int] | None:
 def score_ops(trace: Trace) -> pl.DataFrame:
     """One row per cpu_op that launched GPU work: [op, score, gemm, softmax, backward, heads, n_q, n_kv,
     score_bytes] (score: it touches materialized attention scores; the shape columns are the scores')."""
-    ids = trace.gpu["op"].drop_nulls().unique().sort()
+    ids = dropnull(trace.gpu["op"]).unique().sort()
     if ids.len() == 0 or "input_dims" not in trace.host.columns:
         return pl.DataFrame(schema=_SCHEMA)
     ops = by_id(trace.host, ids, pl.col("i").alias("op"), "name", "input_dims", "input_type")
@@ -319,17 +321,18 @@ def score_kernels(trace: Trace, lo: int, hi: int) -> pl.DataFrame:
     their run of consecutive score kernels (`run`, null outside one) and position in it (`pos`):
     [i, name, device, stream, ts, end, dur, op, launch, op_name, score, gemm, softmax, backward, heads, n_q,
     n_kv, score_bytes, run, pos]."""
-    g = (
-        trace.gpu.select("i", "name", "kind", "device", "stream", "ts", "end", "dur", "op", "launch")
-        .filter((pl.col("kind") == "compute") & (pl.col("ts") >= lo) & (pl.col("ts") < hi))
-        .drop("kind")
+    g = omit(
+        pick(trace.gpu, "i", "name", "kind", "device", "stream", "ts", "end", "dur", "op", "launch")
+        .filter((pl.col("kind") == "compute") & (pl.col("ts") >= lo) & (pl.col("ts") < hi)),
+        "kind",
     )
     so = score_ops(trace)
     if g.height == 0:  # (no kernel to look up: not the name of every op that launched work)
         so = so.clear()
-    g = g.join(so, on="op", how="left").with_columns(pl.col("score").fill_null(False))
+    # the rest in one query (a small trace's run is mostly polars' fixed cost per query)
+    g = g.lazy().join(so.lazy(), on="op", how="left").with_columns(pl.col("score").fill_null(False))
     g = g.join(
-        by_id(trace.host, so["op"], pl.col("i").alias("op"), pl.col("name").alias("op_name")).unique("op"),
+        by_id(trace.host, so["op"], pl.col("i").alias("op"), pl.col("name").alias("op_name")).lazy().unique("op"),
         on="op",
         how="left",
     )
@@ -342,7 +345,7 @@ def score_kernels(trace: Trace, lo: int, hi: int) -> pl.DataFrame:
     # a run's group starts at the kernel that broke the previous one (a non-score kernel, unless the stream
     # starts with the run): the position counts the score kernels only, from 0
     pos = pl.col("score").cast(pl.Int64).cum_sum().over("_run") - 1
-    return g.with_columns(pos=pl.when(pl.col("score")).then(pos)).drop("_run")
+    return g.with_columns(pos=pl.when(pl.col("score")).then(pos)).drop("_run").collect(**CHAIN)
 
 
 def score_op_ids(trace: Trace) -> pl.Series:

@@ -27,7 +27,8 @@ from __future__ import annotations
 
 import polars as pl
 
-from ..engine import IN_MEMORY
+from ..engine import CHAIN, IN_MEMORY
+from ..frames import members, pick
 from ..memo import per_trace, per_windows
 from ..model import Trace
 from ..units import us
@@ -92,22 +93,22 @@ def _all_syncs(trace: Trace) -> tuple[pl.DataFrame, pl.Series]:
     variants read them: one search for the compiler's spans)."""
     h = trace.host
     # the regex only on the runtime calls
-    rt = (h[["i", "cat", "name", "ts", "end", "op", "tid"]].filter(pl.col("cat").is_in(["cuda_runtime", "cuda_driver"]))
-          .filter(pl.col("name").str.contains(SYNC_RUNTIME_RE)).drop("cat"))
+    rt = (h[["i", "cat", "name", "ts", "end", "op", "tid"]].lazy().filter(pl.col("cat").is_in(["cuda_runtime", "cuda_driver"]))
+          .filter(pl.col("name").str.contains(SYNC_RUNTIME_RE)).drop("cat").collect(**CHAIN))
     ev = trace.gpu[["i", "kind", "name", "launch", "launch_ts", "launch_end", "ts", "end"]].filter(
         (pl.col("kind") == "sync") & pl.col("name").is_in(SYNC_EVENT_NAMES))
     if rt.height == 0 and ev.height == 0:  # no sync call (a common case): nothing to join, merge or search
         return rt, pl.Series("i", [], pl.Boolean)
-    ev = ev.filter(pl.col("launch").is_null() | ~pl.col("launch").is_in(rt["i"].implode()))
+    ev = ev.filter(pl.col("launch").is_null() | ~pl.col("launch").is_in(members(rt["i"])))
     ev = join_by_id(ev, "launch", h, pl.col("op").alias("_hop"), pl.col("tid").alias("_htid"))
-    ev = ev.select(pl.coalesce("launch", "i").alias("i"), "name",
-                   pl.coalesce("launch_ts", "ts").alias("ts"), pl.coalesce("launch_end", "end").alias("end"),
-                   pl.col("_hop").alias("op"), pl.col("_htid").alias("tid"))
+    ev = ev.lazy().select(pl.coalesce("launch", "i").alias("i"), "name",
+                          pl.coalesce("launch_ts", "ts").alias("ts"), pl.coalesce("launch_end", "end").alias("end"),
+                          pl.col("_hop").alias("op"), pl.col("_htid").alias("tid"))
     lo, hi = host_span(trace)
-    out = pl.concat([rt, ev], how="vertical_relaxed").unique("i")
-    out = out.filter((pl.col("ts") >= lo) & (pl.col("ts") < hi)).sort("ts")
+    out = pl.concat([rt.lazy(), ev], how="vertical_relaxed").unique("i")
+    out = out.filter((pl.col("ts") >= lo) & (pl.col("ts") < hi)).sort("ts").collect(**CHAIN)
     inside = compile_syncs(trace, out)
-    return out, out["i"].is_in(inside.implode())
+    return out, out["i"].is_in(members(inside))
 
 
 def compile_syncs(trace: Trace, syncs: pl.DataFrame) -> pl.Series:
@@ -136,7 +137,7 @@ def _all_sync_windows(trace: Trace) -> pl.DataFrame:
 
 @per_trace
 def _gpu_starts(trace: Trace) -> pl.DataFrame:
-    return gpu_work(trace.gpu.select("kind", "ts")).select(pl.col("ts").alias("next_ts")).unique().sort("next_ts")
+    return gpu_work(pick(trace.gpu, "kind", "ts")).select(pl.col("ts").alias("next_ts")).unique().sort("next_ts")
 
 
 def _sync_windows(trace: Trace, syncs: pl.DataFrame) -> pl.DataFrame:
@@ -188,14 +189,15 @@ def _gpu_gaps(trace: Trace) -> tuple[pl.DataFrame, int] | None:
     """The gaps between the merged GPU activity [gts (null before the first), gend, launch_ts, tail] and the
     end of the last activity (None without GPU activity): the window-independent part of `idle_gaps`,
     computed once per trace."""
-    work = gpu_work(trace.gpu.select("kind", "ts", "end", "launch_ts"))  # (a filter copies every column it has)
+    work = gpu_work(pick(trace.gpu, "kind", "ts", "end", "launch_ts"))  # (a filter copies every column it has)
     if work.height == 0:
         return None
-    m = merge(work).sort("ts")
-    first_launch = work.group_by("ts").agg(pl.col("launch_ts").min())
-    gaps = m.select(pl.col("end").shift().alias("gts"), pl.col("ts").alias("gend"))
+    m = merge(work)
+    # one query (a small trace's run is mostly polars' fixed cost per query)
+    first_launch = work.lazy().group_by("ts").agg(pl.col("launch_ts").min())
+    gaps = m.lazy().sort("ts").select(pl.col("end").shift().alias("gts"), pl.col("ts").alias("gend"))
     gaps = gaps.join(first_launch.rename({"ts": "gend"}), on="gend", how="left")
-    return gaps.with_columns(tail=pl.lit(False)), int(m["end"].max())
+    return gaps.with_columns(tail=pl.lit(False)).collect(**CHAIN), int(m["end"].max())
 
 
 def sync_ramps(trace: Trace, gaps: pl.DataFrame) -> pl.DataFrame:
@@ -210,8 +212,11 @@ def sync_ramps(trace: Trace, gaps: pl.DataFrame) -> pl.DataFrame:
     empty = pl.DataFrame(schema={"i": pl.UInt32, "ts": pl.Int64, "end": pl.Int64})
     if win.height == 0 or gaps.height == 0:
         return empty
-    g = gaps.sort("ts").with_columns(_queued=(~pl.col("late") & ~pl.col("tail")).cast(pl.Int64).cum_sum())
-    w = (win.select("i", pl.col("end").alias("_wend"), (pl.col("sync_end") - pl.col("ts")).alias("_lead")).sort("_wend")
+    # two queries (a small trace's run is mostly polars' fixed cost per query; the gaps, read twice, once)
+    g = gaps.lazy().sort("ts").with_columns(_queued=(~pl.col("late") & ~pl.col("tail")).cast(pl.Int64).cum_sum())
+    g = g.collect(**CHAIN).lazy()
+    w = (win.lazy().select("i", pl.col("end").alias("_wend"), (pl.col("sync_end") - pl.col("ts")).alias("_lead"))
+         .sort("_wend")
          .join_asof(g.select(pl.col("ts").alias("_gts"), pl.col("_queued").alias("_q0")), left_on="_wend",
                     right_on="_gts", strategy="backward").with_columns(pl.col("_q0").fill_null(0)).drop("_gts"))
     late = g.filter(pl.col("late")).join_asof(w, left_on="ts", right_on="_wend", strategy="backward")
@@ -219,7 +224,7 @@ def sync_ramps(trace: Trace, gaps: pl.DataFrame) -> pl.DataFrame:
     late = late.with_columns(_d=pl.col("end") - pl.col("ts")).with_columns(_before=pl.col("_d").cum_sum().over("i") - pl.col("_d"))
     late = late.with_columns(_take=(pl.col("_lead") - pl.col("_before")).clip(0, None))
     late = late.with_columns(_take=pl.min_horizontal("_take", "_d")).filter(pl.col("_take") > 0)
-    return late.select(pl.col("i").cast(pl.UInt32), "ts", (pl.col("ts") + pl.col("_take")).alias("end"))
+    return late.select(pl.col("i").cast(pl.UInt32), "ts", (pl.col("ts") + pl.col("_take")).alias("end")).collect(**CHAIN)
 
 
 #: the labels the sweep ranks, highest priority first: the classes but `other_idle` (where none is), with a long
@@ -237,14 +242,14 @@ def labelled_intervals(trace: Trace, lo: int, hi: int, kb: pl.DataFrame | None =
     its rows (each part's filtered to [lo, hi) as it is built) and frees them once merged."""
     kb = kernel_bound(trace) if kb is None else kb
     inside = (pl.col("end") > lo) & (pl.col("ts") < hi)
-    compute = kb.filter(pl.col("bound") == "compute")["i"].implode()  # a kernel kb has not is memory-bound
+    compute = members(kb.filter(pl.col("bound") == "compute")["i"])  # a kernel kb has not is memory-bound
     kind = pl.col("kind")
     gpu = gpu_work(trace.gpu.lazy().select("i", "kind", "ts", "end")).filter(inside).select(
         pl.when(kind == "comm").then(_rank("communication"))
         .when((kind == "compute") & pl.col("i").is_in(compute)).then(_rank("gpu_compute"))
         .otherwise(_rank("gpu_memory")).alias("k"), "ts", "end")
     idle = idle_gaps(trace, lo, hi)
-    sync = pl.concat([sync_windows(trace).select("ts", "end"), sync_ramps(trace, idle).select("ts", "end")])
+    sync = pl.concat([pick(sync_windows(trace), "ts", "end"), pick(sync_ramps(trace, idle), "ts", "end")])
     sync = sync.lazy().select(_rank("host_sync").alias("k"), "ts", "end")
     inp = dataloader_spans(trace).lazy().select(_rank("input").alias("k"), "ts", "end")
     gaps = idle.lazy().select(
@@ -297,7 +302,7 @@ def _partition(trace: Trace, steps: pl.DataFrame) -> pl.DataFrame:
 
 def _partition_uncached(trace: Trace, steps: pl.DataFrame, kb: pl.DataFrame,
                         cls_dtype: pl.DataType = pl.String) -> pl.DataFrame:
-    windows = steps.select("step", "ts", "end")
+    windows = pick(steps, "step", "ts", "end")
     if windows.height == 0:
         return pl.DataFrame(schema={"step": pl.Int64, "ts": pl.Int64, "end": pl.Int64, "cls": cls_dtype})
     lo, hi = int(windows["ts"].min()), int(windows["end"].max())

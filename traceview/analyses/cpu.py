@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import polars as pl
 
+from ..frames import pick
 from ..model import Trace
 from .breakdown import DATALOADER_RE
 from .intervals import clip, priority_sweep
@@ -52,16 +53,16 @@ def step_split(trace: Trace, steps: pl.DataFrame) -> pl.DataFrame:
         return pl.DataFrame(schema={"step": pl.Int64, "dur": pl.Int64, **{c: pl.Int64 for c in SPLIT}})
     lo, hi = int(steps["ts"].min()), int(steps["end"].max())
     # (the columns read, then the filter: a filter copies every column of its frame)
-    h = trace.host.select("i", "cat", "name", "ts", "end").filter(pl.col("cat").is_in(["cpu_op", "user_annotation"]))
+    h = pick(trace.host, "i", "cat", "name", "ts", "end").filter(pl.col("cat").is_in(["cpu_op", "user_annotation"]))
     top = top_level_ops(trace)
     coll = h.filter(pl.col("name").str.contains(COLLECTIVE_RE))
     iv = pl.concat([
         h.filter(pl.col("name").str.contains(DATALOADER_RE)).select(pl.lit("input").alias("label"), "ts", "end"),
         # a top-level op that is itself a collective (c10d::allreduce_) is communication, not work
-        top.join(coll.select("i"), on="i", how="anti").select(pl.lit("cpu_ops").alias("label"), "ts", "end"),
+        top.join(pick(coll, "i"), on="i", how="anti").select(pl.lit("cpu_ops").alias("label"), "ts", "end"),
         coll.select(pl.lit("communication").alias("label"), "ts", "end"),
     ])
-    win = steps.select("step", "ts", "end").sort("ts")
+    win = pick(steps, "step", "ts", "end").sort("ts")
     sweep = priority_sweep(clip(iv, lo, hi), list(SPLIT[:3]), win, other="outside_ops")
     wide = sweep.pivot(on="label", index="step", values="dur")
     for c in SPLIT:
@@ -90,9 +91,9 @@ def layer_times(trace: Trace, steps: pl.DataFrame) -> pl.DataFrame:
     # summed per layer, then added up the layer tree (no row per enclosing layer)
     tree = att.tree
     cols = ["fwd_ns", "bwd_ns", "other_ns", "cpu_ns", "ops"]
-    own = tree.select("layer").join(top.group_by("layer").agg(agg), on="layer", how="left", maintain_order="left")
+    own = pick(tree, "layer").join(top.group_by("layer").agg(agg), on="layer", how="left", maintain_order="left")
     up = subtree_sums(tree, own.select(cols).fill_null(0).cast(pl.Int64).to_numpy())
-    per = tree.select("layer", "name", "depth", "first_ts").hstack(
+    per = pick(tree, "layer", "name", "depth", "first_ts").hstack(
         pl.DataFrame(up, schema=cols, orient="row")).sort("first_ts", "depth")
     un = top.filter(pl.col("layer") == UNATTRIBUTED)
     parts = [per.select(list(schema)).cast(schema)]

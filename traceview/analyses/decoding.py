@@ -8,6 +8,7 @@ from typing import Any
 import numpy as np
 import polars as pl
 
+from ..frames import pick
 from .opshapes import decode
 from .rowid import by_id
 from .windows import host_step_of
@@ -20,7 +21,7 @@ def decode_calls(ctx: Any) -> pl.DataFrame:
     """The decode attention calls in the analysed steps of a rule context `ctx`: [op, step, batch, kv]."""
 
     def build() -> pl.DataFrame:
-        h = ctx.trace.host.select("i", "cat", "name", "ts", "input_dims", "input_type").filter(
+        h = pick(ctx.trace.host, "i", "cat", "name", "ts", "input_dims", "input_type").filter(
             (pl.col("cat") == "cpu_op")
             & (pl.col("ts") >= ctx.lo)
             & (pl.col("ts") < ctx.hi)
@@ -38,7 +39,7 @@ def decode_calls(ctx: Any) -> pl.DataFrame:
         }
         rows = []
         for name, d, t in (
-            h.select("name", "input_dims", "input_type").unique().iter_rows()
+            pick(h, "name", "input_dims", "input_type").unique().iter_rows()
         ):  # distinct shapes
             ts = [s for s, _ in decode(d, t)]
             if len(ts) < 2 or len(ts[0]) < 3 or len(ts[1]) < 3 or ts[0][-2] != 1:

@@ -8,6 +8,8 @@ from dataclasses import dataclass
 
 import polars as pl
 
+from ..engine import CHAIN
+from ..frames import filled, pick
 from ..ingest.categories import GRAPH_LAUNCH_RE
 from ..memo import per_trace
 from ..model import RUNTIME_CATS, Trace
@@ -54,7 +56,7 @@ _DISTINCT_MIN = 4096
 def host_names(trace: Trace, cat: str) -> pl.Series:
     """The distinct names of the host events of category `cat` (a few hundred over every event: a rule tests its
     regex on them first, and scans the rows only when some name matches)."""
-    return trace.host.select("cat", "name").filter(pl.col("cat") == cat)["name"].unique()
+    return pick(trace.host, "cat", "name").filter(pl.col("cat") == cat)["name"].unique()
 
 
 def detect(trace: Trace, kb: pl.DataFrame | None = None) -> Features:
@@ -62,7 +64,8 @@ def detect(trace: Trace, kb: pl.DataFrame | None = None) -> Features:
     kernel with <= 2-byte operands is low precision even when its name does not say so."""
     # distinct names: every test below asks whether any name matches
     ops = pl.concat([host_names(trace, "cpu_op"), host_names(trace, "user_annotation")])
-    rt = trace.host.select("cat", "name").filter(pl.col("cat").is_in(RUNTIME_CATS))["name"].unique()
+    rt = (pick(trace.host, "cat", "name").lazy().filter(pl.col("cat").is_in(RUNTIME_CATS)).select(pl.col("name").unique())
+          .collect(**CHAIN)["name"])
     k = trace.gpu[["kind", "name"]].filter(pl.col("kind") == "compute")
     # kernel names: each distinct name once with its count (a few dozen names over every kernel)
     if k.height >= _DISTINCT_MIN:
@@ -78,7 +81,7 @@ def detect(trace: Trace, kb: pl.DataFrame | None = None) -> Features:
     o = _any(ops, compiled=COMPILED_REGION_RE, compiling=COMPILE_RE, fused=FUSED_OPT_RE, foreach=FOREACH_RE)
     kt = _any(kn, fused=FUSED_OPT_KERNEL_RE, foreach=MULTI_TENSOR_KERNEL_RE, low=LOW_PRECISION_RE)
     return Features(
-        cuda_graphs=bool(rt.str.contains(GRAPH_LAUNCH_RE).any() or trace.gpu["graph"].fill_null(False).any()),
+        cuda_graphs=bool(rt.str.contains(GRAPH_LAUNCH_RE).any() or filled(trace.gpu["graph"], False).any()),
         compiled=o["compiled"],
         triton_kernels=triton,
         compiling=o["compiling"],

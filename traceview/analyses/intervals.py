@@ -6,6 +6,7 @@ import numpy as np
 import polars as pl
 
 from ..engine import IN_MEMORY
+from ..frames import take
 
 
 def _runs(ts: np.ndarray, end: np.ndarray, group: np.ndarray | None = None) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
@@ -140,8 +141,8 @@ def segments(intervals: pl.DataFrame | pl.LazyFrame, priorities: list[str], wind
     wi, ts, end, cls = _segment_arrays(intervals, priorities, windows)
     names = pl.Series([*priorities, other], dtype=cls_dtype)
     return pl.DataFrame({
-        win: windows[win].gather(pl.Series(wi)), "ts": _owned(ts),
-        "end": _owned(end), "cls": names.gather(pl.Series(cls)),
+        win: take(windows[win], pl.Series(wi)), "ts": _owned(ts),
+        "end": _owned(end), "cls": take(names, pl.Series(cls)),
     })
 
 

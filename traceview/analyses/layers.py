@@ -27,7 +27,8 @@ from dataclasses import dataclass
 import numpy as np
 import polars as pl
 
-from ..engine import IN_MEMORY
+from ..engine import CHAIN, IN_MEMORY
+from ..frames import dropnull, filled, members, notnull, omit, pick, take
 from ..memo import per_trace
 from ..model import RUNTIME_CATS, Trace
 from .intervals import open_at
@@ -88,7 +89,7 @@ class Attribution:
 
     def known(self, lc: pl.Series) -> pl.Series:
         """Per code in `lc`: a layer, not `(unattributed)` (null for a null code)."""
-        return (self.names["layer"] != UNATTRIBUTED).gather(lc)
+        return take(self.names["layer"] != UNATTRIBUTED, lc)
 
     def decode(self, codes: pl.DataFrame, *cols: str) -> list[pl.Series]:
         """The named columns (layer, layer_class, depth, phase) of the rows of `codes` [lc, ph]; a null code reads
@@ -126,7 +127,7 @@ def gpu_codes(trace: Trace) -> pl.DataFrame:
     when no layer issued it."""
     att = attribution(trace)
     hl = att.host
-    g = trace.gpu.select("i", "launch", "op")
+    g = pick(trace.gpu, "i", "launch", "op")
     # the launching runtime call is the most direct link; the op (via External id) when there is none; a
     # sentinel for activities that neither reaches
     lpos, opos = _rowpos(hl, g["launch"]), _rowpos(hl, g["op"])
@@ -164,7 +165,7 @@ def _node_events(trace: Trace) -> tuple[pl.DataFrame, str]:
     name = pl.col("name")
     # which rows each kind of node takes, in one query (`h` holds the few rows that can be nodes): most kinds have
     # none in a trace, and take no filter and select then (a small trace's run is mostly each query's fixed cost)
-    take = h.select(
+    take = h.lazy().select(
         mods=(pl.col("cat") == "python_function") & name.str.starts_with(MODULE_PREFIX),
         attrs=ann & name.str.starts_with(ATTR_PREFIX),
         lightning=name.str.starts_with("[pl]"),
@@ -172,7 +173,7 @@ def _node_events(trace: Trace) -> tuple[pl.DataFrame, str]:
         & name.str.contains(PSEUDO_RE),
         other=(pl.col("cat") == "user_annotation") & ~name.str.contains(PSEUDO_RE)
         & ~name.str.contains(NOT_LAYER_RE) & ~name.str.starts_with("[pl]"),
-    ).select(pl.all().fill_null(False))
+    ).select(pl.all().fill_null(False)).collect(**CHAIN)
 
     def nodes_of(kind: str, label_dtype: pl.DataType, **cols: pl.Expr) -> pl.DataFrame:
         """[i, label, cls, src] of the rows `kind` takes (no query when it takes none)."""
@@ -203,28 +204,29 @@ def _node_events(trace: Trace) -> tuple[pl.DataFrame, str]:
                          cls=pl.col("name").str.replace(r"[#_ ]?\d+$", ""), src=pl.lit("annotation"))
         parts.append(other)
         source = "annotations" if other.height else "ops"
-    nodes = pl.concat(parts, how="vertical_relaxed")
+    nodes = pl.concat([p.lazy() for p in parts], how="vertical_relaxed")  # (collected once, below)
     if source == "ops":
         # top-level forward ops (backward ones follow their forward op through the sequence number),
         # outside the pseudo-layers
         # the roots of the cpu_op tree (`top_level_ops`: the layer table reads them too), in host order
         # (the kept rows' ids and names only: on a tiny-event trace every op is one)
         at = _top_rows(trace)
-        cand = host.select("name", "fwd_tid")[at]
-        at = at.filter(~(cand["fwd_tid"].fill_null(0) > 0) & ~cand["name"].str.contains(NOT_LAYER_RE)
-                       & ~cand["name"].str.contains(PSEUDO_RE))
+        cand = pick(host, "name", "fwd_tid")[at]
+        name = pl.col("name")
+        at = at.filter(cand.select(~(pl.col("fwd_tid").fill_null(0) > 0) & ~name.str.contains(NOT_LAYER_RE)
+                                   & ~name.str.contains(PSEUDO_RE)).to_series())
         del cand
-        top = host.select("i", "name")[at]
+        top = pick(host, "i", "name")[at]
         if pseudo.height and top.height:
             inside = _innermost(host.select("i", "pid", "tid", "ts")[at],
                                 by_id(host, pseudo["i"].sort(), "i", "pid", "tid", "ts", "end").with_columns(
                                     parent=pl.lit(None, pl.UInt32), depth=pl.lit(0, pl.Int32)))
             top = top.join(inside, on="i", how="anti")
-        nodes = pl.concat([nodes, top.select("i", label=pl.col("name"), cls=pl.col("name"), src=pl.lit("op"))],
+        nodes = pl.concat([nodes, top.lazy().select("i", label=pl.col("name"), cls=pl.col("name"), src=pl.lit("op"))],
                           how="vertical_relaxed")
         if top.height == 0:
             source = "none"
-    return nodes, source
+    return nodes.collect(**CHAIN), source
 
 
 def _lightning_nodes(h: pl.DataFrame) -> tuple[pl.DataFrame, pl.DataFrame]:
@@ -421,16 +423,16 @@ def _op_tree(host: pl.DataFrame, nodes: pl.DataFrame) -> tuple[pl.DataFrame, pl.
     """`_build_tree` of op nodes alone (the "ops" fallback: roots of the cpu_op tree, none encloses another): every
     node is a root whose layer and path are its label. The tree's rows are built per layer, not per node (no path,
     kind or ancestor list per node: a tiny-event trace has a node per op)."""
-    out = pl.concat([nodes.select("i", "label", "cls", "src", layer="label").with_columns(
-        pnode=pl.lit(None, pl.UInt32), ndepth=pl.lit(0, pl.Int32)), by_id(host, nodes["i"], "ts", "end")],
+    out = pl.concat([nodes.lazy().select("i", "label", "cls", "src", layer="label").with_columns(
+        pnode=pl.lit(None, pl.UInt32), ndepth=pl.lit(0, pl.Int32)).collect(**CHAIN), by_id(host, nodes["i"], "ts", "end")],
         how="horizontal")
     layer = pl.col("layer")
-    tree = (out.group_by("layer").agg(pl.col("label").first().alias("name"), pl.col("cls").first().alias("layer_class"),
-                                      pl.col("ts").min().alias("first_ts"), pl.len().alias("calls"))
+    tree = (out.lazy().group_by("layer").agg(pl.col("label").first().alias("name"), pl.col("cls").first().alias("layer_class"),
+                                             pl.col("ts").min().alias("first_ts"), pl.len().alias("calls"))
             .select("layer", pl.lit(None, pl.String).alias("parent_layer"), "name", "layer_class",
                     pl.col("layer_class").alias("kind"), pl.lit(0, pl.Int32).alias("depth"), layer.alias("module_path"),
                     pl.lit("op").alias("src"), "first_ts", "calls")
-            .sort("first_ts", "depth"))
+            .sort("first_ts", "depth").collect(**CHAIN))
     return out, tree
 
 
@@ -469,7 +471,7 @@ def _innermost_ids(rows: pl.DataFrame, nodes: pl.DataFrame) -> np.ndarray:
     nend = nodes["end"].to_numpy()
     nid = nodes["i"].cast(pl.Int64).to_numpy()
     ids = np.sort(nid, kind="stable")  # ids come ascending: a linear pass
-    par = nodes["parent"].cast(pl.Int64).fill_null(-1).to_numpy()
+    par = filled(nodes["parent"].cast(pl.Int64), -1).to_numpy()
     pp = np.minimum(np.searchsorted(ids, par), max(ids.size - 1, 0))
     ppos = np.where((par >= 0) & (ids[pp] == par), np.argsort(nid, kind="stable")[pp], -1)  # parent's position
     res = np.full(nr, -1, np.int64)
@@ -554,7 +556,7 @@ def _rowpos(frame: pl.DataFrame, ids: pl.Series) -> np.ndarray:
     """The row position in `frame` of each id (-1: none)."""
     nulls = ids.null_count()
     if nulls and nulls < ids.len():  # the ids present only (no float-with-NaN round trips of every row)
-        have = ids.is_not_null()
+        have = notnull(ids)
         out = np.full(ids.len(), -1, np.int64)
         out[have.to_numpy()] = _rowpos(frame, ids.filter(have))
         return out
@@ -570,8 +572,8 @@ def _attribute(trace: Trace) -> Attribution:
             .select("i", "pid", "tid", "ts", "seq", "fwd_tid", "op", _op=pl.col("cat") == "cpu_op").collect(**IN_MEMORY))
     # a runtime call is in grad mode when the op that made it is (numpy on row positions: no join)
     opos = _rowpos(host, rows["op"])
-    grad = rows["seq"].is_not_null().to_numpy() | ((opos >= 0) & host["seq"].is_not_null().to_numpy()[opos])
-    rows = rows.drop("op")
+    grad = notnull(rows["seq"]).to_numpy() | ((opos >= 0) & notnull(host["seq"]).to_numpy()[opos])
+    rows = omit(rows, "op")
     if host.height == 0:
         return Attribution("none", pl.DataFrame(schema=_CODES_SCHEMA), _layer_codes(pl.DataFrame(schema=_NAMES_SCHEMA))[0],
                            pl.DataFrame(schema=_TREE_SCHEMA))
@@ -579,8 +581,8 @@ def _attribute(trace: Trace) -> Attribution:
     nodes, tree = _build_tree(host, events)
     phase_of = pl.col("src").replace_strict({p: _PHASE_CODE[p] for p in ("optimizer", "dataloader")},
                                             default=_PHASE_CODE["forward"], return_dtype=pl.Int8)
-    nl = nodes.select(pl.col("i").alias("node"), "layer", pl.col("cls").alias("layer_class"),
-                      pl.col("ndepth").alias("depth"), phase_of.alias("nphase"))
+    nl = nodes.lazy().select("i", "layer", pl.col("cls").alias("layer_class"), pl.col("ndepth").alias("depth"),
+                             phase_of.alias("nphase")).sort("i").collect(**CHAIN)  # (by node id, for the search below)
     # forward: innermost enclosing node (or the op itself when ops are the nodes)
     # ops made nodes (the "ops" fallback) are their own layer; everything else by time containment
     # (op nodes too: an op's children and its runtime calls belong to it)
@@ -589,7 +591,7 @@ def _attribute(trace: Trace) -> Attribution:
     # an op that is a node (the "ops" fallback) is its own layer (no search for it)
     own_ids = nodes.filter(pl.col("src") == "op")["i"]
     del nodes, events  # (a row per node: on a tiny-event trace, per op)
-    own = rows["i"].is_in(own_ids.implode()).to_numpy() if own_ids.len() else None
+    own = rows["i"].is_in(members(own_ids)).to_numpy() if own_ids.len() else None
     if own is None or not own.any():
         node = _innermost_ids(rows, node_ev)
     else:
@@ -598,9 +600,9 @@ def _attribute(trace: Trace) -> Attribution:
     del node_ev, own
     # backward: the innermost enclosing autograd node op (it carries the sequence number); the mask of those
     # ops without a string comparison on every host row
-    auto = (host["fwd_tid"] > 0).fill_null(False).to_numpy()
+    auto = filled(host["fwd_tid"] > 0, False).to_numpy()
     at = np.flatnonzero(auto)
-    auto[at] = (host["cat"].gather(at) == "cpu_op").fill_null(False).to_numpy()
+    auto[at] = filled(take(host["cat"], at) == "cpu_op", False).to_numpy()
     bnode = ancestor_ids(host, rows["i"], auto, include_self=True)
     bwd_row = bnode >= 0
     fnode = np.full(rows.height, -1, np.int64)
@@ -610,7 +612,6 @@ def _attribute(trace: Trace) -> Attribution:
     # in `nl` (its height: no node, `(unattributed)`) and the code of its layer
     lnode = np.where(fnode >= 0, fnode, node)
     del fnode, node, bnode  # (each array one int64 per cpu_op and runtime row, as those below: freed early)
-    nl = nl.rename({"node": "i"}).sort("i")
     nid = nl["i"].to_numpy()
     pos = np.minimum(np.searchsorted(nid, lnode), max(nid.size - 1, 0))
     found = (lnode >= 0) & (nid[pos] == lnode) if nid.size else np.zeros(rows.height, bool)
@@ -662,12 +663,12 @@ def _layer_codes(nl: pl.DataFrame) -> tuple[pl.DataFrame, np.ndarray]:
     key = ["layer", "layer_class", "depth"]
     if nl.height <= _FEW_NODES:  # a few nodes: a dict (fewer polars calls)
         seen: dict[tuple, int] = {}
-        code = np.array([seen.setdefault(k, len(seen)) for k in nl.select(key).iter_rows()], np.int64)
+        code = np.array([seen.setdefault(k, len(seen)) for k in pick(nl, *key).iter_rows()], np.int64)
     else:
         code = nl.select(pl.struct(key).rank("dense"))[:, 0].to_numpy().astype(np.int64) - 1
     _, first = np.unique(code, return_index=True)
     un = pl.DataFrame({"layer": [UNATTRIBUTED], "layer_class": [UNATTRIBUTED], "depth": [None]}, schema=_NAMES_SCHEMA)
-    names = pl.concat([nl.select(key)[first].cast(_NAMES_SCHEMA), un])
+    names = pl.concat([pick(nl, *key)[first].cast(_NAMES_SCHEMA), un])
     return names, np.append(code, first.size)
 
 
@@ -756,18 +757,18 @@ def _top_rows(trace: Trace) -> pl.Series:
     analysis (10 M tiny events: 170 MB)."""
     cols = [c for c in ("i", "cat", "pid", "tid", "ts", "dur", "end", "ev_idx") if c in trace.host.columns]
     ops = trace.host.lazy().with_row_index("_row").filter(pl.col("cat") == "cpu_op").select("_row", *cols).collect(**IN_MEMORY)
-    return ops["_row"].filter(roots(ops.drop("_row")))
+    return ops["_row"].filter(roots(omit(ops, "_row")))
 
 
 @per_trace
 def _top_codes(trace: Trace) -> pl.DataFrame:
     """The layer codes [lc, ph] of the rows of `top_level_ops` (beside them: its columns are not copied)."""
-    return by_id(attribution(trace).host, trace.host["i"].gather(_top_rows(trace)), "lc", "ph")
+    return by_id(attribution(trace).host, take(trace.host["i"], _top_rows(trace)), "lc", "ph")
 
 
 def _top(trace: Trace, *cols: str) -> pl.DataFrame:
     """Outermost cpu_ops' `cols` with their layer code `lc`."""
-    return trace.host.select(cols)[_top_rows(trace)].hstack([_top_codes(trace)["lc"]])
+    return pick(trace.host, *cols)[_top_rows(trace)].hstack([_top_codes(trace)["lc"]])
 
 
 #: segments summed at a time by `_class_time`
@@ -796,7 +797,7 @@ def _class_time(part: pl.DataFrame, lid: np.ndarray) -> pl.DataFrame:
         tot += np.bincount(key, weights=end[a:b] - ts[a:b], minlength=size).astype(np.int64)
         seen[key] = True
     has = np.flatnonzero(seen)
-    return pl.DataFrame([pl.Series("lid", has // nk, pl.UInt32), pl.Series(CLASSES, dtype=pl.String).gather(has % nk).alias("cls"),
+    return pl.DataFrame([pl.Series("lid", has // nk, pl.UInt32), take(pl.Series(CLASSES, dtype=pl.String), has % nk).alias("cls"),
                          pl.Series("dur", tot[has], pl.Int64)])
 
 
@@ -822,20 +823,20 @@ def _segment_codes(trace: Trace, segments: pl.DataFrame) -> pl.Series:
     t = segments.select(t=(pl.col("ts") + pl.col("end")) // 2)["t"]
     order = None if t.is_sorted() else t.arg_sort()  # the classifier's segments come in time order
     q = (t if order is None else t.gather(order)).to_frame()
-    g = (trace.gpu.select("i", pl.col("ts").alias("_gts"), pl.col("end").alias("_gend"), "kind")
-         .filter(pl.col("kind") != "sync").drop("kind").sort("_gts"))
+    g = (trace.gpu.lazy().select("i", pl.col("ts").alias("_gts"), pl.col("end").alias("_gend"), "kind")
+         .filter(pl.col("kind") != "sync").drop("kind").sort("_gts").collect(**CHAIN))
     # every GPU row has its layer row: a lookup by id (in time order: the strings are gathered once)
     att = attribution(trace)
-    g = join_by_id(g, "i", gpu_codes(trace), pl.col("lc").alias("_gl")).drop("i").with_row_index("_p")
-    gp = _open_at(q, g.drop("_gl"), "_gts", "_gend")
+    g = omit(join_by_id(g, "i", gpu_codes(trace), pl.col("lc").alias("_gl")), "i").with_row_index("_p")
+    gp = _open_at(q, omit(g, "_gl"), "_gts", "_gend")
     g = g["_gl"]  # (the activities' times: no longer read)
     top = _top(trace, "pid", "tid", "ts", "end")
     top = top.filter(att.known(top["lc"]))
-    threads = top.select("pid", "tid").unique()
-    hops = top.select("pid", "tid", pl.col("ts").alias("_hts"), pl.col("end").alias("_hend"),
-                      pl.col("lc").alias("_hl")).sort("_hts").with_row_index("_p")
+    threads = pick(top, "pid", "tid").unique()
+    hops = top.lazy().select("pid", "tid", pl.col("ts").alias("_hts"), pl.col("end").alias("_hend"),
+                             pl.col("lc").alias("_hl")).sort("_hts").collect(**CHAIN).with_row_index("_p")
     if threads.height <= 1:  # one thread: the op open at the midpoint, without the per-thread cross join
-        hp = _open_at(q, hops.drop("pid", "tid", "_hl"), "_hts", "_hend")
+        hp = _open_at(q, omit(hops, "pid", "tid", "_hl"), "_hts", "_hend")
     elif threads.height <= _FEW_THREADS and not any(hops[c].null_count() for c in hops.columns if c != "_hl"):
         hp = _open_op(q["t"].to_numpy(), hops)
     else:
@@ -861,7 +862,7 @@ def _segment_codes(trace: Trace, segments: pl.DataFrame) -> pl.Series:
     idx = pl.Series(pos, dtype=pl.UInt32)
     if order is not None:  # back to the segments' order
         idx = idx.gather(order.arg_sort())
-    return pl.concat([g, hops["_hl"], pl.Series([att.unattributed], dtype=pl.UInt32)]).gather(idx)
+    return take(pl.concat([g, hops["_hl"], pl.Series([att.unattributed], dtype=pl.UInt32)]), idx)
 
 
 def _open_at(q: pl.DataFrame, rows: pl.DataFrame, start: str, end: str) -> np.ndarray:
@@ -913,23 +914,23 @@ def shape_signatures(trace: Trace) -> pl.DataFrame:
         return pl.DataFrame(schema=schema)
     # the ops with dims first, as a mask over the host rows (no frame of every forward row's strings: a tiny-event
     # trace's ops all run forward, none with dims); their times, names and dims then
-    has = ((h["cat"] == "cpu_op") & h["input_dims"].is_not_null() & (h["input_dims"].cat.len_bytes() > 2)).fill_null(False)
+    has = filled((h["cat"] == "cpu_op") & notnull(h["input_dims"]) & (h["input_dims"].cat.len_bytes() > 2), False)
     if not has.any():  # record_shapes off
         return pl.DataFrame(schema=schema)
     dims = pl.col("input_dims").cast(pl.String)
-    fw = att.host.filter(pl.col("ph") == PHASES.index("forward")).select("i", "lc")
+    fw = pick(att.host.filter(pl.col("ph") == PHASES.index("forward")), "i", "lc")
     at = positions(h, fw["i"])
-    keep = (by_id(h.select("i", has.alias("_k")), fw["i"], "_k")["_k"] if at is None else has.gather(at))
-    fw = fw.filter(keep.fill_null(False))
-    fw = pl.DataFrame([fw["i"], att.names["layer"].gather(fw["lc"])])
-    ops = (pl.concat([fw, by_id(h, fw["i"], "ts", "name", "input_dims")], how="horizontal")
+    keep = (by_id(h.select("i", has.alias("_k")), fw["i"], "_k")["_k"] if at is None else take(has, at))
+    fw = fw.filter(filled(keep, False))
+    fw = pl.DataFrame([fw["i"], take(att.names["layer"], fw["lc"])])
+    ops = (pl.concat([fw, by_id(h, fw["i"], "ts", "name", "input_dims")], how="horizontal").lazy()
            .select("i", "layer", "ts", "name", dims.alias("d"))
-           .filter(pl.col("d").str.contains(r"\d")))
+           .filter(pl.col("d").str.contains(r"\d")).collect(**CHAIN))
     if ops.height == 0:
         return pl.DataFrame(schema=schema)
     heavy = pl.col("name").str.contains(r"(?i)mm|linear|conv|attention|matmul")
     # distinct (layer, op, dims) first: repeated steps and calls collapse before the climb to the ancestors
-    ops = (ops.group_by("layer", "name", "d").agg(pl.col("ts").min())
+    ops = (ops.lazy().group_by("layer", "name", "d").agg(pl.col("ts").min())
            .with_columns(combo=pl.col("name") + pl.col("d"), _pri=pl.when(heavy).then(0).otherwise(1),
                          _len=-pl.col("d").str.len_chars().cast(pl.Int64)))
     # each layer's ops count for it and the layers up to PATH_LEVELS levels above it (all of them but in a hostile
@@ -937,8 +938,8 @@ def shape_signatures(trace: Trace) -> pl.DataFrame:
     tree = att.tree
     lids = pl.DataFrame([tree["layer"], pl.Series("lid", np.arange(tree.height), pl.UInt32)])
     pairs = ancestor_pairs(tree, PATH_LEVELS)
-    pairs = pl.DataFrame([pairs["lid"], tree["layer"].gather(pairs["alid"]).alias("_anc")])
-    inc = (ops.join(lids, on="layer").drop("layer").join(pairs, on="lid").drop("lid")
+    pairs = pl.DataFrame([pairs["lid"], take(tree["layer"], pairs["alid"]).alias("_anc")])
+    inc = (ops.join(lids.lazy(), on="layer").drop("layer").join(pairs.lazy(), on="lid").drop("lid")
            .rename({"_anc": "layer"}))
     # `addmm [2304], [4096, 768], [768, 2304]`: tensor inputs only (scalars are `[]`)
     tensors = pl.col("d").str.replace_all(r"\[\]\s*,?\s*", "").str.replace_all(r",\s*\]$", "]")
@@ -946,7 +947,7 @@ def shape_signatures(trace: Trace) -> pl.DataFrame:
     return inc.group_by("layer").agg(
         pl.col("combo").unique().sort().str.join("|").hash().alias("shape_sig"),
         label.sort_by("_pri", "ts", "_len").first().alias("shapes"),
-    ).cast(schema)
+    ).cast(schema).collect(**CHAIN)
 
 
 def layer_table(trace: Trace, steps: pl.DataFrame | None = None, depth: int | None = None,
@@ -985,7 +986,7 @@ def layer_table(trace: Trace, steps: pl.DataFrame | None = None, depth: int | No
             cs = [c for c in [*cols, "_n"] if own.schema[c].is_float() == kind]
             if cs:
                 a = np.zeros((nt, len(cs)), np.float64 if kind else np.int64)
-                a[lid] = own.select(pl.col(cs).fill_null(0)).to_numpy()
+                a[lid] = np.column_stack([filled(own[c], 0).to_numpy() for c in cs])  # (no query per climb)
                 a = subtree_sums(tree, a)
                 sums.update({c: a[:, k] for k, c in enumerate(cs)})
         keep = sums["_n"] > 0  # the layers with rows in their subtree (numpy masks: no filter and drop queries)
@@ -999,8 +1000,9 @@ def layer_table(trace: Trace, steps: pl.DataFrame | None = None, depth: int | No
         sl = _class_time(part, lid_of.astype(np.uint32)[_segment_codes(trace, part).to_numpy()])  # per layer first
         wide = sl.group_by("lid").agg(*[pl.col("dur").filter(pl.col("cls") == c).sum().alias(c) for c in CLASSES],
                                       pl.len().alias("_n"))
-        rolled = incl(wide, list(CLASSES)).unpivot(index="lid", variable_name="cls", value_name="dur")
-        sh = pl.concat([rolled, sl.filter(pl.Series(unl[sl["lid"].to_numpy()]))], how="diagonal_relaxed")
+        # (lazy: the shares are computed in the table's query below)
+        rolled = incl(wide, list(CLASSES)).lazy().unpivot(index="lid", variable_name="cls", value_name="dur")
+        sh = pl.concat([rolled, sl.lazy().filter(pl.Series(unl[sl["lid"].to_numpy()]))], how="diagonal_relaxed")
         sh = sh.group_by("lid").agg(pl.col("dur").sum().alias("time_ns"),
                                     *[pl.col("dur").filter(pl.col("cls") == c).sum().alias(f"share_{c}")
                                       for c in CLASSES])
@@ -1012,29 +1014,29 @@ def layer_table(trace: Trace, steps: pl.DataFrame | None = None, depth: int | No
     g = in_steps(trace.gpu.lazy().filter(pl.col("kind") != "sync").select(
         "i", "ts", "dur", copy.alias("_copy"), pl.col("bytes").cast(pl.Float64).alias("_cbytes")).collect(**IN_MEMORY), steps)
     g = join_by_id(g, "i", gpu_codes(trace), "lc", "ph")  # every GPU row has its layer row
-    g = g.drop("lc").hstack([pl.Series("lid", lid_of[g["lc"].to_numpy()], pl.UInt32)])
+    g = omit(g, "lc").hstack([pl.Series("lid", lid_of[g["lc"].to_numpy()], pl.UInt32)])
     if kb is not None:
         g = join_by_id(g, "i", kb, *[c for c in ("flops", "bytes", "bpe", "bound", "tf32") if c in kb.columns])
-    for c, dt in (("flops", pl.Float64), ("bytes", pl.Float64), ("bpe", pl.Float64), ("bound", pl.String),
-                  ("tf32", pl.Boolean)):
-        if c not in g.columns:
-            g = g.with_columns(pl.lit(None, dt).alias(c))
+    # the per-kernel columns below in one query (a small trace's run is mostly polars' fixed cost per query)
+    lg = g.lazy().with_columns([pl.lit(None, dt).alias(c) for c, dt in (
+        ("flops", pl.Float64), ("bytes", pl.Float64), ("bpe", pl.Float64), ("bound", pl.String), ("tf32", pl.Boolean))
+        if c not in g.columns])
     # copies and fills move their own byte count
-    g = g.with_columns(bytes=pl.when("_copy").then(pl.col("_cbytes")).otherwise(pl.col("bytes")),
-                       bound=pl.when("_copy").then(pl.lit("memory")).otherwise(pl.col("bound"))).drop("_cbytes", "_copy")
+    lg = lg.with_columns(bytes=pl.when("_copy").then(pl.col("_cbytes")).otherwise(pl.col("bytes")),
+                         bound=pl.when("_copy").then(pl.lit("memory")).otherwise(pl.col("bound")))
     spec = device_peaks(trace)
     if spec is not None:  # always known (an unknown GPU falls back to a default row that says so)
         # the shortest time the device could do this work in (roofline): FLOPs at the peak of the math unit they
         # ran on (tensor cores for <= 2-byte operands and for TF32 kernels, `roofline.peak_expr`), bytes at the
         # HBM bandwidth
-        g = g.with_columns(_tf=pl.col("flops") / peak_expr(spec), _tb=pl.col("bytes") / (spec.hbm_tbps * 1e12))
+        lg = lg.with_columns(_tf=pl.col("flops") / peak_expr(spec), _tb=pl.col("bytes") / (spec.hbm_tbps * 1e12))
     else:
-        g = g.with_columns(_tf=pl.lit(None, pl.Float64), _tb=pl.lit(None, pl.Float64))
+        lg = lg.with_columns(_tf=pl.lit(None, pl.Float64), _tb=pl.lit(None, pl.Float64))
     # the columns the sums read: each row is repeated per enclosing layer below (on a tiny-event trace the
     # frame has as many rows as kernels: the ids, times and kinds would be copied for nothing)
-    g = g.select("lid", "ph", "dur", "flops", "bytes", "bound", "_tf", "_tb")
+    g = lg.select("lid", "ph", "dur", "flops", "bytes", "bound", "_tf", "_tb").collect(**CHAIN)
     top = in_steps(_top(trace, "ts", "dur"), steps)  # (what the CPU sums read)
-    top = top.drop("lc").hstack([pl.Series("lid", lid_of[top["lc"].to_numpy()], pl.UInt32)])
+    top = omit(top, "lc").hstack([pl.Series("lid", lid_of[top["lc"].to_numpy()], pl.UInt32)])
     fwd, bwd = PHASES.index("forward"), PHASES.index("backward")
     gagg = [pl.col("dur").sum().alias("gpu_ns"), pl.col("dur").filter(ph == fwd).sum().alias("fwd_gpu_ns"),
             pl.col("dur").filter(ph == bwd).sum().alias("bwd_gpu_ns"),
@@ -1047,35 +1049,39 @@ def layer_table(trace: Trace, steps: pl.DataFrame | None = None, depth: int | No
     # sorted flag (gathered from two or more strings: none; from a one-layer tree it would be set)
     lookup = pl.concat([tree["layer"], pl.Series([UNATTRIBUTED])])
     gk = g.filter(pl.col("lid") < nt)
-    own = (gk.with_columns(layer=lookup.gather(gk["lid"])).group_by("layer").agg(*gagg, pl.len().alias("_n"))
+    own = (gk.with_columns(layer=take(lookup, gk["lid"])).group_by("layer").agg(*gagg, pl.len().alias("_n"))
            .with_columns(pl.col("_hasf").cast(pl.Int64)))
-    own = own.with_columns(lid=pl.Series([row[x] for x in own["layer"].to_list()], dtype=pl.UInt32)).drop("layer")
+    own = omit(own, "layer").hstack([pl.Series("lid", [row[x] for x in own["layer"].to_list()], dtype=pl.UInt32)])
     gcols = ["gpu_ns", "fwd_gpu_ns", "bwd_gpu_ns", "other_gpu_ns", "kernels", "flops", "bytes", "_tf", "_tb", "_hasf"]
-    per = incl(own, gcols).with_columns(pl.col("_hasf") > 0)
+    per = incl(own, gcols).lazy().with_columns(pl.col("_hasf") > 0)  # (lazy: computed in the table's query)
     del gk, own
-    self_ = g.group_by("lid").agg(pl.col("dur").sum().alias("self_gpu_ns"), pl.len().alias("self_kernels"))
+    self_ = g.lazy().group_by("lid").agg(pl.col("dur").sum().alias("self_gpu_ns"), pl.len().alias("self_kernels"))
     # the bound holding most of a layer's GPU time (its sub-layers' included); ties to the first name
-    bk = g.filter(pl.col("bound").is_not_null()).group_by("lid", "bound").agg(pl.col("dur").sum(), pl.len().alias("_n"))
+    bk = (g.lazy().filter(pl.col("bound").is_not_null()).group_by("lid", "bound").agg(pl.col("dur").sum(), pl.len().alias("_n"))
+          .collect(**CHAIN))
     bound = pl.DataFrame(schema={"lid": pl.UInt32, "bound": pl.String})
     if bk.height:
-        kinds = sorted(bk["bound"].unique().to_list())
-        wide = bk.pivot(on="bound", index="lid", values=["dur", "_n"], aggregate_function="sum").fill_null(0)
-        wide = wide.select("lid", *[pl.col(f"dur_{b}") for b in kinds], *[pl.col(f"_n_{b}") for b in kinds],
-                           _n=pl.sum_horizontal(*[pl.col(f"_n_{b}") for b in kinds]))
+        kinds = sorted(set(bk["bound"].to_list()))  # (a few rows per layer: no query)
+        # per layer, each bound's sums side by side (a pivot with 0 for none), in one query
+        b = pl.col("bound")
+        wide = bk.lazy().group_by("lid").agg(*[pl.col("dur").filter(b == k).sum().alias(f"dur_{k}") for k in kinds],
+                                             *[pl.col("_n").filter(b == k).sum().alias(f"_n_{k}") for k in kinds])
+        wide = wide.with_columns(_n=pl.sum_horizontal(*[pl.col(f"_n_{k}") for k in kinds])).collect(**CHAIN)
         up = incl(wide, [c for c in wide.columns if c not in ("lid", "_n")])
         d = np.stack([np.where(up[f"_n_{b}"].to_numpy() > 0, up[f"dur_{b}"].to_numpy(), -1) for b in kinds], axis=1)
-        bound = pl.DataFrame([up["lid"], pl.Series("bound", kinds, pl.String).gather(d.argmax(axis=1))])
+        bound = pl.DataFrame([up["lid"], take(pl.Series("bound", kinds, pl.String), d.argmax(axis=1))])
     # integer sums: summed per layer first, then through the ancestors
     cpu = incl(top.group_by("lid").agg(pl.col("dur").sum().alias("cpu_ns"), pl.len().alias("_n")), ["cpu_ns"])
-    out = (tree.select(pl.int_range(nt, dtype=pl.UInt32).alias("lid"), "layer", "name", "layer_class", "kind", "depth",
-                       "parent_layer", "module_path", "calls", "first_ts")
-           .join(per, on="lid", how="left").join(self_, on="lid", how="left")
-           .join(bound, on="lid", how="left").join(cpu, on="lid", how="left"))
+    # the table from here on is one lazy query (a small trace's run is mostly polars' fixed cost per query)
+    out = (tree.lazy().select(pl.int_range(nt, dtype=pl.UInt32).alias("lid"), "layer", "name", "layer_class", "kind",
+                              "depth", "parent_layer", "module_path", "calls", "first_ts")
+           .join(per.lazy(), on="lid", how="left").join(self_.lazy(), on="lid", how="left")
+           .join(bound.lazy(), on="lid", how="left").join(cpu.lazy(), on="lid", how="left"))
     un = g.filter(pl.Series(unl[g["lid"].to_numpy()]))
-    if un.height or out.height == 0:
-        urow = un.group_by(pl.lit(UNATTRIBUTED).alias("layer")).agg(gagg).with_columns(
+    if un.height or nt == 0:  # (the joins above keep the tree's rows)
+        urow = un.group_by(pl.lit(UNATTRIBUTED).alias("layer")).agg(gagg).lazy().with_columns(
             self_gpu_ns=pl.col("gpu_ns"), self_kernels=pl.col("kernels"),
-            cpu_ns=pl.lit(int(top.filter(pl.Series(unl[top["lid"].to_numpy()]))["dur"].sum())),
+            cpu_ns=pl.lit(int(top["dur"].filter(pl.Series(unl[top["lid"].to_numpy()])).sum())),
             name=pl.lit(UNATTRIBUTED), layer_class=pl.lit(UNATTRIBUTED), kind=pl.lit(UNATTRIBUTED),
             depth=pl.lit(0, pl.Int32), first_ts=pl.lit(2**62), lid=pl.lit(nt, pl.UInt32))
         out = pl.concat([out, urow], how="diagonal_relaxed")
@@ -1097,20 +1103,20 @@ def layer_table(trace: Trace, steps: pl.DataFrame | None = None, depth: int | No
         peak_tflops=pl.when(pl.col("_tf") > 0).then(pl.col("flops") / pl.col("_tf") / 1e12),
     ).drop("_tf", "_tb")
     if sh is not None:
-        out = out.join(sh, on="lid", how="left")
+        out = out.join(sh.lazy(), on="lid", how="left")
     # findings inside each layer (a finding counts for its layer and the layers enclosing it)
     if findings is not None and findings.height and "layer" in findings.columns:
         code = "code" if "code" in findings.columns else None
         f = findings.select("layer", *([pl.col(code).cast(pl.String).alias("code")] if code else []))
-        known = f["layer"].is_in(tree["layer"].implode()).fill_null(False)
+        known = filled(f["layer"].is_in(members(tree["layer"])), False)
         fl = f.filter(known)
-        fl = fl.drop("layer").hstack([pl.Series("lid", [row[x] for x in fl["layer"].to_list()], pl.UInt32)])
+        fl = omit(fl, "layer").hstack([pl.Series("lid", [row[x] for x in fl["layer"].to_list()], pl.UInt32)])
         # per layer: the count and, per distinct code, its count, added up the tree
-        codes = sorted(fl["code"].drop_nulls().unique().to_list()) if code else []
+        codes = sorted(dropnull(fl["code"]).unique().to_list()) if code else []
         own = fl.group_by("lid").agg(pl.len().alias("findings"), *[(pl.col("code") == c).sum().alias(f"_c{k}")
                                                                    for k, c in enumerate(codes)])
         up = incl(own.with_columns(_n=pl.col("findings")), [c for c in own.columns if c != "lid"])
-        fl = up.select(tree["layer"].gather(up["lid"]), "findings")
+        fl = up.select(take(tree["layer"], up["lid"]), "findings")
         if code:
             has = np.stack([up[f"_c{k}"].to_numpy() > 0 for k in range(len(codes))], axis=1) if codes else \
                 np.zeros((up.height, 0), bool)
@@ -1121,10 +1127,10 @@ def layer_table(trace: Trace, steps: pl.DataFrame | None = None, depth: int | No
                                                       if code else []))
         fa = pl.concat([fl, fu], how="diagonal_relaxed").group_by("layer").agg(
             pl.col("findings").sum(), *([pl.col("finding_codes").list.explode().drop_nulls().unique().sort()] if code else []))
-        out = out.join(fa, on="layer", how="left").with_columns(pl.col("findings").fill_null(0))
-    out = out.join(shape_signatures(trace), on="layer", how="left")
-    out = out.sort("first_ts", "depth").drop("first_ts")
-    if depth is not None:
+        out = out.join(fa.lazy(), on="layer", how="left").with_columns(pl.col("findings").fill_null(0))
+    out = out.join(shape_signatures(trace).lazy(), on="layer", how="left")
+    out = out.sort("first_ts", "depth").drop("first_ts").collect(**CHAIN)
+    if depth is not None:  # (after the sort: its ties keep their order whatever the depth)
         out = out.filter((pl.col("depth") <= depth) | (pl.col("layer") == UNATTRIBUTED))
     return out
 
@@ -1134,10 +1140,8 @@ def repeats(table: pl.DataFrame, outlier: float = 0.2) -> pl.DataFrame:
     the tree, computing on the same shapes: `shape_signatures`) compared by GPU time: [kind, layer_class,
     shapes, count, members, mean_ns, min_ns, max_ns, spread (max/min), cv, outliers (members more than
     `outlier` away from the median)]."""
-    t = table.filter((pl.col("layer") != UNATTRIBUTED) & (pl.col("gpu_ns") > 0))
-    for c, dt in (("shape_sig", pl.UInt64), ("shapes", pl.String)):
-        if c not in t.columns:
-            t = t.with_columns(pl.lit(None, dt).alias(c))
+    t = table.lazy().filter((pl.col("layer") != UNATTRIBUTED) & (pl.col("gpu_ns") > 0)).with_columns(
+        [pl.lit(None, dt).alias(c) for c, dt in (("shape_sig", pl.UInt64), ("shapes", pl.String)) if c not in table.columns])
     med = pl.col("gpu_ns").median()
     return (t.group_by("kind", "shape_sig", maintain_order=True).agg(
         pl.col("layer_class").first(), pl.col("shapes").first(), pl.col("depth").first(), pl.len().alias("count"),
@@ -1147,4 +1151,4 @@ def repeats(table: pl.DataFrame, outlier: float = 0.2) -> pl.DataFrame:
         pl.col("name").filter(((pl.col("gpu_ns") - med).abs() / med) > outlier).alias("outliers"))
         .filter(pl.col("count") > 1)
         .with_columns(spread=pl.col("max_ns") / pl.col("min_ns"))
-        .sort("depth", "mean_ns", descending=[False, True]))
+        .sort("depth", "mean_ns", descending=[False, True]).collect(**CHAIN))

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import polars as pl
 
+from ..frames import pick
 from ..memo import per_windows
 from ..model import Trace
 from .names import starts_with_any
@@ -83,7 +84,7 @@ def peak_op(trace: Trace, ev: pl.DataFrame) -> dict | None:
     # the first event at the highest total (a two-key sort of every event costs ~5 ms on a large trace)
     top = ev.filter(pl.col("total_allocated") == pl.col("total_allocated").max()).sort(
         "ts", maintain_order=True).row(0, named=True)
-    ops = trace.host.select("cat", "tid", "ts", "end", "depth", "name").filter(
+    ops = pick(trace.host, "cat", "tid", "ts", "end", "depth", "name").filter(
         (pl.col("cat") == "cpu_op") & (pl.col("tid") == top["tid"]) & (pl.col("ts") <= top["ts"])
         & (pl.col("end") >= top["ts"]))
     op = ops.sort(["depth", "ts"], descending=[True, True]).head(1)
@@ -98,7 +99,7 @@ def driver_calls(trace: Trace, steps: pl.DataFrame) -> pl.DataFrame:
     """cudaMalloc/cudaFree-like calls inside the steps' host spans: [i, name, ts, end, step]; once per (trace,
     host spans), as `gpu_events`."""
     # the regex only on names with its prefixes (its alternation defeats the regex engine's own prefix search)
-    h = (trace.host.select("i", "name", "ts", "end")  # the filters then copy these columns only
+    h = (pick(trace.host, "i", "name", "ts", "end")  # the filters then copy these columns only
          .filter(starts_with_any("name", DRIVER_ALLOC_PREFIXES)))
     if h.height == 0:  # no call with a driver allocation's prefix (most traces): no regex, no step join
         return h.hstack([pl.Series("step", [], steps.schema["step"])])

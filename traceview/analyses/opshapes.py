@@ -5,6 +5,7 @@ from __future__ import annotations
 import msgspec
 import polars as pl
 
+from ..frames import dropnull, pick
 from ..memo import per_trace
 from ..model import Trace
 from .rowid import by_id
@@ -44,12 +45,12 @@ def call_shapes(trace: Trace, name: str) -> list[list[tuple[list[int], str]]]:
 @per_trace
 def first_input(trace: Trace) -> pl.DataFrame:
     """[op, rank, dtype] of the first tensor argument of every op that launched GPU work (null without shapes)."""
-    ids = trace.gpu["op"].drop_nulls().unique().sort()
+    ids = dropnull(trace.gpu["op"]).unique().sort()
     schema = {"op": pl.UInt32, "rank": pl.Int64, "dtype": pl.String}
     if ids.len() == 0:
         return pl.DataFrame(schema=schema)
     ops = by_id(trace.host, ids, pl.col("i").alias("op"), "input_dims", "input_type")
-    combos = ops.select("input_dims", "input_type").unique()
+    combos = pick(ops, "input_dims", "input_type").unique()
     rows = []
     for d, t in combos.iter_rows():  # distinct shapes, not events
         ts = decode(d, t)

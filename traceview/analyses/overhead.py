@@ -43,6 +43,8 @@ from collections.abc import Sequence
 import numpy as np
 import polars as pl
 
+from ..engine import CHAIN
+from ..frames import dropnull, filled, omit, pick
 from ..memo import per_trace
 from ..model import RUNTIME_CATS, Trace
 from .classify import kernel_bound
@@ -129,7 +131,7 @@ def launch_floor_us(trace: Trace) -> float | None:
     its LAUNCH_CALLS, None with fewer than LAUNCH_MIN_CALLS. Under the profiler each call holds the driver's launch
     and the profiler's CUPTI callbacks around it; the floor (no queueing, no work beside it) is that cost alone."""
     # (the two columns read, then the filter: a filter copies every column of the frame it is given)
-    d = trace.host.select("name", "dur").filter(pl.col("name").is_in(LAUNCH_CALLS) & pl.col("dur").is_not_null())["dur"]
+    d = pick(trace.host, "name", "dur").filter(pl.col("name").is_in(LAUNCH_CALLS) & pl.col("dur").is_not_null())["dur"]
     return float(d.quantile(LAUNCH_FLOOR_Q)) / 1000 if d.len() >= LAUNCH_MIN_CALLS else None
 
 
@@ -141,10 +143,10 @@ def row_floor_us(trace: Trace) -> float | None:
     run around each op's timestamps (entering it: the RecordFunction and its input shapes; leaving it), so on a
     thread that records op after op the shortest gaps are those callbacks alone, which scale with the host's
     speed: ~0.4 µs on a fast host, ~0.9 µs on a slower one, recording the same ops."""
-    h = trace.host.select("cat", "tid", "ts", "end").filter(
+    h = pick(trace.host, "cat", "tid", "ts", "end").filter(
         pl.col("ts").is_not_null() & pl.col("end").is_not_null() & pl.col("tid").is_not_null())
     op = h.select(pl.col("cat").is_in(KINDS["op"])).to_series().to_numpy()
-    h = h.drop("cat")
+    h = omit(h, "cat")
     if int(op.sum()) < ROW_MIN_OPS:
         return None
     pre, has_pre, post, has_post = _gaps_around(h, op)
@@ -256,8 +258,8 @@ def module_hook_cuts(trace: Trace) -> dict[int, int]:
     (on its thread), less whatever model code runs there; the floor of those gaps over the trace's ranges
     (MODULE_FLOOR_Q) is the hooks alone, so each range is charged min(its gaps, the floor)."""
     # the annotations first (a string test on every host row of a large trace costs more than the rest)
-    ann = trace.host.select("cat", "name", "tid").filter(pl.col("cat") == "user_annotation")
-    tids = ann.filter(pl.col("name").str.starts_with(ATTR_PREFIX))["tid"].drop_nulls().unique()
+    ann = pick(trace.host, "cat", "name", "tid").filter(pl.col("cat") == "user_annotation")
+    tids = dropnull(ann.filter(pl.col("name").str.starts_with(ATTR_PREFIX))["tid"]).unique()
     if tids.len() == 0:
         return {}
     h = trace.host.select("i", "cat", "name", "tid", "ts", "end").filter(  # (the columns read, not every one)
@@ -305,10 +307,9 @@ def gpu_busy_per_step(trace: Trace, steps: pl.DataFrame, gpu: pl.DataFrame | Non
     busy = step_busy(trace, steps) if gpu is None else busy_per_window(gpu, steps)
     if busy.height == 0:
         return np.zeros(steps.height)
-    b = busy.group_by("step").agg(pl.col("busy").max())
-    return (
-        steps.select("step").join(b, on="step", how="left")["busy"].fill_null(0).to_numpy().astype(np.float64)
-    )
+    b = busy.lazy().group_by("step").agg(pl.col("busy").max())
+    got = pick(steps, "step").lazy().join(b, on="step", how="left").collect(**CHAIN)["busy"]  # (one query)
+    return filled(got, 0).to_numpy().astype(np.float64)
 
 
 def unprofiled_steps(

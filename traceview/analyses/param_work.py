@@ -15,6 +15,7 @@ import numpy as np
 import polars as pl
 
 from traceview.analyses.features import host_names
+from traceview.engine import CHAIN
 from traceview.model import Trace
 
 OPT_STEP_RE = r"^Optimizer\.step#(.+)\.step$"
@@ -27,15 +28,18 @@ def param_sized(trace: Trace, g: pl.DataFrame, *, zero_grad: bool = False) -> pl
     optimizer step's span (and a `zero_grad`'s, with `zero_grad`), or inside one of DDP's reducer ops on the
     launching thread (the annotations span the whole process; the reducer's ops are the launching thread's)."""
     hit = np.zeros(g.height, dtype=bool)
-    at = g.select(pl.int_range(pl.len()).alias("_row"), "launch_ts", "launch_tid").filter(
-        pl.col("launch_ts").is_not_null()).sort("launch_ts")
     span_re = f"{OPT_STEP_RE}|{ZERO_GRAD_RE}" if zero_grad else OPT_STEP_RE
-    if host_names(trace, "user_annotation").str.contains(span_re).any():  # (the regex on the distinct names)
+    spans = host_names(trace, "user_annotation").str.contains(span_re).any()  # (the regex on the distinct names)
+    names = host_names(trace, "cpu_op")
+    names = names.filter(names.str.contains(REDUCER_RE))  # (the regex on the distinct names only)
+    if not spans and not names.len():  # neither span in the trace: nothing to search (no query more)
+        return pl.Series("_param", hit, pl.Boolean)
+    at = g.lazy().select(pl.int_range(pl.len()).alias("_row"), "launch_ts", "launch_tid").filter(
+        pl.col("launch_ts").is_not_null()).sort("launch_ts").collect(**CHAIN)
+    if spans:
         opt = trace.host.select("cat", "name", "ts", "end").filter(pl.col("cat") == "user_annotation").filter(
             pl.col("name").str.contains(span_re))  # (the regex on the annotations only, not on every host row)
         hit[_inside(at, opt)] = True
-    names = host_names(trace, "cpu_op")
-    names = names.filter(names.str.contains(REDUCER_RE))  # (the regex on the distinct names only)
     if names.len():
         red = trace.host.select("cat", "name", "ts", "end", pl.col("tid").alias("launch_tid")).filter(
             (pl.col("cat") == "cpu_op") & pl.col("name").is_in(names.implode()))

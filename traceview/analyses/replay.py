@@ -22,6 +22,7 @@ from dataclasses import dataclass, field, replace
 import numpy as np
 import polars as pl
 
+from ..frames import filled, isnull, members
 from ..memo import once_in, per_trace, per_windows
 from ..model import Trace
 from .memory import DRIVER_WORK_RE
@@ -560,7 +561,7 @@ def _first_equal(a: np.ndarray, t: np.ndarray) -> tuple[np.ndarray, np.ndarray |
     array kept for them)."""
     if a.size == 0:
         return np.zeros(t.size, bool), None
-    pos = np.flatnonzero(pl.Series(a).is_in(pl.Series(np.asarray(t, a.dtype)).implode()).to_numpy())
+    pos = np.flatnonzero(pl.Series(a).is_in(members(pl.Series(np.asarray(t, a.dtype)))).to_numpy())
     vals, first = np.unique(a[pos], return_index=True)  # (positions ascend: each value's first)
     if vals.size == 0:
         return np.zeros(t.size, bool), np.zeros(t.size, np.int64)
@@ -589,7 +590,7 @@ def _marker_at(g: Graph, hi: tuple[int, ...], t: tuple[int, ...]) -> np.ndarray:
     key = key.unique(["i", "t"], keep="first", maintain_order=True)  # (a zero-length marker: one row per step)
     got = pl.DataFrame({"i": np.asarray(hi, np.int64), "t": np.asarray(t, np.int64)}).join(
         key, on=["i", "t"], how="left", maintain_order="left")
-    return got["_p"].fill_null(-1).to_numpy()
+    return filled(got["_p"], -1).to_numpy()
 
 
 def _boundaries(g: Graph, steps: pl.DataFrame, times: tuple[np.ndarray, ...]) -> tuple[np.ndarray, np.ndarray]:
@@ -613,7 +614,7 @@ def _plan(g: Graph, key: tuple[tuple, ...]) -> dict:
     ts, end = st["ts"].to_numpy().astype(np.int64), st["end"].to_numpy().astype(np.int64)
 
     def marker(col: str) -> np.ndarray:  # the anchor of the step's host marker (-1 without one)
-        hi, t = st["host_idx"].cast(pl.Int64).fill_null(-1).to_numpy(), st[col].fill_null(-1).to_numpy()
+        hi, t = filled(st["host_idx"].cast(pl.Int64), -1).to_numpy(), filled(st[col], -1).to_numpy()
         return _marker_at(g, tuple(hi.tolist()), tuple(t.tolist()))
 
     def activity(t: np.ndarray, col_ts: bool) -> tuple[bool, np.ndarray, np.ndarray | None]:
@@ -621,9 +622,9 @@ def _plan(g: Graph, key: tuple[tuple, ...]) -> dict:
         ok, at = _first_equal(g.d_ts if col_ts else g.d_end, t)
         return col_ts, ok, at
 
-    cpu_ts = st["cpu_ts"].fill_null(-1).to_numpy().astype(np.int64)
-    has_g = ~st["gpu_ts"].is_null().to_numpy()
-    gts = np.where(has_g, st["gpu_ts"].fill_null(0).to_numpy(), 0).astype(np.int64)
+    cpu_ts = filled(st["cpu_ts"], -1).to_numpy().astype(np.int64)
+    has_g = ~isnull(st["gpu_ts"]).to_numpy()
+    gts = np.where(has_g, filled(st["gpu_ts"], 0).to_numpy(), 0).astype(np.int64)
     order = np.argsort(ts, kind="stable")
     last = int(order[-1]) if n else 0
     plan = {"n": n, "ts": ts, "end": end, "cpu_ts": cpu_ts, "has_g": has_g, "gts": gts, "order": order,

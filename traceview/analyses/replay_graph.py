@@ -34,7 +34,8 @@ from typing import Any
 import numpy as np
 import polars as pl
 
-from ..engine import IN_MEMORY
+from ..engine import CHAIN, IN_MEMORY
+from ..frames import dropnull, filled, isnull, members, notnull, omit, pick, take
 from ..ingest import heap_trim
 from ..ingest.categories import GRAPH_LAUNCH_RE, RUNTIME_CATS
 from ..memo import per_trace
@@ -142,15 +143,17 @@ def _anchors(trace: Trace, code: np.ndarray) -> pl.DataFrame:
     """[i, tid, ts, end, name, marker] of the host anchors, by (tid, ts): top-level runtime calls and step markers
     (`code`: the host rows' `_kind_code`)."""
     h = trace.host
-    rt = h.select("i", "tid", "ts", "end", "name").filter(pl.Series(code == _RUNTIME)).with_columns(marker=pl.lit(False))
+    # (the anchors in three queries: a small trace's run is mostly polars' fixed cost per query)
+    rt = pick(h, "i", "tid", "ts", "end", "name").lazy().filter(pl.Series(code == _RUNTIME)).with_columns(
+        marker=pl.lit(False))
     st = trace.steps.filter(pl.col("cpu_ts").is_not_null() & pl.col("host_idx").is_not_null())
-    tid = (h.lazy().filter(pl.col("i").is_in(st["host_idx"].implode())).select("i", "tid").collect(**IN_MEMORY))
-    st = st.join(tid, left_on="host_idx", right_on="i", how="inner")
+    tid = (h.lazy().filter(pl.col("i").is_in(members(st["host_idx"]))).select("i", "tid").collect(**IN_MEMORY))
+    st = st.lazy().join(tid.lazy(), left_on="host_idx", right_on="i", how="inner")
     marks = pl.concat([st.select(pl.col("host_idx").alias("i"), "tid", pl.col(c).alias("ts"), pl.col(c).alias("end"),
                                  "name", marker=pl.lit(True)) for c in ("cpu_ts", "cpu_end")])
-    a = pl.concat([rt, marks.cast(rt.schema)])
+    a = pl.concat([rt, marks.cast(rt.collect_schema())]).collect(**CHAIN)
     del rt, marks
-    ok = a["ts"].is_not_null() & a["end"].is_not_null()
+    ok = notnull(a["ts"]) & notnull(a["end"])
     if not ok.all():
         a = a.filter(ok)
     del ok
@@ -158,10 +161,10 @@ def _anchors(trace: Trace, code: np.ndarray) -> pl.DataFrame:
     # (not a sorted copy of every runtime call and a filtered copy of that: at 10 M tiny events ~150 MB each, which
     # polars' allocator then held under the rest of the build)
     order = a.select(pl.arg_sort_by(["tid", "ts", "marker"], descending=[False, False, True]))[:, 0]
-    s = a.select("tid", "end", "marker")[order]
+    s = pick(a, "tid", "end", "marker")[order]
     # a call nested in an earlier one (a driver call inside a runtime call) is that call's time, not an anchor
     run_end = s.select(pl.col("end").cum_max().shift(1).over("tid"))["end"]
-    keep = s["marker"] | run_end.is_null() | (s["end"] > run_end)
+    keep = s["marker"] | isnull(run_end) | (s["end"] > run_end)
     del s, run_end
     return a[order.filter(keep)]
 
@@ -180,7 +183,7 @@ def _build(trace: Trace) -> Graph:
     code = _kind_code(trace)
     a = _anchors(trace, code)
     n_a = a.height
-    a_tid, a_ts, a_end = _i64(a["tid"].fill_null(-1)), _i64(a["ts"]), _i64(a["end"])
+    a_tid, a_ts, a_end = _i64(filled(a["tid"], -1)), _i64(a["ts"]), _i64(a["end"])
     a_prev = _prev_in_group(a_tid)
     prev_end = np.where(a_prev >= 0, a_end[np.maximum(a_prev, 0)], a_ts)
     # a call that starts before the previous one ended (asynchronous runtimes: MTIA's remote calls) follows its
@@ -190,17 +193,18 @@ def _build(trace: Trace) -> Graph:
     a_gap = np.where(a_overlap, a_ts - prev_ts, np.maximum(a_ts - prev_end, 0))
     a_own = a_end - a_ts
 
-    g = gpu_work(trace.gpu.select("i", "kind", "device", "stream", "ts", "end", "launch")).filter(
-        pl.col("ts").is_not_null() & pl.col("end").is_not_null())
+    g = gpu_work(pick(trace.gpu, "i", "kind", "device", "stream", "ts", "end", "launch").lazy()).filter(
+        pl.col("ts").is_not_null() & pl.col("end").is_not_null()).collect(**CHAIN)
     # the copies `_waits` reads (launches of a copy, by their end: order-free) before the sort, which then leaves
     # the kinds out (text: 16 B an activity)
-    copies = g.filter(pl.col("kind") == "memcpy").select(pl.col("launch").cast(pl.Int64), "end").drop_nulls()
-    g = g.drop("kind").sort(pl.col("device").fill_null(-1), pl.col("stream").fill_null(-1), "ts")
+    copies = g.lazy().filter(pl.col("kind") == "memcpy").select(pl.col("launch").cast(pl.Int64), "end").drop_nulls(
+    ).collect(**CHAIN)
+    g = omit(g, "kind").sort(pl.col("device").fill_null(-1), pl.col("stream").fill_null(-1), "ts")
     n_d = g.height
     d_ts, d_end = _i64(g["ts"]), _i64(g["end"])
     d_end = np.maximum(d_end, d_ts)
-    dev = _i64(g["device"].fill_null(-1))
-    key = dev * (1 << 32) + _i64(g["stream"].fill_null(-1))
+    dev = _i64(filled(g["device"], -1))
+    key = dev * (1 << 32) + _i64(filled(g["stream"], -1))
     d_i, launch = _ids32(_i64(g["i"])), g["launch"]
     # (the activities' columns are read: the rest of the build holds numpy arrays of them, not the sorted frame)
     del g
@@ -211,7 +215,7 @@ def _build(trace: Trace) -> Graph:
 
     # launch: the anchor that holds the launch call (the call itself, or the top-level call it is nested in)
     ai = _i64(a["i"])
-    launch_i = launch.cast(pl.Int64).fill_null(-1).to_numpy()
+    launch_i = filled(launch.cast(pl.Int64), -1).to_numpy()
     d_launch = np.full(n_d, -1, np.int64)
     real = ~a["marker"].to_numpy()
     if n_a and n_d:
@@ -225,15 +229,15 @@ def _build(trace: Trace) -> Graph:
             pos = pl.DataFrame({"i": launch_i, "_k": np.arange(n_d)}).join(lh, on="i", how="inner")
             del lh
         else:
-            found = at.is_not_null()
+            found = notnull(at)
             at = at.filter(found)
-            pos = pl.DataFrame({"_k": np.flatnonzero(found.to_numpy()), "tid": trace.host["tid"].gather(at),
-                                "ts": trace.host["ts"].gather(at)})
+            pos = pl.DataFrame({"_k": np.flatnonzero(found.to_numpy()), "tid": take(trace.host["tid"], at),
+                                "ts": take(trace.host["ts"], at)})
             del found
         del at
         # the anchor of the launch's thread that started last at or before the launch call
         ra = np.flatnonzero(real)
-        q_tid, q_ts = _i64(pos["tid"].fill_null(-1)), _i64(pos["ts"])
+        q_tid, q_ts = _i64(filled(pos["tid"], -1)), _i64(pos["ts"])
         # anchors are sorted by (tid, ts): search a composite key
         # (thread codes: a handful of threads, so a hash unique then a search in the few, as `_segments` does: no
         # sort of every anchor and launch, which was the build's peak at 10 M tiny events)
@@ -313,9 +317,9 @@ def _build(trace: Trace) -> Graph:
     # a call that waited keeps only its floor: the shortest call of its name in the trace
     waited = a_wait >= 0
     if waited.any():
-        floor = (a.with_columns(_own=pl.Series(a_own)).filter(~pl.col("marker"))
+        floor = (a.lazy().with_columns(_own=pl.Series(a_own)).filter(~pl.col("marker"))
                  .group_by("name").agg(pl.col("_own").min().alias("_floor")))
-        fl = a.select("name").join(floor, on="name", how="left")["_floor"].fill_null(0).to_numpy()
+        fl = filled(pick(a, "name").lazy().join(floor, on="name", how="left").collect(**CHAIN)["_floor"], 0).to_numpy()
         a_own = np.where(waited, np.minimum(a_own, fl), a_own)
     a_wait, a_wake = _latent_waits(a_ts, a_end, blocking, a_wait, a_wake, d_launch, d_end)
     # the rows' search below is the build's peak: the statistics' temporaries go first (kept: the graph's arrays)
@@ -394,12 +398,12 @@ def _long_rows(trace: Trace, code: np.ndarray) -> pl.DataFrame:
     """[tid, ts, end] of the recorded ops and annotations that last at least JOIN_GAP_NS, step spans left out (a
     thread inside one is busy in it: a gloo collective on its worker thread, a CPU kernel); `code`: the host rows'
     `_kind_code`."""
-    long = trace.host.select("tid", "ts", "end", "name").filter(
+    long = pick(trace.host, "tid", "ts", "end", "name").lazy().filter(
         ((pl.col("end") - pl.col("ts")) >= JOIN_GAP_NS) & pl.Series(code == _OP))
     # (the name is matched on the few long rows only: a regex over every host row costs)
     return (long.filter(~pl.col("name").str.contains(STEP_RE))
             .select(pl.col("tid").cast(pl.Int64), pl.col("ts").cast(pl.Int64), pl.col("end").cast(pl.Int64))
-            .drop_nulls())
+            .drop_nulls().collect(**CHAIN))
 
 
 #: the host-side collectives a worker thread runs for the program (ProcessGroupGloo's `gloo:<op>` ranges) and the
@@ -421,10 +425,10 @@ def _handoffs(trace: Trace, a_tid: np.ndarray, a_ts: np.ndarray, a_end: np.ndarr
     Returns (a_join, a_jwake, a_gap)."""
     # (the ops' mask and the name test in one filter: a filter copies every column it keeps, and the ops are half
     # the host rows; the ranges and the enqueueing ops are a few)
-    ann, op = trace.host.select("name", "tid", "ts", "end"), pl.Series(code == _OP)
-    rng = (ann.filter(op, pl.col("name").str.starts_with(HANDOFF_RANGE))
+    ann, op = pick(trace.host, "name", "tid", "ts", "end"), pl.Series(code == _OP)
+    rng = (ann.lazy().filter(op, pl.col("name").str.starts_with(HANDOFF_RANGE))
            .select(pl.col("tid").cast(pl.Int64), pl.col("ts").cast(pl.Int64), pl.col("end").cast(pl.Int64))
-           .drop_nulls())
+           .drop_nulls().collect(**CHAIN))
     real = ~marker
     if rng.height == 0 or not real.any():
         return a_join, a_jwake, a_gap
@@ -497,13 +501,13 @@ def _program_threads(trace: Trace, a_tid: np.ndarray, code: np.ndarray) -> np.nd
     op or annotation and makes only `POLL_RE` calls: ProcessGroupNCCL's watchdog, a round of `cudaEventQuery` on
     its collectives' events, then ~100 ms of sleep). A polling thread neither waits for the program nor is waited
     for: its polls say when it woke, not when anything could go on."""
-    h = trace.host.select("tid", "cat", "name")
-    ops = h["tid"].filter(pl.Series(code == _OP)).unique().implode()  # (the threads alone: not a copy of every op's row)
+    h = pick(trace.host, "tid", "cat", "name")
+    ops = members(h["tid"].filter(pl.Series(code == _OP)).unique())  # (the threads alone: not a copy of every op's row)
     rest = h.filter(~pl.col("tid").is_in(ops))  # (the regex on the threads without ops only: a few rows)
     if rest.height == 0:  # every thread records ops: no polling thread (no query more)
         return np.ones(a_tid.size, bool)
-    busy = rest.filter(~pl.col("name").str.contains(POLL_RE))["tid"].unique().implode()
-    poll = rest.filter(~pl.col("tid").is_in(busy))["tid"].unique().drop_nulls()
+    busy = members(rest.filter(~pl.col("name").str.contains(POLL_RE))["tid"].unique())
+    poll = dropnull(rest.filter(~pl.col("tid").is_in(busy))["tid"].unique())
     return ~np.isin(a_tid, _i64(poll)) if poll.len() else np.ones(a_tid.size, bool)
 
 
@@ -582,10 +586,10 @@ def _waits(trace: Trace, a: pl.DataFrame, a_ts: np.ndarray, a_end: np.ndarray, r
     wait, wake = np.full(n_a, -1, np.int64), np.zeros(n_a, np.int64)
     if n_a == 0 or d_end.size == 0:
         return wait, wake, np.zeros(n_a, bool)
-    blocking = real & a["name"].str.contains(SYNC_RE).fill_null(False).to_numpy()
+    blocking = real & filled(a["name"].str.contains(SYNC_RE), False).to_numpy()
     # `cuda_sync` records (Kineto >= 2.3) name the blocking call by correlation even where the call's name is
     # not a sync (a cudaMemcpyAsync of a pageable DtoH copy)
-    ev = trace.gpu.select("kind", "launch").filter((pl.col("kind") == "sync") & pl.col("launch").is_not_null())
+    ev = pick(trace.gpu, "kind", "launch").filter((pl.col("kind") == "sync") & pl.col("launch").is_not_null())
     if ev.height:
         blocking |= np.isin(_i64(a["i"]), _i64(ev["launch"].cast(pl.Int64)))
     # a call that launched a copy and returned after that copy ended was a blocking copy
@@ -637,7 +641,7 @@ def _queue_full(a: pl.DataFrame, a_ts: np.ndarray, a_end: np.ndarray, real: np.n
     launched = d_launch >= 0
     if n_a == 0 or not launched.any():
         return wait, wake, blocking
-    q = real & a["name"].str.contains(QUEUE_CALL_RE).fill_null(False).to_numpy() & (wait < 0)
+    q = real & filled(a["name"].str.contains(QUEUE_CALL_RE), False).to_numpy() & (wait < 0)
     if not q.any():
         return wait, wake, blocking
     dur = a_end - a_ts
@@ -772,15 +776,15 @@ def _segments(trace: Trace, a_tid: np.ndarray, a_ts: np.ndarray, a_end: np.ndarr
     for the keys only when a thread may join another: most traces never)."""
     h = trace.host
     n_a = a_ts.size
-    keep = (code >= 0) & h["ts"].is_not_null().to_numpy()
+    keep = (code >= 0) & notnull(h["ts"]).to_numpy()
     if n_a == 0 or not keep.any():
         z = np.zeros(0, np.int64)
         return (Rows(z.astype(np.uint32), z.astype(np.int8), z.astype(np.int32), z.astype(np.int8), z, z, a_ts),
                 lambda: z, None)
     pos = np.flatnonzero(keep).astype(np.uint32 if keep.size < 2**32 else np.int64)
     del keep
-    ts = h["ts"].fill_null(-1).to_numpy().astype(np.int64, copy=False)
-    tid = h["tid"].fill_null(-1).to_numpy().astype(np.int64, copy=False)
+    ts = filled(h["ts"], -1).to_numpy().astype(np.int64, copy=False)
+    tid = filled(h["tid"], -1).to_numpy().astype(np.int64, copy=False)
     blocks = [pos[b:b + SEGMENT_BLOCK] for b in range(0, pos.size, SEGMENT_BLOCK)]
     # thread codes: a handful of threads, so a hash unique then a search in the few (no sort of every row)
     tids = np.sort(pl.concat([pl.Series(np.unique(a_tid))] + [pl.Series(tid[p]).unique() for p in blocks])
@@ -796,7 +800,7 @@ def _segments(trace: Trace, a_tid: np.ndarray, a_ts: np.ndarray, a_end: np.ndarr
     # block (this search over every host row was the graph build's peak: ten arrays of every host row at once)
     # (each block's part of the rows' arrays in its final width: int32 where the block's values fit, and numpy's
     # concatenation of int32 and int64 blocks is what `_narrow` of the whole gives; no int64 array of every row)
-    dur_all = h["dur"].fill_null(0).to_numpy()
+    dur_all = filled(h["dur"], 0).to_numpy()
     got_sel, got_seg, got_in, got_rel, got_dur = [], [], [], [], []
     for p in blocks:
         r_ts = ts[p]

@@ -41,6 +41,8 @@ import re
 import msgspec
 import polars as pl
 
+from ..engine import CHAIN
+from ..frames import dropnull, members, omit, pick
 from ..model import Trace
 from .causal import sdpa_causal
 from .names import contains
@@ -308,7 +310,7 @@ def op_costs(trace: Trace, op_ids: pl.Series | None = None) -> pl.DataFrame:
     ops = ops.with_columns(concrete=pl.when(pl.col("name").is_in([*CONV_ARGS, *INDEX_OPS])).then("concrete"),
                            strides=pl.when(pl.col("name").is_in(list(INDEX_OPS))).then("strides"))
     key = ["name", "input_dims", "input_type", "concrete", "strides"]
-    combos = ops.select(key).unique()
+    combos = pick(ops, *key).unique()
     rows = []
     for name, dims_b, types_b, conc_b, str_b in combos.iter_rows():  # distinct shapes, not events
         try:
@@ -357,14 +359,14 @@ def kernel_bound(trace: Trace, spec: Spec | None = None) -> pl.DataFrame:
     transforms included), so its FP32 FLOPs ran at the TF32 peak (`peak_expr`).
     """
     spec = spec or trace_spec(trace.meta)
-    k = trace.gpu.select("i", "name", "op", "dur", "kind").filter(pl.col("kind") == "compute").drop("kind")
+    k = omit(pick(trace.gpu, "i", "name", "op", "dur", "kind").filter(pl.col("kind") == "compute"), "kind")
     if k.height == 0:
         return pl.DataFrame(schema={"i": pl.UInt32, "op": pl.UInt32, "op_name": pl.String, "category": pl.String,
                                     "flops": pl.Float64, "bytes": pl.Float64, "bpe": pl.Float64,
                                     "intensity": pl.Float64, "bound": pl.String, "source": pl.String,
                                     "in0_bytes": pl.Float64, "extra_bytes": pl.Float64, "out_bytes": pl.Float64,
                                     "tf32": pl.Boolean})
-    costs = op_costs(trace, k["op"].drop_nulls().unique())
+    costs = op_costs(trace, dropnull(k["op"]).unique())
     causal = sdpa_causal(trace)
     if causal != 1.0:  # a causal SDPA call computes only the blocks on and below the diagonal
         costs = costs.with_columns(flops=pl.when(pl.col("category") == "attention").then(pl.col("flops") * causal)
@@ -379,20 +381,20 @@ def kernel_bound(trace: Trace, spec: Spec | None = None) -> pl.DataFrame:
         share = (pl.col("dur").cast(pl.Float64) / pl.col("dur").sum().over("op").cast(pl.Float64)).fill_nan(None)
         nker = pl.len().over("op").cast(pl.Float64)
         share = pl.when(pl.col("op").is_null()).then(None).otherwise(share.fill_null(1.0 / nker))
-        k = k.join(costs, on="op", how="left").with_columns(_share=share).with_columns(
-            *[pl.col(c) * pl.col("_share") for c in ("flops", "bytes", "in0_bytes", "extra_bytes", "out_bytes")])
+        k = k.lazy().join(costs.lazy(), on="op", how="left").with_columns(_share=share).with_columns(
+            *[pl.col(c) * pl.col("_share") for c in ("flops", "bytes", "in0_bytes", "extra_bytes", "out_bytes")]
+        ).collect(**CHAIN)
     bw = spec.bw
     tf32 = contains(k, TF32_KERNEL_RE).fill_null(False)
     # (the ops that launched one, looked up: no window over every kernel)
-    ops = k.filter(tf32 & pl.col("op").is_not_null())["op"].unique()
-    k = k.with_columns(tf32=tf32 | pl.col("op").is_in(ops.implode()).fill_null(False))
+    ops = k.lazy().filter(tf32 & pl.col("op").is_not_null()).select(pl.col("op").unique()).collect(**CHAIN)["op"]
     peak = peak_expr(spec)
     by_shape = pl.when(pl.col("flops") / peak >= pl.col("bytes") / bw).then(pl.lit("compute")).otherwise(pl.lit("memory"))
     by_name = pl.when(contains(k, COMPUTE_KERNEL_RE)).then(pl.lit("compute")).otherwise(pl.lit("memory"))
     has = pl.col("flops").is_not_null() & pl.col("bytes").is_not_null() & (pl.col("bytes") > 0)
-    return k.with_columns(
+    return k.lazy().with_columns(tf32=tf32 | pl.col("op").is_in(members(ops)).fill_null(False)).with_columns(
         intensity=pl.when(has).then(pl.col("flops") / pl.col("bytes")),
         bound=pl.when(has).then(by_shape).otherwise(by_name),
         source=pl.when(has).then(pl.lit("shapes")).otherwise(pl.lit("name")),
     ).select("i", "op", "op_name", "category", "flops", "bytes", "bpe", "intensity", "bound", "source",
-             "in0_bytes", "extra_bytes", "out_bytes", "tf32")
+             "in0_bytes", "extra_bytes", "out_bytes", "tf32").collect(**CHAIN)

@@ -5,6 +5,7 @@ from __future__ import annotations
 import numpy as np
 import polars as pl
 
+from ..frames import filled, notnull, pick, take
 from ..memo import per_windows
 from ..model import Trace
 from .intervals import merge
@@ -13,8 +14,8 @@ KERNEL_WAIT_NS = 30_000  # HTA's consecutive_kernel_delay (30 µs)
 BUSY_KINDS = ["compute", "comm", "memcpy", "memset"]
 
 
-def gpu_work(gpu: pl.DataFrame) -> pl.DataFrame:
-    """GPU activities that occupy the device (not sync records)."""
+def gpu_work(gpu: pl.DataFrame | pl.LazyFrame) -> pl.DataFrame | pl.LazyFrame:
+    """GPU activities that occupy the device (not sync records); lazy for a lazy frame."""
     return gpu.filter(pl.col("kind").is_in(BUSY_KINDS))
 
 
@@ -32,7 +33,7 @@ def busy_per_window(gpu: pl.DataFrame, windows: pl.DataFrame, win: str = "step")
 
     With B(t) = busy time before t (a cumulative sum over the merged intervals, read with an as-of
     join), the busy time in [a, b) is B(b) - B(a): linear, no cross join."""
-    work = gpu_work(gpu.select("kind", "device", "ts", "end"))  # (a filter copies every column it has)
+    work = gpu_work(pick(gpu, "kind", "device", "ts", "end"))  # (a filter copies every column it has)
     if work.height == 0:
         return pl.DataFrame(schema={"device": pl.Int64, win: pl.Int64, "busy": pl.Int64})
     merged = merge(work, ["device"])
@@ -89,7 +90,7 @@ def _busy_arrays(m: pl.DataFrame, windows: pl.DataFrame, win: str) -> pl.DataFra
         out_w.append(rest)
         out_busy.append(np.zeros(rest.size, np.int64))
     res = pl.DataFrame({"device": pl.Series(np.concatenate(out_dev), dtype=m.schema["device"]),
-                        win: windows[win].gather(pl.Series(np.concatenate(out_w), dtype=pl.UInt32)),
+                        win: take(windows[win], pl.Series(np.concatenate(out_w), dtype=pl.UInt32)),
                         "busy": pl.Series(np.concatenate(out_busy), dtype=pl.Int64)})
     # windows sharing a key (per device) share one row, as a group-by over them
     return res.group_by("device", win).agg(pl.col("busy").sum()).sort("device", win)
@@ -187,8 +188,8 @@ def _idle_arrays(work: pl.DataFrame) -> pl.DataFrame:
     ts, end = work["ts"].to_numpy().astype(np.int64), work["end"].to_numpy().astype(np.int64)
     o = np.lexsort((ts, st, dv))
     dv, st, ts, end = dv[o], st[o], ts[o], end[o]
-    has_launch = work["launch_ts"].is_not_null().to_numpy()[o][1:]
-    launch = work["launch_ts"].fill_null(0).to_numpy().astype(np.int64)[o][1:]
+    has_launch = notnull(work["launch_ts"]).to_numpy()[o][1:]
+    launch = filled(work["launch_ts"], 0).to_numpy().astype(np.int64)[o][1:]
     prev_end, nxt = end[:-1], ts[1:]
     keep = (dv[1:] == dv[:-1]) & (st[1:] == st[:-1]) & (nxt > prev_end)
     gap = (nxt - prev_end)[keep]

@@ -13,6 +13,7 @@ import polars as pl
 
 from ..engine import IN_MEMORY
 from ..errors import TraceError
+from ..frames import filled, isnull, pick
 
 # outermost first on exact ties (TRACE_FORMAT §7.5)
 _CAT_RANK = {"python_function": 0, "user_annotation": 1, "cpu_op": 2}
@@ -235,7 +236,7 @@ def ancestor_ids(host: pl.DataFrame, q: pl.Series, cond: pl.Expr | np.ndarray, i
     at[ids] = np.arange(n, dtype=idx)
 
     def pos(v: pl.Series) -> np.ndarray:
-        return at[np.minimum(v.fill_null(size).to_numpy(), size)]
+        return at[np.minimum(filled(v, size).to_numpy(), size)]
 
     par = np.append(pos(host["parent"]), n)
     start = pos(q)
@@ -250,7 +251,7 @@ def ancestor_ids(host: pl.DataFrame, q: pl.Series, cond: pl.Expr | np.ndarray, i
         cols = list(dict.fromkeys(cond.meta.root_names())) or ["i"]
         if not few:  # many climbs: they cover most of the tree anyway
             on = np.arange(n)
-            val = host.select(cols).with_columns(cond.alias("_ok"))["_ok"]
+            val = pick(host, *cols).with_columns(cond.alias("_ok"))["_ok"]
         else:  # `cond` only on the rows the climbs pass through, the starts and their ancestors
             seen = np.zeros(n + 1, bool)
             f = np.unique(start)
@@ -260,9 +261,9 @@ def ancestor_ids(host: pl.DataFrame, q: pl.Series, cond: pl.Expr | np.ndarray, i
                 f = np.unique(par[f])
             seen[n] = False
             on = np.flatnonzero(seen)
-            val = host.select(cols)[on].with_columns(cond.alias("_ok"))["_ok"]
-        ok[on] = val.fill_null(False).to_numpy()
-        stop[on] = val.is_null().to_numpy()
+            val = pick(host, *cols)[on].with_columns(cond.alias("_ok"))["_ok"]
+        ok[on] = filled(val, False).to_numpy()
+        stop[on] = isnull(val).to_numpy()
     if few:  # one step up per level for the climbs still going: the first row satisfying `cond`, else n
         hit = np.full(start.size, n, idx)
         act, cur = np.arange(start.size), start

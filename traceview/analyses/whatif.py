@@ -16,6 +16,8 @@ from __future__ import annotations
 
 import polars as pl
 
+from ..engine import CHAIN
+from ..frames import omit, pick
 from ..memo import per_trace
 from ..model import Trace
 from .intervals import clip, merge, per_window
@@ -36,14 +38,16 @@ def shrink_kernels(trace: Trace, k: pl.DataFrame, waits: pl.DataFrame | None = N
     if k.height == 0:
         return EMPTY
     work, runs = _busy_runs(trace, waits)
-    kk = (k.join(work, on="i", how="inner").sort("device", "ts")
-          .join_asof(runs.select("device", pl.col("ts").alias("_rts"), "_run", "_slack"), left_on="ts",
+    # one query (a small trace's run is mostly polars' fixed cost per query)
+    kk = (k.lazy().join(work.lazy(), on="i", how="inner").sort("device", "ts")
+          .join_asof(runs.lazy().select("device", pl.col("ts").alias("_rts"), "_run", "_slack"), left_on="ts",
                      right_on="_rts", by="device", strategy="backward", check_sortedness=False))
     kk = kk.with_columns(_cut=(pl.col("end") - pl.col("ts") - pl.col("new_dur")).clip(lower_bound=0))
     scale = pl.when(pl.col("_slack").is_null()).then(1.0).otherwise(
         pl.min_horizontal(pl.lit(1.0), pl.col("_slack") / pl.col("_cut").sum().over("_run"))).fill_nan(0.0)
     kk = kk.with_columns(_gain=(pl.col("_cut") * scale).cast(pl.Int64))
-    out = kk.select(ts=pl.col("end") - pl.col("_gain"), end=pl.col("end")).filter(pl.col("end") > pl.col("ts"))
+    out = kk.select(ts=pl.col("end") - pl.col("_gain"), end=pl.col("end")).filter(pl.col("end") > pl.col("ts")).collect(
+        **CHAIN)
     return merge(out)
 
 
@@ -63,18 +67,20 @@ def _busy_runs(trace: Trace, waits: pl.DataFrame | None) -> tuple[pl.DataFrame, 
 
 
 def _busy_runs_uncached(trace: Trace, waits: pl.DataFrame | None) -> tuple[pl.DataFrame, pl.DataFrame]:
-    work = gpu_work(trace.gpu.select("kind", "i", "device", "ts", "end", "launch_ts")).drop("kind")
-    runs = merge(work, ["device"]).sort("device", "ts").with_columns(
+    work = omit(gpu_work(pick(trace.gpu, "kind", "i", "device", "ts", "end", "launch_ts")), "kind")
+    # the runs in one query (a small trace's run is mostly polars' fixed cost per query)
+    runs = merge(work, ["device"]).lazy().sort("device", "ts").with_columns(
         _run=pl.int_range(pl.len()), _next_ts=pl.col("ts").shift(-1).over("device"))
-    first_launch = work.group_by("device", "ts").agg(pl.col("launch_ts").min().alias("_next_launch"))
+    first_launch = work.lazy().group_by("device", "ts").agg(pl.col("launch_ts").min().alias("_next_launch"))
     runs = runs.join(first_launch.rename({"ts": "_next_ts"}), on=["device", "_next_ts"], how="left")
     slack = (pl.col("end") - pl.col("_next_launch")).clip(lower_bound=0).fill_null(pl.col("end") - pl.col("ts"))
     crit = pl.col("_next_ts").is_null()
     if waits is not None and waits.height:
-        w = merge(waits.select("ts", "end")).rename({"ts": "_wts", "end": "_wend"}).sort("_wts")
+        w = merge(pick(waits, "ts", "end")).lazy().rename({"ts": "_wts", "end": "_wend"}).sort("_wts")
         runs = runs.sort("end").join_asof(w, left_on="end", right_on="_wts", strategy="backward")
         crit = crit | (pl.col("_wend") >= pl.col("end")).fill_null(False)
-    return work, runs.with_columns(_slack=pl.when(crit).then(None).otherwise(slack)).sort("device", "ts")
+    return work, runs.with_columns(_slack=pl.when(crit).then(None).otherwise(slack)).sort("device", "ts").collect(
+        **CHAIN)
 
 
 def gpu_idle_within(trace: Trace, spans: pl.DataFrame, lo: int, hi: int,
@@ -82,10 +88,10 @@ def gpu_idle_within(trace: Trace, spans: pl.DataFrame, lo: int, hi: int,
     """The parts of host `spans` [ts, end] (clipped to [lo, hi)) during which the GPU did no work that must
     stay: by default no GPU activity at all; with `keep_launched_inside`, activities launched from inside the
     spans (e.g. autotuning benchmarks of a compile) count as removable too."""
-    sp = merge(clip(spans.select("ts", "end"), lo, hi))
+    sp = merge(clip(pick(spans, "ts", "end"), lo, hi))
     if sp.height == 0:
         return EMPTY
-    work = gpu_work(trace.gpu.select("kind", "ts", "end", "launch_ts")).filter((pl.col("end") > lo) & (pl.col("ts") < hi)).drop("kind")
+    work = omit(gpu_work(pick(trace.gpu, "kind", "ts", "end", "launch_ts")).filter((pl.col("end") > lo) & (pl.col("ts") < hi)), "kind")
     if keep_launched_inside and work.height:
         inside = (work.filter(pl.col("launch_ts").is_not_null()).sort("launch_ts")
                   .join_asof(sp.rename({"ts": "_sts", "end": "_send"}).sort("_sts"), left_on="launch_ts",
@@ -98,10 +104,10 @@ def gpu_idle_within(trace: Trace, spans: pl.DataFrame, lo: int, hi: int,
 
 def subtract(a: pl.DataFrame, b: pl.DataFrame) -> pl.DataFrame:
     """The union of `a` minus the union of `b` (both [ts, end])."""
-    a = merge(a.select("ts", "end"))
+    a = merge(pick(a, "ts", "end"))
     if a.height == 0 or b.height == 0:
         return a
-    b = merge(b.select("ts", "end"))
+    b = merge(pick(b, "ts", "end"))
     pts = pl.concat([
         a.select(pl.col("ts").alias("t"), pl.lit(1).alias("da"), pl.lit(0).alias("db")),
         a.select(pl.col("end").alias("t"), pl.lit(-1).alias("da"), pl.lit(0).alias("db")),
@@ -117,4 +123,4 @@ def removed_per_step(removed: pl.DataFrame, steps: pl.DataFrame) -> pl.DataFrame
     """[step, removed]: ns of the union of `removed` inside each step window."""
     if removed.height == 0:
         return steps.select("step", pl.lit(0, pl.Int64).alias("removed"))
-    return per_window(removed.select("ts", "end"), steps.select("step", "ts", "end")).rename({"dur": "removed"})
+    return per_window(pick(removed, "ts", "end"), pick(steps, "step", "ts", "end")).rename({"dur": "removed"})

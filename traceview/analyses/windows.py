@@ -6,7 +6,8 @@ from __future__ import annotations
 import numpy as np
 import polars as pl
 
-from ..engine import IN_MEMORY
+from ..engine import CHAIN, IN_MEMORY
+from ..frames import pick, take
 from ..model import Trace
 from .intervals import open_at
 from .timeline import gpu_work
@@ -16,13 +17,14 @@ CUT_OFF_RATIO = 0.8  # tb_plugin: a last step with < 80 % of the previous step's
 
 def gpu_ops_per_step(trace: Trace, steps: pl.DataFrame) -> pl.DataFrame:
     """[step, gpu_ops]: GPU activities whose launch call lies in the step's host span (tb_plugin's count)."""
-    w = steps.select("step", "cpu_ts", "cpu_end").sort("cpu_ts")
-    g = gpu_work(trace.gpu.select("kind", "launch_ts")).filter(pl.col("launch_ts").is_not_null()).select("launch_ts")
+    # one query (a small trace's run is mostly polars' fixed cost per query)
+    w = pick(steps, "step", "cpu_ts", "cpu_end").lazy().sort("cpu_ts")
+    g = gpu_work(pick(trace.gpu, "kind", "launch_ts").lazy()).filter(pl.col("launch_ts").is_not_null()).select("launch_ts")
     g = g.sort("launch_ts")
     got = (g.join_asof(w, left_on="launch_ts", right_on="cpu_ts", strategy="backward")
            .filter(pl.col("launch_ts") < pl.col("cpu_end")).group_by("step").len())
-    return steps.select("step").join(got, on="step", how="left").select(
-        "step", pl.col("len").fill_null(0).cast(pl.Int64).alias("gpu_ops")).sort("step")
+    return pick(steps, "step").lazy().join(got, on="step", how="left").select(
+        "step", pl.col("len").fill_null(0).cast(pl.Int64).alias("gpu_ops")).sort("step").collect(**CHAIN)
 
 
 def complete_steps(trace: Trace, steps: pl.DataFrame) -> tuple[pl.DataFrame, list[str]]:
@@ -85,8 +87,8 @@ def in_steps(df: pl.DataFrame, steps: pl.DataFrame, col: str = "ts") -> pl.DataF
     j = open_at(wts[o], steps["end"].to_numpy()[o], df[col].to_numpy())
     ok = j >= 0
     if ok.all():  # every row in a step (the usual case): no copy of the rows by a filter
-        return df.hstack([steps["step"].gather(pl.Series(o[j]))])
-    return df.filter(pl.Series(ok)).hstack([steps["step"].gather(pl.Series(o[j[ok]]))])
+        return df.hstack([take(steps["step"], pl.Series(o[j]))])
+    return df.filter(pl.Series(ok)).hstack([take(steps["step"], pl.Series(o[j[ok]]))])
 
 
 def host_step_of(df: pl.DataFrame, steps: pl.DataFrame, col: str, out: str = "step") -> pl.DataFrame:
@@ -122,9 +124,9 @@ def recording_edges(trace: Trace, steps: pl.DataFrame) -> tuple[dict, list[str]]
         warns.append(f"{before / 1000:,.1f} µs at the start of step {first['step']} are left out of its period: the "
                      "GPU was finishing work queued before the recording, or idle through the recording's start-up")
     # the events after the last step first (a handful): the name test then reads only those
-    host_after = (trace.host.filter(pl.col("ts") >= last["cpu_end"]).filter(
+    host_after = (trace.host.lazy().filter(pl.col("ts") >= last["cpu_end"]).filter(
         pl.col("cat").is_in(["cuda_runtime", "cuda_driver"]) & pl.col("name").str.contains("Synchronize"))
-        if after else None)
+        .collect(**CHAIN) if after else None)
     if host_after is not None and host_after.height:
         warns.append(f"{after / 1000:,.1f} µs after the last step (the script's final "
                      f"{host_after['name'][0]}, the profiler's stop) are left out of the steps, classes and findings")

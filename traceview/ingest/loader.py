@@ -25,8 +25,9 @@ import polars as pl
 from ..analyses.names import contains as name_matches
 from ..analyses.rowid import locate
 from ..analyses.tree import call_tree, enclosing_op
-from ..engine import IN_MEMORY
+from ..engine import CHAIN, IN_MEMORY
 from ..errors import TraceError
+from ..frames import dropnull, filled, isnull, notnull, omit, pick, take
 from ..model import STEP_RE, Job, Trace, TraceMeta, conform
 from . import argtables as at
 from . import decode as d
@@ -312,7 +313,7 @@ def _load_file(path: Path, max_bytes: int, on_stage: Callable[[str], None] | Non
         # strings (fewer polars calls: the codes are decoded per slice)
         dicts = {k: _Dict(v) for k, v in fast.dicts.items()} if fast.n >= _SMALL_ROWS else None
         if dicts is None:
-            cols.update({k: fast.dicts[k].gather(cols[k]).alias(k) for k in fast.dicts})
+            cols.update({k: take(fast.dicts[k], cols[k]).alias(k) for k in fast.dicts})
         base = pl.DataFrame({
             "ph": cols["ph"], "cat": cols["cat"], "name": cols["name"],
             "pid": _fast_ids(cols["pid"], fast.pid_strs), "tid": _fast_ids(cols["tid"], fast.tid_strs),
@@ -393,7 +394,7 @@ def _load_file(path: Path, max_bytes: int, on_stage: Callable[[str], None] | Non
     meta = replace(_meta(path, doc, fmt, t0_us, counts, warnings, steps, rocm, host, gpu), manifest=manifest)
     return Trace(meta=meta, host=_null_constants(conform("host", host)), gpu=_null_constants(conform("gpu", gpu)),
                  gpu_annotations=conform("gpu_annotations", gann), memory=conform("memory", mem),
-                 flows=conform("flows", flows), steps=conform("steps", steps.drop("synthetic")),
+                 flows=conform("flows", flows), steps=conform("steps", omit(steps, "synthetic")),
                  threads=conform("threads", threads))
 
 
@@ -561,7 +562,7 @@ def _slices(path: Path, base: pl.DataFrame, legacy: bool, warnings: list[str],
                           minlength=dicts["cat"].values.len())
         used = np.flatnonzero(per)
         got: dict[str, int] = {}
-        for c, m in zip(dicts["cat"].values.gather(used).to_list(), per[used].tolist(), strict=True):
+        for c, m in zip(take(dicts["cat"].values, used).to_list(), per[used].tolist(), strict=True):
             got[c] = got.get(c, 0) + m
         counts = dict(sorted(got.items(), key=lambda cm: (-cm[1], cm[0])))  # (no null: "" for none)
     else:
@@ -591,7 +592,7 @@ def _slices(path: Path, base: pl.DataFrame, legacy: bool, warnings: list[str],
                 got = col.filter(masks[k])
                 if dicts is not None and c in dicts:
                     codes = coded if c == "cat" and k in ("host", "gpu") else dicts[c].values
-                    got = codes.gather(got).alias(c)
+                    got = take(codes, got).alias(c)
                 cols[k][c] = got
         del col
     del masks
@@ -600,14 +601,15 @@ def _slices(path: Path, base: pl.DataFrame, legacy: bool, warnings: list[str],
     out = {}
     for k in list(cols):  # each slice's µs columns freed once its ns columns are made
         f = pl.DataFrame(cols.pop(k))
+        lf = None  # (each slice's columns in one query)
         if "dur_us" in f.columns:
-            f = f.lazy().with_columns(ts=ts_ns, dur=dur_ns).drop("ts_us", "dur_us").with_columns(
-                end=pl.col("ts") + pl.col("dur")).collect(**_IN_MEMORY)
+            lf = f.lazy().with_columns(ts=ts_ns, dur=dur_ns).drop("ts_us", "dur_us").with_columns(
+                end=pl.col("ts") + pl.col("dur"))
         elif "ts_us" in f.columns:
-            f = f.lazy().with_columns(ts=ts_ns).drop("ts_us").collect(**_IN_MEMORY)
-        out[k] = f
-    for k in ("host", "gpu"):
-        out[k] = out[k].with_columns(ph=pl.lit("X"))  # a constant: never materialized
+            lf = f.lazy().with_columns(ts=ts_ns).drop("ts_us")
+        if k in ("host", "gpu"):
+            lf = (f.lazy() if lf is None else lf).with_columns(ph=pl.lit("X"))  # a constant: never materialized
+        out[k] = f if lf is None else lf.collect(**_IN_MEMORY)
     return out, t0_us, counts, fmt
 
 
@@ -743,7 +745,7 @@ def _unusable_gpu_args(gpu: pl.DataFrame, warnings: list[str]) -> None:
         if col not in gpu.columns or gpu[col].null_count() == gpu.height:
             continue
         v = _to_int(gpu[col])
-        n = int((gpu[col].is_not_null() & (v.is_null() | _out(v, lo, hi)).fill_null(True)).sum())
+        n = int((notnull(gpu[col]) & filled(isnull(v) | _out(v, lo, hi), True)).sum())
         if n:
             found.append(f"{key} x{n:,} ({instead})")
     if found:
@@ -772,9 +774,9 @@ def _finish_gpu(gpu: pl.DataFrame, host: pl.DataFrame, warnings: list[str]) -> p
                   pl.col("name").alias("launch_name"), pl.col("ts").alias("launch_ts"),
                   pl.col("end").alias("launch_end"), pl.col("tid").alias("launch_tid")).collect(**_IN_MEMORY))
     if gpu.height < _SMALL_ROWS:  # a join costs fewer polars calls than the lookup below
-        rt = rt.filter(pl.col("correlation").is_first_distinct())
-        return _kinds(gpu.hstack(gpu.select("correlation").join(rt, on="correlation", how="left", maintain_order="left")
-                                 .drop("correlation")), host)
+        rt = rt.lazy().filter(pl.col("correlation").is_first_distinct())
+        return _kinds(gpu.hstack(pick(gpu, "correlation").lazy().join(rt, on="correlation", how="left", maintain_order="left")
+                                 .drop("correlation").collect(**CHAIN)), host)
     corr = rt["correlation"].to_numpy()
     if corr.size > 1 and not bool((corr[1:] > corr[:-1]).all()):  # (increasing: unique already, the common case)
         rt = rt.filter(pl.col("correlation").is_first_distinct())
@@ -801,14 +803,14 @@ def _kinds(gpu: pl.DataFrame, host: pl.DataFrame) -> pl.DataFrame:
         ).drop("op_x")
     comm = name_matches(gpu, COMM_KERNEL_RE)  # the regex on the few distinct kernel names, not on every row
     # (the kind as Categorical literals: codes without a hash a row; the launching call's name only makes `graph`)
-    return gpu.with_columns(
+    return gpu.lazy().with_columns(
         graph=name_matches(gpu, GRAPH_LAUNCH_RE, "launch_name").fill_null(False),
         kind=pl.when(pl.col("cat") == "gpu_memcpy").then(pl.lit("memcpy", pl.Categorical))
         .when(pl.col("cat") == "gpu_memset").then(pl.lit("memset", pl.Categorical))
         .when(pl.col("cat") == "cuda_sync").then(pl.lit("sync", pl.Categorical))
         .when(comm).then(pl.lit("comm", pl.Categorical))
         .otherwise(pl.lit("compute", pl.Categorical)),
-    ).drop("launch_name")
+    ).drop("launch_name").collect(**CHAIN)
     if gpu.select((pl.col("ts").diff() > 0).all()).item():  # strictly in time order already (one stream, say):
         return gpu.with_columns(pl.col("ts").set_sorted())  # the sort would move nothing but copy every column
     return gpu.sort("ts")
@@ -838,12 +840,12 @@ def _steps(host: pl.DataFrame, gpu: pl.DataFrame, warnings: list[str]) -> pl.Dat
                                            pl.col("ts").min().alias("cpu_ts"), pl.col("end").max().alias("cpu_end"),
                                            ((pl.len() > 1) & (pl.col("ts").max() >= pl.col("end").min())).alias("_apart"))
            .sort("step").collect(**_IN_MEMORY))
-    apart = cpu.filter("_apart")
-    if apart.height:  # one number on spans that do not overlap (a step annotated on two threads overlaps itself)
+    if cpu["_apart"].any():  # one number on spans that do not overlap (a step annotated on two threads overlaps itself)
+        apart = cpu.filter("_apart")
         warnings.append(f"{apart.height:,} ProfilerStep numbers name more than one step at different times (e.g. "
                         f"{apart['name'][0][:40]!r}): each is analyzed as one step from its first start to its "
                         "last end")
-    cpu = stepcheck.drop_trailing_empty(stepcheck.drop_displaced(cpu.drop("_apart"), host, warnings), host, warnings)
+    cpu = stepcheck.drop_trailing_empty(stepcheck.drop_displaced(omit(cpu, "_apart"), host, warnings), host, warnings)
     stepcheck.warn_overlaps(cpu, warnings)
     synthetic = cpu.height == 0
     if synthetic:
@@ -856,7 +858,7 @@ def _steps(host: pl.DataFrame, gpu: pl.DataFrame, warnings: list[str]) -> pl.Dat
                                 "cpu_end": [hi]}, schema_overrides={"host_idx": pl.UInt32})
     elif not cpu["cpu_ts"].is_sorted():
         warnings.append("ProfilerStep numbers are not in time order: step windows follow the time order")
-    cpu = cpu.sort("cpu_ts", "step")
+    cpu = stepcheck.by_start(cpu)
     gpu = stepcheck.bounding(gpu, warnings)
     if gpu.height and "launch_ts" in gpu.columns:
         launched = (gpu.lazy().select("launch_ts", "launch_end", "ts", "end").filter(pl.col("launch_ts").is_not_null())
@@ -900,7 +902,7 @@ def _periods(cpu: pl.DataFrame, gpu: pl.DataFrame) -> pl.DataFrame:
     queued): it keeps only the median idle the other steps have before their first GPU work. So no period holds
     GPU work queued before the recording, and on a GPU-bound loop the period is the GPU's step period. The last
     step ends at the end of its host span or of its GPU work, whichever is later."""
-    if "gpu_ts" not in cpu.columns or cpu["gpu_ts"].is_null().all() or gpu.height == 0:
+    if "gpu_ts" not in cpu.columns or isnull(cpu["gpu_ts"]).all() or gpu.height == 0:
         return cpu.with_columns(ts=pl.col("tb_ts"), end=pl.col("tb_end")).drop("_first_launch")
     work = (gpu.lazy().filter(pl.col("kind") != "sync").select("ts", "end", "launch_end").sort("ts")
             .with_columns(_busy_to=pl.col("end").cum_max()).collect(**_IN_MEMORY))
@@ -921,7 +923,7 @@ def _periods(cpu: pl.DataFrame, gpu: pl.DataFrame) -> pl.DataFrame:
            .with_columns(ts=start).collect(**_IN_MEMORY))
     # the first recorded step opens on an idle GPU (the profiler's start-up, the host's preamble with nothing
     # queued): it keeps only as much idle before its first GPU work as the other steps have at their start
-    lead = (cpu["gpu_ts"] - cpu["ts"]).slice(1).drop_nulls()
+    lead = dropnull((cpu["gpu_ts"] - cpu["ts"]).slice(1))
     if lead.len() and cpu["gpu_ts"][0] is not None:
         first = max(int(cpu["ts"][0]), int(cpu["gpu_ts"][0]) - max(0, int(lead.median())))
         cpu = cpu.with_columns(ts=pl.when(pl.int_range(pl.len()) == 0).then(first).otherwise(pl.col("ts")))

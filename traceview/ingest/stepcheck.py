@@ -11,18 +11,28 @@ import numpy as np
 import polars as pl
 
 from ..engine import IN_MEMORY as _IN_MEMORY
+from ..frames import dropnull, filled, members
 
 
 def _us(ns: int | float) -> str:
     return f"{ns / 1000:,.1f} µs"
 
 
+def by_start(steps: pl.DataFrame) -> pl.DataFrame:
+    """`steps.sort("cpu_ts", "step")`, without a query when the spans already start in strictly increasing order
+    (the usual case: a run's steps follow one another)."""
+    ts = steps["cpu_ts"]
+    if not ts.null_count() and bool((np.diff(ts.to_numpy()) > 0).all()):
+        return steps
+    return steps.sort("cpu_ts", "step")
+
+
 def drop_zero_length(cpu: pl.DataFrame, warnings: list[str]) -> pl.DataFrame:
     """`cpu` [name, i, ts, end, ...] (the ProfilerStep annotations) without those of zero length: a span of 0 µs
     encloses no work, and as a step it would be a 0 µs step whatever ran around it."""
-    zero = cpu.filter(pl.col("end") <= pl.col("ts"))
-    if zero.height == 0:
+    if not (cpu["end"] <= cpu["ts"]).any():  # (the usual case: no filter query)
         return cpu
+    zero = cpu.filter(pl.col("end") <= pl.col("ts"))
     warnings.append(f"ignored {zero.height:,} zero-length ProfilerStep annotations ('dur' 0, e.g. {zero['name'][0][:40]!r}): "
                     "a 0 µs span holds no step; their time belongs to the step around them"
                     + (", or to one step of the whole trace when none is left" if zero.height == cpu.height else ""))
@@ -50,10 +60,10 @@ def drop_displaced(steps: pl.DataFrame, host: pl.DataFrame, warnings: list[str])
     `step()`); so is every span when most are empty (nothing to stand on)."""
     if steps.height < 2 or steps["host_idx"].null_count() or "parent" not in host.columns:
         return steps
-    st = steps.sort("cpu_ts", "step")
+    st = by_start(steps)
     # a span encloses an event when some host row has it as its parent (the call tree: one pass, no sort); the
     # others (overlapping spans do not nest) are checked by time, on every thread
-    empty = ~st["host_idx"].is_in(host["parent"].drop_nulls().unique().implode()).to_numpy()
+    empty = ~st["host_idx"].is_in(members(dropnull(host["parent"]).unique())).to_numpy()
     if not empty.any():
         return steps
     lo, hi = st["cpu_ts"].to_numpy(), st["cpu_end"].to_numpy()
@@ -83,7 +93,7 @@ def drop_trailing_empty(steps: pl.DataFrame, host: pl.DataFrame, warnings: list[
     CPU loop read as bound outside its ops)."""
     if steps.height < 2 or steps["host_idx"].null_count() or "parent" not in host.columns:
         return steps
-    st = steps.sort("cpu_ts", "step")
+    st = by_start(steps)
     last = st.tail(1)
     idx, lo, hi = int(last["host_idx"][0]), int(last["cpu_ts"][0]), int(last["cpu_end"][0])
     # an op, call or annotation inside it, on any thread (the Python frames of the profiler's own stop, which
@@ -159,8 +169,8 @@ def inferred_steps(host: pl.DataFrame, lo: int, warnings: list[str]) -> pl.DataF
 def warn_overlaps(steps: pl.DataFrame, warnings: list[str]) -> None:
     """Say when a step span starts before the previous one (in time) ends: the step periods still partition time
     (each runs from its start to the next step's start), so no instant counts in two steps."""
-    st = steps.sort("cpu_ts", "step")
-    over = (st["cpu_ts"] < st["cpu_end"].shift(1)).fill_null(False)
+    st = by_start(steps)
+    over = filled(st["cpu_ts"] < st["cpu_end"].shift(1), False)
     n = int(over.sum())
     if n:
         k = int(np.argmax(over.to_numpy()))

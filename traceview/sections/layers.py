@@ -13,6 +13,7 @@ import polars as pl
 from ..analyses import layers as L
 from ..analyses.rowid import join_by_id
 from ..analyses.windows import in_steps
+from ..frames import omit, pick
 from ..model import Trace
 from ..units import us
 from .section import Section
@@ -47,7 +48,7 @@ def section(trace: Trace, steps: pl.DataFrame, *, findings: list[dict] | None = 
     total = int(table["self_gpu_ns"].sum())
     un = table.filter(pl.col("layer") == L.UNATTRIBUTED)
     un_ns = int(un["gpu_ns"].sum())
-    g = join_by_id(in_steps(trace.gpu.select("i", "ts", "dur", "kind").filter(pl.col("kind") != "sync").drop("kind"), steps), "i",
+    g = join_by_id(in_steps(omit(pick(trace.gpu, "i", "ts", "dur", "kind").filter(pl.col("kind") != "sync"), "kind"), steps), "i",
                    L.gpu_codes(trace), "ph")
     phases = {L.PHASES[k]: v for k, v in g.group_by("ph").agg(pl.col("dur").sum()).iter_rows()}
     spec = L.device_peaks(trace)

@@ -7,6 +7,7 @@ import polars as pl
 
 from ..analyses import breakdown, timeline
 from ..analyses.intervals import clip
+from ..frames import pick
 from ..model import Trace
 from ..units import pct, us
 from .section import Section
@@ -66,12 +67,12 @@ TOP_OPS = Section(
 def device_section(trace: Trace, steps: pl.DataFrame, busy: pl.DataFrame) -> list[dict]:
     lo, hi = int(steps["ts"].min()), int(steps["end"].max())
     # the columns the breakdowns read (their fallback for null devices or streams too): a clip copies every column
-    gpu = clip(trace.gpu.select("i", "name", "op", "kind", "device", "stream", "ts", "end", "launch_ts"), lo, hi)
+    gpu = clip(pick(trace.gpu, "i", "name", "op", "kind", "device", "stream", "ts", "end", "launch_ts"), lo, hi)
     total = int((steps["end"] - steps["ts"]).sum())
     tb = timeline.temporal_breakdown(timeline.gpu_work(gpu))
     idle = timeline.idle_breakdown(gpu)
     busy_by: dict[int, int] = {}
-    for dev, b in busy.select("device", "busy").iter_rows():  # devices x steps: small
+    for dev, b in pick(busy, "device", "busy").iter_rows():  # devices x steps: small
         busy_by[dev] = busy_by.get(dev, 0) + b
     idle_by: dict[int, list[dict]] = {}
     for r in idle.iter_rows(named=True):  # one row per stream, by device and stream
@@ -133,12 +134,12 @@ def _step_rows(trace: Trace, steps: pl.DataFrame, busy: pl.DataFrame) -> list[di
                     .join(bd, on="step").join(busy, on="step", how="left")
                     .with_columns(pl.col("busy").fill_null(0)).sort("step").iter_rows(named=True))
     most: dict[int, int] = {}
-    for s, b in busy.select("step", "busy").iter_rows():  # devices x steps
+    for s, b in pick(busy, "step", "busy").iter_rows():  # devices x steps
         if b is not None and (s not in most or b > most[s]):
             most[s] = b
     tb = {r["step"]: r for r in bd.iter_rows(named=True)}
     out = [{"step": s, "ts": a, "end": e, "dur": e - a, **{k: v for k, v in tb[s].items() if k != "step"},
-            "busy": most.get(s, 0)} for s, a, e in steps.select("step", "ts", "end").iter_rows() if s in tb]
+            "busy": most.get(s, 0)} for s, a, e in pick(steps, "step", "ts", "end").iter_rows() if s in tb]
     return sorted(out, key=lambda r: r["step"])
 
 
