@@ -34,16 +34,19 @@ def test_device_held_step_with_a_host_bound_fix_gets_the_bound(run, rule):
 
 
 def test_the_bound_against_the_measured_savings():
-    """Where the bound is given, the measured saving is at most the bound on six of the seven twins; the seventh (Llama's
-    attention on the H100) ran its problem 4.2 ms a step slower in the rounds than in the traced run's wait steps."""
+    """Where the bound is given, the measured saving is at most the bound on ten of the twelve twins. Llama's attention on
+    the H100 ran its problem 4.2 ms a step slower in the rounds than in the traced run's wait steps; the batch-128 CUDA
+    graph on the H100 measured 2.03 ms where the bound is 1.96 (priced 1.83): its fixed step is held at the host's own
+    pace (docs/replay.md), 0.151 ms against 0.098 measured. Five of them get the bound since the host's pace holds a
+    fix (ViT-B/16 at batch 32 and BERT's TF32 on the H200, BERT, the 128 MiB chain and that graph on the H100)."""
     got = []
     for run, t in LABELS.items():
         rep = analyze([SAMPLES / "ab_traced" / run]).traces[0]
         for f in (rep.get("projection") or {}).get("fixes") or []:
             if f.get("if_host_keeps_up_us") and f["rule"] in t["rule"].split("+"):
                 got.append((run, f["if_host_keeps_up_us"] / 1000 >= t["measured_fix_saving_ms"]))
-    assert len(got) == 7
-    assert [r for r, ok in got if not ok] == ["llama_eager_attn_h100"]
+    assert len(got) == 12
+    assert [r for r, ok in got if not ok] == ["small_batch_c4_graph_h100", "llama_eager_attn_h100"]
 
 
 @pytest.mark.parametrize("run", ["bert_eager_attn_s256", "mobilenet_graph", "gpt2_fp32"])

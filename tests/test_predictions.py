@@ -32,12 +32,10 @@ _spec.loader.exec_module(P)
 #: (set, problem, fixed) -> the measured miss (predicted vs measured ms): xfail(strict); docs/predictions.md says why
 MISSES = {  # fmt: skip
     ("collected3", "gpt2_eager_attn", "gpt2_sdpa"): "4.923 predicted vs 11.995 ms measured (-59%): the eager recording's host is slower on ops the fix does not touch; one process (A/B) measures 7.41 ms, the trace's own process (ab_traced) 8.11 ms, predicted 6.82 there",
-    ("collected3", "resnet18_fp32", "resnet18_bf16_cl"): "1.379 predicted vs 2.430 ms measured (-43%): two processes; one process (A/B) measures 7.18 ms, the trace's own process (ab_traced) 4.79 ms, predicted 4.83 there",
+    ("collected3", "resnet18_fp32", "resnet18_bf16_cl"): "0.972 predicted vs 2.430 ms measured (-60%): two processes; one process (A/B) measures 7.18 ms, the trace's own process (ab_traced) 4.79 ms, predicted 3.82 there",
     ("collected3", "gpt2_sdpa_single", "gpt2_sdpa"): "4.791 predicted vs 8.895 ms measured (-46%): the foreach twin's untouched forward/backward ops ran 27% faster (another process); one process (A/B) measures 3.92 ms",
     ("collected3", "gpt2_sdpa_item", "gpt2_sdpa_noitem"): "0.406 predicted vs 3.040 ms measured (-87%): the item run's host ran slower everywhere (metadata ops 1.36x); its syncs' waits replay at < 1 ms at any host speed (test_host_sync_twins.py)",
-    ("collected3", "adamw_l12_single", "adamw_l12_fused"): "2.548 predicted vs 3.698 ms measured (-31%): the fused twin's untouched forward/backward ops ran 21% faster (another process)",
-    ("collected2", "elementwise_chain_eager", "elementwise_chain_compiled"): "0.386 predicted vs 0.305 ms measured (+27%): two processes; the compiled twin's loop ran 0.229 ms a step there against 0.158 in the trace's own process (ab_traced elementwise_128mib_eager, the same programs: 0.395 vs 0.376, +5%)",
-    ("collected3", "elementwise_32mib_eager", "elementwise_32mib_compiled"): "0.099 predicted vs 0.059 ms measured (+66%): host-bound twins; the compiled call (Dynamo guards, wrapper, Triton launcher) traced 246 µs/step here against 127 µs for the same program in collected2 (measured 270 vs 229 µs), and the fix prices it as one eager op (docs/predictions.md)",
+    ("collected3", "adamw_l12_single", "adamw_l12_fused"): "2.520 predicted vs 3.698 ms measured (-32%): the fused twin's untouched forward/backward ops ran 21% faster (another process)",
     ("collected3", "train_syncs_item_b16", "train_syncs_deferred_b16"): "0.043 predicted vs 2.418 ms measured (-98%): the item run's host ran slower everywhere (metadata ops 1.10x; at batch 32 0.62x, and the deferred twin measured 2.1 ms slower); the waits replay at < 0.2 ms at any host speed",
     ("collected4", "input_workers_nw2", "input_workers_nw10"): "8.869 predicted vs 5.616 ms measured (+58%): the problem run's main thread ran its forward ops ~35% faster than every other run of the program (aten::linear median 32 vs 48-58 us, incl. collected5's nw0 with no worker processes); the priced loop is that fast host's",
     ("collected5", "epilogue_bert_eager", "epilogue_bert_fused"): "0.086 predicted vs 1.476 ms measured (-94%): the fused twin's host ran 27% faster on every op the fix does not touch",
@@ -59,15 +57,13 @@ UNRESOLVED = [t for t in P.twins() if t["set"] == "ab_traced" and P.unresolved(t
 MISSES_SAME_PROCESS = {  # fmt: skip
     ("ab_traced", "gpt2_sdpa_single", "gpt2_sdpa"): "0.605 predicted vs 0.798 ms measured (-24%); the rounds in one process measured 0.780 to 0.804 ms; a device-bound step: the foreach kernels are priced at the single-tensor kernels' 2.12 ms, the foreach twin's trace (collected3/gpt2_sdpa) runs them in 1.87",
     ("ab_traced", "adamw_l12_single", "adamw_l12_fused"): "2.212 predicted vs 1.652 ms measured (+34%); the rounds in one process measured 1.556 to 2.255 ms; a host-bound step (0.5 ms of kernels per 3.9 ms): the single-tensor loop's unprofiled host time is what the fix removes",
-    ("ab_traced", "elementwise_32mib_eager", "elementwise_32mib_compiled"): "0.063 predicted vs 0.034 ms measured (+85%); the rounds in one process measured 0.019 to 0.043 ms; host-bound fixed twins: the compiled loop's step replays at 0.090 ms against 0.113 measured (the compiled call priced at 5.3 eager ops, 32 us here), and a saving of a quarter of the step inherits four times the step's error",
-    ("ab_traced", "elementwise_8mib_eager", "elementwise_8mib_compiled"): "0.033 predicted vs 0.011 ms measured (+187%); the rounds in one process measured 0.000 to 0.019 ms; the fixed step replays at 0.097 ms against 0.114 measured: a saving of a tenth of the step",
+    ("ab_traced", "elementwise_32mib_eager", "elementwise_32mib_compiled"): "0.051 predicted vs 0.034 ms measured (+50%); the rounds in one process measured 0.019 to 0.043 ms; host-bound fixed twins: the compiled loop's step replays at 0.102 ms against 0.113 measured (the compiled call priced at 5.3 eager ops, 32 us here), and a saving of a quarter of the step inherits four times the step's error",
+    ("ab_traced", "elementwise_8mib_eager", "elementwise_8mib_compiled"): "0.017 predicted vs 0.011 ms measured (+48%); the rounds in one process measured 0.000 to 0.019 ms; the fixed step replays at 0.112 ms against 0.114 measured: a saving of a tenth of the step",
     ("ab_traced", "mobilenet_graph", "mobilenet_cuda_graph"): "9.614 predicted vs 13.594 ms measured (-29%): the fixed step is right (3.15 replayed, 3.20 measured), the problem's rounds ran 16.79 ms where the traced run's unprofiled wait steps ran 12.76 in the same process (the host's speed drifts: the same loop against itself ran 24.4 vs 25.1 ms in rounds, 13.2-19.6 ms in fresh processes)",
     ("ab_traced", "bertp_compile", "bertp_compiled"): "6.917 predicted vs 10.710 ms measured (-35%); the rounds in one process measured 9.735 to 16.663 ms; a host-bound step (BERT at sequence 512, its GEMMs padded): Inductor also drops the host work of ops it does not fuse (views, transposes and the dispatch of the GEMMs it calls from its wrapper), which the chain fusion does not price",
-    ("ab_traced", "vit_fp32_b16", "vit_bf16_b16"): "19.012 predicted vs 14.724 ms measured (+29%); the rounds in one process measured 11.905 to 16.739 ms; held out (recorded after fp32-gemm's autocast variant was set): the BF16 step is host-bound (37.2 ms measured, its rounds 25.9-48.2 ms a step; 30.8 replayed) and the FP32 trace sits at the device's floor (52 ms unprofiled), which bounds its host time only from above",
-    ("ab_traced", "bert_fp32_tf32", "bert_tf32"): "46.255 predicted vs 37.277 ms measured (+24%); the rounds in one process measured 33.269 to 42.273 ms; held out (recorded after the TF32 variant priced misaligned GEMMs): the TF32 step is host-bound (33.9 ms measured, 25.2 replayed) and the FP32 trace, GPU-bound, bounds its host only from above: the same program's other recording (bert_fp32) replays its TF32 step at 31.6 ms",
+    ("ab_traced", "bert_fp32", "bert_bf16"): "27.720 predicted vs 39.842 ms measured (-30%); the rounds in one process measured 33.25 to 41.33 ms; the BF16 step is the host's: replayed at the FP32 trace's host pace, 43.8 ms (36.6 of the FP32 host alone, 7.2 of autocast's casts), where it measured 31.3 in the rounds; the same FP32 program's other recording that day (bert_fp32_tf32) prices its host alone at 32.4, and the BF16 program runs more host work than the FP32 one, so this trace's host priced slow (the fitted share: a device-bound FP32 step leaves its host speed open). Before the host pace held the fix (docs/replay.md), its first step absorbed the window's opening lead (24.6 ms against 46.0 and 45.9 for the two after it) and the mean, 38.8, scored -18 %",
+    ("ab_traced", "resnet18_fp32", "resnet18_bf16_cl"): "3.822 predicted vs 4.787 ms measured (-20.2%); the rounds in one process measured 3.62 to 5.39 ms; the BF16 + channels_last step is the host's: replayed at the FP32 trace's host pace, 9.77 ms, against 8.66 measured; the profiler model prices this program's BF16 host 15 % slow on its own trace too (collected3/resnet18_bf16_cl: 13.33 estimated, 11.56 measured, docs/replay.md's held-out table). Before the host pace held the fix, its first step absorbed the window's opening lead (6.94 ms against 9.63 and 9.99) and the mean, 8.85, scored -1 %",
     ("ab_traced", "bert_eager_attn_s512", "bert_sdpa_s512"): "6.570 predicted vs 16.291 ms measured (-60%); the rounds in one process measured 14.79 to 16.31 ms; held out (HF BERT, a model the rule was not developed on): the trace was taken while the host ran slow — its wait steps drifted from 43.9 to 49.7-57.3 ms just before the capture (43.9 again after it and in the rounds), every host call took about 1.6x what the same model's SDPA trace shows (cudaLaunchKernel 9.0 vs 5.7 us), and the profiled step is 106 ms: the pricing, solved to that 49.7 ms, leaves a host of about 44 ms where the fixed step ran 27.7",
-    ("ab_traced", "vit_fp32_b32", "vit_bf16_b32"): "65.950 predicted vs 49.854 ms measured (+32%); the rounds in one process measured 46.95 to 52.60 ms; held out (recorded after the queue-slot waits): the BF16 step is host-bound in its rounds at 45.7 ms, where the same program ran 33.2 ms a step unprofiled in another process that day (a BF16 trace, 32.3 replayed from it) and the FP32 trace predicts 27.6; at batch 16 and 64 the rounds ran 37.2 and 34.4",
-    ("ab_traced", "convnext_fp32_b32", "convnext_bf16_cl_b32"): "25.412 predicted vs 17.823 ms measured (+43%); the rounds in one process measured 15.19 to 27.20 ms; held out: the BF16 + channels_last step is host-bound in its rounds at 34.7 ms, where the same program at batch 64 (the same host work) ran 31.5 in its own process; the FP32 trace predicts 26.3",
     ("ab_traced", "bert_eager_fp32_s512", "bert_sdpa_fp32_s512"): "1.684 predicted vs 3.191 ms measured (-47%); the rounds in one process measured 3.134 to 3.215 ms; held out (recorded after the causal share): the saving is the eager score kernels' 12.5 ms a step less the fused call's, priced at 11.0 ms (the FP32 median, 0.34 of peak, on 8 x 12 heads x 512 tokens, not causal); the measurement puts the fused call at ~9.3 ms (0.40), as the same program at batch 16 runs it (bert_fp32_s512's trace: 0.37 forward, 0.44 backward). A 15 % error in the fused time is a 50 % one in a saving of an eighth of it",
     ("ab_traced", "llama_single", "llama_fused"): "7.490 predicted vs 12.720 ms measured (-41%); the rounds in one process measured 6.482 to 18.282 ms; held out (HF Llama, a model no earlier twin ran): the captured steps ran on a slow, noisy host (67.9-99.1 ms a step traced); outside the optimizer's update loop they took 67.3 ms a step against 53.5 in the capture of the fixed program itself (llama_ctl), so the pricing, solved to the measured 45.35 ms, leaves a fixed step of 37.8 where that program replays at 31.5 and measured 30.2",
     ("ab_traced", "llama_single_r8", "llama_fused"): "7.395 predicted vs 10.342 ms measured (-28%); the rounds in one process measured 2.5 to 13.9 ms; held out (unseen_more, 2026-12-05): the problem's rounds ran 48.97 ms a step where the traced run's wait steps ran 41.49 (-15 %), and the fix brought the step to 41.87: anchored to the rounds' step (--unprofiled-ms) it predicts 8.70 (-16 %)",
@@ -86,8 +82,7 @@ MISSES_SAME_PROCESS = {  # fmt: skip
     ("ab_traced", "mobilenet_graph_h100", "mobilenet_cuda_graph_h100"): "17.363 predicted vs 22.078 ms measured (-21%); the rounds in one process measured 19.3 to 24.0 ms; held out on an H100 (2026-12-05, scored as it came): the problem's rounds ran 25.3 ms a step against 20.9 in the traced run's wait steps (the host's drift; anchored to the rounds' step: -9 %), the step after the fix within 2 %",
     ("ab_traced", "gpt2_eager_attn_h100", "gpt2_sdpa_h100"): "5.678 predicted vs 7.141 ms measured (-20%); the rounds in one process measured 6.1 to 8.4 ms; held out on an H100 (2026-12-05, scored as it came): the step after the fix within 4 %",
     ("ab_traced", "llama_eager_attn_h100", "llama_sdpa_h100"): "6.939 predicted vs 21.971 ms measured (-68%); the rounds in one process measured 18.1 to 26.9 ms; held out on an H100 (2026-12-05, scored as it came): the fixed program's own trace (llama_eager_attn_h100_fixed) runs 23.0 ms of kernels a step and the step ran 25.6 in the rounds; the problem's unprofiled step, 42.8 ms, sits 3 % above the device's own chain (41.6), the solve takes that excess as host time, and the replay keeps the fixed step host-bound at 36.4",
-    ("ab_traced", "bert_fp32_h100", "bert_bf16_h100"): "49.044 predicted vs 28.688 ms measured (+71%); the rounds in one process measured 25.9 to 30.0 ms; held out on an H100 (2026-12-05, scored as it came): the FP32 step is at the device's own chain (73.6 ms), which bounds its host only from above; the BF16 step ran host-bound at 44.5 ms in the rounds (31.3 in the H200's twin), replayed at 24.9",
-    ("ab_traced", "convnext_fp32_b32_h100", "convnext_bf16_cl_b32_h100"): "19.610 predicted vs 15.897 ms measured (+23%); the rounds in one process measured 8.2 to 28.0 ms; held out on an H100 (2026-12-05, scored as it came): as on the H200 (+43 %), the BF16 + channels_last step ran host-bound in the rounds (38.5 ms) above what the FP32 trace at the device's floor prices",
+    ("ab_traced", "bert_fp32_h100", "bert_bf16_h100"): "36.584 predicted vs 28.688 ms measured (+28%); the rounds in one process measured 25.9 to 30.0 ms; held out on an H100 (2026-12-05, scored as it came): the FP32 step is at the device's own chain (73.6 ms), which bounds its host only from above; the BF16 step ran host-bound at 44.5 ms in the rounds (31.3 in the H200's twin), replayed at the FP32 trace's host pace, 37.3",
     ("ab_traced", "gpt2_sdpa_item_h100", "gpt2_sdpa_noitem_h100"): "0.829 predicted vs 3.280 ms measured (-75%); the rounds in one process measured 1.7 to 4.6 ms; held out on an H100 (2026-12-05, scored as it came): the H200's twin of it is unresolved by its rounds (-0.7 to 5.0 ms) and its two-process twin a miss (-87 %); the replay's bound at any host speed is below 1 ms",
     ("ab_traced", "cpu_gpt2w256_single_fused_x16", "cpu_gpt2w256_fused_x16"): "4.354 predicted vs 3.212 ms measured (+36%); the rounds in one process measured 2.45 to 3.59 ms; held out on a 16-core CPU (torch 2.11, 16 OpenMP threads, 2026-12-06, scored as it came): the step after the fix within 4 %, the loop's unprofiled time over-priced; the fused CPU kernel's per-tensor fork and join over GPT-2's ~50 tensors is not modelled",
     ("ab_traced", "effnet_graph", "effnet_cuda_graph"): "1.649 predicted vs 0.329 ms measured (+402%), at info (2.8 % of the step); a device-bound step (33.5 ms of kernels in a CUDA graph, 33.9 eager) whose host time the measurement does not fix",
@@ -143,15 +138,15 @@ def _bar(anchored: bool) -> list[bool]:
     return hits
 
 
-@pytest.mark.xfail(strict=True, reason="85 of 120 (71 %) since the H100 twins of 2026-12-05/06 (h100_a, h100_b, h100_c, churn_heldout, "
-                   "rules_heldout), held out on another GPU and scored as they came: 13 of their 24 resolved savings "
+@pytest.mark.xfail(strict=True, reason="88 of 120 (73 %) since the H100 twins of 2026-12-05/06 (h100_a, h100_b, h100_c, churn_heldout, "
+                   "rules_heldout), held out on another GPU and scored as they came: 14 of their 24 resolved savings "
                    "within ±20 %, and the CPU twins on a 16-core host (one of two); docs/predictions.md")
 def test_the_issue_bar():
     hits = _bar(anchored=False)
     assert sum(hits) >= 0.8 * len(hits)
 
 
-@pytest.mark.xfail(strict=True, reason="87 of 120 (73 %) since the H100 twins of 2026-12-05/06: anchored to the rounds' "
+@pytest.mark.xfail(strict=True, reason="90 of 120 (75 %) since the H100 twins of 2026-12-05/06: anchored to the rounds' "
                    "problem step, the H100 misses that remain are device-bound problem steps whose host speed the "
                    "measurement does not fix, and ResNet-50's allocator churn (docs/predictions.md)")
 def test_the_issue_bar_anchored_to_the_rounds():
@@ -184,7 +179,8 @@ def test_unresolved_twins_are_the_ones_their_rounds_cannot_resolve():
 
 def test_held_out_twins():
     """The twins recorded after the model's last fit, on models no other set has (tools/ab_labels.py HELD_OUT),
-    each within the band of its in-process measurement: BERT and ViT (GEMMs), ConvNeXt (GEMMs and convolutions
+    each within the band of its in-process measurement: ViT (GEMMs; BERT, recorded with it, a miss since the host's
+    own pace holds the fixed step: MISSES_SAME_PROCESS), ConvNeXt (GEMMs and convolutions
     replayed together, as autocast changes both), MobileNetV3's single-tensor AdamW, DDP accumulation on GPT-2
     without no_sync() (the reducer's bucket copies of three micro-batches in four); and, recorded after unaligned-gemm's
     model was set, BERT's 30522-token head at sequence 512 and GPT-2's 50257 in TF32; and, recorded after fp32-gemm's
@@ -197,12 +193,12 @@ def test_held_out_twins():
     (BERT's non-causal FP32 attention, the third, a miss); and HF Llama FP32 -> BF16 (grouped-query attention on the
     math backend in FP32, flash in BF16: fp32-gemm's and materialized-attention's transforms together), a model no
     earlier twin ran (its single-tensor -> fused AdamW twin is a miss)."""
-    held = [t for t in SAME_PROCESS if t["problem"] in {"bert_fp32", "vit_fp32", "convnext_fp32", "mobilenet_single",
+    held = [t for t in SAME_PROCESS if t["problem"] in {"vit_fp32", "convnext_fp32", "mobilenet_single",
                                                         "ddp_accum4_gpt2", "bert_vocab_s512", "gpt2_tf32_vocab",
                                                         "gpt2_fp32_b32", "bert_fp32_s512", "gpt2_fp32_tf32",
                                                         "convnext_fp32_tf32", "gpt2_fp32_s1024",
                                                         "gpt2_eager_fp32_s512", "gpt2_fp32_s256", "llama_fp32"}]
-    assert len(held) == 15
+    assert len(held) == 14
     for t in held:
         p = predicted(t["set"], t["problem"], t["rule"], t.get("variant"))
         assert abs(p / t["measured_ms"] - 1) <= P.BAND, (t["problem"], p, t["measured_ms"])
@@ -333,15 +329,16 @@ def test_the_step_after_the_fix_is_the_reports_replayed_step_less_the_saving(pro
     # the scoreboard's second lens (tools/predictions.py `fixed_step_table`), against the report a user reads:
     # its projection's replayed unprofiled step (an independent path: analyze, not the tool's own replay) less the
     # tool's saving, and against the fixed twin's rounds in labels.json; the errors documented in
-    # docs/predictions.md (MobileNet's graph right on the step though its saving misses; ViT-B/16's BF16 step, +3 %:
-    # autocast's GEMMs, attention and cast kernels priced, the FP32 trace's launches that waited for a queue slot not
-    # host work; -2 % before the casts' copy kernels were priced on the device)
+    # docs/predictions.md (MobileNet's graph right on the step though its saving misses; ViT-B/16's BF16 step at
+    # batch 64, +25 %: held at the FP32 trace's host pace, 43.0 ms, where the same BF16 host work measured 34.4 here
+    # and 45.7 at batch 32 (+3 % before the host pace, its device chain having run through the window's opening
+    # lead); the compiled elementwise loop's step, +6 %, the host's pace too (-12 % before))
     (t,) = [t for t in P.twins() if t["set"] == "ab_traced" and t["problem"] == problem]
     p, base = P.predicted(SAMPLES / "ab_traced" / problem, t["rule"], t.get("variant"))
     proj = analyze([SAMPLES / "ab_traced" / problem]).traces[0]["projection"]
     assert base * 1000 == pytest.approx(proj["replayed_unprofiled_step_us"], rel=1e-3)
     err = (base - p) / t["fixed_step_ms"] - 1
-    bounds = {"mobilenet_graph": (-0.05, 0.05), "vit_fp32": (-0.05, 0.05), "elementwise_128mib_eager": (-0.2, 0.0)}
+    bounds = {"mobilenet_graph": (-0.05, 0.05), "vit_fp32": (0.2, 0.3), "elementwise_128mib_eager": (0.0, 0.1)}
     lo, hi = bounds[problem]
     assert lo < err < hi, err
 

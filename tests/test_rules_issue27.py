@@ -395,10 +395,13 @@ def test_small_grid_evidence_against_the_raw_trace():
         key = (step, e["name"], tuple(e["args"]["grid"]), tuple(e["args"]["block"]))
         counts[key] = counts.get(key, 0) + 1
     assert rng["batch_factor"] == math.gcd(*counts.values()) > 1
-    # the replayed saving: the kernels' point estimate and their gaps, never more than the kernels and gaps hold
+    # the replayed saving: never more than the kernels and their gaps hold; the batched step is the host's (the loop's
+    # graph launch and Python, 58 µs a step replayed alone: docs/replay.md, "The host's own pace"), so it saves less
+    # than the kernels' point estimate (457 µs: the device ran through the host's 0.29 ms lead before)
     ks = sorted(k, key=lambda e: e["ts"])
     gaps = sum(max(b["ts"] - (a["ts"] + a["dur"]), 0) for a, b in zip(ks, ks[1:], strict=False)) / len(spans)
-    assert point_us <= f["savings_us"] <= f["evidence"]["small_grid_time_per_step_us"] + gaps
+    assert f["savings_us"] <= f["evidence"]["small_grid_time_per_step_us"] + gaps
+    assert f["savings_us"] == pytest.approx(438.9, abs=0.1) and point_us == pytest.approx(457.2, abs=0.1)
     # the same loop launched eagerly is launch-bound: idle SMs are not what limits it, so small-grid is info there
     assert all(x["severity"] == "info" for x in ours("collected3", "tiny_ops_n128_eager", "TV207"))
 

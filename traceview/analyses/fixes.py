@@ -183,8 +183,8 @@ def if_host_keeps_up_us(ctx, tf: dict[str, Transform], base_us: float, busy_us: 
     fix's priced saving). On such a trace the fitted profiler cost, not a measurement, sets the host's speed after
     the fix: the H100's device-held twins ran their fixed steps 12.5 ms (ResNet-18 BF16, 14.95 priced), 44.5 (BERT
     BF16, 24.9 priced) and 25.6 (Llama SDPA, 36.4 priced): the priced saving is the fitted host's; a faster host
-    saves up to this bound, a slower one less (of the seven bundled twins that get one, four measured within 10 % of
-    the priced saving, two a third below it, one above the bound: docs/predictions.md). Empty where the device does
+    saves up to this bound, a slower one less (twelve bundled twins get one, ten of them measured at most the
+    bound: docs/predictions.md). Empty where the device does
     not hold the step."""
     if not tf or not busy_us or base_us <= 0 or busy_us < DEVICE_HELD * base_us:
         return {}

@@ -417,9 +417,11 @@ def _by_activity(g: Graph, new: Mapping[int, int]) -> tuple[np.ndarray, np.ndarr
     return k[k >= 0], np.maximum(v[k >= 0], 0)
 
 
-def simulate(g: Graph, transforms: Sequence[Transform] = ()) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
-    """Replayed (anchor start, anchor end, activity start, activity end), ns on the trace's clock."""
-    got = edges(g, transforms, pull=True)
+def simulate(g: Graph, transforms: Sequence[Transform] = (),
+             own_cap: np.ndarray | None = None) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    """Replayed (anchor start, anchor end, activity start, activity end), ns on the trace's clock. `own_cap`: the
+    most each anchor's own time may be after the transforms (`_host_pace`)."""
+    got = edges(g, transforms, pull=True, own_cap=own_cap)
     return split(g, got if isinstance(got, np.ndarray) else longest(*got))
 
 
@@ -430,7 +432,7 @@ def split(g: Graph, t: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray, 
 
 
 def edges(
-    g: Graph, transforms: Sequence[Transform] = (), pull: bool = False
+    g: Graph, transforms: Sequence[Transform] = (), pull: bool = False, own_cap: np.ndarray | None = None
 ) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray] | np.ndarray:
     """(base, src, dst, off) of the graph's events with `transforms` applied: `longest`'s input (the job replay
     joins several ranks' arrays). With `pull`, the compiled kernel replays the graph from its own arrays when it
@@ -474,7 +476,8 @@ def edges(
     over = np.maximum(own_cut - a_own, 0)
     # (each as int32 where its values fit, as the graph's: the kernel reads either width, and these three live
     # through the kernel's run beside the event times and its stack)
-    own = _narrow(np.maximum(a_own - np.round(own_cut).astype(np.int64), 0))
+    own = np.maximum(a_own - np.round(own_cut).astype(np.int64), 0)
+    own = _narrow(own if own_cap is None else np.minimum(own, own_cap))
     gap = _narrow(np.maximum(a_gap - np.round(gap_cut + over).astype(np.int64), 0))
     jwake = _narrow(np.maximum(a_jwake - np.round(join_cut).astype(np.int64), 0))
     del gap_cut, join_cut, own_cut, over, a_own, a_gap, a_jwake
@@ -724,11 +727,80 @@ def _replayed(trace: Trace, steps: pl.DataFrame, transforms: Sequence[Transform]
 
     def run() -> tuple[tuple[Transform, ...], np.ndarray]:
         g = build(trace)
-        s, e = _apply_plan(_plan(g, skey), simulate(g, transforms))
+        plan = _plan(g, skey)
+        s, e = _apply_plan(plan, simulate(g, transforms))
+        periods = _per_step(steps, e - s)
+        if any(t.gpu_dur or t.gpu_gap for t in transforms):  # device work made shorter: the host may hold the step
+            periods = host_paced(trace, g, plan, skey, transforms, periods)
         # (the transforms are held: the ids in the key stay theirs)
-        return tuple(transforms), _per_step(steps, e - s)
+        return tuple(transforms), periods
 
     return once_in(_replays(trace), key, run)[1].copy()  # (a concurrent caller of the same key waits for it)
+
+
+def host_paced(trace: Trace, g: Graph, plan: dict, skey: tuple, transforms: Sequence[Transform],
+               periods: np.ndarray) -> np.ndarray:
+    """`periods` with their mean raised to the host's own pace where that is slower: the time the host takes from
+    the first step's marker to the last step's end marker, replayed with `transforms` and no call waiting for the
+    device (`_host_alone`; a call that waited takes only its wake-up, `_waited_own`), over the steps. In a loop the device cannot run ahead of the host that launches its
+    work, but a device-bound trace opens its window with the host a queue ahead of the device: the work it
+    launched before the window, which the trace does not say who launched, starts when it did (`edges`) and holds
+    the device's first step there. A fix that makes the device faster than the host replays the host falling back
+    through that lead within the window, the step periods, read on the device, short by the lead over the steps;
+    the fixed loop never has the lead (docs/replay.md, "The host's own pace"). Each step takes an equal part of
+    the rise (savings compare means). Unchanged where the steps have no host markers."""
+    order = plan["order"]
+    if periods.size == 0 or order.size == 0 or "ce" not in plan:
+        return periods
+    first, last = int(plan["c"][int(order[0])]), int(plan["ce"])
+    if first < 0 or last < 0:
+        return periods
+    pace = _host_pace(trace, g, skey, transforms, first, last) / periods.size
+    short = pace - float(periods.mean())
+    return periods + short if short > 0 else periods
+
+
+def _host_pace(trace: Trace, g: Graph, skey: tuple, transforms: Sequence[Transform], first: int, last: int) -> float:
+    """The host's replayed time (ns) from anchor `first` to anchor `last` with `transforms` and no call waiting
+    for the device: once per trace, steps and the transforms' host parts (what the device's rows do is not read:
+    every fix that changes only the device shares the one replay of its pricing transform)."""
+    host = tuple(t for t in transforms if not _device_only(t))
+    key = ("host alone", skey, tuple(_host_key(t) for t in host))
+
+    def run() -> tuple[tuple[Transform, ...], float]:
+        a_s = simulate(g, [*host, _host_alone(g)], own_cap=_waited_own(g))[0]
+        return host, float(a_s[last] - a_s[first])
+
+    return once_in(_replays(trace), key, run)[1]
+
+
+def _device_only(t: Transform) -> bool:
+    """Whether `t` changes only the device's work (durations, gaps, added work) and which calls wait for it."""
+    return not (t.host_cut or len(t.host_removed) or len(t.host_spans) or t.cost_us or t.host_share or t.long_share
+                or t.long_cost_us or t.input_ready)
+
+
+def _host_key(t: Transform) -> tuple:
+    """`_transform_key` of what the host's own replay reads of `t` (no device row, no wait: `_host_pace`)."""
+    rows = tuple((id(x), len(x)) if len(x) else None for x in (t.host_cut, t.host_removed, t.host_spans))
+    return (rows, tuple(sorted(t.cost_us.items())), float(t.host_share), float(t.long_share),
+            tuple(sorted(t.long_cost_us.items())), bool(t.input_ready))
+
+
+@per_trace
+def _waited_own(g: Graph) -> np.ndarray:
+    """Each anchor's own time on the host alone, at most: a call that waited for the device, only its wake-up (from
+    the end of the work it waited for to its return). Its floor (the shortest call of its name) is its own time
+    where every call of the name waited: a DDP rank's one `cudaStreamSynchronize` a window, 14 ms of waiting for
+    its all-reduce, would stand as 14 ms of the host's own work."""
+    return np.where(g.a_wait >= 0, g.a_wake.astype(np.int64), np.iinfo(np.int64).max)
+
+
+@per_trace
+def _host_alone(g: Graph) -> Transform:
+    """A transform under which no host call waits for the device (each keeps its floor): the host's own pace
+    (`host_paced`). Once per graph, so its rows are searched once (`_part`)."""
+    return Transform("host alone", no_wait=np.unique(g.a_i[g.a_wait >= 0]).astype(np.int64))
 
 
 def _transform_key(t: Transform) -> tuple:

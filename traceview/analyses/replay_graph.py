@@ -311,7 +311,8 @@ def _build(trace: Trace) -> Graph:
     # no edge at all (first on its stream, not launched in the trace): it starts when it started
     by_end = np.argsort(d_end, kind="stable")
     a_wait, a_wake, blocking = _waits(trace, a, a_ts, a_end, real, d_end, by_end, copies)
-    a_wait, a_wake, blocking = _queue_full(a, a_ts, a_end, real, d_launch, d_end, by_end, a_wait, a_wake, blocking)
+    a_wait, a_wake, blocking = _queue_full(a, a_ts, a_end, real, d_launch, d_end, key, by_end, a_wait, a_wake,
+                                           blocking)
     del by_end
     del copies
     # a call that waited keeps only its floor: the shortest call of its name in the trace
@@ -615,9 +616,13 @@ def _ended_during(eo: np.ndarray, d_end: np.ndarray, a_ts: np.ndarray, a_end: np
     return np.flatnonzero(calls)[ok], eo[np.maximum(j, 0)][ok]
 
 
-#: launch calls that enqueue device work (a full queue blocks them until a slot frees)
-QUEUE_CALL_RE = r"^(cuda|hip)(LaunchKernel(ExC)?|ModuleLaunchKernel|ExtModuleLaunchKernel|MemsetAsync)(_v\d+)?$|^cuLaunchKernel(Ex)?$"
-#: a launch that took longer than this many times the trace's median launch (and at least QUEUE_WAIT_MIN_NS)
+#: kernel launches: their median duration is the trace's normal launch (`_queue_full`)
+LAUNCH_CALL_RE = r"^(cuda|hip)(LaunchKernel(ExC)?|ModuleLaunchKernel|ExtModuleLaunchKernel|MemsetAsync)(_v\d+)?$|^cuLaunchKernel(Ex)?$"
+#: calls that enqueue device work (a full queue blocks them until a slot frees): the launches, and the
+#: asynchronous copies, which take a slot as a kernel does
+QUEUE_CALL_RE = (LAUNCH_CALL_RE + r"|^(cuda|hip)Memcpy(2D|3D)?(Peer)?Async(_v\d+)?$"
+                 r"|^cuMemcpy(HtoD|DtoH|DtoD)?Async(_v\d+)?$")
+#: a call that took longer than this many times the trace's median launch (and at least QUEUE_WAIT_MIN_NS)
 QUEUE_WAIT_FACTOR = 4.0
 QUEUE_WAIT_MIN_NS = 20_000
 #: ... while the device's queue was at least this share of the deepest it got in the trace, a depth of at least
@@ -627,29 +632,47 @@ QUEUE_MIN_DEPTH = 64
 
 
 def _queue_full(a: pl.DataFrame, a_ts: np.ndarray, a_end: np.ndarray, real: np.ndarray, d_launch: np.ndarray,
-                d_end: np.ndarray, by_end: np.ndarray, wait: np.ndarray, wake: np.ndarray,
+                d_end: np.ndarray, stream: np.ndarray, by_end: np.ndarray, wait: np.ndarray, wake: np.ndarray,
                 blocking: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """Launches that waited for a slot in the device's launch queue: on a device-bound step the host runs ahead
-    until the queue is full (a plateau of launched-and-unfinished activities: 267-643 on the bundled H200 traces),
-    and each launch then returns only when an activity finishes. Such a launch (longer than QUEUE_WAIT_FACTOR times
-    the trace's median launch, at QUEUE_FULL_SHARE of the deepest queue, during which an activity ended) waits for
-    the activity that ended last before it returned, as a synchronizing call does (`_waits`), keeping its floor:
-    the unmodified replay is unchanged, and once a fix makes the device faster the host no longer pays the wait
-    (before, it stayed host work: a ViT-B/16 FP32 step carried 70 ms a step of blocked launches into the replay of
-    its BF16 fix). Never a latent wait: a launch that did not wait never waits."""
+    """Calls that waited for a slot in the device's launch queue: on a device-bound step the host runs ahead
+    until the queue is full (a plateau of launched-and-unfinished activities: 267-1020 on the bundled traces), and
+    each call that enqueues work (a launch, an asynchronous copy: QUEUE_CALL_RE) then returns only when an activity
+    finishes. Such a call (longer than QUEUE_WAIT_FACTOR times the trace's median launch, at QUEUE_FULL_SHARE of
+    the deepest queue, during which an activity ended) waits for the activity that ended last before it returned,
+    as a synchronizing call does (`_waits`), keeping its floor: the unmodified replay is unchanged, and once a fix
+    makes the device faster the host no longer pays the wait (before, it stayed host work: a ViT-B/16 FP32 step
+    carried 70 ms a step of blocked launches into the replay of its BF16 fix). Never a latent wait: a call that
+    did not wait never waits. `stream`: the activities' (device, stream) key, in their order (by stream, then
+    start)."""
     n_a = a_ts.size
     launched = d_launch >= 0
     if n_a == 0 or not launched.any():
         return wait, wake, blocking
-    q = real & filled(a["name"].str.contains(QUEUE_CALL_RE), False).to_numpy() & (wait < 0)
+    # (the regexes on the distinct call names, as the graph's other name tests)
+    is_q, is_l = (a.select(name_contains(a, r).fill_null(False)).to_series().to_numpy()
+                  for r in (QUEUE_CALL_RE, LAUNCH_CALL_RE))
+    q = real & is_q & (wait < 0)
     if not q.any():
         return wait, wake, blocking
     dur = a_end - a_ts
-    thr = max(QUEUE_WAIT_MIN_NS, QUEUE_WAIT_FACTOR * float(np.median(dur[q])))
-    # the queue's depth when each launch began: activities launched before it less those ended by then
+    kl = q & is_l
+    thr = max(QUEUE_WAIT_MIN_NS, QUEUE_WAIT_FACTOR * float(np.median(dur[kl if kl.any() else q])))
+    # the queue's depth when each call began: activities launched before it less those ended by then, and the
+    # work launched before the window not ended by then — the activities with no launch in the trace that come
+    # before any launched one on their stream (a stream runs in order: its work launched in the window follows
+    # them). A device-bound loop opens its window so, the host a queue ahead (ViT-B/16 FP32 at batch 64: 752
+    # activities, the first 135 ms of device work); left out, the launches that blocked on that full queue read as
+    # made into a shallow one, and their waits as the host's own time
     qi = np.flatnonzero(q)
     depth = (np.searchsorted(np.sort(a_ts[d_launch[launched]]), a_ts[qi], side="left")
              - np.searchsorted(np.sort(d_end[launched]), a_ts[qi], side="right"))
+    if not launched.all():
+        seen = np.cumsum(launched)  # launched activities up to each one, by stream then start
+        first = np.flatnonzero(np.r_[True, stream[1:] != stream[:-1]])  # each stream's first activity
+        at = np.repeat(first, np.diff(np.r_[first, stream.size]))
+        pre = ~launched & (seen - seen[at] + launched[at] == 0)
+        before = np.sort(d_end[pre])
+        depth += before.size - np.searchsorted(before, a_ts[qi], side="right")
     full = (dur[qi] > thr) & (depth >= max(QUEUE_MIN_DEPTH, QUEUE_FULL_SHARE * int(depth.max())))
     if not full.any():
         return wait, wake, blocking
