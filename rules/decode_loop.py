@@ -17,7 +17,10 @@ shapes every step, which keeps `torch.compile` from capturing the step into one 
 
 ## How to fix
 Use a static KV cache (preallocated to the maximum length, written in place) and capture the decode step with
-CUDA graphs: Hugging Face `model.generate(..., cache_implementation="static")` with
+CUDA graphs: Hugging Face `model.generate(..., cache_implementation="static")`, which transformers 4.50 and later
+compile themselves (`GenerationConfig.compile_config`: do not also wrap `model.forward` in `torch.compile`, the two
+together can fail with "accessing tensor output of CUDAGraphs that has been overwritten by a subsequent run", as
+`sample_traces/user_programs4_h100/llama_generate`'s fixed twin did on torch 2.11), on older versions with
 `model.forward = torch.compile(model.forward, mode="reduce-overhead", fullgraph=True)`; a manual loop:
 preallocated K/V tensors updated with `index_copy_` and the step compiled with `mode="reduce-overhead"` (or
 captured with `torch.cuda.CUDAGraph`). Batching more sequences per step (continuous batching) amortizes the
@@ -164,8 +167,10 @@ def check(ctx: RuleContext) -> list[Finding]:
     else:
         fix = head + (
             "Use a static KV cache and capture the decode step with CUDA graphs: Hugging Face "
-            'model.generate(..., cache_implementation="static") with model.forward = '
-            'torch.compile(model.forward, mode="reduce-overhead", fullgraph=True); in a manual loop, '
+            'model.generate(..., cache_implementation="static"), which transformers 4.50 and later compile '
+            "themselves (GenerationConfig.compile_config; wrapping model.forward in torch.compile as well can fail "
+            "with \"accessing tensor output of CUDAGraphs that has been overwritten\"), older versions with "
+            'model.forward = torch.compile(model.forward, mode="reduce-overhead", fullgraph=True); in a manual loop, '
             "preallocate K/V to the maximum length, write them with index_copy_, and compile the step "
             'with mode="reduce-overhead" (or capture it with torch.cuda.CUDAGraph). Batching more '
             "sequences per step amortizes the launches further."

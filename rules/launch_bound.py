@@ -254,17 +254,14 @@ def sync_text(ev: Evidence) -> str:
     if not isinstance(ev.syncs_per_step, float) or ev.syncs_per_step < 1:
         return ""
     op = ev.sync_op if isinstance(ev.sync_op, str) else None
-    shape = op is not None and op.startswith(DATA_DEPENDENT)
-    what = (f" inside {op}: an output whose size depends on the data (torch.where(cond), boolean-mask indexing, "
-            "nonzero), which the host must read before it can launch what follows" if shape
-            else f" inside {op}" if op else "")
-    return (f" The steps also block on the GPU {ev.syncs_per_step:g} times each{what}. A CUDA graph cannot hold a "
-            "sync, so capture covers only the stretches between them (torch.compile breaks its graph there, and "
-            "mode=\"reduce-overhead\" captures each stretch): make "
-            + ("those shapes static first (a fixed capacity per group, masking by multiplication, "
-               "nonzero_static(size=...)), then capture." if shape else
-               "them rarer to lengthen those stretches: read values on the host (.item(), .cpu(), a GPU tensor used "
-               "as a Python bool) once every few steps, or not inside the step."))
+    where = f" in {op}" if op else ""
+    if op is not None and op.startswith(DATA_DEPENDENT):
+        return (f" The steps also sync {ev.syncs_per_step:g} times each{where} (an output size that depends on the "
+                "data: torch.where(cond), boolean masks, nonzero), and a CUDA graph cannot hold a sync: make those "
+                "shapes static first (a fixed capacity, masking by multiplication, nonzero_static), then capture.")
+    return (f" The steps also sync {ev.syncs_per_step:g} times each{where}, and a CUDA graph cannot hold a sync: "
+            "capture covers only the stretches between them unless values are read on the host (.item(), .cpu(), "
+            "a tensor used as a bool) every few steps instead.")
 
 
 def _profiler_check(ctx: RuleContext, cost: int) -> tuple[str | None, float, ProfilerNote | None]:

@@ -381,13 +381,15 @@ def check(ctx: RuleContext) -> list[Finding]:
         if 2 * len(waited) < n_steps and m["pct"] < ctx.options["high_pct"]:
             severity = "info"
             ev.note += "; waits in a minority of the steps below high_pct: info"
+    # the wait the profiler hid is the cost too: the loop waits (pace - need) a step unprofiled
+    cost = max(m["total"], (pace - need) * n_steps) if hidden else m["total"]
     return [
         ctx.finding(
             steps=m["fired"],
             count=m["calls"],
-            # the wait the profiler hid is the cost too: the loop waits (pace - need) a step unprofiled
-            cost_ns=max(m["total"], (pace - need) * n_steps) if hidden else m["total"],
-            savings_ns=m["idle"],
+            cost_ns=cost,
+            # (the GPU's idle across the waits can outlast them by the launch that follows: at most the wait)
+            savings_ns=min(m["idle"], cost),
             severity_pct=max(m["pct"], hidden_pct),
             severity=severity,
             evidence=ev,

@@ -48,7 +48,11 @@ def test_only_a_trace_of_other_steps_or_no_steady_step_is_set_aside(every_run):
     # ... and the ten-step captures of user_programs2_h100 that hold per-shape setups (TV106: one step of 150.7 ms
     # among ~28; four of 3-5 s among ~40): their traced mean is not their profiled steps' median either
     setups = {("user_programs2_h100/bert_dynpad_a10", 0), ("user_programs2_h100/resnet_varsize_a10", 0)}
-    assert set(aside) == {("collected4/cnn_input_nw3", 0), ("ab_traced/train_syncs_item_b16_h100", 0)} | one_step | setups
+    # ... and user_programs3_h100/loader_pil_w4, whose four workers deliver in bursts: its captured steps (12.6, 80.3,
+    # 21.0 ms) hold one of every four steps' long wait, so their mean is not their median (21.0)
+    loader = {("user_programs3_h100/loader_pil_w4", 0)}
+    assert set(aside) == ({("collected4/cnn_input_nw3", 0), ("ab_traced/train_syncs_item_b16_h100", 0)} | one_step
+                          | setups | loader)
     assert all("one unprofiled step" in aside[k] for k in one_step)
     man = json.loads((SAMPLES / "collected4/cnn_input_nw3/manifest.json").read_text())
     (r,) = [r for r in every_run if (r["run"], r["rank"]) == ("collected4/cnn_input_nw3", 0)]

@@ -150,7 +150,7 @@ def test_data_dependent_shapes_come_before_cuda_graphs() -> None:
     tr = _doc("moe_naive")
     lb = _finding(tr, "launch-bound")
     assert lb["evidence"]["syncs_per_step"] == 4 * 8 and lb["evidence"]["sync_op"] == "aten::nonzero"
-    assert "A CUDA graph cannot hold a sync" in lb["fix"] and "nonzero_static" in lb["fix"]
+    assert "a CUDA graph cannot hold a sync" in lb["fix"] and "nonzero_static" in lb["fix"]
     (hs,) = [f for f in tr["findings"] if f["rule"] == "host-sync"]
     assert hs["evidence"]["cause"] == "torch.nonzero" and hs["evidence"]["op"] == "aten::where"
     # the fixed-capacity twin syncs no more, and its launch-bound finding (if any) says nothing of syncs

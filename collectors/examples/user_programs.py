@@ -46,6 +46,15 @@ A third set (2026-12-06), each with its fixed twin `--fixed` where it has one:
 - `moe_naive`: a 4-layer transformer whose mixture-of-experts FFN dispatches tokens expert by expert with boolean
   indexing (`--fixed`: a fixed capacity per expert, scattered with one-hot positions and run as one `bmm`).
 
+A fourth set (2026-12-06):
+
+- `llama_generate`: HF Llama (8 layers, bf16) greedy generation at batch 1, 32 new tokens, the default dynamic
+  cache (`--fixed`: `cache_implementation="static"` and the forward compiled with `mode="reduce-overhead"`);
+- `resnet_bf16_nchw`: torchvision ResNet-50 under bf16 autocast in the default NCHW layout (`--fixed`:
+  `channels_last` model and inputs);
+- `gpu_augment_loop`: uint8 images already on the GPU, cropped, flipped at random and normalised image by image
+  in a Python loop before a ResNet-18 (`--fixed`: the same augmentation batched with gathered crop indices).
+
     traceview collect -- python -m collectors.examples.user_programs --prog t5
 """
 
@@ -72,12 +81,12 @@ def mark() -> None:
 TIMING = False
 #: the fixes the analyzer priced, as options: `--precision high` (TF32) and `--amp` (bf16 autocast) for the FP32
 #: programs, `--workers N` for the DataLoader-fed one (each run alone with `--time`: a fixed twin)
-OPTS: dict = {"amp": False, "workers": 2, "fixed": False}
+OPTS: dict = {"amp": False, "workers": 2, "fixed": False, "static_only": False}
 
 PROGS = ("t5", "distilbert_fp32", "swin_bf16", "regnet_loader", "lstm", "opt_generate", "lightning",
          "mixer_compile", "resnet_fp16_scaler", "hf_trainer", "gpt2_accum_item", "gpt2_ckpt", "bert_dynpad",
          "compile_varlen", "resnet_varsize", "sdpa_varlen", "llama_eager", "ema_loop", "loader_pil",
-         "per_sample_loss", "moe_naive")
+         "per_sample_loss", "moe_naive", "llama_generate", "resnet_bf16_nchw", "gpu_augment_loop")
 
 
 def train(model: nn.Module, opt: torch.optim.Optimizer, loss_of, steps: int, amp: bool) -> None:
@@ -572,6 +581,96 @@ def moe_naive(steps: int) -> None:
           amp=True)
 
 
+def llama_generate(steps: int) -> None:
+    from transformers import LlamaConfig, LlamaForCausalLM
+
+    import collectors
+
+    cfg = LlamaConfig(vocab_size=32000, hidden_size=1024, intermediate_size=2816, num_hidden_layers=8,
+                      num_attention_heads=16, num_key_value_heads=4, max_position_embeddings=2048)
+    model = LlamaForCausalLM(cfg).to("cuda", torch.bfloat16).eval()
+    ids = torch.randint(0, 32000, (1, 32), device="cuda")
+    kw = {"max_new_tokens": 32, "min_new_tokens": 32, "do_sample": False, "pad_token_id": 0}
+    if OPTS["fixed"]:
+        kw["cache_implementation"] = "static"
+        if not OPTS["static_only"]:  # (the recipe of Hugging Face's docs; `--static-only`: generate's own compile)
+            model.forward = torch.compile(model.forward, mode="reduce-overhead", fullgraph=True)
+    with torch.no_grad():
+        for _ in range(3 if OPTS["fixed"] else 1):  # (the compiled forward's warm-up and graph capture)
+            model.generate(ids, **kw)
+        for _ in collectors.steps(range(steps)):
+            model.generate(ids, **kw)
+            mark()
+
+
+def resnet_bf16_nchw(steps: int) -> None:
+    import torchvision
+
+    fmt = torch.channels_last if OPTS["fixed"] else torch.contiguous_format
+    model = torchvision.models.resnet50().cuda().to(memory_format=fmt)
+    x = torch.randn(64, 3, 224, 224, device="cuda").to(memory_format=fmt)
+    y = torch.randint(0, 1000, (64,), device="cuda")
+    opt = torch.optim.SGD(model.parameters(), lr=0.1, momentum=0.9)
+    train(model, opt, lambda m: F.cross_entropy(m(x), y), steps, amp=True)
+
+
+_MEAN = (0.485, 0.456, 0.406)
+_STD = (0.229, 0.224, 0.225)
+
+
+def _augment_each(x: torch.Tensor, g: torch.Generator) -> torch.Tensor:
+    """Image by image, as a first GPU augmentation is written: a random 224 crop, a random flip, normalised."""
+    import random
+
+    mean = torch.tensor(_MEAN, device=x.device).view(3, 1, 1)
+    std = torch.tensor(_STD, device=x.device).view(3, 1, 1)
+    out = []
+    for i in range(x.shape[0]):
+        t, left = (int(v) for v in torch.randint(0, 33, (2,), generator=g))
+        img = x[i, :, t:t + 224, left:left + 224]
+        if random.random() < 0.5:
+            img = img.flip(-1)
+        out.append((img.float() / 255 - mean) / std)
+    return torch.stack(out)
+
+
+def _augment_batched(x: torch.Tensor, g: torch.Generator) -> torch.Tensor:
+    """The same augmentation for the whole batch: per-image crop offsets and flips as gathered indices."""
+    b = x.shape[0]
+    t, left = torch.randint(0, 33, (2, b), generator=g).to(x.device)
+    flip = torch.rand(b, generator=g).to(x.device) < 0.5
+    ar = torch.arange(224, device=x.device)
+    rows = (t[:, None] + ar)[:, None, :, None]
+    cols = torch.where(flip[:, None], left[:, None] + 223 - ar, left[:, None] + ar)[:, None, None, :]
+    img = x[torch.arange(b, device=x.device)[:, None, None, None], torch.arange(3, device=x.device)[None, :, None, None],
+            rows, cols]
+    mean = torch.tensor(_MEAN, device=x.device).view(1, 3, 1, 1)
+    std = torch.tensor(_STD, device=x.device).view(1, 3, 1, 1)
+    return (img.float() / 255 - mean) / std
+
+
+def gpu_augment_loop(steps: int) -> None:
+    import random
+
+    import torchvision
+
+    random.seed(0)
+    g = torch.Generator().manual_seed(0)
+    model = torchvision.models.resnet18().cuda().to(memory_format=torch.channels_last)
+    opt = torch.optim.SGD(model.parameters(), lr=0.1, momentum=0.9)
+    raw = torch.randint(0, 256, (64, 3, 256, 256), dtype=torch.uint8, device="cuda")
+    y = torch.randint(0, 1000, (64,), device="cuda")
+    aug = _augment_batched if OPTS["fixed"] else _augment_each
+    for _ in range(steps):
+        x = aug(raw, g).contiguous(memory_format=torch.channels_last)
+        with torch.autocast("cuda", dtype=torch.bfloat16):
+            loss = F.cross_entropy(model(x), y)
+        opt.zero_grad(set_to_none=True)
+        loss.backward()
+        opt.step()
+        mark()
+
+
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--prog", choices=PROGS, required=True)
@@ -582,11 +681,12 @@ def main() -> None:
     ap.add_argument("--workers", type=int, default=2, help="regnet_loader's DataLoader workers")
     ap.add_argument("--fixed", action="store_true", help="the second set's fixed twin (see each program)")
     ap.add_argument("--no-cudnn-sdpa", action="store_true", help="SDPA without its cuDNN backend")
+    ap.add_argument("--static-only", action="store_true", help="llama_generate --fixed: the static cache alone")
     args = ap.parse_args()
     torch.set_float32_matmul_precision(args.precision)
     if args.no_cudnn_sdpa:
         torch.backends.cuda.enable_cudnn_sdp(False)
-    OPTS.update(amp=args.amp, workers=args.workers, fixed=args.fixed)
+    OPTS.update(amp=args.amp, workers=args.workers, fixed=args.fixed, static_only=args.static_only)
     global TIMING
     TIMING = args.time
     torch.manual_seed(0)

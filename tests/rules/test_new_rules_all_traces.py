@@ -52,6 +52,8 @@ EXPECTED.add(("collected5/gpt2c_recompile/rank0.1796199641146105992.pt.trace.jso
 # user_programs3: HF Llama's MLP runs SiLU on the gate projection's output as its own kernel (an activation right after
 # its GEMM); with SDPA the step is short enough that fusing it prices above 1 % of it (0.36 ms of 22.8)
 EXPECTED.add(("user_programs3_h100/llama_sdpa_fixed/rank0.1796564847439484131.pt.trace.json.gz", "gemm-epilogue"))
+# ... and in its batch-1 generate (user_programs4), at info: its MLP's SiLU after the gate projection
+EXPECTED.add(("user_programs4_h100/llama_generate/rank0.1796568986872450372.pt.trace.json.gz", "gemm-epilogue"))
 # issue 27: an activation right after its GEMM, on the GEMM's output — 2-D ReLU MLPs (addmm -> clamp_min: the
 # optimizer and DataLoader twins' models) and the GELU of GPT-2/TinyGPT/BERT MLPs on the 3-D view of the flattened
 # addmm — whose fix the replay prices at >= 1 % of the step: on launch-bound steps the activation op's dispatch and
@@ -105,6 +107,12 @@ EXPECTED |= {("ab_traced/vit_fp32_tiny", "fp32-gemm"), ("ab_traced/swin_fp32", "
 # still two kernels in eager BF16); Llama's SiLU epilogue (its MLP's gate projection) at info, 1.9 % of the step
 EXPECTED |= {(f"ab_traced/{r}", "gemm-epilogue") for r in ("adamw_l12_single_h100", "convnext_fp32_b32_h100",
                                                          "convnext_fp32_b32_h100_fixed", "llama_single_b16_h100")}
+# ... except where the replay with the launch queue's waits and the host's own pace (the `queue` merge) prices the
+# epilogue below the rule's threshold of the traced step: ConvNeXt's FP32 program at batch 32 (0.56 ms of a 52.9 ms
+# unprofiled step on the H200), and the BERT epilogue twin on the H100, whose own measured saving is unresolved
+# (0.41 ms, rounds' IQR 1.07; replayed 0.064 of 5.1)
+EXPECTED -= {(f"ab_traced/{r}", "gemm-epilogue") for r in ("convnext_fp32_b32", "convnext_fp32_b32_h100",
+                                                         "epilogue_bert_eager_h100")}
 # the held-out user programs (user_programs_h100): DistilBERT and the LSTM language model train in FP32 at PyTorch's
 # default 'highest' matmul precision (collectors/examples/user_programs.py: no autocast): their Linear GEMMs are true
 # positives; the bf16 programs (T5, Swin-T, RegNetY, Lightning, the compiled Mixer) fire none of these rules
