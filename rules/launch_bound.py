@@ -56,13 +56,14 @@ from __future__ import annotations
 from typing import Annotated
 
 import msgspec
+import numpy as np
 import polars as pl
 
 from traceview.analyses.classify import idle_gaps, sync_calls
 from traceview.analyses.decoding import forward_only
 from traceview.analyses.features import Features
 from traceview.analyses.loops import batched_spans, item_loops
-from traceview.analyses.replay import Transform
+from traceview.analyses.replay import Transform, span_coverage
 from traceview.analyses.replay_graph import KINDS
 from traceview.analyses.rowid import by_id, join_by_id
 from traceview.analyses.windows import step_of
@@ -323,9 +324,8 @@ def fix_transform(ctx: RuleContext) -> Transform | None:
 def fix_variants(ctx: RuleContext) -> dict[str, Transform]:
     """{variant: the fix made that way}: `graphs` (CUDA-graph capture of the steps) and, where the steps hold a loop
     over items, `batch` (that loop batched)."""
-    out = {k: t for k, t in (("batch", batched(ctx) if item_loop(ctx) is not None else None),
-                             ("graphs", captured(ctx))) if t is not None}
-    return out
+    return {k: t for k, t in (("batch", batched(ctx) if item_loop(ctx) is not None else None),
+                              ("graphs", captured(ctx))) if t is not None}
 
 
 def batched(ctx: RuleContext) -> Transform | None:
@@ -336,13 +336,14 @@ def batched(ctx: RuleContext) -> Transform | None:
     spans = batched_spans(ctx.trace, ctx.lo, ctx.hi, step_starts(ctx))
     if not spans:
         return None
-    g = ctx.trace.gpu.select("i", "name", "dur", "launch", "kind").filter(pl.col("launch").is_not_null())
+    g = ctx.trace.gpu.select("i", "name", "dur", "launch", "kind").filter(
+        pl.col("launch").is_not_null() & (pl.col("kind") == "compute"))
     g = join_by_id(g, "launch", ctx.trace.host, pl.col("tid").alias("_tid"), pl.col("ts").alias("_lts"))
-    inside = pl.lit(False)
-    for tid, a, b in spans:  # (a few runs a step)
-        inside = inside | ((pl.col("_tid") == tid) & (pl.col("_lts") >= a) & (pl.col("_lts") < b))
+    # (the kernels launched inside the spans: the replay's own test of a row inside a removed span)
+    covered = span_coverage(np.asarray(spans, np.int64), g["_tid"].to_numpy())
+    tid, lts = g["_tid"].to_numpy(), g["_lts"].to_numpy()
     floor = ctx.trace.gpu.group_by("name").agg(pl.col("dur").min().alias("_floor"))
-    k = g.filter(inside & (pl.col("kind") == "compute")).join(floor, on="name", how="left")
+    k = g.filter(pl.Series(covered(tid, lts + 1) > covered(tid, lts))).join(floor, on="name", how="left")
     dur = dict(zip(k["i"].to_list(), (k["dur"] - k["_floor"]).clip(lower_bound=0).to_list(), strict=True))
     return Transform(NAME, host_spans=tuple(spans), gpu_dur=dur)
 

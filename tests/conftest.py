@@ -32,6 +32,20 @@ def raw_events(rel: str) -> list[dict]:
         return json.load(fh)["traceEvents"]
 
 
+def run_doc(run_dir: Path) -> dict:
+    """The report entry of a one-rank run folder, as `traceview analyze RUN_DIR` builds it."""
+    from traceview import report
+
+    (tr,) = report.analyze([run_dir]).to_dict()["traces"]
+    return tr
+
+
+def run_rank(run_dir: Path) -> dict:
+    """The collector's manifest entry of a one-rank run folder."""
+    (rank,) = json.loads((run_dir / "manifest.json").read_text())["ranks"]
+    return rank
+
+
 @pytest.fixture(scope="session")
 def samples() -> Path:
     return SAMPLES

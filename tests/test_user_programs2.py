@@ -16,22 +16,18 @@ import json
 
 import numpy as np
 import pytest
-from conftest import SAMPLES
-
-from traceview import report
+from conftest import SAMPLES, run_doc, run_rank
 
 SET = SAMPLES / "user_programs2_h100"
 RUNS = sorted(p.name for p in SET.iterdir() if p.is_dir())
 
 
 def _doc(run: str) -> dict:
-    (tr,) = report.analyze([SET / run]).to_dict()["traces"]
-    return tr
+    return run_doc(SET / run)
 
 
 def _rank(run: str) -> dict:
-    (rank,) = json.loads((SET / run / "manifest.json").read_text())["ranks"]
-    return rank
+    return run_rank(SET / run)
 
 
 def _timed(prog: str, *args: str) -> list[list[float]]:

@@ -85,9 +85,7 @@ def loop_runs(trace: Trace, lo: int, hi: int, bounds: tuple[int, ...] = ()) -> p
 def _runs(tid: int, g: pl.DataFrame, step: np.ndarray) -> list[tuple]:
     """The thread's back-to-back repeats of a sequence of 1..MAX_PERIOD ops inside one step (`step`: each op's),
     each kept once (its shortest period)."""
-    names = g["name"].to_numpy()
     codes = g["name"].cast(pl.Categorical).to_physical().to_numpy()
-    dims = g["input_dims"].cast(pl.String).fill_null("").to_numpy() if "input_dims" in g.columns else None
     ts, end = g["ts"].to_numpy(), g["end"].to_numpy()
     n, used, out = codes.size, np.zeros(codes.size, bool), []
     for p in range(1, MAX_PERIOD + 1):
@@ -95,24 +93,26 @@ def _runs(tid: int, g: pl.DataFrame, step: np.ndarray) -> list[tuple]:
             break
         same = np.r_[(codes[p:] == codes[:-p]) & (step[p:] == step[:-p]), False]
         edge = np.diff(np.r_[0, same.astype(np.int8), 0])
-        for s, e in zip(np.flatnonzero(edge == 1).tolist(), np.flatnonzero(edge == -1).tolist(), strict=True):
-            k = (e - s) // p + 1  # iterations: the run of equal ops p apart spans k - 1 of them
-            if k < MIN_ITERATIONS or used[s]:
+        starts, ends = np.flatnonzero(edge == 1), np.flatnonzero(edge == -1)
+        iters = (ends - starts) // p + 1  # iterations: the run of equal ops p apart spans k - 1 of them
+        keep = iters >= MIN_ITERATIONS  # (the long runs alone reach the loop below: a few a step)
+        for s, k in zip(starts[keep].tolist(), iters[keep].tolist(), strict=True):
+            if used[s]:
                 continue
             last = s + k * p - 1
             used[s:last + 1] = True
-            ops = names[s:s + p].tolist()
+            ops = g["name"].slice(s, p).to_list()
             short = float(np.median(end[s:last + 1] - ts[s:last + 1])) <= MAX_OP_NS
-            kind = _kind(ops, dims[s:last + 1:p] if dims is not None else None) if short else None
+            # (each iteration's first op's input shapes; "": not recorded)
+            dims = g["input_dims"].slice(s, k * p).gather_every(p).cast(pl.String).fill_null("").to_numpy()
+            kind = _kind(ops, dims) if short else None
             out.append((tid, kind, ops, k, int(ts[s]), int(ts[s + p]), int(end[last])))
     return out
 
 
-def _kind(ops: list[str], first_dims: np.ndarray | None) -> str | None:
+def _kind(ops: list[str], first_dims: np.ndarray) -> str | None:
     """`rows`, `tensors` or None (a repeat whose iterations may depend on each other), from the iteration's ops and
     the input shapes of its first op in each iteration."""
-    if first_dims is None:
-        return None
     if ops[0] in SLICING and np.unique(first_dims).size == 1 and first_dims[0]:
         return "rows"
     if all(o in ELEMENTWISE for o in ops) and np.unique(first_dims).size > 1:

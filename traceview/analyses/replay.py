@@ -103,7 +103,7 @@ class Transform:
     input_ready: bool = False
 
 
-def _coverage(spans: np.ndarray, tids: np.ndarray):
+def span_coverage(spans: np.ndarray, tids: np.ndarray):
     """(tid, t) -> host time of the merged `spans` [(tid, ts, end)] before t on that thread, as a function of
     arrays (a prefix sum over the spans, searched: no per-event loop)."""
     codes = np.unique(np.concatenate([spans[:, 0], tids]))
@@ -247,7 +247,7 @@ def _cuts(g: Graph, transforms: Sequence[Transform]) -> tuple[np.ndarray, ...]:
     sp = [s for t in transforms for s in t.host_spans]
     in_span = None  # rows inside a removed span (none without spans)
     if sp and n_a:
-        covered = _coverage(np.asarray(sp, np.int64).reshape(-1, 3), g.a_tid)
+        covered = span_coverage(np.asarray(sp, np.int64).reshape(-1, 3), g.a_tid)
         # a joined anchor's gap runs from the previous call's end to the handoff; the rest, up to its start, is
         # the join edge's time (`replay_graph._joins`)
         joined = (g.a_join >= 0) & (g.a_prev >= 0) & ~g.a_overlap
