@@ -55,6 +55,19 @@ A fourth set (2026-12-06):
 - `gpu_augment_loop`: uint8 images already on the GPU, cropped, flipped at random and normalised image by image
   in a Python loop before a ResNet-18 (`--fixed`: the same augmentation batched with gathered crop indices).
 
+A fifth set (2026-12-06), each with its fixed twin `--fixed`:
+
+- `roberta_eager`: HF RoBERTa (8 layers) masked-LM training with `attn_implementation="eager"`, bf16 autocast,
+  batch 16 x 384 with an attention mask (`--fixed`: `"sdpa"`);
+- `opt_adamw_loop`: HF OPT (8 layers, 768 wide) causal-LM training, bf16 autocast, `AdamW(foreach=False)`
+  (`--fixed`: `fused=True`);
+- `resnet34_empty_cache`: torchvision ResNet-34, bf16 autocast, channels_last, `torch.cuda.empty_cache()` after
+  every step (`--fixed`: without it);
+- `vgg_fp32`: torchvision VGG-11-BN trained in FP32 (`--fixed`: bf16 autocast and channels_last);
+- `resnext_bf16_nchw`: torchvision ResNeXt-50 32x4d under bf16 autocast in NCHW (`--fixed`: channels_last);
+- `cutmix_loop`: a per-image CutMix on the GPU in a Python loop, pasting a random box from another image with
+  probability 0.5, before a ResNet-18 (`--fixed`: the same boxes as one batched mask).
+
     traceview collect -- python -m collectors.examples.user_programs --prog t5
 """
 
@@ -86,7 +99,8 @@ OPTS: dict = {"amp": False, "workers": 2, "fixed": False, "static_only": False}
 PROGS = ("t5", "distilbert_fp32", "swin_bf16", "regnet_loader", "lstm", "opt_generate", "lightning",
          "mixer_compile", "resnet_fp16_scaler", "hf_trainer", "gpt2_accum_item", "gpt2_ckpt", "bert_dynpad",
          "compile_varlen", "resnet_varsize", "sdpa_varlen", "llama_eager", "ema_loop", "loader_pil",
-         "per_sample_loss", "moe_naive", "llama_generate", "resnet_bf16_nchw", "gpu_augment_loop")
+         "per_sample_loss", "moe_naive", "llama_generate", "resnet_bf16_nchw", "gpu_augment_loop",
+         "roberta_eager", "opt_adamw_loop", "resnet34_empty_cache", "vgg_fp32", "resnext_bf16_nchw", "cutmix_loop")
 
 
 def train(model: nn.Module, opt: torch.optim.Optimizer, loss_of, steps: int, amp: bool) -> None:
@@ -663,6 +677,120 @@ def gpu_augment_loop(steps: int) -> None:
     aug = _augment_batched if OPTS["fixed"] else _augment_each
     for _ in range(steps):
         x = aug(raw, g).contiguous(memory_format=torch.channels_last)
+        with torch.autocast("cuda", dtype=torch.bfloat16):
+            loss = F.cross_entropy(model(x), y)
+        opt.zero_grad(set_to_none=True)
+        loss.backward()
+        opt.step()
+        mark()
+
+
+def roberta_eager(steps: int) -> None:
+    from transformers import RobertaConfig, RobertaForMaskedLM
+
+    impl = "sdpa" if OPTS["fixed"] else "eager"
+    cfg = RobertaConfig(num_hidden_layers=8, max_position_embeddings=514, attn_implementation=impl)
+    model = RobertaForMaskedLM(cfg).cuda()
+    print("attention:", model.config._attn_implementation)
+    ids = torch.randint(3, 50265, (16, 384), device="cuda")
+    mask = torch.ones_like(ids)
+    mask[::2, 320:] = 0  # (half the batch padded)
+    opt = torch.optim.AdamW(model.parameters(), lr=1e-4, fused=True)
+    train(model, opt, lambda m: m(input_ids=ids, attention_mask=mask, labels=ids).loss, steps, amp=True)
+
+
+def opt_adamw_loop(steps: int) -> None:
+    from transformers import OPTConfig, OPTForCausalLM
+
+    cfg = OPTConfig(vocab_size=50272, hidden_size=768, num_hidden_layers=8, ffn_dim=3072, num_attention_heads=12,
+                    max_position_embeddings=2048)
+    model = OPTForCausalLM(cfg).cuda()
+    ids = torch.randint(0, 50272, (8, 512), device="cuda")
+    kw = {"fused": True} if OPTS["fixed"] else {"foreach": False}
+    opt = torch.optim.AdamW(model.parameters(), lr=1e-4, **kw)
+    train(model, opt, lambda m: m(input_ids=ids, labels=ids).loss, steps, amp=True)
+
+
+def resnet34_empty_cache(steps: int) -> None:
+    import torchvision
+
+    model = torchvision.models.resnet34().cuda().to(memory_format=torch.channels_last)
+    x = torch.randn(64, 3, 224, 224, device="cuda").to(memory_format=torch.channels_last)
+    y = torch.randint(0, 1000, (64,), device="cuda")
+    opt = torch.optim.SGD(model.parameters(), lr=0.1, momentum=0.9)
+    for _ in range(steps):
+        with torch.autocast("cuda", dtype=torch.bfloat16):
+            loss = F.cross_entropy(model(x), y)
+        opt.zero_grad(set_to_none=True)
+        loss.backward()
+        opt.step()
+        del loss
+        if not OPTS["fixed"]:
+            torch.cuda.empty_cache()  # ("free the memory" after each step, as forum answers suggest)
+        mark()
+
+
+def vgg_fp32(steps: int) -> None:
+    import torchvision
+
+    fmt = torch.channels_last if OPTS["fixed"] else torch.contiguous_format
+    model = torchvision.models.vgg11_bn().cuda().to(memory_format=fmt)
+    x = torch.randn(32, 3, 224, 224, device="cuda").to(memory_format=fmt)
+    y = torch.randint(0, 1000, (32,), device="cuda")
+    opt = torch.optim.SGD(model.parameters(), lr=0.01, momentum=0.9)
+    train(model, opt, lambda m: F.cross_entropy(m(x), y), steps, amp=OPTS["fixed"])
+
+
+def resnext_bf16_nchw(steps: int) -> None:
+    import torchvision
+
+    fmt = torch.channels_last if OPTS["fixed"] else torch.contiguous_format
+    model = torchvision.models.resnext50_32x4d().cuda().to(memory_format=fmt)
+    x = torch.randn(64, 3, 224, 224, device="cuda").to(memory_format=fmt)
+    y = torch.randint(0, 1000, (64,), device="cuda")
+    opt = torch.optim.SGD(model.parameters(), lr=0.1, momentum=0.9)
+    train(model, opt, lambda m: F.cross_entropy(m(x), y), steps, amp=True)
+
+
+def _cutmix_each(x: torch.Tensor, boxes: torch.Tensor, perm: torch.Tensor, use: list[bool]) -> torch.Tensor:
+    """Image by image, as a first CutMix is written: paste another image's box into this one half the time."""
+    out = x.clone()
+    for i in range(x.shape[0]):
+        if use[i]:
+            t, left, h, w = (int(v) for v in boxes[i])
+            out[i, :, t:t + h, left:left + w] = x[perm[i], :, t:t + h, left:left + w]
+    return out
+
+
+def _cutmix_batched(x: torch.Tensor, boxes: torch.Tensor, perm: torch.Tensor, use: list[bool]) -> torch.Tensor:
+    """The same boxes as one mask over the batch."""
+    b = boxes.to(x.device)
+    ar = torch.arange(x.shape[-1], device=x.device)
+    rows = (ar[None, :] >= b[:, 0:1]) & (ar[None, :] < b[:, 0:1] + b[:, 2:3])
+    cols = (ar[None, :] >= b[:, 1:2]) & (ar[None, :] < b[:, 1:2] + b[:, 3:4])
+    m = rows[:, :, None] & cols[:, None, :] & torch.tensor(use, device=x.device)[:, None, None]
+    return torch.where(m[:, None], x[perm.to(x.device)], x)
+
+
+def cutmix_loop(steps: int) -> None:
+    import random
+
+    import torchvision
+
+    random.seed(0)
+    g = torch.Generator().manual_seed(0)
+    model = torchvision.models.resnet18().cuda().to(memory_format=torch.channels_last)
+    opt = torch.optim.SGD(model.parameters(), lr=0.1, momentum=0.9)
+    x0 = torch.randn(64, 3, 224, 224, device="cuda")
+    y = torch.randint(0, 1000, (64,), device="cuda")
+    mix = _cutmix_batched if OPTS["fixed"] else _cutmix_each
+    for _ in range(steps):
+        hw = torch.randint(32, 113, (64, 2), generator=g)
+        tl = (torch.rand(64, 2, generator=g) * (224 - hw)).long()
+        boxes = torch.cat([tl, hw], 1)
+        perm = torch.randperm(64, generator=g)
+        use = [random.random() < 0.5 for _ in range(64)]
+        x = mix(x0, boxes, perm, use).contiguous(memory_format=torch.channels_last)
         with torch.autocast("cuda", dtype=torch.bfloat16):
             loss = F.cross_entropy(model(x), y)
         opt.zero_grad(set_to_none=True)

@@ -54,6 +54,10 @@ EXPECTED.add(("collected5/gpt2c_recompile/rank0.1796199641146105992.pt.trace.jso
 EXPECTED.add(("user_programs3_h100/llama_sdpa_fixed/rank0.1796564847439484131.pt.trace.json.gz", "gemm-epilogue"))
 # ... and in its batch-1 generate (user_programs4), at info: its MLP's SiLU after the gate projection
 EXPECTED.add(("user_programs4_h100/llama_generate/rank0.1796568986872450372.pt.trace.json.gz", "gemm-epilogue"))
+# user_programs5: OPT trained with AdamW(foreach=False), the single-tensor path (its fused twin raises nothing)
+# ... and VGG-11-BN in FP32: its classifier's Linear layers run FP32 GEMMs (info beside the FP32 convolutions)
+EXPECTED.add(("user_programs5_h100/vgg_fp32/rank0.1796576466717653625.pt.trace.json.gz", "fp32-gemm"))
+EXPECTED.add(("user_programs5_h100/opt_adamw_loop/rank0.1796576443401792236.pt.trace.json.gz", "unfused-optimizer"))
 # issue 27: an activation right after its GEMM, on the GEMM's output — 2-D ReLU MLPs (addmm -> clamp_min: the
 # optimizer and DataLoader twins' models) and the GELU of GPT-2/TinyGPT/BERT MLPs on the 3-D view of the flattened
 # addmm — whose fix the replay prices at >= 1 % of the step: on launch-bound steps the activation op's dispatch and

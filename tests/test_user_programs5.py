@@ -1,0 +1,97 @@
+"""The fifth set of held-out programs (sample_traces/user_programs5_h100: RoBERTa with eager attention, OPT trained
+with single-tensor AdamW, ResNet-34 calling empty_cache() every step, VGG-11-BN in FP32, ResNeXt-50 in bf16 NCHW,
+a per-image CutMix loop; each with its fixed twin, recorded on an H100 with `traceview collect` at its defaults),
+analysed as they came, against each program and its fix timed alone (fixes_h100.ndjson, two alternated runs)."""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pytest
+from conftest import SAMPLES, run_doc, run_rank
+
+SET = SAMPLES / "user_programs5_h100"
+RUNS = ("roberta_eager", "opt_adamw_loop", "resnet34_empty_cache", "vgg_fp32", "resnext_bf16_nchw", "cutmix_loop")
+
+
+def _saved(prog: str) -> list[float]:
+    """The measured saving of each alternated pair: the program's mean step less its fixed twin's (steps 11 on)."""
+    rows = [json.loads(x) for x in (SET / "fixes_h100.ndjson").read_text().splitlines()]
+    mean = [(r["args"], float(np.mean(r["step_ms"][10:]))) for r in rows if r["prog"] == prog]
+    problem = [m for a, m in mean if a == []]
+    fixed = [m for a, m in mean if a == ["--fixed"]]
+    assert len(problem) == len(fixed) == 2
+    return [p - f for p, f in zip(problem, fixed, strict=True)]
+
+
+def _findings(run: str) -> list[dict]:
+    return run_doc(SET / run)["findings"]
+
+
+def _finding(run: str, rule: str) -> dict:
+    (f,) = [f for f in _findings(run) if f["rule"] == rule]
+    return f
+
+
+NCHW = ("in NCHW cuDNN runs slower grouped convolutions and native batch norms, not only transposes: the replay "
+        "prices the transposes (5.36 ms) against 12.2-12.4 ms measured for channels_last")
+
+
+@pytest.mark.parametrize(("run", "rule"), [
+    ("roberta_eager", "materialized-attention"),  # 8.67 ms against 8.71 / 8.28
+    ("opt_adamw_loop", "unfused-optimizer"),  # 7.13 against 7.51 / 5.60 (the fused variant the text advises)
+    ("vgg_fp32", "fp32-conv"),  # 10.70 against 10.11 / 10.07
+    pytest.param("resnext_bf16_nchw", "fp32-conv", marks=pytest.mark.xfail(strict=True, reason=NCHW)),
+])
+def test_saving_against_the_fix_timed_alone(run: str, rule: str) -> None:
+    """Each pair's measured saving brackets: the prediction within ±20 % of the pairs' mean and inside the range
+    the two pairs span widened by 20 %."""
+    saved = _saved(run)
+    got = _finding(run, rule)["savings_us"] / 1000
+    assert 0.8 * np.mean(saved) <= got <= 1.2 * np.mean(saved)
+    assert 0.8 * min(saved) <= got <= 1.2 * max(saved)
+
+
+def test_empty_cache_saving_inside_the_spread_of_its_measurements() -> None:
+    """ResNet-34's two problem runs stepped at 25.9 and 18.5 ms (the first run's steps wander 17-32 ms), so the
+    measured saving is 11.9 or 6.9 ms; the collector's unprofiled steps of the traced run (18.4-21.0 ms) side with
+    the second. The finding's 7.33 ms is inside that spread and within 20 % of the second pair."""
+    lo, hi = sorted(_saved("resnet34_empty_cache"))
+    f = _finding("resnet34_empty_cache", "allocator-churn")
+    assert f["severity"] == "error" and "empty_cache()" in f["fix"]
+    got = f["savings_us"] / 1000
+    assert 0.8 * lo <= got <= 1.2 * hi and abs(got / lo - 1) <= 0.2
+
+
+def test_cutmix_loop_is_a_negative_control() -> None:
+    """Batching the per-image CutMix saved nothing (the loop's ~32 copies hide under ResNet-18's GPU work: -1.6 and
+    +0.3 ms), so no finding may claim that batching it saves more than a tenth of the step."""
+    assert np.mean(_saved("cutmix_loop")) < 0.5
+    tr = run_doc(SET / "cutmix_loop")
+    step = tr["profiling"]["estimated_unprofiled_step_us"]
+    for f in tr["findings"]:
+        loop = (f.get("evidence") or {}).get("loop")
+        if loop:
+            assert f["savings_us"] <= 0.1 * step
+
+
+@pytest.mark.parametrize("run", RUNS)
+def test_fixed_twins_raise_nothing_above_info_for_their_fix(run: str) -> None:
+    fixed_rule = {"roberta_eager": "materialized-attention", "opt_adamw_loop": "unfused-optimizer",
+                  "resnet34_empty_cache": "allocator-churn", "vgg_fp32": "fp32-conv",
+                  "resnext_bf16_nchw": "fp32-conv", "cutmix_loop": None}[run]
+    for f in _findings(f"{run}_fixed"):
+        if f["rule"] == fixed_rule:
+            assert f["severity"] == "info", f["title"]
+
+
+@pytest.mark.parametrize("run", [r + s for r in RUNS for s in ("", "_fixed")])
+def test_unprofiled_step_estimate_against_the_collector(run: str) -> None:
+    """The profiler-cost estimate from the trace alone against the collector's CUDA-event median of the same
+    program's unprofiled steps: within 10 % on eleven of the twelve runs; the per-image CutMix loop (64 Python
+    iterations, each a few slices and a copy under the profiler) within 25 %."""
+    tr = run_doc(SET / run)
+    measured = run_rank(SET / run)["unprofiled_step_ms_median"]
+    err = tr["profiling"]["estimated_unprofiled_step_us"] / 1000 / measured - 1
+    assert abs(err) <= (0.25 if run == "cutmix_loop" else 0.10), err
