@@ -94,7 +94,7 @@ def mark() -> None:
 TIMING = False
 #: the fixes the analyzer priced, as options: `--precision high` (TF32) and `--amp` (bf16 autocast) for the FP32
 #: programs, `--workers N` for the DataLoader-fed one (each run alone with `--time`: a fixed twin)
-OPTS: dict = {"amp": False, "workers": 2, "fixed": False, "static_only": False}
+OPTS: dict = {"amp": False, "workers": 2, "fixed": False, "static_only": False, "pad_vocab": False}
 
 PROGS = ("t5", "distilbert_fp32", "swin_bf16", "regnet_loader", "lstm", "opt_generate", "lightning",
          "mixer_compile", "resnet_fp16_scaler", "hf_trainer", "gpt2_accum_item", "gpt2_ckpt", "bert_dynpad",
@@ -689,7 +689,9 @@ def roberta_eager(steps: int) -> None:
     from transformers import RobertaConfig, RobertaForMaskedLM
 
     impl = "sdpa" if OPTS["fixed"] else "eager"
-    cfg = RobertaConfig(num_hidden_layers=8, max_position_embeddings=514, attn_implementation=impl)
+    # (`--pad-vocab`: the vocabulary padded from 50265 to 50304, a multiple of 64, attention left as it is)
+    cfg = RobertaConfig(num_hidden_layers=8, max_position_embeddings=514, attn_implementation=impl,
+                        vocab_size=50304 if OPTS["pad_vocab"] else 50265)
     model = RobertaForMaskedLM(cfg).cuda()
     print("attention:", model.config._attn_implementation)
     ids = torch.randint(3, 50265, (16, 384), device="cuda")
@@ -810,11 +812,13 @@ def main() -> None:
     ap.add_argument("--fixed", action="store_true", help="the second set's fixed twin (see each program)")
     ap.add_argument("--no-cudnn-sdpa", action="store_true", help="SDPA without its cuDNN backend")
     ap.add_argument("--static-only", action="store_true", help="llama_generate --fixed: the static cache alone")
+    ap.add_argument("--pad-vocab", action="store_true", help="roberta_eager: the vocabulary padded to 50304")
     args = ap.parse_args()
     torch.set_float32_matmul_precision(args.precision)
     if args.no_cudnn_sdpa:
         torch.backends.cuda.enable_cudnn_sdp(False)
-    OPTS.update(amp=args.amp, workers=args.workers, fixed=args.fixed, static_only=args.static_only)
+    OPTS.update(amp=args.amp, workers=args.workers, fixed=args.fixed, static_only=args.static_only,
+                pad_vocab=args.pad_vocab)
     global TIMING
     TIMING = args.time
     torch.manual_seed(0)
