@@ -487,6 +487,14 @@ class Session:
         if self._loaders is not None:
             self._loaders.uninstall()
             self._loaders = None
+        seen = list(self._samples.get("settle", ())) + list(self._samples.get("unprofiled", ()))
+        # (one rank: the ranks of a job must record the same steps, and each sees its own slow steps)
+        if self.world_size == 1 and (n := st.lengthen(seen, self.cfg["active"])) is not None:
+            self._settle_info["lengthened"] = {"active": n, "requested": self.cfg["active"]}
+            self._note(f"slow steps recur up to {n} steps apart (more than {st.SLOW_X:g}x the fastest of the "
+                       f"{len(seen)} settling steps): the capture records {n} steps instead of "
+                       f"{self.cfg['active']} so that it holds one (--active)")
+            self.cfg["active"] = n
         # the schedule as if its wait steps had ended now: the step that starts now is its first warm-up step
         self._start_profiler(self._schedule(skip_first=max(0, self._settle_start - wait)), first_step=s)
 

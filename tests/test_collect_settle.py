@@ -129,6 +129,22 @@ def test_a_long_first_step_does_not_spend_the_settle_budget(tmp_path: Path) -> N
     assert not any("not settled" in w for w in rank["warnings"])
 
 
+def test_capture_is_lengthened_to_hold_a_recurring_slow_step(tmp_path: Path) -> None:
+    """Every sixth step sleeps 60 ms where the others sleep 3 (a per-shape setup or a data stall that recurs): a
+    two-step capture would mostly miss them, as the padded BERT's three-step capture missed its 8x steps. The
+    settling steps show them recurring, so the capture records as many steps as lie between two of them (six, or
+    fewer where the machine's load makes another step slow too) and says so."""
+    man = _collect(tmp_path, "periodic", ["--settle", "--wait", "3", "--warmup", "1", "--active", "2"],
+                   [sys.executable, str(SCRIPTS / "warming_loop.py")], {"PATTERN": "periodic", "STEPS": "90"})
+    (rank,) = man["ranks"]
+    got = rank["settle"]["lengthened"]
+    assert got["requested"] == 2 and 2 < got["active"] <= 6, got
+    assert len(_steps(tmp_path / "periodic", 0)) == got["active"]
+    assert any(f"the capture records {got['active']} steps instead of 2" in w for w in rank["warnings"])
+    slow = manifest.recurring_slow(rank)
+    assert slow is not None and slow["captured_slow"] >= 1, slow
+
+
 def test_no_settle_keeps_the_fixed_schedule(tmp_path: Path) -> None:
     man = _collect(tmp_path, "fixed", ["--no-settle", "--wait", "3", "--warmup", "1", "--active", "2"],
                    [sys.executable, str(SCRIPTS / "warming_loop.py")], {"PATTERN": "ramp", "STEPS": "12"})
