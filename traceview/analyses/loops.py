@@ -8,11 +8,13 @@ shapes of loop say they do not:
 - `tensors`: every op is elementwise and the inputs' shapes change from one iteration to the next: a loop over a
   list of tensors (parameters, buffers), which the `torch._foreach_*` ops run as a few multi-tensor kernels.
 A loop over rows whose iterations differ (a branch: `if random() < 0.5: img = img.flip(-1)`) does not repeat back
-to back; it is found by its anchor, a slice of inputs of one shape taken once an iteration, when the iterations
-share most of their ops (`_anchored`). Other repeats (a stack of identical layers, each fed by the one before) are
+to back; it is found by its anchor, a slice of inputs of one shape taken once an iteration, as many times as the
+input has rows along one dimension, when the iterations share most of their ops (`_anchored`). Other repeats (a stack of identical layers, each fed by the one before) are
 not reported."""
 
 from __future__ import annotations
+
+import json
 
 import numpy as np
 import polars as pl
@@ -140,8 +142,11 @@ CORE_SHARE = 0.75
 def _anchored(tid: int, g: pl.DataFrame, step: np.ndarray, exact: list[tuple]) -> list[tuple]:
     """The thread's `rows` loops whose iterations differ by optional ops, found from their anchors: the same slicing
     op on inputs of one shape at least MIN_ITERATIONS times in one step, each at most MAX_BODY ops after the last,
-    outside the loops `exact` found. An iteration starts at the ops before the anchor common to every iteration
-    (`for i in ...: t = randint(...); img = x[i, t:]` slices after its randint)."""
+    outside the loops `exact` found. The loop visits every row: its iterations are as many as the sliced input
+    has along one of its dimensions (`for i in range(x.shape[0]): x[i]`), where a stack of layers that each slice
+    their own input (timm's attention: `q, k, v = qkv.unbind(0)`) runs once a layer. An iteration starts at the
+    ops before the anchor common to every iteration (`t = randint(...); img = x[i, t:]` slices after its
+    randint)."""
     names = g["name"]
     anchor = np.flatnonzero(names.is_in(SLICING).to_numpy())
     if anchor.size < MIN_ITERATIONS:
@@ -166,7 +171,7 @@ def _anchored(tid: int, g: pl.DataFrame, step: np.ndarray, exact: list[tuple]) -
     shape = g["input_dims"].cast(pl.String).fill_null("").to_numpy()  # ("": not recorded)
     for s, e in zip(starts[first_op].tolist(), ends[first_op].tolist(), strict=True):
         at = a[s:e + 1]  # the anchors, one an iteration
-        if taken[at[0]:at[-1] + 1].any() or not shape[at[0]]:
+        if taken[at[0]:at[-1] + 1].any() or at.size not in _sizes(shape[at[0]]):
             continue
         r = _iterations(codes, at, step)
         if r is None:
@@ -177,6 +182,15 @@ def _anchored(tid: int, g: pl.DataFrame, step: np.ndarray, exact: list[tuple]) -
         out.append((tid, "rows" if short else None, names.gather(core).to_list(), at.size, int(ts[first]),
                     int(ts[second]), int(end[last]), sorted(set(names.gather(optional).to_list()))))
     return out
+
+
+def _sizes(input_dims: str) -> list[int]:
+    """The sizes of the first input's dimensions, from the recorded shapes ("": not recorded)."""
+    try:
+        first = json.loads(input_dims)[0] if input_dims else []
+    except (ValueError, IndexError, TypeError):
+        return []
+    return [d for d in first if isinstance(d, int)] if isinstance(first, list) else []
 
 
 def _iterations(codes: np.ndarray, at: np.ndarray,
