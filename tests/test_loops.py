@@ -71,3 +71,17 @@ def test_the_flipped_loop_runs_from_its_first_randint_to_its_last_normalisation(
         first = top.filter((pl.col("ts") >= r["ts"]) & (pl.col("ts") < r["second"])).height
         after = top.filter(pl.col("ts") >= r["end"])["name"].head(2).to_list()
         assert first in (11, 12) and after[0] in ("aten::div", "aten::stack")
+
+
+def test_a_loop_over_some_rows_is_not_a_loop_over_a_batch() -> None:
+    """An anchored loop is reported when it visits every row of what it slices (its iterations as many as the input
+    has along one dimension): Lightning's DataLoader fetches its 32 samples one by one from a 1984-row
+    TensorDataset (aten::select of the [1984, 128, 384] inputs and of the [1984] labels, 32 times a step), rows
+    its sampler picked, on the host: not the rows of one batch that one batched call computes."""
+    path = sorted((SAMPLES / "user_programs_h100/lightning").glob("*.pt.trace.json*"))[0]
+    tr = load(path)
+    st = select_steps(tr, None)
+    runs = loop_runs(tr, int(st["ts"].min()), int(st["end"].max()), tuple(st["cpu_ts"].sort().to_list()))
+    assert runs.filter(pl.col("kind").is_not_null()).height == 0
+    fetch = runs.filter(pl.col("ops").list.first() == "aten::select")
+    assert fetch["iterations"].to_list() == [64] * st.height  # (the two selects of 32 samples: a repeat of one op)
