@@ -1,5 +1,6 @@
 """The replay model's share of one `traceview analyze --format json` run: prints {wall_s, replay_s, share, cpu_s,
-replay_cpu_s, cpu_share, calls} (CPU: this process's, every thread; steadier than wall time on a shared machine).
+replay_cpu_s, cpu_share, calls, loops_s} (CPU: this process's, every thread; steadier than wall time on a shared
+machine; loops_s: the loop finder's time, every call of `analyses.loops.loop_runs`, the same way).
 
     python bench/replay_share.py TRACE
 
@@ -25,16 +26,22 @@ def main() -> None:
     import threading
 
     import traceview.analyses.fixes as fixes
+    import traceview.analyses.loops as loops
     import traceview.analyses.replay as replay
     import traceview.report  # noqa: F401 - every module that imports the replay's functions
     from traceview.cli.main import main as cli
 
     # the outermost calls of each thread; the time counted is while at least one thread is inside one (the
     # analysis runs independent parts in threads: calls that overlap are counted once, as the wall clock sees them)
-    spent = {"s": 0.0, "cpu": 0.0, "calls": 0, "active": 0, "t": 0.0, "c": 0.0}
-    lock, local = threading.Lock(), threading.local()
+    def clock() -> dict:  # (each timer's own nesting depth per thread: its functions' calls nest in one another)
+        return {"s": 0.0, "cpu": 0.0, "calls": 0, "active": 0, "t": 0.0, "c": 0.0, "local": threading.local()}
 
-    def timed(fn):
+    spent, finder = clock(), clock()
+    lock = threading.Lock()
+
+    def timed(fn, spent: dict):
+        local = spent["local"]
+
         def wrapper(*a, **k):
             outer = getattr(local, "depth", 0) == 0
             local.depth = getattr(local, "depth", 0) + 1
@@ -56,7 +63,8 @@ def main() -> None:
                             spent["cpu"] += time.process_time() - spent["c"]
         return wrapper
 
-    targets = {id(f): timed(f) for f in (replay.replay, replay.fidelity, fixes.transforms)}
+    targets = {id(f): timed(f, spent) for f in (replay.replay, replay.fidelity, fixes.transforms)}
+    targets[id(loops.loop_runs)] = timed(loops.loop_runs, finder)
     for name, mod in list(sys.modules.items()):
         if mod is None or not (name.startswith("traceview") or name.startswith("rules")):
             continue
@@ -69,7 +77,7 @@ def main() -> None:
         print(json.dumps({"wall_s": round(wall, 3), "replay_s": round(spent["s"], 3),
                           "share": round(spent["s"] / wall, 4), "cpu_s": round(cpu, 3),
                           "replay_cpu_s": round(spent["cpu"], 3), "cpu_share": round(spent["cpu"] / cpu, 4),
-                          "calls": spent["calls"]}), flush=True)
+                          "calls": spent["calls"], "loops_s": round(finder["s"], 4)}), flush=True)
 
     atexit.register(report)
     sys.argv = ["traceview", "analyze", sys.argv[1], "--format", "json", "-o", os.devnull]

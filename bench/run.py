@@ -76,14 +76,14 @@ def importable(mod: str) -> bool:
 
 
 def replay_share(path: Path, repeat: int) -> dict:
-    """Median {wall_s, replay_s, share, cpu_share} of bench/replay_share.py over `repeat` runs."""
+    """Median {wall_s, replay_s, share, cpu_share, loops_s} of bench/replay_share.py over `repeat` runs."""
     import json
 
     got = []
     for _ in range(repeat):
         out = subprocess.run([sys.executable, str(REPLAY_SHARE), str(path)], check=True, capture_output=True, text=True)
         got.append(json.loads(out.stdout.strip().splitlines()[-1]))
-    return {k: statistics.median(g[k] for g in got) for k in ("wall_s", "replay_s", "share", "cpu_share")}
+    return {k: statistics.median(g[k] for g in got) for k in ("wall_s", "replay_s", "share", "cpu_share", "loops_s")}
 
 
 def json_mb(path: Path) -> float:
@@ -387,6 +387,8 @@ def main() -> None:
         lines.append(f"Replay (every `replay()`, the fidelity section, the fix transforms) {share['replay_s']:.2f} s of "
                      f"{share['wall_s']:.2f} s end to end: {100 * share['share']:.1f} % (target <= 15 %); "
                      f"{100 * share['cpu_share']:.1f} % of the run's CPU time.")
+        lines.append(f"\nThe loop finder (analyses/loops.py, every `loop_runs` call, its cache included) "
+                     f"{share['loops_s']:.3f} s.")
         # core scaling
         if scaling:
             name, m, one, allc, scans = scaling

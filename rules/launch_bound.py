@@ -21,8 +21,9 @@ tiny ops by batched/vectorised ops (`torch._foreach_*`, fused optimizers).
 
 The fix text is conditioned on what the steps show. A Python loop over items (`traceview/analyses/loops.py`: a
 short sequence of top-level ops repeated back to back at least 16 times, either starting with a slice of one
-tensor — the rows of a batch — or all elementwise on tensors whose shapes change — a list of parameters) that
-takes at least 10 % of the window is named first, with its batched form (one call over the batch, `torch.vmap`;
+tensor — the rows of a batch — or all elementwise on tensors whose shapes change — a list of parameters; a loop
+over rows whose iterations differ by a branch, e.g. a random flip, is found by the slice each iteration takes,
+with the ops only some iterations run) that takes at least 10 % of the window is named first, with its batched form (one call over the batch, `torch.vmap`;
 `torch._foreach_lerp_` / `_foreach_mul_` for an EMA or a manual update). Steps that block on the GPU (`.item()`,
 `torch.where(cond)`, boolean indexing) are said next: a CUDA graph cannot hold a sync, so capture covers only the
 stretches between them, and a data-dependent shape has to become static (a fixed capacity, masking,
@@ -99,6 +100,8 @@ class ItemLoop(msgspec.Struct, kw_only=True):
     ops: Annotated[list[str], Meta(description="one iteration's top-level ops")]
     iterations_per_step: Annotated[float, Meta(description="iterations per analysed step")]
     host_us_per_step: Annotated[float, Meta(description="the loop's traced host time per step (µs)")]
+    optional_ops: Annotated[list[str] | UnsetType, Meta(
+        description="ops only some iterations run (a branch in the body), when there are any")] = UNSET
 
 
 class Evidence(msgspec.Struct, kw_only=True):
@@ -210,7 +213,7 @@ def item_loop(ctx: RuleContext) -> ItemLoop | None:
         return None
     top, n = loops.row(0, named=True), max(ctx.steps.height, 1)
     return ItemLoop(kind=top["kind"], ops=top["ops"], iterations_per_step=round(top["iterations"] / n, 2),
-                    host_us_per_step=round(top["host_ns"] / n / 1000, 3))
+                    host_us_per_step=round(top["host_ns"] / n / 1000, 3), optional_ops=top["optional"] or UNSET)
 
 
 #: a loop over items is named when its host time is at least this share of the analysed window
@@ -223,10 +226,15 @@ def loop_text(loop: ItemLoop | None) -> str:
         return ""
     ops, k, ms = " → ".join(loop.ops), f"{loop.iterations_per_step:g}", loop.host_us_per_step / 1000
     if loop.kind == "rows":
+        branch = "" if not loop.optional_ops else (
+            f" {', '.join(loop.optional_ops)} runs in some iterations only: a branch, which the batched form runs on "
+            "every row and keeps where the row's condition holds (torch.where(mask[:, None, None, None], "
+            "x.flip(-1), x) for a random flip).")
         return (f"Many of the launches come from a Python loop over the rows of one tensor: {ops} runs {k} times a "
                 f"step ({ms:.1f} ms of host time a step, traced), each iteration on its own slice. One batched call "
                 "over the whole tensor (the loss with its reduction over the batch, torch.vmap for a per-sample "
-                f"function) launches once where the loop launches {k} times, forward and backward. Otherwise: ")
+                f"function) launches once where the loop launches {k} times, forward and backward.{branch} "
+                "Otherwise: ")
     return (f"Many of the launches come from a Python loop over a list of tensors: {ops} runs {k} times a step on "
             f"tensors of changing shapes ({ms:.1f} ms of host time a step, traced), e.g. an EMA or a manual update "
             "written tensor by tensor. The torch._foreach_* ops run it as a few multi-tensor kernels (an EMA: "

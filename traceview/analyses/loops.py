@@ -7,9 +7,14 @@ shapes of loop say they do not:
   inputs of one shape): a loop over the rows of a batch, which one batched call computes at once;
 - `tensors`: every op is elementwise and the inputs' shapes change from one iteration to the next: a loop over a
   list of tensors (parameters, buffers), which the `torch._foreach_*` ops run as a few multi-tensor kernels.
-Other repeats (a stack of identical layers, each fed by the one before) are not reported."""
+A loop over rows whose iterations differ (a branch: `if random() < 0.5: img = img.flip(-1)`) does not repeat back
+to back; it is found by its anchor, a slice of inputs of one shape taken once an iteration, as many times as the
+input has rows along one dimension, when the iterations share most of their ops (`_anchored`). Other repeats (a stack of identical layers, each fed by the one before) are
+not reported."""
 
 from __future__ import annotations
+
+import json
 
 import numpy as np
 import polars as pl
@@ -33,11 +38,12 @@ ELEMENTWISE = frozenset({
 
 
 def item_loops(trace: Trace, lo: int, hi: int, bounds: tuple[int, ...] = ()) -> pl.DataFrame:
-    """[tid, kind, ops, iterations, host_ns] of the `rows`/`tensors` loops whose iterations start in [lo, hi),
-    one row per loop (its runs in every step together), longest host time first."""
+    """[tid, kind, ops, iterations, host_ns, optional] of the `rows`/`tensors` loops whose iterations start in
+    [lo, hi), one row per loop (its runs in every step together), longest host time first."""
     out = loop_runs(trace, lo, hi, bounds).filter(pl.col("kind").is_not_null())
     return (out.group_by("tid", "kind", "ops", maintain_order=True)
-            .agg(pl.col("iterations").sum(), (pl.col("end") - pl.col("ts")).sum().alias("host_ns"))
+            .agg(pl.col("iterations").sum(), (pl.col("end") - pl.col("ts")).sum().alias("host_ns"),
+                 pl.col("optional").list.explode(keep_nulls=False, empty_as_null=False).unique().sort())
             .sort("host_ns", descending=True))
 
 
@@ -63,9 +69,10 @@ def batched_spans(trace: Trace, lo: int, hi: int, bounds: tuple[int, ...] = ()) 
 
 @per_trace
 def loop_runs(trace: Trace, lo: int, hi: int, bounds: tuple[int, ...] = ()) -> pl.DataFrame:
-    """[tid, kind, ops, iterations, ts, second, end] of every back-to-back repeat in [lo, hi) that no step boundary
-    (`bounds`: the steps' starts) cuts (`second`: the second iteration's start), by thread and start; kind null for a
-    repeat that may be a chain (a stack of layers) or whose ops do work of their own (`MAX_OP_NS`)."""
+    """[tid, kind, ops, iterations, ts, second, end, optional] of every back-to-back repeat in [lo, hi) that no step
+    boundary (`bounds`: the steps' starts) cuts (`second`: the second iteration's start), by thread and start; kind
+    null for a repeat that may be a chain (a stack of layers) or whose ops do work of their own (`MAX_OP_NS`); `ops`
+    the ops every iteration runs, `optional` those only some run (a loop found by its anchor, `_anchored`)."""
     h = trace.host
     parents = h.select(pl.col("i").alias("parent"), pl.col("cat").alias("_pcat"))
     top = (h.lazy().filter((pl.col("cat") == "cpu_op") & (pl.col("ts") >= lo) & (pl.col("ts") < hi))
@@ -76,9 +83,12 @@ def loop_runs(trace: Trace, lo: int, hi: int, bounds: tuple[int, ...] = ()) -> p
            .sort("tid", "ts").collect())
     rows = []
     for (tid,), g in top.group_by("tid", maintain_order=True):  # (one per thread: a handful)
-        rows += _runs(int(tid), g, np.searchsorted(np.asarray(bounds, np.int64), g["ts"].to_numpy(), side="right"))
+        step = np.searchsorted(np.asarray(bounds, np.int64), g["ts"].to_numpy(), side="right")
+        exact = _runs(int(tid), g, step)
+        rows += _merge(exact, _anchored(int(tid), g, step, exact))
     return pl.DataFrame(rows, schema={"tid": pl.Int64, "kind": pl.String, "ops": pl.List(pl.String),
-                                      "iterations": pl.Int64, "ts": pl.Int64, "second": pl.Int64, "end": pl.Int64},
+                                      "iterations": pl.Int64, "ts": pl.Int64, "second": pl.Int64, "end": pl.Int64,
+                                      "optional": pl.List(pl.String)},
                         orient="row").sort("tid", "ts")
 
 
@@ -106,7 +116,7 @@ def _runs(tid: int, g: pl.DataFrame, step: np.ndarray) -> list[tuple]:
             # (each iteration's first op's input shapes; "": not recorded)
             dims = g["input_dims"].slice(s, k * p).gather_every(p).cast(pl.String).fill_null("").to_numpy()
             kind = _kind(ops, dims) if short else None
-            out.append((tid, kind, ops, k, int(ts[s]), int(ts[s + p]), int(end[last])))
+            out.append((tid, kind, ops, k, int(ts[s]), int(ts[s + p]), int(end[last]), s, last + 1))
     return out
 
 
@@ -118,3 +128,122 @@ def _kind(ops: list[str], first_dims: np.ndarray) -> str | None:
     if all(o in ELEMENTWISE for o in ops) and np.unique(first_dims).size > 1:
         return "tensors"
     return None
+
+
+#: a loop whose iterations differ (a branch in its body: `if random() < p: img = img.flip(-1)`) is matched by its
+#: anchor, a slice of inputs of one shape taken once an iteration: consecutive anchors at most MAX_BODY top-level
+#: ops apart (an item's preprocessing or loss: a few dozen ops), whose iterations share a core of ops (each op
+#: counted as often as the iteration holding it least) that is at least CORE_SHARE of every iteration: the optional
+#: ops are a branch of one body, not another computation
+MAX_BODY = 32
+CORE_SHARE = 0.75
+
+
+def _anchored(tid: int, g: pl.DataFrame, step: np.ndarray, exact: list[tuple]) -> list[tuple]:
+    """The thread's `rows` loops whose iterations differ by optional ops, found from their anchors: the same slicing
+    op on inputs of one shape at least MIN_ITERATIONS times in one step, each at most MAX_BODY ops after the last,
+    outside the loops `exact` found. The loop visits every row: its iterations are as many as the sliced input
+    has along one of its dimensions (`for i in range(x.shape[0]): x[i]`), where a stack of layers that each slice
+    their own input (timm's attention: `q, k, v = qkv.unbind(0)`) runs once a layer. An iteration starts at the
+    ops before the anchor common to every iteration (`t = randint(...); img = x[i, t:]` slices after its
+    randint)."""
+    names = g["name"]
+    anchor = np.flatnonzero(names.is_in(SLICING).to_numpy())
+    if anchor.size < MIN_ITERATIONS:
+        return []
+    codes = names.cast(pl.Categorical).to_physical().to_numpy().astype(np.int64)
+    dims = g["input_dims"].to_physical().fill_null(-1).to_numpy().astype(np.int64)
+    taken = np.zeros(codes.size, bool)
+    for r in exact:
+        if r[1] is not None:
+            taken[r[7]:r[8]] = True
+    # anchors by (name, input shape, step), in order: a run of them close together is a candidate loop
+    a = anchor[np.lexsort((anchor, step[anchor], dims[anchor], codes[anchor]))]
+    key = np.stack([codes[a], dims[a], step[a]], 1)
+    link = np.r_[(key[1:] == key[:-1]).all(1) & (np.diff(a) <= MAX_BODY), False]
+    edge = np.diff(np.r_[0, link.astype(np.int8), 0])
+    starts, ends = np.flatnonzero(edge == 1), np.flatnonzero(edge == -1)
+    keep = ends - starts + 1 >= MIN_ITERATIONS  # (the long runs alone reach the loop below: a few a step)
+    starts, ends = starts[keep], ends[keep]
+    first_op = np.argsort(a[starts], kind="stable")  # (in the thread's order: where several anchors mark one loop,
+    out: list[tuple] = []                            # the first one's run is kept)
+    ts, end = g["ts"].to_numpy(), g["end"].to_numpy()
+    shape = g["input_dims"].cast(pl.String).fill_null("").to_numpy()  # ("": not recorded)
+    for s, e in zip(starts[first_op].tolist(), ends[first_op].tolist(), strict=True):
+        at = a[s:e + 1]  # the anchors, one an iteration
+        if taken[at[0]:at[-1] + 1].any() or at.size not in _sizes(shape[at[0]]):
+            continue
+        r = _iterations(codes, at, step)
+        if r is None:
+            continue
+        first, second, last, core, optional = r
+        taken[first:last + 1] = True
+        short = float(np.median(end[first:last + 1] - ts[first:last + 1])) <= MAX_OP_NS
+        out.append((tid, "rows" if short else None, names.gather(core).to_list(), at.size, int(ts[first]),
+                    int(ts[second]), int(end[last]), sorted(set(names.gather(optional).to_list()))))
+    return out
+
+
+def _sizes(input_dims: str) -> list[int]:
+    """The sizes of the first input's dimensions, from the recorded shapes ("": not recorded)."""
+    try:
+        first = json.loads(input_dims)[0] if input_dims else []
+    except (ValueError, IndexError, TypeError):
+        return []
+    return [d for d in first if isinstance(d, int)] if isinstance(first, list) else []
+
+
+def _iterations(codes: np.ndarray, at: np.ndarray,
+                step: np.ndarray) -> tuple[int, int, int, np.ndarray, np.ndarray] | None:
+    """(first op, the second iteration's first op, last op, the first iteration's core ops, one position of each
+    optional op) of the loop anchored at `at`, or None when its iterations share less than CORE_SHARE of their
+    ops."""
+    gaps = np.diff(at)
+    pos = np.arange(at[0], at[-1])  # (the iterations whose extent shows: anchor to next anchor)
+    it = np.searchsorted(at, pos, side="right") - 1
+    k = int(codes.max()) + 1
+    pair, cnt = np.unique(it * k + codes[pos], return_counts=True)
+    code = pair % k
+    # each op's count in the iteration holding it least (0 where one lacks it)
+    least = np.full(k, np.iinfo(np.int64).max)
+    np.minimum.at(least, code, cnt)
+    least = np.where(np.bincount(code, minlength=k) == at.size - 1, least, 0)
+    if least.sum() < CORE_SHARE * gaps.max():
+        return None
+    # (an op some iteration holds more often than the core does)
+    extra = np.flatnonzero(np.bincount(code, weights=cnt, minlength=k) > least * (at.size - 1))
+    optional = pos[np.unique(codes[pos], return_index=True)[1]]
+    optional = optional[np.isin(codes[optional], extra)]
+    # the ops before each anchor that every iteration ends with and the first one starts with
+    lead = 0
+    while lead < gaps.min() - 1 and at[0] > lead and step[at[0] - lead - 1] == step[at[0]]:
+        c = codes[at - lead - 1]
+        if not (c == c[0]).all():
+            break
+        lead += 1
+    first, second = int(at[0]) - lead, int(at[1]) - lead
+    # the last iteration's end does not show: it holds as many ops as the shortest, inside the step
+    last = min(int(at[-1]) - lead + int(gaps.min()) - 1, codes.size - 1)
+    last = int(at[-1]) + int(np.flatnonzero(step[at[-1]:last + 1] == step[at[-1]]).max())
+    return first, second, last, _core_at(codes, first, second, least), optional
+
+
+def _core_at(codes: np.ndarray, lo: int, hi: int, least: np.ndarray) -> np.ndarray:
+    """The positions in [lo, hi) of the core's ops (`least`: each op's count in it), first occurrences first."""
+    pos = np.arange(lo, hi)
+    c = codes[pos]
+    # (each op's occurrence number among the same op's in [lo, hi): kept while it is within the core's count)
+    order = np.argsort(c, kind="stable")
+    rank = np.empty(c.size, np.int64)
+    sc = c[order]
+    starts = np.r_[0, np.flatnonzero(sc[1:] != sc[:-1]) + 1]
+    rank[order] = np.arange(c.size) - np.repeat(starts, np.diff(np.r_[starts, c.size]))
+    return pos[rank < least[c]]
+
+
+def _merge(exact: list[tuple], anchored: list[tuple]) -> list[tuple]:
+    """Both finders' runs (exact: with their op positions, left out), less the exact repeats inside an anchored
+    loop; `optional` ops: those some iterations of an anchored loop lack (none for an exact repeat)."""
+    spans = [(r[4], r[6]) for r in anchored]
+    keep = [(*r[:7], []) for r in exact if r[1] is not None or not any(lo <= r[4] <= hi for lo, hi in spans)]
+    return keep + anchored
