@@ -68,6 +68,16 @@ A fifth set (2026-12-06), each with its fixed twin `--fixed`:
 - `cutmix_loop`: a per-image CutMix on the GPU in a Python loop, pasting a random box from another image with
   probability 0.5, before a ResNet-18 (`--fixed`: the same boxes as one batched mask).
 
+A sixth set (2026-12-06), each with its fixed twin `--fixed`:
+
+- `hf_vit_eager`: HF ViT-B/16 image classification, bf16 autocast, batch 64, `attn_implementation="eager"`
+  (`--fixed`: `"sdpa"`);
+- `convnext_adamw_loop`: torchvision ConvNeXt-T, bf16 autocast, channels_last, `AdamW(foreach=False)`
+  (`--fixed`: `fused=True`);
+- `swin_empty_cache`: torchvision Swin-T, bf16 autocast, `torch.cuda.empty_cache()` after every step (`--fixed`:
+  without it);
+- `convnext_bf16_nchw`: torchvision ConvNeXt-T under bf16 autocast in NCHW, SGD (`--fixed`: channels_last).
+
     traceview collect -- python -m collectors.examples.user_programs --prog t5
 """
 
@@ -100,7 +110,8 @@ PROGS = ("t5", "distilbert_fp32", "swin_bf16", "regnet_loader", "lstm", "opt_gen
          "mixer_compile", "resnet_fp16_scaler", "hf_trainer", "gpt2_accum_item", "gpt2_ckpt", "bert_dynpad",
          "compile_varlen", "resnet_varsize", "sdpa_varlen", "llama_eager", "ema_loop", "loader_pil",
          "per_sample_loss", "moe_naive", "llama_generate", "resnet_bf16_nchw", "gpu_augment_loop",
-         "roberta_eager", "opt_adamw_loop", "resnet34_empty_cache", "vgg_fp32", "resnext_bf16_nchw", "cutmix_loop")
+         "roberta_eager", "opt_adamw_loop", "resnet34_empty_cache", "vgg_fp32", "resnext_bf16_nchw", "cutmix_loop",
+         "hf_vit_eager", "convnext_adamw_loop", "swin_empty_cache", "convnext_bf16_nchw")
 
 
 def train(model: nn.Module, opt: torch.optim.Optimizer, loss_of, steps: int, amp: bool) -> None:
@@ -799,6 +810,59 @@ def cutmix_loop(steps: int) -> None:
         loss.backward()
         opt.step()
         mark()
+
+
+def hf_vit_eager(steps: int) -> None:
+    from transformers import ViTConfig, ViTForImageClassification
+
+    impl = "sdpa" if OPTS["fixed"] else "eager"
+    model = ViTForImageClassification(ViTConfig(num_labels=1000, attn_implementation=impl)).cuda()
+    print("attention:", model.config._attn_implementation)
+    x = torch.randn(64, 3, 224, 224, device="cuda")
+    y = torch.randint(0, 1000, (64,), device="cuda")
+    opt = torch.optim.AdamW(model.parameters(), lr=1e-4, fused=True)
+    train(model, opt, lambda m: m(pixel_values=x, labels=y).loss, steps, amp=True)
+
+
+def convnext_adamw_loop(steps: int) -> None:
+    import torchvision
+
+    model = torchvision.models.convnext_tiny().cuda().to(memory_format=torch.channels_last)
+    x = torch.randn(64, 3, 224, 224, device="cuda").to(memory_format=torch.channels_last)
+    y = torch.randint(0, 1000, (64,), device="cuda")
+    kw = {"fused": True} if OPTS["fixed"] else {"foreach": False}
+    opt = torch.optim.AdamW(model.parameters(), lr=1e-4, **kw)
+    train(model, opt, lambda m: F.cross_entropy(m(x), y), steps, amp=True)
+
+
+def swin_empty_cache(steps: int) -> None:
+    import torchvision
+
+    model = torchvision.models.swin_t().cuda()
+    x = torch.randn(32, 3, 224, 224, device="cuda")
+    y = torch.randint(0, 1000, (32,), device="cuda")
+    opt = torch.optim.SGD(model.parameters(), lr=0.01, momentum=0.9)
+    for _ in range(steps):
+        with torch.autocast("cuda", dtype=torch.bfloat16):
+            loss = F.cross_entropy(model(x), y)
+        opt.zero_grad(set_to_none=True)
+        loss.backward()
+        opt.step()
+        del loss
+        if not OPTS["fixed"]:
+            torch.cuda.empty_cache()
+        mark()
+
+
+def convnext_bf16_nchw(steps: int) -> None:
+    import torchvision
+
+    fmt = torch.channels_last if OPTS["fixed"] else torch.contiguous_format
+    model = torchvision.models.convnext_tiny().cuda().to(memory_format=fmt)
+    x = torch.randn(64, 3, 224, 224, device="cuda").to(memory_format=fmt)
+    y = torch.randint(0, 1000, (64,), device="cuda")
+    opt = torch.optim.SGD(model.parameters(), lr=0.1, momentum=0.9)
+    train(model, opt, lambda m: F.cross_entropy(m(x), y), steps, amp=True)
 
 
 def main() -> None:

@@ -58,6 +58,10 @@ EXPECTED.add(("user_programs4_h100/llama_generate/rank0.1796568986872450372.pt.t
 # ... and VGG-11-BN in FP32: its classifier's Linear layers run FP32 GEMMs (info beside the FP32 convolutions)
 EXPECTED.add(("user_programs5_h100/vgg_fp32/rank0.1796576466717653625.pt.trace.json.gz", "fp32-gemm"))
 EXPECTED.add(("user_programs5_h100/opt_adamw_loop/rank0.1796576443401792236.pt.trace.json.gz", "unfused-optimizer"))
+# user_programs6: ConvNeXt-T with AdamW(foreach=False); HF ViT's MLP runs GELU on its intermediate Linear's output as
+# its own kernel (info)
+EXPECTED.add(("user_programs6_h100/convnext_adamw_loop/rank0.1796579210725449365.pt.trace.json.gz", "unfused-optimizer"))
+EXPECTED.add(("user_programs6_h100/hf_vit_eager/rank0.1796579178011475128.pt.trace.json.gz", "gemm-epilogue"))
 # issue 27: an activation right after its GEMM, on the GEMM's output — 2-D ReLU MLPs (addmm -> clamp_min: the
 # optimizer and DataLoader twins' models) and the GELU of GPT-2/TinyGPT/BERT MLPs on the 3-D view of the flattened
 # addmm — whose fix the replay prices at >= 1 % of the step: on launch-bound steps the activation op's dispatch and
