@@ -163,19 +163,23 @@ def _find(ctx: RuleContext) -> pl.DataFrame:
                                  "med": pl.Float64, "shapes": pl.Int64})
     if "input_dims" not in h.columns or h.height == 0:
         return empty
-    h = pick(h, "i", "cat", "name", "tid", "ts", "end", "parent", "input_dims")
     # (a few queries, each a lazy chain: a small trace's run is mostly polars' fixed cost per query)
-    ops = (h.lazy().filter((pl.col("cat") == "cpu_op") & (pl.col("ts") >= ctx.lo) & (pl.col("ts") < ctx.hi))
-           .filter(~pl.col("name").str.contains(COMPILE_RE) & ~pl.col("name").str.contains(COMM_RE)).collect(**CHAIN))
-    if ops.height == 0:
-        return empty
-    # a setup is sought only among ops called 3 times or more with 2 input shapes or more: those names first (a
-    # reduction over the few names), so the per-call frames below hold only their calls (at 10 M tiny events,
-    # one shape per op, the windowed frame of every op was the run's peak: +330 MiB)
-    names = (ops.lazy().group_by("name").agg(n=pl.len(), shapes=pl.col("input_dims").cast(pl.String).n_unique())
+    def ops_of(*cols: str) -> pl.LazyFrame:
+        return (pick(h, *cols).lazy().filter((pl.col("cat") == "cpu_op") & (pl.col("ts") >= ctx.lo)
+                                             & (pl.col("ts") < ctx.hi))
+                .filter(~pl.col("name").str.contains(COMPILE_RE) & ~pl.col("name").str.contains(COMM_RE)))
+
+    # a setup is sought only among ops called 3 times or more with 2 input shapes or more: those names first, from
+    # the two columns that decide it (a reduction over the few names), so the per-call frames below are built only
+    # when some op qualifies and hold only its calls (at 10 M tiny events, one shape per op, the windowed frame of
+    # every op was the run's peak: +330 MiB)
+    names = (ops_of("cat", "name", "ts", "input_dims").group_by("name")
+             .agg(n=pl.len(), shapes=pl.col("input_dims").cast(pl.String).n_unique())
              .filter((pl.col("shapes") >= 2) & (pl.col("n") >= 3)).select("name").collect(**CHAIN)["name"])
     if names.len() == 0:
         return empty
+    h = pick(h, "i", "cat", "name", "tid", "ts", "end", "parent", "input_dims")
+    ops = ops_of(*h.columns).collect(**CHAIN)
     child = (h.lazy().filter(pl.col("parent").is_in(members(ops["i"]))).group_by("parent")
              .agg((pl.col("end") - pl.col("ts")).sum().alias("_c")))
     launchers = h.lazy().filter(pl.col("cat").is_in(["cuda_runtime", "cuda_driver"])
