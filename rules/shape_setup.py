@@ -170,7 +170,7 @@ def _find(ctx: RuleContext) -> pl.DataFrame:
                 .filter(~pl.col("name").str.contains(COMPILE_RE) & ~pl.col("name").str.contains(COMM_RE)))
 
     # a setup is sought only among ops called 3 times or more with 2 input shapes or more: those names first, from
-    # the two columns that decide it (a reduction over the few names), so the per-call frames below are built only
+    # the name and shape columns alone (a reduction over the few names), so the per-call frames below are built only
     # when some op qualifies and hold only its calls (at 10 M tiny events, one shape per op, the windowed frame of
     # every op was the run's peak: +330 MiB)
     names = (ops_of("cat", "name", "ts", "input_dims").group_by("name")
