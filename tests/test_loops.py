@@ -3,11 +3,13 @@ rows or a list of tensors, and not in a stack of identical layers, each fed by t
 
 from __future__ import annotations
 
+import numpy as np
 import polars as pl
 import pytest
 from conftest import SAMPLES
 
-from traceview.analyses.loops import item_loops, loop_runs
+from traceview.analyses.loops import _strictly_sorted, item_loops, loop_runs
+from traceview.analyses.rowid import positions
 from traceview.ingest.loader import load
 from traceview.report import select_steps
 
@@ -85,3 +87,24 @@ def test_a_loop_over_some_rows_is_not_a_loop_over_a_batch() -> None:
     assert runs.filter(pl.col("kind").is_not_null()).height == 0
     fetch = runs.filter(pl.col("ops").list.first() == "aten::select")
     assert fetch["iterations"].to_list() == [64] * st.height  # (the two selects of 32 samples: a repeat of one op)
+
+
+def test_top_level_ops_by_position_match_the_join() -> None:
+    """`loop_runs` finds each op's parent by position (no hash join of every op onto the host rows) and skips the
+    sort when the ops are already in (thread, time) order with no tie; on a four-thread trace (DDP over gloo) the
+    top-level ops are the same rows, in the same order, as the join and the sort found."""
+    path = sorted((SAMPLES / "collected4/ddp_accum4_gloo2").glob("*.pt.trace.json*"))[0]
+    h = load(path).host
+    parents = h.select(pl.col("i").alias("parent"), pl.col("cat").alias("_pcat"))
+    want = (h.filter(pl.col("cat") == "cpu_op").join(parents, on="parent", how="left")
+            .filter(pl.col("_pcat").is_null() | (pl.col("_pcat") != "cpu_op")).sort("tid", "ts"))
+    ops = h.filter(pl.col("cat") == "cpu_op")
+    nested = (h["cat"] == "cpu_op").gather(positions(h, ops["parent"])).fill_null(False)
+    got = ops.filter(~nested)
+    tid, ts = got["tid"].to_numpy(), got["ts"].to_numpy()
+    assert want["tid"].n_unique() == 4 and not _strictly_sorted(tid, ts)  # (threads interleaved in time)
+    assert got.height == want.height == 5157 and got.sort("tid", "ts")["i"].to_list() == want["i"].to_list()
+    wt, ws = want["tid"].to_numpy(), want["ts"].to_numpy()
+    ties = bool(((wt[1:] == wt[:-1]) & (ws[1:] == ws[:-1])).any())
+    assert _strictly_sorted(wt, ws) == (not ties)
+    assert not _strictly_sorted(np.array([1, 1]), np.array([5, 5]))  # (a tie: the sort decides the order)

@@ -129,7 +129,9 @@ class TraceMeta:
         return self.device_properties[0].get("name") if self.device_properties else None
 
 
-@dataclass(frozen=True)
+# (eq=False: it holds frames/arrays, whose field-wise == and hash raise; it is compared and keyed by identity,
+# and the generated __eq__/__hash__ cost start-up time at import)
+@dataclass(frozen=True, eq=False)
 class Trace:
     meta: TraceMeta
     host: pl.DataFrame

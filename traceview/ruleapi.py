@@ -123,7 +123,9 @@ def contract_problems(mod: ModuleType) -> list[str]:
     return out
 
 
-@dataclass(frozen=True)
+# (eq=False: it holds frames/arrays, whose field-wise == and hash raise; it is compared and keyed by identity,
+# and the generated __eq__/__hash__ cost start-up time at import)
+@dataclass(frozen=True, eq=False)
 class RuleContext:
     """Everything a rule may read about one trace, computed once: the analysed steps (complete steps only),
     the device, the roofline bound of every kernel, the classifier's partition of the steps into classes."""
@@ -295,7 +297,9 @@ def profiler_source_text(prof: Mapping[str, Any]) -> str:
     return PROFILER_SOURCE_TEXT.get(prof.get("source") or "", "estimated from the recorded events")
 
 
-@dataclass(frozen=True)
+# (eq=False: it holds frames/arrays, whose field-wise == and hash raise; it is compared and keyed by identity,
+# and the generated __eq__/__hash__ cost start-up time at import)
+@dataclass(frozen=True, eq=False)
 class JobContext:
     """The ranks of one job: each rank's analysed steps and the cross-rank collective matching."""
 

@@ -70,7 +70,9 @@ def hidden(levels: int) -> str:
     return f"…{levels} levels…"
 
 
-@dataclass(frozen=True)
+# (eq=False: it holds frames/arrays, whose field-wise == and hash raise; it is compared and keyed by identity,
+# and the generated __eq__/__hash__ cost start-up time at import)
+@dataclass(frozen=True, eq=False)
 class Attribution:
     source: str  # "modules" | "module_annotations" | "annotations" | "ops" | "none"
     host: pl.DataFrame  # [i, lc, ph] (codes: `decode`) for cpu_op and runtime rows, in id order

@@ -19,8 +19,10 @@ import json
 import numpy as np
 import polars as pl
 
+from ..frames import filled, omit, take
 from ..memo import per_trace
 from ..model import Trace
+from .rowid import positions
 
 #: the fewest back-to-back iterations reported (inside one step), and the longest iteration (in top-level ops)
 #: looked for
@@ -74,13 +76,20 @@ def loop_runs(trace: Trace, lo: int, hi: int, bounds: tuple[int, ...] = ()) -> p
     null for a repeat that may be a chain (a stack of layers) or whose ops do work of their own (`MAX_OP_NS`); `ops`
     the ops every iteration runs, `optional` those only some run (a loop found by its anchor, `_anchored`)."""
     h = trace.host
-    parents = h.select(pl.col("i").alias("parent"), pl.col("cat").alias("_pcat"))
-    top = (h.lazy().filter((pl.col("cat") == "cpu_op") & (pl.col("ts") >= lo) & (pl.col("ts") < hi))
-           .select("i", "tid", "name", "ts", "end", "parent", "input_dims")
-           .join(parents.lazy(), on="parent", how="left")
-           .filter((pl.col("_pcat").is_null() | (pl.col("_pcat") != "cpu_op"))
-                   & ~pl.col("name").str.starts_with("ProfilerStep"))
-           .sort("tid", "ts").collect())
+    top = (h.lazy().filter((pl.col("cat") == "cpu_op") & (pl.col("ts") >= lo) & (pl.col("ts") < hi)
+                           & ~pl.col("name").str.starts_with("ProfilerStep"))
+           .select("i", "tid", "name", "ts", "end", "parent", "input_dims").collect())
+    # the top-level ops: a parent that is no op (or none). The parent's row is found by position (no hash join of
+    # every op onto every host row: at 10 M events the join was a phase's peak)
+    pos = positions(h, top["parent"])
+    if pos is None:  # (ids with nulls: the hash join)
+        parents = h.select(pl.col("i").alias("parent"), pl.col("cat").alias("_pcat"))
+        nested = top.join(parents, on="parent", how="left")["_pcat"] == "cpu_op"
+    else:
+        nested = take(h["cat"] == "cpu_op", pos)  # (a mask of the host rows, gathered: no text per op)
+    top = omit(top.filter(~filled(nested, False)), "i", "parent")
+    if not _strictly_sorted(top["tid"].to_numpy(), top["ts"].to_numpy()):  # (else the sort is the order it has:
+        top = top.sort("tid", "ts")  # a single thread's ops, in time order, are; no copy of every op's columns)
     rows = []
     for (tid,), g in top.group_by("tid", maintain_order=True):  # (one per thread: a handful)
         step = np.searchsorted(np.asarray(bounds, np.int64), g["ts"].to_numpy(), side="right")
@@ -90,6 +99,14 @@ def loop_runs(trace: Trace, lo: int, hi: int, bounds: tuple[int, ...] = ()) -> p
                                       "iterations": pl.Int64, "ts": pl.Int64, "second": pl.Int64, "end": pl.Int64,
                                       "optional": pl.List(pl.String)},
                         orient="row").sort("tid", "ts")
+
+
+def _strictly_sorted(tid: np.ndarray, ts: np.ndarray) -> bool:
+    """Whether the rows are in (tid, ts) order with no two equal (so that any sort by them keeps the order)."""
+    if tid.size < 2:
+        return True
+    up = tid[1:] > tid[:-1]
+    return bool((up | ((tid[1:] == tid[:-1]) & (ts[1:] > ts[:-1]))).all())
 
 
 def _runs(tid: int, g: pl.DataFrame, step: np.ndarray) -> list[tuple]:

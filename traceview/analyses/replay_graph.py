@@ -69,7 +69,9 @@ LOADER_WORKERS = "_MultiProcessingDataLoaderIter"
 LOADER_WAIT_FACTOR = 2.0
 
 
-@dataclass(frozen=True)
+# (eq=False: it holds frames/arrays, whose field-wise == and hash raise; it is compared and keyed by identity,
+# and the generated __eq__/__hash__ cost start-up time at import)
+@dataclass(frozen=True, eq=False)
 class Graph:
     """The replay graph of one trace. Anchors `a_*` (n_a), activities `d_*` (n_d); indices are positions in these
     arrays (int32 while they fit), -1 for none; the offsets (ns: gaps, own times, wake-ups, latencies) are int32
@@ -726,7 +728,9 @@ def _running_argmax(x: np.ndarray) -> np.ndarray:
     return np.maximum.accumulate(pos)
 
 
-@dataclass(frozen=True)
+# (eq=False: it holds frames/arrays, whose field-wise == and hash raise; it is compared and keyed by identity,
+# and the generated __eq__/__hash__ cost start-up time at import)
+@dataclass(frozen=True, eq=False)
 class Rows:
     """The recorded host rows that sit in the graph's host time, as arrays: row id, kind (KIND_CODES), the anchor
     whose time holds it (`seg`), where in that anchor's time (0: the gap before it; 1: the part of a joined gap
