@@ -107,6 +107,14 @@ VARIANTS = ("foreach", "fused")
 #: (collected2 adamw_fused, 48 parameters: 217 µs traced), 0.28 (collected3 adamw_l12_fused, 24: 151 µs), 0.18
 #: (collected3 gpt2_sdpa_fused, 76: 402 µs); the median
 FUSED_PER_PARAM_OPS = 0.18
+#: share of the device's memory bandwidth the fused AdamW/Adam/SGD kernel streams at on large parameter sets: its
+#: one 512-thread block per 64K-element chunk (at most 320 a launch) walks 4-deep tensor lists and does the whole
+#: update's math per element, and reaches 3.26-3.39 TB/s of the H200's 4.8 on 72-1332 MB of parameters
+#: (multi_tensor_cost_h200.ndjson, L2 flushed), 3.37 and 3.40 in the fused twins' traces (collected3
+#: gpt2_sdpa_fused, 326 MB; ab_traced llama_ctl, 623 MB), where the single-tensor kernels on the same tensors
+#: stream at up to 4.4 (one plain elementwise pass per kernel: Llama's reach 3.98 TB/s in aggregate). A share of the
+#: peak, so that it carries to another device as the kernel does
+FUSED_PEAK_SHARE = 0.70
 #: the integer columns `_loop` adds per optimizer step
 LOOP_COLS = (
     "loop_ts",
@@ -371,9 +379,11 @@ def variants(ctx: RuleContext, row: dict) -> dict[str, dict[str, float]]:
         n_launch = _launches(params, chunks, 2 + states) + (_launches(params, 0, 1) if counter else 0)
         n_ops = 2 if counter else 1
         pb = float(row.get("param_bytes") or 0.0)
+        # (the bandwidth the single-tensor kernels reached, at most the fused kernel's own on large tensors)
+        fbw = min(bw, FUSED_PEAK_SHARE * spec_bw)
         out["fused"] = {
             "host_ns": (n_ops + FUSED_PER_PARAM_OPS * params) * c_op + (n_launch - n_ops) * launch,
-            "gpu_ns": min(out["foreach"]["gpu_ns"], pb * (3 + 2 * states) / bw * 1e9)
+            "gpu_ns": min(out["foreach"]["gpu_ns"], pb * (3 + 2 * states) / fbw * 1e9)
             if pb
             else out["foreach"]["gpu_ns"],
             "launches": n_launch,
