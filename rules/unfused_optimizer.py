@@ -35,8 +35,10 @@ launches of the least frequent per-parameter op), and each fix variant as the re
   tensor lists between the calls, measured on the bundled fused twins: 151-402 µs traced for 24-76 parameters);
   the kernel reads parameter, gradient and states and writes parameter and states once
   (param bytes × (3 + 2 × states)).
-Device time is those bytes over the bandwidth the single-tensor kernels achieved on the same tensors (small
-tensors run far below the device's peak either way). Each variant's saving is a replay: the update loop's host
+Device time is those bytes over the multi-tensor kernel's own bandwidth where the parameters fill a launch (320
+64K-element chunks or more: ~77 % of the device's peak for a foreach op, ~70 % for the fused update, measured in
+a sweep and in the fixed twins' traces), else over the bandwidth the single-tensor kernels achieved on the same
+tensors (a launch of few blocks runs as far below the peak as they did). Each variant's saving is a replay: the update loop's host
 time beyond the variant's leaves the host path; each of the loop's kernels keeps its place and takes the
 variant's share of its time (variant's device time / theirs), and as many of their device gaps stay as the
 variant launches. (The replay only shortens an activity, so the variant's time put on the first kernel alone
@@ -107,6 +109,15 @@ VARIANTS = ("foreach", "fused")
 #: (collected2 adamw_fused, 48 parameters: 217 µs traced), 0.28 (collected3 adamw_l12_fused, 24: 151 µs), 0.18
 #: (collected3 gpt2_sdpa_fused, 76: 402 µs); the median
 FUSED_PER_PARAM_OPS = 0.18
+#: share of the device's memory bandwidth a multi_tensor_apply launch that fills the device (MAX_BLOCKS blocks, one
+#: 512-thread block per 64K-element chunk) streams at: the kernel's own rate, whatever the single-tensor kernels
+#: reached on the same tensors (GPT-2's, held to 67 % of the H200's peak by ~1 µs a kernel on its 400 small biases
+#: and norms; Llama's large tensors at 83 %). A foreach op: 3.69-3.77 TB/s of the H200's 4.8 over 72-1332 MB of
+#: parameters (multi_tensor_cost_h200.ndjson, L2 flushed), 3.66 in GPT-2's foreach twin (collected3/gpt2_sdpa).
+#: The fused update, which walks 4-deep tensor lists and does the whole update's math per element: 3.26-3.39 in the
+#: sweep, 3.37 and 3.40 in the fused twins (collected3/gpt2_sdpa_fused, 326 MB; ab_traced/llama_ctl, 623 MB).
+#: Shares of the peak, so that they carry to another device as the kernel does
+FOREACH_PEAK_SHARE, FUSED_PEAK_SHARE = 0.77, 0.70
 #: the integer columns `_loop` adds per optimizer step
 LOOP_COLS = (
     "loop_ts",
@@ -343,9 +354,10 @@ def variants(ctx: RuleContext, row: dict) -> dict[str, dict[str, float]]:
     - fused (Adam, AdamW, SGD): one fused op (and, with a step counter, one foreach add on the device), launched
       per multi_tensor_apply chunk set, plus FUSED_PER_PARAM_OPS of a loop op per parameter; its kernel reads the parameters, gradients and states and writes the
       parameters and states once: param_bytes x (3 + 2 states).
-    Device time is bytes over the bandwidth the single-tensor kernels achieved on the same tensors (their bytes over
-    their time, the device's peak at most; its peak where the kernels carry no byte counts), never more than the
-    single-tensor kernels' own time."""
+    Device time is bytes over the multi-tensor kernel's own bandwidth (FOREACH_PEAK_SHARE, FUSED_PEAK_SHARE of the
+    device's peak) where the parameters fill a launch (MAX_BLOCKS chunks), else over the bandwidth the single-tensor
+    kernels achieved on the same tensors (their bytes over their time, the device's peak at most; its peak where the
+    kernels carry no byte counts), never more than the single-tensor kernels' own time."""
     spec_bw = ctx.spec.bw
     bw = min(float(row.get("_bw") or 0.0) * 1e9, spec_bw) or spec_bw
     params = int(row.get("params") or 0)
@@ -356,12 +368,18 @@ def variants(ctx: RuleContext, row: dict) -> dict[str, dict[str, float]]:
     launch = float(row.get("_launch") or 0.0)
     gpu = float(row["gpu_ns"])
     per_op = row.get("per_op") or []
+    # a parameter set of MAX_BLOCKS chunks or more fills each launch and streams at the multi-tensor kernel's own
+    # rate; a smaller one runs few blocks a launch, as slow per byte as its single-tensor kernels ran (the 48-
+    # parameter MLP's fused kernel: 48 blocks, 0.3 TB/s, as its single-tensor kernels)
+    full = chunks >= MAX_BLOCKS
     fe_launch = sum(p["per_param"] * _launches(params, chunks, int(p["depth"] or 1)) for p in per_op)
     fe_ops = sum(p["per_param"] for p in per_op)
     out = {
         "foreach": {
             "host_ns": float(row["scalar_ns"]) + fe_ops * c_op + (fe_launch - fe_ops) * launch,
-            "gpu_ns": min(gpu, float(row["bytes"]) / bw * 1e9) if row["bytes"] else gpu,
+            "gpu_ns": min(gpu, float(row["bytes"]) / (FOREACH_PEAK_SHARE * spec_bw if full else bw) * 1e9)
+            if row["bytes"]
+            else gpu,
             "launches": fe_launch,
         }
     }
@@ -371,9 +389,10 @@ def variants(ctx: RuleContext, row: dict) -> dict[str, dict[str, float]]:
         n_launch = _launches(params, chunks, 2 + states) + (_launches(params, 0, 1) if counter else 0)
         n_ops = 2 if counter else 1
         pb = float(row.get("param_bytes") or 0.0)
+        fbw = FUSED_PEAK_SHARE * spec_bw if full else min(bw, FUSED_PEAK_SHARE * spec_bw)
         out["fused"] = {
             "host_ns": (n_ops + FUSED_PER_PARAM_OPS * params) * c_op + (n_launch - n_ops) * launch,
-            "gpu_ns": min(out["foreach"]["gpu_ns"], pb * (3 + 2 * states) / bw * 1e9)
+            "gpu_ns": min(out["foreach"]["gpu_ns"], pb * (3 + 2 * states) / fbw * 1e9)
             if pb
             else out["foreach"]["gpu_ns"],
             "launches": n_launch,
