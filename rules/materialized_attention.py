@@ -149,18 +149,44 @@ def _kernels(ctx: RuleContext) -> pl.DataFrame:
         # without a score op no kernel is a score kernel: the table of no kernels (its columns), not the frame of
         # every kernel in the steps filtered to none (at 10 M tiny events hundreds of MB)
         hi = ctx.hi if score_op_ids(ctx.trace).len() else ctx.lo
-        return score_kernels(ctx.trace, ctx.lo, hi).filter(pl.col("score"))
+        return attention_calls(score_kernels(ctx.trace, ctx.lo, hi), ctx.kb, ctx.trace.gpu)
 
     return ctx.once("score_kernels", build)
 
 
+def attention_calls(g: pl.DataFrame, kb: pl.DataFrame, launches: pl.DataFrame) -> pl.DataFrame:
+    """The score kernels of `g` (score_kernels' every kernel, in stream order) with `call`: the attention call each
+    belongs to, the one fused call that replaces it. A call is one or more runs of score kernels on a stream: a
+    run ends at any other kernel, but one eager attention can hold a few (Llama's K and V repeated to the query
+    heads, then Q·K^T to softmax, then the probabilities cast to bf16 for P·V, with autocast's casts of Q, K and V
+    between them), and SDPA replaces them all with one call. Calls are told apart by the GEMMs of other work
+    between them (every attention call sits between projections: Q/K/V before, the output projection and the
+    MLP after, in the backward too) and by the thread that launched them (the forward's last attention and the
+    backward's first). `kb`: classify.kernel_bound's [i, category]; `launches`: the trace's gpu [i, launch_tid]."""
+    other_gemm = (~pl.col("score")) & (pl.col("category") == "gemm").fill_null(False)
+    lane = ("device", "stream")
+    g = g.join(kb.select("i", "category"), on="i", how="left").with_columns(
+        _gemms=other_gemm.cast(pl.Int64).cum_sum().over(*lane)
+    )
+    k = g.filter(pl.col("score")).join(launches.select("i", "launch_tid"), on="i", how="left")
+    # a call only ever starts with a run (a run is never split); the thread that launched the run tells the
+    # forward (the Python thread) from the backward (autograd's device thread)
+    k = k.with_columns(_tid=pl.col("launch_tid").first().over("run"))
+    brk = pl.col("run").ne_missing(pl.col("run").shift()) & (
+        pl.col("_gemms").ne_missing(pl.col("_gemms").shift().over(*lane))
+        | pl.col("_tid").ne_missing(pl.col("_tid").shift().over(*lane))
+        | pl.any_horizontal(pl.col(c).ne_missing(pl.col(c).shift()) for c in lane)
+    )
+    return k.with_columns(call=brk.cast(pl.Int64).cum_sum()).drop("_gemms", "_tid", "launch_tid", "category")
+
+
 def _runs(ctx: RuleContext) -> pl.DataFrame:
-    """One row per run of consecutive score kernels: [run, first, kernels, time, gemm_flops, gemm_bpe, bpe,
-    backward, fused_time]: `gemm_bpe` the width its GEMMs ran at, `bpe` the width a fused kernel runs at."""
+    """One row per attention call (`attention_calls`: a run of consecutive score kernels, or a few of one call):
+    [call, first, kernels, time, gemm_flops, gemm_bpe, bpe, backward, fused_time]: `gemm_bpe` the width its GEMMs ran at, `bpe` the width a fused kernel runs at."""
 
     def build() -> pl.DataFrame:
         k = _kernels(ctx).join(ctx.kb.select("i", "flops", "bpe"), on="i", how="left")
-        per = k.group_by("run", maintain_order=True).agg(
+        per = k.group_by("call", maintain_order=True).agg(
             pl.col("i").first().alias("first"),
             pl.len().alias("kernels"),
             pl.col("dur").sum().alias("time"),
@@ -348,15 +374,15 @@ def fix_transform(ctx: RuleContext) -> Transform | None:
     k = _kernels(ctx)
     if k.height == 0:
         return None
-    runs = _runs(ctx).select("run", "fused_time")
+    runs = _runs(ctx).select("call", "fused_time")
     # the fused kernel sits on the run's first score GEMM (the call that stays, `host_extents`), else its first;
     # a transform never lengthens a kernel, so a fused time longer than that kernel fills the run's next longest
     # ones in turn (an FP32 run's fused call can outlast its first GEMM: GPT-2 at 1024 tokens, 400 against 212 µs)
-    first = k.sort("run", pl.col("gemm").not_(), "pos").group_by("run", maintain_order=True).first()["i"]
-    fill = (k.join(runs, on="run", how="left")
-            .sort("run", pl.col("i").is_in(first.implode()).not_(), pl.col("dur"), "pos",
-                  descending=[False, False, True, False])
-            .with_columns(before=pl.col("dur").cum_sum().over("run") - pl.col("dur"))
+    first = k.sort("call", pl.col("gemm").not_(), "run", "pos").group_by("call", maintain_order=True).first()["i"]
+    fill = (k.join(runs, on="call", how="left")
+            .sort("call", pl.col("i").is_in(first.implode()).not_(), pl.col("dur"), "run", "pos",
+                  descending=[False, False, True, False, False])
+            .with_columns(before=pl.col("dur").cum_sum().over("call") - pl.col("dur"))
             .select("i", new=(pl.col("fused_time") - pl.col("before")).clip(0, pl.col("dur")).cast(pl.Int64)))
     k = k.join(fill, on="i", how="left")
     gpu = dict(zip(k["i"].cast(pl.Int64).to_list(), k["new"].to_list(), strict=True))
@@ -375,9 +401,10 @@ def fix_transform(ctx: RuleContext) -> Transform | None:
 
 
 def host_extents(ctx: RuleContext, k: pl.DataFrame) -> list[tuple[int, int, int]]:
-    """The host time one fused attention call replaces, as `Transform.host_spans`: per run, on the thread of the
-    op that launched its first score GEMM (the call, which stays), from the start of the run's first op to the
-    start of the call and from the end of the call to the end of the run's last op. Eager attention is more
+    """The host time one fused attention call replaces, as `Transform.host_spans`: per run of the attention call
+    (`attention_calls`), on the thread of the op that launched the call's first score GEMM (the call, which stays
+    once per attention call: SDPA is one op), from the start of the run's first op to the end of its last op,
+    less the call. Eager attention is more
     than the ops that launch its kernels: the views and reshapes between them (`aten::expand`,
     `aten::_unsafe_view`, the transposes), the mask's scalar `full`, the dtype bookkeeping of autocast, the
     Python between the calls, and in the backward every autograd node of those ops (`UnsafeViewBackward0`,
@@ -393,20 +420,21 @@ def host_extents(ctx: RuleContext, k: pl.DataFrame) -> list[tuple[int, int, int]
         tops.select(pl.col("tid").alias("_tid"), pl.col("ts").alias("_ts"), pl.col("end").alias("_end"))
     )
     k = k.filter(pl.col("top") >= 0)
-    # the call: the top op of the run's first score GEMM (the first kernel's where the run has none)
+    # the call: the top op of the attention call's first score GEMM (the first kernel's where it has none); the
+    # call's other runs keep no op of their own (Llama's repeat_kv copies, its P·V matmul)
     call = (
-        k.sort("run", pl.col("gemm").not_(), "pos")
-        .group_by("run", maintain_order=True)
+        k.sort("call", pl.col("gemm").not_(), "run", "pos")
+        .group_by("call", maintain_order=True)
         .first()
-        .select("run", pl.col("top").alias("call"), pl.col("_tid").alias("tid"), pl.col("_ts").alias("cts"),
+        .select("call", pl.col("top").alias("call_op"), pl.col("_tid").alias("tid"), pl.col("_ts").alias("cts"),
                 pl.col("_end").alias("cend"))
     )
     ext = (
-        k.join(call, on="run")
+        k.join(call, on="call")
         .filter(pl.col("_tid") == pl.col("tid"))
         .group_by("run", maintain_order=True)
         .agg(
-            pl.col("tid").first(), pl.col("cts").first(), pl.col("cend").first(), pl.col("call").first(),
+            pl.col("tid").first(), pl.col("cts").first(), pl.col("cend").first(), pl.col("call_op").first(),
             pl.col("_ts").min().alias("lo"), pl.col("_end").max().alias("hi"),
         )
     )
@@ -421,12 +449,12 @@ def host_extents(ctx: RuleContext, k: pl.DataFrame) -> list[tuple[int, int, int]
     spans_out = [
         (int(t), int(a), int(b))
         for t, lo, hi, cts, cend in clean.select("tid", "lo", "hi", "cts", "cend").iter_rows()
-        for a, b in ((lo, cts), (cend, hi))
+        for a, b in ((lo, min(hi, cts)), (max(lo, cend), hi))  # a run without the call: all of it
         if b > a
     ]
     # a shared extent: the run's own ops, but the call
-    rest = k.join(ext.filter(pl.col("held") > 0).select("run", "call"), on="run")
-    gone = rest.filter(pl.col("top") != pl.col("call"))["top"].unique()
+    rest = k.join(ext.filter(pl.col("held") > 0).select("run", "call_op"), on="run")
+    gone = rest.filter(pl.col("top") != pl.col("call_op"))["top"].unique()
     return spans_out + spans(by_id(ctx.trace.host, gone.cast(pl.UInt32), "tid", "ts", "end"))
 
 
