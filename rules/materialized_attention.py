@@ -31,12 +31,15 @@ that SDPA takes the grouped heads without those copies (`enable_gqa=True`).
 
 ## Evidence
 The score shape, bytes per materialized score tensor, score kernels per step and their time, what the ops are,
-the runs of consecutive score kernels (one per attention call forward and one backward), their GEMM FLOPs,
-and the predicted fused time. Savings are replayed (`fix_transform`): each run of score kernels becomes one
-kernel of the run's GEMM FLOPs (x1.25 for a backward run: flash recomputes Q·K^T) at `efficiency` of the
+the attention calls (one per attention forward and one backward: the runs of consecutive score kernels between
+two GEMMs of other work on one thread, `attention_calls` — Llama's eager forward is three runs, its K and V
+repeated to the query heads, Q·K^T to softmax, and the probabilities' cast to P·V, split by autocast's casts of
+Q, K and V, which SDPA runs as one call), their GEMM FLOPs, and the predicted fused time. Savings are replayed
+(`fix_transform`): each attention call becomes one kernel of its GEMM FLOPs (x1.25 for a backward call: flash
+recomputes Q·K^T) at `efficiency` of the
 device's Tensor-Core peak for the width of the attention's inputs (FP32 inputs: `fp32_efficiency` of the FP32
 peak; SDPA's math backend upcasts bf16/fp16 inputs to FP32 for its own GEMMs, and a fused backend runs on the
-inputs' width), never below `FUSED_FLOOR_NS`, on the run's first score GEMM (filling the run's next longest kernels
+inputs' width), never below `FUSED_FLOOR_NS`, on the call's first score GEMM (filling its next longest kernels
 where it outlasts that one: a transform never lengthens a kernel); the other kernels take no time (nor the
 device's gap before each). The attention is
 more than the ops on the scores (traceview/analyses/attention.py, `attention_extension`): the copies
@@ -46,9 +49,9 @@ for the heads' merge, `.transpose(1, 2).contiguous()`, which a fused kernel's ou
 repeated to the query heads, `repeat_kv`, which `enable_gqa=True` does without — the fixed programs' own traces of
 HF BERT, GPT-2 and Llama on an H100 run none of them), and in the backward every autograd node of the attention's forward ops (found by their sequence numbers: the copy
 that makes the incoming gradient contiguous, the views' and expands' nodes) go too. On the host the fused call
-replaces the whole eager attention: the op of the run's first score GEMM stays, as the call (its dispatch,
-with its operand copies, costs about what SDPA's own call does), and its thread's time from the run's first op
-to the end of its last op leaves the host path (the views, reshapes, the mask's scalars and autograd's
+replaces the whole eager attention: the op of the call's first score GEMM stays, as the call (its dispatch,
+with its operand copies, costs about what SDPA's own call does), and its thread's time from each of the call's
+runs' first op to the end of its last op leaves the host path (the views, reshapes, the mask's scalars and autograd's
 view-backward nodes launch nothing but are the attention's), unless the launch of another kernel falls inside,
 in which case only the run's own ops leave. The mask goes too (`attention_mask`): the outermost op that builds
 the float mask the scores are masked with (a [B, 1, N_q, N_kv] input of a score op, taken by no score op
@@ -364,19 +367,19 @@ def check(ctx: RuleContext) -> list[Finding]:
 
 
 def fix_transform(ctx: RuleContext) -> Transform | None:
-    """The fix as a replay transformation: each run of score kernels becomes one fused kernel (its GEMM FLOPs at
-    `efficiency` of the Tensor-Core peak) on the run's first score GEMM (and, where it outlasts that kernel, on the
-    run's next longest ones in turn); the run's other kernels take no time. On the
-    host the fused call replaces the whole eager attention (`host_extents`): the op of the run's first score GEMM
-    stays, as the fused call, and everything else its thread does from the run's first op to the end of its
-    last op leaves the host path. The mask's construction goes too (`attention.attention_mask`): its kernels
+    """The fix as a replay transformation: each attention call (`attention_calls`) becomes one fused kernel (its
+    GEMM FLOPs at `efficiency` of the Tensor-Core peak) on the call's first score GEMM (and, where it outlasts that
+    kernel, on the call's next longest ones in turn); its other kernels take no time. On the host the fused call
+    replaces the whole eager attention (`host_extents`): the op of the call's first score GEMM stays, as the fused
+    call, and everything else its thread does from each of its runs' first op to the end of its last op leaves
+    the host path. The mask's construction goes too (`attention.attention_mask`): its kernels
     take no time, its ops leave the host path and its blocking calls no longer wait."""
     k = _kernels(ctx)
     if k.height == 0:
         return None
     runs = _runs(ctx).select("call", "fused_time")
-    # the fused kernel sits on the run's first score GEMM (the call that stays, `host_extents`), else its first;
-    # a transform never lengthens a kernel, so a fused time longer than that kernel fills the run's next longest
+    # the fused kernel sits on the call's first score GEMM (the op that stays, `host_extents`), else its first;
+    # a transform never lengthens a kernel, so a fused time longer than that kernel fills the call's next longest
     # ones in turn (an FP32 run's fused call can outlast its first GEMM: GPT-2 at 1024 tokens, 400 against 212 µs)
     first = k.sort("call", pl.col("gemm").not_(), "run", "pos").group_by("call", maintain_order=True).first()["i"]
     fill = (k.join(runs, on="call", how="left")
