@@ -31,12 +31,15 @@ that SDPA takes the grouped heads without those copies (`enable_gqa=True`).
 
 ## Evidence
 The score shape, bytes per materialized score tensor, score kernels per step and their time, what the ops are,
-the runs of consecutive score kernels (one per attention call forward and one backward), their GEMM FLOPs,
-and the predicted fused time. Savings are replayed (`fix_transform`): each run of score kernels becomes one
-kernel of the run's GEMM FLOPs (x1.25 for a backward run: flash recomputes Q·K^T) at `efficiency` of the
+the attention calls (one per attention forward and one backward: the runs of consecutive score kernels between
+two GEMMs of other work on one thread, `attention_calls` — Llama's eager forward is three runs, its K and V
+repeated to the query heads, Q·K^T to softmax, and the probabilities' cast to P·V, split by autocast's casts of
+Q, K and V, which SDPA runs as one call), their GEMM FLOPs, and the predicted fused time. Savings are replayed
+(`fix_transform`): each attention call becomes one kernel of its GEMM FLOPs (x1.25 for a backward call: flash
+recomputes Q·K^T) at `efficiency` of the
 device's Tensor-Core peak for the width of the attention's inputs (FP32 inputs: `fp32_efficiency` of the FP32
 peak; SDPA's math backend upcasts bf16/fp16 inputs to FP32 for its own GEMMs, and a fused backend runs on the
-inputs' width), never below `FUSED_FLOOR_NS`, on the run's first score GEMM (filling the run's next longest kernels
+inputs' width), never below `FUSED_FLOOR_NS`, on the call's first score GEMM (filling its next longest kernels
 where it outlasts that one: a transform never lengthens a kernel); the other kernels take no time (nor the
 device's gap before each). The attention is
 more than the ops on the scores (traceview/analyses/attention.py, `attention_extension`): the copies
@@ -46,9 +49,9 @@ for the heads' merge, `.transpose(1, 2).contiguous()`, which a fused kernel's ou
 repeated to the query heads, `repeat_kv`, which `enable_gqa=True` does without — the fixed programs' own traces of
 HF BERT, GPT-2 and Llama on an H100 run none of them), and in the backward every autograd node of the attention's forward ops (found by their sequence numbers: the copy
 that makes the incoming gradient contiguous, the views' and expands' nodes) go too. On the host the fused call
-replaces the whole eager attention: the op of the run's first score GEMM stays, as the call (its dispatch,
-with its operand copies, costs about what SDPA's own call does), and its thread's time from the run's first op
-to the end of its last op leaves the host path (the views, reshapes, the mask's scalars and autograd's
+replaces the whole eager attention: the op of the call's first score GEMM stays, as the call (its dispatch,
+with its operand copies, costs about what SDPA's own call does), and its thread's time from each of the call's
+runs' first op to the end of its last op leaves the host path (the views, reshapes, the mask's scalars and autograd's
 view-backward nodes launch nothing but are the attention's), unless the launch of another kernel falls inside,
 in which case only the run's own ops leave. The mask goes too (`attention_mask`): the outermost op that builds
 the float mask the scores are masked with (a [B, 1, N_q, N_kv] input of a score op, taken by no score op
@@ -149,18 +152,44 @@ def _kernels(ctx: RuleContext) -> pl.DataFrame:
         # without a score op no kernel is a score kernel: the table of no kernels (its columns), not the frame of
         # every kernel in the steps filtered to none (at 10 M tiny events hundreds of MB)
         hi = ctx.hi if score_op_ids(ctx.trace).len() else ctx.lo
-        return score_kernels(ctx.trace, ctx.lo, hi).filter(pl.col("score"))
+        return attention_calls(score_kernels(ctx.trace, ctx.lo, hi), ctx.kb, ctx.trace.gpu)
 
     return ctx.once("score_kernels", build)
 
 
+def attention_calls(g: pl.DataFrame, kb: pl.DataFrame, launches: pl.DataFrame) -> pl.DataFrame:
+    """The score kernels of `g` (score_kernels' every kernel, in stream order) with `call`: the attention call each
+    belongs to, the one fused call that replaces it. A call is one or more runs of score kernels on a stream: a
+    run ends at any other kernel, but one eager attention can hold a few (Llama's K and V repeated to the query
+    heads, then Q·K^T to softmax, then the probabilities cast to bf16 for P·V, with autocast's casts of Q, K and V
+    between them), and SDPA replaces them all with one call. Calls are told apart by the GEMMs of other work
+    between them (every attention call sits between projections: Q/K/V before, the output projection and the
+    MLP after, in the backward too) and by the thread that launched them (the forward's last attention and the
+    backward's first). `kb`: classify.kernel_bound's [i, category]; `launches`: the trace's gpu [i, launch_tid]."""
+    other_gemm = (~pl.col("score")) & (pl.col("category") == "gemm").fill_null(False)
+    lane = ("device", "stream")
+    g = g.join(kb.select("i", "category"), on="i", how="left").with_columns(
+        _gemms=other_gemm.cast(pl.Int64).cum_sum().over(*lane)
+    )
+    k = g.filter(pl.col("score")).join(launches.select("i", "launch_tid"), on="i", how="left")
+    # a call only ever starts with a run (a run is never split); the thread that launched the run tells the
+    # forward (the Python thread) from the backward (autograd's device thread)
+    k = k.with_columns(_tid=pl.col("launch_tid").first().over("run"))
+    brk = pl.col("run").ne_missing(pl.col("run").shift()) & (
+        pl.col("_gemms").ne_missing(pl.col("_gemms").shift().over(*lane))
+        | pl.col("_tid").ne_missing(pl.col("_tid").shift().over(*lane))
+        | pl.any_horizontal(pl.col(c).ne_missing(pl.col(c).shift()) for c in lane)
+    )
+    return k.with_columns(call=brk.cast(pl.Int64).cum_sum()).drop("_gemms", "_tid", "launch_tid", "category")
+
+
 def _runs(ctx: RuleContext) -> pl.DataFrame:
-    """One row per run of consecutive score kernels: [run, first, kernels, time, gemm_flops, gemm_bpe, bpe,
-    backward, fused_time]: `gemm_bpe` the width its GEMMs ran at, `bpe` the width a fused kernel runs at."""
+    """One row per attention call (`attention_calls`: a run of consecutive score kernels, or a few of one call):
+    [call, first, kernels, time, gemm_flops, gemm_bpe, bpe, backward, fused_time]: `gemm_bpe` the width its GEMMs ran at, `bpe` the width a fused kernel runs at."""
 
     def build() -> pl.DataFrame:
         k = _kernels(ctx).join(ctx.kb.select("i", "flops", "bpe"), on="i", how="left")
-        per = k.group_by("run", maintain_order=True).agg(
+        per = k.group_by("call", maintain_order=True).agg(
             pl.col("i").first().alias("first"),
             pl.len().alias("kernels"),
             pl.col("dur").sum().alias("time"),
@@ -338,25 +367,25 @@ def check(ctx: RuleContext) -> list[Finding]:
 
 
 def fix_transform(ctx: RuleContext) -> Transform | None:
-    """The fix as a replay transformation: each run of score kernels becomes one fused kernel (its GEMM FLOPs at
-    `efficiency` of the Tensor-Core peak) on the run's first score GEMM (and, where it outlasts that kernel, on the
-    run's next longest ones in turn); the run's other kernels take no time. On the
-    host the fused call replaces the whole eager attention (`host_extents`): the op of the run's first score GEMM
-    stays, as the fused call, and everything else its thread does from the run's first op to the end of its
-    last op leaves the host path. The mask's construction goes too (`attention.attention_mask`): its kernels
+    """The fix as a replay transformation: each attention call (`attention_calls`) becomes one fused kernel (its
+    GEMM FLOPs at `efficiency` of the Tensor-Core peak) on the call's first score GEMM (and, where it outlasts that
+    kernel, on the call's next longest ones in turn); its other kernels take no time. On the host the fused call
+    replaces the whole eager attention (`host_extents`): the op of the call's first score GEMM stays, as the fused
+    call, and everything else its thread does from each of its runs' first op to the end of its last op leaves
+    the host path. The mask's construction goes too (`attention.attention_mask`): its kernels
     take no time, its ops leave the host path and its blocking calls no longer wait."""
     k = _kernels(ctx)
     if k.height == 0:
         return None
-    runs = _runs(ctx).select("run", "fused_time")
-    # the fused kernel sits on the run's first score GEMM (the call that stays, `host_extents`), else its first;
-    # a transform never lengthens a kernel, so a fused time longer than that kernel fills the run's next longest
+    runs = _runs(ctx).select("call", "fused_time")
+    # the fused kernel sits on the call's first score GEMM (the op that stays, `host_extents`), else its first;
+    # a transform never lengthens a kernel, so a fused time longer than that kernel fills the call's next longest
     # ones in turn (an FP32 run's fused call can outlast its first GEMM: GPT-2 at 1024 tokens, 400 against 212 µs)
-    first = k.sort("run", pl.col("gemm").not_(), "pos").group_by("run", maintain_order=True).first()["i"]
-    fill = (k.join(runs, on="run", how="left")
-            .sort("run", pl.col("i").is_in(first.implode()).not_(), pl.col("dur"), "pos",
-                  descending=[False, False, True, False])
-            .with_columns(before=pl.col("dur").cum_sum().over("run") - pl.col("dur"))
+    first = k.sort("call", pl.col("gemm").not_(), "run", "pos").group_by("call", maintain_order=True).first()["i"]
+    fill = (k.join(runs, on="call", how="left")
+            .sort("call", pl.col("i").is_in(first.implode()).not_(), pl.col("dur"), "run", "pos",
+                  descending=[False, False, True, False, False])
+            .with_columns(before=pl.col("dur").cum_sum().over("call") - pl.col("dur"))
             .select("i", new=(pl.col("fused_time") - pl.col("before")).clip(0, pl.col("dur")).cast(pl.Int64)))
     k = k.join(fill, on="i", how="left")
     gpu = dict(zip(k["i"].cast(pl.Int64).to_list(), k["new"].to_list(), strict=True))
@@ -375,9 +404,10 @@ def fix_transform(ctx: RuleContext) -> Transform | None:
 
 
 def host_extents(ctx: RuleContext, k: pl.DataFrame) -> list[tuple[int, int, int]]:
-    """The host time one fused attention call replaces, as `Transform.host_spans`: per run, on the thread of the
-    op that launched its first score GEMM (the call, which stays), from the start of the run's first op to the
-    start of the call and from the end of the call to the end of the run's last op. Eager attention is more
+    """The host time one fused attention call replaces, as `Transform.host_spans`: per run of the attention call
+    (`attention_calls`), on the thread of the op that launched the call's first score GEMM (the call, which stays
+    once per attention call: SDPA is one op), from the start of the run's first op to the end of its last op,
+    less the call. Eager attention is more
     than the ops that launch its kernels: the views and reshapes between them (`aten::expand`,
     `aten::_unsafe_view`, the transposes), the mask's scalar `full`, the dtype bookkeeping of autocast, the
     Python between the calls, and in the backward every autograd node of those ops (`UnsafeViewBackward0`,
@@ -393,20 +423,21 @@ def host_extents(ctx: RuleContext, k: pl.DataFrame) -> list[tuple[int, int, int]
         tops.select(pl.col("tid").alias("_tid"), pl.col("ts").alias("_ts"), pl.col("end").alias("_end"))
     )
     k = k.filter(pl.col("top") >= 0)
-    # the call: the top op of the run's first score GEMM (the first kernel's where the run has none)
+    # the call: the top op of the attention call's first score GEMM (the first kernel's where it has none); the
+    # call's other runs keep no op of their own (Llama's repeat_kv copies, its P·V matmul)
     call = (
-        k.sort("run", pl.col("gemm").not_(), "pos")
-        .group_by("run", maintain_order=True)
+        k.sort("call", pl.col("gemm").not_(), "run", "pos")
+        .group_by("call", maintain_order=True)
         .first()
-        .select("run", pl.col("top").alias("call"), pl.col("_tid").alias("tid"), pl.col("_ts").alias("cts"),
+        .select("call", pl.col("top").alias("call_op"), pl.col("_tid").alias("tid"), pl.col("_ts").alias("cts"),
                 pl.col("_end").alias("cend"))
     )
     ext = (
-        k.join(call, on="run")
+        k.join(call, on="call")
         .filter(pl.col("_tid") == pl.col("tid"))
         .group_by("run", maintain_order=True)
         .agg(
-            pl.col("tid").first(), pl.col("cts").first(), pl.col("cend").first(), pl.col("call").first(),
+            pl.col("tid").first(), pl.col("cts").first(), pl.col("cend").first(), pl.col("call_op").first(),
             pl.col("_ts").min().alias("lo"), pl.col("_end").max().alias("hi"),
         )
     )
@@ -421,12 +452,12 @@ def host_extents(ctx: RuleContext, k: pl.DataFrame) -> list[tuple[int, int, int]
     spans_out = [
         (int(t), int(a), int(b))
         for t, lo, hi, cts, cend in clean.select("tid", "lo", "hi", "cts", "cend").iter_rows()
-        for a, b in ((lo, cts), (cend, hi))
+        for a, b in ((lo, min(hi, cts)), (max(lo, cend), hi))  # a run without the call: all of it
         if b > a
     ]
     # a shared extent: the run's own ops, but the call
-    rest = k.join(ext.filter(pl.col("held") > 0).select("run", "call"), on="run")
-    gone = rest.filter(pl.col("top") != pl.col("call"))["top"].unique()
+    rest = k.join(ext.filter(pl.col("held") > 0).select("run", "call_op"), on="run")
+    gone = rest.filter(pl.col("top") != pl.col("call_op"))["top"].unique()
     return spans_out + spans(by_id(ctx.trace.host, gone.cast(pl.UInt32), "tid", "ts", "end"))
 
 
