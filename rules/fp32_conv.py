@@ -36,9 +36,14 @@ activation kernels on FP32 4-D/5-D tensors, and the predicted time after the fix
 PyTorch's NCHW batch-norm kernels (`NCHW_BN_RE`) the time of their layer's activation bytes at the rate the same op's
 NCHW kernels reach on their fastest layer shape in the trace (the layers whose channels fill the GPU), the rate their
 channels_last kernels run every layer at (`_channels_last_bn`; BF16 bytes for an FP32 input). ResNet-50 BF16 NCHW at
-batch 64 on an H100 (sample_traces/user_programs4_h100/resnet_bf16_nchw): 10.5 ms predicted for channels_last, 12.4
-measured (3.85 when only the transposes were priced); the rest is cuDNN's NCHW convolution kernels (1x1
-convolutions run as 2-element-aligned GEMMs, 0.5 ms a step) and max pooling, not modelled.
+batch 64 on an H100 (sample_traces/user_programs4_h100/resnet_bf16_nchw): 15.0 ms a step of batch norm priced 8.3.
+A 16-bit convolution cuDNN runs on NCHW tensors without transposing them (a stride-1 1x1 convolution: a GEMM per
+image over its H·W columns, short and oddly aligned rows), in a trace whose forward convolutions' recorded strides
+are NCHW, takes its FLOPs at the median rate the trace's transposed convolutions of the same op reach in cuDNN's
+NHWC kernels, never below its bytes at the memory bandwidth (`_nhwc_convs`: one GEMM over N·H·W rows in
+channels_last): ResNet-50's 43 a step, 2.38 ms priced 1.52 (at batch 32 on an H200 its channels_last convolutions
+all take 2.76 ms a step, sample_traces/collected4/resnet50_bf16_cl). Predicted for channels_last: 11.4 ms, 12.4
+measured (3.85 when only the transposes were priced); not modelled: max pooling's NCHW kernels (0.1 ms).
 What the fix changes on the host (measured in the BF16 + channels_last twins' traces of ResNet-18 and
 EfficientNet-B0, against their FP32 problems): channels_last removes the transposes and their launch calls with them
 (each transpose's `cudaLaunchKernel` leaves the host path); autocast casts every FP32 convolution's weight, whatever
@@ -122,6 +127,7 @@ CONV_WORK_RE = r"(?i)fprop|dgrad|wgrad|implicit_gemm|implicitgemm|convolve|winog
 FORWARD_OPS = ("aten::cudnn_convolution", "aten::_conv_depthwise2d", "aten::conv_depthwise3d")
 LOW_RE = r"(?i)bf16|f16|fp16|half|bfloat|e4m3|e5m2|h1688|h16816|s16816"
 TF32_RE = r"(?i)tf32"
+_dec = msgspec.json.Decoder()
 FFMA_RE = r"(?i)ffma|simt|sgemm|<float"
 #: PyTorch's batch-norm kernels for a contiguous (NCHW) input: one thread block per channel in the reductions (the
 #: statistics, the backward), so a layer of few channels on a large image leaves most of the GPU idle; a channels_last
@@ -142,7 +148,7 @@ def _kernels(ctx: RuleContext) -> pl.DataFrame:
         )
         g = k  # (the name tests below read the kernels' names: the joins keep the rows)
         # the rest in one query (a small trace's run is mostly polars' fixed cost per query)
-        lg = k.lazy().join(pick(ctx.kb, "i", "op", "op_name", "category", "bpe", "bytes").lazy(), on="i", how="left")
+        lg = k.lazy().join(pick(ctx.kb, "i", "op", "op_name", "category", "bpe", "bytes", "flops").lazy(), on="i", how="left")
         lg = lg.join(first_input(ctx.trace).lazy().rename({"rank": "_rank", "dtype": "_dtype", "numel": "_numel"}),
                      on="op", how="left")
         conv = (pl.col("category") == "conv") | (pl.col("category").is_null() & contains(g, CONV_KERNEL_RE))
@@ -187,7 +193,7 @@ def _kernels(ctx: RuleContext) -> pl.DataFrame:
             .otherwise(pl.col("dur"))
         )
         out = lg.with_columns(new_dur=pl.min_horizontal(new, pl.col("dur")).cast(pl.Int64)).collect(**CHAIN)
-        return _channels_last_bn(ctx, out).drop("_rank", "_dtype", "_numel")
+        return _nhwc_convs(ctx, _channels_last_bn(ctx, out)).drop("_rank", "_dtype", "_numel", "flops")
 
     return ctx.once("conv_kernels", build)
 
@@ -204,22 +210,89 @@ def _channels_last_bn(ctx: RuleContext, k: pl.DataFrame) -> pl.DataFrame:
     bn = k.filter(pl.col("kind") == "bn_nchw")
     if bn.height == 0:
         return k
-    size = pl.col("_numel").cast(pl.Float64) * pl.when(pl.col("_dtype") == "float").then(2.0).otherwise(
-        pl.col("bpe").fill_null(2.0))
-    per_op = bn.group_by("op").agg(pl.col("op_name").first(), size.first().alias("size"),
+    size = pl.col("_numel").cast(pl.Float64) * pl.col("bpe").fill_null(2.0)  # (its bytes as traced)
+    after = pl.when(pl.col("_dtype") == "float").then(0.5).otherwise(1.0)  # (autocast's BF16 halves an FP32 input's)
+    per_op = bn.group_by("op").agg(pl.col("op_name").first(), size.first().alias("size"), after.first().alias("after"),
                                    pl.col("dur").sum().alias("op_dur")).sort("op")
     # (a layer shape: the op's recorded input dims, not its size: [64, 2048, 7, 7] and [64, 128, 28, 28] are as large)
     per_op = per_op.with_columns(shape=by_id(ctx.trace.host, per_op["op"].cast(pl.UInt32), "input_dims")["input_dims"])
     rate = per_op.group_by("op_name", "shape").agg((pl.col("size").sum() / pl.col("op_dur").sum()).alias("rate"))
     best = rate.group_by("op_name").agg(pl.col("rate").max().alias("best"))
     scale = per_op.join(best, on="op_name").select(
-        "op", pl.min_horizontal(pl.col("size") / pl.col("best") / pl.col("op_dur"), pl.lit(1.0)).alias("_scale"))
+        "op", pl.min_horizontal(pl.col("size") * pl.col("after") / pl.col("best") / pl.col("op_dur"), pl.lit(1.0))
+        .alias("_scale"))
     k = k.join(scale, on="op", how="left")
     return k.with_columns(
         new_dur=pl.when(pl.col("kind") == "bn_nchw")
         .then((pl.col("dur") * pl.col("_scale").fill_null(1.0)).cast(pl.Int64))
         .otherwise("new_dur")
     ).drop("_scale")
+
+
+#: the convolution ops cuDNN runs, forward and backward (not ATen's depthwise kernels)
+CUDNN_CONV_OPS = ("aten::cudnn_convolution", "aten::convolution_backward")
+
+
+def _nhwc_convs(ctx: RuleContext, k: pl.DataFrame) -> pl.DataFrame:
+    """`new_dur` of the 16-bit convolutions cuDNN runs on NCHW tensors untransposed (an op of the trace's NCHW
+    convolutions with no layout transform of its own: a stride-1 1x1 convolution is a GEMM per image over its H·W
+    columns, [C_out, C_in] x [C_in, H·W], whose short, oddly aligned rows (49, 196, 784 elements) run at a third to
+    half the Tensor-Core rate), in channels_last: one GEMM over N·H·W rows in cuDNN's NHWC kernels, at the median
+    rate (FLOPs per ns) the trace's own transposed convolutions of the same op reach in those kernels, never below
+    its bytes at the memory bandwidth, never above the traced time. Only where the trace transposes (`layout`)."""
+    lay = k.filter(pl.col("kind") == "layout")["op"].drop_nulls().unique()
+    conv = k.filter(pl.col("kind").is_in(["conv_low", "conv_other"]) & pl.col("op_name").is_in(CUDNN_CONV_OPS)
+                    & pl.col("op").is_not_null())
+    if lay.len() == 0 or conv.height == 0 or not _nchw_inputs(ctx, conv):
+        return k
+    # (an op's FLOPs and bytes are shared among its kernels, its transposes' included)
+    whole = k.filter(pl.col("op").is_in(conv["op"].unique().implode())).group_by("op").agg(
+        pl.col("flops").sum(), pl.col("bytes").sum())
+    per_op = conv.group_by("op").agg(
+        pl.col("op_name").first(), pl.col("dur").sum().alias("work"), (pl.col("kind") == "conv_low").any().alias("low"),
+    ).join(whole, on="op").with_columns(transposed=pl.col("op").is_in(lay.implode()))
+    rate = per_op.filter(pl.col("transposed") & (pl.col("flops") > 0) & (pl.col("work") > 0)).group_by("op_name").agg(
+        (pl.col("flops") / pl.col("work")).median().alias("rate"))
+    floor = pl.col("bytes").fill_null(0) / ctx.spec.bw * 1e9
+    scale = per_op.filter(~pl.col("transposed") & pl.col("low")).join(rate, on="op_name").select(
+        "op", pl.min_horizontal(pl.max_horizontal(pl.col("flops") / pl.col("rate"), floor) / pl.col("work"),
+                                pl.lit(1.0)).alias("_scale"))
+    if scale.height == 0:
+        return k
+    k = k.join(scale, on="op", how="left")
+    return k.with_columns(
+        new_dur=pl.when(pl.col("kind").is_in(["conv_low", "conv_other"]) & pl.col("_scale").is_not_null())
+        .then((pl.col("dur") * pl.col("_scale")).cast(pl.Int64))
+        .otherwise("new_dur")
+    ).drop("_scale")
+
+
+def _nchw_inputs(ctx: RuleContext, conv: pl.DataFrame) -> bool:
+    """Whether the forward convolutions' inputs are NCHW-contiguous, every one whose strides the trace recorded (the
+    channel stride H·W; channels_last's is 1), and at least one recorded: a channels_last model whose only NCHW
+    convolution is its first (the image) transposes there too, and its other convolutions are NHWC already. Without
+    recorded strides, unknown: False. The backward ops record no strides; they follow their forwards' layout."""
+    fwd = conv.filter(pl.col("op_name") == "aten::cudnn_convolution")["op"].unique().sort().cast(pl.UInt32)
+    if "strides" not in ctx.trace.host.columns or fwd.len() == 0:
+        return False
+    rows = pick(by_id(ctx.trace.host, fwd, "input_dims", "strides"), "input_dims", "strides").unique()
+    seen = False
+    for dims_b, strides_b in rows.iter_rows():  # distinct shapes, not calls
+        try:
+            dims, strides = _dec.decode(dims_b or "null"), _dec.decode(strides_b or "null")
+        except msgspec.DecodeError:
+            continue
+        if not (isinstance(dims, list) and isinstance(strides, list) and dims and strides
+                and isinstance(dims[0], list) and isinstance(strides[0], list)
+                and len(dims[0]) >= 4 and len(strides[0]) == len(dims[0])):
+            continue
+        x, st = dims[0], strides[0]
+        if x[1] <= 1 or math.prod(x[2:]) <= 1:  # (one channel, or one pixel: either layout)
+            continue
+        if st[1] != math.prod(x[2:]):
+            return False
+        seen = True
+    return seen
 
 
 def _changed(ctx: RuleContext) -> pl.DataFrame:
@@ -230,6 +303,7 @@ def _changed(ctx: RuleContext) -> pl.DataFrame:
         return k.head(0)
     # the activations halve only with autocast: when the convolutions are 16-bit already, only the transposes go
     kinds = ["conv_tf32", "conv_fp32", "layout", "bn_nchw", "act_fp32"] if fp32.height else ["layout", "bn_nchw"]
+    kinds += ["conv_low", "conv_other"]  # (16-bit convolutions cuDNN runs untransposed: `_nhwc_convs`)
     return k.filter(pl.col("kind").is_in(kinds) & (pl.col("new_dur") < pl.col("dur")))
 
 
@@ -246,6 +320,8 @@ class Evidence(msgspec.Struct, kw_only=True):
     ]
     nchw_batch_norm_time_per_step_us: Annotated[float, Meta(
         description="PyTorch's NCHW batch-norm kernels per step (µs), which channels_last replaces")]
+    nchw_conv_time_per_step_us: Annotated[float, Meta(
+        description="16-bit convolution kernels per step cuDNN runs on NCHW tensors untransposed (µs)")]
     fp32_activation_kernel_time_per_step_us: Annotated[
         float, Meta(description="FP32 elementwise kernels around the convolutions per step (µs)")
     ]
@@ -292,6 +368,15 @@ def check(ctx: RuleContext) -> list[Finding]:
         if bn_us > 0 and bn_new < bn_us
         else ""
     )
+    # the 16-bit convolutions cuDNN runs untransposed on NCHW (`_nhwc_convs`): those whose time the fix changes
+    gemm = k.filter(pl.col("kind").is_in(["conv_low", "conv_other"]) & (pl.col("new_dur") < pl.col("dur")))
+    gemm_us, gemm_new = (round(float(gemm[col].sum()) / n / 1000, 3) for col in ("dur", "new_dur"))
+    if gemm.height:
+        bn_text += (
+            f" cuDNN runs {gemm['op'].n_unique() / n:.0f} convolutions per step on the NCHW tensors untransposed "
+            f"({gemm_us / 1000:.2f} ms: a 1x1 convolution as a GEMM per image over its H·W columns); in channels_last "
+            f"they are one GEMM over all N·H·W rows in its NHWC kernels (about {gemm_new / 1000:.2f} ms)."
+        )
     conv_us = per_step("conv_tf32") + per_step("conv_fp32")
     evidence = Evidence(
         fp32_conv_kernels_per_step=round(n_fp32 / n, 2),
@@ -301,6 +386,7 @@ def check(ctx: RuleContext) -> list[Finding]:
         bf16_conv_kernels_per_step=round(n_low / n, 2),
         layout_transform_time_per_step_us=layout_us,
         nchw_batch_norm_time_per_step_us=bn_us,
+        nchw_conv_time_per_step_us=gemm_us,
         fp32_activation_kernel_time_per_step_us=per_step("act_fp32") if n_fp32 else 0.0,
         predicted_time_per_step_us=round(float(c["new_dur"].sum()) / n / 1000, 3),
         changed_time_per_step_us=round(float(c["dur"].sum()) / n / 1000, 3),

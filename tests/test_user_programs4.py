@@ -39,6 +39,10 @@ def test_bf16_convolutions_in_nchw_name_channels_last() -> None:
     assert ev["nchw_batch_norm_time_per_step_us"] == pytest.approx(15017, abs=5)
     assert ev["layout_transform_time_per_step_us"] == pytest.approx(3512, abs=5)
     assert "batch norms run their NCHW kernels (15.02 ms per step)" in f["fix"] and "about 8.35 ms" in f["fix"]
+    # and its stride-1 1x1 convolutions untransposed, GEMMs over H·W, priced at its transposed ones' NHWC rate
+    assert ev["nchw_conv_time_per_step_us"] == pytest.approx(2376, abs=5)
+    assert "cuDNN runs 43 convolutions per step on the NCHW tensors untransposed (2.38 ms" in f["fix"]
+    assert "(about 1.52 ms)" in f["fix"]
 
 
 FLIPS = ("the random flip makes the loop's iterations differ, so it is not found as a loop over rows; the saving is "
@@ -46,8 +50,8 @@ FLIPS = ("the random flip makes the loop's iterations differ, so it is not found
 
 
 @pytest.mark.parametrize(("run", "rule"), [
-    # the transposes and PyTorch's NCHW batch norms at their channels_last rate: 10.5 ms (12.4 measured; 3.85 when
-    # only the transposes were priced)
+    # the transposes, PyTorch's NCHW batch norms and the untransposed convolutions at their channels_last rates:
+    # 11.4 ms (12.4 measured; 3.85 when only the transposes were priced)
     ("resnet_bf16_nchw", "fp32-conv"),
     pytest.param("gpu_augment_loop", "launch-bound", marks=pytest.mark.xfail(strict=True, reason=FLIPS)),
 ])
