@@ -12,7 +12,11 @@ Without autocast a convolution runs on TF32 Tensor Cores at best (cuDNN's defaul
 `tf32`), at half the BF16 rate, or on the CUDA cores (`ffma` kernels) when TF32 is off; it reads and writes FP32
 activations, twice the bytes of BF16, and so does every memory-bound kernel on them (batch norm, ReLU, residual
 adds, pooling). cuDNN's Tensor-Core kernels work in NHWC: an NCHW tensor is transposed before and after each
-convolution, kernels that `channels_last` removes.
+convolution, kernels that `channels_last` removes. Where batch norm runs PyTorch's own kernels (a BF16 model:
+PyTorch does not call cuDNN's batch norm on BF16 inputs) on NCHW tensors, its statistics and backward kernels give each channel one
+thread block, so a layer of few channels on a large image leaves most of the GPU idle (ResNet-50 BF16 at batch 64
+on an H100: 15.0 ms a step of batch norm, half its step); their channels_last kernels split each channel over the
+GPU.
 
 ## How to fix
 Run forward and loss under `torch.autocast("cuda", dtype=torch.bfloat16)` (convolutions and their activations in
@@ -28,7 +32,18 @@ Convolution kernels per step and their time, the FP32 and TF32 shares, the layou
 activation kernels on FP32 4-D/5-D tensors, and the predicted time after the fix. Savings are replayed
 (`fix_transform`): a TF32 convolution kernel takes TF32 / BF16 peak of its time (0.5), an FP32 CUDA-core one FP32
 / BF16 peak (never below its BF16 bytes over the bandwidth), a layout transform no time
-(with `channels_last`), and a memory-bound kernel on an FP32 activation half its time (BF16 halves its bytes).
+(with `channels_last`), a memory-bound kernel on an FP32 activation half its time (BF16 halves its bytes), and
+PyTorch's NCHW batch-norm kernels (`NCHW_BN_RE`) the time of their layer's activation bytes at the rate the same op's
+NCHW kernels reach on their fastest layer shape in the trace (the layers whose channels fill the GPU), the rate their
+channels_last kernels run every layer at (`_channels_last_bn`; BF16 bytes for an FP32 input). ResNet-50 BF16 NCHW at
+batch 64 on an H100 (sample_traces/user_programs4_h100/resnet_bf16_nchw): 15.0 ms a step of batch norm priced 8.3.
+A 16-bit convolution cuDNN runs on NCHW tensors without transposing them (a stride-1 1x1 convolution: a GEMM per
+image over its H·W columns, short and oddly aligned rows), in a trace whose forward convolutions' recorded strides
+are NCHW, takes its FLOPs at the median rate the trace's transposed convolutions of the same op reach in cuDNN's
+NHWC kernels, never below its bytes at the memory bandwidth (`_nhwc_convs`: one GEMM over N·H·W rows in
+channels_last): ResNet-50's 43 a step, 2.38 ms priced 1.52 (at batch 32 on an H200 its channels_last convolutions
+all take 2.76 ms a step, sample_traces/collected4/resnet50_bf16_cl). Predicted for channels_last: 11.4 ms, 12.4
+measured (3.85 when only the transposes were priced); not modelled: max pooling's NCHW kernels (0.1 ms).
 What the fix changes on the host (measured in the BF16 + channels_last twins' traces of ResNet-18 and
 EfficientNet-B0, against their FP32 problems): channels_last removes the transposes and their launch calls with them
 (each transpose's `cudaLaunchKernel` leaves the host path); autocast casts every FP32 convolution's weight, whatever
@@ -112,12 +127,18 @@ CONV_WORK_RE = r"(?i)fprop|dgrad|wgrad|implicit_gemm|implicitgemm|convolve|winog
 FORWARD_OPS = ("aten::cudnn_convolution", "aten::_conv_depthwise2d", "aten::conv_depthwise3d")
 LOW_RE = r"(?i)bf16|f16|fp16|half|bfloat|e4m3|e5m2|h1688|h16816|s16816"
 TF32_RE = r"(?i)tf32"
+_dec = msgspec.json.Decoder()
 FFMA_RE = r"(?i)ffma|simt|sgemm|<float"
+#: PyTorch's batch-norm kernels for a contiguous (NCHW) input: one thread block per channel in the reductions (the
+#: statistics, the backward), so a layer of few channels on a large image leaves most of the GPU idle; a channels_last
+#: input runs the `*_channels_last_kernel`s instead, which split each channel's reduction over the whole GPU
+NCHW_BN_RE = r"batch_norm_(collect_statistics|transform_input|backward)_kernel<"
+NATIVE_BN_OPS = ("aten::native_batch_norm", "aten::native_batch_norm_backward")
 
 
 def _kernels(ctx: RuleContext) -> pl.DataFrame:
     """Compute kernels in the analysed steps with their role: [i, name, dur, op, op_name, kind, new_dur] where
-    kind is conv_tf32 | conv_fp32 | conv_low | layout | conv_other | act_fp32 | other."""
+    kind is conv_tf32 | conv_fp32 | conv_low | layout | conv_other | bn_nchw | act_fp32 | other."""
 
     def build() -> pl.DataFrame:
         k = omit(
@@ -127,8 +148,9 @@ def _kernels(ctx: RuleContext) -> pl.DataFrame:
         )
         g = k  # (the name tests below read the kernels' names: the joins keep the rows)
         # the rest in one query (a small trace's run is mostly polars' fixed cost per query)
-        lg = k.lazy().join(pick(ctx.kb, "i", "op", "op_name", "category", "bpe", "bytes").lazy(), on="i", how="left")
-        lg = lg.join(first_input(ctx.trace).lazy().rename({"rank": "_rank", "dtype": "_dtype"}), on="op", how="left")
+        lg = k.lazy().join(pick(ctx.kb, "i", "op", "op_name", "category", "bpe", "bytes", "flops").lazy(), on="i", how="left")
+        lg = lg.join(first_input(ctx.trace).lazy().rename({"rank": "_rank", "dtype": "_dtype", "numel": "_numel"}),
+                     on="op", how="left")
         conv = (pl.col("category") == "conv") | (pl.col("category").is_null() & contains(g, CONV_KERNEL_RE))
         low = contains(g, LOW_RE) | (pl.col("bpe") <= 2).fill_null(False)
         work = contains(g, CONV_WORK_RE)
@@ -138,6 +160,7 @@ def _kernels(ctx: RuleContext) -> pl.DataFrame:
             & (pl.col("_dtype") == "float")
             & pl.col("_rank").is_in([4, 5])
         )
+        bn = ~conv & pl.col("op_name").is_in(NATIVE_BN_OPS) & contains(g, NCHW_BN_RE) & pl.col("_rank").is_in([4, 5])
         kind = (
             pl.when(conv & contains(g, LAYOUT_RE))
             .then(pl.lit("layout"))
@@ -149,6 +172,8 @@ def _kernels(ctx: RuleContext) -> pl.DataFrame:
             .then(pl.lit("conv_fp32"))
             .when(conv)
             .then(pl.lit("conv_other"))
+            .when(bn.fill_null(False))
+            .then(pl.lit("bn_nchw"))
             .when(act.fill_null(False))
             .then(pl.lit("act_fp32"))
             .otherwise(pl.lit("other"))
@@ -167,11 +192,107 @@ def _kernels(ctx: RuleContext) -> pl.DataFrame:
             .then(pl.col("dur") * 0.5)
             .otherwise(pl.col("dur"))
         )
-        return lg.with_columns(new_dur=pl.min_horizontal(new, pl.col("dur")).cast(pl.Int64)).drop(
-            "_rank", "_dtype"
-        ).collect(**CHAIN)
+        out = lg.with_columns(new_dur=pl.min_horizontal(new, pl.col("dur")).cast(pl.Int64)).collect(**CHAIN)
+        return _nhwc_convs(ctx, _channels_last_bn(ctx, out)).drop("_rank", "_dtype", "_numel", "flops")
 
     return ctx.once("conv_kernels", build)
+
+
+def _channels_last_bn(ctx: RuleContext, k: pl.DataFrame) -> pl.DataFrame:
+    """`new_dur` of the NCHW batch-norm kernels (kind `bn_nchw`) in channels_last: each layer's forward (or
+    backward) at the rate, in its activation's bytes per ns, that the NCHW kernels of the same op reach on their
+    fastest layer shape in this trace — the layers whose channels fill the GPU, where one block per channel costs
+    nothing; the channels_last kernels, which split every channel over the GPU, run every layer so. A layer's
+    kernels share its time in proportion to their own; an FP32 input counts its BF16 bytes (autocast's, half);
+    never above the traced time. ResNet-50 BF16 at batch 64 on an H100 runs its NCHW batch norms in 15.0 ms a step,
+    priced 8.3 in channels_last; the channels_last kernels of the same layers take 3.8 ms a step at batch 32 on an
+    H200 (sample_traces/collected4/resnet50_bf16_cl: 7.5 at batch 64, on faster memory)."""
+    bn = k.filter(pl.col("kind") == "bn_nchw")
+    if bn.height == 0:
+        return k
+    size = pl.col("_numel").cast(pl.Float64) * pl.col("bpe").fill_null(2.0)  # (its bytes as traced)
+    after = pl.when(pl.col("_dtype") == "float").then(0.5).otherwise(1.0)  # (autocast's BF16 halves an FP32 input's)
+    per_op = bn.group_by("op").agg(pl.col("op_name").first(), size.first().alias("size"), after.first().alias("after"),
+                                   pl.col("dur").sum().alias("op_dur")).sort("op")
+    # (a layer shape: the op's recorded input dims, not its size: [64, 2048, 7, 7] and [64, 128, 28, 28] are as large)
+    per_op = per_op.with_columns(shape=by_id(ctx.trace.host, per_op["op"].cast(pl.UInt32), "input_dims")["input_dims"])
+    rate = per_op.group_by("op_name", "shape").agg((pl.col("size").sum() / pl.col("op_dur").sum()).alias("rate"))
+    best = rate.group_by("op_name").agg(pl.col("rate").max().alias("best"))
+    scale = per_op.join(best, on="op_name").select(
+        "op", pl.min_horizontal(pl.col("size") * pl.col("after") / pl.col("best") / pl.col("op_dur"), pl.lit(1.0))
+        .alias("_scale"))
+    k = k.join(scale, on="op", how="left")
+    return k.with_columns(
+        new_dur=pl.when(pl.col("kind") == "bn_nchw")
+        .then((pl.col("dur") * pl.col("_scale").fill_null(1.0)).cast(pl.Int64))
+        .otherwise("new_dur")
+    ).drop("_scale")
+
+
+#: the convolution ops cuDNN runs, forward and backward (not ATen's depthwise kernels)
+CUDNN_CONV_OPS = ("aten::cudnn_convolution", "aten::convolution_backward")
+
+
+def _nhwc_convs(ctx: RuleContext, k: pl.DataFrame) -> pl.DataFrame:
+    """`new_dur` of the 16-bit convolutions cuDNN runs on NCHW tensors untransposed (an op of the trace's NCHW
+    convolutions with no layout transform of its own: a stride-1 1x1 convolution is a GEMM per image over its H·W
+    columns, [C_out, C_in] x [C_in, H·W], whose short, oddly aligned rows (49, 196, 784 elements) run at a third to
+    half the Tensor-Core rate), in channels_last: one GEMM over N·H·W rows in cuDNN's NHWC kernels, at the median
+    rate (FLOPs per ns) the trace's own transposed convolutions of the same op reach in those kernels, never below
+    its bytes at the memory bandwidth, never above the traced time. Only where the trace transposes (`layout`)."""
+    lay = k.filter(pl.col("kind") == "layout")["op"].drop_nulls().unique()
+    conv = k.filter(pl.col("kind").is_in(["conv_low", "conv_other"]) & pl.col("op_name").is_in(CUDNN_CONV_OPS)
+                    & pl.col("op").is_not_null())
+    if lay.len() == 0 or conv.height == 0 or not _nchw_inputs(ctx, conv):
+        return k
+    # (an op's FLOPs and bytes are shared among its kernels, its transposes' included)
+    whole = k.filter(pl.col("op").is_in(conv["op"].unique().implode())).group_by("op").agg(
+        pl.col("flops").sum(), pl.col("bytes").sum())
+    per_op = conv.group_by("op").agg(
+        pl.col("op_name").first(), pl.col("dur").sum().alias("work"), (pl.col("kind") == "conv_low").any().alias("low"),
+    ).join(whole, on="op").with_columns(transposed=pl.col("op").is_in(lay.implode()))
+    rate = per_op.filter(pl.col("transposed") & (pl.col("flops") > 0) & (pl.col("work") > 0)).group_by("op_name").agg(
+        (pl.col("flops") / pl.col("work")).median().alias("rate"))
+    floor = pl.col("bytes").fill_null(0) / ctx.spec.bw * 1e9
+    scale = per_op.filter(~pl.col("transposed") & pl.col("low")).join(rate, on="op_name").select(
+        "op", pl.min_horizontal(pl.max_horizontal(pl.col("flops") / pl.col("rate"), floor) / pl.col("work"),
+                                pl.lit(1.0)).alias("_scale"))
+    if scale.height == 0:
+        return k
+    k = k.join(scale, on="op", how="left")
+    return k.with_columns(
+        new_dur=pl.when(pl.col("kind").is_in(["conv_low", "conv_other"]) & pl.col("_scale").is_not_null())
+        .then((pl.col("dur") * pl.col("_scale")).cast(pl.Int64))
+        .otherwise("new_dur")
+    ).drop("_scale")
+
+
+def _nchw_inputs(ctx: RuleContext, conv: pl.DataFrame) -> bool:
+    """Whether the forward convolutions' inputs are NCHW-contiguous, every one whose strides the trace recorded (the
+    channel stride H·W; channels_last's is 1), and at least one recorded: a channels_last model whose only NCHW
+    convolution is its first (the image) transposes there too, and its other convolutions are NHWC already. Without
+    recorded strides, unknown: False. The backward ops record no strides; they follow their forwards' layout."""
+    fwd = conv.filter(pl.col("op_name") == "aten::cudnn_convolution")["op"].unique().sort().cast(pl.UInt32)
+    if "strides" not in ctx.trace.host.columns or fwd.len() == 0:
+        return False
+    rows = pick(by_id(ctx.trace.host, fwd, "input_dims", "strides"), "input_dims", "strides").unique()
+    seen = False
+    for dims_b, strides_b in rows.iter_rows():  # distinct shapes, not calls
+        try:
+            dims, strides = _dec.decode(dims_b or "null"), _dec.decode(strides_b or "null")
+        except msgspec.DecodeError:
+            continue
+        if not (isinstance(dims, list) and isinstance(strides, list) and dims and strides
+                and isinstance(dims[0], list) and isinstance(strides[0], list)
+                and len(dims[0]) >= 4 and len(strides[0]) == len(dims[0])):
+            continue
+        x, st = dims[0], strides[0]
+        if x[1] <= 1 or math.prod(x[2:]) <= 1:  # (one channel, or one pixel: either layout)
+            continue
+        if st[1] != math.prod(x[2:]):
+            return False
+        seen = True
+    return seen
 
 
 def _changed(ctx: RuleContext) -> pl.DataFrame:
@@ -181,7 +302,8 @@ def _changed(ctx: RuleContext) -> pl.DataFrame:
     if fp32.height == 0 and layout.height == 0:
         return k.head(0)
     # the activations halve only with autocast: when the convolutions are 16-bit already, only the transposes go
-    kinds = ["conv_tf32", "conv_fp32", "layout", "act_fp32"] if fp32.height else ["layout"]
+    kinds = ["conv_tf32", "conv_fp32", "layout", "bn_nchw", "act_fp32"] if fp32.height else ["layout", "bn_nchw"]
+    kinds += ["conv_low", "conv_other"]  # (16-bit convolutions cuDNN runs untransposed: `_nhwc_convs`)
     return k.filter(pl.col("kind").is_in(kinds) & (pl.col("new_dur") < pl.col("dur")))
 
 
@@ -196,6 +318,10 @@ class Evidence(msgspec.Struct, kw_only=True):
     layout_transform_time_per_step_us: Annotated[
         float, Meta(description="cuDNN's NCHW<->NHWC transposes per step (µs)")
     ]
+    nchw_batch_norm_time_per_step_us: Annotated[float, Meta(
+        description="PyTorch's NCHW batch-norm kernels per step (µs), which channels_last replaces")]
+    nchw_conv_time_per_step_us: Annotated[float, Meta(
+        description="16-bit convolution kernels per step cuDNN runs on NCHW tensors untransposed (µs)")]
     fp32_activation_kernel_time_per_step_us: Annotated[
         float, Meta(description="FP32 elementwise kernels around the convolutions per step (µs)")
     ]
@@ -232,6 +358,25 @@ def check(ctx: RuleContext) -> list[Finding]:
     n_fp32 = k.filter(pl.col("kind").is_in(["conv_tf32", "conv_fp32"])).height
     n_low = k.filter(pl.col("kind") == "conv_low").height
     layout_us = per_step("layout")
+    bn_us = per_step("bn_nchw")
+    bn_new = per_step("bn_nchw", "new_dur")
+    # what channels_last does to the batch norms, said where it applies
+    bn_text = (
+        f" PyTorch's batch norms run their NCHW kernels ({bn_us / 1000:.2f} ms per step), one thread block per "
+        f"channel in their reductions; its channels_last kernels split each channel over the GPU "
+        f"(about {bn_new / 1000:.2f} ms)."
+        if bn_us > 0 and bn_new < bn_us
+        else ""
+    )
+    # the 16-bit convolutions cuDNN runs untransposed on NCHW (`_nhwc_convs`): those whose time the fix changes
+    gemm = k.filter(pl.col("kind").is_in(["conv_low", "conv_other"]) & (pl.col("new_dur") < pl.col("dur")))
+    gemm_us, gemm_new = (round(float(gemm[col].sum()) / n / 1000, 3) for col in ("dur", "new_dur"))
+    if gemm.height:
+        bn_text += (
+            f" cuDNN runs {gemm['op'].n_unique() / n:.0f} convolutions per step on the NCHW tensors untransposed "
+            f"({gemm_us / 1000:.2f} ms: a 1x1 convolution as a GEMM per image over its H·W columns); in channels_last "
+            f"they are one GEMM over all N·H·W rows in its NHWC kernels (about {gemm_new / 1000:.2f} ms)."
+        )
     conv_us = per_step("conv_tf32") + per_step("conv_fp32")
     evidence = Evidence(
         fp32_conv_kernels_per_step=round(n_fp32 / n, 2),
@@ -240,6 +385,8 @@ def check(ctx: RuleContext) -> list[Finding]:
         ffma_conv_time_per_step_us=per_step("conv_fp32"),
         bf16_conv_kernels_per_step=round(n_low / n, 2),
         layout_transform_time_per_step_us=layout_us,
+        nchw_batch_norm_time_per_step_us=bn_us,
+        nchw_conv_time_per_step_us=gemm_us,
         fp32_activation_kernel_time_per_step_us=per_step("act_fp32") if n_fp32 else 0.0,
         predicted_time_per_step_us=round(float(c["new_dur"].sum()) / n / 1000, 3),
         changed_time_per_step_us=round(float(c["dur"].sum()) / n / 1000, 3),
@@ -265,7 +412,7 @@ def check(ctx: RuleContext) -> list[Finding]:
             "x.to(memory_format=torch.channels_last))."
             if layout_us > 0
             else " The tensors are channels_last already (no layout transforms)."
-        )
+        ) + bn_text
         fix = (
             f"{round(n_fp32 / n)} convolution kernels per step ({conv_us / 1000:.2f} ms) compute in FP32, {how}, "
             "and read and write FP32 activations, as do the batch norms, ReLUs and adds around them. Run "
@@ -278,6 +425,7 @@ def check(ctx: RuleContext) -> list[Finding]:
             f"The convolutions run in 16-bit, but cuDNN transposes NCHW tensors to NHWC and back around them "
             f"({layout_us / 1000:.2f} ms per step): store model and inputs in channels_last "
             "(model.to(memory_format=torch.channels_last), x.to(memory_format=torch.channels_last))."
+            f"{bn_text}"
         )
         title = "cuDNN transposes NCHW tensors around each convolution (no channels_last)"
     if ctx.pct(evidence.fix_slower_us * 1000 * max(ctx.steps.height, 1)) >= SLOWER_PCT:  # (per step)

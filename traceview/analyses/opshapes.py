@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import math
+
 import msgspec
 import polars as pl
 
@@ -44,9 +46,10 @@ def call_shapes(trace: Trace, name: str) -> list[list[tuple[list[int], str]]]:
 
 @per_trace
 def first_input(trace: Trace) -> pl.DataFrame:
-    """[op, rank, dtype] of the first tensor argument of every op that launched GPU work (null without shapes)."""
+    """[op, rank, dtype, numel] of the first tensor argument of every op that launched GPU work (null without
+    shapes)."""
     ids = dropnull(trace.gpu["op"]).unique().sort()
-    schema = {"op": pl.UInt32, "rank": pl.Int64, "dtype": pl.String}
+    schema = {"op": pl.UInt32, "rank": pl.Int64, "dtype": pl.String, "numel": pl.Int64}
     if ids.len() == 0:
         return pl.DataFrame(schema=schema)
     ops = by_id(trace.host, ids, pl.col("i").alias("op"), "input_dims", "input_type")
@@ -54,11 +57,12 @@ def first_input(trace: Trace) -> pl.DataFrame:
     rows = []
     for d, t in combos.iter_rows():  # distinct shapes, not events
         ts = decode(d, t)
-        rows.append((d, t, len(ts[0][0]) if ts else None, ts[0][1] if ts else None))
+        rows.append((d, t, len(ts[0][0]) if ts else None, ts[0][1] if ts else None,
+                     math.prod(ts[0][0]) if ts else None))
     cat = pl.Categorical
     tab = pl.DataFrame(
         rows,
-        schema={"input_dims": cat, "input_type": cat, "rank": pl.Int64, "dtype": pl.String},
+        schema={"input_dims": cat, "input_type": cat, "rank": pl.Int64, "dtype": pl.String, "numel": pl.Int64},
         orient="row",
     )
     return ops.join(tab, on=["input_dims", "input_type"], how="left", nulls_equal=True).select(*schema)
