@@ -12,11 +12,11 @@ import pytest
 
 sys.path.insert(0, str(Path(__file__).parent / "rules"))
 import rulekit as k  # noqa: E402
+from traceview.rules import BY_NAME  # noqa: E402
 
 from traceview.analyses.attention import FUSED_ATTN_KERNEL_RE  # noqa: E402
 from traceview.options import Options  # noqa: E402
 from traceview.report import rule_context, select_steps  # noqa: E402
-from traceview.rules import BY_NAME  # noqa: E402
 
 MOD = BY_NAME["materialized-attention"]
 #: the fused backends' ops, forward and backward: one each per attention call

@@ -186,11 +186,12 @@ def test_a_host_bound_fix_replays_the_whole_update_loop_off_the_step():
     # op (add_, mul_, lerp_, addcmul_, sqrt, div, addcdiv_, the step counters' item()). The rounds measured 12.7 ms
     # (10.3 in a second recording of the same program): more than the whole step is worth in the replay, and its
     # rounds spread 6.5-18.3 ms (the fused program against itself, llama_ctl: -3.3 to +6.1)
+    from traceview.rules import BY_NAME
+
     from traceview.analyses.fixes import per_step_us, pricing_transform
     from traceview.analyses.replay import Transform
     from traceview.options import Options
     from traceview.report import rule_context, select_steps
-    from traceview.rules import BY_NAME
 
     rel = "ab_traced/llama_single"
     mod = BY_NAME["unfused-optimizer"]
