@@ -133,8 +133,10 @@ def test_capture_is_lengthened_to_hold_a_recurring_slow_step(tmp_path: Path) -> 
     """Every sixth step sleeps 60 ms where the others sleep 3 (a per-shape setup or a data stall that recurs): a
     two-step capture would mostly miss them, as the padded BERT's three-step capture missed its 8x steps. The
     settling steps show them recurring, so the capture records as many steps as lie between two of them (six, or
-    fewer where the machine's load makes another step slow too) and says so."""
-    man = _collect(tmp_path, "periodic", ["--settle", "--wait", "3", "--warmup", "1", "--active", "2"],
+    fewer where the machine's load makes another step slow too) and says so. The wait phase must see two of them:
+    `--wait 16` compares two windows of eight steps, so at least sixteen settling steps hold two or three (with
+    `--wait 3` a quiet machine settles after seven steps, with one slow step seen: nothing recurs yet)."""
+    man = _collect(tmp_path, "periodic", ["--settle", "--wait", "16", "--warmup", "1", "--active", "2"],
                    [sys.executable, str(SCRIPTS / "warming_loop.py")], {"PATTERN": "periodic", "STEPS": "90"})
     (rank,) = man["ranks"]
     got = rank["settle"]["lengthened"]
