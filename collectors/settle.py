@@ -36,14 +36,14 @@ from collections.abc import Sequence
 from typing import Any
 
 from traceview.ingest.manifest import SETTLE_TOL as TOL
-from traceview.ingest.manifest import SLOW_X, recurring_slow, step_trend
+from traceview.ingest.manifest import SLOW_X, recurring_slow_steps, step_trend
 from traceview.ingest.manifest import settle_half as half
 from traceview.ingest.manifest import settle_window as window
 
 MAX_S = 30.0
 ENV = "TRACEVIEW_SETTLE"  # "0": off unless --settle is given (deterministic capture steps, e.g. in a test suite)
 
-__all__ = ["ENV", "MAX_S", "MAX_ACTIVE", "TOL", "LoaderWatch", "applies", "config", "draining", "half", "lengthen",
+__all__ = ["ENV", "MAX_S", "MAX_ACTIVE", "SLOW_X", "TOL", "LoaderWatch", "applies", "config", "draining", "half", "lengthen",
            "settled", "trend", "window"]
 
 #: the most steps a capture is lengthened to so that it holds a recurring slow step (`lengthen`)
@@ -64,20 +64,16 @@ def settled(samples: Sequence[float], wait: int, tol: float = TOL, period: int =
 
 
 def lengthen(samples: Sequence[float], active: int) -> int | None:
-    """The steps to record where the settling steps show slow steps that recur — more than
-    `SLOW_X` times the fastest, at least two after the first fast step (`recurring_slow`: a per-shape setup, a data
-    stall, periodic work) — at most `gap` steps apart, so that `gap` consecutive steps hold one: a capture of
+    """The steps to record where the settling steps show slow steps that recur — more than `SLOW_X` times the
+    fastest, at least two after the first fast step (`recurring_slow_steps`: a per-shape setup, a data stall,
+    periodic work) — at most `gap` steps apart, so that `gap` consecutive steps hold one: a capture of
     `active` steps shorter than that may hold none, and the trace then cannot show what a slow step runs (the
     padded BERT's three-step capture between its 8x steps). None when none recur or `active` already covers the
     gap; at most MAX_ACTIVE steps (a rarer slow step is said in the closing warning instead)."""
-    xs = [float(x) for x in samples if x > 0]
-    if recurring_slow({"unprofiled_step_ms": xs}) is None:
+    at = recurring_slow_steps([float(x) for x in samples if x > 0])
+    if at is None:
         return None
-    fast = min(xs)
-    slow = [i for i, x in enumerate(xs) if x > SLOW_X * fast]
-    first = next(i for i, x in enumerate(xs) if x <= SLOW_X * fast)
-    later = [i for i in slow if i > first]
-    gap = max(b - a for a, b in zip(later, later[1:], strict=False)) if len(later) > 1 else len(xs) - later[0]
+    gap = max(b - a for a, b in zip(at, at[1:], strict=False))
     return gap if active < gap <= MAX_ACTIVE else None
 
 

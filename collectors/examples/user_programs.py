@@ -124,6 +124,38 @@ def train(model: nn.Module, opt: torch.optim.Optimizer, loss_of, steps: int, amp
         mark()
 
 
+def _vision(arch: str, batch: int, fmt: torch.memory_format = torch.contiguous_format):
+    """torchvision's `arch` (random weights) on the GPU in `fmt`, `batch` random 224 x 224 images in `fmt`, labels."""
+    import torchvision
+
+    model = getattr(torchvision.models, arch)().cuda().to(memory_format=fmt)
+    x = torch.randn(batch, 3, 224, 224, device="cuda").to(memory_format=fmt)
+    return model, x, torch.randint(0, 1000, (batch,), device="cuda")
+
+
+def _layout_twin(arch: str, steps: int) -> None:
+    """`arch` at batch 64 under bf16 autocast with SGD, in NCHW (`--fixed`: channels_last model and inputs)."""
+    model, x, y = _vision(arch, 64, torch.channels_last if OPTS["fixed"] else torch.contiguous_format)
+    opt = torch.optim.SGD(model.parameters(), lr=0.1, momentum=0.9)
+    train(model, opt, lambda m: F.cross_entropy(m(x), y), steps, amp=True)
+
+
+def _empty_cache_each_step(model: nn.Module, x: torch.Tensor, y: torch.Tensor, opt: torch.optim.Optimizer,
+                           steps: int) -> None:
+    """bf16 training that calls `torch.cuda.empty_cache()` after every step ("free the memory", as forum answers
+    suggest; `--fixed`: without it)."""
+    for _ in range(steps):
+        with torch.autocast("cuda", dtype=torch.bfloat16):
+            loss = F.cross_entropy(model(x), y)
+        opt.zero_grad(set_to_none=True)
+        loss.backward()
+        opt.step()
+        del loss
+        if not OPTS["fixed"]:
+            torch.cuda.empty_cache()
+        mark()
+
+
 def t5(steps: int) -> None:
     from transformers import T5Config, T5ForConditionalGeneration
 
@@ -147,11 +179,7 @@ def distilbert_fp32(steps: int) -> None:
 
 
 def swin_bf16(steps: int) -> None:
-    import torchvision
-
-    model = torchvision.models.swin_t().cuda()
-    x = torch.randn(32, 3, 224, 224, device="cuda")
-    y = torch.randint(0, 1000, (32,), device="cuda")
+    model, x, y = _vision("swin_t", 32)
     opt = torch.optim.SGD(model.parameters(), lr=0.01, momentum=0.9)
     train(model, opt, lambda m: F.cross_entropy(m(x), y), steps, amp=True)
 
@@ -283,11 +311,7 @@ def mixer_compile(steps: int) -> None:
 
 
 def resnet_fp16_scaler(steps: int) -> None:
-    import torchvision
-
-    model = torchvision.models.resnet50().cuda()
-    x = torch.randn(64, 3, 224, 224, device="cuda")
-    y = torch.randint(0, 1000, (64,), device="cuda")
+    model, x, y = _vision("resnet50", 64)
     opt = torch.optim.SGD(model.parameters(), lr=0.1, momentum=0.9)
     bf16 = OPTS["fixed"]
     scaler = torch.amp.GradScaler("cuda", enabled=not bf16)
@@ -528,11 +552,7 @@ def loader_pil(steps: int) -> None:
 
 
 def per_sample_loss(steps: int) -> None:
-    import torchvision
-
-    model = torchvision.models.resnet18().cuda().to(memory_format=torch.channels_last)
-    x = torch.randn(64, 3, 224, 224, device="cuda").to(memory_format=torch.channels_last)
-    y = torch.randint(0, 1000, (64,), device="cuda")
+    model, x, y = _vision("resnet18", 64, torch.channels_last)
     opt = torch.optim.SGD(model.parameters(), lr=0.1, momentum=0.9)
     for _ in range(steps):
         with torch.autocast("cuda", dtype=torch.bfloat16):
@@ -629,14 +649,7 @@ def llama_generate(steps: int) -> None:
 
 
 def resnet_bf16_nchw(steps: int) -> None:
-    import torchvision
-
-    fmt = torch.channels_last if OPTS["fixed"] else torch.contiguous_format
-    model = torchvision.models.resnet50().cuda().to(memory_format=fmt)
-    x = torch.randn(64, 3, 224, 224, device="cuda").to(memory_format=fmt)
-    y = torch.randint(0, 1000, (64,), device="cuda")
-    opt = torch.optim.SGD(model.parameters(), lr=0.1, momentum=0.9)
-    train(model, opt, lambda m: F.cross_entropy(m(x), y), steps, amp=True)
+    _layout_twin("resnet50", steps)
 
 
 _MEAN = (0.485, 0.456, 0.406)
@@ -725,44 +738,18 @@ def opt_adamw_loop(steps: int) -> None:
 
 
 def resnet34_empty_cache(steps: int) -> None:
-    import torchvision
-
-    model = torchvision.models.resnet34().cuda().to(memory_format=torch.channels_last)
-    x = torch.randn(64, 3, 224, 224, device="cuda").to(memory_format=torch.channels_last)
-    y = torch.randint(0, 1000, (64,), device="cuda")
-    opt = torch.optim.SGD(model.parameters(), lr=0.1, momentum=0.9)
-    for _ in range(steps):
-        with torch.autocast("cuda", dtype=torch.bfloat16):
-            loss = F.cross_entropy(model(x), y)
-        opt.zero_grad(set_to_none=True)
-        loss.backward()
-        opt.step()
-        del loss
-        if not OPTS["fixed"]:
-            torch.cuda.empty_cache()  # ("free the memory" after each step, as forum answers suggest)
-        mark()
+    model, x, y = _vision("resnet34", 64, torch.channels_last)
+    _empty_cache_each_step(model, x, y, torch.optim.SGD(model.parameters(), lr=0.1, momentum=0.9), steps)
 
 
 def vgg_fp32(steps: int) -> None:
-    import torchvision
-
-    fmt = torch.channels_last if OPTS["fixed"] else torch.contiguous_format
-    model = torchvision.models.vgg11_bn().cuda().to(memory_format=fmt)
-    x = torch.randn(32, 3, 224, 224, device="cuda").to(memory_format=fmt)
-    y = torch.randint(0, 1000, (32,), device="cuda")
+    model, x, y = _vision("vgg11_bn", 32, torch.channels_last if OPTS["fixed"] else torch.contiguous_format)
     opt = torch.optim.SGD(model.parameters(), lr=0.01, momentum=0.9)
     train(model, opt, lambda m: F.cross_entropy(m(x), y), steps, amp=OPTS["fixed"])
 
 
 def resnext_bf16_nchw(steps: int) -> None:
-    import torchvision
-
-    fmt = torch.channels_last if OPTS["fixed"] else torch.contiguous_format
-    model = torchvision.models.resnext50_32x4d().cuda().to(memory_format=fmt)
-    x = torch.randn(64, 3, 224, 224, device="cuda").to(memory_format=fmt)
-    y = torch.randint(0, 1000, (64,), device="cuda")
-    opt = torch.optim.SGD(model.parameters(), lr=0.1, momentum=0.9)
-    train(model, opt, lambda m: F.cross_entropy(m(x), y), steps, amp=True)
+    _layout_twin("resnext50_32x4d", steps)
 
 
 def _cutmix_each(x: torch.Tensor, boxes: torch.Tensor, perm: torch.Tensor, use: list[bool]) -> torch.Tensor:
@@ -825,44 +812,19 @@ def hf_vit_eager(steps: int) -> None:
 
 
 def convnext_adamw_loop(steps: int) -> None:
-    import torchvision
-
-    model = torchvision.models.convnext_tiny().cuda().to(memory_format=torch.channels_last)
-    x = torch.randn(64, 3, 224, 224, device="cuda").to(memory_format=torch.channels_last)
-    y = torch.randint(0, 1000, (64,), device="cuda")
+    model, x, y = _vision("convnext_tiny", 64, torch.channels_last)
     kw = {"fused": True} if OPTS["fixed"] else {"foreach": False}
     opt = torch.optim.AdamW(model.parameters(), lr=1e-4, **kw)
     train(model, opt, lambda m: F.cross_entropy(m(x), y), steps, amp=True)
 
 
 def swin_empty_cache(steps: int) -> None:
-    import torchvision
-
-    model = torchvision.models.swin_t().cuda()
-    x = torch.randn(32, 3, 224, 224, device="cuda")
-    y = torch.randint(0, 1000, (32,), device="cuda")
-    opt = torch.optim.SGD(model.parameters(), lr=0.01, momentum=0.9)
-    for _ in range(steps):
-        with torch.autocast("cuda", dtype=torch.bfloat16):
-            loss = F.cross_entropy(model(x), y)
-        opt.zero_grad(set_to_none=True)
-        loss.backward()
-        opt.step()
-        del loss
-        if not OPTS["fixed"]:
-            torch.cuda.empty_cache()
-        mark()
+    model, x, y = _vision("swin_t", 32)
+    _empty_cache_each_step(model, x, y, torch.optim.SGD(model.parameters(), lr=0.01, momentum=0.9), steps)
 
 
 def convnext_bf16_nchw(steps: int) -> None:
-    import torchvision
-
-    fmt = torch.channels_last if OPTS["fixed"] else torch.contiguous_format
-    model = torchvision.models.convnext_tiny().cuda().to(memory_format=fmt)
-    x = torch.randn(64, 3, 224, 224, device="cuda").to(memory_format=fmt)
-    y = torch.randint(0, 1000, (64,), device="cuda")
-    opt = torch.optim.SGD(model.parameters(), lr=0.1, momentum=0.9)
-    train(model, opt, lambda m: F.cross_entropy(m(x), y), steps, amp=True)
+    _layout_twin("convnext_tiny", steps)
 
 
 def main() -> None:

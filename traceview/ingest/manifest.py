@@ -160,6 +160,17 @@ def rank_step_samples(manifest: dict, file_name: str, rank: int | None) -> list[
 SLOW_X = 3.0
 
 
+def recurring_slow_steps(xs: list[float]) -> list[int] | None:
+    """The positions in the step times `xs` (all positive) of the slow steps that recur: above `SLOW_X` times the
+    fastest, after the first step that was not slow, two or more of them; None otherwise (or under 4 steps)."""
+    if len(xs) < 4:
+        return None
+    fast = min(xs)
+    first = next(i for i, x in enumerate(xs) if x <= SLOW_X * fast)
+    at = [i for i in range(first, len(xs)) if xs[i] > SLOW_X * fast]
+    return at if len(at) >= 2 else None
+
+
 def recurring_slow(entry: dict) -> dict | None:
     """Slow steps that recur on one rank (its manifest entry), or None: {slow, of, fastest_ms, median_ms, mean_ms,
     slowest_ms, captured_slow, captured}. The unprofiled steps the collector timed (settling, then waiting; the very
@@ -169,13 +180,12 @@ def recurring_slow(entry: dict) -> dict | None:
     the `captured` profiled steps are slow against the fastest of those."""
     xs = [float(x) for x in (entry.get("settle_step_ms") or []) + (entry.get("unprofiled_step_ms") or [])
           if _is_num(x) and x > 0]
-    if len(xs) < 4:
+    at = recurring_slow_steps(xs)
+    if at is None:
         return None
     fast = min(xs)
     first = next(i for i, x in enumerate(xs) if x <= SLOW_X * fast)
-    later = [x for x in xs[first:] if x > SLOW_X * fast]
-    if len(later) < 2:
-        return None
+    later = [xs[i] for i in at]
     prof = [float(x) for x in entry.get("profiled_step_ms") or [] if _is_num(x) and x > 0]
     cap = sum(x > SLOW_X * min(prof) for x in prof) if prof else 0
     rest = xs[first:]
