@@ -46,6 +46,35 @@ def run_rank(run_dir: Path) -> dict:
     return rank
 
 
+def finding(doc: dict, rule: str) -> dict:
+    """The one finding of `rule` in a report entry."""
+    (f,) = [f for f in doc["findings"] if f["rule"] == rule]
+    return f
+
+
+def timed_runs(set_dir: Path, prog: str) -> list[dict]:
+    """The runs of `prog` timed alone on the device (`set_dir`/fixes_h100.ndjson: {prog, args, step_ms, ...}), in run
+    order; a run that failed has no `step_ms`, its `error` instead."""
+    rows = [json.loads(x) for x in (set_dir / "fixes_h100.ndjson").read_text().splitlines()]
+    return [r for r in rows if r["prog"] == prog]
+
+
+def steady_ms(run: dict, skip: int = 10, stat=None) -> float:
+    """A timed run's steady step (ms): `stat` (the mean unless given) of its steps after the first `skip`."""
+    import numpy as np
+
+    return float((stat or np.mean)(run["step_ms"][skip:]))
+
+
+def pair_savings(runs: list[dict], stat=None, fixed: tuple[str, ...] = ("--fixed",)) -> list[float]:
+    """The measured saving of each alternated (problem, fix) pair of `runs` (two of each, in run order): the problem
+    run's steady step less its fixed twin's (`steady_ms`)."""
+    problem = [steady_ms(r, stat=stat) for r in runs if r["args"] == [] and r.get("step_ms")]
+    fix = [steady_ms(r, stat=stat) for r in runs if r["args"] == list(fixed) and r.get("step_ms")]
+    assert len(problem) == len(fix) == 2
+    return [p - f for p, f in zip(problem, fix, strict=True)]
+
+
 @pytest.fixture(scope="session")
 def samples() -> Path:
     return SAMPLES

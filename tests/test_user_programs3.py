@@ -9,11 +9,9 @@ Checked against the collector's own CUDA-event step times and each program and i
 
 from __future__ import annotations
 
-import json
-
 import numpy as np
 import pytest
-from conftest import SAMPLES, run_doc, run_rank
+from conftest import SAMPLES, finding, run_doc, run_rank, steady_ms, timed_runs
 
 from traceview import report
 from traceview.options import Options
@@ -32,9 +30,8 @@ def _rank(run: str) -> dict:
 
 def _timed(prog: str, *args: str) -> list[float]:
     """The mean step (ms) past the 30th of each run of `prog args` timed alone (fixes_h100.ndjson), in run order."""
-    rows = [json.loads(x) for x in (SET / "fixes_h100.ndjson").read_text().splitlines()]
-    out = [float(np.mean(r["step_ms"][29:])) for r in rows if r["prog"] == prog
-           and [a for i, a in enumerate(r["args"]) if "--steps" not in r["args"][max(i - 1, 0):i + 1]] == list(args)]
+    out = [steady_ms(r, skip=29) for r in timed_runs(SET, prog)
+           if [a for i, a in enumerate(r["args"]) if "--steps" not in r["args"][max(i - 1, 0):i + 1]] == list(args)]
     assert len(out) == 2, (prog, args, out)
     return out
 
@@ -42,11 +39,6 @@ def _timed(prog: str, *args: str) -> list[float]:
 def _saved(prog: str) -> list[float]:
     """The measured saving of each alternated (problem, fix) pair of runs (ms a step)."""
     return [p - f for p, f in zip(_timed(prog), _timed(prog, "--fixed"), strict=True)]
-
-
-def _finding(tr: dict, rule: str) -> dict:
-    (f,) = [f for f in tr["findings"] if f["rule"] == rule]
-    return f
 
 
 def test_set_is_the_recorded_programs() -> None:
@@ -58,7 +50,7 @@ def test_eager_grouped_query_attention_in_hugging_face_llama() -> None:
     """Llama trained with `attn_implementation="eager"`: the attention rule leads, names the grouped-query copies
     and the library's switch, and its replayed saving is within ±20 % of what SDPA saved alone (17.1-17.3 ms)."""
     tr = _doc("llama_eager")
-    f = _finding(tr, "materialized-attention")
+    f = finding(tr, "materialized-attention")
     assert tr["findings"][0] is not None and tr["findings"][0]["rule"] == "materialized-attention"
     assert "repeat_kv" in f["fix"] and 'attn_implementation="sdpa"' in f["fix"]
     saved = _saved("llama_eager")
@@ -73,7 +65,7 @@ def test_the_pin_memory_thread_does_not_hold_the_loop_once_batches_are_ready() -
     hold the loop. Held by it, the replay said the loop needs 29.6 ms a step without waiting and advised 6 workers;
     free of it, a step near the loop's own and the most workers the host's free cores run."""
     tr = _doc("loader_pil_w4")
-    f = _finding(tr, "loader-workers")
+    f = finding(tr, "loader-workers")
     ev = f["evidence"]
     own = float(np.median(_rank("loader_pil_w4")["settle_step_ms"][:6]))  # before the buffer drained
     assert own <= ev["step_without_wait_us"] / 1000 <= 1.5 * own, (ev["step_without_wait_us"], own)
@@ -89,10 +81,8 @@ def test_the_pin_memory_thread_does_not_hold_the_loop_once_batches_are_ready() -
 def test_per_batch_cpu_time_predicts_the_pace_at_other_worker_counts(workers: int) -> None:
     """The per-batch CPU time the finding reads off four workers' pace (N x T), over 8 and 12 workers, against the
     same program timed alone with them (100 steps, the mean of steps 30 on): within ±20 %."""
-    ev = _finding(_doc("loader_pil_w4"), "loader-workers")["evidence"]
-    rows = [json.loads(x) for x in (SET / "fixes_h100.ndjson").read_text().splitlines()]
-    got = [float(np.mean(r["step_ms"][29:])) for r in rows
-           if r["prog"] == "loader_pil" and r["args"][:2] == ["--workers", str(workers)]]
+    ev = finding(_doc("loader_pil_w4"), "loader-workers")["evidence"]
+    got = [steady_ms(r, skip=29) for r in timed_runs(SET, "loader_pil") if r["args"][:2] == ["--workers", str(workers)]]
     assert len(got) >= 2
     pace = ev["per_batch_cpu_us"] / 1000 / workers
     assert all(0.8 * g <= pace <= 1.2 * g for g in got), (pace, got)
@@ -103,7 +93,7 @@ def test_a_tensor_by_tensor_ema_update() -> None:
     on the host. Launch-bound leads; its replayed saving is within ±20 % of what `torch._foreach_lerp_` saved alone
     (6.6-7.6 ms)."""
     tr = _doc("ema_loop")
-    f = _finding(tr, "launch-bound")
+    f = finding(tr, "launch-bound")
     assert tr["findings"][0]["rule"] == "launch-bound"
     saved = _saved("ema_loop")
     assert all(0.8 * s <= f["savings_us"] / 1000 <= 1.2 * s for s in saved), (f["savings_us"], saved)
@@ -115,7 +105,7 @@ def test_a_loss_summed_sample_by_sample() -> None:
     `cross_entropy` saved alone (6.2-6.7 ms). CUDA-graph capture, the other way the rule prices, keeps the loop's
     64 x ~10 tiny kernels: 4.94 ms (`--what-if launch-bound:graphs`)."""
     tr = _doc("per_sample_loss")
-    f = _finding(tr, "launch-bound")
+    f = finding(tr, "launch-bound")
     saved = _saved("per_sample_loss")
     assert all(0.8 * s <= f["savings_us"] / 1000 <= 1.2 * s for s in saved), (f["savings_us"], saved)
     opts = Options.build(what_if=["launch-bound:graphs"])
@@ -128,13 +118,13 @@ def test_loops_over_items_are_named_with_their_batched_form() -> None:
     """The launches' source, read off the ops Python called: the EMA's `copy_(e * d + (1 - d) * m)` over the 267
     floating-point tensors of ResNet-50's state dict (161 parameters, 53 BatchNorms' running mean and variance),
     and the loss over the 64 rows of the batch. Each fix text names the batched form first."""
-    ema = _finding(_doc("ema_loop"), "launch-bound")
+    ema = finding(_doc("ema_loop"), "launch-bound")
     assert ema["evidence"]["loop"]["kind"] == "tensors"
     assert ema["evidence"]["loop"]["iterations_per_step"] == 161 + 2 * 53
     assert ema["evidence"]["loop"]["ops"] == ["aten::mul", "aten::mul", "aten::add", "aten::copy_"]
     assert ema["fix"].startswith("Many of the launches come from a Python loop over a list of tensors")
     assert "torch._foreach_lerp_" in ema["fix"]
-    per = _finding(_doc("per_sample_loss"), "launch-bound")
+    per = finding(_doc("per_sample_loss"), "launch-bound")
     assert per["evidence"]["loop"]["kind"] == "rows" and per["evidence"]["loop"]["iterations_per_step"] == 64
     assert "aten::cross_entropy_loss" in per["evidence"]["loop"]["ops"] and "torch.vmap" in per["fix"]
     # the batched twin has no such loop
@@ -146,7 +136,7 @@ def test_data_dependent_shapes_come_before_cuda_graphs() -> None:
     on the host (32 syncs a step), so CUDA-graph capture of the step — what launch-bound advises — cannot work
     until the shapes are static. The fix says so, and the syncs are named for what makes them."""
     tr = _doc("moe_naive")
-    lb = _finding(tr, "launch-bound")
+    lb = finding(tr, "launch-bound")
     assert lb["evidence"]["syncs_per_step"] == 4 * 8 and lb["evidence"]["sync_op"] == "aten::nonzero"
     assert "a CUDA graph cannot hold a sync" in lb["fix"] and "nonzero_static" in lb["fix"]
     (hs,) = [f for f in tr["findings"] if f["rule"] == "host-sync"]
@@ -159,12 +149,10 @@ def test_the_advised_worker_count_saves_what_was_priced() -> None:
     """The advised 14 workers, timed alone in two runs beside four (fixes_h100.ndjson, the second device call): the
     step fell from 33.0-33.3 ms to 11.6-12.8; the mean of the four-worker runs less each fourteen-worker run is within
     ±20 % of the replayed saving."""
-    f = _finding(_doc("loader_pil_w4"), "loader-workers")
-    rows = [json.loads(x) for x in (SET / "fixes_h100.ndjson").read_text().splitlines()]
+    f = finding(_doc("loader_pil_w4"), "loader-workers")
 
     def runs(w: int) -> list[float]:
-        return [float(np.mean(r["step_ms"][29:])) for r in rows
-                if r["prog"] == "loader_pil" and r["args"][:2] == ["--workers", str(w)]]
+        return [steady_ms(r, skip=29) for r in timed_runs(SET, "loader_pil") if r["args"][:2] == ["--workers", str(w)]]
 
     assert f["evidence"]["workers_needed"] == 14 and len(runs(14)) == 2
     saved = [float(np.mean(runs(4))) - x for x in runs(14)]

@@ -4,11 +4,8 @@ analysed as they came, against each program and its fix timed alone (fixes_h100.
 
 from __future__ import annotations
 
-import json
-
-import numpy as np
 import pytest
-from conftest import SAMPLES, run_doc
+from conftest import SAMPLES, finding, pair_savings, run_doc, steady_ms, timed_runs
 
 SET = SAMPLES / "user_programs4_h100"
 
@@ -18,17 +15,11 @@ def _doc(run: str) -> dict:
 
 
 def _saved(prog: str) -> list[float]:
-    rows = [json.loads(x) for x in (SET / "fixes_h100.ndjson").read_text().splitlines()]
-    mean = [(r["args"], float(np.mean(r["step_ms"][10:]))) for r in rows if r["prog"] == prog and r["step_ms"]]
-    problem = [m for a, m in mean if a == []]
-    fixed = [m for a, m in mean if a == ["--fixed"]]
-    assert len(problem) == len(fixed) == 2
-    return [p - f for p, f in zip(problem, fixed, strict=True)]
+    return pair_savings(timed_runs(SET, prog))
 
 
 def _finding(run: str, rule: str) -> dict:
-    (f,) = [f for f in _doc(run)["findings"] if f["rule"] == rule]
-    return f
+    return finding(_doc(run), rule)
 
 
 def test_bf16_convolutions_in_nchw_name_channels_last() -> None:
@@ -64,8 +55,7 @@ def test_saving_against_the_fix_timed_alone(run: str, rule: str) -> None:
 
 def _timed(prog: str, *args: str) -> list[float]:
     """The mean step (ms) past the 10th of each run of `prog args` timed alone (fixes_h100.ndjson), in run order."""
-    rows = [json.loads(x) for x in (SET / "fixes_h100.ndjson").read_text().splitlines()]
-    return [float(np.mean(r["step_ms"][10:])) for r in rows if r["prog"] == prog and r["args"] == list(args)]
+    return [steady_ms(r) for r in timed_runs(SET, prog) if r["args"] == list(args)]
 
 
 def test_the_augmentation_loop_with_a_random_flip_is_batched() -> None:
@@ -88,8 +78,7 @@ def test_generate_at_batch_one_names_the_static_cache_without_a_second_compile()
     (f,) = [g for g in tr["findings"] if g["rule"] == "decode-loop"]
     assert tr["findings"][0]["rule"] == "decode-loop"
     assert 'cache_implementation="static"' in f["fix"] and "compile themselves" in f["fix"]
-    rows = [json.loads(x) for x in (SET / "fixes_h100.ndjson").read_text().splitlines()]
-    errors = [r["error"] for r in rows if r["args"] == ["--fixed"] and r["prog"] == "llama_generate"]
+    errors = [r["error"] for r in timed_runs(SET, "llama_generate") if r["args"] == ["--fixed"]]
     assert len(errors) == 2 and all("accessing tensor output of CUDAGraphs" in e for e in errors)
 
 
@@ -97,10 +86,9 @@ def test_generate_saving_against_the_static_cache_timed_alone() -> None:
     """The static-cache twin as transformers 5 runs it (`cache_implementation="static"`, generate's own compile,
     `--static-only`) timed alone: 54.4 / 55.2 ms a call against 200.6-229.7 for the dynamic cache in four runs of two
     sessions. TV105's 141.2 ms is within 20 % of every pairing (146-175 ms)."""
-    rows = [json.loads(x) for x in (SET / "fixes_h100.ndjson").read_text().splitlines()]
-    mean = [(r["args"], float(np.mean(r["step_ms"][10:]))) for r in rows if r["prog"] == "llama_generate" and r["step_ms"]]
-    dynamic = [m for a, m in mean if a == []]
-    static = [m for a, m in mean if a == ["--fixed", "--static-only"]]
+    runs = [r for r in timed_runs(SET, "llama_generate") if r.get("step_ms")]
+    dynamic = [steady_ms(r) for r in runs if r["args"] == []]
+    static = [steady_ms(r) for r in runs if r["args"] == ["--fixed", "--static-only"]]
     assert len(dynamic) == 4 and len(static) == 2
     f = _finding("llama_generate", "decode-loop")
     for d in dynamic:

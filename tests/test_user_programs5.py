@@ -5,24 +5,18 @@ analysed as they came, against each program and its fix timed alone (fixes_h100.
 
 from __future__ import annotations
 
-import json
-
 import numpy as np
 import pytest
-from conftest import SAMPLES, run_doc, run_rank
+from conftest import SAMPLES, finding, pair_savings, run_doc, run_rank, steady_ms, timed_runs
 
 SET = SAMPLES / "user_programs5_h100"
 RUNS = ("roberta_eager", "opt_adamw_loop", "resnet34_empty_cache", "vgg_fp32", "resnext_bf16_nchw", "cutmix_loop")
 
 
 def _saved(prog: str) -> list[float]:
-    """The measured saving of each alternated pair: the program's mean step less its fixed twin's (steps 11 on)."""
-    rows = [json.loads(x) for x in (SET / "fixes_h100.ndjson").read_text().splitlines()]
-    mean = [(r["args"], float(np.mean(r["step_ms"][10:]))) for r in rows if r["prog"] == prog and "round" not in r]
-    problem = [m for a, m in mean if a == []]
-    fixed = [m for a, m in mean if a == ["--fixed"]]
-    assert len(problem) == len(fixed) == 2
-    return [p - f for p, f in zip(problem, fixed, strict=True)]
+    """The measured saving of each alternated pair of the first round: the program's mean step less its fixed
+    twin's (steps 11 on)."""
+    return pair_savings([r for r in timed_runs(SET, prog) if "round" not in r])
 
 
 def _findings(run: str) -> list[dict]:
@@ -30,8 +24,7 @@ def _findings(run: str) -> list[dict]:
 
 
 def _finding(run: str, rule: str) -> dict:
-    (f,) = [f for f in _findings(run) if f["rule"] == rule]
-    return f
+    return finding(run_doc(SET / run), rule)
 
 
 @pytest.mark.parametrize(("run", "rule"), [
@@ -97,8 +90,7 @@ def test_unprofiled_step_estimate_against_the_collector(run: str) -> None:
 
 def _round2(args: list[str]) -> list[float]:
     """RoBERTa's second round (a later device session): mean steps of each run of `roberta_eager ARGS`."""
-    rows = [json.loads(x) for x in (SET / "fixes_h100.ndjson").read_text().splitlines()]
-    return [float(np.mean(r["step_ms"][10:])) for r in rows if r.get("round") == 2 and r["args"] == args]
+    return [steady_ms(r) for r in timed_runs(SET, "roberta_eager") if r.get("round") == 2 and r["args"] == args]
 
 
 def test_unaligned_vocabulary_saving_against_the_padded_twin() -> None:

@@ -5,11 +5,9 @@ were being reworked and kept from that work — against each program and its fix
 
 from __future__ import annotations
 
-import json
-
 import numpy as np
 import pytest
-from conftest import SAMPLES, run_doc, run_rank
+from conftest import SAMPLES, finding, pair_savings, run_doc, run_rank, timed_runs
 
 SET = SAMPLES / "user_programs6_h100"
 RUNS = ("hf_vit_eager", "convnext_adamw_loop", "swin_empty_cache", "convnext_bf16_nchw")
@@ -20,17 +18,11 @@ FIXED_RULE = {"hf_vit_eager": "materialized-attention", "convnext_adamw_loop": "
 def _saved(prog: str) -> list[float]:
     """Each alternated pair's measured saving: the program's median step less its fixed twin's (steps 12 on; a
     median: two of the eight runs have a few 2-3x outlier steps)."""
-    rows = [json.loads(x) for x in (SET / "fixes_h100.ndjson").read_text().splitlines()]
-    med = [(r["args"], float(np.median(r["step_ms"][10:]))) for r in rows if r["prog"] == prog]
-    problem = [m for a, m in med if a == []]
-    fixed = [m for a, m in med if a == ["--fixed"]]
-    assert len(problem) == len(fixed) == 2
-    return [p - f for p, f in zip(problem, fixed, strict=True)]
+    return pair_savings(timed_runs(SET, prog), stat=np.median)
 
 
 def _finding(run: str, rule: str) -> dict:
-    (f,) = [f for f in run_doc(SET / run)["findings"] if f["rule"] == rule]
-    return f
+    return finding(run_doc(SET / run), rule)
 
 
 def test_vit_attention_saving_against_sdpa_timed_alone() -> None:
