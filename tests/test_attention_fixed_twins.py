@@ -100,12 +100,12 @@ def _phase_ms(c, gpu_dur: dict[int, int] | None = None) -> tuple[float, float]:
 
 
 @pytest.mark.parametrize(
-    ("eager", "fixed", "fw_ms", "fw_sdpa_ms", "bw_ms", "bw_sdpa_ms"),
-    [("ab_traced/bert_eager_attn_s512_h100", "ab_traced/bert_eager_attn_s512_h100_fixed", 12.48, 12.42, 19.40, 17.68),
-     ("ab_traced/llama_eager_attn_h100", "ab_traced/llama_eager_attn_h100_fixed", 11.27, 10.89, 12.51, 11.85),
-     ("ab_traced/gpt2_eager_attn", "collected3/gpt2_sdpa", 10.50, 10.52, 12.37, 12.18)],
+    ("eager", "fixed", "fw_sdpa_ms", "bw_sdpa_ms"),
+    [("ab_traced/bert_eager_attn_s512_h100", "ab_traced/bert_eager_attn_s512_h100_fixed", 12.42, 17.68),
+     ("ab_traced/llama_eager_attn_h100", "ab_traced/llama_eager_attn_h100_fixed", 10.89, 11.85),
+     ("ab_traced/gpt2_eager_attn", "collected3/gpt2_sdpa", 10.52, 12.18)],
 )
-def test_fix_phase_by_phase(eager, fixed, fw_ms, fw_sdpa_ms, bw_ms, bw_sdpa_ms):
+def test_fix_phase_by_phase(eager, fixed, fw_sdpa_ms, bw_sdpa_ms):
     """The device time the fix leaves, forward and backward apart, against the SDPA program's own kernels: the
     forward within 4 % (the fused price and the kernels removed agree there), the backward 0.2-1.7 ms above it —
     cuDNN's fused backward beats the priced share (BERT at 512 tokens: 160 µs a call, priced 217) and BERT's SDPA
@@ -117,7 +117,8 @@ def test_fix_phase_by_phase(eager, fixed, fw_ms, fw_sdpa_ms, bw_ms, bw_sdpa_ms):
     tf = MOD.fix_transform(p.for_rule(MOD, Options().options_for(MOD)))
     fw, bw = _phase_ms(p, tf.gpu_dur)
     fw_s, bw_s = _phase_ms(f)
-    assert (fw, fw_s, bw, bw_s) == pytest.approx((fw_ms, fw_sdpa_ms, bw_ms, bw_sdpa_ms), abs=0.01)
+    # the SDPA programs' own kernel time (the trace's, not the tool's); the transform's is held to it below
+    assert (fw_s, bw_s) == pytest.approx((fw_sdpa_ms, bw_sdpa_ms), abs=0.01)
     assert fw == pytest.approx(fw_s, rel=0.04)
     assert 0.1 < bw - bw_s < 1.8
 
