@@ -53,9 +53,10 @@ def finding(doc: dict, rule: str) -> dict:
 
 
 def timed_runs(set_dir: Path, prog: str) -> list[dict]:
-    """The runs of `prog` timed alone on the device (`set_dir`/fixes_h100.ndjson: {prog, args, step_ms, ...}), in run
+    """The runs of `prog` timed alone on the device (`set_dir`/fixes_<gpu>.ndjson: {prog, args, step_ms, ...}), in run
     order; a run that failed has no `step_ms`, its `error` instead."""
-    rows = [json.loads(x) for x in (set_dir / "fixes_h100.ndjson").read_text().splitlines()]
+    (path,) = set_dir.glob("fixes_*.ndjson")  # fixes_h100 / fixes_h200: the GPU the set ran on
+    rows = [json.loads(x) for x in path.read_text().splitlines()]
     return [r for r in rows if r["prog"] == prog]
 
 

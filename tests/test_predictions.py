@@ -82,6 +82,17 @@ MISSES_SAME_PROCESS = {  # fmt: skip
     ("ab_traced", "bert_fp32_h100", "bert_bf16_h100"): "36.584 predicted vs 28.688 ms measured (+28%); the rounds in one process measured 25.9 to 30.0 ms; held out on an H100 (2026-12-05, scored as it came): the FP32 step is at the device's own chain (73.6 ms), which bounds its host only from above; the BF16 step ran host-bound at 44.5 ms in the rounds (31.3 in the H200's twin), replayed at the FP32 trace's host pace, 37.3",
     ("ab_traced", "gpt2_sdpa_item_h100", "gpt2_sdpa_noitem_h100"): "0.829 predicted vs 3.280 ms measured (-75%); the rounds in one process measured 1.7 to 4.6 ms; held out on an H100 (2026-12-05, scored as it came): the H200's twin of it is unresolved by its rounds (-0.7 to 5.0 ms) and its two-process twin a miss (-87 %); the replay's bound at any host speed is below 1 ms",
     ("ab_traced", "cpu_gpt2w256_single_fused_x16", "cpu_gpt2w256_fused_x16"): "4.354 predicted vs 3.212 ms measured (+36%); the rounds in one process measured 2.45 to 3.59 ms; held out on a 16-core CPU (torch 2.11, 16 OpenMP threads, 2026-12-06, scored as it came): the step after the fix within 4 %, the loop's unprofiled time over-priced; the fused CPU kernel's per-tensor fork and join over GPT-2's ~50 tensors is not modelled",
+    # held out: the seventh set of user-written programs in one process each (user7_heldout, H200, 2026-12-06,
+    # session 61), their fixed programs against the step in one CUDA graph (user7_graph), and the allocator twins
+    # again with rounds in steady state (churn_steady); scored as they came
+    ("ab_traced", "qwen2_eager_ab", "qwen2_sdpa_ab"): "3.466 predicted vs 5.034 ms measured (-31%); the rounds in one process measured 3.8 to 9.7 ms; held out (HF Qwen2, eager -> SDPA): the step after the fix replays within 4 % of the rounds' (24.13 against 23.22 ms); the problem's rounds ran 26.0 to 34.7 ms where the traced run stepped 26-27",
+    ("ab_traced", "electra_fp32_ab", "electra_bf16_ab"): "18.994 predicted vs 13.457 ms measured (+41%); the rounds in one process measured 9.9 to 19.2 ms; held out (HF ELECTRA FP32 -> BF16): the FP32 step is the device's (59.0 ms in every round and through the traced run), the BF16 step the host's, and its pace wandered: 39.7 to 49.1 ms in these rounds, 24.0 and 25.2 timed alone in fresh processes the same hour (user_programs7_h200), 31-45 in the graph twin's traced run; replayed at 40.26",
+    ("ab_traced", "mobilenetv2_fp32_fixed_graph_ab", "mobilenetv2_bf16_cl_cuda_graph_ab"): "11.200 predicted vs 5.505 ms measured (+103%); the rounds in one process measured 5.4 to 9.0 ms; held out (TV101 on MobileNetV2 in BF16): the CUDA-graph step replays within 10 % (11.18 against 10.16 ms); the problem's rounds ran 15.5 to 19.1 ms where the traced run's wait steps ran 22.4 (drift +41 %): anchored to the rounds' step, -17 %",
+    ("ab_traced", "electra_fp32_fixed_graph_ab", "electra_bf16_cuda_graph_ab"): "19.535 predicted vs 15.723 ms measured (+24%); the rounds in one process measured 11.8 to 19.3 ms; held out (TV101 on ELECTRA in BF16): the graphed step ran 19.88 ms where the replay's device chain after the fix is 14.09: the capture needs AdamW(capturable=True) and autocast without its weight cache, device work the eager program's trace does not hold",
+    ("ab_traced", "bart_empty_cache_fixed_graph_ab", "bart_ref_cuda_graph_ab"): "20.741 predicted vs 27.640 ms measured (-25%); the rounds in one process measured 15.7 to 32.3 ms; held out (TV101 on HF BART in BF16): the problem's rounds ran 35.8 to 52.4 ms where the traced run's wait steps ran 36.1 (drift -25 %): anchored to the rounds' step +15 %; the graphed step ran 20.13 ms against 15.37 replayed (AdamW(capturable=True), autocast without its weight cache)",
+    ("ab_traced", "resnet50_empty_cache_steady", "resnet50_ref_steady"): "10.586 predicted vs 18.313 ms measured (-42%); the rounds in one process measured 12.6 to 27.5 ms; the allocator twin again with rounds in steady state (40 steps a run, the first 11 left out): the churning loop stepped 39.4 ms in the rounds where the traced run's wait steps ran 50.8 and its steps after the capture 28 to 56: its pace moves by 2x within one process, which its trace does not fix",
+    ("ab_traced", "bert_empty_cache_steady", "bert_ref_steady"): "3.764 predicted vs 9.161 ms measured (-59%); the rounds in one process measured 7.3 to 10.3 ms; steady rounds: the churning loop stepped 20-29 ms through the traced run (wait steps 21.8, the fixed loop 17.8 to 25.6 in the rounds) and 25.2 to 34.3 in the rounds: in the process's first run it churned at about the fixed loop's pace, in the later fresh runs 9 ms slower",
+    ("ab_traced", "alloc_churn_empty_cache_steady", "alloc_churn_ref_steady"): "7.644 predicted vs 11.682 ms measured (-35%); the rounds in one process measured 9.6 to 15.0 ms; steady rounds: the traced run stepped 18-21 ms throughout (wait steps 19.9), the rounds' churning loop 21.7 to 27.8; the step after the fix replays within 2 % (12.28 against 12.45): the process's later runs churned slower than its first",
     ("ab_traced", "effnet_graph", "effnet_cuda_graph"): "1.649 predicted vs 0.329 ms measured (+402%), at info (2.8 % of the step); a device-bound step (33.5 ms of kernels in a CUDA graph, 33.9 eager) whose host time the measurement does not fix",
 }
 
@@ -116,7 +127,7 @@ def test_same_process_labels_are_current():
     for t in labels["twins"]:  # the saving is the median of the rounds' differences, as ab_twin.py measures it
         r = sorted(t["per_round_saving_ms"])
         assert min(r) <= t["measured_fix_saving_ms"] <= max(r)
-    assert len(SAME_PROCESS) == 90 and set(MISSES_SAME_PROCESS) <= {(t["set"], t["problem"], t["fixed"]) for t in SAME_PROCESS}
+    assert len(SAME_PROCESS) == 101 and set(MISSES_SAME_PROCESS) <= {(t["set"], t["problem"], t["fixed"]) for t in SAME_PROCESS}
 
 
 def _bar(anchored: bool) -> list[bool]:
@@ -131,21 +142,22 @@ def _bar(anchored: bool) -> list[bool]:
                if anchored and t["set"] == "ab_traced" else predicted(t["set"], t["problem"], t["rule"], t.get("variant")),
                t["measured_ms"]) for t in once]
     hits = [abs(p / m - 1) <= P.BAND for p, m in scored if p is not None]
-    assert len(hits) == 120
+    assert len(hits) == 131
     return hits
 
 
-@pytest.mark.xfail(strict=True, reason="91 of 120 (76 %) since the H100 twins of 2026-12-05/06 (h100_a, h100_b, h100_c, churn_heldout, "
-                   "rules_heldout), held out on another GPU and scored as they came: 14 of their 24 resolved savings "
-                   "within ±20 %, and the CPU twins on a 16-core host (one of two); docs/predictions.md")
+@pytest.mark.xfail(strict=True, reason="94 of 131 (72 %) since the seventh set's one-process twins (2026-12-06, session 61: "
+                   "three of ten resolved savings within ±20 %, held out and scored as they came) after 91 of 120 with "
+                   "the H100 twins of 2026-12-05/06 (14 of their 24); docs/predictions.md")
 def test_the_issue_bar():
     hits = _bar(anchored=False)
     assert sum(hits) >= 0.8 * len(hits)
 
 
-@pytest.mark.xfail(strict=True, reason="92 of 120 (77 %) since the H100 twins of 2026-12-05/06: anchored to the rounds' "
-                   "problem step, the H100 misses that remain are device-bound problem steps whose host speed the "
-                   "measurement does not fix, and ResNet-50's allocator churn (docs/predictions.md)")
+@pytest.mark.xfail(strict=True, reason="97 of 131 (74 %) since the seventh set (92 of 120 before): anchored to the rounds' "
+                   "problem step, the misses that remain are host-bound fixed steps whose pace the process sets, "
+                   "device-bound problem steps whose host speed the measurement does not fix, and the allocator churn "
+                   "(docs/predictions.md)")
 def test_the_issue_bar_anchored_to_the_rounds():
     # the saving is measured on the rounds' host; the traced run's wait steps ran up to 24 % apart from it on
     # host-bound steps (tools/predictions.py, anchored_table): solved to the rounds' own problem step, the bar holds
@@ -167,7 +179,7 @@ def test_unresolved_twins_are_the_ones_their_rounds_cannot_resolve():
                                                    "llama_ctl", "llama_item", "gpt2_vocab_h100",
                                                    "train_syncs_item_b16_h100", "epilogue_bert_eager_h100",
                                                    "effnet_graph_h100", "llama_empty_cache_h100",
-                                                   "cpu_gpt2_single_foreach"}
+                                                   "cpu_gpt2_single_foreach", "bart_empty_cache_ab"}
     for t in UNRESOLVED:
         assert iqr(t["rounds"]) > t["measured_ms"] > 0
     for t in SAME_PROCESS:
@@ -348,7 +360,11 @@ PRECISION = [t for t in P.twins() if t["set"] == "ab_traced" and (
 #: held out on an H100: the FP32 step at the device's own chain leaves the host's unprofiled speed open; at the fitted
 #: share the fix replays 0.1 ms slower where every round measured it 1.4-2.8 ms faster (MISSES_SAME_PROCESS)
 SLOWER_MISSES = {"resnet18_fp32_h100": "replayed 0.097 ms slower, measured 1.4 to 2.8 ms faster in every round: the host "
-                                       "speed a device-bound FP32 step leaves open"}
+                                       "speed a device-bound FP32 step leaves open",
+                 "mobilenetv2_fp32_ab": "replayed 6.9 ms faster, measured 1.05 ms slower (rounds -3.1 to +1.8): the BF16 + "
+                                        "channels_last program ran 24.8 to 29.7 ms a step in these rounds and 11.9 / 14.7 "
+                                        "timed alone in fresh processes the same hour (12.0 and 14.8 ms saved there; "
+                                        "user_programs7_h200): a host-bound fixed step whose pace the process sets"}
 
 
 @pytest.mark.parametrize("t", [pytest.param(t, marks=[pytest.mark.xfail(strict=True, reason=SLOWER_MISSES[t["problem"]])]
@@ -378,7 +394,7 @@ def test_a_precision_fix_measured_slower_is_replayed_slower(t):
         assert slower == 0.0
     if t["measured_ms"] < 0:  # the median round slower (a round or two may straddle zero on a host-bound step)
         assert slower > 0.0
-    assert len(PRECISION) == 26 and sum(x["measured_ms"] < 0 for x in PRECISION) == 7
+    assert len(PRECISION) == 28 and sum(x["measured_ms"] < 0 for x in PRECISION) == 8
 
 
 def test_the_rules_say_when_their_fix_would_cost_time():

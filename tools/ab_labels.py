@@ -205,6 +205,26 @@ TWINS: dict[str, tuple[str, str, str | None, str | None]] = {
     # 16, 2026-12-06, after the fused pass's bandwidth was read from the first op on the moments; scored as they came)
     "cpu_gpt2w256_single_fused_x16": ("cpu_gpt2w256_fused_x16", "cpu-op-overhead", "fused", None),
     "cpu_adamw_d512_single_fused_x16": ("cpu_adamw_d512_fused_x16", "cpu-op-overhead", "fused", None),
+    # held out (`record_ab_traced.sh user7_heldout`, H200, 2026-12-06, session 61): the seventh set of programs written
+    # as users write them (collectors/examples/user_programs.py, self-timed, rounds from step 12 of 60), recorded while
+    # the attention, optimizer, allocator and autocast models were reworked on branches that never saw them
+    "qwen2_eager_ab": ("qwen2_sdpa_ab", "materialized-attention", None, None),
+    "pythia_adamw_loop_ab": ("pythia_fused_ab", "unfused-optimizer", "fused", None),
+    "bart_empty_cache_ab": ("bart_ref_ab", "allocator-churn", None, None),
+    "electra_fp32_ab": ("electra_bf16_ab", "fp32-gemm", "autocast", None),
+    "mobilenetv2_fp32_ab": ("mobilenetv2_bf16_cl_ab", "fp32-conv", None, None),
+    # launch-bound on three of those fixed programs: each against its step captured whole in one CUDA graph
+    # (`user7_graph`, user_programs --cuda-graph)
+    "mobilenetv2_fp32_fixed_graph_ab": ("mobilenetv2_bf16_cl_cuda_graph_ab", "launch-bound", None, None),
+    "electra_fp32_fixed_graph_ab": ("electra_bf16_cuda_graph_ab", "launch-bound", None, None),
+    "bart_empty_cache_fixed_graph_ab": ("bart_ref_cuda_graph_ab", "launch-bound", None, None),
+    # the allocator twins again with rounds in steady state (`churn_steady`, H200, 2026-12-06): 40 steps a run, the
+    # first 11 left out, where the rounds above timed 11 of 12 (a churning loop takes 3-5 steps to settle)
+    "resnet50_empty_cache_steady": ("resnet50_ref_steady", "allocator-churn", None, None),
+    "bert_empty_cache_steady": ("bert_ref_steady", "allocator-churn", None, None),
+    "mobilenet_empty_cache_steady": ("mobilenet_ref_steady", "allocator-churn", None, None),
+    "alloc_churn_empty_cache_steady": ("alloc_churn_ref_steady", "allocator-churn", None, None),
+    "gpt2_sdpa_empty_cache_steady": ("gpt2_sdpa_ref_steady", "allocator-churn", None, None),
 }
 #: twins whose fix changes nothing by construction (the same program on both sides): a control, never scored
 CONTROLS = {"gpt2_vocab_padded", "llama_ctl"}
@@ -218,7 +238,7 @@ HELD_OUT = {"bert_fp32", "vit_fp32", "convnext_fp32", "mobilenet_single", "bert_
             "densenet_fp32", "regnet_single", "llama_item", "resnet50_empty_cache", "swin_single", "bert_eager_attn_s256",
             "bert_eager_attn_s512_r2", "resnet50_empty_cache_r2", "cpu_gpt2w256_single_fused",
             "cpu_adamw_d512_single_fused", "cpu_gpt2w256_single_fused_x16", "cpu_adamw_d512_single_fused_x16",
-            *(r for r in TWINS if r.endswith("_h100"))}
+            *(r for r in TWINS if r.endswith(("_h100", "_ab", "_steady")))}
 
 
 def build() -> tuple[dict, str]:

@@ -37,8 +37,11 @@ import torch
 
 from collectors.examples import _common
 
+#: steps left out of a self-timed program's run (as the held-out sets' programs timed alone are read: steps 12 on)
+USER_WARMUP = 12
 
-def run_once(spec: str, steps: int | None) -> list[float]:
+
+def run_once(spec: str, steps: int | None, skip: int = 0) -> list[float]:
     """Run `collectors.examples.<module> ARGS` in this process; its steady step times (ms)."""
     argv = shlex.split(spec)
     if steps is not None:
@@ -55,7 +58,7 @@ def run_once(spec: str, steps: int | None) -> list[float]:
     saved = sys.argv
     sys.argv = [argv[0], *argv[1:]]
     try:
-        runpy.run_module(f"collectors.examples.{argv[0]}", run_name="__main__")
+        ns = runpy.run_module(f"collectors.examples.{argv[0]}", run_name="__main__")
     finally:
         sys.argv = saved
         _common.StepTimer.report = report  # type: ignore[method-assign]
@@ -63,9 +66,14 @@ def run_once(spec: str, steps: int | None) -> list[float]:
     if torch.cuda.is_available():
         torch.cuda.synchronize()
         torch.cuda.empty_cache()
+    if not got and ns.get("EVENTS"):
+        # a program that times itself with one CUDA event per step (user_programs `--time`): its steps after the
+        # first USER_WARMUP, which hold cuDNN autotuning, allocator growth and lazy initialisation
+        ev = ns["EVENTS"]
+        return [a.elapsed_time(b) for a, b in zip(ev, ev[1:], strict=False)][USER_WARMUP:]
     if not got:
         raise SystemExit(f"ab_twin: {argv[0]} reported no step times")
-    return got[-1]["step_ms"]
+    return got[-1]["step_ms"][skip:] or got[-1]["step_ms"]
 
 
 def main() -> None:
@@ -80,15 +88,22 @@ def main() -> None:
         "--trace-steps", type=int, default=64,
         help="steps of the first (captured) problem run; the collector waits until its step time settles (64)",
     )
+    ap.add_argument(
+        "--skip", type=int, default=0,
+        help="steps of each timed run left out besides the example's own first one: a loop that takes several "
+        "steps to settle (an allocator that frees its cache every step) is timed in steady state",
+    )
     args = ap.parse_args()
     traced = run_once(args.problem, args.trace_steps)
     runs: dict[str, list[list[float]]] = {"problem": [], "fixed": []}
     for r in range(args.rounds):
         order = ("problem", "fixed") if r % 2 else ("fixed", "problem")
         for side in order:
-            runs[side].append(run_once(getattr(args, side), args.steps))
+            runs[side].append(run_once(getattr(args, side), args.steps, args.skip))
     med = {k: [statistics.median(v) for v in runs[k]] for k in runs}
-    write_result(ab_result(args.problem, args.fixed, med, traced))  # (traced: its profiled steps among them)
+    write_result(ab_result(args.problem, args.fixed, med, traced, steps=args.steps, skip=args.skip,
+                           per_round_problem_ms=[round(x, 3) for x in med["problem"]],
+                           per_round_fixed_ms=[round(x, 3) for x in med["fixed"]]))  # (traced: its profiled steps among them)
 
 
 def ab_result(problem: str, fixed: str, rounds: dict[str, list[float]], traced: list[float], **extra) -> dict:

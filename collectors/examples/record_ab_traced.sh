@@ -6,8 +6,8 @@
 #   GROUP: real | synth | loader | heldout | ddp | fixes | aligned | aligned_heldout | fused | compile_call | item |
 #   autocast_heldout | tf32_heldout | attn_heldout | queue_heldout | attn_flops_heldout | causal_heldout |
 #   autocast_host | unseen | unseen_more | unseen2 | repeat2 | h100_a | h100_b | h100_c | h100_fixed | churn_heldout |
-#   rules_heldout
-#   (default: all but item, repeat2, churn_heldout, rules_heldout and the h100 groups, which re-record earlier runs). Runs land in OUT_DIR/ab_traced/<problem>/, AB_RESULT lines on stdout.
+#   rules_heldout | user7_heldout | user7_graph | churn_steady
+#   (default: all but item, repeat2, churn_heldout, rules_heldout, user7_heldout, user7_graph, churn_steady and the h100 groups, which re-record earlier runs). Runs land in OUT_DIR/ab_traced/<problem>/, AB_RESULT lines on stdout.
 set -u
 OUTD=${1:-/tmp/tv_ab_traced}
 shift || true
@@ -301,6 +301,31 @@ rules_heldout)  # held out (2026-12-05, H100): rules whose one-process twins ran
   ab decode_d1024_h100 "$DEC --cache dynamic" "$DEC --cache static"
   R50="real_models --model resnet50 --batch 32 --amp --channels-last"
   ab resnet50_item_h100 "$R50 --sync-item" "$R50"
+  ;;
+user7_heldout)  # held out (2026-12-06, session 61): the seventh set of user-written programs
+  # (collectors/examples/user_programs.py, self-timed with --time) in one process each, recorded while the rules they
+  # exercise (attention, optimizer, allocator, autocast) were reworked on branches that never saw them
+  for p in qwen2_eager pythia_adamw_loop bart_empty_cache electra_fp32 mobilenetv2_fp32; do
+    ab "${p}_ab" "user_programs --prog $p --time" "user_programs --prog $p --time --fixed"
+  done
+  ;;
+user7_graph)  # launch-bound (TV101) on the seventh set's fixed programs: each fixed program against the same step
+  # captured in one CUDA graph (user_programs --cuda-graph), in one process
+  for p in mobilenetv2_fp32 electra_fp32 bart_empty_cache; do
+    ab "${p}_fixed_graph_ab" "user_programs --prog $p --time --fixed" "user_programs --prog $p --time --fixed --cuda-graph"
+  done
+  ;;
+churn_steady)  # the allocator twins again with rounds in steady state (2026-12-06, session 61): a loop that calls
+  # empty_cache() every step takes 3-5 steps of each fresh run to settle (ResNet-50's traced run: 63 -> 44 ms), and
+  # the rounds above timed 11 steps of 12; here 40 steps a run, the first 11 left out
+  ABS="$PY -m collectors.examples.ab_twin --rounds ${ROUNDS:-4} --steps 40 --skip 10"
+  R50="real_models --model resnet50 --batch 32 --amp --channels-last"
+  BA6="real_models --model bert --layers 6 --d 768 --heads 12 --seq 256 --batch 16 --amp"
+  M="real_models --model mobilenet_v3_small --batch 64 --amp"
+  for t in "resnet50:$R50" "bert:$BA6" "mobilenet:$M" "alloc_churn:alloc_churn" "gpt2_sdpa:$G2"; do
+    n=${t%%:*}; a=${t#*:}
+    run "${n}_empty_cache_steady" $C --name "${n}_empty_cache_steady" -- $ABS "$a --empty-cache" "$a"
+  done
   ;;
 h100_fixed)  # the fixed programs of eight H100 twins traced alone, each in a process of its own (<twin>_fixed/; what
   # TRACE_FIXED=1 records beside a twin): not for their timing, to check a fix's transform against the program it

@@ -78,6 +78,18 @@ A sixth set (2026-12-06), each with its fixed twin `--fixed`:
   without it);
 - `convnext_bf16_nchw`: torchvision ConvNeXt-T under bf16 autocast in NCHW, SGD (`--fixed`: channels_last).
 
+A seventh set (2026-12-06, session 61), each with its fixed twin `--fixed`:
+
+- `bart_empty_cache`: HF BART (6 + 6 layers, 768 wide) summarisation-style training, bf16 autocast, batch 16 x 256,
+  `torch.cuda.empty_cache()` after every step (`--fixed`: without it);
+- `pythia_adamw_loop`: HF GPT-NeoX (Pythia-160M sizes: 12 layers, 768 wide) causal-LM training, bf16 autocast,
+  `AdamW(foreach=False)` (`--fixed`: `fused=True`);
+- `qwen2_eager`: HF Qwen2 (6 layers, 1024 wide, GQA 16/4 heads) causal-LM training, bf16 autocast, batch 4 x 1024,
+  `attn_implementation="eager"` (`--fixed`: `"sdpa"`);
+- `electra_fp32`: HF ELECTRA-base discriminator pre-training in FP32, batch 32 x 128 (`--fixed`: bf16 autocast);
+- `mobilenetv2_fp32`: torchvision MobileNetV2 trained in FP32, batch 64 (`--fixed`: bf16 autocast and
+  channels_last).
+
     traceview collect -- python -m collectors.examples.user_programs --prog t5
 """
 
@@ -104,23 +116,59 @@ def mark() -> None:
 TIMING = False
 #: the fixes the analyzer priced, as options: `--precision high` (TF32) and `--amp` (bf16 autocast) for the FP32
 #: programs, `--workers N` for the DataLoader-fed one (each run alone with `--time`: a fixed twin)
-OPTS: dict = {"amp": False, "workers": 2, "fixed": False, "static_only": False, "pad_vocab": False}
+OPTS: dict = {"amp": False, "workers": 2, "fixed": False, "static_only": False, "pad_vocab": False, "cuda_graph": False}
 
 PROGS = ("t5", "distilbert_fp32", "swin_bf16", "regnet_loader", "lstm", "opt_generate", "lightning",
          "mixer_compile", "resnet_fp16_scaler", "hf_trainer", "gpt2_accum_item", "gpt2_ckpt", "bert_dynpad",
          "compile_varlen", "resnet_varsize", "sdpa_varlen", "llama_eager", "ema_loop", "loader_pil",
          "per_sample_loss", "moe_naive", "llama_generate", "resnet_bf16_nchw", "gpu_augment_loop",
          "roberta_eager", "opt_adamw_loop", "resnet34_empty_cache", "vgg_fp32", "resnext_bf16_nchw", "cutmix_loop",
-         "hf_vit_eager", "convnext_adamw_loop", "swin_empty_cache", "convnext_bf16_nchw")
+         "hf_vit_eager", "convnext_adamw_loop", "swin_empty_cache", "convnext_bf16_nchw",
+         "bart_empty_cache", "pythia_adamw_loop", "qwen2_eager", "electra_fp32", "mobilenetv2_fp32")
 
 
 def train(model: nn.Module, opt: torch.optim.Optimizer, loss_of, steps: int, amp: bool) -> None:
+    if OPTS["cuda_graph"]:
+        graphed(model, opt, loss_of, steps, amp)
+        return
     for _ in range(steps):
         with torch.autocast("cuda", dtype=torch.bfloat16, enabled=amp):
             loss = loss_of(model)
         opt.zero_grad(set_to_none=True)
         loss.backward()
         opt.step()
+        mark()
+
+
+def graphed(model: nn.Module, opt: torch.optim.Optimizer, loss_of, steps: int, amp: bool) -> None:
+    """`--cuda-graph`: the same training step (forward, backward, optimizer) captured once in a CUDA graph and
+    replayed `steps` times: what TV101 (launch-bound) prices on a step whose GPU waits for the host's launches.
+    Warm-up on a side stream first, as the CUDA-graph docs ask; Adam's step counters on the GPU (`capturable`)."""
+    for g in opt.param_groups:
+        if "capturable" in g:
+            g["capturable"] = True
+
+    def step() -> torch.Tensor:
+        # (autocast's weight cache would keep tensors made during capture: off)
+        with torch.autocast("cuda", dtype=torch.bfloat16, enabled=amp, cache_enabled=False):
+            loss = loss_of(model)
+        loss.backward()
+        opt.step()
+        return loss
+
+    side = torch.cuda.Stream()
+    side.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(side):
+        for _ in range(3):
+            opt.zero_grad(set_to_none=True)
+            step()
+    torch.cuda.current_stream().wait_stream(side)
+    graph = torch.cuda.CUDAGraph()
+    opt.zero_grad(set_to_none=True)  # the captured backward allocates .grad from the graph's pool
+    with torch.cuda.graph(graph):
+        step()
+    for _ in range(steps):
+        graph.replay()
         mark()
 
 
@@ -140,19 +188,20 @@ def _layout_twin(arch: str, steps: int) -> None:
     train(model, opt, lambda m: F.cross_entropy(m(x), y), steps, amp=True)
 
 
-def _empty_cache_each_step(model: nn.Module, x: torch.Tensor, y: torch.Tensor, opt: torch.optim.Optimizer,
-                           steps: int) -> None:
+def _empty_cache_each_step(model: nn.Module, loss_of, opt: torch.optim.Optimizer, steps: int) -> None:
     """bf16 training that calls `torch.cuda.empty_cache()` after every step ("free the memory", as forum answers
-    suggest; `--fixed`: without it)."""
+    suggest; `--fixed`: without it, as `train`)."""
+    if OPTS["fixed"]:
+        train(model, opt, loss_of, steps, amp=True)
+        return
     for _ in range(steps):
         with torch.autocast("cuda", dtype=torch.bfloat16):
-            loss = F.cross_entropy(model(x), y)
+            loss = loss_of(model)
         opt.zero_grad(set_to_none=True)
         loss.backward()
         opt.step()
         del loss
-        if not OPTS["fixed"]:
-            torch.cuda.empty_cache()
+        torch.cuda.empty_cache()
         mark()
 
 
@@ -739,7 +788,8 @@ def opt_adamw_loop(steps: int) -> None:
 
 def resnet34_empty_cache(steps: int) -> None:
     model, x, y = _vision("resnet34", 64, torch.channels_last)
-    _empty_cache_each_step(model, x, y, torch.optim.SGD(model.parameters(), lr=0.1, momentum=0.9), steps)
+    opt = torch.optim.SGD(model.parameters(), lr=0.1, momentum=0.9)
+    _empty_cache_each_step(model, lambda m: F.cross_entropy(m(x), y), opt, steps)
 
 
 def vgg_fp32(steps: int) -> None:
@@ -820,11 +870,68 @@ def convnext_adamw_loop(steps: int) -> None:
 
 def swin_empty_cache(steps: int) -> None:
     model, x, y = _vision("swin_t", 32)
-    _empty_cache_each_step(model, x, y, torch.optim.SGD(model.parameters(), lr=0.01, momentum=0.9), steps)
+    opt = torch.optim.SGD(model.parameters(), lr=0.01, momentum=0.9)
+    _empty_cache_each_step(model, lambda m: F.cross_entropy(m(x), y), opt, steps)
 
 
 def convnext_bf16_nchw(steps: int) -> None:
     _layout_twin("convnext_tiny", steps)
+
+
+def bart_empty_cache(steps: int) -> None:
+    from transformers import BartConfig, BartForConditionalGeneration
+
+    cfg = BartConfig(vocab_size=50265, d_model=768, encoder_layers=6, decoder_layers=6, encoder_attention_heads=12,
+                     decoder_attention_heads=12, encoder_ffn_dim=3072, decoder_ffn_dim=3072)
+    model = BartForConditionalGeneration(cfg).cuda()
+    src = torch.randint(3, 50265, (16, 256), device="cuda")
+    tgt = torch.randint(3, 50265, (16, 64), device="cuda")
+    opt = torch.optim.AdamW(model.parameters(), lr=1e-4, fused=True)
+    _empty_cache_each_step(model, lambda m: m(input_ids=src, labels=tgt).loss, opt, steps)
+
+
+def pythia_adamw_loop(steps: int) -> None:
+    from transformers import GPTNeoXConfig, GPTNeoXForCausalLM
+
+    cfg = GPTNeoXConfig(vocab_size=50304, hidden_size=768, num_hidden_layers=12, num_attention_heads=12,
+                        intermediate_size=3072, max_position_embeddings=2048)
+    model = GPTNeoXForCausalLM(cfg).cuda()
+    ids = torch.randint(0, 50304, (8, 512), device="cuda")
+    kw = {"fused": True} if OPTS["fixed"] else {"foreach": False}
+    opt = torch.optim.AdamW(model.parameters(), lr=1e-4, **kw)
+    train(model, opt, lambda m: m(input_ids=ids, labels=ids).loss, steps, amp=True)
+
+
+def qwen2_eager(steps: int) -> None:
+    from transformers import Qwen2Config, Qwen2ForCausalLM
+
+    impl = "sdpa" if OPTS["fixed"] else "eager"
+    cfg = Qwen2Config(vocab_size=32000, hidden_size=1024, intermediate_size=2816, num_hidden_layers=6,
+                      num_attention_heads=16, num_key_value_heads=4, max_position_embeddings=2048,
+                      attn_implementation=impl)
+    model = Qwen2ForCausalLM(cfg).cuda()
+    print("attention:", model.config._attn_implementation)
+    ids = torch.randint(0, 32000, (4, 1024), device="cuda")
+    opt = torch.optim.AdamW(model.parameters(), lr=1e-4, fused=True)
+    train(model, opt, lambda m: m(input_ids=ids, labels=ids).loss, steps, amp=True)
+
+
+def electra_fp32(steps: int) -> None:
+    from transformers import ElectraConfig, ElectraForPreTraining
+
+    cfg = ElectraConfig(vocab_size=30522, embedding_size=768, hidden_size=768, num_hidden_layers=12,
+                        num_attention_heads=12, intermediate_size=3072)
+    model = ElectraForPreTraining(cfg).cuda()
+    ids = torch.randint(0, 30522, (32, 128), device="cuda")
+    labels = torch.randint(0, 2, (32, 128), device="cuda")
+    opt = torch.optim.AdamW(model.parameters(), lr=1e-4)
+    train(model, opt, lambda m: m(input_ids=ids, labels=labels).loss, steps, amp=OPTS["fixed"])
+
+
+def mobilenetv2_fp32(steps: int) -> None:
+    model, x, y = _vision("mobilenet_v2", 64, torch.channels_last if OPTS["fixed"] else torch.contiguous_format)
+    opt = torch.optim.SGD(model.parameters(), lr=0.05, momentum=0.9)
+    train(model, opt, lambda m: F.cross_entropy(m(x), y), steps, amp=OPTS["fixed"])
 
 
 def main() -> None:
@@ -839,12 +946,14 @@ def main() -> None:
     ap.add_argument("--no-cudnn-sdpa", action="store_true", help="SDPA without its cuDNN backend")
     ap.add_argument("--static-only", action="store_true", help="llama_generate --fixed: the static cache alone")
     ap.add_argument("--pad-vocab", action="store_true", help="roberta_eager: the vocabulary padded to 50304")
+    ap.add_argument("--cuda-graph", action="store_true",
+                    help="programs that train with train(): the whole step captured in one CUDA graph (TV101's fix)")
     args = ap.parse_args()
     torch.set_float32_matmul_precision(args.precision)
     if args.no_cudnn_sdpa:
         torch.backends.cuda.enable_cudnn_sdp(False)
     OPTS.update(amp=args.amp, workers=args.workers, fixed=args.fixed, static_only=args.static_only,
-                pad_vocab=args.pad_vocab)
+                pad_vocab=args.pad_vocab, cuda_graph=args.cuda_graph)
     global TIMING
     TIMING = args.time
     torch.manual_seed(0)

@@ -62,6 +62,9 @@ EXPECTED.add(("user_programs5_h100/opt_adamw_loop/rank0.1796576443401792236.pt.t
 # its own kernel (info)
 EXPECTED.add(("user_programs6_h100/convnext_adamw_loop/rank0.1796579210725449365.pt.trace.json.gz", "unfused-optimizer"))
 EXPECTED.add(("user_programs6_h100/hf_vit_eager/rank0.1796579178011475128.pt.trace.json.gz", "gemm-epilogue"))
+# user_programs7: HF ELECTRA trained in FP32 at the default precision; HF GPT-NeoX with AdamW(foreach=False)
+EXPECTED.add(("user_programs7_h200/electra_fp32/rank0.1796587906234922919.pt.trace.json.gz", "fp32-gemm"))
+EXPECTED.add(("user_programs7_h200/pythia_adamw_loop/rank0.1796587845724354522.pt.trace.json.gz", "unfused-optimizer"))
 # issue 27: an activation right after its GEMM, on the GEMM's output — 2-D ReLU MLPs (addmm -> clamp_min: the
 # optimizer and DataLoader twins' models) and the GELU of GPT-2/TinyGPT/BERT MLPs on the 3-D view of the flattened
 # addmm — whose fix the replay prices at >= 1 % of the step: on launch-bound steps the activation op's dispatch and
