@@ -101,6 +101,10 @@ class Transform:
     #: the fix keeps batches ready: the workers' pace (`floor_ns`) no longer holds the step, nor do the arrivals of
     #: the batches the traced loop waited for (`replay_graph.Graph.a_arrive`)
     input_ready: bool = False
+    #: the fix takes away a drain the problem's host makes in every step (a host-bound stretch the device waits for: the
+    #: single-tensor optimizer's update loop): where the fixed loop's host then runs ahead of its device, its mean is
+    #: the device's own pace, not the replayed window's start-up from the problem's drained device (`fixes.led_mean`)
+    leads: bool = False
 
 
 def span_coverage(spans: np.ndarray, tids: np.ndarray):
@@ -772,6 +776,41 @@ def _host_pace(trace: Trace, g: Graph, skey: tuple, transforms: Sequence[Transfo
         return host, float(a_s[last] - a_s[first])
 
     return once_in(_replays(trace), key, run)[1]
+
+
+def paces(trace: Trace, steps: pl.DataFrame, transforms: Sequence[Transform]) -> tuple[float, float, bool] | None:
+    """(the host's own pace, the device's own pace, whether a call in the steps still waits for the device) of the
+    steps replayed with `transforms`, ns per step: the host with no call waiting for the device (`_host_pace`), and
+    the device with every host interval off the path (its activities back to back, with their gaps, launch
+    latencies and the other streams they wait for), each from the first step's start to the last step's end over
+    the steps. None where the steps have no host markers (`fixes.led_mean` reads them)."""
+    if steps.height < 2:
+        return None
+    g = build(trace)
+    skey = _steps_key(steps)
+    plan = _plan(g, skey)
+    if "ce" not in plan or g.a_ts.size == 0:
+        return None
+    first, last = int(plan["c"][int(plan["order"][0])]), int(plan["ce"])
+    if first < 0 or last < 0:
+        return None
+    n = steps.height
+    host = _host_pace(trace, g, skey, transforms, first, last) / n
+    key = ("device alone", skey, tuple(_transform_key(t) for t in transforms))
+
+    def run() -> tuple[tuple[Transform, ...], float]:
+        off = [(int(t), int(g.a_ts.min()) - 1, int(g.a_end.max()) + 1) for t in np.unique(g.a_tid)]
+        s, e = _apply_plan(plan, simulate(g, [*transforms, Transform("device alone", host_spans=off)]))
+        return tuple(transforms), float(e.max() - s.min())
+
+    device = once_in(_replays(trace), key, run)[1] / n
+    # a call between the first step's start and the last one's end that still waits for the device (a sync, a
+    # blocking allocator call): the host cannot keep a queue ahead of the device across it
+    freed = [_ids(t.no_wait) for t in transforms if len(t.no_wait)]
+    waits = (g.a_wait >= 0) & ~g.a_marker & (g.a_ts >= g.a_ts[first]) & (g.a_ts < g.a_ts[last])
+    if freed and waits.any():
+        waits &= ~np.isin(g.a_i, _unique(np.concatenate(freed)))
+    return host, device, bool(waits.any())
 
 
 def _device_only(t: Transform) -> bool:
