@@ -175,7 +175,10 @@ def unsteady_reason(raw: dict, file_name: str, rank: int | None, unprof_ms: floa
     if settle.get("settled") is False:
         return "unsteady reference: the collector's --settle recorded before the step time had settled"
     k = rank_loader_period(e)
-    xs = reference_steps([float(x) for x in rank_step_samples(raw, file_name, rank) if x > 0], k)
+    wait_steps = [float(x) for x in rank_step_samples(raw, file_name, rank) if x > 0]
+    if not wait_steps:  # (a reference taken from the post-capture steps themselves, `--wait 0`: none to compare)
+        return None
+    xs = reference_steps(wait_steps, k)
     if len(xs) >= 2 and max(xs) / min(xs) > SPREAD_WARN:
         return (f"unsteady reference: its steps vary {max(xs) / min(xs):.1f}x ({min(xs):.2f} to {max(xs):.2f} ms), "
                 f"more than the collector's spread warning allows ({SPREAD_WARN:g}x)")
