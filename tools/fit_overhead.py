@@ -12,7 +12,11 @@ collector's unprofiled wait steps after the first, which still warms up; collect
 
 A run whose traced step differs from the collector's profiled CUDA-event step by more than TRACE_TOL is set
 aside (listed, not scored): its trace is not the steps the collector timed (input stalls in the captured window,
-a different step mix), so no profiler-cost model can take the traced step to the unprofiled one.
+a different step mix), so no profiler-cost model can take the traced step to the unprofiled one. So is a run whose
+manifest says its reference is not a steady state (`unsteady_reason`: the collector's --settle gave up, the
+reference's own steps vary more than the collector's spread warning allows, or the same process's unprofiled
+steps after the capture ran faster than the reference by more than the collector's settle tolerance): the
+manifest's own record decides, never the estimate's error.
 """
 
 from __future__ import annotations
@@ -28,10 +32,21 @@ import numpy as np
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
+from collectors.manifest import SPREAD_WARN  # noqa: E402
 from traceview.analyses import overhead, replay  # noqa: E402
 from traceview.analyses.windows import complete_steps  # noqa: E402
 from traceview.ingest.loader import load  # noqa: E402
-from traceview.ingest.manifest import rank_step_samples, rank_step_times, steady_unprofiled_ms  # noqa: E402
+from traceview.ingest.manifest import (  # noqa: E402
+    SETTLE_TOL,
+    median,
+    period_mean,
+    rank_entry,
+    rank_loader_period,
+    rank_step_samples,
+    rank_step_times,
+    settle_window,
+    steady_unprofiled_ms,
+)
 from traceview.sections import job_answer  # noqa: E402
 
 SAMPLES = ROOT / "sample_traces"
@@ -76,7 +91,8 @@ def group(run: str) -> str:
 
 
 def runs() -> list[dict]:
-    """Every bundled rank trace with a manifest: {run, group, trace, steps, unprof_ns, traced_ns, job}. `job`: the
+    """Every bundled rank trace with a manifest: {run, group, trace, steps, unprof_ns, traced_ns, set_aside, unsteady,
+    job}. `job`: the
     run's ranks when it has more than one (the analyzer estimates each from the job's replay, `estimate_ns`)."""
     out = []
     for m in sorted(SAMPLES.glob("*/*/manifest.json")):
@@ -92,12 +108,14 @@ def runs() -> list[dict]:
         for f, t in zip(files, loaded, strict=True):
             st, _ = complete_steps(t, t.steps)
             man = t.meta.manifest or json.loads(m.read_text())
+            raw = json.loads(m.read_text())  # (the parsed manifest keeps no schedule, post-capture steps, settle info)
             _, prof, _ = rank_step_times(man, f.name, t.meta.rank)
             # the ground truth: the steady unprofiled step (the first wait step still warms up)
             unprof = steady_unprofiled_ms(man, f.name, t.meta.rank)
             if not unprof or st.height == 0 or run in UNSTEADY:
                 continue
             traced = float((st["end"] - st["ts"]).mean())
+            aside = aside_reason(traced, prof, len(rank_step_samples(man, f.name, t.meta.rank)))
             out.append(
                 {
                     "run": run,
@@ -108,7 +126,10 @@ def runs() -> list[dict]:
                     "unprof_ns": unprof * 1e6,
                     "prof_ns": (prof or 0.0) * 1e6,
                     "traced_ns": traced,
-                    "set_aside": aside_reason(traced, prof, len(rank_step_samples(man, f.name, t.meta.rank))),
+                    "set_aside": aside,
+                    # (left out of the scores only: a calibration run keeps its place in the fit, whose committed
+                    # optimum it helped set)
+                    "unsteady": None if aside else unsteady_reason(raw, f.name, t.meta.rank, unprof),
                     "job": job,
                     "pos": next(k for k, x in enumerate(job["traces"]) if x is t) if job else 0,
                 }
@@ -124,6 +145,50 @@ def aside_reason(traced_ns: float, prof_ms: float | None, n_unprofiled: int) -> 
         return f"traced step vs the collector's profiled CUDA-event step off by more than {100 * TRACE_TOL:.0f} %"
     if n_unprofiled == 1:
         return "one unprofiled step recorded, the first (still warming up): no steady measurement"
+    return None
+
+
+def reference_steps(xs: list[float], period: int) -> list[float]:
+    """The unprofiled steps the ground truth (`steady_unprofiled_ms`) is taken over, as the values it compares: the
+    means of whole periods of a loop fed by `period` DataLoader workers in turn, else the steps after the first
+    (which still warms up) where there are three or more."""
+    if period > 1 and len(xs) >= period:
+        return [sum(xs[i:i + period]) / period for i in range(0, len(xs) - period + 1, period)]
+    return xs[1:] if len(xs) >= 3 else xs
+
+
+def unsteady_reason(raw: dict, file_name: str, rank: int | None, unprof_ms: float) -> str | None:
+    """Why the manifest says this rank's reference (`unprof_ms`) is not the program's steady step, or None. Read
+    from the collector's own record (`raw`: the manifest as written), never from the estimate:
+
+    - the collector's --settle gave up waiting for the step time to settle (`settle.settled` false);
+    - the steps the reference is the median of vary more than the collector's spread warning allows
+      (collectors.manifest.SPREAD_WARN: slowest over fastest; its warning says "the medians may not be the steady
+      state"), compared as the reference takes them (`reference_steps`);
+    - the same process's unprofiled steps right after the capture (`post_capture_step_ms`, the first settle window
+      of them: `settle_window` of the run's wait) ran faster than the reference by more than the collector's
+      settle tolerance (SETTLE_TOL): the program was still getting faster when the reference was timed. Only
+      faster: after a capture CUPTI's teardown can leave the first steps slower (docs/collect.md), never faster.
+    """
+    e = rank_entry(raw, file_name, rank)
+    settle = e.get("settle") if isinstance(e.get("settle"), dict) else {}
+    if settle.get("settled") is False:
+        return "unsteady reference: the collector's --settle recorded before the step time had settled"
+    k = rank_loader_period(e)
+    wait_steps = [float(x) for x in rank_step_samples(raw, file_name, rank) if x > 0]
+    if not wait_steps:  # (a reference taken from the post-capture steps themselves, `--wait 0`: none to compare)
+        return None
+    xs = reference_steps(wait_steps, k)
+    if len(xs) >= 2 and max(xs) / min(xs) > SPREAD_WARN:
+        return (f"unsteady reference: its steps vary {max(xs) / min(xs):.1f}x ({min(xs):.2f} to {max(xs):.2f} ms), "
+                f"more than the collector's spread warning allows ({SPREAD_WARN:g}x)")
+    post = [float(x) for x in e.get("post_capture_step_ms") or [] if isinstance(x, (int, float)) and x > 0]
+    h = settle_window(int((raw.get("schedule") or {}).get("wait") or 0), k)
+    after = (period_mean(post[:h], k) if k > 1 else median(post[:h])) if len(post) >= h else None
+    if after is not None and after < unprof_ms * (1 - SETTLE_TOL):
+        return (f"unsteady reference: the same process's first {h} unprofiled steps after the capture ran "
+                f"{after:.2f} ms, {100 * (1 - after / unprof_ms):.0f} % faster (the collector's settle tolerance: "
+                f"{100 * SETTLE_TOL:.0f} %)")
     return None
 
 
@@ -177,10 +242,15 @@ def fit(rs: list[dict], start: dict[str, float], grid_of: dict | None = None) ->
     return {k: round(v, 6) for k, v in best.items()}
 
 
+def scored(rs) -> list[dict]:
+    """The runs the tables score: neither set aside nor with an unsteady reference."""
+    return [r for r in rs if not r["set_aside"] and not r.get("unsteady")]
+
+
 def table(rs: list[dict], cost: dict[str, float]) -> dict[str, dict[str, float]]:
     out = {}
     for g in ("calibration", "held-out", "evaluation"):
-        sel = [r for r in rs if r["group"] == g and not r["set_aside"]]
+        sel = scored(r for r in rs if r["group"] == g)
         if not sel:
             continue
         est = errors(sel, cost)
@@ -236,20 +306,21 @@ def markdown(rs: list[dict], cost: dict[str, float]) -> str:
         e = estimate_ns(r, cost)
         lines.append(
             f"| {r['run'].split('/', 1)[1]} | {r['traced_ns'] / 1e6:.2f} | {e / 1e6:.2f} | {r['unprof_ns'] / 1e6:.2f} | "
-            f"{100 * (e / r['unprof_ns'] - 1):+.1f} % |"
+            f"{100 * (e / r['unprof_ns'] - 1):+.1f} %{' (not scored: unsteady reference)' if r['unsteady'] else ''} |"
         )
-    aside = [r for r in rs if r["set_aside"]]
+    aside = [r for r in rs if r["set_aside"] or r.get("unsteady")]
     if aside:
         lines += [
             "",
-            "Set aside, not in the tables: a run whose trace is not the steps the collector timed, or whose only "
-            "unprofiled step is the first:",
+            "Not scored in the tables: a run whose trace is not the steps the collector timed or whose only "
+            "unprofiled step is the first (set aside, from the fit too), or whose manifest says its reference is not "
+            "a steady state (`unsteady_reason`; a calibration run among them stays in the fit):",
             "",
         ]
         lines += [
             f"- {r['run']} rank {r['rank']}: traced {r['traced_ns'] / 1e6:.2f} ms, profiled {r['prof_ns'] / 1e6:.2f} ms, "
             f"measured unprofiled {r['unprof_ns'] / 1e6:.2f} ms, estimated {estimate_ns(r, cost) / 1e6:.2f} ms "
-            f"({r['set_aside']})"
+            f"({r['set_aside'] or r['unsteady']})"
             for r in aside
         ]
     return "\n".join(lines) + "\n"
