@@ -198,13 +198,38 @@ def test_gpu_columns_equal_to_pid_tid_share_their_buffers():
     assert g.height >= 4096
     kernels = [e for e in raw_events(rel) if e.get("cat") == "kernel"]
     assert all(e["args"]["device"] == e["pid"] and e["args"]["stream"] == e["tid"] for e in kernels)
+    g = traceview.load(SAMPLES / rel).gpu  # (a fresh load: reading a constant column through `g[c]` fills it)
     for c, other in (("device", "pid"), ("stream", "tid")):
-        assert np.shares_memory(g[c].to_numpy(), g[other].to_numpy())
+        if g.select(other).estimated_size() < 1024:  # one device (or stream): both held as a constant, no buffer
+            assert g.select(c).estimated_size() < 1024 and g[c].equals(g[other])
+        else:
+            assert np.shares_memory(g[c].to_numpy(), g[other].to_numpy())
     assert not np.shares_memory(g["external_id"].to_numpy(), g["correlation"].to_numpy())  # (2.4+: they differ)
     odd = g.with_columns(pl.col("pid").cast(pl.Int32).alias("p32"), (pl.col("pid") + (pl.int_range(pl.len()) == 7)).alias("p1"))
     out = _share_equal(odd, {"p32": "pid", "p1": "pid"})
     assert out.schema["p32"] == pl.Int32 and not np.shares_memory(out["p1"].to_numpy(), out["pid"].to_numpy())
     assert out.equals(odd)
+
+
+def test_constant_columns_hold_no_buffer():
+    """A column with one value on every row (all null: an args field the trace lacks; one number: a single-GPU
+    trace's GPU pid and device) is a constant of the frame, no buffer of its height, and reads as the events'
+    values; a column that varies keeps its buffer."""
+    from traceview.ingest.loader import _null_constants
+
+    rel = "gpu_h200_compile/compile_recompile_every_step.json.gz"
+    g = traceview.load(SAMPLES / rel).gpu  # (a fresh load: reading a constant column through `g[c]` fills it)
+    kernels = [e for e in raw_events(rel) if e.get("cat") == "kernel"]
+    assert len({e["pid"] for e in kernels}) == 1 and g.height >= 4096
+    assert g.select("pid", "device").estimated_size() < 1024
+    for c in ("pid", "device"):
+        assert g[c].to_list() == [kernels[0]["pid"]] * g.height
+    assert g.select("ts").estimated_size() >= 8 * g.height  # varies: its own buffer
+    df = pl.DataFrame({"a": np.arange(5000), "b": np.full(5000, 3), "c": pl.Series([None] * 5000, dtype=pl.Int64),
+                       "f": np.full(5000, 1.5)})
+    out = _null_constants(df)
+    assert [out.select(c).estimated_size() < 1024 for c in "abcf"] == [False, True, True, False]
+    assert out.equals(df) and out.schema == df.schema
 
 
 _RAW_KEYS = {"input_dims": "Input Dims", "input_type": "Input type", "concrete": "Concrete Inputs",

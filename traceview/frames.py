@@ -16,6 +16,13 @@ def pick(df: pl.DataFrame, *names: str) -> pl.DataFrame:
     return df[list(names)] if names else df.select()  # (`df[[]]` would keep the rows' count)
 
 
+def column(df: pl.DataFrame, name: str) -> pl.Series:
+    """`df[name]`, leaving the frame's own column as it is: a column held as a constant (`ingest.loader.
+    _null_constants`: no buffer) and read as `df[name]` keeps the buffer polars fills for it while the frame
+    lives (the trace's frames: the whole run)."""
+    return pick(df, name).to_series()
+
+
 def omit(df: pl.DataFrame, *names: str) -> pl.DataFrame:
     """`df.drop(*names)` (every name present), without a query."""
     gone = set(names)

@@ -28,7 +28,7 @@ import numpy as np
 import polars as pl
 
 from ..engine import CHAIN, IN_MEMORY
-from ..frames import dropnull, filled, members, notnull, omit, pick, take
+from ..frames import column, dropnull, filled, members, notnull, omit, pick, take
 from ..memo import per_trace
 from ..model import RUNTIME_CATS, Trace
 from .intervals import open_at
@@ -574,7 +574,7 @@ def _attribute(trace: Trace) -> Attribution:
             .select("i", "pid", "tid", "ts", "seq", "fwd_tid", "op", _op=pl.col("cat") == "cpu_op").collect(**IN_MEMORY))
     # a runtime call is in grad mode when the op that made it is (numpy on row positions: no join)
     opos = _rowpos(host, rows["op"])
-    grad = notnull(rows["seq"]).to_numpy() | ((opos >= 0) & notnull(host["seq"]).to_numpy()[opos])
+    grad = notnull(rows["seq"]).to_numpy() | ((opos >= 0) & notnull(column(host, "seq")).to_numpy()[opos])
     rows = omit(rows, "op")
     if host.height == 0:
         return Attribution("none", pl.DataFrame(schema=_CODES_SCHEMA), _layer_codes(pl.DataFrame(schema=_NAMES_SCHEMA))[0],
@@ -602,7 +602,7 @@ def _attribute(trace: Trace) -> Attribution:
     del node_ev, own
     # backward: the innermost enclosing autograd node op (it carries the sequence number); the mask of those
     # ops without a string comparison on every host row
-    auto = filled(host["fwd_tid"] > 0, False).to_numpy()
+    auto = filled(column(host, "fwd_tid") > 0, False).to_numpy()
     at = np.flatnonzero(auto)
     auto[at] = filled(take(host["cat"], at) == "cpu_op", False).to_numpy()
     bnode = ancestor_ids(host, rows["i"], auto, include_self=True)

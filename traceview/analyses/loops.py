@@ -19,7 +19,7 @@ import json
 import numpy as np
 import polars as pl
 
-from ..frames import filled, omit, take
+from ..frames import filled, take
 from ..memo import per_trace
 from ..model import Trace
 from .rowid import positions
@@ -76,18 +76,24 @@ def loop_runs(trace: Trace, lo: int, hi: int, bounds: tuple[int, ...] = ()) -> p
     null for a repeat that may be a chain (a stack of layers) or whose ops do work of their own (`MAX_OP_NS`); `ops`
     the ops every iteration runs, `optional` those only some run (a loop found by its anchor, `_anchored`)."""
     h = trace.host
-    top = (h.lazy().filter((pl.col("cat") == "cpu_op") & (pl.col("ts") >= lo) & (pl.col("ts") < hi)
-                           & ~pl.col("name").str.starts_with("ProfilerStep"))
-           .select("i", "tid", "name", "ts", "end", "parent", "input_dims").collect())
-    # the top-level ops: a parent that is no op (or none). The parent's row is found by position (no hash join of
-    # every op onto every host row: at 10 M events the join was a phase's peak)
-    pos = positions(h, top["parent"])
+    ops = h.lazy().filter((pl.col("cat") == "cpu_op") & (pl.col("ts") >= lo) & (pl.col("ts") < hi)
+                          & ~pl.col("name").str.starts_with("ProfilerStep"))
+    # the top-level ops: a parent that is no op (or none), decided from the ops' parents alone before their other
+    # columns are read (one frame of the top-level ops, not one of every op and its filtered copy: at 10 M tiny
+    # events ~140 MiB at the rules' peak). The parent's row is found by position (no hash join of every op onto
+    # every host row: at 10 M events the join was a phase's peak)
+    parent = ops.select("parent").collect()["parent"]
+    pos = positions(h, parent)
     if pos is None:  # (ids with nulls: the hash join)
         parents = h.select(pl.col("i").alias("parent"), pl.col("cat").alias("_pcat"))
-        nested = top.join(parents, on="parent", how="left")["_pcat"] == "cpu_op"
+        nested = parent.to_frame().join(parents, on="parent", how="left")["_pcat"] == "cpu_op"
     else:
         nested = take(h["cat"] == "cpu_op", pos)  # (a mask of the host rows, gathered: no text per op)
-    top = omit(top.filter(~filled(nested, False)), "i", "parent")
+    del parent, pos
+    keep = ~filled(nested, False)
+    del nested
+    top = (ops if keep.all() else ops.filter(pl.lit(keep))).select("tid", "name", "ts", "end", "input_dims").collect()
+    del keep
     if not _strictly_sorted(top["tid"].to_numpy(), top["ts"].to_numpy()):  # (else the sort is the order it has:
         top = top.sort("tid", "ts")  # a single thread's ops, in time order, are; no copy of every op's columns)
     rows = []

@@ -35,7 +35,7 @@ import numpy as np
 import polars as pl
 
 from ..engine import CHAIN, IN_MEMORY
-from ..frames import dropnull, filled, isnull, members, notnull, omit, pick, take
+from ..frames import column, dropnull, filled, isnull, members, notnull, omit, pick, take
 from ..ingest import heap_trim
 from ..ingest.categories import GRAPH_LAUNCH_RE, RUNTIME_CATS
 from ..memo import per_trace
@@ -233,7 +233,7 @@ def _build(trace: Trace) -> Graph:
         else:
             found = notnull(at)
             at = at.filter(found)
-            pos = pl.DataFrame({"_k": np.flatnonzero(found.to_numpy()), "tid": take(trace.host["tid"], at),
+            pos = pl.DataFrame({"_k": np.flatnonzero(found.to_numpy()), "tid": take(column(trace.host, "tid"), at),
                                 "ts": take(trace.host["ts"], at)})
             del found
         del at
@@ -811,7 +811,7 @@ def _segments(trace: Trace, a_tid: np.ndarray, a_ts: np.ndarray, a_end: np.ndarr
     pos = np.flatnonzero(keep).astype(np.uint32 if keep.size < 2**32 else np.int64)
     del keep
     ts = filled(h["ts"], -1).to_numpy().astype(np.int64, copy=False)
-    tid = filled(h["tid"], -1).to_numpy().astype(np.int64, copy=False)
+    tid = filled(column(h, "tid"), -1).to_numpy().astype(np.int64, copy=False)
     blocks = [pos[b:b + SEGMENT_BLOCK] for b in range(0, pos.size, SEGMENT_BLOCK)]
     # thread codes: a handful of threads, so a hash unique then a search in the few (no sort of every row)
     tids = np.sort(pl.concat([pl.Series(np.unique(a_tid))] + [pl.Series(tid[p]).unique() for p in blocks])

@@ -715,14 +715,22 @@ def _share_equal(df: pl.DataFrame, pairs: dict[str, str]) -> pl.DataFrame:
 
 
 def _null_constants(df: pl.DataFrame) -> pl.DataFrame:
-    """`df` with each column that holds no value made a constant null (polars keeps a literal column unmaterialized:
-    no buffer until a step asks for its values): most args fields are absent from most traces (host: 9 of 30
-    columns on one without shapes or stacks), and each held a data buffer and a validity bitmap of the frame's
-    height through the whole analysis (10 M events: ~350 MiB)."""
+    """`df` with each column that holds one value on every row made a constant (polars keeps a literal column
+    unmaterialized through filters, sorts and slices: no buffer until a step asks for its values). Most args
+    fields are absent from most traces (host: 9 of 30 columns on one without shapes or stacks: all null), and a
+    single-process, single-GPU trace's host `pid` and GPU `pid`/`device` hold one number; each held a data
+    buffer (and a validity bitmap) of the frame's height through the whole analysis (10 M events: ~350 MiB of
+    null columns, ~100 MiB of such ids)."""
     if df.height < _SMALL_ROWS:
         return df
-    dead = [c for c, s in zip(df.columns, df.get_columns(), strict=True) if s.null_count() == df.height]
-    return df.with_columns(pl.lit(None, df.schema[c]).alias(c) for c in dead) if dead else df
+    lits = []
+    for c, s in zip(df.columns, df.get_columns(), strict=True):
+        nulls = s.null_count()
+        if nulls == df.height:
+            lits.append(pl.lit(None, s.dtype).alias(c))
+        elif not nulls and s.dtype.is_integer() and s.min() == s.max():  # (integers: exact, no NaN)
+            lits.append(pl.lit(s.min(), s.dtype).alias(c))
+    return df.with_columns(lits) if lits else df
 
 
 def _ensure(df: pl.DataFrame, fields: dict[str, str], raw: tuple[str, ...] = ()) -> pl.DataFrame:
