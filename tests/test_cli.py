@@ -160,3 +160,45 @@ def test_process_run_under_a_profiler_returns(tmp_path):
     assert r.returncode == 0, r.stderr
     assert mark.read_text() == "returned"
     assert json.loads(out.read_text())["traces"][0]["steps"][0]["step"] == 1
+
+
+#: command lines the argparse-free reading of `analyze` takes (cli._fast_analyze): the plain runs
+FAST = [["analyze", "a.json"], ["analyze", "a.json", "b.json.gz", "dir"], ["analyze", "a.json", "--format", "json"],
+        ["analyze", "--format", "json", "a.json", "-o", "/dev/null"], ["analyze", "a", "--format=markdown"],
+        ["analyze", "a", "--output", "r.txt", "--format", "sarif"], ["analyze", "a", "--output=", "--format=text"],
+        ["analyze", "-o", "r.json", "--format", "json", "a", "b"], ["analyze", "", "-o", "x"]]
+#: those it leaves to argparse (valid or not): every other option, abbreviations, stdin, split paths, repeats
+SLOW = [["analyze"], ["analyze", "--format", "json"], ["analyze", "a", "--form", "json"], ["analyze", "-", "a"],
+        ["analyze", "a", "-ojson.out"], ["analyze", "a", "--format", "xml"], ["analyze", "a", "--format"],
+        ["analyze", "a", "-o", "-"], ["analyze", "a", "--format", "json", "b"], ["analyze", "a", "--step", "2"],
+        ["analyze", "a", "-o", "x", "-o", "y"], ["analyze", "a", "--", "b"], ["analyze", "a", "--detail"],
+        ["analyze", "a", "-o=x"], ["layers", "a"], ["rules"], []]
+
+
+@pytest.mark.parametrize("argv", FAST)
+def test_fast_analyze_arguments_are_argparses(argv):
+    """The plain `analyze` command line read without argparse (start-up, issue 32) gives the namespace argparse
+    gives: every attribute, the defaults included, with the same values."""
+    from traceview.cli import main as cli
+
+    fast = cli._fast_analyze(argv)
+    assert fast is not None
+    assert vars(fast) == vars(cli.make_parser("analyze").parse_args(argv))
+
+
+@pytest.mark.parametrize("argv", SLOW)
+def test_fast_analyze_leaves_the_rest_to_argparse(argv):
+    from traceview.cli import main as cli
+
+    assert cli._fast_analyze(argv) is None
+
+
+def test_plain_analyze_run_does_not_import_argparse(tmp_path):
+    out = tmp_path / "r.json"
+    code = ("import json, sys\nimport traceview.cli.main as cli\n"
+            f"assert cli.main(['analyze', {str(SMALL)!r}, '--format', 'json', '-o', {str(out)!r}]) == 0\n"
+            "print('argparse' in sys.modules)\n")
+    r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300)
+    assert r.returncode == 0, r.stderr
+    assert r.stdout.split() == ["False"]
+    assert json.loads(out.read_text())["traces"][0]["steps"][0]["step"] == 1

@@ -35,6 +35,8 @@ def severity_for(pct: float | None, moderate: float, high: float, default: str =
 
 @dataclass
 class Finding:
+    """One rule's finding: what it costs, what fixing it saves, its severity and its evidence."""
+
     rule: str
     code: str
     severity: str

@@ -99,6 +99,9 @@ def schema_problems(trace: Trace) -> list[str]:
 
 @dataclass(frozen=True)
 class TraceMeta:
+    """What the loader read about one trace file besides its events: where it came from, its format, rank,
+    devices and the warnings of its load."""
+
     path: str
     format: str  # "kineto" | "kineto-2021" | "legacy-autograd"
     schema_version: Any = None
@@ -133,6 +136,8 @@ class TraceMeta:
 # and the generated __eq__/__hash__ cost start-up time at import)
 @dataclass(frozen=True, eq=False)
 class Trace:
+    """One loaded trace: its metadata and its host, GPU and step frames."""
+
     meta: TraceMeta
     host: pl.DataFrame
     gpu: pl.DataFrame

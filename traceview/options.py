@@ -13,6 +13,8 @@ from typing import Any
 
 @dataclass(frozen=True)
 class Options:
+    """What one analysis run is asked to do (module docstring); `Options()` is a run without flags."""
+
     step: int | None = None  # only ProfilerStep#N
     codes: tuple[str, ...] | None = None  # rules to run (None: all)
     rule_options: dict[str, dict[str, Any]] = field(default_factory=dict)  # slug -> {option: value}

@@ -35,6 +35,8 @@ SINGLE_PROCESS_RE = r"_SingleProcessDataLoaderIter"
 
 @dataclass(frozen=True)
 class Features:
+    """What the trace's program uses (CUDA graphs, torch.compile, Triton, fused optimizers...): `detect`."""
+
     cuda_graphs: bool = False  # steps replay CUDA graphs (cudaGraphLaunch, or kernels launched by a graph)
     compiled: bool = False  # torch.compile'd regions run (Torch-Compiled Region / CompiledFxGraph)
     triton_kernels: int = 0  # Inductor/Triton kernels

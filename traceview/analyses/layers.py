@@ -74,6 +74,8 @@ def hidden(levels: int) -> str:
 # and the generated __eq__/__hash__ cost start-up time at import)
 @dataclass(frozen=True, eq=False)
 class Attribution:
+    """Each host row's layer, by the source the trace records layers with (`attribution`)."""
+
     source: str  # "modules" | "module_annotations" | "annotations" | "ops" | "none"
     host: pl.DataFrame  # [i, lc, ph] (codes: `decode`) for cpu_op and runtime rows, in id order
     names: pl.DataFrame  # [layer, layer_class, depth] of each layer code (a few rows: the distinct layers); the

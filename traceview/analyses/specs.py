@@ -24,6 +24,8 @@ from dataclasses import dataclass
 
 @dataclass(frozen=True)
 class Spec:
+    """One device's datasheet figures (peak throughputs and bandwidth) the roofline and the rules price with."""
+
     name: str
     tc_tflops: float
     fp32_tflops: float

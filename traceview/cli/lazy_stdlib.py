@@ -3,7 +3,9 @@
 `import polars, numpy` imports `importlib.metadata` (with `email`, `zipfile`, `csv`: polars' Iceberg plugin looks
 up a package version when it scans Iceberg), `pickle` (numpy's `ndarray.dumps`), `subprocess` (polars' cloud
 credential helpers) and `hashlib` (Iceberg name mappings): ~25 ms of a 0.35 s start-up on the 2-core machine,
-for functions an analysis never calls. `defer` puts a stand-in module in `sys.modules` that imports the real one
+for functions an analysis never calls. Likewise `json` (polars' JSON readers; the report is written by msgspec),
+`shutil` (with `bz2` and `lzma`: polars' file helpers, and argparse's help width, which a plain `analyze` run
+does not build: `cli.main._fast_analyze`), `locale` and `traceback` (logging's exception formatting): ~4 ms more. `defer` puts a stand-in module in `sys.modules` that imports the real one
 on the first attribute read and forwards to it from then on, so a later user sees no difference beyond that
 delay. Only the CLI's own process uses it (`cli.main`), before anything imports these modules.
 
@@ -25,7 +27,7 @@ import types
 from typing import Any
 
 #: imported by polars/numpy at import time, read only inside functions an analysis does not call
-MODULES = ("importlib.metadata", "pickle", "subprocess", "hashlib")
+MODULES = ("importlib.metadata", "pickle", "subprocess", "hashlib", "json", "shutil", "locale", "traceback")
 
 _lock = threading.RLock()
 

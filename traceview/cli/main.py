@@ -2,12 +2,12 @@
 
 from __future__ import annotations
 
-import argparse
 import enum
 import gc
 import os
 import sys
 from pathlib import Path
+from types import SimpleNamespace
 from typing import TYPE_CHECKING, NoReturn
 
 from .. import __version__
@@ -16,6 +16,8 @@ from ..ingest.inputs import DEFAULT_MAX_BYTES
 from ..options import Options
 
 if TYPE_CHECKING:
+    import argparse
+
     from ..report import Report
 
 
@@ -77,6 +79,8 @@ def _import_beside(module: str) -> None:
 
 
 def _sections(value: str) -> list[str]:
+    import argparse
+
     from ..formatters.sections import TEXT_SECTIONS
 
     got = [v.strip() for v in value.split(",") if v.strip()]
@@ -157,6 +161,8 @@ ANALYZER_COMMANDS = ("analyze", "layers")
 def make_parser(command: str | None = None) -> argparse.ArgumentParser:
     """The whole CLI; with `command` one of ANALYZER_COMMANDS, only the analyzer's own subcommands (a run of
     that command never reaches the others; `--help` and a mistyped command still see them all)."""
+    import argparse
+
     from ..formatters import FORMATS
     from ..formatters.sections import TEXT_SECTIONS
     from .rules import add_parsers as add_rules_parsers
@@ -243,7 +249,59 @@ def _size(text: str) -> int:
     try:
         return parse_size(text)
     except ValueError as e:
+        import argparse
+
         raise argparse.ArgumentTypeError(str(e)) from None
+
+
+#: what `analyze` sets when given no option: make_parser's defaults, in its order (tests/test_cli.py compares
+#: `_fast_analyze` with argparse on a set of command lines)
+ANALYZE_DEFAULTS = {"format": "text", "step": None, "output": None, "max_bytes": DEFAULT_MAX_BYTES, "detail": False,
+                    "show": None, "width": None, "jobs": None, "what_if": None, "unprofiled_ms": None,
+                    "select": None, "ignore": None, "config": None, "set_options": None, "fail_on": None,
+                    "exit_zero": False}
+#: the options `_fast_analyze` reads, each with one value: the attribute it sets
+_FAST_OPTIONS = {"--format": "format", "-o": "output", "--output": "output"}
+
+
+def _fast_analyze(argv: list[str]) -> SimpleNamespace | None:
+    """The arguments of `analyze PATH... [--format FMT] [-o FILE]`, the plain run (CI's, the benchmark's), read
+    without argparse: its import, gettext's and the parser's build are ~3 ms of a small trace's start-up (issue
+    32). The same attributes and values as argparse's namespace; anything else (another option, a value that
+    starts with '-', paths on both sides of an option, an option given twice, an unknown format) returns None:
+    argparse parses it and reports the errors."""
+    from ..formatters import FORMATS
+
+    if len(argv) < 2 or argv[0] != "analyze":
+        return None
+    paths: list[str] = []
+    opts: dict[str, str] = {}
+    k, gap = 1, False  # gap: an option came after some paths (argparse takes the first run of paths only)
+    while k < len(argv):
+        a = argv[k]
+        name, eq, value = a.partition("=") if a.startswith("--") else (a, "", "")
+        if not a.startswith("-"):
+            if gap:
+                return None
+            paths.append(a)
+            k += 1
+            continue
+        dest = _FAST_OPTIONS.get(name)
+        if dest is None or dest in opts:
+            return None
+        if not eq:
+            if k + 1 >= len(argv):
+                return None
+            value = argv[k + 1]
+            k += 1
+        if value.startswith("-") or (dest == "format" and value not in FORMATS):
+            return None
+        opts[dest] = value
+        gap = bool(paths)
+        k += 1
+    if not paths:
+        return None
+    return SimpleNamespace(command="analyze", paths=paths, **{**ANALYZE_DEFAULTS, **opts}, func=cmd_analyze)
 
 
 def _prefetch_first_input(argv: list[str]) -> None:
@@ -251,12 +309,13 @@ def _prefetch_first_input(argv: list[str]) -> None:
     if not argv or argv[0] not in ("analyze", "layers"):
         return
     from ..ingest.decode import prefetch, trace_files
+    from ..ingest.inputs import parse_size
 
     cap = DEFAULT_MAX_BYTES
     try:
         for k, a in enumerate(argv):  # the cap the loader will use, or no prefetch
             if a == "--max-bytes" or a.startswith("--max-bytes="):
-                cap = _size(a.split("=", 1)[1] if "=" in a else argv[k + 1])
+                cap = parse_size(a.split("=", 1)[1] if "=" in a else argv[k + 1])
         for a in argv[1:]:
             if a.startswith("-"):
                 continue
@@ -267,7 +326,7 @@ def _prefetch_first_input(argv: list[str]) -> None:
             if p is not None and p.is_file():
                 prefetch(p, cap)
                 return
-    except (OSError, IndexError, argparse.ArgumentTypeError, TraceError):  # the loader reports these, or argparse
+    except (OSError, IndexError, ValueError, TraceError):  # the loader reports these, or argparse
         return
 
 
@@ -424,8 +483,7 @@ def _main(argv: list[str]) -> int:
 
 
 def _run(argv: list[str]) -> int:
-    parser = make_parser(argv[0] if argv else None)
-    args = parser.parse_args(argv)
+    args = _fast_analyze(argv) or make_parser(argv[0] if argv else None).parse_args(argv)
     try:
         return int(args.func(args))
     except TraceError as e:

@@ -2,12 +2,15 @@
 
 from __future__ import annotations
 
-import argparse
 import sys
+from typing import TYPE_CHECKING
 
 from ..errors import TraceError
 from ..finding_model import SEVERITIES, severity_rank
 from ..options import Options
+
+if TYPE_CHECKING:
+    import argparse
 
 
 def _csv(values: list[str] | None) -> list[str] | None:

@@ -9,6 +9,7 @@ Only files with odd values take this path, so a per-value Python loop is accepta
 
 from __future__ import annotations
 
+import functools
 import math
 import re
 from collections import Counter
@@ -23,12 +24,16 @@ _INT64 = (-(2**63), 2**63 - 1)
 _NON_EVENT = Union[None, bool, int, float, str, list[Any]]  # noqa: UP007 - msgspec needs a typing.Union
 
 
-# the document with every member untyped (events as lax events or anything else), to check each one
-_DocLax = msgspec.defstruct(
-    "_DocLax", [("traceEvents", list[d.EvLax | _NON_EVENT])]  # type: ignore[valid-type]
-    + [(f.name, Any, None) for f in msgspec.structs.fields(d.Doc) if f.name != "traceEvents"], gc=False)
-_DEC_LAX = msgspec.json.Decoder(_DocLax)
-_DEC_LAX_LEGACY = msgspec.json.Decoder(list[d.EvLax | _NON_EVENT])  # type: ignore[valid-type]
+@functools.cache
+def _lax_decoders() -> tuple[msgspec.json.Decoder, msgspec.json.Decoder]:
+    """(the document with every member untyped: events as lax events or anything else, to check each one; a legacy
+    trace's bare event list the same way). Built on the first file that needs them (~0.8 ms of every start-up
+    otherwise: only files with odd values take this path)."""
+    doc_lax = msgspec.defstruct(
+        "_DocLax", [("traceEvents", list[d.EvLax | _NON_EVENT])]  # type: ignore[valid-type]
+        + [(f.name, Any, None) for f in msgspec.structs.fields(d.Doc) if f.name != "traceEvents"], gc=False)
+    return (msgspec.json.Decoder(doc_lax),
+            msgspec.json.Decoder(list[d.EvLax | _NON_EVENT]))  # type: ignore[valid-type]
 
 
 def _kind(v: Any) -> str:
@@ -192,10 +197,11 @@ def _event(e: d.EvLax, issues: Counter) -> d.Ev:
 
 def decode_lax(data: bytes, warnings: list[str], legacy: bool = False) -> d.Doc:
     """Decode without types, then coerce event fields (and drop what is not an event object)."""
+    doc_lax, legacy_lax = _lax_decoders()
     if legacy:
-        lax_evs, top = _DEC_LAX_LEGACY.decode(data), None
+        lax_evs, top = legacy_lax.decode(data), None
     else:
-        top = _DEC_LAX.decode(data)
+        top = doc_lax.decode(data)
         lax_evs = top.traceEvents
     issues: Counter = Counter()
     evs = []
