@@ -218,7 +218,7 @@ def _build(trace: Trace) -> Graph:
     gap = d_ts - pe
 
     # launch: the anchor that holds the launch call (the call itself, or the top-level call it is nested in)
-    ai = _i64(a["i"])
+    a_i = _ids32(_i64(a["i"]))  # (the graph's ids, uint32: not an int64 copy held through the build)
     launch_i = filled(launch.cast(pl.Int64), -1).to_numpy()
     d_launch = np.full(n_d, -1, np.int64)
     real = ~a["marker"].to_numpy()
@@ -330,12 +330,18 @@ def _build(trace: Trace) -> Graph:
         a_own = np.where(waited, np.minimum(a_own, fl), a_own)
     a_wait, a_wake = _latent_waits(a_ts, a_end, blocking, a_wait, a_wake, d_launch, d_end)
     a_wait, a_wake = _constant(a_wait), _constant(_narrow(a_wake))
+    # (the arrays the joins below do not read in their final width now, not beside the joins' temporaries)
+    a_own = _narrow(a_own)
+    small = 2 * (n_a + n_d) < 2**31 - 2  # positions as int32 while every event's number fits (see below)
+    if small:
+        d_prev, d_launch = d_prev.astype(np.int32), d_launch.astype(np.int32)
     # the rows' search below is the build's peak: the statistics' temporaries go first (kept: the graph's arrays)
     del (prev_ts, key, has_prev, pe, gap, launch, launch_i, real, launched, lts, lat, idle_at_launch, queued, same_launch,
          by_stream, graph_call, by_graph, in_call, by_launch, need, dev, blocking, waited)
     seg, keys, key_of = _segments(trace, a_tid, a_ts, a_end, code)
     a_join, a_jwake, a_gap = _joins(a_tid, a_ts, a_end, a_prev, a_gap, prev_end, keys, key_of, seg,
                                     _long_rows(trace, code), _program_threads(trace, a_tid, code))
+    del prev_end
     a_join, a_jwake, a_gap = _handoffs(trace, a_tid, a_ts, a_end, a["marker"].to_numpy(), a_prev, a_join, a_jwake,
                                        a_gap, code)
     del code
@@ -344,17 +350,15 @@ def _build(trace: Trace) -> Graph:
         seg.where[(seg.where == 0) & (seg.ts >= jt[seg.seg])] = 1
     # positions as int32 while every event's number fits (2 (n_a + n_d) < 2^31): half the bytes of the graph's six
     # index arrays, which live from the rules to the projection (`_replay.pull` reads either width)
-    if 2 * (n_a + n_d) < 2**31 - 2:
-        a_prev, a_wait, a_join, d_prev, d_launch, d_x = (
-            _astype(x, np.int32) for x in (a_prev, a_wait, a_join, d_prev, d_launch, d_x))
+    if small:
+        a_prev, a_wait, a_join, d_x = (_astype(x, np.int32) for x in (a_prev, a_wait, a_join, d_x))
     # the offsets (ns) as int32 where every value of one fits (`_narrow`; `_replay.pull` reads either width, array by
     # array, and the replay's arithmetic widens them): 4 B an anchor or activity each, held to the projection
-    a_gap, a_own, a_wake, a_jwake, d_gap, d_lat, d_xgap = (
-        _narrow(x) for x in (a_gap, a_own, a_wake, a_jwake, d_gap, d_lat, d_xgap))
+    a_gap, a_wake, a_jwake, d_gap, d_lat, d_xgap = (_narrow(x) for x in (a_gap, a_wake, a_jwake, d_gap, d_lat, d_xgap))
     # the arrays that often hold one value on a trace (one thread; no waits, joins or cross-stream waits; a uniform
     # gap or latency) as a view of that value (`_constant`: no buffer per row, ~130 MiB at 10 M tiny events)
     a_join, a_jwake, a_overlap = (_constant(x) for x in (a_join, a_jwake, a_overlap))
-    return Graph(a_i=_ids32(ai), a_tid=a_tid, a_ts=a_ts, a_end=a_end, a_prev=a_prev, a_gap=a_gap, a_own=a_own,
+    return Graph(a_i=a_i, a_tid=a_tid, a_ts=a_ts, a_end=a_end, a_prev=a_prev, a_gap=a_gap, a_own=a_own,
                  a_wait=a_wait, a_wake=a_wake, a_marker=a["marker"].to_numpy(),
                  a_name=a["name"].cast(pl.Categorical),  # (compared and grouped only: 4 B an anchor, not 16)
                  a_join=a_join, a_jwake=a_jwake, a_overlap=a_overlap,
