@@ -82,7 +82,7 @@ done:
 
 
 /* pull(base, a_join, a_prev, a_overlap, keep_wait, a_wait, d_prev, d_launch, d_x,
- *      jwake, gap, own, a_wake, d_gap, d_lat, d_xgap, dur, out) -> int
+ *      jwake, gap, own, a_wake, d_gap, d_lat, d_xgap, dur, out[, consts]) -> int
  *     The same longest path as `longest`, over the replay graph's own arrays instead of an edge list (no
  *     src/dst/offset arrays, no CSR: a third of the memory). Events as in replay.simulate: S(anchor j) = 2j,
  *     E(j) = 2j+1, S(activity k) = 2 n_a + 2k, E(k) = S(k) + 1; each event's value is pulled from its
@@ -93,19 +93,27 @@ done:
  *     int32 while every value fits), its width read from its length; base/out int64 (a_* of n_a, d_* of n_d,
  *     base/out of 2 (n_a + n_d)). `out` may be `base` itself: an event's base is read once, just before its
  *     time is written. Returns 0, or -1 when the graph has a cycle (the caller then runs `longest`, which says
- *     so). */
+ *     so). An optional 19th argument, a bit mask over the arguments (bit i: argument i, base and out excepted),
+ *     marks those that hold one value for every row (the graph stores such an array as a stride-0 view): its
+ *     buffer is that one element, of its width (CONSTANTS). */
 typedef struct {
     Py_ssize_t na, nd;
-    const void *a_join, *a_prev, *a_wait, *d_prev, *d_launch, *d_x;
-    int w4;  /* the index arrays are int32 */
+    const void *ix[6];  /* a_join, a_prev, a_wait, d_prev, d_launch, d_x */
+    Py_ssize_t ixs[6];  /* that index array's step: 1, or 0 when it holds one value for every row */
+    int w4;             /* the index arrays are int32 */
     const uint8_t *a_overlap, *keep_wait;
+    Py_ssize_t ovs, kws;  /* their steps */
     const void *off[8];  /* jwake, gap, own, a_wake, d_gap, d_lat, d_xgap, dur */
     int off4[8];         /* that offset array is int32 */
+    Py_ssize_t offs[8];  /* its step */
 } RGraph;
 
-#define IX(g, arr, i) ((g)->w4 ? (int64_t)((const int32_t *)(g)->arr)[i] : ((const int64_t *)(g)->arr)[i])
+enum { I_AJOIN, I_APREV, I_AWAIT, I_DPREV, I_DLAUNCH, I_DX };
+#define IX(g, k, i) ((g)->w4 ? (int64_t)((const int32_t *)(g)->ix[k])[(i) * (g)->ixs[k]] \
+                             : ((const int64_t *)(g)->ix[k])[(i) * (g)->ixs[k]])
 enum { O_JWAKE, O_GAP, O_OWN, O_AWAKE, O_DGAP, O_DLAT, O_DXGAP, O_DUR };
-#define OF(g, k, i) ((g)->off4[k] ? (int64_t)((const int32_t *)(g)->off[k])[i] : ((const int64_t *)(g)->off[k])[i])
+#define OF(g, k, i) ((g)->off4[k] ? (int64_t)((const int32_t *)(g)->off[k])[(i) * (g)->offs[k]] \
+                                  : ((const int64_t *)(g)->off[k])[(i) * (g)->offs[k]])
 
 static int preds(const RGraph *g, int64_t v, int64_t *u, int64_t *o) {
     int c = 0;
@@ -113,18 +121,18 @@ static int preds(const RGraph *g, int64_t v, int64_t *u, int64_t *o) {
     if (v < A) {
         int64_t j = v >> 1;
         if ((v & 1) == 0) {
-            int64_t x = IX(g, a_join, j), p = IX(g, a_prev, j);
+            int64_t x = IX(g, I_AJOIN, j), p = IX(g, I_APREV, j);
             if (x >= 0) { u[c] = 2 * x + 1; o[c++] = OF(g, O_JWAKE, j); }
-            if (p >= 0) { u[c] = 2 * p + 1 - g->a_overlap[j]; o[c++] = OF(g, O_GAP, j); }
+            if (p >= 0) { u[c] = 2 * p + 1 - g->a_overlap[j * g->ovs]; o[c++] = OF(g, O_GAP, j); }
         } else {
             u[c] = 2 * j; o[c++] = OF(g, O_OWN, j);
-            int64_t w = g->keep_wait[j] ? IX(g, a_wait, j) : -1;
+            int64_t w = g->keep_wait[j * g->kws] ? IX(g, I_AWAIT, j) : -1;
             if (w >= 0) { u[c] = A + 2 * w + 1; o[c++] = OF(g, O_AWAKE, j); }
         }
     } else {
         int64_t k = (v - A) >> 1;
         if (((v - A) & 1) == 0) {
-            int64_t p = IX(g, d_prev, k), l = IX(g, d_launch, k), x = IX(g, d_x, k);
+            int64_t p = IX(g, I_DPREV, k), l = IX(g, I_DLAUNCH, k), x = IX(g, I_DX, k);
             if (p >= 0) { u[c] = A + 2 * p + 1; o[c++] = OF(g, O_DGAP, k); }
             if (l >= 0) { u[c] = 2 * l; o[c++] = OF(g, O_DLAT, k); }
             if (x >= 0) { u[c] = A + 2 * x + 1; o[c++] = OF(g, O_DXGAP, k); }
@@ -140,38 +148,56 @@ static PyObject *pull(PyObject *self, PyObject *args) {
     int got = 0;
     PyObject *res = NULL;
     PyObject *objs[18];
-    if (!PyArg_ParseTuple(args, "OOOOOOOOOOOOOOOOOO", &objs[0], &objs[1], &objs[2], &objs[3], &objs[4], &objs[5],
+    unsigned long long consts = 0;
+    if (!PyArg_ParseTuple(args, "OOOOOOOOOOOOOOOOOO|K", &objs[0], &objs[1], &objs[2], &objs[3], &objs[4], &objs[5],
                           &objs[6], &objs[7], &objs[8], &objs[9], &objs[10], &objs[11], &objs[12], &objs[13],
-                          &objs[14], &objs[15], &objs[16], &objs[17]))
+                          &objs[14], &objs[15], &objs[16], &objs[17], &consts))
         return NULL;
     for (; got < 18; got++)
         if (PyObject_GetBuffer(objs[got], &b[got], got == 17 ? PyBUF_WRITABLE | PyBUF_C_CONTIGUOUS : PyBUF_C_CONTIGUOUS) < 0)
             goto done;
-    /* n events; na from a_overlap (a byte per anchor); the index width from the index arrays' bytes */
-    Py_ssize_t n = b[0].len / 8, na = b[3].len, nd = n / 2 - na;
+#define ONE(i) (((consts >> (i)) & 1) != 0)  /* argument i holds one value, every row's (CONSTANTS) */
+    if (ONE(0) || ONE(17)) { PyErr_SetString(PyExc_ValueError, "pull: base and out hold every event"); goto done; }
+    /* n events; na from a_overlap (a byte per anchor, or keep_wait's); the index width from the index arrays' bytes */
+    Py_ssize_t n = b[0].len / 8, na = ONE(3) ? (ONE(4) ? -1 : b[4].len) : b[3].len, nd = n / 2 - na;
+    if (na < 0) { PyErr_SetString(PyExc_ValueError, "pull: a_overlap or keep_wait must hold every anchor"); goto done; }
     if (n % 2 || nd < 0) { PyErr_SetString(PyExc_ValueError, "pull: event count differs"); goto done; }
-    Py_ssize_t w = na ? b[1].len / na : nd ? b[6].len / nd : 8;
+    Py_ssize_t w = ONE(2) ? b[2].len : na ? b[2].len / na : ONE(6) ? b[6].len : nd ? b[6].len / nd : 8;
     if (w != 4 && w != 8) { PyErr_SetString(PyExc_ValueError, "pull: index arrays are neither int32 nor int64"); goto done; }
     /* sizes: base/out n; a_* na (a_overlap, keep_wait: bytes; indices w); d_* nd; offsets by their side, 4 or 8
-     * bytes each (an empty side: either) */
+     * bytes each (an empty side: either); an argument of one value: one element of its width */
     Py_ssize_t want[18] = {n * 8, na * w, na * w, na, na, na * w, nd * w, nd * w, nd * w,
                            na * 8, na * 8, na * 8, na * 8, nd * 8, nd * 8, nd * 8, nd * 8, n * 8};
+    Py_ssize_t rows[18] = {n, na, na, na, na, na, nd, nd, nd, na, na, na, na, nd, nd, nd, nd, n};
     int off4[8];
     for (int i = 0; i < 18; i++) {
         int is_off = i >= 9 && i < 17;
+        if (ONE(i)) {
+            Py_ssize_t size = is_off ? (b[i].len == 4 ? 4 : 8) : (i == 3 || i == 4) ? 1 : w;
+            if (b[i].len != size || rows[i] == 0) {
+                PyErr_Format(PyExc_ValueError, "pull: buffer %d is not one value", i); goto done;
+            }
+            if (is_off) off4[i - 9] = size == 4;
+            continue;
+        }
         if (is_off && b[i].len * 2 == want[i]) { off4[i - 9] = 1; continue; }
         if (is_off) off4[i - 9] = 0;
         if (b[i].len != want[i]) { PyErr_Format(PyExc_ValueError, "pull: buffer %d has the wrong length", i); goto done; }
     }
-    RGraph g = {na, nd, b[1].buf, b[2].buf, b[5].buf, b[6].buf, b[7].buf, b[8].buf, w == 4, b[3].buf, b[4].buf,
+#define STEP(i) (ONE(i) ? 0 : 1)
+    RGraph g = {na, nd, {b[1].buf, b[2].buf, b[5].buf, b[6].buf, b[7].buf, b[8].buf},
+                {STEP(1), STEP(2), STEP(5), STEP(6), STEP(7), STEP(8)}, w == 4, b[3].buf, b[4].buf, STEP(3), STEP(4),
                 {b[9].buf, b[10].buf, b[11].buf, b[12].buf, b[13].buf, b[14].buf, b[15].buf, b[16].buf},
-                {off4[0], off4[1], off4[2], off4[3], off4[4], off4[5], off4[6], off4[7]}};
+                {off4[0], off4[1], off4[2], off4[3], off4[4], off4[5], off4[6], off4[7]},
+                {STEP(9), STEP(10), STEP(11), STEP(12), STEP(13), STEP(14), STEP(15), STEP(16)}};
+#undef STEP
+#undef ONE
     for (Py_ssize_t j = 0; j < na; j++)  /* indices in range, once, before any is followed */
-        if (IX(&g, a_join, j) >= na || IX(&g, a_prev, j) >= na || (g.keep_wait[j] && IX(&g, a_wait, j) >= nd)) {
+        if (IX(&g, I_AJOIN, j) >= na || IX(&g, I_APREV, j) >= na || (g.keep_wait[j * g.kws] && IX(&g, I_AWAIT, j) >= nd)) {
             PyErr_SetString(PyExc_ValueError, "pull: anchor index out of range"); goto done;
         }
     for (Py_ssize_t k = 0; k < nd; k++)
-        if (IX(&g, d_prev, k) >= nd || IX(&g, d_launch, k) >= na || IX(&g, d_x, k) >= nd) {
+        if (IX(&g, I_DPREV, k) >= nd || IX(&g, I_DLAUNCH, k) >= na || IX(&g, I_DX, k) >= nd) {
             PyErr_SetString(PyExc_ValueError, "pull: activity index out of range"); goto done;
         }
     const int64_t *base = b[0].buf;
@@ -231,5 +257,8 @@ PyMODINIT_FUNC PyInit__replay(void) {
     if (m && PyModule_AddObject(m, "INDEX_WIDTHS", Py_BuildValue("(ii)", 4, 8)) < 0) { Py_DECREF(m); return NULL; }
     /* the offset widths `pull` reads, array by array (a build before int32 offsets lacks it: int64 then) */
     if (m && PyModule_AddObject(m, "OFFSET_WIDTHS", Py_BuildValue("(ii)", 4, 8)) < 0) { Py_DECREF(m); return NULL; }
+    /* `pull` reads an argument of one value for every row (bit i of its optional 19th argument: argument i; a
+     * build before it lacks this, and the caller then passes every row) */
+    if (m && PyModule_AddIntConstant(m, "CONSTANTS", 1) < 0) { Py_DECREF(m); return NULL; }
     return m;
 }

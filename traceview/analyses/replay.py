@@ -44,6 +44,10 @@ try:  # the offset widths `pull` reads, array by array (a kernel built before in
     from ._replay import OFFSET_WIDTHS as _OFFSET_WIDTHS
 except ImportError:  # pragma: no cover
     _OFFSET_WIDTHS = (8,)
+try:  # `pull` reads an array of one value (a stride-0 view) as that value (a kernel built before reads every row)
+    from ._replay import CONSTANTS as _PULL_CONSTANTS
+except ImportError:  # pragma: no cover
+    _PULL_CONSTANTS = 0
 
 NEG = np.iinfo(np.int64).min
 #: rows (or slots) per block of a replay's sums over every recorded row: a block's temporaries, not every row's
@@ -508,14 +512,27 @@ def edges(
         ix = (g.a_join, g.a_prev, g.a_wait, g.d_prev, g.d_launch, g.d_x)
         w = {x.dtype.itemsize for x in ix}
         it = next(iter(w)) if len(w) == 1 and next(iter(w)) in _PULL_WIDTHS else 8
-        aj, ap, aw, dp, dl, dx = (np.ascontiguousarray(x, np.int32 if it == 4 else np.int64) for x in ix)
+        consts = 0
+
+        def arg(i: int, x: np.ndarray, dtype) -> np.ndarray:  # argument i of the kernel: one value when x is a view of one
+            nonlocal consts
+            if _PULL_CONSTANTS and x.ndim == 1 and x.size > 1 and x.strides[0] == 0:
+                consts |= 1 << i
+                x = x[:1]
+            return np.ascontiguousarray(x, dtype)
+
+        aj, ap, aw, dp, dl, dx = (arg(i, x, np.int32 if it == 4 else np.int64)
+                                  for i, x in zip((1, 2, 5, 6, 7, 8), ix, strict=True))
         # the offsets as they are where the kernel reads their width (the graph's int32 ones: no widened copy)
-        off = [np.ascontiguousarray(x) if x.dtype in (np.int32, np.int64) and x.dtype.itemsize in _OFFSET_WIDTHS
-               else np.ascontiguousarray(x, np.int64) for x in (jwake, gap, own, g.a_wake, d_gap, g.d_lat, g.d_xgap, dur)]
+        off = [arg(9 + i, x, x.dtype if x.dtype in (np.int32, np.int64) and x.dtype.itemsize in _OFFSET_WIDTHS
+                   else np.int64)
+               for i, x in enumerate((jwake, gap, own, g.a_wake, d_gap, g.d_lat, g.d_xgap, dur))]
+        # (the kernel counts the anchors by a_overlap's bytes, or keep_wait's when a_overlap is one value)
+        kw = arg(4, keep_wait, np.uint8)
+        flags = (np.ascontiguousarray(g.a_overlap, np.uint8) if consts & (1 << 4) else arg(3, g.a_overlap, np.uint8), kw)
         # the times are written over `base`: the kernel reads an event's base once, just before it writes the event's
         # time, and reads only the times of events already done (one array of every event less at a replay's peak)
-        if _pull_c(base, aj, ap, np.ascontiguousarray(g.a_overlap, np.uint8), np.ascontiguousarray(keep_wait, np.uint8),
-                   aw, dp, dl, dx, *off, base) == 0:
+        if _pull_c(base, aj, ap, *flags, aw, dp, dl, dx, *off, base, *((consts,) if consts else ())) == 0:
             return base
         del ix, aj, ap, aw, dp, dl, dx, off  # a cycle: the edge list's kernel below says so (on the base values,
         # which the kernel overwrote)

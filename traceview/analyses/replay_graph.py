@@ -187,6 +187,8 @@ def _build(trace: Trace) -> Graph:
     n_a = a.height
     a_tid, a_ts, a_end = _i64(filled(a["tid"], -1)), _i64(a["ts"]), _i64(a["end"])
     a_prev = _prev_in_group(a_tid)
+    # (each array that may hold one value, `_constant`, as soon as it is final: the build's peak is in the joins)
+    a_tid = _constant(a_tid)
     prev_end = np.where(a_prev >= 0, a_end[np.maximum(a_prev, 0)], a_ts)
     # a call that starts before the previous one ended (asynchronous runtimes: MTIA's remote calls) follows its
     # start, not its end: the program-order edge then runs start to start (a_gap is that offset)
@@ -216,7 +218,7 @@ def _build(trace: Trace) -> Graph:
     gap = d_ts - pe
 
     # launch: the anchor that holds the launch call (the call itself, or the top-level call it is nested in)
-    ai = _i64(a["i"])
+    a_i = _ids32(_i64(a["i"]))  # (the graph's ids, uint32: not an int64 copy held through the build)
     launch_i = filled(launch.cast(pl.Int64), -1).to_numpy()
     d_launch = np.full(n_d, -1, np.int64)
     real = ~a["marker"].to_numpy()
@@ -294,6 +296,7 @@ def _build(trace: Trace) -> Graph:
     # the launch call is that chain's, not a latency; pinned to it, nodes made shorter by a fix could not move up
     d_lat = np.where(by_graph & same_launch, 0, d_lat)
     d_lat = np.maximum(d_lat, 0)
+    d_gap, d_lat = _constant(_narrow(d_gap)), _constant(_narrow(d_lat))
     # cross-stream: the activity of the same device that ended last before an unexplained start
     d_x = np.full(n_d, -1, np.int64)
     d_xgap = np.zeros(n_d, np.int64)
@@ -309,6 +312,7 @@ def _build(trace: Trace) -> Graph:
         d_x[idx] = jj[ok]
         d_xgap[idx] = d_ts[idx] - d_end[jj[ok]]
         del eo, ke, kq, j, jj, ok, idx
+    d_x, d_xgap = _constant(d_x), _constant(_narrow(d_xgap))
     explained = by_stream | by_launch | (d_x >= 0) | (~has_prev & ~launched)
     # no edge at all (first on its stream, not launched in the trace): it starts when it started
     by_end = np.argsort(d_end, kind="stable")
@@ -325,12 +329,19 @@ def _build(trace: Trace) -> Graph:
         fl = filled(pick(a, "name").lazy().join(floor, on="name", how="left").collect(**CHAIN)["_floor"], 0).to_numpy()
         a_own = np.where(waited, np.minimum(a_own, fl), a_own)
     a_wait, a_wake = _latent_waits(a_ts, a_end, blocking, a_wait, a_wake, d_launch, d_end)
+    a_wait, a_wake = _constant(a_wait), _constant(_narrow(a_wake))
+    # (the arrays the joins below do not read in their final width now, not beside the joins' temporaries)
+    a_own = _narrow(a_own)
+    small = 2 * (n_a + n_d) < 2**31 - 2  # positions as int32 while every event's number fits (see below)
+    if small:
+        d_prev, d_launch = d_prev.astype(np.int32), d_launch.astype(np.int32)
     # the rows' search below is the build's peak: the statistics' temporaries go first (kept: the graph's arrays)
     del (prev_ts, key, has_prev, pe, gap, launch, launch_i, real, launched, lts, lat, idle_at_launch, queued, same_launch,
          by_stream, graph_call, by_graph, in_call, by_launch, need, dev, blocking, waited)
     seg, keys, key_of = _segments(trace, a_tid, a_ts, a_end, code)
     a_join, a_jwake, a_gap = _joins(a_tid, a_ts, a_end, a_prev, a_gap, prev_end, keys, key_of, seg,
                                     _long_rows(trace, code), _program_threads(trace, a_tid, code))
+    del prev_end
     a_join, a_jwake, a_gap = _handoffs(trace, a_tid, a_ts, a_end, a["marker"].to_numpy(), a_prev, a_join, a_jwake,
                                        a_gap, code)
     del code
@@ -339,14 +350,15 @@ def _build(trace: Trace) -> Graph:
         seg.where[(seg.where == 0) & (seg.ts >= jt[seg.seg])] = 1
     # positions as int32 while every event's number fits (2 (n_a + n_d) < 2^31): half the bytes of the graph's six
     # index arrays, which live from the rules to the projection (`_replay.pull` reads either width)
-    if 2 * (n_a + n_d) < 2**31 - 2:
-        a_prev, a_wait, a_join, d_prev, d_launch, d_x = (
-            x.astype(np.int32) for x in (a_prev, a_wait, a_join, d_prev, d_launch, d_x))
+    if small:
+        a_prev, a_wait, a_join, d_x = (_astype(x, np.int32) for x in (a_prev, a_wait, a_join, d_x))
     # the offsets (ns) as int32 where every value of one fits (`_narrow`; `_replay.pull` reads either width, array by
     # array, and the replay's arithmetic widens them): 4 B an anchor or activity each, held to the projection
-    a_gap, a_own, a_wake, a_jwake, d_gap, d_lat, d_xgap = (
-        _narrow(x) for x in (a_gap, a_own, a_wake, a_jwake, d_gap, d_lat, d_xgap))
-    return Graph(a_i=_ids32(ai), a_tid=a_tid, a_ts=a_ts, a_end=a_end, a_prev=a_prev, a_gap=a_gap, a_own=a_own,
+    a_gap, a_wake, a_jwake, d_gap, d_lat, d_xgap = (_narrow(x) for x in (a_gap, a_wake, a_jwake, d_gap, d_lat, d_xgap))
+    # the arrays that often hold one value on a trace (one thread; no waits, joins or cross-stream waits; a uniform
+    # gap or latency) as a view of that value (`_constant`: no buffer per row, ~130 MiB at 10 M tiny events)
+    a_join, a_jwake, a_overlap = (_constant(x) for x in (a_join, a_jwake, a_overlap))
+    return Graph(a_i=a_i, a_tid=a_tid, a_ts=a_ts, a_end=a_end, a_prev=a_prev, a_gap=a_gap, a_own=a_own,
                  a_wait=a_wait, a_wake=a_wake, a_marker=a["marker"].to_numpy(),
                  a_name=a["name"].cast(pl.Categorical),  # (compared and grouped only: 4 B an anchor, not 16)
                  a_join=a_join, a_jwake=a_jwake, a_overlap=a_overlap,
@@ -784,9 +796,29 @@ def _ids32(x: np.ndarray) -> np.ndarray:
     return x
 
 
+def _constant(x: np.ndarray) -> np.ndarray:
+    """`x` as a read-only stride-0 view of its one value when every row holds it (numpy reads it as the array;
+    `_replay.pull` reads the value once, `replay.edges`), else `x` itself."""
+    if x.size < 2 or _one(x) or x[0] != x[-1] or not (x == x[0]).all():
+        return x
+    return np.broadcast_to(x[:1].copy(), x.shape)
+
+
+def _one(x: np.ndarray) -> bool:
+    """`x` is a view of one value (`_constant`)."""
+    return x.ndim == 1 and x.size > 1 and x.strides[0] == 0
+
+
+def _astype(x: np.ndarray, dtype) -> np.ndarray:
+    """`x.astype(dtype)`, a view of one value kept one (`_constant`)."""
+    return np.broadcast_to(x[:1].astype(dtype), x.shape) if _one(x) else x.astype(dtype)
+
+
 def _narrow(x: np.ndarray) -> np.ndarray:
     """Whole ns as int32 where every value fits (exact; readers widen them in their arithmetic), else int64."""
     i32 = np.iinfo(np.int32)
+    if _one(x):  # (a view of one value stays one)
+        return np.broadcast_to(_narrow(x[:1]), x.shape)
     if x.size == 0 or (int(x.min()) >= i32.min and int(x.max()) <= i32.max):
         return x.astype(np.int32)
     return x.astype(np.int64, copy=False)
