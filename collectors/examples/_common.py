@@ -45,3 +45,31 @@ class StepTimer:
         out["step_ms"] = [round(x, 3) for x in ms[: int(os.environ.get("STEP_TIME_MAX", "200"))]]
         print("STEP_TIME " + json.dumps(out), flush=True)
         return out
+
+
+def capture_step(model: torch.nn.Module, loss_of, opt: torch.optim.Optimizer, amp: bool) -> tuple:
+    """One training step (forward `loss_of(model)` under bf16 autocast when `amp`, backward, `opt.step()`) captured
+    once in a CUDA graph: three warm-up steps on a side stream first, as the CUDA-graph docs ask, then the capture
+    with the gradients unset (the captured backward allocates .grad from the graph's pool). (graph, the captured
+    step's loss tensor, which each replay rewrites)."""
+
+    def step() -> torch.Tensor:
+        # autocast's weight cache would hold tensors made during capture: off, as the CUDA-graph docs ask
+        with torch.autocast("cuda", dtype=torch.bfloat16, enabled=amp, cache_enabled=False):
+            loss = loss_of(model)
+        loss.backward()
+        opt.step()
+        return loss
+
+    side = torch.cuda.Stream()
+    side.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(side):
+        for _ in range(3):
+            opt.zero_grad(set_to_none=True)
+            step()
+    torch.cuda.current_stream().wait_stream(side)
+    graph = torch.cuda.CUDAGraph()
+    opt.zero_grad(set_to_none=True)
+    with torch.cuda.graph(graph):
+        loss = step()
+    return graph, loss

@@ -26,7 +26,7 @@ import argparse
 import torch
 from torch.nn import functional as F
 
-from collectors.examples._common import StepTimer, device
+from collectors.examples._common import StepTimer, capture_step, device
 
 
 def build_gpt2(args: argparse.Namespace, dev: torch.device) -> tuple[torch.nn.Module, callable]:
@@ -174,25 +174,7 @@ def graphed_steps(args: argparse.Namespace, dev: torch.device, model: torch.nn.M
                   opt: torch.optim.Optimizer) -> None:
     """The training loop as one CUDA graph per step: warm-up on a side stream, capture forward, backward and
     the optimizer step once (inputs are static tensors already), then replay it `--steps` times."""
-    def step() -> torch.Tensor:
-        # autocast's weight cache would hold tensors made during capture: off, as the CUDA-graph docs ask
-        with torch.autocast(dev.type, dtype=torch.bfloat16, enabled=args.amp, cache_enabled=False):
-            loss = loss_fn(model)
-        loss.backward()
-        opt.step()
-        return loss
-
-    side = torch.cuda.Stream()
-    side.wait_stream(torch.cuda.current_stream())
-    with torch.cuda.stream(side):
-        for _ in range(3):
-            opt.zero_grad(set_to_none=True)
-            step()
-    torch.cuda.current_stream().wait_stream(side)
-    graph = torch.cuda.CUDAGraph()
-    opt.zero_grad(set_to_none=True)  # backward inside the capture allocates .grad from the graph's pool
-    with torch.cuda.graph(graph):
-        static_loss = step()
+    graph, static_loss = capture_step(model, loss_fn, opt, args.amp)
     timer = StepTimer(dev)
     timer.mark()
     for _ in range(args.steps):

@@ -101,6 +101,8 @@ import torch
 from torch import nn
 from torch.nn import functional as F
 
+from collectors.examples._common import capture_step
+
 #: `--time`: every step's end as a CUDA event, the steps' times printed at the end (`STEP_MS [...]`): the program
 #: alone, without the collector, to compare with what the collector measured
 EVENTS: list = []
@@ -143,30 +145,12 @@ def train(model: nn.Module, opt: torch.optim.Optimizer, loss_of, steps: int, amp
 def graphed(model: nn.Module, opt: torch.optim.Optimizer, loss_of, steps: int, amp: bool) -> None:
     """`--cuda-graph`: the same training step (forward, backward, optimizer) captured once in a CUDA graph and
     replayed `steps` times: what TV101 (launch-bound) prices on a step whose GPU waits for the host's launches.
-    Warm-up on a side stream first, as the CUDA-graph docs ask; Adam's step counters on the GPU (`capturable`)."""
+    Adam's step counters on the GPU (`capturable`)."""
     for g in opt.param_groups:
         if "capturable" in g:
             g["capturable"] = True
 
-    def step() -> torch.Tensor:
-        # (autocast's weight cache would keep tensors made during capture: off)
-        with torch.autocast("cuda", dtype=torch.bfloat16, enabled=amp, cache_enabled=False):
-            loss = loss_of(model)
-        loss.backward()
-        opt.step()
-        return loss
-
-    side = torch.cuda.Stream()
-    side.wait_stream(torch.cuda.current_stream())
-    with torch.cuda.stream(side):
-        for _ in range(3):
-            opt.zero_grad(set_to_none=True)
-            step()
-    torch.cuda.current_stream().wait_stream(side)
-    graph = torch.cuda.CUDAGraph()
-    opt.zero_grad(set_to_none=True)  # the captured backward allocates .grad from the graph's pool
-    with torch.cuda.graph(graph):
-        step()
+    graph, _ = capture_step(model, loss_of, opt, amp)
     for _ in range(steps):
         graph.replay()
         mark()
@@ -515,18 +499,23 @@ def sdpa_varlen(steps: int) -> None:
         mark()
 
 
-def llama_eager(steps: int) -> None:
-    from transformers import LlamaConfig, LlamaForCausalLM
+def _gqa_lm_eager(family: str, layers: int, batch: int, steps: int) -> None:
+    """HF `family` (Llama or Qwen2: 1024 wide, GQA 16/4 heads) causal-LM training at `layers` layers, batch x 1024
+    tokens, bf16 autocast, `attn_implementation="eager"` (`--fixed`: `"sdpa"`)."""
+    import transformers
 
-    impl = "sdpa" if OPTS["fixed"] else "eager"
-    cfg = LlamaConfig(vocab_size=32000, hidden_size=1024, intermediate_size=2816, num_hidden_layers=4,
-                      num_attention_heads=16, num_key_value_heads=4, max_position_embeddings=2048,
-                      attn_implementation=impl)
-    model = LlamaForCausalLM(cfg).cuda()
+    cfg = getattr(transformers, f"{family}Config")(
+        vocab_size=32000, hidden_size=1024, intermediate_size=2816, num_hidden_layers=layers, num_attention_heads=16,
+        num_key_value_heads=4, max_position_embeddings=2048, attn_implementation="sdpa" if OPTS["fixed"] else "eager")
+    model = getattr(transformers, f"{family}ForCausalLM")(cfg).cuda()
     print("attention:", model.config._attn_implementation)
-    ids = torch.randint(0, 32000, (8, 1024), device="cuda")
+    ids = torch.randint(0, 32000, (batch, 1024), device="cuda")
     opt = torch.optim.AdamW(model.parameters(), lr=1e-4, fused=True)
     train(model, opt, lambda m: m(input_ids=ids, labels=ids).loss, steps, amp=True)
+
+
+def llama_eager(steps: int) -> None:
+    _gqa_lm_eager("Llama", 4, 8, steps)
 
 
 def ema_loop(steps: int) -> None:
@@ -903,17 +892,7 @@ def pythia_adamw_loop(steps: int) -> None:
 
 
 def qwen2_eager(steps: int) -> None:
-    from transformers import Qwen2Config, Qwen2ForCausalLM
-
-    impl = "sdpa" if OPTS["fixed"] else "eager"
-    cfg = Qwen2Config(vocab_size=32000, hidden_size=1024, intermediate_size=2816, num_hidden_layers=6,
-                      num_attention_heads=16, num_key_value_heads=4, max_position_embeddings=2048,
-                      attn_implementation=impl)
-    model = Qwen2ForCausalLM(cfg).cuda()
-    print("attention:", model.config._attn_implementation)
-    ids = torch.randint(0, 32000, (4, 1024), device="cuda")
-    opt = torch.optim.AdamW(model.parameters(), lr=1e-4, fused=True)
-    train(model, opt, lambda m: m(input_ids=ids, labels=ids).loss, steps, amp=True)
+    _gqa_lm_eager("Qwen2", 6, 4, steps)
 
 
 def electra_fp32(steps: int) -> None:
