@@ -132,6 +132,9 @@ class Session:
         self._settling = False
         self._settle_t0: float | None = None
         self._settle_start: int | None = None  # the step the profiler starts at, agreed on by all ranks
+        self._settle_active: int | None = None  # the capture's length agreed on with it (None: --active)
+        self._claimed_active: int | None = None
+        self._claimed_by = self.rank
         self._settle_timed_out = False  # this rank gave up waiting (--settle-max-s)
         self._settle_info: dict[str, Any] | None = None
         self._loaders: st.LoaderWatch | None = None  # the DataLoaders' prefetch buffers, watched while settling
@@ -447,6 +450,7 @@ class Session:
         claim = self.run_dir / "settle.start"
         if self._settle_start is None and self.world_size > 1 and claim.exists():
             self._settle_start = self._agree_start(claim, s)
+            self._settle_active = self._claimed_active
         ready = self._loaders.ready() if self._loaders is not None else None
         if ready is not None:
             self._ready.append(ready)
@@ -457,7 +461,14 @@ class Session:
             drains = st.draining(self._ready, wait, k)  # a flat step time that only lasts while the buffer holds
             done = st.settled(samples, wait, cfg["tol"], k) and not drains
             if done or (self._settle_t0 is not None and elapsed >= cfg["max_s"]):
-                self._settle_start = self._agree_start(claim, s) if self.world_size > 1 else s
+                if self.world_size > 1:
+                    # the rank that decides the step decides the capture's length too, from its own settling
+                    # steps: every rank must record the same steps
+                    seen = list(self._samples.get("settle", ())) + samples
+                    self._settle_start = self._agree_start(claim, s, st.lengthen(seen, self.cfg["active"]))
+                    self._settle_active = self._claimed_active
+                else:
+                    self._settle_start = s
                 self._settle_timed_out = not done
                 if not done:
                     r = st.trend(samples, wait, k)
@@ -488,31 +499,44 @@ class Session:
             self._loaders.uninstall()
             self._loaders = None
         seen = list(self._samples.get("settle", ())) + list(self._samples.get("unprofiled", ()))
-        # (one rank: the ranks of a job must record the same steps, and each sees its own slow steps)
-        if self.world_size == 1 and (n := st.lengthen(seen, self.cfg["active"])) is not None:
+        # several ranks: the length the first rank to settle wrote beside the step (`_agree_start`), as each rank
+        # sees its own slow steps and all must record the same ones
+        n = st.lengthen(seen, self.cfg["active"]) if self.world_size == 1 else self._settle_active
+        if n is not None and n > self.cfg["active"]:
             self._settle_info["lengthened"] = {"active": n, "requested": self.cfg["active"]}
+            of = (f"{len(seen)} settling steps" if self.world_size == 1 else
+                  f"settling steps of rank {self._claimed_by}, the first to settle")
             self._note(f"slow steps recur up to {n} steps apart (more than {st.SLOW_X:g}x the fastest of the "
-                       f"{len(seen)} settling steps): the capture records {n} steps instead of "
+                       f"{of}): the capture records {n} steps instead of "
                        f"{self.cfg['active']} so that it holds one (--active)")
             self.cfg["active"] = n
         # the schedule as if its wait steps had ended now: the step that starts now is its first warm-up step
         self._start_profiler(self._schedule(skip_first=max(0, self._settle_start - wait)), first_step=s)
 
-    def _agree_start(self, claim: Path, proposal: int) -> int:
-        """A step agreed on by all ranks through the file `claim`: the first rank to write it decides."""
+    def _agree_start(self, claim: Path, proposal: int, active: int | None = None) -> int:
+        """A step agreed on by all ranks through the file `claim`: the first rank to write it decides. The line it
+        writes is `START ACTIVE RANK` (ACTIVE 0: the requested capture length); the ACTIVE and RANK read or written
+        are left in `_claimed_active` (None for 0) and `_claimed_by`."""
         try:
             fd = os.open(claim, os.O_CREAT | os.O_EXCL | os.O_WRONLY)
         except FileExistsError:
             for _ in range(100):
                 try:
-                    return max(int(claim.read_text()), 0)
+                    text = claim.read_text()
+                    if not text.endswith("\n"):  # the writer's line not complete yet
+                        raise ValueError(text)
+                    start, n, by = (int(x) for x in text.split())
+                    self._claimed_active, self._claimed_by = n or None, by
+                    return max(start, 0)
                 except (OSError, ValueError):
                     time.sleep(0.01)
+            self._claimed_active, self._claimed_by = None, self.rank
             return proposal
         # A step of margin lets ranks a step behind still start their warm-up in time.
         start = proposal + 1 if self.world_size > 1 else proposal
+        self._claimed_active, self._claimed_by = active, self.rank
         with os.fdopen(fd, "w") as f:
-            f.write(str(start))
+            f.write(f"{start} {active or 0} {self.rank}\n")
         return start
 
     def _register_pid(self) -> None:

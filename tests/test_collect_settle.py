@@ -166,6 +166,22 @@ def test_two_ranks_agree_on_the_steps(tmp_path: Path) -> None:
     assert [r["rank"] for r in man["ranks"]] == [0, 1]
 
 
+def test_two_ranks_lengthen_their_capture_alike(tmp_path: Path) -> None:
+    """Every sixth step of both ranks sleeps 60 ms (the others 3): the first rank to settle picks the capture's
+    length from its settling steps beside its first step (`settle.start`), and both ranks record the same steps,
+    as many as lie between two slow ones, and say so."""
+    cmd = [*torchrun(), "--nproc-per-node", "2", "--standalone", str(SCRIPTS / "train_ddp.py")]
+    man = _collect(tmp_path, "ddp", ["--settle", "--wait", "16", "--warmup", "1", "--active", "2"], cmd,
+                   {"PERIODIC": "1", "STEPS": "90"})
+    s0, s1 = _steps(tmp_path / "ddp", 0), _steps(tmp_path / "ddp", 1)
+    start, active, by = (int(x) for x in (tmp_path / "ddp" / "settle.start").read_text().split())
+    assert s0 == s1 and 2 < len(s0) == active <= 6 and s0[0] == start + 1, (s0, s1, active)
+    for rank in man["ranks"]:
+        assert rank["settle"]["lengthened"] == {"active": active, "requested": 2}, rank["settle"]
+        assert any(f"of rank {by}, the first to settle): the capture records {active} steps instead of 2" in w
+                   for w in rank["warnings"]), rank["warnings"]
+
+
 def test_job_ending_while_settling_says_nothing_was_captured(tmp_path: Path) -> None:
     # 12 steps of the ramp: still falling when the job ends, long before --settle-max-s
     man = _collect(tmp_path, "short", ["--settle", "--wait", "3", "--warmup", "1", "--active", "2"],

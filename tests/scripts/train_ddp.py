@@ -1,5 +1,6 @@
 """Two-process DDP training on CPU with gloo (launched by torchrun); no profiler code. RAMP=1: each step sleeps
-max(3 ms, 40 ms x 0.8^i) first, a warm-up that settles after ~12 steps."""
+max(3 ms, 40 ms x 0.8^i) first, a warm-up that settles after ~12 steps. PERIODIC=1: each step sleeps 3 ms, every
+sixth 60 ms (on every rank: a data stall or a per-shape setup that recurs)."""
 
 import os
 import time
@@ -20,6 +21,8 @@ def main() -> None:
     for i in range(int(os.environ.get("STEPS", "10"))):
         if os.environ.get("RAMP"):
             time.sleep(max(0.003, 0.04 * 0.8**i))
+        if os.environ.get("PERIODIC"):
+            time.sleep(0.06 if i % 6 == 5 else 0.003)
         loss = nn.functional.mse_loss(model(x), y)
         opt.zero_grad()
         loss.backward()
