@@ -10,12 +10,13 @@ steps; `cost_us` the measured time lost; `savings_us` the estimated time a fix r
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, field
 from typing import Any
 
 import msgspec
 
 from .evidence import to_builtins
+from .records import record
 
 SEVERITIES = ("info", "warning", "error")
 
@@ -33,7 +34,7 @@ def severity_for(pct: float | None, moderate: float, high: float, default: str =
     return default
 
 
-@dataclass
+@record()
 class Finding:
     """One rule's finding: what it costs, what fixing it saves, its severity and its evidence."""
 

@@ -28,7 +28,7 @@ Frames (columns in brackets). `i` is the event's position in the file: a stable 
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import field
 from pathlib import Path
 from typing import Any
 
@@ -36,6 +36,7 @@ import polars as pl
 
 from .frames import pick
 from .ingest.categories import RUNTIME_CATS
+from .records import record
 
 STEP_RE = r"^ProfilerStep#(\d+)$"  # group 1: the step number
 
@@ -97,7 +98,7 @@ def schema_problems(trace: Trace) -> list[str]:
     return out
 
 
-@dataclass(frozen=True)
+@record(frozen=True)
 class TraceMeta:
     """What the loader read about one trace file besides its events: where it came from, its format, rank,
     devices and the warnings of its load."""
@@ -134,7 +135,7 @@ class TraceMeta:
 
 # (eq=False: it holds frames/arrays, whose field-wise == and hash raise; it is compared and keyed by identity,
 # and the generated __eq__/__hash__ cost start-up time at import)
-@dataclass(frozen=True, eq=False)
+@record(frozen=True, eq=False)
 class Trace:
     """One loaded trace: its metadata and its host, GPU and step frames."""
 
@@ -168,7 +169,7 @@ class Trace:
         return self.gpu.height > 0
 
 
-@dataclass(frozen=True)
+@record(frozen=True)
 class Job:
     """Several rank files of one job (a directory)."""
 

@@ -7,11 +7,13 @@ the way the CLI does, so the Python API, the CLI, the app and batch runs agree.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import field
 from typing import Any
 
+from .records import record
 
-@dataclass(frozen=True)
+
+@record(frozen=True)
 class Options:
     """What one analysis run is asked to do (module docstring); `Options()` is a run without flags."""
 

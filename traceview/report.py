@@ -23,7 +23,7 @@ from __future__ import annotations
 import functools
 import os
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -44,6 +44,7 @@ from .model import Job, Trace
 from .notes import aggregate as aggregate_warnings
 from .options import Options
 from .parallel import start
+from .records import record
 from .ruleapi import RuleContext
 from .sections import cpu, findings, job_entry, layers, memory, overview, profiling, projection, verdict
 from .sections.findings import run_rules
@@ -234,7 +235,7 @@ def _part(trace: Trace, steps: pl.DataFrame, ctx: RuleContext | None) -> pl.Data
     return partition(trace, steps, ctx.kb, keep=False, enum=True)  # (only the layer view reads it: freed after it)
 
 
-@dataclass
+@record()
 class Report:
     """Plain data: one entry per trace, job-level sections, and the inputs that failed."""
 

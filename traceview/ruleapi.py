@@ -6,7 +6,7 @@ read is computed once per trace here, so rules stay pure and short.
 from __future__ import annotations
 
 from collections.abc import Callable, Hashable, Mapping
-from dataclasses import dataclass, field, replace
+from dataclasses import field, replace
 from types import MappingProxyType, ModuleType
 from typing import Any, ClassVar, Protocol, TypeVar, runtime_checkable
 
@@ -29,6 +29,7 @@ from .ingest.manifest import rank_step_times, step_overhead_ms
 from .memo import once_in
 from .model import Job, Trace
 from .parallel import run_all
+from .records import record
 
 __all__ = ["XPROF_SEVERITY", "Finding", "JobContext", "Option", "Rule", "RuleContext", "min_savings",
            "xprof_severity"]
@@ -36,7 +37,7 @@ __all__ = ["XPROF_SEVERITY", "Finding", "JobContext", "Option", "Rule", "RuleCon
 T = TypeVar("T")
 
 
-@dataclass(frozen=True)
+@record(frozen=True)
 class Option:
     """A rule threshold: its default and where the number comes from (shown in `traceview rule CODE`)."""
 
@@ -125,7 +126,7 @@ def contract_problems(mod: ModuleType) -> list[str]:
 
 # (eq=False: it holds frames/arrays, whose field-wise == and hash raise; it is compared and keyed by identity,
 # and the generated __eq__/__hash__ cost start-up time at import)
-@dataclass(frozen=True, eq=False)
+@record(frozen=True, eq=False)
 class RuleContext:
     """Everything a rule may read about one trace, computed once: the analysed steps (complete steps only),
     the device, the roofline bound of every kernel, the classifier's partition of the steps into classes."""
@@ -299,7 +300,7 @@ def profiler_source_text(prof: Mapping[str, Any]) -> str:
 
 # (eq=False: it holds frames/arrays, whose field-wise == and hash raise; it is compared and keyed by identity,
 # and the generated __eq__/__hash__ cost start-up time at import)
-@dataclass(frozen=True, eq=False)
+@record(frozen=True, eq=False)
 class JobContext:
     """The ranks of one job: each rank's analysed steps and the cross-rank collective matching."""
 

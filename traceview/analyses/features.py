@@ -4,8 +4,6 @@ recommends what is in use and says the next step instead (`RuleContext.features`
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-
 import polars as pl
 
 from ..engine import CHAIN
@@ -13,6 +11,7 @@ from ..frames import filled, pick
 from ..ingest.categories import GRAPH_LAUNCH_RE
 from ..memo import per_trace
 from ..model import RUNTIME_CATS, Trace
+from ..records import record
 
 COMPILED_REGION_RE = r"^Torch-Compiled Region|^## Call CompiledFxGraph|^CompiledFunction$"
 TRITON_RE = r"^triton_"
@@ -33,7 +32,7 @@ WORKERS_RE = r"_MultiProcessingDataLoaderIter"
 SINGLE_PROCESS_RE = r"_SingleProcessDataLoaderIter"
 
 
-@dataclass(frozen=True)
+@record(frozen=True)
 class Features:
     """What the trace's program uses (CUDA graphs, torch.compile, Triton, fused optimizers...): `detect`."""
 

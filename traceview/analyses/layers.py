@@ -22,8 +22,6 @@ layer. Only path strings are bounded: from PATH_LEVELS levels down a path is sho
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-
 import numpy as np
 import polars as pl
 
@@ -31,6 +29,7 @@ from ..engine import CHAIN, IN_MEMORY
 from ..frames import column, dropnull, filled, members, notnull, omit, pick, take
 from ..memo import per_trace
 from ..model import RUNTIME_CATS, Trace
+from ..records import record
 from .intervals import open_at
 from .roofline import peak_expr
 from .rowid import by_id, join_by_id, positions
@@ -72,7 +71,7 @@ def hidden(levels: int) -> str:
 
 # (eq=False: it holds frames/arrays, whose field-wise == and hash raise; it is compared and keyed by identity,
 # and the generated __eq__/__hash__ cost start-up time at import)
-@dataclass(frozen=True, eq=False)
+@record(frozen=True, eq=False)
 class Attribution:
     """Each host row's layer, by the source the trace records layers with (`attribution`)."""
 

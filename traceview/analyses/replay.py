@@ -17,7 +17,7 @@ reductions add up but never take a gap or call below zero): savings are never su
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass, field, replace
+from dataclasses import field, replace
 
 import numpy as np
 import polars as pl
@@ -25,6 +25,7 @@ import polars as pl
 from ..frames import filled, isnull, members
 from ..memo import once_in, per_trace, per_windows
 from ..model import Trace
+from ..records import record
 from .memory import DRIVER_WORK_RE
 from .replay_graph import KINDS, Graph, _narrow, build
 
@@ -56,7 +57,7 @@ BLOCK = 1 << 20
 HOST_SHARE_MAX_NS = 1_000_000
 
 
-@dataclass(frozen=True)
+@record(frozen=True)
 class Transform:
     """A change to the trace, on its own rows.
 

@@ -27,7 +27,6 @@ fidelity measures it.
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass
 from functools import cached_property
 from typing import Any
 
@@ -40,6 +39,7 @@ from ..ingest import heap_trim
 from ..ingest.categories import GRAPH_LAUNCH_RE, RUNTIME_CATS
 from ..memo import per_trace
 from ..model import STEP_RE, Trace
+from ..records import record
 from .breakdown import DATALOADER_PREFIXES
 from .names import contains as name_contains
 from .rowid import positions
@@ -71,7 +71,7 @@ LOADER_WAIT_FACTOR = 2.0
 
 # (eq=False: it holds frames/arrays, whose field-wise == and hash raise; it is compared and keyed by identity,
 # and the generated __eq__/__hash__ cost start-up time at import)
-@dataclass(frozen=True, eq=False)
+@record(frozen=True, eq=False)
 class Graph:
     """The replay graph of one trace. Anchors `a_*` (n_a), activities `d_*` (n_d); indices are positions in these
     arrays (int32 while they fit), -1 for none; the offsets (ns: gaps, own times, wake-ups, latencies) are int32
@@ -742,7 +742,7 @@ def _running_argmax(x: np.ndarray) -> np.ndarray:
 
 # (eq=False: it holds frames/arrays, whose field-wise == and hash raise; it is compared and keyed by identity,
 # and the generated __eq__/__hash__ cost start-up time at import)
-@dataclass(frozen=True, eq=False)
+@record(frozen=True, eq=False)
 class Rows:
     """The recorded host rows that sit in the graph's host time, as arrays: row id, kind (KIND_CODES), the anchor
     whose time holds it (`seg`), where in that anchor's time (0: the gap before it; 1: the part of a joined gap

@@ -19,10 +19,11 @@ to the A100 row and says so (`Spec.known = False`).
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass
+
+from ..records import record
 
 
-@dataclass(frozen=True)
+@record(frozen=True)
 class Spec:
     """One device's datasheet figures (peak throughputs and bandwidth) the roofline and the rules price with."""
 

@@ -92,9 +92,9 @@ def _sections(value: str) -> list[str]:
 
 def text_sections(args: argparse.Namespace) -> set[str]:
     """The detail sections of the text report: all with --detail, else those named by --show."""
-    from ..formatters.sections import TEXT_SECTIONS
-
     if getattr(args, "detail", False):
+        from ..formatters.sections import TEXT_SECTIONS  # (only here: a JSON run need not import it)
+
         return set(TEXT_SECTIONS)
     return {v for vs in (getattr(args, "show", None) or []) for v in vs}
 

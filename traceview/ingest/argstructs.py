@@ -1,8 +1,8 @@
 """The msgspec structs of the `args` objects the loader reads (one per kind of event). Shared by the msgspec
 decoder (`decode.py`) and the C scanner's table specs (`argtables.py`, no polars: read while the CLI imports)."""
 
-from __future__ import annotations
-
+# (no `from __future__ import annotations`: msgspec would compile each field's annotation string, as a
+# ForwardRef, whenever it reads the fields: ~140 of them in a run)
 import msgspec
 
 from .structs import Dim3

@@ -4,10 +4,10 @@ generated from these declarations: `python -m traceview.docs`)."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from ..records import record
 
 
-@dataclass(frozen=True)
+@record(frozen=True)
 class Section:
     """One part of each trace entry of the analyze document; `report.SECTIONS` lists them in document order."""
 
