@@ -395,9 +395,12 @@ def _casts(ctx: RuleContext, ops: pl.Series, kernels: pl.DataFrame) -> tuple[dic
     if outer.len() == 0:
         return {}, {}
     rows = by_id(h, outer, "name", "input_dims", "input_type")
-    elems = [[math.prod(d) for j, (d, t) in enumerate(decode(dims, types))
-              if t == "float" and d and j in PARAM_INPUTS.get(op, ())]
-             for op, dims, types in pick(rows, "name", "input_dims", "input_type").iter_rows()]
+    params: dict[tuple, list[int]] = {}  # decoded once per distinct (op, shapes): a model repeats a few
+    for key in pick(rows, "name", "input_dims", "input_type").unique().iter_rows():
+        op, dims, types = key
+        params[key] = [math.prod(d) for j, (d, t) in enumerate(decode(dims, types))
+                       if t == "float" and d and j in PARAM_INPUTS.get(op, ())]
+    elems = [list(params[key]) for key in pick(rows, "name", "input_dims", "input_type").iter_rows()]
     act = _activation_casts(ctx, outer)
     elems = [e + act.get(int(op), []) for op, e in zip(outer.to_list(), elems, strict=True)]
     one = eager_op_host_ns(ctx.trace)

@@ -164,17 +164,22 @@ def _find(ctx: RuleContext) -> pl.DataFrame:
     if "input_dims" not in h.columns or h.height == 0:
         return empty
     # (a few queries, each a lazy chain: a small trace's run is mostly polars' fixed cost per query)
+    # the compile and collective names matched once each, not once a call (the regexes on every op's name were
+    # most of this rule's time on a large trace)
+    names_all = h["name"].unique()
+    skip = names_all.filter(names_all.str.contains(COMPILE_RE) | names_all.str.contains(COMM_RE))
+
     def ops_of(*cols: str) -> pl.LazyFrame:
         return (pick(h, *cols).lazy().filter((pl.col("cat") == "cpu_op") & (pl.col("ts") >= ctx.lo)
                                              & (pl.col("ts") < ctx.hi))
-                .filter(~pl.col("name").str.contains(COMPILE_RE) & ~pl.col("name").str.contains(COMM_RE)))
+                .filter(pl.col("name").is_not_null() & ~pl.col("name").is_in(members(skip))))
 
     # a setup is sought only among ops called 3 times or more with 2 input shapes or more: those names first, from
     # the name and shape columns alone (a reduction over the few names), so the per-call frames below are built only
     # when some op qualifies and hold only its calls (at 10 M tiny events, one shape per op, the windowed frame of
     # every op was the run's peak: +330 MiB)
     names = (ops_of("cat", "name", "ts", "input_dims").group_by("name")
-             .agg(n=pl.len(), shapes=pl.col("input_dims").cast(pl.String).n_unique())
+             .agg(n=pl.len(), shapes=pl.col("input_dims").n_unique())  # (a categorical's codes: one per text)
              .filter((pl.col("shapes") >= 2) & (pl.col("n") >= 3)).select("name").collect(**CHAIN)["name"])
     if names.len() == 0:
         return empty
@@ -187,13 +192,13 @@ def _find(ctx: RuleContext) -> pl.DataFrame:
     launchers = launchers.collect(**CHAIN)["parent"]
     o = (ops.lazy().join(child, left_on="i", right_on="parent", how="left")
          .with_columns(own=(pl.col("end") - pl.col("ts") - pl.col("_c").fill_null(0)).cast(pl.Int64),
-                       input_dims=pl.col("input_dims").cast(pl.String),
                        launches=pl.col("i").is_in(members(launchers)))).collect(**CHAIN)
     # the op's own time once its plan is cached: the median over its calls on a shape seen before; where every
     # call brought a new shape (a new length every step), an op that launches kernels is held to the dispatch of
     # the trace's launching ops (a CPU op's own time may grow with its data; a GPU op's dispatch does not)
     dispatch = o.filter(pl.col("launches"))["own"].median()
-    o = o.lazy().filter(pl.col("name").is_in(members(names)))  # (each window below is within one name)
+    # (each window below is within one name; the shapes' text only for the qualifying names' calls)
+    o = o.lazy().filter(pl.col("name").is_in(members(names))).with_columns(pl.col("input_dims").cast(pl.String))
     o = o.with_columns(n=pl.len().over("name"), shapes=pl.col("input_dims").n_unique().over("name"),
                        first=pl.col("ts").rank("ordinal").over("name", "input_dims") == 1)
     o = o.with_columns(med=pl.col("own").filter(~pl.col("first")).median().over("name"))

@@ -121,6 +121,7 @@ def _runs(tid: int, g: pl.DataFrame, step: np.ndarray) -> list[tuple]:
     codes = g["name"].cast(pl.Categorical).to_physical().to_numpy()
     ts, end = g["ts"].to_numpy(), g["end"].to_numpy()
     n, used, out = codes.size, np.zeros(codes.size, bool), []
+    found: list[tuple[int, int, int, int]] = []  # (first op, iterations, period, last op) of each run
     for p in range(1, MAX_PERIOD + 1):
         if n <= p * MIN_ITERATIONS:
             break
@@ -134,12 +135,23 @@ def _runs(tid: int, g: pl.DataFrame, step: np.ndarray) -> list[tuple]:
                 continue
             last = s + k * p - 1
             used[s:last + 1] = True
-            ops = g["name"].slice(s, p).to_list()
-            short = float(np.median(end[s:last + 1] - ts[s:last + 1])) <= MAX_OP_NS
-            # (each iteration's first op's input shapes; "": not recorded)
-            dims = g["input_dims"].slice(s, k * p).gather_every(p).cast(pl.String).fill_null("").to_numpy()
-            kind = _kind(ops, dims) if short else None
-            out.append((tid, kind, ops, k, int(ts[s]), int(ts[s + p]), int(end[last]), s, last + 1))
+            found.append((s, k, p, last))
+    if not found:
+        return out
+    # the runs' ops and first ops' shapes gathered at once (a polars call per run was most of the time: ~1000 runs
+    # on a 480-step trace)
+    ops_at = np.concatenate([np.arange(s, s + p) for s, _k, p, _last in found])
+    first_at = np.concatenate([np.arange(s, s + k * p, p) for s, k, p, _last in found])
+    names = g["name"].gather(ops_at).to_list()
+    # (each iteration's first op's input shapes; "": not recorded)
+    shapes = g["input_dims"].gather(first_at).cast(pl.String).fill_null("").to_numpy()
+    a = b = 0
+    for s, k, p, last in found:
+        ops, dims = names[a:a + p], shapes[b:b + k]
+        a, b = a + p, b + k
+        short = float(np.median(end[s:last + 1] - ts[s:last + 1])) <= MAX_OP_NS
+        kind = _kind(ops, dims) if short else None
+        out.append((tid, kind, ops, k, int(ts[s]), int(ts[s + p]), int(end[last]), s, last + 1))
     return out
 
 
@@ -191,10 +203,12 @@ def _anchored(tid: int, g: pl.DataFrame, step: np.ndarray, exact: list[tuple]) -
     first_op = np.argsort(a[starts], kind="stable")  # (in the thread's order: where several anchors mark one loop,
     out: list[tuple] = []                            # the first one's run is kept)
     ts, end = g["ts"].to_numpy(), g["end"].to_numpy()
-    shape = g["input_dims"].cast(pl.String).fill_null("").to_numpy()  # ("": not recorded)
-    for s, e in zip(starts[first_op].tolist(), ends[first_op].tolist(), strict=True):
+    starts, ends = starts[first_op], ends[first_op]
+    # the first anchor's shapes of each candidate alone ("": not recorded; not a text per op)
+    shape = g["input_dims"].gather(a[starts]).cast(pl.String).fill_null("").to_list()
+    for s, e, first_shape in zip(starts.tolist(), ends.tolist(), shape, strict=True):
         at = a[s:e + 1]  # the anchors, one an iteration
-        if taken[at[0]:at[-1] + 1].any() or at.size not in _sizes(shape[at[0]]):
+        if taken[at[0]:at[-1] + 1].any() or at.size not in _sizes(first_shape):
             continue
         r = _iterations(codes, at, step)
         if r is None:
