@@ -98,7 +98,7 @@ from traceview.analyses.opshapes import decode
 from traceview.analyses.overhead import backward_node_host_ns, eager_op_host_ns
 from traceview.analyses.replay import Transform
 from traceview.analyses.rowid import by_id
-from traceview.analyses.tree import ancestor_ids
+from traceview.analyses.tree import ancestor_ids, tree_positions
 from traceview.analyses.whatif import removed_per_step, shrink_kernels
 from traceview.engine import CHAIN
 from traceview.evidence import Meta, OpTime
@@ -382,12 +382,13 @@ def _casts(ctx: RuleContext, ops: pl.Series, kernels: pl.DataFrame) -> tuple[dic
         return {}, {}
     ops = dropnull(ops).unique().cast(pl.UInt32)
     back = h["name"].str.starts_with("autograd::engine::evaluate_function") | h["name"].str.ends_with("Backward0")
-    is_back = ancestor_ids(h, ops, filled(back, False).to_numpy(), include_self=True) >= 0
+    tree = tree_positions(h)  # (the row positions, once for the climbs below)
+    is_back = ancestor_ids(h, ops, filled(back, False).to_numpy(), include_self=True, tree=tree) >= 0
     fwd, bwd = ops.filter(pl.Series(~is_back)), ops.filter(pl.Series(is_back))
     ac = filled(h["name"].is_in(AUTOCAST_OPS), False).to_numpy()
-    top = ancestor_ids(h, fwd, ac, include_self=True)
+    top = ancestor_ids(h, fwd, ac, include_self=True, tree=tree)
     for _ in range(3):  # climb to the outermost (linear -> matmul -> mm)
-        up = ancestor_ids(h, pl.Series(np.where(top >= 0, top, fwd.to_numpy()), dtype=pl.UInt32), ac)
+        up = ancestor_ids(h, pl.Series(np.where(top >= 0, top, fwd.to_numpy()), dtype=pl.UInt32), ac, tree=tree)
         if not (up >= 0).any():
             break
         top = np.where((top >= 0) & (up >= 0), up, top)
