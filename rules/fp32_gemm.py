@@ -352,7 +352,7 @@ def _fp32_attention(ctx: RuleContext) -> pl.DataFrame:
     spec = ctx.spec
     g = pick(ctx.trace.gpu, "i", "name", "kind", "ts", "dur")
     a = g.lazy().filter((pl.col("kind") == "compute") & (pl.col("ts") >= ctx.lo) & (pl.col("ts") < ctx.hi)
-                        & pl.col("name").str.contains(FUSED_ATTN_KERNEL_RE))
+                        & contains(ctx.trace.gpu, FUSED_ATTN_KERNEL_RE))  # (on the distinct names)
     a = a.join(pick(ctx.kb, "i", "op", "op_name", "flops", "bytes", "bpe").lazy(), on="i", how="left")
     a = a.filter((pl.col("bpe") >= 4) & pl.col("flops").is_not_null())
     back = pl.col("op_name").str.contains("backward")

@@ -68,6 +68,7 @@ import numpy as np
 import polars as pl
 
 from traceview.analyses.classify import sync_calls
+from traceview.analyses.names import contains
 from traceview.analyses.replay import Transform, spans
 from traceview.analyses.windows import host_step_of
 from traceview.engine import CHAIN
@@ -165,15 +166,13 @@ def _find(ctx: RuleContext) -> pl.DataFrame:
     if "input_dims" not in h.columns or h.height == 0:
         return empty
     # (a few queries, each a lazy chain: a small trace's run is mostly polars' fixed cost per query)
-    # the compile and collective names matched once each, not once a call (the regexes on every op's name were
-    # most of this rule's time on a large trace)
-    names_all = h["name"].unique()
-    skip = names_all.filter(names_all.str.contains(COMPILE_RE) | names_all.str.contains(COMM_RE))
+    # the compile and collective names matched on the host's distinct names (`names.contains`), not once a call (the
+    # regexes on every op's name were most of this rule's time on a large trace)
+    plain = pl.col("name").is_not_null() & ~contains(h, COMPILE_RE) & ~contains(h, COMM_RE)
 
     def ops_of(*cols: str) -> pl.LazyFrame:
         return (pick(h, *cols).lazy().filter((pl.col("cat") == "cpu_op") & (pl.col("ts") >= ctx.lo)
-                                             & (pl.col("ts") < ctx.hi))
-                .filter(pl.col("name").is_not_null() & ~pl.col("name").is_in(members(skip))))
+                                             & (pl.col("ts") < ctx.hi)).filter(plain))
 
     # a setup is sought only among ops called 3 times or more with 2 input shapes or more: those names first, from
     # the name and shape columns alone (a reduction over the few names), so the per-call frames below are built only
