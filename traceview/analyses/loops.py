@@ -99,8 +99,9 @@ def loop_runs(trace: Trace, lo: int, hi: int, bounds: tuple[int, ...] = ()) -> p
     rows = []
     for (tid,), g in top.group_by("tid", maintain_order=True):  # (one per thread: a handful)
         step = np.searchsorted(np.asarray(bounds, np.int64), g["ts"].to_numpy(), side="right")
-        exact = _runs(int(tid), g, step)
-        rows += _merge(exact, _anchored(int(tid), g, step, exact))
+        codes = g["name"].cast(pl.Categorical).to_physical().to_numpy()  # (the names coded once for both finders)
+        exact = _runs(int(tid), g, step, codes)
+        rows += _merge(exact, _anchored(int(tid), g, step, exact, codes))
     return pl.DataFrame(rows, schema={"tid": pl.Int64, "kind": pl.String, "ops": pl.List(pl.String),
                                       "iterations": pl.Int64, "ts": pl.Int64, "second": pl.Int64, "end": pl.Int64,
                                       "optional": pl.List(pl.String)},
@@ -115,10 +116,9 @@ def _strictly_sorted(tid: np.ndarray, ts: np.ndarray) -> bool:
     return bool((up | ((tid[1:] == tid[:-1]) & (ts[1:] > ts[:-1]))).all())
 
 
-def _runs(tid: int, g: pl.DataFrame, step: np.ndarray) -> list[tuple]:
-    """The thread's back-to-back repeats of a sequence of 1..MAX_PERIOD ops inside one step (`step`: each op's),
-    each kept once (its shortest period)."""
-    codes = g["name"].cast(pl.Categorical).to_physical().to_numpy()
+def _runs(tid: int, g: pl.DataFrame, step: np.ndarray, codes: np.ndarray) -> list[tuple]:
+    """The thread's back-to-back repeats of a sequence of 1..MAX_PERIOD ops inside one step (`step`: each op's;
+    `codes`: each op's name as a code), each kept once (its shortest period)."""
     ts, end = g["ts"].to_numpy(), g["end"].to_numpy()
     n, used, out = codes.size, np.zeros(codes.size, bool), []
     found: list[tuple[int, int, int, int]] = []  # (first op, iterations, period, last op) of each run
@@ -174,7 +174,7 @@ MAX_BODY = 32
 CORE_SHARE = 0.75
 
 
-def _anchored(tid: int, g: pl.DataFrame, step: np.ndarray, exact: list[tuple]) -> list[tuple]:
+def _anchored(tid: int, g: pl.DataFrame, step: np.ndarray, exact: list[tuple], name_codes: np.ndarray) -> list[tuple]:
     """The thread's `rows` loops whose iterations differ by optional ops, found from their anchors: the same slicing
     op on inputs of one shape at least MIN_ITERATIONS times in one step, each at most MAX_BODY ops after the last,
     outside the loops `exact` found. The loop visits every row: its iterations are as many as the sliced input
@@ -186,7 +186,7 @@ def _anchored(tid: int, g: pl.DataFrame, step: np.ndarray, exact: list[tuple]) -
     anchor = np.flatnonzero(names.is_in(SLICING).to_numpy())
     if anchor.size < MIN_ITERATIONS:
         return []
-    codes = names.cast(pl.Categorical).to_physical().to_numpy().astype(np.int64)
+    codes = name_codes.astype(np.int64)
     dims = g["input_dims"].to_physical().fill_null(-1).to_numpy().astype(np.int64)
     taken = np.zeros(codes.size, bool)
     for r in exact:
