@@ -98,7 +98,7 @@ from traceview.analyses.opshapes import decode
 from traceview.analyses.overhead import backward_node_host_ns, eager_op_host_ns
 from traceview.analyses.replay import Transform
 from traceview.analyses.rowid import by_id
-from traceview.analyses.tree import ancestor_ids
+from traceview.analyses.tree import ancestor_ids, tree_positions
 from traceview.analyses.whatif import removed_per_step, shrink_kernels
 from traceview.engine import CHAIN
 from traceview.evidence import Meta, OpTime
@@ -352,7 +352,7 @@ def _fp32_attention(ctx: RuleContext) -> pl.DataFrame:
     spec = ctx.spec
     g = pick(ctx.trace.gpu, "i", "name", "kind", "ts", "dur")
     a = g.lazy().filter((pl.col("kind") == "compute") & (pl.col("ts") >= ctx.lo) & (pl.col("ts") < ctx.hi)
-                        & pl.col("name").str.contains(FUSED_ATTN_KERNEL_RE))
+                        & contains(ctx.trace.gpu, FUSED_ATTN_KERNEL_RE))  # (on the distinct names)
     a = a.join(pick(ctx.kb, "i", "op", "op_name", "flops", "bytes", "bpe").lazy(), on="i", how="left")
     a = a.filter((pl.col("bpe") >= 4) & pl.col("flops").is_not_null())
     back = pl.col("op_name").str.contains("backward")
@@ -382,12 +382,13 @@ def _casts(ctx: RuleContext, ops: pl.Series, kernels: pl.DataFrame) -> tuple[dic
         return {}, {}
     ops = dropnull(ops).unique().cast(pl.UInt32)
     back = h["name"].str.starts_with("autograd::engine::evaluate_function") | h["name"].str.ends_with("Backward0")
-    is_back = ancestor_ids(h, ops, filled(back, False).to_numpy(), include_self=True) >= 0
+    tree = tree_positions(h)  # (the row positions, once for the climbs below)
+    is_back = ancestor_ids(h, ops, filled(back, False).to_numpy(), include_self=True, tree=tree) >= 0
     fwd, bwd = ops.filter(pl.Series(~is_back)), ops.filter(pl.Series(is_back))
     ac = filled(h["name"].is_in(AUTOCAST_OPS), False).to_numpy()
-    top = ancestor_ids(h, fwd, ac, include_self=True)
+    top = ancestor_ids(h, fwd, ac, include_self=True, tree=tree)
     for _ in range(3):  # climb to the outermost (linear -> matmul -> mm)
-        up = ancestor_ids(h, pl.Series(np.where(top >= 0, top, fwd.to_numpy()), dtype=pl.UInt32), ac)
+        up = ancestor_ids(h, pl.Series(np.where(top >= 0, top, fwd.to_numpy()), dtype=pl.UInt32), ac, tree=tree)
         if not (up >= 0).any():
             break
         top = np.where((top >= 0) & (up >= 0), up, top)
@@ -395,9 +396,12 @@ def _casts(ctx: RuleContext, ops: pl.Series, kernels: pl.DataFrame) -> tuple[dic
     if outer.len() == 0:
         return {}, {}
     rows = by_id(h, outer, "name", "input_dims", "input_type")
-    elems = [[math.prod(d) for j, (d, t) in enumerate(decode(dims, types))
-              if t == "float" and d and j in PARAM_INPUTS.get(op, ())]
-             for op, dims, types in pick(rows, "name", "input_dims", "input_type").iter_rows()]
+    params: dict[tuple, list[int]] = {}  # decoded once per distinct (op, shapes): a model repeats a few
+    for key in pick(rows, "name", "input_dims", "input_type").unique().iter_rows():
+        op, dims, types = key
+        params[key] = [math.prod(d) for j, (d, t) in enumerate(decode(dims, types))
+                       if t == "float" and d and j in PARAM_INPUTS.get(op, ())]
+    elems = [list(params[key]) for key in pick(rows, "name", "input_dims", "input_type").iter_rows()]
     act = _activation_casts(ctx, outer)
     elems = [e + act.get(int(op), []) for op, e in zip(outer.to_list(), elems, strict=True)]
     one = eager_op_host_ns(ctx.trace)

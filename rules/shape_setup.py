@@ -64,9 +64,11 @@ from pathlib import Path
 from typing import Annotated
 
 import msgspec
+import numpy as np
 import polars as pl
 
 from traceview.analyses.classify import sync_calls
+from traceview.analyses.names import contains
 from traceview.analyses.replay import Transform, spans
 from traceview.analyses.windows import host_step_of
 from traceview.engine import CHAIN
@@ -164,36 +166,39 @@ def _find(ctx: RuleContext) -> pl.DataFrame:
     if "input_dims" not in h.columns or h.height == 0:
         return empty
     # (a few queries, each a lazy chain: a small trace's run is mostly polars' fixed cost per query)
+    # the compile and collective names matched on the host's distinct names (`names.contains`), not once a call (the
+    # regexes on every op's name were most of this rule's time on a large trace)
+    plain = pl.col("name").is_not_null() & ~contains(h, COMPILE_RE) & ~contains(h, COMM_RE)
+
     def ops_of(*cols: str) -> pl.LazyFrame:
         return (pick(h, *cols).lazy().filter((pl.col("cat") == "cpu_op") & (pl.col("ts") >= ctx.lo)
-                                             & (pl.col("ts") < ctx.hi))
-                .filter(~pl.col("name").str.contains(COMPILE_RE) & ~pl.col("name").str.contains(COMM_RE)))
+                                             & (pl.col("ts") < ctx.hi)).filter(plain))
 
     # a setup is sought only among ops called 3 times or more with 2 input shapes or more: those names first, from
     # the name and shape columns alone (a reduction over the few names), so the per-call frames below are built only
     # when some op qualifies and hold only its calls (at 10 M tiny events, one shape per op, the windowed frame of
     # every op was the run's peak: +330 MiB)
     names = (ops_of("cat", "name", "ts", "input_dims").group_by("name")
-             .agg(n=pl.len(), shapes=pl.col("input_dims").cast(pl.String).n_unique())
+             .agg(n=pl.len(), shapes=pl.col("input_dims").n_unique())  # (a categorical's codes: one per text)
              .filter((pl.col("shapes") >= 2) & (pl.col("n") >= 3)).select("name").collect(**CHAIN)["name"])
     if names.len() == 0:
         return empty
     h = pick(h, "i", "cat", "name", "tid", "ts", "end", "parent", "input_dims")
     ops = ops_of(*h.columns).collect(**CHAIN)
-    child = (h.lazy().filter(pl.col("parent").is_in(members(ops["i"]))).group_by("parent")
-             .agg((pl.col("end") - pl.col("ts")).sum().alias("_c")))
+    child = _child_time(h, ops["i"])
     launchers = h.lazy().filter(pl.col("cat").is_in(["cuda_runtime", "cuda_driver"])
                                 & pl.col("name").str.contains("Launch")).select(pl.col("parent").unique())
     launchers = launchers.collect(**CHAIN)["parent"]
-    o = (ops.lazy().join(child, left_on="i", right_on="parent", how="left")
+    o = (ops.lazy().with_columns(_c=child)
          .with_columns(own=(pl.col("end") - pl.col("ts") - pl.col("_c").fill_null(0)).cast(pl.Int64),
-                       input_dims=pl.col("input_dims").cast(pl.String),
                        launches=pl.col("i").is_in(members(launchers)))).collect(**CHAIN)
     # the op's own time once its plan is cached: the median over its calls on a shape seen before; where every
     # call brought a new shape (a new length every step), an op that launches kernels is held to the dispatch of
     # the trace's launching ops (a CPU op's own time may grow with its data; a GPU op's dispatch does not)
     dispatch = o.filter(pl.col("launches"))["own"].median()
-    o = o.lazy().filter(pl.col("name").is_in(members(names)))  # (each window below is within one name)
+    # (each window below is within one name; the shapes stay categorical codes, one per text, in the windows: their
+    # text is read for the hits alone)
+    o = o.lazy().filter(pl.col("name").is_in(members(names)))
     o = o.with_columns(n=pl.len().over("name"), shapes=pl.col("input_dims").n_unique().over("name"),
                        first=pl.col("ts").rank("ordinal").over("name", "input_dims") == 1)
     o = o.with_columns(med=pl.col("own").filter(~pl.col("first")).median().over("name"))
@@ -201,10 +206,12 @@ def _find(ctx: RuleContext) -> pl.DataFrame:
                        .when(pl.col("launches").any().over("name")).then(pl.lit(dispatch, pl.Float64))
                        .otherwise(None))
     opt = ctx.options
-    hit = o.filter(pl.col("input_dims").str.contains(r"\d") & pl.col("first") & pl.col("med").is_not_null()
+    hit = o.filter(pl.col("first") & pl.col("med").is_not_null()
                    & (pl.col("shapes") >= 2) & (pl.col("n") >= 3)
                    & (pl.col("own") >= opt["ratio"] * pl.col("med"))
-                   & (pl.col("own") - pl.col("med") >= opt["min_excess_ms"] * 1e6)).collect(**CHAIN)
+                   & (pl.col("own") - pl.col("med") >= opt["min_excess_ms"] * 1e6))
+    hit = (hit.with_columns(pl.col("input_dims").cast(pl.String)).filter(pl.col("input_dims").str.contains(r"\d"))
+           .collect(**CHAIN))
     if hit.height == 0:
         return empty
     comp = compile_spans(ctx)
@@ -220,6 +227,23 @@ def _find(ctx: RuleContext) -> pl.DataFrame:
     return hit.filter(pl.col("step").is_not_null()).select(
         pl.col("i").cast(pl.Int64), "name", pl.col("tid").cast(pl.Int64), "ts", "end", pl.col("step").cast(pl.Int64),
         "input_dims", "own", pl.col("med").cast(pl.Float64), pl.col("shapes").cast(pl.Int64)).sort("ts")
+
+
+def _child_time(h: pl.DataFrame, ids: pl.Series) -> pl.Series:
+    """The summed time (end - ts) of the children (rows of `h` by `parent`) of each row id of `ids`; null for one
+    without children. Summed by parent id in numpy (a hash group-by of every host row by its parent and a join
+    back cost this rule more than the rest of its search); float sums of integer ns are exact below 2**53 ns."""
+    if ids.len() == 0 or h.height == 0 or h["parent"].null_count() == h.height:
+        return pl.Series("_c", [None] * ids.len(), pl.Int64)
+    par = h["parent"]
+    d = (h["end"] - h["ts"]).fill_null(0).to_numpy()
+    has = par.is_not_null().to_numpy()
+    size = int(max(ids.max() or 0, par.max())) + 1
+    p = par.fill_null(0).to_numpy()[has]
+    tot = np.bincount(p, weights=d[has], minlength=size)
+    got = np.bincount(p, minlength=size) > 0
+    q = ids.fill_null(0).to_numpy()
+    return pl.Series("_c", tot[q].astype(np.int64)).set(pl.Series(~got[q]) | ids.is_null(), None)
 
 
 def _kind(s: pl.DataFrame) -> str:

@@ -36,7 +36,7 @@ from .breakdown import DATALOADER_PREFIXES
 from .features import COMPILE_RE
 from .intervals import merge
 from .intervals import segments as _segments
-from .names import starts_with_any
+from .names import contains, starts_with_any
 from .roofline import kernel_bound as _kernel_bound
 from .rowid import join_by_id
 from .specs import trace_spec
@@ -94,7 +94,7 @@ def _all_syncs(trace: Trace) -> tuple[pl.DataFrame, pl.Series]:
     h = trace.host
     # the regex only on the runtime calls
     rt = (h[["i", "cat", "name", "ts", "end", "op", "tid"]].lazy().filter(pl.col("cat").is_in(["cuda_runtime", "cuda_driver"]))
-          .filter(pl.col("name").str.contains(SYNC_RUNTIME_RE)).drop("cat").collect(**CHAIN))
+          .filter(contains(h, SYNC_RUNTIME_RE)).drop("cat").collect(**CHAIN))  # (on the distinct names)
     ev = trace.gpu[["i", "kind", "name", "launch", "launch_ts", "launch_end", "ts", "end"]].filter(
         (pl.col("kind") == "sync") & pl.col("name").is_in(SYNC_EVENT_NAMES))
     if rt.height == 0 and ev.height == 0:  # no sync call (a common case): nothing to join, merge or search

@@ -99,8 +99,9 @@ def loop_runs(trace: Trace, lo: int, hi: int, bounds: tuple[int, ...] = ()) -> p
     rows = []
     for (tid,), g in top.group_by("tid", maintain_order=True):  # (one per thread: a handful)
         step = np.searchsorted(np.asarray(bounds, np.int64), g["ts"].to_numpy(), side="right")
-        exact = _runs(int(tid), g, step)
-        rows += _merge(exact, _anchored(int(tid), g, step, exact))
+        codes = g["name"].cast(pl.Categorical).to_physical().to_numpy()  # (the names coded once for both finders)
+        exact = _runs(int(tid), g, step, codes)
+        rows += _merge(exact, _anchored(int(tid), g, step, exact, codes))
     return pl.DataFrame(rows, schema={"tid": pl.Int64, "kind": pl.String, "ops": pl.List(pl.String),
                                       "iterations": pl.Int64, "ts": pl.Int64, "second": pl.Int64, "end": pl.Int64,
                                       "optional": pl.List(pl.String)},
@@ -115,12 +116,12 @@ def _strictly_sorted(tid: np.ndarray, ts: np.ndarray) -> bool:
     return bool((up | ((tid[1:] == tid[:-1]) & (ts[1:] > ts[:-1]))).all())
 
 
-def _runs(tid: int, g: pl.DataFrame, step: np.ndarray) -> list[tuple]:
-    """The thread's back-to-back repeats of a sequence of 1..MAX_PERIOD ops inside one step (`step`: each op's),
-    each kept once (its shortest period)."""
-    codes = g["name"].cast(pl.Categorical).to_physical().to_numpy()
+def _runs(tid: int, g: pl.DataFrame, step: np.ndarray, codes: np.ndarray) -> list[tuple]:
+    """The thread's back-to-back repeats of a sequence of 1..MAX_PERIOD ops inside one step (`step`: each op's;
+    `codes`: each op's name as a code), each kept once (its shortest period)."""
     ts, end = g["ts"].to_numpy(), g["end"].to_numpy()
     n, used, out = codes.size, np.zeros(codes.size, bool), []
+    found: list[tuple[int, int, int, int]] = []  # (first op, iterations, period, last op) of each run
     for p in range(1, MAX_PERIOD + 1):
         if n <= p * MIN_ITERATIONS:
             break
@@ -134,12 +135,23 @@ def _runs(tid: int, g: pl.DataFrame, step: np.ndarray) -> list[tuple]:
                 continue
             last = s + k * p - 1
             used[s:last + 1] = True
-            ops = g["name"].slice(s, p).to_list()
-            short = float(np.median(end[s:last + 1] - ts[s:last + 1])) <= MAX_OP_NS
-            # (each iteration's first op's input shapes; "": not recorded)
-            dims = g["input_dims"].slice(s, k * p).gather_every(p).cast(pl.String).fill_null("").to_numpy()
-            kind = _kind(ops, dims) if short else None
-            out.append((tid, kind, ops, k, int(ts[s]), int(ts[s + p]), int(end[last]), s, last + 1))
+            found.append((s, k, p, last))
+    if not found:
+        return out
+    # the runs' ops and first ops' shapes gathered at once (a polars call per run was most of the time: ~1000 runs
+    # on a 480-step trace)
+    ops_at = np.concatenate([np.arange(s, s + p) for s, _k, p, _last in found])
+    first_at = np.concatenate([np.arange(s, s + k * p, p) for s, k, p, _last in found])
+    names = g["name"].gather(ops_at).to_list()
+    # (each iteration's first op's input shapes; "": not recorded)
+    shapes = g["input_dims"].gather(first_at).cast(pl.String).fill_null("").to_numpy()
+    a = b = 0
+    for s, k, p, last in found:
+        ops, dims = names[a:a + p], shapes[b:b + k]
+        a, b = a + p, b + k
+        short = float(np.median(end[s:last + 1] - ts[s:last + 1])) <= MAX_OP_NS
+        kind = _kind(ops, dims) if short else None
+        out.append((tid, kind, ops, k, int(ts[s]), int(ts[s + p]), int(end[last]), s, last + 1))
     return out
 
 
@@ -162,7 +174,7 @@ MAX_BODY = 32
 CORE_SHARE = 0.75
 
 
-def _anchored(tid: int, g: pl.DataFrame, step: np.ndarray, exact: list[tuple]) -> list[tuple]:
+def _anchored(tid: int, g: pl.DataFrame, step: np.ndarray, exact: list[tuple], name_codes: np.ndarray) -> list[tuple]:
     """The thread's `rows` loops whose iterations differ by optional ops, found from their anchors: the same slicing
     op on inputs of one shape at least MIN_ITERATIONS times in one step, each at most MAX_BODY ops after the last,
     outside the loops `exact` found. The loop visits every row: its iterations are as many as the sliced input
@@ -174,7 +186,7 @@ def _anchored(tid: int, g: pl.DataFrame, step: np.ndarray, exact: list[tuple]) -
     anchor = np.flatnonzero(names.is_in(SLICING).to_numpy())
     if anchor.size < MIN_ITERATIONS:
         return []
-    codes = names.cast(pl.Categorical).to_physical().to_numpy().astype(np.int64)
+    codes = name_codes.astype(np.int64)
     dims = g["input_dims"].to_physical().fill_null(-1).to_numpy().astype(np.int64)
     taken = np.zeros(codes.size, bool)
     for r in exact:
@@ -191,10 +203,12 @@ def _anchored(tid: int, g: pl.DataFrame, step: np.ndarray, exact: list[tuple]) -
     first_op = np.argsort(a[starts], kind="stable")  # (in the thread's order: where several anchors mark one loop,
     out: list[tuple] = []                            # the first one's run is kept)
     ts, end = g["ts"].to_numpy(), g["end"].to_numpy()
-    shape = g["input_dims"].cast(pl.String).fill_null("").to_numpy()  # ("": not recorded)
-    for s, e in zip(starts[first_op].tolist(), ends[first_op].tolist(), strict=True):
+    starts, ends = starts[first_op], ends[first_op]
+    # the first anchor's shapes of each candidate alone ("": not recorded; not a text per op)
+    shape = g["input_dims"].gather(a[starts]).cast(pl.String).fill_null("").to_list()
+    for s, e, first_shape in zip(starts.tolist(), ends.tolist(), shape, strict=True):
         at = a[s:e + 1]  # the anchors, one an iteration
-        if taken[at[0]:at[-1] + 1].any() or at.size not in _sizes(shape[at[0]]):
+        if taken[at[0]:at[-1] + 1].any() or at.size not in _sizes(first_shape):
             continue
         r = _iterations(codes, at, step)
         if r is None:

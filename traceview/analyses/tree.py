@@ -8,6 +8,8 @@ and the parent of i is the last slice before it with depth_i - 1 (one as-of join
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 import numpy as np
 import polars as pl
 
@@ -224,22 +226,42 @@ def ancestor_where(host: pl.DataFrame, rows: pl.DataFrame, cond: pl.Expr | np.nd
     return pl.DataFrame({"i": q.filter(pl.Series(hit)), out: pl.Series(found[hit]).cast(pl.UInt32)})
 
 
-def ancestor_ids(host: pl.DataFrame, q: pl.Series, cond: pl.Expr | np.ndarray, include_self: bool = False) -> np.ndarray:
-    """`ancestor_where` as the ancestor's id per id of `q` (-1: none), in the order of `q`."""
+@dataclass(frozen=True, eq=False)
+class TreePositions:
+    """`host`'s row ids and parents as positions, for several `ancestor_ids` climbs over one frame (built once)."""
+
+    ids: np.ndarray  # the row id of each position
+    at: np.ndarray  # row id -> position in `host`; n (and `size`) = none
+    par: np.ndarray  # each position's parent's position (n: none), and n for the sentinel n
+
+    def pos(self, v: pl.Series) -> np.ndarray:
+        size = self.at.size - 1
+        return self.at[np.minimum(filled(v, size).to_numpy(), size)]
+
+
+def tree_positions(host: pl.DataFrame, q_max: int = 0) -> TreePositions:
+    """`TreePositions` of a non-empty `host` (ids up to `q_max` at least: a queried id beyond the frame's is none)."""
+    n = host.height
+    ids = host["i"].to_numpy()
+    size = int(max(ids.max(), q_max)) + 1
+    idx = np.int32 if size < 2**31 else np.int64
+    at = np.full(size + 1, n, idx)
+    at[ids] = np.arange(n, dtype=idx)
+    tp = TreePositions(ids, at, np.empty(0, idx))
+    return TreePositions(ids, at, np.append(tp.pos(host["parent"]), n))
+
+
+def ancestor_ids(host: pl.DataFrame, q: pl.Series, cond: pl.Expr | np.ndarray, include_self: bool = False,
+                 tree: TreePositions | None = None) -> np.ndarray:
+    """`ancestor_where` as the ancestor's id per id of `q` (-1: none), in the order of `q`; `tree`: `host`'s
+    `tree_positions`, given by a caller that climbs the same frame several times."""
     n = host.height
     if n == 0 or q.len() == 0:
         return np.full(q.len(), -1, np.int64)
-    ids = host["i"].to_numpy()
-    size = int(max(ids.max(), q.max() or 0)) + 1
-    idx = np.int32 if size < 2**31 else np.int64
-    at = np.full(size + 1, n, idx)  # row id -> position in `host`; n (and `size`) = none
-    at[ids] = np.arange(n, dtype=idx)
-
-    def pos(v: pl.Series) -> np.ndarray:
-        return at[np.minimum(filled(v, size).to_numpy(), size)]
-
-    par = np.append(pos(host["parent"]), n)
-    start = pos(q)
+    if tree is None or (q.max() or 0) >= tree.at.size - 1:
+        tree = tree_positions(host, q.max() or 0)
+    ids, par, idx = tree.ids, tree.par, tree.at.dtype
+    start = tree.pos(q)
     if not include_self:
         start = par[start]
     ok = np.zeros(n + 1, bool)  # the sentinel n satisfies nothing
