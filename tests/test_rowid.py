@@ -104,3 +104,14 @@ def test_locate_equals_a_dict_lookup(case, monkeypatch):
         assert rowid.locate(at, keys, owner=t.gpu).to_list() == _expected(at, keys, None)
     assert rowid.locate(at[:0], keys).null_count() == keys.size
     assert rowid.locate(at, keys[:0]).len() == 0
+
+
+def test_forget_drops_a_frames_kept_table(monkeypatch):
+    t = load(REL)
+    monkeypatch.setattr(rowid, "_CACHE_MIN_ROWS", 0)
+    ids = t.gpu["i"].head(100)
+    expect = by_id(t.gpu, ids, "ts")
+    assert rowid._kept(t.gpu) is not None
+    rowid.forget(t.gpu)
+    assert rowid._kept(t.gpu) is None
+    assert by_id(t.gpu, ids, "ts").equals(expect)  # (built again)

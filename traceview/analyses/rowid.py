@@ -83,6 +83,14 @@ def _keep(owner: object, tab: np.ndarray, at: np.ndarray) -> None:
     _TABLES[key] = (weakref.ref(owner, lambda _r, key=key: _TABLES.pop(key, None)), tab, at)
 
 
+def forget(owner: object) -> None:
+    """Drop the table kept for `owner` (a frame looked up by id once more at most: its table, 4 bytes an id, would
+    stay with it to the end of the run); a later lookup builds it again."""
+    hit = _TABLES.get(id(owner))
+    if hit is not None and hit[0]() is owner:
+        del _TABLES[id(owner)]
+
+
 def _table(at: np.ndarray, hi: int, owner: object | None) -> np.ndarray:
     """id -> position in `at` (-1: none; largest id `hi`), with one extra -1 slot past the largest id; kept while
     `owner` (not None) lives."""
