@@ -28,7 +28,21 @@ def test_gpu_launches_looked_up_in_the_host_frame(monkeypatch):
     monkeypatch.setattr(rowid, "_CACHE_MIN_ROWS", 0)  # the cached table: built once, then reused
     assert by_id(t.host, ids, "name", "ts").equals(expect)
     assert by_id(t.host, ids, "name", "ts").equals(expect)
-    assert any(ref() is t.host for ref, _ in rowid._TABLES.values())
+    assert any(ref() is t.host for ref, *_ in rowid._TABLES.values())
+
+
+def test_frames_of_one_id_column_share_a_kept_table(monkeypatch):
+    t = load(REL)
+    monkeypatch.setattr(rowid, "_CACHE_MIN_ROWS", 0)
+    ids = t.gpu["i"].sample(fraction=0.5, seed=1)
+    assert by_id(t.gpu, ids, "ts")["ts"].equals(_join(t.gpu, ids, "ts")["ts"])
+    codes = t.gpu.select("i", "kind")  # (the GPU frame's own `i` column: the same buffer)
+    assert by_id(codes, ids, "kind")["kind"].equals(_join(t.gpu, ids, "kind")["kind"])
+    assert rowid._kept(codes) is rowid._kept(t.gpu) is not None
+    # a frame of other ids (a copy of equal values is another buffer) gets a table of its own
+    other = t.gpu.select(pl.col("i").reverse(), "kind")
+    assert by_id(other, ids, "kind")["kind"].equals(_join(other, ids, "kind")["kind"])
+    assert rowid._kept(other) is not None and rowid._kept(other) is not rowid._kept(t.gpu)
 
 
 def test_sparse_frame_many_queries_and_unknown_ids():
@@ -90,3 +104,14 @@ def test_locate_equals_a_dict_lookup(case, monkeypatch):
         assert rowid.locate(at, keys, owner=t.gpu).to_list() == _expected(at, keys, None)
     assert rowid.locate(at[:0], keys).null_count() == keys.size
     assert rowid.locate(at, keys[:0]).len() == 0
+
+
+def test_forget_drops_a_frames_kept_table(monkeypatch):
+    t = load(REL)
+    monkeypatch.setattr(rowid, "_CACHE_MIN_ROWS", 0)
+    ids = t.gpu["i"].head(100)
+    expect = by_id(t.gpu, ids, "ts")
+    assert rowid._kept(t.gpu) is not None
+    rowid.forget(t.gpu)
+    assert rowid._kept(t.gpu) is None
+    assert by_id(t.gpu, ids, "ts").equals(expect)  # (built again)

@@ -113,6 +113,7 @@ def rule_context(trace: Trace, steps: pl.DataFrame,
 def _analyze_trace(trace: Trace, options: Options) -> tuple[dict, pl.DataFrame, pl.DataFrame | None]:
     """(the trace's entry, its analysed steps, the classifier's partition of them: `cls` an Enum, as the rules
     read it; `string_classes` for other readers)."""
+    heap_trim.map_large(trace.gpu.height + trace.host.height)  # (a large trace's arrays: mapped, not in the heap)
     steps = select_steps(trace, options.step)
     # the overview (HTA/tb_plugin's numbers) reads none of the rules' context: built beside it (parallel)
     over = start(functools.partial(_overview, trace, steps, options))

@@ -32,7 +32,7 @@ from ..model import RUNTIME_CATS, Trace
 from ..records import record
 from .intervals import open_at
 from .roofline import peak_expr
-from .rowid import by_id, join_by_id, positions
+from .rowid import by_id, forget, join_by_id, positions
 from .specs import Spec, trace_spec
 from .tree import ancestor_ids, call_tree, roots, thread_ids
 from .windows import in_steps
@@ -134,6 +134,9 @@ def gpu_codes(trace: Trace) -> pl.DataFrame:
     # the launching runtime call is the most direct link; the op (via External id) when there is none; a
     # sentinel for activities that neither reaches
     lpos, opos = _rowpos(hl, g["launch"]), _rowpos(hl, g["op"])
+    # (the attribution's rows are looked up by id here only, once per trace: their id table, 38 MiB at 10 M tiny
+    # events, is not kept under every later phase)
+    forget(hl)
     pos = np.where(lpos >= 0, lpos, opos)
     found = pos >= 0
     pos = np.where(found, pos, 0)

@@ -13,8 +13,9 @@ import numpy as np
 import polars as pl
 
 #: dense id -> position tables of the large frames looked up repeatedly (the host frame: ~10 lookups per
-#: analysis, the GPU frame), held while their frame lives; other tables are built on each call
-_TABLES: dict[int, tuple[weakref.ref, np.ndarray]] = {}
+#: analysis, the GPU frame), held while their frame lives, with the ids they were built from; other tables are
+#: built on each call
+_TABLES: dict[int, tuple[weakref.ref, np.ndarray, np.ndarray]] = {}
 _CACHE_MIN_ROWS = 4096
 #: a kept table may span up to this many ids per frame row (4 bytes each)
 _SPARSE = 32
@@ -34,7 +35,7 @@ def locate(at: np.ndarray, keys: np.ndarray, miss: np.ndarray | None = None, own
         return pl.repeat(None, keys.size, dtype=pl.UInt32, eager=True)
     kept = owner is not None and n >= _CACHE_MIN_ROWS
     neg = int(keys.min()) < 0  # (never in a table)
-    tab = _kept(owner) if kept and not neg else None
+    tab = _kept(owner, at) if kept and not neg else None
     if tab is None:
         ascending = n < 2 or bool((at[1:] > at[:-1]).all())
         lo, hi = (int(at[0]), int(at[-1])) if ascending else (int(at.min()), int(at.max()))
@@ -57,9 +58,37 @@ def locate(at: np.ndarray, keys: np.ndarray, miss: np.ndarray | None = None, own
     return idx if hit.all() else idx.set(pl.Series(~hit), None)  # (a mask: far cheaper than a scatter)
 
 
-def _kept(owner: object) -> np.ndarray | None:
+def _kept(owner: object, at: np.ndarray | None = None) -> np.ndarray | None:
+    """The kept table of `owner`, or of another live frame whose ids are the same buffer as `at` (a frame derived
+    from the GPU frame with its `i` column, `layers.gpu_codes`, shares that column: one table of 4 bytes an id
+    for both, not a second one, at 10 M tiny events 38 MiB at the rules' peak)."""
     hit = _TABLES.get(id(owner))
-    return hit[1] if hit is not None and hit[0]() is owner else None
+    if hit is not None and hit[0]() is owner:
+        return hit[1]
+    if at is None:
+        return None
+    ptr = at.__array_interface__["data"][0]
+    for ref, tab, ids in list(_TABLES.values()):  # (a few frames)
+        # (`ids` is held with its table: a live buffer at the same address, of the same length and type, is
+        # the same ids, as a frame's columns are immutable)
+        if (ref() is not None and ids.size == at.size and ids.dtype == at.dtype
+                and ids.__array_interface__["data"][0] == ptr):
+            _keep(owner, tab, at)
+            return tab
+    return None
+
+
+def _keep(owner: object, tab: np.ndarray, at: np.ndarray) -> None:
+    key = id(owner)
+    _TABLES[key] = (weakref.ref(owner, lambda _r, key=key: _TABLES.pop(key, None)), tab, at)
+
+
+def forget(owner: object) -> None:
+    """Drop the table kept for `owner` (a frame looked up by id once more at most: its table, 4 bytes an id, would
+    stay with it to the end of the run); a later lookup builds it again."""
+    hit = _TABLES.get(id(owner))
+    if hit is not None and hit[0]() is owner:
+        del _TABLES[id(owner)]
 
 
 def _table(at: np.ndarray, hi: int, owner: object | None) -> np.ndarray:
@@ -68,8 +97,7 @@ def _table(at: np.ndarray, hi: int, owner: object | None) -> np.ndarray:
     tab = np.full(hi + 2, -1, np.int32 if at.size < 2**31 else np.int64)
     tab[at] = np.arange(at.size, dtype=tab.dtype)
     if owner is not None:
-        key = id(owner)
-        _TABLES[key] = (weakref.ref(owner, lambda _r, key=key: _TABLES.pop(key, None)), tab)
+        _keep(owner, tab, at)
     return tab
 
 

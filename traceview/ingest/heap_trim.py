@@ -5,6 +5,10 @@ large free it raises its mmap threshold, so later large arrays come from the hea
 that outlives the temporaries around it pins their pages: on the 132 MB trace ~25 MB of freed numpy temporaries
 stayed resident through the analysis, counted in its peak. `malloc_trim(0)` returns every free page of the
 heap, not only its top (glibc >= 2.8); elsewhere (musl, macOS, Windows) this is a no-op.
+
+A trim comes between phases; inside one, the heap's holes still pile up under the phase's peak. On a large trace
+(`map_large`) every array of at least MAP_BYTES is given its own mapping instead (glibc's mmap threshold, fixed:
+no longer raised by the first large free), which the system takes back the moment numpy frees it.
 """
 
 from __future__ import annotations
@@ -25,6 +29,27 @@ def _libc() -> Any:  # a ctypes.CDLL, or None
         return ctypes.CDLL("libc.so.6")
     except OSError:
         return None
+
+
+#: from this many events (host and GPU rows) an analysis maps its large arrays (`map_large`): the 132 MB benchmark
+#: trace (~0.4 M rows) keeps glibc's default, whose heap reuses a freed array's pages without faulting them in again
+MAP_EVENTS = 1 << 21
+#: the smallest allocation given its own mapping there: numpy's arrays of a column (1 M rows of one byte and up)
+MAP_BYTES = 1 << 20
+#: mallopt's parameter number for the mmap threshold (glibc's malloc.h)
+_M_MMAP_THRESHOLD = -3
+
+
+def map_large(events: int) -> None:
+    """From MAP_EVENTS events on, have glibc map each allocation of MAP_BYTES or more on its own (process-wide,
+    for the rest of the run), and trim what the heap already holds. glibc's default threshold starts at 128 KiB
+    and rises to each large block freed (up to 32 MiB), after which a trace's column arrays come from the heap,
+    where the freed ones stay resident between the live ones: at 10 M tiny events ~150 MiB under the rules'
+    peak (bench/README.md, eleventh pass)."""
+    if events < MAP_EVENTS or (libc := _libc()) is None or (mallopt := getattr(libc, "mallopt", None)) is None:
+        return
+    mallopt(_M_MMAP_THRESHOLD, MAP_BYTES)
+    release(events)
 
 
 def _malloc_trim() -> Callable[[int], int] | None:
