@@ -31,6 +31,8 @@ MAX_PERIOD = 8
 #: the longest median host time of a loop's ops: an eager op that launches a kernel costs tens of µs on the host; one
 #: that takes longer does work of its own (a blocking copy, a collective) that batching the loop does not remove
 MAX_OP_NS = 200_000
+#: the most first-op shapes read as text at once (`_runs`: a batch of runs; a longer run alone)
+GATHER_ROWS = 1 << 16
 SLICING = ("aten::slice", "aten::select", "aten::narrow", "aten::unbind")
 ELEMENTWISE = frozenset({
     "aten::mul", "aten::mul_", "aten::add", "aten::add_", "aten::sub", "aten::sub_", "aten::div", "aten::div_",
@@ -136,22 +138,29 @@ def _runs(tid: int, g: pl.DataFrame, step: np.ndarray, codes: np.ndarray) -> lis
             last = s + k * p - 1
             used[s:last + 1] = True
             found.append((s, k, p, last))
-    if not found:
-        return out
-    # the runs' ops and first ops' shapes gathered at once (a polars call per run was most of the time: ~1000 runs
-    # on a 480-step trace)
-    ops_at = np.concatenate([np.arange(s, s + p) for s, _k, p, _last in found])
-    first_at = np.concatenate([np.arange(s, s + k * p, p) for s, k, p, _last in found])
-    names = g["name"].gather(ops_at).to_list()
-    # (each iteration's first op's input shapes; "": not recorded)
-    shapes = g["input_dims"].gather(first_at).cast(pl.String).fill_null("").to_numpy()
-    a = b = 0
-    for s, k, p, last in found:
-        ops, dims = names[a:a + p], shapes[b:b + k]
-        a, b = a + p, b + k
-        short = float(np.median(end[s:last + 1] - ts[s:last + 1])) <= MAX_OP_NS
-        kind = _kind(ops, dims) if short else None
-        out.append((tid, kind, ops, k, int(ts[s]), int(ts[s + p]), int(end[last]), s, last + 1))
+    # the runs' ops and first ops' shapes gathered a batch of runs at once (a polars call per run was most of the
+    # time: ~1000 runs on a 480-step trace), a batch's shapes at most GATHER_ROWS texts (all of a 10 M-event
+    # trace's runs at once held ~70 MiB more at the rules' peak)
+    i = 0
+    while i < len(found):
+        j, rows = i, 0
+        while j < len(found) and (j == i or rows + found[j][1] <= GATHER_ROWS):
+            rows += found[j][1]
+            j += 1
+        batch = found[i:j]
+        i = j
+        ops_at = np.concatenate([np.arange(s, s + p) for s, _k, p, _last in batch])
+        first_at = np.concatenate([np.arange(s, s + k * p, p) for s, k, p, _last in batch])
+        names = g["name"].gather(ops_at).to_list()
+        # (each iteration's first op's input shapes; "": not recorded)
+        shapes = g["input_dims"].gather(first_at).cast(pl.String).fill_null("").to_numpy()
+        a = b = 0
+        for s, k, p, last in batch:
+            ops, dims = names[a:a + p], shapes[b:b + k]
+            a, b = a + p, b + k
+            short = float(np.median(end[s:last + 1] - ts[s:last + 1])) <= MAX_OP_NS
+            kind = _kind(ops, dims) if short else None
+            out.append((tid, kind, ops, k, int(ts[s]), int(ts[s + p]), int(end[last]), s, last + 1))
     return out
 
 
