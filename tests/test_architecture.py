@@ -129,7 +129,7 @@ def test_the_cycle_finder_finds_one() -> None:
 # rules -> sections -> report -> the views (formatters, ci, cli, app). A module imports only from its own
 # layer or the layers above it in this list (the model is the vocabulary ingest builds, so it comes first).
 LAYERS = [
-    {"traceview.errors", "traceview.units", "traceview.memo", "traceview.parallel", "traceview.procpool", "traceview.engine",
+    {"traceview.errors", "traceview.units", "traceview.records", "traceview.memo", "traceview.parallel", "traceview.procpool", "traceview.engine",
      "traceview.notes", "traceview.frames", "traceview.ingest.manifest", "traceview.ingest.categories", "traceview.ingest.heap_trim"},
     # the call tree, the distinct-names regex and row-id lookups are part of building the model
     {"traceview.model", "traceview.analyses.tree", "traceview.analyses.names", "traceview.analyses.rowid"},
