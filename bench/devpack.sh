@@ -15,5 +15,6 @@ python3 -m zipfile -e "$W"/polars_runtime_*.whl .devpack/site
 so=$(ls .devpack/site/_polars_runtime_*/*.so)
 strip --strip-unneeded "$so" && xz -9 -T2 -c "$so" > .devpack/polars_runtime.so.xz && rm "$so"
 zcat "$TRACE" | xz -9 -T2 > .devpack/big_train_60steps.json.xz
+cp sample_traces/gpu_h200/seed_single_gemm_eager.json.gz .devpack/  # bench/run.py's start-up trace
 rm -rf "$W"
 du -sh .devpack
