@@ -295,6 +295,21 @@ def _nchw_inputs(ctx: RuleContext, conv: pl.DataFrame) -> bool:
     return seen
 
 
+def _no_convolution(ctx: RuleContext) -> bool:
+    """Whether no compute kernel can be a convolution (`_kernels`' `conv`: its op's category `conv`, or no category
+    and a convolution's name), told without the kernel table (a tiny trace's run: ~4 ms, most of this rule's): then
+    no kernel is an FP32 convolution or a transpose, and `_changed` is empty. Tested on every GPU row's name (a
+    superset of the kernels in the steps) on a small trace only; a larger one builds the table."""
+    kb, gpu = ctx.kb, ctx.trace.gpu
+    if gpu.height >= _SMALL_ROWS or (kb["category"] == "conv").any():
+        return False
+    return not gpu.select(pl.col("name").str.contains(CONV_KERNEL_RE).any()).item()
+
+
+#: up to this many GPU rows `_no_convolution` is tested (one query over the rows' names)
+_SMALL_ROWS = 4096
+
+
 def _changed(ctx: RuleContext) -> pl.DataFrame:
     k = _kernels(ctx)
     fp32 = k.filter(pl.col("kind").is_in(["conv_tf32", "conv_fp32"]))
@@ -341,7 +356,7 @@ FIX_SLOWER = (" On this step the change would cost time: replayed, it adds about
 
 
 def check(ctx: RuleContext) -> list[Finding]:
-    if not tensor_core_gpu(ctx):
+    if not tensor_core_gpu(ctx) or _no_convolution(ctx):
         return []
     c = _changed(ctx)
     if c.height == 0:
@@ -469,7 +484,7 @@ def fix_transform(ctx: RuleContext) -> Transform | None:
     the device, `_cast_kernels_ns`) and its own host time
     once more (autocast's second dispatch into cuDNN's BF16 NHWC engine), before the convolution's launch; each
     cuDNN batch norm pays what the native one adds (`NATIVE_BN`); each transpose's launch call leaves the host."""
-    if not tensor_core_gpu(ctx):
+    if not tensor_core_gpu(ctx) or _no_convolution(ctx):
         return None
     c = _changed(ctx)
     if c.height == 0:

@@ -311,6 +311,8 @@ class Evidence(msgspec.Struct, kw_only=True):
 
 
 def check(ctx: RuleContext) -> list[Finding]:
+    if score_op_ids(ctx.trace).len() == 0:  # no score op, so no score kernel: `_kernels` would build none
+        return []
     k = _kernels(ctx)
     if k.height == 0:
         return []

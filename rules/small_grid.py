@@ -289,6 +289,24 @@ def _kernels(ctx: RuleContext) -> pl.DataFrame:
     return ctx.once("grid_kernels", build)
 
 
+#: up to this many GPU rows `_no_small_grid` is tested (one query over every row)
+_SMALL_ROWS = 4096
+
+
+def _no_small_grid(ctx: RuleContext) -> bool:
+    """Whether no compute kernel of a small trace is `small` (`_kernels`' test, on every kernel: a superset of the
+    analysed steps' kernels less the parameter-sized ones), so the check finds none: told in one query, without the
+    kernel table and its batch factor (~4 ms of a tiny trace's run). A larger trace builds the table."""
+    gpu = ctx.trace.gpu
+    if gpu.height >= _SMALL_ROWS:
+        return False
+    sms = num_sms(ctx)
+    blocks = pl.col("grid_x") * pl.col("grid_y").fill_null(1) * pl.col("grid_z").fill_null(1)
+    used = pl.coalesce((blocks / sms) if sms else pl.col("blocks_per_sm"), pl.col("blocks_per_sm")).cast(pl.Float64)
+    small = (used < 1.0) & (pl.col("dur") < ctx.options["max_kernel_us"] * 1000)
+    return not gpu.select(((pl.col("kind") == "compute") & small).any()).item()
+
+
 def batch_factor(ctx: RuleContext) -> int:
     """The batch growth the point estimate is for: the steps' own repeats (r calls of the same kernels in one), else
     doubling the batch."""
@@ -361,6 +379,8 @@ class Evidence(msgspec.Struct, kw_only=True):
 
 def check(ctx: RuleContext) -> list[Finding]:
     if num_sms(ctx) is None and ctx.trace.gpu["blocks_per_sm"].null_count() == ctx.trace.gpu.height:
+        return []
+    if _no_small_grid(ctx):
         return []
     k = _kernels(ctx)
     busy = int(k["dur"].sum())

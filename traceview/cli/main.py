@@ -437,10 +437,12 @@ def main(argv: list[str] | None = None) -> int:
     from .lazy_stdlib import defer
 
     defer()  # stdlib modules polars and numpy import but an analysis never uses: loaded on first use
-    _exit(_analyzer_run(argv))
+    _exit(_analyzer_run(argv, exiting=True))
 
 
-def _analyzer_run(argv: list[str]) -> int:
+def _analyzer_run(argv: list[str], exiting: bool = False) -> int:
+    """`_main` without cyclic garbage collection; `exiting`: the process ends (`_exit`) once it returns, so the
+    collector stays off."""
     # No cyclic garbage collection while analysing: importing polars, numpy and the analyses creates ~100k
     # objects and no garbage, and collecting them costs ~5 % of a small trace's run; a trace and its frames are
     # freed by reference counting (nothing of a run forms cycles), so memory does not grow without it
@@ -449,7 +451,10 @@ def _analyzer_run(argv: list[str]) -> int:
     try:
         return _main(argv)
     finally:
-        if was:
+        # (not before the process's own exit: every object allocated meanwhile is still in the youngest
+        # generation, and the first allocation after `gc.enable()` collects it all: ~20 ms of a tiny trace's
+        # run, for nothing, as `_exit` frees no object)
+        if was and not exiting:
             gc.enable()
 
 
