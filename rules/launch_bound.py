@@ -63,7 +63,8 @@ import polars as pl
 from traceview.analyses.classify import idle_gaps, sync_calls
 from traceview.analyses.decoding import forward_only
 from traceview.analyses.features import Features
-from traceview.analyses.loops import batched_spans, item_loops
+from traceview.analyses.loops import batched_spans, item_loops, loop_runs
+from traceview.analyses.param_work import OPT_STEP_RE
 from traceview.analyses.replay import Transform, span_coverage
 from traceview.analyses.replay_graph import KINDS
 from traceview.analyses.rowid import by_id, join_by_id
@@ -102,6 +103,9 @@ class ItemLoop(msgspec.Struct, kw_only=True):
     host_us_per_step: Annotated[float, Meta(description="the loop's traced host time per step (µs)")]
     optional_ops: Annotated[list[str] | UnsetType, Meta(
         description="ops only some iterations run (a branch in the body), when there are any")] = UNSET
+    optimizer: Annotated[str | UnsetType, Meta(
+        description="the torch.optim class whose `Optimizer.step` span holds the loop (its single-tensor update), "
+                    "when one does")] = UNSET
 
 
 class Evidence(msgspec.Struct, kw_only=True):
@@ -213,7 +217,32 @@ def item_loop(ctx: RuleContext) -> ItemLoop | None:
         return None
     top, n = loops.row(0, named=True), max(ctx.steps.height, 1)
     return ItemLoop(kind=top["kind"], ops=top["ops"], iterations_per_step=round(top["iterations"] / n, 2),
-                    host_us_per_step=round(top["host_ns"] / n / 1000, 3), optional_ops=top["optional"] or UNSET)
+                    host_us_per_step=round(top["host_ns"] / n / 1000, 3), optional_ops=top["optional"] or UNSET,
+                    optimizer=_optimizer_of(ctx, top) or UNSET)
+
+
+def _optimizer_of(ctx: RuleContext, top: dict) -> str | None:
+    """The optimizer class whose `Optimizer.step#<Class>.step` spans hold most of this loop's runs, else None: a
+    loop over tensors inside torch.optim's step is its single-tensor update (`foreach=False`), fixed by the
+    optimizer's own flag (unfused-optimizer prices it), not by rewriting a loop the user did not write."""
+    if top["kind"] != "tensors":
+        return None
+    runs = (loop_runs(ctx.trace, ctx.lo, ctx.hi, step_starts(ctx))
+            .filter((pl.col("tid") == top["tid"]) & (pl.col("kind") == "tensors")).select("ops", "ts"))
+    ts = np.array([t for o, t in runs.iter_rows() if o == top["ops"]], dtype=np.int64)  # (a few runs a step)
+    h = ctx.trace.host
+    spans = (h.lazy().filter((pl.col("cat") == "user_annotation") & (pl.col("tid") == top["tid"])
+                             & (pl.col("ts") < ctx.hi) & (pl.col("end") > ctx.lo))
+             .select("name", "ts", "end").filter(pl.col("name").str.contains(OPT_STEP_RE))
+             .sort("ts").collect(**IN_MEMORY))
+    if ts.size == 0 or spans.height == 0:
+        return None
+    k = np.searchsorted(spans["ts"].to_numpy(), ts, side="right") - 1
+    inside = (k >= 0) & (ts < spans["end"].to_numpy()[np.maximum(k, 0)])
+    if 2 * int(inside.sum()) <= ts.size:
+        return None
+    names = spans["name"].gather(pl.Series(k[inside])).str.extract(OPT_STEP_RE)
+    return str(names.mode().sort()[0])
 
 
 #: a loop over items is named when its host time is at least this share of the analysed window
@@ -235,6 +264,13 @@ def loop_text(loop: ItemLoop | None) -> str:
                 "over the whole tensor (the loss with its reduction over the batch, torch.vmap for a per-sample "
                 f"function) launches once where the loop launches {k} times, forward and backward.{branch} "
                 "Otherwise: ")
+    if isinstance(loop.optimizer, str):
+        opt = loop.optimizer
+        return (f"Many of the launches come from {opt}.step's own loop over the parameters, its single-tensor update "
+                f"(foreach=False): {ops} runs {k} times a step ({ms:.1f} ms of host time a step, traced), one "
+                f"parameter at a time. Construct it with {opt}(..., fused=True) where torch.optim has a fused "
+                f"kernel for it (Adam, AdamW, SGD), else foreach=True: a few multi-tensor kernels for the whole "
+                "update (unfused-optimizer prices each). Otherwise: ")
     return (f"Many of the launches come from a Python loop over a list of tensors: {ops} runs {k} times a step on "
             f"tensors of changing shapes ({ms:.1f} ms of host time a step, traced), e.g. an EMA or a manual update "
             "written tensor by tensor. The torch._foreach_* ops run it as a few multi-tensor kernels (an EMA: "

@@ -225,6 +225,14 @@ TWINS: dict[str, tuple[str, str, str | None, str | None]] = {
     "mobilenet_empty_cache_steady": ("mobilenet_ref_steady", "allocator-churn", None, None),
     "alloc_churn_empty_cache_steady": ("alloc_churn_ref_steady", "allocator-churn", None, None),
     "gpt2_sdpa_empty_cache_steady": ("gpt2_sdpa_ref_steady", "allocator-churn", None, None),
+    # held out (`record_ab_traced.sh user8_heldout`, H100, 2026-12-07, session 63): the eighth set of programs written
+    # as users write them, on models no twin ran (GPT-NeoX's attention, Wide ResNet-50-2, T5, ResNet-50's SGD,
+    # RegNetY), recorded before any rule or model change saw them and scored as they came
+    "pythia_eager_ab": ("pythia_sdpa_ab", "materialized-attention", None, None),
+    "wide_resnet_fp32_ab": ("wide_resnet_bf16_cl_ab", "fp32-conv", None, None),
+    "t5_item_ab": ("t5_noitem_ab", "host-sync", None, None),
+    "resnet50_sgd_loop_ab": ("resnet50_sgd_foreach_ab", "unfused-optimizer", "foreach", None),
+    "regnet_empty_cache_ab": ("regnet_ref_ab", "allocator-churn", None, None),
 }
 #: twins whose fix changes nothing by construction (the same program on both sides): a control, never scored
 CONTROLS = {"gpt2_vocab_padded", "llama_ctl"}

@@ -6,8 +6,8 @@
 #   GROUP: real | synth | loader | heldout | ddp | fixes | aligned | aligned_heldout | fused | compile_call | item |
 #   autocast_heldout | tf32_heldout | attn_heldout | queue_heldout | attn_flops_heldout | causal_heldout |
 #   autocast_host | unseen | unseen_more | unseen2 | repeat2 | h100_a | h100_b | h100_c | h100_fixed | churn_heldout |
-#   rules_heldout | user7_heldout | user7_graph | churn_steady
-#   (default: all but item, repeat2, churn_heldout, rules_heldout, user7_heldout, user7_graph, churn_steady and the h100 groups, which re-record earlier runs). Runs land in OUT_DIR/ab_traced/<problem>/, AB_RESULT lines on stdout.
+#   rules_heldout | user7_heldout | user7_graph | churn_steady | user8_heldout
+#   (default: all but item, repeat2, churn_heldout, rules_heldout, user7_heldout, user7_graph, churn_steady, user8_heldout and the h100 groups, which re-record earlier runs). Runs land in OUT_DIR/ab_traced/<problem>/, AB_RESULT lines on stdout.
 set -u
 OUTD=${1:-/tmp/tv_ab_traced}
 shift || true
@@ -306,6 +306,12 @@ user7_heldout)  # held out (2026-12-06, session 61): the seventh set of user-wri
   # (collectors/examples/user_programs.py, self-timed with --time) in one process each, recorded while the rules they
   # exercise (attention, optimizer, allocator, autocast) were reworked on branches that never saw them
   for p in qwen2_eager pythia_adamw_loop bart_empty_cache electra_fp32 mobilenetv2_fp32; do
+    ab "${p}_ab" "user_programs --prog $p --time" "user_programs --prog $p --time --fixed"
+  done
+  ;;
+user8_heldout)  # held out (2026-12-07, session 63): the eighth set of user-written programs
+  # (collectors/examples/user_programs.py), in one process each, recorded before any rule or model change saw them
+  for p in ${USER8:-pythia_eager wide_resnet_fp32 t5_item resnet50_sgd_loop regnet_empty_cache}; do
     ab "${p}_ab" "user_programs --prog $p --time" "user_programs --prog $p --time --fixed"
   done
   ;;

@@ -90,6 +90,19 @@ A seventh set (2026-12-06, session 61), each with its fixed twin `--fixed`:
 - `mobilenetv2_fp32`: torchvision MobileNetV2 trained in FP32, batch 64 (`--fixed`: bf16 autocast and
   channels_last).
 
+An eighth set (2026-12-07, session 63), each with its fixed twin `--fixed`, recorded before any rule saw them:
+
+- `pythia_eager`: HF GPT-NeoX (Pythia-160M sizes) causal-LM training, bf16 autocast, batch 8 x 512,
+  `attn_implementation="eager"` (`--fixed`: `"sdpa"`);
+- `wide_resnet_fp32`: torchvision Wide ResNet-50-2 trained in FP32, batch 32 (`--fixed`: bf16 autocast and
+  channels_last);
+- `t5_item`: HF T5 (t5-small sizes), bf16 autocast, `loss.item()` summed every step (`--fixed`: `loss.detach()`
+  summed on the GPU);
+- `resnet50_sgd_loop`: torchvision ResNet-50, bf16, channels_last, `SGD(momentum=0.9, foreach=False)` (`--fixed`:
+  `foreach=True`);
+- `regnet_empty_cache`: torchvision RegNetY-1.6GF, bf16 autocast, `torch.cuda.empty_cache()` after every step
+  (`--fixed`: without it).
+
     traceview collect -- python -m collectors.examples.user_programs --prog t5
 """
 
@@ -126,7 +139,8 @@ PROGS = ("t5", "distilbert_fp32", "swin_bf16", "regnet_loader", "lstm", "opt_gen
          "per_sample_loss", "moe_naive", "llama_generate", "resnet_bf16_nchw", "gpu_augment_loop",
          "roberta_eager", "opt_adamw_loop", "resnet34_empty_cache", "vgg_fp32", "resnext_bf16_nchw", "cutmix_loop",
          "hf_vit_eager", "convnext_adamw_loop", "swin_empty_cache", "convnext_bf16_nchw",
-         "bart_empty_cache", "pythia_adamw_loop", "qwen2_eager", "electra_fp32", "mobilenetv2_fp32")
+         "bart_empty_cache", "pythia_adamw_loop", "qwen2_eager", "electra_fp32", "mobilenetv2_fp32",
+         "pythia_eager", "wide_resnet_fp32", "t5_item", "resnet50_sgd_loop", "regnet_empty_cache")
 
 
 def train(model: nn.Module, opt: torch.optim.Optimizer, loss_of, steps: int, amp: bool) -> None:
@@ -912,6 +926,68 @@ def mobilenetv2_fp32(steps: int) -> None:
     opt = torch.optim.SGD(model.parameters(), lr=0.05, momentum=0.9)
     train(model, opt, lambda m: F.cross_entropy(m(x), y), steps, amp=OPTS["fixed"])
 
+
+
+def pythia_eager(steps: int) -> None:
+    """HF GPT-NeoX (Pythia-160M sizes, partial rotary, fused QKV), bf16 autocast, fused AdamW, batch 8 x 512,
+    `attn_implementation="eager"` (`--fixed`: `"sdpa"`)."""
+    from transformers import GPTNeoXConfig, GPTNeoXForCausalLM
+
+    cfg = GPTNeoXConfig(vocab_size=50304, hidden_size=768, num_hidden_layers=12, num_attention_heads=12,
+                        intermediate_size=3072, max_position_embeddings=2048,
+                        attn_implementation="sdpa" if OPTS["fixed"] else "eager")
+    model = GPTNeoXForCausalLM(cfg).cuda()
+    print("attention:", model.config._attn_implementation)
+    ids = torch.randint(0, 50304, (8, 512), device="cuda")
+    opt = torch.optim.AdamW(model.parameters(), lr=1e-4, fused=True)
+    train(model, opt, lambda m: m(input_ids=ids, labels=ids).loss, steps, amp=True)
+
+
+def wide_resnet_fp32(steps: int) -> None:
+    """torchvision Wide ResNet-50-2 trained in FP32, batch 32, SGD with momentum (`--fixed`: bf16 autocast and
+    channels_last)."""
+    model, x, y = _vision("wide_resnet50_2", 32, torch.channels_last if OPTS["fixed"] else torch.contiguous_format)
+    opt = torch.optim.SGD(model.parameters(), lr=0.05, momentum=0.9)
+    train(model, opt, lambda m: F.cross_entropy(m(x), y), steps, amp=OPTS["fixed"])
+
+
+def t5_item(steps: int) -> None:
+    """HF T5 (t5-small sizes), bf16 autocast, fused AdamW, batch 8 x 128, summing `loss.item()` every step for its
+    log line (`--fixed`: the losses summed on the GPU with `loss.detach()`, read once at the end)."""
+    from transformers import T5Config, T5ForConditionalGeneration
+
+    cfg = T5Config(d_model=512, d_ff=2048, num_layers=6, num_heads=8, vocab_size=32128, decoder_start_token_id=0,
+                   pad_token_id=0)
+    model = T5ForConditionalGeneration(cfg).cuda()
+    src = torch.randint(0, 32128, (8, 128), device="cuda")
+    tgt = torch.randint(0, 32128, (8, 32), device="cuda")
+    opt = torch.optim.AdamW(model.parameters(), lr=1e-4, fused=True)
+    running = torch.zeros((), device="cuda") if OPTS["fixed"] else 0.0
+    for _ in range(steps):
+        with torch.autocast("cuda", dtype=torch.bfloat16):
+            loss = model(input_ids=src, labels=tgt).loss
+        opt.zero_grad(set_to_none=True)
+        loss.backward()
+        opt.step()
+        running += loss.detach() if OPTS["fixed"] else loss.item()
+        mark()
+    print("mean loss", float(running) / max(steps, 1))
+
+
+def resnet50_sgd_loop(steps: int) -> None:
+    """torchvision ResNet-50, bf16 autocast, channels_last, batch 32, `SGD(momentum=0.9, foreach=False)`: one
+    parameter at a time (`--fixed`: `foreach=True`)."""
+    model, x, y = _vision("resnet50", 32, torch.channels_last)
+    opt = torch.optim.SGD(model.parameters(), lr=0.05, momentum=0.9, foreach=bool(OPTS["fixed"]))
+    train(model, opt, lambda m: F.cross_entropy(m(x), y), steps, amp=True)
+
+
+def regnet_empty_cache(steps: int) -> None:
+    """torchvision RegNetY-1.6GF, bf16 autocast, batch 64, SGD, `torch.cuda.empty_cache()` after every step
+    (`--fixed`: without it)."""
+    model, x, y = _vision("regnet_y_1_6gf", 64)
+    opt = torch.optim.SGD(model.parameters(), lr=0.05, momentum=0.9)
+    _empty_cache_each_step(model, lambda m: F.cross_entropy(m(x), y), opt, steps)
 
 def main() -> None:
     ap = argparse.ArgumentParser()
