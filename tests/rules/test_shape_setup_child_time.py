@@ -1,7 +1,6 @@
 """TV106's children's time per op (`_child_time`, numpy) against the hash group-by and join it replaced."""
 
 import polars as pl
-
 from traceview.rules.shape_setup import _child_time
 
 
