@@ -67,3 +67,20 @@ def test_the_optimizers_own_loop_is_named_as_such() -> None:
     assert 0.8 * lb["savings_us"] <= alone <= 1.2 * lb["savings_us"]
     fixed = run_doc(SET / "resnet50_sgd_loop_ab_fixed")
     assert not [f for f in fixed["findings"] if (f["evidence"].get("loop") or {}).get("optimizer")]
+
+
+def test_the_terminal_labels_a_saving_left_after_a_larger_fix() -> None:
+    """The projection line said "each alone" over every fix, while unfused-optimizer's number there (as in its finding
+    and the JSON) is what is left once launch-bound's fix is in: it now says so, with the fix's saving alone."""
+    import subprocess
+    import sys
+
+    out = subprocess.run([sys.executable, "-m", "traceview", "analyze", str(SET / "resnet50_sgd_loop_ab"), "--width",
+                          "1000"], capture_output=True, text=True, check=True).stdout
+    line = next(x for x in out.splitlines() if x.startswith("Projected step"))
+    uo = finding(run_doc(SET / "resnet50_sgd_loop_ab"), "unfused-optimizer")
+    after = uo["evidence"]["after_larger_fixes"]
+    assert after["fixes"] == ["launch-bound"]
+    assert (f"TV203 −{uo['savings_us'] / 1000:.2f} ms/step after TV101 (−{after['alone_savings_us'] / 1000:.2f} "
+            "alone)") in line
+    assert "each alone unless after another:" in line

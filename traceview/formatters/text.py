@@ -110,12 +110,18 @@ def projection(p: dict | None, con: Console) -> None:
         line += f", {_ms(unp)} ms unprofiled (replayed)"
     if allf is not None:
         line += f" → {_ms(allf)} ms with every fix"
+    codes = {f.get("rule"): f.get("code") or f.get("rule") for f in p["fixes"]}
+    shown = [f for f in p["fixes"][:4] if f.get("savings_us")]
     parts = [f"{f.get('code') or f.get('rule')} −{_ms(f.get('savings_us'))} ms/step"
              + (f" (host-bound after it: up to −{_ms(f['if_host_keeps_up_us'])} if the host keeps up, less on a slower "
                 "one)" if f.get("if_host_keeps_up_us") else "")
-             for f in p["fixes"][:4] if f.get("savings_us")]
+             # a fix whose time a larger one saves too reports what is left after it (as its findings do)
+             + (f" after {', '.join(codes.get(r, r) for r in f['after'])} (−{_ms(f['alone_savings_us'])} alone)"
+                if f.get("after") and f.get("alone_savings_us") is not None else "")
+             for f in shown]
     if parts:
-        line += " (save, each alone: " + ", ".join(parts) + ")"
+        each = "each alone" if not any(f.get("after") for f in shown) else "each alone unless after another"
+        line += f" (save, {each}: " + ", ".join(parts) + ")"
     con.print(Text(line))
 
 

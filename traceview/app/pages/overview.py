@@ -79,8 +79,8 @@ def page(v: View) -> None:
 
 
 def waterfall_rows(p: dict) -> list[dict]:
-    """The projection's waterfall, bar by bar: the replayed unprofiled step, each fix's saving alone (per step,
-    the findings' number), the overlap the replay of every fix together counts once, and the step with every
+    """The projection's waterfall, bar by bar: the replayed unprofiled step, each fix's saving (per step, the
+    findings' number: alone, or what is left after a larger fix that saves the same time), the overlap the replay of every fix together counts once, and the step with every
     fix. The chart and its table are drawn from these rows, so they show the same numbers."""
     fixes = [f for f in p.get("fixes") or [] if f.get("savings_us")]
     base, end = p.get("replayed_unprofiled_step_us"), p.get("all_fixed_unprofiled_step_us")
@@ -113,7 +113,8 @@ def render_projection(p: dict) -> None:
             )
         )
         fig.update_layout(
-            title="Replayed step time, ms (save per step of each fix alone)", yaxis_title="ms", height=380
+            title="Replayed step time, ms (each fix's saving per step: alone, or what is left after a larger fix "
+                  "that saves the same time)", yaxis_title="ms", height=380
         )
         st.plotly_chart(fig, key="chart_projection")
         st.caption(
