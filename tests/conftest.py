@@ -46,6 +46,16 @@ def run_rank(run_dir: Path) -> dict:
     return rank
 
 
+def estimate_errors(set_dir: Path, runs: tuple[str, ...]) -> dict[str, float]:
+    """Each run's (and its `_fixed` twin's) profiler-cost estimate against the collector's CUDA-event median of its
+    unprofiled steps: estimated / measured - 1."""
+    out = {}
+    for run in (r + s for r in runs for s in ("", "_fixed")):
+        est = run_doc(set_dir / run)["profiling"]["estimated_unprofiled_step_us"] / 1000
+        out[run] = est / run_rank(set_dir / run)["unprofiled_step_ms_median"] - 1
+    return out
+
+
 def finding(doc: dict, rule: str) -> dict:
     """The one finding of `rule` in a report entry."""
     (f,) = [f for f in doc["findings"] if f["rule"] == rule]

@@ -9,7 +9,7 @@ from __future__ import annotations
 import statistics
 
 import pytest
-from conftest import SAMPLES, finding, run_doc, run_rank
+from conftest import SAMPLES, estimate_errors, finding, run_doc
 
 SET = SAMPLES / "ab_traced"
 RUNS = ("pythia_eager_ab", "wide_resnet_fp32_ab", "t5_item_ab", "resnet50_sgd_loop_ab", "regnet_empty_cache_ab")
@@ -21,10 +21,7 @@ FIXED_RULE = {"pythia_eager_ab": "materialized-attention", "wide_resnet_fp32_ab"
 def test_unprofiled_step_estimate_against_the_collector() -> None:
     """The issue's bar on runs not used to fit: median error at most 10 %, worst at most 30 % (as they came: median
     +6.5 %, worst +19 %, T5's `.item()` loop, a host-bound step the profiler slowed 2x)."""
-    err = {}
-    for run in (r + s for r in RUNS for s in ("", "_fixed")):
-        est = run_doc(SET / run)["profiling"]["estimated_unprofiled_step_us"] / 1000
-        err[run] = est / run_rank(SET / run)["unprofiled_step_ms_median"] - 1
+    err = estimate_errors(SET, RUNS)
     assert statistics.median(abs(e) for e in err.values()) <= 0.10, err
     assert max(abs(e) for e in err.values()) <= 0.30, err
 
