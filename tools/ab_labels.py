@@ -233,6 +233,10 @@ TWINS: dict[str, tuple[str, str, str | None, str | None]] = {
     "t5_item_ab": ("t5_noitem_ab", "host-sync", None, None),
     "resnet50_sgd_loop_ab": ("resnet50_sgd_foreach_ab", "unfused-optimizer", "foreach", None),
     "regnet_empty_cache_ab": ("regnet_ref_ab", "allocator-churn", None, None),
+    # the same SGD program again (`record_ab_traced.sh user8_sgd`, H200, 2026-12-07, session 64): eight rounds to
+    # `foreach=True` (the four above spread wider than the saving), and to `fused=True`, the variant the finding advises
+    "resnet50_sgd_foreach_ab": ("resnet50_sgd_foreach_ref_ab", "unfused-optimizer", "foreach", None),
+    "resnet50_sgd_fused_ab": ("resnet50_sgd_fused_ref_ab", "unfused-optimizer", "fused", None),
 }
 #: twins whose fix changes nothing by construction (the same program on both sides): a control, never scored
 CONTROLS = {"gpt2_vocab_padded", "llama_ctl"}

@@ -6,8 +6,8 @@
 #   GROUP: real | synth | loader | heldout | ddp | fixes | aligned | aligned_heldout | fused | compile_call | item |
 #   autocast_heldout | tf32_heldout | attn_heldout | queue_heldout | attn_flops_heldout | causal_heldout |
 #   autocast_host | unseen | unseen_more | unseen2 | repeat2 | h100_a | h100_b | h100_c | h100_fixed | churn_heldout |
-#   rules_heldout | user7_heldout | user7_graph | churn_steady | user8_heldout
-#   (default: all but item, repeat2, churn_heldout, rules_heldout, user7_heldout, user7_graph, churn_steady, user8_heldout and the h100 groups, which re-record earlier runs). Runs land in OUT_DIR/ab_traced/<problem>/, AB_RESULT lines on stdout.
+#   rules_heldout | user7_heldout | user7_graph | churn_steady | user8_heldout | user8_sgd | t5_read | pythia_fixes
+#   (default: all but item, repeat2, churn_heldout, rules_heldout, user7_heldout, user7_graph, churn_steady, user8_heldout, user8_sgd, t5_read, pythia_fixes and the h100 groups, which re-record earlier runs). Runs land in OUT_DIR/ab_traced/<problem>/, AB_RESULT lines on stdout.
 set -u
 OUTD=${1:-/tmp/tv_ab_traced}
 shift || true
@@ -314,6 +314,26 @@ user8_heldout)  # held out (2026-12-07, session 63): the eighth set of user-writ
   for p in ${USER8:-pythia_eager wide_resnet_fp32 t5_item resnet50_sgd_loop regnet_empty_cache}; do
     ab "${p}_ab" "user_programs --prog $p --time" "user_programs --prog $p --time --fixed"
   done
+  ;;
+user8_sgd)  # session 64: the eighth set's SGD twin again (its first four rounds spread wider than the saving), to
+  # `foreach=True` and to `fused=True` (what unfused-optimizer advises), the fused program also traced alone
+  R="user_programs --prog resnet50_sgd_loop --time"
+  ab resnet50_sgd_foreach_ab "$R" "$R --sgd foreach"
+  TRACE_FIXED=1 ab resnet50_sgd_fused_ab "$R" "$R --sgd fused"
+  ;;
+t5_read)  # session 64: why the eighth set's T5 ran slower without `.item()`: each way of reading the loss (item,
+  # detach-summed, summed then synchronize()) against not reading it at all, in one process, not traced
+  for r in item detach sync; do
+    run "t5_read_$r" $PY -m collectors.examples.ab_twin --rounds "${T5_ROUNDS:-4}" \
+      "user_programs --prog t5_item --time --read $r" "user_programs --prog t5_item --time --read none"
+  done
+  ;;
+pythia_fixes)  # session 64: the two larger fixes the report prices on the eighth set's GPT-NeoX with SDPA (its fixed
+  # program): elementwise-chain's (the rotary chains; torch.compile) and launch-bound's (the step in one CUDA graph)
+  P="user_programs --prog pythia_eager --time --fixed"
+  ROUNDS_=${ROUNDS:-6}
+  AB="$PY -m collectors.examples.ab_twin --rounds ${COMPILE_ROUNDS:-2}" ab pythia_sdpa_compile_ab "$P" "$P --compile"
+  AB="$PY -m collectors.examples.ab_twin --rounds $ROUNDS_" ab pythia_sdpa_graph_ab "$P" "$P --cuda-graph"
   ;;
 user7_graph)  # launch-bound (TV101) on the seventh set's fixed programs: each fixed program against the same step
   # captured in one CUDA graph (user_programs --cuda-graph), in one process

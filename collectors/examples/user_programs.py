@@ -131,7 +131,8 @@ def mark() -> None:
 TIMING = False
 #: the fixes the analyzer priced, as options: `--precision high` (TF32) and `--amp` (bf16 autocast) for the FP32
 #: programs, `--workers N` for the DataLoader-fed one (each run alone with `--time`: a fixed twin)
-OPTS: dict = {"amp": False, "workers": 2, "fixed": False, "static_only": False, "pad_vocab": False, "cuda_graph": False}
+OPTS: dict = {"amp": False, "workers": 2, "fixed": False, "static_only": False, "pad_vocab": False, "cuda_graph": False,
+              "read": None, "sgd": None, "compile": False}
 
 PROGS = ("t5", "distilbert_fp32", "swin_bf16", "regnet_loader", "lstm", "opt_generate", "lightning",
          "mixer_compile", "resnet_fp16_scaler", "hf_trainer", "gpt2_accum_item", "gpt2_ckpt", "bert_dynpad",
@@ -147,6 +148,8 @@ def train(model: nn.Module, opt: torch.optim.Optimizer, loss_of, steps: int, amp
     if OPTS["cuda_graph"]:
         graphed(model, opt, loss_of, steps, amp)
         return
+    if OPTS["compile"]:  # (TV201's fix: Inductor fuses the elementwise chains; the first steps compile)
+        model = torch.compile(model)
     for _ in range(steps):
         with torch.autocast("cuda", dtype=torch.bfloat16, enabled=amp):
             loss = loss_of(model)
@@ -203,15 +206,20 @@ def _empty_cache_each_step(model: nn.Module, loss_of, opt: torch.optim.Optimizer
         mark()
 
 
-def t5(steps: int) -> None:
+def _t5(batch: int, src_len: int, tgt_len: int):
+    """HF T5 at t5-small sizes on the GPU, random source/target ids and fused AdamW: (model, src, tgt, opt)."""
     from transformers import T5Config, T5ForConditionalGeneration
 
     cfg = T5Config(d_model=512, d_ff=2048, num_layers=6, num_heads=8, vocab_size=32128, decoder_start_token_id=0,
                    pad_token_id=0)
     model = T5ForConditionalGeneration(cfg).cuda()
-    src = torch.randint(0, 32128, (16, 256), device="cuda")
-    tgt = torch.randint(0, 32128, (16, 64), device="cuda")
-    opt = torch.optim.AdamW(model.parameters(), lr=1e-4, fused=True)
+    src = torch.randint(0, 32128, (batch, src_len), device="cuda")
+    tgt = torch.randint(0, 32128, (batch, tgt_len), device="cuda")
+    return model, src, tgt, torch.optim.AdamW(model.parameters(), lr=1e-4, fused=True)
+
+
+def t5(steps: int) -> None:
+    model, src, tgt, opt = _t5(16, 256, 64)
     train(model, opt, lambda m: m(input_ids=src, labels=tgt).loss, steps, amp=True)
 
 
@@ -953,32 +961,35 @@ def wide_resnet_fp32(steps: int) -> None:
 
 def t5_item(steps: int) -> None:
     """HF T5 (t5-small sizes), bf16 autocast, fused AdamW, batch 8 x 128, summing `loss.item()` every step for its
-    log line (`--fixed`: the losses summed on the GPU with `loss.detach()`, read once at the end)."""
-    from transformers import T5Config, T5ForConditionalGeneration
-
-    cfg = T5Config(d_model=512, d_ff=2048, num_layers=6, num_heads=8, vocab_size=32128, decoder_start_token_id=0,
-                   pad_token_id=0)
-    model = T5ForConditionalGeneration(cfg).cuda()
-    src = torch.randint(0, 32128, (8, 128), device="cuda")
-    tgt = torch.randint(0, 32128, (8, 32), device="cuda")
-    opt = torch.optim.AdamW(model.parameters(), lr=1e-4, fused=True)
-    running = torch.zeros((), device="cuda") if OPTS["fixed"] else 0.0
+    log line (`--fixed`: the losses summed on the GPU with `loss.detach()`, read once at the end). `--read` picks
+    how the loss is read, to tell what the fixed run's pace comes from: `item` (the problem), `detach` (the fix),
+    `none` (not read at all), `sync` (summed on the GPU, then `torch.cuda.synchronize()` every step)."""
+    model, src, tgt, opt = _t5(8, 128, 32)
+    read = OPTS["read"] or ("detach" if OPTS["fixed"] else "item")
+    running = torch.zeros((), device="cuda") if read != "item" else 0.0
     for _ in range(steps):
         with torch.autocast("cuda", dtype=torch.bfloat16):
             loss = model(input_ids=src, labels=tgt).loss
         opt.zero_grad(set_to_none=True)
         loss.backward()
         opt.step()
-        running += loss.detach() if OPTS["fixed"] else loss.item()
+        if read == "item":
+            running += loss.item()
+        elif read in ("detach", "sync"):
+            running += loss.detach()
+            if read == "sync":
+                torch.cuda.synchronize()
         mark()
     print("mean loss", float(running) / max(steps, 1))
 
 
 def resnet50_sgd_loop(steps: int) -> None:
     """torchvision ResNet-50, bf16 autocast, channels_last, batch 32, `SGD(momentum=0.9, foreach=False)`: one
-    parameter at a time (`--fixed`: `foreach=True`)."""
+    parameter at a time (`--fixed`: `foreach=True`; `--sgd` picks single, foreach or fused)."""
     model, x, y = _vision("resnet50", 32, torch.channels_last)
-    opt = torch.optim.SGD(model.parameters(), lr=0.05, momentum=0.9, foreach=bool(OPTS["fixed"]))
+    impl = OPTS["sgd"] or ("foreach" if OPTS["fixed"] else "single")
+    opt = torch.optim.SGD(model.parameters(), lr=0.05, momentum=0.9, foreach=impl == "foreach",
+                          fused=impl == "fused" or None)
     train(model, opt, lambda m: F.cross_entropy(m(x), y), steps, amp=True)
 
 
@@ -1003,12 +1014,16 @@ def main() -> None:
     ap.add_argument("--pad-vocab", action="store_true", help="roberta_eager: the vocabulary padded to 50304")
     ap.add_argument("--cuda-graph", action="store_true",
                     help="programs that train with train(): the whole step captured in one CUDA graph (TV101's fix)")
+    ap.add_argument("--compile", action="store_true", help="programs that train with train(): the model compiled")
+    ap.add_argument("--read", choices=["item", "detach", "none", "sync"], help="t5_item: how the loss is read")
+    ap.add_argument("--sgd", choices=["single", "foreach", "fused"], help="resnet50_sgd_loop: the SGD implementation")
     args = ap.parse_args()
     torch.set_float32_matmul_precision(args.precision)
     if args.no_cudnn_sdpa:
         torch.backends.cuda.enable_cudnn_sdp(False)
     OPTS.update(amp=args.amp, workers=args.workers, fixed=args.fixed, static_only=args.static_only,
-                pad_vocab=args.pad_vocab, cuda_graph=args.cuda_graph)
+                pad_vocab=args.pad_vocab, cuda_graph=args.cuda_graph, read=args.read, sgd=args.sgd,
+                compile=args.compile)
     global TIMING
     TIMING = args.time
     torch.manual_seed(0)
