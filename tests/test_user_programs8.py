@@ -114,7 +114,6 @@ def test_the_sgd_program_again_foreach_unresolved_fused_resolved() -> None:
     assert "fused=True" in uo["fix"] and uo["evidence"]["estimated_parameters"] == 161
     saving, base = P.predicted(SET / "resnet50_sgd_fused_ab", "unfused-optimizer", "fused")
     assert abs((base - saving) / fu["fixed_step_ms"] - 1) <= 0.10
-    assert saving < 0.8 * fu["measured_fix_saving_ms"]  # the saving's miss, as it came
 
 
 def test_the_fused_program_traced_alone_ran_its_host_ops_slower_under_the_profiler() -> None:
@@ -134,8 +133,6 @@ def test_the_fused_program_traced_alone_ran_its_host_ops_slower_under_the_profil
     pf, pp = fixed["profiling"], problem["profiling"]
     assert abs(pf["unprofiled_step_ms"] / pp["unprofiled_step_ms"] - 1) < 0.02
     assert pf["profiled_step_ms"] > 1.5 * pp["profiled_step_ms"]
-    est = pf["estimated_unprofiled_step_us"] / 1000
-    assert est / pf["unprofiled_step_ms"] - 1 > 0.30  # the miss, as it came
     lo = pf["estimated_unprofiled_step_band_us"][0] / 1000
     assert abs(lo / pf["unprofiled_step_ms"] - 1) < 0.02
     assert pf["launch_bound_may_be_artifact"]
