@@ -36,7 +36,9 @@ import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Callable
 from pathlib import Path
+from typing import TypeVar
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from bench_load import DECODE, HTA, measure, run  # noqa: E402
@@ -50,6 +52,7 @@ TINY = ROOT / "sample_traces/gpu_h200/seed_single_gemm_eager.json.gz"
 INFLATE = ROOT / "tools/inflate_trace.py"
 TINY_EVENTS = ROOT / "tools/tiny_events.py"
 REPLAY_SHARE = ROOT / "bench/replay_share.py"
+T = TypeVar("T")
 
 
 def cpu_model() -> str:
@@ -301,6 +304,60 @@ def memory(millions: list[float], repeat: int, traces: list[Path]) -> list[str]:
     return lines
 
 
+def reason(e: BaseException) -> str:
+    """One line saying why a measurement failed."""
+    text = " ".join(str(e).split())
+    return f"{type(e).__name__}: {text}" if text else type(e).__name__
+
+
+def guarded(notes: list[str], what: str, fn: Callable[..., T], *args: object) -> T | None:
+    """fn(*args), or None with "Not measured: <what>: <reason>" added to `notes` when it fails (a child that
+    failed raises SystemExit in bench_load.measure): one failure must not cost the run its other numbers."""
+    try:
+        return fn(*args)
+    except (Exception, SystemExit) as e:
+        notes.append(f"Not measured: {what}: {reason(e)}" if what else f"Not measured: {reason(e)}")
+        return None
+
+
+def section(title: str, fn: Callable[[], list[str]]) -> list[str]:
+    """A report section's lines, or its title and one "Not measured: <reason>" line when measuring or writing
+    it fails: the sections after it and the Summary are still written."""
+    try:
+        return fn()
+    except (Exception, SystemExit) as e:
+        return [title, f"Not measured: {reason(e)}"]
+
+
+def figure(what: str, value: Callable[[], str], target: str = "") -> str:
+    """One Summary row; "not run" where the numbers it needs are missing (their section failed)."""
+    try:
+        got = value()
+    except (Exception, SystemExit):
+        got = "not run"
+    return f"| {what} | {got} | {target} |"
+
+
+def one_core_scaling(p: Path, repeat: int) -> tuple[tuple[float, float], dict]:
+    """(traceview's (seconds, peak RSS MiB) on one core, the C scan alone: {threads: (wall s, CPU s)}) on `p`."""
+    one = median_runs({"one core": (tv_cmd(p, ("taskset", "-c", "0")), False)}, repeat)["one core"]
+    cores = len(os.sched_getaffinity(0))  # the C scan alone, 1 thread vs one per core (in memory)
+    return one, scan_times(p.read_bytes(), sorted({1, cores}), max(repeat, 3))
+
+
+def profile_lines(big: Path) -> list[str]:
+    """The phases and hot-spots tables of pyinstrument's profile of `big`; none without pyinstrument."""
+    doc = profile(big)
+    if not doc:
+        return []
+    lines = [f"\n## Phases (inclusive time, pyinstrument, benchmark trace; {doc['duration']:.2f} s "
+             "under the profiler)\n", "| phase | seconds | share of wall time |\n|---|---|---|"]
+    lines += [f"| {k} | {sec:.3f} | {100 * v:.1f} % |" for k, sec, v in phases(doc)]
+    lines.append("\n## Hot spots (self time, pyinstrument, benchmark trace)\n")
+    lines.append("| function | share of wall time |\n|---|---|")
+    return lines + [f"| `{k}` | {100 * v:.1f} % |" for k, v in hot_spots(doc)]
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--trace", default=None)
@@ -340,39 +397,59 @@ def main() -> None:
         lines = ["# Benchmark results\n", f"`{cmd}` on {platform.node() or 'this machine'} ({cpu_model()}, "
                  f"{os.cpu_count()} cores, Python {platform.python_version()}), {a.repeat} interleaved runs, medians; "
                  f"load average at the start {load_average()}.\n"]
-        # cost vs size
+        # Every measurement runs guarded: a failure leaves a "Not measured: ..." line where its numbers would be,
+        # and the other sections and the Summary (which says "not run" for what is missing) are still written.
+        size_notes: list[str] = []  # failed rows of the cost-vs-size and read-pipeline tables
         rows, halves = [], []
         # the largest tiled trace on one core against all cores (taskset: Linux)
         scaling: tuple | None = () if not a.no_scaling and shutil.which("taskset") else None
-        peers = not a.no_peers and importable("hta")
+        scaling_note = ""
+        peers = not a.no_peers and guarded([], "HTA", importable, "hta")
         hta_pts: list[tuple[float, float, float]] = []  # (MB, seconds, peak RSS MiB): the chart's HTA line
         stage(f"{big.name} ({mb:.0f} MB): traceview, orjson, json x{a.repeat}")
-        base = median_runs(size_cases(big), a.repeat)
+        base = guarded(size_notes, big.name, median_runs, size_cases(big), a.repeat)
+        if base:
+            rows.append((big.name, mb, base))
         stage("replay share")
-        rows.append((big.name, mb, base))
-        share = replay_share(big, a.repeat)
-        halves.append((big.name, read_halves(big), base["traceview"][0]))
+        share_note: list[str] = []
+        share = guarded(share_note, "", replay_share, big, a.repeat)
+        h = guarded(size_notes, f"{big.name}, read pipeline", read_halves, big)
+        if h:
+            halves.append((big.name, h, base["traceview"][0] if base else None))
         sizes = [float(x) for x in a.sizes.split(",") if x.strip()]
         for gb in sizes:
             copies = max(2, round(gb * 1000 / mb))
+            name = f"{big.name} x{copies}"
             stage(f"x{copies}: tile, then traceview, orjson, json x{a.big_repeat}")
-            p = inflate(big, tmpd / f"x{copies}.json", copies)
-            m = json_mb(p)
-            rows.append((f"{big.name} x{copies}", m, median_runs(size_cases(p), a.big_repeat)))
-            halves.append((rows[-1][0], read_halves(p), rows[-1][2]["traceview"][0]))
-            if peers and m <= a.hta_max_mb:
-                stage(f"x{copies}: HTA")
-                hta_pts.append((m, *hta_run(p)))
-            if scaling is not None and (os.cpu_count() or 1) > 1 and gb == max(sizes):  # the largest size only
-                stage(f"x{copies}: one core, then the C scan alone")
-                one = median_runs({"one core": (tv_cmd(p, ("taskset", "-c", "0")), False)}, a.big_repeat)["one core"]
-                cores = len(os.sched_getaffinity(0))  # the C scan alone, 1 thread vs one per core (in memory)
-                scans = scan_times(p.read_bytes(), sorted({1, cores}), max(a.big_repeat, 3))
-                scaling = (rows[-1][0], m, one, rows[-1][2]["traceview"], scans)
-            p.unlink()
+            p = guarded(size_notes, f"{name} (tiling)", inflate, big, tmpd / f"x{copies}.json", copies)
+            if p is None:
+                continue
+            try:
+                m = json_mb(p)
+                r = guarded(size_notes, name, median_runs, size_cases(p), a.big_repeat)
+                if r:
+                    rows.append((name, m, r))
+                h = guarded(size_notes, f"{name}, read pipeline", read_halves, p)
+                if h:
+                    halves.append((name, h, r["traceview"][0] if r else None))
+                if peers and m <= a.hta_max_mb:
+                    stage(f"x{copies}: HTA")
+                    pt = guarded([], "HTA", hta_run, p)  # a missing point only shortens the chart's HTA line
+                    if pt:
+                        hta_pts.append((m, *pt))
+                if scaling is not None and (os.cpu_count() or 1) > 1 and gb == max(sizes):  # the largest size only
+                    stage(f"x{copies}: one core, then the C scan alone")
+                    notes: list[str] = []
+                    got = guarded(notes, name, one_core_scaling, p, a.big_repeat)
+                    scaling = (name, m, got[0], r["traceview"], got[1]) if got and r else None
+                    scaling_note = notes[0] if notes else "" if r else f"Not measured: {name} did not run"
+            finally:
+                p.unlink()
         for millions in [float(x) for x in a.tiny_events.split(",") if x.strip()]:
             stage(f"{millions:g} M tiny events")
-            rows.append(tiny_events(millions, tmpd, a.big_repeat))
+            row = guarded(size_notes, f"{millions:g} M tiny events", tiny_events, millions, tmpd, a.big_repeat)
+            if row:
+                rows.append(row)
         lines.append("## Cost vs size (`traceview analyze --format json` end to end)\n")
         lines.append("| trace | MB JSON | traceview s | MB/s | vs orjson.loads | peak RSS MiB | RSS / JSON | orjson s | json s |")
         lines.append("|---|---|---|---|---|---|---|---|---|")
@@ -380,6 +457,7 @@ def main() -> None:
             tv, oj, js = r["traceview"], r["orjson"], r["json"]
             lines.append(f"| {name} | {m:.0f} | {tv[0]:.2f} | {m / tv[0]:.0f} | {oj[0] / tv[0]:.2f}x | {tv[1]:.0f} | "
                          f"{tv[1] * 1.048576 / m:.2f} | {oj[0]:.2f} | {js[0]:.2f} |")
+        lines += [f"\n{n}" for n in size_notes]
         lines.append("\n## The read pipeline, each half alone (bench_scan.py, CPU seconds of its thread)\n")
         lines.append("The CLI runs gunzip and the C scan in two threads while the main thread imports; on "
                      f"{os.cpu_count()} cores they share the cores with it.\n")
@@ -387,84 +465,107 @@ def main() -> None:
         lines.append("|---|---|---|---|---|---|")
         for name, h, wall in halves:
             lines.append(f"| {name} | {h['mb']:.0f} | {h['gunzip_cpu_s']:.2f} ({h['inflate']}) | "
-                         f"{h['scan_cpu_s']:.2f} | {h['mb'] / max(h['scan_cpu_s'], 1e-9):.0f} | {wall:.2f} |")
+                         f"{h['scan_cpu_s']:.2f} | {h['mb'] / max(h['scan_cpu_s'], 1e-9):.0f} | "
+                         f"{'not run' if wall is None else f'{wall:.2f}'} |")
         # start-up
         stage("start-up")
-        try:  # (a failed section says so: the tables measured before it are not lost)
+        over_floor = None
+
+        def startup_section() -> list[str]:
+            nonlocal over_floor
             st_lines, over_floor = startup(max(a.repeat, 5))
-        except SystemExit as e:
-            st_lines, over_floor = [f"\n## Start-up\n\nNot measured: {e}"], None
-        lines += st_lines
-        # the replay model
-        lines.append("\n## The replay model (bench/replay_share.py, benchmark trace, medians)\n")
-        lines.append(f"Replay (every `replay()`, the fidelity section, the fix transforms) {share['replay_s']:.2f} s of "
-                     f"{share['wall_s']:.2f} s end to end: {100 * share['share']:.1f} % (target <= 15 %); "
-                     f"{100 * share['cpu_share']:.1f} % of the run's CPU time.")
-        lines.append(f"\nThe loop finder (analyses/loops.py, every `loop_runs` call, its cache included) "
-                     f"{share['loops_s']:.3f} s.")
-        # core scaling
-        if scaling:
+            return st_lines
+
+        lines += section("\n## Start-up\n", startup_section)
+
+        replay_title = "\n## The replay model (bench/replay_share.py, benchmark trace, medians)\n"
+
+        def replay_section() -> list[str]:  # the replay model
+            if share is None:
+                return [replay_title, *share_note]
+            return [replay_title,
+                    f"Replay (every `replay()`, the fidelity section, the fix transforms) {share['replay_s']:.2f} s of "
+                    f"{share['wall_s']:.2f} s end to end: {100 * share['share']:.1f} % (target <= 15 %); "
+                    f"{100 * share['cpu_share']:.1f} % of the run's CPU time.",
+                    f"\nThe loop finder (analyses/loops.py, every `loop_runs` call, its cache included) "
+                    f"{share['loops_s']:.3f} s."]
+
+        lines += section(replay_title, replay_section)
+
+        def scaling_section() -> list[str]:  # core scaling
+            if not scaling:
+                return [f"\n## Core scaling\n\n{scaling_note}"] if scaling_note else []
             name, m, one, allc, scans = scaling
-            lines.append(f"\n## Core scaling ({name}, {m:.0f} MB of JSON)\n")
-            lines.append("| cores | seconds | MB/s | peak RSS MiB |\n|---|---|---|---|")
-            lines.append(f"| 1 (taskset -c 0) | {one[0]:.2f} | {m / one[0]:.0f} | {one[1]:.0f} |")
-            lines.append(f"| {os.cpu_count()} | {allc[0]:.2f} | {m / allc[0]:.0f} | {allc[1]:.0f} |")
-            lines.append(f"\n{os.cpu_count()} cores are {one[0] / allc[0]:.2f}x faster than one.")
-            lines.append("\nThe C scan alone (bench/bench_threads.py's, in memory, medians):\n")
-            lines.append("| scanner threads | wall s | MB/s | CPU s |\n|---|---|---|---|")
-            lines += [f"| {t} | {w:.3f} | {m / w:.0f} | {c:.2f} |" for t, (w, c) in scans.items()]
-        # peers
+            out = [f"\n## Core scaling ({name}, {m:.0f} MB of JSON)\n",
+                   "| cores | seconds | MB/s | peak RSS MiB |\n|---|---|---|---|",
+                   f"| 1 (taskset -c 0) | {one[0]:.2f} | {m / one[0]:.0f} | {one[1]:.0f} |",
+                   f"| {os.cpu_count()} | {allc[0]:.2f} | {m / allc[0]:.0f} | {allc[1]:.0f} |",
+                   f"\n{os.cpu_count()} cores are {one[0] / allc[0]:.2f}x faster than one.",
+                   "\nThe C scan alone (bench/bench_threads.py's, in memory, medians):\n",
+                   "| scanner threads | wall s | MB/s | CPU s |\n|---|---|---|---|"]
+            return out + [f"| {t} | {w:.3f} | {m / w:.0f} | {c:.2f} |" for t, (w, c) in scans.items()]
+
+        lines += section("\n## Core scaling\n", scaling_section)
         hta = None
-        if a.no_peers:
-            lines.append("\nPeers: not run (--no-peers).")
-        elif not importable("hta"):
-            lines.append("\nPeers: HTA is not importable in this Python (`pip install HolisticTraceAnalysis`): skipped.")
-        else:
-            try:
-                stage(f"{big.name}: HTA")
-                hs, hr = hta_run(big)
-                hta_pts.append((mb, hs, hr))
-                hta = hs / base["traceview"][0]
-                lines.append("\n## Peers (benchmark trace, one run)\n")
-                lines.append("| what | seconds | peak RSS MiB | traceview faster by |\n|---|---|---|---|")
-                lines.append(f"| HTA TraceAnalysis load + temporal + idle breakdown | {hs:.2f} | {hr:.0f} | {hta:.1f}x |")
-            except SystemExit as e:
-                lines.append(f"\nHTA could not run: {e}")
-        # the ratios of issue 32, first
+
+        def peers_section() -> list[str]:
+            nonlocal hta
+            if a.no_peers:
+                return ["\nPeers: not run (--no-peers)."]
+            if not peers:
+                return ["\nPeers: HTA is not importable in this Python (`pip install HolisticTraceAnalysis`): skipped."]
+            stage(f"{big.name}: HTA")
+            hs, hr = hta_run(big)
+            hta_pts.append((mb, hs, hr))
+            hta = hs / base["traceview"][0] if base else None
+            return ["\n## Peers (benchmark trace, one run)\n",
+                    "| what | seconds | peak RSS MiB | traceview faster by |\n|---|---|---|---|",
+                    f"| HTA TraceAnalysis load + temporal + idle breakdown | {hs:.2f} | {hr:.0f} | "
+                    f"{'not run' if hta is None else f'{hta:.1f}x'} |"]
+
+        lines += section("\n## Peers (benchmark trace, one run)\n", peers_section)
+        # the ratios of issue 32, first; a figure whose numbers are missing reads "not run"
         summary = ["## Summary (ratios measured in this run)\n", "| figure | value | target |", "|---|---|---|"]
-        tv, oj = base["traceview"], base["orjson"]
-        summary.append(f"| {big.name}: speed vs `orjson.loads` | {oj[0] / tv[0]:.2f}x | |")
-        summary.append(f"| {big.name}: peak RSS / JSON | {tv[1] * 1.048576 / mb:.2f} | |")
-        for name, m, r in rows[1:]:
+        tv, oj = (base["traceview"], base["orjson"]) if base else (None, None)
+        summary.append(figure(f"{big.name}: speed vs `orjson.loads`", lambda: f"{oj[0] / tv[0]:.2f}x"))
+        summary.append(figure(f"{big.name}: peak RSS / JSON", lambda: f"{tv[1] * 1.048576 / mb:.2f}"))
+        for name, m, r in rows[1 if base else 0:]:
             if "tiny events" in name or m >= 900:
-                summary.append(f"| {name}: peak RSS / JSON | {r['traceview'][1] * 1.048576 / m:.2f} | "
-                               f"{'<= 1.5' if 'tiny events' in name else '<= 1.2'} |")
-        summary.append(f"| start-up over `import numpy, polars` (tiny trace) | "
-                       f"{'not run' if over_floor is None else f'+{over_floor:.3f} s'} | <= +0.05 s |")
-        summary.append(f"| replay share of end to end ({big.name}) | {100 * share['share']:.1f} % | <= 15 % |")
-        if scaling:
-            summary.append(f"| {scaling[0]}: {os.cpu_count()} cores vs 1 | {scaling[2][0] / scaling[3][0]:.2f}x | "
-                           ">= 6x on 16 cores |")
-            summary.append(f"| {scaling[0]}: MB/s end to end, all cores | {scaling[1] / scaling[3][0]:.0f} | >= 500 |")
-            (t1, (w1, _)), (tn, (wn, _)) = list(scaling[4].items())[0], list(scaling[4].items())[-1]
-            summary.append(f"| {scaling[0]}: C scan alone, {tn} threads vs {t1} | {w1 / wn:.2f}x | |")
-        summary.append(f"| HTA / traceview ({big.name}) | {f'{hta:.1f}x' if hta else 'not run'} | >= 40x |")
+                summary.append(figure(f"{name}: peak RSS / JSON", lambda r=r, m=m: f"{r['traceview'][1] * 1.048576 / m:.2f}",
+                                      "<= 1.5" if "tiny events" in name else "<= 1.2"))
+        summary.append(figure("start-up over `import numpy, polars` (tiny trace)", lambda: f"+{over_floor:.3f} s",
+                              "<= +0.05 s"))
+        summary.append(figure(f"replay share of end to end ({big.name})", lambda: f"{100 * share['share']:.1f} %",
+                              "<= 15 %"))
+        if scaling or scaling_note:
+            what = scaling[0] if scaling else "largest tiled trace"
+            summary.append(figure(f"{what}: {os.cpu_count()} cores vs 1", lambda: f"{scaling[2][0] / scaling[3][0]:.2f}x",
+                                  ">= 6x on 16 cores"))
+            summary.append(figure(f"{what}: MB/s end to end, all cores", lambda: f"{scaling[1] / scaling[3][0]:.0f}",
+                                  ">= 500"))
+
+            def scan_ratio() -> str:
+                (_, (w1, _)), (_, (wn, _)) = list(scaling[4].items())[0], list(scaling[4].items())[-1]
+                return f"{w1 / wn:.2f}x"
+
+            threads = list(scaling[4]) if scaling else []
+            summary.append(figure(f"{what}: C scan alone, {threads[-1]} threads vs {threads[0]}" if threads
+                                  else f"{what}: C scan alone", scan_ratio))
+        summary.append(figure(f"HTA / traceview ({big.name})", lambda: f"{hta:.1f}x", ">= 40x"))
         lines[2:2] = summary + [""]
         # time and memory vs size, every row of this run (and HTA where it ran)
         svg_path = Path(a.out).with_name("scaling.svg")
-        svg_path.write_text(scaling_svg(chart_series(rows, hta_pts), note=f"{cpu_model()}, {os.cpu_count()} cores; "
-                                        "medians of this run's rows (bench/RESULTS.md)"))
-        lines[2 + len(summary) + 1:2 + len(summary) + 1] = [f"![time and peak RSS vs size]({svg_path.name})\n"]
+        chart: list[str] = []
+
+        def write_chart() -> None:
+            svg_path.write_text(scaling_svg(chart_series(rows, hta_pts), note=f"{cpu_model()}, {os.cpu_count()} "
+                                            "cores; medians of this run's rows (bench/RESULTS.md)"))
+            chart.append(f"![time and peak RSS vs size]({svg_path.name})\n")
+
+        guarded(chart, "the chart", write_chart)
+        lines[2 + len(summary) + 1:2 + len(summary) + 1] = chart
         stage("pyinstrument phases")
-        doc = profile(big)
-        if doc:
-            lines.append(f"\n## Phases (inclusive time, pyinstrument, benchmark trace; {doc['duration']:.2f} s "
-                         "under the profiler)\n")
-            lines.append("| phase | seconds | share of wall time |\n|---|---|---|")
-            lines += [f"| {k} | {sec:.3f} | {100 * v:.1f} % |" for k, sec, v in phases(doc)]
-            lines.append("\n## Hot spots (self time, pyinstrument, benchmark trace)\n")
-            lines.append("| function | share of wall time |\n|---|---|")
-            lines += [f"| `{k}` | {100 * v:.1f} % |" for k, v in hot_spots(doc)]
+        lines += section("\n## Phases (inclusive time, pyinstrument, benchmark trace)\n", lambda: profile_lines(big))
     Path(a.out).write_text("\n".join(lines) + "\n")
     print("\n".join(lines))
 

@@ -403,14 +403,15 @@ def _casts(ctx: RuleContext, ops: pl.Series, kernels: pl.DataFrame) -> tuple[dic
                        if t == "float" and d and j in PARAM_INPUTS.get(op, ())]
     elems = [list(params[key]) for key in pick(rows, "name", "input_dims", "input_type").iter_rows()]
     act = _activation_casts(ctx, outer)
-    elems = [e + act.get(int(op), []) for op, e in zip(outer.to_list(), elems, strict=True)]
+    outer_ids = outer.to_list()  # (ints: the ids' dict keys below)
+    elems = [e + act.get(op, []) for op, e in zip(outer_ids, elems, strict=True)]
     one = eager_op_host_ns(ctx.trace)
-    cut = {int(op): -int(len(e) * one) for op, e in zip(outer.to_list(), elems, strict=True) if e}
+    cut = {op: -int(len(e) * one) for op, e in zip(outer_ids, elems, strict=True) if e}
     bwd_ids = bwd.to_list()
     if bwd_ids and cut:  # each gradient cast is an autograd node (`ToCopyBackward0`), at the trace's own nodes' cost
         each = -int(sum(len(e) for e in elems) * backward_node_host_ns(ctx.trace) / len(bwd_ids))
         for op in bwd_ids:
-            cut[int(op)] = cut.get(int(op), 0) + each
+            cut[op] = cut.get(op, 0) + each
     # the device: each outer op's casts beside the first kernel it launches (the earliest of its launching ops'); the
     # gradients' beside the backward's
     lfirst = (kernels.lazy().select(pl.col("i").cast(pl.Int64), pl.col("op").cast(pl.Int64)).drop_nulls()
@@ -422,15 +423,17 @@ def _casts(ctx: RuleContext, ops: pl.Series, kernels: pl.DataFrame) -> tuple[dic
     at = dict(zip(at["outer"].to_list(), at["i"].to_list(), strict=True))
     first = dict(zip(first["op"].to_list(), first["i"].to_list(), strict=True))
     bw = ctx.spec.bw
+    ns = {x: cast_ns(x, bw) for x in {x for e in elems for x in e}}  # (each distinct size once: a model repeats few)
+    per_op = [sum(ns[x] for x in e) for e in elems]
     add: dict[int, int] = {}
-    for op, e in zip(outer.to_list(), elems, strict=True):
-        if e and int(op) in at:
-            add[at[int(op)]] = add.get(at[int(op)], 0) + sum(cast_ns(x, bw) for x in e)
-    ks = [first[int(op)] for op in bwd_ids if int(op) in first]
+    for op, e, c in zip(outer_ids, elems, per_op, strict=True):
+        if e and op in at:
+            add[at[op]] = add.get(at[op], 0) + c
+    ks = [first[op] for op in bwd_ids if op in first]
     if ks:
-        total = sum(cast_ns(x, bw) for e in elems for x in e)
+        share = int(sum(per_op) / len(ks))
         for k in ks:
-            add[k] = add.get(k, 0) + int(total / len(ks))
+            add[k] = add.get(k, 0) + share
     return cut, add
 
 

@@ -293,13 +293,7 @@ def _cuts(g: Graph, transforms: Sequence[Transform]) -> tuple[np.ndarray, ...]:
         if t.long_cost_us:
             # (rows beyond the share's HOST_SHARE_MAX_NS: the share does not scale them, so the order is moot)
             per_kind = np.array([float(t.long_cost_us.get(k, 0.0)) * 1000 for k in KINDS])
-            far = _beyond(g)
-
-            def beyond_cost(p: slice, c: np.ndarray = per_kind, far: np.ndarray = far) -> np.ndarray:
-                return np.where(far[p] if in_span is None else far[p] & ~in_span[p], c[rows.kind[p]], 0.0)
-
-            _slot_sums(g, beyond_cost, cuts)
-            del far
+            _sparse_slot_sums(g, _beyond(g), in_span, per_kind, cuts)
         if t.host_cut:
             _add(cuts, *_part(g, "host_cut", (t.host_cut,), lambda m: _host_cut(g, m)))
         if t.gpu_dur:
@@ -373,6 +367,23 @@ def _slot_sums(g: Graph, weights: Callable[[slice], np.ndarray], into: np.ndarra
     for b in range(0, g.seg_rows.i.size, BLOCK):
         p = slice(b, b + BLOCK)
         np.add.at(out, _flat(g, p), np.asarray(weights(p), np.float64))
+
+
+def _sparse_slot_sums(g: Graph, sel: np.ndarray, unless: np.ndarray | None, per_kind: np.ndarray,
+                      into: np.ndarray) -> None:
+    """`_slot_sums` of `per_kind[kind]` over the recorded rows where `sel` (and not `unless`), 0.0 elsewhere: only
+    those rows are added (a few: the rows beyond the host share's limit are ~3 % of the 132 MB trace's), in the
+    rows' order. The same float64 sums: adding 0.0 changes no sum (none is -0.0: they start at +0.0)."""
+    if into.any():
+        out = np.zeros(into.size, np.float64)
+        _sparse_slot_sums(g, sel, unless, per_kind, out)
+        into += out
+        return
+    kind = g.seg_rows.kind
+    for b in range(0, sel.size, BLOCK):
+        m = sel[b:b + BLOCK] if unless is None else sel[b:b + BLOCK] & ~unless[b:b + BLOCK]
+        p = np.flatnonzero(m) + b
+        np.add.at(into, _flat(g, p), np.asarray(per_kind[kind[p]], np.float64))
 
 
 def _add(cuts: np.ndarray, slots: np.ndarray, ns: np.ndarray) -> None:

@@ -564,7 +564,7 @@ def _joins(a_tid: np.ndarray, a_ts: np.ndarray, a_end: np.ndarray, a_prev: np.nd
     handoff = np.full(c.size, -1, np.int64)
     for t in np.unique(a_tid[x]).tolist():  # one per joined thread: a handful
         m = a_tid[x] == t
-        ts_t = np.sort(a_ts[a_tid == t])
+        ts_t = np.sort(a_ts[a_tid == t], kind="stable")  # (sorted already: the anchors are in (tid, ts) order)
         k = np.searchsorted(ts_t, prev_end[c[m]], side="left")
         handoff[m] = ts_t[np.minimum(k, ts_t.size - 1)]
     if long_rows is not None and long_rows.height:
@@ -581,7 +581,9 @@ def _joins(a_tid: np.ndarray, a_ts: np.ndarray, a_end: np.ndarray, a_prev: np.nd
     ok = (handoff >= prev_end[c]) & (handoff < a_end[x])
     # idle: no recorded row of this thread starts between the handoff and the other thread's last end
     if ok.any() and (keys := keys()).size:
-        keys = np.sort(keys)  # (only here: most traces have no candidate join)
+        # (only here: most traces have no candidate join.) Stable: the keys come in runs already sorted (each thread's
+        # rows in time order), which the merge sort finds: 1 ms vs quicksort's 34 on the 132 MB trace's 290k rows
+        keys = np.sort(keys, kind="stable")
         lo = np.searchsorted(keys, key_of(a_tid[c], handoff), side="left")
         hi = np.searchsorted(keys, key_of(a_tid[c], a_end[x]), side="left")
         ok &= hi == lo
@@ -678,8 +680,9 @@ def _queue_full(a: pl.DataFrame, a_ts: np.ndarray, a_end: np.ndarray, real: np.n
     # activities, the first 135 ms of device work); left out, the launches that blocked on that full queue read as
     # made into a shallow one, and their waits as the host's own time
     qi = np.flatnonzero(q)
-    depth = (np.searchsorted(np.sort(a_ts[d_launch[launched]]), a_ts[qi], side="left")
-             - np.searchsorted(np.sort(d_end[launched]), a_ts[qi], side="right"))
+    # (stable sorts: both come in sorted runs, one per stream, which the merge sort finds)
+    depth = (np.searchsorted(np.sort(a_ts[d_launch[launched]], kind="stable"), a_ts[qi], side="left")
+             - np.searchsorted(np.sort(d_end[launched], kind="stable"), a_ts[qi], side="right"))
     if not launched.all():
         seen = np.cumsum(launched)  # launched activities up to each one, by stream then start
         first = np.flatnonzero(np.r_[True, stream[1:] != stream[:-1]])  # each stream's first activity

@@ -11,7 +11,7 @@ import numpy as np
 import polars as pl
 
 from ..engine import IN_MEMORY as _IN_MEMORY
-from ..frames import dropnull, filled, members
+from ..frames import filled, members
 
 
 def _us(ns: int | float) -> str:
@@ -63,7 +63,11 @@ def drop_displaced(steps: pl.DataFrame, host: pl.DataFrame, warnings: list[str])
     st = by_start(steps)
     # a span encloses an event when some host row has it as its parent (the call tree: one pass, no sort); the
     # others (overlapping spans do not nest) are checked by time, on every thread
-    empty = ~st["host_idx"].is_in(members(dropnull(host["parent"]).unique())).to_numpy()
+    # (the rows whose parent is a span first: a test against the few spans, then the distinct parents of those
+    # alone, not a hash of every host row's parent)
+    par = host["parent"]
+    spans = st["host_idx"].cast(par.dtype, strict=False)  # (an id beyond the parents' type is no parent)
+    empty = ~st["host_idx"].is_in(members(par.filter(par.is_in(members(spans))).unique())).to_numpy()
     if not empty.any():
         return steps
     lo, hi = st["cpu_ts"].to_numpy(), st["cpu_end"].to_numpy()
