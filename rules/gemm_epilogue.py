@@ -134,7 +134,11 @@ def epilogues(ctx: RuleContext) -> pl.DataFrame:
         pl.col("kind").is_in(["compute", "comm", "memcpy", "memset"]) & (pl.col("ts") >= ctx.lo) & (pl.col("ts") < ctx.hi))
     g = join_by_id(pick(g, "i", "device", "stream", "ts", "end", "dur", "op"), "op", ctx.trace.host,
                    pl.col("name").alias("op_name"))
-    if not g["op_name"].is_in(GEMM_OPS).any():  # no GEMM: nothing to look after
+    # no GEMM, or no bias add or activation for one to be followed by (every test below needs both): nothing to
+    # look after, decided in one query (the sort and shifts below are a small trace's costliest query here)
+    gemm, after = g.select(pl.col("op_name").is_in(GEMM_OPS).any(),
+                           pl.col("op_name").is_in([*BIAS_OPS, *ACT_OPS]).any().alias("_after")).row(0)
+    if not gemm or not after:
         return pl.DataFrame()
     # (one query: a small trace's run is mostly polars' fixed cost per query)
     g = g.lazy().sort("device", "stream", "ts", maintain_order=True)  # (stable: 5x faster here, ties in input order)
