@@ -258,8 +258,8 @@ def module_hook_cuts(trace: Trace) -> dict[int, int]:
     (on its thread), less whatever model code runs there; the floor of those gaps over the trace's ranges
     (MODULE_FLOOR_Q) is the hooks alone, so each range is charged min(its gaps, the floor)."""
     # the annotations first (a string test on every host row of a large trace costs more than the rest)
-    tids = (pick(trace.host, "cat", "name", "tid").lazy()  # (one query)
-            .filter((pl.col("cat") == "user_annotation") & pl.col("name").str.starts_with(ATTR_PREFIX))
+    tids = (pick(trace.host, "cat", "name", "tid").lazy().filter(pl.col("cat") == "user_annotation")  # (one query:
+            .filter(pl.col("name").str.starts_with(ATTR_PREFIX))  # CHAIN keeps the two filters, in this order)
             .select(pl.col("tid").drop_nulls().unique()).collect(**CHAIN)["tid"])
     if tids.len() == 0:
         return {}
