@@ -106,12 +106,13 @@ class Evidence(msgspec.Struct, kw_only=True):
 def check(ctx: RuleContext) -> list[Finding]:
     if ctx.features.cuda_graphs:
         return []  # the decode step is graph-captured already
-    calls = decode_calls(ctx)
-    if calls.height < 2:
-        return []
+    # the launch-bound share first: one query on the classification, where the decode calls' is a regex's
     cl = ctx.class_time("cpu_launch")
     cost = int((cl["end"] - cl["ts"]).sum()) if cl.height else 0
     if ctx.pct(cost) < ctx.options["moderate_pct"]:
+        return []
+    calls = decode_calls(ctx)
+    if calls.height < 2:
         return []
     n = max(ctx.steps.height, 1)
     # a token is one KV length in one step (a loop that restarts each step repeats its lengths)

@@ -194,6 +194,27 @@ def _fusible(trace, kb: pl.DataFrame, scores: pl.Series, lo: int, hi: int) -> in
     return int(g.select(_fusible_expr(kernel_class(g), param_sized(trace, g), scores).sum()).item())
 
 
+#: up to this many GPU rows `_candidates` is counted first (one query; a larger trace would pay a pass over its kernels
+#: for what `PRECOUNT_ROWS` decides from the fusible kernels themselves)
+_SMALL_ROWS = 4096
+
+
+def _candidates(g: pl.DataFrame) -> int:
+    """How many rows of `g` (`kind`, the roofline's `category`) `kernel_class` could class other than `other`:
+    compute kernels outside GEMM, conv and attention ops (a bound on `chains`' fusible kernels from two columns,
+    without the class regexes)."""
+    maybe = (pl.col("kind") == "compute") & ~pl.col("category").fill_null("").is_in(["gemm", "conv", "attention"])
+    return int(g.select(maybe.fill_null(False).sum()).item())
+
+
+def _no_chain(g: pl.DataFrame) -> pl.DataFrame:
+    """`chains`' frame of no kernel (its columns, from `g`'s)."""
+    return g.head(0).select(
+        pl.lit(None, pl.UInt32).alias("chain"), pl.lit(None, pl.Int64).alias("step"), "device", "stream", "i",
+        "name", "op_name", "ts", "end", "dur", "bytes", "in0_bytes", "extra_bytes", "out_bytes", "sole",
+        pl.lit(None, pl.Int64).alias("pos"), pl.lit(None, pl.UInt32).alias("k"))
+
+
 def chains(trace, steps: pl.DataFrame, kb: pl.DataFrame, min_kernels: int = 2) -> pl.DataFrame:
     """One row per kernel that belongs to a chain: [chain, step, stream, i, name, op_name, ts, end, dur, bytes,
     in0_bytes, extra_bytes, out_bytes, sole, pos, k]."""
@@ -209,15 +230,14 @@ def chains(trace, steps: pl.DataFrame, kb: pl.DataFrame, min_kernels: int = 2) -
     # over its kernels by duration otherwise)
     g = omit(g, "bytes").join(kb.select("i", "op", "op_name", "category", "bytes", "in0_bytes", "extra_bytes",
                                        "out_bytes", sole=pl.len().over("op") == 1), on="i", how="left")
+    if trace.gpu.height < _SMALL_ROWS and _candidates(g) < min_kernels:  # (no kernel class's regex compiled)
+        return _no_chain(g)
     # the kernels of a materialized attention are the attention rule's: one fused attention kernel replaces
     # them, not a fused elementwise kernel (they break a chain like a GEMM)
     g = g.with_columns(_cls=kernel_class(g), _opt=param_sized(trace, g))
     g = g.with_columns(_elem=_fusible_expr(pl.col("_cls"), pl.col("_opt"), scores), _red=pl.col("_cls") == REDUCTION)
     if int(g["_elem"].sum()) < min_kernels:  # fewer fusible kernels than one chain needs: no chain
-        return g.head(0).select(
-            pl.lit(None, pl.UInt32).alias("chain"), pl.lit(None, pl.Int64).alias("step"), "device", "stream", "i",
-            "name", "op_name", "ts", "end", "dur", "bytes", "in0_bytes", "extra_bytes", "out_bytes", "sole",
-            pl.lit(None, pl.Int64).alias("pos"), pl.lit(None, pl.UInt32).alias("k"))
+        return _no_chain(g)
     with_launch = host_step_of(g.filter(pl.col("launch_ts").is_not_null()), steps, "launch_ts")
     no_launch = step_of(g.filter(pl.col("launch_ts").is_null()), steps)
     g = pl.concat([with_launch, no_launch], how="diagonal_relaxed").filter(pl.col("step").is_not_null())

@@ -89,7 +89,7 @@ import msgspec
 import numpy as np
 import polars as pl
 
-from traceview.analyses.alignment import misaligned_calls
+from traceview.analyses.alignment import misaligned_calls_as
 from traceview.analyses.attention import FUSED_ATTN_KERNEL_RE, fused_attention_ns, score_op_ids
 from traceview.analyses.classify import sync_calls
 from traceview.analyses.fixes import SLOWER_PCT, slower_by_us
@@ -214,6 +214,11 @@ def _count_low_precision_gemms(gpu: pl.DataFrame) -> int:
                .filter(hit).select(pl.col("len").sum()).collect(**CHAIN).item())
 
 
+def _low_precision_gemms(ctx: RuleContext) -> int:
+    """`_count_low_precision_gemms` of the trace, once (the check and the fix both read it)."""
+    return ctx.once("low_precision_gemms", lambda: _count_low_precision_gemms(ctx.trace.gpu))
+
+
 def removes(ctx: RuleContext, finding: dict | None = None) -> pl.DataFrame:
     """The kernel tails that TF32 removes (see the module doc); computed once (the check and the projection)."""
     return ctx.once("removes", lambda: shrink_kernels(ctx.trace, _kernels(ctx).select("i", "new_dur"),
@@ -261,7 +266,7 @@ def check(ctx: RuleContext) -> list[Finding]:
     achieved = float(flops["flops"].sum()) / (float(flops["dur"].sum()) / 1e9) if flops.height else None
     ops = (k.lazy().group_by("op_name").agg(pl.len().alias("count"), pl.col("dur").sum())
            .sort(["dur", "op_name"], descending=[True, False], nulls_last=True).head(5).collect(**CHAIN))
-    low = _count_low_precision_gemms(ctx.trace.gpu)
+    low = _low_precision_gemms(ctx)
     evidence = Evidence(
         kernels=k.height, kernel_time_us=round(cost / 1000, 3),
         top_kernel=str(k.sort(["dur", "i"], descending=[True, False])["name"][0])[:160],
@@ -303,7 +308,7 @@ def fix_transform(ctx: RuleContext) -> Transform | None:
     (the advice is autocast: `FIX_AUTOCAST`) the autocast variant, else TF32 (`fix_variants`)."""
     if not tensor_core_gpu(ctx):
         return None
-    if _count_low_precision_gemms(ctx.trace.gpu):
+    if _low_precision_gemms(ctx):
         return _autocast_variant(ctx)
     return _tf32(ctx)
 
@@ -339,12 +344,13 @@ def _on_fallback(ctx: RuleContext, k: pl.DataFrame, col: str, as_bf16: bool) -> 
     """`k` (fp32_kernels) with `col` raised, for each GEMM whose rows are misaligned at the fix's width
     (`_fallback`), to its FLOPs at `MISALIGNED_SHARE` of the 16-bit peak (cuBLAS's fallback kernel), never above
     the time it took; `k` gains the kernels' op."""
-    k = k.join(pick(ctx.kb, "i", "op"), on="i", how="left")
     bad = _fallback(ctx, as_bf16)["op"]
     slow = (pl.col("flops") / (MISALIGNED_SHARE * ctx.spec.tc_tflops * 1e12) * 1e9).fill_null(0)
-    return k.with_columns(pl.when(pl.col("op").is_in(members(bad)))
+    # (one query: a small trace's run is mostly polars' fixed cost per query)
+    return (k.lazy().join(pick(ctx.kb, "i", "op").lazy(), on="i", how="left")
+            .with_columns(pl.when(pl.col("op").is_in(members(bad)))
                           .then(pl.min_horizontal(pl.max_horizontal(pl.col(col), slow), pl.col("dur")))
-                          .otherwise(pl.col(col)).cast(pl.Int64).alias(col))
+                          .otherwise(pl.col(col)).cast(pl.Int64).alias(col)).collect(**CHAIN))
 
 
 def _fp32_attention(ctx: RuleContext) -> pl.DataFrame:
@@ -381,11 +387,14 @@ def _casts(ctx: RuleContext, ops: pl.Series, kernels: pl.DataFrame) -> tuple[dic
     if ops.len() == 0 or "input_type" not in h.columns:
         return {}, {}
     ops = dropnull(ops).unique().cast(pl.UInt32)
-    back = h["name"].str.starts_with("autograd::engine::evaluate_function") | h["name"].str.ends_with("Backward0")
+    name = pl.col("name")
+    back, ac = h.select(  # (one query: a small trace's run is mostly polars' fixed cost per query)
+        name.str.starts_with("autograd::engine::evaluate_function") | name.str.ends_with("Backward0"),
+        name.is_in(AUTOCAST_OPS).alias("_ac")).get_columns()
     tree = tree_positions(h)  # (the row positions, once for the climbs below)
     is_back = ancestor_ids(h, ops, filled(back, False).to_numpy(), include_self=True, tree=tree) >= 0
     fwd, bwd = ops.filter(pl.Series(~is_back)), ops.filter(pl.Series(is_back))
-    ac = filled(h["name"].is_in(AUTOCAST_OPS), False).to_numpy()
+    ac = filled(ac, False).to_numpy()
     top = ancestor_ids(h, fwd, ac, include_self=True, tree=tree)
     for _ in range(3):  # climb to the outermost (linear -> matmul -> mm)
         up = ancestor_ids(h, pl.Series(np.where(top >= 0, top, fwd.to_numpy()), dtype=pl.UInt32), ac, tree=tree)
@@ -525,10 +534,12 @@ def _fallback(ctx: RuleContext, as_bf16: bool) -> pl.DataFrame:
     """[op, bpe_row, rows] of the FP32 GEMMs (`_kernels`' ops) whose rows are not a multiple of 16 bytes at the
     fix's width (`alignment.misaligned_calls`; `as_bf16`: their FP32 inputs read as BF16, as autocast casts them,
     else as TF32 reads them, 4 bytes): the FP32 CUDA-core kernel does not care, the Tensor-Core kernels do (a
-    vocabulary of 50257: 4 or 8 elements per 16 bytes). Once per width (the check and both variants)."""
-    return ctx.once(f"fallback_{as_bf16}", lambda: misaligned_calls(
+    vocabulary of 50257: 4 or 8 elements per 16 bytes). Both widths at once, once (the check reads both: the
+    calls and their shapes are looked up once)."""
+    both = ctx.once("fallback", lambda: misaligned_calls_as(
         ctx.trace.host, _kernels(ctx).join(pick(ctx.kb, "i", "op"), on="i", how="left")["op"],
-        "c10::BFloat16" if as_bf16 else None))
+        (None, "c10::BFloat16")))
+    return both["c10::BFloat16" if as_bf16 else None]
 
 
 def _autocast(ctx: RuleContext) -> Transform | None:

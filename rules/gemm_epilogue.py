@@ -128,13 +128,22 @@ def _next_on_stream(col: str, n: int) -> pl.Expr:
     return pl.when(same).then(pl.col(col).shift(-n))
 
 
+#: below this many kernels `epilogues` also asks whether any bias add or activation ran before its sort
+_SMALL_ROWS = 4096
+
+
 def epilogues(ctx: RuleContext) -> pl.DataFrame:
     """One row per epilogue kernel: [gemm_i, i, gemm_op, op, role, ts, end, dur, bytes, step]."""
     g = ctx.trace.gpu[["i", "kind", "device", "stream", "ts", "end", "dur", "op"]].filter(
         pl.col("kind").is_in(["compute", "comm", "memcpy", "memset"]) & (pl.col("ts") >= ctx.lo) & (pl.col("ts") < ctx.hi))
     g = join_by_id(pick(g, "i", "device", "stream", "ts", "end", "dur", "op"), "op", ctx.trace.host,
                    pl.col("name").alias("op_name"))
-    if not g["op_name"].is_in(GEMM_OPS).any():  # no GEMM: nothing to look after
+    # no GEMM (on a small trace also: no bias add or activation for one to be followed by, which every test below
+    # needs): nothing to look after, decided in one query (the sort and shifts below are a small trace's costliest
+    # query here; a large trace, which has both, would pay a pass over its kernels' names for nothing)
+    after = pl.col("op_name").is_in([*BIAS_OPS, *ACT_OPS]).any() if g.height < _SMALL_ROWS else pl.lit(True)
+    gemm, after = g.select(pl.col("op_name").is_in(GEMM_OPS).any(), after.alias("_after")).row(0)
+    if not gemm or not after:
         return pl.DataFrame()
     # (one query: a small trace's run is mostly polars' fixed cost per query)
     g = g.lazy().sort("device", "stream", "ts", maintain_order=True)  # (stable: 5x faster here, ties in input order)

@@ -158,6 +158,10 @@ def _setups(ctx: RuleContext) -> pl.DataFrame:
     return ctx.once("setups", lambda: _find(ctx))
 
 
+#: up to this many host rows `_find` first looks for qualifying names without its name regexes
+_SMALL_ROWS = 4096
+
+
 def _find(ctx: RuleContext) -> pl.DataFrame:
     h = ctx.trace.host
     empty = pl.DataFrame(schema={"i": pl.Int64, "name": pl.String, "tid": pl.Int64, "ts": pl.Int64,
@@ -170,17 +174,24 @@ def _find(ctx: RuleContext) -> pl.DataFrame:
     # regexes on every op's name were most of this rule's time on a large trace)
     plain = pl.col("name").is_not_null() & ~contains(h, COMPILE_RE) & ~contains(h, COMM_RE)
 
-    def ops_of(*cols: str) -> pl.LazyFrame:
-        return (pick(h, *cols).lazy().filter((pl.col("cat") == "cpu_op") & (pl.col("ts") >= ctx.lo)
-                                             & (pl.col("ts") < ctx.hi)).filter(plain))
+    def ops_of(*cols: str, named: bool = True) -> pl.LazyFrame:
+        ops = pick(h, *cols).lazy().filter((pl.col("cat") == "cpu_op") & (pl.col("ts") >= ctx.lo)
+                                           & (pl.col("ts") < ctx.hi))
+        return ops.filter(plain) if named else ops
 
     # a setup is sought only among ops called 3 times or more with 2 input shapes or more: those names first, from
     # the name and shape columns alone (a reduction over the few names), so the per-call frames below are built only
     # when some op qualifies and hold only its calls (at 10 M tiny events, one shape per op, the windowed frame of
-    # every op was the run's peak: +330 MiB)
-    names = (ops_of("cat", "name", "ts", "input_dims").group_by("name")
-             .agg(n=pl.len(), shapes=pl.col("input_dims").n_unique())  # (a categorical's codes: one per text)
-             .filter((pl.col("shapes") >= 2) & (pl.col("n") >= 3)).select("name").collect(**CHAIN)["name"])
+    # every op was the run's peak: +330 MiB); on a small trace first without the name regexes (fewer rows never make
+    # a name qualify: where none does, the regexes are not compiled)
+    def qualifying(named: bool) -> pl.Series:
+        return (ops_of("cat", "name", "ts", "input_dims", named=named).group_by("name")
+                .agg(n=pl.len(), shapes=pl.col("input_dims").n_unique())  # (a categorical's codes: one per text)
+                .filter((pl.col("shapes") >= 2) & (pl.col("n") >= 3)).select("name").collect(**CHAIN)["name"])
+
+    if h.height < _SMALL_ROWS and qualifying(named=False).len() == 0:  # (a large trace: one group_by, not two)
+        return empty
+    names = qualifying(named=True)
     if names.len() == 0:
         return empty
     h = pick(h, "i", "cat", "name", "tid", "ts", "end", "parent", "input_dims")

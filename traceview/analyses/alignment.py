@@ -45,16 +45,30 @@ def misaligned_calls(host: pl.DataFrame, ops: pl.Series, fp32_as: str | None = N
     """[op, bpe_row, rows] of the GEMM calls (`GEMM_OPS`) among `ops` (host row ids) whose rows are misaligned
     (`misaligned`, on the op's recorded Input Dims / Input type / Input Strides), per distinct shape, never per
     event; `fp32_as`: read the FP32 inputs as this type (autocast's "c10::BFloat16": the width a fix would run at)."""
+    return misaligned_calls_as(host, ops, (fp32_as,))[fp32_as]
+
+
+def misaligned_calls_as(host: pl.DataFrame, ops: pl.Series,
+                        fp32_as: tuple[str | None, ...]) -> dict[str | None, pl.DataFrame]:
+    """{each of `fp32_as`: `misaligned_calls` at that width}, the calls' rows and distinct shapes looked up once
+    (fp32-gemm asks both of its fixes' widths: half the queries)."""
     empty = pl.DataFrame(schema={"op": pl.UInt32, "bpe_row": pl.Int64, "rows": pl.List(pl.Int64)})
     ops = dropnull(ops).unique()
     if ops.len() == 0 or "input_dims" not in host.columns:
-        return empty
+        return dict.fromkeys(fp32_as, empty)
     strides = pl.col("strides") if "strides" in host.columns else pl.lit(None, pl.Categorical)
     h = by_id(host, ops.sort(), pl.col("i").alias("op"), "name", "input_dims", "input_type",
               strides.alias("strides")).filter(pl.col("name").is_in(list(GEMM_OPS)))
     key = ["name", "input_dims", "input_type", "strides"]
+    shapes = pick(h, *key).unique().rows()  # distinct shapes
+    return {width: _misaligned_rows(h, key, shapes, width, empty) for width in fp32_as}
+
+
+def _misaligned_rows(h: pl.DataFrame, key: list[str], shapes: list[tuple], fp32_as: str | None,
+                     empty: pl.DataFrame) -> pl.DataFrame:
+    """`misaligned_calls` of the calls `h` ([op, *key]) from their distinct `shapes`, at the width `fp32_as`."""
     rows = []
-    for name, d, t, s in pick(h, *key).unique().iter_rows():  # distinct shapes
+    for name, d, t, s in shapes:
         try:
             types = _dec.decode(t) if t else []
             if fp32_as:

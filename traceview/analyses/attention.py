@@ -147,9 +147,9 @@ def score_ops(trace: Trace) -> pl.DataFrame:
     if (
         not ops["name"].is_in(list(SOFTMAX_OPS)).any()
     ):  # no softmax launched work: no scores, nothing to decode
-        return ops.select(
+        return ops.lazy().select(  # (one query: a small trace's run is mostly polars' fixed cost per query)
             pl.col("op"), *[pl.lit(None, t).alias(c) for c, t in _SCHEMA.items() if c != "op"]
-        ).with_columns(pl.lit(False).alias(c) for c in ("score", "gemm", "softmax", "backward"))
+        ).with_columns(pl.lit(False).alias(c) for c in ("score", "gemm", "softmax", "backward")).collect(**CHAIN)
     combos = ops.select("name", "input_dims", "input_type").unique()
     parsed = []
     for name, d, t in combos.iter_rows():  # distinct (name, shapes): a few hundred
@@ -348,9 +348,10 @@ def score_kernels(trace: Trace, lo: int, hi: int) -> pl.DataFrame:
     return g.with_columns(pos=pl.when(pl.col("score")).then(pos)).drop("_run").collect(**CHAIN)
 
 
+@per_trace
 def score_op_ids(trace: Trace) -> pl.Series:
     """The ids of the ops that touch materialized attention scores (empty when there are none): other rules
-    leave their kernels to the attention rule."""
+    leave their kernels to the attention rule (four ask: once per trace)."""
     so = score_ops(trace)
     return so.filter(pl.col("score"))["op"]
 

@@ -12,6 +12,7 @@ import math
 import msgspec
 import polars as pl
 
+from ..engine import CHAIN
 from ..memo import per_trace
 from ..model import Trace
 from .opshapes import decode
@@ -36,8 +37,9 @@ def sdpa_causal(trace: Trace) -> float:
     5), else 1.0 (not causal, mixed, or not recorded)."""
     if "concrete" not in trace.host.columns:
         return 1.0
-    calls = trace.host.filter(pl.col("name") == "aten::scaled_dot_product_attention").select(
-        "input_dims", "input_type", "concrete").unique()
+    calls = (trace.host.lazy().select("name", "input_dims", "input_type", "concrete")  # (one query)
+             .filter(pl.col("name") == "aten::scaled_dot_product_attention").drop("name").unique()
+             .collect(**CHAIN))
     flags, keys = set(), []
     for d, t, c in calls.iter_rows():
         try:

@@ -174,14 +174,16 @@ def idle_gaps(trace: Trace, lo: int, hi: int) -> pl.DataFrame:
                             schema={"ts": pl.Int64, "end": pl.Int64, "launch_ts": pl.Int64, "tail": pl.Boolean,
                                     "late": pl.Boolean})
     gaps, last_end = got
-    gaps = gaps.with_columns(gts=pl.col("gts").fill_null(pl.lit(lo)))
     tail = pl.DataFrame({"gts": [last_end], "gend": [hi], "launch_ts": [None], "tail": [True]},
                         schema={"gts": pl.Int64, "gend": pl.Int64, "launch_ts": pl.Int64, "tail": pl.Boolean})
-    gaps = pl.concat([gaps, tail]).with_columns(ts=pl.col("gts").clip(lo, hi), end=pl.col("gend").clip(lo, hi))
+    # (one query: a small trace's run is mostly polars' fixed cost per query)
+    gaps = pl.concat([gaps.lazy().with_columns(gts=pl.col("gts").fill_null(pl.lit(lo))), tail.lazy()])
+    gaps = gaps.with_columns(ts=pl.col("gts").clip(lo, hi), end=pl.col("gend").clip(lo, hi))
     gaps = gaps.filter(pl.col("end") > pl.col("ts"))
     # the tail after the last GPU activity ends with no launch: nothing was launched late, the host was busy
     # with something else (Python after the step, data, a sync)
-    return gaps.select("ts", "end", "launch_ts", "tail", late=(pl.col("launch_ts") > pl.col("gts")).fill_null(False))
+    return gaps.select("ts", "end", "launch_ts", "tail",
+                       late=(pl.col("launch_ts") > pl.col("gts")).fill_null(False)).collect(**CHAIN)
 
 
 def _gpu_gaps(trace: Trace) -> tuple[pl.DataFrame, int] | None:
@@ -317,8 +319,8 @@ def shares(part: pl.DataFrame, by: str | None = "step") -> pl.DataFrame:
     """Time per class [by?, cls, dur] of a partition."""
     keys = [by, "cls"] if by else ["cls"]
     # (by the classes' names, whatever the partition's type: an Enum sorts by its categories' order)
-    return (part.group_by(keys).agg((pl.col("end") - pl.col("ts")).sum().alias("dur"))
-            .with_columns(pl.col("cls").cast(pl.String)).sort(keys))
+    return (part.lazy().group_by(keys).agg((pl.col("end") - pl.col("ts")).sum().alias("dur"))
+            .with_columns(pl.col("cls").cast(pl.String)).sort(keys).collect(**CHAIN))  # (one query)
 
 
 def _entry(rows: dict[str, int]) -> dict:
@@ -347,8 +349,7 @@ def classification(trace: Trace, steps: pl.DataFrame, part: pl.DataFrame | None 
         e = _entry(by_step.get(s, {}))
         step_rows.append({"step": s, **e})
     spec = trace_spec(trace.meta)
-    src = kb.group_by("source").len()
+    by_shapes, by_name = kb.select((pl.col("source") == "shapes").sum(), (pl.col("source") == "name").sum().alias("_n")).row(0)
     out.update(steps=step_rows, device=spec.name,
-               roofline={"spec_known": spec.known, "kernels_by_shapes": int(src.filter(pl.col("source") == "shapes")["len"].sum()),
-                         "kernels_by_name": int(src.filter(pl.col("source") == "name")["len"].sum())})
+               roofline={"spec_known": spec.known, "kernels_by_shapes": int(by_shapes), "kernels_by_name": int(by_name)})
     return out

@@ -44,7 +44,7 @@ import numpy as np
 import polars as pl
 
 from ..engine import CHAIN
-from ..frames import dropnull, filled, omit, pick
+from ..frames import filled, omit, pick
 from ..memo import per_trace
 from ..model import RUNTIME_CATS, Trace
 from .classify import kernel_bound
@@ -258,8 +258,9 @@ def module_hook_cuts(trace: Trace) -> dict[int, int]:
     (on its thread), less whatever model code runs there; the floor of those gaps over the trace's ranges
     (MODULE_FLOOR_Q) is the hooks alone, so each range is charged min(its gaps, the floor)."""
     # the annotations first (a string test on every host row of a large trace costs more than the rest)
-    ann = pick(trace.host, "cat", "name", "tid").filter(pl.col("cat") == "user_annotation")
-    tids = dropnull(ann.filter(pl.col("name").str.starts_with(ATTR_PREFIX))["tid"]).unique()
+    tids = (pick(trace.host, "cat", "name", "tid").lazy().filter(pl.col("cat") == "user_annotation")  # (one query:
+            .filter(pl.col("name").str.starts_with(ATTR_PREFIX))  # CHAIN keeps the two filters, in this order)
+            .select(pl.col("tid").drop_nulls().unique()).collect(**CHAIN)["tid"])
     if tids.len() == 0:
         return {}
     h = trace.host.select("i", "cat", "name", "tid", "ts", "end").filter(  # (the columns read, not every one)
