@@ -98,6 +98,8 @@ MISSES_SAME_PROCESS = {  # fmt: skip
     # the eighth set's SGD program again on an H200 (user8_sgd, session 64): to foreach (unresolved again in eight
     # rounds) and to fused, what the finding advises
     ("ab_traced", "resnet50_sgd_fused_ab", "resnet50_sgd_fused_ref_ab"): "3.340 predicted vs 5.954 ms measured (-44%); the rounds in one process measured 1.4 to 11.4 ms; the step after the fix replays within 8 % of the rounds' (19.84 against 21.38 ms; the fused program traced alone stepped 23.3); the problem's rounds ran 20.2 to 35.6 ms where the traced run's wait steps ran 23.0 (drift -16 %) and its steps after the capture 26-40: anchored to the rounds' step, -33 %",
+    # the two larger fixes the report prices on the eighth set's GPT-NeoX with SDPA (pythia_fixes, H100, session 64)
+    ("ab_traced", "pythia_sdpa_compile_ab", "pythia_sdpa_compiled_ab"): "12.554 predicted vs 23.521 ms measured (-47%); the rounds in one process measured 22.7 to 24.4 ms; held out (HF GPT-NeoX under torch.compile): a host-bound step (GPU busy 24 %), and Inductor also drops the eager dispatch of the ops it does not fuse, which fusing the chains does not price; with launch-bound's transform too (the step at the device's pace) the replay leaves 14.76 ms where the compiled step ran 18.59",
     ("ab_traced", "effnet_graph", "effnet_cuda_graph"): "1.649 predicted vs 0.329 ms measured (+402%), at info (2.8 % of the step); a device-bound step (33.5 ms of kernels in a CUDA graph, 33.9 eager) whose host time the measurement does not fix",
 }
 
@@ -132,7 +134,7 @@ def test_same_process_labels_are_current():
     for t in labels["twins"]:  # the saving is the median of the rounds' differences, as ab_twin.py measures it
         r = sorted(t["per_round_saving_ms"])
         assert min(r) <= t["measured_fix_saving_ms"] <= max(r)
-    assert len(SAME_PROCESS) == 105 and set(MISSES_SAME_PROCESS) <= {(t["set"], t["problem"], t["fixed"]) for t in SAME_PROCESS}
+    assert len(SAME_PROCESS) == 107 and set(MISSES_SAME_PROCESS) <= {(t["set"], t["problem"], t["fixed"]) for t in SAME_PROCESS}
 
 
 def _bar(anchored: bool) -> list[bool]:
@@ -147,7 +149,7 @@ def _bar(anchored: bool) -> list[bool]:
                if anchored and t["set"] == "ab_traced" else predicted(t["set"], t["problem"], t["rule"], t.get("variant")),
                t["measured_ms"]) for t in once]
     hits = [abs(p / m - 1) <= P.BAND for p, m in scored if p is not None]
-    assert len(hits) == 132
+    assert len(hits) == 134
     return hits
 
 

@@ -237,6 +237,10 @@ TWINS: dict[str, tuple[str, str, str | None, str | None]] = {
     # `foreach=True` (the four above spread wider than the saving), and to `fused=True`, the variant the finding advises
     "resnet50_sgd_foreach_ab": ("resnet50_sgd_foreach_ref_ab", "unfused-optimizer", "foreach", None),
     "resnet50_sgd_fused_ab": ("resnet50_sgd_fused_ref_ab", "unfused-optimizer", "fused", None),
+    # the two larger fixes the report prices on the eighth set's GPT-NeoX with SDPA (`pythia_fixes`, H100, session 64):
+    # the model under torch.compile (elementwise-chain: its rotary chains) and the step in one CUDA graph (launch-bound)
+    "pythia_sdpa_compile_ab": ("pythia_sdpa_compiled_ab", "elementwise-chain", None, None),
+    "pythia_sdpa_graph_ab": ("pythia_sdpa_cuda_graph_ab", "launch-bound", None, None),
 }
 #: twins whose fix changes nothing by construction (the same program on both sides): a control, never scored
 CONTROLS = {"gpt2_vocab_padded", "llama_ctl"}
