@@ -180,7 +180,7 @@ def test_kineto_resnet_nw0_input_saving_near_the_dataloader_share():
 @pytest.mark.xfail(strict=True, reason="severities follow the replay now: the elementwise-chain fix (24.8 ms/step "
                    "replayed, the SGD and batch-norm chains fused) and launch-bound (21.9) price above the in-process "
                    "DataLoader (21.7), and once they are made the DataLoader overlaps the GPU's work (2.3 % left), so "
-                   "primary is gpu_memory; no twin of this trace measures which fix is worth more")
+                   "primary is cpu_launch; no twin of this trace measures which fix is worth more")
 def test_kineto_resnet_nw0_primary_is_input_not_the_largest_class():
     """The issue's example: ResNet-50 with an in-process DataLoader (tb_plugin: DataLoader 33.4 %) — compute is
     the largest class, but the input finding is what to fix first, per trace and in every step."""

@@ -235,15 +235,15 @@ def test_host_sync_fix_saving_is_positive_and_below_the_step():
         assert (s >= 0).all() and (s < overhead.unprofiled_steps(t, st)).all()
 
 
-@pytest.mark.xfail(strict=True, reason="0.84 ms predicted where the twin measured no saving (it ran 2.1 ms slower: "
-                                       "host-speed noise on a launch-bound step, collected2/MANIFEST.md)")
+@pytest.mark.xfail(strict=True, reason="0.37 ms predicted (5.1 % of the 7.10 ms step) where the twin measured no "
+                                       "saving (it ran 2.1 ms slower: host-speed noise on a launch-bound step, "
+                                       "collected2/MANIFEST.md)")
 def test_syncs_item_fix_saves_little():
     # train_syncs_item -> train_syncs_deferred: measured no saving (the twin ran 2.1 ms slower: host-speed noise on a
     # launch-bound step)
     (t,) = _traces("collected2/train_syncs_item")
     st, _ = complete_steps(t, t.steps)
     pred_ms = float(overhead.saving(t, st, host_sync.fix_transform(t)).mean()) / 1e6
-    assert LABELS2["train_syncs_item"]["measured_fix_saving_ms"] < 0
     assert 0 <= pred_ms < 0.05 * LABELS2["train_syncs_item"]["unprofiled_step_ms"]
 
 
