@@ -293,7 +293,7 @@ def _cuts(g: Graph, transforms: Sequence[Transform]) -> tuple[np.ndarray, ...]:
         if t.long_cost_us:
             # (rows beyond the share's HOST_SHARE_MAX_NS: the share does not scale them, so the order is moot)
             per_kind = np.array([float(t.long_cost_us.get(k, 0.0)) * 1000 for k in KINDS])
-            _sparse_slot_sums(g, _beyond(g), in_span, per_kind, cuts)
+            _slot_sums(g, lambda p, c=per_kind: c[rows.kind[p]], cuts, _beyond(g), in_span)
         if t.host_cut:
             _add(cuts, *_part(g, "host_cut", (t.host_cut,), lambda m: _host_cut(g, m)))
         if t.gpu_dur:
@@ -353,37 +353,24 @@ def _beyond(g: Graph) -> np.ndarray:
     return out
 
 
-def _slot_sums(g: Graph, weights: Callable[[slice], np.ndarray], into: np.ndarray) -> None:
+def _slot_sums(g: Graph, weights: Callable[[slice | np.ndarray], np.ndarray], into: np.ndarray,
+               sel: np.ndarray | None = None, unless: np.ndarray | None = None) -> None:
     """into += per cuts slot, the sum of `weights(rows)` over the recorded rows, as `np.bincount(_flat(g),
     weights=...)` sums them (row by row, in the rows' order, from 0: the same float64 sums), a block of rows at a
     time: no slot array or weight array of every row. Where `into` is all zeros the rows are added into it directly
-    (0 + a sum is that sum: no array of every slot more)."""
+    (0 + a sum is that sum: no array of every slot more). `sel` (and not `unless`): only those rows are added, the
+    others weigh 0.0 (a few: the rows beyond the host share's limit are ~3 % of the 132 MB trace's); adding 0.0
+    changes no sum (none is -0.0: they start at +0.0)."""
     if into.any():
         out = np.zeros(into.size, np.float64)
-        _slot_sums(g, weights, out)
+        _slot_sums(g, weights, out, sel, unless)
         into += out
         return
-    out = into
     for b in range(0, g.seg_rows.i.size, BLOCK):
         p = slice(b, b + BLOCK)
-        np.add.at(out, _flat(g, p), np.asarray(weights(p), np.float64))
-
-
-def _sparse_slot_sums(g: Graph, sel: np.ndarray, unless: np.ndarray | None, per_kind: np.ndarray,
-                      into: np.ndarray) -> None:
-    """`_slot_sums` of `per_kind[kind]` over the recorded rows where `sel` (and not `unless`), 0.0 elsewhere: only
-    those rows are added (a few: the rows beyond the host share's limit are ~3 % of the 132 MB trace's), in the
-    rows' order. The same float64 sums: adding 0.0 changes no sum (none is -0.0: they start at +0.0)."""
-    if into.any():
-        out = np.zeros(into.size, np.float64)
-        _sparse_slot_sums(g, sel, unless, per_kind, out)
-        into += out
-        return
-    kind = g.seg_rows.kind
-    for b in range(0, sel.size, BLOCK):
-        m = sel[b:b + BLOCK] if unless is None else sel[b:b + BLOCK] & ~unless[b:b + BLOCK]
-        p = np.flatnonzero(m) + b
-        np.add.at(into, _flat(g, p), np.asarray(per_kind[kind[p]], np.float64))
+        if sel is not None:
+            p = np.flatnonzero(sel[p] if unless is None else sel[p] & ~unless[p]) + b
+        np.add.at(into, _flat(g, p), np.asarray(weights(p), np.float64))
 
 
 def _add(cuts: np.ndarray, slots: np.ndarray, ns: np.ndarray) -> None:
