@@ -104,6 +104,7 @@ from traceview.analyses.replay import Transform
 from traceview.analyses.rowid import join_by_id
 from traceview.analyses.whatif import EMPTY, shrink_kernels
 from traceview.analyses.windows import host_step_of, step_of
+from traceview.engine import SMALL_ROWS
 from traceview.evidence import Meta, StepSpan
 from traceview.frames import dropnull, members, omit, pick
 from traceview.ruleapi import XPROF_SEVERITY, Finding, Option, RuleContext
@@ -194,11 +195,6 @@ def _fusible(trace, kb: pl.DataFrame, scores: pl.Series, lo: int, hi: int) -> in
     return int(g.select(_fusible_expr(kernel_class(g), param_sized(trace, g), scores).sum()).item())
 
 
-#: up to this many GPU rows `_candidates` is counted first (one query; a larger trace would pay a pass over its kernels
-#: for what `PRECOUNT_ROWS` decides from the fusible kernels themselves)
-_SMALL_ROWS = 4096
-
-
 def _candidates(g: pl.DataFrame) -> int:
     """How many rows of `g` (`kind`, the roofline's `category`) `kernel_class` could class other than `other`:
     compute kernels outside GEMM, conv and attention ops (a bound on `chains`' fusible kernels from two columns,
@@ -230,7 +226,7 @@ def chains(trace, steps: pl.DataFrame, kb: pl.DataFrame, min_kernels: int = 2) -
     # over its kernels by duration otherwise)
     g = omit(g, "bytes").join(kb.select("i", "op", "op_name", "category", "bytes", "in0_bytes", "extra_bytes",
                                        "out_bytes", sole=pl.len().over("op") == 1), on="i", how="left")
-    if trace.gpu.height < _SMALL_ROWS and _candidates(g) < min_kernels:  # (no kernel class's regex compiled)
+    if trace.gpu.height < SMALL_ROWS and _candidates(g) < min_kernels:  # (no kernel class's regex compiled)
         return _no_chain(g)
     # the kernels of a materialized attention are the attention rule's: one fused attention kernel replaces
     # them, not a fused elementwise kernel (they break a chain like a GEMM)

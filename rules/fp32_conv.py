@@ -93,7 +93,7 @@ from traceview.analyses.opshapes import decode, first_input
 from traceview.analyses.overhead import backward_node_host_ns, eager_op_host_ns, host_share
 from traceview.analyses.replay import Transform
 from traceview.analyses.rowid import by_id
-from traceview.engine import CHAIN
+from traceview.engine import CHAIN, SMALL_ROWS
 from traceview.evidence import Meta
 from traceview.frames import omit, pick
 from traceview.ruleapi import XPROF_SEVERITY, Finding, RuleContext, min_savings
@@ -301,13 +301,9 @@ def _no_convolution(ctx: RuleContext) -> bool:
     no kernel is an FP32 convolution or a transpose, and `_changed` is empty. Tested on every GPU row's name (a
     superset of the kernels in the steps) on a small trace only; a larger one builds the table."""
     kb, gpu = ctx.kb, ctx.trace.gpu
-    if gpu.height >= _SMALL_ROWS or (kb["category"] == "conv").any():
+    if gpu.height >= SMALL_ROWS or (kb["category"] == "conv").any():
         return False
     return not gpu.select(pl.col("name").str.contains(CONV_KERNEL_RE).any()).item()
-
-
-#: up to this many GPU rows `_no_convolution` is tested (one query over the rows' names)
-_SMALL_ROWS = 4096
 
 
 def _changed(ctx: RuleContext) -> pl.DataFrame:

@@ -54,7 +54,7 @@ from traceview.analyses.replay import Transform, replay
 from traceview.analyses.rowid import by_id, join_by_id
 from traceview.analyses.whatif import gpu_idle_within, shrink_kernels
 from traceview.analyses.windows import step_of
-from traceview.engine import CHAIN
+from traceview.engine import CHAIN, SMALL_ROWS
 from traceview.evidence import Meta, StepSpan
 from traceview.frames import dropnull, pick
 from traceview.ruleapi import XPROF_SEVERITY, Finding, RuleContext, min_savings
@@ -128,10 +128,6 @@ def _next_on_stream(col: str, n: int) -> pl.Expr:
     return pl.when(same).then(pl.col(col).shift(-n))
 
 
-#: below this many kernels `epilogues` also asks whether any bias add or activation ran before its sort
-_SMALL_ROWS = 4096
-
-
 def epilogues(ctx: RuleContext) -> pl.DataFrame:
     """One row per epilogue kernel: [gemm_i, i, gemm_op, op, role, ts, end, dur, bytes, step]."""
     g = ctx.trace.gpu[["i", "kind", "device", "stream", "ts", "end", "dur", "op"]].filter(
@@ -141,7 +137,7 @@ def epilogues(ctx: RuleContext) -> pl.DataFrame:
     # no GEMM (on a small trace also: no bias add or activation for one to be followed by, which every test below
     # needs): nothing to look after, decided in one query (the sort and shifts below are a small trace's costliest
     # query here; a large trace, which has both, would pay a pass over its kernels' names for nothing)
-    after = pl.col("op_name").is_in([*BIAS_OPS, *ACT_OPS]).any() if g.height < _SMALL_ROWS else pl.lit(True)
+    after = pl.col("op_name").is_in([*BIAS_OPS, *ACT_OPS]).any() if g.height < SMALL_ROWS else pl.lit(True)
     gemm, after = g.select(pl.col("op_name").is_in(GEMM_OPS).any(), after.alias("_after")).row(0)
     if not gemm or not after:
         return pl.DataFrame()

@@ -71,7 +71,7 @@ from traceview.analyses.classify import sync_calls
 from traceview.analyses.names import contains
 from traceview.analyses.replay import Transform, spans
 from traceview.analyses.windows import host_step_of
-from traceview.engine import CHAIN
+from traceview.engine import CHAIN, SMALL_ROWS
 from traceview.evidence import Meta
 from traceview.frames import members, pick
 from traceview.ingest.manifest import rank_entry, recurring_slow
@@ -158,10 +158,6 @@ def _setups(ctx: RuleContext) -> pl.DataFrame:
     return ctx.once("setups", lambda: _find(ctx))
 
 
-#: up to this many host rows `_find` first looks for qualifying names without its name regexes
-_SMALL_ROWS = 4096
-
-
 def _find(ctx: RuleContext) -> pl.DataFrame:
     h = ctx.trace.host
     empty = pl.DataFrame(schema={"i": pl.Int64, "name": pl.String, "tid": pl.Int64, "ts": pl.Int64,
@@ -189,7 +185,7 @@ def _find(ctx: RuleContext) -> pl.DataFrame:
                 .agg(n=pl.len(), shapes=pl.col("input_dims").n_unique())  # (a categorical's codes: one per text)
                 .filter((pl.col("shapes") >= 2) & (pl.col("n") >= 3)).select("name").collect(**CHAIN)["name"])
 
-    if h.height < _SMALL_ROWS and qualifying(named=False).len() == 0:  # (a large trace: one group_by, not two)
+    if h.height < SMALL_ROWS and qualifying(named=False).len() == 0:  # (a large trace: one group_by, not two)
         return empty
     names = qualifying(named=True)
     if names.len() == 0:

@@ -92,7 +92,7 @@ from traceview.analyses.param_work import param_sized
 from traceview.analyses.replay import Transform
 from traceview.analyses.roofline import COMPUTE_KERNEL_RE, peak_expr
 from traceview.analyses.rowid import by_id, join_by_id
-from traceview.engine import CHAIN, for_rows
+from traceview.engine import CHAIN, SMALL_ROWS, for_rows
 from traceview.evidence import Meta
 from traceview.frames import dropnull, members, omit, pick
 from traceview.ruleapi import XPROF_SEVERITY, Finding, Option, RuleContext, min_savings
@@ -289,16 +289,12 @@ def _kernels(ctx: RuleContext) -> pl.DataFrame:
     return ctx.once("grid_kernels", build)
 
 
-#: up to this many GPU rows `_no_small_grid` is tested (one query over every row)
-_SMALL_ROWS = 4096
-
-
 def _no_small_grid(ctx: RuleContext) -> bool:
     """Whether no compute kernel of a small trace is `small` (`_kernels`' test, on every kernel: a superset of the
     analysed steps' kernels less the parameter-sized ones), so the check finds none: told in one query, without the
     kernel table and its batch factor (~4 ms of a tiny trace's run). A larger trace builds the table."""
     gpu = ctx.trace.gpu
-    if gpu.height >= _SMALL_ROWS:
+    if gpu.height >= SMALL_ROWS:
         return False
     sms = num_sms(ctx)
     blocks = pl.col("grid_x") * pl.col("grid_y").fill_null(1) * pl.col("grid_z").fill_null(1)

@@ -49,7 +49,7 @@ def test_category_columns_are_codes(tmp_path: Path, monkeypatch: pytest.MonkeyPa
 
     use_path(path_kind, monkeypatch)
     if coded:
-        monkeypatch.setattr(loader, "_SMALL_ROWS", 0)
+        monkeypatch.setattr(loader, "SMALL_ROWS", 0)
     t = traceview.load(write(tmp_path / "t.json", mini_trace()))
     assert t.host.schema["cat"] == pl.Categorical and t.gpu.schema["cat"] == pl.Categorical
     assert t.gpu.schema["kind"] == pl.Categorical and "launch_name" not in t.gpu.columns

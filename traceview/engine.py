@@ -21,6 +21,10 @@ IN_MEMORY: dict[str, str] = ({} if getattr(inspect.signature(pl.LazyFrame.collec
 #: default engine: a query that reduces a whole-trace frame to a few rows (a count per group) runs over a part of
 #: the rows at a time instead of materializing each step's columns for every row
 STREAMING: dict[str, str] = {"engine": "streaming"} if IN_MEMORY else {}
+#: below this many rows (events, GPU rows, host rows) the fixed cost of a polars query outweighs the per-row work a
+#: columnar shortcut saves: the loader's dictionary codes and merged args tables, and the rules' cheap "nothing to
+#: find" pre-checks (one more query, which on a larger trace would be one more pass over its rows for nothing)
+SMALL_ROWS = 4096
 #: rows from which `for_rows` picks the streaming engine (below it the in-memory engine's lower cost per query wins)
 STREAM_ROWS = 1 << 20
 

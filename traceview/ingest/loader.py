@@ -25,7 +25,7 @@ import polars as pl
 from ..analyses.names import contains as name_matches
 from ..analyses.rowid import locate
 from ..analyses.tree import call_tree, enclosing_op
-from ..engine import CHAIN, IN_MEMORY
+from ..engine import CHAIN, IN_MEMORY, SMALL_ROWS
 from ..errors import TraceError
 from ..frames import dropnull, filled, isnull, notnull, omit, pick, take
 from ..model import STEP_RE, Job, Trace, TraceMeta, conform
@@ -61,10 +61,6 @@ MAX_SPAN_US = 7 * 24 * 3600 * 1e6  # an event this far from the trace's median t
 
 _IN_MEMORY = IN_MEMORY  # (traceview/engine.py: lazy chains run in the in-memory engine)
 
-
-#: below this many rows (events, GPU rows, host rows) the fixed cost of polars calls outweighs the per-row work the
-#: columnar shortcuts save (dictionary codes, args tables merged field by field; analyses.names has its own bound)
-_SMALL_ROWS = 4096
 
 
 def _ids(values: list) -> pl.Series:
@@ -220,7 +216,7 @@ def _host_args(ev_args: list | fastscan.Events, host: pl.DataFrame, issues: Coun
     if isinstance(ev_args, fastscan.Events):  # the scanner's tables hold these rows already
         parts = [_args_frame(ev_args, host["i"], k, issues) for k in (at.PY, at.OP, at.RT)]
         rare = _args_frame(ev_args, host["i"], at.RARE, issues)
-        if host.height >= _SMALL_ROWS:
+        if host.height >= SMALL_ROWS:
             return _beside_union(host, parts, rare)
     else:
         has = host.select("i", "cat", "name", "nargs").filter(pl.col("nargs") > 0)
@@ -314,7 +310,7 @@ def _load_file(path: Path, max_bytes: int, on_stage: Callable[[str], None] | Non
         cols = fast.pop_columns()  # the frame owns them from here (no second copy while they are replaced)
         # ph, cat, name as dictionary codes (tests on them are integer work), but on a small trace as their
         # strings (fewer polars calls: the codes are decoded per slice)
-        dicts = {k: _Dict(v) for k, v in fast.dicts.items()} if fast.n >= _SMALL_ROWS else None
+        dicts = {k: _Dict(v) for k, v in fast.dicts.items()} if fast.n >= SMALL_ROWS else None
         if dicts is None:
             cols.update({k: take(fast.dicts[k], cols[k]).alias(k) for k in fast.dicts})
         base = pl.DataFrame({
@@ -711,7 +707,7 @@ def _share_equal(df: pl.DataFrame, pairs: dict[str, str]) -> pl.DataFrame:
     """`df` with each column `c` of `pairs` that equals column `pairs[c]` on every row made a view of it (polars
     buffers are shared, copied on write): a GPU activity's device and stream args repeat its pid and tid, and
     older traces copy the correlation into External id, so each held a second copy of those values."""
-    if df.height < _SMALL_ROWS:
+    if df.height < SMALL_ROWS:
         return df
     same = [df[other].alias(c) for c, other in pairs.items() if df[c].equals(df[other], check_dtypes=True)]
     return df.with_columns(same) if same else df
@@ -724,7 +720,7 @@ def _null_constants(df: pl.DataFrame) -> pl.DataFrame:
     single-process, single-GPU trace's host `pid` and GPU `pid`/`device` hold one number; each held a data
     buffer (and a validity bitmap) of the frame's height through the whole analysis (10 M events: ~350 MiB of
     null columns, ~100 MiB of such ids)."""
-    if df.height < _SMALL_ROWS:
+    if df.height < SMALL_ROWS:
         return df
     lits = []
     for c, s in zip(df.columns, df.get_columns(), strict=True):
@@ -784,7 +780,7 @@ def _finish_gpu(gpu: pl.DataFrame, host: pl.DataFrame, warnings: list[str]) -> p
           .select(pl.col("correlation").cast(pl.Int64), pl.col("i").alias("launch"), pl.col("op"),
                   pl.col("name").alias("launch_name"), pl.col("ts").alias("launch_ts"),
                   pl.col("end").alias("launch_end"), pl.col("tid").alias("launch_tid")).collect(**_IN_MEMORY))
-    if gpu.height < _SMALL_ROWS:  # a join costs fewer polars calls than the lookup below
+    if gpu.height < SMALL_ROWS:  # a join costs fewer polars calls than the lookup below
         rt = rt.lazy().filter(pl.col("correlation").is_first_distinct())
         return _kinds(gpu.hstack(pick(gpu, "correlation").lazy().join(rt, on="correlation", how="left", maintain_order="left")
                                  .drop("correlation").collect(**CHAIN)), host)
