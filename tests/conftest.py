@@ -56,6 +56,15 @@ def estimate_errors(set_dir: Path, runs: tuple[str, ...]) -> dict[str, float]:
     return out
 
 
+def iqr(rounds: list[float]) -> float:
+    """The interquartile range of a twin's per-round savings, by numpy's percentiles (an independent computation of
+    the quartiles tools/predictions.py takes with `statistics.quantiles`)."""
+    import numpy as np
+
+    q1, q3 = np.percentile(rounds, [25, 75])
+    return float(q3 - q1)
+
+
 def finding(doc: dict, rule: str) -> dict:
     """The one finding of `rule` in a report entry."""
     (f,) = [f for f in doc["findings"] if f["rule"] == rule]

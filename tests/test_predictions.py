@@ -11,7 +11,7 @@ import re
 import sys
 
 import pytest
-from conftest import SAMPLES
+from conftest import SAMPLES, iqr
 
 import traceview
 from traceview.analyses import fixes
@@ -183,13 +183,8 @@ def test_the_issue_bar_anchored_to_the_rounds():
 
 def test_unresolved_twins_are_the_ones_their_rounds_cannot_resolve():
     # listed, not scored: the interquartile range of the rounds' savings exceeds the median saving (numpy's
-    # percentiles, an independent computation of the quartiles); every other same-process twin's rounds resolve it
-    import numpy as np
-
-    def iqr(r: list[float]) -> float:
-        q1, q3 = np.percentile(r, [25, 75])
-        return float(q3 - q1)
-
+    # percentiles, an independent computation of the quartiles: conftest.iqr); every other same-process twin's rounds
+    # resolve it
     assert {t["problem"] for t in UNRESOLVED} == {"gpt2_sdpa_item", "train_syncs_item_b16", "epilogue_bert_eager",
                                                    "gpt2_vocab_padded", "bert_eager_attn_s128", "llama_eager_attn",
                                                    "llama_ctl", "llama_item", "gpt2_vocab_h100",

@@ -9,7 +9,7 @@ from __future__ import annotations
 import statistics
 
 import pytest
-from conftest import SAMPLES, estimate_errors, finding, run_doc
+from conftest import SAMPLES, estimate_errors, finding, iqr, run_doc
 
 SET = SAMPLES / "ab_traced"
 RUNS = ("pythia_eager_ab", "wide_resnet_fp32_ab", "t5_item_ab", "resnet50_sgd_loop_ab", "regnet_empty_cache_ab")
@@ -89,13 +89,6 @@ def _labels(problem: str) -> dict:
     return next(t for t in json.loads((SET / "labels.json").read_text())["twins"] if t["problem"] == problem)
 
 
-def _iqr(r: list[float]) -> float:
-    import numpy as np
-
-    q1, q3 = np.percentile(r, [25, 75])
-    return float(q3 - q1)
-
-
 def test_the_sgd_program_again_foreach_unresolved_fused_resolved() -> None:
     """The SGD program again on an H200 (`record_ab_traced.sh user8_sgd`, eight rounds): to `foreach=True` its rounds
     still spread wider than the saving (−8.6 to +8.1 ms around 3.4: unresolved twice), to `fused=True` — what the
@@ -108,8 +101,8 @@ def test_the_sgd_program_again_foreach_unresolved_fused_resolved() -> None:
     import predictions as P
 
     fe, fu = _labels("resnet50_sgd_foreach_ab"), _labels("resnet50_sgd_fused_ab")
-    assert _iqr(fe["per_round_saving_ms"]) > fe["measured_fix_saving_ms"] > 0
-    assert min(fu["per_round_saving_ms"]) > 0 and _iqr(fu["per_round_saving_ms"]) <= fu["measured_fix_saving_ms"]
+    assert iqr(fe["per_round_saving_ms"]) > fe["measured_fix_saving_ms"] > 0
+    assert min(fu["per_round_saving_ms"]) > 0 and iqr(fu["per_round_saving_ms"]) <= fu["measured_fix_saving_ms"]
     uo = finding(run_doc(SET / "resnet50_sgd_fused_ab"), "unfused-optimizer")
     assert "fused=True" in uo["fix"] and uo["evidence"]["estimated_parameters"] == 161
     saving, base = P.predicted(SET / "resnet50_sgd_fused_ab", "unfused-optimizer", "fused")
@@ -154,7 +147,7 @@ def test_the_t5_loss_reads_are_below_what_its_host_pace_resolves() -> None:
     assert max(unread) / min(unread) > 1.4
     for r in runs:
         s = r["per_round_saving_ms"]
-        assert min(s) < 0 < max(s) and _iqr(s) > abs(r["saving_ms"]) * 0.9 > 0, r["problem"]
+        assert min(s) < 0 < max(s) and iqr(s) > abs(r["saving_ms"]) * 0.9 > 0, r["problem"]
 
 
 def test_the_same_program_in_two_processes_is_priced_at_each_ones_pace() -> None:
@@ -172,6 +165,6 @@ def test_the_same_program_in_two_processes_is_priced_at_each_ones_pace() -> None
     lb_fast, lb_slow = finding(fast, "launch-bound")["savings_us"], finding(slow, "launch-bound")["savings_us"]
     assert lb_slow > 1.8 * lb_fast
     g = _labels("pythia_sdpa_graph_ab")
-    assert min(g["per_round_saving_ms"]) > 0 and _iqr(g["per_round_saving_ms"]) <= g["measured_fix_saving_ms"]
+    assert min(g["per_round_saving_ms"]) > 0 and iqr(g["per_round_saving_ms"]) <= g["measured_fix_saving_ms"]
     left = pf["unprofiled_step_ms"] - lb_fast / 1000
     assert abs(left / g["fixed_step_ms"] - 1) <= 0.05
