@@ -101,6 +101,9 @@ MISSES_SAME_PROCESS = {  # fmt: skip
     ("ab_traced", "resnet50_sgd_fused_ab", "resnet50_sgd_fused_ref_ab"): "3.340 predicted vs 5.954 ms measured (-44%); the rounds in one process measured 1.4 to 11.4 ms; the step after the fix replays within 8 % of the rounds' (19.84 against 21.38 ms; the fused program traced alone stepped 23.3); the problem's rounds ran 20.2 to 35.6 ms where the traced run's wait steps ran 23.0 (drift -16 %) and its steps after the capture 26-40: anchored to the rounds' step, -33 %",
     # the two larger fixes the report prices on the eighth set's GPT-NeoX with SDPA (pythia_fixes, H100, session 64)
     ("ab_traced", "pythia_sdpa_compile_ab", "pythia_sdpa_compiled_ab"): "12.554 predicted vs 23.521 ms measured (-47%); the rounds in one process measured 22.7 to 24.4 ms; held out (HF GPT-NeoX under torch.compile): a host-bound step (GPU busy 24 %), and Inductor also drops the eager dispatch of the ops it does not fuse, which fusing the chains does not price; with launch-bound's transform too (the step at the device's pace) the replay leaves 14.76 ms where the compiled step ran 18.59",
+    # held out: two more models under torch.compile (compile_model, H100, session 65), scored as they came
+    ("ab_traced", "electra_fp32_compile_ab", "electra_bf16_compiled_ab"): "6.103 predicted vs 4.540 ms measured (+34%); the rounds in one process measured 2.6 to 6.5 ms; held out (HF ELECTRA-base in BF16 under torch.compile): a host-bound step (GPU busy 37 %) whose compiled graphs keep about 1130 kernels a step, each launched from Inductor's wrapper at about 1.5 eager ops of host time (compile_blocks_h100.ndjson), which the chain-only transform does not charge (the whole-model transform on branch wip/compiled-model: 4.25 ms, -6 %)",
+    ("ab_traced", "qwen2_eager_compile_ab", "qwen2_sdpa_compiled_ab"): "6.643 predicted vs 14.467 ms measured (-54%); the rounds in one process measured 12.2 to 16.7 ms; held out (HF Qwen2 with SDPA under torch.compile): a host-bound step (GPU busy 65 %) where Inductor drops the dispatch and Python of every op it compiles (RMSNorm, rotary, views), not only the chains it fuses; the compiled step ran 11.95 ms; the whole-model transform on branch wip/compiled-model replays it at 15.6 (saving 8.95, -38 %)",
     ("ab_traced", "effnet_graph", "effnet_cuda_graph"): "1.649 predicted vs 0.329 ms measured (+402%), at info (2.8 % of the step); a device-bound step (33.5 ms of kernels in a CUDA graph, 33.9 eager) whose host time the measurement does not fix",
 }
 
@@ -135,7 +138,7 @@ def test_same_process_labels_are_current():
     for t in labels["twins"]:  # the saving is the median of the rounds' differences, as ab_twin.py measures it
         r = sorted(t["per_round_saving_ms"])
         assert min(r) <= t["measured_fix_saving_ms"] <= max(r)
-    assert len(SAME_PROCESS) == 107 and set(MISSES_SAME_PROCESS) <= {(t["set"], t["problem"], t["fixed"]) for t in SAME_PROCESS}
+    assert len(SAME_PROCESS) == 109 and set(MISSES_SAME_PROCESS) <= {(t["set"], t["problem"], t["fixed"]) for t in SAME_PROCESS}
 
 
 def _bar(anchored: bool) -> list[bool]:
@@ -157,10 +160,11 @@ def test_the_bar_is_the_docs_headline():
     # scoreboard counted here is the one docs/predictions.md states, twin for twin
     hits = _bar(anchored=False)
     m = re.search(r"Within ±20 %: \*\*(\d+) of (\d+)\*\*", (SAMPLES.parent / "docs/predictions.md").read_text())
-    assert m and (sum(hits), len(hits)) == (int(m[1]), int(m[2])) and len(hits) == 137
+    assert m and (sum(hits), len(hits)) == (int(m[1]), int(m[2])) and len(hits) == 139
 
 
-@pytest.mark.xfail(strict=True, reason="98 of 137 (72 %) since GPT-NeoX's two larger fixes (2026-12-07, session 64: its CUDA graph a hit, "
+@pytest.mark.xfail(strict=True, reason="98 of 139 (71 %) since two more compiled models (session 65: HF ELECTRA and Qwen2, both "
+                   "misses), 98 of 137 since GPT-NeoX's two larger fixes (session 64: its CUDA graph a hit, "
                    "its torch.compile a miss) and 95 of 131 since the seventh set's one-process twins (session 61: "
                    "three of ten resolved savings within ±20 %, held out and scored as they came) and the fixed loop's "
                    "own pace (unfused-optimizer's fix lets the host lead: GPT-2 on the H100 -32 -> -10 %), after 91 of "

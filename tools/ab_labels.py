@@ -241,6 +241,10 @@ TWINS: dict[str, tuple[str, str, str | None, str | None]] = {
     # the model under torch.compile (elementwise-chain: its rotary chains) and the step in one CUDA graph (launch-bound)
     "pythia_sdpa_compile_ab": ("pythia_sdpa_compiled_ab", "elementwise-chain", None, None),
     "pythia_sdpa_graph_ab": ("pythia_sdpa_cuda_graph_ab", "launch-bound", None, None),
+    # held out (`record_ab_traced.sh compile_model`, H100, session 65): two more models under torch.compile against
+    # their eager step, which no fit has seen
+    "electra_fp32_compile_ab": ("electra_bf16_compiled_ab", "elementwise-chain", None, None),
+    "qwen2_eager_compile_ab": ("qwen2_sdpa_compiled_ab", "elementwise-chain", None, None),
 }
 #: twins whose fix changes nothing by construction (the same program on both sides): a control, never scored
 CONTROLS = {"gpt2_vocab_padded", "llama_ctl"}

@@ -6,8 +6,8 @@
 #   GROUP: real | synth | loader | heldout | ddp | fixes | aligned | aligned_heldout | fused | compile_call | item |
 #   autocast_heldout | tf32_heldout | attn_heldout | queue_heldout | attn_flops_heldout | causal_heldout |
 #   autocast_host | unseen | unseen_more | unseen2 | repeat2 | h100_a | h100_b | h100_c | h100_fixed | churn_heldout |
-#   rules_heldout | user7_heldout | user7_graph | churn_steady | user8_heldout | user8_sgd | t5_read | pythia_fixes
-#   (default: all but item, repeat2, churn_heldout, rules_heldout, user7_heldout, user7_graph, churn_steady, user8_heldout, user8_sgd, t5_read, pythia_fixes and the h100 groups, which re-record earlier runs). Runs land in OUT_DIR/ab_traced/<problem>/, AB_RESULT lines on stdout.
+#   rules_heldout | user7_heldout | user7_graph | churn_steady | user8_heldout | user8_sgd | t5_read | pythia_fixes | compile_model
+#   (default: all but item, repeat2, churn_heldout, rules_heldout, user7_heldout, user7_graph, churn_steady, user8_heldout, user8_sgd, t5_read, pythia_fixes, compile_model and the h100 groups, which re-record earlier runs). Runs land in OUT_DIR/ab_traced/<problem>/, AB_RESULT lines on stdout.
 set -u
 OUTD=${1:-/tmp/tv_ab_traced}
 shift || true
@@ -370,6 +370,16 @@ h100_fixed)  # the fixed programs of eight H100 twins traced alone, each in a pr
     --heads 16 --kv-heads 4 --seq 1024 --batch 4 --amp
   run resnet50_empty_cache_h100_fixed $C --name resnet50_empty_cache_h100_fixed -- $F --model resnet50 --batch 32 --amp \
     --channels-last
+  ;;
+compile_model)  # session 65: what a compiled graph costs the host per kernel it keeps (the calibration of
+  # elementwise-chain's whole-model transform, BLOCKS lines), then two models compiled that no fit has seen
+  mkdir -p "$OUTD/ab_traced"
+  $PY -m collectors.examples.compile_call_cost --blocks norm,mm --calls ${BLOCK_CALLS:-400} \
+    | grep "^BLOCKS" > "$OUTD/ab_traced/compile_blocks_h100.ndjson"
+  for p in electra_fp32 qwen2_eager; do
+    AB="$PY -m collectors.examples.ab_twin --rounds ${COMPILE_ROUNDS:-2}" ab "${p}_compile_ab" \
+      "user_programs --prog $p --time --fixed" "user_programs --prog $p --time --fixed --compile"
+  done
   ;;
 compile_call)  # the compiled call's own host cost: elementwise chains small enough that it decides the step
   run elementwise_8mib_eager $C --name elementwise_8mib_eager -- $AB "elementwise_chain --mib 8" \
