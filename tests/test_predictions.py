@@ -104,6 +104,7 @@ MISSES_SAME_PROCESS = {  # fmt: skip
     # held out: two more models under torch.compile (compile_model, H100, session 65), scored as they came
     ("ab_traced", "electra_fp32_compile_ab", "electra_bf16_compiled_ab"): "6.103 predicted vs 4.540 ms measured (+34%); the rounds in one process measured 2.6 to 6.5 ms; held out (HF ELECTRA-base in BF16 under torch.compile): a host-bound step (GPU busy 37 %) whose compiled graphs keep about 1130 kernels a step, each launched from Inductor's wrapper at about 1.5 eager ops of host time (compile_blocks_h100.ndjson), which the chain-only transform does not charge (the whole-model transform on branch wip/compiled-model: 4.25 ms, -6 %)",
     ("ab_traced", "qwen2_eager_compile_ab", "qwen2_sdpa_compiled_ab"): "6.643 predicted vs 14.467 ms measured (-54%); the rounds in one process measured 12.2 to 16.7 ms; held out (HF Qwen2 with SDPA under torch.compile): a host-bound step (GPU busy 65 %) where Inductor drops the dispatch and Python of every op it compiles (RMSNorm, rotary, views), not only the chains it fuses; the compiled step ran 11.95 ms; the whole-model transform on branch wip/compiled-model replays it at 15.6 (saving 8.95, -38 %)",
+    ("ab_traced", "llama_tiny_compile_ab", "llama_tiny_compiled_ab"): "3.296 predicted vs 4.885 ms measured (-33%); the rounds in one process measured 4.4 to 5.3 ms; held out (HF Llama, 4 layers, batch 1 x 64 tokens, under torch.compile; compile_host, session 65): a host-bound step on both sides; the compiled program's own trace (llama_tiny_compile_ab_fixed) runs 317 kernels a step where the eager step runs 698 and the chains' fusion leaves 587: Inductor fuses well beyond the runs of consecutive pointwise kernels the rule finds, and drops the dispatch and Python of the RMSNorm, rotary and view ops it folds, which the chain fusion does not price",
     ("ab_traced", "effnet_graph", "effnet_cuda_graph"): "1.649 predicted vs 0.329 ms measured (+402%), at info (2.8 % of the step); a device-bound step (33.5 ms of kernels in a CUDA graph, 33.9 eager) whose host time the measurement does not fix",
 }
 
@@ -138,7 +139,7 @@ def test_same_process_labels_are_current():
     for t in labels["twins"]:  # the saving is the median of the rounds' differences, as ab_twin.py measures it
         r = sorted(t["per_round_saving_ms"])
         assert min(r) <= t["measured_fix_saving_ms"] <= max(r)
-    assert len(SAME_PROCESS) == 109 and set(MISSES_SAME_PROCESS) <= {(t["set"], t["problem"], t["fixed"]) for t in SAME_PROCESS}
+    assert len(SAME_PROCESS) == 112 and set(MISSES_SAME_PROCESS) <= {(t["set"], t["problem"], t["fixed"]) for t in SAME_PROCESS}
 
 
 def _bar(anchored: bool) -> list[bool]:
@@ -160,11 +161,11 @@ def test_the_bar_is_the_docs_headline():
     # scoreboard counted here is the one docs/predictions.md states, twin for twin
     hits = _bar(anchored=False)
     m = re.search(r"Within ±20 %: \*\*(\d+) of (\d+)\*\*", (SAMPLES.parent / "docs/predictions.md").read_text())
-    assert m and (sum(hits), len(hits)) == (int(m[1]), int(m[2])) and len(hits) == 139
+    assert m and (sum(hits), len(hits)) == (int(m[1]), int(m[2])) and len(hits) == 142
 
 
-@pytest.mark.xfail(strict=True, reason="98 of 139 (71 %) since two more compiled models (session 65: HF ELECTRA and Qwen2, both "
-                   "misses), 98 of 137 since GPT-NeoX's two larger fixes (session 64: its CUDA graph a hit, "
+@pytest.mark.xfail(strict=True, reason="100 of 142 (70 %) since five more compiled models (session 65: HF ELECTRA and Qwen2 "
+                   "misses; HF GPT-2 and BERT at batch 1-2 hits, Llama a miss), 98 of 137 since GPT-NeoX's two larger fixes (session 64: its CUDA graph a hit, "
                    "its torch.compile a miss) and 95 of 131 since the seventh set's one-process twins (session 61: "
                    "three of ten resolved savings within ±20 %, held out and scored as they came) and the fixed loop's "
                    "own pace (unfused-optimizer's fix lets the host lead: GPT-2 on the H100 -32 -> -10 %), after 91 of "

@@ -245,6 +245,11 @@ TWINS: dict[str, tuple[str, str, str | None, str | None]] = {
     # their eager step, which no fit has seen
     "electra_fp32_compile_ab": ("electra_bf16_compiled_ab", "elementwise-chain", None, None),
     "qwen2_eager_compile_ab": ("qwen2_sdpa_compiled_ab", "elementwise-chain", None, None),
+    # held out (`record_ab_traced.sh compile_host`, H100, session 65): torch.compile on HF GPT-2, BERT and Llama at
+    # batch 1-2 x 64 tokens, where the host decides both steps; each compiled program traced alone too (*_fixed)
+    "gpt2_tiny_compile_ab": ("gpt2_tiny_compiled_ab", "elementwise-chain", None, None),
+    "bert_tiny_compile_ab": ("bert_tiny_compiled_ab", "elementwise-chain", None, None),
+    "llama_tiny_compile_ab": ("llama_tiny_compiled_ab", "elementwise-chain", None, None),
 }
 #: twins whose fix changes nothing by construction (the same program on both sides): a control, never scored
 CONTROLS = {"gpt2_vocab_padded", "llama_ctl"}

@@ -6,8 +6,8 @@
 #   GROUP: real | synth | loader | heldout | ddp | fixes | aligned | aligned_heldout | fused | compile_call | item |
 #   autocast_heldout | tf32_heldout | attn_heldout | queue_heldout | attn_flops_heldout | causal_heldout |
 #   autocast_host | unseen | unseen_more | unseen2 | repeat2 | h100_a | h100_b | h100_c | h100_fixed | churn_heldout |
-#   rules_heldout | user7_heldout | user7_graph | churn_steady | user8_heldout | user8_sgd | t5_read | pythia_fixes | compile_model
-#   (default: all but item, repeat2, churn_heldout, rules_heldout, user7_heldout, user7_graph, churn_steady, user8_heldout, user8_sgd, t5_read, pythia_fixes, compile_model and the h100 groups, which re-record earlier runs). Runs land in OUT_DIR/ab_traced/<problem>/, AB_RESULT lines on stdout.
+#   rules_heldout | user7_heldout | user7_graph | churn_steady | user8_heldout | user8_sgd | t5_read | pythia_fixes | compile_model | compile_host
+#   (default: all but item, repeat2, churn_heldout, rules_heldout, user7_heldout, user7_graph, churn_steady, user8_heldout, user8_sgd, t5_read, pythia_fixes, compile_model, compile_host and the h100 groups, which re-record earlier runs). Runs land in OUT_DIR/ab_traced/<problem>/, AB_RESULT lines on stdout.
 set -u
 OUTD=${1:-/tmp/tv_ab_traced}
 shift || true
@@ -379,6 +379,16 @@ compile_model)  # session 65: what a compiled graph costs the host per kernel it
   for p in electra_fp32 qwen2_eager; do
     AB="$PY -m collectors.examples.ab_twin --rounds ${COMPILE_ROUNDS:-2}" ab "${p}_compile_ab" \
       "user_programs --prog $p --time --fixed" "user_programs --prog $p --time --fixed --compile"
+  done
+  ;;
+compile_host)  # session 65: torch.compile on real models at sizes where the host decides the step (batch 1-2,
+  # 64 tokens): what the compiled graphs cost the host, with no device time to hide it (TRACE_FIXED=1: the compiled
+  # program traced alone too, its kernels counted)
+  for spec in "gpt2_tiny_compile_ab|real_models --model gpt2 --attn sdpa --amp --batch 1 --seq 64 --vocab 50304" \
+              "bert_tiny_compile_ab|real_models --model bert --layers 12 --d 768 --heads 12 --seq 64 --batch 2 --amp --vocab 30528" \
+              "llama_tiny_compile_ab|real_models --model llama --layers 4 --d 1024 --heads 16 --kv-heads 4 --seq 64 --batch 1 --amp"; do
+    name=${spec%%|*}; prog=${spec#*|}
+    AB="$PY -m collectors.examples.ab_twin --rounds ${COMPILE_ROUNDS:-3}" ab "$name" "$prog --steps 30" "$prog --compile --steps 30"
   done
   ;;
 compile_call)  # the compiled call's own host cost: elementwise chains small enough that it decides the step
