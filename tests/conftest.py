@@ -26,6 +26,12 @@ def load(rel: str):
 
 
 @functools.cache
+def ab_twins() -> dict[str, dict]:
+    """The one-process twins (sample_traces/ab_traced/labels.json, written by tools/ab_labels.py), by problem."""
+    return {t["problem"]: t for t in json.loads((SAMPLES / "ab_traced/labels.json").read_text())["twins"]}
+
+
+@functools.cache
 def raw_events(rel: str) -> list[dict]:
     """The trace decoded independently (stdlib json), for cross-checks."""
     with gzip.open(SAMPLES / rel, "rt") as fh:

@@ -13,7 +13,7 @@ import statistics
 
 import polars as pl
 import pytest
-from conftest import SAMPLES
+from conftest import SAMPLES, ab_twins
 from test_host_sync_twins import host_speed_ratio
 from traceview.rules import BY_NAME
 from traceview.rules import allocator_churn as AC
@@ -42,8 +42,7 @@ def _fixed_step_ms(rel: str) -> float:
 
 
 def _ab() -> dict[str, dict]:
-    return {t["problem"]: t for t in json.loads((SAMPLES / "ab_traced/labels.json").read_text())["twins"]
-            if t["rule"] == RULE}
+    return {k: t for k, t in ab_twins().items() if t["rule"] == RULE}
 
 
 def _unprofiled_ms(rel: str) -> float:

@@ -3,15 +3,14 @@ at the fitted profiler cost's host, which the trace does not measure; the bound 
 host as fast as the profiler model allows. Checked on the bundled twins against the saving measured in the process
 that took the trace (sample_traces/ab_traced labels)."""
 
-import json
 
 import pytest
-from conftest import SAMPLES
+from conftest import SAMPLES, ab_twins
 
 from traceview.analyses.fixes import DEVICE_HELD
 from traceview.report import analyze
 
-LABELS = {t["problem"]: t for t in json.loads((SAMPLES / "ab_traced/labels.json").read_text())["twins"]}
+LABELS = ab_twins()
 
 
 def _fix(run: str, rule: str) -> tuple[dict, dict]:

@@ -14,7 +14,7 @@ from pathlib import Path
 
 import polars as pl
 import pytest
-from conftest import SAMPLES, raw_events
+from conftest import SAMPLES, ab_twins, raw_events
 
 import traceview
 from traceview.options import Options
@@ -498,8 +498,7 @@ def test_a_host_bound_loops_empty_cache_is_priced_at_its_recorded_driver_time():
     assert f["evidence"]["empty_cache_frees"] / steps > 50 and recorded_ms > 10
     saved_ms = f["savings_us"] / 1000
     assert 0.85 * recorded_ms <= saved_ms <= 1.05 * recorded_ms, (saved_ms, recorded_ms)
-    (label,) = [t for t in json.loads((SAMPLES / "ab_traced/labels.json").read_text())["twins"]
-                if t["problem"] == "resnet50_empty_cache_h100"]
+    label = ab_twins()["resnet50_empty_cache_h100"]
     assert abs(saved_ms / label["measured_fix_saving_ms"] - 1) <= 0.20
     # what the churn costs beyond its driver calls is not in the trace: the text calls the saving a floor
     assert "a floor" in f["fix"] and "other host work" in f["fix"]

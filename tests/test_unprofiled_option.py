@@ -12,7 +12,7 @@ import subprocess
 import sys
 
 import pytest
-from conftest import SAMPLES
+from conftest import SAMPLES, ab_twins
 
 from traceview import report
 from traceview.errors import TraceError
@@ -23,8 +23,7 @@ TINY = SAMPLES / "gpu_h200/launch_bound_tiny_ops.json.gz"
 
 
 def _label(name: str) -> dict:
-    twins = json.loads((SAMPLES / "ab_traced/labels.json").read_text())["twins"]
-    return next(t for t in twins if t["problem"] == name)
+    return ab_twins()[name]
 
 
 def _entry(path, ms: float | None) -> dict:

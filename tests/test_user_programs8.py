@@ -9,7 +9,7 @@ from __future__ import annotations
 import statistics
 
 import pytest
-from conftest import SAMPLES, estimate_errors, finding, iqr, run_doc
+from conftest import SAMPLES, ab_twins, estimate_errors, finding, iqr, run_doc
 
 SET = SAMPLES / "ab_traced"
 RUNS = ("pythia_eager_ab", "wide_resnet_fp32_ab", "t5_item_ab", "resnet50_sgd_loop_ab", "regnet_empty_cache_ab")
@@ -84,9 +84,7 @@ def test_the_terminal_labels_a_saving_left_after_a_larger_fix() -> None:
 
 
 def _labels(problem: str) -> dict:
-    import json
-
-    return next(t for t in json.loads((SET / "labels.json").read_text())["twins"] if t["problem"] == problem)
+    return ab_twins()[problem]
 
 
 def test_the_sgd_program_again_foreach_unresolved_fused_resolved() -> None:
