@@ -37,6 +37,14 @@ the GEMM epilogue, fused activations (`_addmm_activation`), fused norms/softmax.
 for a hot custom chain. A chain of kernels that are already Triton kernels is info: something (a graph break,
 a fallback op) keeps them apart.
 
+The saving prices the chains' fusion: their kernels, and the launches of the ops fused away. Compiling the whole
+model does more on the host: the eager dispatch and Python of every op Inductor compiles go, and its wrapper
+launches each kernel it keeps (about 1.5 eager ops' host time a kernel, measured: `compile_blocks_h100.ndjson`);
+Inductor keeps 0.54-0.77 times the kernels the chains leave (its fusion reaches into reductions, norms and GEMM
+epilogues). Where the host holds part of the step (the GPU busy for less than `fixes.DEVICE_HELD` of the
+unprofiled step) the fix text says so, with what the whole model compiled saved against this estimate on eight
+training models (`COMPILE_RATIO`: 0.74 to 2.18 times, 1.34 at the median; docs/predictions.md).
+
 ## Evidence
 Per chain pattern: the kernels and ops in order, kernels per chain, bytes moved per chain (from the
 launching ops' `Input Dims`/`Input type`: Σ inputs + output per kernel, TraceLens formulas), the fused
@@ -89,6 +97,7 @@ import polars as pl
 from traceview.analyses.attention import score_op_ids
 from traceview.analyses.classify import sync_calls
 from traceview.analyses.features import Features
+from traceview.analyses.fixes import DEVICE_HELD
 from traceview.analyses.fusible import (
     MULTI_TENSOR_RE,
     OTHER,
@@ -166,6 +175,33 @@ def fix_for(f: Features, ops: str, kernels: list[str] | None = None) -> str:
                 "region over them (remove the graph break, compile the enclosing function), or use fused forms "
                 "(F.linear with bias instead of mm + add, fused activations, fused norms).")
     return FIX
+
+
+#: measured saving of `torch.compile(model)` over elementwise-chain's priced saving, on the training twins compiled
+#: whole whose fix is compile alone (sample_traces/ab_traced: GPT-2 at batch 8 with a padded vocabulary and at
+#: batch 1, BERT at 512 and at 64 tokens, GPT-NeoX, ELECTRA, Qwen2, Llama; docs/predictions.md): lowest, median,
+#: highest
+COMPILE_RATIO = (0.74, 1.34, 2.18)
+
+
+def compile_note(ctx: RuleContext, kernels: list[str], ops: str) -> str:
+    """What the saving leaves out where the host holds part of the step: compiled whole, the model also loses the
+    eager dispatch of the ops Inductor does not fuse and launches each kernel it keeps from its wrapper, which the
+    chains' fusion does not price (docs/predictions.md, "The compiled whole model"). Empty where the trace already
+    compiles, the chain holds no eager kernel, or the GPU is busy for DEVICE_HELD of the unprofiled step or more
+    (the host's cost is then off the critical path)."""
+    if ctx.features.compiled or ctx.features.triton_kernels or info_only(ops, kernels):
+        return ""
+    busy = float((ctx.profiler.get("estimate") or {}).get("gpu_busy_per_step_us") or 0.0)
+    step = float(ctx.profiler.get("unprofiled_step_ns") or 0.0) / 1000
+    if busy <= 0 or step <= 0 or busy >= DEVICE_HELD * step:
+        return ""
+    lo, mid, hi = COMPILE_RATIO
+    return (f" This saving prices the chains' fusion alone. Compiled whole, the model also loses the eager dispatch "
+            f"and Python of every op Inductor compiles, and its wrapper launches each kernel it keeps: with the GPU "
+            f"idle {100 * (1 - busy / step):.0f} % of this step without the profiler, that moves the saving either "
+            f"way (on eight training models compiled whole, {lo:g} to {hi:g} times this estimate, {mid:g} at the "
+            f"median).")
 
 
 def info_only(ops: str, kernels: list[str]) -> bool:
@@ -415,7 +451,8 @@ def check(ctx: RuleContext) -> list[Finding]:
             title=f"{p['k']} elementwise kernels in a row ({' → '.join(o.replace('aten::', '') for o in p['ops'].split(' → ')[:6])}"
                   f"{' …' if p['k'] > 6 else ''}) could be one fused kernel",
             steps=p["steps"], count=p["count"], cost_ns=p["time"], savings_ns=p["savings"], evidence=ev,
-            fix=fix_for(ctx.features, p["ops"], p["kernels"]), kernel_ids=p["ids"],
+            fix=fix_for(ctx.features, p["ops"], p["kernels"]) + compile_note(ctx, p["kernels"], p["ops"]),
+            kernel_ids=p["ids"],
             # a chain of Triton kernels is what torch.compile already produced: nothing to apply here (a graph
             # break or an unfusable op keeps them apart, the graph-break rules' business)
             severity="info" if info_only(p["ops"], p["kernels"]) else None))

@@ -56,3 +56,43 @@ def test_inductor_keeps_fewer_kernels_than_the_chains_leave(run: str) -> None:
 def test_the_compiled_step_was_faster_in_every_round(run: str) -> None:
     r = json.loads((SET / run / "ab_result.json").read_text())
     assert min(r["per_round_saving_ms"]) > 0 and r["fixed_step_ms"] < r["problem_step_ms"]
+
+
+#: the training twins compiled whole whose fix is torch.compile alone (elementwise-chain's COMPILE_RATIO)
+COMPILED_WHOLE = ("gpt2p_compile", "bertp_compile", "pythia_sdpa_compile_ab", "electra_fp32_compile_ab",
+                  "qwen2_eager_compile_ab", *RUNS)
+
+
+def test_the_compile_ratio_is_what_the_twins_measured() -> None:
+    """COMPILE_RATIO (lowest, median, highest of measured saving over the priced one) recomputed from the twins'
+    rounds and today's prediction: a change to the rule's pricing must restate it."""
+    import statistics
+    import sys
+
+    from conftest import ROOT, ab_twins
+
+    sys.path.insert(0, str(ROOT / "tools"))
+    import predictions as P
+
+    from rules.elementwise_chain import COMPILE_RATIO
+
+    r = [ab_twins()[t]["measured_fix_saving_ms"] / P.predicted_ms(SET / t, "elementwise-chain")
+         for t in COMPILED_WHOLE]
+    assert len(r) == 8
+    assert COMPILE_RATIO == (round(min(r), 2), round(statistics.median(r), 2), round(max(r), 2)), r
+
+
+def _chain_fixes(rel: str) -> list[str]:
+    return [f["fix"] for f in run_doc(SAMPLES / rel)["findings"] if f["rule"] == "elementwise-chain"]
+
+
+def test_the_fix_says_what_compiling_the_whole_model_adds_where_the_host_holds_the_step() -> None:
+    doc = run_doc(SET / "pythia_sdpa_compile_ab")
+    prof = doc["profiling"]
+    idle = 100 * (1 - prof["gpu_busy_per_step_us"] / (prof["unprofiled_step_ms"] * 1000))
+    (fix,) = _chain_fixes("ab_traced/pythia_sdpa_compile_ab")
+    assert f"with the GPU idle {idle:.0f} % of this step without the profiler" in fix and 45 <= idle <= 55
+    # the GPU holds the step (a 128 MiB chain): no note; already compiled: no note
+    assert all("Compiled whole" not in f for f in _chain_fixes("ab_traced/elementwise_128mib_eager"))
+    assert _chain_fixes("collected2/compile_no_break")
+    assert all("Compiled whole" not in f for f in _chain_fixes("collected2/compile_no_break"))
