@@ -1021,9 +1021,7 @@ def main() -> None:
     torch.set_float32_matmul_precision(args.precision)
     if args.no_cudnn_sdpa:
         torch.backends.cuda.enable_cudnn_sdp(False)
-    OPTS.update(amp=args.amp, workers=args.workers, fixed=args.fixed, static_only=args.static_only,
-                pad_vocab=args.pad_vocab, cuda_graph=args.cuda_graph, read=args.read, sgd=args.sgd,
-                compile=args.compile)
+    OPTS.update({k: getattr(args, k) for k in OPTS})  # (each option's default is its argparse default)
     global TIMING
     TIMING = args.time
     torch.manual_seed(0)
