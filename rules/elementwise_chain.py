@@ -116,7 +116,7 @@ from traceview.analyses.windows import host_step_of, step_of
 from traceview.engine import SMALL_ROWS
 from traceview.evidence import Meta, StepSpan
 from traceview.frames import dropnull, members, omit, pick
-from traceview.ruleapi import XPROF_SEVERITY, Finding, Option, RuleContext
+from traceview.ruleapi import XPROF_SEVERITY, Finding, Option, RuleContext, gpu_busy_per_step_ns
 
 CODE = "TV201"
 NAME = "elementwise-chain"
@@ -155,9 +155,10 @@ def _names(ops: list[str], idx: list[int], n: int = 4) -> str:
     return ", ".join(seen[:n]) + (" …" if len(seen) > n else "")
 
 
-def fix_for(f: Features, ops: str, kernels: list[str] | None = None) -> str:
+def fix_for(f: Features, ops: str, kernels: list[str] | None = None, note: str = "") -> str:
     """The fix, conditioned on what the chain's kernels are and what the trace already does: Triton kernels are
-    already compiled, and only the others are eager kernels."""
+    already compiled, and only the others are eager kernels. `note` (`compile_note`) follows the advice to compile
+    eager kernels, and only it."""
     op_list = ops.split(" → ")
     kinds = kernel_kinds(op_list, kernels if kernels is not None else op_list)
     k = len(op_list)
@@ -174,7 +175,7 @@ def fix_for(f: Features, ops: str, kernels: list[str] | None = None) -> str:
                 f"({_names(op_list, kinds['eager'])}: a graph break, or code left uncompiled): extend the compiled "
                 "region over them (remove the graph break, compile the enclosing function), or use fused forms "
                 "(F.linear with bias instead of mm + add, fused activations, fused norms).")
-    return FIX
+    return FIX + note
 
 
 #: measured saving of `torch.compile(model)` over elementwise-chain's priced saving, on the training twins compiled
@@ -184,16 +185,14 @@ def fix_for(f: Features, ops: str, kernels: list[str] | None = None) -> str:
 COMPILE_RATIO = (0.74, 1.34, 2.18)
 
 
-def compile_note(ctx: RuleContext, kernels: list[str], ops: str) -> str:
+def compile_note(ctx: RuleContext) -> str:
     """What the saving leaves out where the host holds part of the step: compiled whole, the model also loses the
     eager dispatch of the ops Inductor does not fuse and launches each kernel it keeps from its wrapper, which the
-    chains' fusion does not price (docs/predictions.md, "The compiled whole model"). Empty where the trace already
-    compiles, the chain holds no eager kernel, or the GPU is busy for DEVICE_HELD of the unprofiled step or more
-    (the host's cost is then off the critical path)."""
-    if ctx.features.compiled or ctx.features.triton_kernels or info_only(ops, kernels):
-        return ""
-    busy = float((ctx.profiler.get("estimate") or {}).get("gpu_busy_per_step_us") or 0.0)
-    step = float(ctx.profiler.get("unprofiled_step_ns") or 0.0) / 1000
+    chains' fusion does not price (docs/predictions.md, "The compiled whole model"). Empty where the GPU is busy for
+    DEVICE_HELD of the unprofiled step or more (the host's cost is then off the critical path); `fix_for` adds it to
+    the eager advice only (a trace that compiles already gets its own)."""
+    busy = gpu_busy_per_step_ns(ctx.profiler)
+    step = float(ctx.profiler.get("unprofiled_step_ns") or 0.0)
     if busy <= 0 or step <= 0 or busy >= DEVICE_HELD * step:
         return ""
     lo, mid, hi = COMPILE_RATIO
@@ -451,8 +450,7 @@ def check(ctx: RuleContext) -> list[Finding]:
             title=f"{p['k']} elementwise kernels in a row ({' → '.join(o.replace('aten::', '') for o in p['ops'].split(' → ')[:6])}"
                   f"{' …' if p['k'] > 6 else ''}) could be one fused kernel",
             steps=p["steps"], count=p["count"], cost_ns=p["time"], savings_ns=p["savings"], evidence=ev,
-            fix=fix_for(ctx.features, p["ops"], p["kernels"]) + compile_note(ctx, p["kernels"], p["ops"]),
-            kernel_ids=p["ids"],
+            fix=fix_for(ctx.features, p["ops"], p["kernels"], compile_note(ctx)), kernel_ids=p["ids"],
             # a chain of Triton kernels is what torch.compile already produced: nothing to apply here (a graph
             # break or an unfusable op keeps them apart, the graph-break rules' business)
             severity="info" if info_only(p["ops"], p["kernels"]) else None))

@@ -72,7 +72,7 @@ from traceview.analyses.windows import step_of
 from traceview.engine import IN_MEMORY
 from traceview.evidence import UNSET, Meta, OpCount, ProfilerNote, Span, UnsetType
 from traceview.frames import dropnull, members, pick
-from traceview.ruleapi import Finding, RuleContext, profiler_source_text, xprof_severity
+from traceview.ruleapi import Finding, RuleContext, gpu_busy_per_step_ns, profiler_source_text, xprof_severity
 
 CODE = "TV101"
 NAME = "launch-bound"
@@ -321,7 +321,7 @@ def _profiler_check(ctx: RuleContext, cost: int) -> tuple[str | None, float, Pro
     unprof = float(prof.get("unprofiled_step_ns") or 0.0) * n
     if not n or not unprof:
         return None, float(cost), None
-    gpu = 1000 * float((prof.get("estimate") or {}).get("gpu_busy_per_step_us") or 0.0) * n
+    gpu = gpu_busy_per_step_ns(prof) * n
     left = max(0.0, min(cost - over, unprof - gpu))
     left_pct = 100.0 * left / unprof
     how = profiler_source_text(prof)

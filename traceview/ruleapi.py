@@ -295,6 +295,12 @@ def profiler_cost(trace: Trace, steps: pl.DataFrame, unprofiled_ms: float | None
 PROFILER_SOURCE_TEXT = {"manifest": "measured by the collector", "user": "measured by you (--unprofiled-ms)"}
 
 
+def gpu_busy_per_step_ns(prof: Mapping[str, Any]) -> float:
+    """The GPU's busy time per analysed step of `profiler_cost` (ns; 0.0 where the estimate has none): the device's
+    own work, which the profiler does not slow, beside `unprofiled_step_ns`."""
+    return 1000 * float((prof.get("estimate") or {}).get("gpu_busy_per_step_us") or 0.0)
+
+
 def profiler_source_text(prof: Mapping[str, Any]) -> str:
     """How the profiler's cost of `profiler_cost` was found, for a finding's note."""
     return PROFILER_SOURCE_TEXT.get(prof.get("source") or "", "estimated from the recorded events")
