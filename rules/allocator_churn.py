@@ -207,7 +207,7 @@ def _retries(calls: pl.DataFrame) -> pl.DataFrame:
         )
         .filter(pl.col("_retry"))
         .drop("_retry")
-        .sort("step", "parent")
+        .sort("step", "parent", maintain_order=True)
     )
 
 
@@ -349,7 +349,7 @@ def _churn_host(ctx: RuleContext, drv: pl.DataFrame) -> dict[int, int]:
            .join(kids, left_on="i", right_on="parent", how="left")
            .with_columns(_t=pl.col("end") - pl.col("ts") - pl.col("_kids").fill_null(0)))
     cut = _excess(ops, pl.col("i").is_in(missed.implode()), ["name", "tid"])
-    calls = (h.filter(pl.col("cat").cast(pl.String).is_in(["cuda_runtime", "cuda_driver"])).sort("tid", "ts")
+    calls = (h.filter(pl.col("cat").cast(pl.String).is_in(["cuda_runtime", "cuda_driver"])).sort("tid", "ts", maintain_order=True)
              .with_columns(_after=pl.col("i").shift(1).over("tid").is_in(drv["i"].implode()),
                            _t=pl.col("end") - pl.col("ts"))
              .filter(pl.col("name").str.contains(LAUNCH_CALL_RE)))

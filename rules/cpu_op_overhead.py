@@ -305,7 +305,7 @@ def check(ctx: RuleContext) -> list[Finding]:
     m = ctx.once("model", lambda: _model(ctx))
     n = steps.height
     names = (tiny.group_by("name").agg(pl.len().alias("calls"), pl.col("dur").median().alias("med"))
-             .sort("calls", "name", descending=[True, False]).head(5))
+             .sort("calls", "name", descending=[True, False], maintain_order=True).head(5))
     split = ctx.cpu.get("totals") or {}
     share = ctx.pct(cost)
     ev = Evidence(

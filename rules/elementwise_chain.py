@@ -426,7 +426,7 @@ def check(ctx: RuleContext) -> list[Finding]:
                  pl.col("chain").sort_by(["savings", "ts"], descending=[True, False]).first().alias("worst"),
                  pl.col("kernels").sort_by("ts").first(), pl.col("ids").explode().alias("ids"))
             .with_columns(pct=100.0 * pl.col("savings") / window)
-            .filter(pl.col("pct") >= opts["min_savings_pct"]).sort(["savings", "ops"], descending=[True, False]))
+            .filter(pl.col("pct") >= opts["min_savings_pct"]).sort(["savings", "ops"], descending=[True, False], maintain_order=True))
     out = []
     for p in pats.to_dicts():  # one per chain pattern: a handful
         w = per.filter(pl.col("chain") == p["worst"]).to_dicts()[0]

@@ -265,11 +265,11 @@ def check(ctx: RuleContext) -> list[Finding]:
     flops = k.filter(pl.col("flops").is_not_null())
     achieved = float(flops["flops"].sum()) / (float(flops["dur"].sum()) / 1e9) if flops.height else None
     ops = (k.lazy().group_by("op_name").agg(pl.len().alias("count"), pl.col("dur").sum())
-           .sort(["dur", "op_name"], descending=[True, False], nulls_last=True).head(5).collect(**CHAIN))
+           .sort(["dur", "op_name"], descending=[True, False], nulls_last=True, maintain_order=True).head(5).collect(**CHAIN))
     low = _low_precision_gemms(ctx)
     evidence = Evidence(
         kernels=k.height, kernel_time_us=round(cost / 1000, 3),
-        top_kernel=str(k.sort(["dur", "i"], descending=[True, False])["name"][0])[:160],
+        top_kernel=str(k.sort(["dur", "i"], descending=[True, False], maintain_order=True)["name"][0])[:160],
         ops=[OpTime(op=r["op_name"], count=r["count"], time_us=round(r["dur"] / 1000, 3)) for r in ops.to_dicts()],
         achieved_tflops=round(achieved / 1e12, 1) if achieved else None,
         fp32_peak_tflops=spec.fp32_tflops, tf32_peak_tflops=spec.tf32_tflops, bf16_peak_tflops=spec.tc_tflops,
@@ -524,7 +524,7 @@ def _activation_casts(ctx: RuleContext, outer: pl.Series) -> dict[int, list[int]
     # between but that op's own, reads that op's input
     new = ((pl.col("dims") != pl.col("dims").shift(1).over("tid"))
            | (pl.col("k").fill_null(-1) - pl.col("k").shift(1).over("tid").fill_null(-1) > 1))
-    got = got.sort("tid", "ts").with_columns(run=new.fill_null(True).cum_sum().over("tid"))
+    got = got.sort("tid", "ts", maintain_order=True).with_columns(run=new.fill_null(True).cum_sum().over("tid"))
     got = got.with_columns(cast=pl.col("fp32").first().over("tid", "run").fill_null(False))
     per = got.filter("cast").group_by("i", maintain_order=True).agg(pl.col("e"))
     return {int(i): [int(x) for x in e] for i, e in per.iter_rows()}

@@ -254,9 +254,9 @@ def check(ctx: RuleContext) -> list[Finding]:
     priced = rule_savings(ctx, {"epilogue": fused, "compile": compiled})  # per step, unprofiled terms
     gemms = ctx.trace.gpu.filter(pl.col("i").is_in(e["gemm_i"].unique().implode()))
     per_gemm = e.group_by("gemm_i").agg(pl.col("dur").sum().alias("t"), pl.col("ts").min(), pl.col("end").max(),
-                                        pl.col("step").first()).sort(["t", "gemm_i"], descending=[True, False])
+                                        pl.col("step").first()).sort(["t", "gemm_i"], descending=[True, False], maintain_order=True)
     w = per_gemm.row(0, named=True)
-    ops = e.group_by("role", "op").agg(pl.len().alias("count"), pl.col("dur").sum()).sort(["dur", "op"], descending=[True, False])
+    ops = e.group_by("role", "op").agg(pl.len().alias("count"), pl.col("dur").sum()).sort(["dur", "op"], descending=[True, False], maintain_order=True)
     bias = bool((e["role"] == "bias").any())
     gemm_op = str(e["gemm_op"].mode().sort()[0])
     evidence = Evidence(

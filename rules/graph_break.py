@@ -194,8 +194,8 @@ def boundary_chains(ctx: RuleContext, b: pl.DataFrame) -> pl.DataFrame:
     # keep the run touching the break: after A's last non-elementwise kernel, before B's first one
     a = a.filter(pl.col("_elem") & (pl.col("launch_ts") > pl.col("launch_ts").filter(~pl.col("_elem")).max()
                                     .over("chain").fill_null(-1)))
-    r = r.sort("chain", "launch_ts").filter(pl.col("_elem").cum_min().over("chain").cast(pl.Boolean))
-    ch = pl.concat([a, r]).sort("chain", "_side", "launch_ts").with_columns(
+    r = r.sort("chain", "launch_ts", maintain_order=True).filter(pl.col("_elem").cum_min().over("chain").cast(pl.Boolean))
+    ch = pl.concat([a, r]).sort("chain", "_side", "launch_ts", maintain_order=True).with_columns(
         pos=pl.int_range(pl.len()).over("chain"), k=pl.len().over("chain"),
         _sides=pl.col("_side").n_unique().over("chain"))
     ch = ch.filter((pl.col("_sides") == 2) & (pl.col("k") >= 2))
@@ -272,7 +272,7 @@ def check(ctx: RuleContext) -> list[Finding]:
         calls = host_step_of(calls, ctx.steps, "ts").filter(pl.col("step").is_not_null()).height
         # the break to show: the first that reads a GPU value on the host, else the first with eager code (a
         # nested region with none is a callee Dynamo could not inline because of a break inside it)
-        first = x.sort(pl.col("sync").not_(), pl.col("eager_ops").list.len().fill_null(0) == 0, "ts").row(0, named=True)
+        first = x.sort(pl.col("sync").not_(), pl.col("eager_ops").list.len().fill_null(0) == 0, "ts", maintain_order=True).row(0, named=True)
         bc = boundary_chains(ctx, x)
         eager = first["eager_ops"] or []
         evidence = Evidence(

@@ -254,7 +254,7 @@ def check(ctx: RuleContext) -> list[Finding]:
                    pl.col("name").value_counts(sort=True).alias("calls"), pl.col("root_name").drop_nulls().mode().sort().first(),
                    pl.col("api_name").drop_nulls().mode().sort().first(),
                    pl.col("i").sort_by(["cost", "ts"], descending=[True, False]).first().alias("worst"), pl.col("op").alias("ops"))
-              .sort(["cost", "cause"], descending=[True, False]))
+              .sort(["cost", "cause"], descending=[True, False], maintain_order=True))
     out = []
     for g in groups.to_dicts():  # one per (cause, source line): a handful
         w = s.filter(pl.col("i") == g["worst"]).to_dicts()[0]

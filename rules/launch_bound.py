@@ -170,7 +170,7 @@ def check(ctx: RuleContext) -> list[Finding]:
     ).select("i", "ts", "op").collect(**IN_MEMORY)  # (the next kernel's name and stream: its row alone, below)
     del gaps  # (every late gap's row: read above only)
     after = join_by_id(after, "op", trace.host, pl.col("name").alias("op_name"))
-    top_after = (after.group_by("op_name").len().sort(["len", "op_name"], descending=[True, False]).head(5))
+    top_after = (after.group_by("op_name").len().sort(["len", "op_name"], descending=[True, False], maintain_order=True).head(5))
     nxt = (join_by_id(after.filter(pl.col("ts") == lg.get("end")).head(1), "i", trace.gpu, "name", "stream").to_dicts()
            if lg else [])
     ms = window / 1e6
@@ -284,7 +284,7 @@ def step_syncs(ctx: RuleContext) -> tuple[int, str | None]:
     if s.height == 0:
         return 0, None
     ops = join_by_id(s.select("op").filter(pl.col("op").is_not_null()), "op", ctx.trace.host, "name")
-    top = ops.group_by("name").len().sort(["len", "name"], descending=[True, False]).head(1)
+    top = ops.group_by("name").len().sort(["len", "name"], descending=[True, False], maintain_order=True).head(1)
     return s.height, (top["name"][0] if top.height else None)
 
 

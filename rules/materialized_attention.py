@@ -330,7 +330,7 @@ def check(ctx: RuleContext) -> list[Finding]:
     ops = (
         k.group_by("op_name")
         .agg(pl.len().alias("count"), pl.col("dur").sum())
-        .sort(["dur", "op_name"], descending=[True, False], nulls_last=True)
+        .sort(["dur", "op_name"], descending=[True, False], nulls_last=True, maintain_order=True)
     )
     evidence = Evidence(
         score_shape=ScoreShape(heads=top["heads"], n_q=top["n_q"], n_kv=top["n_kv"]),
@@ -383,10 +383,10 @@ def fix_transform(ctx: RuleContext) -> Transform | None:
     # the fused kernel sits on the call's first score GEMM (the op that stays, `host_extents`), else its first;
     # a transform never lengthens a kernel, so a fused time longer than that kernel fills the call's next longest
     # ones in turn (an FP32 run's fused call can outlast its first GEMM: GPT-2 at 1024 tokens, 400 against 212 µs)
-    first = k.sort("call", pl.col("gemm").not_(), "run", "pos").group_by("call", maintain_order=True).first()["i"]
+    first = k.sort("call", pl.col("gemm").not_(), "run", "pos", maintain_order=True).group_by("call", maintain_order=True).first()["i"]
     fill = (k.join(runs, on="call", how="left")
             .sort("call", pl.col("i").is_in(first.implode()).not_(), pl.col("dur"), "run", "pos",
-                  descending=[False, False, True, False, False])
+                  descending=[False, False, True, False, False], maintain_order=True)
             .with_columns(before=pl.col("dur").cum_sum().over("call") - pl.col("dur"))
             .select("i", new=(pl.col("fused_time") - pl.col("before")).clip(0, pl.col("dur")).cast(pl.Int64)))
     k = k.join(fill, on="i", how="left")
@@ -428,7 +428,7 @@ def host_extents(ctx: RuleContext, k: pl.DataFrame) -> list[tuple[int, int, int]
     # the call: the top op of the attention call's first score GEMM (the first kernel's where it has none); the
     # call's other runs keep no op of their own (Llama's repeat_kv copies, its P·V matmul)
     call = (
-        k.sort("call", pl.col("gemm").not_(), "run", "pos")
+        k.sort("call", pl.col("gemm").not_(), "run", "pos", maintain_order=True)
         .group_by("call", maintain_order=True)
         .first()
         .select("call", pl.col("top").alias("call_op"), pl.col("_tid").alias("tid"), pl.col("_ts").alias("cts"),
@@ -467,7 +467,7 @@ def _count_in(points: pl.DataFrame, windows: pl.DataFrame) -> pl.Series:
     """For each window [lo, hi] of `windows` (tid, lo, hi), how many of `points` (tid, t) fall in it (lo, hi]."""
     import numpy as np
 
-    p = points.select(pl.col("tid").cast(pl.Int64), pl.col("t").cast(pl.Int64)).drop_nulls().sort("tid", "t")
+    p = points.select(pl.col("tid").cast(pl.Int64), pl.col("t").cast(pl.Int64)).drop_nulls().sort("tid", "t", maintain_order=True)
     key = p["tid"].to_numpy() * (1 << 42) + p["t"].to_numpy()
     w_tid = windows["tid"].cast(pl.Int64).to_numpy() * (1 << 42)
     lo = np.searchsorted(key, w_tid + windows["lo"].cast(pl.Int64).to_numpy(), side="right")

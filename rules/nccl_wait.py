@@ -181,7 +181,7 @@ def check(ctx: RuleContext) -> list[Finding]:
     pct = 100.0 * exposed / window
     per = part.group_by("step").agg((pl.col("end") - pl.col("ts")).sum().alias("t")).sort("step")
     inwin = comm.filter((pl.col("ts") >= lo) & (pl.col("ts") < hi))
-    names = inwin.group_by("name").agg(pl.len(), pl.col("dur").sum()).sort(["dur", "name"], descending=[True, False]).head(5)
+    names = inwin.group_by("name").agg(pl.len(), pl.col("dur").sum()).sort(["dur", "name"], descending=[True, False], maintain_order=True).head(5)
     ev = Evidence(exposed_us=round(exposed / 1000, 3), exposed_pct=round(pct, 2), nccl_kernel_us=round(total / 1000, 3),
                   overlapped_us=round((total - exposed) / 1000, 3), kernels=inwin.height,
                   top_kernels=[NcclKernel(name=r["name"], count=r["len"], us=round(r["dur"] / 1000, 3))

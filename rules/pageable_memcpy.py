@@ -104,7 +104,7 @@ def check(ctx: RuleContext) -> list[Finding]:
               .agg(pl.len().alias("count"), pl.col("dur").sum(), pl.col("bytes").sum(), pl.col("save").sum(),
                    pl.col("name").first().alias("kind"), pl.col("step").unique().sort().alias("steps"),
                    pl.col("i").sort_by(["dur", "ts"], descending=[True, False]).first().alias("worst"), pl.col("i").alias("ids"))
-              .sort(["save", "direction"], descending=[True, False]))
+              .sort(["save", "direction"], descending=[True, False], maintain_order=True))
     out = []
     for g in groups.to_dicts():  # one per (direction, op)
         w = m.filter(pl.col("i") == g["worst"]).to_dicts()[0]

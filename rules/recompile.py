@@ -143,7 +143,7 @@ def check(ctx: RuleContext) -> list[Finding]:
     recompiled = regions.filter(pl.col("name").str.extract(REGION_RE, 2).cast(pl.Int64) > 0)["name"].unique().sort()
     plain = c.filter(~pl.col("name").str.ends_with(" (dynamo_timed)"))  # one of each timed pair
     phases = ((plain if plain.height else c).group_by("name").agg((pl.col("end") - pl.col("ts")).sum().alias("t"))
-              .sort(["t", "name"], descending=[True, False]).head(6))
+              .sort(["t", "name"], descending=[True, False], maintain_order=True).head(6))
     bench = c.filter(pl.col("name").str.starts_with("CachingAutotuner"))
     k = ctx.trace.gpu.select("launch_ts", "dur").filter(pl.col("launch_ts").is_not_null())  # (a filter copies every column)
     bench_gpu = 0

@@ -400,7 +400,7 @@ def check(ctx: RuleContext) -> list[Finding]:
         .agg(
             pl.len().alias("count"), pl.col("dur").sum(), pl.col("blocks").median(), pl.col("op_name").first()
         )
-        .sort(["dur", "name"], descending=[True, False])
+        .sort(["dur", "name"], descending=[True, False], maintain_order=True)
         .head(5)
     )
     sms = num_sms(ctx)

@@ -165,10 +165,10 @@ def check(ctx: RuleContext) -> list[Finding]:
         return []
     spec, cost = ctx.spec, int(k["dur"].sum())
     dims = (k.explode("rows").group_by("rows").agg(pl.col("dur").sum())
-            .sort(["dur", "rows"], descending=[True, False])["rows"].to_list())
-    top = k.sort(["dur", "i"], descending=[True, False]).row(0, named=True)
+            .sort(["dur", "rows"], descending=[True, False], maintain_order=True)["rows"].to_list())
+    top = k.sort(["dur", "i"], descending=[True, False], maintain_order=True).row(0, named=True)
     ops = (k.group_by("op_name").agg(pl.len().alias("count"), pl.col("dur").sum())
-           .sort(["dur", "op_name"], descending=[True, False], nulls_last=True).head(5))
+           .sort(["dur", "op_name"], descending=[True, False], nulls_last=True, maintain_order=True).head(5))
     bpe = int(top["bpe_row"])
     evidence = Evidence(
         kernels=k.height, kernel_time_us=round(cost / 1000, 3),

@@ -534,7 +534,7 @@ def check(ctx: RuleContext) -> list[Finding]:
             p.select(pl.col("ops").explode())
             .group_by("ops")
             .len()
-            .sort(["len", "ops"], descending=[True, False])
+            .sort(["len", "ops"], descending=[True, False], maintain_order=True)
         )
         n = p.height
         pv = _with_variants(ctx, p)

@@ -316,3 +316,34 @@ def test_ignoring_the_rule_skips_its_job_check() -> None:
                   Options.build(ignore=["TV501"])).to_dict()["jobs"][0]
     assert [f["code"] for f in on["findings"]] == ["TV501"] and on["nccl"]["straggler"]["raised"]
     assert off["findings"] == [] and not off["nccl"]["straggler"]["raised"]
+
+
+def _unstable_sorts(src: str) -> list[int]:
+    """Lines of polars sorts over several keys (`.sort(a, b)`, `.sort([a, b])`, `arg_sort_by`) that leave
+    `maintain_order` unset."""
+    out = []
+    for node in ast.walk(ast.parse(src)):
+        if not (isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute)
+                and node.func.attr in ("sort", "arg_sort_by")):
+            continue
+        if isinstance(node.func.value, ast.Name) and node.func.value.id == "np":
+            continue
+        if {k.arg for k in node.keywords} & {"maintain_order", "kind", "axis", "key", "reverse"}:
+            continue
+        n = len(node.args)
+        if n == 1 and isinstance(node.args[0], (ast.List, ast.Tuple)):
+            n = len(node.args[0].elts)
+        if n > 1 or node.func.attr == "arg_sort_by":
+            out.append(node.lineno)
+    return out
+
+
+def test_sorts_over_several_keys_keep_the_order_of_ties() -> None:
+    """polars' sort over several keys leaves ties in an arbitrary order unless `maintain_order=True` (one that may
+    differ with the thread count: the same trace would not give the same document on every machine), and it is
+    the slower path (15x on the replay graph's anchors, 1.3 M rows). Every such sort in the analyzer keeps the
+    order its input gives."""
+    bad = [f"{p.relative_to(ROOT)}:{n}" for p in [*(ROOT / "traceview").rglob("*.py"), *(ROOT / "rules").rglob("*.py")]
+           for n in _unstable_sorts(p.read_text())]
+    assert not bad, bad
+    assert _unstable_sorts('df.sort("a", "b")\nnp.sort(x)\ndf.sort("a")\ndf.sort(["a", "b"], maintain_order=True)') == [1]

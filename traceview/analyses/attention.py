@@ -513,8 +513,8 @@ def attention_mask(trace: Trace) -> dict[str, pl.Series]:
     # each producer's window: from the last compute launch before it on its thread to its start
     g = trace.gpu.select("kind", "launch_tid", "launch_ts").filter(pl.col("kind") == "compute").select(
         pl.col("launch_tid").cast(pl.Int64).alias("tid"), pl.col("launch_ts").cast(pl.Int64).alias("t")
-    ).drop_nulls().sort("tid", "t")
-    win = prod.select("tid", pl.col("ts").cast(pl.Int64), "depth", "parent", "i").sort("tid", "ts")
+    ).drop_nulls().sort("tid", "t", maintain_order=True)
+    win = prod.select("tid", pl.col("ts").cast(pl.Int64), "depth", "parent", "i").sort("tid", "ts", maintain_order=True)
     win = win.join_asof(g.rename({"t": "lo"}), left_on="ts", right_on="lo", by="tid", strategy="backward",
                         allow_exact_matches=False, check_sortedness=False)
     # the blocking calls in a window: a sync, or a call that launched a copy and returned after it ended
@@ -525,9 +525,9 @@ def attention_mask(trace: Trace) -> dict[str, pl.Series]:
     rt = rt.join(cp, on="i", how="left").filter(
         pl.col("_ce").le(pl.col("end")).fill_null(False) | pl.col("name").str.contains(SYNC_RE).fill_null(False)
     )
-    blk = rt.sort("tid", "ts").join_asof(
+    blk = rt.sort("tid", "ts", maintain_order=True).join_asof(
         win.select("tid", pl.col("ts").alias("_pts"), "lo", pl.col("depth").alias("_d"), pl.col("parent").alias("_pp"))
-        .sort("tid", "_pts"),
+        .sort("tid", "_pts", maintain_order=True),
         left_on="ts", right_on="_pts", by="tid", strategy="forward", check_sortedness=False,
     ).filter((pl.col("lo").is_null() | (pl.col("ts") > pl.col("lo"))) & pl.col("_pts").is_not_null())
     # each blocking call's op at the producer's depth, under the producer's parent (the `torch.tensor` call beside

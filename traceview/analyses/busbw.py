@@ -75,7 +75,7 @@ def bus_bandwidth(trace: Trace, m: pl.DataFrame, rank: int) -> dict | None:
     j = j.with_columns(bus_bytes=pl.col("bytes") * pl.col("f"))
     per = (j.group_by("coll").agg(pl.len().alias("n"), pl.col("bytes").sum(), pl.col("transfer").sum(),
                                   pl.col("bus_bytes").sum())
-           .sort(["transfer", "coll"], descending=[True, False]))
+           .sort(["transfer", "coll"], descending=[True, False], maintain_order=True))
 
     def gbps(bus_bytes: float, ns: float) -> float:
         return round(bus_bytes / ns, 2) if ns else 0.0  # bytes per ns = GB/s

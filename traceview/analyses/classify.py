@@ -320,7 +320,7 @@ def shares(part: pl.DataFrame, by: str | None = "step") -> pl.DataFrame:
     keys = [by, "cls"] if by else ["cls"]
     # (by the classes' names, whatever the partition's type: an Enum sorts by its categories' order)
     return (part.lazy().group_by(keys).agg((pl.col("end") - pl.col("ts")).sum().alias("dur"))
-            .with_columns(pl.col("cls").cast(pl.String)).sort(keys).collect(**CHAIN))  # (one query)
+            .with_columns(pl.col("cls").cast(pl.String)).sort(keys, maintain_order=True).collect(**CHAIN))  # (one query)
 
 
 def _entry(rows: dict[str, int]) -> dict:

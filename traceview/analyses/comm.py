@@ -162,7 +162,7 @@ def match(job: Job, steps: dict[int, pl.DataFrame] | None = None) -> tuple[pl.Da
     m = m.with_columns(wait=pl.col("latest") - pl.col("ts"), sync=pl.col("dur") - pl.col("transfer"),
                        last=pl.col("ts") == pl.col("latest"))
     return (m.select("key", "rank", "family", "step", "ts", "end", "dur", "wait", "transfer", "sync", "last", "i", "op")
-            .sort("key", "rank"), method)
+            .sort("key", "rank", maintain_order=True), method)
 
 
 def wait_per_step(m: pl.DataFrame, busy: pl.DataFrame | None = None) -> pl.DataFrame:
@@ -177,7 +177,7 @@ def wait_per_step(m: pl.DataFrame, busy: pl.DataFrame | None = None) -> pl.DataF
     wait costs the rank nothing. Without `busy` (host-side collectives) `exposed` equals `wait`."""
     w = (m.filter((pl.col("step") >= 0) & (pl.col("wait") > 0))
          .select("rank", "step", pl.col("ts").alias("s"), (pl.col("ts") + pl.col("wait")).alias("e"))
-         .sort("rank", "step", "s"))
+         .sort("rank", "step", "s", maintain_order=True))
     w = w.with_columns(island=(pl.col("s") > pl.col("e").cum_max().shift(1)).fill_null(True).cum_sum()
                        .over("rank", "step"))
     isl = w.group_by("rank", "step", "island").agg(pl.col("s").min().alias("ts"), pl.col("e").max().alias("end"))
@@ -193,7 +193,7 @@ def wait_per_step(m: pl.DataFrame, busy: pl.DataFrame | None = None) -> pl.DataF
                                            .alias("exposed"))
     steps = m.filter(pl.col("step") >= 0).select("rank", "step").unique()
     return (steps.join(per, on=["rank", "step"], how="left")
-            .with_columns(pl.col("wait").fill_null(0), pl.col("exposed").fill_null(0)).sort("rank", "step"))
+            .with_columns(pl.col("wait").fill_null(0), pl.col("exposed").fill_null(0)).sort("rank", "step", maintain_order=True))
 
 
 def compute_busy(job: Job) -> pl.DataFrame:
@@ -232,11 +232,11 @@ def summary(job: Job, steps: dict[int, pl.DataFrame] | None = None,
         pl.col("exposed").sum().alias("exp_sum"), pl.col("exposed").median().alias("exp_med")).iter_rows(named=True)}
 
     def by_step_of(col: str) -> dict:
-        g = ws.sort("rank", "step").group_by("rank", maintain_order=True).agg("step", col)
+        g = ws.sort("rank", "step", maintain_order=True).group_by("rank", maintain_order=True).agg("step", col)
         return {r: {str(k): us(w) for k, w in zip(ks, vs, strict=True)} for r, ks, vs in g.rows()}
 
     by_step, exp_by_step = by_step_of("wait"), by_step_of("exposed")
-    strag = per.sort(["times_last", "total_wait", "rank"], descending=[True, False, False]).row(0, named=True)
+    strag = per.sort(["times_last", "total_wait", "rank"], descending=[True, False, False], maintain_order=True).row(0, named=True)
     tr = m.group_by("key").agg(pl.col("transfer").first())
     return {
         "collectives": n, "method": method, **head, "steps": nsteps,

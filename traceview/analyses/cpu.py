@@ -43,7 +43,7 @@ def op_times(trace: Trace, steps: pl.DataFrame) -> pl.DataFrame:
     return (ops.group_by("name").agg(
         pl.len().alias("calls"), pl.col("dur").sum().alias("total_ns"), pl.col("_self").sum().alias("self_ns"),
         pl.col("_top").fill_null(False).sum().alias("top_calls"))
-        .rename({"name": "op"}).sort("self_ns", "op", descending=[True, False]))
+        .rename({"name": "op"}).sort("self_ns", "op", descending=[True, False], maintain_order=True))
 
 
 def step_split(trace: Trace, steps: pl.DataFrame) -> pl.DataFrame:
@@ -94,7 +94,7 @@ def layer_times(trace: Trace, steps: pl.DataFrame) -> pl.DataFrame:
     own = pick(tree, "layer").join(top.group_by("layer").agg(agg), on="layer", how="left", maintain_order="left")
     up = subtree_sums(tree, own.select(cols).fill_null(0).cast(pl.Int64).to_numpy())
     per = pick(tree, "layer", "name", "depth", "first_ts").hstack(
-        pl.DataFrame(up, schema=cols, orient="row")).sort("first_ts", "depth")
+        pl.DataFrame(up, schema=cols, orient="row")).sort("first_ts", "depth", maintain_order=True)
     un = top.filter(pl.col("layer") == UNATTRIBUTED)
     parts = [per.select(list(schema)).cast(schema)]
     if un.height:

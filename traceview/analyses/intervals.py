@@ -57,7 +57,7 @@ def merge(df: pl.DataFrame, by: list[str] | None = None) -> pl.DataFrame:
             return pl.DataFrame([pl.Series(by[0], k, g.dtype), pl.Series("ts", s, df.schema["ts"]),
                                  pl.Series("end", e, df.schema["end"])])
     key = by or None
-    srt = df.select(*by, "ts", "end").sort([*by, "ts"])
+    srt = df.select(*by, "ts", "end").sort([*by, "ts"], maintain_order=True)
     prev_end = pl.col("end").shift().cum_max()
     if key:
         prev_end = prev_end.over(key)
@@ -236,7 +236,7 @@ def priority_sweep(intervals: pl.DataFrame, priorities: list[str], windows: pl.D
     })
     # windows sharing a key share one row, as the group-by over segments did
     return (seg.group_by(win, "cls").agg(pl.col("dur").sum())
-            .rename({"cls": "label"}).sort(win, "label"))
+            .rename({"cls": "label"}).sort(win, "label", maintain_order=True))
 
 
 def sweep_totals(intervals: pl.DataFrame | pl.LazyFrame, priorities: list[str], windows: pl.DataFrame,

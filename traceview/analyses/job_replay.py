@@ -90,7 +90,7 @@ def _exchange(g: Graph, trace: Trace, ids: np.ndarray) -> tuple[np.ndarray, np.n
     inside = (h.join(a, on="tid", suffix="_a")
               .filter((pl.col("ts_a") >= pl.col("ts")) & (pl.col("ts_a") < pl.col("end")))
               .with_columns(_gap=pl.col("ts_a") - pl.max_horizontal("_pe", "ts"))
-              .sort(["_k", "_gap", "_a"], descending=[False, True, False]).unique("_k", keep="first"))
+              .sort(["_k", "_gap", "_a"], descending=[False, True, False], maintain_order=True).unique("_k", keep="first"))
     k, j = inside["_k"].to_numpy(), inside["_a"].to_numpy()
     p[k], pre[k] = j, g.a_prev[j]
     off[k] = np.maximum(inside["ts"].to_numpy() - g.a_end[g.a_prev[j]], 0)

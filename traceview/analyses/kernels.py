@@ -35,7 +35,7 @@ def top_kernels(trace: Trace, n: int = 10, gpu: pl.DataFrame | None = None, *,
         pl.col("dur").min().alias("min"), pl.col("dur").max().alias("max"),
         pl.col("op_name").drop_nulls().mode().sort().first().alias("op_name"))  # ties: by name, not by chance
         .with_columns(share=pl.col("total") / tot)
-        .sort("total", "name", descending=[True, False]).head(n).collect(**CHAIN))
+        .sort("total", "name", descending=[True, False], maintain_order=True).head(n).collect(**CHAIN))
 
 
 def top_ops(trace: Trace, n: int = 10, gpu: pl.DataFrame | None = None, *,
@@ -49,7 +49,7 @@ def top_ops(trace: Trace, n: int = 10, gpu: pl.DataFrame | None = None, *,
     per = join_by_id(per, "_ops", trace.host, pl.col("dur").alias("_cpu")).lazy().group_by(
         "op_name", "calls", "kernels", "gpu_total").agg(pl.col("_cpu").sum().alias("cpu_total"))
     return per.with_columns(share=pl.col("gpu_total") / tot).sort(
-        "gpu_total", "op_name", descending=[True, False]).head(n).collect(**CHAIN)
+        "gpu_total", "op_name", descending=[True, False], maintain_order=True).head(n).collect(**CHAIN)
 
 
 def kernel_table(trace: Trace, gpu: pl.DataFrame | None = None) -> pl.DataFrame:
@@ -57,4 +57,4 @@ def kernel_table(trace: Trace, gpu: pl.DataFrame | None = None) -> pl.DataFrame:
     Unlike `top_kernels` a kernel launched by two ops is two rows, so runs can be matched on both."""
     g = with_op_names(trace, gpu).filter(pl.col("kind") != "sync")
     return (g.group_by("name", "kind", "op_name").agg(pl.len().alias("count"), pl.col("dur").sum().alias("total"))
-            .sort("total", "name", descending=[True, False]))
+            .sort("total", "name", descending=[True, False], maintain_order=True))

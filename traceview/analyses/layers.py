@@ -352,7 +352,7 @@ def _layer_paths(host: pl.DataFrame, nodes: pl.DataFrame) -> tuple[pl.DataFrame,
                                _pid=pl.when(deep).then(pl.Series(pid))).hstack(by_id(host, out["i"], "ts"))
         named = (out.filter(deep).group_by("_pid").agg(pl.col("module_path").first().alias("_name"),
                                                         pl.col("ts").min().alias("_t"), pl.col("ndepth").first())
-                 .sort("_t", "ndepth", "_pid"))
+                 .sort("_t", "ndepth", "_pid", maintain_order=True))
         taken = out["layer"].drop_nulls().unique().implode()
         named = named.with_columns(_r=pl.int_range(1, pl.len() + 1).over("_name")
                                    + pl.col("_name").is_in(taken).cast(pl.Int64))
@@ -369,7 +369,7 @@ def _layer_paths(host: pl.DataFrame, nodes: pl.DataFrame) -> tuple[pl.DataFrame,
         pl.col("parent_layer").first(), pl.col("label").first().alias("name"), pl.col("cls").first().alias("layer_class"),
         pl.col("kind").first(), pl.col("ndepth").first().alias("depth"), pl.col("module_path").first(),
         pl.col("src").first(), pl.col("ts").min().alias("first_ts"), pl.len().alias("calls"))
-        .sort("first_ts", "depth"))
+        .sort("first_ts", "depth", maintain_order=True))
     return out, tree
 
 
@@ -438,7 +438,7 @@ def _op_tree(host: pl.DataFrame, nodes: pl.DataFrame) -> tuple[pl.DataFrame, pl.
             .select("layer", pl.lit(None, pl.String).alias("parent_layer"), "name", "layer_class",
                     pl.col("layer_class").alias("kind"), pl.lit(0, pl.Int32).alias("depth"), layer.alias("module_path"),
                     pl.lit("op").alias("src"), "first_ts", "calls")
-            .sort("first_ts", "depth").collect(**CHAIN))
+            .sort("first_ts", "depth", maintain_order=True).collect(**CHAIN))
     return out, tree
 
 
@@ -492,7 +492,7 @@ def _innermost_ids(rows: pl.DataFrame, nodes: pl.DataFrame) -> np.ndarray:
 
 def _innermost_joins(rows: pl.DataFrame, nodes: pl.DataFrame) -> pl.DataFrame:
     """`_innermost` by joins (null times or thread ids, ids too large to pack)."""
-    n = nodes.select(pl.col("i").alias("node"), "pid", "tid", pl.col("ts").alias("_nts"), "depth").sort("_nts", "depth")
+    n = nodes.select(pl.col("i").alias("node"), "pid", "tid", pl.col("ts").alias("_nts"), "depth").sort("_nts", "depth", maintain_order=True)
     cur = (rows.select("i", "pid", "tid", "ts").sort("ts")
            .join_asof(n, left_on="ts", right_on="_nts", by=["pid", "tid"], strategy="backward",
                       check_sortedness=False)
@@ -1135,7 +1135,7 @@ def layer_table(trace: Trace, steps: pl.DataFrame | None = None, depth: int | No
             pl.col("findings").sum(), *([pl.col("finding_codes").list.explode().drop_nulls().unique().sort()] if code else []))
         out = out.join(fa.lazy(), on="layer", how="left").with_columns(pl.col("findings").fill_null(0))
     out = out.join(shape_signatures(trace).lazy(), on="layer", how="left")
-    out = out.sort("first_ts", "depth").drop("first_ts").collect(**CHAIN)
+    out = out.sort("first_ts", "depth", maintain_order=True).drop("first_ts").collect(**CHAIN)
     if depth is not None:  # (after the sort: its ties keep their order whatever the depth)
         out = out.filter((pl.col("depth") <= depth) | (pl.col("layer") == UNATTRIBUTED))
     return out
@@ -1157,4 +1157,4 @@ def repeats(table: pl.DataFrame, outlier: float = 0.2) -> pl.DataFrame:
         pl.col("name").filter(((pl.col("gpu_ns") - med).abs() / med) > outlier).alias("outliers"))
         .filter(pl.col("count") > 1)
         .with_columns(spread=pl.col("max_ns") / pl.col("min_ns"))
-        .sort("depth", "mean_ns", descending=[False, True]).collect(**CHAIN))
+        .sort("depth", "mean_ns", descending=[False, True], maintain_order=True).collect(**CHAIN))

@@ -97,7 +97,7 @@ def loop_runs(trace: Trace, lo: int, hi: int, bounds: tuple[int, ...] = ()) -> p
     top = (ops if keep.all() else ops.filter(pl.lit(keep))).select("tid", "name", "ts", "end", "input_dims").collect()
     del keep
     if not _strictly_sorted(top["tid"].to_numpy(), top["ts"].to_numpy()):  # (else the sort is the order it has:
-        top = top.sort("tid", "ts")  # a single thread's ops, in time order, are; no copy of every op's columns)
+        top = top.sort("tid", "ts", maintain_order=True)  # a single thread's ops, in time order, are; no copy of every op's columns)
     rows = []
     for (tid,), g in top.group_by("tid", maintain_order=True):  # (one per thread: a handful)
         step = np.searchsorted(np.asarray(bounds, np.int64), g["ts"].to_numpy(), side="right")
@@ -107,7 +107,7 @@ def loop_runs(trace: Trace, lo: int, hi: int, bounds: tuple[int, ...] = ()) -> p
     return pl.DataFrame(rows, schema={"tid": pl.Int64, "kind": pl.String, "ops": pl.List(pl.String),
                                       "iterations": pl.Int64, "ts": pl.Int64, "second": pl.Int64, "end": pl.Int64,
                                       "optional": pl.List(pl.String)},
-                        orient="row").sort("tid", "ts")
+                        orient="row").sort("tid", "ts", maintain_order=True)
 
 
 def _strictly_sorted(tid: np.ndarray, ts: np.ndarray) -> bool:

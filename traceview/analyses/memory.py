@@ -56,7 +56,7 @@ def per_step(ev: pl.DataFrame) -> pl.DataFrame:
         pl.col("total_allocated").last().alias("end_allocated"),
         (pl.col("bytes") > 0).sum().alias("allocs"), pl.col("bytes").clip(lower_bound=0).sum().alias("alloc_bytes"),
         (pl.col("bytes") < 0).sum().alias("frees"))
-        .sort("device", "step"))
+        .sort("device", "step", maintain_order=True))
 
 
 @per_windows("step", "cpu_ts", "cpu_end")
@@ -87,7 +87,7 @@ def peak_op(trace: Trace, ev: pl.DataFrame) -> dict | None:
     ops = pick(trace.host, "cat", "tid", "ts", "end", "depth", "name").filter(
         (pl.col("cat") == "cpu_op") & (pl.col("tid") == top["tid"]) & (pl.col("ts") <= top["ts"])
         & (pl.col("end") >= top["ts"]))
-    op = ops.sort(["depth", "ts"], descending=[True, True]).head(1)
+    op = ops.sort(["depth", "ts"], descending=[True, True], maintain_order=True).head(1)
     return {"ts": int(top["ts"]), "step": int(top["step"]), "device": int(top["device"]),
             "allocated": int(top["total_allocated"]),
             "reserved": None if top["total_reserved"] is None else int(top["total_reserved"]),

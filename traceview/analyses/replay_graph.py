@@ -159,10 +159,14 @@ def _anchors(trace: Trace, code: np.ndarray) -> pl.DataFrame:
     if not ok.all():
         a = a.filter(ok)
     del ok
-    # the rows' order by (tid, ts, marker first) and the kept rows' positions in it, then one gather of the kept rows
+    # the rows' order by (tid, ts, marker first, the longer call first) and the kept rows' positions in it, then one
+    # gather of the kept rows. A call and the one nested in it can start in the same microsecond (a rounded
+    # timestamp): the enclosing one first, so the nested one is dropped below whatever order the file gave them in
+    # (a stable sort: polars' unstable one over several keys ordered such ties arbitrarily, and took 15x longer)
     # (not a sorted copy of every runtime call and a filtered copy of that: at 10 M tiny events ~150 MB each, which
     # polars' allocator then held under the rest of the build)
-    order = a.select(pl.arg_sort_by(["tid", "ts", "marker"], descending=[False, False, True]))[:, 0]
+    order = a.select(pl.arg_sort_by(["tid", "ts", "marker", "end"], descending=[False, False, True, True],
+                                    maintain_order=True))[:, 0]
     s = pick(a, "tid", "end", "marker")[order]
     # a call nested in an earlier one (a driver call inside a runtime call) is that call's time, not an anchor
     run_end = s.select(pl.col("end").cum_max().shift(1).over("tid"))["end"]
@@ -203,7 +207,7 @@ def _build(trace: Trace) -> Graph:
     # the kinds out (text: 16 B an activity)
     copies = g.lazy().filter(pl.col("kind") == "memcpy").select(pl.col("launch").cast(pl.Int64), "end").drop_nulls(
     ).collect(**CHAIN)
-    g = omit(g, "kind").sort(pl.col("device").fill_null(-1), pl.col("stream").fill_null(-1), "ts")
+    g = omit(g, "kind").sort(pl.col("device").fill_null(-1), pl.col("stream").fill_null(-1), "ts", maintain_order=True)
     n_d = g.height
     d_ts, d_end = _i64(g["ts"]), _i64(g["end"])
     d_end = np.maximum(d_end, d_ts)

@@ -40,7 +40,7 @@ def busy_per_window(gpu: pl.DataFrame, windows: pl.DataFrame, win: str = "step")
     fast = _busy_arrays(merged, windows, win)
     if fast is not None:
         return fast
-    m = (merged.sort("device", "ts")
+    m = (merged.sort("device", "ts", maintain_order=True)
          .with_columns(_before=(pl.col("end") - pl.col("ts")).cum_sum().over("device") - (pl.col("end") - pl.col("ts"))))
     own = ["device"] if "device" in windows.columns else []  # windows of one device each: no cross join
     q = pl.concat([windows.select(win, *own, pl.col("ts").alias("t"), pl.lit(-1).alias("_sign")),
@@ -51,7 +51,7 @@ def busy_per_window(gpu: pl.DataFrame, windows: pl.DataFrame, win: str = "step")
     b = b.with_columns(_B=pl.when(pl.col("ts").is_null()).then(0)
                        .otherwise(pl.col("_before") + pl.min_horizontal("t", "end") - pl.col("ts")))
     return (b.group_by("device", win).agg((pl.col("_B") * pl.col("_sign")).sum().alias("busy"))
-            .sort("device", win))
+            .sort("device", win, maintain_order=True))
 
 
 def _busy_arrays(m: pl.DataFrame, windows: pl.DataFrame, win: str) -> pl.DataFrame | None:
@@ -93,7 +93,7 @@ def _busy_arrays(m: pl.DataFrame, windows: pl.DataFrame, win: str) -> pl.DataFra
                         win: take(windows[win], pl.Series(np.concatenate(out_w), dtype=pl.UInt32)),
                         "busy": pl.Series(np.concatenate(out_busy), dtype=pl.Int64)})
     # windows sharing a key (per device) share one row, as a group-by over them
-    return res.group_by("device", win).agg(pl.col("busy").sum()).sort("device", win)
+    return res.group_by("device", win).agg(pl.col("busy").sum()).sort("device", win, maintain_order=True)
 
 
 def temporal_breakdown(gpu: pl.DataFrame) -> pl.DataFrame:
@@ -153,7 +153,7 @@ def stream_gaps(gpu: pl.DataFrame) -> pl.DataFrame:
     if work.height == 0:
         return pl.DataFrame(schema={"device": pl.Int64, "stream": pl.Int64, "gap_ts": pl.Int64,
                                     "gap_end": pl.Int64, "gap": pl.Int64, "cause": pl.String})
-    s = work.sort("device", "stream", "ts").with_columns(
+    s = work.sort("device", "stream", "ts", maintain_order=True).with_columns(
         gap_ts=pl.col("end").shift().over("device", "stream"))
     s = s.filter(pl.col("gap_ts").is_not_null() & (pl.col("ts") > pl.col("gap_ts")))
     return s.with_columns(
@@ -178,7 +178,7 @@ def idle_breakdown(gpu: pl.DataFrame) -> pl.DataFrame:
         return empty
     return (g.group_by("device", "stream").agg([
         pl.col("gap").filter(pl.col("cause") == c).sum().alias(c) for c in ("host_wait", "kernel_wait", "other")])
-        .with_columns(idle=pl.col("host_wait") + pl.col("kernel_wait") + pl.col("other")).sort("device", "stream"))
+        .with_columns(idle=pl.col("host_wait") + pl.col("kernel_wait") + pl.col("other")).sort("device", "stream", maintain_order=True))
 
 
 def _idle_arrays(work: pl.DataFrame) -> pl.DataFrame:

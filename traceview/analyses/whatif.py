@@ -39,7 +39,7 @@ def shrink_kernels(trace: Trace, k: pl.DataFrame, waits: pl.DataFrame | None = N
         return EMPTY
     work, runs = _busy_runs(trace, waits)
     # one query (a small trace's run is mostly polars' fixed cost per query)
-    kk = (k.lazy().join(work.lazy(), on="i", how="inner").sort("device", "ts")
+    kk = (k.lazy().join(work.lazy(), on="i", how="inner").sort("device", "ts", maintain_order=True)
           .join_asof(runs.lazy().select("device", pl.col("ts").alias("_rts"), "_run", "_slack"), left_on="ts",
                      right_on="_rts", by="device", strategy="backward", check_sortedness=False))
     kk = kk.with_columns(_cut=(pl.col("end") - pl.col("ts") - pl.col("new_dur")).clip(lower_bound=0))
@@ -69,7 +69,7 @@ def _busy_runs(trace: Trace, waits: pl.DataFrame | None) -> tuple[pl.DataFrame, 
 def _busy_runs_uncached(trace: Trace, waits: pl.DataFrame | None) -> tuple[pl.DataFrame, pl.DataFrame]:
     work = omit(gpu_work(pick(trace.gpu, "kind", "i", "device", "ts", "end", "launch_ts")), "kind")
     # the runs in one query (a small trace's run is mostly polars' fixed cost per query)
-    runs = merge(work, ["device"]).lazy().sort("device", "ts").with_columns(
+    runs = merge(work, ["device"]).lazy().sort("device", "ts", maintain_order=True).with_columns(
         _run=pl.int_range(pl.len()), _next_ts=pl.col("ts").shift(-1).over("device"))
     first_launch = work.lazy().group_by("device", "ts").agg(pl.col("launch_ts").min().alias("_next_launch"))
     runs = runs.join(first_launch.rename({"ts": "_next_ts"}), on=["device", "_next_ts"], how="left")
@@ -79,7 +79,7 @@ def _busy_runs_uncached(trace: Trace, waits: pl.DataFrame | None) -> tuple[pl.Da
         w = merge(pick(waits, "ts", "end")).lazy().rename({"ts": "_wts", "end": "_wend"}).sort("_wts")
         runs = runs.sort("end").join_asof(w, left_on="end", right_on="_wts", strategy="backward")
         crit = crit | (pl.col("_wend") >= pl.col("end")).fill_null(False)
-    return work, runs.with_columns(_slack=pl.when(crit).then(None).otherwise(slack)).sort("device", "ts").collect(
+    return work, runs.with_columns(_slack=pl.when(crit).then(None).otherwise(slack)).sort("device", "ts", maintain_order=True).collect(
         **CHAIN)
 
 

@@ -380,7 +380,7 @@ def _load_file(path: Path, max_bytes: int, on_stage: Callable[[str], None] | Non
         host.select(((pl.col("cat") == "cuda_runtime") & pl.col("name").str.starts_with("hip")).any()).item())
     if rocm and gpu.height:
         # MI3xx kernels can overlap the next kernel on their stream by a lot: clip
-        gpu = gpu.sort("device", "stream", "ts").with_columns(
+        gpu = gpu.sort("device", "stream", "ts", maintain_order=True).with_columns(
             end=pl.min_horizontal("end", pl.col("ts").shift(-1).over("device", "stream").fill_null(pl.col("end")))
         ).with_columns(dur=pl.col("end") - pl.col("ts"))
 
@@ -566,7 +566,7 @@ def _slices(path: Path, base: pl.DataFrame, legacy: bool, warnings: list[str],
         counts = dict(sorted(got.items(), key=lambda cm: (-cm[1], cm[0])))  # (no null: "" for none)
     else:
         counts = base.select(cat if keep is None else cat.filter(keep)).group_by("cat").len()
-        counts = dict(counts.sort(["len", "cat"], descending=[True, False]).iter_rows())
+        counts = dict(counts.sort(["len", "cat"], descending=[True, False], maintain_order=True).iter_rows())
 
     odd = [(c, m) for c, m in counts.items() if c not in _KNOWN_CATS]
     if odd and len(odd) < len(counts):  # (issue 33: an event of a misspelt category vanished silently)
@@ -926,7 +926,7 @@ def _periods(cpu: pl.DataFrame, gpu: pl.DataFrame) -> pl.DataFrame:
     unseen = pl.when(pl.col("_first_launch").is_not_null() & (unseen > pl.col("_first_launch"))).then(unseen)
     start = pl.max_horizontal("cpu_ts", "_busy_to", unseen)
     start = pl.when(pl.col("gpu_ts").is_not_null()).then(pl.min_horizontal(start, "gpu_ts")).otherwise(start)
-    cpu = (cpu.lazy().join(first, on="step", how="left").sort("cpu_ts", "step")  # time order (step numbers may not be)
+    cpu = (cpu.lazy().join(first, on="step", how="left").sort("cpu_ts", "step", maintain_order=True)  # time order (step numbers may not be)
            .with_columns(ts=start).collect(**_IN_MEMORY))
     # the first recorded step opens on an idle GPU (the profiler's start-up, the host's preamble with nothing
     # queued): it keeps only as much idle before its first GPU work as the other steps have at their start

@@ -24,7 +24,7 @@ def by_start(steps: pl.DataFrame) -> pl.DataFrame:
     ts = steps["cpu_ts"]
     if not ts.null_count() and bool((np.diff(ts.to_numpy()) > 0).all()):
         return steps
-    return steps.sort("cpu_ts", "step")
+    return steps.sort("cpu_ts", "step", maintain_order=True)
 
 
 def drop_zero_length(cpu: pl.DataFrame, warnings: list[str]) -> pl.DataFrame:
@@ -152,7 +152,7 @@ def inferred_steps(host: pl.DataFrame, lo: int, warnings: list[str]) -> pl.DataF
     if top.height < 2:
         return None
     busy = int((host["end"].max() or 0) - lo)
-    groups = (top.lazy().sort("key", "ts").with_columns(_apart=(pl.col("ts") >= pl.col("end").shift(1).over("key"))
+    groups = (top.lazy().sort("key", "ts", maintain_order=True).with_columns(_apart=(pl.col("ts") >= pl.col("end").shift(1).over("key"))
                                                          .fill_null(True))
               .group_by("key").agg(pl.len().alias("n"), (pl.col("end") - pl.col("ts")).sum().alias("cover"),
                                    pl.col("_apart").all().alias("apart"), pl.col("tid").n_unique().alias("threads"),
@@ -160,7 +160,7 @@ def inferred_steps(host: pl.DataFrame, lo: int, warnings: list[str]) -> pl.DataF
               # one thread's (a pool of workers running the same task is not a loop of steps)
               .filter((pl.col("n") >= 2) & (pl.col("threads") == 1) & pl.col("apart")
                       & (pl.col("cover") >= ANNOTATED_COVER * busy))
-              .sort(["n", "first"], descending=[True, False]).head(1).collect(**_IN_MEMORY))
+              .sort(["n", "first"], descending=[True, False], maintain_order=True).head(1).collect(**_IN_MEMORY))
     if groups.height == 0:
         return None
     best = top.join(groups.select("key"), on="key").sort("ts")

@@ -119,14 +119,14 @@ def candidates(m: pl.DataFrame, ranks: list[int], always: int | None) -> tuple[l
     and the sub-job: those and the next latest arrivers (summed lateness over the median arrival)."""
     pos = {r: k for k, r in enumerate(ranks)}
     mm = m.filter(pl.col("step") >= 0) if "step" in m.columns else m
-    srt = mm.sort(["key", "ts"], descending=[False, True])
+    srt = mm.sort(["key", "ts"], descending=[False, True], maintain_order=True)
     gap = (
         srt.group_by("key", maintain_order=True)
         .agg(pl.col("rank").first(), (pl.col("ts").first() - pl.col("ts").slice(1, 1).first()).alias("gap"))
         .filter(pl.col("gap") > 0)
         .group_by("rank")
         .agg(pl.col("gap").sum())
-        .sort(["gap", "rank"], descending=[True, False])
+        .sort(["gap", "rank"], descending=[True, False], maintain_order=True)
     )
     cand = [pos[r] for r in gap["rank"].to_list()[:MAX_CANDIDATES] if r in pos]
     if always is not None and always in pos and pos[always] not in cand:
@@ -135,7 +135,7 @@ def candidates(m: pl.DataFrame, ranks: list[int], always: int | None) -> tuple[l
         mm.with_columns(late=(pl.col("ts") - pl.col("ts").median().over("key")).clip(lower_bound=0))
         .group_by("rank")
         .agg(pl.col("late").sum())
-        .sort(["late", "rank"], descending=[True, False])
+        .sort(["late", "rank"], descending=[True, False], maintain_order=True)
     )
     sub = list(cand)
     for r in late["rank"].to_list():

@@ -75,7 +75,7 @@ def _lead_up(m: pl.DataFrame, strag: int, starts: pl.DataFrame) -> tuple[pl.Data
     others = mm.filter(pl.col("rank") != strag).group_by("key").agg(pl.col("ts").median().alias("o_ts"))
     mine = mm.filter(pl.col("rank") == strag).select("key", "step", "family", "ts", "last").join(others, on="key")
     late = mine.with_columns(late=pl.col("ts") - pl.col("o_ts")).filter(pl.col("last") & (pl.col("late") > 0))
-    star = (late.sort(["step", "late", "key"], descending=[False, True, False])
+    star = (late.sort(["step", "late", "key"], descending=[False, True, False], maintain_order=True)
             .group_by("step", maintain_order=True).first().select("step", "key"))
     arr = mm.join(star, on=["step", "key"]).select("rank", "step", pl.col("ts").alias("hi"))
     # the end of each rank's last matched collective in the latest earlier step (steps: a handful per rank)
@@ -222,7 +222,7 @@ def _python_frame(t: Trace, win: pl.DataFrame, others: dict[int, Trace], strag: 
     df = pl.concat(frames)
     depth = df.group_by("name").agg(pl.col("depth").max())
     x = _excess(df.drop("depth"), "name", ["dur"], strag, ranks, steps).join(depth, on="name")
-    hit = x.filter(pl.col("dur_x") >= 0.5 * need_ns).sort(["depth", "dur_x", "name"], descending=[True, True, False])
+    hit = x.filter(pl.col("dur_x") >= 0.5 * need_ns).sort(["depth", "dur_x", "name"], descending=[True, True, False], maintain_order=True)
     if hit.height == 0:
         return None
     r = hit.row(0, named=True)
@@ -242,10 +242,10 @@ def _largest_gap(t: Trace, win: pl.DataFrame, rank: int) -> dict | None:
             .filter(pl.col("g1") > pl.col("g0")).with_columns(len=pl.col("g1") - pl.col("g0")))
     if gaps.height == 0:
         return None
-    g = gaps.sort(["len", "g0"], descending=[True, False]).row(0, named=True)
+    g = gaps.sort(["len", "g0"], descending=[True, False], maintain_order=True).row(0, named=True)
     top = h.filter(pl.col("cat").is_in(["cpu_op", "user_annotation"]) & pl.col("depth").is_not_null())
-    before = top.filter(pl.col("end") <= g["g0"]).sort(["end", "depth"], descending=[True, False]).head(1)
-    after = top.filter(pl.col("ts") >= g["g1"]).sort(["ts", "depth"]).head(1)
+    before = top.filter(pl.col("end") <= g["g0"]).sort(["end", "depth"], descending=[True, False], maintain_order=True).head(1)
+    after = top.filter(pl.col("ts") >= g["g1"]).sort(["ts", "depth"], maintain_order=True).head(1)
     return {"step": g["step"], "us": round(g["len"] / 1000, 3),
             "after_op": before["name"].item() if before.height else None,
             "before_op": after["name"].item() if after.height else None}
@@ -288,11 +288,11 @@ def cause(traces: list[Trace], steps: dict[int, pl.DataFrame], parts: dict[int, 
     host_x = {r["cls"]: round(r["dur_x"] / 1000, 3) for r in hx.sort("cls").iter_rows(named=True)}
     lateness = float(late.filter(pl.col("step").is_in(full)).group_by("step").agg(pl.col("late").max())["late"].mean())
     nlate = late.height
-    fam = late.group_by("family").len().sort(["len", "family"], descending=[True, False])
+    fam = late.group_by("family").len().sort(["len", "family"], descending=[True, False], maintain_order=True)
     base = {"rank": strag, "steps": full, "lateness_us_per_step": round(lateness / 1000, 3),
             "late_at": nlate, "late_at_families": {r["family"]: r["len"] for r in fam.iter_rows(named=True)},
             "classes_excess_us_per_step": classes, "host_excess_us_per_step": host_x}
-    best = cx.sort(["dur_x", "cls"], descending=[True, False]).head(1)
+    best = cx.sort(["dur_x", "cls"], descending=[True, False], maintain_order=True).head(1)
     if klass is not None and klass in cx["cls"].to_list():
         best = cx.filter(pl.col("cls") == klass)
     elif klass is not None:  # a class it spends no time on in these windows: the change's own evidence says why
@@ -365,7 +365,7 @@ def _mechanism(klass: str, excess: float, by_rank: dict[int, Trace], win: pl.Dat
         slower = float(x.filter(pl.col("kind") != "memcpy")["slower"].clip(lower_bound=0).sum())
         mech = "data_copy" if copy > max(extra, slower) else "extra_kernels" if extra >= slower else "slower_kernels"
         ops = k.filter(pl.col("rank") == strag).group_by("name").agg(pl.col("op").drop_nulls().sort().first())  # (deterministic: steps may differ)
-        top = x.join(ops, on="name", how="left").sort(["dur_x", "name"], descending=[True, False]).head(TOP)
+        top = x.join(ops, on="name", how="left").sort(["dur_x", "name"], descending=[True, False], maintain_order=True).head(TOP)
         ev["kernels"] = [{"name": r["name"], "kind": r["kind"], "op": r["op"],
                           "count_per_step": round(r["n_s"], 2), "others_count_per_step": round(r["n_o"], 2),
                           "us_per_step": round(r["dur_s"] / 1000, 3), "others_us_per_step": round(r["dur_o"] / 1000, 3),
@@ -381,7 +381,7 @@ def _mechanism(klass: str, excess: float, by_rank: dict[int, Trace], win: pl.Dat
     if klass == "host_sync":
         sc = _syncs(by_rank, win)
         if sc.height:
-            x = _excess(sc, "name", ["n", "dur"], strag, ranks, steps).sort(["dur_x", "name"], descending=[True, False])
+            x = _excess(sc, "name", ["n", "dur"], strag, ranks, steps).sort(["dur_x", "name"], descending=[True, False], maintain_order=True)
             ev["syncs"] = _op_rows(x)
             r = ev["syncs"][0]
             ev["detail"] = (f"`{r['name'][:80]}` {r['count_per_step']:g} syncs/step vs "
@@ -392,7 +392,7 @@ def _mechanism(klass: str, excess: float, by_rank: dict[int, Trace], win: pl.Dat
         # issues the next work (`cpu_launch`) — the cause is the syncs, not slower host ops
         sc = _syncs(by_rank, win)
         if sc.height:
-            x = _excess(sc, "name", ["n", "dur"], strag, ranks, steps).sort(["dur_x", "name"], descending=[True, False])
+            x = _excess(sc, "name", ["n", "dur"], strag, ranks, steps).sort(["dur_x", "name"], descending=[True, False], maintain_order=True)
             if float(x["n_x"].clip(lower_bound=0).sum()) >= 1.0 and float(x["dur_x"].clip(lower_bound=0).sum()) > 0:
                 ev["syncs"] = _op_rows(x)
                 r = ev["syncs"][0]
@@ -405,7 +405,7 @@ def _mechanism(klass: str, excess: float, by_rank: dict[int, Trace], win: pl.Dat
         mech = "host_code" if code >= hxd.get("host_ops", 0.0) else "extra_host_ops"
     ops = _top_ops(by_rank, hwin, DATALOADER_RE if mech == "input" else None)
     if ops.height:
-        x = _excess(ops, "name", ["n", "dur"], strag, ranks, steps).sort(["dur_x", "name"], descending=[True, False])
+        x = _excess(ops, "name", ["n", "dur"], strag, ranks, steps).sort(["dur_x", "name"], descending=[True, False], maintain_order=True)
         ev["ops"] = _op_rows(x)
         n_s, n_o = float(x["n_s"].sum()), float(x["n_o"].sum())
         ev["ops_per_step"], ev["others_ops_per_step"] = round(n_s, 2), round(n_o, 2)

@@ -38,7 +38,7 @@ def _untraced_spans(t: Trace, w: pl.DataFrame, need_ns: float) -> list[tuple[int
     gaps = cov.select(pl.col("end").alias("g0"), pl.col("ts").shift(-1).alias("g1")).drop_nulls()
     gaps = (gaps.join(w, how="cross").with_columns(g0=pl.max_horizontal("g0", "lo"), g1=pl.min_horizontal("g1", "hi"))
             .filter(pl.col("g1") > pl.col("g0")).with_columns(len=pl.col("g1") - pl.col("g0"))
-            .sort(["step", "len"], descending=[False, True])
+            .sort(["step", "len"], descending=[False, True], maintain_order=True)
             .with_columns(before=pl.col("len").cum_sum().over("step") - pl.col("len"))
             .filter(pl.col("before") < need_ns))
     # every thread: in these stretches no program thread records anything, and a helper thread (autograd's)

@@ -68,7 +68,7 @@ def _nesting(h: pl.DataFrame) -> pl.Series:
     ev = pl.concat([
         h.select(*key, "i", t=pl.col("ts"), d=pl.lit(1), o=pl.lit(1), ne=-pl.col("end")),
         h.select(*key, "i", t=pl.col("end"), d=pl.lit(-1), o=pl.lit(0), ne=pl.lit(0, pl.Int64)),
-    ]).sort(*key, "t", "o", "ne", "i")
+    ]).sort(*key, "t", "o", "ne", "i", maintain_order=True)
     ev = ev.with_columns(open=pl.col("d").cum_sum().over(key)).filter(pl.col("d") == 1)
     return h.select("i").join(ev.select("i", row=pl.col("open") - 1), on="i", how="left")["row"].cast(pl.Int64)
 
@@ -87,7 +87,7 @@ def _host_items(trace: Trace, lo: int, hi: int) -> pl.DataFrame:
     cap = pl.col("group").replace_strict(MAX_ROWS, return_dtype=pl.Int64)
     # a safety net where the recorded slices are not nested (the Python tracer's frames can overlap): a slice
     # that starts before an earlier one of its row ends is left out, so a row never overlaps
-    h = h.sort("ts", "i").with_columns(
+    h = h.sort("ts", "i", maintain_order=True).with_columns(
         _prev=pl.col("end").cum_max().shift().over("pid", "tid", "group", "row"))
     h = h.with_columns(keep=(pl.col("row") < cap) & (pl.col("_prev").is_null() | (pl.col("ts") >= pl.col("_prev"))))
     names = trace.threads.select("pid", "tid", pl.col("name").alias("thread"))
@@ -130,7 +130,7 @@ def _downsample(items: pl.DataFrame, max_items: int) -> tuple[pl.DataFrame, dict
     cut = 0
     if kept.height > max_items:
         # the longest slices: what stays visible at the step's zoom; ties by position in the file
-        kept = kept.with_columns(_d=pl.col("end") - pl.col("ts")).sort(["_d", "i"], descending=[True, False])
+        kept = kept.with_columns(_d=pl.col("end") - pl.col("ts")).sort(["_d", "i"], descending=[True, False], maintain_order=True)
         cut = kept.height - max_items
         kept = kept.head(max_items).drop("_d")
     return kept, {"slices": total, "drawn": kept.height, "not_drawn_nested": deep, "shortest_dropped": cut}
@@ -147,7 +147,7 @@ def _windows(seg: pl.DataFrame, syncs: pl.DataFrame, chains: pl.DataFrame, pagea
         if df.height == 0:
             return
         w = df.with_columns(_c=cost if cost is not None else pl.col(end) - pl.col(ts)).sort(
-            ["_c", ts], descending=[True, False]).row(0, named=True)
+            ["_c", ts], descending=[True, False], maintain_order=True).row(0, named=True)
         a, b = max(w[ts], lo), min(w[end], hi)
         out.append({"code": code, "rule": name, "label": label, "ts_us": round((a - lo) / 1000, 3),
                     "end_us": round((b - lo) / 1000, 3)})
@@ -185,8 +185,8 @@ def timeline(trace: Trace, step: int, max_items: int = MAX_ITEMS) -> dict[str, A
     items = pl.concat([_host_items(trace, lo, hi), _gpu_items(trace, kb, lo, hi)], how="vertical_relaxed")
     items = items.with_columns(ts=pl.col("ts").clip(lo, hi), end=pl.col("end").clip(lo, hi))
     items, counts = _downsample(items, max_items)
-    lanes = items.select("lane", "label", "order").unique("lane").sort("order", "lane")
-    items = items.sort("order", "ts", "i")
+    lanes = items.select("lane", "label", "order").unique("lane").sort("order", "lane", maintain_order=True)
+    items = items.sort("order", "ts", "i", maintain_order=True)
 
     syncs = host_sync.attributed_syncs(trace, steps, part) if trace.has_gpu else pl.DataFrame()
     if syncs.height:
