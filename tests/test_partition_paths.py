@@ -93,3 +93,21 @@ def test_sync_windows_without_syncs_are_the_join_on_no_rows(rel):
     assert_frame_equal(classify.sync_windows(t), want)
     assert_frame_equal(classify.sync_windows(t, syncs.head(0)), want.head(0))
     assert (syncs.height > 0) == ("sync_item" in rel)  # one trace with sync calls, one without
+
+
+@pytest.mark.parametrize("rel", ["collected5/gpt2c_recompile/rank0.1796199641146105992.pt.trace.json.gz",
+                                 "gpu_h200_memory/memory_pressure_empty_cache.json.gz"])
+def test_the_layer_views_partition_adds_the_left_out_steps_to_the_rules(rel: str) -> None:
+    """A step the rules leave out (cut off by the recording) is still in the layer view: its segments are
+    partitioned alone and put beside the rules' partition, which is not partitioned again. The result is the
+    partition of every selected step computed whole, row for row."""
+    from traceview.options import Options
+    from traceview.report import _part, rule_context, select_steps
+
+    t = load(rel)
+    steps = select_steps(t, Options().step)
+    ctx, warns, _ = rule_context(t, steps, None)
+    assert ctx.steps.height == steps.height - 1 and any("left out of the rules" in w for w in warns)
+    got = _part(t, steps, ctx)
+    assert_frame_equal(got, classify.partition(t, steps, ctx.kb, keep=False, enum=True))
+    assert got.n_chunks() > 1 and got.head(ctx.part.height).equals(ctx.part)  # (the rules' own rows, first)

@@ -1047,20 +1047,27 @@ def layer_table(trace: Trace, steps: pl.DataFrame | None = None, depth: int | No
     gagg = [pl.col("dur").sum().alias("gpu_ns"), pl.col("dur").filter(ph == fwd).sum().alias("fwd_gpu_ns"),
             pl.col("dur").filter(ph == bwd).sum().alias("bwd_gpu_ns"),
             pl.col("dur").filter(~ph.is_in([fwd, bwd])).sum().alias("other_gpu_ns"),
-            pl.len().alias("kernels"), pl.col("flops").sum().alias("flops"), pl.col("bytes").sum().alias("bytes"),
-            pl.col("_tf").sum().alias("_tf"), pl.col("_tb").sum().alias("_tb"),
-            (pl.col("flops").is_not_null() | pl.col("bytes").is_not_null()).any().alias("_hasf")]
+            pl.len().alias("kernels")]
+    hasf = pl.col("flops").is_not_null() | pl.col("bytes").is_not_null()
+    fagg = [pl.col(c).sum().alias(c) for c in ("flops", "bytes", "_tf", "_tb")]
     # the float sums (FLOPs, bytes, ideal times) grouped by the layer's string, as before the layer ids: a float
     # sum's rounding depends on how polars splits a group's rows, which differs with the key's type and with its
-    # sorted flag (gathered from two or more strings: none; from a one-layer tree it would be set)
+    # sorted flag (gathered from two or more strings: none; from a one-layer tree it would be set). Without a
+    # float to sum (no kernel with FLOPs or bytes: a tiny-event trace) there is no rounding to keep, and no string
+    # per kernel, which was the top of the analysis's peak of memory there: by the layer id
     lookup = pl.concat([tree["layer"], pl.Series([UNATTRIBUTED])])
     gk = g.filter(pl.col("lid") < nt)
-    own = (gk.with_columns(layer=take(lookup, gk["lid"])).group_by("layer").agg(*gagg, pl.len().alias("_n"))
-           .with_columns(pl.col("_hasf").cast(pl.Int64)))
-    own = omit(own, "layer").hstack([pl.Series("lid", [row[x] for x in own["layer"].to_list()], dtype=pl.UInt32)])
+    if gk.select(hasf.any()).item():
+        own = (gk.with_columns(layer=take(lookup, gk["lid"])).group_by("layer")
+               .agg(*gagg, *fagg, hasf.any().cast(pl.Int64).alias("_hasf"), pl.len().alias("_n")))
+        own = omit(own, "layer").hstack([pl.Series("lid", [row[x] for x in own["layer"].to_list()], dtype=pl.UInt32)])
+    else:
+        own = gk.group_by("lid").agg(*gagg, pl.len().alias("_n")).with_columns(
+            *[pl.lit(0.0).alias(c) for c in ("flops", "bytes", "_tf", "_tb")], _hasf=pl.lit(0, pl.Int64))
+    del gk
     gcols = ["gpu_ns", "fwd_gpu_ns", "bwd_gpu_ns", "other_gpu_ns", "kernels", "flops", "bytes", "_tf", "_tb", "_hasf"]
     per = incl(own, gcols).lazy().with_columns(pl.col("_hasf") > 0)  # (lazy: computed in the table's query)
-    del gk, own
+    del own
     self_ = g.lazy().group_by("lid").agg(pl.col("dur").sum().alias("self_gpu_ns"), pl.len().alias("self_kernels"))
     # the bound holding most of a layer's GPU time (its sub-layers' included); ties to the first name
     bk = (g.lazy().filter(pl.col("bound").is_not_null()).group_by("lid", "bound").agg(pl.col("dur").sum(), pl.len().alias("_n"))
@@ -1085,7 +1092,7 @@ def layer_table(trace: Trace, steps: pl.DataFrame | None = None, depth: int | No
            .join(bound.lazy(), on="lid", how="left").join(cpu.lazy(), on="lid", how="left"))
     un = g.filter(pl.Series(unl[g["lid"].to_numpy()]))
     if un.height or nt == 0:  # (the joins above keep the tree's rows)
-        urow = un.group_by(pl.lit(UNATTRIBUTED).alias("layer")).agg(gagg).lazy().with_columns(
+        urow = un.group_by(pl.lit(UNATTRIBUTED).alias("layer")).agg(*gagg, *fagg, hasf.any().alias("_hasf")).lazy().with_columns(
             self_gpu_ns=pl.col("gpu_ns"), self_kernels=pl.col("kernels"),
             cpu_ns=pl.lit(int(top["dur"].filter(pl.Series(unl[top["lid"].to_numpy()])).sum())),
             name=pl.lit(UNATTRIBUTED), layer_class=pl.lit(UNATTRIBUTED), kind=pl.lit(UNATTRIBUTED),
