@@ -959,7 +959,17 @@ def shape_signatures(trace: Trace) -> pl.DataFrame:
 def layer_table(trace: Trace, steps: pl.DataFrame | None = None, depth: int | None = None,
                 findings: pl.DataFrame | None = None, kb: pl.DataFrame | None = None,
                 part: pl.DataFrame | None = None) -> pl.DataFrame:
-    """One row per layer (tree order) plus `(unattributed)`, over the given steps (default: all).
+    """`layer_table_phases`' table."""
+    return layer_table_phases(trace, steps, depth, findings, kb, part)[0]
+
+
+def layer_table_phases(trace: Trace, steps: pl.DataFrame | None = None, depth: int | None = None,
+                       findings: pl.DataFrame | None = None, kb: pl.DataFrame | None = None,
+                       part: pl.DataFrame | None = None) -> tuple[pl.DataFrame, dict[str, int]]:
+    """(the layer table, GPU ns per training phase {phase: ns} of the same activities: those that start in a step,
+    syncs left out; summed from the table's own per-kernel frame, not a second search of every kernel).
+
+    The table: one row per layer (tree order) plus `(unattributed)`, over the given steps (default: all).
 
     Times are ns and *inclusive* (a block counts its submodules); `self_gpu_ns` is the layer's own
     share, so sum(self_gpu_ns) over all layers + the `(unattributed)` row = total GPU time (kernels,
@@ -1041,6 +1051,7 @@ def layer_table(trace: Trace, steps: pl.DataFrame | None = None, depth: int | No
     # the columns the sums read: each row is repeated per enclosing layer below (on a tiny-event trace the
     # frame has as many rows as kernels: the ids, times and kinds would be copied for nothing)
     g = lg.select("lid", "ph", "dur", "flops", "bytes", "bound", "_tf", "_tb").collect(**CHAIN)
+    phase_ns = {PHASES[k]: v for k, v in g.group_by("ph").agg(pl.col("dur").sum()).iter_rows()}
     top = in_steps(_top(trace, "ts", "dur"), steps)  # (what the CPU sums read)
     top = omit(top, "lc").hstack([pl.Series("lid", lid_of[top["lc"].to_numpy()], pl.UInt32)])
     fwd, bwd = PHASES.index("forward"), PHASES.index("backward")
@@ -1145,7 +1156,7 @@ def layer_table(trace: Trace, steps: pl.DataFrame | None = None, depth: int | No
     out = out.sort("first_ts", "depth", maintain_order=True).drop("first_ts").collect(**CHAIN)
     if depth is not None:  # (after the sort: its ties keep their order whatever the depth)
         out = out.filter((pl.col("depth") <= depth) | (pl.col("layer") == UNATTRIBUTED))
-    return out
+    return out, phase_ns
 
 
 def repeats(table: pl.DataFrame, outlier: float = 0.2) -> pl.DataFrame:

@@ -11,10 +11,6 @@ from typing import Any
 import polars as pl
 
 from ..analyses import layers as L
-from ..analyses.rowid import join_by_id
-from ..analyses.windows import in_steps
-from ..engine import CHAIN
-from ..frames import omit, pick
 from ..model import Trace
 from ..units import us
 from .section import Section
@@ -38,38 +34,17 @@ def _findings_frame(findings: list[dict] | None) -> pl.DataFrame | None:
                         schema={"layer": pl.String, "code": pl.String})
 
 
-def _phase_ns(trace: Trace, steps: pl.DataFrame) -> dict[str, int]:
-    """GPU time per training phase of the activities that start in a step (syncs left out): {phase: ns}. Summed
-    over the GPU rows as they are (the phase codes are in their order), in polars (whose allocator holds what the
-    layer table just freed), not over a sorted frame of every kernel in the steps: at 10 M tiny events that frame,
-    or its numpy equivalent, sat at the top of the analysis's peak of memory."""
-    g = trace.gpu
-    if g["ts"].null_count() or steps["ts"].null_count() or steps["end"].null_count():
-        g = join_by_id(in_steps(omit(pick(g, "i", "ts", "dur", "kind").filter(pl.col("kind") != "sync"), "kind"),
-                                steps), "i", L.gpu_codes(trace), "ph")
-        return {L.PHASES[k]: v for k, v in g.group_by("ph").agg(pl.col("dur").sum()).iter_rows()}
-    w = steps.select("ts", "end").sort("ts", maintain_order=True)
-    # the last window started at or before each activity, and whether it is still open then (as `in_steps`)
-    j = w["ts"].search_sorted(g["ts"], side="right").cast(pl.Int64) - 1
-    frame = pl.DataFrame([g["ts"], g["dur"], g["kind"], L.gpu_codes(trace)["ph"], j.alias("_j")])
-    got = (frame.lazy().filter((pl.col("_j") >= 0) & (pl.col("kind") != "sync")
-                               & (pl.col("ts") < pl.lit(w["end"]).gather(pl.col("_j").clip(lower_bound=0))))
-           .group_by("ph").agg(pl.col("dur").sum()).collect(**CHAIN))
-    return {L.PHASES[k]: v for k, v in got.iter_rows()}
-
-
 def section(trace: Trace, steps: pl.DataFrame, *, findings: list[dict] | None = None,
             kb: pl.DataFrame | None = None, part: pl.DataFrame | None = None,
             depth: int | None = None) -> dict[str, Any]:
     """The `layers` section of one trace entry: the layer table of `steps` with the roofline of each kernel
     (`kb`), the classifier's shares (`part`) and the findings per layer."""
-    table = L.layer_table(trace, steps, findings=_findings_frame(findings), kb=kb, part=part)
+    table, phases = L.layer_table_phases(trace, steps, findings=_findings_frame(findings), kb=kb, part=part)
     att = L.attribution(trace)
     reps = L.repeats(table)
     total = int(table["self_gpu_ns"].sum())
     un = table.filter(pl.col("layer") == L.UNATTRIBUTED)
     un_ns = int(un["gpu_ns"].sum())
-    phases = _phase_ns(trace, steps)
     spec = L.device_peaks(trace)
     shown = table if depth is None else table.filter((pl.col("depth") <= depth) | (pl.col("layer") == L.UNATTRIBUTED))
     share_cols = [c for c in table.columns if c.startswith("share_")]
