@@ -43,3 +43,31 @@ def test_cli_run_sets_it_before_polars():
     code_, conf = _probe(code).split()
     assert code_ == "0" and conf.split(",")[-1] == VALUE  # polars put its defaults first and kept ours
 
+
+
+_ARENA = ("import sys, os, traceview.cli.main as cli\n"
+          "from traceview.ingest import heap_trim\n"
+          "calls = []\n"
+          "heap_trim.one_arena = lambda: calls.append(1) or True\n"
+          "small = sys.argv[1] == 'small'\n"
+          "cli.small_input_settings = lambda argv: small\n"
+          "cli._main = lambda argv: 0\n"
+          "cli._exit = lambda code: print(len(calls))\n"
+          "sys.argv = ['traceview', sys.argv[2], 'trace.json']\n"
+          "cli.main()\n"
+          "print(len(calls))  # (a command other than analyze returns)\n")
+
+
+def _arena_calls(size: str, command: str, threads: str) -> int:
+    e = {k: v for k, v in os.environ.items() if k != "TRACEVIEW_THREADS"} | {"TRACEVIEW_THREADS": threads}
+    out = subprocess.run([sys.executable, "-c", _ARENA, size, command], capture_output=True, text=True, env=e,
+                         check=True)
+    return int(out.stdout.split()[0])
+
+
+def test_one_glibc_arena_where_the_scanner_runs_threads():
+    # heap_settings: the C scanner's workers would each leave freed buffers in an arena of their own
+    assert _arena_calls("large", "analyze", "4") == 1
+    assert _arena_calls("large", "batch", "4") == 1  # every command that loads traces
+    assert _arena_calls("large", "analyze", "1") == 0  # one scan thread: nothing to share
+    assert _arena_calls("small", "analyze", "4") == 0  # small inputs: no ctypes import on the start-up path

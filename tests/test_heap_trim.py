@@ -31,3 +31,49 @@ def test_map_large_only_from_map_events(monkeypatch):
 def test_map_large_without_glibc(monkeypatch):
     monkeypatch.setattr(heap_trim, "_libc", lambda: None)
     heap_trim.map_large(heap_trim.MAP_EVENTS)  # (musl, macOS, Windows: nothing to set)
+
+
+_HEAPS = """
+import ctypes, os, sys, tempfile, threading
+from traceview.ingest import heap_trim
+libc = ctypes.CDLL("libc.so.6")
+libc.malloc.restype = ctypes.c_void_p
+libc.fopen.restype = ctypes.c_void_p
+libc.malloc_info.argtypes = [ctypes.c_int, ctypes.c_void_p]
+libc.fclose.argtypes = [ctypes.c_void_p]
+if sys.argv[1] == "one":
+    assert heap_trim.one_arena()
+go, held = threading.Barrier(5), []
+def work():  # each thread allocates while the others hold theirs: glibc gives it an arena of its own, or not
+    held.append(libc.malloc(1 << 16))
+    go.wait()
+threads = [threading.Thread(target=work) for _ in range(4)]
+for t in threads:
+    t.start()
+go.wait()
+path = os.path.join(tempfile.mkdtemp(), "info.xml")
+fp = libc.fopen(path.encode(), b"w")
+libc.malloc_info(0, fp)
+libc.fclose(fp)
+print(open(path).read().count("<heap nr="))
+"""
+
+
+def _heaps(mode: str) -> int:
+    import subprocess
+    import sys
+
+    out = subprocess.run([sys.executable, "-c", _HEAPS, mode], capture_output=True, text=True, check=True)
+    return int(out.stdout)
+
+
+def test_one_arena_keeps_new_threads_on_the_existing_heaps():
+    import platform
+
+    import pytest
+
+    if platform.system() != "Linux" or platform.libc_ver()[0] != "glibc":
+        pytest.skip("glibc's arenas")
+    # four threads allocating at once get heaps of their own by default (up to 8 per core), and none after
+    # one_arena: the process's one heap serves them (the main thread's, the only one made before)
+    assert _heaps("default") > _heaps("one") == 1

@@ -356,6 +356,19 @@ def allocator_settings() -> bool:
     return True
 
 
+def heap_settings() -> bool:
+    """One glibc arena for the run's threads (`heap_trim.one_arena`) where the C scanner parses in several
+    (`cores.scan_threads()`: four cores and more, or TRACEVIEW_THREADS); on fewer, and for small inputs, nothing
+    (no ctypes import). Whether it was set."""
+    from ..ingest import cores
+
+    if cores.scan_threads() < 2:
+        return False
+    from ..ingest import heap_trim
+
+    return heap_trim.one_arena()
+
+
 #: polars' thread pool (`POLARS_MAX_THREADS`, read when polars is imported: fixed for the process). A small
 #: trace's run is ~640 polars queries of a few hundred rows each, ~0.1 ms apiece: on many cores every one of them
 #: wakes the pool's idle threads (each then spins before it sleeps again: on the 16-core host a tiny trace's run
@@ -429,11 +442,13 @@ def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:]
     allocator_settings()  # every command of the process's own run (batch, ci, diff... load traces too)
     if not argv or argv[0] not in ANALYZER_COMMANDS:
+        heap_settings()
         return _main(argv)
     # numpy's BLAS threads are never used here (no linear algebra), and started with numpy they spin on the
     # cores polars needs: one thread, unless the user says otherwise
     os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
-    small_input_settings(argv)
+    if not small_input_settings(argv):
+        heap_settings()
     from .lazy_stdlib import defer
 
     defer()  # stdlib modules polars and numpy import but an analysis never uses: loaded on first use
