@@ -58,8 +58,9 @@ _ARENA = ("import sys, os, traceview.cli.main as cli\n"
           "print(len(calls))  # (a command other than analyze returns)\n")
 
 
-def _arena_calls(size: str, command: str, threads: str) -> int:
-    e = {k: v for k, v in os.environ.items() if k != "TRACEVIEW_THREADS"} | {"TRACEVIEW_THREADS": threads}
+def _arena_calls(size: str, command: str, threads: str, **env: str) -> int:
+    e = ({k: v for k, v in os.environ.items() if k not in ("TRACEVIEW_THREADS", "MALLOC_ARENA_MAX", "GLIBC_TUNABLES")}
+         | {"TRACEVIEW_THREADS": threads} | env)
     out = subprocess.run([sys.executable, "-c", _ARENA, size, command], capture_output=True, text=True, env=e,
                          check=True)
     return int(out.stdout.split()[0])
@@ -71,3 +72,7 @@ def test_one_glibc_arena_where_the_scanner_runs_threads():
     assert _arena_calls("large", "batch", "4") == 1  # every command that loads traces
     assert _arena_calls("large", "analyze", "1") == 0  # one scan thread: nothing to share
     assert _arena_calls("small", "analyze", "4") == 0  # small inputs: no ctypes import on the start-up path
+    # the user's own setting of glibc's arenas is kept
+    assert _arena_calls("large", "analyze", "4", MALLOC_ARENA_MAX="4") == 0
+    assert _arena_calls("large", "analyze", "4", GLIBC_TUNABLES="glibc.malloc.arena_max=2") == 0
+    assert _arena_calls("large", "analyze", "4", GLIBC_TUNABLES="glibc.malloc.trim_threshold=0") == 1

@@ -358,10 +358,13 @@ def allocator_settings() -> bool:
 
 def heap_settings() -> bool:
     """One glibc arena for the run's threads (`heap_trim.one_arena`) where the C scanner parses in several
-    (`cores.scan_threads()`: four cores and more, or TRACEVIEW_THREADS); on fewer, and for small inputs, nothing
-    (no ctypes import). Whether it was set."""
+    (`cores.scan_threads()`: four cores and more, or TRACEVIEW_THREADS); on fewer, for small inputs (no ctypes
+    import), and where the user set glibc's arenas (`MALLOC_ARENA_MAX`, or `arena_max` in `GLIBC_TUNABLES`),
+    nothing. Whether it was set."""
     from ..ingest import cores
 
+    if "MALLOC_ARENA_MAX" in os.environ or "malloc.arena_max" in os.environ.get("GLIBC_TUNABLES", ""):
+        return False
     if cores.scan_threads() < 2:
         return False
     from ..ingest import heap_trim
