@@ -59,11 +59,13 @@ print(open(path).read().count("<heap nr="))
 """
 
 
-def _heaps(mode: str) -> int:
+def _heaps(mode: str, **env: str) -> int:
+    import os
     import subprocess
     import sys
 
-    out = subprocess.run([sys.executable, "-c", _HEAPS, mode], capture_output=True, text=True, check=True)
+    e = {k: v for k, v in os.environ.items() if k not in ("MALLOC_ARENA_MAX", "GLIBC_TUNABLES")} | env
+    out = subprocess.run([sys.executable, "-c", _HEAPS, mode], capture_output=True, text=True, check=True, env=e)
     return int(out.stdout)
 
 
@@ -77,3 +79,45 @@ def test_one_arena_keeps_new_threads_on_the_existing_heaps():
     # four threads allocating at once get heaps of their own by default (up to 8 per core), and none after
     # one_arena: the process's one heap serves them (the main thread's, the only one made before)
     assert _heaps("default") > _heaps("one") == 1
+    # a spawned worker gets it from its environment (heap_trim.worker_env), read by glibc as the process starts
+    assert _heaps("default", **heap_trim.worker_env(4)) == 1
+
+
+def test_worker_env(monkeypatch):
+    monkeypatch.delenv("MALLOC_ARENA_MAX", raising=False)
+    monkeypatch.delenv("GLIBC_TUNABLES", raising=False)
+    assert heap_trim.worker_env(1) == {}  # one scan thread: nothing to share
+    assert heap_trim.worker_env(4) == {"MALLOC_ARENA_MAX": "1"}
+    monkeypatch.setenv("GLIBC_TUNABLES", "glibc.malloc.arena_max=2")
+    assert heap_trim.worker_env(4) == {}  # the user's setting stands
+    monkeypatch.setenv("GLIBC_TUNABLES", "glibc.malloc.trim_threshold=0")
+    assert heap_trim.worker_env(4) == {"MALLOC_ARENA_MAX": "1"}
+    monkeypatch.setenv("MALLOC_ARENA_MAX", "8")
+    assert heap_trim.worker_env(4) == {}
+
+
+def test_rank_workers_get_their_share_of_the_cores_and_one_arena(monkeypatch, tmp_path):
+    from traceview import procpool, report
+    from traceview.options import Options
+
+    got = {}
+
+    def start(fn, calls, workers, env=None):
+        got.update(env or {})
+        raise RuntimeError("no pool here")  # (the env is what is checked)
+
+    monkeypatch.setattr(procpool, "start", start)
+    monkeypatch.setattr(report.os, "cpu_count", lambda: 16)
+    monkeypatch.delenv("MALLOC_ARENA_MAX", raising=False)
+    monkeypatch.delenv("GLIBC_TUNABLES", raising=False)
+    try:
+        report._analyze_files([tmp_path / "a.json"], Options(), 4, None)
+    except RuntimeError:
+        pass
+    assert got == {"POLARS_MAX_THREADS": "4", "TRACEVIEW_THREADS": "4", "MALLOC_ARENA_MAX": "1"}
+    got.clear()
+    try:
+        report._analyze_files([tmp_path / "a.json"], Options(), 16, None)
+    except RuntimeError:
+        pass
+    assert got == {"POLARS_MAX_THREADS": "1", "TRACEVIEW_THREADS": "1"}  # one scan thread a worker: glibc's default

@@ -332,10 +332,11 @@ def _analyze_files(files: list[Path], options: Options, workers: int, on_trace: 
 
     # each worker gets its share of the cores: polars would start a thread per core in every worker otherwise
     # (the variable is read when a spawned worker imports polars; the workers start during the submits), and the
-    # C scanner's threads likewise
-    threads = str(max(1, (os.cpu_count() or 1) // workers))
+    # C scanner's threads likewise (each worker's glibc with one arena where they are several: heap_trim.one_arena)
+    threads = max(1, (os.cpu_count() or 1) // workers)
     pool, futures = procpool.start(_analyze_file, [(f, options, reduce) for f in files], workers,
-                                   env={"POLARS_MAX_THREADS": threads, "TRACEVIEW_THREADS": threads})
+                                   env={"POLARS_MAX_THREADS": str(threads), "TRACEVIEW_THREADS": str(threads),
+                                        **heap_trim.worker_env(threads)})
     with pool:
         out = []
         for f, fut in zip(files, futures, strict=True):

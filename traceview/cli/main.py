@@ -361,14 +361,10 @@ def heap_settings() -> bool:
     (`cores.scan_threads()`: four cores and more, or TRACEVIEW_THREADS); on fewer, for small inputs (no ctypes
     import), and where the user set glibc's arenas (`MALLOC_ARENA_MAX`, or `arena_max` in `GLIBC_TUNABLES`),
     nothing. Whether it was set."""
-    from ..ingest import cores
+    from ..ingest import cores, heap_trim
 
-    if "MALLOC_ARENA_MAX" in os.environ or "malloc.arena_max" in os.environ.get("GLIBC_TUNABLES", ""):
+    if cores.scan_threads() < 2 or heap_trim.user_arenas():
         return False
-    if cores.scan_threads() < 2:
-        return False
-    from ..ingest import heap_trim
-
     return heap_trim.one_arena()
 
 

@@ -14,6 +14,7 @@ no longer raised by the first large free), which the system takes back the momen
 from __future__ import annotations
 
 import functools
+import os
 from collections.abc import Callable
 from typing import Any
 
@@ -76,3 +77,15 @@ def one_arena() -> bool:
     if (libc := _libc()) is None or (mallopt := getattr(libc, "mallopt", None)) is None:
         return False
     return bool(mallopt(_M_ARENA_MAX, 1))
+
+
+def user_arenas() -> bool:
+    """Whether the user set glibc's arenas (`MALLOC_ARENA_MAX`, or `arena_max` in `GLIBC_TUNABLES`): theirs stands."""
+    return "MALLOC_ARENA_MAX" in os.environ or "malloc.arena_max" in os.environ.get("GLIBC_TUNABLES", "")
+
+
+def worker_env(scan_threads: int) -> dict[str, str]:
+    """The environment that gives a spawned worker process, whose C scanner runs `scan_threads` threads, one glibc
+    arena from its start (glibc reads `MALLOC_ARENA_MAX` as it starts: `one_arena` for a process that is not ours
+    to call): empty for one thread, or where the user set the arenas."""
+    return {} if scan_threads < 2 or user_arenas() else {"MALLOC_ARENA_MAX": "1"}
