@@ -9,6 +9,9 @@ heap, not only its top (glibc >= 2.8); elsewhere (musl, macOS, Windows) this is 
 A trim comes between phases; inside one, the heap's holes still pile up under the phase's peak. On a large trace
 (`map_large`) every array of at least MAP_BYTES is given its own mapping instead (glibc's mmap threshold, fixed:
 no longer raised by the first large free), which the system takes back the moment numpy frees it.
+
+Threads: glibc gives each new thread a heap (arena) of its own, whose freed pages a trim does not all give back;
+where the C scanner parses in several threads the process keeps to one (`one_arena`, `worker_env`).
 """
 
 from __future__ import annotations
