@@ -43,6 +43,17 @@ ta.get_temporal_breakdown(visualize=False); ta.get_idle_time_breakdown(visualize
 print(time.perf_counter() - t)
 """
 
+#: traceview doing HTA's work (the load, the temporal and the idle breakdown: `traceview.analyses.timeline`, the
+#: figures tests/hta_ref.py checks against HTA run live), timed as HTA is above: from after the imports
+TV_SAME = r"""
+import os, sys, time
+os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
+from traceview.analyses import timeline
+from traceview.ingest import loader
+t = time.perf_counter(); tr = loader.load_file(sys.argv[1])
+timeline.temporal_breakdown(tr.gpu); timeline.idle_breakdown(tr.gpu)
+print(time.perf_counter() - t)
+"""
 
 # as a user runs it: bytecode caches written and used (a sandbox may set PYTHONDONTWRITEBYTECODE, which makes
 # every start compile the package's modules from source)

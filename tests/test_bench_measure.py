@@ -24,3 +24,23 @@ def test_child_peak_rss_is_its_own_not_the_parents():
 def test_inner_time_is_the_childs_last_line():
     secs, _ = run([sys.executable, "-c", "print('noise'); print(1.25)"], True)
     assert secs == 1.25
+
+
+def test_same_work_as_hta_runs_traceviews_breakdowns():
+    # bench_load.TV_SAME: traceview's load and the two breakdowns HTA's row computes, its time on the last line
+    from bench_load import TV_SAME
+
+    trace = Path(__file__).resolve().parents[1] / "sample_traces/gpu_h200/seed_single_gemm_eager.json.gz"
+    secs, rss = run([sys.executable, "-c", TV_SAME, str(trace)], True)
+    assert secs > 0 and rss > 0
+
+
+def test_peer_table_compares_hta_with_the_median_of_traceviews_runs(monkeypatch):
+    import run as bench  # bench/run.py
+
+    times = iter([(0.5, 200.0), (0.4, 190.0), (0.7, 210.0)])
+    monkeypatch.setattr(bench, "same_work", lambda p: next(times))
+    monkeypatch.setattr(bench, "hta_run", lambda p: (20.0, 800.0))
+    rows, hs, hr, ts = bench.peer_table(Path("t.json.gz"), 3)
+    assert (hs, hr, ts) == (20.0, 800.0, 0.5)  # the median of one run before HTA's and two after
+    assert rows[1].endswith("| 0.500 | 200 | HTA 40.0x slower |")
