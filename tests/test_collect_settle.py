@@ -161,7 +161,11 @@ def test_two_ranks_agree_on_the_steps(tmp_path: Path) -> None:
     man = _collect(tmp_path, "ddp", ["--settle", "--wait", "3", "--warmup", "1", "--active", "2"], cmd,
                    {"RAMP": "1", "STEPS": "40"})
     s0, s1 = _steps(tmp_path / "ddp", 0), _steps(tmp_path / "ddp", 1)
-    assert s0 == s1 and len(s0) == 2 and s0[0] >= 10, (s0, s1)
+    assert s0 == s1 and s0[0] >= 10, (s0, s1)
+    # two steps, unless the ranks' steps looked periodically slow (gloo on a loaded machine can): then the capture is
+    # lengthened alike on both, and each rank's manifest says to how many (test_two_ranks_lengthen_their_capture_alike)
+    longer = [(r["settle"] or {}).get("lengthened") for r in man["ranks"]]
+    assert len(s0) == 2 or all(g and g["active"] == len(s0) for g in longer), (s0, longer)
     assert (tmp_path / "ddp" / "settle.start").exists()
     assert [r["rank"] for r in man["ranks"]] == [0, 1]
 
