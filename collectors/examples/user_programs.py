@@ -103,6 +103,23 @@ An eighth set (2026-12-07, session 63), each with its fixed twin `--fixed`, reco
 - `regnet_empty_cache`: torchvision RegNetY-1.6GF, bf16 autocast, `torch.cuda.empty_cache()` after every step
   (`--fixed`: without it).
 
+A ninth set (2026-12-07, session 68), each with its fixed twin `--fixed`, recorded before any rule saw them: serving
+loops with no optimizer (their steps marked with `collectors.steps`), two models at once, a speech model and a
+prefetching input pipeline:
+
+- `bert_infer_fp32`: HF BERT-base sequence classification served in FP32 under `torch.inference_mode()`, batch 64
+  x 128, each batch's predicted labels copied to the host (`--fixed`: bf16 autocast);
+- `resnet50_infer_fp32`: torchvision ResNet-50 inference in FP32, batch 64, predictions copied to the host
+  (`--fixed`: bf16 autocast and channels_last);
+- `dcgan_fp32`: a DCGAN (64 x 64 images, transposed-conv generator, conv discriminator) trained in FP32 with two
+  Adam optimizers, discriminator then generator each step (`--fixed`: bf16 autocast and channels_last);
+- `whisper_eager`: HF Whisper (base sizes: 6 + 6 layers, 512 wide) speech-to-text training on 30 s of random
+  log-mel features, bf16 autocast, batch 8, `attn_implementation="eager"` (`--fixed`: `"sdpa"`): self-attention
+  over 1500 audio frames and cross-attention from 64 text tokens to them;
+- `prefetch_stream`: torchvision ResNet-18 (bf16, channels_last, batch 64) fed pinned host batches copied on a side
+  stream one step ahead (`non_blocking`, `wait_stream`, `record_stream`) — a negative control: its input costs
+  nothing (`--fixed`: the batches already on the GPU).
+
     traceview collect -- python -m collectors.examples.user_programs --prog t5
 """
 
@@ -141,7 +158,8 @@ PROGS = ("t5", "distilbert_fp32", "swin_bf16", "regnet_loader", "lstm", "opt_gen
          "roberta_eager", "opt_adamw_loop", "resnet34_empty_cache", "vgg_fp32", "resnext_bf16_nchw", "cutmix_loop",
          "hf_vit_eager", "convnext_adamw_loop", "swin_empty_cache", "convnext_bf16_nchw",
          "bart_empty_cache", "pythia_adamw_loop", "qwen2_eager", "electra_fp32", "mobilenetv2_fp32",
-         "pythia_eager", "wide_resnet_fp32", "t5_item", "resnet50_sgd_loop", "regnet_empty_cache")
+         "pythia_eager", "wide_resnet_fp32", "t5_item", "resnet50_sgd_loop", "regnet_empty_cache",
+         "bert_infer_fp32", "resnet50_infer_fp32", "dcgan_fp32", "whisper_eager", "prefetch_stream")
 
 
 def train(model: nn.Module, opt: torch.optim.Optimizer, loss_of, steps: int, amp: bool) -> None:
@@ -999,6 +1017,130 @@ def regnet_empty_cache(steps: int) -> None:
     model, x, y = _vision("regnet_y_1_6gf", 64)
     opt = torch.optim.SGD(model.parameters(), lr=0.05, momentum=0.9)
     _empty_cache_each_step(model, lambda m: F.cross_entropy(m(x), y), opt, steps)
+
+def _serve(model: nn.Module, batch_of, steps: int, amp: bool) -> None:
+    """An inference loop as a service writes it: each batch's predicted labels copied to the host (the caller reads
+    them), under `torch.inference_mode()`, its steps marked for the collector (no optimizer steps)."""
+    import collectors
+
+    model.eval()
+    got = []
+    with torch.inference_mode():
+        for i in collectors.steps(range(steps)):
+            with torch.autocast("cuda", dtype=torch.bfloat16, enabled=amp):
+                out = model(batch_of(i))
+            logits = out.logits if hasattr(out, "logits") else out
+            got.append(logits.argmax(-1).cpu())
+            mark()
+
+
+def bert_infer_fp32(steps: int) -> None:
+    """HF BERT-base classification served in FP32, batch 64 x 128 (`--fixed`: bf16 autocast)."""
+    from transformers import BertConfig, BertForSequenceClassification
+
+    model = BertForSequenceClassification(BertConfig(num_labels=3)).cuda()
+    ids = torch.randint(0, 30522, (64, 128), device="cuda")
+    _serve(model, lambda i: ids, steps, amp=OPTS["fixed"])
+
+
+def resnet50_infer_fp32(steps: int) -> None:
+    """torchvision ResNet-50 inference in FP32, batch 64 (`--fixed`: bf16 autocast and channels_last)."""
+    model, x, _ = _vision("resnet50", 64, torch.channels_last if OPTS["fixed"] else torch.contiguous_format)
+    _serve(model, lambda i: x, steps, amp=OPTS["fixed"])
+
+
+def dcgan_fp32(steps: int) -> None:
+    """DCGAN at 64 x 64 (nz 100, 64 feature maps), batch 128, Adam(2e-4, betas (0.5, 0.999)) for each network, the
+    discriminator's step on real and fake images then the generator's (`--fixed`: bf16 autocast, channels_last)."""
+    nz, nf = 100, 64
+    gen = nn.Sequential(
+        nn.ConvTranspose2d(nz, nf * 8, 4, 1, 0, bias=False), nn.BatchNorm2d(nf * 8), nn.ReLU(True),
+        nn.ConvTranspose2d(nf * 8, nf * 4, 4, 2, 1, bias=False), nn.BatchNorm2d(nf * 4), nn.ReLU(True),
+        nn.ConvTranspose2d(nf * 4, nf * 2, 4, 2, 1, bias=False), nn.BatchNorm2d(nf * 2), nn.ReLU(True),
+        nn.ConvTranspose2d(nf * 2, nf, 4, 2, 1, bias=False), nn.BatchNorm2d(nf), nn.ReLU(True),
+        nn.ConvTranspose2d(nf, 3, 4, 2, 1, bias=False), nn.Tanh())
+    disc = nn.Sequential(
+        nn.Conv2d(3, nf, 4, 2, 1, bias=False), nn.LeakyReLU(0.2, True),
+        nn.Conv2d(nf, nf * 2, 4, 2, 1, bias=False), nn.BatchNorm2d(nf * 2), nn.LeakyReLU(0.2, True),
+        nn.Conv2d(nf * 2, nf * 4, 4, 2, 1, bias=False), nn.BatchNorm2d(nf * 4), nn.LeakyReLU(0.2, True),
+        nn.Conv2d(nf * 4, nf * 8, 4, 2, 1, bias=False), nn.BatchNorm2d(nf * 8), nn.LeakyReLU(0.2, True),
+        nn.Conv2d(nf * 8, 1, 4, 1, 0, bias=False), nn.Flatten())
+    fmt = torch.channels_last if OPTS["fixed"] else torch.contiguous_format
+    gen, disc = gen.cuda().to(memory_format=fmt), disc.cuda().to(memory_format=fmt)
+    opt_g = torch.optim.Adam(gen.parameters(), lr=2e-4, betas=(0.5, 0.999))
+    opt_d = torch.optim.Adam(disc.parameters(), lr=2e-4, betas=(0.5, 0.999))
+    real = torch.randn(128, 3, 64, 64, device="cuda").to(memory_format=fmt)
+    ones, zeros = torch.ones(128, 1, device="cuda"), torch.zeros(128, 1, device="cuda")
+    bce = nn.BCEWithLogitsLoss()
+    amp = OPTS["fixed"]
+    for _ in range(steps):
+        noise = torch.randn(128, nz, 1, 1, device="cuda")
+        with torch.autocast("cuda", dtype=torch.bfloat16, enabled=amp):
+            fake = gen(noise)
+            loss_d = bce(disc(real), ones) + bce(disc(fake.detach()), zeros)
+        opt_d.zero_grad(set_to_none=True)
+        loss_d.backward()
+        opt_d.step()
+        with torch.autocast("cuda", dtype=torch.bfloat16, enabled=amp):
+            loss_g = bce(disc(fake), ones)
+        opt_g.zero_grad(set_to_none=True)
+        loss_g.backward()
+        opt_g.step()
+        mark()
+
+
+def whisper_eager(steps: int) -> None:
+    """HF Whisper at base sizes trained on random log-mel features (batch 8 x 80 x 3000) and 64-token labels, bf16
+    autocast, fused AdamW, `attn_implementation="eager"` (`--fixed`: `"sdpa"`)."""
+    from transformers import WhisperConfig, WhisperForConditionalGeneration
+
+    cfg = WhisperConfig(vocab_size=51865, d_model=512, encoder_layers=6, decoder_layers=6,
+                        encoder_attention_heads=8, decoder_attention_heads=8, encoder_ffn_dim=2048,
+                        decoder_ffn_dim=2048, attn_implementation="sdpa" if OPTS["fixed"] else "eager")
+    model = WhisperForConditionalGeneration(cfg).cuda()
+    print("attention:", model.config._attn_implementation)
+    feats = torch.randn(8, 80, 3000, device="cuda")
+    labels = torch.randint(0, 51865, (8, 64), device="cuda")
+    opt = torch.optim.AdamW(model.parameters(), lr=1e-4, fused=True)
+    train(model, opt, lambda m: m(input_features=feats, labels=labels).loss, steps, amp=True)
+
+
+def prefetch_stream(steps: int) -> None:
+    """torchvision ResNet-18 (bf16 autocast, channels_last, batch 64, SGD) fed pinned host batches copied to the GPU
+    on a side stream one step ahead, as NVIDIA's data prefetcher does (`--fixed`: the batches already on the GPU)."""
+    model, _, _ = _vision("resnet18", 64, torch.channels_last)
+    opt = torch.optim.SGD(model.parameters(), lr=0.1, momentum=0.9)
+    host = [torch.randn(64, 3, 224, 224).pin_memory() for _ in range(4)]
+    labels = [torch.randint(0, 1000, (64,)).pin_memory() for _ in range(4)]
+    if OPTS["fixed"]:
+        dev = [(h.cuda().to(memory_format=torch.channels_last), y.cuda()) for h, y in zip(host, labels, strict=True)]
+        batches = (dev[i % 4] for i in range(steps))
+    else:
+        side = torch.cuda.Stream()
+
+        def prefetch(i: int):
+            with torch.cuda.stream(side):
+                x = host[i % 4].cuda(non_blocking=True).to(memory_format=torch.channels_last)
+                return x, labels[i % 4].cuda(non_blocking=True)
+
+        def gen():
+            nxt = prefetch(0)
+            for i in range(steps):
+                torch.cuda.current_stream().wait_stream(side)
+                x, y = nxt
+                x.record_stream(torch.cuda.current_stream())
+                y.record_stream(torch.cuda.current_stream())
+                nxt = prefetch(i + 1)
+                yield x, y
+        batches = gen()
+    for x, y in batches:
+        with torch.autocast("cuda", dtype=torch.bfloat16):
+            loss = F.cross_entropy(model(x), y)
+        opt.zero_grad(set_to_none=True)
+        loss.backward()
+        opt.step()
+        mark()
+
 
 def main() -> None:
     ap = argparse.ArgumentParser()
