@@ -396,7 +396,7 @@ def main() -> None:
     a = ap.parse_args()
     if a.only == "peers":
         big = Path(a.trace) if a.trace else SHARED_BIG
-        peer_rows, hs, _, ts = peer_table(big, a.repeat)
+        peer_rows = peer_table(big, a.repeat)[0]
         print("\n".join(["| what | seconds | peak RSS MiB | |", "|---|---|---|---|", *peer_rows]))
         return
     if a.only == "startup":
