@@ -48,7 +48,7 @@ MISSES = {  # fmt: skip
 COVERED = [t for t in P.twins() if t["rule"] and t["measured_ms"] > 0 and t["set"] != "ab_traced"]
 #: the same twins measured in the process that took the problem's trace (sample_traces/ab_traced), scored apart
 SAME_PROCESS = [t for t in P.twins() if t["set"] == "ab_traced" and t["measured_ms"] > 0 and not t.get("control")
-                and not P.unresolved(t["rounds"], t["measured_ms"])]
+                and t["rule"] and not P.unresolved(t["rounds"], t["measured_ms"])]
 #: same-process twins whose rounds spread wider than the saving they measure: listed, not scored
 UNRESOLVED = [t for t in P.twins() if t["set"] == "ab_traced" and P.unresolved(t["rounds"], t["measured_ms"])]
 
@@ -56,6 +56,7 @@ UNRESOLVED = [t for t in P.twins() if t["set"] == "ab_traced" and P.unresolved(t
 #: the capture with CUPTI torn down (TEARDOWN_CUPTI=1), at the pace of the wait steps the pricing is solved to;
 #: where the rounds agree (the optimizer, attention s1024, small_batch, elementwise) the miss is the model's
 MISSES_SAME_PROCESS = {  # fmt: skip
+    ("ab_traced", "resnet50_infer_fp32_ab", "resnet50_infer_bf16_cl_ab"): "0.000 predicted vs 4.649 ms measured (-100%); the rounds in one process measured 4.24 to 5.46 ms; torchvision ResNet-50 served in FP32 under inference_mode, a device-bound step (11.53 ms, its device chain 11.2) whose host speed the measurement leaves open: replayed at the fitted profiler share its host alone takes 11.5 ms, and fp32-conv's transform adds autocast's cost as training programs measured it (a weight cast and its gradient's node, the convolution's dispatch again, native batch norm's statistics), 6.3 ms a step, so the fix replays 5.7 ms slower; the fixed program's own trace runs conv2d at 91 us against 122 and its step measured 6.9 ms",
     ("ab_traced", "adamw_l12_single", "adamw_l12_fused"): "2.212 predicted vs 1.652 ms measured (+34%); the rounds in one process measured 1.556 to 2.255 ms; a host-bound step (0.5 ms of kernels per 3.9 ms): the single-tensor loop's unprofiled host time is what the fix removes. The step after the fix replays at 2.20 ms against 2.23 measured; the problem's rounds ran 3.86 ms a step where the traced run's wait steps, which the pricing is solved to, ran 4.39 (its steps after the capture 3.63-3.81): anchored to the rounds' step it predicts 1.93 (+17 %)",
     ("ab_traced", "elementwise_32mib_eager", "elementwise_32mib_compiled"): "0.051 predicted vs 0.034 ms measured (+50%); the rounds in one process measured 0.019 to 0.043 ms; host-bound fixed twins: the compiled loop's step replays at 0.102 ms against 0.113 measured (the compiled call priced at 5.3 eager ops, 32 us here), and a saving of a quarter of the step inherits four times the step's error",
     ("ab_traced", "elementwise_8mib_eager", "elementwise_8mib_compiled"): "0.017 predicted vs 0.011 ms measured (+48%); the rounds in one process measured 0.000 to 0.019 ms; the fixed step replays at 0.112 ms against 0.114 measured: a saving of a tenth of the step",
@@ -139,7 +140,7 @@ def test_same_process_labels_are_current():
     for t in labels["twins"]:  # the saving is the median of the rounds' differences, as ab_twin.py measures it
         r = sorted(t["per_round_saving_ms"])
         assert min(r) <= t["measured_fix_saving_ms"] <= max(r)
-    assert len(SAME_PROCESS) == 112 and set(MISSES_SAME_PROCESS) <= {(t["set"], t["problem"], t["fixed"]) for t in SAME_PROCESS}
+    assert len(SAME_PROCESS) == 115 and set(MISSES_SAME_PROCESS) <= {(t["set"], t["problem"], t["fixed"]) for t in SAME_PROCESS}
 
 
 def _bar(anchored: bool) -> list[bool]:
@@ -161,10 +162,10 @@ def test_the_bar_is_the_docs_headline():
     # scoreboard counted here is the one docs/predictions.md states, twin for twin
     hits = _bar(anchored=False)
     m = re.search(r"Within ±20 %: \*\*(\d+) of (\d+)\*\*", (SAMPLES.parent / "docs/predictions.md").read_text())
-    assert m and (sum(hits), len(hits)) == (int(m[1]), int(m[2])) and len(hits) == 142
+    assert m and (sum(hits), len(hits)) == (int(m[1]), int(m[2])) and len(hits) == 145
 
 
-@pytest.mark.xfail(strict=True, reason="100 of 142 (70 %) since five more compiled models (session 65: HF ELECTRA and Qwen2 "
+@pytest.mark.xfail(strict=True, reason="102 of 145 (70 %) since the ninth set (session 68: BERT-base served in FP32 -> BF16 and HF Whisper eager -> SDPA hits, ResNet-50 served in FP32 a miss), 100 of 142 since five more compiled models (session 65: HF ELECTRA and Qwen2 "
                    "misses; HF GPT-2 and BERT at batch 1-2 hits, Llama a miss), 98 of 137 since GPT-NeoX's two larger fixes (session 64: its CUDA graph a hit, "
                    "its torch.compile a miss) and 95 of 131 since the seventh set's one-process twins (session 61: "
                    "three of ten resolved savings within ±20 %, held out and scored as they came) and the fixed loop's "
@@ -175,7 +176,7 @@ def test_the_issue_bar():
     assert sum(hits) >= 0.8 * len(hits)
 
 
-@pytest.mark.xfail(strict=True, reason="101 of 142 (71 %) since session 65's compiled models (100 of 137 in session 64, 98 of 131 since the seventh set, 92 of 120 before): anchored to the rounds' "
+@pytest.mark.xfail(strict=True, reason="103 of 145 (71 %) since the ninth set (session 68), 101 of 142 since session 65's compiled models (100 of 137 in session 64, 98 of 131 since the seventh set, 92 of 120 before): anchored to the rounds' "
                    "problem step, the misses that remain are host-bound fixed steps whose pace the process sets, "
                    "device-bound problem steps whose host speed the measurement does not fix, and the allocator churn "
                    "(docs/predictions.md)")
@@ -331,11 +332,11 @@ def test_every_negative_control_is_quiet(rel, rule, t):
 
 
 def test_negative_controls_cover_the_labels():
-    # the labels' negative twins with a rule: 18 twins, 20 (twin, rule) pairs (two FP32 -> BF16 twins name both
+    # the labels' negative twins with a rule: 19 twins, 21 (twin, rule) pairs (two FP32 -> BF16 twins name both
     # precision rules); cpu_gpt2_single's foreach twin is the one whose variant its rule does not declare
     negs = [t for t in P.twins() if t["measured_ms"] <= 0 and t["rule"]]
-    assert len(negs) == 18
-    assert len(_negatives()) == 20
+    assert len(negs) == 19
+    assert len(_negatives()) == 21
     assert [t["problem"] for t in negs if not all(_declared(f"{t['set']}/{t['problem']}", r, t.get("variant"))
                                                   for r in t["rule"].split("+"))] == ["cpu_gpt2_single"]
 
@@ -444,7 +445,10 @@ PRECISION = [t for t in P.twins() if t["set"] == "ab_traced" and (
 
 #: held out on an H100: the FP32 step at the device's own chain leaves the host's unprofiled speed open; at the fitted
 #: share the fix replays 0.1 ms slower where every round measured it 1.4-2.8 ms faster (MISSES_SAME_PROCESS)
-SLOWER_MISSES = {"resnet18_fp32_h100": "replayed 0.097 ms slower, measured 1.4 to 2.8 ms faster in every round: the host "
+SLOWER_MISSES = {"resnet50_infer_fp32_ab": "replayed 5.7 ms slower, measured 4.2 to 5.5 ms faster in every round: a device-bound "
+                                           "FP32 serving step whose host speed the measurement leaves open, and autocast's "
+                                           "cost priced as training programs pay it (MISSES_SAME_PROCESS)",
+                 "resnet18_fp32_h100": "replayed 0.097 ms slower, measured 1.4 to 2.8 ms faster in every round: the host "
                                        "speed a device-bound FP32 step leaves open",
                  "mobilenetv2_fp32_ab": "replayed 6.9 ms faster, measured 1.05 ms slower (rounds -3.1 to +1.8): the BF16 + "
                                         "channels_last program ran 24.8 to 29.7 ms a step in these rounds and 11.9 / 14.7 "
@@ -479,7 +483,7 @@ def test_a_precision_fix_measured_slower_is_replayed_slower(t):
         assert slower == 0.0
     if t["measured_ms"] < 0:  # the median round slower (a round or two may straddle zero on a host-bound step)
         assert slower > 0.0
-    assert len(PRECISION) == 29 and sum(x["measured_ms"] < 0 for x in PRECISION) == 8
+    assert len(PRECISION) == 32 and sum(x["measured_ms"] < 0 for x in PRECISION) == 9
 
 
 def test_the_rules_say_when_their_fix_would_cost_time():

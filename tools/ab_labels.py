@@ -250,6 +250,15 @@ TWINS: dict[str, tuple[str, str, str | None, str | None]] = {
     "gpt2_tiny_compile_ab": ("gpt2_tiny_compiled_ab", "elementwise-chain", None, None),
     "bert_tiny_compile_ab": ("bert_tiny_compiled_ab", "elementwise-chain", None, None),
     "llama_tiny_compile_ab": ("llama_tiny_compiled_ab", "elementwise-chain", None, None),
+    # held out (`record_ab_traced.sh user9_heldout`, H100, 2026-12-07, session 68): the ninth set of programs written
+    # as users write them, recorded before any rule or model change saw them and scored as they came: two serving
+    # loops in FP32 (a `.cpu()` of each batch's predictions), a DCGAN in FP32 (a negative control: BF16 ran slower)
+    # and HF Whisper's eager attention. The set's side-stream prefetcher (prefetch_stream_ab, rounds against its
+    # batches resident on the GPU) prices no rule's fix: tests/test_user_programs9.py checks no input rule fires
+    "bert_infer_fp32_ab": ("bert_infer_bf16_ab", "fp32-gemm", "autocast", None),
+    "resnet50_infer_fp32_ab": ("resnet50_infer_bf16_cl_ab", "fp32-conv", None, None),
+    "dcgan_fp32_ab": ("dcgan_bf16_cl_ab", "fp32-conv", None, None),
+    "whisper_eager_ab": ("whisper_sdpa_ab", "materialized-attention", None, None),
 }
 #: twins whose fix changes nothing by construction (the same program on both sides): a control, never scored
 CONTROLS = {"gpt2_vocab_padded", "llama_ctl"}

@@ -291,8 +291,10 @@ def _build(trace: Trace) -> Graph:
     by_graph = graph & ~behind
     by_stream = by_stream | behind
     # an activity that started before its launch call returned is the call's own work (a pageable copy staged by
-    # the call): the call explains it
-    in_call = launched & (d_ts <= a_end[np.maximum(d_launch, 0)]) if n_a else np.zeros(n_d, bool)
+    # the call): the call explains it, unless the stream was still busy with earlier work when the call began (a
+    # blocking `.cpu()` copy queued behind the step's kernels: the call waited for the queue, which a faster device
+    # shortens; its recorded latency is the queue's)
+    in_call = (launched & (d_ts <= a_end[np.maximum(d_launch, 0)]) & ~queued) if n_a else np.zeros(n_d, bool)
     by_launch = launched & (lat >= 0) & ((lat <= lat_cap) | by_graph | in_call)
     d_gap = np.where(by_stream, np.maximum(gap, 0), min(gap_med, gap_cap)).astype(np.int64)
     d_lat = np.where(by_launch, lat, np.minimum(lat, int(lat_med))).astype(np.int64)
@@ -325,12 +327,17 @@ def _build(trace: Trace) -> Graph:
                                            blocking)
     del by_end
     del copies
-    # a call that waited keeps only its floor: the shortest call of its name in the trace
+    # a call that waited keeps only its floor: the shortest call of its name that did not wait (its own work
+    # alone). Where every call of the name waited (a pageable `.cpu()` copy once a step, the loop's one sync), the
+    # shortest of them is a wait too, not own work: such a call keeps its wake-up (from the end of the device work
+    # it waited for to its return), or a fix that shortens the device would still find the host held there
     waited = a_wait >= 0
     if waited.any():
-        floor = (a.lazy().with_columns(_own=pl.Series(a_own)).filter(~pl.col("marker"))
+        floor = (a.lazy().with_columns(_own=pl.Series(a_own), _waited=pl.Series(waited))
+                 .filter(~pl.col("marker") & ~pl.col("_waited"))
                  .group_by("name").agg(pl.col("_own").min().alias("_floor")))
-        fl = filled(pick(a, "name").lazy().join(floor, on="name", how="left").collect(**CHAIN)["_floor"], 0).to_numpy()
+        fl = pick(a, "name").lazy().join(floor, on="name", how="left").collect(**CHAIN)["_floor"]
+        fl = np.where(fl.is_null().to_numpy(), a_wake, filled(fl, 0).to_numpy())
         a_own = np.where(waited, np.minimum(a_own, fl), a_own)
     a_wait, a_wake = _latent_waits(a_ts, a_end, blocking, a_wait, a_wake, d_launch, d_end)
     a_wait, a_wake = _constant(a_wait), _constant(_narrow(a_wake))
