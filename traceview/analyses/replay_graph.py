@@ -207,6 +207,7 @@ def _build(trace: Trace) -> Graph:
     # the kinds out (text: 16 B an activity)
     copies = g.lazy().filter(pl.col("kind") == "memcpy").select(pl.col("launch").cast(pl.Int64), "end").drop_nulls(
     ).collect(**CHAIN)
+    collectives = bool((g["kind"] == "comm").any())
     g = omit(g, "kind").sort(pl.col("device").fill_null(-1), pl.col("stream").fill_null(-1), "ts", maintain_order=True)
     n_d = g.height
     d_ts, d_end = _i64(g["ts"]), _i64(g["end"])
@@ -293,8 +294,11 @@ def _build(trace: Trace) -> Graph:
     # an activity that started before its launch call returned is the call's own work (a pageable copy staged by
     # the call): the call explains it, unless the stream was still busy with earlier work when the call began (a
     # blocking `.cpu()` copy queued behind the step's kernels: the call waited for the queue, which a faster device
-    # shortens; its recorded latency is the queue's)
-    in_call = (launched & (d_ts <= a_end[np.maximum(d_launch, 0)]) & ~queued) if n_a else np.zeros(n_d, bool)
+    # shortens; its recorded latency is the queue's). Where the device also ran collectives, the work before such a
+    # copy may have waited on the peers, which one rank's graph does not see: there the copy keeps its recorded
+    # start, and its wait puts the replay back on the trace's clock
+    behind_queue = queued & (not collectives)
+    in_call = (launched & (d_ts <= a_end[np.maximum(d_launch, 0)]) & ~behind_queue) if n_a else np.zeros(n_d, bool)
     by_launch = launched & (lat >= 0) & ((lat <= lat_cap) | by_graph | in_call)
     d_gap = np.where(by_stream, np.maximum(gap, 0), min(gap_med, gap_cap)).astype(np.int64)
     d_lat = np.where(by_launch, lat, np.minimum(lat, int(lat_med))).astype(np.int64)
@@ -347,7 +351,7 @@ def _build(trace: Trace) -> Graph:
     if small:
         d_prev, d_launch = d_prev.astype(np.int32), d_launch.astype(np.int32)
     # the rows' search below is the build's peak: the statistics' temporaries go first (kept: the graph's arrays)
-    del (prev_ts, key, has_prev, pe, gap, launch, launch_i, real, launched, lts, lat, idle_at_launch, queued, same_launch,
+    del (prev_ts, key, has_prev, pe, gap, launch, launch_i, real, launched, lts, lat, idle_at_launch, queued, behind_queue, same_launch,
          by_stream, graph_call, by_graph, in_call, by_launch, need, dev, blocking, waited)
     seg, keys, key_of = _segments(trace, a_tid, a_ts, a_end, code)
     a_join, a_jwake, a_gap = _joins(a_tid, a_ts, a_end, a_prev, a_gap, prev_end, keys, key_of, seg,
