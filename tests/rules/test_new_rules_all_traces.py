@@ -143,6 +143,12 @@ EXPECTED |= {(f"collected5/{r}", "shape-setup") for r in (
     "gpt2c_recompile/rank0.1796199641146105992.pt.trace.json.gz")}
 # ... and the padded BERT's default three-step capture (no setup in it): info, its slow steps recur outside it
 EXPECTED.add(("user_programs2_h100/bert_dynpad/rank0.1796553757273297747.pt.trace.json.gz", "shape-setup"))
+# the ninth set (session 68): BERT-base served in FP32 and in BF16 runs each Linear -> GELU as two kernels in eager (the
+# BERT epilogue twin's mechanism), a true positive in both; and, once a blocking call whose every instance waited kept
+# only its wake-up (replay_graph), HF Llama's eager-attention program prices its MLP's SiLU epilogue past the rule's
+# threshold too (at info), as its SDPA twin's already did
+EXPECTED |= {("ab_traced/bert_infer_fp32_ab", "gemm-epilogue"), ("ab_traced/bert_infer_fp32_ab_fixed", "gemm-epilogue"),
+             ("user_programs3_h100/llama_eager/rank0.1796564556663260790.pt.trace.json.gz", "gemm-epilogue")}
 
 
 def _traces() -> list[str]:
