@@ -201,7 +201,7 @@ def optimizer_spans(ctx: RuleContext, min_kernels: int) -> pl.DataFrame:
     k = join_by_id(k, "op", host, pl.col("name").alias("op_name"))  # the op names of those kernels only
     k = k.join(ctx.kb.select("i", pl.col("bytes").alias("_kb")), on="i", how="left")
     # (the joins keep no row order: each span's kernel lists in launch order, which the fix's kept gaps read by position)
-    k = k.sort("launch_ts", "i")
+    k = k.sort("launch_ts", "i", maintain_order=True)
     per = k.group_by("span", maintain_order=True).agg(
         pl.len().alias("kernels"),
         pl.col("name").n_unique().alias("kinds"),
