@@ -324,10 +324,10 @@ def _loop(ctx: RuleContext, per: pl.DataFrame, k: pl.DataFrame) -> pl.DataFrame:
     )
     kinds = (
         names.join(params, on="span")
+        .with_columns((pl.col("n") / pl.col("params")).alias("per_param"))
         .group_by("span")
         # (in an order of their own: the join before this group-by keeps no row order)
-        .agg(pl.struct((pl.col("n") / pl.col("params")).alias("per_param"), "depth")
-             .sort_by(pl.col("depth"), pl.col("n") / pl.col("params"), maintain_order=True).alias("per_op"))
+        .agg(pl.struct("per_param", "depth").sort_by("depth", "per_param", maintain_order=True).alias("per_op"))
     )
     loop = ch.group_by("span").agg(
         pl.col("ts").min().alias("loop_ts"),

@@ -273,6 +273,22 @@ def test_negative_control_fix_is_at_most_info(rel, rule):
     assert [f["severity"] for f in _findings(rel) if f["rule"] == rule and f["severity"] != "info"] == []
 
 
+def _prepared(rel: str) -> RuleContext:
+    """The rule context of the run folder `rel` (under sample_traces/) over its steps, as the report prepares it."""
+    trace = traceview.load(str(next((SAMPLES / rel).glob("*.pt.trace.json*"))))
+    return RuleContext.prepare(trace, select_steps(trace, None))[0]
+
+
+def _for_rule(ctx: RuleContext, name: str) -> tuple:
+    """(the rule `name`'s module, `ctx` as that rule sees it with its default options)."""
+    from traceview.rules import BY_NAME
+
+    from traceview.options import Options
+
+    mod = BY_NAME[name]
+    return mod, ctx.for_rule(mod, Options().options_for(mod))
+
+
 @functools.cache
 def _declared(rel: str, rule: str, variant: str | None) -> bool:
     """Whether `rule` prices the fix made as `variant` on the trace `rel`: no variant, a rule with one fix, or one of
@@ -281,14 +297,10 @@ def _declared(rel: str, rule: str, variant: str | None) -> bool:
     runs the same per-tensor kernels)."""
     from traceview.rules import BY_NAME
 
-    from traceview.options import Options
-
-    mod = BY_NAME[rule]
-    if variant is None or not hasattr(mod, "fix_variants"):
+    if variant is None or not hasattr(BY_NAME[rule], "fix_variants"):
         return True
-    trace = traceview.load(str(next((SAMPLES / rel).glob("*.pt.trace.json*"))))
-    ctx, _ = RuleContext.prepare(trace, select_steps(trace, None))
-    return variant in mod.fix_variants(ctx.for_rule(mod, Options().options_for(mod)))
+    mod, rc = _for_rule(_prepared(rel), rule)
+    return variant in mod.fix_variants(rc)
 
 
 def _negatives() -> list:
@@ -464,16 +476,10 @@ def test_a_precision_fix_measured_slower_is_replayed_slower(t):
     the twin's fix lengthens the step exactly where the rounds measured it slower (BERT, GPT-2 and ViT at batch 1,
     Swin-T, EfficientNet-B0, ResNet-50, DenseNet-121: `fixes.slower_by_us`, which the rules' evidence and fix text report), and
     never where every round measured a saving; the savings clip that at zero, so a slower fix is never a saving."""
-    from traceview.rules import BY_NAME
-
-    from traceview.options import Options
-
-    trace = traceview.load(str(next((SAMPLES / "ab_traced" / t["problem"]).glob("*.pt.trace.json*"))))
-    ctx, _ = RuleContext.prepare(trace, select_steps(trace, None))
+    ctx = _prepared(f"ab_traced/{t['problem']}")
     tfs = []
     for name in t["rule"].split("+"):
-        mod = BY_NAME[name]
-        rc = ctx.for_rule(mod, Options().options_for(mod))
+        mod, rc = _for_rule(ctx, name)
         got = mod.fix_variants(rc) if t["variant"] and hasattr(mod, "fix_variants") else {}
         tf = got[t["variant"]] if t["variant"] in got else mod.fix_transform(rc)
         if tf is not None:
