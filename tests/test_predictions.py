@@ -377,10 +377,9 @@ def test_no_saving_exceeds_its_step():
 def _run_at_floor(rel: str) -> tuple:
     """(trace, its rule context, the manifest's step_time, the replay with SHARE_MAX of the host taken off: the
     device's own chain, ns) of the collected run `rel`."""
-    run = SAMPLES / rel
-    step_time = json.loads((run / "manifest.json").read_text())["step_time"]
-    t = traceview.load(str(next(run.glob("*.pt.trace.json*"))))
-    ctx, _ = RuleContext.prepare(t, select_steps(t, None))
+    step_time = json.loads((SAMPLES / rel / "manifest.json").read_text())["step_time"]
+    ctx = _prepared(rel)
+    t = ctx.trace
     floor = replay(t, ctx.steps, [share_transform(t, SHARE_MAX)]).mean()
     return t, ctx, step_time, floor
 
