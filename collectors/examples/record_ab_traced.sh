@@ -6,8 +6,8 @@
 #   GROUP: real | synth | loader | heldout | ddp | fixes | aligned | aligned_heldout | fused | compile_call | item |
 #   autocast_heldout | tf32_heldout | attn_heldout | queue_heldout | attn_flops_heldout | causal_heldout |
 #   autocast_host | unseen | unseen_more | unseen2 | repeat2 | h100_a | h100_b | h100_c | h100_fixed | churn_heldout |
-#   rules_heldout | user7_heldout | user7_graph | churn_steady | user8_heldout | user8_sgd | t5_read | pythia_fixes | compile_model | compile_host | user9_heldout
-#   (default: all but item, repeat2, churn_heldout, rules_heldout, user7_heldout, user7_graph, churn_steady, user8_heldout, user8_sgd, t5_read, pythia_fixes, compile_model, compile_host, user9_heldout and the h100 groups, which re-record earlier runs). Runs land in OUT_DIR/ab_traced/<problem>/, AB_RESULT lines on stdout.
+#   rules_heldout | user7_heldout | user7_graph | churn_steady | user8_heldout | user8_sgd | t5_read | pythia_fixes | compile_model | compile_host | user9_heldout | user10_heldout
+#   (default: all but item, repeat2, churn_heldout, rules_heldout, user7_heldout, user7_graph, churn_steady, user8_heldout, user8_sgd, t5_read, pythia_fixes, compile_model, compile_host, user9_heldout, user10_heldout and the h100 groups, which re-record earlier runs). Runs land in OUT_DIR/ab_traced/<problem>/, AB_RESULT lines on stdout.
 set -u
 OUTD=${1:-/tmp/tv_ab_traced}
 shift || true
@@ -320,6 +320,15 @@ user9_heldout)  # held out (2026-12-07, session 68): the ninth set of user-writt
   # before any rule or model change saw them
   for p in ${USER9:-bert_infer_fp32 resnet50_infer_fp32 dcgan_fp32 whisper_eager prefetch_stream}; do
     TRACE_FIXED=1 ab "${p}_ab" "user_programs --prog $p --time" "user_programs --prog $p --time --fixed"
+  done
+  ;;
+user10_heldout)  # held out (2026-12-07, session 69): the tenth set of user-written programs (a UNet, a DLRM-style
+  # recommender, a GRUCell loop, a loop that synchronizes to time its steps, a LoRA fine-tune), in one process
+  # each, each fixed program also traced alone, recorded before any rule or model change saw them
+  for p in ${USER10:-unet_fp32 dlrm_embed gru_cell_loop sync_timing_loop lora_llama}; do
+    fix="--fixed"
+    [ "$p" = gru_cell_loop ] && fix="--cuda-graph"
+    TRACE_FIXED=1 ab "${p}_ab" "user_programs --prog $p --time" "user_programs --prog $p --time $fix"
   done
   ;;
 user8_sgd)  # session 64: the eighth set's SGD twin again (its first four rounds spread wider than the saving), to

@@ -120,6 +120,23 @@ prefetching input pipeline:
   stream one step ahead (`non_blocking`, `wait_stream`, `record_stream`) — a negative control: its input costs
   nothing (`--fixed`: the batches already on the GPU).
 
+A tenth set (2026-12-07, session 69), each with its fixed twin, recorded before any rule saw them: a segmentation
+network, a recommender's embedding tables, a recurrent cell unrolled in Python, a loop that times its own steps and
+an adapter fine-tune:
+
+- `unet_fp32`: a four-level UNet (max-pool down, `ConvTranspose2d` up, skip concatenation) segmenting 16 images of
+  256 x 256 into 2 classes in FP32, fused AdamW (`--fixed`: bf16 autocast and channels_last);
+- `dlrm_embed`: a DLRM-style recommender: 8 `EmbeddingBag` tables of 500 000 x 64 (dense gradients), a bottom and a
+  top MLP, pairwise dot interactions, batch 4096, bf16 autocast, AdamW with its default implementation (`--fixed`:
+  `fused=True`);
+- `gru_cell_loop`: a `GRUCell` sequence tagger unrolled over 64 time steps in a Python loop, batch 32, bf16
+  autocast, fused AdamW (the fix: `--cuda-graph`, the whole step in one CUDA graph);
+- `sync_timing_loop`: torchvision ResNet-18 (bf16, channels_last, batch 32, SGD) whose loop times each step as
+  tutorials do, `torch.cuda.synchronize()` before `time.perf_counter()` (`--fixed`: no synchronize);
+- `lora_llama`: HF Llama (4 layers, 1024 wide, SDPA) fine-tuned with rank-16 LoRA adapters on its attention
+  projections, base weights frozen, bf16 autocast, batch 8 x 512, AdamW with its default implementation over the
+  adapters (`--fixed`: `fused=True`).
+
     traceview collect -- python -m collectors.examples.user_programs --prog t5
 """
 
@@ -159,7 +176,8 @@ PROGS = ("t5", "distilbert_fp32", "swin_bf16", "regnet_loader", "lstm", "opt_gen
          "hf_vit_eager", "convnext_adamw_loop", "swin_empty_cache", "convnext_bf16_nchw",
          "bart_empty_cache", "pythia_adamw_loop", "qwen2_eager", "electra_fp32", "mobilenetv2_fp32",
          "pythia_eager", "wide_resnet_fp32", "t5_item", "resnet50_sgd_loop", "regnet_empty_cache",
-         "bert_infer_fp32", "resnet50_infer_fp32", "dcgan_fp32", "whisper_eager", "prefetch_stream")
+         "bert_infer_fp32", "resnet50_infer_fp32", "dcgan_fp32", "whisper_eager", "prefetch_stream",
+         "unet_fp32", "dlrm_embed", "gru_cell_loop", "sync_timing_loop", "lora_llama")
 
 
 def train(model: nn.Module, opt: torch.optim.Optimizer, loss_of, steps: int, amp: bool) -> None:
@@ -1140,6 +1158,164 @@ def prefetch_stream(steps: int) -> None:
         loss.backward()
         opt.step()
         mark()
+
+
+class _UNet(nn.Module):
+    """A four-level UNet: two 3x3 convolutions (batch norm, ReLU) per level, max-pool down, `ConvTranspose2d` up,
+    each decoder level on its encoder's output concatenated, a 1x1 head."""
+
+    def __init__(self, cin: int = 3, classes: int = 2, width: int = 32, levels: int = 4) -> None:
+        super().__init__()
+
+        def block(a: int, b: int) -> nn.Module:
+            return nn.Sequential(nn.Conv2d(a, b, 3, padding=1, bias=False), nn.BatchNorm2d(b), nn.ReLU(inplace=True),
+                                 nn.Conv2d(b, b, 3, padding=1, bias=False), nn.BatchNorm2d(b), nn.ReLU(inplace=True))
+
+        ws = [width * 2 ** k for k in range(levels + 1)]
+        self.down = nn.ModuleList([block(cin, ws[0])] + [block(ws[k], ws[k + 1]) for k in range(levels)])
+        self.up = nn.ModuleList([nn.ConvTranspose2d(ws[k + 1], ws[k], 2, stride=2) for k in reversed(range(levels))])
+        self.dec = nn.ModuleList([block(2 * ws[k], ws[k]) for k in reversed(range(levels))])
+        self.head = nn.Conv2d(ws[0], classes, 1)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        skips = []
+        for k, b in enumerate(self.down):
+            x = b(x if k == 0 else F.max_pool2d(x, 2))
+            skips.append(x)
+        skips.pop()
+        for up, dec in zip(self.up, self.dec, strict=True):
+            x = dec(torch.cat([up(x), skips.pop()], dim=1))
+        return self.head(x)
+
+
+def unet_fp32(steps: int) -> None:
+    """A UNet segmenting 16 images of 256 x 256 into 2 classes, FP32, fused AdamW (`--fixed`: bf16 autocast and
+    channels_last)."""
+    fmt = torch.channels_last if OPTS["fixed"] else torch.contiguous_format
+    model = _UNet().cuda().to(memory_format=fmt)
+    x = torch.randn(16, 3, 256, 256, device="cuda").to(memory_format=fmt)
+    y = torch.randint(0, 2, (16, 256, 256), device="cuda")
+    opt = torch.optim.AdamW(model.parameters(), lr=1e-3, fused=True)
+    train(model, opt, lambda m: F.cross_entropy(m(x), y), steps, amp=OPTS["fixed"])
+
+
+class _DLRM(nn.Module):
+    """DLRM's shape: dense features through a bottom MLP, one `EmbeddingBag` (sum) per sparse feature, the pairwise
+    dot products of the 9 vectors beside the bottom MLP's output into a top MLP, one logit."""
+
+    def __init__(self, tables: int = 8, rows: int = 500_000, dim: int = 64, dense: int = 13) -> None:
+        super().__init__()
+        self.emb = nn.ModuleList([nn.EmbeddingBag(rows, dim, mode="sum") for _ in range(tables)])
+        self.bot = nn.Sequential(nn.Linear(dense, 512), nn.ReLU(), nn.Linear(512, 256), nn.ReLU(), nn.Linear(256, dim),
+                                 nn.ReLU())
+        n = tables + 1
+        self.top = nn.Sequential(nn.Linear(dim + n * (n - 1) // 2, 512), nn.ReLU(), nn.Linear(512, 256), nn.ReLU(),
+                                 nn.Linear(256, 1))
+        self.register_buffer("iu", torch.triu_indices(n, n, offset=1), persistent=False)
+
+    def forward(self, dense: torch.Tensor, ids: list[torch.Tensor]) -> torch.Tensor:
+        b = self.bot(dense)
+        z = torch.stack([b] + [e(i) for e, i in zip(self.emb, ids, strict=True)], dim=1)
+        dots = torch.bmm(z, z.transpose(1, 2))[:, self.iu[0], self.iu[1]]
+        return self.top(torch.cat([b, dots], dim=1)).squeeze(1)
+
+
+def dlrm_embed(steps: int) -> None:
+    """A DLRM-style recommender (8 tables of 500 000 x 64, 20 ids a sample each, dense gradients), batch 4096, BCE,
+    bf16 autocast, AdamW with its default implementation (`--fixed`: `fused=True`)."""
+    model = _DLRM().cuda()
+    dense = torch.randn(4096, 13, device="cuda")
+    ids = [torch.randint(0, 500_000, (4096, 20), device="cuda") for _ in model.emb]
+    y = torch.randint(0, 2, (4096,), device="cuda").float()
+    opt = torch.optim.AdamW(model.parameters(), lr=1e-3, **({"fused": True} if OPTS["fixed"] else {}))
+    train(model, opt, lambda m: F.binary_cross_entropy_with_logits(m(dense, ids).float(), y), steps, amp=True)
+
+
+class _GRUTagger(nn.Module):
+    """A `GRUCell` unrolled over the sequence in Python (as a custom recurrence is written), a tag per time step."""
+
+    def __init__(self, vocab: int = 10_000, dim: int = 256, hidden: int = 512, tags: int = 32) -> None:
+        super().__init__()
+        self.emb = nn.Embedding(vocab, dim)
+        self.cell = nn.GRUCell(dim, hidden)
+        self.out = nn.Linear(hidden, tags)
+
+    def forward(self, ids: torch.Tensor) -> torch.Tensor:
+        x = self.emb(ids)
+        h = x.new_zeros(ids.shape[0], self.cell.hidden_size)
+        outs = []
+        for t in range(ids.shape[1]):
+            h = self.cell(x[:, t], h)
+            outs.append(self.out(h))
+        return torch.stack(outs, dim=1)
+
+
+def gru_cell_loop(steps: int) -> None:
+    """A `GRUCell` tagger over 64 time steps, batch 32, bf16 autocast, fused AdamW (TV101's fix: `--cuda-graph`)."""
+    model = _GRUTagger().cuda()
+    ids = torch.randint(0, 10_000, (32, 64), device="cuda")
+    tags = torch.randint(0, 32, (32, 64), device="cuda")
+    opt = torch.optim.AdamW(model.parameters(), lr=1e-3, fused=True)
+    train(model, opt, lambda m: F.cross_entropy(m(ids).flatten(0, 1).float(), tags.flatten()), steps, amp=True)
+
+
+def sync_timing_loop(steps: int) -> None:
+    """torchvision ResNet-18 (bf16 autocast, channels_last, batch 32, SGD) timing each step as tutorials do:
+    `torch.cuda.synchronize()` then `time.perf_counter()`, the step's milliseconds kept for a log (`--fixed`: no
+    synchronize, the log kept from the host's clock alone)."""
+    import time
+
+    model, x, y = _vision("resnet18", 32, torch.channels_last)
+    opt = torch.optim.SGD(model.parameters(), lr=0.1, momentum=0.9)
+    log = []
+    t0 = time.perf_counter()
+    for _ in range(steps):
+        with torch.autocast("cuda", dtype=torch.bfloat16):
+            loss = F.cross_entropy(model(x), y)
+        opt.zero_grad(set_to_none=True)
+        loss.backward()
+        opt.step()
+        if not OPTS["fixed"]:
+            torch.cuda.synchronize()
+        t1 = time.perf_counter()
+        log.append(1e3 * (t1 - t0))
+        t0 = t1
+        mark()
+
+
+class _LoRA(nn.Module):
+    """A frozen `Linear` plus a trainable rank-`r` update `B(A(x)) * alpha / r` (B starts at zero)."""
+
+    def __init__(self, base: nn.Linear, r: int = 16, alpha: int = 32) -> None:
+        super().__init__()
+        self.base, self.scale = base, alpha / r
+        self.a = nn.Linear(base.in_features, r, bias=False)
+        self.b = nn.Linear(r, base.out_features, bias=False)
+        nn.init.zeros_(self.b.weight)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.base(x) + self.b(self.a(x)) * self.scale
+
+
+def lora_llama(steps: int) -> None:
+    """HF Llama (4 layers, 1024 wide, GQA 16/4, SDPA) with rank-16 LoRA on q/k/v/o, base frozen, bf16 autocast,
+    batch 8 x 512, AdamW over the adapters with its default implementation (`--fixed`: `fused=True`)."""
+    from transformers import LlamaConfig, LlamaForCausalLM
+
+    cfg = LlamaConfig(vocab_size=32000, hidden_size=1024, intermediate_size=2816, num_hidden_layers=4,
+                      num_attention_heads=16, num_key_value_heads=4, max_position_embeddings=2048,
+                      attn_implementation="sdpa")
+    model = LlamaForCausalLM(cfg).cuda()
+    model.requires_grad_(False)
+    for layer in model.model.layers:
+        att = layer.self_attn
+        for name in ("q_proj", "k_proj", "v_proj", "o_proj"):
+            setattr(att, name, _LoRA(getattr(att, name)).cuda())
+    params = [p for p in model.parameters() if p.requires_grad]
+    print("trainable", sum(p.numel() for p in params), "in", len(params), "tensors")
+    ids = torch.randint(0, 32000, (8, 512), device="cuda")
+    opt = torch.optim.AdamW(params, lr=1e-4, **({"fused": True} if OPTS["fixed"] else {}))
+    train(model, opt, lambda m: m(input_ids=ids, labels=ids).loss, steps, amp=True)
 
 
 def main() -> None:
