@@ -29,7 +29,11 @@ with the ops only some iterations run) that takes at least 10 % of the window is
 stretches between them, and a data-dependent shape has to become static (a fixed capacity, masking,
 `nonzero_static`) first.
 
-Where a loop is named first, the finding's saving is that loop batched (the `batch` variant: every iteration
+A recurrence unrolled in Python (a loop whose body calls `aten::gru_cell` / `lstm_cell` / `rnn_*_cell`: each
+iteration takes the hidden state the previous one returned) is named with the sequence op (`nn.GRU` over the whole
+sequence) or CUDA-graph capture instead, never batching over its steps, and priced as capture.
+
+Where a loop over rows or tensors is named first, the finding's saving is that loop batched (the `batch` variant: every iteration
 after the first leaves the host path, with the backward's matching run of autograd nodes for a loop over rows, and
 each kernel it launched keeps only its time beyond the shortest of its name); `--what-if launch-bound:graphs`
 prices CUDA-graph capture instead, the saving everywhere else.
@@ -97,7 +101,8 @@ class LongestGap(Span, kw_only=True):
 class ItemLoop(msgspec.Struct, kw_only=True):
     """The largest loop over items (analyses/loops.py) in the analysed steps."""
 
-    kind: Annotated[str, Meta(description="`rows`: over the rows of one tensor; `tensors`: over a list of tensors")]
+    kind: Annotated[str, Meta(description="`rows`: over the rows of one tensor; `tensors`: over a list of tensors; "
+                                          "`recurrence`: over time steps, through a recurrent cell")]
     ops: Annotated[list[str], Meta(description="one iteration's top-level ops")]
     iterations_per_step: Annotated[float, Meta(description="iterations per analysed step")]
     host_us_per_step: Annotated[float, Meta(description="the loop's traced host time per step (µs)")]
@@ -254,6 +259,13 @@ def loop_text(loop: ItemLoop | None) -> str:
     if loop is None:
         return ""
     ops, k, ms = " → ".join(loop.ops), f"{loop.iterations_per_step:g}", loop.host_us_per_step / 1000
+    if loop.kind == "recurrence":
+        return (f"Many of the launches come from a recurrence unrolled in Python: {ops} runs {k} times a step "
+                f"({ms:.1f} ms of host time a step, traced), each iteration on the hidden state the previous one "
+                "returned, so it cannot be batched over its steps. Run the sequence in one call where the cell is "
+                "PyTorch's (nn.GRU / nn.LSTM / nn.RNN over the whole sequence: cuDNN runs the recurrence on the GPU), "
+                "else capture the step in a CUDA graph (torch.cuda.graphs, or torch.compile(mode=\"reduce-overhead\")): "
+                "one launch then replays every iteration's kernels. Otherwise: ")
     if loop.kind == "rows":
         branch = "" if not loop.optional_ops else (
             f" {', '.join(loop.optional_ops)} runs in some iterations only: a branch, which the batched form runs on "
@@ -358,7 +370,7 @@ def fix_for(f: Features) -> str:
 def fix_transform(ctx: RuleContext) -> Transform | None:
     """The fix as the finding advises it: the loop over items batched where the fix text names one first
     (`batched`), else CUDA-graph capture of the steps (`captured`)."""
-    if item_loop(ctx) is not None:
+    if (loop := item_loop(ctx)) is not None and loop.kind != "recurrence":
         t = batched(ctx)
         if t is not None:
             return t
@@ -368,7 +380,8 @@ def fix_transform(ctx: RuleContext) -> Transform | None:
 def fix_variants(ctx: RuleContext) -> dict[str, Transform]:
     """{variant: the fix made that way}: `graphs` (CUDA-graph capture of the steps) and, where the steps hold a loop
     over items, `batch` (that loop batched)."""
-    return {k: t for k, t in (("batch", batched(ctx) if item_loop(ctx) is not None else None),
+    loop = item_loop(ctx)
+    return {k: t for k, t in (("batch", batched(ctx) if loop is not None and loop.kind != "recurrence" else None),
                               ("graphs", captured(ctx))) if t is not None}
 
 

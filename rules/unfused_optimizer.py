@@ -1,10 +1,13 @@
-"""TV203 unfused-optimizer: the optimizer step launches a few tiny kernels per parameter.
+"""TV203 unfused-optimizer: the optimizer step is not fused: tiny kernels per parameter, or a pass per arithmetic step.
 
 ## What it detects
 `Optimizer.step#…` spans (recorded by torch.optim for every optimizer) whose kernels come from single-tensor
 ops (`aten::mul_`, `aten::addcdiv_`, `aten::lerp_`, … once per parameter) rather than multi-tensor ops
-(`aten::_foreach_*`, `aten::_fused_*`): at least `min_kernels` such kernels per optimizer step. Traces
-without these spans (optimizers that bypass torch.optim's step hooks) cannot be judged.
+(`aten::_foreach_*`, `aten::_fused_*`): at least `min_kernels` such kernels per optimizer step. And the steps of
+Adam, AdamW and SGD that run the multi-tensor (foreach) path, PyTorch's default on CUDA, where the replay prices
+their fused kernel at `min_savings_pct` of the step or more: the parameters' sizes come from the tensor lists the
+`_foreach_` ops record (`record_shapes=True`; a trace whose lists carry no shapes is not judged on this path).
+Traces without these spans (optimizers that bypass torch.optim's step hooks) cannot be judged.
 
 ## Why it is slow
 The single-tensor path (`foreach=False`, or parameters that are not all on the GPU) runs the update rule as
@@ -12,13 +15,19 @@ a Python loop over the parameters, one op per parameter and arithmetic step: Ada
 parameter, so a model with P parameters costs 8·P launches of a few µs of host time each, while each kernel
 touches one small tensor and finishes in a few µs. The GPU mostly waits for the host. The multi-tensor
 (`foreach=True`) path launches one kernel per arithmetic step for a whole list of tensors, and the fused path
-(`fused=True`) one kernel for the whole update.
+(`fused=True`) one kernel for the whole update. The foreach path still runs one kernel per arithmetic step over
+every parameter — AdamW about ten: a lerp into the first moment, a multiply and an addcmul into the second, a
+square root, divisions and adds, the parameter's update — each streaming whole parameter-sized tensors through
+memory, so its device time is several times the fused kernel's, which reads each parameter, its gradient and
+states once and writes the parameter and states once. On large parameters (embedding tables, wide layers) that is
+most of the optimizer's time, and the step is memory-bound there, not launch-bound.
 
 ## How to fix
 Construct the optimizer with `fused=True` (Adam, AdamW and SGD have a fused CUDA kernel in torch.optim: the
 advice for them) or `foreach=True` (every other class); PyTorch picks foreach by default only when every
 parameter and state is a CUDA tensor and `differentiable=False`, so check for `foreach=False` in the code and
-for parameters left on the CPU. `torch.compile` of the step function also fuses the update.
+for parameters left on the CPU. `torch.compile` of the step function also fuses the update. On the foreach
+path, `fused=True` is the fix.
 
 ## Evidence
 Per optimizer: the steps, the host time of one optimizer step and of its per-parameter update loop (first op
@@ -35,6 +44,11 @@ launches of the least frequent per-parameter op), and each fix variant as the re
   tensor lists between the calls, measured on the bundled fused twins: 151-402 µs traced for 24-76 parameters);
   the kernel reads parameter, gradient and states and writes parameter and states once
   (param bytes × (3 + 2 × states)).
+- fused, from the foreach path: the fused op (and the step counters' foreach add) at the foreach loop's mean time
+  per launching op, launched per chunk set as above; the kernel moves param bytes x (3 + 2 x states) once (the
+  parameters: the longest list of the largest elements the `_foreach_` ops take, at the element size of the type
+  in the multi_tensor_apply kernel's name) where the foreach kernels moved every list each op reads and writes.
+  The finding's class is then `gpu_memory`: the time it removes is the device's passes over memory.
 Device time is those bytes over the multi-tensor kernel's own bandwidth where the parameters fill a launch (320
 64K-element chunks or more: ~77 % of the device's peak for a foreach op, ~70 % for the fused update, measured in
 a sweep and in the fixed twins' traces), else over the bandwidth the single-tensor kernels achieved on the same
@@ -68,6 +82,7 @@ loop (the fused and foreach twins' lead-in runs 70-320 µs longer traced than th
 from __future__ import annotations
 
 import math
+import re
 from typing import Annotated
 
 import msgspec
@@ -76,7 +91,7 @@ import polars as pl
 from traceview.analyses.features import host_names
 from traceview.analyses.fixes import per_step_us, pricing_transform
 from traceview.analyses.fusible import MULTI_TENSOR_RE as MULTI_TENSOR_KERNEL_RE
-from traceview.analyses.opshapes import decode
+from traceview.analyses.opshapes import decode, tensor_lists
 from traceview.analyses.param_work import OPT_STEP_RE
 from traceview.analyses.replay import Transform, spans
 from traceview.analyses.roofline import DTYPE_BYTES
@@ -89,7 +104,7 @@ CODE = "TV203"
 NAME = "unfused-optimizer"
 SEVERITY = "warning"
 CLASS = "cpu_launch"  # the classifier class whose time a fix of these findings removes
-TITLE = "Optimizer step launches tiny kernels per parameter"
+TITLE = "Optimizer step not fused: tiny kernels per parameter, or a pass per arithmetic step"
 OPTIONS = {
     "min_kernels": Option(32, "fewest single-tensor kernels per optimizer step worth a finding"),
     **min_savings(2.0),
@@ -97,6 +112,7 @@ OPTIONS = {
 }
 OPT_RE = OPT_STEP_RE  # torch.optim's annotation of a step (traceview/analyses/param_work.py)
 MULTI_TENSOR_RE = r"^aten::_(foreach|fused)_"
+FUSED_OP_RE = r"^aten::_fused_"
 #: PyTorch's multi_tensor_apply (ATen/native/cuda/MultiTensorApply.cuh), which runs both the foreach ops and the
 #: fused optimizers: one block per chunk of CHUNK elements, at most MAX_BLOCKS blocks and MAX_TENSORS[depth - 1]
 #: tensors (of lists `depth` deep) per launch: a launch more whenever either fills
@@ -156,6 +172,17 @@ def _fix(opt: str, advised: str) -> str:
 
 
 FIX = _fix("The optimizer", "fused")
+
+
+def _fix_foreach(opt: str, passes: float, gb: float, fused_gb: float) -> str:
+    return (
+        f"{opt}.step runs the multi-tensor (foreach) path, PyTorch's default on CUDA: one kernel per arithmetic step "
+        f"of the update over all parameters, {passes:.0f} ops a step, each reading and writing parameter-sized "
+        f"tensors (about {gb:.2f} GB a step here), so the update streams the parameters and their states through "
+        f"memory once per op. Construct it with {opt}(..., fused=True): one kernel reads each parameter, its "
+        f"gradient and states once and writes the parameter and states once (about {fused_gb:.2f} GB), and the "
+        "per-op host calls go with them. Large parameters (embedding tables, big layers) gain most."
+    )
 
 
 def optimizer_spans(ctx: RuleContext, min_kernels: int) -> pl.DataFrame:
@@ -222,15 +249,64 @@ def optimizer_spans(ctx: RuleContext, min_kernels: int) -> pl.DataFrame:
         )
         .sum()
         .alias("multi"),
+        pl.col("op_name").fill_null("?").str.contains(FUSED_OP_RE).sum().alias("_fused"),
+        pl.col("name").alias("_knames"),
         pl.col("op_name").fill_null("?").alias("ops"),
     )
     per = spans.rename({"i": "span"}).join(per, on="span", how="inner").rename({"span": "i"})
-    per = per.filter((pl.col("multi") == 0) & (pl.col("kernels") >= min_kernels))
-    if per.height == 0:
-        return per
-    return per.join(_loop(ctx, per, k), on="i", how="left").with_columns(
+    single = per.filter((pl.col("multi") == 0) & (pl.col("kernels") >= min_kernels))
+    # the multi-tensor (foreach) path of a class that has a fused kernel: one pass over the parameters per
+    # arithmetic step, where the fused kernel makes one
+    multi = per.filter((pl.col("multi") > 0) & (pl.col("_fused") == 0) & pl.col("opt").is_in(list(FUSED)))
+    out = []
+    if single.height:
+        out.append(single.join(_loop(ctx, single, k), on="i", how="left").with_columns(path=pl.lit("single")))
+    if multi.height:
+        out.append(_foreach_sizes(ctx, multi.join(_loop(ctx, multi, k), on="i", how="left")))
+    if not out:
+        return single.drop("_fused", "_knames")
+    got = pl.concat(out, how="diagonal_relaxed") if len(out) > 1 else out[0]
+    return got.drop("_fused", "_knames").with_columns(
         pl.col("_launch").fill_null(0), pl.col("_bw").fill_null(0.0).fill_nan(0.0)
     )
+
+
+def _foreach_sizes(ctx: RuleContext, per: pl.DataFrame) -> pl.DataFrame:
+    """Foreach optimizer steps (`per`, with `_loop`'s columns) with their parameters read from the tensor lists the
+    foreach ops were called with: `params` (the longest list of the largest elements), `param_bytes` and `chunks`
+    (its elements at the kernels' element size: the multi_tensor_apply functor's type in the kernel's name), and
+    `bytes` (every list each op reads and the list it writes, once per op: the passes the foreach path makes), whose
+    rate over the kernels' time is `_bw`; `path` "foreach"."""
+    host = ctx.trace.host
+    ops = host.filter(pl.col("parent").is_in(per["i"].implode()) & pl.col("name").str.starts_with("aten::_foreach_"))
+    ops = ops.select(pl.col("parent").cast(pl.Int64).alias("span"), "input_dims", "input_type")
+    rows = []
+    for r in per.select("i", "_knames").to_dicts():
+        esize = next((ELEMENT_BYTES[m] for n in r["_knames"] if (m := _functor_type(n))), 4)
+        best, touched = (0, 0, 0), 0
+        for d, t in ops.filter(pl.col("span") == int(r["i"])).select("input_dims", "input_type").rows():
+            lists = tensor_lists(d, t)
+            if not lists:
+                continue
+            numel = sum(math.prod(x) for x in lists[0])
+            touched += (len(lists) + 1) * numel * esize
+            if (numel, len(lists[0])) > best[:2]:
+                best = (numel, len(lists[0]), sum(math.ceil(math.prod(x) / CHUNK) for x in lists[0]))
+        rows.append((r["i"], best[1], best[0] * esize, best[2], touched))
+    sizes = pl.DataFrame(rows, schema={"i": per.schema["i"], "params": pl.Int64, "param_bytes": pl.Int64,
+                                       "chunks": pl.Int64, "bytes": pl.Int64}, orient="row")
+    out = per.drop("params", "param_bytes", "chunks", "bytes").join(sizes, on="i", how="left")
+    return out.with_columns(_bw=pl.col("bytes") / pl.col("gpu_ns"), path=pl.lit("foreach"))
+
+
+#: element bytes of the type a multi_tensor_apply kernel's functor computes in (`…Functor<float, …>`)
+ELEMENT_BYTES = {"float": 4, "double": 8, "c10::BFloat16": 2, "c10::Half": 2}
+_FUNCTOR_RE = re.compile(r"Functor<(float|double|c10::BFloat16|c10::Half)\b")
+
+
+def _functor_type(kernel: str) -> str | None:
+    m = _FUNCTOR_RE.search(kernel)
+    return m.group(1) if m else None
 
 
 def _loop(ctx: RuleContext, per: pl.DataFrame, k: pl.DataFrame) -> pl.DataFrame:
@@ -370,6 +446,8 @@ def variants(ctx: RuleContext, row: dict) -> dict[str, dict[str, float]]:
     params = int(row.get("params") or 0)
     if not params or row.get("arith") is None or not row["arith"]:
         return {}
+    if row.get("path") == "foreach":
+        return {"fused": _fused_from_foreach(ctx, row, bw)}
     chunks = int(row.get("chunks") or 0)
     c_op = float(row["arith_ns"]) / float(row["arith"])
     launch = float(row.get("_launch") or 0.0)
@@ -405,6 +483,27 @@ def variants(ctx: RuleContext, row: dict) -> dict[str, dict[str, float]]:
             "launches": n_launch,
         }
     return out
+
+
+def _fused_from_foreach(ctx: RuleContext, row: dict, bw: float) -> dict[str, float]:
+    """The fused variant of a foreach optimizer step: the fused op (and, with a step counter, one foreach add on
+    the device), each at the foreach loop's mean time per launching op, launched per multi_tensor_apply chunk set;
+    its kernel moves param_bytes x (3 + 2 states) once where the foreach kernels made a pass per op (`bytes`), at
+    the fused kernel's own rate where the parameters fill a launch, else at the rate the foreach kernels reached."""
+    states, counter = FUSED[row["opt"]]
+    states = states if int(row["arith"]) > 1 else 0  # (SGD without momentum: one foreach add, no buffer)
+    params, chunks = int(row["params"]), int(row.get("chunks") or 0)
+    n_launch = _launches(params, chunks, 2 + states) + (_launches(params, 0, 1) if counter else 0)
+    n_ops = 2 if counter else 1
+    c_op = float(row["arith_ns"]) / float(row["arith"])
+    fbw = FUSED_PEAK_SHARE * ctx.spec.bw if chunks >= MAX_BLOCKS else min(bw, FUSED_PEAK_SHARE * ctx.spec.bw)
+    gpu = float(row["gpu_ns"])
+    pb = float(row.get("param_bytes") or 0.0)
+    return {
+        "host_ns": n_ops * c_op + (n_launch - n_ops) * float(row.get("_launch") or 0.0),
+        "gpu_ns": min(gpu, pb * (3 + 2 * states) / fbw * 1e9) if pb else gpu,
+        "launches": n_launch,
+    }
 
 
 def advised(opt: str) -> str:
@@ -462,7 +561,7 @@ class Variant(msgspec.Struct, kw_only=True):
 
 
 class Evidence(msgspec.Struct, kw_only=True):
-    optimizer: Annotated[str, Meta(description="the optimizer class whose step runs the single-tensor path")]
+    optimizer: Annotated[str, Meta(description="the optimizer class whose step runs the single-tensor or foreach path")]
     optimizer_steps: Annotated[int, Meta(description="its steps in the analysed window")]
     host_time_per_step_us: Annotated[float, Meta(description="host time of its step per optimizer step (µs)")]
     update_loop_per_step_us: Annotated[
@@ -475,7 +574,8 @@ class Evidence(msgspec.Struct, kw_only=True):
     gpu_time_per_step_us: Annotated[float, Meta(description="their device time per optimizer step (µs)")]
     distinct_kernels: Annotated[int, Meta(description="distinct kernel names it launches")]
     estimated_parameters: Annotated[
-        int | None, Meta(description="parameter tensors (calls of its least frequent op per step)")
+        int | None, Meta(description="parameter tensors (calls of its least frequent op per step; on the foreach "
+                                     "path the longest tensor list its ops take)")
     ]
     ops: Annotated[list[OpCount], Meta(description="the 10 ops it calls most")]
     predicted_multi_tensor_time_per_step_us: Annotated[
@@ -561,19 +661,30 @@ def check(ctx: RuleContext) -> list[Finding]:
             savings_per_step_us={str(s): round(r / 1000, 3) for s, r in rem.rows()},
         )
         steps = rem.filter(pl.col("removed") > 0)["step"].to_list()
-        out.append(
-            ctx.finding(
-                cost_ns=int((p["end"] - p["ts"]).sum()),
-                savings_ns=savings,
-                count=int(p["kernels"].sum()),
-                steps=steps,
-                evidence=evidence,
-                fix=_fix(opt, advised(opt)),
-                title=f"{opt}.step launches {evidence.kernels_per_step:.0f} tiny kernels per step "
-                "(single-tensor path)",
-                kernel_ids=p["ids"].explode(),
-            )
+        if (p["path"] == "foreach").all():
+            passes = float(p["arith"].sum()) / n
+            gb = float(p["bytes"].sum()) / n / 1e9
+            fused_gb = float(p["param_bytes"].sum()) / n / 1e9 * (3 + 2 * FUSED[opt][0])
+            evidence.estimated_parameters = int(p["params"].max())
+            fix, title = _fix_foreach(opt, passes, gb, fused_gb), (
+                f"{opt}.step makes {passes:.0f} passes over its parameters per step (foreach path)")
+        else:
+            fix = _fix(opt, advised(opt))
+            title = f"{opt}.step launches {evidence.kernels_per_step:.0f} tiny kernels per step (single-tensor path)"
+        f = ctx.finding(
+            cost_ns=int((p["end"] - p["ts"]).sum()),
+            savings_ns=savings,
+            count=int(p["kernels"].sum()),
+            steps=steps,
+            evidence=evidence,
+            fix=fix,
+            title=title,
+            kernel_ids=p["ids"].explode(),
         )
+        if (p["path"] == "foreach").all():
+            # (what the fused kernel removes there is the device's passes over memory, not host launches)
+            f.cls = "gpu_memory"
+        out.append(f)
     return out
 
 

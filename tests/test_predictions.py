@@ -140,7 +140,7 @@ def test_same_process_labels_are_current():
     for t in labels["twins"]:  # the saving is the median of the rounds' differences, as ab_twin.py measures it
         r = sorted(t["per_round_saving_ms"])
         assert min(r) <= t["measured_fix_saving_ms"] <= max(r)
-    assert len(SAME_PROCESS) == 115 and set(MISSES_SAME_PROCESS) <= {(t["set"], t["problem"], t["fixed"]) for t in SAME_PROCESS}
+    assert len(SAME_PROCESS) == 118 and set(MISSES_SAME_PROCESS) <= {(t["set"], t["problem"], t["fixed"]) for t in SAME_PROCESS}
 
 
 def _bar(anchored: bool) -> list[bool]:
@@ -162,10 +162,10 @@ def test_the_bar_is_the_docs_headline():
     # scoreboard counted here is the one docs/predictions.md states, twin for twin
     hits = _bar(anchored=False)
     m = re.search(r"Within ±20 %: \*\*(\d+) of (\d+)\*\*", (SAMPLES.parent / "docs/predictions.md").read_text())
-    assert m and (sum(hits), len(hits)) == (int(m[1]), int(m[2])) and len(hits) == 145
+    assert m and (sum(hits), len(hits)) == (int(m[1]), int(m[2])) and len(hits) == 148
 
 
-@pytest.mark.xfail(strict=True, reason="102 of 145 (70 %) since the ninth set (session 68: BERT-base served in FP32 -> BF16 and HF Whisper eager -> SDPA hits, ResNet-50 served in FP32 a miss), 100 of 142 since five more compiled models (session 65: HF ELECTRA and Qwen2 "
+@pytest.mark.xfail(strict=True, reason="105 of 148 (71 %) since the tenth set (session 69: a UNet in FP32, a DLRM-style recommender's foreach AdamW -> fused and a GRUCell recurrence -> one CUDA graph, all three hits), 102 of 145 since the ninth set (session 68: BERT-base served in FP32 -> BF16 and HF Whisper eager -> SDPA hits, ResNet-50 served in FP32 a miss), 100 of 142 since five more compiled models (session 65: HF ELECTRA and Qwen2 "
                    "misses; HF GPT-2 and BERT at batch 1-2 hits, Llama a miss), 98 of 137 since GPT-NeoX's two larger fixes (session 64: its CUDA graph a hit, "
                    "its torch.compile a miss) and 95 of 131 since the seventh set's one-process twins (session 61: "
                    "three of ten resolved savings within ±20 %, held out and scored as they came) and the fixed loop's "
@@ -197,7 +197,7 @@ def test_unresolved_twins_are_the_ones_their_rounds_cannot_resolve():
                                                    "train_syncs_item_b16_h100", "epilogue_bert_eager_h100",
                                                    "effnet_graph_h100", "llama_empty_cache_h100",
                                                    "cpu_gpt2_single_foreach", "bart_empty_cache_ab",
-                                                   "resnet50_sgd_loop_ab", "resnet50_sgd_foreach_ab"}
+                                                   "resnet50_sgd_loop_ab", "resnet50_sgd_foreach_ab", "lora_llama_ab"}
     for t in UNRESOLVED:
         assert iqr(t["rounds"]) > t["measured_ms"] > 0
     for t in SAME_PROCESS:
@@ -344,11 +344,12 @@ def test_every_negative_control_is_quiet(rel, rule, t):
 
 
 def test_negative_controls_cover_the_labels():
-    # the labels' negative twins with a rule: 19 twins, 21 (twin, rule) pairs (two FP32 -> BF16 twins name both
-    # precision rules); cpu_gpt2_single's foreach twin is the one whose variant its rule does not declare
+    # the labels' negative twins with a rule: 20 twins (the tenth set's synchronize-to-time loop the last), 22 (twin,
+    # rule) pairs (two FP32 -> BF16 twins name both precision rules); cpu_gpt2_single's foreach twin is the one whose
+    # variant its rule does not declare
     negs = [t for t in P.twins() if t["measured_ms"] <= 0 and t["rule"]]
-    assert len(negs) == 19
-    assert len(_negatives()) == 21
+    assert len(negs) == 20
+    assert len(_negatives()) == 22
     assert [t["problem"] for t in negs if not all(_declared(f"{t['set']}/{t['problem']}", r, t.get("variant"))
                                                   for r in t["rule"].split("+"))] == ["cpu_gpt2_single"]
 
@@ -488,7 +489,7 @@ def test_a_precision_fix_measured_slower_is_replayed_slower(t):
         assert slower == 0.0
     if t["measured_ms"] < 0:  # the median round slower (a round or two may straddle zero on a host-bound step)
         assert slower > 0.0
-    assert len(PRECISION) == 32 and sum(x["measured_ms"] < 0 for x in PRECISION) == 9
+    assert len(PRECISION) == 33 and sum(x["measured_ms"] < 0 for x in PRECISION) == 9
 
 
 def test_the_rules_say_when_their_fix_would_cost_time():

@@ -259,6 +259,16 @@ TWINS: dict[str, tuple[str, str, str | None, str | None]] = {
     "resnet50_infer_fp32_ab": ("resnet50_infer_bf16_cl_ab", "fp32-conv", None, None),
     "dcgan_fp32_ab": ("dcgan_bf16_cl_ab", "fp32-conv", None, None),
     "whisper_eager_ab": ("whisper_sdpa_ab", "materialized-attention", None, None),
+    # held out (`record_ab_traced.sh user10_heldout`, H100, 2026-12-07, session 69): the tenth set, recorded before
+    # any rule or model change saw them: a UNet in FP32, a DLRM-style recommender on AdamW's default (foreach) path,
+    # a GRUCell recurrence unrolled in Python (its fix: the step in one CUDA graph), a loop that synchronizes to time
+    # its steps (a negative control: its step is device-bound) and a LoRA fine-tune on AdamW's default path (its
+    # rounds cannot tell the fused kernel's sign)
+    "unet_fp32_ab": ("unet_bf16_cl_ab", "fp32-conv", None, None),
+    "dlrm_embed_ab": ("dlrm_embed_fused_ab", "unfused-optimizer", "fused", None),
+    "gru_cell_loop_ab": ("gru_cell_loop_cuda_graph_ab", "launch-bound", None, None),
+    "sync_timing_loop_ab": ("sync_timing_loop_nosync_ab", "host-sync", None, None),
+    "lora_llama_ab": ("lora_llama_fused_ab", "unfused-optimizer", "fused", None),
 }
 #: twins whose fix changes nothing by construction (the same program on both sides): a control, never scored
 CONTROLS = {"gpt2_vocab_padded", "llama_ctl"}

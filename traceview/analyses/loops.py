@@ -7,6 +7,10 @@ shapes of loop say they do not:
   inputs of one shape): a loop over the rows of a batch, which one batched call computes at once;
 - `tensors`: every op is elementwise and the inputs' shapes change from one iteration to the next: a loop over a
   list of tensors (parameters, buffers), which the `torch._foreach_*` ops run as a few multi-tensor kernels.
+- `recurrence`: a loop whose body calls a recurrent cell (`aten::gru_cell`, `aten::lstm_cell`, `aten::rnn_*_cell`),
+  which takes the hidden state the previous iteration returned: a loop over time steps, never batched over its
+  index (the sequence op, `nn.GRU` / `nn.LSTM`, runs the recurrence in one call), even where each iteration
+  starts with a slice of one tensor (the input at time t).
 A loop over rows whose iterations differ (a branch: `if random() < 0.5: img = img.flip(-1)`) does not repeat back
 to back; it is found by its anchor, a slice of inputs of one shape taken once an iteration, as many times as the
 input has rows along one dimension, when the iterations share most of their ops (`_anchored`). Other repeats (a stack of identical layers, each fed by the one before) are
@@ -34,6 +38,8 @@ MAX_OP_NS = 200_000
 #: the most first-op shapes read as text at once (`_runs`: a batch of runs; a longer run alone)
 GATHER_ROWS = 1 << 16
 SLICING = ("aten::slice", "aten::select", "aten::narrow", "aten::unbind")
+#: PyTorch's recurrent cells: each call takes the hidden state the previous one returned
+RECURRENT_CELLS = frozenset({"aten::gru_cell", "aten::lstm_cell", "aten::rnn_tanh_cell", "aten::rnn_relu_cell"})
 ELEMENTWISE = frozenset({
     "aten::mul", "aten::mul_", "aten::add", "aten::add_", "aten::sub", "aten::sub_", "aten::div", "aten::div_",
     "aten::copy_", "aten::lerp", "aten::lerp_", "aten::zero_", "aten::fill_", "aten::addcmul_", "aten::addcdiv_",
@@ -59,7 +65,7 @@ def batched_spans(trace: Trace, lo: int, hi: int, bounds: tuple[int, ...] = ()) 
     if runs.height == 0:
         return []
     out = []
-    fwd = runs.filter(pl.col("kind").is_not_null())
+    fwd = runs.filter(pl.col("kind").is_in(["rows", "tensors"]))  # (a recurrence is not batched over its steps)
     bwd = runs.filter(pl.col("kind").is_null() & pl.col("ops").list.eval(
         pl.element().str.starts_with("autograd::engine::evaluate_function:")).list.all())
     for r in fwd.iter_rows(named=True):  # (one per run of a loop: a few a step)
@@ -165,8 +171,10 @@ def _runs(tid: int, g: pl.DataFrame, step: np.ndarray, codes: np.ndarray) -> lis
 
 
 def _kind(ops: list[str], first_dims: np.ndarray) -> str | None:
-    """`rows`, `tensors` or None (a repeat whose iterations may depend on each other), from the iteration's ops and
-    the input shapes of its first op in each iteration."""
+    """`recurrence`, `rows`, `tensors` or None (a repeat whose iterations may depend on each other), from the
+    iteration's ops and the input shapes of its first op in each iteration."""
+    if RECURRENT_CELLS.intersection(ops):
+        return "recurrence"
     if ops[0] in SLICING and np.unique(first_dims).size == 1 and first_dims[0]:
         return "rows"
     if all(o in ELEMENTWISE for o in ops) and np.unique(first_dims).size > 1:
@@ -225,7 +233,9 @@ def _anchored(tid: int, g: pl.DataFrame, step: np.ndarray, exact: list[tuple], n
         first, second, last, core, optional = r
         taken[first:last + 1] = True
         short = float(np.median(end[first:last + 1] - ts[first:last + 1])) <= MAX_OP_NS
-        out.append((tid, "rows" if short else None, names.gather(core).to_list(), at.size, int(ts[first]),
+        body = names.gather(core).to_list()
+        kind = ("recurrence" if RECURRENT_CELLS.intersection(body) else "rows") if short else None
+        out.append((tid, kind, body, at.size, int(ts[first]),
                     int(ts[second]), int(end[last]), sorted(set(names.gather(optional).to_list()))))
     return out
 

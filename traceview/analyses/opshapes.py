@@ -34,6 +34,19 @@ def decode(dims: str | None, types: str | None) -> list[tuple[list[int], str]]:
         return []
 
 
+def tensor_lists(dims: str | None, types: str | None) -> list[list[list[int]]]:
+    """The shapes of each tensor-list argument (`TensorList`: a foreach op's) of an op's raw Input Dims / Input type
+    text, in order; empty when unreadable or where the recording kept no shapes for the lists."""
+    try:
+        d, t = _dec.decode(dims) if dims else [], _dec.decode(types) if types else []
+    except msgspec.DecodeError:
+        return []
+    if not isinstance(d, list) or not isinstance(t, list):
+        return []
+    return [x for x, ty in zip(d, t, strict=False) if ty == "TensorList" and isinstance(x, list) and x
+            and all(isinstance(y, list) and all(isinstance(n, int) for n in y) for y in x)]
+
+
 @per_trace
 def call_shapes(trace: Trace, name: str) -> list[list[tuple[list[int], str]]]:
     """`decode` of each distinct (Input Dims, Input type) the op `name` was called with, in a fixed order (sorted
