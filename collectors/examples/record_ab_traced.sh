@@ -6,8 +6,8 @@
 #   GROUP: real | synth | loader | heldout | ddp | fixes | aligned | aligned_heldout | fused | compile_call | item |
 #   autocast_heldout | tf32_heldout | attn_heldout | queue_heldout | attn_flops_heldout | causal_heldout |
 #   autocast_host | unseen | unseen_more | unseen2 | repeat2 | h100_a | h100_b | h100_c | h100_fixed | churn_heldout |
-#   rules_heldout | user7_heldout | user7_graph | churn_steady | user8_heldout | user8_sgd | t5_read | pythia_fixes | compile_model | compile_host | user9_heldout | user10_heldout
-#   (default: all but item, repeat2, churn_heldout, rules_heldout, user7_heldout, user7_graph, churn_steady, user8_heldout, user8_sgd, t5_read, pythia_fixes, compile_model, compile_host, user9_heldout, user10_heldout and the h100 groups, which re-record earlier runs). Runs land in OUT_DIR/ab_traced/<problem>/, AB_RESULT lines on stdout.
+#   rules_heldout | user7_heldout | user7_graph | churn_steady | user8_heldout | user8_sgd | t5_read | pythia_fixes | compile_model | compile_host | user9_heldout | user10_heldout | user11_heldout
+#   (default: all but item, repeat2, churn_heldout, rules_heldout, user7_heldout, user7_graph, churn_steady, user8_heldout, user8_sgd, t5_read, pythia_fixes, compile_model, compile_host, user9_heldout, user10_heldout, user11_heldout and the h100 groups, which re-record earlier runs). Runs land in OUT_DIR/ab_traced/<problem>/, AB_RESULT lines on stdout.
 set -u
 OUTD=${1:-/tmp/tv_ab_traced}
 shift || true
@@ -329,6 +329,16 @@ user10_heldout)  # held out (2026-12-07, session 69): the tenth set of user-writ
     fix="--fixed"
     [ "$p" = gru_cell_loop ] && fix="--cuda-graph"
     TRACE_FIXED=1 ab "${p}_ab" "user_programs --prog $p --time" "user_programs --prog $p --time $fix"
+  done
+  ;;
+user11_heldout)  # session 69: the eleventh set, to check the tenth set's fixes on programs they were not developed
+  # on (the optimizer's default path on models with many parameter tensors, an LSTMCell recurrence)
+  for p in ${USER11:-gpt2m_adamw_default llama_bf16_adamw resnet50_sgd_default effnet_adamw_default lstm_cell_loop}; do
+    fix="--fixed"
+    [ "$p" = lstm_cell_loop ] && fix="--cuda-graph"
+    tf=1
+    [ "$p" = lstm_cell_loop ] && tf=0  # (a CUDA-graph program cannot be captured under the profiler)
+    TRACE_FIXED=$tf ab "${p}_ab" "user_programs --prog $p --time" "user_programs --prog $p --time $fix"
   done
   ;;
 user8_sgd)  # session 64: the eighth set's SGD twin again (its first four rounds spread wider than the saving), to

@@ -137,6 +137,20 @@ an adapter fine-tune:
   projections, base weights frozen, bf16 autocast, batch 8 x 512, AdamW with its default implementation over the
   adapters (`--fixed`: `fused=True`).
 
+An eleventh set (2026-12-07, session 69), recorded to check the tenth set's two fixes on programs they were not
+developed on: the optimizer's default (foreach) path on models with many parameter tensors, whose tensor lists the
+profiler records without shapes, and a second recurrent cell:
+
+- `gpt2m_adamw_default`: HF GPT-2 medium sizes (24 layers, 1024 wide), bf16 autocast, AdamW's default path
+  (`--fixed`: `fused=True`);
+- `llama_bf16_adamw`: HF Llama (8 layers, 2048 wide) with bf16 weights (no autocast), AdamW's default path on the
+  bf16 parameters (`--fixed`: `fused=True`);
+- `resnet50_sgd_default`: torchvision ResNet-50 (bf16, channels_last), SGD with momentum on its default path
+  (`--fixed`: `fused=True`);
+- `effnet_adamw_default`: torchvision EfficientNet-B0 (213 small parameter tensors), AdamW's default path
+  (`--fixed`: `fused=True`);
+- `lstm_cell_loop`: an `LSTMCell` language model unrolled over 32 tokens in Python (the fix: `--cuda-graph`).
+
     traceview collect -- python -m collectors.examples.user_programs --prog t5
 """
 
@@ -177,7 +191,8 @@ PROGS = ("t5", "distilbert_fp32", "swin_bf16", "regnet_loader", "lstm", "opt_gen
          "bart_empty_cache", "pythia_adamw_loop", "qwen2_eager", "electra_fp32", "mobilenetv2_fp32",
          "pythia_eager", "wide_resnet_fp32", "t5_item", "resnet50_sgd_loop", "regnet_empty_cache",
          "bert_infer_fp32", "resnet50_infer_fp32", "dcgan_fp32", "whisper_eager", "prefetch_stream",
-         "unet_fp32", "dlrm_embed", "gru_cell_loop", "sync_timing_loop", "lora_llama")
+         "unet_fp32", "dlrm_embed", "gru_cell_loop", "sync_timing_loop", "lora_llama",
+         "gpt2m_adamw_default", "llama_bf16_adamw", "resnet50_sgd_default", "effnet_adamw_default", "lstm_cell_loop")
 
 
 def train(model: nn.Module, opt: torch.optim.Optimizer, loss_of, steps: int, amp: bool) -> None:
@@ -1316,6 +1331,79 @@ def lora_llama(steps: int) -> None:
     ids = torch.randint(0, 32000, (8, 512), device="cuda")
     opt = torch.optim.AdamW(params, lr=1e-4, **({"fused": True} if OPTS["fixed"] else {}))
     train(model, opt, lambda m: m(input_ids=ids, labels=ids).loss, steps, amp=True)
+
+
+def gpt2m_adamw_default(steps: int) -> None:
+    """HF GPT-2 medium sizes (24 layers, 1024 wide, SDPA), batch 8 x 512, bf16 autocast, AdamW with its default
+    implementation (`--fixed`: `fused=True`)."""
+    from transformers import GPT2Config, GPT2LMHeadModel
+
+    cfg = GPT2Config(n_layer=24, n_embd=1024, n_head=16, n_positions=1024, attn_implementation="sdpa")
+    model = GPT2LMHeadModel(cfg).cuda()
+    ids = torch.randint(0, cfg.vocab_size, (8, 512), device="cuda")
+    opt = torch.optim.AdamW(model.parameters(), lr=1e-4, **({"fused": True} if OPTS["fixed"] else {}))
+    train(model, opt, lambda m: m(input_ids=ids, labels=ids).loss, steps, amp=True)
+
+
+def llama_bf16_adamw(steps: int) -> None:
+    """HF Llama (8 layers, 2048 wide, GQA 16/4, SDPA) with its weights in bf16 (`model.to(torch.bfloat16)`, no
+    autocast), batch 4 x 1024, AdamW with its default implementation on the bf16 parameters (`--fixed`:
+    `fused=True`)."""
+    from transformers import LlamaConfig, LlamaForCausalLM
+
+    cfg = LlamaConfig(vocab_size=32000, hidden_size=2048, intermediate_size=5632, num_hidden_layers=8,
+                      num_attention_heads=16, num_key_value_heads=4, max_position_embeddings=2048,
+                      attn_implementation="sdpa")
+    model = LlamaForCausalLM(cfg).cuda().to(torch.bfloat16)
+    ids = torch.randint(0, 32000, (4, 1024), device="cuda")
+    opt = torch.optim.AdamW(model.parameters(), lr=1e-4, **({"fused": True} if OPTS["fixed"] else {}))
+    train(model, opt, lambda m: m(input_ids=ids, labels=ids).loss, steps, amp=False)
+
+
+def resnet50_sgd_default(steps: int) -> None:
+    """torchvision ResNet-50, bf16 autocast, channels_last, batch 64, SGD with momentum and its default
+    implementation (`--fixed`: `fused=True`)."""
+    model, x, y = _vision("resnet50", 64, torch.channels_last)
+    opt = torch.optim.SGD(model.parameters(), lr=0.1, momentum=0.9, **({"fused": True} if OPTS["fixed"] else {}))
+    train(model, opt, lambda m: F.cross_entropy(m(x), y), steps, amp=True)
+
+
+def effnet_adamw_default(steps: int) -> None:
+    """torchvision EfficientNet-B0 (213 parameter tensors, 5.3 M parameters), bf16 autocast, channels_last, batch 64,
+    AdamW with its default implementation (`--fixed`: `fused=True`)."""
+    model, x, y = _vision("efficientnet_b0", 64, torch.channels_last)
+    opt = torch.optim.AdamW(model.parameters(), lr=1e-3, **({"fused": True} if OPTS["fixed"] else {}))
+    train(model, opt, lambda m: F.cross_entropy(m(x), y), steps, amp=True)
+
+
+class _LSTMLM(nn.Module):
+    """An `LSTMCell` language model unrolled over the sequence in Python, the next token predicted at each step."""
+
+    def __init__(self, vocab: int = 8000, dim: int = 512, hidden: int = 1024) -> None:
+        super().__init__()
+        self.emb = nn.Embedding(vocab, dim)
+        self.cell = nn.LSTMCell(dim, hidden)
+        self.out = nn.Linear(hidden, vocab)
+
+    def forward(self, ids: torch.Tensor) -> torch.Tensor:
+        x = self.emb(ids)
+        h = x.new_zeros(ids.shape[0], self.cell.hidden_size)
+        c = h
+        outs = []
+        for t in range(ids.shape[1]):
+            h, c = self.cell(x[:, t], (h, c))
+            outs.append(h)
+        return self.out(torch.stack(outs, dim=1))
+
+
+def lstm_cell_loop(steps: int) -> None:
+    """An `LSTMCell` language model over 32 tokens, batch 64, bf16 autocast, fused AdamW (TV101's fix:
+    `--cuda-graph`)."""
+    model = _LSTMLM().cuda()
+    ids = torch.randint(0, 8000, (64, 33), device="cuda")
+    opt = torch.optim.AdamW(model.parameters(), lr=1e-3, fused=True)
+    train(model, opt, lambda m: F.cross_entropy(m(ids[:, :-1]).flatten(0, 1).float(), ids[:, 1:].flatten()),
+          steps, amp=True)
 
 
 def main() -> None:
