@@ -48,7 +48,8 @@ launches of the least frequent per-parameter op), and each fix variant as the re
   per launching op, launched per chunk set as above; the kernel moves param bytes x (3 + 2 x states) once (the
   parameters: the longest list of the largest elements the `_foreach_` ops take, at the element size of the type
   in the multi_tensor_apply kernel's name) where the foreach kernels moved every list each op reads and writes.
-  The finding's class is then `gpu_memory`: the time it removes is the device's passes over memory.
+  The finding's class is `gpu_memory` where the fused kernel's device time is most of what it saves (the device's
+  passes over memory), else `cpu_launch` (the per-op calls).
 Device time is those bytes over the multi-tensor kernel's own bandwidth where the parameters fill a launch (320
 64K-element chunks or more: ~77 % of the device's peak for a foreach op, ~70 % for the fused update, measured in
 a sweep and in the fixed twins' traces), else over the bandwidth the single-tensor kernels achieved on the same
@@ -92,10 +93,11 @@ from traceview.analyses.features import host_names
 from traceview.analyses.fixes import per_step_us, pricing_transform
 from traceview.analyses.fusible import MULTI_TENSOR_RE as MULTI_TENSOR_KERNEL_RE
 from traceview.analyses.opshapes import decode, tensor_lists
+from traceview.analyses.overhead import host_share
 from traceview.analyses.param_work import OPT_STEP_RE
 from traceview.analyses.replay import Transform, spans
 from traceview.analyses.roofline import DTYPE_BYTES
-from traceview.analyses.rowid import join_by_id
+from traceview.analyses.rowid import by_id, join_by_id
 from traceview.analyses.whatif import EMPTY, gpu_idle_within, removed_per_step
 from traceview.evidence import Meta, OpCount
 from traceview.ruleapi import XPROF_SEVERITY, Finding, Option, RuleContext, min_savings
@@ -279,7 +281,8 @@ def _foreach_sizes(ctx: RuleContext, per: pl.DataFrame) -> pl.DataFrame:
     rate over the kernels' time is `_bw`; `path` "foreach"."""
     host = ctx.trace.host
     ops = host.filter(pl.col("parent").is_in(per["i"].implode()) & pl.col("name").str.starts_with("aten::_foreach_"))
-    ops = ops.select(pl.col("parent").cast(pl.Int64).alias("span"), "input_dims", "input_type")
+    ops = ops.select(pl.col("parent").cast(pl.Int64).alias("span"), "ts", "end", "input_dims", "input_type")
+    per = _foreach_extent(ctx, per, ops)
     rows = []
     for r in per.select("i", "_knames").to_dicts():
         esize = next((ELEMENT_BYTES[m] for n in r["_knames"] if (m := _functor_type(n))), 4)
@@ -297,6 +300,32 @@ def _foreach_sizes(ctx: RuleContext, per: pl.DataFrame) -> pl.DataFrame:
                                        "chunks": pl.Int64, "bytes": pl.Int64}, orient="row")
     out = per.drop("params", "param_bytes", "chunks", "bytes").join(sizes, on="i", how="left")
     return out.with_columns(_bw=pl.col("bytes") / pl.col("gpu_ns"), path=pl.lit("foreach"))
+
+
+def _foreach_extent(ctx: RuleContext, per: pl.DataFrame, ops: pl.DataFrame) -> pl.DataFrame:
+    """Foreach steps `per` with their update loop and kernels cut to the `_foreach_` ops' extent (`ops`: [span, ts,
+    end], the step's own foreach calls): an optimizer stepped with a closure (Lightning, LBFGS) runs the forward and
+    backward inside its step's span, which the fused kernel does not replace. The loop's time is shared evenly by
+    its foreach calls (`arith`: those that launched a kernel; `scalar`: the step counters' add on the host)."""
+    launch = by_id(ctx.trace.gpu, per["ids"].explode().drop_nulls().unique().cast(pl.UInt32), "i", "launch_ts")
+    at = dict(zip(launch["i"].to_list(), launch["launch_ts"].to_list(), strict=True))
+    rows = []
+    for r in per.select("i", "ids", "durs").to_dicts():  # (one row per optimizer step: a handful)
+        mine = ops.filter(pl.col("span") == int(r["i"]))
+        if mine.height == 0:
+            rows.append((r["i"], None, None, 0, 0, 0, 0, [], [], 0))
+            continue
+        lo, hi = int(mine["ts"].min()), int(mine["end"].max())
+        keep = [(i, d) for i, d in zip(r["ids"], r["durs"], strict=True) if lo <= (at.get(i) or -1) < hi]
+        ts, end = mine["ts"].to_list(), mine["end"].to_list()
+        launched = sum(any(a <= (at.get(i) or -1) < b for i, _ in keep) for a, b in zip(ts, end, strict=True))
+        each = (hi - lo) / mine.height
+        rows.append((r["i"], lo, hi, launched, int(each * launched), mine.height - launched,
+                     int(each * (mine.height - launched)), [i for i, _ in keep], [d for _, d in keep],
+                     sum(d for _, d in keep)))
+    cols = ("loop_ts", "loop_end", "arith", "arith_ns", "scalar", "scalar_ns", "ids", "durs", "gpu_ns")
+    got = pl.DataFrame(rows, schema={"i": per.schema["i"], **{c: per.schema[c] for c in cols}}, orient="row")
+    return per.drop(cols).join(got, on="i", how="left").with_columns(kernels=pl.col("ids").list.len())
 
 
 #: element bytes of the type a multi_tensor_apply kernel's functor computes in (`…Functor<float, …>`)
@@ -681,11 +710,22 @@ def check(ctx: RuleContext) -> list[Finding]:
             title=title,
             kernel_ids=p["ids"].explode(),
         )
-        if (p["path"] == "foreach").all():
-            # (what the fused kernel removes there is the device's passes over memory, not host launches)
-            f.cls = "gpu_memory"
+        if (p["path"] == "foreach").all() and _device_saves_most(ctx, p):
+            f.cls = "gpu_memory"  # (what the fused kernel removes there is the device's passes over memory)
         out.append(f)
     return out
+
+
+def _device_saves_most(ctx: RuleContext, per: pl.DataFrame) -> bool:
+    """Whether the advised variant takes more time off the steps' kernels than off their update loops' host time
+    (less the profiler's share of it: `overhead.host_share`)."""
+    dev = host = 0.0
+    for r in per.to_dicts():
+        v = variants(ctx, r).get(advised(r["opt"]))
+        if v is not None:
+            dev += float(r["gpu_ns"]) - v["gpu_ns"]
+            host += float(r["loop_end"] - r["loop_ts"]) - v["host_ns"]
+    return dev > host * (1.0 - host_share(ctx.trace))
 
 
 def _replayed_ns(ctx: RuleContext, per: pl.DataFrame) -> float:

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import statistics
 
+import polars as pl
 import pytest
 from conftest import SAMPLES, estimate_errors, finding, run_doc, run_rank
 
@@ -119,3 +120,23 @@ def test_tensor_lists_are_read_where_the_recording_kept_their_shapes() -> None:
     assert tensor_lists("[[[500000, 64], [512]], [[500000, 64], [512]], []]", kinds) == [[[500000, 64], [512]]] * 2
     assert tensor_lists("[[], [], []]", kinds) == []
     assert tensor_lists("not json", kinds) == [] and tensor_lists(None, None) == []
+
+
+def test_a_closure_steps_foreach_update_is_its_foreach_calls_alone() -> None:
+    """Lightning steps its optimizer with a closure: the forward and backward run inside `Optimizer.step#AdamW.step`
+    (21-25 ms spans). The foreach update the fused kernel replaces is its eight multi-tensor calls and the step
+    counters' add (1.7 ms): the loop and the kernels the fix reprices are those, never the closure's."""
+    from traceview.rules import BY_NAME
+
+    from traceview.options import Options
+    from traceview.ruleapi import RuleContext
+
+    mod = BY_NAME["unfused-optimizer"]
+    t = traceview.load(str(next((SAMPLES / "user_programs_h100/lightning").glob("*.pt.trace.json*"))))
+    ctx, _ = RuleContext.prepare(t, select_steps(t, None))
+    per = mod._spans(ctx.for_rule(mod, Options().options_for(mod)))
+    assert per.height == 3 and (per["path"] == "foreach").all()
+    assert ((per["loop_end"] - per["loop_ts"]) < 0.1 * (per["end"] - per["ts"])).all()
+    assert per["arith"].to_list() == [8, 8, 8] and per["scalar"].to_list() == [1, 1, 1]
+    names = t.gpu.filter(pl.col("i").is_in(per["ids"].explode().implode()))["name"]
+    assert names.len() > 0 and names.str.contains("multi_tensor_apply").all()
