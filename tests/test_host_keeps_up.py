@@ -33,7 +33,8 @@ def test_device_held_step_with_a_host_bound_fix_gets_the_bound(run, rule):
 
 
 def test_the_bound_against_the_measured_savings():
-    """Where the bound is given, the measured saving is at most the bound on thirteen of the fifteen twins (the seventh
+    """Where the bound is given, the measured saving is at most the bound on fourteen of the sixteen twins (the tenth
+    set's DLRM-style recommender, AdamW foreach -> fused: 4.56 ms measured, bound 4.62, priced 3.71; the seventh
     held-out set's ELECTRA and MobileNetV2 autocast twins among them: 13.5 and -1.1 ms measured, bounds 40.9 and
     14.2; the eighth set's Wide ResNet-50-2 in BF16 + channels_last: 1.76 measured, bound 13.32, priced 9.38, the
     same fixed program 13.5 ms faster in a process of its own). Llama's attention on
@@ -47,7 +48,7 @@ def test_the_bound_against_the_measured_savings():
         for f in (rep.get("projection") or {}).get("fixes") or []:
             if f.get("if_host_keeps_up_us") and f["rule"] in t["rule"].split("+"):
                 got.append((run, f["if_host_keeps_up_us"] / 1000 >= t["measured_fix_saving_ms"]))
-    assert len(got) == 15
+    assert len(got) == 16
     assert [r for r, ok in got if not ok] == ["small_batch_c4_graph_h100", "llama_eager_attn_h100"]
 
 
