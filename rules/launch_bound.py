@@ -67,7 +67,7 @@ import polars as pl
 from traceview.analyses.classify import idle_gaps, sync_calls
 from traceview.analyses.decoding import forward_only
 from traceview.analyses.features import Features
-from traceview.analyses.loops import batched_spans, item_loops, loop_runs
+from traceview.analyses.loops import BATCHED_KINDS, batched_spans, item_loops, loop_runs
 from traceview.analyses.param_work import OPT_STEP_RE
 from traceview.analyses.replay import Transform, span_coverage
 from traceview.analyses.replay_graph import KINDS
@@ -370,7 +370,7 @@ def fix_for(f: Features) -> str:
 def fix_transform(ctx: RuleContext) -> Transform | None:
     """The fix as the finding advises it: the loop over items batched where the fix text names one first
     (`batched`), else CUDA-graph capture of the steps (`captured`)."""
-    if (loop := item_loop(ctx)) is not None and loop.kind != "recurrence":
+    if _batchable(item_loop(ctx)):
         t = batched(ctx)
         if t is not None:
             return t
@@ -380,9 +380,13 @@ def fix_transform(ctx: RuleContext) -> Transform | None:
 def fix_variants(ctx: RuleContext) -> dict[str, Transform]:
     """{variant: the fix made that way}: `graphs` (CUDA-graph capture of the steps) and, where the steps hold a loop
     over items, `batch` (that loop batched)."""
-    loop = item_loop(ctx)
-    return {k: t for k, t in (("batch", batched(ctx) if loop is not None and loop.kind != "recurrence" else None),
+    return {k: t for k, t in (("batch", batched(ctx) if _batchable(item_loop(ctx)) else None),
                               ("graphs", captured(ctx))) if t is not None}
+
+
+def _batchable(loop: ItemLoop | None) -> bool:
+    """Whether the steps hold a loop one batched call can replace (`loops.BATCHED_KINDS`; a recurrence is not)."""
+    return loop is not None and loop.kind in BATCHED_KINDS
 
 
 def batched(ctx: RuleContext) -> Transform | None:

@@ -252,7 +252,6 @@ def optimizer_spans(ctx: RuleContext, min_kernels: int) -> pl.DataFrame:
         .sum()
         .alias("multi"),
         pl.col("op_name").fill_null("?").str.contains(FUSED_OP_RE).sum().alias("_fused"),
-        pl.col("name").alias("_knames"),
         pl.col("op_name").fill_null("?").alias("ops"),
     )
     per = spans.rename({"i": "span"}).join(per, on="span", how="inner").rename({"span": "i"})
@@ -266,9 +265,9 @@ def optimizer_spans(ctx: RuleContext, min_kernels: int) -> pl.DataFrame:
     if multi.height:
         out.append(_foreach_sizes(ctx, multi.join(_loop(ctx, multi, k), on="i", how="left")))
     if not out:
-        return single.drop("_fused", "_knames")
+        return single.drop("_fused")
     got = pl.concat(out, how="diagonal_relaxed") if len(out) > 1 else out[0]
-    return got.drop("_fused", "_knames").with_columns(
+    return got.drop("_fused").with_columns(
         pl.col("_launch").fill_null(0), pl.col("_bw").fill_null(0.0).fill_nan(0.0)
     )
 
@@ -282,10 +281,13 @@ def _foreach_sizes(ctx: RuleContext, per: pl.DataFrame) -> pl.DataFrame:
     host = ctx.trace.host
     ops = host.filter(pl.col("parent").is_in(per["i"].implode()) & pl.col("name").str.starts_with("aten::_foreach_"))
     ops = ops.select(pl.col("parent").cast(pl.Int64).alias("span"), "ts", "end", "input_dims", "input_type")
-    per = _foreach_extent(ctx, per, ops)
+    kernels = by_id(ctx.trace.gpu, per["ids"].explode().drop_nulls().unique().cast(pl.UInt32), "i", "name",
+                    "launch_ts")
+    per = _foreach_extent(per, ops, kernels)
+    name = dict(zip(kernels["i"].to_list(), kernels["name"].to_list(), strict=True))
     rows = []
-    for r in per.select("i", "_knames").to_dicts():
-        esize = next((ELEMENT_BYTES[m] for n in r["_knames"] if (m := _functor_type(n))), 4)
+    for r in per.select("i", "ids").to_dicts():
+        esize = next((ELEMENT_BYTES[m] for i in r["ids"] if (m := _functor_type(name[i]))), 4)
         best, touched = (0, 0, 0), 0
         for d, t in ops.filter(pl.col("span") == int(r["i"])).select("input_dims", "input_type").rows():
             lists = tensor_lists(d, t)
@@ -302,13 +304,13 @@ def _foreach_sizes(ctx: RuleContext, per: pl.DataFrame) -> pl.DataFrame:
     return out.with_columns(_bw=pl.col("bytes") / pl.col("gpu_ns"), path=pl.lit("foreach"))
 
 
-def _foreach_extent(ctx: RuleContext, per: pl.DataFrame, ops: pl.DataFrame) -> pl.DataFrame:
+def _foreach_extent(per: pl.DataFrame, ops: pl.DataFrame, kernels: pl.DataFrame) -> pl.DataFrame:
     """Foreach steps `per` with their update loop and kernels cut to the `_foreach_` ops' extent (`ops`: [span, ts,
-    end], the step's own foreach calls): an optimizer stepped with a closure (Lightning, LBFGS) runs the forward and
-    backward inside its step's span, which the fused kernel does not replace. The loop's time is shared evenly by
-    its foreach calls (`arith`: those that launched a kernel; `scalar`: the step counters' add on the host)."""
-    launch = by_id(ctx.trace.gpu, per["ids"].explode().drop_nulls().unique().cast(pl.UInt32), "i", "launch_ts")
-    at = dict(zip(launch["i"].to_list(), launch["launch_ts"].to_list(), strict=True))
+    end], the step's own foreach calls; `kernels`: [i, launch_ts] of the steps' kernels): an optimizer stepped with a
+    closure (Lightning, LBFGS) runs the forward and backward inside its step's span, which the fused kernel does not
+    replace. The loop's time is shared evenly by its foreach calls (`arith`: those that launched a kernel; `scalar`:
+    the step counters' add on the host)."""
+    at = dict(zip(kernels["i"].to_list(), kernels["launch_ts"].to_list(), strict=True))
     rows = []
     for r in per.select("i", "ids", "durs").to_dicts():  # (one row per optimizer step: a handful)
         mine = ops.filter(pl.col("span") == int(r["i"]))
@@ -476,7 +478,9 @@ def variants(ctx: RuleContext, row: dict) -> dict[str, dict[str, float]]:
     if not params or row.get("arith") is None or not row["arith"]:
         return {}
     if row.get("path") == "foreach":
-        return {"fused": _fused_from_foreach(ctx, row, bw)}
+        # (the fused kernel priced from the foreach loop: its mean call per launching op, its kernels' time the cap)
+        return {"fused": _fused(ctx, row, bw, momentum=int(row["arith"]) > 1, per_param_ops=0.0,
+                                cap_ns=float(row["gpu_ns"]))}
     chunks = int(row.get("chunks") or 0)
     c_op = float(row["arith_ns"]) / float(row["arith"])
     launch = float(row.get("_launch") or 0.0)
@@ -498,39 +502,30 @@ def variants(ctx: RuleContext, row: dict) -> dict[str, dict[str, float]]:
         }
     }
     if row["opt"] in FUSED:
-        states, counter = FUSED[row["opt"]]
-        states = states if fe_ops > 1 else 0  # (SGD without momentum: one add_ per parameter, no buffer)
-        n_launch = _launches(params, chunks, 2 + states) + (_launches(params, 0, 1) if counter else 0)
-        n_ops = 2 if counter else 1
-        pb = float(row.get("param_bytes") or 0.0)
-        fbw = FUSED_PEAK_SHARE * spec_bw if full else min(bw, FUSED_PEAK_SHARE * spec_bw)
-        out["fused"] = {
-            "host_ns": (n_ops + FUSED_PER_PARAM_OPS * params) * c_op + (n_launch - n_ops) * launch,
-            "gpu_ns": min(out["foreach"]["gpu_ns"], pb * (3 + 2 * states) / fbw * 1e9)
-            if pb
-            else out["foreach"]["gpu_ns"],
-            "launches": n_launch,
-        }
+        out["fused"] = _fused(ctx, row, bw, momentum=fe_ops > 1, per_param_ops=FUSED_PER_PARAM_OPS,
+                              cap_ns=out["foreach"]["gpu_ns"])
     return out
 
 
-def _fused_from_foreach(ctx: RuleContext, row: dict, bw: float) -> dict[str, float]:
-    """The fused variant of a foreach optimizer step: the fused op (and, with a step counter, one foreach add on
-    the device), each at the foreach loop's mean time per launching op, launched per multi_tensor_apply chunk set;
-    its kernel moves param_bytes x (3 + 2 states) once where the foreach kernels made a pass per op (`bytes`), at
-    the fused kernel's own rate where the parameters fill a launch, else at the rate the foreach kernels reached."""
+def _fused(ctx: RuleContext, row: dict, bw: float, *, momentum: bool, per_param_ops: float,
+           cap_ns: float) -> dict[str, float]:
+    """The fused variant of one optimizer step (a row of `optimizer_spans`, its class in FUSED): the fused op (and,
+    with a step counter, one foreach add on the device), each a call at the loop's mean time per launching op plus
+    `per_param_ops` of it per parameter, launched per multi_tensor_apply chunk set; its kernel moves param_bytes x
+    (3 + 2 states) once (no states without `momentum`: SGD's plain add), at the fused kernel's own rate where the
+    parameters fill a launch, else at `bw` (the rate the loop's kernels reached), never above `cap_ns`."""
     states, counter = FUSED[row["opt"]]
-    states = states if int(row["arith"]) > 1 else 0  # (SGD without momentum: one foreach add, no buffer)
-    params, chunks = int(row["params"]), int(row.get("chunks") or 0)
+    states = states if momentum else 0
+    params, chunks = int(row.get("params") or 0), int(row.get("chunks") or 0)
     n_launch = _launches(params, chunks, 2 + states) + (_launches(params, 0, 1) if counter else 0)
     n_ops = 2 if counter else 1
     c_op = float(row["arith_ns"]) / float(row["arith"])
-    fbw = FUSED_PEAK_SHARE * ctx.spec.bw if chunks >= MAX_BLOCKS else min(bw, FUSED_PEAK_SHARE * ctx.spec.bw)
-    gpu = float(row["gpu_ns"])
+    launch = float(row.get("_launch") or 0.0)
     pb = float(row.get("param_bytes") or 0.0)
+    fbw = FUSED_PEAK_SHARE * ctx.spec.bw if chunks >= MAX_BLOCKS else min(bw, FUSED_PEAK_SHARE * ctx.spec.bw)
     return {
-        "host_ns": n_ops * c_op + (n_launch - n_ops) * float(row.get("_launch") or 0.0),
-        "gpu_ns": min(gpu, pb * (3 + 2 * states) / fbw * 1e9) if pb else gpu,
+        "host_ns": (n_ops + per_param_ops * params) * c_op + (n_launch - n_ops) * launch,
+        "gpu_ns": min(cap_ns, pb * (3 + 2 * states) / fbw * 1e9) if pb else cap_ns,
         "launches": n_launch,
     }
 
@@ -690,7 +685,8 @@ def check(ctx: RuleContext) -> list[Finding]:
             savings_per_step_us={str(s): round(r / 1000, 3) for s, r in rem.rows()},
         )
         steps = rem.filter(pl.col("removed") > 0)["step"].to_list()
-        if (p["path"] == "foreach").all():
+        foreach = bool((p["path"] == "foreach").all())
+        if foreach:
             passes = float(p["arith"].sum()) / n
             gb = float(p["bytes"].sum()) / n / 1e9
             fused_gb = float(p["param_bytes"].sum()) / n / 1e9 * (3 + 2 * FUSED[opt][0])
@@ -710,7 +706,7 @@ def check(ctx: RuleContext) -> list[Finding]:
             title=title,
             kernel_ids=p["ids"].explode(),
         )
-        if (p["path"] == "foreach").all() and _device_saves_most(ctx, p):
+        if foreach and _device_saves_most(ctx, p):
             f.cls = "gpu_memory"  # (what the fused kernel removes there is the device's passes over memory)
         out.append(f)
     return out

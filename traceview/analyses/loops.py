@@ -40,6 +40,8 @@ GATHER_ROWS = 1 << 16
 SLICING = ("aten::slice", "aten::select", "aten::narrow", "aten::unbind")
 #: PyTorch's recurrent cells: each call takes the hidden state the previous one returned
 RECURRENT_CELLS = frozenset({"aten::gru_cell", "aten::lstm_cell", "aten::rnn_tanh_cell", "aten::rnn_relu_cell"})
+#: the kinds of loop one batched (or multi-tensor) call can replace: not a recurrence, whose steps run in turn
+BATCHED_KINDS = ("rows", "tensors")
 ELEMENTWISE = frozenset({
     "aten::mul", "aten::mul_", "aten::add", "aten::add_", "aten::sub", "aten::sub_", "aten::div", "aten::div_",
     "aten::copy_", "aten::lerp", "aten::lerp_", "aten::zero_", "aten::fill_", "aten::addcmul_", "aten::addcdiv_",
@@ -65,7 +67,7 @@ def batched_spans(trace: Trace, lo: int, hi: int, bounds: tuple[int, ...] = ()) 
     if runs.height == 0:
         return []
     out = []
-    fwd = runs.filter(pl.col("kind").is_in(["rows", "tensors"]))  # (a recurrence is not batched over its steps)
+    fwd = runs.filter(pl.col("kind").is_in(BATCHED_KINDS))
     bwd = runs.filter(pl.col("kind").is_null() & pl.col("ops").list.eval(
         pl.element().str.starts_with("autograd::engine::evaluate_function:")).list.all())
     for r in fwd.iter_rows(named=True):  # (one per run of a loop: a few a step)
